@@ -1,0 +1,46 @@
+package stattest
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestChiSquare(t *testing.T) {
+	tests := []struct {
+		name     string
+		observed []int
+		probs    []float64
+		stat     float64
+		df       int
+		pAbove   float64
+		pBelow   float64
+	}{
+		// A fair die: counts 16, 18, 16, 14, 12, 24 of 100 give chi-square 5.12 on 5 df.
+		{"fair die", []int{16, 18, 16, 14, 12, 24}, []float64{1. / 6, 1. / 6, 1. / 6, 1. / 6, 1. / 6, 1. / 6}, 5.12, 5, 0.39, 0.41},
+		{"clearly biased", []int{90, 10}, []float64{0.5, 0.5}, 64, 1, 0, 1e-9},
+		// Small expected counts are pooled: bins 3 and 4 (expected 1 each) join bin 2.
+		{"pooling", []int{50, 48, 1, 1}, []float64{0.5, 0.48, 0.01, 0.01}, 0, 1, 0.99, 1.01},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := ChiSquare(tt.observed, tt.probs)
+			assert.InDelta(t, tt.stat, f.Stat, 1e-9)
+			assert.Equal(t, tt.df, f.DF)
+			assert.Greater(t, f.P, tt.pAbove)
+			assert.Less(t, f.P, tt.pBelow)
+			assert.Zero(t, f.Impossible)
+		})
+	}
+	f := ChiSquare([]int{5, 5, 1}, []float64{0.5, 0.5, 0})
+	assert.Equal(t, 1, f.Impossible)
+	assert.Zero(t, f.P)
+}
+
+func TestBinomialZ(t *testing.T) {
+	assert.InDelta(t, 2, BinomialZ(60, 100, 0.5), 1e-12)
+	assert.InDelta(t, -2, BinomialZ(40, 100, 0.5), 1e-12)
+	assert.Zero(t, BinomialZ(100, 100, 1+1e-16))
+	assert.True(t, math.IsInf(BinomialZ(99, 100, 1), 1))
+}

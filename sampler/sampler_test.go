@@ -1,0 +1,236 @@
+package sampler_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/internal/reference"
+	"github.com/specula/specula/sampler"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		p     sampler.Params
+		field string // empty: valid
+	}{
+		{"zero value is greedy", sampler.Params{}, ""},
+		{"typical sampling", sampler.Params{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, RepetitionPenalty: 1.1, RepetitionWindow: 64}, ""},
+		{"top-p one", sampler.Params{Temperature: 1, TopP: 1}, ""},
+		{"negative temperature", sampler.Params{Temperature: -0.1}, "Temperature"},
+		{"NaN temperature", sampler.Params{Temperature: math.NaN()}, "Temperature"},
+		{"infinite temperature", sampler.Params{Temperature: math.Inf(1)}, "Temperature"},
+		{"negative top-k", sampler.Params{TopK: -1}, "TopK"},
+		{"negative top-p", sampler.Params{TopP: -0.5}, "TopP"},
+		{"top-p above one", sampler.Params{TopP: 1.01}, "TopP"},
+		{"NaN top-p", sampler.Params{TopP: math.NaN()}, "TopP"},
+		{"negative min-p", sampler.Params{MinP: -0.01}, "MinP"},
+		{"min-p above one", sampler.Params{MinP: 2}, "MinP"},
+		{"negative penalty", sampler.Params{RepetitionPenalty: -1}, "RepetitionPenalty"},
+		{"infinite penalty", sampler.Params{RepetitionPenalty: math.Inf(1)}, "RepetitionPenalty"},
+		{"negative window", sampler.Params{RepetitionWindow: -3}, "RepetitionWindow"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.p.Validate()
+			_, nerr := sampler.New(tt.p, 16)
+			if tt.field == "" {
+				assert.NoError(t, err)
+				assert.NoError(t, nerr)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.field)
+			require.Error(t, nerr)
+			assert.Contains(t, nerr.Error(), tt.field)
+		})
+	}
+	_, err := sampler.New(sampler.Params{}, 0)
+	assert.ErrorContains(t, err, "vocabulary size")
+}
+
+// randomLogits makes logits with some exact ties and some -Inf entries.
+func randomLogits(rng *rand.Rand, v int) []float32 {
+	l := make([]float32, v)
+	for i := range l {
+		switch r := rng.IntN(20); {
+		case r == 0 && i > 0:
+			l[i] = l[rng.IntN(i)] // an exact tie
+		case r == 1:
+			l[i] = float32(math.Inf(-1))
+		default:
+			l[i] = float32(rng.NormFloat64() * 3)
+		}
+	}
+	l[rng.IntN(v)] = 4 // at least one finite logit
+	return l
+}
+
+func TestProcessMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	params := []sampler.Params{
+		{},
+		{RepetitionPenalty: 1.5},
+		{Temperature: 1},
+		{Temperature: 0.7},
+		{Temperature: 1.3, TopK: 1},
+		{Temperature: 1, TopK: 5},
+		{Temperature: 0.9, TopP: 0.9},
+		{Temperature: 0.9, TopP: 0.5, TopK: 20},
+		{Temperature: 1, MinP: 0.1},
+		{Temperature: 2, TopK: 50, TopP: 0.95, MinP: 0.02, RepetitionPenalty: 1.3, RepetitionWindow: 8},
+		{Temperature: 0.5, RepetitionPenalty: 0.8},
+	}
+	for _, v := range []int{1, 2, 16, 300, 5000} {
+		for pi, p := range params {
+			s, err := sampler.New(p, v)
+			require.NoError(t, err)
+			dst := make([]float32, v)
+			for trial := range 20 {
+				logits := randomLogits(rng, v)
+				hist := make([]int32, rng.IntN(30))
+				for i := range hist {
+					hist[i] = int32(rng.IntN(v))
+				}
+				require.NoError(t, s.Process(logits, hist, dst))
+				want := reference.Process(logits, hist, p)
+				var sum float64
+				for i := range dst {
+					sum += float64(dst[i])
+					if math.Abs(float64(dst[i])-want[i]) > 1e-5 || (dst[i] == 0) != (want[i] == 0) {
+						t.Fatalf("vocab %d params %d trial %d token %d: got %g want %g", v, pi, trial, i, dst[i], want[i])
+					}
+				}
+				assert.InDelta(t, 1, sum, 1e-5)
+				if p.Greedy() {
+					a, err := s.Argmax(logits, hist)
+					require.NoError(t, err)
+					assert.Equal(t, float32(1), dst[a])
+				}
+			}
+		}
+	}
+}
+
+func TestProcessRejectsBadLogits(t *testing.T) {
+	s, err := sampler.New(sampler.Params{Temperature: 1}, 4)
+	require.NoError(t, err)
+	dst := make([]float32, 4)
+	ninf := float32(math.Inf(-1))
+	tests := []struct {
+		name   string
+		logits []float32
+		hist   []int32
+		want   string
+	}{
+		{"NaN", []float32{0, float32(math.NaN()), 0, 0}, nil, "token 1"},
+		{"+Inf", []float32{0, 0, float32(math.Inf(1)), 0}, nil, "token 2"},
+		{"all -Inf", []float32{ninf, ninf, ninf, ninf}, nil, "-Inf"},
+		{"short", []float32{0, 0}, nil, "vocabulary of 4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.ErrorContains(t, s.Process(tt.logits, tt.hist, dst), tt.want)
+			_, err := s.Argmax(tt.logits, tt.hist)
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
+	pen, err := sampler.New(sampler.Params{Temperature: 1, RepetitionPenalty: 1.2}, 4)
+	require.NoError(t, err)
+	assert.ErrorContains(t, pen.Process([]float32{0, 1, 2, 3}, []int32{7}, dst), "history token 7")
+}
+
+func TestArgmaxPenaltyAndTies(t *testing.T) {
+	s, err := sampler.New(sampler.Params{RepetitionPenalty: 2, RepetitionWindow: 2}, 4)
+	require.NoError(t, err)
+	logits := []float32{1, 3, 3, 2}
+	a, _ := s.Argmax(logits, nil)
+	assert.Equal(t, int32(1), a, "lowest id wins a tie")
+	a, _ = s.Argmax(logits, []int32{1})
+	assert.Equal(t, int32(2), a, "token 1 penalised to 1.5")
+	a, _ = s.Argmax(logits, []int32{1, 2})
+	assert.Equal(t, int32(3), a)
+	a, _ = s.Argmax(logits, []int32{1, 0, 0})
+	assert.Equal(t, int32(1), a, "token 1 is outside the window of 2")
+}
+
+func TestSampleEdgeCases(t *testing.T) {
+	s, err := sampler.New(sampler.Params{Temperature: 1}, 3)
+	require.NoError(t, err)
+	assert.Equal(t, int32(-1), s.Sample([]float32{0, 0, 0}))
+	for range 100 {
+		assert.Equal(t, int32(2), s.Sample([]float32{0, 0, 5}))
+	}
+	// p equal to q leaves no residual: fall back to p.
+	assert.Equal(t, int32(1), s.SampleResidual([]float32{0, 1, 0}, []float32{0, 1, 0}))
+	// q shorter than p (a padded target vocabulary): the tail counts as q = 0.
+	assert.Equal(t, int32(2), s.SampleResidual([]float32{0.5, 0, 0.5}, []float32{0.5, 0}))
+}
+
+func TestVerifyRejectsMalformedStep(t *testing.T) {
+	s, err := sampler.New(sampler.Params{Temperature: 1}, 2)
+	require.NoError(t, err)
+	row := []float32{0, 0}
+	tests := []sampler.Step{
+		{Tokens: []int32{0}, K: 2, Logits: [][]float32{row, row, row}},
+		{Tokens: []int32{0, 1}, K: 1, Logits: [][]float32{row}},
+		{Tokens: []int32{0, 1}, K: -1, Logits: [][]float32{row}},
+		{Tokens: []int32{0, 1, 1}, K: 2, Q: [][]float32{row}, Logits: [][]float32{row, row, row}},
+	}
+	for i, st := range tests {
+		_, _, err := s.Verify(st)
+		assert.ErrorContains(t, err, "malformed step", "case %d", i)
+	}
+}
+
+func TestZeroAllocations(t *testing.T) {
+	const v = 4096
+	rng := rand.New(rand.NewPCG(3, 4))
+	logits := randomLogits(rng, v)
+	rows := [][]float32{logits, logits, logits, logits}
+	q := make([]float32, v)
+	hist := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, p := range []sampler.Params{
+		{},
+		{RepetitionPenalty: 1.2},
+		{Temperature: 0.8, TopK: 40, TopP: 0.9, MinP: 0.05, RepetitionPenalty: 1.1},
+		{Temperature: 1, TopP: 0.95},
+	} {
+		s, err := sampler.New(p, v)
+		require.NoError(t, err)
+		require.NoError(t, s.Process(logits, hist, q))
+		st := sampler.Step{Tokens: append(hist[:10:10], 1, 2, 3), K: 3, Q: [][]float32{q, q, q}, Logits: rows}
+		allocs := testing.AllocsPerRun(50, func() {
+			if err := s.Process(logits, hist, q); err != nil {
+				t.Fatal(err)
+			}
+			_ = s.Sample(q)
+			if _, err := s.Pick(logits, hist); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.Verify(st); err != nil {
+				t.Fatal(err)
+			}
+		})
+		assert.Zero(t, allocs, "params %+v", p)
+	}
+}
+
+func TestRuleNames(t *testing.T) {
+	// Both rules are usable as values; the Greedy rule ignores temperature.
+	s, err := sampler.New(sampler.Params{Temperature: 5, Rule: sampler.Greedy{}}, 3)
+	require.NoError(t, err)
+	rows := [][]float32{{0, 9, 0}, {9, 0, 0}}
+	n, next, err := s.Verify(sampler.Step{Tokens: []int32{2, 1}, K: 1, Logits: rows})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, int32(0), next)
+	n, next, err = s.Verify(sampler.Step{Tokens: []int32{2, 2}, K: 1, Logits: rows})
+	require.NoError(t, err)
+	assert.Equal(t, 0, n)
+	assert.Equal(t, int32(1), next)
+}

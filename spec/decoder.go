@@ -1,0 +1,446 @@
+// Package spec is specula's speculative decoder: the propose → verify → accept loop.
+//
+// A [Decoder] joins a target model, a drafter and the sampler's acceptance rule. Each
+// step the drafter proposes up to K tokens, the target scores all of them — and the
+// position after them — in one batched forward pass, and the rule keeps the longest
+// acceptable prefix plus one token of the target's own. With the default exact rule the
+// output is distributed exactly as the target's; with greedy sampling it is identical,
+// token for token, to plain greedy decoding of the target.
+//
+// A Decoder is safe for concurrent use when its model and drafter are (every
+// implementation in specula is): each request gets its own sequence, drafting session
+// and sampler.
+package spec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"time"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/target"
+)
+
+// MaxK is the largest number of speculative tokens per step a Decoder accepts.
+const MaxK = 64
+
+// Options configures a Decoder.
+type Options struct {
+	// K is the number of tokens drafted per step (vLLM's num_speculative_tokens), in
+	// [0, MaxK]. 0 turns speculation off: every step is one plain decoding step.
+	K int
+}
+
+// Decoder generates text with speculative decoding.
+type Decoder struct {
+	target  model.Model
+	info    model.Info
+	drafter draft.Drafter
+	k       int
+}
+
+// New makes a decoder for target, drafting with drafter (nil for plain decoding).
+func New(target model.Model, drafter draft.Drafter, opts Options) (*Decoder, error) {
+	if target == nil {
+		return nil, errors.New("spec: nil target model")
+	}
+	if opts.K < 0 || opts.K > MaxK {
+		return nil, fmt.Errorf("spec: K %d must lie in [0, %d]", opts.K, MaxK)
+	}
+	info := target.Info()
+	if info.VocabSize < 1 {
+		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
+	}
+	if v, ok := drafter.(interface{ VocabSize() int }); ok && v.VocabSize() != info.VocabSize {
+		return nil, fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", v.VocabSize(), info.VocabSize)
+	}
+	k := opts.K
+	if drafter == nil {
+		k = 0
+	}
+	return &Decoder{target: target, info: info, drafter: drafter, k: k}, nil
+}
+
+// K is the number of tokens drafted per step (0 when the decoder does not speculate).
+func (d *Decoder) K() int { return d.k }
+
+// Request is one generation.
+type Request struct {
+	// Prompt is the input: at least one token, the beginning-of-sequence token
+	// included where the model wants one.
+	Prompt []int32
+	// MaxTokens bounds the generated tokens; 0 means until a stop or the model's
+	// context is full.
+	MaxTokens int
+	// Sampling selects greedy decoding or sampling; see [sampler.Params].
+	Sampling sampler.Params
+	// StopTokens end generation when generated (end-of-sequence tokens).
+	StopTokens []int32
+	// StopSequences end generation when the output ends with one of them. Tokens that
+	// might begin a stop sequence are held back until it is clear that they do not.
+	StopSequences [][]int32
+	// IncludeStop keeps the stop token or stop sequence at the end of the output;
+	// by default it is removed.
+	IncludeStop bool
+}
+
+// FinishReason says why a generation ended.
+type FinishReason string
+
+// The reasons a generation ends.
+const (
+	FinishStop      FinishReason = "stop"      // a stop token or stop sequence
+	FinishLength    FinishReason = "length"    // MaxTokens, or the context is full
+	FinishCancelled FinishReason = "cancelled" // the context ended, or the caller stopped
+)
+
+// Result is the outcome of a generation.
+type Result struct {
+	// Tokens is the output, filled by Generate only (streams hand it out as it comes).
+	Tokens []int32
+	// Finish says why the generation ended.
+	Finish FinishReason
+	// Stats describes the request.
+	Stats Stats
+}
+
+// Generate runs a request to its end and returns the whole output.
+func (d *Decoder) Generate(ctx context.Context, req Request) (Result, error) {
+	var out []int32
+	res, err := d.Stream(ctx, req, func(toks []int32) error {
+		out = append(out, toks...)
+		return nil
+	})
+	res.Tokens = out
+	return res, err
+}
+
+// Stream runs a request and calls emit with each run of tokens as soon as it is final
+// (usually the tokens one verification pass accepted). The slice is only valid during
+// the call. An error from emit ends the generation and is returned.
+func (d *Decoder) Stream(ctx context.Context, req Request, emit func(tokens []int32) error) (Result, error) {
+	r := run{d: d, req: req, emit: emit, start: time.Now()}
+	err := r.generate(ctx)
+	r.stats.GeneratedTokens = len(r.hist) - len(req.Prompt)
+	r.stats.Duration = time.Since(r.start)
+	res := Result{Finish: r.finish, Stats: r.stats}
+	if err != nil && res.Finish == "" {
+		res.Finish = FinishCancelled
+	}
+	return res, err
+}
+
+type stopIteration struct{}
+
+func (stopIteration) Error() string { return "spec: the caller stopped the iteration" }
+
+// Tokens runs a request as an iterator over its tokens. An error is yielded once, as
+// the last pair. When res is not nil it receives the result once the iteration ends;
+// a loop that breaks early ends the generation with FinishCancelled.
+func (d *Decoder) Tokens(ctx context.Context, req Request, res *Result) iter.Seq2[int32, error] {
+	return func(yield func(int32, error) bool) {
+		r, err := d.Stream(ctx, req, func(toks []int32) error {
+			for _, t := range toks {
+				if !yield(t, nil) {
+					return stopIteration{}
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, stopIteration{}) {
+			err = nil
+		} else if err != nil {
+			yield(0, err)
+		}
+		if res != nil {
+			*res = r
+		}
+	}
+}
+
+// run is one request's state.
+type run struct {
+	d     *Decoder
+	req   Request
+	emit  func([]int32) error
+	start time.Time
+
+	smp     *sampler.Sampler
+	tgt     *target.Target
+	sess    draft.Session
+	prop    draft.Proposal
+	hist    []int32 // prompt, output, and during a step the draft
+	emitted int     // output tokens handed out
+	stats   Stats
+	finish  FinishReason
+}
+
+func (d *Decoder) validate(req Request) error {
+	v := d.info.VocabSize
+	if len(req.Prompt) == 0 {
+		return errors.New("spec: empty Prompt: at least one token is needed")
+	}
+	if cl := d.info.ContextLength; cl > 0 && len(req.Prompt) > cl {
+		return fmt.Errorf("spec: Prompt of %d tokens exceeds the context length %d", len(req.Prompt), cl)
+	}
+	for i, t := range req.Prompt {
+		if t < 0 || int(t) >= v {
+			return fmt.Errorf("spec: Prompt token %d at index %d is outside the vocabulary [0, %d)", t, i, v)
+		}
+	}
+	if req.MaxTokens < 0 {
+		return fmt.Errorf("spec: MaxTokens %d must be >= 0", req.MaxTokens)
+	}
+	for _, t := range req.StopTokens {
+		if t < 0 || int(t) >= v {
+			return fmt.Errorf("spec: StopTokens token %d is outside the vocabulary [0, %d)", t, v)
+		}
+	}
+	for i, s := range req.StopSequences {
+		if len(s) == 0 {
+			return fmt.Errorf("spec: StopSequences[%d] is empty", i)
+		}
+		for _, t := range s {
+			if t < 0 || int(t) >= v {
+				return fmt.Errorf("spec: StopSequences[%d] token %d is outside the vocabulary [0, %d)", i, t, v)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *run) generate(ctx context.Context) (err error) {
+	d, req := r.d, r.req
+	if err := d.validate(req); err != nil {
+		return err
+	}
+	if r.emit == nil {
+		return errors.New("spec: nil emit function")
+	}
+	r.stats.PromptTokens = len(req.Prompt)
+	k := d.k
+	r.smp, err = sampler.New(req.Sampling, d.info.VocabSize)
+	if err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	// Room for the prompt, the output and one draft, so that the loop never grows it.
+	capacity := len(req.Prompt) + k + 1
+	switch {
+	case req.MaxTokens > 0:
+		capacity += req.MaxTokens
+	case d.info.ContextLength > 0:
+		capacity += d.info.ContextLength
+	}
+	r.hist = make([]int32, len(req.Prompt), capacity)
+	copy(r.hist, req.Prompt)
+
+	seq, err := d.target.NewSequence(ctx)
+	if err != nil {
+		return fmt.Errorf("spec: target %q: %w", d.info.Name, err)
+	}
+	defer func() {
+		if cerr := seq.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("spec: %w", cerr)
+		}
+	}()
+	if r.tgt, err = target.New(seq, d.info.VocabSize, k); err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	if k > 0 {
+		r.sess, err = d.drafter.Start(ctx, draft.Request{
+			Sampling:  req.Sampling,
+			VocabSize: d.info.VocabSize,
+			MaxK:      k,
+			MaxLen:    capacity,
+		})
+		if err != nil {
+			return fmt.Errorf("spec: starting the drafter: %w", err)
+		}
+		defer func() {
+			if cerr := r.sess.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("spec: %w", cerr)
+			}
+		}()
+		r.stats.DraftedAt = make([]int, k)
+		r.stats.AcceptedAt = make([]int, k)
+	}
+
+	t := time.Now()
+	err = r.tgt.Prefill(ctx, req.Prompt[:len(req.Prompt)-1])
+	r.stats.PrefillTime = time.Since(t)
+	if err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	for r.finish == "" {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("spec: %w", err)
+		}
+		if err := r.step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step drafts, verifies, accepts and emits once.
+func (r *run) step(ctx context.Context) error {
+	d, req := r.d, r.req
+	k := d.k
+	if req.MaxTokens > 0 {
+		// A step yields up to k+1 tokens; draft no more than can be used.
+		k = min(k, req.MaxTokens-(len(r.hist)-len(req.Prompt))-1)
+	}
+	if cl := d.info.ContextLength; cl > 0 {
+		room := cl - r.tgt.Len() - 1 // after the pending token
+		if room < 0 {
+			r.finish = FinishLength
+			return r.flush()
+		}
+		k = min(k, room)
+	}
+
+	r.prop.Reset()
+	if k > 0 {
+		t := time.Now()
+		err := r.sess.Propose(ctx, r.hist, k, &r.prop)
+		r.stats.DraftTime += time.Since(t)
+		if err != nil {
+			return fmt.Errorf("spec: drafter: %w", err)
+		}
+		if err := r.checkProposal(k); err != nil {
+			return err
+		}
+	}
+	drafted := r.prop.Tokens
+
+	t := time.Now()
+	pending := r.hist[len(r.hist)-1]
+	rows, err := r.tgt.Verify(ctx, pending, drafted)
+	t2 := time.Now()
+	r.stats.VerifyTime += t2.Sub(t)
+	if err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	base := len(r.hist)
+	r.hist = append(r.hist, drafted...)
+	n, next, err := r.smp.Verify(sampler.Step{Tokens: r.hist, K: len(drafted), Q: r.prop.Dists, Logits: rows})
+	r.stats.SampleTime += time.Since(t2)
+	if err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	if err := r.tgt.Accept(n); err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	r.stats.Steps++
+	r.stats.Drafted += len(drafted)
+	r.stats.Accepted += n
+	for i := range drafted {
+		r.stats.DraftedAt[i]++
+		if i < n {
+			r.stats.AcceptedAt[i]++
+		}
+	}
+	r.hist = r.hist[:base]
+	for _, tok := range drafted[:n] {
+		if r.push(tok) {
+			break
+		}
+	}
+	if r.finish == "" {
+		r.push(next)
+	}
+	return r.flush()
+}
+
+// checkProposal rejects a malformed draft before it reaches the target.
+func (r *run) checkProposal(k int) error {
+	p, v := r.prop, r.d.info.VocabSize
+	if len(p.Tokens) > k {
+		return fmt.Errorf("spec: drafter proposed %d tokens, more than k = %d", len(p.Tokens), k)
+	}
+	if p.Dists != nil && len(p.Dists) != len(p.Tokens) {
+		return fmt.Errorf("spec: drafter gave %d distributions for %d tokens", len(p.Dists), len(p.Tokens))
+	}
+	for i, t := range p.Tokens {
+		if t < 0 || int(t) >= v {
+			return fmt.Errorf("spec: drafter proposed token %d at position %d, outside the vocabulary [0, %d)", t, i, v)
+		}
+		if p.Dists != nil {
+			if q := p.Dists[i]; len(q) > v || int(t) >= len(q) || !(q[t] > 0) {
+				return fmt.Errorf("spec: drafter proposed token %d at position %d with q = 0 or a distribution of %d values", t, i, len(q))
+			}
+		}
+	}
+	return nil
+}
+
+// push appends one generated token, applying the stop rules and the token limit, and
+// reports whether the generation finished.
+func (r *run) push(tok int32) bool {
+	req := r.req
+	if slices.Contains(req.StopTokens, tok) {
+		r.finish = FinishStop
+		if req.IncludeStop {
+			r.hist = append(r.hist, tok)
+		}
+		return true
+	}
+	r.hist = append(r.hist, tok)
+	out := r.hist[len(req.Prompt):]
+	for _, s := range req.StopSequences {
+		if len(out) >= len(s) && slices.Equal(out[len(out)-len(s):], s) {
+			r.finish = FinishStop
+			if !req.IncludeStop {
+				r.hist = r.hist[:len(r.hist)-len(s)]
+			}
+			return true
+		}
+	}
+	if req.MaxTokens > 0 && len(out) >= req.MaxTokens {
+		r.finish = FinishLength
+		return true
+	}
+	return false
+}
+
+// flush hands out every output token that is final: all of them once the generation
+// has finished, else all but those that could begin a stop sequence.
+func (r *run) flush() error {
+	out := r.hist[len(r.req.Prompt):]
+	end := len(out)
+	if r.finish == "" {
+		end -= holdback(out, r.req.StopSequences)
+	}
+	if end <= r.emitted {
+		return nil
+	}
+	if r.emitted == 0 {
+		r.stats.TimeToFirstToken = time.Since(r.start)
+	}
+	toks := out[r.emitted:end]
+	r.emitted = end
+	if err := r.emit(toks); err != nil {
+		return fmt.Errorf("spec: emit: %w", err)
+	}
+	return nil
+}
+
+// holdback is the length of the longest suffix of out that is a proper prefix of a stop
+// sequence.
+func holdback(out []int32, stops [][]int32) int {
+	h := 0
+	for _, s := range stops {
+		for n := min(len(s)-1, len(out)); n > h; n-- {
+			if slices.Equal(out[len(out)-n:], s[:n]) {
+				h = n
+				break
+			}
+		}
+	}
+	return h
+}

@@ -1,0 +1,364 @@
+package spec_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/internal/reference"
+	"github.com/specula/specula/model/markov"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+)
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	tgt := newChain(t, markov.Config{Vocab: 8, Order: 1})
+	other := newChain(t, markov.Config{Vocab: 10, Order: 1})
+	tests := []struct {
+		name string
+		f    func() error
+		want string
+	}{
+		{"nil target", func() error { _, err := spec.New(nil, nil, spec.Options{}); return err }, "nil target"},
+		{"negative K", func() error { _, err := spec.New(tgt, draft.NewModel(tgt), spec.Options{K: -1}); return err }, "K -1"},
+		{"huge K", func() error { _, err := spec.New(tgt, draft.NewModel(tgt), spec.Options{K: spec.MaxK + 1}); return err }, "K 65"},
+		{"vocabulary mismatch", func() error { _, err := spec.New(tgt, draft.NewModel(other), spec.Options{K: 2}); return err }, "draft vocabulary size 10 differs from target vocabulary size 8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.ErrorContains(t, tt.f(), tt.want)
+		})
+	}
+	dec, err := spec.New(tgt, nil, spec.Options{K: 4})
+	require.NoError(t, err)
+	assert.Zero(t, dec.K(), "no drafter, no speculation")
+}
+
+func TestGenerateRejectsBadRequests(t *testing.T) {
+	tgt := newChain(t, markov.Config{Vocab: 8, Order: 1, ContextLength: 10})
+	dec := newDecoder(t, tgt, draft.NewModel(tgt.Perturbed(1, 1)), 3)
+	ok := []int32{1, 2}
+	tests := []struct {
+		name string
+		req  spec.Request
+		want string
+	}{
+		{"empty prompt", spec.Request{}, "empty Prompt"},
+		{"prompt token", spec.Request{Prompt: []int32{1, 8}}, "Prompt token 8 at index 1"},
+		{"negative prompt token", spec.Request{Prompt: []int32{-2}}, "Prompt token -2"},
+		{"prompt too long", spec.Request{Prompt: make([]int32, 11)}, "exceeds the context length 10"},
+		{"negative MaxTokens", spec.Request{Prompt: ok, MaxTokens: -1}, "MaxTokens -1"},
+		{"negative temperature", spec.Request{Prompt: ok, Sampling: sampler.Params{Temperature: -1}}, "Temperature"},
+		{"top-p above one", spec.Request{Prompt: ok, Sampling: sampler.Params{Temperature: 1, TopP: 1.5}}, "TopP"},
+		{"negative top-p", spec.Request{Prompt: ok, Sampling: sampler.Params{Temperature: 1, TopP: -0.1}}, "TopP"},
+		{"NaN top-p", spec.Request{Prompt: ok, Sampling: sampler.Params{Temperature: 1, TopP: math.NaN()}}, "TopP"},
+		{"stop token", spec.Request{Prompt: ok, StopTokens: []int32{9}}, "StopTokens token 9"},
+		{"empty stop sequence", spec.Request{Prompt: ok, StopSequences: [][]int32{{1}, {}}}, "StopSequences[1] is empty"},
+		{"stop sequence token", spec.Request{Prompt: ok, StopSequences: [][]int32{{1, 99}}}, "StopSequences[0] token 99"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := dec.Generate(context.Background(), tt.req)
+			assert.ErrorContains(t, err, tt.want)
+			assert.Empty(t, res.Tokens)
+		})
+	}
+	_, err := dec.Stream(context.Background(), spec.Request{Prompt: ok}, nil)
+	assert.ErrorContains(t, err, "nil emit")
+}
+
+// TestBadDrafters checks that a drafter breaking its contract gets a clear error.
+func TestBadDrafters(t *testing.T) {
+	tgt := newChain(t, markov.Config{Vocab: 8, Order: 1})
+	tests := []struct {
+		name string
+		d    draft.Drafter
+		want string
+	}{
+		{"token outside the vocabulary", draft.Func(func(h, dst []int32) int { dst[0] = 8; return 1 }), "proposed token 8"},
+		{"negative token", draft.Func(func(h, dst []int32) int { dst[0] = -1; return 1 }), "proposed token -1"},
+		{"q = 0", sessionDrafter{draft.Proposal{Tokens: []int32{3}, Dists: [][]float32{make([]float32, 8)}}}, "q = 0"},
+		{"missing distributions", sessionDrafter{draft.Proposal{Tokens: []int32{3, 4}, Dists: [][]float32{make([]float32, 8)}}}, "1 distributions for 2 tokens"},
+		{"too many tokens", sessionDrafter{draft.Proposal{Tokens: []int32{1, 2, 3, 4, 5}}}, "more than k = 4"},
+		{"failing drafter", failingDrafter{}, "drafter broke"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := newDecoder(t, tgt, tt.d, 4).Generate(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 10, Sampling: sampler.Params{Temperature: 1}})
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+type sessionDrafter struct{ p draft.Proposal }
+
+func (d sessionDrafter) Start(context.Context, draft.Request) (draft.Session, error) { return d, nil }
+func (d sessionDrafter) Propose(_ context.Context, _ []int32, _ int, p *draft.Proposal) error {
+	*p = d.p
+	return nil
+}
+func (d sessionDrafter) Close() error { return nil }
+
+type failingDrafter struct{}
+
+func (failingDrafter) Start(context.Context, draft.Request) (draft.Session, error) {
+	return nil, errors.New("drafter broke")
+}
+
+// greedyFixture is a chain, a drafter that often agrees with it, and the chain's own
+// greedy output.
+func greedyFixture(t *testing.T) (*markov.Chain, draft.Drafter, []int32, []int32) {
+	tgt := newChain(t, markov.Config{Vocab: 10, Order: 2, Seed: 21, Scale: 1})
+	prompt := []int32{3, 1, 4}
+	return tgt, draft.NewModel(tgt.Perturbed(0.6, 2)), prompt, reference.Greedy(tgt, prompt, 200, sampler.Params{})
+}
+
+func index(out, sub []int32) int {
+	for i := 0; i+len(sub) <= len(out); i++ {
+		if slices.Equal(out[i:i+len(sub)], sub) {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestStops(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	stopTok := ref[20]
+	firstStop := slices.Index(ref, stopTok)
+	seq := ref[30:33]
+	firstSeq := index(ref, seq)
+	tests := []struct {
+		name   string
+		req    spec.Request
+		want   []int32
+		finish spec.FinishReason
+	}{
+		{"max tokens", spec.Request{MaxTokens: 17}, ref[:17], spec.FinishLength},
+		{"stop token", spec.Request{StopTokens: []int32{stopTok}, MaxTokens: 100}, ref[:firstStop], spec.FinishStop},
+		{"stop token included", spec.Request{StopTokens: []int32{stopTok}, IncludeStop: true, MaxTokens: 100}, ref[:firstStop+1], spec.FinishStop},
+		{"stop sequence", spec.Request{StopSequences: [][]int32{{99 % 10, 9, 9, 9, 9}, seq}, MaxTokens: 100}, ref[:firstSeq], spec.FinishStop},
+		{"stop sequence included", spec.Request{StopSequences: [][]int32{seq}, IncludeStop: true, MaxTokens: 100}, ref[:firstSeq+3], spec.FinishStop},
+		{"limit before stop", spec.Request{StopSequences: [][]int32{seq}, MaxTokens: firstSeq + 1}, ref[:firstSeq+1], spec.FinishLength},
+		{"context full", spec.Request{}, ref[:40-len(prompt)+1], spec.FinishLength},
+	}
+	for _, k := range []int{0, 1, 4, 7} {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				m := tgt
+				if tt.name == "context full" {
+					m = newChain(t, markov.Config{Vocab: 10, Order: 2, Seed: 21, Scale: 1, ContextLength: 40})
+				}
+				req := tt.req
+				req.Prompt = prompt
+				var streamed []int32
+				res, err := newDecoder(t, m, d, k).Stream(context.Background(), req, func(toks []int32) error {
+					streamed = append(streamed, toks...)
+					// Never hand out a token that a later stop would take back.
+					require.Equal(t, tt.want[:len(streamed)], streamed, "K=%d", k)
+					return nil
+				})
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, streamed, "K=%d", k)
+				assert.Equal(t, tt.finish, res.Finish)
+				assert.Equal(t, len(tt.want), res.Stats.GeneratedTokens)
+			})
+		}
+	}
+}
+
+func TestCancellation(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got []int32
+	calls := 0
+	res, err := newDecoder(t, tgt, d, 4).Stream(ctx, spec.Request{Prompt: prompt, MaxTokens: 100}, func(toks []int32) error {
+		got = append(got, toks...)
+		calls++
+		if len(got) >= 5 {
+			cancel()
+		}
+		return nil
+	})
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, spec.FinishCancelled, res.Finish)
+	assert.Equal(t, ref[:len(got)], got, "what was handed out is correct")
+	assert.Less(t, len(got), 5+5, "stopped within one step")
+	assert.Equal(t, len(got), res.Stats.GeneratedTokens)
+
+	// An error from the callback ends the generation and comes back.
+	boom := errors.New("client went away")
+	_, err = newDecoder(t, tgt, d, 4).Stream(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 100}, func([]int32) error { return boom })
+	assert.ErrorIs(t, err, boom)
+
+	// A context that is already done fails before any work.
+	_, err = newDecoder(t, tgt, d, 4).Generate(ctx, spec.Request{Prompt: prompt})
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+func TestTokensIterator(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	dec := newDecoder(t, tgt, d, 3)
+	var res spec.Result
+	var got []int32
+	for tok, err := range dec.Tokens(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 25}, &res) {
+		require.NoError(t, err)
+		got = append(got, tok)
+	}
+	assert.Equal(t, ref[:25], got)
+	assert.Equal(t, spec.FinishLength, res.Finish)
+	assert.Equal(t, 25, res.Stats.GeneratedTokens)
+
+	// Breaking out early stops the generation.
+	got = got[:0]
+	for tok := range dec.Tokens(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 100}, &res) {
+		got = append(got, tok)
+		if len(got) == 7 {
+			break
+		}
+	}
+	assert.Equal(t, ref[:7], got)
+	assert.Equal(t, spec.FinishCancelled, res.Finish)
+
+	// Errors arrive as the last pair.
+	var errs []error
+	for _, err := range dec.Tokens(context.Background(), spec.Request{}, nil) {
+		errs = append(errs, err)
+	}
+	require.Len(t, errs, 1)
+	assert.ErrorContains(t, errs[0], "empty Prompt")
+}
+
+func TestStats(t *testing.T) {
+	tgt, d, prompt, _ := greedyFixture(t)
+	res, err := newDecoder(t, tgt, d, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 150})
+	require.NoError(t, err)
+	s := res.Stats
+	assert.Equal(t, 3, s.PromptTokens)
+	assert.Equal(t, 150, s.GeneratedTokens)
+	assert.Equal(t, s.Drafted, sum(s.DraftedAt))
+	assert.Equal(t, s.Accepted, sum(s.AcceptedAt))
+	assert.LessOrEqual(t, s.GeneratedTokens, s.Accepted+s.Steps)
+	assert.Greater(t, s.GeneratedTokens, s.Accepted+s.Steps-5, "at most the last step is cut")
+	for i := 1; i < len(s.DraftedAt); i++ {
+		assert.LessOrEqual(t, s.AcceptedAt[i], s.AcceptedAt[i-1], "accepting position i needs position i-1")
+	}
+	assert.InDelta(t, float64(s.Accepted+s.Steps)/float64(s.Steps), s.MeanAcceptedLength(), 1e-12)
+	assert.Positive(t, s.TokensPerSecond())
+	assert.Positive(t, s.TimeToFirstToken)
+	assert.GreaterOrEqual(t, s.Duration, s.TimeToFirstToken)
+	assert.GreaterOrEqual(t, s.Duration, s.DraftTime+s.VerifyTime+s.SampleTime+s.PrefillTime)
+	assert.Zero(t, s.AcceptanceAt(-1))
+	assert.Zero(t, s.AcceptanceAt(99))
+	assert.Contains(t, s.String(), "acceptance 0.")
+
+	plain, err := newDecoder(t, tgt, nil, 0).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 150})
+	require.NoError(t, err)
+	assert.Equal(t, 150, plain.Stats.Steps)
+	assert.Equal(t, 1.0, plain.Stats.MeanAcceptedLength())
+	assert.True(t, strings.HasPrefix(plain.Stats.String(), "no drafts, mean accepted 1.00"))
+}
+
+func sum(x []int) int {
+	s := 0
+	for _, v := range x {
+		s += v
+	}
+	return s
+}
+
+func TestAggregateReport(t *testing.T) {
+	var a spec.Aggregate
+	assert.Equal(t, "no drafts, mean accepted 0.00, 0.0 tokens/s", a.String())
+	a.Add(spec.Stats{GeneratedTokens: 58, Steps: 20, Drafted: 50, Accepted: 36, DraftedAt: []int{20, 20, 10}, AcceptedAt: []int{18, 12, 6},
+		Duration: 1500e6, PrefillTime: 500e6, TimeToFirstToken: 600e6})
+	a.Add(spec.Stats{GeneratedTokens: 58, Steps: 20, Drafted: 50, Accepted: 36, DraftedAt: []int{25, 25}, AcceptedAt: []int{20, 16},
+		Duration: 1000e6, TimeToFirstToken: 200e6})
+	assert.Equal(t, 2, a.Requests)
+	assert.Equal(t, []int{45, 45, 10}, a.Total.DraftedAt)
+	assert.Equal(t, []int{38, 28, 6}, a.Total.AcceptedAt)
+	assert.Equal(t, int64(400e6), int64(a.MeanTimeToFirstToken()))
+	assert.Zero(t, a.Speedup())
+	a.Baseline = 31
+	assert.InDelta(t, 58.0/31, a.Speedup(), 1e-9)
+	assert.Equal(t, "acceptance 0.72, mean accepted 2.80, 58.0 tokens/s, 1.87×", a.String())
+}
+
+// TestZeroAllocationsPerToken shows that the decoding loop allocates nothing per
+// generated token: a request of 600 tokens allocates exactly as much as one of 60.
+func TestZeroAllocationsPerToken(t *testing.T) {
+	tgt := newChain(t, markov.Config{Vocab: 512, Order: 1, Seed: 1, ContextLength: 1024})
+	d := draft.NewModel(tgt.Perturbed(0.8, 1))
+	cases := []struct {
+		name string
+		d    draft.Drafter
+		k    int
+		p    sampler.Params
+		stop [][]int32
+	}{
+		{"plain greedy", nil, 0, sampler.Params{}, nil},
+		{"speculative greedy", d, 4, sampler.Params{}, nil},
+		{"speculative sampled", d, 4, sampler.Params{Temperature: 0.8, TopP: 0.95, TopK: 50, RepetitionPenalty: 1.1}, nil},
+		{"deterministic drafter", chainDrafter(tgt.Perturbed(0.8, 2)), 5, sampler.Params{Temperature: 1}, nil},
+		{"stop sequences", d, 3, sampler.Params{Temperature: 1}, [][]int32{{1, 2, 3}, {4, 4}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dec := newDecoder(t, tgt, c.d, c.k)
+			emit := func([]int32) error { return nil }
+			allocs := func(n int) float64 {
+				return testing.AllocsPerRun(20, func() {
+					req := spec.Request{Prompt: []int32{1, 2, 3}, MaxTokens: n, Sampling: c.p, StopSequences: c.stop}
+					if _, err := dec.Stream(context.Background(), req, emit); err != nil {
+						t.Fatal(err)
+					}
+				})
+			}
+			short, long := allocs(60), allocs(600)
+			t.Logf("allocations per request: %v (60 tokens), %v (600 tokens)", short, long)
+			assert.Equal(t, short, long)
+		})
+	}
+}
+
+func TestConcurrentRequests(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	dec := newDecoder(t, tgt, d, 4)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			p := sampler.Params{}
+			if i%2 == 1 {
+				p = sampler.Params{Temperature: 0.9, Seed: uint64(i)}
+			}
+			res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 64, Sampling: p})
+			assert.NoError(t, err)
+			if i%2 == 0 {
+				assert.Equal(t, ref[:64], res.Tokens)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestSeedsReproduce checks that a seed fixes the output, and different seeds differ.
+func TestSeedsReproduce(t *testing.T) {
+	tgt, d, prompt, _ := greedyFixture(t)
+	dec := newDecoder(t, tgt, d, 4)
+	gen := func(seed uint64) []int32 {
+		res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 50, Sampling: sampler.Params{Temperature: 1, Seed: seed}})
+		require.NoError(t, err)
+		return res.Tokens
+	}
+	assert.Equal(t, gen(7), gen(7))
+	assert.NotEqual(t, gen(7), gen(8))
+}

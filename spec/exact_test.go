@@ -1,0 +1,255 @@
+package spec_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/internal/reference"
+	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/markov"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+)
+
+func newChain(t testing.TB, cfg markov.Config) *markov.Chain {
+	t.Helper()
+	c, err := markov.New(cfg)
+	require.NoError(t, err)
+	return c
+}
+
+func newDecoder(t testing.TB, m model.Model, d draft.Drafter, k int) *spec.Decoder {
+	t.Helper()
+	dec, err := spec.New(m, d, spec.Options{K: k})
+	require.NoError(t, err)
+	return dec
+}
+
+// chainDrafter drafts deterministically with the argmax of a chain (ignoring any
+// penalty): a drafter whose q is one-hot.
+func chainDrafter(c *markov.Chain) draft.Func {
+	return func(h, dst []int32) int {
+		// The chain only looks at the last Order tokens: slide a window over them.
+		var buf [8]int32
+		w := buf[:copy(buf[:], h[max(0, len(h)-c.Order()):])]
+		for i := range dst {
+			l := c.Logits(w)
+			best := 0
+			for j := range l {
+				if l[j] > l[best] {
+					best = j
+				}
+			}
+			dst[i] = int32(best)
+			if len(w) == c.Order() {
+				w = w[:copy(w, w[1:])]
+			}
+			w = append(w, dst[i])
+		}
+		return len(dst)
+	}
+}
+
+// TestSequenceDistribution draws many length-3 continuations with speculative decoding
+// and checks them against the enumerated distribution of the target alone.
+func TestSequenceDistribution(t *testing.T) {
+	const draws = 60_000
+	samplings := map[string]sampler.Params{
+		"T=1":             {Temperature: 1},
+		"T=0.7 top-p=0.9": {Temperature: 0.7, TopP: 0.9},
+	}
+	type config struct {
+		name    string
+		vocab   int
+		order   int
+		k       int
+		params  sampler.Params
+		drafter string
+	}
+	var configs []config
+	for _, order := range []int{1, 2} {
+		for _, k := range []int{1, 2, 4, 7} {
+			for name, p := range samplings {
+				vocab := 5 + (k+order)%4 // 5 to 8
+				configs = append(configs, config{fmt.Sprintf("order=%d/K=%d/%s", order, k, name), vocab, order, k, p, "model"})
+			}
+		}
+	}
+	configs = append(configs,
+		config{"independent draft chain", 6, 1, 3, samplings["T=1"], "independent"},
+		config{"deterministic drafter", 6, 2, 3, samplings["T=0.7 top-p=0.9"], "func"},
+		config{"deterministic drafter, T=1", 7, 1, 5, samplings["T=1"], "func"},
+	)
+	for ci, cfg := range configs {
+		t.Run(cfg.name, func(t *testing.T) {
+			t.Parallel()
+			tgt := newChain(t, markov.Config{Vocab: cfg.vocab, Order: cfg.order, Seed: uint64(100 + ci), Scale: 1.5})
+			var d draft.Drafter
+			switch cfg.drafter {
+			case "model":
+				d = draft.NewModel(tgt.Perturbed(1.2, uint64(ci)))
+			case "independent":
+				d = draft.NewModel(newChain(t, markov.Config{Vocab: cfg.vocab, Order: cfg.order, Seed: 999, Scale: 1.5}))
+			case "func":
+				d = chainDrafter(tgt.Perturbed(1, uint64(ci)))
+			}
+			dec := newDecoder(t, tgt, d, cfg.k)
+			prompt := []int32{1, 2}
+			want := reference.Continuations(tgt, prompt, 3, cfg.params)
+			counts := make([]int, len(want))
+			var agg spec.Aggregate
+			for i := range draws {
+				req := spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: cfg.params}
+				req.Sampling.Seed = uint64(i)
+				res, err := dec.Generate(context.Background(), req)
+				require.NoError(t, err)
+				require.Len(t, res.Tokens, 3)
+				counts[reference.Index(res.Tokens, cfg.vocab)]++
+				agg.Add(res.Stats)
+			}
+			fit := stattest.ChiSquare(counts, want)
+			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
+			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
+			// The test means something only if drafts were both accepted and rejected.
+			rate := agg.Total.AcceptanceRate()
+			assert.True(t, rate > 0.05 && rate < 0.98, "acceptance %.3f", rate)
+			t.Logf("p=%.3f, %s", fit.P, agg.String())
+		})
+	}
+}
+
+// TestSequenceDistributionDetectsBias runs the same check on a decoder that is wrong on
+// purpose (it trusts the drafter's first token), to show the check can fail.
+func TestSequenceDistributionDetectsBias(t *testing.T) {
+	const draws = 20_000
+	tgt := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 3, Scale: 1.5})
+	params := sampler.Params{Temperature: 1, Rule: trustFirst{}}
+	dec := newDecoder(t, tgt, draft.NewModel(tgt.Perturbed(1.2, 1)), 2)
+	counts := make([]int, 6*6*6)
+	for i := range draws {
+		params.Seed = uint64(i)
+		res, err := dec.Generate(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 3, Sampling: params})
+		require.NoError(t, err)
+		counts[reference.Index(res.Tokens, 6)]++
+	}
+	params.Rule = nil
+	fit := stattest.ChiSquare(counts, reference.Continuations(tgt, []int32{1}, 3, params))
+	assert.Less(t, fit.P, 1e-9, "chi-square %.1f", fit.Stat)
+}
+
+// trustFirst accepts the first drafted token unconditionally, then behaves exactly.
+type trustFirst struct{}
+
+func (trustFirst) Verify(s *sampler.Sampler, st sampler.Step) (int, int32, error) {
+	if st.K == 0 {
+		return sampler.Exact{}.Verify(s, st)
+	}
+	n, next, err := sampler.Exact{}.Verify(s, sampler.Step{Tokens: st.Tokens, K: st.K - 1, Q: st.Q[1:], Logits: st.Logits[1:]})
+	return n + 1, next, err
+}
+
+// TestGreedyIdentity checks that speculative greedy decoding reproduces plain greedy
+// decoding of the target exactly, for many random chains and every K from 1 to 8.
+func TestGreedyIdentity(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	ctx := context.Background()
+	var agg spec.Aggregate
+	for chainIdx := range 300 {
+		vocab := 5 + rng.IntN(60)
+		order := 1 + rng.IntN(2)
+		tgt := newChain(t, markov.Config{Vocab: vocab, Order: order, Seed: uint64(chainIdx), Scale: 0.5 + 2*rng.Float64()})
+		drafters := map[string]draft.Drafter{
+			"model": draft.NewModel(tgt.Perturbed(rng.Float64()*2, uint64(chainIdx))),
+			"func":  chainDrafter(tgt.Perturbed(rng.Float64(), uint64(chainIdx)+1)),
+		}
+		params := sampler.Params{}
+		if chainIdx%3 == 0 {
+			params = sampler.Params{RepetitionPenalty: 1.3, RepetitionWindow: 16}
+		}
+		prompt := []int32{int32(rng.IntN(vocab)), int32(rng.IntN(vocab)), int32(rng.IntN(vocab))}
+		want := reference.Greedy(tgt, prompt, 40, params)
+		for name, d := range drafters {
+			for k := 0; k <= 8; k++ {
+				res, err := newDecoder(t, tgt, d, k).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 40, Sampling: params})
+				require.NoError(t, err)
+				require.Equal(t, want, res.Tokens, "chain %d (vocab %d, order %d), drafter %s, K=%d", chainIdx, vocab, order, name, k)
+				assert.Equal(t, spec.FinishLength, res.Finish)
+				agg.Add(res.Stats)
+			}
+		}
+	}
+	// Meaningful only if drafts were often accepted and often rejected.
+	rate := agg.Total.AcceptanceRate()
+	assert.True(t, rate > 0.1 && rate < 0.9, "acceptance %.3f", rate)
+	t.Log(agg.String())
+}
+
+// recorder wraps a drafter's sessions to remember the history of every proposal.
+type recorder struct {
+	draft.Drafter
+	histories [][]int32
+}
+
+func (r *recorder) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
+	s, err := r.Drafter.Start(ctx, req)
+	return &recordingSession{Session: s, r: r}, err
+}
+
+type recordingSession struct {
+	draft.Session
+	r *recorder
+}
+
+func (s *recordingSession) Propose(ctx context.Context, h []int32, k int, p *draft.Proposal) error {
+	s.r.histories = append(s.r.histories, append([]int32(nil), h...))
+	return s.Session.Propose(ctx, h, k, p)
+}
+
+// TestAcceptanceMatchesTheory checks that the first drafted token of a step is accepted
+// with probability Σ min(p, q) for the distributions at that point: the measured count
+// lies within 4.5 standard errors of the sum of those probabilities.
+func TestAcceptanceMatchesTheory(t *testing.T) {
+	for name, params := range map[string]sampler.Params{
+		"T=1":                       {Temperature: 1},
+		"T=0.7 top-p=0.9":           {Temperature: 0.7, TopP: 0.9},
+		"T=1.2 top-k=5 penalty=1.2": {Temperature: 1.2, TopK: 5, RepetitionPenalty: 1.2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tgt := newChain(t, markov.Config{Vocab: 12, Order: 1, Seed: 77})
+			dm := tgt.Perturbed(1, 78)
+			rec := &recorder{Drafter: draft.NewModel(dm)}
+			dec := newDecoder(t, tgt, rec, 3)
+			var agg spec.Aggregate
+			for i := range 1500 {
+				params.Seed = uint64(i)
+				res, err := dec.Generate(context.Background(), spec.Request{Prompt: []int32{int32(i % 12)}, MaxTokens: 48, Sampling: params})
+				require.NoError(t, err)
+				agg.Add(res.Stats)
+			}
+			var mean, variance float64
+			for _, h := range rec.histories {
+				p := reference.Process(tgt.Logits(h), h, params)
+				q := reference.Process(dm.Logits(h), h, params)
+				var a float64
+				for x := range p {
+					a += math.Min(p[x], q[x])
+				}
+				mean += a
+				variance += a * (1 - a)
+			}
+			accepted := agg.Total.AcceptedAt[0]
+			require.Equal(t, len(rec.histories), agg.Total.DraftedAt[0])
+			z := (float64(accepted) - mean) / math.Sqrt(variance)
+			t.Logf("first-position acceptance %d/%d, theory %.1f (z = %.2f); %s", accepted, len(rec.histories), mean, z, agg.String())
+			assert.Less(t, math.Abs(z), 4.5)
+		})
+	}
+}
