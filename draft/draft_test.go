@@ -47,13 +47,18 @@ func TestModelDrafterGreedyFollowsHistory(t *testing.T) {
 			hist = append(hist[:2:2], 9, 9, 9) // an arbitrary rewrite
 			continue
 		}
+		// Asking again on the same history (a prefix of what the session holds)
+		// gives the same draft.
+		again := append([]int32(nil), p.Tokens...)
+		require.NoError(t, sess.Propose(ctx, hist, 5, &p))
+		assert.Equal(t, again, p.Tokens, "step %d again", i)
 		hist = append(append(hist, p.Tokens[:st.accept]...), st.next)
 	}
 }
 
 func TestModelDrafterSamplesFromProcessedQ(t *testing.T) {
 	ctx := context.Background()
-	c := chain(t, markov.Config{Vocab: 10, Order: 1, Seed: 8})
+	c := chain(t, markov.Config{Vocab: 10, Order: 1, Seed: 8, Scale: 0.5})
 	params := sampler.Params{Temperature: 0.8, TopP: 0.9, RepetitionPenalty: 1.2, Seed: 3}
 	sess, err := draft.NewModel(c).Start(ctx, draft.Request{Sampling: params, VocabSize: 10, MaxK: 3})
 	require.NoError(t, err)

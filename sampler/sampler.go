@@ -132,9 +132,11 @@ func (s *Sampler) mark(history []int32) (bool, error) {
 	return true, nil
 }
 
+// penalize applies the repetition penalty to a logit; a positive logit stays finite
+// (a penalty below one raises it), a negative one may fall to -Inf.
 func penalize(x, pen float32) float32 {
 	if x > 0 {
-		return x / pen
+		return min(x/pen, math.MaxFloat32)
 	}
 	return x * pen
 }
@@ -223,7 +225,12 @@ func (s *Sampler) Process(logits []float32, history []int32, dst []float32) erro
 		if rescan {
 			mx = float32(math.Inf(-1))
 			for _, x := range dst {
-				mx = max(mx, x)
+				if x > mx {
+					mx = x
+				}
+			}
+			if mx < -math.MaxFloat32 {
+				return errAllMasked
 			}
 		}
 	}
@@ -334,6 +341,9 @@ func (s *Sampler) threshold(w []float32, total float64) float32 {
 // bits a pass: the first pass reads every weight, the later ones only the tokens of the
 // bucket where the goal is crossed — linear time, no sort.
 func (s *Sampler) selectDesc(w []float32, count int, mass float64) float32 {
+	if count <= 0 && !(mass > 0) {
+		return 0
+	}
 	var hc [256]int32
 	var hm [256]float64
 	aboveC, aboveM := 0, 0.0
@@ -363,7 +373,7 @@ func (s *Sampler) selectDesc(w []float32, count int, mass float64) float32 {
 			aboveC += int(hc[b])
 			aboveM += hm[b]
 		}
-		if sel < 0 {
+		if sel < 0 || hc[sel] == 0 {
 			return 0 // the goal is the whole mass, short by rounding: keep everything
 		}
 		if shift == 24 {

@@ -87,6 +87,8 @@ func TestSequenceDistribution(t *testing.T) {
 		config{"independent draft chain", 6, 1, 3, samplings["T=1"], "independent"},
 		config{"deterministic drafter", 6, 2, 3, samplings["T=0.7 top-p=0.9"], "func"},
 		config{"deterministic drafter, T=1", 7, 1, 5, samplings["T=1"], "func"},
+		config{"repetition penalty", 6, 1, 4, sampler.Params{Temperature: 1, RepetitionPenalty: 1.8}, "model"},
+		config{"penalty window, top-k, min-p", 7, 2, 3, sampler.Params{Temperature: 0.9, TopK: 4, MinP: 0.05, RepetitionPenalty: 0.6, RepetitionWindow: 2}, "model"},
 	)
 	for ci, cfg := range configs {
 		t.Run(cfg.name, func(t *testing.T) {

@@ -20,9 +20,9 @@ const DefaultPrefillChunk = 512
 
 // Target is one request's target sequence. It is not safe for concurrent use.
 type Target struct {
-	seq     model.Sequence
-	vocab   int
-	maxDraw int
+	seq      model.Sequence
+	vocab    int
+	maxDraft int
 
 	// PrefillChunk is how many tokens Prefill forwards per call; the context is
 	// checked between calls. 0 means DefaultPrefillChunk.
@@ -49,15 +49,15 @@ func New(seq model.Sequence, vocab, maxDraft int) (*Target, error) {
 	}
 	n := maxDraft + 1
 	t := &Target{
-		seq:     seq,
-		vocab:   vocab,
-		maxDraw: maxDraft,
-		batch:   make([]int32, 0, n),
-		parents: make([]int32, 0, n),
-		keep:    make([]int32, 0, n),
-		outputs: make([]int32, n),
-		logits:  make([]float32, n*vocab),
-		rows:    make([][]float32, n),
+		seq:      seq,
+		vocab:    vocab,
+		maxDraft: maxDraft,
+		batch:    make([]int32, 0, n),
+		parents:  make([]int32, 0, n),
+		keep:     make([]int32, 0, n),
+		outputs:  make([]int32, n),
+		logits:   make([]float32, n*vocab),
+		rows:     make([][]float32, n),
 	}
 	for i := range n {
 		t.outputs[i] = int32(i)
@@ -105,8 +105,8 @@ func (t *Target) VerifyTree(ctx context.Context, pending int32, nodes, parents [
 }
 
 func (t *Target) forward(ctx context.Context, pending int32, draft, parents []int32) ([][]float32, error) {
-	if len(draft) > t.maxDraw {
-		return nil, fmt.Errorf("target: draft of %d tokens exceeds the maximum of %d", len(draft), t.maxDraw)
+	if len(draft) > t.maxDraft {
+		return nil, fmt.Errorf("target: draft of %d tokens exceeds the maximum of %d", len(draft), t.maxDraft)
 	}
 	t.batch = append(append(t.batch[:0], pending), draft...)
 	var par []int32
