@@ -5,10 +5,11 @@
 // A session proposes up to k tokens after a history — the prompt and everything
 // generated so far — and, when it sampled them, reports the processed distribution q
 // it drew each token from, so the acceptance rule can stay exact. Deterministic
-// drafters report no distributions; the rule then treats q as one-hot. Between two
-// proposals the history grows by the accepted part of the last proposal and one token
-// of the target's: that is how a session learns what was accepted. A session must cope
-// with any other change of history too (it is rare, but it is allowed).
+// drafters report no distributions; the rule then treats q as one-hot. The history only
+// grows: each call's history begins with the previous call's, followed by the
+// accepted part of the last proposal and one token of the target's. That is how a
+// session learns what was accepted. A caller that needs another history starts a new
+// session.
 package draft
 
 import (

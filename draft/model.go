@@ -25,13 +25,30 @@ type Model struct {
 }
 
 // NewModel returns a drafter on m.
-func NewModel(m model.Model) *Model { return &Model{m: m, info: m.Info()} }
+func NewModel(m model.Model) (*Model, error) {
+	if m == nil {
+		return nil, errors.New("draft: nil draft model")
+	}
+	info := m.Info()
+	if info.VocabSize < 1 {
+		return nil, fmt.Errorf("draft: draft model %q reports vocabulary size %d", info.Name, info.VocabSize)
+	}
+	return &Model{m: m, info: info}, nil
+}
 
-// VocabSize is the draft model's vocabulary size.
-func (d *Model) VocabSize() int { return d.info.VocabSize }
+// VocabSize is the draft model's vocabulary size (0 for a nil drafter).
+func (d *Model) VocabSize() int {
+	if d == nil {
+		return 0
+	}
+	return d.info.VocabSize
+}
 
 // Start implements [Drafter].
 func (d *Model) Start(ctx context.Context, req Request) (Session, error) {
+	if d == nil {
+		return nil, errors.New("draft: nil *Model")
+	}
 	v := d.info.VocabSize
 	if req.VocabSize != 0 && v > req.VocabSize {
 		return nil, fmt.Errorf("draft: draft model %q has %d tokens, more than the target's %d", d.info.Name, v, req.VocabSize)
@@ -73,6 +90,7 @@ type modelSession struct {
 	smp    *sampler.Sampler
 	greedy bool
 	held   []int32 // the tokens in seq, followed while drafting by the drafted ones
+	seen   int     // length of the last history: held[:seen] equals it
 	logits []float32
 	dists  []float32
 	rows   [][]float32
@@ -105,8 +123,9 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 		return nil
 	}
 	// Keep the longest prefix the sequence already holds, but always forward at
-	// least the last history token: its logits start the draft.
-	c := 0
+	// least the last history token: its logits start the draft. The history only
+	// grows, so only what came after the last one needs comparing.
+	c := min(s.seen, len(history)-1, len(s.held))
 	for c < len(s.held) && c < len(history)-1 && s.held[c] == history[c] {
 		c++
 	}
@@ -118,6 +137,7 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 		s.held = s.held[:s.seq.Len()]
 		return err
 	}
+	s.seen = len(history)
 	for i := range k {
 		var x int32
 		var err error

@@ -70,12 +70,14 @@ type Sequence interface {
 	Forward(ctx context.Context, b Batch, logits []float32) error
 	// Truncate drops every token from position n on, so that Len() == n.
 	Truncate(n int) error
-	// Retain keeps the first `from` tokens and, of the tokens after them, only those
-	// at the offsets in keep (ascending, relative to from), in order; the rest are
-	// dropped and Len() becomes from+len(keep). After a tree forward, keeping one
-	// root-to-leaf path leaves the sequence exactly as if that path had been forwarded
-	// as a chain.
-	Retain(from int, keep []int32) error
+	// Retain keeps, of the tokens the last Forward appended, only those at the batch
+	// indices keep, in that order, and drops the others: Len() becomes the length
+	// before that Forward plus len(keep). keep must be a path from a root of the
+	// batch's tree (keep[0] has parent -1, each next index is a child of the one
+	// before); for a chain that is a prefix 0, 1, …. The sequence is then exactly as
+	// if the path had been forwarded as a chain. Retain is only valid directly after
+	// a Forward.
+	Retain(keep []int32) error
 	// Close releases the sequence's memory. The sequence must not be used after.
 	Close() error
 }
@@ -83,6 +85,11 @@ type Sequence interface {
 // ErrContextFull is returned (wrapped) when a forward would take a sequence past the
 // model's context length.
 var ErrContextFull = errors.New("model: context length exceeded")
+
+// ErrOutOfMemory is returned (wrapped) when a sequence cannot grow because the memory
+// set aside for key/value state is spent. Memory comes back as other sequences shrink
+// or close.
+var ErrOutOfMemory = errors.New("model: key/value memory exhausted")
 
 // ErrClosed is returned (wrapped) when a closed sequence is used.
 var ErrClosed = errors.New("model: sequence is closed")
@@ -122,16 +129,23 @@ func CheckBatch(b Batch, seqLen, vocab, contextLen, logitsLen int) error {
 	return nil
 }
 
-// CheckRetain validates a Retain(from, keep) call on a sequence that holds seqLen
-// tokens.
-func CheckRetain(from int, keep []int32, seqLen int) error {
-	if from < 0 || from > seqLen {
-		return fmt.Errorf("model: retain from %d outside [0, %d]", from, seqLen)
+// CheckRetain validates a Retain(keep) call after a Forward of n tokens with the given
+// parent list (nil for a chain).
+func CheckRetain(keep, parents []int32, n int) error {
+	if len(keep) > n {
+		return fmt.Errorf("model: retain %d tokens of a batch of %d", len(keep), n)
 	}
 	prev := int32(-1)
 	for i, k := range keep {
-		if k <= prev || from+int(k) >= seqLen {
-			return fmt.Errorf("model: retain offset %d at index %d must be ascending and below %d", k, i, seqLen-from)
+		if k < 0 || int(k) >= n {
+			return fmt.Errorf("model: retain index %d at position %d is outside the batch of %d", k, i, n)
+		}
+		parent := k - 1
+		if parents != nil {
+			parent = parents[k]
+		}
+		if parent != prev {
+			return fmt.Errorf("model: retain index %d at position %d is not a child of %d", k, i, prev)
 		}
 		prev = k
 	}
@@ -140,13 +154,14 @@ func CheckRetain(from int, keep []int32, seqLen int) error {
 
 // Depths writes, for each token of a batch with the given parent list, its depth in the
 // tree (0 for a token whose parent is -1) to dst, which must have len(parents) entries.
-// A nil parent list is a chain: depths 0, 1, 2, ….
+// A nil parent list is a chain: depths 0, 1, 2, …. The parent list must be valid (see
+// CheckBatch); an entry that is not is read as -1.
 func Depths(parents []int32, dst []int32) {
 	for i := range dst {
 		switch {
 		case parents == nil:
 			dst[i] = int32(i)
-		case parents[i] < 0:
+		case parents[i] < 0 || int(parents[i]) >= i:
 			dst[i] = 0
 		default:
 			dst[i] = dst[parents[i]] + 1

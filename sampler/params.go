@@ -51,8 +51,9 @@ func (p Params) Validate() error {
 		return fmt.Errorf("sampler: TopP %v must lie in (0, 1] (or be 0 for unset)", p.TopP)
 	case p.MinP < 0 || p.MinP > 1 || math.IsNaN(p.MinP):
 		return fmt.Errorf("sampler: MinP %v must lie in [0, 1]", p.MinP)
-	case p.RepetitionPenalty < 0 || math.IsNaN(p.RepetitionPenalty) || math.IsInf(p.RepetitionPenalty, 0):
-		return fmt.Errorf("sampler: RepetitionPenalty %v must be a finite number > 0 (or 0 for unset)", p.RepetitionPenalty)
+	case p.RepetitionPenalty < 0 || math.IsNaN(p.RepetitionPenalty) || float32(p.RepetitionPenalty) > math.MaxFloat32 ||
+		(p.RepetitionPenalty > 0 && float32(p.RepetitionPenalty) == 0):
+		return fmt.Errorf("sampler: RepetitionPenalty %v must be a finite float32 > 0 (or 0 for unset)", p.RepetitionPenalty)
 	case p.RepetitionWindow < 0:
 		return fmt.Errorf("sampler: RepetitionWindow %d must be >= 0", p.RepetitionWindow)
 	}

@@ -81,7 +81,16 @@ func (s *Sampler) Verify(st Step) (accepted int, next int32, err error) {
 		return 0, 0, fmt.Errorf("sampler: malformed step: K=%d with %d tokens, %d logit rows, %d q rows",
 			st.K, len(st.Tokens), len(st.Logits), len(st.Q))
 	}
-	return s.rule.Verify(s, st)
+	for i, t := range st.Tokens[len(st.Tokens)-st.K:] {
+		if t < 0 || int(t) >= s.vocab {
+			return 0, 0, fmt.Errorf("sampler: drafted token %d at position %d is outside the vocabulary [0, %d)", t, i, s.vocab)
+		}
+	}
+	n, next, err := s.rule.Verify(s, st)
+	if err == nil && (n < 0 || n > st.K || next < 0 || int(next) >= s.vocab) {
+		err = fmt.Errorf("sampler: rule %T returned %d accepted of %d and next token %d", s.rule, n, st.K, next)
+	}
+	return n, next, err
 }
 
 // Pick chooses one token after history from logits: the argmax when greedy, else a
@@ -135,10 +144,13 @@ func (s *Sampler) mark(history []int32) (bool, error) {
 // penalize applies the repetition penalty to a logit; a positive logit stays finite
 // (a penalty below one raises it), a negative one may fall to -Inf.
 func penalize(x, pen float32) float32 {
-	if x > 0 {
+	switch {
+	case x > 0:
 		return min(x/pen, math.MaxFloat32)
+	case x < 0:
+		return x * pen
 	}
-	return x * pen
+	return x
 }
 
 func badLogit(x float32, i int) error {
@@ -372,6 +384,12 @@ func (s *Sampler) selectDesc(w []float32, count int, mass float64) float32 {
 			}
 			aboveC += int(hc[b])
 			aboveM += hm[b]
+		}
+		if sel < 0 && shift != 24 {
+			// The parent bucket reached the goal but its parts, summed in another
+			// order, fall short by rounding: take the whole parent bucket.
+			for sel = 0; hc[sel] == 0; sel++ {
+			}
 		}
 		if sel < 0 || hc[sel] == 0 {
 			return 0 // the goal is the whole mass, short by rounding: keep everything

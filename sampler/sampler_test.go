@@ -32,6 +32,8 @@ func TestValidate(t *testing.T) {
 		{"min-p above one", sampler.Params{MinP: 2}, "MinP"},
 		{"negative penalty", sampler.Params{RepetitionPenalty: -1}, "RepetitionPenalty"},
 		{"infinite penalty", sampler.Params{RepetitionPenalty: math.Inf(1)}, "RepetitionPenalty"},
+		{"penalty beyond float32", sampler.Params{RepetitionPenalty: 1e300}, "RepetitionPenalty"},
+		{"penalty below float32", sampler.Params{RepetitionPenalty: 1e-300}, "RepetitionPenalty"},
 		{"negative window", sampler.Params{RepetitionWindow: -3}, "RepetitionWindow"},
 	}
 	for _, tt := range tests {
@@ -185,6 +187,27 @@ func TestVerifyRejectsMalformedStep(t *testing.T) {
 		_, _, err := s.Verify(st)
 		assert.ErrorContains(t, err, "malformed step", "case %d", i)
 	}
+	for _, bad := range []int32{2, -1, math.MaxInt32} {
+		_, _, err := s.Verify(sampler.Step{Tokens: []int32{0, bad}, K: 1, Q: [][]float32{row}, Logits: [][]float32{row, row}})
+		assert.ErrorContains(t, err, "outside the vocabulary", "token %d", bad)
+	}
+	liar, err := sampler.New(sampler.Params{Rule: badRule{}}, 2)
+	require.NoError(t, err)
+	_, _, err = liar.Verify(sampler.Step{Tokens: []int32{0}, Logits: [][]float32{row}})
+	assert.ErrorContains(t, err, "returned 0 accepted of 0 and next token 7")
+}
+
+type badRule struct{}
+
+func (badRule) Verify(*sampler.Sampler, sampler.Step) (int, int32, error) { return 0, 7, nil }
+
+func TestPenaltyOfZeroLogit(t *testing.T) {
+	// A zero logit stays zero under any penalty (0·Inf would be NaN).
+	s, err := sampler.New(sampler.Params{RepetitionPenalty: 1e30}, 4)
+	require.NoError(t, err)
+	a, err := s.Argmax([]float32{0, -5, -5, -5}, []int32{0})
+	require.NoError(t, err)
+	assert.Equal(t, int32(0), a)
 }
 
 func TestZeroAllocations(t *testing.T) {
@@ -202,13 +225,16 @@ func TestZeroAllocations(t *testing.T) {
 	} {
 		s, err := sampler.New(p, v)
 		require.NoError(t, err)
-		require.NoError(t, s.Process(logits, hist, q))
-		st := sampler.Step{Tokens: append(hist[:10:10], 1, 2, 3), K: 3, Q: [][]float32{q, q, q}, Logits: rows}
+		other := randomLogits(rng, v)
+		require.NoError(t, s.Process(other, hist, q)) // q differs from p: drafts get rejected
+		x := s.Sample(q)
+		st := sampler.Step{Tokens: append(hist[:10:10], x, x, x), K: 3, Q: [][]float32{q, q, q}, Logits: rows}
+		dst := make([]float32, v)
 		allocs := testing.AllocsPerRun(50, func() {
-			if err := s.Process(logits, hist, q); err != nil {
+			if err := s.Process(logits, hist, dst); err != nil {
 				t.Fatal(err)
 			}
-			_ = s.Sample(q)
+			_ = s.Sample(dst)
 			if _, err := s.Pick(logits, hist); err != nil {
 				t.Fatal(err)
 			}

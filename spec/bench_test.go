@@ -18,7 +18,7 @@ func BenchmarkLoopOverhead(b *testing.B) {
 	const tokens = 256
 	for _, vocab := range []int{256, 2048} {
 		tgt := newChain(b, markov.Config{Vocab: vocab, Order: 1, Seed: 1, ContextLength: 1024})
-		d := draft.NewModel(tgt.Perturbed(0.5, 1))
+		d := newDrafter(b, tgt.Perturbed(0.5, 1))
 		cases := []struct {
 			name string
 			d    draft.Drafter

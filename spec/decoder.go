@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"slices"
 	"time"
 
@@ -28,6 +29,9 @@ import (
 
 // MaxK is the largest number of speculative tokens per step a Decoder accepts.
 const MaxK = 64
+
+// maxPrealloc bounds the output tokens a request reserves memory for up front.
+const maxPrealloc = 1 << 16
 
 // Options configures a Decoder.
 type Options struct {
@@ -97,6 +101,7 @@ const (
 	FinishStop      FinishReason = "stop"      // a stop token or stop sequence
 	FinishLength    FinishReason = "length"    // MaxTokens, or the context is full
 	FinishCancelled FinishReason = "cancelled" // the context ended, or the caller stopped
+	FinishError     FinishReason = "error"     // anything else: see the error returned
 )
 
 // Result is the outcome of a generation.
@@ -126,11 +131,15 @@ func (d *Decoder) Generate(ctx context.Context, req Request) (Result, error) {
 func (d *Decoder) Stream(ctx context.Context, req Request, emit func(tokens []int32) error) (Result, error) {
 	r := run{d: d, req: req, emit: emit, start: time.Now()}
 	err := r.generate(ctx)
-	r.stats.GeneratedTokens = len(r.hist) - len(req.Prompt)
+	r.stats.GeneratedTokens = r.emitted
 	r.stats.Duration = time.Since(r.start)
 	res := Result{Finish: r.finish, Stats: r.stats}
-	if err != nil && res.Finish == "" {
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, stopIteration{}):
 		res.Finish = FinishCancelled
+	default:
+		res.Finish = FinishError
 	}
 	return res, err
 }
@@ -141,7 +150,8 @@ func (stopIteration) Error() string { return "spec: the caller stopped the itera
 
 // Tokens runs a request as an iterator over its tokens. An error is yielded once, as
 // the last pair. When res is not nil it receives the result once the iteration ends;
-// a loop that breaks early ends the generation with FinishCancelled.
+// a loop that breaks early ends the generation with FinishCancelled (unless the
+// generation had already ended for another reason).
 func (d *Decoder) Tokens(ctx context.Context, req Request, res *Result) iter.Seq2[int32, error] {
 	return func(yield func(int32, error) bool) {
 		r, err := d.Stream(ctx, req, func(toks []int32) error {
@@ -228,14 +238,17 @@ func (r *run) generate(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
-	// Room for the prompt, the output and one draft, so that the loop never grows it.
-	capacity := len(req.Prompt) + k + 1
-	switch {
-	case req.MaxTokens > 0:
-		capacity += req.MaxTokens
-	case d.info.ContextLength > 0:
-		capacity += d.info.ContextLength
+	// Room for the prompt, the output and one draft, so that the loop never grows
+	// it — within reason: a model without a context limit asked for "unlimited"
+	// tokens gets a modest start and grows.
+	out := req.MaxTokens
+	if cl := d.info.ContextLength; cl > 0 && (out == 0 || out > cl) {
+		out = cl
 	}
+	if out == 0 || out > maxPrealloc {
+		out = maxPrealloc
+	}
+	capacity := len(req.Prompt) + out + k + 1
 	r.hist = make([]int32, len(req.Prompt), capacity)
 	copy(r.hist, req.Prompt)
 
@@ -305,15 +318,21 @@ func (r *run) step(ctx context.Context) error {
 	}
 
 	r.prop.Reset()
-	if k > 0 {
+	if k > 0 && r.stats.DraftError == "" {
 		t := time.Now()
 		err := r.sess.Propose(ctx, r.hist, k, &r.prop)
 		r.stats.DraftTime += time.Since(t)
-		if err != nil {
+		switch {
+		case err == nil:
+			if err := r.checkProposal(k); err != nil {
+				return err
+			}
+		case ctx.Err() == nil && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)):
+			// The drafter ran out of room: the target carries on alone.
+			r.stats.DraftError = err.Error()
+			r.prop.Reset()
+		default:
 			return fmt.Errorf("spec: drafter: %w", err)
-		}
-		if err := r.checkProposal(k); err != nil {
-			return err
 		}
 	}
 	drafted := r.prop.Tokens
@@ -321,8 +340,18 @@ func (r *run) step(ctx context.Context) error {
 	t := time.Now()
 	pending := r.hist[len(r.hist)-1]
 	rows, err := r.tgt.Verify(ctx, pending, drafted)
+	if err != nil && len(drafted) > 0 && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)) {
+		// No room for the draft: verify without it.
+		r.prop.Reset()
+		drafted = nil
+		rows, err = r.tgt.Verify(ctx, pending, nil)
+	}
 	t2 := time.Now()
 	r.stats.VerifyTime += t2.Sub(t)
+	if errors.Is(err, model.ErrContextFull) {
+		r.finish = FinishLength
+		return r.flush()
+	}
 	if err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
@@ -370,10 +399,23 @@ func (r *run) checkProposal(k int) error {
 		if t < 0 || int(t) >= v {
 			return fmt.Errorf("spec: drafter proposed token %d at position %d, outside the vocabulary [0, %d)", t, i, v)
 		}
-		if p.Dists != nil {
-			if q := p.Dists[i]; len(q) > v || int(t) >= len(q) || !(q[t] > 0) {
-				return fmt.Errorf("spec: drafter proposed token %d at position %d with q = 0 or a distribution of %d values", t, i, len(q))
+		if p.Dists == nil {
+			continue
+		}
+		q := p.Dists[i]
+		if len(q) > v || int(t) >= len(q) || !(q[t] > 0) {
+			return fmt.Errorf("spec: drafter proposed token %d at position %d with q = 0 or a distribution of %d values", t, i, len(q))
+		}
+		// A q that is not a distribution would silently break exactness.
+		var sum float64
+		for _, x := range q {
+			if !(x >= 0) {
+				return fmt.Errorf("spec: drafter distribution at position %d holds %v", i, x)
 			}
+			sum += float64(x)
+		}
+		if math.Abs(sum-1) > 1e-3 {
+			return fmt.Errorf("spec: drafter distribution at position %d sums to %v, not 1", i, sum)
 		}
 	}
 	return nil
@@ -392,14 +434,18 @@ func (r *run) push(tok int32) bool {
 	}
 	r.hist = append(r.hist, tok)
 	out := r.hist[len(req.Prompt):]
+	match := 0 // the longest stop sequence that ends here
 	for _, s := range req.StopSequences {
-		if len(out) >= len(s) && slices.Equal(out[len(out)-len(s):], s) {
-			r.finish = FinishStop
-			if !req.IncludeStop {
-				r.hist = r.hist[:len(r.hist)-len(s)]
-			}
-			return true
+		if len(s) > match && len(out) >= len(s) && slices.Equal(out[len(out)-len(s):], s) {
+			match = len(s)
 		}
+	}
+	if match > 0 {
+		r.finish = FinishStop
+		if !req.IncludeStop {
+			r.hist = r.hist[:len(r.hist)-match]
+		}
+		return true
 	}
 	if req.MaxTokens > 0 && len(out) >= req.MaxTokens {
 		r.finish = FinishLength

@@ -3,6 +3,7 @@ package spec_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/reference"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -28,9 +30,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		want string
 	}{
 		{"nil target", func() error { _, err := spec.New(nil, nil, spec.Options{}); return err }, "nil target"},
-		{"negative K", func() error { _, err := spec.New(tgt, draft.NewModel(tgt), spec.Options{K: -1}); return err }, "K -1"},
-		{"huge K", func() error { _, err := spec.New(tgt, draft.NewModel(tgt), spec.Options{K: spec.MaxK + 1}); return err }, "K 65"},
-		{"vocabulary mismatch", func() error { _, err := spec.New(tgt, draft.NewModel(other), spec.Options{K: 2}); return err }, "draft vocabulary size 10 differs from target vocabulary size 8"},
+		{"negative K", func() error { _, err := spec.New(tgt, newDrafter(t, tgt), spec.Options{K: -1}); return err }, "K -1"},
+		{"huge K", func() error { _, err := spec.New(tgt, newDrafter(t, tgt), spec.Options{K: spec.MaxK + 1}); return err }, "K 65"},
+		{"vocabulary mismatch", func() error { _, err := spec.New(tgt, newDrafter(t, other), spec.Options{K: 2}); return err }, "draft vocabulary size 10 differs from target vocabulary size 8"},
+		{"typed nil drafter", func() error { _, err := spec.New(tgt, (*draft.Model)(nil), spec.Options{K: 2}); return err }, "draft vocabulary size 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,7 +47,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 
 func TestGenerateRejectsBadRequests(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 8, Order: 1, ContextLength: 10})
-	dec := newDecoder(t, tgt, draft.NewModel(tgt.Perturbed(1, 1)), 3)
+	dec := newDecoder(t, tgt, newDrafter(t, tgt.Perturbed(1, 1)), 3)
 	ok := []int32{1, 2}
 	tests := []struct {
 		name string
@@ -118,7 +121,7 @@ func (failingDrafter) Start(context.Context, draft.Request) (draft.Session, erro
 func greedyFixture(t *testing.T) (*markov.Chain, draft.Drafter, []int32, []int32) {
 	tgt := newChain(t, markov.Config{Vocab: 10, Order: 2, Seed: 21, Scale: 1})
 	prompt := []int32{3, 1, 4}
-	return tgt, draft.NewModel(tgt.Perturbed(0.6, 2)), prompt, reference.Greedy(tgt, prompt, 200, sampler.Params{})
+	return tgt, newDrafter(t, tgt.Perturbed(0.6, 2)), prompt, reference.Greedy(tgt, prompt, 200, sampler.Params{})
 }
 
 func index(out, sub []int32) int {
@@ -297,7 +300,7 @@ func TestAggregateReport(t *testing.T) {
 // generated token: a request of 600 tokens allocates exactly as much as one of 60.
 func TestZeroAllocationsPerToken(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 512, Order: 1, Seed: 1, ContextLength: 1024})
-	d := draft.NewModel(tgt.Perturbed(0.8, 1))
+	d := newDrafter(t, tgt.Perturbed(0.8, 1))
 	cases := []struct {
 		name string
 		d    draft.Drafter
@@ -361,4 +364,150 @@ func TestSeedsReproduce(t *testing.T) {
 	}
 	assert.Equal(t, gen(7), gen(7))
 	assert.NotEqual(t, gen(7), gen(8))
+}
+
+// limited wraps a model so that its sequences fail with err once they would hold
+// more than limit tokens, and can cancel a context inside a forward.
+type limited struct {
+	model.Model
+	limit  int
+	err    error
+	cancel func() // called at the start of the forward that reaches cancelAt tokens
+	at     int
+}
+
+func (m *limited) NewSequence(ctx context.Context) (model.Sequence, error) {
+	s, err := m.Model.NewSequence(ctx)
+	return &limitedSeq{Sequence: s, m: m}, err
+}
+
+type limitedSeq struct {
+	model.Sequence
+	m *limited
+}
+
+func (s *limitedSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+	if s.m.cancel != nil && s.Len()+len(b.Tokens) >= s.m.at {
+		s.m.cancel()
+	}
+	if s.m.limit > 0 && s.Len()+len(b.Tokens) > s.m.limit {
+		return fmt.Errorf("wrapped: %w", s.m.err)
+	}
+	return s.Sequence.Forward(ctx, b, logits)
+}
+
+func TestOutOfRoom(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	ctx := context.Background()
+
+	// The target's memory runs out: drafts are dropped while the pending token still
+	// fits, then the request fails with a clear error.
+	oom := &limited{Model: tgt, limit: 30, err: model.ErrOutOfMemory}
+	res, err := newDecoder(t, oom, d, 4).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 100})
+	assert.ErrorIs(t, err, model.ErrOutOfMemory)
+	assert.Equal(t, spec.FinishError, res.Finish)
+	assert.Equal(t, ref[:30-len(prompt)+1], res.Tokens, "every token that fit")
+
+	// A context limit the model did not announce ends the request with "length".
+	full := &limited{Model: tgt, limit: 30, err: model.ErrContextFull}
+	res, err = newDecoder(t, full, d, 4).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 100})
+	require.NoError(t, err)
+	assert.Equal(t, spec.FinishLength, res.Finish)
+	assert.Equal(t, ref[:30-len(prompt)+1], res.Tokens)
+
+	// The drafter runs out of memory: the target goes on alone.
+	dm := &limited{Model: tgt.Perturbed(0.6, 2), limit: 20, err: model.ErrOutOfMemory}
+	res, err = newDecoder(t, tgt, newDrafter(t, dm), 4).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 60})
+	require.NoError(t, err)
+	assert.Equal(t, ref[:60], res.Tokens)
+	assert.Contains(t, res.Stats.DraftError, "key/value memory exhausted")
+	assert.Positive(t, res.Stats.Accepted, "drafts helped before the drafter ran out")
+
+	// A draft model with a shorter context simply stops drafting.
+	short := newChain(t, markov.Config{Vocab: 10, Order: 2, Seed: 21, Scale: 1, ContextLength: 16})
+	res, err = newDecoder(t, tgt, newDrafter(t, short), 4).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 60})
+	require.NoError(t, err)
+	assert.Equal(t, ref[:60], res.Tokens)
+	assert.Empty(t, res.Stats.DraftError)
+	assert.Less(t, res.Stats.Drafted, 4*16)
+}
+
+func TestCancelDuringForward(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &limited{Model: tgt, cancel: cancel, at: 20}
+	var got []int32
+	res, err := newDecoder(t, m, d, 4).Stream(ctx, spec.Request{Prompt: prompt, MaxTokens: 100}, func(toks []int32) error {
+		got = append(got, toks...)
+		return nil
+	})
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, spec.FinishCancelled, res.Finish)
+	assert.Equal(t, ref[:len(got)], got)
+	assert.LessOrEqual(t, len(got), 20-len(prompt)+1)
+	assert.Equal(t, len(got), res.Stats.GeneratedTokens)
+}
+
+func TestGeneratedTokensCountsWhatWasHandedOut(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	dec := newDecoder(t, tgt, d, 4)
+	res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: -1})
+	assert.Error(t, err)
+	assert.Zero(t, res.Stats.GeneratedTokens)
+	assert.Equal(t, spec.FinishError, res.Finish)
+
+	// A token held back for a possible stop sequence is not counted when the
+	// request is cancelled before it is handed out.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &limited{Model: tgt, cancel: cancel, at: len(prompt) + 1} // the second step
+	stop := [][]int32{{ref[0], (ref[1] + 1) % 10}}
+	calls := 0
+	res, err = newDecoder(t, m, nil, 0).Stream(ctx, spec.Request{Prompt: prompt, MaxTokens: 100, StopSequences: stop}, func([]int32) error {
+		calls++
+		return nil
+	})
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 1, res.Stats.Steps, "one token was generated")
+	assert.Zero(t, calls, "but held back")
+	assert.Zero(t, res.Stats.GeneratedTokens)
+}
+
+type lyingRule struct{}
+
+func (lyingRule) Verify(*sampler.Sampler, sampler.Step) (int, int32, error) { return 0, 99, nil }
+
+func TestInvalidRuleOutput(t *testing.T) {
+	tgt, d, prompt, _ := greedyFixture(t)
+	res, err := newDecoder(t, tgt, d, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 10, Sampling: sampler.Params{Rule: lyingRule{}}})
+	assert.ErrorContains(t, err, "next token 99")
+	assert.Empty(t, res.Tokens)
+}
+
+func TestOverlappingStopSequences(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	a, b := ref[8], ref[9]
+	first := index(ref, []int32{a, b})
+	for _, stops := range [][][]int32{{{b}, {a, b}}, {{a, b}, {b}}} {
+		res, err := newDecoder(t, tgt, d, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 50, StopSequences: stops})
+		require.NoError(t, err)
+		end := slices.Index(ref, b)
+		if end == first+1 {
+			end = first // both end here: the longer one goes
+		}
+		assert.Equal(t, ref[:end], res.Tokens, "stops %v", stops)
+	}
+}
+
+func TestUnlimitedRequests(t *testing.T) {
+	tgt, d, prompt, ref := greedyFixture(t)
+	stop := ref[40]
+	want := ref[:slices.Index(ref, stop)]
+	for _, maxTokens := range []int{0, math.MaxInt} {
+		res, err := newDecoder(t, tgt, d, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: maxTokens, StopTokens: []int32{stop}})
+		require.NoError(t, err)
+		assert.Equal(t, want, res.Tokens)
+		assert.Equal(t, spec.FinishStop, res.Finish)
+	}
 }

@@ -26,6 +26,13 @@ func newChain(t testing.TB, cfg markov.Config) *markov.Chain {
 	return c
 }
 
+func newDrafter(t testing.TB, m model.Model) *draft.Model {
+	t.Helper()
+	d, err := draft.NewModel(m)
+	require.NoError(t, err)
+	return d
+}
+
 func newDecoder(t testing.TB, m model.Model, d draft.Drafter, k int) *spec.Decoder {
 	t.Helper()
 	dec, err := spec.New(m, d, spec.Options{K: k})
@@ -71,6 +78,7 @@ func TestSequenceDistribution(t *testing.T) {
 		vocab   int
 		order   int
 		k       int
+		length  int
 		params  sampler.Params
 		drafter string
 	}
@@ -79,16 +87,21 @@ func TestSequenceDistribution(t *testing.T) {
 		for _, k := range []int{1, 2, 4, 7} {
 			for name, p := range samplings {
 				vocab := 5 + (k+order)%4 // 5 to 8
-				configs = append(configs, config{fmt.Sprintf("order=%d/K=%d/%s", order, k, name), vocab, order, k, p, "model"})
+				configs = append(configs, config{fmt.Sprintf("order=%d/K=%d/%s", order, k, name), vocab, order, k, 3, p, "model"})
 			}
 		}
 	}
 	configs = append(configs,
-		config{"independent draft chain", 6, 1, 3, samplings["T=1"], "independent"},
-		config{"deterministic drafter", 6, 2, 3, samplings["T=0.7 top-p=0.9"], "func"},
-		config{"deterministic drafter, T=1", 7, 1, 5, samplings["T=1"], "func"},
-		config{"repetition penalty", 6, 1, 4, sampler.Params{Temperature: 1, RepetitionPenalty: 1.8}, "model"},
-		config{"penalty window, top-k, min-p", 7, 2, 3, sampler.Params{Temperature: 0.9, TopK: 4, MinP: 0.05, RepetitionPenalty: 0.6, RepetitionWindow: 2}, "model"},
+		config{"independent draft chain", 6, 1, 3, 3, samplings["T=1"], "independent"},
+		config{"deterministic drafter", 6, 2, 3, 3, samplings["T=0.7 top-p=0.9"], "func"},
+		config{"deterministic drafter, T=1", 7, 1, 5, 3, samplings["T=1"], "func"},
+		config{"repetition penalty", 6, 1, 4, 3, sampler.Params{Temperature: 1, RepetitionPenalty: 1.8}, "model"},
+		config{"penalty window, top-k, min-p", 7, 2, 3, 3, sampler.Params{Temperature: 0.9, TopK: 4, MinP: 0.05, RepetitionPenalty: 0.6, RepetitionWindow: 2}, "model"},
+		// Longer sequences over a small vocabulary, so that every draft position
+		// up to K = 5 and 7 is reached and judged.
+		config{"length 6, K=5", 4, 1, 5, 6, samplings["T=1"], "model"},
+		config{"length 6, K=7, top-p", 4, 2, 7, 6, samplings["T=0.7 top-p=0.9"], "model"},
+		config{"length 6, K=5, deterministic", 4, 1, 5, 6, samplings["T=1"], "func"},
 	)
 	for ci, cfg := range configs {
 		t.Run(cfg.name, func(t *testing.T) {
@@ -97,23 +110,23 @@ func TestSequenceDistribution(t *testing.T) {
 			var d draft.Drafter
 			switch cfg.drafter {
 			case "model":
-				d = draft.NewModel(tgt.Perturbed(1.2, uint64(ci)))
+				d = newDrafter(t, tgt.Perturbed(1.2, uint64(ci)))
 			case "independent":
-				d = draft.NewModel(newChain(t, markov.Config{Vocab: cfg.vocab, Order: cfg.order, Seed: 999, Scale: 1.5}))
+				d = newDrafter(t, newChain(t, markov.Config{Vocab: cfg.vocab, Order: cfg.order, Seed: 999, Scale: 1.5}))
 			case "func":
 				d = chainDrafter(tgt.Perturbed(1, uint64(ci)))
 			}
 			dec := newDecoder(t, tgt, d, cfg.k)
 			prompt := []int32{1, 2}
-			want := reference.Continuations(tgt, prompt, 3, cfg.params)
+			want := reference.Continuations(tgt, prompt, cfg.length, cfg.params)
 			counts := make([]int, len(want))
 			var agg spec.Aggregate
 			for i := range draws {
-				req := spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: cfg.params}
+				req := spec.Request{Prompt: prompt, MaxTokens: cfg.length, Sampling: cfg.params}
 				req.Sampling.Seed = uint64(i)
 				res, err := dec.Generate(context.Background(), req)
 				require.NoError(t, err)
-				require.Len(t, res.Tokens, 3)
+				require.Len(t, res.Tokens, cfg.length)
 				counts[reference.Index(res.Tokens, cfg.vocab)]++
 				agg.Add(res.Stats)
 			}
@@ -123,6 +136,9 @@ func TestSequenceDistribution(t *testing.T) {
 			// The test means something only if drafts were both accepted and rejected.
 			rate := agg.Total.AcceptanceRate()
 			assert.True(t, rate > 0.05 && rate < 0.98, "acceptance %.3f", rate)
+			if cfg.length > cfg.k {
+				assert.Positive(t, agg.Total.AcceptedAt[cfg.k-1], "the last draft position was judged and passed")
+			}
 			t.Logf("p=%.3f, %s", fit.P, agg.String())
 		})
 	}
@@ -134,7 +150,7 @@ func TestSequenceDistributionDetectsBias(t *testing.T) {
 	const draws = 20_000
 	tgt := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 3, Scale: 1.5})
 	params := sampler.Params{Temperature: 1, Rule: trustFirst{}}
-	dec := newDecoder(t, tgt, draft.NewModel(tgt.Perturbed(1.2, 1)), 2)
+	dec := newDecoder(t, tgt, newDrafter(t, tgt.Perturbed(1.2, 1)), 2)
 	counts := make([]int, 6*6*6)
 	for i := range draws {
 		params.Seed = uint64(i)
@@ -169,7 +185,7 @@ func TestGreedyIdentity(t *testing.T) {
 		order := 1 + rng.IntN(2)
 		tgt := newChain(t, markov.Config{Vocab: vocab, Order: order, Seed: uint64(chainIdx), Scale: 0.5 + 2*rng.Float64()})
 		drafters := map[string]draft.Drafter{
-			"model": draft.NewModel(tgt.Perturbed(rng.Float64()*2, uint64(chainIdx))),
+			"model": newDrafter(t, tgt.Perturbed(rng.Float64()*2, uint64(chainIdx))),
 			"func":  chainDrafter(tgt.Perturbed(rng.Float64(), uint64(chainIdx)+1)),
 		}
 		params := sampler.Params{}
@@ -194,30 +210,32 @@ func TestGreedyIdentity(t *testing.T) {
 	t.Log(agg.String())
 }
 
-// recorder wraps a drafter's sessions to remember the history of every proposal.
-type recorder struct {
-	draft.Drafter
-	histories [][]int32
+// judgement is one drafted position the rule judged: the history before the drafted
+// token, and whether the token was accepted.
+type judgement struct {
+	hist     []int32
+	accepted bool
 }
 
-func (r *recorder) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
-	s, err := r.Drafter.Start(ctx, req)
-	return &recordingSession{Session: s, r: r}, err
+// recordingRule is the exact rule, recording every position it judges.
+type recordingRule struct{ seen [][]judgement }
+
+func (r *recordingRule) Verify(s *sampler.Sampler, st sampler.Step) (int, int32, error) {
+	n, next, err := sampler.Exact{}.Verify(s, st)
+	base := len(st.Tokens) - st.K
+	for i := 0; i < st.K && i <= n; i++ {
+		for len(r.seen) <= i {
+			r.seen = append(r.seen, nil)
+		}
+		r.seen[i] = append(r.seen[i], judgement{append([]int32(nil), st.Tokens[:base+i]...), i < n})
+	}
+	return n, next, err
 }
 
-type recordingSession struct {
-	draft.Session
-	r *recorder
-}
-
-func (s *recordingSession) Propose(ctx context.Context, h []int32, k int, p *draft.Proposal) error {
-	s.r.histories = append(s.r.histories, append([]int32(nil), h...))
-	return s.Session.Propose(ctx, h, k, p)
-}
-
-// TestAcceptanceMatchesTheory checks that the first drafted token of a step is accepted
-// with probability Σ min(p, q) for the distributions at that point: the measured count
-// lies within 4.5 standard errors of the sum of those probabilities.
+// TestAcceptanceMatchesTheory checks, position by position, that a drafted token is
+// accepted with probability Σ min(p, q) for the distributions at that point (given
+// that the tokens before it were accepted): the number accepted lies within 4.5
+// standard errors of the sum of those probabilities.
 func TestAcceptanceMatchesTheory(t *testing.T) {
 	for name, params := range map[string]sampler.Params{
 		"T=1":                       {Temperature: 1},
@@ -227,8 +245,9 @@ func TestAcceptanceMatchesTheory(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tgt := newChain(t, markov.Config{Vocab: 12, Order: 1, Seed: 77})
 			dm := tgt.Perturbed(1, 78)
-			rec := &recorder{Drafter: draft.NewModel(dm)}
-			dec := newDecoder(t, tgt, rec, 3)
+			rule := &recordingRule{}
+			params.Rule = rule
+			dec := newDecoder(t, tgt, newDrafter(t, dm), 4)
 			var agg spec.Aggregate
 			for i := range 1500 {
 				params.Seed = uint64(i)
@@ -236,22 +255,34 @@ func TestAcceptanceMatchesTheory(t *testing.T) {
 				require.NoError(t, err)
 				agg.Add(res.Stats)
 			}
-			var mean, variance float64
-			for _, h := range rec.histories {
-				p := reference.Process(tgt.Logits(h), h, params)
-				q := reference.Process(dm.Logits(h), h, params)
-				var a float64
-				for x := range p {
-					a += math.Min(p[x], q[x])
+			params.Rule = nil
+			require.Len(t, rule.seen, 4)
+			for pos, js := range rule.seen {
+				var mean, variance float64
+				accepted := 0
+				for _, j := range js {
+					p := reference.Process(tgt.Logits(j.hist), j.hist, params)
+					q := reference.Process(dm.Logits(j.hist), j.hist, params)
+					var a float64
+					for x := range p {
+						a += math.Min(p[x], q[x])
+					}
+					mean += a
+					variance += a * (1 - a)
+					if j.accepted {
+						accepted++
+					}
 				}
-				mean += a
-				variance += a * (1 - a)
+				if pos == 0 {
+					require.Equal(t, len(js), agg.Total.DraftedAt[0], "every first drafted token is judged")
+				}
+				require.LessOrEqual(t, len(js), agg.Total.DraftedAt[pos])
+				require.Equal(t, accepted, agg.Total.AcceptedAt[pos])
+				z := (float64(accepted) - mean) / math.Sqrt(variance)
+				t.Logf("position %d: accepted %d/%d, theory %.1f (z = %.2f)", pos, accepted, len(js), mean, z)
+				assert.Less(t, math.Abs(z), 4.5, "position %d", pos)
 			}
-			accepted := agg.Total.AcceptedAt[0]
-			require.Equal(t, len(rec.histories), agg.Total.DraftedAt[0])
-			z := (float64(accepted) - mean) / math.Sqrt(variance)
-			t.Logf("first-position acceptance %d/%d, theory %.1f (z = %.2f); %s", accepted, len(rec.histories), mean, z, agg.String())
-			assert.Less(t, math.Abs(z), 4.5)
+			t.Log(agg.String())
 		})
 	}
 }

@@ -18,7 +18,11 @@ func toyModels() (*markov.Chain, draft.Drafter) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return target, draft.NewModel(target.Perturbed(0.5, 2))
+	drafter, err := draft.NewModel(target.Perturbed(0.5, 2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return target, drafter
 }
 
 func ExampleDecoder_Generate() {

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -22,7 +21,7 @@ func FuzzGenerate(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	d := draft.NewModel(tgt.Perturbed(0.7, 1))
+	d := newDrafter(f, tgt.Perturbed(0.7, 1))
 	f.Fuzz(func(t *testing.T, prompt []byte, maxTokens, k int, temp, topP float64, stopToks, stopSeq []byte) {
 		dec, err := spec.New(tgt, d, spec.Options{K: k})
 		if err != nil {

@@ -17,7 +17,8 @@ type Stats struct {
 	// Drafted and Accepted count drafted tokens and the ones the target kept.
 	Drafted, Accepted int
 	// DraftedAt[i] and AcceptedAt[i] count, for draft position i (0 = first drafted
-	// token of a step), how often a token was drafted there and accepted.
+	// token of a step), how often a token was drafted there and how often it was
+	// accepted (which needs every token before it accepted too).
 	DraftedAt, AcceptedAt []int
 	// PrefillTime is spent forwarding the prompt; DraftTime in the drafter;
 	// VerifyTime in the target's verification passes; SampleTime in the acceptance
@@ -26,13 +27,17 @@ type Stats struct {
 	// TimeToFirstToken runs from the start of the request to the first token handed
 	// to the caller; Duration to the end of the request.
 	TimeToFirstToken, Duration time.Duration
+	// DraftError, when not empty, says why drafting stopped part-way through the
+	// request (the drafter ran out of memory or context); the target went on alone.
+	DraftError string
 }
 
 // AcceptanceRate is the fraction of drafted tokens that were accepted (0 when nothing
 // was drafted).
 func (s Stats) AcceptanceRate() float64 { return ratio(s.Accepted, s.Drafted) }
 
-// AcceptanceAt is the fraction of tokens drafted at position i that were accepted.
+// AcceptanceAt is the fraction of tokens drafted at position i that were accepted;
+// it falls with i, since a token is only accepted when all before it were.
 func (s Stats) AcceptanceAt(i int) float64 {
 	if i < 0 || i >= len(s.DraftedAt) {
 		return 0

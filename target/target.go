@@ -70,7 +70,8 @@ func New(seq model.Sequence, vocab, maxDraft int) (*Target, error) {
 func (t *Target) Len() int { return t.seq.Len() }
 
 // Prefill forwards tokens without asking for logits: the prompt, except its last
-// token, which becomes the first pending token.
+// token, which becomes the first pending token. On error the sequence may hold part of
+// the tokens.
 func (t *Target) Prefill(ctx context.Context, tokens []int32) error {
 	chunk := t.PrefillChunk
 	if chunk <= 0 {
@@ -100,6 +101,11 @@ func (t *Target) Verify(ctx context.Context, pending int32, draft []int32) ([][]
 func (t *Target) VerifyTree(ctx context.Context, pending int32, nodes, parents []int32) ([][]float32, error) {
 	if len(parents) != len(nodes) {
 		return nil, fmt.Errorf("target: %d parents for %d tree nodes", len(parents), len(nodes))
+	}
+	for i, p := range parents {
+		if p < -1 || int(p) >= i {
+			return nil, fmt.Errorf("target: parent %d of tree node %d must be -1 or an earlier node", p, i)
+		}
 	}
 	return t.forward(ctx, pending, nodes, parents)
 }
@@ -135,6 +141,9 @@ func (t *Target) Accept(n int) error {
 	if n < 0 || n >= t.last {
 		return fmt.Errorf("target: accept %d of a verification of %d tokens", n, t.last-1)
 	}
+	if len(t.parents) > 0 {
+		return fmt.Errorf("target: Accept after a tree verification; use AcceptPath")
+	}
 	if err := t.seq.Truncate(t.base + 1 + n); err != nil {
 		return fmt.Errorf("target: %w", err)
 	}
@@ -146,18 +155,17 @@ func (t *Target) Accept(n int) error {
 // nodes of the last VerifyTree, root first, each the child of the one before),
 // dropping every other node.
 func (t *Target) AcceptPath(path []int32) error {
-	if t.last == 0 || len(path) >= t.last || len(t.parents) != t.last {
+	if t.last == 0 || len(t.parents) != t.last || len(path) >= t.last {
 		return fmt.Errorf("target: path of %d nodes does not follow a tree verification", len(path))
 	}
 	t.keep = append(t.keep[:0], 0)
-	for i, p := range path {
-		node := p + 1 // batch index: the pending token is 0
-		if p < 0 || int(node) >= t.last || t.parents[node] != t.keep[i] {
-			return fmt.Errorf("target: path node %d (index %d) is not a child of the node before it", p, i)
+	for _, p := range path {
+		if p < 0 || int(p) >= t.last-1 {
+			return fmt.Errorf("target: path node %d is outside the tree of %d nodes", p, t.last-1)
 		}
-		t.keep = append(t.keep, node)
+		t.keep = append(t.keep, p+1) // batch index: the pending token is 0
 	}
-	if err := t.seq.Retain(t.base, t.keep); err != nil {
+	if err := t.seq.Retain(t.keep); err != nil {
 		return fmt.Errorf("target: %w", err)
 	}
 	t.last = 0

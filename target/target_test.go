@@ -2,6 +2,7 @@ package target_test
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -78,6 +79,9 @@ func TestVerifyTreeAndAcceptPath(t *testing.T) {
 	}
 	assert.ErrorContains(t, tg.AcceptPath([]int32{0, 4}), "not a child")
 	assert.ErrorContains(t, tg.AcceptPath([]int32{2}), "not a child")
+	assert.ErrorContains(t, tg.AcceptPath([]int32{math.MaxInt32}), "outside the tree")
+	assert.ErrorContains(t, tg.AcceptPath([]int32{-1}), "outside the tree")
+	assert.ErrorContains(t, tg.Accept(1), "use AcceptPath")
 	require.NoError(t, tg.AcceptPath([]int32{1, 4}))
 	assert.Equal(t, []int32{1, 2, 3, 7, 8}, held())
 
@@ -88,6 +92,10 @@ func TestVerifyTreeAndAcceptPath(t *testing.T) {
 
 	_, err = tg.VerifyTree(ctx, 0, []int32{1}, nil)
 	assert.ErrorContains(t, err, "0 parents for 1")
+	_, err = tg.VerifyTree(ctx, 0, []int32{1, 2}, []int32{-2, 0})
+	assert.ErrorContains(t, err, "parent -2 of tree node 0")
+	_, err = tg.VerifyTree(ctx, 0, []int32{1, 2}, []int32{-1, 1})
+	assert.ErrorContains(t, err, "parent 1 of tree node 1")
 }
 
 func TestNewRejectsBadSizes(t *testing.T) {

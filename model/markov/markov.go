@@ -128,10 +128,13 @@ func (c *Chain) NewSequence(ctx context.Context) (model.Sequence, error) {
 
 // sequence is the chain's per-request state: the tokens forwarded so far.
 type sequence struct {
-	c      *Chain
-	tokens []int32
-	ctx    []int32 // scratch: the Order tokens before an output
-	closed bool
+	c       *Chain
+	tokens  []int32
+	ctx     []int32 // scratch: the Order tokens before an output
+	last    int     // tokens appended by the last Forward; 0 once Retain or Truncate ran
+	tree    bool    // whether the last Forward had a parent list, kept in parents
+	parents []int32
+	closed  bool
 }
 
 var errClosed = fmt.Errorf("markov: %w", model.ErrClosed)
@@ -173,6 +176,9 @@ func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32)
 		copy(logits[r*v:(r+1)*v], s.c.Logits(s.ctx))
 	}
 	s.tokens = append(s.tokens, b.Tokens...)
+	s.last = len(b.Tokens)
+	s.tree = b.Parents != nil
+	s.parents = append(s.parents[:0], b.Parents...)
 	return nil
 }
 
@@ -184,20 +190,27 @@ func (s *sequence) Truncate(n int) error {
 		return fmt.Errorf("markov: truncate to %d outside [0, %d]", n, len(s.tokens))
 	}
 	s.tokens = s.tokens[:n]
+	s.last = 0
 	return nil
 }
 
-func (s *sequence) Retain(from int, keep []int32) error {
+func (s *sequence) Retain(keep []int32) error {
 	if s.closed {
 		return errClosed
 	}
-	if err := model.CheckRetain(from, keep, len(s.tokens)); err != nil {
+	var parents []int32
+	if s.tree {
+		parents = s.parents
+	}
+	if err := model.CheckRetain(keep, parents, s.last); err != nil {
 		return fmt.Errorf("markov: %w", err)
 	}
+	from := len(s.tokens) - s.last
 	for i, k := range keep {
 		s.tokens[from+i] = s.tokens[from+int(k)]
 	}
 	s.tokens = s.tokens[:from+len(keep)]
+	s.last = 0
 	return nil
 }
 

@@ -75,7 +75,10 @@ func TestTreeForwardAndRetain(t *testing.T) {
 		assert.Equal(t, c.Logits(h), logits[r*6:(r+1)*6], "node %d", r)
 	}
 	// Keep the path 3 → 0 → 1 and check the sequence equals that chain.
-	require.NoError(t, seq.Retain(2, []int32{0, 2, 4}))
+	assert.ErrorContains(t, seq.Retain([]int32{0, 1, 4}), "not a child of 1")
+	assert.ErrorContains(t, seq.Retain([]int32{1}), "not a child of -1")
+	assert.ErrorContains(t, seq.Retain([]int32{0, 9}), "outside the batch")
+	require.NoError(t, seq.Retain([]int32{0, 2, 4}))
 	assert.Equal(t, []int32{1, 2, 3, 0, 1}, markov.Tokens(seq))
 
 	depths := make([]int32, 5)
@@ -116,10 +119,14 @@ func TestSequenceErrorsLeaveStateAlone(t *testing.T) {
 	assert.True(t, errors.Is(err, model.ErrContextFull))
 	assert.ErrorContains(t, seq.Truncate(4), "truncate to 4")
 	assert.ErrorContains(t, seq.Truncate(-1), "truncate to -1")
-	assert.ErrorContains(t, seq.Retain(1, []int32{1, 0}), "ascending")
-	assert.ErrorContains(t, seq.Retain(1, []int32{2}), "below 2")
-	assert.ErrorContains(t, seq.Retain(4, nil), "retain from 4")
+	require.NoError(t, seq.Truncate(3))
+	assert.ErrorContains(t, seq.Retain([]int32{0}), "retain 1 tokens of a batch of 0", "Retain needs a Forward first")
 	assert.Equal(t, 3, seq.Len())
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{0, 1}}, nil))
+	assert.ErrorContains(t, seq.Retain([]int32{1}), "not a child of -1", "a chain keeps a prefix")
+	require.NoError(t, seq.Retain([]int32{0}))
+	assert.Equal(t, 4, seq.Len())
+	require.NoError(t, seq.Truncate(3))
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
