@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/specula/specula/internal/kernels"
 )
 
 // Sampler is one request's sampling state. It is not safe for concurrent use.
@@ -246,7 +248,7 @@ func (s *Sampler) Process(logits []float32, history []int32, dst []float32) erro
 			}
 		}
 	}
-	total := expShifted(dst, mx, float32(min(1/s.p.Temperature, 1e30)))
+	total := kernels.ExpShifted(dst, mx, float32(min(1/s.p.Temperature, 1e30)))
 	t := s.threshold(dst, total)
 	kept := total
 	if t > 0 {
@@ -265,60 +267,6 @@ func (s *Sampler) Process(logits []float32, history []int32, dst []float32) erro
 		dst[i] = e * inv
 	}
 	return nil
-}
-
-// expShifted replaces each x of v by e^((x−mx)·invT), with x <= mx, and returns the
-// sum. It is expNeg inlined by hand, the hottest loop of sampling.
-func expShifted(v []float32, mx, invT float32) float64 {
-	var total float64
-	for i, x := range v {
-		x = (x - mx) * invT
-		if !(x >= -87.33654) {
-			v[i] = 0
-			continue
-		}
-		n := int32(x*log2e - 0.5)
-		fn := float32(n)
-		r := x - fn*expC1
-		r -= fn * expC2
-		y := float32(1.9875691500e-4)
-		y = y*r + 1.3981999507e-3
-		y = y*r + 8.3334519073e-3
-		y = y*r + 4.1665795894e-2
-		y = y*r + 1.6666665459e-1
-		y = y*r + 5.0000001201e-1
-		y = y*r*r + r + 1
-		e := y * math.Float32frombits(uint32(n+127)<<23)
-		v[i] = e
-		total += float64(e)
-	}
-	return total
-}
-
-const (
-	log2e = 1.44269504088896341
-	expC1 = 0.693359375 // ln 2 = expC1 + expC2, split for an exact product with n
-	expC2 = -2.12194440e-4
-)
-
-// expNeg is e^x for x <= 0 in float32, within two ulps (Cephes' expf polynomial on
-// the reduced argument), and 0 below e^-87.3 where float32 loses normal numbers.
-func expNeg(x float32) float32 {
-	if !(x >= -87.33654) { // also -Inf and NaN
-		return 0
-	}
-	n := int32(x*log2e - 0.5) // round(x·log2 e) for x <= 0
-	fn := float32(n)
-	r := x - fn*expC1
-	r -= fn * expC2
-	y := float32(1.9875691500e-4)
-	y = y*r + 1.3981999507e-3
-	y = y*r + 8.3334519073e-3
-	y = y*r + 4.1665795894e-2
-	y = y*r + 1.6666665459e-1
-	y = y*r + 5.0000001201e-1
-	y = y*r*r + r + 1
-	return y * math.Float32frombits(uint32(n+127)<<23)
 }
 
 // threshold returns the smallest weight a token needs to survive top-k, top-p and

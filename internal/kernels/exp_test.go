@@ -1,17 +1,17 @@
-package sampler
+package kernels
 
 import (
 	"math"
 	"testing"
 )
 
-func TestExpNeg(t *testing.T) {
+func TestExpNegAccuracy(t *testing.T) {
 	worst := 0.0
 	for x := float32(-90); x <= 0; x += 0.000731 {
-		got, want := float64(expNeg(x)), math.Exp(float64(x))
+		got, want := float64(ExpNeg(x)), math.Exp(float64(x))
 		if want < 1.2e-38 {
 			if got != 0 && math.Abs(got-want) > 1e-38 {
-				t.Fatalf("expNeg(%v) = %v, want about %v", x, got, want)
+				t.Fatalf("ExpNeg(%v) = %v, want about %v", x, got, want)
 			}
 			continue
 		}
@@ -25,8 +25,8 @@ func TestExpNeg(t *testing.T) {
 		if x == 0 {
 			want = 1
 		}
-		if got := expNeg(x); got != want {
-			t.Errorf("expNeg(%v) = %v, want %v", x, got, want)
+		if got := ExpNeg(x); got != want {
+			t.Errorf("ExpNeg(%v) = %v, want %v", x, got, want)
 		}
 	}
 }
@@ -36,10 +36,10 @@ func TestExpShiftedMatchesExpNeg(t *testing.T) {
 	want := make([]float32, len(v))
 	var sum float64
 	for i, x := range v {
-		want[i] = expNeg((x - 3) * 0.5)
+		want[i] = ExpNeg((x - 3) * 0.5)
 		sum += float64(want[i])
 	}
-	if got := expShifted(v, 3, 0.5); got != sum {
+	if got := ExpShifted(v, 3, 0.5); got != sum {
 		t.Errorf("sum %v, want %v", got, sum)
 	}
 	for i := range v {

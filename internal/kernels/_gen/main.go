@@ -1,0 +1,320 @@
+// Command _gen writes specula's AVX2 kernels with avo:
+//
+//	cd internal/kernels/_gen && go run . -out ../dot_amd64.s -stubs ../dot_amd64_stubs.go -pkg kernels
+//
+// (the go:generate line in internal/kernels/dispatch_amd64.go runs exactly that). Each
+// kernel computes, for a packed group of n activation rows (n = 1…8, one kernel per n,
+// so that the accumulators live in registers), out[t] = w · x[t] for one weight row. The
+// pure-Go twins in dot_generic.go define the arithmetic.
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+const group = 8
+
+func main() {
+	ConstraintExpr("amd64,!purego")
+	for _, k := range []struct {
+		name  string
+		wstep int // bytes of weights per 8 values
+		load  func(m Mem, y VecVirtual)
+	}{
+		{"F32", 32, func(m Mem, y VecVirtual) { VMOVUPS(m, y) }},
+		{"F16", 16, func(m Mem, y VecVirtual) { VCVTPH2PS(m, y) }},
+		{"BF16", 16, func(m Mem, y VecVirtual) { VPMOVZXWD(m, y); VPSLLD(U8(16), y, y) }},
+	} {
+		for n := 1; n <= group; n++ {
+			floatKernel(k.name, n, k.wstep, k.load)
+		}
+	}
+	for n := 1; n <= group; n++ {
+		quantKernel("Q8_0", n)
+		quantKernel("Q4_0", n)
+	}
+	dotKernel()
+	axpyKernel()
+	Generate()
+}
+
+// unroll is how many 8-column chunks (or blocks) a loop iteration handles for n rows:
+// enough independent accumulators to hide the FMA latency, within 16 registers.
+func unroll(n int) int {
+	switch n {
+	case 1, 2:
+		return 4
+	case 3:
+		return 3
+	case 4:
+		return 2
+	}
+	return 1
+}
+
+// reduce sums the accumulators of row t and stores the total at out[t·ldo].
+func reduce(acc [][]VecVirtual, out Mem, ldo Register) {
+	SHLQ(U8(2), ldo)
+	for t := range acc {
+		a := acc[t][0]
+		for _, b := range acc[t][1:] {
+			VADDPS(b, a, a)
+		}
+		hi := XMM()
+		VEXTRACTF128(U8(1), a, hi)
+		lo := a.AsX()
+		VADDPS(hi, lo, lo)
+		VHADDPS(lo, lo, lo)
+		VHADDPS(lo, lo, lo)
+		VMOVSS(lo, out)
+		if t+1 < len(acc) {
+			ADDQ(ldo, out.Base)
+		}
+	}
+}
+
+func zeroAcc(n, u int) [][]VecVirtual {
+	acc := make([][]VecVirtual, n)
+	for t := range acc {
+		acc[t] = make([]VecVirtual, u)
+		for i := range acc[t] {
+			acc[t][i] = YMM()
+			VXORPS(acc[t][i], acc[t][i], acc[t][i])
+		}
+	}
+	return acc
+}
+
+// floatKernel: func(w []byte, x []float32, chunks int, out []float32, ldo int), x
+// packed so that chunk c of row t is at x[(c·n+t)·8 : +8]; row t's result goes to
+// out[t·ldo].
+func floatKernel(name string, n, wstep int, load func(Mem, VecVirtual)) {
+	fn := fmt.Sprintf("dot%sx%d", name, n)
+	TEXT(fn, NOSPLIT, "func(w []byte, x []float32, chunks int, out []float32, ldo int)")
+	Doc(fmt.Sprintf("%s computes %d rows of a %s product.", fn, n, name))
+	w := Mem{Base: Load(Param("w").Base(), GP64())}
+	x := Mem{Base: Load(Param("x").Base(), GP64())}
+	chunks := Load(Param("chunks"), GP64())
+	out := Mem{Base: Load(Param("out").Base(), GP64())}
+	u := unroll(n)
+	acc := zeroAcc(n, u)
+	ws := make([]VecVirtual, u)
+	for i := range ws {
+		ws[i] = YMM()
+	}
+
+	Label(fn + "_loop")
+	CMPQ(chunks, U32(u))
+	JL(LabelRef(fn + "_tail"))
+	for i := range u {
+		load(w.Offset(i*wstep), ws[i])
+	}
+	for i := range u {
+		for t := range n {
+			VFMADD231PS(x.Offset((i*n+t)*32), ws[i], acc[t][i])
+		}
+	}
+	ADDQ(U32(u*wstep), w.Base)
+	ADDQ(U32(u*n*32), x.Base)
+	SUBQ(U32(u), chunks)
+	JMP(LabelRef(fn + "_loop"))
+
+	Label(fn + "_tail")
+	TESTQ(chunks, chunks)
+	JZ(LabelRef(fn + "_done"))
+	load(w, ws[0])
+	for t := range n {
+		VFMADD231PS(x.Offset(t*32), ws[0], acc[t][0])
+	}
+	ADDQ(U32(wstep), w.Base)
+	ADDQ(U32(n*32), x.Base)
+	DECQ(chunks)
+	JMP(LabelRef(fn + "_tail"))
+
+	Label(fn + "_done")
+	reduce(acc, out, Load(Param("ldo"), GP64()))
+	VZEROUPPER()
+	RET()
+}
+
+// broadcast32 fills a vector with the 32-bit constant c.
+func broadcast32(c uint32) VecVirtual {
+	r := GP32()
+	MOVL(U32(c), r)
+	x := XMM()
+	VMOVD(r, x)
+	y := YMM()
+	VPBROADCASTD(x, y)
+	return y
+}
+
+// quantKernel: func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo
+// int), with the activations of block b, row t at q[(b·n+t)·32 : +32] and their scale
+// at d[b·n+t]; row t's result goes to out[t·ldo].
+// Weights are Q8_0 (float16 scale + 32 int8) or Q4_0 (float16 scale + 16 bytes of
+// nibbles, value = nibble − 8).
+func quantKernel(name string, n int) {
+	fn := fmt.Sprintf("dot%sx%d", name, n)
+	TEXT(fn, NOSPLIT, "func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)")
+	Doc(fmt.Sprintf("%s computes %d rows of a %s × Q8 product.", fn, n, name))
+	w := Mem{Base: Load(Param("w").Base(), GP64())}
+	q := Mem{Base: Load(Param("q").Base(), GP64())}
+	d := Mem{Base: Load(Param("d").Base(), GP64())}
+	blocks := Load(Param("blocks"), GP64())
+	out := Mem{Base: Load(Param("out").Base(), GP64())}
+	blockBytes := 34
+	if name == "Q4_0" {
+		blockBytes = 18
+	}
+	u := 1
+	if n <= 2 {
+		u = 2
+	}
+	acc := zeroAcc(n, u)
+	ones := broadcast32(0x00010001)
+	var low4, eights VecVirtual
+	if name == "Q4_0" {
+		low4 = broadcast32(0x0f0f0f0f)
+		eights = broadcast32(0x08080808)
+	}
+
+	// One block: weights at w+off, activations at q+qoff, scales at d+doff.
+	block := func(woff, qoff, doff, slot int) {
+		h := GP32()
+		MOVWLZX(w.Offset(woff), h)
+		dw := XMM()
+		VMOVD(h, dw)
+		VCVTPH2PS(dw, dw)
+		wv := YMM()
+		if name == "Q8_0" {
+			VMOVDQU(w.Offset(woff+2), wv)
+		} else {
+			lo := wv.AsX()
+			VMOVDQU(w.Offset(woff+2), lo)
+			hi := XMM()
+			VPSRLW(U8(4), lo, hi)
+			VINSERTI128(U8(1), hi, wv, wv)
+			VPAND(low4, wv, wv)
+			VPSUBB(eights, wv, wv)
+		}
+		abs := YMM()
+		VPSIGNB(wv, wv, abs)
+		for t := range n {
+			s := YMM()
+			VMOVDQU(q.Offset(qoff+t*32), s)
+			VPSIGNB(wv, s, s)
+			VPMADDUBSW(s, abs, s)
+			VPMADDWD(ones, s, s)
+			VCVTDQ2PS(s, s)
+			sc := XMM()
+			VMULSS(d.Offset(doff+4*t), dw, sc)
+			scy := YMM()
+			VBROADCASTSS(sc, scy)
+			VFMADD231PS(s, scy, acc[t][slot])
+		}
+	}
+
+	Label(fn + "_loop")
+	CMPQ(blocks, U32(u))
+	JL(LabelRef(fn + "_tail"))
+	for i := range u {
+		block(i*blockBytes, i*n*32, i*n*4, i)
+	}
+	ADDQ(U32(u*blockBytes), w.Base)
+	ADDQ(U32(u*n*32), q.Base)
+	ADDQ(U32(u*n*4), d.Base)
+	SUBQ(U32(u), blocks)
+	JMP(LabelRef(fn + "_loop"))
+
+	Label(fn + "_tail")
+	TESTQ(blocks, blocks)
+	JZ(LabelRef(fn + "_done"))
+	block(0, 0, 0, 0)
+	ADDQ(U32(blockBytes), w.Base)
+	ADDQ(U32(n*32), q.Base)
+	ADDQ(U32(n*4), d.Base)
+	DECQ(blocks)
+	JMP(LabelRef(fn + "_tail"))
+
+	Label(fn + "_done")
+	reduce(acc, out, Load(Param("ldo"), GP64()))
+	VZEROUPPER()
+	RET()
+}
+
+// dotKernel: func(a, b []float32) float32 over the first len(a)/8·8 values.
+func dotKernel() {
+	TEXT("dotAVX2", NOSPLIT, "func(a, b []float32) float32")
+	Doc("dotAVX2 returns a · b over the first len(a) rounded down to 8 values.")
+	a := Mem{Base: Load(Param("a").Base(), GP64())}
+	b := Mem{Base: Load(Param("b").Base(), GP64())}
+	n := Load(Param("a").Len(), GP64())
+	SHRQ(U8(3), n)
+	acc := zeroAcc(1, 4)[0]
+	x := YMM()
+	Label("dot_loop4")
+	CMPQ(n, U32(4))
+	JL(LabelRef("dot_loop1"))
+	for i := range 4 {
+		VMOVUPS(a.Offset(32*i), x)
+		VFMADD231PS(b.Offset(32*i), x, acc[i])
+	}
+	ADDQ(U32(128), a.Base)
+	ADDQ(U32(128), b.Base)
+	SUBQ(U32(4), n)
+	JMP(LabelRef("dot_loop4"))
+	Label("dot_loop1")
+	TESTQ(n, n)
+	JZ(LabelRef("dot_done"))
+	VMOVUPS(a, x)
+	VFMADD231PS(b, x, acc[0])
+	ADDQ(U32(32), a.Base)
+	ADDQ(U32(32), b.Base)
+	DECQ(n)
+	JMP(LabelRef("dot_loop1"))
+	Label("dot_done")
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	hi := XMM()
+	VEXTRACTF128(U8(1), acc[0], hi)
+	lo := acc[0].AsX()
+	VADDPS(hi, lo, lo)
+	VHADDPS(lo, lo, lo)
+	VHADDPS(lo, lo, lo)
+	VZEROUPPER()
+	Store(lo, ReturnIndex(0))
+	RET()
+}
+
+// axpyKernel: func(alpha float32, x, y []float32), y += alpha·x over the first
+// len(x)/8·8 values.
+func axpyKernel() {
+	TEXT("axpyAVX2", NOSPLIT, "func(alpha float32, x, y []float32)")
+	Doc("axpyAVX2 adds alpha·x to y over the first len(x) rounded down to 8 values.")
+	al := Load(Param("alpha"), XMM())
+	x := Mem{Base: Load(Param("x").Base(), GP64())}
+	y := Mem{Base: Load(Param("y").Base(), GP64())}
+	n := Load(Param("x").Len(), GP64())
+	SHRQ(U8(3), n)
+	av := YMM()
+	VBROADCASTSS(al, av)
+	t := YMM()
+	Label("axpy_loop")
+	TESTQ(n, n)
+	JZ(LabelRef("axpy_done"))
+	VMOVUPS(y, t)
+	VFMADD231PS(x, av, t)
+	VMOVUPS(t, y)
+	ADDQ(U32(32), x.Base)
+	ADDQ(U32(32), y.Base)
+	DECQ(n)
+	JMP(LabelRef("axpy_loop"))
+	Label("axpy_done")
+	VZEROUPPER()
+	RET()
+}

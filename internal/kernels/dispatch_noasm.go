@@ -1,0 +1,20 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// Without assembly every product runs the pure-Go kernels.
+var (
+	dotF32  = goFloat(goDotF32)
+	dotF16  = goFloat(goDotF16)
+	dotBF16 = goFloat(goDotBF16)
+	dotQ8_0 = goQuant(goDotQ8_0)
+	dotQ4_0 = goQuant(goDotQ4_0)
+)
+
+// Accelerated reports whether assembly kernels are in use.
+func Accelerated() bool { return false }
+
+const hasAVX2 = false
+
+func dotAVX2(a, b []float32) float32         { panic("unreachable") }
+func axpyAVX2(alpha float32, x, y []float32) { panic("unreachable") }

@@ -1,0 +1,128 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// The pure-Go kernels. Each computes, for the n activation rows of one packed group,
+// out[t·ldo] = w · x[t] over the first 8·chunks columns (float kernels) or the given
+// number of 32-value blocks (quantised kernels). They define what the assembly
+// computes.
+
+func f32s(b []byte) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+}
+
+func u16s(b []byte) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2)
+}
+
+// floatDot is the shared body of the float kernels; decode turns the 8 weights of a
+// chunk into float32.
+func floatDot(n int, x []float32, chunks int, out []float32, ldo int, decode func(c int, ws *[8]float32)) {
+	var acc [Group]float32
+	var ws [8]float32
+	for c := range chunks {
+		decode(c, &ws)
+		for t := range n {
+			xs := x[(c*n+t)*8 : (c*n+t+1)*8]
+			var s float32
+			for j := range 8 {
+				s += ws[j] * xs[j]
+			}
+			acc[t] += s
+		}
+	}
+	for t := range n {
+		out[t*ldo] = acc[t]
+	}
+}
+
+func goDotF32(n int, w []byte, x []float32, chunks int, out []float32, ldo int) {
+	wf := f32s(w)
+	floatDot(n, x, chunks, out, ldo, func(c int, ws *[8]float32) { copy(ws[:], wf[c*8:]) })
+}
+
+func goDotF16(n int, w []byte, x []float32, chunks int, out []float32, ldo int) {
+	wh := u16s(w)
+	floatDot(n, x, chunks, out, ldo, func(c int, ws *[8]float32) {
+		for j := range ws {
+			ws[j] = F16ToF32(wh[c*8+j])
+		}
+	})
+}
+
+func goDotBF16(n int, w []byte, x []float32, chunks int, out []float32, ldo int) {
+	wh := u16s(w)
+	floatDot(n, x, chunks, out, ldo, func(c int, ws *[8]float32) {
+		for j := range ws {
+			ws[j] = BF16ToF32(wh[c*8+j])
+		}
+	})
+}
+
+// quantDot is the shared body of the quantised kernels; decode turns the 32 weights
+// of block b into int8 codes and returns the block's scale.
+func quantDot(n int, q []int8, d []float32, blocks int, out []float32, ldo int, decode func(b int, ws *[32]int8) float32) {
+	var acc [Group]float32
+	var ws [32]int8
+	for b := range blocks {
+		dw := decode(b, &ws)
+		for t := range n {
+			xq := q[(b*n+t)*q8Block : (b*n+t+1)*q8Block]
+			var s int32
+			for j := range q8Block {
+				s += int32(ws[j]) * int32(xq[j])
+			}
+			acc[t] += float32(s) * (dw * d[b*n+t])
+		}
+	}
+	for t := range n {
+		out[t*ldo] = acc[t]
+	}
+}
+
+func goDotQ8_0(n int, w []byte, q []int8, d []float32, blocks int, out []float32, ldo int) {
+	quantDot(n, q, d, blocks, out, ldo, func(b int, ws *[32]int8) float32 {
+		blk := w[b*q8BlockBytes : (b+1)*q8BlockBytes]
+		for j := range ws {
+			ws[j] = int8(blk[2+j])
+		}
+		return F16ToF32(binary.LittleEndian.Uint16(blk))
+	})
+}
+
+func goDotQ4_0(n int, w []byte, q []int8, d []float32, blocks int, out []float32, ldo int) {
+	quantDot(n, q, d, blocks, out, ldo, func(b int, ws *[32]int8) float32 {
+		blk := w[b*q4BlockBytes : (b+1)*q4BlockBytes]
+		for j := range 16 {
+			ws[j] = int8(blk[2+j]&0xf) - 8
+			ws[j+16] = int8(blk[2+j]>>4) - 8
+		}
+		return F16ToF32(binary.LittleEndian.Uint16(blk))
+	})
+}
+
+type (
+	floatKernel func(w []byte, x []float32, chunks int, out []float32, ldo int)
+	quantKernel func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
+)
+
+// goFloat and goQuant make kernel tables, indexed by the number of rows, from a
+// pure-Go kernel.
+func goFloat(k func(n int, w []byte, x []float32, chunks int, out []float32, ldo int)) (t [Group + 1]floatKernel) {
+	for i := 1; i <= Group; i++ {
+		t[i] = func(w []byte, x []float32, chunks int, out []float32, ldo int) { k(i, w, x, chunks, out, ldo) }
+	}
+	return t
+}
+
+func goQuant(k func(n int, w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)) (t [Group + 1]quantKernel) {
+	for i := 1; i <= Group; i++ {
+		t[i] = func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int) {
+			k(i, w, q, d, blocks, out, ldo)
+		}
+	}
+	return t
+}

@@ -1,0 +1,249 @@
+// Package kernels holds specula's numeric kernels: weight-matrix products for every
+// supported weight type, activation packing and quantisation, vector helpers and a
+// worker pool. Hot loops have AVX2 assembly generated with avo (see _gen/); every
+// assembly kernel has a pure-Go twin with the same signature that is used when the CPU
+// lacks the features (or with the purego build tag), and that the tests compare the
+// assembly against.
+package kernels
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/specula/specula/model/dtype"
+)
+
+// Group is the largest number of activation rows a kernel processes against one read
+// of a weight row. Batches of more rows are cut into groups.
+const Group = 8
+
+// rowChunk is how many weight rows a product visits per activation group, so that the
+// group's activations stay in L1 while the chunk of weights stays in L2.
+const rowChunk = 64
+
+// Matrix is a weight matrix of Rows × Cols values of one type, row-major: row r holds
+// the weights of output r.
+type Matrix struct {
+	Type       dtype.DType
+	Rows, Cols int
+	Data       []byte
+	rowBytes   int
+}
+
+// NewMatrix checks that data holds rows × cols values of type t and wraps it.
+func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
+	if !Supported(t) {
+		return nil, fmt.Errorf("kernels: weight type %s is not supported", t)
+	}
+	if rows <= 0 || cols <= 0 {
+		return nil, fmt.Errorf("kernels: matrix of %d × %d", rows, cols)
+	}
+	rb, err := t.Bytes(int64(cols))
+	if err != nil {
+		return nil, fmt.Errorf("kernels: row of %d values: %w", cols, err)
+	}
+	if int64(len(data)) != rb*int64(rows) {
+		return nil, fmt.Errorf("kernels: %d × %d %s needs %d bytes, have %d", rows, cols, t, rb*int64(rows), len(data))
+	}
+	if align := elemAlign(t); uintptr(unsafe.Pointer(unsafe.SliceData(data)))%align != 0 {
+		return nil, fmt.Errorf("kernels: %s data is not %d-byte aligned", t, align)
+	}
+	return &Matrix{Type: t, Rows: rows, Cols: cols, Data: data, rowBytes: int(rb)}, nil
+}
+
+// Supported reports whether products with weights of type t are implemented.
+func Supported(t dtype.DType) bool {
+	switch t {
+	case dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0:
+		return true
+	}
+	return false
+}
+
+func elemAlign(t dtype.DType) uintptr {
+	switch t {
+	case dtype.F32:
+		return 4
+	case dtype.F16, dtype.BF16:
+		return 2
+	}
+	return 1
+}
+
+// Row returns the bytes of row r.
+func (m *Matrix) Row(r int) []byte { return m.Data[r*m.rowBytes : (r+1)*m.rowBytes] }
+
+// RowF32 decodes row r into dst (Cols values), as an embedding lookup does.
+func (m *Matrix) RowF32(r int, dst []float32) error {
+	return Dequantize(m.Type, m.Row(r), dst[:m.Cols])
+}
+
+// Mul computes y[t*ldy + r] = W[r] · x[t] for the rows r in [r0, r1) and every
+// activation row t of a. a must have been prepared for m.Type. Different row ranges
+// may be computed concurrently.
+func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
+	quant := m.Type == dtype.Q8_0 || m.Type == dtype.Q4_0
+	chunks := m.Cols / 8
+	for c0 := r0; c0 < r1; c0 += rowChunk {
+		c1 := min(c0+rowChunk, r1)
+		for g := 0; g*Group < a.n; g++ {
+			t0 := g * Group
+			n := min(Group, a.n-t0)
+			for r := c0; r < c1; r++ {
+				w := m.Row(r)
+				out := y[t0*ldy+r:]
+				switch {
+				case quant:
+					blocks := m.Cols / q8Block
+					q := a.q8[t0*m.Cols : (t0+n)*m.Cols]
+					d := a.d8[t0*blocks : (t0+n)*blocks]
+					if m.Type == dtype.Q8_0 {
+						dotQ8_0[n](w, q, d, blocks, out, ldy)
+					} else {
+						dotQ4_0[n](w, q, d, blocks, out, ldy)
+					}
+				default:
+					x := a.f32[t0*a.padCols : (t0+n)*a.padCols]
+					switch m.Type {
+					case dtype.F32:
+						dotF32[n](w, x, chunks, out, ldy)
+					case dtype.F16:
+						dotF16[n](w, x, chunks, out, ldy)
+					case dtype.BF16:
+						dotBF16[n](w, x, chunks, out, ldy)
+					}
+					if chunks*8 < m.Cols {
+						m.tail(w, a, t0, n, out, ldy)
+					}
+				}
+			}
+		}
+	}
+}
+
+// tail adds the products of the last Cols%8 columns, which the kernels leave out.
+func (m *Matrix) tail(w []byte, a *Act, t0, rows int, out []float32, ldo int) {
+	var vals [8]float32
+	start := m.Cols / 8 * 8
+	n := m.Cols - start
+	switch m.Type {
+	case dtype.F32:
+		_ = Dequantize(dtype.F32, w[4*start:], vals[:n])
+	case dtype.F16:
+		_ = Dequantize(dtype.F16, w[2*start:], vals[:n])
+	case dtype.BF16:
+		_ = Dequantize(dtype.BF16, w[2*start:], vals[:n])
+	}
+	for t := range rows {
+		x := a.x[(t0+t)*a.cols+start:]
+		for j := range n {
+			out[t*ldo] += vals[j] * x[j]
+		}
+	}
+}
+
+// Act holds a batch of activation rows prepared for products: packed for the float
+// kernels (per group of rows, for each 8 columns, the rows' 8 values side by side) or
+// quantised to Q8_0 for the quantised kernels (per group, for each 32-value block, the
+// rows' int8 codes side by side, and their scales). Prepare it once per input; many
+// matrices may then read it concurrently.
+type Act struct {
+	x       []float32
+	n, cols int
+	padCols int
+
+	f32  []float32
+	q8   []int8
+	d8   []float32
+	have [2]bool // prepared: float packing, Q8_0
+}
+
+// Reset points a at n rows of cols values in x (row-major) and forgets any
+// preparation. It keeps its buffers.
+func (a *Act) Reset(x []float32, n, cols int) {
+	a.x, a.n, a.cols = x[:n*cols], n, cols
+	a.padCols = cols / 8 * 8
+	a.have = [2]bool{}
+}
+
+// N is the number of activation rows.
+func (a *Act) N() int { return a.n }
+
+// Prepare makes the representation that weights of type t read. It must not run
+// concurrently with products on a.
+func (a *Act) Prepare(t dtype.DType) error {
+	switch t {
+	case dtype.F32, dtype.F16, dtype.BF16:
+		if !a.have[0] {
+			a.packF32()
+			a.have[0] = true
+		}
+	case dtype.Q8_0, dtype.Q4_0:
+		if a.cols%q8Block != 0 {
+			return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
+		}
+		if !a.have[1] {
+			a.quantQ8()
+			a.have[1] = true
+		}
+	default:
+		return fmt.Errorf("kernels: weight type %s is not supported", t)
+	}
+	return nil
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+func (a *Act) packF32() {
+	pc := a.padCols
+	a.f32 = grow(a.f32, a.n*pc)
+	for t0 := 0; t0 < a.n; t0 += Group {
+		n := min(Group, a.n-t0)
+		dst := a.f32[t0*pc : (t0+n)*pc]
+		for c := 0; c < pc/8; c++ {
+			for t := range n {
+				copy(dst[(c*n+t)*8:(c*n+t+1)*8], a.x[(t0+t)*a.cols+c*8:])
+			}
+		}
+	}
+}
+
+func (a *Act) quantQ8() {
+	blocks := a.cols / q8Block
+	a.q8 = grow(a.q8, a.n*a.cols)
+	a.d8 = grow(a.d8, a.n*blocks)
+	for t0 := 0; t0 < a.n; t0 += Group {
+		n := min(Group, a.n-t0)
+		q := a.q8[t0*a.cols : (t0+n)*a.cols]
+		d := a.d8[t0*blocks : (t0+n)*blocks]
+		for t := range n {
+			row := a.x[(t0+t)*a.cols : (t0+t+1)*a.cols]
+			for b := range blocks {
+				d[b*n+t] = quantBlockQ8(row[b*q8Block:(b+1)*q8Block], q[(b*n+t)*q8Block:(b*n+t+1)*q8Block])
+			}
+		}
+	}
+}
+
+// quantBlockQ8 quantises 32 values to int8 codes with a float32 scale, as the Q8_0
+// activation format of the quantised products.
+func quantBlockQ8(x []float32, q []int8) float32 {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, max(v, -v))
+	}
+	d := amax / 127
+	id := float32(0)
+	if d != 0 {
+		id = 1 / d
+	}
+	for j, v := range x {
+		q[j] = int8(roundHalfAway(v * id))
+	}
+	return d
+}

@@ -1,0 +1,205 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/model/dtype"
+)
+
+// encode turns float32 weights into the bytes of type t.
+func encode(t testing.TB, typ dtype.DType, w []float32) []byte {
+	size, err := typ.Bytes(int64(len(w)))
+	require.NoError(t, err)
+	out := make([]byte, size)
+	switch typ {
+	case dtype.F32:
+		for i, v := range w {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+		}
+	case dtype.F16:
+		for i, v := range w {
+			binary.LittleEndian.PutUint16(out[2*i:], F32ToF16(v))
+		}
+	case dtype.BF16:
+		for i, v := range w {
+			binary.LittleEndian.PutUint16(out[2*i:], F32ToBF16(v))
+		}
+	case dtype.Q8_0:
+		QuantizeQ8_0(w, out)
+	case dtype.Q4_0:
+		QuantizeQ4_0(w, out)
+	default:
+		t.Fatalf("no encoder for %s", typ)
+	}
+	return out
+}
+
+func randVec(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// TestMulMatchesReference multiplies random matrices of every supported type and
+// awkward shape with 1 to 17 activation rows, and compares with float64 products of
+// the decoded weights. Quantised types also quantise the activations to 8 bits, which
+// bounds their agreement.
+func TestMulMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0} {
+		colsList := []int{32, 64, 96, 512, 1408}
+		if typ.BlockSize() == 1 {
+			colsList = append(colsList, 8, 13, 100, 7)
+		}
+		for _, cols := range colsList {
+			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17} {
+				rows := 1 + rng.IntN(70)
+				name := fmt.Sprintf("%s/%dx%d/n=%d", typ, rows, cols, n)
+				wf := randVec(rng, rows*cols)
+				m, err := NewMatrix(typ, rows, cols, encode(t, typ, wf))
+				require.NoError(t, err, name)
+				deq := make([]float32, rows*cols)
+				require.NoError(t, Dequantize(typ, m.Data, deq))
+				x := randVec(rng, n*cols)
+				var a Act
+				a.Reset(x, n, cols)
+				require.NoError(t, a.Prepare(typ))
+				ldy := rows + 3
+				y := make([]float32, n*ldy)
+				// Two halves, as two workers would.
+				m.Mul(&a, y, ldy, 0, rows/2)
+				m.Mul(&a, y, ldy, rows/2, rows)
+				tol := 1e-5
+				if typ == dtype.Q8_0 || typ == dtype.Q4_0 {
+					tol = 0.02 // 8-bit activations
+				}
+				for tt := range n {
+					for r := range rows {
+						var want, mag float64
+						for c := range cols {
+							p := float64(deq[r*cols+c]) * float64(x[tt*cols+c])
+							want += p
+							mag += math.Abs(p)
+						}
+						got := float64(y[tt*ldy+r])
+						if math.Abs(got-want) > tol*mag+1e-6 {
+							t.Fatalf("%s: y[%d][%d] = %v, want %v (scale %v)", name, tt, r, got, want, mag)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAssemblyMatchesGo runs every assembly kernel and its pure-Go twin on the same
+// packed data.
+func TestAssemblyMatchesGo(t *testing.T) {
+	if !Accelerated() {
+		t.Skip("assembly kernels are not in use on this machine")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	floats := []struct {
+		typ      dtype.DType
+		asm, twn [Group + 1]floatKernel
+	}{
+		{dtype.F32, dotF32, goFloat(goDotF32)},
+		{dtype.F16, dotF16, goFloat(goDotF16)},
+		{dtype.BF16, dotBF16, goFloat(goDotBF16)},
+	}
+	quants := []struct {
+		typ      dtype.DType
+		asm, twn [Group + 1]quantKernel
+	}{
+		{dtype.Q8_0, dotQ8_0, goQuant(goDotQ8_0)},
+		{dtype.Q4_0, dotQ4_0, goQuant(goDotQ4_0)},
+	}
+	for _, cols := range []int{32, 64, 160, 256, 1408} {
+		for n := 1; n <= Group; n++ {
+			x := randVec(rng, n*cols)
+			var a Act
+			a.Reset(x, n, cols)
+			w := randVec(rng, cols)
+			got, want := make([]float32, n), make([]float32, n)
+			check := func(name string) {
+				for i := range n {
+					if math.Abs(float64(got[i]-want[i])) > 1e-4*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("%s cols=%d n=%d row %d: asm %v, go %v", name, cols, n, i, got[i], want[i])
+					}
+				}
+			}
+			for _, k := range floats {
+				require.NoError(t, a.Prepare(k.typ))
+				wb := encode(t, k.typ, w)
+				k.asm[n](wb, a.f32, cols/8, got, 1)
+				k.twn[n](wb, a.f32, cols/8, want, 1)
+				check(k.typ.String())
+			}
+			for _, k := range quants {
+				require.NoError(t, a.Prepare(k.typ))
+				wb := encode(t, k.typ, w)
+				k.asm[n](wb, a.q8, a.d8, cols/32, got, 1)
+				k.twn[n](wb, a.q8, a.d8, cols/32, want, 1)
+				check(k.typ.String())
+			}
+		}
+	}
+}
+
+func TestQuantizeRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := randVec(rng, 32*64)
+	x[5] = 0
+	for i := 64; i < 96; i++ {
+		x[i] = 0 // an all-zero block
+	}
+	for _, c := range []struct {
+		typ dtype.DType
+		tol float64 // relative to the block's largest magnitude
+	}{{dtype.Q8_0, 0.6 / 127}, {dtype.Q4_0, 1.0 / 8}} { // half a step, plus the float16 rounding of the scale
+		b := encode(t, c.typ, x)
+		y := make([]float32, len(x))
+		require.NoError(t, Dequantize(c.typ, b, y))
+		for blk := 0; blk < len(x)/32; blk++ {
+			var amax float64
+			for _, v := range x[blk*32 : blk*32+32] {
+				amax = max(amax, math.Abs(float64(v)))
+			}
+			for i := blk * 32; i < blk*32+32; i++ {
+				require.InDelta(t, x[i], y[i], c.tol*amax*1.01+1e-7, "%s value %d", c.typ, i)
+			}
+		}
+	}
+}
+
+func TestNewMatrixErrors(t *testing.T) {
+	buf := make([]byte, 68)
+	_, err := NewMatrix(dtype.Q8_0, 1, 64, buf)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		typ        dtype.DType
+		rows, cols int
+		data       []byte
+		want       string
+	}{
+		{dtype.Q6_K, 1, 256, make([]byte, 210), "not supported"},
+		{dtype.Q8_0, 1, 48, buf, "whole number"},
+		{dtype.Q8_0, 2, 64, buf, "needs 136 bytes"},
+		{dtype.F32, 0, 4, nil, "matrix of 0"},
+		{dtype.F32, 1, 4, buf[1:17], "aligned"},
+	} {
+		_, err := NewMatrix(c.typ, c.rows, c.cols, c.data)
+		require.ErrorContains(t, err, c.want)
+	}
+	var a Act
+	a.Reset(make([]float32, 40), 1, 40)
+	require.ErrorContains(t, a.Prepare(dtype.Q8_0), "whole number")
+}

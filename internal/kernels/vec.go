@@ -1,0 +1,133 @@
+package kernels
+
+import "math"
+
+// RMSNorm writes x / √(mean(x²) + eps) · w to dst.
+func RMSNorm(dst, x, w []float32, eps float32) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	scale := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
+	for i, v := range x {
+		dst[i] = v * scale * w[i]
+	}
+}
+
+// SiLUMul writes silu(gate) · up to dst, where silu(x) = x · sigmoid(x).
+func SiLUMul(dst, gate, up []float32) {
+	for i, g := range gate {
+		var s float32
+		if g >= 0 {
+			s = 1 / (1 + ExpNeg(-g))
+		} else {
+			e := ExpNeg(g)
+			s = e / (1 + e)
+		}
+		dst[i] = g * s * up[i]
+	}
+}
+
+// Dot returns a · b (b at least as long as a).
+func Dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	if hasAVX2 && len(a) >= 8 {
+		n := len(a) &^ 7
+		s := dotAVX2(a[:n], b[:n])
+		for i := n; i < len(a); i++ {
+			s += a[i] * b[i]
+		}
+		return s
+	}
+	return goDot(a, b)
+}
+
+func goDot(a, b []float32) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// Axpy adds alpha · x to y (y at least as long as x).
+func Axpy(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	if hasAVX2 && len(x) >= 8 {
+		n := len(x) &^ 7
+		axpyAVX2(alpha, x[:n], y[:n])
+		x, y = x[n:], y[n:]
+	}
+	for i, v := range x {
+		y[i] += alpha * v
+	}
+}
+
+// Add adds x to y.
+func Add(y, x []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += v
+	}
+}
+
+// ExpNeg is e^x for x <= 0 in float32, within two ulps (Cephes' expf polynomial on
+// the reduced argument), and 0 below e^-87.3 where float32 loses normal numbers.
+func ExpNeg(x float32) float32 {
+	if !(x >= -87.33654) { // also -Inf and NaN
+		return 0
+	}
+	n := int32(x*log2e - 0.5) // round(x·log2 e) for x <= 0
+	fn := float32(n)
+	r := x - fn*expC1
+	r -= fn * expC2
+	y := float32(1.9875691500e-4)
+	y = y*r + 1.3981999507e-3
+	y = y*r + 8.3334519073e-3
+	y = y*r + 4.1665795894e-2
+	y = y*r + 1.6666665459e-1
+	y = y*r + 5.0000001201e-1
+	y = y*r*r + r + 1
+	return y * math.Float32frombits(uint32(n+127)<<23)
+}
+
+const (
+	log2e = 1.44269504088896341
+	expC1 = 0.693359375 // ln 2 = expC1 + expC2, split for an exact product with n
+	expC2 = -2.12194440e-4
+)
+
+// ExpShifted replaces each x of v by e^((x−mx)·invT), with x <= mx, and returns the
+// sum: the numerator of a softmax. It is ExpNeg inlined by hand.
+func ExpShifted(v []float32, mx, invT float32) float64 {
+	var total float64
+	for i, x := range v {
+		x = (x - mx) * invT
+		if !(x >= -87.33654) {
+			v[i] = 0
+			continue
+		}
+		n := int32(x*log2e - 0.5)
+		fn := float32(n)
+		r := x - fn*expC1
+		r -= fn * expC2
+		y := float32(1.9875691500e-4)
+		y = y*r + 1.3981999507e-3
+		y = y*r + 8.3334519073e-3
+		y = y*r + 4.1665795894e-2
+		y = y*r + 1.6666665459e-1
+		y = y*r + 5.0000001201e-1
+		y = y*r*r + r + 1
+		e := y * math.Float32frombits(uint32(n+127)<<23)
+		v[i] = e
+		total += float64(e)
+	}
+	return total
+}

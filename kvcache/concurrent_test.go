@@ -1,0 +1,167 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestConcurrent runs several producers against one pool. Each grows and writes its
+// own sequence, forks it and hands the forks to consumer goroutines, which extend,
+// rearrange, verify and close them while the producer keeps writing its own copy: the
+// forks share blocks across goroutines, so copy-on-write and the reference counts are
+// exercised concurrently. Run it with -race.
+func TestConcurrent(t *testing.T) {
+	const producers, consumers = 4, 4
+	rounds := 60
+	if testing.Short() {
+		rounds = 15
+	}
+	p := newPool(t, 2, 2, 4, 4, 400)
+	type job struct {
+		s   *Seq
+		ids []uint32
+	}
+	jobs := make(chan job)
+	var prod, cons sync.WaitGroup
+	// fail reports an error from a goroutine; require must not be used off the test
+	// goroutine.
+	errs := make(chan error, producers+consumers)
+	fail := func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	for w := range producers {
+		prod.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			f := filler{next: uint32(w) << 18}
+			s := p.NewSeq()
+			defer s.Close()
+			var ids []uint32
+			for range rounds {
+				g := 1 + rng.IntN(9)
+				if err := s.Grow(g); err != nil {
+					if !errors.Is(err, ErrOutOfMemory) {
+						fail(err)
+						return
+					}
+					_ = s.Truncate(0)
+					ids = ids[:0]
+					continue
+				}
+				for range g {
+					f.next++
+					write(s, len(ids), f.next)
+					ids = append(ids, f.next)
+				}
+				if err := verifyErr(s, ids); err != nil {
+					fail(fmt.Errorf("producer %d: %w", w, err))
+					return
+				}
+				fork, err := s.Fork()
+				if err != nil {
+					fail(err)
+					return
+				}
+				jobs <- job{fork, slices.Clone(ids)}
+				if rng.IntN(4) == 0 {
+					k := rng.IntN(len(ids) + 1)
+					_ = s.Truncate(k)
+					ids = ids[:k]
+				}
+			}
+		})
+	}
+	for c := range consumers {
+		cons.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 11))
+			f := filler{next: uint32(producers+c) << 18}
+			for j := range jobs {
+				s, ids := j.s, j.ids
+				for range 3 {
+					n := s.Len()
+					g := 1 + rng.IntN(6)
+					if err := s.Grow(g); err != nil {
+						if !errors.Is(err, ErrOutOfMemory) {
+							fail(err)
+						}
+						break
+					}
+					for range g {
+						f.next++
+						write(s, len(ids), f.next)
+						ids = append(ids, f.next)
+					}
+					// Keep a random path of the new positions.
+					var keep []int32
+					for k := range g {
+						if rng.IntN(2) == 0 {
+							keep = append(keep, int32(k))
+						}
+					}
+					if err := s.Retain(n, keep); err != nil {
+						if !errors.Is(err, ErrOutOfMemory) {
+							fail(err)
+						}
+						break
+					}
+					kept := slices.Clone(ids[:n])
+					for _, k := range keep {
+						kept = append(kept, ids[n+int(k)])
+					}
+					ids = kept
+				}
+				// Several readers of the (now unchanging) sequence at once.
+				var rd sync.WaitGroup
+				for range 3 {
+					rd.Go(func() {
+						if err := verifyErr(s, ids); err != nil {
+							fail(fmt.Errorf("consumer %d: %w", c, err))
+						}
+					})
+				}
+				rd.Wait()
+				s.Close()
+			}
+		})
+	}
+	prod.Wait()
+	close(jobs)
+	cons.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, p.check())
+	require.Equal(t, 400, p.Stats().FreeBlocks)
+}
+
+// verifyErr is verify for goroutines other than the test's: it returns the first
+// mismatch instead of failing the test.
+func verifyErr(s *Seq, ids []uint32) error {
+	if s.Len() != len(ids) {
+		return fmt.Errorf("length %d, want %d", s.Len(), len(ids))
+	}
+	c := s.pool.cfg
+	for l := range c.Layers {
+		for h := range c.KVHeads {
+			kr, vr := (l*2)*c.KVHeads+h, (l*2+1)*c.KVHeads+h
+			for pos, id := range ids {
+				k, v := s.Row(l, h, pos)
+				for d := range c.HeadDim {
+					if k[d] != val(id, kr*c.HeadDim+d) || v[d] != val(id, vr*c.HeadDim+d) {
+						return fmt.Errorf("layer %d head %d pos %d dim %d: wrong value, want write %d", l, h, pos, d, id)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+// Package llama is specula's CPU transformer runtime for the Llama family — Llama 2 and
+// 3, TinyLlama, SmolLM, Mistral (without sliding window), Qwen2 and Qwen2.5 — loaded
+// from GGUF files or Hugging Face safetensors directories, memory-mapped.
+//
+// A [Model] implements [model.Model]: it is read-only after loading and shared by its
+// sequences, each of which keeps its keys and values in a paged cache with a memory
+// budget. A forward pass takes many tokens at once (a prompt, or a draft to verify,
+// chain or tree), reads every weight once for all of them, and computes logits only for
+// the positions asked.
+package llama
+
+import (
+	"fmt"
+	"math"
+)
+
+// RopeStyle says which dimensions rotary embeddings rotate together.
+type RopeStyle int
+
+const (
+	// RopeInterleaved rotates dimension pairs (2i, 2i+1): the layout llama.cpp's
+	// converter gives `llama` GGUF files, whose Q and K rows it permutes.
+	RopeInterleaved RopeStyle = iota
+	// RopeHalf rotates pairs (i, i+d/2): Hugging Face's rotate-half layout, used by
+	// safetensors checkpoints and by `qwen2` GGUF files.
+	RopeHalf
+)
+
+// Config is the shape of a model.
+type Config struct {
+	Arch          string // "llama" or "qwen2"
+	Dim           int    // hidden size
+	Layers        int
+	Heads         int
+	KVHeads       int
+	HeadDim       int
+	FFN           int // intermediate size
+	Vocab         int
+	ContextLength int
+	NormEps       float32
+	RopeTheta     float64
+	RopeDim       int // dimensions rotated per head (HeadDim unless partial)
+	RopeStyle     RopeStyle
+	// RopeFreqFactors, when set, divide each rotary frequency (llama3 scaling as
+	// llama.cpp stores it, or computed from Hugging Face's rope_scaling).
+	RopeFreqFactors []float32
+	QKVBias         bool
+	TiedEmbeddings  bool
+}
+
+// Llama3Scaling is Hugging Face's rope_scaling of type "llama3".
+type Llama3Scaling struct {
+	Factor, LowFreqFactor, HighFreqFactor float64
+	OriginalContext                       int
+}
+
+// FreqFactors returns the per-frequency divisors that llama3 scaling applies to the
+// rotary frequencies of a head of ropeDim dimensions with the given theta.
+func (s Llama3Scaling) FreqFactors(theta float64, ropeDim int) []float32 {
+	lowWavelen := float64(s.OriginalContext) / s.LowFreqFactor
+	highWavelen := float64(s.OriginalContext) / s.HighFreqFactor
+	out := make([]float32, ropeDim/2)
+	for i := range out {
+		freq := math.Pow(theta, -float64(2*i)/float64(ropeDim))
+		wavelen := 2 * math.Pi / freq
+		switch {
+		case wavelen < highWavelen:
+			out[i] = 1
+		case wavelen > lowWavelen:
+			out[i] = float32(s.Factor)
+		default:
+			smooth := (float64(s.OriginalContext)/wavelen - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+			scaled := (1-smooth)*freq/s.Factor + smooth*freq
+			out[i] = float32(freq / scaled)
+		}
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Dim <= 0 || c.Layers <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.FFN <= 0 || c.Vocab <= 0:
+		return fmt.Errorf("dimensions must be positive: dim %d, layers %d, heads %d, kv heads %d, ffn %d, vocab %d",
+			c.Dim, c.Layers, c.Heads, c.KVHeads, c.FFN, c.Vocab)
+	case c.Heads%c.KVHeads != 0:
+		return fmt.Errorf("%d heads are not a multiple of %d kv heads", c.Heads, c.KVHeads)
+	case c.HeadDim <= 0 || c.HeadDim%2 != 0:
+		return fmt.Errorf("head dimension %d must be positive and even", c.HeadDim)
+	case c.RopeDim <= 0 || c.RopeDim > c.HeadDim || c.RopeDim%2 != 0:
+		return fmt.Errorf("rotary dimension %d must be even and within the head dimension %d", c.RopeDim, c.HeadDim)
+	case !(c.RopeTheta > 0):
+		return fmt.Errorf("rope theta %v must be positive", c.RopeTheta)
+	case !(c.NormEps > 0):
+		return fmt.Errorf("norm epsilon %v must be positive", c.NormEps)
+	case c.RopeFreqFactors != nil && len(c.RopeFreqFactors) != c.RopeDim/2:
+		return fmt.Errorf("%d rope frequency factors for %d rotary dimensions", len(c.RopeFreqFactors), c.RopeDim)
+	case c.ContextLength < 0:
+		return fmt.Errorf("context length %d", c.ContextLength)
+	}
+	return nil
+}
+
+// invFreqs returns the rotary frequency of each dimension pair.
+func (c *Config) invFreqs() []float64 {
+	out := make([]float64, c.RopeDim/2)
+	for i := range out {
+		out[i] = math.Pow(c.RopeTheta, -float64(2*i)/float64(c.RopeDim))
+		if c.RopeFreqFactors != nil {
+			out[i] /= float64(c.RopeFreqFactors[i])
+		}
+	}
+	return out
+}

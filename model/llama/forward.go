@@ -1,0 +1,408 @@
+package llama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/kvcache"
+	"github.com/specula/specula/model"
+)
+
+// sequence is one request's state: its keys and values, and scratch memory reused by
+// every forward pass (grown when a larger batch arrives).
+type sequence struct {
+	m      *Model
+	kv     *kvcache.Seq
+	closed bool
+
+	// The last forward, for Retain.
+	last    int
+	tree    bool
+	parents []int32
+
+	cap        int // batch size the buffers hold
+	depth      []int32
+	anc        [][]int32 // per token of a tree batch: its ancestors' batch indices
+	x, xn      []float32 // residual stream and its normalised copy, N × Dim
+	q, k, v    []float32 // projections, N × Heads·HeadDim and N × KVHeads·HeadDim
+	att        []float32 // attention output, N × Heads·HeadDim
+	gate, up   []float32 // N × FFN
+	cos, sin   []float32 // N × RopeDim/2
+	actIn      kernels.Act
+	actAtt     kernels.Act
+	actFFN     kernels.Act
+	mul        mulTask
+	attn       attnTask
+	outRows    []float32
+	freeScores [][]float32
+}
+
+var errClosed = fmt.Errorf("llama: %w", model.ErrClosed)
+
+func (s *sequence) Len() int { return s.kv.Len() }
+
+func (s *sequence) Close() error {
+	if s.closed {
+		return errors.New("llama: sequence closed twice")
+	}
+	s.closed = true
+	s.kv.Close()
+	return nil
+}
+
+func (s *sequence) Truncate(n int) error {
+	if s.closed {
+		return errClosed
+	}
+	if n < 0 || n > s.kv.Len() {
+		return fmt.Errorf("llama: truncate to %d outside [0, %d]", n, s.kv.Len())
+	}
+	s.last = 0
+	if err := s.kv.Truncate(n); err != nil {
+		return fmt.Errorf("llama: %w", err)
+	}
+	return nil
+}
+
+func (s *sequence) Retain(keep []int32) error {
+	if s.closed {
+		return errClosed
+	}
+	var parents []int32
+	if s.tree {
+		parents = s.parents
+	}
+	if err := model.CheckRetain(keep, parents, s.last); err != nil {
+		return fmt.Errorf("llama: %w", err)
+	}
+	from := s.kv.Len() - s.last
+	s.last = 0
+	if err := s.kv.Retain(from, keep); err != nil {
+		return fmt.Errorf("llama: %w", err)
+	}
+	return nil
+}
+
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+// reserve sizes the scratch buffers for a batch of n tokens.
+func (s *sequence) reserve(n int) {
+	c := &s.m.cfg
+	if n <= s.cap {
+		return
+	}
+	s.cap = n
+	s.depth = grow(s.depth, n)
+	s.x = grow(s.x, n*c.Dim)
+	s.xn = grow(s.xn, n*c.Dim)
+	s.q = grow(s.q, n*c.Heads*c.HeadDim)
+	s.k = grow(s.k, n*c.KVHeads*c.HeadDim)
+	s.v = grow(s.v, n*c.KVHeads*c.HeadDim)
+	s.att = grow(s.att, n*c.Heads*c.HeadDim)
+	s.gate = grow(s.gate, n*c.FFN)
+	s.up = grow(s.up, n*c.FFN)
+	s.cos = grow(s.cos, n*c.RopeDim/2)
+	s.sin = grow(s.sin, n*c.RopeDim/2)
+}
+
+func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+	if s.closed {
+		return errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("llama: forward: %w", err)
+	}
+	m := s.m
+	c := &m.cfg
+	base := s.kv.Len()
+	if err := model.CheckBatch(b, base, c.Vocab, c.ContextLength, len(logits)); err != nil {
+		return fmt.Errorf("llama: %w", err)
+	}
+	n := len(b.Tokens)
+	if n == 0 {
+		return nil
+	}
+	if err := s.kv.Grow(n); err != nil {
+		if errors.Is(err, kvcache.ErrOutOfMemory) {
+			return fmt.Errorf("llama: %w: %w", model.ErrOutOfMemory, err)
+		}
+		return fmt.Errorf("llama: %w", err)
+	}
+	s.reserve(n)
+	if err := s.forward(ctx, b, base, logits); err != nil {
+		_ = s.kv.Truncate(base)
+		return err
+	}
+	s.last = n
+	s.tree = b.Parents != nil
+	s.parents = append(s.parents[:0], b.Parents...)
+	return nil
+}
+
+func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits []float32) error {
+	m := s.m
+	c := &m.cfg
+	n := len(b.Tokens)
+	dim, hd := c.Dim, c.HeadDim
+
+	// Positions: a token at depth d of the batch's tree sits at base+d.
+	depth := s.depth[:n]
+	model.Depths(b.Parents, depth)
+	s.ancestors(b.Parents, n)
+	half := c.RopeDim / 2
+	for i := range n {
+		p := float64(base + int(depth[i]))
+		for j := range half {
+			sin, cos := math.Sincos(p * m.invFreq[j])
+			s.cos[i*half+j], s.sin[i*half+j] = float32(cos), float32(sin)
+		}
+	}
+
+	x := s.x[:n*dim]
+	for i, t := range b.Tokens {
+		if err := m.embed.RowF32(int(t), x[i*dim:(i+1)*dim]); err != nil {
+			return fmt.Errorf("llama: embedding of token %d: %w", t, err)
+		}
+	}
+	qd, kvd := c.Heads*hd, c.KVHeads*hd
+	xn := s.xn[:n*dim]
+	for l := range m.layers {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("llama: forward: %w", err)
+		}
+		ly := &m.layers[l]
+		for i := range n {
+			kernels.RMSNorm(xn[i*dim:(i+1)*dim], x[i*dim:(i+1)*dim], ly.attnNorm, c.NormEps)
+		}
+		q, k, v := s.q[:n*qd], s.k[:n*kvd], s.v[:n*kvd]
+		if err := s.matmul(&s.actIn, xn, n, dim, []*kernels.Matrix{ly.wq, ly.wk, ly.wv}, [][]float32{q, k, v}); err != nil {
+			return err
+		}
+		if ly.bq != nil {
+			for i := range n {
+				kernels.Add(q[i*qd:(i+1)*qd], ly.bq)
+				kernels.Add(k[i*kvd:(i+1)*kvd], ly.bk)
+				kernels.Add(v[i*kvd:(i+1)*kvd], ly.bv)
+			}
+		}
+		for i := range n {
+			rot := s.cos[i*half : (i+1)*half]
+			sn := s.sin[i*half : (i+1)*half]
+			for h := range c.Heads {
+				rope(q[i*qd+h*hd:i*qd+(h+1)*hd], rot, sn, c.RopeStyle)
+			}
+			for h := range c.KVHeads {
+				rope(k[i*kvd+h*hd:i*kvd+(h+1)*hd], rot, sn, c.RopeStyle)
+				kr, vr := s.kv.Row(l, h, base+i)
+				copy(kr, k[i*kvd+h*hd:i*kvd+(h+1)*hd])
+				copy(vr, v[i*kvd+h*hd:i*kvd+(h+1)*hd])
+			}
+		}
+		att := s.att[:n*qd]
+		s.attn = attnTask{s: s, layer: l, base: base, n: n, chain: b.Parents == nil, q: q, out: att}
+		m.threads.Run(&s.attn, n*c.KVHeads, 1)
+
+		o := xn // the normalised input is no longer needed: reuse it
+		if err := s.matmul(&s.actAtt, att, n, qd, []*kernels.Matrix{ly.wo}, [][]float32{o}); err != nil {
+			return err
+		}
+		kernels.Add(x, o)
+
+		for i := range n {
+			kernels.RMSNorm(xn[i*dim:(i+1)*dim], x[i*dim:(i+1)*dim], ly.ffnNorm, c.NormEps)
+		}
+		gate, up := s.gate[:n*c.FFN], s.up[:n*c.FFN]
+		if err := s.matmul(&s.actIn, xn, n, dim, []*kernels.Matrix{ly.wGate, ly.wUp}, [][]float32{gate, up}); err != nil {
+			return err
+		}
+		kernels.SiLUMul(gate, gate, up)
+		if err := s.matmul(&s.actFFN, gate, n, c.FFN, []*kernels.Matrix{ly.wDown}, [][]float32{xn}); err != nil {
+			return err
+		}
+		kernels.Add(x, xn)
+	}
+
+	if len(b.Outputs) == 0 {
+		return nil
+	}
+	// Only the rows asked for go through the final norm and the output layer.
+	rows := grow(s.outRows, len(b.Outputs)*dim)
+	s.outRows = rows
+	for r, o := range b.Outputs {
+		kernels.RMSNorm(rows[r*dim:(r+1)*dim], x[int(o)*dim:(int(o)+1)*dim], m.outNorm, c.NormEps)
+	}
+	return s.matmul(&s.actIn, rows, len(b.Outputs), dim, []*kernels.Matrix{m.output}, [][]float32{logits[:len(b.Outputs)*c.Vocab]})
+}
+
+// ancestors lists, for each token of a tree batch, the batch indices it attends to
+// besides itself and the tokens held before the batch.
+func (s *sequence) ancestors(parents []int32, n int) {
+	if parents == nil {
+		return
+	}
+	if cap(s.anc) < n {
+		s.anc = make([][]int32, n)
+	}
+	s.anc = s.anc[:n]
+	for i := range n {
+		a := s.anc[i][:0]
+		for p := parents[i]; p >= 0; p = parents[p] {
+			a = append(a, p)
+		}
+		s.anc[i] = a
+	}
+}
+
+// matmul computes y_i = x · W_iᵀ for every matrix, in one parallel run.
+func (s *sequence) matmul(act *kernels.Act, x []float32, n, cols int, ms []*kernels.Matrix, ys [][]float32) error {
+	act.Reset(x, n, cols)
+	total := 0
+	for _, m := range ms {
+		if err := act.Prepare(m.Type); err != nil {
+			return fmt.Errorf("llama: %w", err)
+		}
+		total += m.Rows
+	}
+	s.mul = mulTask{act: act, n: len(ms)}
+	copy(s.mul.mats[:], ms)
+	copy(s.mul.outs[:], ys)
+	s.m.threads.Run(&s.mul, total, 16)
+	return nil
+}
+
+// mulTask computes the rows [lo, hi) of up to three matrices stacked on each other.
+type mulTask struct {
+	act  *kernels.Act
+	n    int
+	mats [3]*kernels.Matrix
+	outs [3][]float32
+}
+
+func (t *mulTask) Run(lo, hi int) {
+	off := 0
+	for i := range t.n {
+		m := t.mats[i]
+		r0, r1 := max(lo, off)-off, min(hi, off+m.Rows)-off
+		if r0 < r1 {
+			m.Mul(t.act, t.outs[i], m.Rows, r0, r1)
+		}
+		off += m.Rows
+	}
+}
+
+// rope rotates one head's vector by the angles whose cosines and sines are given.
+func rope(x, cos, sin []float32, style RopeStyle) {
+	half := len(cos)
+	if style == RopeInterleaved {
+		for j := range half {
+			a, b := x[2*j], x[2*j+1]
+			x[2*j] = a*cos[j] - b*sin[j]
+			x[2*j+1] = a*sin[j] + b*cos[j]
+		}
+		return
+	}
+	for j := range half {
+		a, b := x[j], x[j+half]
+		x[j] = a*cos[j] - b*sin[j]
+		x[j+half] = a*sin[j] + b*cos[j]
+	}
+}
+
+// maxBlock bounds the cache block size attention works with.
+const maxBlock = 256
+
+// attnTask computes attention for items (token, kv head): the query heads of the kv
+// head's group, over the tokens held before the batch and the token's own ancestors in
+// the batch and itself, with a running (online) softmax, one cache block at a time.
+type attnTask struct {
+	s     *sequence
+	layer int
+	base  int
+	n     int
+	chain bool
+	q     []float32
+	out   []float32
+}
+
+func (t *attnTask) Run(lo, hi int) {
+	s := t.s
+	c := &s.m.cfg
+	hd := c.HeadDim
+	group := c.Heads / c.KVHeads
+	bs := s.m.kv.Config().BlockSize
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	var scores [maxBlock]float32 // one block's scores for one head
+	var mx, sum [8]float32
+	for item := lo; item < hi; item++ {
+		i, kvh := item/c.KVHeads, item%c.KVHeads
+		for h0 := 0; h0 < group; h0 += 8 {
+			g := min(8, group-h0)
+			heads := kvh*group + h0
+			qs := t.q[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
+			outs := t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
+			clear(outs)
+			for h := range g {
+				mx[h], sum[h] = float32(math.Inf(-1)), 0
+			}
+			// visit adds the positions [p0, p0+cnt) of one block (keys and values
+			// slot-major) to the running softmax of each head.
+			visit := func(kb, vb []float32, cnt int) {
+				for h := range g {
+					q := qs[h*hd : (h+1)*hd]
+					sc := scores[:cnt]
+					bm := float32(math.Inf(-1))
+					for j := range cnt {
+						sc[j] = kernels.Dot(q, kb[j*hd:(j+1)*hd]) * scale
+						bm = max(bm, sc[j])
+					}
+					if bm > mx[h] {
+						r := kernels.ExpNeg(mx[h] - bm)
+						sum[h] *= r
+						o := outs[h*hd : (h+1)*hd]
+						for d := range o {
+							o[d] *= r
+						}
+						mx[h] = bm
+					}
+					o := outs[h*hd : (h+1)*hd]
+					for j := range cnt {
+						w := kernels.ExpNeg(sc[j] - mx[h])
+						sum[h] += w
+						kernels.Axpy(w, vb[j*hd:(j+1)*hd], o)
+					}
+				}
+			}
+			end := t.base
+			if t.chain {
+				end += i + 1
+			}
+			for blk := 0; blk*bs < end; blk++ {
+				kb, vb := s.kv.Block(t.layer, kvh, blk)
+				visit(kb, vb, min(bs, end-blk*bs))
+			}
+			if !t.chain {
+				for _, a := range s.anc[i] {
+					kr, vr := s.kv.Row(t.layer, kvh, t.base+int(a))
+					visit(kr, vr, 1)
+				}
+				kr, vr := s.kv.Row(t.layer, kvh, t.base+i)
+				visit(kr, vr, 1)
+			}
+			for h := range g {
+				inv := 1 / sum[h]
+				o := outs[h*hd : (h+1)*hd]
+				for d := range o {
+					o[d] *= inv
+				}
+			}
+		}
+	}
+}

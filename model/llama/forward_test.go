@@ -1,0 +1,191 @@
+package llama
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/dtype"
+)
+
+func tinyConfig(style RopeStyle, bias bool) Config {
+	return Config{
+		Arch: "llama", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 96, Vocab: 50,
+		ContextLength: 256, NormEps: 1e-5, RopeTheta: 10000, RopeDim: 16, RopeStyle: style,
+		QKVBias: bias, TiedEmbeddings: !bias,
+	}
+}
+
+func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(rng.IntN(vocab))
+	}
+	return t
+}
+
+// forwardAll forwards toks in chunks of the given sizes and returns the logits of every
+// position.
+func forwardAll(t *testing.T, seq model.Sequence, toks []int32, chunks []int, vocab int) [][]float32 {
+	var out [][]float32
+	for start := 0; start < len(toks); {
+		n := min(chunks[len(out)%len(chunks)], len(toks)-start)
+		outputs := make([]int32, n)
+		for i := range outputs {
+			outputs[i] = int32(i)
+		}
+		logits := make([]float32, n*vocab)
+		require.NoError(t, seq.Forward(context.Background(), model.Batch{Tokens: toks[start : start+n], Outputs: outputs}, logits))
+		for i := range n {
+			out = append(out, logits[i*vocab:(i+1)*vocab])
+		}
+		start += n
+	}
+	return out
+}
+
+func maxRelErr(got []float32, want []float64) float64 {
+	var scale, worst float64
+	for _, w := range want {
+		scale = math.Max(scale, math.Abs(w))
+	}
+	for i := range got {
+		worst = math.Max(worst, math.Abs(float64(got[i])-want[i]))
+	}
+	return worst / scale
+}
+
+// TestForwardMatchesReference checks the runtime's logits against a float64 reference
+// implementation, for both rotary layouts, with and without biases, for several
+// weight types, forwarding in batches of various sizes.
+func TestForwardMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0} {
+		for _, style := range []RopeStyle{RopeInterleaved, RopeHalf} {
+			for _, bias := range []bool{false, true} {
+				name := fmt.Sprintf("%s/style=%d/bias=%v", typ, style, bias)
+				m := randomModel(t, tinyConfig(style, bias), typ, 7, Options{Threads: 2})
+				toks := randomTokens(rng, 40, m.cfg.Vocab)
+				want := reference(t, m, toks)
+				tol := 2e-4
+				if typ == dtype.Q8_0 {
+					tol = 0.05 // activations are quantised to 8 bits
+				}
+				for _, chunks := range [][]int{{40}, {1}, {7, 3, 11}} {
+					seq, err := m.NewSequence(context.Background())
+					require.NoError(t, err)
+					got := forwardAll(t, seq, toks, chunks, m.cfg.Vocab)
+					for p := range toks {
+						require.Less(t, maxRelErr(got[p], want[p]), tol, "%s chunks %v position %d", name, chunks, p)
+					}
+					require.NoError(t, seq.Close())
+				}
+			}
+		}
+	}
+}
+
+// TestTreeForwardEqualsChains forwards a tree draft and checks each node's logits
+// against forwarding its root-to-node path as a chain, then keeps one path and checks
+// the sequence continues as if that path had been a chain.
+func TestTreeForwardEqualsChains(t *testing.T) {
+	ctx := context.Background()
+	m := randomModel(t, tinyConfig(RopeInterleaved, true), dtype.F32, 3, Options{Threads: 2})
+	v := m.cfg.Vocab
+	prefix := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
+	// Tree: 20 → {21 → {23, 24 → 26}, 22 → {25}}
+	nodes := []int32{20, 21, 22, 23, 24, 25, 26}
+	parents := []int32{-1, 0, 0, 1, 1, 2, 4}
+	paths := [][]int32{{20}, {20, 21}, {20, 22}, {20, 21, 23}, {20, 21, 24}, {20, 22, 25}, {20, 21, 24, 26}}
+
+	seq, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: prefix}, nil))
+	outputs := []int32{0, 1, 2, 3, 4, 5, 6}
+	logits := make([]float32, len(nodes)*v)
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Parents: parents, Outputs: outputs}, logits))
+	for i, path := range paths {
+		chain, err := m.NewSequence(ctx)
+		require.NoError(t, err)
+		want := forwardAll(t, chain, append(append([]int32(nil), prefix...), path...), []int{len(prefix) + len(path)}, v)
+		assert.InDeltaSlice(t, want[len(want)-1], logits[i*v:(i+1)*v], 1e-4, "node %d", i)
+		require.NoError(t, chain.Close())
+	}
+	require.NoError(t, seq.Retain([]int32{0, 1, 4, 6}))
+	require.Equal(t, len(prefix)+4, seq.Len())
+	next := make([]float32, v)
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{30}, Outputs: []int32{0}}, next))
+	chain, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	want := forwardAll(t, chain, append(append([]int32(nil), prefix...), 20, 21, 24, 26, 30), []int{100}, v)
+	assert.InDeltaSlice(t, want[len(want)-1], next, 1e-4)
+}
+
+func TestTruncateAndReforward(t *testing.T) {
+	ctx := context.Background()
+	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F16, 5, Options{Threads: 2})
+	rng := rand.New(rand.NewPCG(2, 2))
+	toks := randomTokens(rng, 30, m.cfg.Vocab)
+	seq, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	want := forwardAll(t, seq, toks, []int{30}, m.cfg.Vocab)
+	require.NoError(t, seq.Truncate(12))
+	other := randomTokens(rng, 5, m.cfg.Vocab)
+	_ = forwardAll(t, seq, other, []int{5}, m.cfg.Vocab)
+	require.NoError(t, seq.Truncate(12))
+	got := forwardAll(t, seq, toks[12:], []int{4, 14}, m.cfg.Vocab)
+	for i := range got {
+		assert.InDeltaSlice(t, want[12+i], got[i], 1e-4, "position %d", 12+i)
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig(RopeHalf, false)
+	cfg.ContextLength = 20
+	m := randomModel(t, cfg, dtype.F32, 5, Options{Threads: 1, KVBudget: 4 << 20})
+	seq, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{1, 2, 3}}, nil))
+	for _, c := range []struct {
+		b    model.Batch
+		want string
+	}{
+		{model.Batch{Tokens: []int32{50}}, "outside the vocabulary"},
+		{model.Batch{Tokens: make([]int32, 18)}, "context length"},
+		{model.Batch{Tokens: []int32{1}, Outputs: []int32{0}}, "logits buffer"},
+	} {
+		assert.ErrorContains(t, seq.Forward(ctx, c.b, nil), c.want)
+		assert.Equal(t, 3, seq.Len())
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	assert.ErrorIs(t, seq.Forward(cancelled, model.Batch{Tokens: []int32{1}}, nil), context.Canceled)
+	assert.Equal(t, 3, seq.Len())
+	require.NoError(t, seq.Close())
+	assert.ErrorIs(t, seq.Forward(ctx, model.Batch{Tokens: []int32{1}}, nil), model.ErrClosed)
+}
+
+func TestOutOfMemory(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig(RopeHalf, false)
+	cfg.ContextLength = 0
+	// Two layers × 2 kv heads × 16 dims × 2 (k, v) × 4 bytes = 512 bytes a token: 8
+	// KiB a 16-token block; a 32 KiB budget holds 4 blocks = 64 tokens.
+	m := randomModel(t, cfg, dtype.F32, 5, Options{Threads: 1, KVBudget: 32 << 10})
+	a, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, a.Forward(ctx, model.Batch{Tokens: make([]int32, 60)}, nil))
+	err = a.Forward(ctx, model.Batch{Tokens: make([]int32, 5)}, nil)
+	assert.ErrorIs(t, err, model.ErrOutOfMemory)
+	assert.Equal(t, 60, a.Len())
+	assert.Equal(t, 4, m.KVStats().Blocks-m.KVStats().FreeBlocks)
+	require.NoError(t, a.Close())
+	assert.Equal(t, m.KVStats().Blocks, m.KVStats().FreeBlocks)
+}

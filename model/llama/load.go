@@ -1,0 +1,170 @@
+package llama
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/model/dtype"
+)
+
+// Open loads a model from a GGUF file or a Hugging Face directory (config.json plus
+// model.safetensors or a sharded model.safetensors.index.json). The weights stay in
+// the memory-mapped files.
+func Open(path string, opts Options) (*Model, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	var m *Model
+	if st.IsDir() {
+		m, err = openHF(path)
+	} else {
+		m, err = openGGUF(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := m.finish(opts); err != nil {
+		_ = m.Close()
+		return nil, fmt.Errorf("llama: %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// tensorSource is a file's tensors as the loaders see them: name, type, shape
+// (outermost first, as [rows, cols] for a matrix) and bytes.
+type tensorSource interface {
+	lookup(name string) (t dtype.DType, shape []int64, data []byte, ok bool)
+}
+
+// loader fills a Model from a tensor source, checking every shape.
+type loader struct {
+	src  tensorSource
+	file string
+	err  error
+}
+
+func (l *loader) fail(name, format string, args ...any) {
+	if l.err == nil {
+		l.err = fmt.Errorf("llama: %s: tensor %q: %s", l.file, name, fmt.Sprintf(format, args...))
+	}
+}
+
+func (l *loader) get(name string, optional bool) (dtype.DType, []int64, []byte, bool) {
+	t, shape, data, ok := l.src.lookup(name)
+	if !ok && !optional {
+		l.fail(name, "missing")
+	}
+	return t, shape, data, ok
+}
+
+// aligned returns data, copied when its address does not suit type t.
+func aligned(t dtype.DType, data []byte) []byte {
+	need := uintptr(1)
+	switch t {
+	case dtype.F32:
+		need = 4
+	case dtype.F16, dtype.BF16:
+		need = 2
+	}
+	if len(data) == 0 || uintptr(unsafe.Pointer(&data[0]))%need == 0 {
+		return data
+	}
+	buf := make([]byte, len(data)+8)
+	off := int((need - uintptr(unsafe.Pointer(&buf[0]))%need) % need)
+	copy(buf[off:], data)
+	return buf[off : off+len(data)]
+}
+
+// matrix loads a rows × cols weight matrix.
+func (l *loader) matrix(name string, rows, cols int, optional bool) *kernels.Matrix {
+	t, shape, data, ok := l.get(name, optional)
+	if !ok || l.err != nil {
+		return nil
+	}
+	if len(shape) != 2 || shape[0] != int64(rows) || shape[1] != int64(cols) {
+		l.fail(name, "shape %v, want [%d %d]", shape, rows, cols)
+		return nil
+	}
+	m, err := kernels.NewMatrix(t, rows, cols, aligned(t, data))
+	if err != nil {
+		l.fail(name, "%v", err)
+		return nil
+	}
+	return m
+}
+
+// vector loads a 1-D tensor of n values as float32.
+func (l *loader) vector(name string, n int, optional bool) []float32 {
+	t, shape, data, ok := l.get(name, optional)
+	if !ok || l.err != nil {
+		return nil
+	}
+	if len(shape) != 1 || shape[0] != int64(n) {
+		l.fail(name, "shape %v, want [%d]", shape, n)
+		return nil
+	}
+	out := make([]float32, n)
+	if err := kernels.Dequantize(t, data, out); err != nil {
+		l.fail(name, "%v", err)
+		return nil
+	}
+	return out
+}
+
+// names maps the parts of a model to tensor names in one format.
+type names struct {
+	embed, outNorm, output string
+	layer                  func(i int, part string) string // part: attn_norm, q, k, v, o, q_bias, k_bias, v_bias, ffn_norm, gate, up, down
+}
+
+// load fills the weights of m, whose config is set.
+func (l *loader) load(m *Model, n names) error {
+	c := &m.cfg
+	hd := c.HeadDim
+	m.embed = l.matrix(n.embed, c.Vocab, c.Dim, false)
+	for i := range c.Layers {
+		ly := layer{
+			attnNorm: l.vector(n.layer(i, "attn_norm"), c.Dim, false),
+			wq:       l.matrix(n.layer(i, "q"), c.Heads*hd, c.Dim, false),
+			wk:       l.matrix(n.layer(i, "k"), c.KVHeads*hd, c.Dim, false),
+			wv:       l.matrix(n.layer(i, "v"), c.KVHeads*hd, c.Dim, false),
+			wo:       l.matrix(n.layer(i, "o"), c.Dim, c.Heads*hd, false),
+			ffnNorm:  l.vector(n.layer(i, "ffn_norm"), c.Dim, false),
+			wGate:    l.matrix(n.layer(i, "gate"), c.FFN, c.Dim, false),
+			wUp:      l.matrix(n.layer(i, "up"), c.FFN, c.Dim, false),
+			wDown:    l.matrix(n.layer(i, "down"), c.Dim, c.FFN, false),
+		}
+		ly.bq = l.vector(n.layer(i, "q_bias"), c.Heads*hd, !c.QKVBias)
+		ly.bk = l.vector(n.layer(i, "k_bias"), c.KVHeads*hd, !c.QKVBias)
+		ly.bv = l.vector(n.layer(i, "v_bias"), c.KVHeads*hd, !c.QKVBias)
+		if (ly.bq == nil) != (ly.bk == nil) || (ly.bq == nil) != (ly.bv == nil) {
+			l.fail(n.layer(i, "q_bias"), "q, k and v biases must come together")
+		}
+		m.layers = append(m.layers, ly)
+	}
+	m.outNorm = l.vector(n.outNorm, c.Dim, false)
+	if _, _, _, ok := l.src.lookup(n.output); ok && !c.TiedEmbeddings {
+		m.output = l.matrix(n.output, c.Vocab, c.Dim, false)
+	} else {
+		c.TiedEmbeddings = true
+		m.output = m.embed
+	}
+	return l.err
+}
+
+// f32bytes reads float32 values stored little-endian.
+func f32bytes(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func baseName(path string) string { return filepath.Base(path) }

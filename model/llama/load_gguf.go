@@ -1,0 +1,135 @@
+package llama
+
+import (
+	"fmt"
+
+	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/model/gguf"
+)
+
+type ggufSource struct{ f *gguf.File }
+
+// lookup returns a GGUF tensor with its shape reversed to [rows, cols] order.
+func (s ggufSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
+	t, ok := s.f.Tensor(name)
+	if !ok {
+		return 0, nil, nil, false
+	}
+	shape := make([]int64, len(t.Dims))
+	for i, d := range t.Dims {
+		shape[len(t.Dims)-1-i] = d
+	}
+	return t.Type, shape, s.f.Data(t), true
+}
+
+// openGGUF reads a GGUF file of architecture llama or qwen2.
+func openGGUF(path string) (m *Model, err error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+		}
+	}()
+	file := baseName(path)
+	arch, err := f.String("general.architecture")
+	if err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	if arch != "llama" && arch != "qwen2" {
+		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (llama and qwen2 are)", file, arch)
+	}
+	key := func(k string) string { return arch + "." + k }
+	req := func(k string) int {
+		v, e := f.Uint(key(k))
+		if e != nil && err == nil {
+			err = fmt.Errorf("llama: %w", e)
+		}
+		return int(v)
+	}
+	opt := func(k string, def int) int {
+		if !f.Has(key(k)) {
+			return def
+		}
+		return req(k)
+	}
+	c := Config{Arch: arch, QKVBias: arch == "qwen2"}
+	c.Dim = req("embedding_length")
+	c.Layers = req("block_count")
+	c.FFN = req("feed_forward_length")
+	c.Heads = req("attention.head_count")
+	c.KVHeads = opt("attention.head_count_kv", c.Heads)
+	c.ContextLength = opt("context_length", 0)
+	if err != nil {
+		return nil, err
+	}
+	if c.Heads > 0 {
+		c.HeadDim = opt("attention.key_length", c.Dim/c.Heads)
+	}
+	c.RopeDim = opt("rope.dimension_count", c.HeadDim)
+	eps, e := f.Float(key("attention.layer_norm_rms_epsilon"))
+	if e != nil {
+		return nil, fmt.Errorf("llama: %w", e)
+	}
+	c.NormEps = float32(eps)
+	c.RopeTheta = 10000
+	if f.Has(key("rope.freq_base")) {
+		if c.RopeTheta, err = f.Float(key("rope.freq_base")); err != nil {
+			return nil, fmt.Errorf("llama: %w", err)
+		}
+	}
+	if f.Has(key("rope.scaling.type")) {
+		st, _ := f.String(key("rope.scaling.type"))
+		if st != "none" && st != "" {
+			return nil, fmt.Errorf("llama: %s: rope scaling %q is not supported", file, st)
+		}
+	}
+	// llama.cpp keeps llama3 rope scaling as per-frequency divisors in a tensor.
+	if t, ok := f.Tensor("rope_freqs.weight"); ok {
+		if t.Type != dtype.F32 || len(t.Dims) != 1 {
+			return nil, fmt.Errorf("llama: %s: tensor \"rope_freqs.weight\" must be a 1-D F32 vector", file)
+		}
+		c.RopeFreqFactors = f32bytes(f.Data(t))
+	}
+	// qwen2 files keep Hugging Face's rotary layout; llama files have their Q and K
+	// rows permuted for interleaved pairs.
+	c.RopeStyle = RopeInterleaved
+	if arch == "qwen2" {
+		c.RopeStyle = RopeHalf
+	}
+	src := ggufSource{f}
+	_, shape, _, ok := src.lookup("token_embd.weight")
+	if !ok || len(shape) != 2 {
+		return nil, fmt.Errorf("llama: %s: tensor \"token_embd.weight\" missing or not 2-D", file)
+	}
+	c.Vocab = int(shape[0])
+	m = &Model{cfg: c, name: file}
+	if name, e := f.String("general.name"); e == nil && name != "" {
+		m.name = name
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("llama: %s: %w", file, err)
+	}
+	if c.Layers > 1<<12 || c.Heads > 1<<12 {
+		return nil, fmt.Errorf("llama: %s: implausible shape: %d layers, %d heads", file, c.Layers, c.Heads)
+	}
+	l := &loader{src: src, file: file}
+	err = l.load(m, names{
+		embed: "token_embd.weight", outNorm: "output_norm.weight", output: "output.weight",
+		layer: func(i int, part string) string {
+			p := map[string]string{
+				"attn_norm": "attn_norm.weight", "q": "attn_q.weight", "k": "attn_k.weight", "v": "attn_v.weight",
+				"o": "attn_output.weight", "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
+				"ffn_norm": "ffn_norm.weight", "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
+			}[part]
+			return fmt.Sprintf("blk.%d.%s", i, p)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.closers = append(m.closers, f)
+	return m, nil
+}

@@ -1,0 +1,106 @@
+package llama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/kvcache"
+	"github.com/specula/specula/model"
+)
+
+// Options tune a loaded model.
+type Options struct {
+	// Threads is how many threads a forward pass uses; 0 means GOMAXPROCS.
+	Threads int
+	// KVBudget is the memory, in bytes, set aside for all sequences' keys and
+	// values. 0 means four sequences at full context, at least 64 MiB and at most
+	// 2 GiB. Memory is only touched as sequences grow.
+	KVBudget int64
+	// ContextLength, when positive, lowers the model's context length.
+	ContextLength int
+}
+
+// layer holds one transformer block's weights.
+type layer struct {
+	attnNorm          []float32
+	wq, wk, wv, wo    *kernels.Matrix
+	bq, bk, bv        []float32
+	ffnNorm           []float32
+	wGate, wUp, wDown *kernels.Matrix
+}
+
+// Model is a loaded Llama-family model. It is safe for concurrent use.
+type Model struct {
+	cfg     Config
+	name    string
+	embed   *kernels.Matrix // Vocab × Dim
+	layers  []layer
+	outNorm []float32
+	output  *kernels.Matrix // Vocab × Dim; the embedding when tied
+	invFreq []float64
+
+	threads *kernels.Pool
+	kv      *kvcache.Pool
+	closers []io.Closer
+}
+
+// Config returns the model's shape.
+func (m *Model) Config() Config { return m.cfg }
+
+// Info implements [model.Model].
+func (m *Model) Info() model.Info {
+	return model.Info{Name: m.name, Arch: m.cfg.Arch, VocabSize: m.cfg.Vocab, ContextLength: m.cfg.ContextLength}
+}
+
+// KVStats reports the key/value memory: blocks in use and free, bytes.
+func (m *Model) KVStats() kvcache.Stats { return m.kv.Stats() }
+
+// Close releases the model's threads and unmaps its files. Sequences must be closed
+// first.
+func (m *Model) Close() error {
+	m.threads.Close()
+	var errs []error
+	for _, c := range m.closers {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// finish validates the assembled model and starts its threads and cache.
+func (m *Model) finish(opts Options) error {
+	c := &m.cfg
+	if opts.ContextLength > 0 && (c.ContextLength == 0 || opts.ContextLength < c.ContextLength) {
+		c.ContextLength = opts.ContextLength
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	m.invFreq = c.invFreqs()
+	perToken := int64(c.Layers) * 2 * int64(c.KVHeads) * int64(c.HeadDim) * 4
+	budget := opts.KVBudget
+	if budget <= 0 {
+		ctx := int64(c.ContextLength)
+		if ctx == 0 {
+			ctx = 4096
+		}
+		budget = min(max(4*ctx*perToken, 64<<20), 2<<30)
+	}
+	kv, err := kvcache.NewPool(kvcache.Config{Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Budget: budget})
+	if err != nil {
+		return fmt.Errorf("key/value cache: %w", err)
+	}
+	m.kv = kv
+	m.threads = kernels.NewPool(opts.Threads)
+	return nil
+}
+
+// NewSequence implements [model.Model].
+func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("llama: new sequence: %w", err)
+	}
+	return &sequence{m: m, kv: m.kv.NewSeq()}, nil
+}

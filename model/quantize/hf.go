@@ -1,0 +1,269 @@
+package quantize
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/model/safetensors"
+)
+
+// ggufName maps a Hugging Face tensor name to its llama.cpp name.
+func ggufName(name string) (string, bool) {
+	switch name {
+	case "model.embed_tokens.weight":
+		return "token_embd.weight", true
+	case "model.norm.weight":
+		return "output_norm.weight", true
+	case "lm_head.weight":
+		return "output.weight", true
+	}
+	m := layerName.FindStringSubmatch(name)
+	if m == nil {
+		return "", false
+	}
+	part, ok := map[string]string{
+		"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+		"self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+		"self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+		"self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias", "self_attn.v_proj.bias": "attn_v.bias",
+		"mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+	}[m[2]]
+	return "blk." + m[1] + "." + part, ok
+}
+
+var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.(.+)$`)
+
+// permuteRows reorders the rows of each head from Hugging Face's rotate-half layout to
+// llama.cpp's interleaved one: row h·d + 2i + j takes row h·d + j·d/2 + i.
+func permuteRows(data []byte, heads, rows int) []byte {
+	rowBytes := len(data) / rows
+	hd := rows / heads
+	out := make([]byte, len(data))
+	for h := range heads {
+		for i := range hd / 2 {
+			for j := range 2 {
+				dst, src := h*hd+2*i+j, h*hd+j*hd/2+i
+				copy(out[dst*rowBytes:(dst+1)*rowBytes], data[src*rowBytes:(src+1)*rowBytes])
+			}
+		}
+	}
+	return out
+}
+
+// fromHF converts a Hugging Face directory.
+func fromHF(ctx context.Context, dir string, t dtype.DType, r *Report) ([]gguf.KeyValue, []gguf.TensorData, func() error, error) {
+	c, err := llama.ReadHFConfig(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	arch := c.Arch
+	u32 := func(v int) gguf.Value { return gguf.Uint32(uint32(v)) }
+	kv := []gguf.KeyValue{
+		{Key: "general.architecture", Value: gguf.String(arch)},
+		{Key: "general.name", Value: gguf.String(filepath.Base(dir))},
+		{Key: "general.file_type", Value: gguf.Uint32(fileType(t))},
+		{Key: arch + ".context_length", Value: u32(c.ContextLength)},
+		{Key: arch + ".embedding_length", Value: u32(c.Dim)},
+		{Key: arch + ".block_count", Value: u32(c.Layers)},
+		{Key: arch + ".feed_forward_length", Value: u32(c.FFN)},
+		{Key: arch + ".attention.head_count", Value: u32(c.Heads)},
+		{Key: arch + ".attention.head_count_kv", Value: u32(c.KVHeads)},
+		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: gguf.Float32(c.NormEps)},
+		{Key: arch + ".rope.freq_base", Value: gguf.Float32(float32(c.RopeTheta))},
+		{Key: arch + ".rope.dimension_count", Value: u32(c.RopeDim)},
+	}
+	if c.HeadDim != c.Dim/c.Heads {
+		kv = append(kv, gguf.KeyValue{Key: arch + ".attention.key_length", Value: u32(c.HeadDim)},
+			gguf.KeyValue{Key: arch + ".attention.value_length", Value: u32(c.HeadDim)})
+	}
+	tok, err := tokenizerKV(dir, c.Vocab)
+	if err != nil {
+		r.Notes = append(r.Notes, "tokenizer left out: "+err.Error())
+	}
+	kv = append(kv, tok...)
+
+	var tensors []gguf.TensorData
+	if c.RopeFreqFactors != nil {
+		data, _ := encode(dtype.F32, c.RopeFreqFactors)
+		tensors = append(tensors, gguf.TensorData{Name: "rope_freqs.weight", Type: dtype.F32, Dims: []int64{int64(len(c.RopeFreqFactors))}, Data: data})
+	}
+	for _, name := range set.Names() {
+		if err := ctx.Err(); err != nil {
+			set.Close()
+			return nil, nil, nil, err
+		}
+		gname, ok := ggufName(name)
+		if !ok {
+			if strings.HasSuffix(name, "rotary_emb.inv_freq") {
+				continue // a buffer some checkpoints carry; recomputed from theta
+			}
+			set.Close()
+			return nil, nil, nil, fmt.Errorf("tensor %q has no GGUF counterpart", name)
+		}
+		if gname == "output.weight" && c.TiedEmbeddings {
+			continue
+		}
+		st, _ := set.Tensor(name)
+		if !st.Supported() {
+			set.Close()
+			return nil, nil, nil, fmt.Errorf("tensor %q has unsupported dtype %s", name, st.TypeName)
+		}
+		data := st.Data
+		// llama.cpp rotates llama Q and K in interleaved pairs: permute their rows.
+		if arch == "llama" {
+			heads := 0
+			switch {
+			case strings.HasSuffix(gname, "attn_q.weight") || strings.HasSuffix(gname, "attn_q.bias"):
+				heads = c.Heads
+			case strings.HasSuffix(gname, "attn_k.weight") || strings.HasSuffix(gname, "attn_k.bias"):
+				heads = c.KVHeads
+			}
+			if heads > 0 {
+				data = permuteRows(data, heads, int(st.Shape[0]))
+			}
+		}
+		dims := make([]int64, len(st.Shape))
+		for i, d := range st.Shape {
+			dims[len(st.Shape)-1-i] = d
+		}
+		typ, out, err := convert(gname, st.DType, dims, data, t, r)
+		if err != nil {
+			set.Close()
+			return nil, nil, nil, err
+		}
+		tensors = append(tensors, gguf.TensorData{Name: gname, Type: typ, Dims: dims, Data: out})
+	}
+	return kv, tensors, set.Close, nil
+}
+
+// hfTokenizer is the part of a tokenizer.json a gpt2 GGUF tokenizer needs.
+type hfTokenizer struct {
+	Model struct {
+		Type   string            `json:"type"`
+		Vocab  map[string]int    `json:"vocab"`
+		Merges []json.RawMessage `json:"merges"`
+	} `json:"model"`
+	AddedTokens []struct {
+		ID      int    `json:"id"`
+		Content string `json:"content"`
+		Special bool   `json:"special"`
+	} `json:"added_tokens"`
+	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+}
+
+// tokenizerKV turns a byte-level BPE tokenizer.json into GGUF tokenizer metadata.
+func tokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	var tj hfTokenizer
+	if err := json.Unmarshal(raw, &tj); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	if tj.Model.Type != "BPE" || !strings.Contains(string(tj.PreTokenizer), "ByteLevel") {
+		return nil, errors.New("tokenizer.json is not a byte-level BPE tokenizer")
+	}
+	tokens := make([]string, vocab)
+	types := make([]int32, vocab)
+	for i := range tokens {
+		tokens[i], types[i] = "[PAD"+strconv.Itoa(i)+"]", 5 // unused
+	}
+	set := func(id int, s string, typ int32) error {
+		if id < 0 || id >= vocab {
+			return fmt.Errorf("token %q has id %d outside the model's vocabulary of %d", s, id, vocab)
+		}
+		tokens[id], types[id] = s, typ
+		return nil
+	}
+	for s, id := range tj.Model.Vocab {
+		if err := set(id, s, 1); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range tj.AddedTokens {
+		typ := int32(4) // user-defined
+		if a.Special {
+			typ = 3 // control
+		}
+		if err := set(a.ID, a.Content, typ); err != nil {
+			return nil, err
+		}
+	}
+	merges := make([]string, 0, len(tj.Model.Merges))
+	for _, m := range tj.Model.Merges {
+		var s string
+		if json.Unmarshal(m, &s) == nil {
+			merges = append(merges, s)
+			continue
+		}
+		var pair []string
+		if err := json.Unmarshal(m, &pair); err != nil || len(pair) != 2 {
+			return nil, fmt.Errorf("tokenizer.json: merge %s is neither \"a b\" nor [a, b]", m)
+		}
+		merges = append(merges, pair[0]+" "+pair[1])
+	}
+	pre := "gpt-2"
+	if strings.Contains(string(tj.PreTokenizer), `\\p{N}{1,3}`) {
+		pre = "llama-bpe"
+	}
+	kv := []gguf.KeyValue{
+		{Key: "tokenizer.ggml.model", Value: gguf.String("gpt2")},
+		{Key: "tokenizer.ggml.pre", Value: gguf.String(pre)},
+		{Key: "tokenizer.ggml.tokens", Value: gguf.Strings(tokens)},
+		{Key: "tokenizer.ggml.token_type", Value: gguf.Int32s(types)},
+		{Key: "tokenizer.ggml.merges", Value: gguf.Strings(merges)},
+	}
+	var cfg struct {
+		BOS json.RawMessage `json:"bos_token_id"`
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if raw, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil && json.Unmarshal(raw, &cfg) == nil {
+		for _, e := range []struct {
+			key string
+			raw json.RawMessage
+		}{{"tokenizer.ggml.bos_token_id", cfg.BOS}, {"tokenizer.ggml.eos_token_id", cfg.EOS}} {
+			if id, ok := firstID(e.raw); ok {
+				kv = append(kv, gguf.KeyValue{Key: e.key, Value: gguf.Uint32(uint32(id))})
+			}
+		}
+	}
+	var tc struct {
+		AddBOS       *bool  `json:"add_bos_token"`
+		ChatTemplate string `json:"chat_template"`
+	}
+	if raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil && json.Unmarshal(raw, &tc) == nil {
+		kv = append(kv, gguf.KeyValue{Key: "tokenizer.ggml.add_bos_token", Value: gguf.Bool(tc.AddBOS != nil && *tc.AddBOS)})
+		if tc.ChatTemplate != "" {
+			kv = append(kv, gguf.KeyValue{Key: "tokenizer.chat_template", Value: gguf.String(tc.ChatTemplate)})
+		}
+	}
+	return kv, nil
+}
+
+// firstID reads a token id given as a number or as a list of numbers.
+func firstID(raw json.RawMessage) (int, bool) {
+	var id int
+	if json.Unmarshal(raw, &id) == nil {
+		return id, true
+	}
+	var ids []int
+	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
+		return ids[0], true
+	}
+	return 0, false
+}
