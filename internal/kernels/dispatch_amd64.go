@@ -16,6 +16,10 @@ var (
 	dotBF16 = pick(goFloat(goDotBF16), [Group + 1]floatKernel{1: dotBF16x1, 2: dotBF16x2, 3: dotBF16x3, 4: dotBF16x4, 5: dotBF16x5, 6: dotBF16x6, 7: dotBF16x7, 8: dotBF16x8})
 	dotQ8_0 = pick(goQuant(goDotQ8_0), [Group + 1]quantKernel{1: dotQ8_0x1, 2: dotQ8_0x2, 3: dotQ8_0x3, 4: dotQ8_0x4, 5: dotQ8_0x5, 6: dotQ8_0x6, 7: dotQ8_0x7, 8: dotQ8_0x8})
 	dotQ4_0 = pick(goQuant(goDotQ4_0), [Group + 1]quantKernel{1: dotQ4_0x1, 2: dotQ4_0x2, 3: dotQ4_0x3, 4: dotQ4_0x4, 5: dotQ4_0x5, 6: dotQ4_0x6, 7: dotQ4_0x7, 8: dotQ4_0x8})
+
+	pairF32  = pick(goPair(dotF32), [pairMax + 1]floatKernel2{1: dotF32x1r2, 2: dotF32x2r2, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
+	pairF16  = pick(goPair(dotF16), [pairMax + 1]floatKernel2{1: dotF16x1r2, 2: dotF16x2r2, 3: dotF16x3r2, 4: dotF16x4r2, 5: dotF16x5r2, 6: dotF16x6r2})
+	pairBF16 = pick(goPair(dotBF16), [pairMax + 1]floatKernel2{1: dotBF16x1r2, 2: dotBF16x2r2, 3: dotBF16x3r2, 4: dotBF16x4r2, 5: dotBF16x5r2, 6: dotBF16x6r2})
 )
 
 func pick[T any](generic, asm T) T {

@@ -9,6 +9,10 @@ var (
 	dotBF16 = goFloat(goDotBF16)
 	dotQ8_0 = goQuant(goDotQ8_0)
 	dotQ4_0 = goQuant(goDotQ4_0)
+
+	pairF32  = goPair(dotF32)
+	pairF16  = goPair(dotF16)
+	pairBF16 = goPair(dotBF16)
 )
 
 // Accelerated reports whether assembly kernels are in use.

@@ -642,6 +642,652 @@ dotF32x8_done:
 	VZEROUPPER
 	RET
 
+// func dotF32x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, FMA3
+TEXT ·dotF32x1r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+dotF32x1r2_loop:
+	CMPQ        BX, $0x00000002
+	JL          dotF32x1r2_tail
+	VMOVUPS     (AX), Y4
+	VMOVUPS     (CX), Y5
+	VMOVUPS     32(AX), Y6
+	VMOVUPS     32(CX), Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y4, Y0
+	VFMADD231PS Y8, Y5, Y2
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y3
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	SUBQ        $0x00000002, BX
+	JMP         dotF32x1r2_loop
+
+dotF32x1r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF32x1r2_done
+	VMOVUPS     (AX), Y4
+	VMOVUPS     (CX), Y5
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y4, Y0
+	VFMADD231PS Y8, Y5, Y2
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, DX
+	DECQ        BX
+	JMP         dotF32x1r2_tail
+
+dotF32x1r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF32x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, FMA3
+TEXT ·dotF32x2r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotF32x2r2_loop:
+	CMPQ        BX, $0x00000002
+	JL          dotF32x2r2_tail
+	VMOVUPS     (AX), Y8
+	VMOVUPS     (CX), Y9
+	VMOVUPS     32(AX), Y10
+	VMOVUPS     32(CX), Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y8, Y0
+	VFMADD231PS Y12, Y9, Y4
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y7
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000080, DX
+	SUBQ        $0x00000002, BX
+	JMP         dotF32x2r2_loop
+
+dotF32x2r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF32x2r2_done
+	VMOVUPS     (AX), Y8
+	VMOVUPS     (CX), Y9
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y8, Y0
+	VFMADD231PS Y12, Y9, Y4
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JMP         dotF32x2r2_tail
+
+dotF32x2r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF32x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, FMA3
+TEXT ·dotF32x3r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+dotF32x3r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotF32x3r2_tail
+	VMOVUPS     (AX), Y6
+	VMOVUPS     (CX), Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y6, Y0
+	VFMADD231PS Y8, Y7, Y3
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y4
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y6, Y2
+	VFMADD231PS Y8, Y7, Y5
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000060, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotF32x3r2_loop
+
+dotF32x3r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF32x3r2_done
+	VMOVUPS     (AX), Y6
+	VMOVUPS     (CX), Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y6, Y0
+	VFMADD231PS Y8, Y7, Y3
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y4
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y6, Y2
+	VFMADD231PS Y8, Y7, Y5
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000060, DX
+	DECQ        BX
+	JMP         dotF32x3r2_tail
+
+dotF32x3r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF32x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, FMA3
+TEXT ·dotF32x4r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotF32x4r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotF32x4r2_tail
+	VMOVUPS     (AX), Y8
+	VMOVUPS     (CX), Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y8, Y1
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y8, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y8, Y3
+	VFMADD231PS Y10, Y9, Y7
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotF32x4r2_loop
+
+dotF32x4r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF32x4r2_done
+	VMOVUPS     (AX), Y8
+	VMOVUPS     (CX), Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y8, Y1
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y8, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y8, Y3
+	VFMADD231PS Y10, Y9, Y7
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, DX
+	DECQ        BX
+	JMP         dotF32x4r2_tail
+
+dotF32x4r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF32x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, FMA3
+TEXT ·dotF32x5r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+dotF32x5r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotF32x5r2_tail
+	VMOVUPS     (AX), Y10
+	VMOVUPS     (CX), Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y10, Y0
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y2
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y10, Y4
+	VFMADD231PS Y12, Y11, Y9
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x000000a0, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotF32x5r2_loop
+
+dotF32x5r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF32x5r2_done
+	VMOVUPS     (AX), Y10
+	VMOVUPS     (CX), Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y10, Y0
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y2
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y10, Y4
+	VFMADD231PS Y12, Y11, Y9
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x000000a0, DX
+	DECQ        BX
+	JMP         dotF32x5r2_tail
+
+dotF32x5r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X10
+	VADDPS       X10, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF32x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, FMA3
+TEXT ·dotF32x6r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+dotF32x6r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotF32x6r2_tail
+	VMOVUPS     (AX), Y12
+	VMOVUPS     (CX), Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y6
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y12, Y4
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y12, Y5
+	VFMADD231PS Y14, Y13, Y11
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x000000c0, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotF32x6r2_loop
+
+dotF32x6r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF32x6r2_done
+	VMOVUPS     (AX), Y12
+	VMOVUPS     (CX), Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y6
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y12, Y4
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y12, Y5
+	VFMADD231PS Y14, Y13, Y11
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x000000c0, DX
+	DECQ        BX
+	JMP         dotF32x6r2_tail
+
+dotF32x6r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (AX)
+	VEXTRACTF128 $0x01, Y11, X0
+	VADDPS       X0, X11, X11
+	VHADDPS      X11, X11, X11
+	VHADDPS      X11, X11, X11
+	VMOVSS       X11, 4(AX)
+	VZEROUPPER
+	RET
+
 // func dotF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, F16C, FMA3
 TEXT ·dotF16x1(SB), NOSPLIT, $0-88
@@ -1277,6 +1923,652 @@ dotF16x8_done:
 	VHADDPS      X7, X7, X7
 	VHADDPS      X7, X7, X7
 	VMOVSS       X7, (BX)
+	VZEROUPPER
+	RET
+
+// func dotF16x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3
+TEXT ·dotF16x1r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+dotF16x1r2_loop:
+	CMPQ        BX, $0x00000002
+	JL          dotF16x1r2_tail
+	VCVTPH2PS   (AX), Y4
+	VCVTPH2PS   (CX), Y5
+	VCVTPH2PS   16(AX), Y6
+	VCVTPH2PS   16(CX), Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y4, Y0
+	VFMADD231PS Y8, Y5, Y2
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y3
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000040, DX
+	SUBQ        $0x00000002, BX
+	JMP         dotF16x1r2_loop
+
+dotF16x1r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF16x1r2_done
+	VCVTPH2PS   (AX), Y4
+	VCVTPH2PS   (CX), Y5
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y4, Y0
+	VFMADD231PS Y8, Y5, Y2
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000020, DX
+	DECQ        BX
+	JMP         dotF16x1r2_tail
+
+dotF16x1r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3
+TEXT ·dotF16x2r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotF16x2r2_loop:
+	CMPQ        BX, $0x00000002
+	JL          dotF16x2r2_tail
+	VCVTPH2PS   (AX), Y8
+	VCVTPH2PS   (CX), Y9
+	VCVTPH2PS   16(AX), Y10
+	VCVTPH2PS   16(CX), Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y8, Y0
+	VFMADD231PS Y12, Y9, Y4
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y7
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, DX
+	SUBQ        $0x00000002, BX
+	JMP         dotF16x2r2_loop
+
+dotF16x2r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF16x2r2_done
+	VCVTPH2PS   (AX), Y8
+	VCVTPH2PS   (CX), Y9
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y8, Y0
+	VFMADD231PS Y12, Y9, Y4
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JMP         dotF16x2r2_tail
+
+dotF16x2r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3
+TEXT ·dotF16x3r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+dotF16x3r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotF16x3r2_tail
+	VCVTPH2PS   (AX), Y6
+	VCVTPH2PS   (CX), Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y6, Y0
+	VFMADD231PS Y8, Y7, Y3
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y4
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y6, Y2
+	VFMADD231PS Y8, Y7, Y5
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000060, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotF16x3r2_loop
+
+dotF16x3r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF16x3r2_done
+	VCVTPH2PS   (AX), Y6
+	VCVTPH2PS   (CX), Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y6, Y0
+	VFMADD231PS Y8, Y7, Y3
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y4
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y6, Y2
+	VFMADD231PS Y8, Y7, Y5
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000060, DX
+	DECQ        BX
+	JMP         dotF16x3r2_tail
+
+dotF16x3r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3
+TEXT ·dotF16x4r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotF16x4r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotF16x4r2_tail
+	VCVTPH2PS   (AX), Y8
+	VCVTPH2PS   (CX), Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y8, Y1
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y8, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y8, Y3
+	VFMADD231PS Y10, Y9, Y7
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000080, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotF16x4r2_loop
+
+dotF16x4r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF16x4r2_done
+	VCVTPH2PS   (AX), Y8
+	VCVTPH2PS   (CX), Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y8, Y1
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y8, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y8, Y3
+	VFMADD231PS Y10, Y9, Y7
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000080, DX
+	DECQ        BX
+	JMP         dotF16x4r2_tail
+
+dotF16x4r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3
+TEXT ·dotF16x5r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+dotF16x5r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotF16x5r2_tail
+	VCVTPH2PS   (AX), Y10
+	VCVTPH2PS   (CX), Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y10, Y0
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y2
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y10, Y4
+	VFMADD231PS Y12, Y11, Y9
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000a0, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotF16x5r2_loop
+
+dotF16x5r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF16x5r2_done
+	VCVTPH2PS   (AX), Y10
+	VCVTPH2PS   (CX), Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y10, Y0
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y2
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y10, Y4
+	VFMADD231PS Y12, Y11, Y9
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000a0, DX
+	DECQ        BX
+	JMP         dotF16x5r2_tail
+
+dotF16x5r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X10
+	VADDPS       X10, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3
+TEXT ·dotF16x6r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+dotF16x6r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotF16x6r2_tail
+	VCVTPH2PS   (AX), Y12
+	VCVTPH2PS   (CX), Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y6
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y12, Y4
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y12, Y5
+	VFMADD231PS Y14, Y13, Y11
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000c0, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotF16x6r2_loop
+
+dotF16x6r2_tail:
+	TESTQ       BX, BX
+	JZ          dotF16x6r2_done
+	VCVTPH2PS   (AX), Y12
+	VCVTPH2PS   (CX), Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y6
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y12, Y4
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y12, Y5
+	VFMADD231PS Y14, Y13, Y11
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000c0, DX
+	DECQ        BX
+	JMP         dotF16x6r2_tail
+
+dotF16x6r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (AX)
+	VEXTRACTF128 $0x01, Y11, X0
+	VADDPS       X0, X11, X11
+	VHADDPS      X11, X11, X11
+	VHADDPS      X11, X11, X11
+	VMOVSS       X11, 4(AX)
 	VZEROUPPER
 	RET
 
@@ -1940,6 +3232,680 @@ dotBF16x8_done:
 	VHADDPS      X7, X7, X7
 	VHADDPS      X7, X7, X7
 	VMOVSS       X7, (BX)
+	VZEROUPPER
+	RET
+
+// func dotBF16x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotBF16x1r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+dotBF16x1r2_loop:
+	CMPQ        BX, $0x00000002
+	JL          dotBF16x1r2_tail
+	VPMOVZXWD   (AX), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VPMOVZXWD   (CX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VPMOVZXWD   16(AX), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   16(CX), Y7
+	VPSLLD      $0x10, Y7, Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y4, Y0
+	VFMADD231PS Y8, Y5, Y2
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y3
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000040, DX
+	SUBQ        $0x00000002, BX
+	JMP         dotBF16x1r2_loop
+
+dotBF16x1r2_tail:
+	TESTQ       BX, BX
+	JZ          dotBF16x1r2_done
+	VPMOVZXWD   (AX), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VPMOVZXWD   (CX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y4, Y0
+	VFMADD231PS Y8, Y5, Y2
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000020, DX
+	DECQ        BX
+	JMP         dotBF16x1r2_tail
+
+dotBF16x1r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotBF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotBF16x2r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotBF16x2r2_loop:
+	CMPQ        BX, $0x00000002
+	JL          dotBF16x2r2_tail
+	VPMOVZXWD   (AX), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VPMOVZXWD   16(AX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   16(CX), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y8, Y0
+	VFMADD231PS Y12, Y9, Y4
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y7
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, DX
+	SUBQ        $0x00000002, BX
+	JMP         dotBF16x2r2_loop
+
+dotBF16x2r2_tail:
+	TESTQ       BX, BX
+	JZ          dotBF16x2r2_done
+	VPMOVZXWD   (AX), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y8, Y0
+	VFMADD231PS Y12, Y9, Y4
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JMP         dotBF16x2r2_tail
+
+dotBF16x2r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotBF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotBF16x3r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+dotBF16x3r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotBF16x3r2_tail
+	VPMOVZXWD   (AX), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   (CX), Y7
+	VPSLLD      $0x10, Y7, Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y6, Y0
+	VFMADD231PS Y8, Y7, Y3
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y4
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y6, Y2
+	VFMADD231PS Y8, Y7, Y5
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000060, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotBF16x3r2_loop
+
+dotBF16x3r2_tail:
+	TESTQ       BX, BX
+	JZ          dotBF16x3r2_done
+	VPMOVZXWD   (AX), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   (CX), Y7
+	VPSLLD      $0x10, Y7, Y7
+	VMOVUPS     (DX), Y8
+	VFMADD231PS Y8, Y6, Y0
+	VFMADD231PS Y8, Y7, Y3
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y7, Y4
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y6, Y2
+	VFMADD231PS Y8, Y7, Y5
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000060, DX
+	DECQ        BX
+	JMP         dotBF16x3r2_tail
+
+dotBF16x3r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotBF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotBF16x4r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotBF16x4r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotBF16x4r2_tail
+	VPMOVZXWD   (AX), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y8, Y1
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y8, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y8, Y3
+	VFMADD231PS Y10, Y9, Y7
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000080, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotBF16x4r2_loop
+
+dotBF16x4r2_tail:
+	TESTQ       BX, BX
+	JZ          dotBF16x4r2_done
+	VPMOVZXWD   (AX), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y8, Y1
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y8, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y8, Y3
+	VFMADD231PS Y10, Y9, Y7
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000080, DX
+	DECQ        BX
+	JMP         dotBF16x4r2_tail
+
+dotBF16x4r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotBF16x5r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+dotBF16x5r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotBF16x5r2_tail
+	VPMOVZXWD   (AX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   (CX), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y10, Y0
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y2
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y10, Y4
+	VFMADD231PS Y12, Y11, Y9
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000a0, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotBF16x5r2_loop
+
+dotBF16x5r2_tail:
+	TESTQ       BX, BX
+	JZ          dotBF16x5r2_done
+	VPMOVZXWD   (AX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   (CX), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y10, Y0
+	VFMADD231PS Y12, Y11, Y5
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y10, Y1
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y10, Y2
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y10, Y3
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y10, Y4
+	VFMADD231PS Y12, Y11, Y9
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000a0, DX
+	DECQ        BX
+	JMP         dotBF16x5r2_tail
+
+dotBF16x5r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X10
+	VADDPS       X10, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotBF16x6r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+dotBF16x6r2_loop:
+	CMPQ        BX, $0x00000001
+	JL          dotBF16x6r2_tail
+	VPMOVZXWD   (AX), Y12
+	VPSLLD      $0x10, Y12, Y12
+	VPMOVZXWD   (CX), Y13
+	VPSLLD      $0x10, Y13, Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y6
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y12, Y4
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y12, Y5
+	VFMADD231PS Y14, Y13, Y11
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000c0, DX
+	SUBQ        $0x00000001, BX
+	JMP         dotBF16x6r2_loop
+
+dotBF16x6r2_tail:
+	TESTQ       BX, BX
+	JZ          dotBF16x6r2_done
+	VPMOVZXWD   (AX), Y12
+	VPSLLD      $0x10, Y12, Y12
+	VPMOVZXWD   (CX), Y13
+	VPSLLD      $0x10, Y13, Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y6
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y12, Y4
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y12, Y5
+	VFMADD231PS Y14, Y13, Y11
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000c0, DX
+	DECQ        BX
+	JMP         dotBF16x6r2_tail
+
+dotBF16x6r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (AX)
+	VEXTRACTF128 $0x01, Y11, X0
+	VADDPS       X0, X11, X11
+	VHADDPS      X11, X11, X11
+	VHADDPS      X11, X11, X11
+	VMOVSS       X11, 4(AX)
 	VZEROUPPER
 	RET
 

@@ -28,6 +28,24 @@ func dotF32x7(w []byte, x []float32, chunks int, out []float32, ldo int)
 // dotF32x8 computes 8 rows of a F32 product.
 func dotF32x8(w []byte, x []float32, chunks int, out []float32, ldo int)
 
+// dotF32x1r2 computes two weight rows against 1 activation rows of a F32 product.
+func dotF32x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF32x2r2 computes two weight rows against 2 activation rows of a F32 product.
+func dotF32x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF32x3r2 computes two weight rows against 3 activation rows of a F32 product.
+func dotF32x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF32x4r2 computes two weight rows against 4 activation rows of a F32 product.
+func dotF32x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF32x5r2 computes two weight rows against 5 activation rows of a F32 product.
+func dotF32x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF32x6r2 computes two weight rows against 6 activation rows of a F32 product.
+func dotF32x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
 // dotF16x1 computes 1 rows of a F16 product.
 func dotF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
 
@@ -52,6 +70,24 @@ func dotF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
 // dotF16x8 computes 8 rows of a F16 product.
 func dotF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
 
+// dotF16x1r2 computes two weight rows against 1 activation rows of a F16 product.
+func dotF16x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF16x2r2 computes two weight rows against 2 activation rows of a F16 product.
+func dotF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF16x3r2 computes two weight rows against 3 activation rows of a F16 product.
+func dotF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF16x4r2 computes two weight rows against 4 activation rows of a F16 product.
+func dotF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF16x5r2 computes two weight rows against 5 activation rows of a F16 product.
+func dotF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotF16x6r2 computes two weight rows against 6 activation rows of a F16 product.
+func dotF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
 // dotBF16x1 computes 1 rows of a BF16 product.
 func dotBF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
 
@@ -75,6 +111,24 @@ func dotBF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
 
 // dotBF16x8 computes 8 rows of a BF16 product.
 func dotBF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
+
+// dotBF16x1r2 computes two weight rows against 1 activation rows of a BF16 product.
+func dotBF16x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotBF16x2r2 computes two weight rows against 2 activation rows of a BF16 product.
+func dotBF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotBF16x3r2 computes two weight rows against 3 activation rows of a BF16 product.
+func dotBF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotBF16x4r2 computes two weight rows against 4 activation rows of a BF16 product.
+func dotBF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotBF16x5r2 computes two weight rows against 5 activation rows of a BF16 product.
+func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+
+// dotBF16x6r2 computes two weight rows against 6 activation rows of a BF16 product.
+func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
 // dotQ8_0x1 computes 1 rows of a Q8_0 × Q8 product.
 func dotQ8_0x1(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)

@@ -105,9 +105,26 @@ func goDotQ4_0(n int, w []byte, q []int8, d []float32, blocks int, out []float32
 }
 
 type (
-	floatKernel func(w []byte, x []float32, chunks int, out []float32, ldo int)
-	quantKernel func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
+	floatKernel  func(w []byte, x []float32, chunks int, out []float32, ldo int)
+	floatKernel2 func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+	quantKernel  func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
 )
+
+// pairMax is the most activation rows the two-weight-row kernels handle.
+const pairMax = 6
+
+// goPair makes a two-row kernel table from a one-row table: the pure-Go twin of the
+// two-row assembly.
+func goPair(t [Group + 1]floatKernel) (p [pairMax + 1]floatKernel2) {
+	for i := 1; i <= pairMax; i++ {
+		k := t[i]
+		p[i] = func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int) {
+			k(w, x, chunks, out, ldo)
+			k(w[wstride:], x, chunks, out[1:], ldo)
+		}
+	}
+	return p
+}
 
 // goFloat and goQuant make kernel tables, indexed by the number of rows, from a
 // pure-Go kernel.

@@ -104,14 +104,36 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 					}
 				default:
 					x := a.f32[t0*a.padCols : (t0+n)*a.padCols]
+					var one floatKernel
+					var two floatKernel2
 					switch m.Type {
 					case dtype.F32:
-						dotF32[n](w, x, chunks, out, ldy)
+						one = dotF32[n]
+						if n >= 2 && n <= pairMax {
+							two = pairF32[n]
+						}
 					case dtype.F16:
-						dotF16[n](w, x, chunks, out, ldy)
+						one = dotF16[n]
+						if n >= 2 && n <= pairMax {
+							two = pairF16[n]
+						}
 					case dtype.BF16:
-						dotBF16[n](w, x, chunks, out, ldy)
+						one = dotBF16[n]
+						if n >= 2 && n <= pairMax {
+							two = pairBF16[n]
+						}
 					}
+					// Two weight rows at a time share each activation load.
+					if two != nil && r+1 < c1 {
+						two(m.Data[r*m.rowBytes:(r+2)*m.rowBytes], m.rowBytes, x, chunks, out, ldy)
+						if chunks*8 < m.Cols {
+							m.tail(w, a, t0, n, out, ldy)
+							m.tail(m.Row(r+1), a, t0, n, out[1:], ldy)
+						}
+						r++
+						continue
+					}
+					one(w, x, chunks, out, ldy)
 					if chunks*8 < m.Cols {
 						m.tail(w, a, t0, n, out, ldy)
 					}

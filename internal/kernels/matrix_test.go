@@ -110,10 +110,11 @@ func TestAssemblyMatchesGo(t *testing.T) {
 	floats := []struct {
 		typ      dtype.DType
 		asm, twn [Group + 1]floatKernel
+		pair     [pairMax + 1]floatKernel2
 	}{
-		{dtype.F32, dotF32, goFloat(goDotF32)},
-		{dtype.F16, dotF16, goFloat(goDotF16)},
-		{dtype.BF16, dotBF16, goFloat(goDotBF16)},
+		{dtype.F32, dotF32, goFloat(goDotF32), pairF32},
+		{dtype.F16, dotF16, goFloat(goDotF16), pairF16},
+		{dtype.BF16, dotBF16, goFloat(goDotBF16), pairBF16},
 	}
 	quants := []struct {
 		typ      dtype.DType
@@ -142,6 +143,23 @@ func TestAssemblyMatchesGo(t *testing.T) {
 				k.asm[n](wb, a.f32, cols/8, got, 1)
 				k.twn[n](wb, a.f32, cols/8, want, 1)
 				check(k.typ.String())
+				if n <= pairMax {
+					// Two rows: the row above and a second, different row.
+					w2 := randVec(rng, cols)
+					wb2 := append(append([]byte(nil), wb...), encode(t, k.typ, w2)...)
+					pair := make([]float32, 2*n)
+					k.pair[n](wb2, len(wb), a.f32, cols/8, pair, 2)
+					second := make([]float32, n)
+					k.twn[n](wb2[len(wb):], a.f32, cols/8, second, 1)
+					for i := range n {
+						got[i] = pair[2*i]
+					}
+					check(k.typ.String() + " pair row 0")
+					for i := range n {
+						got[i], want[i] = pair[2*i+1], second[i]
+					}
+					check(k.typ.String() + " pair row 1")
+				}
 			}
 			for _, k := range quants {
 				require.NoError(t, a.Prepare(k.typ))

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Task is work that can be split into ranges of [0, total) and run in parallel.
@@ -11,37 +12,48 @@ type Task interface {
 	Run(lo, hi int)
 }
 
-// Pool runs tasks on a fixed set of goroutines. The goroutine calling Run takes part,
-// so a pool of one thread runs everything inline. A Pool is safe for concurrent use:
-// runs from several goroutines share the helpers.
+// Pool runs tasks on a fixed set of threads: the goroutine calling Run and Threads()-1
+// helpers. A forward pass hands out dozens of small parallel steps, each a few
+// microseconds to a millisecond long, so handing work over must cost far less than
+// waking a sleeping thread: helpers spin on an atomic generation counter for a while
+// after their last work, and only then sleep. A Pool is safe for concurrent use; runs
+// from several goroutines take turns.
 type Pool struct {
 	threads int
-	wake    chan *batch
-	batches sync.Pool
-	once    sync.Once
+	run     sync.Mutex // one run at a time
+	gen     atomic.Uint64
+	cur     batch
+	closed  atomic.Bool
+
+	mu       sync.Mutex // guards sleeping, with wake
+	wake     *sync.Cond
+	sleeping int
 }
+
+// closedBit marks a batch whose work has all been handed out: helpers that arrive
+// later do not join it.
+const closedBit = 1 << 62
 
 type batch struct {
 	task         Task
 	total, chunk int
 	next         atomic.Int64
-	wg           sync.WaitGroup
+	state        atomic.Int64 // helpers working, | closedBit once the caller is done
 }
+
+// spin is how long an idle helper keeps watching for work before it sleeps.
+const spin = 100 * time.Microsecond
 
 // NewPool starts a pool of the given number of threads (0 means GOMAXPROCS).
 func NewPool(threads int) *Pool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	p := &Pool{threads: threads, wake: make(chan *batch, 4*threads)}
-	p.batches.New = func() any { return new(batch) }
+	p := &Pool{threads: threads}
+	p.wake = sync.NewCond(&p.mu)
+	p.cur.state.Store(closedBit)
 	for range threads - 1 {
-		go func() {
-			for b := range p.wake {
-				b.work()
-				b.wg.Done()
-			}
-		}()
+		go p.helper()
 	}
 	return p
 }
@@ -55,25 +67,30 @@ func (p *Pool) Run(task Task, total, grain int) {
 	if total <= 0 {
 		return
 	}
-	helpers := p.threads - 1
 	// A few chunks per thread balance uneven progress without much overhead.
 	chunk := max(grain, (total+4*p.threads-1)/(4*p.threads))
-	if helpers == 0 || total <= chunk {
+	if p.threads == 1 || total <= chunk {
 		task.Run(0, total)
 		return
 	}
-	helpers = min(helpers, (total+chunk-1)/chunk-1)
-	b := p.batches.Get().(*batch)
+	p.run.Lock()
+	b := &p.cur
 	b.task, b.total, b.chunk = task, total, chunk
 	b.next.Store(0)
-	b.wg.Add(helpers)
-	for range helpers {
-		p.wake <- b
+	b.state.Store(0) // open
+	p.gen.Add(1)
+	p.mu.Lock()
+	if p.sleeping > 0 {
+		p.wake.Broadcast()
 	}
+	p.mu.Unlock()
 	b.work()
-	b.wg.Wait()
+	// Close the batch and wait for the helpers that joined it.
+	for s := b.state.Add(closedBit); s != closedBit; s = b.state.Load() {
+		runtime.Gosched()
+	}
 	b.task = nil
-	p.batches.Put(b)
+	p.run.Unlock()
 }
 
 func (b *batch) work() {
@@ -86,7 +103,50 @@ func (b *batch) work() {
 	}
 }
 
+// join adds a helper to the batch unless it is closed.
+func (b *batch) join() bool {
+	for {
+		s := b.state.Load()
+		if s&closedBit != 0 {
+			return false
+		}
+		if b.state.CompareAndSwap(s, s+1) {
+			return true
+		}
+	}
+}
+
+func (p *Pool) helper() {
+	seen := p.gen.Load()
+	for {
+		// Watch for a new generation, then sleep.
+		start := time.Now()
+		for i := 0; p.gen.Load() == seen; i++ {
+			if p.closed.Load() {
+				return
+			}
+			if i%128 == 127 && time.Since(start) > spin {
+				p.mu.Lock()
+				p.sleeping++
+				for p.gen.Load() == seen && !p.closed.Load() {
+					p.wake.Wait()
+				}
+				p.sleeping--
+				p.mu.Unlock()
+			}
+		}
+		seen = p.gen.Load()
+		if b := &p.cur; b.join() {
+			b.work()
+			b.state.Add(-1)
+		}
+	}
+}
+
 // Close stops the helpers. Run must not be called after.
 func (p *Pool) Close() {
-	p.once.Do(func() { close(p.wake) })
+	p.closed.Store(true)
+	p.mu.Lock()
+	p.wake.Broadcast()
+	p.mu.Unlock()
 }

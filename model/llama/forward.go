@@ -373,9 +373,8 @@ func (t *attnTask) Run(lo, hi int) {
 						mx[h] = bm
 					}
 					o := outs[h*hd : (h+1)*hd]
-					for j := range cnt {
-						w := kernels.ExpNeg(sc[j] - mx[h])
-						sum[h] += w
+					sum[h] += float32(kernels.ExpShifted(sc, mx[h], 1))
+					for j, w := range sc {
 						kernels.Axpy(w, vb[j*hd:(j+1)*hd], o)
 					}
 				}

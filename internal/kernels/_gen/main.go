@@ -18,6 +18,10 @@ import (
 
 const group = 8
 
+// pairMax is the most activation rows the two-row float kernels handle: 2·n
+// accumulators, two weight vectors and one activation vector fill 15 registers.
+const pairMax = 6
+
 func main() {
 	ConstraintExpr("amd64,!purego")
 	for _, k := range []struct {
@@ -31,6 +35,9 @@ func main() {
 	} {
 		for n := 1; n <= group; n++ {
 			floatKernel(k.name, n, k.wstep, k.load)
+		}
+		for n := 1; n <= pairMax; n++ {
+			floatKernel2(k.name, n, k.wstep, k.load)
 		}
 	}
 	for n := 1; n <= group; n++ {
@@ -315,6 +322,99 @@ func axpyKernel() {
 	DECQ(n)
 	JMP(LabelRef("axpy_loop"))
 	Label("axpy_done")
+	VZEROUPPER()
+	RET()
+}
+
+// unroll2 is the unroll of the two-row kernels.
+func unroll2(n int) int {
+	if n <= 2 {
+		return 2
+	}
+	return 1
+}
+
+// floatKernel2: func(w []byte, wstride int, x []float32, chunks int, out []float32,
+// ldo int): like floatKernel for two weight rows, w and w+wstride bytes, so that each
+// activation vector loaded serves both; row 0's results go to out[t·ldo], row 1's to
+// out[t·ldo+1].
+func floatKernel2(name string, n, wstep int, load func(Mem, VecVirtual)) {
+	fn := fmt.Sprintf("dot%sx%dr2", name, n)
+	TEXT(fn, NOSPLIT, "func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)")
+	Doc(fmt.Sprintf("%s computes two weight rows against %d activation rows of a %s product.", fn, n, name))
+	w0 := Mem{Base: Load(Param("w").Base(), GP64())}
+	stride := Load(Param("wstride"), GP64())
+	w1 := Mem{Base: GP64()}
+	LEAQ(w0.Idx(stride, 1), w1.Base)
+	x := Mem{Base: Load(Param("x").Base(), GP64())}
+	chunks := Load(Param("chunks"), GP64())
+	u := unroll2(n)
+	acc0, acc1 := zeroAcc(n, u), zeroAcc(n, u)
+	ws0, ws1 := make([]VecVirtual, u), make([]VecVirtual, u)
+	for i := range ws0 {
+		ws0[i], ws1[i] = YMM(), YMM()
+	}
+	xv := YMM()
+
+	Label(fn + "_loop")
+	CMPQ(chunks, U32(u))
+	JL(LabelRef(fn + "_tail"))
+	for i := range u {
+		load(w0.Offset(i*wstep), ws0[i])
+		load(w1.Offset(i*wstep), ws1[i])
+	}
+	for i := range u {
+		for t := range n {
+			VMOVUPS(x.Offset((i*n+t)*32), xv)
+			VFMADD231PS(xv, ws0[i], acc0[t][i])
+			VFMADD231PS(xv, ws1[i], acc1[t][i])
+		}
+	}
+	ADDQ(U32(u*wstep), w0.Base)
+	ADDQ(U32(u*wstep), w1.Base)
+	ADDQ(U32(u*n*32), x.Base)
+	SUBQ(U32(u), chunks)
+	JMP(LabelRef(fn + "_loop"))
+
+	Label(fn + "_tail")
+	TESTQ(chunks, chunks)
+	JZ(LabelRef(fn + "_done"))
+	load(w0, ws0[0])
+	load(w1, ws1[0])
+	for t := range n {
+		VMOVUPS(x.Offset(t*32), xv)
+		VFMADD231PS(xv, ws0[0], acc0[t][0])
+		VFMADD231PS(xv, ws1[0], acc1[t][0])
+	}
+	ADDQ(U32(wstep), w0.Base)
+	ADDQ(U32(wstep), w1.Base)
+	ADDQ(U32(n*32), x.Base)
+	DECQ(chunks)
+	JMP(LabelRef(fn + "_tail"))
+
+	Label(fn + "_done")
+	out := Mem{Base: Load(Param("out").Base(), GP64())}
+	ldo := Load(Param("ldo"), GP64())
+	// Row 0 to out[t·ldo], row 1 to out[t·ldo+1]: reduce both, then step.
+	SHLQ(U8(2), ldo)
+	for t := range n {
+		for r, acc := range [][][]VecVirtual{acc0, acc1} {
+			a := acc[t][0]
+			for _, b := range acc[t][1:] {
+				VADDPS(b, a, a)
+			}
+			hi := XMM()
+			VEXTRACTF128(U8(1), a, hi)
+			lo := a.AsX()
+			VADDPS(hi, lo, lo)
+			VHADDPS(lo, lo, lo)
+			VHADDPS(lo, lo, lo)
+			VMOVSS(lo, out.Offset(4*r))
+		}
+		if t+1 < n {
+			ADDQ(ldo, out.Base)
+		}
+	}
 	VZEROUPPER()
 	RET()
 }
