@@ -17,6 +17,9 @@ var (
 	dotQ8_0 = pick(goQuant(goDotQ8_0), [Group + 1]quantKernel{1: dotQ8_0x1, 2: dotQ8_0x2, 3: dotQ8_0x3, 4: dotQ8_0x4, 5: dotQ8_0x5, 6: dotQ8_0x6, 7: dotQ8_0x7, 8: dotQ8_0x8})
 	dotQ4_0 = pick(goQuant(goDotQ4_0), [Group + 1]quantKernel{1: dotQ4_0x1, 2: dotQ4_0x2, 3: dotQ4_0x3, 4: dotQ4_0x4, 5: dotQ4_0x5, 6: dotQ4_0x6, 7: dotQ4_0x7, 8: dotQ4_0x8})
 
+	dotQ8_0f = pick(goFloat(goDotQ8_0f), [Group + 1]floatKernel{1: dotQ8_0fx1, 2: dotQ8_0fx2, 3: dotQ8_0fx3, 4: dotQ8_0fx4, 5: dotQ8_0fx5, 6: dotQ8_0fx6, 7: dotQ8_0fx7, 8: dotQ8_0fx8})
+	dotQ4_0f = pick(goFloat(goDotQ4_0f), [Group + 1]floatKernel{1: dotQ4_0fx1, 2: dotQ4_0fx2, 3: dotQ4_0fx3, 4: dotQ4_0fx4, 5: dotQ4_0fx5, 6: dotQ4_0fx6, 7: dotQ4_0fx7, 8: dotQ4_0fx8})
+
 	pairF32  = pick(goPair(dotF32), [pairMax + 1]floatKernel2{1: dotF32x1r2, 2: dotF32x2r2, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
 	pairF16  = pick(goPair(dotF16), [pairMax + 1]floatKernel2{1: dotF16x1r2, 2: dotF16x2r2, 3: dotF16x3r2, 4: dotF16x4r2, 5: dotF16x5r2, 6: dotF16x6r2})
 	pairBF16 = pick(goPair(dotBF16), [pairMax + 1]floatKernel2{1: dotBF16x1r2, 2: dotBF16x2r2, 3: dotBF16x3r2, 4: dotBF16x4r2, 5: dotBF16x5r2, 6: dotBF16x6r2})

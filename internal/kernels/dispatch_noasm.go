@@ -10,6 +10,9 @@ var (
 	dotQ8_0 = goQuant(goDotQ8_0)
 	dotQ4_0 = goQuant(goDotQ4_0)
 
+	dotQ8_0f = goFloat(goDotQ8_0f)
+	dotQ4_0f = goFloat(goDotQ4_0f)
+
 	pairF32  = goPair(dotF32)
 	pairF16  = goPair(dotF16)
 	pairBF16 = goPair(dotBF16)

@@ -4093,6 +4093,130 @@ dotQ4_0x1_done:
 	VZEROUPPER
 	RET
 
+// func dotQ8_0fx1(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx1(SB), NOSPLIT, $0-88
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   blocks+48(FP), DX
+	MOVQ   out_base+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+dotQ8_0fx1_loop:
+	TESTQ        DX, DX
+	JZ           dotQ8_0fx1_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS X4, Y8
+	VPMOVSXBD    2(AX), Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y8, Y4, Y4
+	VPMOVSXBD    10(AX), Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y8, Y5, Y5
+	VPMOVSXBD    18(AX), Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y8, Y6, Y6
+	VPMOVSXBD    26(AX), Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y8, Y7, Y7
+	VFMADD231PS  (CX), Y4, Y0
+	VFMADD231PS  32(CX), Y5, Y1
+	VFMADD231PS  64(CX), Y6, Y2
+	VFMADD231PS  96(CX), Y7, Y3
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000080, CX
+	DECQ         DX
+	JMP          dotQ8_0fx1_loop
+
+dotQ8_0fx1_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx1(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx1(SB), NOSPLIT, $0-88
+	MOVQ         w_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         blocks+48(FP), DX
+	MOVQ         out_base+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+
+dotQ4_0fx1_loop:
+	TESTQ        DX, DX
+	JZ           dotQ4_0fx1_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X6
+	VCVTPH2PS    X6, X6
+	VBROADCASTSS X6, Y10
+	VPMOVZXBD    2(AX), Y6
+	VPAND        Y4, Y6, Y6
+	VPSUBD       Y5, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y10, Y6, Y6
+	VPMOVZXBD    10(AX), Y7
+	VPAND        Y4, Y7, Y7
+	VPSUBD       Y5, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y10, Y7, Y7
+	VPMOVZXBD    2(AX), Y8
+	VPSRLD       $0x04, Y8, Y8
+	VPAND        Y4, Y8, Y8
+	VPSUBD       Y5, Y8, Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y10, Y8, Y8
+	VPMOVZXBD    10(AX), Y9
+	VPSRLD       $0x04, Y9, Y9
+	VPAND        Y4, Y9, Y9
+	VPSUBD       Y5, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y10, Y9, Y9
+	VFMADD231PS  (CX), Y6, Y0
+	VFMADD231PS  32(CX), Y7, Y1
+	VFMADD231PS  64(CX), Y8, Y2
+	VFMADD231PS  96(CX), Y9, Y3
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000080, CX
+	DECQ         DX
+	JMP          dotQ4_0fx1_loop
+
+dotQ4_0fx1_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	VZEROUPPER
+	RET
+
 // func dotQ8_0x2(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
 // Requires: AVX, AVX2, F16C, FMA3
 TEXT ·dotQ8_0x2(SB), NOSPLIT, $0-112
@@ -4343,6 +4467,164 @@ dotQ4_0x2_done:
 	VZEROUPPER
 	RET
 
+// func dotQ8_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx2(SB), NOSPLIT, $0-88
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   blocks+48(FP), DX
+	MOVQ   out_base+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotQ8_0fx2_loop:
+	TESTQ        DX, DX
+	JZ           dotQ8_0fx2_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X8
+	VCVTPH2PS    X8, X8
+	VBROADCASTSS X8, Y12
+	VPMOVSXBD    2(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y12, Y8, Y8
+	VPMOVSXBD    10(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y12, Y9, Y9
+	VPMOVSXBD    18(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y12, Y10, Y10
+	VPMOVSXBD    26(AX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y12, Y11, Y11
+	VFMADD231PS  (CX), Y8, Y0
+	VFMADD231PS  32(CX), Y8, Y4
+	VFMADD231PS  64(CX), Y9, Y1
+	VFMADD231PS  96(CX), Y9, Y5
+	VFMADD231PS  128(CX), Y10, Y2
+	VFMADD231PS  160(CX), Y10, Y6
+	VFMADD231PS  192(CX), Y11, Y3
+	VFMADD231PS  224(CX), Y11, Y7
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000100, CX
+	DECQ         DX
+	JMP          dotQ8_0fx2_loop
+
+dotQ8_0fx2_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y6, Y4, Y4
+	VADDPS       Y7, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx2(SB), NOSPLIT, $0-88
+	MOVQ         w_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         blocks+48(FP), DX
+	MOVQ         out_base+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X8
+	VPBROADCASTD X8, Y8
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X9
+	VPBROADCASTD X9, Y9
+
+dotQ4_0fx2_loop:
+	TESTQ        DX, DX
+	JZ           dotQ4_0fx2_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y14
+	VPMOVZXBD    2(AX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y14, Y10, Y10
+	VPMOVZXBD    10(AX), Y11
+	VPAND        Y8, Y11, Y11
+	VPSUBD       Y9, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y14, Y11, Y11
+	VPMOVZXBD    2(AX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VPAND        Y8, Y12, Y12
+	VPSUBD       Y9, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y14, Y12, Y12
+	VPMOVZXBD    10(AX), Y13
+	VPSRLD       $0x04, Y13, Y13
+	VPAND        Y8, Y13, Y13
+	VPSUBD       Y9, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VMULPS       Y14, Y13, Y13
+	VFMADD231PS  (CX), Y10, Y0
+	VFMADD231PS  32(CX), Y10, Y4
+	VFMADD231PS  64(CX), Y11, Y1
+	VFMADD231PS  96(CX), Y11, Y5
+	VFMADD231PS  128(CX), Y12, Y2
+	VFMADD231PS  160(CX), Y12, Y6
+	VFMADD231PS  192(CX), Y13, Y3
+	VFMADD231PS  224(CX), Y13, Y7
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000100, CX
+	DECQ         DX
+	JMP          dotQ4_0fx2_loop
+
+dotQ4_0fx2_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y6, Y4, Y4
+	VADDPS       Y7, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	VZEROUPPER
+	RET
+
 // func dotQ8_0x3(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
 // Requires: AVX, AVX2, F16C, FMA3
 TEXT ·dotQ8_0x3(SB), NOSPLIT, $0-112
@@ -4582,6 +4864,174 @@ dotQ4_0x3_done:
 	VHADDPS      X2, X2, X2
 	VHADDPS      X2, X2, X2
 	VMOVSS       X2, (SI)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx3(SB), NOSPLIT, $0-88
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   blocks+48(FP), DX
+	MOVQ   out_base+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+dotQ8_0fx3_loop:
+	TESTQ        DX, DX
+	JZ           dotQ8_0fx3_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X6
+	VCVTPH2PS    X6, X6
+	VBROADCASTSS X6, Y10
+	VPMOVSXBD    2(AX), Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y10, Y6, Y6
+	VPMOVSXBD    10(AX), Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y10, Y7, Y7
+	VPMOVSXBD    18(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y10, Y8, Y8
+	VPMOVSXBD    26(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y10, Y9, Y9
+	VFMADD231PS  (CX), Y6, Y0
+	VFMADD231PS  32(CX), Y6, Y2
+	VFMADD231PS  64(CX), Y6, Y4
+	VFMADD231PS  96(CX), Y7, Y1
+	VFMADD231PS  128(CX), Y7, Y3
+	VFMADD231PS  160(CX), Y7, Y5
+	VFMADD231PS  192(CX), Y8, Y0
+	VFMADD231PS  224(CX), Y8, Y2
+	VFMADD231PS  256(CX), Y8, Y4
+	VFMADD231PS  288(CX), Y9, Y1
+	VFMADD231PS  320(CX), Y9, Y3
+	VFMADD231PS  352(CX), Y9, Y5
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000180, CX
+	DECQ         DX
+	JMP          dotQ8_0fx3_loop
+
+dotQ8_0fx3_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx3(SB), NOSPLIT, $0-88
+	MOVQ         w_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         blocks+48(FP), DX
+	MOVQ         out_base+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
+
+dotQ4_0fx3_loop:
+	TESTQ        DX, DX
+	JZ           dotQ4_0fx3_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X8
+	VCVTPH2PS    X8, X8
+	VBROADCASTSS X8, Y12
+	VPMOVZXBD    2(AX), Y8
+	VPAND        Y6, Y8, Y8
+	VPSUBD       Y7, Y8, Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y12, Y8, Y8
+	VPMOVZXBD    10(AX), Y9
+	VPAND        Y6, Y9, Y9
+	VPSUBD       Y7, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y12, Y9, Y9
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y6, Y10, Y10
+	VPSUBD       Y7, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y12, Y10, Y10
+	VPMOVZXBD    10(AX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VPAND        Y6, Y11, Y11
+	VPSUBD       Y7, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y12, Y11, Y11
+	VFMADD231PS  (CX), Y8, Y0
+	VFMADD231PS  32(CX), Y8, Y2
+	VFMADD231PS  64(CX), Y8, Y4
+	VFMADD231PS  96(CX), Y9, Y1
+	VFMADD231PS  128(CX), Y9, Y3
+	VFMADD231PS  160(CX), Y9, Y5
+	VFMADD231PS  192(CX), Y10, Y0
+	VFMADD231PS  224(CX), Y10, Y2
+	VFMADD231PS  256(CX), Y10, Y4
+	VFMADD231PS  288(CX), Y11, Y1
+	VFMADD231PS  320(CX), Y11, Y3
+	VFMADD231PS  352(CX), Y11, Y5
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000180, CX
+	DECQ         DX
+	JMP          dotQ4_0fx3_loop
+
+dotQ4_0fx3_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
 	VZEROUPPER
 	RET
 
@@ -4870,6 +5320,200 @@ dotQ4_0x4_done:
 	VHADDPS      X3, X3, X3
 	VHADDPS      X3, X3, X3
 	VMOVSS       X3, (SI)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx4(SB), NOSPLIT, $0-88
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   blocks+48(FP), DX
+	MOVQ   out_base+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotQ8_0fx4_loop:
+	TESTQ        DX, DX
+	JZ           dotQ8_0fx4_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X8
+	VCVTPH2PS    X8, X8
+	VBROADCASTSS X8, Y12
+	VPMOVSXBD    2(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y12, Y8, Y8
+	VPMOVSXBD    10(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y12, Y9, Y9
+	VPMOVSXBD    18(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y12, Y10, Y10
+	VPMOVSXBD    26(AX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y12, Y11, Y11
+	VFMADD231PS  (CX), Y8, Y0
+	VFMADD231PS  32(CX), Y8, Y2
+	VFMADD231PS  64(CX), Y8, Y4
+	VFMADD231PS  96(CX), Y8, Y6
+	VFMADD231PS  128(CX), Y9, Y1
+	VFMADD231PS  160(CX), Y9, Y3
+	VFMADD231PS  192(CX), Y9, Y5
+	VFMADD231PS  224(CX), Y9, Y7
+	VFMADD231PS  256(CX), Y10, Y0
+	VFMADD231PS  288(CX), Y10, Y2
+	VFMADD231PS  320(CX), Y10, Y4
+	VFMADD231PS  352(CX), Y10, Y6
+	VFMADD231PS  384(CX), Y11, Y1
+	VFMADD231PS  416(CX), Y11, Y3
+	VFMADD231PS  448(CX), Y11, Y5
+	VFMADD231PS  480(CX), Y11, Y7
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000200, CX
+	DECQ         DX
+	JMP          dotQ8_0fx4_loop
+
+dotQ8_0fx4_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx4(SB), NOSPLIT, $0-88
+	MOVQ         w_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         blocks+48(FP), DX
+	MOVQ         out_base+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X8
+	VPBROADCASTD X8, Y8
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X9
+	VPBROADCASTD X9, Y9
+
+dotQ4_0fx4_loop:
+	TESTQ        DX, DX
+	JZ           dotQ4_0fx4_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y14
+	VPMOVZXBD    2(AX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y14, Y10, Y10
+	VPMOVZXBD    10(AX), Y11
+	VPAND        Y8, Y11, Y11
+	VPSUBD       Y9, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y14, Y11, Y11
+	VPMOVZXBD    2(AX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VPAND        Y8, Y12, Y12
+	VPSUBD       Y9, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y14, Y12, Y12
+	VPMOVZXBD    10(AX), Y13
+	VPSRLD       $0x04, Y13, Y13
+	VPAND        Y8, Y13, Y13
+	VPSUBD       Y9, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VMULPS       Y14, Y13, Y13
+	VFMADD231PS  (CX), Y10, Y0
+	VFMADD231PS  32(CX), Y10, Y2
+	VFMADD231PS  64(CX), Y10, Y4
+	VFMADD231PS  96(CX), Y10, Y6
+	VFMADD231PS  128(CX), Y11, Y1
+	VFMADD231PS  160(CX), Y11, Y3
+	VFMADD231PS  192(CX), Y11, Y5
+	VFMADD231PS  224(CX), Y11, Y7
+	VFMADD231PS  256(CX), Y12, Y0
+	VFMADD231PS  288(CX), Y12, Y2
+	VFMADD231PS  320(CX), Y12, Y4
+	VFMADD231PS  352(CX), Y12, Y6
+	VFMADD231PS  384(CX), Y13, Y1
+	VFMADD231PS  416(CX), Y13, Y3
+	VFMADD231PS  448(CX), Y13, Y5
+	VFMADD231PS  480(CX), Y13, Y7
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000200, CX
+	DECQ         DX
+	JMP          dotQ4_0fx4_loop
+
+dotQ4_0fx4_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, (BX)
 	VZEROUPPER
 	RET
 
@@ -5204,6 +5848,216 @@ dotQ4_0x5_done:
 	VHADDPS      X4, X4, X4
 	VHADDPS      X4, X4, X4
 	VMOVSS       X4, (SI)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx5(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx5(SB), NOSPLIT, $0-88
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   blocks+48(FP), DX
+	MOVQ   out_base+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+dotQ8_0fx5_loop:
+	TESTQ        DX, DX
+	JZ           dotQ8_0fx5_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y14
+	VPMOVSXBD    2(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y14, Y10, Y10
+	VPMOVSXBD    10(AX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y14, Y11, Y11
+	VPMOVSXBD    18(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y14, Y12, Y12
+	VPMOVSXBD    26(AX), Y13
+	VCVTDQ2PS    Y13, Y13
+	VMULPS       Y14, Y13, Y13
+	VFMADD231PS  (CX), Y10, Y0
+	VFMADD231PS  32(CX), Y10, Y2
+	VFMADD231PS  64(CX), Y10, Y4
+	VFMADD231PS  96(CX), Y10, Y6
+	VFMADD231PS  128(CX), Y10, Y8
+	VFMADD231PS  160(CX), Y11, Y1
+	VFMADD231PS  192(CX), Y11, Y3
+	VFMADD231PS  224(CX), Y11, Y5
+	VFMADD231PS  256(CX), Y11, Y7
+	VFMADD231PS  288(CX), Y11, Y9
+	VFMADD231PS  320(CX), Y12, Y0
+	VFMADD231PS  352(CX), Y12, Y2
+	VFMADD231PS  384(CX), Y12, Y4
+	VFMADD231PS  416(CX), Y12, Y6
+	VFMADD231PS  448(CX), Y12, Y8
+	VFMADD231PS  480(CX), Y13, Y1
+	VFMADD231PS  512(CX), Y13, Y3
+	VFMADD231PS  544(CX), Y13, Y5
+	VFMADD231PS  576(CX), Y13, Y7
+	VFMADD231PS  608(CX), Y13, Y9
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000280, CX
+	DECQ         DX
+	JMP          dotQ8_0fx5_loop
+
+dotQ8_0fx5_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, (BX)
+	ADDQ         AX, BX
+	VADDPS       Y9, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx5(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx5(SB), NOSPLIT, $0-88
+	MOVQ         w_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         blocks+48(FP), DX
+	MOVQ         out_base+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+
+dotQ4_0fx5_loop:
+	TESTQ        DX, DX
+	JZ           dotQ4_0fx5_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X7
+	VCVTPH2PS    X7, X7
+	VBROADCASTSS X7, Y11
+	VPMOVZXBD    2(AX), Y7
+	VPAND        Y5, Y7, Y7
+	VPSUBD       Y6, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y11, Y7, Y7
+	VPMOVZXBD    10(AX), Y8
+	VPAND        Y5, Y8, Y8
+	VPSUBD       Y6, Y8, Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y11, Y8, Y8
+	VPMOVZXBD    2(AX), Y9
+	VPSRLD       $0x04, Y9, Y9
+	VPAND        Y5, Y9, Y9
+	VPSUBD       Y6, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y11, Y9, Y9
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y5, Y10, Y10
+	VPSUBD       Y6, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y11, Y10, Y10
+	VFMADD231PS  (CX), Y7, Y0
+	VFMADD231PS  32(CX), Y7, Y1
+	VFMADD231PS  64(CX), Y7, Y2
+	VFMADD231PS  96(CX), Y7, Y3
+	VFMADD231PS  128(CX), Y7, Y4
+	VFMADD231PS  160(CX), Y8, Y0
+	VFMADD231PS  192(CX), Y8, Y1
+	VFMADD231PS  224(CX), Y8, Y2
+	VFMADD231PS  256(CX), Y8, Y3
+	VFMADD231PS  288(CX), Y8, Y4
+	VFMADD231PS  320(CX), Y9, Y0
+	VFMADD231PS  352(CX), Y9, Y1
+	VFMADD231PS  384(CX), Y9, Y2
+	VFMADD231PS  416(CX), Y9, Y3
+	VFMADD231PS  448(CX), Y9, Y4
+	VFMADD231PS  480(CX), Y10, Y0
+	VFMADD231PS  512(CX), Y10, Y1
+	VFMADD231PS  544(CX), Y10, Y2
+	VFMADD231PS  576(CX), Y10, Y3
+	VFMADD231PS  608(CX), Y10, Y4
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000280, CX
+	DECQ         DX
+	JMP          dotQ4_0fx5_loop
+
+dotQ4_0fx5_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
 	VZEROUPPER
 	RET
 
@@ -5584,6 +6438,228 @@ dotQ4_0x6_done:
 	VHADDPS      X5, X5, X5
 	VHADDPS      X5, X5, X5
 	VMOVSS       X5, (SI)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx6(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx6(SB), NOSPLIT, $0-88
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   blocks+48(FP), DX
+	MOVQ   out_base+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+dotQ8_0fx6_loop:
+	TESTQ        DX, DX
+	JZ           dotQ8_0fx6_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X6
+	VCVTPH2PS    X6, X6
+	VBROADCASTSS X6, Y10
+	VPMOVSXBD    2(AX), Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y10, Y6, Y6
+	VPMOVSXBD    10(AX), Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y10, Y7, Y7
+	VPMOVSXBD    18(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y10, Y8, Y8
+	VPMOVSXBD    26(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y10, Y9, Y9
+	VFMADD231PS  (CX), Y6, Y0
+	VFMADD231PS  32(CX), Y6, Y1
+	VFMADD231PS  64(CX), Y6, Y2
+	VFMADD231PS  96(CX), Y6, Y3
+	VFMADD231PS  128(CX), Y6, Y4
+	VFMADD231PS  160(CX), Y6, Y5
+	VFMADD231PS  192(CX), Y7, Y0
+	VFMADD231PS  224(CX), Y7, Y1
+	VFMADD231PS  256(CX), Y7, Y2
+	VFMADD231PS  288(CX), Y7, Y3
+	VFMADD231PS  320(CX), Y7, Y4
+	VFMADD231PS  352(CX), Y7, Y5
+	VFMADD231PS  384(CX), Y8, Y0
+	VFMADD231PS  416(CX), Y8, Y1
+	VFMADD231PS  448(CX), Y8, Y2
+	VFMADD231PS  480(CX), Y8, Y3
+	VFMADD231PS  512(CX), Y8, Y4
+	VFMADD231PS  544(CX), Y8, Y5
+	VFMADD231PS  576(CX), Y9, Y0
+	VFMADD231PS  608(CX), Y9, Y1
+	VFMADD231PS  640(CX), Y9, Y2
+	VFMADD231PS  672(CX), Y9, Y3
+	VFMADD231PS  704(CX), Y9, Y4
+	VFMADD231PS  736(CX), Y9, Y5
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000300, CX
+	DECQ         DX
+	JMP          dotQ8_0fx6_loop
+
+dotQ8_0fx6_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx6(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx6(SB), NOSPLIT, $0-88
+	MOVQ         w_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         blocks+48(FP), DX
+	MOVQ         out_base+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
+
+dotQ4_0fx6_loop:
+	TESTQ        DX, DX
+	JZ           dotQ4_0fx6_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X8
+	VCVTPH2PS    X8, X8
+	VBROADCASTSS X8, Y12
+	VPMOVZXBD    2(AX), Y8
+	VPAND        Y6, Y8, Y8
+	VPSUBD       Y7, Y8, Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y12, Y8, Y8
+	VPMOVZXBD    10(AX), Y9
+	VPAND        Y6, Y9, Y9
+	VPSUBD       Y7, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y12, Y9, Y9
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y6, Y10, Y10
+	VPSUBD       Y7, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y12, Y10, Y10
+	VPMOVZXBD    10(AX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VPAND        Y6, Y11, Y11
+	VPSUBD       Y7, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y12, Y11, Y11
+	VFMADD231PS  (CX), Y8, Y0
+	VFMADD231PS  32(CX), Y8, Y1
+	VFMADD231PS  64(CX), Y8, Y2
+	VFMADD231PS  96(CX), Y8, Y3
+	VFMADD231PS  128(CX), Y8, Y4
+	VFMADD231PS  160(CX), Y8, Y5
+	VFMADD231PS  192(CX), Y9, Y0
+	VFMADD231PS  224(CX), Y9, Y1
+	VFMADD231PS  256(CX), Y9, Y2
+	VFMADD231PS  288(CX), Y9, Y3
+	VFMADD231PS  320(CX), Y9, Y4
+	VFMADD231PS  352(CX), Y9, Y5
+	VFMADD231PS  384(CX), Y10, Y0
+	VFMADD231PS  416(CX), Y10, Y1
+	VFMADD231PS  448(CX), Y10, Y2
+	VFMADD231PS  480(CX), Y10, Y3
+	VFMADD231PS  512(CX), Y10, Y4
+	VFMADD231PS  544(CX), Y10, Y5
+	VFMADD231PS  576(CX), Y11, Y0
+	VFMADD231PS  608(CX), Y11, Y1
+	VFMADD231PS  640(CX), Y11, Y2
+	VFMADD231PS  672(CX), Y11, Y3
+	VFMADD231PS  704(CX), Y11, Y4
+	VFMADD231PS  736(CX), Y11, Y5
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000300, CX
+	DECQ         DX
+	JMP          dotQ4_0fx6_loop
+
+dotQ4_0fx6_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (BX)
 	VZEROUPPER
 	RET
 
@@ -6010,6 +7086,250 @@ dotQ4_0x7_done:
 	VHADDPS      X6, X6, X6
 	VHADDPS      X6, X6, X6
 	VMOVSS       X6, (SI)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx7(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx7(SB), NOSPLIT, $0-88
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   blocks+48(FP), DX
+	MOVQ   out_base+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+
+dotQ8_0fx7_loop:
+	TESTQ        DX, DX
+	JZ           dotQ8_0fx7_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X7
+	VCVTPH2PS    X7, X7
+	VBROADCASTSS X7, Y11
+	VPMOVSXBD    2(AX), Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y11, Y7, Y7
+	VPMOVSXBD    10(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y11, Y8, Y8
+	VPMOVSXBD    18(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y11, Y9, Y9
+	VPMOVSXBD    26(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y11, Y10, Y10
+	VFMADD231PS  (CX), Y7, Y0
+	VFMADD231PS  32(CX), Y7, Y1
+	VFMADD231PS  64(CX), Y7, Y2
+	VFMADD231PS  96(CX), Y7, Y3
+	VFMADD231PS  128(CX), Y7, Y4
+	VFMADD231PS  160(CX), Y7, Y5
+	VFMADD231PS  192(CX), Y7, Y6
+	VFMADD231PS  224(CX), Y8, Y0
+	VFMADD231PS  256(CX), Y8, Y1
+	VFMADD231PS  288(CX), Y8, Y2
+	VFMADD231PS  320(CX), Y8, Y3
+	VFMADD231PS  352(CX), Y8, Y4
+	VFMADD231PS  384(CX), Y8, Y5
+	VFMADD231PS  416(CX), Y8, Y6
+	VFMADD231PS  448(CX), Y9, Y0
+	VFMADD231PS  480(CX), Y9, Y1
+	VFMADD231PS  512(CX), Y9, Y2
+	VFMADD231PS  544(CX), Y9, Y3
+	VFMADD231PS  576(CX), Y9, Y4
+	VFMADD231PS  608(CX), Y9, Y5
+	VFMADD231PS  640(CX), Y9, Y6
+	VFMADD231PS  672(CX), Y10, Y0
+	VFMADD231PS  704(CX), Y10, Y1
+	VFMADD231PS  736(CX), Y10, Y2
+	VFMADD231PS  768(CX), Y10, Y3
+	VFMADD231PS  800(CX), Y10, Y4
+	VFMADD231PS  832(CX), Y10, Y5
+	VFMADD231PS  864(CX), Y10, Y6
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000380, CX
+	DECQ         DX
+	JMP          dotQ8_0fx7_loop
+
+dotQ8_0fx7_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VEXTRACTF128 $0x01, Y0, X7
+	VADDPS       X7, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx7(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx7(SB), NOSPLIT, $0-88
+	MOVQ         w_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         blocks+48(FP), DX
+	MOVQ         out_base+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X8
+	VPBROADCASTD X8, Y8
+
+dotQ4_0fx7_loop:
+	TESTQ        DX, DX
+	JZ           dotQ4_0fx7_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X9
+	VCVTPH2PS    X9, X9
+	VBROADCASTSS X9, Y13
+	VPMOVZXBD    2(AX), Y9
+	VPAND        Y7, Y9, Y9
+	VPSUBD       Y8, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y13, Y9, Y9
+	VPMOVZXBD    10(AX), Y10
+	VPAND        Y7, Y10, Y10
+	VPSUBD       Y8, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y13, Y10, Y10
+	VPMOVZXBD    2(AX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VPAND        Y7, Y11, Y11
+	VPSUBD       Y8, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y13, Y11, Y11
+	VPMOVZXBD    10(AX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VPAND        Y7, Y12, Y12
+	VPSUBD       Y8, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y13, Y12, Y12
+	VFMADD231PS  (CX), Y9, Y0
+	VFMADD231PS  32(CX), Y9, Y1
+	VFMADD231PS  64(CX), Y9, Y2
+	VFMADD231PS  96(CX), Y9, Y3
+	VFMADD231PS  128(CX), Y9, Y4
+	VFMADD231PS  160(CX), Y9, Y5
+	VFMADD231PS  192(CX), Y9, Y6
+	VFMADD231PS  224(CX), Y10, Y0
+	VFMADD231PS  256(CX), Y10, Y1
+	VFMADD231PS  288(CX), Y10, Y2
+	VFMADD231PS  320(CX), Y10, Y3
+	VFMADD231PS  352(CX), Y10, Y4
+	VFMADD231PS  384(CX), Y10, Y5
+	VFMADD231PS  416(CX), Y10, Y6
+	VFMADD231PS  448(CX), Y11, Y0
+	VFMADD231PS  480(CX), Y11, Y1
+	VFMADD231PS  512(CX), Y11, Y2
+	VFMADD231PS  544(CX), Y11, Y3
+	VFMADD231PS  576(CX), Y11, Y4
+	VFMADD231PS  608(CX), Y11, Y5
+	VFMADD231PS  640(CX), Y11, Y6
+	VFMADD231PS  672(CX), Y12, Y0
+	VFMADD231PS  704(CX), Y12, Y1
+	VFMADD231PS  736(CX), Y12, Y2
+	VFMADD231PS  768(CX), Y12, Y3
+	VFMADD231PS  800(CX), Y12, Y4
+	VFMADD231PS  832(CX), Y12, Y5
+	VFMADD231PS  864(CX), Y12, Y6
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000380, CX
+	DECQ         DX
+	JMP          dotQ4_0fx7_loop
+
+dotQ4_0fx7_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VEXTRACTF128 $0x01, Y0, X7
+	VADDPS       X7, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, (BX)
 	VZEROUPPER
 	RET
 
@@ -6482,6 +7802,272 @@ dotQ4_0x8_done:
 	VHADDPS      X7, X7, X7
 	VHADDPS      X7, X7, X7
 	VMOVSS       X7, (SI)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx8(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx8(SB), NOSPLIT, $0-88
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   blocks+48(FP), DX
+	MOVQ   out_base+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+dotQ8_0fx8_loop:
+	TESTQ        DX, DX
+	JZ           dotQ8_0fx8_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X8
+	VCVTPH2PS    X8, X8
+	VBROADCASTSS X8, Y12
+	VPMOVSXBD    2(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y12, Y8, Y8
+	VPMOVSXBD    10(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y12, Y9, Y9
+	VPMOVSXBD    18(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y12, Y10, Y10
+	VPMOVSXBD    26(AX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y12, Y11, Y11
+	VFMADD231PS  (CX), Y8, Y0
+	VFMADD231PS  32(CX), Y8, Y1
+	VFMADD231PS  64(CX), Y8, Y2
+	VFMADD231PS  96(CX), Y8, Y3
+	VFMADD231PS  128(CX), Y8, Y4
+	VFMADD231PS  160(CX), Y8, Y5
+	VFMADD231PS  192(CX), Y8, Y6
+	VFMADD231PS  224(CX), Y8, Y7
+	VFMADD231PS  256(CX), Y9, Y0
+	VFMADD231PS  288(CX), Y9, Y1
+	VFMADD231PS  320(CX), Y9, Y2
+	VFMADD231PS  352(CX), Y9, Y3
+	VFMADD231PS  384(CX), Y9, Y4
+	VFMADD231PS  416(CX), Y9, Y5
+	VFMADD231PS  448(CX), Y9, Y6
+	VFMADD231PS  480(CX), Y9, Y7
+	VFMADD231PS  512(CX), Y10, Y0
+	VFMADD231PS  544(CX), Y10, Y1
+	VFMADD231PS  576(CX), Y10, Y2
+	VFMADD231PS  608(CX), Y10, Y3
+	VFMADD231PS  640(CX), Y10, Y4
+	VFMADD231PS  672(CX), Y10, Y5
+	VFMADD231PS  704(CX), Y10, Y6
+	VFMADD231PS  736(CX), Y10, Y7
+	VFMADD231PS  768(CX), Y11, Y0
+	VFMADD231PS  800(CX), Y11, Y1
+	VFMADD231PS  832(CX), Y11, Y2
+	VFMADD231PS  864(CX), Y11, Y3
+	VFMADD231PS  896(CX), Y11, Y4
+	VFMADD231PS  928(CX), Y11, Y5
+	VFMADD231PS  960(CX), Y11, Y6
+	VFMADD231PS  992(CX), Y11, Y7
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000400, CX
+	DECQ         DX
+	JMP          dotQ8_0fx8_loop
+
+dotQ8_0fx8_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx8(w []byte, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx8(SB), NOSPLIT, $0-88
+	MOVQ         w_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         blocks+48(FP), DX
+	MOVQ         out_base+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X8
+	VPBROADCASTD X8, Y8
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X9
+	VPBROADCASTD X9, Y9
+
+dotQ4_0fx8_loop:
+	TESTQ        DX, DX
+	JZ           dotQ4_0fx8_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y14
+	VPMOVZXBD    2(AX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y14, Y10, Y10
+	VPMOVZXBD    10(AX), Y11
+	VPAND        Y8, Y11, Y11
+	VPSUBD       Y9, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y14, Y11, Y11
+	VPMOVZXBD    2(AX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VPAND        Y8, Y12, Y12
+	VPSUBD       Y9, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y14, Y12, Y12
+	VPMOVZXBD    10(AX), Y13
+	VPSRLD       $0x04, Y13, Y13
+	VPAND        Y8, Y13, Y13
+	VPSUBD       Y9, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VMULPS       Y14, Y13, Y13
+	VFMADD231PS  (CX), Y10, Y0
+	VFMADD231PS  32(CX), Y10, Y1
+	VFMADD231PS  64(CX), Y10, Y2
+	VFMADD231PS  96(CX), Y10, Y3
+	VFMADD231PS  128(CX), Y10, Y4
+	VFMADD231PS  160(CX), Y10, Y5
+	VFMADD231PS  192(CX), Y10, Y6
+	VFMADD231PS  224(CX), Y10, Y7
+	VFMADD231PS  256(CX), Y11, Y0
+	VFMADD231PS  288(CX), Y11, Y1
+	VFMADD231PS  320(CX), Y11, Y2
+	VFMADD231PS  352(CX), Y11, Y3
+	VFMADD231PS  384(CX), Y11, Y4
+	VFMADD231PS  416(CX), Y11, Y5
+	VFMADD231PS  448(CX), Y11, Y6
+	VFMADD231PS  480(CX), Y11, Y7
+	VFMADD231PS  512(CX), Y12, Y0
+	VFMADD231PS  544(CX), Y12, Y1
+	VFMADD231PS  576(CX), Y12, Y2
+	VFMADD231PS  608(CX), Y12, Y3
+	VFMADD231PS  640(CX), Y12, Y4
+	VFMADD231PS  672(CX), Y12, Y5
+	VFMADD231PS  704(CX), Y12, Y6
+	VFMADD231PS  736(CX), Y12, Y7
+	VFMADD231PS  768(CX), Y13, Y0
+	VFMADD231PS  800(CX), Y13, Y1
+	VFMADD231PS  832(CX), Y13, Y2
+	VFMADD231PS  864(CX), Y13, Y3
+	VFMADD231PS  896(CX), Y13, Y4
+	VFMADD231PS  928(CX), Y13, Y5
+	VFMADD231PS  960(CX), Y13, Y6
+	VFMADD231PS  992(CX), Y13, Y7
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000400, CX
+	DECQ         DX
+	JMP          dotQ4_0fx8_loop
+
+dotQ4_0fx8_done:
+	MOVQ         ldo+80(FP), AX
+	SHLQ         $0x02, AX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, (BX)
+	ADDQ         AX, BX
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, (BX)
 	VZEROUPPER
 	RET
 

@@ -104,6 +104,31 @@ func goDotQ4_0(n int, w []byte, q []int8, d []float32, blocks int, out []float32
 	})
 }
 
+func goDotQ8_0f(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
+	floatDot(n, x, 4*blocks, out, ldo, func(c int, ws *[8]float32) {
+		blk := w[c/4*q8BlockBytes:]
+		d := F16ToF32(binary.LittleEndian.Uint16(blk))
+		for j := range ws {
+			ws[j] = float32(int8(blk[2+8*(c%4)+j])) * d
+		}
+	})
+}
+
+func goDotQ4_0f(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
+	floatDot(n, x, 4*blocks, out, ldo, func(c int, ws *[8]float32) {
+		blk := w[c/4*q4BlockBytes:]
+		d := F16ToF32(binary.LittleEndian.Uint16(blk))
+		i := c % 4
+		for j := range ws {
+			b := blk[2+8*(i%2)+j]
+			if i >= 2 {
+				b >>= 4
+			}
+			ws[j] = float32(int(b&0xf)-8) * d
+		}
+	})
+}
+
 type (
 	floatKernel  func(w []byte, x []float32, chunks int, out []float32, ldo int)
 	floatKernel2 func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)

@@ -17,6 +17,11 @@ import (
 // of a weight row. Batches of more rows are cut into groups.
 const Group = 8
 
+// quantFloatRows is the smallest batch for which quantised weights meet float
+// activations (each weight block decoded once for all rows) instead of activations
+// quantised to 8 bits (integer products redone for each row).
+const quantFloatRows = 3
+
 // rowChunk is how many weight rows a product visits per activation group, so that the
 // group's activations stay in L1 while the chunk of weights stays in L2.
 const rowChunk = 64
@@ -82,7 +87,7 @@ func (m *Matrix) RowF32(r int, dst []float32) error {
 // activation row t of a. a must have been prepared for m.Type. Different row ranges
 // may be computed concurrently.
 func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
-	quant := m.Type == dtype.Q8_0 || m.Type == dtype.Q4_0
+	quant := (m.Type == dtype.Q8_0 || m.Type == dtype.Q4_0) && !a.quantFloat
 	chunks := m.Cols / 8
 	for c0 := r0; c0 < r1; c0 += rowChunk {
 		c1 := min(c0+rowChunk, r1)
@@ -107,6 +112,12 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 					var one floatKernel
 					var two floatKernel2
 					switch m.Type {
+					case dtype.Q8_0:
+						dotQ8_0f[n](w, x, m.Cols/q8Block, out, ldy)
+						continue
+					case dtype.Q4_0:
+						dotQ4_0f[n](w, x, m.Cols/q8Block, out, ldy)
+						continue
 					case dtype.F32:
 						one = dotF32[n]
 						if n >= 2 && n <= pairMax {
@@ -178,6 +189,10 @@ type Act struct {
 	q8   []int8
 	d8   []float32
 	have [2]bool // prepared: float packing, Q8_0
+
+	// quantFloat says that quantised weights read the float packing: the batch is
+	// large enough (see quantFloatRows).
+	quantFloat bool
 }
 
 // Reset points a at n rows of cols values in x (row-major) and forgets any
@@ -186,6 +201,7 @@ func (a *Act) Reset(x []float32, n, cols int) {
 	a.x, a.n, a.cols = x[:n*cols], n, cols
 	a.padCols = cols / 8 * 8
 	a.have = [2]bool{}
+	a.quantFloat = n >= quantFloatRows
 }
 
 // N is the number of activation rows.
@@ -204,7 +220,11 @@ func (a *Act) Prepare(t dtype.DType) error {
 		if a.cols%q8Block != 0 {
 			return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
 		}
-		if !a.have[1] {
+		switch {
+		case a.quantFloat && !a.have[0]:
+			a.packF32()
+			a.have[0] = true
+		case !a.quantFloat && !a.have[1]:
 			a.quantQ8()
 			a.have[1] = true
 		}

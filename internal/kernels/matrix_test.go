@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -117,11 +120,12 @@ func TestAssemblyMatchesGo(t *testing.T) {
 		{dtype.BF16, dotBF16, goFloat(goDotBF16), pairBF16},
 	}
 	quants := []struct {
-		typ      dtype.DType
-		asm, twn [Group + 1]quantKernel
+		typ        dtype.DType
+		asm, twn   [Group + 1]quantKernel
+		fasm, ftwn [Group + 1]floatKernel
 	}{
-		{dtype.Q8_0, dotQ8_0, goQuant(goDotQ8_0)},
-		{dtype.Q4_0, dotQ4_0, goQuant(goDotQ4_0)},
+		{dtype.Q8_0, dotQ8_0, goQuant(goDotQ8_0), dotQ8_0f, goFloat(goDotQ8_0f)},
+		{dtype.Q4_0, dotQ4_0, goQuant(goDotQ4_0), dotQ4_0f, goFloat(goDotQ4_0f)},
 	}
 	for _, cols := range []int{32, 64, 160, 256, 1408} {
 		for n := 1; n <= Group; n++ {
@@ -162,11 +166,18 @@ func TestAssemblyMatchesGo(t *testing.T) {
 				}
 			}
 			for _, k := range quants {
+				a.quantFloat = false
+				a.have = [2]bool{}
 				require.NoError(t, a.Prepare(k.typ))
 				wb := encode(t, k.typ, w)
 				k.asm[n](wb, a.q8, a.d8, cols/32, got, 1)
 				k.twn[n](wb, a.q8, a.d8, cols/32, want, 1)
 				check(k.typ.String())
+				a.quantFloat = true
+				require.NoError(t, a.Prepare(k.typ))
+				k.fasm[n](wb, a.f32, cols/32, got, 1)
+				k.ftwn[n](wb, a.f32, cols/32, want, 1)
+				check(k.typ.String() + " × float")
 			}
 		}
 	}
@@ -220,4 +231,18 @@ func TestNewMatrixErrors(t *testing.T) {
 	var a Act
 	a.Reset(make([]float32, 40), 1, 40)
 	require.ErrorContains(t, a.Prepare(dtype.Q8_0), "whole number")
+}
+
+// TestAssemblyUsesAVX2Registers guards the generated code: AVX2 has 16 vector
+// registers, and avo silently allocates the EVEX-only ones beyond them when a kernel
+// keeps too much live, which would fault on AVX2 machines.
+func TestAssemblyUsesAVX2Registers(t *testing.T) {
+	src, err := os.ReadFile("dot_amd64.s")
+	require.NoError(t, err)
+	bad := regexp.MustCompile(`\b([XY](1[6-9]|2[0-9]|3[01])|Z[0-9]+|K[0-7])\b`)
+	for i, line := range strings.Split(string(src), "\n") {
+		if m := bad.FindString(line); m != "" {
+			t.Fatalf("dot_amd64.s:%d uses %s: %s", i+1, m, strings.TrimSpace(line))
+		}
+	}
 }

@@ -2,8 +2,11 @@ package llama
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/specula/specula/internal/shared"
 	"github.com/specula/specula/model"
@@ -70,5 +73,66 @@ func BenchmarkDecode(b *testing.B) {
 			b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
 		m.Close()
+	}
+}
+
+// BenchmarkGreedyPrompts decodes 128 tokens greedily after each of the three
+// gocoder-m golden prompts (400–500 tokens of Go) and reports the decoding speed after
+// the first token, the figure llama.cpp's bench script prints for the same prompts.
+func BenchmarkGreedyPrompts(b *testing.B) {
+	raw, err := os.ReadFile(shared.Path(b, "models", "gocoder-m.golden.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var g struct {
+		Cases []struct {
+			PromptIDs []int32 `json:"prompt_ids"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		b.Fatal(err)
+	}
+	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf", "gocoder-m"} {
+		b.Run(file, func(b *testing.B) {
+			m, err := Open(shared.Path(b, "models", file), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			ctx := context.Background()
+			v := m.Info().VocabSize
+			logits := make([]float32, v)
+			var decoded int
+			var decode time.Duration
+			for b.Loop() {
+				for _, c := range g.Cases[:3] {
+					seq, err := m.NewSequence(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					in := c.PromptIDs
+					var first time.Time
+					for i := range 128 {
+						if err := seq.Forward(ctx, model.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}}, logits); err != nil {
+							b.Fatal(err)
+						}
+						if i == 0 {
+							first = time.Now()
+						}
+						best := 0
+						for j := range logits {
+							if logits[j] > logits[best] {
+								best = j
+							}
+						}
+						in = []int32{int32(best)}
+					}
+					decode += time.Since(first)
+					decoded += 127
+					seq.Close()
+				}
+			}
+			b.ReportMetric(float64(decoded)/decode.Seconds(), "tokens/s")
+		})
 	}
 }

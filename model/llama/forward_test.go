@@ -189,3 +189,62 @@ func TestOutOfMemory(t *testing.T) {
 	require.NoError(t, a.Close())
 	assert.Equal(t, m.KVStats().Blocks, m.KVStats().FreeBlocks)
 }
+
+// TestConcurrentSequences runs sequences of one model from several goroutines at once;
+// each must get the logits it would get alone.
+func TestConcurrentSequences(t *testing.T) {
+	m := randomModel(t, tinyConfig(RopeHalf, true), dtype.F16, 9, Options{Threads: 3})
+	rng := rand.New(rand.NewPCG(4, 4))
+	var prompts [][]int32
+	var want [][][]float32
+	for range 6 {
+		p := randomTokens(rng, 25, m.cfg.Vocab)
+		seq, err := m.NewSequence(context.Background())
+		require.NoError(t, err)
+		prompts = append(prompts, p)
+		want = append(want, forwardAll(t, seq, p, []int{25}, m.cfg.Vocab))
+		require.NoError(t, seq.Close())
+	}
+	done := make(chan [][]float32, len(prompts))
+	for i := range prompts {
+		go func() {
+			seq, err := m.NewSequence(context.Background())
+			if err != nil {
+				done <- nil
+				return
+			}
+			defer seq.Close()
+			var out [][]float32
+			for j, tok := range prompts[i] {
+				logits := make([]float32, m.cfg.Vocab)
+				if err := seq.Forward(context.Background(), model.Batch{Tokens: []int32{tok}, Outputs: []int32{0}}, logits); err != nil {
+					done <- nil
+					return
+				}
+				_ = j
+				out = append(out, logits)
+			}
+			done <- out
+		}()
+	}
+	got := map[int]bool{}
+	for range prompts {
+		out := <-done
+		require.NotNil(t, out)
+		for i := range prompts {
+			if !got[i] && maxRelErr(out[len(out)-1], toF64(want[i][len(want[i])-1])) < 1e-4 {
+				got[i] = true
+				break
+			}
+		}
+	}
+	assert.Len(t, got, len(prompts))
+}
+
+func toF64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}

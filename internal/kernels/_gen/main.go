@@ -43,6 +43,8 @@ func main() {
 	for n := 1; n <= group; n++ {
 		quantKernel("Q8_0", n)
 		quantKernel("Q4_0", n)
+		quantFloatKernel("Q8_0", n)
+		quantFloatKernel("Q4_0", n)
 	}
 	dotKernel()
 	axpyKernel()
@@ -415,6 +417,86 @@ func floatKernel2(name string, n, wstep int, load func(Mem, VecVirtual)) {
 			ADDQ(ldo, out.Base)
 		}
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// quantFloatKernel: func(w []byte, x []float32, blocks int, out []float32, ldo int):
+// Q8_0 or Q4_0 weights against float activations packed like floatKernel's. Each
+// 32-value weight block is decoded to floats and scaled once, then multiplied into
+// every activation row: for several rows this beats the int8 kernels, which redo
+// their per-block work for each row, and it leaves the activations unquantised.
+func quantFloatKernel(name string, n int) {
+	fn := fmt.Sprintf("dot%sfx%d", name, n)
+	TEXT(fn, NOSPLIT, "func(w []byte, x []float32, blocks int, out []float32, ldo int)")
+	Doc(fmt.Sprintf("%s computes %d rows of a %s × float product.", fn, n, name))
+	w := Mem{Base: Load(Param("w").Base(), GP64())}
+	x := Mem{Base: Load(Param("x").Base(), GP64())}
+	blocks := Load(Param("blocks"), GP64())
+	out := Mem{Base: Load(Param("out").Base(), GP64())}
+	blockBytes := 34
+	if name == "Q4_0" {
+		blockBytes = 18
+	}
+	// A block's four chunks feed the same rows: split each row's sum over several
+	// accumulators so that the FMAs do not wait on each other.
+	consts := 0
+	if name == "Q4_0" {
+		consts = 2
+	}
+	u := 4
+	for n*u+5+consts > 16 { // accumulators, four chunks, the scale, constants
+		u /= 2
+	}
+	acc := zeroAcc(n, u)
+	var low4, eights VecVirtual
+	if name == "Q4_0" {
+		low4 = broadcast32(0x0000000f)
+		eights = broadcast32(8)
+	}
+	ws := make([]VecVirtual, 4)
+	for i := range ws {
+		ws[i] = YMM()
+	}
+
+	Label(fn + "_loop")
+	TESTQ(blocks, blocks)
+	JZ(LabelRef(fn + "_done"))
+	// The block's scale, in every lane.
+	h := GP32()
+	MOVWLZX(w, h)
+	dx := XMM()
+	VMOVD(h, dx)
+	VCVTPH2PS(dx, dx)
+	d := YMM()
+	VBROADCASTSS(dx, d)
+	for i := range 4 {
+		if name == "Q8_0" {
+			VPMOVSXBD(w.Offset(2+8*i), ws[i])
+		} else {
+			// Chunks 0, 1: low nibbles of bytes 0–7, 8–15; chunks 2, 3: high nibbles.
+			VPMOVZXBD(w.Offset(2+8*(i%2)), ws[i])
+			if i >= 2 {
+				VPSRLD(U8(4), ws[i], ws[i])
+			}
+			VPAND(low4, ws[i], ws[i])
+			VPSUBD(eights, ws[i], ws[i])
+		}
+		VCVTDQ2PS(ws[i], ws[i])
+		VMULPS(d, ws[i], ws[i])
+	}
+	for i := range 4 {
+		for t := range n {
+			VFMADD231PS(x.Offset((i*n+t)*32), ws[i], acc[t][i%u])
+		}
+	}
+	ADDQ(U32(blockBytes), w.Base)
+	ADDQ(U32(4*n*32), x.Base)
+	DECQ(blocks)
+	JMP(LabelRef(fn + "_loop"))
+
+	Label(fn + "_done")
+	reduce(acc, out, Load(Param("ldo"), GP64()))
 	VZEROUPPER()
 	RET()
 }
