@@ -41,21 +41,60 @@ type Request struct {
 
 // Session is one request's drafting state. It is not safe for concurrent use.
 type Session interface {
-	// Propose drafts up to k tokens to follow history into p. It may propose fewer,
-	// even none. The proposal's slices stay valid until the next call.
+	// Propose drafts up to k tokens (chain or tree nodes) to follow history into p. It
+	// may propose fewer, even none. The proposal's slices stay valid until the next
+	// call.
 	Propose(ctx context.Context, history []int32, k int, p *Proposal) error
 	// Close releases the session's resources.
 	Close() error
 }
 
-// Proposal is a draft: tokens, and the distribution each was drawn from.
+// Proposal is a draft: tokens, and the distribution each was drawn from. It is a chain
+// (each token follows the one before) unless Parents is set, which makes it a tree of
+// alternative continuations.
 type Proposal struct {
 	// Tokens are the drafted tokens, in order.
 	Tokens []int32
-	// Dists, when not nil, holds one processed distribution per token (q). Nil means
-	// the tokens were chosen deterministically.
+	// Dists, when not nil, holds for each token the processed distribution it was
+	// drawn from (q); a nil row, or a nil Dists, means chosen deterministically.
+	// Siblings in a tree drawn from q must be independent draws (with replacement).
 	Dists [][]float32
+	// Parents, when not nil, makes the proposal a tree: token i follows token
+	// Parents[i], or the history when Parents[i] is -1; parents come first.
+	Parents []int32
 }
 
 // Reset empties the proposal.
-func (p *Proposal) Reset() { p.Tokens, p.Dists = p.Tokens[:0], nil }
+func (p *Proposal) Reset() { p.Tokens, p.Dists, p.Parents = p.Tokens[:0], nil, nil }
+
+// Depth is the length of the longest path of the proposal (its length for a chain).
+func (p *Proposal) Depth() int {
+	if p.Parents == nil {
+		return len(p.Tokens)
+	}
+	depth := 0
+	var d [64]int // depth of the first 64 nodes; deeper trees are rare and walk up
+	for i, par := range p.Parents {
+		di := 1
+		switch {
+		case par < 0:
+		case int(par) < len(d):
+			di = d[par] + 1
+		default:
+			for a := par; a >= 0; a = p.Parents[a] {
+				di++
+			}
+		}
+		if i < len(d) {
+			d[i] = di
+		}
+		depth = max(depth, di)
+	}
+	return depth
+}
+
+// Learner is implemented by sessions that learn from finished requests; the decoder
+// calls Learn with the whole history (prompt and output) when a request ends well.
+type Learner interface {
+	Learn(history []int32)
+}

@@ -22,6 +22,28 @@ const drafterStream = 1
 type Model struct {
 	m    model.Model
 	info model.Info
+	tree Tree // zero: chains
+}
+
+// Tree shapes the drafts of a Model drafter that proposes trees: every node gets
+// Width children — the draft model's Width most likely tokens when the request is
+// greedy, Width independent draws from q when it samples — level by level, Depth levels
+// deep, at most MaxNodes nodes (and never more than the decoder's k).
+type Tree struct {
+	Width, Depth, MaxNodes int
+}
+
+// NewModelTree returns a drafter on m that proposes trees of the given shape.
+func NewModelTree(m model.Model, shape Tree) (*Model, error) {
+	if shape.Width < 1 || shape.Depth < 1 || shape.MaxNodes < 1 {
+		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", shape)
+	}
+	d, err := NewModel(m)
+	if err != nil {
+		return nil, err
+	}
+	d.tree = shape
+	return d, nil
 }
 
 // NewModel returns a drafter on m.
@@ -81,6 +103,24 @@ func (d *Model) Start(ctx context.Context, req Request) (Session, error) {
 			s.rows[i] = s.dists[i*v : (i+1)*v]
 		}
 	}
+	if d.tree.Width > 0 {
+		n := min(d.tree.MaxNodes, req.MaxK)
+		s.parents = make([]int32, 0, n)
+		s.qrows = make([][]float32, 0, n)
+		s.tlogits = make([]float32, n*v)
+		s.outs = make([]int32, 0, n)
+		s.level = make([]int32, 0, n)
+		s.next = make([]int32, 0, n)
+		s.top = make([]int32, d.tree.Width)
+		if !s.greedy {
+			// One q row per expanded node plus the root.
+			s.dists = make([]float32, (n+1)*v)
+			s.rows = make([][]float32, n+1)
+			for i := range s.rows {
+				s.rows[i] = s.dists[i*v : (i+1)*v]
+			}
+		}
+	}
 	return s, nil
 }
 
@@ -96,6 +136,15 @@ type modelSession struct {
 	rows   [][]float32
 	toks   []int32
 	out    []int32 // Outputs of a forward: one index
+
+	// Tree drafting scratch.
+	parents     []int32
+	qrows       [][]float32
+	tlogits     []float32
+	outs        []int32
+	level, next []int32
+	top         []int32
+	expanded    int // q rows used by this proposal
 }
 
 func (s *modelSession) forward(ctx context.Context, tokens []int32) error {
@@ -108,8 +157,8 @@ func (s *modelSession) forward(ctx context.Context, tokens []int32) error {
 
 func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
 	p.Reset()
-	if k < 0 || k > len(s.toks) {
-		return fmt.Errorf("draft: k = %d outside [0, %d]", k, len(s.toks))
+	if k < 0 || k > cap(s.toks) {
+		return fmt.Errorf("draft: k = %d outside [0, %d]", k, cap(s.toks))
 	}
 	if len(history) == 0 {
 		return errors.New("draft: empty history")
@@ -122,22 +171,13 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 	if k <= 0 {
 		return nil
 	}
-	// Keep the longest prefix the sequence already holds, but always forward at
-	// least the last history token: its logits start the draft. The history only
-	// grows, so only what came after the last one needs comparing.
-	c := min(s.seen, len(history)-1, len(s.held))
-	for c < len(s.held) && c < len(history)-1 && s.held[c] == history[c] {
-		c++
+	if s.d.tree.Width > 0 {
+		return s.proposeTree(ctx, history, min(k, s.d.tree.MaxNodes), p)
 	}
-	if err := s.seq.Truncate(c); err != nil {
-		return fmt.Errorf("draft: %w", err)
-	}
-	s.held = append(s.held[:c], history[c:]...)
-	if err := s.forward(ctx, s.held[c:]); err != nil {
-		s.held = s.held[:s.seq.Len()]
+	if err := s.sync(ctx, history); err != nil {
 		return err
 	}
-	s.seen = len(history)
+	s.toks = s.toks[:k]
 	for i := range k {
 		var x int32
 		var err error
@@ -164,6 +204,138 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 		p.Dists = s.rows[:k]
 	}
 	return nil
+}
+
+// sync makes the draft sequence hold history and leaves the logits after its last
+// token in s.logits.
+func (s *modelSession) sync(ctx context.Context, history []int32) error {
+	c := min(s.seen, len(history)-1, len(s.held))
+	for c < len(s.held) && c < len(history)-1 && s.held[c] == history[c] {
+		c++
+	}
+	if err := s.seq.Truncate(c); err != nil {
+		return fmt.Errorf("draft: %w", err)
+	}
+	s.held = append(s.held[:c], history[c:]...)
+	if err := s.forward(ctx, s.held[c:]); err != nil {
+		s.held = s.held[:s.seq.Len()]
+		return err
+	}
+	s.seen = len(history)
+	return nil
+}
+
+// expand adds up to Width children below parent (-1 for the root), drawn from the
+// logits after it, within the node budget n.
+func (s *modelSession) expand(parent int32, logits []float32, hist []int32, n int) error {
+	w := min(s.d.tree.Width, n-len(s.toks))
+	if w <= 0 {
+		return nil
+	}
+	if s.greedy {
+		// The w largest logits, lowest id first among ties.
+		top := s.top[:0]
+		for i, x := range logits {
+			if len(top) < w {
+				top = append(top, int32(i))
+			} else if x <= logits[top[w-1]] {
+				continue
+			} else {
+				top[w-1] = int32(i)
+			}
+			for j := len(top) - 1; j > 0 && logits[top[j]] > logits[top[j-1]]; j-- {
+				top[j], top[j-1] = top[j-1], top[j]
+			}
+		}
+		for _, t := range top {
+			s.toks = append(s.toks, t)
+			s.parents = append(s.parents, parent)
+		}
+		return nil
+	}
+	q := s.rows[s.expanded]
+	s.expanded++
+	if err := s.smp.Process(logits, hist, q); err != nil {
+		return fmt.Errorf("draft: %w", err)
+	}
+	for range w {
+		s.toks = append(s.toks, s.smp.Sample(q))
+		s.parents = append(s.parents, parent)
+		s.qrows = append(s.qrows, q)
+	}
+	return nil
+}
+
+// proposeTree drafts a tree of at most n nodes, one draft forward per level: each
+// level forwards the whole tree so far (the model sees every node's ancestors through
+// the parent list) and reads the logits of the previous level's nodes.
+func (s *modelSession) proposeTree(ctx context.Context, history []int32, n int, p *Proposal) error {
+	if err := s.sync(ctx, history); err != nil {
+		return err
+	}
+	base := s.seq.Len()
+	s.toks, s.parents, s.qrows, s.expanded = s.toks[:0], s.parents[:0], s.qrows[:0], 0
+	if err := s.expand(-1, s.logits, s.held, n); err != nil {
+		return err
+	}
+	s.level = append(s.level[:0], 0)
+	for i := 1; i < len(s.toks); i++ {
+		s.level = append(s.level, int32(i))
+	}
+	v := s.d.info.VocabSize
+	for depth := 1; depth < s.d.tree.Depth && len(s.toks) < n && len(s.level) > 0; depth++ {
+		if cl := s.d.info.ContextLength; cl > 0 && base+len(s.toks) > cl {
+			break
+		}
+		s.outs = append(s.outs[:0], s.level...)
+		err := s.seq.Forward(ctx, model.Batch{Tokens: s.toks, Parents: s.parents, Outputs: s.outs}, s.tlogits)
+		if terr := s.seq.Truncate(base); err == nil && terr != nil {
+			err = terr
+		}
+		if err != nil {
+			return fmt.Errorf("draft: draft model %q: %w", s.d.info.Name, err)
+		}
+		s.next = s.next[:0]
+		for r, node := range s.level {
+			// The node's history: the context and its ancestors, for the penalty.
+			hist := s.held[:base]
+			if !s.greedy && s.smp.Params().RepetitionPenalty != 0 {
+				hist = s.pathTo(node)
+			}
+			first := len(s.toks)
+			if err := s.expand(node, s.tlogits[r*v:(r+1)*v], hist, n); err != nil {
+				return err
+			}
+			for c := first; c < len(s.toks); c++ {
+				s.next = append(s.next, int32(c))
+			}
+		}
+		s.level, s.next = s.next, s.level
+	}
+	s.held = s.held[:base]
+	p.Tokens, p.Parents = s.toks, s.parents
+	if !s.greedy {
+		p.Dists = s.qrows
+	}
+	return nil
+}
+
+// pathTo returns the history followed by the tokens from the root to node.
+func (s *modelSession) pathTo(node int32) []int32 {
+	h := s.held
+	depth := 0
+	for a := node; a >= 0; a = s.parents[a] {
+		depth++
+	}
+	base := len(h)
+	for range depth {
+		h = append(h, 0)
+	}
+	for a, i := node, len(h)-1; a >= 0; a, i = s.parents[a], i-1 {
+		h[i] = s.toks[a]
+	}
+	s.held = h[:base]
+	return h
 }
 
 func (s *modelSession) Close() error { return s.seq.Close() }

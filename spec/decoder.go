@@ -184,8 +184,10 @@ type run struct {
 	tgt     *target.Target
 	sess    draft.Session
 	prop    draft.Proposal
-	hist    []int32 // prompt, output, and during a step the draft
-	emitted int     // output tokens handed out
+	hist     []int32 // prompt, output, and during a step the draft
+	emitted  int     // output tokens handed out
+	path     []int32 // accepted tree nodes
+	accepted []int32 // their tokens
 	stats   Stats
 	finish  FinishReason
 }
@@ -297,6 +299,9 @@ func (r *run) generate(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if l, ok := r.sess.(draft.Learner); ok {
+		l.Learn(r.hist)
+	}
 	return nil
 }
 
@@ -335,47 +340,17 @@ func (r *run) step(ctx context.Context) error {
 			return fmt.Errorf("spec: drafter: %w", err)
 		}
 	}
-	drafted := r.prop.Tokens
 
-	t := time.Now()
-	pending := r.hist[len(r.hist)-1]
-	rows, err := r.tgt.Verify(ctx, pending, drafted)
-	if err != nil && len(drafted) > 0 && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)) {
-		// No room for the draft: verify without it.
-		r.prop.Reset()
-		drafted = nil
-		rows, err = r.tgt.Verify(ctx, pending, nil)
-	}
-	t2 := time.Now()
-	r.stats.VerifyTime += t2.Sub(t)
-	if errors.Is(err, model.ErrContextFull) {
-		r.finish = FinishLength
-		return r.flush()
-	}
+	accepted, next, err := r.verify(ctx)
 	if err != nil {
-		return fmt.Errorf("spec: %w", err)
-	}
-	base := len(r.hist)
-	r.hist = append(r.hist, drafted...)
-	n, next, err := r.smp.Verify(sampler.Step{Tokens: r.hist, K: len(drafted), Q: r.prop.Dists, Logits: rows})
-	r.stats.SampleTime += time.Since(t2)
-	if err != nil {
-		return fmt.Errorf("spec: %w", err)
-	}
-	if err := r.tgt.Accept(n); err != nil {
-		return fmt.Errorf("spec: %w", err)
+		if errors.Is(err, model.ErrContextFull) {
+			r.finish = FinishLength
+			return r.flush()
+		}
+		return err
 	}
 	r.stats.Steps++
-	r.stats.Drafted += len(drafted)
-	r.stats.Accepted += n
-	for i := range drafted {
-		r.stats.DraftedAt[i]++
-		if i < n {
-			r.stats.AcceptedAt[i]++
-		}
-	}
-	r.hist = r.hist[:base]
-	for _, tok := range drafted[:n] {
+	for _, tok := range accepted {
 		if r.push(tok) {
 			break
 		}
@@ -384,6 +359,77 @@ func (r *run) step(ctx context.Context) error {
 		r.push(next)
 	}
 	return r.flush()
+}
+
+// verify runs the target over the pending token and the draft (chain or tree), keeps
+// what the rule accepts, and returns the accepted tokens and the token after them. A
+// draft that does not fit in the target's memory or context is dropped and the step
+// verifies the pending token alone.
+func (r *run) verify(ctx context.Context) (accepted []int32, next int32, err error) {
+	pending := r.hist[len(r.hist)-1]
+	p := &r.prop
+	t := time.Now()
+	var rows [][]float32
+	if p.Parents != nil {
+		rows, err = r.tgt.VerifyTree(ctx, pending, p.Tokens, p.Parents)
+	} else {
+		rows, err = r.tgt.Verify(ctx, pending, p.Tokens)
+	}
+	if err != nil && len(p.Tokens) > 0 && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)) {
+		p.Reset()
+		rows, err = r.tgt.Verify(ctx, pending, nil)
+	}
+	t2 := time.Now()
+	r.stats.VerifyTime += t2.Sub(t)
+	if err != nil {
+		return nil, 0, fmt.Errorf("spec: %w", err)
+	}
+	defer func() { r.stats.SampleTime += time.Since(t2) }()
+
+	if p.Parents != nil {
+		depth := p.Depth()
+		r.path, next, err = r.smp.VerifyTree(sampler.TreeStep{Tokens: r.hist, Nodes: p.Tokens, Parents: p.Parents, Q: p.Dists, Logits: rows}, r.path[:0])
+		if err != nil {
+			return nil, 0, fmt.Errorf("spec: %w", err)
+		}
+		if err := r.tgt.AcceptPath(r.path); err != nil {
+			return nil, 0, fmt.Errorf("spec: %w", err)
+		}
+		r.count(depth, len(r.path), len(p.Tokens))
+		r.accepted = r.accepted[:0]
+		for _, c := range r.path {
+			r.accepted = append(r.accepted, p.Tokens[c])
+		}
+		return r.accepted, next, nil
+	}
+
+	base := len(r.hist)
+	r.hist = append(r.hist, p.Tokens...)
+	n, next, err := r.smp.Verify(sampler.Step{Tokens: r.hist, K: len(p.Tokens), Q: p.Dists, Logits: rows})
+	r.hist = r.hist[:base]
+	if err != nil {
+		return nil, 0, fmt.Errorf("spec: %w", err)
+	}
+	if err := r.tgt.Accept(n); err != nil {
+		return nil, 0, fmt.Errorf("spec: %w", err)
+	}
+	r.count(len(p.Tokens), n, len(p.Tokens))
+	return p.Tokens[:n], next, nil
+}
+
+// count records a verification of a draft depth positions deep (nodes tokens in
+// all) of which accepted were kept.
+func (r *run) count(depth, accepted, nodes int) {
+	s := &r.stats
+	s.Drafted += depth
+	s.Accepted += accepted
+	s.DraftNodes += nodes
+	for i := range min(depth, len(s.DraftedAt)) {
+		s.DraftedAt[i]++
+		if i < accepted {
+			s.AcceptedAt[i]++
+		}
+	}
 }
 
 // checkProposal rejects a malformed draft before it reaches the target.
@@ -395,11 +441,21 @@ func (r *run) checkProposal(k int) error {
 	if p.Dists != nil && len(p.Dists) != len(p.Tokens) {
 		return fmt.Errorf("spec: drafter gave %d distributions for %d tokens", len(p.Dists), len(p.Tokens))
 	}
+	if p.Parents != nil {
+		if len(p.Parents) != len(p.Tokens) {
+			return fmt.Errorf("spec: drafter gave %d parents for %d tokens", len(p.Parents), len(p.Tokens))
+		}
+		for i, par := range p.Parents {
+			if par < -1 || int(par) >= i {
+				return fmt.Errorf("spec: drafter gave parent %d to tree node %d", par, i)
+			}
+		}
+	}
 	for i, t := range p.Tokens {
 		if t < 0 || int(t) >= v {
 			return fmt.Errorf("spec: drafter proposed token %d at position %d, outside the vocabulary [0, %d)", t, i, v)
 		}
-		if p.Dists == nil {
+		if p.Dists == nil || p.Dists[i] == nil {
 			continue
 		}
 		q := p.Dists[i]

@@ -14,8 +14,12 @@ type Stats struct {
 	// Steps counts the target's verification passes (one forward each, after the
 	// prefill).
 	Steps int
-	// Drafted and Accepted count drafted tokens and the ones the target kept.
+	// Drafted and Accepted count draft positions and the tokens the target kept (for a
+	// tree draft, Drafted counts its depth: one position per level).
 	Drafted, Accepted int
+	// DraftNodes counts the drafted tokens the target verified: Drafted for chains,
+	// every node of the trees.
+	DraftNodes int
 	// DraftedAt[i] and AcceptedAt[i] count, for draft position i (0 = first drafted
 	// token of a step), how often a token was drafted there and how often it was
 	// accepted (which needs every token before it accepted too).
@@ -107,6 +111,7 @@ func (a *Aggregate) Add(s Stats) {
 	t.Steps += s.Steps
 	t.Drafted += s.Drafted
 	t.Accepted += s.Accepted
+	t.DraftNodes += s.DraftNodes
 	for len(t.DraftedAt) < len(s.DraftedAt) {
 		t.DraftedAt = append(t.DraftedAt, 0)
 		t.AcceptedAt = append(t.AcceptedAt, 0)
