@@ -180,16 +180,16 @@ type run struct {
 	emit  func([]int32) error
 	start time.Time
 
-	smp     *sampler.Sampler
-	tgt     *target.Target
-	sess    draft.Session
-	prop    draft.Proposal
+	smp      *sampler.Sampler
+	tgt      *target.Target
+	sess     draft.Session
+	prop     draft.Proposal
 	hist     []int32 // prompt, output, and during a step the draft
 	emitted  int     // output tokens handed out
 	path     []int32 // accepted tree nodes
 	accepted []int32 // their tokens
-	stats   Stats
-	finish  FinishReason
+	stats    Stats
+	finish   FinishReason
 }
 
 func (d *Decoder) validate(req Request) error {
