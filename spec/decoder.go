@@ -60,7 +60,7 @@ func New(target model.Model, drafter draft.Drafter, opts Options) (*Decoder, err
 	if info.VocabSize < 1 {
 		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
-	if v, ok := drafter.(interface{ VocabSize() int }); ok && v.VocabSize() != info.VocabSize {
+	if v, ok := drafter.(interface{ VocabSize() int }); ok && v.VocabSize() != info.VocabSize && !isUnsized(drafter) {
 		return nil, fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", v.VocabSize(), info.VocabSize)
 	}
 	k := opts.K
@@ -68,6 +68,14 @@ func New(target model.Model, drafter draft.Drafter, opts Options) (*Decoder, err
 		k = 0
 	}
 	return &Decoder{target: target, info: info, drafter: drafter, k: k}, nil
+}
+
+// isUnsized reports whether a drafter reports a vocabulary size of 0 on purpose: a
+// combination of drafters none of which is tied to a vocabulary.
+func isUnsized(d draft.Drafter) bool {
+	_, isModel := d.(*draft.Model)
+	v, _ := d.(interface{ VocabSize() int })
+	return !isModel && v.VocabSize() == 0
 }
 
 // K is the number of tokens drafted per step (0 when the decoder does not speculate).

@@ -1,0 +1,78 @@
+package draft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// First combines drafters: each step it asks them in order and proposes what the
+// first one with anything to say drafts — cheap lookups first, a draft model when
+// they have nothing. Every session sees the whole history whenever it is asked.
+func First(drafters ...Drafter) Drafter { return first(drafters) }
+
+type first []Drafter
+
+// Start implements [Drafter].
+func (f first) Start(ctx context.Context, req Request) (Session, error) {
+	if len(f) == 0 {
+		return nil, errors.New("draft: First needs at least one drafter")
+	}
+	s := &firstSession{}
+	for i, d := range f {
+		if d == nil {
+			s.Close()
+			return nil, fmt.Errorf("draft: First: drafter %d is nil", i)
+		}
+		sub, err := d.Start(ctx, req)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("draft: First: drafter %d: %w", i, err)
+		}
+		s.subs = append(s.subs, sub)
+	}
+	return s, nil
+}
+
+// VocabSize is the largest vocabulary size among the drafters that report one (0
+// when none does).
+func (f first) VocabSize() int {
+	v := 0
+	for _, d := range f {
+		if vs, ok := d.(interface{ VocabSize() int }); ok {
+			v = max(v, vs.VocabSize())
+		}
+	}
+	return v
+}
+
+type firstSession struct{ subs []Session }
+
+func (s *firstSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+	for _, sub := range s.subs {
+		if err := sub.Propose(ctx, history, k, p); err != nil {
+			return err
+		}
+		if len(p.Tokens) > 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Learn passes a finished request on to the sessions that learn.
+func (s *firstSession) Learn(history []int32) {
+	for _, sub := range s.subs {
+		if l, ok := sub.(Learner); ok {
+			l.Learn(history)
+		}
+	}
+}
+
+func (s *firstSession) Close() error {
+	var errs []error
+	for _, sub := range s.subs {
+		errs = append(errs, sub.Close())
+	}
+	return errors.Join(errs...)
+}

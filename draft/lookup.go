@@ -1,0 +1,90 @@
+package draft
+
+import (
+	"context"
+	"fmt"
+)
+
+// NGram is prompt lookup decoding (vLLM's ngram proposer): it finds the most recent
+// earlier place where the last n tokens of the history occurred — in the prompt or in
+// the text generated so far — and proposes the tokens that followed there. It tries n
+// from Max down to Min and drafts deterministically. It costs next to nothing and
+// shines when the output repeats the input (code edits, summaries, retrieval).
+type NGram struct {
+	// Min and Max bound the length of the matched suffix (defaults 1 and 4).
+	Min, Max int
+}
+
+// Start implements [Drafter].
+func (g NGram) Start(ctx context.Context, req Request) (Session, error) {
+	if g.Min == 0 && g.Max == 0 {
+		g.Min, g.Max = 1, 4
+	}
+	if g.Min < 1 || g.Max < g.Min || g.Max > 64 {
+		return nil, fmt.Errorf("draft: n-gram lengths Min %d, Max %d must satisfy 1 <= Min <= Max <= 64", g.Min, g.Max)
+	}
+	return &ngramSession{g: g, last: make([]map[uint64]int32, g.Max-g.Min+1)}, nil
+}
+
+// ngramSession indexes every n-gram of the history by its most recent start.
+type ngramSession struct {
+	g       NGram
+	last    []map[uint64]int32 // per n: hash of an n-gram → most recent start
+	indexed int                // n-grams ending before this position are indexed
+}
+
+func hashTokens(toks []int32) uint64 {
+	h := uint64(1469598103934665603)
+	for _, t := range toks {
+		h ^= uint64(uint32(t))
+		h *= 1099511628211
+	}
+	return h
+}
+
+func (s *ngramSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+	p.Reset()
+	L := len(history)
+	if k <= 0 || L < 2 {
+		return nil
+	}
+	// Index the n-grams that end before the last token; the suffix being matched
+	// (ending at the last token) must find an earlier occurrence.
+	for end := s.indexed + 1; end < L; end++ {
+		for n := s.g.Min; n <= s.g.Max && n <= end; n++ {
+			m := s.last[n-s.g.Min]
+			if m == nil {
+				m = make(map[uint64]int32)
+				s.last[n-s.g.Min] = m
+			}
+			m[hashTokens(history[end-n:end])] = int32(end - n)
+		}
+	}
+	s.indexed = max(s.indexed, L-1)
+	for n := min(s.g.Max, L-1); n >= s.g.Min; n-- {
+		pat := history[L-n:]
+		j, ok := s.last[n-s.g.Min][hashTokens(pat)]
+		if !ok || !equal(history[j:int(j)+n], pat) {
+			continue
+		}
+		from := int(j) + n
+		end := min(from+k, L)
+		p.Tokens = append(p.Tokens, history[from:end]...)
+		return nil
+	}
+	return nil
+}
+
+func equal(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *ngramSession) Close() error { return nil }
