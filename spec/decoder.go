@@ -19,6 +19,7 @@ import (
 	"iter"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/specula/specula/draft"
@@ -36,16 +37,29 @@ const maxPrealloc = 1 << 16
 // Options configures a Decoder.
 type Options struct {
 	// K is the number of tokens drafted per step (vLLM's num_speculative_tokens), in
-	// [0, MaxK]. 0 turns speculation off: every step is one plain decoding step.
+	// [0, MaxK]. 0 turns speculation off: every step is one plain decoding step. With
+	// Adaptive it is the most the decoder may draft.
 	K int
+	// Adaptive lets the decoder choose, every step, how many tokens to draft (0
+	// included) and which drafter to ask, to maximise the expected tokens per second.
+	// It learns acceptance by draft position, drafting cost and verification cost
+	// online, from the requests themselves, and carries what it learned from one
+	// request to the next.
+	Adaptive bool
+	// Alternatives are further drafters an adaptive decoder may choose from.
+	Alternatives []draft.Drafter
 }
 
 // Decoder generates text with speculative decoding.
 type Decoder struct {
-	target  model.Model
-	info    model.Info
-	drafter draft.Drafter
-	k       int
+	target   model.Model
+	info     model.Info
+	drafters []draft.Drafter // none for plain decoding
+	k        int
+	adaptive bool
+
+	mu      sync.Mutex
+	learned *controller // what the last adaptive request learned
 }
 
 // New makes a decoder for target, drafting with drafter (nil for plain decoding).
@@ -60,14 +74,28 @@ func New(target model.Model, drafter draft.Drafter, opts Options) (*Decoder, err
 	if info.VocabSize < 1 {
 		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
-	if v, ok := drafter.(interface{ VocabSize() int }); ok && v.VocabSize() != info.VocabSize && !isUnsized(drafter) {
-		return nil, fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", v.VocabSize(), info.VocabSize)
+	dec := &Decoder{target: target, info: info, k: opts.K, adaptive: opts.Adaptive}
+	if drafter != nil {
+		dec.drafters = append(dec.drafters, drafter)
 	}
-	k := opts.K
-	if drafter == nil {
-		k = 0
+	if len(opts.Alternatives) > 0 && !opts.Adaptive {
+		return nil, errors.New("spec: Alternatives need Adaptive: a fixed-K decoder uses one drafter")
 	}
-	return &Decoder{target: target, info: info, drafter: drafter, k: k}, nil
+	for i, alt := range opts.Alternatives {
+		if alt == nil {
+			return nil, fmt.Errorf("spec: Alternatives[%d] is nil", i)
+		}
+		dec.drafters = append(dec.drafters, alt)
+	}
+	for _, d := range dec.drafters {
+		if v, ok := d.(interface{ VocabSize() int }); ok && v.VocabSize() != info.VocabSize && !isUnsized(d) {
+			return nil, fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", v.VocabSize(), info.VocabSize)
+		}
+	}
+	if len(dec.drafters) == 0 {
+		dec.k = 0
+	}
+	return dec, nil
 }
 
 // isUnsized reports whether a drafter reports a vocabulary size of 0 on purpose: a
@@ -190,7 +218,9 @@ type run struct {
 
 	smp      *sampler.Sampler
 	tgt      *target.Target
-	sess     draft.Session
+	sessions []draft.Session
+	failed   []bool // drafters that ran out of room
+	ctl      *controller
 	prop     draft.Proposal
 	hist     []int32 // prompt, output, and during a step the draft
 	emitted  int     // output tokens handed out
@@ -275,22 +305,39 @@ func (r *run) generate(ctx context.Context) (err error) {
 		return fmt.Errorf("spec: %w", err)
 	}
 	if k > 0 {
-		r.sess, err = d.drafter.Start(ctx, draft.Request{
-			Sampling:  req.Sampling,
-			VocabSize: d.info.VocabSize,
-			MaxK:      k,
-			MaxLen:    capacity,
-		})
-		if err != nil {
-			return fmt.Errorf("spec: starting the drafter: %w", err)
-		}
 		defer func() {
-			if cerr := r.sess.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("spec: %w", cerr)
+			for _, s := range r.sessions {
+				if cerr := s.Close(); cerr != nil && err == nil {
+					err = fmt.Errorf("spec: %w", cerr)
+				}
 			}
 		}()
+		for i, dr := range d.drafters {
+			s, err := dr.Start(ctx, draft.Request{
+				Sampling:  req.Sampling,
+				VocabSize: d.info.VocabSize,
+				MaxK:      k,
+				MaxLen:    capacity,
+			})
+			if err != nil {
+				return fmt.Errorf("spec: starting drafter %d: %w", i, err)
+			}
+			r.sessions = append(r.sessions, s)
+		}
+		r.failed = make([]bool, len(r.sessions))
 		r.stats.DraftedAt = make([]int, k)
 		r.stats.AcceptedAt = make([]int, k)
+		r.stats.StepsByK = make([]int, k+1)
+		if d.adaptive {
+			d.mu.Lock()
+			if d.learned != nil && d.learned.maxK == k && len(d.learned.drafters) == len(r.sessions) {
+				r.ctl = d.learned.clone()
+			}
+			d.mu.Unlock()
+			if r.ctl == nil {
+				r.ctl = newController(k, len(r.sessions))
+			}
+		}
 	}
 
 	t := time.Now()
@@ -307,8 +354,15 @@ func (r *run) generate(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if l, ok := r.sess.(draft.Learner); ok {
-		l.Learn(r.hist)
+	for _, s := range r.sessions {
+		if l, ok := s.(draft.Learner); ok {
+			l.Learn(r.hist)
+		}
+	}
+	if r.ctl != nil {
+		d.mu.Lock()
+		d.learned = r.ctl.clone()
+		d.mu.Unlock()
 	}
 	return nil
 }
@@ -331,24 +385,39 @@ func (r *run) step(ctx context.Context) error {
 	}
 
 	r.prop.Reset()
-	if k > 0 && r.stats.DraftError == "" {
+	di := 0
+	if r.ctl != nil && k > 0 {
+		di, k = r.ctl.choose(k)
+	}
+	if k > 0 && r.failed[di] {
+		k = 0
+	}
+	var draftDur time.Duration
+	if k > 0 {
 		t := time.Now()
-		err := r.sess.Propose(ctx, r.hist, k, &r.prop)
-		r.stats.DraftTime += time.Since(t)
+		err := r.sessions[di].Propose(ctx, r.hist, k, &r.prop)
+		draftDur = time.Since(t)
+		r.stats.DraftTime += draftDur
 		switch {
 		case err == nil:
 			if err := r.checkProposal(k); err != nil {
 				return err
 			}
 		case ctx.Err() == nil && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)):
-			// The drafter ran out of room: the target carries on alone.
+			// The drafter ran out of room: the target carries on without it.
 			r.stats.DraftError = err.Error()
+			r.failed[di] = true
 			r.prop.Reset()
 		default:
 			return fmt.Errorf("spec: drafter: %w", err)
 		}
 	}
+	if r.stats.StepsByK != nil {
+		r.stats.StepsByK[k]++
+	}
 
+	verifyStart := r.stats.VerifyTime
+	depth, nodes := r.prop.Depth(), len(r.prop.Tokens)
 	accepted, next, err := r.verify(ctx)
 	if err != nil {
 		if errors.Is(err, model.ErrContextFull) {
@@ -358,6 +427,12 @@ func (r *run) step(ctx context.Context) error {
 		return err
 	}
 	r.stats.Steps++
+	if r.ctl != nil {
+		if len(r.prop.Tokens) < nodes { // the draft was dropped for want of room
+			depth, nodes = 0, 0
+		}
+		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
+	}
 	for _, tok := range accepted {
 		if r.push(tok) {
 			break

@@ -313,10 +313,16 @@ func TestZeroAllocationsPerToken(t *testing.T) {
 		{"speculative sampled", d, 4, sampler.Params{Temperature: 0.8, TopP: 0.95, TopK: 50, RepetitionPenalty: 1.1}, nil},
 		{"deterministic drafter", chainDrafter(tgt.Perturbed(0.8, 2)), 5, sampler.Params{Temperature: 1}, nil},
 		{"stop sequences", d, 3, sampler.Params{Temperature: 1}, [][]int32{{1, 2, 3}, {4, 4}}},
+		{"adaptive", d, 6, sampler.Params{Temperature: 0.9}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dec := newDecoder(t, tgt, c.d, c.k)
+			if c.name == "adaptive" {
+				var err error
+				dec, err = spec.New(tgt, c.d, spec.Options{K: c.k, Adaptive: true, Alternatives: []draft.Drafter{draft.NGram{}}})
+				require.NoError(t, err)
+			}
 			emit := func([]int32) error { return nil }
 			allocs := func(n int) float64 {
 				return testing.AllocsPerRun(20, func() {

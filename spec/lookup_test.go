@@ -77,3 +77,45 @@ func TestSuffixTreeSampled(t *testing.T) {
 	assert.Greater(t, agg.Total.DraftNodes, agg.Total.Drafted)
 	t.Logf("p=%.3f, %s", fit.P, agg.String())
 }
+
+// TestAdaptive: an adaptive decoder with several drafters stays exact — greedy output
+// is plain greedy's, sampled sequences have the target's distribution — and reports
+// what it chose.
+func TestAdaptive(t *testing.T) {
+	tgt := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 31, Scale: 1.5})
+	good := newDrafter(t, tgt.Perturbed(0.3, 1))
+	bad := newDrafter(t, newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 999}))
+	dec, err := spec.New(tgt, bad, spec.Options{K: 6, Adaptive: true, Alternatives: []draft.Drafter{draft.NGram{}, good}})
+	require.NoError(t, err)
+
+	prompt := []int32{1, 2}
+	want := reference.Greedy(tgt, prompt, 80, sampler.Params{})
+	res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 80})
+	require.NoError(t, err)
+	assert.Equal(t, want, res.Tokens)
+	steps := 0
+	for _, n := range res.Stats.StepsByK {
+		steps += n
+	}
+	assert.Equal(t, res.Stats.Steps, steps)
+	t.Logf("greedy: %s; steps by K %v", res.Stats, res.Stats.StepsByK)
+
+	const draws = 30_000
+	params := sampler.Params{Temperature: 1}
+	wantDist := reference.Continuations(tgt, prompt, 3, params)
+	counts := make([]int, len(wantDist))
+	for i := range draws {
+		params.Seed = uint64(i)
+		res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params})
+		require.NoError(t, err)
+		counts[reference.Index(res.Tokens, 6)]++
+	}
+	fit := stattest.ChiSquare(counts, wantDist)
+	assert.Zero(t, fit.Impossible)
+	assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
+
+	_, err = spec.New(tgt, good, spec.Options{K: 4, Alternatives: []draft.Drafter{bad}})
+	assert.ErrorContains(t, err, "Alternatives need Adaptive")
+	_, err = spec.New(tgt, good, spec.Options{K: 4, Adaptive: true, Alternatives: []draft.Drafter{nil}})
+	assert.ErrorContains(t, err, "Alternatives[0] is nil")
+}

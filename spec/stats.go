@@ -31,8 +31,11 @@ type Stats struct {
 	// TimeToFirstToken runs from the start of the request to the first token handed
 	// to the caller; Duration to the end of the request.
 	TimeToFirstToken, Duration time.Duration
-	// DraftError, when not empty, says why drafting stopped part-way through the
-	// request (the drafter ran out of memory or context); the target went on alone.
+	// StepsByK[k] counts the steps that drafted k tokens (k = 0: plain steps), which
+	// shows what an adaptive decoder chose.
+	StepsByK []int
+	// DraftError, when not empty, says why a drafter stopped part-way through the
+	// request (it ran out of memory or context); the decoder went on without it.
 	DraftError string
 }
 
@@ -119,6 +122,12 @@ func (a *Aggregate) Add(s Stats) {
 	for i := range s.DraftedAt {
 		t.DraftedAt[i] += s.DraftedAt[i]
 		t.AcceptedAt[i] += s.AcceptedAt[i]
+	}
+	for len(t.StepsByK) < len(s.StepsByK) {
+		t.StepsByK = append(t.StepsByK, 0)
+	}
+	for i, n := range s.StepsByK {
+		t.StepsByK[i] += n
 	}
 	t.PrefillTime += s.PrefillTime
 	t.DraftTime += s.DraftTime

@@ -1,0 +1,186 @@
+package spec
+
+import "time"
+
+// controller chooses, each step, which drafter to ask and how many tokens to draft,
+// to maximise the expected tokens per second. It learns online, from the request
+// itself: the acceptance rate of each draft position, per drafter (a position counts
+// only when every position before it was accepted), the verification time as a
+// function of the tokens verified, and each drafter's cost per drafted token. Older
+// observations fade, so the choice follows the text as it changes.
+type controller struct {
+	maxK     int
+	drafters []drafterStats
+	verify   []bucket // by tokens verified, 1 … maxK+1
+	steps    int
+	explore  int // the step of the next exploration
+	turn     int // explorations so far
+}
+
+// drafterStats is what the controller knows of one drafter.
+type drafterStats struct {
+	judged, accepted []float64 // per position, decayed counts
+	perToken         bucket    // drafting seconds per drafted token
+}
+
+// bucket is a decayed average.
+type bucket struct {
+	mean, weight float64
+}
+
+const (
+	fade       = 0.97 // weight kept by old observations at each new one
+	priorAcc   = 0.6  // acceptance assumed before any evidence…
+	priorCount = 2.0  // …worth this many observations
+	priorSlope = 0.25 // verify(m) / verify(1) − 1 per extra token, before evidence
+	exploreGap = 12   // steps between explorations
+)
+
+func (b *bucket) add(x float64) {
+	b.weight = b.weight*fade + 1
+	b.mean += (x - b.mean) / b.weight
+}
+
+func newController(maxK, drafters int) *controller {
+	c := &controller{maxK: maxK, verify: make([]bucket, maxK+2), explore: exploreGap}
+	c.drafters = make([]drafterStats, drafters)
+	for i := range c.drafters {
+		c.drafters[i].judged = make([]float64, maxK)
+		c.drafters[i].accepted = make([]float64, maxK)
+	}
+	return c
+}
+
+// alpha is the estimated probability that position i is accepted when it is reached.
+func (s *drafterStats) alpha(i int) float64 {
+	return (s.accepted[i] + priorAcc*priorCount) / (s.judged[i] + priorCount)
+}
+
+// expected is the expected number of tokens a step drafting k tokens yields: the
+// accepted ones and the target's own.
+func (s *drafterStats) expected(k int) float64 {
+	e, reach := 1.0, 1.0
+	for i := range k {
+		reach *= s.alpha(i)
+		e += reach
+	}
+	return e
+}
+
+// verifyTime estimates the time to verify m tokens: the observed average where
+// there is one, else a line through what was observed (or the prior slope).
+func (c *controller) verifyTime(m int) float64 {
+	if b := c.verify[m]; b.weight > 0.5 {
+		return b.mean
+	}
+	// Least squares over the observed buckets, weighted.
+	var sw, sx, sy, sxx, sxy float64
+	var n int
+	for x, b := range c.verify {
+		if b.weight <= 0 {
+			continue
+		}
+		w := min(b.weight, 10)
+		sw += w
+		sx += w * float64(x)
+		sy += w * b.mean
+		sxx += w * float64(x*x)
+		sxy += w * float64(x) * b.mean
+		n++
+	}
+	switch {
+	case n == 0:
+		return 1 + priorSlope*float64(m-1) // unitless: only ratios matter
+	case n == 1:
+		x0, y0 := sx/sw, sy/sw
+		return y0 * (1 + priorSlope*float64(m-1)) / (1 + priorSlope*(x0-1))
+	}
+	den := sw*sxx - sx*sx
+	slope := (sw*sxy - sx*sy) / den
+	icpt := (sy - slope*sx) / sw
+	if t := icpt + slope*float64(m); t > 0 {
+		return t
+	}
+	return sy / sw
+}
+
+// choose returns the drafter and the number of tokens to draft (0: a plain step).
+func (c *controller) choose(maxK int) (drafter, k int) {
+	maxK = min(maxK, c.maxK)
+	c.steps++
+	best, bestD, bestK := 1/c.verifyTime(1), 0, 0
+	for d := range c.drafters {
+		s := &c.drafters[d]
+		for kk := 1; kk <= maxK; kk++ {
+			cost := c.verifyTime(kk+1) + s.draftTime(kk)
+			if r := s.expected(kk) / cost; r > best {
+				best, bestD, bestK = r, d, kk
+			}
+		}
+	}
+	if c.steps >= c.explore && maxK > 0 {
+		// Look a little beyond what seems best, so that estimates stay fresh and a
+		// drafter that looked useless can come back: one more token from the best
+		// drafter, or, taking turns, a single token from each of the others. The
+		// worse a probe looks, the rarer it is.
+		c.turn++
+		d, k := bestD, min(bestK+1, maxK)
+		if t := c.turn % (len(c.drafters) + 1); t != len(c.drafters) && t != bestD {
+			d, k = t, 1
+		}
+		s := &c.drafters[d]
+		probe := s.expected(k) / (c.verifyTime(k+1) + s.draftTime(k))
+		c.explore = c.steps + int(exploreGap*(1+4*max(0, best/probe-1)))
+		return d, k
+	}
+	return bestD, bestK
+}
+
+// draftTime estimates the time to draft k tokens.
+func (s *drafterStats) draftTime(k int) float64 {
+	if s.perToken.weight == 0 {
+		return 0 // unknown yet: assume cheap, so that it gets tried
+	}
+	return s.perToken.mean * float64(k)
+}
+
+// observe records a step: drafter d asked for k tokens took draftDur and proposed a
+// draft of the given depth, the target verified m tokens in verifyDur, and accepted of
+// the depth positions were kept.
+func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur time.Duration) {
+	c.verify[min(m, len(c.verify)-1)].add(verifyDur.Seconds())
+	if k == 0 {
+		return
+	}
+	s := &c.drafters[d]
+	s.perToken.add(draftDur.Seconds() / float64(k))
+	for i := range min(depth, len(s.judged)) {
+		if i > accepted {
+			break // not reached
+		}
+		s.judged[i] = s.judged[i]*fade + 1
+		s.accepted[i] *= fade
+		if i < accepted {
+			s.accepted[i]++
+		}
+	}
+	// An empty draft is a miss at position 0.
+	if depth == 0 {
+		s.judged[0] = s.judged[0]*fade + 1
+		s.accepted[0] *= fade
+	}
+}
+
+// clone returns a deep copy, for handing what one request learned to the next.
+func (c *controller) clone() *controller {
+	n := *c
+	n.verify = append([]bucket(nil), c.verify...)
+	n.drafters = make([]drafterStats, len(c.drafters))
+	for i, s := range c.drafters {
+		s.judged = append([]float64(nil), s.judged...)
+		s.accepted = append([]float64(nil), s.accepted...)
+		n.drafters[i] = s
+	}
+	n.steps, n.explore, n.turn = 0, exploreGap, 0
+	return &n
+}

@@ -1,0 +1,124 @@
+package spec
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// world is a simulated setting for the controller: verification time as a function
+// of the tokens verified, and per drafter a per-position acceptance probability and a
+// drafting cost per token (in milliseconds).
+type world struct {
+	verify func(m int) float64
+	alpha  []func(i int) float64
+	draft  []float64
+}
+
+func (w world) expected(d, k int) float64 {
+	e, reach := 1.0, 1.0
+	for i := range k {
+		reach *= w.alpha[d](i)
+		e += reach
+	}
+	return e
+}
+
+// bestFixed is the best expected tokens per millisecond of any fixed drafter and K.
+func (w world) bestFixed(maxK int) (rate float64, d, k int) {
+	rate = 1 / w.verify(1)
+	for dd := range w.alpha {
+		for kk := 1; kk <= maxK; kk++ {
+			if r := w.expected(dd, kk) / (w.verify(kk+1) + w.draft[dd]*float64(kk)); r > rate {
+				rate, d, k = r, dd, kk
+			}
+		}
+	}
+	return rate, d, k
+}
+
+// run lets the controller decide for n steps and returns the tokens per millisecond
+// it achieved.
+func (w world) run(c *controller, n int, rng *rand.Rand) float64 {
+	var tokens, ms float64
+	for range n {
+		d, k := c.choose(c.maxK)
+		acc := 0
+		for acc < k && rng.Float64() < w.alpha[d](acc) {
+			acc++
+		}
+		vt, dt := w.verify(k+1), w.draft[d]*float64(k)
+		if k == 0 {
+			dt = 0
+		}
+		tokens += float64(acc + 1)
+		ms += vt + dt
+		c.observe(d, k, k, acc, k+1, time.Duration(dt*float64(time.Millisecond)), time.Duration(vt*float64(time.Millisecond)))
+	}
+	return tokens / ms
+}
+
+func constant(a float64) func(int) float64 { return func(int) float64 { return a } }
+
+// TestControllerFindsTheBestSpeed simulates settings where the best fixed choice
+// differs — cheap or costly verification, good, decaying or useless drafts, a cheap and
+// an expensive drafter — and checks that the adaptive choice gets within 5 % of the
+// best fixed drafter and K, and never below 95 % of plain decoding.
+func TestControllerFindsTheBestSpeed(t *testing.T) {
+	gpuLike := func(m int) float64 { return 10 + 0.3*float64(m-1) }
+	cpuLike := func(m int) float64 { return 3 + 1.2*float64(m-1) }
+	worlds := []struct {
+		name string
+		w    world
+	}{
+		{"good drafts, cheap verify", world{gpuLike, []func(int) float64{constant(0.8)}, []float64{0.5}}},
+		{"good drafts, costly verify", world{cpuLike, []func(int) float64{constant(0.8)}, []float64{0.3}}},
+		{"mediocre drafts", world{cpuLike, []func(int) float64{constant(0.45)}, []float64{0.3}}},
+		{"useless drafts", world{gpuLike, []func(int) float64{constant(0.02)}, []float64{0.5}}},
+		{"useless, costly drafts", world{cpuLike, []func(int) float64{constant(0)}, []float64{2}}},
+		{"decaying acceptance", world{gpuLike, []func(int) float64{func(i int) float64 { return 0.9 - 0.12*float64(i) }}, []float64{0.4}}},
+		{"cheap lookup and a model", world{gpuLike, []func(int) float64{constant(0.3), constant(0.75)}, []float64{0.01, 1}}},
+		{"lookup beats the model", world{cpuLike, []func(int) float64{constant(0.85), constant(0.6)}, []float64{0.01, 0.8}}},
+	}
+	for i, tc := range worlds {
+		t.Run(tc.name, func(t *testing.T) {
+			const maxK = 8
+			best, bd, bk := tc.w.bestFixed(maxK)
+			c := newController(maxK, len(tc.w.alpha))
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			tc.w.run(c, 200, rng) // warm up
+			got := tc.w.run(c, 4000, rng)
+			plain := 1 / tc.w.verify(1)
+			t.Logf("adaptive %.4f tokens/ms, best fixed %.4f (drafter %d, K=%d), plain %.4f", got, best, bd, bk, plain)
+			assert.GreaterOrEqual(t, got, 0.95*best, "within 5%% of the best fixed choice")
+			assert.GreaterOrEqual(t, got, 0.95*plain, "never much below plain decoding")
+		})
+	}
+}
+
+// TestControllerFollowsChange: when drafts stop being accepted mid-request, the
+// controller turns speculation (nearly) off; when they come back, so does it.
+func TestControllerFollowsChange(t *testing.T) {
+	good := world{func(m int) float64 { return 10 + 0.3*float64(m-1) }, []func(int) float64{constant(0.85)}, []float64{0.5}}
+	bad := good
+	bad.alpha = []func(int) float64{constant(0)}
+	c := newController(8, 1)
+	rng := rand.New(rand.NewPCG(9, 9))
+	good.run(c, 500, rng)
+	_, k := c.choose(8)
+	assert.Greater(t, k, 3, "speculating deeply while drafts are good")
+	bad.run(c, 500, rng)
+	plain := 0
+	for range 120 {
+		if _, k := c.choose(8); k == 0 {
+			plain++
+		}
+	}
+	assert.Greater(t, plain, 100, "mostly plain steps once drafts are useless")
+	good.run(c, 800, rng)
+	_, k = c.choose(8)
+	assert.Greater(t, k, 3, fmt.Sprintf("back to speculating (K=%d)", k))
+}
