@@ -33,3 +33,23 @@ func TestDotAxpy(t *testing.T) {
 		}
 	}
 }
+
+func TestDotPacked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	for _, cols := range []int{8, 64, 128} {
+		for n := 1; n <= Group; n++ {
+			x := randVec(rng, n*cols)
+			packed := make([]float32, n*cols)
+			PackRows(packed, x, n, cols)
+			w := randVec(rng, cols)
+			out := make([]float32, 3*n)
+			DotPacked(w, packed, n, out, 3)
+			for t2 := range n {
+				want := goDot(w, x[t2*cols:(t2+1)*cols])
+				if math.Abs(float64(out[3*t2]-want)) > 1e-4*(1+math.Abs(float64(want))) {
+					t.Fatalf("cols %d n %d row %d: %v, want %v", cols, n, t2, out[3*t2], want)
+				}
+			}
+		}
+	}
+}

@@ -316,8 +316,12 @@ func rope(x, cos, sin []float32, style RopeStyle) {
 	}
 }
 
-// maxBlock bounds the cache block size attention works with.
-const maxBlock = 256
+// maxBlock bounds the cache block size attention works with, and maxHeadDim the head
+// dimension its packed path handles (larger heads take the plain path).
+const (
+	maxBlock   = 256
+	maxHeadDim = 256
+)
 
 // attnTask computes attention for items (token, kv head): the query heads of the kv
 // head's group, over the tokens held before the batch and the token's own ancestors in
@@ -339,12 +343,14 @@ func (t *attnTask) Run(lo, hi int) {
 	group := c.Heads / c.KVHeads
 	bs := s.m.kv.Config().BlockSize
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	var scores [maxBlock]float32 // one block's scores for one head
-	var mx, sum [8]float32
+	packed := hd%8 == 0 && hd <= maxHeadDim
+	var scores [kernels.Group * maxBlock]float32 // per head of a group, one block
+	var qp [kernels.Group * maxHeadDim]float32   // the group's queries, scaled and packed
+	var mx, sum [kernels.Group]float32
 	for item := lo; item < hi; item++ {
 		i, kvh := item/c.KVHeads, item%c.KVHeads
-		for h0 := 0; h0 < group; h0 += 8 {
-			g := min(8, group-h0)
+		for h0 := 0; h0 < group; h0 += kernels.Group {
+			g := min(kernels.Group, group-h0)
 			heads := kvh*group + h0
 			qs := t.q[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
 			outs := t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
@@ -352,27 +358,43 @@ func (t *attnTask) Run(lo, hi int) {
 			for h := range g {
 				mx[h], sum[h] = float32(math.Inf(-1)), 0
 			}
-			// visit adds the positions [p0, p0+cnt) of one block (keys and values
-			// slot-major) to the running softmax of each head.
+			if packed {
+				// Score against the keys with one kernel call per key for all g heads.
+				for j, v := range qs {
+					scores[j] = v * scale
+				}
+				kernels.PackRows(qp[:g*hd], scores[:g*hd], g, hd)
+			}
+			// visit adds cnt positions (keys and values slot-major) to the running
+			// softmax of each head.
 			visit := func(kb, vb []float32, cnt int) {
-				for h := range g {
-					q := qs[h*hd : (h+1)*hd]
-					sc := scores[:cnt]
-					bm := float32(math.Inf(-1))
+				if packed {
 					for j := range cnt {
-						sc[j] = kernels.Dot(q, kb[j*hd:(j+1)*hd]) * scale
-						bm = max(bm, sc[j])
+						kernels.DotPacked(kb[j*hd:(j+1)*hd], qp[:g*hd], g, scores[j:], bs)
 					}
+				} else {
+					for h := range g {
+						q := qs[h*hd : (h+1)*hd]
+						for j := range cnt {
+							scores[h*bs+j] = kernels.Dot(q, kb[j*hd:(j+1)*hd]) * scale
+						}
+					}
+				}
+				for h := range g {
+					sc := scores[h*bs : h*bs+cnt]
+					bm := float32(math.Inf(-1))
+					for _, x := range sc {
+						bm = max(bm, x)
+					}
+					o := outs[h*hd : (h+1)*hd]
 					if bm > mx[h] {
 						r := kernels.ExpNeg(mx[h] - bm)
 						sum[h] *= r
-						o := outs[h*hd : (h+1)*hd]
 						for d := range o {
 							o[d] *= r
 						}
 						mx[h] = bm
 					}
-					o := outs[h*hd : (h+1)*hd]
 					sum[h] += float32(kernels.ExpShifted(sc, mx[h], 1))
 					for j, w := range sc {
 						kernels.Axpy(w, vb[j*hd:(j+1)*hd], o)
