@@ -23,7 +23,12 @@ func (g NGram) Start(ctx context.Context, req Request) (Session, error) {
 	if g.Min < 1 || g.Max < g.Min || g.Max > 64 {
 		return nil, fmt.Errorf("draft: n-gram lengths Min %d, Max %d must satisfy 1 <= Min <= Max <= 64", g.Min, g.Max)
 	}
-	return &ngramSession{g: g, last: make([]map[uint64]int32, g.Max-g.Min+1)}, nil
+	s := &ngramSession{g: g, last: make([]map[uint64]int32, g.Max-g.Min+1)}
+	for i := range s.last {
+		// Sized for the whole request, so that indexing allocates nothing per token.
+		s.last[i] = make(map[uint64]int32, req.MaxLen)
+	}
+	return s, nil
 }
 
 // ngramSession indexes every n-gram of the history by its most recent start.
@@ -52,12 +57,7 @@ func (s *ngramSession) Propose(ctx context.Context, history []int32, k int, p *P
 	// (ending at the last token) must find an earlier occurrence.
 	for end := s.indexed + 1; end < L; end++ {
 		for n := s.g.Min; n <= s.g.Max && n <= end; n++ {
-			m := s.last[n-s.g.Min]
-			if m == nil {
-				m = make(map[uint64]int32)
-				s.last[n-s.g.Min] = m
-			}
-			m[hashTokens(history[end-n:end])] = int32(end - n)
+			s.last[n-s.g.Min][hashTokens(history[end-n:end])] = int32(end - n)
 		}
 	}
 	s.indexed = max(s.indexed, L-1)

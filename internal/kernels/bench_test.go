@@ -14,7 +14,7 @@ func BenchmarkMul(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 1408, 512
 	w := randVec(rng, rows*cols)
-	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0} {
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0, dtype.Q4_K, dtype.Q6_K} {
 		m, err := NewMatrix(typ, rows, cols, encode(b, typ, w))
 		if err != nil {
 			b.Fatal(err)

@@ -12,6 +12,8 @@ var (
 
 	dotQ8_0f = goFloat(goDotQ8_0f)
 	dotQ4_0f = goFloat(goDotQ4_0f)
+	dotQ4_Kf = goFloat(goDotQ4_Kf)
+	dotQ6_Kf = goFloat(goDotQ6_Kf)
 
 	pairF32  = goPair(dotF32)
 	pairF16  = goPair(dotF16)

@@ -226,6 +226,54 @@ func dotQ8_0fx8(w []byte, x []float32, blocks int, out []float32, ldo int)
 // dotQ4_0fx8 computes 8 rows of a Q4_0 × float product.
 func dotQ4_0fx8(w []byte, x []float32, blocks int, out []float32, ldo int)
 
+// dotQ4_Kfx1 computes 1 rows of a Q4_K × float product.
+func dotQ4_Kfx1(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ6_Kfx1 computes 1 rows of a Q6_K × float product.
+func dotQ6_Kfx1(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_Kfx2 computes 2 rows of a Q4_K × float product.
+func dotQ4_Kfx2(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ6_Kfx2 computes 2 rows of a Q6_K × float product.
+func dotQ6_Kfx2(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_Kfx3 computes 3 rows of a Q4_K × float product.
+func dotQ4_Kfx3(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ6_Kfx3 computes 3 rows of a Q6_K × float product.
+func dotQ6_Kfx3(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_Kfx4 computes 4 rows of a Q4_K × float product.
+func dotQ4_Kfx4(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ6_Kfx4 computes 4 rows of a Q6_K × float product.
+func dotQ6_Kfx4(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_Kfx5 computes 5 rows of a Q4_K × float product.
+func dotQ4_Kfx5(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ6_Kfx5 computes 5 rows of a Q6_K × float product.
+func dotQ6_Kfx5(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_Kfx6 computes 6 rows of a Q4_K × float product.
+func dotQ4_Kfx6(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ6_Kfx6 computes 6 rows of a Q6_K × float product.
+func dotQ6_Kfx6(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_Kfx7 computes 7 rows of a Q4_K × float product.
+func dotQ4_Kfx7(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ6_Kfx7 computes 7 rows of a Q6_K × float product.
+func dotQ6_Kfx7(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_Kfx8 computes 8 rows of a Q4_K × float product.
+func dotQ4_Kfx8(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ6_Kfx8 computes 8 rows of a Q6_K × float product.
+func dotQ6_Kfx8(w []byte, x []float32, blocks int, out []float32, ldo int)
+
 // dotAVX2 returns a · b over the first len(a) rounded down to 8 values.
 func dotAVX2(a []float32, b []float32) float32
 

@@ -129,6 +129,40 @@ func goDotQ4_0f(n int, w []byte, x []float32, blocks int, out []float32, ldo int
 	})
 }
 
+// kDot is the shared body of the K-quant kernels against float activations: it
+// decodes each 256-value super-block of size bytes with dec, then multiplies it into
+// every row like floatDot.
+func kDot(n int, w []byte, x []float32, blocks, size int, out []float32, ldo int, dec func(blk []byte, dst []float32)) {
+	var acc [Group]float32
+	var vals [kBlock]float32
+	for b := range blocks {
+		dec(w[b*size:(b+1)*size], vals[:])
+		xb := x[b*kBlock*n : (b+1)*kBlock*n]
+		for c := range kBlock / 8 {
+			ws := vals[c*8 : c*8+8]
+			for t := range n {
+				xs := xb[(c*n+t)*8 : (c*n+t)*8+8]
+				var s float32
+				for j := range 8 {
+					s += ws[j] * xs[j]
+				}
+				acc[t] += s
+			}
+		}
+	}
+	for t := range n {
+		out[t*ldo] = acc[t]
+	}
+}
+
+func goDotQ4_Kf(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
+	kDot(n, w, x, blocks, q4KBlockBytes, out, ldo, dequantQ4KBlock)
+}
+
+func goDotQ6_Kf(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
+	kDot(n, w, x, blocks, q6KBlockBytes, out, ldo, dequantQ6KBlock)
+}
+
 type (
 	floatKernel  func(w []byte, x []float32, chunks int, out []float32, ldo int)
 	floatKernel2 func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)

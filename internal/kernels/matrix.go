@@ -59,7 +59,7 @@ func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 // Supported reports whether products with weights of type t are implemented.
 func Supported(t dtype.DType) bool {
 	switch t {
-	case dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0:
+	case dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0, dtype.Q4_K, dtype.Q6_K:
 		return true
 	}
 	return false
@@ -117,6 +117,12 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 						continue
 					case dtype.Q4_0:
 						dotQ4_0f[n](w, x, m.Cols/q8Block, out, ldy)
+						continue
+					case dtype.Q4_K:
+						dotQ4_Kf[n](w, x, m.Cols/kBlock, out, ldy)
+						continue
+					case dtype.Q6_K:
+						dotQ6_Kf[n](w, x, m.Cols/kBlock, out, ldy)
 						continue
 					case dtype.F32:
 						one = dotF32[n]
@@ -178,8 +184,9 @@ func (m *Matrix) tail(w []byte, a *Act, t0, rows int, out []float32, ldo int) {
 // Act holds a batch of activation rows prepared for products: packed for the float
 // kernels (per group of rows, for each 8 columns, the rows' 8 values side by side) or
 // quantised to Q8_0 for the quantised kernels (per group, for each 32-value block, the
-// rows' int8 codes side by side, and their scales). Prepare it once per input; many
-// matrices may then read it concurrently.
+// rows' int8 codes side by side, and their scales). K-quant weights (Q4_K, Q6_K)
+// always read the float packing. Prepare it once per input; many matrices may then
+// read it concurrently.
 type Act struct {
 	x       []float32
 	n, cols int
@@ -227,6 +234,14 @@ func (a *Act) Prepare(t dtype.DType) error {
 		case !a.quantFloat && !a.have[1]:
 			a.quantQ8()
 			a.have[1] = true
+		}
+	case dtype.Q4_K, dtype.Q6_K:
+		if a.cols%kBlock != 0 {
+			return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
+		}
+		if !a.have[0] {
+			a.packF32()
+			a.have[0] = true
 		}
 	default:
 		return fmt.Errorf("kernels: weight type %s is not supported", t)

@@ -37,6 +37,10 @@ func encode(t testing.TB, typ dtype.DType, w []float32) []byte {
 		QuantizeQ8_0(w, out)
 	case dtype.Q4_0:
 		QuantizeQ4_0(w, out)
+	case dtype.Q4_K:
+		QuantizeQ4_K(w, out)
+	case dtype.Q6_K:
+		QuantizeQ6_K(w, out)
 	default:
 		t.Fatalf("no encoder for %s", typ)
 	}
@@ -53,14 +57,18 @@ func randVec(rng *rand.Rand, n int) []float32 {
 
 // TestMulMatchesReference multiplies random matrices of every supported type and
 // awkward shape with 1 to 17 activation rows, and compares with float64 products of
-// the decoded weights. Quantised types also quantise the activations to 8 bits, which
-// bounds their agreement.
+// the decoded weights. Q8_0 and Q4_0 also quantise the activations to 8 bits for
+// batches of fewer than 3 rows, which bounds their agreement; the K-quants always
+// meet float activations.
 func TestMulMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0} {
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0, dtype.Q4_K, dtype.Q6_K} {
 		colsList := []int{32, 64, 96, 512, 1408}
-		if typ.BlockSize() == 1 {
+		switch {
+		case typ.BlockSize() == 1:
 			colsList = append(colsList, 8, 13, 100, 7)
+		case typ.BlockSize() == kBlock:
+			colsList = []int{256, 512, 1536}
 		}
 		for _, cols := range colsList {
 			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17} {
@@ -127,7 +135,14 @@ func TestAssemblyMatchesGo(t *testing.T) {
 		{dtype.Q8_0, dotQ8_0, goQuant(goDotQ8_0), dotQ8_0f, goFloat(goDotQ8_0f)},
 		{dtype.Q4_0, dotQ4_0, goQuant(goDotQ4_0), dotQ4_0f, goFloat(goDotQ4_0f)},
 	}
-	for _, cols := range []int{32, 64, 160, 256, 1408} {
+	kquants := []struct {
+		typ      dtype.DType
+		asm, twn [Group + 1]floatKernel
+	}{
+		{dtype.Q4_K, dotQ4_Kf, goFloat(goDotQ4_Kf)},
+		{dtype.Q6_K, dotQ6_Kf, goFloat(goDotQ6_Kf)},
+	}
+	for _, cols := range []int{32, 64, 160, 256, 512, 1408, 1536} {
 		for n := 1; n <= Group; n++ {
 			x := randVec(rng, n*cols)
 			var a Act
@@ -179,6 +194,16 @@ func TestAssemblyMatchesGo(t *testing.T) {
 				k.ftwn[n](wb, a.f32, cols/32, want, 1)
 				check(k.typ.String() + " × float")
 			}
+			if cols%kBlock != 0 {
+				continue
+			}
+			for _, k := range kquants {
+				require.NoError(t, a.Prepare(k.typ))
+				wb := encode(t, k.typ, w)
+				k.asm[n](wb, a.f32, cols/kBlock, got, 1)
+				k.twn[n](wb, a.f32, cols/kBlock, want, 1)
+				check(k.typ.String())
+			}
 		}
 	}
 }
@@ -219,8 +244,10 @@ func TestNewMatrixErrors(t *testing.T) {
 		data       []byte
 		want       string
 	}{
-		{dtype.Q6_K, 1, 256, make([]byte, 210), "not supported"},
+		{dtype.Q5_K, 1, 256, make([]byte, 176), "not supported"},
 		{dtype.Q8_0, 1, 48, buf, "whole number"},
+		{dtype.Q4_K, 1, 128, make([]byte, 72), "whole number"},
+		{dtype.Q6_K, 2, 256, make([]byte, 210), "needs 420 bytes"},
 		{dtype.Q8_0, 2, 64, buf, "needs 136 bytes"},
 		{dtype.F32, 0, 4, nil, "matrix of 0"},
 		{dtype.F32, 1, 4, buf[1:17], "aligned"},
@@ -231,6 +258,10 @@ func TestNewMatrixErrors(t *testing.T) {
 	var a Act
 	a.Reset(make([]float32, 40), 1, 40)
 	require.ErrorContains(t, a.Prepare(dtype.Q8_0), "whole number")
+	a.Reset(make([]float32, 160), 1, 160)
+	require.NoError(t, a.Prepare(dtype.Q8_0))
+	require.ErrorContains(t, a.Prepare(dtype.Q4_K), "whole number")
+	require.ErrorContains(t, a.Prepare(dtype.Q6_K), "whole number")
 }
 
 // TestAssemblyUsesAVX2Registers guards the generated code: AVX2 has 16 vector

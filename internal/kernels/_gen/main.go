@@ -46,6 +46,11 @@ func main() {
 		quantFloatKernel("Q8_0", n)
 		quantFloatKernel("Q4_0", n)
 	}
+	k := kConsts()
+	for n := 1; n <= group; n++ {
+		q4KKernel(n, k)
+		q6KKernel(n, k)
+	}
 	dotKernel()
 	axpyKernel()
 	Generate()
@@ -496,6 +501,247 @@ func quantFloatKernel(name string, n int) {
 	JMP(LabelRef(fn + "_loop"))
 
 	Label(fn + "_done")
+	reduce(acc, out, Load(Param("ldo"), GP64()))
+	VZEROUPPER()
+	RET()
+}
+
+// kConstants are the 32-byte constants of the K-quant kernels, in read-only data.
+type kConstants struct {
+	low4D  Mem // 0x0000000f in every 32-bit lane
+	low4B  Mem // 0x0f in every byte
+	bits45 Mem // 0x30 in every byte
+	b32    Mem // 0x20 in every byte
+}
+
+func kConsts() kConstants {
+	vec := func(name string, v uint32) Mem {
+		m := GLOBL(name, RODATA|NOPTR)
+		for i := 0; i < 32; i += 4 {
+			DATA(i, U32(v))
+		}
+		return m
+	}
+	return kConstants{
+		low4D:  vec("kLow4D", 0x0000000f),
+		low4B:  vec("kLow4B", 0x0f0f0f0f),
+		bits45: vec("kBits45", 0x30303030),
+		b32:    vec("kByte32", 0x20202020),
+	}
+}
+
+// kUnroll is the number of accumulators per activation row of a K-quant kernel whose
+// other live vectors number others: as many as fit in 16 registers, at most 4.
+func kUnroll(n, others int) int {
+	return max(1, min(4, (16-others)/n))
+}
+
+// q4KKernel: func(w []byte, x []float32, blocks int, out []float32, ldo int): Q4_K
+// weights (144-byte super-blocks of 256 values) against float activations packed like
+// floatKernel's. Per super-block it unpacks the eight 6-bit scales and mins in general
+// registers, scales them by d and dmin into a stack buffer, then decodes each pair of
+// 32-value sub-blocks (low and high nibbles of the same 32 bytes) eight values at a
+// time: zero-extend, mask or shift, convert, d·sc·q − dmin·m with one FMA, and
+// multiply into every activation row.
+func q4KKernel(n int, k kConstants) {
+	fn := fmt.Sprintf("dotQ4_Kfx%d", n)
+	TEXT(fn, NOSPLIT, "func(w []byte, x []float32, blocks int, out []float32, ldo int)")
+	Doc(fmt.Sprintf("%s computes %d rows of a Q4_K × float product.", fn, n))
+	w := Mem{Base: Load(Param("w").Base(), GP64())}
+	x := Mem{Base: Load(Param("x").Base(), GP64())}
+	blocks := Load(Param("blocks"), GP64())
+	u := kUnroll(n, 6) // scale and min of two sub-blocks, the codes, one decoded chunk
+	acc := zeroAcc(n, u)
+	sm := AllocLocal(64) // d·sc[0..7], then dmin·m[0..7]
+
+	Label(fn + "_loop")
+	TESTQ(blocks, blocks)
+	JZ(LabelRef(fn + "_done"))
+
+	// d in lane 0, dmin in lane 1.
+	h := GP32()
+	MOVL(w, h)
+	dd := XMM()
+	VMOVD(h, dd)
+	VCVTPH2PS(dd, dd)
+	dv := YMM()
+	VBROADCASTSS(dd, dv)
+	t := XMM()
+	VMOVSHDUP(dd, t)
+	mv := YMM()
+	VBROADCASTSS(t, mv)
+
+	// The 12 scale bytes as three words s0, s1, s2: sc[0..3] = s0 & 0x3f…,
+	// m[0..3] = s1 & 0x3f…, sc[4..7] = s2 & 0x0f… | (s0>>6 & 0x03…)<<4,
+	// m[4..7] = s2>>4 & 0x0f… | (s1>>6 & 0x03…)<<4.
+	s0, s1, s2 := GP32(), GP32(), GP32()
+	MOVL(w.Offset(4), s0)
+	MOVL(w.Offset(8), s1)
+	MOVL(w.Offset(12), s2)
+	scHi, mHi, tmp := GP32(), GP32(), GP32()
+	MOVL(s0, scHi)
+	SHRL(U8(6), scHi)
+	ANDL(U32(0x03030303), scHi)
+	SHLL(U8(4), scHi)
+	MOVL(s2, tmp)
+	ANDL(U32(0x0f0f0f0f), tmp)
+	ORL(tmp, scHi)
+	ANDL(U32(0x3f3f3f3f), s0)
+	MOVL(s1, mHi)
+	SHRL(U8(6), mHi)
+	ANDL(U32(0x03030303), mHi)
+	SHLL(U8(4), mHi)
+	SHRL(U8(4), s2)
+	ANDL(U32(0x0f0f0f0f), s2)
+	ORL(s2, mHi)
+	ANDL(U32(0x3f3f3f3f), s1)
+	for i, pair := range [][2]GPVirtual{{s0, scHi}, {s1, mHi}} {
+		b := XMM()
+		VMOVD(pair[0], b)
+		VPINSRD(U8(1), pair[1], b, b)
+		f := YMM()
+		VPMOVZXBD(b, f)
+		VCVTDQ2PS(f, f)
+		if i == 0 {
+			VMULPS(dv, f, f)
+		} else {
+			VMULPS(mv, f, f)
+		}
+		VMOVUPS(f, sm.Offset(32*i))
+	}
+
+	step := 0 // chunks multiplied so far in this block, to spread the accumulators
+	for i := range 4 {
+		scLo, mnLo, scHi, mnHi := YMM(), YMM(), YMM(), YMM()
+		VBROADCASTSS(sm.Offset(4*(2*i)), scLo)
+		VBROADCASTSS(sm.Offset(32+4*(2*i)), mnLo)
+		VBROADCASTSS(sm.Offset(4*(2*i+1)), scHi)
+		VBROADCASTSS(sm.Offset(32+4*(2*i+1)), mnHi)
+		for j := range 4 {
+			q := YMM()
+			VPMOVZXBD(w.Offset(16+32*i+8*j), q)
+			lo := YMM()
+			VPAND(k.low4D, q, lo)
+			VCVTDQ2PS(lo, lo)
+			VFMSUB213PS(mnLo, scLo, lo) // lo = d·sc·q − dmin·m
+			c := 8*i + j                // values 64i + 8j …: sub-block 2i
+			for r := range n {
+				VFMADD231PS(x.Offset((c*n+r)*32), lo, acc[r][step%u])
+			}
+			step++
+			VPSRLD(U8(4), q, q)
+			VCVTDQ2PS(q, q)
+			VFMSUB213PS(mnHi, scHi, q)
+			c += 4 // values 64i + 32 + 8j …: sub-block 2i+1
+			for r := range n {
+				VFMADD231PS(x.Offset((c*n+r)*32), q, acc[r][step%u])
+			}
+			step++
+		}
+	}
+	ADDQ(U32(144), w.Base)
+	ADDQ(U32(32*n*32), x.Base)
+	DECQ(blocks)
+	JMP(LabelRef(fn + "_loop"))
+
+	Label(fn + "_done")
+	out := Mem{Base: Load(Param("out").Base(), GP64())}
+	reduce(acc, out, Load(Param("ldo"), GP64()))
+	VZEROUPPER()
+	RET()
+}
+
+// q6KKernel: func(w []byte, x []float32, blocks int, out []float32, ldo int): Q6_K
+// weights (210-byte super-blocks of 256 values) against float activations packed like
+// floatKernel's. Per super-block it converts the 16 int8 scales to d·scale in a stack
+// buffer and assembles the 256 six-bit codes, minus 32, as int8 in another, 32 at a
+// time from ql and qh with byte masks and shifts; then each 8 values are sign-extended,
+// converted, scaled and multiplied into every activation row.
+func q6KKernel(n int, k kConstants) {
+	fn := fmt.Sprintf("dotQ6_Kfx%d", n)
+	TEXT(fn, NOSPLIT, "func(w []byte, x []float32, blocks int, out []float32, ldo int)")
+	Doc(fmt.Sprintf("%s computes %d rows of a Q6_K × float product.", fn, n))
+	w := Mem{Base: Load(Param("w").Base(), GP64())}
+	x := Mem{Base: Load(Param("x").Base(), GP64())}
+	blocks := Load(Param("blocks"), GP64())
+	u := kUnroll(n, 4) // the decode keeps qh, ql and two temporaries
+	acc := zeroAcc(n, u)
+	scales := AllocLocal(64) // d·scale[0..15]
+	codes := AllocLocal(256) // q − 32 for the 256 values, int8
+
+	Label(fn + "_loop")
+	TESTQ(blocks, blocks)
+	JZ(LabelRef(fn + "_done"))
+
+	h := GP32()
+	MOVWLZX(w.Offset(208), h)
+	dd := XMM()
+	VMOVD(h, dd)
+	VCVTPH2PS(dd, dd)
+	dv := YMM()
+	VBROADCASTSS(dd, dv)
+	for g := range 2 {
+		s := YMM()
+		VPMOVSXBD(w.Offset(192+8*g), s)
+		VCVTDQ2PS(s, s)
+		VMULPS(dv, s, s)
+		VMOVUPS(s, scales.Offset(32*g))
+	}
+
+	// Half hf holds values 128hf + 32p + l (p = 0…3, l < 32): the low 4 bits are the
+	// low (p < 2) or high (p ≥ 2) nibbles of ql[64hf + 32(p%2) + l], the high 2 bits
+	// bits 2p, 2p+1 of qh[32hf + l].
+	for hf := range 2 {
+		qh := YMM()
+		VMOVDQU(w.Offset(128+32*hf), qh)
+		for p := range 2 {
+			ql := YMM()
+			VMOVDQU(w.Offset(64*hf+32*p), ql)
+			// Part p: bits 2p, 2p+1 of qh to bits 4, 5.
+			hi := YMM()
+			VPSLLW(U8(4-2*p), qh, hi)
+			VPAND(k.bits45, hi, hi)
+			lo := YMM()
+			VPAND(k.low4B, ql, lo)
+			VPOR(hi, lo, lo)
+			VPSUBB(k.b32, lo, lo)
+			VMOVDQU(lo, codes.Offset(128*hf+32*p))
+			// Part p+2: bits 4+2p, 5+2p of qh to bits 4, 5.
+			VPSRLW(U8(4), ql, ql)
+			VPAND(k.low4B, ql, ql)
+			if p == 0 {
+				VPAND(k.bits45, qh, hi)
+			} else {
+				VPSRLW(U8(2), qh, hi)
+				VPAND(k.bits45, hi, hi)
+			}
+			VPOR(hi, ql, ql)
+			VPSUBB(k.b32, ql, ql)
+			VMOVDQU(ql, codes.Offset(128*hf+32*(p+2)))
+		}
+	}
+
+	for g := range 16 {
+		s := YMM()
+		VBROADCASTSS(scales.Offset(4*g), s)
+		for j := range 2 {
+			c := 2*g + j
+			wv := YMM()
+			VPMOVSXBD(codes.Offset(8*c), wv)
+			VCVTDQ2PS(wv, wv)
+			VMULPS(s, wv, wv)
+			for r := range n {
+				VFMADD231PS(x.Offset((c*n+r)*32), wv, acc[r][c%u])
+			}
+		}
+	}
+	ADDQ(U32(210), w.Base)
+	ADDQ(U32(32*n*32), x.Base)
+	DECQ(blocks)
+	JMP(LabelRef(fn + "_loop"))
+
+	Label(fn + "_done")
+	out := Mem{Base: Load(Param("out").Base(), GP64())}
 	reduce(acc, out, Load(Param("ldo"), GP64()))
 	VZEROUPPER()
 	RET()
