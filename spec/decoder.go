@@ -19,8 +19,10 @@ import (
 	"iter"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model"
@@ -124,9 +126,25 @@ type Request struct {
 	// StopSequences end generation when the output ends with one of them. Tokens that
 	// might begin a stop sequence are held back until it is clear that they do not.
 	StopSequences [][]int32
-	// IncludeStop keeps the stop token or stop sequence at the end of the output;
-	// by default it is removed.
+	// StopStrings end generation when the decoded output contains one of them, even
+	// across the boundary of two tokens or two drafts; the output then ends with the
+	// last token whose text lies wholly before the stop string (the text of a token
+	// that straddles it is not emitted). Tokens whose text might begin a stop string
+	// are held back until it is clear that they do not. They need Text.
+	StopStrings []string
+	// Text makes a streaming detokenizer for the request, used for StopStrings; with
+	// a tokenizer from package tokenizer, a closure around its NewStream.
+	Text func() TextStream
+	// IncludeStop keeps the stop token, stop sequence or the token that completes a
+	// stop string at the end of the output; by default it is removed.
 	IncludeStop bool
+}
+
+// TextStream turns tokens into text as they come: Push returns the text a token
+// completes (never half a UTF-8 character), Flush what is left.
+type TextStream interface {
+	Push(id int32) string
+	Flush() string
 }
 
 // FinishReason says why a generation ended.
@@ -226,6 +244,12 @@ type run struct {
 	emitted  int     // output tokens handed out
 	path     []int32 // accepted tree nodes
 	accepted []int32 // their tokens
+
+	// Stop strings: the decoded output, and where each output token's text ends.
+	stopText TextStream
+	text     []byte
+	textEnds []int
+	maxStop  int
 	stats    Stats
 	finish   FinishReason
 }
@@ -250,6 +274,14 @@ func (d *Decoder) validate(req Request) error {
 		if t < 0 || int(t) >= v {
 			return fmt.Errorf("spec: StopTokens token %d is outside the vocabulary [0, %d)", t, v)
 		}
+	}
+	for i, s := range req.StopStrings {
+		if s == "" {
+			return fmt.Errorf("spec: StopStrings[%d] is empty", i)
+		}
+	}
+	if len(req.StopStrings) > 0 && req.Text == nil {
+		return errors.New("spec: StopStrings need Text, a detokenizer")
 	}
 	for i, s := range req.StopSequences {
 		if len(s) == 0 {
@@ -291,6 +323,14 @@ func (r *run) generate(ctx context.Context) (err error) {
 	capacity := len(req.Prompt) + out + k + 1
 	r.hist = make([]int32, len(req.Prompt), capacity)
 	copy(r.hist, req.Prompt)
+	if len(req.StopStrings) > 0 {
+		r.stopText = req.Text()
+		r.text = make([]byte, 0, 8*capacity)
+		r.textEnds = make([]int, 0, capacity)
+		for _, s := range req.StopStrings {
+			r.maxStop = max(r.maxStop, len(s))
+		}
+	}
 
 	seq, err := d.target.NewSequence(ctx)
 	if err != nil {
@@ -573,6 +613,9 @@ func (r *run) push(tok int32) bool {
 	}
 	r.hist = append(r.hist, tok)
 	out := r.hist[len(req.Prompt):]
+	if r.stopText != nil && r.pushText(tok) {
+		return true
+	}
 	match := 0 // the longest stop sequence that ends here
 	for _, s := range req.StopSequences {
 		if len(s) > match && len(out) >= len(s) && slices.Equal(out[len(out)-len(s):], s) {
@@ -599,7 +642,7 @@ func (r *run) flush() error {
 	out := r.hist[len(r.req.Prompt):]
 	end := len(out)
 	if r.finish == "" {
-		end -= holdback(out, r.req.StopSequences)
+		end -= max(holdback(out, r.req.StopSequences), r.textHoldback())
 	}
 	if end <= r.emitted {
 		return nil
@@ -614,6 +657,59 @@ func (r *run) flush() error {
 	}
 	return nil
 }
+
+// pushText decodes the token just appended and reports whether the output now
+// contains a stop string; the output is then cut before it.
+func (r *run) pushText(tok int32) bool {
+	from := max(0, len(r.text)-r.maxStop+1)
+	r.text = append(r.text, r.stopText.Push(tok)...)
+	r.textEnds = append(r.textEnds, len(r.text))
+	at := -1
+	for _, s := range r.req.StopStrings {
+		if i := strings.Index(unsafeString(r.text[from:]), s); i >= 0 && (at < 0 || from+i < at) {
+			at = from + i
+		}
+	}
+	if at < 0 {
+		return false
+	}
+	r.finish = FinishStop
+	// Keep the tokens whose text ends at or before the stop string (and with
+	// IncludeStop, the one that completed it).
+	keep := len(r.textEnds)
+	if !r.req.IncludeStop {
+		for keep > 0 && r.textEnds[keep-1] > at {
+			keep--
+		}
+	}
+	r.hist = r.hist[:len(r.req.Prompt)+keep]
+	return true
+}
+
+// textHoldback is the number of trailing output tokens whose text could begin a stop
+// string.
+func (r *run) textHoldback() int {
+	if r.stopText == nil {
+		return 0
+	}
+	h := 0 // bytes
+	for _, s := range r.req.StopStrings {
+		for n := min(len(s)-1, len(r.text)); n > h; n-- {
+			if unsafeString(r.text[len(r.text)-n:]) == s[:n] {
+				h = n
+				break
+			}
+		}
+	}
+	tokens := 0
+	for i := len(r.textEnds) - 1; i >= 0 && r.textEnds[i] > len(r.text)-h; i-- {
+		tokens++
+	}
+	return tokens
+}
+
+// unsafeString views bytes as a string without copying, for searching.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // holdback is the length of the longest suffix of out that is a proper prefix of a stop
 // sequence.

@@ -248,3 +248,17 @@ func toF64(x []float32) []float64 {
 	}
 	return y
 }
+
+func TestWarmProgress(t *testing.T) {
+	var calls int
+	var last, total int64
+	cfg := tinyConfig(RopeHalf, false)
+	randomModel(t, cfg, dtype.F16, 1, Options{Threads: 1, Progress: func(done, tot int64) {
+		calls++
+		assert.GreaterOrEqual(t, done, last)
+		last, total = done, tot
+	}})
+	assert.Positive(t, total)
+	assert.Equal(t, total, last)
+	assert.GreaterOrEqual(t, calls, 2)
+}

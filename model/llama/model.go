@@ -21,6 +21,9 @@ type Options struct {
 	KVBudget int64
 	// ContextLength, when positive, lowers the model's context length.
 	ContextLength int
+	// Progress, when set, makes loading read every page of the weights once — so
+	// the first request does not wait for the file — and reports the bytes read.
+	Progress func(done, total int64)
 }
 
 // layer holds one transformer block's weights.
@@ -42,9 +45,10 @@ type Model struct {
 	output  *kernels.Matrix // Vocab × Dim; the embedding when tied
 	invFreq []float64
 
-	threads *kernels.Pool
-	kv      *kvcache.Pool
-	closers []io.Closer
+	threads  *kernels.Pool
+	kv       *kvcache.Pool
+	closers  []io.Closer
+	warmSink byte // keeps the warm-up reads from being optimised away
 }
 
 // Config returns the model's shape.
@@ -94,7 +98,45 @@ func (m *Model) finish(opts Options) error {
 	}
 	m.kv = kv
 	m.threads = kernels.NewPool(opts.Threads)
+	if opts.Progress != nil {
+		m.warm(opts.Progress)
+	}
 	return nil
+}
+
+// matrices lists the model's weight matrices, each once.
+func (m *Model) matrices() []*kernels.Matrix {
+	out := []*kernels.Matrix{m.embed}
+	for _, ly := range m.layers {
+		out = append(out, ly.wq, ly.wk, ly.wv, ly.wo, ly.wGate, ly.wUp, ly.wDown)
+	}
+	if m.output != m.embed {
+		out = append(out, m.output)
+	}
+	return out
+}
+
+// warm touches every page of the weights, reporting progress about every 1%.
+func (m *Model) warm(progress func(done, total int64)) {
+	ms := m.matrices()
+	var total, done, next int64
+	for _, mx := range ms {
+		total += int64(len(mx.Data))
+	}
+	progress(0, total)
+	var sink byte
+	for _, mx := range ms {
+		for i := 0; i < len(mx.Data); i += 4096 {
+			sink ^= mx.Data[i]
+			done = min(done+4096, total)
+			if done >= next {
+				progress(done, total)
+				next = done + total/100
+			}
+		}
+	}
+	m.warmSink = sink
+	progress(total, total)
 }
 
 // NewSequence implements [model.Model].
