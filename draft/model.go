@@ -58,6 +58,9 @@ func NewModel(m model.Model) (*Model, error) {
 	return &Model{m: m, info: info}, nil
 }
 
+// Model returns the draft model.
+func (d *Model) Model() model.Model { return d.m }
+
 // VocabSize is the draft model's vocabulary size (0 for a nil drafter).
 func (d *Model) VocabSize() int {
 	if d == nil {

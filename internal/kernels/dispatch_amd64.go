@@ -14,8 +14,6 @@ var (
 	dotF32  = pick(goFloat(goDotF32), [Group + 1]floatKernel{1: dotF32x1, 2: dotF32x2, 3: dotF32x3, 4: dotF32x4, 5: dotF32x5, 6: dotF32x6, 7: dotF32x7, 8: dotF32x8})
 	dotF16  = pick(goFloat(goDotF16), [Group + 1]floatKernel{1: dotF16x1, 2: dotF16x2, 3: dotF16x3, 4: dotF16x4, 5: dotF16x5, 6: dotF16x6, 7: dotF16x7, 8: dotF16x8})
 	dotBF16 = pick(goFloat(goDotBF16), [Group + 1]floatKernel{1: dotBF16x1, 2: dotBF16x2, 3: dotBF16x3, 4: dotBF16x4, 5: dotBF16x5, 6: dotBF16x6, 7: dotBF16x7, 8: dotBF16x8})
-	dotQ8_0 = pick(goQuant(goDotQ8_0), [Group + 1]quantKernel{1: dotQ8_0x1, 2: dotQ8_0x2, 3: dotQ8_0x3, 4: dotQ8_0x4, 5: dotQ8_0x5, 6: dotQ8_0x6, 7: dotQ8_0x7, 8: dotQ8_0x8})
-	dotQ4_0 = pick(goQuant(goDotQ4_0), [Group + 1]quantKernel{1: dotQ4_0x1, 2: dotQ4_0x2, 3: dotQ4_0x3, 4: dotQ4_0x4, 5: dotQ4_0x5, 6: dotQ4_0x6, 7: dotQ4_0x7, 8: dotQ4_0x8})
 
 	dotQ8_0f = pick(goFloat(goDotQ8_0f), [Group + 1]floatKernel{1: dotQ8_0fx1, 2: dotQ8_0fx2, 3: dotQ8_0fx3, 4: dotQ8_0fx4, 5: dotQ8_0fx5, 6: dotQ8_0fx6, 7: dotQ8_0fx7, 8: dotQ8_0fx8})
 	dotQ4_0f = pick(goFloat(goDotQ4_0f), [Group + 1]floatKernel{1: dotQ4_0fx1, 2: dotQ4_0fx2, 3: dotQ4_0fx3, 4: dotQ4_0fx4, 5: dotQ4_0fx5, 6: dotQ4_0fx6, 7: dotQ4_0fx7, 8: dotQ4_0fx8})

@@ -7,8 +7,6 @@ var (
 	dotF32  = goFloat(goDotF32)
 	dotF16  = goFloat(goDotF16)
 	dotBF16 = goFloat(goDotBF16)
-	dotQ8_0 = goQuant(goDotQ8_0)
-	dotQ4_0 = goQuant(goDotQ4_0)
 
 	dotQ8_0f = goFloat(goDotQ8_0f)
 	dotQ4_0f = goFloat(goDotQ4_0f)

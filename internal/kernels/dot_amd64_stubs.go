@@ -130,23 +130,11 @@ func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, 
 // dotBF16x6r2 computes two weight rows against 6 activation rows of a BF16 product.
 func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotQ8_0x1 computes 1 rows of a Q8_0 × Q8 product.
-func dotQ8_0x1(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
-// dotQ4_0x1 computes 1 rows of a Q4_0 × Q8 product.
-func dotQ4_0x1(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
 // dotQ8_0fx1 computes 1 rows of a Q8_0 × float product.
 func dotQ8_0fx1(w []byte, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ4_0fx1 computes 1 rows of a Q4_0 × float product.
 func dotQ4_0fx1(w []byte, x []float32, blocks int, out []float32, ldo int)
-
-// dotQ8_0x2 computes 2 rows of a Q8_0 × Q8 product.
-func dotQ8_0x2(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
-// dotQ4_0x2 computes 2 rows of a Q4_0 × Q8 product.
-func dotQ4_0x2(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
 
 // dotQ8_0fx2 computes 2 rows of a Q8_0 × float product.
 func dotQ8_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
@@ -154,23 +142,11 @@ func dotQ8_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
 // dotQ4_0fx2 computes 2 rows of a Q4_0 × float product.
 func dotQ4_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
 
-// dotQ8_0x3 computes 3 rows of a Q8_0 × Q8 product.
-func dotQ8_0x3(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
-// dotQ4_0x3 computes 3 rows of a Q4_0 × Q8 product.
-func dotQ4_0x3(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
 // dotQ8_0fx3 computes 3 rows of a Q8_0 × float product.
 func dotQ8_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ4_0fx3 computes 3 rows of a Q4_0 × float product.
 func dotQ4_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
-
-// dotQ8_0x4 computes 4 rows of a Q8_0 × Q8 product.
-func dotQ8_0x4(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
-// dotQ4_0x4 computes 4 rows of a Q4_0 × Q8 product.
-func dotQ4_0x4(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
 
 // dotQ8_0fx4 computes 4 rows of a Q8_0 × float product.
 func dotQ8_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
@@ -178,23 +154,11 @@ func dotQ8_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
 // dotQ4_0fx4 computes 4 rows of a Q4_0 × float product.
 func dotQ4_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
 
-// dotQ8_0x5 computes 5 rows of a Q8_0 × Q8 product.
-func dotQ8_0x5(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
-// dotQ4_0x5 computes 5 rows of a Q4_0 × Q8 product.
-func dotQ4_0x5(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
 // dotQ8_0fx5 computes 5 rows of a Q8_0 × float product.
 func dotQ8_0fx5(w []byte, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ4_0fx5 computes 5 rows of a Q4_0 × float product.
 func dotQ4_0fx5(w []byte, x []float32, blocks int, out []float32, ldo int)
-
-// dotQ8_0x6 computes 6 rows of a Q8_0 × Q8 product.
-func dotQ8_0x6(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
-// dotQ4_0x6 computes 6 rows of a Q4_0 × Q8 product.
-func dotQ4_0x6(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
 
 // dotQ8_0fx6 computes 6 rows of a Q8_0 × float product.
 func dotQ8_0fx6(w []byte, x []float32, blocks int, out []float32, ldo int)
@@ -202,23 +166,11 @@ func dotQ8_0fx6(w []byte, x []float32, blocks int, out []float32, ldo int)
 // dotQ4_0fx6 computes 6 rows of a Q4_0 × float product.
 func dotQ4_0fx6(w []byte, x []float32, blocks int, out []float32, ldo int)
 
-// dotQ8_0x7 computes 7 rows of a Q8_0 × Q8 product.
-func dotQ8_0x7(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
-// dotQ4_0x7 computes 7 rows of a Q4_0 × Q8 product.
-func dotQ4_0x7(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
 // dotQ8_0fx7 computes 7 rows of a Q8_0 × float product.
 func dotQ8_0fx7(w []byte, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ4_0fx7 computes 7 rows of a Q4_0 × float product.
 func dotQ4_0fx7(w []byte, x []float32, blocks int, out []float32, ldo int)
-
-// dotQ8_0x8 computes 8 rows of a Q8_0 × Q8 product.
-func dotQ8_0x8(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
-
-// dotQ4_0x8 computes 8 rows of a Q4_0 × Q8 product.
-func dotQ4_0x8(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
 
 // dotQ8_0fx8 computes 8 rows of a Q8_0 × float product.
 func dotQ8_0fx8(w []byte, x []float32, blocks int, out []float32, ldo int)

@@ -62,48 +62,6 @@ func goDotBF16(n int, w []byte, x []float32, chunks int, out []float32, ldo int)
 	})
 }
 
-// quantDot is the shared body of the quantised kernels; decode turns the 32 weights
-// of block b into int8 codes and returns the block's scale.
-func quantDot(n int, q []int8, d []float32, blocks int, out []float32, ldo int, decode func(b int, ws *[32]int8) float32) {
-	var acc [Group]float32
-	var ws [32]int8
-	for b := range blocks {
-		dw := decode(b, &ws)
-		for t := range n {
-			xq := q[(b*n+t)*q8Block : (b*n+t+1)*q8Block]
-			var s int32
-			for j := range q8Block {
-				s += int32(ws[j]) * int32(xq[j])
-			}
-			acc[t] += float32(s) * (dw * d[b*n+t])
-		}
-	}
-	for t := range n {
-		out[t*ldo] = acc[t]
-	}
-}
-
-func goDotQ8_0(n int, w []byte, q []int8, d []float32, blocks int, out []float32, ldo int) {
-	quantDot(n, q, d, blocks, out, ldo, func(b int, ws *[32]int8) float32 {
-		blk := w[b*q8BlockBytes : (b+1)*q8BlockBytes]
-		for j := range ws {
-			ws[j] = int8(blk[2+j])
-		}
-		return F16ToF32(binary.LittleEndian.Uint16(blk))
-	})
-}
-
-func goDotQ4_0(n int, w []byte, q []int8, d []float32, blocks int, out []float32, ldo int) {
-	quantDot(n, q, d, blocks, out, ldo, func(b int, ws *[32]int8) float32 {
-		blk := w[b*q4BlockBytes : (b+1)*q4BlockBytes]
-		for j := range 16 {
-			ws[j] = int8(blk[2+j]&0xf) - 8
-			ws[j+16] = int8(blk[2+j]>>4) - 8
-		}
-		return F16ToF32(binary.LittleEndian.Uint16(blk))
-	})
-}
-
 func goDotQ8_0f(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
 	floatDot(n, x, 4*blocks, out, ldo, func(c int, ws *[8]float32) {
 		blk := w[c/4*q8BlockBytes:]
@@ -166,7 +124,6 @@ func goDotQ6_Kf(n int, w []byte, x []float32, blocks int, out []float32, ldo int
 type (
 	floatKernel  func(w []byte, x []float32, chunks int, out []float32, ldo int)
 	floatKernel2 func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-	quantKernel  func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)
 )
 
 // pairMax is the most activation rows the two-weight-row kernels handle.
@@ -185,20 +142,11 @@ func goPair(t [Group + 1]floatKernel) (p [pairMax + 1]floatKernel2) {
 	return p
 }
 
-// goFloat and goQuant make kernel tables, indexed by the number of rows, from a
+// goFloat makes a kernel table, indexed by the number of rows, from a
 // pure-Go kernel.
 func goFloat(k func(n int, w []byte, x []float32, chunks int, out []float32, ldo int)) (t [Group + 1]floatKernel) {
 	for i := 1; i <= Group; i++ {
 		t[i] = func(w []byte, x []float32, chunks int, out []float32, ldo int) { k(i, w, x, chunks, out, ldo) }
-	}
-	return t
-}
-
-func goQuant(k func(n int, w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)) (t [Group + 1]quantKernel) {
-	for i := 1; i <= Group; i++ {
-		t[i] = func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int) {
-			k(i, w, q, d, blocks, out, ldo)
-		}
 	}
 	return t
 }

@@ -17,11 +17,6 @@ import (
 // of a weight row. Batches of more rows are cut into groups.
 const Group = 8
 
-// quantFloatRows is the smallest batch for which quantised weights meet float
-// activations (each weight block decoded once for all rows) instead of activations
-// quantised to 8 bits (integer products redone for each row).
-const quantFloatRows = 3
-
 // rowChunk is how many weight rows a product visits per activation group, so that the
 // group's activations stay in L1 while the chunk of weights stays in L2.
 const rowChunk = 64
@@ -87,7 +82,6 @@ func (m *Matrix) RowF32(r int, dst []float32) error {
 // activation row t of a. a must have been prepared for m.Type. Different row ranges
 // may be computed concurrently.
 func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
-	quant := (m.Type == dtype.Q8_0 || m.Type == dtype.Q4_0) && !a.quantFloat
 	chunks := m.Cols / 8
 	for c0 := r0; c0 < r1; c0 += rowChunk {
 		c1 := min(c0+rowChunk, r1)
@@ -97,17 +91,7 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 			for r := c0; r < c1; r++ {
 				w := m.Row(r)
 				out := y[t0*ldy+r:]
-				switch {
-				case quant:
-					blocks := m.Cols / q8Block
-					q := a.q8[t0*m.Cols : (t0+n)*m.Cols]
-					d := a.d8[t0*blocks : (t0+n)*blocks]
-					if m.Type == dtype.Q8_0 {
-						dotQ8_0[n](w, q, d, blocks, out, ldy)
-					} else {
-						dotQ4_0[n](w, q, d, blocks, out, ldy)
-					}
-				default:
+				{
 					x := a.f32[t0*a.padCols : (t0+n)*a.padCols]
 					var one floatKernel
 					var two floatKernel2
@@ -181,25 +165,18 @@ func (m *Matrix) tail(w []byte, a *Act, t0, rows int, out []float32, ldo int) {
 	}
 }
 
-// Act holds a batch of activation rows prepared for products: packed for the float
-// kernels (per group of rows, for each 8 columns, the rows' 8 values side by side) or
-// quantised to Q8_0 for the quantised kernels (per group, for each 32-value block, the
-// rows' int8 codes side by side, and their scales). K-quant weights (Q4_K, Q6_K)
-// always read the float packing. Prepare it once per input; many matrices may then
-// read it concurrently.
+// Act holds a batch of activation rows prepared for products: packed, per group of
+// rows, for each 8 columns, the rows' 8 values side by side. Every weight type reads
+// this one packing — quantised weights are decoded to floats in the kernels, never the
+// activations quantised — so a row's result does not depend on the batch around it.
+// Prepare it once per input; many matrices may then read it concurrently.
 type Act struct {
 	x       []float32
 	n, cols int
 	padCols int
 
-	f32  []float32
-	q8   []int8
-	d8   []float32
-	have [2]bool // prepared: float packing, Q8_0
-
-	// quantFloat says that quantised weights read the float packing: the batch is
-	// large enough (see quantFloatRows).
-	quantFloat bool
+	f32      []float32
+	prepared bool
 }
 
 // Reset points a at n rows of cols values in x (row-major) and forgets any
@@ -207,8 +184,7 @@ type Act struct {
 func (a *Act) Reset(x []float32, n, cols int) {
 	a.x, a.n, a.cols = x[:n*cols], n, cols
 	a.padCols = cols / 8 * 8
-	a.have = [2]bool{}
-	a.quantFloat = n >= quantFloatRows
+	a.prepared = false
 }
 
 // N is the number of activation rows.
@@ -217,34 +193,23 @@ func (a *Act) N() int { return a.n }
 // Prepare makes the representation that weights of type t read. It must not run
 // concurrently with products on a.
 func (a *Act) Prepare(t dtype.DType) error {
+	var block int
 	switch t {
 	case dtype.F32, dtype.F16, dtype.BF16:
-		if !a.have[0] {
-			a.packF32()
-			a.have[0] = true
-		}
+		block = 1
 	case dtype.Q8_0, dtype.Q4_0:
-		if a.cols%q8Block != 0 {
-			return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
-		}
-		switch {
-		case a.quantFloat && !a.have[0]:
-			a.packF32()
-			a.have[0] = true
-		case !a.quantFloat && !a.have[1]:
-			a.quantQ8()
-			a.have[1] = true
-		}
+		block = q8Block
 	case dtype.Q4_K, dtype.Q6_K:
-		if a.cols%kBlock != 0 {
-			return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
-		}
-		if !a.have[0] {
-			a.packF32()
-			a.have[0] = true
-		}
+		block = kBlock
 	default:
 		return fmt.Errorf("kernels: weight type %s is not supported", t)
+	}
+	if a.cols%block != 0 {
+		return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
+	}
+	if !a.prepared {
+		a.packF32()
+		a.prepared = true
 	}
 	return nil
 }
@@ -268,39 +233,4 @@ func (a *Act) packF32() {
 			}
 		}
 	}
-}
-
-func (a *Act) quantQ8() {
-	blocks := a.cols / q8Block
-	a.q8 = grow(a.q8, a.n*a.cols)
-	a.d8 = grow(a.d8, a.n*blocks)
-	for t0 := 0; t0 < a.n; t0 += Group {
-		n := min(Group, a.n-t0)
-		q := a.q8[t0*a.cols : (t0+n)*a.cols]
-		d := a.d8[t0*blocks : (t0+n)*blocks]
-		for t := range n {
-			row := a.x[(t0+t)*a.cols : (t0+t+1)*a.cols]
-			for b := range blocks {
-				d[b*n+t] = quantBlockQ8(row[b*q8Block:(b+1)*q8Block], q[(b*n+t)*q8Block:(b*n+t+1)*q8Block])
-			}
-		}
-	}
-}
-
-// quantBlockQ8 quantises 32 values to int8 codes with a float32 scale, as the Q8_0
-// activation format of the quantised products.
-func quantBlockQ8(x []float32, q []int8) float32 {
-	var amax float32
-	for _, v := range x {
-		amax = max(amax, max(v, -v))
-	}
-	d := amax / 127
-	id := float32(0)
-	if d != 0 {
-		id = 1 / d
-	}
-	for j, v := range x {
-		q[j] = int8(roundHalfAway(v * id))
-	}
-	return d
 }

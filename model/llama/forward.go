@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/kvcache"
@@ -34,10 +35,30 @@ type sequence struct {
 	actIn      kernels.Act
 	actAtt     kernels.Act
 	actFFN     kernels.Act
-	mul        mulTask
-	attn       attnTask
-	outRows    []float32
-	freeScores [][]float32
+	mul     mulTask
+	attn    attnTask
+	outRows []float32
+	scores  chan []float32 // attention score buffers, one per thread at work
+}
+
+// scoreBuf takes a buffer of at least n floats for attention scores.
+func (s *sequence) scoreBuf(n int) []float32 {
+	select {
+	case b := <-s.scores:
+		if cap(b) >= n {
+			return b[:n]
+		}
+	default:
+	}
+	return make([]float32, n, n+n/2)
+}
+
+// putScoreBuf returns a buffer for the next task to use.
+func (s *sequence) putScoreBuf(b []float32) {
+	select {
+	case s.scores <- b:
+	default:
+	}
 }
 
 var errClosed = fmt.Errorf("llama: %w", model.ErrClosed)
@@ -257,6 +278,7 @@ func (s *sequence) ancestors(parents []int32, n int) {
 		for p := parents[i]; p >= 0; p = parents[p] {
 			a = append(a, p)
 		}
+		slices.Reverse(a) // root first: position order
 		s.anc[i] = a
 	}
 }
@@ -325,7 +347,11 @@ const (
 
 // attnTask computes attention for items (token, kv head): the query heads of the kv
 // head's group, over the tokens held before the batch and the token's own ancestors in
-// the batch and itself, with a running (online) softmax, one cache block at a time.
+// the batch and itself, in position order. It is batch-invariant: a token's result is
+// bit for bit the same in a batch of one, a chain or a tree. Each head's scores are
+// computed in full, then its maximum, then the weights and their sum in position
+// order, then the values added in position order — no running rescale whose rounding
+// would depend on how positions were grouped.
 type attnTask struct {
 	s     *sequence
 	layer int
@@ -336,94 +362,99 @@ type attnTask struct {
 	out   []float32
 }
 
+// visible calls f with the keys and values of the positions token i attends to, in
+// position order, a cache block (or a single row) at a time.
+func (t *attnTask) visible(i, kvh int, f func(kb, vb []float32, cnt int)) {
+	s := t.s
+	bs := s.m.kv.Config().BlockSize
+	end := t.base
+	if t.chain {
+		end += i + 1
+	}
+	for blk := 0; blk*bs < end; blk++ {
+		kb, vb := s.kv.Block(t.layer, kvh, blk)
+		f(kb, vb, min(bs, end-blk*bs))
+	}
+	if !t.chain {
+		for _, a := range s.anc[i] {
+			kr, vr := s.kv.Row(t.layer, kvh, t.base+int(a))
+			f(kr, vr, 1)
+		}
+		kr, vr := s.kv.Row(t.layer, kvh, t.base+i)
+		f(kr, vr, 1)
+	}
+}
+
 func (t *attnTask) Run(lo, hi int) {
 	s := t.s
 	c := &s.m.cfg
 	hd := c.HeadDim
 	group := c.Heads / c.KVHeads
-	bs := s.m.kv.Config().BlockSize
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	packed := hd%8 == 0 && hd <= maxHeadDim
-	var scores [kernels.Group * maxBlock]float32 // per head of a group, one block
-	var qp [kernels.Group * maxHeadDim]float32   // the group's queries, scaled and packed
-	var mx, sum [kernels.Group]float32
+	var buf []float32 // the group's queries, scaled, then packed; then the scores
+	defer func() { s.putScoreBuf(buf) }()
 	for item := lo; item < hi; item++ {
 		i, kvh := item/c.KVHeads, item%c.KVHeads
+		npos := t.base + i + 1
+		if !t.chain {
+			npos = t.base + len(s.anc[i]) + 1
+		}
 		for h0 := 0; h0 < group; h0 += kernels.Group {
 			g := min(kernels.Group, group-h0)
 			heads := kvh*group + h0
 			qs := t.q[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
 			outs := t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
 			clear(outs)
-			for h := range g {
-				mx[h], sum[h] = float32(math.Inf(-1)), 0
+			if need := 2*g*hd + g*npos; cap(buf) < need {
+				if buf != nil {
+					s.putScoreBuf(buf)
+				}
+				buf = s.scoreBuf(need)
 			}
+			qp := buf[:2*g*hd]
+			sc := buf[2*g*hd : 2*g*hd+g*npos] // head h's score for position j at h·npos + j
 			if packed {
-				// Score against the keys with one kernel call per key for all g heads.
 				for j, v := range qs {
-					scores[j] = v * scale
+					qp[j] = v * scale
 				}
-				kernels.PackRows(qp[:g*hd], scores[:g*hd], g, hd)
+				kernels.PackRows(qp[g*hd:2*g*hd], qp[:g*hd], g, hd)
 			}
-			// visit adds cnt positions (keys and values slot-major) to the running
-			// softmax of each head.
-			visit := func(kb, vb []float32, cnt int) {
-				if packed {
-					for j := range cnt {
-						kernels.DotPacked(kb[j*hd:(j+1)*hd], qp[:g*hd], g, scores[j:], bs)
+			pos := 0
+			t.visible(i, kvh, func(kb, _ []float32, cnt int) {
+				for j := range cnt {
+					k := kb[j*hd : (j+1)*hd]
+					if packed {
+						kernels.DotPacked(k, qp[g*hd:2*g*hd], g, sc[pos+j:], npos)
+						continue
 					}
-				} else {
 					for h := range g {
-						q := qs[h*hd : (h+1)*hd]
-						for j := range cnt {
-							scores[h*bs+j] = kernels.Dot(q, kb[j*hd:(j+1)*hd]) * scale
-						}
+						sc[h*npos+pos+j] = kernels.Dot(qs[h*hd:(h+1)*hd], k) * scale
 					}
 				}
-				for h := range g {
-					sc := scores[h*bs : h*bs+cnt]
-					bm := float32(math.Inf(-1))
-					for _, x := range sc {
-						bm = max(bm, x)
-					}
-					o := outs[h*hd : (h+1)*hd]
-					if bm > mx[h] {
-						r := kernels.ExpNeg(mx[h] - bm)
-						sum[h] *= r
-						for d := range o {
-							o[d] *= r
-						}
-						mx[h] = bm
-					}
-					sum[h] += float32(kernels.ExpShifted(sc, mx[h], 1))
-					for j, w := range sc {
-						kernels.Axpy(w, vb[j*hd:(j+1)*hd], o)
-					}
-				}
-			}
-			end := t.base
-			if t.chain {
-				end += i + 1
-			}
-			for blk := 0; blk*bs < end; blk++ {
-				kb, vb := s.kv.Block(t.layer, kvh, blk)
-				visit(kb, vb, min(bs, end-blk*bs))
-			}
-			if !t.chain {
-				for _, a := range s.anc[i] {
-					kr, vr := s.kv.Row(t.layer, kvh, t.base+int(a))
-					visit(kr, vr, 1)
-				}
-				kr, vr := s.kv.Row(t.layer, kvh, t.base+i)
-				visit(kr, vr, 1)
-			}
+				pos += cnt
+			})
 			for h := range g {
-				inv := 1 / sum[h]
-				o := outs[h*hd : (h+1)*hd]
-				for d := range o {
-					o[d] *= inv
+				hs := sc[h*npos : (h+1)*npos]
+				mx := float32(math.Inf(-1))
+				for _, x := range hs {
+					mx = max(mx, x)
+				}
+				inv := float32(1 / kernels.ExpShifted(hs, mx, 1))
+				for j := range hs {
+					hs[j] *= inv
 				}
 			}
+			pos = 0
+			t.visible(i, kvh, func(_, vb []float32, cnt int) {
+				for h := range g {
+					o := outs[h*hd : (h+1)*hd]
+					for j := range cnt {
+						kernels.Axpy(sc[h*npos+pos+j], vb[j*hd:(j+1)*hd], o)
+					}
+				}
+				pos += cnt
+			})
 		}
 	}
 }

@@ -262,3 +262,46 @@ func TestWarmProgress(t *testing.T) {
 	assert.Equal(t, total, last)
 	assert.GreaterOrEqual(t, calls, 2)
 }
+
+// TestBatchInvariance: a token's logits are bit for bit the same whether it is
+// forwarded alone, in a chain of any length, or as a node of a tree. This is what
+// makes greedy speculative decoding equal to plain greedy decoding token for token.
+func TestBatchInvariance(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(6, 6))
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0} {
+		for _, threads := range []int{1, 3} {
+			m := randomModel(t, tinyConfig(RopeInterleaved, true), typ, 8, Options{Threads: threads})
+			v := m.cfg.Vocab
+			toks := randomTokens(rng, 37, v)
+			one := func() [][]float32 {
+				seq, err := m.NewSequence(ctx)
+				require.NoError(t, err)
+				defer seq.Close()
+				return forwardAll(t, seq, toks, []int{1}, v)
+			}()
+			for _, chunks := range [][]int{{37}, {5}, {3, 8, 2}} {
+				seq, err := m.NewSequence(ctx)
+				require.NoError(t, err)
+				got := forwardAll(t, seq, toks, chunks, v)
+				for p := range toks {
+					require.Equal(t, one[p], got[p], "%s, %d threads, chunks %v, position %d", typ, threads, chunks, p)
+				}
+				require.NoError(t, seq.Close())
+			}
+			// The last 4 tokens as the middle path of a tree with decoys around it.
+			seq, err := m.NewSequence(ctx)
+			require.NoError(t, err)
+			require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: toks[:33]}, nil))
+			p := toks[33:]
+			nodes := []int32{1, p[0], 2, p[1], 3, p[2], p[3]}
+			parents := []int32{-1, -1, 1, 1, 3, 3, 5}
+			logits := make([]float32, len(nodes)*v)
+			require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Parents: parents, Outputs: []int32{1, 3, 5, 6}}, logits))
+			for r := range 4 {
+				require.Equal(t, one[33+r], logits[r*v:(r+1)*v], "%s tree node on the path, position %d", typ, 33+r)
+			}
+			require.NoError(t, seq.Close())
+		}
+	}
+}

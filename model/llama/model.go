@@ -144,5 +144,5 @@ func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("llama: new sequence: %w", err)
 	}
-	return &sequence{m: m, kv: m.kv.NewSeq()}, nil
+	return &sequence{m: m, kv: m.kv.NewSeq(), scores: make(chan []float32, m.threads.Threads())}, nil
 }

@@ -41,8 +41,6 @@ func main() {
 		}
 	}
 	for n := 1; n <= group; n++ {
-		quantKernel("Q8_0", n)
-		quantKernel("Q4_0", n)
 		quantFloatKernel("Q8_0", n)
 		quantFloatKernel("Q4_0", n)
 	}
@@ -56,15 +54,17 @@ func main() {
 	Generate()
 }
 
-// unroll is how many 8-column chunks (or blocks) a loop iteration handles for n rows:
-// enough independent accumulators to hide the FMA latency, within 16 registers.
+// Batch invariance: every kernel keeps exactly one accumulator per pair of weight row
+// and activation row, added to chunk by chunk in column order, and reduces it the same
+// way. A row's result is then bit for bit the same whether it is computed alone or in a
+// batch of 8, which is what makes speculative greedy decoding token for token equal to
+// plain greedy decoding. Instruction-level parallelism comes from the several rows a
+// kernel handles at once, never from splitting one row's sum.
+
+// unroll is how many 8-column chunks a loop iteration of the float kernels handles;
+// each still goes to the row's single accumulator, in order.
 func unroll(n int) int {
-	switch n {
-	case 1, 2:
-		return 4
-	case 3:
-		return 3
-	case 4:
+	if n <= 2 {
 		return 2
 	}
 	return 1
@@ -115,7 +115,7 @@ func floatKernel(name string, n, wstep int, load func(Mem, VecVirtual)) {
 	chunks := Load(Param("chunks"), GP64())
 	out := Mem{Base: Load(Param("out").Base(), GP64())}
 	u := unroll(n)
-	acc := zeroAcc(n, u)
+	acc := zeroAcc(n, 1)
 	ws := make([]VecVirtual, u)
 	for i := range ws {
 		ws[i] = YMM()
@@ -129,7 +129,7 @@ func floatKernel(name string, n, wstep int, load func(Mem, VecVirtual)) {
 	}
 	for i := range u {
 		for t := range n {
-			VFMADD231PS(x.Offset((i*n+t)*32), ws[i], acc[t][i])
+			VFMADD231PS(x.Offset((i*n+t)*32), ws[i], acc[t][0])
 		}
 	}
 	ADDQ(U32(u*wstep), w.Base)
@@ -164,100 +164,6 @@ func broadcast32(c uint32) VecVirtual {
 	y := YMM()
 	VPBROADCASTD(x, y)
 	return y
-}
-
-// quantKernel: func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo
-// int), with the activations of block b, row t at q[(b·n+t)·32 : +32] and their scale
-// at d[b·n+t]; row t's result goes to out[t·ldo].
-// Weights are Q8_0 (float16 scale + 32 int8) or Q4_0 (float16 scale + 16 bytes of
-// nibbles, value = nibble − 8).
-func quantKernel(name string, n int) {
-	fn := fmt.Sprintf("dot%sx%d", name, n)
-	TEXT(fn, NOSPLIT, "func(w []byte, q []int8, d []float32, blocks int, out []float32, ldo int)")
-	Doc(fmt.Sprintf("%s computes %d rows of a %s × Q8 product.", fn, n, name))
-	w := Mem{Base: Load(Param("w").Base(), GP64())}
-	q := Mem{Base: Load(Param("q").Base(), GP64())}
-	d := Mem{Base: Load(Param("d").Base(), GP64())}
-	blocks := Load(Param("blocks"), GP64())
-	out := Mem{Base: Load(Param("out").Base(), GP64())}
-	blockBytes := 34
-	if name == "Q4_0" {
-		blockBytes = 18
-	}
-	u := 1
-	if n <= 2 {
-		u = 2
-	}
-	acc := zeroAcc(n, u)
-	ones := broadcast32(0x00010001)
-	var low4, eights VecVirtual
-	if name == "Q4_0" {
-		low4 = broadcast32(0x0f0f0f0f)
-		eights = broadcast32(0x08080808)
-	}
-
-	// One block: weights at w+off, activations at q+qoff, scales at d+doff.
-	block := func(woff, qoff, doff, slot int) {
-		h := GP32()
-		MOVWLZX(w.Offset(woff), h)
-		dw := XMM()
-		VMOVD(h, dw)
-		VCVTPH2PS(dw, dw)
-		wv := YMM()
-		if name == "Q8_0" {
-			VMOVDQU(w.Offset(woff+2), wv)
-		} else {
-			lo := wv.AsX()
-			VMOVDQU(w.Offset(woff+2), lo)
-			hi := XMM()
-			VPSRLW(U8(4), lo, hi)
-			VINSERTI128(U8(1), hi, wv, wv)
-			VPAND(low4, wv, wv)
-			VPSUBB(eights, wv, wv)
-		}
-		abs := YMM()
-		VPSIGNB(wv, wv, abs)
-		for t := range n {
-			s := YMM()
-			VMOVDQU(q.Offset(qoff+t*32), s)
-			VPSIGNB(wv, s, s)
-			VPMADDUBSW(s, abs, s)
-			VPMADDWD(ones, s, s)
-			VCVTDQ2PS(s, s)
-			sc := XMM()
-			VMULSS(d.Offset(doff+4*t), dw, sc)
-			scy := YMM()
-			VBROADCASTSS(sc, scy)
-			VFMADD231PS(s, scy, acc[t][slot])
-		}
-	}
-
-	Label(fn + "_loop")
-	CMPQ(blocks, U32(u))
-	JL(LabelRef(fn + "_tail"))
-	for i := range u {
-		block(i*blockBytes, i*n*32, i*n*4, i)
-	}
-	ADDQ(U32(u*blockBytes), w.Base)
-	ADDQ(U32(u*n*32), q.Base)
-	ADDQ(U32(u*n*4), d.Base)
-	SUBQ(U32(u), blocks)
-	JMP(LabelRef(fn + "_loop"))
-
-	Label(fn + "_tail")
-	TESTQ(blocks, blocks)
-	JZ(LabelRef(fn + "_done"))
-	block(0, 0, 0, 0)
-	ADDQ(U32(blockBytes), w.Base)
-	ADDQ(U32(n*32), q.Base)
-	ADDQ(U32(n*4), d.Base)
-	DECQ(blocks)
-	JMP(LabelRef(fn + "_tail"))
-
-	Label(fn + "_done")
-	reduce(acc, out, Load(Param("ldo"), GP64()))
-	VZEROUPPER()
-	RET()
 }
 
 // dotKernel: func(a, b []float32) float32 over the first len(a)/8·8 values.
@@ -356,7 +262,7 @@ func floatKernel2(name string, n, wstep int, load func(Mem, VecVirtual)) {
 	x := Mem{Base: Load(Param("x").Base(), GP64())}
 	chunks := Load(Param("chunks"), GP64())
 	u := unroll2(n)
-	acc0, acc1 := zeroAcc(n, u), zeroAcc(n, u)
+	acc0, acc1 := zeroAcc(n, 1), zeroAcc(n, 1)
 	ws0, ws1 := make([]VecVirtual, u), make([]VecVirtual, u)
 	for i := range ws0 {
 		ws0[i], ws1[i] = YMM(), YMM()
@@ -373,8 +279,8 @@ func floatKernel2(name string, n, wstep int, load func(Mem, VecVirtual)) {
 	for i := range u {
 		for t := range n {
 			VMOVUPS(x.Offset((i*n+t)*32), xv)
-			VFMADD231PS(xv, ws0[i], acc0[t][i])
-			VFMADD231PS(xv, ws1[i], acc1[t][i])
+			VFMADD231PS(xv, ws0[i], acc0[t][0])
+			VFMADD231PS(xv, ws1[i], acc1[t][0])
 		}
 	}
 	ADDQ(U32(u*wstep), w0.Base)
@@ -443,16 +349,12 @@ func quantFloatKernel(name string, n int) {
 	if name == "Q4_0" {
 		blockBytes = 18
 	}
-	// A block's four chunks feed the same rows: split each row's sum over several
-	// accumulators so that the FMAs do not wait on each other.
 	consts := 0
 	if name == "Q4_0" {
 		consts = 2
 	}
-	u := 4
-	for n*u+5+consts > 16 { // accumulators, four chunks, the scale, constants
-		u /= 2
-	}
+	_ = consts // registers: n accumulators, four chunks, the scale, the constants
+	u := 1
 	acc := zeroAcc(n, u)
 	var low4, eights VecVirtual
 	if name == "Q4_0" {
@@ -533,7 +435,7 @@ func kConsts() kConstants {
 // kUnroll is the number of accumulators per activation row of a K-quant kernel whose
 // other live vectors number others: as many as fit in 16 registers, at most 4.
 func kUnroll(n, others int) int {
-	return max(1, min(4, (16-others)/n))
+	return 1 // batch invariance: one accumulator per row
 }
 
 // q4KKernel: func(w []byte, x []float32, blocks int, out []float32, ldo int): Q4_K
