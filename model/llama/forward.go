@@ -24,21 +24,21 @@ type sequence struct {
 	tree    bool
 	parents []int32
 
-	cap        int // batch size the buffers hold
-	depth      []int32
-	anc        [][]int32 // per token of a tree batch: its ancestors' batch indices
-	x, xn      []float32 // residual stream and its normalised copy, N × Dim
-	q, k, v    []float32 // projections, N × Heads·HeadDim and N × KVHeads·HeadDim
-	att        []float32 // attention output, N × Heads·HeadDim
-	gate, up   []float32 // N × FFN
-	cos, sin   []float32 // N × RopeDim/2
-	actIn      kernels.Act
-	actAtt     kernels.Act
-	actFFN     kernels.Act
-	mul     mulTask
-	attn    attnTask
-	outRows []float32
-	scores  chan []float32 // attention score buffers, one per thread at work
+	cap      int // batch size the buffers hold
+	depth    []int32
+	anc      [][]int32 // per token of a tree batch: its ancestors' batch indices
+	x, xn    []float32 // residual stream and its normalised copy, N × Dim
+	q, k, v  []float32 // projections, N × Heads·HeadDim and N × KVHeads·HeadDim
+	att      []float32 // attention output, N × Heads·HeadDim
+	gate, up []float32 // N × FFN
+	cos, sin []float32 // N × RopeDim/2
+	actIn    kernels.Act
+	actAtt   kernels.Act
+	actFFN   kernels.Act
+	mul      mulTask
+	attn     attnTask
+	outRows  []float32
+	scores   chan []float32 // attention score buffers, one per thread at work
 }
 
 // scoreBuf takes a buffer of at least n floats for attention scores.
