@@ -13,9 +13,12 @@ var (
 	dotQ4_Kf = goFloat(goDotQ4_Kf)
 	dotQ6_Kf = goFloat(goDotQ6_Kf)
 
-	pairF32  = goPair(dotF32)
-	pairF16  = goPair(dotF16)
-	pairBF16 = goPair(dotBF16)
+	multiQ8_0 = goMultiQ(dotQ8_0f)
+	multiQ4_0 = goMultiQ(dotQ4_0f)
+
+	multiF32  = goMulti(dotF32)
+	multiF16  = goMulti(dotF16)
+	multiBF16 = goMulti(dotBF16)
 )
 
 // Accelerated reports whether assembly kernels are in use.

@@ -581,128 +581,47 @@ dotF32x8_done:
 	VZEROUPPER
 	RET
 
-// func dotF32x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotF32x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, FMA3
-TEXT ·dotF32x1r2(SB), NOSPLIT, $0-96
+TEXT ·dotF32x1r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), CX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   chunks+56(FP), DI
 	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-
-dotF32x1r2_loop:
-	CMPQ        BX, $0x00000002
-	JL          dotF32x1r2_tail
-	VMOVUPS     (AX), Y2
-	VMOVUPS     (CX), Y3
-	VMOVUPS     32(AX), Y4
-	VMOVUPS     32(CX), Y5
-	VMOVUPS     (DX), Y6
-	VFMADD231PS Y6, Y2, Y0
-	VFMADD231PS Y6, Y3, Y1
-	VMOVUPS     32(DX), Y6
-	VFMADD231PS Y6, Y4, Y0
-	VFMADD231PS Y6, Y5, Y1
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000040, DX
-	SUBQ        $0x00000002, BX
-	JMP         dotF32x1r2_loop
-
-dotF32x1r2_tail:
-	TESTQ       BX, BX
-	JZ          dotF32x1r2_done
-	VMOVUPS     (AX), Y2
-	VMOVUPS     (CX), Y3
-	VMOVUPS     (DX), Y6
-	VFMADD231PS Y6, Y2, Y0
-	VFMADD231PS Y6, Y3, Y1
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000020, DX
-	DECQ        BX
-	JMP         dotF32x1r2_tail
-
-dotF32x1r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X2
-	VADDPS       X2, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotF32x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
-TEXT ·dotF32x2r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
 
-dotF32x2r2_loop:
-	CMPQ        BX, $0x00000002
-	JL          dotF32x2r2_tail
-	VMOVUPS     (AX), Y4
-	VMOVUPS     (CX), Y5
-	VMOVUPS     32(AX), Y6
-	VMOVUPS     32(CX), Y7
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y4, Y0
-	VFMADD231PS Y8, Y5, Y2
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y4, Y1
-	VFMADD231PS Y8, Y5, Y3
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y2
-	VMOVUPS     96(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
-	VFMADD231PS Y8, Y7, Y3
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000080, DX
-	SUBQ        $0x00000002, BX
-	JMP         dotF32x2r2_loop
-
-dotF32x2r2_tail:
-	TESTQ       BX, BX
-	JZ          dotF32x2r2_done
-	VMOVUPS     (AX), Y4
-	VMOVUPS     (CX), Y5
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y4, Y0
-	VFMADD231PS Y8, Y5, Y2
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y4, Y1
-	VFMADD231PS Y8, Y5, Y3
+dotF32x1r4_loop:
+	TESTQ       DI, DI
+	JZ          dotF32x1r4_done
+	VMOVUPS     (AX), Y1
+	VMOVUPS     (DX), Y3
+	VMOVUPS     (BX), Y5
+	VMOVUPS     (CX), Y7
+	VMOVUPS     (SI), Y8
+	VFMADD231PS Y8, Y1, Y0
+	VFMADD231PS Y8, Y3, Y2
+	VFMADD231PS Y8, Y5, Y4
+	VFMADD231PS Y8, Y7, Y6
 	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
 	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000040, DX
-	DECQ        BX
-	JMP         dotF32x2r2_tail
+	ADDQ        $0x00000020, SI
+	DECQ        DI
+	JMP         dotF32x1r4_loop
 
-dotF32x2r2_done:
+dotF32x1r4_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X4
-	VADDPS       X4, X0, X0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -711,17 +630,108 @@ dotF32x2r2_done:
 	VHADDPS      X2, X2, X2
 	VHADDPS      X2, X2, X2
 	VMOVSS       X2, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 8(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotF32x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, FMA3
+TEXT ·dotF32x2r4(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), CX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   chunks+56(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+
+dotF32x2r4_loop:
+	TESTQ       DI, DI
+	JZ          dotF32x2r4_done
+	VMOVUPS     (AX), Y2
+	VMOVUPS     (DX), Y5
+	VMOVUPS     (BX), Y8
+	VMOVUPS     (CX), Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y12, Y2, Y0
+	VFMADD231PS Y12, Y5, Y3
+	VFMADD231PS Y12, Y8, Y6
+	VFMADD231PS Y12, Y11, Y9
+	VMOVUPS     32(SI), Y12
+	VFMADD231PS Y12, Y2, Y1
+	VFMADD231PS Y12, Y5, Y4
+	VFMADD231PS Y12, Y8, Y7
+	VFMADD231PS Y12, Y11, Y10
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000040, SI
+	DECQ        DI
+	JMP         dotF32x2r4_loop
+
+dotF32x2r4_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 4(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 8(AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 12(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y1, X0
 	VADDPS       X0, X1, X1
 	VHADDPS      X1, X1, X1
 	VHADDPS      X1, X1, X1
 	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 8(AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 12(AX)
 	VZEROUPPER
 	RET
 
@@ -736,158 +746,36 @@ TEXT ·dotF32x3r2(SB), NOSPLIT, $0-96
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
 
 dotF32x3r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotF32x3r2_tail
-	VMOVUPS     (AX), Y6
-	VMOVUPS     (CX), Y7
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y3
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
-	VFMADD231PS Y8, Y7, Y4
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y2
-	VFMADD231PS Y8, Y7, Y5
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000060, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotF32x3r2_loop
-
-dotF32x3r2_tail:
 	TESTQ       BX, BX
 	JZ          dotF32x3r2_done
-	VMOVUPS     (AX), Y6
+	VMOVUPS     (AX), Y3
 	VMOVUPS     (CX), Y7
 	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y3
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y3, Y0
 	VFMADD231PS Y8, Y7, Y4
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y2
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y3, Y1
 	VFMADD231PS Y8, Y7, Y5
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y3, Y2
+	VFMADD231PS Y8, Y7, Y6
 	ADDQ        $0x00000020, AX
 	ADDQ        $0x00000020, CX
 	ADDQ        $0x00000060, DX
 	DECQ        BX
-	JMP         dotF32x3r2_tail
+	JMP         dotF32x3r2_loop
 
 dotF32x3r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotF32x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
-TEXT ·dotF32x4r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-
-dotF32x4r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotF32x4r2_tail
-	VMOVUPS     (AX), Y8
-	VMOVUPS     (CX), Y9
-	VMOVUPS     (DX), Y10
-	VFMADD231PS Y10, Y8, Y0
-	VFMADD231PS Y10, Y9, Y4
-	VMOVUPS     32(DX), Y10
-	VFMADD231PS Y10, Y8, Y1
-	VFMADD231PS Y10, Y9, Y5
-	VMOVUPS     64(DX), Y10
-	VFMADD231PS Y10, Y8, Y2
-	VFMADD231PS Y10, Y9, Y6
-	VMOVUPS     96(DX), Y10
-	VFMADD231PS Y10, Y8, Y3
-	VFMADD231PS Y10, Y9, Y7
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000080, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotF32x4r2_loop
-
-dotF32x4r2_tail:
-	TESTQ       BX, BX
-	JZ          dotF32x4r2_done
-	VMOVUPS     (AX), Y8
-	VMOVUPS     (CX), Y9
-	VMOVUPS     (DX), Y10
-	VFMADD231PS Y10, Y8, Y0
-	VFMADD231PS Y10, Y9, Y4
-	VMOVUPS     32(DX), Y10
-	VFMADD231PS Y10, Y8, Y1
-	VFMADD231PS Y10, Y9, Y5
-	VMOVUPS     64(DX), Y10
-	VFMADD231PS Y10, Y8, Y2
-	VFMADD231PS Y10, Y9, Y6
-	VMOVUPS     96(DX), Y10
-	VFMADD231PS Y10, Y8, Y3
-	VFMADD231PS Y10, Y9, Y7
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000080, DX
-	DECQ        BX
-	JMP         dotF32x4r2_tail
-
-dotF32x4r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X8
-	VADDPS       X8, X0, X0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -918,23 +806,12 @@ dotF32x4r2_done:
 	VHADDPS      X6, X6, X6
 	VHADDPS      X6, X6, X6
 	VMOVSS       X6, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
 	VZEROUPPER
 	RET
 
-// func dotF32x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotF32x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, FMA3
-TEXT ·dotF32x5r2(SB), NOSPLIT, $0-96
+TEXT ·dotF32x4r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
 	LEAQ   (AX)(CX*1), CX
@@ -944,71 +821,40 @@ TEXT ·dotF32x5r2(SB), NOSPLIT, $0-96
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
 
-dotF32x5r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotF32x5r2_tail
-	VMOVUPS     (AX), Y10
-	VMOVUPS     (CX), Y11
-	VMOVUPS     (DX), Y12
-	VFMADD231PS Y12, Y10, Y0
-	VFMADD231PS Y12, Y11, Y5
-	VMOVUPS     32(DX), Y12
-	VFMADD231PS Y12, Y10, Y1
-	VFMADD231PS Y12, Y11, Y6
-	VMOVUPS     64(DX), Y12
-	VFMADD231PS Y12, Y10, Y2
-	VFMADD231PS Y12, Y11, Y7
-	VMOVUPS     96(DX), Y12
-	VFMADD231PS Y12, Y10, Y3
-	VFMADD231PS Y12, Y11, Y8
-	VMOVUPS     128(DX), Y12
-	VFMADD231PS Y12, Y10, Y4
-	VFMADD231PS Y12, Y11, Y9
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x000000a0, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotF32x5r2_loop
-
-dotF32x5r2_tail:
+dotF32x4r2_loop:
 	TESTQ       BX, BX
-	JZ          dotF32x5r2_done
-	VMOVUPS     (AX), Y10
-	VMOVUPS     (CX), Y11
-	VMOVUPS     (DX), Y12
-	VFMADD231PS Y12, Y10, Y0
-	VFMADD231PS Y12, Y11, Y5
-	VMOVUPS     32(DX), Y12
-	VFMADD231PS Y12, Y10, Y1
-	VFMADD231PS Y12, Y11, Y6
-	VMOVUPS     64(DX), Y12
-	VFMADD231PS Y12, Y10, Y2
-	VFMADD231PS Y12, Y11, Y7
-	VMOVUPS     96(DX), Y12
-	VFMADD231PS Y12, Y10, Y3
-	VFMADD231PS Y12, Y11, Y8
-	VMOVUPS     128(DX), Y12
-	VFMADD231PS Y12, Y10, Y4
-	VFMADD231PS Y12, Y11, Y9
+	JZ          dotF32x4r2_done
+	VMOVUPS     (AX), Y4
+	VMOVUPS     (CX), Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y4, Y0
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y4, Y1
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y4, Y2
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y4, Y3
+	VFMADD231PS Y10, Y9, Y8
 	ADDQ        $0x00000020, AX
 	ADDQ        $0x00000020, CX
-	ADDQ        $0x000000a0, DX
+	ADDQ        $0x00000080, DX
 	DECQ        BX
-	JMP         dotF32x5r2_tail
+	JMP         dotF32x4r2_loop
 
-dotF32x5r2_done:
+dotF32x4r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X10
-	VADDPS       X10, X0, X0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -1050,23 +896,12 @@ dotF32x5r2_done:
 	VHADDPS      X8, X8, X8
 	VHADDPS      X8, X8, X8
 	VMOVSS       X8, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 4(AX)
 	VZEROUPPER
 	RET
 
-// func dotF32x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotF32x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, FMA3
-TEXT ·dotF32x6r2(SB), NOSPLIT, $0-96
+TEXT ·dotF32x5r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
 	LEAQ   (AX)(CX*1), CX
@@ -1077,78 +912,44 @@ TEXT ·dotF32x6r2(SB), NOSPLIT, $0-96
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
 
-dotF32x6r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotF32x6r2_tail
-	VMOVUPS     (AX), Y12
-	VMOVUPS     (CX), Y13
-	VMOVUPS     (DX), Y14
-	VFMADD231PS Y14, Y12, Y0
-	VFMADD231PS Y14, Y13, Y6
-	VMOVUPS     32(DX), Y14
-	VFMADD231PS Y14, Y12, Y1
-	VFMADD231PS Y14, Y13, Y7
-	VMOVUPS     64(DX), Y14
-	VFMADD231PS Y14, Y12, Y2
-	VFMADD231PS Y14, Y13, Y8
-	VMOVUPS     96(DX), Y14
-	VFMADD231PS Y14, Y12, Y3
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     128(DX), Y14
-	VFMADD231PS Y14, Y12, Y4
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     160(DX), Y14
-	VFMADD231PS Y14, Y12, Y5
-	VFMADD231PS Y14, Y13, Y11
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x000000c0, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotF32x6r2_loop
-
-dotF32x6r2_tail:
+dotF32x5r2_loop:
 	TESTQ       BX, BX
-	JZ          dotF32x6r2_done
-	VMOVUPS     (AX), Y12
-	VMOVUPS     (CX), Y13
-	VMOVUPS     (DX), Y14
-	VFMADD231PS Y14, Y12, Y0
-	VFMADD231PS Y14, Y13, Y6
-	VMOVUPS     32(DX), Y14
-	VFMADD231PS Y14, Y12, Y1
-	VFMADD231PS Y14, Y13, Y7
-	VMOVUPS     64(DX), Y14
-	VFMADD231PS Y14, Y12, Y2
-	VFMADD231PS Y14, Y13, Y8
-	VMOVUPS     96(DX), Y14
-	VFMADD231PS Y14, Y12, Y3
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     128(DX), Y14
-	VFMADD231PS Y14, Y12, Y4
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     160(DX), Y14
-	VFMADD231PS Y14, Y12, Y5
-	VFMADD231PS Y14, Y13, Y11
+	JZ          dotF32x5r2_done
+	VMOVUPS     (AX), Y5
+	VMOVUPS     (CX), Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y5, Y0
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y5, Y1
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y5, Y2
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y5, Y3
+	VFMADD231PS Y12, Y11, Y9
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y5, Y4
+	VFMADD231PS Y12, Y11, Y10
 	ADDQ        $0x00000020, AX
 	ADDQ        $0x00000020, CX
-	ADDQ        $0x000000c0, DX
+	ADDQ        $0x000000a0, DX
 	DECQ        BX
-	JMP         dotF32x6r2_tail
+	JMP         dotF32x5r2_loop
 
-dotF32x6r2_done:
+dotF32x5r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -1201,17 +1002,128 @@ dotF32x6r2_done:
 	VHADDPS      X10, X10, X10
 	VHADDPS      X10, X10, X10
 	VMOVSS       X10, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF32x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, FMA3
+TEXT ·dotF32x6r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+
+dotF32x6r2_loop:
+	TESTQ       BX, BX
+	JZ          dotF32x6r2_done
+	VMOVUPS     (AX), Y6
+	VMOVUPS     (CX), Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y6, Y0
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y6, Y1
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y6, Y2
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y6, Y3
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y6, Y4
+	VFMADD231PS Y14, Y13, Y11
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y6, Y5
+	VFMADD231PS Y14, Y13, Y12
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x000000c0, DX
+	DECQ        BX
+	JMP         dotF32x6r2_loop
+
+dotF32x6r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y11, X0
+	VADDPS       X0, X11, X11
+	VHADDPS      X11, X11, X11
+	VHADDPS      X11, X11, X11
+	VMOVSS       X11, 4(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y5, X0
 	VADDPS       X0, X5, X5
 	VHADDPS      X5, X5, X5
 	VHADDPS      X5, X5, X5
 	VMOVSS       X5, (AX)
-	VEXTRACTF128 $0x01, Y11, X0
-	VADDPS       X0, X11, X11
-	VHADDPS      X11, X11, X11
-	VHADDPS      X11, X11, X11
-	VMOVSS       X11, 4(AX)
+	VEXTRACTF128 $0x01, Y12, X0
+	VADDPS       X0, X12, X12
+	VHADDPS      X12, X12, X12
+	VHADDPS      X12, X12, X12
+	VMOVSS       X12, 4(AX)
 	VZEROUPPER
 	RET
 
@@ -1792,128 +1704,47 @@ dotF16x8_done:
 	VZEROUPPER
 	RET
 
-// func dotF16x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, F16C, FMA3
-TEXT ·dotF16x1r2(SB), NOSPLIT, $0-96
+TEXT ·dotF16x1r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), CX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   chunks+56(FP), DI
 	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-
-dotF16x1r2_loop:
-	CMPQ        BX, $0x00000002
-	JL          dotF16x1r2_tail
-	VCVTPH2PS   (AX), Y2
-	VCVTPH2PS   (CX), Y3
-	VCVTPH2PS   16(AX), Y4
-	VCVTPH2PS   16(CX), Y5
-	VMOVUPS     (DX), Y6
-	VFMADD231PS Y6, Y2, Y0
-	VFMADD231PS Y6, Y3, Y1
-	VMOVUPS     32(DX), Y6
-	VFMADD231PS Y6, Y4, Y0
-	VFMADD231PS Y6, Y5, Y1
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000040, DX
-	SUBQ        $0x00000002, BX
-	JMP         dotF16x1r2_loop
-
-dotF16x1r2_tail:
-	TESTQ       BX, BX
-	JZ          dotF16x1r2_done
-	VCVTPH2PS   (AX), Y2
-	VCVTPH2PS   (CX), Y3
-	VMOVUPS     (DX), Y6
-	VFMADD231PS Y6, Y2, Y0
-	VFMADD231PS Y6, Y3, Y1
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000020, DX
-	DECQ        BX
-	JMP         dotF16x1r2_tail
-
-dotF16x1r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X2
-	VADDPS       X2, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
-TEXT ·dotF16x2r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
 
-dotF16x2r2_loop:
-	CMPQ        BX, $0x00000002
-	JL          dotF16x2r2_tail
-	VCVTPH2PS   (AX), Y4
-	VCVTPH2PS   (CX), Y5
-	VCVTPH2PS   16(AX), Y6
-	VCVTPH2PS   16(CX), Y7
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y4, Y0
-	VFMADD231PS Y8, Y5, Y2
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y4, Y1
-	VFMADD231PS Y8, Y5, Y3
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y2
-	VMOVUPS     96(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
-	VFMADD231PS Y8, Y7, Y3
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000080, DX
-	SUBQ        $0x00000002, BX
-	JMP         dotF16x2r2_loop
-
-dotF16x2r2_tail:
-	TESTQ       BX, BX
-	JZ          dotF16x2r2_done
-	VCVTPH2PS   (AX), Y4
-	VCVTPH2PS   (CX), Y5
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y4, Y0
-	VFMADD231PS Y8, Y5, Y2
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y4, Y1
-	VFMADD231PS Y8, Y5, Y3
+dotF16x1r4_loop:
+	TESTQ       DI, DI
+	JZ          dotF16x1r4_done
+	VCVTPH2PS   (AX), Y1
+	VCVTPH2PS   (DX), Y3
+	VCVTPH2PS   (BX), Y5
+	VCVTPH2PS   (CX), Y7
+	VMOVUPS     (SI), Y8
+	VFMADD231PS Y8, Y1, Y0
+	VFMADD231PS Y8, Y3, Y2
+	VFMADD231PS Y8, Y5, Y4
+	VFMADD231PS Y8, Y7, Y6
 	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, DX
+	ADDQ        $0x00000010, BX
 	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000040, DX
-	DECQ        BX
-	JMP         dotF16x2r2_tail
+	ADDQ        $0x00000020, SI
+	DECQ        DI
+	JMP         dotF16x1r4_loop
 
-dotF16x2r2_done:
+dotF16x1r4_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X4
-	VADDPS       X4, X0, X0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -1922,17 +1753,108 @@ dotF16x2r2_done:
 	VHADDPS      X2, X2, X2
 	VHADDPS      X2, X2, X2
 	VMOVSS       X2, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 8(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3
+TEXT ·dotF16x2r4(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), CX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   chunks+56(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+
+dotF16x2r4_loop:
+	TESTQ       DI, DI
+	JZ          dotF16x2r4_done
+	VCVTPH2PS   (AX), Y2
+	VCVTPH2PS   (DX), Y5
+	VCVTPH2PS   (BX), Y8
+	VCVTPH2PS   (CX), Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y12, Y2, Y0
+	VFMADD231PS Y12, Y5, Y3
+	VFMADD231PS Y12, Y8, Y6
+	VFMADD231PS Y12, Y11, Y9
+	VMOVUPS     32(SI), Y12
+	VFMADD231PS Y12, Y2, Y1
+	VFMADD231PS Y12, Y5, Y4
+	VFMADD231PS Y12, Y8, Y7
+	VFMADD231PS Y12, Y11, Y10
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, DX
+	ADDQ        $0x00000010, BX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000040, SI
+	DECQ        DI
+	JMP         dotF16x2r4_loop
+
+dotF16x2r4_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 4(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 8(AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 12(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y1, X0
 	VADDPS       X0, X1, X1
 	VHADDPS      X1, X1, X1
 	VHADDPS      X1, X1, X1
 	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 8(AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 12(AX)
 	VZEROUPPER
 	RET
 
@@ -1947,158 +1869,36 @@ TEXT ·dotF16x3r2(SB), NOSPLIT, $0-96
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
 
 dotF16x3r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotF16x3r2_tail
-	VCVTPH2PS   (AX), Y6
-	VCVTPH2PS   (CX), Y7
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y3
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
-	VFMADD231PS Y8, Y7, Y4
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y2
-	VFMADD231PS Y8, Y7, Y5
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000060, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotF16x3r2_loop
-
-dotF16x3r2_tail:
 	TESTQ       BX, BX
 	JZ          dotF16x3r2_done
-	VCVTPH2PS   (AX), Y6
+	VCVTPH2PS   (AX), Y3
 	VCVTPH2PS   (CX), Y7
 	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y3
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y3, Y0
 	VFMADD231PS Y8, Y7, Y4
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y2
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y3, Y1
 	VFMADD231PS Y8, Y7, Y5
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y3, Y2
+	VFMADD231PS Y8, Y7, Y6
 	ADDQ        $0x00000010, AX
 	ADDQ        $0x00000010, CX
 	ADDQ        $0x00000060, DX
 	DECQ        BX
-	JMP         dotF16x3r2_tail
+	JMP         dotF16x3r2_loop
 
 dotF16x3r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
-TEXT ·dotF16x4r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-
-dotF16x4r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotF16x4r2_tail
-	VCVTPH2PS   (AX), Y8
-	VCVTPH2PS   (CX), Y9
-	VMOVUPS     (DX), Y10
-	VFMADD231PS Y10, Y8, Y0
-	VFMADD231PS Y10, Y9, Y4
-	VMOVUPS     32(DX), Y10
-	VFMADD231PS Y10, Y8, Y1
-	VFMADD231PS Y10, Y9, Y5
-	VMOVUPS     64(DX), Y10
-	VFMADD231PS Y10, Y8, Y2
-	VFMADD231PS Y10, Y9, Y6
-	VMOVUPS     96(DX), Y10
-	VFMADD231PS Y10, Y8, Y3
-	VFMADD231PS Y10, Y9, Y7
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000080, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotF16x4r2_loop
-
-dotF16x4r2_tail:
-	TESTQ       BX, BX
-	JZ          dotF16x4r2_done
-	VCVTPH2PS   (AX), Y8
-	VCVTPH2PS   (CX), Y9
-	VMOVUPS     (DX), Y10
-	VFMADD231PS Y10, Y8, Y0
-	VFMADD231PS Y10, Y9, Y4
-	VMOVUPS     32(DX), Y10
-	VFMADD231PS Y10, Y8, Y1
-	VFMADD231PS Y10, Y9, Y5
-	VMOVUPS     64(DX), Y10
-	VFMADD231PS Y10, Y8, Y2
-	VFMADD231PS Y10, Y9, Y6
-	VMOVUPS     96(DX), Y10
-	VFMADD231PS Y10, Y8, Y3
-	VFMADD231PS Y10, Y9, Y7
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000080, DX
-	DECQ        BX
-	JMP         dotF16x4r2_tail
-
-dotF16x4r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X8
-	VADDPS       X8, X0, X0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -2129,23 +1929,12 @@ dotF16x4r2_done:
 	VHADDPS      X6, X6, X6
 	VHADDPS      X6, X6, X6
 	VMOVSS       X6, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
 	VZEROUPPER
 	RET
 
-// func dotF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, F16C, FMA3
-TEXT ·dotF16x5r2(SB), NOSPLIT, $0-96
+TEXT ·dotF16x4r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
 	LEAQ   (AX)(CX*1), CX
@@ -2155,71 +1944,40 @@ TEXT ·dotF16x5r2(SB), NOSPLIT, $0-96
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
 
-dotF16x5r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotF16x5r2_tail
-	VCVTPH2PS   (AX), Y10
-	VCVTPH2PS   (CX), Y11
-	VMOVUPS     (DX), Y12
-	VFMADD231PS Y12, Y10, Y0
-	VFMADD231PS Y12, Y11, Y5
-	VMOVUPS     32(DX), Y12
-	VFMADD231PS Y12, Y10, Y1
-	VFMADD231PS Y12, Y11, Y6
-	VMOVUPS     64(DX), Y12
-	VFMADD231PS Y12, Y10, Y2
-	VFMADD231PS Y12, Y11, Y7
-	VMOVUPS     96(DX), Y12
-	VFMADD231PS Y12, Y10, Y3
-	VFMADD231PS Y12, Y11, Y8
-	VMOVUPS     128(DX), Y12
-	VFMADD231PS Y12, Y10, Y4
-	VFMADD231PS Y12, Y11, Y9
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000a0, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotF16x5r2_loop
-
-dotF16x5r2_tail:
+dotF16x4r2_loop:
 	TESTQ       BX, BX
-	JZ          dotF16x5r2_done
-	VCVTPH2PS   (AX), Y10
-	VCVTPH2PS   (CX), Y11
-	VMOVUPS     (DX), Y12
-	VFMADD231PS Y12, Y10, Y0
-	VFMADD231PS Y12, Y11, Y5
-	VMOVUPS     32(DX), Y12
-	VFMADD231PS Y12, Y10, Y1
-	VFMADD231PS Y12, Y11, Y6
-	VMOVUPS     64(DX), Y12
-	VFMADD231PS Y12, Y10, Y2
-	VFMADD231PS Y12, Y11, Y7
-	VMOVUPS     96(DX), Y12
-	VFMADD231PS Y12, Y10, Y3
-	VFMADD231PS Y12, Y11, Y8
-	VMOVUPS     128(DX), Y12
-	VFMADD231PS Y12, Y10, Y4
-	VFMADD231PS Y12, Y11, Y9
+	JZ          dotF16x4r2_done
+	VCVTPH2PS   (AX), Y4
+	VCVTPH2PS   (CX), Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y4, Y0
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y4, Y1
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y4, Y2
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y4, Y3
+	VFMADD231PS Y10, Y9, Y8
 	ADDQ        $0x00000010, AX
 	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000a0, DX
+	ADDQ        $0x00000080, DX
 	DECQ        BX
-	JMP         dotF16x5r2_tail
+	JMP         dotF16x4r2_loop
 
-dotF16x5r2_done:
+dotF16x4r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X10
-	VADDPS       X10, X0, X0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -2261,23 +2019,12 @@ dotF16x5r2_done:
 	VHADDPS      X8, X8, X8
 	VHADDPS      X8, X8, X8
 	VMOVSS       X8, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 4(AX)
 	VZEROUPPER
 	RET
 
-// func dotF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, F16C, FMA3
-TEXT ·dotF16x6r2(SB), NOSPLIT, $0-96
+TEXT ·dotF16x5r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
 	LEAQ   (AX)(CX*1), CX
@@ -2288,78 +2035,44 @@ TEXT ·dotF16x6r2(SB), NOSPLIT, $0-96
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
 
-dotF16x6r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotF16x6r2_tail
-	VCVTPH2PS   (AX), Y12
-	VCVTPH2PS   (CX), Y13
-	VMOVUPS     (DX), Y14
-	VFMADD231PS Y14, Y12, Y0
-	VFMADD231PS Y14, Y13, Y6
-	VMOVUPS     32(DX), Y14
-	VFMADD231PS Y14, Y12, Y1
-	VFMADD231PS Y14, Y13, Y7
-	VMOVUPS     64(DX), Y14
-	VFMADD231PS Y14, Y12, Y2
-	VFMADD231PS Y14, Y13, Y8
-	VMOVUPS     96(DX), Y14
-	VFMADD231PS Y14, Y12, Y3
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     128(DX), Y14
-	VFMADD231PS Y14, Y12, Y4
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     160(DX), Y14
-	VFMADD231PS Y14, Y12, Y5
-	VFMADD231PS Y14, Y13, Y11
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000c0, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotF16x6r2_loop
-
-dotF16x6r2_tail:
+dotF16x5r2_loop:
 	TESTQ       BX, BX
-	JZ          dotF16x6r2_done
-	VCVTPH2PS   (AX), Y12
-	VCVTPH2PS   (CX), Y13
-	VMOVUPS     (DX), Y14
-	VFMADD231PS Y14, Y12, Y0
-	VFMADD231PS Y14, Y13, Y6
-	VMOVUPS     32(DX), Y14
-	VFMADD231PS Y14, Y12, Y1
-	VFMADD231PS Y14, Y13, Y7
-	VMOVUPS     64(DX), Y14
-	VFMADD231PS Y14, Y12, Y2
-	VFMADD231PS Y14, Y13, Y8
-	VMOVUPS     96(DX), Y14
-	VFMADD231PS Y14, Y12, Y3
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     128(DX), Y14
-	VFMADD231PS Y14, Y12, Y4
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     160(DX), Y14
-	VFMADD231PS Y14, Y12, Y5
-	VFMADD231PS Y14, Y13, Y11
+	JZ          dotF16x5r2_done
+	VCVTPH2PS   (AX), Y5
+	VCVTPH2PS   (CX), Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y5, Y0
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y5, Y1
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y5, Y2
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y5, Y3
+	VFMADD231PS Y12, Y11, Y9
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y5, Y4
+	VFMADD231PS Y12, Y11, Y10
 	ADDQ        $0x00000010, AX
 	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000c0, DX
+	ADDQ        $0x000000a0, DX
 	DECQ        BX
-	JMP         dotF16x6r2_tail
+	JMP         dotF16x5r2_loop
 
-dotF16x6r2_done:
+dotF16x5r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -2412,17 +2125,128 @@ dotF16x6r2_done:
 	VHADDPS      X10, X10, X10
 	VHADDPS      X10, X10, X10
 	VMOVSS       X10, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3
+TEXT ·dotF16x6r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+
+dotF16x6r2_loop:
+	TESTQ       BX, BX
+	JZ          dotF16x6r2_done
+	VCVTPH2PS   (AX), Y6
+	VCVTPH2PS   (CX), Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y6, Y0
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y6, Y1
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y6, Y2
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y6, Y3
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y6, Y4
+	VFMADD231PS Y14, Y13, Y11
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y6, Y5
+	VFMADD231PS Y14, Y13, Y12
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000c0, DX
+	DECQ        BX
+	JMP         dotF16x6r2_loop
+
+dotF16x6r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y11, X0
+	VADDPS       X0, X11, X11
+	VHADDPS      X11, X11, X11
+	VHADDPS      X11, X11, X11
+	VMOVSS       X11, 4(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y5, X0
 	VADDPS       X0, X5, X5
 	VHADDPS      X5, X5, X5
 	VHADDPS      X5, X5, X5
 	VMOVSS       X5, (AX)
-	VEXTRACTF128 $0x01, Y11, X0
-	VADDPS       X0, X11, X11
-	VHADDPS      X11, X11, X11
-	VHADDPS      X11, X11, X11
-	VMOVSS       X11, 4(AX)
+	VEXTRACTF128 $0x01, Y12, X0
+	VADDPS       X0, X12, X12
+	VHADDPS      X12, X12, X12
+	VHADDPS      X12, X12, X12
+	VMOVSS       X12, 4(AX)
 	VZEROUPPER
 	RET
 
@@ -3021,140 +2845,51 @@ dotBF16x8_done:
 	VZEROUPPER
 	RET
 
-// func dotBF16x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotBF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, AVX2, FMA3
-TEXT ·dotBF16x1r2(SB), NOSPLIT, $0-96
+TEXT ·dotBF16x1r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), CX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   chunks+56(FP), DI
 	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-
-dotBF16x1r2_loop:
-	CMPQ        BX, $0x00000002
-	JL          dotBF16x1r2_tail
-	VPMOVZXWD   (AX), Y2
-	VPSLLD      $0x10, Y2, Y2
-	VPMOVZXWD   (CX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	VPMOVZXWD   16(AX), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VPMOVZXWD   16(CX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	VMOVUPS     (DX), Y6
-	VFMADD231PS Y6, Y2, Y0
-	VFMADD231PS Y6, Y3, Y1
-	VMOVUPS     32(DX), Y6
-	VFMADD231PS Y6, Y4, Y0
-	VFMADD231PS Y6, Y5, Y1
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000040, DX
-	SUBQ        $0x00000002, BX
-	JMP         dotBF16x1r2_loop
-
-dotBF16x1r2_tail:
-	TESTQ       BX, BX
-	JZ          dotBF16x1r2_done
-	VPMOVZXWD   (AX), Y2
-	VPSLLD      $0x10, Y2, Y2
-	VPMOVZXWD   (CX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	VMOVUPS     (DX), Y6
-	VFMADD231PS Y6, Y2, Y0
-	VFMADD231PS Y6, Y3, Y1
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000020, DX
-	DECQ        BX
-	JMP         dotBF16x1r2_tail
-
-dotBF16x1r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X2
-	VADDPS       X2, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
-TEXT ·dotBF16x2r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
 
-dotBF16x2r2_loop:
-	CMPQ        BX, $0x00000002
-	JL          dotBF16x2r2_tail
-	VPMOVZXWD   (AX), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VPMOVZXWD   (CX), Y5
+dotBF16x1r4_loop:
+	TESTQ       DI, DI
+	JZ          dotBF16x1r4_done
+	VPMOVZXWD   (AX), Y1
+	VPSLLD      $0x10, Y1, Y1
+	VPMOVZXWD   (DX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VPMOVZXWD   (BX), Y5
 	VPSLLD      $0x10, Y5, Y5
-	VPMOVZXWD   16(AX), Y6
-	VPSLLD      $0x10, Y6, Y6
-	VPMOVZXWD   16(CX), Y7
+	VPMOVZXWD   (CX), Y7
 	VPSLLD      $0x10, Y7, Y7
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y4, Y0
-	VFMADD231PS Y8, Y5, Y2
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y4, Y1
-	VFMADD231PS Y8, Y5, Y3
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y2
-	VMOVUPS     96(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
-	VFMADD231PS Y8, Y7, Y3
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000080, DX
-	SUBQ        $0x00000002, BX
-	JMP         dotBF16x2r2_loop
-
-dotBF16x2r2_tail:
-	TESTQ       BX, BX
-	JZ          dotBF16x2r2_done
-	VPMOVZXWD   (AX), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VPMOVZXWD   (CX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y4, Y0
-	VFMADD231PS Y8, Y5, Y2
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y4, Y1
-	VFMADD231PS Y8, Y5, Y3
+	VMOVUPS     (SI), Y8
+	VFMADD231PS Y8, Y1, Y0
+	VFMADD231PS Y8, Y3, Y2
+	VFMADD231PS Y8, Y5, Y4
+	VFMADD231PS Y8, Y7, Y6
 	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, DX
+	ADDQ        $0x00000010, BX
 	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000040, DX
-	DECQ        BX
-	JMP         dotBF16x2r2_tail
+	ADDQ        $0x00000020, SI
+	DECQ        DI
+	JMP         dotBF16x1r4_loop
 
-dotBF16x2r2_done:
+dotBF16x1r4_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X4
-	VADDPS       X4, X0, X0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -3163,17 +2898,112 @@ dotBF16x2r2_done:
 	VHADDPS      X2, X2, X2
 	VHADDPS      X2, X2, X2
 	VMOVSS       X2, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 8(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotBF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotBF16x2r4(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), CX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   chunks+56(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+
+dotBF16x2r4_loop:
+	TESTQ       DI, DI
+	JZ          dotBF16x2r4_done
+	VPMOVZXWD   (AX), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VPMOVZXWD   (DX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VPMOVZXWD   (BX), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   (CX), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y12, Y2, Y0
+	VFMADD231PS Y12, Y5, Y3
+	VFMADD231PS Y12, Y8, Y6
+	VFMADD231PS Y12, Y11, Y9
+	VMOVUPS     32(SI), Y12
+	VFMADD231PS Y12, Y2, Y1
+	VFMADD231PS Y12, Y5, Y4
+	VFMADD231PS Y12, Y8, Y7
+	VFMADD231PS Y12, Y11, Y10
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, DX
+	ADDQ        $0x00000010, BX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000040, SI
+	DECQ        DI
+	JMP         dotBF16x2r4_loop
+
+dotBF16x2r4_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 4(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 8(AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 12(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y1, X0
 	VADDPS       X0, X1, X1
 	VHADDPS      X1, X1, X1
 	VHADDPS      X1, X1, X1
 	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 8(AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 12(AX)
 	VZEROUPPER
 	RET
 
@@ -3188,166 +3018,38 @@ TEXT ·dotBF16x3r2(SB), NOSPLIT, $0-96
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
 
 dotBF16x3r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotBF16x3r2_tail
-	VPMOVZXWD   (AX), Y6
-	VPSLLD      $0x10, Y6, Y6
-	VPMOVZXWD   (CX), Y7
-	VPSLLD      $0x10, Y7, Y7
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y3
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
-	VFMADD231PS Y8, Y7, Y4
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y2
-	VFMADD231PS Y8, Y7, Y5
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000060, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotBF16x3r2_loop
-
-dotBF16x3r2_tail:
 	TESTQ       BX, BX
 	JZ          dotBF16x3r2_done
-	VPMOVZXWD   (AX), Y6
-	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
 	VPMOVZXWD   (CX), Y7
 	VPSLLD      $0x10, Y7, Y7
 	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y6, Y0
-	VFMADD231PS Y8, Y7, Y3
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y6, Y1
+	VFMADD231PS Y8, Y3, Y0
 	VFMADD231PS Y8, Y7, Y4
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y6, Y2
+	VMOVUPS     32(DX), Y8
+	VFMADD231PS Y8, Y3, Y1
 	VFMADD231PS Y8, Y7, Y5
+	VMOVUPS     64(DX), Y8
+	VFMADD231PS Y8, Y3, Y2
+	VFMADD231PS Y8, Y7, Y6
 	ADDQ        $0x00000010, AX
 	ADDQ        $0x00000010, CX
 	ADDQ        $0x00000060, DX
 	DECQ        BX
-	JMP         dotBF16x3r2_tail
+	JMP         dotBF16x3r2_loop
 
 dotBF16x3r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
-TEXT ·dotBF16x4r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-
-dotBF16x4r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotBF16x4r2_tail
-	VPMOVZXWD   (AX), Y8
-	VPSLLD      $0x10, Y8, Y8
-	VPMOVZXWD   (CX), Y9
-	VPSLLD      $0x10, Y9, Y9
-	VMOVUPS     (DX), Y10
-	VFMADD231PS Y10, Y8, Y0
-	VFMADD231PS Y10, Y9, Y4
-	VMOVUPS     32(DX), Y10
-	VFMADD231PS Y10, Y8, Y1
-	VFMADD231PS Y10, Y9, Y5
-	VMOVUPS     64(DX), Y10
-	VFMADD231PS Y10, Y8, Y2
-	VFMADD231PS Y10, Y9, Y6
-	VMOVUPS     96(DX), Y10
-	VFMADD231PS Y10, Y8, Y3
-	VFMADD231PS Y10, Y9, Y7
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000080, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotBF16x4r2_loop
-
-dotBF16x4r2_tail:
-	TESTQ       BX, BX
-	JZ          dotBF16x4r2_done
-	VPMOVZXWD   (AX), Y8
-	VPSLLD      $0x10, Y8, Y8
-	VPMOVZXWD   (CX), Y9
-	VPSLLD      $0x10, Y9, Y9
-	VMOVUPS     (DX), Y10
-	VFMADD231PS Y10, Y8, Y0
-	VFMADD231PS Y10, Y9, Y4
-	VMOVUPS     32(DX), Y10
-	VFMADD231PS Y10, Y8, Y1
-	VFMADD231PS Y10, Y9, Y5
-	VMOVUPS     64(DX), Y10
-	VFMADD231PS Y10, Y8, Y2
-	VFMADD231PS Y10, Y9, Y6
-	VMOVUPS     96(DX), Y10
-	VFMADD231PS Y10, Y8, Y3
-	VFMADD231PS Y10, Y9, Y7
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000080, DX
-	DECQ        BX
-	JMP         dotBF16x4r2_tail
-
-dotBF16x4r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X8
-	VADDPS       X8, X0, X0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -3378,23 +3080,12 @@ dotBF16x4r2_done:
 	VHADDPS      X6, X6, X6
 	VHADDPS      X6, X6, X6
 	VMOVSS       X6, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
 	VZEROUPPER
 	RET
 
-// func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotBF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, AVX2, FMA3
-TEXT ·dotBF16x5r2(SB), NOSPLIT, $0-96
+TEXT ·dotBF16x4r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
 	LEAQ   (AX)(CX*1), CX
@@ -3404,75 +3095,42 @@ TEXT ·dotBF16x5r2(SB), NOSPLIT, $0-96
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
 
-dotBF16x5r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotBF16x5r2_tail
-	VPMOVZXWD   (AX), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VPMOVZXWD   (CX), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VMOVUPS     (DX), Y12
-	VFMADD231PS Y12, Y10, Y0
-	VFMADD231PS Y12, Y11, Y5
-	VMOVUPS     32(DX), Y12
-	VFMADD231PS Y12, Y10, Y1
-	VFMADD231PS Y12, Y11, Y6
-	VMOVUPS     64(DX), Y12
-	VFMADD231PS Y12, Y10, Y2
-	VFMADD231PS Y12, Y11, Y7
-	VMOVUPS     96(DX), Y12
-	VFMADD231PS Y12, Y10, Y3
-	VFMADD231PS Y12, Y11, Y8
-	VMOVUPS     128(DX), Y12
-	VFMADD231PS Y12, Y10, Y4
-	VFMADD231PS Y12, Y11, Y9
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000a0, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotBF16x5r2_loop
-
-dotBF16x5r2_tail:
+dotBF16x4r2_loop:
 	TESTQ       BX, BX
-	JZ          dotBF16x5r2_done
-	VPMOVZXWD   (AX), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VPMOVZXWD   (CX), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VMOVUPS     (DX), Y12
-	VFMADD231PS Y12, Y10, Y0
-	VFMADD231PS Y12, Y11, Y5
-	VMOVUPS     32(DX), Y12
-	VFMADD231PS Y12, Y10, Y1
-	VFMADD231PS Y12, Y11, Y6
-	VMOVUPS     64(DX), Y12
-	VFMADD231PS Y12, Y10, Y2
-	VFMADD231PS Y12, Y11, Y7
-	VMOVUPS     96(DX), Y12
-	VFMADD231PS Y12, Y10, Y3
-	VFMADD231PS Y12, Y11, Y8
-	VMOVUPS     128(DX), Y12
-	VFMADD231PS Y12, Y10, Y4
-	VFMADD231PS Y12, Y11, Y9
+	JZ          dotBF16x4r2_done
+	VPMOVZXWD   (AX), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y10, Y4, Y0
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y10, Y4, Y1
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     64(DX), Y10
+	VFMADD231PS Y10, Y4, Y2
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     96(DX), Y10
+	VFMADD231PS Y10, Y4, Y3
+	VFMADD231PS Y10, Y9, Y8
 	ADDQ        $0x00000010, AX
 	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000a0, DX
+	ADDQ        $0x00000080, DX
 	DECQ        BX
-	JMP         dotBF16x5r2_tail
+	JMP         dotBF16x4r2_loop
 
-dotBF16x5r2_done:
+dotBF16x4r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X10
-	VADDPS       X10, X0, X0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -3514,23 +3172,12 @@ dotBF16x5r2_done:
 	VHADDPS      X8, X8, X8
 	VHADDPS      X8, X8, X8
 	VMOVSS       X8, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 4(AX)
 	VZEROUPPER
 	RET
 
-// func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, AVX2, FMA3
-TEXT ·dotBF16x6r2(SB), NOSPLIT, $0-96
+TEXT ·dotBF16x5r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
 	LEAQ   (AX)(CX*1), CX
@@ -3541,82 +3188,46 @@ TEXT ·dotBF16x6r2(SB), NOSPLIT, $0-96
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
 
-dotBF16x6r2_loop:
-	CMPQ        BX, $0x00000001
-	JL          dotBF16x6r2_tail
-	VPMOVZXWD   (AX), Y12
-	VPSLLD      $0x10, Y12, Y12
-	VPMOVZXWD   (CX), Y13
-	VPSLLD      $0x10, Y13, Y13
-	VMOVUPS     (DX), Y14
-	VFMADD231PS Y14, Y12, Y0
-	VFMADD231PS Y14, Y13, Y6
-	VMOVUPS     32(DX), Y14
-	VFMADD231PS Y14, Y12, Y1
-	VFMADD231PS Y14, Y13, Y7
-	VMOVUPS     64(DX), Y14
-	VFMADD231PS Y14, Y12, Y2
-	VFMADD231PS Y14, Y13, Y8
-	VMOVUPS     96(DX), Y14
-	VFMADD231PS Y14, Y12, Y3
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     128(DX), Y14
-	VFMADD231PS Y14, Y12, Y4
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     160(DX), Y14
-	VFMADD231PS Y14, Y12, Y5
-	VFMADD231PS Y14, Y13, Y11
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000c0, DX
-	SUBQ        $0x00000001, BX
-	JMP         dotBF16x6r2_loop
-
-dotBF16x6r2_tail:
+dotBF16x5r2_loop:
 	TESTQ       BX, BX
-	JZ          dotBF16x6r2_done
-	VPMOVZXWD   (AX), Y12
-	VPSLLD      $0x10, Y12, Y12
-	VPMOVZXWD   (CX), Y13
-	VPSLLD      $0x10, Y13, Y13
-	VMOVUPS     (DX), Y14
-	VFMADD231PS Y14, Y12, Y0
-	VFMADD231PS Y14, Y13, Y6
-	VMOVUPS     32(DX), Y14
-	VFMADD231PS Y14, Y12, Y1
-	VFMADD231PS Y14, Y13, Y7
-	VMOVUPS     64(DX), Y14
-	VFMADD231PS Y14, Y12, Y2
-	VFMADD231PS Y14, Y13, Y8
-	VMOVUPS     96(DX), Y14
-	VFMADD231PS Y14, Y12, Y3
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     128(DX), Y14
-	VFMADD231PS Y14, Y12, Y4
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     160(DX), Y14
-	VFMADD231PS Y14, Y12, Y5
-	VFMADD231PS Y14, Y13, Y11
+	JZ          dotBF16x5r2_done
+	VPMOVZXWD   (AX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VPMOVZXWD   (CX), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     (DX), Y12
+	VFMADD231PS Y12, Y5, Y0
+	VFMADD231PS Y12, Y11, Y6
+	VMOVUPS     32(DX), Y12
+	VFMADD231PS Y12, Y5, Y1
+	VFMADD231PS Y12, Y11, Y7
+	VMOVUPS     64(DX), Y12
+	VFMADD231PS Y12, Y5, Y2
+	VFMADD231PS Y12, Y11, Y8
+	VMOVUPS     96(DX), Y12
+	VFMADD231PS Y12, Y5, Y3
+	VFMADD231PS Y12, Y11, Y9
+	VMOVUPS     128(DX), Y12
+	VFMADD231PS Y12, Y5, Y4
+	VFMADD231PS Y12, Y11, Y10
 	ADDQ        $0x00000010, AX
 	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000c0, DX
+	ADDQ        $0x000000a0, DX
 	DECQ        BX
-	JMP         dotBF16x6r2_tail
+	JMP         dotBF16x5r2_loop
 
-dotBF16x6r2_done:
+dotBF16x5r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (AX)
@@ -3669,17 +3280,130 @@ dotBF16x6r2_done:
 	VHADDPS      X10, X10, X10
 	VHADDPS      X10, X10, X10
 	VMOVSS       X10, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotBF16x6r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+
+dotBF16x6r2_loop:
+	TESTQ       BX, BX
+	JZ          dotBF16x6r2_done
+	VPMOVZXWD   (AX), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VPMOVZXWD   (CX), Y13
+	VPSLLD      $0x10, Y13, Y13
+	VMOVUPS     (DX), Y14
+	VFMADD231PS Y14, Y6, Y0
+	VFMADD231PS Y14, Y13, Y7
+	VMOVUPS     32(DX), Y14
+	VFMADD231PS Y14, Y6, Y1
+	VFMADD231PS Y14, Y13, Y8
+	VMOVUPS     64(DX), Y14
+	VFMADD231PS Y14, Y6, Y2
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     96(DX), Y14
+	VFMADD231PS Y14, Y6, Y3
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     128(DX), Y14
+	VFMADD231PS Y14, Y6, Y4
+	VFMADD231PS Y14, Y13, Y11
+	VMOVUPS     160(DX), Y14
+	VFMADD231PS Y14, Y6, Y5
+	VFMADD231PS Y14, Y13, Y12
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x000000c0, DX
+	DECQ        BX
+	JMP         dotBF16x6r2_loop
+
+dotBF16x6r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y11, X0
+	VADDPS       X0, X11, X11
+	VHADDPS      X11, X11, X11
+	VHADDPS      X11, X11, X11
+	VMOVSS       X11, 4(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y5, X0
 	VADDPS       X0, X5, X5
 	VHADDPS      X5, X5, X5
 	VHADDPS      X5, X5, X5
 	VMOVSS       X5, (AX)
-	VEXTRACTF128 $0x01, Y11, X0
-	VADDPS       X0, X11, X11
-	VHADDPS      X11, X11, X11
-	VHADDPS      X11, X11, X11
-	VMOVSS       X11, 4(AX)
+	VEXTRACTF128 $0x01, Y12, X0
+	VADDPS       X0, X12, X12
+	VHADDPS      X12, X12, X12
+	VHADDPS      X12, X12, X12
+	VMOVSS       X12, 4(AX)
 	VZEROUPPER
 	RET
 
@@ -3792,6 +3516,318 @@ dotQ4_0fx1_done:
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
 	VMOVSS       X0, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx1r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx1r4(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), CX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   blocks+56(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y2, Y2, Y2
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
+
+dotQ8_0fx1r4_loop:
+	TESTQ        DI, DI
+	JZ           dotQ8_0fx1r4_done
+	MOVWLZX      (AX), R8
+	VMOVD        R8, X1
+	VCVTPH2PS    X1, X1
+	VBROADCASTSS X1, Y1
+	MOVWLZX      (DX), R8
+	VMOVD        R8, X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS X3, Y3
+	MOVWLZX      (BX), R8
+	VMOVD        R8, X5
+	VCVTPH2PS    X5, X5
+	VBROADCASTSS X5, Y5
+	MOVWLZX      (CX), R8
+	VMOVD        R8, X7
+	VCVTPH2PS    X7, X7
+	VBROADCASTSS X7, Y7
+	VPMOVSXBD    2(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y1, Y8, Y8
+	VFMADD231PS  (SI), Y8, Y0
+	VPMOVSXBD    2(DX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VFMADD231PS  (SI), Y8, Y2
+	VPMOVSXBD    2(BX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y5, Y8, Y8
+	VFMADD231PS  (SI), Y8, Y4
+	VPMOVSXBD    2(CX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y7, Y8, Y8
+	VFMADD231PS  (SI), Y8, Y6
+	VPMOVSXBD    10(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y1, Y8, Y8
+	VFMADD231PS  32(SI), Y8, Y0
+	VPMOVSXBD    10(DX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VFMADD231PS  32(SI), Y8, Y2
+	VPMOVSXBD    10(BX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y5, Y8, Y8
+	VFMADD231PS  32(SI), Y8, Y4
+	VPMOVSXBD    10(CX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y7, Y8, Y8
+	VFMADD231PS  32(SI), Y8, Y6
+	VPMOVSXBD    18(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y1, Y8, Y8
+	VFMADD231PS  64(SI), Y8, Y0
+	VPMOVSXBD    18(DX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VFMADD231PS  64(SI), Y8, Y2
+	VPMOVSXBD    18(BX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y5, Y8, Y8
+	VFMADD231PS  64(SI), Y8, Y4
+	VPMOVSXBD    18(CX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y7, Y8, Y8
+	VFMADD231PS  64(SI), Y8, Y6
+	VPMOVSXBD    26(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y1, Y8, Y8
+	VFMADD231PS  96(SI), Y8, Y0
+	VPMOVSXBD    26(DX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VFMADD231PS  96(SI), Y8, Y2
+	VPMOVSXBD    26(BX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y5, Y8, Y8
+	VFMADD231PS  96(SI), Y8, Y4
+	VPMOVSXBD    26(CX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y7, Y8, Y8
+	VFMADD231PS  96(SI), Y8, Y6
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000022, DX
+	ADDQ         $0x00000022, BX
+	ADDQ         $0x00000022, CX
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JMP          dotQ8_0fx1r4_loop
+
+dotQ8_0fx1r4_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 8(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx1r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx1r4(SB), NOSPLIT, $0-96
+	MOVQ         w_base+0(FP), AX
+	MOVQ         wstride+24(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), CX
+	MOVQ         x_base+32(FP), SI
+	MOVQ         blocks+56(FP), DI
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y6, Y6, Y6
+	MOVL         $0x0000000f, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y8
+	MOVL         $0x00000008, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y9
+
+dotQ4_0fx1r4_loop:
+	TESTQ        DI, DI
+	JZ           dotQ4_0fx1r4_done
+	MOVWLZX      (AX), R8
+	VMOVD        R8, X1
+	VCVTPH2PS    X1, X1
+	VBROADCASTSS X1, Y1
+	MOVWLZX      (DX), R8
+	VMOVD        R8, X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS X3, Y3
+	MOVWLZX      (BX), R8
+	VMOVD        R8, X5
+	VCVTPH2PS    X5, X5
+	VBROADCASTSS X5, Y5
+	MOVWLZX      (CX), R8
+	VMOVD        R8, X7
+	VCVTPH2PS    X7, X7
+	VBROADCASTSS X7, Y7
+	VPMOVZXBD    2(AX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y1, Y10, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VPMOVZXBD    2(DX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VFMADD231PS  (SI), Y10, Y2
+	VPMOVZXBD    2(BX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y5, Y10, Y10
+	VFMADD231PS  (SI), Y10, Y4
+	VPMOVZXBD    2(CX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y7, Y10, Y10
+	VFMADD231PS  (SI), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y1, Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VPMOVZXBD    10(DX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y2
+	VPMOVZXBD    10(BX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y5, Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y4
+	VPMOVZXBD    10(CX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y7, Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y6
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y1, Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VPMOVZXBD    2(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y2
+	VPMOVZXBD    2(BX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y5, Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y4
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y7, Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y1, Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	VPMOVZXBD    10(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y2
+	VPMOVZXBD    10(BX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y5, Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y4
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y7, Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y6
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, DX
+	ADDQ         $0x00000012, BX
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JMP          dotQ4_0fx1r4_loop
+
+dotQ4_0fx1r4_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 8(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 12(AX)
 	VZEROUPPER
 	RET
 
@@ -3926,6 +3962,400 @@ dotQ4_0fx2_done:
 	VHADDPS      X1, X1, X1
 	VHADDPS      X1, X1, X1
 	VMOVSS       X1, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx2r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx2r4(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), CX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   blocks+56(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+
+dotQ8_0fx2r4_loop:
+	TESTQ        DI, DI
+	JZ           dotQ8_0fx2r4_done
+	MOVWLZX      (AX), R8
+	VMOVD        R8, X2
+	VCVTPH2PS    X2, X2
+	VBROADCASTSS X2, Y2
+	MOVWLZX      (DX), R8
+	VMOVD        R8, X5
+	VCVTPH2PS    X5, X5
+	VBROADCASTSS X5, Y5
+	MOVWLZX      (BX), R8
+	VMOVD        R8, X8
+	VCVTPH2PS    X8, X8
+	VBROADCASTSS X8, Y8
+	MOVWLZX      (CX), R8
+	VMOVD        R8, X11
+	VCVTPH2PS    X11, X11
+	VBROADCASTSS X11, Y11
+	VPMOVSXBD    2(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y2, Y12, Y12
+	VFMADD231PS  (SI), Y12, Y0
+	VFMADD231PS  32(SI), Y12, Y1
+	VPMOVSXBD    2(DX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y5, Y12, Y12
+	VFMADD231PS  (SI), Y12, Y3
+	VFMADD231PS  32(SI), Y12, Y4
+	VPMOVSXBD    2(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y8, Y12, Y12
+	VFMADD231PS  (SI), Y12, Y6
+	VFMADD231PS  32(SI), Y12, Y7
+	VPMOVSXBD    2(CX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y11, Y12, Y12
+	VFMADD231PS  (SI), Y12, Y9
+	VFMADD231PS  32(SI), Y12, Y10
+	VPMOVSXBD    10(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y2, Y12, Y12
+	VFMADD231PS  64(SI), Y12, Y0
+	VFMADD231PS  96(SI), Y12, Y1
+	VPMOVSXBD    10(DX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y5, Y12, Y12
+	VFMADD231PS  64(SI), Y12, Y3
+	VFMADD231PS  96(SI), Y12, Y4
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y8, Y12, Y12
+	VFMADD231PS  64(SI), Y12, Y6
+	VFMADD231PS  96(SI), Y12, Y7
+	VPMOVSXBD    10(CX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y11, Y12, Y12
+	VFMADD231PS  64(SI), Y12, Y9
+	VFMADD231PS  96(SI), Y12, Y10
+	VPMOVSXBD    18(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y2, Y12, Y12
+	VFMADD231PS  128(SI), Y12, Y0
+	VFMADD231PS  160(SI), Y12, Y1
+	VPMOVSXBD    18(DX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y5, Y12, Y12
+	VFMADD231PS  128(SI), Y12, Y3
+	VFMADD231PS  160(SI), Y12, Y4
+	VPMOVSXBD    18(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y8, Y12, Y12
+	VFMADD231PS  128(SI), Y12, Y6
+	VFMADD231PS  160(SI), Y12, Y7
+	VPMOVSXBD    18(CX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y11, Y12, Y12
+	VFMADD231PS  128(SI), Y12, Y9
+	VFMADD231PS  160(SI), Y12, Y10
+	VPMOVSXBD    26(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y2, Y12, Y12
+	VFMADD231PS  192(SI), Y12, Y0
+	VFMADD231PS  224(SI), Y12, Y1
+	VPMOVSXBD    26(DX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y5, Y12, Y12
+	VFMADD231PS  192(SI), Y12, Y3
+	VFMADD231PS  224(SI), Y12, Y4
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y8, Y12, Y12
+	VFMADD231PS  192(SI), Y12, Y6
+	VFMADD231PS  224(SI), Y12, Y7
+	VPMOVSXBD    26(CX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y11, Y12, Y12
+	VFMADD231PS  192(SI), Y12, Y9
+	VFMADD231PS  224(SI), Y12, Y10
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000022, DX
+	ADDQ         $0x00000022, BX
+	ADDQ         $0x00000022, CX
+	ADDQ         $0x00000100, SI
+	DECQ         DI
+	JMP          dotQ8_0fx2r4_loop
+
+dotQ8_0fx2r4_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 4(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 8(AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 12(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 8(AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx2r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx2r4(SB), NOSPLIT, $0-96
+	MOVQ         w_base+0(FP), AX
+	MOVQ         wstride+24(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), CX
+	MOVQ         x_base+32(FP), SI
+	MOVQ         blocks+56(FP), DI
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	MOVL         $0x0000000f, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Y12
+	MOVL         $0x00000008, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Y13
+
+dotQ4_0fx2r4_loop:
+	TESTQ        DI, DI
+	JZ           dotQ4_0fx2r4_done
+	MOVWLZX      (AX), R8
+	VMOVD        R8, X2
+	VCVTPH2PS    X2, X2
+	VBROADCASTSS X2, Y2
+	MOVWLZX      (DX), R8
+	VMOVD        R8, X5
+	VCVTPH2PS    X5, X5
+	VBROADCASTSS X5, Y5
+	MOVWLZX      (BX), R8
+	VMOVD        R8, X8
+	VCVTPH2PS    X8, X8
+	VBROADCASTSS X8, Y8
+	MOVWLZX      (CX), R8
+	VMOVD        R8, X11
+	VCVTPH2PS    X11, X11
+	VBROADCASTSS X11, Y11
+	VPMOVZXBD    2(AX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  (SI), Y14, Y0
+	VFMADD231PS  32(SI), Y14, Y1
+	VPMOVZXBD    2(DX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y5, Y14, Y14
+	VFMADD231PS  (SI), Y14, Y3
+	VFMADD231PS  32(SI), Y14, Y4
+	VPMOVZXBD    2(BX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (SI), Y14, Y6
+	VFMADD231PS  32(SI), Y14, Y7
+	VPMOVZXBD    2(CX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y11, Y14, Y14
+	VFMADD231PS  (SI), Y14, Y9
+	VFMADD231PS  32(SI), Y14, Y10
+	VPMOVZXBD    10(AX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  64(SI), Y14, Y0
+	VFMADD231PS  96(SI), Y14, Y1
+	VPMOVZXBD    10(DX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y5, Y14, Y14
+	VFMADD231PS  64(SI), Y14, Y3
+	VFMADD231PS  96(SI), Y14, Y4
+	VPMOVZXBD    10(BX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  64(SI), Y14, Y6
+	VFMADD231PS  96(SI), Y14, Y7
+	VPMOVZXBD    10(CX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y11, Y14, Y14
+	VFMADD231PS  64(SI), Y14, Y9
+	VFMADD231PS  96(SI), Y14, Y10
+	VPMOVZXBD    2(AX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  128(SI), Y14, Y0
+	VFMADD231PS  160(SI), Y14, Y1
+	VPMOVZXBD    2(DX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y5, Y14, Y14
+	VFMADD231PS  128(SI), Y14, Y3
+	VFMADD231PS  160(SI), Y14, Y4
+	VPMOVZXBD    2(BX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  128(SI), Y14, Y6
+	VFMADD231PS  160(SI), Y14, Y7
+	VPMOVZXBD    2(CX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y11, Y14, Y14
+	VFMADD231PS  128(SI), Y14, Y9
+	VFMADD231PS  160(SI), Y14, Y10
+	VPMOVZXBD    10(AX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  192(SI), Y14, Y0
+	VFMADD231PS  224(SI), Y14, Y1
+	VPMOVZXBD    10(DX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y5, Y14, Y14
+	VFMADD231PS  192(SI), Y14, Y3
+	VFMADD231PS  224(SI), Y14, Y4
+	VPMOVZXBD    10(BX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  192(SI), Y14, Y6
+	VFMADD231PS  224(SI), Y14, Y7
+	VPMOVZXBD    10(CX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y11, Y14, Y14
+	VFMADD231PS  192(SI), Y14, Y9
+	VFMADD231PS  224(SI), Y14, Y10
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, DX
+	ADDQ         $0x00000012, BX
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000100, SI
+	DECQ         DI
+	JMP          dotQ4_0fx2r4_loop
+
+dotQ4_0fx2r4_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 4(AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 8(AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 12(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 8(AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 12(AX)
 	VZEROUPPER
 	RET
 
@@ -4082,6 +4512,270 @@ dotQ4_0fx3_done:
 	VHADDPS      X2, X2, X2
 	VHADDPS      X2, X2, X2
 	VMOVSS       X2, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx3r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx3r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   blocks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+
+dotQ8_0fx3r2_loop:
+	TESTQ        BX, BX
+	JZ           dotQ8_0fx3r2_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS X3, Y3
+	MOVWLZX      (CX), SI
+	VMOVD        SI, X7
+	VCVTPH2PS    X7, X7
+	VBROADCASTSS X7, Y7
+	VPMOVSXBD    2(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VFMADD231PS  (DX), Y8, Y0
+	VFMADD231PS  32(DX), Y8, Y1
+	VFMADD231PS  64(DX), Y8, Y2
+	VPMOVSXBD    2(CX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y7, Y8, Y8
+	VFMADD231PS  (DX), Y8, Y4
+	VFMADD231PS  32(DX), Y8, Y5
+	VFMADD231PS  64(DX), Y8, Y6
+	VPMOVSXBD    10(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VFMADD231PS  96(DX), Y8, Y0
+	VFMADD231PS  128(DX), Y8, Y1
+	VFMADD231PS  160(DX), Y8, Y2
+	VPMOVSXBD    10(CX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y7, Y8, Y8
+	VFMADD231PS  96(DX), Y8, Y4
+	VFMADD231PS  128(DX), Y8, Y5
+	VFMADD231PS  160(DX), Y8, Y6
+	VPMOVSXBD    18(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VFMADD231PS  192(DX), Y8, Y0
+	VFMADD231PS  224(DX), Y8, Y1
+	VFMADD231PS  256(DX), Y8, Y2
+	VPMOVSXBD    18(CX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y7, Y8, Y8
+	VFMADD231PS  192(DX), Y8, Y4
+	VFMADD231PS  224(DX), Y8, Y5
+	VFMADD231PS  256(DX), Y8, Y6
+	VPMOVSXBD    26(AX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y3, Y8, Y8
+	VFMADD231PS  288(DX), Y8, Y0
+	VFMADD231PS  320(DX), Y8, Y1
+	VFMADD231PS  352(DX), Y8, Y2
+	VPMOVSXBD    26(CX), Y8
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       Y7, Y8, Y8
+	VFMADD231PS  288(DX), Y8, Y4
+	VFMADD231PS  320(DX), Y8, Y5
+	VFMADD231PS  352(DX), Y8, Y6
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000022, CX
+	ADDQ         $0x00000180, DX
+	DECQ         BX
+	JMP          dotQ8_0fx3r2_loop
+
+dotQ8_0fx3r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx3r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx3r2(SB), NOSPLIT, $0-96
+	MOVQ         w_base+0(FP), AX
+	MOVQ         wstride+24(FP), CX
+	LEAQ         (AX)(CX*1), CX
+	MOVQ         x_base+32(FP), DX
+	MOVQ         blocks+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y8
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y9
+
+dotQ4_0fx3r2_loop:
+	TESTQ        BX, BX
+	JZ           dotQ4_0fx3r2_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS X3, Y3
+	MOVWLZX      (CX), SI
+	VMOVD        SI, X7
+	VCVTPH2PS    X7, X7
+	VBROADCASTSS X7, Y7
+	VPMOVZXBD    2(AX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VFMADD231PS  (DX), Y10, Y0
+	VFMADD231PS  32(DX), Y10, Y1
+	VFMADD231PS  64(DX), Y10, Y2
+	VPMOVZXBD    2(CX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y7, Y10, Y10
+	VFMADD231PS  (DX), Y10, Y4
+	VFMADD231PS  32(DX), Y10, Y5
+	VFMADD231PS  64(DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VFMADD231PS  96(DX), Y10, Y0
+	VFMADD231PS  128(DX), Y10, Y1
+	VFMADD231PS  160(DX), Y10, Y2
+	VPMOVZXBD    10(CX), Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y7, Y10, Y10
+	VFMADD231PS  96(DX), Y10, Y4
+	VFMADD231PS  128(DX), Y10, Y5
+	VFMADD231PS  160(DX), Y10, Y6
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VFMADD231PS  192(DX), Y10, Y0
+	VFMADD231PS  224(DX), Y10, Y1
+	VFMADD231PS  256(DX), Y10, Y2
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y7, Y10, Y10
+	VFMADD231PS  192(DX), Y10, Y4
+	VFMADD231PS  224(DX), Y10, Y5
+	VFMADD231PS  256(DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y3, Y10, Y10
+	VFMADD231PS  288(DX), Y10, Y0
+	VFMADD231PS  320(DX), Y10, Y1
+	VFMADD231PS  352(DX), Y10, Y2
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VPAND        Y8, Y10, Y10
+	VPSUBD       Y9, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y7, Y10, Y10
+	VFMADD231PS  288(DX), Y10, Y4
+	VFMADD231PS  320(DX), Y10, Y5
+	VFMADD231PS  352(DX), Y10, Y6
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000180, DX
+	DECQ         BX
+	JMP          dotQ4_0fx3r2_loop
+
+dotQ4_0fx3r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
 	VZEROUPPER
 	RET
 
@@ -4260,6 +4954,312 @@ dotQ4_0fx4_done:
 	VHADDPS      X3, X3, X3
 	VHADDPS      X3, X3, X3
 	VMOVSS       X3, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx4r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx4r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   blocks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+
+dotQ8_0fx4r2_loop:
+	TESTQ        BX, BX
+	JZ           dotQ8_0fx4r2_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS X4, Y4
+	MOVWLZX      (CX), SI
+	VMOVD        SI, X9
+	VCVTPH2PS    X9, X9
+	VBROADCASTSS X9, Y9
+	VPMOVSXBD    2(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y4, Y10, Y10
+	VFMADD231PS  (DX), Y10, Y0
+	VFMADD231PS  32(DX), Y10, Y1
+	VFMADD231PS  64(DX), Y10, Y2
+	VFMADD231PS  96(DX), Y10, Y3
+	VPMOVSXBD    2(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y9, Y10, Y10
+	VFMADD231PS  (DX), Y10, Y5
+	VFMADD231PS  32(DX), Y10, Y6
+	VFMADD231PS  64(DX), Y10, Y7
+	VFMADD231PS  96(DX), Y10, Y8
+	VPMOVSXBD    10(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y4, Y10, Y10
+	VFMADD231PS  128(DX), Y10, Y0
+	VFMADD231PS  160(DX), Y10, Y1
+	VFMADD231PS  192(DX), Y10, Y2
+	VFMADD231PS  224(DX), Y10, Y3
+	VPMOVSXBD    10(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y9, Y10, Y10
+	VFMADD231PS  128(DX), Y10, Y5
+	VFMADD231PS  160(DX), Y10, Y6
+	VFMADD231PS  192(DX), Y10, Y7
+	VFMADD231PS  224(DX), Y10, Y8
+	VPMOVSXBD    18(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y4, Y10, Y10
+	VFMADD231PS  256(DX), Y10, Y0
+	VFMADD231PS  288(DX), Y10, Y1
+	VFMADD231PS  320(DX), Y10, Y2
+	VFMADD231PS  352(DX), Y10, Y3
+	VPMOVSXBD    18(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y9, Y10, Y10
+	VFMADD231PS  256(DX), Y10, Y5
+	VFMADD231PS  288(DX), Y10, Y6
+	VFMADD231PS  320(DX), Y10, Y7
+	VFMADD231PS  352(DX), Y10, Y8
+	VPMOVSXBD    26(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y4, Y10, Y10
+	VFMADD231PS  384(DX), Y10, Y0
+	VFMADD231PS  416(DX), Y10, Y1
+	VFMADD231PS  448(DX), Y10, Y2
+	VFMADD231PS  480(DX), Y10, Y3
+	VPMOVSXBD    26(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VMULPS       Y9, Y10, Y10
+	VFMADD231PS  384(DX), Y10, Y5
+	VFMADD231PS  416(DX), Y10, Y6
+	VFMADD231PS  448(DX), Y10, Y7
+	VFMADD231PS  480(DX), Y10, Y8
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000022, CX
+	ADDQ         $0x00000200, DX
+	DECQ         BX
+	JMP          dotQ8_0fx4r2_loop
+
+dotQ8_0fx4r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx4r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx4r2(SB), NOSPLIT, $0-96
+	MOVQ         w_base+0(FP), AX
+	MOVQ         wstride+24(FP), CX
+	LEAQ         (AX)(CX*1), CX
+	MOVQ         x_base+32(FP), DX
+	MOVQ         blocks+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y10
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y11
+
+dotQ4_0fx4r2_loop:
+	TESTQ        BX, BX
+	JZ           dotQ4_0fx4r2_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS X4, Y4
+	MOVWLZX      (CX), SI
+	VMOVD        SI, X9
+	VCVTPH2PS    X9, X9
+	VBROADCASTSS X9, Y9
+	VPMOVZXBD    2(AX), Y12
+	VPAND        Y10, Y12, Y12
+	VPSUBD       Y11, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y4, Y12, Y12
+	VFMADD231PS  (DX), Y12, Y0
+	VFMADD231PS  32(DX), Y12, Y1
+	VFMADD231PS  64(DX), Y12, Y2
+	VFMADD231PS  96(DX), Y12, Y3
+	VPMOVZXBD    2(CX), Y12
+	VPAND        Y10, Y12, Y12
+	VPSUBD       Y11, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y9, Y12, Y12
+	VFMADD231PS  (DX), Y12, Y5
+	VFMADD231PS  32(DX), Y12, Y6
+	VFMADD231PS  64(DX), Y12, Y7
+	VFMADD231PS  96(DX), Y12, Y8
+	VPMOVZXBD    10(AX), Y12
+	VPAND        Y10, Y12, Y12
+	VPSUBD       Y11, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y4, Y12, Y12
+	VFMADD231PS  128(DX), Y12, Y0
+	VFMADD231PS  160(DX), Y12, Y1
+	VFMADD231PS  192(DX), Y12, Y2
+	VFMADD231PS  224(DX), Y12, Y3
+	VPMOVZXBD    10(CX), Y12
+	VPAND        Y10, Y12, Y12
+	VPSUBD       Y11, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y9, Y12, Y12
+	VFMADD231PS  128(DX), Y12, Y5
+	VFMADD231PS  160(DX), Y12, Y6
+	VFMADD231PS  192(DX), Y12, Y7
+	VFMADD231PS  224(DX), Y12, Y8
+	VPMOVZXBD    2(AX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VPAND        Y10, Y12, Y12
+	VPSUBD       Y11, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y4, Y12, Y12
+	VFMADD231PS  256(DX), Y12, Y0
+	VFMADD231PS  288(DX), Y12, Y1
+	VFMADD231PS  320(DX), Y12, Y2
+	VFMADD231PS  352(DX), Y12, Y3
+	VPMOVZXBD    2(CX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VPAND        Y10, Y12, Y12
+	VPSUBD       Y11, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y9, Y12, Y12
+	VFMADD231PS  256(DX), Y12, Y5
+	VFMADD231PS  288(DX), Y12, Y6
+	VFMADD231PS  320(DX), Y12, Y7
+	VFMADD231PS  352(DX), Y12, Y8
+	VPMOVZXBD    10(AX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VPAND        Y10, Y12, Y12
+	VPSUBD       Y11, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y4, Y12, Y12
+	VFMADD231PS  384(DX), Y12, Y0
+	VFMADD231PS  416(DX), Y12, Y1
+	VFMADD231PS  448(DX), Y12, Y2
+	VFMADD231PS  480(DX), Y12, Y3
+	VPMOVZXBD    10(CX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VPAND        Y10, Y12, Y12
+	VPSUBD       Y11, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y9, Y12, Y12
+	VFMADD231PS  384(DX), Y12, Y5
+	VFMADD231PS  416(DX), Y12, Y6
+	VFMADD231PS  448(DX), Y12, Y7
+	VFMADD231PS  480(DX), Y12, Y8
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000200, DX
+	DECQ         BX
+	JMP          dotQ4_0fx4r2_loop
+
+dotQ4_0fx4r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
 	VZEROUPPER
 	RET
 
@@ -4460,6 +5460,354 @@ dotQ4_0fx5_done:
 	VHADDPS      X4, X4, X4
 	VHADDPS      X4, X4, X4
 	VMOVSS       X4, (BX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0fx5r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ8_0fx5r2(SB), NOSPLIT, $0-96
+	MOVQ   w_base+0(FP), AX
+	MOVQ   wstride+24(FP), CX
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   blocks+56(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+
+dotQ8_0fx5r2_loop:
+	TESTQ        BX, BX
+	JZ           dotQ8_0fx5r2_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X5
+	VCVTPH2PS    X5, X5
+	VBROADCASTSS X5, Y5
+	MOVWLZX      (CX), SI
+	VMOVD        SI, X11
+	VCVTPH2PS    X11, X11
+	VBROADCASTSS X11, Y11
+	VPMOVSXBD    2(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y5, Y12, Y12
+	VFMADD231PS  (DX), Y12, Y0
+	VFMADD231PS  32(DX), Y12, Y1
+	VFMADD231PS  64(DX), Y12, Y2
+	VFMADD231PS  96(DX), Y12, Y3
+	VFMADD231PS  128(DX), Y12, Y4
+	VPMOVSXBD    2(CX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y11, Y12, Y12
+	VFMADD231PS  (DX), Y12, Y6
+	VFMADD231PS  32(DX), Y12, Y7
+	VFMADD231PS  64(DX), Y12, Y8
+	VFMADD231PS  96(DX), Y12, Y9
+	VFMADD231PS  128(DX), Y12, Y10
+	VPMOVSXBD    10(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y5, Y12, Y12
+	VFMADD231PS  160(DX), Y12, Y0
+	VFMADD231PS  192(DX), Y12, Y1
+	VFMADD231PS  224(DX), Y12, Y2
+	VFMADD231PS  256(DX), Y12, Y3
+	VFMADD231PS  288(DX), Y12, Y4
+	VPMOVSXBD    10(CX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y11, Y12, Y12
+	VFMADD231PS  160(DX), Y12, Y6
+	VFMADD231PS  192(DX), Y12, Y7
+	VFMADD231PS  224(DX), Y12, Y8
+	VFMADD231PS  256(DX), Y12, Y9
+	VFMADD231PS  288(DX), Y12, Y10
+	VPMOVSXBD    18(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y5, Y12, Y12
+	VFMADD231PS  320(DX), Y12, Y0
+	VFMADD231PS  352(DX), Y12, Y1
+	VFMADD231PS  384(DX), Y12, Y2
+	VFMADD231PS  416(DX), Y12, Y3
+	VFMADD231PS  448(DX), Y12, Y4
+	VPMOVSXBD    18(CX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y11, Y12, Y12
+	VFMADD231PS  320(DX), Y12, Y6
+	VFMADD231PS  352(DX), Y12, Y7
+	VFMADD231PS  384(DX), Y12, Y8
+	VFMADD231PS  416(DX), Y12, Y9
+	VFMADD231PS  448(DX), Y12, Y10
+	VPMOVSXBD    26(AX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y5, Y12, Y12
+	VFMADD231PS  480(DX), Y12, Y0
+	VFMADD231PS  512(DX), Y12, Y1
+	VFMADD231PS  544(DX), Y12, Y2
+	VFMADD231PS  576(DX), Y12, Y3
+	VFMADD231PS  608(DX), Y12, Y4
+	VPMOVSXBD    26(CX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y11, Y12, Y12
+	VFMADD231PS  480(DX), Y12, Y6
+	VFMADD231PS  512(DX), Y12, Y7
+	VFMADD231PS  544(DX), Y12, Y8
+	VFMADD231PS  576(DX), Y12, Y9
+	VFMADD231PS  608(DX), Y12, Y10
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000022, CX
+	ADDQ         $0x00000280, DX
+	DECQ         BX
+	JMP          dotQ8_0fx5r2_loop
+
+dotQ8_0fx5r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0fx5r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotQ4_0fx5r2(SB), NOSPLIT, $0-96
+	MOVQ         w_base+0(FP), AX
+	MOVQ         wstride+24(FP), CX
+	LEAQ         (AX)(CX*1), CX
+	MOVQ         x_base+32(FP), DX
+	MOVQ         blocks+56(FP), BX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	MOVL         $0x0000000f, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y12
+	MOVL         $0x00000008, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y13
+
+dotQ4_0fx5r2_loop:
+	TESTQ        BX, BX
+	JZ           dotQ4_0fx5r2_done
+	MOVWLZX      (AX), SI
+	VMOVD        SI, X5
+	VCVTPH2PS    X5, X5
+	VBROADCASTSS X5, Y5
+	MOVWLZX      (CX), SI
+	VMOVD        SI, X11
+	VCVTPH2PS    X11, X11
+	VBROADCASTSS X11, Y11
+	VPMOVZXBD    2(AX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y5, Y14, Y14
+	VFMADD231PS  (DX), Y14, Y0
+	VFMADD231PS  32(DX), Y14, Y1
+	VFMADD231PS  64(DX), Y14, Y2
+	VFMADD231PS  96(DX), Y14, Y3
+	VFMADD231PS  128(DX), Y14, Y4
+	VPMOVZXBD    2(CX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y11, Y14, Y14
+	VFMADD231PS  (DX), Y14, Y6
+	VFMADD231PS  32(DX), Y14, Y7
+	VFMADD231PS  64(DX), Y14, Y8
+	VFMADD231PS  96(DX), Y14, Y9
+	VFMADD231PS  128(DX), Y14, Y10
+	VPMOVZXBD    10(AX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y5, Y14, Y14
+	VFMADD231PS  160(DX), Y14, Y0
+	VFMADD231PS  192(DX), Y14, Y1
+	VFMADD231PS  224(DX), Y14, Y2
+	VFMADD231PS  256(DX), Y14, Y3
+	VFMADD231PS  288(DX), Y14, Y4
+	VPMOVZXBD    10(CX), Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y11, Y14, Y14
+	VFMADD231PS  160(DX), Y14, Y6
+	VFMADD231PS  192(DX), Y14, Y7
+	VFMADD231PS  224(DX), Y14, Y8
+	VFMADD231PS  256(DX), Y14, Y9
+	VFMADD231PS  288(DX), Y14, Y10
+	VPMOVZXBD    2(AX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y5, Y14, Y14
+	VFMADD231PS  320(DX), Y14, Y0
+	VFMADD231PS  352(DX), Y14, Y1
+	VFMADD231PS  384(DX), Y14, Y2
+	VFMADD231PS  416(DX), Y14, Y3
+	VFMADD231PS  448(DX), Y14, Y4
+	VPMOVZXBD    2(CX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y11, Y14, Y14
+	VFMADD231PS  320(DX), Y14, Y6
+	VFMADD231PS  352(DX), Y14, Y7
+	VFMADD231PS  384(DX), Y14, Y8
+	VFMADD231PS  416(DX), Y14, Y9
+	VFMADD231PS  448(DX), Y14, Y10
+	VPMOVZXBD    10(AX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y5, Y14, Y14
+	VFMADD231PS  480(DX), Y14, Y0
+	VFMADD231PS  512(DX), Y14, Y1
+	VFMADD231PS  544(DX), Y14, Y2
+	VFMADD231PS  576(DX), Y14, Y3
+	VFMADD231PS  608(DX), Y14, Y4
+	VPMOVZXBD    10(CX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VPAND        Y12, Y14, Y14
+	VPSUBD       Y13, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y11, Y14, Y14
+	VFMADD231PS  480(DX), Y14, Y6
+	VFMADD231PS  512(DX), Y14, Y7
+	VFMADD231PS  544(DX), Y14, Y8
+	VFMADD231PS  576(DX), Y14, Y9
+	VFMADD231PS  608(DX), Y14, Y10
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, CX
+	ADDQ         $0x00000280, DX
+	DECQ         BX
+	JMP          dotQ4_0fx5r2_loop
+
+dotQ4_0fx5r2_done:
+	MOVQ         out_base+64(FP), AX
+	MOVQ         ldo+88(FP), CX
+	SHLQ         $0x02, CX
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMOVSS       X8, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y9, X0
+	VADDPS       X0, X9, X9
+	VHADDPS      X9, X9, X9
+	VHADDPS      X9, X9, X9
+	VMOVSS       X9, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X0, X10, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VMOVSS       X10, 4(AX)
 	VZEROUPPER
 	RET
 

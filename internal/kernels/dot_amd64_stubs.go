@@ -28,22 +28,22 @@ func dotF32x7(w []byte, x []float32, chunks int, out []float32, ldo int)
 // dotF32x8 computes 8 rows of a F32 product.
 func dotF32x8(w []byte, x []float32, chunks int, out []float32, ldo int)
 
-// dotF32x1r2 computes two weight rows against 1 activation rows of a F32 product.
-func dotF32x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotF32x1r4 computes 4 weight rows against 1 activation rows of a F32 product.
+func dotF32x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF32x2r2 computes two weight rows against 2 activation rows of a F32 product.
-func dotF32x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotF32x2r4 computes 4 weight rows against 2 activation rows of a F32 product.
+func dotF32x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF32x3r2 computes two weight rows against 3 activation rows of a F32 product.
+// dotF32x3r2 computes 2 weight rows against 3 activation rows of a F32 product.
 func dotF32x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF32x4r2 computes two weight rows against 4 activation rows of a F32 product.
+// dotF32x4r2 computes 2 weight rows against 4 activation rows of a F32 product.
 func dotF32x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF32x5r2 computes two weight rows against 5 activation rows of a F32 product.
+// dotF32x5r2 computes 2 weight rows against 5 activation rows of a F32 product.
 func dotF32x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF32x6r2 computes two weight rows against 6 activation rows of a F32 product.
+// dotF32x6r2 computes 2 weight rows against 6 activation rows of a F32 product.
 func dotF32x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
 // dotF16x1 computes 1 rows of a F16 product.
@@ -70,22 +70,22 @@ func dotF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
 // dotF16x8 computes 8 rows of a F16 product.
 func dotF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
 
-// dotF16x1r2 computes two weight rows against 1 activation rows of a F16 product.
-func dotF16x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotF16x1r4 computes 4 weight rows against 1 activation rows of a F16 product.
+func dotF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF16x2r2 computes two weight rows against 2 activation rows of a F16 product.
-func dotF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotF16x2r4 computes 4 weight rows against 2 activation rows of a F16 product.
+func dotF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF16x3r2 computes two weight rows against 3 activation rows of a F16 product.
+// dotF16x3r2 computes 2 weight rows against 3 activation rows of a F16 product.
 func dotF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF16x4r2 computes two weight rows against 4 activation rows of a F16 product.
+// dotF16x4r2 computes 2 weight rows against 4 activation rows of a F16 product.
 func dotF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF16x5r2 computes two weight rows against 5 activation rows of a F16 product.
+// dotF16x5r2 computes 2 weight rows against 5 activation rows of a F16 product.
 func dotF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF16x6r2 computes two weight rows against 6 activation rows of a F16 product.
+// dotF16x6r2 computes 2 weight rows against 6 activation rows of a F16 product.
 func dotF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
 // dotBF16x1 computes 1 rows of a BF16 product.
@@ -112,22 +112,22 @@ func dotBF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
 // dotBF16x8 computes 8 rows of a BF16 product.
 func dotBF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
 
-// dotBF16x1r2 computes two weight rows against 1 activation rows of a BF16 product.
-func dotBF16x1r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotBF16x1r4 computes 4 weight rows against 1 activation rows of a BF16 product.
+func dotBF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotBF16x2r2 computes two weight rows against 2 activation rows of a BF16 product.
-func dotBF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotBF16x2r4 computes 4 weight rows against 2 activation rows of a BF16 product.
+func dotBF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotBF16x3r2 computes two weight rows against 3 activation rows of a BF16 product.
+// dotBF16x3r2 computes 2 weight rows against 3 activation rows of a BF16 product.
 func dotBF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotBF16x4r2 computes two weight rows against 4 activation rows of a BF16 product.
+// dotBF16x4r2 computes 2 weight rows against 4 activation rows of a BF16 product.
 func dotBF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotBF16x5r2 computes two weight rows against 5 activation rows of a BF16 product.
+// dotBF16x5r2 computes 2 weight rows against 5 activation rows of a BF16 product.
 func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotBF16x6r2 computes two weight rows against 6 activation rows of a BF16 product.
+// dotBF16x6r2 computes 2 weight rows against 6 activation rows of a BF16 product.
 func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
 // dotQ8_0fx1 computes 1 rows of a Q8_0 × float product.
@@ -136,11 +136,23 @@ func dotQ8_0fx1(w []byte, x []float32, blocks int, out []float32, ldo int)
 // dotQ4_0fx1 computes 1 rows of a Q4_0 × float product.
 func dotQ4_0fx1(w []byte, x []float32, blocks int, out []float32, ldo int)
 
+// dotQ8_0fx1r4 computes 4 weight rows against 1 activation rows of a Q8_0 × float product.
+func dotQ8_0fx1r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_0fx1r4 computes 4 weight rows against 1 activation rows of a Q4_0 × float product.
+func dotQ4_0fx1r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+
 // dotQ8_0fx2 computes 2 rows of a Q8_0 × float product.
 func dotQ8_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ4_0fx2 computes 2 rows of a Q4_0 × float product.
 func dotQ4_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ8_0fx2r4 computes 4 weight rows against 2 activation rows of a Q8_0 × float product.
+func dotQ8_0fx2r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_0fx2r4 computes 4 weight rows against 2 activation rows of a Q4_0 × float product.
+func dotQ4_0fx2r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ8_0fx3 computes 3 rows of a Q8_0 × float product.
 func dotQ8_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
@@ -148,17 +160,35 @@ func dotQ8_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
 // dotQ4_0fx3 computes 3 rows of a Q4_0 × float product.
 func dotQ4_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
 
+// dotQ8_0fx3r2 computes 2 weight rows against 3 activation rows of a Q8_0 × float product.
+func dotQ8_0fx3r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_0fx3r2 computes 2 weight rows against 3 activation rows of a Q4_0 × float product.
+func dotQ4_0fx3r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+
 // dotQ8_0fx4 computes 4 rows of a Q8_0 × float product.
 func dotQ8_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ4_0fx4 computes 4 rows of a Q4_0 × float product.
 func dotQ4_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
 
+// dotQ8_0fx4r2 computes 2 weight rows against 4 activation rows of a Q8_0 × float product.
+func dotQ8_0fx4r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_0fx4r2 computes 2 weight rows against 4 activation rows of a Q4_0 × float product.
+func dotQ4_0fx4r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+
 // dotQ8_0fx5 computes 5 rows of a Q8_0 × float product.
 func dotQ8_0fx5(w []byte, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ4_0fx5 computes 5 rows of a Q4_0 × float product.
 func dotQ4_0fx5(w []byte, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ8_0fx5r2 computes 2 weight rows against 5 activation rows of a Q8_0 × float product.
+func dotQ8_0fx5r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
+
+// dotQ4_0fx5r2 computes 2 weight rows against 5 activation rows of a Q4_0 × float product.
+func dotQ4_0fx5r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
 
 // dotQ8_0fx6 computes 6 rows of a Q8_0 × float product.
 func dotQ8_0fx6(w []byte, x []float32, blocks int, out []float32, ldo int)

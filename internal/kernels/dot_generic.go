@@ -126,20 +126,61 @@ type (
 	floatKernel2 func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 )
 
-// pairMax is the most activation rows the two-weight-row kernels handle.
-const pairMax = 6
+// rowsFor is how many weight rows the multi-row float kernels take at once with n
+// activation rows (1: none).
+func rowsFor(n int) int {
+	switch {
+	case n <= 2:
+		return 4
+	case n <= 6:
+		return 2
+	}
+	return 1
+}
 
-// goPair makes a two-row kernel table from a one-row table: the pure-Go twin of the
-// two-row assembly.
-func goPair(t [Group + 1]floatKernel) (p [pairMax + 1]floatKernel2) {
-	for i := 1; i <= pairMax; i++ {
-		k := t[i]
-		p[i] = func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int) {
-			k(w, x, chunks, out, ldo)
-			k(w[wstride:], x, chunks, out[1:], ldo)
+// quantRowsFor is how many weight rows the multi-row Q8_0/Q4_0 kernels take at once
+// with n activation rows (1: none).
+func quantRowsFor(n int) int {
+	switch {
+	case n <= 2:
+		return 4
+	case n <= 5:
+		return 2
+	}
+	return 1
+}
+
+// goMultiQ makes a multi-row Q8_0/Q4_0 kernel table from a one-row table.
+func goMultiQ(t [Group + 1]floatKernel) (m [Group + 1]floatKernel2) {
+	for i := 1; i <= Group; i++ {
+		k, R := t[i], quantRowsFor(i)
+		if R == 1 {
+			continue
+		}
+		m[i] = func(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int) {
+			for r := range R {
+				k(w[r*wstride:], x, blocks, out[r:], ldo)
+			}
 		}
 	}
-	return p
+	return m
+}
+
+// goMulti makes a multi-row kernel table from a one-row table: the pure-Go twin of
+// the multi-row assembly.
+func goMulti(t [Group + 1]floatKernel) (m [Group + 1]floatKernel2) {
+	for i := 1; i <= Group; i++ {
+		k, R := t[i], rowsFor(i)
+		if R == 1 {
+			continue
+		}
+		m[i] = func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int) {
+			for r := range R {
+				k(w[r*wstride:], x, chunks, out[r:], ldo)
+			}
+		}
+	}
+	return m
 }
 
 // goFloat makes a kernel table, indexed by the number of rows, from a

@@ -88,56 +88,53 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 		for g := 0; g*Group < a.n; g++ {
 			t0 := g * Group
 			n := min(Group, a.n-t0)
+			x := a.f32[t0*a.padCols : (t0+n)*a.padCols]
 			for r := c0; r < c1; r++ {
 				w := m.Row(r)
 				out := y[t0*ldy+r:]
-				{
-					x := a.f32[t0*a.padCols : (t0+n)*a.padCols]
-					var one floatKernel
-					var two floatKernel2
-					switch m.Type {
-					case dtype.Q8_0:
-						dotQ8_0f[n](w, x, m.Cols/q8Block, out, ldy)
-						continue
-					case dtype.Q4_0:
-						dotQ4_0f[n](w, x, m.Cols/q8Block, out, ldy)
-						continue
-					case dtype.Q4_K:
-						dotQ4_Kf[n](w, x, m.Cols/kBlock, out, ldy)
-						continue
-					case dtype.Q6_K:
-						dotQ6_Kf[n](w, x, m.Cols/kBlock, out, ldy)
-						continue
-					case dtype.F32:
-						one = dotF32[n]
-						if n >= 2 && n <= pairMax {
-							two = pairF32[n]
-						}
-					case dtype.F16:
-						one = dotF16[n]
-						if n >= 2 && n <= pairMax {
-							two = pairF16[n]
-						}
-					case dtype.BF16:
-						one = dotBF16[n]
-						if n >= 2 && n <= pairMax {
-							two = pairBF16[n]
-						}
+				var one floatKernel
+				var multi floatKernel2
+				switch m.Type {
+				case dtype.Q8_0, dtype.Q4_0:
+					one, multi := dotQ8_0f[n], multiQ8_0[n]
+					if m.Type == dtype.Q4_0 {
+						one, multi = dotQ4_0f[n], multiQ4_0[n]
 					}
-					// Two weight rows at a time share each activation load.
-					if two != nil && r+1 < c1 {
-						two(m.Data[r*m.rowBytes:(r+2)*m.rowBytes], m.rowBytes, x, chunks, out, ldy)
-						if chunks*8 < m.Cols {
-							m.tail(w, a, t0, n, out, ldy)
-							m.tail(m.Row(r+1), a, t0, n, out[1:], ldy)
-						}
-						r++
-						continue
+					if R := quantRowsFor(n); multi != nil && r+R <= c1 {
+						multi(m.Data[r*m.rowBytes:(r+R)*m.rowBytes], m.rowBytes, x, m.Cols/q8Block, out, ldy)
+						r += R - 1
+					} else {
+						one(w, x, m.Cols/q8Block, out, ldy)
 					}
-					one(w, x, chunks, out, ldy)
+					continue
+				case dtype.Q4_K:
+					dotQ4_Kf[n](w, x, m.Cols/kBlock, out, ldy)
+					continue
+				case dtype.Q6_K:
+					dotQ6_Kf[n](w, x, m.Cols/kBlock, out, ldy)
+					continue
+				case dtype.F32:
+					one, multi = dotF32[n], multiF32[n]
+				case dtype.F16:
+					one, multi = dotF16[n], multiF16[n]
+				case dtype.BF16:
+					one, multi = dotBF16[n], multiBF16[n]
+				}
+				// Several weight rows at a time share each activation load and give the
+				// FMA units independent work.
+				if R := rowsFor(n); multi != nil && r+R <= c1 {
+					multi(m.Data[r*m.rowBytes:(r+R)*m.rowBytes], m.rowBytes, x, chunks, out, ldy)
 					if chunks*8 < m.Cols {
-						m.tail(w, a, t0, n, out, ldy)
+						for i := range R {
+							m.tail(m.Row(r+i), a, t0, n, out[i:], ldy)
+						}
 					}
+					r += R - 1
+					continue
+				}
+				one(w, x, chunks, out, ldy)
+				if chunks*8 < m.Cols {
+					m.tail(w, a, t0, n, out, ldy)
 				}
 			}
 		}

@@ -118,18 +118,19 @@ func TestAssemblyMatchesGo(t *testing.T) {
 	floats := []struct {
 		typ      dtype.DType
 		asm, twn [Group + 1]floatKernel
-		pair     [pairMax + 1]floatKernel2
+		multi    [Group + 1]floatKernel2
 	}{
-		{dtype.F32, dotF32, goFloat(goDotF32), pairF32},
-		{dtype.F16, dotF16, goFloat(goDotF16), pairF16},
-		{dtype.BF16, dotBF16, goFloat(goDotBF16), pairBF16},
+		{dtype.F32, dotF32, goFloat(goDotF32), multiF32},
+		{dtype.F16, dotF16, goFloat(goDotF16), multiF16},
+		{dtype.BF16, dotBF16, goFloat(goDotBF16), multiBF16},
 	}
 	quants := []struct {
 		typ        dtype.DType
 		fasm, ftwn [Group + 1]floatKernel
+		multi      [Group + 1]floatKernel2
 	}{
-		{dtype.Q8_0, dotQ8_0f, goFloat(goDotQ8_0f)},
-		{dtype.Q4_0, dotQ4_0f, goFloat(goDotQ4_0f)},
+		{dtype.Q8_0, dotQ8_0f, goFloat(goDotQ8_0f), multiQ8_0},
+		{dtype.Q4_0, dotQ4_0f, goFloat(goDotQ4_0f), multiQ4_0},
 	}
 	kquants := []struct {
 		typ      dtype.DType
@@ -158,22 +159,22 @@ func TestAssemblyMatchesGo(t *testing.T) {
 				k.asm[n](wb, a.f32, cols/8, got, 1)
 				k.twn[n](wb, a.f32, cols/8, want, 1)
 				check(k.typ.String())
-				if n <= pairMax {
-					// Two rows: the row above and a second, different row.
-					w2 := randVec(rng, cols)
-					wb2 := append(append([]byte(nil), wb...), encode(t, k.typ, w2)...)
-					pair := make([]float32, 2*n)
-					k.pair[n](wb2, len(wb), a.f32, cols/8, pair, 2)
-					second := make([]float32, n)
-					k.twn[n](wb2[len(wb):], a.f32, cols/8, second, 1)
-					for i := range n {
-						got[i] = pair[2*i]
+				if R := rowsFor(n); R > 1 {
+					// R different weight rows; each row's results must equal the
+					// one-row kernel's for that row, bit for bit (batch invariance).
+					var wb2 []byte
+					for range R {
+						wb2 = append(wb2, encode(t, k.typ, randVec(rng, cols))...)
 					}
-					check(k.typ.String() + " pair row 0")
-					for i := range n {
-						got[i], want[i] = pair[2*i+1], second[i]
+					multi := make([]float32, R*n)
+					k.multi[n](wb2, len(wb), a.f32, cols/8, multi, R)
+					single := make([]float32, n)
+					for r := range R {
+						k.asm[n](wb2[r*len(wb):], a.f32, cols/8, single, 1)
+						for i := range n {
+							require.Equal(t, single[i], multi[i*R+r], "%s cols=%d n=%d row %d", k.typ, cols, n, r)
+						}
 					}
-					check(k.typ.String() + " pair row 1")
 				}
 			}
 			for _, k := range quants {
@@ -182,6 +183,21 @@ func TestAssemblyMatchesGo(t *testing.T) {
 				k.fasm[n](wb, a.f32, cols/32, got, 1)
 				k.ftwn[n](wb, a.f32, cols/32, want, 1)
 				check(k.typ.String() + " × float")
+				if R := quantRowsFor(n); R > 1 {
+					var wb2 []byte
+					for range R {
+						wb2 = append(wb2, encode(t, k.typ, randVec(rng, cols))...)
+					}
+					multi := make([]float32, R*n)
+					k.multi[n](wb2, len(wb), a.f32, cols/32, multi, R)
+					single := make([]float32, n)
+					for r := range R {
+						k.fasm[n](wb2[r*len(wb):], a.f32, cols/32, single, 1)
+						for i := range n {
+							require.Equal(t, single[i], multi[i*R+r], "%s cols=%d n=%d row %d", k.typ, cols, n, r)
+						}
+					}
+				}
 			}
 			if cols%kBlock != 0 {
 				continue

@@ -18,9 +18,17 @@ import (
 
 const group = 8
 
-// pairMax is the most activation rows the two-row float kernels handle: 2·n
-// accumulators, two weight vectors and one activation vector fill 15 registers.
-const pairMax = 6
+// rowsFor is how many weight rows the multi-row float kernels take with n activation
+// rows: R·n accumulators, R weight vectors and an activation vector in 16 registers.
+func rowsFor(n int) int {
+	switch {
+	case n <= 2:
+		return 4
+	case n <= 6:
+		return 2
+	}
+	return 1
+}
 
 func main() {
 	ConstraintExpr("amd64,!purego")
@@ -36,13 +44,19 @@ func main() {
 		for n := 1; n <= group; n++ {
 			floatKernel(k.name, n, k.wstep, k.load)
 		}
-		for n := 1; n <= pairMax; n++ {
-			floatKernel2(k.name, n, k.wstep, k.load)
+		for n := 1; n <= group; n++ {
+			if R := rowsFor(n); R > 1 {
+				floatKernelR(k.name, n, R, k.wstep, k.load)
+			}
 		}
 	}
 	for n := 1; n <= group; n++ {
 		quantFloatKernel("Q8_0", n)
 		quantFloatKernel("Q4_0", n)
+		if R := quantRowsFor(n); R > 1 {
+			quantFloatKernelR("Q8_0", n, R)
+			quantFloatKernelR("Q4_0", n, R)
+		}
 	}
 	k := kConsts()
 	for n := 1; n <= group; n++ {
@@ -239,83 +253,59 @@ func axpyKernel() {
 	RET()
 }
 
-// unroll2 is the unroll of the two-row kernels.
-func unroll2(n int) int {
-	if n <= 2 {
-		return 2
-	}
-	return 1
-}
-
-// floatKernel2: func(w []byte, wstride int, x []float32, chunks int, out []float32,
-// ldo int): like floatKernel for two weight rows, w and w+wstride bytes, so that each
-// activation vector loaded serves both; row 0's results go to out[t·ldo], row 1's to
-// out[t·ldo+1].
-func floatKernel2(name string, n, wstep int, load func(Mem, VecVirtual)) {
-	fn := fmt.Sprintf("dot%sx%dr2", name, n)
+// floatKernelR: func(w []byte, wstride int, x []float32, chunks int, out []float32,
+// ldo int): like floatKernel for R weight rows, w + r·wstride bytes, so that each
+// activation vector loaded serves all of them and the R·n independent accumulators
+// keep the FMA units busy even for one activation row; row r's result for activation
+// row t goes to out[t·ldo + r]. Each (weight row, activation row) pair still has its
+// single accumulator, added to in column order.
+func floatKernelR(name string, n, R, wstep int, load func(Mem, VecVirtual)) {
+	fn := fmt.Sprintf("dot%sx%dr%d", name, n, R)
 	TEXT(fn, NOSPLIT, "func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)")
-	Doc(fmt.Sprintf("%s computes two weight rows against %d activation rows of a %s product.", fn, n, name))
-	w0 := Mem{Base: Load(Param("w").Base(), GP64())}
+	Doc(fmt.Sprintf("%s computes %d weight rows against %d activation rows of a %s product.", fn, R, n, name))
+	ws := make([]Mem, R)
+	ws[0] = Mem{Base: Load(Param("w").Base(), GP64())}
 	stride := Load(Param("wstride"), GP64())
-	w1 := Mem{Base: GP64()}
-	LEAQ(w0.Idx(stride, 1), w1.Base)
+	for r := 1; r < R; r++ {
+		ws[r] = Mem{Base: GP64()}
+		LEAQ(ws[r-1].Idx(stride, 1), ws[r].Base)
+	}
 	x := Mem{Base: Load(Param("x").Base(), GP64())}
 	chunks := Load(Param("chunks"), GP64())
-	u := unroll2(n)
-	acc0, acc1 := zeroAcc(n, 1), zeroAcc(n, 1)
-	ws0, ws1 := make([]VecVirtual, u), make([]VecVirtual, u)
-	for i := range ws0 {
-		ws0[i], ws1[i] = YMM(), YMM()
+	acc := make([][][]VecVirtual, R)
+	wv := make([]VecVirtual, R)
+	for r := range R {
+		acc[r] = zeroAcc(n, 1)
+		wv[r] = YMM()
 	}
 	xv := YMM()
 
 	Label(fn + "_loop")
-	CMPQ(chunks, U32(u))
-	JL(LabelRef(fn + "_tail"))
-	for i := range u {
-		load(w0.Offset(i*wstep), ws0[i])
-		load(w1.Offset(i*wstep), ws1[i])
-	}
-	for i := range u {
-		for t := range n {
-			VMOVUPS(x.Offset((i*n+t)*32), xv)
-			VFMADD231PS(xv, ws0[i], acc0[t][0])
-			VFMADD231PS(xv, ws1[i], acc1[t][0])
-		}
-	}
-	ADDQ(U32(u*wstep), w0.Base)
-	ADDQ(U32(u*wstep), w1.Base)
-	ADDQ(U32(u*n*32), x.Base)
-	SUBQ(U32(u), chunks)
-	JMP(LabelRef(fn + "_loop"))
-
-	Label(fn + "_tail")
 	TESTQ(chunks, chunks)
 	JZ(LabelRef(fn + "_done"))
-	load(w0, ws0[0])
-	load(w1, ws1[0])
+	for r := range R {
+		load(ws[r], wv[r])
+	}
 	for t := range n {
 		VMOVUPS(x.Offset(t*32), xv)
-		VFMADD231PS(xv, ws0[0], acc0[t][0])
-		VFMADD231PS(xv, ws1[0], acc1[t][0])
+		for r := range R {
+			VFMADD231PS(xv, wv[r], acc[r][t][0])
+		}
 	}
-	ADDQ(U32(wstep), w0.Base)
-	ADDQ(U32(wstep), w1.Base)
+	for r := range R {
+		ADDQ(U32(wstep), ws[r].Base)
+	}
 	ADDQ(U32(n*32), x.Base)
 	DECQ(chunks)
-	JMP(LabelRef(fn + "_tail"))
+	JMP(LabelRef(fn + "_loop"))
 
 	Label(fn + "_done")
 	out := Mem{Base: Load(Param("out").Base(), GP64())}
 	ldo := Load(Param("ldo"), GP64())
-	// Row 0 to out[t·ldo], row 1 to out[t·ldo+1]: reduce both, then step.
 	SHLQ(U8(2), ldo)
 	for t := range n {
-		for r, acc := range [][][]VecVirtual{acc0, acc1} {
-			a := acc[t][0]
-			for _, b := range acc[t][1:] {
-				VADDPS(b, a, a)
-			}
+		for r := range R {
+			a := acc[r][t][0]
 			hi := XMM()
 			VEXTRACTF128(U8(1), a, hi)
 			lo := a.AsX()
@@ -645,6 +635,114 @@ func q6KKernel(n int, k kConstants) {
 	Label(fn + "_done")
 	out := Mem{Base: Load(Param("out").Base(), GP64())}
 	reduce(acc, out, Load(Param("ldo"), GP64()))
+	VZEROUPPER()
+	RET()
+}
+
+// quantRowsFor is how many weight rows the multi-row Q8_0/Q4_0 kernels take with n
+// activation rows: R·n accumulators, R scales, a decoded chunk and two constants.
+func quantRowsFor(n int) int {
+	switch {
+	case n <= 2:
+		return 4
+	case n <= 5:
+		return 2
+	}
+	return 1
+}
+
+// quantFloatKernelR: func(w []byte, wstride int, x []float32, blocks int, out
+// []float32, ldo int): quantFloatKernel for R weight rows at w + r·wstride bytes, one
+// decoded chunk at a time, so that R·n independent accumulators hide the FMA latency
+// that a single row's chain of four FMAs per block would expose. Row r's result for
+// activation row t goes to out[t·ldo + r]; the arithmetic per pair of rows is that of
+// quantFloatKernel.
+func quantFloatKernelR(name string, n, R int) {
+	fn := fmt.Sprintf("dot%sfx%dr%d", name, n, R)
+	TEXT(fn, NOSPLIT, "func(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)")
+	Doc(fmt.Sprintf("%s computes %d weight rows against %d activation rows of a %s × float product.", fn, R, n, name))
+	ws := make([]Mem, R)
+	ws[0] = Mem{Base: Load(Param("w").Base(), GP64())}
+	stride := Load(Param("wstride"), GP64())
+	for r := 1; r < R; r++ {
+		ws[r] = Mem{Base: GP64()}
+		LEAQ(ws[r-1].Idx(stride, 1), ws[r].Base)
+	}
+	x := Mem{Base: Load(Param("x").Base(), GP64())}
+	blocks := Load(Param("blocks"), GP64())
+	blockBytes := 34
+	if name == "Q4_0" {
+		blockBytes = 18
+	}
+	acc := make([][][]VecVirtual, R)
+	d := make([]VecVirtual, R)
+	for r := range R {
+		acc[r] = zeroAcc(n, 1)
+		d[r] = YMM()
+	}
+	var low4, eights VecVirtual
+	if name == "Q4_0" {
+		low4 = broadcast32(0x0000000f)
+		eights = broadcast32(8)
+	}
+	wv := YMM()
+
+	Label(fn + "_loop")
+	TESTQ(blocks, blocks)
+	JZ(LabelRef(fn + "_done"))
+	for r := range R {
+		h := GP32()
+		MOVWLZX(ws[r], h)
+		dx := XMM()
+		VMOVD(h, dx)
+		VCVTPH2PS(dx, dx)
+		VBROADCASTSS(dx, d[r])
+	}
+	for i := range 4 {
+		for r := range R {
+			if name == "Q8_0" {
+				VPMOVSXBD(ws[r].Offset(2+8*i), wv)
+			} else {
+				VPMOVZXBD(ws[r].Offset(2+8*(i%2)), wv)
+				if i >= 2 {
+					VPSRLD(U8(4), wv, wv)
+				}
+				VPAND(low4, wv, wv)
+				VPSUBD(eights, wv, wv)
+			}
+			VCVTDQ2PS(wv, wv)
+			VMULPS(d[r], wv, wv)
+			for t := range n {
+				VFMADD231PS(x.Offset((i*n+t)*32), wv, acc[r][t][0])
+			}
+		}
+	}
+	for r := range R {
+		ADDQ(U32(blockBytes), ws[r].Base)
+	}
+	ADDQ(U32(4*n*32), x.Base)
+	DECQ(blocks)
+	JMP(LabelRef(fn + "_loop"))
+
+	Label(fn + "_done")
+	out := Mem{Base: Load(Param("out").Base(), GP64())}
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	for t := range n {
+		for r := range R {
+			a := acc[r][t][0]
+			hi := XMM()
+			VEXTRACTF128(U8(1), a, hi)
+			lo := a.AsX()
+			VADDPS(hi, lo, lo)
+			VHADDPS(lo, lo, lo)
+			VHADDPS(lo, lo, lo)
+			VMOVSS(lo, out.Offset(4*r))
+		}
+		if t+1 < n {
+			ADDQ(ldo, out.Base)
+		}
+	}
 	VZEROUPPER()
 	RET()
 }
