@@ -49,7 +49,7 @@ func allValues() []KeyValue {
 		{"a.string", Strings([]string{"<s>", "", "▁the", "\n"})},
 		{"a.uint64", Array([]uint64{math.MaxUint64, 0})},
 		{"a.int64", Array([]int64{math.MinInt64, math.MaxInt64})},
-		{"a.float64", Array([]float64{math.Pi, -0.0})},
+		{"a.float64", Array([]float64{math.Pi, math.Copysign(0, -1)})},
 		{"a.empty", Array([]uint32{})},
 		{"a.nil", Array([]string(nil))},
 		{"a.nested", Array([]Value{

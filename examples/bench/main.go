@@ -1,0 +1,319 @@
+// Command bench measures speculative decoding against plain decoding over a file of
+// prompts, in one run, and reports tokens per second, speedup, acceptance, mean
+// accepted length and time to first token for each configuration — as a table on
+// standard output, as JSON, and as SVG plots.
+//
+//	go run ./examples/bench -prompts ../shared/prompts/go-dev.jsonl -n 12 \
+//	    -draft s=models/gocoder-s-q8_0.gguf -draft xs=../shared/models/gocoder-xs-q8_0.gguf \
+//	    -drafters s,xs,ngram,suffix,first,tree -k 1,2,4,8,auto -temperature 0,0.8 \
+//	    -json bench.json -svg bench -verify
+//
+// Each prompt is a line of JSON with a "prompt" field. -verify checks that every greedy
+// speculative output equals the plain greedy output, token for token.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/tokenizer"
+)
+
+// listFlag collects repeated flags.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+type options struct {
+	model, prompts, jsonOut, svgDir string
+	drafters, ks, temps             string
+	draftModels                     listFlag
+	n, maxTokens, threads           int
+	verify                          bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.model, "model", "models/gocoder-m-q8_0.gguf", "target model (GGUF file or Hugging Face directory)")
+	flag.Var(&o.draftModels, "draft", "a draft model as NAME=PATH (repeatable); NAME can then be used in -drafters")
+	flag.StringVar(&o.prompts, "prompts", "", "prompts file: JSON lines with a \"prompt\" field")
+	flag.IntVar(&o.n, "n", 12, "number of prompts to use")
+	flag.IntVar(&o.maxTokens, "max-tokens", 96, "tokens to generate per prompt")
+	flag.StringVar(&o.drafters, "drafters", "ngram", "drafters to measure: draft model names, ngram, suffix, first (n-gram, then the first draft model), tree (the first draft model, trees)")
+	flag.StringVar(&o.ks, "k", "1,2,4,8,auto", "speculative tokens per step to try: numbers and auto")
+	flag.StringVar(&o.temps, "temperature", "0", "temperatures to try")
+	flag.IntVar(&o.threads, "threads", 0, "threads (0: all cores)")
+	flag.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
+	flag.StringVar(&o.svgDir, "svg", "", "write SVG plots into this directory")
+	flag.BoolVar(&o.verify, "verify", false, "check that greedy speculative outputs equal plain greedy outputs")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// Result is one configuration's figures over all prompts.
+type Result struct {
+	Drafter     string    `json:"drafter"`
+	K           string    `json:"k"`
+	Temperature float64   `json:"temperature"`
+	TokensPerS  float64   `json:"tokens_per_s"`
+	Speedup     float64   `json:"speedup"`
+	Acceptance  float64   `json:"acceptance"`
+	MeanAccept  float64   `json:"mean_accepted"`
+	TTFTms      float64   `json:"ttft_ms"`
+	ByPosition  []float64 `json:"acceptance_by_position,omitempty"`
+	StepsByK    []int     `json:"steps_by_k,omitempty"`
+	Tokens      int       `json:"tokens"`
+	Verified    *bool     `json:"verified,omitempty"`
+}
+
+func run(ctx context.Context, o options, out, log io.Writer) error {
+	if o.prompts == "" {
+		return errors.New("-prompts is required")
+	}
+	target, err := llama.Open(o.model, llama.Options{Threads: o.threads})
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	tok, err := loadTokenizer(o.model)
+	if err != nil {
+		return err
+	}
+	prompts, err := readPrompts(o.prompts, o.n, tok)
+	if err != nil {
+		return err
+	}
+	models := map[string]*draft.Model{}
+	var firstModel string
+	for _, dm := range o.draftModels {
+		name, path, ok := strings.Cut(dm, "=")
+		if !ok {
+			return fmt.Errorf("-draft %q: want NAME=PATH", dm)
+		}
+		m, err := llama.Open(path, llama.Options{Threads: o.threads})
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		d, err := draft.NewModel(m)
+		if err != nil {
+			return err
+		}
+		models[name] = d
+		if firstModel == "" {
+			firstModel = name
+		}
+	}
+	ks := strings.Split(o.ks, ",")
+	var temps []float64
+	for _, s := range strings.Split(o.temps, ",") {
+		t, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return fmt.Errorf("-temperature %q: %w", s, err)
+		}
+		temps = append(temps, t)
+	}
+	mem := draft.NewSuffixMemory(1<<18, 32)
+	makeDrafter := func(name string) (draft.Drafter, error) {
+		switch name {
+		case "ngram":
+			return draft.NGram{}, nil
+		case "suffix":
+			return draft.Suffix{Memory: mem}, nil
+		case "first", "tree":
+			m, ok := models[firstModel]
+			if !ok {
+				return nil, fmt.Errorf("drafter %q needs a -draft model", name)
+			}
+			if name == "first" {
+				return draft.First(draft.NGram{}, m), nil
+			}
+			tm, err := draft.NewModelTree(m.Model(), draft.Tree{Width: 2, Depth: 4, MaxNodes: 12})
+			return tm, err
+		}
+		if m, ok := models[name]; ok {
+			return m, nil
+		}
+		return nil, fmt.Errorf("unknown drafter %q", name)
+	}
+
+	var results []Result
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "drafter\tK\tT\ttokens/s\tspeedup\tacceptance\tmean accepted\tTTFT ms\tverified\t")
+	for _, temp := range temps {
+		params := sampler.Params{Temperature: temp, Seed: 1}
+		plain, _ := spec.New(target, nil, spec.Options{})
+		base, plainOut, err := measure(ctx, plain, prompts, o.maxTokens, params, tok)
+		if err != nil {
+			return err
+		}
+		base.Drafter, base.K, base.Temperature, base.Speedup = "none", "0", temp, 1
+		results = append(results, base)
+		row(w, base)
+		for _, name := range strings.Split(o.drafters, ",") {
+			d, err := makeDrafter(strings.TrimSpace(name))
+			if err != nil {
+				return err
+			}
+			for _, ks := range ks {
+				opts := spec.Options{}
+				if ks == "auto" {
+					opts.K, opts.Adaptive = 8, true
+				} else if opts.K, err = strconv.Atoi(ks); err != nil {
+					return fmt.Errorf("-k %q: %w", ks, err)
+				}
+				if name == "tree" && !opts.Adaptive {
+					opts.K = 3 * opts.K // node budget: trees need more nodes than positions
+				}
+				dec, err := spec.New(target, d, opts)
+				if err != nil {
+					return err
+				}
+				r, outs, err := measure(ctx, dec, prompts, o.maxTokens, params, tok)
+				if err != nil {
+					return err
+				}
+				r.Drafter, r.K, r.Temperature = name, ks, temp
+				r.Speedup = r.TokensPerS / base.TokensPerS
+				if o.verify && temp == 0 {
+					ok := slices.EqualFunc(outs, plainOut, slices.Equal)
+					r.Verified = &ok
+				}
+				results = append(results, r)
+				row(w, r)
+				fmt.Fprintf(log, ".")
+			}
+		}
+	}
+	fmt.Fprintln(log)
+	w.Flush()
+	if o.verify {
+		bad := 0
+		for _, r := range results {
+			if r.Verified != nil && !*r.Verified {
+				bad++
+			}
+		}
+		if bad > 0 {
+			fmt.Fprintf(out, "verify: %d greedy configurations differ from plain greedy decoding\n", bad)
+		} else {
+			fmt.Fprintln(out, "verify: every greedy speculative output equals plain greedy decoding")
+		}
+	}
+	if o.jsonOut != "" {
+		b, _ := json.MarshalIndent(results, "", "  ")
+		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if o.svgDir != "" {
+		if err := plots(results, o.svgDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func row(w *tabwriter.Writer, r Result) {
+	v := ""
+	if r.Verified != nil {
+		v = map[bool]string{true: "yes", false: "NO"}[*r.Verified]
+	}
+	fmt.Fprintf(w, "%s\t%s\t%g\t%.1f\t%.2f×\t%.2f\t%.2f\t%.1f\t%s\t\n", r.Drafter, r.K, r.Temperature,
+		r.TokensPerS, r.Speedup, r.Acceptance, r.MeanAccept, r.TTFTms, v)
+}
+
+// measure runs every prompt through dec and sums up.
+func measure(ctx context.Context, dec *spec.Decoder, prompts [][]int32, maxTokens int, p sampler.Params, tok *tokenizer.Tokenizer) (Result, [][]int32, error) {
+	var agg spec.Aggregate
+	var outs [][]int32
+	var decode time.Duration
+	for _, pr := range prompts {
+		res, err := dec.Generate(ctx, spec.Request{Prompt: pr, MaxTokens: maxTokens, Sampling: p, StopTokens: tok.EOS()})
+		if err != nil {
+			return Result{}, nil, err
+		}
+		agg.Add(res.Stats)
+		decode += res.Stats.Duration - res.Stats.PrefillTime
+		outs = append(outs, res.Tokens)
+	}
+	t := agg.Total
+	r := Result{
+		TokensPerS: float64(t.GeneratedTokens) / decode.Seconds(),
+		Acceptance: t.AcceptanceRate(),
+		MeanAccept: t.MeanAcceptedLength(),
+		TTFTms:     float64(agg.MeanTimeToFirstToken().Microseconds()) / 1000,
+		StepsByK:   t.StepsByK,
+		Tokens:     t.GeneratedTokens,
+	}
+	for i := range t.DraftedAt {
+		r.ByPosition = append(r.ByPosition, t.AcceptanceAt(i))
+	}
+	return r, outs, nil
+}
+
+func readPrompts(path string, n int, tok *tokenizer.Tokenizer) ([][]int32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out [][]int32
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	for line := 1; sc.Scan() && len(out) < n; line++ {
+		var p struct {
+			Prompt string `json:"prompt"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		ids := tok.Encode(p.Prompt, tok.DefaultOptions())
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("%s:%d: empty prompt", path, line)
+		}
+		out = append(out, ids)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no prompts", path)
+	}
+	return out, nil
+}
+
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return tokenizer.Load(path)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return tokenizer.FromGGUF(f)
+}

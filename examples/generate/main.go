@@ -1,0 +1,235 @@
+// Command generate completes a prompt with speculative decoding and prints the
+// statistics of the run.
+//
+//	go run ./examples/generate -prompt 'func main() {'
+//	echo 'package main' | go run ./examples/generate -temperature 0.8 -seed 7
+//
+// With no flags it runs the demo pair shipped in models/: gocoder-m drafted by a smaller
+// gocoder model, with prompt lookup as a second drafter and the number of speculative
+// tokens chosen automatically. The models are GGUF files (or Hugging Face directories)
+// with their tokenizer inside; the draft model must share the target's vocabulary.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/tokenizer"
+)
+
+// The demo pair shipped with the repository.
+const (
+	defaultModel = "models/gocoder-m-q8_0.gguf"
+	defaultDraft = "models/gocoder-s-q8_0.gguf"
+)
+
+type config struct {
+	model, draftModel, prompt, k string
+	ngram, baseline, quiet       bool
+	temperature, topP            float64
+	topK, maxTokens, threads     int
+	seed                         uint64
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.model, "model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
+	flag.StringVar(&c.draftModel, "draft-model", defaultDraft, `draft model ("none" for no draft model)`)
+	flag.StringVar(&c.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
+	flag.BoolVar(&c.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output)")
+	flag.StringVar(&c.prompt, "prompt", "", "the prompt (default: read from standard input)")
+	flag.Float64Var(&c.temperature, "temperature", 0, "sampling temperature; 0 is greedy")
+	flag.Float64Var(&c.topP, "top-p", 1, "nucleus sampling mass, in (0, 1]")
+	flag.IntVar(&c.topK, "top-k", 0, "keep only the k most likely tokens (0: all)")
+	flag.Uint64Var(&c.seed, "seed", 0, "random seed")
+	flag.IntVar(&c.maxTokens, "max-tokens", 256, "most tokens to generate")
+	flag.IntVar(&c.threads, "threads", 0, "threads (0: all cores)")
+	flag.BoolVar(&c.baseline, "baseline", true, "also decode without speculation, to measure the speedup")
+	flag.BoolVar(&c.quiet, "quiet", false, "no progress bar")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, c, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "generate:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, c config, out, log io.Writer) error {
+	if c.prompt == "" {
+		b, err := io.ReadAll(bufio.NewReader(os.Stdin))
+		if err != nil {
+			return fmt.Errorf("reading the prompt from standard input: %w", err)
+		}
+		c.prompt = string(b)
+	}
+	if c.prompt == "" {
+		return errors.New("empty prompt: pass -prompt TEXT or pipe text in")
+	}
+	k, adaptive := 4, true
+	if c.k != "auto" {
+		n, err := strconv.Atoi(c.k)
+		if err != nil || n < 0 || n > spec.MaxK {
+			return fmt.Errorf(`-num-speculative-tokens %q: want "auto" or a number from 0 to %d`, c.k, spec.MaxK)
+		}
+		k, adaptive = n, false
+	}
+	if adaptive {
+		k = 8 // the most the controller may choose
+	}
+
+	target, err := load(c.model, c.threads, c.quiet, log)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	tok, err := loadTokenizer(c.model)
+	if err != nil {
+		return err
+	}
+
+	var drafters []draft.Drafter
+	if c.draftModel != "none" && c.draftModel != "" && k > 0 {
+		dm, err := load(c.draftModel, c.threads, c.quiet, log)
+		if err != nil {
+			return err
+		}
+		defer dm.Close()
+		dtok, err := loadTokenizer(c.draftModel)
+		if err != nil {
+			return err
+		}
+		if err := tokenizer.Compatible(dtok, tok); err != nil {
+			return fmt.Errorf("the draft model cannot draft for the target: %w", err)
+		}
+		d, err := draft.NewModel(dm)
+		if err != nil {
+			return err
+		}
+		drafters = append(drafters, d)
+	}
+	if c.ngram && k > 0 {
+		drafters = append(drafters, draft.NGram{})
+	}
+	var first draft.Drafter
+	opts := spec.Options{K: k, Adaptive: adaptive && len(drafters) > 0}
+	switch {
+	case len(drafters) == 0:
+	case opts.Adaptive:
+		first, opts.Alternatives = drafters[0], drafters[1:]
+	default:
+		first = draft.First(drafters...)
+	}
+	dec, err := spec.New(target, first, opts)
+	if err != nil {
+		return err
+	}
+
+	req := spec.Request{
+		Prompt:     tok.Encode(c.prompt, tok.DefaultOptions()),
+		MaxTokens:  c.maxTokens,
+		Sampling:   sampler.Params{Temperature: c.temperature, TopP: c.topP, TopK: c.topK, Seed: c.seed},
+		StopTokens: tok.EOS(),
+	}
+	if len(req.Prompt) == 0 {
+		return errors.New("the prompt encodes to no tokens")
+	}
+	stream := tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true})
+	fmt.Fprint(out, c.prompt)
+	var res spec.Result
+	for t, err := range dec.Tokens(ctx, req, &res) {
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(out, stream.Push(t))
+	}
+	fmt.Fprintln(out, stream.Flush())
+
+	var agg spec.Aggregate
+	agg.Add(res.Stats)
+	line := agg.String()
+	if c.baseline && dec.K() > 0 && res.Stats.GeneratedTokens > 1 {
+		plain, err := spec.New(target, nil, spec.Options{})
+		if err != nil {
+			return err
+		}
+		base := req
+		base.MaxTokens = res.Stats.GeneratedTokens
+		base.StopTokens = nil
+		pr, err := plain.Generate(ctx, base)
+		if err != nil {
+			return err
+		}
+		agg.Baseline = pr.Stats.TokensPerSecond()
+		line = agg.String() + fmt.Sprintf(" vs plain decoding's %.1f tokens/s", agg.Baseline)
+	}
+	s := res.Stats
+	fmt.Fprintf(log, "\n%s\n%d prompt tokens, %d generated (%s), %d target passes, time to first token %v\n",
+		line, s.PromptTokens, s.GeneratedTokens, res.Finish, s.Steps, s.TimeToFirstToken.Round(time.Millisecond))
+	return nil
+}
+
+// load opens a model, reading its weights with a progress bar on log.
+func load(path string, threads int, quiet bool, log io.Writer) (*llama.Model, error) {
+	if _, err := os.Stat(path); err != nil {
+		if path == defaultModel || path == defaultDraft {
+			return nil, fmt.Errorf("the demo model %s is missing: run from the repository root, or pass -model", path)
+		}
+		return nil, fmt.Errorf("model %s: %w", path, err)
+	}
+	opts := llama.Options{Threads: threads}
+	name := filepath.Base(path)
+	if !quiet {
+		opts.Progress = func(done, total int64) {
+			const width = 30
+			n := int(int64(width) * done / max(total, 1))
+			fmt.Fprintf(log, "\rloading %-28s [%s%s] %3d%%", name, strings.Repeat("#", n), strings.Repeat(".", width-n), 100*done/max(total, 1))
+			if done == total {
+				fmt.Fprintln(log)
+			}
+		}
+	}
+	m, err := llama.Open(path, opts)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// loadTokenizer reads the tokenizer that comes with a model: from a GGUF file's
+// metadata, or tokenizer.json in a Hugging Face directory.
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		t, err := tokenizer.Load(path)
+		if err != nil {
+			return nil, fmt.Errorf("the tokenizer of %s: %w", path, err)
+		}
+		return t, nil
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("the tokenizer of %s: %w", path, err)
+	}
+	return t, nil
+}

@@ -1,0 +1,734 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+)
+
+// The subset of Hugging Face's tokenizer.json that this package understands.
+
+type jsonTokenizer struct {
+	AddedTokens   []jsonAddedToken `json:"added_tokens"`
+	Normalizer    json.RawMessage  `json:"normalizer"`
+	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage  `json:"post_processor"`
+	Decoder       json.RawMessage  `json:"decoder"`
+	Model         json.RawMessage  `json:"model"`
+}
+
+type jsonAddedToken struct {
+	ID         *int64 `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized *bool  `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+type jsonModel struct {
+	Type                    string           `json:"type"`
+	Dropout                 *float64         `json:"dropout"`
+	UnkToken                *string          `json:"unk_token"`
+	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
+	FuseUnk                 bool             `json:"fuse_unk"`
+	ByteFallback            bool             `json:"byte_fallback"`
+	IgnoreMerges            bool             `json:"ignore_merges"`
+	Vocab                   json.RawMessage  `json:"vocab"`
+	Merges                  json.RawMessage  `json:"merges"`
+	vocab                   map[string]int64 // decoded Vocab
+}
+
+// component is a normalizer, pre-tokenizer, post-processor or decoder: a "type" and
+// type-specific fields.
+type component struct {
+	Type string `json:"type"`
+	// Sequence
+	Normalizers   []json.RawMessage `json:"normalizers"`
+	PreTokenizers []json.RawMessage `json:"pretokenizers"`
+	Processors    []json.RawMessage `json:"processors"`
+	Decoders      []json.RawMessage `json:"decoders"`
+	// Prepend, Replace, Split, Strip, Metaspace, ByteLevel
+	Prepend        string       `json:"prepend"`
+	Pattern        *jsonPattern `json:"pattern"`
+	Content        *string      `json:"content"`
+	Behavior       string       `json:"behavior"`
+	Invert         bool         `json:"invert"`
+	StripLeft      bool         `json:"strip_left"`
+	StripRight     bool         `json:"strip_right"`
+	Start          int          `json:"start"`
+	Stop           int          `json:"stop"`
+	Replacement    *string      `json:"replacement"`
+	PrependScheme  *string      `json:"prepend_scheme"`
+	Split          *bool        `json:"split"`
+	AddPrefixSpace *bool        `json:"add_prefix_space"`
+	UseRegex       *bool        `json:"use_regex"`
+	// TemplateProcessing
+	Single        []templatePiece            `json:"single"`
+	SpecialTokens map[string]templateSpecial `json:"special_tokens"`
+}
+
+type jsonPattern struct {
+	String *string `json:"String"`
+	Regex  *string `json:"Regex"`
+}
+
+type templatePiece struct {
+	SpecialToken *struct {
+		ID string `json:"id"`
+	} `json:"SpecialToken"`
+	Sequence *struct {
+		ID string `json:"id"`
+	} `json:"Sequence"`
+}
+
+type templateSpecial struct {
+	ID  string  `json:"id"`
+	IDs []int64 `json:"ids"`
+}
+
+// jsonConfig is the part of tokenizer_config.json that matters here.
+type jsonConfig struct {
+	AddBOSToken *bool           `json:"add_bos_token"`
+	AddEOSToken *bool           `json:"add_eos_token"`
+	BOSToken    json.RawMessage `json:"bos_token"`
+	EOSToken    json.RawMessage `json:"eos_token"`
+}
+
+// FromJSON builds a Tokenizer from the contents of a Hugging Face tokenizer.json and,
+// optionally (nil), its tokenizer_config.json, which supplies the BOS and EOS tokens
+// and whether a BOS is added.
+//
+// The model must be BPE: byte-level (a ByteLevel pre-tokenizer, alone as in GPT-2 or
+// after the Split of Llama 3 and Qwen2), or over characters with byte fallback
+// (SentencePiece-style, as Llama 2 and TinyLlama). Other models (WordPiece, Unigram),
+// pre-tokenizer regexes other than those of GPT-2, Llama 3 and Qwen2, and components
+// this package does not implement give an error that names them.
+func FromJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
+	t, err := fromJSON(tokenizerJSON, tokenizerConfigJSON, nil)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	return t, nil
+}
+
+// fromJSON also takes generation_config.json's eos_token_id.
+func fromJSON(data, configData []byte, extraEOS []int32) (*Tokenizer, error) {
+	var j jsonTokenizer
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, fmt.Errorf("not valid JSON: %w", err)
+	}
+	if isNull(j.Model) {
+		return nil, errors.New(`no "model"`)
+	}
+	var m jsonModel
+	if err := json.Unmarshal(j.Model, &m); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if m.Type == "" && len(m.Merges) > 0 {
+		m.Type = "BPE"
+	}
+	if m.Type != "BPE" {
+		return nil, fmt.Errorf("model type %q is not supported (only BPE)", m.Type)
+	}
+	if m.Dropout != nil && *m.Dropout != 0 {
+		return nil, fmt.Errorf("model: BPE dropout %v is not supported", *m.Dropout)
+	}
+	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
+		return nil, fmt.Errorf("model: continuing_subword_prefix %q is not supported", *m.ContinuingSubwordPrefix)
+	}
+	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
+		return nil, fmt.Errorf("model: end_of_word_suffix %q is not supported", *m.EndOfWordSuffix)
+	}
+	if isNull(m.Vocab) {
+		return nil, errors.New(`model has no "vocab"`)
+	}
+	if err := json.Unmarshal(m.Vocab, &m.vocab); err != nil {
+		return nil, fmt.Errorf("model vocab is not an object of token ids: %w", err)
+	}
+	if len(m.vocab) == 0 {
+		return nil, errors.New("model vocab is empty")
+	}
+
+	// The vocabulary: model tokens, then added tokens (which win a shared id).
+	n := int64(0)
+	for tok, id := range m.vocab {
+		if id < 0 || id >= maxVocab {
+			return nil, fmt.Errorf("model vocab: token %q has id %d, outside [0, %d)", tok, id, maxVocab)
+		}
+		n = max(n, id+1)
+	}
+	for i, a := range j.AddedTokens {
+		if a.ID == nil {
+			return nil, fmt.Errorf("added_tokens[%d] (%q) has no id", i, a.Content)
+		}
+		if *a.ID < 0 || *a.ID >= maxVocab {
+			return nil, fmt.Errorf("added_tokens[%d] (%q) has id %d, outside [0, %d)", i, a.Content, *a.ID, maxVocab)
+		}
+		if a.Content == "" {
+			return nil, fmt.Errorf("added_tokens[%d] (id %d) is empty", i, *a.ID)
+		}
+		n = max(n, *a.ID+1)
+	}
+	if total := int64(len(m.vocab) + len(j.AddedTokens)); n > 2*total+1024 {
+		return nil, fmt.Errorf("ids are too sparse: the largest is %d for %d tokens", n-1, total)
+	}
+	t := newTokenizer(int(n))
+	// Sort by id so that duplicate reports and the id map are deterministic.
+	type entry struct {
+		tok string
+		id  int32
+	}
+	entries := make([]entry, 0, len(m.vocab))
+	for tok, id := range m.vocab {
+		entries = append(entries, entry{tok, int32(id)})
+	}
+	sort.Slice(entries, func(a, b int) bool {
+		ea, eb := entries[a], entries[b]
+		return ea.id < eb.id || ea.id == eb.id && ea.tok < eb.tok
+	})
+	for i, e := range entries {
+		if i > 0 && entries[i-1].id == e.id {
+			return nil, fmt.Errorf("model vocab: id %d is given to both %q and %q", e.id, entries[i-1].tok, e.tok)
+		}
+		t.setToken(e.id, e.tok)
+	}
+	modelIDs := make(map[string]int32, len(entries))
+	for _, e := range entries {
+		modelIDs[e.tok] = e.id
+	}
+	seenAdded := make(map[int32]string, len(j.AddedTokens))
+	for _, a := range j.AddedTokens {
+		id := int32(*a.ID)
+		if prev, ok := seenAdded[id]; ok {
+			return nil, fmt.Errorf("added_tokens: id %d is given to both %q and %q", id, prev, a.Content)
+		}
+		seenAdded[id] = a.Content
+		t.vocab[id] = a.Content
+		t.attrs[id] |= attrPresent
+		t.ids[a.Content] = id
+		normalized := !a.Special
+		if a.Normalized != nil {
+			normalized = *a.Normalized
+		}
+		t.addAdded(addedToken{id: id, content: a.Content, special: a.Special, singleWord: a.SingleWord,
+			lstrip: a.LStrip, rstrip: a.RStrip, normalized: normalized})
+	}
+
+	// Normalizer and pre-tokenizer.
+	if err := t.parseNormalizer(j.Normalizer, 0); err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	byteLevel, err := t.parsePreTokenizer(j.PreTokenizer, 0, true)
+	if err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+
+	// Model.
+	if m.UnkToken != nil && *m.UnkToken != "" {
+		id, ok := modelIDs[*m.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("model: unk_token %q is not in the vocab", *m.UnkToken)
+		}
+		t.unk = id
+	}
+	t.ignoreMerges = m.IgnoreMerges
+	t.fuseUnk = m.FuseUnk
+	if byteLevel {
+		t.model = modelByteBPE
+		t.rawVocab = make(map[string]int32, len(entries))
+		for _, e := range entries {
+			if raw, ok := byteLevelBytes(e.tok); ok {
+				if _, dup := t.rawVocab[raw]; !dup {
+					t.rawVocab[raw] = e.id
+				}
+			}
+		}
+		for b := range 256 {
+			if id, ok := modelIDs[string(byteToRune[b])]; ok {
+				t.byteIDs[b] = id
+			}
+		}
+	} else {
+		t.model = modelCharBPE
+		t.byteFallback = m.ByteFallback
+		if m.ByteFallback {
+			for _, e := range entries {
+				if b, ok := byteToken(e.tok); ok && t.byteIDs[b] < 0 {
+					t.byteIDs[b] = e.id
+				}
+			}
+		}
+	}
+	if err := t.parseMerges(m.Merges, modelIDs); err != nil {
+		return nil, fmt.Errorf("model merges: %w", err)
+	}
+	if t.model == modelCharBPE && len(t.pre.splits) == 0 {
+		t.setMetaChunks(maps.Keys(modelIDs))
+	}
+
+	// Decoder.
+	if err := t.parseDecoder(j.Decoder); err != nil {
+		return nil, fmt.Errorf("decoder: %w", err)
+	}
+	t.buildMatchers()
+
+	// BOS and EOS: tokenizer_config.json, then the post-processor's template.
+	var cfg jsonConfig
+	if len(bytes.TrimSpace(configData)) > 0 {
+		if err := json.Unmarshal(configData, &cfg); err != nil {
+			return nil, fmt.Errorf("tokenizer_config.json is not valid: %w", err)
+		}
+	}
+	prefix, suffix, err := t.parsePostProcessor(j.PostProcessor, 0)
+	if err != nil {
+		return nil, fmt.Errorf("post_processor: %w", err)
+	}
+	bos, err := t.configToken(cfg.BOSToken, "bos_token")
+	if err != nil {
+		return nil, err
+	}
+	eos, err := t.configToken(cfg.EOSToken, "eos_token")
+	if err != nil {
+		return nil, err
+	}
+	if bos < 0 && len(prefix) > 0 {
+		bos = prefix[0]
+	}
+	if eos < 0 && len(suffix) > 0 {
+		eos = suffix[len(suffix)-1]
+	}
+	t.bos = bos
+	t.bosSeq, t.eosSeq = prefix, suffix
+	if len(t.bosSeq) == 0 && bos >= 0 {
+		t.bosSeq = []int32{bos}
+	}
+	if len(t.eosSeq) == 0 && eos >= 0 {
+		t.eosSeq = []int32{eos}
+	}
+	t.addBOS = len(prefix) > 0
+	if cfg.AddBOSToken != nil {
+		t.addBOS = *cfg.AddBOSToken
+	}
+	t.addEOS = len(suffix) > 0
+	if cfg.AddEOSToken != nil {
+		t.addEOS = *cfg.AddEOSToken
+	}
+	if t.addBOS && len(t.bosSeq) == 0 {
+		return nil, errors.New("tokenizer_config.json: add_bos_token is true but there is no bos_token")
+	}
+	if t.addEOS && len(t.eosSeq) == 0 {
+		return nil, errors.New("tokenizer_config.json: add_eos_token is true but there is no eos_token")
+	}
+	for _, id := range extraEOS {
+		if !t.valid(id) {
+			return nil, fmt.Errorf("generation_config.json: eos_token_id %d is not in the vocabulary", id)
+		}
+	}
+	t.finishEOS(eos, extraEOS)
+	return t, nil
+}
+
+func isNull(m json.RawMessage) bool {
+	m = bytes.TrimSpace(m)
+	return len(m) == 0 || bytes.Equal(m, []byte("null"))
+}
+
+// configToken resolves a bos_token/eos_token of tokenizer_config.json: a string, an
+// object with "content", or null. It returns -1 when there is none.
+func (t *Tokenizer) configToken(raw json.RawMessage, key string) (int32, error) {
+	if isNull(raw) {
+		return -1, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		var obj struct {
+			Content string `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return -1, fmt.Errorf("tokenizer_config.json: %s is neither a string nor a token object", key)
+		}
+		s = obj.Content
+	}
+	id, ok := t.ids[s]
+	if !ok {
+		return -1, fmt.Errorf("tokenizer_config.json: %s %q is not in the vocabulary", key, s)
+	}
+	return id, nil
+}
+
+// parseMerges reads merges as "a b" strings or [a, b] pairs, in rank order.
+func (t *Tokenizer) parseMerges(raw json.RawMessage, ids map[string]int32) error {
+	if isNull(raw) {
+		t.merges = map[uint64]uint64{}
+		return nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return errors.New("not a list")
+	}
+	t.merges = make(map[uint64]uint64, len(list))
+	for rank, item := range list {
+		var a, b string
+		var s string
+		var pair []string
+		switch {
+		case json.Unmarshal(item, &s) == nil:
+			parts := strings.Split(s, " ")
+			if len(parts) != 2 {
+				return fmt.Errorf("merge %d %q is not two tokens separated by one space", rank, s)
+			}
+			a, b = parts[0], parts[1]
+		case json.Unmarshal(item, &pair) == nil:
+			if len(pair) != 2 {
+				return fmt.Errorf("merge %d has %d tokens, not 2", rank, len(pair))
+			}
+			a, b = pair[0], pair[1]
+		default:
+			return fmt.Errorf("merge %d is neither a string nor a pair of strings", rank)
+		}
+		ia, ok := ids[a]
+		if !ok {
+			return fmt.Errorf("merge %d (%q %q): %q is not in the vocab", rank, a, b, a)
+		}
+		ib, ok := ids[b]
+		if !ok {
+			return fmt.Errorf("merge %d (%q %q): %q is not in the vocab", rank, a, b, b)
+		}
+		im, ok := ids[a+b]
+		if !ok {
+			return fmt.Errorf("merge %d (%q %q): the merged token %q is not in the vocab", rank, a, b, a+b)
+		}
+		key := uint64(uint32(ia))<<32 | uint64(uint32(ib))
+		if _, dup := t.merges[key]; !dup { // the first (lowest) rank wins
+			t.merges[key] = uint64(rank)<<32 | uint64(uint32(im))
+		}
+	}
+	return nil
+}
+
+func parseComponent(raw json.RawMessage) (*component, error) {
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+const maxDepth = 8
+
+func (t *Tokenizer) parseNormalizer(raw json.RawMessage, depth int) error {
+	if isNull(raw) {
+		return nil
+	}
+	if depth > maxDepth {
+		return errors.New("nested too deeply")
+	}
+	c, err := parseComponent(raw)
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "Sequence":
+		for _, sub := range c.Normalizers {
+			if err := t.parseNormalizer(sub, depth+1); err != nil {
+				return err
+			}
+		}
+	case "NFC":
+		t.norm.steps = append(t.norm.steps, normStep{kind: normNFC})
+	case "NFD":
+		t.norm.steps = append(t.norm.steps, normStep{kind: normNFD})
+	case "NFKC":
+		t.norm.steps = append(t.norm.steps, normStep{kind: normNFKC})
+	case "NFKD":
+		t.norm.steps = append(t.norm.steps, normStep{kind: normNFKD})
+	case "Prepend":
+		t.norm.steps = append(t.norm.steps, normStep{kind: normPrepend, a: c.Prepend})
+	case "Replace":
+		from, err := stringPattern(c.Pattern, "Replace")
+		if err != nil {
+			return err
+		}
+		to := ""
+		if c.Content != nil {
+			to = *c.Content
+		}
+		t.norm.steps = append(t.norm.steps, normStep{kind: normReplace, a: from, b: to})
+	case "Strip":
+		t.norm.steps = append(t.norm.steps, normStep{kind: normStrip, left: c.StripLeft, right: c.StripRight})
+	default:
+		return fmt.Errorf("normalizer type %q is not supported", c.Type)
+	}
+	return nil
+}
+
+func stringPattern(p *jsonPattern, what string) (string, error) {
+	switch {
+	case p == nil:
+		return "", fmt.Errorf("%s has no pattern", what)
+	case p.String != nil:
+		return *p.String, nil
+	case p.Regex != nil:
+		return "", fmt.Errorf("%s with a regex pattern %q is not supported", what, *p.Regex)
+	}
+	return "", fmt.Errorf("%s pattern is neither String nor Regex", what)
+}
+
+// parsePreTokenizer reads the pre-tokenizer; it reports whether a ByteLevel step is
+// there (which makes the model byte-level). first tells whether this step is the
+// first of the chain: only the first may transform the whole section.
+func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage, depth int, first bool) (bool, error) {
+	if isNull(raw) {
+		return false, nil
+	}
+	if depth > maxDepth {
+		return false, errors.New("nested too deeply")
+	}
+	c, err := parseComponent(raw)
+	if err != nil {
+		return false, err
+	}
+	switch c.Type {
+	case "Sequence":
+		byteLevel := false
+		for i, sub := range c.PreTokenizers {
+			bl, err := t.parsePreTokenizer(sub, depth+1, first && i == 0)
+			if err != nil {
+				return false, err
+			}
+			byteLevel = byteLevel || bl
+		}
+		return byteLevel, nil
+	case "ByteLevel":
+		if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
+			if !first {
+				return false, errors.New("ByteLevel with add_prefix_space after another pre-tokenizer is not supported")
+			}
+			t.pre.prefixSpace = true
+		}
+		if c.UseRegex == nil || *c.UseRegex {
+			t.pre.splits = append(t.pre.splits, splitGPT2)
+		}
+		return true, nil
+	case "Split":
+		if c.Pattern == nil || c.Pattern.Regex == nil {
+			return false, errors.New("Split is supported only with a Regex pattern")
+		}
+		if c.Invert {
+			return false, errors.New("Split with invert true is not supported")
+		}
+		if !strings.EqualFold(c.Behavior, "Isolated") {
+			return false, fmt.Errorf("Split with behavior %q is not supported (only Isolated)", c.Behavior)
+		}
+		var k splitKind
+		switch *c.Pattern.Regex {
+		case patternGPT2:
+			k = splitGPT2
+		case patternLlama3:
+			k = splitLlama3
+		case patternQwen2:
+			k = splitQwen2
+		default:
+			return false, fmt.Errorf("Split regex %q is not supported (known: the GPT-2, Llama 3 and Qwen2 patterns)", *c.Pattern.Regex)
+		}
+		t.pre.splits = append(t.pre.splits, k)
+		return false, nil
+	case "Metaspace":
+		if !first {
+			return false, errors.New("Metaspace after another pre-tokenizer is not supported")
+		}
+		repl := "▁"
+		if c.Replacement != nil && *c.Replacement != "" {
+			repl = *c.Replacement
+		}
+		t.pre.meta, t.pre.metaRepl = true, repl
+		t.pre.metaPrepend = prependAlways
+		switch {
+		case c.PrependScheme != nil:
+			switch *c.PrependScheme {
+			case "always":
+			case "first":
+				t.pre.metaPrepend = prependFirst
+			case "never":
+				t.pre.metaPrepend = prependNever
+			default:
+				return false, fmt.Errorf("Metaspace prepend_scheme %q is not known", *c.PrependScheme)
+			}
+		case c.AddPrefixSpace != nil && !*c.AddPrefixSpace:
+			t.pre.metaPrepend = prependNever
+		}
+		if c.Split == nil || *c.Split {
+			if repl != "▁" {
+				return false, fmt.Errorf("Metaspace split with replacement %q is not supported", repl)
+			}
+			t.pre.splits = append(t.pre.splits, splitMetaspace)
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("pre-tokenizer type %q is not supported", c.Type)
+}
+
+// parsePostProcessor returns the special tokens the template puts before and after
+// a single sequence.
+func (t *Tokenizer) parsePostProcessor(raw json.RawMessage, depth int) (prefix, suffix []int32, err error) {
+	if isNull(raw) {
+		return nil, nil, nil
+	}
+	if depth > maxDepth {
+		return nil, nil, errors.New("nested too deeply")
+	}
+	c, err := parseComponent(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch c.Type {
+	case "ByteLevel":
+		return nil, nil, nil
+	case "Sequence":
+		for _, sub := range c.Processors {
+			p, s, err := t.parsePostProcessor(sub, depth+1)
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(p) > 0 || len(s) > 0 {
+				prefix, suffix = p, s
+			}
+		}
+		return prefix, suffix, nil
+	case "TemplateProcessing":
+		seenSeq := false
+		for _, piece := range c.Single {
+			switch {
+			case piece.Sequence != nil:
+				seenSeq = true
+			case piece.SpecialToken != nil:
+				ids, err := t.templateIDs(c, piece.SpecialToken.ID)
+				if err != nil {
+					return nil, nil, err
+				}
+				if seenSeq {
+					suffix = append(suffix, ids...)
+				} else {
+					prefix = append(prefix, ids...)
+				}
+			}
+		}
+		return prefix, suffix, nil
+	}
+	return nil, nil, fmt.Errorf("post-processor type %q is not supported", c.Type)
+}
+
+func (t *Tokenizer) templateIDs(c *component, name string) ([]int32, error) {
+	var out []int32
+	if sp, ok := c.SpecialTokens[name]; ok && len(sp.IDs) > 0 {
+		for _, id := range sp.IDs {
+			if id < 0 || id >= int64(len(t.vocab)) || !t.valid(int32(id)) {
+				return nil, fmt.Errorf("TemplateProcessing: special token %q has id %d, which is not in the vocabulary", name, id)
+			}
+			out = append(out, int32(id))
+		}
+		return out, nil
+	}
+	id, ok := t.ids[name]
+	if !ok {
+		return nil, fmt.Errorf("TemplateProcessing: special token %q is not in the vocabulary", name)
+	}
+	return []int32{id}, nil
+}
+
+// parseDecoder sets what each id decodes to.
+func (t *Tokenizer) parseDecoder(raw json.RawMessage) error {
+	if isNull(raw) {
+		return errors.New("there is none; decoding needs one")
+	}
+	c, err := parseComponent(raw)
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "ByteLevel":
+		for id, tok := range t.vocab {
+			if t.attrs[id]&attrPresent == 0 {
+				continue
+			}
+			if raw, ok := byteLevelBytes(tok); ok {
+				t.pieces[id] = raw
+			} else {
+				t.pieces[id] = tok // Hugging Face passes such tokens through
+			}
+		}
+		return nil
+	case "Metaspace":
+		repl := "▁"
+		if c.Replacement != nil && *c.Replacement != "" {
+			repl = *c.Replacement
+		}
+		for id, tok := range t.vocab {
+			t.pieces[id] = strings.ReplaceAll(tok, repl, " ")
+		}
+		strip := true
+		if c.PrependScheme != nil && *c.PrependScheme == "never" || c.PrependScheme == nil && c.AddPrefixSpace != nil && !*c.AddPrefixSpace {
+			strip = false
+		}
+		if strip {
+			t.stripLeading = 1
+		}
+		return nil
+	case "Sequence":
+		var replFrom, replTo string
+		byteFallback, strip := false, 0
+		for _, sub := range c.Decoders {
+			d, err := parseComponent(sub)
+			if err != nil {
+				return err
+			}
+			switch d.Type {
+			case "Replace":
+				from, err := stringPattern(d.Pattern, "Replace decoder")
+				if err != nil {
+					return err
+				}
+				if replFrom != "" {
+					return errors.New("more than one Replace decoder is not supported")
+				}
+				replFrom = from
+				if d.Content != nil {
+					replTo = *d.Content
+				}
+			case "ByteFallback":
+				byteFallback = true
+			case "Fuse":
+			case "Strip":
+				if d.Content == nil || *d.Content != " " || d.Stop != 0 || d.Start < 0 {
+					return errors.New("Strip decoder is supported only for leading spaces")
+				}
+				strip = d.Start
+			default:
+				return fmt.Errorf("decoder type %q is not supported in a Sequence", d.Type)
+			}
+		}
+		for id, tok := range t.vocab {
+			if t.attrs[id]&attrPresent == 0 {
+				continue
+			}
+			if b, ok := byteToken(tok); ok && byteFallback {
+				t.pieces[id] = string([]byte{b})
+				continue
+			}
+			if replFrom != "" {
+				tok = strings.ReplaceAll(tok, replFrom, replTo)
+			}
+			t.pieces[id] = tok
+		}
+		t.stripLeading = strip
+		return nil
+	}
+	return fmt.Errorf("decoder type %q is not supported", c.Type)
+}
