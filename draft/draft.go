@@ -26,6 +26,10 @@ type Drafter interface {
 
 // Request describes the request a session drafts for.
 type Request struct {
+	// Prompt is the request's prompt, for sessions that prepare at the start (a
+	// draft model forwards it then, with the target's prefill); the history of the
+	// first Propose begins with it. It must not be kept.
+	Prompt []int32
 	// Sampling is the request's sampling parameters. Sessions that draw tokens must
 	// process their logits with exactly these parameters (and a random stream of their
 	// own), and must draft the argmax when they are greedy.

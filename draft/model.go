@@ -106,6 +106,21 @@ func (d *Model) Start(ctx context.Context, req Request) (Session, error) {
 			s.rows[i] = s.dists[i*v : (i+1)*v]
 		}
 	}
+	// Prefill the prompt but its last token, which the first proposal forwards.
+	if len(req.Prompt) > 1 {
+		if cl := d.info.ContextLength; cl == 0 || len(req.Prompt) <= cl {
+			switch err := seq.Forward(ctx, model.Batch{Tokens: req.Prompt[:len(req.Prompt)-1]}, nil); {
+			case err == nil:
+				s.held = append(s.held, req.Prompt[:len(req.Prompt)-1]...)
+				s.seen = len(req.Prompt) - 1
+			case errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull):
+				// Not now: the first proposal will try, and fail the same way.
+			default:
+				seq.Close()
+				return nil, fmt.Errorf("draft: draft model %q: prefill: %w", d.info.Name, err)
+			}
+		}
+	}
 	if d.tree.Width > 0 {
 		n := min(d.tree.MaxNodes, req.MaxK)
 		s.parents = make([]int32, 0, n)

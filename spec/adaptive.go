@@ -20,7 +20,8 @@ type controller struct {
 // drafterStats is what the controller knows of one drafter.
 type drafterStats struct {
 	judged, accepted []float64 // per position, decayed counts
-	perToken         bucket    // drafting seconds per drafted token
+	perToken         bucket    // drafting seconds per token of work
+	behind           int       // tokens of history it has not seen yet
 }
 
 // bucket is a decayed average.
@@ -104,6 +105,14 @@ func (c *controller) verifyTime(m int) float64 {
 	return sy / sw
 }
 
+// grow records that the history grew by n tokens: every drafter has that much more
+// to catch up with before it drafts.
+func (c *controller) grow(n int) {
+	for i := range c.drafters {
+		c.drafters[i].behind += n
+	}
+}
+
 // choose returns the drafter and the number of tokens to draft (0: a plain step).
 func (c *controller) choose(maxK int) (drafter, k int) {
 	maxK = min(maxK, c.maxK)
@@ -136,12 +145,13 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 	return bestD, bestK
 }
 
-// draftTime estimates the time to draft k tokens.
+// draftTime estimates the time to draft k tokens: a draft model forwards the tokens
+// it has not seen, then drafts.
 func (s *drafterStats) draftTime(k int) float64 {
 	if s.perToken.weight == 0 {
 		return 0 // unknown yet: assume cheap, so that it gets tried
 	}
-	return s.perToken.mean * float64(k)
+	return s.perToken.mean * float64(k+s.behind)
 }
 
 // observe records a step: drafter d asked for k tokens took draftDur and proposed a
@@ -153,7 +163,8 @@ func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur t
 		return
 	}
 	s := &c.drafters[d]
-	s.perToken.add(draftDur.Seconds() / float64(k))
+	s.perToken.add(draftDur.Seconds() / float64(k+s.behind))
+	s.behind = 0
 	for i := range min(depth, len(s.judged)) {
 		if i > accepted {
 			break // not reached

@@ -353,12 +353,15 @@ func (r *run) generate(ctx context.Context) (err error) {
 			}
 		}()
 		for i, dr := range d.drafters {
+			t := time.Now()
 			s, err := dr.Start(ctx, draft.Request{
+				Prompt:    req.Prompt,
 				Sampling:  req.Sampling,
 				VocabSize: d.info.VocabSize,
 				MaxK:      k,
 				MaxLen:    capacity,
 			})
+			r.stats.PrefillTime += time.Since(t)
 			if err != nil {
 				return fmt.Errorf("spec: starting drafter %d: %w", i, err)
 			}
@@ -473,6 +476,7 @@ func (r *run) step(ctx context.Context) error {
 		}
 		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
 	}
+	before := len(r.hist)
 	for _, tok := range accepted {
 		if r.push(tok) {
 			break
@@ -480,6 +484,9 @@ func (r *run) step(ctx context.Context) error {
 	}
 	if r.finish == "" {
 		r.push(next)
+	}
+	if r.ctl != nil {
+		r.ctl.grow(len(r.hist) - before)
 	}
 	return r.flush()
 }

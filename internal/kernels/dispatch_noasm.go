@@ -28,3 +28,7 @@ const hasAVX2 = false
 
 func dotAVX2(a, b []float32) float32         { panic("unreachable") }
 func axpyAVX2(alpha float32, x, y []float32) { panic("unreachable") }
+
+func weightedSumAVX2(w []float32, ldw int, v []float32, cnt int, out []float32, heads, hd int) {
+	panic("unreachable")
+}

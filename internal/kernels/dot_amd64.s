@@ -12561,3 +12561,58 @@ axpy_loop:
 axpy_done:
 	VZEROUPPER
 	RET
+
+// func weightedSumAVX2(w []float32, ldw int, v []float32, cnt int, out []float32, heads int, hd int)
+// Requires: AVX, FMA3
+TEXT ·weightedSumAVX2(SB), NOSPLIT, $0-104
+	MOVQ w_base+0(FP), AX
+	MOVQ ldw+24(FP), CX
+	SHLQ $0x02, CX
+	MOVQ v_base+32(FP), DX
+	MOVQ cnt+56(FP), BX
+	MOVQ out_base+64(FP), SI
+	MOVQ heads+88(FP), DI
+	MOVQ hd+96(FP), R8
+	SHLQ $0x02, R8
+	XORQ R9, R9
+
+ws_col:
+	CMPQ R9, R8
+	JAE  ws_done
+	XORQ R10, R10
+	MOVQ AX, R11
+	MOVQ SI, R12
+
+ws_head:
+	CMPQ    R10, DI
+	JAE     ws_next_col
+	VMOVUPS (R12)(R9*1), Y0
+	VMOVUPS 32(R12)(R9*1), Y1
+	XORQ    R13, R13
+	LEAQ    (DX)(R9*1), R14
+
+ws_pos:
+	CMPQ         R13, BX
+	JAE          ws_store
+	VBROADCASTSS (R11)(R13*4), Y2
+	VFMADD231PS  (R14), Y2, Y0
+	VFMADD231PS  32(R14), Y2, Y1
+	ADDQ         R8, R14
+	INCQ         R13
+	JMP          ws_pos
+
+ws_store:
+	VMOVUPS Y0, (R12)(R9*1)
+	VMOVUPS Y1, 32(R12)(R9*1)
+	ADDQ    CX, R11
+	ADDQ    R8, R12
+	INCQ    R10
+	JMP     ws_head
+
+ws_next_col:
+	ADDQ $0x00000040, R9
+	JMP  ws_col
+
+ws_done:
+	VZEROUPPER
+	RET

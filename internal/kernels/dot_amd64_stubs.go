@@ -261,3 +261,6 @@ func dotAVX2(a []float32, b []float32) float32
 
 // axpyAVX2 adds alpha·x to y over the first len(x) rounded down to 8 values.
 func axpyAVX2(alpha float32, x []float32, y []float32)
+
+// weightedSumAVX2 adds, for each head, the weighted sum of cnt value rows to its output, in order.
+func weightedSumAVX2(w []float32, ldw int, v []float32, cnt int, out []float32, heads int, hd int)

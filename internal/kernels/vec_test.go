@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -48,6 +49,31 @@ func TestDotPacked(t *testing.T) {
 				want := goDot(w, x[t2*cols:(t2+1)*cols])
 				if math.Abs(float64(out[3*t2]-want)) > 1e-4*(1+math.Abs(float64(want))) {
 					t.Fatalf("cols %d n %d row %d: %v, want %v", cols, n, t2, out[3*t2], want)
+				}
+			}
+		}
+	}
+}
+
+// TestWeightedSum: the same sums as the Axpy calls it replaces, bit for bit.
+func TestWeightedSum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, hd := range []int{16, 64, 128, 24} {
+		for _, heads := range []int{1, 3, 4} {
+			for _, cnt := range []int{0, 1, 7, 16} {
+				ldw := cnt + 2
+				w := randVec(rng, heads*ldw)
+				v := randVec(rng, cnt*hd+5)
+				out := randVec(rng, heads*hd)
+				want := append([]float32(nil), out...)
+				for h := range heads {
+					for j := range cnt {
+						Axpy(w[h*ldw+j], v[j*hd:(j+1)*hd], want[h*hd:(h+1)*hd])
+					}
+				}
+				WeightedSum(w, ldw, v, cnt, out, heads)
+				if !slices.Equal(out, want) {
+					t.Fatalf("hd %d heads %d cnt %d: differs from the Axpy calls", hd, heads, cnt)
 				}
 			}
 		}

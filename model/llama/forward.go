@@ -447,12 +447,7 @@ func (t *attnTask) Run(lo, hi int) {
 			}
 			pos = 0
 			t.visible(i, kvh, func(_, vb []float32, cnt int) {
-				for h := range g {
-					o := outs[h*hd : (h+1)*hd]
-					for j := range cnt {
-						kernels.Axpy(sc[h*npos+pos+j], vb[j*hd:(j+1)*hd], o)
-					}
-				}
+				kernels.WeightedSum(sc[pos:], npos, vb, cnt, outs, g)
 				pos += cnt
 			})
 		}

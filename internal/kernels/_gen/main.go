@@ -65,6 +65,7 @@ func main() {
 	}
 	dotKernel()
 	axpyKernel()
+	weightedSumKernel()
 	Generate()
 }
 
@@ -743,6 +744,69 @@ func quantFloatKernelR(name string, n, R int) {
 			ADDQ(ldo, out.Base)
 		}
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// weightedSumKernel: func(w []float32, ldw int, v []float32, cnt int, out []float32,
+// heads, hd int): for each head h and each of the hd (a multiple of 16) columns d, out[h·hd+d] += Σ_j w[h·ldw+j] · v[j·hd+d] over j = 0 … cnt−1, added in
+// order of j with one FMA each: the same arithmetic as cnt axpys, in registers.
+// Attention uses it to add a block of values to several heads at once.
+func weightedSumKernel() {
+	TEXT("weightedSumAVX2", NOSPLIT, "func(w []float32, ldw int, v []float32, cnt int, out []float32, heads, hd int)")
+	Doc("weightedSumAVX2 adds, for each head, the weighted sum of cnt value rows to its output, in order.")
+	wBase := Load(Param("w").Base(), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	SHLQ(U8(2), ldw)
+	vBase := Load(Param("v").Base(), GP64())
+	cnt := Load(Param("cnt"), GP64())
+	outBase := Load(Param("out").Base(), GP64())
+	heads := Load(Param("heads"), GP64())
+	hd := Load(Param("hd"), GP64()) // columns, a multiple of 16; in bytes below
+	SHLQ(U8(2), hd)
+
+	col := GP64() // byte offset of the 16-column slice
+	XORQ(col, col)
+	Label("ws_col")
+	CMPQ(col, hd)
+	JAE(LabelRef("ws_done"))
+	h := GP64()
+	XORQ(h, h)
+	wRow := GP64()
+	MOVQ(wBase, wRow)
+	oRow := GP64()
+	MOVQ(outBase, oRow)
+	Label("ws_head")
+	CMPQ(h, heads)
+	JAE(LabelRef("ws_next_col"))
+	a0, a1 := YMM(), YMM()
+	VMOVUPS(Mem{Base: oRow, Index: col, Scale: 1}, a0)
+	VMOVUPS(Mem{Base: oRow, Index: col, Scale: 1, Disp: 32}, a1)
+	j := GP64()
+	XORQ(j, j)
+	vp := GP64()
+	LEAQ(Mem{Base: vBase, Index: col, Scale: 1}, vp)
+	wb := YMM()
+	Label("ws_pos")
+	CMPQ(j, cnt)
+	JAE(LabelRef("ws_store"))
+	VBROADCASTSS(Mem{Base: wRow, Index: j, Scale: 4}, wb)
+	VFMADD231PS(Mem{Base: vp}, wb, a0)
+	VFMADD231PS(Mem{Base: vp, Disp: 32}, wb, a1)
+	ADDQ(hd, vp)
+	INCQ(j)
+	JMP(LabelRef("ws_pos"))
+	Label("ws_store")
+	VMOVUPS(a0, Mem{Base: oRow, Index: col, Scale: 1})
+	VMOVUPS(a1, Mem{Base: oRow, Index: col, Scale: 1, Disp: 32})
+	ADDQ(ldw, wRow)
+	ADDQ(hd, oRow)
+	INCQ(h)
+	JMP(LabelRef("ws_head"))
+	Label("ws_next_col")
+	ADDQ(U32(64), col)
+	JMP(LabelRef("ws_col"))
+	Label("ws_done")
 	VZEROUPPER()
 	RET()
 }
