@@ -4,8 +4,8 @@
 // standard output, as JSON, and as SVG plots.
 //
 //	go run ./examples/bench -prompts ../shared/prompts/go-dev.jsonl -n 12 \
-//	    -draft s=models/gocoder-s-q8_0.gguf -draft xs=../shared/models/gocoder-xs-q8_0.gguf \
-//	    -drafters s,xs,ngram,suffix,first,tree -k 1,2,4,8,auto -temperature 0,0.8 \
+//	    -draft xs=models/gocoder-xs-q8_0.gguf -draft s=../shared/models/gocoder-s-q8_0.gguf \
+//	    -drafters xs,s,ngram,suffix,first,tree -k 1,2,4,8,auto -temperature 0,0.8 \
 //	    -json bench.json -svg bench -verify
 //
 // Each prompt is a line of JSON with a "prompt" field. -verify checks that every greedy

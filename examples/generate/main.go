@@ -35,7 +35,7 @@ import (
 // The demo pair shipped with the repository.
 const (
 	defaultModel = "models/gocoder-m-q8_0.gguf"
-	defaultDraft = "models/gocoder-s-q8_0.gguf"
+	defaultDraft = "models/gocoder-xs-q8_0.gguf"
 )
 
 type config struct {
