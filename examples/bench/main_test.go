@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBench measures two tiny configurations on two prompts with the demo models and
+// checks the table, the verification, the JSON and the plots.
+func TestBench(t *testing.T) {
+	m, d := "../../models/gocoder-m-q8_0.gguf", "../../models/gocoder-xs-q8_0.gguf"
+	for _, p := range []string{m, d} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("demo model %s is absent", p)
+		}
+	}
+	dir := t.TempDir()
+	prompts := filepath.Join(dir, "p.jsonl")
+	require.NoError(t, os.WriteFile(prompts, []byte(`{"prompt": "func add(a, b int) int {"}
+{"prompt": "package main\n\nimport \"fmt\"\n"}
+`), 0o644))
+	o := options{model: m, draftModels: listFlag{"xs=" + d}, prompts: prompts, n: 2, maxTokens: 12,
+		drafters: "xs,ngram", ks: "2,auto", temps: "0", verify: true,
+		jsonOut: filepath.Join(dir, "r.json"), svgDir: filepath.Join(dir, "svg")}
+	var out, log bytes.Buffer
+	require.NoError(t, run(context.Background(), o, &out, &log))
+	assert.Contains(t, out.String(), "verify: every greedy speculative output equals plain greedy decoding")
+	raw, err := os.ReadFile(o.jsonOut)
+	require.NoError(t, err)
+	var rs []Result
+	require.NoError(t, json.Unmarshal(raw, &rs))
+	assert.Len(t, rs, 5) // plain + 2 drafters × 2 K
+	for _, name := range []string{"speedup-T0.svg", "acceptance-T0.svg"} {
+		st, err := os.Stat(filepath.Join(o.svgDir, name))
+		require.NoError(t, err)
+		assert.Positive(t, st.Size())
+	}
+	assert.Error(t, run(context.Background(), options{model: m}, &out, &log), "-prompts is required")
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func demo(t *testing.T) (string, string) {
+	m, d := "../../"+defaultModel, "../../"+defaultDraft
+	for _, p := range []string{m, d} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("demo model %s is absent", p)
+		}
+	}
+	return m, d
+}
+
+// TestRun generates with the demo pair, greedily, and checks the completion against
+// plain decoding (the baseline run) and the statistics line.
+func TestRun(t *testing.T) {
+	m, d := demo(t)
+	var out, log bytes.Buffer
+	c := config{model: m, draftModel: d, prompt: "func main() {", k: "auto", ngram: true, baseline: true,
+		quiet: true, topP: 1, maxTokens: 40}
+	require.NoError(t, run(context.Background(), c, &out, &log))
+	assert.True(t, strings.HasPrefix(out.String(), "func main() {"), out.String())
+	assert.Greater(t, len(out.String()), len("func main() {")+20)
+	assert.Regexp(t, `acceptance [0-9.]+, mean accepted [0-9.]+, [0-9.]+ tokens/s, [0-9.]+× vs plain decoding's [0-9.]+ tokens/s`, log.String())
+	assert.Contains(t, log.String(), "40 generated")
+
+	// Fixed K, no draft model, sampling: still runs; bad flags are plain errors.
+	out.Reset()
+	c = config{model: m, draftModel: "none", prompt: "package main", k: "3", ngram: true, quiet: true,
+		temperature: 0.8, topP: 0.95, seed: 7, maxTokens: 16}
+	require.NoError(t, run(context.Background(), c, &out, &log))
+	for _, bad := range []config{
+		{model: m, draftModel: "none", prompt: "x", k: "lots", topP: 1, maxTokens: 4},
+		{model: "nowhere.gguf", draftModel: "none", prompt: "x", k: "auto", topP: 1, maxTokens: 4},
+		{model: m, draftModel: "none", prompt: "x", k: "auto", temperature: -1, topP: 1, maxTokens: 4},
+	} {
+		assert.Error(t, run(context.Background(), bad, &out, &log), "%+v", bad)
+	}
+}
