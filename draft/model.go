@@ -190,9 +190,16 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 		return nil
 	}
 	if s.d.tree.Width > 0 {
-		return s.proposeTree(ctx, history, min(k, s.d.tree.MaxNodes), p)
+		err := s.proposeTree(ctx, history, min(k, s.d.tree.MaxNodes), p)
+		if errors.Is(err, errOutsideVocab) {
+			p.Reset()
+			return nil
+		}
+		return err
 	}
-	if err := s.sync(ctx, history); err != nil {
+	if err := s.sync(ctx, history); errors.Is(err, errOutsideVocab) {
+		return nil
+	} else if err != nil {
 		return err
 	}
 	s.toks = s.toks[:k]
@@ -224,12 +231,22 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 	return nil
 }
 
+// errOutsideVocab says that the history holds a token the draft model does not know
+// (a target with a padded vocabulary generated one of its extra ids): the session
+// cannot draft any more.
+var errOutsideVocab = errors.New("draft: the history holds a token outside the draft model's vocabulary")
+
 // sync makes the draft sequence hold history and leaves the logits after its last
 // token in s.logits.
 func (s *modelSession) sync(ctx context.Context, history []int32) error {
 	c := min(s.seen, len(history)-1, len(s.held))
 	for c < len(s.held) && c < len(history)-1 && s.held[c] == history[c] {
 		c++
+	}
+	for _, t := range history[c:] {
+		if int(t) >= s.d.info.VocabSize {
+			return errOutsideVocab
+		}
 	}
 	if err := s.seq.Truncate(c); err != nil {
 		return fmt.Errorf("draft: %w", err)

@@ -50,6 +50,11 @@ type Options struct {
 	Adaptive bool
 	// Alternatives are further drafters an adaptive decoder may choose from.
 	Alternatives []draft.Drafter
+	// PaddedVocab allows draft models whose vocabulary is smaller than the target's:
+	// the same tokens under the same ids, the target's table padded beyond them (as
+	// Qwen2.5 0.5B's 151 936 rows against 7B's 152 064). Check the tokenizers with
+	// tokenizer.Compatible first; by default the sizes must be equal.
+	PaddedVocab bool
 }
 
 // Decoder generates text with speculative decoding.
@@ -90,7 +95,8 @@ func New(target model.Model, drafter draft.Drafter, opts Options) (*Decoder, err
 		dec.drafters = append(dec.drafters, alt)
 	}
 	for _, d := range dec.drafters {
-		if v, ok := d.(interface{ VocabSize() int }); ok && v.VocabSize() != info.VocabSize && !isUnsized(d) {
+		if v, ok := d.(interface{ VocabSize() int }); ok && v.VocabSize() != info.VocabSize && !isUnsized(d) &&
+			!(opts.PaddedVocab && v.VocabSize() > 0 && v.VocabSize() < info.VocabSize) {
 			return nil, fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", v.VocabSize(), info.VocabSize)
 		}
 	}

@@ -517,3 +517,21 @@ func TestUnlimitedRequests(t *testing.T) {
 		assert.Equal(t, spec.FinishStop, res.Finish)
 	}
 }
+
+// TestPaddedVocab: with PaddedVocab, a draft model with a smaller vocabulary drafts
+// for a target whose table is padded, and greedy output stays the target's.
+func TestPaddedVocab(t *testing.T) {
+	tgt := newChain(t, markov.Config{Vocab: 12, Order: 1, Seed: 4, Scale: 2})
+	small := newChain(t, markov.Config{Vocab: 10, Order: 1, Seed: 5})
+	_, err := spec.New(tgt, newDrafter(t, small), spec.Options{K: 3})
+	assert.ErrorContains(t, err, "draft vocabulary size 10 differs")
+	dec, err := spec.New(tgt, newDrafter(t, small), spec.Options{K: 3, PaddedVocab: true})
+	require.NoError(t, err)
+	prompt := []int32{1, 2}
+	want := reference.Greedy(tgt, prompt, 60, sampler.Params{})
+	res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 60})
+	require.NoError(t, err)
+	assert.Equal(t, want, res.Tokens, "the target's ids 10 and 11 stop the drafter, not the request")
+	_, err = spec.New(small, newDrafter(t, tgt), spec.Options{K: 3, PaddedVocab: true})
+	assert.Error(t, err, "a larger draft vocabulary is never allowed")
+}

@@ -128,7 +128,8 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 		drafters = append(drafters, draft.NGram{})
 	}
 	var first draft.Drafter
-	opts := spec.Options{K: k, Adaptive: adaptive && len(drafters) > 0}
+	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
+	opts := spec.Options{K: k, Adaptive: adaptive && len(drafters) > 0, PaddedVocab: true}
 	switch {
 	case len(drafters) == 0:
 	case opts.Adaptive:
