@@ -136,13 +136,15 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		}
 		temps = append(temps, t)
 	}
-	mem := draft.NewSuffixMemory(1<<18, 32)
 	makeDrafter := func(name string) (draft.Drafter, error) {
 		switch name {
 		case "ngram":
 			return draft.NGram{}, nil
 		case "suffix":
-			return draft.Suffix{Memory: mem}, nil
+			// A fresh memory for each configuration: it learns from the earlier
+			// prompts of the run, never from another configuration's answers to
+			// the same prompts.
+			return draft.Suffix{Memory: draft.NewSuffixMemory(1<<18, 32)}, nil
 		case "first", "tree":
 			m, ok := models[firstModel]
 			if !ok {
@@ -174,11 +176,11 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		results = append(results, base)
 		row(w, base)
 		for _, name := range strings.Split(o.drafters, ",") {
-			d, err := makeDrafter(strings.TrimSpace(name))
-			if err != nil {
-				return err
-			}
 			for _, ks := range ks {
+				d, err := makeDrafter(strings.TrimSpace(name))
+				if err != nil {
+					return err
+				}
 				opts := spec.Options{}
 				if ks == "auto" {
 					opts.K, opts.Adaptive = 8, true
