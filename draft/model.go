@@ -94,6 +94,7 @@ func (d *Model) Start(ctx context.Context, req Request) (Session, error) {
 		seq:    seq,
 		smp:    smp,
 		greedy: req.Sampling.Greedy(),
+		vocab:  max(req.VocabSize, v),
 		held:   make([]int32, 0, req.MaxLen),
 		logits: make([]float32, v),
 		toks:   make([]int32, req.MaxK),
@@ -147,6 +148,7 @@ type modelSession struct {
 	seq    model.Sequence
 	smp    *sampler.Sampler
 	greedy bool
+	vocab  int     // the target's vocabulary size (req.VocabSize), at least the draft's
 	held   []int32 // the tokens in seq, followed while drafting by the drafted ones
 	seen   int     // length of the last history: held[:seen] equals it
 	logits []float32
@@ -244,7 +246,10 @@ func (s *modelSession) sync(ctx context.Context, history []int32) error {
 		c++
 	}
 	for _, t := range history[c:] {
-		if int(t) >= s.d.info.VocabSize {
+		switch {
+		case t < 0 || int(t) >= s.vocab:
+			return fmt.Errorf("draft: history token %d is outside the vocabulary of %d", t, s.vocab)
+		case int(t) >= s.d.info.VocabSize:
 			return errOutsideVocab
 		}
 	}

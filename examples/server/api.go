@@ -1,0 +1,502 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/tokenizer"
+)
+
+// request is the body of POST /v1/completions and /v1/chat/completions: OpenAI's
+// fields, and a few extensions that vLLM and llama-server accept too (top_k, min_p,
+// repetition_penalty, ignore_eos, chat_template_kwargs). Unknown fields are ignored.
+type request struct {
+	Model         *string         `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`   // completions
+	Messages      json.RawMessage `json:"messages"` // chat
+	MaxTokens     *int            `json:"max_tokens"`
+	MaxCompletion *int            `json:"max_completion_tokens"` // chat's newer name
+	Temperature   *float64        `json:"temperature"`
+	TopP          *float64        `json:"top_p"`
+	N             *int            `json:"n"`
+	Stream        *bool           `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage *bool `json:"include_usage"`
+	} `json:"stream_options"`
+	Stop             json.RawMessage    `json:"stop"`
+	Seed             *int64             `json:"seed"`
+	Echo             *bool              `json:"echo"`
+	Logprobs         json.RawMessage    `json:"logprobs"` // an integer for completions, a bool for chat
+	TopLogprobs      *int               `json:"top_logprobs"`
+	BestOf           *int               `json:"best_of"`
+	Suffix           *string            `json:"suffix"`
+	LogitBias        map[string]float64 `json:"logit_bias"`
+	PresencePenalty  *float64           `json:"presence_penalty"`
+	FrequencyPenalty *float64           `json:"frequency_penalty"`
+	Tools            json.RawMessage    `json:"tools"`
+	ToolChoice       json.RawMessage    `json:"tool_choice"`
+	ResponseFormat   *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+
+	TopK               *int           `json:"top_k"`
+	MinP               *float64       `json:"min_p"`
+	RepetitionPenalty  *float64       `json:"repetition_penalty"`
+	IgnoreEOS          *bool          `json:"ignore_eos"`
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+}
+
+// chatMessage is one message of a chat request.
+type chatMessage struct {
+	Role    *string         `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    *string         `json:"name"`
+}
+
+// Defaults where a request says nothing, as OpenAI has them.
+const (
+	defaultCompletionTokens = 16 // /v1/completions; chat runs to a stop or the context's end
+	maxStops                = 4
+)
+
+// decodeBody reads a request body of at most limit bytes into v, answering 413 for a
+// larger body and 400, naming the field, for JSON that is malformed or of the wrong
+// type.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *apiError {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
+				Message: fmt.Sprintf("the request body is larger than the server's limit of %d bytes", mbe.Limit)}
+		}
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Message: "reading the request body: " + err.Error()}
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_json",
+			Message: "the request body is empty: send a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // chat_template_kwargs keep their integers
+	err = dec.Decode(v)
+	if err == nil {
+		if _, err2 := dec.Token(); err2 != io.EOF {
+			err = errors.New("unexpected data after the JSON object")
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if te.Field == "" {
+			return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_json",
+				Message: fmt.Sprintf("the request body must be a JSON object, not %s", te.Value)}
+		}
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: te.Field, Code: "invalid_type",
+			Message: fmt.Sprintf("invalid type for '%s': expected %s, but got %s", te.Field, jsonKind(te.Type.String()), te.Value)}
+	}
+	return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_json",
+		Message: "could not parse the JSON body of the request: " + err.Error()}
+}
+
+// jsonKind names a Go type the way a JSON user thinks of it.
+func jsonKind(goType string) string {
+	t := strings.TrimLeft(goType, "*")
+	switch {
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "a boolean"
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	case strings.HasPrefix(t, "map") || strings.HasPrefix(t, "struct"):
+		return "an object"
+	case strings.HasPrefix(t, "[]"):
+		return "an array"
+	}
+	return t
+}
+
+// job is a validated request, ready to run.
+type job struct {
+	chat         bool
+	stream       bool
+	includeUsage bool
+	seeded       bool   // sampling with a seed the client chose: must be reproducible
+	echo         string // completions with echo: the prompt, output first
+	model        string // the name to answer with
+	id           string
+	created      int64
+	req          spec.Request
+}
+
+// parse validates a request and turns it into a job. Every problem is a 400 naming
+// the parameter, except an unknown model (404) and a prompt too long for the model
+// (413).
+func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
+	j := &job{chat: chat, created: time.Now().Unix(), model: s.names[0]}
+	if q.Model != nil && *q.Model != "" {
+		if !s.serves(*q.Model) {
+			return nil, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
+				Message: fmt.Sprintf("the model '%s' does not exist: this server serves %s", *q.Model, strings.Join(quoteAll(s.names), " and "))}
+		}
+		j.model = *q.Model
+	}
+	if chat {
+		j.id = "chatcmpl-" + randomID()
+	} else {
+		j.id = "cmpl-" + randomID()
+	}
+	if err := checkUnsupported(q, chat); err != nil {
+		return nil, err
+	}
+	j.stream = q.Stream != nil && *q.Stream
+	if q.StreamOptions != nil {
+		if !j.stream {
+			return nil, badParam("stream_options", "stream_options is only allowed when stream is true")
+		}
+		j.includeUsage = q.StreamOptions.IncludeUsage != nil && *q.StreamOptions.IncludeUsage
+	}
+
+	p := sampler.Params{Temperature: 1, TopP: 1}
+	if t := q.Temperature; t != nil {
+		if *t < 0 || *t > 2 {
+			return nil, badParam("temperature", "temperature %v is out of range: it must lie in [0, 2]", *t)
+		}
+		p.Temperature = *t
+	}
+	if t := q.TopP; t != nil {
+		if !(*t > 0 && *t <= 1) {
+			return nil, badParam("top_p", "top_p %v is out of range: it must lie in (0, 1]", *t)
+		}
+		p.TopP = *t
+	}
+	if k := q.TopK; k != nil {
+		if *k < -1 {
+			return nil, badParam("top_k", "top_k %d is out of range: it must be -1 or 0 (all tokens) or positive", *k)
+		}
+		p.TopK = max(*k, 0)
+	}
+	if m := q.MinP; m != nil {
+		if *m < 0 || *m > 1 {
+			return nil, badParam("min_p", "min_p %v is out of range: it must lie in [0, 1]", *m)
+		}
+		p.MinP = *m
+	}
+	if r := q.RepetitionPenalty; r != nil {
+		if !(*r > 0 && *r <= 10) {
+			return nil, badParam("repetition_penalty", "repetition_penalty %v is out of range: it must lie in (0, 10]", *r)
+		}
+		p.RepetitionPenalty = *r
+	}
+	if q.Seed != nil {
+		p.Seed = uint64(*q.Seed)
+		j.seeded = p.Temperature > 0
+	} else {
+		p.Seed = randomSeed()
+	}
+	if err := p.Validate(); err != nil {
+		return nil, badParam("", "%v", err)
+	}
+	j.req.Sampling = p
+
+	ctxLen := s.info.ContextLength
+	maxTokens := q.MaxTokens
+	param := "max_tokens"
+	if chat && q.MaxCompletion != nil {
+		maxTokens, param = q.MaxCompletion, "max_completion_tokens"
+	}
+	if maxTokens != nil {
+		if *maxTokens < 1 {
+			return nil, badParam(param, "%s %d is out of range: it must be at least 1", param, *maxTokens)
+		}
+		if ctxLen > 0 && *maxTokens > ctxLen {
+			return nil, badParam(param, "%s %d is larger than the model's context length of %d tokens", param, *maxTokens, ctxLen)
+		}
+	}
+
+	stops, err := parseStop(q.Stop)
+	if err != nil {
+		return nil, err
+	}
+	if len(stops) > 0 {
+		j.req.StopStrings = stops
+		j.req.Text = s.textStream
+	}
+	if q.IgnoreEOS == nil || !*q.IgnoreEOS {
+		j.req.StopTokens = s.tok.EOS()
+	}
+
+	if chat {
+		err = s.chatPrompt(q, j)
+	} else {
+		err = s.completionPrompt(q, j)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := len(j.req.Prompt)
+	if ctxLen > 0 && n >= ctxLen {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
+			Message: fmt.Sprintf("the prompt is %d tokens long, and this model's context length is %d tokens: there is no room to generate", n, ctxLen)}
+	}
+	if need, have := n+1, s.kvCapacity(); have > 0 && need > have {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
+			Message: fmt.Sprintf("the prompt is %d tokens long, and the server's whole key/value cache (-kv-budget) holds %d tokens", n, have)}
+	}
+	switch {
+	case maxTokens != nil:
+		j.req.MaxTokens = *maxTokens
+	case chat:
+		j.req.MaxTokens = 0 // to a stop or the end of the context
+	default:
+		j.req.MaxTokens = defaultCompletionTokens
+	}
+	return j, nil
+}
+
+func promptParam(chat bool) string {
+	if chat {
+		return "messages"
+	}
+	return "prompt"
+}
+
+// checkUnsupported rejects features the server does not implement, rather than
+// silently ignoring them. Their neutral values (n = 1, logprobs null or 0 or false,
+// penalties 0, no tools, …) are accepted.
+func checkUnsupported(q *request, chat bool) *apiError {
+	if q.N != nil && *q.N != 1 {
+		return unsupported("n", "n = %d is not supported: this server returns one choice per request", *q.N)
+	}
+	if q.BestOf != nil && *q.BestOf != 1 {
+		return unsupported("best_of", "best_of = %d is not supported", *q.BestOf)
+	}
+	if lp := bytes.TrimSpace(q.Logprobs); len(lp) > 0 {
+		if s := string(lp); s != "null" && s != "false" && s != "0" {
+			return unsupported("logprobs", "logprobs are not supported")
+		}
+	}
+	if q.TopLogprobs != nil && *q.TopLogprobs != 0 {
+		return unsupported("top_logprobs", "top_logprobs are not supported")
+	}
+	if q.Suffix != nil && *q.Suffix != "" {
+		return unsupported("suffix", "suffix (insertion) is not supported")
+	}
+	if len(q.LogitBias) > 0 {
+		return unsupported("logit_bias", "logit_bias is not supported")
+	}
+	for _, pen := range []struct {
+		name string
+		v    *float64
+	}{{"presence_penalty", q.PresencePenalty}, {"frequency_penalty", q.FrequencyPenalty}} {
+		if pen.v == nil || *pen.v == 0 {
+			continue
+		}
+		if *pen.v < -2 || *pen.v > 2 {
+			return badParam(pen.name, "%s %v is out of range: it must lie in [-2, 2]", pen.name, *pen.v)
+		}
+		return unsupported(pen.name, "%s is not supported; repetition_penalty is", pen.name)
+	}
+	if chat {
+		if t := bytes.TrimSpace(q.Tools); len(t) > 0 && string(t) != "null" && string(t) != "[]" {
+			return unsupported("tools", "tools (function calling) are not supported")
+		}
+		if t := bytes.TrimSpace(q.ToolChoice); len(t) > 0 && string(t) != "null" && string(t) != `"none"` && string(t) != `"auto"` {
+			return unsupported("tool_choice", "tool_choice is not supported")
+		}
+		if q.ResponseFormat != nil && q.ResponseFormat.Type != "" && q.ResponseFormat.Type != "text" {
+			return unsupported("response_format", "response_format %q is not supported; only \"text\" is", q.ResponseFormat.Type)
+		}
+	}
+	return nil
+}
+
+// parseStop reads stop: null, a string, or an array of up to 4 strings. Empty strings
+// are ignored.
+func parseStop(raw json.RawMessage) ([]string, *apiError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var list []string
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		list = []string{one}
+	} else if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, badParam("stop", "stop must be a string or an array of strings")
+	}
+	if len(list) > maxStops {
+		return nil, badParam("stop", "stop holds %d sequences: at most %d are allowed", len(list), maxStops)
+	}
+	out := list[:0]
+	for _, s := range list {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// completionPrompt reads prompt: a string, an array of one string, an array of token
+// ids, or an array of one array of token ids.
+func (s *Server) completionPrompt(q *request, j *job) *apiError {
+	raw := bytes.TrimSpace(q.Prompt)
+	if len(raw) == 0 || string(raw) == "null" {
+		return badParam("prompt", "prompt is required")
+	}
+	var text string
+	var texts []string
+	var ids []int32
+	var idLists [][]int32
+	isText := true
+	switch {
+	case json.Unmarshal(raw, &text) == nil:
+	case json.Unmarshal(raw, &texts) == nil:
+		if len(texts) == 0 {
+			return badParam("prompt", "prompt must not be empty")
+		}
+		if len(texts) != 1 {
+			return unsupported("prompt", "prompt holds %d prompts: this server takes one per request", len(texts))
+		}
+		text = texts[0]
+	case json.Unmarshal(raw, &ids) == nil:
+		isText = false
+	case json.Unmarshal(raw, &idLists) == nil:
+		if len(idLists) != 1 {
+			return unsupported("prompt", "prompt holds %d prompts: this server takes one per request", len(idLists))
+		}
+		ids, isText = idLists[0], false
+	default:
+		return badParam("prompt", "prompt must be a string, an array of one string, or an array of token ids")
+	}
+	if isText {
+		if text == "" {
+			return badParam("prompt", "prompt must not be empty")
+		}
+		ids = s.tok.Encode(text, s.tok.DefaultOptions())
+	} else {
+		v := s.info.VocabSize
+		for i, t := range ids {
+			if t < 0 || int(t) >= v {
+				return badParam("prompt", "prompt token %d at index %d is outside the vocabulary [0, %d)", t, i, v)
+			}
+		}
+		text = s.tok.DecodeWith(ids, tokenizer.DecodeOptions{SkipSpecial: true})
+	}
+	if len(ids) == 0 {
+		return badParam("prompt", "prompt must not be empty")
+	}
+	if q.Echo != nil && *q.Echo {
+		j.echo = text
+	}
+	j.req.Prompt = ids
+	return nil
+}
+
+// chatPrompt renders messages with the model's chat template and encodes the result.
+func (s *Server) chatPrompt(q *request, j *job) *apiError {
+	raw := bytes.TrimSpace(q.Messages)
+	if len(raw) == 0 || string(raw) == "null" {
+		return badParam("messages", "messages is required")
+	}
+	var msgs []chatMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return badParam("messages", "messages must be an array of message objects")
+	}
+	if len(msgs) == 0 {
+		return badParam("messages", "messages must not be empty")
+	}
+	conv := make([]any, len(msgs))
+	for i, m := range msgs {
+		param := fmt.Sprintf("messages[%d]", i)
+		if m.Role == nil {
+			return badParam(param+".role", "%s.role is required", param)
+		}
+		role := *m.Role
+		switch role {
+		case "system", "user", "assistant", "tool":
+		case "developer": // OpenAI's newer name for system; templates know system
+			role = "system"
+		default:
+			return badParam(param+".role", "%s.role %q is not one of system, developer, user, assistant, tool", param, role)
+		}
+		text, err := messageText(m.Content, param+".content")
+		if err != nil {
+			return err
+		}
+		msg := map[string]any{"role": role, "content": text}
+		if m.Name != nil {
+			msg["name"] = *m.Name
+		}
+		conv[i] = msg
+	}
+	if s.chat == nil {
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_missing",
+			Message: fmt.Sprintf("the model '%s' has no chat template (no %s in its GGUF file, no chat_template in its tokenizer_config.json), so it cannot answer chat requests: use /v1/completions, or start the server with -chat-template-file%s",
+				j.model, ChatTemplateKey, s.chatErrSuffix())}
+	}
+	extra := make(map[string]any, len(q.ChatTemplateKwargs))
+	for k, v := range q.ChatTemplateKwargs {
+		extra[k] = v
+	}
+	prompt, err := s.chat.render(conv, extra)
+	if err != nil {
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_error",
+			Message: "the chat template rejected the conversation: " + err.Error()}
+	}
+	opts := s.tok.DefaultOptions()
+	// The template writes the BOS token itself when the model wants one.
+	if bos := s.chat.bos; bos != "" && strings.HasPrefix(prompt, bos) {
+		opts.AddBOS = false
+	}
+	j.req.Prompt = s.tok.Encode(prompt, opts)
+	if len(j.req.Prompt) == 0 {
+		return badParam("messages", "the conversation renders to an empty prompt")
+	}
+	return nil
+}
+
+// chatErrSuffix explains why a template that exists was not usable.
+func (s *Server) chatErrSuffix() string {
+	if s.chatErr != nil {
+		return " (the model's template did not compile: " + s.chatErr.Error() + ")"
+	}
+	return ""
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = "'" + s + "'"
+	}
+	return out
+}
+
+// randomID returns 24 random letters and digits, for response ids.
+func randomID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	var b [24]byte
+	rand.Read(b[:])
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b[:])
+}
+
+func randomSeed() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}

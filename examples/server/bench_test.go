@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// benchPrompts are the code-completion prompts of ../shared/prompts/go-dev.jsonl
+// (the last 300 bytes of each), or the tests' prompts when that file is absent.
+func benchPrompts(b *testing.B) []string {
+	f, err := os.Open("../../../shared/prompts/go-dev.jsonl")
+	if err != nil {
+		b.Logf("../../../shared/prompts/go-dev.jsonl: %v; using the test prompts", err)
+		return testPrompts
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var p struct{ Prompt string }
+		if json.Unmarshal(sc.Bytes(), &p) == nil && p.Prompt != "" {
+			out = append(out, p.Prompt[max(0, len(p.Prompt)-300):])
+		}
+	}
+	return out
+}
+
+// BenchmarkConcurrentStreams measures the server under load: n greedy streams of 128
+// tokens at once, with speculation always on (the default), with -saturation cores
+// (plain decoding once more generations run than there are cores), and never
+// speculating. It reports the
+// aggregate tokens per second and the mean time to first token.
+//
+//	go test ./examples/server -run XXX -bench ConcurrentStreams -benchtime 3x
+func BenchmarkConcurrentStreams(b *testing.B) {
+	demoModels(b)
+	prompts := benchPrompts(b)
+	for _, mode := range []struct {
+		name       string
+		saturation int
+		k          int
+	}{{"always", 0, adaptiveMaxK}, {"cores", runtime.GOMAXPROCS(0), adaptiveMaxK}, {"plain", 0, 0}} {
+		cfg := speculativeConfig()
+		cfg.Saturation, cfg.SpeculativeTokens = mode.saturation, mode.k
+		cfg.MaxConcurrent, cfg.MaxQueue = 16, 16
+		cfg.Warm = true
+		srv, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ts := newBenchServer(srv)
+		runStreams(b, ts, prompts, 2, 0) // warm up: caches, and what the adaptive decoder learns
+		for _, n := range []int{1, 2, 4, 16} {
+			b.Run(fmt.Sprintf("%s/streams=%d", mode.name, n), func(b *testing.B) {
+				var tokens int
+				var ttft, wall time.Duration
+				for i := range b.N {
+					tk, tt, w := runStreams(b, ts, prompts, n, i*n)
+					tokens, ttft, wall = tokens+tk, ttft+tt, wall+w
+				}
+				b.ReportMetric(float64(tokens)/wall.Seconds(), "tokens/s")
+				b.ReportMetric(ttft.Seconds()*1e3/float64(n*b.N), "ttft-ms")
+			})
+		}
+		ts.close()
+		srv.Close()
+	}
+}
+
+type benchServer struct {
+	url   string
+	close func()
+}
+
+func newBenchServer(srv *Server) benchServer {
+	hs := &http.Server{Handler: srv.Handler()}
+	ln := mustListen()
+	go hs.Serve(ln)
+	return benchServer{url: "http://" + ln.Addr().String(), close: func() { hs.Close() }}
+}
+
+// runStreams runs n streams at once and returns the tokens they generated, the sum
+// of their times to first token, and the wall time.
+func runStreams(b *testing.B, ts benchServer, prompts []string, n, offset int) (tokens int, ttft, wall time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			t0 := time.Now()
+			resp, err := send(context.Background(), ts.url+"/v1/completions", map[string]any{
+				"prompt": prompts[(offset+i)%len(prompts)], "max_tokens": 128, "temperature": 0, "ignore_eos": true,
+				"stream": true, "stream_options": map[string]any{"include_usage": true},
+			})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var first time.Duration
+			var used int
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				data, ok := strings.CutPrefix(sc.Text(), "data: ")
+				if !ok || data == "[DONE]" {
+					continue
+				}
+				var c completionResp
+				json.Unmarshal([]byte(data), &c)
+				if first == 0 && c.text() != "" {
+					first = time.Since(t0)
+				}
+				if c.Usage != nil {
+					used = c.Usage.CompletionTokens
+				}
+			}
+			mu.Lock()
+			tokens += used
+			ttft += first
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return tokens, ttft, time.Since(start)
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/specula/specula/model"
+)
+
+// Every bad request gets an OpenAI-style JSON error with the right status, type,
+// parameter and code.
+func TestBadRequests(t *testing.T) {
+	_, ts := startServer(t, Config{MaxBodyBytes: 4096, ContextLength: 256})
+	long := strings.Repeat("func f() {}\n", 250) // far more than 256 tokens, less than 4096 bytes
+	type want struct {
+		status int
+		param  string // "-" for null
+		code   string // "" for any
+	}
+	cases := []struct {
+		name string
+		path string
+		body any
+		want want
+	}{
+		{"bad JSON", "/v1/completions", `{"prompt": "x",`, want{400, "-", "invalid_json"}},
+		{"trailing data", "/v1/completions", `{"prompt": "x"} {}`, want{400, "-", "invalid_json"}},
+		{"empty body", "/v1/completions", ``, want{400, "-", "invalid_json"}},
+		{"not an object", "/v1/completions", `[1, 2]`, want{400, "-", "invalid_json"}},
+		{"wrong type", "/v1/completions", `{"prompt": "x", "temperature": "hot"}`, want{400, "temperature", "invalid_type"}},
+		{"seed not an integer", "/v1/completions", `{"prompt": "x", "seed": 1.5}`, want{400, "seed", "invalid_type"}},
+		{"nested wrong type", "/v1/completions", `{"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}}`, want{400, "stream_options.include_usage", "invalid_type"}},
+		{"temperature above 2", "/v1/completions", `{"prompt": "x", "temperature": 5}`, want{400, "temperature", "invalid_value"}},
+		{"temperature below 0", "/v1/completions", `{"prompt": "x", "temperature": -0.1}`, want{400, "temperature", "invalid_value"}},
+		{"top_p 0", "/v1/completions", `{"prompt": "x", "top_p": 0}`, want{400, "top_p", "invalid_value"}},
+		{"top_p above 1", "/v1/completions", `{"prompt": "x", "top_p": 1.5}`, want{400, "top_p", "invalid_value"}},
+		{"top_k", "/v1/completions", `{"prompt": "x", "top_k": -2}`, want{400, "top_k", "invalid_value"}},
+		{"min_p", "/v1/completions", `{"prompt": "x", "min_p": 2}`, want{400, "min_p", "invalid_value"}},
+		{"repetition_penalty", "/v1/completions", `{"prompt": "x", "repetition_penalty": 0}`, want{400, "repetition_penalty", "invalid_value"}},
+		{"max_tokens 0", "/v1/completions", `{"prompt": "x", "max_tokens": 0}`, want{400, "max_tokens", "invalid_value"}},
+		{"max_tokens negative", "/v1/completions", `{"prompt": "x", "max_tokens": -5}`, want{400, "max_tokens", "invalid_value"}},
+		{"max_tokens above context", "/v1/completions", `{"prompt": "x", "max_tokens": 100000}`, want{400, "max_tokens", "invalid_value"}},
+		{"max_completion_tokens", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0}`, want{400, "max_completion_tokens", "invalid_value"}},
+		{"n 2", "/v1/completions", `{"prompt": "x", "n": 2}`, want{400, "n", "unsupported_parameter"}},
+		{"best_of", "/v1/completions", `{"prompt": "x", "best_of": 3}`, want{400, "best_of", "unsupported_parameter"}},
+		{"logprobs", "/v1/completions", `{"prompt": "x", "logprobs": 5}`, want{400, "logprobs", "unsupported_parameter"}},
+		{"chat logprobs", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "logprobs": true}`, want{400, "logprobs", "unsupported_parameter"}},
+		{"suffix", "/v1/completions", `{"prompt": "x", "suffix": "}"}`, want{400, "suffix", "unsupported_parameter"}},
+		{"logit_bias", "/v1/completions", `{"prompt": "x", "logit_bias": {"5": 1}}`, want{400, "logit_bias", "unsupported_parameter"}},
+		{"presence_penalty", "/v1/completions", `{"prompt": "x", "presence_penalty": 1}`, want{400, "presence_penalty", "unsupported_parameter"}},
+		{"frequency_penalty range", "/v1/completions", `{"prompt": "x", "frequency_penalty": 3}`, want{400, "frequency_penalty", "invalid_value"}},
+		{"tools", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}`, want{400, "tools", "unsupported_parameter"}},
+		{"response_format", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}`, want{400, "response_format", "unsupported_parameter"}},
+		{"stop not strings", "/v1/completions", `{"prompt": "x", "stop": [1]}`, want{400, "stop", "invalid_value"}},
+		{"five stops", "/v1/completions", `{"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}`, want{400, "stop", "invalid_value"}},
+		{"stream_options without stream", "/v1/completions", `{"prompt": "x", "stream_options": {"include_usage": true}}`, want{400, "stream_options", "invalid_value"}},
+		{"no prompt", "/v1/completions", `{"max_tokens": 5}`, want{400, "prompt", "invalid_value"}},
+		{"empty prompt", "/v1/completions", `{"prompt": ""}`, want{400, "prompt", "invalid_value"}},
+		{"empty token prompt", "/v1/completions", `{"prompt": []}`, want{400, "prompt", "invalid_value"}},
+		{"two prompts", "/v1/completions", `{"prompt": ["a", "b"]}`, want{400, "prompt", "unsupported_parameter"}},
+		{"prompt object", "/v1/completions", `{"prompt": {"text": "a"}}`, want{400, "prompt", "invalid_value"}},
+		{"token outside vocabulary", "/v1/completions", `{"prompt": [1, 99999]}`, want{400, "prompt", "invalid_value"}},
+		{"negative token", "/v1/completions", `{"prompt": [-1]}`, want{400, "prompt", "invalid_value"}},
+		{"no messages", "/v1/chat/completions", `{"model": "gocoder-m"}`, want{400, "messages", "invalid_value"}},
+		{"empty messages", "/v1/chat/completions", `{"messages": []}`, want{400, "messages", "invalid_value"}},
+		{"messages not an array", "/v1/chat/completions", `{"messages": "hi"}`, want{400, "messages", "invalid_value"}},
+		{"bad role", "/v1/chat/completions", `{"messages": [{"role": "wizard", "content": "x"}]}`, want{400, "messages[0].role", "invalid_value"}},
+		{"no role", "/v1/chat/completions", `{"messages": [{"content": "x"}]}`, want{400, "messages[0].role", "invalid_value"}},
+		{"image content", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, want{400, "messages[0].content[0].type", "unsupported_parameter"}},
+		{"content a number", "/v1/chat/completions", `{"messages": [{"role": "user", "content": 5}]}`, want{400, "messages[0].content", "invalid_value"}},
+		{"no chat template", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}]}`, want{400, "messages", "chat_template_missing"}},
+		{"unknown model", "/v1/completions", `{"model": "gpt-4o", "prompt": "x"}`, want{404, "model", "model_not_found"}},
+		{"unknown model in chat", "/v1/chat/completions", `{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}`, want{404, "model", "model_not_found"}},
+		{"unknown route", "/v1/embeddings", `{"input": "x"}`, want{404, "-", "unknown_url"}},
+		{"unknown route 2", "/v2/completions", `{}`, want{404, "-", "unknown_url"}},
+		{"body too large", "/v1/completions", `{"prompt": "` + strings.Repeat("a", 5000) + `"}`, want{413, "-", "request_too_large"}},
+		{"prompt longer than the context", "/v1/completions", `{"prompt": "` + strings.ReplaceAll(long, "\n", `\n`) + `"}`, want{413, "prompt", "context_length_exceeded"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, b := post(t, ts.URL+c.path, c.body)
+			checkError(t, resp, b, c.want.status, c.want.param, c.want.code)
+		})
+	}
+
+	// The wrong method is a JSON 405 naming the right one.
+	resp, err := http.Get(ts.URL + "/v1/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("GET /v1/completions: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	resp2, b := post(t, ts.URL+"/v1/models", `{}`)
+	checkError(t, resp2, b, 405, "-", "method_not_allowed")
+
+	// Unknown fields are ignored, a missing model means the served one, and nulls are
+	// defaults.
+	r := complete(t, ts.URL+"/v1/completions", `{"prompt": "x", "max_tokens": 2, "user": "u", "metadata": {"a": 1}, "whatever": [1], "model": null, "temperature": null, "stop": null, "n": 1, "logprobs": null, "presence_penalty": 0}`)
+	if r.Model != "gocoder-m-q8_0" {
+		t.Errorf("model %q", r.Model)
+	}
+}
+
+func checkError(t *testing.T, resp *http.Response, b []byte, status int, param, code string) {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Fatalf("status %d, want %d: %s", resp.StatusCode, status, b)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	e := decode(t, b)
+	if e.Error == nil || e.Error.Message == "" || e.Error.Type == "" {
+		t.Fatalf("not an OpenAI error: %s", b)
+	}
+	gotParam := "-"
+	if e.Error.Param != nil {
+		gotParam = *e.Error.Param
+	}
+	if gotParam != param {
+		t.Errorf("param %q, want %q: %s", gotParam, param, b)
+	}
+	if code != "" && (e.Error.Code == nil || *e.Error.Code != code) {
+		t.Errorf("want code %q: %s", code, b)
+	}
+	if status >= 500 || status == 429 {
+		if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Errorf("Retry-After %q", resp.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// With every slot busy and the queue full, a request is answered 429 with
+// Retry-After at once; a queued request runs when a slot frees.
+func TestQueueFull(t *testing.T) {
+	srv, ts := startServer(t, Config{MaxConcurrent: 1, MaxQueue: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := map[string]any{"prompt": "func main() {", "max_tokens": 1500, "ignore_eos": true, "temperature": 0}
+	resp, _, _ := firstChunk(t, ctx, ts.URL+"/v1/completions", long)
+	defer resp.Body.Close()
+
+	// The second waits in the queue…
+	type result struct {
+		status int
+		body   []byte
+	}
+	queued := make(chan result, 1)
+	go func() {
+		resp, err := send(context.Background(), ts.URL+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 3})
+		if err != nil {
+			queued <- result{0, []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		var b []byte
+		b, _ = readAll(resp)
+		queued <- result{resp.StatusCode, b}
+	}()
+	waitFor(t, "a queued request", 10*time.Second, func() bool { _, q := srv.Metrics(); return q == 1 })
+
+	// …the third finds the queue full.
+	start := time.Now()
+	resp3, b := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 3})
+	checkError(t, resp3, b, http.StatusTooManyRequests, "-", "queue_full")
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the 429 took %v", d)
+	}
+
+	cancel() // the long stream goes away; the queued request runs
+	r := <-queued
+	if r.status != http.StatusOK {
+		t.Errorf("the queued request: %d %s", r.status, r.body)
+	}
+	waitFor(t, "the server to be idle", 10*time.Second, func() bool { return idle(srv) })
+}
+
+// A full key/value cache before the first token is a 503 with Retry-After; once
+// memory is free the same request succeeds. Running out after some tokens ends the
+// text with finish_reason "length".
+func TestKVCacheFull(t *testing.T) {
+	// A budget of 8 blocks of 16 positions: 128 tokens for all sequences together.
+	srv, ts := startServer(t, Config{KVBudget: 8 * 16 * 8 * 2 * 2 * 64 * 4})
+	kv := srv.target.KVStats()
+	if kv.Blocks != 8 {
+		t.Fatalf("the test budget gives %d blocks: %+v", kv.Blocks, kv)
+	}
+	// Another sequence holds all but one block.
+	hog := holdBlocks(t, srv, kv.Blocks-1)
+	body := map[string]any{"prompt": "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"hello, world\")\n}\n", "max_tokens": 8, "temperature": 0}
+	resp, b := post(t, ts.URL+"/v1/completions", body)
+	checkError(t, resp, b, http.StatusServiceUnavailable, "-", "kv_cache_full")
+	// Streams get the same 503: the headers wait for the first token.
+	body["stream"] = true
+	resp, b = post(t, ts.URL+"/v1/completions", body)
+	checkError(t, resp, b, http.StatusServiceUnavailable, "-", "kv_cache_full")
+	delete(body, "stream")
+
+	// A short prompt fits in the last block but the output does not.
+	r := complete(t, ts.URL+"/v1/completions", map[string]any{"prompt": "func main() {", "max_tokens": 100, "ignore_eos": true, "temperature": 0})
+	if r.finish() != "length" || r.Usage.CompletionTokens == 0 || r.Usage.CompletionTokens >= 100 {
+		t.Errorf("out of memory mid-way: finish %q after %d tokens", r.finish(), r.Usage.CompletionTokens)
+	}
+
+	hog.Close()
+	r = complete(t, ts.URL+"/v1/completions", body)
+	if r.Usage.CompletionTokens != 8 {
+		t.Errorf("after memory came back: %+v", r.Usage)
+	}
+	waitFor(t, "the cache to be free", 5*time.Second, func() bool { return idle(srv) })
+}
+
+// holdBlocks fills a sequence of the target with n blocks' worth of tokens.
+func holdBlocks(t *testing.T, srv *Server, n int) model.Sequence {
+	t.Helper()
+	seq, err := srv.target.NewSequence(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := make([]int32, n*srv.target.KVStats().BlockSize)
+	for i := range toks {
+		toks[i] = int32(i % 100)
+	}
+	if err := seq.Forward(context.Background(), model.Batch{Tokens: toks}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seq.Close() })
+	return seq
+}
+
+func readAll(resp *http.Response) ([]byte, error) {
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			if err.Error() == "EOF" {
+				return []byte(b.String()), nil
+			}
+			return []byte(b.String()), err
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+)
+
+// A server for the demo pair, answering one completion. On the command line the same
+// is
+//
+//	go run ./examples/server -addr localhost:8080
+//	curl -s localhost:8080/v1/completions -d '{"prompt": "func main() {", "max_tokens": 8}'
+func ExampleNew() {
+	srv, err := New(Config{
+		Model:             "../../models/gocoder-m-q8_0.gguf",
+		DraftModel:        "../../models/gocoder-xs-q8_0.gguf",
+		NGram:             true,
+		SpeculativeTokens: 8,
+		Adaptive:          true,
+		Pacing:            20e6, // 20 ms
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	defer srv.Shutdown(context.Background())
+
+	resp, err := http.Post(ts.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt": "func main() {", "max_tokens": 8, "temperature": 0, "ignore_eos": true}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Object  string
+		Choices []struct{ Text, Finish_reason string }
+		Usage   struct{ Completion_tokens int }
+	}
+	json.NewDecoder(resp.Body).Decode(&c)
+	fmt.Println(resp.StatusCode, c.Object, c.Choices[0].Finish_reason, c.Usage.Completion_tokens)
+	// Output: 200 text_completion length 8
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+)
+
+var (
+	fuzzOnce sync.Once
+	fuzzSrv  *Server
+	fuzzErr  error
+)
+
+// FuzzParse feeds arbitrary bodies to the request decoding and validation of both
+// generation endpoints: nothing may panic, and every refusal is an OpenAI error with
+// a status the API uses.
+//
+//	go test ./examples/server -run XXX -fuzz FuzzParse -fuzztime 30s
+func FuzzParse(f *testing.F) {
+	demoModels(f)
+	fuzzOnce.Do(func() {
+		fuzzSrv, fuzzErr = New(Config{Model: testTarget, ChatTemplate: chatmlTemplate(f), ContextLength: 512, MaxBodyBytes: 1 << 16})
+	})
+	if fuzzErr != nil {
+		f.Fatal(fuzzErr)
+	}
+	for _, seed := range []string{
+		`{"prompt": "func main() {", "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 3, "stop": ["\n\n", "}"], "stream": true, "stream_options": {"include_usage": true}}`,
+		`{"prompt": [1, 2, 3], "echo": true, "n": 1, "logprobs": null}`,
+		`{"prompt": [[5, 6]], "stop": "x", "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1}`,
+		`{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_completion_tokens": 8}`,
+		`{"messages": [{"role": "developer", "content": null}, {"role": "assistant", "content": "a", "name": "bob"}], "chat_template_kwargs": {"code_prefix": 1}}`,
+		`{"messages": [{"role": "tool", "content": "x"}]}`,
+		`{"model": "nope", "prompt": "x"}`,
+		`{"prompt": "x", "temperature": 1e999}`,
+		`{"prompt": "x", "max_tokens": 9999999999999999999}`,
+		`{"prompt": "x", "seed": -9223372036854775808}`,
+		`{"prompt": "\u0000\ud800", "stop": ["", "", "", ""]}`,
+		`[]`, `null`, `"x"`, `{`, ``, `{"prompt": {}}`, `{"messages": [null]}`, `{"messages": [{"role": 5}]}`,
+		`{"prompt": "x", "logit_bias": {"1": 2}, "tools": [], "tool_choice": "auto", "response_format": {"type": "text"}}`,
+	} {
+		f.Add([]byte(seed), false)
+		f.Add([]byte(seed), true)
+	}
+	allowed := map[int]bool{400: true, 404: true, 413: true}
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		s := fuzzSrv
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/v1/completions", bytes.NewReader(body))
+		var q request
+		if e := decodeBody(w, r, s.cfg.MaxBodyBytes, &q); e != nil {
+			check(t, e, allowed)
+			return
+		}
+		j, e := s.parse(&q, chat)
+		if e != nil {
+			check(t, e, allowed)
+			return
+		}
+		if len(j.req.Prompt) == 0 || len(j.req.Prompt) >= s.info.ContextLength || j.req.MaxTokens < 0 {
+			t.Fatalf("accepted a job with %d prompt tokens and max_tokens %d", len(j.req.Prompt), j.req.MaxTokens)
+		}
+		if err := j.req.Sampling.Validate(); err != nil {
+			t.Fatalf("accepted invalid sampling: %v", err)
+		}
+	})
+}
+
+func check(t *testing.T, e *apiError, allowed map[int]bool) {
+	t.Helper()
+	if !allowed[e.Status] || e.Message == "" || e.Type == "" {
+		t.Fatalf("error %+v", e)
+	}
+	w := httptest.NewRecorder()
+	writeError(w, e)
+	if w.Code != e.Status || !bytes.HasPrefix(w.Body.Bytes(), []byte(`{"error":{"message":`)) {
+		t.Fatalf("wrote %d %s", w.Code, w.Body.Bytes())
+	}
+}

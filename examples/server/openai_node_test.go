@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestOpenAINodeClient drives a live server with the official openai npm client
+// (testdata/openai_client.mjs): completions and chat, whole and streamed, and errors
+// surfacing as APIError with the server's status. It needs node and the package:
+//
+//	cd examples/server/testdata && npm install
+//
+// and skips, saying so, without them.
+func TestOpenAINodeClient(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: skipping the openai npm client test")
+	}
+	if _, err := os.Stat("testdata/node_modules/openai/package.json"); err != nil {
+		t.Skip("the openai npm package is not installed: run `npm install` in examples/server/testdata to run this test")
+	}
+	demoModels(t)
+	cfg := speculativeConfig()
+	cfg.Model = withChatTemplate(t, testTarget, t.TempDir(), chatmlTemplate(t))
+	cfg.ModelName = "gocoder"
+	srv, ts := startServer(t, cfg)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "openai_client.mjs", ts.URL+"/v1", "gocoder")
+	cmd.Dir = "testdata"
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node openai_client.mjs: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Models     []string
+		Completion struct {
+			Text, Finish, Object, ID string
+			Usage                    struct{ Prompt_tokens, Completion_tokens, Total_tokens int }
+		}
+		CompletionStream struct {
+			Text, Finish string
+			Chunks       int
+		}
+		Chat struct {
+			Content, Role, Finish, Object string
+			Usage                         struct{ Completion_tokens int }
+		}
+		ChatStream struct {
+			Content, Role, Finish string
+			Usage                 *struct{ Completion_tokens int }
+		}
+		ChatStreamHelper struct{ Content, Finish string }
+		BadTemperature   nodeError
+		UnknownModel     nodeError
+		BadStream        nodeError
+	}
+	if err := json.Unmarshal(stdout, &got); err != nil {
+		t.Fatalf("%v in %s", err, stdout)
+	}
+	t.Logf("openai client saw: %s", stdout)
+
+	wantText := reference(t, srv, "func main() {", 24)
+	rendered := "<|im_start|>system\nYou write Go.<|im_end|>\n<|im_start|>user\nWrite a function that reverses a string.<|im_end|>\n<|im_start|>assistant\n"
+	wantChat := reference(t, srv, rendered, 24)
+	if strings.Join(got.Models, ",") != "gocoder,gocoder-m-q8_0-chat,gocoder-m" {
+		t.Errorf("models %v", got.Models)
+	}
+	c := got.Completion
+	if c.Text != wantText || c.Finish == "" || c.Object != "text_completion" || !strings.HasPrefix(c.ID, "cmpl-") ||
+		c.Usage.Total_tokens != c.Usage.Prompt_tokens+c.Usage.Completion_tokens {
+		t.Errorf("completion %+v, want text %q", c, wantText)
+	}
+	if s := got.CompletionStream; s.Text != wantText || s.Finish != c.Finish || s.Chunks < 2 {
+		t.Errorf("completion stream %+v", s)
+	}
+	if ch := got.Chat; ch.Content != wantChat || ch.Role != "assistant" || ch.Object != "chat.completion" || ch.Usage.Completion_tokens == 0 {
+		t.Errorf("chat %+v, want %q", ch, wantChat)
+	}
+	if s := got.ChatStream; s.Content != wantChat || s.Role != "assistant" || s.Finish != got.Chat.Finish || s.Usage == nil || s.Usage.Completion_tokens != got.Chat.Usage.Completion_tokens {
+		t.Errorf("chat stream %+v", s)
+	}
+	if h := got.ChatStreamHelper; h.Content != wantChat || h.Finish != got.Chat.Finish {
+		t.Errorf("chat stream helper %+v", h)
+	}
+	got.BadTemperature.check(t, "temperature 5", 400, "BadRequestError", "temperature")
+	got.UnknownModel.check(t, "unknown model", 404, "NotFoundError", "model")
+	got.BadStream.check(t, "streamed top_p 0", 400, "BadRequestError", "top_p")
+}
+
+// nodeError is what the script saw of a failed call.
+type nodeError struct {
+	Thrown, APIError bool
+	Name             string
+	Status           int
+	Param, Code      *string
+	Message          string
+}
+
+func (e nodeError) check(t *testing.T, what string, status int, name, param string) {
+	t.Helper()
+	if !e.Thrown || !e.APIError || e.Status != status || e.Name != name || e.Param == nil || *e.Param != param || e.Message == "" {
+		t.Errorf("%s: %+v, want %s %d on %s", what, e, name, status, param)
+	}
+}

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var testPrompts = []string{
+	"func main() {",
+	"package strings\n\n// Reverse returns",
+	"func (b *Buffer) Len() int {",
+	"import (\n\t\"fmt\"\n",
+}
+
+// The server's greedy output is the target's own greedy output, token for token,
+// whether it speculates or not.
+func TestCompletionGreedyMatchesPlainDecoding(t *testing.T) {
+	srv, ts := startServer(t, speculativeConfig())
+	for _, prompt := range testPrompts[:2] {
+		want := reference(t, srv, prompt, 48)
+		r := complete(t, ts.URL+"/v1/completions", map[string]any{
+			"model": "gocoder-m-q8_0", "prompt": prompt, "max_tokens": 48, "temperature": 0,
+		})
+		if got := r.text(); got != want {
+			t.Errorf("prompt %q:\n got %q\nwant %q", prompt, got, want)
+		}
+		if r.Object != "text_completion" || !strings.HasPrefix(r.ID, "cmpl-") || r.Model != "gocoder-m-q8_0" || r.Created == 0 {
+			t.Errorf("envelope: %+v", r)
+		}
+		if len(r.Choices) != 1 || r.Choices[0].Index != 0 || r.Choices[0].Logprobs != nil {
+			t.Errorf("choices: %+v", r.Choices)
+		}
+		if r.Usage == nil || r.Usage.PromptTokens != len(srv.tok.Encode(prompt, srv.tok.DefaultOptions())) ||
+			r.Usage.TotalTokens != r.Usage.PromptTokens+r.Usage.CompletionTokens || r.Usage.CompletionTokens == 0 {
+			t.Errorf("usage: %+v", r.Usage)
+		}
+		if r.Timings == nil || !r.Timings.Speculative {
+			t.Errorf("timings: %+v (want a speculative run)", r.Timings)
+		}
+		if f := r.finish(); f != "length" && f != "stop" {
+			t.Errorf("finish_reason %q", f)
+		}
+	}
+}
+
+// A stream's chunks add up to the non-streaming text; the stream ends with a chunk
+// carrying the finish reason, the usage chunk when asked for, and [DONE].
+func TestStreamingMatchesNonStreaming(t *testing.T) {
+	srv, ts := startServer(t, speculativeConfig())
+	for _, prompt := range testPrompts {
+		want := reference(t, srv, prompt, 40)
+		body := map[string]any{"prompt": prompt, "max_tokens": 40, "temperature": 0, "stream_options": map[string]any{"include_usage": true}}
+		s := stream(t, ts.URL+"/v1/completions", body)
+		if !s.done {
+			t.Fatalf("prompt %q: the stream did not end with [DONE]", prompt)
+		}
+		if got := s.text(); got != want {
+			t.Errorf("prompt %q: stream\n got %q\nwant %q", prompt, got, want)
+		}
+		n := len(s.chunks)
+		if n < 3 {
+			t.Fatalf("only %d chunks", n)
+		}
+		last, fin := s.chunks[n-1], s.chunks[n-2]
+		if len(last.Choices) != 0 || last.Usage == nil || last.Usage.CompletionTokens == 0 {
+			t.Errorf("usage chunk: %+v", last)
+		}
+		if fin.finish() == "" || fin.text() != "" {
+			t.Errorf("finish chunk: %+v", fin)
+		}
+		for i, c := range s.chunks {
+			if c.Object != "text_completion" || c.ID != s.chunks[0].ID || (i < n-2 && c.finish() != "") {
+				t.Errorf("chunk %d: %+v", i, c)
+			}
+			if i < n-1 && c.Usage != nil {
+				t.Errorf("chunk %d carries usage", i)
+			}
+		}
+		// Without include_usage there is no usage chunk.
+		s = stream(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 40, "temperature": 0})
+		if got := s.text(); got != want || !s.done || s.chunks[len(s.chunks)-1].finish() == "" {
+			t.Errorf("prompt %q without usage: %q, done %v", prompt, got, s.done)
+		}
+	}
+}
+
+// Sampling with a seed is reproducible; top_p and temperature reach the sampler.
+func TestSeededSampling(t *testing.T) {
+	_, ts := startServer(t, speculativeConfig())
+	body := map[string]any{"prompt": "func main() {", "max_tokens": 24, "temperature": 0.9, "top_p": 0.95, "seed": 42}
+	a := complete(t, ts.URL+"/v1/completions", body).text()
+	b := complete(t, ts.URL+"/v1/completions", body).text()
+	if a != b {
+		t.Errorf("seed 42 gave %q, then %q", a, b)
+	}
+	body["stream"] = true
+	if s := stream(t, ts.URL+"/v1/completions", body); s.text() != a {
+		t.Errorf("streamed with seed 42: %q, want %q", s.text(), a)
+	}
+}
+
+// Stop strings end the text before the first of them, streamed or not.
+func TestStopStrings(t *testing.T) {
+	srv, ts := startServer(t, speculativeConfig())
+	prompt := testPrompts[0]
+	full := reference(t, srv, prompt, 48)
+	stop := "strings"
+	i := strings.Index(full, stop)
+	if i < 0 {
+		t.Fatalf("reference %q lacks %q: pick another stop string", full, stop)
+	}
+	for _, s := range []any{stop, []string{"zzzz", stop}} {
+		body := map[string]any{"prompt": prompt, "max_tokens": 48, "temperature": 0, "stop": s}
+		r := complete(t, ts.URL+"/v1/completions", body)
+		if r.text() != full[:i] || r.finish() != "stop" {
+			t.Errorf("stop %v: %q (%s), want %q (stop)", s, r.text(), r.finish(), full[:i])
+		}
+		st := stream(t, ts.URL+"/v1/completions", body)
+		if st.text() != full[:i] || st.finish() != "stop" {
+			t.Errorf("stop %v streamed: %q (%s), want %q", s, st.text(), st.finish(), full[:i])
+		}
+	}
+}
+
+// echo puts the prompt in front; a prompt of token ids is the same prompt.
+func TestEchoAndTokenPrompts(t *testing.T) {
+	srv, ts := startServer(t, speculativeConfig())
+	prompt := testPrompts[2]
+	want := reference(t, srv, prompt, 20)
+	r := complete(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 20, "temperature": 0, "echo": true})
+	if r.text() != prompt+want {
+		t.Errorf("echo: %q, want %q", r.text(), prompt+want)
+	}
+	ids := srv.tok.Encode(prompt, srv.tok.DefaultOptions())
+	for _, p := range []any{ids, [][]int32{ids}, []string{prompt}} {
+		r := complete(t, ts.URL+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 20, "temperature": 0})
+		if r.text() != want {
+			t.Errorf("prompt %v: %q, want %q", p, r.text(), want)
+		}
+	}
+	s := stream(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 20, "temperature": 0, "echo": true})
+	if s.text() != prompt+want {
+		t.Errorf("streamed echo: %q", s.text())
+	}
+}
+
+// A model with a chat template answers chat requests, streamed or not, with the text
+// a completion of the rendered prompt gives.
+func TestChat(t *testing.T) {
+	demoModels(t)
+	tmpl := chatmlTemplate(t)
+	target := withChatTemplate(t, testTarget, t.TempDir(), tmpl)
+	cfg := speculativeConfig()
+	cfg.Model = target
+	srv, ts := startServer(t, cfg)
+	if srv.chat == nil {
+		t.Fatal("the template was not found")
+	}
+	msgs := []map[string]any{
+		{"role": "system", "content": "You write Go."},
+		{"role": "user", "content": "  Write a function that reverses a string.  "},
+	}
+	rendered := "<|im_start|>system\nYou write Go.<|im_end|>\n<|im_start|>user\nWrite a function that reverses a string.<|im_end|>\n<|im_start|>assistant\n"
+	want := reference(t, srv, rendered, 32)
+
+	r := complete(t, ts.URL+"/v1/chat/completions", map[string]any{"model": "gocoder-m-q8_0-chat", "messages": msgs, "max_tokens": 32, "temperature": 0})
+	if r.Object != "chat.completion" || !strings.HasPrefix(r.ID, "chatcmpl-") || r.Model != "gocoder-m-q8_0-chat" {
+		t.Errorf("envelope: %+v", r)
+	}
+	if len(r.Choices) != 1 || r.Choices[0].Message == nil || r.Choices[0].Message.Role != "assistant" {
+		t.Fatalf("choices: %+v", r.Choices)
+	}
+	if r.text() != want {
+		t.Errorf("chat: %q, want %q", r.text(), want)
+	}
+	if r.Usage == nil || r.Usage.PromptTokens != len(srv.tok.Encode(rendered, srv.tok.DefaultOptions())) {
+		t.Errorf("usage %+v", r.Usage)
+	}
+	// max_completion_tokens is chat's newer name for max_tokens.
+	r2 := complete(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": msgs, "max_completion_tokens": 32, "temperature": 0})
+	if r2.text() != want {
+		t.Errorf("max_completion_tokens: %q", r2.text())
+	}
+
+	s := stream(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 32, "temperature": 0,
+		"stream_options": map[string]any{"include_usage": true}})
+	if !s.done || s.text() != want {
+		t.Errorf("chat stream: %q (done %v), want %q", s.text(), s.done, want)
+	}
+	first := s.chunks[0]
+	if first.Object != "chat.completion.chunk" || first.Choices[0].Delta == nil || first.Choices[0].Delta.Role == nil || *first.Choices[0].Delta.Role != "assistant" {
+		t.Errorf("first chunk: %s", s.raw[0].data)
+	}
+	if n := len(s.chunks); s.chunks[n-1].Usage == nil || s.chunks[n-2].finish() == "" {
+		t.Errorf("end of stream: %s | %s", s.raw[n-2].data, s.raw[n-1].data)
+	}
+	for i, c := range s.chunks[1:] {
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Role != nil {
+			t.Errorf("chunk %d repeats the role", i+1)
+		}
+	}
+
+	// chat_template_kwargs reach the template.
+	r3 := complete(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 8, "temperature": 0,
+		"chat_template_kwargs": map[string]any{"code_prefix": "func Reverse("}})
+	if want := reference(t, srv, rendered+"func Reverse(", 8); r3.text() != want {
+		t.Errorf("chat_template_kwargs: %q, want %q", r3.text(), want)
+	}
+
+	// The template's raise_exception is a 400 with its message.
+	resp, b := post(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "tool", "content": "x"}}})
+	e := decode(t, b)
+	if resp.StatusCode != 400 || e.Error == nil || !strings.Contains(e.Error.Message, "Unsupported role: tool") || *e.Error.Code != "chat_template_error" {
+		t.Errorf("raise_exception: %d %s", resp.StatusCode, b)
+	}
+}
+
+// The demo models have no chat template: chat requests get a clear 400.
+func TestChatWithoutTemplate(t *testing.T) {
+	_, ts := startServer(t, Config{})
+	resp, b := post(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}}})
+	e := decode(t, b)
+	if resp.StatusCode != http.StatusBadRequest || e.Error == nil || e.Error.Code == nil || *e.Error.Code != "chat_template_missing" ||
+		!strings.Contains(e.Error.Message, "no chat template") {
+		t.Errorf("%d %s", resp.StatusCode, b)
+	}
+}
+
+// -chat-template-file gives a model without one a template.
+func TestChatTemplateOverride(t *testing.T) {
+	_, ts := startServer(t, Config{ChatTemplate: chatmlTemplate(t)})
+	r := complete(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}}, "max_tokens": 4})
+	if r.Choices[0].Message == nil {
+		t.Errorf("%+v", r)
+	}
+}
+
+// Templates come from GGUF metadata, chat_template.jinja or tokenizer_config.json.
+func TestReadChatTemplate(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(want string) {
+		t.Helper()
+		got, _, err := readChatTemplate(dir)
+		if err != nil || got != want {
+			t.Errorf("got %q, %v; want %q", got, err, want)
+		}
+	}
+	check("")
+	write("tokenizer_config.json", `{"chat_template": null}`)
+	check("")
+	write("tokenizer_config.json", `{"chat_template": "{{ messages }}"}`)
+	check("{{ messages }}")
+	write("tokenizer_config.json", `{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]}`)
+	check("D")
+	write("chat_template.jinja", "J")
+	check("J")
+	write("chat_template.jinja", "")
+	os.Remove(filepath.Join(dir, "chat_template.jinja"))
+	write("tokenizer_config.json", `{"chat_template": 7}`)
+	if _, _, err := readChatTemplate(dir); err == nil {
+		t.Error("a chat_template of 7 was accepted")
+	}
+	demoModels(t)
+	if src, _, err := readChatTemplate(testTarget); err != nil || src != "" {
+		t.Errorf("gocoder-m: %q, %v", src, err)
+	}
+	p := withChatTemplate(t, testDraft, dir, "X")
+	if src, _, err := readChatTemplate(p); err != nil || src != "X" {
+		t.Errorf("copy with template: %q, %v", src, err)
+	}
+}
+
+func TestModelsAndHealth(t *testing.T) {
+	_, ts := startServer(t, Config{ModelName: "coder"})
+	resp, err := http.Get(ts.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Object string
+		Data   []modelCard
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if list.Object != "list" || len(list.Data) != 3 || list.Data[0].ID != "coder" || list.Data[1].ID != "gocoder-m-q8_0" || list.Data[2].ID != "gocoder-m" {
+		t.Errorf("models: %+v", list)
+	}
+	for _, name := range []string{"coder", "gocoder-m-q8_0", "gocoder-m"} {
+		r := complete(t, ts.URL+"/v1/completions", map[string]any{"model": name, "prompt": "x", "max_tokens": 1})
+		if r.Model != name {
+			t.Errorf("asked for %q, answered as %q", name, r.Model)
+		}
+	}
+	resp, err = http.Get(ts.URL + "/v1/models/coder")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/models/coder: %v %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	for _, path := range []string{"/healthz", "/health"} {
+		resp, err = http.Get(ts.URL + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `"ok"`) {
+			t.Errorf("%s: %s", path, b)
+		}
+	}
+}
+
+func TestParseHelpers(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "1048576": 1 << 20, "256MiB": 256 << 20, "1.5GiB": 3 << 29, "64M": 64 << 20, "100MB": 100e6, "512 KiB": 512 << 10} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1", "5TB", "1e300"} {
+		if _, err := parseBytes(bad); err == nil {
+			t.Errorf("parseBytes(%q) succeeded", bad)
+		}
+	}
+	if k, a, err := parseK("auto"); k != adaptiveMaxK || !a || err != nil {
+		t.Error("auto")
+	}
+	if k, a, err := parseK("3"); k != 3 || a || err != nil {
+		t.Error("3")
+	}
+	for _, bad := range []string{"-1", "65", "x"} {
+		if _, _, err := parseK(bad); err == nil {
+			t.Errorf("parseK(%q) succeeded", bad)
+		}
+	}
+	if got := modelNames("a", "/x/m.gguf", "m"); strings.Join(got, ",") != "a,m" {
+		t.Errorf("modelNames: %v", got)
+	}
+}

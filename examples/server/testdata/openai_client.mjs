@@ -1,0 +1,95 @@
+// Drives a running specula server with the official OpenAI client and prints what it
+// saw as one JSON object. TestOpenAINodeClient starts the server and checks the output.
+//
+//   node openai_client.mjs http://127.0.0.1:PORT/v1 MODEL
+import OpenAI from "openai";
+
+const [baseURL, model] = process.argv.slice(2);
+if (!baseURL || !model) {
+  console.error("usage: node openai_client.mjs BASE_URL MODEL");
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
+const prompt = "func main() {";
+const messages = [
+  { role: "system", content: "You write Go." },
+  { role: "user", content: "Write a function that reverses a string." },
+];
+const out = {};
+
+// Models.
+const models = [];
+for await (const m of client.models.list()) models.push(m.id);
+out.models = models;
+
+// Completions, whole and streamed.
+const c = await client.completions.create({ model, prompt, max_tokens: 24, temperature: 0 });
+out.completion = { text: c.choices[0].text, finish: c.choices[0].finish_reason, usage: c.usage, object: c.object, id: c.id };
+
+let text = "";
+let finish = null;
+let chunks = 0;
+const cs = await client.completions.create({ model, prompt, max_tokens: 24, temperature: 0, stream: true });
+for await (const chunk of cs) {
+  chunks++;
+  for (const ch of chunk.choices) {
+    text += ch.text;
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+}
+out.completionStream = { text, finish, chunks };
+
+// Chat, whole and streamed with usage.
+const cc = await client.chat.completions.create({ model, messages, max_tokens: 24, temperature: 0 });
+out.chat = { content: cc.choices[0].message.content, role: cc.choices[0].message.role, finish: cc.choices[0].finish_reason, usage: cc.usage, object: cc.object };
+
+let content = "";
+let role = null;
+let chatFinish = null;
+let usage = null;
+const ccs = await client.chat.completions.create({
+  model, messages, max_tokens: 24, temperature: 0, stream: true, stream_options: { include_usage: true },
+});
+for await (const chunk of ccs) {
+  if (chunk.usage) usage = chunk.usage;
+  for (const ch of chunk.choices) {
+    if (ch.delta.role) role = ch.delta.role;
+    if (ch.delta.content) content += ch.delta.content;
+    if (ch.finish_reason) chatFinish = ch.finish_reason;
+  }
+}
+out.chatStream = { content, role, finish: chatFinish, usage };
+
+// The stream helper of the client, which accumulates the message itself.
+const runner = client.chat.completions.stream({ model, messages, max_tokens: 24, temperature: 0 });
+const final = await runner.finalChatCompletion();
+out.chatStreamHelper = { content: final.choices[0].message.content, finish: final.choices[0].finish_reason };
+
+// Errors surface as APIError subclasses with the server's status, param and code.
+async function failure(fn) {
+  try {
+    await fn();
+    return { thrown: false };
+  } catch (err) {
+    return {
+      thrown: true,
+      apiError: err instanceof OpenAI.APIError,
+      name: err.constructor.name,
+      status: err.status,
+      param: err.param ?? null,
+      code: err.code ?? null,
+      type: err.type ?? null,
+      message: err.message,
+    };
+  }
+}
+out.badTemperature = await failure(() => client.completions.create({ model, prompt, temperature: 5 }));
+out.unknownModel = await failure(() => client.chat.completions.create({ model: "gpt-4o", messages }));
+out.badStream = await failure(async () => {
+  const s = await client.chat.completions.create({ model, messages, top_p: 0, stream: true });
+  for await (const _ of s) {
+    // not reached
+  }
+});
+
+console.log(JSON.stringify(out));
