@@ -32,3 +32,6 @@ func axpyAVX2(alpha float32, x, y []float32) { panic("unreachable") }
 func weightedSumAVX2(w []float32, ldw int, v []float32, cnt int, out []float32, heads, hd int) {
 	panic("unreachable")
 }
+
+func siluMulAVX2(dst, gate, up []float32)          { panic("unreachable") }
+func expShiftedAVX2(v []float32, mx, invT float32) { panic("unreachable") }

@@ -12616,3 +12616,231 @@ ws_next_col:
 ws_done:
 	VZEROUPPER
 	RET
+
+DATA expconst<>+0(SB)/4, $0x80000000
+DATA expconst<>+4(SB)/4, $0x80000000
+DATA expconst<>+8(SB)/4, $0x80000000
+DATA expconst<>+12(SB)/4, $0x80000000
+DATA expconst<>+16(SB)/4, $0x80000000
+DATA expconst<>+20(SB)/4, $0x80000000
+DATA expconst<>+24(SB)/4, $0x80000000
+DATA expconst<>+28(SB)/4, $0x80000000
+DATA expconst<>+32(SB)/4, $0xc2aeac4f
+DATA expconst<>+36(SB)/4, $0xc2aeac4f
+DATA expconst<>+40(SB)/4, $0xc2aeac4f
+DATA expconst<>+44(SB)/4, $0xc2aeac4f
+DATA expconst<>+48(SB)/4, $0xc2aeac4f
+DATA expconst<>+52(SB)/4, $0xc2aeac4f
+DATA expconst<>+56(SB)/4, $0xc2aeac4f
+DATA expconst<>+60(SB)/4, $0xc2aeac4f
+DATA expconst<>+64(SB)/4, $0x3fb8aa3b
+DATA expconst<>+68(SB)/4, $0x3fb8aa3b
+DATA expconst<>+72(SB)/4, $0x3fb8aa3b
+DATA expconst<>+76(SB)/4, $0x3fb8aa3b
+DATA expconst<>+80(SB)/4, $0x3fb8aa3b
+DATA expconst<>+84(SB)/4, $0x3fb8aa3b
+DATA expconst<>+88(SB)/4, $0x3fb8aa3b
+DATA expconst<>+92(SB)/4, $0x3fb8aa3b
+DATA expconst<>+96(SB)/4, $0x3f000000
+DATA expconst<>+100(SB)/4, $0x3f000000
+DATA expconst<>+104(SB)/4, $0x3f000000
+DATA expconst<>+108(SB)/4, $0x3f000000
+DATA expconst<>+112(SB)/4, $0x3f000000
+DATA expconst<>+116(SB)/4, $0x3f000000
+DATA expconst<>+120(SB)/4, $0x3f000000
+DATA expconst<>+124(SB)/4, $0x3f000000
+DATA expconst<>+128(SB)/4, $0x3f318000
+DATA expconst<>+132(SB)/4, $0x3f318000
+DATA expconst<>+136(SB)/4, $0x3f318000
+DATA expconst<>+140(SB)/4, $0x3f318000
+DATA expconst<>+144(SB)/4, $0x3f318000
+DATA expconst<>+148(SB)/4, $0x3f318000
+DATA expconst<>+152(SB)/4, $0x3f318000
+DATA expconst<>+156(SB)/4, $0x3f318000
+DATA expconst<>+160(SB)/4, $0xb95e8083
+DATA expconst<>+164(SB)/4, $0xb95e8083
+DATA expconst<>+168(SB)/4, $0xb95e8083
+DATA expconst<>+172(SB)/4, $0xb95e8083
+DATA expconst<>+176(SB)/4, $0xb95e8083
+DATA expconst<>+180(SB)/4, $0xb95e8083
+DATA expconst<>+184(SB)/4, $0xb95e8083
+DATA expconst<>+188(SB)/4, $0xb95e8083
+DATA expconst<>+192(SB)/4, $0x39506967
+DATA expconst<>+196(SB)/4, $0x39506967
+DATA expconst<>+200(SB)/4, $0x39506967
+DATA expconst<>+204(SB)/4, $0x39506967
+DATA expconst<>+208(SB)/4, $0x39506967
+DATA expconst<>+212(SB)/4, $0x39506967
+DATA expconst<>+216(SB)/4, $0x39506967
+DATA expconst<>+220(SB)/4, $0x39506967
+DATA expconst<>+224(SB)/4, $0x3ab743ce
+DATA expconst<>+228(SB)/4, $0x3ab743ce
+DATA expconst<>+232(SB)/4, $0x3ab743ce
+DATA expconst<>+236(SB)/4, $0x3ab743ce
+DATA expconst<>+240(SB)/4, $0x3ab743ce
+DATA expconst<>+244(SB)/4, $0x3ab743ce
+DATA expconst<>+248(SB)/4, $0x3ab743ce
+DATA expconst<>+252(SB)/4, $0x3ab743ce
+DATA expconst<>+256(SB)/4, $0x3c088908
+DATA expconst<>+260(SB)/4, $0x3c088908
+DATA expconst<>+264(SB)/4, $0x3c088908
+DATA expconst<>+268(SB)/4, $0x3c088908
+DATA expconst<>+272(SB)/4, $0x3c088908
+DATA expconst<>+276(SB)/4, $0x3c088908
+DATA expconst<>+280(SB)/4, $0x3c088908
+DATA expconst<>+284(SB)/4, $0x3c088908
+DATA expconst<>+288(SB)/4, $0x3d2aa9c1
+DATA expconst<>+292(SB)/4, $0x3d2aa9c1
+DATA expconst<>+296(SB)/4, $0x3d2aa9c1
+DATA expconst<>+300(SB)/4, $0x3d2aa9c1
+DATA expconst<>+304(SB)/4, $0x3d2aa9c1
+DATA expconst<>+308(SB)/4, $0x3d2aa9c1
+DATA expconst<>+312(SB)/4, $0x3d2aa9c1
+DATA expconst<>+316(SB)/4, $0x3d2aa9c1
+DATA expconst<>+320(SB)/4, $0x3e2aaaaa
+DATA expconst<>+324(SB)/4, $0x3e2aaaaa
+DATA expconst<>+328(SB)/4, $0x3e2aaaaa
+DATA expconst<>+332(SB)/4, $0x3e2aaaaa
+DATA expconst<>+336(SB)/4, $0x3e2aaaaa
+DATA expconst<>+340(SB)/4, $0x3e2aaaaa
+DATA expconst<>+344(SB)/4, $0x3e2aaaaa
+DATA expconst<>+348(SB)/4, $0x3e2aaaaa
+DATA expconst<>+352(SB)/4, $0x3f000000
+DATA expconst<>+356(SB)/4, $0x3f000000
+DATA expconst<>+360(SB)/4, $0x3f000000
+DATA expconst<>+364(SB)/4, $0x3f000000
+DATA expconst<>+368(SB)/4, $0x3f000000
+DATA expconst<>+372(SB)/4, $0x3f000000
+DATA expconst<>+376(SB)/4, $0x3f000000
+DATA expconst<>+380(SB)/4, $0x3f000000
+DATA expconst<>+384(SB)/4, $0x3f800000
+DATA expconst<>+388(SB)/4, $0x3f800000
+DATA expconst<>+392(SB)/4, $0x3f800000
+DATA expconst<>+396(SB)/4, $0x3f800000
+DATA expconst<>+400(SB)/4, $0x3f800000
+DATA expconst<>+404(SB)/4, $0x3f800000
+DATA expconst<>+408(SB)/4, $0x3f800000
+DATA expconst<>+412(SB)/4, $0x3f800000
+DATA expconst<>+416(SB)/4, $0x0000007f
+DATA expconst<>+420(SB)/4, $0x0000007f
+DATA expconst<>+424(SB)/4, $0x0000007f
+DATA expconst<>+428(SB)/4, $0x0000007f
+DATA expconst<>+432(SB)/4, $0x0000007f
+DATA expconst<>+436(SB)/4, $0x0000007f
+DATA expconst<>+440(SB)/4, $0x0000007f
+DATA expconst<>+444(SB)/4, $0x0000007f
+GLOBL expconst<>(SB), RODATA|NOPTR, $448
+
+// func siluMulAVX2(dst []float32, gate []float32, up []float32)
+// Requires: AVX, AVX2
+TEXT ·siluMulAVX2(SB), NOSPLIT, $0-72
+	MOVQ   dst_base+0(FP), AX
+	MOVQ   gate_base+24(FP), CX
+	MOVQ   up_base+48(FP), DX
+	MOVQ   gate_len+32(FP), BX
+	SHRQ   $0x03, BX
+	VXORPS Y0, Y0, Y0
+
+silu_loop:
+	TESTQ      BX, BX
+	JZ         silu_done
+	VMOVUPS    (CX), Y1
+	VORPS      expconst<>+0(SB), Y1, Y2
+	VCMPPS     $0x1d, expconst<>+32(SB), Y2, Y3
+	VMULPS     expconst<>+64(SB), Y2, Y4
+	VSUBPS     expconst<>+96(SB), Y4, Y4
+	VCVTTPS2DQ Y4, Y5
+	VCVTDQ2PS  Y5, Y6
+	VMULPS     expconst<>+128(SB), Y6, Y4
+	VSUBPS     Y4, Y2, Y2
+	VMULPS     expconst<>+160(SB), Y6, Y4
+	VSUBPS     Y4, Y2, Y2
+	VMOVUPS    expconst<>+192(SB), Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+224(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+256(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+288(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+320(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+352(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     Y2, Y4, Y4
+	VADDPS     expconst<>+384(SB), Y4, Y4
+	VPADDD     expconst<>+416(SB), Y5, Y5
+	VPSLLD     $0x17, Y5, Y5
+	VMULPS     Y5, Y4, Y4
+	VANDPS     Y3, Y4, Y4
+	VCMPPS     $0x1d, Y0, Y1, Y2
+	VBLENDVPS  Y2, expconst<>+384(SB), Y4, Y2
+	VADDPS     expconst<>+384(SB), Y4, Y4
+	VDIVPS     Y4, Y2, Y2
+	VMULPS     Y2, Y1, Y1
+	VMULPS     (DX), Y1, Y1
+	VMOVUPS    Y1, (AX)
+	ADDQ       $0x00000020, CX
+	ADDQ       $0x00000020, DX
+	ADDQ       $0x00000020, AX
+	DECQ       BX
+	JMP        silu_loop
+
+silu_done:
+	VZEROUPPER
+	RET
+
+// func expShiftedAVX2(v []float32, mx float32, invT float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·expShiftedAVX2(SB), NOSPLIT, $0-32
+	MOVQ         v_base+0(FP), AX
+	MOVQ         v_len+8(FP), CX
+	SHRQ         $0x03, CX
+	MOVSS        mx+24(FP), X0
+	MOVSS        invT+28(FP), X1
+	VBROADCASTSS X0, Y0
+	VBROADCASTSS X1, Y1
+
+exps_loop:
+	TESTQ      CX, CX
+	JZ         exps_done
+	VMOVUPS    (AX), Y2
+	VSUBPS     Y0, Y2, Y2
+	VMULPS     Y1, Y2, Y2
+	VCMPPS     $0x1d, expconst<>+32(SB), Y2, Y3
+	VMULPS     expconst<>+64(SB), Y2, Y4
+	VSUBPS     expconst<>+96(SB), Y4, Y4
+	VCVTTPS2DQ Y4, Y5
+	VCVTDQ2PS  Y5, Y6
+	VMULPS     expconst<>+128(SB), Y6, Y4
+	VSUBPS     Y4, Y2, Y2
+	VMULPS     expconst<>+160(SB), Y6, Y4
+	VSUBPS     Y4, Y2, Y2
+	VMOVUPS    expconst<>+192(SB), Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+224(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+256(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+288(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+320(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     expconst<>+352(SB), Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VMULPS     Y2, Y4, Y4
+	VADDPS     Y2, Y4, Y4
+	VADDPS     expconst<>+384(SB), Y4, Y4
+	VPADDD     expconst<>+416(SB), Y5, Y5
+	VPSLLD     $0x17, Y5, Y5
+	VMULPS     Y5, Y4, Y4
+	VANDPS     Y3, Y4, Y4
+	VMOVUPS    Y4, (AX)
+	ADDQ       $0x00000020, AX
+	DECQ       CX
+	JMP        exps_loop
+
+exps_done:
+	VZEROUPPER
+	RET

@@ -264,3 +264,9 @@ func axpyAVX2(alpha float32, x []float32, y []float32)
 
 // weightedSumAVX2 adds, for each head, the weighted sum of cnt value rows to its output, in order.
 func weightedSumAVX2(w []float32, ldw int, v []float32, cnt int, out []float32, heads int, hd int)
+
+// siluMulAVX2 sets dst = silu(gate)·up over the first len(gate) rounded down to 8 values, as SiLUMul does.
+func siluMulAVX2(dst []float32, gate []float32, up []float32)
+
+// expShiftedAVX2 replaces each x of the first len(v) rounded down to 8 values by ExpNeg((x−mx)·invT).
+func expShiftedAVX2(v []float32, mx float32, invT float32)

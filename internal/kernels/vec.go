@@ -16,6 +16,18 @@ func RMSNorm(dst, x, w []float32, eps float32) {
 
 // SiLUMul writes silu(gate) · up to dst, where silu(x) = x · sigmoid(x).
 func SiLUMul(dst, gate, up []float32) {
+	if hasAVX2 && len(gate) >= 8 {
+		n := len(gate) &^ 7
+		siluMulAVX2(dst[:n], gate[:n], up[:n])
+		dst, gate, up = dst[n:], gate[n:], up[n:]
+	}
+	goSiLUMul(dst, gate, up)
+}
+
+// goSiLUMul is SiLUMul in Go: the definition, and the twin of siluMulAVX2.
+func goSiLUMul(dst, gate, up []float32) {
+	up = up[:len(gate)]
+	dst = dst[:len(gate)]
 	for i, g := range gate {
 		var s float32
 		if g >= 0 {
@@ -107,6 +119,22 @@ const (
 // ExpShifted replaces each x of v by e^((x−mx)·invT), with x <= mx, and returns the
 // sum: the numerator of a softmax. It is ExpNeg inlined by hand.
 func ExpShifted(v []float32, mx, invT float32) float64 {
+	if hasAVX2 && len(v) >= 8 {
+		n := len(v) &^ 7
+		expShiftedAVX2(v[:n], mx, invT)
+		goExpShifted(v[n:], mx, invT)
+		// The same sum, in the same order, as goExpShifted's.
+		var total float64
+		for _, e := range v {
+			total += float64(e)
+		}
+		return total
+	}
+	return goExpShifted(v, mx, invT)
+}
+
+// goExpShifted is ExpShifted in Go: the definition, and the twin of expShiftedAVX2.
+func goExpShifted(v []float32, mx, invT float32) float64 {
 	var total float64
 	for i, x := range v {
 		x = (x - mx) * invT

@@ -37,6 +37,7 @@ type sequence struct {
 	actFFN   kernels.Act
 	mul      mulTask
 	attn     attnTask
+	silu     siluTask
 	outRows  []float32
 	scores   chan []float32 // attention score buffers, one per thread at work
 }
@@ -244,7 +245,8 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 		if err := s.matmul(&s.actIn, xn, n, dim, []*kernels.Matrix{ly.wGate, ly.wUp}, [][]float32{gate, up}); err != nil {
 			return err
 		}
-		kernels.SiLUMul(gate, gate, up)
+		s.silu = siluTask{gate: gate, up: up}
+		m.threads.Run(&s.silu, len(gate), 4096)
 		if err := s.matmul(&s.actFFN, gate, n, c.FFN, []*kernels.Matrix{ly.wDown}, [][]float32{xn}); err != nil {
 			return err
 		}
@@ -301,6 +303,12 @@ func (s *sequence) matmul(act *kernels.Act, x []float32, n, cols int, ms []*kern
 }
 
 // mulTask computes the rows [lo, hi) of up to three matrices stacked on each other.
+// siluTask computes gate ← silu(gate)·up over a range of elements.
+type siluTask struct{ gate, up []float32 }
+
+// Run implements kernels.Task.
+func (t *siluTask) Run(lo, hi int) { kernels.SiLUMul(t.gate[lo:hi], t.gate[lo:hi], t.up[lo:hi]) }
+
 type mulTask struct {
 	act  *kernels.Act
 	n    int

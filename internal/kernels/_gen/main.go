@@ -10,6 +10,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -66,6 +67,9 @@ func main() {
 	dotKernel()
 	axpyKernel()
 	weightedSumKernel()
+	ec := newExpConsts()
+	siluMulKernel(ec)
+	expShiftedKernel(ec)
 	Generate()
 }
 
@@ -807,6 +811,156 @@ func weightedSumKernel() {
 	ADDQ(U32(64), col)
 	JMP(LabelRef("ws_col"))
 	Label("ws_done")
+	VZEROUPPER()
+	RET()
+}
+
+// expConsts are the constants of the vector ExpNeg, each in 8 lanes, in read-only data.
+type expConsts struct{ tab Mem }
+
+const (
+	cSign = iota
+	cLow
+	cLog2e
+	cHalf
+	cLn2Hi
+	cLn2Lo
+	cPoly // 6 coefficients
+	cOne  = cPoly + 6
+	cBias = cOne + 1
+)
+
+func newExpConsts() expConsts {
+	vals := []uint32{
+		0x80000000, // sign bit
+		math.Float32bits(-87.33654),
+		math.Float32bits(float32(1.44269504088896341)), // log2 e
+		math.Float32bits(0.5),
+		math.Float32bits(0.693359375),    // ln 2, high part
+		math.Float32bits(-2.12194440e-4), // ln 2, low part
+		math.Float32bits(1.9875691500e-4),
+		math.Float32bits(1.3981999507e-3),
+		math.Float32bits(8.3334519073e-3),
+		math.Float32bits(4.1665795894e-2),
+		math.Float32bits(1.6666665459e-1),
+		math.Float32bits(5.0000001201e-1),
+		math.Float32bits(1),
+		127,
+	}
+	tab := GLOBL("expconst", RODATA|NOPTR)
+	for i, v := range vals {
+		for l := range 8 {
+			DATA(32*i+4*l, U32(v))
+		}
+	}
+	return expConsts{tab}
+}
+
+func (c expConsts) at(i int) Mem { return c.tab.Offset(32 * i) }
+
+const geOQ = 0x1d // VCMPPS predicate: greater or equal, ordered, quiet (false for NaN)
+
+// expNeg sets e = ExpNeg(x) for x ≤ 0 in 8 lanes, operation for operation as the Go
+// function (no fused multiply-adds), so that the results are the same to the bit. It
+// uses t as scratch.
+func expNeg(c expConsts, x, e VecVirtual) {
+	valid, t, ni, fn, r := YMM(), YMM(), YMM(), YMM(), YMM()
+	// valid = x ≥ −87.33654 (ExpNeg is 0 below, and for NaN).
+	VCMPPS(U8(geOQ), c.at(cLow), x, valid)
+	// n = int32(x·log2e − 0.5), truncated; fn = float32(n).
+	VMULPS(c.at(cLog2e), x, t)
+	VSUBPS(c.at(cHalf), t, t)
+	VCVTTPS2DQ(t, ni)
+	VCVTDQ2PS(ni, fn)
+	// r = (x − fn·c1) − fn·c2
+	VMULPS(c.at(cLn2Hi), fn, t)
+	VSUBPS(t, x, r)
+	VMULPS(c.at(cLn2Lo), fn, t)
+	VSUBPS(t, r, r)
+	// y = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5
+	y := e
+	VMOVUPS(c.at(cPoly), y)
+	for i := 1; i < 6; i++ {
+		VMULPS(r, y, y)
+		VADDPS(c.at(cPoly+i), y, y)
+	}
+	// y = ((y·r)·r + r) + 1
+	VMULPS(r, y, y)
+	VMULPS(r, y, y)
+	VADDPS(r, y, y)
+	VADDPS(c.at(cOne), y, y)
+	// e = y · 2^n, or 0 where not valid.
+	VPADDD(c.at(cBias), ni, ni)
+	VPSLLD(U8(23), ni, ni)
+	VMULPS(ni, y, e)
+	VANDPS(valid, e, e)
+}
+
+// siluMulKernel: func(dst, gate, up []float32), dst = silu(gate)·up over the first
+// len(gate)/8·8 values: SiLUMul's Go arithmetic, 8 lanes at a time and to the bit:
+// e = ExpNeg(−|g|), s = (g ≥ 0 ? 1 : e) / (1 + e), dst = (g·s)·up.
+func siluMulKernel(c expConsts) {
+	TEXT("siluMulAVX2", NOSPLIT, "func(dst, gate, up []float32)")
+	Doc("siluMulAVX2 sets dst = silu(gate)·up over the first len(gate) rounded down to 8 values, as SiLUMul does.")
+	dst := Mem{Base: Load(Param("dst").Base(), GP64())}
+	gate := Mem{Base: Load(Param("gate").Base(), GP64())}
+	up := Mem{Base: Load(Param("up").Base(), GP64())}
+	n := Load(Param("gate").Len(), GP64())
+	SHRQ(U8(3), n)
+	zero := YMM()
+	VXORPS(zero, zero, zero)
+	g, x, e, m, s := YMM(), YMM(), YMM(), YMM(), YMM()
+	Label("silu_loop")
+	TESTQ(n, n)
+	JZ(LabelRef("silu_done"))
+	VMOVUPS(gate, g)
+	VORPS(c.at(cSign), g, x) // −|g|
+	expNeg(c, x, e)
+	// s = (g ≥ 0 ? 1 : e) / (1 + e)
+	VCMPPS(U8(geOQ), zero, g, m)
+	VBLENDVPS(m, c.at(cOne), e, s)
+	VADDPS(c.at(cOne), e, e)
+	VDIVPS(e, s, s)
+	// dst = (g·s)·up
+	VMULPS(s, g, g)
+	VMULPS(up, g, g)
+	VMOVUPS(g, dst)
+	ADDQ(U32(32), gate.Base)
+	ADDQ(U32(32), up.Base)
+	ADDQ(U32(32), dst.Base)
+	DECQ(n)
+	JMP(LabelRef("silu_loop"))
+	Label("silu_done")
+	VZEROUPPER()
+	RET()
+}
+
+// expShiftedKernel: func(v []float32, mx, invT float32), v = ExpNeg((v − mx)·invT)
+// over the first len(v)/8·8 values, to the bit as ExpShifted's loop computes them
+// (ExpShifted adds them up in order itself).
+func expShiftedKernel(c expConsts) {
+	TEXT("expShiftedAVX2", NOSPLIT, "func(v []float32, mx, invT float32)")
+	Doc("expShiftedAVX2 replaces each x of the first len(v) rounded down to 8 values by ExpNeg((x−mx)·invT).")
+	v := Mem{Base: Load(Param("v").Base(), GP64())}
+	n := Load(Param("v").Len(), GP64())
+	SHRQ(U8(3), n)
+	mxs, its := Load(Param("mx"), XMM()), Load(Param("invT"), XMM())
+	mx, it := YMM(), YMM()
+	VBROADCASTSS(mxs, mx)
+	VBROADCASTSS(its, it)
+	x, e := YMM(), YMM()
+	Label("exps_loop")
+	TESTQ(n, n)
+	JZ(LabelRef("exps_done"))
+	VMOVUPS(v, x)
+	VSUBPS(mx, x, x)
+	VMULPS(it, x, x)
+	expNeg(c, x, e)
+	VMOVUPS(e, v)
+	ADDQ(U32(32), v.Base)
+	DECQ(n)
+	JMP(LabelRef("exps_loop"))
+	Label("exps_done")
 	VZEROUPPER()
 	RET()
 }
