@@ -391,7 +391,7 @@ func (r *run) generate(ctx context.Context) (err error) {
 
 	t := time.Now()
 	err = r.tgt.Prefill(ctx, req.Prompt[:len(req.Prompt)-1])
-	r.stats.PrefillTime = time.Since(t)
+	r.stats.PrefillTime += time.Since(t) // after the drafters' prefills
 	if err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -239,6 +240,30 @@ func TestTokensIterator(t *testing.T) {
 	}
 	require.Len(t, errs, 1)
 	assert.ErrorContains(t, errs[0], "empty Prompt")
+}
+
+// slowStart is a drafter whose sessions take a while to start, as a draft model's
+// prefill of a long prompt does.
+type slowStart struct {
+	draft.Drafter
+	delay time.Duration
+}
+
+func (d slowStart) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
+	time.Sleep(d.delay)
+	return d.Drafter.Start(ctx, req)
+}
+
+// TestPrefillTimeCountsDrafters checks that a drafter's start (its prefill) counts as
+// prompt processing, not as decoding: tokens per second leave all of it out.
+func TestPrefillTimeCountsDrafters(t *testing.T) {
+	tgt, d, prompt, _ := greedyFixture(t)
+	const delay = 30 * time.Millisecond
+	res, err := newDecoder(t, tgt, slowStart{d, delay}, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 20})
+	require.NoError(t, err)
+	s := res.Stats
+	assert.GreaterOrEqual(t, s.PrefillTime, delay)
+	assert.Less(t, s.Duration-s.PrefillTime, delay, "decoding 20 tokens of a toy chain takes well under the drafter's start")
 }
 
 func TestStats(t *testing.T) {

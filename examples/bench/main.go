@@ -10,6 +10,12 @@
 //
 // Each prompt is a line of JSON with a "prompt" field. -verify checks that every greedy
 // speculative output equals the plain greedy output, token for token.
+//
+// Speedups are paired by default: for every configuration, each prompt is decoded
+// plainly right before it is decoded speculatively, and the speedup divides the
+// configuration's speed by that of its own plain runs. On a shared, noisy machine the
+// speed drifts over a long run; pairing keeps the drift out of the ratios. -paired=false
+// measures plain decoding once per temperature instead, in half the time.
 package main
 
 import (
@@ -47,7 +53,7 @@ type options struct {
 	drafters, ks, temps             string
 	draftModels                     listFlag
 	n, maxTokens, threads           int
-	verify                          bool
+	verify, paired                  bool
 }
 
 func main() {
@@ -64,6 +70,7 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&o.svgDir, "svg", "", "write SVG plots into this directory")
 	flag.BoolVar(&o.verify, "verify", false, "check that greedy speculative outputs equal plain greedy outputs")
+	flag.BoolVar(&o.paired, "paired", true, "decode each prompt plainly right before each configuration and compute its speedup against those runs")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -75,18 +82,21 @@ func main() {
 
 // Result is one configuration's figures over all prompts.
 type Result struct {
-	Drafter     string    `json:"drafter"`
-	K           string    `json:"k"`
-	Temperature float64   `json:"temperature"`
-	TokensPerS  float64   `json:"tokens_per_s"`
-	Speedup     float64   `json:"speedup"`
-	Acceptance  float64   `json:"acceptance"`
-	MeanAccept  float64   `json:"mean_accepted"`
-	TTFTms      float64   `json:"ttft_ms"`
-	ByPosition  []float64 `json:"acceptance_by_position,omitempty"`
-	StepsByK    []int     `json:"steps_by_k,omitempty"`
-	Tokens      int       `json:"tokens"`
-	Verified    *bool     `json:"verified,omitempty"`
+	Drafter     string  `json:"drafter"`
+	K           string  `json:"k"`
+	Temperature float64 `json:"temperature"`
+	TokensPerS  float64 `json:"tokens_per_s"`
+	Speedup     float64 `json:"speedup"`
+	// PlainTokensPerS is the speed of the plain runs paired with this
+	// configuration's (with -paired), against which Speedup is computed.
+	PlainTokensPerS float64   `json:"plain_tokens_per_s,omitempty"`
+	Acceptance      float64   `json:"acceptance"`
+	MeanAccept      float64   `json:"mean_accepted"`
+	TTFTms          float64   `json:"ttft_ms"`
+	ByPosition      []float64 `json:"acceptance_by_position,omitempty"`
+	StepsByK        []int     `json:"steps_by_k,omitempty"`
+	Tokens          int       `json:"tokens"`
+	Verified        *bool     `json:"verified,omitempty"`
 }
 
 func run(ctx context.Context, o options, out, log io.Writer) error {
@@ -164,11 +174,11 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 
 	var results []Result
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "drafter\tK\tT\ttokens/s\tspeedup\tacceptance\tmean accepted\tTTFT ms\tverified\t")
+	fmt.Fprintln(w, "drafter\tK\tT\ttokens/s\tplain tokens/s\tspeedup\tacceptance\tmean accepted\tTTFT ms\tverified\t")
 	for _, temp := range temps {
 		params := sampler.Params{Temperature: temp, Seed: 1}
 		plain, _ := spec.New(target, nil, spec.Options{})
-		base, plainOut, err := measure(ctx, plain, prompts, o.maxTokens, params, tok)
+		base, plainOut, err := measure(ctx, plain, nil, prompts, o.maxTokens, params, tok)
 		if err != nil {
 			return err
 		}
@@ -194,12 +204,20 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 				if err != nil {
 					return err
 				}
-				r, outs, err := measure(ctx, dec, prompts, o.maxTokens, params, tok)
+				var pair *spec.Decoder
+				if o.paired {
+					pair = plain
+				}
+				r, outs, err := measure(ctx, dec, pair, prompts, o.maxTokens, params, tok)
 				if err != nil {
 					return err
 				}
 				r.Drafter, r.K, r.Temperature = name, ks, temp
-				r.Speedup = r.TokensPerS / base.TokensPerS
+				if r.PlainTokensPerS > 0 {
+					r.Speedup = r.TokensPerS / r.PlainTokensPerS
+				} else {
+					r.Speedup = r.TokensPerS / base.TokensPerS
+				}
 				if o.verify && temp == 0 {
 					ok := slices.EqualFunc(outs, plainOut, slices.Equal)
 					r.Verified = &ok
@@ -244,17 +262,33 @@ func row(w *tabwriter.Writer, r Result) {
 	if r.Verified != nil {
 		v = map[bool]string{true: "yes", false: "NO"}[*r.Verified]
 	}
-	fmt.Fprintf(w, "%s\t%s\t%g\t%.1f\t%.2f×\t%.2f\t%.2f\t%.1f\t%s\t\n", r.Drafter, r.K, r.Temperature,
-		r.TokensPerS, r.Speedup, r.Acceptance, r.MeanAccept, r.TTFTms, v)
+	plain := r.PlainTokensPerS
+	if r.Drafter == "none" {
+		plain = r.TokensPerS
+	}
+	fmt.Fprintf(w, "%s\t%s\t%g\t%.1f\t%.1f\t%.2f×\t%.2f\t%.2f\t%.1f\t%s\t\n", r.Drafter, r.K, r.Temperature,
+		r.TokensPerS, plain, r.Speedup, r.Acceptance, r.MeanAccept, r.TTFTms, v)
 }
 
-// measure runs every prompt through dec and sums up.
-func measure(ctx context.Context, dec *spec.Decoder, prompts [][]int32, maxTokens int, p sampler.Params, tok *tokenizer.Tokenizer) (Result, [][]int32, error) {
+// measure runs every prompt through dec and sums up. With a plain decoder, each
+// prompt goes through it first, and the result's PlainTokensPerS is its speed over
+// those runs.
+func measure(ctx context.Context, dec, plain *spec.Decoder, prompts [][]int32, maxTokens int, p sampler.Params, tok *tokenizer.Tokenizer) (Result, [][]int32, error) {
 	var agg spec.Aggregate
 	var outs [][]int32
-	var decode time.Duration
+	var decode, plainDecode time.Duration
+	var plainTokens int
 	for _, pr := range prompts {
-		res, err := dec.Generate(ctx, spec.Request{Prompt: pr, MaxTokens: maxTokens, Sampling: p, StopTokens: tok.EOS()})
+		req := spec.Request{Prompt: pr, MaxTokens: maxTokens, Sampling: p, StopTokens: tok.EOS()}
+		if plain != nil {
+			res, err := plain.Generate(ctx, req)
+			if err != nil {
+				return Result{}, nil, err
+			}
+			plainDecode += res.Stats.Duration - res.Stats.PrefillTime
+			plainTokens += res.Stats.GeneratedTokens
+		}
+		res, err := dec.Generate(ctx, req)
 		if err != nil {
 			return Result{}, nil, err
 		}
@@ -270,6 +304,9 @@ func measure(ctx context.Context, dec *spec.Decoder, prompts [][]int32, maxToken
 		TTFTms:     float64(agg.MeanTimeToFirstToken().Microseconds()) / 1000,
 		StepsByK:   t.StepsByK,
 		Tokens:     t.GeneratedTokens,
+	}
+	if plainTokens > 0 {
+		r.PlainTokensPerS = float64(plainTokens) / plainDecode.Seconds()
 	}
 	for i := range t.DraftedAt {
 		r.ByPosition = append(r.ByPosition, t.AcceptanceAt(i))

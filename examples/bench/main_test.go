@@ -27,7 +27,7 @@ func TestBench(t *testing.T) {
 {"prompt": "package main\n\nimport \"fmt\"\n"}
 `), 0o644))
 	o := options{model: m, draftModels: listFlag{"xs=" + d}, prompts: prompts, n: 2, maxTokens: 12,
-		drafters: "xs,ngram", ks: "2,auto", temps: "0", verify: true,
+		drafters: "xs,ngram", ks: "2,auto", temps: "0", verify: true, paired: true,
 		jsonOut: filepath.Join(dir, "r.json"), svgDir: filepath.Join(dir, "svg")}
 	var out, log bytes.Buffer
 	require.NoError(t, run(context.Background(), o, &out, &log))
@@ -37,6 +37,10 @@ func TestBench(t *testing.T) {
 	var rs []Result
 	require.NoError(t, json.Unmarshal(raw, &rs))
 	assert.Len(t, rs, 5) // plain + 2 drafters × 2 K
+	for _, r := range rs[1:] {
+		assert.Positive(t, r.PlainTokensPerS, "paired plain speed of %s K=%s", r.Drafter, r.K)
+		assert.InDelta(t, r.TokensPerS/r.PlainTokensPerS, r.Speedup, 1e-9)
+	}
 	for _, name := range []string{"speedup-T0.svg", "acceptance-T0.svg"} {
 		st, err := os.Stat(filepath.Join(o.svgDir, name))
 		require.NoError(t, err)
