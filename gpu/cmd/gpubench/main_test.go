@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/gpu"
+)
+
+// TestRunHost runs the benchmark's core on the host device with the tiny shape and
+// checks that every figure is filled in and the JSON report round-trips.
+func TestRunHost(t *testing.T) {
+	var out bytes.Buffer
+	c := config{Shapes: []string{"tiny"}, Types: []string{"F16", "q8_0"}, Context: 20, Steps: 4, Repeats: 2, VerifyK: 5, Seed: 3}
+	rep, err := run(context.Background(), gpu.HostDevice(), c, &out)
+	require.NoError(t, err, out.String())
+	require.Len(t, rep.Results, 2)
+	for _, r := range rep.Results {
+		assert.Empty(t, r.Error)
+		assert.Equal(t, "tiny", r.Shape)
+		assert.Equal(t, params(shapes()["tiny"]), r.Params)
+		assert.Greater(t, r.DecodeBytes, int64(0))
+		assert.GreaterOrEqual(t, r.WeightBytes, r.DecodeBytes)
+		assert.Greater(t, r.DecodeTokensPerS, 0.0)
+		assert.Greater(t, r.PrefillTokensPerS, 0.0)
+		assert.Greater(t, r.VerifyRatio, 0.0)
+		assert.Greater(t, r.BandwidthGBs, 0.0)
+		assert.Zero(t, r.BandwidthFraction, "the host device has no peak")
+	}
+	assert.Equal(t, "Q8_0", rep.Results[1].Type)
+	assert.Contains(t, out.String(), "verify ratio")
+	path := filepath.Join(t.TempDir(), "r.json")
+	require.NoError(t, writeJSON(path, rep))
+
+	var back report
+	b, err := json.Marshal(rep)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, rep.Results, back.Results)
+}
+
+// TestRunErrors checks bad configurations and that a cancelled run reports the
+// cancellation.
+func TestRunErrors(t *testing.T) {
+	base := config{Shapes: []string{"tiny"}, Types: []string{"F16"}, Context: 8, Steps: 2, Repeats: 1, VerifyK: 2}
+	for _, c := range []struct {
+		name string
+		edit func(*config)
+		want string
+	}{
+		{"shape", func(c *config) { c.Shapes = []string{"13b"} }, "unknown shape"},
+		{"type", func(c *config) { c.Types = []string{"F12"} }, "unknown type"},
+		{"steps", func(c *config) { c.Steps = 0 }, "must be positive"},
+	} {
+		cfg := base
+		c.edit(&cfg)
+		_, err := run(context.Background(), gpu.HostDevice(), cfg, &bytes.Buffer{})
+		assert.ErrorContains(t, err, c.want, c.name)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := run(ctx, gpu.HostDevice(), base, &bytes.Buffer{})
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// TestShapes checks the Qwen2.5 shapes against their published sizes.
+func TestShapes(t *testing.T) {
+	s := shapes()
+	assert.InDelta(t, 494e6, float64(params(s["0.5b"])), 2e6)
+	assert.InDelta(t, 7.62e9, float64(params(s["7b"])), 0.02e9)
+	for name, c := range s {
+		assert.Equal(t, 0, c.Dim%32, name)
+		assert.Equal(t, 0, c.FFN%32, name)
+	}
+}

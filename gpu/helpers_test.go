@@ -1,0 +1,180 @@
+package gpu
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
+)
+
+// Prompts: the ends of two held-out Go files (gocoder-xs.golden.json), so that the
+// greedy continuations are code the models have an opinion about.
+var (
+	promptA = []int32{326, 301, 3532, 46, 1505, 108, 814, 46, 10, 9, 295, 259, 46, 1067, 5685, 2114, 40, 311, 44, 2843,
+		41, 671, 281, 116, 46, 3421, 374, 354, 266, 256, 9, 311, 46, 3421, 277, 2843, 10, 9, 125, 10}
+	promptB = []int32{295, 259, 2846, 48, 368, 354, 266, 308, 9, 537, 46, 3603, 1864, 40, 116, 2436, 44, 279, 403, 1785,
+		385, 308, 9, 1217, 742, 46, 6339, 1864, 297, 10}
+)
+
+// testOpts are the options of models loaded by the tests: a small key/value pool.
+var testOpts = Options{KVBudget: 8 << 20}
+
+// repoRoot returns the module root (the directory holding go.mod above the working
+// directory).
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// repoModel returns the path of a demo model in the repository's models/, skipping
+// the test when it is absent (a checkout without the demo models).
+func repoModel(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(repoRoot(t), "models", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("demo model %s is absent: %v", p, err)
+	}
+	return p
+}
+
+// modelFile is a real model file the runner is checked on.
+type modelFile struct {
+	name string
+	path func(t testing.TB) string // skips the test when the file is absent
+}
+
+// modelFiles are the gocoder-xs files in every format: the repository's Q8_0 GGUF, and
+// from the shared data (when present) the F16 GGUF, the BF16 safetensors directory,
+// and the Qwen2 fixture (QKV biases, rotate-half rotary).
+func modelFiles() []modelFile {
+	return []modelFile{
+		{"xs-q8_0-gguf", func(t testing.TB) string { return repoModel(t, "gocoder-xs-q8_0.gguf") }},
+		{"xs-f16-gguf", func(t testing.TB) string { return shared.Path(t, "models", "gocoder-xs-f16.gguf") }},
+		{"xs-bf16-safetensors", func(t testing.TB) string { return shared.Path(t, "models", "gocoder-xs") }},
+		{"tiny-qwen2-f32-gguf", func(t testing.TB) string { return shared.Path(t, "models", "tiny-qwen2-random-f32.gguf") }},
+	}
+}
+
+// openCPU opens a model with the CPU runtime, closed at the end of the test.
+func openCPU(t testing.TB, path string) *llama.Model {
+	t.Helper()
+	m, err := llama.Open(path, llama.Options{Threads: 1, KVBudget: 8 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// openOn opens a model on dev, closed at the end of the test.
+func openOn(t testing.TB, dev *Device, path string) *Model {
+	t.Helper()
+	m, err := Open(context.Background(), dev, path, testOpts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, m.Close()) })
+	return m
+}
+
+// newSeq starts a sequence, closed at the end of the test.
+func newSeq(t testing.TB, m model.Model) model.Sequence {
+	t.Helper()
+	s, err := m.NewSequence(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// forward runs one batch and returns its logits.
+func forward(t testing.TB, s model.Sequence, vocab int, b model.Batch) []float32 {
+	t.Helper()
+	logits := make([]float32, len(b.Outputs)*vocab)
+	require.NoError(t, s.Forward(context.Background(), b, logits))
+	return logits
+}
+
+// maxAbsDiff is the largest |a[i] − b[i]|.
+func maxAbsDiff(a, b []float32) float64 {
+	var worst float64
+	for i := range a {
+		worst = math.Max(worst, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return worst
+}
+
+// argmax is the index of the largest value (the first of equals).
+func argmax(x []float32) int32 {
+	best := 0
+	for i := range x {
+		if x[i] > x[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// gap is the difference between the largest and the second largest value.
+func gap(x []float32) float64 {
+	a, b := math.Inf(-1), math.Inf(-1)
+	for _, v := range x {
+		switch f := float64(v); {
+		case f > a:
+			a, b = f, a
+		case f > b:
+			b = f
+		}
+	}
+	return a - b
+}
+
+// greedy forwards the prompt, then n times its own argmax, and returns the n tokens.
+func greedy(t testing.TB, m model.Model, prompt []int32, n int) []int32 {
+	t.Helper()
+	s := newSeq(t, m)
+	v := m.Info().VocabSize
+	in := prompt
+	var out []int32
+	for range n {
+		logits := forward(t, s, v, model.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}})
+		next := argmax(logits)
+		out = append(out, next)
+		in = []int32{next}
+	}
+	return out
+}
+
+// seqs returns 0, 1, …, n−1 as int32.
+func seqs(n int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(i)
+	}
+	return out
+}
+
+// sharedFile returns the path of a shared data file and whether it exists, without
+// skipping.
+func sharedFile(elem ...string) (string, bool) {
+	root := shared.Root()
+	if root == "" {
+		return "", false
+	}
+	p := filepath.Join(append([]string{root}, elem...)...)
+	_, err := os.Stat(p)
+	return p, err == nil
+}

@@ -1,0 +1,415 @@
+package gpu
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/kvcache"
+	"github.com/specula/specula/model"
+)
+
+// kvEnv is where the paged key/value checks run: a device, and how far logits may
+// differ between a sequence and a fresh one that forwarded the same tokens in other
+// batches (0 on the host, whose products do not depend on the batch; on a GPU prompts
+// of more than 32 tokens go through cuBLAS).
+type kvEnv struct {
+	dev func(t *testing.T) *Device
+	tol float64
+}
+
+// hostEnv runs the checks on a fresh host device each.
+var hostEnv = kvEnv{dev: func(*testing.T) *Device { return HostDevice() }}
+
+// xs opens the repository's gocoder-xs on the environment's device with opts.
+func (k kvEnv) xs(t *testing.T, opts Options) *Model {
+	t.Helper()
+	m, err := Open(context.Background(), k.dev(t), repoModel(t, "gocoder-xs-q8_0.gguf"), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// near asserts that got is within the environment's tolerance of want.
+func (k kvEnv) near(t *testing.T, want, got []float32, msgAndArgs ...any) {
+	t.Helper()
+	assert.LessOrEqual(t, maxAbsDiff(want, got), k.tol, msgAndArgs...)
+}
+
+// fresh returns the logits of the last token of toks forwarded into a new sequence.
+func fresh(t *testing.T, m model.Model, toks []int32) []float32 {
+	t.Helper()
+	s, err := m.NewSequence(context.Background())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	return forward(t, s, m.Info().VocabSize, model.Batch{Tokens: toks, Outputs: []int32{int32(len(toks) - 1)}})
+}
+
+// last forwards toks into s and returns the logits of the last one.
+func last(t *testing.T, s model.Sequence, vocab int, toks []int32) []float32 {
+	t.Helper()
+	return forward(t, s, vocab, model.Batch{Tokens: toks, Outputs: []int32{int32(len(toks) - 1)}})
+}
+
+func cat(parts ...[]int32) []int32 {
+	var out []int32
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// TestTruncate rolls a sequence back to lengths inside and at the edges of blocks and
+// checks that forwarding after the rollback gives the logits of a fresh sequence.
+func TestTruncate(t *testing.T) { checkTruncate(t, hostEnv) }
+
+func checkTruncate(t *testing.T, k kvEnv) {
+	m := k.xs(t, Options{KVBudget: 4 << 20, BlockSize: 8})
+	v := m.Info().VocabSize
+	s := newSeq(t, m)
+	last(t, s, v, promptA)
+	for _, n := range []int{39, 32, 17, 16, 1, 0} {
+		require.NoError(t, s.Truncate(n))
+		require.Equal(t, n, s.Len())
+		next := cat(promptA[:n], promptB[:5])
+		got := last(t, s, v, promptB[:5])
+		k.near(t, fresh(t, m, next), got, "truncate to %d", n)
+		require.NoError(t, s.Truncate(n))
+	}
+	require.Error(t, s.Truncate(1), "past the end")
+	require.Error(t, s.Truncate(-1))
+}
+
+// TestFork checks copy on write: forked sequences share blocks, diverge (inside a
+// shared partial block, and after truncating into a shared full block) without
+// affecting each other, and each matches a fresh sequence with its own tokens.
+func TestFork(t *testing.T) { checkFork(t, hostEnv) }
+
+func checkFork(t *testing.T, k kvEnv) {
+	m := k.xs(t, Options{KVBudget: 4 << 20, BlockSize: 16})
+	v := m.Info().VocabSize
+	a := newSeq(t, m).(*Sequence)
+	last(t, a, v, promptA) // 40 tokens: blocks 0, 1 full, block 2 half
+	b, err := a.Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	st := m.KVStats()
+	assert.Equal(t, 3, st.SharedBlocks)
+	assert.Equal(t, 3, st.Blocks-st.FreeBlocks)
+
+	// Diverge inside the shared partial block.
+	xa, xb := promptB[:3], promptB[10:14]
+	la := last(t, a, v, xa)
+	lb := last(t, b, v, xb)
+	k.near(t, fresh(t, m, cat(promptA, xa)), la, "a after divergence")
+	k.near(t, fresh(t, m, cat(promptA, xb)), lb, "b after divergence")
+	assert.Equal(t, 2, m.KVStats().SharedBlocks)
+
+	// b rolls back into the shared full block 1 and writes there; a must not see it.
+	require.NoError(t, b.Truncate(20))
+	yb := promptB[20:26]
+	lb = last(t, b, v, yb)
+	k.near(t, fresh(t, m, cat(promptA[:20], yb)), lb, "b after truncating into a shared block")
+	la = last(t, a, v, promptB[3:5])
+	k.near(t, fresh(t, m, cat(promptA, xa, promptB[3:5])), la, "a unaffected by b")
+
+	// A fork of a fork, then everything closed: every block is free again.
+	c, err := b.Fork()
+	require.NoError(t, err)
+	assert.Equal(t, b.Len(), c.Len())
+	lc := last(t, c, v, promptA[:2])
+	k.near(t, fresh(t, m, cat(promptA[:20], yb, promptA[:2])), lc)
+	require.NoError(t, c.Close())
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+	st = m.KVStats()
+	assert.Equal(t, st.Blocks, st.FreeBlocks)
+	assert.Zero(t, st.SharedBlocks)
+	b, err = a.Fork()
+	assert.ErrorIs(t, err, model.ErrClosed)
+	assert.Nil(t, b)
+}
+
+// TestRetainAfterTree forwards a tree, keeps one root-to-leaf path, and checks that the
+// sequence then equals a fresh one that forwarded the path as a chain; also when the
+// tree's blocks are shared with a fork (Retain copies them first) and for blocks of
+// various sizes, so that moves cross block boundaries.
+func TestRetainAfterTree(t *testing.T) { checkRetainAfterTree(t, hostEnv) }
+
+func checkRetainAfterTree(t *testing.T, k kvEnv) {
+	tree := model.Batch{
+		Tokens:  []int32{295, 259, 46, 1067, 2114, 40, 311, 44, 2843},
+		Parents: []int32{-1, 0, 0, 1, 2, 4, 5, 4, 7},
+		Outputs: seqs(9),
+	}
+	for _, c := range []struct {
+		name string
+		bs   int
+		keep []int32
+		fork bool
+	}{
+		{"deep-bs4", 4, []int32{0, 2, 4, 7, 8}, false},
+		{"deep-bs16", 16, []int32{0, 2, 4, 5, 6}, false},
+		{"prefix-bs4", 4, []int32{0, 1, 3}, false},
+		{"deep-bs4-forked", 4, []int32{0, 2, 4, 7, 8}, true},
+		{"empty-bs4", 4, []int32{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := k.xs(t, Options{KVBudget: 4 << 20, BlockSize: c.bs})
+			v := m.Info().VocabSize
+			s := newSeq(t, m).(*Sequence)
+			last(t, s, v, promptB[:21])
+			all := forward(t, s, v, tree)
+			// Each tree node's logits equal those of its path forwarded as a chain.
+			for _, node := range []int{3, 8} {
+				var path []int32
+				for a := int32(node); a >= 0; a = tree.Parents[a] {
+					path = append([]int32{tree.Tokens[a]}, path...)
+				}
+				assert.LessOrEqual(t, maxAbsDiff(fresh(t, m, cat(promptB[:21], path)), all[node*v:(node+1)*v]), max(hostTol, k.tol), "node %d", node)
+			}
+			var f *Sequence
+			if c.fork {
+				var err error
+				f, err = s.Fork()
+				require.NoError(t, err)
+				defer f.Close()
+			}
+			require.NoError(t, s.Retain(c.keep))
+			require.Equal(t, 21+len(c.keep), s.Len())
+			path := make([]int32, len(c.keep))
+			for i, k := range c.keep {
+				path[i] = tree.Tokens[k]
+			}
+			got := last(t, s, v, promptA[:3])
+			assert.LessOrEqual(t, maxAbsDiff(fresh(t, m, cat(promptB[:21], path, promptA[:3])), got), max(hostTol, k.tol))
+			if f != nil {
+				// The fork still holds the whole tree; rolled back, it continues as
+				// if the tree had never been forwarded.
+				require.Equal(t, 21+len(tree.Tokens), f.Len())
+				require.NoError(t, f.Truncate(21))
+				got := last(t, f, v, promptA[5:8])
+				k.near(t, fresh(t, m, cat(promptB[:21], promptA[5:8])), got)
+			}
+			// Retain is only valid directly after a forward.
+			require.NoError(t, s.Truncate(s.Len()))
+			require.Error(t, s.Retain([]int32{0}))
+		})
+	}
+}
+
+// TestKVBudget checks that a forward beyond the pool fails with an error that wraps
+// model.ErrOutOfMemory and kvcache.ErrOutOfMemory, leaves the sequence as it was, and
+// succeeds once other sequences give their blocks back.
+func TestKVBudget(t *testing.T) { checkKVBudget(t, hostEnv) }
+
+func checkKVBudget(t *testing.T, k kvEnv) {
+	// gocoder-xs: 2 layers × K, V × 1 kv head × 64 dims × 4 bytes = 1 KiB a position;
+	// blocks of 16 positions: 16 KiB; a budget of 64 KiB holds 4 blocks.
+	m := k.xs(t, Options{KVBudget: 64 << 10, BlockSize: 16})
+	v := m.Info().VocabSize
+	st := m.KVStats()
+	require.Equal(t, 4, st.Blocks)
+	require.Equal(t, int64(16<<10), st.BlockBytes)
+
+	a := newSeq(t, m)
+	long := cat(promptA, promptB) // 70 positions: 5 blocks
+	err := a.Forward(context.Background(), model.Batch{Tokens: long, Outputs: []int32{0}}, make([]float32, v))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, model.ErrOutOfMemory)
+	assert.ErrorIs(t, err, kvcache.ErrOutOfMemory)
+	assert.Equal(t, 0, a.Len())
+	assert.Equal(t, 4, m.KVStats().FreeBlocks)
+
+	last(t, a, v, promptA) // 3 blocks
+	b := newSeq(t, m)
+	err = b.Forward(context.Background(), model.Batch{Tokens: promptB, Outputs: []int32{0}}, make([]float32, v))
+	assert.ErrorIs(t, err, model.ErrOutOfMemory)
+	assert.Equal(t, 0, b.Len())
+	require.NoError(t, a.Close())
+	got := last(t, b, v, promptB)
+	k.near(t, fresh(t, m, promptB), got)
+
+	// A budget smaller than one block is refused at load.
+	_, err = Open(context.Background(), k.dev(t), repoModel(t, "gocoder-xs-q8_0.gguf"), Options{KVBudget: 1000})
+	assert.ErrorContains(t, err, "smaller than one block")
+}
+
+// cancelAfter is a context whose Err reports cancellation from its n-th call on.
+type cancelAfter struct {
+	context.Context
+	calls, n atomic.Int32
+}
+
+// Err reports cancellation from the n-th call on.
+func (c *cancelAfter) Err() error {
+	if c.calls.Add(1) >= c.n.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// Done returns nil: the context is only ever polled.
+func (c *cancelAfter) Done() <-chan struct{} { return nil }
+
+// Deadline reports none.
+func (c *cancelAfter) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// TestCancelled checks cancelled contexts: before a forward, in the middle of one (the
+// sequence is left as it was and still computes correct logits), at NewSequence and
+// at Open.
+func TestCancelled(t *testing.T) { checkCancelled(t, hostEnv) }
+
+func checkCancelled(t *testing.T, k kvEnv) {
+	m := k.xs(t, testOpts)
+	v := m.Info().VocabSize
+	s := newSeq(t, m)
+	last(t, s, v, promptA[:20])
+	before := m.KVStats()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Forward(ctx, model.Batch{Tokens: promptA[20:], Outputs: []int32{0}}, make([]float32, v))
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 20, s.Len())
+
+	// Cancelled between layers: the third check is the second layer's.
+	mid := &cancelAfter{Context: context.Background()}
+	mid.n.Store(3)
+	err = s.Forward(mid, model.Batch{Tokens: promptA[20:], Outputs: []int32{0}}, make([]float32, v))
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 20, s.Len())
+	assert.Equal(t, before.FreeBlocks, m.KVStats().FreeBlocks)
+	got := last(t, s, v, promptA[20:])
+	k.near(t, fresh(t, m, promptA), got)
+
+	_, err = m.NewSequence(ctx)
+	assert.ErrorIs(t, err, context.Canceled)
+	_, err = Open(ctx, k.dev(t), repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// TestClosed checks that closed sequences, models and devices report errors (wrapping
+// model.ErrClosed for sequences) instead of panicking.
+func TestClosed(t *testing.T) {
+	dev := HostDevice()
+	m, err := Open(context.Background(), dev, repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
+	require.NoError(t, err)
+	v := m.Info().VocabSize
+	ctx := context.Background()
+	logits := make([]float32, v)
+	batch := model.Batch{Tokens: promptA[:4], Outputs: []int32{3}}
+
+	s, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Forward(ctx, batch, logits))
+	require.NoError(t, s.Close())
+	assert.Error(t, s.Close(), "closed twice")
+	assert.ErrorIs(t, s.Forward(ctx, batch, logits), model.ErrClosed)
+	assert.ErrorIs(t, s.Truncate(0), model.ErrClosed)
+	assert.ErrorIs(t, s.Retain(nil), model.ErrClosed)
+	assert.Equal(t, 0, s.Len())
+
+	// A sequence still open when its model closes fails cleanly.
+	open, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, open.Forward(ctx, batch, logits))
+	forked, err := open.(*Sequence).Fork()
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	require.NoError(t, m.Close(), "closing twice is harmless")
+	assert.ErrorContains(t, open.Forward(ctx, batch, logits), "model is closed")
+	assert.ErrorContains(t, open.Truncate(1), "model is closed")
+	_, err = forked.Fork()
+	assert.ErrorContains(t, err, "model is closed")
+	assert.NoError(t, open.Close())
+	assert.NoError(t, forked.Close())
+	_, err = m.NewSequence(ctx)
+	assert.ErrorContains(t, err, "model is closed")
+
+	// A closed device.
+	m2, err := Open(ctx, dev, repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
+	require.NoError(t, err)
+	s2, err := m2.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, dev.Close())
+	require.NoError(t, dev.Close())
+	assert.ErrorIs(t, s2.Forward(ctx, batch, logits), errDeviceClosed)
+	assert.ErrorIs(t, m2.Close(), errDeviceClosed)
+	_, err = Open(ctx, dev, repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
+	assert.ErrorIs(t, err, errDeviceClosed)
+	assert.ErrorIs(t, dev.Synchronize(), errDeviceClosed)
+	_, err = Open(ctx, nil, repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
+	assert.Error(t, err)
+}
+
+// TestBadInputs checks that invalid batches and Retain arguments are errors that leave
+// the sequence unchanged.
+func TestBadInputs(t *testing.T) { checkBadInputs(t, hostEnv) }
+
+func checkBadInputs(t *testing.T, k kvEnv) {
+	m := k.xs(t, Options{KVBudget: 1 << 20, ContextLength: 64})
+	v := m.Info().VocabSize
+	ctx := context.Background()
+	s := newSeq(t, m)
+	last(t, s, v, promptA[:5])
+	for _, c := range []struct {
+		name   string
+		b      model.Batch
+		logits int
+	}{
+		{"token = vocab", model.Batch{Tokens: []int32{1, int32(v)}, Outputs: []int32{1}}, v},
+		{"negative token", model.Batch{Tokens: []int32{-1}, Outputs: []int32{0}}, v},
+		{"huge token", model.Batch{Tokens: []int32{1 << 30}}, 0},
+		{"parent after child", model.Batch{Tokens: []int32{1, 2}, Parents: []int32{1, -1}}, 0},
+		{"parents length", model.Batch{Tokens: []int32{1, 2}, Parents: []int32{-1}}, 0},
+		{"output out of batch", model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{2}}, v},
+		{"logits too short", model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, v},
+		{"past the context", model.Batch{Tokens: make([]int32, 60), Outputs: []int32{0}}, v},
+	} {
+		err := s.Forward(ctx, c.b, make([]float32, c.logits))
+		assert.Error(t, err, c.name)
+		assert.Equal(t, 5, s.Len(), c.name)
+	}
+	err := s.Forward(ctx, model.Batch{Tokens: make([]int32, 60), Outputs: []int32{0}}, make([]float32, v))
+	assert.ErrorIs(t, err, model.ErrContextFull)
+	// Nothing forwarded: no outputs and no error.
+	require.NoError(t, s.Forward(ctx, model.Batch{}, nil))
+
+	forward(t, s, v, model.Batch{Tokens: []int32{1, 2, 3}, Parents: []int32{-1, 0, 0}, Outputs: []int32{2}})
+	assert.Error(t, s.Retain([]int32{1}), "not a root")
+	assert.Error(t, s.Retain([]int32{0, 1, 2}), "not a path")
+	assert.Error(t, s.Retain([]int32{0, 3}), "outside the batch")
+	require.NoError(t, s.Retain([]int32{0, 2}))
+	assert.Equal(t, 7, s.Len())
+
+}
+
+// TestHostBackendFaults checks that the host backend turns bad addresses and
+// out-of-range rows, past the runner's checks, into errors rather than panics.
+func TestHostBackendFaults(t *testing.T) {
+	m := hostEnv.xs(t, testOpts)
+	h := &hostBackend{}
+	p, err := h.alloc(64)
+	require.NoError(t, err)
+	assert.Error(t, h.upload(p+60, make([]byte, 8)), "write past the end")
+	assert.Error(t, h.download(make([]byte, 4), p+(1<<allocShift)), "no allocation")
+	assert.Error(t, h.free(p+4), "free inside an allocation")
+	w := wtensor{typ: m.embed.typ, rows: 2, cols: 32, p: p}
+	wp, err := h.alloc(w.rowBytes() * 2)
+	require.NoError(t, err)
+	w.p = wp
+	tok, err := h.alloc(4)
+	require.NoError(t, err)
+	require.NoError(t, h.upload(tok, bytesOf([]int32{7})))
+	assert.Error(t, h.embed(p, w, tok, 1), "row 7 of 2")
+	assert.Error(t, h.matmul(p, 2, p, 1, wtensor{typ: w.typ, rows: 2, cols: 32, p: wp}, false), "output past the end")
+	require.NoError(t, h.free(p))
+	assert.Error(t, h.free(p), "freed twice")
+	_, err = h.alloc(-1)
+	assert.Error(t, err)
+}
