@@ -35,6 +35,7 @@ const (
 	priorCount = 2.0  // …worth this many observations
 	priorSlope = 0.25 // verify(m) / verify(1) − 1 per extra token, before evidence
 	exploreGap = 12   // steps between explorations
+	maxCatchUp = 2    // catch-up tokens a drafting decision counts (see draftTime)
 )
 
 func (b *bucket) add(x float64) {
@@ -146,12 +147,16 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 }
 
 // draftTime estimates the time to draft k tokens: a draft model forwards the tokens
-// it has not seen, then drafts.
+// it has not seen, then drafts. The catch-up counts at most maxCatchUp tokens, what a
+// drafter in use has (the bonus token and an accepted one or two): after a pause the
+// whole backlog goes in one batched forward, paid once, and counting it token by token
+// would make a paused drafter look costlier the longer it pauses, until it is never
+// chosen again.
 func (s *drafterStats) draftTime(k int) float64 {
 	if s.perToken.weight == 0 {
 		return 0 // unknown yet: assume cheap, so that it gets tried
 	}
-	return s.perToken.mean * float64(k+s.behind)
+	return s.perToken.mean * float64(k+min(s.behind, maxCatchUp))
 }
 
 // observe records a step: drafter d asked for k tokens took draftDur and proposed a

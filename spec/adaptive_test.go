@@ -122,3 +122,37 @@ func TestControllerFollowsChange(t *testing.T) {
 	_, k = c.choose(8)
 	assert.Greater(t, k, 3, fmt.Sprintf("back to speculating (K=%d)", k))
 }
+
+// TestControllerResumesAfterPause: a draft model whose drafts are useless at first
+// (acceptance 0.05, so the controller stops asking it) and good later (0.8, at 0.3 ms
+// per token against 3 ms verification) is back in use soon. While paused it falls
+// behind by every token generated; that backlog is one batched forward when it
+// resumes, and must not be costed token by token, or each probe looks worse the longer
+// the pause, the probes grow rarer, and the drafter is locked out.
+func TestControllerResumesAfterPause(t *testing.T) {
+	ms := func(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
+	c := newController(4, 1)
+	rng := rand.New(rand.NewPCG(5, 5))
+	step := func(alpha float64) int {
+		_, k := c.choose(4)
+		acc := 0
+		for acc < k && rng.Float64() < alpha {
+			acc++
+		}
+		// The draft model forwards its backlog in one batch: a forward per drafted
+		// token, plus a little per token behind.
+		c.observe(0, k, k, acc, k+1, ms(0.3*float64(k)+0.02*float64(c.drafters[0].behind)), ms(3+0.4*float64(k)))
+		c.grow(acc + 1)
+		return k
+	}
+	for range 1000 {
+		step(0.05)
+	}
+	drafted := 0
+	for range 100 {
+		if step(0.8) > 0 {
+			drafted++
+		}
+	}
+	assert.Greater(t, drafted, 30, "steps of the first 100 with good drafts that drafted (0 when locked out)")
+}
