@@ -9,12 +9,12 @@ import (
 type driver struct {
 	lib library
 
-	cuInit, cuDriverGetVersion, cuDeviceGetCount, cuDeviceGet, cuDeviceGetName    uintptr
-	cuDeviceGetAttribute, cuDeviceTotalMem, cuDevicePrimaryCtxRetain              uintptr
-	cuDevicePrimaryCtxRelease, cuCtxSetCurrent, cuCtxSynchronize                  uintptr
-	cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH, cuMemcpyDtoD, cuMemGetInfo uintptr
-	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel         uintptr
-	cuGetErrorName, cuGetErrorString                                              uintptr
+	cuInit, cuDriverGetVersion, cuDeviceGetCount, cuDeviceGet, cuDeviceGetName uintptr
+	cuDeviceGetAttribute, cuDeviceTotalMem, cuDevicePrimaryCtxRetain           uintptr
+	cuDevicePrimaryCtxRelease, cuCtxSetCurrent, cuCtxSynchronize               uintptr
+	cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH, cuMemGetInfo            uintptr
+	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel      uintptr
+	cuGetErrorName, cuGetErrorString                                           uintptr
 }
 
 // Device attributes (CUdevice_attribute).
@@ -50,7 +50,6 @@ func loadDriver(env searchEnv) (*driver, error) {
 		"cuMemFree_v2":                 &d.cuMemFree,
 		"cuMemcpyHtoD_v2":              &d.cuMemcpyHtoD,
 		"cuMemcpyDtoH_v2":              &d.cuMemcpyDtoH,
-		"cuMemcpyDtoD_v2":              &d.cuMemcpyDtoD,
 		"cuMemGetInfo_v2":              &d.cuMemGetInfo,
 		"cuModuleLoadData":             &d.cuModuleLoadData,
 		"cuModuleUnload":               &d.cuModuleUnload,
@@ -175,13 +174,6 @@ func (d *driver) dtoh(dst []byte, src uint64) error {
 		return nil
 	}
 	return d.check("cuMemcpyDtoH", call(d.cuMemcpyDtoH, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst))))
-}
-
-func (d *driver) dtod(dst, src uint64, bytes int64) error {
-	if bytes == 0 {
-		return nil
-	}
-	return d.check("cuMemcpyDtoD", call(d.cuMemcpyDtoD, uintptr(dst), uintptr(src), uintptr(bytes)))
 }
 
 func (d *driver) loadModule(image []byte) (uintptr, error) {
