@@ -302,13 +302,13 @@ func (s *sequence) matmul(act *kernels.Act, x []float32, n, cols int, ms []*kern
 	return nil
 }
 
-// mulTask computes the rows [lo, hi) of up to three matrices stacked on each other.
 // siluTask computes gate ← silu(gate)·up over a range of elements.
 type siluTask struct{ gate, up []float32 }
 
 // Run implements kernels.Task.
 func (t *siluTask) Run(lo, hi int) { kernels.SiLUMul(t.gate[lo:hi], t.gate[lo:hi], t.up[lo:hi]) }
 
+// mulTask computes the rows [lo, hi) of up to three matrices stacked on each other.
 type mulTask struct {
 	act  *kernels.Act
 	n    int
