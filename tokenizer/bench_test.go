@@ -2,8 +2,8 @@ package tokenizer
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -15,7 +15,11 @@ import (
 // library, or skips.
 func goSource(b *testing.B, n int) string {
 	b.Helper()
-	root := filepath.Join(runtime.GOROOT(), "src")
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		b.Skipf("go env GOROOT: %v", err)
+	}
+	root := filepath.Join(strings.TrimSpace(string(goroot)), "src")
 	var files []string
 	for _, dir := range []string{"fmt", "strings", "bytes", "strconv", "net/http", "go/parser", "go/printer", "encoding/json"} {
 		m, _ := filepath.Glob(filepath.Join(root, dir, "*.go"))
