@@ -250,47 +250,11 @@ type mergeItem struct {
 	left, right int32 // the ids the merge was found for
 }
 
-type mergeHeap []mergeItem
+type mergeHeap = minHeap[mergeItem]
 
-func (h mergeHeap) less(i, j int) bool {
-	return h[i].rank < h[j].rank || h[i].rank == h[j].rank && h[i].pos < h[j].pos
-}
-
-func (h *mergeHeap) push(x mergeItem) {
-	*h = append(*h, x)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *mergeHeap) pop() mergeItem {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, m := 2*i+1, i
-		if l < n && s.less(l, m) {
-			m = l
-		}
-		if l+1 < n && s.less(l+1, m) {
-			m = l + 1
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
+// before orders merges by rank, then leftmost first.
+func (a mergeItem) before(b mergeItem) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
 }
 
 func (t *Tokenizer) bpeLong(dst []int32, syms []int32, st *encState) []int32 {

@@ -20,47 +20,11 @@ type spmItem struct {
 	size        int32 // bytes of the merged piece, to recognise stale items
 }
 
-type spmHeap []spmItem
+type spmHeap = minHeap[spmItem]
 
-func (h spmHeap) less(i, j int) bool {
-	return h[i].score > h[j].score || h[i].score == h[j].score && h[i].left < h[j].left
-}
-
-func (h *spmHeap) push(x spmItem) {
-	*h = append(*h, x)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *spmHeap) pop() spmItem {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, m := 2*i+1, i
-		if l < n && s.less(l, m) {
-			m = l
-		}
-		if l+1 < n && s.less(l+1, m) {
-			m = l + 1
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
+// before orders merges by score, highest first, then leftmost first.
+func (a spmItem) before(b spmItem) bool {
+	return a.score > b.score || a.score == b.score && a.left < b.left
 }
 
 // spmChunk encodes one chunk (see nextMetaChunk) through the word cache.
