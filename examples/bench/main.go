@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -108,7 +107,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		return err
 	}
 	defer target.Close()
-	tok, err := loadTokenizer(o.model)
+	tok, err := tokenizer.Load(o.model)
 	if err != nil {
 		return err
 	}
@@ -343,16 +342,4 @@ func readPrompts(path string, n int, tok *tokenizer.Tokenizer) ([][]int32, error
 		return nil, fmt.Errorf("%s: no prompts", path)
 	}
 	return out, nil
-}
-
-func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return tokenizer.Load(path)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return tokenizer.FromGGUF(f)
 }

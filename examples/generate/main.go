@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -99,7 +98,7 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 		return err
 	}
 	defer target.Close()
-	tok, err := loadTokenizer(c.model)
+	tok, err := tokenizer.Load(c.model)
 	if err != nil {
 		return err
 	}
@@ -111,7 +110,7 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 			return err
 		}
 		defer dm.Close()
-		dtok, err := loadTokenizer(c.draftModel)
+		dtok, err := tokenizer.Load(c.draftModel)
 		if err != nil {
 			return err
 		}
@@ -211,26 +210,4 @@ func load(path string, threads int, quiet bool, log io.Writer) (*llama.Model, er
 		return nil, fmt.Errorf("loading %s: %w", name, err)
 	}
 	return m, nil
-}
-
-// loadTokenizer reads the tokenizer that comes with a model: from a GGUF file's
-// metadata, or tokenizer.json in a Hugging Face directory.
-func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		t, err := tokenizer.Load(path)
-		if err != nil {
-			return nil, fmt.Errorf("the tokenizer of %s: %w", path, err)
-		}
-		return t, nil
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	t, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		return nil, fmt.Errorf("the tokenizer of %s: %w", path, err)
-	}
-	return t, nil
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/tokenizer"
@@ -194,7 +193,7 @@ func (s *Server) load() error {
 		return err
 	}
 	s.info = s.target.Info()
-	if s.tok, err = loadTokenizer(cfg.Model); err != nil {
+	if s.tok, err = tokenizer.Load(cfg.Model); err != nil {
 		return err
 	}
 	s.names = modelNames(cfg.ModelName, cfg.Model, s.info.Name)
@@ -238,7 +237,7 @@ func (s *Server) load() error {
 			return err
 		}
 		s.drafts = append(s.drafts, dm)
-		dtok, err := loadTokenizer(cfg.DraftModel)
+		dtok, err := tokenizer.Load(cfg.DraftModel)
 		if err != nil {
 			return err
 		}
@@ -290,28 +289,6 @@ func openModel(path string, opts llama.Options) (*llama.Model, error) {
 		return nil, fmt.Errorf("loading %s: %w", path, err)
 	}
 	return m, nil
-}
-
-// loadTokenizer reads the tokenizer that comes with a model: from a GGUF file's
-// metadata, or tokenizer.json in a Hugging Face directory.
-func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		t, err := tokenizer.Load(path)
-		if err != nil {
-			return nil, fmt.Errorf("the tokenizer of %s: %w", path, err)
-		}
-		return t, nil
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	t, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		return nil, fmt.Errorf("the tokenizer of %s: %w", path, err)
-	}
-	return t, nil
 }
 
 // modelNames lists the names a client may ask for, the primary one first: the
