@@ -207,6 +207,12 @@ func (t *Tokenizer) bpeWord(dst []int32, w string, st *encState) []int32 {
 	if len(syms) > smallWord {
 		return t.bpeLong(dst, syms, st)
 	}
+	return t.bpeScan(dst, syms, st)
+}
+
+// bpeScan merges the symbols of a short word, finding each next merge by a linear
+// scan of the ranks (bpeLong's heap pays off only for long words).
+func (t *Tokenizer) bpeScan(dst, syms []int32, st *encState) []int32 {
 	ranks := st.ranks[:0]
 	for i := 0; i+1 < len(syms); i++ {
 		r, _ := t.rank(syms[i], syms[i+1])

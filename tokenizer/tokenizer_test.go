@@ -57,37 +57,7 @@ func TestLongWords(t *testing.T) {
 	for _, w := range []string{strings.Repeat(" ", 1000), strings.Repeat("ab", 300), strings.Repeat("\t", 257), strings.Repeat("the", 100)} {
 		syms := slices.Clone(tok.initialSymbols(w, st))
 		long := tok.bpeLong(nil, syms, st)
-		var small []int32
-		{
-			// Force the linear scan over all symbols.
-			ranks := []int32{}
-			for i := 0; i+1 < len(syms); i++ {
-				r, _ := tok.rank(syms[i], syms[i+1])
-				ranks = append(ranks, r)
-			}
-			for len(syms) > 1 {
-				best, at := int32(noRank), -1
-				for i, r := range ranks {
-					if r < best {
-						best, at = r, i
-					}
-				}
-				if at < 0 {
-					break
-				}
-				_, id := tok.rank(syms[at], syms[at+1])
-				syms[at] = id
-				syms = append(syms[:at+1], syms[at+2:]...)
-				ranks = append(ranks[:at], ranks[at+1:]...)
-				if at > 0 {
-					ranks[at-1], _ = tok.rank(syms[at-1], syms[at])
-				}
-				if at < len(ranks) {
-					ranks[at], _ = tok.rank(syms[at], syms[at+1])
-				}
-			}
-			small = syms
-		}
+		small := tok.bpeScan(nil, syms, st) // the linear scan, forced on a long word
 		require.Equal(t, small, long, "%q", w[:10])
 		assert.Equal(t, w, tok.Decode(tok.Encode(w, EncodeOptions{})))
 	}
