@@ -8,6 +8,7 @@ import (
 
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/model/llama"
 )
 
 // hostBackend runs the primitive operations in plain Go on the CPU, one thread, with
@@ -267,7 +268,7 @@ func (h *hostBackend) qkv(a qkvArgs) (err error) {
 		}
 		cs, sn := rope[i*2*half:i*2*half+half], rope[i*2*half+half:(i+1)*2*half]
 		for hh := range heads + kvh {
-			ropeHead(row[hh*hd:(hh+1)*hd], cs, sn, a.style)
+			llama.Rope(row[hh*hd:(hh+1)*hd], cs, sn, llama.RopeStyle(a.style))
 		}
 		copy(q[i*heads*hd:(i+1)*heads*hd], row[:heads*hd])
 		for kind := range 2 {
@@ -279,32 +280,6 @@ func (h *hostBackend) qkv(a qkvArgs) (err error) {
 		}
 	}
 	return nil
-}
-
-// The rotary layouts, as ropeHead and the qkv_rope kernel take them (the values of
-// llama.RopeStyle).
-const (
-	ropeInterleavedStyle = 0 // pairs (2j, 2j+1)
-	ropeHalfStyle        = 1 // pairs (j, j+half)
-)
-
-// ropeHead rotates one head's vector by the angles whose cosines and sines are given,
-// as model/llama does.
-func ropeHead(x, cos, sin []float32, style int) {
-	half := len(cos)
-	if style == ropeInterleavedStyle {
-		for j := range half {
-			a, b := x[2*j], x[2*j+1]
-			x[2*j] = a*cos[j] - b*sin[j]
-			x[2*j+1] = a*sin[j] + b*cos[j]
-		}
-		return
-	}
-	for j := range half {
-		a, b := x[j], x[j+half]
-		x[j] = a*cos[j] - b*sin[j]
-		x[j+half] = a*sin[j] + b*cos[j]
-	}
 }
 
 func (h *hostBackend) attention(a attnArgs) (err error) {

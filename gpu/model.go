@@ -142,19 +142,6 @@ func checkConfig(c llama.Config) error {
 	return nil
 }
 
-// invFreqs returns the rotary frequency of each dimension pair, computed as
-// model/llama computes it.
-func invFreqs(c llama.Config) []float64 {
-	out := make([]float64, c.RopeDim/2)
-	for i := range out {
-		out[i] = math.Pow(c.RopeTheta, -float64(2*i)/float64(c.RopeDim))
-		if c.RopeFreqFactors != nil {
-			out[i] /= float64(c.RopeFreqFactors[i])
-		}
-	}
-	return out
-}
-
 // tensorSource is a file's tensors: name, type, shape (outermost first, [rows, cols]
 // for a matrix) and bytes.
 type tensorSource interface {
@@ -286,7 +273,7 @@ func build(ctx context.Context, dev *Device, cfg llama.Config, name string, opts
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 256
 	}
-	m := &Model{dev: dev, cfg: cfg, name: name, opts: opts, invFreq: invFreqs(cfg)}
+	m := &Model{dev: dev, cfg: cfg, name: name, opts: opts, invFreq: cfg.InvFreqs()}
 	defer func() {
 		if err != nil {
 			_ = m.Close()

@@ -100,8 +100,9 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// invFreqs returns the rotary frequency of each dimension pair.
-func (c *Config) invFreqs() []float64 {
+// InvFreqs returns the rotary frequency of each dimension pair: θ^(−2i/d), divided by
+// the llama3 scaling factors when there are any.
+func (c *Config) InvFreqs() []float64 {
 	out := make([]float64, c.RopeDim/2)
 	for i := range out {
 		out[i] = math.Pow(c.RopeTheta, -float64(2*i)/float64(c.RopeDim))

@@ -219,10 +219,10 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 			rot := s.cos[i*half : (i+1)*half]
 			sn := s.sin[i*half : (i+1)*half]
 			for h := range c.Heads {
-				rope(q[i*qd+h*hd:i*qd+(h+1)*hd], rot, sn, c.RopeStyle)
+				Rope(q[i*qd+h*hd:i*qd+(h+1)*hd], rot, sn, c.RopeStyle)
 			}
 			for h := range c.KVHeads {
-				rope(k[i*kvd+h*hd:i*kvd+(h+1)*hd], rot, sn, c.RopeStyle)
+				Rope(k[i*kvd+h*hd:i*kvd+(h+1)*hd], rot, sn, c.RopeStyle)
 				kr, vr := s.kv.Row(l, h, base+i)
 				copy(kr, k[i*kvd+h*hd:i*kvd+(h+1)*hd])
 				copy(vr, v[i*kvd+h*hd:i*kvd+(h+1)*hd])
@@ -328,8 +328,9 @@ func (t *mulTask) Run(lo, hi int) {
 	}
 }
 
-// rope rotates one head's vector by the angles whose cosines and sines are given.
-func rope(x, cos, sin []float32, style RopeStyle) {
+// Rope rotates one head's vector x in place by the angles whose cosines and sines are
+// given (one per rotated pair), in the layout style.
+func Rope(x, cos, sin []float32, style RopeStyle) {
 	half := len(cos)
 	if style == RopeInterleaved {
 		for j := range half {

@@ -82,7 +82,7 @@ func (m *Model) finish(opts Options) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	m.invFreq = c.invFreqs()
+	m.invFreq = c.InvFreqs()
 	perToken := int64(c.Layers) * 2 * int64(c.KVHeads) * int64(c.HeadDim) * 4
 	budget := opts.KVBudget
 	if budget <= 0 {
