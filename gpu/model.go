@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
-	"github.com/specula/specula/model/safetensors"
 )
 
 // Options tune a model loaded on a device.
@@ -142,73 +139,6 @@ func checkConfig(c llama.Config) error {
 	return nil
 }
 
-// tensorSource is a file's tensors: name, type, shape (outermost first, [rows, cols]
-// for a matrix) and bytes.
-type tensorSource interface {
-	lookup(name string) (t dtype.DType, shape []int64, data []byte, ok bool)
-	Close() error
-}
-
-type ggufSource struct{ f *gguf.File }
-
-func (s ggufSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
-	t, ok := s.f.Tensor(name)
-	if !ok {
-		return 0, nil, nil, false
-	}
-	shape := make([]int64, len(t.Dims))
-	for i, d := range t.Dims {
-		shape[len(t.Dims)-1-i] = d
-	}
-	return t.Type, shape, s.f.Data(t), true
-}
-
-// Close closes the file.
-func (s ggufSource) Close() error { return s.f.Close() }
-
-type hfSource struct{ s *safetensors.Set }
-
-func (h hfSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
-	t, ok := h.s.Tensor(name)
-	if !ok {
-		return 0, nil, nil, false
-	}
-	if !t.Supported() {
-		return dtype.DType(1 << 30), t.Shape, t.Data, true
-	}
-	return t.DType, t.Shape, t.Data, true
-}
-
-// Close closes the files.
-func (h hfSource) Close() error { return h.s.Close() }
-
-// tensorNames maps the parts of a model to the tensor names of one file format.
-type tensorNames struct {
-	embed, outNorm, output string
-	layer                  func(i int, part string) string
-}
-
-func ggufNames() tensorNames {
-	parts := map[string]string{
-		"attn_norm": "attn_norm.weight", "q": "attn_q.weight", "k": "attn_k.weight", "v": "attn_v.weight",
-		"o": "attn_output.weight", "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
-		"ffn_norm": "ffn_norm.weight", "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
-	}
-	return tensorNames{embed: "token_embd.weight", outNorm: "output_norm.weight", output: "output.weight",
-		layer: func(i int, part string) string { return fmt.Sprintf("blk.%d.%s", i, parts[part]) }}
-}
-
-func hfNames() tensorNames {
-	parts := map[string]string{
-		"attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
-		"v": "self_attn.v_proj.weight", "o": "self_attn.o_proj.weight", "q_bias": "self_attn.q_proj.bias",
-		"k_bias": "self_attn.k_proj.bias", "v_bias": "self_attn.v_proj.bias", "ffn_norm": "post_attention_layernorm.weight",
-		"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
-	}
-	return tensorNames{embed: "model.embed_tokens.weight", outNorm: "model.norm.weight", output: "lm_head.weight",
-		layer: func(i int, part string) string { return fmt.Sprintf("model.layers.%d.%s", i, parts[part]) }}
-}
-
 // weightSource provides a model's weights to upload: from a file, or random.
 type weightSource interface {
 	// matrices returns a projection of the named matrices (rows[i] × cols each),
@@ -227,40 +157,17 @@ func Open(ctx context.Context, dev *Device, path string, opts Options) (*Model, 
 	if dev == nil {
 		return nil, errors.New("gpu: nil device")
 	}
-	cpu, err := llama.Open(path, llama.Options{Threads: 1, KVBudget: 1 << 30, ContextLength: opts.ContextLength})
+	t, err := llama.OpenTensors(path)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
-	cfg, name := cpu.Config(), cpu.Info().Name
-	if err := cpu.Close(); err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
-	}
-	var src tensorSource
-	names := ggufNames()
-	if st.IsDir() {
-		set, err := safetensors.OpenDir(path)
-		if err != nil {
-			return nil, fmt.Errorf("gpu: %w", err)
-		}
-		src, names = hfSource{set}, hfNames()
-	} else {
-		f, err := gguf.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("gpu: %w", err)
-		}
-		src = ggufSource{f}
-	}
-	defer src.Close()
-	fs := &fileSource{src: src, names: names, file: filepath.Base(path)}
-	return build(ctx, dev, cfg, name, opts, fs, names)
+	defer t.Close()
+	fs := &fileSource{t: t, file: filepath.Base(path)}
+	return build(ctx, dev, t.Config, t.Name, opts, fs, t.Names)
 }
 
 // build makes a model of shape cfg on dev with weights from ws.
-func build(ctx context.Context, dev *Device, cfg llama.Config, name string, opts Options, ws weightSource, names tensorNames) (_ *Model, err error) {
+func build(ctx context.Context, dev *Device, cfg llama.Config, name string, opts Options, ws weightSource, names llama.TensorNames) (_ *Model, err error) {
 	if err := checkConfig(cfg); err != nil {
 		return nil, fmt.Errorf("gpu: %s: %w", name, err)
 	}
@@ -282,7 +189,7 @@ func build(ctx context.Context, dev *Device, cfg llama.Config, name string, opts
 	err = dev.do(func(b backend) error {
 		c := &m.cfg
 		qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-		emb, err := ws.matrices(b, m, []string{names.embed}, []int{c.Vocab}, c.Dim)
+		emb, err := ws.matrices(b, m, []string{names.Embed}, []int{c.Vocab}, c.Dim)
 		if err != nil {
 			return err
 		}
@@ -291,7 +198,7 @@ func build(ctx context.Context, dev *Device, cfg llama.Config, name string, opts
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("gpu: loading %s: %w", name, err)
 			}
-			l := func(part string) string { return names.layer(i, part) }
+			l := func(part string) string { return names.Layer(i, part) }
 			var ly layerWeights
 			if ly.attnNorm, err = ws.vectors(b, m, []string{l("attn_norm")}, []int{c.Dim}, "norm"); err != nil {
 				return err
@@ -318,14 +225,14 @@ func build(ctx context.Context, dev *Device, cfg llama.Config, name string, opts
 			}
 			m.layers = append(m.layers, ly)
 		}
-		if m.outNorm, err = ws.vectors(b, m, []string{names.outNorm}, []int{c.Dim}, "norm"); err != nil {
+		if m.outNorm, err = ws.vectors(b, m, []string{names.OutNorm}, []int{c.Dim}, "norm"); err != nil {
 			return err
 		}
 		if c.TiedEmbeddings || !ws.hasOutput() {
 			c.TiedEmbeddings = true
 			m.output = m.embed
 		} else {
-			out, err := ws.matrices(b, m, []string{names.output}, []int{c.Vocab}, c.Dim)
+			out, err := ws.matrices(b, m, []string{names.Output}, []int{c.Vocab}, c.Dim)
 			if err != nil {
 				return err
 			}
@@ -389,13 +296,12 @@ func (m *Model) alloc(b backend, bytes int64) (devptr, error) {
 
 // fileSource uploads weights read from a file.
 type fileSource struct {
-	src   tensorSource
-	names tensorNames
-	file  string
+	t    *llama.Tensors
+	file string
 }
 
 func (f *fileSource) hasOutput() bool {
-	_, _, _, ok := f.src.lookup(f.names.output)
+	_, _, _, ok := f.t.Lookup(f.t.Names.Output)
 	return ok
 }
 
@@ -411,7 +317,7 @@ func (f *fileSource) matrices(b backend, m *Model, names []string, rows []int, c
 	}
 	parts := make([]part, len(names))
 	for i, name := range names {
-		t, shape, data, ok := f.src.lookup(name)
+		t, shape, data, ok := f.t.Lookup(name)
 		switch {
 		case !ok:
 			return proj{}, fmt.Errorf("gpu: %s: tensor %q missing", f.file, name)
@@ -477,7 +383,7 @@ func (f *fileSource) matrices(b backend, m *Model, names []string, rows []int, c
 func (f *fileSource) vectors(b backend, m *Model, names []string, ns []int, kind string) (devptr, error) {
 	var vals []float32
 	for i, name := range names {
-		t, shape, data, ok := f.src.lookup(name)
+		t, shape, data, ok := f.t.Lookup(name)
 		if !ok {
 			return 0, fmt.Errorf("gpu: %s: tensor %q missing", f.file, name)
 		}

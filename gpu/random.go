@@ -33,7 +33,7 @@ func NewRandom(ctx context.Context, dev *Device, cfg llama.Config, typ dtype.DTy
 		cfg.RopeDim = cfg.HeadDim
 	}
 	name := fmt.Sprintf("random-%s-%dx%d-%s", cfg.Arch, cfg.Layers, cfg.Dim, typ)
-	return build(ctx, dev, cfg, name, opts, &randomSource{typ: typ, seed: seed}, ggufNames())
+	return build(ctx, dev, cfg, name, opts, &randomSource{typ: typ, seed: seed}, llama.GGUFNames())
 }
 
 // randomSource fills weights with the backend's fill operation.

@@ -3,6 +3,7 @@ package llama
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,25 +17,69 @@ import (
 // model.safetensors or a sharded model.safetensors.index.json). The weights stay in
 // the memory-mapped files.
 func Open(path string, opts Options) (*Model, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("llama: %w", err)
-	}
-	var m *Model
-	if st.IsDir() {
-		m, err = openHF(path)
-	} else {
-		m, err = openGGUF(path)
-	}
+	t, err := OpenTensors(path)
 	if err != nil {
 		return nil, err
 	}
+	m := &Model{cfg: t.Config, name: t.Name}
+	l := &loader{src: t.src, file: t.file}
+	if err := l.load(m, t.Names); err != nil {
+		_ = t.Close()
+		return nil, err
+	}
+	m.closers = append(m.closers, t)
 	if err := m.finish(opts); err != nil {
 		_ = m.Close()
 		return nil, fmt.Errorf("llama: %s: %w", path, err)
 	}
 	return m, nil
 }
+
+// Tensors are the weights of a GGUF file or Hugging Face directory, memory-mapped, with
+// the configuration and tensor names that Open reads them with: what another runtime
+// (package gpu) needs to load the same model the same way.
+type Tensors struct {
+	// Config is the model's shape, read and checked as Open reads it.
+	Config Config
+	// Name is the model's name: a GGUF file's general.name, else the file or
+	// directory name.
+	Name string
+	// Names are the tensor names of the file's format.
+	Names TensorNames
+
+	src    tensorSource
+	file   string
+	closer io.Closer
+}
+
+// TensorNames maps the parts of a model to the tensor names of one file format.
+type TensorNames struct {
+	Embed, OutNorm, Output string
+	// Layer names part of layer i: attn_norm, q, k, v, o, q_bias, k_bias, v_bias,
+	// ffn_norm, gate, up or down.
+	Layer func(i int, part string) string
+}
+
+// OpenTensors opens the weights of a GGUF file or a Hugging Face directory.
+func OpenTensors(path string) (*Tensors, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	if st.IsDir() {
+		return hfTensors(path)
+	}
+	return ggufTensors(path)
+}
+
+// Lookup returns a tensor's type, shape (outermost first: [rows, cols] for a matrix)
+// and bytes, which stay valid until Close.
+func (t *Tensors) Lookup(name string) (typ dtype.DType, shape []int64, data []byte, ok bool) {
+	return t.src.lookup(name)
+}
+
+// Close unmaps the files.
+func (t *Tensors) Close() error { return t.closer.Close() }
 
 // tensorSource is a file's tensors as the loaders see them: name, type, shape
 // (outermost first, as [rows, cols] for a matrix) and bytes.
@@ -118,39 +163,34 @@ func (l *loader) vector(name string, n int, optional bool) []float32 {
 }
 
 // names maps the parts of a model to tensor names in one format.
-type names struct {
-	embed, outNorm, output string
-	layer                  func(i int, part string) string // part: attn_norm, q, k, v, o, q_bias, k_bias, v_bias, ffn_norm, gate, up, down
-}
-
 // load fills the weights of m, whose config is set.
-func (l *loader) load(m *Model, n names) error {
+func (l *loader) load(m *Model, n TensorNames) error {
 	c := &m.cfg
 	hd := c.HeadDim
-	m.embed = l.matrix(n.embed, c.Vocab, c.Dim, false)
+	m.embed = l.matrix(n.Embed, c.Vocab, c.Dim, false)
 	for i := range c.Layers {
 		ly := layer{
-			attnNorm: l.vector(n.layer(i, "attn_norm"), c.Dim, false),
-			wq:       l.matrix(n.layer(i, "q"), c.Heads*hd, c.Dim, false),
-			wk:       l.matrix(n.layer(i, "k"), c.KVHeads*hd, c.Dim, false),
-			wv:       l.matrix(n.layer(i, "v"), c.KVHeads*hd, c.Dim, false),
-			wo:       l.matrix(n.layer(i, "o"), c.Dim, c.Heads*hd, false),
-			ffnNorm:  l.vector(n.layer(i, "ffn_norm"), c.Dim, false),
-			wGate:    l.matrix(n.layer(i, "gate"), c.FFN, c.Dim, false),
-			wUp:      l.matrix(n.layer(i, "up"), c.FFN, c.Dim, false),
-			wDown:    l.matrix(n.layer(i, "down"), c.Dim, c.FFN, false),
+			attnNorm: l.vector(n.Layer(i, "attn_norm"), c.Dim, false),
+			wq:       l.matrix(n.Layer(i, "q"), c.Heads*hd, c.Dim, false),
+			wk:       l.matrix(n.Layer(i, "k"), c.KVHeads*hd, c.Dim, false),
+			wv:       l.matrix(n.Layer(i, "v"), c.KVHeads*hd, c.Dim, false),
+			wo:       l.matrix(n.Layer(i, "o"), c.Dim, c.Heads*hd, false),
+			ffnNorm:  l.vector(n.Layer(i, "ffn_norm"), c.Dim, false),
+			wGate:    l.matrix(n.Layer(i, "gate"), c.FFN, c.Dim, false),
+			wUp:      l.matrix(n.Layer(i, "up"), c.FFN, c.Dim, false),
+			wDown:    l.matrix(n.Layer(i, "down"), c.Dim, c.FFN, false),
 		}
-		ly.bq = l.vector(n.layer(i, "q_bias"), c.Heads*hd, !c.QKVBias)
-		ly.bk = l.vector(n.layer(i, "k_bias"), c.KVHeads*hd, !c.QKVBias)
-		ly.bv = l.vector(n.layer(i, "v_bias"), c.KVHeads*hd, !c.QKVBias)
+		ly.bq = l.vector(n.Layer(i, "q_bias"), c.Heads*hd, !c.QKVBias)
+		ly.bk = l.vector(n.Layer(i, "k_bias"), c.KVHeads*hd, !c.QKVBias)
+		ly.bv = l.vector(n.Layer(i, "v_bias"), c.KVHeads*hd, !c.QKVBias)
 		if (ly.bq == nil) != (ly.bk == nil) || (ly.bq == nil) != (ly.bv == nil) {
-			l.fail(n.layer(i, "q_bias"), "q, k and v biases must come together")
+			l.fail(n.Layer(i, "q_bias"), "q, k and v biases must come together")
 		}
 		m.layers = append(m.layers, ly)
 	}
-	m.outNorm = l.vector(n.outNorm, c.Dim, false)
-	if _, _, _, ok := l.src.lookup(n.output); ok && !c.TiedEmbeddings {
-		m.output = l.matrix(n.output, c.Vocab, c.Dim, false)
+	m.outNorm = l.vector(n.OutNorm, c.Dim, false)
+	if _, _, _, ok := l.src.lookup(n.Output); ok && !c.TiedEmbeddings {
+		m.output = l.matrix(n.Output, c.Vocab, c.Dim, false)
 	} else {
 		c.TiedEmbeddings = true
 		m.output = m.embed

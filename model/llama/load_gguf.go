@@ -22,8 +22,8 @@ func (s ggufSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
 	return t.Type, shape, s.f.Data(t), true
 }
 
-// openGGUF reads a GGUF file of architecture llama or qwen2.
-func openGGUF(path string) (m *Model, err error) {
+// ggufTensors opens a GGUF file of architecture llama or qwen2.
+func ggufTensors(path string) (_ *Tensors, err error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
@@ -105,9 +105,9 @@ func openGGUF(path string) (m *Model, err error) {
 		return nil, fmt.Errorf("llama: %s: tensor \"token_embd.weight\" missing or not 2-D", file)
 	}
 	c.Vocab = int(shape[0])
-	m = &Model{cfg: c, name: file}
+	t := &Tensors{Config: c, Name: file, Names: GGUFNames(), src: src, file: file, closer: f}
 	if name, e := f.String("general.name"); e == nil && name != "" {
-		m.name = name
+		t.Name = name
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("llama: %s: %w", file, err)
@@ -115,21 +115,18 @@ func openGGUF(path string) (m *Model, err error) {
 	if c.Layers > 1<<12 || c.Heads > 1<<12 {
 		return nil, fmt.Errorf("llama: %s: implausible shape: %d layers, %d heads", file, c.Layers, c.Heads)
 	}
-	l := &loader{src: src, file: file}
-	err = l.load(m, names{
-		embed: "token_embd.weight", outNorm: "output_norm.weight", output: "output.weight",
-		layer: func(i int, part string) string {
-			p := map[string]string{
-				"attn_norm": "attn_norm.weight", "q": "attn_q.weight", "k": "attn_k.weight", "v": "attn_v.weight",
-				"o": "attn_output.weight", "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
-				"ffn_norm": "ffn_norm.weight", "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
-			}[part]
-			return fmt.Sprintf("blk.%d.%s", i, p)
-		},
-	})
-	if err != nil {
-		return nil, err
+	return t, nil
+}
+
+// GGUFNames returns the tensor names of llama.cpp's GGUF files.
+func GGUFNames() TensorNames {
+	parts := map[string]string{
+		"attn_norm": "attn_norm.weight", "q": "attn_q.weight", "k": "attn_k.weight", "v": "attn_v.weight",
+		"o": "attn_output.weight", "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
+		"ffn_norm": "ffn_norm.weight", "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
 	}
-	m.closers = append(m.closers, f)
-	return m, nil
+	return TensorNames{
+		Embed: "token_embd.weight", OutNorm: "output_norm.weight", Output: "output.weight",
+		Layer: func(i int, part string) string { return fmt.Sprintf("blk.%d.%s", i, parts[part]) },
+	}
 }

@@ -151,8 +151,8 @@ func ReadHFConfig(dir string) (Config, error) {
 	return c, nil
 }
 
-// openHF reads a Hugging Face model directory.
-func openHF(dir string) (m *Model, err error) {
+// hfTensors opens a Hugging Face model directory.
+func hfTensors(dir string) (*Tensors, error) {
 	c, err := ReadHFConfig(dir)
 	if err != nil {
 		return nil, err
@@ -161,28 +161,20 @@ func openHF(dir string) (m *Model, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = set.Close()
-		}
-	}()
-	m = &Model{cfg: c, name: filepath.Base(dir)}
-	l := &loader{src: hfSource{set}, file: filepath.Base(dir)}
-	err = l.load(m, names{
-		embed: "model.embed_tokens.weight", outNorm: "model.norm.weight", output: "lm_head.weight",
-		layer: func(i int, part string) string {
-			p := map[string]string{
-				"attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
-				"v": "self_attn.v_proj.weight", "o": "self_attn.o_proj.weight", "q_bias": "self_attn.q_proj.bias",
-				"k_bias": "self_attn.k_proj.bias", "v_bias": "self_attn.v_proj.bias", "ffn_norm": "post_attention_layernorm.weight",
-				"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
-			}[part]
-			return fmt.Sprintf("model.layers.%d.%s", i, p)
-		},
-	})
-	if err != nil {
-		return nil, err
+	name := filepath.Base(dir)
+	return &Tensors{Config: c, Name: name, Names: hfNames(), src: hfSource{set}, file: name, closer: set}, nil
+}
+
+// hfNames returns the tensor names of Hugging Face's Llama and Qwen2 checkpoints.
+func hfNames() TensorNames {
+	parts := map[string]string{
+		"attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
+		"v": "self_attn.v_proj.weight", "o": "self_attn.o_proj.weight", "q_bias": "self_attn.q_proj.bias",
+		"k_bias": "self_attn.k_proj.bias", "v_bias": "self_attn.v_proj.bias", "ffn_norm": "post_attention_layernorm.weight",
+		"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
 	}
-	m.closers = append(m.closers, set)
-	return m, nil
+	return TensorNames{
+		Embed: "model.embed_tokens.weight", OutNorm: "model.norm.weight", Output: "lm_head.weight",
+		Layer: func(i int, part string) string { return fmt.Sprintf("model.layers.%d.%s", i, parts[part]) },
+	}
 }
