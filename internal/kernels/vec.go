@@ -117,7 +117,7 @@ const (
 )
 
 // ExpShifted replaces each x of v by e^((x−mx)·invT), with x <= mx, and returns the
-// sum: the numerator of a softmax. It is ExpNeg inlined by hand.
+// sum: the numerator of a softmax.
 func ExpShifted(v []float32, mx, invT float32) float64 {
 	if hasAVX2 && len(v) >= 8 {
 		n := len(v) &^ 7
@@ -137,23 +137,7 @@ func ExpShifted(v []float32, mx, invT float32) float64 {
 func goExpShifted(v []float32, mx, invT float32) float64 {
 	var total float64
 	for i, x := range v {
-		x = (x - mx) * invT
-		if !(x >= -87.33654) {
-			v[i] = 0
-			continue
-		}
-		n := int32(x*log2e - 0.5)
-		fn := float32(n)
-		r := x - fn*expC1
-		r -= fn * expC2
-		y := float32(1.9875691500e-4)
-		y = y*r + 1.3981999507e-3
-		y = y*r + 8.3334519073e-3
-		y = y*r + 4.1665795894e-2
-		y = y*r + 1.6666665459e-1
-		y = y*r + 5.0000001201e-1
-		y = y*r*r + r + 1
-		e := y * math.Float32frombits(uint32(n+127)<<23)
+		e := ExpNeg((x - mx) * invT)
 		v[i] = e
 		total += float64(e)
 	}
