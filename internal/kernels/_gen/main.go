@@ -89,6 +89,29 @@ func unroll(n int) int {
 	return 1
 }
 
+// reduceRows sums the single accumulator of each (weight row r, activation row t)
+// pair of a multi-row kernel and stores it at out[t·ldo + r].
+func reduceRows(acc [][][]VecVirtual, n, R int) {
+	out := Mem{Base: Load(Param("out").Base(), GP64())}
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	for t := range n {
+		for r := range R {
+			a := acc[r][t][0]
+			hi := XMM()
+			VEXTRACTF128(U8(1), a, hi)
+			lo := a.AsX()
+			VADDPS(hi, lo, lo)
+			VHADDPS(lo, lo, lo)
+			VHADDPS(lo, lo, lo)
+			VMOVSS(lo, out.Offset(4*r))
+		}
+		if t+1 < n {
+			ADDQ(ldo, out.Base)
+		}
+	}
+}
+
 // reduce sums the accumulators of row t and stores the total at out[t·ldo].
 func reduce(acc [][]VecVirtual, out Mem, ldo Register) {
 	SHLQ(U8(2), ldo)
@@ -305,24 +328,7 @@ func floatKernelR(name string, n, R, wstep int, load func(Mem, VecVirtual)) {
 	JMP(LabelRef(fn + "_loop"))
 
 	Label(fn + "_done")
-	out := Mem{Base: Load(Param("out").Base(), GP64())}
-	ldo := Load(Param("ldo"), GP64())
-	SHLQ(U8(2), ldo)
-	for t := range n {
-		for r := range R {
-			a := acc[r][t][0]
-			hi := XMM()
-			VEXTRACTF128(U8(1), a, hi)
-			lo := a.AsX()
-			VADDPS(hi, lo, lo)
-			VHADDPS(lo, lo, lo)
-			VHADDPS(lo, lo, lo)
-			VMOVSS(lo, out.Offset(4*r))
-		}
-		if t+1 < n {
-			ADDQ(ldo, out.Base)
-		}
-	}
+	reduceRows(acc, n, R)
 	VZEROUPPER()
 	RET()
 }
@@ -730,24 +736,7 @@ func quantFloatKernelR(name string, n, R int) {
 	JMP(LabelRef(fn + "_loop"))
 
 	Label(fn + "_done")
-	out := Mem{Base: Load(Param("out").Base(), GP64())}
-	ldo := Load(Param("ldo"), GP64())
-	SHLQ(U8(2), ldo)
-	for t := range n {
-		for r := range R {
-			a := acc[r][t][0]
-			hi := XMM()
-			VEXTRACTF128(U8(1), a, hi)
-			lo := a.AsX()
-			VADDPS(hi, lo, lo)
-			VHADDPS(lo, lo, lo)
-			VHADDPS(lo, lo, lo)
-			VMOVSS(lo, out.Offset(4*r))
-		}
-		if t+1 < n {
-			ADDQ(ldo, out.Base)
-		}
-	}
+	reduceRows(acc, n, R)
 	VZEROUPPER()
 	RET()
 }
