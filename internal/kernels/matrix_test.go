@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -17,33 +16,8 @@ import (
 
 // encode turns float32 weights into the bytes of type t.
 func encode(t testing.TB, typ dtype.DType, w []float32) []byte {
-	size, err := typ.Bytes(int64(len(w)))
+	out, err := Encode(typ, w)
 	require.NoError(t, err)
-	out := make([]byte, size)
-	switch typ {
-	case dtype.F32:
-		for i, v := range w {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		}
-	case dtype.F16:
-		for i, v := range w {
-			binary.LittleEndian.PutUint16(out[2*i:], F32ToF16(v))
-		}
-	case dtype.BF16:
-		for i, v := range w {
-			binary.LittleEndian.PutUint16(out[2*i:], F32ToBF16(v))
-		}
-	case dtype.Q8_0:
-		QuantizeQ8_0(w, out)
-	case dtype.Q4_0:
-		QuantizeQ4_0(w, out)
-	case dtype.Q4_K:
-		QuantizeQ4_K(w, out)
-	case dtype.Q6_K:
-		QuantizeQ6_K(w, out)
-	default:
-		t.Fatalf("no encoder for %s", typ)
-	}
 	return out
 }
 

@@ -70,6 +70,41 @@ func QuantizeQ4_0(src []float32, dst []byte) {
 	}
 }
 
+// Encode stores float32 values as type t: F32, F16 and BF16 by conversion, the
+// quantised types by their quantizers (len(vals) a multiple of the block size).
+func Encode(t dtype.DType, vals []float32) ([]byte, error) {
+	size, err := t.Bytes(int64(len(vals)))
+	if err != nil {
+		return nil, fmt.Errorf("kernels: %w", err)
+	}
+	out := make([]byte, size)
+	switch t {
+	case dtype.F32:
+		for i, v := range vals {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+		}
+	case dtype.F16:
+		for i, v := range vals {
+			binary.LittleEndian.PutUint16(out[2*i:], F32ToF16(v))
+		}
+	case dtype.BF16:
+		for i, v := range vals {
+			binary.LittleEndian.PutUint16(out[2*i:], F32ToBF16(v))
+		}
+	case dtype.Q8_0:
+		QuantizeQ8_0(vals, out)
+	case dtype.Q4_0:
+		QuantizeQ4_0(vals, out)
+	case dtype.Q4_K:
+		QuantizeQ4_K(vals, out)
+	case dtype.Q6_K:
+		QuantizeQ6_K(vals, out)
+	default:
+		return nil, fmt.Errorf("kernels: cannot encode %s", t)
+	}
+	return out, nil
+}
+
 // Dequantize decodes n = len(dst) values of type t from src.
 func Dequantize(t dtype.DType, src []byte, dst []float32) error {
 	size, err := t.Bytes(int64(len(dst)))

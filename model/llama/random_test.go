@@ -1,7 +1,6 @@
 package llama
 
 import (
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -14,29 +13,8 @@ import (
 
 // encodeWeights turns float32 values into bytes of type t.
 func encodeWeights(t testing.TB, typ dtype.DType, w []float32) []byte {
-	size, err := typ.Bytes(int64(len(w)))
+	out, err := kernels.Encode(typ, w)
 	require.NoError(t, err)
-	out := make([]byte, size)
-	switch typ {
-	case dtype.F32:
-		for i, v := range w {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		}
-	case dtype.F16:
-		for i, v := range w {
-			binary.LittleEndian.PutUint16(out[2*i:], kernels.F32ToF16(v))
-		}
-	case dtype.BF16:
-		for i, v := range w {
-			binary.LittleEndian.PutUint16(out[2*i:], kernels.F32ToBF16(v))
-		}
-	case dtype.Q8_0:
-		kernels.QuantizeQ8_0(w, out)
-	case dtype.Q4_0:
-		kernels.QuantizeQ4_0(w, out)
-	default:
-		t.Fatalf("no encoder for %s", typ)
-	}
 	return out
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model/dtype"
 	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
@@ -98,7 +99,7 @@ func fromHF(ctx context.Context, dir string, t dtype.DType, r *Report) ([]gguf.K
 
 	var tensors []gguf.TensorData
 	if c.RopeFreqFactors != nil {
-		data, _ := encode(dtype.F32, c.RopeFreqFactors)
+		data, _ := kernels.Encode(dtype.F32, c.RopeFreqFactors)
 		tensors = append(tensors, gguf.TensorData{Name: "rope_freqs.weight", Type: dtype.F32, Dims: []int64{int64(len(c.RopeFreqFactors))}, Data: data})
 	}
 	for _, name := range set.Names() {

@@ -11,9 +11,7 @@ package quantize
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"strings"
 
@@ -47,32 +45,6 @@ func quantizable(name string, dims []int64) bool {
 	return len(dims) == 2 && dims[0]%32 == 0 && strings.HasSuffix(name, ".weight") && name != "rope_freqs.weight"
 }
 
-// encode quantises float32 values to type t.
-func encode(t dtype.DType, vals []float32) ([]byte, error) {
-	size, err := t.Bytes(int64(len(vals)))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, size)
-	switch t {
-	case dtype.Q8_0:
-		kernels.QuantizeQ8_0(vals, out)
-	case dtype.Q4_0:
-		kernels.QuantizeQ4_0(vals, out)
-	case dtype.F32:
-		for i, v := range vals {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		}
-	case dtype.F16:
-		for i, v := range vals {
-			binary.LittleEndian.PutUint16(out[2*i:], kernels.F32ToF16(v))
-		}
-	default:
-		return nil, fmt.Errorf("cannot encode %s", t)
-	}
-	return out, nil
-}
-
 // convert returns the tensor's data as type t (a quantised type) when it qualifies,
 // else unchanged; src must be a float type.
 func convert(name string, typ dtype.DType, dims []int64, data []byte, t dtype.DType, r *Report) (dtype.DType, []byte, error) {
@@ -95,7 +67,7 @@ func convert(name string, typ dtype.DType, dims []int64, data []byte, t dtype.DT
 	if err := kernels.Dequantize(typ, data, vals); err != nil {
 		return 0, nil, fmt.Errorf("tensor %q: %w", name, err)
 	}
-	out, err := encode(t, vals)
+	out, err := kernels.Encode(t, vals)
 	if err != nil {
 		return 0, nil, fmt.Errorf("tensor %q: %w", name, err)
 	}
