@@ -28,6 +28,9 @@ var (
 	multiBF16 = pick(goMulti(dotBF16), [Group + 1]floatKernel2{1: dotBF16x1r4, 2: dotBF16x2r4, 3: dotBF16x3r2, 4: dotBF16x4r2, 5: dotBF16x5r2, 6: dotBF16x6r2})
 )
 
+// weightedSumAVX2[h] is the weighted-sum kernel for h heads at once.
+var weightedSumAVX2 = [5]weightedSumKernel{1: weightedSum1AVX2, 2: weightedSum2AVX2, 3: weightedSum3AVX2, 4: weightedSum4AVX2}
+
 func pick[T any](generic, asm T) T {
 	if hasAVX2 {
 		return asm

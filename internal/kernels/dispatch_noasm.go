@@ -29,9 +29,8 @@ const hasAVX2 = false
 func dotAVX2(a, b []float32) float32         { panic("unreachable") }
 func axpyAVX2(alpha float32, x, y []float32) { panic("unreachable") }
 
-func weightedSumAVX2(w []float32, ldw int, v []float32, cnt int, out []float32, heads, hd int) {
-	panic("unreachable")
-}
+// weightedSumAVX2 is empty: WeightedSum never reaches it without assembly.
+var weightedSumAVX2 [5]weightedSumKernel
 
 func siluMulAVX2(dst, gate, up []float32)          { panic("unreachable") }
 func expShiftedAVX2(v []float32, mx, invT float32) { panic("unreachable") }

@@ -12562,58 +12562,243 @@ axpy_done:
 	VZEROUPPER
 	RET
 
-// func weightedSumAVX2(w []float32, ldw int, v []float32, cnt int, out []float32, heads int, hd int)
+// func weightedSum1AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
 // Requires: AVX, FMA3
-TEXT ·weightedSumAVX2(SB), NOSPLIT, $0-104
+TEXT ·weightedSum1AVX2(SB), NOSPLIT, $0-96
+	MOVQ ldw+24(FP), AX
+	SHLQ $0x02, AX
 	MOVQ w_base+0(FP), AX
-	MOVQ ldw+24(FP), CX
-	SHLQ $0x02, CX
+	MOVQ v_base+32(FP), CX
+	MOVQ cnt+56(FP), DX
+	MOVQ out_base+64(FP), BX
+	MOVQ hd+88(FP), SI
+	SHLQ $0x02, SI
+	XORQ DI, DI
+
+weightedSum1AVX2_col:
+	CMPQ    DI, SI
+	JAE     weightedSum1AVX2_done
+	LEAQ    (BX)(DI*1), R8
+	VMOVUPS (R8), Y0
+	VMOVUPS 32(R8), Y1
+	XORQ    R8, R8
+	LEAQ    (CX)(DI*1), R9
+
+weightedSum1AVX2_pos:
+	CMPQ         R8, DX
+	JAE          weightedSum1AVX2_store
+	VMOVUPS      (R9), Y2
+	VMOVUPS      32(R9), Y3
+	VBROADCASTSS (AX)(R8*4), Y4
+	VFMADD231PS  Y2, Y4, Y0
+	VFMADD231PS  Y3, Y4, Y1
+	ADDQ         SI, R9
+	INCQ         R8
+	JMP          weightedSum1AVX2_pos
+
+weightedSum1AVX2_store:
+	LEAQ    (BX)(DI*1), R8
+	VMOVUPS Y0, (R8)
+	VMOVUPS Y1, 32(R8)
+	ADDQ    $0x00000040, DI
+	JMP     weightedSum1AVX2_col
+
+weightedSum1AVX2_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum2AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+// Requires: AVX, FMA3
+TEXT ·weightedSum2AVX2(SB), NOSPLIT, $0-96
+	MOVQ ldw+24(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w_base+0(FP), CX
+	LEAQ (CX)(AX*1), AX
 	MOVQ v_base+32(FP), DX
 	MOVQ cnt+56(FP), BX
 	MOVQ out_base+64(FP), SI
-	MOVQ heads+88(FP), DI
-	MOVQ hd+96(FP), R8
+	MOVQ hd+88(FP), DI
+	SHLQ $0x02, DI
+	XORQ R8, R8
+
+weightedSum2AVX2_col:
+	CMPQ    R8, DI
+	JAE     weightedSum2AVX2_done
+	LEAQ    (SI)(R8*1), R9
+	VMOVUPS (R9), Y0
+	VMOVUPS 32(R9), Y1
+	ADDQ    DI, R9
+	VMOVUPS (R9), Y2
+	VMOVUPS 32(R9), Y3
+	XORQ    R9, R9
+	LEAQ    (DX)(R8*1), R10
+
+weightedSum2AVX2_pos:
+	CMPQ         R9, BX
+	JAE          weightedSum2AVX2_store
+	VMOVUPS      (R10), Y4
+	VMOVUPS      32(R10), Y5
+	VBROADCASTSS (CX)(R9*4), Y6
+	VFMADD231PS  Y4, Y6, Y0
+	VFMADD231PS  Y5, Y6, Y1
+	VBROADCASTSS (AX)(R9*4), Y6
+	VFMADD231PS  Y4, Y6, Y2
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         DI, R10
+	INCQ         R9
+	JMP          weightedSum2AVX2_pos
+
+weightedSum2AVX2_store:
+	LEAQ    (SI)(R8*1), R9
+	VMOVUPS Y0, (R9)
+	VMOVUPS Y1, 32(R9)
+	ADDQ    DI, R9
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, 32(R9)
+	ADDQ    $0x00000040, R8
+	JMP     weightedSum2AVX2_col
+
+weightedSum2AVX2_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum3AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+// Requires: AVX, FMA3
+TEXT ·weightedSum3AVX2(SB), NOSPLIT, $0-96
+	MOVQ ldw+24(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w_base+0(FP), CX
+	LEAQ (CX)(AX*1), DX
+	LEAQ (DX)(AX*1), AX
+	MOVQ v_base+32(FP), BX
+	MOVQ cnt+56(FP), SI
+	MOVQ out_base+64(FP), DI
+	MOVQ hd+88(FP), R8
 	SHLQ $0x02, R8
 	XORQ R9, R9
 
-ws_col:
-	CMPQ R9, R8
-	JAE  ws_done
+weightedSum3AVX2_col:
+	CMPQ    R9, R8
+	JAE     weightedSum3AVX2_done
+	LEAQ    (DI)(R9*1), R10
+	VMOVUPS (R10), Y0
+	VMOVUPS 32(R10), Y1
+	ADDQ    R8, R10
+	VMOVUPS (R10), Y2
+	VMOVUPS 32(R10), Y3
+	ADDQ    R8, R10
+	VMOVUPS (R10), Y4
+	VMOVUPS 32(R10), Y5
+	XORQ    R10, R10
+	LEAQ    (BX)(R9*1), R11
+
+weightedSum3AVX2_pos:
+	CMPQ         R10, SI
+	JAE          weightedSum3AVX2_store
+	VMOVUPS      (R11), Y6
+	VMOVUPS      32(R11), Y7
+	VBROADCASTSS (CX)(R10*4), Y8
+	VFMADD231PS  Y6, Y8, Y0
+	VFMADD231PS  Y7, Y8, Y1
+	VBROADCASTSS (DX)(R10*4), Y8
+	VFMADD231PS  Y6, Y8, Y2
+	VFMADD231PS  Y7, Y8, Y3
+	VBROADCASTSS (AX)(R10*4), Y8
+	VFMADD231PS  Y6, Y8, Y4
+	VFMADD231PS  Y7, Y8, Y5
+	ADDQ         R8, R11
+	INCQ         R10
+	JMP          weightedSum3AVX2_pos
+
+weightedSum3AVX2_store:
+	LEAQ    (DI)(R9*1), R10
+	VMOVUPS Y0, (R10)
+	VMOVUPS Y1, 32(R10)
+	ADDQ    R8, R10
+	VMOVUPS Y2, (R10)
+	VMOVUPS Y3, 32(R10)
+	ADDQ    R8, R10
+	VMOVUPS Y4, (R10)
+	VMOVUPS Y5, 32(R10)
+	ADDQ    $0x00000040, R9
+	JMP     weightedSum3AVX2_col
+
+weightedSum3AVX2_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum4AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+// Requires: AVX, FMA3
+TEXT ·weightedSum4AVX2(SB), NOSPLIT, $0-96
+	MOVQ ldw+24(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w_base+0(FP), CX
+	LEAQ (CX)(AX*1), DX
+	LEAQ (DX)(AX*1), BX
+	LEAQ (BX)(AX*1), AX
+	MOVQ v_base+32(FP), SI
+	MOVQ cnt+56(FP), DI
+	MOVQ out_base+64(FP), R8
+	MOVQ hd+88(FP), R9
+	SHLQ $0x02, R9
 	XORQ R10, R10
-	MOVQ AX, R11
-	MOVQ SI, R12
 
-ws_head:
-	CMPQ    R10, DI
-	JAE     ws_next_col
-	VMOVUPS (R12)(R9*1), Y0
-	VMOVUPS 32(R12)(R9*1), Y1
-	XORQ    R13, R13
-	LEAQ    (DX)(R9*1), R14
+weightedSum4AVX2_col:
+	CMPQ    R10, R9
+	JAE     weightedSum4AVX2_done
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS (R11), Y0
+	VMOVUPS 32(R11), Y1
+	ADDQ    R9, R11
+	VMOVUPS (R11), Y2
+	VMOVUPS 32(R11), Y3
+	ADDQ    R9, R11
+	VMOVUPS (R11), Y4
+	VMOVUPS 32(R11), Y5
+	ADDQ    R9, R11
+	VMOVUPS (R11), Y6
+	VMOVUPS 32(R11), Y7
+	XORQ    R11, R11
+	LEAQ    (SI)(R10*1), R12
 
-ws_pos:
-	CMPQ         R13, BX
-	JAE          ws_store
-	VBROADCASTSS (R11)(R13*4), Y2
-	VFMADD231PS  (R14), Y2, Y0
-	VFMADD231PS  32(R14), Y2, Y1
-	ADDQ         R8, R14
-	INCQ         R13
-	JMP          ws_pos
+weightedSum4AVX2_pos:
+	CMPQ         R11, DI
+	JAE          weightedSum4AVX2_store
+	VMOVUPS      (R12), Y8
+	VMOVUPS      32(R12), Y9
+	VBROADCASTSS (CX)(R11*4), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (DX)(R11*4), Y10
+	VFMADD231PS  Y8, Y10, Y2
+	VFMADD231PS  Y9, Y10, Y3
+	VBROADCASTSS (BX)(R11*4), Y10
+	VFMADD231PS  Y8, Y10, Y4
+	VFMADD231PS  Y9, Y10, Y5
+	VBROADCASTSS (AX)(R11*4), Y10
+	VFMADD231PS  Y8, Y10, Y6
+	VFMADD231PS  Y9, Y10, Y7
+	ADDQ         R9, R12
+	INCQ         R11
+	JMP          weightedSum4AVX2_pos
 
-ws_store:
-	VMOVUPS Y0, (R12)(R9*1)
-	VMOVUPS Y1, 32(R12)(R9*1)
-	ADDQ    CX, R11
-	ADDQ    R8, R12
-	INCQ    R10
-	JMP     ws_head
+weightedSum4AVX2_store:
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS Y0, (R11)
+	VMOVUPS Y1, 32(R11)
+	ADDQ    R9, R11
+	VMOVUPS Y2, (R11)
+	VMOVUPS Y3, 32(R11)
+	ADDQ    R9, R11
+	VMOVUPS Y4, (R11)
+	VMOVUPS Y5, 32(R11)
+	ADDQ    R9, R11
+	VMOVUPS Y6, (R11)
+	VMOVUPS Y7, 32(R11)
+	ADDQ    $0x00000040, R10
+	JMP     weightedSum4AVX2_col
 
-ws_next_col:
-	ADDQ $0x00000040, R9
-	JMP  ws_col
-
-ws_done:
+weightedSum4AVX2_done:
 	VZEROUPPER
 	RET
 

@@ -262,8 +262,17 @@ func dotAVX2(a []float32, b []float32) float32
 // axpyAVX2 adds alpha·x to y over the first len(x) rounded down to 8 values.
 func axpyAVX2(alpha float32, x []float32, y []float32)
 
-// weightedSumAVX2 adds, for each head, the weighted sum of cnt value rows to its output, in order.
-func weightedSumAVX2(w []float32, ldw int, v []float32, cnt int, out []float32, heads int, hd int)
+// weightedSum1AVX2 adds, for each of 1 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum1AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+
+// weightedSum2AVX2 adds, for each of 2 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum2AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+
+// weightedSum3AVX2 adds, for each of 3 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum3AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+
+// weightedSum4AVX2 adds, for each of 4 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum4AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
 
 // siluMulAVX2 sets dst = silu(gate)·up over the first len(gate) rounded down to 8 values, as SiLUMul does.
 func siluMulAVX2(dst []float32, gate []float32, up []float32)

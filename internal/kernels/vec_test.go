@@ -55,11 +55,38 @@ func TestDotPacked(t *testing.T) {
 	}
 }
 
+// TestDotPackedRows: a block of keys scores bit for bit as DotPacked scores each key
+// alone, for every row count, and with key counts that leave a remainder after the
+// multi-key kernels.
+func TestDotPackedRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 11))
+	for _, hd := range []int{8, 64, 128} {
+		for n := 1; n <= Group; n++ {
+			x := randVec(rng, n*hd)
+			packed := make([]float32, n*hd)
+			PackRows(packed, x, n, hd)
+			for _, cnt := range []int{0, 1, 2, 3, 5, 16} {
+				k := randVec(rng, cnt*hd)
+				ldo := cnt + 3
+				got := make([]float32, n*ldo)
+				want := make([]float32, n*ldo)
+				DotPackedRows(k, cnt, hd, packed, n, got, ldo)
+				for j := range cnt {
+					DotPacked(k[j*hd:(j+1)*hd], packed, n, want[j:], ldo)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("hd %d n %d cnt %d: differs from DotPacked key by key", hd, n, cnt)
+				}
+			}
+		}
+	}
+}
+
 // TestWeightedSum: the same sums as the Axpy calls it replaces, bit for bit.
 func TestWeightedSum(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	for _, hd := range []int{16, 64, 128, 24} {
-		for _, heads := range []int{1, 3, 4} {
+		for _, heads := range []int{1, 2, 3, 4, 5, 8} {
 			for _, cnt := range []int{0, 1, 7, 16} {
 				ldw := cnt + 2
 				w := randVec(rng, heads*ldw)

@@ -431,12 +431,13 @@ func (t *attnTask) Run(lo, hi int) {
 			}
 			pos := 0
 			t.visible(i, kvh, func(kb, _ []float32, cnt int) {
+				if packed {
+					kernels.DotPackedRows(kb, cnt, hd, qp[g*hd:2*g*hd], g, sc[pos:], npos)
+					pos += cnt
+					return
+				}
 				for j := range cnt {
 					k := kb[j*hd : (j+1)*hd]
-					if packed {
-						kernels.DotPacked(k, qp[g*hd:2*g*hd], g, sc[pos+j:], npos)
-						continue
-					}
 					for h := range g {
 						sc[h*npos+pos+j] = kernels.Dot(qs[h*hd:(h+1)*hd], k) * scale
 					}

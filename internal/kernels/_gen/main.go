@@ -66,7 +66,9 @@ func main() {
 	}
 	dotKernel()
 	axpyKernel()
-	weightedSumKernel()
+	for h := 1; h <= 4; h++ {
+		weightedSumKernel(h)
+	}
 	ec := newExpConsts()
 	siluMulKernel(ec)
 	expShiftedKernel(ec)
@@ -742,64 +744,80 @@ func quantFloatKernelR(name string, n, R int) {
 }
 
 // weightedSumKernel: func(w []float32, ldw int, v []float32, cnt int, out []float32,
-// heads, hd int): for each head h and each of the hd (a multiple of 16) columns d, out[h·hd+d] += Σ_j w[h·ldw+j] · v[j·hd+d] over j = 0 … cnt−1, added in
-// order of j with one FMA each: the same arithmetic as cnt axpys, in registers.
-// Attention uses it to add a block of values to several heads at once.
-func weightedSumKernel() {
-	TEXT("weightedSumAVX2", NOSPLIT, "func(w []float32, ldw int, v []float32, cnt int, out []float32, heads, hd int)")
-	Doc("weightedSumAVX2 adds, for each head, the weighted sum of cnt value rows to its output, in order.")
-	wBase := Load(Param("w").Base(), GP64())
+// hd int), for H heads at once: for each head h < H and each of the hd (a multiple of
+// 16) columns d, out[h·hd+d] += Σ_j w[h·ldw+j] · v[j·hd+d] over j = 0 … cnt−1, added
+// in order of j with one FMA each: the same arithmetic as cnt axpys per head, in
+// registers. The H heads share each load of a value row and give the FMA units 2·H
+// independent chains. Attention uses it to add a block of values to the heads that
+// share a kv head.
+func weightedSumKernel(H int) {
+	name := fmt.Sprintf("weightedSum%dAVX2", H)
+	TEXT(name, NOSPLIT, "func(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)")
+	Doc(fmt.Sprintf("%s adds, for each of %d heads, the weighted sum of cnt value rows to its output, in order.", name, H))
 	ldw := Load(Param("ldw"), GP64())
 	SHLQ(U8(2), ldw)
+	wr := make([]Register, H) // head h's weights
+	wr[0] = Load(Param("w").Base(), GP64())
+	for h := 1; h < H; h++ {
+		r := GP64()
+		LEAQ(Mem{Base: wr[h-1], Index: ldw, Scale: 1}, r)
+		wr[h] = r
+	}
 	vBase := Load(Param("v").Base(), GP64())
 	cnt := Load(Param("cnt"), GP64())
 	outBase := Load(Param("out").Base(), GP64())
-	heads := Load(Param("heads"), GP64())
 	hd := Load(Param("hd"), GP64()) // columns, a multiple of 16; in bytes below
 	SHLQ(U8(2), hd)
 
+	acc := make([][2]VecVirtual, H)
+	for h := range acc {
+		acc[h] = [2]VecVirtual{YMM(), YMM()}
+	}
 	col := GP64() // byte offset of the 16-column slice
 	XORQ(col, col)
-	Label("ws_col")
+	Label(name + "_col")
 	CMPQ(col, hd)
-	JAE(LabelRef("ws_done"))
-	h := GP64()
-	XORQ(h, h)
-	wRow := GP64()
-	MOVQ(wBase, wRow)
-	oRow := GP64()
-	MOVQ(outBase, oRow)
-	Label("ws_head")
-	CMPQ(h, heads)
-	JAE(LabelRef("ws_next_col"))
-	a0, a1 := YMM(), YMM()
-	VMOVUPS(Mem{Base: oRow, Index: col, Scale: 1}, a0)
-	VMOVUPS(Mem{Base: oRow, Index: col, Scale: 1, Disp: 32}, a1)
+	JAE(LabelRef(name + "_done"))
+	o := GP64()
+	LEAQ(Mem{Base: outBase, Index: col, Scale: 1}, o)
+	for h := range H {
+		VMOVUPS(Mem{Base: o}, acc[h][0])
+		VMOVUPS(Mem{Base: o, Disp: 32}, acc[h][1])
+		if h+1 < H {
+			ADDQ(hd, o)
+		}
+	}
 	j := GP64()
 	XORQ(j, j)
 	vp := GP64()
 	LEAQ(Mem{Base: vBase, Index: col, Scale: 1}, vp)
-	wb := YMM()
-	Label("ws_pos")
+	Label(name + "_pos")
 	CMPQ(j, cnt)
-	JAE(LabelRef("ws_store"))
-	VBROADCASTSS(Mem{Base: wRow, Index: j, Scale: 4}, wb)
-	VFMADD231PS(Mem{Base: vp}, wb, a0)
-	VFMADD231PS(Mem{Base: vp, Disp: 32}, wb, a1)
+	JAE(LabelRef(name + "_store"))
+	v0, v1 := YMM(), YMM()
+	VMOVUPS(Mem{Base: vp}, v0)
+	VMOVUPS(Mem{Base: vp, Disp: 32}, v1)
+	for h := range H {
+		wb := YMM()
+		VBROADCASTSS(Mem{Base: wr[h], Index: j, Scale: 4}, wb)
+		VFMADD231PS(v0, wb, acc[h][0])
+		VFMADD231PS(v1, wb, acc[h][1])
+	}
 	ADDQ(hd, vp)
 	INCQ(j)
-	JMP(LabelRef("ws_pos"))
-	Label("ws_store")
-	VMOVUPS(a0, Mem{Base: oRow, Index: col, Scale: 1})
-	VMOVUPS(a1, Mem{Base: oRow, Index: col, Scale: 1, Disp: 32})
-	ADDQ(ldw, wRow)
-	ADDQ(hd, oRow)
-	INCQ(h)
-	JMP(LabelRef("ws_head"))
-	Label("ws_next_col")
+	JMP(LabelRef(name + "_pos"))
+	Label(name + "_store")
+	LEAQ(Mem{Base: outBase, Index: col, Scale: 1}, o)
+	for h := range H {
+		VMOVUPS(acc[h][0], Mem{Base: o})
+		VMOVUPS(acc[h][1], Mem{Base: o, Disp: 32})
+		if h+1 < H {
+			ADDQ(hd, o)
+		}
+	}
 	ADDQ(U32(64), col)
-	JMP(LabelRef("ws_col"))
-	Label("ws_done")
+	JMP(LabelRef(name + "_col"))
+	Label(name + "_done")
 	VZEROUPPER()
 	RET()
 }
