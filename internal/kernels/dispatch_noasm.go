@@ -34,3 +34,5 @@ var weightedSumAVX2 [5]weightedSumKernel
 
 func siluMulAVX2(dst, gate, up []float32)          { panic("unreachable") }
 func expShiftedAVX2(v []float32, mx, invT float32) { panic("unreachable") }
+func maxAVX2(v []float32) float32                  { panic("unreachable") }
+func scaleAVX2(v []float32, s float32)             { panic("unreachable") }

@@ -13029,3 +13029,65 @@ exps_loop:
 exps_done:
 	VZEROUPPER
 	RET
+
+// func maxAVX2(v []float32) float32
+// Requires: AVX, SSE
+TEXT ·maxAVX2(SB), NOSPLIT, $0-28
+	MOVQ    v_base+0(FP), AX
+	MOVQ    v_len+8(FP), CX
+	SHRQ    $0x03, CX
+	VMOVUPS (AX), Y0
+	VCMPPS  $0x03, Y0, Y0, Y1
+	ADDQ    $0x00000020, AX
+	DECQ    CX
+
+max_loop:
+	TESTQ   CX, CX
+	JZ      max_reduce
+	VMOVUPS (AX), Y2
+	VCMPPS  $0x03, Y2, Y2, Y3
+	VORPS   Y3, Y1, Y1
+	VMAXPS  Y2, Y0, Y0
+	ADDQ    $0x00000020, AX
+	DECQ    CX
+	JMP     max_loop
+
+max_reduce:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMAXPS       X2, X0, X0
+	VMOVHLPS     X0, X2, X2
+	VMAXPS       X2, X0, X0
+	VMOVSHDUP    X0, X2
+	VMAXSS       X2, X0, X0
+	VMOVMSKPS    Y1, AX
+	TESTL        AX, AX
+	JZ           max_done
+	MOVL         $0x7fc00000, AX
+	VMOVD        AX, X0
+
+max_done:
+	MOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(v []float32, s float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-28
+	MOVQ         v_base+0(FP), AX
+	MOVQ         v_len+8(FP), CX
+	SHRQ         $0x03, CX
+	MOVSS        s+24(FP), X0
+	VBROADCASTSS X0, Y0
+
+scale_loop:
+	TESTQ   CX, CX
+	JZ      scale_done
+	VMULPS  (AX), Y0, Y1
+	VMOVUPS Y1, (AX)
+	ADDQ    $0x00000020, AX
+	DECQ    CX
+	JMP     scale_loop
+
+scale_done:
+	VZEROUPPER
+	RET

@@ -143,3 +143,30 @@ func goExpShifted(v []float32, mx, invT float32) float64 {
 	}
 	return total
 }
+
+// Max returns the largest value of v: -Inf when v is empty, NaN when v holds a NaN,
+// as a loop of Go's max would give (except that +0 and −0 may come back as either).
+func Max(v []float32) float32 {
+	mx := float32(math.Inf(-1))
+	if hasAVX2 && len(v) >= 8 {
+		n := len(v) &^ 7
+		mx = maxAVX2(v[:n])
+		v = v[n:]
+	}
+	for _, x := range v {
+		mx = max(mx, x)
+	}
+	return mx
+}
+
+// Scale multiplies every value of v by s, one rounding each.
+func Scale(v []float32, s float32) {
+	if hasAVX2 && len(v) >= 8 {
+		n := len(v) &^ 7
+		scaleAVX2(v[:n], s)
+		v = v[n:]
+	}
+	for i := range v {
+		v[i] *= s
+	}
+}

@@ -446,14 +446,8 @@ func (t *attnTask) Run(lo, hi int) {
 			})
 			for h := range g {
 				hs := sc[h*npos : (h+1)*npos]
-				mx := float32(math.Inf(-1))
-				for _, x := range hs {
-					mx = max(mx, x)
-				}
-				inv := float32(1 / kernels.ExpShifted(hs, mx, 1))
-				for j := range hs {
-					hs[j] *= inv
-				}
+				inv := float32(1 / kernels.ExpShifted(hs, kernels.Max(hs), 1))
+				kernels.Scale(hs, inv)
 			}
 			pos = 0
 			t.visible(i, kvh, func(_, vb []float32, cnt int) {

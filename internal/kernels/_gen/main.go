@@ -72,6 +72,8 @@ func main() {
 	ec := newExpConsts()
 	siluMulKernel(ec)
 	expShiftedKernel(ec)
+	maxKernel()
+	scaleKernel()
 	Generate()
 }
 
@@ -968,6 +970,77 @@ func expShiftedKernel(c expConsts) {
 	DECQ(n)
 	JMP(LabelRef("exps_loop"))
 	Label("exps_done")
+	VZEROUPPER()
+	RET()
+}
+
+// maxKernel: func(v []float32) float32, len(v) a positive multiple of 8: the largest
+// value, or NaN when v holds a NaN (as Go's max would give).
+func maxKernel() {
+	TEXT("maxAVX2", NOSPLIT, "func(v []float32) float32")
+	Doc("maxAVX2 returns the largest of the first len(v) rounded down to 8 values, NaN if one is NaN.")
+	v := Mem{Base: Load(Param("v").Base(), GP64())}
+	n := Load(Param("v").Len(), GP64())
+	SHRQ(U8(3), n)
+	acc, nan := YMM(), YMM()
+	VMOVUPS(v, acc)
+	VCMPPS(U8(3), acc, acc, nan) // unordered: NaN lanes
+	ADDQ(U32(32), v.Base)
+	DECQ(n)
+	x, t := YMM(), YMM()
+	Label("max_loop")
+	TESTQ(n, n)
+	JZ(LabelRef("max_reduce"))
+	VMOVUPS(v, x)
+	VCMPPS(U8(3), x, x, t)
+	VORPS(t, nan, nan)
+	VMAXPS(x, acc, acc)
+	ADDQ(U32(32), v.Base)
+	DECQ(n)
+	JMP(LabelRef("max_loop"))
+	Label("max_reduce")
+	hi := XMM()
+	VEXTRACTF128(U8(1), acc, hi)
+	lo := acc.AsX()
+	VMAXPS(hi, lo, lo)
+	VMOVHLPS(lo, hi, hi)
+	VMAXPS(hi, lo, lo)
+	VMOVSHDUP(lo, hi)
+	VMAXSS(hi, lo, lo)
+	m := GP32()
+	VMOVMSKPS(nan, m)
+	TESTL(m, m)
+	JZ(LabelRef("max_done"))
+	r := GP32() // a NaN was seen: return the quiet NaN
+	MOVL(U32(0x7fc00000), r)
+	VMOVD(r, lo)
+	Label("max_done")
+	Store(lo, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// scaleKernel: func(v []float32, s float32): v[i] *= s for the first len(v) rounded
+// down to 8 values, one rounding each, as the Go loop does.
+func scaleKernel() {
+	TEXT("scaleAVX2", NOSPLIT, "func(v []float32, s float32)")
+	Doc("scaleAVX2 multiplies the first len(v) rounded down to 8 values by s.")
+	v := Mem{Base: Load(Param("v").Base(), GP64())}
+	n := Load(Param("v").Len(), GP64())
+	SHRQ(U8(3), n)
+	ss := Load(Param("s"), XMM())
+	sv := YMM()
+	VBROADCASTSS(ss, sv)
+	x := YMM()
+	Label("scale_loop")
+	TESTQ(n, n)
+	JZ(LabelRef("scale_done"))
+	VMULPS(v, sv, x)
+	VMOVUPS(x, v)
+	ADDQ(U32(32), v.Base)
+	DECQ(n)
+	JMP(LabelRef("scale_loop"))
+	Label("scale_done")
 	VZEROUPPER()
 	RET()
 }
