@@ -52,6 +52,8 @@ type options struct {
 	drafters, ks, temps             string
 	draftModels                     listFlag
 	n, maxTokens, threads           int
+	ngramMin, ngramMax              int
+	firstNGramMin                   int
 	verify, paired                  bool
 }
 
@@ -70,6 +72,9 @@ func main() {
 	flag.StringVar(&o.svgDir, "svg", "", "write SVG plots into this directory")
 	flag.BoolVar(&o.verify, "verify", false, "check that greedy speculative outputs equal plain greedy outputs")
 	flag.BoolVar(&o.paired, "paired", true, "decode each prompt plainly right before each configuration and compute its speedup against those runs")
+	flag.IntVar(&o.ngramMin, "ngram-min", 1, "shortest suffix the ngram drafter matches")
+	flag.IntVar(&o.firstNGramMin, "first-ngram-min", 2, "shortest suffix the n-gram lookup of first matches: a one-token match is a weaker guess than the draft model's")
+	flag.IntVar(&o.ngramMax, "ngram-max", 4, "longest suffix the n-gram lookups (ngram, first) match")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -145,10 +150,11 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		}
 		temps = append(temps, t)
 	}
+	ngram := draft.NGram{Min: o.ngramMin, Max: o.ngramMax}
 	makeDrafter := func(name string) (draft.Drafter, error) {
 		switch name {
 		case "ngram":
-			return draft.NGram{}, nil
+			return ngram, nil
 		case "suffix":
 			// A fresh memory for each configuration: it learns from the earlier
 			// prompts of the run, never from another configuration's answers to
@@ -160,7 +166,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 				return nil, fmt.Errorf("drafter %q needs a -draft model", name)
 			}
 			if name == "first" {
-				return draft.First(draft.NGram{}, m), nil
+				return draft.First(draft.NGram{Min: o.firstNGramMin, Max: o.ngramMax}, m), nil
 			}
 			tm, err := draft.NewModelTree(m.Model(), draft.Tree{Width: 2, Depth: 4, MaxNodes: 12})
 			return tm, err
