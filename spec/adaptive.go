@@ -1,6 +1,9 @@
 package spec
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // controller chooses, each step, which drafter to ask and how many tokens to draft,
 // to maximise the expected tokens per second. It learns online, from the request
@@ -8,13 +11,23 @@ import "time"
 // only when every position before it was accepted), the verification time as a
 // function of the tokens verified, and each drafter's cost per drafted token. Older
 // observations fade, so the choice follows the text as it changes.
+//
+// Times are kept in the units of a machine of constant speed: on a shared machine
+// everything runs tens of per cent faster or slower from one second to the next, and
+// the verification lengths the controller compares are observed at different moments.
+// A speed factor, the ratio of observed to estimated verification times smoothed over
+// the last few dozen steps, divides every observation before it is learned, so that a
+// machine that speeds up while the controller decodes plainly does not make the longer
+// verifications it remembers look costly.
 type controller struct {
 	maxK     int
 	drafters []drafterStats
-	verify   []bucket // by tokens verified, 1 … maxK+1
+	verify   []bucket // by tokens verified, 1 … maxK+1; normalised seconds
+	speed    float64  // the machine's current slowness: observed over normalised times
 	steps    int
-	explore  int // the step of the next exploration
-	turn     int // explorations so far
+	explore  int  // the step of the next exploration
+	turn     int  // explorations so far
+	probing  bool // the last choice was an exploration
 }
 
 // drafterStats is what the controller knows of one drafter.
@@ -30,21 +43,29 @@ type bucket struct {
 }
 
 const (
-	fade       = 0.97 // weight kept by old observations at each new one
-	priorAcc   = 0.6  // acceptance assumed before any evidence…
-	priorCount = 2.0  // …worth this many observations
-	priorSlope = 0.25 // verify(m) / verify(1) − 1 per extra token, before evidence
-	exploreGap = 12   // steps between explorations
-	maxCatchUp = 2    // catch-up tokens a drafting decision counts (see draftTime)
+	fade       = 0.97  // weight kept by old observations at each new one
+	priorAcc   = 0.6   // acceptance assumed before any evidence…
+	priorCount = 2.0   // …worth this many observations
+	priorSlope = 0.25  // verify(m) / verify(1) − 1 per extra token, before evidence
+	exploreGap = 12    // steps between explorations
+	maxCatchUp = 2     // catch-up tokens a drafting decision counts (see draftTime)
+	speedGain  = 0.1   // weight of a new observation in the (geometric) speed factor
+	outlier    = 3     // an observation counts at most this many times its bucket's mean
+	idleFade   = 0.998 // weight kept by a drafter's acceptance counts at each step it sits out
 )
 
+// add learns x, clipped to outlier times the mean once the bucket has some weight: a
+// step that the scheduler or the collector stalled must not price a K out for long.
 func (b *bucket) add(x float64) {
+	if b.weight > 2 {
+		x = min(x, outlier*b.mean)
+	}
 	b.weight = b.weight*fade + 1
 	b.mean += (x - b.mean) / b.weight
 }
 
 func newController(maxK, drafters int) *controller {
-	c := &controller{maxK: maxK, verify: make([]bucket, maxK+2), explore: exploreGap}
+	c := &controller{maxK: maxK, verify: make([]bucket, maxK+2), speed: 1, explore: exploreGap}
 	c.drafters = make([]drafterStats, drafters)
 	for i := range c.drafters {
 		c.drafters[i].judged = make([]float64, maxK)
@@ -141,6 +162,7 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 		s := &c.drafters[d]
 		probe := s.expected(k) / (c.verifyTime(k+1) + s.draftTime(k))
 		c.explore = c.steps + int(exploreGap*(1+4*max(0, best/probe-1)))
+		c.probing = true
 		return d, k
 	}
 	return bestD, bestK
@@ -163,12 +185,25 @@ func (s *drafterStats) draftTime(k int) float64 {
 // draft of the given depth, the target verified m tokens in verifyDur, and accepted of
 // the depth positions were kept.
 func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur time.Duration) {
-	c.verify[min(m, len(c.verify)-1)].add(verifyDur.Seconds())
+	m = min(m, len(c.verify)-1)
+	v := verifyDur.Seconds()
+	if c.learned() && v > 0 {
+		r := v / (c.speed * c.verifyTime(m))
+		c.speed *= math.Pow(min(max(r, 0.5), 2), speedGain)
+	}
+	c.verify[m].add(v / c.speed)
+	probing := c.probing
+	c.probing = false
+	for j := range c.drafters {
+		if j != d || k == 0 {
+			c.drafters[j].idle()
+		}
+	}
 	if k == 0 {
 		return
 	}
 	s := &c.drafters[d]
-	s.perToken.add(draftDur.Seconds() / float64(k+s.behind))
+	s.perToken.add(draftDur.Seconds() / c.speed / float64(k+s.behind))
 	s.behind = 0
 	for i := range min(depth, len(s.judged)) {
 		if i > accepted {
@@ -185,6 +220,31 @@ func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur t
 		s.judged[0] = s.judged[0]*fade + 1
 		s.accepted[0] *= fade
 	}
+	if probing && accepted > 0 {
+		// A probe was rewarded: probe again soon, so that a drafter coming back
+		// after a bad stretch is not kept waiting by what it did then.
+		c.explore = min(c.explore, c.steps+2)
+	}
+}
+
+// idle fades what the drafter's acceptance was when it is not asked: the text moves
+// on, and evidence from long ago should not keep it out (it returns to the prior,
+// which gets it probed again).
+func (s *drafterStats) idle() {
+	for i := range s.judged {
+		s.judged[i] *= idleFade
+		s.accepted[i] *= idleFade
+	}
+}
+
+// learned reports whether some verification time has been observed.
+func (c *controller) learned() bool {
+	for _, b := range c.verify {
+		if b.weight > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // clone returns a deep copy, for handing what one request learned to the next.
