@@ -16,14 +16,18 @@ import (
 // instead. On gocoder-m with gocoder-xs behind it, greedy, that raised the mean
 // accepted length at K = 3 from 2.42 to 2.58 tokens per step.
 type NGram struct {
-	// Min and Max bound the length of the matched suffix (defaults 1 and 4).
+	// Min and Max bound the length of the matched suffix. Zero means the default:
+	// 1 for Min, 4 (or Min, when larger) for Max.
 	Min, Max int
 }
 
 // Start implements [Drafter].
 func (g NGram) Start(ctx context.Context, req Request) (Session, error) {
-	if g.Min == 0 && g.Max == 0 {
-		g.Min, g.Max = 1, 4
+	if g.Min == 0 {
+		g.Min = 1
+	}
+	if g.Max == 0 {
+		g.Max = max(4, g.Min)
 	}
 	if g.Min < 1 || g.Max < g.Min || g.Max > 64 {
 		return nil, fmt.Errorf("draft: n-gram lengths Min %d, Max %d must satisfy 1 <= Min <= Max <= 64", g.Min, g.Max)

@@ -50,10 +50,19 @@ func TestNGram(t *testing.T) {
 	assert.Empty(t, propose(t, s, h, 2).Tokens)
 	h = append(h, 9, 1, 2)
 	assert.Equal(t, []int32{3, 9}, []int32(propose(t, s, h, 2).Tokens))
-	for _, g := range []draft.NGram{{Min: 0, Max: 2}, {Min: 3, Max: 2}, {Min: 1, Max: 100}} {
+	for _, g := range []draft.NGram{{Min: -1, Max: 2}, {Min: 3, Max: 2}, {Min: 1, Max: 100}, {Min: 65}} {
 		_, err := g.Start(ctx, draft.Request{})
 		assert.Error(t, err, "%+v", g)
 	}
+	// A zero Max defaults to 4, or to Min when larger: NGram{Min: 2} matches two
+	// tokens or more, never a single one.
+	s2, err := draft.NGram{Min: 2}.Start(ctx, draft.Request{MaxK: 4})
+	require.NoError(t, err)
+	assert.Empty(t, propose(t, s2, []int32{5, 1, 7, 2, 1}, 2).Tokens, "only a one-token match")
+	assert.Equal(t, []int32{6, 7}, []int32(propose(t, s2, []int32{5, 1, 7, 2, 1, 8, 3, 4, 5, 6, 7, 8, 3, 4, 5}, 2).Tokens))
+	s6, err := draft.NGram{Min: 6}.Start(ctx, draft.Request{MaxK: 4})
+	require.NoError(t, err)
+	assert.Empty(t, propose(t, s6, []int32{1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5}, 2).Tokens, "a five-token match is too short")
 }
 
 func TestSuffixChain(t *testing.T) {
