@@ -4,9 +4,9 @@
 //	go run ./examples/generate -prompt 'func main() {'
 //	echo 'package main' | go run ./examples/generate -temperature 0.8 -seed 7
 //
-// With no flags it runs the demo pair shipped in models/: gocoder-m drafted by a smaller
-// gocoder model, with prompt lookup as a second drafter and the number of speculative
-// tokens chosen automatically. The models are GGUF files (or Hugging Face directories)
+// With no flags it runs the demo pair shipped in models/: gocoder-m drafted by prompt
+// lookup where the text repeats a match of two tokens or more, and by a smaller gocoder
+// model elsewhere, with the number of speculative tokens chosen automatically. The models are GGUF files (or Hugging Face directories)
 // with their tokenizer inside; the draft model must share the target's vocabulary.
 package main
 
@@ -50,7 +50,7 @@ func main() {
 	flag.StringVar(&c.model, "model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
 	flag.StringVar(&c.draftModel, "draft-model", defaultDraft, `draft model ("none" for no draft model)`)
 	flag.StringVar(&c.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
-	flag.BoolVar(&c.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output)")
+	flag.BoolVar(&c.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	flag.StringVar(&c.prompt, "prompt", "", "the prompt (default: read from standard input)")
 	flag.Float64Var(&c.temperature, "temperature", 0, "sampling temperature; 0 is greedy")
 	flag.Float64Var(&c.topP, "top-p", 1, "nucleus sampling mass, in (0, 1]")
@@ -124,17 +124,19 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 		drafters = append(drafters, d)
 	}
 	if c.ngram && k > 0 {
-		drafters = append(drafters, draft.NGram{})
+		if len(drafters) > 0 {
+			// Lookup first, the model when it finds nothing: a one-token match is a
+			// weaker guess than the model's, so lookup needs two.
+			drafters[0] = draft.First(draft.NGram{Min: 2}, drafters[0])
+		} else {
+			drafters = append(drafters, draft.NGram{})
+		}
 	}
 	var first draft.Drafter
 	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
 	opts := spec.Options{K: k, Adaptive: adaptive && len(drafters) > 0, PaddedVocab: true}
-	switch {
-	case len(drafters) == 0:
-	case opts.Adaptive:
-		first, opts.Alternatives = drafters[0], drafters[1:]
-	default:
-		first = draft.First(drafters...)
+	if len(drafters) > 0 {
+		first = drafters[0]
 	}
 	dec, err := spec.New(target, first, opts)
 	if err != nil {

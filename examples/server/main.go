@@ -2,8 +2,8 @@
 // chat completions APIs, streamed or not, decoded speculatively.
 //
 // From the repository root, with no flags, it serves the demo pair in models/
-// (gocoder-m drafted by gocoder-xs, with prompt lookup as a second drafter and the
-// number of draft tokens chosen automatically) on localhost:8080:
+// (gocoder-m drafted by prompt lookup where it finds a match and by gocoder-xs
+// elsewhere, the number of draft tokens chosen automatically) on localhost:8080:
 //
 //	go run ./examples/server
 //	curl -s localhost:8080/v1/completions -H 'Content-Type: application/json' \
@@ -117,7 +117,7 @@ func run(args []string) error {
 	modelPath := fs.String("model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
 	draftPath := fs.String("draft-model", defaultDraft, `draft model ("none" for no draft model)`)
 	k := fs.String("num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
-	ngram := fs.Bool("ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output)")
+	ngram := fs.Bool("ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	threads := fs.Int("threads", 0, "threads per forward pass (0: all cores)")
 	kvBudget := fs.String("kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-concurrent sequences at full context, at most 4GiB)")
 	ctxLen := fs.Int("ctx-size", 0, "lower the model's context length (0: the model's)")

@@ -44,7 +44,8 @@ type Config struct {
 	// Adaptive lets the decoder choose how many tokens to draft, and which drafter to
 	// ask, every step.
 	Adaptive bool
-	// NGram adds prompt lookup (n-gram matching) as a drafter.
+	// NGram adds prompt lookup (n-gram matching) as a drafter, ahead of the draft
+	// model when there is one (which then drafts where lookup finds nothing).
 	NGram bool
 	// Threads is the number of threads of a forward pass (0: GOMAXPROCS).
 	Threads int
@@ -251,28 +252,29 @@ func (s *Server) load() error {
 		drafters = append(drafters, d)
 	}
 	if cfg.NGram {
-		drafters = append(drafters, draft.NGram{})
+		if len(drafters) > 0 {
+			// Lookup first, the model when it finds nothing: a one-token match is a
+			// weaker guess than the model's, so lookup needs two.
+			drafters[0] = draft.First(draft.NGram{Min: 2}, drafters[0])
+		} else {
+			drafters = append(drafters, draft.NGram{})
+		}
 	}
 	if len(drafters) == 0 {
 		return nil
 	}
-	var first draft.Drafter
+	first := drafters[0]
 	o := spec.Options{K: k, Adaptive: cfg.Adaptive}
-	if cfg.Adaptive {
-		first, o.Alternatives = drafters[0], drafters[1:]
-	} else {
-		first = draft.First(drafters...)
-	}
 	if s.specDec, err = spec.New(s.target, first, o); err != nil {
 		return err
 	}
 	s.maxK = k
 	// Sampling with a seed must give the same text every time: the adaptive choice of
 	// K depends on timing, and so would the random draws. Seeded requests get a
-	// decoder with a fixed K (the same drafters, the first with a draft wins).
+	// decoder with a fixed K (the same drafter).
 	s.seededDec = s.specDec
 	if cfg.Adaptive {
-		if s.seededDec, err = spec.New(s.target, draft.First(drafters...), spec.Options{K: min(k, seededK)}); err != nil {
+		if s.seededDec, err = spec.New(s.target, first, spec.Options{K: min(k, seededK)}); err != nil {
 			return err
 		}
 	}
