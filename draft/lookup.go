@@ -8,8 +8,11 @@ import (
 // NGram is prompt lookup decoding (vLLM's ngram proposer): it finds the most recent
 // earlier place where the last n tokens of the history occurred — in the prompt or in
 // the text generated so far — and proposes the tokens that followed there. It tries n
-// from Max down to Min and drafts deterministically. It costs next to nothing and
-// shines when the output repeats the input (code edits, summaries, retrieval).
+// from Max down to Min and drafts deterministically. Where what followed runs into the
+// end of the history, the proposal continues with itself: text that repeats with a
+// period shorter than k (a loop, a run of one token) goes on repeating. It costs next
+// to nothing and shines when the output repeats the input (code edits, summaries,
+// retrieval) or itself.
 //
 // In front of a draft model (First(NGram{Min: 2}, model)), a Min of 2 serves better
 // than 1: a match of one token is a weaker guess than the model's, which then drafts
@@ -76,9 +79,17 @@ func (s *ngramSession) Propose(ctx context.Context, history []int32, k int, p *P
 		if !ok || !equal(history[j:int(j)+n], pat) {
 			continue
 		}
+		// What followed there, continued into the proposal itself where it
+		// reaches the end of the history: text that repeats with a period shorter
+		// than k goes on repeating.
 		from := int(j) + n
-		end := min(from+k, L)
-		p.Tokens = append(p.Tokens, history[from:end]...)
+		for i := range k {
+			if src := from + i; src < L {
+				p.Tokens = append(p.Tokens, history[src])
+			} else {
+				p.Tokens = append(p.Tokens, p.Tokens[src-L])
+			}
+		}
 		return nil
 	}
 	return nil

@@ -32,7 +32,9 @@ func TestNGram(t *testing.T) {
 		{"trigram", []int32{1, 2, 3, 4, 5, 9, 1, 2, 3}, 4, []int32{4, 5, 9, 1}},
 		{"most recent occurrence", []int32{7, 8, 1, 7, 8, 2, 7, 8}, 2, []int32{2, 7}},
 		{"longest n wins", []int32{5, 6, 9, 1, 6, 7, 5, 6}, 3, []int32{9, 1, 6}},
-		{"continuation runs to the end", []int32{1, 2, 1, 2}, 4, []int32{1, 2}},
+		{"a period shorter than k goes on repeating", []int32{1, 2, 1, 2}, 4, []int32{1, 2, 1, 2}},
+		{"period of three", []int32{4, 1, 2, 3, 1, 2, 3, 1}, 4, []int32{2, 3, 1, 2}},
+		{"a run", []int32{3, 5, 5}, 3, []int32{5, 5, 5}},
 		{"k = 0", []int32{1, 1}, 0, nil},
 	}
 	for _, tt := range tests {
