@@ -5,7 +5,7 @@
 #include "textflag.h"
 
 // func dotF32x1(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x1(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -16,6 +16,7 @@ TEXT ·dotF32x1(SB), NOSPLIT, $0-88
 dotF32x1_loop:
 	CMPQ        DX, $0x00000002
 	JL          dotF32x1_tail
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y1
 	VMOVUPS     32(AX), Y2
 	VFMADD231PS (CX), Y1, Y0
@@ -47,7 +48,7 @@ dotF32x1_done:
 	RET
 
 // func dotF32x2(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x2(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -59,6 +60,7 @@ TEXT ·dotF32x2(SB), NOSPLIT, $0-88
 dotF32x2_loop:
 	CMPQ        DX, $0x00000002
 	JL          dotF32x2_tail
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y2
 	VMOVUPS     32(AX), Y3
 	VFMADD231PS (CX), Y2, Y0
@@ -99,7 +101,7 @@ dotF32x2_done:
 	RET
 
 // func dotF32x3(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x3(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -112,6 +114,7 @@ TEXT ·dotF32x3(SB), NOSPLIT, $0-88
 dotF32x3_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF32x3_tail
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y3
 	VFMADD231PS (CX), Y3, Y0
 	VFMADD231PS 32(CX), Y3, Y1
@@ -157,7 +160,7 @@ dotF32x3_done:
 	RET
 
 // func dotF32x4(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x4(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -171,6 +174,7 @@ TEXT ·dotF32x4(SB), NOSPLIT, $0-88
 dotF32x4_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF32x4_tail
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y4
 	VFMADD231PS (CX), Y4, Y0
 	VFMADD231PS 32(CX), Y4, Y1
@@ -224,7 +228,7 @@ dotF32x4_done:
 	RET
 
 // func dotF32x5(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x5(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -239,6 +243,7 @@ TEXT ·dotF32x5(SB), NOSPLIT, $0-88
 dotF32x5_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF32x5_tail
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y5
 	VFMADD231PS (CX), Y5, Y0
 	VFMADD231PS 32(CX), Y5, Y1
@@ -300,7 +305,7 @@ dotF32x5_done:
 	RET
 
 // func dotF32x6(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x6(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -316,6 +321,7 @@ TEXT ·dotF32x6(SB), NOSPLIT, $0-88
 dotF32x6_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF32x6_tail
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y6
 	VFMADD231PS (CX), Y6, Y0
 	VFMADD231PS 32(CX), Y6, Y1
@@ -385,7 +391,7 @@ dotF32x6_done:
 	RET
 
 // func dotF32x7(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x7(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -402,6 +408,7 @@ TEXT ·dotF32x7(SB), NOSPLIT, $0-88
 dotF32x7_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF32x7_tail
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y7
 	VFMADD231PS (CX), Y7, Y0
 	VFMADD231PS 32(CX), Y7, Y1
@@ -479,7 +486,7 @@ dotF32x7_done:
 	RET
 
 // func dotF32x8(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x8(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -497,6 +504,7 @@ TEXT ·dotF32x8(SB), NOSPLIT, $0-88
 dotF32x8_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF32x8_tail
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y8
 	VFMADD231PS (CX), Y8, Y0
 	VFMADD231PS 32(CX), Y8, Y1
@@ -582,7 +590,7 @@ dotF32x8_done:
 	RET
 
 // func dotF32x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x1r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -599,9 +607,13 @@ TEXT ·dotF32x1r4(SB), NOSPLIT, $0-96
 dotF32x1r4_loop:
 	TESTQ       DI, DI
 	JZ          dotF32x1r4_done
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y1
+	PREFETCHT0  2048(DX)
 	VMOVUPS     (DX), Y3
+	PREFETCHT0  2048(BX)
 	VMOVUPS     (BX), Y5
+	PREFETCHT0  2048(CX)
 	VMOVUPS     (CX), Y7
 	VMOVUPS     (SI), Y8
 	VFMADD231PS Y8, Y1, Y0
@@ -644,7 +656,7 @@ dotF32x1r4_done:
 	RET
 
 // func dotF32x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x2r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -665,9 +677,13 @@ TEXT ·dotF32x2r4(SB), NOSPLIT, $0-96
 dotF32x2r4_loop:
 	TESTQ       DI, DI
 	JZ          dotF32x2r4_done
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y2
+	PREFETCHT0  2048(DX)
 	VMOVUPS     (DX), Y5
+	PREFETCHT0  2048(BX)
 	VMOVUPS     (BX), Y8
+	PREFETCHT0  2048(CX)
 	VMOVUPS     (CX), Y11
 	VMOVUPS     (SI), Y12
 	VFMADD231PS Y12, Y2, Y0
@@ -736,7 +752,7 @@ dotF32x2r4_done:
 	RET
 
 // func dotF32x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x3r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -753,7 +769,9 @@ TEXT ·dotF32x3r2(SB), NOSPLIT, $0-96
 dotF32x3r2_loop:
 	TESTQ       BX, BX
 	JZ          dotF32x3r2_done
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y3
+	PREFETCHT0  2048(CX)
 	VMOVUPS     (CX), Y7
 	VMOVUPS     (DX), Y8
 	VFMADD231PS Y8, Y3, Y0
@@ -810,7 +828,7 @@ dotF32x3r2_done:
 	RET
 
 // func dotF32x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x4r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -829,7 +847,9 @@ TEXT ·dotF32x4r2(SB), NOSPLIT, $0-96
 dotF32x4r2_loop:
 	TESTQ       BX, BX
 	JZ          dotF32x4r2_done
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y4
+	PREFETCHT0  2048(CX)
 	VMOVUPS     (CX), Y9
 	VMOVUPS     (DX), Y10
 	VFMADD231PS Y10, Y4, Y0
@@ -900,7 +920,7 @@ dotF32x4r2_done:
 	RET
 
 // func dotF32x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x5r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -921,7 +941,9 @@ TEXT ·dotF32x5r2(SB), NOSPLIT, $0-96
 dotF32x5r2_loop:
 	TESTQ       BX, BX
 	JZ          dotF32x5r2_done
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y5
+	PREFETCHT0  2048(CX)
 	VMOVUPS     (CX), Y11
 	VMOVUPS     (DX), Y12
 	VFMADD231PS Y12, Y5, Y0
@@ -1006,7 +1028,7 @@ dotF32x5r2_done:
 	RET
 
 // func dotF32x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32x6r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -1029,7 +1051,9 @@ TEXT ·dotF32x6r2(SB), NOSPLIT, $0-96
 dotF32x6r2_loop:
 	TESTQ       BX, BX
 	JZ          dotF32x6r2_done
+	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y6
+	PREFETCHT0  2048(CX)
 	VMOVUPS     (CX), Y13
 	VMOVUPS     (DX), Y14
 	VFMADD231PS Y14, Y6, Y0
@@ -1128,7 +1152,7 @@ dotF32x6r2_done:
 	RET
 
 // func dotF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x1(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -1139,6 +1163,7 @@ TEXT ·dotF16x1(SB), NOSPLIT, $0-88
 dotF16x1_loop:
 	CMPQ        DX, $0x00000002
 	JL          dotF16x1_tail
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y1
 	VCVTPH2PS   16(AX), Y2
 	VFMADD231PS (CX), Y1, Y0
@@ -1170,7 +1195,7 @@ dotF16x1_done:
 	RET
 
 // func dotF16x2(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x2(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -1182,6 +1207,7 @@ TEXT ·dotF16x2(SB), NOSPLIT, $0-88
 dotF16x2_loop:
 	CMPQ        DX, $0x00000002
 	JL          dotF16x2_tail
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y2
 	VCVTPH2PS   16(AX), Y3
 	VFMADD231PS (CX), Y2, Y0
@@ -1222,7 +1248,7 @@ dotF16x2_done:
 	RET
 
 // func dotF16x3(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x3(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -1235,6 +1261,7 @@ TEXT ·dotF16x3(SB), NOSPLIT, $0-88
 dotF16x3_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF16x3_tail
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y3
 	VFMADD231PS (CX), Y3, Y0
 	VFMADD231PS 32(CX), Y3, Y1
@@ -1280,7 +1307,7 @@ dotF16x3_done:
 	RET
 
 // func dotF16x4(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x4(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -1294,6 +1321,7 @@ TEXT ·dotF16x4(SB), NOSPLIT, $0-88
 dotF16x4_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF16x4_tail
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y4
 	VFMADD231PS (CX), Y4, Y0
 	VFMADD231PS 32(CX), Y4, Y1
@@ -1347,7 +1375,7 @@ dotF16x4_done:
 	RET
 
 // func dotF16x5(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x5(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -1362,6 +1390,7 @@ TEXT ·dotF16x5(SB), NOSPLIT, $0-88
 dotF16x5_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF16x5_tail
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y5
 	VFMADD231PS (CX), Y5, Y0
 	VFMADD231PS 32(CX), Y5, Y1
@@ -1423,7 +1452,7 @@ dotF16x5_done:
 	RET
 
 // func dotF16x6(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x6(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -1439,6 +1468,7 @@ TEXT ·dotF16x6(SB), NOSPLIT, $0-88
 dotF16x6_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF16x6_tail
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y6
 	VFMADD231PS (CX), Y6, Y0
 	VFMADD231PS 32(CX), Y6, Y1
@@ -1508,7 +1538,7 @@ dotF16x6_done:
 	RET
 
 // func dotF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x7(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -1525,6 +1555,7 @@ TEXT ·dotF16x7(SB), NOSPLIT, $0-88
 dotF16x7_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF16x7_tail
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y7
 	VFMADD231PS (CX), Y7, Y0
 	VFMADD231PS 32(CX), Y7, Y1
@@ -1602,7 +1633,7 @@ dotF16x7_done:
 	RET
 
 // func dotF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x8(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -1620,6 +1651,7 @@ TEXT ·dotF16x8(SB), NOSPLIT, $0-88
 dotF16x8_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotF16x8_tail
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y8
 	VFMADD231PS (CX), Y8, Y0
 	VFMADD231PS 32(CX), Y8, Y1
@@ -1705,7 +1737,7 @@ dotF16x8_done:
 	RET
 
 // func dotF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x1r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -1722,9 +1754,13 @@ TEXT ·dotF16x1r4(SB), NOSPLIT, $0-96
 dotF16x1r4_loop:
 	TESTQ       DI, DI
 	JZ          dotF16x1r4_done
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y1
+	PREFETCHT0  2048(DX)
 	VCVTPH2PS   (DX), Y3
+	PREFETCHT0  2048(BX)
 	VCVTPH2PS   (BX), Y5
+	PREFETCHT0  2048(CX)
 	VCVTPH2PS   (CX), Y7
 	VMOVUPS     (SI), Y8
 	VFMADD231PS Y8, Y1, Y0
@@ -1767,7 +1803,7 @@ dotF16x1r4_done:
 	RET
 
 // func dotF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x2r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -1788,9 +1824,13 @@ TEXT ·dotF16x2r4(SB), NOSPLIT, $0-96
 dotF16x2r4_loop:
 	TESTQ       DI, DI
 	JZ          dotF16x2r4_done
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y2
+	PREFETCHT0  2048(DX)
 	VCVTPH2PS   (DX), Y5
+	PREFETCHT0  2048(BX)
 	VCVTPH2PS   (BX), Y8
+	PREFETCHT0  2048(CX)
 	VCVTPH2PS   (CX), Y11
 	VMOVUPS     (SI), Y12
 	VFMADD231PS Y12, Y2, Y0
@@ -1859,7 +1899,7 @@ dotF16x2r4_done:
 	RET
 
 // func dotF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x3r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -1876,7 +1916,9 @@ TEXT ·dotF16x3r2(SB), NOSPLIT, $0-96
 dotF16x3r2_loop:
 	TESTQ       BX, BX
 	JZ          dotF16x3r2_done
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y3
+	PREFETCHT0  2048(CX)
 	VCVTPH2PS   (CX), Y7
 	VMOVUPS     (DX), Y8
 	VFMADD231PS Y8, Y3, Y0
@@ -1933,7 +1975,7 @@ dotF16x3r2_done:
 	RET
 
 // func dotF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x4r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -1952,7 +1994,9 @@ TEXT ·dotF16x4r2(SB), NOSPLIT, $0-96
 dotF16x4r2_loop:
 	TESTQ       BX, BX
 	JZ          dotF16x4r2_done
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y4
+	PREFETCHT0  2048(CX)
 	VCVTPH2PS   (CX), Y9
 	VMOVUPS     (DX), Y10
 	VFMADD231PS Y10, Y4, Y0
@@ -2023,7 +2067,7 @@ dotF16x4r2_done:
 	RET
 
 // func dotF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x5r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -2044,7 +2088,9 @@ TEXT ·dotF16x5r2(SB), NOSPLIT, $0-96
 dotF16x5r2_loop:
 	TESTQ       BX, BX
 	JZ          dotF16x5r2_done
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y5
+	PREFETCHT0  2048(CX)
 	VCVTPH2PS   (CX), Y11
 	VMOVUPS     (DX), Y12
 	VFMADD231PS Y12, Y5, Y0
@@ -2129,7 +2175,7 @@ dotF16x5r2_done:
 	RET
 
 // func dotF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16x6r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -2152,7 +2198,9 @@ TEXT ·dotF16x6r2(SB), NOSPLIT, $0-96
 dotF16x6r2_loop:
 	TESTQ       BX, BX
 	JZ          dotF16x6r2_done
+	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y6
+	PREFETCHT0  2048(CX)
 	VCVTPH2PS   (CX), Y13
 	VMOVUPS     (DX), Y14
 	VFMADD231PS Y14, Y6, Y0
@@ -2251,7 +2299,7 @@ dotF16x6r2_done:
 	RET
 
 // func dotBF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x1(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -2262,6 +2310,7 @@ TEXT ·dotBF16x1(SB), NOSPLIT, $0-88
 dotBF16x1_loop:
 	CMPQ        DX, $0x00000002
 	JL          dotBF16x1_tail
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y1
 	VPSLLD      $0x10, Y1, Y1
 	VPMOVZXWD   16(AX), Y2
@@ -2296,7 +2345,7 @@ dotBF16x1_done:
 	RET
 
 // func dotBF16x2(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x2(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -2308,6 +2357,7 @@ TEXT ·dotBF16x2(SB), NOSPLIT, $0-88
 dotBF16x2_loop:
 	CMPQ        DX, $0x00000002
 	JL          dotBF16x2_tail
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y2
 	VPSLLD      $0x10, Y2, Y2
 	VPMOVZXWD   16(AX), Y3
@@ -2351,7 +2401,7 @@ dotBF16x2_done:
 	RET
 
 // func dotBF16x3(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x3(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -2364,6 +2414,7 @@ TEXT ·dotBF16x3(SB), NOSPLIT, $0-88
 dotBF16x3_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotBF16x3_tail
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y3
 	VPSLLD      $0x10, Y3, Y3
 	VFMADD231PS (CX), Y3, Y0
@@ -2411,7 +2462,7 @@ dotBF16x3_done:
 	RET
 
 // func dotBF16x4(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x4(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -2425,6 +2476,7 @@ TEXT ·dotBF16x4(SB), NOSPLIT, $0-88
 dotBF16x4_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotBF16x4_tail
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y4
 	VPSLLD      $0x10, Y4, Y4
 	VFMADD231PS (CX), Y4, Y0
@@ -2480,7 +2532,7 @@ dotBF16x4_done:
 	RET
 
 // func dotBF16x5(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x5(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -2495,6 +2547,7 @@ TEXT ·dotBF16x5(SB), NOSPLIT, $0-88
 dotBF16x5_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotBF16x5_tail
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y5
 	VPSLLD      $0x10, Y5, Y5
 	VFMADD231PS (CX), Y5, Y0
@@ -2558,7 +2611,7 @@ dotBF16x5_done:
 	RET
 
 // func dotBF16x6(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x6(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -2574,6 +2627,7 @@ TEXT ·dotBF16x6(SB), NOSPLIT, $0-88
 dotBF16x6_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotBF16x6_tail
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y6
 	VPSLLD      $0x10, Y6, Y6
 	VFMADD231PS (CX), Y6, Y0
@@ -2645,7 +2699,7 @@ dotBF16x6_done:
 	RET
 
 // func dotBF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x7(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -2662,6 +2716,7 @@ TEXT ·dotBF16x7(SB), NOSPLIT, $0-88
 dotBF16x7_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotBF16x7_tail
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y7
 	VPSLLD      $0x10, Y7, Y7
 	VFMADD231PS (CX), Y7, Y0
@@ -2741,7 +2796,7 @@ dotBF16x7_done:
 	RET
 
 // func dotBF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x8(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -2759,6 +2814,7 @@ TEXT ·dotBF16x8(SB), NOSPLIT, $0-88
 dotBF16x8_loop:
 	CMPQ        DX, $0x00000001
 	JL          dotBF16x8_tail
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y8
 	VPSLLD      $0x10, Y8, Y8
 	VFMADD231PS (CX), Y8, Y0
@@ -2846,7 +2902,7 @@ dotBF16x8_done:
 	RET
 
 // func dotBF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x1r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -2863,12 +2919,16 @@ TEXT ·dotBF16x1r4(SB), NOSPLIT, $0-96
 dotBF16x1r4_loop:
 	TESTQ       DI, DI
 	JZ          dotBF16x1r4_done
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y1
 	VPSLLD      $0x10, Y1, Y1
+	PREFETCHT0  2048(DX)
 	VPMOVZXWD   (DX), Y3
 	VPSLLD      $0x10, Y3, Y3
+	PREFETCHT0  2048(BX)
 	VPMOVZXWD   (BX), Y5
 	VPSLLD      $0x10, Y5, Y5
+	PREFETCHT0  2048(CX)
 	VPMOVZXWD   (CX), Y7
 	VPSLLD      $0x10, Y7, Y7
 	VMOVUPS     (SI), Y8
@@ -2912,7 +2972,7 @@ dotBF16x1r4_done:
 	RET
 
 // func dotBF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x2r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -2933,12 +2993,16 @@ TEXT ·dotBF16x2r4(SB), NOSPLIT, $0-96
 dotBF16x2r4_loop:
 	TESTQ       DI, DI
 	JZ          dotBF16x2r4_done
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y2
 	VPSLLD      $0x10, Y2, Y2
+	PREFETCHT0  2048(DX)
 	VPMOVZXWD   (DX), Y5
 	VPSLLD      $0x10, Y5, Y5
+	PREFETCHT0  2048(BX)
 	VPMOVZXWD   (BX), Y8
 	VPSLLD      $0x10, Y8, Y8
+	PREFETCHT0  2048(CX)
 	VPMOVZXWD   (CX), Y11
 	VPSLLD      $0x10, Y11, Y11
 	VMOVUPS     (SI), Y12
@@ -3008,7 +3072,7 @@ dotBF16x2r4_done:
 	RET
 
 // func dotBF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x3r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -3025,8 +3089,10 @@ TEXT ·dotBF16x3r2(SB), NOSPLIT, $0-96
 dotBF16x3r2_loop:
 	TESTQ       BX, BX
 	JZ          dotBF16x3r2_done
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y3
 	VPSLLD      $0x10, Y3, Y3
+	PREFETCHT0  2048(CX)
 	VPMOVZXWD   (CX), Y7
 	VPSLLD      $0x10, Y7, Y7
 	VMOVUPS     (DX), Y8
@@ -3084,7 +3150,7 @@ dotBF16x3r2_done:
 	RET
 
 // func dotBF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x4r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -3103,8 +3169,10 @@ TEXT ·dotBF16x4r2(SB), NOSPLIT, $0-96
 dotBF16x4r2_loop:
 	TESTQ       BX, BX
 	JZ          dotBF16x4r2_done
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y4
 	VPSLLD      $0x10, Y4, Y4
+	PREFETCHT0  2048(CX)
 	VPMOVZXWD   (CX), Y9
 	VPSLLD      $0x10, Y9, Y9
 	VMOVUPS     (DX), Y10
@@ -3176,7 +3244,7 @@ dotBF16x4r2_done:
 	RET
 
 // func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x5r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -3197,8 +3265,10 @@ TEXT ·dotBF16x5r2(SB), NOSPLIT, $0-96
 dotBF16x5r2_loop:
 	TESTQ       BX, BX
 	JZ          dotBF16x5r2_done
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y5
 	VPSLLD      $0x10, Y5, Y5
+	PREFETCHT0  2048(CX)
 	VPMOVZXWD   (CX), Y11
 	VPSLLD      $0x10, Y11, Y11
 	VMOVUPS     (DX), Y12
@@ -3284,7 +3354,7 @@ dotBF16x5r2_done:
 	RET
 
 // func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16x6r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -3307,8 +3377,10 @@ TEXT ·dotBF16x6r2(SB), NOSPLIT, $0-96
 dotBF16x6r2_loop:
 	TESTQ       BX, BX
 	JZ          dotBF16x6r2_done
+	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y6
 	VPSLLD      $0x10, Y6, Y6
+	PREFETCHT0  2048(CX)
 	VPMOVZXWD   (CX), Y13
 	VPSLLD      $0x10, Y13, Y13
 	VMOVUPS     (DX), Y14
@@ -3408,7 +3480,7 @@ dotBF16x6r2_done:
 	RET
 
 // func dotQ8_0fx1(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx1(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -3419,6 +3491,7 @@ TEXT ·dotQ8_0fx1(SB), NOSPLIT, $0-88
 dotQ8_0fx1_loop:
 	TESTQ        DX, DX
 	JZ           dotQ8_0fx1_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X1
 	VCVTPH2PS    X1, X1
@@ -3456,7 +3529,7 @@ dotQ8_0fx1_done:
 	RET
 
 // func dotQ4_0fx1(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx1(SB), NOSPLIT, $0-88
 	MOVQ         w_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
@@ -3473,6 +3546,7 @@ TEXT ·dotQ4_0fx1(SB), NOSPLIT, $0-88
 dotQ4_0fx1_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_0fx1_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X3
 	VCVTPH2PS    X3, X3
@@ -3520,7 +3594,7 @@ dotQ4_0fx1_done:
 	RET
 
 // func dotQ8_0fx1r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx1r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -3537,6 +3611,10 @@ TEXT ·dotQ8_0fx1r4(SB), NOSPLIT, $0-96
 dotQ8_0fx1r4_loop:
 	TESTQ        DI, DI
 	JZ           dotQ8_0fx1r4_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2048(BX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), R8
 	VMOVD        R8, X1
 	VCVTPH2PS    X1, X1
@@ -3653,7 +3731,7 @@ dotQ8_0fx1r4_done:
 	RET
 
 // func dotQ4_0fx1r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx1r4(SB), NOSPLIT, $0-96
 	MOVQ         w_base+0(FP), AX
 	MOVQ         wstride+24(FP), CX
@@ -3676,6 +3754,10 @@ TEXT ·dotQ4_0fx1r4(SB), NOSPLIT, $0-96
 dotQ4_0fx1r4_loop:
 	TESTQ        DI, DI
 	JZ           dotQ4_0fx1r4_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2048(BX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), R8
 	VMOVD        R8, X1
 	VCVTPH2PS    X1, X1
@@ -3832,7 +3914,7 @@ dotQ4_0fx1r4_done:
 	RET
 
 // func dotQ8_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx2(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -3844,6 +3926,7 @@ TEXT ·dotQ8_0fx2(SB), NOSPLIT, $0-88
 dotQ8_0fx2_loop:
 	TESTQ        DX, DX
 	JZ           dotQ8_0fx2_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X2
 	VCVTPH2PS    X2, X2
@@ -3891,7 +3974,7 @@ dotQ8_0fx2_done:
 	RET
 
 // func dotQ4_0fx2(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx2(SB), NOSPLIT, $0-88
 	MOVQ         w_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
@@ -3909,6 +3992,7 @@ TEXT ·dotQ4_0fx2(SB), NOSPLIT, $0-88
 dotQ4_0fx2_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_0fx2_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X4
 	VCVTPH2PS    X4, X4
@@ -3966,7 +4050,7 @@ dotQ4_0fx2_done:
 	RET
 
 // func dotQ8_0fx2r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx2r4(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -3987,6 +4071,10 @@ TEXT ·dotQ8_0fx2r4(SB), NOSPLIT, $0-96
 dotQ8_0fx2r4_loop:
 	TESTQ        DI, DI
 	JZ           dotQ8_0fx2r4_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2048(BX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), R8
 	VMOVD        R8, X2
 	VCVTPH2PS    X2, X2
@@ -4140,7 +4228,7 @@ dotQ8_0fx2r4_done:
 	RET
 
 // func dotQ4_0fx2r4(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx2r4(SB), NOSPLIT, $0-96
 	MOVQ         w_base+0(FP), AX
 	MOVQ         wstride+24(FP), CX
@@ -4167,6 +4255,10 @@ TEXT ·dotQ4_0fx2r4(SB), NOSPLIT, $0-96
 dotQ4_0fx2r4_loop:
 	TESTQ        DI, DI
 	JZ           dotQ4_0fx2r4_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2048(BX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), R8
 	VMOVD        R8, X2
 	VCVTPH2PS    X2, X2
@@ -4360,7 +4452,7 @@ dotQ4_0fx2r4_done:
 	RET
 
 // func dotQ8_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx3(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -4373,6 +4465,7 @@ TEXT ·dotQ8_0fx3(SB), NOSPLIT, $0-88
 dotQ8_0fx3_loop:
 	TESTQ        DX, DX
 	JZ           dotQ8_0fx3_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X3
 	VCVTPH2PS    X3, X3
@@ -4430,7 +4523,7 @@ dotQ8_0fx3_done:
 	RET
 
 // func dotQ4_0fx3(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx3(SB), NOSPLIT, $0-88
 	MOVQ         w_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
@@ -4449,6 +4542,7 @@ TEXT ·dotQ4_0fx3(SB), NOSPLIT, $0-88
 dotQ4_0fx3_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_0fx3_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X5
 	VCVTPH2PS    X5, X5
@@ -4516,7 +4610,7 @@ dotQ4_0fx3_done:
 	RET
 
 // func dotQ8_0fx3r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx3r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -4533,6 +4627,8 @@ TEXT ·dotQ8_0fx3r2(SB), NOSPLIT, $0-96
 dotQ8_0fx3r2_loop:
 	TESTQ        BX, BX
 	JZ           dotQ8_0fx3r2_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X3
 	VCVTPH2PS    X3, X3
@@ -4635,7 +4731,7 @@ dotQ8_0fx3r2_done:
 	RET
 
 // func dotQ4_0fx3r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx3r2(SB), NOSPLIT, $0-96
 	MOVQ         w_base+0(FP), AX
 	MOVQ         wstride+24(FP), CX
@@ -4658,6 +4754,8 @@ TEXT ·dotQ4_0fx3r2(SB), NOSPLIT, $0-96
 dotQ4_0fx3r2_loop:
 	TESTQ        BX, BX
 	JZ           dotQ4_0fx3r2_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X3
 	VCVTPH2PS    X3, X3
@@ -4780,7 +4878,7 @@ dotQ4_0fx3r2_done:
 	RET
 
 // func dotQ8_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx4(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -4794,6 +4892,7 @@ TEXT ·dotQ8_0fx4(SB), NOSPLIT, $0-88
 dotQ8_0fx4_loop:
 	TESTQ        DX, DX
 	JZ           dotQ8_0fx4_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X4
 	VCVTPH2PS    X4, X4
@@ -4861,7 +4960,7 @@ dotQ8_0fx4_done:
 	RET
 
 // func dotQ4_0fx4(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx4(SB), NOSPLIT, $0-88
 	MOVQ         w_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
@@ -4881,6 +4980,7 @@ TEXT ·dotQ4_0fx4(SB), NOSPLIT, $0-88
 dotQ4_0fx4_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_0fx4_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X6
 	VCVTPH2PS    X6, X6
@@ -4958,7 +5058,7 @@ dotQ4_0fx4_done:
 	RET
 
 // func dotQ8_0fx4r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx4r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -4977,6 +5077,8 @@ TEXT ·dotQ8_0fx4r2(SB), NOSPLIT, $0-96
 dotQ8_0fx4r2_loop:
 	TESTQ        BX, BX
 	JZ           dotQ8_0fx4r2_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X4
 	VCVTPH2PS    X4, X4
@@ -5098,7 +5200,7 @@ dotQ8_0fx4r2_done:
 	RET
 
 // func dotQ4_0fx4r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx4r2(SB), NOSPLIT, $0-96
 	MOVQ         w_base+0(FP), AX
 	MOVQ         wstride+24(FP), CX
@@ -5123,6 +5225,8 @@ TEXT ·dotQ4_0fx4r2(SB), NOSPLIT, $0-96
 dotQ4_0fx4r2_loop:
 	TESTQ        BX, BX
 	JZ           dotQ4_0fx4r2_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X4
 	VCVTPH2PS    X4, X4
@@ -5264,7 +5368,7 @@ dotQ4_0fx4r2_done:
 	RET
 
 // func dotQ8_0fx5(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx5(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -5279,6 +5383,7 @@ TEXT ·dotQ8_0fx5(SB), NOSPLIT, $0-88
 dotQ8_0fx5_loop:
 	TESTQ        DX, DX
 	JZ           dotQ8_0fx5_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X5
 	VCVTPH2PS    X5, X5
@@ -5356,7 +5461,7 @@ dotQ8_0fx5_done:
 	RET
 
 // func dotQ4_0fx5(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx5(SB), NOSPLIT, $0-88
 	MOVQ         w_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
@@ -5377,6 +5482,7 @@ TEXT ·dotQ4_0fx5(SB), NOSPLIT, $0-88
 dotQ4_0fx5_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_0fx5_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X7
 	VCVTPH2PS    X7, X7
@@ -5464,7 +5570,7 @@ dotQ4_0fx5_done:
 	RET
 
 // func dotQ8_0fx5r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx5r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
@@ -5485,6 +5591,8 @@ TEXT ·dotQ8_0fx5r2(SB), NOSPLIT, $0-96
 dotQ8_0fx5r2_loop:
 	TESTQ        BX, BX
 	JZ           dotQ8_0fx5r2_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X5
 	VCVTPH2PS    X5, X5
@@ -5625,7 +5733,7 @@ dotQ8_0fx5r2_done:
 	RET
 
 // func dotQ4_0fx5r2(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx5r2(SB), NOSPLIT, $0-96
 	MOVQ         w_base+0(FP), AX
 	MOVQ         wstride+24(FP), CX
@@ -5652,6 +5760,8 @@ TEXT ·dotQ4_0fx5r2(SB), NOSPLIT, $0-96
 dotQ4_0fx5r2_loop:
 	TESTQ        BX, BX
 	JZ           dotQ4_0fx5r2_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2048(CX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X5
 	VCVTPH2PS    X5, X5
@@ -5812,7 +5922,7 @@ dotQ4_0fx5r2_done:
 	RET
 
 // func dotQ8_0fx6(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx6(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -5828,6 +5938,7 @@ TEXT ·dotQ8_0fx6(SB), NOSPLIT, $0-88
 dotQ8_0fx6_loop:
 	TESTQ        DX, DX
 	JZ           dotQ8_0fx6_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X6
 	VCVTPH2PS    X6, X6
@@ -5915,7 +6026,7 @@ dotQ8_0fx6_done:
 	RET
 
 // func dotQ4_0fx6(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx6(SB), NOSPLIT, $0-88
 	MOVQ         w_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
@@ -5937,6 +6048,7 @@ TEXT ·dotQ4_0fx6(SB), NOSPLIT, $0-88
 dotQ4_0fx6_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_0fx6_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X8
 	VCVTPH2PS    X8, X8
@@ -6034,7 +6146,7 @@ dotQ4_0fx6_done:
 	RET
 
 // func dotQ8_0fx7(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx7(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -6051,6 +6163,7 @@ TEXT ·dotQ8_0fx7(SB), NOSPLIT, $0-88
 dotQ8_0fx7_loop:
 	TESTQ        DX, DX
 	JZ           dotQ8_0fx7_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X7
 	VCVTPH2PS    X7, X7
@@ -6148,7 +6261,7 @@ dotQ8_0fx7_done:
 	RET
 
 // func dotQ4_0fx7(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx7(SB), NOSPLIT, $0-88
 	MOVQ         w_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
@@ -6171,6 +6284,7 @@ TEXT ·dotQ4_0fx7(SB), NOSPLIT, $0-88
 dotQ4_0fx7_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_0fx7_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X9
 	VCVTPH2PS    X9, X9
@@ -6278,7 +6392,7 @@ dotQ4_0fx7_done:
 	RET
 
 // func dotQ8_0fx8(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0fx8(SB), NOSPLIT, $0-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -6296,6 +6410,7 @@ TEXT ·dotQ8_0fx8(SB), NOSPLIT, $0-88
 dotQ8_0fx8_loop:
 	TESTQ        DX, DX
 	JZ           dotQ8_0fx8_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X8
 	VCVTPH2PS    X8, X8
@@ -6403,7 +6518,7 @@ dotQ8_0fx8_done:
 	RET
 
 // func dotQ4_0fx8(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0fx8(SB), NOSPLIT, $0-88
 	MOVQ         w_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
@@ -6427,6 +6542,7 @@ TEXT ·dotQ4_0fx8(SB), NOSPLIT, $0-88
 dotQ4_0fx8_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_0fx8_done
+	PREFETCHT0   2048(AX)
 	MOVWLZX      (AX), SI
 	VMOVD        SI, X10
 	VCVTPH2PS    X10, X10
@@ -6584,7 +6700,7 @@ DATA kByte32<>+28(SB)/4, $0x20202020
 GLOBL kByte32<>(SB), RODATA|NOPTR, $32
 
 // func dotQ4_Kfx1(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_Kfx1(SB), NOSPLIT, $64-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -6594,6 +6710,8 @@ TEXT ·dotQ4_Kfx1(SB), NOSPLIT, $64-88
 dotQ4_Kfx1_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_Kfx1_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
 	MOVL         (AX), BX
 	VMOVD        BX, X1
 	VCVTPH2PS    X1, X1
@@ -6809,7 +6927,7 @@ dotQ4_Kfx1_done:
 	RET
 
 // func dotQ6_Kfx1(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_Kfx1(SB), NOSPLIT, $320-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -6819,6 +6937,9 @@ TEXT ·dotQ6_Kfx1(SB), NOSPLIT, $320-88
 dotQ6_Kfx1_loop:
 	TESTQ        DX, DX
 	JZ           dotQ6_Kfx1_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
 	MOVWLZX      208(AX), BX
 	VMOVD        BX, X1
 	VCVTPH2PS    X1, X1
@@ -7049,7 +7170,7 @@ dotQ6_Kfx1_done:
 	RET
 
 // func dotQ4_Kfx2(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_Kfx2(SB), NOSPLIT, $64-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -7060,6 +7181,8 @@ TEXT ·dotQ4_Kfx2(SB), NOSPLIT, $64-88
 dotQ4_Kfx2_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_Kfx2_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
 	MOVL         (AX), BX
 	VMOVD        BX, X2
 	VCVTPH2PS    X2, X2
@@ -7313,7 +7436,7 @@ dotQ4_Kfx2_done:
 	RET
 
 // func dotQ6_Kfx2(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_Kfx2(SB), NOSPLIT, $320-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -7324,6 +7447,9 @@ TEXT ·dotQ6_Kfx2(SB), NOSPLIT, $320-88
 dotQ6_Kfx2_loop:
 	TESTQ        DX, DX
 	JZ           dotQ6_Kfx2_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
 	MOVWLZX      208(AX), BX
 	VMOVD        BX, X2
 	VCVTPH2PS    X2, X2
@@ -7592,7 +7718,7 @@ dotQ6_Kfx2_done:
 	RET
 
 // func dotQ4_Kfx3(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_Kfx3(SB), NOSPLIT, $64-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -7604,6 +7730,8 @@ TEXT ·dotQ4_Kfx3(SB), NOSPLIT, $64-88
 dotQ4_Kfx3_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_Kfx3_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
 	MOVL         (AX), BX
 	VMOVD        BX, X3
 	VCVTPH2PS    X3, X3
@@ -7895,7 +8023,7 @@ dotQ4_Kfx3_done:
 	RET
 
 // func dotQ6_Kfx3(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_Kfx3(SB), NOSPLIT, $320-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -7907,6 +8035,9 @@ TEXT ·dotQ6_Kfx3(SB), NOSPLIT, $320-88
 dotQ6_Kfx3_loop:
 	TESTQ        DX, DX
 	JZ           dotQ6_Kfx3_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
 	MOVWLZX      208(AX), BX
 	VMOVD        BX, X3
 	VCVTPH2PS    X3, X3
@@ -8213,7 +8344,7 @@ dotQ6_Kfx3_done:
 	RET
 
 // func dotQ4_Kfx4(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_Kfx4(SB), NOSPLIT, $64-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -8226,6 +8357,8 @@ TEXT ·dotQ4_Kfx4(SB), NOSPLIT, $64-88
 dotQ4_Kfx4_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_Kfx4_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
 	MOVL         (AX), BX
 	VMOVD        BX, X4
 	VCVTPH2PS    X4, X4
@@ -8555,7 +8688,7 @@ dotQ4_Kfx4_done:
 	RET
 
 // func dotQ6_Kfx4(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_Kfx4(SB), NOSPLIT, $320-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -8568,6 +8701,9 @@ TEXT ·dotQ6_Kfx4(SB), NOSPLIT, $320-88
 dotQ6_Kfx4_loop:
 	TESTQ        DX, DX
 	JZ           dotQ6_Kfx4_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
 	MOVWLZX      208(AX), BX
 	VMOVD        BX, X4
 	VCVTPH2PS    X4, X4
@@ -8912,7 +9048,7 @@ dotQ6_Kfx4_done:
 	RET
 
 // func dotQ4_Kfx5(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_Kfx5(SB), NOSPLIT, $64-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -8926,6 +9062,8 @@ TEXT ·dotQ4_Kfx5(SB), NOSPLIT, $64-88
 dotQ4_Kfx5_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_Kfx5_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
 	MOVL         (AX), BX
 	VMOVD        BX, X5
 	VCVTPH2PS    X5, X5
@@ -9293,7 +9431,7 @@ dotQ4_Kfx5_done:
 	RET
 
 // func dotQ6_Kfx5(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_Kfx5(SB), NOSPLIT, $320-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -9307,6 +9445,9 @@ TEXT ·dotQ6_Kfx5(SB), NOSPLIT, $320-88
 dotQ6_Kfx5_loop:
 	TESTQ        DX, DX
 	JZ           dotQ6_Kfx5_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
 	MOVWLZX      208(AX), BX
 	VMOVD        BX, X5
 	VCVTPH2PS    X5, X5
@@ -9689,7 +9830,7 @@ dotQ6_Kfx5_done:
 	RET
 
 // func dotQ4_Kfx6(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_Kfx6(SB), NOSPLIT, $64-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -9704,6 +9845,8 @@ TEXT ·dotQ4_Kfx6(SB), NOSPLIT, $64-88
 dotQ4_Kfx6_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_Kfx6_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
 	MOVL         (AX), BX
 	VMOVD        BX, X6
 	VCVTPH2PS    X6, X6
@@ -10109,7 +10252,7 @@ dotQ4_Kfx6_done:
 	RET
 
 // func dotQ6_Kfx6(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_Kfx6(SB), NOSPLIT, $320-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -10124,6 +10267,9 @@ TEXT ·dotQ6_Kfx6(SB), NOSPLIT, $320-88
 dotQ6_Kfx6_loop:
 	TESTQ        DX, DX
 	JZ           dotQ6_Kfx6_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
 	MOVWLZX      208(AX), BX
 	VMOVD        BX, X6
 	VCVTPH2PS    X6, X6
@@ -10544,7 +10690,7 @@ dotQ6_Kfx6_done:
 	RET
 
 // func dotQ4_Kfx7(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_Kfx7(SB), NOSPLIT, $64-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -10560,6 +10706,8 @@ TEXT ·dotQ4_Kfx7(SB), NOSPLIT, $64-88
 dotQ4_Kfx7_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_Kfx7_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
 	MOVL         (AX), BX
 	VMOVD        BX, X7
 	VCVTPH2PS    X7, X7
@@ -11003,7 +11151,7 @@ dotQ4_Kfx7_done:
 	RET
 
 // func dotQ6_Kfx7(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_Kfx7(SB), NOSPLIT, $320-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -11019,6 +11167,9 @@ TEXT ·dotQ6_Kfx7(SB), NOSPLIT, $320-88
 dotQ6_Kfx7_loop:
 	TESTQ        DX, DX
 	JZ           dotQ6_Kfx7_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
 	MOVWLZX      208(AX), BX
 	VMOVD        BX, X7
 	VCVTPH2PS    X7, X7
@@ -11477,7 +11628,7 @@ dotQ6_Kfx7_done:
 	RET
 
 // func dotQ4_Kfx8(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_Kfx8(SB), NOSPLIT, $64-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -11494,6 +11645,8 @@ TEXT ·dotQ4_Kfx8(SB), NOSPLIT, $64-88
 dotQ4_Kfx8_loop:
 	TESTQ        DX, DX
 	JZ           dotQ4_Kfx8_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
 	MOVL         (AX), BX
 	VMOVD        BX, X8
 	VCVTPH2PS    X8, X8
@@ -11975,7 +12128,7 @@ dotQ4_Kfx8_done:
 	RET
 
 // func dotQ6_Kfx8(w []byte, x []float32, blocks int, out []float32, ldo int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_Kfx8(SB), NOSPLIT, $320-88
 	MOVQ   w_base+0(FP), AX
 	MOVQ   x_base+24(FP), CX
@@ -11992,6 +12145,9 @@ TEXT ·dotQ6_Kfx8(SB), NOSPLIT, $320-88
 dotQ6_Kfx8_loop:
 	TESTQ        DX, DX
 	JZ           dotQ6_Kfx8_done
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
 	MOVWLZX      208(AX), BX
 	VMOVD        BX, X8
 	VCVTPH2PS    X8, X8

@@ -170,6 +170,7 @@ func floatKernel(name string, n, wstep int, load func(Mem, VecVirtual)) {
 	Label(fn + "_loop")
 	CMPQ(chunks, U32(u))
 	JL(LabelRef(fn + "_tail"))
+	prefetch(w)
 	for i := range u {
 		load(w.Offset(i*wstep), ws[i])
 	}
@@ -316,6 +317,7 @@ func floatKernelR(name string, n, R, wstep int, load func(Mem, VecVirtual)) {
 	TESTQ(chunks, chunks)
 	JZ(LabelRef(fn + "_done"))
 	for r := range R {
+		prefetch(ws[r])
 		load(ws[r], wv[r])
 	}
 	for t := range n {
@@ -374,6 +376,7 @@ func quantFloatKernel(name string, n int) {
 	Label(fn + "_loop")
 	TESTQ(blocks, blocks)
 	JZ(LabelRef(fn + "_done"))
+	prefetch(w)
 	// The block's scale, in every lane.
 	h := GP32()
 	MOVWLZX(w, h)
@@ -464,6 +467,8 @@ func q4KKernel(n int, k kConstants) {
 	Label(fn + "_loop")
 	TESTQ(blocks, blocks)
 	JZ(LabelRef(fn + "_done"))
+	prefetch(w)
+	prefetch(w.Offset(64))
 
 	// d in lane 0, dmin in lane 1.
 	h := GP32()
@@ -579,6 +584,9 @@ func q6KKernel(n int, k kConstants) {
 	Label(fn + "_loop")
 	TESTQ(blocks, blocks)
 	JZ(LabelRef(fn + "_done"))
+	prefetch(w)
+	prefetch(w.Offset(64))
+	prefetch(w.Offset(128))
 
 	h := GP32()
 	MOVWLZX(w.Offset(208), h)
@@ -654,6 +662,16 @@ func q6KKernel(n int, k kConstants) {
 	RET()
 }
 
+// prefetchAhead is how far ahead (in bytes) of the weights being decoded the product
+// kernels ask for them. A kernel walks several short rows side by side (a gocoder-m
+// row of Q8_0 is 544 bytes), too short for the hardware prefetcher to follow; 2 KiB
+// ahead reaches the next group of rows. On the 2-core EPYC this made a 1-token
+// forward pass of gocoder-m Q8_0 about 40 % faster.
+const prefetchAhead = 2048
+
+// prefetch asks for the weights prefetchAhead bytes after m.
+func prefetch(m Mem) { PREFETCHT0(m.Offset(prefetchAhead)) }
+
 // quantRowsFor is how many weight rows the multi-row Q8_0/Q4_0 kernels take with n
 // activation rows: R·n accumulators, R scales, a decoded chunk and two constants.
 func quantRowsFor(n int) int {
@@ -705,6 +723,9 @@ func quantFloatKernelR(name string, n, R int) {
 	Label(fn + "_loop")
 	TESTQ(blocks, blocks)
 	JZ(LabelRef(fn + "_done"))
+	for r := range R {
+		prefetch(ws[r])
+	}
 	for r := range R {
 		h := GP32()
 		MOVWLZX(ws[r], h)
