@@ -257,6 +257,6 @@ func (c *controller) clone() *controller {
 		s.accepted = append([]float64(nil), s.accepted...)
 		n.drafters[i] = s
 	}
-	n.steps, n.explore, n.turn = 0, exploreGap, 0
+	n.steps, n.explore, n.turn, n.probing = 0, exploreGap, 0, false
 	return &n
 }
