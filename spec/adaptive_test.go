@@ -44,30 +44,15 @@ func (w world) bestFixed(maxK int) (rate float64, d, k int) {
 // run lets the controller decide for n steps and returns the tokens per millisecond
 // it achieved.
 func (w world) run(c *controller, n int, rng *rand.Rand) float64 {
-	var tokens, ms float64
-	for range n {
-		d, k := c.choose(c.maxK)
-		acc := 0
-		for acc < k && rng.Float64() < w.alpha[d](acc) {
-			acc++
-		}
-		vt, dt := w.verify(k+1), w.draft[d]*float64(k)
-		if k == 0 {
-			dt = 0
-		}
-		tokens += float64(acc + 1)
-		ms += vt + dt
-		c.observe(d, k, k, acc, k+1, time.Duration(dt*float64(time.Millisecond)), time.Duration(vt*float64(time.Millisecond)))
-	}
-	return tokens / ms
+	return w.runDrifting(c, n, func(int) float64 { return 1 }, 0, rng)
 }
 
 // runDrifting is run on a machine whose speed drifts: every time, drafting and
-// verification alike, is multiplied by speed(step) and by a few per cent of noise. It
-// returns the tokens per millisecond of the undisturbed machine — tokens over the
-// times divided by the factors — so that it compares with bestFixed: drift hurts only
-// through the choices it misleads.
-func (w world) runDrifting(c *controller, n int, speed func(step int) float64, rng *rand.Rand) float64 {
+// verification alike, is multiplied by speed(step) and by a normal noise of relative
+// size noise. It returns the tokens per millisecond of the undisturbed machine —
+// tokens over the times divided by the factors — so that it compares with bestFixed:
+// drift hurts only through the choices it misleads.
+func (w world) runDrifting(c *controller, n int, speed func(step int) float64, noise float64, rng *rand.Rand) float64 {
 	var tokens, ms float64
 	for step := range n {
 		d, k := c.choose(c.maxK)
@@ -79,7 +64,10 @@ func (w world) runDrifting(c *controller, n int, speed func(step int) float64, r
 		if k == 0 {
 			dt = 0
 		}
-		f := speed(step) * (1 + 0.05*rng.NormFloat64())
+		f := speed(step)
+		if noise > 0 {
+			f *= 1 + noise*rng.NormFloat64()
+		}
 		tokens += float64(acc + 1)
 		ms += vt + dt
 		c.observe(d, k, k, acc, k+1, time.Duration(f*dt*float64(time.Millisecond)), time.Duration(f*vt*float64(time.Millisecond)))
@@ -157,7 +145,7 @@ func TestControllerOnADriftingMachine(t *testing.T) {
 				for rep := range 4 {
 					c := newController(maxK, len(tc.w.alpha))
 					rng := rand.New(rand.NewPCG(uint64(i), uint64(10*j+rep)))
-					got += tc.w.runDrifting(c, 3000, dr.speed, rng) / 4
+					got += tc.w.runDrifting(c, 3000, dr.speed, 0.05, rng) / 4
 				}
 				t.Logf("adaptive %.4f tokens/ms, best fixed %.4f (drafter %d, K=%d)", got, best, bd, bk)
 				assert.GreaterOrEqual(t, got, 0.95*best, "within 5%% of the best fixed choice")
