@@ -171,6 +171,25 @@ func (s *Sampler) Argmax(logits []float32, history []int32) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
+	if !marked {
+		// The largest value (vectorised), then the first token that has it.
+		mx := kernels.Max(logits)
+		switch {
+		case mx != mx || mx > math.MaxFloat32:
+			for i, x := range logits {
+				if x != x || x > math.MaxFloat32 {
+					return 0, badLogit(x, i)
+				}
+			}
+		case mx < -math.MaxFloat32:
+			return 0, errAllMasked
+		}
+		for i, x := range logits {
+			if x == mx {
+				return int32(i), nil
+			}
+		}
+	}
 	pen := s.p.penalty()
 	best, bv := -1, float32(math.Inf(-1))
 	for i, x := range logits {
@@ -207,13 +226,13 @@ func (s *Sampler) Process(logits []float32, history []int32, dst []float32) erro
 		dst[t] = 1
 		return nil
 	}
-	mx := float32(math.Inf(-1))
-	for i, x := range logits {
-		if x != x || x > math.MaxFloat32 {
-			return badLogit(x, i)
-		}
-		if x > mx {
-			mx = x
+	mx := kernels.Max(logits)
+	if mx != mx || mx > math.MaxFloat32 {
+		// A NaN or +Inf: find it, to say where.
+		for i, x := range logits {
+			if x != x || x > math.MaxFloat32 {
+				return badLogit(x, i)
+			}
 		}
 	}
 	if mx < -math.MaxFloat32 {
@@ -260,6 +279,10 @@ func (s *Sampler) Process(logits []float32, history []int32, dst []float32) erro
 		}
 	}
 	inv := float32(1 / kept)
+	if t == 0 {
+		kernels.Scale(dst, inv) // nothing is cut: the weights are all >= 0
+		return nil
+	}
 	for i, e := range dst {
 		if e < t {
 			e = 0

@@ -160,6 +160,59 @@ func TestArgmaxPenaltyAndTies(t *testing.T) {
 	assert.Equal(t, int32(1), a, "token 1 is outside the window of 2")
 }
 
+// TestArgmaxLongVectors: without a penalty Argmax finds the maximum with the vector
+// kernel, then its first token. At lengths past the vector width it must agree with a
+// plain scan on ties (the lowest id), signed zeros, and NaN, +Inf or all -Inf anywhere.
+func TestArgmaxLongVectors(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 21))
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, v := range []int{9, 64, 100, 8192} {
+		s, err := sampler.New(sampler.Params{}, v)
+		require.NoError(t, err)
+		for trial := range 40 {
+			logits := randomLogits(rng, v)
+			switch trial % 5 {
+			case 1: // a tie for the maximum, both late
+				i, j := v/2+rng.IntN(v/2), v/2+rng.IntN(v/2)
+				logits[i], logits[j] = 100, 100
+			case 2: // -0 before +0, both above everything else
+				for i := range logits {
+					logits[i] = -float32(i + 1)
+				}
+				logits[v-3], logits[v-1] = float32(math.Copysign(0, -1)), 0
+			case 3:
+				logits[rng.IntN(v)] = nan
+			case 4:
+				logits[rng.IntN(v)] = inf
+			}
+			want, bv := -1, float32(math.Inf(-1))
+			var wantErr bool
+			for i, x := range logits {
+				if x != x || x > math.MaxFloat32 {
+					wantErr = true
+					break
+				}
+				if x > bv {
+					want, bv = i, x
+				}
+			}
+			got, err := s.Argmax(logits, nil)
+			if wantErr {
+				assert.ErrorContains(t, err, "is not a number or +Inf", "vocab %d trial %d", v, trial)
+				continue
+			}
+			require.NoError(t, err)
+			assert.Equal(t, int32(want), got, "vocab %d trial %d", v, trial)
+		}
+		masked := make([]float32, v)
+		for i := range masked {
+			masked[i] = float32(math.Inf(-1))
+		}
+		_, err = s.Argmax(masked, nil)
+		assert.ErrorContains(t, err, "-Inf")
+	}
+}
+
 func TestSampleEdgeCases(t *testing.T) {
 	s, err := sampler.New(sampler.Params{Temperature: 1}, 3)
 	require.NoError(t, err)
