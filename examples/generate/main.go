@@ -6,8 +6,9 @@
 //
 // With no flags it runs the demo pair shipped in models/: gocoder-m drafted by prompt
 // lookup where the text repeats a match of two tokens or more, and by a smaller gocoder
-// model elsewhere, with the number of speculative tokens chosen automatically. The models are GGUF files (or Hugging Face directories)
-// with their tokenizer inside; the draft model must share the target's vocabulary.
+// model elsewhere, with the number of speculative tokens chosen automatically. The
+// models are GGUF files (or Hugging Face directories) with their tokenizer inside; the
+// draft model must share the target's vocabulary.
 package main
 
 import (
