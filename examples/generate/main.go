@@ -104,7 +104,7 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 		return err
 	}
 
-	var drafters []draft.Drafter
+	var drafter draft.Drafter // nil: plain decoding
 	if c.draftModel != "none" && c.draftModel != "" && k > 0 {
 		dm, err := load(c.draftModel, c.threads, c.quiet, log)
 		if err != nil {
@@ -122,24 +122,20 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 		if err != nil {
 			return err
 		}
-		drafters = append(drafters, d)
+		drafter = d
 	}
 	if c.ngram && k > 0 {
-		if len(drafters) > 0 {
+		if drafter != nil {
 			// Lookup first, the model when it finds nothing: a one-token match is a
 			// weaker guess than the model's, so lookup needs two.
-			drafters[0] = draft.First(draft.NGram{Min: 2}, drafters[0])
+			drafter = draft.First(draft.NGram{Min: 2}, drafter)
 		} else {
-			drafters = append(drafters, draft.NGram{})
+			drafter = draft.NGram{}
 		}
 	}
-	var first draft.Drafter
 	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
-	opts := spec.Options{K: k, Adaptive: adaptive && len(drafters) > 0, PaddedVocab: true}
-	if len(drafters) > 0 {
-		first = drafters[0]
-	}
-	dec, err := spec.New(target, first, opts)
+	opts := spec.Options{K: k, Adaptive: adaptive && drafter != nil, PaddedVocab: true}
+	dec, err := spec.New(target, drafter, opts)
 	if err != nil {
 		return err
 	}

@@ -230,7 +230,7 @@ func (s *Server) load() error {
 	if cfg.Adaptive {
 		k = min(k, spec.MaxK)
 	}
-	var drafters []draft.Drafter
+	var drafter draft.Drafter
 	if cfg.DraftModel != "" {
 		// The draft model's cache keeps the runtime's default budget: it is small.
 		dm, err := openModel(cfg.DraftModel, llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength, Progress: opts.Progress})
@@ -249,23 +249,22 @@ func (s *Server) load() error {
 		if err != nil {
 			return err
 		}
-		drafters = append(drafters, d)
+		drafter = d
 	}
 	if cfg.NGram {
-		if len(drafters) > 0 {
+		if drafter != nil {
 			// Lookup first, the model when it finds nothing: a one-token match is a
 			// weaker guess than the model's, so lookup needs two.
-			drafters[0] = draft.First(draft.NGram{Min: 2}, drafters[0])
+			drafter = draft.First(draft.NGram{Min: 2}, drafter)
 		} else {
-			drafters = append(drafters, draft.NGram{})
+			drafter = draft.NGram{}
 		}
 	}
-	if len(drafters) == 0 {
+	if drafter == nil {
 		return nil
 	}
-	first := drafters[0]
 	o := spec.Options{K: k, Adaptive: cfg.Adaptive}
-	if s.specDec, err = spec.New(s.target, first, o); err != nil {
+	if s.specDec, err = spec.New(s.target, drafter, o); err != nil {
 		return err
 	}
 	s.maxK = k
@@ -274,7 +273,7 @@ func (s *Server) load() error {
 	// decoder with a fixed K (the same drafter).
 	s.seededDec = s.specDec
 	if cfg.Adaptive {
-		if s.seededDec, err = spec.New(s.target, first, spec.Options{K: min(k, seededK)}); err != nil {
+		if s.seededDec, err = spec.New(s.target, drafter, spec.Options{K: min(k, seededK)}); err != nil {
 			return err
 		}
 	}
