@@ -13,7 +13,6 @@ import (
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
-	"github.com/specula/specula/spec"
 )
 
 // gpuTol bounds the difference between a GPU's logits and the CPU runtime's (or the
@@ -198,12 +197,8 @@ func checkBatchInvariance(t *testing.T, dev *Device) {
 // CPU and GPU drafters.
 func TestGPUSpecGreedyIdentical(t *testing.T) {
 	dev := openGPU(t)
-	ctx := context.Background()
 	targetPath := repoModel(t, "gocoder-xs-q8_0.gguf")
-	draftPath := targetPath
-	if p, ok := sharedFile("models", "gocoder-xs-f16.gguf"); ok {
-		draftPath = p
-	}
+	draftPath := xsDraftPath(targetPath)
 	target := openOn(t, dev, targetPath)
 	cpuDraft, err := draft.NewModel(openCPU(t, draftPath))
 	require.NoError(t, err)
@@ -212,32 +207,12 @@ func TestGPUSpecGreedyIdentical(t *testing.T) {
 	require.NoError(t, err)
 	gpuTree, err := draft.NewModelTree(gpuDraftModel, draft.Tree{Width: 2, Depth: 3, MaxNodes: 6})
 	require.NoError(t, err)
-	plain, err := spec.New(target, nil, spec.Options{})
-	require.NoError(t, err)
-	for _, prompt := range [][]int32{promptA, promptB} {
-		req := spec.Request{Prompt: prompt, MaxTokens: 32}
-		want, err := plain.Generate(ctx, req)
-		require.NoError(t, err)
-		for _, c := range []struct {
-			name    string
-			drafter draft.Drafter
-			k       int
-		}{
-			{"cpu-draft-k4", cpuDraft, 4},
-			{"gpu-draft-k4", gpuDraft, 4},
-			{"gpu-tree-k6", gpuTree, 6},
-			{"ngram-k5", draft.NGram{}, 5},
-		} {
-			t.Run(fmt.Sprintf("%s/prompt%d", c.name, len(prompt)), func(t *testing.T) {
-				dec, err := spec.New(target, c.drafter, spec.Options{K: c.k})
-				require.NoError(t, err)
-				got, err := dec.Generate(ctx, req)
-				require.NoError(t, err)
-				assert.Equal(t, want.Tokens, got.Tokens)
-				t.Logf("%d target passes for %d tokens", got.Stats.Steps, len(got.Tokens))
-			})
-		}
-	}
+	checkGreedyIdentical(t, target, []drafterCase{
+		{"cpu-draft-k4", cpuDraft, 4},
+		{"gpu-draft-k4", gpuDraft, 4},
+		{"gpu-tree-k6", gpuTree, 6},
+		{"ngram-k5", draft.NGram{}, 5},
+	}, false)
 }
 
 // TestGPUPagedKV runs the paged key/value checks (truncate, fork, retain after a tree,

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"testing"
 
@@ -11,7 +10,6 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/spec"
 )
 
 // hostTol bounds the difference between the host device's logits and the CPU
@@ -136,47 +134,18 @@ func TestHostChunkedPasses(t *testing.T) {
 // lookup — and checks that the greedy output equals plain greedy decoding of the same
 // target, token for token.
 func TestSpecGreedyIdentical(t *testing.T) {
-	ctx := context.Background()
 	targetPath := repoModel(t, "gocoder-xs-q8_0.gguf")
 	target := openOn(t, HostDevice(), targetPath)
-	// The draft: the F16 file when shared data is present (it disagrees with the Q8_0
-	// target now and then, so drafts are rejected), else the target's own file.
-	draftPath := targetPath
-	if p, ok := sharedFile("models", "gocoder-xs-f16.gguf"); ok {
-		draftPath = p
-	}
-	cpuDraft := openCPU(t, draftPath)
+	cpuDraft := openCPU(t, xsDraftPath(targetPath))
 	chain, err := draft.NewModel(cpuDraft)
 	require.NoError(t, err)
 	tree, err := draft.NewModelTree(cpuDraft, draft.Tree{Width: 2, Depth: 3, MaxNodes: 6})
 	require.NoError(t, err)
-
-	plain, err := spec.New(target, nil, spec.Options{})
-	require.NoError(t, err)
-	for _, prompt := range [][]int32{promptA, promptB} {
-		req := spec.Request{Prompt: prompt, MaxTokens: 32}
-		want, err := plain.Generate(ctx, req)
-		require.NoError(t, err)
-		require.Len(t, want.Tokens, 32)
-		for _, c := range []struct {
-			name    string
-			drafter draft.Drafter
-			k       int
-		}{
-			{"model-chain-k4", chain, 4},
-			{"model-tree-k6", tree, 6},
-			{"ngram-k5", draft.NGram{}, 5},
-		} {
-			t.Run(fmt.Sprintf("%s/prompt%d", c.name, len(prompt)), func(t *testing.T) {
-				dec, err := spec.New(target, c.drafter, spec.Options{K: c.k})
-				require.NoError(t, err)
-				got, err := dec.Generate(ctx, req)
-				require.NoError(t, err)
-				assert.Equal(t, want.Tokens, got.Tokens)
-				t.Logf("%d target passes for %d tokens", got.Stats.Steps, len(got.Tokens))
-			})
-		}
-	}
+	checkGreedyIdentical(t, target, []drafterCase{
+		{"model-chain-k4", chain, 4},
+		{"model-tree-k6", tree, 6},
+		{"ngram-k5", draft.NGram{}, 5},
+	}, true)
 	st := target.KVStats()
 	assert.Equal(t, st.Blocks, st.FreeBlocks, "every block is back in the pool")
 }
