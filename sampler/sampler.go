@@ -161,6 +161,23 @@ func badLogit(x float32, i int) error {
 
 var errAllMasked = errors.New("sampler: every logit is -Inf")
 
+// maxLogit returns the largest logit (vectorised), or an error naming the first NaN or
+// +Inf, or errAllMasked when every logit is -Inf.
+func maxLogit(logits []float32) (float32, error) {
+	mx := kernels.Max(logits)
+	if mx != mx || mx > math.MaxFloat32 {
+		for i, x := range logits {
+			if x != x || x > math.MaxFloat32 {
+				return 0, badLogit(x, i)
+			}
+		}
+	}
+	if mx < -math.MaxFloat32 {
+		return 0, errAllMasked
+	}
+	return mx, nil
+}
+
 // Argmax returns the most likely token after history: the largest logit after the
 // repetition penalty, the lowest id among ties. It is what greedy decoding emits.
 func (s *Sampler) Argmax(logits []float32, history []int32) (int32, error) {
@@ -173,16 +190,9 @@ func (s *Sampler) Argmax(logits []float32, history []int32) (int32, error) {
 	}
 	if !marked {
 		// The largest value (vectorised), then the first token that has it.
-		mx := kernels.Max(logits)
-		switch {
-		case mx != mx || mx > math.MaxFloat32:
-			for i, x := range logits {
-				if x != x || x > math.MaxFloat32 {
-					return 0, badLogit(x, i)
-				}
-			}
-		case mx < -math.MaxFloat32:
-			return 0, errAllMasked
+		mx, err := maxLogit(logits)
+		if err != nil {
+			return 0, err
 		}
 		for i, x := range logits {
 			if x == mx {
@@ -226,17 +236,9 @@ func (s *Sampler) Process(logits []float32, history []int32, dst []float32) erro
 		dst[t] = 1
 		return nil
 	}
-	mx := kernels.Max(logits)
-	if mx != mx || mx > math.MaxFloat32 {
-		// A NaN or +Inf: find it, to say where.
-		for i, x := range logits {
-			if x != x || x > math.MaxFloat32 {
-				return badLogit(x, i)
-			}
-		}
-	}
-	if mx < -math.MaxFloat32 {
-		return errAllMasked
+	mx, err := maxLogit(logits)
+	if err != nil {
+		return err
 	}
 	copy(dst, logits)
 	if s.marks != nil && len(history) > 0 {
