@@ -14,6 +14,12 @@ import (
 	"github.com/specula/specula/spec"
 )
 
+// shutdownError is the 503 of a request refused or cut short by a shutdown.
+func shutdownError(msg string) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_shutting_down",
+		Message: msg, RetryAfter: drainRetryAfter}
+}
+
 // handleCompletions answers POST /v1/completions.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	s.handleGenerate(w, r, false)
@@ -29,8 +35,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 	arrived := time.Now()
 	if !s.enter() {
-		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_shutting_down",
-			Message: errShutdown.Error(), RetryAfter: drainRetryAfter})
+		writeError(w, shutdownError(errShutdown.Error()))
 		return
 	}
 	defer s.exit()
@@ -101,8 +106,7 @@ func (s *Server) admit(ctx context.Context, j *job, arrived time.Time) (dec *spe
 		case <-ctx.Done():
 			return nil, "", nil, &apiError{}
 		case <-s.drainCh:
-			return nil, "", nil, &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_shutting_down",
-				Message: errShutdown.Error(), RetryAfter: drainRetryAfter}
+			return nil, "", nil, shutdownError(errShutdown.Error())
 		}
 	}
 	s.m.queueWait.Observe(time.Since(arrived).Seconds())
@@ -208,9 +212,7 @@ func (s *Server) outcome(ctx context.Context, res spec.Result, err error) (finis
 	case err == nil:
 		return string(res.Finish), nil
 	case errors.Is(context.Cause(ctx), errShutdown):
-		return "", &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_shutting_down",
-			Message:    fmt.Sprintf("%s: the generation was cancelled after %d tokens", errShutdown, res.Stats.GeneratedTokens),
-			RetryAfter: drainRetryAfter}
+		return "", shutdownError(fmt.Sprintf("%s: the generation was cancelled after %d tokens", errShutdown, res.Stats.GeneratedTokens))
 	case errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull):
 		if res.Stats.GeneratedTokens > 0 {
 			return string(spec.FinishLength), nil
