@@ -11,6 +11,11 @@ import (
 // they have nothing. Every session sees the whole history whenever it is asked.
 func First(drafters ...Drafter) Drafter { return first(drafters) }
 
+// WithLookup puts n-gram lookup in front of a draft model d: First(NGram{Min: 2}, d).
+// Lookup drafts where the text repeats a match of two tokens or more, and d elsewhere;
+// a one-token match is a weaker guess than a model's (see [NGram]).
+func WithLookup(d Drafter) Drafter { return First(NGram{Min: 2}, d) }
+
 type first []Drafter
 
 // Start implements [Drafter].

@@ -160,6 +160,12 @@ func TestFirst(t *testing.T) {
 	assert.Equal(t, []int32{5, 5}, []int32(propose(t, s, []int32{1, 2}, 2).Tokens), "falls through to the last")
 	assert.Equal(t, []int32{2, 1}, []int32(propose(t, s, []int32{1, 2, 1, 2, 1}, 2).Tokens), "the n-gram lookup answers first")
 	require.NoError(t, s.Close())
+	// WithLookup lets a one-token match through to the model, not a two-token one.
+	w, err := draft.WithLookup(fives).Start(ctx, draft.Request{MaxK: 3})
+	require.NoError(t, err)
+	assert.Equal(t, []int32{5, 5}, []int32(propose(t, w, []int32{1, 2, 3, 1}, 2).Tokens), "a one-token match: the model")
+	assert.Equal(t, []int32{3, 1}, []int32(propose(t, w, []int32{1, 2, 3, 1, 2}, 2).Tokens), "a two-token match: lookup")
+	require.NoError(t, w.Close())
 	_, err = draft.First().Start(ctx, draft.Request{})
 	assert.Error(t, err)
 	_, err = draft.First(nil).Start(ctx, draft.Request{})

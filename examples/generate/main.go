@@ -126,9 +126,7 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 	}
 	if c.ngram && k > 0 {
 		if drafter != nil {
-			// Lookup first, the model when it finds nothing: a one-token match is a
-			// weaker guess than the model's, so lookup needs two.
-			drafter = draft.First(draft.NGram{Min: 2}, drafter)
+			drafter = draft.WithLookup(drafter)
 		} else {
 			drafter = draft.NGram{}
 		}

@@ -253,9 +253,7 @@ func (s *Server) load() error {
 	}
 	if cfg.NGram {
 		if drafter != nil {
-			// Lookup first, the model when it finds nothing: a one-token match is a
-			// weaker guess than the model's, so lookup needs two.
-			drafter = draft.First(draft.NGram{Min: 2}, drafter)
+			drafter = draft.WithLookup(drafter)
 		} else {
 			drafter = draft.NGram{}
 		}
