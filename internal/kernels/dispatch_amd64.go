@@ -23,9 +23,9 @@ var (
 	multiQ8_0 = pick(goMultiQ(dotQ8_0f), [Group + 1]floatKernel2{1: dotQ8_0fx1r4, 2: dotQ8_0fx2r4, 3: dotQ8_0fx3r2, 4: dotQ8_0fx4r2, 5: dotQ8_0fx5r2})
 	multiQ4_0 = pick(goMultiQ(dotQ4_0f), [Group + 1]floatKernel2{1: dotQ4_0fx1r4, 2: dotQ4_0fx2r4, 3: dotQ4_0fx3r2, 4: dotQ4_0fx4r2, 5: dotQ4_0fx5r2})
 
-	multiF32  = pick(goMulti(dotF32), [Group + 1]floatKernel2{1: dotF32x1r4, 2: dotF32x2r4, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
-	multiF16  = pick(goMulti(dotF16), [Group + 1]floatKernel2{1: dotF16x1r4, 2: dotF16x2r4, 3: dotF16x3r2, 4: dotF16x4r2, 5: dotF16x5r2, 6: dotF16x6r2})
-	multiBF16 = pick(goMulti(dotBF16), [Group + 1]floatKernel2{1: dotBF16x1r4, 2: dotBF16x2r4, 3: dotBF16x3r2, 4: dotBF16x4r2, 5: dotBF16x5r2, 6: dotBF16x6r2})
+	multiF32  = pick(goMulti(dotF32), [Group + 1]floatKernel2{1: dotF32x1r4, 2: dotF32x2r2, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
+	multiF16  = pick(goMulti(dotF16), [Group + 1]floatKernel2{1: dotF16x1r4, 2: dotF16x2r2, 3: dotF16x3r2, 4: dotF16x4r2, 5: dotF16x5r2, 6: dotF16x6r2})
+	multiBF16 = pick(goMulti(dotBF16), [Group + 1]floatKernel2{1: dotBF16x1r4, 2: dotBF16x2r2, 3: dotBF16x3r2, 4: dotBF16x4r2, 5: dotBF16x5r2, 6: dotBF16x6r2})
 )
 
 // weightedSumAVX2[h] is the weighted-sum kernel for h heads at once.

@@ -655,55 +655,39 @@ dotF32x1r4_done:
 	VZEROUPPER
 	RET
 
-// func dotF32x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotF32x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, FMA3, MMX+
-TEXT ·dotF32x2r4(SB), NOSPLIT, $0-96
+TEXT ·dotF32x2r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), DX
-	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   x_base+32(FP), SI
-	MOVQ   chunks+56(FP), DI
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
 
-dotF32x2r4_loop:
-	TESTQ       DI, DI
-	JZ          dotF32x2r4_done
+dotF32x2r2_loop:
+	TESTQ       BX, BX
+	JZ          dotF32x2r2_done
 	PREFETCHT0  2048(AX)
 	VMOVUPS     (AX), Y2
-	PREFETCHT0  2048(DX)
-	VMOVUPS     (DX), Y5
-	PREFETCHT0  2048(BX)
-	VMOVUPS     (BX), Y8
 	PREFETCHT0  2048(CX)
-	VMOVUPS     (CX), Y11
-	VMOVUPS     (SI), Y12
-	VFMADD231PS Y12, Y2, Y0
-	VFMADD231PS Y12, Y5, Y3
-	VFMADD231PS Y12, Y8, Y6
-	VFMADD231PS Y12, Y11, Y9
-	VMOVUPS     32(SI), Y12
-	VFMADD231PS Y12, Y2, Y1
-	VFMADD231PS Y12, Y5, Y4
-	VFMADD231PS Y12, Y8, Y7
-	VFMADD231PS Y12, Y11, Y10
+	VMOVUPS     (CX), Y5
+	VMOVUPS     (DX), Y6
+	VFMADD231PS Y6, Y2, Y0
+	VFMADD231PS Y6, Y5, Y3
+	VMOVUPS     32(DX), Y6
+	VFMADD231PS Y6, Y2, Y1
+	VFMADD231PS Y6, Y5, Y4
 	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000020, BX
 	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000040, SI
-	DECQ        DI
-	JMP         dotF32x2r4_loop
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JMP         dotF32x2r2_loop
 
-dotF32x2r4_done:
+dotF32x2r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
@@ -717,16 +701,6 @@ dotF32x2r4_done:
 	VHADDPS      X3, X3, X3
 	VHADDPS      X3, X3, X3
 	VMOVSS       X3, 4(AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 8(AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 12(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y1, X0
 	VADDPS       X0, X1, X1
@@ -738,16 +712,6 @@ dotF32x2r4_done:
 	VHADDPS      X4, X4, X4
 	VHADDPS      X4, X4, X4
 	VMOVSS       X4, 4(AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 8(AX)
-	VEXTRACTF128 $0x01, Y10, X0
-	VADDPS       X0, X10, X10
-	VHADDPS      X10, X10, X10
-	VHADDPS      X10, X10, X10
-	VMOVSS       X10, 12(AX)
 	VZEROUPPER
 	RET
 
@@ -1802,55 +1766,39 @@ dotF16x1r4_done:
 	VZEROUPPER
 	RET
 
-// func dotF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x2r4(SB), NOSPLIT, $0-96
+TEXT ·dotF16x2r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), DX
-	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   x_base+32(FP), SI
-	MOVQ   chunks+56(FP), DI
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
 
-dotF16x2r4_loop:
-	TESTQ       DI, DI
-	JZ          dotF16x2r4_done
+dotF16x2r2_loop:
+	TESTQ       BX, BX
+	JZ          dotF16x2r2_done
 	PREFETCHT0  2048(AX)
 	VCVTPH2PS   (AX), Y2
-	PREFETCHT0  2048(DX)
-	VCVTPH2PS   (DX), Y5
-	PREFETCHT0  2048(BX)
-	VCVTPH2PS   (BX), Y8
 	PREFETCHT0  2048(CX)
-	VCVTPH2PS   (CX), Y11
-	VMOVUPS     (SI), Y12
-	VFMADD231PS Y12, Y2, Y0
-	VFMADD231PS Y12, Y5, Y3
-	VFMADD231PS Y12, Y8, Y6
-	VFMADD231PS Y12, Y11, Y9
-	VMOVUPS     32(SI), Y12
-	VFMADD231PS Y12, Y2, Y1
-	VFMADD231PS Y12, Y5, Y4
-	VFMADD231PS Y12, Y8, Y7
-	VFMADD231PS Y12, Y11, Y10
+	VCVTPH2PS   (CX), Y5
+	VMOVUPS     (DX), Y6
+	VFMADD231PS Y6, Y2, Y0
+	VFMADD231PS Y6, Y5, Y3
+	VMOVUPS     32(DX), Y6
+	VFMADD231PS Y6, Y2, Y1
+	VFMADD231PS Y6, Y5, Y4
 	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000010, BX
 	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000040, SI
-	DECQ        DI
-	JMP         dotF16x2r4_loop
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JMP         dotF16x2r2_loop
 
-dotF16x2r4_done:
+dotF16x2r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
@@ -1864,16 +1812,6 @@ dotF16x2r4_done:
 	VHADDPS      X3, X3, X3
 	VHADDPS      X3, X3, X3
 	VMOVSS       X3, 4(AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 8(AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 12(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y1, X0
 	VADDPS       X0, X1, X1
@@ -1885,16 +1823,6 @@ dotF16x2r4_done:
 	VHADDPS      X4, X4, X4
 	VHADDPS      X4, X4, X4
 	VMOVSS       X4, 4(AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 8(AX)
-	VEXTRACTF128 $0x01, Y10, X0
-	VADDPS       X0, X10, X10
-	VHADDPS      X10, X10, X10
-	VHADDPS      X10, X10, X10
-	VMOVSS       X10, 12(AX)
 	VZEROUPPER
 	RET
 
@@ -2971,59 +2899,41 @@ dotBF16x1r4_done:
 	VZEROUPPER
 	RET
 
-// func dotBF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// func dotBF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x2r4(SB), NOSPLIT, $0-96
+TEXT ·dotBF16x2r2(SB), NOSPLIT, $0-96
 	MOVQ   w_base+0(FP), AX
 	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), DX
-	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   x_base+32(FP), SI
-	MOVQ   chunks+56(FP), DI
+	LEAQ   (AX)(CX*1), CX
+	MOVQ   x_base+32(FP), DX
+	MOVQ   chunks+56(FP), BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
 
-dotBF16x2r4_loop:
-	TESTQ       DI, DI
-	JZ          dotBF16x2r4_done
+dotBF16x2r2_loop:
+	TESTQ       BX, BX
+	JZ          dotBF16x2r2_done
 	PREFETCHT0  2048(AX)
 	VPMOVZXWD   (AX), Y2
 	VPSLLD      $0x10, Y2, Y2
-	PREFETCHT0  2048(DX)
-	VPMOVZXWD   (DX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	PREFETCHT0  2048(BX)
-	VPMOVZXWD   (BX), Y8
-	VPSLLD      $0x10, Y8, Y8
 	PREFETCHT0  2048(CX)
-	VPMOVZXWD   (CX), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VMOVUPS     (SI), Y12
-	VFMADD231PS Y12, Y2, Y0
-	VFMADD231PS Y12, Y5, Y3
-	VFMADD231PS Y12, Y8, Y6
-	VFMADD231PS Y12, Y11, Y9
-	VMOVUPS     32(SI), Y12
-	VFMADD231PS Y12, Y2, Y1
-	VFMADD231PS Y12, Y5, Y4
-	VFMADD231PS Y12, Y8, Y7
-	VFMADD231PS Y12, Y11, Y10
+	VPMOVZXWD   (CX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VMOVUPS     (DX), Y6
+	VFMADD231PS Y6, Y2, Y0
+	VFMADD231PS Y6, Y5, Y3
+	VMOVUPS     32(DX), Y6
+	VFMADD231PS Y6, Y2, Y1
+	VFMADD231PS Y6, Y5, Y4
 	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000010, BX
 	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000040, SI
-	DECQ        DI
-	JMP         dotBF16x2r4_loop
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JMP         dotBF16x2r2_loop
 
-dotBF16x2r4_done:
+dotBF16x2r2_done:
 	MOVQ         out_base+64(FP), AX
 	MOVQ         ldo+88(FP), CX
 	SHLQ         $0x02, CX
@@ -3037,16 +2947,6 @@ dotBF16x2r4_done:
 	VHADDPS      X3, X3, X3
 	VHADDPS      X3, X3, X3
 	VMOVSS       X3, 4(AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 8(AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 12(AX)
 	ADDQ         CX, AX
 	VEXTRACTF128 $0x01, Y1, X0
 	VADDPS       X0, X1, X1
@@ -3058,16 +2958,6 @@ dotBF16x2r4_done:
 	VHADDPS      X4, X4, X4
 	VHADDPS      X4, X4, X4
 	VMOVSS       X4, 4(AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 8(AX)
-	VEXTRACTF128 $0x01, Y10, X0
-	VADDPS       X0, X10, X10
-	VHADDPS      X10, X10, X10
-	VHADDPS      X10, X10, X10
-	VMOVSS       X10, 12(AX)
 	VZEROUPPER
 	RET
 

@@ -31,8 +31,8 @@ func dotF32x8(w []byte, x []float32, chunks int, out []float32, ldo int)
 // dotF32x1r4 computes 4 weight rows against 1 activation rows of a F32 product.
 func dotF32x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF32x2r4 computes 4 weight rows against 2 activation rows of a F32 product.
-func dotF32x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotF32x2r2 computes 2 weight rows against 2 activation rows of a F32 product.
+func dotF32x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
 // dotF32x3r2 computes 2 weight rows against 3 activation rows of a F32 product.
 func dotF32x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
@@ -73,8 +73,8 @@ func dotF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
 // dotF16x1r4 computes 4 weight rows against 1 activation rows of a F16 product.
 func dotF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF16x2r4 computes 4 weight rows against 2 activation rows of a F16 product.
-func dotF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotF16x2r2 computes 2 weight rows against 2 activation rows of a F16 product.
+func dotF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
 // dotF16x3r2 computes 2 weight rows against 3 activation rows of a F16 product.
 func dotF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
@@ -115,8 +115,8 @@ func dotBF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
 // dotBF16x1r4 computes 4 weight rows against 1 activation rows of a BF16 product.
 func dotBF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotBF16x2r4 computes 4 weight rows against 2 activation rows of a BF16 product.
-func dotBF16x2r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
+// dotBF16x2r2 computes 2 weight rows against 2 activation rows of a BF16 product.
+func dotBF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
 // dotBF16x3r2 computes 2 weight rows against 3 activation rows of a BF16 product.
 func dotBF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)

@@ -127,10 +127,10 @@ type (
 )
 
 // rowsFor is how many weight rows the multi-row float kernels take at once with n
-// activation rows (1: none).
+// activation rows (1: none). It must agree with the generator's (see _gen).
 func rowsFor(n int) int {
 	switch {
-	case n <= 2:
+	case n <= 1:
 		return 4
 	case n <= 6:
 		return 2
