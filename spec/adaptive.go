@@ -33,8 +33,18 @@ type controller struct {
 // drafterStats is what the controller knows of one drafter.
 type drafterStats struct {
 	judged, accepted []float64 // per position, decayed counts
+	shape            []shape   // by tokens asked for, 1 … maxK (index k−1)
 	perToken         bucket    // drafting seconds per token of work
 	behind           int       // tokens of history it has not seen yet
+}
+
+// shape is what a drafter's non-empty drafts for some k were: how many positions deep
+// and how many tokens. A chain drafter asked for k tokens proposes at most k positions
+// (lookup often fewer); a tree drafter spends its k tokens on several candidates per
+// position and reaches fewer positions still. Pricing k tokens as k positions of a
+// chain would overrate every tree and every short lookup.
+type shape struct {
+	depth, nodes bucket
 }
 
 // bucket is a decayed average.
@@ -60,6 +70,11 @@ func (b *bucket) add(x float64) {
 	if b.weight > 2 {
 		x = min(x, outlier*b.mean)
 	}
+	b.track(x)
+}
+
+// track learns x as it is.
+func (b *bucket) track(x float64) {
 	b.weight = b.weight*fade + 1
 	b.mean += (x - b.mean) / b.weight
 }
@@ -70,6 +85,7 @@ func newController(maxK, drafters int) *controller {
 	for i := range c.drafters {
 		c.drafters[i].judged = make([]float64, maxK)
 		c.drafters[i].accepted = make([]float64, maxK)
+		c.drafters[i].shape = make([]shape, maxK)
 	}
 	return c
 }
@@ -79,15 +95,57 @@ func (s *drafterStats) alpha(i int) float64 {
 	return (s.accepted[i] + priorAcc*priorCount) / (s.judged[i] + priorCount)
 }
 
-// expected is the expected number of tokens a step drafting k tokens yields: the
-// accepted ones and the target's own.
-func (s *drafterStats) expected(k int) float64 {
+// produces is the draft a request for k tokens is expected to give: its depth in
+// positions and its size in tokens, as learned, or a chain of k before any evidence.
+func (s *drafterStats) produces(k int) (depth, nodes float64) {
+	if sh := s.shape[k-1]; sh.depth.weight > 0 {
+		return sh.depth.mean, sh.nodes.mean
+	}
+	return float64(k), float64(k)
+}
+
+// expected is the expected number of tokens a step yields from a draft depth positions
+// deep (a fraction counts its last position in part): the accepted ones and the
+// target's own.
+func (s *drafterStats) expected(depth float64) float64 {
 	e, reach := 1.0, 1.0
-	for i := range k {
+	for i := 0; i < len(s.judged) && float64(i) < depth; i++ {
 		reach *= s.alpha(i)
-		e += reach
+		e += reach * min(1, depth-float64(i))
 	}
 	return e
+}
+
+// rate is the expected tokens per second of asking drafter s for k tokens.
+func (c *controller) rate(s *drafterStats, k int) float64 {
+	depth, nodes := s.produces(k)
+	return s.expected(depth) / (c.verifyTimeAt(nodes+1) + s.draftTime(k))
+}
+
+// deeper is the exploration's k after best for drafter s: the smallest larger k
+// expected to reach a position deeper (a tree may need several more tokens for one
+// more position), else best+1; at most maxK.
+func (s *drafterStats) deeper(best, maxK int) int {
+	var depth float64
+	if best > 0 {
+		depth, _ = s.produces(best)
+	}
+	for k := best + 1; k <= maxK; k++ {
+		if d, _ := s.produces(k); d > depth+0.5 {
+			return k
+		}
+	}
+	return min(best+1, maxK)
+}
+
+// verifyTimeAt is verifyTime between whole numbers of tokens, by linear interpolation.
+func (c *controller) verifyTimeAt(m float64) float64 {
+	lo := max(1, min(int(m), len(c.verify)-1))
+	t := c.verifyTime(lo)
+	if f := m - float64(lo); f > 0 && lo+1 < len(c.verify) {
+		t += f * (c.verifyTime(lo+1) - t)
+	}
+	return t
 }
 
 // verifyTime estimates the time to verify m tokens: the observed average where
@@ -143,24 +201,22 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 	for d := range c.drafters {
 		s := &c.drafters[d]
 		for kk := 1; kk <= maxK; kk++ {
-			cost := c.verifyTime(kk+1) + s.draftTime(kk)
-			if r := s.expected(kk) / cost; r > best {
+			if r := c.rate(s, kk); r > best {
 				best, bestD, bestK = r, d, kk
 			}
 		}
 	}
 	if c.steps >= c.explore && maxK > 0 {
 		// Look a little beyond what seems best, so that estimates stay fresh and a
-		// drafter that looked useless can come back: one more token from the best
-		// drafter, or, taking turns, a single token from each of the others. The
-		// worse a probe looks, the rarer it is.
+		// drafter that looked useless can come back: a draft one position deeper from
+		// the best drafter, or, taking turns, a single token from each of the others.
+		// The worse a probe looks, the rarer it is.
 		c.turn++
-		d, k := bestD, min(bestK+1, maxK)
+		d, k := bestD, c.drafters[bestD].deeper(bestK, maxK)
 		if t := c.turn % (len(c.drafters) + 1); t != len(c.drafters) && t != bestD {
 			d, k = t, 1
 		}
-		s := &c.drafters[d]
-		probe := s.expected(k) / (c.verifyTime(k+1) + s.draftTime(k))
+		probe := c.rate(&c.drafters[d], k)
 		c.explore = c.steps + int(exploreGap*(1+4*max(0, best/probe-1)))
 		c.probing = true
 		return d, k
@@ -205,6 +261,11 @@ func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur t
 	s := &c.drafters[d]
 	s.perToken.add(draftDur.Seconds() / c.speed / float64(k+s.behind))
 	s.behind = 0
+	if depth > 0 && k <= len(s.shape) {
+		sh := &s.shape[k-1]
+		sh.depth.track(float64(depth))
+		sh.nodes.track(float64(m - 1))
+	}
 	for i := range min(depth, len(s.judged)) {
 		if i > accepted {
 			break // not reached
@@ -255,6 +316,7 @@ func (c *controller) clone() *controller {
 	for i, s := range c.drafters {
 		s.judged = append([]float64(nil), s.judged...)
 		s.accepted = append([]float64(nil), s.accepted...)
+		s.shape = append([]shape(nil), s.shape...)
 		n.drafters[i] = s
 	}
 	n.steps, n.explore, n.turn, n.probing = 0, exploreGap, 0, false

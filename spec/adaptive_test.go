@@ -17,11 +17,22 @@ type world struct {
 	verify func(m int) float64
 	alpha  []func(i int) float64
 	draft  []float64
+	// shape, where set, is what drafter d proposes when asked for k tokens: a draft
+	// depth positions deep of nodes tokens (a tree when nodes > depth). Else a chain of k.
+	shape []func(k int) (depth, nodes int)
+}
+
+func (w world) produces(d, k int) (depth, nodes int) {
+	if d < len(w.shape) && w.shape[d] != nil {
+		return w.shape[d](k)
+	}
+	return k, k
 }
 
 func (w world) expected(d, k int) float64 {
+	depth, _ := w.produces(d, k)
 	e, reach := 1.0, 1.0
-	for i := range k {
+	for i := range depth {
 		reach *= w.alpha[d](i)
 		e += reach
 	}
@@ -33,7 +44,8 @@ func (w world) bestFixed(maxK int) (rate float64, d, k int) {
 	rate = 1 / w.verify(1)
 	for dd := range w.alpha {
 		for kk := 1; kk <= maxK; kk++ {
-			if r := w.expected(dd, kk) / (w.verify(kk+1) + w.draft[dd]*float64(kk)); r > rate {
+			_, nodes := w.produces(dd, kk)
+			if r := w.expected(dd, kk) / (w.verify(nodes+1) + w.draft[dd]*float64(kk)); r > rate {
 				rate, d, k = r, dd, kk
 			}
 		}
@@ -56,11 +68,12 @@ func (w world) runDrifting(c *controller, n int, speed func(step int) float64, n
 	var tokens, ms float64
 	for step := range n {
 		d, k := c.choose(c.maxK)
+		depth, nodes := w.produces(d, k)
 		acc := 0
-		for acc < k && rng.Float64() < w.alpha[d](acc) {
+		for acc < depth && rng.Float64() < w.alpha[d](acc) {
 			acc++
 		}
-		vt, dt := w.verify(k+1), w.draft[d]*float64(k)
+		vt, dt := w.verify(nodes+1), w.draft[d]*float64(k)
 		if k == 0 {
 			dt = 0
 		}
@@ -70,12 +83,15 @@ func (w world) runDrifting(c *controller, n int, speed func(step int) float64, n
 		}
 		tokens += float64(acc + 1)
 		ms += vt + dt
-		c.observe(d, k, k, acc, k+1, time.Duration(f*dt*float64(time.Millisecond)), time.Duration(f*vt*float64(time.Millisecond)))
+		c.observe(d, k, depth, acc, nodes+1, time.Duration(f*dt*float64(time.Millisecond)), time.Duration(f*vt*float64(time.Millisecond)))
 	}
 	return tokens / ms
 }
 
 func constant(a float64) func(int) float64 { return func(int) float64 { return a } }
+
+// binaryTree is the shape of a width-2 tree of k nodes: two candidates at each level.
+func binaryTree(k int) (depth, nodes int) { return (k + 1) / 2, k }
 
 // TestControllerFindsTheBestSpeed simulates settings where the best fixed choice
 // differs — cheap or costly verification, good, decaying or useless drafts, a cheap and
@@ -88,14 +104,20 @@ func TestControllerFindsTheBestSpeed(t *testing.T) {
 		name string
 		w    world
 	}{
-		{"good drafts, cheap verify", world{gpuLike, []func(int) float64{constant(0.8)}, []float64{0.5}}},
-		{"good drafts, costly verify", world{cpuLike, []func(int) float64{constant(0.8)}, []float64{0.3}}},
-		{"mediocre drafts", world{cpuLike, []func(int) float64{constant(0.45)}, []float64{0.3}}},
-		{"useless drafts", world{gpuLike, []func(int) float64{constant(0.02)}, []float64{0.5}}},
-		{"useless, costly drafts", world{cpuLike, []func(int) float64{constant(0)}, []float64{2}}},
-		{"decaying acceptance", world{gpuLike, []func(int) float64{func(i int) float64 { return 0.9 - 0.12*float64(i) }}, []float64{0.4}}},
-		{"cheap lookup and a model", world{gpuLike, []func(int) float64{constant(0.3), constant(0.75)}, []float64{0.01, 1}}},
-		{"lookup beats the model", world{cpuLike, []func(int) float64{constant(0.85), constant(0.6)}, []float64{0.01, 0.8}}},
+		{"good drafts, cheap verify", world{gpuLike, []func(int) float64{constant(0.8)}, []float64{0.5}, nil}},
+		{"good drafts, costly verify", world{cpuLike, []func(int) float64{constant(0.8)}, []float64{0.3}, nil}},
+		{"mediocre drafts", world{cpuLike, []func(int) float64{constant(0.45)}, []float64{0.3}, nil}},
+		{"useless drafts", world{gpuLike, []func(int) float64{constant(0.02)}, []float64{0.5}, nil}},
+		{"useless, costly drafts", world{cpuLike, []func(int) float64{constant(0)}, []float64{2}, nil}},
+		{"decaying acceptance", world{gpuLike, []func(int) float64{func(i int) float64 { return 0.9 - 0.12*float64(i) }}, []float64{0.4}, nil}},
+		{"cheap lookup and a model", world{gpuLike, []func(int) float64{constant(0.3), constant(0.75)}, []float64{0.01, 1}, nil}},
+		{"lookup beats the model", world{cpuLike, []func(int) float64{constant(0.85), constant(0.6)}, []float64{0.01, 0.8}, nil}},
+		// A tree of width 2 asked for k nodes is only (k+1)/2 deep: the controller must
+		// not price its nodes as positions of a chain.
+		{"tree drafts, cheap verify", world{gpuLike, []func(int) float64{constant(0.75)}, []float64{0.5}, []func(int) (int, int){binaryTree}}},
+		{"tree drafts, memory-bound verify", world{func(m int) float64 { return 3 + 0.15*float64(m-1) }, []func(int) float64{constant(0.6)}, []float64{0.15}, []func(int) (int, int){binaryTree}}},
+		// Lookup often finds a shorter continuation than asked for.
+		{"short lookups", world{cpuLike, []func(int) float64{constant(0.8)}, []float64{0.01}, []func(int) (int, int){func(k int) (int, int) { return min(k, 2), min(k, 2) }}}},
 	}
 	for i, tc := range worlds {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,9 +146,9 @@ func TestControllerOnADriftingMachine(t *testing.T) {
 		name string
 		w    world
 	}{
-		{"n-gram lookup", world{cpuLike, []func(int) float64{func(i int) float64 { return 0.75 - 0.1*float64(i) }}, []float64{0.005}}},
-		{"draft model", world{cpuLike, []func(int) float64{constant(0.6)}, []float64{0.1}}},
-		{"lookup and a model", world{cpuLike, []func(int) float64{constant(0.55), constant(0.6)}, []float64{0.005, 0.1}}},
+		{"n-gram lookup", world{cpuLike, []func(int) float64{func(i int) float64 { return 0.75 - 0.1*float64(i) }}, []float64{0.005}, nil}},
+		{"draft model", world{cpuLike, []func(int) float64{constant(0.6)}, []float64{0.1}, nil}},
+		{"lookup and a model", world{cpuLike, []func(int) float64{constant(0.55), constant(0.6)}, []float64{0.005, 0.1}, nil}},
 	}
 	drifts := []struct {
 		name  string
@@ -200,7 +222,7 @@ func TestControllerSpeedsUpWithTheMachine(t *testing.T) {
 // TestControllerFollowsChange: when drafts stop being accepted mid-request, the
 // controller turns speculation (nearly) off; when they come back, so does it.
 func TestControllerFollowsChange(t *testing.T) {
-	good := world{func(m int) float64 { return 10 + 0.3*float64(m-1) }, []func(int) float64{constant(0.85)}, []float64{0.5}}
+	good := world{func(m int) float64 { return 10 + 0.3*float64(m-1) }, []func(int) float64{constant(0.85)}, []float64{0.5}, nil}
 	bad := good
 	bad.alpha = []func(int) float64{constant(0)}
 	c := newController(8, 1)
