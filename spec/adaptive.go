@@ -9,8 +9,9 @@ import (
 // to maximise the expected tokens per second. It learns online, from the request
 // itself: the acceptance rate of each draft position, per drafter (a position counts
 // only when every position before it was accepted), the verification time as a
-// function of the tokens verified, and each drafter's cost per drafted token. Older
-// observations fade, so the choice follows the text as it changes.
+// function of the tokens verified, each drafter's cost per drafted token, and how deep
+// and how large its drafts turn out for each k asked (see shape). Older observations
+// fade, so the choice follows the text as it changes.
 //
 // Times are kept in the units of a machine of constant speed: on a shared machine
 // everything runs tens of per cent faster or slower from one second to the next, and
