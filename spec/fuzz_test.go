@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -17,13 +18,25 @@ func FuzzGenerate(f *testing.F) {
 	f.Add([]byte{}, 0, 0, 1.0, 0.5, []byte{}, []byte{})
 	f.Add([]byte{7, 7, 7, 7}, -3, 70, -1.0, 2.0, []byte{200}, []byte{0})
 	f.Add([]byte{0}, 5, 8, 0.8, 0.9, []byte{}, []byte{1, 2, 3, 4})
+	f.Add([]byte{3, 1, 4, 1, 5}, 40, 7, 0.0, 1.0, []byte{}, []byte{})   // adaptive, chain
+	f.Add([]byte{2, 7, 1, 8, 2}, 40, 5, 1.0, 0.95, []byte{6}, []byte{}) // adaptive, trees
 	tgt, err := markov.New(markov.Config{Vocab: 8, Order: 2, Seed: 3, ContextLength: 48})
 	if err != nil {
 		f.Fatal(err)
 	}
 	d := newDrafter(f, tgt.Perturbed(0.7, 1))
+	tree, err := draft.NewModelTree(tgt.Perturbed(0.7, 2), draft.Tree{Width: 2, Depth: 3, MaxNodes: 6})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, prompt []byte, maxTokens, k int, temp, topP float64, stopToks, stopSeq []byte) {
-		dec, err := spec.New(tgt, d, spec.Options{K: k})
+		// k also picks the drafter (a chain or trees) and whether K adapts, so that
+		// the adaptive controller sees arbitrary requests too.
+		var drafter draft.Drafter = d
+		if k%3 == 2 {
+			drafter = tree
+		}
+		dec, err := spec.New(tgt, drafter, spec.Options{K: k, Adaptive: k%2 == 1})
 		if err != nil {
 			return
 		}
