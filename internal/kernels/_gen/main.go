@@ -79,6 +79,18 @@ func main() {
 	Generate()
 }
 
+// countdown emits a loop that runs body while n is not zero, decrementing n after each
+// pass: the loop starts at label name and exits to label done, emitted after it.
+func countdown(name, done string, n Register, body func()) {
+	Label(name)
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	body()
+	DECQ(n)
+	JMP(LabelRef(name))
+	Label(done)
+}
+
 // Batch invariance: every kernel keeps exactly one accumulator per pair of weight row
 // and activation row, added to chunk by chunk in column order, and reduces it the same
 // way. A row's result is then bit for bit the same whether it is computed alone or in a
@@ -186,19 +198,15 @@ func floatKernel(name string, n, wstep int, load func(Mem, VecVirtual)) {
 	SUBQ(U32(u), chunks)
 	JMP(LabelRef(fn + "_loop"))
 
-	Label(fn + "_tail")
-	TESTQ(chunks, chunks)
-	JZ(LabelRef(fn + "_done"))
-	load(w, ws[0])
-	for t := range n {
-		VFMADD231PS(x.Offset(t*32), ws[0], acc[t][0])
-	}
-	ADDQ(U32(wstep), w.Base)
-	ADDQ(U32(n*32), x.Base)
-	DECQ(chunks)
-	JMP(LabelRef(fn + "_tail"))
+	countdown(fn+"_tail", fn+"_done", chunks, func() {
+		load(w, ws[0])
+		for t := range n {
+			VFMADD231PS(x.Offset(t*32), ws[0], acc[t][0])
+		}
+		ADDQ(U32(wstep), w.Base)
+		ADDQ(U32(n*32), x.Base)
+	})
 
-	Label(fn + "_done")
 	reduce(acc, out, Load(Param("ldo"), GP64()))
 	VZEROUPPER()
 	RET()
@@ -236,16 +244,12 @@ func dotKernel() {
 	ADDQ(U32(128), b.Base)
 	SUBQ(U32(4), n)
 	JMP(LabelRef("dot_loop4"))
-	Label("dot_loop1")
-	TESTQ(n, n)
-	JZ(LabelRef("dot_done"))
-	VMOVUPS(a, x)
-	VFMADD231PS(b, x, acc[0])
-	ADDQ(U32(32), a.Base)
-	ADDQ(U32(32), b.Base)
-	DECQ(n)
-	JMP(LabelRef("dot_loop1"))
-	Label("dot_done")
+	countdown("dot_loop1", "dot_done", n, func() {
+		VMOVUPS(a, x)
+		VFMADD231PS(b, x, acc[0])
+		ADDQ(U32(32), a.Base)
+		ADDQ(U32(32), b.Base)
+	})
 	VADDPS(acc[1], acc[0], acc[0])
 	VADDPS(acc[3], acc[2], acc[2])
 	VADDPS(acc[2], acc[0], acc[0])
@@ -273,17 +277,13 @@ func axpyKernel() {
 	av := YMM()
 	VBROADCASTSS(al, av)
 	t := YMM()
-	Label("axpy_loop")
-	TESTQ(n, n)
-	JZ(LabelRef("axpy_done"))
-	VMOVUPS(y, t)
-	VFMADD231PS(x, av, t)
-	VMOVUPS(t, y)
-	ADDQ(U32(32), x.Base)
-	ADDQ(U32(32), y.Base)
-	DECQ(n)
-	JMP(LabelRef("axpy_loop"))
-	Label("axpy_done")
+	countdown("axpy_loop", "axpy_done", n, func() {
+		VMOVUPS(y, t)
+		VFMADD231PS(x, av, t)
+		VMOVUPS(t, y)
+		ADDQ(U32(32), x.Base)
+		ADDQ(U32(32), y.Base)
+	})
 	VZEROUPPER()
 	RET()
 }
@@ -315,27 +315,23 @@ func floatKernelR(name string, n, R, wstep int, load func(Mem, VecVirtual)) {
 	}
 	xv := YMM()
 
-	Label(fn + "_loop")
-	TESTQ(chunks, chunks)
-	JZ(LabelRef(fn + "_done"))
-	for r := range R {
-		prefetch(ws[r])
-		load(ws[r], wv[r])
-	}
-	for t := range n {
-		VMOVUPS(x.Offset(t*32), xv)
+	countdown(fn+"_loop", fn+"_done", chunks, func() {
 		for r := range R {
-			VFMADD231PS(xv, wv[r], acc[r][t][0])
+			prefetch(ws[r])
+			load(ws[r], wv[r])
 		}
-	}
-	for r := range R {
-		ADDQ(U32(wstep), ws[r].Base)
-	}
-	ADDQ(U32(n*32), x.Base)
-	DECQ(chunks)
-	JMP(LabelRef(fn + "_loop"))
+		for t := range n {
+			VMOVUPS(x.Offset(t*32), xv)
+			for r := range R {
+				VFMADD231PS(xv, wv[r], acc[r][t][0])
+			}
+		}
+		for r := range R {
+			ADDQ(U32(wstep), ws[r].Base)
+		}
+		ADDQ(U32(n*32), x.Base)
+	})
 
-	Label(fn + "_done")
 	reduceRows(acc, n, R)
 	VZEROUPPER()
 	RET()
@@ -375,44 +371,40 @@ func quantFloatKernel(name string, n int) {
 		ws[i] = YMM()
 	}
 
-	Label(fn + "_loop")
-	TESTQ(blocks, blocks)
-	JZ(LabelRef(fn + "_done"))
-	prefetch(w)
-	// The block's scale, in every lane.
-	h := GP32()
-	MOVWLZX(w, h)
-	dx := XMM()
-	VMOVD(h, dx)
-	VCVTPH2PS(dx, dx)
-	d := YMM()
-	VBROADCASTSS(dx, d)
-	for i := range 4 {
-		if name == "Q8_0" {
-			VPMOVSXBD(w.Offset(2+8*i), ws[i])
-		} else {
-			// Chunks 0, 1: low nibbles of bytes 0–7, 8–15; chunks 2, 3: high nibbles.
-			VPMOVZXBD(w.Offset(2+8*(i%2)), ws[i])
-			if i >= 2 {
-				VPSRLD(U8(4), ws[i], ws[i])
+	countdown(fn+"_loop", fn+"_done", blocks, func() {
+		prefetch(w)
+		// The block's scale, in every lane.
+		h := GP32()
+		MOVWLZX(w, h)
+		dx := XMM()
+		VMOVD(h, dx)
+		VCVTPH2PS(dx, dx)
+		d := YMM()
+		VBROADCASTSS(dx, d)
+		for i := range 4 {
+			if name == "Q8_0" {
+				VPMOVSXBD(w.Offset(2+8*i), ws[i])
+			} else {
+				// Chunks 0, 1: low nibbles of bytes 0–7, 8–15; chunks 2, 3: high nibbles.
+				VPMOVZXBD(w.Offset(2+8*(i%2)), ws[i])
+				if i >= 2 {
+					VPSRLD(U8(4), ws[i], ws[i])
+				}
+				VPAND(low4, ws[i], ws[i])
+				VPSUBD(eights, ws[i], ws[i])
 			}
-			VPAND(low4, ws[i], ws[i])
-			VPSUBD(eights, ws[i], ws[i])
+			VCVTDQ2PS(ws[i], ws[i])
+			VMULPS(d, ws[i], ws[i])
 		}
-		VCVTDQ2PS(ws[i], ws[i])
-		VMULPS(d, ws[i], ws[i])
-	}
-	for i := range 4 {
-		for t := range n {
-			VFMADD231PS(x.Offset((i*n+t)*32), ws[i], acc[t][i%u])
+		for i := range 4 {
+			for t := range n {
+				VFMADD231PS(x.Offset((i*n+t)*32), ws[i], acc[t][i%u])
+			}
 		}
-	}
-	ADDQ(U32(blockBytes), w.Base)
-	ADDQ(U32(4*n*32), x.Base)
-	DECQ(blocks)
-	JMP(LabelRef(fn + "_loop"))
+		ADDQ(U32(blockBytes), w.Base)
+		ADDQ(U32(4*n*32), x.Base)
+	})
 
-	Label(fn + "_done")
 	reduce(acc, out, Load(Param("ldo"), GP64()))
 	VZEROUPPER()
 	RET()
@@ -466,99 +458,95 @@ func q4KKernel(n int, k kConstants) {
 	acc := zeroAcc(n, u)
 	sm := AllocLocal(64) // d·sc[0..7], then dmin·m[0..7]
 
-	Label(fn + "_loop")
-	TESTQ(blocks, blocks)
-	JZ(LabelRef(fn + "_done"))
-	prefetch(w)
-	prefetch(w.Offset(64))
+	countdown(fn+"_loop", fn+"_done", blocks, func() {
+		prefetch(w)
+		prefetch(w.Offset(64))
 
-	// d in lane 0, dmin in lane 1.
-	h := GP32()
-	MOVL(w, h)
-	dd := XMM()
-	VMOVD(h, dd)
-	VCVTPH2PS(dd, dd)
-	dv := YMM()
-	VBROADCASTSS(dd, dv)
-	t := XMM()
-	VMOVSHDUP(dd, t)
-	mv := YMM()
-	VBROADCASTSS(t, mv)
+		// d in lane 0, dmin in lane 1.
+		h := GP32()
+		MOVL(w, h)
+		dd := XMM()
+		VMOVD(h, dd)
+		VCVTPH2PS(dd, dd)
+		dv := YMM()
+		VBROADCASTSS(dd, dv)
+		t := XMM()
+		VMOVSHDUP(dd, t)
+		mv := YMM()
+		VBROADCASTSS(t, mv)
 
-	// The 12 scale bytes as three words s0, s1, s2: sc[0..3] = s0 & 0x3f…,
-	// m[0..3] = s1 & 0x3f…, sc[4..7] = s2 & 0x0f… | (s0>>6 & 0x03…)<<4,
-	// m[4..7] = s2>>4 & 0x0f… | (s1>>6 & 0x03…)<<4.
-	s0, s1, s2 := GP32(), GP32(), GP32()
-	MOVL(w.Offset(4), s0)
-	MOVL(w.Offset(8), s1)
-	MOVL(w.Offset(12), s2)
-	scHi, mHi, tmp := GP32(), GP32(), GP32()
-	MOVL(s0, scHi)
-	SHRL(U8(6), scHi)
-	ANDL(U32(0x03030303), scHi)
-	SHLL(U8(4), scHi)
-	MOVL(s2, tmp)
-	ANDL(U32(0x0f0f0f0f), tmp)
-	ORL(tmp, scHi)
-	ANDL(U32(0x3f3f3f3f), s0)
-	MOVL(s1, mHi)
-	SHRL(U8(6), mHi)
-	ANDL(U32(0x03030303), mHi)
-	SHLL(U8(4), mHi)
-	SHRL(U8(4), s2)
-	ANDL(U32(0x0f0f0f0f), s2)
-	ORL(s2, mHi)
-	ANDL(U32(0x3f3f3f3f), s1)
-	for i, pair := range [][2]GPVirtual{{s0, scHi}, {s1, mHi}} {
-		b := XMM()
-		VMOVD(pair[0], b)
-		VPINSRD(U8(1), pair[1], b, b)
-		f := YMM()
-		VPMOVZXBD(b, f)
-		VCVTDQ2PS(f, f)
-		if i == 0 {
-			VMULPS(dv, f, f)
-		} else {
-			VMULPS(mv, f, f)
-		}
-		VMOVUPS(f, sm.Offset(32*i))
-	}
-
-	step := 0 // chunks multiplied so far in this block, to spread the accumulators
-	for i := range 4 {
-		scLo, mnLo, scHi, mnHi := YMM(), YMM(), YMM(), YMM()
-		VBROADCASTSS(sm.Offset(4*(2*i)), scLo)
-		VBROADCASTSS(sm.Offset(32+4*(2*i)), mnLo)
-		VBROADCASTSS(sm.Offset(4*(2*i+1)), scHi)
-		VBROADCASTSS(sm.Offset(32+4*(2*i+1)), mnHi)
-		for j := range 4 {
-			q := YMM()
-			VPMOVZXBD(w.Offset(16+32*i+8*j), q)
-			lo := YMM()
-			VPAND(k.low4D, q, lo)
-			VCVTDQ2PS(lo, lo)
-			VFMSUB213PS(mnLo, scLo, lo) // lo = d·sc·q − dmin·m
-			c := 8*i + j                // values 64i + 8j …: sub-block 2i
-			for r := range n {
-				VFMADD231PS(x.Offset((c*n+r)*32), lo, acc[r][step%u])
+		// The 12 scale bytes as three words s0, s1, s2: sc[0..3] = s0 & 0x3f…,
+		// m[0..3] = s1 & 0x3f…, sc[4..7] = s2 & 0x0f… | (s0>>6 & 0x03…)<<4,
+		// m[4..7] = s2>>4 & 0x0f… | (s1>>6 & 0x03…)<<4.
+		s0, s1, s2 := GP32(), GP32(), GP32()
+		MOVL(w.Offset(4), s0)
+		MOVL(w.Offset(8), s1)
+		MOVL(w.Offset(12), s2)
+		scHi, mHi, tmp := GP32(), GP32(), GP32()
+		MOVL(s0, scHi)
+		SHRL(U8(6), scHi)
+		ANDL(U32(0x03030303), scHi)
+		SHLL(U8(4), scHi)
+		MOVL(s2, tmp)
+		ANDL(U32(0x0f0f0f0f), tmp)
+		ORL(tmp, scHi)
+		ANDL(U32(0x3f3f3f3f), s0)
+		MOVL(s1, mHi)
+		SHRL(U8(6), mHi)
+		ANDL(U32(0x03030303), mHi)
+		SHLL(U8(4), mHi)
+		SHRL(U8(4), s2)
+		ANDL(U32(0x0f0f0f0f), s2)
+		ORL(s2, mHi)
+		ANDL(U32(0x3f3f3f3f), s1)
+		for i, pair := range [][2]GPVirtual{{s0, scHi}, {s1, mHi}} {
+			b := XMM()
+			VMOVD(pair[0], b)
+			VPINSRD(U8(1), pair[1], b, b)
+			f := YMM()
+			VPMOVZXBD(b, f)
+			VCVTDQ2PS(f, f)
+			if i == 0 {
+				VMULPS(dv, f, f)
+			} else {
+				VMULPS(mv, f, f)
 			}
-			step++
-			VPSRLD(U8(4), q, q)
-			VCVTDQ2PS(q, q)
-			VFMSUB213PS(mnHi, scHi, q)
-			c += 4 // values 64i + 32 + 8j …: sub-block 2i+1
-			for r := range n {
-				VFMADD231PS(x.Offset((c*n+r)*32), q, acc[r][step%u])
-			}
-			step++
+			VMOVUPS(f, sm.Offset(32*i))
 		}
-	}
-	ADDQ(U32(144), w.Base)
-	ADDQ(U32(32*n*32), x.Base)
-	DECQ(blocks)
-	JMP(LabelRef(fn + "_loop"))
 
-	Label(fn + "_done")
+		step := 0 // chunks multiplied so far in this block, to spread the accumulators
+		for i := range 4 {
+			scLo, mnLo, scHi, mnHi := YMM(), YMM(), YMM(), YMM()
+			VBROADCASTSS(sm.Offset(4*(2*i)), scLo)
+			VBROADCASTSS(sm.Offset(32+4*(2*i)), mnLo)
+			VBROADCASTSS(sm.Offset(4*(2*i+1)), scHi)
+			VBROADCASTSS(sm.Offset(32+4*(2*i+1)), mnHi)
+			for j := range 4 {
+				q := YMM()
+				VPMOVZXBD(w.Offset(16+32*i+8*j), q)
+				lo := YMM()
+				VPAND(k.low4D, q, lo)
+				VCVTDQ2PS(lo, lo)
+				VFMSUB213PS(mnLo, scLo, lo) // lo = d·sc·q − dmin·m
+				c := 8*i + j                // values 64i + 8j …: sub-block 2i
+				for r := range n {
+					VFMADD231PS(x.Offset((c*n+r)*32), lo, acc[r][step%u])
+				}
+				step++
+				VPSRLD(U8(4), q, q)
+				VCVTDQ2PS(q, q)
+				VFMSUB213PS(mnHi, scHi, q)
+				c += 4 // values 64i + 32 + 8j …: sub-block 2i+1
+				for r := range n {
+					VFMADD231PS(x.Offset((c*n+r)*32), q, acc[r][step%u])
+				}
+				step++
+			}
+		}
+		ADDQ(U32(144), w.Base)
+		ADDQ(U32(32*n*32), x.Base)
+	})
+
 	out := Mem{Base: Load(Param("out").Base(), GP64())}
 	reduce(acc, out, Load(Param("ldo"), GP64()))
 	VZEROUPPER()
@@ -583,81 +571,77 @@ func q6KKernel(n int, k kConstants) {
 	scales := AllocLocal(64) // d·scale[0..15]
 	codes := AllocLocal(256) // q − 32 for the 256 values, int8
 
-	Label(fn + "_loop")
-	TESTQ(blocks, blocks)
-	JZ(LabelRef(fn + "_done"))
-	prefetch(w)
-	prefetch(w.Offset(64))
-	prefetch(w.Offset(128))
+	countdown(fn+"_loop", fn+"_done", blocks, func() {
+		prefetch(w)
+		prefetch(w.Offset(64))
+		prefetch(w.Offset(128))
 
-	h := GP32()
-	MOVWLZX(w.Offset(208), h)
-	dd := XMM()
-	VMOVD(h, dd)
-	VCVTPH2PS(dd, dd)
-	dv := YMM()
-	VBROADCASTSS(dd, dv)
-	for g := range 2 {
-		s := YMM()
-		VPMOVSXBD(w.Offset(192+8*g), s)
-		VCVTDQ2PS(s, s)
-		VMULPS(dv, s, s)
-		VMOVUPS(s, scales.Offset(32*g))
-	}
+		h := GP32()
+		MOVWLZX(w.Offset(208), h)
+		dd := XMM()
+		VMOVD(h, dd)
+		VCVTPH2PS(dd, dd)
+		dv := YMM()
+		VBROADCASTSS(dd, dv)
+		for g := range 2 {
+			s := YMM()
+			VPMOVSXBD(w.Offset(192+8*g), s)
+			VCVTDQ2PS(s, s)
+			VMULPS(dv, s, s)
+			VMOVUPS(s, scales.Offset(32*g))
+		}
 
-	// Half hf holds values 128hf + 32p + l (p = 0…3, l < 32): the low 4 bits are the
-	// low (p < 2) or high (p ≥ 2) nibbles of ql[64hf + 32(p%2) + l], the high 2 bits
-	// bits 2p, 2p+1 of qh[32hf + l].
-	for hf := range 2 {
-		qh := YMM()
-		VMOVDQU(w.Offset(128+32*hf), qh)
-		for p := range 2 {
-			ql := YMM()
-			VMOVDQU(w.Offset(64*hf+32*p), ql)
-			// Part p: bits 2p, 2p+1 of qh to bits 4, 5.
-			hi := YMM()
-			VPSLLW(U8(4-2*p), qh, hi)
-			VPAND(k.bits45, hi, hi)
-			lo := YMM()
-			VPAND(k.low4B, ql, lo)
-			VPOR(hi, lo, lo)
-			VPSUBB(k.b32, lo, lo)
-			VMOVDQU(lo, codes.Offset(128*hf+32*p))
-			// Part p+2: bits 4+2p, 5+2p of qh to bits 4, 5.
-			VPSRLW(U8(4), ql, ql)
-			VPAND(k.low4B, ql, ql)
-			if p == 0 {
-				VPAND(k.bits45, qh, hi)
-			} else {
-				VPSRLW(U8(2), qh, hi)
+		// Half hf holds values 128hf + 32p + l (p = 0…3, l < 32): the low 4 bits are the
+		// low (p < 2) or high (p ≥ 2) nibbles of ql[64hf + 32(p%2) + l], the high 2 bits
+		// bits 2p, 2p+1 of qh[32hf + l].
+		for hf := range 2 {
+			qh := YMM()
+			VMOVDQU(w.Offset(128+32*hf), qh)
+			for p := range 2 {
+				ql := YMM()
+				VMOVDQU(w.Offset(64*hf+32*p), ql)
+				// Part p: bits 2p, 2p+1 of qh to bits 4, 5.
+				hi := YMM()
+				VPSLLW(U8(4-2*p), qh, hi)
 				VPAND(k.bits45, hi, hi)
+				lo := YMM()
+				VPAND(k.low4B, ql, lo)
+				VPOR(hi, lo, lo)
+				VPSUBB(k.b32, lo, lo)
+				VMOVDQU(lo, codes.Offset(128*hf+32*p))
+				// Part p+2: bits 4+2p, 5+2p of qh to bits 4, 5.
+				VPSRLW(U8(4), ql, ql)
+				VPAND(k.low4B, ql, ql)
+				if p == 0 {
+					VPAND(k.bits45, qh, hi)
+				} else {
+					VPSRLW(U8(2), qh, hi)
+					VPAND(k.bits45, hi, hi)
+				}
+				VPOR(hi, ql, ql)
+				VPSUBB(k.b32, ql, ql)
+				VMOVDQU(ql, codes.Offset(128*hf+32*(p+2)))
 			}
-			VPOR(hi, ql, ql)
-			VPSUBB(k.b32, ql, ql)
-			VMOVDQU(ql, codes.Offset(128*hf+32*(p+2)))
 		}
-	}
 
-	for g := range 16 {
-		s := YMM()
-		VBROADCASTSS(scales.Offset(4*g), s)
-		for j := range 2 {
-			c := 2*g + j
-			wv := YMM()
-			VPMOVSXBD(codes.Offset(8*c), wv)
-			VCVTDQ2PS(wv, wv)
-			VMULPS(s, wv, wv)
-			for r := range n {
-				VFMADD231PS(x.Offset((c*n+r)*32), wv, acc[r][c%u])
+		for g := range 16 {
+			s := YMM()
+			VBROADCASTSS(scales.Offset(4*g), s)
+			for j := range 2 {
+				c := 2*g + j
+				wv := YMM()
+				VPMOVSXBD(codes.Offset(8*c), wv)
+				VCVTDQ2PS(wv, wv)
+				VMULPS(s, wv, wv)
+				for r := range n {
+					VFMADD231PS(x.Offset((c*n+r)*32), wv, acc[r][c%u])
+				}
 			}
 		}
-	}
-	ADDQ(U32(210), w.Base)
-	ADDQ(U32(32*n*32), x.Base)
-	DECQ(blocks)
-	JMP(LabelRef(fn + "_loop"))
+		ADDQ(U32(210), w.Base)
+		ADDQ(U32(32*n*32), x.Base)
+	})
 
-	Label(fn + "_done")
 	out := Mem{Base: Load(Param("out").Base(), GP64())}
 	reduce(acc, out, Load(Param("ldo"), GP64()))
 	VZEROUPPER()
@@ -722,47 +706,43 @@ func quantFloatKernelR(name string, n, R int) {
 	}
 	wv := YMM()
 
-	Label(fn + "_loop")
-	TESTQ(blocks, blocks)
-	JZ(LabelRef(fn + "_done"))
-	for r := range R {
-		prefetch(ws[r])
-	}
-	for r := range R {
-		h := GP32()
-		MOVWLZX(ws[r], h)
-		dx := XMM()
-		VMOVD(h, dx)
-		VCVTPH2PS(dx, dx)
-		VBROADCASTSS(dx, d[r])
-	}
-	for i := range 4 {
+	countdown(fn+"_loop", fn+"_done", blocks, func() {
 		for r := range R {
-			if name == "Q8_0" {
-				VPMOVSXBD(ws[r].Offset(2+8*i), wv)
-			} else {
-				VPMOVZXBD(ws[r].Offset(2+8*(i%2)), wv)
-				if i >= 2 {
-					VPSRLD(U8(4), wv, wv)
+			prefetch(ws[r])
+		}
+		for r := range R {
+			h := GP32()
+			MOVWLZX(ws[r], h)
+			dx := XMM()
+			VMOVD(h, dx)
+			VCVTPH2PS(dx, dx)
+			VBROADCASTSS(dx, d[r])
+		}
+		for i := range 4 {
+			for r := range R {
+				if name == "Q8_0" {
+					VPMOVSXBD(ws[r].Offset(2+8*i), wv)
+				} else {
+					VPMOVZXBD(ws[r].Offset(2+8*(i%2)), wv)
+					if i >= 2 {
+						VPSRLD(U8(4), wv, wv)
+					}
+					VPAND(low4, wv, wv)
+					VPSUBD(eights, wv, wv)
 				}
-				VPAND(low4, wv, wv)
-				VPSUBD(eights, wv, wv)
-			}
-			VCVTDQ2PS(wv, wv)
-			VMULPS(d[r], wv, wv)
-			for t := range n {
-				VFMADD231PS(x.Offset((i*n+t)*32), wv, acc[r][t][0])
+				VCVTDQ2PS(wv, wv)
+				VMULPS(d[r], wv, wv)
+				for t := range n {
+					VFMADD231PS(x.Offset((i*n+t)*32), wv, acc[r][t][0])
+				}
 			}
 		}
-	}
-	for r := range R {
-		ADDQ(U32(blockBytes), ws[r].Base)
-	}
-	ADDQ(U32(4*n*32), x.Base)
-	DECQ(blocks)
-	JMP(LabelRef(fn + "_loop"))
+		for r := range R {
+			ADDQ(U32(blockBytes), ws[r].Base)
+		}
+		ADDQ(U32(4*n*32), x.Base)
+	})
 
-	Label(fn + "_done")
 	reduceRows(acc, n, R)
 	VZEROUPPER()
 	RET()
@@ -942,27 +922,23 @@ func siluMulKernel(c expConsts) {
 	zero := YMM()
 	VXORPS(zero, zero, zero)
 	g, x, e, m, s := YMM(), YMM(), YMM(), YMM(), YMM()
-	Label("silu_loop")
-	TESTQ(n, n)
-	JZ(LabelRef("silu_done"))
-	VMOVUPS(gate, g)
-	VORPS(c.at(cSign), g, x) // −|g|
-	expNeg(c, x, e)
-	// s = (g ≥ 0 ? 1 : e) / (1 + e)
-	VCMPPS(U8(geOQ), zero, g, m)
-	VBLENDVPS(m, c.at(cOne), e, s)
-	VADDPS(c.at(cOne), e, e)
-	VDIVPS(e, s, s)
-	// dst = (g·s)·up
-	VMULPS(s, g, g)
-	VMULPS(up, g, g)
-	VMOVUPS(g, dst)
-	ADDQ(U32(32), gate.Base)
-	ADDQ(U32(32), up.Base)
-	ADDQ(U32(32), dst.Base)
-	DECQ(n)
-	JMP(LabelRef("silu_loop"))
-	Label("silu_done")
+	countdown("silu_loop", "silu_done", n, func() {
+		VMOVUPS(gate, g)
+		VORPS(c.at(cSign), g, x) // −|g|
+		expNeg(c, x, e)
+		// s = (g ≥ 0 ? 1 : e) / (1 + e)
+		VCMPPS(U8(geOQ), zero, g, m)
+		VBLENDVPS(m, c.at(cOne), e, s)
+		VADDPS(c.at(cOne), e, e)
+		VDIVPS(e, s, s)
+		// dst = (g·s)·up
+		VMULPS(s, g, g)
+		VMULPS(up, g, g)
+		VMOVUPS(g, dst)
+		ADDQ(U32(32), gate.Base)
+		ADDQ(U32(32), up.Base)
+		ADDQ(U32(32), dst.Base)
+	})
 	VZEROUPPER()
 	RET()
 }
@@ -981,18 +957,14 @@ func expShiftedKernel(c expConsts) {
 	VBROADCASTSS(mxs, mx)
 	VBROADCASTSS(its, it)
 	x, e := YMM(), YMM()
-	Label("exps_loop")
-	TESTQ(n, n)
-	JZ(LabelRef("exps_done"))
-	VMOVUPS(v, x)
-	VSUBPS(mx, x, x)
-	VMULPS(it, x, x)
-	expNeg(c, x, e)
-	VMOVUPS(e, v)
-	ADDQ(U32(32), v.Base)
-	DECQ(n)
-	JMP(LabelRef("exps_loop"))
-	Label("exps_done")
+	countdown("exps_loop", "exps_done", n, func() {
+		VMOVUPS(v, x)
+		VSUBPS(mx, x, x)
+		VMULPS(it, x, x)
+		expNeg(c, x, e)
+		VMOVUPS(e, v)
+		ADDQ(U32(32), v.Base)
+	})
 	VZEROUPPER()
 	RET()
 }
@@ -1011,17 +983,13 @@ func maxKernel() {
 	ADDQ(U32(32), v.Base)
 	DECQ(n)
 	x, t := YMM(), YMM()
-	Label("max_loop")
-	TESTQ(n, n)
-	JZ(LabelRef("max_reduce"))
-	VMOVUPS(v, x)
-	VCMPPS(U8(3), x, x, t)
-	VORPS(t, nan, nan)
-	VMAXPS(x, acc, acc)
-	ADDQ(U32(32), v.Base)
-	DECQ(n)
-	JMP(LabelRef("max_loop"))
-	Label("max_reduce")
+	countdown("max_loop", "max_reduce", n, func() {
+		VMOVUPS(v, x)
+		VCMPPS(U8(3), x, x, t)
+		VORPS(t, nan, nan)
+		VMAXPS(x, acc, acc)
+		ADDQ(U32(32), v.Base)
+	})
 	hi := XMM()
 	VEXTRACTF128(U8(1), acc, hi)
 	lo := acc.AsX()
@@ -1055,15 +1023,11 @@ func scaleKernel() {
 	sv := YMM()
 	VBROADCASTSS(ss, sv)
 	x := YMM()
-	Label("scale_loop")
-	TESTQ(n, n)
-	JZ(LabelRef("scale_done"))
-	VMULPS(v, sv, x)
-	VMOVUPS(x, v)
-	ADDQ(U32(32), v.Base)
-	DECQ(n)
-	JMP(LabelRef("scale_loop"))
-	Label("scale_done")
+	countdown("scale_loop", "scale_done", n, func() {
+		VMULPS(v, sv, x)
+		VMOVUPS(x, v)
+		ADDQ(U32(32), v.Base)
+	})
 	VZEROUPPER()
 	RET()
 }
