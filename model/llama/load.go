@@ -162,7 +162,6 @@ func (l *loader) vector(name string, n int, optional bool) []float32 {
 	return out
 }
 
-// names maps the parts of a model to tensor names in one format.
 // load fills the weights of m, whose config is set.
 func (l *loader) load(m *Model, n TensorNames) error {
 	c := &m.cfg
