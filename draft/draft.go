@@ -30,17 +30,36 @@ type Request struct {
 	// draft model forwards it then, with the target's prefill); the history of the
 	// first Propose begins with it. It must not be kept.
 	Prompt []int32
-	// Sampling is the request's sampling parameters. Sessions that draw tokens must
-	// process their logits with exactly these parameters (and a random stream of their
-	// own), and must draft the argmax when they are greedy.
+	// Sampling is the request's sampling parameters, with a random stream of the
+	// session's own ([sampler.Params.Split] of the request's): a session that draws
+	// tokens makes its sampler with sampler.New(Sampling, vocab) and takes every
+	// random number it needs from that sampler. Its draws are then independent of the
+	// acceptance rule's and of every other session's, as exactness requires; a
+	// drafter never picks a seed or a stream itself, and one that starts other
+	// drafters hands each of them Split(i).
+	//
+	// Exactness only needs each reported q to be the distribution its token was
+	// really drawn from (see Proposal.Dists). Processing the draft logits with
+	// exactly these parameters — temperature, top-k, top-p, min-p, penalty — and
+	// drafting the argmax when they are greedy is what makes drafts good: the closer q
+	// is to the target's processed p, the more of each draft is accepted (Σ min(p, q)
+	// per token).
 	Sampling sampler.Params
 	// VocabSize is the target's vocabulary size; proposed tokens must lie below it.
 	VocabSize int
-	// MaxK is the largest k the session will be asked for.
+	// MaxK is the largest k the session will be asked for (the decoder's K).
 	MaxK int
 	// MaxLen is an upper bound on the history length, for sizing buffers up front
 	// (0 when unknown).
 	MaxLen int
+}
+
+// Split returns the request as the i-th of several drafters started for it sees it:
+// the same request, with a random stream of its own (see Sampling). Combinators such
+// as [First] hand one to each drafter they start.
+func (r Request) Split(i int) Request {
+	r.Sampling = r.Sampling.Split(i)
+	return r
 }
 
 // Session is one request's drafting state. It is not safe for concurrent use.
@@ -48,6 +67,11 @@ type Session interface {
 	// Propose drafts up to k tokens (chain or tree nodes) to follow history into p. It
 	// may propose fewer, even none. The proposal's slices stay valid until the next
 	// call.
+	//
+	// k is at most Request.MaxK, and often less: the decoder drafts no more than the
+	// request can use, k ≤ MaxTokens − generated − 1 (a step emits up to k + 1
+	// tokens) and k ≤ ContextLength − held − 1 (the target must hold the draft and
+	// the token after it), and an adaptive decoder picks k, 0 included, every step.
 	Propose(ctx context.Context, history []int32, k int, p *Proposal) error
 	// Close releases the session's resources.
 	Close() error
@@ -59,9 +83,16 @@ type Session interface {
 type Proposal struct {
 	// Tokens are the drafted tokens, in order.
 	Tokens []int32
-	// Dists, when not nil, holds for each token the processed distribution it was
-	// drawn from (q); a nil row, or a nil Dists, means chosen deterministically.
-	// Siblings in a tree drawn from q must be independent draws (with replacement).
+	// Dists, when not nil, holds for each token the distribution q it was drawn from,
+	// one row per token (the same number of rows as Tokens). A nil row, or a nil Dists,
+	// means the token was chosen deterministically: q is one-hot on it, and the
+	// target keeps it with probability p(token). Deterministic and sampled tokens may
+	// be mixed in one proposal, chain or tree. A row must be the true distribution the
+	// token was drawn from: non-negative, summing to 1, positive at the token, and no
+	// longer than the target's vocabulary (shorter rows read as 0 beyond their end);
+	// the decoder rejects a proposal whose rows are not, since any other q would bias
+	// the output. Siblings in a tree drawn from q must be independent draws (with
+	// replacement).
 	Dists [][]float32
 	// Parents, when not nil, makes the proposal a tree: token i follows token
 	// Parents[i], or the history when Parents[i] is -1; parents come first.

@@ -29,7 +29,7 @@ func (f first) Start(ctx context.Context, req Request) (Session, error) {
 			s.Close()
 			return nil, fmt.Errorf("draft: First: drafter %d is nil", i)
 		}
-		sub, err := d.Start(ctx, req)
+		sub, err := d.Start(ctx, req.Split(i))
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("draft: First: drafter %d: %w", i, err)

@@ -9,10 +9,6 @@ import (
 	"github.com/specula/specula/sampler"
 )
 
-// drafterStream is the random stream model drafters sample from, distinct from the
-// stream the acceptance rule draws on.
-const drafterStream = 1
-
 // Model drafts with a small language model that shares the target's vocabulary. Each
 // session keeps its own sequence in the draft model, in step with the request: it rolls
 // back the rejected part of its last proposal and forwards what it has not seen (the
@@ -81,7 +77,7 @@ func (d *Model) Start(ctx context.Context, req Request) (Session, error) {
 	if req.MaxK < 0 {
 		return nil, fmt.Errorf("draft: MaxK %d must be >= 0", req.MaxK)
 	}
-	smp, err := sampler.NewStream(req.Sampling, v, drafterStream)
+	smp, err := sampler.New(req.Sampling, v) // the session's own random stream
 	if err != nil {
 		return nil, fmt.Errorf("draft: %w", err)
 	}

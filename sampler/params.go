@@ -31,10 +31,42 @@ type Params struct {
 	// history; 0 means the whole history.
 	RepetitionWindow int
 	// Seed seeds the random number generator, so that runs are reproducible. Every
-	// seed, 0 included, is a valid seed.
+	// seed, 0 included, is a valid seed. [Params.Split] derives the seeds of the
+	// random streams that a request hands to its drafters.
 	Seed uint64
 	// Rule is the acceptance rule; nil means [Exact].
 	Rule Rule
+
+	// stream names the random stream among those derived from one request's seed:
+	// 0 for the request's own (its acceptance draws), the path of Split calls for the
+	// others. Seed already holds it mixed in; New also feeds it to the generator, so
+	// that a derived stream stays apart from the request's even if Seed is reset.
+	stream uint64
+}
+
+// Split returns p with a random stream of its own, the i-th (i ≥ 0) derived from p's:
+// the same processing, a different Seed, and draws unrelated to those of a sampler
+// made from p or from any other split of it. The decoder hands each drafting session
+// of a request its split of the request's parameters, so that a drafter sampling with
+// sampler.New(req.Sampling, …) can never reuse the acceptance rule's random numbers
+// (which would bias the output), and a drafter that starts other drafters hands each
+// of them a split of its own.
+//
+// The first-level splits of a request's parameters are distinct from the request's
+// stream and from each other by construction; deeper ones with probability 1 − 2⁻⁶⁴.
+func (p Params) Split(i int) Params {
+	s := mix64(p.stream + 0x9e3779b97f4a7c15*(uint64(i)+1))
+	p.Seed ^= p.stream ^ s
+	p.stream = s
+	return p
+}
+
+// mix64 is SplitMix64's finaliser: a bijection of uint64 that maps 0 to 0 and spreads
+// nearby inputs over the whole range.
+func mix64(x uint64) uint64 {
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // Greedy reports whether p decodes greedily (temperature 0).

@@ -34,13 +34,10 @@ type Sampler struct {
 	row   []float32 // scratch distribution for rules
 }
 
-// New returns a sampler for a vocabulary of the given size, seeded with p.Seed.
-func New(p Params, vocab int) (*Sampler, error) { return NewStream(p, vocab, 0) }
-
-// NewStream is New with an independent random stream: samplers with the same seed and
-// different streams draw unrelated numbers. Drafters use it so that their draws are
-// independent of the acceptance draws.
-func NewStream(p Params, vocab int, stream uint64) (*Sampler, error) {
+// New returns a sampler for a vocabulary of the given size, seeded with p.Seed (and
+// the random stream of p, see [Params.Split]). Samplers made from equal parameters
+// draw the same numbers.
+func New(p Params, vocab int) (*Sampler, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -51,7 +48,7 @@ func NewStream(p Params, vocab int, stream uint64) (*Sampler, error) {
 		p:     p,
 		rule:  p.Rule,
 		vocab: vocab,
-		rng:   rand.New(rand.NewPCG(p.Seed, 0x73706563756c61^stream)),
+		rng:   rand.New(rand.NewPCG(p.Seed, 0x73706563756c61^p.stream)),
 		cand:  make([]int32, 0, vocab),
 		row:   make([]float32, vocab),
 	}
@@ -86,6 +83,9 @@ func (s *Sampler) Verify(st Step) (accepted int, next int32, err error) {
 	for i, t := range st.Tokens[len(st.Tokens)-st.K:] {
 		if t < 0 || int(t) >= s.vocab {
 			return 0, 0, fmt.Errorf("sampler: drafted token %d at position %d is outside the vocabulary [0, %d)", t, i, s.vocab)
+		}
+		if err := s.checkDraft(draftRow(st.Q, i), t); err != nil {
+			return 0, 0, fmt.Errorf("sampler: draft position %d: %w", i, err)
 		}
 	}
 	n, next, err := s.rule.Verify(s, st)

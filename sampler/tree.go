@@ -13,9 +13,10 @@ type TreeStep struct {
 	// context when Parents[i] is -1. Parents come before their children.
 	Nodes, Parents []int32
 	// Q holds, for each node, the distribution it was drawn from (its parent's
-	// processed draft distribution), or nil for a node chosen deterministically; Q
-	// itself may be nil when every node was. Siblings drawn from q must be independent
-	// draws (with replacement) for the exact rule to stay exact.
+	// processed draft distribution), as [Step.Q] does for a chain: a nil row, or a nil
+	// Q, is one-hot on the node's token (chosen deterministically). Siblings drawn
+	// from q must be independent draws (with replacement) for the exact rule to stay
+	// exact; deterministic and sampled siblings may be mixed.
 	Q [][]float32
 	// Logits holds the target's logits: row 0 after the context, row i+1 after node i.
 	Logits [][]float32
@@ -40,8 +41,12 @@ func (s *Sampler) VerifyTree(st TreeStep, path []int32) ([]int32, int32, error) 
 		if p < -1 || int(p) >= i {
 			return path, 0, fmt.Errorf("sampler: parent %d of tree node %d must be -1 or an earlier node", p, i)
 		}
-		if t := st.Nodes[i]; t < 0 || int(t) >= s.vocab {
+		t := st.Nodes[i]
+		if t < 0 || int(t) >= s.vocab {
 			return path, 0, fmt.Errorf("sampler: tree node %d has token %d outside the vocabulary [0, %d)", i, t, s.vocab)
+		}
+		if err := s.checkDraft(draftRow(st.Q, i), t); err != nil {
+			return path, 0, fmt.Errorf("sampler: tree node %d: %w", i, err)
 		}
 	}
 	tr, ok := s.rule.(TreeRule)
@@ -88,19 +93,8 @@ func (Exact) VerifyTree(s *Sampler, st TreeStep, path []int32) ([]int32, int32, 
 			if st.Parents[c] != cur {
 				continue
 			}
-			x := st.Nodes[c]
-			var q []float32
-			if st.Q != nil {
-				q = st.Q[c]
-			}
-			qx := float32(1)
-			if q != nil {
-				qx = 0
-				if int(x) < len(q) {
-					qx = q[x]
-				}
-			}
-			if px := p[x]; px >= qx || s.rng.Float64()*float64(qx) < float64(px) {
+			x, q := st.Nodes[c], draftRow(st.Q, c)
+			if s.accepts(p, q, x) {
 				path = append(path, int32(c))
 				hist = append(hist, x)
 				cur, row = int32(c), c+1

@@ -16,10 +16,11 @@ import (
 // siblingCase is a one-level tree: candidates for the first token, each drawn from q
 // (independently) or chosen deterministically.
 type siblingCase struct {
-	name    string
-	p, q    []float64
-	sampled int     // candidates drawn from q
-	fixed   []int32 // deterministic candidates, tried after the sampled ones
+	name       string
+	p, q       []float64
+	sampled    int     // candidates drawn from q
+	fixed      []int32 // deterministic candidates, tried after the sampled ones
+	fixedFirst bool    // try the deterministic candidates first instead
 }
 
 func cdf(d []float64) []float64 {
@@ -62,12 +63,19 @@ func runSiblings(t *testing.T, c siblingCase, rule sampler.Rule, n int, seed uin
 	for i := range rows {
 		rows[i] = logits
 	}
+	sampledAt := 0 // the first sampled candidate
+	if c.fixedFirst {
+		sampledAt = len(c.fixed)
+	}
+	var sampledNodes []int
+	fixed := c.fixed
 	for i := range m {
 		parents[i] = -1
-		if i < c.sampled {
+		if i >= sampledAt && i < sampledAt+c.sampled {
 			q[i] = qrow
+			sampledNodes = append(sampledNodes, i)
 		} else {
-			nodes[i] = c.fixed[i-c.sampled]
+			nodes[i], fixed = fixed[0], fixed[1:]
 		}
 	}
 	qc := cdf(c.q)
@@ -75,7 +83,7 @@ func runSiblings(t *testing.T, c siblingCase, rule sampler.Rule, n int, seed uin
 	counts := make([]int, oneStepVocab)
 	var path []int32
 	for range n {
-		for i := range c.sampled {
+		for _, i := range sampledNodes {
 			nodes[i] = draw(rng, qc)
 		}
 		var next int32
@@ -111,6 +119,8 @@ func TestExactTreeOneStep(t *testing.T) {
 		siblingCase{name: "fixed duplicates", p: p, q: pairs[0].q, fixed: []int32{3, 3, 5}},
 		siblingCase{name: "fixed where p is zero", p: pairs[7].p, q: pairs[7].q, fixed: []int32{1, 3, 2}},
 		siblingCase{name: "2 sampled then 2 fixed", p: p, q: pairs[1].q, sampled: 2, fixed: []int32{0, 9}},
+		siblingCase{name: "1 fixed then 2 sampled", p: p, q: pairs[1].q, sampled: 2, fixed: []int32{9}, fixedFirst: true},
+		siblingCase{name: "fixed mode then 3 sampled", p: pairs[5].p, q: pairs[2].q, sampled: 3, fixed: []int32{pairs[5].x}, fixedFirst: true},
 	)
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
