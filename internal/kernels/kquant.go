@@ -25,9 +25,15 @@ import (
 // qh[32h:]: for l < 32, value 128h+l has ql[l]&15, 128h+32+l has ql[l+32]&15,
 // 128h+64+l has ql[l]>>4, 128h+96+l has ql[l+32]>>4, and their high bits are bits
 // 0–1, 2–3, 4–5, 6–7 of qh[l].
+//
+// Q5_K, 176 bytes: float16 d at 0, float16 dmin at 2, the 12 bytes of scales and mins
+// of Q4_K at 4, 32 bytes qh at 16, 128 bytes of low nibbles at 48, laid out as Q4_K's
+// codes. Value v of sub-block j is d·sc[j]·q − dmin·m[j] with a 5-bit code q whose
+// fifth bit is bit j of qh[v mod 32].
 const (
 	kBlock        = 256 // values per K-quant super-block
 	q4KBlockBytes = 144
+	q5KBlockBytes = 176
 	q6KBlockBytes = 210
 )
 
@@ -56,6 +62,27 @@ func dequantQ4KBlock(blk []byte, dst []float32) {
 			// as the reference computes it.
 			y[l] = float32(d0*float32(b&0xf)) - mn0
 			y[32+l] = float32(d1*float32(b>>4)) - mn1
+		}
+	}
+}
+
+// dequantQ5KBlock decodes one Q5_K super-block into dst[:256].
+func dequantQ5KBlock(blk []byte, dst []float32) {
+	d := F16ToF32(binary.LittleEndian.Uint16(blk))
+	dmin := F16ToF32(binary.LittleEndian.Uint16(blk[2:]))
+	scales, qh := blk[4:16], blk[16:48]
+	for i := range 4 {
+		sc0, m0 := q4KScaleMin(2*i, scales)
+		sc1, m1 := q4KScaleMin(2*i+1, scales)
+		d0, mn0 := d*float32(sc0), dmin*float32(m0)
+		d1, mn1 := d*float32(sc1), dmin*float32(m1)
+		q := blk[48+32*i : 48+32*i+32]
+		y := dst[64*i : 64*i+64]
+		for l, b := range q {
+			lo := b&0xf | qh[l]>>(2*i)&1<<4
+			hi := b>>4 | qh[l]>>(2*i+1)&1<<4
+			y[l] = float32(d0*float32(lo)) - mn0
+			y[32+l] = float32(d1*float32(hi)) - mn1
 		}
 	}
 }
@@ -89,6 +116,8 @@ func dequantizeK(t dtype.DType, src []byte, dst []float32) error {
 	switch t {
 	case dtype.Q4_K:
 		size, dec = q4KBlockBytes, dequantQ4KBlock
+	case dtype.Q5_K:
+		size, dec = q5KBlockBytes, dequantQ5KBlock
 	case dtype.Q6_K:
 		size, dec = q6KBlockBytes, dequantQ6KBlock
 	default:
@@ -122,6 +151,38 @@ func clampInt(v, lo, hi int) int { return max(lo, min(hi, v)) }
 // platforms), as in the reference's compiled C, so that the blocks are byte-identical
 // to llama.cpp's quantize_row_q4_K_ref (testdata/kquant_llamacpp.bin checks it).
 func QuantizeQ4_K(src []float32, dst []byte) {
+	quantizeScaleMin(src, dst, q4KBlockBytes, 15, -1, 20, func(codes []uint8, out []byte) {
+		for i := range 4 {
+			q := out[16+32*i : 16+32*i+32]
+			for l := range q {
+				q[l] = codes[64*i+l] | codes[64*i+32+l]<<4
+			}
+		}
+	})
+}
+
+// QuantizeQ5_K encodes src (a multiple of 256 values) into dst as Q5_K super-blocks,
+// as QuantizeQ4_K does Q4_K (llama.cpp's quantize_row_q5_K_ref: 5-bit codes, a search
+// of 16 step counts from −0.5).
+func QuantizeQ5_K(src []float32, dst []byte) {
+	quantizeScaleMin(src, dst, q5KBlockBytes, 31, -0.5, 15, func(codes []uint8, out []byte) {
+		qh := out[16:48]
+		clear(qh)
+		for i := range 4 {
+			q := out[48+32*i : 48+32*i+32]
+			for l := range q {
+				lo, hi := codes[64*i+l], codes[64*i+32+l]
+				q[l] = lo&0xf | hi&0xf<<4
+				qh[l] |= lo>>4<<(2*i) | hi>>4<<(2*i+1)
+			}
+		}
+	})
+}
+
+// quantizeScaleMin is the reference quantizer of the K-quants with a scale and a min
+// per 32-value sub-block (Q4_K, Q5_K): codes in [0, nmax], fitted with fitScaleMin's
+// search of nstep+1 step counts from rmin, then pack stores the codes of a super-block.
+func quantizeScaleMin(src []float32, dst []byte, size, nmax int, rmin float32, nstep int, pack func(codes []uint8, out []byte)) {
 	var (
 		codes   [kBlock]uint8
 		scales  [8]float32
@@ -130,7 +191,7 @@ func QuantizeQ4_K(src []float32, dst []byte) {
 	)
 	for b := 0; b < len(src)/kBlock; b++ {
 		x := src[b*kBlock : (b+1)*kBlock]
-		out := dst[b*q4KBlockBytes : (b+1)*q4KBlockBytes]
+		out := dst[b*size : (b+1)*size]
 		var maxScale, maxMin float32
 		for j := range 8 {
 			xs := x[32*j : 32*j+32]
@@ -142,7 +203,7 @@ func QuantizeQ4_K(src []float32, dst []byte) {
 			for l, v := range xs {
 				weights[l] = av + float32(math.Abs(float64(v)))
 			}
-			scales[j], mins[j] = fitScaleMin(xs, weights[:], codes[32*j:32*j+32], 15, -1, 0.1, 20)
+			scales[j], mins[j] = fitScaleMin(xs, weights[:], codes[32*j:32*j+32], nmax, rmin, 0.1, nstep)
 			maxScale = max(maxScale, scales[j])
 			maxMin = max(maxMin, mins[j])
 		}
@@ -179,15 +240,10 @@ func QuantizeQ4_K(src []float32, dst []byte) {
 			}
 			dm := dmin * float32(m)
 			for l := range 32 {
-				codes[32*j+l] = uint8(clampInt(nearestInt((x[32*j+l]+dm)/ds), 0, 15))
+				codes[32*j+l] = uint8(clampInt(nearestInt((x[32*j+l]+dm)/ds), 0, nmax))
 			}
 		}
-		for i := range 4 {
-			q := out[16+32*i : 16+32*i+32]
-			for l := range q {
-				q[l] = codes[64*i+l] | codes[64*i+32+l]<<4
-			}
-		}
+		pack(codes[:], out)
 	}
 }
 

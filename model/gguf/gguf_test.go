@@ -478,6 +478,7 @@ func TestWriteErrors(t *testing.T) {
 		{"negative alignment", nil, nil, -32, `alignment -32 needs general.alignment`},
 		{"alignment mismatch", []KeyValue{{AlignmentKey, Uint32(64)}}, nil, 32, `alignment 32 differs from general.alignment 64`},
 		{"alignment type", []KeyValue{{AlignmentKey, Uint64(64)}}, nil, 0, `key "general.alignment": alignment is uint64, want uint32`},
+		{"data and WriteTo", nil, []TensorData{{Name: "w", Type: dtype.F32, Dims: []int64{1}, Data: make([]byte, 4), WriteTo: func(io.Writer) error { return nil }}}, 0, `tensor "w": both Data and WriteTo are set`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -507,6 +508,42 @@ func TestWriteIOError(t *testing.T) {
 		require.Error(t, err, "failing after %d writes", n)
 		assert.Contains(t, err.Error(), "disk full")
 	}
+}
+
+// TestWriteStreamed: a tensor written through WriteTo makes the same file as one
+// written from Data, and WriteTo must write exactly the tensor's size.
+func TestWriteStreamed(t *testing.T) {
+	tensors := testTensors(rand.New(rand.NewPCG(11, 12)))
+	var want bytes.Buffer
+	require.NoError(t, Write(&want, allValues(), tensors, 0))
+	streamed := make([]TensorData, len(tensors))
+	for i, td := range tensors {
+		data := td.Data
+		td.Data = nil
+		td.WriteTo = func(w io.Writer) error {
+			for len(data) > 0 { // in pieces, as a generator would
+				n := min(len(data), 7)
+				if _, err := w.Write(data[:n]); err != nil {
+					return err
+				}
+				data = data[n:]
+			}
+			return nil
+		}
+		streamed[i] = td
+	}
+	var got bytes.Buffer
+	require.NoError(t, Write(&got, allValues(), streamed, 0))
+	assert.Equal(t, want.Bytes(), got.Bytes())
+
+	short := []TensorData{{Name: "w", Type: dtype.F32, Dims: []int64{4}, WriteTo: func(w io.Writer) error {
+		_, err := w.Write(make([]byte, 12))
+		return err
+	}}}
+	err := Write(io.Discard, nil, short, 0)
+	assert.ErrorContains(t, err, `tensor "w": WriteTo wrote 12 bytes, want 16 for F32 [4]`)
+	failing := []TensorData{{Name: "w", Type: dtype.F32, Dims: []int64{4}, WriteTo: func(io.Writer) error { return errors.New("generator broke") }}}
+	assert.ErrorContains(t, Write(io.Discard, nil, failing, 0), "generator broke")
 }
 
 // modelsDir is ../shared/models beside the repository, seen from this package.

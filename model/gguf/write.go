@@ -18,8 +18,25 @@ type TensorData struct {
 	// Dims is the shape in ggml order, innermost (row length) first; 1 to 4
 	// dimensions, each at least 1.
 	Dims []int64
-	// Data holds exactly the bytes the type and shape call for.
+	// Data holds exactly the bytes the type and shape call for, unless WriteTo is
+	// set.
 	Data []byte
+	// WriteTo, when set (and Data nil), writes the tensor's bytes to w in place of
+	// Data — exactly as many as the type and shape call for — for tensors too large
+	// to hold in memory all at once.
+	WriteTo func(w io.Writer) error
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Write writes a GGUF version 3 file to w: the metadata kv and the tensors, in the
@@ -68,7 +85,10 @@ func Write(w io.Writer, kv []KeyValue, tensors []TensorData, alignment int) erro
 		if err != nil {
 			return fmt.Errorf("gguf: write: tensor %q: %w", t.Name, err)
 		}
-		if int64(len(t.Data)) != size {
+		switch {
+		case t.WriteTo != nil && t.Data != nil:
+			return fmt.Errorf("gguf: write: tensor %q: both Data and WriteTo are set", t.Name)
+		case t.WriteTo == nil && int64(len(t.Data)) != size:
 			return fmt.Errorf("gguf: write: tensor %q: %d bytes of data, want %d for %s %v", t.Name, len(t.Data), size, t.Type, t.Dims)
 		}
 		b = appendString(b, t.Name)
@@ -88,14 +108,33 @@ func Write(w io.Writer, kv []KeyValue, tensors []TensorData, alignment int) erro
 		return fmt.Errorf("gguf: write: %w", err)
 	}
 	for _, t := range tensors {
-		if _, err := w.Write(t.Data); err != nil {
+		size, err := writeTensor(w, t)
+		if err != nil {
 			return fmt.Errorf("gguf: write: tensor %q: %w", t.Name, err)
 		}
-		if err := writeZeros(w, alignUp(int64(len(t.Data)), align)-int64(len(t.Data)), zeros); err != nil {
+		if err := writeZeros(w, alignUp(size, align)-size, zeros); err != nil {
 			return fmt.Errorf("gguf: write: tensor %q: %w", t.Name, err)
 		}
 	}
 	return nil
+}
+
+// writeTensor writes a tensor's bytes, from Data or through WriteTo, checking that
+// WriteTo wrote as many as the shape calls for.
+func writeTensor(w io.Writer, t TensorData) (int64, error) {
+	if t.WriteTo == nil {
+		_, err := w.Write(t.Data)
+		return int64(len(t.Data)), err
+	}
+	size, _ := tensorSize(t.Type, t.Dims) // checked before anything was written
+	c := &countingWriter{w: w}
+	if err := t.WriteTo(c); err != nil {
+		return c.n, err
+	}
+	if c.n != size {
+		return c.n, fmt.Errorf("WriteTo wrote %d bytes, want %d for %s %v", c.n, size, t.Type, t.Dims)
+	}
+	return size, nil
 }
 
 // writeAlignment decides the alignment Write uses and checks that kv agrees with it.
