@@ -149,7 +149,7 @@ func clampInt(v, lo, hi int) int { return max(lo, min(hi, v)) }
 // recomputed with the quantised scales. Every product is rounded before it is added
 // (explicit conversions forbid fused multiply-adds, which Go may use on some
 // platforms), as in the reference's compiled C, so that the blocks are byte-identical
-// to llama.cpp's quantize_row_q4_K_ref (testdata/kquant_llamacpp.bin checks it).
+// to llama.cpp's quantize_row_q4_K_ref (testdata/quant_llamacpp.bin checks it).
 func QuantizeQ4_K(src []float32, dst []byte) {
 	quantizeScaleMin(src, dst, q4KBlockBytes, 15, -1, 20, func(codes []uint8, out []byte) {
 		for i := range 4 {
