@@ -40,3 +40,11 @@ func pick[T any](generic, asm T) T {
 
 // Accelerated reports whether assembly kernels are in use.
 func Accelerated() bool { return hasAVX2 }
+
+// Name names the instruction set of the kernels in use.
+func Name() string {
+	if hasAVX2 {
+		return "AVX2"
+	}
+	return "pure Go"
+}

@@ -24,6 +24,9 @@ var (
 // Accelerated reports whether assembly kernels are in use.
 func Accelerated() bool { return false }
 
+// Name names the instruction set of the kernels in use.
+func Name() string { return "pure Go" }
+
 const hasAVX2 = false
 
 func dotAVX2(a, b []float32) float32         { panic("unreachable") }

@@ -62,6 +62,16 @@ func (m *Model) Info() model.Info {
 // KVStats reports the key/value memory: blocks in use and free, bytes.
 func (m *Model) KVStats() kvcache.Stats { return m.kv.Stats() }
 
+// KVBytesPerPosition is the key/value memory one position of a sequence takes, all
+// layers together: what attention reads per position at every decoding step.
+func (m *Model) KVBytesPerPosition() int64 {
+	c := &m.cfg
+	return int64(c.Layers) * 2 * int64(c.KVHeads*c.HeadDim) * 4
+}
+
+// Kernels names the instruction set of the CPU kernels in use on this machine.
+func Kernels() string { return kernels.Name() }
+
 // Close releases the model's threads and unmaps its files. Sequences must be closed
 // first.
 func (m *Model) Close() error {

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+)
+
+// peerResult is what llamacpp.mjs prints, as far as compare reads it.
+type peerResult struct {
+	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"`
+	PrefillMedian     float64 `json:"prefill_tokens_per_s_median"`
+	Decode            map[string]struct {
+		Median float64 `json:"median"`
+		Mean   float64 `json:"mean"`
+	} `json:"decode_tokens_per_s"`
+	Verify *struct {
+		Ratio map[string]float64 `json:"ratio_to_n1"`
+	} `json:"verify"`
+	CPUBackend struct {
+		Variant string `json:"variant"`
+	} `json:"cpu_backend"`
+}
+
+// round is one side-by-side measurement.
+type round struct {
+	Specula  *benchResult    `json:"specula"`
+	LlamaCpp json.RawMessage `json:"llama_cpp"`
+	peer     peerResult
+}
+
+// comparison is what compare writes as JSON.
+type comparison struct {
+	Model  string             `json:"model"`
+	Rounds []round            `json:"rounds"`
+	Ratios map[string]float64 `json:"median_ratios"` // specula / llama.cpp, by figure
+}
+
+func compare(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("compare", flag.ExitOnError)
+	model, c, contexts, jsonOut := benchFlags(fs)
+	rounds := fs.Int("rounds", 2, "rounds of both engines, alternating which goes first")
+	script := fs.String("script", "examples/realscale/llamacpp.mjs", "the llama.cpp benchmark script")
+	peer := fs.String("peer", "/tmp/peer", "folder holding node_modules/node-llama-cpp (see ../shared/peer/README.md)")
+	node := fs.String("node", "node", "the Node.js binary")
+	_ = fs.Parse(args)
+	if *model == "" {
+		return errors.New("compare: -model is required")
+	}
+	var err error
+	if c.Contexts, err = parseInts(*contexts); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("compare: -rounds %d must be positive", *rounds)
+	}
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return p
+		}
+		return a
+	}
+	peerArgs := []string{abs(*script), "--model", abs(*model), "--threads", strconv.Itoa(c.Threads),
+		"--prompt-tokens", strconv.Itoa(c.PromptTokens), "--repeats", strconv.Itoa(c.Repeats),
+		"--contexts", *contexts, "--decode-tokens", strconv.Itoa(c.DecodeTokens),
+		"--verify-context", strconv.Itoa(c.VerifyContext), "--verify-max", strconv.Itoa(c.VerifyMax),
+		"--verify-repeats", strconv.Itoa(c.VerifyRepeats)}
+	logf := logTo(os.Stderr)
+	res := comparison{Model: *model}
+	for i := range *rounds {
+		var rd round
+		runPeer := func() error {
+			logf("round %d: llama.cpp", i+1)
+			cmd := exec.CommandContext(ctx, *node, peerArgs...)
+			cmd.Dir = *peer
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				return fmt.Errorf("llama.cpp: %w: %s", err, stderr.String())
+			}
+			rd.LlamaCpp = json.RawMessage(bytes.TrimSpace(out))
+			return json.Unmarshal(out, &rd.peer)
+		}
+		runOurs := func() error {
+			logf("round %d: specula", i+1)
+			var err error
+			rd.Specula, err = measure(ctx, *model, *c, logf)
+			return err
+		}
+		first, second := runPeer, runOurs
+		if i%2 == 1 {
+			first, second = runOurs, runPeer
+		}
+		if err := first(); err != nil {
+			return err
+		}
+		if err := second(); err != nil {
+			return err
+		}
+		res.Rounds = append(res.Rounds, rd)
+	}
+	res.Ratios = printComparison(os.Stdout, res, c)
+	if *jsonOut != "" {
+		return writeJSON(*jsonOut, res)
+	}
+	return nil
+}
+
+// printComparison prints each round's figures of both engines and their ratio, and
+// returns the median ratio of each figure over the rounds.
+func printComparison(w io.Writer, res comparison, c *benchConfig) map[string]float64 {
+	ratios := map[string][]float64{}
+	first := res.Rounds[0].Specula
+	fmt.Fprintf(w, "%s (%s), %s, %d threads; specula kernels %s, llama.cpp CPU variant %s\n",
+		res.Model, first.Name, first.CPU.Model, c.Threads, first.Kernels, res.Rounds[0].peer.CPUBackend.Variant)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\tfigure\tspecula\tllama.cpp\tratio\t")
+	row := func(i int, name string, ours, theirs float64) {
+		r := 0.0
+		if theirs > 0 {
+			r = ours / theirs
+			ratios[name] = append(ratios[name], r)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\t%.2f×\t\n", i+1, name, ours, theirs, r)
+	}
+	for i, rd := range res.Rounds {
+		row(i, fmt.Sprintf("prefill %d tok/s", c.PromptTokens), rd.Specula.PrefillTokensPerS, rd.peer.PrefillTokensPerS)
+		for _, n := range c.Contexts {
+			d, ok := rd.Specula.Decode[n]
+			p, pok := rd.peer.Decode[strconv.Itoa(n)]
+			if ok && pok {
+				row(i, fmt.Sprintf("decode@%d tok/s", n), d.MedianTokensS, p.Median)
+			}
+		}
+		if rd.peer.Verify != nil {
+			for _, n := range []int{5, 8} {
+				if n <= c.VerifyMax {
+					row(i, fmt.Sprintf("verify(%d)/verify(1)", n), rd.Specula.VerifyRatio[n], rd.peer.Verify.Ratio[strconv.Itoa(n)])
+				}
+			}
+		}
+	}
+	tw.Flush()
+	out := map[string]float64{}
+	for name, rs := range ratios {
+		out[name] = median(rs)
+		fmt.Fprintf(w, "median ratio, %s: %.2f×\n", name, out[name])
+	}
+	return out
+}

@@ -1,0 +1,213 @@
+// Command realscale measures specula's CPU runtime at the sizes users run, on models
+// of random weights with the exact shapes of real ones, beside llama.cpp on the same
+// files. Nothing is downloaded: gen writes the files.
+//
+//	go run ./examples/realscale gen -shape qwen2.5-1.5b -mix Q4_K_M -out /tmp/q15-q4km.gguf
+//	go run ./examples/realscale bench -model /tmp/q15-q4km.gguf -json bench.json
+//	go run ./examples/realscale compare -model /tmp/q15-q4km.gguf -rounds 2
+//
+// gen knows the shapes qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama-3.2-1b and
+// tinyllama-1.1b, and the mixes F32, F16, BF16, Q8_0, Q4_0, Q4_K_M and Q5_K_M (what
+// llama.cpp's llama-quantize writes for those file types); the vocabulary is the
+// gocoder tokenizer of models/, padded to the real size.
+//
+// bench prints, for one file and in one run: prefill tokens/s of a 512-token prompt;
+// decode tokens/s at context 512 and 4096; verify(n)/verify(1), the cost of a pass
+// over n positions with the logits of all of them against one, for n = 1…8 (what
+// decides what speculative decoding gains); the bytes of weights a decoded token
+// reads; and the machine's streaming memory bandwidth, measured, so that each decode
+// figure is also a fraction of the roofline. -json writes the figures.
+//
+// compare runs the same measurements through llama.cpp (examples/realscale/llamacpp.mjs
+// with node-llama-cpp, set up as ../shared/peer/README.md says) and through specula,
+// alternating, round by round, and prints the ratios: the machines are shared and
+// their speed drifts, so only figures measured side by side are compared.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/specula/specula/model/synth"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if len(os.Args) < 2 {
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "gen":
+		err = gen(args)
+	case "bench":
+		err = bench(ctx, args)
+	case "compare":
+		err = compare(ctx, args)
+	case "-h", "-help", "--help", "help":
+		usage(os.Stdout)
+		return
+	default:
+		usage(os.Stderr)
+		err = fmt.Errorf("unknown command %q", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "realscale:", err)
+		os.Exit(1)
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `usage:
+  realscale gen -shape NAME -mix MIX -out FILE   write a random-weight model (shapes: %s)
+  realscale bench -model FILE [-json FILE]       time prefill, decode and verification
+  realscale compare -model FILE [-rounds N]      the same beside llama.cpp, alternating
+Run a command with -h for its flags.
+`, strings.Join(synth.Names(), ", "))
+}
+
+func gen(args []string) error {
+	fs := flag.NewFlagSet("gen", flag.ExitOnError)
+	shape := fs.String("shape", "qwen2.5-0.5b", "model shape: "+strings.Join(synth.Names(), ", "))
+	mixName := fs.String("mix", "Q8_0", "weight types: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M")
+	out := fs.String("out", "", "output GGUF file (required)")
+	vocabPath := fs.String("vocab", "models/gocoder-xs-q8_0.gguf", "GGUF file whose tokenizer the model gets, padded to the shape's vocabulary")
+	seed := fs.Uint64("seed", 1, "seed of the random weights")
+	_ = fs.Parse(args)
+	if *out == "" {
+		return errors.New("gen: -out is required")
+	}
+	s, err := synth.Find(*shape)
+	if err != nil {
+		return err
+	}
+	m, err := synth.ParseMix(*mixName)
+	if err != nil {
+		return err
+	}
+	vocab, err := synth.VocabFrom(*vocabPath)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := synth.WriteFile(*out, s, m, vocab, *seed); err != nil {
+		return err
+	}
+	st, err := os.Stat(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %s %s, %d parameters, %.1f MB, in %.1f s\n", *out, s.Of, m, synth.Count(s.Config), float64(st.Size())/1e6, time.Since(start).Seconds())
+	return nil
+}
+
+// benchFlags are the flags bench and compare share.
+func benchFlags(fs *flag.FlagSet) (*string, *benchConfig, *string, *string) {
+	c := &benchConfig{}
+	model := fs.String("model", "", "GGUF model file (required)")
+	fs.IntVar(&c.Threads, "threads", 2, "threads")
+	fs.IntVar(&c.PromptTokens, "prompt", 512, "prefill prompt length, one pass")
+	fs.IntVar(&c.Repeats, "repeats", 3, "timed prefills (the best is reported)")
+	contexts := fs.String("contexts", "512,4096", "context lengths to time decoding at")
+	fs.IntVar(&c.DecodeTokens, "decode", 32, "timed single-token passes per context")
+	fs.IntVar(&c.VerifyContext, "verify-context", 512, "context length of the verify timings (0: none)")
+	fs.IntVar(&c.VerifyMax, "verify-max", 8, "largest verify batch")
+	fs.IntVar(&c.VerifyRepeats, "verify-repeats", 5, "timed passes per verify batch size")
+	fs.Uint64Var(&c.Seed, "seed", 1234, "seed of the token ids")
+	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
+	return model, c, contexts, jsonOut
+}
+
+// parseInts reads a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad number %q in %q", f, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (c *benchConfig) check() error {
+	if c.Threads < 1 || c.PromptTokens < 1 || c.Repeats < 1 || c.DecodeTokens < 1 || c.VerifyMax < 1 || c.VerifyRepeats < 1 || c.VerifyContext < 0 {
+		return fmt.Errorf("threads %d, prompt %d, repeats %d, decode %d, verify-max %d and verify-repeats %d must be positive, verify-context %d not negative",
+			c.Threads, c.PromptTokens, c.Repeats, c.DecodeTokens, c.VerifyMax, c.VerifyRepeats, c.VerifyContext)
+	}
+	return nil
+}
+
+func bench(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	model, c, contexts, jsonOut := benchFlags(fs)
+	_ = fs.Parse(args)
+	if *model == "" {
+		return errors.New("bench: -model is required")
+	}
+	var err error
+	if c.Contexts, err = parseInts(*contexts); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	r, err := measure(ctx, *model, *c, logTo(os.Stderr))
+	if err != nil {
+		return err
+	}
+	printResult(os.Stdout, r)
+	if *jsonOut != "" {
+		return writeJSON(*jsonOut, r)
+	}
+	return nil
+}
+
+// logTo prints progress lines with the time of day.
+func logTo(w io.Writer) func(string, ...any) {
+	return func(format string, args ...any) {
+		fmt.Fprintf(w, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// printResult prints one measurement as a few lines.
+func printResult(w io.Writer, r *benchResult) {
+	fmt.Fprintf(w, "%s (%s), %s, %d threads, kernels %s\n", r.Model, r.Name, r.CPU.Model, r.Config.Threads, r.Kernels)
+	fmt.Fprintf(w, "  weights %.3f GB, read per token %.3f GB; bandwidth %.1f GB/s\n", float64(r.WeightBytes)/1e9, float64(r.DecodeWeightBytes)/1e9, r.BandwidthGBs)
+	fmt.Fprintf(w, "  prefill %d: %.1f tokens/s (median %.1f)\n", r.Config.PromptTokens, r.PrefillTokensPerS, r.PrefillMedianPerS)
+	for _, n := range r.Config.Contexts {
+		if d, ok := r.Decode[n]; ok {
+			fmt.Fprintf(w, "  decode at %d: %.2f tokens/s (mean %.2f), %.0f%% of the roofline\n", n, d.MedianTokensS, d.MeanTokensS, 100*r.DecodeRooflineShare[n])
+		}
+	}
+	if len(r.VerifyRatio) > 0 {
+		fmt.Fprintf(w, "  verify(n)/verify(1) at %d:", r.Config.VerifyContext)
+		for n := 1; n <= r.Config.VerifyMax; n++ {
+			fmt.Fprintf(w, " %d: %.2f", n, r.VerifyRatio[n])
+		}
+		fmt.Fprintf(w, " (verify(1) %.1f ms)\n", r.VerifyMs[1])
+	}
+}

@@ -1,0 +1,99 @@
+// Package synth makes models of random weights in the exact shapes of real ones —
+// Qwen2.5 0.5B, 1.5B and 7B, Llama 3.2 1B, TinyLlama 1.1B — written as GGUF files in
+// the weight-type mixes that llama.cpp's quantizer makes (F16, BF16, Q8_0, Q4_0,
+// Q4_K_M, Q5_K_M), with a real tokenizer's vocabulary padded to the real size. Speed is
+// measured at the sizes users run, with nothing to download: a small model fits in the
+// CPU cache and flatters every runtime, a 1.5B one does not. llama.cpp loads the same
+// files, so both engines can be timed on the same bytes.
+//
+// The weights are random: the files are for timing, and their output is nonsense.
+package synth
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/specula/specula/model/llama"
+)
+
+// Shape is the architecture of a real model, with its name.
+type Shape struct {
+	// Name is how the shape is asked for, as "qwen2.5-1.5b".
+	Name string
+	// Of names the model it copies, as its makers publish it.
+	Of string
+	// Config is its shape: dimensions, heads, vocabulary, rotary embeddings, biases.
+	Config llama.Config
+	// Params is the model's published parameter count, which the shape reproduces.
+	Params int64
+}
+
+// qwen25 is a Qwen2.5 shape: qwen2 architecture, biases on Q, K and V, rotate-half
+// rotary embeddings of base 10⁶, context 32 768.
+func qwen25(dim, layers, heads, kvHeads, ffn, vocab int, tied bool) llama.Config {
+	return llama.Config{
+		Arch: "qwen2", Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads, HeadDim: dim / heads,
+		FFN: ffn, Vocab: vocab, ContextLength: 32768, NormEps: 1e-6, RopeTheta: 1e6, RopeDim: dim / heads,
+		RopeStyle: llama.RopeHalf, QKVBias: true, TiedEmbeddings: tied,
+	}
+}
+
+// llamaShape is a Llama shape: llama architecture, no biases, interleaved rotary pairs
+// (llama.cpp's converter permutes Q and K for them).
+func llamaShape(dim, layers, heads, kvHeads, ffn, vocab, ctx int, theta float64, tied bool) llama.Config {
+	return llama.Config{
+		Arch: "llama", Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads, HeadDim: dim / heads,
+		FFN: ffn, Vocab: vocab, ContextLength: ctx, NormEps: 1e-5, RopeTheta: theta, RopeDim: dim / heads,
+		RopeStyle: llama.RopeInterleaved, TiedEmbeddings: tied,
+	}
+}
+
+// Shapes returns the known shapes, smallest first.
+func Shapes() []Shape {
+	l32 := llamaShape(2048, 16, 32, 8, 8192, 128256, 131072, 500000, true)
+	// Llama 3.2's rope scaling, as llama.cpp stores it: per-frequency divisors.
+	l32.RopeFreqFactors = llama.Llama3Scaling{Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 8192}.
+		FreqFactors(l32.RopeTheta, l32.RopeDim)
+	return []Shape{
+		{"qwen2.5-0.5b", "Qwen2.5-0.5B", qwen25(896, 24, 14, 2, 4864, 151936, true), 494_032_768},
+		{"qwen2.5-1.5b", "Qwen2.5-1.5B", qwen25(1536, 28, 12, 2, 8960, 151936, true), 1_543_714_304},
+		{"tinyllama-1.1b", "TinyLlama-1.1B", llamaShape(2048, 22, 32, 4, 5632, 32000, 2048, 10000, false), 1_100_048_384},
+		{"llama-3.2-1b", "Llama-3.2-1B", l32, 1_235_814_400},
+		{"qwen2.5-7b", "Qwen2.5-7B", qwen25(3584, 28, 28, 4, 18944, 152064, false), 7_615_616_512},
+	}
+}
+
+// Find returns the shape of the given name.
+func Find(name string) (Shape, error) {
+	for _, s := range Shapes() {
+		if s.Name == strings.ToLower(name) {
+			return s, nil
+		}
+	}
+	return Shape{}, fmt.Errorf("synth: unknown shape %q (known: %s)", name, strings.Join(Names(), ", "))
+}
+
+// Names lists the known shapes.
+func Names() []string {
+	var out []string
+	for _, s := range Shapes() {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// Count returns the number of weights of a model of shape c: matrices, norms and
+// biases, the embedding once when the output layer shares it.
+func Count(c llama.Config) int64 {
+	qd, kvd := int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim)
+	d, f := int64(c.Dim), int64(c.FFN)
+	layer := d*(qd+2*kvd) + qd*d + 3*d*f + 2*d
+	if c.QKVBias {
+		layer += qd + 2*kvd
+	}
+	n := int64(c.Layers)*layer + int64(c.Vocab)*d + d
+	if !c.TiedEmbeddings {
+		n += int64(c.Vocab) * d
+	}
+	return n
+}

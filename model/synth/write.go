@@ -1,0 +1,341 @@
+package synth
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/model/gguf"
+)
+
+// Tensor is one tensor of a synthetic model: its GGUF name, type and shape.
+type Tensor struct {
+	Name string
+	Type dtype.DType
+	// Dims is the shape in ggml order, row length first.
+	Dims []int64
+	kind kind
+}
+
+// kind says how a tensor's values are made.
+type kind int
+
+const (
+	matrix    kind = iota // random, of standard deviation 1/√cols
+	norm                  // ones
+	bias                  // small random values
+	ropeFreqs             // the shape's rotary frequency factors
+)
+
+// Bytes is the size of the tensor's data.
+func (t Tensor) Bytes() int64 {
+	rows := int64(1)
+	for _, d := range t.Dims[1:] {
+		rows *= d
+	}
+	n, _ := t.Type.Bytes(t.Dims[0])
+	return n * rows
+}
+
+// Plan lists the tensors of a model of shape s in mix m, in the order Write writes
+// them, with the types the mix gives them.
+func Plan(s Shape, m Mix) ([]Tensor, error) {
+	c := s.Config
+	qd, kvd := int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim)
+	d, f, v := int64(c.Dim), int64(c.FFN), int64(c.Vocab)
+	var out []Tensor
+	var err error
+	mat := func(name string, r role, rows, cols int64, l int) {
+		t, e := m.typeOf(r, int(cols), l, c.Layers)
+		if e != nil && err == nil {
+			err = fmt.Errorf("synth: %s %s: tensor %s: %w", s.Name, m, name, e)
+		}
+		out = append(out, Tensor{Name: name, Type: t, Dims: []int64{cols, rows}})
+	}
+	vec := func(name string, n int64, k kind) {
+		out = append(out, Tensor{Name: name, Type: dtype.F32, Dims: []int64{n}, kind: k})
+	}
+	embedRole := roleEmbed
+	if c.TiedEmbeddings {
+		embedRole = roleOutput
+	}
+	mat("token_embd.weight", embedRole, v, d, 0)
+	vec("output_norm.weight", d, norm)
+	if !c.TiedEmbeddings {
+		mat("output.weight", roleOutput, v, d, 0)
+	}
+	if c.RopeFreqFactors != nil {
+		vec("rope_freqs.weight", int64(len(c.RopeFreqFactors)), ropeFreqs)
+	}
+	for l := range c.Layers {
+		p := fmt.Sprintf("blk.%d.", l)
+		vec(p+"attn_norm.weight", d, norm)
+		mat(p+"attn_q.weight", roleOther, qd, d, l)
+		mat(p+"attn_k.weight", roleOther, kvd, d, l)
+		mat(p+"attn_v.weight", roleAttnV, kvd, d, l)
+		if c.QKVBias {
+			vec(p+"attn_q.bias", qd, bias)
+			vec(p+"attn_k.bias", kvd, bias)
+			vec(p+"attn_v.bias", kvd, bias)
+		}
+		mat(p+"attn_output.weight", roleOther, d, qd, l)
+		vec(p+"ffn_norm.weight", d, norm)
+		mat(p+"ffn_gate.weight", roleOther, f, d, l)
+		mat(p+"ffn_up.weight", roleOther, f, d, l)
+		mat(p+"ffn_down.weight", roleFFNDown, d, f, l)
+	}
+	return out, err
+}
+
+// Vocab is a tokenizer's vocabulary, as GGUF metadata (tokenizer.ggml.*), for the
+// files Write makes.
+type Vocab struct {
+	kv     []gguf.KeyValue // every tokenizer.ggml key but tokens, token_type and the special ids
+	tokens []string
+	types  []int32
+	bos    int64
+}
+
+// VocabFrom reads the tokenizer of a GGUF file (the gocoder models in the
+// repository's models/ have a byte-level BPE tokenizer of 8192 tokens).
+func VocabFrom(path string) (*Vocab, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	defer f.Close()
+	v := &Vocab{bos: -1}
+	if v.tokens, err = f.Strings("tokenizer.ggml.tokens"); err != nil {
+		return nil, fmt.Errorf("synth: %s: %w", path, err)
+	}
+	if v.types, err = f.Int32s("tokenizer.ggml.token_type"); err != nil {
+		return nil, fmt.Errorf("synth: %s: %w", path, err)
+	}
+	if len(v.types) != len(v.tokens) {
+		return nil, fmt.Errorf("synth: %s: %d token types for %d tokens", path, len(v.types), len(v.tokens))
+	}
+	if f.Has("tokenizer.ggml.bos_token_id") {
+		b, err := f.Uint("tokenizer.ggml.bos_token_id")
+		if err != nil {
+			return nil, fmt.Errorf("synth: %s: %w", path, err)
+		}
+		v.bos = int64(b)
+	}
+	for _, e := range f.KV {
+		switch e.Key {
+		case "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
+			"tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id":
+		default:
+			if strings.HasPrefix(e.Key, "tokenizer.") {
+				v.kv = append(v.kv, e)
+			}
+		}
+	}
+	return v, nil
+}
+
+// controlType is llama.cpp's token type of control tokens, which text never
+// tokenizes to.
+const controlType = 3
+
+// metadata returns the vocabulary padded with control tokens to n, as Qwen's own
+// files pad theirs. The end-of-sequence token is the last padding token, which random
+// logits practically never pick, so that generation runs as long as it is asked to.
+func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
+	if len(v.tokens) >= n {
+		return nil, fmt.Errorf("synth: the tokenizer has %d tokens, the shape %d: nothing left to pad", len(v.tokens), n)
+	}
+	tokens := append(make([]string, 0, n), v.tokens...)
+	types := append(make([]int32, 0, n), v.types...)
+	for i := len(tokens); i < n; i++ {
+		tokens = append(tokens, fmt.Sprintf("[PAD%d]", i))
+		types = append(types, controlType)
+	}
+	kv := append([]gguf.KeyValue(nil), v.kv...)
+	kv = append(kv,
+		gguf.KeyValue{Key: "tokenizer.ggml.tokens", Value: gguf.Strings(tokens)},
+		gguf.KeyValue{Key: "tokenizer.ggml.token_type", Value: gguf.Int32s(types)},
+		gguf.KeyValue{Key: "tokenizer.ggml.eos_token_id", Value: gguf.Uint32(uint32(n - 1))},
+		gguf.KeyValue{Key: "tokenizer.ggml.padding_token_id", Value: gguf.Uint32(uint32(n - 1))},
+	)
+	if v.bos >= 0 {
+		kv = append(kv, gguf.KeyValue{Key: "tokenizer.ggml.bos_token_id", Value: gguf.Uint32(uint32(v.bos))})
+	}
+	return kv, nil
+}
+
+// Write writes a model of shape s in mix m as a GGUF file to w, its weights drawn at
+// random from seed: matrices of standard deviation 1/√cols, norms of ones, small
+// biases. It streams: memory use does not grow with the model.
+func Write(w io.Writer, s Shape, m Mix, vocab *Vocab, seed uint64) error {
+	plan, err := Plan(s, m)
+	if err != nil {
+		return err
+	}
+	kv, err := header(s, m, vocab)
+	if err != nil {
+		return err
+	}
+	pools := map[poolKey]*pool{}
+	tensors := make([]gguf.TensorData, len(plan))
+	for i, t := range plan {
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		td := gguf.TensorData{Name: t.Name, Type: t.Type, Dims: t.Dims}
+		switch t.kind {
+		case matrix:
+			key := poolKey{t.Type, t.Dims[0]}
+			if pools[key] == nil {
+				if pools[key], err = newPool(t.Type, int(t.Dims[0]), seed); err != nil {
+					return err
+				}
+			}
+			p := pools[key]
+			td.WriteTo = func(w io.Writer) error { return p.fill(w, t.Dims[1], rng) }
+		default:
+			td.Data = vector(t, s, rng)
+		}
+		tensors[i] = td
+	}
+	return gguf.Write(w, kv, tensors, 0)
+}
+
+// WriteFile writes the model to path (through a temporary file, renamed when
+// complete).
+func WriteFile(path string, s Shape, m Mix, vocab *Vocab, seed uint64) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if err := Write(bw, s, m, vocab, seed); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	return nil
+}
+
+// header is the file's metadata: the architecture's keys as llama.cpp's converter
+// writes them, the file type, and the vocabulary.
+func header(s Shape, m Mix, vocab *Vocab) ([]gguf.KeyValue, error) {
+	if vocab == nil {
+		return nil, errors.New("synth: a vocabulary is needed (VocabFrom)")
+	}
+	c := s.Config
+	a := c.Arch
+	kv := []gguf.KeyValue{
+		{Key: "general.architecture", Value: gguf.String(a)},
+		{Key: "general.name", Value: gguf.String(s.Of + " (random weights)")},
+		{Key: a + ".context_length", Value: gguf.Uint32(uint32(c.ContextLength))},
+		{Key: a + ".embedding_length", Value: gguf.Uint32(uint32(c.Dim))},
+		{Key: a + ".block_count", Value: gguf.Uint32(uint32(c.Layers))},
+		{Key: a + ".feed_forward_length", Value: gguf.Uint32(uint32(c.FFN))},
+		{Key: a + ".attention.head_count", Value: gguf.Uint32(uint32(c.Heads))},
+		{Key: a + ".attention.head_count_kv", Value: gguf.Uint32(uint32(c.KVHeads))},
+		{Key: a + ".rope.freq_base", Value: gguf.Float32(float32(c.RopeTheta))},
+		{Key: a + ".rope.dimension_count", Value: gguf.Uint32(uint32(c.RopeDim))},
+		{Key: a + ".attention.layer_norm_rms_epsilon", Value: gguf.Float32(c.NormEps)},
+		{Key: a + ".vocab_size", Value: gguf.Uint32(uint32(c.Vocab))},
+	}
+	vkv, err := vocab.metadata(c.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	kv = append(kv, vkv...)
+	if m.quantized() {
+		kv = append(kv, gguf.KeyValue{Key: "general.quantization_version", Value: gguf.Uint32(2)})
+	}
+	return append(kv, gguf.KeyValue{Key: "general.file_type", Value: gguf.Uint32(m.FileType())}), nil
+}
+
+// vector makes the values of a 1-D tensor.
+func vector(t Tensor, s Shape, rng *rand.Rand) []byte {
+	vals := make([]float32, t.Dims[0])
+	switch t.kind {
+	case norm:
+		for i := range vals {
+			vals[i] = 1
+		}
+	case bias:
+		for i := range vals {
+			vals[i] = float32(rng.NormFloat64() * 0.02)
+		}
+	case ropeFreqs:
+		copy(vals, s.Config.RopeFreqFactors)
+	}
+	out, _ := kernels.Encode(dtype.F32, vals)
+	return out
+}
+
+// poolKey names a pool: blocks of one type for rows of one length.
+type poolKey struct {
+	t    dtype.DType
+	cols int64
+}
+
+// poolBlocks is how many blocks a pool quantizes: enough that rows drawn from it look
+// random, few enough to make in a fraction of a second.
+const poolBlocks = 4096
+
+// pool holds blocks of one type, quantized (by the runtime's own quantizers) from
+// normal values of standard deviation 1/√cols. Rows are made of blocks drawn from it
+// at random, which makes a 7B-shaped file in seconds, not the many minutes the
+// K-quant quantizers would take over every value.
+type pool struct {
+	blockBytes, rowBlocks int
+	data                  []byte
+}
+
+func newPool(t dtype.DType, cols int, seed uint64) (*pool, error) {
+	per := max(t.BlockSize(), 32) // the float types take 32 values at a time
+	if cols%per != 0 {
+		return nil, fmt.Errorf("synth: rows of %d values are not whole %s blocks", cols, t)
+	}
+	rng := rand.New(rand.NewPCG(seed, uint64(t)<<32|uint64(cols)))
+	sd := 1 / math.Sqrt(float64(cols))
+	vals := make([]float32, poolBlocks*per)
+	for i := range vals {
+		vals[i] = float32(rng.NormFloat64() * sd)
+	}
+	data, err := kernels.Encode(t, vals)
+	if err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	return &pool{blockBytes: len(data) / poolBlocks, rowBlocks: cols / per, data: data}, nil
+}
+
+// fill writes rows rows of blocks drawn at random.
+func (p *pool) fill(w io.Writer, rows int64, rng *rand.Rand) error {
+	row := make([]byte, p.rowBlocks*p.blockBytes)
+	for range rows {
+		for b := range p.rowBlocks {
+			i := rng.IntN(poolBlocks)
+			copy(row[b*p.blockBytes:], p.data[i*p.blockBytes:(i+1)*p.blockBytes])
+		}
+		if _, err := w.Write(row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
