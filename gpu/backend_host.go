@@ -20,6 +20,10 @@ type hostBackend struct {
 	act    kernels.Act
 	tmp    []float32
 	scores []float32
+	row    []byte // an embedding row of llama.cpp's blocks
+	// mats are the kernel matrices made of weight tensors (repacked, for the
+	// quantised types), made once: forgotten when any memory is written or freed.
+	mats map[wtensor]*kernels.Matrix
 }
 
 const allocShift = 40
@@ -65,7 +69,18 @@ func (h *hostBackend) free(p devptr) error {
 		return fmt.Errorf("gpu: host backend: free of %#x, which is no allocation", uint64(p))
 	}
 	h.allocs[id] = nil
+	h.forget(p)
 	return nil
+}
+
+// forget drops the matrices made of the allocation holding p, which is being written
+// or freed.
+func (h *hostBackend) forget(p devptr) {
+	for w := range h.mats {
+		if w.p>>allocShift == p>>allocShift {
+			delete(h.mats, w)
+		}
+	}
 }
 
 // bytes returns the n bytes at p.
@@ -100,6 +115,7 @@ func (h *hostBackend) i32(p devptr, n int64) []int32 {
 
 func (h *hostBackend) upload(dst devptr, src []byte) (err error) {
 	defer h.catch("upload", &err)
+	h.forget(dst)
 	copy(h.bytes(dst, int64(len(src))), src)
 	return nil
 }
@@ -125,6 +141,7 @@ func fillValue(seed uint64, k int64, scale, offset float32) float32 {
 }
 
 func (h *hostBackend) fill(p devptr, typ dtype.DType, n int64, seed uint64, scale, offset float32) (err error) {
+	h.forget(p)
 	defer h.catch("fill", &err)
 	switch typ {
 	case dtype.F32:
@@ -164,7 +181,18 @@ func (h *hostBackend) fill(p devptr, typ dtype.DType, n int64, seed uint64, scal
 
 // matrix wraps a weight tensor for the CPU kernels.
 func (h *hostBackend) matrix(w wtensor) (*kernels.Matrix, error) {
-	return kernels.NewMatrix(w.typ, w.rows, w.cols, h.bytes(w.p, w.rowBytes()*int64(w.rows)))
+	if m, ok := h.mats[w]; ok {
+		return m, nil
+	}
+	m, err := kernels.NewMatrix(w.typ, w.rows, w.cols, h.bytes(w.p, w.rowBytes()*int64(w.rows)))
+	if err != nil {
+		return nil, err
+	}
+	if h.mats == nil {
+		h.mats = map[wtensor]*kernels.Matrix{}
+	}
+	h.mats[w] = m
+	return m, nil
 }
 
 func (h *hostBackend) embed(out devptr, w wtensor, tokens devptr, n int) (err error) {
@@ -174,8 +202,11 @@ func (h *hostBackend) embed(out devptr, w wtensor, tokens devptr, n int) (err er
 		return err
 	}
 	o := h.f32(out, int64(n*w.cols))
+	if len(h.row) < m.RowBytes() {
+		h.row = make([]byte, m.RowBytes())
+	}
 	for i, t := range h.i32(tokens, int64(n)) {
-		if err := m.RowF32(int(t), o[i*w.cols:(i+1)*w.cols]); err != nil {
+		if err := m.RowF32(int(t), o[i*w.cols:(i+1)*w.cols], h.row); err != nil {
 			return fmt.Errorf("gpu: embedding of token %d: %w", t, err)
 		}
 	}

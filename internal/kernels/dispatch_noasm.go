@@ -2,24 +2,30 @@
 
 package kernels
 
+import "github.com/specula/specula/model/dtype"
+
 // Without assembly every product runs the pure-Go kernels.
 var (
 	dotF32  = goFloat(goDotF32)
 	dotF16  = goFloat(goDotF16)
 	dotBF16 = goFloat(goDotBF16)
 
-	dotQ8_0f = goFloat(goDotQ8_0f)
-	dotQ4_0f = goFloat(goDotQ4_0f)
-	dotQ4_Kf = goFloat(goDotQ4_Kf)
-	dotQ6_Kf = goFloat(goDotQ6_Kf)
-
-	multiQ8_0 = goMultiQ(dotQ8_0f)
-	multiQ4_0 = goMultiQ(dotQ4_0f)
+	intQ8_0 = goInt(dtype.Q8_0)
+	intQ4_0 = goInt(dtype.Q4_0)
+	intQ4_1 = goInt(dtype.Q4_1)
+	intQ5_0 = goInt(dtype.Q5_0)
+	intQ5_1 = goInt(dtype.Q5_1)
+	intQ4_K = goInt(dtype.Q4_K)
+	intQ5_K = goInt(dtype.Q5_K)
+	intQ6_K = goInt(dtype.Q6_K)
 
 	multiF32  = goMulti(dotF32)
 	multiF16  = goMulti(dotF16)
 	multiBF16 = goMulti(dotBF16)
 )
+
+// intRows is how many activation rows an integer kernel call takes at most.
+func intRows() int { return Group }
 
 // Accelerated reports whether assembly kernels are in use.
 func Accelerated() bool { return false }

@@ -214,20 +214,13 @@ func quantizeScaleMin(src []float32, dst []byte, size, nmax int, rmin float32, n
 		if maxMin > 0 {
 			invMin = 63 / maxMin
 		}
-		packed := out[4:16]
-		clear(packed)
+		var ls, lm [8]uint8
 		for j := range 8 {
-			ls := uint8(clampInt(nearestInt(invScale*scales[j]), 0, 63))
-			lm := uint8(clampInt(nearestInt(invMin*mins[j]), 0, 63))
-			if j < 4 {
-				packed[j] = ls
-				packed[j+4] = lm
-			} else {
-				packed[j+4] = ls&0xf | lm&0xf<<4
-				packed[j-4] |= ls >> 4 << 6
-				packed[j] |= lm >> 4 << 6
-			}
+			ls[j] = uint8(clampInt(nearestInt(invScale*scales[j]), 0, 63))
+			lm[j] = uint8(clampInt(nearestInt(invMin*mins[j]), 0, 63))
 		}
+		packed := out[4:16]
+		packScaleMin(packed, ls, lm)
 		binary.LittleEndian.PutUint16(out, F32ToF16(maxScale/63))
 		binary.LittleEndian.PutUint16(out[2:], F32ToF16(maxMin/63))
 		d := F16ToF32(binary.LittleEndian.Uint16(out))

@@ -21,16 +21,21 @@ const Group = 8
 // group's activations stay in L1 while the chunk of weights stays in L2.
 const rowChunk = 64
 
-// Matrix is a weight matrix of Rows × Cols values of one type, row-major: row r holds
-// the weights of output r.
+// Matrix is a weight matrix of Rows × Cols values of one type: row r holds the weights
+// of output r. Float matrices are the bytes they were made from, row-major; quantised
+// ones are repacked in groups of 16 rows (see repack.go).
 type Matrix struct {
 	Type       dtype.DType
 	Rows, Cols int
-	Data       []byte
-	rowBytes   int
+	// Data is the matrix's storage: the rows, or their repacked groups.
+	Data     []byte
+	rowBytes int  // bytes of a row of llama.cpp's blocks
+	packed   bool // Data holds row groups
+	blocks   int  // blocks per row, when packed
 }
 
-// NewMatrix checks that data holds rows × cols values of type t and wraps it.
+// NewMatrix checks that data holds rows × cols values of type t, row-major, and makes
+// the matrix: data itself for the float types, a repacked copy for the quantised ones.
 func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 	if !Supported(t) {
 		return nil, fmt.Errorf("kernels: weight type %s is not supported", t)
@@ -48,16 +53,21 @@ func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 	if align := elemAlign(t); uintptr(unsafe.Pointer(unsafe.SliceData(data)))%align != 0 {
 		return nil, fmt.Errorf("kernels: %s data is not %d-byte aligned", t, align)
 	}
-	return &Matrix{Type: t, Rows: rows, Cols: cols, Data: data, rowBytes: int(rb)}, nil
+	m := &Matrix{Type: t, Rows: rows, Cols: cols, Data: data, rowBytes: int(rb)}
+	if repacked(t) {
+		m.packed, m.blocks = true, cols/t.BlockSize()
+		m.Data = repack(t, data, rows, int(rb))
+	}
+	return m, nil
 }
 
 // Supported reports whether products with weights of type t are implemented.
 func Supported(t dtype.DType) bool {
 	switch t {
-	case dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0, dtype.Q4_K, dtype.Q6_K:
+	case dtype.F32, dtype.F16, dtype.BF16:
 		return true
 	}
-	return false
+	return repacked(t)
 }
 
 func elemAlign(t dtype.DType) uintptr {
@@ -70,18 +80,32 @@ func elemAlign(t dtype.DType) uintptr {
 	return 1
 }
 
-// Row returns the bytes of row r.
+// Row returns the bytes of row r of a float matrix.
 func (m *Matrix) Row(r int) []byte { return m.Data[r*m.rowBytes : (r+1)*m.rowBytes] }
 
-// RowF32 decodes row r into dst (Cols values), as an embedding lookup does.
-func (m *Matrix) RowF32(r int, dst []float32) error {
-	return Dequantize(m.Type, m.Row(r), dst[:m.Cols])
+// RowF32 decodes row r into dst (Cols values), as an embedding lookup does. A
+// repacked row is first laid out as llama.cpp's blocks in buf, which must hold a
+// row's bytes (it may be nil for float matrices).
+func (m *Matrix) RowF32(r int, dst []float32, buf []byte) error {
+	if !m.packed {
+		return Dequantize(m.Type, m.Row(r), dst[:m.Cols])
+	}
+	unpackRow(m.Type, m.Data, m.blocks, r, buf[:m.rowBytes])
+	return Dequantize(m.Type, buf[:m.rowBytes], dst[:m.Cols])
 }
+
+// RowBytes is the size of one row of llama.cpp's blocks: what RowF32 needs of buf.
+func (m *Matrix) RowBytes() int { return m.rowBytes }
 
 // Mul computes y[t*ldy + r] = W[r] · x[t] for the rows r in [r0, r1) and every
 // activation row t of a. a must have been prepared for m.Type. Different row ranges
-// may be computed concurrently.
+// may be computed concurrently; ranges that begin and end on multiples of RowGroup
+// waste no work.
 func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
+	if m.packed {
+		m.mulInt(a, y, ldy, r0, r1)
+		return
+	}
 	chunks := m.Cols / 8
 	for c0 := r0; c0 < r1; c0 += rowChunk {
 		c1 := min(c0+rowChunk, r1)
@@ -95,24 +119,6 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 				var one floatKernel
 				var multi floatKernel2
 				switch m.Type {
-				case dtype.Q8_0, dtype.Q4_0:
-					one, multi := dotQ8_0f[n], multiQ8_0[n]
-					if m.Type == dtype.Q4_0 {
-						one, multi = dotQ4_0f[n], multiQ4_0[n]
-					}
-					if R := quantRowsFor(n); multi != nil && r+R <= c1 {
-						multi(m.Data[r*m.rowBytes:(r+R)*m.rowBytes], m.rowBytes, x, m.Cols/q8Block, out, ldy)
-						r += R - 1
-					} else {
-						one(w, x, m.Cols/q8Block, out, ldy)
-					}
-					continue
-				case dtype.Q4_K:
-					dotQ4_Kf[n](w, x, m.Cols/kBlock, out, ldy)
-					continue
-				case dtype.Q6_K:
-					dotQ6_Kf[n](w, x, m.Cols/kBlock, out, ldy)
-					continue
 				case dtype.F32:
 					one, multi = dotF32[n], multiF32[n]
 				case dtype.F16:
@@ -141,6 +147,43 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 	}
 }
 
+// mulInt is Mul for repacked matrices: for each row group in the range, the integer
+// kernels over every activation row, a few rows per call, while the group's weights
+// stay in the cache.
+func (m *Matrix) mulInt(a *Act, y []float32, ldy, r0, r1 int) {
+	q := &a.q32
+	if m.Type.BlockSize() == kBlock {
+		q = &a.q256
+	}
+	kern := intKernels(m.Type)
+	step := intRows()
+	gb := groupBlockBytes(m.Type)
+	blocks := m.blocks
+	var scratch [Group * rowGroup]float32 // the outputs of a group that is cut
+	for g := r0 / rowGroup; g*rowGroup < r1; g++ {
+		w := &m.Data[g*blocks*gb]
+		lo, hi := max(r0, g*rowGroup), min(r1, (g+1)*rowGroup)
+		whole := lo == g*rowGroup && hi == (g+1)*rowGroup && hi <= m.Rows
+		for t0 := 0; t0 < a.n; t0 += step {
+			n := min(step, a.n-t0)
+			x := &q.codes[t0*a.cols]
+			side := &q.side[t0*blocks*q.words]
+			if whole {
+				kern[n](w, blocks, x, a.cols, side, blocks*q.words, &y[t0*ldy+g*rowGroup], ldy)
+				continue
+			}
+			kern[n](w, blocks, x, a.cols, side, blocks*q.words, &scratch[0], rowGroup)
+			for t := range n {
+				copy(y[(t0+t)*ldy+lo:(t0+t)*ldy+hi], scratch[t*rowGroup+lo-g*rowGroup:t*rowGroup+hi-g*rowGroup])
+			}
+		}
+	}
+}
+
+// RowGroup is the number of weight rows a quantised product computes together: row
+// ranges given to Mul should begin and end on its multiples.
+const RowGroup = rowGroup
+
 // tail adds the products of the last Cols%8 columns, which the kernels leave out.
 func (m *Matrix) tail(w []byte, a *Act, t0, rows int, out []float32, ldo int) {
 	var vals [8]float32
@@ -162,18 +205,20 @@ func (m *Matrix) tail(w []byte, a *Act, t0, rows int, out []float32, ldo int) {
 	}
 }
 
-// Act holds a batch of activation rows prepared for products: packed, per group of
-// rows, for each 8 columns, the rows' 8 values side by side. Every weight type reads
-// this one packing — quantised weights are decoded to floats in the kernels, never the
-// activations quantised — so a row's result does not depend on the batch around it.
-// Prepare it once per input; many matrices may then read it concurrently.
+// Act holds a batch of activation rows prepared for products: for the float weight
+// types packed, per group of rows, for each 8 columns, the rows' 8 values side by
+// side; for the quantised types quantised to 8 bits per block of 32 or 256 values (see
+// act8.go). Both are made row by row, so a row's result does not depend on the batch
+// around it. Prepare it once per input for each weight type that reads it; many
+// matrices may then read it concurrently.
 type Act struct {
 	x       []float32
 	n, cols int
 	padCols int
 
-	f32      []float32
-	prepared bool
+	f32       []float32
+	prepared  bool
+	q32, q256 actQ
 }
 
 // Reset points a at n rows of cols values in x (row-major) and forgets any
@@ -181,7 +226,7 @@ type Act struct {
 func (a *Act) Reset(x []float32, n, cols int) {
 	a.x, a.n, a.cols = x[:n*cols], n, cols
 	a.padCols = cols / 8 * 8
-	a.prepared = false
+	a.prepared, a.q32.ok, a.q256.ok = false, false, false
 }
 
 // N is the number of activation rows.
@@ -190,21 +235,19 @@ func (a *Act) N() int { return a.n }
 // Prepare makes the representation that weights of type t read. It must not run
 // concurrently with products on a.
 func (a *Act) Prepare(t dtype.DType) error {
-	var block int
-	switch t {
-	case dtype.F32, dtype.F16, dtype.BF16:
-		block = 1
-	case dtype.Q8_0, dtype.Q4_0:
-		block = q8Block
-	case dtype.Q4_K, dtype.Q6_K:
-		block = kBlock
-	default:
+	if !Supported(t) {
 		return fmt.Errorf("kernels: weight type %s is not supported", t)
 	}
+	block := t.BlockSize()
 	if a.cols%block != 0 {
 		return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
 	}
-	if !a.prepared {
+	switch {
+	case block == q8Block && !a.q32.ok:
+		a.q32.quantize(a, q8Block)
+	case block == kBlock && !a.q256.ok:
+		a.q256.quantize(a, kBlock)
+	case block == 1 && !a.prepared:
 		a.packF32()
 		a.prepared = true
 	}

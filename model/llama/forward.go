@@ -39,6 +39,7 @@ type sequence struct {
 	attn     attnTask
 	silu     siluTask
 	outRows  []float32
+	rowBuf   []byte         // an embedding row of llama.cpp's blocks
 	scores   chan []float32 // attention score buffers, one per thread at work
 }
 
@@ -189,8 +190,9 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 	}
 
 	x := s.x[:n*dim]
+	s.rowBuf = grow(s.rowBuf, m.embed.RowBytes())
 	for i, t := range b.Tokens {
-		if err := m.embed.RowF32(int(t), x[i*dim:(i+1)*dim]); err != nil {
+		if err := m.embed.RowF32(int(t), x[i*dim:(i+1)*dim], s.rowBuf); err != nil {
 			return fmt.Errorf("llama: embedding of token %d: %w", t, err)
 		}
 	}
@@ -293,14 +295,18 @@ func (s *sequence) matmul(act *kernels.Act, x []float32, n, cols int, ms []*kern
 		if err := act.Prepare(m.Type); err != nil {
 			return fmt.Errorf("llama: %w", err)
 		}
-		total += m.Rows
+		total += groups(m)
 	}
 	s.mul = mulTask{act: act, n: len(ms)}
 	copy(s.mul.mats[:], ms)
 	copy(s.mul.outs[:], ys)
-	s.m.threads.Run(&s.mul, total, 16)
+	s.m.threads.Run(&s.mul, total, 1)
 	return nil
 }
+
+// groups is the number of row groups of a matrix, the unit the products are shared
+// out in.
+func groups(m *kernels.Matrix) int { return (m.Rows + kernels.RowGroup - 1) / kernels.RowGroup }
 
 // siluTask computes gate ← silu(gate)·up over a range of elements.
 type siluTask struct{ gate, up []float32 }
@@ -308,7 +314,8 @@ type siluTask struct{ gate, up []float32 }
 // Run implements kernels.Task.
 func (t *siluTask) Run(lo, hi int) { kernels.SiLUMul(t.gate[lo:hi], t.gate[lo:hi], t.up[lo:hi]) }
 
-// mulTask computes the rows [lo, hi) of up to three matrices stacked on each other.
+// mulTask computes the row groups [lo, hi) of up to three matrices stacked on each
+// other.
 type mulTask struct {
 	act  *kernels.Act
 	n    int
@@ -320,11 +327,11 @@ func (t *mulTask) Run(lo, hi int) {
 	off := 0
 	for i := range t.n {
 		m := t.mats[i]
-		r0, r1 := max(lo, off)-off, min(hi, off+m.Rows)-off
-		if r0 < r1 {
-			m.Mul(t.act, t.outs[i], m.Rows, r0, r1)
+		g0, g1 := max(lo, off)-off, min(hi, off+groups(m))-off
+		if g0 < g1 {
+			m.Mul(t.act, t.outs[i], m.Rows, g0*kernels.RowGroup, min(g1*kernels.RowGroup, m.Rows))
 		}
-		off += m.Rows
+		off += groups(m)
 	}
 }
 

@@ -77,8 +77,9 @@ func reference(t testing.TB, m *Model, toks []int32) [][]float64 {
 	dec := func(mx *kernels.Matrix) [][]float64 {
 		out := make([][]float64, mx.Rows)
 		row := make([]float32, mx.Cols)
+		buf := make([]byte, mx.RowBytes())
 		for r := range out {
-			require.NoError(t, mx.RowF32(r, row))
+			require.NoError(t, mx.RowF32(r, row, buf))
 			out[r] = make([]float64, mx.Cols)
 			for i, v := range row {
 				out[r][i] = float64(v)

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -150,10 +149,6 @@ func TestWriteOpens(t *testing.T) {
 			assert.InDelta(t, data, st.Size(), float64(len(plan)*32+300_000), "%s: file size against tensor bytes", m)
 
 			mdl, err := llama.Open(path, llama.Options{Threads: 1})
-			if err != nil && strings.Contains(err.Error(), "is not supported") {
-				t.Logf("%s dim %d: %v (until the integer kernels land)", m, dim, err)
-				continue
-			}
 			require.NoError(t, err, "%s dim %d", m, dim)
 			checkRuns(t, mdl)
 			require.NoError(t, mdl.Close())

@@ -1,0 +1,103 @@
+package kernels
+
+import "math"
+
+// Integer activations. Products with quantised weights run on activations quantised
+// to 8 bits, as llama.cpp's do: each row of a matrix input is cut into blocks — of 32
+// values against the 32-value weight types, of 256 against the K-quants — and each
+// block gets one scale d = max|x|/127 and codes round(x·127/max|x|) in [−127, 127]. A
+// row is quantised on its own, so its codes, and every product with them, are the
+// same whatever the batch around it.
+//
+// Beside the codes, each block carries the sums the kernels fold the weights' offsets
+// and minimums in with (side data, sideWords 32-bit words per block, float32 bits or
+// int32):
+//
+//   - 32-value blocks: d, −8·Σq, −16·Σq, −128·Σq (the integer offsets of Q4_0, Q5_0, and
+//     of Q8_0 codes biased to unsigned), d·Σq (for the minimums of Q4_1 and Q5_1);
+//   - 256-value blocks: d, d·Σq over each of the 8 sub-blocks of 32 (the minimums of
+//     Q4_K and Q5_K), −32·Σq over each of the 16 groups of 16 (the offset of Q6_K).
+const (
+	side32Words  = 8  // words of side data per 32-value block (5 used)
+	side256Words = 32 // words per 256-value block (25 used)
+
+	sideD        = 0 // d, both block sizes
+	side32Off8   = 1 // −8·Σq
+	side32Off16  = 2 // −16·Σq
+	side32Off128 = 3 // −128·Σq
+	side32DSum   = 4 // d·Σq
+	side256Min   = 1 // d·Σq of sub-block j at side256Min+j
+	side256Off   = 9 // −32·Σq of group g at side256Off+g
+)
+
+// actQ is a batch of rows quantised for the integer kernels.
+type actQ struct {
+	block int      // values per block: 32 or 256
+	codes []int8   // n rows × cols
+	side  []uint32 // n rows × blocks × words
+	words int
+	ok    bool
+}
+
+// quantize fills q with the rows of a, in blocks of the given size.
+func (q *actQ) quantize(a *Act, block int) {
+	q.block = block
+	q.words = side32Words
+	if block == kBlock {
+		q.words = side256Words
+	}
+	blocks := a.cols / block
+	q.codes = grow(q.codes, a.n*a.cols)
+	q.side = grow(q.side, a.n*blocks*q.words)
+	for t := range a.n {
+		x := a.x[t*a.cols : (t+1)*a.cols]
+		codes := q.codes[t*a.cols : (t+1)*a.cols]
+		for b := range blocks {
+			side := q.side[(t*blocks+b)*q.words : (t*blocks+b+1)*q.words]
+			quantizeBlock(x[b*block:(b+1)*block], codes[b*block:(b+1)*block], side)
+		}
+	}
+	q.ok = true
+}
+
+// quantizeBlock quantises one block of activations and writes its side data.
+func quantizeBlock(x []float32, codes []int8, side []uint32) {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	var d, id float32
+	if amax > 0 {
+		d, id = amax/127, 127/amax
+	}
+	for i, v := range x {
+		codes[i] = int8(max(-127, min(127, math.RoundToEven(float64(v*id)))))
+	}
+	clear(side)
+	side[sideD] = math.Float32bits(d)
+	if len(x) == q8Block {
+		s := sumCodes(codes)
+		side[side32Off8] = uint32(-8 * s)
+		side[side32Off16] = uint32(-16 * s)
+		side[side32Off128] = uint32(-128 * s)
+		side[side32DSum] = math.Float32bits(d * float32(s))
+		return
+	}
+	for j := range 8 {
+		side[side256Min+j] = math.Float32bits(d * float32(sumCodes(codes[32*j:32*j+32])))
+	}
+	for g := range 16 {
+		side[side256Off+g] = uint32(-32 * sumCodes(codes[16*g:16*g+16]))
+	}
+}
+
+func sumCodes(c []int8) int32 {
+	var s int32
+	for _, v := range c {
+		s += int32(v)
+	}
+	return s
+}
+
+// sideF reads a float32 word of side data.
+func sideF(w uint32) float32 { return math.Float32frombits(w) }

@@ -1,0 +1,168 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/model/dtype"
+)
+
+// quantTypes are the repacked weight types.
+var quantTypes = []dtype.DType{dtype.Q8_0, dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K}
+
+// randRows returns rows × cols random weights of type t, with a spread of block
+// scales (rows of tiny and of large values) and some all-zero blocks.
+func randRows(rng *rand.Rand, t dtype.DType, rows, cols int) []byte {
+	w := randVec(rng, rows*cols)
+	for r := range rows {
+		scale := float32(math.Exp(rng.NormFloat64()))
+		for c := range cols {
+			w[r*cols+c] *= scale
+		}
+	}
+	if rows*cols >= 512 {
+		clear(w[256:288])
+	}
+	b, err := Encode(t, w)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestRepackRoundTrip: every row of a repacked matrix comes back as llama.cpp's
+// blocks, byte for byte, in groups cut short or not.
+func TestRepackRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, typ := range quantTypes {
+		cols := 2 * kBlock
+		for _, rows := range []int{1, 15, 16, 17, 40} {
+			data := randRows(rng, typ, rows, cols)
+			rb := len(data) / rows
+			m, err := NewMatrix(typ, rows, cols, data)
+			require.NoError(t, err)
+			buf := make([]byte, m.RowBytes())
+			out := make([]float32, cols)
+			want := make([]float32, cols)
+			for r := range rows {
+				unpackRow(typ, m.Data, m.blocks, r, buf)
+				require.Equal(t, data[r*rb:(r+1)*rb], buf, "%s rows %d: row %d", typ, rows, r)
+				require.NoError(t, m.RowF32(r, out, buf))
+				require.NoError(t, Dequantize(typ, data[r*rb:(r+1)*rb], want))
+				require.Equal(t, want, out)
+			}
+		}
+	}
+}
+
+// quantizedAct returns the activations as the integer kernels see them: each row's
+// blocks quantised, decoded back to floats.
+func quantizedAct(x []float32, n, cols, block int) []float32 {
+	out := make([]float32, len(x))
+	codes := make([]int8, block)
+	side := make([]uint32, side256Words)
+	for i := 0; i < n*cols; i += block {
+		quantizeBlock(x[i:i+block], codes, side[:side32Words+btoi(block == kBlock)*(side256Words-side32Words)])
+		d := sideF(side[sideD])
+		for j, c := range codes {
+			out[i+j] = d * float32(c)
+		}
+	}
+	return out
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestIntMulMatchesReference multiplies random matrices of every quantised type, of
+// row counts that cut groups short and batches of 1 to 13 rows, computed in two row
+// ranges that split a group (as two workers would), and compares with float64
+// products of the decoded weights and the decoded 8-bit activations: the kernels'
+// integer sums are exact, so only float32 rounding separates them. Against the
+// activations before quantisation the products agree to the quantisation's error.
+func TestIntMulMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, typ := range quantTypes {
+		colsList := []int{32, 64, 896}
+		if typ.BlockSize() == kBlock {
+			colsList = []int{256, 768}
+		}
+		for _, cols := range colsList {
+			for _, n := range []int{1, 2, 3, 4, 5, 8, 9, 13} {
+				rows := 1 + rng.IntN(50)
+				name := fmt.Sprintf("%s/%dx%d/n=%d", typ, rows, cols, n)
+				data := randRows(rng, typ, rows, cols)
+				m, err := NewMatrix(typ, rows, cols, data)
+				require.NoError(t, err, name)
+				deq := make([]float32, rows*cols)
+				require.NoError(t, Dequantize(typ, data, deq))
+				x := randVec(rng, n*cols)
+				xq := quantizedAct(x, n, cols, max(typ.BlockSize(), q8Block))
+				var a Act
+				a.Reset(x, n, cols)
+				require.NoError(t, a.Prepare(typ))
+				ldy := rows + 3
+				y := make([]float32, n*ldy)
+				cut := rows / 3
+				m.Mul(&a, y, ldy, 0, cut)
+				m.Mul(&a, y, ldy, cut, rows)
+				for tt := range n {
+					for r := range rows {
+						var want, mag, exact, emag float64
+						for c := range cols {
+							w := float64(deq[r*cols+c])
+							want += w * float64(xq[tt*cols+c])
+							mag += math.Abs(w * float64(xq[tt*cols+c]))
+							exact += w * float64(x[tt*cols+c])
+							emag += math.Abs(w * float64(x[tt*cols+c]))
+						}
+						got := float64(y[tt*ldy+r])
+						if math.Abs(got-want) > 2e-6*mag+1e-7 {
+							t.Fatalf("%s: y[%d][%d] = %v, want %v (scale %v)", name, tt, r, got, want, mag)
+						}
+						if math.Abs(got-exact) > 0.02*emag+1e-6 {
+							t.Fatalf("%s: y[%d][%d] = %v, against unquantised activations %v (scale %v)", name, tt, r, got, exact, emag)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestIntMulBatchInvariance: a row's product is the same, bit for bit, alone or in a
+// batch of up to 13, whatever its place in the batch.
+func TestIntMulBatchInvariance(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, typ := range quantTypes {
+		cols := 512
+		rows := 37
+		m, err := NewMatrix(typ, rows, cols, randRows(rng, typ, rows, cols))
+		require.NoError(t, err)
+		const n = 13
+		x := randVec(rng, n*cols)
+		var all Act
+		all.Reset(x, n, cols)
+		require.NoError(t, all.Prepare(typ))
+		batch := make([]float32, n*rows)
+		m.Mul(&all, batch, rows, 0, rows)
+		for tt := range n {
+			var one Act
+			one.Reset(x[tt*cols:(tt+1)*cols], 1, cols)
+			require.NoError(t, one.Prepare(typ))
+			alone := make([]float32, rows)
+			m.Mul(&one, alone, rows, 0, rows)
+			for r := range rows {
+				require.Equal(t, math.Float32bits(alone[r]), math.Float32bits(batch[tt*rows+r]), "%s row %d of batch row %d", typ, r, tt)
+			}
+		}
+	}
+}
