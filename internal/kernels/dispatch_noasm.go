@@ -24,9 +24,6 @@ var (
 	multiBF16 = goMulti(dotBF16)
 )
 
-// intRows is how many activation rows an integer kernel call takes at most.
-func intRows() int { return Group }
-
 // Accelerated reports whether assembly kernels are in use.
 func Accelerated() bool { return false }
 

@@ -24,9 +24,22 @@ type intKernel func(w *byte, blocks int, x *int8, xstride int, side *uint32, sst
 // one block of activation codes x, with its side data, to acc.
 type blockDot func(blk []byte, r int, x []int8, side []uint32, acc float32) float32
 
+// intTable holds the kernels of one weight type by the number of activation rows they
+// take; entries past the largest are nil.
+type intTable [Group + 1]intKernel
+
+// rows is the largest number of activation rows a kernel of the table takes.
+func (k *intTable) rows() int {
+	n := Group
+	for k[n] == nil {
+		n--
+	}
+	return n
+}
+
 // goInt makes the pure-Go kernel table of a weight type: entry n handles n activation
 // rows.
-func goInt(t dtype.DType) (k [Group + 1]intKernel) {
+func goInt(t dtype.DType) (k intTable) {
 	dot, per, words := intBlockDot(t)
 	gb := groupBlockBytes(t)
 	for n := 1; n <= Group; n++ {
@@ -225,7 +238,7 @@ func dotQ6_KBlock(blk []byte, r int, x []int8, side []uint32, acc float32) float
 }
 
 // intKernels returns the kernel table of a repacked type on this machine.
-func intKernels(t dtype.DType) *[Group + 1]intKernel {
+func intKernels(t dtype.DType) *intTable {
 	switch t {
 	case dtype.Q8_0:
 		return &intQ8_0

@@ -156,7 +156,7 @@ func (m *Matrix) mulInt(a *Act, y []float32, ldy, r0, r1 int) {
 		q = &a.q256
 	}
 	kern := intKernels(m.Type)
-	step := intRows()
+	step := kern.rows()
 	gb := groupBlockBytes(m.Type)
 	blocks := m.blocks
 	var scratch [Group * rowGroup]float32 // the outputs of a group that is cut

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"math"
 
@@ -34,7 +35,14 @@ func rowsFor(n int) int {
 }
 
 func main() {
+	set := flag.String("set", "avx2", "the kernels to write: avx2 (float kernels, vector helpers and the AVX2 integer kernels) or avx512 (the AVX-512 integer kernels)")
+	flag.Parse()
 	ConstraintExpr("amd64,!purego")
+	if *set == "avx512" {
+		int512Kernels()
+		Generate()
+		return
+	}
 	for _, k := range []struct {
 		name  string
 		wstep int // bytes of weights per 8 values

@@ -1,0 +1,76 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/model/dtype"
+)
+
+// asmIntTables are the assembly integer kernels of each family, by type.
+func asmIntTables() map[string]map[dtype.DType]intTable {
+	return map[string]map[dtype.DType]intTable{
+		"AVX-512": {dtype.Q8_0: int512Q8_0, dtype.Q4_0: int512Q4_0, dtype.Q4_1: int512Q4_1, dtype.Q5_0: int512Q5_0,
+			dtype.Q5_1: int512Q5_1, dtype.Q4_K: int512Q4_K, dtype.Q5_K: int512Q5_K, dtype.Q6_K: int512Q6_K},
+	}
+}
+
+// familyRuns reports whether this machine can run a kernel family, and if not why.
+func familyRuns(name string) (bool, string) {
+	switch name {
+	case "AVX-512":
+		return hasAVX512, "the CPU lacks AVX-512 F, BW or VNNI"
+	}
+	return hasAVX2, "the CPU lacks AVX2, FMA or F16C"
+}
+
+// TestIntAssemblyMatchesGo runs every assembly integer kernel and its pure-Go twin on
+// the same repacked weights and quantised activations, for every number of activation
+// rows it takes: the outputs must be the same bits.
+func TestIntAssemblyMatchesGo(t *testing.T) {
+	for family, tables := range asmIntTables() {
+		t.Run(family, func(t *testing.T) {
+			if ok, why := familyRuns(family); !ok {
+				t.Skipf("%s kernels not tested: %s", family, why)
+			}
+			rng := rand.New(rand.NewPCG(7, 8))
+			for _, typ := range quantTypes {
+				asm := tables[typ]
+				twin := goInt(typ)
+				for _, cols := range []int{256, 1536} {
+					rows := 16
+					m, err := NewMatrix(typ, rows, cols, randRows(rng, typ, rows, cols))
+					require.NoError(t, err)
+					for n := 1; n <= asm.rows(); n++ {
+						x := randVec(rng, n*cols)
+						for i := range x {
+							x[i] *= float32(math.Exp(2 * rng.NormFloat64())) // a spread of block scales
+						}
+						var a Act
+						a.Reset(x, n, cols)
+						require.NoError(t, a.Prepare(typ))
+						q := &a.q32
+						if typ.BlockSize() == kBlock {
+							q = &a.q256
+						}
+						got, want := make([]float32, n*rowGroup), make([]float32, n*rowGroup)
+						call := func(k intKernel, out []float32) {
+							k(&m.Data[0], m.blocks, &q.codes[0], cols, &q.side[0], m.blocks*q.words, &out[0], rowGroup)
+						}
+						call(asm[n], got)
+						call(twin[n], want)
+						for i := range got {
+							require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]),
+								"%s %s cols %d n %d: output %d: asm %v, go %v", family, typ, cols, n, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
