@@ -126,6 +126,7 @@ func benchFlags(fs *flag.FlagSet) (*string, *benchConfig, *string, *string) {
 	fs.IntVar(&c.VerifyRepeats, "verify-repeats", 5, "timed passes per verify batch size")
 	fs.Uint64Var(&c.Seed, "seed", 1234, "seed of the token ids")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed passes to this file")
 	return model, c, contexts, jsonOut
 }
 

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ type benchConfig struct {
 	VerifyMax     int   `json:"verify_max"`     // largest verify batch
 	VerifyRepeats int   `json:"verify_repeats"` // timed passes per batch size
 	Seed          uint64
+	CPUProfile    string `json:"-"`
 }
 
 // benchResult is the measurement of one model file.
@@ -212,6 +214,17 @@ func measure(ctx context.Context, path string, c benchConfig, logf func(string, 
 	stream := tokens(rng, maxCtx+c.DecodeTokens+c.VerifyMax+1, limit)
 	logits := make([]float32, max(1, c.VerifyMax)*cfg.Vocab)
 
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := r.prefill(ctx, m, stream[:c.PromptTokens], logits, logf); err != nil {
 		return nil, err
 	}

@@ -38,3 +38,80 @@ func BenchmarkMul(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMulDRAM measures one thread's product of a matrix too large for any cache
+// (65 536 × 1536, Qwen2.5-1.5B's width) with 1 to 8 activation rows, as a decoding or
+// verifying pass streams its weights: GB/s of weights read, and the cost of n rows
+// against one.
+func BenchmarkMulDRAM(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	const rows, cols = 65536, 1536
+	for _, typ := range []dtype.DType{dtype.F16, dtype.Q8_0, dtype.Q4_0, dtype.Q5_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
+		// Rows drawn from a pool, as the real-scale generator makes them.
+		pool := encode(b, typ, randVec(rng, 64*cols))
+		rb := len(pool) / 64
+		data := make([]byte, rows*rb)
+		for r := range rows {
+			copy(data[r*rb:], pool[rng.IntN(64)*rb:][:rb])
+		}
+		m, err := NewMatrix(typ, rows, cols, data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{1, 2, 4, 5, 8} {
+			b.Run(fmt.Sprintf("%s/n=%d", typ, n), func(b *testing.B) {
+				x := randVec(rng, n*cols)
+				y := make([]float32, n*rows)
+				var a Act
+				for b.Loop() {
+					a.Reset(x, n, cols)
+					if err := a.Prepare(typ); err != nil {
+						b.Fatal(err)
+					}
+					m.Mul(&a, y, rows, 0, rows)
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(len(m.Data))/sec/1e9, "GB/s")
+				b.ReportMetric(sec*1e3, "ms")
+			})
+		}
+	}
+}
+
+// BenchmarkIntKernel times the integer kernels alone on weights that stay in the L2
+// cache (256 × 1536): their arithmetic, without the wait for memory. ns/block is per
+// block of one 16-row group (32 or 256 values of 16 rows).
+func BenchmarkIntKernel(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	const rows, cols = 256, 1536
+	for _, typ := range quantTypes {
+		m, err := NewMatrix(typ, rows, cols, randRows(rng, typ, rows, cols))
+		if err != nil {
+			b.Fatal(err)
+		}
+		kern := intKernels(typ)
+		for n := 1; n <= kern.rows(); n++ {
+			b.Run(fmt.Sprintf("%s/n=%d", typ, n), func(b *testing.B) {
+				x := randVec(rng, n*cols)
+				var a Act
+				a.Reset(x, n, cols)
+				if err := a.Prepare(typ); err != nil {
+					b.Fatal(err)
+				}
+				q := &a.q32
+				if typ.BlockSize() == kBlock {
+					q = &a.q256
+				}
+				out := make([]float32, n*rowGroup)
+				gb := groupBlockBytes(typ)
+				for b.Loop() {
+					for g := range rows / rowGroup {
+						kern[n](&m.Data[g*m.blocks*gb], m.blocks, &q.codes[0], cols, &q.side[0], m.blocks*q.words, &out[0], rowGroup)
+					}
+				}
+				blocks := float64(rows / rowGroup * m.blocks)
+				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/blocks, "ns/block")
+			})
+		}
+	}
+}

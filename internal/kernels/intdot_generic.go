@@ -123,8 +123,9 @@ func nibbleDot(codes []byte, r, steps int, hi bool, masks []byte, x []int8, xoff
 }
 
 // dot32 is the block product of the 32-value types: isum, which begins at the
-// offset word of the side data (0 when off < 0), then acc + isum·(d·dx), then, for the
-// types with a minimum, + m·(dx·Σx).
+// offset word of the side data (0 when off < 0); v = isum·(d·dx), plus m·(dx·Σx) for
+// the types with a minimum; acc + v. (One add per block depends on the block before:
+// the kernels' loops are not held up by the latency of the others.)
 func dot32(blk []byte, r int, x []int8, side []uint32, acc float32, codes, masks, mins, off int) float32 {
 	var isum int32
 	if off >= 0 {
@@ -137,11 +138,11 @@ func dot32(blk []byte, r int, x []int8, side []uint32, acc float32, codes, masks
 	isum += nibbleDot(blk[codes:], r, 4, false, mk, x, func(p int) int { return 4 * p })
 	isum += nibbleDot(blk[codes:], r, 4, true, mk, x, func(p int) int { return 16 + 4*p })
 	dx := sideF(side[sideD])
-	acc = scaled(acc, isum, half(blk, r)*dx)
+	v := float32(float32(isum) * float32(half(blk, r)*dx))
 	if mins >= 0 {
-		acc += float32(half(blk[mins:], r) * sideF(side[side32DSum]))
+		v += float32(half(blk[mins:], r) * sideF(side[side32DSum]))
 	}
-	return acc
+	return acc + v
 }
 
 func dotQ4_0Block(blk []byte, r int, x []int8, side []uint32, acc float32) float32 {
@@ -167,12 +168,12 @@ func dotQ8_0Block(blk []byte, r int, x []int8, side []uint32, acc float32) float
 			isum += int32(int8(blk[32+64*p+4*r+k])) * int32(x[4*p+k])
 		}
 	}
-	return scaled(acc, isum, half(blk, r)*sideF(side[sideD]))
+	return acc + float32(float32(isum)*float32(half(blk, r)*sideF(side[sideD])))
 }
 
 // dotKScaleMin is the super-block product of Q4_K and Q5_K: per sub-block j an exact
-// isum_j, tmp = Σ_j isum_j·(d·scale_j) in order, acc + tmp·dx, then acc −
-// (dmin·min_j)·(dx·Σx_j) for each j in order.
+// isum_j; tmp = Σ_j isum_j·(d·scale_j) and corr = Σ_j (dmin·min_j)·(dx·Σx_j), each in
+// order of j; acc + (tmp·dx − corr).
 func dotKScaleMin(blk []byte, r int, x []int8, side []uint32, acc float32, masks, codes int) float32 {
 	d, dmin := half(blk, r), half(blk[32:], r)
 	var tmp float32
@@ -185,11 +186,11 @@ func dotKScaleMin(blk []byte, r int, x []int8, side []uint32, acc float32, masks
 		isum := nibbleDot(blk[codes+512*i:], r, 8, j%2 == 1, mk, x, func(p int) int { return 64*i + 32*(j%2) + 4*p })
 		tmp = scaled(tmp, isum, d*float32(blk[64+16*j+r]))
 	}
-	acc += float32(tmp * sideF(side[sideD]))
+	var corr float32
 	for j := range 8 {
-		acc -= float32(float32(dmin*float32(blk[192+16*j+r])) * sideF(side[side256Min+j]))
+		corr += float32(float32(dmin*float32(blk[192+16*j+r])) * sideF(side[side256Min+j]))
 	}
-	return acc
+	return acc + (float32(tmp*sideF(side[sideD])) - corr)
 }
 
 func dotQ4_KBlock(blk []byte, r int, x []int8, side []uint32, acc float32) float32 {

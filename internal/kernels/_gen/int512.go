@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -128,9 +129,18 @@ func intPrologue(fn, doc string, n int, vec func() VecVirtual, zero func(VecVirt
 	return f
 }
 
-// loop runs body once per block, then advances the pointers by a block.
+// intPrefetch is how far ahead of the block being multiplied the integer kernels ask
+// for the weights, in bytes: a decoding pass waits on memory, and the hardware
+// prefetcher alone left a single thread at half the machine's streaming bandwidth.
+var intPrefetch = envInt("INT_PREFETCH", 12288)
+
+// loop runs body once per block, then advances the pointers by a block. Each block
+// first asks for the cache lines intPrefetch bytes ahead.
 func (f *intFrame) loop(it intType, body func()) {
 	countdown(f.fn+"_loop", f.fn+"_done", f.blocks, func() {
+		for off := 0; off < it.groupBytes; off += 64 {
+			PREFETCHT0(f.w.Offset(intPrefetch + off))
+		}
 		body()
 		ADDQ(U32(it.groupBytes), f.w.Base)
 		for t := range f.x {
@@ -176,6 +186,57 @@ func int512Kernel(it intType, n int, c consts512) {
 	RET()
 }
 
+// splits is how many partial integer sums a kernel for n activation rows keeps per
+// row and sum, added together at the end (integer sums: the order does not matter):
+// enough independent VPDPBUSD chains to hide their latency.
+func splits(n int) int {
+	switch n {
+	case 1:
+		return 4
+	case 2:
+		return 2
+	}
+	return 1
+}
+
+// isums is n rows × splits(n) integer accumulators, the first of each row set by
+// init, the others cleared.
+type isums [][]VecVirtual
+
+func newISums(f *intFrame, vec func() VecVirtual, init func(t int, v VecVirtual)) isums {
+	n := len(f.acc)
+	out := make(isums, n)
+	for t := range n {
+		for k := range splits(n) {
+			v := vec()
+			if k == 0 {
+				init(t, v)
+			} else {
+				f.clear(v)
+			}
+			out[t] = append(out[t], v)
+		}
+	}
+	return out
+}
+
+// at is the accumulator of row t for 4-byte step p.
+func (s isums) at(t, p int) VecVirtual { return s[t][p%len(s[t])] }
+
+// total adds each row's partial sums into its first, and returns the firsts.
+func (s isums) total(add func(a, b VecVirtual)) []VecVirtual {
+	out := make([]VecVirtual, len(s))
+	for t, parts := range s {
+		for _, p := range parts[1:] {
+			add(p, parts[0])
+		}
+		out[t] = parts[0]
+	}
+	return out
+}
+
+func addD512(a, b VecVirtual) { VPADDD(a, b, b) }
+
 // halves loads 16 float16 values at m as float32.
 func halves(m Mem) VecVirtual {
 	v := ZMM()
@@ -206,15 +267,13 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 	case "Q5_1":
 		codes, masks, mins, off = 128, 64, 32, -1
 	}
-	isum := make([]VecVirtual, n)
-	for t := range n {
-		isum[t] = ZMM()
+	sums := newISums(f, ZMM, func(t int, v VecVirtual) {
 		if off >= 0 {
-			VPBROADCASTD(f.s[t].Offset(4*off), isum[t])
+			VPBROADCASTD(f.s[t].Offset(4*off), v)
 		} else {
-			f.clear(isum[t])
+			f.clear(v)
 		}
-	}
+	})
 	if name == "Q8_0" {
 		sign := ZMM()
 		VPBROADCASTD(c.sign, sign)
@@ -223,7 +282,7 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 			wv := ZMM()
 			VPXORD(f.w.Offset(32+64*p), sign, wv)
 			for t := range n {
-				VPDPBUSD_BCST(f.x[t].Offset(4*p), wv, isum[t])
+				VPDPBUSD_BCST(f.x[t].Offset(4*p), wv, sums.at(t, p))
 			}
 		}
 	} else {
@@ -241,24 +300,28 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 				VPADDB(c.bytes16, hi, k2, hi)
 			}
 			for t := range n {
-				VPDPBUSD_BCST(f.x[t].Offset(4*p), lo, isum[t])
-				VPDPBUSD_BCST(f.x[t].Offset(16+4*p), hi, isum[t])
+				VPDPBUSD_BCST(f.x[t].Offset(4*p), lo, sums.at(t, 2*p))
+				VPDPBUSD_BCST(f.x[t].Offset(16+4*p), hi, sums.at(t, 2*p+1))
 			}
 		}
 	}
+	isum := sums.total(addD512)
 	d := halves(f.w)
 	var m VecVirtual
 	if mins >= 0 {
 		m = halves(f.w.Offset(mins))
 	}
 	for t := range n {
+		// v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
 		s := ZMM()
 		VMULPS_BCST(f.s[t].Offset(4*sideD), d, s)
-		scaleInto(f.acc[t], isum[t], s)
+		VCVTDQ2PS(isum[t], isum[t])
+		VMULPS(s, isum[t], isum[t])
 		if mins >= 0 {
 			VMULPS_BCST(f.s[t].Offset(4*side32DSum), m, s)
-			VADDPS(s, f.acc[t], f.acc[t])
+			VADDPS(s, isum[t], isum[t])
 		}
+		VADDPS(isum[t], f.acc[t], f.acc[t])
 	}
 }
 
@@ -296,12 +359,8 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 		f.clear(tmp[t])
 	}
 	for i := range 4 {
-		lo, hi := make([]VecVirtual, n), make([]VecVirtual, n)
-		for t := range n {
-			lo[t], hi[t] = ZMM(), ZMM()
-			f.clear(lo[t])
-			f.clear(hi[t])
-		}
+		clr := func(_ int, v VecVirtual) { f.clear(v) }
+		los, his := newISums(f, ZMM, clr), newISums(f, ZMM, clr)
 		for p := range 8 {
 			raw, wl, wh := ZMM(), ZMM(), ZMM()
 			VMOVDQU32(f.w.Offset(codes+512*i+64*p), raw)
@@ -318,10 +377,11 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 				VPANDD_BCST(c.high4, raw, wh)
 			}
 			for t := range n {
-				VPDPBUSD_BCST(f.x[t].Offset(64*i+4*p), wl, lo[t])
-				VPDPBUSD_BCST(f.x[t].Offset(64*i+32+4*p), wh, hi[t])
+				VPDPBUSD_BCST(f.x[t].Offset(64*i+4*p), wl, los.at(t, p))
+				VPDPBUSD_BCST(f.x[t].Offset(64*i+32+4*p), wh, his.at(t, p))
 			}
 		}
+		lo, hi := los.total(addD512), his.total(addD512)
 		d := halves(f.w)
 		sl := subScale(d, f.w.Offset(64+16*(2*i)), false, false, c)
 		sh := subScale(d, f.w.Offset(64+16*(2*i+1)), false, !q5, c)
@@ -330,9 +390,11 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 			scaleInto(tmp[t], hi[t], sh)
 		}
 	}
+	// corr = Σ_j (dmin·min_j)·(dx·Σx_j); acc + (tmp·dx − corr).
+	corr := make([]VecVirtual, n)
 	for t := range n {
-		VMULPS_BCST(f.s[t].Offset(4*sideD), tmp[t], tmp[t])
-		VADDPS(tmp[t], f.acc[t], f.acc[t])
+		corr[t] = ZMM()
+		f.clear(corr[t])
 	}
 	dmin := halves(f.w.Offset(32))
 	for j := range 8 {
@@ -340,8 +402,13 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 		for t := range n {
 			p := ZMM()
 			VMULPS_BCST(f.s[t].Offset(4*(side256Min+j)), mm, p)
-			VSUBPS(p, f.acc[t], f.acc[t])
+			VADDPS(p, corr[t], corr[t])
 		}
+	}
+	for t := range n {
+		VMULPS_BCST(f.s[t].Offset(4*sideD), tmp[t], tmp[t])
+		VSUBPS(corr[t], tmp[t], tmp[t])
+		VADDPS(tmp[t], f.acc[t], f.acc[t])
 	}
 }
 
@@ -416,6 +483,14 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 		VMULPS_BCST(f.s[t].Offset(4*sideD), tmp[t], tmp[t])
 		VADDPS(tmp[t], f.acc[t], f.acc[t])
 	}
+}
+
+// envInt reads a tuning knob of the generator from the environment.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
 }
 
 // int512Kernels emits every AVX-512 kernel.
