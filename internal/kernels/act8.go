@@ -50,14 +50,21 @@ func (q *actQ) quantize(a *Act, block int) {
 	q.codes = grow(q.codes, a.n*a.cols)
 	q.side = grow(q.side, a.n*blocks*q.words)
 	for t := range a.n {
-		x := a.x[t*a.cols : (t+1)*a.cols]
-		codes := q.codes[t*a.cols : (t+1)*a.cols]
-		for b := range blocks {
-			side := q.side[(t*blocks+b)*q.words : (t*blocks+b+1)*q.words]
-			quantizeBlock(x[b*block:(b+1)*block], codes[b*block:(b+1)*block], side)
-		}
+		quantizeRow(a.x[t*a.cols:(t+1)*a.cols], block, q.codes[t*a.cols:(t+1)*a.cols], q.side[t*blocks*q.words:(t+1)*blocks*q.words])
 	}
 	q.ok = true
+}
+
+// goQuantizeRow quantises the blocks of one row: the definition, and the twin of the
+// assembly quantizers.
+func goQuantizeRow(x []float32, block int, codes []int8, side []uint32) {
+	words := side32Words
+	if block == kBlock {
+		words = side256Words
+	}
+	for b := range len(x) / block {
+		quantizeBlock(x[b*block:(b+1)*block], codes[b*block:(b+1)*block], side[b*words:(b+1)*words])
+	}
 }
 
 // quantizeBlock quantises one block of activations and writes its side data.

@@ -30,6 +30,21 @@ var (
 	int512Q6_K = intTable{1: intQ6_Kx1AVX512, 2: intQ6_Kx2AVX512, 3: intQ6_Kx3AVX512}
 )
 
+// quantizeRow quantises the blocks of one row of activations (see act8.go).
+func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
+	if !hasAVX512 || len(x) == 0 {
+		goQuantizeRow(x, block, codes, side)
+		return
+	}
+	blocks := len(x) / block
+	_, _ = codes[len(x)-1], side[len(side)-1] // bounds, checked once
+	if block == kBlock {
+		quantize256AVX512(&x[0], blocks, &codes[0], &side[0])
+	} else {
+		quantize32AVX512(&x[0], blocks, &codes[0], &side[0])
+	}
+}
+
 // pickInt returns the kernels of type t that this machine runs best: the AVX-512 ones
 // where it has the extensions, else the pure-Go ones.
 func pickInt(t dtype.DType, avx512 intTable) intTable {

@@ -42,3 +42,8 @@ func siluMulAVX2(dst, gate, up []float32)          { panic("unreachable") }
 func expShiftedAVX2(v []float32, mx, invT float32) { panic("unreachable") }
 func maxAVX2(v []float32) float32                  { panic("unreachable") }
 func scaleAVX2(v []float32, s float32)             { panic("unreachable") }
+
+// quantizeRow quantises the blocks of one row of activations (see act8.go).
+func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
+	goQuantizeRow(x, block, codes, side)
+}

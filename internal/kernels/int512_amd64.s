@@ -4,6 +4,518 @@
 
 #include "textflag.h"
 
+DATA q512Abs<>+0(SB)/4, $0x7fffffff
+GLOBL q512Abs<>(SB), RODATA|NOPTR, $4
+
+DATA q512Plus127<>+0(SB)/4, $0x0000007f
+GLOBL q512Plus127<>(SB), RODATA|NOPTR, $4
+
+DATA q512Minus127<>+0(SB)/4, $0xffffff81
+GLOBL q512Minus127<>(SB), RODATA|NOPTR, $4
+
+DATA q512F127<>+0(SB)/4, $0x42fe0000
+GLOBL q512F127<>(SB), RODATA|NOPTR, $4
+
+// func quantize32AVX512(x *float32, blocks int, codes *int8, side *uint32)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F
+TEXT ·quantize32AVX512(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), AX
+	MOVQ blocks+8(FP), CX
+	MOVQ codes+16(FP), DX
+	MOVQ side+24(FP), BX
+
+quantize32AVX512_loop:
+	TESTQ         CX, CX
+	JZ            quantize32AVX512_done
+	VMOVUPS       (AX), Z0
+	VANDPS.BCST   q512Abs<>+0(SB), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VMAXPS        X0, X1, X0
+	VPSHUFD       $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPSHUFD       $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	VXORPS        X4, X4, X4
+	VXORPS        X1, X1, X1
+	VXORPS        X3, X3, X3
+	VUCOMISS      X4, X0
+	JBE           quantize32AVX512_zero
+	VMOVSS        q512F127<>+0(SB), X3
+	VDIVSS        X3, X0, X1
+	VDIVSS        X0, X3, X3
+
+quantize32AVX512_zero:
+	VBROADCASTSS  X3, Z0
+	VMOVSS        X1, (BX)
+	MOVL          $0x00000000, 20(BX)
+	MOVL          $0x00000000, 24(BX)
+	MOVL          $0x00000000, 28(BX)
+	VMULPS        (AX), Z0, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z3, Z3
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z3, Z3
+	VPMOVSDB      Z3, (DX)
+	VEXTRACTI64X4 $0x01, Z3, Y4
+	VPADDD        Y4, Y3, Y4
+	VEXTRACTI128  $0x01, Y4, X3
+	VPADDD        X3, X4, X3
+	VPSHUFD       $0x4e, X3, X4
+	VPADDD        X4, X3, X3
+	VPSHUFD       $0xb1, X3, X4
+	VPADDD        X4, X3, X3
+	VMOVD         X3, SI
+	VMULPS        64(AX), Z0, Z0
+	VCVTPS2DQ     Z0, Z0
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z0, Z0
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z0, Z0
+	VPMOVSDB      Z0, 16(DX)
+	VEXTRACTI64X4 $0x01, Z0, Y3
+	VPADDD        Y3, Y0, Y3
+	VEXTRACTI128  $0x01, Y3, X0
+	VPADDD        X0, X3, X0
+	VPSHUFD       $0x4e, X0, X3
+	VPADDD        X3, X0, X0
+	VPSHUFD       $0xb1, X0, X3
+	VPADDD        X3, X0, X0
+	VMOVD         X0, DI
+	ADDL          DI, SI
+	MOVL          SI, DI
+	SHLL          $0x03, DI
+	NEGL          DI
+	MOVL          DI, 4(BX)
+	MOVL          SI, DI
+	SHLL          $0x04, DI
+	NEGL          DI
+	MOVL          DI, 8(BX)
+	MOVL          SI, DI
+	SHLL          $0x07, DI
+	NEGL          DI
+	MOVL          DI, 12(BX)
+	VCVTSI2SSL    SI, X2, X2
+	VMULSS        X1, X2, X2
+	VMOVSS        X2, 16(BX)
+	ADDQ          $0x00000080, AX
+	ADDQ          $0x00000020, DX
+	ADDQ          $0x00000020, BX
+	DECQ          CX
+	JMP           quantize32AVX512_loop
+
+quantize32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func quantize256AVX512(x *float32, blocks int, codes *int8, side *uint32)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F
+TEXT ·quantize256AVX512(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), AX
+	MOVQ blocks+8(FP), CX
+	MOVQ codes+16(FP), DX
+	MOVQ side+24(FP), BX
+
+quantize256AVX512_loop:
+	TESTQ         CX, CX
+	JZ            quantize256AVX512_done
+	VMOVUPS       (AX), Z0
+	VANDPS.BCST   q512Abs<>+0(SB), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       128(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       192(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       256(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       320(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       384(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       448(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       512(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       576(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       640(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       704(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       768(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       832(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       896(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VMOVUPS       960(AX), Z1
+	VANDPS.BCST   q512Abs<>+0(SB), Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VMAXPS        X0, X1, X0
+	VPSHUFD       $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPSHUFD       $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	VXORPS        X11, X11, X11
+	VXORPS        X1, X1, X1
+	VXORPS        X10, X10, X10
+	VUCOMISS      X11, X0
+	JBE           quantize256AVX512_zero
+	VMOVSS        q512F127<>+0(SB), X10
+	VDIVSS        X10, X0, X1
+	VDIVSS        X0, X10, X10
+
+quantize256AVX512_zero:
+	VBROADCASTSS  X10, Z0
+	VMOVSS        X1, (BX)
+	MOVL          $0x00000000, 100(BX)
+	MOVL          $0x00000000, 104(BX)
+	MOVL          $0x00000000, 108(BX)
+	MOVL          $0x00000000, 112(BX)
+	MOVL          $0x00000000, 116(BX)
+	MOVL          $0x00000000, 120(BX)
+	MOVL          $0x00000000, 124(BX)
+	VMULPS        (AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, (DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	MOVL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 36(BX)
+	VMULPS        64(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 16(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	ADDL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 40(BX)
+	VCVTSI2SSL    DI, X2, X2
+	VMULSS        X1, X2, X2
+	VMOVSS        X2, 4(BX)
+	VMULPS        128(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 32(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	MOVL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 44(BX)
+	VMULPS        192(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 48(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	ADDL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 48(BX)
+	VCVTSI2SSL    DI, X3, X3
+	VMULSS        X1, X3, X3
+	VMOVSS        X3, 8(BX)
+	VMULPS        256(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 64(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	MOVL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 52(BX)
+	VMULPS        320(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 80(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	ADDL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 56(BX)
+	VCVTSI2SSL    DI, X4, X4
+	VMULSS        X1, X4, X4
+	VMOVSS        X4, 12(BX)
+	VMULPS        384(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 96(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	MOVL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 60(BX)
+	VMULPS        448(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 112(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	ADDL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 64(BX)
+	VCVTSI2SSL    DI, X5, X5
+	VMULSS        X1, X5, X5
+	VMOVSS        X5, 16(BX)
+	VMULPS        512(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 128(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	MOVL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 68(BX)
+	VMULPS        576(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 144(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	ADDL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 72(BX)
+	VCVTSI2SSL    DI, X6, X6
+	VMULSS        X1, X6, X6
+	VMOVSS        X6, 20(BX)
+	VMULPS        640(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 160(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	MOVL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 76(BX)
+	VMULPS        704(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 176(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	ADDL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 80(BX)
+	VCVTSI2SSL    DI, X7, X7
+	VMULSS        X1, X7, X7
+	VMOVSS        X7, 24(BX)
+	VMULPS        768(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 192(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	MOVL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 84(BX)
+	VMULPS        832(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 208(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	ADDL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 88(BX)
+	VCVTSI2SSL    DI, X8, X8
+	VMULSS        X1, X8, X8
+	VMOVSS        X8, 28(BX)
+	VMULPS        896(AX), Z0, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
+	VPMOVSDB      Z10, 224(DX)
+	VEXTRACTI64X4 $0x01, Z10, Y11
+	VPADDD        Y11, Y10, Y11
+	VEXTRACTI128  $0x01, Y11, X10
+	VPADDD        X10, X11, X10
+	VPSHUFD       $0x4e, X10, X11
+	VPADDD        X11, X10, X10
+	VPSHUFD       $0xb1, X10, X11
+	VPADDD        X11, X10, X10
+	VMOVD         X10, SI
+	MOVL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 92(BX)
+	VMULPS        960(AX), Z0, Z0
+	VCVTPS2DQ     Z0, Z0
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z0, Z0
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z0, Z0
+	VPMOVSDB      Z0, 240(DX)
+	VEXTRACTI64X4 $0x01, Z0, Y10
+	VPADDD        Y10, Y0, Y10
+	VEXTRACTI128  $0x01, Y10, X0
+	VPADDD        X0, X10, X0
+	VPSHUFD       $0x4e, X0, X10
+	VPADDD        X10, X0, X0
+	VPSHUFD       $0xb1, X0, X10
+	VPADDD        X10, X0, X0
+	VMOVD         X0, SI
+	ADDL          SI, DI
+	SHLL          $0x05, SI
+	NEGL          SI
+	MOVL          SI, 96(BX)
+	VCVTSI2SSL    DI, X9, X9
+	VMULSS        X1, X9, X9
+	VMOVSS        X9, 32(BX)
+	ADDQ          $0x00000400, AX
+	ADDQ          $0x00000100, DX
+	ADDQ          $0x00000080, BX
+	DECQ          CX
+	JMP           quantize256AVX512_loop
+
+quantize256AVX512_done:
+	VZEROUPPER
+	RET
+
 DATA i512Bytes16<>+0(SB)/4, $0x10101010
 DATA i512Bytes16<>+4(SB)/4, $0x10101010
 DATA i512Bytes16<>+8(SB)/4, $0x10101010

@@ -4,6 +4,12 @@
 
 package kernels
 
+// quantize32AVX512 quantises blocks of 32 activations to 8-bit codes and their side data, as quantizeBlock does.
+func quantize32AVX512(x *float32, blocks int, codes *int8, side *uint32)
+
+// quantize256AVX512 quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
+func quantize256AVX512(x *float32, blocks int, codes *int8, side *uint32)
+
 // intQ8_0x1AVX512 is the AVX-512 VNNI kernel of Q8_0 weights for 1 activation rows.
 func intQ8_0x1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 

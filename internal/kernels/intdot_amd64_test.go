@@ -74,3 +74,44 @@ func TestIntAssemblyMatchesGo(t *testing.T) {
 		})
 	}
 }
+
+// TestQuantizeAssemblyMatchesGo: the assembly quantizers write the codes and side data
+// of the Go one, bit for bit, for rows of awkward values: zeros, ties, huge and tiny
+// magnitudes.
+func TestQuantizeAssemblyMatchesGo(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("AVX-512 quantizers not tested: the CPU lacks AVX-512 F, BW or VNNI")
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, block := range []int{q8Block, kBlock} {
+		words := side32Words
+		if block == kBlock {
+			words = side256Words
+		}
+		for trial := range 200 {
+			blocks := 1 + rng.IntN(12)
+			x := randVec(rng, blocks*block)
+			for i := range x {
+				switch rng.IntN(12) {
+				case 0:
+					x[i] = 0
+				case 1:
+					x[i] *= 1e30
+				case 2:
+					x[i] *= 1e-30
+				case 3:
+					x[i] = float32(rng.IntN(9)-4) * 0.5 // ties
+				}
+			}
+			if trial%7 == 0 {
+				clear(x[:block]) // an all-zero block
+			}
+			got, want := make([]int8, len(x)), make([]int8, len(x))
+			gs, ws := make([]uint32, blocks*words), make([]uint32, blocks*words)
+			quantizeRow(x, block, got, gs)
+			goQuantizeRow(x, block, want, ws)
+			require.Equal(t, want, got, "block %d, trial %d: codes", block, trial)
+			require.Equal(t, ws, gs, "block %d, trial %d: side data", block, trial)
+		}
+	}
+}

@@ -39,6 +39,7 @@ func main() {
 	flag.Parse()
 	ConstraintExpr("amd64,!purego")
 	if *set == "avx512" {
+		quant512Kernels()
 		int512Kernels()
 		Generate()
 		return
