@@ -56,7 +56,7 @@ func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 	m := &Matrix{Type: t, Rows: rows, Cols: cols, Data: data, rowBytes: int(rb)}
 	if repacked(t) {
 		m.packed, m.blocks = true, cols/t.BlockSize()
-		m.Data = repack(t, data, rows, int(rb))
+		m.Data = repack(t, data, rows, int(rb), m)
 	}
 	return m, nil
 }

@@ -69,13 +69,13 @@ func groupBlockBytes(t dtype.DType) int {
 }
 
 // repack lays out rows of blocks of type t (row-major, rowBytes each) in row groups,
-// the last padded with zero rows.
-func repack(t dtype.DType, data []byte, rows, rowBytes int) []byte {
+// the last padded with zero rows, in memory that lives as long as owner.
+func repack(t dtype.DType, data []byte, rows, rowBytes int, owner *Matrix) []byte {
 	bs := t.BlockBytes()
 	blocks := rowBytes / bs
 	gb := groupBlockBytes(t)
 	groups := (rows + rowGroup - 1) / rowGroup
-	out := make([]byte, groups*blocks*gb)
+	out := weightBytes(groups*blocks*gb, owner)
 	zero := make([]byte, bs)
 	var src [rowGroup][]byte
 	for g := range groups {

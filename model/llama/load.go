@@ -22,7 +22,7 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{cfg: t.Config, name: t.Name}
-	l := &loader{src: t.src, file: t.file}
+	l := &loader{src: t.src, file: t.file, mapped: t.mapped}
 	if err := l.load(m, t.Names); err != nil {
 		_ = t.Close()
 		return nil, err
@@ -49,6 +49,7 @@ type Tensors struct {
 
 	src    tensorSource
 	file   string
+	mapped bool // the tensors' bytes are memory-mapped from the files
 	closer io.Closer
 }
 
@@ -89,9 +90,10 @@ type tensorSource interface {
 
 // loader fills a Model from a tensor source, checking every shape.
 type loader struct {
-	src  tensorSource
-	file string
-	err  error
+	src    tensorSource
+	file   string
+	mapped bool // the tensors' bytes are memory-mapped from files
+	err    error
 }
 
 func (l *loader) fail(name, format string, args ...any) {
@@ -140,6 +142,9 @@ func (l *loader) matrix(name string, rows, cols int, optional bool) *kernels.Mat
 	if err != nil {
 		l.fail(name, "%v", err)
 		return nil
+	}
+	if &m.Data[0] != &data[0] && l.mapped {
+		release(data) // repacked: the file's bytes are not read again
 	}
 	return m
 }

@@ -105,7 +105,7 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		return nil, fmt.Errorf("llama: %s: tensor \"token_embd.weight\" missing or not 2-D", file)
 	}
 	c.Vocab = int(shape[0])
-	t := &Tensors{Config: c, Name: file, Names: GGUFNames(), src: src, file: file, closer: f}
+	t := &Tensors{Config: c, Name: file, Names: GGUFNames(), src: src, file: file, mapped: f.Mapped(), closer: f}
 	if name, e := f.String("general.name"); e == nil && name != "" {
 		t.Name = name
 	}

@@ -162,7 +162,7 @@ func hfTensors(dir string) (*Tensors, error) {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
 	name := filepath.Base(dir)
-	return &Tensors{Config: c, Name: name, Names: hfNames(), src: hfSource{set}, file: name, closer: set}, nil
+	return &Tensors{Config: c, Name: name, Names: hfNames(), src: hfSource{set}, file: name, mapped: set.Mapped(), closer: set}, nil
 }
 
 // hfNames returns the tensor names of Hugging Face's Llama and Qwen2 checkpoints.

@@ -31,6 +31,16 @@ type Set struct {
 	names  []string           // keys of byName, sorted
 }
 
+// Mapped reports whether every file of the set is memory-mapped (see File.Mapped).
+func (s *Set) Mapped() bool {
+	for _, f := range s.files {
+		if !f.Mapped() {
+			return false
+		}
+	}
+	return true
+}
+
 // OpenDir opens the safetensors weights of a Hugging Face model directory. When
 // dir/model.safetensors.index.json exists, its "weight_map" (tensor name → shard file name)
 // lists the shards: each is opened once, every tensor the index lists must be in the shard

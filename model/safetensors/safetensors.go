@@ -74,6 +74,10 @@ type File struct {
 	release  func() error // unmaps the file; nil when there is nothing to release
 }
 
+// Mapped reports whether the file's bytes are memory-mapped (rather than read into
+// memory, where mapping is not available, or parsed from a caller's bytes).
+func (f *File) Mapped() bool { return f.release != nil }
+
 // Parse parses a safetensors file held in data. The tensors' Data are slices of data, which
 // must stay unchanged while they are in use. Errors do not name a file; [Open] adds the path.
 func Parse(data []byte) (*File, error) {
