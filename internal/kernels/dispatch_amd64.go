@@ -20,14 +20,14 @@ var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.
 
 // The AVX-512 integer kernel tables, indexed by the number of activation rows.
 var (
-	int512Q8_0 = intTable{1: intQ8_0x1AVX512, 2: intQ8_0x2AVX512, 3: intQ8_0x3AVX512, 4: intQ8_0x4AVX512}
-	int512Q4_0 = intTable{1: intQ4_0x1AVX512, 2: intQ4_0x2AVX512, 3: intQ4_0x3AVX512, 4: intQ4_0x4AVX512}
-	int512Q4_1 = intTable{1: intQ4_1x1AVX512, 2: intQ4_1x2AVX512, 3: intQ4_1x3AVX512, 4: intQ4_1x4AVX512}
-	int512Q5_0 = intTable{1: intQ5_0x1AVX512, 2: intQ5_0x2AVX512, 3: intQ5_0x3AVX512, 4: intQ5_0x4AVX512}
-	int512Q5_1 = intTable{1: intQ5_1x1AVX512, 2: intQ5_1x2AVX512, 3: intQ5_1x3AVX512, 4: intQ5_1x4AVX512}
-	int512Q4_K = intTable{1: intQ4_Kx1AVX512, 2: intQ4_Kx2AVX512, 3: intQ4_Kx3AVX512, 4: intQ4_Kx4AVX512}
-	int512Q5_K = intTable{1: intQ5_Kx1AVX512, 2: intQ5_Kx2AVX512, 3: intQ5_Kx3AVX512, 4: intQ5_Kx4AVX512}
-	int512Q6_K = intTable{1: intQ6_Kx1AVX512, 2: intQ6_Kx2AVX512, 3: intQ6_Kx3AVX512}
+	int512Q8_0 = intTable{1: intQ8_0x1AVX512, 2: intQ8_0x2AVX512, 3: intQ8_0x3AVX512, 4: intQ8_0x4AVX512, 5: intQ8_0x5AVX512, 6: intQ8_0x6AVX512, 7: intQ8_0x7AVX512, 8: intQ8_0x8AVX512}
+	int512Q4_0 = intTable{1: intQ4_0x1AVX512, 2: intQ4_0x2AVX512, 3: intQ4_0x3AVX512, 4: intQ4_0x4AVX512, 5: intQ4_0x5AVX512, 6: intQ4_0x6AVX512, 7: intQ4_0x7AVX512, 8: intQ4_0x8AVX512}
+	int512Q4_1 = intTable{1: intQ4_1x1AVX512, 2: intQ4_1x2AVX512, 3: intQ4_1x3AVX512, 4: intQ4_1x4AVX512, 5: intQ4_1x5AVX512, 6: intQ4_1x6AVX512, 7: intQ4_1x7AVX512, 8: intQ4_1x8AVX512}
+	int512Q5_0 = intTable{1: intQ5_0x1AVX512, 2: intQ5_0x2AVX512, 3: intQ5_0x3AVX512, 4: intQ5_0x4AVX512, 5: intQ5_0x5AVX512, 6: intQ5_0x6AVX512, 7: intQ5_0x7AVX512, 8: intQ5_0x8AVX512}
+	int512Q5_1 = intTable{1: intQ5_1x1AVX512, 2: intQ5_1x2AVX512, 3: intQ5_1x3AVX512, 4: intQ5_1x4AVX512, 5: intQ5_1x5AVX512, 6: intQ5_1x6AVX512, 7: intQ5_1x7AVX512, 8: intQ5_1x8AVX512}
+	int512Q4_K = intTable{1: intQ4_Kx1AVX512, 2: intQ4_Kx2AVX512, 3: intQ4_Kx3AVX512, 4: intQ4_Kx4AVX512, 5: intQ4_Kx5AVX512, 6: intQ4_Kx6AVX512, 7: intQ4_Kx7AVX512, 8: intQ4_Kx8AVX512}
+	int512Q5_K = intTable{1: intQ5_Kx1AVX512, 2: intQ5_Kx2AVX512, 3: intQ5_Kx3AVX512, 4: intQ5_Kx4AVX512, 5: intQ5_Kx5AVX512, 6: intQ5_Kx6AVX512, 7: intQ5_Kx7AVX512, 8: intQ5_Kx8AVX512}
+	int512Q6_K = intTable{1: intQ6_Kx1AVX512, 2: intQ6_Kx2AVX512, 3: intQ6_Kx3AVX512, 4: intQ6_Kx4AVX512, 5: intQ6_Kx5AVX512, 6: intQ6_Kx6AVX512, 7: intQ6_Kx7AVX512, 8: intQ6_Kx8AVX512}
 )
 
 // quantizeRow quantises the blocks of one row of activations (see act8.go).

@@ -22,6 +22,18 @@ func intQ8_0x3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 // intQ8_0x4AVX512 is the AVX-512 VNNI kernel of Q8_0 weights for 4 activation rows.
 func intQ8_0x4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ8_0x5AVX512 is the AVX-512 VNNI kernel of Q8_0 weights for 5 activation rows.
+func intQ8_0x5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x6AVX512 is the AVX-512 VNNI kernel of Q8_0 weights for 6 activation rows.
+func intQ8_0x6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x7AVX512 is the AVX-512 VNNI kernel of Q8_0 weights for 7 activation rows.
+func intQ8_0x7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x8AVX512 is the AVX-512 VNNI kernel of Q8_0 weights for 8 activation rows.
+func intQ8_0x8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ4_0x1AVX512 is the AVX-512 VNNI kernel of Q4_0 weights for 1 activation rows.
 func intQ4_0x1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
@@ -33,6 +45,18 @@ func intQ4_0x3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 
 // intQ4_0x4AVX512 is the AVX-512 VNNI kernel of Q4_0 weights for 4 activation rows.
 func intQ4_0x4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x5AVX512 is the AVX-512 VNNI kernel of Q4_0 weights for 5 activation rows.
+func intQ4_0x5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x6AVX512 is the AVX-512 VNNI kernel of Q4_0 weights for 6 activation rows.
+func intQ4_0x6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x7AVX512 is the AVX-512 VNNI kernel of Q4_0 weights for 7 activation rows.
+func intQ4_0x7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x8AVX512 is the AVX-512 VNNI kernel of Q4_0 weights for 8 activation rows.
+func intQ4_0x8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
 // intQ4_1x1AVX512 is the AVX-512 VNNI kernel of Q4_1 weights for 1 activation rows.
 func intQ4_1x1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
@@ -46,6 +70,18 @@ func intQ4_1x3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 // intQ4_1x4AVX512 is the AVX-512 VNNI kernel of Q4_1 weights for 4 activation rows.
 func intQ4_1x4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_1x5AVX512 is the AVX-512 VNNI kernel of Q4_1 weights for 5 activation rows.
+func intQ4_1x5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x6AVX512 is the AVX-512 VNNI kernel of Q4_1 weights for 6 activation rows.
+func intQ4_1x6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x7AVX512 is the AVX-512 VNNI kernel of Q4_1 weights for 7 activation rows.
+func intQ4_1x7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x8AVX512 is the AVX-512 VNNI kernel of Q4_1 weights for 8 activation rows.
+func intQ4_1x8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ5_0x1AVX512 is the AVX-512 VNNI kernel of Q5_0 weights for 1 activation rows.
 func intQ5_0x1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
@@ -57,6 +93,18 @@ func intQ5_0x3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 
 // intQ5_0x4AVX512 is the AVX-512 VNNI kernel of Q5_0 weights for 4 activation rows.
 func intQ5_0x4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x5AVX512 is the AVX-512 VNNI kernel of Q5_0 weights for 5 activation rows.
+func intQ5_0x5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x6AVX512 is the AVX-512 VNNI kernel of Q5_0 weights for 6 activation rows.
+func intQ5_0x6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x7AVX512 is the AVX-512 VNNI kernel of Q5_0 weights for 7 activation rows.
+func intQ5_0x7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x8AVX512 is the AVX-512 VNNI kernel of Q5_0 weights for 8 activation rows.
+func intQ5_0x8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
 // intQ5_1x1AVX512 is the AVX-512 VNNI kernel of Q5_1 weights for 1 activation rows.
 func intQ5_1x1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
@@ -70,6 +118,18 @@ func intQ5_1x3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 // intQ5_1x4AVX512 is the AVX-512 VNNI kernel of Q5_1 weights for 4 activation rows.
 func intQ5_1x4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ5_1x5AVX512 is the AVX-512 VNNI kernel of Q5_1 weights for 5 activation rows.
+func intQ5_1x5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x6AVX512 is the AVX-512 VNNI kernel of Q5_1 weights for 6 activation rows.
+func intQ5_1x6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x7AVX512 is the AVX-512 VNNI kernel of Q5_1 weights for 7 activation rows.
+func intQ5_1x7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x8AVX512 is the AVX-512 VNNI kernel of Q5_1 weights for 8 activation rows.
+func intQ5_1x8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ4_Kx1AVX512 is the AVX-512 VNNI kernel of Q4_K weights for 1 activation rows.
 func intQ4_Kx1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
@@ -81,6 +141,18 @@ func intQ4_Kx3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 
 // intQ4_Kx4AVX512 is the AVX-512 VNNI kernel of Q4_K weights for 4 activation rows.
 func intQ4_Kx4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx5AVX512 is the AVX-512 VNNI kernel of Q4_K weights for 5 activation rows.
+func intQ4_Kx5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx6AVX512 is the AVX-512 VNNI kernel of Q4_K weights for 6 activation rows.
+func intQ4_Kx6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx7AVX512 is the AVX-512 VNNI kernel of Q4_K weights for 7 activation rows.
+func intQ4_Kx7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx8AVX512 is the AVX-512 VNNI kernel of Q4_K weights for 8 activation rows.
+func intQ4_Kx8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
 // intQ5_Kx1AVX512 is the AVX-512 VNNI kernel of Q5_K weights for 1 activation rows.
 func intQ5_Kx1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
@@ -94,6 +166,18 @@ func intQ5_Kx3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 // intQ5_Kx4AVX512 is the AVX-512 VNNI kernel of Q5_K weights for 4 activation rows.
 func intQ5_Kx4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ5_Kx5AVX512 is the AVX-512 VNNI kernel of Q5_K weights for 5 activation rows.
+func intQ5_Kx5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx6AVX512 is the AVX-512 VNNI kernel of Q5_K weights for 6 activation rows.
+func intQ5_Kx6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx7AVX512 is the AVX-512 VNNI kernel of Q5_K weights for 7 activation rows.
+func intQ5_Kx7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx8AVX512 is the AVX-512 VNNI kernel of Q5_K weights for 8 activation rows.
+func intQ5_Kx8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ6_Kx1AVX512 is the AVX-512 VNNI kernel of Q6_K weights for 1 activation rows.
 func intQ6_Kx1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
@@ -102,3 +186,18 @@ func intQ6_Kx2AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 
 // intQ6_Kx3AVX512 is the AVX-512 VNNI kernel of Q6_K weights for 3 activation rows.
 func intQ6_Kx3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx4AVX512 is the AVX-512 VNNI kernel of Q6_K weights for 4 activation rows.
+func intQ6_Kx4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx5AVX512 is the AVX-512 VNNI kernel of Q6_K weights for 5 activation rows.
+func intQ6_Kx5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx6AVX512 is the AVX-512 VNNI kernel of Q6_K weights for 6 activation rows.
+func intQ6_Kx6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx7AVX512 is the AVX-512 VNNI kernel of Q6_K weights for 7 activation rows.
+func intQ6_Kx7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx8AVX512 is the AVX-512 VNNI kernel of Q6_K weights for 8 activation rows.
+func intQ6_Kx8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)

@@ -17,7 +17,9 @@ import (
 
 // intKernel computes, for the 16 rows of one repacked group of the given number of
 // blocks and activation rows t = 0…n−1 (codes at x + t·xstride bytes, side data at
-// side + t·sstride words), out[t·ldo + r] = W[r] · x[t] for r = 0…15.
+// side + t·sstride words), out[t·ldo + r] += W[r] · x[t] for r = 0…15: the sum goes on
+// from the value out holds, block by block, so that a product can be computed a few
+// blocks at a time — and gives the same bits as in one call.
 type intKernel func(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
 // blockDot adds the product of one block of weight row r (of the group block blk) and
@@ -50,7 +52,7 @@ func goInt(t dtype.DType) (k intTable) {
 				ss := unsafe.Slice((*uint32)(unsafe.Add(unsafe.Pointer(side), 4*tt*sstride)), blocks*words)
 				os := unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(out), 4*tt*ldo)), rowGroup)
 				for r := range rowGroup {
-					var acc float32
+					acc := os[r]
 					for b := range blocks {
 						acc = dot(ws[b*gb:(b+1)*gb], r, xs[b*per:(b+1)*per], ss[b*words:(b+1)*words], acc)
 					}

@@ -147,9 +147,15 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 	}
 }
 
-// mulInt is Mul for repacked matrices: for each row group in the range, the integer
-// kernels over every activation row, a few rows per call, while the group's weights
-// stay in the cache.
+// chunkBytes is how many bytes of a group's blocks the integer products take at a
+// time: when a call takes fewer activation rows than the batch has, the kernels run
+// over one chunk for every few rows while it is in the L1 cache, then go on to the
+// next, so that the weights keep streaming in at an even pace.
+const chunkBytes = 4096
+
+// mulInt is Mul for repacked matrices: for each row group in the range, chunk by
+// chunk of its blocks, the integer kernels for every activation row, a few rows per
+// call.
 func (m *Matrix) mulInt(a *Act, y []float32, ldy, r0, r1 int) {
 	q := &a.q32
 	if m.Type.BlockSize() == kBlock {
@@ -158,23 +164,37 @@ func (m *Matrix) mulInt(a *Act, y []float32, ldy, r0, r1 int) {
 	kern := intKernels(m.Type)
 	step := kern.rows()
 	gb := groupBlockBytes(m.Type)
-	blocks := m.blocks
+	blocks, per := m.blocks, m.Type.BlockSize()
+	chunk := blocks
+	if a.n > step {
+		chunk = max(1, chunkBytes/gb)
+	}
 	var scratch [Group * rowGroup]float32 // the outputs of a group that is cut
 	for g := r0 / rowGroup; g*rowGroup < r1; g++ {
-		w := &m.Data[g*blocks*gb]
 		lo, hi := max(r0, g*rowGroup), min(r1, (g+1)*rowGroup)
 		whole := lo == g*rowGroup && hi == (g+1)*rowGroup && hi <= m.Rows
-		for t0 := 0; t0 < a.n; t0 += step {
-			n := min(step, a.n-t0)
-			x := &q.codes[t0*a.cols]
-			side := &q.side[t0*blocks*q.words]
-			if whole {
-				kern[n](w, blocks, x, a.cols, side, blocks*q.words, &y[t0*ldy+g*rowGroup], ldy)
-				continue
+		for t0 := 0; t0 < a.n; t0 += Group {
+			nt := min(Group, a.n-t0)
+			out, ldo := y[t0*ldy+g*rowGroup:], ldy
+			if !whole {
+				out, ldo = scratch[:], rowGroup
 			}
-			kern[n](w, blocks, x, a.cols, side, blocks*q.words, &scratch[0], rowGroup)
-			for t := range n {
-				copy(y[(t0+t)*ldy+lo:(t0+t)*ldy+hi], scratch[t*rowGroup+lo-g*rowGroup:t*rowGroup+hi-g*rowGroup])
+			for t := range nt {
+				clear(out[t*ldo : t*ldo+rowGroup])
+			}
+			for b0 := 0; b0 < blocks; b0 += chunk {
+				nb := min(chunk, blocks-b0)
+				w := &m.Data[(g*blocks+b0)*gb]
+				for t1 := 0; t1 < nt; t1 += step {
+					n := min(step, nt-t1)
+					t := t0 + t1
+					kern[n](w, nb, &q.codes[t*a.cols+b0*per], a.cols, &q.side[(t*blocks+b0)*q.words], blocks*q.words, &out[t1*ldo], ldo)
+				}
+			}
+			if !whole {
+				for t := range nt {
+					copy(y[(t0+t)*ldy+lo:(t0+t)*ldy+hi], scratch[t*rowGroup+lo-g*rowGroup:t*rowGroup+hi-g*rowGroup])
+				}
 			}
 		}
 	}

@@ -12,12 +12,14 @@ import (
 )
 
 // The integer kernels, AVX-512 with VNNI. Each computes, for one repacked group of 16
-// weight rows (see repack.go in the package) and n activation rows, 16 dot products per
-// activation row, one per vector lane: the weights' codes are unpacked to unsigned
-// bytes, four consecutive codes of each row to a 32-bit lane, and VPDPBUSD multiplies
-// them by four activation codes broadcast to every lane and adds the four products to
-// the lane. The arithmetic is the pure-Go kernels' (intdot_generic.go), lane for lane:
-// exact integer sums, then float32 multiplies and adds, never fused, in their order.
+// weight rows (see repack.go in the package) and n = 1…8 activation rows, 16 dot
+// products per activation row, one per vector lane: the weights' codes are unpacked to
+// unsigned bytes, four consecutive codes of each row to a 32-bit lane, and VPDPBUSD
+// multiplies them by four activation codes broadcast to every lane and adds the four
+// products to the lane. Every weight vector unpacked serves all n activation rows, in
+// one pass over the weights. The arithmetic is the pure-Go kernels'
+// (intdot_generic.go), lane for lane: exact integer sums, then float32 multiplies and
+// adds, never fused, in their order.
 
 // intSig is the signature of every integer kernel.
 const intSig = "func(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)"
@@ -28,20 +30,23 @@ type intType struct {
 	groupBytes int // bytes of one block of a group
 	values     int // values per block
 	sideWords  int // side data per activation block
-	maxN512    int // activation rows an AVX-512 kernel takes at most
-	maxN256    int // the same for AVX2
+	kquant     bool
 }
 
 var intTypes = []intType{
-	{"Q8_0", 544, 32, 8, 4, 2},
-	{"Q4_0", 288, 32, 8, 4, 2},
-	{"Q4_1", 320, 32, 8, 4, 2},
-	{"Q5_0", 352, 32, 8, 4, 2},
-	{"Q5_1", 384, 32, 8, 4, 2},
-	{"Q4_K", 2368, 256, 32, 4, 2},
-	{"Q5_K", 2880, 256, 32, 4, 2},
-	{"Q6_K", 3360, 256, 32, 3, 1},
+	{"Q8_0", 544, 32, 8, false},
+	{"Q4_0", 288, 32, 8, false},
+	{"Q4_1", 320, 32, 8, false},
+	{"Q5_0", 352, 32, 8, false},
+	{"Q5_1", 384, 32, 8, false},
+	{"Q4_K", 2368, 256, 32, true},
+	{"Q5_K", 2880, 256, 32, true},
+	{"Q6_K", 3360, 256, 32, true},
 }
+
+// intRows is how many activation rows an integer kernel takes at most: a
+// verification pass of up to 8 positions reads every weight once.
+const intRows = 8
 
 // Side data word offsets (act8.go).
 const (
@@ -81,52 +86,123 @@ func newConsts512() consts512 {
 	}
 }
 
-// intFrame is what every integer kernel sets up: the weights, the block counter, a
-// code pointer and a side-data pointer per activation row, and a float accumulator
-// per activation row.
-type intFrame struct {
-	fn     string
-	w      Mem
-	blocks Register
-	x, s   []Mem
-	acc    []VecVirtual
-	z      VecVirtual // zero
+// rows addresses the n activation rows' codes or side data: rows 0…3 from one base,
+// 4…7 from a second, with the stride and three times it as index registers, so that 8
+// rows take 4 general registers.
+type rows struct {
+	base, base4, stride, stride3 Register
 }
 
-// clear sets v to zero inside the loop.
+func newRows(base, stride Register, n int) rows {
+	r := rows{base: base, stride: stride}
+	if n > 3 {
+		r.stride3 = GP64()
+		LEAQ(Mem{Base: stride, Index: stride, Scale: 2}, r.stride3)
+	}
+	if n > 4 {
+		r.base4 = GP64()
+		LEAQ(Mem{Base: base, Index: stride, Scale: 4}, r.base4)
+	}
+	return r
+}
+
+// at is row t's address plus off.
+func (r rows) at(t, off int) Mem {
+	b := r.base
+	if t >= 4 {
+		b, t = r.base4, t-4
+	}
+	switch t {
+	case 0:
+		return Mem{Base: b, Disp: off}
+	case 3:
+		return Mem{Base: b, Index: r.stride3, Scale: 1, Disp: off}
+	}
+	return Mem{Base: b, Index: r.stride, Scale: uint8(t), Disp: off}
+}
+
+// advance moves the rows on by n bytes.
+func (r rows) advance(n int) {
+	ADDQ(U32(n), r.base)
+	if r.base4 != nil {
+		ADDQ(U32(n), r.base4)
+	}
+}
+
+// intFrame is what every integer kernel sets up: the weights, the block counter, the
+// activation rows' codes and side data, a zero register, and a float accumulator per
+// activation row — in registers for the 32-value types, in a stack buffer for the
+// K-quants, whose per-row state is larger.
+type intFrame struct {
+	fn     string
+	n      int
+	w      Mem
+	blocks Register
+	x, s   rows
+	acc    []VecVirtual // nil when the accumulators are in local
+	local  Mem
+	z      VecVirtual
+}
+
+// clear sets v to zero inside the loop. (VPXORD z, z, v is a zeroing idiom too;
+// clearing v with itself would read it, and make it live across the whole loop for
+// the register allocator.)
 func (f *intFrame) clear(v VecVirtual) { VPXORD(f.z, f.z, v) }
 
-// intPrologue declares a kernel and loads its arguments; vec makes the vector
-// registers (ZMM or YMM) and zero clears one.
-func intPrologue(fn, doc string, n int, vec func() VecVirtual, zero func(VecVirtual)) *intFrame {
+// intPrologue declares a kernel and loads its arguments. The accumulators start from
+// out, where an earlier call over the blocks before may have left them.
+func intPrologue(fn, doc string, n int, inMemory bool) *intFrame {
 	TEXT(fn, NOSPLIT, intSig)
 	Doc(doc)
-	f := &intFrame{fn: fn}
+	f := &intFrame{fn: fn, n: n}
 	f.w = Mem{Base: Load(Param("w"), GP64())}
 	f.blocks = Load(Param("blocks"), GP64())
-	x := Load(Param("x"), GP64())
-	xs := Load(Param("xstride"), GP64())
-	s := Load(Param("side"), GP64())
+	f.x = newRows(Load(Param("x"), GP64()), Load(Param("xstride"), GP64()), n)
 	ss := Load(Param("sstride"), GP64())
 	SHLQ(U8(2), ss)
-	for t := range n {
-		xt, st := x, s
-		if t > 0 {
-			xt, st = GP64(), GP64()
-			LEAQ(f.x[t-1].Idx(xs, 1), xt)
-			LEAQ(f.s[t-1].Idx(ss, 1), st)
+	f.s = newRows(Load(Param("side"), GP64()), ss, n)
+	f.z = ZMM()
+	VPXORD(f.z, f.z, f.z)
+	if inMemory {
+		f.local = AllocLocal(64 * n)
+	} else {
+		for range n {
+			f.acc = append(f.acc, ZMM())
 		}
-		f.x = append(f.x, Mem{Base: xt})
-		f.s = append(f.s, Mem{Base: st})
 	}
-	for range n {
-		a := vec()
-		zero(a)
-		f.acc = append(f.acc, a)
-	}
-	f.z = vec()
-	zero(f.z)
+	f.each(func(out Mem, t int) {
+		if f.acc != nil {
+			VMOVUPS(out, f.acc[t])
+			return
+		}
+		v := ZMM()
+		VMOVUPS(out, v)
+		VMOVUPS(v, f.local.Offset(64*t))
+	})
 	return f
+}
+
+// each calls body with row t's 16 floats of out, for every row.
+func (f *intFrame) each(body func(out Mem, t int)) {
+	out := Mem{Base: Load(Param("out"), GP64())}
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	for t := range f.n {
+		body(out, t)
+		if t+1 < f.n {
+			ADDQ(ldo, out.Base)
+		}
+	}
+}
+
+// addAcc adds v to row t's accumulator.
+func (f *intFrame) addAcc(t int, v VecVirtual) {
+	if f.acc != nil {
+		VADDPS(v, f.acc[t], f.acc[t])
+		return
+	}
+	VADDPS(f.local.Offset(64*t), v, v)
+	VMOVUPS(v, f.local.Offset(64*t))
 }
 
 // intPrefetch is how far ahead of the block being multiplied the integer kernels ask
@@ -143,36 +219,28 @@ func (f *intFrame) loop(it intType, body func()) {
 		}
 		body()
 		ADDQ(U32(it.groupBytes), f.w.Base)
-		for t := range f.x {
-			ADDQ(U32(it.values), f.x[t].Base)
-			ADDQ(U32(4*it.sideWords), f.s[t].Base)
-		}
+		f.x.advance(it.values)
+		f.s.advance(4 * it.sideWords)
 	})
 }
 
-// store writes the accumulators: 16 floats (or 8, for halves) to out + t·ldo floats.
-func (f *intFrame) store(offset int) {
-	out := Mem{Base: Load(Param("out"), GP64())}
-	ldo := Load(Param("ldo"), GP64())
-	SHLQ(U8(2), ldo)
-	for t, a := range f.acc {
-		VMOVUPS(a, out.Offset(offset))
-		if t+1 < len(f.acc) {
-			ADDQ(ldo, out.Base)
+// store writes the accumulators to out + t·ldo floats.
+func (f *intFrame) store() {
+	f.each(func(out Mem, t int) {
+		if f.acc != nil {
+			VMOVUPS(f.acc[t], out)
+			return
 		}
-	}
+		v := ZMM()
+		VMOVUPS(f.local.Offset(64*t), v)
+		VMOVUPS(v, out)
+	})
 }
-
-// zeroZ clears v before the loop. Inside the loop a register is cleared from z, a
-// register cleared once (VPXORD z, z, v is a zeroing idiom too): clearing v with
-// itself would read it, and make it live across the whole loop for the register
-// allocator.
-func zeroZ(v VecVirtual) { VPXORD(v, v, v) }
 
 // int512Kernel emits the AVX-512 kernel of type it for n activation rows.
 func int512Kernel(it intType, n int, c consts512) {
 	fn := fmt.Sprintf("int%sx%dAVX512", it.name, n)
-	f := intPrologue(fn, fmt.Sprintf("%s is the AVX-512 VNNI kernel of %s weights for %d activation rows.", fn, it.name, n), n, ZMM, zeroZ)
+	f := intPrologue(fn, fmt.Sprintf("%s is the AVX-512 VNNI kernel of %s weights for %d activation rows.", fn, it.name, n), n, it.kquant)
 	switch it.name {
 	case "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1":
 		f.loop(it, func() { block32AVX512(f, it.name, c) })
@@ -181,7 +249,7 @@ func int512Kernel(it intType, n int, c consts512) {
 	case "Q6_K":
 		f.loop(it, func() { blockQ6KAVX512(f, c) })
 	}
-	f.store(0)
+	f.store()
 	VZEROUPPER()
 	RET()
 }
@@ -199,17 +267,17 @@ func splits(n int) int {
 	return 1
 }
 
-// isums is n rows × splits(n) integer accumulators, the first of each row set by
-// init, the others cleared.
+// isums is n rows × splits(n) integer accumulators.
 type isums [][]VecVirtual
 
-func newISums(f *intFrame, vec func() VecVirtual, init func(t int, v VecVirtual)) isums {
-	n := len(f.acc)
-	out := make(isums, n)
-	for t := range n {
-		for k := range splits(n) {
-			v := vec()
-			if k == 0 {
+// newISums makes the accumulators, the first of each row set by init (nil: cleared),
+// the others cleared.
+func newISums(f *intFrame, init func(t int, v VecVirtual)) isums {
+	out := make(isums, f.n)
+	for t := range f.n {
+		for k := range splits(f.n) {
+			v := ZMM()
+			if k == 0 && init != nil {
 				init(t, v)
 			} else {
 				f.clear(v)
@@ -224,18 +292,24 @@ func newISums(f *intFrame, vec func() VecVirtual, init func(t int, v VecVirtual)
 func (s isums) at(t, p int) VecVirtual { return s[t][p%len(s[t])] }
 
 // total adds each row's partial sums into its first, and returns the firsts.
-func (s isums) total(add func(a, b VecVirtual)) []VecVirtual {
+func (s isums) total() []VecVirtual {
 	out := make([]VecVirtual, len(s))
 	for t, parts := range s {
 		for _, p := range parts[1:] {
-			add(p, parts[0])
+			VPADDD(p, parts[0], parts[0])
 		}
 		out[t] = parts[0]
 	}
 	return out
 }
 
-func addD512(a, b VecVirtual) { VPADDD(a, b, b) }
+// dot adds, for every row, the products of weight vector wv with the four activation
+// codes at off (broadcast) to the row's accumulator for step p.
+func (f *intFrame) dot(s isums, wv VecVirtual, off, p int) {
+	for t := range f.n {
+		VPDPBUSD_BCST(f.x.at(t, off), wv, s.at(t, p))
+	}
+}
 
 // halves loads 16 float16 values at m as float32.
 func halves(m Mem) VecVirtual {
@@ -251,11 +325,35 @@ func scaleInto(acc, isum, s VecVirtual) {
 	VADDPS(isum, acc, acc)
 }
 
+// nibbles unpacks the low (hi false) or high four bits of the 64 code bytes at m; with
+// masks ≥ 0 it adds the fifth bits of the 8-byte mask there; with scaled16 the high
+// nibbles stay in place (16 times the code).
+func nibbles(f *intFrame, m Mem, hi bool, mask Mem, withMask, scaled16 bool, c consts512) VecVirtual {
+	v := ZMM()
+	switch {
+	case !hi:
+		VMOVDQU32(m, v)
+		VPANDD_BCST(c.low4, v, v)
+	case scaled16:
+		VMOVDQU32(m, v)
+		VPANDD_BCST(c.high4, v, v)
+	default:
+		VMOVDQU32(m, v)
+		VPSRLD(U8(4), v, v)
+		VPANDD_BCST(c.low4, v, v)
+	}
+	if withMask {
+		k := K()
+		KMOVQ(mask, k)
+		VPADDB(c.bytes16, v, k, v)
+	}
+	return v
+}
+
 // block32AVX512 is one block of the 32-value types: the codes of 16 rows against each
 // activation row's 32 codes, the integer sum beginning at the offset of the side data
-// (or 0), then acc + isum·(d·dx) and, with a minimum, + m·(dx·Σx).
+// (or 0); v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
 func block32AVX512(f *intFrame, name string, c consts512) {
-	n := len(f.acc)
 	codes, masks, mins, off := 32, -1, -1, side32Off8
 	switch name {
 	case "Q8_0":
@@ -267,13 +365,11 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 	case "Q5_1":
 		codes, masks, mins, off = 128, 64, 32, -1
 	}
-	sums := newISums(f, ZMM, func(t int, v VecVirtual) {
-		if off >= 0 {
-			VPBROADCASTD(f.s[t].Offset(4*off), v)
-		} else {
-			f.clear(v)
-		}
-	})
+	var init func(int, VecVirtual)
+	if off >= 0 {
+		init = func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*off), v) }
+	}
+	sums := newISums(f, init)
 	if name == "Q8_0" {
 		sign := ZMM()
 		VPBROADCASTD(c.sign, sign)
@@ -281,51 +377,37 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 			// The codes biased to unsigned (w + 128); the side data's −128·Σx undoes it.
 			wv := ZMM()
 			VPXORD(f.w.Offset(32+64*p), sign, wv)
-			for t := range n {
-				VPDPBUSD_BCST(f.x[t].Offset(4*p), wv, sums.at(t, p))
-			}
+			f.dot(sums, wv, 4*p, p)
 		}
 	} else {
 		for p := range 4 {
-			raw, lo, hi := ZMM(), ZMM(), ZMM()
-			VMOVDQU32(f.w.Offset(codes+64*p), raw)
-			VPANDD_BCST(c.low4, raw, lo)
-			VPSRLD(U8(4), raw, hi)
-			VPANDD_BCST(c.low4, hi, hi)
-			if masks >= 0 {
-				k1, k2 := K(), K()
-				KMOVQ(f.w.Offset(masks+16*p), k1)
-				KMOVQ(f.w.Offset(masks+16*p+8), k2)
-				VPADDB(c.bytes16, lo, k1, lo)
-				VPADDB(c.bytes16, hi, k2, hi)
-			}
-			for t := range n {
-				VPDPBUSD_BCST(f.x[t].Offset(4*p), lo, sums.at(t, 2*p))
-				VPDPBUSD_BCST(f.x[t].Offset(16+4*p), hi, sums.at(t, 2*p+1))
-			}
+			m := f.w.Offset(codes + 64*p)
+			lo := nibbles(f, m, false, f.w.Offset(masks+16*p), masks >= 0, false, c)
+			f.dot(sums, lo, 4*p, 2*p)
+			hi := nibbles(f, m, true, f.w.Offset(masks+16*p+8), masks >= 0, false, c)
+			f.dot(sums, hi, 16+4*p, 2*p+1)
 		}
 	}
-	isum := sums.total(addD512)
+	isum := sums.total()
 	d := halves(f.w)
 	var m VecVirtual
 	if mins >= 0 {
 		m = halves(f.w.Offset(mins))
 	}
-	for t := range n {
-		// v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
+	for t := range f.n {
 		s := ZMM()
-		VMULPS_BCST(f.s[t].Offset(4*sideD), d, s)
+		VMULPS_BCST(f.s.at(t, 4*sideD), d, s)
 		VCVTDQ2PS(isum[t], isum[t])
 		VMULPS(s, isum[t], isum[t])
 		if mins >= 0 {
-			VMULPS_BCST(f.s[t].Offset(4*side32DSum), m, s)
+			VMULPS_BCST(f.s.at(t, 4*side32DSum), m, s)
 			VADDPS(s, isum[t], isum[t])
 		}
-		VADDPS(isum[t], f.acc[t], f.acc[t])
+		f.addAcc(t, isum[t])
 	}
 }
 
-// subScale returns d·scale_j of the 16 rows, the scales a byte each at m (signed when
+// subScale returns d·scale of the 16 rows, the scales a byte each at m (signed when
 // signed), times 1/16 when sixteenth is set.
 func subScale(d VecVirtual, m Mem, signed, sixteenth bool, c consts512) VecVirtual {
 	s := ZMM()
@@ -342,146 +424,97 @@ func subScale(d VecVirtual, m Mem, signed, sixteenth bool, c consts512) VecVirtu
 	return s
 }
 
-// blockKScaleMinAVX512 is one super-block of Q4_K or Q5_K: per pair of sub-blocks 2i,
-// 2i+1 (the low and the high nibbles of the same code bytes) two integer sums, added to
-// tmp with their scales in order; acc + tmp·dx; then acc − (dmin·min_j)·(dx·Σx_j).
-// Q4_K's high nibbles are masked, not shifted (16 times the code), with the scale
-// divided by 16: the same products, exactly, in fewer instructions.
+// newTmp makes and clears a float vector per row.
+func newTmp(f *intFrame) []VecVirtual {
+	tmp := make([]VecVirtual, f.n)
+	for t := range tmp {
+		tmp[t] = ZMM()
+		f.clear(tmp[t])
+	}
+	return tmp
+}
+
+// blockKScaleMinAVX512 is one super-block of Q4_K or Q5_K: per sub-block j (the low
+// nibbles of code bytes 32i… for j = 2i, the high ones for j = 2i+1) an integer sum,
+// added to tmp with its scale in order of j; corr = Σ_j (dmin·min_j)·(dx·Σx_j); acc +
+// (tmp·dx − corr). Q4_K's high nibbles are masked, not shifted (16 times the code),
+// with the scale divided by 16: the same products, exactly, in fewer instructions.
 func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
-	n := len(f.acc)
 	masks, codes := -1, 320
 	if q5 {
 		masks, codes = 320, 832
 	}
-	tmp := make([]VecVirtual, n)
-	for t := range n {
-		tmp[t] = ZMM()
-		f.clear(tmp[t])
-	}
-	for i := range 4 {
-		clr := func(_ int, v VecVirtual) { f.clear(v) }
-		los, his := newISums(f, ZMM, clr), newISums(f, ZMM, clr)
+	tmp := newTmp(f)
+	for j := range 8 {
+		i, hi := j/2, j%2 == 1
+		sums := newISums(f, nil)
 		for p := range 8 {
-			raw, wl, wh := ZMM(), ZMM(), ZMM()
-			VMOVDQU32(f.w.Offset(codes+512*i+64*p), raw)
-			VPANDD_BCST(c.low4, raw, wl)
-			if q5 {
-				VPSRLD(U8(4), raw, wh)
-				VPANDD_BCST(c.low4, wh, wh)
-				k1, k2 := K(), K()
-				KMOVQ(f.w.Offset(masks+128*i+16*p), k1)
-				KMOVQ(f.w.Offset(masks+128*i+16*p+8), k2)
-				VPADDB(c.bytes16, wl, k1, wl)
-				VPADDB(c.bytes16, wh, k2, wh)
-			} else {
-				VPANDD_BCST(c.high4, raw, wh)
-			}
-			for t := range n {
-				VPDPBUSD_BCST(f.x[t].Offset(64*i+4*p), wl, los.at(t, p))
-				VPDPBUSD_BCST(f.x[t].Offset(64*i+32+4*p), wh, his.at(t, p))
-			}
+			wv := nibbles(f, f.w.Offset(codes+512*i+64*p), hi, f.w.Offset(masks+128*i+16*p+8*(j%2)), q5, !q5, c)
+			f.dot(sums, wv, 64*i+32*(j%2)+4*p, p)
 		}
-		lo, hi := los.total(addD512), his.total(addD512)
-		d := halves(f.w)
-		sl := subScale(d, f.w.Offset(64+16*(2*i)), false, false, c)
-		sh := subScale(d, f.w.Offset(64+16*(2*i+1)), false, !q5, c)
-		for t := range n {
-			scaleInto(tmp[t], lo[t], sl)
-			scaleInto(tmp[t], hi[t], sh)
+		isum := sums.total()
+		s := subScale(halves(f.w), f.w.Offset(64+16*j), false, hi && !q5, c)
+		for t := range f.n {
+			scaleInto(tmp[t], isum[t], s)
 		}
 	}
-	// corr = Σ_j (dmin·min_j)·(dx·Σx_j); acc + (tmp·dx − corr).
-	corr := make([]VecVirtual, n)
-	for t := range n {
-		corr[t] = ZMM()
-		f.clear(corr[t])
-	}
+	corr := newTmp(f)
 	dmin := halves(f.w.Offset(32))
 	for j := range 8 {
 		mm := subScale(dmin, f.w.Offset(192+16*j), false, false, c)
-		for t := range n {
+		for t := range f.n {
 			p := ZMM()
-			VMULPS_BCST(f.s[t].Offset(4*(side256Min+j)), mm, p)
+			VMULPS_BCST(f.s.at(t, 4*(side256Min+j)), mm, p)
 			VADDPS(p, corr[t], corr[t])
 		}
 	}
-	for t := range n {
-		VMULPS_BCST(f.s[t].Offset(4*sideD), tmp[t], tmp[t])
+	for t := range f.n {
+		VMULPS_BCST(f.s.at(t, 4*sideD), tmp[t], tmp[t])
 		VSUBPS(corr[t], tmp[t], tmp[t])
-		VADDPS(tmp[t], f.acc[t], f.acc[t])
+		f.addAcc(t, tmp[t])
 	}
 }
 
-// blockQ6KAVX512 is one super-block of Q6_K: for each half and each half of its 4-byte
-// steps, the four quarters' 6-bit codes (low nibbles of ql with their two high bits
-// from qh) against the activations, each integer sum beginning at −32·Σx of its group;
-// the four groups finished go into tmp with their scales, in the order of q6KOrder;
+// blockQ6KAVX512 is one super-block of Q6_K: for each half h and each half of its
+// 4-byte steps, the four quarters' 6-bit codes (low or high nibbles of ql with their two
+// high bits from qh) against the activations, each integer sum beginning at −32·Σx of
+// its group and going into tmp with its scale as it is done, in the order of q6KOrder;
 // acc + tmp·dx.
 func blockQ6KAVX512(f *intFrame, c consts512) {
-	n := len(f.acc)
-	tmp := make([]VecVirtual, n)
-	for t := range n {
-		tmp[t] = ZMM()
-		f.clear(tmp[t])
-	}
+	tmp := newTmp(f)
 	for h := range 2 {
 		for half := range 2 {
-			isum := make([][4]VecVirtual, n)
-			for t := range n {
-				for q := range 4 {
-					g := 8*h + 2*q + half
-					isum[t][q] = ZMM()
-					VPBROADCASTD(f.s[t].Offset(4*(side256Off+g)), isum[t][q])
-				}
-			}
-			for p := 4 * half; p < 4*half+4; p++ {
-				at := 288 + 1536*h + 192*p
-				a, b, hb := ZMM(), ZMM(), ZMM()
-				VMOVDQU32(f.w.Offset(at), a)
-				VMOVDQU32(f.w.Offset(at+64), b)
-				VMOVDQU32(f.w.Offset(at+128), hb)
-				for q := range 4 {
-					v, hv := ZMM(), ZMM()
-					src := a
-					if q%2 == 1 {
-						src = b
-					}
-					if q < 2 {
-						VPANDD_BCST(c.low4, src, v)
-					} else {
-						VPSRLD(U8(4), src, v)
-						VPANDD_BCST(c.low4, v, v)
-					}
-					// The two high bits of quarter q are bits 2q, 2q+1 of qh: to bits 4, 5.
-					switch sh := 4 - 2*q; {
-					case sh > 0:
-						VPSLLD(U8(sh), hb, hv)
-						VPANDD_BCST(c.bits45, hv, hv)
-					case sh == 0:
-						VPANDD_BCST(c.bits45, hb, hv)
-					default:
-						VPSRLD(U8(-sh), hb, hv)
-						VPANDD_BCST(c.bits45, hv, hv)
-					}
-					VPORD(hv, v, v)
-					for t := range n {
-						VPDPBUSD_BCST(f.x[t].Offset(128*h+32*q+4*p), v, isum[t][q])
-					}
-				}
-			}
-			d := halves(f.w)
 			for q := range 4 {
 				g := 8*h + 2*q + half
-				s := subScale(d, f.w.Offset(32+16*g), true, false, c)
-				for t := range n {
-					scaleInto(tmp[t], isum[t][q], s)
+				sums := newISums(f, func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) })
+				for p := 4 * half; p < 4*half+4; p++ {
+					at := 288 + 1536*h + 192*p
+					ql := f.w.Offset(at + 64*(q%2))
+					v := nibbles(f, ql, q >= 2, Mem{}, false, false, c)
+					// The two high bits of quarter q are bits 2q, 2q+1 of qh: to bits 4, 5.
+					hv := ZMM()
+					VMOVDQU32(f.w.Offset(at+128), hv)
+					switch sh := 4 - 2*q; {
+					case sh > 0:
+						VPSLLD(U8(sh), hv, hv)
+					case sh < 0:
+						VPSRLD(U8(-sh), hv, hv)
+					}
+					VPANDD_BCST(c.bits45, hv, hv)
+					VPORD(hv, v, v)
+					f.dot(sums, v, 128*h+32*q+4*p, p)
+				}
+				isum := sums.total()
+				s := subScale(halves(f.w), f.w.Offset(32+16*g), true, false, c)
+				for t := range f.n {
+					scaleInto(tmp[t], isum[t], s)
 				}
 			}
 		}
 	}
-	for t := range n {
-		VMULPS_BCST(f.s[t].Offset(4*sideD), tmp[t], tmp[t])
-		VADDPS(tmp[t], f.acc[t], f.acc[t])
+	for t := range f.n {
+		VMULPS_BCST(f.s.at(t, 4*sideD), tmp[t], tmp[t])
+		f.addAcc(t, tmp[t])
 	}
 }
 
@@ -497,7 +530,7 @@ func envInt(name string, def int) int {
 func int512Kernels() {
 	c := newConsts512()
 	for _, it := range intTypes {
-		for n := 1; n <= it.maxN512; n++ {
+		for n := 1; n <= intRows; n++ {
 			if only := os.Getenv("ONLY"); only != "" && only != fmt.Sprintf("%s/%d", it.name, n) {
 				continue
 			}
