@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"math/rand/v2"
 	"testing"
 
@@ -39,11 +41,24 @@ func BenchmarkMul(b *testing.B) {
 	}
 }
 
-// BenchmarkMulDRAM measures one thread's product of a matrix too large for any cache
-// (65 536 × 1536, Qwen2.5-1.5B's width) with 1 to 8 activation rows, as a decoding or
-// verifying pass streams its weights: GB/s of weights read, and the cost of n rows
-// against one.
+// mulRows computes row groups [lo, hi) of a product, as the runtime shares them out.
+type mulRows struct {
+	m *Matrix
+	a *Act
+	y []float32
+}
+
+func (t *mulRows) Run(lo, hi int) { t.m.Mul(t.a, t.y, t.m.Rows, lo*RowGroup, hi*RowGroup) }
+
+// BenchmarkMulDRAM measures the product of a matrix too large for any cache (65 536 ×
+// 1536, Qwen2.5-1.5B's width) with 1 to 8 activation rows, as a decoding or verifying
+// pass streams its weights, on BENCH_THREADS threads (default 1): GB/s of weights read,
+// and the cost of n rows against one.
 func BenchmarkMulDRAM(b *testing.B) {
+	threads := 1
+	if v, err := strconv.Atoi(os.Getenv("BENCH_THREADS")); err == nil {
+		threads = v
+	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 65536, 1536
 	for _, typ := range []dtype.DType{dtype.F16, dtype.Q8_0, dtype.Q4_0, dtype.Q5_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
@@ -63,12 +78,15 @@ func BenchmarkMulDRAM(b *testing.B) {
 				x := randVec(rng, n*cols)
 				y := make([]float32, n*rows)
 				var a Act
+				pool := NewPool(threads)
+				defer pool.Close()
+				task := &mulRows{m: m, a: &a, y: y}
 				for b.Loop() {
 					a.Reset(x, n, cols)
 					if err := a.Prepare(typ); err != nil {
 						b.Fatal(err)
 					}
-					m.Mul(&a, y, rows, 0, rows)
+					pool.Run(task, rows/RowGroup, 8)
 				}
 				sec := b.Elapsed().Seconds() / float64(b.N)
 				b.ReportMetric(float64(len(m.Data))/sec/1e9, "GB/s")

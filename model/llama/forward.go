@@ -231,8 +231,8 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 			}
 		}
 		att := s.att[:n*qd]
-		s.attn = attnTask{s: s, layer: l, base: base, n: n, chain: b.Parents == nil, q: q, out: att}
-		m.threads.Run(&s.attn, n*c.KVHeads, 1)
+		s.attn = attnTask{s: s, layer: l, base: base, n: n, chain: b.Parents == nil, q: q, out: att, run: attnRun}
+		m.threads.Run(&s.attn, s.attn.items(), 1)
 
 		o := xn // the normalised input is no longer needed: reuse it
 		if err := s.matmul(&s.actAtt, att, n, qd, []*kernels.Matrix{ly.wo}, [][]float32{o}); err != nil {
@@ -361,13 +361,16 @@ const (
 	maxHeadDim = 256
 )
 
-// attnTask computes attention for items (token, kv head): the query heads of the kv
-// head's group, over the tokens held before the batch and the token's own ancestors in
-// the batch and itself, in position order. It is batch-invariant: a token's result is
-// bit for bit the same in a batch of one, a chain or a tree. Each head's scores are
-// computed in full, then its maximum, then the weights and their sum in position
-// order, then the values added in position order — no running rescale whose rounding
-// would depend on how positions were grouped.
+// attnTask computes attention for items (kv head, run of tokens): the query heads of
+// the kv head's group, for each token over the tokens held before the batch and its
+// own ancestors in the batch and itself, in position order. The tokens of an item
+// share every read of a cache block: a verification pass of 8 tokens reads the keys
+// and values once, not 8 times. It is batch-invariant: a token's result is bit for bit
+// the same in a batch of one, a chain or a tree, since each token's heads are computed
+// by the same calls on the same data, only interleaved with other tokens'. Each head's
+// scores are computed in full, then its maximum, then the weights and their sum in
+// position order, then the values added in position order — no running rescale whose
+// rounding would depend on how positions were grouped.
 type attnTask struct {
 	s     *sequence
 	layer int
@@ -376,91 +379,138 @@ type attnTask struct {
 	chain bool
 	q     []float32
 	out   []float32
+	run   int // tokens per item
 }
 
-// visible calls f with the keys and values of the positions token i attends to, in
-// position order, a cache block (or a single row) at a time.
-func (t *attnTask) visible(i, kvh int, f func(kb, vb []float32, cnt int)) {
+// attnRun is how many tokens an attention item takes: all of a verification pass,
+// a slice of a prompt so that its items spread over the threads.
+const attnRun = 16
+
+// items is the number of attention items of the task.
+func (t *attnTask) items() int {
+	return t.s.m.cfg.KVHeads * ((t.n + t.run - 1) / t.run)
+}
+
+// npos is the number of positions token i attends to.
+func (t *attnTask) npos(i int) int {
+	if t.chain {
+		return t.base + i + 1
+	}
+	return t.base + len(t.s.anc[i]) + 1
+}
+
+// visible calls f(i, kb, vb, cnt, pos) with the keys and values of the positions each
+// token i of [i0, i1) attends to, in position order per token — cnt rows from the
+// token's pos-th position on — a cache block (or a single row) at a time, each cache
+// block once for every token that sees it.
+func (t *attnTask) visible(kvh, i0, i1 int, f func(i int, kb, vb []float32, cnt, pos int)) {
 	s := t.s
 	bs := s.m.kv.Config().BlockSize
-	end := t.base
-	if t.chain {
-		end += i + 1
+	end := func(i int) int { // the cache positions token i sees in blocks
+		if t.chain {
+			return t.base + i + 1
+		}
+		return t.base
 	}
-	for blk := 0; blk*bs < end; blk++ {
+	for blk := 0; blk*bs < end(i1-1); blk++ {
 		kb, vb := s.kv.Block(t.layer, kvh, blk)
-		f(kb, vb, min(bs, end-blk*bs))
+		for i := i0; i < i1; i++ {
+			if e := end(i); blk*bs < e {
+				f(i, kb, vb, min(bs, e-blk*bs), blk*bs)
+			}
+		}
 	}
-	if !t.chain {
+	if t.chain {
+		return
+	}
+	for i := i0; i < i1; i++ {
+		pos := t.base
 		for _, a := range s.anc[i] {
 			kr, vr := s.kv.Row(t.layer, kvh, t.base+int(a))
-			f(kr, vr, 1)
+			f(i, kr, vr, 1, pos)
+			pos++
 		}
 		kr, vr := s.kv.Row(t.layer, kvh, t.base+i)
-		f(kr, vr, 1)
+		f(i, kr, vr, 1, pos)
 	}
 }
 
 func (t *attnTask) Run(lo, hi int) {
 	s := t.s
 	c := &s.m.cfg
-	hd := c.HeadDim
-	group := c.Heads / c.KVHeads
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	packed := hd%8 == 0 && hd <= maxHeadDim
-	var buf []float32 // the group's queries, scaled, then packed; then the scores
+	var buf []float32 // per token: its queries, scaled, then packed; then its scores
 	defer func() { s.putScoreBuf(buf) }()
 	for item := lo; item < hi; item++ {
-		i, kvh := item/c.KVHeads, item%c.KVHeads
-		npos := t.base + i + 1
-		if !t.chain {
-			npos = t.base + len(s.anc[i]) + 1
-		}
-		for h0 := 0; h0 < group; h0 += kernels.Group {
-			g := min(kernels.Group, group-h0)
-			heads := kvh*group + h0
-			qs := t.q[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
-			outs := t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
-			clear(outs)
-			if need := 2*g*hd + g*npos; cap(buf) < need {
-				if buf != nil {
-					s.putScoreBuf(buf)
-				}
-				buf = s.scoreBuf(need)
-			}
-			qp := buf[:2*g*hd]
-			sc := buf[2*g*hd : 2*g*hd+g*npos] // head h's score for position j at h·npos + j
-			if packed {
-				for j, v := range qs {
-					qp[j] = v * scale
-				}
-				kernels.PackRows(qp[g*hd:2*g*hd], qp[:g*hd], g, hd)
-			}
-			pos := 0
-			t.visible(i, kvh, func(kb, _ []float32, cnt int) {
-				if packed {
-					kernels.DotPackedRows(kb, cnt, hd, qp[g*hd:2*g*hd], g, sc[pos:], npos)
-					pos += cnt
-					return
-				}
-				for j := range cnt {
-					k := kb[j*hd : (j+1)*hd]
-					for h := range g {
-						sc[h*npos+pos+j] = kernels.Dot(qs[h*hd:(h+1)*hd], k) * scale
-					}
-				}
-				pos += cnt
-			})
-			for h := range g {
-				hs := sc[h*npos : (h+1)*npos]
-				inv := float32(1 / kernels.ExpShifted(hs, kernels.Max(hs), 1))
-				kernels.Scale(hs, inv)
-			}
-			pos = 0
-			t.visible(i, kvh, func(_, vb []float32, cnt int) {
-				kernels.WeightedSum(sc[pos:], npos, vb, cnt, outs, g)
-				pos += cnt
-			})
+		kvh, r := item%c.KVHeads, item/c.KVHeads
+		i0, i1 := r*t.run, min(t.n, (r+1)*t.run)
+		for h0 := 0; h0 < c.Heads/c.KVHeads; h0 += kernels.Group {
+			buf = t.heads(kvh, h0, i0, i1, buf)
 		}
 	}
+}
+
+// heads computes the outputs of up to kernels.Group heads of kv head kvh's group,
+// from the group's head h0 on, for the tokens [i0, i1), in buf (grown as needed).
+func (t *attnTask) heads(kvh, h0, i0, i1 int, buf []float32) []float32 {
+	s := t.s
+	c := &s.m.cfg
+	hd := c.HeadDim
+	group := c.Heads / c.KVHeads
+	g := min(kernels.Group, group-h0)
+	heads := kvh*group + h0
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	packed := hd%8 == 0 && hd <= maxHeadDim
+
+	// Token i's packed queries at at[i-i0], its scores g·npos after them (head h's
+	// score for position j at h·npos + j).
+	var at [attnRun + 1]int
+	for i := i0; i < i1; i++ {
+		at[i-i0+1] = at[i-i0] + 2*g*hd + g*t.npos(i)
+	}
+	if need := at[i1-i0]; cap(buf) < need {
+		if buf != nil {
+			s.putScoreBuf(buf)
+		}
+		buf = s.scoreBuf(need)
+	}
+	qs := func(i int) []float32 { return t.q[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd] }
+	qp := func(i int) []float32 { return buf[at[i-i0]+g*hd : at[i-i0]+2*g*hd] }
+	sc := func(i int) []float32 { return buf[at[i-i0]+2*g*hd : at[i-i0+1]] }
+	for i := i0; i < i1; i++ {
+		clear(t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd])
+		if packed {
+			raw := buf[at[i-i0] : at[i-i0]+g*hd]
+			for j, v := range qs(i) {
+				raw[j] = v * scale
+			}
+			kernels.PackRows(qp(i), raw, g, hd)
+		}
+	}
+	t.visible(kvh, i0, i1, func(i int, kb, _ []float32, cnt, pos int) {
+		npos := t.npos(i)
+		if packed {
+			kernels.DotPackedRows(kb, cnt, hd, qp(i), g, sc(i)[pos:], npos)
+			return
+		}
+		q, scores := qs(i), sc(i)
+		for j := range cnt {
+			k := kb[j*hd : (j+1)*hd]
+			for h := range g {
+				scores[h*npos+pos+j] = kernels.Dot(q[h*hd:(h+1)*hd], k) * scale
+			}
+		}
+	})
+	for i := i0; i < i1; i++ {
+		npos, scores := t.npos(i), sc(i)
+		for h := range g {
+			hs := scores[h*npos : (h+1)*npos]
+			inv := float32(1 / kernels.ExpShifted(hs, kernels.Max(hs), 1))
+			kernels.Scale(hs, inv)
+		}
+	}
+	t.visible(kvh, i0, i1, func(i int, _, vb []float32, cnt, pos int) {
+		outs := t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
+		kernels.WeightedSum(sc(i)[pos:], t.npos(i), vb, cnt, outs, g)
+	})
+	return buf
 }

@@ -220,6 +220,9 @@ func WriteFile(path string, s Shape, m Mix, vocab *Vocab, seed uint64) (err erro
 			os.Remove(tmp.Name())
 		}
 	}()
+	if err := tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
 	bw := bufio.NewWriterSize(tmp, 1<<20)
 	if err := Write(bw, s, m, vocab, seed); err != nil {
 		return err

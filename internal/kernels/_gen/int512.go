@@ -142,6 +142,19 @@ type intFrame struct {
 	acc    []VecVirtual // nil when the accumulators are in local
 	local  Mem
 	z      VecVirtual
+	asked  map[int]bool // the cache lines of the block ahead asked for so far
+}
+
+// weight returns the weights at off and, the first time a block reads that cache
+// line, asks for the line intPrefetch bytes ahead: one request per line read, spread
+// over the block as it is read, rather than a burst that would wait for the memory
+// system's few miss buffers.
+func (f *intFrame) weight(off int) Mem {
+	if line := off &^ 63; !f.asked[line] {
+		f.asked[line] = true
+		PREFETCHT0(f.w.Offset(intPrefetch + line))
+	}
+	return f.w.Offset(off)
 }
 
 // clear sets v to zero inside the loop. (VPXORD z, z, v is a zeroing idiom too;
@@ -214,10 +227,11 @@ var intPrefetch = envInt("INT_PREFETCH", 12288)
 // first asks for the cache lines intPrefetch bytes ahead.
 func (f *intFrame) loop(it intType, body func()) {
 	countdown(f.fn+"_loop", f.fn+"_done", f.blocks, func() {
-		for off := 0; off < it.groupBytes; off += 64 {
-			PREFETCHT0(f.w.Offset(intPrefetch + off))
-		}
+		f.asked = map[int]bool{}
 		body()
+		for off := 0; off < it.groupBytes; off += 64 {
+			f.weight(off) // the lines the block did not read (there are none)
+		}
 		ADDQ(U32(it.groupBytes), f.w.Base)
 		f.x.advance(it.values)
 		f.s.advance(4 * it.sideWords)
@@ -376,23 +390,23 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 		for p := range 8 {
 			// The codes biased to unsigned (w + 128); the side data's −128·Σx undoes it.
 			wv := ZMM()
-			VPXORD(f.w.Offset(32+64*p), sign, wv)
+			VPXORD(f.weight(32+64*p), sign, wv)
 			f.dot(sums, wv, 4*p, p)
 		}
 	} else {
 		for p := range 4 {
-			m := f.w.Offset(codes + 64*p)
-			lo := nibbles(f, m, false, f.w.Offset(masks+16*p), masks >= 0, false, c)
+			m := f.weight(codes + 64*p)
+			lo := nibbles(f, m, false, f.weight(masks+16*p), masks >= 0, false, c)
 			f.dot(sums, lo, 4*p, 2*p)
-			hi := nibbles(f, m, true, f.w.Offset(masks+16*p+8), masks >= 0, false, c)
+			hi := nibbles(f, m, true, f.weight(masks+16*p+8), masks >= 0, false, c)
 			f.dot(sums, hi, 16+4*p, 2*p+1)
 		}
 	}
 	isum := sums.total()
-	d := halves(f.w)
+	d := halves(f.weight(0))
 	var m VecVirtual
 	if mins >= 0 {
-		m = halves(f.w.Offset(mins))
+		m = halves(f.weight(mins))
 	}
 	for t := range f.n {
 		s := ZMM()
@@ -449,19 +463,19 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 		i, hi := j/2, j%2 == 1
 		sums := newISums(f, nil)
 		for p := range 8 {
-			wv := nibbles(f, f.w.Offset(codes+512*i+64*p), hi, f.w.Offset(masks+128*i+16*p+8*(j%2)), q5, !q5, c)
+			wv := nibbles(f, f.weight(codes+512*i+64*p), hi, f.weight(masks+128*i+16*p+8*(j%2)), q5, !q5, c)
 			f.dot(sums, wv, 64*i+32*(j%2)+4*p, p)
 		}
 		isum := sums.total()
-		s := subScale(halves(f.w), f.w.Offset(64+16*j), false, hi && !q5, c)
+		s := subScale(halves(f.weight(0)), f.weight(64+16*j), false, hi && !q5, c)
 		for t := range f.n {
 			scaleInto(tmp[t], isum[t], s)
 		}
 	}
 	corr := newTmp(f)
-	dmin := halves(f.w.Offset(32))
+	dmin := halves(f.weight(32))
 	for j := range 8 {
-		mm := subScale(dmin, f.w.Offset(192+16*j), false, false, c)
+		mm := subScale(dmin, f.weight(192+16*j), false, false, c)
 		for t := range f.n {
 			p := ZMM()
 			VMULPS_BCST(f.s.at(t, 4*(side256Min+j)), mm, p)
@@ -489,11 +503,11 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 				sums := newISums(f, func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) })
 				for p := 4 * half; p < 4*half+4; p++ {
 					at := 288 + 1536*h + 192*p
-					ql := f.w.Offset(at + 64*(q%2))
+					ql := f.weight(at + 64*(q%2))
 					v := nibbles(f, ql, q >= 2, Mem{}, false, false, c)
 					// The two high bits of quarter q are bits 2q, 2q+1 of qh: to bits 4, 5.
 					hv := ZMM()
-					VMOVDQU32(f.w.Offset(at+128), hv)
+					VMOVDQU32(f.weight(at+128), hv)
 					switch sh := 4 - 2*q; {
 					case sh > 0:
 						VPSLLD(U8(sh), hv, hv)
@@ -505,7 +519,7 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 					f.dot(sums, v, 128*h+32*q+4*p, p)
 				}
 				isum := sums.total()
-				s := subScale(halves(f.w), f.w.Offset(32+16*g), true, false, c)
+				s := subScale(halves(f.weight(0)), f.weight(32+16*g), true, false, c)
 				for t := range f.n {
 					scaleInto(tmp[t], isum[t], s)
 				}
