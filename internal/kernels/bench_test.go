@@ -2,9 +2,9 @@ package kernels
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/specula/specula/model/dtype"
