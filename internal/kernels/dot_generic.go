@@ -1,14 +1,10 @@
 package kernels
 
-import (
-	"encoding/binary"
-	"unsafe"
-)
+import "unsafe"
 
-// The pure-Go kernels. Each computes, for the n activation rows of one packed group,
-// out[t·ldo] = w · x[t] over the first 8·chunks columns (float kernels) or the given
-// number of 32-value blocks (quantised kernels). They define what the assembly
-// computes.
+// The pure-Go float kernels. Each computes, for the n activation rows of one packed
+// group, out[t·ldo] = w · x[t] over the first 8·chunks columns. They define what the
+// assembly computes.
 
 func f32s(b []byte) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
@@ -62,65 +58,6 @@ func goDotBF16(n int, w []byte, x []float32, chunks int, out []float32, ldo int)
 	})
 }
 
-func goDotQ8_0f(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
-	floatDot(n, x, 4*blocks, out, ldo, func(c int, ws *[8]float32) {
-		blk := w[c/4*q8BlockBytes:]
-		d := F16ToF32(binary.LittleEndian.Uint16(blk))
-		for j := range ws {
-			ws[j] = float32(int8(blk[2+8*(c%4)+j])) * d
-		}
-	})
-}
-
-func goDotQ4_0f(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
-	floatDot(n, x, 4*blocks, out, ldo, func(c int, ws *[8]float32) {
-		blk := w[c/4*q4BlockBytes:]
-		d := F16ToF32(binary.LittleEndian.Uint16(blk))
-		i := c % 4
-		for j := range ws {
-			b := blk[2+8*(i%2)+j]
-			if i >= 2 {
-				b >>= 4
-			}
-			ws[j] = float32(int(b&0xf)-8) * d
-		}
-	})
-}
-
-// kDot is the shared body of the K-quant kernels against float activations: it
-// decodes each 256-value super-block of size bytes with dec, then multiplies it into
-// every row like floatDot.
-func kDot(n int, w []byte, x []float32, blocks, size int, out []float32, ldo int, dec func(blk []byte, dst []float32)) {
-	var acc [Group]float32
-	var vals [kBlock]float32
-	for b := range blocks {
-		dec(w[b*size:(b+1)*size], vals[:])
-		xb := x[b*kBlock*n : (b+1)*kBlock*n]
-		for c := range kBlock / 8 {
-			ws := vals[c*8 : c*8+8]
-			for t := range n {
-				xs := xb[(c*n+t)*8 : (c*n+t)*8+8]
-				var s float32
-				for j := range 8 {
-					s += ws[j] * xs[j]
-				}
-				acc[t] += s
-			}
-		}
-	}
-	for t := range n {
-		out[t*ldo] = acc[t]
-	}
-}
-
-func goDotQ4_Kf(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
-	kDot(n, w, x, blocks, q4KBlockBytes, out, ldo, dequantQ4KBlock)
-}
-
-func goDotQ6_Kf(n int, w []byte, x []float32, blocks int, out []float32, ldo int) {
-	kDot(n, w, x, blocks, q6KBlockBytes, out, ldo, dequantQ6KBlock)
-}
-
 type (
 	floatKernel  func(w []byte, x []float32, chunks int, out []float32, ldo int)
 	floatKernel2 func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
@@ -136,34 +73,6 @@ func rowsFor(n int) int {
 		return 2
 	}
 	return 1
-}
-
-// quantRowsFor is how many weight rows the multi-row Q8_0/Q4_0 kernels take at once
-// with n activation rows (1: none).
-func quantRowsFor(n int) int {
-	switch {
-	case n <= 2:
-		return 4
-	case n <= 5:
-		return 2
-	}
-	return 1
-}
-
-// goMultiQ makes a multi-row Q8_0/Q4_0 kernel table from a one-row table.
-func goMultiQ(t [Group + 1]floatKernel) (m [Group + 1]floatKernel2) {
-	for i := 1; i <= Group; i++ {
-		k, R := t[i], quantRowsFor(i)
-		if R == 1 {
-			continue
-		}
-		m[i] = func(w []byte, wstride int, x []float32, blocks int, out []float32, ldo int) {
-			for r := range R {
-				k(w[r*wstride:], x, blocks, out[r:], ldo)
-			}
-		}
-	}
-	return m
 }
 
 // goMulti makes a multi-row kernel table from a one-row table: the pure-Go twin of
