@@ -3,6 +3,8 @@
 package kernels
 
 import (
+	"os"
+
 	"golang.org/x/sys/cpu"
 
 	"github.com/specula/specula/model/dtype"
@@ -12,11 +14,13 @@ import (
 //go:generate sh -c "cd _gen && go run . -set avx512 -out ../int512_amd64.s -stubs ../int512_amd64_stubs.go -pkg kernels"
 
 // hasAVX2 reports whether the generated kernels can run: they use AVX2, FMA and F16C.
-var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasAVX && cpu.X86.HasF16C
+var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasAVX && cpu.X86.HasF16C &&
+	os.Getenv("SPECULA_CPU") != "generic"
 
 // hasAVX512 reports whether the AVX-512 integer kernels can run: they use AVX-512 F
 // and BW (byte masks) and VNNI (VPDPBUSD).
-var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
+var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI &&
+	os.Getenv("SPECULA_CPU") != "avx2"
 
 // The AVX-512 integer kernel tables, indexed by the number of activation rows.
 var (
@@ -30,26 +34,46 @@ var (
 	int512Q6_K = intTable{1: intQ6_Kx1AVX512, 2: intQ6_Kx2AVX512, 3: intQ6_Kx3AVX512, 4: intQ6_Kx4AVX512, 5: intQ6_Kx5AVX512, 6: intQ6_Kx6AVX512, 7: intQ6_Kx7AVX512, 8: intQ6_Kx8AVX512}
 )
 
+// The AVX2 integer kernel tables.
+var (
+	int256Q8_0 = intTable{1: intQ8_0x1AVX2, 2: intQ8_0x2AVX2, 3: intQ8_0x3AVX2, 4: intQ8_0x4AVX2}
+	int256Q4_0 = intTable{1: intQ4_0x1AVX2, 2: intQ4_0x2AVX2, 3: intQ4_0x3AVX2, 4: intQ4_0x4AVX2}
+	int256Q4_1 = intTable{1: intQ4_1x1AVX2, 2: intQ4_1x2AVX2, 3: intQ4_1x3AVX2, 4: intQ4_1x4AVX2}
+	int256Q5_0 = intTable{1: intQ5_0x1AVX2, 2: intQ5_0x2AVX2, 3: intQ5_0x3AVX2, 4: intQ5_0x4AVX2}
+	int256Q5_1 = intTable{1: intQ5_1x1AVX2, 2: intQ5_1x2AVX2, 3: intQ5_1x3AVX2, 4: intQ5_1x4AVX2}
+	int256Q4_K = intTable{1: intQ4_Kx1AVX2, 2: intQ4_Kx2AVX2, 3: intQ4_Kx3AVX2, 4: intQ4_Kx4AVX2}
+	int256Q5_K = intTable{1: intQ5_Kx1AVX2, 2: intQ5_Kx2AVX2, 3: intQ5_Kx3AVX2, 4: intQ5_Kx4AVX2}
+	int256Q6_K = intTable{1: intQ6_Kx1AVX2, 2: intQ6_Kx2AVX2, 3: intQ6_Kx3AVX2, 4: intQ6_Kx4AVX2}
+)
+
 // quantizeRow quantises the blocks of one row of activations (see act8.go).
 func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
-	if !hasAVX512 || len(x) == 0 {
+	if !hasAVX2 || len(x) == 0 {
 		goQuantizeRow(x, block, codes, side)
 		return
 	}
 	blocks := len(x) / block
 	_, _ = codes[len(x)-1], side[len(side)-1] // bounds, checked once
-	if block == kBlock {
+	switch {
+	case hasAVX512 && block == kBlock:
 		quantize256AVX512(&x[0], blocks, &codes[0], &side[0])
-	} else {
+	case hasAVX512:
 		quantize32AVX512(&x[0], blocks, &codes[0], &side[0])
+	case block == kBlock:
+		quantize256AVX2(&x[0], blocks, &codes[0], &side[0])
+	default:
+		quantize32AVX2(&x[0], blocks, &codes[0], &side[0])
 	}
 }
 
 // pickInt returns the kernels of type t that this machine runs best: the AVX-512 ones
-// where it has the extensions, else the pure-Go ones.
-func pickInt(t dtype.DType, avx512 intTable) intTable {
-	if hasAVX512 {
+// where it has the extensions, the AVX2 ones, else the pure-Go ones.
+func pickInt(t dtype.DType, avx512, avx2 intTable) intTable {
+	switch {
+	case hasAVX512:
 		return avx512
+	case hasAVX2:
+		return avx2
 	}
 	return goInt(t)
 }
@@ -60,14 +84,14 @@ var (
 	dotF16  = pick(goFloat(goDotF16), [Group + 1]floatKernel{1: dotF16x1, 2: dotF16x2, 3: dotF16x3, 4: dotF16x4, 5: dotF16x5, 6: dotF16x6, 7: dotF16x7, 8: dotF16x8})
 	dotBF16 = pick(goFloat(goDotBF16), [Group + 1]floatKernel{1: dotBF16x1, 2: dotBF16x2, 3: dotBF16x3, 4: dotBF16x4, 5: dotBF16x5, 6: dotBF16x6, 7: dotBF16x7, 8: dotBF16x8})
 
-	intQ8_0 = pickInt(dtype.Q8_0, int512Q8_0)
-	intQ4_0 = pickInt(dtype.Q4_0, int512Q4_0)
-	intQ4_1 = pickInt(dtype.Q4_1, int512Q4_1)
-	intQ5_0 = pickInt(dtype.Q5_0, int512Q5_0)
-	intQ5_1 = pickInt(dtype.Q5_1, int512Q5_1)
-	intQ4_K = pickInt(dtype.Q4_K, int512Q4_K)
-	intQ5_K = pickInt(dtype.Q5_K, int512Q5_K)
-	intQ6_K = pickInt(dtype.Q6_K, int512Q6_K)
+	intQ8_0 = pickInt(dtype.Q8_0, int512Q8_0, int256Q8_0)
+	intQ4_0 = pickInt(dtype.Q4_0, int512Q4_0, int256Q4_0)
+	intQ4_1 = pickInt(dtype.Q4_1, int512Q4_1, int256Q4_1)
+	intQ5_0 = pickInt(dtype.Q5_0, int512Q5_0, int256Q5_0)
+	intQ5_1 = pickInt(dtype.Q5_1, int512Q5_1, int256Q5_1)
+	intQ4_K = pickInt(dtype.Q4_K, int512Q4_K, int256Q4_K)
+	intQ5_K = pickInt(dtype.Q5_K, int512Q5_K, int256Q5_K)
+	intQ6_K = pickInt(dtype.Q6_K, int512Q6_K, int256Q6_K)
 
 	multiF32  = pick(goMulti(dotF32), [Group + 1]floatKernel2{1: dotF32x1r4, 2: dotF32x2r2, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
 	multiF16  = pick(goMulti(dotF16), [Group + 1]floatKernel2{1: dotF16x1r4, 2: dotF16x2r2, 3: dotF16x3r2, 4: dotF16x4r2, 5: dotF16x5r2, 6: dotF16x6r2})

@@ -130,6 +130,108 @@ func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, 
 // dotBF16x6r2 computes 2 weight rows against 6 activation rows of a BF16 product.
 func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
+// intQ8_0x1AVX2 is the AVX2 kernel of Q8_0 weights for 1 activation rows.
+func intQ8_0x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x2AVX2 is the AVX2 kernel of Q8_0 weights for 2 activation rows.
+func intQ8_0x2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x3AVX2 is the AVX2 kernel of Q8_0 weights for 3 activation rows.
+func intQ8_0x3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x4AVX2 is the AVX2 kernel of Q8_0 weights for 4 activation rows.
+func intQ8_0x4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x1AVX2 is the AVX2 kernel of Q4_0 weights for 1 activation rows.
+func intQ4_0x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x2AVX2 is the AVX2 kernel of Q4_0 weights for 2 activation rows.
+func intQ4_0x2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x3AVX2 is the AVX2 kernel of Q4_0 weights for 3 activation rows.
+func intQ4_0x3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x4AVX2 is the AVX2 kernel of Q4_0 weights for 4 activation rows.
+func intQ4_0x4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x1AVX2 is the AVX2 kernel of Q4_1 weights for 1 activation rows.
+func intQ4_1x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x2AVX2 is the AVX2 kernel of Q4_1 weights for 2 activation rows.
+func intQ4_1x2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x3AVX2 is the AVX2 kernel of Q4_1 weights for 3 activation rows.
+func intQ4_1x3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x4AVX2 is the AVX2 kernel of Q4_1 weights for 4 activation rows.
+func intQ4_1x4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x1AVX2 is the AVX2 kernel of Q5_0 weights for 1 activation rows.
+func intQ5_0x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x2AVX2 is the AVX2 kernel of Q5_0 weights for 2 activation rows.
+func intQ5_0x2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x3AVX2 is the AVX2 kernel of Q5_0 weights for 3 activation rows.
+func intQ5_0x3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x4AVX2 is the AVX2 kernel of Q5_0 weights for 4 activation rows.
+func intQ5_0x4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x1AVX2 is the AVX2 kernel of Q5_1 weights for 1 activation rows.
+func intQ5_1x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x2AVX2 is the AVX2 kernel of Q5_1 weights for 2 activation rows.
+func intQ5_1x2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x3AVX2 is the AVX2 kernel of Q5_1 weights for 3 activation rows.
+func intQ5_1x3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x4AVX2 is the AVX2 kernel of Q5_1 weights for 4 activation rows.
+func intQ5_1x4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx1AVX2 is the AVX2 kernel of Q4_K weights for 1 activation rows.
+func intQ4_Kx1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx2AVX2 is the AVX2 kernel of Q4_K weights for 2 activation rows.
+func intQ4_Kx2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx3AVX2 is the AVX2 kernel of Q4_K weights for 3 activation rows.
+func intQ4_Kx3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx4AVX2 is the AVX2 kernel of Q4_K weights for 4 activation rows.
+func intQ4_Kx4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx1AVX2 is the AVX2 kernel of Q5_K weights for 1 activation rows.
+func intQ5_Kx1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx2AVX2 is the AVX2 kernel of Q5_K weights for 2 activation rows.
+func intQ5_Kx2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx3AVX2 is the AVX2 kernel of Q5_K weights for 3 activation rows.
+func intQ5_Kx3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx4AVX2 is the AVX2 kernel of Q5_K weights for 4 activation rows.
+func intQ5_Kx4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx1AVX2 is the AVX2 kernel of Q6_K weights for 1 activation rows.
+func intQ6_Kx1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx2AVX2 is the AVX2 kernel of Q6_K weights for 2 activation rows.
+func intQ6_Kx2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx3AVX2 is the AVX2 kernel of Q6_K weights for 3 activation rows.
+func intQ6_Kx3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx4AVX2 is the AVX2 kernel of Q6_K weights for 4 activation rows.
+func intQ6_Kx4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// quantize32AVX2 quantises blocks of 32 activations to 8-bit codes and their side data, as quantizeBlock does.
+func quantize32AVX2(x *float32, blocks int, codes *int8, side *uint32)
+
+// quantize256AVX2 quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
+func quantize256AVX2(x *float32, blocks int, codes *int8, side *uint32)
+
 // dotAVX2 returns a · b over the first len(a) rounded down to 8 values.
 func dotAVX2(a []float32, b []float32) float32
 

@@ -40,48 +40,48 @@ quantize32AVX512_loop:
 	VMAXPS        X1, X0, X0
 	VPSHUFD       $0xb1, X0, X1
 	VMAXPS        X1, X0, X0
-	VXORPS        X4, X4, X4
-	VXORPS        X1, X1, X1
 	VXORPS        X3, X3, X3
-	VUCOMISS      X4, X0
+	VXORPS        X1, X1, X1
+	VXORPS        X2, X2, X2
+	VUCOMISS      X3, X0
 	JBE           quantize32AVX512_zero
-	VMOVSS        q512F127<>+0(SB), X3
-	VDIVSS        X3, X0, X1
-	VDIVSS        X0, X3, X3
+	VMOVSS        q512F127<>+0(SB), X2
+	VDIVSS        X2, X0, X1
+	VDIVSS        X0, X2, X2
 
 quantize32AVX512_zero:
-	VBROADCASTSS  X3, Z0
+	VBROADCASTSS  X2, Z0
 	VMOVSS        X1, (BX)
 	MOVL          $0x00000000, 20(BX)
 	MOVL          $0x00000000, 24(BX)
 	MOVL          $0x00000000, 28(BX)
-	VMULPS        (AX), Z0, Z3
-	VCVTPS2DQ     Z3, Z3
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z3, Z3
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z3, Z3
-	VPMOVSDB      Z3, (DX)
-	VEXTRACTI64X4 $0x01, Z3, Y4
-	VPADDD        Y4, Y3, Y4
-	VEXTRACTI128  $0x01, Y4, X3
-	VPADDD        X3, X4, X3
-	VPSHUFD       $0x4e, X3, X4
-	VPADDD        X4, X3, X3
-	VPSHUFD       $0xb1, X3, X4
-	VPADDD        X4, X3, X3
-	VMOVD         X3, SI
+	VMULPS        (AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, (DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	VMULPS        64(AX), Z0, Z0
 	VCVTPS2DQ     Z0, Z0
 	VPMINSD.BCST  q512Plus127<>+0(SB), Z0, Z0
 	VPMAXSD.BCST  q512Minus127<>+0(SB), Z0, Z0
 	VPMOVSDB      Z0, 16(DX)
-	VEXTRACTI64X4 $0x01, Z0, Y3
-	VPADDD        Y3, Y0, Y3
-	VEXTRACTI128  $0x01, Y3, X0
-	VPADDD        X0, X3, X0
-	VPSHUFD       $0x4e, X0, X3
-	VPADDD        X3, X0, X0
-	VPSHUFD       $0xb1, X0, X3
-	VPADDD        X3, X0, X0
+	VEXTRACTI64X4 $0x01, Z0, Y2
+	VPADDD        Y2, Y0, Y2
+	VEXTRACTI128  $0x01, Y2, X0
+	VPADDD        X0, X2, X0
+	VPSHUFD       $0x4e, X0, X2
+	VPADDD        X2, X0, X0
+	VPSHUFD       $0xb1, X0, X2
+	VPADDD        X2, X0, X0
 	VMOVD         X0, DI
 	ADDL          DI, SI
 	MOVL          SI, DI
@@ -96,9 +96,9 @@ quantize32AVX512_zero:
 	SHLL          $0x07, DI
 	NEGL          DI
 	MOVL          DI, 12(BX)
-	VCVTSI2SSL    SI, X2, X2
-	VMULSS        X1, X2, X2
-	VMOVSS        X2, 16(BX)
+	VCVTSI2SSL    SI, X1, X0
+	VMULSS        X1, X0, X0
+	VMOVSS        X0, 16(BX)
 	ADDQ          $0x00000080, AX
 	ADDQ          $0x00000020, DX
 	ADDQ          $0x00000020, BX
@@ -175,17 +175,17 @@ quantize256AVX512_loop:
 	VMAXPS        X1, X0, X0
 	VPSHUFD       $0xb1, X0, X1
 	VMAXPS        X1, X0, X0
-	VXORPS        X11, X11, X11
+	VXORPS        X3, X3, X3
 	VXORPS        X1, X1, X1
-	VXORPS        X10, X10, X10
-	VUCOMISS      X11, X0
+	VXORPS        X2, X2, X2
+	VUCOMISS      X3, X0
 	JBE           quantize256AVX512_zero
-	VMOVSS        q512F127<>+0(SB), X10
-	VDIVSS        X10, X0, X1
-	VDIVSS        X0, X10, X10
+	VMOVSS        q512F127<>+0(SB), X2
+	VDIVSS        X2, X0, X1
+	VDIVSS        X0, X2, X2
 
 quantize256AVX512_zero:
-	VBROADCASTSS  X10, Z0
+	VBROADCASTSS  X2, Z0
 	VMOVSS        X1, (BX)
 	MOVL          $0x00000000, 100(BX)
 	MOVL          $0x00000000, 104(BX)
@@ -194,293 +194,293 @@ quantize256AVX512_zero:
 	MOVL          $0x00000000, 116(BX)
 	MOVL          $0x00000000, 120(BX)
 	MOVL          $0x00000000, 124(BX)
-	VMULPS        (AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, (DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        (AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, (DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	MOVL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 36(BX)
-	VMULPS        64(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 16(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        64(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 16(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	ADDL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 40(BX)
-	VCVTSI2SSL    DI, X2, X2
+	VCVTSI2SSL    DI, X1, X2
 	VMULSS        X1, X2, X2
 	VMOVSS        X2, 4(BX)
-	VMULPS        128(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 32(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        128(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 32(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	MOVL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 44(BX)
-	VMULPS        192(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 48(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        192(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 48(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	ADDL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 48(BX)
-	VCVTSI2SSL    DI, X3, X3
-	VMULSS        X1, X3, X3
-	VMOVSS        X3, 8(BX)
-	VMULPS        256(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 64(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VCVTSI2SSL    DI, X1, X2
+	VMULSS        X1, X2, X2
+	VMOVSS        X2, 8(BX)
+	VMULPS        256(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 64(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	MOVL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 52(BX)
-	VMULPS        320(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 80(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        320(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 80(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	ADDL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 56(BX)
-	VCVTSI2SSL    DI, X4, X4
-	VMULSS        X1, X4, X4
-	VMOVSS        X4, 12(BX)
-	VMULPS        384(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 96(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VCVTSI2SSL    DI, X1, X2
+	VMULSS        X1, X2, X2
+	VMOVSS        X2, 12(BX)
+	VMULPS        384(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 96(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	MOVL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 60(BX)
-	VMULPS        448(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 112(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        448(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 112(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	ADDL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 64(BX)
-	VCVTSI2SSL    DI, X5, X5
-	VMULSS        X1, X5, X5
-	VMOVSS        X5, 16(BX)
-	VMULPS        512(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 128(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VCVTSI2SSL    DI, X1, X2
+	VMULSS        X1, X2, X2
+	VMOVSS        X2, 16(BX)
+	VMULPS        512(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 128(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	MOVL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 68(BX)
-	VMULPS        576(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 144(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        576(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 144(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	ADDL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 72(BX)
-	VCVTSI2SSL    DI, X6, X6
-	VMULSS        X1, X6, X6
-	VMOVSS        X6, 20(BX)
-	VMULPS        640(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 160(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VCVTSI2SSL    DI, X1, X2
+	VMULSS        X1, X2, X2
+	VMOVSS        X2, 20(BX)
+	VMULPS        640(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 160(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	MOVL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 76(BX)
-	VMULPS        704(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 176(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        704(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 176(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	ADDL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 80(BX)
-	VCVTSI2SSL    DI, X7, X7
-	VMULSS        X1, X7, X7
-	VMOVSS        X7, 24(BX)
-	VMULPS        768(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 192(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VCVTSI2SSL    DI, X1, X2
+	VMULSS        X1, X2, X2
+	VMOVSS        X2, 24(BX)
+	VMULPS        768(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 192(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	MOVL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 84(BX)
-	VMULPS        832(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 208(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VMULPS        832(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 208(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	ADDL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 88(BX)
-	VCVTSI2SSL    DI, X8, X8
-	VMULSS        X1, X8, X8
-	VMOVSS        X8, 28(BX)
-	VMULPS        896(AX), Z0, Z10
-	VCVTPS2DQ     Z10, Z10
-	VPMINSD.BCST  q512Plus127<>+0(SB), Z10, Z10
-	VPMAXSD.BCST  q512Minus127<>+0(SB), Z10, Z10
-	VPMOVSDB      Z10, 224(DX)
-	VEXTRACTI64X4 $0x01, Z10, Y11
-	VPADDD        Y11, Y10, Y11
-	VEXTRACTI128  $0x01, Y11, X10
-	VPADDD        X10, X11, X10
-	VPSHUFD       $0x4e, X10, X11
-	VPADDD        X11, X10, X10
-	VPSHUFD       $0xb1, X10, X11
-	VPADDD        X11, X10, X10
-	VMOVD         X10, SI
+	VCVTSI2SSL    DI, X1, X2
+	VMULSS        X1, X2, X2
+	VMOVSS        X2, 28(BX)
+	VMULPS        896(AX), Z0, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMINSD.BCST  q512Plus127<>+0(SB), Z2, Z2
+	VPMAXSD.BCST  q512Minus127<>+0(SB), Z2, Z2
+	VPMOVSDB      Z2, 224(DX)
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI128  $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VMOVD         X2, SI
 	MOVL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
@@ -490,22 +490,22 @@ quantize256AVX512_zero:
 	VPMINSD.BCST  q512Plus127<>+0(SB), Z0, Z0
 	VPMAXSD.BCST  q512Minus127<>+0(SB), Z0, Z0
 	VPMOVSDB      Z0, 240(DX)
-	VEXTRACTI64X4 $0x01, Z0, Y10
-	VPADDD        Y10, Y0, Y10
-	VEXTRACTI128  $0x01, Y10, X0
-	VPADDD        X0, X10, X0
-	VPSHUFD       $0x4e, X0, X10
-	VPADDD        X10, X0, X0
-	VPSHUFD       $0xb1, X0, X10
-	VPADDD        X10, X0, X0
+	VEXTRACTI64X4 $0x01, Z0, Y2
+	VPADDD        Y2, Y0, Y2
+	VEXTRACTI128  $0x01, Y2, X0
+	VPADDD        X0, X2, X0
+	VPSHUFD       $0x4e, X0, X2
+	VPADDD        X2, X0, X0
+	VPSHUFD       $0xb1, X0, X2
+	VPADDD        X2, X0, X0
 	VMOVD         X0, SI
 	ADDL          SI, DI
 	SHLL          $0x05, SI
 	NEGL          SI
 	MOVL          SI, 96(BX)
-	VCVTSI2SSL    DI, X9, X9
-	VMULSS        X1, X9, X9
-	VMOVSS        X9, 32(BX)
+	VCVTSI2SSL    DI, X1, X0
+	VMULSS        X1, X0, X0
+	VMOVSS        X0, 32(BX)
 	ADDQ          $0x00000400, AX
 	ADDQ          $0x00000100, DX
 	ADDQ          $0x00000080, BX

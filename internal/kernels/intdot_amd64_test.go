@@ -5,6 +5,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,8 @@ func asmIntTables() map[string]map[dtype.DType]intTable {
 	return map[string]map[dtype.DType]intTable{
 		"AVX-512": {dtype.Q8_0: int512Q8_0, dtype.Q4_0: int512Q4_0, dtype.Q4_1: int512Q4_1, dtype.Q5_0: int512Q5_0,
 			dtype.Q5_1: int512Q5_1, dtype.Q4_K: int512Q4_K, dtype.Q5_K: int512Q5_K, dtype.Q6_K: int512Q6_K},
+		"AVX2": {dtype.Q8_0: int256Q8_0, dtype.Q4_0: int256Q4_0, dtype.Q4_1: int256Q4_1, dtype.Q5_0: int256Q5_0,
+			dtype.Q5_1: int256Q5_1, dtype.Q4_K: int256Q4_K, dtype.Q5_K: int256Q5_K, dtype.Q6_K: int256Q6_K},
 	}
 }
 
@@ -79,11 +82,29 @@ func TestIntAssemblyMatchesGo(t *testing.T) {
 // of the Go one, bit for bit, for rows of awkward values: zeros, ties, huge and tiny
 // magnitudes.
 func TestQuantizeAssemblyMatchesGo(t *testing.T) {
-	if !hasAVX512 {
-		t.Skip("AVX-512 quantizers not tested: the CPU lacks AVX-512 F, BW or VNNI")
+	quantizers := map[string]func(x *float32, blocks int, codes *int8, side *uint32){
+		"AVX-512/32": quantize32AVX512, "AVX-512/256": quantize256AVX512,
+		"AVX2/32": quantize32AVX2, "AVX2/256": quantize256AVX2,
 	}
+	for name, q := range quantizers {
+		family, size, _ := strings.Cut(name, "/")
+		t.Run(name, func(t *testing.T) {
+			if ok, why := familyRuns(family); !ok {
+				t.Skipf("%s quantizers not tested: %s", family, why)
+			}
+			block := q8Block
+			if size == "256" {
+				block = kBlock
+			}
+			checkQuantizer(t, block, q)
+		})
+	}
+}
+
+// checkQuantizer compares a quantizer with the Go one on rows of awkward values.
+func checkQuantizer(t *testing.T, block int, quantize func(x *float32, blocks int, codes *int8, side *uint32)) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for _, block := range []int{q8Block, kBlock} {
+	{
 		words := side32Words
 		if block == kBlock {
 			words = side256Words
@@ -108,7 +129,7 @@ func TestQuantizeAssemblyMatchesGo(t *testing.T) {
 			}
 			got, want := make([]int8, len(x)), make([]int8, len(x))
 			gs, ws := make([]uint32, blocks*words), make([]uint32, blocks*words)
-			quantizeRow(x, block, got, gs)
+			quantize(&x[0], blocks, &got[0], &gs[0])
 			goQuantizeRow(x, block, want, ws)
 			require.Equal(t, want, got, "block %d, trial %d: codes", block, trial)
 			require.Equal(t, ws, gs, "block %d, trial %d: side data", block, trial)

@@ -1,9 +1,12 @@
 // Package kernels holds specula's numeric kernels: weight-matrix products for every
 // supported weight type, activation packing and quantisation, vector helpers and a
-// worker pool. Hot loops have AVX2 assembly generated with avo (see _gen/); every
-// assembly kernel has a pure-Go twin with the same signature that is used when the CPU
-// lacks the features (or with the purego build tag), and that the tests compare the
-// assembly against.
+// worker pool. Hot loops have AVX2 and AVX-512 assembly generated with avo (see
+// _gen/); every assembly kernel has a pure-Go twin with the same signature that is
+// used when the CPU lacks the features (or with the purego build tag), and that the
+// tests compare the assembly against — the integer kernels and the quantizers to the
+// bit. The kernels are chosen once, at start, by the CPU's features; the environment
+// variable SPECULA_CPU=avx2 holds an AVX-512 machine to the AVX2 kernels and
+// SPECULA_CPU=generic to the pure-Go ones, for comparisons.
 package kernels
 
 import (

@@ -62,6 +62,8 @@ func main() {
 			}
 		}
 	}
+	int256Kernels()
+	quant256Kernels()
 	dotKernel()
 	axpyKernel()
 	for h := 1; h <= 4; h++ {

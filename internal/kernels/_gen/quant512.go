@@ -167,10 +167,12 @@ func offsets(side Mem, s Register, d VecVirtual) {
 	dsum(side.Offset(16), s, d)
 }
 
-// dsum stores float32(d·float32(s)).
+// dsum stores float32(d·float32(s)). (The conversion takes its upper lanes from d:
+// taking them from f itself would read f, and make it live across the whole loop for
+// the register allocator.)
 func dsum(m Mem, s Register, d VecVirtual) {
 	f := XMM()
-	VCVTSI2SSL(s, f, f)
+	VCVTSI2SSL(s, d, f)
 	VMULSS(d, f, f)
 	VMOVSS(f, m)
 }
@@ -180,4 +182,154 @@ func quant512Kernels() {
 	c := newQuantConsts()
 	quantKernel(32, c)
 	quantKernel(256, c)
+}
+
+// The AVX2 quantizers: the same, 8 values a vector, packed to bytes 32 at a time.
+
+type quant256Consts struct {
+	abs, plus127, minus127, perm Mem
+	f127                         Mem
+}
+
+func newQuant256Consts() quant256Consts {
+	vec := func(name string, word func(i int) uint32) Mem {
+		m := GLOBL(name, RODATA|NOPTR)
+		for i := 0; i < 8; i++ {
+			DATA(4*i, U32(word(i)))
+		}
+		return m
+	}
+	same := func(v uint32) func(int) uint32 { return func(int) uint32 { return v } }
+	word := GLOBL("q256F127", RODATA|NOPTR)
+	DATA(0, U32(0x42fe0000))
+	return quant256Consts{
+		abs:      vec("q256Abs", same(0x7fffffff)),
+		plus127:  vec("q256Plus127", same(127)),
+		minus127: vec("q256Minus127", same(0xffffff81)),
+		// After VPACKSSDW and VPACKSSWB of four vectors a, b, c, d, the dwords hold a0-3,
+		// b0-3, c0-3, d0-3, a4-7, b4-7, c4-7, d4-7: this puts them in order.
+		perm: vec("q256Perm", func(i int) uint32 { return [8]uint32{0, 4, 1, 5, 2, 6, 3, 7}[i] }),
+		f127: word,
+	}
+}
+
+// hmax256 reduces a YMM of non-negative floats to its largest, in lane 0 of an XMM.
+func hmax256(v VecVirtual) VecVirtual {
+	x := XMM()
+	VEXTRACTF128(U8(1), v, x)
+	VMAXPS(x, v.AsX(), x)
+	t := XMM()
+	VPSHUFD(U8(0x4e), x, t)
+	VMAXPS(t, x, x)
+	VPSHUFD(U8(0xb1), x, t)
+	VMAXPS(t, x, x)
+	return x
+}
+
+// hsum256 reduces a YMM of int32 to their sum, in a general register.
+func hsum256(v VecVirtual) Register {
+	x := XMM()
+	VEXTRACTI128(U8(1), v, x)
+	VPADDD(x, v.AsX(), x)
+	t := XMM()
+	VPSHUFD(U8(0x4e), x, t)
+	VPADDD(t, x, x)
+	VPSHUFD(U8(0xb1), x, t)
+	VPADDD(t, x, x)
+	r := GP32()
+	VMOVD(x, r)
+	return r
+}
+
+func quant256Kernel(size int, c quant256Consts) {
+	fn := fmt.Sprintf("quantize%dAVX2", size)
+	TEXT(fn, NOSPLIT, "func(x *float32, blocks int, codes *int8, side *uint32)")
+	Doc(fmt.Sprintf("%s quantises blocks of %d activations to 8-bit codes and their side data, as quantizeBlock does.", fn, size))
+	x := Mem{Base: Load(Param("x"), GP64())}
+	blocks := Load(Param("blocks"), GP64())
+	codes := Mem{Base: Load(Param("codes"), GP64())}
+	side := Mem{Base: Load(Param("side"), GP64())}
+	vecs := size / 8
+	words, used := 8, 5
+	if size == 256 {
+		words, used = 32, 25
+	}
+	countdown(fn+"_loop", fn+"_done", blocks, func() {
+		m := YMM()
+		VMOVUPS(x, m)
+		VANDPS(c.abs, m, m)
+		for i := 1; i < vecs; i++ {
+			a := YMM()
+			VMOVUPS(x.Offset(32*i), a)
+			VANDPS(c.abs, a, a)
+			VMAXPS(a, m, m)
+		}
+		amax := hmax256(m)
+		d, id, zero := XMM(), XMM(), XMM()
+		VXORPS(zero, zero, zero)
+		VXORPS(d, d, d)
+		VXORPS(id, id, id)
+		VUCOMISS(zero, amax)
+		JBE(LabelRef(fn + "_zero"))
+		f127 := XMM()
+		VMOVSS(c.f127, f127)
+		VDIVSS(f127, amax, d)
+		VDIVSS(amax, f127, id)
+		Label(fn + "_zero")
+		idv := YMM()
+		VBROADCASTSS(id, idv)
+		VMOVSS(d, side)
+		for w := used; w < words; w++ {
+			MOVL(U32(0), side.Offset(4*w))
+		}
+		// 32 values at a time: four vectors of codes, their sums, packed to bytes.
+		for q := 0; q < vecs; q += 4 {
+			v := make([]VecVirtual, 4)
+			for i := range v {
+				v[i] = YMM()
+				VMULPS(x.Offset(32*(q+i)), idv, v[i])
+				VCVTPS2DQ(v[i], v[i])
+				VPMINSD(c.plus127, v[i], v[i])
+				VPMAXSD(c.minus127, v[i], v[i])
+			}
+			// Sums of 16 (groups g = q/2 and q/2+1), then of 32.
+			lo, hi := YMM(), YMM()
+			VPADDD(v[1], v[0], lo)
+			VPADDD(v[3], v[2], hi)
+			s0, s1 := hsum256(lo), hsum256(hi)
+			pair := GP32()
+			MOVL(s0, pair)
+			ADDL(s1, pair)
+			if size == 32 {
+				offsets(side, pair, d)
+			} else {
+				dsum(side.Offset(4*(1+q/4)), pair, d)
+				for k, s := range []Register{s0, s1} {
+					SHLL(U8(5), s)
+					NEGL(s)
+					MOVL(s, side.Offset(4*(9+q/2+k)))
+				}
+			}
+			ab, cd := YMM(), YMM()
+			VPACKSSDW(v[1], v[0], ab)
+			VPACKSSDW(v[3], v[2], cd)
+			VPACKSSWB(cd, ab, ab)
+			perm := YMM()
+			VMOVDQU(c.perm, perm)
+			VPERMD(ab, perm, ab)
+			VMOVDQU(ab, codes.Offset(8*q))
+		}
+		ADDQ(U32(4*size), x.Base)
+		ADDQ(U32(size), codes.Base)
+		ADDQ(U32(4*words), side.Base)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// quant256Kernels emits the AVX2 quantizers.
+func quant256Kernels() {
+	c := newQuant256Consts()
+	quant256Kernel(32, c)
+	quant256Kernel(256, c)
 }
