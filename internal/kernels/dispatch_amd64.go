@@ -46,6 +46,17 @@ var (
 	int256Q6_K = intTable{1: intQ6_Kx1AVX2, 2: intQ6_Kx2AVX2, 3: intQ6_Kx3AVX2, 4: intQ6_Kx4AVX2}
 )
 
+// pickFloat is pickInt for the float kernels.
+func pickFloat(t dtype.DType, avx512, avx2 floatTable) floatTable {
+	switch {
+	case hasAVX512:
+		return avx512
+	case hasAVX2:
+		return avx2
+	}
+	return goFloatGroup(t)
+}
+
 // quantizeRow quantises the blocks of one row of activations (see act8.go).
 func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
 	if !hasAVX2 || len(x) == 0 {
@@ -80,9 +91,11 @@ func pickInt(t dtype.DType, avx512, avx2 intTable) intTable {
 
 // The kernel tables, indexed by the number of activation rows; chosen once, at start.
 var (
-	dotF32  = pick(goFloat(goDotF32), [Group + 1]floatKernel{1: dotF32x1, 2: dotF32x2, 3: dotF32x3, 4: dotF32x4, 5: dotF32x5, 6: dotF32x6, 7: dotF32x7, 8: dotF32x8})
-	dotF16  = pick(goFloat(goDotF16), [Group + 1]floatKernel{1: dotF16x1, 2: dotF16x2, 3: dotF16x3, 4: dotF16x4, 5: dotF16x5, 6: dotF16x6, 7: dotF16x7, 8: dotF16x8})
-	dotBF16 = pick(goFloat(goDotBF16), [Group + 1]floatKernel{1: dotBF16x1, 2: dotBF16x2, 3: dotBF16x3, 4: dotBF16x4, 5: dotBF16x5, 6: dotBF16x6, 7: dotBF16x7, 8: dotBF16x8})
+	dotF32 = pick(goFloat(goDotF32), [Group + 1]floatKernel{1: dotF32x1, 2: dotF32x2, 3: dotF32x3, 4: dotF32x4, 5: dotF32x5, 6: dotF32x6, 7: dotF32x7, 8: dotF32x8})
+
+	floatF32  = pickFloat(dtype.F32, floatTable{1: floatF32x1AVX512, 2: floatF32x2AVX512, 3: floatF32x3AVX512, 4: floatF32x4AVX512, 5: floatF32x5AVX512, 6: floatF32x6AVX512, 7: floatF32x7AVX512, 8: floatF32x8AVX512}, floatTable{1: floatF32x1AVX2, 2: floatF32x2AVX2, 3: floatF32x3AVX2})
+	floatF16  = pickFloat(dtype.F16, floatTable{1: floatF16x1AVX512, 2: floatF16x2AVX512, 3: floatF16x3AVX512, 4: floatF16x4AVX512, 5: floatF16x5AVX512, 6: floatF16x6AVX512, 7: floatF16x7AVX512, 8: floatF16x8AVX512}, floatTable{1: floatF16x1AVX2, 2: floatF16x2AVX2, 3: floatF16x3AVX2})
+	floatBF16 = pickFloat(dtype.BF16, floatTable{1: floatBF16x1AVX512, 2: floatBF16x2AVX512, 3: floatBF16x3AVX512, 4: floatBF16x4AVX512, 5: floatBF16x5AVX512, 6: floatBF16x6AVX512, 7: floatBF16x7AVX512, 8: floatBF16x8AVX512}, floatTable{1: floatBF16x1AVX2, 2: floatBF16x2AVX2, 3: floatBF16x3AVX2})
 
 	intQ8_0 = pickInt(dtype.Q8_0, int512Q8_0, int256Q8_0)
 	intQ4_0 = pickInt(dtype.Q4_0, int512Q4_0, int256Q4_0)
@@ -93,9 +106,7 @@ var (
 	intQ5_K = pickInt(dtype.Q5_K, int512Q5_K, int256Q5_K)
 	intQ6_K = pickInt(dtype.Q6_K, int512Q6_K, int256Q6_K)
 
-	multiF32  = pick(goMulti(dotF32), [Group + 1]floatKernel2{1: dotF32x1r4, 2: dotF32x2r2, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
-	multiF16  = pick(goMulti(dotF16), [Group + 1]floatKernel2{1: dotF16x1r4, 2: dotF16x2r2, 3: dotF16x3r2, 4: dotF16x4r2, 5: dotF16x5r2, 6: dotF16x6r2})
-	multiBF16 = pick(goMulti(dotBF16), [Group + 1]floatKernel2{1: dotBF16x1r4, 2: dotBF16x2r2, 3: dotBF16x3r2, 4: dotBF16x4r2, 5: dotBF16x5r2, 6: dotBF16x6r2})
+	multiF32 = pick(goMulti(dotF32), [Group + 1]floatKernel2{1: dotF32x1r4, 2: dotF32x2r2, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
 )
 
 // weightedSumAVX2[h] is the weighted-sum kernel for h heads at once.

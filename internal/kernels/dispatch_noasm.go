@@ -6,9 +6,11 @@ import "github.com/specula/specula/model/dtype"
 
 // Without assembly every product runs the pure-Go kernels.
 var (
-	dotF32  = goFloat(goDotF32)
-	dotF16  = goFloat(goDotF16)
-	dotBF16 = goFloat(goDotBF16)
+	dotF32 = goFloat(goDotF32)
+
+	floatF32  = goFloatGroup(dtype.F32)
+	floatF16  = goFloatGroup(dtype.F16)
+	floatBF16 = goFloatGroup(dtype.BF16)
 
 	intQ8_0 = goInt(dtype.Q8_0)
 	intQ4_0 = goInt(dtype.Q4_0)
@@ -19,9 +21,7 @@ var (
 	intQ5_K = goInt(dtype.Q5_K)
 	intQ6_K = goInt(dtype.Q6_K)
 
-	multiF32  = goMulti(dotF32)
-	multiF16  = goMulti(dotF16)
-	multiBF16 = goMulti(dotBF16)
+	multiF32 = goMulti(dotF32)
 )
 
 // Accelerated reports whether assembly kernels are in use.

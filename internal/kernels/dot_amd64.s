@@ -1115,2260 +1115,6 @@ dotF32x6r2_done:
 	VZEROUPPER
 	RET
 
-// func dotF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x1(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-
-dotF16x1_loop:
-	CMPQ        DX, $0x00000002
-	JL          dotF16x1_tail
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y1
-	VCVTPH2PS   16(AX), Y2
-	VFMADD231PS (CX), Y1, Y0
-	VFMADD231PS 32(CX), Y2, Y0
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000040, CX
-	SUBQ        $0x00000002, DX
-	JMP         dotF16x1_loop
-
-dotF16x1_tail:
-	TESTQ       DX, DX
-	JZ          dotF16x1_done
-	VCVTPH2PS   (AX), Y1
-	VFMADD231PS (CX), Y1, Y0
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000020, CX
-	DECQ        DX
-	JMP         dotF16x1_tail
-
-dotF16x1_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	VZEROUPPER
-	RET
-
-// func dotF16x2(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x2(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-
-dotF16x2_loop:
-	CMPQ        DX, $0x00000002
-	JL          dotF16x2_tail
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y2
-	VCVTPH2PS   16(AX), Y3
-	VFMADD231PS (CX), Y2, Y0
-	VFMADD231PS 32(CX), Y2, Y1
-	VFMADD231PS 64(CX), Y3, Y0
-	VFMADD231PS 96(CX), Y3, Y1
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000080, CX
-	SUBQ        $0x00000002, DX
-	JMP         dotF16x2_loop
-
-dotF16x2_tail:
-	TESTQ       DX, DX
-	JZ          dotF16x2_done
-	VCVTPH2PS   (AX), Y2
-	VFMADD231PS (CX), Y2, Y0
-	VFMADD231PS 32(CX), Y2, Y1
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000040, CX
-	DECQ        DX
-	JMP         dotF16x2_tail
-
-dotF16x2_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X2
-	VADDPS       X2, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	VZEROUPPER
-	RET
-
-// func dotF16x3(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x3(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-
-dotF16x3_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotF16x3_tail
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y3
-	VFMADD231PS (CX), Y3, Y0
-	VFMADD231PS 32(CX), Y3, Y1
-	VFMADD231PS 64(CX), Y3, Y2
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000060, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotF16x3_loop
-
-dotF16x3_tail:
-	TESTQ       DX, DX
-	JZ          dotF16x3_done
-	VCVTPH2PS   (AX), Y3
-	VFMADD231PS (CX), Y3, Y0
-	VFMADD231PS 32(CX), Y3, Y1
-	VFMADD231PS 64(CX), Y3, Y2
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000060, CX
-	DECQ        DX
-	JMP         dotF16x3_tail
-
-dotF16x3_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X3
-	VADDPS       X3, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	VZEROUPPER
-	RET
-
-// func dotF16x4(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x4(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-
-dotF16x4_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotF16x4_tail
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y4
-	VFMADD231PS (CX), Y4, Y0
-	VFMADD231PS 32(CX), Y4, Y1
-	VFMADD231PS 64(CX), Y4, Y2
-	VFMADD231PS 96(CX), Y4, Y3
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000080, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotF16x4_loop
-
-dotF16x4_tail:
-	TESTQ       DX, DX
-	JZ          dotF16x4_done
-	VCVTPH2PS   (AX), Y4
-	VFMADD231PS (CX), Y4, Y0
-	VFMADD231PS 32(CX), Y4, Y1
-	VFMADD231PS 64(CX), Y4, Y2
-	VFMADD231PS 96(CX), Y4, Y3
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000080, CX
-	DECQ        DX
-	JMP         dotF16x4_tail
-
-dotF16x4_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X4
-	VADDPS       X4, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	VZEROUPPER
-	RET
-
-// func dotF16x5(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x5(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-
-dotF16x5_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotF16x5_tail
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y5
-	VFMADD231PS (CX), Y5, Y0
-	VFMADD231PS 32(CX), Y5, Y1
-	VFMADD231PS 64(CX), Y5, Y2
-	VFMADD231PS 96(CX), Y5, Y3
-	VFMADD231PS 128(CX), Y5, Y4
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000a0, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotF16x5_loop
-
-dotF16x5_tail:
-	TESTQ       DX, DX
-	JZ          dotF16x5_done
-	VCVTPH2PS   (AX), Y5
-	VFMADD231PS (CX), Y5, Y0
-	VFMADD231PS 32(CX), Y5, Y1
-	VFMADD231PS 64(CX), Y5, Y2
-	VFMADD231PS 96(CX), Y5, Y3
-	VFMADD231PS 128(CX), Y5, Y4
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000a0, CX
-	DECQ        DX
-	JMP         dotF16x5_tail
-
-dotF16x5_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X5
-	VADDPS       X5, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (BX)
-	VZEROUPPER
-	RET
-
-// func dotF16x6(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x6(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-
-dotF16x6_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotF16x6_tail
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y6
-	VFMADD231PS (CX), Y6, Y0
-	VFMADD231PS 32(CX), Y6, Y1
-	VFMADD231PS 64(CX), Y6, Y2
-	VFMADD231PS 96(CX), Y6, Y3
-	VFMADD231PS 128(CX), Y6, Y4
-	VFMADD231PS 160(CX), Y6, Y5
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000c0, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotF16x6_loop
-
-dotF16x6_tail:
-	TESTQ       DX, DX
-	JZ          dotF16x6_done
-	VCVTPH2PS   (AX), Y6
-	VFMADD231PS (CX), Y6, Y0
-	VFMADD231PS 32(CX), Y6, Y1
-	VFMADD231PS 64(CX), Y6, Y2
-	VFMADD231PS 96(CX), Y6, Y3
-	VFMADD231PS 128(CX), Y6, Y4
-	VFMADD231PS 160(CX), Y6, Y5
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000c0, CX
-	DECQ        DX
-	JMP         dotF16x6_tail
-
-dotF16x6_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, (BX)
-	VZEROUPPER
-	RET
-
-// func dotF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x7(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-
-dotF16x7_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotF16x7_tail
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y7
-	VFMADD231PS (CX), Y7, Y0
-	VFMADD231PS 32(CX), Y7, Y1
-	VFMADD231PS 64(CX), Y7, Y2
-	VFMADD231PS 96(CX), Y7, Y3
-	VFMADD231PS 128(CX), Y7, Y4
-	VFMADD231PS 160(CX), Y7, Y5
-	VFMADD231PS 192(CX), Y7, Y6
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000e0, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotF16x7_loop
-
-dotF16x7_tail:
-	TESTQ       DX, DX
-	JZ          dotF16x7_done
-	VCVTPH2PS   (AX), Y7
-	VFMADD231PS (CX), Y7, Y0
-	VFMADD231PS 32(CX), Y7, Y1
-	VFMADD231PS 64(CX), Y7, Y2
-	VFMADD231PS 96(CX), Y7, Y3
-	VFMADD231PS 128(CX), Y7, Y4
-	VFMADD231PS 160(CX), Y7, Y5
-	VFMADD231PS 192(CX), Y7, Y6
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000e0, CX
-	DECQ        DX
-	JMP         dotF16x7_tail
-
-dotF16x7_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X7
-	VADDPS       X7, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, (BX)
-	VZEROUPPER
-	RET
-
-// func dotF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x8(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-
-dotF16x8_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotF16x8_tail
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y8
-	VFMADD231PS (CX), Y8, Y0
-	VFMADD231PS 32(CX), Y8, Y1
-	VFMADD231PS 64(CX), Y8, Y2
-	VFMADD231PS 96(CX), Y8, Y3
-	VFMADD231PS 128(CX), Y8, Y4
-	VFMADD231PS 160(CX), Y8, Y5
-	VFMADD231PS 192(CX), Y8, Y6
-	VFMADD231PS 224(CX), Y8, Y7
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000100, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotF16x8_loop
-
-dotF16x8_tail:
-	TESTQ       DX, DX
-	JZ          dotF16x8_done
-	VCVTPH2PS   (AX), Y8
-	VFMADD231PS (CX), Y8, Y0
-	VFMADD231PS 32(CX), Y8, Y1
-	VFMADD231PS 64(CX), Y8, Y2
-	VFMADD231PS 96(CX), Y8, Y3
-	VFMADD231PS 128(CX), Y8, Y4
-	VFMADD231PS 160(CX), Y8, Y5
-	VFMADD231PS 192(CX), Y8, Y6
-	VFMADD231PS 224(CX), Y8, Y7
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000100, CX
-	DECQ        DX
-	JMP         dotF16x8_tail
-
-dotF16x8_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X8
-	VADDPS       X8, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, (BX)
-	VZEROUPPER
-	RET
-
-// func dotF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x1r4(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), DX
-	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   x_base+32(FP), SI
-	MOVQ   chunks+56(FP), DI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y2, Y2, Y2
-	VXORPS Y4, Y4, Y4
-	VXORPS Y6, Y6, Y6
-
-dotF16x1r4_loop:
-	TESTQ       DI, DI
-	JZ          dotF16x1r4_done
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y1
-	PREFETCHT0  2048(DX)
-	VCVTPH2PS   (DX), Y3
-	PREFETCHT0  2048(BX)
-	VCVTPH2PS   (BX), Y5
-	PREFETCHT0  2048(CX)
-	VCVTPH2PS   (CX), Y7
-	VMOVUPS     (SI), Y8
-	VFMADD231PS Y8, Y1, Y0
-	VFMADD231PS Y8, Y3, Y2
-	VFMADD231PS Y8, Y5, Y4
-	VFMADD231PS Y8, Y7, Y6
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000010, BX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000020, SI
-	DECQ        DI
-	JMP         dotF16x1r4_loop
-
-dotF16x1r4_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, 4(AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 8(AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 12(AX)
-	VZEROUPPER
-	RET
-
-// func dotF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x2r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-
-dotF16x2r2_loop:
-	TESTQ       BX, BX
-	JZ          dotF16x2r2_done
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y2
-	PREFETCHT0  2048(CX)
-	VCVTPH2PS   (CX), Y5
-	VMOVUPS     (DX), Y6
-	VFMADD231PS Y6, Y2, Y0
-	VFMADD231PS Y6, Y5, Y3
-	VMOVUPS     32(DX), Y6
-	VFMADD231PS Y6, Y2, Y1
-	VFMADD231PS Y6, Y5, Y4
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000040, DX
-	DECQ        BX
-	JMP         dotF16x2r2_loop
-
-dotF16x2r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X2
-	VADDPS       X2, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x3r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-
-dotF16x3r2_loop:
-	TESTQ       BX, BX
-	JZ          dotF16x3r2_done
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y3
-	PREFETCHT0  2048(CX)
-	VCVTPH2PS   (CX), Y7
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y3, Y0
-	VFMADD231PS Y8, Y7, Y4
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y3, Y1
-	VFMADD231PS Y8, Y7, Y5
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y3, Y2
-	VFMADD231PS Y8, Y7, Y6
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000060, DX
-	DECQ        BX
-	JMP         dotF16x3r2_loop
-
-dotF16x3r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X3
-	VADDPS       X3, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x4r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-
-dotF16x4r2_loop:
-	TESTQ       BX, BX
-	JZ          dotF16x4r2_done
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y4
-	PREFETCHT0  2048(CX)
-	VCVTPH2PS   (CX), Y9
-	VMOVUPS     (DX), Y10
-	VFMADD231PS Y10, Y4, Y0
-	VFMADD231PS Y10, Y9, Y5
-	VMOVUPS     32(DX), Y10
-	VFMADD231PS Y10, Y4, Y1
-	VFMADD231PS Y10, Y9, Y6
-	VMOVUPS     64(DX), Y10
-	VFMADD231PS Y10, Y4, Y2
-	VFMADD231PS Y10, Y9, Y7
-	VMOVUPS     96(DX), Y10
-	VFMADD231PS Y10, Y4, Y3
-	VFMADD231PS Y10, Y9, Y8
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000080, DX
-	DECQ        BX
-	JMP         dotF16x4r2_loop
-
-dotF16x4r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X4
-	VADDPS       X4, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y8, X0
-	VADDPS       X0, X8, X8
-	VHADDPS      X8, X8, X8
-	VHADDPS      X8, X8, X8
-	VMOVSS       X8, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x5r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-
-dotF16x5r2_loop:
-	TESTQ       BX, BX
-	JZ          dotF16x5r2_done
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y5
-	PREFETCHT0  2048(CX)
-	VCVTPH2PS   (CX), Y11
-	VMOVUPS     (DX), Y12
-	VFMADD231PS Y12, Y5, Y0
-	VFMADD231PS Y12, Y11, Y6
-	VMOVUPS     32(DX), Y12
-	VFMADD231PS Y12, Y5, Y1
-	VFMADD231PS Y12, Y11, Y7
-	VMOVUPS     64(DX), Y12
-	VFMADD231PS Y12, Y5, Y2
-	VFMADD231PS Y12, Y11, Y8
-	VMOVUPS     96(DX), Y12
-	VFMADD231PS Y12, Y5, Y3
-	VFMADD231PS Y12, Y11, Y9
-	VMOVUPS     128(DX), Y12
-	VFMADD231PS Y12, Y5, Y4
-	VFMADD231PS Y12, Y11, Y10
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000a0, DX
-	DECQ        BX
-	JMP         dotF16x5r2_loop
-
-dotF16x5r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X5
-	VADDPS       X5, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y8, X0
-	VADDPS       X0, X8, X8
-	VHADDPS      X8, X8, X8
-	VHADDPS      X8, X8, X8
-	VMOVSS       X8, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (AX)
-	VEXTRACTF128 $0x01, Y10, X0
-	VADDPS       X0, X10, X10
-	VHADDPS      X10, X10, X10
-	VHADDPS      X10, X10, X10
-	VMOVSS       X10, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16x6r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-
-dotF16x6r2_loop:
-	TESTQ       BX, BX
-	JZ          dotF16x6r2_done
-	PREFETCHT0  2048(AX)
-	VCVTPH2PS   (AX), Y6
-	PREFETCHT0  2048(CX)
-	VCVTPH2PS   (CX), Y13
-	VMOVUPS     (DX), Y14
-	VFMADD231PS Y14, Y6, Y0
-	VFMADD231PS Y14, Y13, Y7
-	VMOVUPS     32(DX), Y14
-	VFMADD231PS Y14, Y6, Y1
-	VFMADD231PS Y14, Y13, Y8
-	VMOVUPS     64(DX), Y14
-	VFMADD231PS Y14, Y6, Y2
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     96(DX), Y14
-	VFMADD231PS Y14, Y6, Y3
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     128(DX), Y14
-	VFMADD231PS Y14, Y6, Y4
-	VFMADD231PS Y14, Y13, Y11
-	VMOVUPS     160(DX), Y14
-	VFMADD231PS Y14, Y6, Y5
-	VFMADD231PS Y14, Y13, Y12
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000c0, DX
-	DECQ        BX
-	JMP         dotF16x6r2_loop
-
-dotF16x6r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y8, X0
-	VADDPS       X0, X8, X8
-	VHADDPS      X8, X8, X8
-	VHADDPS      X8, X8, X8
-	VMOVSS       X8, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y10, X0
-	VADDPS       X0, X10, X10
-	VHADDPS      X10, X10, X10
-	VHADDPS      X10, X10, X10
-	VMOVSS       X10, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (AX)
-	VEXTRACTF128 $0x01, Y11, X0
-	VADDPS       X0, X11, X11
-	VHADDPS      X11, X11, X11
-	VHADDPS      X11, X11, X11
-	VMOVSS       X11, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, (AX)
-	VEXTRACTF128 $0x01, Y12, X0
-	VADDPS       X0, X12, X12
-	VHADDPS      X12, X12, X12
-	VHADDPS      X12, X12, X12
-	VMOVSS       X12, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x1(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-
-dotBF16x1_loop:
-	CMPQ        DX, $0x00000002
-	JL          dotBF16x1_tail
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y1
-	VPSLLD      $0x10, Y1, Y1
-	VPMOVZXWD   16(AX), Y2
-	VPSLLD      $0x10, Y2, Y2
-	VFMADD231PS (CX), Y1, Y0
-	VFMADD231PS 32(CX), Y2, Y0
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000040, CX
-	SUBQ        $0x00000002, DX
-	JMP         dotBF16x1_loop
-
-dotBF16x1_tail:
-	TESTQ       DX, DX
-	JZ          dotBF16x1_done
-	VPMOVZXWD   (AX), Y1
-	VPSLLD      $0x10, Y1, Y1
-	VFMADD231PS (CX), Y1, Y0
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000020, CX
-	DECQ        DX
-	JMP         dotBF16x1_tail
-
-dotBF16x1_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x2(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x2(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-
-dotBF16x2_loop:
-	CMPQ        DX, $0x00000002
-	JL          dotBF16x2_tail
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y2
-	VPSLLD      $0x10, Y2, Y2
-	VPMOVZXWD   16(AX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	VFMADD231PS (CX), Y2, Y0
-	VFMADD231PS 32(CX), Y2, Y1
-	VFMADD231PS 64(CX), Y3, Y0
-	VFMADD231PS 96(CX), Y3, Y1
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000080, CX
-	SUBQ        $0x00000002, DX
-	JMP         dotBF16x2_loop
-
-dotBF16x2_tail:
-	TESTQ       DX, DX
-	JZ          dotBF16x2_done
-	VPMOVZXWD   (AX), Y2
-	VPSLLD      $0x10, Y2, Y2
-	VFMADD231PS (CX), Y2, Y0
-	VFMADD231PS 32(CX), Y2, Y1
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000040, CX
-	DECQ        DX
-	JMP         dotBF16x2_tail
-
-dotBF16x2_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X2
-	VADDPS       X2, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x3(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x3(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-
-dotBF16x3_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotBF16x3_tail
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	VFMADD231PS (CX), Y3, Y0
-	VFMADD231PS 32(CX), Y3, Y1
-	VFMADD231PS 64(CX), Y3, Y2
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000060, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotBF16x3_loop
-
-dotBF16x3_tail:
-	TESTQ       DX, DX
-	JZ          dotBF16x3_done
-	VPMOVZXWD   (AX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	VFMADD231PS (CX), Y3, Y0
-	VFMADD231PS 32(CX), Y3, Y1
-	VFMADD231PS 64(CX), Y3, Y2
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000060, CX
-	DECQ        DX
-	JMP         dotBF16x3_tail
-
-dotBF16x3_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X3
-	VADDPS       X3, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x4(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x4(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-
-dotBF16x4_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotBF16x4_tail
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VFMADD231PS (CX), Y4, Y0
-	VFMADD231PS 32(CX), Y4, Y1
-	VFMADD231PS 64(CX), Y4, Y2
-	VFMADD231PS 96(CX), Y4, Y3
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000080, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotBF16x4_loop
-
-dotBF16x4_tail:
-	TESTQ       DX, DX
-	JZ          dotBF16x4_done
-	VPMOVZXWD   (AX), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VFMADD231PS (CX), Y4, Y0
-	VFMADD231PS 32(CX), Y4, Y1
-	VFMADD231PS 64(CX), Y4, Y2
-	VFMADD231PS 96(CX), Y4, Y3
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000080, CX
-	DECQ        DX
-	JMP         dotBF16x4_tail
-
-dotBF16x4_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X4
-	VADDPS       X4, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x5(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x5(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-
-dotBF16x5_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotBF16x5_tail
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	VFMADD231PS (CX), Y5, Y0
-	VFMADD231PS 32(CX), Y5, Y1
-	VFMADD231PS 64(CX), Y5, Y2
-	VFMADD231PS 96(CX), Y5, Y3
-	VFMADD231PS 128(CX), Y5, Y4
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000a0, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotBF16x5_loop
-
-dotBF16x5_tail:
-	TESTQ       DX, DX
-	JZ          dotBF16x5_done
-	VPMOVZXWD   (AX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	VFMADD231PS (CX), Y5, Y0
-	VFMADD231PS 32(CX), Y5, Y1
-	VFMADD231PS 64(CX), Y5, Y2
-	VFMADD231PS 96(CX), Y5, Y3
-	VFMADD231PS 128(CX), Y5, Y4
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000a0, CX
-	DECQ        DX
-	JMP         dotBF16x5_tail
-
-dotBF16x5_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X5
-	VADDPS       X5, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (BX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x6(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x6(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-
-dotBF16x6_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotBF16x6_tail
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y6
-	VPSLLD      $0x10, Y6, Y6
-	VFMADD231PS (CX), Y6, Y0
-	VFMADD231PS 32(CX), Y6, Y1
-	VFMADD231PS 64(CX), Y6, Y2
-	VFMADD231PS 96(CX), Y6, Y3
-	VFMADD231PS 128(CX), Y6, Y4
-	VFMADD231PS 160(CX), Y6, Y5
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000c0, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotBF16x6_loop
-
-dotBF16x6_tail:
-	TESTQ       DX, DX
-	JZ          dotBF16x6_done
-	VPMOVZXWD   (AX), Y6
-	VPSLLD      $0x10, Y6, Y6
-	VFMADD231PS (CX), Y6, Y0
-	VFMADD231PS 32(CX), Y6, Y1
-	VFMADD231PS 64(CX), Y6, Y2
-	VFMADD231PS 96(CX), Y6, Y3
-	VFMADD231PS 128(CX), Y6, Y4
-	VFMADD231PS 160(CX), Y6, Y5
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000c0, CX
-	DECQ        DX
-	JMP         dotBF16x6_tail
-
-dotBF16x6_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, (BX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x7(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-
-dotBF16x7_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotBF16x7_tail
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y7
-	VPSLLD      $0x10, Y7, Y7
-	VFMADD231PS (CX), Y7, Y0
-	VFMADD231PS 32(CX), Y7, Y1
-	VFMADD231PS 64(CX), Y7, Y2
-	VFMADD231PS 96(CX), Y7, Y3
-	VFMADD231PS 128(CX), Y7, Y4
-	VFMADD231PS 160(CX), Y7, Y5
-	VFMADD231PS 192(CX), Y7, Y6
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000e0, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotBF16x7_loop
-
-dotBF16x7_tail:
-	TESTQ       DX, DX
-	JZ          dotBF16x7_done
-	VPMOVZXWD   (AX), Y7
-	VPSLLD      $0x10, Y7, Y7
-	VFMADD231PS (CX), Y7, Y0
-	VFMADD231PS 32(CX), Y7, Y1
-	VFMADD231PS 64(CX), Y7, Y2
-	VFMADD231PS 96(CX), Y7, Y3
-	VFMADD231PS 128(CX), Y7, Y4
-	VFMADD231PS 160(CX), Y7, Y5
-	VFMADD231PS 192(CX), Y7, Y6
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x000000e0, CX
-	DECQ        DX
-	JMP         dotBF16x7_tail
-
-dotBF16x7_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X7
-	VADDPS       X7, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, (BX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x8(SB), NOSPLIT, $0-88
-	MOVQ   w_base+0(FP), AX
-	MOVQ   x_base+24(FP), CX
-	MOVQ   chunks+48(FP), DX
-	MOVQ   out_base+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-
-dotBF16x8_loop:
-	CMPQ        DX, $0x00000001
-	JL          dotBF16x8_tail
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y8
-	VPSLLD      $0x10, Y8, Y8
-	VFMADD231PS (CX), Y8, Y0
-	VFMADD231PS 32(CX), Y8, Y1
-	VFMADD231PS 64(CX), Y8, Y2
-	VFMADD231PS 96(CX), Y8, Y3
-	VFMADD231PS 128(CX), Y8, Y4
-	VFMADD231PS 160(CX), Y8, Y5
-	VFMADD231PS 192(CX), Y8, Y6
-	VFMADD231PS 224(CX), Y8, Y7
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000100, CX
-	SUBQ        $0x00000001, DX
-	JMP         dotBF16x8_loop
-
-dotBF16x8_tail:
-	TESTQ       DX, DX
-	JZ          dotBF16x8_done
-	VPMOVZXWD   (AX), Y8
-	VPSLLD      $0x10, Y8, Y8
-	VFMADD231PS (CX), Y8, Y0
-	VFMADD231PS 32(CX), Y8, Y1
-	VFMADD231PS 64(CX), Y8, Y2
-	VFMADD231PS 96(CX), Y8, Y3
-	VFMADD231PS 128(CX), Y8, Y4
-	VFMADD231PS 160(CX), Y8, Y5
-	VFMADD231PS 192(CX), Y8, Y6
-	VFMADD231PS 224(CX), Y8, Y7
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000100, CX
-	DECQ        DX
-	JMP         dotBF16x8_tail
-
-dotBF16x8_done:
-	MOVQ         ldo+80(FP), AX
-	SHLQ         $0x02, AX
-	VEXTRACTF128 $0x01, Y0, X8
-	VADDPS       X8, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, (BX)
-	ADDQ         AX, BX
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, (BX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x1r4(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), DX
-	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   x_base+32(FP), SI
-	MOVQ   chunks+56(FP), DI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y2, Y2, Y2
-	VXORPS Y4, Y4, Y4
-	VXORPS Y6, Y6, Y6
-
-dotBF16x1r4_loop:
-	TESTQ       DI, DI
-	JZ          dotBF16x1r4_done
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y1
-	VPSLLD      $0x10, Y1, Y1
-	PREFETCHT0  2048(DX)
-	VPMOVZXWD   (DX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	PREFETCHT0  2048(BX)
-	VPMOVZXWD   (BX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	PREFETCHT0  2048(CX)
-	VPMOVZXWD   (CX), Y7
-	VPSLLD      $0x10, Y7, Y7
-	VMOVUPS     (SI), Y8
-	VFMADD231PS Y8, Y1, Y0
-	VFMADD231PS Y8, Y3, Y2
-	VFMADD231PS Y8, Y5, Y4
-	VFMADD231PS Y8, Y7, Y6
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, DX
-	ADDQ        $0x00000010, BX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000020, SI
-	DECQ        DI
-	JMP         dotBF16x1r4_loop
-
-dotBF16x1r4_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, 4(AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 8(AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 12(AX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x2r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-
-dotBF16x2r2_loop:
-	TESTQ       BX, BX
-	JZ          dotBF16x2r2_done
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y2
-	VPSLLD      $0x10, Y2, Y2
-	PREFETCHT0  2048(CX)
-	VPMOVZXWD   (CX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	VMOVUPS     (DX), Y6
-	VFMADD231PS Y6, Y2, Y0
-	VFMADD231PS Y6, Y5, Y3
-	VMOVUPS     32(DX), Y6
-	VFMADD231PS Y6, Y2, Y1
-	VFMADD231PS Y6, Y5, Y4
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000040, DX
-	DECQ        BX
-	JMP         dotBF16x2r2_loop
-
-dotBF16x2r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X2
-	VADDPS       X2, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x3r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-
-dotBF16x3r2_loop:
-	TESTQ       BX, BX
-	JZ          dotBF16x3r2_done
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	PREFETCHT0  2048(CX)
-	VPMOVZXWD   (CX), Y7
-	VPSLLD      $0x10, Y7, Y7
-	VMOVUPS     (DX), Y8
-	VFMADD231PS Y8, Y3, Y0
-	VFMADD231PS Y8, Y7, Y4
-	VMOVUPS     32(DX), Y8
-	VFMADD231PS Y8, Y3, Y1
-	VFMADD231PS Y8, Y7, Y5
-	VMOVUPS     64(DX), Y8
-	VFMADD231PS Y8, Y3, Y2
-	VFMADD231PS Y8, Y7, Y6
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000060, DX
-	DECQ        BX
-	JMP         dotBF16x3r2_loop
-
-dotBF16x3r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X3
-	VADDPS       X3, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x4r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-
-dotBF16x4r2_loop:
-	TESTQ       BX, BX
-	JZ          dotBF16x4r2_done
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y4
-	VPSLLD      $0x10, Y4, Y4
-	PREFETCHT0  2048(CX)
-	VPMOVZXWD   (CX), Y9
-	VPSLLD      $0x10, Y9, Y9
-	VMOVUPS     (DX), Y10
-	VFMADD231PS Y10, Y4, Y0
-	VFMADD231PS Y10, Y9, Y5
-	VMOVUPS     32(DX), Y10
-	VFMADD231PS Y10, Y4, Y1
-	VFMADD231PS Y10, Y9, Y6
-	VMOVUPS     64(DX), Y10
-	VFMADD231PS Y10, Y4, Y2
-	VFMADD231PS Y10, Y9, Y7
-	VMOVUPS     96(DX), Y10
-	VFMADD231PS Y10, Y4, Y3
-	VFMADD231PS Y10, Y9, Y8
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x00000080, DX
-	DECQ        BX
-	JMP         dotBF16x4r2_loop
-
-dotBF16x4r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X4
-	VADDPS       X4, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y8, X0
-	VADDPS       X0, X8, X8
-	VHADDPS      X8, X8, X8
-	VHADDPS      X8, X8, X8
-	VMOVSS       X8, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x5r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-
-dotBF16x5r2_loop:
-	TESTQ       BX, BX
-	JZ          dotBF16x5r2_done
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	PREFETCHT0  2048(CX)
-	VPMOVZXWD   (CX), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VMOVUPS     (DX), Y12
-	VFMADD231PS Y12, Y5, Y0
-	VFMADD231PS Y12, Y11, Y6
-	VMOVUPS     32(DX), Y12
-	VFMADD231PS Y12, Y5, Y1
-	VFMADD231PS Y12, Y11, Y7
-	VMOVUPS     64(DX), Y12
-	VFMADD231PS Y12, Y5, Y2
-	VFMADD231PS Y12, Y11, Y8
-	VMOVUPS     96(DX), Y12
-	VFMADD231PS Y12, Y5, Y3
-	VFMADD231PS Y12, Y11, Y9
-	VMOVUPS     128(DX), Y12
-	VFMADD231PS Y12, Y5, Y4
-	VFMADD231PS Y12, Y11, Y10
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000a0, DX
-	DECQ        BX
-	JMP         dotBF16x5r2_loop
-
-dotBF16x5r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X5
-	VADDPS       X5, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y8, X0
-	VADDPS       X0, X8, X8
-	VHADDPS      X8, X8, X8
-	VHADDPS      X8, X8, X8
-	VMOVSS       X8, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (AX)
-	VEXTRACTF128 $0x01, Y10, X0
-	VADDPS       X0, X10, X10
-	VHADDPS      X10, X10, X10
-	VHADDPS      X10, X10, X10
-	VMOVSS       X10, 4(AX)
-	VZEROUPPER
-	RET
-
-// func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16x6r2(SB), NOSPLIT, $0-96
-	MOVQ   w_base+0(FP), AX
-	MOVQ   wstride+24(FP), CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   x_base+32(FP), DX
-	MOVQ   chunks+56(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-
-dotBF16x6r2_loop:
-	TESTQ       BX, BX
-	JZ          dotBF16x6r2_done
-	PREFETCHT0  2048(AX)
-	VPMOVZXWD   (AX), Y6
-	VPSLLD      $0x10, Y6, Y6
-	PREFETCHT0  2048(CX)
-	VPMOVZXWD   (CX), Y13
-	VPSLLD      $0x10, Y13, Y13
-	VMOVUPS     (DX), Y14
-	VFMADD231PS Y14, Y6, Y0
-	VFMADD231PS Y14, Y13, Y7
-	VMOVUPS     32(DX), Y14
-	VFMADD231PS Y14, Y6, Y1
-	VFMADD231PS Y14, Y13, Y8
-	VMOVUPS     64(DX), Y14
-	VFMADD231PS Y14, Y6, Y2
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     96(DX), Y14
-	VFMADD231PS Y14, Y6, Y3
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     128(DX), Y14
-	VFMADD231PS Y14, Y6, Y4
-	VFMADD231PS Y14, Y13, Y11
-	VMOVUPS     160(DX), Y14
-	VFMADD231PS Y14, Y6, Y5
-	VFMADD231PS Y14, Y13, Y12
-	ADDQ        $0x00000010, AX
-	ADDQ        $0x00000010, CX
-	ADDQ        $0x000000c0, DX
-	DECQ        BX
-	JMP         dotBF16x6r2_loop
-
-dotBF16x6r2_done:
-	MOVQ         out_base+64(FP), AX
-	MOVQ         ldo+88(FP), CX
-	SHLQ         $0x02, CX
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (AX)
-	VEXTRACTF128 $0x01, Y7, X0
-	VADDPS       X0, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y1, X0
-	VADDPS       X0, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, (AX)
-	VEXTRACTF128 $0x01, Y8, X0
-	VADDPS       X0, X8, X8
-	VHADDPS      X8, X8, X8
-	VHADDPS      X8, X8, X8
-	VMOVSS       X8, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, (AX)
-	VEXTRACTF128 $0x01, Y9, X0
-	VADDPS       X0, X9, X9
-	VHADDPS      X9, X9, X9
-	VHADDPS      X9, X9, X9
-	VMOVSS       X9, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y3, X0
-	VADDPS       X0, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, (AX)
-	VEXTRACTF128 $0x01, Y10, X0
-	VADDPS       X0, X10, X10
-	VHADDPS      X10, X10, X10
-	VHADDPS      X10, X10, X10
-	VMOVSS       X10, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, (AX)
-	VEXTRACTF128 $0x01, Y11, X0
-	VADDPS       X0, X11, X11
-	VHADDPS      X11, X11, X11
-	VHADDPS      X11, X11, X11
-	VMOVSS       X11, 4(AX)
-	ADDQ         CX, AX
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, (AX)
-	VEXTRACTF128 $0x01, Y12, X0
-	VADDPS       X0, X12, X12
-	VHADDPS      X12, X12, X12
-	VHADDPS      X12, X12, X12
-	VMOVSS       X12, 4(AX)
-	VZEROUPPER
-	RET
-
 DATA i256Low4<>+0(SB)/4, $0x0f0f0f0f
 DATA i256Low4<>+4(SB)/4, $0x0f0f0f0f
 DATA i256Low4<>+8(SB)/4, $0x0f0f0f0f
@@ -41805,6 +39551,648 @@ quantize256AVX2_zero:
 	JMP          quantize256AVX2_loop
 
 quantize256AVX2_done:
+	VZEROUPPER
+	RET
+
+// func floatF32x1AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·floatF32x1AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+floatF32x1AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatF32x1AVX2_tail
+	PREFETCHT0   12288(AX)
+	PREFETCHT0   12352(AX)
+	VMOVUPS      (AX), Y4
+	VMOVUPS      32(AX), Y5
+	VBROADCASTSS (DX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VMOVUPS      64(AX), Y4
+	VMOVUPS      96(AX), Y5
+	VBROADCASTSS 4(DX), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatF32x1AVX2_pairs
+
+floatF32x1AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatF32x1AVX2_done
+	VMOVUPS      (AX), Y4
+	VMOVUPS      32(AX), Y5
+	VBROADCASTSS (DX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+
+floatF32x1AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y2, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y3, Y1, Y1
+	VMOVUPS Y1, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatF32x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·floatF32x2AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+floatF32x2AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatF32x2AVX2_tail
+	PREFETCHT0   12288(AX)
+	PREFETCHT0   12352(AX)
+	VMOVUPS      (AX), Y8
+	VMOVUPS      32(AX), Y9
+	VBROADCASTSS (DX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y2
+	VBROADCASTSS (DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y1
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(AX), Y8
+	VMOVUPS      96(AX), Y9
+	VBROADCASTSS 4(DX), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y6
+	VBROADCASTSS 4(DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y5
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatF32x2AVX2_pairs
+
+floatF32x2AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatF32x2AVX2_done
+	VMOVUPS      (AX), Y8
+	VMOVUPS      32(AX), Y9
+	VBROADCASTSS (DX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y2
+	VBROADCASTSS (DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y1
+	VFMADD231PS  Y10, Y9, Y3
+
+floatF32x2AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y6, Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y7, Y3, Y3
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatF32x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·floatF32x3AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+floatF32x3AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatF32x3AVX2_tail
+	PREFETCHT0   12288(AX)
+	PREFETCHT0   12352(AX)
+	VMOVUPS      (AX), Y12
+	VMOVUPS      32(AX), Y13
+	VBROADCASTSS (DX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y1
+	VFMADD231PS  Y14, Y13, Y4
+	VBROADCASTSS (DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y5
+	VMOVUPS      64(AX), Y12
+	VMOVUPS      96(AX), Y13
+	VBROADCASTSS 4(DX), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 4(DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y7
+	VFMADD231PS  Y14, Y13, Y10
+	VBROADCASTSS 4(DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y11
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatF32x3AVX2_pairs
+
+floatF32x3AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatF32x3AVX2_done
+	VMOVUPS      (AX), Y12
+	VMOVUPS      32(AX), Y13
+	VBROADCASTSS (DX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y1
+	VFMADD231PS  Y14, Y13, Y4
+	VBROADCASTSS (DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y5
+
+floatF32x3AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y6, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y9, Y3, Y3
+	VMOVUPS Y3, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y7, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y10, Y4, Y4
+	VMOVUPS Y4, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y8, Y2, Y2
+	VMOVUPS Y2, (AX)
+	VADDPS  Y11, Y5, Y5
+	VMOVUPS Y5, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatF16x1AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·floatF16x1AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+floatF16x1AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatF16x1AVX2_tail
+	PREFETCHT0   12288(AX)
+	VCVTPH2PS    (AX), Y4
+	VCVTPH2PS    16(AX), Y5
+	VBROADCASTSS (DX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VCVTPH2PS    32(AX), Y4
+	VCVTPH2PS    48(AX), Y5
+	VBROADCASTSS 4(DX), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatF16x1AVX2_pairs
+
+floatF16x1AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatF16x1AVX2_done
+	VCVTPH2PS    (AX), Y4
+	VCVTPH2PS    16(AX), Y5
+	VBROADCASTSS (DX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+
+floatF16x1AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y2, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y3, Y1, Y1
+	VMOVUPS Y1, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatF16x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·floatF16x2AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+floatF16x2AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatF16x2AVX2_tail
+	PREFETCHT0   12288(AX)
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    16(AX), Y9
+	VBROADCASTSS (DX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y2
+	VBROADCASTSS (DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y1
+	VFMADD231PS  Y10, Y9, Y3
+	VCVTPH2PS    32(AX), Y8
+	VCVTPH2PS    48(AX), Y9
+	VBROADCASTSS 4(DX), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y6
+	VBROADCASTSS 4(DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y5
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatF16x2AVX2_pairs
+
+floatF16x2AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatF16x2AVX2_done
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    16(AX), Y9
+	VBROADCASTSS (DX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y2
+	VBROADCASTSS (DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y1
+	VFMADD231PS  Y10, Y9, Y3
+
+floatF16x2AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y6, Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y7, Y3, Y3
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatF16x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·floatF16x3AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+floatF16x3AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatF16x3AVX2_tail
+	PREFETCHT0   12288(AX)
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    16(AX), Y13
+	VBROADCASTSS (DX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y1
+	VFMADD231PS  Y14, Y13, Y4
+	VBROADCASTSS (DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y5
+	VCVTPH2PS    32(AX), Y12
+	VCVTPH2PS    48(AX), Y13
+	VBROADCASTSS 4(DX), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 4(DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y7
+	VFMADD231PS  Y14, Y13, Y10
+	VBROADCASTSS 4(DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y11
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatF16x3AVX2_pairs
+
+floatF16x3AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatF16x3AVX2_done
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    16(AX), Y13
+	VBROADCASTSS (DX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y1
+	VFMADD231PS  Y14, Y13, Y4
+	VBROADCASTSS (DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y5
+
+floatF16x3AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y6, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y9, Y3, Y3
+	VMOVUPS Y3, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y7, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y10, Y4, Y4
+	VMOVUPS Y4, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y8, Y2, Y2
+	VMOVUPS Y2, (AX)
+	VADDPS  Y11, Y5, Y5
+	VMOVUPS Y5, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatBF16x1AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·floatBF16x1AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+floatBF16x1AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatBF16x1AVX2_tail
+	PREFETCHT0   12288(AX)
+	VPMOVZXWD    (AX), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VPMOVZXWD    16(AX), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VBROADCASTSS (DX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VPMOVZXWD    32(AX), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VPMOVZXWD    48(AX), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VBROADCASTSS 4(DX), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatBF16x1AVX2_pairs
+
+floatBF16x1AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatBF16x1AVX2_done
+	VPMOVZXWD    (AX), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VPMOVZXWD    16(AX), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VBROADCASTSS (DX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+
+floatBF16x1AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y2, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y3, Y1, Y1
+	VMOVUPS Y1, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatBF16x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·floatBF16x2AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+floatBF16x2AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatBF16x2AVX2_tail
+	PREFETCHT0   12288(AX)
+	VPMOVZXWD    (AX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(AX), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VBROADCASTSS (DX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y2
+	VBROADCASTSS (DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y1
+	VFMADD231PS  Y10, Y9, Y3
+	VPMOVZXWD    32(AX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    48(AX), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VBROADCASTSS 4(DX), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y6
+	VBROADCASTSS 4(DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y5
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatBF16x2AVX2_pairs
+
+floatBF16x2AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatBF16x2AVX2_done
+	VPMOVZXWD    (AX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(AX), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VBROADCASTSS (DX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y2
+	VBROADCASTSS (DX)(BX*1), Y10
+	VFMADD231PS  Y10, Y8, Y1
+	VFMADD231PS  Y10, Y9, Y3
+
+floatBF16x2AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y6, Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y7, Y3, Y3
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatBF16x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·floatBF16x3AVX2(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   cols+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xstride+24(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+floatBF16x3AVX2_pairs:
+	CMPQ         CX, $0x00000002
+	JL           floatBF16x3AVX2_tail
+	PREFETCHT0   12288(AX)
+	VPMOVZXWD    (AX), Y12
+	VPSLLD       $0x10, Y12, Y12
+	VPMOVZXWD    16(AX), Y13
+	VPSLLD       $0x10, Y13, Y13
+	VBROADCASTSS (DX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y1
+	VFMADD231PS  Y14, Y13, Y4
+	VBROADCASTSS (DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y5
+	VPMOVZXWD    32(AX), Y12
+	VPSLLD       $0x10, Y12, Y12
+	VPMOVZXWD    48(AX), Y13
+	VPSLLD       $0x10, Y13, Y13
+	VBROADCASTSS 4(DX), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 4(DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y7
+	VFMADD231PS  Y14, Y13, Y10
+	VBROADCASTSS 4(DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y11
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000008, DX
+	SUBQ         $0x00000002, CX
+	JMP          floatBF16x3AVX2_pairs
+
+floatBF16x3AVX2_tail:
+	TESTQ        CX, CX
+	JZ           floatBF16x3AVX2_done
+	VPMOVZXWD    (AX), Y12
+	VPSLLD       $0x10, Y12, Y12
+	VPMOVZXWD    16(AX), Y13
+	VPSLLD       $0x10, Y13, Y13
+	VBROADCASTSS (DX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (DX)(BX*1), Y14
+	VFMADD231PS  Y14, Y12, Y1
+	VFMADD231PS  Y14, Y13, Y4
+	VBROADCASTSS (DX)(BX*2), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y5
+
+floatBF16x3AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y6, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VADDPS  Y9, Y3, Y3
+	VMOVUPS Y3, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y7, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y10, Y4, Y4
+	VMOVUPS Y4, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y8, Y2, Y2
+	VMOVUPS Y2, (AX)
+	VADDPS  Y11, Y5, Y5
+	VMOVUPS Y5, 32(AX)
 	VZEROUPPER
 	RET
 

@@ -46,90 +46,6 @@ func dotF32x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, l
 // dotF32x6r2 computes 2 weight rows against 6 activation rows of a F32 product.
 func dotF32x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
 
-// dotF16x1 computes 1 rows of a F16 product.
-func dotF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x2 computes 2 rows of a F16 product.
-func dotF16x2(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x3 computes 3 rows of a F16 product.
-func dotF16x3(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x4 computes 4 rows of a F16 product.
-func dotF16x4(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x5 computes 5 rows of a F16 product.
-func dotF16x5(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x6 computes 6 rows of a F16 product.
-func dotF16x6(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x7 computes 7 rows of a F16 product.
-func dotF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x8 computes 8 rows of a F16 product.
-func dotF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x1r4 computes 4 weight rows against 1 activation rows of a F16 product.
-func dotF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x2r2 computes 2 weight rows against 2 activation rows of a F16 product.
-func dotF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x3r2 computes 2 weight rows against 3 activation rows of a F16 product.
-func dotF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x4r2 computes 2 weight rows against 4 activation rows of a F16 product.
-func dotF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x5r2 computes 2 weight rows against 5 activation rows of a F16 product.
-func dotF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF16x6r2 computes 2 weight rows against 6 activation rows of a F16 product.
-func dotF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x1 computes 1 rows of a BF16 product.
-func dotBF16x1(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x2 computes 2 rows of a BF16 product.
-func dotBF16x2(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x3 computes 3 rows of a BF16 product.
-func dotBF16x3(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x4 computes 4 rows of a BF16 product.
-func dotBF16x4(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x5 computes 5 rows of a BF16 product.
-func dotBF16x5(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x6 computes 6 rows of a BF16 product.
-func dotBF16x6(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x7 computes 7 rows of a BF16 product.
-func dotBF16x7(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x8 computes 8 rows of a BF16 product.
-func dotBF16x8(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x1r4 computes 4 weight rows against 1 activation rows of a BF16 product.
-func dotBF16x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x2r2 computes 2 weight rows against 2 activation rows of a BF16 product.
-func dotBF16x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x3r2 computes 2 weight rows against 3 activation rows of a BF16 product.
-func dotBF16x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x4r2 computes 2 weight rows against 4 activation rows of a BF16 product.
-func dotBF16x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x5r2 computes 2 weight rows against 5 activation rows of a BF16 product.
-func dotBF16x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotBF16x6r2 computes 2 weight rows against 6 activation rows of a BF16 product.
-func dotBF16x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
 // intQ8_0x1AVX2 is the AVX2 kernel of Q8_0 weights for 1 activation rows.
 func intQ8_0x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
@@ -231,6 +147,33 @@ func quantize32AVX2(x *float32, blocks int, codes *int8, side *uint32)
 
 // quantize256AVX2 quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize256AVX2(x *float32, blocks int, codes *int8, side *uint32)
+
+// floatF32x1AVX2 is the AVX2 kernel of repacked F32 weights for 1 activation rows.
+func floatF32x1AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x2AVX2 is the AVX2 kernel of repacked F32 weights for 2 activation rows.
+func floatF32x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x3AVX2 is the AVX2 kernel of repacked F32 weights for 3 activation rows.
+func floatF32x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x1AVX2 is the AVX2 kernel of repacked F16 weights for 1 activation rows.
+func floatF16x1AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x2AVX2 is the AVX2 kernel of repacked F16 weights for 2 activation rows.
+func floatF16x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x3AVX2 is the AVX2 kernel of repacked F16 weights for 3 activation rows.
+func floatF16x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x1AVX2 is the AVX2 kernel of repacked BF16 weights for 1 activation rows.
+func floatBF16x1AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x2AVX2 is the AVX2 kernel of repacked BF16 weights for 2 activation rows.
+func floatBF16x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x3AVX2 is the AVX2 kernel of repacked BF16 weights for 3 activation rows.
+func floatBF16x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
 
 // dotAVX2 returns a · b over the first len(a) rounded down to 8 values.
 func dotAVX2(a []float32, b []float32) float32

@@ -40,24 +40,6 @@ func goDotF32(n int, w []byte, x []float32, chunks int, out []float32, ldo int) 
 	floatDot(n, x, chunks, out, ldo, func(c int, ws *[8]float32) { copy(ws[:], wf[c*8:]) })
 }
 
-func goDotF16(n int, w []byte, x []float32, chunks int, out []float32, ldo int) {
-	wh := u16s(w)
-	floatDot(n, x, chunks, out, ldo, func(c int, ws *[8]float32) {
-		for j := range ws {
-			ws[j] = F16ToF32(wh[c*8+j])
-		}
-	})
-}
-
-func goDotBF16(n int, w []byte, x []float32, chunks int, out []float32, ldo int) {
-	wh := u16s(w)
-	floatDot(n, x, chunks, out, ldo, func(c int, ws *[8]float32) {
-		for j := range ws {
-			ws[j] = BF16ToF32(wh[c*8+j])
-		}
-	})
-}
-
 type (
 	floatKernel  func(w []byte, x []float32, chunks int, out []float32, ldo int)
 	floatKernel2 func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)

@@ -201,3 +201,75 @@ func intQ6_Kx7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 
 // intQ6_Kx8AVX512 is the AVX-512 VNNI kernel of Q6_K weights for 8 activation rows.
 func intQ6_Kx8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// floatF32x1AVX512 is the AVX-512 kernel of repacked F32 weights for 1 activation rows.
+func floatF32x1AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x2AVX512 is the AVX-512 kernel of repacked F32 weights for 2 activation rows.
+func floatF32x2AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x3AVX512 is the AVX-512 kernel of repacked F32 weights for 3 activation rows.
+func floatF32x3AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x4AVX512 is the AVX-512 kernel of repacked F32 weights for 4 activation rows.
+func floatF32x4AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x5AVX512 is the AVX-512 kernel of repacked F32 weights for 5 activation rows.
+func floatF32x5AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x6AVX512 is the AVX-512 kernel of repacked F32 weights for 6 activation rows.
+func floatF32x6AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x7AVX512 is the AVX-512 kernel of repacked F32 weights for 7 activation rows.
+func floatF32x7AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x8AVX512 is the AVX-512 kernel of repacked F32 weights for 8 activation rows.
+func floatF32x8AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x1AVX512 is the AVX-512 kernel of repacked F16 weights for 1 activation rows.
+func floatF16x1AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x2AVX512 is the AVX-512 kernel of repacked F16 weights for 2 activation rows.
+func floatF16x2AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x3AVX512 is the AVX-512 kernel of repacked F16 weights for 3 activation rows.
+func floatF16x3AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x4AVX512 is the AVX-512 kernel of repacked F16 weights for 4 activation rows.
+func floatF16x4AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x5AVX512 is the AVX-512 kernel of repacked F16 weights for 5 activation rows.
+func floatF16x5AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x6AVX512 is the AVX-512 kernel of repacked F16 weights for 6 activation rows.
+func floatF16x6AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x7AVX512 is the AVX-512 kernel of repacked F16 weights for 7 activation rows.
+func floatF16x7AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x8AVX512 is the AVX-512 kernel of repacked F16 weights for 8 activation rows.
+func floatF16x8AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x1AVX512 is the AVX-512 kernel of repacked BF16 weights for 1 activation rows.
+func floatBF16x1AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x2AVX512 is the AVX-512 kernel of repacked BF16 weights for 2 activation rows.
+func floatBF16x2AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x3AVX512 is the AVX-512 kernel of repacked BF16 weights for 3 activation rows.
+func floatBF16x3AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x4AVX512 is the AVX-512 kernel of repacked BF16 weights for 4 activation rows.
+func floatBF16x4AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x5AVX512 is the AVX-512 kernel of repacked BF16 weights for 5 activation rows.
+func floatBF16x5AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x6AVX512 is the AVX-512 kernel of repacked BF16 weights for 6 activation rows.
+func floatBF16x6AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x7AVX512 is the AVX-512 kernel of repacked BF16 weights for 7 activation rows.
+func floatBF16x7AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x8AVX512 is the AVX-512 kernel of repacked BF16 weights for 8 activation rows.
+func floatBF16x8AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)

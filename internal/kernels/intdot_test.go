@@ -139,10 +139,10 @@ func TestIntMulMatchesReference(t *testing.T) {
 }
 
 // TestIntMulBatchInvariance: a row's product is the same, bit for bit, alone or in a
-// batch of up to 13, whatever its place in the batch.
+// batch of up to 13, whatever its place in the batch, for every weight type.
 func TestIntMulBatchInvariance(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, typ := range quantTypes {
+	for _, typ := range append([]dtype.DType{dtype.F32, dtype.F16, dtype.BF16}, quantTypes...) {
 		cols := 512
 		rows := 37
 		m, err := NewMatrix(typ, rows, cols, randRows(rng, typ, rows, cols))

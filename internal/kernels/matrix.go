@@ -11,7 +11,6 @@ package kernels
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/specula/specula/model/dtype"
 )
@@ -25,20 +24,18 @@ const Group = 8
 const rowChunk = 64
 
 // Matrix is a weight matrix of Rows × Cols values of one type: row r holds the weights
-// of output r. Float matrices are the bytes they were made from, row-major; quantised
-// ones are repacked in groups of 16 rows (see repack.go).
+// of output r, repacked in groups of 16 rows (see repack.go).
 type Matrix struct {
 	Type       dtype.DType
 	Rows, Cols int
-	// Data is the matrix's storage: the rows, or their repacked groups.
+	// Data is the matrix's storage: its repacked row groups.
 	Data     []byte
-	rowBytes int  // bytes of a row of llama.cpp's blocks
-	packed   bool // Data holds row groups
-	blocks   int  // blocks per row, when packed
+	rowBytes int // bytes of a row of llama.cpp's blocks
+	blocks   int // blocks per row
 }
 
 // NewMatrix checks that data holds rows × cols values of type t, row-major, and makes
-// the matrix: data itself for the float types, a repacked copy for the quantised ones.
+// the matrix, a repacked copy of it.
 func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 	if !Supported(t) {
 		return nil, fmt.Errorf("kernels: weight type %s is not supported", t)
@@ -53,46 +50,17 @@ func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 	if int64(len(data)) != rb*int64(rows) {
 		return nil, fmt.Errorf("kernels: %d × %d %s needs %d bytes, have %d", rows, cols, t, rb*int64(rows), len(data))
 	}
-	if align := elemAlign(t); uintptr(unsafe.Pointer(unsafe.SliceData(data)))%align != 0 {
-		return nil, fmt.Errorf("kernels: %s data is not %d-byte aligned", t, align)
-	}
-	m := &Matrix{Type: t, Rows: rows, Cols: cols, Data: data, rowBytes: int(rb)}
-	if repacked(t) {
-		m.packed, m.blocks = true, cols/t.BlockSize()
-		m.Data = repack(t, data, rows, int(rb), m)
-	}
+	m := &Matrix{Type: t, Rows: rows, Cols: cols, rowBytes: int(rb), blocks: cols / t.BlockSize()}
+	m.Data = repack(t, data, rows, int(rb), m)
 	return m, nil
 }
 
 // Supported reports whether products with weights of type t are implemented.
-func Supported(t dtype.DType) bool {
-	switch t {
-	case dtype.F32, dtype.F16, dtype.BF16:
-		return true
-	}
-	return repacked(t)
-}
+func Supported(t dtype.DType) bool { return repacked(t) }
 
-func elemAlign(t dtype.DType) uintptr {
-	switch t {
-	case dtype.F32:
-		return 4
-	case dtype.F16, dtype.BF16:
-		return 2
-	}
-	return 1
-}
-
-// Row returns the bytes of row r of a float matrix.
-func (m *Matrix) Row(r int) []byte { return m.Data[r*m.rowBytes : (r+1)*m.rowBytes] }
-
-// RowF32 decodes row r into dst (Cols values), as an embedding lookup does. A
-// repacked row is first laid out as llama.cpp's blocks in buf, which must hold a
-// row's bytes (it may be nil for float matrices).
+// RowF32 decodes row r into dst (Cols values), as an embedding lookup does. The row
+// is first laid out as llama.cpp's blocks in buf, which must hold RowBytes.
 func (m *Matrix) RowF32(r int, dst []float32, buf []byte) error {
-	if !m.packed {
-		return Dequantize(m.Type, m.Row(r), dst[:m.Cols])
-	}
 	unpackRow(m.Type, m.Data, m.blocks, r, buf[:m.rowBytes])
 	return Dequantize(m.Type, buf[:m.rowBytes], dst[:m.Cols])
 }
@@ -105,46 +73,34 @@ func (m *Matrix) RowBytes() int { return m.rowBytes }
 // may be computed concurrently; ranges that begin and end on multiples of RowGroup
 // waste no work.
 func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
-	if m.packed {
-		m.mulInt(a, y, ldy, r0, r1)
+	if m.Type.BlockSize() == 1 {
+		m.mulFloat(a, y, ldy, r0, r1)
 		return
 	}
-	chunks := m.Cols / 8
-	for c0 := r0; c0 < r1; c0 += rowChunk {
-		c1 := min(c0+rowChunk, r1)
-		for g := 0; g*Group < a.n; g++ {
-			t0 := g * Group
-			n := min(Group, a.n-t0)
-			x := a.f32[t0*a.padCols : (t0+n)*a.padCols]
-			for r := c0; r < c1; r++ {
-				w := m.Row(r)
-				out := y[t0*ldy+r:]
-				var one floatKernel
-				var multi floatKernel2
-				switch m.Type {
-				case dtype.F32:
-					one, multi = dotF32[n], multiF32[n]
-				case dtype.F16:
-					one, multi = dotF16[n], multiF16[n]
-				case dtype.BF16:
-					one, multi = dotBF16[n], multiBF16[n]
-				}
-				// Several weight rows at a time share each activation load and give the
-				// FMA units independent work.
-				if R := rowsFor(n); multi != nil && r+R <= c1 {
-					multi(m.Data[r*m.rowBytes:(r+R)*m.rowBytes], m.rowBytes, x, chunks, out, ldy)
-					if chunks*8 < m.Cols {
-						for i := range R {
-							m.tail(m.Row(r+i), a, t0, n, out[i:], ldy)
-						}
-					}
-					r += R - 1
-					continue
-				}
-				one(w, x, chunks, out, ldy)
-				if chunks*8 < m.Cols {
-					m.tail(w, a, t0, n, out, ldy)
-				}
+	m.mulInt(a, y, ldy, r0, r1)
+}
+
+// mulFloat is Mul for float matrices: for each row group, the float kernels over every
+// activation row, a few rows per call, while the group's weights stay in the cache.
+func (m *Matrix) mulFloat(a *Act, y []float32, ldy, r0, r1 int) {
+	kern := floatKernels(m.Type)
+	step := kern.rows()
+	gb := groupBlockBytes(m.Type)
+	var scratch [Group * rowGroup]float32 // the outputs of a group that is cut
+	for g := r0 / rowGroup; g*rowGroup < r1; g++ {
+		lo, hi := max(r0, g*rowGroup), min(r1, (g+1)*rowGroup)
+		whole := lo == g*rowGroup && hi == (g+1)*rowGroup && hi <= m.Rows
+		w := &m.Data[g*m.Cols*gb]
+		for t0 := 0; t0 < a.n; t0 += step {
+			n := min(step, a.n-t0)
+			x := &a.x[t0*a.cols]
+			if whole {
+				kern[n](w, m.Cols, x, 4*a.cols, &y[t0*ldy+g*rowGroup], ldy)
+				continue
+			}
+			kern[n](w, m.Cols, x, 4*a.cols, &scratch[0], rowGroup)
+			for t := range n {
+				copy(y[(t0+t)*ldy+lo:(t0+t)*ldy+hi], scratch[t*rowGroup+lo-g*rowGroup:t*rowGroup+hi-g*rowGroup])
 			}
 		}
 	}
@@ -207,40 +163,14 @@ func (m *Matrix) mulInt(a *Act, y []float32, ldy, r0, r1 int) {
 // ranges given to Mul should begin and end on its multiples.
 const RowGroup = rowGroup
 
-// tail adds the products of the last Cols%8 columns, which the kernels leave out.
-func (m *Matrix) tail(w []byte, a *Act, t0, rows int, out []float32, ldo int) {
-	var vals [8]float32
-	start := m.Cols / 8 * 8
-	n := m.Cols - start
-	switch m.Type {
-	case dtype.F32:
-		_ = Dequantize(dtype.F32, w[4*start:], vals[:n])
-	case dtype.F16:
-		_ = Dequantize(dtype.F16, w[2*start:], vals[:n])
-	case dtype.BF16:
-		_ = Dequantize(dtype.BF16, w[2*start:], vals[:n])
-	}
-	for t := range rows {
-		x := a.x[(t0+t)*a.cols+start:]
-		for j := range n {
-			out[t*ldo] += vals[j] * x[j]
-		}
-	}
-}
-
-// Act holds a batch of activation rows prepared for products: for the float weight
-// types packed, per group of rows, for each 8 columns, the rows' 8 values side by
-// side; for the quantised types quantised to 8 bits per block of 32 or 256 values (see
-// act8.go). Both are made row by row, so a row's result does not depend on the batch
-// around it. Prepare it once per input for each weight type that reads it; many
+// Act holds a batch of activation rows prepared for products: as they are for the
+// float weight types; for the quantised types quantised to 8 bits per block of 32 or
+// 256 values (see act8.go), row by row, so that a row's result does not depend on the
+// batch around it. Prepare it once per input for each weight type that reads it; many
 // matrices may then read it concurrently.
 type Act struct {
-	x       []float32
-	n, cols int
-	padCols int
-
-	f32       []float32
-	prepared  bool
+	x         []float32
+	n, cols   int
 	q32, q256 actQ
 }
 
@@ -248,8 +178,7 @@ type Act struct {
 // preparation. It keeps its buffers.
 func (a *Act) Reset(x []float32, n, cols int) {
 	a.x, a.n, a.cols = x[:n*cols], n, cols
-	a.padCols = cols / 8 * 8
-	a.prepared, a.q32.ok, a.q256.ok = false, false, false
+	a.q32.ok, a.q256.ok = false, false
 }
 
 // N is the number of activation rows.
@@ -270,9 +199,6 @@ func (a *Act) Prepare(t dtype.DType) error {
 		a.q32.quantize(a, q8Block)
 	case block == kBlock && !a.q256.ok:
 		a.q256.quantize(a, kBlock)
-	case block == 1 && !a.prepared:
-		a.packF32()
-		a.prepared = true
 	}
 	return nil
 }
@@ -284,16 +210,3 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-func (a *Act) packF32() {
-	pc := a.padCols
-	a.f32 = grow(a.f32, a.n*pc)
-	for t0 := 0; t0 < a.n; t0 += Group {
-		n := min(Group, a.n-t0)
-		dst := a.f32[t0*pc : (t0+n)*pc]
-		for c := 0; c < pc/8; c++ {
-			for t := range n {
-				copy(dst[(c*n+t)*8:(c*n+t+1)*8], a.x[(t0+t)*a.cols+c*8:])
-			}
-		}
-	}
-}

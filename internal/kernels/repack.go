@@ -17,6 +17,10 @@ import (
 // byte each, and fifth bits become byte masks, so that the kernels spend no work on
 // them; the group is at most 3 % larger than its 16 rows of blocks.
 //
+// The float types are repacked too, a column at a time: for each column, the 16 rows'
+// values side by side, so that a vector load holds one column of 16 rows and a
+// multiply-add by one activation value broadcast advances 16 rows' sums.
+//
 // The layouts, for one block of a group (r is the row in the group, 0…15; "codes 4p+k"
 // are bytes 4p…4p+3 of a row's block of codes, the four codes of row r at 4r+k):
 //
@@ -36,18 +40,25 @@ import (
 //     h = 0…1 and p = 0…7 the bytes ql[64h+4p+k], ql[64h+32+4p+k] and qh[32h+4p+k].
 const rowGroup = 16
 
-// repacked reports whether matrices of type t are stored repacked in row groups.
+// repacked reports whether matrices of type t are stored repacked in row groups:
+// every supported type.
 func repacked(t dtype.DType) bool {
 	switch t {
-	case dtype.Q8_0, dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K:
+	case dtype.Q8_0, dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K,
+		dtype.F32, dtype.F16, dtype.BF16:
 		return true
 	}
 	return false
 }
 
-// groupBlockBytes is the size of one block of a repacked group of type t.
+// groupBlockBytes is the size of one block of a repacked group of type t. The float
+// types' block is one column: the 16 rows' values of it, side by side.
 func groupBlockBytes(t dtype.DType) int {
 	switch t {
+	case dtype.F32:
+		return 64
+	case dtype.F16, dtype.BF16:
+		return 32
 	case dtype.Q8_0:
 		return 544
 	case dtype.Q4_0:
@@ -154,6 +165,11 @@ func maskBit(m []byte, lane, k int) bool {
 // packBlock lays out one block of 16 rows (src[r] the block of row r).
 func packBlock(t dtype.DType, dst []byte, src *[rowGroup][]byte) {
 	switch t {
+	case dtype.F32, dtype.F16, dtype.BF16:
+		size := t.BlockBytes()
+		for r := range rowGroup {
+			copy(dst[size*r:size*(r+1)], src[r])
+		}
 	case dtype.Q8_0:
 		copyHalves(dst, src, 0)
 		interleave(dst[32:], src, 2, 32)
@@ -217,6 +233,9 @@ func packBlock(t dtype.DType, dst []byte, src *[rowGroup][]byte) {
 func unpackBlock(t dtype.DType, src []byte, lane int, dst []byte) {
 	half := func(at int) []byte { return src[at+2*lane : at+2*lane+2] }
 	switch t {
+	case dtype.F32, dtype.F16, dtype.BF16:
+		size := t.BlockBytes()
+		copy(dst, src[size*lane:size*(lane+1)])
 	case dtype.Q8_0:
 		copy(dst, half(0))
 		deinterleave(dst[2:], src[32:], lane, 32)

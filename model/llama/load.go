@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"unsafe"
 
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model/dtype"
@@ -110,24 +109,6 @@ func (l *loader) get(name string, optional bool) (dtype.DType, []int64, []byte, 
 	return t, shape, data, ok
 }
 
-// aligned returns data, copied when its address does not suit type t.
-func aligned(t dtype.DType, data []byte) []byte {
-	need := uintptr(1)
-	switch t {
-	case dtype.F32:
-		need = 4
-	case dtype.F16, dtype.BF16:
-		need = 2
-	}
-	if len(data) == 0 || uintptr(unsafe.Pointer(&data[0]))%need == 0 {
-		return data
-	}
-	buf := make([]byte, len(data)+8)
-	off := int((need - uintptr(unsafe.Pointer(&buf[0]))%need) % need)
-	copy(buf[off:], data)
-	return buf[off : off+len(data)]
-}
-
 // matrix loads a rows × cols weight matrix.
 func (l *loader) matrix(name string, rows, cols int, optional bool) *kernels.Matrix {
 	t, shape, data, ok := l.get(name, optional)
@@ -138,12 +119,12 @@ func (l *loader) matrix(name string, rows, cols int, optional bool) *kernels.Mat
 		l.fail(name, "shape %v, want [%d %d]", shape, rows, cols)
 		return nil
 	}
-	m, err := kernels.NewMatrix(t, rows, cols, aligned(t, data))
+	m, err := kernels.NewMatrix(t, rows, cols, data)
 	if err != nil {
 		l.fail(name, "%v", err)
 		return nil
 	}
-	if &m.Data[0] != &data[0] && l.mapped {
+	if l.mapped {
 		release(data) // repacked: the file's bytes are not read again
 	}
 	return m

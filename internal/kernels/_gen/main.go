@@ -35,35 +35,29 @@ func rowsFor(n int) int {
 }
 
 func main() {
-	set := flag.String("set", "avx2", "the kernels to write: avx2 (float kernels, vector helpers and the AVX2 integer kernels) or avx512 (the AVX-512 integer kernels)")
+	set := flag.String("set", "avx2", "the kernels to write: avx2 (the AVX2 kernels and vector helpers) or avx512 (the AVX-512 kernels)")
 	flag.Parse()
 	ConstraintExpr("amd64,!purego")
 	if *set == "avx512" {
 		quant512Kernels()
 		int512Kernels()
+		float512Kernels()
 		Generate()
 		return
 	}
-	for _, k := range []struct {
-		name  string
-		wstep int // bytes of weights per 8 values
-		load  func(m Mem, y VecVirtual)
-	}{
-		{"F32", 32, func(m Mem, y VecVirtual) { VMOVUPS(m, y) }},
-		{"F16", 16, func(m Mem, y VecVirtual) { VCVTPH2PS(m, y) }},
-		{"BF16", 16, func(m Mem, y VecVirtual) { VPMOVZXWD(m, y); VPSLLD(U8(16), y, y) }},
-	} {
-		for n := 1; n <= group; n++ {
-			floatKernel(k.name, n, k.wstep, k.load)
-		}
-		for n := 1; n <= group; n++ {
-			if R := rowsFor(n); R > 1 {
-				floatKernelR(k.name, n, R, k.wstep, k.load)
-			}
+	// The float32 products of attention: cached keys against packed queries.
+	load := func(m Mem, y VecVirtual) { VMOVUPS(m, y) }
+	for n := 1; n <= group; n++ {
+		floatKernel("F32", n, 32, load)
+	}
+	for n := 1; n <= group; n++ {
+		if R := rowsFor(n); R > 1 {
+			floatKernelR("F32", n, R, 32, load)
 		}
 	}
 	int256Kernels()
 	quant256Kernels()
+	float256Kernels()
 	dotKernel()
 	axpyKernel()
 	for h := 1; h <= 4; h++ {

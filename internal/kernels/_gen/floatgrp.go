@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The float kernels: repacked F32, F16 and BF16 weights (a column of 16 rows at a
+// time) against float32 activations, as floatdot.go in the package defines them. Per
+// column one vector of the 16 rows' weights, converted to float32, and per activation
+// row one fused multiply-add with the row's value of that column broadcast; the even
+// and the odd columns go to two sums per lane, added at the end.
+
+const floatSig = "func(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)"
+
+// floatType is a float weight type for the generators: its bytes per value and how a
+// vector of values is loaded as float32.
+type floatType struct {
+	name string
+	size int // bytes per value
+}
+
+var floatTypes = []floatType{{"F32", 4}, {"F16", 2}, {"BF16", 2}}
+
+// load512 loads the 16 values at m as float32.
+func (ft floatType) load512(m Mem, v VecVirtual) {
+	switch ft.name {
+	case "F32":
+		VMOVUPS(m, v)
+	case "F16":
+		VCVTPH2PS(m, v)
+	default:
+		VPMOVZXWD(m, v)
+		VPSLLD(U8(16), v, v)
+	}
+}
+
+// load256 loads the 8 values at m as float32.
+func (ft floatType) load256(m Mem, v VecVirtual) {
+	switch ft.name {
+	case "F32":
+		VMOVUPS(m, v)
+	case "F16":
+		VCVTPH2PS(m, v)
+	default:
+		VPMOVZXWD(m, v)
+		VPSLLD(U8(16), v, v)
+	}
+}
+
+// floatKernel512 emits the AVX-512 float kernel of type ft for n activation rows.
+func floatKernel512(ft floatType, n int) {
+	fn := fmt.Sprintf("float%sx%dAVX512", ft.name, n)
+	TEXT(fn, NOSPLIT, floatSig)
+	Doc(fmt.Sprintf("%s is the AVX-512 kernel of repacked %s weights for %d activation rows.", fn, ft.name, n))
+	w := Mem{Base: Load(Param("w"), GP64())}
+	cols := Load(Param("cols"), GP64())
+	x := newRows(Load(Param("x"), GP64()), Load(Param("xstride"), GP64()), n)
+	col := 16 * ft.size // bytes of a column
+	acc := [2][]VecVirtual{}
+	for k := range 2 {
+		for range n {
+			a := ZMM()
+			VPXORD(a, a, a)
+			acc[k] = append(acc[k], a)
+		}
+	}
+	Label(fn + "_pairs")
+	CMPQ(cols, U32(2))
+	JL(LabelRef(fn + "_tail"))
+	for off := 0; off < 2*col; off += 64 {
+		PREFETCHT0(w.Offset(intPrefetch + off))
+	}
+	for k := range 2 {
+		v := ZMM()
+		ft.load512(w.Offset(k*col), v)
+		for t := range n {
+			VFMADD231PS_BCST(x.at(t, 4*k), v, acc[k][t])
+		}
+	}
+	ADDQ(U32(2*col), w.Base)
+	x.advance(8)
+	SUBQ(U32(2), cols)
+	JMP(LabelRef(fn + "_pairs"))
+	Label(fn + "_tail")
+	TESTQ(cols, cols)
+	JZ(LabelRef(fn + "_done"))
+	v := ZMM()
+	ft.load512(w, v)
+	for t := range n {
+		VFMADD231PS_BCST(x.at(t, 0), v, acc[0][t])
+	}
+	Label(fn + "_done")
+	out := Mem{Base: Load(Param("out"), GP64())}
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	for t := range n {
+		VADDPS(acc[1][t], acc[0][t], acc[0][t])
+		VMOVUPS(acc[0][t], out)
+		if t+1 < n {
+			ADDQ(ldo, out.Base)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// floatRows256 is how many activation rows an AVX2 float kernel takes at most: two sums
+// of two halves per row in 16 registers.
+const floatRows256 = 3
+
+// floatKernel256 emits the AVX2 float kernel of type ft for n activation rows: the 16
+// rows as two halves of 8, the same sums per lane.
+func floatKernel256(ft floatType, n int) {
+	fn := fmt.Sprintf("float%sx%dAVX2", ft.name, n)
+	TEXT(fn, NOSPLIT, floatSig)
+	Doc(fmt.Sprintf("%s is the AVX2 kernel of repacked %s weights for %d activation rows.", fn, ft.name, n))
+	w := Mem{Base: Load(Param("w"), GP64())}
+	cols := Load(Param("cols"), GP64())
+	x := newRows(Load(Param("x"), GP64()), Load(Param("xstride"), GP64()), n)
+	col := 16 * ft.size
+	var acc [2][2][]VecVirtual // [column parity][half][row]
+	for k := range 2 {
+		for h := range 2 {
+			for range n {
+				a := YMM()
+				VXORPS(a, a, a)
+				acc[k][h] = append(acc[k][h], a)
+			}
+		}
+	}
+	column := func(k int, m Mem) {
+		lo, hi := YMM(), YMM()
+		ft.load256(m, lo)
+		ft.load256(m.Offset(col/2), hi)
+		for t := range n {
+			b := YMM()
+			VBROADCASTSS(x.at(t, 4*k), b)
+			VFMADD231PS(b, lo, acc[k][0][t])
+			VFMADD231PS(b, hi, acc[k][1][t])
+		}
+	}
+	Label(fn + "_pairs")
+	CMPQ(cols, U32(2))
+	JL(LabelRef(fn + "_tail"))
+	for off := 0; off < 2*col; off += 64 {
+		PREFETCHT0(w.Offset(intPrefetch + off))
+	}
+	column(0, w)
+	column(1, w.Offset(col))
+	ADDQ(U32(2*col), w.Base)
+	x.advance(8)
+	SUBQ(U32(2), cols)
+	JMP(LabelRef(fn + "_pairs"))
+	Label(fn + "_tail")
+	TESTQ(cols, cols)
+	JZ(LabelRef(fn + "_done"))
+	column(0, w)
+	Label(fn + "_done")
+	out := Mem{Base: Load(Param("out"), GP64())}
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	for t := range n {
+		for h := range 2 {
+			VADDPS(acc[1][h][t], acc[0][h][t], acc[0][h][t])
+			VMOVUPS(acc[0][h][t], out.Offset(32*h))
+		}
+		if t+1 < n {
+			ADDQ(ldo, out.Base)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+func float512Kernels() {
+	for _, ft := range floatTypes {
+		for n := 1; n <= intRows; n++ {
+			floatKernel512(ft, n)
+		}
+	}
+}
+
+func float256Kernels() {
+	for _, ft := range floatTypes {
+		for n := 1; n <= floatRows256; n++ {
+			floatKernel256(ft, n)
+		}
+	}
+}
