@@ -90,6 +90,12 @@ type Config struct {
 	// Budget is the most memory, in bytes, the pool may hold (> 0). The pool has
 	// Budget / BlockBytes blocks, which must be at least one.
 	Budget int64
+	// KeysTransposed stores the keys of a run dimension-major: element d of slot s at
+	// d·BlockSize + s, so that a block's keys of one head are a HeadDim × BlockSize
+	// matrix whose rows hold one dimension of BlockSize positions — what a vector of
+	// attention scores, one position per lane, reads. Values stay slot-major. Keys are
+	// then written with [Seq.SetKey] and read with [Seq.Key]; [Seq.Row] returns no key.
+	KeysTransposed bool
 }
 
 // BlockBytes is the size in bytes of one block of c: Layers × 2 (keys and values) ×
@@ -284,8 +290,20 @@ func (p *Pool) copyBlock(dst, src int32, slots int) {
 		copy(d, s)
 		return
 	}
-	n := slots * p.cfg.HeadDim
-	for off := 0; off < len(d); off += p.runFloats {
-		copy(d[off:off+n], s[off:off+n])
+	bs, hd := p.cfg.BlockSize, p.cfg.HeadDim
+	for r, off := 0, 0; off < len(d); r, off = r+1, off+p.runFloats {
+		if !p.transposed(r) {
+			copy(d[off:off+slots*hd], s[off:off+slots*hd])
+			continue
+		}
+		for e := off; e < off+p.runFloats; e += bs {
+			copy(d[e:e+slots], s[e:e+slots])
+		}
 	}
+}
+
+// transposed reports whether run r of a block (in the order layer, kind, head) holds
+// keys stored dimension-major.
+func (p *Pool) transposed(r int) bool {
+	return p.cfg.KeysTransposed && r/p.cfg.KVHeads%2 == 0
 }

@@ -611,3 +611,82 @@ func TestErrorsWrap(t *testing.T) {
 	assert.True(t, errors.Is(err, ErrOutOfMemory))
 	assert.False(t, errors.Is(err, ErrClosed))
 }
+
+// TestTransposedKeys runs the same writes, forks, growth, moves and retains on a pool
+// with slot-major keys and one with dimension-major keys: every key and value must
+// read back the same, and the transposed keys must sit where Block's doc says.
+func TestTransposedKeys(t *testing.T) {
+	const layers, heads, hd = 2, 3, 8
+	pools := [2]*Pool{}
+	for i, tr := range []bool{false, true} {
+		p, err := NewPool(Config{Layers: layers, KVHeads: heads, HeadDim: hd, BlockSize: 4, Budget: 1 << 20, KeysTransposed: tr})
+		require.NoError(t, err)
+		pools[i] = p
+	}
+	val := func(pos, l, h, d int, key bool) float32 {
+		x := float32(pos*1000 + l*100 + h*10 + d)
+		if key {
+			return -x
+		}
+		return x
+	}
+	write := func(s *Seq, from, to int) {
+		for pos := from; pos < to; pos++ {
+			for l := range layers {
+				for h := range heads {
+					k := make([]float32, hd)
+					for d := range k {
+						k[d] = val(pos, l, h, d, true)
+					}
+					s.SetKey(l, h, pos, k)
+					_, v := s.Row(l, h, pos)
+					for d := range v {
+						v[d] = val(pos, l, h, d, false)
+					}
+				}
+			}
+		}
+	}
+	var seqs [2][2]*Seq
+	for i, p := range pools {
+		a := p.NewSeq()
+		require.NoError(t, a.Grow(10))
+		write(a, 0, 10)
+		b, err := a.Fork()
+		require.NoError(t, err)
+		require.NoError(t, b.Grow(5)) // copies the shared, partly filled last block
+		write(b, 10, 15)
+		require.NoError(t, a.Retain(3, []int32{0, 2, 5, 6}))
+		require.NoError(t, b.Move(1, 13))
+		seqs[i] = [2]*Seq{a, b}
+	}
+	for j := range 2 {
+		slot, tr := seqs[0][j], seqs[1][j]
+		require.Equal(t, slot.Len(), tr.Len())
+		for pos := range slot.Len() {
+			for l := range layers {
+				for h := range heads {
+					k0, k1 := make([]float32, hd), make([]float32, hd)
+					slot.Key(l, h, pos, k0)
+					tr.Key(l, h, pos, k1)
+					require.Equal(t, k0, k1, "seq %d key of position %d, layer %d, head %d", j, pos, l, h)
+					krow, v0 := slot.Row(l, h, pos)
+					require.Equal(t, k0, krow)
+					none, v1 := tr.Row(l, h, pos)
+					require.Nil(t, none)
+					require.Equal(t, v0, v1, "seq %d value of position %d", j, pos)
+					kb, _ := tr.Block(l, h, pos/4)
+					for d := range hd {
+						require.Equal(t, k1[d], kb[d*4+pos%4])
+					}
+				}
+			}
+		}
+	}
+	// a kept positions 0-2 and 3+{0, 2, 5, 6}; b has position 13 at 1.
+	k := make([]float32, hd)
+	seqs[1][0].Key(1, 2, 5, k)
+	require.Equal(t, val(8, 1, 2, 0, true), k[0])
+	seqs[1][1].Key(0, 0, 1, k)
+	require.Equal(t, val(13, 0, 0, 0, true), k[0])
+}

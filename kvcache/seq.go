@@ -280,16 +280,22 @@ func (s *Seq) move(dst, src int) {
 	p := s.pool
 	bs, hd := p.cfg.BlockSize, p.cfg.HeadDim
 	db, ob := p.blocks[s.table[dst/bs]], p.blocks[s.table[src/bs]]
-	d, o := dst%bs*hd, src%bs*hd
-	for range p.runs {
+	for r, off := 0, 0; r < p.runs; r, off = r+1, off+p.runFloats {
+		if p.transposed(r) {
+			for e := off; e < off+p.runFloats; e += bs {
+				db[e+dst%bs] = ob[e+src%bs]
+			}
+			continue
+		}
+		d, o := off+dst%bs*hd, off+src%bs*hd
 		copy(db[d:d+hd], ob[o:o+hd])
-		d += p.runFloats
-		o += p.runFloats
 	}
 }
 
 // Row returns the key and value vectors, HeadDim floats each, of position pos for one
-// layer and key/value head. The slices alias the pool's memory.
+// layer and key/value head. The slices alias the pool's memory. With
+// [Config.KeysTransposed] a key is not contiguous and k is nil: use [Seq.SetKey] and
+// [Seq.Key].
 //
 // Preconditions (a violation is a programming error and panics): 0 <= layer < Layers,
 // 0 <= head < KVHeads, 0 <= pos < Len(). Write through the slices only to positions
@@ -303,14 +309,57 @@ func (s *Seq) Row(layer, head, pos int) (k, v []float32) {
 	}
 	bs, hd := p.cfg.BlockSize, p.cfg.HeadDim
 	blk := p.blocks[s.table[pos/bs]]
-	off := (layer*2*p.cfg.KVHeads+head)*p.runFloats + pos%bs*hd
-	voff := off + p.vOffset
-	return blk[off : off+hd : off+hd], blk[voff : voff+hd : voff+hd]
+	run := (layer*2*p.cfg.KVHeads + head) * p.runFloats
+	voff := run + p.vOffset + pos%bs*hd
+	if !p.cfg.KeysTransposed {
+		k = blk[run+pos%bs*hd : run+pos%bs*hd+hd : run+pos%bs*hd+hd]
+	}
+	return k, blk[voff : voff+hd : voff+hd]
+}
+
+// keyRun returns the key run of position pos's block for one layer and head, and the
+// position's slot in it.
+func (s *Seq) keyRun(op string, layer, head, pos int) ([]float32, int) {
+	p := s.pool
+	if uint(pos) >= uint(s.n) || uint(layer) >= uint(p.cfg.Layers) || uint(head) >= uint(p.cfg.KVHeads) {
+		s.outOfRange(op, layer, head, pos)
+	}
+	blk := p.blocks[s.table[pos/p.cfg.BlockSize]]
+	run := (layer*2*p.cfg.KVHeads + head) * p.runFloats
+	return blk[run : run+p.runFloats], pos % p.cfg.BlockSize
+}
+
+// SetKey writes the key vector (HeadDim floats) of position pos for one layer and
+// key/value head, in either layout. The preconditions of [Seq.Row] apply.
+func (s *Seq) SetKey(layer, head, pos int, k []float32) {
+	run, slot := s.keyRun("SetKey", layer, head, pos)
+	p := s.pool
+	if !p.cfg.KeysTransposed {
+		copy(run[slot*p.cfg.HeadDim:(slot+1)*p.cfg.HeadDim], k)
+		return
+	}
+	for d, x := range k[:p.cfg.HeadDim] {
+		run[d*p.cfg.BlockSize+slot] = x
+	}
+}
+
+// Key copies the key vector of position pos for one layer and key/value head into
+// dst (HeadDim floats), in either layout. The preconditions of [Seq.Row] apply.
+func (s *Seq) Key(layer, head, pos int, dst []float32) {
+	run, slot := s.keyRun("Key", layer, head, pos)
+	p := s.pool
+	if !p.cfg.KeysTransposed {
+		copy(dst, run[slot*p.cfg.HeadDim:(slot+1)*p.cfg.HeadDim])
+		return
+	}
+	for d := range dst[:p.cfg.HeadDim] {
+		dst[d] = run[d*p.cfg.BlockSize+slot]
+	}
 }
 
 // Block returns the keys and values of the i-th logical block of the sequence for one
 // layer and key/value head: BlockSize×HeadDim floats each, slot-major, where slot j
-// holds position i*BlockSize+j. The last block may reach beyond Len(): callers read
+// holds position i*BlockSize+j (the keys dimension-major with [Config.KeysTransposed]). The last block may reach beyond Len(): callers read
 // only its first min(BlockSize, Len()-i*BlockSize) slots; the slots after those hold
 // unspecified values. The slices alias the pool's memory and are for reading.
 //

@@ -57,6 +57,29 @@ func pickFloat(t dtype.DType, avx512, avx2 floatTable) floatTable {
 	return goFloatGroup(t)
 }
 
+// The attention kernels, by the number of heads they take.
+var (
+	score512       = [9]scoreKernel{1: score1AVX512, 2: score2AVX512, 3: score3AVX512, 4: score4AVX512, 5: score5AVX512, 6: score6AVX512, 7: score7AVX512, 8: score8AVX512}
+	score256       = [4]scoreKernel{1: score1AVX2, 2: score2AVX2, 3: score3AVX2}
+	weightedSum512 = [9]weightedKernel{1: weightedSum1AVX512, 2: weightedSum2AVX512, 3: weightedSum3AVX512, 4: weightedSum4AVX512, 5: weightedSum5AVX512, 6: weightedSum6AVX512, 7: weightedSum7AVX512, 8: weightedSum8AVX512}
+)
+
+// scoreBlock is ScoreBlock past its checks.
+func scoreBlock(kT []float32, hd int, q []float32, g int, out []float32, ldo, cnt int) {
+	switch {
+	case hasAVX512:
+		for h := 0; h < g; h += 8 {
+			score512[min(8, g-h)](&kT[0], hd, &q[h*hd], &out[h*ldo], ldo, cnt)
+		}
+	case hasAVX2:
+		for h := 0; h < g; h += 3 {
+			score256[min(3, g-h)](&kT[0], hd, &q[h*hd], &out[h*ldo], ldo, cnt)
+		}
+	default:
+		goScoreBlock(kT, hd, q, g, out, ldo, cnt)
+	}
+}
+
 // quantizeRow quantises the blocks of one row of activations (see act8.go).
 func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
 	if !hasAVX2 || len(x) == 0 {

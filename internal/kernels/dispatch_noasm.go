@@ -47,3 +47,11 @@ func scaleAVX2(v []float32, s float32)             { panic("unreachable") }
 func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
 	goQuantizeRow(x, block, codes, side)
 }
+
+// weightedSum512 is empty: WeightedSum never reaches it without assembly.
+var weightedSum512 [9]weightedKernel
+
+// scoreBlock is ScoreBlock past its checks.
+func scoreBlock(kT []float32, hd int, q []float32, g int, out []float32, ldo, cnt int) {
+	goScoreBlock(kT, hd, q, g, out, ldo, cnt)
+}

@@ -40196,6 +40196,213 @@ floatBF16x3AVX2_done:
 	VZEROUPPER
 	RET
 
+DATA scoreLanes<>+0(SB)/4, $0x00000000
+DATA scoreLanes<>+4(SB)/4, $0x00000001
+DATA scoreLanes<>+8(SB)/4, $0x00000002
+DATA scoreLanes<>+12(SB)/4, $0x00000003
+DATA scoreLanes<>+16(SB)/4, $0x00000004
+DATA scoreLanes<>+20(SB)/4, $0x00000005
+DATA scoreLanes<>+24(SB)/4, $0x00000006
+DATA scoreLanes<>+28(SB)/4, $0x00000007
+DATA scoreLanes<>+32(SB)/4, $0x00000008
+DATA scoreLanes<>+36(SB)/4, $0x00000009
+DATA scoreLanes<>+40(SB)/4, $0x0000000a
+DATA scoreLanes<>+44(SB)/4, $0x0000000b
+DATA scoreLanes<>+48(SB)/4, $0x0000000c
+DATA scoreLanes<>+52(SB)/4, $0x0000000d
+DATA scoreLanes<>+56(SB)/4, $0x0000000e
+DATA scoreLanes<>+60(SB)/4, $0x0000000f
+GLOBL scoreLanes<>(SB), RODATA|NOPTR, $64
+
+// func score1AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·score1AVX2(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ   $0x01, CX
+
+score1AVX2_loop:
+	TESTQ        CX, CX
+	JZ           score1AVX2_done
+	VMOVUPS      (AX), Y4
+	VMOVUPS      32(AX), Y5
+	VBROADCASTSS (DX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VMOVUPS      64(AX), Y4
+	VMOVUPS      96(AX), Y5
+	VBROADCASTSS 4(DX), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000008, DX
+	DECQ         CX
+	JMP          score1AVX2_loop
+
+score1AVX2_done:
+	MOVQ         cnt+40(FP), AX
+	VMOVQ        AX, X4
+	VPBROADCASTD X4, Y4
+	VPCMPGTD     scoreLanes<>+0(SB), Y4, Y5
+	VPCMPGTD     scoreLanes<>+32(SB), Y4, Y4
+	MOVQ         out+24(FP), AX
+	MOVQ         ldo+32(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y2, Y0, Y0
+	VMASKMOVPS   Y0, Y5, (AX)
+	VADDPS       Y3, Y1, Y1
+	VMASKMOVPS   Y1, Y4, 32(AX)
+	VZEROUPPER
+	RET
+
+// func score2AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·score2AVX2(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	SHRQ   $0x01, CX
+
+score2AVX2_loop:
+	TESTQ        CX, CX
+	JZ           score2AVX2_done
+	VMOVUPS      (AX), Y8
+	VMOVUPS      32(AX), Y9
+	VBROADCASTSS (BX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y2
+	VBROADCASTSS (BX)(DX*1), Y10
+	VFMADD231PS  Y10, Y8, Y1
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(AX), Y8
+	VMOVUPS      96(AX), Y9
+	VBROADCASTSS 4(BX), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y6
+	VBROADCASTSS 4(BX)(DX*1), Y10
+	VFMADD231PS  Y10, Y8, Y5
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000008, BX
+	DECQ         CX
+	JMP          score2AVX2_loop
+
+score2AVX2_done:
+	MOVQ         cnt+40(FP), AX
+	VMOVQ        AX, X8
+	VPBROADCASTD X8, Y8
+	VPCMPGTD     scoreLanes<>+0(SB), Y8, Y9
+	VPCMPGTD     scoreLanes<>+32(SB), Y8, Y8
+	MOVQ         out+24(FP), AX
+	MOVQ         ldo+32(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y4, Y0, Y0
+	VMASKMOVPS   Y0, Y9, (AX)
+	VADDPS       Y6, Y2, Y2
+	VMASKMOVPS   Y2, Y8, 32(AX)
+	ADDQ         CX, AX
+	VADDPS       Y5, Y1, Y1
+	VMASKMOVPS   Y1, Y9, (AX)
+	VADDPS       Y7, Y3, Y3
+	VMASKMOVPS   Y3, Y8, 32(AX)
+	VZEROUPPER
+	RET
+
+// func score3AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·score3AVX2(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHRQ   $0x01, CX
+
+score3AVX2_loop:
+	TESTQ        CX, CX
+	JZ           score3AVX2_done
+	VMOVUPS      (AX), Y12
+	VMOVUPS      32(AX), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (BX)(DX*1), Y14
+	VFMADD231PS  Y14, Y12, Y1
+	VFMADD231PS  Y14, Y13, Y4
+	VBROADCASTSS (BX)(DX*2), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y5
+	VMOVUPS      64(AX), Y12
+	VMOVUPS      96(AX), Y13
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 4(BX)(DX*1), Y14
+	VFMADD231PS  Y14, Y12, Y7
+	VFMADD231PS  Y14, Y13, Y10
+	VBROADCASTSS 4(BX)(DX*2), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y11
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000008, BX
+	DECQ         CX
+	JMP          score3AVX2_loop
+
+score3AVX2_done:
+	MOVQ         cnt+40(FP), AX
+	VMOVQ        AX, X12
+	VPBROADCASTD X12, Y12
+	VPCMPGTD     scoreLanes<>+0(SB), Y12, Y13
+	VPCMPGTD     scoreLanes<>+32(SB), Y12, Y12
+	MOVQ         out+24(FP), AX
+	MOVQ         ldo+32(FP), CX
+	SHLQ         $0x02, CX
+	VADDPS       Y6, Y0, Y0
+	VMASKMOVPS   Y0, Y13, (AX)
+	VADDPS       Y9, Y3, Y3
+	VMASKMOVPS   Y3, Y12, 32(AX)
+	ADDQ         CX, AX
+	VADDPS       Y7, Y1, Y1
+	VMASKMOVPS   Y1, Y13, (AX)
+	VADDPS       Y10, Y4, Y4
+	VMASKMOVPS   Y4, Y12, 32(AX)
+	ADDQ         CX, AX
+	VADDPS       Y8, Y2, Y2
+	VMASKMOVPS   Y2, Y13, (AX)
+	VADDPS       Y11, Y5, Y5
+	VMASKMOVPS   Y5, Y12, 32(AX)
+	VZEROUPPER
+	RET
+
 // func dotAVX2(a []float32, b []float32) float32
 // Requires: AVX, FMA3, SSE
 TEXT ·dotAVX2(SB), NOSPLIT, $0-52

@@ -175,6 +175,15 @@ func floatBF16x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, l
 // floatBF16x3AVX2 is the AVX2 kernel of repacked BF16 weights for 3 activation rows.
 func floatBF16x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
 
+// score1AVX2 scores 1 query heads against a block of 16 keys stored dimension-major.
+func score1AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score2AVX2 scores 2 query heads against a block of 16 keys stored dimension-major.
+func score2AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score3AVX2 scores 3 query heads against a block of 16 keys stored dimension-major.
+func score3AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
 // dotAVX2 returns a · b over the first len(a) rounded down to 8 values.
 func dotAVX2(a []float32, b []float32) float32
 

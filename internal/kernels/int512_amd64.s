@@ -32097,3 +32097,1141 @@ floatBF16x8AVX512_done:
 	VMOVUPS Z7, (AX)
 	VZEROUPPER
 	RET
+
+// func score1AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·score1AVX512(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), DX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	SHRQ   $0x01, CX
+
+score1AVX512_loop:
+	TESTQ            CX, CX
+	JZ               score1AVX512_done
+	VMOVUPS          (AX), Z2
+	VFMADD231PS.BCST (DX), Z2, Z0
+	VMOVUPS          64(AX), Z2
+	VFMADD231PS.BCST 4(DX), Z2, Z1
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000008, DX
+	DECQ             CX
+	JMP              score1AVX512_loop
+
+score1AVX512_done:
+	MOVQ    cnt+40(FP), AX
+	MOVQ    $0x00000001, CX
+	SHLXQ   AX, CX, CX
+	DECQ    CX
+	KMOVW   CX, K1
+	MOVQ    out+24(FP), AX
+	MOVQ    ldo+32(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func score2AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·score2AVX512(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	SHRQ   $0x01, CX
+
+score2AVX512_loop:
+	TESTQ            CX, CX
+	JZ               score2AVX512_done
+	VMOVUPS          (AX), Z4
+	VFMADD231PS.BCST (BX), Z4, Z0
+	VFMADD231PS.BCST (BX)(DX*1), Z4, Z1
+	VMOVUPS          64(AX), Z4
+	VFMADD231PS.BCST 4(BX), Z4, Z2
+	VFMADD231PS.BCST 4(BX)(DX*1), Z4, Z3
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000008, BX
+	DECQ             CX
+	JMP              score2AVX512_loop
+
+score2AVX512_done:
+	MOVQ    cnt+40(FP), AX
+	MOVQ    $0x00000001, CX
+	SHLXQ   AX, CX, CX
+	DECQ    CX
+	KMOVW   CX, K1
+	MOVQ    out+24(FP), AX
+	MOVQ    ldo+32(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z2, Z0, Z0
+	VMOVUPS Z0, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z3, Z1, Z1
+	VMOVUPS Z1, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func score3AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·score3AVX512(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	SHRQ   $0x01, CX
+
+score3AVX512_loop:
+	TESTQ            CX, CX
+	JZ               score3AVX512_done
+	VMOVUPS          (AX), Z6
+	VFMADD231PS.BCST (BX), Z6, Z0
+	VFMADD231PS.BCST (BX)(DX*1), Z6, Z1
+	VFMADD231PS.BCST (BX)(DX*2), Z6, Z2
+	VMOVUPS          64(AX), Z6
+	VFMADD231PS.BCST 4(BX), Z6, Z3
+	VFMADD231PS.BCST 4(BX)(DX*1), Z6, Z4
+	VFMADD231PS.BCST 4(BX)(DX*2), Z6, Z5
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000008, BX
+	DECQ             CX
+	JMP              score3AVX512_loop
+
+score3AVX512_done:
+	MOVQ    cnt+40(FP), AX
+	MOVQ    $0x00000001, CX
+	SHLXQ   AX, CX, CX
+	DECQ    CX
+	KMOVW   CX, K1
+	MOVQ    out+24(FP), AX
+	MOVQ    ldo+32(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z3, Z0, Z0
+	VMOVUPS Z0, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z4, Z1, Z1
+	VMOVUPS Z1, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z5, Z2, Z2
+	VMOVUPS Z2, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func score4AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·score4AVX512(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	LEAQ   (DX)(DX*2), SI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	SHRQ   $0x01, CX
+
+score4AVX512_loop:
+	TESTQ            CX, CX
+	JZ               score4AVX512_done
+	VMOVUPS          (AX), Z8
+	VFMADD231PS.BCST (BX), Z8, Z0
+	VFMADD231PS.BCST (BX)(DX*1), Z8, Z1
+	VFMADD231PS.BCST (BX)(DX*2), Z8, Z2
+	VFMADD231PS.BCST (BX)(SI*1), Z8, Z3
+	VMOVUPS          64(AX), Z8
+	VFMADD231PS.BCST 4(BX), Z8, Z4
+	VFMADD231PS.BCST 4(BX)(DX*1), Z8, Z5
+	VFMADD231PS.BCST 4(BX)(DX*2), Z8, Z6
+	VFMADD231PS.BCST 4(BX)(SI*1), Z8, Z7
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000008, BX
+	DECQ             CX
+	JMP              score4AVX512_loop
+
+score4AVX512_done:
+	MOVQ    cnt+40(FP), AX
+	MOVQ    $0x00000001, CX
+	SHLXQ   AX, CX, CX
+	DECQ    CX
+	KMOVW   CX, K1
+	MOVQ    out+24(FP), AX
+	MOVQ    ldo+32(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z4, Z0, Z0
+	VMOVUPS Z0, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z5, Z1, Z1
+	VMOVUPS Z1, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z6, Z2, Z2
+	VMOVUPS Z2, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z7, Z3, Z3
+	VMOVUPS Z3, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func score5AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·score5AVX512(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	LEAQ   (DX)(DX*2), SI
+	LEAQ   (BX)(DX*4), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	SHRQ   $0x01, CX
+
+score5AVX512_loop:
+	TESTQ            CX, CX
+	JZ               score5AVX512_done
+	VMOVUPS          (AX), Z10
+	VFMADD231PS.BCST (BX), Z10, Z0
+	VFMADD231PS.BCST (BX)(DX*1), Z10, Z1
+	VFMADD231PS.BCST (BX)(DX*2), Z10, Z2
+	VFMADD231PS.BCST (BX)(SI*1), Z10, Z3
+	VFMADD231PS.BCST (DI), Z10, Z4
+	VMOVUPS          64(AX), Z10
+	VFMADD231PS.BCST 4(BX), Z10, Z5
+	VFMADD231PS.BCST 4(BX)(DX*1), Z10, Z6
+	VFMADD231PS.BCST 4(BX)(DX*2), Z10, Z7
+	VFMADD231PS.BCST 4(BX)(SI*1), Z10, Z8
+	VFMADD231PS.BCST 4(DI), Z10, Z9
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000008, BX
+	ADDQ             $0x00000008, DI
+	DECQ             CX
+	JMP              score5AVX512_loop
+
+score5AVX512_done:
+	MOVQ    cnt+40(FP), AX
+	MOVQ    $0x00000001, CX
+	SHLXQ   AX, CX, CX
+	DECQ    CX
+	KMOVW   CX, K1
+	MOVQ    out+24(FP), AX
+	MOVQ    ldo+32(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z5, Z0, Z0
+	VMOVUPS Z0, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z6, Z1, Z1
+	VMOVUPS Z1, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z7, Z2, Z2
+	VMOVUPS Z2, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z8, Z3, Z3
+	VMOVUPS Z3, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS Z4, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func score6AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·score6AVX512(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	LEAQ   (DX)(DX*2), SI
+	LEAQ   (BX)(DX*4), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	SHRQ   $0x01, CX
+
+score6AVX512_loop:
+	TESTQ            CX, CX
+	JZ               score6AVX512_done
+	VMOVUPS          (AX), Z12
+	VFMADD231PS.BCST (BX), Z12, Z0
+	VFMADD231PS.BCST (BX)(DX*1), Z12, Z1
+	VFMADD231PS.BCST (BX)(DX*2), Z12, Z2
+	VFMADD231PS.BCST (BX)(SI*1), Z12, Z3
+	VFMADD231PS.BCST (DI), Z12, Z4
+	VFMADD231PS.BCST (DI)(DX*1), Z12, Z5
+	VMOVUPS          64(AX), Z12
+	VFMADD231PS.BCST 4(BX), Z12, Z6
+	VFMADD231PS.BCST 4(BX)(DX*1), Z12, Z7
+	VFMADD231PS.BCST 4(BX)(DX*2), Z12, Z8
+	VFMADD231PS.BCST 4(BX)(SI*1), Z12, Z9
+	VFMADD231PS.BCST 4(DI), Z12, Z10
+	VFMADD231PS.BCST 4(DI)(DX*1), Z12, Z11
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000008, BX
+	ADDQ             $0x00000008, DI
+	DECQ             CX
+	JMP              score6AVX512_loop
+
+score6AVX512_done:
+	MOVQ    cnt+40(FP), AX
+	MOVQ    $0x00000001, CX
+	SHLXQ   AX, CX, CX
+	DECQ    CX
+	KMOVW   CX, K1
+	MOVQ    out+24(FP), AX
+	MOVQ    ldo+32(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z6, Z0, Z0
+	VMOVUPS Z0, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z7, Z1, Z1
+	VMOVUPS Z1, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS Z2, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS Z3, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z10, Z4, Z4
+	VMOVUPS Z4, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z11, Z5, Z5
+	VMOVUPS Z5, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func score7AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·score7AVX512(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	LEAQ   (DX)(DX*2), SI
+	LEAQ   (BX)(DX*4), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	SHRQ   $0x01, CX
+
+score7AVX512_loop:
+	TESTQ            CX, CX
+	JZ               score7AVX512_done
+	VMOVUPS          (AX), Z14
+	VFMADD231PS.BCST (BX), Z14, Z0
+	VFMADD231PS.BCST (BX)(DX*1), Z14, Z1
+	VFMADD231PS.BCST (BX)(DX*2), Z14, Z2
+	VFMADD231PS.BCST (BX)(SI*1), Z14, Z3
+	VFMADD231PS.BCST (DI), Z14, Z4
+	VFMADD231PS.BCST (DI)(DX*1), Z14, Z5
+	VFMADD231PS.BCST (DI)(DX*2), Z14, Z6
+	VMOVUPS          64(AX), Z14
+	VFMADD231PS.BCST 4(BX), Z14, Z7
+	VFMADD231PS.BCST 4(BX)(DX*1), Z14, Z8
+	VFMADD231PS.BCST 4(BX)(DX*2), Z14, Z9
+	VFMADD231PS.BCST 4(BX)(SI*1), Z14, Z10
+	VFMADD231PS.BCST 4(DI), Z14, Z11
+	VFMADD231PS.BCST 4(DI)(DX*1), Z14, Z12
+	VFMADD231PS.BCST 4(DI)(DX*2), Z14, Z13
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000008, BX
+	ADDQ             $0x00000008, DI
+	DECQ             CX
+	JMP              score7AVX512_loop
+
+score7AVX512_done:
+	MOVQ    cnt+40(FP), AX
+	MOVQ    $0x00000001, CX
+	SHLXQ   AX, CX, CX
+	DECQ    CX
+	KMOVW   CX, K1
+	MOVQ    out+24(FP), AX
+	MOVQ    ldo+32(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z7, Z0, Z0
+	VMOVUPS Z0, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z8, Z1, Z1
+	VMOVUPS Z1, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS Z2, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z10, Z3, Z3
+	VMOVUPS Z3, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z11, Z4, Z4
+	VMOVUPS Z4, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z12, Z5, Z5
+	VMOVUPS Z5, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z13, Z6, Z6
+	VMOVUPS Z6, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func score8AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·score8AVX512(SB), NOSPLIT, $0-48
+	MOVQ   kT+0(FP), AX
+	MOVQ   hd+8(FP), CX
+	MOVQ   CX, DX
+	SHLQ   $0x02, DX
+	MOVQ   q+16(FP), BX
+	LEAQ   (DX)(DX*2), SI
+	LEAQ   (BX)(DX*4), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	SHRQ   $0x01, CX
+
+score8AVX512_loop:
+	TESTQ            CX, CX
+	JZ               score8AVX512_done
+	VMOVUPS          (AX), Z16
+	VFMADD231PS.BCST (BX), Z16, Z0
+	VFMADD231PS.BCST (BX)(DX*1), Z16, Z1
+	VFMADD231PS.BCST (BX)(DX*2), Z16, Z2
+	VFMADD231PS.BCST (BX)(SI*1), Z16, Z3
+	VFMADD231PS.BCST (DI), Z16, Z4
+	VFMADD231PS.BCST (DI)(DX*1), Z16, Z5
+	VFMADD231PS.BCST (DI)(DX*2), Z16, Z6
+	VFMADD231PS.BCST (DI)(SI*1), Z16, Z7
+	VMOVUPS          64(AX), Z16
+	VFMADD231PS.BCST 4(BX), Z16, Z8
+	VFMADD231PS.BCST 4(BX)(DX*1), Z16, Z9
+	VFMADD231PS.BCST 4(BX)(DX*2), Z16, Z10
+	VFMADD231PS.BCST 4(BX)(SI*1), Z16, Z11
+	VFMADD231PS.BCST 4(DI), Z16, Z12
+	VFMADD231PS.BCST 4(DI)(DX*1), Z16, Z13
+	VFMADD231PS.BCST 4(DI)(DX*2), Z16, Z14
+	VFMADD231PS.BCST 4(DI)(SI*1), Z16, Z15
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000008, BX
+	ADDQ             $0x00000008, DI
+	DECQ             CX
+	JMP              score8AVX512_loop
+
+score8AVX512_done:
+	MOVQ    cnt+40(FP), AX
+	MOVQ    $0x00000001, CX
+	SHLXQ   AX, CX, CX
+	DECQ    CX
+	KMOVW   CX, K1
+	MOVQ    out+24(FP), AX
+	MOVQ    ldo+32(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z8, Z0, Z0
+	VMOVUPS Z0, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS Z1, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z10, Z2, Z2
+	VMOVUPS Z2, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z11, Z3, Z3
+	VMOVUPS Z3, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z12, Z4, Z4
+	VMOVUPS Z4, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z13, Z5, Z5
+	VMOVUPS Z5, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z14, Z6, Z6
+	VMOVUPS Z6, K1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z15, Z7, Z7
+	VMOVUPS Z7, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func weightedSum1AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+// Requires: AVX, AVX512F
+TEXT ·weightedSum1AVX512(SB), NOSPLIT, $0-48
+	MOVQ ldw+8(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w+0(FP), AX
+	MOVQ v+16(FP), CX
+	MOVQ cnt+24(FP), DX
+	MOVQ out+32(FP), BX
+	MOVQ hd+40(FP), SI
+	SHLQ $0x02, SI
+	XORQ DI, DI
+
+weightedSum1AVX512_col:
+	CMPQ    DI, SI
+	JAE     weightedSum1AVX512_done
+	LEAQ    (BX)(DI*1), R8
+	VMOVUPS (R8), Z0
+	VMOVUPS 64(R8), Z1
+	XORQ    R8, R8
+	LEAQ    (CX)(DI*1), R9
+
+weightedSum1AVX512_pos:
+	CMPQ             R8, DX
+	JAE              weightedSum1AVX512_store
+	VMOVUPS          (R9), Z2
+	VMOVUPS          64(R9), Z3
+	VFMADD231PS.BCST (AX), Z2, Z0
+	VFMADD231PS.BCST (AX), Z3, Z1
+	ADDQ             SI, R9
+	ADDQ             $0x00000004, AX
+	INCQ             R8
+	JMP              weightedSum1AVX512_pos
+
+weightedSum1AVX512_store:
+	MOVQ    DX, R8
+	SHLQ    $0x02, R8
+	SUBQ    R8, AX
+	LEAQ    (BX)(DI*1), R8
+	VMOVUPS Z0, (R8)
+	VMOVUPS Z1, 64(R8)
+	ADDQ    $0x00000080, DI
+	JMP     weightedSum1AVX512_col
+
+weightedSum1AVX512_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum2AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+// Requires: AVX, AVX512F
+TEXT ·weightedSum2AVX512(SB), NOSPLIT, $0-48
+	MOVQ ldw+8(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w+0(FP), CX
+	MOVQ v+16(FP), DX
+	MOVQ cnt+24(FP), BX
+	MOVQ out+32(FP), SI
+	MOVQ hd+40(FP), DI
+	SHLQ $0x02, DI
+	XORQ R8, R8
+
+weightedSum2AVX512_col:
+	CMPQ    R8, DI
+	JAE     weightedSum2AVX512_done
+	LEAQ    (SI)(R8*1), R9
+	VMOVUPS (R9), Z0
+	VMOVUPS 64(R9), Z1
+	ADDQ    DI, R9
+	VMOVUPS (R9), Z2
+	VMOVUPS 64(R9), Z3
+	XORQ    R9, R9
+	LEAQ    (DX)(R8*1), R10
+
+weightedSum2AVX512_pos:
+	CMPQ             R9, BX
+	JAE              weightedSum2AVX512_store
+	VMOVUPS          (R10), Z4
+	VMOVUPS          64(R10), Z5
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST (CX), Z5, Z1
+	VFMADD231PS.BCST (CX)(AX*1), Z4, Z2
+	VFMADD231PS.BCST (CX)(AX*1), Z5, Z3
+	ADDQ             DI, R10
+	ADDQ             $0x00000004, CX
+	INCQ             R9
+	JMP              weightedSum2AVX512_pos
+
+weightedSum2AVX512_store:
+	MOVQ    BX, R9
+	SHLQ    $0x02, R9
+	SUBQ    R9, CX
+	LEAQ    (SI)(R8*1), R9
+	VMOVUPS Z0, (R9)
+	VMOVUPS Z1, 64(R9)
+	ADDQ    DI, R9
+	VMOVUPS Z2, (R9)
+	VMOVUPS Z3, 64(R9)
+	ADDQ    $0x00000080, R8
+	JMP     weightedSum2AVX512_col
+
+weightedSum2AVX512_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum3AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+// Requires: AVX, AVX512F
+TEXT ·weightedSum3AVX512(SB), NOSPLIT, $0-48
+	MOVQ ldw+8(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w+0(FP), CX
+	MOVQ v+16(FP), DX
+	MOVQ cnt+24(FP), BX
+	MOVQ out+32(FP), SI
+	MOVQ hd+40(FP), DI
+	SHLQ $0x02, DI
+	XORQ R8, R8
+
+weightedSum3AVX512_col:
+	CMPQ    R8, DI
+	JAE     weightedSum3AVX512_done
+	LEAQ    (SI)(R8*1), R9
+	VMOVUPS (R9), Z0
+	VMOVUPS 64(R9), Z1
+	ADDQ    DI, R9
+	VMOVUPS (R9), Z2
+	VMOVUPS 64(R9), Z3
+	ADDQ    DI, R9
+	VMOVUPS (R9), Z4
+	VMOVUPS 64(R9), Z5
+	XORQ    R9, R9
+	LEAQ    (DX)(R8*1), R10
+
+weightedSum3AVX512_pos:
+	CMPQ             R9, BX
+	JAE              weightedSum3AVX512_store
+	VMOVUPS          (R10), Z6
+	VMOVUPS          64(R10), Z7
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST (CX), Z7, Z1
+	VFMADD231PS.BCST (CX)(AX*1), Z6, Z2
+	VFMADD231PS.BCST (CX)(AX*1), Z7, Z3
+	VFMADD231PS.BCST (CX)(AX*2), Z6, Z4
+	VFMADD231PS.BCST (CX)(AX*2), Z7, Z5
+	ADDQ             DI, R10
+	ADDQ             $0x00000004, CX
+	INCQ             R9
+	JMP              weightedSum3AVX512_pos
+
+weightedSum3AVX512_store:
+	MOVQ    BX, R9
+	SHLQ    $0x02, R9
+	SUBQ    R9, CX
+	LEAQ    (SI)(R8*1), R9
+	VMOVUPS Z0, (R9)
+	VMOVUPS Z1, 64(R9)
+	ADDQ    DI, R9
+	VMOVUPS Z2, (R9)
+	VMOVUPS Z3, 64(R9)
+	ADDQ    DI, R9
+	VMOVUPS Z4, (R9)
+	VMOVUPS Z5, 64(R9)
+	ADDQ    $0x00000080, R8
+	JMP     weightedSum3AVX512_col
+
+weightedSum3AVX512_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum4AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+// Requires: AVX, AVX512F
+TEXT ·weightedSum4AVX512(SB), NOSPLIT, $0-48
+	MOVQ ldw+8(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w+0(FP), CX
+	LEAQ (AX)(AX*2), DX
+	MOVQ v+16(FP), BX
+	MOVQ cnt+24(FP), SI
+	MOVQ out+32(FP), DI
+	MOVQ hd+40(FP), R8
+	SHLQ $0x02, R8
+	XORQ R9, R9
+
+weightedSum4AVX512_col:
+	CMPQ    R9, R8
+	JAE     weightedSum4AVX512_done
+	LEAQ    (DI)(R9*1), R10
+	VMOVUPS (R10), Z0
+	VMOVUPS 64(R10), Z1
+	ADDQ    R8, R10
+	VMOVUPS (R10), Z2
+	VMOVUPS 64(R10), Z3
+	ADDQ    R8, R10
+	VMOVUPS (R10), Z4
+	VMOVUPS 64(R10), Z5
+	ADDQ    R8, R10
+	VMOVUPS (R10), Z6
+	VMOVUPS 64(R10), Z7
+	XORQ    R10, R10
+	LEAQ    (BX)(R9*1), R11
+
+weightedSum4AVX512_pos:
+	CMPQ             R10, SI
+	JAE              weightedSum4AVX512_store
+	VMOVUPS          (R11), Z8
+	VMOVUPS          64(R11), Z9
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST (CX), Z9, Z1
+	VFMADD231PS.BCST (CX)(AX*1), Z8, Z2
+	VFMADD231PS.BCST (CX)(AX*1), Z9, Z3
+	VFMADD231PS.BCST (CX)(AX*2), Z8, Z4
+	VFMADD231PS.BCST (CX)(AX*2), Z9, Z5
+	VFMADD231PS.BCST (CX)(DX*1), Z8, Z6
+	VFMADD231PS.BCST (CX)(DX*1), Z9, Z7
+	ADDQ             R8, R11
+	ADDQ             $0x00000004, CX
+	INCQ             R10
+	JMP              weightedSum4AVX512_pos
+
+weightedSum4AVX512_store:
+	MOVQ    SI, R10
+	SHLQ    $0x02, R10
+	SUBQ    R10, CX
+	LEAQ    (DI)(R9*1), R10
+	VMOVUPS Z0, (R10)
+	VMOVUPS Z1, 64(R10)
+	ADDQ    R8, R10
+	VMOVUPS Z2, (R10)
+	VMOVUPS Z3, 64(R10)
+	ADDQ    R8, R10
+	VMOVUPS Z4, (R10)
+	VMOVUPS Z5, 64(R10)
+	ADDQ    R8, R10
+	VMOVUPS Z6, (R10)
+	VMOVUPS Z7, 64(R10)
+	ADDQ    $0x00000080, R9
+	JMP     weightedSum4AVX512_col
+
+weightedSum4AVX512_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum5AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+// Requires: AVX, AVX512F
+TEXT ·weightedSum5AVX512(SB), NOSPLIT, $0-48
+	MOVQ ldw+8(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w+0(FP), CX
+	LEAQ (AX)(AX*2), DX
+	LEAQ (CX)(AX*4), BX
+	MOVQ v+16(FP), SI
+	MOVQ cnt+24(FP), DI
+	MOVQ out+32(FP), R8
+	MOVQ hd+40(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+
+weightedSum5AVX512_col:
+	CMPQ    R10, R9
+	JAE     weightedSum5AVX512_done
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS (R11), Z0
+	VMOVUPS 64(R11), Z1
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z2
+	VMOVUPS 64(R11), Z3
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z4
+	VMOVUPS 64(R11), Z5
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z6
+	VMOVUPS 64(R11), Z7
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z8
+	VMOVUPS 64(R11), Z9
+	XORQ    R11, R11
+	LEAQ    (SI)(R10*1), R12
+
+weightedSum5AVX512_pos:
+	CMPQ             R11, DI
+	JAE              weightedSum5AVX512_store
+	VMOVUPS          (R12), Z10
+	VMOVUPS          64(R12), Z11
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST (CX), Z11, Z1
+	VFMADD231PS.BCST (CX)(AX*1), Z10, Z2
+	VFMADD231PS.BCST (CX)(AX*1), Z11, Z3
+	VFMADD231PS.BCST (CX)(AX*2), Z10, Z4
+	VFMADD231PS.BCST (CX)(AX*2), Z11, Z5
+	VFMADD231PS.BCST (CX)(DX*1), Z10, Z6
+	VFMADD231PS.BCST (CX)(DX*1), Z11, Z7
+	VFMADD231PS.BCST (BX), Z10, Z8
+	VFMADD231PS.BCST (BX), Z11, Z9
+	ADDQ             R9, R12
+	ADDQ             $0x00000004, CX
+	ADDQ             $0x00000004, BX
+	INCQ             R11
+	JMP              weightedSum5AVX512_pos
+
+weightedSum5AVX512_store:
+	MOVQ    DI, R11
+	SHLQ    $0x02, R11
+	SUBQ    R11, CX
+	SUBQ    R11, BX
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS Z0, (R11)
+	VMOVUPS Z1, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z2, (R11)
+	VMOVUPS Z3, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z4, (R11)
+	VMOVUPS Z5, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z6, (R11)
+	VMOVUPS Z7, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z8, (R11)
+	VMOVUPS Z9, 64(R11)
+	ADDQ    $0x00000080, R10
+	JMP     weightedSum5AVX512_col
+
+weightedSum5AVX512_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum6AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+// Requires: AVX, AVX512F
+TEXT ·weightedSum6AVX512(SB), NOSPLIT, $0-48
+	MOVQ ldw+8(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w+0(FP), CX
+	LEAQ (AX)(AX*2), DX
+	LEAQ (CX)(AX*4), BX
+	MOVQ v+16(FP), SI
+	MOVQ cnt+24(FP), DI
+	MOVQ out+32(FP), R8
+	MOVQ hd+40(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+
+weightedSum6AVX512_col:
+	CMPQ    R10, R9
+	JAE     weightedSum6AVX512_done
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS (R11), Z0
+	VMOVUPS 64(R11), Z1
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z2
+	VMOVUPS 64(R11), Z3
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z4
+	VMOVUPS 64(R11), Z5
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z6
+	VMOVUPS 64(R11), Z7
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z8
+	VMOVUPS 64(R11), Z9
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z10
+	VMOVUPS 64(R11), Z11
+	XORQ    R11, R11
+	LEAQ    (SI)(R10*1), R12
+
+weightedSum6AVX512_pos:
+	CMPQ             R11, DI
+	JAE              weightedSum6AVX512_store
+	VMOVUPS          (R12), Z12
+	VMOVUPS          64(R12), Z13
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST (CX), Z13, Z1
+	VFMADD231PS.BCST (CX)(AX*1), Z12, Z2
+	VFMADD231PS.BCST (CX)(AX*1), Z13, Z3
+	VFMADD231PS.BCST (CX)(AX*2), Z12, Z4
+	VFMADD231PS.BCST (CX)(AX*2), Z13, Z5
+	VFMADD231PS.BCST (CX)(DX*1), Z12, Z6
+	VFMADD231PS.BCST (CX)(DX*1), Z13, Z7
+	VFMADD231PS.BCST (BX), Z12, Z8
+	VFMADD231PS.BCST (BX), Z13, Z9
+	VFMADD231PS.BCST (BX)(AX*1), Z12, Z10
+	VFMADD231PS.BCST (BX)(AX*1), Z13, Z11
+	ADDQ             R9, R12
+	ADDQ             $0x00000004, CX
+	ADDQ             $0x00000004, BX
+	INCQ             R11
+	JMP              weightedSum6AVX512_pos
+
+weightedSum6AVX512_store:
+	MOVQ    DI, R11
+	SHLQ    $0x02, R11
+	SUBQ    R11, CX
+	SUBQ    R11, BX
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS Z0, (R11)
+	VMOVUPS Z1, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z2, (R11)
+	VMOVUPS Z3, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z4, (R11)
+	VMOVUPS Z5, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z6, (R11)
+	VMOVUPS Z7, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z8, (R11)
+	VMOVUPS Z9, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z10, (R11)
+	VMOVUPS Z11, 64(R11)
+	ADDQ    $0x00000080, R10
+	JMP     weightedSum6AVX512_col
+
+weightedSum6AVX512_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum7AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+// Requires: AVX, AVX512F
+TEXT ·weightedSum7AVX512(SB), NOSPLIT, $0-48
+	MOVQ ldw+8(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w+0(FP), CX
+	LEAQ (AX)(AX*2), DX
+	LEAQ (CX)(AX*4), BX
+	MOVQ v+16(FP), SI
+	MOVQ cnt+24(FP), DI
+	MOVQ out+32(FP), R8
+	MOVQ hd+40(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+
+weightedSum7AVX512_col:
+	CMPQ    R10, R9
+	JAE     weightedSum7AVX512_done
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS (R11), Z0
+	VMOVUPS 64(R11), Z1
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z2
+	VMOVUPS 64(R11), Z3
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z4
+	VMOVUPS 64(R11), Z5
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z6
+	VMOVUPS 64(R11), Z7
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z8
+	VMOVUPS 64(R11), Z9
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z10
+	VMOVUPS 64(R11), Z11
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z12
+	VMOVUPS 64(R11), Z13
+	XORQ    R11, R11
+	LEAQ    (SI)(R10*1), R12
+
+weightedSum7AVX512_pos:
+	CMPQ             R11, DI
+	JAE              weightedSum7AVX512_store
+	VMOVUPS          (R12), Z14
+	VMOVUPS          64(R12), Z15
+	VFMADD231PS.BCST (CX), Z14, Z0
+	VFMADD231PS.BCST (CX), Z15, Z1
+	VFMADD231PS.BCST (CX)(AX*1), Z14, Z2
+	VFMADD231PS.BCST (CX)(AX*1), Z15, Z3
+	VFMADD231PS.BCST (CX)(AX*2), Z14, Z4
+	VFMADD231PS.BCST (CX)(AX*2), Z15, Z5
+	VFMADD231PS.BCST (CX)(DX*1), Z14, Z6
+	VFMADD231PS.BCST (CX)(DX*1), Z15, Z7
+	VFMADD231PS.BCST (BX), Z14, Z8
+	VFMADD231PS.BCST (BX), Z15, Z9
+	VFMADD231PS.BCST (BX)(AX*1), Z14, Z10
+	VFMADD231PS.BCST (BX)(AX*1), Z15, Z11
+	VFMADD231PS.BCST (BX)(AX*2), Z14, Z12
+	VFMADD231PS.BCST (BX)(AX*2), Z15, Z13
+	ADDQ             R9, R12
+	ADDQ             $0x00000004, CX
+	ADDQ             $0x00000004, BX
+	INCQ             R11
+	JMP              weightedSum7AVX512_pos
+
+weightedSum7AVX512_store:
+	MOVQ    DI, R11
+	SHLQ    $0x02, R11
+	SUBQ    R11, CX
+	SUBQ    R11, BX
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS Z0, (R11)
+	VMOVUPS Z1, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z2, (R11)
+	VMOVUPS Z3, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z4, (R11)
+	VMOVUPS Z5, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z6, (R11)
+	VMOVUPS Z7, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z8, (R11)
+	VMOVUPS Z9, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z10, (R11)
+	VMOVUPS Z11, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z12, (R11)
+	VMOVUPS Z13, 64(R11)
+	ADDQ    $0x00000080, R10
+	JMP     weightedSum7AVX512_col
+
+weightedSum7AVX512_done:
+	VZEROUPPER
+	RET
+
+// func weightedSum8AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+// Requires: AVX, AVX512F
+TEXT ·weightedSum8AVX512(SB), NOSPLIT, $0-48
+	MOVQ ldw+8(FP), AX
+	SHLQ $0x02, AX
+	MOVQ w+0(FP), CX
+	LEAQ (AX)(AX*2), DX
+	LEAQ (CX)(AX*4), BX
+	MOVQ v+16(FP), SI
+	MOVQ cnt+24(FP), DI
+	MOVQ out+32(FP), R8
+	MOVQ hd+40(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+
+weightedSum8AVX512_col:
+	CMPQ    R10, R9
+	JAE     weightedSum8AVX512_done
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS (R11), Z0
+	VMOVUPS 64(R11), Z1
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z2
+	VMOVUPS 64(R11), Z3
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z4
+	VMOVUPS 64(R11), Z5
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z6
+	VMOVUPS 64(R11), Z7
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z8
+	VMOVUPS 64(R11), Z9
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z10
+	VMOVUPS 64(R11), Z11
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z12
+	VMOVUPS 64(R11), Z13
+	ADDQ    R9, R11
+	VMOVUPS (R11), Z14
+	VMOVUPS 64(R11), Z15
+	XORQ    R11, R11
+	LEAQ    (SI)(R10*1), R12
+
+weightedSum8AVX512_pos:
+	CMPQ             R11, DI
+	JAE              weightedSum8AVX512_store
+	VMOVUPS          (R12), Z16
+	VMOVUPS          64(R12), Z17
+	VFMADD231PS.BCST (CX), Z16, Z0
+	VFMADD231PS.BCST (CX), Z17, Z1
+	VFMADD231PS.BCST (CX)(AX*1), Z16, Z2
+	VFMADD231PS.BCST (CX)(AX*1), Z17, Z3
+	VFMADD231PS.BCST (CX)(AX*2), Z16, Z4
+	VFMADD231PS.BCST (CX)(AX*2), Z17, Z5
+	VFMADD231PS.BCST (CX)(DX*1), Z16, Z6
+	VFMADD231PS.BCST (CX)(DX*1), Z17, Z7
+	VFMADD231PS.BCST (BX), Z16, Z8
+	VFMADD231PS.BCST (BX), Z17, Z9
+	VFMADD231PS.BCST (BX)(AX*1), Z16, Z10
+	VFMADD231PS.BCST (BX)(AX*1), Z17, Z11
+	VFMADD231PS.BCST (BX)(AX*2), Z16, Z12
+	VFMADD231PS.BCST (BX)(AX*2), Z17, Z13
+	VFMADD231PS.BCST (BX)(DX*1), Z16, Z14
+	VFMADD231PS.BCST (BX)(DX*1), Z17, Z15
+	ADDQ             R9, R12
+	ADDQ             $0x00000004, CX
+	ADDQ             $0x00000004, BX
+	INCQ             R11
+	JMP              weightedSum8AVX512_pos
+
+weightedSum8AVX512_store:
+	MOVQ    DI, R11
+	SHLQ    $0x02, R11
+	SUBQ    R11, CX
+	SUBQ    R11, BX
+	LEAQ    (R8)(R10*1), R11
+	VMOVUPS Z0, (R11)
+	VMOVUPS Z1, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z2, (R11)
+	VMOVUPS Z3, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z4, (R11)
+	VMOVUPS Z5, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z6, (R11)
+	VMOVUPS Z7, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z8, (R11)
+	VMOVUPS Z9, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z10, (R11)
+	VMOVUPS Z11, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z12, (R11)
+	VMOVUPS Z13, 64(R11)
+	ADDQ    R9, R11
+	VMOVUPS Z14, (R11)
+	VMOVUPS Z15, 64(R11)
+	ADDQ    $0x00000080, R10
+	JMP     weightedSum8AVX512_col
+
+weightedSum8AVX512_done:
+	VZEROUPPER
+	RET

@@ -273,3 +273,51 @@ func floatBF16x7AVX512(w *byte, cols int, x *float32, xstride int, out *float32,
 
 // floatBF16x8AVX512 is the AVX-512 kernel of repacked BF16 weights for 8 activation rows.
 func floatBF16x8AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// score1AVX512 scores 1 query heads against a block of 16 keys stored dimension-major.
+func score1AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score2AVX512 scores 2 query heads against a block of 16 keys stored dimension-major.
+func score2AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score3AVX512 scores 3 query heads against a block of 16 keys stored dimension-major.
+func score3AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score4AVX512 scores 4 query heads against a block of 16 keys stored dimension-major.
+func score4AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score5AVX512 scores 5 query heads against a block of 16 keys stored dimension-major.
+func score5AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score6AVX512 scores 6 query heads against a block of 16 keys stored dimension-major.
+func score6AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score7AVX512 scores 7 query heads against a block of 16 keys stored dimension-major.
+func score7AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score8AVX512 scores 8 query heads against a block of 16 keys stored dimension-major.
+func score8AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// weightedSum1AVX512 adds, for each of 1 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum1AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum2AVX512 adds, for each of 2 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum2AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum3AVX512 adds, for each of 3 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum3AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum4AVX512 adds, for each of 4 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum4AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum5AVX512 adds, for each of 5 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum5AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum6AVX512 adds, for each of 6 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum6AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum7AVX512 adds, for each of 7 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum7AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum8AVX512 adds, for each of 8 heads, the weighted sum of cnt value rows to its output, in order.
+func weightedSum8AVX512(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)

@@ -179,3 +179,50 @@ func TestFloatAssemblyMatchesGo(t *testing.T) {
 		})
 	}
 }
+
+// TestAttentionAssemblyMatchesGo runs the attention kernels of every family the CPU has
+// against their pure-Go twins: scores of 1 to 8 heads against blocks of 16 keys, cut
+// short or not, and weighted sums of value rows; the same bits.
+func TestAttentionAssemblyMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for family, heads := range map[string]int{"AVX-512": 8, "AVX2": 3} {
+		t.Run(family, func(t *testing.T) {
+			if ok, why := familyRuns(family); !ok {
+				t.Skipf("%s kernels not tested: %s", family, why)
+			}
+			for _, hd := range []int{64, 128} {
+				kT := randVec(rng, 16*hd)
+				for g := 1; g <= heads; g++ {
+					q := randVec(rng, g*hd)
+					for _, cnt := range []int{1, 5, 16} {
+						ldo := 37
+						got, want := make([]float32, g*ldo), make([]float32, g*ldo)
+						for i := range got {
+							got[i], want[i] = -7, -7 // lanes past cnt must be left alone
+						}
+						if family == "AVX-512" {
+							score512[g](&kT[0], hd, &q[0], &got[0], ldo, cnt)
+						} else {
+							score256[g](&kT[0], hd, &q[0], &got[0], ldo, cnt)
+						}
+						goScoreBlock(kT, hd, q, g, want, ldo, cnt)
+						for i := range got {
+							require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "%s scores hd %d g %d cnt %d: %d", family, hd, g, cnt, i)
+						}
+					}
+				}
+				for h := 1; h <= 8; h++ {
+					cnt, ldw := 9, 11
+					w, v := randVec(rng, h*ldw), randVec(rng, cnt*hd)
+					got, want := randVec(rng, h*hd), make([]float32, h*hd)
+					copy(want, got)
+					WeightedSum(w, ldw, v, cnt, got, h)
+					goWeightedSum(w, ldw, v, cnt, want, h)
+					for i := range got {
+						require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "weighted sum hd %d heads %d: %d", hd, h, i)
+					}
+				}
+			}
+		})
+	}
+}

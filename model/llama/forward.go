@@ -225,8 +225,8 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 			}
 			for h := range c.KVHeads {
 				Rope(k[i*kvd+h*hd:i*kvd+(h+1)*hd], rot, sn, c.RopeStyle)
-				kr, vr := s.kv.Row(l, h, base+i)
-				copy(kr, k[i*kvd+h*hd:i*kvd+(h+1)*hd])
+				s.kv.SetKey(l, h, base+i, k[i*kvd+h*hd:i*kvd+(h+1)*hd])
+				_, vr := s.kv.Row(l, h, base+i)
 				copy(vr, v[i*kvd+h*hd:i*kvd+(h+1)*hd])
 			}
 		}
@@ -354,12 +354,10 @@ func Rope(x, cos, sin []float32, style RopeStyle) {
 	}
 }
 
-// maxBlock bounds the cache block size attention works with, and maxHeadDim the head
-// dimension its packed path handles (larger heads take the plain path).
-const (
-	maxBlock   = 256
-	maxHeadDim = 256
-)
+// attnBlock is the cache block size: 16 positions, one vector of scores (AVX-512) or
+// two (AVX2) per head and block, the keys of a block stored dimension-major
+// (kvcache.Config.KeysTransposed).
+const attnBlock = 16
 
 // attnTask computes attention for items (kv head, run of tokens): the query heads of
 // the kv head's group, for each token over the tokens held before the batch and its
@@ -403,7 +401,7 @@ func (t *attnTask) npos(i int) int {
 // token i of [i0, i1) attends to, in position order per token — cnt rows from the
 // token's pos-th position on — a cache block (or a single row) at a time, each cache
 // block once for every token that sees it.
-func (t *attnTask) visible(kvh, i0, i1 int, f func(i int, kb, vb []float32, cnt, pos int)) {
+func (t *attnTask) visible(kvh, i0, i1 int, keys []float32, f func(i int, kb, vb []float32, cnt, pos int)) {
 	s := t.s
 	bs := s.m.kv.Config().BlockSize
 	end := func(i int) int { // the cache positions token i sees in blocks
@@ -423,35 +421,51 @@ func (t *attnTask) visible(kvh, i0, i1 int, f func(i int, kb, vb []float32, cnt,
 	if t.chain {
 		return
 	}
+	// The ancestors and the token itself, a position at a time: its key gathered (into
+	// keys, 17·HeadDim floats) to lane 0 of a block of its own, so that it is scored by
+	// the same lane arithmetic as in a block of the cache.
+	hd := s.m.cfg.HeadDim
+	kt, key := keys[:16*hd], keys[16*hd:17*hd]
+	row := func(i, pos, at int) {
+		s.kv.Key(t.layer, kvh, at, key)
+		for d, x := range key {
+			kt[16*d] = x
+		}
+		_, vr := s.kv.Row(t.layer, kvh, at)
+		f(i, kt, vr, 1, pos)
+	}
 	for i := i0; i < i1; i++ {
 		pos := t.base
 		for _, a := range s.anc[i] {
-			kr, vr := s.kv.Row(t.layer, kvh, t.base+int(a))
-			f(i, kr, vr, 1, pos)
+			row(i, pos, t.base+int(a))
 			pos++
 		}
-		kr, vr := s.kv.Row(t.layer, kvh, t.base+i)
-		f(i, kr, vr, 1, pos)
+		row(i, pos, t.base+i)
 	}
 }
 
 func (t *attnTask) Run(lo, hi int) {
 	s := t.s
 	c := &s.m.cfg
-	var buf []float32 // per token: its queries, scaled, then packed; then its scores
+	var buf []float32 // per token: its queries, scaled; then its scores
 	defer func() { s.putScoreBuf(buf) }()
+	var keys []float32 // a tree's single keys (see visible)
+	if !t.chain {
+		keys = s.scoreBuf(17 * c.HeadDim)
+		defer s.putScoreBuf(keys)
+	}
 	for item := lo; item < hi; item++ {
 		kvh, r := item%c.KVHeads, item/c.KVHeads
 		i0, i1 := r*t.run, min(t.n, (r+1)*t.run)
 		for h0 := 0; h0 < c.Heads/c.KVHeads; h0 += kernels.Group {
-			buf = t.heads(kvh, h0, i0, i1, buf)
+			buf = t.heads(kvh, h0, i0, i1, buf, keys)
 		}
 	}
 }
 
 // heads computes the outputs of up to kernels.Group heads of kv head kvh's group,
 // from the group's head h0 on, for the tokens [i0, i1), in buf (grown as needed).
-func (t *attnTask) heads(kvh, h0, i0, i1 int, buf []float32) []float32 {
+func (t *attnTask) heads(kvh, h0, i0, i1 int, buf, keys []float32) []float32 {
 	s := t.s
 	c := &s.m.cfg
 	hd := c.HeadDim
@@ -459,13 +473,12 @@ func (t *attnTask) heads(kvh, h0, i0, i1 int, buf []float32) []float32 {
 	g := min(kernels.Group, group-h0)
 	heads := kvh*group + h0
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	packed := hd%8 == 0 && hd <= maxHeadDim
 
-	// Token i's packed queries at at[i-i0], its scores g·npos after them (head h's
+	// Token i's scaled queries at at[i-i0], its scores g·npos after them (head h's
 	// score for position j at h·npos + j).
 	var at [attnRun + 1]int
 	for i := i0; i < i1; i++ {
-		at[i-i0+1] = at[i-i0] + 2*g*hd + g*t.npos(i)
+		at[i-i0+1] = at[i-i0] + g*hd + g*t.npos(i)
 	}
 	if need := at[i1-i0]; cap(buf) < need {
 		if buf != nil {
@@ -473,32 +486,16 @@ func (t *attnTask) heads(kvh, h0, i0, i1 int, buf []float32) []float32 {
 		}
 		buf = s.scoreBuf(need)
 	}
-	qs := func(i int) []float32 { return t.q[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd] }
-	qp := func(i int) []float32 { return buf[at[i-i0]+g*hd : at[i-i0]+2*g*hd] }
-	sc := func(i int) []float32 { return buf[at[i-i0]+2*g*hd : at[i-i0+1]] }
+	qs := func(i int) []float32 { return buf[at[i-i0] : at[i-i0]+g*hd] }
+	sc := func(i int) []float32 { return buf[at[i-i0]+g*hd : at[i-i0+1]] }
 	for i := i0; i < i1; i++ {
 		clear(t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd])
-		if packed {
-			raw := buf[at[i-i0] : at[i-i0]+g*hd]
-			for j, v := range qs(i) {
-				raw[j] = v * scale
-			}
-			kernels.PackRows(qp(i), raw, g, hd)
+		for j, v := range t.q[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd] {
+			qs(i)[j] = v * scale
 		}
 	}
-	t.visible(kvh, i0, i1, func(i int, kb, _ []float32, cnt, pos int) {
-		npos := t.npos(i)
-		if packed {
-			kernels.DotPackedRows(kb, cnt, hd, qp(i), g, sc(i)[pos:], npos)
-			return
-		}
-		q, scores := qs(i), sc(i)
-		for j := range cnt {
-			k := kb[j*hd : (j+1)*hd]
-			for h := range g {
-				scores[h*npos+pos+j] = kernels.Dot(q[h*hd:(h+1)*hd], k) * scale
-			}
-		}
+	t.visible(kvh, i0, i1, keys, func(i int, kt, _ []float32, cnt, pos int) {
+		kernels.ScoreBlock(kt, hd, qs(i), g, sc(i)[pos:], t.npos(i), cnt)
 	})
 	for i := i0; i < i1; i++ {
 		npos, scores := t.npos(i), sc(i)
@@ -508,7 +505,7 @@ func (t *attnTask) heads(kvh, h0, i0, i1 int, buf []float32) []float32 {
 			kernels.Scale(hs, inv)
 		}
 	}
-	t.visible(kvh, i0, i1, func(i int, _, vb []float32, cnt, pos int) {
+	t.visible(kvh, i0, i1, keys, func(i int, _, vb []float32, cnt, pos int) {
 		outs := t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
 		kernels.WeightedSum(sc(i)[pos:], t.npos(i), vb, cnt, outs, g)
 	})

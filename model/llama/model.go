@@ -102,7 +102,8 @@ func (m *Model) finish(opts Options) error {
 		}
 		budget = min(max(4*ctx*perToken, 64<<20), 2<<30)
 	}
-	kv, err := kvcache.NewPool(kvcache.Config{Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Budget: budget})
+	kv, err := kvcache.NewPool(kvcache.Config{Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		BlockSize: attnBlock, Budget: budget, KeysTransposed: true})
 	if err != nil {
 		return fmt.Errorf("key/value cache: %w", err)
 	}

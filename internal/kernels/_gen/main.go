@@ -42,6 +42,7 @@ func main() {
 		quant512Kernels()
 		int512Kernels()
 		float512Kernels()
+		attnKernels512()
 		Generate()
 		return
 	}
@@ -58,6 +59,7 @@ func main() {
 	int256Kernels()
 	quant256Kernels()
 	float256Kernels()
+	attnKernels256()
 	dotKernel()
 	axpyKernel()
 	for h := 1; h <= 4; h++ {
