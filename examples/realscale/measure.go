@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/specula/specula/model"
@@ -102,24 +103,34 @@ func readCPU() cpuInfo {
 }
 
 // bandwidth measures the streaming read bandwidth of the machine with the given
-// number of threads: the best of five passes over 1 GiB, far beyond any cache.
+// number of threads, the way the products read weights (llama.StreamRead): the best of
+// five passes over 1 GiB, far beyond any cache.
 func bandwidth(threads int) float64 {
 	const size = 1 << 30
-	buf := make([]uint64, size/8)
-	for i := range buf {
-		buf[i] = uint64(i)
+	buf := make([]byte, size)
+	for i := 0; i < size; i += 4096 {
+		buf[i] = byte(i >> 12) // every page touched, and not all zero
 	}
+	// The threads take 256 KiB pieces in turn, as a forward pass shares out a matrix's
+	// rows.
+	const piece = 256 << 10
 	var sink [64]uint64
 	best := 0.0
 	for range 5 {
+		var next atomic.Int64
 		start := time.Now()
 		var wg sync.WaitGroup
-		part := len(buf) / threads
 		for t := range threads {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				sink[8*(t%8)] += sumWords(buf[t*part : (t+1)*part])
+				for {
+					i := int(next.Add(1) - 1)
+					if i*piece >= size {
+						return
+					}
+					sink[8*(t%8)] += llama.StreamRead(buf[i*piece : (i+1)*piece])
+				}
 			}()
 		}
 		wg.Wait()
@@ -127,18 +138,6 @@ func bandwidth(threads int) float64 {
 	}
 	_ = sink
 	return best
-}
-
-// sumWords reads every word, four independent chains at a time.
-func sumWords(b []uint64) uint64 {
-	var s0, s1, s2, s3 uint64
-	for i := 0; i+8 <= len(b); i += 8 {
-		s0 += b[i] ^ b[i+4]
-		s1 += b[i+1] ^ b[i+5]
-		s2 += b[i+2] ^ b[i+6]
-		s3 += b[i+3] ^ b[i+7]
-	}
-	return s0 + s1 + s2 + s3
 }
 
 // fileBytes returns the bytes of every tensor of a GGUF file and those a decoded

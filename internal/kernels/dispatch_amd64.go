@@ -80,6 +80,24 @@ func scoreBlock(kT []float32, hd int, q []float32, g int, out []float32, ldo, cn
 	}
 }
 
+// StreamRead reads b as the product kernels read their weights and returns a checksum:
+// a probe of the memory bandwidth they can reach. Only the first len(b) rounded down
+// to 256 bytes are read by the assembly; the rest by Go.
+func StreamRead(b []byte) uint64 {
+	n := len(b) &^ 255
+	var s uint64
+	switch {
+	case n == 0:
+	case hasAVX512:
+		s = streamAVX512(&b[0], n)
+	case hasAVX2:
+		s = streamAVX2(&b[0], n)
+	default:
+		n = 0
+	}
+	return s + goStreamRead(b[n:])
+}
+
 // quantizeRow quantises the blocks of one row of activations (see act8.go).
 func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
 	if !hasAVX2 || len(x) == 0 {

@@ -55,3 +55,6 @@ var weightedSum512 [9]weightedKernel
 func scoreBlock(kT []float32, hd int, q []float32, g int, out []float32, ldo, cnt int) {
 	goScoreBlock(kT, hd, q, g, out, ldo, cnt)
 }
+
+// StreamRead reads b and returns a checksum: a probe of the memory bandwidth.
+func StreamRead(b []byte) uint64 { return goStreamRead(b) }

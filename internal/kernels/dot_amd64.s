@@ -40196,6 +40196,49 @@ floatBF16x3AVX2_done:
 	VZEROUPPER
 	RET
 
+// func streamAVX2(p *byte, n int) uint64
+// Requires: AVX, AVX2, MMX+
+TEXT ·streamAVX2(SB), NOSPLIT, $0-24
+	MOVQ  p+0(FP), AX
+	MOVQ  n+8(FP), CX
+	SHRQ  $0x08, CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+streamAVX2_loop:
+	TESTQ      CX, CX
+	JZ         streamAVX2_done
+	PREFETCHT0 12288(AX)
+	PREFETCHT0 12352(AX)
+	PREFETCHT0 12416(AX)
+	PREFETCHT0 12480(AX)
+	VPADDQ     (AX), Y0, Y0
+	VPADDQ     32(AX), Y1, Y1
+	VPADDQ     64(AX), Y2, Y2
+	VPADDQ     96(AX), Y3, Y3
+	VPADDQ     128(AX), Y0, Y0
+	VPADDQ     160(AX), Y1, Y1
+	VPADDQ     192(AX), Y2, Y2
+	VPADDQ     224(AX), Y3, Y3
+	ADDQ       $0x00000100, AX
+	DECQ       CX
+	JMP        streamAVX2_loop
+
+streamAVX2_done:
+	VPADDQ       Y1, Y0, Y0
+	VPADDQ       Y2, Y0, Y0
+	VPADDQ       Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPADDQ       X1, X0, X1
+	VPSHUFD      $0x4e, X1, X0
+	VPADDQ       X0, X1, X1
+	VMOVQ        X1, AX
+	VZEROUPPER
+	MOVQ         AX, ret+16(FP)
+	RET
+
 DATA scoreLanes<>+0(SB)/4, $0x00000000
 DATA scoreLanes<>+4(SB)/4, $0x00000001
 DATA scoreLanes<>+8(SB)/4, $0x00000002

@@ -175,6 +175,9 @@ func floatBF16x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, l
 // floatBF16x3AVX2 is the AVX2 kernel of repacked BF16 weights for 3 activation rows.
 func floatBF16x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
 
+// streamAVX2 reads n bytes (a multiple of 256) at p as the product kernels read weights, and returns a checksum of them.
+func streamAVX2(p *byte, n int) uint64
+
 // score1AVX2 scores 1 query heads against a block of 16 keys stored dimension-major.
 func score1AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
 

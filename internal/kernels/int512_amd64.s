@@ -32098,6 +32098,47 @@ floatBF16x8AVX512_done:
 	VZEROUPPER
 	RET
 
+// func streamAVX512(p *byte, n int) uint64
+// Requires: AVX, AVX2, AVX512F, MMX+
+TEXT ·streamAVX512(SB), NOSPLIT, $0-24
+	MOVQ   p+0(FP), AX
+	MOVQ   n+8(FP), CX
+	SHRQ   $0x08, CX
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z1, Z1, Z1
+	VPXORQ Z2, Z2, Z2
+	VPXORQ Z3, Z3, Z3
+
+streamAVX512_loop:
+	TESTQ      CX, CX
+	JZ         streamAVX512_done
+	PREFETCHT0 12288(AX)
+	PREFETCHT0 12352(AX)
+	PREFETCHT0 12416(AX)
+	PREFETCHT0 12480(AX)
+	VPADDQ     (AX), Z0, Z0
+	VPADDQ     64(AX), Z1, Z1
+	VPADDQ     128(AX), Z2, Z2
+	VPADDQ     192(AX), Z3, Z3
+	ADDQ       $0x00000100, AX
+	DECQ       CX
+	JMP        streamAVX512_loop
+
+streamAVX512_done:
+	VPADDQ        Z1, Z0, Z0
+	VPADDQ        Z2, Z0, Z0
+	VPADDQ        Z3, Z0, Z0
+	VEXTRACTI64X4 $0x01, Z0, Y1
+	VPADDQ        Y1, Y0, Y1
+	VEXTRACTI128  $0x01, Y1, X0
+	VPADDQ        X0, X1, X0
+	VPSHUFD       $0x4e, X0, X1
+	VPADDQ        X1, X0, X0
+	VMOVQ         X0, AX
+	VZEROUPPER
+	MOVQ          AX, ret+16(FP)
+	RET
+
 // func score1AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·score1AVX512(SB), NOSPLIT, $0-48

@@ -274,6 +274,9 @@ func floatBF16x7AVX512(w *byte, cols int, x *float32, xstride int, out *float32,
 // floatBF16x8AVX512 is the AVX-512 kernel of repacked BF16 weights for 8 activation rows.
 func floatBF16x8AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
 
+// streamAVX512 reads n bytes (a multiple of 256) at p as the product kernels read weights, and returns a checksum of them.
+func streamAVX512(p *byte, n int) uint64
+
 // score1AVX512 scores 1 query heads against a block of 16 keys stored dimension-major.
 func score1AVX512(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
 

@@ -1,6 +1,9 @@
 package kernels
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // RMSNorm writes x / √(mean(x²) + eps) · w to dst.
 func RMSNorm(dst, x, w []float32, eps float32) {
@@ -169,4 +172,16 @@ func Scale(v []float32, s float32) {
 	for i := range v {
 		v[i] *= s
 	}
+}
+
+// goStreamRead sums the bytes of b, eight at a time where it can.
+func goStreamRead(b []byte) uint64 {
+	var s uint64
+	for ; len(b) >= 8; b = b[8:] {
+		s += binary.LittleEndian.Uint64(b)
+	}
+	for _, x := range b {
+		s += uint64(x)
+	}
+	return s
 }

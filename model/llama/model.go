@@ -72,6 +72,11 @@ func (m *Model) KVBytesPerPosition() int64 {
 // Kernels names the instruction set of the CPU kernels in use on this machine.
 func Kernels() string { return kernels.Name() }
 
+// StreamRead reads b the way the products read weights (vector loads, each cache line
+// asked for well ahead) and returns a checksum of it: a probe of the memory bandwidth a
+// forward pass can reach, for benchmarks.
+func StreamRead(b []byte) uint64 { return kernels.StreamRead(b) }
+
 // Close releases the model's threads and unmaps its files. Sequences must be closed
 // first.
 func (m *Model) Close() error {

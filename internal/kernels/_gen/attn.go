@@ -213,6 +213,7 @@ func weightedSumKernel512(H int) {
 }
 
 func attnKernels512() {
+	streamKernel("streamAVX512", ZMM, 64)
 	for g := 1; g <= 8; g++ {
 		scoreKernel512(g)
 	}
@@ -222,6 +223,7 @@ func attnKernels512() {
 }
 
 func attnKernels256() {
+	streamKernel("streamAVX2", YMM, 32)
 	idx := GLOBL("scoreLanes", RODATA|NOPTR)
 	for i := range 16 {
 		DATA(4*i, U32(uint32(i)))
@@ -229,4 +231,55 @@ func attnKernels256() {
 	for g := 1; g <= scoreRows256; g++ {
 		scoreKernel256(g, idx)
 	}
+}
+
+// streamKernel emits a streaming read of n bytes (a multiple of 256) at p, the way the
+// product kernels read their weights — vector loads, each line asked for intPrefetch
+// bytes ahead — returning a sum of what it read: it measures the memory bandwidth the
+// kernels can reach.
+func streamKernel(name string, vec func() VecVirtual, width int) {
+	TEXT(name, NOSPLIT, "func(p *byte, n int) uint64")
+	Doc(name + " reads n bytes (a multiple of 256) at p as the product kernels read weights, and returns a checksum of them.")
+	p := Mem{Base: Load(Param("p"), GP64())}
+	n := Load(Param("n"), GP64())
+	SHRQ(U8(8), n)
+	acc := make([]VecVirtual, 4)
+	for i := range acc {
+		acc[i] = vec()
+		if width == 64 {
+			VPXORQ(acc[i], acc[i], acc[i])
+		} else {
+			VPXOR(acc[i], acc[i], acc[i])
+		}
+	}
+	countdown(name+"_loop", name+"_done", n, func() {
+		for off := 0; off < 256; off += 64 {
+			PREFETCHT0(p.Offset(intPrefetch + off))
+		}
+		for i := 0; i < 256/width; i++ {
+			VPADDQ(p.Offset(width*i), acc[i%4], acc[i%4])
+		}
+		ADDQ(U32(256), p.Base)
+	})
+	for i := 1; i < 4; i++ {
+		VPADDQ(acc[i], acc[0], acc[0])
+	}
+	// The sum of the lanes: the sum of the 8-byte words read, as goStreamRead sums them.
+	y := acc[0]
+	if width == 64 {
+		y = YMM()
+		VEXTRACTI64X4(U8(1), acc[0], y)
+		VPADDQ(y, acc[0].AsY(), y)
+	}
+	x := XMM()
+	VEXTRACTI128(U8(1), y, x)
+	VPADDQ(x, y.AsX(), x)
+	t := XMM()
+	VPSHUFD(U8(0x4e), x, t)
+	VPADDQ(t, x, x)
+	r := GP64()
+	VMOVQ(x, r)
+	VZEROUPPER()
+	Store(r, ReturnIndex(0))
+	RET()
 }
