@@ -152,9 +152,9 @@ grep -q 'no GPU' "$OUT/gpu-test.log" && record "GPU tests skipped because" "$(gr
 
 # --- the benchmarks -------------------------------------------------------------------
 if [ $GPU = 1 ]; then
-	for shape in 0.5b 7b; do
+	for shape in qwen2.5-0.5b qwen2.5-7b; do
 		say "gpubench $shape"
-		t=$(cap $([ $shape = 7b ] && echo 150 || echo 90))
+		t=$(cap $([ $shape = qwen2.5-7b ] && echo 150 || echo 90))
 		timeout --kill-after=10 "$t" bin/gpubench -shapes "$shape" -types F16,BF16,Q8_0 -ctx 512 -steps 32 -repeats 10 -k 5 \
 			-timeout "$((t - 10))s" -out "$OUT/gpubench-$shape.json" 2>&1 | tee "$OUT/gpubench-$shape.txt"
 		rc=${PIPESTATUS[0]}

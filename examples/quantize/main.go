@@ -1,7 +1,8 @@
-// Command quantize converts a model to a Q8_0 or Q4_0 GGUF file.
+// Command quantize converts a model to a quantised GGUF file, with the tensor types
+// llama.cpp's llama-quantize gives the same file type.
 //
 //	go run ./examples/quantize -in ../shared/models/gocoder-m -out gocoder-m-q8_0.gguf
-//	go run ./examples/quantize -in model-f16.gguf -out model-q4_0.gguf -type Q4_0
+//	go run ./examples/quantize -in model-f16.gguf -out model-q4_k_m.gguf -type Q4_K_M
 //
 // The input is a GGUF file with F32, F16 or BF16 weights, or a Hugging Face directory
 // (config.json, safetensors, tokenizer.json) of a Llama or Qwen2 model.
@@ -11,36 +12,42 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 
-	"github.com/specula/specula/model/dtype"
 	"github.com/specula/specula/model/quantize"
 )
 
 func main() {
 	in := flag.String("in", "", "input GGUF file or Hugging Face directory")
 	out := flag.String("out", "", "output GGUF file")
-	typ := flag.String("type", "Q8_0", "weight type: Q8_0 or Q4_0")
+	typ := flag.String("type", "Q8_0", "file type: "+strings.Join(quantize.MixNames(), ", "))
 	flag.Parse()
 	if *in == "" || *out == "" {
-		fmt.Fprintln(os.Stderr, "usage: quantize -in MODEL -out FILE.gguf [-type Q8_0|Q4_0]")
+		fmt.Fprintln(os.Stderr, "usage: quantize -in MODEL -out FILE.gguf [-type "+strings.Join(quantize.MixNames(), "|")+"]")
 		os.Exit(2)
 	}
-	t, err := dtype.Parse(*typ)
+	mix, err := quantize.ParseMix(*typ)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "quantize: -type %q: use Q8_0 or Q4_0\n", *typ)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	r, err := quantize.File(ctx, *in, *out, t)
+	r, err := quantize.File(ctx, *in, *out, mix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Printf("%s: %d matrices to %s, %d tensors kept; %.1f MB → %.1f MB\n",
-		*out, r.Quantized, t, r.Kept, float64(r.BytesIn)/1e6, float64(r.BytesOut)/1e6)
+	var types []string
+	for _, t := range slices.Sorted(maps.Keys(r.Types)) {
+		types = append(types, fmt.Sprintf("%d to %s", r.Types[t], t))
+	}
+	fmt.Printf("%s (%s): tensors converted %s, %d kept; %.1f MB → %.1f MB\n",
+		*out, mix, strings.Join(types, ", "), r.Kept, float64(r.BytesIn)/1e6, float64(r.BytesOut)/1e6)
 	for _, n := range r.Notes {
 		fmt.Println("note:", n)
 	}

@@ -6,8 +6,9 @@
 //	go run ./examples/realscale bench -model /tmp/q15-q4km.gguf -json bench.json
 //	go run ./examples/realscale compare -model /tmp/q15-q4km.gguf -rounds 2
 //
-// gen knows the shapes qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama-3.2-1b and
-// tinyllama-1.1b, and the mixes F32, F16, BF16, Q8_0, Q4_0, Q4_K_M and Q5_K_M (what
+// gen knows the shapes smollm2-135m, smollm2-360m, qwen2.5-0.5b, qwen2.5-1.5b,
+// qwen2.5-7b, llama-3.2-1b and tinyllama-1.1b, and the mixes of package
+// model/quantize (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M, Q6_K: what
 // llama.cpp's llama-quantize writes for those file types); the vocabulary is the
 // gocoder tokenizer of models/, padded to the real size.
 //
@@ -37,6 +38,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/specula/specula/model/quantize"
 	"github.com/specula/specula/model/synth"
 )
 
@@ -80,7 +82,7 @@ Run a command with -h for its flags.
 func gen(args []string) error {
 	fs := flag.NewFlagSet("gen", flag.ExitOnError)
 	shape := fs.String("shape", "qwen2.5-0.5b", "model shape: "+strings.Join(synth.Names(), ", "))
-	mixName := fs.String("mix", "Q8_0", "weight types: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M")
+	mixName := fs.String("mix", "Q8_0", "weight types: "+strings.Join(quantize.MixNames(), ", "))
 	out := fs.String("out", "", "output GGUF file (required)")
 	vocabPath := fs.String("vocab", "models/gocoder-xs-q8_0.gguf", "GGUF file whose tokenizer the model gets, padded to the shape's vocabulary")
 	seed := fs.Uint64("seed", 1, "seed of the random weights")
@@ -92,7 +94,7 @@ func gen(args []string) error {
 	if err != nil {
 		return err
 	}
-	m, err := synth.ParseMix(*mixName)
+	m, err := quantize.ParseMix(*mixName)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func permuteRows(data []byte, heads, rows int) []byte {
 }
 
 // fromHF converts a Hugging Face directory.
-func fromHF(ctx context.Context, dir string, t dtype.DType, r *Report) ([]gguf.KeyValue, []gguf.TensorData, func() error, error) {
+func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue, []gguf.TensorData, func() error, error) {
 	c, err := llama.ReadHFConfig(dir)
 	if err != nil {
 		return nil, nil, nil, err
@@ -76,7 +76,6 @@ func fromHF(ctx context.Context, dir string, t dtype.DType, r *Report) ([]gguf.K
 	kv := []gguf.KeyValue{
 		{Key: "general.architecture", Value: gguf.String(arch)},
 		{Key: "general.name", Value: gguf.String(filepath.Base(dir))},
-		{Key: "general.file_type", Value: gguf.Uint32(fileType(t))},
 		{Key: arch + ".context_length", Value: u32(c.ContextLength)},
 		{Key: arch + ".embedding_length", Value: u32(c.Dim)},
 		{Key: arch + ".block_count", Value: u32(c.Layers)},
@@ -91,12 +90,14 @@ func fromHF(ctx context.Context, dir string, t dtype.DType, r *Report) ([]gguf.K
 		kv = append(kv, gguf.KeyValue{Key: arch + ".attention.key_length", Value: u32(c.HeadDim)},
 			gguf.KeyValue{Key: arch + ".attention.value_length", Value: u32(c.HeadDim)})
 	}
+	kv = append(kv, FileTypeKV(m)...)
 	tok, err := tokenizerKV(dir, c.Vocab)
 	if err != nil {
 		r.Notes = append(r.Notes, "tokenizer left out: "+err.Error())
 	}
 	kv = append(kv, tok...)
 
+	p := plan{mix: m, layers: c.Layers, tied: c.TiedEmbeddings}
 	var tensors []gguf.TensorData
 	if c.RopeFreqFactors != nil {
 		data, _ := kernels.Encode(dtype.F32, c.RopeFreqFactors)
@@ -141,7 +142,7 @@ func fromHF(ctx context.Context, dir string, t dtype.DType, r *Report) ([]gguf.K
 		for i, d := range st.Shape {
 			dims[len(st.Shape)-1-i] = d
 		}
-		typ, out, err := convert(gname, st.DType, dims, data, t, r)
+		typ, out, err := p.convert(gname, st.DType, dims, data, r)
 		if err != nil {
 			set.Close()
 			return nil, nil, nil, err

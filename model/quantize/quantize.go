@@ -1,7 +1,8 @@
 // Package quantize converts models to quantised GGUF files: a GGUF file with float
 // weights (F32, F16, BF16), or a Hugging Face safetensors directory of a Llama or Qwen2
-// model, becomes a GGUF file whose weight matrices are Q8_0 or Q4_0. Norms, biases and
-// matrices whose rows are not a whole number of 32-value blocks keep their type.
+// model, becomes a GGUF file whose weight matrices have the types of one of llama.cpp's
+// mixes (Q8_0, Q4_K_M, Q5_K_M, Q6_K, …), chosen tensor by tensor by llama.cpp's rules.
+// Norms, biases and rotary factors keep their type.
 //
 // A directory is converted the way llama.cpp's converter does it: llama metadata, the
 // Q and K rows of `llama` models permuted for interleaved rotary pairs, tied output
@@ -22,34 +23,36 @@ import (
 
 // Report says what a conversion did.
 type Report struct {
-	// Quantized counts the matrices converted, Kept the tensors left as they were.
-	Quantized, Kept int
+	// Types counts the tensors converted, by the type they were converted to; Kept
+	// counts the tensors left as they were.
+	Types map[dtype.DType]int
+	Kept  int
 	// BytesIn and BytesOut are the tensor data sizes before and after.
 	BytesIn, BytesOut int64
 	// Notes lists anything the caller should know (a tokenizer left out, …).
 	Notes []string
 }
 
-// fileType is general.file_type for a whole-model quantisation (llama.cpp's
-// LLAMA_FTYPE_MOSTLY_*).
-func fileType(t dtype.DType) uint32 {
-	if t == dtype.Q4_0 {
-		return 2
-	}
-	return 7 // Q8_0
+// plan is how one conversion types its tensors: the mix, and what the mix's rules
+// need to know about the model.
+type plan struct {
+	mix    Mix
+	layers int
+	tied   bool // no output.weight: the embedding serves as the output layer
 }
 
-// quantizable reports whether a tensor of this name and shape (innermost dimension
-// first) becomes quantised.
-func quantizable(name string, dims []int64) bool {
-	return len(dims) == 2 && dims[0]%32 == 0 && strings.HasSuffix(name, ".weight") && name != "rope_freqs.weight"
-}
-
-// convert returns the tensor's data as type t (a quantised type) when it qualifies,
-// else unchanged; src must be a float type.
-func convert(name string, typ dtype.DType, dims []int64, data []byte, t dtype.DType, r *Report) (dtype.DType, []byte, error) {
+// convert returns the tensor's data in the type the plan gives it; src must be a
+// float type when the tensor is a matrix.
+func (p plan) convert(name string, typ dtype.DType, dims []int64, data []byte, r *Report) (dtype.DType, []byte, error) {
 	r.BytesIn += int64(len(data))
-	if !quantizable(name, dims) {
+	t := typ
+	if Matrix(name, dims) {
+		var err error
+		if t, err = p.mix.Type(name, dims[0], p.layers, p.tied); err != nil {
+			return 0, nil, fmt.Errorf("tensor %q: %w", name, err)
+		}
+	}
+	if t == typ {
 		r.Kept++
 		r.BytesOut += int64(len(data))
 		return typ, data, nil
@@ -71,16 +74,19 @@ func convert(name string, typ dtype.DType, dims []int64, data []byte, t dtype.DT
 	if err != nil {
 		return 0, nil, fmt.Errorf("tensor %q: %w", name, err)
 	}
-	r.Quantized++
+	if r.Types == nil {
+		r.Types = map[dtype.DType]int{}
+	}
+	r.Types[t]++
 	r.BytesOut += int64(len(out))
 	return t, out, nil
 }
 
 // File converts src (a GGUF file or a Hugging Face directory) to a GGUF file at dst
-// whose weight matrices have type t (Q8_0 or Q4_0).
-func File(ctx context.Context, src, dst string, t dtype.DType) (Report, error) {
-	if t != dtype.Q8_0 && t != dtype.Q4_0 {
-		return Report{}, fmt.Errorf("quantize: target type %s is not supported (Q8_0 and Q4_0 are)", t)
+// whose weight matrices have the types of mix m.
+func File(ctx context.Context, src, dst string, m Mix) (Report, error) {
+	if _, err := ParseMix(string(m)); err != nil {
+		return Report{}, err
 	}
 	st, err := os.Stat(src)
 	if err != nil {
@@ -91,9 +97,9 @@ func File(ctx context.Context, src, dst string, t dtype.DType) (Report, error) {
 	var r Report
 	var closeSrc func() error
 	if st.IsDir() {
-		kv, tensors, closeSrc, err = fromHF(ctx, src, t, &r)
+		kv, tensors, closeSrc, err = fromHF(ctx, src, m, &r)
 	} else {
-		kv, tensors, closeSrc, err = fromGGUF(ctx, src, t, &r)
+		kv, tensors, closeSrc, err = fromGGUF(ctx, src, m, &r)
 	}
 	if err != nil {
 		return r, fmt.Errorf("quantize: %s: %w", src, err)
@@ -103,6 +109,16 @@ func File(ctx context.Context, src, dst string, t dtype.DType) (Report, error) {
 		return r, fmt.Errorf("quantize: %w", err)
 	}
 	return r, nil
+}
+
+// FileTypeKV is the metadata that says a file's mix: general.file_type, and the
+// quantisation version llama.cpp writes beside it in quantised files.
+func FileTypeKV(m Mix) []gguf.KeyValue {
+	kv := []gguf.KeyValue{{Key: "general.file_type", Value: gguf.Uint32(m.FileType())}}
+	if m.Quantized() {
+		kv = append(kv, gguf.KeyValue{Key: "general.quantization_version", Value: gguf.Uint32(2)})
+	}
+	return kv
 }
 
 // writeFile writes the GGUF file to a temporary name and renames it into place, so
@@ -131,19 +147,26 @@ func dirOf(path string) string {
 }
 
 // fromGGUF re-encodes a GGUF file's weights, keeping its metadata.
-func fromGGUF(ctx context.Context, src string, t dtype.DType, r *Report) ([]gguf.KeyValue, []gguf.TensorData, func() error, error) {
+func fromGGUF(ctx context.Context, src string, m Mix, r *Report) ([]gguf.KeyValue, []gguf.TensorData, func() error, error) {
 	f, err := gguf.Open(src)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	var kv []gguf.KeyValue
 	for _, e := range f.KV {
-		if e.Key == "general.file_type" || e.Key == gguf.AlignmentKey {
+		switch e.Key {
+		case "general.file_type", "general.quantization_version", gguf.AlignmentKey:
 			continue
 		}
 		kv = append(kv, e)
 	}
-	kv = append(kv, gguf.KeyValue{Key: "general.file_type", Value: gguf.Uint32(fileType(t))})
+	kv = append(kv, FileTypeKV(m)...)
+	p := plan{mix: m, tied: true}
+	for i := range f.Tensors {
+		name := f.Tensors[i].Name
+		p.layers = max(p.layers, layerOf(name)+1)
+		p.tied = p.tied && name != "output.weight"
+	}
 	tensors := make([]gguf.TensorData, 0, len(f.Tensors))
 	for i := range f.Tensors {
 		if err := ctx.Err(); err != nil {
@@ -151,7 +174,7 @@ func fromGGUF(ctx context.Context, src string, t dtype.DType, r *Report) ([]gguf
 			return nil, nil, nil, err
 		}
 		tn := &f.Tensors[i]
-		typ, data, err := convert(tn.Name, tn.Type, tn.Dims, f.Data(tn), t, r)
+		typ, data, err := p.convert(tn.Name, tn.Type, tn.Dims, f.Data(tn), r)
 		if err != nil {
 			f.Close()
 			return nil, nil, nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,7 +28,7 @@ func TestMatchesLlamaCppQ8(t *testing.T) {
 	src := shared.Path(t, "models", "gocoder-xs-f16.gguf")
 	ref := shared.Path(t, "models", "gocoder-xs-q8_0.gguf")
 	dst := filepath.Join(t.TempDir(), "xs-q8.gguf")
-	r, err := File(context.Background(), src, dst, dtype.Q8_0)
+	r, err := File(context.Background(), src, dst, Q8_0)
 	require.NoError(t, err)
 	t.Logf("%+v", r)
 	got, err := gguf.Open(dst)
@@ -98,20 +99,21 @@ func TestFromHFDirectory(t *testing.T) {
 	prompt := []int32{8191, 100, 2000, 37, 5, 900, 13, 42}
 	for _, c := range []struct {
 		dir, refGGUF string
-		typ          dtype.DType
+		mix          Mix
 		tol          float64
 	}{
-		{"gocoder-xs", "gocoder-xs-f16.gguf", dtype.Q8_0, 0.02},
-		{"gocoder-xs", "gocoder-xs-f16.gguf", dtype.Q4_0, 0.15},
-		{"tiny-qwen2-random", "tiny-qwen2-random-f32.gguf", dtype.Q8_0, 0.05}, // random weights: flat logits
+		{"gocoder-xs", "gocoder-xs-f16.gguf", Q8_0, 0.02},
+		{"gocoder-xs", "gocoder-xs-f16.gguf", Q4_0, 0.15},
+		{"gocoder-xs", "gocoder-xs-f16.gguf", Q4_K_M, 0.15},
+		{"tiny-qwen2-random", "tiny-qwen2-random-f32.gguf", Q8_0, 0.05}, // random weights: flat logits
 	} {
-		t.Run(c.dir+"/"+c.typ.String(), func(t *testing.T) {
+		t.Run(c.dir+"/"+string(c.mix), func(t *testing.T) {
 			dir := shared.Path(t, "models", c.dir)
 			dst := filepath.Join(t.TempDir(), "out.gguf")
-			r, err := File(context.Background(), dir, dst, c.typ)
+			r, err := File(context.Background(), dir, dst, c.mix)
 			require.NoError(t, err)
 			assert.Empty(t, r.Notes)
-			t.Logf("%d quantised, %d kept, %d → %d bytes", r.Quantized, r.Kept, r.BytesIn, r.BytesOut)
+			t.Logf("converted %v, %d kept, %d → %d bytes", r.Types, r.Kept, r.BytesIn, r.BytesOut)
 
 			q, err := llama.Open(dst, llama.Options{})
 			require.NoError(t, err)
@@ -147,12 +149,12 @@ func TestFromHFDirectory(t *testing.T) {
 func TestErrors(t *testing.T) {
 	ctx := context.Background()
 	dst := filepath.Join(t.TempDir(), "x.gguf")
-	_, err := File(ctx, "/nonexistent/model", dst, dtype.Q8_0)
+	_, err := File(ctx, "/nonexistent/model", dst, Q8_0)
 	assert.ErrorContains(t, err, "nonexistent")
-	_, err = File(ctx, "/nonexistent/model", dst, dtype.Q6_K)
-	assert.ErrorContains(t, err, "not supported")
+	_, err = File(ctx, "/nonexistent/model", dst, "Q3_K_S")
+	assert.ErrorContains(t, err, `unknown mix "Q3_K_S" (known: F32, F16,`)
 	q8 := shared.Path(t, "models", "gocoder-xs-q8_0.gguf")
-	_, err = File(ctx, q8, dst, dtype.Q4_0)
+	_, err = File(ctx, q8, dst, Q4_0)
 	assert.ErrorContains(t, err, "only F32, F16 and BF16")
 	assert.NoFileExists(t, dst, "nothing is left behind")
 }
@@ -162,4 +164,70 @@ func TestPermuteRows(t *testing.T) {
 	// adjacent: 0 2 1 3.
 	got := permuteRows([]byte{0, 1, 2, 3, 4, 5, 6, 7}, 2, 8)
 	assert.Equal(t, []byte{0, 2, 1, 3, 4, 6, 5, 7}, got)
+}
+
+// TestEveryMix converts the F16 gocoder-s to every mix and checks the file: each
+// matrix has the type the mix's rules give it, every other tensor is unchanged, the
+// file type is llama.cpp's, and the model's logits stay close to the F16 model's.
+func TestEveryMix(t *testing.T) {
+	src := shared.Path(t, "models", "gocoder-s-f16.gguf")
+	prompt := []int32{8191, 100, 2000, 37, 5, 900, 13, 42}
+	orig, err := llama.Open(src, llama.Options{Threads: 1})
+	require.NoError(t, err)
+	defer orig.Close()
+	want := logitsAfter(t, orig, prompt)
+	in, err := gguf.Open(src)
+	require.NoError(t, err)
+	defer in.Close()
+	layers := orig.Config().Layers
+	_, untied := in.Tensor("output.weight")
+	for _, mix := range Mixes() {
+		t.Run(string(mix), func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "out.gguf")
+			r, err := File(context.Background(), src, dst, mix)
+			require.NoError(t, err)
+			out, err := gguf.Open(dst)
+			require.NoError(t, err)
+			defer out.Close()
+			seen := map[dtype.DType]bool{}
+			for i := range in.Tensors {
+				tn := &in.Tensors[i]
+				got, ok := out.Tensor(tn.Name)
+				require.True(t, ok, tn.Name)
+				want := tn.Type
+				if Matrix(tn.Name, tn.Dims) {
+					want, err = mix.Type(tn.Name, tn.Dims[0], layers, !untied)
+					require.NoError(t, err)
+				}
+				assert.Equal(t, want, got.Type, tn.Name)
+				seen[got.Type] = true
+			}
+			if mix == Q4_K_M || mix == Q5_K_M {
+				assert.True(t, seen[dtype.Q6_K], "%s gives some matrices Q6_K", mix)
+			}
+			ft, err := out.Uint("general.file_type")
+			require.NoError(t, err)
+			assert.Equal(t, uint64(mix.FileType()), ft)
+			if mix.Quantized() {
+				assert.Less(t, r.BytesOut, r.BytesIn)
+			}
+
+			q, err := llama.Open(dst, llama.Options{Threads: 1})
+			require.NoError(t, err)
+			defer q.Close()
+			e := maxErr(logitsAfter(t, q, prompt), want)
+			t.Logf("%s: converted %v, logit error against F16 %.3g", mix, r.Types, e)
+			assert.Less(t, e, 0.15)
+		})
+	}
+}
+
+func TestParseMix(t *testing.T) {
+	for _, m := range Mixes() {
+		got, err := ParseMix(strings.ToLower(string(m)))
+		require.NoError(t, err)
+		assert.Equal(t, m, got)
+	}
+	_, err := ParseMix("q3_k_m")
+	assert.ErrorContains(t, err, `unknown mix "q3_k_m"`)
 }

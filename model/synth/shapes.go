@@ -1,7 +1,8 @@
 // Package synth makes models of random weights in the exact shapes of real ones —
-// Qwen2.5 0.5B, 1.5B and 7B, Llama 3.2 1B, TinyLlama 1.1B — written as GGUF files in
-// the weight-type mixes that llama.cpp's quantizer makes (F16, BF16, Q8_0, Q4_0,
-// Q4_K_M, Q5_K_M), with a real tokenizer's vocabulary padded to the real size. Speed is
+// SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Llama 3.2 1B, TinyLlama 1.1B —
+// written as GGUF files in the weight-type mixes that llama.cpp's quantizer makes
+// (quantize.Mix: F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, …), with a real
+// tokenizer's vocabulary padded to the real size. Speed is
 // measured at the sizes users run, with nothing to download: a small model fits in the
 // CPU cache and flatters every runtime, a 1.5B one does not. llama.cpp loads the same
 // files, so both engines can be timed on the same bytes.
@@ -55,6 +56,8 @@ func Shapes() []Shape {
 	l32.RopeFreqFactors = llama.Llama3Scaling{Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 8192}.
 		FreqFactors(l32.RopeTheta, l32.RopeDim)
 	return []Shape{
+		{"smollm2-135m", "SmolLM2-135M", llamaShape(576, 30, 9, 3, 1536, 49152, 8192, 100000, true), 134_515_008},
+		{"smollm2-360m", "SmolLM2-360M", llamaShape(960, 32, 15, 5, 2560, 49152, 8192, 100000, true), 361_821_120},
 		{"qwen2.5-0.5b", "Qwen2.5-0.5B", qwen25(896, 24, 14, 2, 4864, 151936, true), 494_032_768},
 		{"qwen2.5-1.5b", "Qwen2.5-1.5B", qwen25(1536, 28, 12, 2, 8960, 151936, true), 1_543_714_304},
 		{"tinyllama-1.1b", "TinyLlama-1.1B", llamaShape(2048, 22, 32, 4, 5632, 32000, 2048, 10000, false), 1_100_048_384},

@@ -15,6 +15,7 @@ import (
 	"github.com/specula/specula/model/dtype"
 	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/model/quantize"
 )
 
 // TestShapesMatchPublishedCounts: every shape has the parameter count its makers
@@ -27,18 +28,13 @@ func TestShapesMatchPublishedCounts(t *testing.T) {
 		assert.Equal(t, s.Name, got.Name)
 	}
 	_, err := Find("qwen2.5-13b")
-	assert.ErrorContains(t, err, `unknown shape "qwen2.5-13b" (known: qwen2.5-0.5b,`)
-	_, err = ParseMix("q3_k_m")
-	assert.ErrorContains(t, err, `unknown mix "q3_k_m"`)
-	m, err := ParseMix("q4_k_m")
-	require.NoError(t, err)
-	assert.Equal(t, Q4_K_M, m)
+	assert.ErrorContains(t, err, `unknown shape "qwen2.5-13b" (known: smollm2-135m,`)
 }
 
 // TestPlanTypes checks the mixes against what llama.cpp's llama-quantize writes for
 // the real models (no importance matrix).
 func TestPlanTypes(t *testing.T) {
-	types := func(shape string, m Mix) map[string]dtype.DType {
+	types := func(shape string, m quantize.Mix) map[string]dtype.DType {
 		s, err := Find(shape)
 		require.NoError(t, err)
 		plan, err := Plan(s, m)
@@ -51,37 +47,46 @@ func TestPlanTypes(t *testing.T) {
 	}
 	tests := []struct {
 		shape string
-		mix   Mix
+		mix   quantize.Mix
 		want  map[string]dtype.DType
 	}{
 		// 896-wide rows are not whole super-blocks: Q5_0 for Q4_K, Q8_0 for Q6_K.
-		{"qwen2.5-0.5b", Q4_K_M, map[string]dtype.DType{
+		{"qwen2.5-0.5b", quantize.Q4_K_M, map[string]dtype.DType{
 			"token_embd.weight": dtype.Q8_0, "blk.0.attn_q.weight": dtype.Q5_0, "blk.0.attn_k.weight": dtype.Q5_0,
 			"blk.0.attn_v.weight": dtype.Q8_0, "blk.3.attn_v.weight": dtype.Q5_0, "blk.5.attn_v.weight": dtype.Q8_0,
 			"blk.0.attn_output.weight": dtype.Q5_0, "blk.0.ffn_gate.weight": dtype.Q5_0, "blk.0.ffn_up.weight": dtype.Q5_0,
 			"blk.0.ffn_down.weight": dtype.Q6_K, "blk.3.ffn_down.weight": dtype.Q4_K, "blk.23.ffn_down.weight": dtype.Q6_K,
 			"blk.0.attn_q.bias": dtype.F32, "blk.0.attn_norm.weight": dtype.F32, "output_norm.weight": dtype.F32,
 		}},
-		{"qwen2.5-0.5b", Q5_K_M, map[string]dtype.DType{
+		{"qwen2.5-0.5b", quantize.Q5_K_M, map[string]dtype.DType{
 			"token_embd.weight": dtype.Q8_0, "blk.0.attn_q.weight": dtype.Q5_1, "blk.3.attn_v.weight": dtype.Q5_1,
 			"blk.2.attn_v.weight": dtype.Q8_0, "blk.3.ffn_down.weight": dtype.Q5_K, "blk.2.ffn_down.weight": dtype.Q6_K,
 		}},
-		{"qwen2.5-1.5b", Q4_K_M, map[string]dtype.DType{
+		{"qwen2.5-1.5b", quantize.Q4_K_M, map[string]dtype.DType{
 			"token_embd.weight": dtype.Q6_K, "blk.0.attn_q.weight": dtype.Q4_K, "blk.0.attn_v.weight": dtype.Q6_K,
 			"blk.3.attn_v.weight": dtype.Q4_K, "blk.5.attn_v.weight": dtype.Q6_K, "blk.27.ffn_down.weight": dtype.Q6_K,
 			"blk.4.ffn_down.weight": dtype.Q4_K, "blk.4.ffn_gate.weight": dtype.Q4_K,
 		}},
-		{"qwen2.5-7b", Q4_K_M, map[string]dtype.DType{
+		{"qwen2.5-7b", quantize.Q4_K_M, map[string]dtype.DType{
 			"output.weight": dtype.Q6_K, "token_embd.weight": dtype.Q4_K, "blk.0.ffn_down.weight": dtype.Q6_K,
 		}},
-		{"llama-3.2-1b", Q4_K_M, map[string]dtype.DType{
+		{"llama-3.2-1b", quantize.Q4_K_M, map[string]dtype.DType{
 			"token_embd.weight": dtype.Q6_K, "rope_freqs.weight": dtype.F32,
 			"blk.0.attn_v.weight": dtype.Q6_K, "blk.2.attn_v.weight": dtype.Q4_K, "blk.4.attn_v.weight": dtype.Q6_K,
 		}},
-		{"tinyllama-1.1b", Q4_0, map[string]dtype.DType{"output.weight": dtype.Q6_K, "token_embd.weight": dtype.Q4_0, "blk.0.attn_v.weight": dtype.Q4_0}},
-		{"qwen2.5-0.5b", Q4_0, map[string]dtype.DType{"token_embd.weight": dtype.Q8_0, "blk.0.ffn_down.weight": dtype.Q4_0}},
-		{"qwen2.5-1.5b", Q8_0, map[string]dtype.DType{"token_embd.weight": dtype.Q8_0, "blk.0.ffn_down.weight": dtype.Q8_0}},
-		{"qwen2.5-1.5b", BF16, map[string]dtype.DType{"token_embd.weight": dtype.BF16, "blk.0.attn_k.bias": dtype.F32}},
+		{"tinyllama-1.1b", quantize.Q4_0, map[string]dtype.DType{"output.weight": dtype.Q6_K, "token_embd.weight": dtype.Q4_0, "blk.0.attn_v.weight": dtype.Q4_0}},
+		{"qwen2.5-0.5b", quantize.Q4_0, map[string]dtype.DType{"token_embd.weight": dtype.Q8_0, "blk.0.ffn_down.weight": dtype.Q4_0}},
+		{"qwen2.5-1.5b", quantize.Q8_0, map[string]dtype.DType{"token_embd.weight": dtype.Q8_0, "blk.0.ffn_down.weight": dtype.Q8_0}},
+		// 960-wide rows: fallbacks; 2560-wide ffn_down rows are whole super-blocks.
+		{"smollm2-360m", quantize.Q4_K_M, map[string]dtype.DType{
+			"token_embd.weight": dtype.Q8_0, "blk.0.attn_q.weight": dtype.Q5_0, "blk.0.attn_v.weight": dtype.Q8_0,
+			"blk.4.attn_v.weight": dtype.Q5_0, "blk.0.ffn_down.weight": dtype.Q6_K, "blk.4.ffn_down.weight": dtype.Q4_K,
+			"blk.31.ffn_down.weight": dtype.Q6_K, "blk.4.ffn_up.weight": dtype.Q5_0,
+		}},
+		{"qwen2.5-1.5b", quantize.Q6_K, map[string]dtype.DType{"token_embd.weight": dtype.Q6_K, "blk.5.attn_q.weight": dtype.Q6_K, "blk.4.ffn_down.weight": dtype.Q6_K}},
+		{"qwen2.5-0.5b", quantize.Q6_K, map[string]dtype.DType{"token_embd.weight": dtype.Q8_0, "blk.5.attn_q.weight": dtype.Q8_0, "blk.4.ffn_down.weight": dtype.Q6_K}},
+		{"tinyllama-1.1b", quantize.Q5_1, map[string]dtype.DType{"output.weight": dtype.Q6_K, "token_embd.weight": dtype.Q5_1, "blk.3.ffn_down.weight": dtype.Q5_1}},
+		{"qwen2.5-1.5b", quantize.BF16, map[string]dtype.DType{"token_embd.weight": dtype.BF16, "blk.0.attn_k.bias": dtype.F32}},
 	}
 	for _, tt := range tests {
 		got := types(tt.shape, tt.mix)
@@ -90,7 +95,7 @@ func TestPlanTypes(t *testing.T) {
 		}
 	}
 	// Every layer: attn_v and ffn_down get more bits on 12 of 28 layers.
-	got := types("qwen2.5-1.5b", Q4_K_M)
+	got := types("qwen2.5-1.5b", quantize.Q4_K_M)
 	n := 0
 	for l := range 28 {
 		if got[layerName(l, "attn_v.weight")] == dtype.Q6_K {
@@ -121,7 +126,7 @@ func small(dim int) Shape {
 func TestWriteOpens(t *testing.T) {
 	vocab := testVocab(t)
 	for _, dim := range []int{256, 384} {
-		for _, m := range Mixes() {
+		for _, m := range quantize.Mixes() {
 			s := small(dim)
 			path := filepath.Join(t.TempDir(), "m.gguf")
 			require.NoError(t, WriteFile(path, s, m, vocab, 7), "%s dim %d", m, dim)

@@ -14,6 +14,7 @@ import (
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model/dtype"
 	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/model/quantize"
 )
 
 // Tensor is one tensor of a synthetic model: its GGUF name, type and shape.
@@ -47,14 +48,14 @@ func (t Tensor) Bytes() int64 {
 
 // Plan lists the tensors of a model of shape s in mix m, in the order Write writes
 // them, with the types the mix gives them.
-func Plan(s Shape, m Mix) ([]Tensor, error) {
+func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
 	c := s.Config
 	qd, kvd := int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim)
 	d, f, v := int64(c.Dim), int64(c.FFN), int64(c.Vocab)
 	var out []Tensor
 	var err error
-	mat := func(name string, r role, rows, cols int64, l int) {
-		t, e := m.typeOf(r, int(cols), l, c.Layers)
+	mat := func(name string, rows, cols int64) {
+		t, e := m.Type(name, cols, c.Layers, c.TiedEmbeddings)
 		if e != nil && err == nil {
 			err = fmt.Errorf("synth: %s %s: tensor %s: %w", s.Name, m, name, e)
 		}
@@ -63,14 +64,10 @@ func Plan(s Shape, m Mix) ([]Tensor, error) {
 	vec := func(name string, n int64, k kind) {
 		out = append(out, Tensor{Name: name, Type: dtype.F32, Dims: []int64{n}, kind: k})
 	}
-	embedRole := roleEmbed
-	if c.TiedEmbeddings {
-		embedRole = roleOutput
-	}
-	mat("token_embd.weight", embedRole, v, d, 0)
+	mat("token_embd.weight", v, d)
 	vec("output_norm.weight", d, norm)
 	if !c.TiedEmbeddings {
-		mat("output.weight", roleOutput, v, d, 0)
+		mat("output.weight", v, d)
 	}
 	if c.RopeFreqFactors != nil {
 		vec("rope_freqs.weight", int64(len(c.RopeFreqFactors)), ropeFreqs)
@@ -78,19 +75,19 @@ func Plan(s Shape, m Mix) ([]Tensor, error) {
 	for l := range c.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
 		vec(p+"attn_norm.weight", d, norm)
-		mat(p+"attn_q.weight", roleOther, qd, d, l)
-		mat(p+"attn_k.weight", roleOther, kvd, d, l)
-		mat(p+"attn_v.weight", roleAttnV, kvd, d, l)
+		mat(p+"attn_q.weight", qd, d)
+		mat(p+"attn_k.weight", kvd, d)
+		mat(p+"attn_v.weight", kvd, d)
 		if c.QKVBias {
 			vec(p+"attn_q.bias", qd, bias)
 			vec(p+"attn_k.bias", kvd, bias)
 			vec(p+"attn_v.bias", kvd, bias)
 		}
-		mat(p+"attn_output.weight", roleOther, d, qd, l)
+		mat(p+"attn_output.weight", d, qd)
 		vec(p+"ffn_norm.weight", d, norm)
-		mat(p+"ffn_gate.weight", roleOther, f, d, l)
-		mat(p+"ffn_up.weight", roleOther, f, d, l)
-		mat(p+"ffn_down.weight", roleFFNDown, d, f, l)
+		mat(p+"ffn_gate.weight", f, d)
+		mat(p+"ffn_up.weight", f, d)
+		mat(p+"ffn_down.weight", d, f)
 	}
 	return out, err
 }
@@ -175,7 +172,7 @@ func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
 // Write writes a model of shape s in mix m as a GGUF file to w, its weights drawn at
 // random from seed: matrices of standard deviation 1/√cols, norms of ones, small
 // biases. It streams: memory use does not grow with the model.
-func Write(w io.Writer, s Shape, m Mix, vocab *Vocab, seed uint64) error {
+func Write(w io.Writer, s Shape, m quantize.Mix, vocab *Vocab, seed uint64) error {
 	plan, err := Plan(s, m)
 	if err != nil {
 		return err
@@ -209,7 +206,7 @@ func Write(w io.Writer, s Shape, m Mix, vocab *Vocab, seed uint64) error {
 
 // WriteFile writes the model to path (through a temporary file, renamed when
 // complete).
-func WriteFile(path string, s Shape, m Mix, vocab *Vocab, seed uint64) (err error) {
+func WriteFile(path string, s Shape, m quantize.Mix, vocab *Vocab, seed uint64) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("synth: %w", err)
@@ -241,7 +238,7 @@ func WriteFile(path string, s Shape, m Mix, vocab *Vocab, seed uint64) (err erro
 
 // header is the file's metadata: the architecture's keys as llama.cpp's converter
 // writes them, the file type, and the vocabulary.
-func header(s Shape, m Mix, vocab *Vocab) ([]gguf.KeyValue, error) {
+func header(s Shape, m quantize.Mix, vocab *Vocab) ([]gguf.KeyValue, error) {
 	if vocab == nil {
 		return nil, errors.New("synth: a vocabulary is needed (VocabFrom)")
 	}
@@ -266,10 +263,7 @@ func header(s Shape, m Mix, vocab *Vocab) ([]gguf.KeyValue, error) {
 		return nil, err
 	}
 	kv = append(kv, vkv...)
-	if m.quantized() {
-		kv = append(kv, gguf.KeyValue{Key: "general.quantization_version", Value: gguf.Uint32(2)})
-	}
-	return append(kv, gguf.KeyValue{Key: "general.file_type", Value: gguf.Uint32(m.FileType())}), nil
+	return append(kv, quantize.FileTypeKV(m)...), nil
 }
 
 // vector makes the values of a 1-D tensor.

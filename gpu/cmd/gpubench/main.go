@@ -1,11 +1,12 @@
-// Command gpubench measures the GPU runner on random-weight models shaped like
-// Qwen2.5-0.5B and Qwen2.5-7B: decode tokens per second at a given context, the
+// Command gpubench measures the GPU runner on random-weight models with the shapes of
+// real ones (model/synth's table, which the CPU's examples/realscale uses too;
+// Qwen2.5-0.5B and Qwen2.5-7B by default): decode tokens per second at a given context, the
 // verification cost ratio time(forward of k tokens)/time(forward of 1) that decides
 // what speculative decoding gains, and the memory bandwidth decoding achieves
 // (DecodeBytes per step time) against the card's peak. It prints a table and writes
 // JSON.
 //
-//	gpubench -shapes 0.5b,7b -types F16,Q8_0 -ctx 512 -out gpubench.json
+//	gpubench -shapes qwen2.5-0.5b,qwen2.5-7b -types F16,Q8_0 -ctx 512 -out gpubench.json
 //
 // -host runs the same measurements on the plain-Go host device, with a tiny shape by
 // default: a smoke test of the program on a machine without a GPU.
@@ -30,22 +31,26 @@ import (
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/dtype"
 	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/model/synth"
 )
 
-// shapes are the model shapes gpubench knows, by name.
-func shapes() map[string]llama.Config {
-	qwen := func(dim, layers, heads, kvHeads, ffn, vocab int, tied bool) llama.Config {
-		return llama.Config{
-			Arch: "qwen2", Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads, HeadDim: dim / heads,
-			FFN: ffn, Vocab: vocab, ContextLength: 32768, NormEps: 1e-6, RopeTheta: 1e6, RopeDim: dim / heads,
-			RopeStyle: llama.RopeHalf, QKVBias: true, TiedEmbeddings: tied,
-		}
+// tiny is the shape of the host smoke test: a model small enough for plain Go.
+const tiny = "tiny"
+
+// shape returns the model shape of the given name: one of the real shapes of
+// model/synth (the table the CPU's real-scale benchmark uses), or tiny.
+func shape(name string) (llama.Config, error) {
+	if name == tiny {
+		s, _ := synth.Find("qwen2.5-0.5b")
+		c := s.Config
+		c.Dim, c.Layers, c.Heads, c.KVHeads, c.HeadDim, c.RopeDim, c.FFN, c.Vocab = 128, 2, 4, 2, 32, 32, 256, 1024
+		return c, nil
 	}
-	return map[string]llama.Config{
-		"0.5b": qwen(896, 24, 14, 2, 4864, 151936, true),
-		"7b":   qwen(3584, 28, 28, 4, 18944, 152064, false),
-		"tiny": qwen(128, 2, 4, 2, 256, 1024, true),
+	s, err := synth.Find(name)
+	if err != nil {
+		return llama.Config{}, fmt.Errorf("%w, or %s", err, tiny)
 	}
+	return s.Config, nil
 }
 
 // config is what one run measures.
@@ -100,7 +105,7 @@ func main() {
 		timeout             time.Duration
 	)
 	flag.BoolVar(&host, "host", false, "use the plain-Go host device (a smoke test; tiny shape by default)")
-	flag.StringVar(&shapeList, "shapes", "", "comma-separated shapes: 0.5b, 7b, tiny (default 0.5b,7b; tiny with -host)")
+	flag.StringVar(&shapeList, "shapes", "", "comma-separated shapes: "+strings.Join(synth.Names(), ", ")+", "+tiny+" (default qwen2.5-0.5b,qwen2.5-7b; tiny with -host)")
 	flag.StringVar(&typeList, "types", "F16,BF16,Q8_0", "comma-separated weight types: F32, F16, BF16, Q8_0")
 	flag.IntVar(&c.Context, "ctx", 512, "context length to prefill before timing (default 64 with -host)")
 	flag.IntVar(&c.Steps, "steps", 32, "decode steps timed")
@@ -116,9 +121,9 @@ func main() {
 	flag.Visit(func(f *flag.Flag) { ctxSet = ctxSet || f.Name == "ctx" })
 
 	if shapeList == "" {
-		shapeList = "0.5b,7b"
+		shapeList = "qwen2.5-0.5b,qwen2.5-7b"
 		if host {
-			shapeList = "tiny"
+			shapeList = tiny
 		}
 	}
 	if host && !ctxSet {
@@ -185,12 +190,11 @@ func run(ctx context.Context, dev *gpu.Device, c config, w io.Writer) (report, e
 	if c.Context < 1 || c.Steps < 1 || c.Repeats < 1 || c.VerifyK < 1 {
 		return rep, fmt.Errorf("ctx %d, steps %d, repeats %d and k %d must be positive", c.Context, c.Steps, c.Repeats, c.VerifyK)
 	}
-	known := shapes()
 	var errs []error
 	for _, name := range c.Shapes {
-		cfg, ok := known[name]
-		if !ok {
-			return rep, fmt.Errorf("unknown shape %q (known: 0.5b, 7b, tiny)", name)
+		cfg, err := shape(name)
+		if err != nil {
+			return rep, err
 		}
 		for _, tn := range c.Types {
 			typ, err := dtype.Parse(strings.ToUpper(tn))
@@ -218,24 +222,9 @@ func run(ctx context.Context, dev *gpu.Device, c config, w io.Writer) (report, e
 	return rep, errors.Join(errs...)
 }
 
-// params counts the weights of a shape.
-func params(c llama.Config) int64 {
-	qd, kvd := int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim)
-	d, f := int64(c.Dim), int64(c.FFN)
-	layer := d*(qd+2*kvd) + qd*d + 3*d*f + 2*d
-	if c.QKVBias {
-		layer += qd + 2*kvd
-	}
-	n := int64(c.Layers)*layer + int64(c.Vocab)*d + d
-	if !c.TiedEmbeddings {
-		n += int64(c.Vocab) * d
-	}
-	return n
-}
-
 // measure builds one random model and times it.
 func measure(ctx context.Context, dev *gpu.Device, name string, cfg llama.Config, typ dtype.DType, c config) (result, error) {
-	r := result{Shape: name, Type: typ.String(), Params: params(cfg)}
+	r := result{Shape: name, Type: typ.String(), Params: synth.Count(cfg)}
 	// Room for the context, the decode steps and a verify forward, in whole blocks.
 	perToken := int64(cfg.Layers) * 2 * int64(cfg.KVHeads) * int64(cfg.HeadDim) * 4
 	positions := int64(c.Context+c.Steps+c.VerifyK) + 64

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/gpu"
+	"github.com/specula/specula/model/synth"
 )
 
 // TestRunHost runs the benchmark's core on the host device with the tiny shape and
@@ -24,7 +25,8 @@ func TestRunHost(t *testing.T) {
 	for _, r := range rep.Results {
 		assert.Empty(t, r.Error)
 		assert.Equal(t, "tiny", r.Shape)
-		assert.Equal(t, params(shapes()["tiny"]), r.Params)
+		want, _ := shape(tiny)
+		assert.Equal(t, synth.Count(want), r.Params)
 		assert.Greater(t, r.DecodeBytes, int64(0))
 		assert.GreaterOrEqual(t, r.WeightBytes, r.DecodeBytes)
 		assert.Greater(t, r.DecodeTokensPerS, 0.0)
@@ -69,13 +71,18 @@ func TestRunErrors(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
-// TestShapes checks the Qwen2.5 shapes against their published sizes.
+// TestShapes: gpubench measures the shapes of the CPU's real-scale table, under the
+// same names, and a tiny one for the host.
 func TestShapes(t *testing.T) {
-	s := shapes()
-	assert.InDelta(t, 494e6, float64(params(s["0.5b"])), 2e6)
-	assert.InDelta(t, 7.62e9, float64(params(s["7b"])), 0.02e9)
-	for name, c := range s {
-		assert.Equal(t, 0, c.Dim%32, name)
-		assert.Equal(t, 0, c.FFN%32, name)
+	for _, s := range synth.Shapes() {
+		c, err := shape(s.Name)
+		require.NoError(t, err)
+		assert.Equal(t, s.Config, c, s.Name)
 	}
+	c, err := shape(tiny)
+	require.NoError(t, err)
+	assert.Equal(t, 128, c.Dim)
+	assert.Equal(t, c.Dim, c.Heads*c.HeadDim)
+	_, err = shape("0.5b")
+	assert.ErrorContains(t, err, `unknown shape "0.5b" (known: smollm2-135m`)
 }
