@@ -178,3 +178,32 @@ func checkRuns(t *testing.T, m *llama.Model) {
 	}
 	assert.Greater(t, hi-lo, float32(0.1))
 }
+
+// TestRealShapesLoad writes two-layer copies of every real shape up to 1.5B (the
+// real widths, heads, rotary embeddings and biases, a small vocabulary) in the mixes
+// real files come in, and opens and runs each: every tensor type those files hold,
+// in the widths that make llama.cpp fall back from K-quants, loads and gives sane
+// logits. (The 7B shape is left out for its size; its widths are whole super-blocks,
+// which the 1.5B shape already covers.)
+func TestRealShapesLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes and runs about 20 models of real width")
+	}
+	vocab := testVocab(t)
+	for _, s := range Shapes() {
+		if s.Params > 2e9 {
+			continue
+		}
+		s.Config.Layers, s.Config.Vocab = 2, 9000
+		for _, m := range []quantize.Mix{quantize.Q8_0, quantize.Q4_K_M, quantize.Q5_K_M, quantize.Q6_K} {
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			require.NoError(t, WriteFile(path, s, m, vocab, 3), "%s %s", s.Name, m)
+			mdl, err := llama.Open(path, llama.Options{Threads: 1})
+			require.NoError(t, err, "%s %s", s.Name, m)
+			assert.Equal(t, s.Config.Dim, mdl.Config().Dim)
+			checkRuns(t, mdl)
+			require.NoError(t, mdl.Close())
+			require.NoError(t, os.Remove(path))
+		}
+	}
+}
