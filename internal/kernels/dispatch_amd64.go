@@ -12,15 +12,21 @@ import (
 
 //go:generate sh -c "cd _gen && go run . -out ../dot_amd64.s -stubs ../dot_amd64_stubs.go -pkg kernels"
 //go:generate sh -c "cd _gen && go run . -set avx512 -out ../int512_amd64.s -stubs ../int512_amd64_stubs.go -pkg kernels"
+//go:generate sh -c "cd _gen && go run . -set avx512bw -out ../int512bw_amd64.s -stubs ../int512bw_amd64_stubs.go -pkg kernels"
 
 // hasAVX2 reports whether the generated kernels can run: they use AVX2, FMA and F16C.
 var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasAVX && cpu.X86.HasF16C &&
 	os.Getenv("SPECULA_CPU") != "generic"
 
-// hasAVX512 reports whether the AVX-512 integer kernels can run: they use AVX-512 F
-// and BW (byte masks) and VNNI (VPDPBUSD).
-var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI &&
-	os.Getenv("SPECULA_CPU") != "avx2"
+// hasAVX512 reports whether the AVX-512 kernels can run: they use AVX-512 F, BW (byte
+// and word operations, byte masks), DQ and VL, which every AVX-512 server CPU since
+// Skylake-SP has.
+var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ &&
+	cpu.X86.HasAVX512VL && os.Getenv("SPECULA_CPU") != "avx2"
+
+// hasVNNI reports whether the AVX-512 VNNI integer kernels can run (VPDPBUSD); the
+// AVX-512 machines without it (Skylake-SP/X) run the BW ones.
+var hasVNNI = hasAVX512 && cpu.X86.HasAVX512VNNI && os.Getenv("SPECULA_CPU") != "avx512bw"
 
 // The AVX-512 integer kernel tables, indexed by the number of activation rows.
 var (
@@ -32,6 +38,18 @@ var (
 	int512Q4_K = intTable{1: intQ4_Kx1AVX512, 2: intQ4_Kx2AVX512, 3: intQ4_Kx3AVX512, 4: intQ4_Kx4AVX512, 5: intQ4_Kx5AVX512, 6: intQ4_Kx6AVX512, 7: intQ4_Kx7AVX512, 8: intQ4_Kx8AVX512}
 	int512Q5_K = intTable{1: intQ5_Kx1AVX512, 2: intQ5_Kx2AVX512, 3: intQ5_Kx3AVX512, 4: intQ5_Kx4AVX512, 5: intQ5_Kx5AVX512, 6: intQ5_Kx6AVX512, 7: intQ5_Kx7AVX512, 8: intQ5_Kx8AVX512}
 	int512Q6_K = intTable{1: intQ6_Kx1AVX512, 2: intQ6_Kx2AVX512, 3: intQ6_Kx3AVX512, 4: intQ6_Kx4AVX512, 5: intQ6_Kx5AVX512, 6: intQ6_Kx6AVX512, 7: intQ6_Kx7AVX512, 8: intQ6_Kx8AVX512}
+)
+
+// The AVX-512 BW integer kernel tables, for AVX-512 without VNNI.
+var (
+	int512bwQ8_0 = intTable{1: intQ8_0x1AVX512BW, 2: intQ8_0x2AVX512BW, 3: intQ8_0x3AVX512BW, 4: intQ8_0x4AVX512BW}
+	int512bwQ4_0 = intTable{1: intQ4_0x1AVX512BW, 2: intQ4_0x2AVX512BW, 3: intQ4_0x3AVX512BW, 4: intQ4_0x4AVX512BW}
+	int512bwQ4_1 = intTable{1: intQ4_1x1AVX512BW, 2: intQ4_1x2AVX512BW, 3: intQ4_1x3AVX512BW, 4: intQ4_1x4AVX512BW}
+	int512bwQ5_0 = intTable{1: intQ5_0x1AVX512BW, 2: intQ5_0x2AVX512BW, 3: intQ5_0x3AVX512BW, 4: intQ5_0x4AVX512BW}
+	int512bwQ5_1 = intTable{1: intQ5_1x1AVX512BW, 2: intQ5_1x2AVX512BW, 3: intQ5_1x3AVX512BW, 4: intQ5_1x4AVX512BW}
+	int512bwQ4_K = intTable{1: intQ4_Kx1AVX512BW, 2: intQ4_Kx2AVX512BW, 3: intQ4_Kx3AVX512BW, 4: intQ4_Kx4AVX512BW}
+	int512bwQ5_K = intTable{1: intQ5_Kx1AVX512BW, 2: intQ5_Kx2AVX512BW, 3: intQ5_Kx3AVX512BW, 4: intQ5_Kx4AVX512BW}
+	int512bwQ6_K = intTable{1: intQ6_Kx1AVX512BW, 2: intQ6_Kx2AVX512BW, 3: intQ6_Kx3AVX512BW, 4: intQ6_Kx4AVX512BW}
 )
 
 // The AVX2 integer kernel tables.
@@ -118,12 +136,15 @@ func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
 	}
 }
 
-// pickInt returns the kernels of type t that this machine runs best: the AVX-512 ones
-// where it has the extensions, the AVX2 ones, else the pure-Go ones.
-func pickInt(t dtype.DType, avx512, avx2 intTable) intTable {
+// pickInt returns the kernels of type t that this machine runs best: the AVX-512 VNNI
+// ones where it has the extensions, the AVX-512 BW ones, the AVX2 ones, else the
+// pure-Go ones.
+func pickInt(t dtype.DType, vnni, bw, avx2 intTable) intTable {
 	switch {
+	case hasVNNI:
+		return vnni
 	case hasAVX512:
-		return avx512
+		return bw
 	case hasAVX2:
 		return avx2
 	}
@@ -138,14 +159,14 @@ var (
 	floatF16  = pickFloat(dtype.F16, floatTable{1: floatF16x1AVX512, 2: floatF16x2AVX512, 3: floatF16x3AVX512, 4: floatF16x4AVX512, 5: floatF16x5AVX512, 6: floatF16x6AVX512, 7: floatF16x7AVX512, 8: floatF16x8AVX512}, floatTable{1: floatF16x1AVX2, 2: floatF16x2AVX2, 3: floatF16x3AVX2})
 	floatBF16 = pickFloat(dtype.BF16, floatTable{1: floatBF16x1AVX512, 2: floatBF16x2AVX512, 3: floatBF16x3AVX512, 4: floatBF16x4AVX512, 5: floatBF16x5AVX512, 6: floatBF16x6AVX512, 7: floatBF16x7AVX512, 8: floatBF16x8AVX512}, floatTable{1: floatBF16x1AVX2, 2: floatBF16x2AVX2, 3: floatBF16x3AVX2})
 
-	intQ8_0 = pickInt(dtype.Q8_0, int512Q8_0, int256Q8_0)
-	intQ4_0 = pickInt(dtype.Q4_0, int512Q4_0, int256Q4_0)
-	intQ4_1 = pickInt(dtype.Q4_1, int512Q4_1, int256Q4_1)
-	intQ5_0 = pickInt(dtype.Q5_0, int512Q5_0, int256Q5_0)
-	intQ5_1 = pickInt(dtype.Q5_1, int512Q5_1, int256Q5_1)
-	intQ4_K = pickInt(dtype.Q4_K, int512Q4_K, int256Q4_K)
-	intQ5_K = pickInt(dtype.Q5_K, int512Q5_K, int256Q5_K)
-	intQ6_K = pickInt(dtype.Q6_K, int512Q6_K, int256Q6_K)
+	intQ8_0 = pickInt(dtype.Q8_0, int512Q8_0, int512bwQ8_0, int256Q8_0)
+	intQ4_0 = pickInt(dtype.Q4_0, int512Q4_0, int512bwQ4_0, int256Q4_0)
+	intQ4_1 = pickInt(dtype.Q4_1, int512Q4_1, int512bwQ4_1, int256Q4_1)
+	intQ5_0 = pickInt(dtype.Q5_0, int512Q5_0, int512bwQ5_0, int256Q5_0)
+	intQ5_1 = pickInt(dtype.Q5_1, int512Q5_1, int512bwQ5_1, int256Q5_1)
+	intQ4_K = pickInt(dtype.Q4_K, int512Q4_K, int512bwQ4_K, int256Q4_K)
+	intQ5_K = pickInt(dtype.Q5_K, int512Q5_K, int512bwQ5_K, int256Q5_K)
+	intQ6_K = pickInt(dtype.Q6_K, int512Q6_K, int512bwQ6_K, int256Q6_K)
 
 	multiF32 = pick(goMulti(dotF32), [Group + 1]floatKernel2{1: dotF32x1r4, 2: dotF32x2r2, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
 )
@@ -166,8 +187,10 @@ func Accelerated() bool { return hasAVX2 }
 // Name names the instruction set of the kernels in use.
 func Name() string {
 	switch {
-	case hasAVX512:
+	case hasVNNI:
 		return "AVX-512 VNNI"
+	case hasAVX512:
+		return "AVX-512 BW"
 	case hasAVX2:
 		return "AVX2"
 	}

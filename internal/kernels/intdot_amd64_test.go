@@ -4,6 +4,7 @@ package kernels
 
 import (
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -16,18 +17,36 @@ import (
 // asmIntTables are the assembly integer kernels of each family, by type.
 func asmIntTables() map[string]map[dtype.DType]intTable {
 	return map[string]map[dtype.DType]intTable{
-		"AVX-512": {dtype.Q8_0: int512Q8_0, dtype.Q4_0: int512Q4_0, dtype.Q4_1: int512Q4_1, dtype.Q5_0: int512Q5_0,
+		"AVX-512 VNNI": {dtype.Q8_0: int512Q8_0, dtype.Q4_0: int512Q4_0, dtype.Q4_1: int512Q4_1, dtype.Q5_0: int512Q5_0,
 			dtype.Q5_1: int512Q5_1, dtype.Q4_K: int512Q4_K, dtype.Q5_K: int512Q5_K, dtype.Q6_K: int512Q6_K},
+		"AVX-512 BW": {dtype.Q8_0: int512bwQ8_0, dtype.Q4_0: int512bwQ4_0, dtype.Q4_1: int512bwQ4_1, dtype.Q5_0: int512bwQ5_0,
+			dtype.Q5_1: int512bwQ5_1, dtype.Q4_K: int512bwQ4_K, dtype.Q5_K: int512bwQ5_K, dtype.Q6_K: int512bwQ6_K},
 		"AVX2": {dtype.Q8_0: int256Q8_0, dtype.Q4_0: int256Q4_0, dtype.Q4_1: int256Q4_1, dtype.Q5_0: int256Q5_0,
 			dtype.Q5_1: int256Q5_1, dtype.Q4_K: int256Q4_K, dtype.Q5_K: int256Q5_K, dtype.Q6_K: int256Q6_K},
 	}
 }
 
+// signs is n values of ±1, by fours: the sign of value i is the parity of the bits of
+// i/4, so that the four codes a kernel multiplies in one lane have the same sign (and
+// their products the same direction) while every 32-value block holds both signs.
+func signs(n int) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = 1
+		if bits.OnesCount(uint(i/4))%2 == 1 {
+			out[i] = -1
+		}
+	}
+	return out
+}
+
 // familyRuns reports whether this machine can run a kernel family, and if not why.
 func familyRuns(name string) (bool, string) {
 	switch name {
-	case "AVX-512":
-		return hasAVX512, "the CPU lacks AVX-512 F, BW or VNNI"
+	case "AVX-512 VNNI":
+		return hasVNNI, "the CPU lacks AVX-512 F, BW, DQ, VL or VNNI"
+	case "AVX-512", "AVX-512 BW":
+		return hasAVX512, "the CPU lacks AVX-512 F, BW, DQ or VL"
 	}
 	return hasAVX2, "the CPU lacks AVX2, FMA or F16C"
 }
@@ -45,14 +64,28 @@ func TestIntAssemblyMatchesGo(t *testing.T) {
 			for _, typ := range quantTypes {
 				asm := tables[typ]
 				twin := goInt(typ)
-				for _, cols := range []int{256, 1536} {
+				for _, cols := range []int{256, 1536, -256} {
+					// cols < 0: weights and activations of ±1 with the same signs, every
+					// code at its extreme and every product at its largest — where 16-bit
+					// pair sums would saturate if a kernel let them.
+					extreme := cols < 0
+					cols = max(cols, -cols)
 					rows := 16
-					m, err := NewMatrix(typ, rows, cols, randRows(rng, typ, rows, cols))
+					data := randRows(rng, typ, rows, cols)
+					if extreme {
+						var err error
+						data, err = Encode(typ, signs(rows*cols))
+						require.NoError(t, err)
+					}
+					m, err := NewMatrix(typ, rows, cols, data)
 					require.NoError(t, err)
 					for n := 1; n <= asm.rows(); n++ {
 						x := randVec(rng, n*cols)
 						for i := range x {
 							x[i] *= float32(math.Exp(2 * rng.NormFloat64())) // a spread of block scales
+						}
+						if extreme {
+							x = signs(n * cols)
 						}
 						var a Act
 						a.Reset(x, n, cols)

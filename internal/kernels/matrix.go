@@ -5,8 +5,9 @@
 // used when the CPU lacks the features (or with the purego build tag), and that the
 // tests compare the assembly against — the integer kernels and the quantizers to the
 // bit. The kernels are chosen once, at start, by the CPU's features; the environment
-// variable SPECULA_CPU=avx2 holds an AVX-512 machine to the AVX2 kernels and
-// SPECULA_CPU=generic to the pure-Go ones, for comparisons.
+// variable SPECULA_CPU caps them, for comparisons: avx512bw holds an AVX-512 VNNI
+// machine to the AVX-512 integer kernels without VNNI, avx2 to the AVX2 kernels,
+// generic to the pure-Go ones.
 package kernels
 
 import (

@@ -20,6 +20,14 @@ import (
 // one pass over the weights. The arithmetic is the pure-Go kernels'
 // (intdot_generic.go), lane for lane: exact integer sums, then float32 multiplies and
 // adds, never fused, in their order.
+//
+// The BW kernels are the same for AVX-512 machines without VNNI (Skylake-SP/X): each
+// VPDPBUSD becomes VPMADDUBSW (pairs of byte products to 16 bits), VPMADDWD by ones (to
+// 32 bits) and VPADDD. The 16-bit pair sums must not saturate, so the codes stay
+// small: Q8_0 multiplies |w| by the activations with w's sign (not w + 128 by them),
+// and Q4_K's high nibbles are shifted down. They take at most intRowsBW activation
+// rows: with four instructions to VNNI's one, more rows would make a pass wait on the
+// arithmetic, not on memory.
 
 // intSig is the signature of every integer kernel.
 const intSig = "func(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)"
@@ -48,6 +56,9 @@ var intTypes = []intType{
 // verification pass of up to 8 positions reads every weight once.
 const intRows = 8
 
+// intRowsBW is intRows for the BW kernels.
+const intRowsBW = 4
+
 // Side data word offsets (act8.go).
 const (
 	sideD        = 0
@@ -62,26 +73,33 @@ const (
 // consts512 are the constants of the AVX-512 kernels, in read-only data: 4 bytes
 // each, broadcast by the instructions that read them, but bytes16, read whole.
 type consts512 struct {
-	low4, high4, sign, bits45, sixteenth Mem
-	bytes16                              Mem // 0x10 in every byte of 64
+	low4, high4, sign, bits45, sixteenth, ones16 Mem
+	bytes16                                      Mem // 0x10 in every byte of 64
 }
 
-func newConsts512() consts512 {
+// newConsts512 declares the constants, their names beginning with prefix (one per
+// assembly file); ones16 only for the BW kernels.
+func newConsts512(prefix string, bw bool) consts512 {
 	word := func(name string, v uint32) Mem {
-		m := GLOBL(name, RODATA|NOPTR)
+		m := GLOBL(prefix+name, RODATA|NOPTR)
 		DATA(0, U32(v))
 		return m
 	}
-	b16 := GLOBL("i512Bytes16", RODATA|NOPTR)
+	b16 := GLOBL(prefix+"Bytes16", RODATA|NOPTR)
 	for i := 0; i < 64; i += 4 {
 		DATA(i, U32(0x10101010))
 	}
+	var ones16 Mem
+	if bw {
+		ones16 = word("Ones16", 0x00010001)
+	}
 	return consts512{
-		low4:      word("i512Low4", 0x0f0f0f0f),
-		high4:     word("i512High4", 0xf0f0f0f0),
-		sign:      word("i512Sign", 0x80808080),
-		bits45:    word("i512Bits45", 0x30303030),
-		sixteenth: word("i512Sixteenth", math.Float32bits(1.0/16)),
+		low4:      word("Low4", 0x0f0f0f0f),
+		high4:     word("High4", 0xf0f0f0f0),
+		sign:      word("Sign", 0x80808080),
+		bits45:    word("Bits45", 0x30303030),
+		sixteenth: word("Sixteenth", math.Float32bits(1.0/16)),
+		ones16:    ones16,
 		bytes16:   b16,
 	}
 }
@@ -136,6 +154,8 @@ func (r rows) advance(n int) {
 type intFrame struct {
 	fn     string
 	n      int
+	vnni   bool       // VPDPBUSD; else the BW sequence
+	ones   VecVirtual // 1 in every 16-bit lane, for the BW sequence
 	w      Mem
 	blocks Register
 	x, s   rows
@@ -164,10 +184,10 @@ func (f *intFrame) clear(v VecVirtual) { VPXORD(f.z, f.z, v) }
 
 // intPrologue declares a kernel and loads its arguments. The accumulators start from
 // out, where an earlier call over the blocks before may have left them.
-func intPrologue(fn, doc string, n int, inMemory bool) *intFrame {
+func intPrologue(fn, doc string, n int, inMemory, vnni bool, c consts512) *intFrame {
 	TEXT(fn, NOSPLIT, intSig)
 	Doc(doc)
-	f := &intFrame{fn: fn, n: n}
+	f := &intFrame{fn: fn, n: n, vnni: vnni}
 	f.w = Mem{Base: Load(Param("w"), GP64())}
 	f.blocks = Load(Param("blocks"), GP64())
 	f.x = newRows(Load(Param("x"), GP64()), Load(Param("xstride"), GP64()), n)
@@ -176,6 +196,10 @@ func intPrologue(fn, doc string, n int, inMemory bool) *intFrame {
 	f.s = newRows(Load(Param("side"), GP64()), ss, n)
 	f.z = ZMM()
 	VPXORD(f.z, f.z, f.z)
+	if !vnni {
+		f.ones = ZMM()
+		VPBROADCASTD(c.ones16, f.ones)
+	}
 	if inMemory {
 		f.local = AllocLocal(64 * n)
 	} else {
@@ -251,10 +275,14 @@ func (f *intFrame) store() {
 	})
 }
 
-// int512Kernel emits the AVX-512 kernel of type it for n activation rows.
-func int512Kernel(it intType, n int, c consts512) {
-	fn := fmt.Sprintf("int%sx%dAVX512", it.name, n)
-	f := intPrologue(fn, fmt.Sprintf("%s is the AVX-512 VNNI kernel of %s weights for %d activation rows.", fn, it.name, n), n, it.kquant)
+// int512Kernel emits the AVX-512 kernel of type it for n activation rows, with VNNI or
+// (vnni false) the BW sequence.
+func int512Kernel(it intType, n int, vnni bool, c consts512) {
+	fn, doc := fmt.Sprintf("int%sx%dAVX512", it.name, n), "AVX-512 VNNI"
+	if !vnni {
+		fn, doc = fn+"BW", "AVX-512 BW (no VNNI)"
+	}
+	f := intPrologue(fn, fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", fn, doc, it.name, n), n, it.kquant, vnni, c)
 	switch it.name {
 	case "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1":
 		f.loop(it, func() { block32AVX512(f, it.name, c) })
@@ -317,12 +345,37 @@ func (s isums) total() []VecVirtual {
 	return out
 }
 
-// dot adds, for every row, the products of weight vector wv with the four activation
-// codes at off (broadcast) to the row's accumulator for step p.
+// dot adds, for every row, the products of weight vector wv (unsigned codes) with the
+// four activation codes at off (broadcast) to the row's accumulator for step p.
 func (f *intFrame) dot(s isums, wv VecVirtual, off, p int) {
 	for t := range f.n {
-		VPDPBUSD_BCST(f.x.at(t, off), wv, s.at(t, p))
+		if f.vnni {
+			VPDPBUSD_BCST(f.x.at(t, off), wv, s.at(t, p))
+			continue
+		}
+		x := ZMM()
+		VPBROADCASTD(f.x.at(t, off), x)
+		f.madd(wv, x, s.at(t, p))
 	}
+}
+
+// dotSigned is dot for the BW kernels' signed weights: wv holds |w|, and neg the
+// lanes where w < 0, where the activation codes are negated.
+func (f *intFrame) dotSigned(s isums, wv VecVirtual, neg OpmaskVirtual, off, p int) {
+	for t := range f.n {
+		x := ZMM()
+		VPBROADCASTD(f.x.at(t, off), x)
+		VPSUBB(x, f.z, neg, x)
+		f.madd(wv, x, s.at(t, p))
+	}
+}
+
+// madd is the BW sequence: acc + Σ of each four products of w's unsigned and x's
+// signed bytes (x is overwritten).
+func (f *intFrame) madd(w, x, acc VecVirtual) {
+	VPMADDUBSW(x, w, x)
+	VPMADDWD(f.ones, x, x)
+	VPADDD(x, acc, acc)
 }
 
 // halves loads 16 float16 values at m as float32.
@@ -371,7 +424,9 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 	codes, masks, mins, off := 32, -1, -1, side32Off8
 	switch name {
 	case "Q8_0":
-		off = side32Off128
+		if off = side32Off128; !f.vnni {
+			off = -1 // |w| and the sign: no bias to undo
+		}
 	case "Q4_1":
 		codes, mins, off = 64, 32, -1
 	case "Q5_0":
@@ -384,7 +439,16 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 		init = func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*off), v) }
 	}
 	sums := newISums(f, init)
-	if name == "Q8_0" {
+	if name == "Q8_0" && !f.vnni {
+		for p := range 8 {
+			w := f.weight(32 + 64*p)
+			neg, wv := K(), ZMM()
+			VMOVDQU32(w, wv)
+			VPMOVB2M(wv, neg)
+			VPABSB(wv, wv)
+			f.dotSigned(sums, wv, neg, 4*p, p)
+		}
+	} else if name == "Q8_0" {
 		sign := ZMM()
 		VPBROADCASTD(c.sign, sign)
 		for p := range 8 {
@@ -463,11 +527,11 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 		i, hi := j/2, j%2 == 1
 		sums := newISums(f, nil)
 		for p := range 8 {
-			wv := nibbles(f, f.weight(codes+512*i+64*p), hi, f.weight(masks+128*i+16*p+8*(j%2)), q5, !q5, c)
+			wv := nibbles(f, f.weight(codes+512*i+64*p), hi, f.weight(masks+128*i+16*p+8*(j%2)), q5, !q5 && f.vnni, c)
 			f.dot(sums, wv, 64*i+32*(j%2)+4*p, p)
 		}
 		isum := sums.total()
-		s := subScale(halves(f.weight(0)), f.weight(64+16*j), false, hi && !q5, c)
+		s := subScale(halves(f.weight(0)), f.weight(64+16*j), false, hi && !q5 && f.vnni, c)
 		for t := range f.n {
 			scaleInto(tmp[t], isum[t], s)
 		}
@@ -540,15 +604,19 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// int512Kernels emits every AVX-512 kernel.
-func int512Kernels() {
-	c := newConsts512()
+// int512Kernels emits every AVX-512 integer kernel, with VNNI or without.
+func int512Kernels(vnni bool) {
+	prefix, rows := "i512", intRows
+	if !vnni {
+		prefix, rows = "i512bw", intRowsBW
+	}
+	c := newConsts512(prefix, !vnni)
 	for _, it := range intTypes {
-		for n := 1; n <= intRows; n++ {
+		for n := 1; n <= rows; n++ {
 			if only := os.Getenv("ONLY"); only != "" && only != fmt.Sprintf("%s/%d", it.name, n) {
 				continue
 			}
-			int512Kernel(it, n, c)
+			int512Kernel(it, n, vnni, c)
 		}
 	}
 }

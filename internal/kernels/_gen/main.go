@@ -35,12 +35,17 @@ func rowsFor(n int) int {
 }
 
 func main() {
-	set := flag.String("set", "avx2", "the kernels to write: avx2 (the AVX2 kernels and vector helpers) or avx512 (the AVX-512 kernels)")
+	set := flag.String("set", "avx2", "the kernels to write: avx2 (the AVX2 kernels and vector helpers), avx512 (the AVX-512 kernels) or avx512bw (the AVX-512 integer kernels without VNNI)")
 	flag.Parse()
 	ConstraintExpr("amd64,!purego")
-	if *set == "avx512" {
+	switch *set {
+	case "avx512bw":
+		int512Kernels(false)
+		Generate()
+		return
+	case "avx512":
 		quant512Kernels()
-		int512Kernels()
+		int512Kernels(true)
 		float512Kernels()
 		attnKernels512()
 		Generate()
