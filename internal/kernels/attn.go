@@ -1,48 +1,5 @@
 package kernels
 
-import "unsafe"
-
-// PackRows lays out n rows of cols values (cols a multiple of 8, n at most Group) from
-// src, row-major, in the interleaved form the product kernels read: for each 8
-// columns, the rows' 8 values side by side. dst must hold n·cols values.
-func PackRows(dst, src []float32, n, cols int) {
-	for c := 0; c < cols/8; c++ {
-		for t := range n {
-			copy(dst[(c*n+t)*8:(c*n+t+1)*8], src[t*cols+c*8:])
-		}
-	}
-}
-
-// DotPacked computes out[t·ldo] = w · x[t] for the n rows (1 to Group) of x packed by
-// PackRows, over len(w) columns (a multiple of 8): one read of w serves every row.
-// Attention uses it to score one cached key against the query heads that share it.
-func DotPacked(w, x []float32, n int, out []float32, ldo int) {
-	wb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), 4*len(w))
-	dotF32[n](wb, x, len(w)/8, out, ldo)
-}
-
-// DotPackedRows computes out[t·ldo + j] = k[j] · x[t] for the cnt keys k[j] =
-// k[j·hd : (j+1)·hd] (hd a multiple of 8) and the n rows (1 to Group) of x packed by
-// PackRows: DotPacked for each key, bit for bit, with several keys to a kernel call
-// where the multi-row kernels allow. Attention uses it to score a block of cached keys.
-func DotPackedRows(k []float32, cnt, hd int, x []float32, n int, out []float32, ldo int) {
-	if cnt == 0 {
-		return
-	}
-	_ = k[cnt*hd-1]
-	_ = out[(n-1)*ldo+cnt-1]
-	kb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(k))), 4*cnt*hd)
-	j := 0
-	if R, multi := rowsFor(n), multiF32[n]; R > 1 && multi != nil {
-		for ; j+R <= cnt; j += R {
-			multi(kb[4*j*hd:], 4*hd, x, hd/8, out[j:], ldo)
-		}
-	}
-	for ; j < cnt; j++ {
-		dotF32[n](kb[4*j*hd:], x, hd/8, out[j:], ldo)
-	}
-}
-
 // weightedSumKernel adds a weighted sum of value rows to the outputs of a fixed
 // number of heads (see WeightedSum).
 type weightedSumKernel func(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
@@ -113,7 +70,13 @@ func goScoreBlock(kT []float32, hd int, q []float32, g int, out []float32, ldo, 
 		for j := range cnt {
 			var acc [2]float32
 			for d, x := range qh {
-				acc[d%2] = fma32(x, kT[16*d+j], acc[d%2])
+				// fma32, its fast path inlined.
+				k, a := kT[16*d+j], acc[d%2]
+				s := float64(x)*float64(k) + float64(a)
+				if !safeToRound(s) {
+					s = float64(fma32Slow(x, k, a))
+				}
+				acc[d%2] = float32(s)
 			}
 			out[h*ldo+j] = acc[0] + acc[1]
 		}
@@ -128,7 +91,12 @@ func goWeightedSum(w []float32, ldw int, v []float32, cnt int, out []float32, he
 		for j := range cnt {
 			a := w[h*ldw+j]
 			for d, x := range v[j*hd : (j+1)*hd] {
-				o[d] = fma32(a, x, o[d])
+				// fma32, its fast path inlined.
+				s := float64(a)*float64(x) + float64(o[d])
+				if !safeToRound(s) {
+					s = float64(fma32Slow(a, x, o[d]))
+				}
+				o[d] = float32(s)
 			}
 		}
 	}

@@ -153,8 +153,6 @@ func pickInt(t dtype.DType, vnni, bw, avx2 intTable) intTable {
 
 // The kernel tables, indexed by the number of activation rows; chosen once, at start.
 var (
-	dotF32 = pick(goFloat(goDotF32), [Group + 1]floatKernel{1: dotF32x1, 2: dotF32x2, 3: dotF32x3, 4: dotF32x4, 5: dotF32x5, 6: dotF32x6, 7: dotF32x7, 8: dotF32x8})
-
 	floatF32  = pickFloat(dtype.F32, floatTable{1: floatF32x1AVX512, 2: floatF32x2AVX512, 3: floatF32x3AVX512, 4: floatF32x4AVX512, 5: floatF32x5AVX512, 6: floatF32x6AVX512, 7: floatF32x7AVX512, 8: floatF32x8AVX512}, floatTable{1: floatF32x1AVX2, 2: floatF32x2AVX2, 3: floatF32x3AVX2})
 	floatF16  = pickFloat(dtype.F16, floatTable{1: floatF16x1AVX512, 2: floatF16x2AVX512, 3: floatF16x3AVX512, 4: floatF16x4AVX512, 5: floatF16x5AVX512, 6: floatF16x6AVX512, 7: floatF16x7AVX512, 8: floatF16x8AVX512}, floatTable{1: floatF16x1AVX2, 2: floatF16x2AVX2, 3: floatF16x3AVX2})
 	floatBF16 = pickFloat(dtype.BF16, floatTable{1: floatBF16x1AVX512, 2: floatBF16x2AVX512, 3: floatBF16x3AVX512, 4: floatBF16x4AVX512, 5: floatBF16x5AVX512, 6: floatBF16x6AVX512, 7: floatBF16x7AVX512, 8: floatBF16x8AVX512}, floatTable{1: floatBF16x1AVX2, 2: floatBF16x2AVX2, 3: floatBF16x3AVX2})
@@ -167,22 +165,10 @@ var (
 	intQ4_K = pickInt(dtype.Q4_K, int512Q4_K, int512bwQ4_K, int256Q4_K)
 	intQ5_K = pickInt(dtype.Q5_K, int512Q5_K, int512bwQ5_K, int256Q5_K)
 	intQ6_K = pickInt(dtype.Q6_K, int512Q6_K, int512bwQ6_K, int256Q6_K)
-
-	multiF32 = pick(goMulti(dotF32), [Group + 1]floatKernel2{1: dotF32x1r4, 2: dotF32x2r2, 3: dotF32x3r2, 4: dotF32x4r2, 5: dotF32x5r2, 6: dotF32x6r2})
 )
 
 // weightedSumAVX2[h] is the weighted-sum kernel for h heads at once.
 var weightedSumAVX2 = [5]weightedSumKernel{1: weightedSum1AVX2, 2: weightedSum2AVX2, 3: weightedSum3AVX2, 4: weightedSum4AVX2}
-
-func pick[T any](generic, asm T) T {
-	if hasAVX2 {
-		return asm
-	}
-	return generic
-}
-
-// Accelerated reports whether assembly kernels are in use.
-func Accelerated() bool { return hasAVX2 }
 
 // Name names the instruction set of the kernels in use.
 func Name() string {

@@ -6,8 +6,6 @@ import "github.com/specula/specula/model/dtype"
 
 // Without assembly every product runs the pure-Go kernels.
 var (
-	dotF32 = goFloat(goDotF32)
-
 	floatF32  = goFloatGroup(dtype.F32)
 	floatF16  = goFloatGroup(dtype.F16)
 	floatBF16 = goFloatGroup(dtype.BF16)
@@ -20,20 +18,15 @@ var (
 	intQ4_K = goInt(dtype.Q4_K)
 	intQ5_K = goInt(dtype.Q5_K)
 	intQ6_K = goInt(dtype.Q6_K)
-
-	multiF32 = goMulti(dotF32)
 )
-
-// Accelerated reports whether assembly kernels are in use.
-func Accelerated() bool { return false }
 
 // Name names the instruction set of the kernels in use.
 func Name() string { return "pure Go" }
 
-const hasAVX2 = false
-
-func dotAVX2(a, b []float32) float32         { panic("unreachable") }
-func axpyAVX2(alpha float32, x, y []float32) { panic("unreachable") }
+const (
+	hasAVX2   = false
+	hasAVX512 = false
+)
 
 // weightedSumAVX2 is empty: WeightedSum never reaches it without assembly.
 var weightedSumAVX2 [5]weightedSumKernel

@@ -4,48 +4,6 @@
 
 package kernels
 
-// dotF32x1 computes 1 rows of a F32 product.
-func dotF32x1(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x2 computes 2 rows of a F32 product.
-func dotF32x2(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x3 computes 3 rows of a F32 product.
-func dotF32x3(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x4 computes 4 rows of a F32 product.
-func dotF32x4(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x5 computes 5 rows of a F32 product.
-func dotF32x5(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x6 computes 6 rows of a F32 product.
-func dotF32x6(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x7 computes 7 rows of a F32 product.
-func dotF32x7(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x8 computes 8 rows of a F32 product.
-func dotF32x8(w []byte, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x1r4 computes 4 weight rows against 1 activation rows of a F32 product.
-func dotF32x1r4(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x2r2 computes 2 weight rows against 2 activation rows of a F32 product.
-func dotF32x2r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x3r2 computes 2 weight rows against 3 activation rows of a F32 product.
-func dotF32x3r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x4r2 computes 2 weight rows against 4 activation rows of a F32 product.
-func dotF32x4r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x5r2 computes 2 weight rows against 5 activation rows of a F32 product.
-func dotF32x5r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
-// dotF32x6r2 computes 2 weight rows against 6 activation rows of a F32 product.
-func dotF32x6r2(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)
-
 // intQ8_0x1AVX2 is the AVX2 kernel of Q8_0 weights for 1 activation rows.
 func intQ8_0x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
@@ -186,12 +144,6 @@ func score2AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
 
 // score3AVX2 scores 3 query heads against a block of 16 keys stored dimension-major.
 func score3AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
-
-// dotAVX2 returns a · b over the first len(a) rounded down to 8 values.
-func dotAVX2(a []float32, b []float32) float32
-
-// axpyAVX2 adds alpha·x to y over the first len(x) rounded down to 8 values.
-func axpyAVX2(alpha float32, x []float32, y []float32)
 
 // weightedSum1AVX2 adds, for each of 1 heads, the weighted sum of cnt value rows to its output, in order.
 func weightedSum1AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)

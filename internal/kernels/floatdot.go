@@ -34,32 +34,60 @@ func (k *floatTable) rows() int {
 	return n
 }
 
-// weightValue reads value r of column c of a repacked float group.
-func weightValue(t dtype.DType, w []byte, c, r int) float32 {
+// weightColumn decodes column c of a repacked float group: the 16 rows' values.
+func weightColumn(t dtype.DType, w []byte, c int, dst *[rowGroup]float32) {
 	switch t {
 	case dtype.F32:
-		return math.Float32frombits(binary.LittleEndian.Uint32(w[64*c+4*r:]))
+		for r := range dst {
+			dst[r] = math.Float32frombits(binary.LittleEndian.Uint32(w[64*c+4*r:]))
+		}
 	case dtype.F16:
-		return F16ToF32(binary.LittleEndian.Uint16(w[32*c+2*r:]))
+		for r := range dst {
+			h := binary.LittleEndian.Uint16(w[32*c+2*r:])
+			if e := h >> 10 & 0x1f; e != 0 && e != 0x1f { // normal: F16ToF32, inlined
+				dst[r] = math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)+(112<<10))<<13)
+			} else {
+				dst[r] = F16ToF32(h)
+			}
+		}
+	default:
+		for r := range dst {
+			dst[r] = BF16ToF32(binary.LittleEndian.Uint16(w[32*c+2*r:]))
+		}
 	}
-	return BF16ToF32(binary.LittleEndian.Uint16(w[32*c+2*r:]))
 }
 
-// goFloatGroup makes the pure-Go kernel table of a float weight type.
+// goFloatGroup makes the pure-Go kernel table of a float weight type. Each column of
+// weights is decoded once and serves every activation row.
 func goFloatGroup(t dtype.DType) (k floatTable) {
 	gb := groupBlockBytes(t)
 	for n := 1; n <= Group; n++ {
 		k[n] = func(w *byte, cols int, x *float32, xstride int, out *float32, ldo int) {
 			ws := unsafe.Slice(w, cols*gb)
+			var xs [Group][]float32
 			for tt := range n {
-				xs := unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(x), tt*xstride)), cols)
-				os := unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(out), 4*tt*ldo)), rowGroup)
-				for r := range rowGroup {
-					var acc [2]float32
-					for c, xv := range xs {
-						acc[c%2] = fma32(weightValue(t, ws, c, r), xv, acc[c%2])
+				xs[tt] = unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(x), tt*xstride)), cols)
+			}
+			var acc [Group][2][rowGroup]float32 // by row, column parity, weight row
+			var col [rowGroup]float32
+			for c := range cols {
+				weightColumn(t, ws, c, &col)
+				for tt := range n {
+					a, xv := &acc[tt][c%2], xs[tt][c]
+					for r, wv := range col {
+						// fma32, its fast path inlined.
+						s := float64(wv)*float64(xv) + float64(a[r])
+						if !safeToRound(s) {
+							s = float64(fma32Slow(wv, xv, a[r]))
+						}
+						a[r] = float32(s)
 					}
-					os[r] = acc[0] + acc[1]
+				}
+			}
+			for tt := range n {
+				o := unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(out), 4*tt*ldo)), rowGroup)
+				for r := range o {
+					o[r] = acc[tt][0][r] + acc[tt][1][r]
 				}
 			}
 		}

@@ -10,6 +10,24 @@ import "math"
 // rounding s again to float32 gives the correct result unless s fell exactly halfway
 // between two float32 values while the exact sum did not: then e decides.
 func fma32(a, b, c float32) float32 {
+	if s := float64(a)*float64(b) + float64(c); safeToRound(s) {
+		return float32(s)
+	}
+	return fma32Slow(a, b, c)
+}
+
+// safeToRound reports whether s, the float64 nearest an exact a·b + c of float32
+// operands, rounds to float32 as the exact sum does: s is no float32 midpoint (its 29
+// bits below float32's last are not 1000…0) and is in float32's normal range, so the
+// exact sum lies on the same side of every midpoint. It is fma32's fast path, small
+// enough to inline into the loops of the pure-Go kernels.
+func safeToRound(s float64) bool {
+	bits := math.Float64bits(s)
+	return bits&(1<<29-1) != 1<<28 && bits>>52&0x7ff >= 1023-126
+}
+
+// fma32Slow is fma32 where rounding twice could go wrong.
+func fma32Slow(a, b, c float32) float32 {
 	p := float64(a) * float64(b)
 	cc := float64(c)
 	s := p + cc

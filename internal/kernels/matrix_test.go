@@ -75,60 +75,6 @@ func TestMulMatchesReference(t *testing.T) {
 	}
 }
 
-// TestAssemblyMatchesGo runs every assembly kernel and its pure-Go twin on the same
-// packed data.
-func TestAssemblyMatchesGo(t *testing.T) {
-	if !Accelerated() {
-		t.Skip("assembly kernels are not in use on this machine")
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	floats := []struct {
-		typ      dtype.DType
-		asm, twn [Group + 1]floatKernel
-		multi    [Group + 1]floatKernel2
-	}{
-		{dtype.F32, dotF32, goFloat(goDotF32), multiF32},
-	}
-	for _, cols := range []int{32, 64, 160, 256, 512, 1408, 1536} {
-		for n := 1; n <= Group; n++ {
-			packed := make([]float32, n*cols)
-			PackRows(packed, randVec(rng, n*cols), n, cols)
-			w := randVec(rng, cols)
-			got, want := make([]float32, n), make([]float32, n)
-			check := func(name string) {
-				for i := range n {
-					if math.Abs(float64(got[i]-want[i])) > 1e-4*(1+math.Abs(float64(want[i]))) {
-						t.Fatalf("%s cols=%d n=%d row %d: asm %v, go %v", name, cols, n, i, got[i], want[i])
-					}
-				}
-			}
-			for _, k := range floats {
-				wb := encode(t, k.typ, w)
-				k.asm[n](wb, packed, cols/8, got, 1)
-				k.twn[n](wb, packed, cols/8, want, 1)
-				check(k.typ.String())
-				if R := rowsFor(n); R > 1 {
-					// R different weight rows; each row's results must equal the
-					// one-row kernel's for that row, bit for bit (batch invariance).
-					var wb2 []byte
-					for range R {
-						wb2 = append(wb2, encode(t, k.typ, randVec(rng, cols))...)
-					}
-					multi := make([]float32, R*n)
-					k.multi[n](wb2, len(wb), packed, cols/8, multi, R)
-					single := make([]float32, n)
-					for r := range R {
-						k.asm[n](wb2[r*len(wb):], packed, cols/8, single, 1)
-						for i := range n {
-							require.Equal(t, single[i], multi[i*R+r], "%s cols=%d n=%d row %d", k.typ, cols, n, r)
-						}
-					}
-				}
-			}
-		}
-	}
-}
-
 func TestQuantizeRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	x := randVec(rng, 32*64)

@@ -43,48 +43,6 @@ func goSiLUMul(dst, gate, up []float32) {
 	}
 }
 
-// Dot returns a · b (b at least as long as a).
-func Dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	if hasAVX2 && len(a) >= 8 {
-		n := len(a) &^ 7
-		s := dotAVX2(a[:n], b[:n])
-		for i := n; i < len(a); i++ {
-			s += a[i] * b[i]
-		}
-		return s
-	}
-	return goDot(a, b)
-}
-
-func goDot(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// Axpy adds alpha · x to y (y at least as long as x).
-func Axpy(alpha float32, x, y []float32) {
-	y = y[:len(x)]
-	if hasAVX2 && len(x) >= 8 {
-		n := len(x) &^ 7
-		axpyAVX2(alpha, x[:n], y[:n])
-		x, y = x[n:], y[n:]
-	}
-	for i, v := range x {
-		y[i] += alpha * v
-	}
-}
-
 // Add adds x to y.
 func Add(y, x []float32) {
 	y = y[:len(x)]

@@ -1,11 +1,15 @@
-// Command _gen writes specula's AVX2 kernels with avo:
+// Command _gen writes specula's assembly kernels with avo, one file per instruction
+// set:
 //
 //	cd internal/kernels/_gen && go run . -out ../dot_amd64.s -stubs ../dot_amd64_stubs.go -pkg kernels
+//	cd internal/kernels/_gen && go run . -set avx512 -out ../int512_amd64.s -stubs ../int512_amd64_stubs.go -pkg kernels
+//	cd internal/kernels/_gen && go run . -set avx512bw -out ../int512bw_amd64.s -stubs ../int512bw_amd64_stubs.go -pkg kernels
 //
-// (the go:generate line in internal/kernels/dispatch_amd64.go runs exactly that). Each
-// kernel computes, for a packed group of n activation rows (n = 1…8, one kernel per n,
-// so that the accumulators live in registers), out[t] = w · x[t] for one weight row. The
-// pure-Go twins in dot_generic.go define the arithmetic.
+// (the go:generate lines in internal/kernels/dispatch_amd64.go run exactly those):
+// the AVX2 kernels and vector helpers; the AVX-512 ones (integer products with VNNI,
+// float products, activation quantizers, attention); the AVX-512 integer products
+// without VNNI. The pure-Go twins in the package define the arithmetic, and every
+// kernel here reproduces it bit for bit.
 package main
 
 import (
@@ -17,22 +21,6 @@ import (
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
-
-const group = 8
-
-// rowsFor is how many weight rows the multi-row float kernels take with n activation
-// rows: R·n accumulators, R weight vectors and an activation vector in 16 registers.
-// Two activation rows take two weight rows, not four: a two-position F16 pass of
-// gocoder-m, whose weights stream from memory, ran 6–20 % faster so.
-func rowsFor(n int) int {
-	switch {
-	case n <= 1:
-		return 4
-	case n <= 6:
-		return 2
-	}
-	return 1
-}
 
 func main() {
 	set := flag.String("set", "avx2", "the kernels to write: avx2 (the AVX2 kernels and vector helpers), avx512 (the AVX-512 kernels) or avx512bw (the AVX-512 integer kernels without VNNI)")
@@ -51,22 +39,10 @@ func main() {
 		Generate()
 		return
 	}
-	// The float32 products of attention: cached keys against packed queries.
-	load := func(m Mem, y VecVirtual) { VMOVUPS(m, y) }
-	for n := 1; n <= group; n++ {
-		floatKernel("F32", n, 32, load)
-	}
-	for n := 1; n <= group; n++ {
-		if R := rowsFor(n); R > 1 {
-			floatKernelR("F32", n, R, 32, load)
-		}
-	}
 	int256Kernels()
 	quant256Kernels()
 	float256Kernels()
 	attnKernels256()
-	dotKernel()
-	axpyKernel()
 	for h := 1; h <= 4; h++ {
 		weightedSumKernel(h)
 	}
@@ -89,262 +65,6 @@ func countdown(name, done string, n Register, body func()) {
 	JMP(LabelRef(name))
 	Label(done)
 }
-
-// Batch invariance: every kernel keeps exactly one accumulator per pair of weight row
-// and activation row, added to chunk by chunk in column order, and reduces it the same
-// way. A row's result is then bit for bit the same whether it is computed alone or in a
-// batch of 8, which is what makes speculative greedy decoding token for token equal to
-// plain greedy decoding. Instruction-level parallelism comes from the several rows a
-// kernel handles at once, never from splitting one row's sum.
-
-// unroll is how many 8-column chunks a loop iteration of the float kernels handles;
-// each still goes to the row's single accumulator, in order.
-func unroll(n int) int {
-	if n <= 2 {
-		return 2
-	}
-	return 1
-}
-
-// reduceRows sums the single accumulator of each (weight row r, activation row t)
-// pair of a multi-row kernel and stores it at out[t·ldo + r].
-func reduceRows(acc [][][]VecVirtual, n, R int) {
-	out := Mem{Base: Load(Param("out").Base(), GP64())}
-	ldo := Load(Param("ldo"), GP64())
-	SHLQ(U8(2), ldo)
-	for t := range n {
-		for r := range R {
-			a := acc[r][t][0]
-			hi := XMM()
-			VEXTRACTF128(U8(1), a, hi)
-			lo := a.AsX()
-			VADDPS(hi, lo, lo)
-			VHADDPS(lo, lo, lo)
-			VHADDPS(lo, lo, lo)
-			VMOVSS(lo, out.Offset(4*r))
-		}
-		if t+1 < n {
-			ADDQ(ldo, out.Base)
-		}
-	}
-}
-
-// reduce sums the accumulators of row t and stores the total at out[t·ldo].
-func reduce(acc [][]VecVirtual, out Mem, ldo Register) {
-	SHLQ(U8(2), ldo)
-	for t := range acc {
-		a := acc[t][0]
-		for _, b := range acc[t][1:] {
-			VADDPS(b, a, a)
-		}
-		hi := XMM()
-		VEXTRACTF128(U8(1), a, hi)
-		lo := a.AsX()
-		VADDPS(hi, lo, lo)
-		VHADDPS(lo, lo, lo)
-		VHADDPS(lo, lo, lo)
-		VMOVSS(lo, out)
-		if t+1 < len(acc) {
-			ADDQ(ldo, out.Base)
-		}
-	}
-}
-
-func zeroAcc(n, u int) [][]VecVirtual {
-	acc := make([][]VecVirtual, n)
-	for t := range acc {
-		acc[t] = make([]VecVirtual, u)
-		for i := range acc[t] {
-			acc[t][i] = YMM()
-			VXORPS(acc[t][i], acc[t][i], acc[t][i])
-		}
-	}
-	return acc
-}
-
-// floatKernel: func(w []byte, x []float32, chunks int, out []float32, ldo int), x
-// packed so that chunk c of row t is at x[(c·n+t)·8 : +8]; row t's result goes to
-// out[t·ldo].
-func floatKernel(name string, n, wstep int, load func(Mem, VecVirtual)) {
-	fn := fmt.Sprintf("dot%sx%d", name, n)
-	TEXT(fn, NOSPLIT, "func(w []byte, x []float32, chunks int, out []float32, ldo int)")
-	Doc(fmt.Sprintf("%s computes %d rows of a %s product.", fn, n, name))
-	w := Mem{Base: Load(Param("w").Base(), GP64())}
-	x := Mem{Base: Load(Param("x").Base(), GP64())}
-	chunks := Load(Param("chunks"), GP64())
-	out := Mem{Base: Load(Param("out").Base(), GP64())}
-	u := unroll(n)
-	acc := zeroAcc(n, 1)
-	ws := make([]VecVirtual, u)
-	for i := range ws {
-		ws[i] = YMM()
-	}
-
-	Label(fn + "_loop")
-	CMPQ(chunks, U32(u))
-	JL(LabelRef(fn + "_tail"))
-	prefetch(w)
-	for i := range u {
-		load(w.Offset(i*wstep), ws[i])
-	}
-	for i := range u {
-		for t := range n {
-			VFMADD231PS(x.Offset((i*n+t)*32), ws[i], acc[t][0])
-		}
-	}
-	ADDQ(U32(u*wstep), w.Base)
-	ADDQ(U32(u*n*32), x.Base)
-	SUBQ(U32(u), chunks)
-	JMP(LabelRef(fn + "_loop"))
-
-	countdown(fn+"_tail", fn+"_done", chunks, func() {
-		load(w, ws[0])
-		for t := range n {
-			VFMADD231PS(x.Offset(t*32), ws[0], acc[t][0])
-		}
-		ADDQ(U32(wstep), w.Base)
-		ADDQ(U32(n*32), x.Base)
-	})
-
-	reduce(acc, out, Load(Param("ldo"), GP64()))
-	VZEROUPPER()
-	RET()
-}
-
-// broadcast32 fills a vector with the 32-bit constant c.
-func broadcast32(c uint32) VecVirtual {
-	r := GP32()
-	MOVL(U32(c), r)
-	x := XMM()
-	VMOVD(r, x)
-	y := YMM()
-	VPBROADCASTD(x, y)
-	return y
-}
-
-// dotKernel: func(a, b []float32) float32 over the first len(a)/8·8 values.
-func dotKernel() {
-	TEXT("dotAVX2", NOSPLIT, "func(a, b []float32) float32")
-	Doc("dotAVX2 returns a · b over the first len(a) rounded down to 8 values.")
-	a := Mem{Base: Load(Param("a").Base(), GP64())}
-	b := Mem{Base: Load(Param("b").Base(), GP64())}
-	n := Load(Param("a").Len(), GP64())
-	SHRQ(U8(3), n)
-	acc := zeroAcc(1, 4)[0]
-	x := YMM()
-	Label("dot_loop4")
-	CMPQ(n, U32(4))
-	JL(LabelRef("dot_loop1"))
-	for i := range 4 {
-		VMOVUPS(a.Offset(32*i), x)
-		VFMADD231PS(b.Offset(32*i), x, acc[i])
-	}
-	ADDQ(U32(128), a.Base)
-	ADDQ(U32(128), b.Base)
-	SUBQ(U32(4), n)
-	JMP(LabelRef("dot_loop4"))
-	countdown("dot_loop1", "dot_done", n, func() {
-		VMOVUPS(a, x)
-		VFMADD231PS(b, x, acc[0])
-		ADDQ(U32(32), a.Base)
-		ADDQ(U32(32), b.Base)
-	})
-	VADDPS(acc[1], acc[0], acc[0])
-	VADDPS(acc[3], acc[2], acc[2])
-	VADDPS(acc[2], acc[0], acc[0])
-	hi := XMM()
-	VEXTRACTF128(U8(1), acc[0], hi)
-	lo := acc[0].AsX()
-	VADDPS(hi, lo, lo)
-	VHADDPS(lo, lo, lo)
-	VHADDPS(lo, lo, lo)
-	VZEROUPPER()
-	Store(lo, ReturnIndex(0))
-	RET()
-}
-
-// axpyKernel: func(alpha float32, x, y []float32), y += alpha·x over the first
-// len(x)/8·8 values.
-func axpyKernel() {
-	TEXT("axpyAVX2", NOSPLIT, "func(alpha float32, x, y []float32)")
-	Doc("axpyAVX2 adds alpha·x to y over the first len(x) rounded down to 8 values.")
-	al := Load(Param("alpha"), XMM())
-	x := Mem{Base: Load(Param("x").Base(), GP64())}
-	y := Mem{Base: Load(Param("y").Base(), GP64())}
-	n := Load(Param("x").Len(), GP64())
-	SHRQ(U8(3), n)
-	av := YMM()
-	VBROADCASTSS(al, av)
-	t := YMM()
-	countdown("axpy_loop", "axpy_done", n, func() {
-		VMOVUPS(y, t)
-		VFMADD231PS(x, av, t)
-		VMOVUPS(t, y)
-		ADDQ(U32(32), x.Base)
-		ADDQ(U32(32), y.Base)
-	})
-	VZEROUPPER()
-	RET()
-}
-
-// floatKernelR: func(w []byte, wstride int, x []float32, chunks int, out []float32,
-// ldo int): like floatKernel for R weight rows, w + r·wstride bytes, so that each
-// activation vector loaded serves all of them and the R·n independent accumulators
-// keep the FMA units busy even for one activation row; row r's result for activation
-// row t goes to out[t·ldo + r]. Each (weight row, activation row) pair still has its
-// single accumulator, added to in column order.
-func floatKernelR(name string, n, R, wstep int, load func(Mem, VecVirtual)) {
-	fn := fmt.Sprintf("dot%sx%dr%d", name, n, R)
-	TEXT(fn, NOSPLIT, "func(w []byte, wstride int, x []float32, chunks int, out []float32, ldo int)")
-	Doc(fmt.Sprintf("%s computes %d weight rows against %d activation rows of a %s product.", fn, R, n, name))
-	ws := make([]Mem, R)
-	ws[0] = Mem{Base: Load(Param("w").Base(), GP64())}
-	stride := Load(Param("wstride"), GP64())
-	for r := 1; r < R; r++ {
-		ws[r] = Mem{Base: GP64()}
-		LEAQ(ws[r-1].Idx(stride, 1), ws[r].Base)
-	}
-	x := Mem{Base: Load(Param("x").Base(), GP64())}
-	chunks := Load(Param("chunks"), GP64())
-	acc := make([][][]VecVirtual, R)
-	wv := make([]VecVirtual, R)
-	for r := range R {
-		acc[r] = zeroAcc(n, 1)
-		wv[r] = YMM()
-	}
-	xv := YMM()
-
-	countdown(fn+"_loop", fn+"_done", chunks, func() {
-		for r := range R {
-			prefetch(ws[r])
-			load(ws[r], wv[r])
-		}
-		for t := range n {
-			VMOVUPS(x.Offset(t*32), xv)
-			for r := range R {
-				VFMADD231PS(xv, wv[r], acc[r][t][0])
-			}
-		}
-		for r := range R {
-			ADDQ(U32(wstep), ws[r].Base)
-		}
-		ADDQ(U32(n*32), x.Base)
-	})
-
-	reduceRows(acc, n, R)
-	VZEROUPPER()
-	RET()
-}
-
-// prefetchAhead is how far ahead (in bytes) of the weights being decoded the product
-// kernels ask for them. A kernel walks several short rows side by side (a gocoder-m
-// row of Q8_0 is 544 bytes), too short for the hardware prefetcher to follow; 2 KiB
-// ahead reaches the next group of rows. On the 2-core EPYC this made a 1-token
-// forward pass of gocoder-m Q8_0 about 40 % faster.
-const prefetchAhead = 2048
-
-// prefetch asks for the weights prefetchAhead bytes after m.
-func prefetch(m Mem) { PREFETCHT0(m.Offset(prefetchAhead)) }
 
 // weightedSumKernel: func(w []float32, ldw int, v []float32, cnt int, out []float32,
 // hd int), for H heads at once: for each head h < H and each of the hd (a multiple of
