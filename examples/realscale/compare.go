@@ -56,11 +56,7 @@ func compare(ctx context.Context, args []string) error {
 	if *model == "" {
 		return errors.New("compare: -model is required")
 	}
-	var err error
-	if c.Contexts, err = parseInts(*contexts); err != nil {
-		return err
-	}
-	if err := c.check(); err != nil {
+	if err := c.check(*contexts); err != nil {
 		return err
 	}
 	if *rounds < 1 {

@@ -148,7 +148,12 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-func (c *benchConfig) check() error {
+// check sets the decode contexts from their flag and checks every figure.
+func (c *benchConfig) check(contexts string) error {
+	var err error
+	if c.Contexts, err = parseInts(contexts); err != nil {
+		return err
+	}
 	if c.Threads < 1 || c.PromptTokens < 1 || c.Repeats < 1 || c.DecodeTokens < 1 || c.VerifyMax < 1 || c.VerifyRepeats < 1 || c.VerifyContext < 0 {
 		return fmt.Errorf("threads %d, prompt %d, repeats %d, decode %d, verify-max %d and verify-repeats %d must be positive, verify-context %d not negative",
 			c.Threads, c.PromptTokens, c.Repeats, c.DecodeTokens, c.VerifyMax, c.VerifyRepeats, c.VerifyContext)
@@ -163,11 +168,7 @@ func bench(ctx context.Context, args []string) error {
 	if *model == "" {
 		return errors.New("bench: -model is required")
 	}
-	var err error
-	if c.Contexts, err = parseInts(*contexts); err != nil {
-		return err
-	}
-	if err := c.check(); err != nil {
+	if err := c.check(*contexts); err != nil {
 		return err
 	}
 	r, err := measure(ctx, *model, *c, logTo(os.Stderr))
