@@ -30,9 +30,16 @@ const (
 	side256Off   = 9 // −32·Σq of group g at side256Off+g
 )
 
+// sideWords is the number of side-data words per block of the given size.
+func sideWords(block int) int {
+	if block == kBlock {
+		return side256Words
+	}
+	return side32Words
+}
+
 // actQ is a batch of rows quantised for the integer kernels.
 type actQ struct {
-	block int      // values per block: 32 or 256
 	codes []int8   // n rows × cols
 	side  []uint32 // n rows × blocks × words
 	words int
@@ -41,11 +48,7 @@ type actQ struct {
 
 // quantize fills q with the rows of a, in blocks of the given size.
 func (q *actQ) quantize(a *Act, block int) {
-	q.block = block
-	q.words = side32Words
-	if block == kBlock {
-		q.words = side256Words
-	}
+	q.words = sideWords(block)
 	blocks := a.cols / block
 	q.codes = grow(q.codes, a.n*a.cols)
 	q.side = grow(q.side, a.n*blocks*q.words)
@@ -58,10 +61,7 @@ func (q *actQ) quantize(a *Act, block int) {
 // goQuantizeRow quantises the blocks of one row: the definition, and the twin of the
 // assembly quantizers.
 func goQuantizeRow(x []float32, block int, codes []int8, side []uint32) {
-	words := side32Words
-	if block == kBlock {
-		words = side256Words
-	}
+	words := sideWords(block)
 	for b := range len(x) / block {
 		quantizeBlock(x[b*block:(b+1)*block], codes[b*block:(b+1)*block], side[b*words:(b+1)*words])
 	}

@@ -1,42 +1,16 @@
 package kernels
 
-// weightedSumKernel adds a weighted sum of value rows to the outputs of a fixed
-// number of heads (see WeightedSum).
-type weightedSumKernel func(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
-
 // WeightedSum adds, for each of heads heads, the weighted sum of cnt value rows to its
 // output: out[h·hd+d] += Σ_j w[h·ldw+j] · v[j·hd+d], with j in order and one fused
 // multiply-add per term: the same bits on every machine (goWeightedSum). hd is
 // len(out)/heads.
 func WeightedSum(w []float32, ldw int, v []float32, cnt int, out []float32, heads int) {
 	hd := len(out) / heads
-	if hasAVX512 && hd%32 == 0 {
-		if cnt == 0 {
-			return
-		}
-		_ = w[(heads-1)*ldw+cnt-1]
-		v = v[:cnt*hd]
-		for h := 0; h < heads; {
-			b := min(8, heads-h)
-			weightedSum512[b](&w[h*ldw], ldw, &v[0], cnt, &out[h*hd], hd)
-			h += b
-		}
+	if cnt == 0 {
 		return
 	}
-	if hasAVX2 && hd%16 == 0 {
-		if cnt == 0 {
-			return
-		}
-		_ = w[(heads-1)*ldw+cnt-1]
-		v = v[:cnt*hd]
-		for h := 0; h < heads; {
-			b := min(4, heads-h)
-			weightedSumAVX2[b](w[h*ldw:], ldw, v, cnt, out[h*hd:(h+b)*hd], hd)
-			h += b
-		}
-		return
-	}
-	goWeightedSum(w, ldw, v, cnt, out, heads)
+	_ = w[(heads-1)*ldw+cnt-1]
+	weightedSum(w, ldw, v[:cnt*hd], cnt, out, heads, hd)
 }
 
 // scoreKernel and weightedKernel are the assembly forms of ScoreBlock (for a fixed

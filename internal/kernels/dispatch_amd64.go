@@ -64,6 +64,16 @@ var (
 	int256Q6_K = intTable{1: intQ6_Kx1AVX2, 2: intQ6_Kx2AVX2, 3: intQ6_Kx3AVX2, 4: intQ6_Kx4AVX2}
 )
 
+// The float kernel tables, AVX-512 and AVX2.
+var (
+	float512F32  = floatTable{1: floatF32x1AVX512, 2: floatF32x2AVX512, 3: floatF32x3AVX512, 4: floatF32x4AVX512, 5: floatF32x5AVX512, 6: floatF32x6AVX512, 7: floatF32x7AVX512, 8: floatF32x8AVX512}
+	float512F16  = floatTable{1: floatF16x1AVX512, 2: floatF16x2AVX512, 3: floatF16x3AVX512, 4: floatF16x4AVX512, 5: floatF16x5AVX512, 6: floatF16x6AVX512, 7: floatF16x7AVX512, 8: floatF16x8AVX512}
+	float512BF16 = floatTable{1: floatBF16x1AVX512, 2: floatBF16x2AVX512, 3: floatBF16x3AVX512, 4: floatBF16x4AVX512, 5: floatBF16x5AVX512, 6: floatBF16x6AVX512, 7: floatBF16x7AVX512, 8: floatBF16x8AVX512}
+	float256F32  = floatTable{1: floatF32x1AVX2, 2: floatF32x2AVX2, 3: floatF32x3AVX2}
+	float256F16  = floatTable{1: floatF16x1AVX2, 2: floatF16x2AVX2, 3: floatF16x3AVX2}
+	float256BF16 = floatTable{1: floatBF16x1AVX2, 2: floatBF16x2AVX2, 3: floatBF16x3AVX2}
+)
+
 // pickFloat is pickInt for the float kernels.
 func pickFloat(t dtype.DType, avx512, avx2 floatTable) floatTable {
 	switch {
@@ -79,8 +89,29 @@ func pickFloat(t dtype.DType, avx512, avx2 floatTable) floatTable {
 var (
 	score512       = [9]scoreKernel{1: score1AVX512, 2: score2AVX512, 3: score3AVX512, 4: score4AVX512, 5: score5AVX512, 6: score6AVX512, 7: score7AVX512, 8: score8AVX512}
 	score256       = [4]scoreKernel{1: score1AVX2, 2: score2AVX2, 3: score3AVX2}
+	weightedSum256 = [5]weightedKernel{1: weightedSum1AVX2, 2: weightedSum2AVX2, 3: weightedSum3AVX2, 4: weightedSum4AVX2}
 	weightedSum512 = [9]weightedKernel{1: weightedSum1AVX512, 2: weightedSum2AVX512, 3: weightedSum3AVX512, 4: weightedSum4AVX512, 5: weightedSum5AVX512, 6: weightedSum6AVX512, 7: weightedSum7AVX512, 8: weightedSum8AVX512}
 )
+
+// weightedSum is WeightedSum past its checks (v holds the cnt rows exactly): the
+// kernels take up to 8 heads (AVX-512, hd a multiple of 32) or 4 (AVX2, of 16) a call.
+func weightedSum(w []float32, ldw int, v []float32, cnt int, out []float32, heads, hd int) {
+	var kern []weightedKernel
+	switch {
+	case hasAVX512 && hd%32 == 0:
+		kern = weightedSum512[:]
+	case hasAVX2 && hd%16 == 0:
+		kern = weightedSum256[:]
+	default:
+		goWeightedSum(w, ldw, v, cnt, out, heads)
+		return
+	}
+	for h := 0; h < heads; {
+		b := min(len(kern)-1, heads-h)
+		kern[b](&w[h*ldw], ldw, &v[0], cnt, &out[h*hd], hd)
+		h += b
+	}
+}
 
 // scoreBlock is ScoreBlock past its checks.
 func scoreBlock(kT []float32, hd int, q []float32, g int, out []float32, ldo, cnt int) {
@@ -153,9 +184,9 @@ func pickInt(t dtype.DType, vnni, bw, avx2 intTable) intTable {
 
 // The kernel tables, indexed by the number of activation rows; chosen once, at start.
 var (
-	floatF32  = pickFloat(dtype.F32, floatTable{1: floatF32x1AVX512, 2: floatF32x2AVX512, 3: floatF32x3AVX512, 4: floatF32x4AVX512, 5: floatF32x5AVX512, 6: floatF32x6AVX512, 7: floatF32x7AVX512, 8: floatF32x8AVX512}, floatTable{1: floatF32x1AVX2, 2: floatF32x2AVX2, 3: floatF32x3AVX2})
-	floatF16  = pickFloat(dtype.F16, floatTable{1: floatF16x1AVX512, 2: floatF16x2AVX512, 3: floatF16x3AVX512, 4: floatF16x4AVX512, 5: floatF16x5AVX512, 6: floatF16x6AVX512, 7: floatF16x7AVX512, 8: floatF16x8AVX512}, floatTable{1: floatF16x1AVX2, 2: floatF16x2AVX2, 3: floatF16x3AVX2})
-	floatBF16 = pickFloat(dtype.BF16, floatTable{1: floatBF16x1AVX512, 2: floatBF16x2AVX512, 3: floatBF16x3AVX512, 4: floatBF16x4AVX512, 5: floatBF16x5AVX512, 6: floatBF16x6AVX512, 7: floatBF16x7AVX512, 8: floatBF16x8AVX512}, floatTable{1: floatBF16x1AVX2, 2: floatBF16x2AVX2, 3: floatBF16x3AVX2})
+	floatF32  = pickFloat(dtype.F32, float512F32, float256F32)
+	floatF16  = pickFloat(dtype.F16, float512F16, float256F16)
+	floatBF16 = pickFloat(dtype.BF16, float512BF16, float256BF16)
 
 	intQ8_0 = pickInt(dtype.Q8_0, int512Q8_0, int512bwQ8_0, int256Q8_0)
 	intQ4_0 = pickInt(dtype.Q4_0, int512Q4_0, int512bwQ4_0, int256Q4_0)
@@ -166,9 +197,6 @@ var (
 	intQ5_K = pickInt(dtype.Q5_K, int512Q5_K, int512bwQ5_K, int256Q5_K)
 	intQ6_K = pickInt(dtype.Q6_K, int512Q6_K, int512bwQ6_K, int256Q6_K)
 )
-
-// weightedSumAVX2[h] is the weighted-sum kernel for h heads at once.
-var weightedSumAVX2 = [5]weightedSumKernel{1: weightedSum1AVX2, 2: weightedSum2AVX2, 3: weightedSum3AVX2, 4: weightedSum4AVX2}
 
 // Name names the instruction set of the kernels in use.
 func Name() string {

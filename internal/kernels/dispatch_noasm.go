@@ -28,9 +28,6 @@ const (
 	hasAVX512 = false
 )
 
-// weightedSumAVX2 is empty: WeightedSum never reaches it without assembly.
-var weightedSumAVX2 [5]weightedSumKernel
-
 func siluMulAVX2(dst, gate, up []float32)          { panic("unreachable") }
 func expShiftedAVX2(v []float32, mx, invT float32) { panic("unreachable") }
 func maxAVX2(v []float32) float32                  { panic("unreachable") }
@@ -41,8 +38,10 @@ func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
 	goQuantizeRow(x, block, codes, side)
 }
 
-// weightedSum512 is empty: WeightedSum never reaches it without assembly.
-var weightedSum512 [9]weightedKernel
+// weightedSum is WeightedSum past its checks.
+func weightedSum(w []float32, ldw int, v []float32, cnt int, out []float32, heads, _ int) {
+	goWeightedSum(w, ldw, v, cnt, out, heads)
+}
 
 // scoreBlock is ScoreBlock past its checks.
 func scoreBlock(kT []float32, hd int, q []float32, g int, out []float32, ldo, cnt int) {

@@ -146,16 +146,16 @@ func score2AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
 func score3AVX2(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
 
 // weightedSum1AVX2 adds, for each of 1 heads, the weighted sum of cnt value rows to its output, in order.
-func weightedSum1AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+func weightedSum1AVX2(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
 
 // weightedSum2AVX2 adds, for each of 2 heads, the weighted sum of cnt value rows to its output, in order.
-func weightedSum2AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+func weightedSum2AVX2(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
 
 // weightedSum3AVX2 adds, for each of 3 heads, the weighted sum of cnt value rows to its output, in order.
-func weightedSum3AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+func weightedSum3AVX2(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
 
 // weightedSum4AVX2 adds, for each of 4 heads, the weighted sum of cnt value rows to its output, in order.
-func weightedSum4AVX2(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)
+func weightedSum4AVX2(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
 
 // siluMulAVX2 sets dst = silu(gate)·up over the first len(gate) rounded down to 8 values, as SiLUMul does.
 func siluMulAVX2(dst []float32, gate []float32, up []float32)

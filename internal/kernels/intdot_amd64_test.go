@@ -138,10 +138,7 @@ func TestQuantizeAssemblyMatchesGo(t *testing.T) {
 func checkQuantizer(t *testing.T, block int, quantize func(x *float32, blocks int, codes *int8, side *uint32)) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	{
-		words := side32Words
-		if block == kBlock {
-			words = side256Words
-		}
+		words := sideWords(block)
 		for trial := range 200 {
 			blocks := 1 + rng.IntN(12)
 			x := randVec(rng, blocks*block)
@@ -175,16 +172,8 @@ func checkQuantizer(t *testing.T, block int, quantize func(x *float32, blocks in
 // must be the same bits (the twin's multiply-adds are fused, as the assembly's).
 func TestFloatAssemblyMatchesGo(t *testing.T) {
 	families := map[string]map[dtype.DType]floatTable{
-		"AVX-512": {
-			dtype.F32:  {1: floatF32x1AVX512, 2: floatF32x2AVX512, 3: floatF32x3AVX512, 4: floatF32x4AVX512, 5: floatF32x5AVX512, 6: floatF32x6AVX512, 7: floatF32x7AVX512, 8: floatF32x8AVX512},
-			dtype.F16:  {1: floatF16x1AVX512, 2: floatF16x2AVX512, 3: floatF16x3AVX512, 4: floatF16x4AVX512, 5: floatF16x5AVX512, 6: floatF16x6AVX512, 7: floatF16x7AVX512, 8: floatF16x8AVX512},
-			dtype.BF16: {1: floatBF16x1AVX512, 2: floatBF16x2AVX512, 3: floatBF16x3AVX512, 4: floatBF16x4AVX512, 5: floatBF16x5AVX512, 6: floatBF16x6AVX512, 7: floatBF16x7AVX512, 8: floatBF16x8AVX512},
-		},
-		"AVX2": {
-			dtype.F32:  {1: floatF32x1AVX2, 2: floatF32x2AVX2, 3: floatF32x3AVX2},
-			dtype.F16:  {1: floatF16x1AVX2, 2: floatF16x2AVX2, 3: floatF16x3AVX2},
-			dtype.BF16: {1: floatBF16x1AVX2, 2: floatBF16x2AVX2, 3: floatBF16x3AVX2},
-		},
+		"AVX-512": {dtype.F32: float512F32, dtype.F16: float512F16, dtype.BF16: float512BF16},
+		"AVX2":    {dtype.F32: float256F32, dtype.F16: float256F16, dtype.BF16: float256BF16},
 	}
 	for family, tables := range families {
 		t.Run(family, func(t *testing.T) {

@@ -66,20 +66,13 @@ func quantizedAct(x []float32, n, cols, block int) []float32 {
 	codes := make([]int8, block)
 	side := make([]uint32, side256Words)
 	for i := 0; i < n*cols; i += block {
-		quantizeBlock(x[i:i+block], codes, side[:side32Words+btoi(block == kBlock)*(side256Words-side32Words)])
+		quantizeBlock(x[i:i+block], codes, side[:sideWords(block)])
 		d := sideF(side[sideD])
 		for j, c := range codes {
 			out[i+j] = d * float32(c)
 		}
 	}
 	return out
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // TestIntMulMatchesReference multiplies random matrices of every quantised type, of

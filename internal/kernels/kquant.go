@@ -8,8 +8,8 @@ import (
 	"github.com/specula/specula/model/dtype"
 )
 
-// The K-quant formats of llama.cpp (ggml's block_q4_K and block_q6_K) store 256 values
-// in a super-block.
+// The K-quant formats of llama.cpp (ggml's block_q4_K, block_q5_K and block_q6_K)
+// store 256 values in a super-block.
 //
 // Q4_K, 144 bytes: float16 d at 0, float16 dmin at 2, 12 bytes of packed 6-bit scales
 // and mins at 4, 128 bytes of 4-bit codes at 16. The super-block holds 8 sub-blocks of
@@ -368,13 +368,8 @@ func QuantizeQ6_K(src []float32, dst []byte) {
 // one whose x²-weighted least-squares scale fits best (ggml's make_qx_quants with
 // rmse_type 1). It writes the codes to L.
 func fitSymmetric(x []float32, L []int8, nmax int) float32 {
-	var amax, mx float32
-	for _, v := range x {
-		if a := float32(math.Abs(float64(v))); a > amax {
-			amax, mx = a, v
-		}
-	}
-	if amax < 1e-15 {
+	mx := largest(x)
+	if amax := float32(math.Abs(float64(mx))); amax < 1e-15 {
 		for i := range L {
 			L[i] = int8(-nmax) // code 0, as the reference writes
 		}

@@ -3,11 +3,10 @@
 // worker pool. Hot loops have AVX2 and AVX-512 assembly generated with avo (see
 // _gen/); every assembly kernel has a pure-Go twin with the same signature that is
 // used when the CPU lacks the features (or with the purego build tag), and that the
-// tests compare the assembly against — the integer kernels and the quantizers to the
-// bit. The kernels are chosen once, at start, by the CPU's features; the environment
-// variable SPECULA_CPU caps them, for comparisons: avx512bw holds an AVX-512 VNNI
-// machine to the AVX-512 integer kernels without VNNI, avx2 to the AVX2 kernels,
-// generic to the pure-Go ones.
+// tests compare the assembly against, every kernel to the bit. The kernels are chosen
+// once, at start, by the CPU's features; the environment variable SPECULA_CPU caps
+// them, for comparisons: avx512bw holds an AVX-512 VNNI machine to the AVX-512 integer
+// kernels without VNNI, avx2 to the AVX2 kernels, generic to the pure-Go ones.
 package kernels
 
 import (
@@ -19,10 +18,6 @@ import (
 // Group is the largest number of activation rows a kernel processes against one read
 // of a weight row. Batches of more rows are cut into groups.
 const Group = 8
-
-// rowChunk is how many weight rows a product visits per activation group, so that the
-// group's activations stay in L1 while the chunk of weights stays in L2.
-const rowChunk = 64
 
 // Matrix is a weight matrix of Rows × Cols values of one type: row r holds the weights
 // of output r, repacked in groups of 16 rows (see repack.go).
@@ -57,7 +52,7 @@ func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 }
 
 // Supported reports whether products with weights of type t are implemented.
-func Supported(t dtype.DType) bool { return repacked(t) }
+func Supported(t dtype.DType) bool { return groupBlockBytes(t) != 0 }
 
 // RowF32 decodes row r into dst (Cols values), as an embedding lookup does. The row
 // is first laid out as llama.cpp's blocks in buf, which must hold RowBytes.
@@ -81,36 +76,51 @@ func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
 	m.mulInt(a, y, ldy, r0, r1)
 }
 
-// mulFloat is Mul for float matrices: for each row group, the float kernels over every
-// activation row, a few rows per call, while the group's weights stay in the cache.
-func (m *Matrix) mulFloat(a *Act, y []float32, ldy, r0, r1 int) {
-	kern := floatKernels(m.Type)
-	step := kern.rows()
-	gb := groupBlockBytes(m.Type)
-	var scratch [Group * rowGroup]float32 // the outputs of a group that is cut
+// eachGroup calls f for every row group g of the rows [r0, r1) and every batch of up
+// to Group activation rows from t0 on, with where the nt × 16 outputs go: straight to
+// y when the range holds the whole group, else to a scratch buffer whose rows in the
+// range are then copied to y.
+func (m *Matrix) eachGroup(a *Act, y []float32, ldy, r0, r1 int, f func(g, t0, nt int, out []float32, ldo int)) {
+	var scratch []float32 // the outputs of a group that is cut (rare: made when needed)
 	for g := r0 / rowGroup; g*rowGroup < r1; g++ {
 		lo, hi := max(r0, g*rowGroup), min(r1, (g+1)*rowGroup)
 		whole := lo == g*rowGroup && hi == (g+1)*rowGroup && hi <= m.Rows
-		w := &m.Data[g*m.Cols*gb]
-		for t0 := 0; t0 < a.n; t0 += step {
-			n := min(step, a.n-t0)
-			x := &a.x[t0*a.cols]
+		for t0 := 0; t0 < a.n; t0 += Group {
+			nt := min(Group, a.n-t0)
 			if whole {
-				kern[n](w, m.Cols, x, 4*a.cols, &y[t0*ldy+g*rowGroup], ldy)
+				f(g, t0, nt, y[t0*ldy+g*rowGroup:], ldy)
 				continue
 			}
-			kern[n](w, m.Cols, x, 4*a.cols, &scratch[0], rowGroup)
-			for t := range n {
+			if scratch == nil {
+				scratch = make([]float32, Group*rowGroup)
+			}
+			f(g, t0, nt, scratch, rowGroup)
+			for t := range nt {
 				copy(y[(t0+t)*ldy+lo:(t0+t)*ldy+hi], scratch[t*rowGroup+lo-g*rowGroup:t*rowGroup+hi-g*rowGroup])
 			}
 		}
 	}
 }
 
+// mulFloat is Mul for float matrices: for each row group, the float kernels over every
+// activation row, a few rows per call, while the group's weights stay in the cache.
+func (m *Matrix) mulFloat(a *Act, y []float32, ldy, r0, r1 int) {
+	kern := floatKernels(m.Type)
+	step := kern.rows()
+	gb := groupBlockBytes(m.Type)
+	m.eachGroup(a, y, ldy, r0, r1, func(g, t0, nt int, out []float32, ldo int) {
+		w := &m.Data[g*m.Cols*gb]
+		for t1 := 0; t1 < nt; t1 += step {
+			n := min(step, nt-t1)
+			kern[n](w, m.Cols, &a.x[(t0+t1)*a.cols], 4*a.cols, &out[t1*ldo], ldo)
+		}
+	})
+}
+
 // chunkBytes is how many bytes of a group's blocks the integer products take at a
-// time: when a call takes fewer activation rows than the batch has, the kernels run
-// over one chunk for every few rows while it is in the L1 cache, then go on to the
-// next, so that the weights keep streaming in at an even pace.
+// time when a batch of Group activation rows takes several kernel calls (the AVX2 and
+// BW kernels take 4 rows): the calls run over one chunk while it is in the L1 cache,
+// then go on to the next, so that the weights keep streaming in at an even pace.
 const chunkBytes = 4096
 
 // mulInt is Mul for repacked matrices: for each row group in the range, chunk by
@@ -126,42 +136,28 @@ func (m *Matrix) mulInt(a *Act, y []float32, ldy, r0, r1 int) {
 	gb := groupBlockBytes(m.Type)
 	blocks, per := m.blocks, m.Type.BlockSize()
 	chunk := blocks
-	if a.n > step {
+	if min(a.n, Group) > step {
 		chunk = max(1, chunkBytes/gb)
 	}
-	var scratch [Group * rowGroup]float32 // the outputs of a group that is cut
-	for g := r0 / rowGroup; g*rowGroup < r1; g++ {
-		lo, hi := max(r0, g*rowGroup), min(r1, (g+1)*rowGroup)
-		whole := lo == g*rowGroup && hi == (g+1)*rowGroup && hi <= m.Rows
-		for t0 := 0; t0 < a.n; t0 += Group {
-			nt := min(Group, a.n-t0)
-			out, ldo := y[t0*ldy+g*rowGroup:], ldy
-			if !whole {
-				out, ldo = scratch[:], rowGroup
-			}
-			for t := range nt {
-				clear(out[t*ldo : t*ldo+rowGroup])
-			}
-			for b0 := 0; b0 < blocks; b0 += chunk {
-				nb := min(chunk, blocks-b0)
-				w := &m.Data[(g*blocks+b0)*gb]
-				for t1 := 0; t1 < nt; t1 += step {
-					n := min(step, nt-t1)
-					t := t0 + t1
-					kern[n](w, nb, &q.codes[t*a.cols+b0*per], a.cols, &q.side[(t*blocks+b0)*q.words], blocks*q.words, &out[t1*ldo], ldo)
-				}
-			}
-			if !whole {
-				for t := range nt {
-					copy(y[(t0+t)*ldy+lo:(t0+t)*ldy+hi], scratch[t*rowGroup+lo-g*rowGroup:t*rowGroup+hi-g*rowGroup])
-				}
+	m.eachGroup(a, y, ldy, r0, r1, func(g, t0, nt int, out []float32, ldo int) {
+		for t := range nt {
+			clear(out[t*ldo : t*ldo+rowGroup])
+		}
+		for b0 := 0; b0 < blocks; b0 += chunk {
+			nb := min(chunk, blocks-b0)
+			w := &m.Data[(g*blocks+b0)*gb]
+			for t1 := 0; t1 < nt; t1 += step {
+				n := min(step, nt-t1)
+				t := t0 + t1
+				kern[n](w, nb, &q.codes[t*a.cols+b0*per], a.cols, &q.side[(t*blocks+b0)*q.words], blocks*q.words, &out[t1*ldo], ldo)
 			}
 		}
-	}
+	})
 }
 
-// RowGroup is the number of weight rows a quantised product computes together: row
-// ranges given to Mul should begin and end on its multiples.
+// RowGroup is the number of weight rows a product computes together (every weight
+// type is repacked in groups of this many rows): row ranges given to Mul should begin
+// and end on its multiples.
 const RowGroup = rowGroup
 
 // Act holds a batch of activation rows prepared for products: as they are for the

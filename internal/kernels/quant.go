@@ -62,13 +62,7 @@ func QuantizeQ4_0(src []float32, dst []byte) {
 	for b := 0; b < len(src)/q8Block; b++ {
 		x := src[b*q8Block : (b+1)*q8Block]
 		out := dst[b*q4BlockBytes : (b+1)*q4BlockBytes]
-		var amax, mx float32
-		for _, v := range x {
-			if a := float32(math.Abs(float64(v))); a > amax {
-				amax, mx = a, v
-			}
-		}
-		d := mx / -8
+		d := largest(x) / -8
 		id := float32(0)
 		if d != 0 {
 			id = 1 / d

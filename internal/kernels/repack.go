@@ -40,17 +40,6 @@ import (
 //     h = 0…1 and p = 0…7 the bytes ql[64h+4p+k], ql[64h+32+4p+k] and qh[32h+4p+k].
 const rowGroup = 16
 
-// repacked reports whether matrices of type t are stored repacked in row groups:
-// every supported type.
-func repacked(t dtype.DType) bool {
-	switch t {
-	case dtype.Q8_0, dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K,
-		dtype.F32, dtype.F16, dtype.BF16:
-		return true
-	}
-	return false
-}
-
 // groupBlockBytes is the size of one block of a repacked group of type t. The float
 // types' block is one column: the 16 rows' values of it, side by side.
 func groupBlockBytes(t dtype.DType) int {

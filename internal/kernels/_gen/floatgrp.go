@@ -25,21 +25,8 @@ type floatType struct {
 
 var floatTypes = []floatType{{"F32", 4}, {"F16", 2}, {"BF16", 2}}
 
-// load512 loads the 16 values at m as float32.
-func (ft floatType) load512(m Mem, v VecVirtual) {
-	switch ft.name {
-	case "F32":
-		VMOVUPS(m, v)
-	case "F16":
-		VCVTPH2PS(m, v)
-	default:
-		VPMOVZXWD(m, v)
-		VPSLLD(U8(16), v, v)
-	}
-}
-
-// load256 loads the 8 values at m as float32.
-func (ft floatType) load256(m Mem, v VecVirtual) {
+// load loads the values at m as float32: as many as v holds (16 in a ZMM, 8 in a YMM).
+func (ft floatType) load(m Mem, v VecVirtual) {
 	switch ft.name {
 	case "F32":
 		VMOVUPS(m, v)
@@ -76,7 +63,7 @@ func floatKernel512(ft floatType, n int) {
 	}
 	for k := range 2 {
 		v := ZMM()
-		ft.load512(w.Offset(k*col), v)
+		ft.load(w.Offset(k*col), v)
 		for t := range n {
 			VFMADD231PS_BCST(x.at(t, 4*k), v, acc[k][t])
 		}
@@ -89,7 +76,7 @@ func floatKernel512(ft floatType, n int) {
 	TESTQ(cols, cols)
 	JZ(LabelRef(fn + "_done"))
 	v := ZMM()
-	ft.load512(w, v)
+	ft.load(w, v)
 	for t := range n {
 		VFMADD231PS_BCST(x.at(t, 0), v, acc[0][t])
 	}
@@ -107,6 +94,10 @@ func floatKernel512(ft floatType, n int) {
 	VZEROUPPER()
 	RET()
 }
+
+// floatRows512 is how many activation rows an AVX-512 float kernel takes at most: a
+// verification pass of up to 8 positions reads every weight once.
+const floatRows512 = 8
 
 // floatRows256 is how many activation rows an AVX2 float kernel takes at most: two sums
 // of two halves per row in 16 registers.
@@ -134,8 +125,8 @@ func floatKernel256(ft floatType, n int) {
 	}
 	column := func(k int, m Mem) {
 		lo, hi := YMM(), YMM()
-		ft.load256(m, lo)
-		ft.load256(m.Offset(col/2), hi)
+		ft.load(m, lo)
+		ft.load(m.Offset(col/2), hi)
 		for t := range n {
 			b := YMM()
 			VBROADCASTSS(x.at(t, 4*k), b)
@@ -178,7 +169,7 @@ func floatKernel256(ft floatType, n int) {
 
 func float512Kernels() {
 	for _, ft := range floatTypes {
-		for n := 1; n <= intRows; n++ {
+		for n := 1; n <= floatRows512; n++ {
 			floatKernel512(ft, n)
 		}
 	}

@@ -61,9 +61,6 @@ type frame256 struct {
 	half int
 }
 
-// weight is the weights at off within the half's bytes of a 64-byte step.
-func (f *frame256) weight(off int) Mem { return f.intFrame.weight(off) }
-
 // addAcc adds v to row t's accumulator of the current half.
 func (f *frame256) addAcc(t int, v VecVirtual) {
 	VADDPS(f.local.Offset(64*t+32*f.half), v, v)
@@ -128,7 +125,7 @@ func int256Kernel(it intType, n int, c consts256) {
 	RET()
 }
 
-// dot256 adds, for every row, the products of the unsigned weight codes wv with the
+// dot adds, for every row, the products of the unsigned weight codes wv with the
 // four activation codes at off (broadcast) to sums[t].
 func (f *frame256) dot(sums []VecVirtual, wv VecVirtual, off int, c consts256) {
 	for t := range f.n {
@@ -140,17 +137,17 @@ func (f *frame256) dot(sums []VecVirtual, wv VecVirtual, off int, c consts256) {
 	}
 }
 
-// nibbles256 unpacks the low (hi false) or high four bits of the half's 32 code bytes
-// at the 64-byte step m (its offset within the block), with the fifth bits of the mask
-// pair at mask when withMask.
-func (f *frame256) nibbles(m int, hi bool, mask int, withMask bool, c consts256) VecVirtual {
+// nibbles unpacks the low (hi false) or high four bits of the half's 32 code bytes at
+// the 64-byte step m (its offset within the block), with the fifth bits of the mask
+// pair at mask when mask ≥ 0.
+func (f *frame256) nibbles(m int, hi bool, mask int, c consts256) VecVirtual {
 	v := YMM()
 	VMOVDQU(f.weight(m+32*f.half), v)
 	if hi {
 		VPSRLD(U8(4), v, v)
 	}
 	VPAND(c.low4, v, v)
-	if withMask {
+	if mask >= 0 {
 		e := YMM()
 		VPBROADCASTD(f.weight(mask+4*f.half), e)
 		VPSHUFB(c.maskShuf, e, e)
@@ -162,14 +159,14 @@ func (f *frame256) nibbles(m int, hi bool, mask int, withMask bool, c consts256)
 	return v
 }
 
-// halves256 loads the half's 8 float16 values of the 16 at m as float32.
+// halves loads the half's 8 float16 values of the 16 at m as float32.
 func (f *frame256) halves(m int) VecVirtual {
 	v := YMM()
 	VCVTPH2PS(f.weight(m+16*f.half), v)
 	return v
 }
 
-// subScale256 returns d·scale of the half's 8 rows, their scales a byte each at m.
+// subScale returns d·scale of the half's 8 rows, their scales a byte each at m.
 func (f *frame256) subScale(d VecVirtual, m int, signed bool) VecVirtual {
 	s := YMM()
 	if signed {
@@ -193,12 +190,6 @@ func (f *frame256) newSums(init func(t int, v VecVirtual)) []VecVirtual {
 		}
 	}
 	return out
-}
-
-func scaleInto256(acc, isum, s VecVirtual) {
-	VCVTDQ2PS(isum, isum)
-	VMULPS(s, isum, isum)
-	VADDPS(isum, acc, acc)
 }
 
 // block32AVX2 is block32AVX512 for one half.
@@ -235,9 +226,9 @@ func block32AVX2(f *frame256, name string, c consts256) {
 		}
 	} else {
 		for p := range 4 {
-			lo := f.nibbles(codes+64*p, false, masks+16*p, masks >= 0, c)
+			lo := f.nibbles(codes+64*p, false, maskAt(masks, 16*p), c)
 			f.dot(sums, lo, 4*p, c)
-			hi := f.nibbles(codes+64*p, true, masks+16*p+8, masks >= 0, c)
+			hi := f.nibbles(codes+64*p, true, maskAt(masks, 16*p+8), c)
 			f.dot(sums, hi, 16+4*p, c)
 		}
 	}
@@ -268,16 +259,17 @@ func blockKScaleMinAVX2(f *frame256, q5 bool, c consts256) {
 		masks, codes = 320, 832
 	}
 	tmp := f.newSums(nil)
+	d := f.halves(0)
 	for j := range 8 {
 		i, hi := j/2, j%2 == 1
 		sums := f.newSums(nil)
 		for p := range 8 {
-			wv := f.nibbles(codes+512*i+64*p, hi, masks+128*i+16*p+8*(j%2), q5, c)
+			wv := f.nibbles(codes+512*i+64*p, hi, maskAt(masks, 128*i+16*p+8*(j%2)), c)
 			f.dot(sums, wv, 64*i+32*(j%2)+4*p, c)
 		}
-		s := f.subScale(f.halves(0), 64+16*j, false)
+		s := f.subScale(d, 64+16*j, false)
 		for t := range f.n {
-			scaleInto256(tmp[t], sums[t], s)
+			scaleInto(tmp[t], sums[t], s)
 		}
 	}
 	corr := f.newSums(nil)
@@ -303,6 +295,7 @@ func blockKScaleMinAVX2(f *frame256, q5 bool, c consts256) {
 // blockQ6KAVX2 is blockQ6KAVX512 for one half.
 func blockQ6KAVX2(f *frame256, c consts256) {
 	tmp := f.newSums(nil)
+	d := f.halves(0)
 	for h := range 2 {
 		for half := range 2 {
 			for q := range 4 {
@@ -310,7 +303,7 @@ func blockQ6KAVX2(f *frame256, c consts256) {
 				sums := f.newSums(func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) })
 				for p := 4 * half; p < 4*half+4; p++ {
 					at := 288 + 1536*h + 192*p
-					v := f.nibbles(at+64*(q%2), q >= 2, 0, false, c)
+					v := f.nibbles(at+64*(q%2), q >= 2, -1, c)
 					hv := YMM()
 					VMOVDQU(f.weight(at+128+32*f.half), hv)
 					switch sh := 4 - 2*q; {
@@ -323,9 +316,9 @@ func blockQ6KAVX2(f *frame256, c consts256) {
 					VPOR(hv, v, v)
 					f.dot(sums, v, 128*h+32*q+4*p, c)
 				}
-				s := f.subScale(f.halves(0), 32+16*g, true)
+				s := f.subScale(d, 32+16*g, true)
 				for t := range f.n {
-					scaleInto256(tmp[t], sums[t], s)
+					scaleInto(tmp[t], sums[t], s)
 				}
 			}
 		}

@@ -393,9 +393,9 @@ func scaleInto(acc, isum, s VecVirtual) {
 }
 
 // nibbles unpacks the low (hi false) or high four bits of the 64 code bytes at m; with
-// masks ≥ 0 it adds the fifth bits of the 8-byte mask there; with scaled16 the high
-// nibbles stay in place (16 times the code).
-func nibbles(f *intFrame, m Mem, hi bool, mask Mem, withMask, scaled16 bool, c consts512) VecVirtual {
+// mask ≥ 0 it adds the fifth bits of the 8-byte mask at that offset of the block;
+// with scaled16 the high nibbles stay in place (16 times the code).
+func nibbles(f *intFrame, m Mem, hi bool, mask int, scaled16 bool, c consts512) VecVirtual {
 	v := ZMM()
 	switch {
 	case !hi:
@@ -409,12 +409,20 @@ func nibbles(f *intFrame, m Mem, hi bool, mask Mem, withMask, scaled16 bool, c c
 		VPSRLD(U8(4), v, v)
 		VPANDD_BCST(c.low4, v, v)
 	}
-	if withMask {
+	if mask >= 0 {
 		k := K()
-		KMOVQ(mask, k)
+		KMOVQ(f.weight(mask), k)
 		VPADDB(c.bytes16, v, k, v)
 	}
 	return v
+}
+
+// maskAt is the offset off into the masks at base, or −1 when there are none (base < 0).
+func maskAt(base, off int) int {
+	if base < 0 {
+		return -1
+	}
+	return base + off
 }
 
 // block32AVX512 is one block of the 32-value types: the codes of 16 rows against each
@@ -460,9 +468,9 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 	} else {
 		for p := range 4 {
 			m := f.weight(codes + 64*p)
-			lo := nibbles(f, m, false, f.weight(masks+16*p), masks >= 0, false, c)
+			lo := nibbles(f, m, false, maskAt(masks, 16*p), false, c)
 			f.dot(sums, lo, 4*p, 2*p)
-			hi := nibbles(f, m, true, f.weight(masks+16*p+8), masks >= 0, false, c)
+			hi := nibbles(f, m, true, maskAt(masks, 16*p+8), false, c)
 			f.dot(sums, hi, 16+4*p, 2*p+1)
 		}
 	}
@@ -523,15 +531,16 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 		masks, codes = 320, 832
 	}
 	tmp := newTmp(f)
+	d := halves(f.weight(0))
 	for j := range 8 {
 		i, hi := j/2, j%2 == 1
 		sums := newISums(f, nil)
 		for p := range 8 {
-			wv := nibbles(f, f.weight(codes+512*i+64*p), hi, f.weight(masks+128*i+16*p+8*(j%2)), q5, !q5 && f.vnni, c)
+			wv := nibbles(f, f.weight(codes+512*i+64*p), hi, maskAt(masks, 128*i+16*p+8*(j%2)), !q5 && f.vnni, c)
 			f.dot(sums, wv, 64*i+32*(j%2)+4*p, p)
 		}
 		isum := sums.total()
-		s := subScale(halves(f.weight(0)), f.weight(64+16*j), false, hi && !q5 && f.vnni, c)
+		s := subScale(d, f.weight(64+16*j), false, hi && !q5 && f.vnni, c)
 		for t := range f.n {
 			scaleInto(tmp[t], isum[t], s)
 		}
@@ -560,6 +569,7 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 // acc + tmp·dx.
 func blockQ6KAVX512(f *intFrame, c consts512) {
 	tmp := newTmp(f)
+	d := halves(f.weight(0))
 	for h := range 2 {
 		for half := range 2 {
 			for q := range 4 {
@@ -568,7 +578,7 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 				for p := 4 * half; p < 4*half+4; p++ {
 					at := 288 + 1536*h + 192*p
 					ql := f.weight(at + 64*(q%2))
-					v := nibbles(f, ql, q >= 2, Mem{}, false, false, c)
+					v := nibbles(f, ql, q >= 2, -1, false, c)
 					// The two high bits of quarter q are bits 2q, 2q+1 of qh: to bits 4, 5.
 					hv := ZMM()
 					VMOVDQU32(f.weight(at+128), hv)
@@ -583,7 +593,7 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 					f.dot(sums, v, 128*h+32*q+4*p, p)
 				}
 				isum := sums.total()
-				s := subScale(halves(f.weight(0)), f.weight(32+16*g), true, false, c)
+				s := subScale(d, f.weight(32+16*g), true, false, c)
 				for t := range f.n {
 					scaleInto(tmp[t], isum[t], s)
 				}

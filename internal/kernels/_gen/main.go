@@ -66,29 +66,28 @@ func countdown(name, done string, n Register, body func()) {
 	Label(done)
 }
 
-// weightedSumKernel: func(w []float32, ldw int, v []float32, cnt int, out []float32,
-// hd int), for H heads at once: for each head h < H and each of the hd (a multiple of
-// 16) columns d, out[h·hd+d] += Σ_j w[h·ldw+j] · v[j·hd+d] over j = 0 … cnt−1, added
-// in order of j with one FMA each: the same arithmetic as cnt axpys per head, in
-// registers. The H heads share each load of a value row and give the FMA units 2·H
-// independent chains. Attention uses it to add a block of values to the heads that
+// weightedSumKernel (weightedSig), for H heads at once: for each head h < H and each
+// of the hd (a multiple of 16) columns d, out[h·hd+d] += Σ_j w[h·ldw+j] · v[j·hd+d]
+// over j = 0 … cnt−1, added in order of j with one FMA each (goWeightedSum's
+// arithmetic), in registers. The H heads share each load of a value row and give the
+// FMA units 2·H independent chains. Attention uses it to add a block of values to the heads that
 // share a kv head.
 func weightedSumKernel(H int) {
 	name := fmt.Sprintf("weightedSum%dAVX2", H)
-	TEXT(name, NOSPLIT, "func(w []float32, ldw int, v []float32, cnt int, out []float32, hd int)")
+	TEXT(name, NOSPLIT, weightedSig)
 	Doc(fmt.Sprintf("%s adds, for each of %d heads, the weighted sum of cnt value rows to its output, in order.", name, H))
 	ldw := Load(Param("ldw"), GP64())
 	SHLQ(U8(2), ldw)
 	wr := make([]Register, H) // head h's weights
-	wr[0] = Load(Param("w").Base(), GP64())
+	wr[0] = Load(Param("w"), GP64())
 	for h := 1; h < H; h++ {
 		r := GP64()
 		LEAQ(Mem{Base: wr[h-1], Index: ldw, Scale: 1}, r)
 		wr[h] = r
 	}
-	vBase := Load(Param("v").Base(), GP64())
+	vBase := Load(Param("v"), GP64())
 	cnt := Load(Param("cnt"), GP64())
-	outBase := Load(Param("out").Base(), GP64())
+	outBase := Load(Param("out"), GP64())
 	hd := Load(Param("hd"), GP64()) // columns, a multiple of 16; in bytes below
 	SHLQ(U8(2), hd)
 
