@@ -70,8 +70,9 @@ type Session interface {
 	//
 	// k is at most Request.MaxK, and often less: the decoder drafts no more than the
 	// request can use, k ≤ MaxTokens − generated − 1 (a step emits up to k + 1
-	// tokens) and k ≤ ContextLength − held − 1 (the target must hold the draft and
-	// the token after it), and an adaptive decoder picks k, 0 included, every step.
+	// tokens) and k ≤ ContextLength − len(history) (the target must hold the pending
+	// token, history's last, and the draft), and an adaptive decoder picks k, 0
+	// included, every step.
 	Propose(ctx context.Context, history []int32, k int, p *Proposal) error
 	// Close releases the session's resources.
 	Close() error

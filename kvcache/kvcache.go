@@ -11,10 +11,13 @@
 //
 // A block is one contiguous []float32. It holds, for every layer l, kind (0 = keys,
 // 1 = values) and key/value head h, in that order (layer slowest, head fastest), one
-// contiguous run of BlockSize × HeadDim floats, slot-major: the vector of the block's slot s occupies
-// [s*HeadDim, (s+1)*HeadDim) of the run. So the keys of one layer and head for the
-// BlockSize positions of a block are one contiguous BlockSize×HeadDim matrix, which is
-// what attention reads ([Seq.Block]); the values follow KVHeads runs later.
+// contiguous run of BlockSize × HeadDim floats, slot-major: the vector of the block's
+// slot s occupies [s*HeadDim, (s+1)*HeadDim) of the run. So the keys of one layer and
+// head for the BlockSize positions of a block are one contiguous BlockSize×HeadDim
+// matrix, which is what attention reads ([Seq.Block]); the values follow KVHeads runs
+// later. With [Config.KeysTransposed] the key runs are dimension-major instead
+// (element d of slot s at d*BlockSize + s), for kernels that score a block's positions
+// one per vector lane; the value runs stay slot-major.
 //
 //	block b = [ l0 K h0 | l0 K h1 | … | l0 V h0 | l0 V h1 | … | l1 K h0 | … ]
 //	run     = [ slot 0: HeadDim floats | slot 1 | … | slot BlockSize-1 ]
@@ -290,14 +293,20 @@ func (p *Pool) copyBlock(dst, src int32, slots int) {
 		copy(d, s)
 		return
 	}
+	p.copySlots(d, s, 0, 0, slots)
+}
+
+// copySlots copies n slots of every run of block s, from slot from on, to block d at
+// slot to, in either layout.
+func (p *Pool) copySlots(d, s []float32, to, from, n int) {
 	bs, hd := p.cfg.BlockSize, p.cfg.HeadDim
-	for r, off := 0, 0; off < len(d); r, off = r+1, off+p.runFloats {
+	for r, off := 0, 0; r < p.runs; r, off = r+1, off+p.runFloats {
 		if !p.transposed(r) {
-			copy(d[off:off+slots*hd], s[off:off+slots*hd])
+			copy(d[off+to*hd:off+(to+n)*hd], s[off+from*hd:off+(from+n)*hd])
 			continue
 		}
 		for e := off; e < off+p.runFloats; e += bs {
-			copy(d[e:e+slots], s[e:e+slots])
+			copy(d[e+to:e+to+n], s[e+from:e+from+n])
 		}
 	}
 }
@@ -306,4 +315,9 @@ func (p *Pool) copyBlock(dst, src int32, slots int) {
 // keys stored dimension-major.
 func (p *Pool) transposed(r int) bool {
 	return p.cfg.KeysTransposed && r/p.cfg.KVHeads%2 == 0
+}
+
+// runOffset is where the key run of one layer and head begins in a block.
+func (p *Pool) runOffset(layer, head int) int {
+	return (layer*2*p.cfg.KVHeads + head) * p.runFloats
 }

@@ -278,18 +278,8 @@ func (s *Seq) own(lo, hi int, op string) error {
 // move copies every run of position src to position dst. dst's block must be s's alone.
 func (s *Seq) move(dst, src int) {
 	p := s.pool
-	bs, hd := p.cfg.BlockSize, p.cfg.HeadDim
-	db, ob := p.blocks[s.table[dst/bs]], p.blocks[s.table[src/bs]]
-	for r, off := 0, 0; r < p.runs; r, off = r+1, off+p.runFloats {
-		if p.transposed(r) {
-			for e := off; e < off+p.runFloats; e += bs {
-				db[e+dst%bs] = ob[e+src%bs]
-			}
-			continue
-		}
-		d, o := off+dst%bs*hd, off+src%bs*hd
-		copy(db[d:d+hd], ob[o:o+hd])
-	}
+	bs := p.cfg.BlockSize
+	p.copySlots(p.blocks[s.table[dst/bs]], p.blocks[s.table[src/bs]], dst%bs, src%bs, 1)
 }
 
 // Row returns the key and value vectors, HeadDim floats each, of position pos for one
@@ -309,7 +299,7 @@ func (s *Seq) Row(layer, head, pos int) (k, v []float32) {
 	}
 	bs, hd := p.cfg.BlockSize, p.cfg.HeadDim
 	blk := p.blocks[s.table[pos/bs]]
-	run := (layer*2*p.cfg.KVHeads + head) * p.runFloats
+	run := p.runOffset(layer, head)
 	voff := run + p.vOffset + pos%bs*hd
 	if !p.cfg.KeysTransposed {
 		k = blk[run+pos%bs*hd : run+pos%bs*hd+hd : run+pos%bs*hd+hd]
@@ -325,7 +315,7 @@ func (s *Seq) keyRun(op string, layer, head, pos int) ([]float32, int) {
 		s.outOfRange(op, layer, head, pos)
 	}
 	blk := p.blocks[s.table[pos/p.cfg.BlockSize]]
-	run := (layer*2*p.cfg.KVHeads + head) * p.runFloats
+	run := p.runOffset(layer, head)
 	return blk[run : run+p.runFloats], pos % p.cfg.BlockSize
 }
 
@@ -359,7 +349,8 @@ func (s *Seq) Key(layer, head, pos int, dst []float32) {
 
 // Block returns the keys and values of the i-th logical block of the sequence for one
 // layer and key/value head: BlockSize×HeadDim floats each, slot-major, where slot j
-// holds position i*BlockSize+j (the keys dimension-major with [Config.KeysTransposed]). The last block may reach beyond Len(): callers read
+// holds position i*BlockSize+j (the keys dimension-major with [Config.KeysTransposed]).
+// The last block may reach beyond Len(): callers read
 // only its first min(BlockSize, Len()-i*BlockSize) slots; the slots after those hold
 // unspecified values. The slices alias the pool's memory and are for reading.
 //
@@ -372,7 +363,7 @@ func (s *Seq) Block(layer, head, i int) (k, v []float32) {
 	}
 	rf := p.runFloats
 	blk := p.blocks[s.table[i]]
-	off := (layer*2*p.cfg.KVHeads + head) * rf
+	off := p.runOffset(layer, head)
 	voff := off + p.vOffset
 	return blk[off : off+rf : off+rf], blk[voff : voff+rf : voff+rf]
 }

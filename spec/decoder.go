@@ -41,7 +41,8 @@ type Options struct {
 	// [0, MaxK]. 0 turns speculation off: every step is one plain decoding step. With
 	// Adaptive it is the most the decoder may draft. Near the end of a request the
 	// decoder asks for fewer, never more than can be used: k ≤ MaxTokens − generated − 1
-	// (a step emits up to k + 1 tokens) and k ≤ ContextLength − held − 1.
+	// (a step emits up to k + 1 tokens) and k ≤ ContextLength − len(history), the
+	// history being the prompt and the tokens generated so far.
 	K int
 	// Adaptive lets the decoder choose, every step, how many tokens to draft (0
 	// included) and which drafter to ask, to maximise the expected tokens per second.
@@ -363,11 +364,11 @@ func (r *run) generate(ctx context.Context) (err error) {
 			t := time.Now()
 			s, err := dr.Start(ctx, draft.Request{
 				Prompt:    req.Prompt,
-				Sampling:  req.Sampling.Split(i), // a random stream of the session's own
+				Sampling:  req.Sampling,
 				VocabSize: d.info.VocabSize,
 				MaxK:      k,
 				MaxLen:    capacity,
-			})
+			}.Split(i)) // a random stream of the session's own
 			r.stats.PrefillTime += time.Since(t)
 			if err != nil {
 				return fmt.Errorf("spec: starting drafter %d: %w", i, err)

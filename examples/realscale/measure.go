@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
@@ -103,7 +104,7 @@ func readCPU() cpuInfo {
 }
 
 // bandwidth measures the streaming read bandwidth of the machine with the given
-// number of threads, the way the products read weights (llama.StreamRead): the best of
+// number of threads, the way the products read weights (kernels.StreamRead): the best of
 // five passes over 1 GiB, far beyond any cache.
 func bandwidth(threads int) float64 {
 	const size = 1 << 30
@@ -114,29 +115,31 @@ func bandwidth(threads int) float64 {
 	// The threads take 256 KiB pieces in turn, as a forward pass shares out a matrix's
 	// rows.
 	const piece = 256 << 10
-	var sink [64]uint64
+	var sink atomic.Uint64 // the checksums, so that the reads are not optimised away
 	best := 0.0
 	for range 5 {
 		var next atomic.Int64
 		start := time.Now()
 		var wg sync.WaitGroup
-		for t := range threads {
+		for range threads {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				var sum uint64
+				defer func() { sink.Add(sum) }()
 				for {
 					i := int(next.Add(1) - 1)
 					if i*piece >= size {
 						return
 					}
-					sink[8*(t%8)] += llama.StreamRead(buf[i*piece : (i+1)*piece])
+					sum += kernels.StreamRead(buf[i*piece : (i+1)*piece])
 				}
 			}()
 		}
 		wg.Wait()
 		best = max(best, float64(size)/time.Since(start).Seconds()/1e9)
 	}
-	_ = sink
+	_ = sink.Load()
 	return best
 }
 
@@ -149,12 +152,8 @@ func fileBytes(path string) (all, decode int64, err error) {
 		return 0, 0, err
 	}
 	defer f.Close()
-	tied := true
-	for _, t := range f.Tensors {
-		if t.Name == "output.weight" {
-			tied = false
-		}
-	}
+	_, untied := f.Tensor("output.weight")
+	tied := !untied
 	for _, t := range f.Tensors {
 		n := int64(len(f.Data(&t)))
 		all += n
@@ -194,7 +193,7 @@ func measure(ctx context.Context, path string, c benchConfig, logf func(string, 
 	logf("measuring the memory bandwidth")
 	r.BandwidthGBs = bandwidth(c.Threads)
 	start := time.Now()
-	m, err := llama.Open(path, llama.Options{Threads: c.Threads, Progress: func(int64, int64) {}})
+	m, err := llama.Open(path, llama.Options{Threads: c.Threads})
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +202,7 @@ func measure(ctx context.Context, path string, c benchConfig, logf func(string, 
 	r.Name = m.Info().Name
 	r.Kernels = llama.Kernels()
 	cfg := m.Config()
-	r.KVBytesPerToken = m.KVBytesPerPosition()
+	r.KVBytesPerToken = cfg.KVBytesPerPosition()
 	logf("%s: %s, %.2f GB of weights (%.2f GB read per token), %.1f GB/s measured, kernels %s",
 		path, r.Name, float64(r.WeightBytes)/1e9, float64(r.DecodeWeightBytes)/1e9, r.BandwidthGBs, r.Kernels)
 

@@ -53,7 +53,6 @@ func BenchmarkConcurrentStreams(b *testing.B) {
 		cfg := speculativeConfig()
 		cfg.Saturation, cfg.SpeculativeTokens = mode.saturation, mode.k
 		cfg.MaxConcurrent, cfg.MaxQueue = 16, 16
-		cfg.Warm = true
 		srv, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)

@@ -139,7 +139,7 @@ func run(args []string) error {
 
 	cfg := Config{
 		Model: *modelPath, ModelName: *name, NGram: *ngram, Threads: *threads, ContextLength: *ctxLen,
-		MaxConcurrent: *maxConc, MaxQueue: *maxQueue, Pacing: *pacing, MaxBodyBytes: *maxBody, Warm: true,
+		MaxConcurrent: *maxConc, MaxQueue: *maxQueue, Pacing: *pacing, MaxBodyBytes: *maxBody,
 	}
 	if *draftPath != "none" {
 		cfg.DraftModel = *draftPath

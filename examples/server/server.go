@@ -79,9 +79,6 @@ type Config struct {
 	// ChatTemplate, when set, is the Jinja chat template to use instead of the
 	// model's own.
 	ChatTemplate string
-	// Warm reads every page of the weights at start, so that the first requests do
-	// not wait for the disk.
-	Warm bool
 	// Logger receives one line per request and the server's notices (nil: discard).
 	Logger *slog.Logger
 }
@@ -171,24 +168,24 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) load() error {
 	cfg := s.cfg
 	opts := llama.Options{Threads: cfg.Threads, KVBudget: cfg.KVBudget, ContextLength: cfg.ContextLength}
-	if cfg.Warm {
-		opts.Progress = func(done, total int64) {}
-	}
 	var err error
 	if opts.KVBudget <= 0 {
-		// Room for every slot's sequence at full context: open the model once to
-		// learn what a position costs (cheap: the weights are mapped, not read).
-		m, err := openModel(cfg.Model, llama.Options{ContextLength: cfg.ContextLength})
+		// Room for every slot's sequence at full context: the model's shape says what
+		// a position costs (cheap: the file is mapped, its weights not read).
+		t, err := llama.OpenTensors(cfg.Model)
 		if err != nil {
-			return err
+			return fmt.Errorf("model %s: %w", cfg.Model, err)
 		}
-		kv, ctxLen := m.KVStats(), m.Info().ContextLength
-		m.Close()
+		c := t.Config
+		t.Close()
+		ctxLen := c.ContextLength
+		if cfg.ContextLength > 0 && (ctxLen <= 0 || cfg.ContextLength < ctxLen) {
+			ctxLen = cfg.ContextLength
+		}
 		if ctxLen <= 0 {
 			ctxLen = 4096
 		}
-		perToken := kv.BlockBytes / int64(max(kv.BlockSize, 1))
-		opts.KVBudget = min(max(int64(s.cfg.MaxConcurrent)*int64(ctxLen)*perToken, 64<<20), maxDefaultKV)
+		opts.KVBudget = min(max(int64(s.cfg.MaxConcurrent)*int64(ctxLen)*c.KVBytesPerPosition(), 64<<20), maxDefaultKV)
 	}
 	if s.target, err = openModel(cfg.Model, opts); err != nil {
 		return err

@@ -73,13 +73,13 @@ type File struct {
 	tensorIndex map[string]int
 }
 
-// Close releases the file's memory mapping, if it has one. Slices returned by Data
-// must not be used afterwards. Close is safe to call more than once.
 // Mapped reports whether the file's bytes are memory-mapped (rather than read into
 // memory, where mapping is not available): the kernel can then drop pages of it that
 // are no longer needed, and read them again from the file.
 func (f *File) Mapped() bool { return f.unmap != nil }
 
+// Close releases the file's memory mapping, if it has one. Slices returned by Data
+// must not be used afterwards. Close is safe to call more than once.
 func (f *File) Close() error {
 	f.data = nil
 	if f.unmap == nil {

@@ -659,3 +659,30 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestWriteFile: the file appears whole, readable by all, or not at all.
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.gguf")
+	require.NoError(t, WriteFile(path, func(w io.Writer) error {
+		_, err := w.Write([]byte("GGUF"))
+		return err
+	}))
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "GGUF", string(got))
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), st.Mode().Perm())
+
+	failed := filepath.Join(dir, "failed.gguf")
+	err = WriteFile(failed, func(w io.Writer) error {
+		_, _ = w.Write([]byte("GG"))
+		return errors.New("disk on fire")
+	})
+	assert.ErrorContains(t, err, "disk on fire")
+	assert.NoFileExists(t, failed)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file is left behind")
+}

@@ -1,10 +1,13 @@
 package gguf
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 
 	"github.com/specula/specula/model/dtype"
 )
@@ -25,6 +28,36 @@ type TensorData struct {
 	// Data — exactly as many as the type and shape call for — for tensors too large
 	// to hold in memory all at once.
 	WriteTo func(w io.Writer) error
+}
+
+// WriteFile makes the file at path from what write writes to it, buffered, by way of a
+// temporary file in the same directory renamed into place: a failure leaves nothing
+// at path, and nothing half-written. The file is readable by all (mode 0644).
+func WriteFile(path string, write func(w io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if err := write(bw); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // countingWriter counts the bytes written through it.

@@ -1,6 +1,7 @@
 // Package llama is specula's CPU transformer runtime for the Llama family — Llama 2 and
 // 3, TinyLlama, SmolLM, Mistral (without sliding window), Qwen2 and Qwen2.5 — loaded
-// from GGUF files or Hugging Face safetensors directories, memory-mapped.
+// from GGUF files or Hugging Face safetensors directories (memory-mapped while the
+// weights are copied into the kernels' layout).
 //
 // A [Model] implements [model.Model]: it is read-only after loading and shared by its
 // sequences, each of which keeps its keys and values in a paged cache with a memory
@@ -75,6 +76,13 @@ func (s Llama3Scaling) FreqFactors(theta float64, ropeDim int) []float32 {
 		}
 	}
 	return out
+}
+
+// KVBytesPerPosition is the key/value memory one position of a sequence takes in the
+// CPU runtime's cache (float32 keys and values), all layers together: what attention
+// reads per position at every decoding step.
+func (c *Config) KVBytesPerPosition() int64 {
+	return int64(c.Layers) * 2 * int64(c.KVHeads*c.HeadDim) * 4
 }
 
 func (c *Config) validate() error {

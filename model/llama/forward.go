@@ -231,7 +231,7 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 			}
 		}
 		att := s.att[:n*qd]
-		s.attn = attnTask{s: s, layer: l, base: base, n: n, chain: b.Parents == nil, q: q, out: att, run: attnRun}
+		s.attn = attnTask{s: s, layer: l, base: base, n: n, chain: b.Parents == nil, q: q, out: att}
 		m.threads.Run(&s.attn, s.attn.items(), 1)
 
 		o := xn // the normalised input is no longer needed: reuse it
@@ -377,7 +377,6 @@ type attnTask struct {
 	chain bool
 	q     []float32
 	out   []float32
-	run   int // tokens per item
 }
 
 // attnRun is how many tokens an attention item takes: all of a verification pass,
@@ -386,7 +385,7 @@ const attnRun = 16
 
 // items is the number of attention items of the task.
 func (t *attnTask) items() int {
-	return t.s.m.cfg.KVHeads * ((t.n + t.run - 1) / t.run)
+	return t.s.m.cfg.KVHeads * ((t.n + attnRun - 1) / attnRun)
 }
 
 // npos is the number of positions token i attends to.
@@ -400,7 +399,9 @@ func (t *attnTask) npos(i int) int {
 // visible calls f(i, kb, vb, cnt, pos) with the keys and values of the positions each
 // token i of [i0, i1) attends to, in position order per token — cnt rows from the
 // token's pos-th position on — a cache block (or a single row) at a time, each cache
-// block once for every token that sees it.
+// block once for every token that sees it. keys is scratch for a tree's single keys
+// ((attnBlock+1)·HeadDim floats); nil when f reads only the values (kb is then nil
+// for them).
 func (t *attnTask) visible(kvh, i0, i1 int, keys []float32, f func(i int, kb, vb []float32, cnt, pos int)) {
 	s := t.s
 	bs := s.m.kv.Config().BlockSize
@@ -421,15 +422,20 @@ func (t *attnTask) visible(kvh, i0, i1 int, keys []float32, f func(i int, kb, vb
 	if t.chain {
 		return
 	}
-	// The ancestors and the token itself, a position at a time: its key gathered (into
-	// keys, 17·HeadDim floats) to lane 0 of a block of its own, so that it is scored by
-	// the same lane arithmetic as in a block of the cache.
+	// The ancestors and the token itself, a position at a time: its key gathered to
+	// lane 0 of a block of its own, so that it is scored by the same lane arithmetic
+	// as in a block of the cache.
 	hd := s.m.cfg.HeadDim
-	kt, key := keys[:16*hd], keys[16*hd:17*hd]
+	var kt, key []float32
+	if keys != nil {
+		kt, key = keys[:attnBlock*hd], keys[attnBlock*hd:(attnBlock+1)*hd]
+	}
 	row := func(i, pos, at int) {
-		s.kv.Key(t.layer, kvh, at, key)
-		for d, x := range key {
-			kt[16*d] = x
+		if keys != nil {
+			s.kv.Key(t.layer, kvh, at, key)
+			for d, x := range key {
+				kt[attnBlock*d] = x
+			}
 		}
 		_, vr := s.kv.Row(t.layer, kvh, at)
 		f(i, kt, vr, 1, pos)
@@ -449,23 +455,18 @@ func (t *attnTask) Run(lo, hi int) {
 	c := &s.m.cfg
 	var buf []float32 // per token: its queries, scaled; then its scores
 	defer func() { s.putScoreBuf(buf) }()
-	var keys []float32 // a tree's single keys (see visible)
-	if !t.chain {
-		keys = s.scoreBuf(17 * c.HeadDim)
-		defer s.putScoreBuf(keys)
-	}
 	for item := lo; item < hi; item++ {
 		kvh, r := item%c.KVHeads, item/c.KVHeads
-		i0, i1 := r*t.run, min(t.n, (r+1)*t.run)
+		i0, i1 := r*attnRun, min(t.n, (r+1)*attnRun)
 		for h0 := 0; h0 < c.Heads/c.KVHeads; h0 += kernels.Group {
-			buf = t.heads(kvh, h0, i0, i1, buf, keys)
+			buf = t.heads(kvh, h0, i0, i1, buf)
 		}
 	}
 }
 
 // heads computes the outputs of up to kernels.Group heads of kv head kvh's group,
 // from the group's head h0 on, for the tokens [i0, i1), in buf (grown as needed).
-func (t *attnTask) heads(kvh, h0, i0, i1 int, buf, keys []float32) []float32 {
+func (t *attnTask) heads(kvh, h0, i0, i1 int, buf []float32) []float32 {
 	s := t.s
 	c := &s.m.cfg
 	hd := c.HeadDim
@@ -475,23 +476,32 @@ func (t *attnTask) heads(kvh, h0, i0, i1 int, buf, keys []float32) []float32 {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 
 	// Token i's scaled queries at at[i-i0], its scores g·npos after them (head h's
-	// score for position j at h·npos + j).
+	// score for position j at h·npos + j); then, for a tree, the scratch of visible.
 	var at [attnRun + 1]int
 	for i := i0; i < i1; i++ {
 		at[i-i0+1] = at[i-i0] + g*hd + g*t.npos(i)
 	}
-	if need := at[i1-i0]; cap(buf) < need {
+	need := at[i1-i0]
+	if !t.chain {
+		need += (attnBlock + 1) * hd
+	}
+	if cap(buf) < need {
 		if buf != nil {
 			s.putScoreBuf(buf)
 		}
 		buf = s.scoreBuf(need)
 	}
+	var keys []float32
+	if !t.chain {
+		keys = buf[at[i1-i0]:need]
+	}
 	qs := func(i int) []float32 { return buf[at[i-i0] : at[i-i0]+g*hd] }
 	sc := func(i int) []float32 { return buf[at[i-i0]+g*hd : at[i-i0+1]] }
 	for i := i0; i < i1; i++ {
 		clear(t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd])
+		q := qs(i)
 		for j, v := range t.q[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd] {
-			qs(i)[j] = v * scale
+			q[j] = v * scale
 		}
 	}
 	t.visible(kvh, i0, i1, keys, func(i int, kt, _ []float32, cnt, pos int) {
@@ -505,7 +515,7 @@ func (t *attnTask) heads(kvh, h0, i0, i1 int, buf, keys []float32) []float32 {
 			kernels.Scale(hs, inv)
 		}
 	}
-	t.visible(kvh, i0, i1, keys, func(i int, _, vb []float32, cnt, pos int) {
+	t.visible(kvh, i0, i1, nil, func(i int, _, vb []float32, cnt, pos int) {
 		outs := t.out[(i*c.Heads+heads)*hd : (i*c.Heads+heads+g)*hd]
 		kernels.WeightedSum(sc(i)[pos:], t.npos(i), vb, cnt, outs, g)
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/internal/shared"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/dtype"
 )
@@ -249,15 +250,17 @@ func toF64(x []float32) []float64 {
 	return y
 }
 
-func TestWarmProgress(t *testing.T) {
+// TestLoadProgress: loading reports its progress, in order, ending at the total.
+func TestLoadProgress(t *testing.T) {
 	var calls int
 	var last, total int64
-	cfg := tinyConfig(RopeHalf, false)
-	randomModel(t, cfg, dtype.F16, 1, Options{Threads: 1, Progress: func(done, tot int64) {
+	m, err := Open(shared.Path(t, "models", "gocoder-xs-f16.gguf"), Options{Threads: 1, Progress: func(done, tot int64) {
 		calls++
 		assert.GreaterOrEqual(t, done, last)
 		last, total = done, tot
 	}})
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
 	assert.Positive(t, total)
 	assert.Equal(t, total, last)
 	assert.GreaterOrEqual(t, calls, 2)

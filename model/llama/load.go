@@ -13,20 +13,23 @@ import (
 )
 
 // Open loads a model from a GGUF file or a Hugging Face directory (config.json plus
-// model.safetensors or a sharded model.safetensors.index.json). The weights stay in
-// the memory-mapped files.
+// model.safetensors or a sharded model.safetensors.index.json). The files are
+// memory-mapped while the weights are copied into the kernels' layout (each
+// tensor's mapped pages given back as soon as it is copied), and closed after.
 func Open(path string, opts Options) (*Model, error) {
 	t, err := OpenTensors(path)
 	if err != nil {
 		return nil, err
 	}
 	m := &Model{cfg: t.Config, name: t.Name}
-	l := &loader{src: t.src, file: t.file, mapped: t.mapped}
-	if err := l.load(m, t.Names); err != nil {
-		_ = t.Close()
+	l := &loader{src: t.src, file: t.file, progress: opts.Progress}
+	err = l.load(m, t.Names)
+	if cerr := t.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("llama: %s: %w", path, cerr)
+	}
+	if err != nil {
 		return nil, err
 	}
-	m.closers = append(m.closers, t)
 	if err := m.finish(opts); err != nil {
 		_ = m.Close()
 		return nil, fmt.Errorf("llama: %s: %w", path, err)
@@ -48,7 +51,6 @@ type Tensors struct {
 
 	src    tensorSource
 	file   string
-	mapped bool // the tensors' bytes are memory-mapped from the files
 	closer io.Closer
 }
 
@@ -85,14 +87,18 @@ func (t *Tensors) Close() error { return t.closer.Close() }
 // (outermost first, as [rows, cols] for a matrix) and bytes.
 type tensorSource interface {
 	lookup(name string) (t dtype.DType, shape []int64, data []byte, ok bool)
+	mapped() bool // the bytes are memory-mapped from the files
+	size() int64  // the bytes of all the tensors
 }
 
 // loader fills a Model from a tensor source, checking every shape.
 type loader struct {
-	src    tensorSource
-	file   string
-	mapped bool // the tensors' bytes are memory-mapped from files
-	err    error
+	src      tensorSource
+	file     string
+	progress func(done, total int64) // nil: none
+	done     int64                   // bytes of the tensors loaded so far
+	total    int64
+	err      error
 }
 
 func (l *loader) fail(name, format string, args ...any) {
@@ -106,7 +112,25 @@ func (l *loader) get(name string, optional bool) (dtype.DType, []int64, []byte, 
 	if !ok && !optional {
 		l.fail(name, "missing")
 	}
+	l.report(int64(len(data)))
 	return t, shape, data, ok
+}
+
+// report adds n bytes to the bytes loaded, and tells the progress callback about
+// every 1 % of the total.
+func (l *loader) report(n int64) {
+	if l.progress == nil {
+		return
+	}
+	if l.total == 0 {
+		l.total = max(1, l.src.size())
+		l.progress(0, l.total)
+	}
+	before := l.done
+	l.done = min(l.done+n, l.total)
+	if step := max(1, l.total/100); l.done/step != before/step {
+		l.progress(l.done, l.total)
+	}
 }
 
 // matrix loads a rows × cols weight matrix.
@@ -124,7 +148,7 @@ func (l *loader) matrix(name string, rows, cols int, optional bool) *kernels.Mat
 		l.fail(name, "%v", err)
 		return nil
 	}
-	if l.mapped {
+	if l.src.mapped() {
 		release(data) // repacked: the file's bytes are not read again
 	}
 	return m
@@ -179,6 +203,10 @@ func (l *loader) load(m *Model, n TensorNames) error {
 	} else {
 		c.TiedEmbeddings = true
 		m.output = m.embed
+	}
+	if l.progress != nil && l.err == nil {
+		l.report(0)
+		l.progress(l.total, l.total)
 	}
 	return l.err
 }

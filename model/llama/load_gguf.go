@@ -22,6 +22,44 @@ func (s ggufSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
 	return t.Type, shape, s.f.Data(t), true
 }
 
+func (s ggufSource) mapped() bool { return s.f.Mapped() }
+
+func (s ggufSource) size() int64 {
+	var n int64
+	for i := range s.f.Tensors {
+		n += int64(len(s.f.Data(&s.f.Tensors[i])))
+	}
+	return n
+}
+
+// GGUFMetadata is the architecture metadata of a GGUF file for a model of shape c
+// named name, as llama.cpp's converter writes it and ggufTensors reads it back:
+// general.architecture and general.name, then the <arch>.* dimensions, heads, norm and
+// rotary keys. (Llama 3 rope scaling goes in the rope_freqs.weight tensor, not here.)
+func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
+	a := c.Arch
+	u32 := func(v int) gguf.Value { return gguf.Uint32(uint32(v)) }
+	kv := []gguf.KeyValue{
+		{Key: "general.architecture", Value: gguf.String(a)},
+		{Key: "general.name", Value: gguf.String(name)},
+		{Key: a + ".context_length", Value: u32(c.ContextLength)},
+		{Key: a + ".embedding_length", Value: u32(c.Dim)},
+		{Key: a + ".block_count", Value: u32(c.Layers)},
+		{Key: a + ".feed_forward_length", Value: u32(c.FFN)},
+		{Key: a + ".attention.head_count", Value: u32(c.Heads)},
+		{Key: a + ".attention.head_count_kv", Value: u32(c.KVHeads)},
+		{Key: a + ".attention.layer_norm_rms_epsilon", Value: gguf.Float32(c.NormEps)},
+		{Key: a + ".rope.freq_base", Value: gguf.Float32(float32(c.RopeTheta))},
+		{Key: a + ".rope.dimension_count", Value: u32(c.RopeDim)},
+		{Key: a + ".vocab_size", Value: u32(c.Vocab)},
+	}
+	if c.HeadDim != c.Dim/c.Heads {
+		kv = append(kv, gguf.KeyValue{Key: a + ".attention.key_length", Value: u32(c.HeadDim)},
+			gguf.KeyValue{Key: a + ".attention.value_length", Value: u32(c.HeadDim)})
+	}
+	return kv
+}
+
 // ggufTensors opens a GGUF file of architecture llama or qwen2.
 func ggufTensors(path string) (_ *Tensors, err error) {
 	f, err := gguf.Open(path)
@@ -105,7 +143,7 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		return nil, fmt.Errorf("llama: %s: tensor \"token_embd.weight\" missing or not 2-D", file)
 	}
 	c.Vocab = int(shape[0])
-	t := &Tensors{Config: c, Name: file, Names: GGUFNames(), src: src, file: file, mapped: f.Mapped(), closer: f}
+	t := &Tensors{Config: c, Name: file, Names: GGUFNames(), src: src, file: file, closer: f}
 	if name, e := f.String("general.name"); e == nil && name != "" {
 		t.Name = name
 	}

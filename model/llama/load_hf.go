@@ -130,6 +130,17 @@ func (h hfSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
 	return t.DType, t.Shape, t.Data, true
 }
 
+func (h hfSource) mapped() bool { return h.s.Mapped() }
+
+func (h hfSource) size() int64 {
+	var n int64
+	for _, name := range h.s.Names() {
+		t, _ := h.s.Tensor(name)
+		n += int64(len(t.Data))
+	}
+	return n
+}
+
 // ReadHFConfig reads and checks the config.json of a Hugging Face model directory.
 func ReadHFConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, "config.json")
@@ -162,7 +173,7 @@ func hfTensors(dir string) (*Tensors, error) {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
 	name := filepath.Base(dir)
-	return &Tensors{Config: c, Name: name, Names: hfNames(), src: hfSource{set}, file: name, mapped: set.Mapped(), closer: set}, nil
+	return &Tensors{Config: c, Name: name, Names: hfNames(), src: hfSource{set}, file: name, closer: set}, nil
 }
 
 // hfNames returns the tensor names of Hugging Face's Llama and Qwen2 checkpoints.

@@ -2,9 +2,7 @@ package llama
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/kvcache"
@@ -21,8 +19,9 @@ type Options struct {
 	KVBudget int64
 	// ContextLength, when positive, lowers the model's context length.
 	ContextLength int
-	// Progress, when set, makes loading read every page of the weights once — so
-	// the first request does not wait for the file — and reports the bytes read.
+	// Progress, when set, is told how loading goes: the bytes of the file's tensors
+	// copied into the kernels' layout so far, out of all of them, about every 1 %,
+	// and done == total at the end.
 	Progress func(done, total int64)
 }
 
@@ -45,10 +44,8 @@ type Model struct {
 	output  *kernels.Matrix // Vocab × Dim; the embedding when tied
 	invFreq []float64
 
-	threads  *kernels.Pool
-	kv       *kvcache.Pool
-	closers  []io.Closer
-	warmSink byte // keeps the warm-up reads from being optimised away
+	threads *kernels.Pool
+	kv      *kvcache.Pool
 }
 
 // Config returns the model's shape.
@@ -62,30 +59,13 @@ func (m *Model) Info() model.Info {
 // KVStats reports the key/value memory: blocks in use and free, bytes.
 func (m *Model) KVStats() kvcache.Stats { return m.kv.Stats() }
 
-// KVBytesPerPosition is the key/value memory one position of a sequence takes, all
-// layers together: what attention reads per position at every decoding step.
-func (m *Model) KVBytesPerPosition() int64 {
-	c := &m.cfg
-	return int64(c.Layers) * 2 * int64(c.KVHeads*c.HeadDim) * 4
-}
-
 // Kernels names the instruction set of the CPU kernels in use on this machine.
 func Kernels() string { return kernels.Name() }
 
-// StreamRead reads b the way the products read weights (vector loads, each cache line
-// asked for well ahead) and returns a checksum of it: a probe of the memory bandwidth a
-// forward pass can reach, for benchmarks.
-func StreamRead(b []byte) uint64 { return kernels.StreamRead(b) }
-
-// Close releases the model's threads and unmaps its files. Sequences must be closed
-// first.
+// Close releases the model's threads. Sequences must be closed first.
 func (m *Model) Close() error {
 	m.threads.Close()
-	var errs []error
-	for _, c := range m.closers {
-		errs = append(errs, c.Close())
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // finish validates the assembled model and starts its threads and cache.
@@ -98,7 +78,7 @@ func (m *Model) finish(opts Options) error {
 		return err
 	}
 	m.invFreq = c.InvFreqs()
-	perToken := int64(c.Layers) * 2 * int64(c.KVHeads) * int64(c.HeadDim) * 4
+	perToken := c.KVBytesPerPosition()
 	budget := opts.KVBudget
 	if budget <= 0 {
 		ctx := int64(c.ContextLength)
@@ -114,45 +94,7 @@ func (m *Model) finish(opts Options) error {
 	}
 	m.kv = kv
 	m.threads = kernels.NewPool(opts.Threads)
-	if opts.Progress != nil {
-		m.warm(opts.Progress)
-	}
 	return nil
-}
-
-// matrices lists the model's weight matrices, each once.
-func (m *Model) matrices() []*kernels.Matrix {
-	out := []*kernels.Matrix{m.embed}
-	for _, ly := range m.layers {
-		out = append(out, ly.wq, ly.wk, ly.wv, ly.wo, ly.wGate, ly.wUp, ly.wDown)
-	}
-	if m.output != m.embed {
-		out = append(out, m.output)
-	}
-	return out
-}
-
-// warm touches every page of the weights, reporting progress about every 1%.
-func (m *Model) warm(progress func(done, total int64)) {
-	ms := m.matrices()
-	var total, done, next int64
-	for _, mx := range ms {
-		total += int64(len(mx.Data))
-	}
-	progress(0, total)
-	var sink byte
-	for _, mx := range ms {
-		for i := 0; i < len(mx.Data); i += 4096 {
-			sink ^= mx.Data[i]
-			done = min(done+4096, total)
-			if done >= next {
-				progress(done, total)
-				next = done + total/100
-			}
-		}
-	}
-	m.warmSink = sink
-	progress(total, total)
 }
 
 // NewSequence implements [model.Model].

@@ -72,25 +72,7 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 		return nil, nil, nil, err
 	}
 	arch := c.Arch
-	u32 := func(v int) gguf.Value { return gguf.Uint32(uint32(v)) }
-	kv := []gguf.KeyValue{
-		{Key: "general.architecture", Value: gguf.String(arch)},
-		{Key: "general.name", Value: gguf.String(filepath.Base(dir))},
-		{Key: arch + ".context_length", Value: u32(c.ContextLength)},
-		{Key: arch + ".embedding_length", Value: u32(c.Dim)},
-		{Key: arch + ".block_count", Value: u32(c.Layers)},
-		{Key: arch + ".feed_forward_length", Value: u32(c.FFN)},
-		{Key: arch + ".attention.head_count", Value: u32(c.Heads)},
-		{Key: arch + ".attention.head_count_kv", Value: u32(c.KVHeads)},
-		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: gguf.Float32(c.NormEps)},
-		{Key: arch + ".rope.freq_base", Value: gguf.Float32(float32(c.RopeTheta))},
-		{Key: arch + ".rope.dimension_count", Value: u32(c.RopeDim)},
-	}
-	if c.HeadDim != c.Dim/c.Heads {
-		kv = append(kv, gguf.KeyValue{Key: arch + ".attention.key_length", Value: u32(c.HeadDim)},
-			gguf.KeyValue{Key: arch + ".attention.value_length", Value: u32(c.HeadDim)})
-	}
-	kv = append(kv, FileTypeKV(m)...)
+	kv := append(c.GGUFMetadata(filepath.Base(dir)), FileTypeKV(m)...)
 	tok, err := tokenizerKV(dir, c.Vocab)
 	if err != nil {
 		r.Notes = append(r.Notes, "tokenizer left out: "+err.Error())

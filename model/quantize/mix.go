@@ -46,7 +46,19 @@ func ParseMix(name string) (Mix, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("quantize: unknown mix %q (known: %s)", name, strings.Join(MixNames(), ", "))
+	return "", unknownMix(name)
+}
+
+// Check returns an error unless m is one of the mixes, spelled as Mixes spells it.
+func (m Mix) Check() error {
+	if _, _, ok := m.info(); !ok {
+		return unknownMix(string(m))
+	}
+	return nil
+}
+
+func unknownMix(name string) error {
+	return fmt.Errorf("quantize: unknown mix %q (known: %s)", name, strings.Join(MixNames(), ", "))
 }
 
 // MixNames lists the mixes' names.
@@ -61,56 +73,44 @@ func MixNames() []string {
 // FileType is the value of general.file_type that llama.cpp writes for the mix (its
 // llama_ftype).
 func (m Mix) FileType() uint32 {
-	switch m {
-	case F16:
-		return 1
-	case Q4_0:
-		return 2
-	case Q4_1:
-		return 3
-	case Q8_0:
-		return 7
-	case Q5_0:
-		return 8
-	case Q5_1:
-		return 9
-	case Q4_K_M:
-		return 15
-	case Q5_K_M:
-		return 17
-	case Q6_K:
-		return 18
-	case BF16:
-		return 32
-	}
-	return 0
+	_, ft, _ := m.info()
+	return ft
 }
 
 // base is the mix's default weight type.
 func (m Mix) base() dtype.DType {
+	t, _, _ := m.info()
+	return t
+}
+
+// info is what the mix is: its default weight type and llama.cpp's file type, and
+// whether it is one of the mixes.
+func (m Mix) info() (base dtype.DType, fileType uint32, ok bool) {
 	switch m {
+	case F32:
+		return dtype.F32, 0, true
 	case F16:
-		return dtype.F16
+		return dtype.F16, 1, true
 	case BF16:
-		return dtype.BF16
+		return dtype.BF16, 32, true
 	case Q8_0:
-		return dtype.Q8_0
+		return dtype.Q8_0, 7, true
 	case Q4_0:
-		return dtype.Q4_0
+		return dtype.Q4_0, 2, true
 	case Q4_1:
-		return dtype.Q4_1
+		return dtype.Q4_1, 3, true
 	case Q5_0:
-		return dtype.Q5_0
+		return dtype.Q5_0, 8, true
 	case Q5_1:
-		return dtype.Q5_1
+		return dtype.Q5_1, 9, true
 	case Q4_K_M:
-		return dtype.Q4_K
+		return dtype.Q4_K, 15, true
 	case Q5_K_M:
-		return dtype.Q5_K
+		return dtype.Q5_K, 17, true
 	case Q6_K:
-		return dtype.Q6_K
+		return dtype.Q6_K, 18, true
 	}
-	return dtype.F32
+	return dtype.F32, 0, false
 }
 
 // Quantized reports whether the mix quantises (the float mixes store every matrix in
@@ -129,19 +129,16 @@ func Matrix(name string, dims []int64) bool {
 
 // Type returns the type the mix gives the weight matrix of this GGUF name and row
 // length in a model of the given number of layers, whose output layer is the
-// embedding when tied (llama.cpp's llama_tensor_get_type for a dense model), or an
-// error when no type fits its rows.
-func (m Mix) Type(name string, cols int64, layers int, tied bool) (dtype.DType, error) {
+// embedding when tied (llama.cpp's llama_tensor_get_type for a dense model).
+func (m Mix) Type(name string, cols int64, layers int, tied bool) dtype.DType {
 	t := m.base()
 	if !m.Quantized() {
-		return t, nil
+		return t
 	}
 	more := m == Q4_K_M || m == Q5_K_M
 	output := name == "output.weight" || tied && name == "token_embd.weight"
 	switch {
-	case output && (cols%int64(t.BlockSize()) != 0 || t == dtype.Q8_0):
-		t = dtype.Q8_0
-	case output:
+	case output && t != dtype.Q8_0:
 		t = dtype.Q6_K
 	case more && (strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight")) &&
 		moreBits(layerOf(name), layers):
@@ -171,9 +168,9 @@ func moreBits(l, n int) bool {
 
 // fallback replaces a type whose blocks do not tile the rows by the one llama.cpp
 // uses: the 32-value type for a K-quant, F16 when even 32-value blocks do not fit.
-func fallback(t dtype.DType, cols int64) (dtype.DType, error) {
+func fallback(t dtype.DType, cols int64) dtype.DType {
 	if cols%int64(t.BlockSize()) == 0 {
-		return t, nil
+		return t
 	}
 	switch t {
 	case dtype.Q4_K:
@@ -184,7 +181,7 @@ func fallback(t dtype.DType, cols int64) (dtype.DType, error) {
 		t = dtype.Q8_0
 	}
 	if cols%int64(t.BlockSize()) != 0 {
-		return dtype.F16, nil
+		return dtype.F16
 	}
-	return t, nil
+	return t
 }

@@ -13,8 +13,8 @@ package quantize
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
-	"strings"
 
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model/dtype"
@@ -47,10 +47,7 @@ func (p plan) convert(name string, typ dtype.DType, dims []int64, data []byte, r
 	r.BytesIn += int64(len(data))
 	t := typ
 	if Matrix(name, dims) {
-		var err error
-		if t, err = p.mix.Type(name, dims[0], p.layers, p.tied); err != nil {
-			return 0, nil, fmt.Errorf("tensor %q: %w", name, err)
-		}
+		t = p.mix.Type(name, dims[0], p.layers, p.tied)
 	}
 	if t == typ {
 		r.Kept++
@@ -85,7 +82,7 @@ func (p plan) convert(name string, typ dtype.DType, dims []int64, data []byte, r
 // File converts src (a GGUF file or a Hugging Face directory) to a GGUF file at dst
 // whose weight matrices have the types of mix m.
 func File(ctx context.Context, src, dst string, m Mix) (Report, error) {
-	if _, err := ParseMix(string(m)); err != nil {
+	if err := m.Check(); err != nil {
 		return Report{}, err
 	}
 	st, err := os.Stat(src)
@@ -105,7 +102,7 @@ func File(ctx context.Context, src, dst string, m Mix) (Report, error) {
 		return r, fmt.Errorf("quantize: %s: %w", src, err)
 	}
 	defer closeSrc()
-	if err := writeFile(dst, kv, tensors); err != nil {
+	if err := gguf.WriteFile(dst, func(w io.Writer) error { return gguf.Write(w, kv, tensors, 0) }); err != nil {
 		return r, fmt.Errorf("quantize: %w", err)
 	}
 	return r, nil
@@ -119,31 +116,6 @@ func FileTypeKV(m Mix) []gguf.KeyValue {
 		kv = append(kv, gguf.KeyValue{Key: "general.quantization_version", Value: gguf.Uint32(2)})
 	}
 	return kv
-}
-
-// writeFile writes the GGUF file to a temporary name and renames it into place, so
-// that a failure leaves no half-written file at dst.
-func writeFile(dst string, kv []gguf.KeyValue, tensors []gguf.TensorData) error {
-	tmp, err := os.CreateTemp(dirOf(dst), ".quantize-*.gguf")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := gguf.Write(tmp, kv, tensors, 0); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
-}
-
-func dirOf(path string) string {
-	if i := strings.LastIndexByte(path, '/'); i >= 0 {
-		return path[:i+1]
-	}
-	return "."
 }
 
 // fromGGUF re-encodes a GGUF file's weights, keeping its metadata.
@@ -161,11 +133,10 @@ func fromGGUF(ctx context.Context, src string, m Mix, r *Report) ([]gguf.KeyValu
 		kv = append(kv, e)
 	}
 	kv = append(kv, FileTypeKV(m)...)
-	p := plan{mix: m, tied: true}
+	_, untied := f.Tensor("output.weight")
+	p := plan{mix: m, tied: !untied}
 	for i := range f.Tensors {
-		name := f.Tensors[i].Name
-		p.layers = max(p.layers, layerOf(name)+1)
-		p.tied = p.tied && name != "output.weight"
+		p.layers = max(p.layers, layerOf(f.Tensors[i].Name)+1)
 	}
 	tensors := make([]gguf.TensorData, 0, len(f.Tensors))
 	for i := range f.Tensors {

@@ -1,14 +1,11 @@
 package synth
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/specula/specula/internal/kernels"
@@ -49,17 +46,15 @@ func (t Tensor) Bytes() int64 {
 // Plan lists the tensors of a model of shape s in mix m, in the order Write writes
 // them, with the types the mix gives them.
 func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
+	if err := m.Check(); err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
 	c := s.Config
 	qd, kvd := int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim)
 	d, f, v := int64(c.Dim), int64(c.FFN), int64(c.Vocab)
 	var out []Tensor
-	var err error
 	mat := func(name string, rows, cols int64) {
-		t, e := m.Type(name, cols, c.Layers, c.TiedEmbeddings)
-		if e != nil && err == nil {
-			err = fmt.Errorf("synth: %s %s: tensor %s: %w", s.Name, m, name, e)
-		}
-		out = append(out, Tensor{Name: name, Type: t, Dims: []int64{cols, rows}})
+		out = append(out, Tensor{Name: name, Type: m.Type(name, cols, c.Layers, c.TiedEmbeddings), Dims: []int64{cols, rows}})
 	}
 	vec := func(name string, n int64, k kind) {
 		out = append(out, Tensor{Name: name, Type: dtype.F32, Dims: []int64{n}, kind: k})
@@ -89,7 +84,7 @@ func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
 		mat(p+"ffn_up.weight", f, d)
 		mat(p+"ffn_down.weight", d, f)
 	}
-	return out, err
+	return out, nil
 }
 
 // Vocab is a tokenizer's vocabulary, as GGUF metadata (tokenizer.ggml.*), for the
@@ -206,31 +201,8 @@ func Write(w io.Writer, s Shape, m quantize.Mix, vocab *Vocab, seed uint64) erro
 
 // WriteFile writes the model to path (through a temporary file, renamed when
 // complete).
-func WriteFile(path string, s Shape, m quantize.Mix, vocab *Vocab, seed uint64) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("synth: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("synth: %w", err)
-	}
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err := Write(bw, s, m, vocab, seed); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("synth: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("synth: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+func WriteFile(path string, s Shape, m quantize.Mix, vocab *Vocab, seed uint64) error {
+	if err := gguf.WriteFile(path, func(w io.Writer) error { return Write(w, s, m, vocab, seed) }); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
 	return nil
@@ -243,21 +215,7 @@ func header(s Shape, m quantize.Mix, vocab *Vocab) ([]gguf.KeyValue, error) {
 		return nil, errors.New("synth: a vocabulary is needed (VocabFrom)")
 	}
 	c := s.Config
-	a := c.Arch
-	kv := []gguf.KeyValue{
-		{Key: "general.architecture", Value: gguf.String(a)},
-		{Key: "general.name", Value: gguf.String(s.Of + " (random weights)")},
-		{Key: a + ".context_length", Value: gguf.Uint32(uint32(c.ContextLength))},
-		{Key: a + ".embedding_length", Value: gguf.Uint32(uint32(c.Dim))},
-		{Key: a + ".block_count", Value: gguf.Uint32(uint32(c.Layers))},
-		{Key: a + ".feed_forward_length", Value: gguf.Uint32(uint32(c.FFN))},
-		{Key: a + ".attention.head_count", Value: gguf.Uint32(uint32(c.Heads))},
-		{Key: a + ".attention.head_count_kv", Value: gguf.Uint32(uint32(c.KVHeads))},
-		{Key: a + ".rope.freq_base", Value: gguf.Float32(float32(c.RopeTheta))},
-		{Key: a + ".rope.dimension_count", Value: gguf.Uint32(uint32(c.RopeDim))},
-		{Key: a + ".attention.layer_norm_rms_epsilon", Value: gguf.Float32(c.NormEps)},
-		{Key: a + ".vocab_size", Value: gguf.Uint32(uint32(c.Vocab))},
-	}
+	kv := c.GGUFMetadata(s.Of + " (random weights)")
 	vkv, err := vocab.metadata(c.Vocab)
 	if err != nil {
 		return nil, err
