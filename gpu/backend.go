@@ -1,7 +1,7 @@
 package gpu
 
 import (
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // devptr is an address in a backend's memory: a CUDA device pointer, or for the host

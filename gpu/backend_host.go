@@ -6,8 +6,8 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/model/dtype"
 	"github.com/specula/specula/model/llama"
 )
 

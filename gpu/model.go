@@ -7,10 +7,10 @@ import (
 	"math"
 	"path/filepath"
 
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/dtype"
 	"github.com/specula/specula/model/llama"
 )
 

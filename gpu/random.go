@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model/llama"
 )
 

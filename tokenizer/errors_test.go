@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/format/gguf"
 )
 
 // miniJSON is a small valid byte-level tokenizer.json: bytes "a", "b", "c", " " (as

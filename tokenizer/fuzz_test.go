@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/format/gguf"
 )
 
 // Seed corpora beyond the f.Add calls are in testdata/fuzz/<FuzzName>/.

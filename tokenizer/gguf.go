@@ -6,7 +6,7 @@ import (
 	"maps"
 	"strings"
 
-	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/format/gguf"
 )
 
 // Token types of GGUF vocabularies and SentencePiece models (the same numbers).

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/format/gguf"
 )
 
 // Load reads a tokenizer from path, which may be

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/shared"
-	"github.com/specula/specula/model/gguf"
 )
 
 // Tests on the project's shared data (../shared); each skips when its file is absent.

@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
 )
 

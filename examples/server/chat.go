@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/ardanlabs/jinja"
-	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/format/gguf"
 )
 
 // ChatTemplateKey is the GGUF metadata key that holds a model's chat template.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/tokenizer"

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // BenchmarkMul measures one thread's product of a gocoder-m sized FFN matrix

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 //go:generate sh -c "cd _gen && go run . -out ../dot_amd64.s -stubs ../dot_amd64_stubs.go -pkg kernels"

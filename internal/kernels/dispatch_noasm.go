@@ -2,7 +2,7 @@
 
 package kernels
 
-import "github.com/specula/specula/model/dtype"
+import "github.com/specula/specula/format/dtype"
 
 // Without assembly every product runs the pure-Go kernels.
 var (

@@ -5,7 +5,7 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // The float kernels: products of repacked F32, F16 and BF16 weights (a column of 16

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // The K-quant formats of llama.cpp (ggml's block_q4_K, block_q5_K and block_q6_K)

@@ -12,7 +12,7 @@ package kernels
 import (
 	"fmt"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // Group is the largest number of activation rows a kernel processes against one read

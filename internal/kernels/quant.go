@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // The 32-value formats of llama.cpp (ggml's block_q8_0, q4_0, q4_1, q5_0, q5_1). Every

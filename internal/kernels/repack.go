@@ -3,7 +3,7 @@ package kernels
 import (
 	"encoding/binary"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // Quantised weights are repacked when a matrix is made, from llama.cpp's row-major

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/shared"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/dtype"
 )
 
 func tinyConfig(style RopeStyle, bias bool) Config {

@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/model/dtype"
 )
 
 // Open loads a model from a GGUF file or a Hugging Face directory (config.json plus

@@ -3,8 +3,8 @@ package llama
 import (
 	"fmt"
 
-	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
 )
 
 type ggufSource struct{ f *gguf.File }

@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/safetensors"
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/safetensors"
 )
 
 // hfConfig is the part of a Hugging Face config.json the runtime reads.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/model/dtype"
 )
 
 // encodeWeights turns float32 values into bytes of type t.

@@ -11,11 +11,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
-	"github.com/specula/specula/model/safetensors"
 )
 
 // ggufName maps a Hugging Face tensor name to its llama.cpp name.

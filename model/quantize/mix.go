@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // Mix is a choice of weight type for every tensor of a model: what llama.cpp's

@@ -16,9 +16,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/gguf"
 )
 
 // Report says what a conversion did.

@@ -12,11 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/internal/shared"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
 )
 

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/quantize"
 )

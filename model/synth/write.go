@@ -8,9 +8,9 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/gguf"
 	"github.com/specula/specula/model/quantize"
 )
 

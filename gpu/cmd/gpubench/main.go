@@ -27,9 +27,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/dtype"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/synth"
 )

@@ -21,7 +21,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/mmap"
 )
 
 // maxHeader is the largest header accepted, in bytes (the reference implementation's limit).
@@ -92,7 +93,7 @@ func Parse(data []byte) (*File, error) {
 // available, reads it into memory) and parses it. The caller must Close the file when its
 // tensors are no longer in use. While it is open the file on disk must not be truncated.
 func Open(path string) (*File, error) {
-	data, release, err := load(path)
+	data, release, err := mmap.Map(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 const (

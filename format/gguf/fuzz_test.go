@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // FuzzParse checks that Parse never panics, that a parsed file's tensor data lies

@@ -7,8 +7,8 @@ import (
 	"log"
 	"math"
 
-	"github.com/specula/specula/model/dtype"
-	"github.com/specula/specula/model/gguf"
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
 )
 
 func Example() {

@@ -18,7 +18,7 @@ package gguf
 import (
 	"fmt"
 
-	"github.com/specula/specula/model/dtype"
+	"github.com/specula/specula/format/dtype"
 )
 
 // KeyValue is one metadata entry.

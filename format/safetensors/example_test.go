@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/specula/specula/model/safetensors"
+	"github.com/specula/specula/format/safetensors"
 )
 
 func ExampleOpenDir() {
