@@ -179,7 +179,7 @@ func checkRetainAfterTree(t *testing.T, k kvEnv) {
 				require.NoError(t, err)
 				defer f.Close()
 			}
-			require.NoError(t, s.Retain(c.keep))
+			require.NoError(t, s.Retain(21, c.keep))
 			require.Equal(t, 21+len(c.keep), s.Len())
 			path := make([]int32, len(c.keep))
 			for i, k := range c.keep {
@@ -195,9 +195,7 @@ func checkRetainAfterTree(t *testing.T, k kvEnv) {
 				got := last(t, f, v, promptA[5:8])
 				k.near(t, fresh(t, m, cat(promptB[:21], promptA[5:8])), got)
 			}
-			// Retain is only valid directly after a forward.
-			require.NoError(t, s.Truncate(s.Len()))
-			require.Error(t, s.Retain([]int32{0}))
+			require.Error(t, s.Retain(s.Len(), []int32{0}), "nothing after the end to keep")
 		})
 	}
 }
@@ -311,7 +309,7 @@ func TestClosed(t *testing.T) {
 	assert.Error(t, s.Close(), "closed twice")
 	assert.ErrorIs(t, s.Forward(ctx, batch, logits), model.ErrClosed)
 	assert.ErrorIs(t, s.Truncate(0), model.ErrClosed)
-	assert.ErrorIs(t, s.Retain(nil), model.ErrClosed)
+	assert.ErrorIs(t, s.Retain(0, nil), model.ErrClosed)
 	assert.Equal(t, 0, s.Len())
 
 	// A sequence still open when its model closes fails cleanly.
@@ -381,10 +379,10 @@ func checkBadInputs(t *testing.T, k kvEnv) {
 	require.NoError(t, s.Forward(ctx, model.Batch{}, nil))
 
 	forward(t, s, v, model.Batch{Tokens: []int32{1, 2, 3}, Parents: []int32{-1, 0, 0}, Outputs: []int32{2}})
-	assert.Error(t, s.Retain([]int32{1}), "not a root")
-	assert.Error(t, s.Retain([]int32{0, 1, 2}), "not a path")
-	assert.Error(t, s.Retain([]int32{0, 3}), "outside the batch")
-	require.NoError(t, s.Retain([]int32{0, 2}))
+	assert.Error(t, s.Retain(5, []int32{1, 0}), "not ascending")
+	assert.Error(t, s.Retain(5, []int32{0, 3}), "outside the batch")
+	assert.Error(t, s.Retain(9, []int32{0}), "outside the sequence")
+	require.NoError(t, s.Retain(5, []int32{0, 2}))
 	assert.Equal(t, 7, s.Len())
 
 }

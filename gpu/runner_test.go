@@ -64,6 +64,7 @@ func runScript(t *testing.T, want, got model.Model, steps []step, tol float64) f
 	v := want.Info().VocabSize
 	require.Equal(t, v, got.Info().VocabSize)
 	var worst float64
+	from := 0 // the length before the last forward
 	for _, st := range steps {
 		switch {
 		case st.truncate > 0:
@@ -71,9 +72,10 @@ func runScript(t *testing.T, want, got model.Model, steps []step, tol float64) f
 			require.NoError(t, ws.Truncate(n), st.name)
 			require.NoError(t, gs.Truncate(n), st.name)
 		case st.retain != nil:
-			require.NoError(t, ws.Retain(st.retain), st.name)
-			require.NoError(t, gs.Retain(st.retain), st.name)
+			require.NoError(t, ws.Retain(from, st.retain), st.name)
+			require.NoError(t, gs.Retain(from, st.retain), st.name)
 		default:
+			from = ws.Len()
 			wl := forward(t, ws, v, st.batch)
 			gl := forward(t, gs, v, st.batch)
 			d := maxAbsDiff(wl, gl)

@@ -33,11 +33,6 @@ type Sequence struct {
 	kv     *seqKV
 	closed bool
 
-	// The last forward, for Retain.
-	last    int
-	tree    bool
-	parents []int32
-
 	plan  plan
 	pairs []int32
 }
@@ -83,7 +78,6 @@ func (s *Sequence) Truncate(n int) error {
 	if n < 0 || n > s.kv.n {
 		return fmt.Errorf("gpu: truncate to %d outside [0, %d]", n, s.kv.n)
 	}
-	s.last = 0
 	return s.m.do(func(backend) error {
 		s.kv.truncate(n)
 		return nil
@@ -109,19 +103,13 @@ func (s *Sequence) Fork() (*Sequence, error) {
 }
 
 // Retain implements [model.Sequence].
-func (s *Sequence) Retain(keep []int32) error {
+func (s *Sequence) Retain(from int, keep []int32) error {
 	if s.closed {
 		return errClosed
 	}
-	var parents []int32
-	if s.tree {
-		parents = s.parents
-	}
-	if err := model.CheckRetain(keep, parents, s.last); err != nil {
+	if err := model.CheckRetain(from, keep, s.kv.n); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
-	from := s.kv.n - s.last
-	s.last = 0
 	return s.m.do(func(b backend) error {
 		var err error
 		s.pairs, err = s.kv.retain(from, keep, s.pairs[:0])
@@ -189,13 +177,7 @@ func (s *Sequence) Forward(ctx context.Context, b model.Batch, logits []float32)
 		}
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	s.last = n
-	s.tree = b.Parents != nil
-	s.parents = append(s.parents[:0], b.Parents...)
-	return nil
+	return err
 }
 
 // chunk is one pass of a forward: tokens [lo, hi) and the output rows among them.
@@ -500,6 +482,22 @@ func (m *Model) outputs(b backend, outs []int32, rows devptr, logits []float32) 
 	}
 	for k, r := range outs {
 		copy(logits[int(r)*V:(int(r)+1)*V], st[k*V:(k+1)*V])
+	}
+	return nil
+}
+
+// Forward implements [model.Model].
+func (m *Model) Forward(ctx context.Context, work []model.Work) error {
+	if err := model.CheckWork(work); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	for i, w := range work {
+		if err := w.Seq.Forward(ctx, w.Batch, w.Logits); err != nil {
+			for _, d := range work[:i] {
+				_ = d.Seq.Truncate(d.Seq.Len() - len(d.Batch.Tokens))
+			}
+			return fmt.Errorf("work item %d: %w", i, err)
+		}
 	}
 	return nil
 }

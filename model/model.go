@@ -19,6 +19,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/specula/specula/kvcache"
 )
 
 // Info describes a loaded model.
@@ -42,6 +44,20 @@ type Model interface {
 	// NewSequence starts an empty sequence. It fails when the model cannot hold
 	// another one (for instance when its key/value memory budget is spent).
 	NewSequence(ctx context.Context) (Sequence, error)
+	// Forward forwards the batches of several of the model's sequences in one pass,
+	// reading every weight once for all of them: the step of a server that decodes
+	// many requests at once. Each item does what its sequence's Forward would, and its
+	// logits are bit for bit the same (batch invariance); a sequence appears at most
+	// once. On error every sequence is left as it was.
+	Forward(ctx context.Context, work []Work) error
+}
+
+// Work is one sequence's part of a [Model.Forward] call: the batch to append and the
+// buffer its logits go to, as in [Sequence.Forward].
+type Work struct {
+	Seq    Sequence
+	Batch  Batch
+	Logits []float32
 }
 
 // Batch is the input of one forward call.
@@ -70,14 +86,16 @@ type Sequence interface {
 	Forward(ctx context.Context, b Batch, logits []float32) error
 	// Truncate drops every token from position n on, so that Len() == n.
 	Truncate(n int) error
-	// Retain keeps, of the tokens the last Forward appended, only those at the batch
-	// indices keep, in that order, and drops the others: Len() becomes the length
-	// before that Forward plus len(keep). keep must be a path from a root of the
-	// batch's tree (keep[0] has parent -1, each next index is a child of the one
-	// before); for a chain that is a prefix 0, 1, …. The sequence is then exactly as
-	// if the path had been forwarded as a chain. Retain is only valid directly after
-	// a Forward.
-	Retain(keep []int32) error
+	// Retain keeps, of the tokens from position from on, only those at the offsets
+	// keep, in that order — position from+keep[i] moves to from+i — and drops the
+	// others, so that Len() becomes from+len(keep). keep must be strictly ascending,
+	// each offset below Len()-from. To keep one root-to-leaf path of a tree forwarded
+	// at from, keep lists the path's batch indices (ascending, since a parent comes
+	// before its children): the sequence is then exactly as if the path had been
+	// forwarded as a chain. Retain needs no memory of the forward, so any caller that
+	// knows the tree can call it at any time; whether keep is a path of that tree is
+	// the caller's to know (see [PathOf]). On error nothing is changed.
+	Retain(from int, keep []int32) error
 	// Close releases the sequence's memory. The sequence must not be used after.
 	Close() error
 }
@@ -88,8 +106,8 @@ var ErrContextFull = errors.New("model: context length exceeded")
 
 // ErrOutOfMemory is returned (wrapped) when a sequence cannot grow because the memory
 // set aside for key/value state is spent. Memory comes back as other sequences shrink
-// or close.
-var ErrOutOfMemory = errors.New("model: key/value memory exhausted")
+// or close. It is the key/value cache's own error: one condition, one sentinel.
+var ErrOutOfMemory = kvcache.ErrOutOfMemory
 
 // ErrClosed is returned (wrapped) when a closed sequence is used.
 var ErrClosed = errors.New("model: sequence is closed")
@@ -129,23 +147,53 @@ func CheckBatch(b Batch, seqLen, vocab, contextLen, logitsLen int) error {
 	return nil
 }
 
-// CheckRetain validates a Retain(keep) call after a Forward of n tokens with the given
-// parent list (nil for a chain).
-func CheckRetain(keep, parents []int32, n int) error {
-	if len(keep) > n {
-		return fmt.Errorf("model: retain %d tokens of a batch of %d", len(keep), n)
+// CheckWork validates the shape of a [Model.Forward] call: every item names a
+// sequence, none twice. Each batch is then checked by its sequence, with [CheckBatch].
+func CheckWork(work []Work) error {
+	for i, w := range work {
+		if w.Seq == nil {
+			return fmt.Errorf("model: work item %d has no sequence", i)
+		}
+		for j := range i {
+			if work[j].Seq == w.Seq {
+				return fmt.Errorf("model: work items %d and %d name the same sequence", j, i)
+			}
+		}
 	}
+	return nil
+}
+
+// CheckRetain validates a Retain(from, keep) call on a sequence of seqLen tokens.
+func CheckRetain(from int, keep []int32, seqLen int) error {
+	if from < 0 || from > seqLen {
+		return fmt.Errorf("model: retain from position %d outside [0, %d]", from, seqLen)
+	}
+	for i, k := range keep {
+		if k < 0 || int(k) >= seqLen-from {
+			return fmt.Errorf("model: retain offset %d at index %d is outside the %d tokens after position %d", k, i, seqLen-from, from)
+		}
+		if i > 0 && k <= keep[i-1] {
+			return fmt.Errorf("model: retain offset %d at index %d does not follow %d in ascending order", k, i, keep[i-1])
+		}
+	}
+	return nil
+}
+
+// PathOf reports whether keep is a path from a root of the tree with the given parent
+// list (nil for a chain, whose paths are the prefixes 0, 1, …): keep[0] has parent -1
+// and each next index is a child of the one before.
+func PathOf(keep, parents []int32) error {
 	prev := int32(-1)
 	for i, k := range keep {
-		if k < 0 || int(k) >= n {
-			return fmt.Errorf("model: retain index %d at position %d is outside the batch of %d", k, i, n)
+		if k < 0 || (parents != nil && int(k) >= len(parents)) {
+			return fmt.Errorf("model: path index %d at position %d is outside the tree", k, i)
 		}
 		parent := k - 1
 		if parents != nil {
 			parent = parents[k]
 		}
 		if parent != prev {
-			return fmt.Errorf("model: retain index %d at position %d is not a child of %d", k, i, prev)
+			return fmt.Errorf("model: path index %d at position %d is not a child of %d", k, i, prev)
 		}
 		prev = k
 	}

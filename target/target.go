@@ -165,7 +165,10 @@ func (t *Target) AcceptPath(path []int32) error {
 		}
 		t.keep = append(t.keep, p+1) // batch index: the pending token is 0
 	}
-	if err := t.seq.Retain(t.keep); err != nil {
+	if err := model.PathOf(t.keep, t.parents); err != nil {
+		return fmt.Errorf("target: %w", err)
+	}
+	if err := t.seq.Retain(t.base, t.keep); err != nil {
 		return fmt.Errorf("target: %w", err)
 	}
 	t.last = 0

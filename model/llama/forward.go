@@ -19,11 +19,6 @@ type sequence struct {
 	kv     *kvcache.Seq
 	closed bool
 
-	// The last forward, for Retain.
-	last    int
-	tree    bool
-	parents []int32
-
 	cap      int // batch size the buffers hold
 	depth    []int32
 	anc      [][]int32 // per token of a tree batch: its ancestors' batch indices
@@ -83,26 +78,19 @@ func (s *sequence) Truncate(n int) error {
 	if n < 0 || n > s.kv.Len() {
 		return fmt.Errorf("llama: truncate to %d outside [0, %d]", n, s.kv.Len())
 	}
-	s.last = 0
 	if err := s.kv.Truncate(n); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
 	return nil
 }
 
-func (s *sequence) Retain(keep []int32) error {
+func (s *sequence) Retain(from int, keep []int32) error {
 	if s.closed {
 		return errClosed
 	}
-	var parents []int32
-	if s.tree {
-		parents = s.parents
-	}
-	if err := model.CheckRetain(keep, parents, s.last); err != nil {
+	if err := model.CheckRetain(from, keep, s.kv.Len()); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
-	from := s.kv.Len() - s.last
-	s.last = 0
 	if err := s.kv.Retain(from, keep); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
@@ -164,9 +152,6 @@ func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32)
 		_ = s.kv.Truncate(base)
 		return err
 	}
-	s.last = n
-	s.tree = b.Parents != nil
-	s.parents = append(s.parents[:0], b.Parents...)
 	return nil
 }
 

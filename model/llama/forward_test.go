@@ -118,7 +118,7 @@ func TestTreeForwardEqualsChains(t *testing.T) {
 		assert.InDeltaSlice(t, want[len(want)-1], logits[i*v:(i+1)*v], 1e-4, "node %d", i)
 		require.NoError(t, chain.Close())
 	}
-	require.NoError(t, seq.Retain([]int32{0, 1, 4, 6}))
+	require.NoError(t, seq.Retain(len(prefix), []int32{0, 1, 4, 6}))
 	require.Equal(t, len(prefix)+4, seq.Len())
 	next := make([]float32, v)
 	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{30}, Outputs: []int32{0}}, next))

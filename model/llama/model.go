@@ -104,3 +104,19 @@ func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
 	}
 	return &sequence{m: m, kv: m.kv.NewSeq(), scores: make(chan []float32, m.threads.Threads())}, nil
 }
+
+// Forward implements [model.Model].
+func (m *Model) Forward(ctx context.Context, work []model.Work) error {
+	if err := model.CheckWork(work); err != nil {
+		return fmt.Errorf("llama: %w", err)
+	}
+	for i, w := range work {
+		if err := w.Seq.Forward(ctx, w.Batch, w.Logits); err != nil {
+			for _, d := range work[:i] {
+				_ = d.Seq.Truncate(d.Seq.Len() - len(d.Batch.Tokens))
+			}
+			return fmt.Errorf("work item %d: %w", i, err)
+		}
+	}
+	return nil
+}

@@ -131,9 +131,6 @@ type sequence struct {
 	c       *Chain
 	tokens  []int32
 	ctx     []int32 // scratch: the Order tokens before an output
-	last    int     // tokens appended by the last Forward; 0 once Retain or Truncate ran
-	tree    bool    // whether the last Forward had a parent list, kept in parents
-	parents []int32
 	closed  bool
 }
 
@@ -141,7 +138,37 @@ var errClosed = fmt.Errorf("markov: %w", model.ErrClosed)
 
 func (s *sequence) Len() int { return len(s.tokens) }
 
+// Forward implements [model.Model]: the chain has no weights to share, so each
+// sequence forwards on its own, after every batch is checked.
+func (c *Chain) Forward(ctx context.Context, work []model.Work) error {
+	if err := model.CheckWork(work); err != nil {
+		return fmt.Errorf("markov: %w", err)
+	}
+	for i, w := range work {
+		s, ok := w.Seq.(*sequence)
+		if !ok || s.c != c {
+			return fmt.Errorf("markov: work item %d: the sequence is not one of this chain's", i)
+		}
+		if err := s.check(ctx, w.Batch, w.Logits); err != nil {
+			return fmt.Errorf("work item %d: %w", i, err)
+		}
+	}
+	for _, w := range work {
+		w.Seq.(*sequence).forward(w.Batch, w.Logits)
+	}
+	return nil
+}
+
 func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+	if err := s.check(ctx, b, logits); err != nil {
+		return err
+	}
+	s.forward(b, logits)
+	return nil
+}
+
+// check validates a forward of b before anything changes.
+func (s *sequence) check(ctx context.Context, b model.Batch, logits []float32) error {
 	if s.closed {
 		return errClosed
 	}
@@ -152,7 +179,12 @@ func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32)
 	if err := model.CheckBatch(b, len(s.tokens), v, s.c.ctxLen, len(logits)); err != nil {
 		return fmt.Errorf("markov: %w", err)
 	}
-	order := s.c.order
+	return nil
+}
+
+// forward appends b, checked, and writes its logits.
+func (s *sequence) forward(b model.Batch, logits []float32) {
+	v, order := s.c.vocab, s.c.order
 	for r, o := range b.Outputs {
 		// Walk from the output token up through its ancestors in the batch, then
 		// into the tokens already held, filling the context from the right.
@@ -176,10 +208,6 @@ func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32)
 		copy(logits[r*v:(r+1)*v], s.c.Logits(s.ctx))
 	}
 	s.tokens = append(s.tokens, b.Tokens...)
-	s.last = len(b.Tokens)
-	s.tree = b.Parents != nil
-	s.parents = append(s.parents[:0], b.Parents...)
-	return nil
 }
 
 func (s *sequence) Truncate(n int) error {
@@ -190,27 +218,20 @@ func (s *sequence) Truncate(n int) error {
 		return fmt.Errorf("markov: truncate to %d outside [0, %d]", n, len(s.tokens))
 	}
 	s.tokens = s.tokens[:n]
-	s.last = 0
 	return nil
 }
 
-func (s *sequence) Retain(keep []int32) error {
+func (s *sequence) Retain(from int, keep []int32) error {
 	if s.closed {
 		return errClosed
 	}
-	var parents []int32
-	if s.tree {
-		parents = s.parents
-	}
-	if err := model.CheckRetain(keep, parents, s.last); err != nil {
+	if err := model.CheckRetain(from, keep, len(s.tokens)); err != nil {
 		return fmt.Errorf("markov: %w", err)
 	}
-	from := len(s.tokens) - s.last
 	for i, k := range keep {
 		s.tokens[from+i] = s.tokens[from+int(k)]
 	}
 	s.tokens = s.tokens[:from+len(keep)]
-	s.last = 0
 	return nil
 }
 

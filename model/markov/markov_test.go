@@ -75,10 +75,14 @@ func TestTreeForwardAndRetain(t *testing.T) {
 		assert.Equal(t, c.Logits(h), logits[r*6:(r+1)*6], "node %d", r)
 	}
 	// Keep the path 3 → 0 → 1 and check the sequence equals that chain.
-	assert.ErrorContains(t, seq.Retain([]int32{0, 1, 4}), "not a child of 1")
-	assert.ErrorContains(t, seq.Retain([]int32{1}), "not a child of -1")
-	assert.ErrorContains(t, seq.Retain([]int32{0, 9}), "outside the batch")
-	require.NoError(t, seq.Retain([]int32{0, 2, 4}))
+	assert.ErrorContains(t, model.PathOf([]int32{0, 1, 4}, parents), "not a child of 1")
+	assert.ErrorContains(t, model.PathOf([]int32{1}, parents), "not a child of -1")
+	assert.ErrorContains(t, model.PathOf([]int32{0, 9}, parents), "outside the tree")
+	require.NoError(t, model.PathOf([]int32{0, 2, 4}, parents))
+	assert.ErrorContains(t, seq.Retain(2, []int32{0, 9}), "outside the 5 tokens")
+	assert.ErrorContains(t, seq.Retain(2, []int32{2, 0}), "ascending")
+	assert.ErrorContains(t, seq.Retain(8, nil), "outside [0, 7]")
+	require.NoError(t, seq.Retain(2, []int32{0, 2, 4}))
 	assert.Equal(t, []int32{1, 2, 3, 0, 1}, markov.Tokens(seq))
 
 	depths := make([]int32, 5)
@@ -120,11 +124,11 @@ func TestSequenceErrorsLeaveStateAlone(t *testing.T) {
 	assert.ErrorContains(t, seq.Truncate(4), "truncate to 4")
 	assert.ErrorContains(t, seq.Truncate(-1), "truncate to -1")
 	require.NoError(t, seq.Truncate(3))
-	assert.ErrorContains(t, seq.Retain([]int32{0}), "retain 1 tokens of a batch of 0", "Retain needs a Forward first")
+	assert.ErrorContains(t, seq.Retain(3, []int32{0}), "outside the 0 tokens")
 	assert.Equal(t, 3, seq.Len())
 	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{0, 1}}, nil))
-	assert.ErrorContains(t, seq.Retain([]int32{1}), "not a child of -1", "a chain keeps a prefix")
-	require.NoError(t, seq.Retain([]int32{0}))
+	assert.ErrorContains(t, model.PathOf([]int32{1}, nil), "not a child of -1", "a chain keeps a prefix")
+	require.NoError(t, seq.Retain(3, []int32{0}))
 	assert.Equal(t, 4, seq.Len())
 	require.NoError(t, seq.Truncate(3))
 
