@@ -155,6 +155,7 @@ type modelSession struct {
 
 	// Tree drafting scratch.
 	parents     []int32
+	shape       model.Tree // parents, checked
 	qrows       [][]float32
 	tlogits     []float32
 	outs        []int32
@@ -324,7 +325,10 @@ func (s *modelSession) proposeTree(ctx context.Context, history []int32, n int, 
 			break
 		}
 		s.outs = append(s.outs[:0], s.level...)
-		err := s.seq.Forward(ctx, model.Batch{Tokens: s.toks, Parents: s.parents, Outputs: s.outs}, s.tlogits)
+		err := s.shape.Set(s.parents)
+		if err == nil {
+			err = s.seq.Forward(ctx, model.Batch{Tokens: s.toks, Tree: s.shape, Outputs: s.outs}, s.tlogits)
+		}
 		if terr := s.seq.Truncate(base); err == nil && terr != nil {
 			err = terr
 		}

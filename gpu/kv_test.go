@@ -143,7 +143,7 @@ func TestRetainAfterTree(t *testing.T) { checkRetainAfterTree(t, hostEnv) }
 func checkRetainAfterTree(t *testing.T, k kvEnv) {
 	tree := model.Batch{
 		Tokens:  []int32{295, 259, 46, 1067, 2114, 40, 311, 44, 2843},
-		Parents: []int32{-1, 0, 0, 1, 2, 4, 5, 4, 7},
+		Tree: mustTree([]int32{-1, 0, 0, 1, 2, 4, 5, 4, 7}),
 		Outputs: seqs(9),
 	}
 	for _, c := range []struct {
@@ -167,7 +167,7 @@ func checkRetainAfterTree(t *testing.T, k kvEnv) {
 			// Each tree node's logits equal those of its path forwarded as a chain.
 			for _, node := range []int{3, 8} {
 				var path []int32
-				for a := int32(node); a >= 0; a = tree.Parents[a] {
+				for a := int32(node); a >= 0; a = tree.Tree.Parent(int(a)) {
 					path = append([]int32{tree.Tokens[a]}, path...)
 				}
 				assert.LessOrEqual(t, maxAbsDiff(fresh(t, m, cat(promptB[:21], path)), all[node*v:(node+1)*v]), max(hostTol, k.tol), "node %d", node)
@@ -363,8 +363,7 @@ func checkBadInputs(t *testing.T, k kvEnv) {
 		{"token = vocab", model.Batch{Tokens: []int32{1, int32(v)}, Outputs: []int32{1}}, v},
 		{"negative token", model.Batch{Tokens: []int32{-1}, Outputs: []int32{0}}, v},
 		{"huge token", model.Batch{Tokens: []int32{1 << 30}}, 0},
-		{"parent after child", model.Batch{Tokens: []int32{1, 2}, Parents: []int32{1, -1}}, 0},
-		{"parents length", model.Batch{Tokens: []int32{1, 2}, Parents: []int32{-1}}, 0},
+		{"tree length", model.Batch{Tokens: []int32{1, 2}, Tree: mustTree([]int32{-1})}, 0},
 		{"output out of batch", model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{2}}, v},
 		{"logits too short", model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, v},
 		{"past the context", model.Batch{Tokens: make([]int32, 60), Outputs: []int32{0}}, v},
@@ -378,7 +377,7 @@ func checkBadInputs(t *testing.T, k kvEnv) {
 	// Nothing forwarded: no outputs and no error.
 	require.NoError(t, s.Forward(ctx, model.Batch{}, nil))
 
-	forward(t, s, v, model.Batch{Tokens: []int32{1, 2, 3}, Parents: []int32{-1, 0, 0}, Outputs: []int32{2}})
+	forward(t, s, v, model.Batch{Tokens: []int32{1, 2, 3}, Tree: mustTree([]int32{-1, 0, 0}), Outputs: []int32{2}})
 	assert.Error(t, s.Retain(5, []int32{1, 0}), "not ascending")
 	assert.Error(t, s.Retain(5, []int32{0, 3}), "outside the batch")
 	assert.Error(t, s.Retain(9, []int32{0}), "outside the sequence")

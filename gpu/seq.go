@@ -215,8 +215,10 @@ func align4(n int) int { return (n + 3) &^ 3 }
 func (p *plan) build(b model.Batch, base int, kv *seqKV, invFreq []float64, maxBatch int) {
 	n := len(b.Tokens)
 	p.depth = grow(p.depth, n)
-	model.Depths(b.Parents, p.depth)
-	tree := b.Parents != nil
+	for i := range n {
+		p.depth[i] = int32(b.Tree.Depth(i))
+	}
+	tree := !b.Tree.Chain()
 	// Extras: for a tree token, its ancestors in the batch, root first, then itself.
 	p.anc = p.anc[:0]
 	p.prefix, p.exOff, p.exCnt = grow(p.prefix, n), grow(p.exOff, n), grow(p.exCnt, n)
@@ -228,7 +230,7 @@ func (p *plan) build(b model.Batch, base int, kv *seqKV, invFreq []float64, maxB
 		}
 		prefix[i] = int32(base)
 		start := len(p.anc)
-		for a := int32(i); a >= 0; a = b.Parents[a] {
+		for a := int32(i); a >= 0; a = b.Tree.Parent(int(a)) {
 			p.anc = append(p.anc, a)
 		}
 		slices.Reverse(p.anc[start:])

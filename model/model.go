@@ -1,18 +1,18 @@
-// Package model defines the contract between specula and a language model, and
-// (in later files and subpackages) the transformer runtime that fulfils it.
+// Package model defines the contract between specula and a language model.
 //
 // A [Model] is loaded once and shared, read-only, by every request. A request owns a
 // [Sequence]: its own key/value state and length. A sequence forwards many new tokens in
 // one call — a prompt, or a draft to verify — and writes logits only for the positions
-// the caller asks for. It can be truncated back to any earlier length (the rollback of a
-// rejected draft), and after a tree-shaped forward it can keep just one root-to-leaf path.
+// the caller asks for; [Model.Forward] does the same for several sequences in one pass.
+// A sequence can be truncated back to any earlier length (the rollback of a rejected
+// draft), and after a tree-shaped forward it can keep just one root-to-leaf path.
 //
-// Trees are described by a parent list: token i of a [Batch] hangs below token
-// Parents[i] of the same batch, or below the last token already in the sequence when
-// Parents[i] is -1. A token at depth d of the tree takes position Len()+d, and attends to
-// everything already in the sequence plus its own ancestors in the batch and itself. A
-// chain is the tree in which every token's parent is the token before it; a nil parent
-// list means exactly that.
+// A batch's shape is a [Tree], a parent list checked once: token i of a [Batch] hangs
+// below token Parent(i) of the same batch, or below the last token already in the
+// sequence when that is -1. A token at depth d of the tree takes position Len()+d, and
+// attends to everything already in the sequence plus its own ancestors in the batch and
+// itself. A chain is the tree in which every token's parent is the token before it; the
+// zero Tree means exactly that.
 package model
 
 import (
@@ -64,10 +64,10 @@ type Work struct {
 type Batch struct {
 	// Tokens are the new tokens, appended to the sequence in this order.
 	Tokens []int32
-	// Parents, when not nil, has one entry per token: the index in Tokens of the
-	// token's parent (smaller than its own index), or -1 for a token that continues
-	// the tokens already in the sequence. Nil means a chain.
-	Parents []int32
+	// Tree is the batch's shape: token i hangs below token Tree.Parent(i) of the
+	// batch, or continues the tokens already in the sequence when that is -1. The
+	// zero Tree is a chain; any other must have one node per token.
+	Tree Tree
 	// Outputs lists the indices in Tokens whose next-token logits are wanted. Row r of
 	// the logits written by Forward belongs to Tokens[Outputs[r]]. Empty means none,
 	// as in a prefill whose last token is forwarded later.
@@ -126,15 +126,8 @@ func CheckBatch(b Batch, seqLen, vocab, contextLen, logitsLen int) error {
 			return fmt.Errorf("model: token %d at batch index %d is outside the vocabulary [0, %d)", t, i, vocab)
 		}
 	}
-	if b.Parents != nil {
-		if len(b.Parents) != n {
-			return fmt.Errorf("model: batch has %d parents for %d tokens", len(b.Parents), n)
-		}
-		for i, p := range b.Parents {
-			if p < -1 || int(p) >= i {
-				return fmt.Errorf("model: parent %d of batch index %d must be -1 or an earlier index", p, i)
-			}
-		}
+	if !b.Tree.Chain() && b.Tree.Len() != n {
+		return fmt.Errorf("model: batch has a tree of %d nodes for %d tokens", b.Tree.Len(), n)
 	}
 	for r, o := range b.Outputs {
 		if o < 0 || int(o) >= n {
@@ -198,21 +191,4 @@ func PathOf(keep, parents []int32) error {
 		prev = k
 	}
 	return nil
-}
-
-// Depths writes, for each token of a batch with the given parent list, its depth in the
-// tree (0 for a token whose parent is -1) to dst, which must have len(parents) entries.
-// A nil parent list is a chain: depths 0, 1, 2, …. The parent list must be valid (see
-// CheckBatch); an entry that is not is read as -1.
-func Depths(parents []int32, dst []int32) {
-	for i := range dst {
-		switch {
-		case parents == nil:
-			dst[i] = int32(i)
-		case parents[i] < 0 || int(parents[i]) >= i:
-			dst[i] = 0
-		default:
-			dst[i] = dst[parents[i]] + 1
-		}
-	}
 }

@@ -32,6 +32,7 @@ type Target struct {
 	last    int // tokens forwarded by the last verification
 	batch   []int32
 	parents []int32
+	tree    model.Tree
 	keep    []int32
 	outputs []int32
 	logits  []float32
@@ -128,7 +129,10 @@ func (t *Target) forward(ctx context.Context, pending int32, draft, parents []in
 	n := len(t.batch)
 	t.base = t.seq.Len()
 	t.last = 0
-	if err := t.seq.Forward(ctx, model.Batch{Tokens: t.batch, Parents: par, Outputs: t.outputs[:n]}, t.logits); err != nil {
+	if err := t.tree.Set(par); err != nil {
+		return nil, fmt.Errorf("target: verify: %w", err)
+	}
+	if err := t.seq.Forward(ctx, model.Batch{Tokens: t.batch, Tree: t.tree, Outputs: t.outputs[:n]}, t.logits); err != nil {
 		return nil, fmt.Errorf("target: verify: %w", err)
 	}
 	t.last = n

@@ -162,12 +162,10 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 	dim, hd := c.Dim, c.HeadDim
 
 	// Positions: a token at depth d of the batch's tree sits at base+d.
-	depth := s.depth[:n]
-	model.Depths(b.Parents, depth)
-	s.ancestors(b.Parents, n)
+	s.ancestors(b.Tree, n)
 	half := c.RopeDim / 2
 	for i := range n {
-		p := float64(base + int(depth[i]))
+		p := float64(base + b.Tree.Depth(i))
 		for j := range half {
 			sin, cos := math.Sincos(p * m.invFreq[j])
 			s.cos[i*half+j], s.sin[i*half+j] = float32(cos), float32(sin)
@@ -216,7 +214,7 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 			}
 		}
 		att := s.att[:n*qd]
-		s.attn = attnTask{s: s, layer: l, base: base, n: n, chain: b.Parents == nil, q: q, out: att}
+		s.attn = attnTask{s: s, layer: l, base: base, n: n, chain: b.Tree.Chain(), q: q, out: att}
 		m.threads.Run(&s.attn, s.attn.items(), 1)
 
 		o := xn // the normalised input is no longer needed: reuse it
@@ -254,8 +252,8 @@ func (s *sequence) forward(ctx context.Context, b model.Batch, base int, logits 
 
 // ancestors lists, for each token of a tree batch, the batch indices it attends to
 // besides itself and the tokens held before the batch.
-func (s *sequence) ancestors(parents []int32, n int) {
-	if parents == nil {
+func (s *sequence) ancestors(tree model.Tree, n int) {
+	if tree.Chain() {
 		return
 	}
 	if cap(s.anc) < n {
@@ -264,7 +262,7 @@ func (s *sequence) ancestors(parents []int32, n int) {
 	s.anc = s.anc[:n]
 	for i := range n {
 		a := s.anc[i][:0]
-		for p := parents[i]; p >= 0; p = parents[p] {
+		for p := tree.Parent(i); p >= 0; p = tree.Parent(int(p)) {
 			a = append(a, p)
 		}
 		slices.Reverse(a) // root first: position order

@@ -110,7 +110,7 @@ func TestTreeForwardEqualsChains(t *testing.T) {
 	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: prefix}, nil))
 	outputs := []int32{0, 1, 2, 3, 4, 5, 6}
 	logits := make([]float32, len(nodes)*v)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Parents: parents, Outputs: outputs}, logits))
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Tree: mustTree(parents), Outputs: outputs}, logits))
 	for i, path := range paths {
 		chain, err := m.NewSequence(ctx)
 		require.NoError(t, err)
@@ -300,7 +300,7 @@ func TestBatchInvariance(t *testing.T) {
 			nodes := []int32{1, p[0], 2, p[1], 3, p[2], p[3]}
 			parents := []int32{-1, -1, 1, 1, 3, 3, 5}
 			logits := make([]float32, len(nodes)*v)
-			require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Parents: parents, Outputs: []int32{1, 3, 5, 6}}, logits))
+			require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Tree: mustTree(parents), Outputs: []int32{1, 3, 5, 6}}, logits))
 			for r := range 4 {
 				require.Equal(t, one[33+r], logits[r*v:(r+1)*v], "%s tree node on the path, position %d", typ, 33+r)
 			}

@@ -128,10 +128,10 @@ func (c *Chain) NewSequence(ctx context.Context) (model.Sequence, error) {
 
 // sequence is the chain's per-request state: the tokens forwarded so far.
 type sequence struct {
-	c       *Chain
-	tokens  []int32
-	ctx     []int32 // scratch: the Order tokens before an output
-	closed  bool
+	c      *Chain
+	tokens []int32
+	ctx    []int32 // scratch: the Order tokens before an output
+	closed bool
 }
 
 var errClosed = fmt.Errorf("markov: %w", model.ErrClosed)
@@ -191,11 +191,7 @@ func (s *sequence) forward(b model.Batch, logits []float32) {
 		i, at := int(o), order-1
 		for ; at >= 0 && i >= 0; at-- {
 			s.ctx[at] = b.Tokens[i]
-			if b.Parents == nil {
-				i--
-			} else {
-				i = int(b.Parents[i])
-			}
+			i = int(b.Tree.Parent(i))
 		}
 		for j := len(s.tokens) - 1; at >= 0; at-- {
 			if j >= 0 {

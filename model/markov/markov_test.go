@@ -69,7 +69,7 @@ func TestTreeForwardAndRetain(t *testing.T) {
 	parents := []int32{-1, 0, 0, 1, 2}
 	out := []int32{0, 1, 2, 3, 4}
 	logits := make([]float32, 5*6)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: tokens, Parents: parents, Outputs: out}, logits))
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: tokens, Tree: mustTree(parents), Outputs: out}, logits))
 	paths := [][]int32{{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 0}, {1, 2, 3, 4, 5}, {1, 2, 3, 0, 1}}
 	for r, h := range paths {
 		assert.Equal(t, c.Logits(h), logits[r*6:(r+1)*6], "node %d", r)
@@ -85,11 +85,15 @@ func TestTreeForwardAndRetain(t *testing.T) {
 	require.NoError(t, seq.Retain(2, []int32{0, 2, 4}))
 	assert.Equal(t, []int32{1, 2, 3, 0, 1}, markov.Tokens(seq))
 
-	depths := make([]int32, 5)
-	model.Depths(parents, depths)
-	assert.Equal(t, []int32{0, 1, 1, 2, 2}, depths)
-	model.Depths(nil, depths)
-	assert.Equal(t, []int32{0, 1, 2, 3, 4}, depths)
+	tree, chain := mustTree(parents), model.Tree{}
+	for i, want := range []int{0, 1, 1, 2, 2} {
+		assert.Equal(t, want, tree.Depth(i), "tree node %d", i)
+		assert.Equal(t, i, chain.Depth(i), "chain node %d", i)
+	}
+	_, err = model.NewTree([]int32{-1, 1})
+	assert.ErrorContains(t, err, "parent 1 of node 1")
+	_, err = model.NewTree([]int32{-2})
+	assert.ErrorContains(t, err, "parent -2 of node 0")
 }
 
 func TestSequenceErrorsLeaveStateAlone(t *testing.T) {
@@ -107,8 +111,7 @@ func TestSequenceErrorsLeaveStateAlone(t *testing.T) {
 	}{
 		{"token out of range", model.Batch{Tokens: []int32{1, 4}}, nil, "token 4 at batch index 1"},
 		{"negative token", model.Batch{Tokens: []int32{-1}}, nil, "token -1"},
-		{"parent count", model.Batch{Tokens: []int32{1, 2}, Parents: []int32{-1}}, nil, "parents"},
-		{"forward parent", model.Batch{Tokens: []int32{1, 2}, Parents: []int32{-1, 1}}, nil, "parent 1 of batch index 1"},
+		{"tree length", model.Batch{Tokens: []int32{1, 2}, Tree: mustTree([]int32{-1})}, nil, "tree of 1 nodes for 2 tokens"},
 		{"output out of range", model.Batch{Tokens: []int32{1}, Outputs: []int32{1}}, logits, "output 0"},
 		{"small buffer", model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, logits[:5], "logits buffer"},
 		{"context full", model.Batch{Tokens: []int32{1, 2, 3, 0}}, nil, "context length"},
