@@ -184,7 +184,7 @@ func checkBatchInvariance(t *testing.T, dev *Device) {
 			forward(t, c, v, model.Batch{Tokens: promptB})
 			tree := forward(t, c, v, model.Batch{
 				Tokens:  []int32{116, 9, 46, 3421, 10},
-				Tree: mustTree([]int32{-1, -1, 0, 2, 2}),
+				Tree:    mustTree([]int32{-1, -1, 0, 2, 2}),
 				Outputs: []int32{3, 0, 2}})
 			assert.Equal(t, batched[2*v:3*v], tree[:v], "tree node 3")
 			assert.Equal(t, batched[:v], tree[v:2*v], "tree node 0")

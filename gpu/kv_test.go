@@ -143,7 +143,7 @@ func TestRetainAfterTree(t *testing.T) { checkRetainAfterTree(t, hostEnv) }
 func checkRetainAfterTree(t *testing.T, k kvEnv) {
 	tree := model.Batch{
 		Tokens:  []int32{295, 259, 46, 1067, 2114, 40, 311, 44, 2843},
-		Tree: mustTree([]int32{-1, 0, 0, 1, 2, 4, 5, 4, 7}),
+		Tree:    mustTree([]int32{-1, 0, 0, 1, 2, 4, 5, 4, 7}),
 		Outputs: seqs(9),
 	}
 	for _, c := range []struct {

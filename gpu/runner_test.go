@@ -42,13 +42,13 @@ func script(prompt []int32) []step {
 		{name: "chain5-again", batch: model.Batch{Tokens: []int32{9, 125, 10, 10, 9}, Outputs: []int32{0, 4}}},
 		{name: "tree", batch: model.Batch{
 			Tokens:  []int32{295, 259, 46, 1067, 2114, 40, 311},
-			Tree: mustTree([]int32{-1, 0, 0, 1, 1, 2, -1}),
+			Tree:    mustTree([]int32{-1, 0, 0, 1, 1, 2, -1}),
 			Outputs: seqs(7)}},
 		{name: "retain", retain: []int32{0, 2, 5}},
 		{name: "after-retain", batch: model.Batch{Tokens: []int32{44}, Outputs: []int32{0}}},
 		{name: "tree-again", batch: model.Batch{
 			Tokens:  []int32{2843, 41, 671, 281},
-			Tree: mustTree([]int32{-1, 0, -1, 2}),
+			Tree:    mustTree([]int32{-1, 0, -1, 2}),
 			Outputs: []int32{3, 1}}},
 		{name: "retain-none", retain: []int32{}},
 		{name: "decode-end", batch: model.Batch{Tokens: []int32{41, 671}, Outputs: []int32{1}}},
