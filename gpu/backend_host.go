@@ -8,7 +8,7 @@ import (
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/backend"
 )
 
 // hostBackend runs the primitive operations in plain Go on the CPU, one thread, with
@@ -299,7 +299,7 @@ func (h *hostBackend) qkv(a qkvArgs) (err error) {
 		}
 		cs, sn := rope[i*2*half:i*2*half+half], rope[i*2*half+half:(i+1)*2*half]
 		for hh := range heads + kvh {
-			llama.Rope(row[hh*hd:(hh+1)*hd], cs, sn, llama.RopeStyle(a.style))
+			backend.Rope(row[hh*hd:(hh+1)*hd], cs, sn, backend.RopeStyle(a.style))
 		}
 		copy(q[i*heads*hd:(i+1)*heads*hd], row[:heads*hd])
 		for kind := range 2 {

@@ -50,7 +50,7 @@ func (i DeviceInfo) String() string {
 // one device is serialised. Models loaded on it must be closed before it.
 type Device struct {
 	mu     sync.Mutex
-	b      backend
+	b      ops
 	cuda   *cudaBackend // nil for the host device
 	info   DeviceInfo
 	closed bool
@@ -225,7 +225,7 @@ var errDeviceClosed = errors.New("gpu: device is closed")
 
 // do runs f with the device's backend, holding the device and, for a GPU, with its
 // context current on a locked OS thread.
-func (d *Device) do(f func(b backend) error) error {
+func (d *Device) do(f func(b ops) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -247,7 +247,7 @@ func (d *Device) Info() DeviceInfo { return d.info }
 // MemoryInfo returns the free and total device memory in bytes (for the host device,
 // 0 and 0).
 func (d *Device) MemoryInfo() (free, total int64, err error) {
-	err = d.do(func(backend) error {
+	err = d.do(func(ops) error {
 		if d.cuda == nil {
 			return nil
 		}
@@ -259,7 +259,7 @@ func (d *Device) MemoryInfo() (free, total int64, err error) {
 
 // Synchronize waits until the device has finished all work queued so far.
 func (d *Device) Synchronize() error {
-	return d.do(func(b backend) error { return b.sync() })
+	return d.do(func(b ops) error { return b.sync() })
 }
 
 // Close releases the device: its compiled kernels, cuBLAS handle and context. Models

@@ -1,30 +1,31 @@
-// Package llama is specula's CPU transformer runtime for the Llama family — Llama 2 and
-// 3, TinyLlama, SmolLM, Mistral (without sliding window), Qwen2 and Qwen2.5 — loaded
+// Package llama is the Llama-family architecture — Llama 2 and 3, TinyLlama, SmolLM,
+// Mistral (without sliding window), Qwen2 and Qwen2.5 — and its weight binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
-// weights are copied into the kernels' layout).
+// backend takes the weights in). The forward pass is written once, against the
+// operations of package backend; it runs on the CPU (backend/cpu) or, when the options
+// name a device, on a GPU (package gpu).
 //
 // A [Model] implements [model.Model]: it is read-only after loading and shared by its
 // sequences, each of which keeps its keys and values in a paged cache with a memory
 // budget. A forward pass takes many tokens at once (a prompt, or a draft to verify,
-// chain or tree), reads every weight once for all of them, and computes logits only for
-// the positions asked.
+// chain or tree), of one sequence or many, reads every weight once for all of them, and
+// computes logits only for the positions asked.
 package llama
 
 import (
 	"fmt"
 	"math"
+
+	"github.com/specula/specula/backend"
 )
 
 // RopeStyle says which dimensions rotary embeddings rotate together.
-type RopeStyle int
+type RopeStyle = backend.RopeStyle
 
+// The rotary layouts (see [backend.RopeStyle]).
 const (
-	// RopeInterleaved rotates dimension pairs (2i, 2i+1): the layout llama.cpp's
-	// converter gives `llama` GGUF files, whose Q and K rows it permutes.
-	RopeInterleaved RopeStyle = iota
-	// RopeHalf rotates pairs (i, i+d/2): Hugging Face's rotate-half layout, used by
-	// safetensors checkpoints and by `qwen2` GGUF files.
-	RopeHalf
+	RopeInterleaved = backend.RopeInterleaved
+	RopeHalf        = backend.RopeHalf
 )
 
 // Config is the shape of a model.
@@ -78,9 +79,15 @@ func (s Llama3Scaling) FreqFactors(theta float64, ropeDim int) []float32 {
 	return out
 }
 
-// KVBytesPerPosition is the key/value memory one position of a sequence takes in the
-// CPU runtime's cache (float32 keys and values), all layers together: what attention
-// reads per position at every decoding step.
+// Shape is what a backend needs to know of the model's shape.
+func (c *Config) Shape() backend.Shape {
+	return backend.Shape{Layers: c.Layers, Dim: c.Dim, Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		FFN: c.FFN, Vocab: c.Vocab, RopeDim: c.RopeDim, Style: c.RopeStyle, NormEps: c.NormEps}
+}
+
+// KVBytesPerPosition is the key/value memory one position of a sequence takes
+// (float32 keys and values), all layers together: what attention reads per position
+// at every decoding step.
 func (c *Config) KVBytesPerPosition() int64 {
 	return int64(c.Layers) * 2 * int64(c.KVHeads*c.HeadDim) * 4
 }

@@ -8,31 +8,57 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
 )
 
+// dequantize decodes values of type t into float32.
+func dequantize(t dtype.DType, src []byte, dst []float32) error { return kernels.Dequantize(t, src, dst) }
+
 // Open loads a model from a GGUF file or a Hugging Face directory (config.json plus
-// model.safetensors or a sharded model.safetensors.index.json). The files are
-// memory-mapped while the weights are copied into the kernels' layout (each
-// tensor's mapped pages given back as soon as it is copied), and closed after.
+// model.safetensors or a sharded model.safetensors.index.json) onto the backend the
+// options name: the CPU, or a GPU. The files are memory-mapped while the backend takes
+// the weights in (each tensor's mapped pages given back as soon as it is taken), and
+// closed after.
 func Open(path string, opts Options) (*Model, error) {
 	t, err := OpenTensors(path)
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: t.Config, name: t.Name}
-	l := &loader{src: t.src, file: t.file, progress: opts.Progress}
-	err = l.load(m, t.Names)
+	m, err := build(t, opts)
 	if cerr := t.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("llama: %s: %w", path, cerr)
 	}
 	if err != nil {
+		if m != nil {
+			_ = m.Close()
+		}
 		return nil, err
 	}
-	if err := m.finish(opts); err != nil {
-		_ = m.Close()
-		return nil, fmt.Errorf("llama: %s: %w", path, err)
+	return m, nil
+}
+
+// build makes the model of t on the backend the options name.
+func build(t *Tensors, opts Options) (*Model, error) {
+	c := t.Config
+	if opts.ContextLength > 0 && (c.ContextLength == 0 || opts.ContextLength < c.ContextLength) {
+		c.ContextLength = opts.ContextLength
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("llama: %s: %w", t.file, err)
+	}
+	be, err := newBackend(&c, opts)
+	if err != nil {
+		return nil, fmt.Errorf("llama: %s: %w", t.file, err)
+	}
+	m := &Model{cfg: c, name: t.Name, be: be, invFreq: c.InvFreqs()}
+	l := &loader{src: t.src, file: t.file, be: be, progress: opts.Progress}
+	if err := l.load(m, t.Names); err != nil {
+		return m, err
+	}
+	if err := m.startCache(opts); err != nil {
+		return m, fmt.Errorf("llama: %s: %w", t.file, err)
 	}
 	return m, nil
 }
@@ -95,6 +121,7 @@ type tensorSource interface {
 type loader struct {
 	src      tensorSource
 	file     string
+	be       backend.Backend
 	progress func(done, total int64) // nil: none
 	done     int64                   // bytes of the tensors loaded so far
 	total    int64
@@ -133,73 +160,90 @@ func (l *loader) report(n int64) {
 	}
 }
 
-// matrix loads a rows × cols weight matrix.
-func (l *loader) matrix(name string, rows, cols int, optional bool) *kernels.Matrix {
-	t, shape, data, ok := l.get(name, optional)
-	if !ok || l.err != nil {
-		return nil
+// part is one tensor of a matrix: its name and shape.
+type part struct {
+	name       string
+	rows, cols int
+}
+
+// matrix loads the parts, side by side, as one matrix of the backend.
+func (l *loader) matrix(parts ...part) backend.Matrix {
+	ts := make([]backend.Tensor, 0, len(parts))
+	for _, p := range parts {
+		t, shape, data, ok := l.get(p.name, false)
+		if !ok || l.err != nil {
+			return nil
+		}
+		if len(shape) != 2 || shape[0] != int64(p.rows) || shape[1] != int64(p.cols) {
+			l.fail(p.name, "shape %v, want [%d %d]", shape, p.rows, p.cols)
+			return nil
+		}
+		ts = append(ts, backend.Tensor{Name: p.name, Type: t, Rows: p.rows, Cols: p.cols, Data: data})
 	}
-	if len(shape) != 2 || shape[0] != int64(rows) || shape[1] != int64(cols) {
-		l.fail(name, "shape %v, want [%d %d]", shape, rows, cols)
-		return nil
-	}
-	m, err := kernels.NewMatrix(t, rows, cols, data)
+	m, err := l.be.Matrix(ts...)
 	if err != nil {
-		l.fail(name, "%v", err)
+		l.fail(parts[0].name, "%v", err)
 		return nil
 	}
 	if l.src.mapped() {
-		release(data) // repacked: the file's bytes are not read again
+		for _, t := range ts {
+			release(t.Data) // taken in: the file's bytes are not read again
+		}
 	}
 	return m
 }
 
-// vector loads a 1-D tensor of n values as float32.
-func (l *loader) vector(name string, n int, optional bool) []float32 {
-	t, shape, data, ok := l.get(name, optional)
-	if !ok || l.err != nil {
+// vector loads 1-D tensors of the given lengths, side by side, as one vector of the
+// backend; nil when the first is optional and missing.
+func (l *loader) vector(optional bool, parts ...part) backend.Vector {
+	var out []float32
+	for _, p := range parts {
+		t, shape, data, ok := l.get(p.name, optional)
+		if !ok || l.err != nil {
+			return nil
+		}
+		if len(shape) != 1 || shape[0] != int64(p.rows) {
+			l.fail(p.name, "shape %v, want [%d]", shape, p.rows)
+			return nil
+		}
+		v := make([]float32, p.rows)
+		if err := dequantize(t, data, v); err != nil {
+			l.fail(p.name, "%v", err)
+			return nil
+		}
+		out = append(out, v...)
+	}
+	v, err := l.be.Vector(out)
+	if err != nil {
+		l.fail(parts[0].name, "%v", err)
 		return nil
 	}
-	if len(shape) != 1 || shape[0] != int64(n) {
-		l.fail(name, "shape %v, want [%d]", shape, n)
-		return nil
-	}
-	out := make([]float32, n)
-	if err := kernels.Dequantize(t, data, out); err != nil {
-		l.fail(name, "%v", err)
-		return nil
-	}
-	return out
+	return v
 }
 
 // load fills the weights of m, whose config is set.
 func (l *loader) load(m *Model, n TensorNames) error {
 	c := &m.cfg
-	hd := c.HeadDim
-	m.embed = l.matrix(n.Embed, c.Vocab, c.Dim, false)
+	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	m.embed = l.matrix(part{n.Embed, c.Vocab, c.Dim})
 	for i := range c.Layers {
+		name := func(p string) string { return n.Layer(i, p) }
 		ly := layer{
-			attnNorm: l.vector(n.Layer(i, "attn_norm"), c.Dim, false),
-			wq:       l.matrix(n.Layer(i, "q"), c.Heads*hd, c.Dim, false),
-			wk:       l.matrix(n.Layer(i, "k"), c.KVHeads*hd, c.Dim, false),
-			wv:       l.matrix(n.Layer(i, "v"), c.KVHeads*hd, c.Dim, false),
-			wo:       l.matrix(n.Layer(i, "o"), c.Dim, c.Heads*hd, false),
-			ffnNorm:  l.vector(n.Layer(i, "ffn_norm"), c.Dim, false),
-			wGate:    l.matrix(n.Layer(i, "gate"), c.FFN, c.Dim, false),
-			wUp:      l.matrix(n.Layer(i, "up"), c.FFN, c.Dim, false),
-			wDown:    l.matrix(n.Layer(i, "down"), c.Dim, c.FFN, false),
+			attnNorm: l.vector(false, part{name("attn_norm"), c.Dim, 0}),
+			qkv:      l.matrix(part{name("q"), qd, c.Dim}, part{name("k"), kvd, c.Dim}, part{name("v"), kvd, c.Dim}),
+			o:        l.matrix(part{name("o"), c.Dim, qd}),
+			ffnNorm:  l.vector(false, part{name("ffn_norm"), c.Dim, 0}),
+			gateUp:   l.matrix(part{name("gate"), c.FFN, c.Dim}, part{name("up"), c.FFN, c.Dim}),
+			down:     l.matrix(part{name("down"), c.Dim, c.FFN}),
 		}
-		ly.bq = l.vector(n.Layer(i, "q_bias"), c.Heads*hd, !c.QKVBias)
-		ly.bk = l.vector(n.Layer(i, "k_bias"), c.KVHeads*hd, !c.QKVBias)
-		ly.bv = l.vector(n.Layer(i, "v_bias"), c.KVHeads*hd, !c.QKVBias)
-		if (ly.bq == nil) != (ly.bk == nil) || (ly.bq == nil) != (ly.bv == nil) {
-			l.fail(n.Layer(i, "q_bias"), "q, k and v biases must come together")
+		if _, _, _, ok := l.src.lookup(name("q_bias")); ok || c.QKVBias {
+			ly.bias = l.vector(false, part{name("q_bias"), qd, 0}, part{name("k_bias"), kvd, 0}, part{name("v_bias"), kvd, 0})
 		}
 		m.layers = append(m.layers, ly)
 	}
-	m.outNorm = l.vector(n.OutNorm, c.Dim, false)
+	m.outNorm = l.vector(false, part{n.OutNorm, c.Dim, 0})
 	if _, _, _, ok := l.src.lookup(n.Output); ok && !c.TiedEmbeddings {
-		m.output = l.matrix(n.Output, c.Vocab, c.Dim, false)
+		m.output = l.matrix(part{n.Output, c.Vocab, c.Dim})
 	} else {
 		c.TiedEmbeddings = true
 		m.output = m.embed

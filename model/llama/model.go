@@ -3,49 +3,61 @@ package llama
 import (
 	"context"
 	"fmt"
+	"sync"
 
-	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 )
 
 // Options tune a loaded model.
 type Options struct {
-	// Threads is how many threads a forward pass uses; 0 means GOMAXPROCS.
+	// Device, when set, runs the model on that GPU (see package gpu); nil runs it on
+	// the CPU.
+	Device *gpu.Device
+	// Threads is how many threads a forward pass on the CPU uses; 0 means GOMAXPROCS.
 	Threads int
 	// KVBudget is the memory, in bytes, set aside for all sequences' keys and
 	// values. 0 means four sequences at full context, at least 64 MiB and at most
-	// 2 GiB. Memory is only touched as sequences grow.
+	// 2 GiB (4 GiB on a GPU). On the CPU memory is only touched as sequences grow; a
+	// GPU allocates it at load.
 	KVBudget int64
 	// ContextLength, when positive, lowers the model's context length.
 	ContextLength int
+	// MaxBatch, on a GPU, is the most tokens one pass over the layers takes: longer
+	// forwards (prompts) are cut into passes of this many, which bounds the scratch
+	// memory. 0 means 256.
+	MaxBatch int
 	// Progress, when set, is told how loading goes: the bytes of the file's tensors
-	// copied into the kernels' layout so far, out of all of them, about every 1 %,
-	// and done == total at the end.
+	// taken in by the backend so far, out of all of them, about every 1 %, and
+	// done == total at the end.
 	Progress func(done, total int64)
 }
 
-// layer holds one transformer block's weights.
+// layer holds one transformer block's weights, in the backend.
 type layer struct {
-	attnNorm          []float32
-	wq, wk, wv, wo    *kernels.Matrix
-	bq, bk, bv        []float32
-	ffnNorm           []float32
-	wGate, wUp, wDown *kernels.Matrix
+	attnNorm, ffnNorm backend.Vector
+	qkv, o            backend.Matrix // Q, K and V side by side
+	bias              backend.Vector // Q, K and V biases side by side; nil: none
+	gateUp, down      backend.Matrix // gate and up side by side
 }
 
 // Model is a loaded Llama-family model. It is safe for concurrent use.
 type Model struct {
 	cfg     Config
 	name    string
-	embed   *kernels.Matrix // Vocab × Dim
+	be      backend.Backend
+	embed   backend.Matrix // Vocab × Dim
 	layers  []layer
-	outNorm []float32
-	output  *kernels.Matrix // Vocab × Dim; the embedding when tied
+	outNorm backend.Vector
+	output  backend.Matrix // Vocab × Dim; the embedding when tied
 	invFreq []float64
-
-	threads *kernels.Pool
 	kv      *kvcache.Pool
+
+	mu    sync.Mutex
+	plans []*backend.Plan // plans of finished forwards, for the next
 }
 
 // Config returns the model's shape.
@@ -59,41 +71,67 @@ func (m *Model) Info() model.Info {
 // KVStats reports the key/value memory: blocks in use and free, bytes.
 func (m *Model) KVStats() kvcache.Stats { return m.kv.Stats() }
 
-// Kernels names the instruction set of the CPU kernels in use on this machine.
-func Kernels() string { return kernels.Name() }
+// Backend names what runs the model ("cpu avx512 vnni", "cuda NVIDIA H200", …).
+func (m *Model) Backend() string { return m.be.Name() }
 
-// Close releases the model's threads. Sequences must be closed first.
-func (m *Model) Close() error {
-	m.threads.Close()
-	return nil
+// WeightBytes is the memory the weights take in the backend.
+func (m *Model) WeightBytes() int64 {
+	n := m.embed.Bytes()
+	if m.output != m.embed {
+		n += m.output.Bytes()
+	}
+	for _, ly := range m.layers {
+		n += ly.qkv.Bytes() + ly.o.Bytes() + ly.gateUp.Bytes() + ly.down.Bytes()
+	}
+	return n
 }
 
-// finish validates the assembled model and starts its threads and cache.
-func (m *Model) finish(opts Options) error {
+// DecodeBytes is the weight memory one decoding step reads: every layer's matrices and
+// the output matrix (of the embedding, one row).
+func (m *Model) DecodeBytes() int64 {
+	n := m.output.Bytes() + m.embed.Bytes()/int64(m.cfg.Vocab)
+	for _, ly := range m.layers {
+		n += ly.qkv.Bytes() + ly.o.Bytes() + ly.gateUp.Bytes() + ly.down.Bytes()
+	}
+	return n
+}
+
+// Close releases the model's backend. Sequences must be closed first.
+func (m *Model) Close() error {
+	if m.be == nil {
+		return nil
+	}
+	return m.be.Close()
+}
+
+// newBackend makes the backend the options ask for, for models of c's shape.
+func newBackend(c *Config, opts Options) (backend.Backend, error) {
+	if opts.Device != nil {
+		return gpu.NewBackend(opts.Device, c.Shape(), gpu.BackendOptions{MaxBatch: opts.MaxBatch})
+	}
+	return cpu.New(c.Shape(), opts.Threads), nil
+}
+
+// startCache makes the key/value cache within the options' budget.
+func (m *Model) startCache(opts Options) error {
 	c := &m.cfg
-	if opts.ContextLength > 0 && (c.ContextLength == 0 || opts.ContextLength < c.ContextLength) {
-		c.ContextLength = opts.ContextLength
-	}
-	if err := c.validate(); err != nil {
-		return err
-	}
-	m.invFreq = c.InvFreqs()
-	perToken := c.KVBytesPerPosition()
 	budget := opts.KVBudget
 	if budget <= 0 {
 		ctx := int64(c.ContextLength)
 		if ctx == 0 {
 			ctx = 4096
 		}
-		budget = min(max(4*ctx*perToken, 64<<20), 2<<30)
+		limit := int64(2 << 30)
+		if opts.Device != nil {
+			limit = 4 << 30
+		}
+		budget = min(max(4*ctx*c.KVBytesPerPosition(), 64<<20), limit)
 	}
-	kv, err := kvcache.NewPool(kvcache.Config{Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim,
-		BlockSize: attnBlock, Budget: budget, KeysTransposed: true})
+	kv, err := m.be.KV(kvcache.DefaultBlockSize, budget)
 	if err != nil {
 		return fmt.Errorf("key/value cache: %w", err)
 	}
 	m.kv = kv
-	m.threads = kernels.NewPool(opts.Threads)
 	return nil
 }
 
@@ -102,21 +140,24 @@ func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("llama: new sequence: %w", err)
 	}
-	return &sequence{m: m, kv: m.kv.NewSeq(), scores: make(chan []float32, m.threads.Threads())}, nil
+	return &sequence{m: m, kv: m.kv.NewSeq()}, nil
 }
 
-// Forward implements [model.Model].
-func (m *Model) Forward(ctx context.Context, work []model.Work) error {
-	if err := model.CheckWork(work); err != nil {
-		return fmt.Errorf("llama: %w", err)
+// plan takes a plan for a forward, reused from an earlier one when there is one.
+func (m *Model) plan() *backend.Plan {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.plans); n > 0 {
+		p := m.plans[n-1]
+		m.plans = m.plans[:n-1]
+		return p
 	}
-	for i, w := range work {
-		if err := w.Seq.Forward(ctx, w.Batch, w.Logits); err != nil {
-			for _, d := range work[:i] {
-				_ = d.Seq.Truncate(d.Seq.Len() - len(d.Batch.Tokens))
-			}
-			return fmt.Errorf("work item %d: %w", i, err)
-		}
-	}
-	return nil
+	return &backend.Plan{}
+}
+
+// putPlan keeps a finished forward's plan for the next.
+func (m *Model) putPlan(p *backend.Plan) {
+	m.mu.Lock()
+	m.plans = append(m.plans, p)
+	m.mu.Unlock()
 }

@@ -18,74 +18,123 @@ func encodeWeights(t testing.TB, typ dtype.DType, w []float32) []byte {
 	return out
 }
 
-// randomModel builds a model with random weights of type typ.
-func randomModel(t testing.TB, cfg Config, typ dtype.DType, seed uint64, opts Options) *Model {
-	t.Helper()
+// memTensor is a tensor of a memSource.
+type memTensor struct {
+	typ   dtype.DType
+	shape []int64
+	data  []byte
+}
+
+// memSource is a tensor source in memory, for models made up by the tests.
+type memSource map[string]memTensor
+
+func (s memSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
+	t, ok := s[name]
+	return t.typ, t.shape, t.data, ok
+}
+func (s memSource) mapped() bool { return false }
+func (s memSource) size() int64 {
+	var n int64
+	for _, t := range s {
+		n += int64(len(t.data))
+	}
+	return n
+}
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
+
+// randomTensors makes the tensors of a model of shape cfg with random weights of type
+// typ (norms and biases F32), under GGUF names.
+func randomTensors(t testing.TB, cfg Config, typ dtype.DType, seed uint64) memSource {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	mat := func(rows, cols int, scale float64) *kernels.Matrix {
+	src := memSource{}
+	mat := func(name string, rows, cols int, scale float64) {
 		w := make([]float32, rows*cols)
 		for i := range w {
 			w[i] = float32(rng.NormFloat64() * scale)
 		}
-		m, err := kernels.NewMatrix(typ, rows, cols, encodeWeights(t, typ, w))
-		require.NoError(t, err)
-		return m
+		src[name] = memTensor{typ, []int64{int64(rows), int64(cols)}, encodeWeights(t, typ, w)}
 	}
-	vec := func(n int, mean, scale float64) []float32 {
+	vec := func(name string, n int, mean, scale float64) {
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(mean + rng.NormFloat64()*scale)
 		}
-		return v
+		src[name] = memTensor{dtype.F32, []int64{int64(n)}, encodeWeights(t, dtype.F32, v)}
 	}
-	m := &Model{cfg: cfg, name: "random"}
+	n := GGUFNames()
 	hd := cfg.HeadDim
-	m.embed = mat(cfg.Vocab, cfg.Dim, 1)
-	for range cfg.Layers {
-		ly := layer{
-			attnNorm: vec(cfg.Dim, 1, 0.1),
-			wq:       mat(cfg.Heads*hd, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim))),
-			wk:       mat(cfg.KVHeads*hd, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim))),
-			wv:       mat(cfg.KVHeads*hd, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim))),
-			wo:       mat(cfg.Dim, cfg.Heads*hd, 1/math.Sqrt(float64(cfg.Heads*hd))),
-			ffnNorm:  vec(cfg.Dim, 1, 0.1),
-			wGate:    mat(cfg.FFN, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim))),
-			wUp:      mat(cfg.FFN, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim))),
-			wDown:    mat(cfg.Dim, cfg.FFN, 1/math.Sqrt(float64(cfg.FFN))),
-		}
+	mat(n.Embed, cfg.Vocab, cfg.Dim, 1)
+	for i := range cfg.Layers {
+		name := func(p string) string { return n.Layer(i, p) }
+		vec(name("attn_norm"), cfg.Dim, 1, 0.1)
+		mat(name("q"), cfg.Heads*hd, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim)))
+		mat(name("k"), cfg.KVHeads*hd, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim)))
+		mat(name("v"), cfg.KVHeads*hd, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim)))
+		mat(name("o"), cfg.Dim, cfg.Heads*hd, 1/math.Sqrt(float64(cfg.Heads*hd)))
+		vec(name("ffn_norm"), cfg.Dim, 1, 0.1)
+		mat(name("gate"), cfg.FFN, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim)))
+		mat(name("up"), cfg.FFN, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim)))
+		mat(name("down"), cfg.Dim, cfg.FFN, 1/math.Sqrt(float64(cfg.FFN)))
 		if cfg.QKVBias {
-			ly.bq, ly.bk, ly.bv = vec(cfg.Heads*hd, 0, 0.5), vec(cfg.KVHeads*hd, 0, 0.5), vec(cfg.KVHeads*hd, 0, 0.5)
+			vec(name("q_bias"), cfg.Heads*hd, 0, 0.5)
+			vec(name("k_bias"), cfg.KVHeads*hd, 0, 0.5)
+			vec(name("v_bias"), cfg.KVHeads*hd, 0, 0.5)
 		}
-		m.layers = append(m.layers, ly)
 	}
-	m.outNorm = vec(cfg.Dim, 1, 0.1)
-	if cfg.TiedEmbeddings {
-		m.output = m.embed
-	} else {
-		m.output = mat(cfg.Vocab, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim)))
+	vec(n.OutNorm, cfg.Dim, 1, 0.1)
+	if !cfg.TiedEmbeddings {
+		mat(n.Output, cfg.Vocab, cfg.Dim, 1/math.Sqrt(float64(cfg.Dim)))
 	}
-	require.NoError(t, m.finish(opts))
+	return src
+}
+
+// randomTensorsOf returns the tensors of a model of shape cfg with random weights, as
+// Open would see them.
+func randomTensorsOf(t testing.TB, cfg Config, typ dtype.DType, seed uint64) *Tensors {
+	return &Tensors{Config: cfg, Name: "random", Names: GGUFNames(), src: randomTensors(t, cfg, typ, seed),
+		file: "random", closer: nopCloser{}}
+}
+
+// randomModel builds a model with random weights of type typ.
+func randomModel(t testing.TB, cfg Config, typ dtype.DType, seed uint64, opts Options) *Model {
+	t.Helper()
+	m, err := build(randomTensorsOf(t, cfg, typ, seed), opts)
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m
 }
 
 // reference computes the logits at every position of toks in float64, one
-// straightforward step after another, from the model's decoded weights.
-func reference(t testing.TB, m *Model, toks []int32) [][]float64 {
+// straightforward step after another, from the decoded weights of src.
+func reference(t testing.TB, m *Model, src memSource, toks []int32) [][]float64 {
 	c := m.cfg
 	T, hd := len(toks), c.HeadDim
-	dec := func(mx *kernels.Matrix) [][]float64 {
-		out := make([][]float64, mx.Rows)
-		row := make([]float32, mx.Cols)
-		buf := make([]byte, mx.RowBytes())
+	n := GGUFNames()
+	dec := func(name string) [][]float64 {
+		tn := src[name]
+		rows, cols := int(tn.shape[0]), int(tn.shape[1])
+		vals := make([]float32, rows*cols)
+		require.NoError(t, kernels.Dequantize(tn.typ, tn.data, vals))
+		out := make([][]float64, rows)
 		for r := range out {
-			require.NoError(t, mx.RowF32(r, row, buf))
-			out[r] = make([]float64, mx.Cols)
-			for i, v := range row {
+			out[r] = make([]float64, cols)
+			for i, v := range vals[r*cols : (r+1)*cols] {
 				out[r][i] = float64(v)
 			}
 		}
 		return out
+	}
+	vec := func(name string) []float32 {
+		tn, ok := src[name]
+		if !ok {
+			return nil
+		}
+		v := make([]float32, tn.shape[0])
+		require.NoError(t, kernels.Dequantize(tn.typ, tn.data, v))
+		return v
 	}
 	matvec := func(w [][]float64, x []float64) []float64 {
 		y := make([]float64, len(w))
@@ -120,25 +169,28 @@ func reference(t testing.TB, m *Model, toks []int32) [][]float64 {
 			x[a], x[b] = x[a]*cs-x[b]*sn, x[a]*sn+x[b]*cs
 		}
 	}
-	emb := dec(m.embed)
+	emb := dec(n.Embed)
 	X := make([][]float64, T)
 	for p, tok := range toks {
 		X[p] = append([]float64(nil), emb[tok]...)
 	}
-	for _, ly := range m.layers {
-		wq, wk, wv, wo := dec(ly.wq), dec(ly.wk), dec(ly.wv), dec(ly.wo)
-		wg, wu, wd := dec(ly.wGate), dec(ly.wUp), dec(ly.wDown)
+	for l := range c.Layers {
+		name := func(p string) string { return n.Layer(l, p) }
+		wq, wk, wv, wo := dec(name("q")), dec(name("k")), dec(name("v")), dec(name("o"))
+		wg, wu, wd := dec(name("gate")), dec(name("up")), dec(name("down"))
+		attnNorm, ffnNorm := vec(name("attn_norm")), vec(name("ffn_norm"))
+		bq, bk, bv := vec(name("q_bias")), vec(name("k_bias")), vec(name("v_bias"))
 		Q, K, V := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 		for p := range T {
-			xn := norm(X[p], ly.attnNorm)
+			xn := norm(X[p], attnNorm)
 			Q[p], K[p], V[p] = matvec(wq, xn), matvec(wk, xn), matvec(wv, xn)
-			if ly.bq != nil {
+			if bq != nil {
 				for i := range Q[p] {
-					Q[p][i] += float64(ly.bq[i])
+					Q[p][i] += float64(bq[i])
 				}
 				for i := range K[p] {
-					K[p][i] += float64(ly.bk[i])
-					V[p][i] += float64(ly.bv[i])
+					K[p][i] += float64(bk[i])
+					V[p][i] += float64(bv[i])
 				}
 			}
 			for h := range c.Heads {
@@ -176,7 +228,7 @@ func reference(t testing.TB, m *Model, toks []int32) [][]float64 {
 			for i := range X[p] {
 				X[p][i] += o[i]
 			}
-			xn := norm(X[p], ly.ffnNorm)
+			xn := norm(X[p], ffnNorm)
 			g, u := matvec(wg, xn), matvec(wu, xn)
 			for i := range g {
 				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
@@ -187,10 +239,15 @@ func reference(t testing.TB, m *Model, toks []int32) [][]float64 {
 			}
 		}
 	}
-	out := dec(m.output)
+	outName := n.Output
+	if c.TiedEmbeddings {
+		outName = n.Embed
+	}
+	out := dec(outName)
+	outNorm := vec(n.OutNorm)
 	logits := make([][]float64, T)
 	for p := range T {
-		logits[p] = matvec(out, norm(X[p], m.outNorm))
+		logits[p] = matvec(out, norm(X[p], outNorm))
 	}
 	return logits
 }

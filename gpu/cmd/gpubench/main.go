@@ -228,11 +228,11 @@ func measure(ctx context.Context, dev *gpu.Device, name string, cfg llama.Config
 	// Room for the context, the decode steps and a verify forward, in whole blocks.
 	perToken := int64(cfg.Layers) * 2 * int64(cfg.KVHeads) * int64(cfg.HeadDim) * 4
 	positions := int64(c.Context+c.Steps+c.VerifyK) + 64
-	opts := gpu.Options{KVBudget: positions * perToken, MaxBatch: 512}
+	opts := llama.Options{Device: dev, KVBudget: positions * perToken, MaxBatch: 512}
 	r.KVBytesPerStep = int64(c.Context) * perToken
 
 	t0 := time.Now()
-	m, err := gpu.NewRandom(ctx, dev, cfg, typ, c.Seed, opts)
+	m, err := llama.NewRandom(cfg, typ, c.Seed, opts)
 	if err != nil {
 		return r, err
 	}

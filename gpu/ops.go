@@ -72,7 +72,7 @@ type attnArgs struct {
 // backend runs them on a GPU; the host backend is their plain-Go definition, slow and
 // simple, against which the tests check the runner and the kernels. Calls are not
 // safe for concurrent use: the [Device] serialises them.
-type backend interface {
+type ops interface {
 	kind() string
 	alloc(bytes int64) (devptr, error)
 	free(p devptr) error

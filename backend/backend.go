@@ -1,0 +1,148 @@
+// Package backend is the contract between the Llama-family forward pass (package
+// model/llama, written once) and what runs it: the handful of operations a
+// transformer layer needs, on weights and key/value memory that the backend keeps in
+// its own form. The CPU backend (backend/cpu) runs them with the SIMD kernels on host
+// memory; the CUDA backend (package gpu) on a GPU. A new weight type, architecture or
+// output is written once in model/llama against these operations, and each backend
+// only learns the operations it lacks.
+//
+// One forward call becomes one or more passes. The caller describes a pass in a [Plan]
+// — the rows (tokens) of every sequence in it, their positions and rotary angles,
+// where their keys and values go, what each row attends to, which rows give logits —
+// and runs the layers through the [Pass] the backend hands it. Activations live in the
+// backend, named by [Act].
+package backend
+
+import (
+	"context"
+
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/kvcache"
+)
+
+// RopeStyle says which dimensions rotary embeddings rotate together.
+type RopeStyle int
+
+const (
+	// RopeInterleaved rotates dimension pairs (2i, 2i+1): the layout llama.cpp's
+	// converter gives `llama` GGUF files, whose Q and K rows it permutes.
+	RopeInterleaved RopeStyle = iota
+	// RopeHalf rotates pairs (i, i+d/2): Hugging Face's rotate-half layout, used by
+	// safetensors checkpoints and by `qwen2` GGUF files.
+	RopeHalf
+)
+
+// Shape is what the operations need to know of a model.
+type Shape struct {
+	Layers  int
+	Dim     int // hidden size
+	Heads   int // query heads
+	KVHeads int
+	HeadDim int
+	FFN     int // intermediate size
+	Vocab   int
+	RopeDim int // dimensions rotated per head
+	Style   RopeStyle
+	NormEps float32
+}
+
+// QKVWidth is the width of a row of the fused Q, K, V projection.
+func (s Shape) QKVWidth() int { return (s.Heads + 2*s.KVHeads) * s.HeadDim }
+
+// KVFloats is the number of floats one position keeps: keys and values of every
+// layer and key/value head.
+func (s Shape) KVFloats() int { return s.Layers * 2 * s.KVHeads * s.HeadDim }
+
+// Tensor is a weight matrix as a file holds it, for a backend to take in: Rows × Cols
+// values of one type, row-major, in Data.
+type Tensor struct {
+	Name       string
+	Type       dtype.DType
+	Rows, Cols int
+	Data       []byte
+}
+
+// Matrix is a weight matrix a backend has taken in, in its own form.
+type Matrix interface {
+	// Rows is the number of output columns a product with the matrix gives.
+	Rows() int
+	// Bytes is the memory the matrix takes in the backend.
+	Bytes() int64
+}
+
+// Vector is a float32 vector a backend has taken in (a norm's weights, a bias).
+type Vector interface {
+	Len() int
+}
+
+// Backend runs forward passes of one model shape.
+type Backend interface {
+	// Name says what runs the operations, for logs and benchmark tables.
+	Name() string
+	// Matrix takes in one weight matrix, or several side by side: the product with
+	// them is one product whose output row holds each part's outputs in order (Q, K
+	// and V as one projection). The parts share Cols. The tensors' bytes are not
+	// kept: the caller may release them after.
+	Matrix(parts ...Tensor) (Matrix, error)
+	// Vector takes in a vector.
+	Vector(v []float32) (Vector, error)
+	// KV makes the key/value books and storage for blocks of blockSize positions,
+	// within budget bytes.
+	KV(blockSize int, budget int64) (*kvcache.Pool, error)
+	// MaxRows is the most rows one pass may take (0: no limit); the caller cuts
+	// longer forwards into passes.
+	MaxRows() int
+	// Run runs f over one pass of p. The backend may serialise passes (one device,
+	// one stream); the CPU backend runs passes of different goroutines side by side.
+	// f's operations do not return errors: the first one fails the pass, the rest
+	// do nothing, and Run returns that error (or f's).
+	Run(ctx context.Context, p *Plan, f func(Pass) error) error
+	// Close releases the backend's memory. Its models must not be used after.
+	Close() error
+}
+
+// Act names an activation buffer of a pass: rows × the width given.
+type Act int
+
+const (
+	X      Act = iota // the residual stream, Dim
+	XN                // its normalised copy, Dim
+	QKV               // the fused Q, K, V projection, Shape.QKVWidth
+	Att               // the attention output, Heads·HeadDim
+	GateUp            // gate and up side by side, 2·FFN
+	Hidden            // silu(gate)·up, FFN
+)
+
+// Pass is the operations of one pass, over the rows of its plan.
+type Pass interface {
+	// Embed writes row r of X as row Plan.Tokens[r] of table.
+	Embed(table Matrix)
+	// Norm writes dst = src / √(mean(src²) + eps) · w, row by row.
+	Norm(dst, src Act, w Vector)
+	// Mul writes dst = src · wᵀ, row by row.
+	Mul(dst, src Act, w Matrix)
+	// MulAdd adds src · wᵀ to dst.
+	MulAdd(dst, src Act, w Matrix)
+	// Attention is one layer's attention: it adds bias (nil: none) to the rows of
+	// QKV, rotates Q and K by the plan's angles, stores K and V at the rows' slots of
+	// layer's cache, and writes to Att each row's attention over what the plan says
+	// it sees.
+	Attention(layer int, bias Vector)
+	// SiLUMul writes Hidden = silu(gate)·up from GateUp.
+	SiLUMul()
+	// Logits normalises the plan's output rows of X with w, multiplies them by out and
+	// writes them to the outputs' buffers.
+	Logits(w Vector, out Matrix)
+}
+
+// Filler is a backend that makes weights of pseudo-random values where they live (a
+// device fills its own memory), for benchmarks at sizes no file is at hand for:
+// nothing is read from disk or copied from the host. The same seed gives the same
+// values on every backend that implements it.
+type Filler interface {
+	// RandomMatrix makes a rows × cols matrix of type typ whose values are uniform
+	// in ±scale.
+	RandomMatrix(typ dtype.DType, rows, cols int, seed uint64, scale float32) (Matrix, error)
+	// RandomVector makes a vector of n values uniform in offset ± scale.
+	RandomVector(n int, seed uint64, scale, offset float32) (Vector, error)
+}

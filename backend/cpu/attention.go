@@ -1,0 +1,244 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/internal/kernels"
+)
+
+// attnBlock is the cache block size: 16 positions, one vector of scores (AVX-512) or
+// two (AVX2) per head and block, the keys of a block stored dimension-major.
+const attnBlock = 16
+
+// attnRun is how many rows an attention item takes: all of a verification pass, a
+// slice of a prompt so that its items spread over the threads.
+const attnRun = 16
+
+// Attention implements [backend.Pass].
+func (ps *pass) Attention(layer int, bias backend.Vector) {
+	var bv vector
+	if bias != nil {
+		v, ok := bias.(vector)
+		if !ps.check(ok) {
+			return
+		}
+		bv = v
+	}
+	if ps.err != nil {
+		return
+	}
+	ps.store(layer, bv)
+	ps.attn.start(ps, layer)
+	ps.b.threads.Run(&ps.attn, ps.attn.items(), 1)
+}
+
+// store adds the biases to every row of QKV, rotates its queries and keys, and
+// stores its keys and values at the row's slot.
+func (ps *pass) store(layer int, bias vector) {
+	s := &ps.b.shape
+	hd, w := s.HeadDim, s.QKVWidth()
+	half := s.RopeDim / 2
+	qkv := ps.buf(backend.QKV)
+	kOff, vOff := s.Heads*hd, (s.Heads+s.KVHeads)*hd
+	for r := range ps.rows {
+		row := qkv[r*w : (r+1)*w]
+		if bias != nil {
+			kernels.Add(row, bias)
+		}
+		rope := ps.plan.Rope[r*2*half : (r+1)*2*half]
+		cos, sin := rope[:half], rope[half:]
+		for h := range s.Heads {
+			backend.Rope(row[h*hd:(h+1)*hd], cos, sin, s.Style)
+		}
+		for h := range s.KVHeads {
+			k := row[kOff+h*hd : kOff+(h+1)*hd]
+			backend.Rope(k, cos, sin, s.Style)
+			ps.b.kv.put(ps.plan.Slots[r], layer, h, k, row[vOff+h*hd:vOff+(h+1)*hd])
+		}
+	}
+}
+
+// attnTask computes attention for items (span, kv head, run of rows): the query heads
+// of the kv head's group, for each row over the positions the plan says it sees, in
+// position order. The rows of an item share every read of a cache block: a
+// verification pass of 8 tokens reads the keys and values once, not 8 times. It is
+// batch-invariant: a row's result is bit for bit the same in a pass of one, a chain or
+// a tree, since each row's heads are computed by the same calls on the same data, only
+// interleaved with other rows'. Each head's scores are computed in full, then its
+// maximum, then the weights and their sum in position order, then the values added in
+// position order — no running rescale whose rounding would depend on how positions
+// were grouped.
+type attnTask struct {
+	ps    *pass
+	layer int
+	first []int // per span: its first item; one more at the end
+}
+
+// start readies the task for one layer of the pass.
+func (t *attnTask) start(ps *pass, layer int) {
+	t.ps, t.layer = ps, layer
+	kvh := ps.b.shape.KVHeads
+	t.first = append(t.first[:0], 0)
+	for _, sp := range ps.plan.Spans {
+		t.first = append(t.first, t.first[len(t.first)-1]+kvh*((sp.Hi-sp.Lo+attnRun-1)/attnRun))
+	}
+}
+
+// items is the number of attention items of the pass.
+func (t *attnTask) items() int { return t.first[len(t.first)-1] }
+
+// npos is the number of positions row r attends to.
+func (t *attnTask) npos(r int) int {
+	p := t.ps.plan
+	return int(p.Prefix[r] + p.ExtraOff[r+1] - p.ExtraOff[r])
+}
+
+// Run implements kernels.Task.
+func (t *attnTask) Run(lo, hi int) {
+	ps := t.ps
+	s := &ps.b.shape
+	var buf []float32 // per row: its queries, scaled; then its scores
+	defer func() { ps.putScoreBuf(buf) }()
+	span := 0
+	for item := lo; item < hi; item++ {
+		for item >= t.first[span+1] {
+			span++
+		}
+		sp := &ps.plan.Spans[span]
+		local := item - t.first[span]
+		kvh, run := local%s.KVHeads, local/s.KVHeads
+		r0, r1 := sp.Lo+run*attnRun, min(sp.Hi, sp.Lo+(run+1)*attnRun)
+		for h0 := 0; h0 < s.Heads/s.KVHeads; h0 += kernels.Group {
+			buf = t.heads(sp, kvh, h0, r0, r1, buf)
+		}
+	}
+}
+
+// visible calls f(r, kb, vb, cnt, pos) with the keys and values of the positions each
+// row r of [r0, r1) attends to, in position order per row — cnt positions from the
+// row's pos-th on — a cache block (or a single position) at a time, each cache block
+// once for every row that sees it. keys is scratch for single keys
+// ((attnBlock+1)·HeadDim floats); nil when f reads only the values (kb is then nil for
+// them).
+func (t *attnTask) visible(sp *backend.Span, kvh, r0, r1 int, keys []float32, f func(r int, kb, vb []float32, cnt, pos int)) {
+	ps := t.ps
+	p := ps.plan
+	st := ps.b.kv
+	maxPrefix := 0
+	for r := r0; r < r1; r++ {
+		maxPrefix = max(maxPrefix, int(p.Prefix[r]))
+	}
+	for blk := 0; blk*attnBlock < maxPrefix; blk++ {
+		kb, vb := st.kv(sp.Table[blk], t.layer, kvh)
+		for r := r0; r < r1; r++ {
+			if e := int(p.Prefix[r]); blk*attnBlock < e {
+				f(r, kb, vb, min(attnBlock, e-blk*attnBlock), blk*attnBlock)
+			}
+		}
+	}
+	if sp.Chain {
+		return
+	}
+	// The extras a position at a time: its key gathered to lane 0 of a block of its
+	// own, so that it is scored by the same lane arithmetic as in a block of the cache.
+	hd := ps.b.shape.HeadDim
+	var kt, key []float32
+	if keys != nil {
+		kt, key = keys[:attnBlock*hd], keys[attnBlock*hd:(attnBlock+1)*hd]
+	}
+	for r := r0; r < r1; r++ {
+		pos := int(p.Prefix[r])
+		for _, at := range p.Extra[p.ExtraOff[r]:p.ExtraOff[r+1]] {
+			slot := sp.Table[int(at)/attnBlock]*attnBlock + at%attnBlock
+			if keys != nil {
+				st.key(slot, t.layer, kvh, key)
+				for d, x := range key {
+					kt[attnBlock*d] = x
+				}
+			}
+			f(r, kt, st.value(slot, t.layer, kvh), 1, pos)
+			pos++
+		}
+	}
+}
+
+// heads computes the outputs of up to kernels.Group heads of kv head kvh's group,
+// from the group's head h0 on, for the rows [r0, r1), in buf (grown as needed).
+func (t *attnTask) heads(sp *backend.Span, kvh, h0, r0, r1 int, buf []float32) []float32 {
+	ps := t.ps
+	s := &ps.b.shape
+	hd := s.HeadDim
+	group := s.Heads / s.KVHeads
+	g := min(kernels.Group, group-h0)
+	heads := kvh*group + h0
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	w := s.QKVWidth()
+	qkv, out := ps.buf(backend.QKV), ps.buf(backend.Att)
+	qd := s.Heads * hd
+
+	// Row r's scaled queries at at[r-r0], its scores g·npos after them (head h's
+	// score for position j at h·npos + j); then, for a tree, the scratch of visible.
+	var at [attnRun + 1]int
+	for r := r0; r < r1; r++ {
+		at[r-r0+1] = at[r-r0] + g*hd + g*t.npos(r)
+	}
+	need := at[r1-r0]
+	if !sp.Chain {
+		need += (attnBlock + 1) * hd
+	}
+	if cap(buf) < need {
+		if buf != nil {
+			ps.putScoreBuf(buf)
+		}
+		buf = ps.scoreBuf(need)
+	}
+	var keys []float32
+	if !sp.Chain {
+		keys = buf[at[r1-r0]:need]
+	}
+	qs := func(r int) []float32 { return buf[at[r-r0] : at[r-r0]+g*hd] }
+	sc := func(r int) []float32 { return buf[at[r-r0]+g*hd : at[r-r0+1]] }
+	for r := r0; r < r1; r++ {
+		clear(out[r*qd+heads*hd : r*qd+(heads+g)*hd])
+		q := qs(r)
+		for j, v := range qkv[r*w+heads*hd : r*w+(heads+g)*hd] {
+			q[j] = v * scale
+		}
+	}
+	t.visible(sp, kvh, r0, r1, keys, func(r int, kt, _ []float32, cnt, pos int) {
+		kernels.ScoreBlock(kt, hd, qs(r), g, sc(r)[pos:], t.npos(r), cnt)
+	})
+	for r := r0; r < r1; r++ {
+		npos, scores := t.npos(r), sc(r)
+		for h := range g {
+			hs := scores[h*npos : (h+1)*npos]
+			inv := float32(1 / kernels.ExpShifted(hs, kernels.Max(hs), 1))
+			kernels.Scale(hs, inv)
+		}
+	}
+	t.visible(sp, kvh, r0, r1, nil, func(r int, _, vb []float32, cnt, pos int) {
+		kernels.WeightedSum(sc(r)[pos:], t.npos(r), vb, cnt, out[r*qd+heads*hd:r*qd+(heads+g)*hd], g)
+	})
+	return buf
+}
+
+// scoreBuf takes a buffer of at least n floats for attention scores.
+func (ps *pass) scoreBuf(n int) []float32 {
+	select {
+	case b := <-ps.scores:
+		if cap(b) >= n {
+			return b[:n]
+		}
+	default:
+	}
+	return make([]float32, n, n+n/2)
+}
+
+// putScoreBuf returns a buffer for the next task to use.
+func (ps *pass) putScoreBuf(b []float32) {
+	select {
+	case ps.scores <- b:
+	default:
+	}
+}

@@ -1,0 +1,152 @@
+// Package cpu is the CPU backend: the operations of a Llama-family layer on host
+// memory, run by the SIMD kernels of internal/kernels on a pool of threads, with the
+// key/value blocks in host memory.
+//
+// Products on quantised weights run on activations quantised per row to 8-bit blocks
+// with integer dot products, in one summation order for every batch size, and
+// attention computes each row by the same calls whatever else is in the pass: a
+// token's logits do not depend on the batch around it.
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/kvcache"
+)
+
+// Backend runs passes of one model shape on the CPU. It is safe for concurrent use:
+// passes of different goroutines take turns on the threads, op by op.
+type Backend struct {
+	shape   backend.Shape
+	threads *kernels.Pool
+	kv      *store
+
+	mu   sync.Mutex
+	free []*pass // scratch of finished passes, for the next
+}
+
+// New makes a CPU backend for models of the given shape, on threads threads (0 means
+// GOMAXPROCS).
+func New(shape backend.Shape, threads int) *Backend {
+	return &Backend{shape: shape, threads: kernels.NewPool(threads)}
+}
+
+// Name implements [backend.Backend].
+func (b *Backend) Name() string { return "cpu " + kernels.Name() }
+
+// MaxRows implements [backend.Backend]: a pass takes any number of rows.
+func (b *Backend) MaxRows() int { return 0 }
+
+// Threads is the number of threads a pass runs on.
+func (b *Backend) Threads() int { return b.threads.Threads() }
+
+// Close implements [backend.Backend].
+func (b *Backend) Close() error {
+	b.threads.Close()
+	return nil
+}
+
+// matrix is one or more kernel matrices side by side.
+type matrix struct {
+	parts []*kernels.Matrix
+	offs  []int // each part's first output column
+	rows  int
+	bytes int64
+}
+
+func (m *matrix) Rows() int    { return m.rows }
+func (m *matrix) Bytes() int64 { return m.bytes }
+
+// vector is a float32 vector in host memory.
+type vector []float32
+
+func (v vector) Len() int { return len(v) }
+
+// Matrix implements [backend.Backend]: each part is repacked into the kernels' layout.
+func (b *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
+	if len(parts) == 0 {
+		return nil, errors.New("cpu: a matrix of no parts")
+	}
+	m := &matrix{}
+	for _, t := range parts {
+		if t.Cols != parts[0].Cols {
+			return nil, fmt.Errorf("cpu: tensor %q has %d columns, %q has %d", t.Name, t.Cols, parts[0].Name, parts[0].Cols)
+		}
+		k, err := kernels.NewMatrix(t.Type, t.Rows, t.Cols, t.Data)
+		if err != nil {
+			return nil, fmt.Errorf("cpu: tensor %q: %w", t.Name, err)
+		}
+		m.parts = append(m.parts, k)
+		m.offs = append(m.offs, m.rows)
+		m.rows += t.Rows
+		m.bytes += int64(len(k.Data))
+	}
+	return m, nil
+}
+
+// Vector implements [backend.Backend].
+func (b *Backend) Vector(v []float32) (backend.Vector, error) {
+	return vector(append([]float32(nil), v...)), nil
+}
+
+// KV implements [backend.Backend]: blocks in host memory, each allocated the first
+// time it is written.
+func (b *Backend) KV(blockSize int, budget int64) (*kvcache.Pool, error) {
+	if b.kv != nil {
+		return nil, errors.New("cpu: the backend already has its key/value cache")
+	}
+	if blockSize == 0 {
+		blockSize = kvcache.DefaultBlockSize
+	}
+	if blockSize != attnBlock {
+		return nil, fmt.Errorf("cpu: key/value blocks of %d positions; the attention kernels read blocks of %d", blockSize, attnBlock)
+	}
+	st := newStore(b.shape, blockSize)
+	p, err := kvcache.NewPool(kvcache.Config{BlockSize: blockSize, BlockBytes: st.blockBytes(), Budget: budget}, st)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	st.grow(p.Stats().Blocks)
+	b.kv = st
+	return p, nil
+}
+
+// Run implements [backend.Backend].
+func (b *Backend) Run(ctx context.Context, p *backend.Plan, f func(backend.Pass) error) error {
+	if b.kv == nil {
+		return errors.New("cpu: the backend has no key/value cache (call KV first)")
+	}
+	ps := b.take()
+	defer b.put(ps)
+	ps.start(p)
+	err := f(ps)
+	if ps.err != nil {
+		return ps.err
+	}
+	return err
+}
+
+// take returns scratch for a pass, reused from an earlier one when there is one.
+func (b *Backend) take() *pass {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := len(b.free); n > 0 {
+		ps := b.free[n-1]
+		b.free = b.free[:n-1]
+		return ps
+	}
+	return &pass{b: b, scores: make(chan []float32, b.threads.Threads())}
+}
+
+// put keeps a finished pass's scratch for the next.
+func (b *Backend) put(ps *pass) {
+	ps.plan = nil
+	b.mu.Lock()
+	b.free = append(b.free, ps)
+	b.mu.Unlock()
+}

@@ -1,0 +1,263 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/internal/kernels"
+)
+
+// pass is one pass's scratch and state: the activation buffers, grown when a larger
+// pass comes, and the first error.
+type pass struct {
+	b    *Backend
+	plan *backend.Plan
+	rows int
+	err  error
+
+	cap    int            // rows the buffers hold
+	acts   [6][]float32   // by backend.Act
+	tmp    []float32      // MulAdd's product before it is added
+	act    [6]kernels.Act // the activations of each buffer, prepared for products
+	out    []float32      // normalised output rows
+	logits []float32      // logits rows that do not go straight to one buffer
+	rowBuf []byte         // an embedding row of llama.cpp's blocks
+	scores chan []float32 // attention score buffers, one per thread at work
+
+	mul  mulTask
+	attn attnTask
+	silu siluTask
+}
+
+// width is the number of values per row of an activation buffer.
+func (ps *pass) width(a backend.Act) int {
+	s := &ps.b.shape
+	switch a {
+	case backend.X, backend.XN:
+		return s.Dim
+	case backend.QKV:
+		return s.QKVWidth()
+	case backend.Att:
+		return s.Heads * s.HeadDim
+	case backend.GateUp:
+		return 2 * s.FFN
+	default:
+		return s.FFN
+	}
+}
+
+// start readies the pass for plan p.
+func (ps *pass) start(p *backend.Plan) {
+	ps.plan, ps.rows, ps.err = p, p.Rows(), nil
+	if ps.rows <= ps.cap {
+		return
+	}
+	ps.cap = ps.rows
+	for a := range ps.acts {
+		ps.acts[a] = make([]float32, ps.rows*ps.width(backend.Act(a)))
+	}
+	ps.tmp = make([]float32, ps.rows*ps.b.shape.Dim)
+}
+
+// buf returns the rows of an activation buffer.
+func (ps *pass) buf(a backend.Act) []float32 { return ps.acts[a][:ps.rows*ps.width(a)] }
+
+// fail records the pass's first error.
+func (ps *pass) fail(err error) {
+	if ps.err == nil {
+		ps.err = err
+	}
+}
+
+// Embed implements [backend.Pass].
+func (ps *pass) Embed(table backend.Matrix) {
+	m, ok := table.(*matrix)
+	if ps.err != nil || !ps.check(ok) {
+		return
+	}
+	w := m.parts[0]
+	dim := ps.b.shape.Dim
+	x := ps.buf(backend.X)
+	ps.rowBuf = grow(ps.rowBuf, w.RowBytes())
+	for r, t := range ps.plan.Tokens {
+		if err := w.RowF32(int(t), x[r*dim:(r+1)*dim], ps.rowBuf); err != nil {
+			ps.fail(fmt.Errorf("cpu: embedding of token %d: %w", t, err))
+			return
+		}
+	}
+}
+
+// check fails the pass when a weight is not one of this backend's.
+func (ps *pass) check(ok bool) bool {
+	if !ok {
+		ps.fail(errors.New("cpu: a weight taken in by another backend"))
+	}
+	return ok
+}
+
+// Norm implements [backend.Pass].
+func (ps *pass) Norm(dst, src backend.Act, w backend.Vector) {
+	v, ok := w.(vector)
+	if ps.err != nil || !ps.check(ok) {
+		return
+	}
+	d, s := ps.buf(dst), ps.buf(src)
+	n := ps.b.shape.Dim
+	for r := range ps.rows {
+		kernels.RMSNorm(d[r*n:(r+1)*n], s[r*n:(r+1)*n], v, ps.b.shape.NormEps)
+	}
+}
+
+// Mul implements [backend.Pass].
+func (ps *pass) Mul(dst, src backend.Act, w backend.Matrix) {
+	m, ok := w.(*matrix)
+	if ps.err != nil || !ps.check(ok) {
+		return
+	}
+	ps.mulInto(ps.buf(dst), ps.width(dst), src, m)
+}
+
+// MulAdd implements [backend.Pass].
+func (ps *pass) MulAdd(dst, src backend.Act, w backend.Matrix) {
+	m, ok := w.(*matrix)
+	if ps.err != nil || !ps.check(ok) {
+		return
+	}
+	tmp := ps.tmp[:ps.rows*m.rows]
+	ps.mulInto(tmp, m.rows, src, m)
+	kernels.Add(ps.buf(dst), tmp)
+}
+
+// mulInto computes y = src · mᵀ with rows of ldy values, every part in one parallel
+// run.
+func (ps *pass) mulInto(y []float32, ldy int, src backend.Act, m *matrix) {
+	ps.mulRows(y, ldy, ps.buf(src), ps.rows, ps.width(src), &ps.act[src], m)
+}
+
+// mulRows computes y = x · mᵀ for n rows of x of cols values, prepared in act.
+func (ps *pass) mulRows(y []float32, ldy int, x []float32, n, cols int, act *kernels.Act, m *matrix) {
+	if len(m.parts) > len(ps.mul.mats) {
+		ps.fail(fmt.Errorf("cpu: a product of %d parts; at most %d", len(m.parts), len(ps.mul.mats)))
+		return
+	}
+	act.Reset(x, n, cols)
+	total := 0
+	for _, k := range m.parts {
+		if err := act.Prepare(k.Type); err != nil {
+			ps.fail(fmt.Errorf("cpu: %w", err))
+			return
+		}
+		total += groups(k)
+	}
+	ps.mul = mulTask{act: act, n: len(m.parts), ldy: ldy}
+	for i, k := range m.parts {
+		ps.mul.mats[i], ps.mul.outs[i] = k, y[m.offs[i]:]
+	}
+	ps.b.threads.Run(&ps.mul, total, 1)
+}
+
+// SiLUMul implements [backend.Pass].
+func (ps *pass) SiLUMul() {
+	if ps.err != nil {
+		return
+	}
+	ps.silu = siluTask{gu: ps.buf(backend.GateUp), h: ps.buf(backend.Hidden), ffn: ps.b.shape.FFN}
+	ps.b.threads.Run(&ps.silu, ps.rows*ps.silu.chunks(), 1)
+}
+
+// Logits implements [backend.Pass].
+func (ps *pass) Logits(w backend.Vector, out backend.Matrix) {
+	v, ok := w.(vector)
+	m, ok2 := out.(*matrix)
+	outs := ps.plan.Outputs
+	if ps.err != nil || !ps.check(ok && ok2) || len(outs) == 0 {
+		return
+	}
+	dim, vocab := ps.b.shape.Dim, m.rows
+	x := ps.buf(backend.X)
+	ps.out = grow(ps.out, len(outs)*dim)
+	for k, o := range outs {
+		kernels.RMSNorm(ps.out[k*dim:(k+1)*dim], x[o.Row*dim:(o.Row+1)*dim], v, ps.b.shape.NormEps)
+	}
+	act := &ps.act[backend.XN] // its rows are no longer needed
+	if direct := consecutive(outs); direct != nil {
+		ps.mulRows(direct[outs[0].Index*vocab:], vocab, ps.out, len(outs), dim, act, m)
+		return
+	}
+	ps.logits = grow(ps.logits, len(outs)*vocab)
+	ps.mulRows(ps.logits, vocab, ps.out, len(outs), dim, act, m)
+	for k, o := range outs {
+		copy(o.Logits[o.Index*vocab:(o.Index+1)*vocab], ps.logits[k*vocab:(k+1)*vocab])
+	}
+}
+
+// consecutive returns the buffer that every output writes to, in order and row after
+// row, or nil when they do not.
+func consecutive(outs []backend.Output) []float32 {
+	first := outs[0]
+	for k, o := range outs {
+		if o.Index != first.Index+k || len(o.Logits) == 0 || &o.Logits[0] != &first.Logits[0] {
+			return nil
+		}
+	}
+	return first.Logits
+}
+
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+// groups is the number of row groups of a matrix, the unit the products are shared
+// out in.
+func groups(m *kernels.Matrix) int { return (m.Rows + kernels.RowGroup - 1) / kernels.RowGroup }
+
+// mulTask computes the row groups [lo, hi) of up to three matrices stacked on each
+// other, each into its columns of rows of ldy values.
+type mulTask struct {
+	act  *kernels.Act
+	n    int
+	ldy  int
+	mats [3]*kernels.Matrix
+	outs [3][]float32
+}
+
+// Run implements kernels.Task.
+func (t *mulTask) Run(lo, hi int) {
+	off := 0
+	for i := range t.n {
+		m := t.mats[i]
+		g0, g1 := max(lo, off)-off, min(hi, off+groups(m))-off
+		if g0 < g1 {
+			m.Mul(t.act, t.outs[i], t.ldy, g0*kernels.RowGroup, min(g1*kernels.RowGroup, m.Rows))
+		}
+		off += groups(m)
+	}
+}
+
+// siluChunk is how many elements of a row one SiLU item takes.
+const siluChunk = 4096
+
+// siluTask computes h ← silu(gate)·up for chunks of rows, gate and up side by side in
+// each row of gu.
+type siluTask struct {
+	gu, h []float32
+	ffn   int
+}
+
+// chunks is the number of items per row.
+func (t *siluTask) chunks() int { return (t.ffn + siluChunk - 1) / siluChunk }
+
+// Run implements kernels.Task.
+func (t *siluTask) Run(lo, hi int) {
+	per := t.chunks()
+	for it := lo; it < hi; it++ {
+		r, c := it/per, it%per*siluChunk
+		e := min(t.ffn, c+siluChunk)
+		row := t.gu[r*2*t.ffn:]
+		kernels.SiLUMul(t.h[r*t.ffn+c:r*t.ffn+e], row[c:e], row[t.ffn+c:t.ffn+e])
+	}
+}

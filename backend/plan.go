@@ -1,0 +1,132 @@
+package backend
+
+import (
+	"math"
+	"slices"
+
+	"github.com/specula/specula/kvcache"
+	"github.com/specula/specula/model"
+)
+
+// Plan describes one pass: its rows (one per token, the sequences one after another)
+// and, for each, what the layers need to know besides the weights. It is built on the
+// host once per pass, by [Plan.Add], and read by the backend.
+type Plan struct {
+	// Tokens is the token of each row.
+	Tokens []int32
+	// Slots is the physical key/value slot each row's keys and values go to.
+	Slots []int32
+	// Rope holds, per row, Shape.RopeDim/2 cosines and then as many sines: the
+	// rotation for the row's position.
+	Rope []float32
+	// Each row attends, in position order, to the positions [0, Prefix[r]) of its
+	// sequence and then to the positions Extra[ExtraOff[r]:ExtraOff[r+1]]. A row of a
+	// chain sees everything up to its own position and has no extras; a row of a tree
+	// sees what the sequence held before the batch, then its ancestors and itself.
+	Prefix, ExtraOff, Extra []int32
+	// Spans are the sequences of the pass, each a run of rows.
+	Spans []Span
+	// Outputs are the rows whose logits are wanted, in the order they are written.
+	Outputs []Output
+}
+
+// Span is one sequence's rows of a pass.
+type Span struct {
+	Lo, Hi int     // rows [Lo, Hi)
+	Table  []int32 // the sequence's block table
+	Chain  bool    // the rows are a chain: no row has extras
+}
+
+// Output is a row whose logits are wanted: they go to Logits[Index·Vocab :
+// (Index+1)·Vocab].
+type Output struct {
+	Row    int
+	Logits []float32
+	Index  int
+}
+
+// Rows is the number of rows of the plan.
+func (p *Plan) Rows() int { return len(p.Tokens) }
+
+// Reset empties the plan for the next pass, keeping its memory.
+func (p *Plan) Reset() {
+	p.Tokens, p.Slots, p.Rope = p.Tokens[:0], p.Slots[:0], p.Rope[:0]
+	p.Prefix, p.Extra, p.Spans, p.Outputs = p.Prefix[:0], p.Extra[:0], p.Spans[:0], p.Outputs[:0]
+	p.ExtraOff = append(p.ExtraOff[:0], 0)
+}
+
+// Add appends the tokens [lo, hi) of batch b to the plan: b is appended to a sequence
+// that held base positions before it and whose books kv already hold the batch. The
+// batch's output rows among them write to logits; invFreq are the model's rotary
+// frequencies.
+func (p *Plan) Add(kv *kvcache.Seq, base int, b model.Batch, lo, hi int, logits []float32, invFreq []float64) {
+	if len(p.ExtraOff) == 0 {
+		p.ExtraOff = append(p.ExtraOff, 0)
+	}
+	row0 := len(p.Tokens)
+	chain := b.Tree.Chain()
+	p.Spans = append(p.Spans, Span{Lo: row0, Hi: row0 + hi - lo, Table: kv.Table(), Chain: chain})
+	for i := lo; i < hi; i++ {
+		pos := base + b.Tree.Depth(i)
+		p.Tokens = append(p.Tokens, b.Tokens[i])
+		p.Slots = append(p.Slots, kv.Slot(base+i))
+		p.Rope = appendRope(p.Rope, pos, invFreq)
+		if chain {
+			p.Prefix = append(p.Prefix, int32(base+i+1))
+		} else {
+			p.Prefix = append(p.Prefix, int32(base))
+			p.Extra = appendPath(p.Extra, b.Tree, i, base)
+		}
+		p.ExtraOff = append(p.ExtraOff, int32(len(p.Extra)))
+	}
+	for r, o := range b.Outputs {
+		if int(o) >= lo && int(o) < hi {
+			p.Outputs = append(p.Outputs, Output{Row: row0 + int(o) - lo, Logits: logits, Index: r})
+		}
+	}
+}
+
+// appendPath appends the cache positions of node i's ancestors in the batch, root
+// first, and of node i itself, for a batch appended at base.
+func appendPath(dst []int32, t model.Tree, i, base int) []int32 {
+	start := len(dst)
+	for a := int32(i); a >= 0; a = t.Parent(int(a)) {
+		dst = append(dst, int32(base)+a)
+	}
+	for l, r := start, len(dst)-1; l < r; l, r = l+1, r-1 {
+		dst[l], dst[r] = dst[r], dst[l]
+	}
+	return dst
+}
+
+// appendRope appends the cosines and then the sines of the rotation at position pos.
+func appendRope(dst []float32, pos int, invFreq []float64) []float32 {
+	n := len(dst)
+	half := len(invFreq)
+	dst = slices.Grow(dst, 2*half)[:n+2*half]
+	for j, f := range invFreq {
+		sin, cos := math.Sincos(float64(pos) * f)
+		dst[n+j], dst[n+half+j] = float32(cos), float32(sin)
+	}
+	return dst
+}
+
+// Rope rotates one head's vector x in place by the angles whose cosines and sines are
+// given (one per rotated pair), in the layout style. It is the definition every
+// backend's rotation follows.
+func Rope(x, cos, sin []float32, style RopeStyle) {
+	half := len(cos)
+	if style == RopeInterleaved {
+		for j := range half {
+			a, b := x[2*j], x[2*j+1]
+			x[2*j] = a*cos[j] - b*sin[j]
+			x[2*j+1] = a*sin[j] + b*cos[j]
+		}
+		return
+	}
+	for j := range half {
+		a, b := x[j], x[j+half]
+		x[j] = a*cos[j] - b*sin[j]
+		x[j+half] = a*sin[j] + b*cos[j]
+	}
+}
