@@ -6,9 +6,9 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/backend"
 )
 
 // hostBackend runs the primitive operations in plain Go on the CPU, one thread, with

@@ -14,7 +14,9 @@ import (
 )
 
 // dequantize decodes values of type t into float32.
-func dequantize(t dtype.DType, src []byte, dst []float32) error { return kernels.Dequantize(t, src, dst) }
+func dequantize(t dtype.DType, src []byte, dst []float32) error {
+	return kernels.Dequantize(t, src, dst)
+}
 
 // Open loads a model from a GGUF file or a Hugging Face directory (config.json plus
 // model.safetensors or a sharded model.safetensors.index.json) onto the backend the

@@ -1,0 +1,171 @@
+package llama
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/model"
+)
+
+// manyCase is one sequence's part of a multi-sequence step: its history, then the
+// batch forwarded with the others.
+type manyCase struct {
+	history []int32
+	batch   model.Batch
+}
+
+// manyCases are the sequences of one step: a decode, a chain draft, a tree draft, a
+// prompt long enough to cross blocks, an empty batch and a prefill without outputs.
+func manyCases(rng *rand.Rand, vocab int) []manyCase {
+	toks := func(n int) []int32 { return randomTokens(rng, n, vocab) }
+	seq := func(n int) []int32 {
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(i)
+		}
+		return out
+	}
+	return []manyCase{
+		{toks(37), model.Batch{Tokens: toks(1), Outputs: []int32{0}}},
+		{toks(20), model.Batch{Tokens: toks(6), Outputs: seq(6)}},
+		{toks(15), model.Batch{Tokens: toks(7), Tree: mustTree([]int32{-1, 0, 0, 1, 1, 2, 4}), Outputs: []int32{6, 0, 3, 5}}},
+		{nil, model.Batch{Tokens: toks(40), Outputs: []int32{39, 16}}},
+		{toks(3), model.Batch{}},
+		{toks(5), model.Batch{Tokens: toks(9)}},
+	}
+}
+
+// TestForwardMany forwards the batches of several sequences in one call and checks
+// every sequence's logits bit for bit against forwarding it alone, and that each
+// sequence then continues as if it had been forwarded alone.
+func TestForwardMany(t *testing.T) {
+	ctx := context.Background()
+	for _, typ := range []dtype.DType{dtype.F32, dtype.Q8_0} {
+		t.Run(typ.String(), func(t *testing.T) {
+			m := randomModel(t, tinyConfig(RopeHalf, true), typ, 11, Options{Threads: 2})
+			v := m.cfg.Vocab
+			cases := manyCases(rand.New(rand.NewPCG(5, 5)), v)
+			start := func() []model.Sequence {
+				seqs := make([]model.Sequence, len(cases))
+				for i, c := range cases {
+					s, err := m.NewSequence(ctx)
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = s.Close() })
+					require.NoError(t, s.Forward(ctx, model.Batch{Tokens: c.history}, nil))
+					seqs[i] = s
+				}
+				return seqs
+			}
+			alone, together := start(), start()
+			want := make([][]float32, len(cases))
+			work := make([]model.Work, len(cases))
+			for i, c := range cases {
+				want[i] = make([]float32, len(c.batch.Outputs)*v)
+				require.NoError(t, alone[i].Forward(ctx, c.batch, want[i]))
+				work[i] = model.Work{Seq: together[i], Batch: c.batch, Logits: make([]float32, len(c.batch.Outputs)*v)}
+			}
+			require.NoError(t, m.Forward(ctx, work))
+			for i := range cases {
+				assert.Equal(t, want[i], work[i].Logits, "sequence %d", i)
+				assert.Equal(t, alone[i].Len(), together[i].Len(), "sequence %d", i)
+			}
+			// One more step each, alone: the caches hold the same.
+			next := make([]float32, v)
+			for i := range cases {
+				a, b := make([]float32, v), next
+				require.NoError(t, alone[i].Forward(ctx, model.Batch{Tokens: []int32{3}, Outputs: []int32{0}}, a))
+				require.NoError(t, together[i].Forward(ctx, model.Batch{Tokens: []int32{3}, Outputs: []int32{0}}, b))
+				assert.Equal(t, a, b, "sequence %d after the step", i)
+			}
+		})
+	}
+}
+
+// TestForwardManyChunked forwards several sequences through a backend whose passes
+// take few rows, so that one call becomes several passes cutting through batches.
+func TestForwardManyChunked(t *testing.T) {
+	ctx := context.Background()
+	m := randomModel(t, tinyConfig(RopeInterleaved, false), dtype.F16, 12, Options{Threads: 2})
+	v := m.cfg.Vocab
+	cases := manyCases(rand.New(rand.NewPCG(6, 6)), v)
+	var want [][]float32
+	for _, c := range cases {
+		s, err := m.NewSequence(ctx)
+		require.NoError(t, err)
+		require.NoError(t, s.Forward(ctx, model.Batch{Tokens: c.history}, nil))
+		out := make([]float32, len(c.batch.Outputs)*v)
+		require.NoError(t, s.Forward(ctx, c.batch, out))
+		want = append(want, out)
+		require.NoError(t, s.Close())
+	}
+	m.be = &fewRows{backendOf: m.be, rows: 5}
+	var work []model.Work
+	for _, c := range cases {
+		s, err := m.NewSequence(ctx)
+		require.NoError(t, err)
+		defer s.Close()
+		require.NoError(t, s.Forward(ctx, model.Batch{Tokens: c.history}, nil))
+		work = append(work, model.Work{Seq: s, Batch: c.batch, Logits: make([]float32, len(c.batch.Outputs)*v)})
+	}
+	require.NoError(t, m.Forward(ctx, work))
+	for i := range cases {
+		assert.Equal(t, want[i], work[i].Logits, "sequence %d", i)
+	}
+}
+
+// TestForwardManyErrors checks that a multi-sequence forward is all or nothing: a bad
+// item, a sequence of another model, one named twice, or a budget that runs out
+// midway leave every sequence as it was.
+func TestForwardManyErrors(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig(RopeHalf, false)
+	cfg.ContextLength = 0
+	m := randomModel(t, cfg, dtype.F32, 5, Options{Threads: 1, KVBudget: 32 << 10}) // 64 positions
+	other := randomModel(t, cfg, dtype.F32, 5, Options{Threads: 1})
+	a, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	b, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	c, err := other.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, a.Forward(ctx, model.Batch{Tokens: make([]int32, 10)}, nil))
+	tests := []struct {
+		name string
+		work []model.Work
+		want string
+	}{
+		{"bad token", []model.Work{{Seq: a, Batch: model.Batch{Tokens: []int32{1}}}, {Seq: b, Batch: model.Batch{Tokens: []int32{99}}}}, "work item 1"},
+		{"twice", []model.Work{{Seq: a, Batch: model.Batch{Tokens: []int32{1}}}, {Seq: a, Batch: model.Batch{Tokens: []int32{1}}}}, "same sequence"},
+		{"other model", []model.Work{{Seq: a, Batch: model.Batch{Tokens: []int32{1}}}, {Seq: c, Batch: model.Batch{Tokens: []int32{1}}}}, "not one of this model's"},
+		{"no sequence", []model.Work{{Batch: model.Batch{Tokens: []int32{1}}}}, "no sequence"},
+		{"out of memory", []model.Work{{Seq: a, Batch: model.Batch{Tokens: make([]int32, 20)}}, {Seq: b, Batch: model.Batch{Tokens: make([]int32, 40)}}}, "memory exhausted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := m.Forward(ctx, tt.work)
+			assert.ErrorContains(t, err, tt.want)
+			assert.Equal(t, 10, a.Len())
+			assert.Equal(t, 0, b.Len())
+			assert.Equal(t, 1, m.KVStats().Blocks-m.KVStats().FreeBlocks, "blocks in use")
+		})
+	}
+	err = m.Forward(ctx, []model.Work{{Seq: a, Batch: model.Batch{Tokens: make([]int32, 20)}}, {Seq: b, Batch: model.Batch{Tokens: make([]int32, 40)}}})
+	assert.ErrorIs(t, err, model.ErrOutOfMemory)
+}
+
+// fewRows is a backend whose passes take at most rows rows.
+type fewRows struct {
+	backendOf
+	rows int
+}
+
+func (f *fewRows) MaxRows() int { return f.rows }
+
+// backendOf is the backend interface, embedded by test wrappers.
+type backendOf = backend.Backend
