@@ -113,6 +113,22 @@ const (
 	Hidden            // silu(gate)·up, FFN
 )
 
+// Width is the number of values per row of an activation buffer.
+func (s Shape) Width(a Act) int {
+	switch a {
+	case X, XN:
+		return s.Dim
+	case QKV:
+		return s.QKVWidth()
+	case Att:
+		return s.Heads * s.HeadDim
+	case GateUp:
+		return 2 * s.FFN
+	default:
+		return s.FFN
+	}
+}
+
 // Pass is the operations of one pass, over the rows of its plan.
 type Pass interface {
 	// Embed writes row r of X as row Plan.Tokens[r] of table.

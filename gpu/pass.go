@@ -122,12 +122,12 @@ func (g *Backend) ensureScratch(b ops, rows, outs int, meta int64) error {
 	}
 	if rows > s.rows {
 		for a := range s.acts {
-			if err := realloc(&s.acts[a], int64(rows)*4*int64(g.width(backend.Act(a))), fmt.Sprint("activation ", a)); err != nil {
+			if err := realloc(&s.acts[a], int64(rows)*4*int64(g.shape.Width(backend.Act(a))), fmt.Sprint("activation ", a)); err != nil {
 				s.rows = 0
 				return err
 			}
 		}
-		if err := realloc(&s.q, int64(rows)*4*int64(g.width(backend.Att)), "q"); err != nil {
+		if err := realloc(&s.q, int64(rows)*4*int64(g.shape.Width(backend.Att)), "q"); err != nil {
 			s.rows = 0
 			return err
 		}
@@ -202,7 +202,7 @@ func (ps *devicePass) project(dst, src backend.Act, w backend.Matrix, accumulate
 	if !ps.ok(ok) {
 		return
 	}
-	ldo := ps.g.width(dst)
+	ldo := ps.g.shape.Width(dst)
 	for i, part := range m.parts {
 		if err := ps.b.matmul(ps.buf(dst)+devptr(4*m.offs[i]), ldo, ps.buf(src), ps.rows, part, accumulate); err != nil {
 			ps.fail(err)

@@ -322,23 +322,6 @@ func (kv *deviceKV) free(b ops) error {
 	return errors.Join(errs...)
 }
 
-// width is the number of values per row of an activation buffer.
-func (g *Backend) width(a backend.Act) int {
-	s := &g.shape
-	switch a {
-	case backend.X, backend.XN:
-		return s.Dim
-	case backend.QKV:
-		return s.QKVWidth()
-	case backend.Att:
-		return s.Heads * s.HeadDim
-	case backend.GateUp:
-		return 2 * s.FFN
-	default:
-		return s.FFN
-	}
-}
-
 // RandomMatrix implements [backend.Filler]: the device fills the matrix itself.
 func (g *Backend) RandomMatrix(typ dtype.DType, rows, cols int, seed uint64, scale float32) (backend.Matrix, error) {
 	if !supportedWeight(typ) {

@@ -30,23 +30,6 @@ type pass struct {
 	silu siluTask
 }
 
-// width is the number of values per row of an activation buffer.
-func (ps *pass) width(a backend.Act) int {
-	s := &ps.b.shape
-	switch a {
-	case backend.X, backend.XN:
-		return s.Dim
-	case backend.QKV:
-		return s.QKVWidth()
-	case backend.Att:
-		return s.Heads * s.HeadDim
-	case backend.GateUp:
-		return 2 * s.FFN
-	default:
-		return s.FFN
-	}
-}
-
 // start readies the pass for plan p.
 func (ps *pass) start(p *backend.Plan) {
 	ps.plan, ps.rows, ps.err = p, p.Rows(), nil
@@ -55,13 +38,13 @@ func (ps *pass) start(p *backend.Plan) {
 	}
 	ps.cap = ps.rows
 	for a := range ps.acts {
-		ps.acts[a] = make([]float32, ps.rows*ps.width(backend.Act(a)))
+		ps.acts[a] = make([]float32, ps.rows*ps.b.shape.Width(backend.Act(a)))
 	}
 	ps.tmp = make([]float32, ps.rows*ps.b.shape.Dim)
 }
 
 // buf returns the rows of an activation buffer.
-func (ps *pass) buf(a backend.Act) []float32 { return ps.acts[a][:ps.rows*ps.width(a)] }
+func (ps *pass) buf(a backend.Act) []float32 { return ps.acts[a][:ps.rows*ps.b.shape.Width(a)] }
 
 // fail records the pass's first error.
 func (ps *pass) fail(err error) {
@@ -115,7 +98,7 @@ func (ps *pass) Mul(dst, src backend.Act, w backend.Matrix) {
 	if ps.err != nil || !ps.check(ok) {
 		return
 	}
-	ps.mulInto(ps.buf(dst), ps.width(dst), src, m)
+	ps.mulInto(ps.buf(dst), ps.b.shape.Width(dst), src, m)
 }
 
 // MulAdd implements [backend.Pass].
@@ -132,7 +115,7 @@ func (ps *pass) MulAdd(dst, src backend.Act, w backend.Matrix) {
 // mulInto computes y = src · mᵀ with rows of ldy values, every part in one parallel
 // run.
 func (ps *pass) mulInto(y []float32, ldy int, src backend.Act, m *matrix) {
-	ps.mulRows(y, ldy, ps.buf(src), ps.rows, ps.width(src), &ps.act[src], m)
+	ps.mulRows(y, ldy, ps.buf(src), ps.rows, ps.b.shape.Width(src), &ps.act[src], m)
 }
 
 // mulRows computes y = x · mᵀ for n rows of x of cols values, prepared in act.
