@@ -78,9 +78,11 @@ type Session interface {
 	Close() error
 }
 
-// Proposal is a draft: tokens, and the distribution each was drawn from. It is a chain
-// (each token follows the one before) unless Parents is set, which makes it a tree of
-// alternative continuations.
+// Proposal is a draft: tokens, and the distribution each was drawn from. It is a tree
+// of alternative continuations, and a chain — each token following the one before —
+// when Parents is nil. The decoder checks a proposal once, when it is made, and hands
+// it on checked (as a [model.Tree] and a [sampler.Draft]) to the target and the
+// acceptance rule.
 type Proposal struct {
 	// Tokens are the drafted tokens, in order.
 	Tokens []int32
@@ -96,38 +98,13 @@ type Proposal struct {
 	// replacement).
 	Dists [][]float32
 	// Parents, when not nil, makes the proposal a tree: token i follows token
-	// Parents[i], or the history when Parents[i] is -1; parents come first.
+	// Parents[i], or the history when Parents[i] is -1; parents come first (see
+	// [model.NewTree]). There is then one parent per token.
 	Parents []int32
 }
 
 // Reset empties the proposal.
 func (p *Proposal) Reset() { p.Tokens, p.Dists, p.Parents = p.Tokens[:0], nil, nil }
-
-// Depth is the length of the longest path of the proposal (its length for a chain).
-func (p *Proposal) Depth() int {
-	if p.Parents == nil {
-		return len(p.Tokens)
-	}
-	depth := 0
-	var d [64]int // depth of the first 64 nodes; deeper trees are rare and walk up
-	for i, par := range p.Parents {
-		di := 1
-		switch {
-		case par < 0:
-		case int(par) < len(d):
-			di = d[par] + 1
-		default:
-			for a := par; a >= 0; a = p.Parents[a] {
-				di++
-			}
-		}
-		if i < len(d) {
-			d[i] = di
-		}
-		depth = max(depth, di)
-	}
-	return depth
-}
 
 // Learner is implemented by sessions that learn from finished requests; the decoder
 // calls Learn with the whole history (prompt and output) when a request ends well.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // First combines drafters: each step it asks them in order and proposes what the
@@ -39,17 +40,9 @@ func (f first) Start(ctx context.Context, req Request) (Session, error) {
 	return s, nil
 }
 
-// VocabSize is the largest vocabulary size among the drafters that report one (0
-// when none does).
-func (f first) VocabSize() int {
-	v := 0
-	for _, d := range f {
-		if vs, ok := d.(interface{ VocabSize() int }); ok {
-			v = max(v, vs.VocabSize())
-		}
-	}
-	return v
-}
+// Drafters returns the drafters combined, in the order they are asked, so that a
+// decoder can check each of them (spec.Composite).
+func (f first) Drafters() []Drafter { return slices.Clone(f) }
 
 type firstSession struct{ subs []Session }
 

@@ -16,8 +16,7 @@ import (
 //
 // In front of a draft model ([WithLookup]: First(NGram{Min: 2}, model)), a Min of 2
 // serves better than 1: a match of one token is a weaker guess than the model's, which
-// then drafts instead. On gocoder-m with gocoder-xs behind it, greedy, that raised the mean
-// accepted length at K = 3 from 2.42 to 2.58 tokens per step.
+// then drafts instead.
 type NGram struct {
 	// Min and Max bound the length of the matched suffix. Zero means the default:
 	// 1 for Min, 4 (or Min, when larger) for Max.

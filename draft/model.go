@@ -360,15 +360,12 @@ func (s *modelSession) proposeTree(ctx context.Context, history []int32, n int, 
 	return nil
 }
 
-// pathTo returns the history followed by the tokens from the root to node.
+// pathTo returns the history followed by the tokens from the root to node, a node of
+// the tree last forwarded (s.shape).
 func (s *modelSession) pathTo(node int32) []int32 {
 	h := s.held
-	depth := 0
-	for a := node; a >= 0; a = s.parents[a] {
-		depth++
-	}
 	base := len(h)
-	for range depth {
+	for range s.shape.Depth(int(node)) + 1 {
 		h = append(h, 0)
 	}
 	for a, i := node, len(h)-1; a >= 0; a, i = s.parents[a], i-1 {

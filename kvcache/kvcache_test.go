@@ -3,81 +3,107 @@ package kvcache
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// filler hands out fresh write ids and records what each sequence should hold.
-type filler struct{ next uint32 }
-
-// grow grows s by n positions and writes fresh ids to them, returning ids with them
-// appended (in a new array, so that forks may extend one prefix independently).
-func (f *filler) grow(t testing.TB, s *Seq, ids []uint32, n int) []uint32 {
-	t.Helper()
-	ids = slices.Clip(ids)
-	require.NoError(t, s.Grow(n))
-	for range n {
-		f.next++
-		write(s, len(ids), f.next)
-		ids = append(ids, f.next)
-	}
-	return ids
-}
+// zeros returns n tokens for tests that look only at the block counts.
+func zeros(n int) []int32 { return make([]int32, n) }
 
 func TestNewPool(t *testing.T) {
-	// One block of 2 layers × 2 × 3 heads × 16 positions × 8 floats × 4 bytes = 6144 bytes.
-	const block = 2 * 2 * 3 * 16 * 8 * 4
+	const bb = 100
 	for _, c := range []struct {
-		name       string
-		cfg        Config
-		blocks     int
-		blockBytes int64
-		err        []string // substrings of the error, nil for success
+		name   string
+		cfg    Config
+		nilSt  bool
+		blocks int
+		err    []string // substrings of the error, nil for success
 	}{
-		{"default block size", Config{Layers: 2, KVHeads: 3, HeadDim: 8, Budget: 10 * block}, 10, block, nil},
-		{"budget rounds down", Config{Layers: 2, KVHeads: 3, HeadDim: 8, Budget: 10*block + block - 1}, 10, block, nil},
-		{"exactly one block", Config{Layers: 2, KVHeads: 3, HeadDim: 8, Budget: block}, 1, block, nil},
-		{"explicit block size", Config{Layers: 1, KVHeads: 1, HeadDim: 4, BlockSize: 3, Budget: 1000}, 1000 / 96, 96, nil},
-		{"budget below one block", Config{Layers: 2, KVHeads: 3, HeadDim: 8, Budget: block - 1},
-			0, block, []string{"budget of 6143 bytes", "one block of 6144 bytes"}},
-		{"zero budget", Config{Layers: 2, KVHeads: 3, HeadDim: 8}, 0, block, []string{"Budget", "0"}},
-		{"negative budget", Config{Layers: 2, KVHeads: 3, HeadDim: 8, Budget: -5}, 0, block, []string{"Budget", "-5"}},
-		{"no layers", Config{KVHeads: 3, HeadDim: 8, Budget: 1 << 20}, 0, 0, []string{"Layers"}},
-		{"negative heads", Config{Layers: 2, KVHeads: -1, HeadDim: 8, Budget: 1 << 20}, 0, 0, []string{"KVHeads", "-1"}},
-		{"no head dim", Config{Layers: 2, KVHeads: 3, Budget: 1 << 20}, 0, 0, []string{"HeadDim"}},
-		{"negative block size", Config{Layers: 2, KVHeads: 3, HeadDim: 8, BlockSize: -16, Budget: 1 << 20}, 0, 0, []string{"BlockSize", "-16"}},
-		{"block overflows", Config{Layers: 1 << 30, KVHeads: 1 << 30, HeadDim: 1 << 30, Budget: 1 << 20}, 0, 0, []string{"does not fit"}},
+		{"default block size", Config{BlockBytes: bb, Budget: 10 * bb}, false, 10, nil},
+		{"budget rounds down", Config{BlockBytes: bb, Budget: 11*bb - 1}, false, 10, nil},
+		{"exactly one block", Config{BlockBytes: bb, Budget: bb}, false, 1, nil},
+		{"explicit block size", Config{BlockSize: 3, BlockBytes: 96, Budget: 1000}, false, 1000 / 96, nil},
+		{"budget below one block", Config{BlockBytes: bb, Budget: bb - 1}, false,
+			0, []string{"budget of 99 bytes", "one block of 100 bytes"}},
+		{"zero budget", Config{BlockBytes: bb}, false, 0, []string{"Config.Budget is 0 bytes"}},
+		{"negative budget", Config{BlockBytes: bb, Budget: -5}, false, 0, []string{"Config.Budget is -5 bytes"}},
+		{"zero block bytes", Config{Budget: 1 << 20}, false, 0, []string{"Config.BlockBytes is 0"}},
+		{"negative block bytes", Config{BlockBytes: -3, Budget: 1 << 20}, false, 0, []string{"Config.BlockBytes is -3"}},
+		{"negative block size", Config{BlockSize: -16, BlockBytes: bb, Budget: 1 << 20}, false, 0, []string{"Config.BlockSize is -16"}},
+		{"nil storage", Config{BlockBytes: bb, Budget: 1 << 20}, true, 0, []string{"nil storage"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			assert.Equal(t, c.blockBytes, c.cfg.BlockBytes())
-			p, err := NewPool(c.cfg)
+			var storage Storage = newTestStorage(1, 1)
+			if c.nilSt {
+				storage = nil
+			}
+			p, err := NewPool(c.cfg, storage)
 			if c.err != nil {
 				require.Error(t, err)
 				assert.Nil(t, p)
 				for _, s := range c.err {
 					assert.Contains(t, err.Error(), s)
 				}
+				if !c.nilSt {
+					_, berr := c.cfg.Blocks()
+					assert.EqualError(t, berr, err.Error(), "Config.Blocks refuses it alike")
+				}
 				return
 			}
 			require.NoError(t, err)
-			st := p.Stats()
+			n, err := c.cfg.Blocks()
+			require.NoError(t, err)
+			assert.Equal(t, c.blocks, n)
 			bs := c.cfg.BlockSize
 			if bs == 0 {
 				bs = DefaultBlockSize
 			}
-			assert.Equal(t, Stats{Blocks: c.blocks, FreeBlocks: c.blocks, BlockSize: bs, BlockBytes: c.blockBytes, Budget: c.cfg.Budget}, st)
+			st := p.Stats()
+			assert.Equal(t, Stats{Blocks: c.blocks, FreeBlocks: c.blocks, BlockSize: bs, BlockBytes: c.cfg.BlockBytes,
+				ResidentBytes: int64(c.blocks) * c.cfg.BlockBytes, Budget: c.cfg.Budget}, st)
 			assert.LessOrEqual(t, int64(st.Blocks)*st.BlockBytes, c.cfg.Budget)
-			assert.Equal(t, bs, p.Config().BlockSize)
+			want := c.cfg
+			want.BlockSize = bs
+			assert.Equal(t, want, p.Config())
 			require.NoError(t, p.check())
 		})
 	}
 }
 
+// TestConfigBlocks: a pool never has more blocks than int32 slots can address.
+func TestConfigBlocks(t *testing.T) {
+	for _, c := range []struct {
+		bs   int
+		want int
+	}{
+		{0, math.MaxInt32 / DefaultBlockSize},
+		{1, math.MaxInt32},
+		{16, math.MaxInt32 / 16},
+		{1 << 29, 3},
+		{1 << 30, 1},
+	} {
+		n, err := Config{BlockSize: c.bs, BlockBytes: 1, Budget: math.MaxInt64}.Blocks()
+		require.NoError(t, err)
+		assert.Equal(t, c.want, n, "block size %d", c.bs)
+		bs := int64(max(c.bs, 1))
+		if c.bs == 0 {
+			bs = DefaultBlockSize
+		}
+		assert.LessOrEqual(t, int64(n)*bs-1, int64(math.MaxInt32), "the last slot is an int32")
+	}
+	// Below the cap the budget decides.
+	n, err := Config{BlockSize: 1 << 29, BlockBytes: 10, Budget: 25}.Blocks()
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+}
+
 func TestStats(t *testing.T) {
-	p := newPool(t, 2, 2, 4, 4, 10)
+	p, _ := newPool(t, 4, 10)
 	bb := p.Stats().BlockBytes
 	a := p.NewSeq()
 	defer a.Close()
@@ -100,7 +126,7 @@ func TestStats(t *testing.T) {
 	} {
 		switch step.op {
 		case "grow":
-			require.NoError(t, a.Grow(step.n))
+			require.NoError(t, a.Grow(zeros(step.n)))
 		case "truncate":
 			require.NoError(t, a.Truncate(step.n))
 		case "fork":
@@ -115,13 +141,16 @@ func TestStats(t *testing.T) {
 		assert.Equal(t, step.blocks, st.Blocks-st.FreeBlocks, "after %s %d", step.op, step.n)
 		assert.Equal(t, int64(step.blocks)*bb, st.InUseBytes, "after %s %d", step.op, step.n)
 		assert.Equal(t, step.shared, st.SharedBlocks, "after %s %d", step.op, step.n)
+		assert.Equal(t, 10*bb, st.ResidentBytes, "a storage that does not say holds the whole pool")
+		assert.Equal(t, int64(10*testBlockBytes), st.Budget)
+		assert.Equal(t, 4, st.BlockSize)
 	}
 }
 
 func TestStatsFork(t *testing.T) {
-	p := newPool(t, 2, 2, 4, 4, 10)
+	p, _ := newPool(t, 4, 10)
 	a := p.NewSeq()
-	require.NoError(t, a.Grow(15)) // 4 blocks
+	require.NoError(t, a.Grow(zeros(15))) // 4 blocks
 	b, err := a.Fork()
 	require.NoError(t, err)
 	st := p.Stats()
@@ -142,10 +171,43 @@ func TestStatsFork(t *testing.T) {
 	require.NoError(t, p.check(a, b))
 }
 
+// TestStatsResident: a storage that knows its resident memory reports it through
+// Stats, whatever the books hold.
+func TestStatsResident(t *testing.T) {
+	st := &residentStorage{testStorage: *newTestStorage(4, 8)}
+	p, err := NewPool(Config{BlockSize: 4, BlockBytes: 256, Budget: 8 * 256}, st)
+	require.NoError(t, err)
+	st.pool = p
+	assert.Zero(t, p.Stats().ResidentBytes)
+
+	var f filler
+	a := p.NewSeq()
+	defer a.Close()
+	ids := f.grow(t, a, nil, 6)
+	st.resident = 2 * 256 // as a lazy storage would after its first writes
+	s := p.Stats()
+	assert.Equal(t, int64(2*256), s.ResidentBytes)
+	assert.Equal(t, int64(2*256), s.InUseBytes)
+	assert.Equal(t, 6, s.FreeBlocks)
+
+	// The books keep working on it: a fork copies its shared last block through it.
+	b, err := a.Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	idb := f.grow(t, b, ids, 1)
+	verify(t, a, ids)
+	verify(t, b, idb)
+	assert.Equal(t, 1, st.copies)
+	require.NoError(t, a.Truncate(0))
+	st.resident = 12345
+	assert.Equal(t, int64(12345), p.Stats().ResidentBytes, "Stats reports the storage's number, not the books'")
+	require.NoError(t, p.check(a, b))
+}
+
 func TestRoundTrip(t *testing.T) {
 	for _, bs := range []int{1, 4, 5, 16} {
 		t.Run(fmt.Sprintf("block=%d", bs), func(t *testing.T) {
-			p := newPool(t, 3, 2, 5, bs, 64)
+			p, _ := newPool(t, bs, 64)
 			s := p.NewSeq()
 			defer s.Close()
 			var f filler
@@ -168,6 +230,7 @@ func TestRoundTrip(t *testing.T) {
 			require.NoError(t, s.Truncate(0))
 			assert.Equal(t, 0, used())
 			assert.Equal(t, 0, s.Blocks())
+			assert.Empty(t, s.Tokens())
 			ids = f.grow(t, s, ids[:0], 5)
 			verify(t, s, ids)
 			require.NoError(t, p.check(s))
@@ -175,53 +238,39 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestBlockLayout pins the documented layout: a block's (layer, kind, head) runs lie in
-// the block in that order, slot-major, and Block of a layer and head is the key run.
-func TestBlockLayout(t *testing.T) {
-	p := newPool(t, 2, 3, 4, 5, 3)
-	s := p.NewSeq()
-	defer s.Close()
-	require.NoError(t, s.Grow(7))
-	for l := range 2 {
-		for h := range 3 {
-			for pos := range 7 {
-				k, v := s.Row(l, h, pos)
-				for d := range 4 {
-					k[d] = float32(1000*l + 100*h + 10*pos + d)
-					v[d] = -k[d]
-				}
-			}
-		}
+// TestSlot pins the documented address: block·BlockSize + offset, with blocks handed
+// out from 0 up, and that the slots of a fork are the original's until it copies.
+func TestSlot(t *testing.T) {
+	p, _ := newPool(t, 4, 8)
+	a := p.NewSeq()
+	defer a.Close()
+	require.NoError(t, a.Grow(zeros(10)))
+	assert.Equal(t, []int32{0, 1, 2}, a.Table())
+	for pos := range 10 {
+		assert.Equal(t, int32(pos), a.Slot(pos), "position %d", pos)
 	}
-	// Logical block 1 holds positions 5 and 6 in slots 0 and 1.
-	b := int(s.table[1])
-	blk := p.blocks[b]
-	for l := range 2 {
-		for kind := range 2 {
-			for h := range 3 {
-				run := blk[((l*2+kind)*3+h)*5*4:][:5*4]
-				for slot := range 2 {
-					for d := range 4 {
-						want := float32(1000*l + 100*h + 10*(5+slot) + d)
-						if kind == 1 {
-							want = -want
-						}
-						require.Equal(t, want, run[slot*4+d], "layer %d kind %d head %d slot %d dim %d", l, kind, h, slot, d)
-					}
-				}
-				if kind == 0 {
-					k, v := s.Block(l, h, 1)
-					require.Equal(t, run, k)
-					require.Equal(t, &run[0], &k[0], "Block aliases the block memory")
-					require.Equal(t, float32(-(1000*l + 100*h + 50)), v[0])
-				}
-			}
-		}
+	b, err := a.Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	assert.Equal(t, a.Table(), b.Table())
+	require.NoError(t, b.Grow(zeros(1))) // copies block 2 into the next free block, 3
+	assert.Equal(t, []int32{0, 1, 3}, b.Table())
+	assert.Equal(t, []int32{0, 1, 2}, a.Table())
+	for pos := range 11 {
+		assert.Equal(t, b.Table()[pos/4]*4+int32(pos%4), b.Slot(pos))
 	}
+	assert.Equal(t, int32(3*4+2), b.Slot(10))
+	assert.Equal(t, int32(2*4+1), a.Slot(9))
+
+	// Freed blocks are handed out again, most recently freed first.
+	require.NoError(t, a.Truncate(4)) // frees block 2
+	require.NoError(t, a.Grow(zeros(4)))
+	assert.Equal(t, []int32{0, 2}, a.Table())
+	require.NoError(t, p.check(a, b))
 }
 
 func TestOutOfMemory(t *testing.T) {
-	p := newPool(t, 2, 1, 3, 4, 5)
+	p, _ := newPool(t, 4, 5)
 	var f filler
 	a, b := p.NewSeq(), p.NewSeq()
 	defer a.Close()
@@ -230,12 +279,14 @@ func TestOutOfMemory(t *testing.T) {
 	before := p.Stats()
 	require.Equal(t, 0, before.FreeBlocks)
 
-	err := a.Grow(3) // 10 → 13 needs one more block
+	books := snapshot(p, a, b)
+	err := a.Grow(zeros(3)) // 10 → 13 needs one more block
 	require.ErrorIs(t, err, ErrOutOfMemory)
-	assert.Contains(t, err.Error(), "needs 1 blocks, 0 of 5 are free")
-	assert.Contains(t, err.Error(), fmt.Sprintf("budget %d bytes", p.Config().Budget))
+	assert.Contains(t, err.Error(), "growing from 10 to 13 positions needs 1 blocks, 0 of 5 are free")
+	assert.Contains(t, err.Error(), fmt.Sprintf("budget %d bytes, %d bytes per block", p.Config().Budget, p.Config().BlockBytes))
 	assert.Equal(t, 10, a.Len())
 	assert.Equal(t, before, p.Stats())
+	assert.Equal(t, books, snapshot(p, a, b), "a failed Grow changes nothing")
 	verify(t, a, ida)
 
 	// Growing within the last block needs nothing.
@@ -246,19 +297,22 @@ func TestOutOfMemory(t *testing.T) {
 	c, err := b.Fork()
 	require.NoError(t, err)
 	require.NoError(t, c.Truncate(5))
-	err = c.Grow(1)
+	books = snapshot(p, a, b, c)
+	err = c.Grow(zeros(1))
 	require.ErrorIs(t, err, ErrOutOfMemory)
-	assert.Equal(t, 5, c.Len())
+	assert.Contains(t, err.Error(), "growing from 5 to 6 positions needs 1 blocks, 0 of 5 are free")
+	assert.Equal(t, books, snapshot(p, a, b, c))
 	verify(t, c, idb[:5])
 	require.NoError(t, p.check(a, b, c))
-	err = c.Move(4, 0)
-	require.ErrorIs(t, err, ErrOutOfMemory)
 	err = c.Retain(4, []int32{})
 	require.NoError(t, err, "retaining nothing moves nothing")
 	require.Equal(t, 4, c.Len())
+	books = snapshot(p, a, b, c)
 	err = c.Retain(0, []int32{1})
 	require.ErrorIs(t, err, ErrOutOfMemory)
+	assert.Contains(t, err.Error(), "Retain: copying shared blocks 0…0 of a sequence of 4 positions needs 1 blocks, 0 of 5 are free")
 	assert.Equal(t, 4, c.Len(), "a failed Retain does not truncate")
+	assert.Equal(t, books, snapshot(p, a, b, c), "a failed Retain changes nothing")
 	verify(t, c, idb[:4])
 	verify(t, b, idb)
 	c.Close()
@@ -272,13 +326,14 @@ func TestOutOfMemory(t *testing.T) {
 	require.NoError(t, p.check(a, b, c))
 
 	// Asking for more than the whole pool names the numbers.
-	err = a.Grow(1000)
+	err = a.Grow(zeros(1000))
 	require.ErrorIs(t, err, ErrOutOfMemory)
 	assert.Contains(t, err.Error(), "needs 250 blocks")
+	verify(t, a, ida)
 }
 
 func TestForkCopyOnWrite(t *testing.T) {
-	p := newPool(t, 2, 2, 3, 4, 20)
+	p, st := newPool(t, 4, 20)
 	var f filler
 	a := p.NewSeq()
 	prefix := f.grow(t, a, nil, 10) // blocks 0, 1 full; block 2 holds 2 of 4
@@ -286,23 +341,30 @@ func TestForkCopyOnWrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 17, p.Stats().FreeBlocks, "fork copies nothing")
 	assert.Equal(t, 3, p.Stats().SharedBlocks)
+	assert.Zero(t, st.copies)
 	verify(t, b, prefix)
 
-	// Both write into the shared, partly filled last block: each gets its own copy.
+	// a writes into the shared, partly filled last block: it gets its own copy of the
+	// two positions there. Then b holds the old block alone and writes into it.
 	ida := f.grow(t, a, prefix, 1)
 	assert.Equal(t, 16, p.Stats().FreeBlocks, "a copied the last block")
 	assert.Equal(t, 2, p.Stats().SharedBlocks)
+	assert.Equal(t, 1, st.copies)
+	assert.Equal(t, 2, st.slots)
 	idb := f.grow(t, b, prefix, 3)
-	assert.Equal(t, 15, p.Stats().FreeBlocks, "b copied the last block too")
+	assert.Equal(t, 15, p.Stats().FreeBlocks, "b copied nothing, it took a fourth block")
 	assert.Equal(t, 2, p.Stats().SharedBlocks)
+	assert.Equal(t, 1, st.copies)
 	verify(t, a, ida)
 	verify(t, b, idb)
 	require.NoError(t, p.check(a, b))
-	assert.Equal(t, a.table[:2], b.table[:2], "the full blocks of the prefix are still shared")
+	assert.Equal(t, a.Table()[:2], b.Table()[:2], "the full blocks of the prefix are still shared")
+	assert.NotEqual(t, a.Table()[2], b.Table()[2])
 
 	// Growing across block boundaries after the copy allocates fresh blocks only.
 	ida = f.grow(t, a, ida, 9)
 	idb = f.grow(t, b, idb, 2)
+	assert.Equal(t, 1, st.copies)
 	verify(t, a, ida)
 	verify(t, b, idb)
 	require.NoError(t, p.check(a, b))
@@ -311,6 +373,8 @@ func TestForkCopyOnWrite(t *testing.T) {
 	// other does not notice.
 	require.NoError(t, b.Truncate(6))
 	idb = f.grow(t, b, idb[:6], 5)
+	assert.Equal(t, 2, st.copies)
+	assert.Equal(t, 4, st.slots)
 	verify(t, a, ida)
 	verify(t, b, idb)
 	require.NoError(t, p.check(a, b))
@@ -328,9 +392,9 @@ func TestForkCopyOnWrite(t *testing.T) {
 	b.Close()
 	verify(t, c, idc)
 	require.NoError(t, p.check(a, b, c))
-	st := p.Stats()
-	assert.Equal(t, 0, st.SharedBlocks)
-	assert.Equal(t, st.Blocks-c.Blocks(), st.FreeBlocks)
+	s := p.Stats()
+	assert.Equal(t, 0, s.SharedBlocks)
+	assert.Equal(t, s.Blocks-c.Blocks(), s.FreeBlocks)
 	c.Close()
 	assert.Equal(t, 20, p.Stats().FreeBlocks, "every block is free once the last user closes")
 	require.NoError(t, p.check())
@@ -338,7 +402,7 @@ func TestForkCopyOnWrite(t *testing.T) {
 
 // TestForkFullBlock: when the shared last block is full, growing needs no copy.
 func TestForkFullBlock(t *testing.T) {
-	p := newPool(t, 1, 1, 2, 4, 6)
+	p, st := newPool(t, 4, 6)
 	var f filler
 	a := p.NewSeq()
 	defer a.Close()
@@ -350,6 +414,7 @@ func TestForkFullBlock(t *testing.T) {
 	idb := f.grow(t, b, ids, 1)
 	assert.Equal(t, 2, p.Stats().SharedBlocks)
 	assert.Equal(t, 2, p.Stats().FreeBlocks)
+	assert.Zero(t, st.copies)
 	verify(t, a, ida)
 	verify(t, b, idb)
 	require.NoError(t, p.check(a, b))
@@ -358,7 +423,7 @@ func TestForkFullBlock(t *testing.T) {
 // TestForkAfterOtherCloses: when the other holder of a shared block closes first, the
 // block is no longer shared and Grow writes into it without copying.
 func TestForkAfterOtherCloses(t *testing.T) {
-	p := newPool(t, 1, 1, 2, 4, 4)
+	p, st := newPool(t, 4, 4)
 	var f filler
 	a := p.NewSeq()
 	defer a.Close()
@@ -369,34 +434,64 @@ func TestForkAfterOtherCloses(t *testing.T) {
 	free := p.Stats().FreeBlocks
 	ids = f.grow(t, a, ids, 1)
 	assert.Equal(t, free, p.Stats().FreeBlocks, "no copy")
+	assert.Zero(t, st.copies)
 	verify(t, a, ids)
 	require.NoError(t, p.check(a, b))
+	// The block is known to be a's own now: growing on takes no lock.
+	assertNoLock(t, p, func() error { return a.Grow(zeros(1)) })
 }
 
-func TestMove(t *testing.T) {
-	p := newPool(t, 2, 2, 3, 4, 10)
-	var f filler
+// assertNoLock runs f while the test holds the pool's lock and fails unless f returns
+// without waiting for it.
+func assertNoLock(t *testing.T, p *Pool, f func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	p.mu.Lock()
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		p.mu.Unlock()
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		p.mu.Unlock()
+		require.NoError(t, <-done)
+		t.Fatal("waited for the pool's lock")
+	}
+}
+
+// assertLocks runs f while the test holds the pool's lock and fails unless f waits for
+// it.
+func assertLocks(t *testing.T, p *Pool, f func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	p.mu.Lock()
+	go func() { done <- f() }()
+	select {
+	case <-done:
+		p.mu.Unlock()
+		t.Fatal("returned without the pool's lock")
+	case <-time.After(20 * time.Millisecond):
+		p.mu.Unlock()
+		require.NoError(t, <-done)
+	}
+}
+
+// TestGrowLock: Grow within a last block that is known to be the sequence's own takes
+// no lock; Grow that needs a block or may have to copy one does.
+func TestGrowLock(t *testing.T) {
+	p, _ := newPool(t, 4, 8)
 	a := p.NewSeq()
 	defer a.Close()
-	ids := f.grow(t, a, nil, 10)
-	require.NoError(t, a.Move(1, 9))
-	ids[1] = ids[9]
-	require.NoError(t, a.Move(2, 2))
-	verify(t, a, ids)
-
+	assertLocks(t, p, func() error { return a.Grow(zeros(1)) }) // the first block
+	assertNoLock(t, p, func() error { return a.Grow(zeros(3)) })
+	assertLocks(t, p, func() error { return a.Grow(zeros(2)) }) // a second block
 	b, err := a.Fork()
 	require.NoError(t, err)
 	defer b.Close()
-	free := p.Stats().FreeBlocks
-	require.NoError(t, b.Move(5, 0)) // copies block 1 of b
-	idb := append([]uint32(nil), ids...)
-	idb[5] = idb[0]
-	assert.Equal(t, free-1, p.Stats().FreeBlocks)
-	require.NoError(t, b.Move(6, 1)) // block 1 is b's now: no copy
-	idb[6] = idb[1]
-	assert.Equal(t, free-1, p.Stats().FreeBlocks)
-	verify(t, a, ids)
-	verify(t, b, idb)
+	assertLocks(t, p, func() error { return a.Grow(zeros(1)) }) // the last block is shared: copy
+	assertNoLock(t, p, func() error { return a.Grow(zeros(1)) })
+	assertLocks(t, p, func() error { return b.Grow(zeros(1)) }) // b must look, a copied
+	assertNoLock(t, p, func() error { return b.Grow(zeros(1)) })
 	require.NoError(t, p.check(a, b))
 }
 
@@ -423,9 +518,10 @@ func TestRetain(t *testing.T) {
 		{"forked mid-block", 4, 6, 10, []int32{1, 2, 7}, 5, false},
 		{"forked tree", 4, 6, 10, []int32{0, 3, 7, 9}, 16, true},
 		{"forked tree, keep prefix", 4, 6, 10, []int32{0, 1}, 16, true},
+		{"forked tree, from zero", 4, 0, 10, []int32{2, 3, 9}, 10, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := newPool(t, 2, 2, 3, c.bs, 64)
+			p, st := newPool(t, c.bs, 64)
 			var f filler
 			a := p.NewSeq()
 			defer a.Close()
@@ -438,24 +534,34 @@ func TestRetain(t *testing.T) {
 				other, err = a.Fork()
 				require.NoError(t, err)
 				require.NoError(t, other.Truncate(c.forkAt))
-				otherIDs = f.grow(t, other, append([]uint32(nil), ids[:c.forkAt]...), 3)
+				otherIDs = f.grow(t, other, ids[:c.forkAt], 3)
 			}
 			ids = f.grow(t, a, ids, c.tree)
 			if c.forkAll {
 				var err error
 				other, err = a.Fork()
 				require.NoError(t, err)
-				otherIDs = append([]uint32(nil), ids...)
+				otherIDs = slices.Clone(ids)
 			}
 			if other != nil {
 				defer other.Close()
 			}
+			copies := st.copies
 			require.NoError(t, a.Retain(c.prefix, c.keep))
-			want := append([]uint32(nil), ids[:c.prefix]...)
+			want := slices.Clone(ids[:c.prefix])
 			for _, k := range c.keep {
 				want = append(want, ids[c.prefix+int(k)])
 			}
 			verify(t, a, want)
+			moves := false
+			for i, k := range c.keep {
+				moves = moves || int(k) != i
+			}
+			if !moves {
+				assert.Equal(t, copies, st.copies, "nothing moves, nothing is copied")
+			} else {
+				assert.Greater(t, st.copies, copies)
+			}
 			if other != nil {
 				verify(t, other, otherIDs)
 			}
@@ -471,8 +577,32 @@ func TestRetain(t *testing.T) {
 	}
 }
 
+// TestRetainCopies: Retain copies each shared destination block once, whole, then
+// moves the kept positions within the sequence's own blocks.
+func TestRetainCopies(t *testing.T) {
+	p, st := newPool(t, 4, 16)
+	var f filler
+	a := p.NewSeq()
+	defer a.Close()
+	ids := f.grow(t, a, nil, 14) // blocks 0 … 3, the last holding 2
+	b, err := a.Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	free := p.Stats().FreeBlocks
+	// Positions 5 … 13 are the draft; keep 5, 7, 12, 13: destinations 6, 7, 8 in
+	// blocks 1 and 2, both shared.
+	require.NoError(t, a.Retain(5, []int32{0, 2, 7, 8}))
+	assert.Equal(t, 2, st.copies, "one copy of the shared blocks, one move")
+	assert.Equal(t, 4+4+3, st.slots, "blocks 1 and 2 whole, three moved positions")
+	assert.Equal(t, free-2, p.Stats().FreeBlocks, "blocks 1 and 2 copied, block 3 dropped only by a")
+	assert.Equal(t, b.Table()[0], a.Table()[0], "block 0 is still shared")
+	verify(t, a, append(slices.Clone(ids[:5]), ids[5], ids[7], ids[12], ids[13]))
+	verify(t, b, ids)
+	require.NoError(t, p.check(a, b))
+}
+
 func TestBadArguments(t *testing.T) {
-	p := newPool(t, 2, 2, 3, 4, 10)
+	p, _ := newPool(t, 4, 10)
 	var f filler
 	s := p.NewSeq()
 	defer s.Close()
@@ -482,113 +612,118 @@ func TestBadArguments(t *testing.T) {
 		op   func() error
 		msg  string
 	}{
-		{"Grow negative", func() error { return s.Grow(-1) }, "Grow(-1)"},
-		{"Grow overflow", func() error { return s.Grow(int(^uint(0) >> 1)) }, "overflows"},
-		{"Truncate negative", func() error { return s.Truncate(-1) }, "Truncate(-1)"},
-		{"Truncate beyond", func() error { return s.Truncate(7) }, "Truncate(7): n must be in [0, 6]"},
-		{"Move dst", func() error { return s.Move(6, 0) }, "dst must be in [0, 6)"},
-		{"Move src", func() error { return s.Move(0, -1) }, "src must be in [0, 6)"},
-		{"Retain from negative", func() error { return s.Retain(-1, nil) }, "from=-1"},
-		{"Retain from beyond", func() error { return s.Retain(7, nil) }, "from must be in [0, 6]"},
-		{"Retain offset beyond", func() error { return s.Retain(4, []int32{0, 2}) }, "keep[1] = 2, must be in [0, 2)"},
-		{"Retain offset negative", func() error { return s.Retain(4, []int32{-1}) }, "keep[0] = -1"},
-		{"Retain not ascending", func() error { return s.Retain(2, []int32{0, 2, 2}) }, "keep[2] = 2 does not follow"},
+		{"Truncate negative", func() error { return s.Truncate(-1) }, "kvcache: Truncate(-1): n must be in [0, 6]"},
+		{"Truncate beyond", func() error { return s.Truncate(7) }, "kvcache: Truncate(7): n must be in [0, 6], the sequence's length"},
+		{"Retain from negative", func() error { return s.Retain(-1, nil) }, "kvcache: Retain(from=-1): from must be in [0, 6]"},
+		{"Retain from beyond", func() error { return s.Retain(7, nil) }, "from must be in [0, 6], the sequence's length"},
+		{"Retain offset beyond", func() error { return s.Retain(4, []int32{0, 2}) }, "kvcache: Retain(from=4): keep[1] = 2, must be in [0, 2)"},
+		{"Retain offset negative", func() error { return s.Retain(4, []int32{-1}) }, "keep[0] = -1, must be in [0, 2)"},
+		{"Retain not ascending", func() error { return s.Retain(2, []int32{0, 2, 2}) }, "keep[2] = 2 does not follow keep[1] = 2 in ascending order"},
+		{"Retain descending", func() error { return s.Retain(2, []int32{3, 1}) }, "keep[1] = 1 does not follow keep[0] = 3"},
+		{"Retain from end, offset", func() error { return s.Retain(6, []int32{0}) }, "keep[0] = 0, must be in [0, 0)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before := p.Stats()
+			before := snapshot(p, s)
 			err := c.op()
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.msg)
-			assert.Equal(t, before, p.Stats())
+			assert.NotErrorIs(t, err, ErrOutOfMemory)
+			assert.NotErrorIs(t, err, ErrClosed)
+			assert.Equal(t, before, snapshot(p, s))
 			verify(t, s, ids)
 		})
 	}
-	require.NoError(t, s.Grow(0))
-	assert.Equal(t, 6, s.Len())
+	before := snapshot(p, s)
+	require.NoError(t, s.Grow(nil))
+	require.NoError(t, s.Grow([]int32{}))
 	require.NoError(t, s.Truncate(6))
+	require.NoError(t, s.Retain(6, nil))
+	assert.Equal(t, before, snapshot(p, s), "empty operations change nothing")
 	verify(t, s, ids)
-
-	// Row and Block document their preconditions; breaking them panics with a message.
-	for _, c := range []struct {
-		name string
-		f    func()
-	}{
-		{"Row pos", func() { s.Row(0, 0, 6) }},
-		{"Row negative pos", func() { s.Row(0, 0, -1) }},
-		{"Row layer", func() { s.Row(2, 0, 0) }},
-		{"Row head", func() { s.Row(0, 2, 0) }},
-		{"Block index", func() { s.Block(0, 0, 2) }},
-		{"Block layer", func() { s.Block(-1, 0, 0) }},
-	} {
-		assert.PanicsWithValue(t, panicMessage(c.f), c.f, c.name)
-		assert.Contains(t, panicMessage(c.f), "out of range", c.name)
-	}
-}
-
-func panicMessage(f func()) (msg string) {
-	defer func() { msg, _ = recover().(string) }()
-	f()
-	return ""
 }
 
 func TestClosed(t *testing.T) {
-	p := newPool(t, 1, 1, 2, 4, 4)
+	p, _ := newPool(t, 4, 4)
 	s := p.NewSeq()
-	require.NoError(t, s.Grow(5))
+	require.NoError(t, s.Grow(zeros(5)))
+	s.BlockHash(0)
 	s.Close()
 	s.Close() // idempotent
 	assert.Equal(t, 4, p.Stats().FreeBlocks)
 	assert.Equal(t, 0, s.Len())
 	assert.Equal(t, 0, s.Blocks())
-	for name, err := range map[string]error{
-		"Grow":     s.Grow(1),
-		"Truncate": s.Truncate(0),
-		"Move":     s.Move(0, 0),
-		"Retain":   s.Retain(0, nil),
+	assert.Empty(t, s.Table())
+	assert.Empty(t, s.Tokens())
+	h, ok := s.BlockHash(0)
+	assert.False(t, ok)
+	assert.Zero(t, h)
+	for _, c := range []struct {
+		name string
+		err  error
+		msg  string
+	}{
+		{"Grow", s.Grow(zeros(3)), "kvcache: sequence is closed: Grow(3 tokens)"},
+		{"Truncate", s.Truncate(0), "kvcache: sequence is closed: Truncate(0)"},
+		{"Retain", s.Retain(1, []int32{0, 1}), "kvcache: sequence is closed: Retain(1, 2 offsets)"},
 	} {
-		assert.ErrorIs(t, err, ErrClosed, name)
+		assert.ErrorIs(t, c.err, ErrClosed, c.name)
+		assert.EqualError(t, c.err, c.msg, c.name)
 	}
 	f, err := s.Fork()
 	assert.ErrorIs(t, err, ErrClosed)
+	assert.EqualError(t, err, "kvcache: sequence is closed: Fork")
 	assert.Nil(t, f)
-	assert.Contains(t, panicMessage(func() { s.Row(0, 0, 0) }), "closed sequence")
 
 	var zero Seq
-	assert.ErrorIs(t, zero.Grow(1), ErrClosed, "the zero Seq is closed")
+	assert.ErrorIs(t, zero.Grow(zeros(1)), ErrClosed, "the zero Seq is closed")
+	assert.Equal(t, 0, zero.Len())
 	zero.Close()
 	require.NoError(t, p.check(s, &zero))
 }
 
 // TestGrowAllocs: growing by one token and writing it does not allocate in the steady
-// state, including when a new block is taken from the pool.
+// state, including when a new block is taken from the pool, and neither do hashing
+// the full blocks and retaining a short chain.
 func TestGrowAllocs(t *testing.T) {
-	p := newPool(t, 4, 2, 8, 16, 64)
+	p, _ := newPool(t, 16, 64)
 	s := p.NewSeq()
 	defer s.Close()
 	const max = 1000
-	require.NoError(t, s.Grow(max)) // size the block table once
+	require.NoError(t, s.Grow(zeros(max))) // size the block table and tokens once
+	for i := range max / 16 {
+		s.BlockHash(i) // and the hashes
+	}
 	require.NoError(t, s.Truncate(0))
 	var id uint32
+	one := []int32{0}
 	allocs := testing.AllocsPerRun(5000, func() {
 		if s.Len() == max {
 			if err := s.Truncate(0); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := s.Grow(1); err != nil {
+		id++
+		one[0] = tok(id)
+		if err := s.Grow(one); err != nil {
 			t.Fatal(err)
 		}
-		id++
 		write(s, s.Len()-1, id)
+		if s.Len()%16 == 0 {
+			if _, ok := s.BlockHash(s.Len()/16 - 1); !ok {
+				t.Fatal("no hash of a full block")
+			}
+		}
 	})
 	assert.Zero(t, allocs)
+	assert.Equal(t, tok(id), s.Tokens()[s.Len()-1], "the steady state did run")
 
 	// Retain of a short chain after a Grow does not allocate either.
 	keep := []int32{0, 2, 3}
+	five := zeros(5)
 	require.NoError(t, s.Truncate(0))
 	allocs = testing.AllocsPerRun(100, func() {
 		n := s.Len()
-		if err := s.Grow(5); err != nil {
+		if err := s.Grow(five); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Retain(n, keep); err != nil {
@@ -601,92 +736,136 @@ func TestGrowAllocs(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs)
+	require.NoError(t, p.check(s))
 }
 
 func TestErrorsWrap(t *testing.T) {
-	p := newPool(t, 1, 1, 1, 1, 1)
+	p, st := newPool(t, 1, 1)
 	s := p.NewSeq()
 	defer s.Close()
-	err := s.Grow(2)
+	err := s.Grow(zeros(2))
 	assert.True(t, errors.Is(err, ErrOutOfMemory))
 	assert.False(t, errors.Is(err, ErrClosed))
+	assert.False(t, errors.Is(err, errStorage))
+
+	p, st = newPool(t, 2, 4)
+	a := p.NewSeq()
+	defer a.Close()
+	require.NoError(t, a.Grow(zeros(1)))
+	b, err := a.Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	st.failNext(1)
+	err = a.Grow(zeros(1))
+	assert.True(t, errors.Is(err, errStorage), "the storage's error is wrapped: %v", err)
+	assert.False(t, errors.Is(err, ErrOutOfMemory))
+	assert.Contains(t, err.Error(), "kvcache: copying a shared block: ")
 }
 
-// TestTransposedKeys runs the same writes, forks, growth, moves and retains on a pool
-// with slot-major keys and one with dimension-major keys: every key and value must
-// read back the same, and the transposed keys must sit where Block's doc says.
-func TestTransposedKeys(t *testing.T) {
-	const layers, heads, hd = 2, 3, 8
-	pools := [2]*Pool{}
-	for i, tr := range []bool{false, true} {
-		p, err := NewPool(Config{Layers: layers, KVHeads: heads, HeadDim: hd, BlockSize: 4, Budget: 1 << 20, KeysTransposed: tr})
-		require.NoError(t, err)
-		pools[i] = p
-	}
-	val := func(pos, l, h, d int, key bool) float32 {
-		x := float32(pos*1000 + l*100 + h*10 + d)
-		if key {
-			return -x
-		}
-		return x
-	}
-	write := func(s *Seq, from, to int) {
-		for pos := from; pos < to; pos++ {
-			for l := range layers {
-				for h := range heads {
-					k := make([]float32, hd)
-					for d := range k {
-						k[d] = val(pos, l, h, d, true)
-					}
-					s.SetKey(l, h, pos, k)
-					_, v := s.Row(l, h, pos)
-					for d := range v {
-						v[d] = val(pos, l, h, d, false)
-					}
-				}
+// TestStorageErrors: when the storage fails to copy, Grow and the copy of shared
+// blocks in Retain undo everything: tables, reference counts, free blocks, tokens,
+// hashes and length are as they were, and the sequences work on.
+func TestStorageErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		op   func(a *Seq) error
+		msg  string
+	}{
+		{"Grow into a shared block", func(a *Seq) error { return a.Grow(zeros(1)) }, "kvcache: copying a shared block"},
+		{"Grow into a shared block and two more", func(a *Seq) error { return a.Grow(zeros(10)) }, "kvcache: copying a shared block"},
+		{"Retain into shared blocks", func(a *Seq) error { return a.Retain(2, []int32{0, 3, 5}) }, "kvcache: copying shared blocks"},
+		{"Retain into the shared last block", func(a *Seq) error { return a.Retain(8, []int32{1}) }, "kvcache: copying shared blocks"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, st := newPool(t, 4, 16)
+			var f filler
+			a := p.NewSeq()
+			defer a.Close()
+			ids := f.grow(t, a, nil, 10)
+			for i := range 2 {
+				a.BlockHash(i)
 			}
-		}
+			b, err := a.Fork()
+			require.NoError(t, err)
+			defer b.Close()
+			before := snapshot(p, a, b)
+			stats := p.Stats()
+			st.failNext(1)
+			err = c.op(a)
+			require.ErrorIs(t, err, errStorage)
+			assert.Contains(t, err.Error(), c.msg)
+			assert.Equal(t, 1, st.failed, "the copy was asked for")
+			assert.Equal(t, before.freeSet(), snapshot(p, a, b).freeSet(), "a failed copy changes nothing")
+			assert.Equal(t, stats, p.Stats())
+			require.NoError(t, p.check(a, b))
+			verify(t, a, ids)
+			verify(t, b, ids)
+
+			// Without the failure the same operation works.
+			require.NoError(t, c.op(a))
+			require.NoError(t, p.check(a, b))
+			verify(t, b, ids)
+		})
 	}
-	var seqs [2][2]*Seq
-	for i, p := range pools {
-		a := p.NewSeq()
-		require.NoError(t, a.Grow(10))
-		write(a, 0, 10)
-		b, err := a.Fork()
-		require.NoError(t, err)
-		require.NoError(t, b.Grow(5)) // copies the shared, partly filled last block
-		write(b, 10, 15)
-		require.NoError(t, a.Retain(3, []int32{0, 2, 5, 6}))
-		require.NoError(t, b.Move(1, 13))
-		seqs[i] = [2]*Seq{a, b}
-	}
-	for j := range 2 {
-		slot, tr := seqs[0][j], seqs[1][j]
-		require.Equal(t, slot.Len(), tr.Len())
-		for pos := range slot.Len() {
-			for l := range layers {
-				for h := range heads {
-					k0, k1 := make([]float32, hd), make([]float32, hd)
-					slot.Key(l, h, pos, k0)
-					tr.Key(l, h, pos, k1)
-					require.Equal(t, k0, k1, "seq %d key of position %d, layer %d, head %d", j, pos, l, h)
-					krow, v0 := slot.Row(l, h, pos)
-					require.Equal(t, k0, krow)
-					none, v1 := tr.Row(l, h, pos)
-					require.Nil(t, none)
-					require.Equal(t, v0, v1, "seq %d value of position %d", j, pos)
-					kb, _ := tr.Block(l, h, pos/4)
-					for d := range hd {
-						require.Equal(t, k1[d], kb[d*4+pos%4])
-					}
-				}
+}
+
+// TestRetainStorageErrorLength: when the storage fails to move the kept positions,
+// Retain returns its error and does not truncate, and the books stay consistent.
+func TestRetainStorageErrorLength(t *testing.T) {
+	for _, forked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("forked=%v", forked), func(t *testing.T) {
+			p, st := newPool(t, 4, 16)
+			var f filler
+			a := p.NewSeq()
+			defer a.Close()
+			ids := f.grow(t, a, nil, 12)
+			var b *Seq
+			fail := 1
+			if forked {
+				var err error
+				b, err = a.Fork()
+				require.NoError(t, err)
+				defer b.Close()
+				fail = 2 // the copy of the shared blocks succeeds, the move fails
 			}
-		}
+			st.failNext(fail)
+			err := a.Retain(1, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+			require.ErrorIs(t, err, errStorage)
+			assert.Contains(t, err.Error(), "kvcache: moving kept positions")
+			// The sequence keeps the positions before the first move, as they were.
+			assert.Equal(t, 1, a.Len())
+			assert.Equal(t, 1, a.Blocks())
+			verify(t, a, ids[:1])
+			require.NoError(t, p.check(a, b))
+			if b != nil {
+				verify(t, b, ids)
+			}
+		})
 	}
-	// a kept positions 0-2 and 3+{0, 2, 5, 6}; b has position 13 at 1.
-	k := make([]float32, hd)
-	seqs[1][0].Key(1, 2, 5, k)
-	require.Equal(t, val(8, 1, 2, 0, true), k[0])
-	seqs[1][1].Key(0, 0, 1, k)
-	require.Equal(t, val(13, 0, 0, 0, true), k[0])
+}
+
+// TestRetainStorageErrorUndoes checks that a Retain whose copy of shared destination
+// blocks the storage fails changes nothing: tokens, hashes, tables and counts.
+func TestRetainStorageErrorUndoes(t *testing.T) {
+	p, st := newPool(t, 4, 16)
+	var f filler
+	a := p.NewSeq()
+	defer a.Close()
+	ids := f.grow(t, a, nil, 12)
+	for i := range 3 {
+		a.BlockHash(i)
+	}
+	b, err := a.Fork()
+	require.NoError(t, err)
+	defer b.Close()
+	before := snapshot(p, a, b)
+	st.failNext(1)
+	err = a.Retain(1, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+	require.ErrorIs(t, err, errStorage)
+	assert.Contains(t, err.Error(), "kvcache: copying shared blocks")
+	assert.NoError(t, p.check(a, b))
+	assert.Equal(t, toks(ids), a.Tokens())
+	assert.Equal(t, before.freeSet(), snapshot(p, a, b).freeSet(), "a failed Retain changed the books")
+	verify(t, a, ids)
+	verify(t, b, ids)
 }

@@ -1,6 +1,8 @@
 package kvcache
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -11,9 +13,10 @@ import (
 )
 
 // TestRandomOps drives several sequences of one small pool through many random
-// operations and checks them against a reference model (the write id held at each
-// position), together with the pool's invariants, after every step. The pool is small
-// so that running out of memory is common.
+// operations and checks them against a reference model (the write id and the token
+// held at each position), together with the pool's invariants and the block hashes,
+// after every step. The pool is small so that running out of memory is common, and
+// the storage fails now and then.
 func TestRandomOps(t *testing.T) {
 	steps := 4000
 	if testing.Short() {
@@ -34,17 +37,86 @@ func TestRandomOps(t *testing.T) {
 	}
 }
 
+// modelSeq is a sequence and what it should hold: the write id and the token of each
+// position.
 type modelSeq struct {
-	s   *Seq
-	ids []uint32
+	s    *Seq
+	ids  []uint32
+	toks []int32
+}
+
+func (m *modelSeq) verify(t *testing.T, step int) {
+	t.Helper()
+	s, bs := m.s, m.s.pool.cfg.BlockSize
+	require.Equal(t, len(m.ids), s.Len(), "step %d: length", step)
+	require.Equal(t, (len(m.ids)+bs-1)/bs, s.Blocks(), "step %d: blocks", step)
+	require.Equal(t, m.toks, s.Tokens(), "step %d: tokens", step)
+	st := storage(s)
+	for pos, id := range m.ids {
+		require.Equal(t, id, st.ids[s.Slot(pos)], "step %d: position %d", step, pos)
+	}
+}
+
+// hashBook remembers the hash of every token prefix seen: one prefix must always hash
+// alike, whichever sequence holds it and however it came to, and two prefixes never.
+type hashBook struct {
+	byPrefix map[string]uint64
+	byHash   map[uint64]string
+	buf      []byte
+}
+
+func (hb *hashBook) check(t *testing.T, step int, rng *rand.Rand, s *Seq) {
+	t.Helper()
+	bs := s.pool.cfg.BlockSize
+	full := s.Len() / bs
+	hb.buf = hb.buf[:0]
+	for _, x := range s.Tokens() {
+		hb.buf = binary.LittleEndian.AppendUint32(hb.buf, uint32(x))
+	}
+	// Ask for a random block first, so that the cache fills in uneven steps.
+	if full > 0 {
+		s.BlockHash(rng.IntN(full))
+	}
+	for i := range full {
+		h, ok := s.BlockHash(i)
+		require.True(t, ok, "step %d: block %d of %d positions has no hash", step, i, s.Len())
+		prefix := hb.buf[:(i+1)*bs*4]
+		if w, ok := hb.byPrefix[string(prefix)]; ok {
+			require.Equal(t, w, h, "step %d: block %d: a prefix seen before hashes otherwise", step, i)
+		} else {
+			hb.byPrefix[string(prefix)] = h
+		}
+		if w, ok := hb.byHash[h]; ok {
+			require.Equal(t, w, string(prefix), "step %d: block %d: two prefixes hash alike", step, i)
+		} else {
+			hb.byHash[h] = string(prefix)
+		}
+	}
+	_, ok := s.BlockHash(full)
+	require.False(t, ok, "step %d: the block after the full ones has a hash", step)
+}
+
+// sharedIn counts the blocks lo … hi of s that another sequence holds too.
+func sharedIn(s *Seq, lo, hi int) int {
+	p := s.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for i := lo; i <= hi && i < len(s.table); i++ {
+		if p.refs[s.table[i]] > 1 {
+			n++
+		}
+	}
+	return n
 }
 
 func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x6b76))
-	p := newPool(t, 2, 2, 3, bs, blocks)
+	p, st := newPool(t, bs, blocks)
 	var f filler
 	var seqs []*modelSeq
 	var closed []*Seq
+	hb := &hashBook{byPrefix: map[string]uint64{}, byHash: map[uint64]string{}}
 	counts := map[string]int{}
 	all := func() []*Seq {
 		out := slices.Clone(closed)
@@ -61,42 +133,99 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 		}
 		return seqs[rng.IntN(len(seqs))]
 	}
-	// unchanged checks that a failed operation left the pool and every sequence as
-	// they were.
-	unchanged := func(step int, err error, before Stats) {
-		t.Helper()
-		require.ErrorIs(t, err, ErrOutOfMemory, "step %d", step)
-		require.Equal(t, before, p.Stats(), "step %d: a failed operation changed the pool", step)
-	}
 	for step := range steps {
 		before := p.Stats()
 		m := pick()
 		n := m.s.Len()
+		books := snapshot(p, all()...)
+		copies := st.copies
+		// unchanged checks that a failed operation left the pool and every sequence as
+		// they were; a failed copy may leave the free blocks in another order.
+		unchanged := func(err error, what string) {
+			t.Helper()
+			if errors.Is(err, errStorage) {
+				require.Equal(t, books.freeSet(), snapshot(p, all()...).freeSet(), "step %d: a failed %s changed the books", step, what)
+			} else {
+				require.Equal(t, books, snapshot(p, all()...), "step %d: a failed %s changed the books", step, what)
+			}
+			require.Equal(t, before, p.Stats(), "step %d: a failed %s changed the pool", step, what)
+		}
+		// failing arms the storage to fail the k-th copy of the next operation, one
+		// time in oneIn; disarm undoes it after the operation.
+		failing := func(k, oneIn int) bool {
+			if rng.IntN(oneIn) != 0 {
+				return false
+			}
+			st.failNext(k)
+			return true
+		}
+		disarm := func() { st.failIn = 0 }
 		switch op := rng.IntN(100); {
-		case op < 30: // grow and write
+		case op < 28: // grow and write
 			g := rng.IntN(3*bs + 3)
 			add := (n+g+bs-1)/bs - m.s.Blocks()
-			err := m.s.Grow(g)
-			if err != nil {
-				unchanged(step, err, before)
-				require.Greater(t, add+1, before.FreeBlocks, "step %d: Grow(%d) failed with %d free", step, g, before.FreeBlocks)
-				require.Equal(t, n, m.s.Len())
+			cow := g > 0 && n%bs != 0 && sharedIn(m.s, n/bs, n/bs) > 0
+			need := add
+			if cow {
+				need++
+			}
+			armed := failing(1, 5)
+			ids := f.ids(g)
+			tokens := toks(ids)
+			err := m.s.Grow(tokens)
+			disarm()
+			switch {
+			case need > before.FreeBlocks:
+				require.ErrorIs(t, err, ErrOutOfMemory, "step %d: Grow(%d) needs %d blocks, %d are free", step, g, need, before.FreeBlocks)
+				unchanged(err, "Grow")
 				counts["grow-oom"]++
+			case armed && cow:
+				require.ErrorIs(t, err, errStorage, "step %d", step)
+				unchanged(err, "Grow")
+				counts["grow-storage-error"]++
+			default:
+				require.NoError(t, err, "step %d: Grow(%d) needs %d blocks, %d are free", step, g, need, before.FreeBlocks)
+				require.Equal(t, before.FreeBlocks-need, p.Stats().FreeBlocks, "step %d: Grow(%d) took other than %d blocks", step, g, need)
+				wantCopies := 0
+				if cow {
+					wantCopies = 1
+				}
+				require.Equal(t, wantCopies, st.copies-copies, "step %d: copies of Grow(%d)", step, g)
+				for i, id := range ids {
+					write(m.s, n+i, id)
+				}
+				m.ids = append(slices.Clip(m.ids), ids...)
+				m.toks = append(slices.Clip(m.toks), tokens...)
+				counts["grow"]++
+			}
+		case op < 33: // a new sequence with the tokens of another, grown piece by piece
+			src := seqs[rng.IntN(len(seqs))]
+			if src == m || len(seqs) >= 8 {
 				break
 			}
-			require.LessOrEqual(t, add, before.FreeBlocks, "step %d: Grow(%d) succeeded beyond the free blocks", step, g)
-			ids := slices.Clip(m.ids)
-			for i := range g {
-				f.next++
-				write(m.s, n+i, f.next)
-				ids = append(ids, f.next)
+			c := &modelSeq{s: p.NewSeq()}
+			seqs = append(seqs, c)
+			want := src.toks[:rng.IntN(len(src.toks)+1)]
+			for len(c.toks) < len(want) {
+				k := 1 + rng.IntN(len(want)-len(c.toks))
+				tokens := want[len(c.toks) : len(c.toks)+k]
+				if err := c.s.Grow(tokens); err != nil {
+					require.ErrorIs(t, err, ErrOutOfMemory, "step %d", step)
+					break
+				}
+				for i := range k {
+					f.next++
+					write(c.s, len(c.ids), f.next)
+					c.ids = append(c.ids, f.next)
+					c.toks = append(c.toks, tokens[i])
+				}
 			}
-			m.ids = ids
-			counts["grow"]++
-		case op < 45: // truncate
+			counts["copy"]++
+		case op < 46: // truncate
 			k := rng.IntN(n + 1)
 			require.NoError(t, m.s.Truncate(k))
 			m.ids = m.ids[:k]
+			m.toks = m.toks[:k]
 			counts["truncate"]++
 		case op < 55: // fork
 			if len(seqs) >= 8 {
@@ -104,10 +233,12 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 			}
 			s, err := m.s.Fork()
 			require.NoError(t, err)
-			seqs = append(seqs, &modelSeq{s: s, ids: slices.Clip(m.ids)})
-			m.ids = slices.Clip(m.ids)
+			require.Equal(t, before.FreeBlocks, p.Stats().FreeBlocks, "step %d: a fork took blocks", step)
+			require.Equal(t, copies, st.copies, "step %d: a fork copied", step)
+			seqs = append(seqs, &modelSeq{s: s, ids: slices.Clip(m.ids), toks: slices.Clip(m.toks)})
+			m.ids, m.toks = slices.Clip(m.ids), slices.Clip(m.toks)
 			counts["fork"]++
-		case op < 72: // retain a random path of a "tree" grown at from
+		case op < 74: // retain a random path of a "tree" grown at from
 			from := n - rng.IntN(min(n, 3*bs+2)+1)
 			var keep []int32
 			for k := range n - from {
@@ -115,39 +246,60 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 					keep = append(keep, int32(k))
 				}
 			}
+			first := len(keep)
+			for i, k := range keep {
+				if int(k) != i {
+					first = i
+					break
+				}
+			}
+			need := 0
+			if first < len(keep) {
+				need = sharedIn(m.s, (from+first)/bs, (from+len(keep)-1)/bs)
+			}
+			moves := first < len(keep)
+			oneIn := 5
+			if need > 0 {
+				oneIn = 2 // a copy of shared blocks first: rarer, so fail it more often
+			}
+			armed := moves && failing(1+rng.IntN(2), oneIn)
+			failAt := st.failIn
 			err := m.s.Retain(from, keep)
-			if err != nil {
-				unchanged(step, err, before)
+			disarm()
+			switch {
+			case need > before.FreeBlocks:
+				require.ErrorIs(t, err, ErrOutOfMemory, "step %d", step)
+				unchanged(err, "Retain")
 				require.Equal(t, n, m.s.Len())
 				counts["retain-oom"]++
-				break
+			case armed && failAt == 1 && need > 0:
+				// The copy of the shared destination blocks failed: nothing changed.
+				require.ErrorIs(t, err, errStorage, "step %d", step)
+				unchanged(err, "Retain")
+				counts["retain-copy-error"]++
+			case armed && (failAt == 1 || failAt == 2 && need > 0):
+				// The move failed: the positions before the first move are kept.
+				require.ErrorIs(t, err, errStorage, "step %d", step)
+				require.Equal(t, from+first, m.s.Len(), "step %d", step)
+				m.ids, m.toks = m.ids[:from+first], m.toks[:from+first]
+				counts["retain-move-error"]++
+			default:
+				require.NoError(t, err, "step %d", step)
+				ids := slices.Clone(m.ids[:from])
+				tokens := slices.Clone(m.toks[:from])
+				for _, k := range keep {
+					ids = append(ids, m.ids[from+int(k)])
+					tokens = append(tokens, m.toks[from+int(k)])
+				}
+				m.ids, m.toks = ids, tokens
+				counts["retain"]++
 			}
-			ids := slices.Clone(m.ids[:from])
-			for _, k := range keep {
-				ids = append(ids, m.ids[from+int(k)])
-			}
-			m.ids = ids
-			counts["retain"]++
-		case op < 80: // move
-			if n == 0 {
-				break
-			}
-			dst, src := rng.IntN(n), rng.IntN(n)
-			err := m.s.Move(dst, src)
-			if err != nil {
-				unchanged(step, err, before)
-				counts["move-oom"]++
-				break
-			}
-			m.ids = slices.Clone(m.ids)
-			m.ids[dst] = m.ids[src]
-			counts["move"]++
-		case op < 88: // close
+		case op < 84: // close
 			m.s.Close()
 			i := slices.Index(seqs, m)
 			seqs = slices.Delete(seqs, i, i+1)
 			closed = append(closed, m.s)
-			require.ErrorIs(t, m.s.Grow(1), ErrClosed)
+			require.ErrorIs(t, m.s.Grow([]int32{1}), ErrClosed)
 			require.ErrorIs(t, m.s.Truncate(0), ErrClosed)
 			require.ErrorIs(t, m.s.Retain(0, nil), ErrClosed)
 			_, err := m.s.Fork()
@@ -155,38 +307,45 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 			counts["close"]++
 		default: // invalid arguments are refused and change nothing
 			var err error
-			switch rng.IntN(4) {
+			switch rng.IntN(5) {
 			case 0:
-				err = m.s.Grow(-1 - rng.IntN(5))
+				err = m.s.Truncate(-1 - rng.IntN(5))
 			case 1:
 				err = m.s.Truncate(n + 1 + rng.IntN(5))
 			case 2:
 				err = m.s.Retain(n+1, nil)
 			case 3:
 				err = m.s.Retain(0, []int32{int32(n)})
+			case 4:
+				err = m.s.Retain(0, []int32{0, 0})
 			}
 			require.Error(t, err)
-			require.Equal(t, before, p.Stats())
+			unchanged(err, "call with invalid arguments")
 			counts["invalid"]++
 		}
 		require.NoError(t, p.check(all()...), "step %d", step)
 		used := 0
 		for _, m := range seqs {
-			verify(t, m.s, m.ids)
+			m.verify(t, step)
+			hb.check(t, step, rng, m.s)
 			used += m.s.Blocks()
 		}
-		st := p.Stats()
-		require.LessOrEqual(t, st.Blocks-st.FreeBlocks, used, "step %d: blocks in use beyond the tables", step)
+		s := p.Stats()
+		require.LessOrEqual(t, s.Blocks-s.FreeBlocks, used, "step %d: blocks in use beyond the tables", step)
 	}
 	for _, m := range seqs {
 		m.s.Close()
 	}
 	require.NoError(t, p.check(all()...))
 	assert.Equal(t, blocks, p.Stats().FreeBlocks)
-	t.Logf("operations: %v", counts)
+	t.Logf("operations: %v; %d prefixes hashed", counts, len(hb.byPrefix))
 	if steps >= 1000 {
-		for _, op := range []string{"grow", "grow-oom", "truncate", "fork", "retain", "move", "close"} {
+		for _, op := range []string{"grow", "grow-oom", "copy", "truncate", "fork", "retain", "retain-oom",
+			"retain-copy-error", "retain-move-error", "close", "invalid"} {
 			assert.Positive(t, counts[op], "operation %s never ran", op)
+		}
+		if bs > 1 {
+			assert.Positive(t, counts["grow-storage-error"], "operation grow-storage-error never ran")
 		}
 	}
 }

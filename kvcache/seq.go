@@ -190,7 +190,10 @@ func (s *Seq) Fork() (*Seq, error) {
 // accepted root-to-leaf path of a tree draft that was appended at from.
 //
 // Shared destination blocks are copied first; when that needs more blocks than are
-// free, Retain returns an error wrapping [ErrOutOfMemory] and changes nothing.
+// free, Retain returns an error wrapping [ErrOutOfMemory] and changes nothing. When the
+// storage fails to copy, the positions from the first that moves on may hold anything
+// (a move writes in place): Retain then truncates the sequence to the positions before
+// them, which are intact, and returns the storage's error.
 func (s *Seq) Retain(from int, keep []int32) error {
 	p := s.pool
 	if p == nil {
@@ -201,25 +204,39 @@ func (s *Seq) Retain(from int, keep []int32) error {
 		return err
 	}
 	if first < len(keep) {
-		// Offsets ascend strictly from 0, so keep[i] >= i, and once keep[i] > i every
-		// later offset moves too: the destinations are from+first … from+len(keep)-1.
-		bs := p.cfg.BlockSize
-		if err := s.own((from+first)/bs, (from+len(keep)-1)/bs, "Retain"); err != nil {
+		if err := s.move(from, first, keep); err != nil {
 			return err
 		}
-		// Ascending order is safe: a destination from+i is below every later source
-		// from+keep[j] >= from+j > from+i, so no source is overwritten before it is read.
-		s.pairs = s.pairs[:0]
-		for i := first; i < len(keep); i++ {
-			s.pairs = append(s.pairs, s.Slot(from+i), s.Slot(from+int(keep[i])))
-			s.tokens[from+i] = s.tokens[from+int(keep[i])]
-		}
-		if err := p.storage.Copy(s.pairs); err != nil {
-			return fmt.Errorf("kvcache: moving kept positions: %w", err)
-		}
-		s.hashes = s.hashes[:min(len(s.hashes), (from+first)/bs)]
 	}
 	s.truncate(from + len(keep))
+	return nil
+}
+
+// move moves position from+keep[i] to from+i for every i from first on: the shared
+// destination blocks are copied first, then the positions moved, each one storage
+// copy, in order.
+func (s *Seq) move(from, first int, keep []int32) error {
+	p := s.pool
+	bs := p.cfg.BlockSize
+	// Offsets ascend strictly from 0, so keep[i] >= i, and once keep[i] > i every later
+	// offset moves too: the destinations are from+first … from+len(keep)-1.
+	if err := s.own((from+first)/bs, (from+len(keep)-1)/bs); err != nil {
+		return err
+	}
+	// Ascending order is safe: a destination from+i is below every later source
+	// from+keep[j] >= from+j > from+i, so no source is overwritten before it is read.
+	s.pairs = s.pairs[:0]
+	for i := first; i < len(keep); i++ {
+		s.pairs = append(s.pairs, s.Slot(from+i), s.Slot(from+int(keep[i])))
+	}
+	if err := p.storage.Copy(s.pairs); err != nil {
+		s.truncate(from + first)
+		return fmt.Errorf("kvcache: moving kept positions (the sequence keeps its %d positions before them): %w", from+first, err)
+	}
+	for i := first; i < len(keep); i++ {
+		s.tokens[from+i] = s.tokens[from+int(keep[i])]
+	}
+	s.hashes = s.hashes[:min(len(s.hashes), (from+first)/bs)]
 	return nil
 }
 
@@ -246,8 +263,9 @@ func (s *Seq) checkRetain(from int, keep []int32) (int, error) {
 
 // own makes the logical blocks lo … hi s's alone, copying those that are shared. It is
 // all or nothing: when the pool cannot supply the copies it returns an error wrapping
-// ErrOutOfMemory and changes nothing. op names the caller for that error.
-func (s *Seq) own(lo, hi int, op string) error {
+// ErrOutOfMemory, and when the storage fails to copy, its error; either way it changes
+// nothing.
+func (s *Seq) own(lo, hi int) error {
 	hi = min(hi, s.owned-1) // blocks from owned on are s's alone already
 	if lo > hi {
 		return nil
@@ -263,7 +281,7 @@ func (s *Seq) own(lo, hi int, op string) error {
 	}
 	if free := len(p.free); need > free {
 		p.mu.Unlock()
-		return p.oom(fmt.Sprintf("%s: copying shared blocks %d…%d of a sequence of %d positions", op, lo, hi, len(s.tokens)), need, free)
+		return p.oom(fmt.Sprintf("Retain: copying shared blocks %d…%d of a sequence of %d positions", lo, hi, len(s.tokens)), need, free)
 	}
 	for i := lo; i <= hi; i++ {
 		if b := s.table[i]; p.refs[b] > 1 {
@@ -320,7 +338,7 @@ func (s *Seq) BlockHash(i int) (uint64, bool) {
 		return 0, false
 	}
 	bs := s.pool.cfg.BlockSize
-	if i < 0 || (i+1)*bs > len(s.tokens) {
+	if i < 0 || i >= len(s.tokens)/bs {
 		return 0, false
 	}
 	for j := len(s.hashes); j <= i; j++ {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -18,34 +19,30 @@ type verdict struct {
 	next     int32
 }
 
-// judge runs verify, one verification of a fixed step, under seeds 0 to n-1.
-func judge(t *testing.T, vocab, n int, verify func(*sampler.Sampler) (int, int32, error)) []verdict {
+// step is the verification of tokens drawn from the rows q and shaped by parents (nil:
+// a chain), after history, against the given rows of target logits.
+func step(t *testing.T, vocab int, history, tokens []int32, q [][]float32, parents []int32, logits [][]float32) sampler.Step {
+	t.Helper()
+	tree, err := model.NewTree(parents)
+	require.NoError(t, err)
+	var d sampler.Draft
+	require.NoError(t, d.Set(vocab, tokens, q, tree))
+	return sampler.Step{History: history, Draft: d, Logits: logits}
+}
+
+// judge verifies the same step under seeds 0 to n-1; a verdict counts the tokens of
+// the accepted path.
+func judge(t *testing.T, st sampler.Step, vocab, n int) []verdict {
 	t.Helper()
 	out := make([]verdict, n)
 	for seed := range n {
 		s, err := sampler.New(sampler.Params{Temperature: 1, Seed: uint64(seed)}, vocab)
 		require.NoError(t, err)
-		k, next, err := verify(s)
+		path, next, err := s.Verify(st, nil)
 		require.NoError(t, err)
-		out[seed] = verdict{k, next}
+		out[seed] = verdict{len(path), next}
 	}
 	return out
-}
-
-// judgeChain verifies the same chain step under n seeds.
-func judgeChain(t *testing.T, st sampler.Step, vocab, n int) []verdict {
-	t.Helper()
-	return judge(t, vocab, n, func(s *sampler.Sampler) (int, int32, error) { return s.Verify(st) })
-}
-
-// judgeTree verifies the same tree step under n seeds; the verdict counts the
-// accepted path.
-func judgeTree(t *testing.T, st sampler.TreeStep, vocab, n int) []verdict {
-	t.Helper()
-	return judge(t, vocab, n, func(s *sampler.Sampler) (int, int32, error) {
-		path, next, err := s.VerifyTree(st, nil)
-		return len(path), next, err
-	})
 }
 
 func countAccepted(vs []verdict) int {
@@ -56,10 +53,10 @@ func countAccepted(vs []verdict) int {
 	return n
 }
 
-// TestNilRowIsOneHot is the regression test of a chain draft whose Q held a nil row:
-// the token was kept every time, whatever the target thought of it. A nil Q, a nil
-// row and an explicit one-hot row are one q, so they must be judged identically, seed
-// by seed, and keep the token with probability p(token), here about 4.5e-5.
+// TestNilRowIsOneHot: a nil Q, a nil row and an explicit one-hot row are one q, so a
+// chain or a one-node tree holding any of them must be judged identically, seed by
+// seed, and keep the token with probability p(token), here about 4.5e-5 — not every
+// time, whatever the target thinks of it, as a nil row read as "no q" would.
 func TestNilRowIsOneHot(t *testing.T) {
 	const draws = 10_000
 	logits := [][]float32{{0, -10}, {0, -10}}
@@ -73,13 +70,13 @@ func TestNilRowIsOneHot(t *testing.T) {
 		{"one-hot row", [][]float32{{0, 1}}},
 	}
 	chain := func(q [][]float32) sampler.Step {
-		return sampler.Step{Tokens: []int32{0, 1}, K: 1, Q: q, Logits: logits}
+		return step(t, 2, []int32{0}, []int32{1}, q, nil, logits)
 	}
 	reference := forms[len(forms)-1] // the explicit one-hot row
-	want := judgeChain(t, chain(reference.q), 2, draws)
+	want := judge(t, chain(reference.q), 2, draws)
 	for _, f := range forms {
 		t.Run("chain/"+f.name, func(t *testing.T) {
-			got := judgeChain(t, chain(f.q), 2, draws)
+			got := judge(t, chain(f.q), 2, draws)
 			accepted := countAccepted(got)
 			assert.Less(t, stattest.BinomialZ(accepted, draws, p1), 4.5, "token 1 kept %d times of %d, p = %.2g", accepted, draws, p1)
 			if f.name != reference.name {
@@ -87,7 +84,7 @@ func TestNilRowIsOneHot(t *testing.T) {
 			}
 		})
 		t.Run("tree/"+f.name, func(t *testing.T) {
-			got := judgeTree(t, sampler.TreeStep{Tokens: []int32{0}, Nodes: []int32{1}, Parents: []int32{-1}, Q: f.q, Logits: logits}, 2, draws)
+			got := judge(t, step(t, 2, []int32{0}, []int32{1}, f.q, []int32{-1}, logits), 2, draws)
 			assert.Equal(t, want, got, "the tree rule judged a one-node tree differently from the chain rule")
 		})
 	}
@@ -103,21 +100,22 @@ func TestShortRowReadsAsZero(t *testing.T) {
 	for _, x := range []int32{0, 1, 2} {
 		for _, second := range [][]float32{nil, short} {
 			chain := func(q0 []float32) sampler.Step {
-				return sampler.Step{Tokens: []int32{3, x, 1}, K: 2, Q: [][]float32{q0, second}, Logits: logits}
+				return step(t, 4, []int32{3}, []int32{x, 1}, [][]float32{q0, second}, nil, logits)
 			}
-			assert.Equal(t, judgeChain(t, chain(padded), 4, draws), judgeChain(t, chain(short), 4, draws), "chain, token %d", x)
-			tree := func(q0 []float32) sampler.TreeStep {
-				return sampler.TreeStep{Tokens: []int32{3}, Nodes: []int32{x, 1}, Parents: []int32{-1, 0}, Q: [][]float32{q0, second}, Logits: logits}
+			assert.Equal(t, judge(t, chain(padded), 4, draws), judge(t, chain(short), 4, draws), "chain, token %d", x)
+			tree := func(q0 []float32) sampler.Step {
+				return step(t, 4, []int32{3}, []int32{x, 1}, [][]float32{q0, second}, []int32{-1, 0}, logits)
 			}
-			assert.Equal(t, judgeTree(t, tree(padded), 4, draws), judgeTree(t, tree(short), 4, draws), "tree, token %d", x)
+			assert.Equal(t, judge(t, tree(padded), 4, draws), judge(t, tree(short), 4, draws), "tree, token %d", x)
 		}
 	}
 }
 
-// TestVerifyRejectsImpossibleRows: a q row that is not a distribution the drafted
+// TestDraftRejectsImpossibleRows: a q row that is not a distribution the drafted
 // token could have been drawn from would bias the output (a q(x) of 0 keeps x always),
-// so both rules refuse it, naming the position.
-func TestVerifyRejectsImpossibleRows(t *testing.T) {
+// so a draft holding one, chain or tree, is refused when it is set, naming the
+// position.
+func TestDraftRejectsImpossibleRows(t *testing.T) {
 	nan := float32(math.NaN())
 	tests := []struct {
 		name string
@@ -133,17 +131,20 @@ func TestVerifyRejectsImpossibleRows(t *testing.T) {
 		{"infinite entry", []float32{0, 1, float32(math.Inf(1))}, "sums to +Inf"},
 		{"not normalised", []float32{0.2, 0.2, 0.2}, "sums to 0.6"},
 	}
-	row := []float32{0, 0, 0}
+	chain, err := model.NewTree(nil)
+	require.NoError(t, err)
+	tree, err := model.NewTree([]int32{-1, 0, -1})
+	require.NoError(t, err)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := sampler.New(sampler.Params{Temperature: 1}, 3)
-			require.NoError(t, err)
+			var d sampler.Draft
 			// The bad row comes second, after a good one and a nil one.
-			_, _, err = s.Verify(sampler.Step{Tokens: []int32{0, 1, 1, 1}, K: 3, Q: [][]float32{{0, 1, 0}, tt.row, nil}, Logits: [][]float32{row, row, row, row}})
+			err := d.Set(3, []int32{1, 1, 1}, [][]float32{{0, 1, 0}, tt.row, nil}, chain)
 			assert.ErrorContains(t, err, "draft position 1: ")
 			assert.ErrorContains(t, err, tt.want)
-			_, _, err = s.VerifyTree(sampler.TreeStep{Tokens: []int32{0}, Nodes: []int32{1, 1, 2}, Parents: []int32{-1, 0, -1}, Q: [][]float32{nil, tt.row, {0, 0, 1}}, Logits: [][]float32{row, row, row, row}}, nil)
-			assert.ErrorContains(t, err, "tree node 1: ")
+			assert.Zero(t, d.Len(), "a refused draft is empty")
+			err = d.Set(3, []int32{1, 1, 2}, [][]float32{nil, tt.row, {0, 0, 1}}, tree)
+			assert.ErrorContains(t, err, "draft position 1: ")
 			assert.ErrorContains(t, err, tt.want)
 		})
 	}

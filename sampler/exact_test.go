@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -123,8 +124,10 @@ func runOneStep(t *testing.T, c pair, rule sampler.Rule, n int, seed uint64) (co
 		q = [][]float32{row}
 	}
 	draftRNG := rand.New(rand.NewPCG(seed, 99))
-	toks := []int32{0, 0}
-	st := sampler.Step{Tokens: toks, K: 1, Q: q, Logits: [][]float32{logits, logits}}
+	hist, tok := []int32{0}, []int32{0}
+	rows := [][]float32{logits, logits}
+	var d sampler.Draft
+	var path []int32
 	counts = make([]int, oneStepVocab)
 	for range n {
 		x := c.x
@@ -135,10 +138,12 @@ func runOneStep(t *testing.T, c pair, rule sampler.Rule, n int, seed uint64) (co
 				x++
 			}
 		}
-		toks[1] = x
-		k, next, err := s.Verify(st)
+		tok[0] = x
+		require.NoError(t, d.Set(oneStepVocab, tok, q, model.Tree{}))
+		var next int32
+		path, next, err = s.Verify(sampler.Step{History: hist, Draft: d, Logits: rows}, path[:0])
 		require.NoError(t, err)
-		if k == 1 {
+		if len(path) == 1 {
 			accepted++
 			counts[x]++
 		} else {
@@ -178,23 +183,25 @@ func TestExactOneStep(t *testing.T) {
 // residualFromP is a wrong rule: on rejection it draws from p instead of the residual.
 type residualFromP struct{}
 
-func (residualFromP) Verify(s *sampler.Sampler, st sampler.Step) (int, int32, error) {
+func (residualFromP) Verify(s *sampler.Sampler, st sampler.Step, path []int32) ([]int32, int32, error) {
 	p := s.Scratch()
-	if err := s.Process(st.Logits[0], st.Tokens[:len(st.Tokens)-1], p); err != nil {
-		return 0, 0, err
+	if err := s.Process(st.Logits[0], st.History, p); err != nil {
+		return path, 0, err
 	}
-	x := st.Tokens[len(st.Tokens)-1]
-	qx := st.Q[0][x]
+	x := st.Draft.Tokens()[0]
+	qx := st.Draft.Row(0)[x]
 	if s.Float64()*float64(qx) < float64(p[x]) {
-		return 1, 0, nil
+		return append(path, 0), 0, nil
 	}
-	return 0, s.Sample(p), nil
+	return path, s.Sample(p), nil
 }
 
 // alwaysAccept is a wrong rule that trusts the drafter.
 type alwaysAccept struct{}
 
-func (alwaysAccept) Verify(*sampler.Sampler, sampler.Step) (int, int32, error) { return 1, 0, nil }
+func (alwaysAccept) Verify(_ *sampler.Sampler, _ sampler.Step, path []int32) ([]int32, int32, error) {
+	return append(path, 0), 0, nil
+}
 
 // TestExactOneStepDetectsWrongRules shows that the test above can fail: the same
 // harness, given a subtly wrong rule, rejects it decisively.

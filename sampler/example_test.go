@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -21,10 +22,14 @@ func ExampleSampler_Process() {
 }
 
 func ExampleSampler_Verify() {
-	// A greedy check of a two-token draft: the target agrees with the first token
-	// (its argmax after the context is 1) but not with the second.
+	// A greedy check of a two-token chain draft: the target agrees with the first
+	// token (its argmax after the context is 1) but not with the second.
 	s, err := sampler.New(sampler.Params{}, 3)
 	if err != nil {
+		log.Fatal(err)
+	}
+	var d sampler.Draft
+	if err := d.Set(3, []int32{1, 2}, nil, model.Tree{}); err != nil { // the zero Tree: a chain
 		log.Fatal(err)
 	}
 	logits := [][]float32{
@@ -32,10 +37,39 @@ func ExampleSampler_Verify() {
 		{3, 0, 1}, // after token 1: argmax 0
 		{0, 0, 9}, // after token 2 (not reached)
 	}
-	accepted, next, err := s.Verify(sampler.Step{Tokens: []int32{0, 1, 2}, K: 2, Logits: logits})
+	path, next, err := s.Verify(sampler.Step{History: []int32{0}, Draft: d, Logits: logits}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(accepted, next)
-	// Output: 1 0
+	fmt.Println(path, next)
+	// Output: [0] 0
+}
+
+func ExampleSampler_Verify_tree() {
+	// The same check of a tree: two candidates for the first token, 2 and 1, and
+	// below 1 the candidate 0. The target's argmax is 1, then 0, then 2.
+	s, err := sampler.New(sampler.Params{}, 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tree, err := model.NewTree([]int32{-1, -1, 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var d sampler.Draft
+	if err := d.Set(3, []int32{2, 1, 0}, nil, tree); err != nil {
+		log.Fatal(err)
+	}
+	logits := [][]float32{
+		{0, 5, 1}, // after the context: argmax 1
+		{0, 0, 0}, // after node 0 (token 2, rejected)
+		{3, 0, 1}, // after node 1 (token 1): argmax 0
+		{0, 0, 9}, // after node 2 (token 0): argmax 2
+	}
+	path, next, err := s.Verify(sampler.Step{History: []int32{0}, Draft: d, Logits: logits}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(path, next)
+	// Output: [1 2] 2
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -46,10 +47,13 @@ func FuzzProcess(f *testing.F) {
 				t.Fatalf("sampled token %d of probability %v", tok, dst[tok])
 			}
 		}
-		toks := append(history, int32(hist)%int32(v))
-		n, next, err := s.Verify(sampler.Step{Tokens: toks, K: 1, Q: [][]float32{dst}, Logits: [][]float32{logits, logits}})
-		if err == nil && (n < 0 || n > 1 || next < 0 || int(next) >= v) {
-			t.Fatalf("Verify returned %d, %d", n, next)
+		var d sampler.Draft
+		if d.Set(v, []int32{int32(hist) % int32(v)}, [][]float32{dst}, model.Tree{}) != nil {
+			return
+		}
+		path, next, err := s.Verify(sampler.Step{History: history, Draft: d, Logits: [][]float32{logits, logits}}, nil)
+		if err == nil && (len(path) > 1 || (len(path) == 1 && path[0] != 0) || next < 0 || int(next) >= v) {
+			t.Fatalf("Verify returned %v, %d", path, next)
 		}
 	})
 }

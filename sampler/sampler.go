@@ -3,9 +3,12 @@
 // Logit processing — repetition penalty, temperature, top-k, top-p, min-p — yields the
 // processed distribution that a request samples from. Speculative decoding applies the
 // same processing to the drafter's logits (q) and to the target's (p), and an
-// acceptance [Rule] then decides how much of a draft to keep. The default rule, [Exact],
-// is the rejection-sampling rule of Leviathan et al. and Chen et al. (2023): the emitted
-// tokens are distributed exactly as if they had been sampled from the target alone.
+// acceptance [Rule] then decides how much of a draft to keep. A draft is a tree of
+// alternative continuations ([Draft]); a chain is the tree whose shape is the zero
+// [model.Tree], and every rule judges both through one [Sampler.Verify]. The default
+// rule, [Exact], is the rejection-sampling rule of Leviathan et al. and Chen et al.
+// (2023) in its multi-draft form: the emitted tokens are distributed exactly as if
+// they had been sampled from the target alone.
 //
 // A [Sampler] is one request's sampling state: parameters, a seeded random number
 // generator and scratch memory sized to the vocabulary, so that processing and
@@ -71,29 +74,8 @@ func (s *Sampler) VocabSize() int { return s.vocab }
 func (s *Sampler) Float64() float64 { return s.rng.Float64() }
 
 // Scratch returns a buffer of VocabSize values that a [Rule] may use freely during
-// one call to Verify.
+// one call to its Verify.
 func (s *Sampler) Scratch() []float32 { return s.row }
-
-// Verify judges a draft with the sampler's rule. See [Rule].
-func (s *Sampler) Verify(st Step) (accepted int, next int32, err error) {
-	if st.K < 0 || st.K > len(st.Tokens) || len(st.Logits) < st.K+1 || (st.Q != nil && len(st.Q) < st.K) {
-		return 0, 0, fmt.Errorf("sampler: malformed step: K=%d with %d tokens, %d logit rows, %d q rows",
-			st.K, len(st.Tokens), len(st.Logits), len(st.Q))
-	}
-	for i, t := range st.Tokens[len(st.Tokens)-st.K:] {
-		if t < 0 || int(t) >= s.vocab {
-			return 0, 0, fmt.Errorf("sampler: drafted token %d at position %d is outside the vocabulary [0, %d)", t, i, s.vocab)
-		}
-		if err := s.checkDraft(draftRow(st.Q, i), t); err != nil {
-			return 0, 0, fmt.Errorf("sampler: draft position %d: %w", i, err)
-		}
-	}
-	n, next, err := s.rule.Verify(s, st)
-	if err == nil && (n < 0 || n > st.K || next < 0 || int(next) >= s.vocab) {
-		err = fmt.Errorf("sampler: rule %T returned %d accepted of %d and next token %d", s.rule, n, st.K, next)
-	}
-	return n, next, err
-}
 
 // Pick chooses one token after history from logits: the argmax when greedy, else a
 // draw from the processed distribution.

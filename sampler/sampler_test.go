@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/internal/reference"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -226,33 +227,72 @@ func TestSampleEdgeCases(t *testing.T) {
 	assert.Equal(t, int32(2), s.SampleResidual([]float32{0.5, 0, 0.5}, []float32{0.5, 0}))
 }
 
-func TestVerifyRejectsMalformedStep(t *testing.T) {
-	s, err := sampler.New(sampler.Params{Temperature: 1}, 2)
-	require.NoError(t, err)
+// TestMalformedDrafts: a draft that does not fit its vocabulary, its distributions
+// or its tree is refused when it is set, and a step or a rule's answer that does not
+// fit the draft when it is judged.
+func TestMalformedDrafts(t *testing.T) {
 	row := []float32{0, 0}
-	tests := []sampler.Step{
-		{Tokens: []int32{0}, K: 2, Logits: [][]float32{row, row, row}},
-		{Tokens: []int32{0, 1}, K: 1, Logits: [][]float32{row}},
-		{Tokens: []int32{0, 1}, K: -1, Logits: [][]float32{row}},
-		{Tokens: []int32{0, 1, 1}, K: 2, Q: [][]float32{row}, Logits: [][]float32{row, row, row}},
+	tree := func(parents ...int32) model.Tree {
+		tr, err := model.NewTree(parents)
+		require.NoError(t, err)
+		return tr
 	}
-	for i, st := range tests {
-		_, _, err := s.Verify(st)
-		assert.ErrorContains(t, err, "malformed step", "case %d", i)
+	sets := []struct {
+		name   string
+		tokens []int32
+		q      [][]float32
+		tree   model.Tree
+		want   string
+	}{
+		{"token beyond the vocabulary", []int32{0, 2}, nil, model.Tree{}, "drafted token 2 at position 1 is outside the vocabulary [0, 2)"},
+		{"negative token", []int32{-1}, nil, model.Tree{}, "drafted token -1"},
+		{"huge token", []int32{math.MaxInt32}, nil, model.Tree{}, "outside the vocabulary"},
+		{"too few distributions", []int32{0, 1}, [][]float32{{1, 0}}, model.Tree{}, "1 distributions for 2 tokens"},
+		{"too many distributions", []int32{0}, [][]float32{{1, 0}, {0, 1}}, model.Tree{}, "2 distributions for 1 tokens"},
+		{"tree of another size", []int32{0, 1}, nil, tree(-1), "a tree of 1 nodes for 2 tokens"},
 	}
-	for _, bad := range []int32{2, -1, math.MaxInt32} {
-		_, _, err := s.Verify(sampler.Step{Tokens: []int32{0, bad}, K: 1, Q: [][]float32{row}, Logits: [][]float32{row, row}})
-		assert.ErrorContains(t, err, "outside the vocabulary", "token %d", bad)
+	for _, tt := range sets {
+		t.Run(tt.name, func(t *testing.T) {
+			var d sampler.Draft
+			assert.ErrorContains(t, d.Set(2, tt.tokens, tt.q, tt.tree), tt.want)
+		})
 	}
-	liar, err := sampler.New(sampler.Params{Rule: badRule{}}, 2)
-	require.NoError(t, err)
-	_, _, err = liar.Verify(sampler.Step{Tokens: []int32{0}, Logits: [][]float32{row}})
-	assert.ErrorContains(t, err, "returned 0 accepted of 0 and next token 7")
+
+	var two sampler.Draft
+	require.NoError(t, two.Set(2, []int32{1, 0}, nil, model.Tree{}))
+	var wide sampler.Draft
+	require.NoError(t, wide.Set(3, []int32{2}, nil, model.Tree{}))
+	steps := []struct {
+		name string
+		rule sampler.Rule
+		st   sampler.Step
+		want string
+	}{
+		{"too few logit rows", nil, sampler.Step{Draft: two, Logits: [][]float32{row, row}}, "2 logit rows for a draft of 2 tokens"},
+		{"draft of a larger vocabulary", nil, sampler.Step{Draft: wide, Logits: [][]float32{row, row}}, "vocabulary of 3, the sampler's is 2"},
+		{"next token outside the vocabulary", badRule{next: 7}, sampler.Step{Logits: [][]float32{row}}, "returned next token 7"},
+		{"path beyond the draft", badRule{path: []int32{0, 1, 2}}, sampler.Step{Draft: two, Logits: [][]float32{row, row, row}}, "not a path from the root"},
+		{"path that skips a token", badRule{path: []int32{1}}, sampler.Step{Draft: two, Logits: [][]float32{row, row, row}}, "not a path from the root"},
+	}
+	for _, tt := range steps {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := sampler.New(sampler.Params{Temperature: 1, Rule: tt.rule}, 2)
+			require.NoError(t, err)
+			_, _, err = s.Verify(tt.st, nil)
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
 }
 
-type badRule struct{}
+// badRule answers what it is told to, whatever the draft.
+type badRule struct {
+	path []int32
+	next int32
+}
 
-func (badRule) Verify(*sampler.Sampler, sampler.Step) (int, int32, error) { return 0, 7, nil }
+func (r badRule) Verify(_ *sampler.Sampler, _ sampler.Step, path []int32) ([]int32, int32, error) {
+	return append(path, r.path...), r.next, nil
+}
 
 func TestPenaltyOfZeroLogit(t *testing.T) {
 	// A zero logit stays zero under any penalty (0·Inf would be NaN).
@@ -281,7 +321,11 @@ func TestZeroAllocations(t *testing.T) {
 		other := randomLogits(rng, v)
 		require.NoError(t, s.Process(other, hist, q)) // q differs from p: drafts get rejected
 		x := s.Sample(q)
-		st := sampler.Step{Tokens: append(hist[:10:10], x, x, x), K: 3, Q: [][]float32{q, q, q}, Logits: rows}
+		var d sampler.Draft
+		require.NoError(t, d.Set(v, []int32{x, x, x}, [][]float32{q, q, q}, model.Tree{}))
+		history := append(make([]int32, 0, len(hist)+d.Len()), hist...) // room for the accepted path
+		st := sampler.Step{History: history, Draft: d, Logits: rows}
+		path := make([]int32, 0, d.Len())
 		dst := make([]float32, v)
 		allocs := testing.AllocsPerRun(50, func() {
 			if err := s.Process(logits, hist, dst); err != nil {
@@ -291,7 +335,7 @@ func TestZeroAllocations(t *testing.T) {
 			if _, err := s.Pick(logits, hist); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := s.Verify(st); err != nil {
+			if _, _, err := s.Verify(st, path[:0]); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -304,12 +348,16 @@ func TestRuleNames(t *testing.T) {
 	s, err := sampler.New(sampler.Params{Temperature: 5, Rule: sampler.Greedy{}}, 3)
 	require.NoError(t, err)
 	rows := [][]float32{{0, 9, 0}, {9, 0, 0}}
-	n, next, err := s.Verify(sampler.Step{Tokens: []int32{2, 1}, K: 1, Logits: rows})
-	require.NoError(t, err)
-	assert.Equal(t, 1, n)
-	assert.Equal(t, int32(0), next)
-	n, next, err = s.Verify(sampler.Step{Tokens: []int32{2, 2}, K: 1, Logits: rows})
-	require.NoError(t, err)
-	assert.Equal(t, 0, n)
-	assert.Equal(t, int32(1), next)
+	for _, tt := range []struct {
+		drafted int32
+		path    []int32
+		next    int32
+	}{{1, []int32{0}, 0}, {2, nil, 1}} {
+		var d sampler.Draft
+		require.NoError(t, d.Set(3, []int32{tt.drafted}, nil, model.Tree{}))
+		path, next, err := s.Verify(sampler.Step{History: []int32{2}, Draft: d, Logits: rows}, nil)
+		require.NoError(t, err)
+		assert.Equal(t, tt.path, path, "drafted %d", tt.drafted)
+		assert.Equal(t, tt.next, next, "drafted %d", tt.drafted)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -78,16 +79,20 @@ func runSiblings(t *testing.T, c siblingCase, rule sampler.Rule, n int, seed uin
 			nodes[i], fixed = fixed[0], fixed[1:]
 		}
 	}
+	tree, err := model.NewTree(parents)
+	require.NoError(t, err)
 	qc := cdf(c.q)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	counts := make([]int, oneStepVocab)
+	var d sampler.Draft
 	var path []int32
 	for range n {
 		for _, i := range sampledNodes {
 			nodes[i] = draw(rng, qc)
 		}
+		require.NoError(t, d.Set(oneStepVocab, nodes, q, tree))
 		var next int32
-		path, next, err = s.VerifyTree(sampler.TreeStep{Tokens: []int32{0}, Nodes: nodes, Parents: parents, Q: q, Logits: rows}, path[:0])
+		path, next, err = s.Verify(sampler.Step{History: []int32{0}, Draft: d, Logits: rows}, path[:0])
 		require.NoError(t, err)
 		if len(path) > 0 {
 			counts[nodes[path[0]]]++
@@ -134,14 +139,14 @@ func TestExactTreeOneStep(t *testing.T) {
 
 // unnormalised is a wrong tree rule: after rejecting a deterministic candidate it
 // forgets to renormalise what is left of p.
-type unnormalised struct{ sampler.Exact }
+type unnormalised struct{}
 
-func (unnormalised) VerifyTree(s *sampler.Sampler, st sampler.TreeStep, path []int32) ([]int32, int32, error) {
+func (unnormalised) Verify(s *sampler.Sampler, st sampler.Step, path []int32) ([]int32, int32, error) {
 	p := s.Scratch()
-	if err := s.Process(st.Logits[0], st.Tokens, p); err != nil {
+	if err := s.Process(st.Logits[0], st.History, p); err != nil {
 		return path, 0, err
 	}
-	for c, x := range st.Nodes {
+	for c, x := range st.Draft.Tokens() {
 		if s.Float64() < float64(p[x]) {
 			return append(path, int32(c)), 0, nil
 		}
@@ -171,8 +176,6 @@ func TestExactTreeDetectsWrongRule(t *testing.T) {
 }
 
 func TestGreedyTree(t *testing.T) {
-	s, err := sampler.New(sampler.Params{}, 4)
-	require.NoError(t, err)
 	// Root's argmax is 2; below node "2" (index 1) the argmax is 0, which is node 3.
 	rows := [][]float32{
 		{0, 1, 5, 0}, // root
@@ -181,33 +184,136 @@ func TestGreedyTree(t *testing.T) {
 		{0, 0, 0, 0}, // after node 2
 		{0, 0, 0, 7}, // after node 3 (token 0 below 2)
 	}
-	st := sampler.TreeStep{Tokens: []int32{3}, Nodes: []int32{1, 2, 3, 0}, Parents: []int32{-1, -1, 1, 1}, Logits: rows}
-	path, next, err := s.VerifyTree(st, nil)
-	require.NoError(t, err)
-	assert.Equal(t, []int32{1, 3}, path)
-	assert.Equal(t, int32(3), next)
-	// Exact with greedy parameters does the same.
-	path, next, err = s.VerifyTree(st, nil)
-	require.NoError(t, err)
-	assert.Equal(t, []int32{1, 3}, path)
-	assert.Equal(t, int32(3), next)
+	st := step(t, 4, []int32{3}, []int32{1, 2, 3, 0}, nil, []int32{-1, -1, 1, 1}, rows)
+	for _, p := range []sampler.Params{{}, {Temperature: 2, Rule: sampler.Greedy{}}} {
+		// Exact with greedy parameters is Greedy.
+		s, err := sampler.New(p, 4)
+		require.NoError(t, err)
+		path, next, err := s.Verify(st, nil)
+		require.NoError(t, err)
+		assert.Equal(t, []int32{1, 3}, path, "%+v", p)
+		assert.Equal(t, int32(3), next, "%+v", p)
+	}
 }
 
-func TestVerifyTreeRejectsMalformed(t *testing.T) {
-	s, err := sampler.New(sampler.Params{Temperature: 1}, 4)
-	require.NoError(t, err)
-	row := []float32{0, 0, 0, 0}
-	for _, st := range []sampler.TreeStep{
-		{Nodes: []int32{1}, Parents: []int32{}, Logits: [][]float32{row, row}},
-		{Nodes: []int32{1}, Parents: []int32{0}, Logits: [][]float32{row, row}},
-		{Nodes: []int32{9}, Parents: []int32{-1}, Logits: [][]float32{row, row}},
-		{Nodes: []int32{1, 2}, Parents: []int32{-1, 0}, Logits: [][]float32{row, row}},
-	} {
-		_, _, err := s.VerifyTree(st, nil)
-		assert.Error(t, err)
+// chainRule is the rejection-sampling rule for chains as Leviathan et al. and Chen et
+// al. state it, position by position: the rule that the tree rule, restricted to
+// chains, must be.
+type chainRule struct{}
+
+func (chainRule) Verify(s *sampler.Sampler, st sampler.Step, path []int32) ([]int32, int32, error) {
+	hist, p := st.History, s.Scratch()
+	for i, x := range st.Draft.Tokens() {
+		if err := s.Process(st.Logits[i], hist, p); err != nil {
+			return path, 0, err
+		}
+		q, qx := st.Draft.Row(i), float32(1)
+		if q != nil {
+			qx = 0
+			if int(x) < len(q) {
+				qx = q[x]
+			}
+		}
+		if p[x] >= qx || s.Float64()*float64(qx) < float64(p[x]) {
+			path, hist = append(path, int32(i)), append(hist, x)
+			continue
+		}
+		if q == nil {
+			p[x] = 0 // the residual of a one-hot q: p without x
+			return path, s.Sample(p), nil
+		}
+		return path, s.SampleResidual(p, q), nil
 	}
-	chainOnly, err := sampler.New(sampler.Params{Temperature: 1, Rule: residualFromP{}}, 4)
-	require.NoError(t, err)
-	_, _, err = chainOnly.VerifyTree(sampler.TreeStep{Logits: [][]float32{row}}, nil)
-	assert.ErrorContains(t, err, "cannot verify tree drafts")
+	if err := s.Process(st.Logits[st.Draft.Len()], hist, p); err != nil {
+		return path, 0, err
+	}
+	return path, s.Sample(p), nil
+}
+
+// TestTreeRuleOnChainsIsTheChainRule: a chain is the tree with one child per token, and
+// on it the one rule judges exactly as the chain rule does, seed by seed, whether the
+// chain comes as the zero Tree or as its parent list written out.
+func TestTreeRuleOnChainsIsTheChainRule(t *testing.T) {
+	const vocab, seeds = 8, 3000
+	rng := rand.New(rand.NewPCG(17, 18))
+	params := []sampler.Params{
+		{Temperature: 1},
+		{Temperature: 0.7, TopP: 0.9},
+		{Temperature: 1.3, TopK: 4, RepetitionPenalty: 1.4},
+		{}, // greedy
+	}
+	for ci, pattern := range []string{"S", "F", "SS", "SF", "FSS", "SSSS", "FSFSF"} {
+		p := params[ci%len(params)]
+		k := len(pattern)
+		// The drafter's logits are the target's, perturbed: drafts are often
+		// accepted, and often rejected, at every position.
+		logits := make([][]float32, k+1)
+		for i := range logits {
+			logits[i] = make([]float32, vocab)
+			for x := range logits[i] {
+				logits[i][x] = float32(rng.NormFloat64() * 1.5)
+			}
+		}
+		history := []int32{3, 1}
+		dp := p // the drafter processes its logits as the request asks (sampling, when greedy)
+		dp.Seed = uint64(ci)
+		if p.Greedy() {
+			dp.Temperature = 1
+		}
+		draftSampler, err := sampler.New(dp, vocab)
+		require.NoError(t, err)
+		tokens, q := make([]int32, k), make([][]float32, k)
+		parents := make([]int32, k)
+		target := make([]float32, vocab)
+		for i := range k {
+			parents[i] = int32(i - 1)
+			h := append(append([]int32(nil), history...), tokens[:i]...)
+			require.NoError(t, draftSampler.Process(logits[i], h, target))
+			if pattern[i] == 'F' {
+				tokens[i] = draftSampler.Sample(target) // a fixed token the target may emit
+				continue
+			}
+			near := make([]float32, vocab)
+			for x := range near {
+				near[x] = logits[i][x] + float32(rng.NormFloat64()*0.7)
+			}
+			q[i] = make([]float32, vocab)
+			require.NoError(t, draftSampler.Process(near, h, q[i]))
+			for tokens[i] = draftSampler.Sample(q[i]); target[tokens[i]] == 0; {
+				tokens[i] = draftSampler.Sample(q[i]) // one the target may emit
+			}
+		}
+		chain := step(t, vocab, history, tokens, q, nil, logits)
+		explicit := step(t, vocab, history, tokens, q, parents, logits)
+		var some, short int // verdicts that accepted something, and that stopped short
+		for seed := range seeds {
+			judge := func(rule sampler.Rule, st sampler.Step) verdict {
+				rp := p
+				rp.Seed, rp.Rule = uint64(seed), rule
+				s, err := sampler.New(rp, vocab)
+				require.NoError(t, err)
+				path, next, err := s.Verify(st, nil)
+				require.NoError(t, err)
+				for i, c := range path {
+					require.Equal(t, int32(i), c, "a chain's path is a prefix")
+				}
+				return verdict{len(path), next}
+			}
+			want := judge(chainRule{}, chain)
+			if p.Greedy() {
+				want = judge(sampler.Greedy{}, chain)
+			}
+			require.Equal(t, want, judge(nil, chain), "%s, %+v, seed %d: the zero Tree", pattern, p, seed)
+			require.Equal(t, want, judge(nil, explicit), "%s, %+v, seed %d: the parent list", pattern, p, seed)
+			if want.accepted > 0 {
+				some++
+			}
+			if want.accepted < k {
+				short++
+			}
+		}
+		if !p.Greedy() {
+			assert.True(t, some > 0 && short > 0, "%s: drafts both accepted (%d) and rejected (%d)", pattern, some, short)
+		}
+	}
 }

@@ -1,15 +1,16 @@
 // Package spec is specula's speculative decoder: the propose → verify → accept loop.
 //
-// A [Decoder] joins a target model, a drafter and the sampler's acceptance rule. Each
-// step the drafter proposes up to K tokens, the target scores all of them — and the
-// position after them — in one batched forward pass, and the rule keeps the longest
-// acceptable prefix plus one token of the target's own. With the default exact rule the
-// output is distributed exactly as the target's; with greedy sampling it is identical,
-// token for token, to plain greedy decoding of the target.
+// A [Decoder] joins a [target.Target], a drafter and the sampler's acceptance rule.
+// Each step the drafter proposes up to K tokens — a chain, or a tree of alternatives —
+// the target scores all of them, and the position after each, in one batched forward
+// pass, and the rule keeps the longest acceptable path plus one token of the target's
+// own. With the default exact rule the output is distributed exactly as the target's;
+// with greedy sampling it is identical, token for token, to plain greedy decoding of
+// the target.
 //
-// A Decoder is safe for concurrent use when its model and drafter are (every
-// implementation in specula is): each request gets its own sequence, drafting session
-// and sampler.
+// A Decoder is safe for concurrent use when its target and drafter are (every
+// implementation in specula is): each request gets its own target session, drafting
+// session and sampler.
 package spec
 
 import (
@@ -61,7 +62,7 @@ type Options struct {
 
 // Decoder generates text with speculative decoding.
 type Decoder struct {
-	target   model.Model
+	target   target.Target
 	info     model.Info
 	drafters []draft.Drafter // none for plain decoding
 	k        int
@@ -71,19 +72,20 @@ type Decoder struct {
 	learned *controller // what the last adaptive request learned
 }
 
-// New makes a decoder for target, drafting with drafter (nil for plain decoding).
-func New(target model.Model, drafter draft.Drafter, opts Options) (*Decoder, error) {
-	if target == nil {
-		return nil, errors.New("spec: nil target model")
+// New makes a decoder that verifies with tgt and drafts with drafter (nil for plain
+// decoding). A target on a model in this process is [target.NewLocal].
+func New(tgt target.Target, drafter draft.Drafter, opts Options) (*Decoder, error) {
+	if tgt == nil {
+		return nil, errors.New("spec: nil target")
 	}
 	if opts.K < 0 || opts.K > MaxK {
 		return nil, fmt.Errorf("spec: K %d must lie in [0, %d]", opts.K, MaxK)
 	}
-	info := target.Info()
+	info := tgt.Info()
 	if info.VocabSize < 1 {
 		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
-	dec := &Decoder{target: target, info: info, k: opts.K, adaptive: opts.Adaptive}
+	dec := &Decoder{target: tgt, info: info, k: opts.K, adaptive: opts.Adaptive}
 	if drafter != nil {
 		dec.drafters = append(dec.drafters, drafter)
 	}
@@ -97,9 +99,8 @@ func New(target model.Model, drafter draft.Drafter, opts Options) (*Decoder, err
 		dec.drafters = append(dec.drafters, alt)
 	}
 	for _, d := range dec.drafters {
-		if v, ok := d.(interface{ VocabSize() int }); ok && v.VocabSize() != info.VocabSize && !isUnsized(d) &&
-			!(opts.PaddedVocab && v.VocabSize() > 0 && v.VocabSize() < info.VocabSize) {
-			return nil, fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", v.VocabSize(), info.VocabSize)
+		if err := checkVocab(d, info.VocabSize, opts.PaddedVocab); err != nil {
+			return nil, err
 		}
 	}
 	if len(dec.drafters) == 0 {
@@ -108,12 +109,39 @@ func New(target model.Model, drafter draft.Drafter, opts Options) (*Decoder, err
 	return dec, nil
 }
 
-// isUnsized reports whether a drafter reports a vocabulary size of 0 on purpose: a
-// combination of drafters none of which is tied to a vocabulary.
-func isUnsized(d draft.Drafter) bool {
-	_, isModel := d.(*draft.Model)
-	v, _ := d.(interface{ VocabSize() int })
-	return !isModel && v.VocabSize() == 0
+// VocabSizer is implemented by a drafter tied to a vocabulary of its own, such as a
+// draft model ([draft.Model]): [New] checks that its size is the target's, or with
+// Options.PaddedVocab a smaller one that the target pads.
+type VocabSizer interface {
+	// VocabSize is the number of tokens of the drafter's vocabulary.
+	VocabSize() int
+}
+
+// Composite is implemented by a drafter that combines others, such as [draft.First]:
+// [New] checks the vocabulary of each of them.
+type Composite interface {
+	// Drafters returns the drafters combined.
+	Drafters() []draft.Drafter
+}
+
+// checkVocab reports a drafter, or a part of one, whose vocabulary the target's cannot
+// stand for.
+func checkVocab(d draft.Drafter, vocab int, padded bool) error {
+	if c, ok := d.(Composite); ok {
+		for _, part := range c.Drafters() {
+			if err := checkVocab(part, vocab, padded); err != nil {
+				return err
+			}
+		}
+	}
+	v, ok := d.(VocabSizer)
+	if !ok {
+		return nil
+	}
+	if n := v.VocabSize(); n != vocab && !(padded && n > 0 && n < vocab) {
+		return fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", n, vocab)
+	}
+	return nil
 }
 
 // K is the number of tokens drafted per step (0 when the decoder does not speculate).
@@ -243,15 +271,17 @@ type run struct {
 	start time.Time
 
 	smp      *sampler.Sampler
-	tgt      *target.Target
+	tgt      target.Session
 	sessions []draft.Session
 	failed   []bool // drafters that ran out of room
 	ctl      *controller
-	prop     draft.Proposal
-	hist     []int32 // prompt, output, and during a step the draft
-	emitted  int     // output tokens handed out
-	path     []int32 // accepted tree nodes
-	accepted []int32 // their tokens
+	prop     draft.Proposal // what the drafter proposed…
+	shape    model.Tree     // …its parent list, checked…
+	draft    sampler.Draft  // …and the whole draft, checked: what the step verifies
+	hist     []int32        // prompt and output; a rule writes the path it walks past the end
+	emitted  int            // output tokens handed out
+	path     []int32        // accepted draft tokens (indices)
+	accepted []int32        // their tokens
 
 	// Stop strings: the decoded output, and where each output token's text ends.
 	stopText TextStream
@@ -304,7 +334,36 @@ func (d *Decoder) validate(req Request) error {
 	return nil
 }
 
+// generate runs the request: it starts the target's session and the drafters',
+// prefills, steps until the request finishes, and lets the drafters learn from it.
 func (r *run) generate(ctx context.Context) (err error) {
+	if err := r.prepare(); err != nil {
+		return err
+	}
+	defer r.close(&err)
+	if err := r.startTarget(ctx); err != nil {
+		return err
+	}
+	if err := r.startDrafters(ctx); err != nil {
+		return err
+	}
+	if err := r.prefill(ctx); err != nil {
+		return err
+	}
+	for r.finish == "" {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("spec: %w", err)
+		}
+		if err := r.step(ctx); err != nil {
+			return err
+		}
+	}
+	r.learn()
+	return nil
+}
+
+// prepare checks the request and makes its sampler and buffers.
+func (r *run) prepare() error {
 	d, req := r.d, r.req
 	if err := d.validate(req); err != nil {
 		return err
@@ -313,22 +372,11 @@ func (r *run) generate(ctx context.Context) (err error) {
 		return errors.New("spec: nil emit function")
 	}
 	r.stats.PromptTokens = len(req.Prompt)
-	k := d.k
-	r.smp, err = sampler.New(req.Sampling, d.info.VocabSize)
-	if err != nil {
+	var err error
+	if r.smp, err = sampler.New(req.Sampling, d.info.VocabSize); err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
-	// Room for the prompt, the output and one draft, so that the loop never grows
-	// it — within reason: a model without a context limit asked for "unlimited"
-	// tokens gets a modest start and grows.
-	out := req.MaxTokens
-	if cl := d.info.ContextLength; cl > 0 && (out == 0 || out > cl) {
-		out = cl
-	}
-	if out == 0 || out > maxPrealloc {
-		out = maxPrealloc
-	}
-	capacity := len(req.Prompt) + out + k + 1
+	capacity := r.capacity()
 	r.hist = make([]int32, len(req.Prompt), capacity)
 	copy(r.hist, req.Prompt)
 	if len(req.StopStrings) > 0 {
@@ -339,220 +387,260 @@ func (r *run) generate(ctx context.Context) (err error) {
 			r.maxStop = max(r.maxStop, len(s))
 		}
 	}
+	return nil
+}
 
-	seq, err := d.target.NewSequence(ctx)
+// capacity is the room the history gets up front — the prompt, the output and one
+// draft — so that the loop never grows it; within reason: a model without a context
+// limit asked for "unlimited" tokens gets a modest start and grows.
+func (r *run) capacity() int {
+	out := r.req.MaxTokens
+	if cl := r.d.info.ContextLength; cl > 0 && (out == 0 || out > cl) {
+		out = cl
+	}
+	if out == 0 || out > maxPrealloc {
+		out = maxPrealloc
+	}
+	return len(r.req.Prompt) + out + r.d.k + 1
+}
+
+// startTarget starts the request's session in the target.
+func (r *run) startTarget(ctx context.Context) error {
+	s, err := r.d.target.Start(ctx, r.d.k)
 	if err != nil {
-		return fmt.Errorf("spec: target %q: %w", d.info.Name, err)
+		return fmt.Errorf("spec: target %q: %w", r.d.info.Name, err)
 	}
-	defer func() {
-		if cerr := seq.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("spec: %w", cerr)
-		}
-	}()
-	if r.tgt, err = target.New(seq, d.info.VocabSize, k); err != nil {
-		return fmt.Errorf("spec: %w", err)
-	}
-	if k > 0 {
-		defer func() {
-			for _, s := range r.sessions {
-				if cerr := s.Close(); cerr != nil && err == nil {
-					err = fmt.Errorf("spec: %w", cerr)
-				}
-			}
-		}()
-		for i, dr := range d.drafters {
-			t := time.Now()
-			s, err := dr.Start(ctx, draft.Request{
-				Prompt:    req.Prompt,
-				Sampling:  req.Sampling,
-				VocabSize: d.info.VocabSize,
-				MaxK:      k,
-				MaxLen:    capacity,
-			}.Split(i)) // a random stream of the session's own
-			r.stats.PrefillTime += time.Since(t)
-			if err != nil {
-				return fmt.Errorf("spec: starting drafter %d: %w", i, err)
-			}
-			r.sessions = append(r.sessions, s)
-		}
-		r.failed = make([]bool, len(r.sessions))
-		r.stats.DraftedAt = make([]int, k)
-		r.stats.AcceptedAt = make([]int, k)
-		r.stats.StepsByK = make([]int, k+1)
-		if d.adaptive {
-			d.mu.Lock()
-			if d.learned != nil && d.learned.maxK == k && len(d.learned.drafters) == len(r.sessions) {
-				r.ctl = d.learned.clone()
-			}
-			d.mu.Unlock()
-			if r.ctl == nil {
-				r.ctl = newController(k, len(r.sessions))
-			}
-		}
-	}
+	r.tgt = s
+	return nil
+}
 
+// startDrafters starts a drafting session of each drafter, each with a random stream
+// of its own, and the adaptive controller, from what the last request learned.
+func (r *run) startDrafters(ctx context.Context) error {
+	d, k := r.d, r.d.k
+	if k == 0 {
+		return nil
+	}
+	req := draft.Request{
+		Prompt:    r.req.Prompt,
+		Sampling:  r.req.Sampling,
+		VocabSize: d.info.VocabSize,
+		MaxK:      k,
+		MaxLen:    cap(r.hist),
+	}
+	for i, dr := range d.drafters {
+		t := time.Now()
+		s, err := dr.Start(ctx, req.Split(i))
+		r.stats.PrefillTime += time.Since(t)
+		if err != nil {
+			return fmt.Errorf("spec: starting drafter %d: %w", i, err)
+		}
+		r.sessions = append(r.sessions, s)
+	}
+	r.failed = make([]bool, len(r.sessions))
+	r.path, r.accepted = make([]int32, 0, k), make([]int32, 0, k)
+	r.stats.DraftedAt = make([]int, k)
+	r.stats.AcceptedAt = make([]int, k)
+	r.stats.StepsByK = make([]int, k+1)
+	if d.adaptive {
+		d.mu.Lock()
+		if d.learned != nil && d.learned.maxK == k && len(d.learned.drafters) == len(r.sessions) {
+			r.ctl = d.learned.clone()
+		}
+		d.mu.Unlock()
+		if r.ctl == nil {
+			r.ctl = newController(k, len(r.sessions))
+		}
+	}
+	return nil
+}
+
+// prefill forwards the prompt but its last token, which becomes the pending token.
+func (r *run) prefill(ctx context.Context) error {
 	t := time.Now()
-	err = r.tgt.Prefill(ctx, req.Prompt[:len(req.Prompt)-1])
+	err := r.tgt.Prefill(ctx, r.req.Prompt[:len(r.req.Prompt)-1])
 	r.stats.PrefillTime += time.Since(t) // after the drafters' prefills
 	if err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
-	for r.finish == "" {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("spec: %w", err)
-		}
-		if err := r.step(ctx); err != nil {
-			return err
-		}
-	}
+	return nil
+}
+
+// learn hands the finished request to the sessions that learn, and what the adaptive
+// controller learned to the next request.
+func (r *run) learn() {
 	for _, s := range r.sessions {
 		if l, ok := s.(draft.Learner); ok {
 			l.Learn(r.hist)
 		}
 	}
 	if r.ctl != nil {
-		d.mu.Lock()
-		d.learned = r.ctl.clone()
-		d.mu.Unlock()
+		r.d.mu.Lock()
+		r.d.learned = r.ctl.clone()
+		r.d.mu.Unlock()
 	}
-	return nil
+}
+
+// close ends the drafting sessions and the target's session; the first failure
+// becomes the request's error when it had none.
+func (r *run) close(err *error) {
+	keep := func(cerr error) {
+		if cerr != nil && *err == nil {
+			*err = fmt.Errorf("spec: %w", cerr)
+		}
+	}
+	for _, s := range r.sessions {
+		keep(s.Close())
+	}
+	if r.tgt != nil {
+		keep(r.tgt.Close())
+	}
 }
 
 // step drafts, verifies, accepts and emits once.
 func (r *run) step(ctx context.Context) error {
-	d, req := r.d, r.req
-	k := d.k
-	if req.MaxTokens > 0 {
-		// A step yields up to k+1 tokens; draft no more than can be used.
-		k = min(k, req.MaxTokens-(len(r.hist)-len(req.Prompt))-1)
+	k, ok := r.room()
+	if !ok {
+		r.finish = FinishLength
+		return r.flush()
 	}
-	if cl := d.info.ContextLength; cl > 0 {
-		room := cl - r.tgt.Len() - 1 // after the pending token
+	di, k, draftDur, err := r.propose(ctx, k)
+	if err != nil {
+		return err
+	}
+	if r.stats.StepsByK != nil {
+		r.stats.StepsByK[k]++
+	}
+	verifyStart := r.stats.VerifyTime
+	accepted, next, err := r.verify(ctx)
+	if errors.Is(err, model.ErrContextFull) {
+		r.finish = FinishLength
+		return r.flush()
+	}
+	if err != nil {
+		return err
+	}
+	depth, nodes := r.draft.Depth(), r.draft.Len() // 0 when the draft was dropped
+	r.stats.Steps++
+	r.count(depth, len(accepted), nodes)
+	if r.ctl != nil {
+		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
+	}
+	grown := r.pushAll(accepted, next)
+	if r.ctl != nil {
+		r.ctl.grow(grown)
+	}
+	return r.flush()
+}
+
+// room returns the most tokens this step may draft: no more than the request can use
+// (a step yields up to k+1 tokens) or the context can hold after the pending token.
+// It reports false when not even the pending token fits.
+func (r *run) room() (int, bool) {
+	k := r.d.k
+	if mt := r.req.MaxTokens; mt > 0 {
+		k = min(k, mt-(len(r.hist)-len(r.req.Prompt))-1)
+	}
+	if cl := r.d.info.ContextLength; cl > 0 {
+		room := cl - r.tgt.Len() - 1
 		if room < 0 {
-			r.finish = FinishLength
-			return r.flush()
+			return 0, false
 		}
 		k = min(k, room)
 	}
+	return k, true
+}
 
-	r.prop.Reset()
-	di := 0
+// propose asks a drafter — the adaptive controller's choice, or the only one — for up
+// to k tokens and checks the proposal once, into r.draft. It returns the drafter asked,
+// the k it was asked for and the time it took. A drafter that runs out of memory or
+// context is dropped for the rest of the request, and the step goes on without a
+// draft.
+func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Duration, err error) {
+	r.draft.Reset()
 	if r.ctl != nil && k > 0 {
 		di, k = r.ctl.choose(k)
 	}
 	if k > 0 && r.failed[di] {
 		k = 0
 	}
-	var draftDur time.Duration
-	if k > 0 {
-		t := time.Now()
-		err := r.sessions[di].Propose(ctx, r.hist, k, &r.prop)
-		draftDur = time.Since(t)
-		r.stats.DraftTime += draftDur
-		switch {
-		case err == nil:
-			if err := r.checkProposal(k); err != nil {
-				return err
-			}
-		case ctx.Err() == nil && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)):
-			// The drafter ran out of room: the target carries on without it.
-			r.stats.DraftError = err.Error()
-			r.failed[di] = true
-			r.prop.Reset()
-		default:
-			return fmt.Errorf("spec: drafter: %w", err)
-		}
+	if k <= 0 {
+		return di, 0, 0, nil
 	}
-	if r.stats.StepsByK != nil {
-		r.stats.StepsByK[k]++
+	t := time.Now()
+	err = r.sessions[di].Propose(ctx, r.hist, k, &r.prop)
+	took = time.Since(t)
+	r.stats.DraftTime += took
+	switch {
+	case err == nil:
+		return di, k, took, r.check(k)
+	case ctx.Err() == nil && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)):
+		r.stats.DraftError = err.Error()
+		r.failed[di] = true
+		return di, k, took, nil
 	}
-
-	verifyStart := r.stats.VerifyTime
-	depth, nodes := r.prop.Depth(), len(r.prop.Tokens)
-	accepted, next, err := r.verify(ctx)
-	if err != nil {
-		if errors.Is(err, model.ErrContextFull) {
-			r.finish = FinishLength
-			return r.flush()
-		}
-		return err
-	}
-	r.stats.Steps++
-	if r.ctl != nil {
-		if len(r.prop.Tokens) < nodes { // the draft was dropped for want of room
-			depth, nodes = 0, 0
-		}
-		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
-	}
-	before := len(r.hist)
-	for _, tok := range accepted {
-		if r.push(tok) {
-			break
-		}
-	}
-	if r.finish == "" {
-		r.push(next)
-	}
-	if r.ctl != nil {
-		r.ctl.grow(len(r.hist) - before)
-	}
-	return r.flush()
+	return di, k, took, fmt.Errorf("spec: drafter: %w", err)
 }
 
-// verify runs the target over the pending token and the draft (chain or tree), keeps
-// what the rule accepts, and returns the accepted tokens and the token after them. A
-// draft that does not fit in the target's memory or context is dropped and the step
-// verifies the pending token alone.
-func (r *run) verify(ctx context.Context) (accepted []int32, next int32, err error) {
-	pending := r.hist[len(r.hist)-1]
+// check validates the proposal, once per step: no more than k tokens, a parent list
+// that makes a tree ([model.Tree.Set]), and tokens and distributions that fit the
+// target's vocabulary ([sampler.Draft.Set]). What passes is r.draft, which the target
+// and the sampler take as it is.
+func (r *run) check(k int) error {
 	p := &r.prop
+	if len(p.Tokens) > k {
+		return fmt.Errorf("spec: drafter proposed %d tokens, more than k = %d", len(p.Tokens), k)
+	}
+	if err := r.shape.Set(p.Parents); err != nil {
+		return fmt.Errorf("spec: drafter: %w", err)
+	}
+	if err := r.draft.Set(r.d.info.VocabSize, p.Tokens, p.Dists, r.shape); err != nil {
+		return fmt.Errorf("spec: drafter: %w", err)
+	}
+	return nil
+}
+
+// verify scores the pending token and the draft with the target, judges the draft,
+// keeps the accepted path in the target, and returns the accepted tokens and the token
+// after them. The draft is the one verified: empty when it was dropped for want of
+// room.
+func (r *run) verify(ctx context.Context) (accepted []int32, next int32, err error) {
+	rows, err := r.score(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	t := time.Now()
-	var rows [][]float32
-	if p.Parents != nil {
-		rows, err = r.tgt.VerifyTree(ctx, pending, p.Tokens, p.Parents)
-	} else {
-		rows, err = r.tgt.Verify(ctx, pending, p.Tokens)
-	}
-	if err != nil && len(p.Tokens) > 0 && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)) {
-		p.Reset()
-		rows, err = r.tgt.Verify(ctx, pending, nil)
-	}
-	t2 := time.Now()
-	r.stats.VerifyTime += t2.Sub(t)
+	defer func() { r.stats.SampleTime += time.Since(t) }()
+	r.path, next, err = r.smp.Verify(sampler.Step{History: r.hist, Draft: r.draft, Logits: rows}, r.path[:0])
 	if err != nil {
 		return nil, 0, fmt.Errorf("spec: %w", err)
 	}
-	defer func() { r.stats.SampleTime += time.Since(t2) }()
-
-	if p.Parents != nil {
-		depth := p.Depth()
-		r.path, next, err = r.smp.VerifyTree(sampler.TreeStep{Tokens: r.hist, Nodes: p.Tokens, Parents: p.Parents, Q: p.Dists, Logits: rows}, r.path[:0])
-		if err != nil {
-			return nil, 0, fmt.Errorf("spec: %w", err)
-		}
-		if err := r.tgt.AcceptPath(r.path); err != nil {
-			return nil, 0, fmt.Errorf("spec: %w", err)
-		}
-		r.count(depth, len(r.path), len(p.Tokens))
-		r.accepted = r.accepted[:0]
-		for _, c := range r.path {
-			r.accepted = append(r.accepted, p.Tokens[c])
-		}
-		return r.accepted, next, nil
+	if err := r.tgt.Accept(r.path); err != nil {
+		return nil, 0, fmt.Errorf("spec: %w", err)
 	}
+	r.accepted = r.accepted[:0]
+	for _, c := range r.path {
+		r.accepted = append(r.accepted, r.draft.Tokens()[c])
+	}
+	return r.accepted, next, nil
+}
 
-	base := len(r.hist)
-	r.hist = append(r.hist, p.Tokens...)
-	n, next, err := r.smp.Verify(sampler.Step{Tokens: r.hist, K: len(p.Tokens), Q: p.Dists, Logits: rows})
-	r.hist = r.hist[:base]
+// score runs the target over the pending token and the draft. A draft that does not
+// fit in the target's memory or context is dropped, and the pending token is
+// verified alone.
+func (r *run) score(ctx context.Context) ([][]float32, error) {
+	pending := r.hist[len(r.hist)-1]
+	t := time.Now()
+	defer func() { r.stats.VerifyTime += time.Since(t) }()
+	rows, err := r.tgt.Verify(ctx, pending, r.draft.Tokens(), r.draft.Tree())
+	if err != nil && r.draft.Len() > 0 && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)) {
+		r.draft.Reset()
+		rows, err = r.tgt.Verify(ctx, pending, nil, model.Tree{})
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("spec: %w", err)
+		return nil, fmt.Errorf("spec: %w", err)
 	}
-	if err := r.tgt.Accept(n); err != nil {
-		return nil, 0, fmt.Errorf("spec: %w", err)
-	}
-	r.count(len(p.Tokens), n, len(p.Tokens))
-	return p.Tokens[:n], next, nil
+	return rows, nil
 }
 
 // count records a verification of a draft depth positions deep (nodes tokens in
@@ -570,32 +658,19 @@ func (r *run) count(depth, accepted, nodes int) {
 	}
 }
 
-// checkProposal rejects a malformed draft before it reaches the target; the sampler
-// checks its q rows when it judges them.
-func (r *run) checkProposal(k int) error {
-	p, v := r.prop, r.d.info.VocabSize
-	if len(p.Tokens) > k {
-		return fmt.Errorf("spec: drafter proposed %d tokens, more than k = %d", len(p.Tokens), k)
-	}
-	if p.Dists != nil && len(p.Dists) != len(p.Tokens) {
-		return fmt.Errorf("spec: drafter gave %d distributions for %d tokens", len(p.Dists), len(p.Tokens))
-	}
-	if p.Parents != nil {
-		if len(p.Parents) != len(p.Tokens) {
-			return fmt.Errorf("spec: drafter gave %d parents for %d tokens", len(p.Parents), len(p.Tokens))
-		}
-		for i, par := range p.Parents {
-			if par < -1 || int(par) >= i {
-				return fmt.Errorf("spec: drafter gave parent %d to tree node %d", par, i)
-			}
+// pushAll appends the tokens a step accepted and the target's token after them,
+// stopping where the request finishes, and returns how many it appended.
+func (r *run) pushAll(accepted []int32, next int32) int {
+	before := len(r.hist)
+	for _, tok := range accepted {
+		if r.push(tok) {
+			break
 		}
 	}
-	for i, t := range p.Tokens {
-		if t < 0 || int(t) >= v {
-			return fmt.Errorf("spec: drafter proposed token %d at position %d, outside the vocabulary [0, %d)", t, i, v)
-		}
+	if r.finish == "" {
+		r.push(next)
 	}
-	return nil // the sampler checks each q row against its token
+	return len(r.hist) - before
 }
 
 // push appends one generated token, applying the stop rules and the token limit, and

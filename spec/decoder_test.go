@@ -20,25 +20,37 @@ import (
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 )
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	tgt := newChain(t, markov.Config{Vocab: 8, Order: 1})
-	other := newChain(t, markov.Config{Vocab: 10, Order: 1})
+	tgt := local(t, newChain(t, markov.Config{Vocab: 8, Order: 1}))
+	same := newDrafter(t, newChain(t, markov.Config{Vocab: 8, Order: 1}))
+	other := newDrafter(t, newChain(t, markov.Config{Vocab: 10, Order: 1}))
 	tests := []struct {
-		name string
-		f    func() error
-		want string
+		name    string
+		target  target.Target
+		drafter draft.Drafter
+		opts    spec.Options
+		want    string // empty: accepted
 	}{
-		{"nil target", func() error { _, err := spec.New(nil, nil, spec.Options{}); return err }, "nil target"},
-		{"negative K", func() error { _, err := spec.New(tgt, newDrafter(t, tgt), spec.Options{K: -1}); return err }, "K -1"},
-		{"huge K", func() error { _, err := spec.New(tgt, newDrafter(t, tgt), spec.Options{K: spec.MaxK + 1}); return err }, "K 65"},
-		{"vocabulary mismatch", func() error { _, err := spec.New(tgt, newDrafter(t, other), spec.Options{K: 2}); return err }, "draft vocabulary size 10 differs from target vocabulary size 8"},
-		{"typed nil drafter", func() error { _, err := spec.New(tgt, (*draft.Model)(nil), spec.Options{K: 2}); return err }, "draft vocabulary size 0"},
+		{"nil target", nil, nil, spec.Options{}, "nil target"},
+		{"negative K", tgt, same, spec.Options{K: -1}, "K -1"},
+		{"huge K", tgt, same, spec.Options{K: spec.MaxK + 1}, "K 65"},
+		{"vocabulary mismatch", tgt, other, spec.Options{K: 2}, "draft vocabulary size 10 differs from target vocabulary size 8"},
+		{"typed nil drafter", tgt, (*draft.Model)(nil), spec.Options{K: 2}, "draft vocabulary size 0"},
+		{"mismatch inside First", tgt, draft.First(draft.NGram{}, draft.First(other)), spec.Options{K: 2}, "draft vocabulary size 10"},
+		{"First of matching parts", tgt, draft.WithLookup(same), spec.Options{K: 2}, ""},
+		{"First tied to no vocabulary", tgt, draft.First(draft.NGram{}, draft.Suffix{}), spec.Options{K: 2}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.ErrorContains(t, tt.f(), tt.want)
+			_, err := spec.New(tt.target, tt.drafter, tt.opts)
+			if tt.want == "" {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorContains(t, err, tt.want)
+			}
 		})
 	}
 	dec, err := spec.New(tgt, nil, spec.Options{K: 4})
@@ -87,8 +99,8 @@ func TestBadDrafters(t *testing.T) {
 		d    draft.Drafter
 		want string
 	}{
-		{"token outside the vocabulary", draft.Func(func(h, dst []int32) int { dst[0] = 8; return 1 }), "proposed token 8"},
-		{"negative token", draft.Func(func(h, dst []int32) int { dst[0] = -1; return 1 }), "proposed token -1"},
+		{"token outside the vocabulary", draft.Func(func(h, dst []int32) int { dst[0] = 8; return 1 }), "drafted token 8 at position 0 is outside the vocabulary [0, 8)"},
+		{"negative token", draft.Func(func(h, dst []int32) int { dst[0] = -1; return 1 }), "drafted token -1"},
 		{"q = 0", sessionDrafter{draft.Proposal{Tokens: []int32{3}, Dists: [][]float32{make([]float32, 8)}}}, "q = 0"},
 		{"missing distributions", sessionDrafter{draft.Proposal{Tokens: []int32{3, 4}, Dists: [][]float32{make([]float32, 8)}}}, "1 distributions for 2 tokens"},
 		{"too many tokens", sessionDrafter{draft.Proposal{Tokens: []int32{1, 2, 3, 4, 5}}}, "more than k = 4"},
@@ -345,7 +357,7 @@ func TestZeroAllocationsPerToken(t *testing.T) {
 			dec := newDecoder(t, tgt, c.d, c.k)
 			if c.name == "adaptive" {
 				var err error
-				dec, err = spec.New(tgt, c.d, spec.Options{K: c.k, Adaptive: true, Alternatives: []draft.Drafter{draft.NGram{}}})
+				dec, err = spec.New(local(t, tgt), c.d, spec.Options{K: c.k, Adaptive: true, Alternatives: []draft.Drafter{draft.NGram{}}})
 				require.NoError(t, err)
 			}
 			emit := func([]int32) error { return nil }
@@ -507,7 +519,9 @@ func TestGeneratedTokensCountsWhatWasHandedOut(t *testing.T) {
 
 type lyingRule struct{}
 
-func (lyingRule) Verify(*sampler.Sampler, sampler.Step) (int, int32, error) { return 0, 99, nil }
+func (lyingRule) Verify(_ *sampler.Sampler, _ sampler.Step, path []int32) ([]int32, int32, error) {
+	return path, 99, nil
+}
 
 func TestInvalidRuleOutput(t *testing.T) {
 	tgt, d, prompt, _ := greedyFixture(t)
@@ -548,15 +562,15 @@ func TestUnlimitedRequests(t *testing.T) {
 func TestPaddedVocab(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 12, Order: 1, Seed: 4, Scale: 2})
 	small := newChain(t, markov.Config{Vocab: 10, Order: 1, Seed: 5})
-	_, err := spec.New(tgt, newDrafter(t, small), spec.Options{K: 3})
+	_, err := spec.New(local(t, tgt), newDrafter(t, small), spec.Options{K: 3})
 	assert.ErrorContains(t, err, "draft vocabulary size 10 differs")
-	dec, err := spec.New(tgt, newDrafter(t, small), spec.Options{K: 3, PaddedVocab: true})
+	dec, err := spec.New(local(t, tgt), newDrafter(t, small), spec.Options{K: 3, PaddedVocab: true})
 	require.NoError(t, err)
 	prompt := []int32{1, 2}
 	want := reference.Greedy(tgt, prompt, 60, sampler.Params{})
 	res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 60})
 	require.NoError(t, err)
 	assert.Equal(t, want, res.Tokens, "the target's ids 10 and 11 stop the drafter, not the request")
-	_, err = spec.New(small, newDrafter(t, tgt), spec.Options{K: 3, PaddedVocab: true})
+	_, err = spec.New(local(t, small), newDrafter(t, tgt), spec.Options{K: 3, PaddedVocab: true})
 	assert.Error(t, err, "a larger draft vocabulary is never allowed")
 }

@@ -151,9 +151,9 @@ func TestMixedDrafts(t *testing.T) {
 	}
 }
 
-// TestNilRowThroughTheDecoder is the regression test of a drafter that always proposes
-// the target's least likely token with Dists = [][]float32{nil}: the token was emitted
-// every time. The first output token must be distributed as the target's p.
+// TestNilRowThroughTheDecoder: a drafter that always proposes the target's least
+// likely token with Dists = [][]float32{nil} (one-hot) must not get it emitted every
+// time: the first output token is distributed as the target's p.
 func TestNilRowThroughTheDecoder(t *testing.T) {
 	const draws = 20_000
 	tgt := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 8, Scale: 2})
@@ -184,9 +184,8 @@ func TestNilRowThroughTheDecoder(t *testing.T) {
 
 // TestDrafterRandomSource: a drafter that samples with the random source it is handed
 // (sampler.New(req.Sampling, …)) keeps the output exact; the same drafter drawing on
-// the request's own stream, which is what a drafter calling sampler.New with the
-// request's seed did before each session had a stream of its own, is caught by the
-// same test with the same draws.
+// the request's own stream, as a drafter calling sampler.New with the request's seed
+// would, is caught by the same test with the same draws.
 func TestDrafterRandomSource(t *testing.T) {
 	const draws = 40_000
 	tgt := newChain(t, markov.Config{Vocab: 5, Order: 1, Seed: 41, Scale: 1.5})
@@ -224,7 +223,7 @@ func TestSessionsHaveTheirOwnStreams(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 6, Order: 1})
 	var seen []sampler.Params
 	rec := seedRecorder{&seen}
-	dec, err := spec.New(tgt, draft.First(rec, rec), spec.Options{K: 2, Adaptive: true, Alternatives: []draft.Drafter{rec, draft.First(rec)}})
+	dec, err := spec.New(local(t, tgt), draft.First(rec, rec), spec.Options{K: 2, Adaptive: true, Alternatives: []draft.Drafter{rec, draft.First(rec)}})
 	require.NoError(t, err)
 	req := spec.Request{Prompt: []int32{1}, MaxTokens: 4, Sampling: sampler.Params{Temperature: 0.8, Seed: 12}}
 	_, err = dec.Generate(context.Background(), req)

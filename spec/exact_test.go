@@ -17,6 +17,7 @@ import (
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 )
 
 func newChain(t testing.TB, cfg markov.Config) *markov.Chain {
@@ -33,9 +34,17 @@ func newDrafter(t testing.TB, m model.Model) *draft.Model {
 	return d
 }
 
+// local is the target on m.
+func local(t testing.TB, m model.Model) target.Target {
+	t.Helper()
+	tgt, err := target.NewLocal(m)
+	require.NoError(t, err)
+	return tgt
+}
+
 func newDecoder(t testing.TB, m model.Model, d draft.Drafter, k int) *spec.Decoder {
 	t.Helper()
-	dec, err := spec.New(m, d, spec.Options{K: k})
+	dec, err := spec.New(local(t, m), d, spec.Options{K: k})
 	require.NoError(t, err)
 	return dec
 }
@@ -166,12 +175,27 @@ func TestSequenceDistributionDetectsBias(t *testing.T) {
 // trustFirst accepts the first drafted token unconditionally, then behaves exactly.
 type trustFirst struct{}
 
-func (trustFirst) Verify(s *sampler.Sampler, st sampler.Step) (int, int32, error) {
-	if st.K == 0 {
-		return sampler.Exact{}.Verify(s, st)
+func (trustFirst) Verify(s *sampler.Sampler, st sampler.Step, path []int32) ([]int32, int32, error) {
+	d := st.Draft
+	if d.Len() == 0 {
+		return sampler.Exact{}.Verify(s, st, path)
 	}
-	n, next, err := sampler.Exact{}.Verify(s, sampler.Step{Tokens: st.Tokens, K: st.K - 1, Q: st.Q[1:], Logits: st.Logits[1:]})
-	return n + 1, next, err
+	// The rest of the chain, judged exactly after its first token.
+	q := d.Dists()
+	if q != nil {
+		q = q[1:]
+	}
+	var rest sampler.Draft
+	if err := rest.Set(s.VocabSize(), d.Tokens()[1:], q, model.Tree{}); err != nil {
+		return path, 0, err
+	}
+	start := len(path)
+	hist := append(st.History, d.Tokens()[0])
+	path, next, err := sampler.Exact{}.Verify(s, sampler.Step{History: hist, Draft: rest, Logits: st.Logits[1:]}, append(path, 0))
+	for i := start + 1; i < len(path); i++ {
+		path[i]++ // rest's token i is the draft's i+1
+	}
+	return path, next, err
 }
 
 // TestGreedyIdentity checks that speculative greedy decoding reproduces plain greedy
@@ -220,16 +244,18 @@ type judgement struct {
 // recordingRule is the exact rule, recording every position it judges.
 type recordingRule struct{ seen [][]judgement }
 
-func (r *recordingRule) Verify(s *sampler.Sampler, st sampler.Step) (int, int32, error) {
-	n, next, err := sampler.Exact{}.Verify(s, st)
-	base := len(st.Tokens) - st.K
-	for i := 0; i < st.K && i <= n; i++ {
+func (r *recordingRule) Verify(s *sampler.Sampler, st sampler.Step, path []int32) ([]int32, int32, error) {
+	start := len(path)
+	path, next, err := sampler.Exact{}.Verify(s, st, path)
+	n, k := len(path)-start, st.Draft.Len()
+	for i := 0; i < k && i <= n; i++ {
 		for len(r.seen) <= i {
 			r.seen = append(r.seen, nil)
 		}
-		r.seen[i] = append(r.seen[i], judgement{append([]int32(nil), st.Tokens[:base+i]...), i < n})
+		hist := append(append([]int32(nil), st.History...), st.Draft.Tokens()[:i]...)
+		r.seen[i] = append(r.seen[i], judgement{hist, i < n})
 	}
-	return n, next, err
+	return path, next, err
 }
 
 // TestAcceptanceMatchesTheory checks, position by position, that a drafted token is

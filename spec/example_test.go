@@ -9,25 +9,30 @@ import (
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 )
 
 // A toy target and a drafter that mostly agrees with it. Real programs load a model
 // file instead; everything else stays the same.
-func toyModels() (*markov.Chain, draft.Drafter) {
-	target, err := markov.New(markov.Config{Vocab: 16, Order: 2, Seed: 1})
+func toyModels() (target.Target, draft.Drafter) {
+	m, err := markov.New(markov.Config{Vocab: 16, Order: 2, Seed: 1})
 	if err != nil {
 		log.Fatal(err)
 	}
-	drafter, err := draft.NewModel(target.Perturbed(0.5, 2))
+	tgt, err := target.NewLocal(m) // the target: a model in this process
 	if err != nil {
 		log.Fatal(err)
 	}
-	return target, drafter
+	drafter, err := draft.NewModel(m.Perturbed(0.5, 2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return tgt, drafter
 }
 
 func ExampleDecoder_Generate() {
-	target, drafter := toyModels()
-	dec, err := spec.New(target, drafter, spec.Options{K: 4})
+	tgt, drafter := toyModels()
+	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,8 +51,8 @@ func ExampleDecoder_Generate() {
 }
 
 func ExampleDecoder_Tokens() {
-	target, drafter := toyModels()
-	dec, err := spec.New(target, drafter, spec.Options{K: 4})
+	tgt, drafter := toyModels()
+	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -68,8 +73,8 @@ func ExampleDecoder_Tokens() {
 }
 
 func ExampleDecoder_Stream() {
-	target, drafter := toyModels()
-	dec, err := spec.New(target, drafter, spec.Options{K: 4})
+	tgt, drafter := toyModels()
+	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func FuzzGenerate(f *testing.F) {
 		if k%3 == 2 {
 			drafter = tree
 		}
-		dec, err := spec.New(tgt, drafter, spec.Options{K: k, Adaptive: k%2 == 1})
+		dec, err := spec.New(local(t, tgt), drafter, spec.Options{K: k, Adaptive: k%2 == 1})
 		if err != nil {
 			return
 		}

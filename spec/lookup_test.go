@@ -87,7 +87,7 @@ func TestAdaptive(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 31, Scale: 1.5})
 	good := newDrafter(t, tgt.Perturbed(0.3, 1))
 	bad := newDrafter(t, newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 999}))
-	dec, err := spec.New(tgt, bad, spec.Options{K: 6, Adaptive: true, Alternatives: []draft.Drafter{draft.NGram{}, good}})
+	dec, err := spec.New(local(t, tgt), bad, spec.Options{K: 6, Adaptive: true, Alternatives: []draft.Drafter{draft.NGram{}, good}})
 	require.NoError(t, err)
 
 	prompt := []int32{1, 2}
@@ -116,8 +116,8 @@ func TestAdaptive(t *testing.T) {
 	assert.Zero(t, fit.Impossible)
 	assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
 
-	_, err = spec.New(tgt, good, spec.Options{K: 4, Alternatives: []draft.Drafter{bad}})
+	_, err = spec.New(local(t, tgt), good, spec.Options{K: 4, Alternatives: []draft.Drafter{bad}})
 	assert.ErrorContains(t, err, "Alternatives need Adaptive")
-	_, err = spec.New(tgt, good, spec.Options{K: 4, Adaptive: true, Alternatives: []draft.Drafter{nil}})
+	_, err = spec.New(local(t, tgt), good, spec.Options{K: 4, Adaptive: true, Alternatives: []draft.Drafter{nil}})
 	assert.ErrorContains(t, err, "Alternatives[0] is nil")
 }

@@ -167,9 +167,9 @@ func TestBadTreeProposals(t *testing.T) {
 		p    draft.Proposal
 		want string
 	}{
-		{draft.Proposal{Tokens: []int32{1, 2}, Parents: []int32{-1}}, "1 parents for 2 tokens"},
-		{draft.Proposal{Tokens: []int32{1, 2}, Parents: []int32{-1, 1}}, "parent 1 to tree node 1"},
-		{draft.Proposal{Tokens: []int32{1, 2}, Parents: []int32{-2, 0}}, "parent -2 to tree node 0"},
+		{draft.Proposal{Tokens: []int32{1, 2}, Parents: []int32{-1}}, "a tree of 1 nodes for 2 tokens"},
+		{draft.Proposal{Tokens: []int32{1, 2}, Parents: []int32{-1, 1}}, "parent 1 of node 1 must be -1 or an earlier node"},
+		{draft.Proposal{Tokens: []int32{1, 2}, Parents: []int32{-2, 0}}, "parent -2 of node 0"},
 	} {
 		_, err := newDecoder(t, tgt, sessionDrafter{c.p}, 4).Generate(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 5})
 		assert.ErrorContains(t, err, c.want)

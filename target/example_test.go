@@ -5,40 +5,79 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/target"
 )
 
-func ExampleTarget_Verify() {
+func ExampleSession_Verify() {
 	ctx := context.Background()
 	m, err := markov.New(markov.Config{Vocab: 8, Order: 1})
 	if err != nil {
 		log.Fatal(err)
 	}
-	seq, err := m.NewSequence(ctx)
+	tgt, err := target.NewLocal(m)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer seq.Close()
-	t, err := target.New(seq, 8, 4)
+	s, err := tgt.Start(ctx, 4)
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer s.Close()
 	prompt := []int32{1, 2, 3}
-	if err := t.Prefill(ctx, prompt[:2]); err != nil { // the last token stays pending
+	if err := s.Prefill(ctx, prompt[:2]); err != nil { // the last token stays pending
 		log.Fatal(err)
 	}
-	rows, err := t.Verify(ctx, prompt[2], []int32{5, 6, 7})
+	rows, err := s.Verify(ctx, prompt[2], []int32{5, 6, 7}, model.Tree{}) // a chain
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(len(rows), "distributions from one pass")
-	// Suppose the rule kept 5 and rejected 6: drop 6 and 7.
-	if err := t.Accept(1); err != nil {
+	// Suppose the rule kept 5 and rejected 6: keep the path [0], drop 6 and 7.
+	if err := s.Accept([]int32{0}); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(t.Len(), "tokens held")
+	fmt.Println(s.Len(), "tokens held")
 	// Output:
 	// 4 distributions from one pass
 	// 4 tokens held
+}
+
+func ExampleSession_Verify_tree() {
+	ctx := context.Background()
+	m, err := markov.New(markov.Config{Vocab: 8, Order: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tgt, err := target.NewLocal(m)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := tgt.Start(ctx, 4)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prefill(ctx, []int32{1, 2}); err != nil {
+		log.Fatal(err)
+	}
+	// Two candidates after the pending token 3, 5 and 6, and 7 after 6.
+	shape, err := model.NewTree([]int32{-1, -1, 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	rows, err := s.Verify(ctx, 3, []int32{5, 6, 7}, shape)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(rows), "distributions from one pass")
+	// Suppose the rule kept 6 and then 7: the sequence is 1 2 3 6 7.
+	if err := s.Accept([]int32{1, 2}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s.Len(), "tokens held")
+	// Output:
+	// 4 distributions from one pass
+	// 5 tokens held
 }

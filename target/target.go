@@ -1,86 +1,152 @@
-// Package target implements the target's role in speculative decoding: score a whole
-// draft — a chain or a tree — in one batched forward pass, and roll the sequence back
-// to what was accepted. It never samples; that is the sampler's job.
+// Package target is the target's role in speculative decoding: score a whole draft —
+// a chain or a tree — in one batched forward pass, and keep what the acceptance rule
+// accepted. It never samples; that is the sampler's job.
 //
-// The target keeps one token pending: the last token of the sequence, already chosen
+// [Target] is the role as a decoder sees it, and [Local] its implementation on a
+// [model.Model] in this process. The interface carries per step only what a verifier
+// on another engine or machine needs: the pending token, the draft's tokens and its
+// shape in, one row of logits per position out, and then the accepted path.
+//
+// A session keeps one token pending: the last token of the history, already chosen
 // but not yet forwarded. A verification forwards the pending token and the draft
-// together, so the K+1 next-token distributions (after the pending token, and after
-// each drafted token) come from one pass, and a step without a draft is plain decoding.
+// together, so the distributions after the pending token and after each drafted token
+// come from one pass, and a step without a draft is plain decoding.
 package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/specula/specula/model"
 )
 
-// DefaultPrefillChunk is how many prompt tokens a prefill forwards per call.
-const DefaultPrefillChunk = 512
-
-// Target is one request's target sequence. It is not safe for concurrent use.
-type Target struct {
-	seq      model.Sequence
-	vocab    int
-	maxDraft int
-
-	// PrefillChunk is how many tokens Prefill forwards per call; the context is
-	// checked between calls. 0 means DefaultPrefillChunk.
-	PrefillChunk int
-
-	base    int // sequence length before the last verification
-	last    int // tokens forwarded by the last verification
-	batch   []int32
-	parents []int32
-	tree    model.Tree
-	keep    []int32
-	outputs []int32
-	logits  []float32
-	rows    [][]float32
+// Target is a target model as a speculative decoder uses it: it describes the model
+// and starts one session per request. A Target is safe for concurrent use.
+type Target interface {
+	// Info describes the model: VocabSize is the length of every row of logits, and
+	// ContextLength bounds what a session may hold (0: no limit).
+	Info() model.Info
+	// Start begins an empty session for one request, for drafts of up to maxDraft
+	// tokens.
+	Start(ctx context.Context, maxDraft int) (Session, error)
 }
 
-// New wraps seq, from a model with the given vocabulary size, for drafts of up to
-// maxDraft tokens (or tree nodes).
-func New(seq model.Sequence, vocab, maxDraft int) (*Target, error) {
-	if vocab < 1 {
-		return nil, fmt.Errorf("target: vocabulary size %d must be positive", vocab)
+// Session is one request's state in the target: the tokens forwarded so far. The
+// history's last token, chosen but not yet forwarded, is pending: the caller hands it
+// to each Verify. A Session is not safe for concurrent use.
+type Session interface {
+	// Len is the number of tokens the session holds, the pending token not included.
+	Len() int
+	// Prefill forwards tokens without asking for logits: the prompt but its last
+	// token, which becomes the first pending token. On error the session may hold
+	// part of the tokens.
+	Prefill(ctx context.Context, tokens []int32) error
+	// Verify forwards the pending token followed by the draft — draft[i] follows
+	// draft[shape.Parent(i)], or the pending token when that is -1; the zero Tree is
+	// a chain — and returns len(draft)+1 rows of logits: row 0 after the pending
+	// token, row i+1 after draft[i] and its ancestors. The rows stay valid until the
+	// next call. Every successful Verify is followed by one Accept.
+	//
+	// When the draft does not fit, Verify fails with an error that wraps
+	// [model.ErrOutOfMemory] or [model.ErrContextFull]; on any error the session is
+	// as it was, so that the caller may verify the pending token alone.
+	Verify(ctx context.Context, pending int32, draft []int32, shape model.Tree) ([][]float32, error)
+	// Accept keeps the pending token and the tokens of the last verified draft on
+	// path — indices into the draft, root first, each a child of the one before; for
+	// a chain 0 to a−1 — and drops the others. The session then holds the pending
+	// token and the path, and the token the rule chose after them is the next
+	// pending token. A session on another machine may send the path along with the
+	// next call instead of on its own.
+	Accept(path []int32) error
+	// Close releases the session; it must not be used after.
+	Close() error
+}
+
+// DefaultPrefillChunk is how many prompt tokens a Local prefill forwards per call.
+const DefaultPrefillChunk = 512
+
+// Local is the [Target] on a [model.Model] in this process: a session is a sequence
+// of the model, and a verification is one forward pass of the pending token and the
+// draft, with the draft's tree as the batch's shape.
+type Local struct {
+	m    model.Model
+	info model.Info
+
+	// PrefillChunk is how many tokens a session's Prefill forwards per call; the
+	// context is checked between calls. 0 means DefaultPrefillChunk. Set it before
+	// the first Start.
+	PrefillChunk int
+}
+
+// NewLocal returns the target on m.
+func NewLocal(m model.Model) (*Local, error) {
+	if m == nil {
+		return nil, errors.New("target: nil model")
 	}
+	info := m.Info()
+	if info.VocabSize < 1 {
+		return nil, fmt.Errorf("target: model %q reports vocabulary size %d", info.Name, info.VocabSize)
+	}
+	return &Local{m: m, info: info}, nil
+}
+
+// Info implements [Target].
+func (l *Local) Info() model.Info { return l.info }
+
+// Start implements [Target]: the session holds a new sequence of the model.
+func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	if maxDraft < 0 {
 		return nil, fmt.Errorf("target: maximum draft size %d must be >= 0", maxDraft)
 	}
-	n := maxDraft + 1
-	t := &Target{
+	seq, err := l.m.NewSequence(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("target: new sequence: %w", err)
+	}
+	chunk := l.PrefillChunk
+	if chunk <= 0 {
+		chunk = DefaultPrefillChunk
+	}
+	vocab, n := l.info.VocabSize, maxDraft+1
+	s := &session{
 		seq:      seq,
-		vocab:    vocab,
 		maxDraft: maxDraft,
+		chunk:    chunk,
 		batch:    make([]int32, 0, n),
-		parents:  make([]int32, 0, n),
 		keep:     make([]int32, 0, n),
 		outputs:  make([]int32, n),
 		logits:   make([]float32, n*vocab),
 		rows:     make([][]float32, n),
 	}
 	for i := range n {
-		t.outputs[i] = int32(i)
-		t.rows[i] = t.logits[i*vocab : (i+1)*vocab]
+		s.outputs[i] = int32(i)
+		s.rows[i] = s.logits[i*vocab : (i+1)*vocab]
 	}
-	return t, nil
+	return s, nil
 }
 
-// Len is the number of tokens the sequence holds (the pending token not included).
-func (t *Target) Len() int { return t.seq.Len() }
+// session is a [Local] target's session.
+type session struct {
+	seq      model.Sequence
+	maxDraft int
+	chunk    int
 
-// Prefill forwards tokens without asking for logits: the prompt, except its last
-// token, which becomes the first pending token. On error the sequence may hold part of
-// the tokens.
-func (t *Target) Prefill(ctx context.Context, tokens []int32) error {
-	chunk := t.PrefillChunk
-	if chunk <= 0 {
-		chunk = DefaultPrefillChunk
-	}
+	base    int        // sequence length before the last verification
+	last    int        // tokens forwarded by the last verification; 0 once accepted
+	batch   []int32    // the pending token and the draft
+	tree    model.Tree // their shape: the draft's, below the pending token
+	keep    []int32
+	outputs []int32
+	logits  []float32
+	rows    [][]float32
+}
+
+func (s *session) Len() int { return s.seq.Len() }
+
+func (s *session) Prefill(ctx context.Context, tokens []int32) error {
 	for len(tokens) > 0 {
-		n := min(chunk, len(tokens))
-		if err := t.seq.Forward(ctx, model.Batch{Tokens: tokens[:n]}, nil); err != nil {
+		n := min(s.chunk, len(tokens))
+		if err := s.seq.Forward(ctx, model.Batch{Tokens: tokens[:n]}, nil); err != nil {
 			return fmt.Errorf("target: prefill: %w", err)
 		}
 		tokens = tokens[n:]
@@ -88,101 +154,62 @@ func (t *Target) Prefill(ctx context.Context, tokens []int32) error {
 	return nil
 }
 
-// Verify forwards the pending token followed by a chain draft and returns the
-// len(draft)+1 rows of logits: row i is the distribution after the pending token and
-// draft[:i]. The rows stay valid until the next call. Follow with [Target.Accept].
-func (t *Target) Verify(ctx context.Context, pending int32, draft []int32) ([][]float32, error) {
-	return t.forward(ctx, pending, draft, nil)
-}
-
-// VerifyTree forwards the pending token followed by a tree draft, nodes[i] hanging
-// below nodes[parents[i]], or below the pending token when parents[i] is -1. It returns
-// len(nodes)+1 rows: row 0 after the pending token, row i+1 after nodes[i] and its
-// ancestors. Follow with [Target.AcceptPath].
-func (t *Target) VerifyTree(ctx context.Context, pending int32, nodes, parents []int32) ([][]float32, error) {
-	if len(parents) != len(nodes) {
-		return nil, fmt.Errorf("target: %d parents for %d tree nodes", len(parents), len(nodes))
+func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shape model.Tree) ([][]float32, error) {
+	if s.last != 0 {
+		return nil, errors.New("target: Verify before the last verification was accepted")
 	}
-	for i, p := range parents {
-		if p < -1 || int(p) >= i {
-			return nil, fmt.Errorf("target: parent %d of tree node %d must be -1 or an earlier node", p, i)
-		}
+	if len(draft) > s.maxDraft {
+		return nil, fmt.Errorf("target: draft of %d tokens exceeds the maximum of %d", len(draft), s.maxDraft)
 	}
-	return t.forward(ctx, pending, nodes, parents)
-}
-
-func (t *Target) forward(ctx context.Context, pending int32, draft, parents []int32) ([][]float32, error) {
-	if len(draft) > t.maxDraft {
-		return nil, fmt.Errorf("target: draft of %d tokens exceeds the maximum of %d", len(draft), t.maxDraft)
+	if !shape.Chain() && shape.Len() != len(draft) {
+		return nil, fmt.Errorf("target: a tree of %d nodes for a draft of %d tokens", shape.Len(), len(draft))
 	}
-	t.batch = append(append(t.batch[:0], pending), draft...)
-	var par []int32
-	t.parents = t.parents[:0]
-	if parents != nil {
-		// Shift by one for the pending token, which becomes the tree's root.
-		t.parents = append(t.parents[:0], -1)
-		for _, p := range parents {
-			t.parents = append(t.parents, p+1)
-		}
-		par = t.parents
-	}
-	n := len(t.batch)
-	t.base = t.seq.Len()
-	t.last = 0
-	if err := t.tree.Set(par); err != nil {
+	s.batch = append(append(s.batch[:0], pending), draft...)
+	s.tree.SetRooted(shape)
+	n := len(s.batch)
+	s.base = s.seq.Len()
+	if err := s.seq.Forward(ctx, model.Batch{Tokens: s.batch, Tree: s.tree, Outputs: s.outputs[:n]}, s.logits); err != nil {
 		return nil, fmt.Errorf("target: verify: %w", err)
 	}
-	if err := t.seq.Forward(ctx, model.Batch{Tokens: t.batch, Tree: t.tree, Outputs: t.outputs[:n]}, t.logits); err != nil {
-		return nil, fmt.Errorf("target: verify: %w", err)
-	}
-	t.last = n
-	return t.rows[:n], nil
+	s.last = n
+	return s.rows[:n], nil
 }
 
-// Accept keeps the pending token and the first n drafted tokens of the last
-// verification, dropping the rest.
-func (t *Target) Accept(n int) error {
-	if n < 0 || n >= t.last {
-		return fmt.Errorf("target: accept %d of a verification of %d tokens", n, t.last-1)
+func (s *session) Accept(path []int32) error {
+	if s.last == 0 {
+		return errors.New("target: Accept without a verification to accept from")
 	}
-	if len(t.parents) > 0 {
-		return fmt.Errorf("target: Accept after a tree verification; use AcceptPath")
+	nodes := s.last - 1
+	prev := int32(-1)
+	for i, c := range path {
+		if c < 0 || int(c) >= nodes {
+			return fmt.Errorf("target: path node %d at position %d is outside the draft of %d tokens", c, i, nodes)
+		}
+		// Batch index c+1 holds draft token c: the pending token is 0.
+		if s.tree.Parent(int(c)+1)-1 != prev {
+			return fmt.Errorf("target: path node %d at position %d is not a child of %d", c, i, prev)
+		}
+		prev = c
 	}
-	if err := t.seq.Truncate(t.base + 1 + n); err != nil {
-		return fmt.Errorf("target: %w", err)
+	var err error
+	if s.tree.Chain() {
+		err = s.seq.Truncate(s.base + 1 + len(path)) // a chain's path is a prefix
+	} else {
+		s.keep = append(s.keep[:0], 0)
+		for _, c := range path {
+			s.keep = append(s.keep, c+1)
+		}
+		err = s.seq.Retain(s.base, s.keep)
 	}
-	t.last = 0
+	if err != nil {
+		return fmt.Errorf("target: accept: %w", err)
+	}
+	s.last = 0
 	return nil
 }
 
-// AcceptPath keeps the pending token and the tree nodes on path (indices into the
-// nodes of the last VerifyTree, root first, each the child of the one before),
-// dropping every other node.
-func (t *Target) AcceptPath(path []int32) error {
-	if t.last == 0 || len(t.parents) != t.last || len(path) >= t.last {
-		return fmt.Errorf("target: path of %d nodes does not follow a tree verification", len(path))
-	}
-	t.keep = append(t.keep[:0], 0)
-	for _, p := range path {
-		if p < 0 || int(p) >= t.last-1 {
-			return fmt.Errorf("target: path node %d is outside the tree of %d nodes", p, t.last-1)
-		}
-		t.keep = append(t.keep, p+1) // batch index: the pending token is 0
-	}
-	if err := model.PathOf(t.keep, t.parents); err != nil {
-		return fmt.Errorf("target: %w", err)
-	}
-	if err := t.seq.Retain(t.base, t.keep); err != nil {
-		return fmt.Errorf("target: %w", err)
-	}
-	t.last = 0
-	return nil
-}
-
-// Rewind truncates the sequence to n tokens, for a caller that changes the history.
-func (t *Target) Rewind(n int) error {
-	t.last = 0
-	if err := t.seq.Truncate(n); err != nil {
+func (s *session) Close() error {
+	if err := s.seq.Close(); err != nil {
 		return fmt.Errorf("target: %w", err)
 	}
 	return nil

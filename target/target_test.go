@@ -8,31 +8,54 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/target"
 )
 
-func setup(t *testing.T, maxDraft int) (*markov.Chain, *target.Target, func() []int32) {
+// recording is a model that remembers the last sequence it made, so that a test can
+// read what a session holds.
+type recording struct {
+	*markov.Chain
+	seq model.Sequence
+}
+
+func (r *recording) NewSequence(ctx context.Context) (model.Sequence, error) {
+	s, err := r.Chain.NewSequence(ctx)
+	r.seq = s
+	return s, err
+}
+
+func setup(t *testing.T, maxDraft, chunk int) (*markov.Chain, target.Session, func() []int32) {
 	t.Helper()
 	c, err := markov.New(markov.Config{Vocab: 9, Order: 2, Seed: 11})
 	require.NoError(t, err)
-	seq, err := c.NewSequence(context.Background())
+	m := &recording{Chain: c}
+	local, err := target.NewLocal(m)
 	require.NoError(t, err)
-	tg, err := target.New(seq, 9, maxDraft)
+	local.PrefillChunk = chunk
+	s, err := local.Start(context.Background(), maxDraft)
 	require.NoError(t, err)
-	return c, tg, func() []int32 { return markov.Tokens(seq) }
+	t.Cleanup(func() { assert.NoError(t, s.Close()) })
+	return c, s, func() []int32 { return markov.Tokens(m.seq) }
+}
+
+func tree(t *testing.T, parents ...int32) model.Tree {
+	t.Helper()
+	tr, err := model.NewTree(parents)
+	require.NoError(t, err)
+	return tr
 }
 
 func TestVerifyChainAndAccept(t *testing.T) {
 	ctx := context.Background()
-	c, tg, held := setup(t, 4)
-	tg.PrefillChunk = 2 // exercise chunking
+	c, s, held := setup(t, 4, 2) // chunks of 2: exercise chunking
 	prompt := []int32{1, 2, 3, 4, 5}
-	require.NoError(t, tg.Prefill(ctx, prompt[:4]))
-	assert.Equal(t, 4, tg.Len())
+	require.NoError(t, s.Prefill(ctx, prompt[:4]))
+	assert.Equal(t, 4, s.Len())
 
 	draft := []int32{6, 7, 8}
-	rows, err := tg.Verify(ctx, prompt[4], draft)
+	rows, err := s.Verify(ctx, prompt[4], draft, model.Tree{})
 	require.NoError(t, err)
 	require.Len(t, rows, 4)
 	hist := append([]int32(nil), prompt...)
@@ -42,65 +65,98 @@ func TestVerifyChainAndAccept(t *testing.T) {
 			hist = append(hist, draft[i])
 		}
 	}
-	require.NoError(t, tg.Accept(1))
+	assert.ErrorContains(t, s.Accept([]int32{1}), "not a child of -1", "a chain's path is a prefix")
+	_, err = s.Verify(ctx, 0, nil, model.Tree{})
+	assert.ErrorContains(t, err, "before the last verification was accepted")
+	require.NoError(t, s.Accept([]int32{0}))
 	assert.Equal(t, []int32{1, 2, 3, 4, 5, 6}, held())
-	assert.ErrorContains(t, tg.Accept(0), "accept 0", "one Accept per verification")
+	assert.ErrorContains(t, s.Accept(nil), "without a verification", "one Accept per verification")
 
 	// A step without a draft is plain decoding.
-	rows, err = tg.Verify(ctx, 0, nil)
+	rows, err = s.Verify(ctx, 0, nil, model.Tree{})
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	assert.Equal(t, c.Logits([]int32{1, 2, 3, 4, 5, 6, 0}), rows[0])
-	require.NoError(t, tg.Accept(0))
-	assert.Equal(t, 7, tg.Len())
+	require.NoError(t, s.Accept(nil))
+	assert.Equal(t, 7, s.Len())
 
-	_, err = tg.Verify(ctx, 0, []int32{1, 2, 3, 4, 5})
-	assert.ErrorContains(t, err, "exceeds the maximum of 4")
-	_, err = tg.Verify(ctx, 0, []int32{1, 99})
-	assert.ErrorContains(t, err, "token 99")
-	assert.Equal(t, 7, tg.Len(), "a failed verification changes nothing")
-	require.NoError(t, tg.Rewind(3))
-	assert.Equal(t, []int32{1, 2, 3}, held())
+	// Every path of the draft keeps just that prefix.
+	for a := range 4 {
+		base := s.Len()
+		_, err = s.Verify(ctx, 1, []int32{2, 3, 4}, model.Tree{})
+		require.NoError(t, err)
+		path := []int32{0, 1, 2}[:a]
+		require.NoError(t, s.Accept(path))
+		assert.Equal(t, append([]int32{1}, []int32{2, 3, 4}[:a]...), held()[base:], "path %v", path)
+	}
 }
 
-func TestVerifyTreeAndAcceptPath(t *testing.T) {
+func TestVerifyTreeAndAccept(t *testing.T) {
 	ctx := context.Background()
-	c, tg, held := setup(t, 6)
-	require.NoError(t, tg.Prefill(ctx, []int32{1, 2}))
+	c, s, held := setup(t, 6, 0)
+	require.NoError(t, s.Prefill(ctx, []int32{1, 2}))
 	// Tree below pending token 3: 4 → {5, 6}, 7 → {8}.
 	nodes := []int32{4, 7, 5, 6, 8}
-	parents := []int32{-1, -1, 0, 0, 1}
-	rows, err := tg.VerifyTree(ctx, 3, nodes, parents)
+	shape := tree(t, -1, -1, 0, 0, 1)
+	rows, err := s.Verify(ctx, 3, nodes, shape)
 	require.NoError(t, err)
 	require.Len(t, rows, 6)
 	want := [][]int32{{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 7}, {1, 2, 3, 4, 5}, {1, 2, 3, 4, 6}, {1, 2, 3, 7, 8}}
 	for i, h := range want {
 		assert.Equal(t, c.Logits(h), rows[i], "row %d", i)
 	}
-	assert.ErrorContains(t, tg.AcceptPath([]int32{0, 4}), "not a child")
-	assert.ErrorContains(t, tg.AcceptPath([]int32{2}), "not a child")
-	assert.ErrorContains(t, tg.AcceptPath([]int32{math.MaxInt32}), "outside the tree")
-	assert.ErrorContains(t, tg.AcceptPath([]int32{-1}), "outside the tree")
-	assert.ErrorContains(t, tg.Accept(1), "use AcceptPath")
-	require.NoError(t, tg.AcceptPath([]int32{1, 4}))
+	for _, bad := range []struct {
+		path []int32
+		want string
+	}{
+		{[]int32{0, 4}, "node 4 at position 1 is not a child of 0"},
+		{[]int32{2}, "node 2 at position 0 is not a child of -1"},
+		{[]int32{math.MaxInt32}, "outside the draft of 5 tokens"},
+		{[]int32{-1}, "outside the draft"},
+	} {
+		assert.ErrorContains(t, s.Accept(bad.path), bad.want, "path %v", bad.path)
+	}
+	require.NoError(t, s.Accept([]int32{1, 4}))
 	assert.Equal(t, []int32{1, 2, 3, 7, 8}, held())
 
 	// The sequence continues as if the path had been a chain.
-	rows, err = tg.Verify(ctx, 0, nil)
+	rows, err = s.Verify(ctx, 0, nil, model.Tree{})
 	require.NoError(t, err)
 	assert.Equal(t, c.Logits([]int32{7, 8, 0}), rows[0])
-
-	_, err = tg.VerifyTree(ctx, 0, []int32{1}, nil)
-	assert.ErrorContains(t, err, "0 parents for 1")
-	_, err = tg.VerifyTree(ctx, 0, []int32{1, 2}, []int32{-2, 0})
-	assert.ErrorContains(t, err, "parent -2 of tree node 0")
-	_, err = tg.VerifyTree(ctx, 0, []int32{1, 2}, []int32{-1, 1})
-	assert.ErrorContains(t, err, "parent 1 of tree node 1")
+	require.NoError(t, s.Accept(nil))
 }
 
-func TestNewRejectsBadSizes(t *testing.T) {
-	_, err := target.New(nil, 0, 1)
-	assert.ErrorContains(t, err, "vocabulary size")
-	_, err = target.New(nil, 5, -1)
+func TestVerifyRejects(t *testing.T) {
+	ctx := context.Background()
+	_, s, _ := setup(t, 4, 0)
+	require.NoError(t, s.Prefill(ctx, []int32{1, 2}))
+	for _, tt := range []struct {
+		name  string
+		draft []int32
+		shape model.Tree
+		want  string
+	}{
+		{"too long", []int32{1, 2, 3, 4, 5}, model.Tree{}, "exceeds the maximum of 4"},
+		{"token outside the vocabulary", []int32{1, 99}, model.Tree{}, "token 99"},
+		{"tree of another size", []int32{1, 2}, tree(t, -1), "a tree of 1 nodes for a draft of 2 tokens"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Verify(ctx, 0, tt.draft, tt.shape)
+			assert.ErrorContains(t, err, tt.want)
+			assert.Equal(t, 2, s.Len(), "a failed verification changes nothing")
+			assert.Error(t, s.Accept(nil), "nothing to accept")
+		})
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	_, err := target.NewLocal(nil)
+	assert.ErrorContains(t, err, "nil model")
+	c, err := markov.New(markov.Config{Vocab: 4, Order: 1})
+	require.NoError(t, err)
+	local, err := target.NewLocal(c)
+	require.NoError(t, err)
+	assert.Equal(t, 4, local.Info().VocabSize)
+	_, err = local.Start(context.Background(), -1)
 	assert.ErrorContains(t, err, "maximum draft size")
 }

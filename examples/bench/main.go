@@ -38,6 +38,7 @@ import (
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 	"github.com/specula/specula/tokenizer"
 )
 
@@ -107,149 +108,228 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	if o.prompts == "" {
 		return errors.New("-prompts is required")
 	}
-	target, err := llama.Open(o.model, llama.Options{Threads: o.threads})
+	temps, err := parseTemperatures(o.temps)
 	if err != nil {
 		return err
 	}
-	defer target.Close()
-	tok, err := tokenizer.Load(o.model)
+	b, err := load(o)
 	if err != nil {
 		return err
 	}
-	prompts, err := readPrompts(o.prompts, o.n, tok)
-	if err != nil {
-		return err
-	}
-	models := map[string]*draft.Model{}
-	var firstModel string
-	for _, dm := range o.draftModels {
-		name, path, ok := strings.Cut(dm, "=")
-		if !ok {
-			return fmt.Errorf("-draft %q: want NAME=PATH", dm)
-		}
-		m, err := llama.Open(path, llama.Options{Threads: o.threads})
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		d, err := draft.NewModel(m)
-		if err != nil {
-			return err
-		}
-		models[name] = d
-		if firstModel == "" {
-			firstModel = name
-		}
-	}
-	ks := strings.Split(o.ks, ",")
-	var temps []float64
-	for _, s := range strings.Split(o.temps, ",") {
-		t, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil {
-			return fmt.Errorf("-temperature %q: %w", s, err)
-		}
-		temps = append(temps, t)
-	}
-	ngram := draft.NGram{Min: o.ngramMin, Max: o.ngramMax}
-	makeDrafter := func(name string) (draft.Drafter, error) {
-		switch name {
-		case "ngram":
-			return ngram, nil
-		case "suffix":
-			// A fresh memory for each configuration: it learns from the earlier
-			// prompts of the run, never from another configuration's answers to
-			// the same prompts.
-			return draft.Suffix{Memory: draft.NewSuffixMemory(1<<18, 32)}, nil
-		case "first", "tree":
-			m, ok := models[firstModel]
-			if !ok {
-				return nil, fmt.Errorf("drafter %q needs a -draft model", name)
-			}
-			if name == "first" {
-				return draft.First(draft.NGram{Min: o.firstNGramMin, Max: o.ngramMax}, m), nil
-			}
-			tm, err := draft.NewModelTree(m.Model(), draft.Tree{Width: 2, Depth: 4, MaxNodes: 12})
-			return tm, err
-		}
-		if m, ok := models[name]; ok {
-			return m, nil
-		}
-		return nil, fmt.Errorf("unknown drafter %q", name)
-	}
+	defer b.close()
 
-	var results []Result
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "drafter\tK\tT\ttokens/s\tplain tokens/s\tspeedup\tacceptance\tmean accepted\tTTFT ms\tverified\t")
+	var results []Result
 	for _, temp := range temps {
-		params := sampler.Params{Temperature: temp, Seed: 1}
-		plain, _ := spec.New(target, nil, spec.Options{})
-		base, plainOut, err := measure(ctx, plain, nil, prompts, o.maxTokens, params, tok)
+		rs, err := b.atTemperature(ctx, temp, w, log)
 		if err != nil {
 			return err
 		}
-		base.Drafter, base.K, base.Temperature, base.Speedup = "none", "0", temp, 1
-		results = append(results, base)
-		row(w, base)
-		for _, name := range strings.Split(o.drafters, ",") {
-			for _, ks := range ks {
-				d, err := makeDrafter(strings.TrimSpace(name))
-				if err != nil {
-					return err
-				}
-				opts := spec.Options{}
-				if ks == "auto" {
-					opts.K, opts.Adaptive = 8, true
-				} else if opts.K, err = strconv.Atoi(ks); err != nil {
-					return fmt.Errorf("-k %q: %w", ks, err)
-				}
-				if name == "tree" && !opts.Adaptive {
-					opts.K = 3 * opts.K // node budget: trees need more nodes than positions
-				}
-				dec, err := spec.New(target, d, opts)
-				if err != nil {
-					return err
-				}
-				var pair *spec.Decoder
-				if o.paired {
-					pair = plain
-				}
-				r, outs, err := measure(ctx, dec, pair, prompts, o.maxTokens, params, tok)
-				if err != nil {
-					return err
-				}
-				r.Drafter, r.K, r.Temperature = name, ks, temp
-				if r.PlainTokensPerS > 0 {
-					r.Speedup = r.TokensPerS / r.PlainTokensPerS
-				} else {
-					r.Speedup = r.TokensPerS / base.TokensPerS
-				}
-				if o.verify && temp == 0 {
-					ok := slices.EqualFunc(outs, plainOut, slices.Equal)
-					r.Verified = &ok
-				}
-				results = append(results, r)
-				row(w, r)
-				fmt.Fprintf(log, ".")
-			}
-		}
+		results = append(results, rs...)
 	}
 	fmt.Fprintln(log)
 	w.Flush()
 	if o.verify {
-		bad := 0
-		for _, r := range results {
-			if r.Verified != nil && !*r.Verified {
-				bad++
-			}
+		reportVerified(out, results)
+	}
+	return write(o, results)
+}
+
+// bench is what one run measures with: the target, the draft models, the tokenizer
+// and the prompts.
+type bench struct {
+	o          options
+	target     target.Target
+	tok        *tokenizer.Tokenizer
+	prompts    [][]int32
+	models     map[string]*draft.Model
+	firstModel string         // the first -draft, which first and tree draft with
+	loaded     []*llama.Model // to close
+}
+
+// load loads the target, its tokenizer, the prompts and the draft models.
+func load(o options) (*bench, error) {
+	b := &bench{o: o, models: map[string]*draft.Model{}}
+	ok := false
+	defer func() {
+		if !ok {
+			b.close()
 		}
-		if bad > 0 {
-			fmt.Fprintf(out, "verify: %d greedy configurations differ from plain greedy decoding\n", bad)
-		} else {
-			fmt.Fprintln(out, "verify: every greedy speculative output equals plain greedy decoding")
+	}()
+	m, err := llama.Open(o.model, llama.Options{Threads: o.threads})
+	if err != nil {
+		return nil, err
+	}
+	b.loaded = append(b.loaded, m)
+	if b.target, err = target.NewLocal(m); err != nil {
+		return nil, err
+	}
+	if b.tok, err = tokenizer.Load(o.model); err != nil {
+		return nil, err
+	}
+	if b.prompts, err = readPrompts(o.prompts, o.n, b.tok); err != nil {
+		return nil, err
+	}
+	for _, dm := range o.draftModels {
+		name, path, found := strings.Cut(dm, "=")
+		if !found {
+			return nil, fmt.Errorf("-draft %q: want NAME=PATH", dm)
+		}
+		m, err := llama.Open(path, llama.Options{Threads: o.threads})
+		if err != nil {
+			return nil, err
+		}
+		b.loaded = append(b.loaded, m)
+		d, err := draft.NewModel(m)
+		if err != nil {
+			return nil, err
+		}
+		b.models[name] = d
+		if b.firstModel == "" {
+			b.firstModel = name
 		}
 	}
+	ok = true
+	return b, nil
+}
+
+func (b *bench) close() {
+	for _, m := range b.loaded {
+		m.Close()
+	}
+}
+
+// parseTemperatures reads the -temperature list.
+func parseTemperatures(list string) ([]float64, error) {
+	var temps []float64
+	for _, s := range strings.Split(list, ",") {
+		t, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return nil, fmt.Errorf("-temperature %q: %w", s, err)
+		}
+		temps = append(temps, t)
+	}
+	return temps, nil
+}
+
+// atTemperature measures plain decoding and then every configuration — each drafter
+// with each K — at one temperature, writing a row of w for each.
+func (b *bench) atTemperature(ctx context.Context, temp float64, w *tabwriter.Writer, log io.Writer) ([]Result, error) {
+	params := sampler.Params{Temperature: temp, Seed: 1}
+	plain, err := spec.New(b.target, nil, spec.Options{})
+	if err != nil {
+		return nil, err
+	}
+	base, plainOut, err := measure(ctx, plain, nil, b.prompts, b.o.maxTokens, params, b.tok)
+	if err != nil {
+		return nil, err
+	}
+	base.Drafter, base.K, base.Temperature, base.Speedup = "none", "0", temp, 1
+	results := []Result{base}
+	row(w, base)
+	var pair *spec.Decoder // the plain runs each configuration is paired with
+	if b.o.paired {
+		pair = plain
+	}
+	for _, name := range strings.Split(b.o.drafters, ",") {
+		name = strings.TrimSpace(name)
+		for _, ks := range strings.Split(b.o.ks, ",") {
+			dec, err := b.decoder(name, ks)
+			if err != nil {
+				return nil, err
+			}
+			r, outs, err := measure(ctx, dec, pair, b.prompts, b.o.maxTokens, params, b.tok)
+			if err != nil {
+				return nil, err
+			}
+			r.Drafter, r.K, r.Temperature = name, ks, temp
+			if r.PlainTokensPerS > 0 {
+				r.Speedup = r.TokensPerS / r.PlainTokensPerS
+			} else {
+				r.Speedup = r.TokensPerS / base.TokensPerS
+			}
+			if b.o.verify && temp == 0 {
+				ok := slices.EqualFunc(outs, plainOut, slices.Equal)
+				r.Verified = &ok
+			}
+			results = append(results, r)
+			row(w, r)
+			fmt.Fprintf(log, ".")
+		}
+	}
+	return results, nil
+}
+
+// decoder makes the decoder of one configuration: drafter name with K ks (a number,
+// or auto for the adaptive choice). A fresh drafter for each, so that none learns
+// from another configuration's answers to the same prompts.
+func (b *bench) decoder(name, ks string) (*spec.Decoder, error) {
+	d, err := b.drafter(name)
+	if err != nil {
+		return nil, err
+	}
+	opts := spec.Options{}
+	if ks == "auto" {
+		opts.K, opts.Adaptive = 8, true
+	} else if opts.K, err = strconv.Atoi(ks); err != nil {
+		return nil, fmt.Errorf("-k %q: %w", ks, err)
+	}
+	if name == "tree" && !opts.Adaptive {
+		opts.K = 3 * opts.K // node budget: trees need more nodes than positions
+	}
+	return spec.New(b.target, d, opts)
+}
+
+// drafter makes the drafter a -drafters name stands for.
+func (b *bench) drafter(name string) (draft.Drafter, error) {
+	switch name {
+	case "ngram":
+		return draft.NGram{Min: b.o.ngramMin, Max: b.o.ngramMax}, nil
+	case "suffix":
+		// A fresh memory for each configuration: it learns from the earlier prompts
+		// of the run, never from another configuration's answers to the same
+		// prompts.
+		return draft.Suffix{Memory: draft.NewSuffixMemory(1<<18, 32)}, nil
+	case "first", "tree":
+		m, ok := b.models[b.firstModel]
+		if !ok {
+			return nil, fmt.Errorf("drafter %q needs a -draft model", name)
+		}
+		if name == "first" {
+			return draft.First(draft.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, m), nil
+		}
+		return draft.NewModelTree(m.Model(), draft.Tree{Width: 2, Depth: 4, MaxNodes: 12})
+	}
+	if m, ok := b.models[name]; ok {
+		return m, nil
+	}
+	return nil, fmt.Errorf("unknown drafter %q", name)
+}
+
+// reportVerified says whether every greedy speculative output equalled plain greedy
+// decoding.
+func reportVerified(out io.Writer, results []Result) {
+	bad := 0
+	for _, r := range results {
+		if r.Verified != nil && !*r.Verified {
+			bad++
+		}
+	}
+	if bad > 0 {
+		fmt.Fprintf(out, "verify: %d greedy configurations differ from plain greedy decoding\n", bad)
+	} else {
+		fmt.Fprintln(out, "verify: every greedy speculative output equals plain greedy decoding")
+	}
+}
+
+// write writes the results as JSON and as plots, where the options ask for them.
+func write(o options, results []Result) error {
 	if o.jsonOut != "" {
-		b, _ := json.MarshalIndent(results, "", "  ")
+		b, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			return err
+		}
 		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
 			return err
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 	"github.com/specula/specula/tokenizer"
 )
 
@@ -72,74 +73,45 @@ func main() {
 }
 
 func run(ctx context.Context, c config, out, log io.Writer) error {
-	if c.prompt == "" {
-		b, err := io.ReadAll(bufio.NewReader(os.Stdin))
-		if err != nil {
-			return fmt.Errorf("reading the prompt from standard input: %w", err)
-		}
-		c.prompt = string(b)
-	}
-	if c.prompt == "" {
-		return errors.New("empty prompt: pass -prompt TEXT or pipe text in")
-	}
-	k, adaptive := 4, true
-	if c.k != "auto" {
-		n, err := strconv.Atoi(c.k)
-		if err != nil || n < 0 || n > spec.MaxK {
-			return fmt.Errorf(`-num-speculative-tokens %q: want "auto" or a number from 0 to %d`, c.k, spec.MaxK)
-		}
-		k, adaptive = n, false
-	}
-	if adaptive {
-		k = 8 // the most the controller may choose
-	}
-
-	target, err := load(c.model, c.threads, c.quiet, log)
+	prompt, err := readPrompt(c.prompt)
 	if err != nil {
 		return err
 	}
-	defer target.Close()
+	k, adaptive, err := speculation(c.k)
+	if err != nil {
+		return err
+	}
+	tm, err := load(c.model, c.threads, c.quiet, log)
+	if err != nil {
+		return err
+	}
+	defer tm.Close()
+	tgt, err := target.NewLocal(tm)
+	if err != nil {
+		return err
+	}
 	tok, err := tokenizer.Load(c.model)
 	if err != nil {
 		return err
 	}
-
 	var drafter draft.Drafter // nil: plain decoding
-	if c.draftModel != "none" && c.draftModel != "" && k > 0 {
-		dm, err := load(c.draftModel, c.threads, c.quiet, log)
-		if err != nil {
-			return err
-		}
-		defer dm.Close()
-		dtok, err := tokenizer.Load(c.draftModel)
-		if err != nil {
-			return err
-		}
-		if err := tokenizer.Compatible(dtok, tok); err != nil {
-			return fmt.Errorf("the draft model cannot draft for the target: %w", err)
-		}
-		d, err := draft.NewModel(dm)
+	if k > 0 {
+		d, closeDraft, err := openDrafter(c, tok, log)
+		defer closeDraft()
 		if err != nil {
 			return err
 		}
 		drafter = d
 	}
-	if c.ngram && k > 0 {
-		if drafter != nil {
-			drafter = draft.WithLookup(drafter)
-		} else {
-			drafter = draft.NGram{}
-		}
-	}
 	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
 	opts := spec.Options{K: k, Adaptive: adaptive && drafter != nil, PaddedVocab: true}
-	dec, err := spec.New(target, drafter, opts)
+	dec, err := spec.New(tgt, drafter, opts)
 	if err != nil {
 		return err
 	}
 
 	req := spec.Request{
-		Prompt:     tok.Encode(c.prompt, tok.DefaultOptions()),
+		Prompt:     tok.Encode(prompt, tok.DefaultOptions()),
 		MaxTokens:  c.maxTokens,
 		Sampling:   sampler.Params{Temperature: c.temperature, TopP: c.topP, TopK: c.topK, Seed: c.seed},
 		StopTokens: tok.EOS(),
@@ -147,25 +119,102 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 	if len(req.Prompt) == 0 {
 		return errors.New("the prompt encodes to no tokens")
 	}
-	stream := tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true})
-	fmt.Fprint(out, c.prompt)
+	fmt.Fprint(out, prompt)
+	res, err := stream(ctx, dec, req, tok, out)
+	if err != nil {
+		return err
+	}
+	var plain *spec.Decoder // for the baseline
+	if c.baseline && dec.K() > 0 && res.Stats.GeneratedTokens > 1 {
+		if plain, err = spec.New(tgt, nil, spec.Options{}); err != nil {
+			return err
+		}
+	}
+	return report(ctx, res, plain, req, log)
+}
+
+// readPrompt returns the -prompt text, or standard input when there is none.
+func readPrompt(prompt string) (string, error) {
+	if prompt == "" {
+		b, err := io.ReadAll(bufio.NewReader(os.Stdin))
+		if err != nil {
+			return "", fmt.Errorf("reading the prompt from standard input: %w", err)
+		}
+		prompt = string(b)
+	}
+	if prompt == "" {
+		return "", errors.New("empty prompt: pass -prompt TEXT or pipe text in")
+	}
+	return prompt, nil
+}
+
+// speculation reads -num-speculative-tokens: a fixed K, or "auto" for the adaptive
+// choice of up to 8.
+func speculation(value string) (k int, adaptive bool, err error) {
+	if value == "auto" {
+		return 8, true, nil // the most the controller may choose
+	}
+	k, err = strconv.Atoi(value)
+	if err != nil || k < 0 || k > spec.MaxK {
+		return 0, false, fmt.Errorf(`-num-speculative-tokens %q: want "auto" or a number from 0 to %d`, value, spec.MaxK)
+	}
+	return k, false, nil
+}
+
+// openDrafter opens the drafter the flags ask for — the draft model, with prompt
+// lookup in front of it with -ngram — after checking that the draft model's
+// tokenizer is the target's. The drafter is nil for none; release, never nil, closes
+// the draft model, on error too.
+func openDrafter(c config, tok *tokenizer.Tokenizer, log io.Writer) (d draft.Drafter, release func(), err error) {
+	release = func() {}
+	if c.draftModel != "none" && c.draftModel != "" {
+		dm, err := load(c.draftModel, c.threads, c.quiet, log)
+		if err != nil {
+			return nil, release, err
+		}
+		release = func() { dm.Close() }
+		dtok, err := tokenizer.Load(c.draftModel)
+		if err != nil {
+			return nil, release, err
+		}
+		if err := tokenizer.Compatible(dtok, tok); err != nil {
+			return nil, release, fmt.Errorf("the draft model cannot draft for the target: %w", err)
+		}
+		if d, err = draft.NewModel(dm); err != nil {
+			return nil, release, err
+		}
+	}
+	if c.ngram {
+		if d != nil {
+			d = draft.WithLookup(d)
+		} else {
+			d = draft.NGram{}
+		}
+	}
+	return d, release, nil
+}
+
+// stream generates, writing the text to out as it comes.
+func stream(ctx context.Context, dec *spec.Decoder, req spec.Request, tok *tokenizer.Tokenizer, out io.Writer) (spec.Result, error) {
+	text := tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true})
 	var res spec.Result
 	for t, err := range dec.Tokens(ctx, req, &res) {
 		if err != nil {
-			return err
+			return res, err
 		}
-		fmt.Fprint(out, stream.Push(t))
+		fmt.Fprint(out, text.Push(t))
 	}
-	fmt.Fprintln(out, stream.Flush())
+	fmt.Fprintln(out, text.Flush())
+	return res, nil
+}
 
+// report writes the request's statistics to log, and with a plain decoder the speed
+// of plain decoding of as many tokens beside them.
+func report(ctx context.Context, res spec.Result, plain *spec.Decoder, req spec.Request, log io.Writer) error {
 	var agg spec.Aggregate
 	agg.Add(res.Stats)
 	line := agg.String()
-	if c.baseline && dec.K() > 0 && res.Stats.GeneratedTokens > 1 {
-		plain, err := spec.New(target, nil, spec.Options{})
-		if err != nil {
-			return err
-		}
+	if plain != nil {
 		base := req
 		base.MaxTokens = res.Stats.GeneratedTokens
 		base.StopTokens = nil

@@ -18,6 +18,7 @@ import (
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 	"github.com/specula/specula/tokenizer"
 )
 
@@ -283,7 +284,11 @@ func parseStream(t testing.TB, evs []event) streamed {
 // comparison with the server's output.
 func reference(t testing.TB, srv *Server, prompt string, maxTokens int) string {
 	t.Helper()
-	dec, err := spec.New(srv.target, nil, spec.Options{})
+	tgt, err := target.NewLocal(srv.target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := spec.New(tgt, nil, spec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 	"github.com/specula/specula/tokenizer"
 )
 
@@ -164,38 +165,84 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// load opens the models, the tokenizer and the chat template, and makes the decoders.
+// load opens the target model with its tokenizer, the chat template and the draft
+// model, and makes the decoders: the plain one always, the speculative ones when
+// speculation is on and there is something to draft with.
 func (s *Server) load() error {
+	opts, err := s.targetOptions()
+	if err != nil {
+		return err
+	}
+	if err := s.loadTarget(opts); err != nil {
+		return err
+	}
+	if err := s.loadChatTemplate(); err != nil {
+		return err
+	}
+	s.plainDec, err = spec.New(s.target, nil, spec.Options{})
+	if err != nil {
+		return err
+	}
+	k := s.cfg.SpeculativeTokens
+	if k == 0 {
+		return nil
+	}
+	if s.cfg.Adaptive {
+		k = min(k, spec.MaxK)
+	}
+	drafter, err := s.loadDrafter(opts)
+	if err != nil || drafter == nil {
+		return err
+	}
+	return s.makeSpecDecoders(drafter, k)
+}
+
+// targetOptions returns the target's runtime options. Without a KVBudget the cache
+// gets room for every slot's sequence at full context, at least 64 MiB and at most
+// maxDefaultKV; the model's shape says what a position costs (cheap to learn: the
+// file is mapped, its weights not read).
+func (s *Server) targetOptions() (llama.Options, error) {
 	cfg := s.cfg
 	opts := llama.Options{Threads: cfg.Threads, KVBudget: cfg.KVBudget, ContextLength: cfg.ContextLength}
-	var err error
-	if opts.KVBudget <= 0 {
-		// Room for every slot's sequence at full context: the model's shape says what
-		// a position costs (cheap: the file is mapped, its weights not read).
-		t, err := llama.OpenTensors(cfg.Model)
-		if err != nil {
-			return fmt.Errorf("model %s: %w", cfg.Model, err)
-		}
-		c := t.Config
-		t.Close()
-		ctxLen := c.ContextLength
-		if cfg.ContextLength > 0 && (ctxLen <= 0 || cfg.ContextLength < ctxLen) {
-			ctxLen = cfg.ContextLength
-		}
-		if ctxLen <= 0 {
-			ctxLen = 4096
-		}
-		opts.KVBudget = min(max(int64(s.cfg.MaxConcurrent)*int64(ctxLen)*c.KVBytesPerPosition(), 64<<20), maxDefaultKV)
+	if opts.KVBudget > 0 {
+		return opts, nil
 	}
-	if s.target, err = openModel(cfg.Model, opts); err != nil {
+	t, err := llama.OpenTensors(cfg.Model)
+	if err != nil {
+		return opts, fmt.Errorf("model %s: %w", cfg.Model, err)
+	}
+	c := t.Config
+	t.Close()
+	ctxLen := c.ContextLength
+	if cfg.ContextLength > 0 && (ctxLen <= 0 || cfg.ContextLength < ctxLen) {
+		ctxLen = cfg.ContextLength
+	}
+	if ctxLen <= 0 {
+		ctxLen = 4096
+	}
+	opts.KVBudget = min(max(int64(cfg.MaxConcurrent)*int64(ctxLen)*c.KVBytesPerPosition(), 64<<20), maxDefaultKV)
+	return opts, nil
+}
+
+// loadTarget opens the target model and its tokenizer, and sets the names the
+// server answers to.
+func (s *Server) loadTarget(opts llama.Options) error {
+	var err error
+	if s.target, err = openModel(s.cfg.Model, opts); err != nil {
 		return err
 	}
 	s.info = s.target.Info()
-	if s.tok, err = tokenizer.Load(cfg.Model); err != nil {
+	if s.tok, err = tokenizer.Load(s.cfg.Model); err != nil {
 		return err
 	}
-	s.names = modelNames(cfg.ModelName, cfg.Model, s.info.Name)
+	s.names = modelNames(s.cfg.ModelName, s.cfg.Model, s.info.Name)
+	return nil
+}
 
+// loadChatTemplate compiles the chat template: the -chat-template-file, or else the
+// model's own. A template that does not compile is no error: the server still
+// serves completions, and refuses chat requests saying why.
+func (s *Server) loadChatTemplate() error {
 	var bos, eos string
 	if id, ok := s.tok.BOS(); ok {
 		bos = s.tok.Decode([]int32{id})
@@ -203,48 +250,46 @@ func (s *Server) load() error {
 	if ids := s.tok.EOS(); len(ids) > 0 {
 		eos = s.tok.Decode(ids[:1])
 	}
-	src, source := cfg.ChatTemplate, "the -chat-template-file"
+	src, source := s.cfg.ChatTemplate, "the -chat-template-file"
 	if src == "" {
-		if src, source, err = readChatTemplate(cfg.Model); err != nil {
+		var err error
+		if src, source, err = readChatTemplate(s.cfg.Model); err != nil {
 			return fmt.Errorf("reading the chat template: %w", err)
 		}
 	}
-	if src != "" {
-		s.chat, s.chatErr = newChatTemplate(src, source, bos, eos)
-		if s.chatErr != nil {
-			s.log.Warn("the chat template does not compile: chat requests will be refused", "err", s.chatErr)
-		}
-	}
-
-	s.plainDec, err = spec.New(s.target, nil, spec.Options{})
-	if err != nil {
-		return err
-	}
-	k := cfg.SpeculativeTokens
-	if k == 0 {
+	if src == "" {
 		return nil
 	}
-	if cfg.Adaptive {
-		k = min(k, spec.MaxK)
+	s.chat, s.chatErr = newChatTemplate(src, source, bos, eos)
+	if s.chatErr != nil {
+		s.log.Warn("the chat template does not compile: chat requests will be refused", "err", s.chatErr)
 	}
+	return nil
+}
+
+// loadDrafter makes the drafter: the draft model, which must share the target's
+// vocabulary, and prompt lookup, which drafts ahead of it (or alone). It returns nil
+// when configured with neither.
+func (s *Server) loadDrafter(opts llama.Options) (draft.Drafter, error) {
+	cfg := s.cfg
 	var drafter draft.Drafter
 	if cfg.DraftModel != "" {
 		// The draft model's cache keeps the runtime's default budget: it is small.
 		dm, err := openModel(cfg.DraftModel, llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength, Progress: opts.Progress})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		s.drafts = append(s.drafts, dm)
 		dtok, err := tokenizer.Load(cfg.DraftModel)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := tokenizer.Compatible(dtok, s.tok); err != nil {
-			return fmt.Errorf("the draft model %s cannot draft for %s: %w", cfg.DraftModel, cfg.Model, err)
+			return nil, fmt.Errorf("the draft model %s cannot draft for %s: %w", cfg.DraftModel, cfg.Model, err)
 		}
 		d, err := draft.NewModel(dm)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		drafter = d
 	}
@@ -255,19 +300,22 @@ func (s *Server) load() error {
 			drafter = draft.NGram{}
 		}
 	}
-	if drafter == nil {
-		return nil
-	}
-	o := spec.Options{K: k, Adaptive: cfg.Adaptive}
+	return drafter, nil
+}
+
+// makeSpecDecoders makes the speculative decoder, drafting up to k tokens a step,
+// and the one for seeded sampling. Sampling with a seed must give the same text
+// every time, but the adaptive choice of K depends on timing, and so would the
+// random draws: seeded requests get a decoder with a fixed K (and the same drafter).
+func (s *Server) makeSpecDecoders(drafter draft.Drafter, k int) error {
+	var err error
+	o := spec.Options{K: k, Adaptive: s.cfg.Adaptive}
 	if s.specDec, err = spec.New(s.target, drafter, o); err != nil {
 		return err
 	}
 	s.maxK = k
-	// Sampling with a seed must give the same text every time: the adaptive choice of
-	// K depends on timing, and so would the random draws. Seeded requests get a
-	// decoder with a fixed K (the same drafter).
 	s.seededDec = s.specDec
-	if cfg.Adaptive {
+	if s.cfg.Adaptive {
 		if s.seededDec, err = spec.New(s.target, drafter, spec.Options{K: min(k, seededK)}); err != nil {
 			return err
 		}
