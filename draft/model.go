@@ -9,32 +9,32 @@ import (
 	"github.com/specula/specula/sampler"
 )
 
-// Model drafts with a small language model that shares the target's vocabulary. Each
+// SmallModel drafts with a small language model that shares the target's vocabulary. Each
 // session keeps its own sequence in the draft model, in step with the request: it rolls
 // back the rejected part of its last proposal and forwards what it has not seen (the
 // target's token, and the last drafted token when all were accepted) before drafting
 // again. When the request samples, it draws each token from its processed distribution
 // q and reports q; when greedy, it drafts the argmax.
-type Model struct {
+type SmallModel struct {
 	m    model.Model
 	info model.Info
-	tree Tree // zero: chains
+	tree TreeShape // zero: chains
 }
 
-// Tree shapes the drafts of a Model drafter that proposes trees: every node gets
+// TreeShape shapes the drafts of a SmallModel drafter that proposes trees: every node gets
 // Width children — the draft model's Width most likely tokens when the request is
 // greedy, Width independent draws from q when it samples — level by level, Depth levels
 // deep, at most MaxNodes nodes (and never more than the decoder's k).
-type Tree struct {
+type TreeShape struct {
 	Width, Depth, MaxNodes int
 }
 
-// NewModelTree returns a drafter on m that proposes trees of the given shape.
-func NewModelTree(m model.Model, shape Tree) (*Model, error) {
+// NewSmallModelTree returns a drafter on m that proposes trees of the given shape.
+func NewSmallModelTree(m model.Model, shape TreeShape) (*SmallModel, error) {
 	if shape.Width < 1 || shape.Depth < 1 || shape.MaxNodes < 1 {
 		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", shape)
 	}
-	d, err := NewModel(m)
+	d, err := NewSmallModel(m)
 	if err != nil {
 		return nil, err
 	}
@@ -42,8 +42,8 @@ func NewModelTree(m model.Model, shape Tree) (*Model, error) {
 	return d, nil
 }
 
-// NewModel returns a drafter on m.
-func NewModel(m model.Model) (*Model, error) {
+// NewSmallModel returns a drafter on m.
+func NewSmallModel(m model.Model) (*SmallModel, error) {
 	if m == nil {
 		return nil, errors.New("draft: nil draft model")
 	}
@@ -51,14 +51,14 @@ func NewModel(m model.Model) (*Model, error) {
 	if info.VocabSize < 1 {
 		return nil, fmt.Errorf("draft: draft model %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
-	return &Model{m: m, info: info}, nil
+	return &SmallModel{m: m, info: info}, nil
 }
 
 // Model returns the draft model.
-func (d *Model) Model() model.Model { return d.m }
+func (d *SmallModel) Model() model.Model { return d.m }
 
 // VocabSize is the draft model's vocabulary size (0 for a nil drafter).
-func (d *Model) VocabSize() int {
+func (d *SmallModel) VocabSize() int {
 	if d == nil {
 		return 0
 	}
@@ -66,9 +66,9 @@ func (d *Model) VocabSize() int {
 }
 
 // Start implements [Drafter].
-func (d *Model) Start(ctx context.Context, req Request) (Session, error) {
+func (d *SmallModel) Start(ctx context.Context, req Request) (Session, error) {
 	if d == nil {
-		return nil, errors.New("draft: nil *Model")
+		return nil, errors.New("draft: nil *SmallModel")
 	}
 	v := d.info.VocabSize
 	if req.VocabSize != 0 && v > req.VocabSize {
@@ -140,7 +140,7 @@ func (d *Model) Start(ctx context.Context, req Request) (Session, error) {
 }
 
 type modelSession struct {
-	d      *Model
+	d      *SmallModel
 	seq    model.Sequence
 	smp    *sampler.Sampler
 	greedy bool

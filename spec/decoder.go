@@ -110,7 +110,7 @@ func New(tgt target.Target, drafter draft.Drafter, opts Options) (*Decoder, erro
 }
 
 // VocabSizer is implemented by a drafter tied to a vocabulary of its own, such as a
-// draft model ([draft.Model]): [New] checks that its size is the target's, or with
+// draft model ([draft.SmallModel]): [New] checks that its size is the target's, or with
 // Options.PaddedVocab a smaller one that the target pads.
 type VocabSizer interface {
 	// VocabSize is the number of tokens of the drafter's vocabulary.

@@ -38,7 +38,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"negative K", tgt, same, spec.Options{K: -1}, "K -1"},
 		{"huge K", tgt, same, spec.Options{K: spec.MaxK + 1}, "K 65"},
 		{"vocabulary mismatch", tgt, other, spec.Options{K: 2}, "draft vocabulary size 10 differs from target vocabulary size 8"},
-		{"typed nil drafter", tgt, (*draft.Model)(nil), spec.Options{K: 2}, "draft vocabulary size 0"},
+		{"typed nil drafter", tgt, (*draft.SmallModel)(nil), spec.Options{K: 2}, "draft vocabulary size 0"},
 		{"mismatch inside First", tgt, draft.First(draft.NGram{}, draft.First(other)), spec.Options{K: 2}, "draft vocabulary size 10"},
 		{"First of matching parts", tgt, draft.WithLookup(same), spec.Options{K: 2}, ""},
 		{"First tied to no vocabulary", tgt, draft.First(draft.NGram{}, draft.Suffix{}), spec.Options{K: 2}, ""},

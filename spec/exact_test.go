@@ -27,9 +27,9 @@ func newChain(t testing.TB, cfg markov.Config) *markov.Chain {
 	return c
 }
 
-func newDrafter(t testing.TB, m model.Model) *draft.Model {
+func newDrafter(t testing.TB, m model.Model) *draft.SmallModel {
 	t.Helper()
-	d, err := draft.NewModel(m)
+	d, err := draft.NewSmallModel(m)
 	require.NoError(t, err)
 	return d
 }

@@ -23,7 +23,7 @@ func toyModels() (target.Target, draft.Drafter) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	drafter, err := draft.NewModel(m.Perturbed(0.5, 2))
+	drafter, err := draft.NewSmallModel(m.Perturbed(0.5, 2))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func FuzzGenerate(f *testing.F) {
 		f.Fatal(err)
 	}
 	d := newDrafter(f, tgt.Perturbed(0.7, 1))
-	tree, err := draft.NewModelTree(tgt.Perturbed(0.7, 2), draft.Tree{Width: 2, Depth: 3, MaxNodes: 6})
+	tree, err := draft.NewSmallModelTree(tgt.Perturbed(0.7, 2), draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6})
 	if err != nil {
 		f.Fatal(err)
 	}

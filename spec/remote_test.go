@@ -133,7 +133,7 @@ func TestRemoteTarget(t *testing.T) {
 	c := newChain(t, markov.Config{Vocab: 12, Order: 2, Seed: 61, Scale: 1.5})
 	drafters := map[string]draft.Drafter{
 		"chain": newDrafter(t, c.Perturbed(0.7, 1)),
-		"tree":  newTreeDrafter(t, c.Perturbed(0.7, 2), draft.Tree{Width: 2, Depth: 3, MaxNodes: 6}),
+		"tree":  newTreeDrafter(t, c.Perturbed(0.7, 2), draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6}),
 	}
 	for name, d := range drafters {
 		for _, params := range []sampler.Params{{}, {Temperature: 0.8, TopP: 0.95}} {

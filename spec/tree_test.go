@@ -18,9 +18,9 @@ import (
 	"github.com/specula/specula/spec"
 )
 
-func newTreeDrafter(t testing.TB, m model.Model, shape draft.Tree) *draft.Model {
+func newTreeDrafter(t testing.TB, m model.Model, shape draft.TreeShape) *draft.SmallModel {
 	t.Helper()
-	d, err := draft.NewModelTree(m, shape)
+	d, err := draft.NewSmallModelTree(m, shape)
 	require.NoError(t, err)
 	return d
 }
@@ -83,13 +83,13 @@ func TestTreeSequenceDistribution(t *testing.T) {
 		make   func(tgt *markov.Chain) draft.Drafter
 	}{
 		{"width 2 depth 2", 6, 6, sampler.Params{Temperature: 1}, func(tgt *markov.Chain) draft.Drafter {
-			return newTreeDrafter(t, tgt.Perturbed(1, 3), draft.Tree{Width: 2, Depth: 2, MaxNodes: 6})
+			return newTreeDrafter(t, tgt.Perturbed(1, 3), draft.TreeShape{Width: 2, Depth: 2, MaxNodes: 6})
 		}},
 		{"width 3 depth 3 top-p", 5, 8, sampler.Params{Temperature: 0.8, TopP: 0.9}, func(tgt *markov.Chain) draft.Drafter {
-			return newTreeDrafter(t, tgt.Perturbed(1, 4), draft.Tree{Width: 3, Depth: 3, MaxNodes: 8})
+			return newTreeDrafter(t, tgt.Perturbed(1, 4), draft.TreeShape{Width: 3, Depth: 3, MaxNodes: 8})
 		}},
 		{"width 2 depth 4 penalty", 5, 10, sampler.Params{Temperature: 1, RepetitionPenalty: 1.5}, func(tgt *markov.Chain) draft.Drafter {
-			return newTreeDrafter(t, tgt.Perturbed(0.8, 5), draft.Tree{Width: 2, Depth: 4, MaxNodes: 10})
+			return newTreeDrafter(t, tgt.Perturbed(0.8, 5), draft.TreeShape{Width: 2, Depth: 4, MaxNodes: 10})
 		}},
 		{"deterministic tree", 6, 5, sampler.Params{Temperature: 1}, func(tgt *markov.Chain) draft.Drafter {
 			return fixedTree{tgt.Perturbed(0.7, 6)}
@@ -131,7 +131,7 @@ func TestTreeGreedyIdentity(t *testing.T) {
 		tgt := newChain(t, markov.Config{Vocab: vocab, Order: 1 + rng.IntN(2), Seed: uint64(i), Scale: 1 + rng.Float64()})
 		prompt := []int32{int32(rng.IntN(vocab)), int32(rng.IntN(vocab))}
 		want := reference.Greedy(tgt, prompt, 40, sampler.Params{})
-		shape := draft.Tree{Width: 1 + rng.IntN(3), Depth: 1 + rng.IntN(4), MaxNodes: 2 + rng.IntN(12)}
+		shape := draft.TreeShape{Width: 1 + rng.IntN(3), Depth: 1 + rng.IntN(4), MaxNodes: 2 + rng.IntN(12)}
 		d := newTreeDrafter(t, tgt.Perturbed(rng.Float64()*1.5, uint64(i)), shape)
 		for _, k := range []int{1, 4, 16} {
 			res, err := newDecoder(t, tgt, d, k).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 40})
@@ -148,7 +148,7 @@ func TestTreeGreedyIdentity(t *testing.T) {
 func TestTreeZeroAllocationsPerToken(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 256, Order: 1, Seed: 1, ContextLength: 1024})
 	for _, p := range []sampler.Params{{}, {Temperature: 0.9, TopP: 0.95}} {
-		dec := newDecoder(t, tgt, newTreeDrafter(t, tgt.Perturbed(0.6, 1), draft.Tree{Width: 2, Depth: 3, MaxNodes: 8}), 8)
+		dec := newDecoder(t, tgt, newTreeDrafter(t, tgt.Perturbed(0.6, 1), draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 8}), 8)
 		emit := func([]int32) error { return nil }
 		allocs := func(n int) float64 {
 			return testing.AllocsPerRun(10, func() {

@@ -143,14 +143,14 @@ type bench struct {
 	target     target.Target
 	tok        *tokenizer.Tokenizer
 	prompts    [][]int32
-	models     map[string]*draft.Model
+	models     map[string]*draft.SmallModel
 	firstModel string         // the first -draft, which first and tree draft with
 	loaded     []*llama.Model // to close
 }
 
 // load loads the target, its tokenizer, the prompts and the draft models.
 func load(o options) (*bench, error) {
-	b := &bench{o: o, models: map[string]*draft.Model{}}
+	b := &bench{o: o, models: map[string]*draft.SmallModel{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -181,7 +181,7 @@ func load(o options) (*bench, error) {
 			return nil, err
 		}
 		b.loaded = append(b.loaded, m)
-		d, err := draft.NewModel(m)
+		d, err := draft.NewSmallModel(m)
 		if err != nil {
 			return nil, err
 		}
@@ -299,7 +299,7 @@ func (b *bench) drafter(name string) (draft.Drafter, error) {
 		if name == "first" {
 			return draft.First(draft.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, m), nil
 		}
-		return draft.NewModelTree(m.Model(), draft.Tree{Width: 2, Depth: 4, MaxNodes: 12})
+		return draft.NewSmallModelTree(m.Model(), draft.TreeShape{Width: 2, Depth: 4, MaxNodes: 12})
 	}
 	if m, ok := b.models[name]; ok {
 		return m, nil

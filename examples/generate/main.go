@@ -180,7 +180,7 @@ func openDrafter(c config, tok *tokenizer.Tokenizer, log io.Writer) (d draft.Dra
 		if err := tokenizer.Compatible(dtok, tok); err != nil {
 			return nil, release, fmt.Errorf("the draft model cannot draft for the target: %w", err)
 		}
-		if d, err = draft.NewModel(dm); err != nil {
+		if d, err = draft.NewSmallModel(dm); err != nil {
 			return nil, release, err
 		}
 	}
