@@ -5,14 +5,17 @@
 #   OUT=/some/dir gpu/device-check.sh
 #
 # It finds cuBLAS and NVRTC (Python wheels of a PyTorch environment included) and
-# exports SPECULA_CUDA_LIB_PATH, records nvidia-smi, runs the gpu package's tests
-# (logits against the CPU runtime on the gocoder models, greedy speculative output
-# identical to plain, the paged key/value cache on the device), then benchmarks
-# random-weight models shaped like Qwen2.5-0.5B and Qwen2.5-7B (F16, BF16, Q8_0):
-# decode tokens/s at a 512-token context, the verify(5)/verify(1) cost ratio and
-# achieved memory bandwidth against the card's peak. Everything goes to $OUT
-# (default ./device-out): device-check.log (all of it), nvidia-smi.txt, libs.txt,
-# gpu-test.log, gpubench-*.txt/json, summary.txt.
+# exports SPECULA_CUDA_LIB_PATH, records nvidia-smi, runs the gpu package's tests (the
+# device, its kernels, the device Backend against the host device and the CPU backend)
+# and model/llama's device tests, TestHost… and TestGPU… (logits against the CPU
+# backend on the gocoder models, random-weight models against the host device, batch
+# invariance, greedy speculative output identical to plain, the paged key/value cache
+# on the device), then benchmarks random-weight models shaped like Qwen2.5-0.5B and
+# Qwen2.5-7B (F16, BF16, Q8_0): decode tokens/s at a 512-token context, the
+# verify(5)/verify(1) cost ratio and achieved memory bandwidth against the card's
+# peak. Everything goes to $OUT (default ./device-out): device-check.log (all of it),
+# nvidia-smi.txt, libs.txt, gpu-test.log, llama-test.log, gpubench-*.txt/json,
+# summary.txt.
 #
 # Without a GPU (no nvidia-smi, or DRY=1) it still runs the tests — the GPU tests then
 # skip with the reason — and replaces the benchmarks by a smoke run of gpubench -host.
@@ -122,7 +125,7 @@ record "libraries" "${SPECULA_CUDA_LIB_PATH:-not found (see libs.txt)}"
 
 # --- the binaries ---------------------------------------------------------------------
 missing=0
-for b in bin/gpu.test bin/gpubench; do
+for b in bin/gpu.test bin/llama.test bin/gpubench; do
 	[ -x "$b" ] || { echo "$b is missing: run gpu/build-device.sh on a machine with Go first"; missing=1; }
 done
 if [ $missing = 1 ]; then
@@ -141,14 +144,28 @@ fi
 echo "shared data: ${SPECULA_SHARED:-none (repository demo models only)}"
 
 # --- the tests ------------------------------------------------------------------------
+# runtests NAME DIR BINARY CAP [ARGS…]: runs a test binary in its package's directory
+# (the tests find models/ and ../shared from there), logs to $OUT/NAME-test.log and
+# records the counts.
+runtests() {
+	local name=$1 dir=$2 bin=$3 t rc log=$OUT/$1-test.log
+	t=$(cap "$4")
+	shift 4
+	(cd "$dir" && timeout --kill-after=10 "$t" "$ROOT/$bin" -test.v -test.count=1 -test.timeout "$((t - 5))s" "$@") \
+		>"$log" 2>&1
+	rc=$?
+	grep -E '^(--- |ok|PASS|FAIL|panic)|^\s+--- (FAIL|SKIP)|max \||^GPU:' "$log" | head -120
+	record "$name tests" "exit $rc$([ $rc = 124 ] && echo ' (timed out)') ($(grep -c -- '--- PASS' "$log") passed, $(grep -c -- '--- FAIL' "$log") failed, $(grep -c -- '--- SKIP' "$log") skipped)"
+	grep -q 'no GPU' "$log" && record "$name GPU tests skipped" "$(grep -m1 -o 'no GPU: .*' "$log" | cut -c1-300)"
+	return 0
+}
+
 say "gpu tests"
-t=$(cap 240)
-(cd gpu && timeout --kill-after=10 "$t" ../bin/gpu.test -test.v -test.count=1 -test.timeout "$((t - 5))s") \
-	>"$OUT/gpu-test.log" 2>&1
-rc=$?
-grep -E '^(--- |ok|PASS|FAIL|panic)|^\s+--- (FAIL|SKIP)|max \||^GPU:' "$OUT/gpu-test.log" | head -120
-record "gpu tests" "exit $rc$([ $rc = 124 ] && echo ' (timed out)') ($(grep -c -- '--- PASS' "$OUT/gpu-test.log") passed, $(grep -c -- '--- FAIL' "$OUT/gpu-test.log") failed, $(grep -c -- '--- SKIP' "$OUT/gpu-test.log") skipped)"
-grep -q 'no GPU' "$OUT/gpu-test.log" && record "GPU tests skipped because" "$(grep -m1 -o 'no GPU: .*' "$OUT/gpu-test.log" | cut -c1-300)"
+runtests gpu gpu bin/gpu.test 90
+
+# model/llama's device tests only (its CPU tests need no GPU and run with go test).
+say "model/llama device tests (TestHost*, TestGPU*)"
+runtests llama model/llama bin/llama.test 200 -test.run '^Test(Host|GPU)'
 
 # --- the benchmarks -------------------------------------------------------------------
 if [ $GPU = 1 ]; then

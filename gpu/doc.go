@@ -1,6 +1,8 @@
-// Package gpu runs Llama-family models (the architectures and weight types of
-// model/llama: llama and qwen2; F32, F16, BF16 and Q8_0 weights) on an NVIDIA GPU, with
-// a device-resident paged key/value cache, without cgo.
+// Package gpu is the CUDA backend: it runs the operations of package backend — and so
+// the Llama-family forward pass of model/llama, written once — on an NVIDIA GPU, with
+// the weights, the activations and the paged key/value blocks in device memory,
+// without cgo. A model goes onto a GPU with llama.Open(path, llama.Options{Device:
+// dev}); the key/value books are kvcache's, the storage is the device's.
 //
 // libcuda, cuBLAS and NVRTC are opened at run time with purego, so the package builds
 // with CGO_ENABLED=0 and costs nothing where there is no GPU: [Available] says why a GPU
@@ -9,13 +11,9 @@
 // are compiled by NVRTC for the device when it is opened; F16 and BF16 products of
 // prompts go to cuBLAS. Libraries are searched for in the directories named by
 // $SPECULA_CUDA_LIB_PATH, then the toolkit, loader and Python-wheel locations (see
-// [EnvLibPath]).
+// [EnvLibPath]). The supported weight types are F32, F16, BF16 and Q8_0.
 //
-// A [Model] loaded on a [Device] implements [model.Model], and its sequences implement
-// [model.Sequence] (truncate, tree forwards, retain) plus [Sequence.Fork] with
-// copy-on-write blocks, so spec.Decoder uses it unchanged as target or drafter.
-//
-// [HostDevice] is a reference device that runs the same operations in plain Go on the
-// CPU: the tests check the runner on it against model/llama, and it shows what each
-// CUDA kernel must compute.
+// [HostDevice] is a reference device that runs the same device operations in plain Go
+// on the CPU: it defines what each CUDA kernel must compute, the tests check the CUDA
+// kernels against it on a GPU, and models run on it (slowly) without one.
 package gpu

@@ -56,6 +56,9 @@ func (m *Model) check(ctx context.Context, work []model.Work) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("llama: forward: %w", err)
 	}
+	if m.closed.Load() {
+		return ErrModelClosed
+	}
 	if err := model.CheckWork(work); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}

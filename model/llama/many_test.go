@@ -169,3 +169,21 @@ func (f *fewRows) MaxRows() int { return f.rows }
 
 // backendOf is the backend interface, embedded by test wrappers.
 type backendOf = backend.Backend
+
+// TestClosedModel checks that a closed model refuses new sequences and forwards with
+// ErrModelClosed, and that its sequences can still be closed.
+func TestClosedModel(t *testing.T) {
+	ctx := context.Background()
+	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F32, 5, Options{Threads: 1})
+	s, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{1, 2}}, nil))
+	require.NoError(t, m.Close())
+	assert.ErrorIs(t, s.Forward(ctx, model.Batch{Tokens: []int32{3}}, nil), ErrModelClosed)
+	assert.Equal(t, 2, s.Len())
+	_, err = m.NewSequence(ctx)
+	assert.ErrorIs(t, err, ErrModelClosed)
+	assert.ErrorIs(t, m.Forward(ctx, nil), ErrModelClosed)
+	require.NoError(t, s.Close())
+	require.NoError(t, m.Close(), "closing twice is harmless")
+}

@@ -2,8 +2,10 @@ package llama
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
@@ -55,6 +57,7 @@ type Model struct {
 	output  backend.Matrix // Vocab × Dim; the embedding when tied
 	invFreq []float64
 	kv      *kvcache.Pool
+	closed  atomic.Bool
 
 	mu    sync.Mutex
 	plans []*backend.Plan // plans of finished forwards, for the next
@@ -96,13 +99,18 @@ func (m *Model) DecodeBytes() int64 {
 	return n
 }
 
-// Close releases the model's backend. Sequences must be closed first.
+// Close releases the model's backend. Sequences must be closed first; afterwards the
+// model's calls fail with [ErrModelClosed].
 func (m *Model) Close() error {
-	if m.be == nil {
+	if m.be == nil || m.closed.Swap(true) {
 		return nil
 	}
 	return m.be.Close()
 }
+
+// ErrModelClosed is returned (wrapped) when a closed model, or a sequence of one, is
+// used.
+var ErrModelClosed = errors.New("llama: model is closed")
 
 // newBackend makes the backend the options ask for, for models of c's shape.
 func newBackend(c *Config, opts Options) (backend.Backend, error) {
@@ -139,6 +147,9 @@ func (m *Model) startCache(opts Options) error {
 func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("llama: new sequence: %w", err)
+	}
+	if m.closed.Load() {
+		return nil, ErrModelClosed
 	}
 	return &sequence{m: m, kv: m.kv.NewSeq()}, nil
 }

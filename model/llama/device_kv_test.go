@@ -1,4 +1,4 @@
-package gpu
+package llama_test
 
 import (
 	"context"
@@ -9,29 +9,32 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
 )
 
 // kvEnv is where the paged key/value checks run: a device, and how far logits may
 // differ between a sequence and a fresh one that forwarded the same tokens in other
-// batches (0 on the host, whose products do not depend on the batch; on a GPU prompts
-// of more than 32 tokens go through cuBLAS).
+// batches (0 on the host device, whose products do not depend on the batch; on a GPU
+// prompts of more than 32 tokens go through cuBLAS).
 type kvEnv struct {
-	dev func(t *testing.T) *Device
+	dev func(t testing.TB) *gpu.Device
 	tol float64
 }
 
 // hostEnv runs the checks on a fresh host device each.
-var hostEnv = kvEnv{dev: func(*testing.T) *Device { return HostDevice() }}
+var hostEnv = kvEnv{dev: hostDevice}
+
+// gpuEnv runs the checks on the GPU.
+var gpuEnv = kvEnv{dev: openGPU, tol: gpuTol}
 
 // xs opens the repository's gocoder-xs on the environment's device with opts.
-func (k kvEnv) xs(t *testing.T, opts Options) *Model {
+func (k kvEnv) xs(t *testing.T, opts llama.Options) *llama.Model {
 	t.Helper()
-	m, err := Open(context.Background(), k.dev(t), repoModel(t, "gocoder-xs-q8_0.gguf"), opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	return m
+	return openOn(t, k.dev(t), xsPath(t), opts)
 }
 
 // near asserts that got is within the environment's tolerance of want.
@@ -55,24 +58,45 @@ func last(t *testing.T, s model.Sequence, vocab int, toks []int32) []float32 {
 	return forward(t, s, vocab, model.Batch{Tokens: toks, Outputs: []int32{int32(len(toks) - 1)}})
 }
 
-func cat(parts ...[]int32) []int32 {
-	var out []int32
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
+// kvChecks are the paged key/value checks, run on each device.
+var kvChecks = []struct {
+	name  string
+	check func(*testing.T, kvEnv)
+}{
+	{"Truncate", checkTruncate},
+	{"Fork", checkFork},
+	{"RetainAfterTree", checkRetainAfterTree},
+	{"KVBudget", checkKVBudget},
+	{"Cancelled", checkCancelled},
+	{"BadInputs", checkBadInputs},
 }
 
-// TestTruncate rolls a sequence back to lengths inside and at the edges of blocks and
-// checks that forwarding after the rollback gives the logits of a fresh sequence.
-func TestTruncate(t *testing.T) { checkTruncate(t, hostEnv) }
+// TestHostPagedKV runs the paged key/value checks (truncate, fork, retain after a
+// tree, the budget, cancellation, bad inputs) on the host device.
+func TestHostPagedKV(t *testing.T) {
+	for _, c := range kvChecks {
+		t.Run(c.name, func(t *testing.T) { c.check(t, hostEnv) })
+	}
+}
 
+// TestGPUPagedKV runs the paged key/value checks on the GPU.
+func TestGPUPagedKV(t *testing.T) {
+	openGPU(t)
+	for _, c := range kvChecks {
+		t.Run(c.name, func(t *testing.T) { c.check(t, gpuEnv) })
+	}
+}
+
+// checkTruncate rolls a sequence back to lengths inside and at the edges of blocks (of
+// 16 positions) and checks that forwarding after the rollback gives the logits of a
+// fresh sequence.
 func checkTruncate(t *testing.T, k kvEnv) {
-	m := k.xs(t, Options{KVBudget: 4 << 20, BlockSize: 8})
+	m := k.xs(t, llama.Options{KVBudget: 4 << 20})
+	require.Equal(t, kvcache.DefaultBlockSize, m.KVStats().BlockSize)
 	v := m.Info().VocabSize
 	s := newSeq(t, m)
 	last(t, s, v, promptA)
-	for _, n := range []int{39, 32, 17, 16, 1, 0} {
+	for _, n := range []int{39, 32, 31, 17, 16, 15, 1, 0} {
 		require.NoError(t, s.Truncate(n))
 		require.Equal(t, n, s.Len())
 		next := cat(promptA[:n], promptB[:5])
@@ -82,19 +106,19 @@ func checkTruncate(t *testing.T, k kvEnv) {
 	}
 	require.Error(t, s.Truncate(1), "past the end")
 	require.Error(t, s.Truncate(-1))
+	st := m.KVStats()
+	assert.Equal(t, st.Blocks, st.FreeBlocks, "an empty sequence holds no block")
 }
 
-// TestFork checks copy on write: forked sequences share blocks, diverge (inside a
+// checkFork checks copy on write: forked sequences share blocks, diverge (inside a
 // shared partial block, and after truncating into a shared full block) without
 // affecting each other, and each matches a fresh sequence with its own tokens.
-func TestFork(t *testing.T) { checkFork(t, hostEnv) }
-
 func checkFork(t *testing.T, k kvEnv) {
-	m := k.xs(t, Options{KVBudget: 4 << 20, BlockSize: 16})
+	m := k.xs(t, llama.Options{KVBudget: 4 << 20})
 	v := m.Info().VocabSize
-	a := newSeq(t, m).(*Sequence)
+	a := newSeq(t, m)
 	last(t, a, v, promptA) // 40 tokens: blocks 0, 1 full, block 2 half
-	b, err := a.Fork()
+	b, err := fork(t, a)
 	require.NoError(t, err)
 	defer b.Close()
 	st := m.KVStats()
@@ -118,7 +142,7 @@ func checkFork(t *testing.T, k kvEnv) {
 	k.near(t, fresh(t, m, cat(promptA, xa, promptB[3:5])), la, "a unaffected by b")
 
 	// A fork of a fork, then everything closed: every block is free again.
-	c, err := b.Fork()
+	c, err := fork(t, b)
 	require.NoError(t, err)
 	assert.Equal(t, b.Len(), c.Len())
 	lc := last(t, c, v, promptA[:2])
@@ -129,17 +153,15 @@ func checkFork(t *testing.T, k kvEnv) {
 	st = m.KVStats()
 	assert.Equal(t, st.Blocks, st.FreeBlocks)
 	assert.Zero(t, st.SharedBlocks)
-	b, err = a.Fork()
+	b, err = fork(t, a)
 	assert.ErrorIs(t, err, model.ErrClosed)
 	assert.Nil(t, b)
 }
 
-// TestRetainAfterTree forwards a tree, keeps one root-to-leaf path, and checks that the
-// sequence then equals a fresh one that forwarded the path as a chain; also when the
-// tree's blocks are shared with a fork (Retain copies them first) and for blocks of
-// various sizes, so that moves cross block boundaries.
-func TestRetainAfterTree(t *testing.T) { checkRetainAfterTree(t, hostEnv) }
-
+// checkRetainAfterTree forwards a tree, keeps one root-to-leaf path, and checks that
+// the sequence then equals a fresh one that forwarded the path as a chain; also when
+// the tree's blocks are shared with a fork (Retain copies them first) and for trees
+// that straddle a block boundary, so that the moves cross it.
 func checkRetainAfterTree(t *testing.T, k kvEnv) {
 	tree := model.Batch{
 		Tokens:  []int32{295, 259, 46, 1067, 2114, 40, 311, 44, 2843},
@@ -148,21 +170,23 @@ func checkRetainAfterTree(t *testing.T, k kvEnv) {
 	}
 	for _, c := range []struct {
 		name string
-		bs   int
+		at   int // the sequence's length before the tree: 12 straddles the block boundary at 16
 		keep []int32
 		fork bool
 	}{
-		{"deep-bs4", 4, []int32{0, 2, 4, 7, 8}, false},
-		{"deep-bs16", 16, []int32{0, 2, 4, 5, 6}, false},
-		{"prefix-bs4", 4, []int32{0, 1, 3}, false},
-		{"deep-bs4-forked", 4, []int32{0, 2, 4, 7, 8}, true},
-		{"empty-bs4", 4, []int32{}, false},
+		{"deep-across", 12, []int32{0, 2, 4, 7, 8}, false},
+		{"deep-within", 21, []int32{0, 2, 4, 5, 6}, false},
+		{"prefix-across", 14, []int32{0, 1, 3}, false},
+		{"deep-across-forked", 12, []int32{0, 2, 4, 7, 8}, true},
+		{"deep-within-forked", 21, []int32{0, 2, 4, 7, 8}, true},
+		{"empty", 12, []int32{}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := k.xs(t, Options{KVBudget: 4 << 20, BlockSize: c.bs})
+			m := k.xs(t, llama.Options{KVBudget: 4 << 20})
 			v := m.Info().VocabSize
-			s := newSeq(t, m).(*Sequence)
-			last(t, s, v, promptB[:21])
+			s := newSeq(t, m)
+			pre := promptB[:c.at]
+			last(t, s, v, pre)
 			all := forward(t, s, v, tree)
 			// Each tree node's logits equal those of its path forwarded as a chain.
 			for _, node := range []int{3, 8} {
@@ -170,45 +194,43 @@ func checkRetainAfterTree(t *testing.T, k kvEnv) {
 				for a := int32(node); a >= 0; a = tree.Tree.Parent(int(a)) {
 					path = append([]int32{tree.Tokens[a]}, path...)
 				}
-				assert.LessOrEqual(t, maxAbsDiff(fresh(t, m, cat(promptB[:21], path)), all[node*v:(node+1)*v]), max(hostTol, k.tol), "node %d", node)
+				assert.LessOrEqual(t, maxAbsDiff(fresh(t, m, cat(pre, path)), all[node*v:(node+1)*v]), max(hostTol, k.tol), "node %d", node)
 			}
-			var f *Sequence
+			var f model.Sequence
 			if c.fork {
 				var err error
-				f, err = s.Fork()
+				f, err = fork(t, s)
 				require.NoError(t, err)
 				defer f.Close()
 			}
-			require.NoError(t, s.Retain(21, c.keep))
-			require.Equal(t, 21+len(c.keep), s.Len())
+			require.NoError(t, s.Retain(c.at, c.keep))
+			require.Equal(t, c.at+len(c.keep), s.Len())
 			path := make([]int32, len(c.keep))
 			for i, k := range c.keep {
 				path[i] = tree.Tokens[k]
 			}
 			got := last(t, s, v, promptA[:3])
-			assert.LessOrEqual(t, maxAbsDiff(fresh(t, m, cat(promptB[:21], path, promptA[:3])), got), max(hostTol, k.tol))
+			assert.LessOrEqual(t, maxAbsDiff(fresh(t, m, cat(pre, path, promptA[:3])), got), max(hostTol, k.tol))
 			if f != nil {
 				// The fork still holds the whole tree; rolled back, it continues as
 				// if the tree had never been forwarded.
-				require.Equal(t, 21+len(tree.Tokens), f.Len())
-				require.NoError(t, f.Truncate(21))
+				require.Equal(t, c.at+len(tree.Tokens), f.Len())
+				require.NoError(t, f.Truncate(c.at))
 				got := last(t, f, v, promptA[5:8])
-				k.near(t, fresh(t, m, cat(promptB[:21], promptA[5:8])), got)
+				k.near(t, fresh(t, m, cat(pre, promptA[5:8])), got)
 			}
 			require.Error(t, s.Retain(s.Len(), []int32{0}), "nothing after the end to keep")
 		})
 	}
 }
 
-// TestKVBudget checks that a forward beyond the pool fails with an error that wraps
+// checkKVBudget checks that a forward beyond the pool fails with an error that wraps
 // model.ErrOutOfMemory and kvcache.ErrOutOfMemory, leaves the sequence as it was, and
 // succeeds once other sequences give their blocks back.
-func TestKVBudget(t *testing.T) { checkKVBudget(t, hostEnv) }
-
 func checkKVBudget(t *testing.T, k kvEnv) {
 	// gocoder-xs: 2 layers × K, V × 1 kv head × 64 dims × 4 bytes = 1 KiB a position;
 	// blocks of 16 positions: 16 KiB; a budget of 64 KiB holds 4 blocks.
-	m := k.xs(t, Options{KVBudget: 64 << 10, BlockSize: 16})
+	m := k.xs(t, llama.Options{KVBudget: 64 << 10})
 	v := m.Info().VocabSize
 	st := m.KVStats()
 	require.Equal(t, 4, st.Blocks)
@@ -228,12 +250,25 @@ func checkKVBudget(t *testing.T, k kvEnv) {
 	err = b.Forward(context.Background(), model.Batch{Tokens: promptB, Outputs: []int32{0}}, make([]float32, v))
 	assert.ErrorIs(t, err, model.ErrOutOfMemory)
 	assert.Equal(t, 0, b.Len())
+	assert.Equal(t, 40, a.Len())
+
+	// In one Model.Forward, all or nothing: a's batch fits, b's does not, neither
+	// grows.
+	work := []model.Work{
+		{Seq: a, Batch: model.Batch{Tokens: promptB[:2], Outputs: []int32{1}}, Logits: make([]float32, v)},
+		{Seq: b, Batch: model.Batch{Tokens: promptB, Outputs: []int32{0}}, Logits: make([]float32, v)},
+	}
+	assert.ErrorIs(t, m.Forward(context.Background(), work), model.ErrOutOfMemory)
+	assert.Equal(t, 40, a.Len())
+	assert.Equal(t, 0, b.Len())
+	assert.Equal(t, 1, m.KVStats().FreeBlocks)
+
 	require.NoError(t, a.Close())
 	got := last(t, b, v, promptB)
 	k.near(t, fresh(t, m, promptB), got)
 
 	// A budget smaller than one block is refused at load.
-	_, err = Open(context.Background(), k.dev(t), repoModel(t, "gocoder-xs-q8_0.gguf"), Options{KVBudget: 1000})
+	_, err = llama.Open(xsPath(t), llama.Options{Device: k.dev(t), KVBudget: 1000})
 	assert.ErrorContains(t, err, "smaller than one block")
 }
 
@@ -257,13 +292,10 @@ func (c *cancelAfter) Done() <-chan struct{} { return nil }
 // Deadline reports none.
 func (c *cancelAfter) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-// TestCancelled checks cancelled contexts: before a forward, in the middle of one (the
-// sequence is left as it was and still computes correct logits), at NewSequence and
-// at Open.
-func TestCancelled(t *testing.T) { checkCancelled(t, hostEnv) }
-
+// checkCancelled checks cancelled contexts: before a forward, in the middle of one (the
+// sequence is left as it was and still computes correct logits), and at NewSequence.
 func checkCancelled(t *testing.T, k kvEnv) {
-	m := k.xs(t, testOpts)
+	m := k.xs(t, llama.Options{})
 	v := m.Info().VocabSize
 	s := newSeq(t, m)
 	last(t, s, v, promptA[:20])
@@ -275,11 +307,13 @@ func checkCancelled(t *testing.T, k kvEnv) {
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 20, s.Len())
 
-	// Cancelled between layers: the third check is the second layer's.
+	// Cancelled between layers: the first check is the forward's, the second the
+	// first layer's, the third the second layer's.
 	mid := &cancelAfter{Context: context.Background()}
 	mid.n.Store(3)
 	err = s.Forward(mid, model.Batch{Tokens: promptA[20:], Outputs: []int32{0}}, make([]float32, v))
 	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, int32(3), mid.calls.Load(), "cancelled inside the layers")
 	assert.Equal(t, 20, s.Len())
 	assert.Equal(t, before.FreeBlocks, m.KVStats().FreeBlocks)
 	got := last(t, s, v, promptA[20:])
@@ -287,70 +321,12 @@ func checkCancelled(t *testing.T, k kvEnv) {
 
 	_, err = m.NewSequence(ctx)
 	assert.ErrorIs(t, err, context.Canceled)
-	_, err = Open(ctx, k.dev(t), repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
-	assert.ErrorIs(t, err, context.Canceled)
 }
 
-// TestClosed checks that closed sequences, models and devices report errors (wrapping
-// model.ErrClosed for sequences) instead of panicking.
-func TestClosed(t *testing.T) {
-	dev := HostDevice()
-	m, err := Open(context.Background(), dev, repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
-	require.NoError(t, err)
-	v := m.Info().VocabSize
-	ctx := context.Background()
-	logits := make([]float32, v)
-	batch := model.Batch{Tokens: promptA[:4], Outputs: []int32{3}}
-
-	s, err := m.NewSequence(ctx)
-	require.NoError(t, err)
-	require.NoError(t, s.Forward(ctx, batch, logits))
-	require.NoError(t, s.Close())
-	assert.Error(t, s.Close(), "closed twice")
-	assert.ErrorIs(t, s.Forward(ctx, batch, logits), model.ErrClosed)
-	assert.ErrorIs(t, s.Truncate(0), model.ErrClosed)
-	assert.ErrorIs(t, s.Retain(0, nil), model.ErrClosed)
-	assert.Equal(t, 0, s.Len())
-
-	// A sequence still open when its model closes fails cleanly.
-	open, err := m.NewSequence(ctx)
-	require.NoError(t, err)
-	require.NoError(t, open.Forward(ctx, batch, logits))
-	forked, err := open.(*Sequence).Fork()
-	require.NoError(t, err)
-	require.NoError(t, m.Close())
-	require.NoError(t, m.Close(), "closing twice is harmless")
-	assert.ErrorContains(t, open.Forward(ctx, batch, logits), "model is closed")
-	assert.ErrorContains(t, open.Truncate(1), "model is closed")
-	_, err = forked.Fork()
-	assert.ErrorContains(t, err, "model is closed")
-	assert.NoError(t, open.Close())
-	assert.NoError(t, forked.Close())
-	_, err = m.NewSequence(ctx)
-	assert.ErrorContains(t, err, "model is closed")
-
-	// A closed device.
-	m2, err := Open(ctx, dev, repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
-	require.NoError(t, err)
-	s2, err := m2.NewSequence(ctx)
-	require.NoError(t, err)
-	require.NoError(t, dev.Close())
-	require.NoError(t, dev.Close())
-	assert.ErrorIs(t, s2.Forward(ctx, batch, logits), errDeviceClosed)
-	assert.ErrorIs(t, m2.Close(), errDeviceClosed)
-	_, err = Open(ctx, dev, repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
-	assert.ErrorIs(t, err, errDeviceClosed)
-	assert.ErrorIs(t, dev.Synchronize(), errDeviceClosed)
-	_, err = Open(ctx, nil, repoModel(t, "gocoder-xs-q8_0.gguf"), testOpts)
-	assert.Error(t, err)
-}
-
-// TestBadInputs checks that invalid batches and Retain arguments are errors that leave
-// the sequence unchanged.
-func TestBadInputs(t *testing.T) { checkBadInputs(t, hostEnv) }
-
+// checkBadInputs checks that invalid batches and Retain arguments are errors that
+// leave the sequence unchanged.
 func checkBadInputs(t *testing.T, k kvEnv) {
-	m := k.xs(t, Options{KVBudget: 1 << 20, ContextLength: 64})
+	m := k.xs(t, llama.Options{KVBudget: 1 << 20, ContextLength: 64})
 	v := m.Info().VocabSize
 	ctx := context.Background()
 	s := newSeq(t, m)
@@ -377,36 +353,78 @@ func checkBadInputs(t *testing.T, k kvEnv) {
 	// Nothing forwarded: no outputs and no error.
 	require.NoError(t, s.Forward(ctx, model.Batch{}, nil))
 
+	// A sequence of another model, and one named twice.
+	other := k.xs(t, llama.Options{KVBudget: 1 << 20})
+	foreign := newSeq(t, other)
+	one := model.Batch{Tokens: []int32{1}, Outputs: []int32{0}}
+	assert.ErrorContains(t, m.Forward(ctx, []model.Work{{Seq: foreign, Batch: one, Logits: make([]float32, v)}}), "not one of this model's")
+	assert.Error(t, m.Forward(ctx, []model.Work{{Seq: s, Batch: one, Logits: make([]float32, v)}, {Seq: s, Batch: one, Logits: make([]float32, v)}}))
+	assert.Equal(t, 5, s.Len())
+
 	forward(t, s, v, model.Batch{Tokens: []int32{1, 2, 3}, Tree: mustTree([]int32{-1, 0, 0}), Outputs: []int32{2}})
 	assert.Error(t, s.Retain(5, []int32{1, 0}), "not ascending")
 	assert.Error(t, s.Retain(5, []int32{0, 3}), "outside the batch")
 	assert.Error(t, s.Retain(9, []int32{0}), "outside the sequence")
+	assert.Equal(t, 8, s.Len())
 	require.NoError(t, s.Retain(5, []int32{0, 2}))
 	assert.Equal(t, 7, s.Len())
-
 }
 
-// TestHostBackendFaults checks that the host backend turns bad addresses and
-// out-of-range rows, past the runner's checks, into errors rather than panics.
-func TestHostBackendFaults(t *testing.T) {
-	m := hostEnv.xs(t, testOpts)
-	h := &hostBackend{}
-	p, err := h.alloc(64)
+// TestHostClosed checks that closed sequences, models and devices report errors
+// (wrapping model.ErrClosed for sequences) instead of panicking.
+func TestHostClosed(t *testing.T) {
+	dev := gpu.HostDevice()
+	path := xsPath(t)
+	m, err := llama.Open(path, llama.Options{Device: dev, KVBudget: deviceKV})
 	require.NoError(t, err)
-	assert.Error(t, h.upload(p+60, make([]byte, 8)), "write past the end")
-	assert.Error(t, h.download(make([]byte, 4), p+(1<<allocShift)), "no allocation")
-	assert.Error(t, h.free(p+4), "free inside an allocation")
-	w := wtensor{typ: m.embed.typ, rows: 2, cols: 32, p: p}
-	wp, err := h.alloc(w.rowBytes() * 2)
+	v := m.Info().VocabSize
+	ctx := context.Background()
+	logits := make([]float32, v)
+	batch := model.Batch{Tokens: promptA[:4], Outputs: []int32{3}}
+
+	s, err := m.NewSequence(ctx)
 	require.NoError(t, err)
-	w.p = wp
-	tok, err := h.alloc(4)
+	require.NoError(t, s.Forward(ctx, batch, logits))
+	require.NoError(t, s.Close())
+	assert.Error(t, s.Close(), "closed twice")
+	assert.ErrorIs(t, s.Forward(ctx, batch, logits), model.ErrClosed)
+	assert.ErrorIs(t, s.Truncate(0), model.ErrClosed)
+	assert.ErrorIs(t, s.Retain(0, nil), model.ErrClosed)
+	_, err = fork(t, s)
+	assert.ErrorIs(t, err, model.ErrClosed)
+	assert.Equal(t, 0, s.Len())
+
+	// A sequence still open when its model closes fails cleanly, and can be closed.
+	open, err := m.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, h.upload(tok, bytesOf([]int32{7})))
-	assert.Error(t, h.embed(p, w, tok, 1), "row 7 of 2")
-	assert.Error(t, h.matmul(p, 2, p, 1, wtensor{typ: w.typ, rows: 2, cols: 32, p: wp}, false), "output past the end")
-	require.NoError(t, h.free(p))
-	assert.Error(t, h.free(p), "freed twice")
-	_, err = h.alloc(-1)
-	assert.Error(t, err)
+	require.NoError(t, open.Forward(ctx, batch, logits))
+	forked, err := fork(t, open)
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	require.NoError(t, m.Close(), "closing twice is harmless")
+	assert.ErrorContains(t, open.Forward(ctx, batch, logits), "closed")
+	assert.Equal(t, 4, open.Len(), "a failed forward leaves the sequence as it was")
+	assert.ErrorContains(t, forked.Forward(ctx, batch, logits), "closed")
+	_, err = m.NewSequence(ctx)
+	assert.ErrorIs(t, err, llama.ErrModelClosed)
+	assert.NoError(t, open.Close())
+	assert.NoError(t, forked.Close())
+
+	// A closed device.
+	m2, err := llama.Open(path, llama.Options{Device: dev, KVBudget: deviceKV})
+	require.NoError(t, err)
+	s2, err := m2.NewSequence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s2.Forward(ctx, batch, logits))
+	require.NoError(t, dev.Close())
+	require.NoError(t, dev.Close())
+	assert.ErrorContains(t, s2.Forward(ctx, batch, logits), "device is closed")
+	assert.Equal(t, 4, s2.Len())
+	assert.NoError(t, s2.Close())
+	assert.ErrorContains(t, m2.Close(), "device is closed")
+	_, err = llama.Open(path, llama.Options{Device: dev, KVBudget: deviceKV})
+	assert.ErrorContains(t, err, "device is closed")
+	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Device: dev, KVBudget: deviceKV})
+	assert.ErrorContains(t, err, "device is closed")
+	assert.ErrorContains(t, dev.Synchronize(), "device is closed")
 }
