@@ -22,9 +22,9 @@ func chain(t *testing.T, cfg markov.Config) *markov.Chain {
 	return c
 }
 
-func newModel(t *testing.T, m model.Model) *draft.Model {
+func newModel(t *testing.T, m model.Model) *draft.SmallModel {
 	t.Helper()
-	d, err := draft.NewModel(m)
+	d, err := draft.NewSmallModel(m)
 	require.NoError(t, err)
 	return d
 }
@@ -111,9 +111,9 @@ func TestModelDrafterRejectsBadRequests(t *testing.T) {
 	assert.ErrorContains(t, err, "MaxK")
 	_, err = d.Start(ctx, draft.Request{VocabSize: 8, Sampling: sampler.Params{Temperature: math.NaN()}})
 	assert.ErrorContains(t, err, "Temperature")
-	_, err = draft.NewModel(nil)
+	_, err = draft.NewSmallModel(nil)
 	assert.ErrorContains(t, err, "nil draft model")
-	var none *draft.Model
+	var none *draft.SmallModel
 	assert.Zero(t, none.VocabSize())
 	_, err = none.Start(ctx, draft.Request{})
 	assert.Error(t, err)

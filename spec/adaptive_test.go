@@ -136,8 +136,7 @@ func TestControllerFindsTheBestSpeed(t *testing.T) {
 }
 
 // TestControllerOnADriftingMachine: on a shared machine the speed of everything drifts
-// by tens of per cent within seconds (seen: plain decoding from 250 to 420 tokens/s in
-// one run). Verification times of different lengths are observed at different moments,
+// by tens of per cent within seconds. Verification times of different lengths are observed at different moments,
 // so comparing them raw mistakes drift for cost; the controller must still get within
 // 5 % of the best fixed choice, in the same CPU-like worlds as above.
 func TestControllerOnADriftingMachine(t *testing.T) {

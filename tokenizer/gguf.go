@@ -39,10 +39,47 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	return t, nil
 }
 
+// fromGGUF builds the Tokenizer in the order its parts depend on one another: the
+// vocabulary, the model (which sets the normalizer and pre-tokenizer that the added
+// tokens are indexed by), and last the special tokens.
 func fromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if f == nil {
 		return nil, errors.New("no file")
 	}
+	v, err := readGGUFVocab(f)
+	if err != nil {
+		return nil, err
+	}
+	t := newTokenizer(len(v.tokens))
+	for i, tok := range v.tokens {
+		t.setToken(int32(i), tok)
+	}
+	if v.model == "gpt2" {
+		err = t.ggufBPE(f, v.tokens, v.types)
+	} else {
+		err = t.ggufSPM(f, v.tokens, v.types, v.scores)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.buildMatchers()
+	if err := t.setGGUFSpecials(f, v.model); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// ggufVocab is the vocabulary as a GGUF file's metadata gives it.
+type ggufVocab struct {
+	model  string    // tokenizer.ggml.model: "gpt2" or "llama"
+	tokens []string  // by id
+	types  []int32   // by id; typeNormal where the file gives no types
+	scores []float32 // by id; "llama" only
+}
+
+// readGGUFVocab reads the model kind, the tokens, their types and, for "llama",
+// their scores, and checks that they agree in length.
+func readGGUFVocab(f *gguf.File) (*ggufVocab, error) {
 	model, err := f.String("tokenizer.ggml.model")
 	if err != nil {
 		return nil, err
@@ -60,93 +97,74 @@ func fromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if len(tokens) >= maxVocab {
 		return nil, fmt.Errorf("tokenizer.ggml.tokens has %d tokens, more than %d", len(tokens), maxVocab)
 	}
-	n := len(tokens)
+	v := &ggufVocab{model: model, tokens: tokens}
+	if v.types, err = ggufTokenTypes(f, len(tokens)); err != nil {
+		return nil, err
+	}
+	if model == "llama" {
+		if v.scores, err = f.Float32s("tokenizer.ggml.scores"); err != nil {
+			return nil, err
+		}
+		if len(v.scores) != len(tokens) {
+			return nil, fmt.Errorf("tokenizer.ggml.scores has %d entries for %d tokens", len(v.scores), len(tokens))
+		}
+	}
+	return v, nil
+}
+
+// ggufTokenTypes returns the types of n tokens: tokenizer.ggml.token_type, or all
+// normal when the file has no types.
+func ggufTokenTypes(f *gguf.File, n int) ([]int32, error) {
 	types := make([]int32, n)
 	for i := range types {
 		types[i] = typeNormal
 	}
-	if f.Has("tokenizer.ggml.token_type") {
-		tt, err := f.Int32s("tokenizer.ggml.token_type")
-		if err != nil {
-			return nil, err
-		}
-		if len(tt) != n {
-			return nil, fmt.Errorf("tokenizer.ggml.token_type has %d entries for %d tokens", len(tt), n)
-		}
-		copy(types, tt)
+	if !f.Has("tokenizer.ggml.token_type") {
+		return types, nil
 	}
-	var scores []float32
-	if model == "llama" {
-		if scores, err = f.Float32s("tokenizer.ggml.scores"); err != nil {
-			return nil, err
-		}
-		if len(scores) != n {
-			return nil, fmt.Errorf("tokenizer.ggml.scores has %d entries for %d tokens", len(scores), n)
-		}
-	}
-
-	boolKey := func(key string, def bool) (bool, error) {
-		if !f.Has(key) {
-			return def, nil
-		}
-		return f.Bool(key)
-	}
-	idKey := func(key string) (int32, error) {
-		if !f.Has(key) {
-			return -1, nil
-		}
-		v, err := f.Int(key)
-		if err != nil {
-			return -1, err
-		}
-		if v == -1 || v == 0xFFFFFFFF { // llama.cpp's "none"
-			return -1, nil
-		}
-		if err := checkID(key, v, n); err != nil {
-			return -1, err
-		}
-		return int32(v), nil
-	}
-
-	t := newTokenizer(n)
-	for i, tok := range tokens {
-		t.setToken(int32(i), tok)
-	}
-	if model == "gpt2" {
-		err = t.ggufBPE(f, tokens, types)
-	} else {
-		err = t.ggufSPM(f, tokens, types, scores)
-	}
+	tt, err := f.Int32s("tokenizer.ggml.token_type")
 	if err != nil {
 		return nil, err
 	}
-	t.buildMatchers()
+	if len(tt) != n {
+		return nil, fmt.Errorf("tokenizer.ggml.token_type has %d entries for %d tokens", len(tt), n)
+	}
+	copy(types, tt)
+	return types, nil
+}
 
-	if t.unk, err = idKey("tokenizer.ggml.unknown_token_id"); err != nil {
-		return nil, err
+// setGGUFSpecials sets the unknown token, BOS and EOS, and whether BOS and EOS are
+// added, from their tokenizer.ggml keys. Without add_bos_token a "llama" vocabulary
+// adds BOS and a "gpt2" one does not, as llama.cpp does. EOS also lists the
+// end-of-turn and end-of-message tokens, which chat models end their answers with.
+func (t *Tokenizer) setGGUFSpecials(f *gguf.File, model string) error {
+	n := len(t.vocab)
+	var err error
+	if t.unk, err = ggufID(f, "tokenizer.ggml.unknown_token_id", n); err != nil {
+		return err
 	}
-	if t.bos, err = idKey("tokenizer.ggml.bos_token_id"); err != nil {
-		return nil, err
+	if t.bos, err = ggufID(f, "tokenizer.ggml.bos_token_id", n); err != nil {
+		return err
 	}
-	eos, err := idKey("tokenizer.ggml.eos_token_id")
+	eos, err := ggufID(f, "tokenizer.ggml.eos_token_id", n)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var extra []int32
 	for _, key := range []string{"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
-		id, err := idKey(key)
+		id, err := ggufID(f, key, n)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if id >= 0 {
 			extra = append(extra, id)
 		}
 	}
-	if t.addBOS, err = boolKey("tokenizer.ggml.add_bos_token", model == "llama"); err != nil {
-		return nil, err
+	if t.addBOS, err = ggufBool(f, "tokenizer.ggml.add_bos_token", model == "llama"); err != nil {
+		return err
 	}
-	if t.addEOS, err = boolKey("tokenizer.ggml.add_eos_token", false); err != nil {
-		return nil, err
+	if t.addEOS, err = ggufBool(f, "tokenizer.ggml.add_eos_token", false); err != nil {
+		return err
 	}
 	if t.bos >= 0 {
 		t.bosSeq = []int32{t.bos}
@@ -159,7 +177,34 @@ func fromGGUF(f *gguf.File) (*Tokenizer, error) {
 		t.addEOS = false
 	}
 	t.finishEOS(eos, extra)
-	return t, nil
+	return nil
+}
+
+// ggufID reads the token id at key, for a vocabulary of n tokens; -1 when the key is
+// missing or holds llama.cpp's "none" (-1, or its uint32 form).
+func ggufID(f *gguf.File, key string, n int) (int32, error) {
+	if !f.Has(key) {
+		return -1, nil
+	}
+	v, err := f.Int(key)
+	if err != nil {
+		return -1, err
+	}
+	if v == -1 || v == 0xFFFFFFFF {
+		return -1, nil
+	}
+	if err := checkID(key, v, n); err != nil {
+		return -1, err
+	}
+	return int32(v), nil
+}
+
+// ggufBool reads the bool at key, or def when the key is missing.
+func ggufBool(f *gguf.File, key string, def bool) (bool, error) {
+	if !f.Has(key) {
+		return def, nil
+	}
+	return f.Bool(key)
 }
 
 // ggufAdded registers control, unknown and user-defined tokens as added tokens.
@@ -174,7 +219,25 @@ func (t *Tokenizer) ggufAdded(tokens []string, types []int32) {
 	}
 }
 
+// ggufBPE sets up byte-level BPE: the pre-tokenizer named by tokenizer.ggml.pre,
+// the tokens' bytes, the added tokens and the merges.
 func (t *Tokenizer) ggufBPE(f *gguf.File, tokens []string, types []int32) error {
+	if err := t.ggufPreTokenizer(f); err != nil {
+		return err
+	}
+	t.model = modelByteBPE
+	t.setGGUFByteLevelPieces(tokens, types)
+	t.ggufAdded(tokens, types)
+	merges, err := f.Strings("tokenizer.ggml.merges")
+	if err != nil {
+		return err
+	}
+	return t.setGGUFMerges(merges)
+}
+
+// ggufPreTokenizer sets the pre-tokenizer (and, for Qwen2, the normalizer) that
+// tokenizer.ggml.pre names. llama.cpp gives several names to the same pattern.
+func (t *Tokenizer) ggufPreTokenizer(f *gguf.File) error {
 	pre := "(missing)"
 	if f.Has("tokenizer.ggml.pre") {
 		var err error
@@ -193,7 +256,13 @@ func (t *Tokenizer) ggufBPE(f *gguf.File, tokens []string, types []int32) error 
 	default:
 		return fmt.Errorf("tokenizer.ggml.pre %s is not supported (known: gpt-2, llama-bpe, qwen2)", pre)
 	}
-	t.model = modelByteBPE
+	return nil
+}
+
+// setGGUFByteLevelPieces sets what each token decodes to and the byte tables of
+// byte-level BPE. Control, unknown and user-defined tokens are their text as it
+// stands; the others stand for the bytes their characters map to in GPT-2's table.
+func (t *Tokenizer) setGGUFByteLevelPieces(tokens []string, types []int32) {
 	t.rawVocab = make(map[string]int32, len(tokens))
 	for i, tok := range tokens {
 		switch types[i] {
@@ -216,11 +285,11 @@ func (t *Tokenizer) ggufBPE(f *gguf.File, tokens []string, types []int32) error 
 			t.byteIDs[b] = id
 		}
 	}
-	t.ggufAdded(tokens, types)
-	merges, err := f.Strings("tokenizer.ggml.merges")
-	if err != nil {
-		return err
-	}
+}
+
+// setGGUFMerges reads tokenizer.ggml.merges, "a b" strings in rank order; the first
+// (lowest) rank of a pair given twice wins.
+func (t *Tokenizer) setGGUFMerges(merges []string) error {
 	t.merges = make(map[uint64]uint64, len(merges))
 	for rank, m := range merges {
 		a, b, ok := strings.Cut(m, " ")
@@ -241,20 +310,17 @@ func (t *Tokenizer) ggufBPE(f *gguf.File, tokens []string, types []int32) error 
 	return nil
 }
 
+// ggufSPM sets up SentencePiece BPE with byte fallback, the space handling that
+// tokenizer.ggml.add_space_prefix and remove_extra_whitespaces ask for (a dummy
+// prefix by default, no collapsing of spaces), and ▁ for spaces.
 func (t *Tokenizer) ggufSPM(f *gguf.File, tokens []string, types []int32, scores []float32) error {
-	addSpace := true
-	if f.Has("tokenizer.ggml.add_space_prefix") {
-		var err error
-		if addSpace, err = f.Bool("tokenizer.ggml.add_space_prefix"); err != nil {
-			return err
-		}
+	addSpace, err := ggufBool(f, "tokenizer.ggml.add_space_prefix", true)
+	if err != nil {
+		return err
 	}
-	collapse := false
-	if f.Has("tokenizer.ggml.remove_extra_whitespaces") {
-		var err error
-		if collapse, err = f.Bool("tokenizer.ggml.remove_extra_whitespaces"); err != nil {
-			return err
-		}
+	collapse, err := ggufBool(f, "tokenizer.ggml.remove_extra_whitespaces", false)
+	if err != nil {
+		return err
 	}
 	t.setupSPM(tokens, types, scores, true, addSpace, collapse, true)
 	return nil

@@ -118,76 +118,167 @@ func FromJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
 	return t, nil
 }
 
-// fromJSON also takes generation_config.json's eos_token_id.
+// fromJSON is FromJSON that also takes generation_config.json's eos_token_id. It
+// builds the Tokenizer in the order its parts depend on one another: the vocabulary;
+// the normalizer and the pre-tokenizer, which decides whether the model is
+// byte-level; the model's byte tokens and merges; the decoder; and last BOS and EOS,
+// which refer to tokens of the vocabulary.
 func fromJSON(data, configData []byte, extraEOS []int32) (*Tokenizer, error) {
+	j, m, err := decodeTokenizerJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	t, vocab, err := newJSONVocabulary(m, j.AddedTokens)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.parseNormalizer(j.Normalizer, 0); err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	byteLevel, err := t.parsePreTokenizer(j.PreTokenizer, 0, true)
+	if err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	if err := t.setupJSONModel(m, vocab, byteLevel); err != nil {
+		return nil, err
+	}
+	if err := t.parseDecoder(j.Decoder); err != nil {
+		return nil, fmt.Errorf("decoder: %w", err)
+	}
+	t.buildMatchers()
+	if err := t.setupJSONSpecials(j.PostProcessor, configData, extraEOS); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// decodeTokenizerJSON decodes the document and its model, and checks that the model
+// is one this package implements and has a vocab.
+func decodeTokenizerJSON(data []byte) (*jsonTokenizer, *jsonModel, error) {
 	var j jsonTokenizer
 	if err := json.Unmarshal(data, &j); err != nil {
-		return nil, fmt.Errorf("not valid JSON: %w", err)
+		return nil, nil, fmt.Errorf("not valid JSON: %w", err)
 	}
 	if isNull(j.Model) {
-		return nil, errors.New(`no "model"`)
+		return nil, nil, errors.New(`no "model"`)
 	}
 	var m jsonModel
 	if err := json.Unmarshal(j.Model, &m); err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+		return nil, nil, fmt.Errorf("model: %w", err)
 	}
+	if err := m.checkSupported(); err != nil {
+		return nil, nil, err
+	}
+	if err := m.decodeVocab(); err != nil {
+		return nil, nil, err
+	}
+	return &j, &m, nil
+}
+
+// checkSupported accepts plain BPE only: the options that change how BPE works
+// (dropout, subword prefixes and suffixes) are refused rather than ignored. A model
+// without a type but with merges is BPE.
+func (m *jsonModel) checkSupported() error {
 	if m.Type == "" && len(m.Merges) > 0 {
 		m.Type = "BPE"
 	}
 	if m.Type != "BPE" {
-		return nil, fmt.Errorf("model type %q is not supported (only BPE)", m.Type)
+		return fmt.Errorf("model type %q is not supported (only BPE)", m.Type)
 	}
 	if m.Dropout != nil && *m.Dropout != 0 {
-		return nil, fmt.Errorf("model: BPE dropout %v is not supported", *m.Dropout)
+		return fmt.Errorf("model: BPE dropout %v is not supported", *m.Dropout)
 	}
 	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
-		return nil, fmt.Errorf("model: continuing_subword_prefix %q is not supported", *m.ContinuingSubwordPrefix)
+		return fmt.Errorf("model: continuing_subword_prefix %q is not supported", *m.ContinuingSubwordPrefix)
 	}
 	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
-		return nil, fmt.Errorf("model: end_of_word_suffix %q is not supported", *m.EndOfWordSuffix)
+		return fmt.Errorf("model: end_of_word_suffix %q is not supported", *m.EndOfWordSuffix)
 	}
+	return nil
+}
+
+// decodeVocab decodes the model's vocab, an object of token ids, into m.vocab.
+func (m *jsonModel) decodeVocab() error {
 	if isNull(m.Vocab) {
-		return nil, errors.New(`model has no "vocab"`)
+		return errors.New(`model has no "vocab"`)
 	}
 	if err := json.Unmarshal(m.Vocab, &m.vocab); err != nil {
-		return nil, fmt.Errorf("model vocab is not an object of token ids: %w", err)
+		return fmt.Errorf("model vocab is not an object of token ids: %w", err)
 	}
 	if len(m.vocab) == 0 {
-		return nil, errors.New("model vocab is empty")
+		return errors.New("model vocab is empty")
 	}
+	return nil
+}
 
-	// The vocabulary: model tokens, then added tokens (which win a shared id).
+// vocabEntry is a token of the model's vocab.
+type vocabEntry struct {
+	tok string
+	id  int32
+}
+
+// modelVocab is the model's own vocab, without the added tokens: the entries in id
+// order, and the ids by token text. The unknown token, the merges and the byte
+// tokens are looked up in it.
+type modelVocab struct {
+	entries []vocabEntry
+	ids     map[string]int32
+}
+
+// newJSONVocabulary makes a Tokenizer that holds the model's tokens and then the
+// added tokens, which win an id they share with a model token.
+func newJSONVocabulary(m *jsonModel, added []jsonAddedToken) (*Tokenizer, *modelVocab, error) {
+	n, err := vocabSize(m.vocab, added)
+	if err != nil {
+		return nil, nil, err
+	}
+	t := newTokenizer(n)
+	v, err := t.setModelTokens(m.vocab)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := t.setAddedTokens(added); err != nil {
+		return nil, nil, err
+	}
+	return t, v, nil
+}
+
+// vocabSize checks the ids of the model's and the added tokens and returns the
+// number of ids they span. Ids much sparser than the tokens are refused, so that a
+// small file cannot make the tokenizer allocate room for a huge vocabulary.
+func vocabSize(vocab map[string]int64, added []jsonAddedToken) (int, error) {
 	n := int64(0)
-	for tok, id := range m.vocab {
+	for tok, id := range vocab {
 		if id < 0 || id >= maxVocab {
-			return nil, fmt.Errorf("model vocab: token %q has id %d, outside [0, %d)", tok, id, maxVocab)
+			return 0, fmt.Errorf("model vocab: token %q has id %d, outside [0, %d)", tok, id, maxVocab)
 		}
 		n = max(n, id+1)
 	}
-	for i, a := range j.AddedTokens {
+	for i, a := range added {
 		if a.ID == nil {
-			return nil, fmt.Errorf("added_tokens[%d] (%q) has no id", i, a.Content)
+			return 0, fmt.Errorf("added_tokens[%d] (%q) has no id", i, a.Content)
 		}
 		if *a.ID < 0 || *a.ID >= maxVocab {
-			return nil, fmt.Errorf("added_tokens[%d] (%q) has id %d, outside [0, %d)", i, a.Content, *a.ID, maxVocab)
+			return 0, fmt.Errorf("added_tokens[%d] (%q) has id %d, outside [0, %d)", i, a.Content, *a.ID, maxVocab)
 		}
 		if a.Content == "" {
-			return nil, fmt.Errorf("added_tokens[%d] (id %d) is empty", i, *a.ID)
+			return 0, fmt.Errorf("added_tokens[%d] (id %d) is empty", i, *a.ID)
 		}
 		n = max(n, *a.ID+1)
 	}
-	if total := int64(len(m.vocab) + len(j.AddedTokens)); n > 2*total+1024 {
-		return nil, fmt.Errorf("ids are too sparse: the largest is %d for %d tokens", n-1, total)
+	if total := int64(len(vocab) + len(added)); n > 2*total+1024 {
+		return 0, fmt.Errorf("ids are too sparse: the largest is %d for %d tokens", n-1, total)
 	}
-	t := newTokenizer(int(n))
-	// Sort by id so that duplicate reports and the id map are deterministic.
-	type entry struct {
-		tok string
-		id  int32
-	}
-	entries := make([]entry, 0, len(m.vocab))
-	for tok, id := range m.vocab {
-		entries = append(entries, entry{tok, int32(id)})
+	return int(n), nil
+}
+
+// setModelTokens gives the model's tokens their ids, whose range vocabSize checked.
+// It goes in id order, so that the report of an id given twice and the id map do not
+// depend on the order of a Go map.
+func (t *Tokenizer) setModelTokens(vocab map[string]int64) (*modelVocab, error) {
+	entries := make([]vocabEntry, 0, len(vocab))
+	for tok, id := range vocab {
+		entries = append(entries, vocabEntry{tok, int32(id)})
 	}
 	sort.Slice(entries, func(a, b int) bool {
 		ea, eb := entries[a], entries[b]
@@ -199,17 +290,24 @@ func fromJSON(data, configData []byte, extraEOS []int32) (*Tokenizer, error) {
 		}
 		t.setToken(e.id, e.tok)
 	}
-	modelIDs := make(map[string]int32, len(entries))
+	ids := make(map[string]int32, len(entries))
 	for _, e := range entries {
-		modelIDs[e.tok] = e.id
+		ids[e.tok] = e.id
 	}
-	seenAdded := make(map[int32]string, len(j.AddedTokens))
-	for _, a := range j.AddedTokens {
+	return &modelVocab{entries: entries, ids: ids}, nil
+}
+
+// setAddedTokens gives the added tokens their ids, whose range vocabSize checked, and
+// registers them to be split out of the text. An added token is normalized unless it
+// is special, as in Hugging Face's library, or its "normalized" says otherwise.
+func (t *Tokenizer) setAddedTokens(added []jsonAddedToken) error {
+	seen := make(map[int32]string, len(added))
+	for _, a := range added {
 		id := int32(*a.ID)
-		if prev, ok := seenAdded[id]; ok {
-			return nil, fmt.Errorf("added_tokens: id %d is given to both %q and %q", id, prev, a.Content)
+		if prev, ok := seen[id]; ok {
+			return fmt.Errorf("added_tokens: id %d is given to both %q and %q", id, prev, a.Content)
 		}
-		seenAdded[id] = a.Content
+		seen[id] = a.Content
 		t.vocab[id] = a.Content
 		t.attrs[id] |= attrPresent
 		t.ids[a.Content] = id
@@ -220,83 +318,90 @@ func fromJSON(data, configData []byte, extraEOS []int32) (*Tokenizer, error) {
 		t.addAdded(addedToken{id: id, content: a.Content, special: a.Special, singleWord: a.SingleWord,
 			lstrip: a.LStrip, rstrip: a.RStrip, normalized: normalized})
 	}
+	return nil
+}
 
-	// Normalizer and pre-tokenizer.
-	if err := t.parseNormalizer(j.Normalizer, 0); err != nil {
-		return nil, fmt.Errorf("normalizer: %w", err)
-	}
-	byteLevel, err := t.parsePreTokenizer(j.PreTokenizer, 0, true)
-	if err != nil {
-		return nil, fmt.Errorf("pre_tokenizer: %w", err)
-	}
-
-	// Model.
+// setupJSONModel sets up the BPE model once the pre-tokenizer has said whether it is
+// byte-level: its unknown token and options, the tokens for single bytes, and the
+// merges.
+func (t *Tokenizer) setupJSONModel(m *jsonModel, v *modelVocab, byteLevel bool) error {
 	if m.UnkToken != nil && *m.UnkToken != "" {
-		id, ok := modelIDs[*m.UnkToken]
+		id, ok := v.ids[*m.UnkToken]
 		if !ok {
-			return nil, fmt.Errorf("model: unk_token %q is not in the vocab", *m.UnkToken)
+			return fmt.Errorf("model: unk_token %q is not in the vocab", *m.UnkToken)
 		}
 		t.unk = id
 	}
 	t.ignoreMerges = m.IgnoreMerges
 	t.fuseUnk = m.FuseUnk
 	if byteLevel {
-		t.model = modelByteBPE
-		t.rawVocab = make(map[string]int32, len(entries))
-		for _, e := range entries {
-			if raw, ok := byteLevelBytes(e.tok); ok {
-				if _, dup := t.rawVocab[raw]; !dup {
-					t.rawVocab[raw] = e.id
-				}
-			}
-		}
-		for b := range 256 {
-			if id, ok := modelIDs[string(byteToRune[b])]; ok {
-				t.byteIDs[b] = id
-			}
-		}
+		t.setByteLevelModel(v)
 	} else {
-		t.model = modelCharBPE
-		t.byteFallback = m.ByteFallback
-		if m.ByteFallback {
-			for _, e := range entries {
-				if b, ok := byteToken(e.tok); ok && t.byteIDs[b] < 0 {
-					t.byteIDs[b] = e.id
-				}
-			}
-		}
+		t.setCharModel(v, m.ByteFallback)
 	}
-	if err := t.parseMerges(m.Merges, modelIDs); err != nil {
-		return nil, fmt.Errorf("model merges: %w", err)
+	if err := t.parseMerges(m.Merges, v.ids); err != nil {
+		return fmt.Errorf("model merges: %w", err)
 	}
 	if t.model == modelCharBPE && len(t.pre.splits) == 0 {
-		t.setMetaChunks(maps.Keys(modelIDs))
+		t.setMetaChunks(maps.Keys(v.ids))
 	}
+	return nil
+}
 
-	// Decoder.
-	if err := t.parseDecoder(j.Decoder); err != nil {
-		return nil, fmt.Errorf("decoder: %w", err)
-	}
-	t.buildMatchers()
-
-	// BOS and EOS: tokenizer_config.json, then the post-processor's template.
-	var cfg jsonConfig
-	if len(bytes.TrimSpace(configData)) > 0 {
-		if err := json.Unmarshal(configData, &cfg); err != nil {
-			return nil, fmt.Errorf("tokenizer_config.json is not valid: %w", err)
+// setByteLevelModel makes the model byte-level BPE: each token stands for the bytes
+// its characters map to in GPT-2's byte table, and the initial symbols of a word are
+// the tokens of its single bytes. The first id of a byte string is the one
+// ignore_merges finds.
+func (t *Tokenizer) setByteLevelModel(v *modelVocab) {
+	t.model = modelByteBPE
+	t.rawVocab = make(map[string]int32, len(v.entries))
+	for _, e := range v.entries {
+		if raw, ok := byteLevelBytes(e.tok); ok {
+			if _, dup := t.rawVocab[raw]; !dup {
+				t.rawVocab[raw] = e.id
+			}
 		}
 	}
-	prefix, suffix, err := t.parsePostProcessor(j.PostProcessor, 0)
+	for b := range 256 {
+		if id, ok := v.ids[string(byteToRune[b])]; ok {
+			t.byteIDs[b] = id
+		}
+	}
+}
+
+// setCharModel makes the model BPE over characters; with byte fallback, a character
+// not in the vocab becomes its bytes' <0xXX> tokens, the first id of each.
+func (t *Tokenizer) setCharModel(v *modelVocab, byteFallback bool) {
+	t.model = modelCharBPE
+	t.byteFallback = byteFallback
+	if !byteFallback {
+		return
+	}
+	for _, e := range v.entries {
+		if b, ok := byteToken(e.tok); ok && t.byteIDs[b] < 0 {
+			t.byteIDs[b] = e.id
+		}
+	}
+}
+
+// setupJSONSpecials sets BOS, EOS and whether each is added. tokenizer_config.json
+// decides where it says something; the post-processor's template supplies the rest.
+func (t *Tokenizer) setupJSONSpecials(post json.RawMessage, configData []byte, extraEOS []int32) error {
+	cfg, err := decodeJSONConfig(configData)
 	if err != nil {
-		return nil, fmt.Errorf("post_processor: %w", err)
+		return err
+	}
+	prefix, suffix, err := t.parsePostProcessor(post, 0)
+	if err != nil {
+		return fmt.Errorf("post_processor: %w", err)
 	}
 	bos, err := t.configToken(cfg.BOSToken, "bos_token")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	eos, err := t.configToken(cfg.EOSToken, "eos_token")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if bos < 0 && len(prefix) > 0 {
 		bos = prefix[0]
@@ -304,6 +409,33 @@ func fromJSON(data, configData []byte, extraEOS []int32) (*Tokenizer, error) {
 	if eos < 0 && len(suffix) > 0 {
 		eos = suffix[len(suffix)-1]
 	}
+	if err := t.setSpecialSequences(cfg, bos, eos, prefix, suffix); err != nil {
+		return err
+	}
+	for _, id := range extraEOS {
+		if !t.valid(id) {
+			return fmt.Errorf("generation_config.json: eos_token_id %d is not in the vocabulary", id)
+		}
+	}
+	t.finishEOS(eos, extraEOS)
+	return nil
+}
+
+// decodeJSONConfig decodes tokenizer_config.json; an empty one says nothing.
+func decodeJSONConfig(data []byte) (*jsonConfig, error) {
+	var cfg jsonConfig
+	if len(bytes.TrimSpace(data)) > 0 {
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			return nil, fmt.Errorf("tokenizer_config.json is not valid: %w", err)
+		}
+	}
+	return &cfg, nil
+}
+
+// setSpecialSequences sets what AddBOS and AddEOS put around a text — the template's
+// tokens, or else the single BOS or EOS — and whether the model adds them by
+// default: as tokenizer_config.json says, or else where the template has tokens.
+func (t *Tokenizer) setSpecialSequences(cfg *jsonConfig, bos, eos int32, prefix, suffix []int32) error {
 	t.bos = bos
 	t.bosSeq, t.eosSeq = prefix, suffix
 	if len(t.bosSeq) == 0 && bos >= 0 {
@@ -321,18 +453,12 @@ func fromJSON(data, configData []byte, extraEOS []int32) (*Tokenizer, error) {
 		t.addEOS = *cfg.AddEOSToken
 	}
 	if t.addBOS && len(t.bosSeq) == 0 {
-		return nil, errors.New("tokenizer_config.json: add_bos_token is true but there is no bos_token")
+		return errors.New("tokenizer_config.json: add_bos_token is true but there is no bos_token")
 	}
 	if t.addEOS && len(t.eosSeq) == 0 {
-		return nil, errors.New("tokenizer_config.json: add_eos_token is true but there is no eos_token")
+		return errors.New("tokenizer_config.json: add_eos_token is true but there is no eos_token")
 	}
-	for _, id := range extraEOS {
-		if !t.valid(id) {
-			return nil, fmt.Errorf("generation_config.json: eos_token_id %d is not in the vocabulary", id)
-		}
-	}
-	t.finishEOS(eos, extraEOS)
-	return t, nil
+	return nil
 }
 
 func isNull(m json.RawMessage) bool {
@@ -507,72 +633,98 @@ func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage, depth int, first bool
 		}
 		return byteLevel, nil
 	case "ByteLevel":
-		if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
-			if !first {
-				return false, errors.New("ByteLevel with add_prefix_space after another pre-tokenizer is not supported")
-			}
-			t.pre.prefixSpace = true
-		}
-		if c.UseRegex == nil || *c.UseRegex {
-			t.pre.splits = append(t.pre.splits, splitGPT2)
-		}
-		return true, nil
+		return true, t.preByteLevel(c, first)
 	case "Split":
-		if c.Pattern == nil || c.Pattern.Regex == nil {
-			return false, errors.New("Split is supported only with a Regex pattern")
-		}
-		if c.Invert {
-			return false, errors.New("Split with invert true is not supported")
-		}
-		if !strings.EqualFold(c.Behavior, "Isolated") {
-			return false, fmt.Errorf("Split with behavior %q is not supported (only Isolated)", c.Behavior)
-		}
-		var k splitKind
-		switch *c.Pattern.Regex {
-		case patternGPT2:
-			k = splitGPT2
-		case patternLlama3:
-			k = splitLlama3
-		case patternQwen2:
-			k = splitQwen2
-		default:
-			return false, fmt.Errorf("Split regex %q is not supported (known: the GPT-2, Llama 3 and Qwen2 patterns)", *c.Pattern.Regex)
-		}
-		t.pre.splits = append(t.pre.splits, k)
-		return false, nil
+		return false, t.preSplit(c)
 	case "Metaspace":
-		if !first {
-			return false, errors.New("Metaspace after another pre-tokenizer is not supported")
-		}
-		repl := "▁"
-		if c.Replacement != nil && *c.Replacement != "" {
-			repl = *c.Replacement
-		}
-		t.pre.meta, t.pre.metaRepl = true, repl
-		t.pre.metaPrepend = prependAlways
-		switch {
-		case c.PrependScheme != nil:
-			switch *c.PrependScheme {
-			case "always":
-			case "first":
-				t.pre.metaPrepend = prependFirst
-			case "never":
-				t.pre.metaPrepend = prependNever
-			default:
-				return false, fmt.Errorf("Metaspace prepend_scheme %q is not known", *c.PrependScheme)
-			}
-		case c.AddPrefixSpace != nil && !*c.AddPrefixSpace:
-			t.pre.metaPrepend = prependNever
-		}
-		if c.Split == nil || *c.Split {
-			if repl != "▁" {
-				return false, fmt.Errorf("Metaspace split with replacement %q is not supported", repl)
-			}
-			t.pre.splits = append(t.pre.splits, splitMetaspace)
-		}
-		return false, nil
+		return false, t.preMetaspace(c, first)
 	}
 	return false, fmt.Errorf("pre-tokenizer type %q is not supported", c.Type)
+}
+
+// preByteLevel reads a ByteLevel pre-tokenizer: an optional space in front of the
+// section, and the GPT-2 split unless use_regex is false.
+func (t *Tokenizer) preByteLevel(c *component, first bool) error {
+	if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
+		if !first {
+			return errors.New("ByteLevel with add_prefix_space after another pre-tokenizer is not supported")
+		}
+		t.pre.prefixSpace = true
+	}
+	if c.UseRegex == nil || *c.UseRegex {
+		t.pre.splits = append(t.pre.splits, splitGPT2)
+	}
+	return nil
+}
+
+// preSplit reads a Split pre-tokenizer. Go's regexp cannot run these patterns (they
+// use lookahead), so only the known ones are accepted, each with its hand-written
+// scanner.
+func (t *Tokenizer) preSplit(c *component) error {
+	if c.Pattern == nil || c.Pattern.Regex == nil {
+		return errors.New("Split is supported only with a Regex pattern")
+	}
+	if c.Invert {
+		return errors.New("Split with invert true is not supported")
+	}
+	if !strings.EqualFold(c.Behavior, "Isolated") {
+		return fmt.Errorf("Split with behavior %q is not supported (only Isolated)", c.Behavior)
+	}
+	var k splitKind
+	switch *c.Pattern.Regex {
+	case patternGPT2:
+		k = splitGPT2
+	case patternLlama3:
+		k = splitLlama3
+	case patternQwen2:
+		k = splitQwen2
+	default:
+		return fmt.Errorf("Split regex %q is not supported (known: the GPT-2, Llama 3 and Qwen2 patterns)", *c.Pattern.Regex)
+	}
+	t.pre.splits = append(t.pre.splits, k)
+	return nil
+}
+
+// preMetaspace reads a Metaspace pre-tokenizer: spaces become the replacement
+// character, which is also put in front as prepend_scheme (or the older
+// add_prefix_space) says, and with split the section is cut before each one.
+func (t *Tokenizer) preMetaspace(c *component, first bool) error {
+	if !first {
+		return errors.New("Metaspace after another pre-tokenizer is not supported")
+	}
+	repl := metaspaceReplacement(c)
+	t.pre.meta, t.pre.metaRepl = true, repl
+	t.pre.metaPrepend = prependAlways
+	switch {
+	case c.PrependScheme != nil:
+		switch *c.PrependScheme {
+		case "always":
+		case "first":
+			t.pre.metaPrepend = prependFirst
+		case "never":
+			t.pre.metaPrepend = prependNever
+		default:
+			return fmt.Errorf("Metaspace prepend_scheme %q is not known", *c.PrependScheme)
+		}
+	case c.AddPrefixSpace != nil && !*c.AddPrefixSpace:
+		t.pre.metaPrepend = prependNever
+	}
+	if c.Split == nil || *c.Split {
+		if repl != "▁" {
+			return fmt.Errorf("Metaspace split with replacement %q is not supported", repl)
+		}
+		t.pre.splits = append(t.pre.splits, splitMetaspace)
+	}
+	return nil
+}
+
+// metaspaceReplacement is the character a Metaspace component puts for a space: its
+// replacement, ▁ by default.
+func metaspaceReplacement(c *component) string {
+	if c.Replacement != nil && *c.Replacement != "" {
+		return *c.Replacement
+	}
+	return "▁"
 }
 
 // parsePostProcessor returns the special tokens the template puts before and after
@@ -654,81 +806,111 @@ func (t *Tokenizer) parseDecoder(raw json.RawMessage) error {
 	}
 	switch c.Type {
 	case "ByteLevel":
-		for id, tok := range t.vocab {
-			if t.attrs[id]&attrPresent == 0 {
-				continue
-			}
-			if raw, ok := byteLevelBytes(tok); ok {
-				t.pieces[id] = raw
-			} else {
-				t.pieces[id] = tok // Hugging Face passes such tokens through
-			}
-		}
+		t.decodeByteLevel()
 		return nil
 	case "Metaspace":
-		repl := "▁"
-		if c.Replacement != nil && *c.Replacement != "" {
-			repl = *c.Replacement
-		}
-		for id, tok := range t.vocab {
-			t.pieces[id] = strings.ReplaceAll(tok, repl, " ")
-		}
-		strip := true
-		if c.PrependScheme != nil && *c.PrependScheme == "never" || c.PrependScheme == nil && c.AddPrefixSpace != nil && !*c.AddPrefixSpace {
-			strip = false
-		}
-		if strip {
-			t.stripLeading = 1
-		}
+		t.decodeMetaspace(c)
 		return nil
 	case "Sequence":
-		var replFrom, replTo string
-		byteFallback, strip := false, 0
-		for _, sub := range c.Decoders {
-			d, err := parseComponent(sub)
-			if err != nil {
-				return err
-			}
-			switch d.Type {
-			case "Replace":
-				from, err := stringPattern(d.Pattern, "Replace decoder")
-				if err != nil {
-					return err
-				}
-				if replFrom != "" {
-					return errors.New("more than one Replace decoder is not supported")
-				}
-				replFrom = from
-				if d.Content != nil {
-					replTo = *d.Content
-				}
-			case "ByteFallback":
-				byteFallback = true
-			case "Fuse":
-			case "Strip":
-				if d.Content == nil || *d.Content != " " || d.Stop != 0 || d.Start < 0 {
-					return errors.New("Strip decoder is supported only for leading spaces")
-				}
-				strip = d.Start
-			default:
-				return fmt.Errorf("decoder type %q is not supported in a Sequence", d.Type)
-			}
+		seq, err := parseDecoderSequence(c.Decoders)
+		if err != nil {
+			return err
 		}
-		for id, tok := range t.vocab {
-			if t.attrs[id]&attrPresent == 0 {
-				continue
-			}
-			if b, ok := byteToken(tok); ok && byteFallback {
-				t.pieces[id] = string([]byte{b})
-				continue
-			}
-			if replFrom != "" {
-				tok = strings.ReplaceAll(tok, replFrom, replTo)
-			}
-			t.pieces[id] = tok
-		}
-		t.stripLeading = strip
+		t.decodeSequence(seq)
 		return nil
 	}
 	return fmt.Errorf("decoder type %q is not supported", c.Type)
+}
+
+// decodeByteLevel makes each token decode to the bytes its characters stand for in
+// GPT-2's byte table.
+func (t *Tokenizer) decodeByteLevel() {
+	for id, tok := range t.vocab {
+		if t.attrs[id]&attrPresent == 0 {
+			continue
+		}
+		if raw, ok := byteLevelBytes(tok); ok {
+			t.pieces[id] = raw
+		} else {
+			t.pieces[id] = tok // Hugging Face passes such tokens through
+		}
+	}
+}
+
+// decodeMetaspace makes the replacement character decode to a space, and removes the
+// space put in front of the text unless the decoder says none was put there.
+func (t *Tokenizer) decodeMetaspace(c *component) {
+	repl := metaspaceReplacement(c)
+	for id, tok := range t.vocab {
+		t.pieces[id] = strings.ReplaceAll(tok, repl, " ")
+	}
+	strip := true
+	if c.PrependScheme != nil && *c.PrependScheme == "never" || c.PrependScheme == nil && c.AddPrefixSpace != nil && !*c.AddPrefixSpace {
+		strip = false
+	}
+	if strip {
+		t.stripLeading = 1
+	}
+}
+
+// decoderSequence is what a Sequence of decoders does, in the combinations of
+// Replace, ByteFallback, Fuse and Strip that SentencePiece-style tokenizers use.
+type decoderSequence struct {
+	replFrom, replTo string // Replace: replFrom becomes replTo ("" for none)
+	byteFallback     bool   // <0xXX> tokens decode to their byte
+	strip            int    // Strip: leading spaces removed
+}
+
+// parseDecoderSequence reads the decoders of a Sequence.
+func parseDecoderSequence(decoders []json.RawMessage) (decoderSequence, error) {
+	var seq decoderSequence
+	for _, sub := range decoders {
+		d, err := parseComponent(sub)
+		if err != nil {
+			return seq, err
+		}
+		switch d.Type {
+		case "Replace":
+			from, err := stringPattern(d.Pattern, "Replace decoder")
+			if err != nil {
+				return seq, err
+			}
+			if seq.replFrom != "" {
+				return seq, errors.New("more than one Replace decoder is not supported")
+			}
+			seq.replFrom = from
+			if d.Content != nil {
+				seq.replTo = *d.Content
+			}
+		case "ByteFallback":
+			seq.byteFallback = true
+		case "Fuse":
+		case "Strip":
+			if d.Content == nil || *d.Content != " " || d.Stop != 0 || d.Start < 0 {
+				return seq, errors.New("Strip decoder is supported only for leading spaces")
+			}
+			seq.strip = d.Start
+		default:
+			return seq, fmt.Errorf("decoder type %q is not supported in a Sequence", d.Type)
+		}
+	}
+	return seq, nil
+}
+
+// decodeSequence sets each token's decoded text as seq says.
+func (t *Tokenizer) decodeSequence(seq decoderSequence) {
+	for id, tok := range t.vocab {
+		if t.attrs[id]&attrPresent == 0 {
+			continue
+		}
+		if b, ok := byteToken(tok); ok && seq.byteFallback {
+			t.pieces[id] = string([]byte{b})
+			continue
+		}
+		if seq.replFrom != "" {
+			tok = strings.ReplaceAll(tok, seq.replFrom, seq.replTo)
+		}
+		t.pieces[id] = tok
+	}
+	t.stripLeading = seq.strip
 }

@@ -143,92 +143,153 @@ type job struct {
 
 // parse validates a request and turns it into a job. Every problem is a 400 naming
 // the parameter, except an unknown model (404) and a prompt too long for the model
-// (413).
+// (413). The checks go in the order of the request's parts, the prompt last: it is
+// the costly one, tokenized only once everything else is known to be acceptable.
 func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
-	j := &job{chat: chat, created: time.Now().Unix(), model: s.names[0]}
-	if q.Model != nil && *q.Model != "" {
-		if !s.serves(*q.Model) {
-			return nil, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
-				Message: fmt.Sprintf("the model '%s' does not exist: this server serves %s", *q.Model, strings.Join(quoteAll(s.names), " and "))}
-		}
-		j.model = *q.Model
+	j := &job{chat: chat, created: time.Now().Unix(), id: newJobID(chat)}
+	var e *apiError
+	if j.model, e = s.requestedModel(q.Model); e != nil {
+		return nil, e
+	}
+	if e := checkUnsupported(q, chat); e != nil {
+		return nil, e
+	}
+	if j.stream, j.includeUsage, e = streamOptions(q); e != nil {
+		return nil, e
+	}
+	if j.req.Sampling, j.seeded, e = samplingParams(q); e != nil {
+		return nil, e
+	}
+	maxTokens, e := s.requestedMaxTokens(q, chat)
+	if e != nil {
+		return nil, e
+	}
+	if e := s.setStops(q, j); e != nil {
+		return nil, e
 	}
 	if chat {
-		j.id = "chatcmpl-" + randomID()
+		e = s.chatPrompt(q, j)
 	} else {
-		j.id = "cmpl-" + randomID()
+		e = s.completionPrompt(q, j)
 	}
-	if err := checkUnsupported(q, chat); err != nil {
-		return nil, err
+	if e != nil {
+		return nil, e
 	}
-	j.stream = q.Stream != nil && *q.Stream
-	if q.StreamOptions != nil {
-		if !j.stream {
-			return nil, badParam("stream_options", "stream_options is only allowed when stream is true")
-		}
-		j.includeUsage = q.StreamOptions.IncludeUsage != nil && *q.StreamOptions.IncludeUsage
+	if e := s.checkPromptLength(len(j.req.Prompt), chat); e != nil {
+		return nil, e
 	}
+	j.req.MaxTokens = tokenBudget(maxTokens, chat)
+	return j, nil
+}
 
-	p := sampler.Params{Temperature: 1, TopP: 1}
+// newJobID returns a fresh id in OpenAI's form: "chatcmpl-…" for chat, "cmpl-…" for
+// completions.
+func newJobID(chat bool) string {
+	if chat {
+		return "chatcmpl-" + randomID()
+	}
+	return "cmpl-" + randomID()
+}
+
+// requestedModel returns the name to answer with: the one the request gives, which
+// must be one the server answers to (404 otherwise), or the primary name.
+func (s *Server) requestedModel(name *string) (string, *apiError) {
+	if name == nil || *name == "" {
+		return s.names[0], nil
+	}
+	if !s.serves(*name) {
+		return "", &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
+			Message: fmt.Sprintf("the model '%s' does not exist: this server serves %s", *name, strings.Join(quoteAll(s.names), " and "))}
+	}
+	return *name, nil
+}
+
+// streamOptions reads stream and stream_options, which only a stream may have.
+func streamOptions(q *request) (stream, includeUsage bool, e *apiError) {
+	stream = q.Stream != nil && *q.Stream
+	if q.StreamOptions != nil {
+		if !stream {
+			return false, false, badParam("stream_options", "stream_options is only allowed when stream is true")
+		}
+		includeUsage = q.StreamOptions.IncludeUsage != nil && *q.StreamOptions.IncludeUsage
+	}
+	return stream, includeUsage, nil
+}
+
+// samplingParams reads the sampling parameters, each checked against its range, and
+// reports whether the request samples with a seed of its own, whose output must then
+// be reproducible. A request without a seed gets a random one.
+func samplingParams(q *request) (p sampler.Params, seeded bool, e *apiError) {
+	p = sampler.Params{Temperature: 1, TopP: 1}
 	if t := q.Temperature; t != nil {
 		if *t < 0 || *t > 2 {
-			return nil, badParam("temperature", "temperature %v is out of range: it must lie in [0, 2]", *t)
+			return p, false, badParam("temperature", "temperature %v is out of range: it must lie in [0, 2]", *t)
 		}
 		p.Temperature = *t
 	}
 	if t := q.TopP; t != nil {
 		if !(*t > 0 && *t <= 1) {
-			return nil, badParam("top_p", "top_p %v is out of range: it must lie in (0, 1]", *t)
+			return p, false, badParam("top_p", "top_p %v is out of range: it must lie in (0, 1]", *t)
 		}
 		p.TopP = *t
 	}
 	if k := q.TopK; k != nil {
 		if *k < -1 {
-			return nil, badParam("top_k", "top_k %d is out of range: it must be -1 or 0 (all tokens) or positive", *k)
+			return p, false, badParam("top_k", "top_k %d is out of range: it must be -1 or 0 (all tokens) or positive", *k)
 		}
 		p.TopK = max(*k, 0)
 	}
 	if m := q.MinP; m != nil {
 		if *m < 0 || *m > 1 {
-			return nil, badParam("min_p", "min_p %v is out of range: it must lie in [0, 1]", *m)
+			return p, false, badParam("min_p", "min_p %v is out of range: it must lie in [0, 1]", *m)
 		}
 		p.MinP = *m
 	}
 	if r := q.RepetitionPenalty; r != nil {
 		if !(*r > 0 && *r <= 10) {
-			return nil, badParam("repetition_penalty", "repetition_penalty %v is out of range: it must lie in (0, 10]", *r)
+			return p, false, badParam("repetition_penalty", "repetition_penalty %v is out of range: it must lie in (0, 10]", *r)
 		}
 		p.RepetitionPenalty = *r
 	}
 	if q.Seed != nil {
 		p.Seed = uint64(*q.Seed)
-		j.seeded = p.Temperature > 0
+		seeded = p.Temperature > 0
 	} else {
 		p.Seed = randomSeed()
 	}
 	if err := p.Validate(); err != nil {
-		return nil, badParam("", "%v", err)
+		return p, false, badParam("", "%v", err)
 	}
-	j.req.Sampling = p
+	return p, seeded, nil
+}
 
-	ctxLen := s.info.ContextLength
-	maxTokens := q.MaxTokens
-	param := "max_tokens"
+// requestedMaxTokens returns the request's bound on generated tokens, nil when it
+// sets none: max_tokens, or for chat max_completion_tokens, its newer name, which
+// wins. It must be positive and fit in the model's context.
+func (s *Server) requestedMaxTokens(q *request, chat bool) (*int, *apiError) {
+	maxTokens, param := q.MaxTokens, "max_tokens"
 	if chat && q.MaxCompletion != nil {
 		maxTokens, param = q.MaxCompletion, "max_completion_tokens"
 	}
-	if maxTokens != nil {
-		if *maxTokens < 1 {
-			return nil, badParam(param, "%s %d is out of range: it must be at least 1", param, *maxTokens)
-		}
-		if ctxLen > 0 && *maxTokens > ctxLen {
-			return nil, badParam(param, "%s %d is larger than the model's context length of %d tokens", param, *maxTokens, ctxLen)
-		}
+	if maxTokens == nil {
+		return nil, nil
 	}
+	if *maxTokens < 1 {
+		return nil, badParam(param, "%s %d is out of range: it must be at least 1", param, *maxTokens)
+	}
+	if ctxLen := s.info.ContextLength; ctxLen > 0 && *maxTokens > ctxLen {
+		return nil, badParam(param, "%s %d is larger than the model's context length of %d tokens", param, *maxTokens, ctxLen)
+	}
+	return maxTokens, nil
+}
 
-	stops, err := parseStop(q.Stop)
-	if err != nil {
-		return nil, err
+// setStops sets what ends the generation besides its length: the stop strings, which
+// need the text as it is generated, and the model's end-of-sequence tokens unless
+// ignore_eos is set.
+func (s *Server) setStops(q *request, j *job) *apiError {
+	stops, e := parseStop(q.Stop)
+	if e != nil {
+		return e
 	}
 	if len(stops) > 0 {
 		j.req.StopStrings = stops
@@ -237,33 +298,35 @@ func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 	if q.IgnoreEOS == nil || !*q.IgnoreEOS {
 		j.req.StopTokens = s.tok.EOS()
 	}
+	return nil
+}
 
-	if chat {
-		err = s.chatPrompt(q, j)
-	} else {
-		err = s.completionPrompt(q, j)
-	}
-	if err != nil {
-		return nil, err
-	}
-	n := len(j.req.Prompt)
-	if ctxLen > 0 && n >= ctxLen {
-		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
+// checkPromptLength refuses (413) a prompt of n tokens that leaves no room to
+// generate, in the model's context or in the whole key/value cache.
+func (s *Server) checkPromptLength(n int, chat bool) *apiError {
+	if ctxLen := s.info.ContextLength; ctxLen > 0 && n >= ctxLen {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
 			Message: fmt.Sprintf("the prompt is %d tokens long, and this model's context length is %d tokens: there is no room to generate", n, ctxLen)}
 	}
 	if need, have := n+1, s.kvCapacity(); have > 0 && need > have {
-		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
 			Message: fmt.Sprintf("the prompt is %d tokens long, and the server's whole key/value cache (-kv-budget) holds %d tokens", n, have)}
 	}
+	return nil
+}
+
+// tokenBudget is the job's MaxTokens: the request's bound, or by default as OpenAI
+// has it, the rest of the context for chat and defaultCompletionTokens for
+// completions.
+func tokenBudget(maxTokens *int, chat bool) int {
 	switch {
 	case maxTokens != nil:
-		j.req.MaxTokens = *maxTokens
+		return *maxTokens
 	case chat:
-		j.req.MaxTokens = 0 // to a stop or the end of the context
+		return 0 // to a stop or the end of the context
 	default:
-		j.req.MaxTokens = defaultCompletionTokens
+		return defaultCompletionTokens
 	}
-	return j, nil
 }
 
 func promptParam(chat bool) string {

@@ -167,13 +167,12 @@ func messageText(raw json.RawMessage, param string) (string, *apiError) {
 	return b.String(), nil
 }
 
-// guardAdjacentTags works around a whitespace-control bug of github.com/ardanlabs/jinja
-// (v1.8.0, still in v1.12.0): a tag's trimming ({%- -%}, {{- -}}, and the
-// trim_blocks and lstrip_blocks defaults of block tags) is applied to the nearest
-// text, even when another tag stands between, where Jinja2 applies it to the text
-// right beside the tag or to nothing. So "Effort: {{ x }}{%- endif %}" lost the space
-// after "Effort:", and "{% for m in messages %}{{ m }}\n{% endfor %}" lost its
-// newlines.
+// guardAdjacentTags works around a whitespace-control bug of github.com/ardanlabs/jinja:
+// a tag's trimming ({%- -%}, {{- -}}, and the trim_blocks and lstrip_blocks defaults
+// of block tags) is applied to the nearest text, even when another tag stands
+// between, where Jinja2 applies it to the text right beside the tag or to nothing.
+// Unguarded, "Effort: {{ x }}{%- endif %}" would lose the space after "Effort:", and
+// "{% for m in messages %}{{ m }}\n{% endfor %}" its newlines.
 //
 // Wherever two tags touch, it puts between them a little text that their own
 // trimming removes entirely — a newline after a block or comment tag (eaten by

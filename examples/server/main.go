@@ -45,15 +45,13 @@
 //   - Load: with -saturation N, a request admitted while N generations already run
 //     decodes without speculation (vLLM's speculative_disable_by_batch_size); the
 //     decision is made per request at admission, shown by specula_speculation_enabled
-//     and counted in specula_speculation_decisions_total. It is off by default because
-//     measurement says so: this CPU runtime runs each request's forward passes on
-//     their own (no batching across requests), so a draft saves as much work under
-//     load as alone — 16 concurrent streams of 128 tokens on 2 cores gave 427
-//     tokens/s always speculating, 331 with -saturation cores, 306 never speculating
-//     (go test ./examples/server -run XXX -bench ConcurrentStreams). Within a
-//     request the adaptive decoder (-num-speculative-tokens auto) measures, every
-//     step, what drafting costs and gains under the current load and drafts nothing
-//     when it does not pay.
+//     and counted in specula_speculation_decisions_total. It is off by default
+//     because this CPU runtime runs each request's forward passes on their own (no
+//     batching across requests), so a draft saves as much work under load as alone;
+//     go test ./examples/server -run XXX -bench ConcurrentStreams compares the
+//     settings on a given machine. Within a request the adaptive decoder
+//     (-num-speculative-tokens auto) measures, every step, what drafting costs and
+//     gains under the current load and drafts nothing when it does not pay.
 //   - Sampling with an explicit seed is reproducible: such requests always use a
 //     decoder with a fixed number of draft tokens (the adaptive choice depends on
 //     timing, and the random draws with it), whatever the load.
@@ -111,89 +109,138 @@ func main() {
 	}
 }
 
+// run serves the models the command line names until SIGINT or SIGTERM, then shuts
+// down gracefully.
 func run(args []string) error {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	addr := fs.String("addr", "localhost:8080", "address to listen on")
-	modelPath := fs.String("model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
-	draftPath := fs.String("draft-model", defaultDraft, `draft model ("none" for no draft model)`)
-	k := fs.String("num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
-	ngram := fs.Bool("ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
-	threads := fs.Int("threads", 0, "threads per forward pass (0: all cores)")
-	kvBudget := fs.String("kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-concurrent sequences at full context, at most 4GiB)")
-	ctxLen := fs.Int("ctx-size", 0, "lower the model's context length (0: the model's)")
-	maxConc := fs.Int("max-concurrent", 4*runtime.GOMAXPROCS(0), "generations that run at once")
-	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a generation slot; more get 429")
-	saturation := fs.String("saturation", "off", `the most running generations (the new one included) for a new request to speculate: a number, "cores", or "off" (always speculate; measured best on the CPU runtime)`)
-	pacing := fs.Duration("pacing", 0, "spread the tokens of each accepted burst over this window in streams, such as 20ms (0: off)")
-	name := fs.String("model-name", "", "a name clients may use for the model (default: its file name)")
-	tmplFile := fs.String("chat-template-file", "", "a Jinja chat template to use instead of the model's")
-	maxBody := fs.Int64("max-body", 1<<20, "largest request body in bytes")
-	grace := fs.Duration("shutdown-timeout", 30*time.Second, "how long running generations may finish after SIGINT or SIGTERM")
-	quiet := fs.Bool("quiet", false, "no request log")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	f, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-
-	cfg := Config{
-		Model: *modelPath, ModelName: *name, NGram: *ngram, Threads: *threads, ContextLength: *ctxLen,
-		MaxConcurrent: *maxConc, MaxQueue: *maxQueue, Pacing: *pacing, MaxBodyBytes: *maxBody,
-	}
-	if *draftPath != "none" {
-		cfg.DraftModel = *draftPath
-	}
-	var err error
-	if cfg.SpeculativeTokens, cfg.Adaptive, err = parseK(*k); err != nil {
+	cfg, err := f.config()
+	if err != nil {
 		return err
 	}
-	if cfg.KVBudget, err = parseBytes(*kvBudget); err != nil {
-		return fmt.Errorf("-kv-budget: %w", err)
-	}
-	switch *saturation {
-	case "off":
-	case "cores":
-		cfg.Saturation = runtime.GOMAXPROCS(0)
-	default:
-		n, err := strconv.Atoi(*saturation)
-		if err != nil || n < 1 {
-			return fmt.Errorf(`-saturation %q: want a positive number, "cores" or "off"`, *saturation)
-		}
-		cfg.Saturation = n
-	}
-	if *tmplFile != "" {
-		b, err := os.ReadFile(*tmplFile)
-		if err != nil {
-			return err
-		}
-		cfg.ChatTemplate = string(b)
-	}
-	for _, p := range []string{cfg.Model, cfg.DraftModel} {
-		if (p == defaultModel || p == defaultDraft) && !exists(p) {
-			return fmt.Errorf("the demo model %s is missing: run from the repository root, or pass -model and -draft-model", p)
-		}
-	}
-	level := slog.LevelInfo
-	if *quiet {
-		level = slog.LevelWarn
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(f.quiet)
 	cfg.Logger = log
-
 	srv, err := New(cfg)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		return err
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving", "addr", "http://"+ln.Addr().String()+"/v1", "models", srv.names,
-		"speculative_tokens", *k, "max_concurrent", cfg.MaxConcurrent, "chat_template", srv.chat != nil)
+		"speculative_tokens", f.k, "max_concurrent", cfg.MaxConcurrent, "chat_template", srv.chat != nil)
+	return serveUntilSignal(hs, ln, srv, log, f.grace)
+}
 
+// flags is the command line, as given.
+type flags struct {
+	addr, model, draft, k, kvBudget, saturation, name, tmplFile string
+	threads, ctxLen, maxConc, maxQueue                          int
+	ngram, quiet                                                bool
+	pacing, grace                                               time.Duration
+	maxBody                                                     int64
+}
+
+// parseFlags reads the command line; -h and -help give flag.ErrHelp.
+func parseFlags(args []string) (*flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.StringVar(&f.addr, "addr", "localhost:8080", "address to listen on")
+	fs.StringVar(&f.model, "model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
+	fs.StringVar(&f.draft, "draft-model", defaultDraft, `draft model ("none" for no draft model)`)
+	fs.StringVar(&f.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
+	fs.BoolVar(&f.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
+	fs.IntVar(&f.threads, "threads", 0, "threads per forward pass (0: all cores)")
+	fs.StringVar(&f.kvBudget, "kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-concurrent sequences at full context, at most 4GiB)")
+	fs.IntVar(&f.ctxLen, "ctx-size", 0, "lower the model's context length (0: the model's)")
+	fs.IntVar(&f.maxConc, "max-concurrent", 4*runtime.GOMAXPROCS(0), "generations that run at once")
+	fs.IntVar(&f.maxQueue, "max-queue", 64, "requests that may wait for a generation slot; more get 429")
+	fs.StringVar(&f.saturation, "saturation", "off", `the most running generations (the new one included) for a new request to speculate: a number, "cores", or "off" (always speculate; measured best on the CPU runtime)`)
+	fs.DurationVar(&f.pacing, "pacing", 0, "spread the tokens of each accepted burst over this window in streams, such as 20ms (0: off)")
+	fs.StringVar(&f.name, "model-name", "", "a name clients may use for the model (default: its file name)")
+	fs.StringVar(&f.tmplFile, "chat-template-file", "", "a Jinja chat template to use instead of the model's")
+	fs.Int64Var(&f.maxBody, "max-body", 1<<20, "largest request body in bytes")
+	fs.DurationVar(&f.grace, "shutdown-timeout", 30*time.Second, "how long running generations may finish after SIGINT or SIGTERM")
+	fs.BoolVar(&f.quiet, "quiet", false, "no request log")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// config turns the flags into the server's Config, reading those that need it. It
+// checks that the demo models are there when they are meant, since a missing one
+// most likely means the command runs from the wrong directory.
+func (f *flags) config() (Config, error) {
+	cfg := Config{
+		Model: f.model, ModelName: f.name, NGram: f.ngram, Threads: f.threads, ContextLength: f.ctxLen,
+		MaxConcurrent: f.maxConc, MaxQueue: f.maxQueue, Pacing: f.pacing, MaxBodyBytes: f.maxBody,
+	}
+	if f.draft != "none" {
+		cfg.DraftModel = f.draft
+	}
+	var err error
+	if cfg.SpeculativeTokens, cfg.Adaptive, err = parseK(f.k); err != nil {
+		return Config{}, err
+	}
+	if cfg.KVBudget, err = parseBytes(f.kvBudget); err != nil {
+		return Config{}, fmt.Errorf("-kv-budget: %w", err)
+	}
+	if cfg.Saturation, err = parseSaturation(f.saturation); err != nil {
+		return Config{}, err
+	}
+	if f.tmplFile != "" {
+		b, err := os.ReadFile(f.tmplFile)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.ChatTemplate = string(b)
+	}
+	for _, p := range []string{cfg.Model, cfg.DraftModel} {
+		if (p == defaultModel || p == defaultDraft) && !exists(p) {
+			return Config{}, fmt.Errorf("the demo model %s is missing: run from the repository root, or pass -model and -draft-model", p)
+		}
+	}
+	return cfg, nil
+}
+
+// parseSaturation reads -saturation: "off" (0, never turn speculation off), "cores"
+// (GOMAXPROCS) or a positive number.
+func parseSaturation(s string) (int, error) {
+	switch s {
+	case "off":
+		return 0, nil
+	case "cores":
+		return runtime.GOMAXPROCS(0), nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf(`-saturation %q: want a positive number, "cores" or "off"`, s)
+	}
+	return n, nil
+}
+
+// newLogger logs to standard error: the request log and notices, or with quiet only
+// warnings.
+func newLogger(quiet bool) *slog.Logger {
+	level := slog.LevelInfo
+	if quiet {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// serveUntilSignal serves hs on ln until it fails or SIGINT or SIGTERM comes, then
+// shuts down: no new requests, and running generations get grace to finish.
+func serveUntilSignal(hs *http.Server, ln net.Listener, srv *Server, log *slog.Logger, grace time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
@@ -204,8 +251,15 @@ func run(args []string) error {
 	case <-ctx.Done():
 	}
 	stop() // a second signal kills at once
-	log.Info("shutting down", "grace", *grace)
-	sctx, cancel := context.WithTimeout(context.Background(), *grace)
+	return shutdown(hs, srv, log, grace)
+}
+
+// shutdown stops the HTTP server from accepting requests and lets the running
+// generations finish for grace before cancelling them; then it waits a little for
+// the handlers to return, and closes the connections that remain.
+func shutdown(hs *http.Server, srv *Server, log *slog.Logger, grace time.Duration) error {
+	log.Info("shutting down", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- hs.Shutdown(context.Background()) }() // stops listening now; returns when handlers have

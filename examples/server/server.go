@@ -65,12 +65,10 @@ type Config struct {
 	// included) for a newly admitted request to decode speculatively; with more, it
 	// decodes without speculation, as with vLLM's speculative_disable_by_batch_size:
 	// where a runtime batches requests together, a busy server gains little from
-	// drafts. 0 never turns speculation off, which is
-	// right for specula's CPU runtime: it runs each request's forward passes on their
-	// own, so a draft saves as much work under load as alone (BenchmarkConcurrentStreams,
-	// 16 streams of 128 tokens on 2 cores: 427 tokens/s always speculating, 331 with
-	// Saturation 2, 306 never speculating). The adaptive decoder still drafts nothing
-	// in a step where drafting does not pay.
+	// drafts. 0 never turns speculation off, which suits specula's CPU runtime: it
+	// runs each request's forward passes on their own, so a draft saves as much work
+	// under load as alone (BenchmarkConcurrentStreams compares the settings). The
+	// adaptive decoder still drafts nothing in a step where drafting does not pay.
 	Saturation int
 	// Pacing, when positive, spreads the tokens of each accepted burst evenly over
 	// this window (15–20 ms is plenty) in streamed responses.
@@ -179,8 +177,11 @@ func (s *Server) load() error {
 	if err := s.loadChatTemplate(); err != nil {
 		return err
 	}
-	s.plainDec, err = spec.New(s.target, nil, spec.Options{})
+	tgt, err := target.NewLocal(s.target)
 	if err != nil {
+		return err
+	}
+	if s.plainDec, err = spec.New(tgt, nil, spec.Options{}); err != nil {
 		return err
 	}
 	k := s.cfg.SpeculativeTokens
@@ -191,10 +192,13 @@ func (s *Server) load() error {
 		k = min(k, spec.MaxK)
 	}
 	drafter, err := s.loadDrafter(opts)
-	if err != nil || drafter == nil {
+	if err != nil {
 		return err
 	}
-	return s.makeSpecDecoders(drafter, k)
+	if drafter == nil {
+		return nil // nothing to draft with
+	}
+	return s.makeSpecDecoders(tgt, drafter, k)
 }
 
 // targetOptions returns the target's runtime options. Without a KVBudget the cache
@@ -287,7 +291,7 @@ func (s *Server) loadDrafter(opts llama.Options) (draft.Drafter, error) {
 		if err := tokenizer.Compatible(dtok, s.tok); err != nil {
 			return nil, fmt.Errorf("the draft model %s cannot draft for %s: %w", cfg.DraftModel, cfg.Model, err)
 		}
-		d, err := draft.NewModel(dm)
+		d, err := draft.NewSmallModel(dm)
 		if err != nil {
 			return nil, err
 		}
@@ -303,20 +307,20 @@ func (s *Server) loadDrafter(opts llama.Options) (draft.Drafter, error) {
 	return drafter, nil
 }
 
-// makeSpecDecoders makes the speculative decoder, drafting up to k tokens a step,
-// and the one for seeded sampling. Sampling with a seed must give the same text
-// every time, but the adaptive choice of K depends on timing, and so would the
+// makeSpecDecoders makes the speculative decoder on tgt, drafting up to k tokens a
+// step, and the one for seeded sampling. Sampling with a seed must give the same
+// text every time, but the adaptive choice of K depends on timing, and so would the
 // random draws: seeded requests get a decoder with a fixed K (and the same drafter).
-func (s *Server) makeSpecDecoders(drafter draft.Drafter, k int) error {
+func (s *Server) makeSpecDecoders(tgt target.Target, drafter draft.Drafter, k int) error {
 	var err error
 	o := spec.Options{K: k, Adaptive: s.cfg.Adaptive}
-	if s.specDec, err = spec.New(s.target, drafter, o); err != nil {
+	if s.specDec, err = spec.New(tgt, drafter, o); err != nil {
 		return err
 	}
 	s.maxK = k
 	s.seededDec = s.specDec
 	if s.cfg.Adaptive {
-		if s.seededDec, err = spec.New(s.target, drafter, spec.Options{K: min(k, seededK)}); err != nil {
+		if s.seededDec, err = spec.New(tgt, drafter, spec.Options{K: min(k, seededK)}); err != nil {
 			return err
 		}
 	}

@@ -88,138 +88,215 @@ func Parse(data []byte) (*File, error) {
 	return parse("<memory>", data)
 }
 
+// parse reads the file's parts in order — header, metadata, tensor infos — and then
+// checks that every tensor's data lies in the data section. Counts in the file are
+// bounded by what the rest of the file could hold before anything is allocated for
+// them, so a false count fails as a truncated file rather than a huge allocation.
 func parse(name string, data []byte) (*File, error) {
-	errf := func(format string, args ...any) error {
-		return fmt.Errorf("gguf: %s: "+format, append([]any{name}, args...)...)
+	p := &parser{name: name, decoder: decoder{b: data}}
+	version, nt, nkv, err := p.header()
+	if err != nil {
+		return nil, err
 	}
-	if len(data) < headerSize {
-		if len(data) >= 4 && string(data[:4]) != magic {
-			return nil, errf("not a GGUF file (magic %q, want %q)", data[:4], magic)
-		}
-		return nil, errf("%w", eofError{"the header"})
-	}
-	if string(data[:4]) != magic {
-		return nil, errf("not a GGUF file (magic %q, want %q)", data[:4], magic)
-	}
-	d := &decoder{b: data, off: 4}
-	version, _ := d.u32()
-	switch {
-	case version == 2 || version == 3:
-	case version&0xffff == 0 && (bits.ReverseBytes32(version) == 2 || bits.ReverseBytes32(version) == 3):
-		return nil, errf("big-endian GGUF files are not supported (version %d byte-swapped)", bits.ReverseBytes32(version))
-	default:
-		return nil, errf("GGUF version %d is not supported (only versions 2 and 3)", version)
-	}
-	nt, _ := d.u64()
-	nkv, _ := d.u64()
-
 	f := &File{
 		Version:   version,
 		Alignment: DefaultAlignment,
 		name:      name,
 		data:      data,
 	}
+	if err := p.metadata(f, nkv); err != nil {
+		return nil, err
+	}
+	if err := p.alignment(f); err != nil {
+		return nil, err
+	}
+	if err := p.tensorInfos(f, nt); err != nil {
+		return nil, err
+	}
+	if err := p.dataSection(f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
 
-	// Counts are bounded by what the rest of the file could hold before anything is
-	// allocated for them; a false count then fails as a truncated file.
-	capKV := int(min(nkv, uint64(d.left()/minKVSize)))
+// parser reads one file; its errors name the file.
+type parser struct {
+	name string
+	decoder
+}
+
+// errf returns an error that names the file.
+func (p *parser) errf(format string, args ...any) error {
+	return fmt.Errorf("gguf: %s: "+format, append([]any{p.name}, args...)...)
+}
+
+// header checks the magic and the version, which must be a little-endian 2 or 3, and
+// returns the version and the counts of tensors and metadata entries.
+func (p *parser) header() (version uint32, nt, nkv uint64, err error) {
+	data := p.b
+	if len(data) < headerSize {
+		if len(data) >= 4 && string(data[:4]) != magic {
+			return 0, 0, 0, p.errf("not a GGUF file (magic %q, want %q)", data[:4], magic)
+		}
+		return 0, 0, 0, p.errf("%w", eofError{"the header"})
+	}
+	if string(data[:4]) != magic {
+		return 0, 0, 0, p.errf("not a GGUF file (magic %q, want %q)", data[:4], magic)
+	}
+	p.off = 4
+	version, _ = p.u32()
+	swapped := bits.ReverseBytes32(version)
+	switch {
+	case version == 2 || version == 3:
+	case version&0xffff == 0 && (swapped == 2 || swapped == 3):
+		return 0, 0, 0, p.errf("big-endian GGUF files are not supported (version %d byte-swapped)", swapped)
+	default:
+		return 0, 0, 0, p.errf("GGUF version %d is not supported (only versions 2 and 3)", version)
+	}
+	nt, _ = p.u64()
+	nkv, _ = p.u64()
+	return version, nt, nkv, nil
+}
+
+// metadata reads the nkv key/value pairs; a key may appear only once.
+func (p *parser) metadata(f *File, nkv uint64) error {
+	capKV := int(min(nkv, uint64(p.left()/minKVSize)))
 	f.KV = make([]KeyValue, 0, capKV)
 	f.kvIndex = make(map[string]int, capKV)
 	for i := uint64(0); i < nkv; i++ {
-		key, ok := d.str()
+		key, ok := p.str()
 		if !ok {
-			return nil, errf("%w", eofError{fmt.Sprintf("the key of metadata entry %d", i)})
+			return p.errf("%w", eofError{fmt.Sprintf("the key of metadata entry %d", i)})
 		}
 		if _, dup := f.kvIndex[key]; dup {
-			return nil, errf("key %q: duplicate key (metadata entry %d)", key, i)
+			return p.errf("key %q: duplicate key (metadata entry %d)", key, i)
 		}
-		t, ok := d.u32()
+		t, ok := p.u32()
 		if !ok {
-			return nil, errf("key %q: %w", key, eofError{"its value type"})
+			return p.errf("key %q: %w", key, eofError{"its value type"})
 		}
-		v, err := d.value(Type(t), 0)
+		v, err := p.value(Type(t), 0)
 		if err != nil {
-			return nil, errf("key %q: %w", key, err)
+			return p.errf("key %q: %w", key, err)
 		}
 		f.kvIndex[key] = len(f.KV)
 		f.KV = append(f.KV, KeyValue{Key: key, Value: v})
 	}
+	return nil
+}
 
-	if v, ok := f.Value(AlignmentKey); ok {
-		a, isU32 := v.x.(uint32)
-		if !isU32 {
-			return nil, errf("key %q: alignment is %s, want uint32", AlignmentKey, v.Type())
-		}
-		if a == 0 || a&(a-1) != 0 {
-			return nil, errf("key %q: alignment %d is not a power of two", AlignmentKey, a)
-		}
-		f.Alignment = int(a)
+// alignment sets f.Alignment from general.alignment, when the metadata has it: a
+// uint32 power of two, since the data offsets are rounded up to it.
+func (p *parser) alignment(f *File) error {
+	v, ok := f.Value(AlignmentKey)
+	if !ok {
+		return nil
 	}
+	a, isU32 := v.x.(uint32)
+	if !isU32 {
+		return p.errf("key %q: alignment is %s, want uint32", AlignmentKey, v.Type())
+	}
+	if a == 0 || a&(a-1) != 0 {
+		return p.errf("key %q: alignment %d is not a power of two", AlignmentKey, a)
+	}
+	f.Alignment = int(a)
+	return nil
+}
 
-	capT := int(min(nt, uint64(d.left()/minTIsize)))
+// tensorInfos reads the nt tensor infos; a name may appear only once.
+func (p *parser) tensorInfos(f *File, nt uint64) error {
+	capT := int(min(nt, uint64(p.left()/minTIsize)))
 	f.Tensors = make([]Tensor, 0, capT)
 	f.tensorIndex = make(map[string]int, capT)
 	for i := uint64(0); i < nt; i++ {
-		eof := func() error {
-			return eofError{fmt.Sprintf("tensor info %d", i)}
-		}
-		tname, ok := d.str()
-		if !ok {
-			return nil, errf("%w", eof())
-		}
-		if _, dup := f.tensorIndex[tname]; dup {
-			return nil, errf("tensor %q: duplicate tensor name (tensor info %d)", tname, i)
-		}
-		nd, ok := d.u32()
-		if !ok {
-			return nil, errf("tensor %q: %w", tname, eof())
-		}
-		if nd < 1 || nd > MaxDims {
-			return nil, errf("tensor %q: %d dimensions, want 1 to %d", tname, nd, MaxDims)
-		}
-		dims := make([]int64, nd)
-		for j := range dims {
-			n, ok := d.u64()
-			if !ok {
-				return nil, errf("tensor %q: %w", tname, eof())
-			}
-			if n > math.MaxInt64 {
-				return nil, errf("tensor %q: dimension %d is %d, beyond the int64 range", tname, j, n)
-			}
-			dims[j] = int64(n)
-		}
-		typ, ok := d.u32()
-		if !ok {
-			return nil, errf("tensor %q: %w", tname, eof())
-		}
-		off, ok := d.u64()
-		if !ok {
-			return nil, errf("tensor %q: %w", tname, eof())
-		}
-		size, err := tensorSize(dtype.DType(typ), dims)
+		t, err := p.tensorInfo(f, i)
 		if err != nil {
-			return nil, errf("tensor %q: %w", tname, err)
+			return err
 		}
-		if off%uint64(f.Alignment) != 0 {
-			return nil, errf("tensor %q: data offset %d is not a multiple of the alignment %d", tname, off, f.Alignment)
-		}
-		if off > math.MaxInt64 {
-			return nil, errf("tensor %q: data offset %d beyond the end of the file (size %d)", tname, off, len(data))
-		}
-		f.tensorIndex[tname] = len(f.Tensors)
-		f.Tensors = append(f.Tensors, Tensor{Name: tname, Type: dtype.DType(typ), Dims: dims, Offset: int64(off), Size: size})
+		f.tensorIndex[t.Name] = len(f.Tensors)
+		f.Tensors = append(f.Tensors, t)
 	}
+	return nil
+}
 
-	f.DataOffset = alignUp(int64(d.off), int64(f.Alignment))
+// tensorInfo reads tensor info i: name, shape, type and data offset. It checks the
+// shape and type and that the offset is aligned; dataSection checks the extent.
+func (p *parser) tensorInfo(f *File, i uint64) (Tensor, error) {
+	name, ok := p.str()
+	if !ok {
+		return Tensor{}, p.errf("%w", tensorEOF(i))
+	}
+	if _, dup := f.tensorIndex[name]; dup {
+		return Tensor{}, p.errf("tensor %q: duplicate tensor name (tensor info %d)", name, i)
+	}
+	dims, err := p.dims(name, i)
+	if err != nil {
+		return Tensor{}, err
+	}
+	typ, ok := p.u32()
+	if !ok {
+		return Tensor{}, p.errf("tensor %q: %w", name, tensorEOF(i))
+	}
+	off, ok := p.u64()
+	if !ok {
+		return Tensor{}, p.errf("tensor %q: %w", name, tensorEOF(i))
+	}
+	size, err := tensorSize(dtype.DType(typ), dims)
+	if err != nil {
+		return Tensor{}, p.errf("tensor %q: %w", name, err)
+	}
+	if off%uint64(f.Alignment) != 0 {
+		return Tensor{}, p.errf("tensor %q: data offset %d is not a multiple of the alignment %d", name, off, f.Alignment)
+	}
+	if off > math.MaxInt64 {
+		return Tensor{}, p.errf("tensor %q: data offset %d beyond the end of the file (size %d)", name, off, len(p.b))
+	}
+	return Tensor{Name: name, Type: dtype.DType(typ), Dims: dims, Offset: int64(off), Size: size}, nil
+}
+
+// tensorEOF is the error of a file that ends inside tensor info i.
+func tensorEOF(i uint64) error {
+	return eofError{fmt.Sprintf("tensor info %d", i)}
+}
+
+// dims reads the shape of tensor name, of tensor info i: the number of dimensions, 1
+// to MaxDims, and each dimension, which must fit an int64.
+func (p *parser) dims(name string, i uint64) ([]int64, error) {
+	nd, ok := p.u32()
+	if !ok {
+		return nil, p.errf("tensor %q: %w", name, tensorEOF(i))
+	}
+	if nd < 1 || nd > MaxDims {
+		return nil, p.errf("tensor %q: %d dimensions, want 1 to %d", name, nd, MaxDims)
+	}
+	dims := make([]int64, nd)
+	for j := range dims {
+		n, ok := p.u64()
+		if !ok {
+			return nil, p.errf("tensor %q: %w", name, tensorEOF(i))
+		}
+		if n > math.MaxInt64 {
+			return nil, p.errf("tensor %q: dimension %d is %d, beyond the int64 range", name, j, n)
+		}
+		dims[j] = int64(n)
+	}
+	return dims, nil
+}
+
+// dataSection sets where the data section starts, the first aligned offset after the
+// tensor infos, and checks that every tensor's data lies inside the file.
+func (p *parser) dataSection(f *File) error {
+	size := int64(len(p.b))
+	f.DataOffset = alignUp(int64(p.off), int64(f.Alignment))
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
 		// Offset < 2^63 and Size < 2^62, so this compares without overflow.
-		if t.Offset > int64(len(data)) || t.Size > int64(len(data))-f.DataOffset-t.Offset {
+		if t.Offset > size || t.Size > size-f.DataOffset-t.Offset {
 			start := uint64(f.DataOffset) + uint64(t.Offset)
-			return nil, errf("tensor %q: data [%d, %d) beyond the end of the file (size %d)", t.Name, start, start+uint64(t.Size), len(data))
+			return p.errf("tensor %q: data [%d, %d) beyond the end of the file (size %d)", t.Name, start, start+uint64(t.Size), len(p.b))
 		}
 	}
-	return f, nil
+	return nil
 }
 
 // tensorSize checks a tensor's type and shape and returns its size in bytes.
@@ -282,6 +359,11 @@ func (d *decoder) value(t Type, depth int) (Value, error) {
 	if !ok {
 		return Value{}, eofError{"a " + t.String()}
 	}
+	return scalar(t, p)
+}
+
+// scalar decodes p, a value of the fixed-size type t.
+func scalar(t Type, p []byte) (Value, error) {
 	le := binary.LittleEndian
 	switch t {
 	case TypeUint8:
@@ -326,15 +408,7 @@ func (d *decoder) array(et Type, n uint64, depth int) (Value, error) {
 		if n > uint64(d.left()/minArray) {
 			return Value{}, tooLong()
 		}
-		vs := make([]Value, n)
-		for i := range vs {
-			v, err := d.value(TypeArray, depth)
-			if err != nil {
-				return Value{}, fmt.Errorf("array element %d: %w", i, err)
-			}
-			vs[i] = v
-		}
-		return Value{vs}, nil
+		return d.arrays(n, depth)
 	}
 	size := et.size()
 	if size == 0 {
@@ -344,6 +418,25 @@ func (d *decoder) array(et Type, n uint64, depth int) (Value, error) {
 		return Value{}, tooLong()
 	}
 	p, _ := d.take(int(n) * size)
+	return packed(et, p)
+}
+
+// arrays reads an array of n arrays; depth counts the array that holds them and
+// those around it.
+func (d *decoder) arrays(n uint64, depth int) (Value, error) {
+	vs := make([]Value, n)
+	for i := range vs {
+		v, err := d.value(TypeArray, depth)
+		if err != nil {
+			return Value{}, fmt.Errorf("array element %d: %w", i, err)
+		}
+		vs[i] = v
+	}
+	return Value{vs}, nil
+}
+
+// packed decodes p, the elements of an array of the fixed-size type et.
+func packed(et Type, p []byte) (Value, error) {
 	le := binary.LittleEndian
 	switch et {
 	case TypeUint8:
@@ -385,8 +478,9 @@ func decode[T any](p []byte, size int, conv func([]byte) T) []T {
 	return out
 }
 
-// strings reads an array of n strings. All of them are copied out of the file with
-// one allocation: a vocabulary of 150,000 tokens costs two allocations, not 150,000.
+// strings reads an array of n strings. All of them are copied out of the file in one
+// block, rather than one allocation per string, since a vocabulary is a long array of
+// short strings.
 func (d *decoder) strings(n uint64) (Value, error) {
 	if n > uint64(d.left()/8) {
 		return Value{}, eofError{fmt.Sprintf("an array of %d strings", n)}

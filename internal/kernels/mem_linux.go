@@ -11,8 +11,7 @@ const hugePage = 2 << 20
 
 // weightBytes allocates the storage of a repacked matrix. Large ones are mapped
 // anonymously and advised to use transparent huge pages: a decoding pass streams
-// every weight once, and with 4 KiB pages every 4 KiB of it costs a TLB miss (a
-// 1 GiB stream read 5-8 % faster on 2 MiB pages). owner is the value whose lifetime
+// every weight once, and with 4 KiB pages every 4 KiB of it costs a TLB miss. owner is the value whose lifetime
 // the memory follows: it is unmapped when the matrix is collected.
 func weightBytes(n int, owner *Matrix) []byte {
 	if n < hugePage {
