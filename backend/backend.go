@@ -92,14 +92,26 @@ type Backend interface {
 	// MaxRows is the most rows one pass may take (0: no limit); the caller cuts
 	// longer forwards into passes.
 	MaxRows() int
-	// Run runs f over one pass of p. The backend may serialise passes (one device,
-	// one stream); the CPU backend runs passes of different goroutines side by side.
-	// f's operations do not return errors: the first one fails the pass, the rest
-	// do nothing, and Run returns that error (or f's).
-	Run(ctx context.Context, p *Plan, f func(Pass) error) error
+	// Run runs the layers over one pass of p. The backend may serialise passes (one
+	// device, one stream); the CPU backend runs passes of different goroutines side by
+	// side. The operations do not return errors: the first one fails the pass, the
+	// rest do nothing, and Run returns that error (or the layers').
+	Run(ctx context.Context, p *Plan, l Layers) error
 	// Close releases the backend's memory. Its models must not be used after.
 	Close() error
 }
+
+// Layers is what a pass runs over its rows: a model's architecture, as one call per
+// pass (an interface rather than a func, so that a pass allocates no closure).
+type Layers interface {
+	Layers(ctx context.Context, ps Pass) error
+}
+
+// LayersFunc is a function as [Layers].
+type LayersFunc func(ctx context.Context, ps Pass) error
+
+// Layers implements [Layers].
+func (f LayersFunc) Layers(ctx context.Context, ps Pass) error { return f(ctx, ps) }
 
 // Act names an activation buffer of a pass: rows × the width given.
 type Act int

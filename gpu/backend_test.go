@@ -160,19 +160,23 @@ func load(t testing.TB, be backend.Backend, w *testWeights) *testModel {
 	return m
 }
 
-// pass is model/llama's layer loop.
-func (m *testModel) pass(ps backend.Pass) error {
+// pass runs every operation of a pass at least once, in an order of its own: a probe of
+// the operations, not a model (model/llama's layer loop is checked on the host device
+// in that package). The MLP ops run once on the embeddings, then each layer's
+// attention ops, so that every layer's key/value stores and reads are exercised.
+func (m *testModel) pass(_ context.Context, ps backend.Pass) error {
 	ps.Embed(m.embed)
+	first := &m.layers[0]
+	ps.Norm(backend.XN, backend.X, first.ffnNorm)
+	ps.Mul(backend.GateUp, backend.XN, first.gateUp)
+	ps.SiLUMul()
+	ps.MulAdd(backend.X, backend.Hidden, first.down)
 	for l := range m.layers {
 		ly := &m.layers[l]
 		ps.Norm(backend.XN, backend.X, ly.attnNorm)
 		ps.Mul(backend.QKV, backend.XN, ly.qkv)
 		ps.Attention(l, ly.bias)
 		ps.MulAdd(backend.X, backend.Att, ly.o)
-		ps.Norm(backend.XN, backend.X, ly.ffnNorm)
-		ps.Mul(backend.GateUp, backend.XN, ly.gateUp)
-		ps.SiLUMul()
-		ps.MulAdd(backend.X, backend.Hidden, ly.down)
 	}
 	ps.Logits(m.outNorm, m.embed)
 	return nil
@@ -191,7 +195,7 @@ func (m *testModel) forward(t testing.TB, seqs []*kvcache.Seq, batches []model.B
 		out[i] = make([]float32, len(b.Outputs)*m.vocab)
 		p.Add(s, s.Len()-len(b.Tokens), b, 0, len(b.Tokens), out[i], m.invFreq)
 	}
-	require.NoError(t, m.be.Run(context.Background(), &p, m.pass))
+	require.NoError(t, m.be.Run(context.Background(), &p, backend.LayersFunc(m.pass)))
 	return out
 }
 
@@ -365,7 +369,7 @@ func TestHostBackendErrors(t *testing.T) {
 	var p backend.Plan
 	p.Reset()
 	p.Tokens = []int32{1}
-	assert.ErrorContains(t, g.Run(ctx, &p, func(backend.Pass) error { return nil }), "no key/value cache")
+	assert.ErrorContains(t, g.Run(ctx, &p, backend.LayersFunc(func(context.Context, backend.Pass) error { return nil })), "no key/value cache")
 	pool, err := g.KV(0, 1<<20)
 	require.NoError(t, err)
 	assert.Equal(t, kvcache.DefaultBlockSize, pool.Stats().BlockSize)
@@ -378,19 +382,19 @@ func TestHostBackendErrors(t *testing.T) {
 	require.NoError(t, seq.Grow(toks))
 	p.Reset()
 	p.Add(seq, 0, model.Batch{Tokens: toks}, 0, 5, nil, []float64{1, 0.1})
-	assert.ErrorContains(t, g.Run(ctx, &p, func(backend.Pass) error { return nil }), "at most 4")
+	assert.ErrorContains(t, g.Run(ctx, &p, backend.LayersFunc(func(context.Context, backend.Pass) error { return nil })), "at most 4")
 	p.Reset()
 	p.Add(seq, 0, model.Batch{Tokens: toks}, 0, 4, nil, []float64{1, 0.1})
 	other := cpu.New(s, 1)
 	defer other.Close()
 	foreign, err := other.Matrix(w.embed)
 	require.NoError(t, err)
-	assert.ErrorContains(t, g.Run(ctx, &p, func(ps backend.Pass) error {
+	assert.ErrorContains(t, g.Run(ctx, &p, backend.LayersFunc(func(_ context.Context, ps backend.Pass) error {
 		ps.Embed(foreign)
 		return nil
-	}), "another backend")
+	})), "another backend")
 	want := errors.New("the pass's own error")
-	assert.ErrorIs(t, g.Run(ctx, &p, func(backend.Pass) error { return want }), want)
+	assert.ErrorIs(t, g.Run(ctx, &p, backend.LayersFunc(func(context.Context, backend.Pass) error { return want })), want)
 
 	_, err = g.RandomMatrix(dtype.Q4_0, 2, 32, 1, 1)
 	assert.ErrorContains(t, err, "not supported")
@@ -406,5 +410,5 @@ func TestHostBackendErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "backend is closed")
 	_, err = g.Vector(w.outNorm)
 	assert.ErrorContains(t, err, "backend is closed")
-	assert.ErrorContains(t, g.Run(ctx, &p, func(backend.Pass) error { return nil }), "backend is closed")
+	assert.ErrorContains(t, g.Run(ctx, &p, backend.LayersFunc(func(context.Context, backend.Pass) error { return nil })), "backend is closed")
 }

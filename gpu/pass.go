@@ -25,7 +25,7 @@ type devicePass struct {
 }
 
 // Run implements [backend.Backend].
-func (g *Backend) Run(ctx context.Context, p *backend.Plan, f func(backend.Pass) error) error {
+func (g *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) error {
 	if g.kv == nil {
 		return errors.New("gpu: the backend has no key/value cache (call KV first)")
 	}
@@ -33,11 +33,12 @@ func (g *Backend) Run(ctx context.Context, p *backend.Plan, f func(backend.Pass)
 		return fmt.Errorf("gpu: a pass of %d rows; at most %d", p.Rows(), g.opts.MaxBatch)
 	}
 	return g.do(func(b ops) error {
-		ps := &devicePass{g: g, b: b, plan: p, rows: p.Rows()}
+		ps := &g.pass // passes on one device run one at a time: one is enough
+		*ps = devicePass{g: g, b: b, plan: p, rows: p.Rows(), oTables: ps.oTables[:0]}
 		if err := ps.upload(); err != nil {
 			return err
 		}
-		err := f(ps)
+		err := l.Layers(ctx, ps)
 		if ps.err != nil {
 			return ps.err
 		}

@@ -27,6 +27,7 @@ type Backend struct {
 	allocs []devptr // weights, freed by Close
 	kv     *deviceKV
 	s      scratch
+	pass   devicePass // the pass in progress, reused
 	closed bool
 }
 

@@ -26,14 +26,15 @@ type Backend struct {
 	threads *kernels.Pool
 	kv      *store
 
-	mu   sync.Mutex
-	free []*pass // scratch of finished passes, for the next
+	passes sync.Pool // *pass: the scratch of finished passes, for the next
 }
 
 // New makes a CPU backend for models of the given shape, on threads threads (0 means
 // GOMAXPROCS).
 func New(shape backend.Shape, threads int) *Backend {
-	return &Backend{shape: shape, threads: kernels.NewPool(threads)}
+	b := &Backend{shape: shape, threads: kernels.NewPool(threads)}
+	b.passes.New = func() any { return &pass{b: b, scores: make(chan []float32, b.threads.Threads())} }
+	return b
 }
 
 // Name implements [backend.Backend].
@@ -117,36 +118,19 @@ func (b *Backend) KV(blockSize int, budget int64) (*kvcache.Pool, error) {
 }
 
 // Run implements [backend.Backend].
-func (b *Backend) Run(ctx context.Context, p *backend.Plan, f func(backend.Pass) error) error {
+func (b *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) error {
 	if b.kv == nil {
 		return errors.New("cpu: the backend has no key/value cache (call KV first)")
 	}
-	ps := b.take()
-	defer b.put(ps)
+	ps := b.passes.Get().(*pass)
+	defer func() {
+		ps.plan = nil
+		b.passes.Put(ps)
+	}()
 	ps.start(p)
-	err := f(ps)
+	err := l.Layers(ctx, ps)
 	if ps.err != nil {
 		return ps.err
 	}
 	return err
-}
-
-// take returns scratch for a pass, reused from an earlier one when there is one.
-func (b *Backend) take() *pass {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n := len(b.free); n > 0 {
-		ps := b.free[n-1]
-		b.free = b.free[:n-1]
-		return ps
-	}
-	return &pass{b: b, scores: make(chan []float32, b.threads.Threads())}
-}
-
-// put keeps a finished pass's scratch for the next.
-func (b *Backend) put(ps *pass) {
-	ps.plan = nil
-	b.mu.Lock()
-	b.free = append(b.free, ps)
-	b.mu.Unlock()
 }

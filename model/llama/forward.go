@@ -10,9 +10,13 @@ import (
 	"github.com/specula/specula/model"
 )
 
-// pass is the architecture: one pass of a plan's rows through every layer, to the
+// layerLoop is a Model as the backend runs it.
+type layerLoop Model
+
+// Layers is the architecture: one pass of a plan's rows through every layer, to the
 // logits of its output rows.
-func (m *Model) pass(ctx context.Context, ps backend.Pass) error {
+func (ll *layerLoop) Layers(ctx context.Context, ps backend.Pass) error {
+	m := (*Model)(ll)
 	ps.Embed(m.embed)
 	for l := range m.layers {
 		if err := ctx.Err(); err != nil {
@@ -95,8 +99,11 @@ func (m *Model) grow(work []model.Work) (int, error) {
 // passes runs the rows of every batch through the layers, as many per pass as the
 // backend takes.
 func (m *Model) passes(ctx context.Context, work []model.Work) error {
-	p := m.plan()
-	defer m.putPlan(p)
+	p, _ := m.plans.Get().(*backend.Plan)
+	if p == nil {
+		p = new(backend.Plan)
+	}
+	defer m.plans.Put(p)
 	p.Reset()
 	limit := m.be.MaxRows()
 	for _, w := range work {
@@ -126,7 +133,7 @@ func (m *Model) passes(ctx context.Context, work []model.Work) error {
 
 // run runs one pass.
 func (m *Model) run(ctx context.Context, p *backend.Plan) error {
-	return m.be.Run(ctx, p, func(ps backend.Pass) error { return m.pass(ctx, ps) })
+	return m.be.Run(ctx, p, (*layerLoop)(m))
 }
 
 // sequence is one request's state: its key/value books; the data is the backend's.

@@ -187,3 +187,31 @@ func TestClosedModel(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.NoError(t, m.Close(), "closing twice is harmless")
 }
+
+// TestDecodeAllocs checks that a decoding step and a verification pass allocate
+// nothing once the scratch has grown: the plan, the pass and its buffers are reused.
+func TestDecodeAllocs(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig(RopeHalf, true)
+	cfg.Vocab = 64 // whole row groups: a cut group's products take scratch of their own
+	m := randomModel(t, cfg, dtype.Q8_0, 3, Options{Threads: 2})
+	s, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Forward(ctx, model.Batch{Tokens: make([]int32, 20)}, nil))
+	v := m.cfg.Vocab
+	logits := make([]float32, 5*v)
+	one := model.Batch{Tokens: []int32{7}, Outputs: []int32{0}}
+	verify := model.Batch{Tokens: []int32{1, 2, 3, 4, 5}, Outputs: []int32{0, 1, 2, 3, 4}}
+	for _, b := range []model.Batch{one, verify} {
+		allocs := testing.AllocsPerRun(20, func() {
+			if err := s.Forward(ctx, b, logits); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Truncate(20); err != nil {
+				t.Fatal(err)
+			}
+		})
+		assert.Zero(t, allocs, "allocations per forward of %d tokens", len(b.Tokens))
+	}
+}

@@ -59,8 +59,7 @@ type Model struct {
 	kv      *kvcache.Pool
 	closed  atomic.Bool
 
-	mu    sync.Mutex
-	plans []*backend.Plan // plans of finished forwards, for the next
+	plans sync.Pool // *backend.Plan: the plans of finished forwards, for the next
 }
 
 // Config returns the model's shape.
@@ -152,23 +151,4 @@ func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
 		return nil, ErrModelClosed
 	}
 	return &sequence{m: m, kv: m.kv.NewSeq()}, nil
-}
-
-// plan takes a plan for a forward, reused from an earlier one when there is one.
-func (m *Model) plan() *backend.Plan {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if n := len(m.plans); n > 0 {
-		p := m.plans[n-1]
-		m.plans = m.plans[:n-1]
-		return p
-	}
-	return &backend.Plan{}
-}
-
-// putPlan keeps a finished forward's plan for the next.
-func (m *Model) putPlan(p *backend.Plan) {
-	m.mu.Lock()
-	m.plans = append(m.plans, p)
-	m.mu.Unlock()
 }
