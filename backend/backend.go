@@ -143,8 +143,10 @@ func (s Shape) Width(a Act) int {
 
 // Pass is the operations of one pass, over the rows of its plan.
 type Pass interface {
-	// Embed writes row r of X as row Plan.Tokens[r] of table.
-	Embed(table Matrix)
+	// Embed writes row r of dst as row Plan.Tokens[r] of table.
+	Embed(dst Act, table Matrix)
+	// Load writes the plan's input vectors (Plan.Inputs) to dst, row by row.
+	Load(dst Act)
 	// Norm writes dst = src / √(mean(src²) + eps) · w, row by row.
 	Norm(dst, src Act, w Vector)
 	// Mul writes dst = src · wᵀ, row by row.
@@ -158,10 +160,17 @@ type Pass interface {
 	Attention(layer int, bias Vector)
 	// SiLUMul writes Hidden = silu(gate)·up from GateUp.
 	SiLUMul()
-	// Logits normalises the plan's output rows of X with w, multiplies them by out and
-	// writes them to the outputs' buffers.
-	Logits(w Vector, out Matrix)
+	// Save copies the rows of X that the plan's states ask for after layer (see
+	// [State]) to their buffers. It is called after every layer.
+	Save(layer int)
+	// Final ends the pass: it normalises the plan's output rows and final-state rows
+	// of X with w (nil: no norm), writes the final states to their buffers, and the
+	// output rows' products with out to the outputs' buffers.
+	Final(w Vector, out Matrix)
 }
+
+// FinalLayer is the Layer of a [State] that asks for the final normed hidden state.
+const FinalLayer = -1
 
 // Filler is a backend that makes weights of pseudo-random values where they live (a
 // device fills its own memory), for benchmarks at sizes no file is at hand for:

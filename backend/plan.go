@@ -28,6 +28,25 @@ type Plan struct {
 	Spans []Span
 	// Outputs are the rows whose logits are wanted, in the order they are written.
 	Outputs []Output
+	// States are the hidden states wanted of rows: each a row of X after a layer, or
+	// the final normed one.
+	States []State
+	// Inputs holds the input vectors of the rows, Dim values each, for a model that
+	// takes one beside each token; empty otherwise.
+	Inputs []float32
+
+	// Dim is the width of a hidden state, and InvFreq the rotary frequencies: what
+	// [Plan.Add] needs of the model. The caller sets them before the first Add.
+	Dim     int
+	InvFreq []float64
+}
+
+// State is a hidden state wanted of a row: X after layer Layer, or the final normed
+// row for [FinalLayer], written to Dst (Dim values).
+type State struct {
+	Row   int
+	Layer int
+	Dst   []float32
 }
 
 // Span is one sequence's rows of a pass.
@@ -52,14 +71,14 @@ func (p *Plan) Rows() int { return len(p.Tokens) }
 func (p *Plan) Reset() {
 	p.Tokens, p.Slots, p.Rope = p.Tokens[:0], p.Slots[:0], p.Rope[:0]
 	p.Prefix, p.Extra, p.Spans, p.Outputs = p.Prefix[:0], p.Extra[:0], p.Spans[:0], p.Outputs[:0]
+	p.States, p.Inputs = p.States[:0], p.Inputs[:0]
 	p.ExtraOff = append(p.ExtraOff[:0], 0)
 }
 
 // Add appends the tokens [lo, hi) of batch b to the plan: b is appended to a sequence
 // that held base positions before it and whose books kv already hold the batch. The
-// batch's output rows among them write to logits; invFreq are the model's rotary
-// frequencies.
-func (p *Plan) Add(kv *kvcache.Seq, base int, b model.Batch, lo, hi int, logits []float32, invFreq []float64) {
+// batch's output rows among them write to logits, its states to b.Hidden.
+func (p *Plan) Add(kv *kvcache.Seq, base int, b model.Batch, lo, hi int, logits []float32) {
 	if len(p.ExtraOff) == 0 {
 		p.ExtraOff = append(p.ExtraOff, 0)
 	}
@@ -70,7 +89,7 @@ func (p *Plan) Add(kv *kvcache.Seq, base int, b model.Batch, lo, hi int, logits 
 		pos := base + b.Tree.Depth(i)
 		p.Tokens = append(p.Tokens, b.Tokens[i])
 		p.Slots = append(p.Slots, kv.Slot(base+i))
-		p.Rope = appendRope(p.Rope, pos, invFreq)
+		p.Rope = appendRope(p.Rope, pos, p.InvFreq)
 		if chain {
 			p.Prefix = append(p.Prefix, int32(base+i+1))
 		} else {
@@ -83,6 +102,26 @@ func (p *Plan) Add(kv *kvcache.Seq, base int, b model.Batch, lo, hi int, logits 
 		if int(o) >= lo && int(o) < hi {
 			p.Outputs = append(p.Outputs, Output{Row: row0 + int(o) - lo, Logits: logits, Index: r})
 		}
+	}
+	p.addStates(b, lo, hi, row0)
+	if len(b.Inputs) > 0 {
+		p.Inputs = append(p.Inputs, b.Inputs[lo*p.Dim:hi*p.Dim]...)
+	}
+}
+
+// addStates appends the states batch b asks of its tokens [lo, hi), which are the
+// plan's rows from row0 on.
+func (p *Plan) addStates(b model.Batch, lo, hi, row0 int) {
+	width := b.StateWidth(p.Dim)
+	for r, o := range b.States {
+		if int(o) < lo || int(o) >= hi {
+			continue
+		}
+		row := b.Hidden[r*width : (r+1)*width]
+		for j, l := range b.StateLayers {
+			p.States = append(p.States, State{Row: row0 + int(o) - lo, Layer: int(l), Dst: row[j*p.Dim : (j+1)*p.Dim]})
+		}
+		p.States = append(p.States, State{Row: row0 + int(o) - lo, Layer: FinalLayer, Dst: row[len(b.StateLayers)*p.Dim:]})
 	}
 }
 

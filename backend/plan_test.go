@@ -37,9 +37,10 @@ func TestPlanAdd(t *testing.T) {
 
 	var p Plan
 	p.Reset()
-	p.Add(a, 3, chain, 0, 3, la, inv)
-	p.Add(b, 5, branch, 0, 2, lb, inv) // the tree cut after its second node
-	p.Add(b, 5, branch, 2, 4, lb, inv)
+	p.Dim, p.InvFreq = 2, inv
+	p.Add(a, 3, chain, 0, 3, la)
+	p.Add(b, 5, branch, 0, 2, lb) // the tree cut after its second node
+	p.Add(b, 5, branch, 2, 4, lb)
 
 	assert.Equal(t, []int32{1, 2, 3, 4, 5, 6, 7}, p.Tokens)
 	want := []int32{a.Slot(3), a.Slot(4), a.Slot(5), b.Slot(5), b.Slot(6), b.Slot(7), b.Slot(8)}

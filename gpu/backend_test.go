@@ -121,6 +121,7 @@ type testModel struct {
 	kv      *kvcache.Pool
 	invFreq []float64
 	vocab   int
+	dim     int
 }
 
 // load takes w in on be; the backend is closed at the end of the test.
@@ -128,7 +129,7 @@ func load(t testing.TB, be backend.Backend, w *testWeights) *testModel {
 	t.Helper()
 	t.Cleanup(func() { _ = be.Close() })
 	s := w.shape
-	m := &testModel{be: be, vocab: s.Vocab}
+	m := &testModel{be: be, vocab: s.Vocab, dim: s.Dim}
 	var err error
 	m.embed, err = be.Matrix(w.embed)
 	require.NoError(t, err)
@@ -165,7 +166,7 @@ func load(t testing.TB, be backend.Backend, w *testWeights) *testModel {
 // in that package). The MLP ops run once on the embeddings, then each layer's
 // attention ops, so that every layer's key/value stores and reads are exercised.
 func (m *testModel) pass(_ context.Context, ps backend.Pass) error {
-	ps.Embed(m.embed)
+	ps.Embed(backend.X, m.embed)
 	first := &m.layers[0]
 	ps.Norm(backend.XN, backend.X, first.ffnNorm)
 	ps.Mul(backend.GateUp, backend.XN, first.gateUp)
@@ -178,7 +179,7 @@ func (m *testModel) pass(_ context.Context, ps backend.Pass) error {
 		ps.Attention(l, ly.bias)
 		ps.MulAdd(backend.X, backend.Att, ly.o)
 	}
-	ps.Logits(m.outNorm, m.embed)
+	ps.Final(m.outNorm, m.embed)
 	return nil
 }
 
@@ -188,12 +189,13 @@ func (m *testModel) forward(t testing.TB, seqs []*kvcache.Seq, batches []model.B
 	t.Helper()
 	var p backend.Plan
 	p.Reset()
+	p.Dim, p.InvFreq = m.dim, m.invFreq
 	out := make([][]float32, len(seqs))
 	for i, s := range seqs {
 		b := batches[i]
 		require.NoError(t, s.Grow(b.Tokens))
 		out[i] = make([]float32, len(b.Outputs)*m.vocab)
-		p.Add(s, s.Len()-len(b.Tokens), b, 0, len(b.Tokens), out[i], m.invFreq)
+		p.Add(s, s.Len()-len(b.Tokens), b, 0, len(b.Tokens), out[i])
 	}
 	require.NoError(t, m.be.Run(context.Background(), &p, backend.LayersFunc(m.pass)))
 	return out
@@ -381,16 +383,17 @@ func TestHostBackendErrors(t *testing.T) {
 	toks := []int32{1, 2, 3, 4, 5}
 	require.NoError(t, seq.Grow(toks))
 	p.Reset()
-	p.Add(seq, 0, model.Batch{Tokens: toks}, 0, 5, nil, []float64{1, 0.1})
+	p.Dim, p.InvFreq = s.Dim, []float64{1, 0.1}
+	p.Add(seq, 0, model.Batch{Tokens: toks}, 0, 5, nil)
 	assert.ErrorContains(t, g.Run(ctx, &p, backend.LayersFunc(func(context.Context, backend.Pass) error { return nil })), "at most 4")
 	p.Reset()
-	p.Add(seq, 0, model.Batch{Tokens: toks}, 0, 4, nil, []float64{1, 0.1})
+	p.Add(seq, 0, model.Batch{Tokens: toks}, 0, 4, nil)
 	other := cpu.New(s, 1)
 	defer other.Close()
 	foreign, err := other.Matrix(w.embed)
 	require.NoError(t, err)
 	assert.ErrorContains(t, g.Run(ctx, &p, backend.LayersFunc(func(_ context.Context, ps backend.Pass) error {
-		ps.Embed(foreign)
+		ps.Embed(backend.X, foreign)
 		return nil
 	})), "another backend")
 	want := errors.New("the pass's own error")

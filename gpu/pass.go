@@ -19,9 +19,10 @@ type devicePass struct {
 	err  error
 
 	// Offsets, in int32s, of the plan's sections in the device copy.
-	oTokens, oSlots, oPrefix, oExOff, oExCnt, oExtras, oOuts int
-	oTables                                                  []int // per span
-	ropeOff                                                  int64 // bytes
+	oTokens, oSlots, oPrefix, oExOff, oExCnt, oExtras, oOuts, oStates int
+	finals                                                            int   // final states
+	oTables                                                           []int // per span
+	ropeOff                                                           int64 // bytes
 }
 
 // Run implements [backend.Backend].
@@ -80,10 +81,18 @@ func (ps *devicePass) upload() error {
 		ints = append(ints, int32(o.Row))
 	}
 	section(nil)
+	ps.oStates, ps.finals = len(ints), 0
+	for _, st := range p.States {
+		if st.Layer == backend.FinalLayer {
+			ints = append(ints, int32(st.Row))
+			ps.finals++
+		}
+	}
+	section(nil)
 	g.s.ints = ints
 	ps.ropeOff = int64(4 * len(ints))
 	total := ps.ropeOff + int64(4*len(p.Rope))
-	if err := g.ensureScratch(ps.b, n, len(p.Outputs), total); err != nil {
+	if err := g.ensureScratch(ps.b, n, max(len(p.Outputs), ps.finals), total); err != nil {
 		return err
 	}
 	st := grow(g.s.stage, int(total))
@@ -176,11 +185,58 @@ func (ps *devicePass) ok(weightOK bool) bool {
 func (ps *devicePass) buf(a backend.Act) devptr { return ps.g.s.acts[a] }
 
 // Embed implements [backend.Pass].
-func (ps *devicePass) Embed(table backend.Matrix) {
+func (ps *devicePass) Embed(dst backend.Act, table backend.Matrix) {
 	m, ok := table.(*dmatrix)
 	if ps.ok(ok) {
-		ps.fail(ps.b.embed(ps.buf(backend.X), m.parts[0], ps.at(ps.oTokens), ps.rows))
+		ps.fail(ps.b.embed(ps.buf(dst), m.parts[0], ps.at(ps.oTokens), ps.rows))
 	}
+}
+
+// Load implements [backend.Pass]: the input vectors are uploaded.
+func (ps *devicePass) Load(dst backend.Act) {
+	if !ps.ok(true) {
+		return
+	}
+	if len(ps.plan.Inputs) != ps.rows*ps.g.shape.Dim {
+		ps.fail(fmt.Errorf("gpu: the plan has %d input values for %d rows", len(ps.plan.Inputs), ps.rows))
+		return
+	}
+	ps.fail(ps.b.upload(ps.buf(dst), bytesOf(ps.plan.Inputs)))
+}
+
+// Save implements [backend.Pass]: X is copied back when a state asks for it.
+func (ps *devicePass) Save(layer int) {
+	if !ps.ok(true) {
+		return
+	}
+	for _, st := range ps.plan.States {
+		if st.Layer == layer {
+			ps.saveRows(layer)
+			return
+		}
+	}
+}
+
+// saveRows copies X back and the rows the states of layer ask for to their buffers.
+func (ps *devicePass) saveRows(layer int) {
+	x, err := ps.hostX()
+	if err != nil {
+		ps.fail(err)
+		return
+	}
+	dim := ps.g.shape.Dim
+	for _, st := range ps.plan.States {
+		if st.Layer == layer {
+			copy(st.Dst, x[st.Row*dim:(st.Row+1)*dim])
+		}
+	}
+}
+
+// hostX copies X back to the host.
+func (ps *devicePass) hostX() ([]float32, error) {
+	g := ps.g
+	g.s.hostX = grow(g.s.hostX, ps.rows*g.shape.Dim)
+	return g.s.hostX, ps.b.download(bytesOf(g.s.hostX), ps.buf(backend.X))
 }
 
 // Norm implements [backend.Pass].
@@ -256,26 +312,40 @@ func (ps *devicePass) SiLUMul() {
 	}
 }
 
-// Logits implements [backend.Pass]: the output rows normalised and multiplied on the
-// device, then copied to their buffers.
-func (ps *devicePass) Logits(w backend.Vector, out backend.Matrix) {
-	v, ok := w.(dvector)
-	m, ok2 := out.(*dmatrix)
-	outs := ps.plan.Outputs
-	if !ps.ok(ok && ok2) || len(outs) == 0 {
-		return
-	}
-	g, b := ps.g, ps.b
-	vocab := m.rows
-	if err := b.rmsNorm(g.s.rows1, ps.buf(backend.X), v.p, ps.at(ps.oOuts), len(outs), g.shape.Dim, g.shape.NormEps); err != nil {
-		ps.fail(err)
-		return
-	}
-	for i, part := range m.parts {
-		if err := b.matmul(g.s.logits+devptr(4*m.offs[i]), vocab, g.s.rows1, len(outs), part, false); err != nil {
-			ps.fail(err)
+// Final implements [backend.Pass]: the output and state rows normalised on the device
+// (or, without a norm, gathered through the host), the states copied back, the logits
+// multiplied on the device and copied to their buffers.
+func (ps *devicePass) Final(w backend.Vector, out backend.Matrix) {
+	var norm devptr
+	if w != nil {
+		v, ok := w.(dvector)
+		if !ps.ok(ok) {
 			return
 		}
+		norm = v.p
+	}
+	m, ok := out.(*dmatrix)
+	if !ps.ok(ok) {
+		return
+	}
+	if ps.finals > 0 {
+		ps.finalStates(norm)
+	}
+	outs := ps.plan.Outputs
+	if ps.err != nil || len(outs) == 0 {
+		return
+	}
+	ps.fail(ps.gather(norm, ps.oOuts, len(outs), func(k int) int { return outs[k].Row }))
+	g, b := ps.g, ps.b
+	vocab := m.rows
+	for i, part := range m.parts {
+		if ps.err != nil {
+			return
+		}
+		ps.fail(b.matmul(g.s.logits+devptr(4*m.offs[i]), vocab, g.s.rows1, len(outs), part, false))
+	}
+	if ps.err != nil {
+		return
 	}
 	st := grow(g.s.logitStage, len(outs)*vocab)
 	g.s.logitStage = st
@@ -285,5 +355,52 @@ func (ps *devicePass) Logits(w backend.Vector, out backend.Matrix) {
 	}
 	for k, o := range outs {
 		copy(o.Logits[o.Index*vocab:(o.Index+1)*vocab], st[k*vocab:(k+1)*vocab])
+	}
+}
+
+// gather writes the n rows of X named at offset off of the plan's copy (row(k) on the
+// host), normalised with norm (0: as they are), to the output-row buffer.
+func (ps *devicePass) gather(norm devptr, off, n int, row func(k int) int) error {
+	g := ps.g
+	dim := g.shape.Dim
+	if norm != 0 {
+		return ps.b.rmsNorm(g.s.rows1, ps.buf(backend.X), norm, ps.at(off), n, dim, g.shape.NormEps)
+	}
+	x, err := ps.hostX()
+	if err != nil {
+		return err
+	}
+	g.s.gathered = grow(g.s.gathered, n*dim)
+	for k := range n {
+		copy(g.s.gathered[k*dim:(k+1)*dim], x[row(k)*dim:(row(k)+1)*dim])
+	}
+	return ps.b.upload(g.s.rows1, bytesOf(g.s.gathered))
+}
+
+// finalStates writes the final states: the rows gathered, copied back.
+func (ps *devicePass) finalStates(norm devptr) {
+	var rows []int
+	for _, st := range ps.plan.States {
+		if st.Layer == backend.FinalLayer {
+			rows = append(rows, st.Row)
+		}
+	}
+	if err := ps.gather(norm, ps.oStates, len(rows), func(k int) int { return rows[k] }); err != nil {
+		ps.fail(err)
+		return
+	}
+	g := ps.g
+	dim := g.shape.Dim
+	g.s.gathered = grow(g.s.gathered, len(rows)*dim)
+	if err := ps.b.download(bytesOf(g.s.gathered), g.s.rows1); err != nil {
+		ps.fail(err)
+		return
+	}
+	k := 0
+	for _, st := range ps.plan.States {
+		if st.Layer == backend.FinalLayer {
+			copy(st.Dst, g.s.gathered[k*dim:(k+1)*dim])
+			k++
+		}
 	}
 }

@@ -45,6 +45,8 @@ type scratch struct {
 	stage      []byte
 	ints       []int32
 	logitStage []float32
+	hostX      []float32 // X copied back, for states and rows without a norm
+	gathered   []float32
 }
 
 // NewBackend makes a backend for models of the given shape on dev.

@@ -34,6 +34,16 @@ type Info struct {
 	// ContextLength is the largest number of positions a sequence may hold; 0 means
 	// the model sets no limit.
 	ContextLength int
+	// HiddenSize is the width of the hidden states the model gives ([Batch.States]);
+	// 0 means it gives none.
+	HiddenSize int
+	// Layers is the number of layers whose residual streams a batch may ask for
+	// ([Batch.StateLayers]).
+	Layers int
+	// InputSize is the width of the vector the model takes beside each token
+	// ([Batch.Inputs]), as a draft layer takes the target's hidden state; 0 for a
+	// model of tokens alone.
+	InputSize int
 }
 
 // Model is a loaded model. It is read-only after loading and safe for concurrent use;
@@ -72,7 +82,26 @@ type Batch struct {
 	// the logits written by Forward belongs to Tokens[Outputs[r]]. Empty means none,
 	// as in a prefill whose last token is forwarded later.
 	Outputs []int32
+	// States lists the indices in Tokens whose hidden states are wanted: the final
+	// normed hidden state — the input of the output layer, what draft heads read —
+	// from the same pass, at no extra cost. Row r of Hidden belongs to
+	// Tokens[States[r]]. A model whose Info.HiddenSize is 0 refuses a batch that asks.
+	States []int32
+	// StateLayers, when set, adds to each state row the residual stream after each of
+	// these layers (0-based, ascending), in front of the final state: a row then holds
+	// (len(StateLayers)+1)·HiddenSize values. (EAGLE-3 heads read three layers.)
+	StateLayers []int32
+	// Hidden receives the state rows.
+	Hidden []float32
+	// Inputs holds, for a model whose Info.InputSize is not 0, the vector it takes
+	// beside each token: len(Tokens)·InputSize values, token after token. Other
+	// models take none.
+	Inputs []float32
 }
+
+// StateWidth is the number of values of one row of Hidden for a batch of a model
+// with the given hidden size.
+func (b *Batch) StateWidth(hiddenSize int) int { return (len(b.StateLayers) + 1) * hiddenSize }
 
 // Sequence is one request's state in a model: the tokens forwarded so far and whatever
 // the model keeps for them. A sequence is not safe for concurrent use.
@@ -112,14 +141,14 @@ var ErrOutOfMemory = kvcache.ErrOutOfMemory
 // ErrClosed is returned (wrapped) when a closed sequence is used.
 var ErrClosed = errors.New("model: sequence is closed")
 
-// CheckBatch validates b against a sequence that holds seqLen tokens, in a model with
-// the given vocabulary size and context length (0 = unlimited), and whose logits go to
-// a buffer of logitsLen values. Implementations of [Sequence] call it first so that
-// every runtime rejects the same inputs with the same errors.
-func CheckBatch(b Batch, seqLen, vocab, contextLen, logitsLen int) error {
-	n := len(b.Tokens)
-	if contextLen > 0 && seqLen+n > contextLen {
-		return fmt.Errorf("%w: %d tokens held + %d new > context length %d", ErrContextFull, seqLen, n, contextLen)
+// CheckBatch validates b against a sequence that holds seqLen tokens of a model
+// described by info, whose logits go to a buffer of logitsLen values. Implementations
+// of [Sequence] call it first so that every runtime rejects the same inputs with the
+// same errors.
+func CheckBatch(b Batch, seqLen int, info Info, logitsLen int) error {
+	n, vocab := len(b.Tokens), info.VocabSize
+	if info.ContextLength > 0 && seqLen+n > info.ContextLength {
+		return fmt.Errorf("%w: %d tokens held + %d new > context length %d", ErrContextFull, seqLen, n, info.ContextLength)
 	}
 	for i, t := range b.Tokens {
 		if t < 0 || int(t) >= vocab {
@@ -129,13 +158,49 @@ func CheckBatch(b Batch, seqLen, vocab, contextLen, logitsLen int) error {
 	if !b.Tree.Chain() && b.Tree.Len() != n {
 		return fmt.Errorf("model: batch has a tree of %d nodes for %d tokens", b.Tree.Len(), n)
 	}
-	for r, o := range b.Outputs {
-		if o < 0 || int(o) >= n {
-			return fmt.Errorf("model: output %d names batch index %d, outside [0, %d)", r, o, n)
-		}
+	if err := checkRows("output", b.Outputs, n); err != nil {
+		return err
 	}
 	if need := len(b.Outputs) * vocab; logitsLen < need {
 		return fmt.Errorf("model: logits buffer holds %d values, %d outputs need %d", logitsLen, len(b.Outputs), need)
+	}
+	if err := checkStates(b, info); err != nil {
+		return err
+	}
+	if need := n * info.InputSize; len(b.Inputs) != need {
+		return fmt.Errorf("model: batch has %d input values, %d tokens of a model taking %d each need %d", len(b.Inputs), n, info.InputSize, need)
+	}
+	return nil
+}
+
+// checkRows checks that every index of rows names a token of a batch of n.
+func checkRows(what string, rows []int32, n int) error {
+	for r, o := range rows {
+		if o < 0 || int(o) >= n {
+			return fmt.Errorf("model: %s %d names batch index %d, outside [0, %d)", what, r, o, n)
+		}
+	}
+	return nil
+}
+
+// checkStates checks a batch's request for hidden states.
+func checkStates(b Batch, info Info) error {
+	if len(b.States) == 0 {
+		return nil
+	}
+	if info.HiddenSize == 0 {
+		return fmt.Errorf("model: the batch asks for %d hidden states; model %q gives none", len(b.States), info.Name)
+	}
+	if err := checkRows("state", b.States, len(b.Tokens)); err != nil {
+		return err
+	}
+	for i, l := range b.StateLayers {
+		if l < 0 || int(l) >= info.Layers || (i > 0 && l <= b.StateLayers[i-1]) {
+			return fmt.Errorf("model: state layers %v must ascend within [0, %d)", b.StateLayers, info.Layers)
+		}
+	}
+	if need := len(b.States) * b.StateWidth(info.HiddenSize); len(b.Hidden) < need {
+		return fmt.Errorf("model: hidden buffer holds %d values, %d states need %d", len(b.Hidden), len(b.States), need)
 	}
 	return nil
 }

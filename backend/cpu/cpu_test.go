@@ -94,7 +94,7 @@ func TestBackendErrors(t *testing.T) {
 
 	// A weight of another backend fails the pass, and the ops after do nothing.
 	err = b.Run(context.Background(), &p, backend.LayersFunc(func(_ context.Context, ps backend.Pass) error {
-		ps.Embed(foreign{})
+		ps.Embed(backend.X, foreign{})
 		ps.Norm(backend.XN, backend.X, foreignVector{})
 		return nil
 	}))

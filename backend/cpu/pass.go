@@ -54,19 +54,45 @@ func (ps *pass) fail(err error) {
 }
 
 // Embed implements [backend.Pass].
-func (ps *pass) Embed(table backend.Matrix) {
+func (ps *pass) Embed(dst backend.Act, table backend.Matrix) {
 	m, ok := table.(*matrix)
 	if ps.err != nil || !ps.check(ok) {
 		return
 	}
 	w := m.parts[0]
 	dim := ps.b.shape.Dim
-	x := ps.buf(backend.X)
+	x := ps.buf(dst)
 	ps.rowBuf = grow(ps.rowBuf, w.RowBytes())
 	for r, t := range ps.plan.Tokens {
 		if err := w.RowF32(int(t), x[r*dim:(r+1)*dim], ps.rowBuf); err != nil {
 			ps.fail(fmt.Errorf("cpu: embedding of token %d: %w", t, err))
 			return
+		}
+	}
+}
+
+// Load implements [backend.Pass].
+func (ps *pass) Load(dst backend.Act) {
+	if ps.err != nil {
+		return
+	}
+	if len(ps.plan.Inputs) != ps.rows*ps.b.shape.Dim {
+		ps.fail(fmt.Errorf("cpu: the plan has %d input values for %d rows", len(ps.plan.Inputs), ps.rows))
+		return
+	}
+	copy(ps.buf(dst), ps.plan.Inputs)
+}
+
+// Save implements [backend.Pass].
+func (ps *pass) Save(layer int) {
+	if ps.err != nil {
+		return
+	}
+	dim := ps.b.shape.Dim
+	x := ps.buf(backend.X)
+	for _, st := range ps.plan.States {
+		if st.Layer == layer {
+			copy(st.Dst, x[st.Row*dim:(st.Row+1)*dim])
 		}
 	}
 }
@@ -149,20 +175,35 @@ func (ps *pass) SiLUMul() {
 	ps.b.threads.Run(&ps.silu, ps.rows*ps.silu.chunks(), 1)
 }
 
-// Logits implements [backend.Pass].
-func (ps *pass) Logits(w backend.Vector, out backend.Matrix) {
-	v, ok := w.(vector)
-	m, ok2 := out.(*matrix)
-	outs := ps.plan.Outputs
-	if ps.err != nil || !ps.check(ok && ok2) || len(outs) == 0 {
+// Final implements [backend.Pass].
+func (ps *pass) Final(w backend.Vector, out backend.Matrix) {
+	var norm vector
+	if w != nil {
+		v, ok := w.(vector)
+		if !ps.check(ok) {
+			return
+		}
+		norm = v
+	}
+	m, ok := out.(*matrix)
+	if ps.err != nil || !ps.check(ok) {
 		return
 	}
-	dim, vocab := ps.b.shape.Dim, m.rows
-	x := ps.buf(backend.X)
+	dim := ps.b.shape.Dim
+	for _, st := range ps.plan.States {
+		if st.Layer == backend.FinalLayer {
+			ps.normRow(st.Dst, st.Row, norm)
+		}
+	}
+	outs := ps.plan.Outputs
+	if len(outs) == 0 {
+		return
+	}
 	ps.out = grow(ps.out, len(outs)*dim)
 	for k, o := range outs {
-		kernels.RMSNorm(ps.out[k*dim:(k+1)*dim], x[o.Row*dim:(o.Row+1)*dim], v, ps.b.shape.NormEps)
+		ps.normRow(ps.out[k*dim:(k+1)*dim], o.Row, norm)
 	}
+	vocab := m.rows
 	act := &ps.act[backend.XN] // its rows are no longer needed
 	if direct := consecutive(outs); direct != nil {
 		ps.mulRows(direct[outs[0].Index*vocab:], vocab, ps.out, len(outs), dim, act, m)
@@ -173,6 +214,17 @@ func (ps *pass) Logits(w backend.Vector, out backend.Matrix) {
 	for k, o := range outs {
 		copy(o.Logits[o.Index*vocab:(o.Index+1)*vocab], ps.logits[k*vocab:(k+1)*vocab])
 	}
+}
+
+// normRow writes row r of X, normalised with w (nil: as it is), to dst.
+func (ps *pass) normRow(dst []float32, r int, w vector) {
+	dim := ps.b.shape.Dim
+	x := ps.buf(backend.X)[r*dim : (r+1)*dim]
+	if w == nil {
+		copy(dst, x)
+		return
+	}
+	kernels.RMSNorm(dst, x, w, ps.b.shape.NormEps)
 }
 
 // consecutive returns the buffer that every output writes to, in order and row after

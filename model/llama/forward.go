@@ -17,22 +17,36 @@ type layerLoop Model
 // logits of its output rows.
 func (ll *layerLoop) Layers(ctx context.Context, ps backend.Pass) error {
 	m := (*Model)(ll)
-	ps.Embed(m.embed)
+	if m.fcEmbed == nil {
+		ps.Embed(backend.X, m.embed)
+	} else {
+		// A draft layer's input: fc over the token's embedding and the hidden state
+		// given beside it, fc·[e, h] = fc_e·e + fc_h·h.
+		ps.Embed(backend.XN, m.embed)
+		ps.Mul(backend.X, backend.XN, m.fcEmbed)
+		ps.Load(backend.XN)
+		ps.MulAdd(backend.X, backend.XN, m.fcHidden)
+	}
 	for l := range m.layers {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("llama: forward: %w", err)
 		}
 		ly := &m.layers[l]
-		ps.Norm(backend.XN, backend.X, ly.attnNorm)
-		ps.Mul(backend.QKV, backend.XN, ly.qkv)
+		in := backend.X
+		if ly.attnNorm != nil { // an EAGLE layer has none
+			ps.Norm(backend.XN, backend.X, ly.attnNorm)
+			in = backend.XN
+		}
+		ps.Mul(backend.QKV, in, ly.qkv)
 		ps.Attention(l, ly.bias)
 		ps.MulAdd(backend.X, backend.Att, ly.o)
 		ps.Norm(backend.XN, backend.X, ly.ffnNorm)
 		ps.Mul(backend.GateUp, backend.XN, ly.gateUp)
 		ps.SiLUMul()
 		ps.MulAdd(backend.X, backend.Hidden, ly.down)
+		ps.Save(l)
 	}
-	ps.Logits(m.outNorm, m.output)
+	ps.Final(m.outNorm, m.output)
 	return nil
 }
 
@@ -66,7 +80,7 @@ func (m *Model) check(ctx context.Context, work []model.Work) error {
 	if err := model.CheckWork(work); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
-	c := &m.cfg
+	info := m.Info()
 	for i, w := range work {
 		s, ok := w.Seq.(*sequence)
 		switch {
@@ -75,7 +89,7 @@ func (m *Model) check(ctx context.Context, work []model.Work) error {
 		case s.closed:
 			return errClosed
 		}
-		if err := model.CheckBatch(w.Batch, s.kv.Len(), c.Vocab, c.ContextLength, len(w.Logits)); err != nil {
+		if err := model.CheckBatch(w.Batch, s.kv.Len(), info, len(w.Logits)); err != nil {
 			if len(work) > 1 {
 				return fmt.Errorf("llama: work item %d: %w", i, err)
 			}
@@ -105,6 +119,7 @@ func (m *Model) passes(ctx context.Context, work []model.Work) error {
 	}
 	defer m.plans.Put(p)
 	p.Reset()
+	p.Dim, p.InvFreq = m.cfg.Dim, m.invFreq
 	limit := m.be.MaxRows()
 	for _, w := range work {
 		kv := w.Seq.(*sequence).kv
@@ -121,7 +136,7 @@ func (m *Model) passes(ctx context.Context, work []model.Work) error {
 				}
 				hi = min(hi, lo+limit-p.Rows())
 			}
-			p.Add(kv, base, b, lo, hi, w.Logits, m.invFreq)
+			p.Add(kv, base, b, lo, hi, w.Logits)
 			lo = hi
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
 )
 
@@ -217,4 +218,79 @@ func TestDecodeAllocs(t *testing.T) {
 		})
 		assert.Zero(t, allocs, "allocations per forward of %d tokens", len(b.Tokens))
 	}
+}
+
+// TestHiddenStates checks the hidden states a forward gives: the final one is the
+// normed input of the output layer (so, with tied embeddings, logits = h·Eᵀ), the
+// residual stream after the last layer normalises to it, a state does not depend on
+// the batch around it, and a state asked of a row whose logits are not asked is the
+// same as when they are.
+func TestHiddenStates(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig(RopeHalf, false) // tied embeddings
+	src := randomTensors(t, cfg, dtype.F32, 21)
+	m, err := build(&Tensors{Config: cfg, Name: "random", Names: GGUFNames(), src: src, file: "random", closer: nopCloser{}}, Options{Threads: 2})
+	require.NoError(t, err)
+	defer m.Close()
+	d, v := cfg.Dim, cfg.Vocab
+	info := m.Info()
+	require.Equal(t, d, info.HiddenSize)
+	require.Equal(t, cfg.Layers, info.Layers)
+	require.Zero(t, info.InputSize)
+
+	toks := randomTokens(rand.New(rand.NewPCG(2, 2)), 12, v)
+	s, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	defer s.Close()
+	logits := make([]float32, 2*v)
+	b := model.Batch{Tokens: toks, Outputs: []int32{11, 4}, States: []int32{4, 11, 7}, StateLayers: []int32{1},
+		Hidden: make([]float32, 3*2*d)}
+	require.NoError(t, s.Forward(ctx, b, logits))
+	state := func(r, j int) []float32 { return b.Hidden[(r*2+j)*d : (r*2+j+1)*d] }
+
+	emb := make([]float32, v*d)
+	require.NoError(t, kernels.Dequantize(src["token_embd.weight"].typ, src["token_embd.weight"].data, emb))
+	for k, r := range []int{1, 0} { // outputs 11 and 4 are states 1 and 0
+		h := state(r, 1)
+		for tok := range v {
+			var dot float64
+			for i := range d {
+				dot += float64(h[i]) * float64(emb[tok*d+i])
+			}
+			assert.InDelta(t, dot, float64(logits[k*v+tok]), 1e-3, "logit %d of output %d from its state", tok, k)
+		}
+	}
+	normed := make([]float32, d)
+	outNorm := make([]float32, d)
+	require.NoError(t, kernels.Dequantize(dtype.F32, src["output_norm.weight"].data, outNorm))
+	for r := range 3 {
+		kernels.RMSNorm(normed, state(r, 0), outNorm, cfg.NormEps)
+		assert.Equal(t, normed, state(r, 1), "state %d: the last layer's stream, normed, is the final state", r)
+	}
+
+	// The same states from a forward alone, a token at a time.
+	alone, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	defer alone.Close()
+	h := make([]float32, d)
+	for i, tok := range toks {
+		one := model.Batch{Tokens: []int32{tok}, States: []int32{0}, Hidden: h}
+		require.NoError(t, alone.Forward(ctx, one, nil))
+		for r, o := range b.States {
+			if int(o) == i {
+				assert.Equal(t, state(r, 1), h, "state of token %d alone", i)
+			}
+		}
+	}
+
+	// Bad requests.
+	for _, bad := range []model.Batch{
+		{Tokens: []int32{1}, States: []int32{1}, Hidden: h},
+		{Tokens: []int32{1}, States: []int32{0}, Hidden: h[:d-1]},
+		{Tokens: []int32{1}, States: []int32{0}, StateLayers: []int32{2}, Hidden: make([]float32, 2*d)},
+		{Tokens: []int32{1}, Inputs: h},
+	} {
+		assert.Error(t, alone.Forward(ctx, bad, nil))
+	}
+	assert.Equal(t, len(toks), alone.Len())
 }

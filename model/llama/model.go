@@ -53,8 +53,11 @@ type Model struct {
 	be      backend.Backend
 	embed   backend.Matrix // Vocab × Dim
 	layers  []layer
-	outNorm backend.Vector
+	outNorm backend.Vector // nil for an EAGLE layer
 	output  backend.Matrix // Vocab × Dim; the embedding when tied
+	// An EAGLE draft layer's input product, fc = [fcEmbed | fcHidden] over the
+	// embedding and the hidden state given beside each token; nil for a plain model.
+	fcEmbed, fcHidden backend.Matrix
 	invFreq []float64
 	kv      *kvcache.Pool
 	closed  atomic.Bool
@@ -67,7 +70,12 @@ func (m *Model) Config() Config { return m.cfg }
 
 // Info implements [model.Model].
 func (m *Model) Info() model.Info {
-	return model.Info{Name: m.name, Arch: m.cfg.Arch, VocabSize: m.cfg.Vocab, ContextLength: m.cfg.ContextLength}
+	info := model.Info{Name: m.name, Arch: m.cfg.Arch, VocabSize: m.cfg.Vocab, ContextLength: m.cfg.ContextLength,
+		HiddenSize: m.cfg.Dim, Layers: m.cfg.Layers}
+	if m.fcEmbed != nil {
+		info.InputSize = m.cfg.Dim
+	}
+	return info
 }
 
 // KVStats reports the key/value memory: blocks in use and free, bytes.

@@ -96,6 +96,7 @@ func (c *Chain) Info() model.Info {
 		Arch:          "markov",
 		VocabSize:     c.vocab,
 		ContextLength: c.ctxLen,
+		HiddenSize:    c.order * c.vocab,
 	}
 }
 
@@ -175,35 +176,47 @@ func (s *sequence) check(ctx context.Context, b model.Batch, logits []float32) e
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("markov: forward: %w", err)
 	}
-	v := s.c.vocab
-	if err := model.CheckBatch(b, len(s.tokens), v, s.c.ctxLen, len(logits)); err != nil {
+	if err := model.CheckBatch(b, len(s.tokens), s.c.Info(), len(logits)); err != nil {
 		return fmt.Errorf("markov: %w", err)
 	}
 	return nil
 }
 
-// forward appends b, checked, and writes its logits.
+// forward appends b, checked, and writes its logits and hidden states. A chain's hidden
+// state at a token is its context, the Order tokens up to it, one-hot each: what the
+// next token's distribution depends on.
 func (s *sequence) forward(b model.Batch, logits []float32) {
-	v, order := s.c.vocab, s.c.order
+	v := s.c.vocab
 	for r, o := range b.Outputs {
-		// Walk from the output token up through its ancestors in the batch, then
-		// into the tokens already held, filling the context from the right.
-		i, at := int(o), order-1
-		for ; at >= 0 && i >= 0; at-- {
-			s.ctx[at] = b.Tokens[i]
-			i = int(b.Tree.Parent(i))
+		copy(logits[r*v:(r+1)*v], s.c.Logits(s.context(b, int(o))))
+	}
+	for r, o := range b.States {
+		h := b.Hidden[r*s.c.order*v : (r+1)*s.c.order*v]
+		clear(h)
+		for j, t := range s.context(b, int(o)) {
+			h[j*v+int(t)] = 1
 		}
-		for j := len(s.tokens) - 1; at >= 0; at-- {
-			if j >= 0 {
-				s.ctx[at] = s.tokens[j]
-				j--
-			} else {
-				s.ctx[at] = 0
-			}
-		}
-		copy(logits[r*v:(r+1)*v], s.c.Logits(s.ctx))
 	}
 	s.tokens = append(s.tokens, b.Tokens...)
+}
+
+// context fills s.ctx with the Order tokens up to batch token i: from i up through its
+// ancestors in the batch, then into the tokens already held, from the right.
+func (s *sequence) context(b model.Batch, i int) []int32 {
+	at := s.c.order - 1
+	for ; at >= 0 && i >= 0; at-- {
+		s.ctx[at] = b.Tokens[i]
+		i = int(b.Tree.Parent(i))
+	}
+	for j := len(s.tokens) - 1; at >= 0; at-- {
+		if j >= 0 {
+			s.ctx[at] = s.tokens[j]
+			j--
+		} else {
+			s.ctx[at] = 0
+		}
+	}
+	return s.ctx
 }
 
 func (s *sequence) Truncate(n int) error {
