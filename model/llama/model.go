@@ -58,9 +58,9 @@ type Model struct {
 	// An EAGLE draft layer's input product, fc = [fcEmbed | fcHidden] over the
 	// embedding and the hidden state given beside each token; nil for a plain model.
 	fcEmbed, fcHidden backend.Matrix
-	invFreq []float64
-	kv      *kvcache.Pool
-	closed  atomic.Bool
+	invFreq           []float64
+	kv                *kvcache.Pool
+	closed            atomic.Bool
 
 	plans sync.Pool // *backend.Plan: the plans of finished forwards, for the next
 }
