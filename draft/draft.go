@@ -111,3 +111,39 @@ func (p *Proposal) Reset() { p.Tokens, p.Dists, p.Parents = p.Tokens[:0], nil, n
 type Learner interface {
 	Learn(history []int32)
 }
+
+// StateSession is a drafting session that drafts from the target's hidden states, as a
+// trained head (MLPSpeculator, Medusa, EAGLE) does: it needs no model of its own to
+// read the context, the target's last hidden state already holds it.
+type StateSession interface {
+	Session
+	// Observe is told, before each Propose, what the history gained since the last
+	// call — after the prompt's prefill, the prompt but its first token; after a step,
+	// the accepted tokens and the target's next token — with the target's final
+	// hidden state at the position before each: states[i] belongs to the token in
+	// front of tokens[i], so the last state is the one the newest token was chosen
+	// from (h_t for x_{t+1}). The slices are valid only during the call.
+	Observe(tokens []int32, states [][]float32) error
+}
+
+// CompositeSession is a session that combines others (as [First]'s does); the decoder
+// looks through it for the sessions that read the target's states.
+type CompositeSession interface {
+	Session
+	Sessions() []Session
+}
+
+// StateSessions returns the sessions of s, s itself included, that read the target's
+// states, looking through composites.
+func StateSessions(s Session) []StateSession {
+	var out []StateSession
+	if ss, ok := s.(StateSession); ok {
+		out = append(out, ss)
+	}
+	if c, ok := s.(CompositeSession); ok {
+		for _, sub := range c.Sessions() {
+			out = append(out, StateSessions(sub)...)
+		}
+	}
+	return out
+}

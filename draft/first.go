@@ -46,6 +46,9 @@ func (f first) Drafters() []Drafter { return slices.Clone(f) }
 
 type firstSession struct{ subs []Session }
 
+// Sessions implements [CompositeSession].
+func (s *firstSession) Sessions() []Session { return s.subs }
+
 func (s *firstSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
 	for _, sub := range s.subs {
 		if err := sub.Propose(ctx, history, k, p); err != nil {

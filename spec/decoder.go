@@ -273,7 +273,11 @@ type run struct {
 	smp      *sampler.Sampler
 	tgt      target.Session
 	sessions []draft.Session
-	failed   []bool // drafters that ran out of room
+	readers  []draft.StateSession // the sessions that read the target's hidden states
+	tgtState target.StateSession  // the target's session, when readers need its states
+	obsTok   []int32              // what readers are told after a step…
+	obsState [][]float32          // …and the states in front of those tokens
+	failed   []bool               // drafters that ran out of room
 	ctl      *controller
 	prop     draft.Proposal // what the drafter proposed…
 	shape    model.Tree     // …its parent list, checked…
@@ -436,6 +440,10 @@ func (r *run) startDrafters(ctx context.Context) error {
 			return fmt.Errorf("spec: starting drafter %d: %w", i, err)
 		}
 		r.sessions = append(r.sessions, s)
+		r.readers = append(r.readers, draft.StateSessions(s)...)
+	}
+	if err := r.keepStates(); err != nil {
+		return err
 	}
 	r.failed = make([]bool, len(r.sessions))
 	r.path, r.accepted = make([]int32, 0, k), make([]int32, 0, k)
@@ -455,12 +463,64 @@ func (r *run) startDrafters(ctx context.Context) error {
 	return nil
 }
 
-// prefill forwards the prompt but its last token, which becomes the pending token.
+// keepStates makes the target's session keep its hidden states when a drafting
+// session reads them.
+func (r *run) keepStates() error {
+	if len(r.readers) == 0 {
+		return nil
+	}
+	ts, ok := r.tgt.(target.StateSession)
+	if !ok {
+		return fmt.Errorf("spec: a drafter reads the target's hidden states; target %q gives none", r.d.info.Name)
+	}
+	if err := ts.KeepStates(); err != nil {
+		return fmt.Errorf("spec: a drafter reads the target's hidden states: %w", err)
+	}
+	r.tgtState = ts
+	return nil
+}
+
+// prefill forwards the prompt but its last token, which becomes the pending token, and
+// tells the readers of states the prompt.
 func (r *run) prefill(ctx context.Context) error {
 	t := time.Now()
-	err := r.tgt.Prefill(ctx, r.req.Prompt[:len(r.req.Prompt)-1])
+	prompt := r.req.Prompt
+	err := r.tgt.Prefill(ctx, prompt[:len(prompt)-1])
+	if err == nil && r.tgtState != nil {
+		err = r.tell(prompt[1:], r.tgtState.States())
+	}
 	r.stats.PrefillTime += time.Since(t) // after the drafters' prefills
 	if err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	return nil
+}
+
+// tell hands the readers of states the tokens the history gained and the target's
+// states in front of them.
+func (r *run) tell(tokens []int32, states [][]float32) error {
+	for _, s := range r.readers {
+		if err := s.Observe(tokens, states); err != nil {
+			return fmt.Errorf("drafter: %w", err)
+		}
+	}
+	return nil
+}
+
+// observe tells the readers of states what a step added: the accepted tokens and the
+// target's next, each with the state of the row in front of it (the pending token's
+// row, then the rows of the accepted nodes).
+func (r *run) observe(accepted []int32, next int32) error {
+	if r.tgtState == nil {
+		return nil
+	}
+	states := r.tgtState.States()
+	r.obsTok = append(append(r.obsTok[:0], accepted...), next)
+	r.obsState = append(r.obsState[:0], states[0])
+	for _, c := range r.path {
+		r.obsState = append(r.obsState, states[c+1])
+	}
+	if err := r.tell(r.obsTok, r.obsState); err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
 	return nil
@@ -525,6 +585,9 @@ func (r *run) step(ctx context.Context) error {
 	r.count(depth, len(accepted), nodes)
 	if r.ctl != nil {
 		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
+	}
+	if err := r.observe(accepted, next); err != nil {
+		return err
 	}
 	grown := r.pushAll(accepted, next)
 	if r.ctl != nil {

@@ -63,6 +63,20 @@ type Session interface {
 	Close() error
 }
 
+// StateSession is a [Session] that also gives the target's hidden states, for drafters
+// that read them (trained heads). [Local]'s sessions are StateSessions.
+type StateSession interface {
+	Session
+	// KeepStates makes every later Prefill and Verify keep the final hidden state of
+	// each token it forwards — the normed input of the output layer — from the same
+	// pass. It fails when the model gives none.
+	KeepStates() error
+	// States returns the hidden states of the tokens the last Prefill or Verify
+	// forwarded, one per token (for Verify, row i as its rows of logits). They stay
+	// valid until the next call.
+	States() [][]float32
+}
+
 // DefaultPrefillChunk is how many prompt tokens a Local prefill forwards per call.
 const DefaultPrefillChunk = 512
 
@@ -110,10 +124,11 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	vocab, n := l.info.VocabSize, maxDraft+1
 	s := &session{
 		seq:      seq,
+		width:    l.info.HiddenSize,
 		maxDraft: maxDraft,
 		chunk:    chunk,
 		batch:    make([]int32, 0, n),
-		keep:     make([]int32, 0, n),
+		path:     make([]int32, 0, n),
 		outputs:  make([]int32, n),
 		logits:   make([]float32, n*vocab),
 		rows:     make([][]float32, n),
@@ -135,21 +150,64 @@ type session struct {
 	last    int        // tokens forwarded by the last verification; 0 once accepted
 	batch   []int32    // the pending token and the draft
 	tree    model.Tree // their shape: the draft's, below the pending token
-	keep    []int32
+	path    []int32    // the batch indices Accept keeps
 	outputs []int32
 	logits  []float32
 	rows    [][]float32
+
+	// Hidden states, when kept: width values per forwarded token.
+	width  int
+	keep   bool
+	hidden []float32
+	states [][]float32
+}
+
+func (s *session) KeepStates() error {
+	if s.width == 0 {
+		return errors.New("target: the model gives no hidden states")
+	}
+	s.keep = true
+	return nil
+}
+
+func (s *session) States() [][]float32 { return s.states }
+
+// stateRows sizes the states for n tokens.
+func (s *session) stateRows(n int) {
+	if cap(s.hidden) < n*s.width {
+		s.hidden = make([]float32, n*s.width)
+	}
+	s.hidden = s.hidden[:n*s.width]
+	s.states = s.states[:0]
+	for i := range n {
+		s.states = append(s.states, s.hidden[i*s.width:(i+1)*s.width])
+	}
+}
+
+// indices returns 0, 1, …, n-1, from the outputs' list when it is long enough.
+func (s *session) indices(n int) []int32 {
+	for len(s.outputs) < n {
+		s.outputs = append(s.outputs, int32(len(s.outputs)))
+	}
+	return s.outputs[:n]
 }
 
 func (s *session) Len() int { return s.seq.Len() }
 
 func (s *session) Prefill(ctx context.Context, tokens []int32) error {
-	for len(tokens) > 0 {
-		n := min(s.chunk, len(tokens))
-		if err := s.seq.Forward(ctx, model.Batch{Tokens: tokens[:n]}, nil); err != nil {
+	if s.keep {
+		s.stateRows(len(tokens))
+	}
+	for done := 0; done < len(tokens); {
+		n := min(s.chunk, len(tokens)-done)
+		b := model.Batch{Tokens: tokens[done : done+n]}
+		if s.keep {
+			b.States, b.Hidden = s.indices(n), s.hidden[done*s.width:(done+n)*s.width]
+		}
+		if err := s.seq.Forward(ctx, b, nil); err != nil {
 			return fmt.Errorf("target: prefill: %w", err)
 		}
-		tokens = tokens[n:]
+		done += n
 	}
 	return nil
 }
@@ -168,7 +226,12 @@ func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shap
 	s.tree.SetRooted(shape)
 	n := len(s.batch)
 	s.base = s.seq.Len()
-	if err := s.seq.Forward(ctx, model.Batch{Tokens: s.batch, Tree: s.tree, Outputs: s.outputs[:n]}, s.logits); err != nil {
+	b := model.Batch{Tokens: s.batch, Tree: s.tree, Outputs: s.outputs[:n]}
+	if s.keep {
+		s.stateRows(n)
+		b.States, b.Hidden = b.Outputs, s.hidden
+	}
+	if err := s.seq.Forward(ctx, b, s.logits); err != nil {
 		return nil, fmt.Errorf("target: verify: %w", err)
 	}
 	s.last = n
@@ -195,11 +258,11 @@ func (s *session) Accept(path []int32) error {
 	if s.tree.Chain() {
 		err = s.seq.Truncate(s.base + 1 + len(path)) // a chain's path is a prefix
 	} else {
-		s.keep = append(s.keep[:0], 0)
+		s.path = append(s.path[:0], 0)
 		for _, c := range path {
-			s.keep = append(s.keep, c+1)
+			s.path = append(s.path, c+1)
 		}
-		err = s.seq.Retain(s.base, s.keep)
+		err = s.seq.Retain(s.base, s.path)
 	}
 	if err != nil {
 		return fmt.Errorf("target: accept: %w", err)

@@ -120,7 +120,7 @@ func (c *Chain) NewSequence(ctx context.Context) (model.Sequence, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("markov: new sequence: %w", err)
 	}
-	s := &sequence{c: c, ctx: make([]int32, c.order)}
+	s := &sequence{c: c, ctx: make([]int32, c.order), info: c.Info()}
 	if c.ctxLen > 0 {
 		s.tokens = make([]int32, 0, c.ctxLen)
 	}
@@ -130,6 +130,7 @@ func (c *Chain) NewSequence(ctx context.Context) (model.Sequence, error) {
 // sequence is the chain's per-request state: the tokens forwarded so far.
 type sequence struct {
 	c      *Chain
+	info   model.Info // the chain's, made once
 	tokens []int32
 	ctx    []int32 // scratch: the Order tokens before an output
 	closed bool
@@ -176,7 +177,7 @@ func (s *sequence) check(ctx context.Context, b model.Batch, logits []float32) e
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("markov: forward: %w", err)
 	}
-	if err := model.CheckBatch(b, len(s.tokens), s.c.Info(), len(logits)); err != nil {
+	if err := model.CheckBatch(b, len(s.tokens), s.info, len(logits)); err != nil {
 		return fmt.Errorf("markov: %w", err)
 	}
 	return nil
