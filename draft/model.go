@@ -270,21 +270,8 @@ func (s *modelSession) expand(parent int32, logits []float32, hist []int32, n in
 		return nil
 	}
 	if s.greedy {
-		// The w largest logits, lowest id first among ties.
-		top := s.top[:0]
-		for i, x := range logits {
-			if len(top) < w {
-				top = append(top, int32(i))
-			} else if x <= logits[top[w-1]] {
-				continue
-			} else {
-				top[w-1] = int32(i)
-			}
-			for j := len(top) - 1; j > 0 && logits[top[j]] > logits[top[j-1]]; j-- {
-				top[j], top[j-1] = top[j-1], top[j]
-			}
-		}
-		for _, t := range top {
+		s.top = topTokens(logits, w, s.top)
+		for _, t := range s.top {
 			s.toks = append(s.toks, t)
 			s.parents = append(s.parents, parent)
 		}
@@ -376,3 +363,22 @@ func (s *modelSession) pathTo(node int32) []int32 {
 }
 
 func (s *modelSession) Close() error { return s.seq.Close() }
+
+// topTokens returns the w largest logits' tokens, largest first, lowest id first among
+// ties, in top's memory.
+func topTokens(logits []float32, w int, top []int32) []int32 {
+	top = top[:0]
+	for i, x := range logits {
+		if len(top) < w {
+			top = append(top, int32(i))
+		} else if x <= logits[top[w-1]] {
+			continue
+		} else {
+			top[w-1] = int32(i)
+		}
+		for j := len(top) - 1; j > 0 && logits[top[j]] > logits[top[j-1]]; j-- {
+			top[j], top[j-1] = top[j-1], top[j]
+		}
+	}
+	return top
+}

@@ -25,7 +25,7 @@ type pass struct {
 	rowBuf []byte         // an embedding row of llama.cpp's blocks
 	scores chan []float32 // attention score buffers, one per thread at work
 
-	mul  mulTask
+	mul  kernels.Product
 	attn attnTask
 	silu siluTask
 }
@@ -146,24 +146,10 @@ func (ps *pass) mulInto(y []float32, ldy int, src backend.Act, m *matrix) {
 
 // mulRows computes y = x · mᵀ for n rows of x of cols values, prepared in act.
 func (ps *pass) mulRows(y []float32, ldy int, x []float32, n, cols int, act *kernels.Act, m *matrix) {
-	if len(m.parts) > len(ps.mul.mats) {
-		ps.fail(fmt.Errorf("cpu: a product of %d parts; at most %d", len(m.parts), len(ps.mul.mats)))
-		return
-	}
 	act.Reset(x, n, cols)
-	total := 0
-	for _, k := range m.parts {
-		if err := act.Prepare(k.Type); err != nil {
-			ps.fail(fmt.Errorf("cpu: %w", err))
-			return
-		}
-		total += groups(k)
+	if err := ps.mul.Compute(ps.b.threads, act, y, ldy, m.parts, m.offs); err != nil {
+		ps.fail(fmt.Errorf("cpu: %w", err))
 	}
-	ps.mul = mulTask{act: act, n: len(m.parts), ldy: ldy}
-	for i, k := range m.parts {
-		ps.mul.mats[i], ps.mul.outs[i] = k, y[m.offs[i]:]
-	}
-	ps.b.threads.Run(&ps.mul, total, 1)
 }
 
 // SiLUMul implements [backend.Pass].
@@ -244,33 +230,6 @@ func grow[T any](b []T, n int) []T {
 		return make([]T, n)
 	}
 	return b[:n]
-}
-
-// groups is the number of row groups of a matrix, the unit the products are shared
-// out in.
-func groups(m *kernels.Matrix) int { return (m.Rows + kernels.RowGroup - 1) / kernels.RowGroup }
-
-// mulTask computes the row groups [lo, hi) of up to three matrices stacked on each
-// other, each into its columns of rows of ldy values.
-type mulTask struct {
-	act  *kernels.Act
-	n    int
-	ldy  int
-	mats [3]*kernels.Matrix
-	outs [3][]float32
-}
-
-// Run implements kernels.Task.
-func (t *mulTask) Run(lo, hi int) {
-	off := 0
-	for i := range t.n {
-		m := t.mats[i]
-		g0, g1 := max(lo, off)-off, min(hi, off+groups(m))-off
-		if g0 < g1 {
-			m.Mul(t.act, t.outs[i], t.ldy, g0*kernels.RowGroup, min(g1*kernels.RowGroup, m.Rows))
-		}
-		off += groups(m)
-	}
 }
 
 // siluChunk is how many elements of a row one SiLU item takes.

@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -51,7 +53,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 type options struct {
 	model, prompts, jsonOut, svgDir string
 	drafters, ks, temps             string
-	draftModels                     listFlag
+	draftModels, heads              listFlag
 	n, maxTokens, threads           int
 	ngramMin, ngramMax              int
 	firstNGramMin                   int
@@ -62,6 +64,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.model, "model", "models/gocoder-m-q8_0.gguf", "target model (GGUF file or Hugging Face directory)")
 	flag.Var(&o.draftModels, "draft", "a draft model as NAME=PATH (repeatable); NAME can then be used in -drafters")
+	flag.Var(&o.heads, "head", "a trained draft head (MLPSpeculator, Medusa or EAGLE directory) as NAME=DIR (repeatable); -drafters then takes NAME (chains), NAME:tree (Medusa and EAGLE trees) and lookup+NAME (n-gram lookup first)")
 	flag.StringVar(&o.prompts, "prompts", "", "prompts file: JSON lines with a \"prompt\" field")
 	flag.IntVar(&o.n, "n", 12, "number of prompts to use")
 	flag.IntVar(&o.maxTokens, "max-tokens", 96, "tokens to generate per prompt")
@@ -144,13 +147,17 @@ type bench struct {
 	tok        *tokenizer.Tokenizer
 	prompts    [][]int32
 	models     map[string]*draft.SmallModel
+	heads      map[string]string // head name → directory
+	targetPath string
 	firstModel string         // the first -draft, which first and tree draft with
 	loaded     []*llama.Model // to close
+	closers    []io.Closer    // heads, to close
+	info       model.Info
 }
 
 // load loads the target, its tokenizer, the prompts and the draft models.
 func load(o options) (*bench, error) {
-	b := &bench{o: o, models: map[string]*draft.SmallModel{}}
+	b := &bench{o: o, models: map[string]*draft.SmallModel{}, heads: map[string]string{}, targetPath: o.model}
 	ok := false
 	defer func() {
 		if !ok {
@@ -190,14 +197,55 @@ func load(o options) (*bench, error) {
 			b.firstModel = name
 		}
 	}
+	for _, h := range o.heads {
+		name, dir, found := strings.Cut(h, "=")
+		if !found {
+			return nil, fmt.Errorf("-head %q: want NAME=DIR", h)
+		}
+		if _, err := heads.Kind(dir); err != nil {
+			return nil, err
+		}
+		b.heads[name] = dir
+	}
+	b.info = m.Info()
 	ok = true
 	return b, nil
 }
 
 func (b *bench) close() {
+	for _, c := range b.closers {
+		c.Close()
+	}
 	for _, m := range b.loaded {
 		m.Close()
 	}
+}
+
+// headTree is the shape of the heads' trees (NAME:tree).
+var headTree = draft.TreeShape{Width: 2, Depth: 4, MaxNodes: 12}
+
+// head opens a fresh drafter of the head named name (name, name:tree or lookup+name),
+// or reports false when no head has that name.
+func (b *bench) head(name string) (draft.Drafter, bool, error) {
+	base, lookup := strings.CutPrefix(name, "lookup+")
+	base, tree := strings.CutSuffix(base, ":tree")
+	dir, ok := b.heads[base]
+	if !ok {
+		return nil, false, nil
+	}
+	opts := heads.Options{Threads: b.o.threads, Layer: llama.Options{Threads: b.o.threads}}
+	if tree {
+		opts.Tree = headTree
+	}
+	d, c, err := heads.Open(dir, b.targetPath, b.info, opts)
+	if err != nil {
+		return nil, true, err
+	}
+	b.closers = append(b.closers, c)
+	if lookup {
+		d = draft.First(draft.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, d)
+	}
+	return d, true, nil
 }
 
 // parseTemperatures reads the -temperature list.
@@ -275,7 +323,7 @@ func (b *bench) decoder(name, ks string) (*spec.Decoder, error) {
 	} else if opts.K, err = strconv.Atoi(ks); err != nil {
 		return nil, fmt.Errorf("-k %q: %w", ks, err)
 	}
-	if name == "tree" && !opts.Adaptive {
+	if (name == "tree" || strings.HasSuffix(name, ":tree")) && !opts.Adaptive {
 		opts.K = 3 * opts.K // node budget: trees need more nodes than positions
 	}
 	return spec.New(b.target, d, opts)
@@ -283,6 +331,9 @@ func (b *bench) decoder(name, ks string) (*spec.Decoder, error) {
 
 // drafter makes the drafter a -drafters name stands for.
 func (b *bench) drafter(name string) (draft.Drafter, error) {
+	if d, ok, err := b.head(name); ok || err != nil {
+		return d, err
+	}
 	switch name {
 	case "ngram":
 		return draft.NGram{Min: b.o.ngramMin, Max: b.o.ngramMax}, nil

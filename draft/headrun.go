@@ -1,0 +1,76 @@
+package draft
+
+import (
+	"math"
+
+	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/sampler"
+)
+
+// headRun is a head session's arithmetic: products of one row with the head's
+// matrices on the head's threads, and the choice of each drafted token.
+type headRun struct {
+	pool   *kernels.Pool
+	prod   kernels.Product
+	act    kernels.Act
+	rowBuf []byte
+	smp    *sampler.Sampler
+	greedy bool
+}
+
+// mul writes y = m·x.
+func (r *headRun) mul(m *kernels.Matrix, x, y []float32) error {
+	r.act.Reset(x, 1, m.Cols)
+	return r.prod.Compute(r.pool, &r.act, y, m.Rows, []*kernels.Matrix{m}, []int{0})
+}
+
+// row writes row i of m to dst.
+func (r *headRun) row(m *kernels.Matrix, i int32, dst []float32) error {
+	if len(r.rowBuf) < m.RowBytes() {
+		r.rowBuf = make([]byte, m.RowBytes())
+	}
+	return m.RowF32(int(i), dst, r.rowBuf)
+}
+
+// pick chooses a drafted token from logits after history: the argmax when the request
+// is greedy (q nil: one-hot), else a draw from the processed distribution, written to
+// q, which the proposal reports.
+func (r *headRun) pick(logits []float32, history []int32, q []float32) (int32, []float32, error) {
+	if r.greedy {
+		x, err := r.smp.Argmax(logits, history)
+		return x, nil, err
+	}
+	if err := r.smp.Process(logits, history, q); err != nil {
+		return 0, nil, err
+	}
+	return r.smp.Sample(q), q, nil
+}
+
+// rmsScale writes x·rsqrt(mean(x²) + eps)·k to dst.
+func rmsScale(dst, x []float32, eps, k float64) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	s := k / math.Sqrt(ss/float64(len(x))+eps)
+	for i, v := range x {
+		dst[i] = float32(float64(v) * s)
+	}
+}
+
+// gelu is the exact GELU, x·Φ(x).
+func gelu(x float32) float32 {
+	return float32(0.5 * float64(x) * (1 + math.Erf(float64(x)/math.Sqrt2)))
+}
+
+// silu is x·σ(x).
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+// rows cuts buf into n rows of width values.
+func rows(buf []float32, n, width int) [][]float32 {
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = buf[i*width : (i+1)*width]
+	}
+	return out
+}

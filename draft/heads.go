@@ -1,0 +1,206 @@
+package draft
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/safetensors"
+	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/model"
+)
+
+// headConfig is the config.json of a draft head's directory, as vLLM reads the
+// speculators it serves: MLPSpeculator (model_type mlp_speculator) and Medusa
+// (model_type medusa).
+type headConfig struct {
+	ModelType string `json:"model_type"`
+	VocabSize int    `json:"vocab_size"`
+	// MLPSpeculator.
+	EmbDim     int   `json:"emb_dim"`
+	InnerDim   int   `json:"inner_dim"`
+	NPredict   int   `json:"n_predict"`
+	TieWeights *bool `json:"tie_weights"`
+	ScaleInput *bool `json:"scale_input"`
+	// Medusa.
+	HiddenSize     int   `json:"hidden_size"`
+	NumHeads       int   `json:"num_heads"`
+	NumLayers      int   `json:"num_hidden_layers"`
+	FCBias         *bool `json:"medusa_fc_bias"`
+	OriginalLMHead *bool `json:"original_lm_head"`
+	Truncated      *int  `json:"truncated_vocab_size"`
+}
+
+// parseHeadConfig reads and checks a head's config.json.
+func parseHeadConfig(raw []byte) (headConfig, error) {
+	var c headConfig
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return c, err
+	}
+	switch c.ModelType {
+	case "mlp_speculator":
+		switch {
+		case c.EmbDim <= 0 || c.InnerDim <= 0 || c.VocabSize <= 0:
+			return c, fmt.Errorf("emb_dim %d, inner_dim %d and vocab_size %d must be positive", c.EmbDim, c.InnerDim, c.VocabSize)
+		case c.NPredict <= 0 || c.NPredict > 64:
+			return c, fmt.Errorf("n_predict %d must be in [1, 64]", c.NPredict)
+		}
+	case "medusa":
+		switch {
+		case c.HiddenSize <= 0 || c.VocabSize <= 0:
+			return c, fmt.Errorf("hidden_size %d and vocab_size %d must be positive", c.HiddenSize, c.VocabSize)
+		case c.NumHeads <= 0 || c.NumHeads > 64:
+			return c, fmt.Errorf("num_heads %d must be in [1, 64]", c.NumHeads)
+		case c.NumLayers < 0 || c.NumLayers > 16:
+			return c, fmt.Errorf("num_hidden_layers %d must be in [0, 16]", c.NumLayers)
+		case c.Truncated != nil && *c.Truncated != 0 && *c.Truncated != c.VocabSize:
+			return c, fmt.Errorf("truncated_vocab_size %d is not supported (the heads must give the whole vocabulary)", *c.Truncated)
+		}
+	default:
+		return c, fmt.Errorf("model_type %q is not a draft head this package loads (mlp_speculator, medusa; EAGLE layers load with llama.OpenEAGLE)", c.ModelType)
+	}
+	return c, nil
+}
+
+// flag is a boolean of a config, def when absent.
+func flag(b *bool, def bool) bool {
+	if b == nil {
+		return def
+	}
+	return *b
+}
+
+// headFiles are a head directory's tensors, read with errors that name the file and
+// the tensor.
+type headFiles struct {
+	dir string
+	set *safetensors.Set
+}
+
+// openHead reads a head directory's config.json and opens its tensors.
+func openHead(dir string) (headConfig, *headFiles, error) {
+	path := filepath.Join(dir, "config.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return headConfig{}, nil, fmt.Errorf("draft: %w", err)
+	}
+	c, err := parseHeadConfig(raw)
+	if err != nil {
+		return c, nil, fmt.Errorf("draft: %s: %w", path, err)
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return c, nil, fmt.Errorf("draft: %w", err)
+	}
+	return c, &headFiles{dir: dir, set: set}, nil
+}
+
+func (f *headFiles) Close() error { return f.set.Close() }
+
+// has reports whether the directory holds the tensor.
+func (f *headFiles) has(name string) bool {
+	_, ok := f.set.Tensor(name)
+	return ok
+}
+
+// tensor returns a float tensor of the given shape.
+func (f *headFiles) tensor(name string, shape ...int64) (*safetensors.Tensor, error) {
+	t, ok := f.set.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("draft: %s: tensor %q missing", f.dir, name)
+	}
+	if !t.Supported() || (t.DType != dtype.F32 && t.DType != dtype.F16 && t.DType != dtype.BF16) {
+		return nil, fmt.Errorf("draft: %s: tensor %q has a type a head cannot use (F32, F16 and BF16 can)", f.dir, name)
+	}
+	if len(t.Shape) != len(shape) {
+		return nil, fmt.Errorf("draft: %s: tensor %q has shape %v, want %v", f.dir, name, t.Shape, shape)
+	}
+	for i := range shape {
+		if t.Shape[i] != shape[i] {
+			return nil, fmt.Errorf("draft: %s: tensor %q has shape %v, want %v", f.dir, name, t.Shape, shape)
+		}
+	}
+	return t, nil
+}
+
+// matrix reads a rows × cols matrix into the kernels' layout.
+func (f *headFiles) matrix(name string, rows, cols int) (*kernels.Matrix, error) {
+	t, err := f.tensor(name, int64(rows), int64(cols))
+	if err != nil {
+		return nil, err
+	}
+	m, err := kernels.NewMatrix(t.DType, rows, cols, t.Data)
+	if err != nil {
+		return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
+	}
+	return m, nil
+}
+
+// vector reads a vector of n values.
+func (f *headFiles) vector(name string, n int) ([]float32, error) {
+	t, err := f.tensor(name, int64(n))
+	if err != nil {
+		return nil, err
+	}
+	v := make([]float32, n)
+	if err := kernels.Dequantize(t.DType, t.Data, v); err != nil {
+		return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
+	}
+	return v, nil
+}
+
+// checkFits checks that a head of the given hidden size and vocabulary reads the
+// target's states and drafts its tokens.
+func checkFits(name string, hidden, vocab int, target model.Info) error {
+	switch {
+	case target.HiddenSize == 0:
+		return fmt.Errorf("draft: %s reads the target's hidden states; target %q gives none", name, target.Name)
+	case hidden != target.HiddenSize:
+		return fmt.Errorf("draft: %s reads hidden states of %d values; target %q has %d", name, hidden, target.Name, target.HiddenSize)
+	case vocab != target.VocabSize:
+		return fmt.Errorf("draft: %s drafts from a vocabulary of %d; target %q has %d", name, vocab, target.Name, target.VocabSize)
+	}
+	return nil
+}
+
+// OpenHead loads the draft head in dir, MLPSpeculator or Medusa by its config's
+// model_type, for the target described by target.
+func OpenHead(dir string, target model.Info, opts HeadOptions) (Drafter, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("draft: %w", err)
+	}
+	var probe struct {
+		ModelType string `json:"model_type"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("draft: %s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	switch probe.ModelType {
+	case "mlp_speculator":
+		return OpenMLPSpeculator(dir, target, opts)
+	case "medusa":
+		return OpenMedusa(dir, target, opts)
+	}
+	return nil, fmt.Errorf("draft: %s: model_type %q is not a draft head (mlp_speculator, medusa)", dir, probe.ModelType)
+}
+
+// HeadOptions tune a draft head.
+type HeadOptions struct {
+	// Threads is how many threads a head's products use; 0 means 1.
+	Threads int
+	// Tree, for a head that drafts trees (Medusa), shapes them; zero drafts chains.
+	Tree TreeShape
+}
+
+// errNoState is returned when a head is asked to draft before it was told a state.
+var errNoState = errors.New("draft: the head has not been told the target's state")
+
+// headName is how errors name a head directory.
+func headName(kind, dir string) string {
+	return fmt.Sprintf("%s %s", kind, strings.TrimSuffix(filepath.Base(dir), "/"))
+}

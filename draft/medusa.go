@@ -1,0 +1,284 @@
+package draft
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/sampler"
+)
+
+// Medusa drafts with Medusa heads, from a checkpoint as vLLM serves it (config.json
+// model_type medusa): head k reads the target's last hidden state h_t alone, through
+// num_hidden_layers residual blocks x = x + SiLU(W·x + b), and predicts the token k+2
+// places after it (x_{t+2+k}; the target chose x_{t+1}). It drafts a chain — head k's
+// choice at depth k — or, with [HeadOptions].Tree, the tree of each head's top
+// candidates (Medusa's medusa_choices): every node at depth d gets Width children from
+// head d. The heads' choices do not depend on the tokens above them, so one pass of
+// the heads per step drafts the whole tree.
+//
+// It loads vLLM's layout (blocks.k.layers.l.{weight,bias}; one output layer
+// lm_heads.0 shared with original_lm_head, or lm_heads.k per head) and the original
+// Medusa repository's (k.l.linear.{weight,bias} and k.L.weight, L = the number of
+// layers).
+type Medusa struct {
+	name       string
+	dim, vocab int
+	w          [][]*kernels.Matrix // [head][layer]
+	b          [][][]float32       // [head][layer]; nil without biases
+	lm         []*kernels.Matrix   // [head]; shared ones are one matrix
+	tree       TreeShape
+	pool       *kernels.Pool
+}
+
+// OpenMedusa loads the Medusa heads in dir for the target described by target.
+func OpenMedusa(dir string, target model.Info, opts HeadOptions) (*Medusa, error) {
+	c, f, err := openHead(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if c.ModelType != "medusa" {
+		return nil, fmt.Errorf("draft: %s: model_type %q, want medusa", dir, c.ModelType)
+	}
+	if opts.Tree != (TreeShape{}) && (opts.Tree.Width < 1 || opts.Tree.Depth < 1 || opts.Tree.MaxNodes < 1) {
+		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", opts.Tree)
+	}
+	h := &Medusa{name: headName("Medusa", dir), dim: c.HiddenSize, vocab: c.VocabSize, tree: opts.Tree}
+	if err := checkFits(h.name, h.dim, h.vocab, target); err != nil {
+		return nil, err
+	}
+	names := medusaNames(f, c.NumLayers)
+	bias := flag(c.FCBias, true)
+	for k := range c.NumHeads {
+		if err := h.loadHead(f, names, k, c.NumLayers, bias); err != nil {
+			return nil, err
+		}
+	}
+	h.pool = kernels.NewPool(max(opts.Threads, 1))
+	return h, nil
+}
+
+// medusaLayout names the tensors of one checkpoint layout.
+type medusaLayout struct {
+	weight, bias func(k, l int) string
+	lm           func(k int) string
+}
+
+// medusaNames picks vLLM's layout or the original repository's, by what the files
+// hold.
+func medusaNames(f *headFiles, layers int) medusaLayout {
+	if f.has("0.0.linear.weight") || f.has(fmt.Sprintf("0.%d.weight", layers)) {
+		return medusaLayout{
+			weight: func(k, l int) string { return fmt.Sprintf("%d.%d.linear.weight", k, l) },
+			bias:   func(k, l int) string { return fmt.Sprintf("%d.%d.linear.bias", k, l) },
+			lm:     func(k int) string { return fmt.Sprintf("%d.%d.weight", k, layers) },
+		}
+	}
+	return medusaLayout{
+		weight: func(k, l int) string { return fmt.Sprintf("blocks.%d.layers.%d.weight", k, l) },
+		bias:   func(k, l int) string { return fmt.Sprintf("blocks.%d.layers.%d.bias", k, l) },
+		lm: func(k int) string {
+			if f.has(fmt.Sprintf("lm_heads.%d.weight", k)) {
+				return fmt.Sprintf("lm_heads.%d.weight", k)
+			}
+			return "lm_heads.0.weight" // shared (original_lm_head)
+		},
+	}
+}
+
+// loadHead loads head k.
+func (h *Medusa) loadHead(f *headFiles, n medusaLayout, k, layers int, bias bool) error {
+	var ws []*kernels.Matrix
+	var bs [][]float32
+	for l := range layers {
+		w, err := f.matrix(n.weight(k, l), h.dim, h.dim)
+		if err != nil {
+			return err
+		}
+		ws = append(ws, w)
+		if bias {
+			b, err := f.vector(n.bias(k, l), h.dim)
+			if err != nil {
+				return err
+			}
+			bs = append(bs, b)
+		}
+	}
+	name := n.lm(k)
+	var lm *kernels.Matrix
+	for j := range k { // a shared output layer is loaded once
+		if n.lm(j) == name {
+			lm = h.lm[j]
+		}
+	}
+	if lm == nil {
+		var err error
+		if lm, err = f.matrix(name, h.vocab, h.dim); err != nil {
+			return err
+		}
+	}
+	h.w, h.b, h.lm = append(h.w, ws), append(h.b, bs), append(h.lm, lm)
+	return nil
+}
+
+// Heads is the number of heads: the deepest a draft goes.
+func (h *Medusa) Heads() int { return len(h.w) }
+
+// Close releases the heads' threads.
+func (h *Medusa) Close() error {
+	h.pool.Close()
+	return nil
+}
+
+// Start implements [Drafter].
+func (h *Medusa) Start(ctx context.Context, req Request) (Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("draft: %w", err)
+	}
+	if req.VocabSize != h.vocab {
+		return nil, fmt.Errorf("draft: %s drafts from %d tokens; the request's vocabulary has %d", h.name, h.vocab, req.VocabSize)
+	}
+	smp, err := sampler.New(req.Sampling, req.VocabSize)
+	if err != nil {
+		return nil, fmt.Errorf("draft: %w", err)
+	}
+	n := len(h.w)
+	nodes := max(req.MaxK, n)
+	return &medusaSession{h: h, run: headRun{pool: h.pool, smp: smp, greedy: req.Sampling.Greedy()},
+		state: make([]float32, h.dim), x: make([]float32, h.dim), y: make([]float32, h.dim),
+		logits: rows(make([]float32, n*h.vocab), n, h.vocab), q: rows(make([]float32, n*h.vocab), n, h.vocab),
+		toks: make([]int32, 0, nodes), dists: make([][]float32, 0, nodes), parents: make([]int32, 0, nodes),
+		hist: make([]int32, 0, req.MaxLen+n)}, nil
+}
+
+type medusaSession struct {
+	h       *Medusa
+	run     headRun
+	state   []float32
+	told    bool
+	x, y    []float32
+	logits  [][]float32 // per head
+	q       [][]float32 // per head: its processed distribution, when sampling
+	toks    []int32
+	dists   [][]float32
+	parents []int32
+	level   []int32
+	top     []int32
+	hist    []int32
+}
+
+// Observe implements [StateSession]: the heads read the last state.
+func (s *medusaSession) Observe(tokens []int32, states [][]float32) error {
+	if len(states) == 0 {
+		return nil
+	}
+	copy(s.state, states[len(states)-1])
+	s.told = true
+	return nil
+}
+
+// heads runs the first n heads on the state.
+func (s *medusaSession) heads(n int) error {
+	h := s.h
+	for k := range n {
+		copy(s.x, s.state)
+		for l, w := range h.w[k] {
+			if err := s.run.mul(w, s.x, s.y); err != nil {
+				return fmt.Errorf("draft: %s: %w", h.name, err)
+			}
+			for j := range s.x {
+				v := s.y[j]
+				if h.b[k] != nil {
+					v += h.b[k][l][j]
+				}
+				s.x[j] += silu(v)
+			}
+		}
+		if err := s.run.mul(h.lm[k], s.x, s.logits[k]); err != nil {
+			return fmt.Errorf("draft: %s: %w", h.name, err)
+		}
+	}
+	return nil
+}
+
+func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+	p.Reset()
+	if !s.told || len(history) == 0 || k <= 0 {
+		return nil
+	}
+	s.toks, s.dists, s.parents = s.toks[:0], s.dists[:0], s.parents[:0]
+	if s.h.tree.Width > 0 {
+		return s.proposeTree(history, min(k, s.h.tree.MaxNodes), p)
+	}
+	n := min(k, len(s.h.w))
+	if err := s.heads(n); err != nil {
+		return err
+	}
+	s.hist = append(s.hist[:0], history...)
+	for d := range n {
+		x, q, err := s.run.pick(s.logits[d], s.hist, s.q[d])
+		if err != nil {
+			return fmt.Errorf("draft: %s: %w", s.h.name, err)
+		}
+		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
+	}
+	p.Tokens = s.toks
+	if !s.run.greedy {
+		p.Dists = s.dists
+	}
+	return nil
+}
+
+// proposeTree drafts up to n nodes: level d holds Width children of every node of
+// level d−1 (the root first), from head d — its Width best tokens, or Width draws from
+// its distribution — Depth levels deep at most.
+func (s *medusaSession) proposeTree(history []int32, n int, p *Proposal) error {
+	h := s.h
+	depth := min(h.tree.Depth, len(h.w))
+	if err := s.heads(depth); err != nil {
+		return err
+	}
+	s.level = append(s.level[:0], -1)
+	for d := 0; d < depth && len(s.toks) < n && len(s.level) > 0; d++ {
+		var q []float32
+		if !s.run.greedy {
+			// The distribution is the head's alone: the same below every node.
+			q = s.q[d]
+			if err := s.run.smp.Process(s.logits[d], history, q); err != nil {
+				return fmt.Errorf("draft: %s: %w", h.name, err)
+			}
+		} else {
+			s.top = topTokens(s.logits[d], h.tree.Width, s.top)
+		}
+		start := len(s.toks)
+		for _, parent := range s.level {
+			for c := range h.tree.Width {
+				if len(s.toks) == n {
+					break
+				}
+				var x int32
+				if q != nil {
+					x = s.run.smp.Sample(q)
+				} else if c < len(s.top) {
+					x = s.top[c]
+				} else {
+					break
+				}
+				s.toks, s.parents, s.dists = append(s.toks, x), append(s.parents, parent), append(s.dists, q)
+			}
+		}
+		s.level = s.level[:0]
+		for i := start; i < len(s.toks); i++ {
+			s.level = append(s.level, int32(i))
+		}
+	}
+	p.Tokens, p.Parents = s.toks, s.parents
+	if !s.run.greedy {
+		p.Dists = s.dists
+	}
+	return nil
+}
+
+func (s *medusaSession) Close() error { return nil }

@@ -1,0 +1,120 @@
+// Package headtest writes draft-head directories for tests: safetensors files with a
+// config.json, random heads of any shape (for the exactness tests on small models), and
+// copies of real checkpoints in other layouts.
+package headtest
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Tensor is a tensor to write: its safetensors dtype name ("F32", "BF16", …), shape
+// and little-endian bytes.
+type Tensor struct {
+	DType string
+	Shape []int64
+	Data  []byte
+}
+
+// F32 makes an F32 tensor of the given shape from values.
+func F32(shape []int64, v []float32) Tensor {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return Tensor{DType: "F32", Shape: shape, Data: b}
+}
+
+// Write writes a directory: config.json with config, and model.safetensors with the
+// tensors.
+func Write(dir string, config any, tensors map[string]Tensor) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	raw, err := json.MarshalIndent(config, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "model.safetensors"), encode(tensors), 0o644)
+}
+
+// encode lays the tensors out as a safetensors file.
+func encode(tensors map[string]Tensor) []byte {
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	header := map[string]any{}
+	var off int64
+	var data []byte
+	for _, n := range names {
+		t := tensors[n]
+		header[n] = map[string]any{"dtype": t.DType, "shape": t.Shape, "data_offsets": []int64{off, off + int64(len(t.Data))}}
+		off += int64(len(t.Data))
+		data = append(data, t.Data...)
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		panic(fmt.Sprintf("headtest: %v", err)) // maps of plain values always encode
+	}
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	return append(append(out, h...), data...)
+}
+
+// Random makes n values uniform in ±scale.
+func Random(rng *rand.Rand, n int, scale float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32((rng.Float64()*2 - 1) * scale)
+	}
+	return v
+}
+
+// Medusa writes random Medusa heads in vLLM's layout: heads heads of layers residual
+// blocks over states of hidden values, one shared output layer lm_heads.0.
+func Medusa(dir string, hidden, vocab, heads, layers int, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	h, v := int64(hidden), int64(vocab)
+	ts := map[string]Tensor{"lm_heads.0.weight": F32([]int64{v, h}, Random(rng, vocab*hidden, 2))}
+	for k := range heads {
+		for l := range layers {
+			ts[fmt.Sprintf("blocks.%d.layers.%d.weight", k, l)] = F32([]int64{h, h}, Random(rng, hidden*hidden, 1))
+			ts[fmt.Sprintf("blocks.%d.layers.%d.bias", k, l)] = F32([]int64{h}, Random(rng, hidden, 0.5))
+		}
+	}
+	cfg := map[string]any{"model_type": "medusa", "hidden_size": hidden, "vocab_size": vocab, "num_heads": heads,
+		"num_hidden_layers": layers, "medusa_fc_bias": true, "original_lm_head": true}
+	return Write(dir, cfg, ts)
+}
+
+// MLPSpeculator writes a random tied MLPSpeculator reading states of dim values.
+func MLPSpeculator(dir string, dim, inner, vocab, predict int, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 8))
+	d, in, v := int64(dim), int64(inner), int64(vocab)
+	ts := map[string]Tensor{
+		"emb.0.weight":  F32([]int64{v, in}, Random(rng, vocab*inner, 1)),
+		"proj.0.weight": F32([]int64{in, d}, Random(rng, inner*dim, 1)),
+		"head.0.weight": F32([]int64{v, in}, Random(rng, vocab*inner, 3)),
+		"ln.0.weight":   F32([]int64{in}, Random(rng, inner, 1)),
+		"ln.0.bias":     F32([]int64{in}, Random(rng, inner, 0.3)),
+	}
+	if predict > 1 {
+		ts["proj.1.weight"] = F32([]int64{in, in}, Random(rng, inner*inner, 1))
+	}
+	cfg := map[string]any{"model_type": "mlp_speculator", "emb_dim": dim, "inner_dim": inner, "vocab_size": vocab,
+		"n_predict": predict, "tie_weights": true, "scale_input": true}
+	return Write(dir, cfg, ts)
+}

@@ -1,0 +1,113 @@
+package spec_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/internal/headtest"
+	"github.com/specula/specula/internal/reference"
+	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/model/markov"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+)
+
+// headCase is a trained-head drafter built on a Markov target, whose hidden state is its
+// context one-hot: the heads read it as they would a transformer's.
+type headCase struct {
+	name string
+	k    int
+	open func(t *testing.T, c *markov.Chain) draft.Drafter
+}
+
+func headCases() []headCase {
+	medusa := func(tree draft.TreeShape) func(t *testing.T, c *markov.Chain) draft.Drafter {
+		return func(t *testing.T, c *markov.Chain) draft.Drafter {
+			dir := filepath.Join(t.TempDir(), "medusa")
+			info := c.Info()
+			require.NoError(t, headtest.Medusa(dir, info.HiddenSize, info.VocabSize, 3, 1, 5))
+			h, err := draft.OpenMedusa(dir, info, draft.HeadOptions{Tree: tree})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = h.Close() })
+			return h
+		}
+	}
+	mlp := func(t *testing.T, c *markov.Chain) draft.Drafter {
+		dir := filepath.Join(t.TempDir(), "mlp")
+		info := c.Info()
+		require.NoError(t, headtest.MLPSpeculator(dir, info.HiddenSize, 8, info.VocabSize, 3, 6))
+		h, err := draft.OpenMLPSpeculator(dir, info, draft.HeadOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = h.Close() })
+		return h
+	}
+	return []headCase{
+		{"Medusa chain", 3, medusa(draft.TreeShape{})},
+		{"Medusa tree", 6, medusa(draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6})},
+		{"MLPSpeculator", 3, mlp},
+		{"lookup then Medusa", 3, func(t *testing.T, c *markov.Chain) draft.Drafter {
+			return draft.WithLookup(medusa(draft.TreeShape{})(t, c))
+		}},
+	}
+}
+
+// TestHeadDistribution draws many continuations with each trained-head drafter — the
+// heads fed the target's hidden states through the decoder — and checks them against
+// the enumerated distribution of the target alone (chi-square): sampled drafting from
+// a head's processed distributions keeps the output the target's.
+func TestHeadDistribution(t *testing.T) {
+	const draws = 30_000
+	params := sampler.Params{Temperature: 0.9, TopP: 0.95}
+	for i, hc := range headCases() {
+		t.Run(hc.name, func(t *testing.T) {
+			t.Parallel()
+			tgt := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: uint64(40 + i), Scale: 1.5})
+			dec := newDecoder(t, tgt, hc.open(t, tgt), hc.k)
+			prompt := []int32{1, 2}
+			want := reference.Continuations(tgt, prompt, 3, params)
+			counts := make([]int, len(want))
+			var agg spec.Aggregate
+			for s := range draws {
+				req := spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}
+				req.Sampling.Seed = uint64(s)
+				res, err := dec.Generate(context.Background(), req)
+				require.NoError(t, err)
+				require.Len(t, res.Tokens, 3)
+				counts[reference.Index(res.Tokens, 6)]++
+				agg.Add(res.Stats)
+			}
+			fit := stattest.ChiSquare(counts, want)
+			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
+			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
+			rate := agg.Total.AcceptanceRate()
+			assert.True(t, rate > 0.02 && rate < 0.98, "acceptance %.3f: drafts were judged both ways", rate)
+			t.Logf("p=%.3f, %s", fit.P, agg.String())
+		})
+	}
+}
+
+// TestHeadGreedyIdentity decodes greedily with each trained-head drafter and requires
+// the plain greedy output.
+func TestHeadGreedyIdentity(t *testing.T) {
+	for i, hc := range headCases() {
+		t.Run(hc.name, func(t *testing.T) {
+			tgt := newChain(t, markov.Config{Vocab: 7, Order: 1, Seed: uint64(60 + i), Scale: 1.5})
+			plain := newDecoder(t, tgt, nil, 0)
+			dec := newDecoder(t, tgt, hc.open(t, tgt), hc.k)
+			for _, prompt := range [][]int32{{1}, {2, 3}, {4, 0, 6}} {
+				req := spec.Request{Prompt: prompt, MaxTokens: 40}
+				want, err := plain.Generate(context.Background(), req)
+				require.NoError(t, err)
+				got, err := dec.Generate(context.Background(), req)
+				require.NoError(t, err)
+				assert.Equal(t, want.Tokens, got.Tokens, "prompt %v", prompt)
+				assert.Positive(t, got.Stats.Drafted, "the head drafted")
+			}
+		})
+	}
+}
