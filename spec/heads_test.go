@@ -12,6 +12,8 @@ import (
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -108,6 +110,86 @@ func TestHeadGreedyIdentity(t *testing.T) {
 				assert.Equal(t, want.Tokens, got.Tokens, "prompt %v", prompt)
 				assert.Positive(t, got.Stats.Drafted, "the head drafted")
 			}
+		})
+	}
+}
+
+// eagleCase is a tiny Llama target on disk with a random EAGLE layer for it.
+func eagleCase(t *testing.T, tree draft.TreeShape) (*llama.Model, draft.Drafter) {
+	t.Helper()
+	s := headtest.LlamaShape{Dim: 16, Heads: 2, KVHeads: 1, HeadDim: 8, FFN: 32, Vocab: 6, Layers: 1}
+	root := t.TempDir()
+	tdir, edir := filepath.Join(root, "target"), filepath.Join(root, "eagle")
+	require.NoError(t, headtest.Llama(tdir, s, 3))
+	require.NoError(t, headtest.EAGLE(edir, s, 4))
+	m, err := llama.Open(tdir, llama.Options{Threads: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	layer, err := llama.OpenEAGLE(edir, tdir, llama.Options{Threads: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = layer.Close() })
+	d, err := draft.NewEAGLE(layer, m.Info(), tree)
+	require.NoError(t, err)
+	return m, d
+}
+
+// modelLogits returns the logits a model gives after a history, by forwarding it in a
+// fresh sequence.
+func modelLogits(t *testing.T, m *llama.Model) func([]int32) []float32 {
+	return func(h []int32) []float32 {
+		s, err := m.NewSequence(context.Background())
+		require.NoError(t, err)
+		defer s.Close()
+		out := make([]float32, m.Info().VocabSize)
+		require.NoError(t, s.Forward(context.Background(), model.Batch{Tokens: h, Outputs: []int32{int32(len(h) - 1)}}, out))
+		return out
+	}
+}
+
+// TestEAGLEDistribution checks sampled EAGLE drafting — chains and dynamic trees, the
+// layer fed the target's states and then its own — against the enumerated distribution
+// of a tiny random Llama target (chi-square), and greedy EAGLE drafting against plain
+// greedy decoding.
+func TestEAGLEDistribution(t *testing.T) {
+	const draws = 20_000
+	params := sampler.Params{Temperature: 1}
+	for _, c := range []struct {
+		name string
+		k    int
+		tree draft.TreeShape
+	}{
+		{"chain", 3, draft.TreeShape{}},
+		{"tree", 5, draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 5}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, d := eagleCase(t, c.tree)
+			dec := newDecoder(t, m, d, c.k)
+			prompt := []int32{1, 4, 2}
+			want := reference.ContinuationsOf(modelLogits(t, m), 6, prompt, 3, params)
+			counts := make([]int, len(want))
+			var agg spec.Aggregate
+			for s := range draws {
+				req := spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}
+				req.Sampling.Seed = uint64(s)
+				res, err := dec.Generate(context.Background(), req)
+				require.NoError(t, err)
+				counts[reference.Index(res.Tokens, 6)]++
+				agg.Add(res.Stats)
+			}
+			fit := stattest.ChiSquare(counts, want)
+			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
+			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
+			rate := agg.Total.AcceptanceRate()
+			assert.True(t, rate > 0.02 && rate < 0.98, "acceptance %.3f", rate)
+			t.Logf("p=%.3f, %s", fit.P, agg.String())
+
+			plain := newDecoder(t, m, nil, 0)
+			greedy := spec.Request{Prompt: prompt, MaxTokens: 24}
+			wantG, err := plain.Generate(context.Background(), greedy)
+			require.NoError(t, err)
+			got, err := dec.Generate(context.Background(), greedy)
+			require.NoError(t, err)
+			assert.Equal(t, wantG.Tokens, got.Tokens, "greedy EAGLE drafting equals plain greedy decoding")
 		})
 	}
 }

@@ -118,3 +118,83 @@ func MLPSpeculator(dir string, dim, inner, vocab, predict int, seed uint64) erro
 		"n_predict": predict, "tie_weights": true, "scale_input": true}
 	return Write(dir, cfg, ts)
 }
+
+// LlamaShape is the shape of a tiny Llama model for tests.
+type LlamaShape struct {
+	Dim, Heads, KVHeads, HeadDim, FFN, Vocab, Layers int
+}
+
+// llamaConfig is the Hugging Face config.json of a Llama model of shape s.
+func llamaConfig(s LlamaShape) map[string]any {
+	return map[string]any{"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama", "hidden_size": s.Dim,
+		"intermediate_size": s.FFN, "num_attention_heads": s.Heads, "num_key_value_heads": s.KVHeads, "head_dim": s.HeadDim,
+		"num_hidden_layers": s.Layers, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "vocab_size": s.Vocab,
+		"max_position_embeddings": 256, "tie_word_embeddings": true, "hidden_act": "silu"}
+}
+
+// layerTensors adds random weights of a decoder layer under prefix, with or without its
+// input norm.
+func layerTensors(ts map[string]Tensor, rng *rand.Rand, s LlamaShape, prefix string, inputNorm bool) {
+	d, q, kv, f := int64(s.Dim), int64(s.Heads*s.HeadDim), int64(s.KVHeads*s.HeadDim), int64(s.FFN)
+	mat := func(name string, rows, cols int64) {
+		ts[prefix+name] = F32([]int64{rows, cols}, Random(rng, int(rows*cols), 1.7/math.Sqrt(float64(cols))))
+	}
+	mat("self_attn.q_proj.weight", q, d)
+	mat("self_attn.k_proj.weight", kv, d)
+	mat("self_attn.v_proj.weight", kv, d)
+	mat("self_attn.o_proj.weight", d, q)
+	mat("mlp.gate_proj.weight", f, d)
+	mat("mlp.up_proj.weight", f, d)
+	mat("mlp.down_proj.weight", d, f)
+	ts[prefix+"post_attention_layernorm.weight"] = F32([]int64{d}, norm(rng, s.Dim))
+	if inputNorm {
+		ts[prefix+"input_layernorm.weight"] = F32([]int64{d}, norm(rng, s.Dim))
+	}
+}
+
+// norm makes norm weights near 1.
+func norm(rng *rand.Rand, n int) []float32 {
+	v := Random(rng, n, 0.1)
+	for i := range v {
+		v[i]++
+	}
+	return v
+}
+
+// Llama writes a random Llama model of shape s as a Hugging Face directory (tied
+// embeddings), with embeddings large enough that its distributions are far from
+// uniform.
+func Llama(dir string, s LlamaShape, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 9))
+	ts := map[string]Tensor{
+		"model.embed_tokens.weight": F32([]int64{int64(s.Vocab), int64(s.Dim)}, Random(rng, s.Vocab*s.Dim, 2)),
+	}
+	for l := range s.Layers {
+		layerTensors(ts, rng, s, fmt.Sprintf("model.layers.%d.", l), true)
+	}
+	ts["model.norm.weight"] = F32([]int64{int64(s.Dim)}, norm(rng, s.Dim))
+	return Write(dir, llamaConfig(s), ts)
+}
+
+// EAGLE writes a one-layer EAGLE draft layer for targets of shape s, as vLLM's eagle
+// method loads it, that guesses like a weak trained one: fc passes the target's state
+// through (fc = [0 | I], plus noise) and the layer adds a small random change, so
+// that it drafts the target's last distribution again.
+func EAGLE(dir string, s LlamaShape, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 10))
+	d := int64(s.Dim)
+	fc := Random(rng, 2*s.Dim*s.Dim, 0.05)
+	for i := range s.Dim {
+		fc[i*2*s.Dim+s.Dim+i]++
+	}
+	ts := map[string]Tensor{"fc.weight": F32([]int64{d, 2 * d}, fc)}
+	layerTensors(ts, rng, s, "layers.0.", false)
+	for name, t := range ts {
+		if name != "fc.weight" && len(t.Shape) == 2 {
+			ts[name] = F32(t.Shape, Random(rng, int(t.Shape[0]*t.Shape[1]), 0.05))
+		}
+	}
+	e := s
+	e.Layers = 1
+	return Write(dir, llamaConfig(e), ts)
+}

@@ -131,7 +131,12 @@ func Greedy(c *markov.Chain, prompt []int32, n int, p sampler.Params) []int32 {
 // under a chain with processing p, indexed by the continuation read as a base-V number
 // (first token most significant).
 func Continuations(c *markov.Chain, prompt []int32, n int, p sampler.Params) []float64 {
-	v := c.Info().VocabSize
+	return ContinuationsOf(c.Logits, c.Info().VocabSize, prompt, n, p)
+}
+
+// ContinuationsOf is [Continuations] for any model, given as the function from a
+// history to the logits after it, over a vocabulary of v tokens.
+func ContinuationsOf(logits func(history []int32) []float32, v int, prompt []int32, n int, p sampler.Params) []float64 {
 	total := 1
 	for range n {
 		total *= v
@@ -143,7 +148,7 @@ func Continuations(c *markov.Chain, prompt []int32, n int, p sampler.Params) []f
 			out[index] = prob
 			return
 		}
-		d := Process(c.Logits(h), h, p)
+		d := Process(logits(h), h, p)
 		for t, q := range d {
 			if q > 0 {
 				walk(append(h[:len(h):len(h)], int32(t)), prob*q, index*v+t)
