@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -41,6 +43,7 @@ const (
 
 type config struct {
 	model, draftModel, prompt, k string
+	head, headTree               string
 	ngram, baseline, quiet       bool
 	temperature, topP            float64
 	topK, maxTokens, threads     int
@@ -52,6 +55,8 @@ func main() {
 	flag.StringVar(&c.model, "model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
 	flag.StringVar(&c.draftModel, "draft-model", defaultDraft, `draft model ("none" for no draft model)`)
 	flag.StringVar(&c.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
+	flag.StringVar(&c.head, "head", "", "a trained draft head to draft with instead of the draft model: an MLPSpeculator, Medusa or EAGLE directory made for the target")
+	flag.StringVar(&c.headTree, "head-tree", "", `with -head (Medusa or EAGLE), draft trees of this shape: WIDTH,DEPTH,NODES, such as "2,4,12"`)
 	flag.BoolVar(&c.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	flag.StringVar(&c.prompt, "prompt", "", "the prompt (default: read from standard input)")
 	flag.Float64Var(&c.temperature, "temperature", 0, "sampling temperature; 0 is greedy")
@@ -96,7 +101,7 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 	}
 	var drafter draft.Drafter // nil: plain decoding
 	if k > 0 {
-		d, closeDraft, err := openDrafter(c, tok, log)
+		d, closeDraft, err := openDrafter(c, tok, tm.Info(), log)
 		defer closeDraft()
 		if err != nil {
 			return err
@@ -165,9 +170,20 @@ func speculation(value string) (k int, adaptive bool, err error) {
 // lookup in front of it with -ngram — after checking that the draft model's
 // tokenizer is the target's. The drafter is nil for none; release, never nil, closes
 // the draft model, on error too.
-func openDrafter(c config, tok *tokenizer.Tokenizer, log io.Writer) (d draft.Drafter, release func(), err error) {
+func openDrafter(c config, tok *tokenizer.Tokenizer, info model.Info, log io.Writer) (d draft.Drafter, release func(), err error) {
 	release = func() {}
-	if c.draftModel != "none" && c.draftModel != "" {
+	switch {
+	case c.head != "":
+		opts := heads.Options{Threads: c.threads, Layer: llama.Options{Threads: c.threads}}
+		if opts.Tree, err = parseTree(c.headTree); err != nil {
+			return nil, release, err
+		}
+		h, closer, err := heads.Open(c.head, c.model, info, opts)
+		if err != nil {
+			return nil, release, err
+		}
+		d, release = h, func() { closer.Close() }
+	case c.draftModel != "none" && c.draftModel != "":
 		dm, err := load(c.draftModel, c.threads, c.quiet, log)
 		if err != nil {
 			return nil, release, err
@@ -192,6 +208,18 @@ func openDrafter(c config, tok *tokenizer.Tokenizer, log io.Writer) (d draft.Dra
 		}
 	}
 	return d, release, nil
+}
+
+// parseTree reads -head-tree: empty for chains, else WIDTH,DEPTH,NODES.
+func parseTree(s string) (draft.TreeShape, error) {
+	var t draft.TreeShape
+	if s == "" {
+		return t, nil
+	}
+	if _, err := fmt.Sscanf(s, "%d,%d,%d", &t.Width, &t.Depth, &t.MaxNodes); err != nil || t.Width < 1 || t.Depth < 1 || t.MaxNodes < 1 {
+		return t, fmt.Errorf("-head-tree %q: want WIDTH,DEPTH,NODES, each positive", s)
+	}
+	return t, nil
 }
 
 // stream generates, writing the text to out as it comes.

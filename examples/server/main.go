@@ -143,6 +143,7 @@ func run(args []string) error {
 // flags is the command line, as given.
 type flags struct {
 	addr, model, draft, k, kvBudget, saturation, name, tmplFile string
+	head                                                        string
 	threads, ctxLen, maxConc, maxQueue                          int
 	ngram, quiet                                                bool
 	pacing, grace                                               time.Duration
@@ -156,6 +157,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.addr, "addr", "localhost:8080", "address to listen on")
 	fs.StringVar(&f.model, "model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
 	fs.StringVar(&f.draft, "draft-model", defaultDraft, `draft model ("none" for no draft model)`)
+	fs.StringVar(&f.head, "head", "", "a trained draft head to draft with instead of the draft model: an MLPSpeculator, Medusa or EAGLE directory made for the target")
 	fs.StringVar(&f.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
 	fs.BoolVar(&f.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	fs.IntVar(&f.threads, "threads", 0, "threads per forward pass (0: all cores)")
@@ -184,7 +186,8 @@ func (f *flags) config() (Config, error) {
 		Model: f.model, ModelName: f.name, NGram: f.ngram, Threads: f.threads, ContextLength: f.ctxLen,
 		MaxConcurrent: f.maxConc, MaxQueue: f.maxQueue, Pacing: f.pacing, MaxBodyBytes: f.maxBody,
 	}
-	if f.draft != "none" {
+	cfg.Head = f.head
+	if f.draft != "none" && f.head == "" {
 		cfg.DraftModel = f.draft
 	}
 	var err error

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -36,6 +37,9 @@ type Config struct {
 	// DraftModel is the draft model ("" for none); it must share the target's
 	// vocabulary.
 	DraftModel string
+	// Head is a trained draft head's directory (MLPSpeculator, Medusa or EAGLE) to
+	// draft with instead of a draft model ("" for none).
+	Head string
 	// ModelName is an alias clients may use in "model", listed first by /v1/models.
 	// The target's file name (without .gguf) and its general.name are accepted too.
 	ModelName string
@@ -85,13 +89,14 @@ type Config struct {
 // Server is an OpenAI-compatible HTTP server for one model, decoding speculatively.
 // Make one with New, serve Handler, and end with Shutdown and Close.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	target *llama.Model
-	drafts []*llama.Model
-	tok    *tokenizer.Tokenizer
-	info   model.Info
-	names  []string // accepted model names, the primary first
+	cfg     Config
+	log     *slog.Logger
+	target  *llama.Model
+	drafts  []*llama.Model
+	closers []io.Closer // draft heads
+	tok     *tokenizer.Tokenizer
+	info    model.Info
+	names   []string // accepted model names, the primary first
 
 	chat    *chatTemplate // nil: chat requests get 400
 	chatErr error         // why a template the model has is not usable
@@ -277,7 +282,16 @@ func (s *Server) loadChatTemplate() error {
 func (s *Server) loadDrafter(opts llama.Options) (draft.Drafter, error) {
 	cfg := s.cfg
 	var drafter draft.Drafter
-	if cfg.DraftModel != "" {
+	switch {
+	case cfg.Head != "":
+		h, closer, err := heads.Open(cfg.Head, cfg.Model, s.target.Info(), heads.Options{Threads: cfg.Threads,
+			Layer: llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}})
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, closer)
+		drafter = h
+	case cfg.DraftModel != "":
 		// The draft model's cache keeps the runtime's default budget: it is small.
 		dm, err := openModel(cfg.DraftModel, llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength, Progress: opts.Progress})
 		if err != nil {
@@ -440,6 +454,9 @@ func (s *Server) Close() error {
 	var errs []error
 	if s.target != nil {
 		errs = append(errs, s.target.Close())
+	}
+	for _, c := range s.closers {
+		errs = append(errs, c.Close())
 	}
 	for _, d := range s.drafts {
 		errs = append(errs, d.Close())

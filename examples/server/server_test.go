@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/specula/specula/internal/shared"
 )
 
 var testPrompts = []string{
@@ -343,5 +345,24 @@ func TestParseHelpers(t *testing.T) {
 	}
 	if got := modelNames("a", "/x/m.gguf", "m"); strings.Join(got, ",") != "a,m" {
 		t.Errorf("modelNames: %v", got)
+	}
+}
+
+// A server drafting with a trained head (EAGLE, as -head sets it up) gives the target's
+// own greedy output, over HTTP; skipped without ../shared.
+func TestCompletionWithHead(t *testing.T) {
+	cfg := speculativeConfig()
+	cfg.Model = shared.Path(t, "models", "gocoder-m-f16.gguf")
+	cfg.DraftModel, cfg.Head = "", shared.Path(t, "models", "gocoder-m-eagle")
+	srv, ts := startServer(t, cfg)
+	for _, prompt := range testPrompts[:2] {
+		want := reference(t, srv, prompt, 40)
+		r := complete(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 40, "temperature": 0})
+		if got := r.text(); got != want {
+			t.Errorf("prompt %q:\n got %q\nwant %q", prompt, got, want)
+		}
+		if r.Timings == nil || !r.Timings.Speculative {
+			t.Errorf("timings: %+v (want a speculative run)", r.Timings)
+		}
 	}
 }
