@@ -77,8 +77,9 @@ func flag(b *bool, def bool) bool {
 // headFiles are a head directory's tensors, read with errors that name the file and
 // the tensor.
 type headFiles struct {
-	dir string
-	set *safetensors.Set
+	dir        string
+	set        *safetensors.Set
+	requantize dtype.DType
 }
 
 // openHead reads a head directory's config.json and opens its tensors.
@@ -127,13 +128,25 @@ func (f *headFiles) tensor(name string, shape ...int64) (*safetensors.Tensor, er
 	return t, nil
 }
 
-// matrix reads a rows × cols matrix into the kernels' layout.
+// matrix reads a rows × cols matrix into the kernels' layout, requantized when the
+// head is asked to be.
 func (f *headFiles) matrix(name string, rows, cols int) (*kernels.Matrix, error) {
 	t, err := f.tensor(name, int64(rows), int64(cols))
 	if err != nil {
 		return nil, err
 	}
-	m, err := kernels.NewMatrix(t.DType, rows, cols, t.Data)
+	typ, data := t.DType, t.Data
+	if q := f.requantize; q != 0 && cols%q.BlockSize() == 0 {
+		vals := make([]float32, rows*cols)
+		if err := kernels.Dequantize(typ, data, vals); err != nil {
+			return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
+		}
+		if data, err = kernels.Encode(q, vals); err != nil {
+			return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
+		}
+		typ = q
+	}
+	m, err := kernels.NewMatrix(typ, rows, cols, data)
 	if err != nil {
 		return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
 	}
@@ -191,10 +204,13 @@ func OpenHead(dir string, target model.Info, opts HeadOptions) (Drafter, error) 
 
 // HeadOptions tune a draft head.
 type HeadOptions struct {
-	// Threads is how many threads a head's products use; 0 means 1.
+	// Threads is how many threads a head's products use; 0 means GOMAXPROCS.
 	Threads int
 	// Tree, for a head that drafts trees (Medusa), shapes them; zero drafts chains.
 	Tree TreeShape
+	// Requantize, when set (Q8_0), converts the head's matrices to that type at load:
+	// half the bytes of a BF16 checkpoint to read per drafted token.
+	Requantize dtype.DType
 }
 
 // errNoState is returned when a head is asked to draft before it was told a state.

@@ -39,6 +39,7 @@ func OpenMedusa(dir string, target model.Info, opts HeadOptions) (*Medusa, error
 		return nil, err
 	}
 	defer f.Close()
+	f.requantize = opts.Requantize
 	if c.ModelType != "medusa" {
 		return nil, fmt.Errorf("draft: %s: model_type %q, want medusa", dir, c.ModelType)
 	}
@@ -56,7 +57,7 @@ func OpenMedusa(dir string, target model.Info, opts HeadOptions) (*Medusa, error
 			return nil, err
 		}
 	}
-	h.pool = kernels.NewPool(max(opts.Threads, 1))
+	h.pool = kernels.NewPool(opts.Threads)
 	return h, nil
 }
 

@@ -39,6 +39,7 @@ func OpenMLPSpeculator(dir string, target model.Info, opts HeadOptions) (*MLPSpe
 		return nil, err
 	}
 	defer f.Close()
+	f.requantize = opts.Requantize
 	if c.ModelType != "mlp_speculator" {
 		return nil, fmt.Errorf("draft: %s: model_type %q, want mlp_speculator", dir, c.ModelType)
 	}
@@ -55,7 +56,7 @@ func OpenMLPSpeculator(dir string, target model.Info, opts HeadOptions) (*MLPSpe
 	}
 	h.stateW = math.Pow(0.5, 0.5/float64(c.NPredict))
 	h.embW = math.Sqrt((1 - h.stateW*h.stateW) * float64(h.inner) / 2)
-	h.pool = kernels.NewPool(max(opts.Threads, 1))
+	h.pool = kernels.NewPool(opts.Threads)
 	return h, nil
 }
 

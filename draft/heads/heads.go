@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 )
@@ -42,11 +43,14 @@ func Kind(dir string) (string, error) {
 
 // Options tune an opened head.
 type Options struct {
-	// Threads is how many threads the head's products use; 0 means 1.
+	// Threads is how many threads the head's products use; 0 means GOMAXPROCS.
 	Threads int
 	// Tree, for Medusa and EAGLE, makes the head draft trees of this shape; zero
 	// drafts chains (MLPSpeculator always does).
 	Tree draft.TreeShape
+	// Requantize, when set (Q8_0), converts the head's float matrices to that type
+	// at load (an EAGLE layer's too): half the bytes to read per drafted token.
+	Requantize dtype.DType
 	// Layer are the options of an EAGLE layer's model (its backend, threads, budget).
 	Layer llama.Options
 }
@@ -59,7 +63,10 @@ func Open(dir, targetPath string, target model.Info, opts Options) (draft.Drafte
 	if err != nil {
 		return nil, nil, err
 	}
-	ho := draft.HeadOptions{Threads: opts.Threads, Tree: opts.Tree}
+	ho := draft.HeadOptions{Threads: opts.Threads, Tree: opts.Tree, Requantize: opts.Requantize}
+	if opts.Requantize != 0 {
+		opts.Layer.Requantize = opts.Requantize
+	}
 	switch kind {
 	case "mlp_speculator":
 		if opts.Tree != (draft.TreeShape{}) {

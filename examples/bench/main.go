@@ -36,6 +36,7 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
@@ -57,7 +58,7 @@ type options struct {
 	n, maxTokens, threads           int
 	ngramMin, ngramMax              int
 	firstNGramMin                   int
-	verify, paired                  bool
+	verify, paired, headQ8          bool
 }
 
 func main() {
@@ -74,6 +75,7 @@ func main() {
 	flag.IntVar(&o.threads, "threads", 0, "threads (0: all cores)")
 	flag.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&o.svgDir, "svg", "", "write SVG plots into this directory")
+	flag.BoolVar(&o.headQ8, "head-q8", true, "requantize the heads' float matrices to Q8_0 at load (half the bytes per drafted token)")
 	flag.BoolVar(&o.verify, "verify", false, "check that greedy speculative outputs equal plain greedy outputs")
 	flag.BoolVar(&o.paired, "paired", true, "decode each prompt plainly right before each configuration and compute its speedup against those runs")
 	flag.IntVar(&o.ngramMin, "ngram-min", 1, "shortest suffix the ngram drafter matches")
@@ -234,6 +236,9 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 		return nil, false, nil
 	}
 	opts := heads.Options{Threads: b.o.threads, Layer: llama.Options{Threads: b.o.threads}}
+	if b.o.headQ8 {
+		opts.Requantize = dtype.Q8_0
+	}
 	if tree {
 		opts.Tree = headTree
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
@@ -174,7 +175,8 @@ func openDrafter(c config, tok *tokenizer.Tokenizer, info model.Info, log io.Wri
 	release = func() {}
 	switch {
 	case c.head != "":
-		opts := heads.Options{Threads: c.threads, Layer: llama.Options{Threads: c.threads}}
+		// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
+		opts := heads.Options{Threads: c.threads, Requantize: dtype.Q8_0, Layer: llama.Options{Threads: c.threads}}
 		if opts.Tree, err = parseTree(c.headTree); err != nil {
 			return nil, release, err
 		}

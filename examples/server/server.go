@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -284,7 +285,8 @@ func (s *Server) loadDrafter(opts llama.Options) (draft.Drafter, error) {
 	var drafter draft.Drafter
 	switch {
 	case cfg.Head != "":
-		h, closer, err := heads.Open(cfg.Head, cfg.Model, s.target.Info(), heads.Options{Threads: cfg.Threads,
+		// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
+		h, closer, err := heads.Open(cfg.Head, cfg.Model, s.target.Info(), heads.Options{Threads: cfg.Threads, Requantize: dtype.Q8_0,
 			Layer: llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}})
 		if err != nil {
 			return nil, err

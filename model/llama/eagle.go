@@ -47,7 +47,7 @@ func OpenEAGLE(dir, targetPath string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("llama: %s: %w", dir, err)
 	}
 	m := &Model{cfg: cfg, name: filepath.Base(dir), be: be, invFreq: cfg.InvFreqs()}
-	if err := m.loadEAGLE(hfSource{head}, filepath.Base(dir), tgt); err != nil {
+	if err := m.loadEAGLE(hfSource{head}, filepath.Base(dir), tgt, opts.Requantize); err != nil {
 		_ = m.Close()
 		return nil, err
 	}
@@ -68,12 +68,18 @@ func eagleNames() TensorNames {
 
 // loadEAGLE takes in the layer from src and the shared embeddings and output layer
 // from the target's tensors.
-func (m *Model) loadEAGLE(src tensorSource, file string, tgt *Tensors) error {
+func (m *Model) loadEAGLE(src tensorSource, file string, tgt *Tensors, requantize dtype.DType) error {
 	c := &m.cfg
-	l := &loader{src: src, file: file, be: m.be}
+	l := &loader{src: src, file: file, be: m.be, requantize: requantize}
 	fe, fh := l.splitColumns("fc.weight", c.Dim, 2*c.Dim)
 	if l.err != nil {
 		return l.err
+	}
+	for _, t := range []*backend.Tensor{&fe, &fh} {
+		if err := l.convert(t); err != nil {
+			l.fail("fc.weight", "%v", err)
+			return l.err
+		}
 	}
 	m.fcEmbed, m.fcHidden = l.take(fe), l.take(fh)
 	n := eagleNames()
@@ -95,7 +101,7 @@ func (m *Model) loadEAGLE(src tensorSource, file string, tgt *Tensors) error {
 	if l.err != nil {
 		return l.err
 	}
-	tl := &loader{src: tgt.src, file: tgt.file, be: m.be}
+	tl := &loader{src: tgt.src, file: tgt.file, be: m.be, requantize: requantize}
 	m.embed = tl.matrix(part{tgt.Names.Embed, c.Vocab, c.Dim})
 	m.output = m.embed
 	if !c.TiedEmbeddings {

@@ -55,7 +55,7 @@ func build(t *Tensors, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("llama: %s: %w", t.file, err)
 	}
 	m := &Model{cfg: c, name: t.Name, be: be, invFreq: c.InvFreqs()}
-	l := &loader{src: t.src, file: t.file, be: be, progress: opts.Progress}
+	l := &loader{src: t.src, file: t.file, be: be, progress: opts.Progress, requantize: opts.Requantize}
 	if err := l.load(m, t.Names); err != nil {
 		return m, err
 	}
@@ -121,13 +121,14 @@ type tensorSource interface {
 
 // loader fills a Model from a tensor source, checking every shape.
 type loader struct {
-	src      tensorSource
-	file     string
-	be       backend.Backend
-	progress func(done, total int64) // nil: none
-	done     int64                   // bytes of the tensors loaded so far
-	total    int64
-	err      error
+	src        tensorSource
+	file       string
+	be         backend.Backend
+	requantize dtype.DType             // float matrices converted to this type at load; 0: none
+	progress   func(done, total int64) // nil: none
+	done       int64                   // bytes of the tensors loaded so far
+	total      int64
+	err        error
 }
 
 func (l *loader) fail(name, format string, args ...any) {
@@ -180,7 +181,12 @@ func (l *loader) matrix(parts ...part) backend.Matrix {
 			l.fail(p.name, "shape %v, want [%d %d]", shape, p.rows, p.cols)
 			return nil
 		}
-		ts = append(ts, backend.Tensor{Name: p.name, Type: t, Rows: p.rows, Cols: p.cols, Data: data})
+		bt := backend.Tensor{Name: p.name, Type: t, Rows: p.rows, Cols: p.cols, Data: data}
+		if err := l.convert(&bt); err != nil {
+			l.fail(p.name, "%v", err)
+			return nil
+		}
+		ts = append(ts, bt)
 	}
 	m, err := l.be.Matrix(ts...)
 	if err != nil {
@@ -193,6 +199,24 @@ func (l *loader) matrix(parts ...part) backend.Matrix {
 		}
 	}
 	return m
+}
+
+// convert requantizes a float matrix when the loader is asked to.
+func (l *loader) convert(t *backend.Tensor) error {
+	if l.requantize == 0 || t.Type == l.requantize || (t.Type != dtype.F32 && t.Type != dtype.F16 && t.Type != dtype.BF16) ||
+		t.Cols%l.requantize.BlockSize() != 0 {
+		return nil
+	}
+	vals := make([]float32, t.Rows*t.Cols)
+	if err := dequantize(t.Type, t.Data, vals); err != nil {
+		return err
+	}
+	data, err := kernels.Encode(l.requantize, vals)
+	if err != nil {
+		return err
+	}
+	t.Type, t.Data = l.requantize, data
+	return nil
 }
 
 // vector loads 1-D tensors of the given lengths, side by side, as one vector of the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
@@ -32,6 +33,10 @@ type Options struct {
 	// forwards (prompts) are cut into passes of this many, which bounds the scratch
 	// memory. 0 means 256.
 	MaxBatch int
+	// Requantize, when set (Q8_0), converts the float weight matrices (F32, F16,
+	// BF16) to that type as they are taken in: a draft layer's weights at half the
+	// bytes, read at every drafted token. Quantised matrices are taken as they are.
+	Requantize dtype.DType
 	// Progress, when set, is told how loading goes: the bytes of the file's tensors
 	// taken in by the backend so far, out of all of them, about every 1 %, and
 	// done == total at the end.
