@@ -374,18 +374,24 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 		name, dir string
 		tree      draft.TreeShape
 		k         int
+		adaptive  bool
 	}{
-		{"mlp", "gocoder-m-mlp-speculator", draft.TreeShape{}, 3},
-		{"medusa", "gocoder-m-medusa", draft.TreeShape{}, 4},
-		{"medusa-tree", "gocoder-m-medusa", tree, 8},
-		{"eagle", "gocoder-m-eagle", draft.TreeShape{}, 4},
-		{"eagle-tree", "gocoder-m-eagle", tree, 8},
+		{"mlp", "gocoder-m-mlp-speculator", draft.TreeShape{}, 3, false},
+		{"medusa", "gocoder-m-medusa", draft.TreeShape{}, 4, false},
+		{"medusa-tree", "gocoder-m-medusa", tree, 8, false},
+		{"eagle", "gocoder-m-eagle", draft.TreeShape{}, 4, false},
+		{"eagle-tree", "gocoder-m-eagle", tree, 8, false},
+		{"eagle-adaptive", "gocoder-m-eagle", draft.TreeShape{}, 8, true},
+		{"medusa-adaptive", "gocoder-m-medusa", draft.TreeShape{}, 4, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d, closer, err := heads.Open(shared.Path(t, "models", c.dir), path, m.Info(), heads.Options{Tree: c.tree})
 			require.NoError(t, err)
 			defer closer.Close()
-			dec, err := spec.New(tgt, d, spec.Options{K: c.k})
+			if c.adaptive {
+				d = draft.WithLookup(d)
+			}
+			dec, err := spec.New(tgt, d, spec.Options{K: c.k, Adaptive: c.adaptive})
 			require.NoError(t, err)
 			for _, prompt := range [][]int32{promptA, promptB} {
 				req := spec.Request{Prompt: prompt, MaxTokens: 32}
