@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/specula/specula/model"
 )
@@ -91,6 +93,15 @@ type Local struct {
 	// context is checked between calls. 0 means DefaultPrefillChunk. Set it before
 	// the first Start.
 	PrefillChunk int
+	// BatchWait is how long a pass waits for the other open sessions to join it
+	// (0: DefaultBatchWait). Concurrent requests then share each pass — every weight
+	// read once for all their verifications and prefill chunks — and a lone request
+	// never waits. A negative BatchWait turns batching off: every session forwards
+	// on its own. Set it before the first Start.
+	BatchWait time.Duration
+
+	once    sync.Once
+	batches *batcher
 }
 
 // NewLocal returns the target on m.
@@ -108,6 +119,15 @@ func NewLocal(m model.Model) (*Local, error) {
 // Info implements [Target].
 func (l *Local) Info() model.Info { return l.info }
 
+// BatchStats reports how the target's passes went: how many ran and how many
+// sessions' forwards they took in all (rows/passes is the mean batch).
+func (l *Local) BatchStats() (passes, forwards int64) {
+	l.once.Do(func() { l.batches = newBatcher(l.m, l.BatchWait) })
+	l.batches.mu.Lock()
+	defer l.batches.mu.Unlock()
+	return l.batches.passes, l.batches.rows
+}
+
 // Start implements [Target]: the session holds a new sequence of the model.
 func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	if maxDraft < 0 {
@@ -117,12 +137,16 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("target: new sequence: %w", err)
 	}
+	l.once.Do(func() { l.batches = newBatcher(l.m, l.BatchWait) })
+	l.batches.opened()
 	chunk := l.PrefillChunk
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk
 	}
 	vocab, n := l.info.VocabSize, maxDraft+1
 	s := &session{
+		b:        l.batches,
+		job:      newJob(),
 		seq:      seq,
 		width:    l.info.HiddenSize,
 		maxDraft: maxDraft,
@@ -142,6 +166,8 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 
 // session is a [Local] target's session.
 type session struct {
+	b        *batcher // the passes the session's forwards join
+	job      *job
 	seq      model.Sequence
 	maxDraft int
 	chunk    int
@@ -204,7 +230,7 @@ func (s *session) Prefill(ctx context.Context, tokens []int32) error {
 		if s.keep {
 			b.States, b.Hidden = s.indices(n), s.hidden[done*s.width:(done+n)*s.width]
 		}
-		if err := s.seq.Forward(ctx, b, nil); err != nil {
+		if err := s.forward(ctx, b, nil); err != nil {
 			return fmt.Errorf("target: prefill: %w", err)
 		}
 		done += n
@@ -231,7 +257,7 @@ func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shap
 		s.stateRows(n)
 		b.States, b.Hidden = b.Outputs, s.hidden
 	}
-	if err := s.seq.Forward(ctx, b, s.logits); err != nil {
+	if err := s.forward(ctx, b, s.logits); err != nil {
 		return nil, fmt.Errorf("target: verify: %w", err)
 	}
 	s.last = n
@@ -271,7 +297,19 @@ func (s *session) Accept(path []int32) error {
 	return nil
 }
 
+// forward runs b in a pass shared with the target's other sessions.
+func (s *session) forward(ctx context.Context, b model.Batch, logits []float32) error {
+	s.job.work = model.Work{Seq: s.seq, Batch: b, Logits: logits}
+	err := s.b.forward(ctx, s.job)
+	s.job.work = model.Work{}
+	return err
+}
+
 func (s *session) Close() error {
+	if s.b != nil {
+		s.b.closed()
+		s.b = nil
+	}
 	if err := s.seq.Close(); err != nil {
 		return fmt.Errorf("target: %w", err)
 	}

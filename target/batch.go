@@ -1,0 +1,199 @@
+package target
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/specula/specula/model"
+)
+
+// DefaultBatchWait is how long a [Local] pass waits for the target's other open
+// sessions to join it, when its BatchWait is 0.
+const DefaultBatchWait = 2 * time.Millisecond
+
+// batcher gathers the forwards of a Local target's sessions — verifications and
+// prefill chunks — into passes of the multi-sequence forward, so that concurrent
+// requests share every read of the weights. A session's forward joins the queue; the
+// first in an empty queue leads: it waits until every open session has joined, or
+// until the wait runs out, runs the pass for all of them, hands each its result, and
+// passes the lead to the first of the queue that built up meanwhile. One pass runs at
+// a time. A single request never waits: it is every open session.
+type batcher struct {
+	m    model.Model
+	wait time.Duration
+
+	mu      sync.Mutex
+	open    int    // sessions started and not closed
+	queue   []*job // joined, not yet in a pass
+	leading bool   // a leader is gathering or running a pass
+	arrived chan struct{}
+
+	jobs  []*job // the pass in progress (the leader's alone)
+	works []model.Work
+	last  time.Duration // how long the last pass took
+	// passes counts the passes run and rows the forwards they took (the leader's
+	// alone: read them under mu after a pass).
+	passes, rows int64
+}
+
+// job is one session's forward waiting for a pass; each session keeps one and reuses
+// it.
+type job struct {
+	ctx  context.Context
+	work model.Work
+	err  error
+	done chan struct{} // the result is in
+	lead chan struct{} // the job's goroutine leads the next pass
+}
+
+func newJob() *job { return &job{done: make(chan struct{}, 1), lead: make(chan struct{}, 1)} }
+
+func newBatcher(m model.Model, wait time.Duration) *batcher {
+	if wait == 0 {
+		wait = DefaultBatchWait
+	}
+	return &batcher{m: m, wait: wait, arrived: make(chan struct{}, 1)}
+}
+
+// opened and closed count the sessions a pass waits for.
+func (b *batcher) opened() {
+	b.mu.Lock()
+	b.open++
+	b.mu.Unlock()
+	b.signal()
+}
+
+func (b *batcher) closed() {
+	b.mu.Lock()
+	b.open--
+	b.mu.Unlock()
+	b.signal()
+}
+
+// signal wakes a gathering leader.
+func (b *batcher) signal() {
+	select {
+	case b.arrived <- struct{}{}:
+	default:
+	}
+}
+
+// forward runs j's work in a pass with the other sessions' and returns its error. A
+// cancelled context takes the job out of the queue if no pass has taken it yet.
+func (b *batcher) forward(ctx context.Context, j *job) error {
+	if b.wait < 0 { // batching off: every forward on its own
+		return j.work.Seq.Forward(ctx, j.work.Batch, j.work.Logits)
+	}
+	j.ctx, j.err = ctx, nil
+	b.mu.Lock()
+	b.queue = append(b.queue, j)
+	lead := !b.leading
+	b.leading = true
+	b.mu.Unlock()
+	if lead {
+		b.run()
+	} else {
+		b.signal()
+	}
+	for {
+		select {
+		case <-j.done:
+			return j.err
+		case <-j.lead:
+			b.run()
+		case <-ctx.Done():
+			if b.withdraw(j) {
+				return ctx.Err()
+			}
+			ctx = context.Background() // in a pass already: wait for it
+		}
+	}
+}
+
+// withdraw takes j out of the queue, reporting whether it was still there.
+func (b *batcher) withdraw(j *job) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, q := range b.queue {
+		if q == j {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// run leads one pass: it gathers the queue, runs it, and hands the lead on.
+func (b *batcher) run() {
+	b.gather()
+	b.mu.Lock()
+	b.jobs = append(b.jobs[:0], b.queue...)
+	b.queue = b.queue[:0]
+	b.mu.Unlock()
+	start := time.Now()
+	b.pass()
+	b.last = time.Since(start)
+	b.mu.Lock()
+	b.passes++
+	b.rows += int64(len(b.jobs))
+	b.mu.Unlock()
+	for _, j := range b.jobs {
+		j.done <- struct{}{}
+	}
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.leading = false
+	} else {
+		b.queue[0].lead <- struct{}{}
+	}
+	b.mu.Unlock()
+}
+
+// gather waits until every open session has joined the queue, or until the wait runs
+// out: BatchWait, and no more than half the last pass — a session busier than that
+// between its passes joins the next one.
+func (b *batcher) gather() {
+	var timer *time.Timer
+	for {
+		b.mu.Lock()
+		full := len(b.queue) >= b.open
+		b.mu.Unlock()
+		if full {
+			break
+		}
+		if timer == nil {
+			wait := b.wait
+			if b.last > 0 {
+				wait = min(wait, b.last/2)
+			}
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-b.arrived:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// pass forwards the gathered jobs in one call; when that fails (one of them does not
+// fit, say), each job is forwarded alone, so that it fails only the job at fault.
+func (b *batcher) pass() {
+	if len(b.jobs) == 1 {
+		j := b.jobs[0]
+		j.err = j.work.Seq.Forward(j.ctx, j.work.Batch, j.work.Logits)
+		return
+	}
+	b.works = b.works[:0]
+	for _, j := range b.jobs {
+		b.works = append(b.works, j.work)
+	}
+	if err := b.m.Forward(context.Background(), b.works); err == nil {
+		return
+	}
+	for _, j := range b.jobs {
+		j.err = j.work.Seq.Forward(j.ctx, j.work.Batch, j.work.Logits)
+	}
+}
