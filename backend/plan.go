@@ -67,8 +67,12 @@ type Output struct {
 // Rows is the number of rows of the plan.
 func (p *Plan) Rows() int { return len(p.Tokens) }
 
-// Reset empties the plan for the next pass, keeping its memory.
+// Reset empties the plan for the next pass, keeping its memory but no reference to
+// the buffers of the last one.
 func (p *Plan) Reset() {
+	clear(p.Spans)
+	clear(p.Outputs)
+	clear(p.States)
 	p.Tokens, p.Slots, p.Rope = p.Tokens[:0], p.Slots[:0], p.Rope[:0]
 	p.Prefix, p.Extra, p.Spans, p.Outputs = p.Prefix[:0], p.Extra[:0], p.Spans[:0], p.Outputs[:0]
 	p.States, p.Inputs = p.States[:0], p.Inputs[:0]

@@ -62,7 +62,7 @@ func (e *EAGLE) Start(ctx context.Context, req Request) (Session, error) {
 	n := max(req.MaxK, 1)
 	return &eagleSession{e: e, seq: seq, smp: smp, greedy: req.Sampling.Greedy(),
 		root: make([]float32, d), rootLogits: make([]float32, v),
-		logits: make([]float32, n*v), g: make([]float32, n*d), q: rows(make([]float32, (n+1)*v), n+1, v),
+		logits: make([]float32, n*v), g: make([]float32, (n+max(e.tree.Width, 1))*d), q: rows(make([]float32, (n+1)*v), n+1, v),
 		conf: make([]float64, 0, n), outs: make([]int32, 0, n),
 		toks: make([]int32, 0, n), dists: make([][]float32, 0, n), parents: make([]int32, 0, n),
 		hist: make([]int32, 0, req.MaxLen+n), one: make([]int32, 1)}, nil
@@ -281,6 +281,7 @@ func (s *eagleSession) expand(parent int32, logits []float32, conf float64, n in
 	if s.greedy {
 		softmax(logits, q)
 		s.top = topTokens(logits, w, s.top)
+		w = len(s.top) // fewer tokens than Width in the vocabulary
 	} else if err := s.smp.Process(logits, s.pathHistory(parent), q); err != nil {
 		return err
 	}

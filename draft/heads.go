@@ -2,7 +2,6 @@ package draft
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,9 +26,12 @@ type headConfig struct {
 	TieWeights *bool `json:"tie_weights"`
 	ScaleInput *bool `json:"scale_input"`
 	// Medusa.
-	HiddenSize     int   `json:"hidden_size"`
-	NumHeads       int   `json:"num_heads"`
-	NumLayers      int   `json:"num_hidden_layers"`
+	HiddenSize int  `json:"hidden_size"`
+	NumHeads   int  `json:"num_heads"`
+	NumLayers  *int `json:"num_hidden_layers"`
+	// The original Medusa repository's names for the same.
+	MedusaHeads    int   `json:"medusa_num_heads"`
+	MedusaLayers   *int  `json:"medusa_num_layers"`
 	FCBias         *bool `json:"medusa_fc_bias"`
 	OriginalLMHead *bool `json:"original_lm_head"`
 	Truncated      *int  `json:"truncated_vocab_size"`
@@ -50,13 +52,23 @@ func parseHeadConfig(raw []byte) (headConfig, error) {
 			return c, fmt.Errorf("n_predict %d must be in [1, 64]", c.NPredict)
 		}
 	case "medusa":
+		if c.NumHeads == 0 {
+			c.NumHeads = c.MedusaHeads
+		}
+		if c.NumLayers == nil {
+			c.NumLayers = c.MedusaLayers
+		}
+		if c.NumLayers == nil {
+			one := 1 // vLLM's default
+			c.NumLayers = &one
+		}
 		switch {
-		case c.HiddenSize <= 0 || c.VocabSize <= 0:
-			return c, fmt.Errorf("hidden_size %d and vocab_size %d must be positive", c.HiddenSize, c.VocabSize)
+		case c.HiddenSize < 0 || c.VocabSize < 0:
+			return c, fmt.Errorf("hidden_size %d and vocab_size %d must not be negative (0: the target's)", c.HiddenSize, c.VocabSize)
 		case c.NumHeads <= 0 || c.NumHeads > 64:
 			return c, fmt.Errorf("num_heads %d must be in [1, 64]", c.NumHeads)
-		case c.NumLayers < 0 || c.NumLayers > 16:
-			return c, fmt.Errorf("num_hidden_layers %d must be in [0, 16]", c.NumLayers)
+		case *c.NumLayers < 0 || *c.NumLayers > 16:
+			return c, fmt.Errorf("num_hidden_layers %d must be in [0, 16]", *c.NumLayers)
 		case c.Truncated != nil && *c.Truncated != 0 && *c.Truncated != c.VocabSize:
 			return c, fmt.Errorf("truncated_vocab_size %d is not supported (the heads must give the whole vocabulary)", *c.Truncated)
 		}
@@ -180,28 +192,6 @@ func checkFits(name string, hidden, vocab int, target model.Info) error {
 	return nil
 }
 
-// OpenHead loads the draft head in dir, MLPSpeculator or Medusa by its config's
-// model_type, for the target described by target.
-func OpenHead(dir string, target model.Info, opts HeadOptions) (Drafter, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return nil, fmt.Errorf("draft: %w", err)
-	}
-	var probe struct {
-		ModelType string `json:"model_type"`
-	}
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, fmt.Errorf("draft: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	switch probe.ModelType {
-	case "mlp_speculator":
-		return OpenMLPSpeculator(dir, target, opts)
-	case "medusa":
-		return OpenMedusa(dir, target, opts)
-	}
-	return nil, fmt.Errorf("draft: %s: model_type %q is not a draft head (mlp_speculator, medusa)", dir, probe.ModelType)
-}
-
 // HeadOptions tune a draft head.
 type HeadOptions struct {
 	// Threads is how many threads a head's products use; 0 means GOMAXPROCS.
@@ -212,9 +202,6 @@ type HeadOptions struct {
 	// half the bytes of a BF16 checkpoint to read per drafted token.
 	Requantize dtype.DType
 }
-
-// errNoState is returned when a head is asked to draft before it was told a state.
-var errNoState = errors.New("draft: the head has not been told the target's state")
 
 // headName is how errors name a head directory.
 func headName(kind, dir string) string {

@@ -23,7 +23,7 @@ func FuzzHeadConfig(f *testing.F) {
 				t.Fatalf("accepted %+v", c)
 			}
 		case "medusa":
-			if c.HiddenSize <= 0 || c.VocabSize <= 0 || c.NumHeads <= 0 || c.NumLayers < 0 {
+			if c.HiddenSize < 0 || c.VocabSize < 0 || c.NumHeads <= 0 || c.NumLayers == nil || *c.NumLayers < 0 {
 				t.Fatalf("accepted %+v", c)
 			}
 		default:

@@ -46,16 +46,29 @@ func OpenMedusa(dir string, target model.Info, opts HeadOptions) (*Medusa, error
 	if opts.Tree != (TreeShape{}) && (opts.Tree.Width < 1 || opts.Tree.Depth < 1 || opts.Tree.MaxNodes < 1) {
 		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", opts.Tree)
 	}
+	// The original repository's configs give no sizes: the target's are checked by
+	// the tensors' shapes then.
 	h := &Medusa{name: headName("Medusa", dir), dim: c.HiddenSize, vocab: c.VocabSize, tree: opts.Tree}
+	if h.dim == 0 {
+		h.dim = target.HiddenSize
+	}
+	if h.vocab == 0 {
+		h.vocab = target.VocabSize
+	}
 	if err := checkFits(h.name, h.dim, h.vocab, target); err != nil {
 		return nil, err
 	}
-	names := medusaNames(f, c.NumLayers)
-	bias := flag(c.FCBias, true)
+	layers := *c.NumLayers
+	names := medusaNames(f, layers, flag(c.OriginalLMHead, false))
+	// Biases as the config says, else as the files hold them (vLLM's default is none).
+	bias := flag(c.FCBias, layers > 0 && f.has(names.bias(0, 0)))
 	for k := range c.NumHeads {
-		if err := h.loadHead(f, names, k, c.NumLayers, bias); err != nil {
+		if err := h.loadHead(f, names, k, layers, bias); err != nil {
 			return nil, err
 		}
+	}
+	if f.has(names.weight(0, layers)) || f.has(names.weight(c.NumHeads, 0)) {
+		return nil, fmt.Errorf("draft: %s: the files hold more layers or heads than config.json's %d × %d", dir, c.NumHeads, layers)
 	}
 	h.pool = kernels.NewPool(opts.Threads)
 	return h, nil
@@ -68,8 +81,8 @@ type medusaLayout struct {
 }
 
 // medusaNames picks vLLM's layout or the original repository's, by what the files
-// hold.
-func medusaNames(f *headFiles, layers int) medusaLayout {
+// hold; with shared (original_lm_head) every head reads vLLM's lm_heads.0.
+func medusaNames(f *headFiles, layers int, shared bool) medusaLayout {
 	if f.has("0.0.linear.weight") || f.has(fmt.Sprintf("0.%d.weight", layers)) {
 		return medusaLayout{
 			weight: func(k, l int) string { return fmt.Sprintf("%d.%d.linear.weight", k, l) },
@@ -81,10 +94,10 @@ func medusaNames(f *headFiles, layers int) medusaLayout {
 		weight: func(k, l int) string { return fmt.Sprintf("blocks.%d.layers.%d.weight", k, l) },
 		bias:   func(k, l int) string { return fmt.Sprintf("blocks.%d.layers.%d.bias", k, l) },
 		lm: func(k int) string {
-			if f.has(fmt.Sprintf("lm_heads.%d.weight", k)) {
-				return fmt.Sprintf("lm_heads.%d.weight", k)
+			if shared {
+				return "lm_heads.0.weight"
 			}
-			return "lm_heads.0.weight" // shared (original_lm_head)
+			return fmt.Sprintf("lm_heads.%d.weight", k)
 		},
 	}
 }

@@ -58,6 +58,7 @@ type qkvArgs struct {
 
 // attnArgs are the inputs of attention for n tokens. Token i sees the positions
 // 0 … prefix[i]−1, then base+extras[extraOff[i]+k] for k < extraCnt[i], in that order.
+// The device backend passes absolute positions as extras (a plan's), so base is 0.
 type attnArgs struct {
 	q, out                             devptr // n × heads·headDim
 	table                              devptr // int32 block ids of the sequence
@@ -68,7 +69,7 @@ type attnArgs struct {
 	kv                                 kvGeom
 }
 
-// backend is the set of primitive operations the runner is built from. The CUDA
+// ops is the set of primitive device operations the device backend is built from. The CUDA
 // backend runs them on a GPU; the host backend is their plain-Go definition, slow and
 // simple, against which the tests check the runner and the kernels. Calls are not
 // safe for concurrent use: the [Device] serialises them.
@@ -79,7 +80,7 @@ type ops interface {
 	upload(dst devptr, src []byte) error
 	download(dst []byte, src devptr) error
 	// fill writes n pseudo-random values offset + scale·u, u uniform in [−1, 1), of
-	// type typ (F32, F16 or BF16) from seed.
+	// type typ (F32, F16, BF16 or Q8_0) from seed.
 	fill(p devptr, typ dtype.DType, n int64, seed uint64, scale, offset float32) error
 	// embed writes out[i] = W[tokens[i]] as float32 rows of w.cols values.
 	embed(out devptr, w wtensor, tokens devptr, n int) error

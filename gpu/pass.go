@@ -379,12 +379,14 @@ func (ps *devicePass) gather(norm devptr, off, n int, row func(k int) int) error
 
 // finalStates writes the final states: the rows gathered, copied back.
 func (ps *devicePass) finalStates(norm devptr) {
-	var rows []int
+	g0 := ps.g
+	rows := g0.s.stateRows[:0]
 	for _, st := range ps.plan.States {
 		if st.Layer == backend.FinalLayer {
 			rows = append(rows, st.Row)
 		}
 	}
+	g0.s.stateRows = rows
 	if err := ps.gather(norm, ps.oStates, len(rows), func(k int) int { return rows[k] }); err != nil {
 		ps.fail(err)
 		return

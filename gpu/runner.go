@@ -47,6 +47,7 @@ type scratch struct {
 	logitStage []float32
 	hostX      []float32 // X copied back, for states and rows without a norm
 	gathered   []float32
+	stateRows  []int
 }
 
 // NewBackend makes a backend for models of the given shape on dev.

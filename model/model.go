@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/specula/specula/kvcache"
 )
@@ -212,8 +213,11 @@ func CheckWork(work []Work) error {
 		if w.Seq == nil {
 			return fmt.Errorf("model: work item %d has no sequence", i)
 		}
+		if !reflect.TypeOf(w.Seq).Comparable() {
+			continue // a value no other item can be the same as
+		}
 		for j := range i {
-			if work[j].Seq == w.Seq {
+			if reflect.TypeOf(work[j].Seq) == reflect.TypeOf(w.Seq) && work[j].Seq == w.Seq {
 				return fmt.Errorf("model: work items %d and %d name the same sequence", j, i)
 			}
 		}

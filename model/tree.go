@@ -14,8 +14,8 @@ type Tree struct {
 }
 
 // NewTree checks a parent list — node i hangs below node parents[i], an earlier node,
-// or is a root when parents[i] is -1 — and returns its tree. A nil list is a chain. The
-// tree keeps its own copy.
+// or is a root when parents[i] is -1 — and returns its tree. An empty list is a chain.
+// The tree keeps its own copy.
 func NewTree(parents []int32) (Tree, error) {
 	var t Tree
 	err := t.Set(parents)
@@ -25,6 +25,10 @@ func NewTree(parents []int32) (Tree, error) {
 // Set makes t the tree of parents (see [NewTree]), reusing t's memory. On error t is a
 // chain.
 func (t *Tree) Set(parents []int32) error {
+	if len(parents) == 0 { // nil or empty: a chain, as NewTree makes it
+		t.parents, t.depth = nil, t.depth[:0]
+		return nil
+	}
 	if parents == nil {
 		t.parents, t.depth = nil, t.depth[:0]
 		return nil

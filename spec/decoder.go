@@ -273,11 +273,11 @@ type run struct {
 	smp      *sampler.Sampler
 	tgt      target.Session
 	sessions []draft.Session
-	readers  []draft.StateSession // the sessions that read the target's hidden states
-	tgtState target.StateSession  // the target's session, when readers need its states
-	obsTok   []int32              // what readers are told after a step…
-	obsState [][]float32          // …and the states in front of those tokens
-	failed   []bool               // drafters that ran out of room
+	readers  []reader            // the sessions that read the target's hidden states
+	tgtState target.StateSession // the target's session, when readers need its states
+	obsTok   []int32             // what readers are told after a step…
+	obsState [][]float32         // …and the states in front of those tokens
+	failed   []bool              // drafters that ran out of room
 	ctl      *controller
 	prop     draft.Proposal // what the drafter proposed…
 	shape    model.Tree     // …its parent list, checked…
@@ -440,7 +440,9 @@ func (r *run) startDrafters(ctx context.Context) error {
 			return fmt.Errorf("spec: starting drafter %d: %w", i, err)
 		}
 		r.sessions = append(r.sessions, s)
-		r.readers = append(r.readers, draft.StateSessions(s)...)
+		for _, ss := range draft.StateSessions(s) {
+			r.readers = append(r.readers, reader{ss, i})
+		}
 	}
 	if err := r.keepStates(); err != nil {
 		return err
@@ -496,11 +498,29 @@ func (r *run) prefill(ctx context.Context) error {
 	return nil
 }
 
+// reader is a session that reads the target's states, and the drafter it belongs to.
+type reader struct {
+	s     draft.StateSession
+	owner int
+}
+
 // tell hands the readers of states the tokens the history gained and the target's
-// states in front of them.
+// states in front of them. A reader that runs out of memory or context drops its
+// drafter for the rest of the request, as a failed proposal does.
 func (r *run) tell(tokens []int32, states [][]float32) error {
-	for _, s := range r.readers {
-		if err := s.Observe(tokens, states); err != nil {
+	for _, rd := range r.readers {
+		if r.failed != nil && r.failed[rd.owner] {
+			continue
+		}
+		err := rd.s.Observe(tokens, states)
+		switch {
+		case err == nil:
+		case errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull):
+			r.stats.DraftError = err.Error()
+			if r.failed != nil {
+				r.failed[rd.owner] = true
+			}
+		default:
 			return fmt.Errorf("drafter: %w", err)
 		}
 	}
@@ -509,11 +529,13 @@ func (r *run) tell(tokens []int32, states [][]float32) error {
 
 // observe tells the readers of states what a step added: the accepted tokens and the
 // target's next, each with the state of the row in front of it (the pending token's
-// row, then the rows of the accepted nodes).
+// row, then the rows of the accepted nodes). Its time counts as drafting.
 func (r *run) observe(accepted []int32, next int32) error {
 	if r.tgtState == nil {
 		return nil
 	}
+	t := time.Now()
+	defer func() { r.stats.DraftTime += time.Since(t) }()
 	states := r.tgtState.States()
 	r.obsTok = append(append(r.obsTok[:0], accepted...), next)
 	r.obsState = append(r.obsState[:0], states[0])
@@ -583,11 +605,14 @@ func (r *run) step(ctx context.Context) error {
 	depth, nodes := r.draft.Depth(), r.draft.Len() // 0 when the draft was dropped
 	r.stats.Steps++
 	r.count(depth, len(accepted), nodes)
-	if r.ctl != nil {
-		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
-	}
+	observed := r.stats.DraftTime
 	if err := r.observe(accepted, next); err != nil {
 		return err
+	}
+	if r.ctl != nil {
+		// A head's reading of the step's states is part of what its drafts cost.
+		draftDur += r.stats.DraftTime - observed
+		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
 	}
 	grown := r.pushAll(accepted, next)
 	if r.ctl != nil {

@@ -193,3 +193,29 @@ func TestEAGLEDistribution(t *testing.T) {
 		})
 	}
 }
+
+// TestEAGLEOutOfRoom checks that an EAGLE layer that runs out of context is dropped for
+// the rest of the request, which goes on without drafts to the target's own output.
+func TestEAGLEOutOfRoom(t *testing.T) {
+	s := headtest.LlamaShape{Dim: 16, Heads: 2, KVHeads: 1, HeadDim: 8, FFN: 32, Vocab: 6, Layers: 1}
+	root := t.TempDir()
+	tdir, edir := filepath.Join(root, "target"), filepath.Join(root, "eagle")
+	require.NoError(t, headtest.Llama(tdir, s, 3))
+	require.NoError(t, headtest.EAGLE(edir, s, 4))
+	m, err := llama.Open(tdir, llama.Options{Threads: 1})
+	require.NoError(t, err)
+	defer m.Close()
+	layer, err := llama.OpenEAGLE(edir, tdir, llama.Options{Threads: 1, ContextLength: 12})
+	require.NoError(t, err)
+	defer layer.Close()
+	d, err := draft.NewEAGLE(layer, m.Info(), draft.TreeShape{})
+	require.NoError(t, err)
+	req := spec.Request{Prompt: []int32{1, 4, 2}, MaxTokens: 30}
+	want, err := newDecoder(t, m, nil, 0).Generate(context.Background(), req)
+	require.NoError(t, err)
+	got, err := newDecoder(t, m, d, 3).Generate(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, want.Tokens, got.Tokens)
+	assert.Contains(t, got.Stats.DraftError, "context length", "the layer was dropped when it filled up")
+	assert.Positive(t, got.Stats.Drafted, "it drafted until then")
+}

@@ -70,8 +70,8 @@ func (v vector) Len() int { return len(v) }
 
 // Matrix implements [backend.Backend]: each part is repacked into the kernels' layout.
 func (b *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
-	if len(parts) == 0 {
-		return nil, errors.New("cpu: a matrix of no parts")
+	if len(parts) == 0 || len(parts) > kernels.MaxParts {
+		return nil, fmt.Errorf("cpu: a matrix of %d parts; 1 to %d", len(parts), kernels.MaxParts)
 	}
 	m := &matrix{}
 	for _, t := range parts {
@@ -124,7 +124,7 @@ func (b *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) er
 	}
 	ps := b.passes.Get().(*pass)
 	defer func() {
-		ps.plan = nil
+		ps.plan, ps.mul = nil, kernels.Product{} // no references to the caller's buffers
 		b.passes.Put(ps)
 	}()
 	ps.start(p)

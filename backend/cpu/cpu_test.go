@@ -80,7 +80,7 @@ func TestBackendErrors(t *testing.T) {
 		return backend.Tensor{Name: name, Type: dtype.F32, Rows: rows, Cols: cols, Data: data}
 	}
 	_, err = b.Matrix()
-	assert.ErrorContains(t, err, "no parts")
+	assert.ErrorContains(t, err, "a matrix of 0 parts")
 	_, err = b.Matrix(f32("a", 4, 32), f32("b", 4, 16))
 	assert.ErrorContains(t, err, `tensor "b" has 16 columns`)
 	bad := f32("c", 4, 32)

@@ -88,7 +88,7 @@ func (s *store) put(slot int32, layer, head int, k, v []float32) {
 	copy(blk[voff:voff+s.hd], v)
 }
 
-// runs returns block b's key run (dimension-major) and value run for one layer and
+// kv returns block b's key run (dimension-major) and value run for one layer and
 // head.
 func (s *store) kv(b int32, layer, head int) (k, v []float32) {
 	blk := s.blocks[b]

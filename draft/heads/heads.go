@@ -19,7 +19,8 @@ import (
 )
 
 // Kind is what a head directory holds, by its config.json: "mlp_speculator", "medusa"
-// or "eagle" (a one-layer Llama model whose tensors include fc.weight).
+// or "eagle" (model_type llama or eagle: a Llama layer, which llama.OpenEAGLE checks
+// for its fc.weight).
 func Kind(dir string) (string, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -27,7 +28,6 @@ func Kind(dir string) (string, error) {
 	}
 	var c struct {
 		ModelType string `json:"model_type"`
-		Layers    int    `json:"num_hidden_layers"`
 	}
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return "", fmt.Errorf("heads: %s: %w", filepath.Join(dir, "config.json"), err)
@@ -43,7 +43,8 @@ func Kind(dir string) (string, error) {
 
 // Options tune an opened head.
 type Options struct {
-	// Threads is how many threads the head's products use; 0 means GOMAXPROCS.
+	// Threads is how many threads the head's products use (an EAGLE layer's too,
+	// unless Layer sets them); 0 means GOMAXPROCS.
 	Threads int
 	// Tree, for Medusa and EAGLE, makes the head draft trees of this shape; zero
 	// drafts chains (MLPSpeculator always does).
@@ -51,7 +52,8 @@ type Options struct {
 	// Requantize, when set (Q8_0), converts the head's float matrices to that type
 	// at load (an EAGLE layer's too): half the bytes to read per drafted token.
 	Requantize dtype.DType
-	// Layer are the options of an EAGLE layer's model (its backend, threads, budget).
+	// Layer are the options of an EAGLE layer's model (its backend, threads, budget);
+	// its context length is the target's unless set.
 	Layer llama.Options
 }
 
@@ -83,6 +85,12 @@ func Open(dir, targetPath string, target model.Info, opts Options) (draft.Drafte
 			return nil, nil, err
 		}
 		return h, h, nil
+	}
+	if opts.Layer.Threads == 0 {
+		opts.Layer.Threads = opts.Threads
+	}
+	if opts.Layer.ContextLength == 0 {
+		opts.Layer.ContextLength = target.ContextLength
 	}
 	layer, err := llama.OpenEAGLE(dir, targetPath, opts.Layer)
 	if err != nil {

@@ -149,7 +149,8 @@ type bench struct {
 	tok        *tokenizer.Tokenizer
 	prompts    [][]int32
 	models     map[string]*draft.SmallModel
-	heads      map[string]string // head name → directory
+	heads      map[string]string        // head name → directory
+	opened     map[string]draft.Drafter // heads opened so far, by -drafters name
 	targetPath string
 	firstModel string         // the first -draft, which first and tree draft with
 	loaded     []*llama.Model // to close
@@ -159,7 +160,7 @@ type bench struct {
 
 // load loads the target, its tokenizer, the prompts and the draft models.
 func load(o options) (*bench, error) {
-	b := &bench{o: o, models: map[string]*draft.SmallModel{}, heads: map[string]string{}, targetPath: o.model}
+	b := &bench{o: o, models: map[string]*draft.SmallModel{}, heads: map[string]string{}, opened: map[string]draft.Drafter{}, targetPath: o.model}
 	ok := false
 	defer func() {
 		if !ok {
@@ -226,9 +227,13 @@ func (b *bench) close() {
 // headTree is the shape of the heads' trees (NAME:tree).
 var headTree = draft.TreeShape{Width: 2, Depth: 4, MaxNodes: 12}
 
-// head opens a fresh drafter of the head named name (name, name:tree or lookup+name),
-// or reports false when no head has that name.
+// head returns the drafter of the head named name (name, name:tree or lookup+name),
+// opened once and shared by the configurations (a head keeps nothing between
+// requests), or reports false when no head has that name.
 func (b *bench) head(name string) (draft.Drafter, bool, error) {
+	if d, ok := b.opened[name]; ok {
+		return d, true, nil
+	}
 	base, lookup := strings.CutPrefix(name, "lookup+")
 	base, tree := strings.CutSuffix(base, ":tree")
 	dir, ok := b.heads[base]
@@ -250,6 +255,7 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if lookup {
 		d = draft.First(draft.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, d)
 	}
+	b.opened[name] = d
 	return d, true, nil
 }
 

@@ -57,7 +57,7 @@ func main() {
 	flag.StringVar(&c.draftModel, "draft-model", defaultDraft, `draft model ("none" for no draft model)`)
 	flag.StringVar(&c.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
 	flag.StringVar(&c.head, "head", "", "a trained draft head to draft with instead of the draft model: an MLPSpeculator, Medusa or EAGLE directory made for the target")
-	flag.StringVar(&c.headTree, "head-tree", "", `with -head (Medusa or EAGLE), draft trees of this shape: WIDTH,DEPTH,NODES, such as "2,4,12"`)
+	flag.StringVar(&c.headTree, "head-tree", "", `with -head (Medusa or EAGLE), draft trees of this shape: WIDTH,DEPTH,NODES, such as "2,4,12"; -num-speculative-tokens is the node budget`)
 	flag.BoolVar(&c.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	flag.StringVar(&c.prompt, "prompt", "", "the prompt (default: read from standard input)")
 	flag.Float64Var(&c.temperature, "temperature", 0, "sampling temperature; 0 is greedy")

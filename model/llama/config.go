@@ -79,6 +79,13 @@ func (s Llama3Scaling) FreqFactors(theta float64, ropeDim int) []float32 {
 	return out
 }
 
+// limitContext lowers the context length to n when n is positive and lower.
+func (c *Config) limitContext(n int) {
+	if n > 0 && (c.ContextLength == 0 || n < c.ContextLength) {
+		c.ContextLength = n
+	}
+}
+
 // Shape is what a backend needs to know of the model's shape.
 func (c *Config) Shape() backend.Shape {
 	return backend.Shape{Layers: c.Layers, Dim: c.Dim, Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim,

@@ -13,7 +13,10 @@ import (
 // eagle method loads it — config.json of a one-layer LlamaForCausalLM and
 // model.safetensors with fc.weight [Dim, 2·Dim] and the layer's tensors under
 // layers.0.*, no input norm and no final norm — with the embeddings and output layer
-// of the target at targetPath, which it shares. The model takes, beside each token,
+// of the target at targetPath, which it reads from there (into a copy of its own, in
+// its backend). opts.ContextLength sets the layer's context, above its config's too
+// (rotary embeddings have no hard limit): a drafter for a target should have the
+// target's. The model takes, beside each token,
 // the target's hidden state at the position before it (Info.InputSize), and its hidden
 // state (Batch.States, unnormed: there is no final norm) stands in for the target's at
 // the token's position, so it drafts by feeding itself.
@@ -37,7 +40,7 @@ func OpenEAGLE(dir, targetPath string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("llama: the EAGLE layer %s (hidden size %d, vocabulary %d) does not fit the target %s (%d, %d)",
 			dir, cfg.Dim, cfg.Vocab, targetPath, tc.Dim, tc.Vocab)
 	}
-	if opts.ContextLength > 0 && (cfg.ContextLength == 0 || opts.ContextLength < cfg.ContextLength) {
+	if opts.ContextLength > 0 {
 		cfg.ContextLength = opts.ContextLength
 	}
 	_, _, _, hasOutput := tgt.src.lookup(tgt.Names.Output)

@@ -117,7 +117,10 @@ func (m *Model) passes(ctx context.Context, work []model.Work) error {
 	if p == nil {
 		p = new(backend.Plan)
 	}
-	defer m.plans.Put(p)
+	defer func() {
+		p.Reset() // no references to the caller's buffers kept in the pool
+		m.plans.Put(p)
+	}()
 	p.Reset()
 	p.Dim, p.InvFreq = m.cfg.Dim, m.invFreq
 	limit := m.be.MaxRows()

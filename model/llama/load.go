@@ -44,9 +44,7 @@ func Open(path string, opts Options) (*Model, error) {
 // build makes the model of t on the backend the options name.
 func build(t *Tensors, opts Options) (*Model, error) {
 	c := t.Config
-	if opts.ContextLength > 0 && (c.ContextLength == 0 || opts.ContextLength < c.ContextLength) {
-		c.ContextLength = opts.ContextLength
-	}
+	c.limitContext(opts.ContextLength)
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("llama: %s: %w", t.file, err)
 	}
@@ -66,8 +64,8 @@ func build(t *Tensors, opts Options) (*Model, error) {
 }
 
 // Tensors are the weights of a GGUF file or Hugging Face directory, memory-mapped, with
-// the configuration and tensor names that Open reads them with: what another runtime
-// (package gpu) needs to load the same model the same way.
+// the configuration and tensor names that Open reads them with: for programs that read
+// a model's shape or tensors without loading it.
 type Tensors struct {
 	// Config is the model's shape, read and checked as Open reads it.
 	Config Config
@@ -172,6 +170,7 @@ type part struct {
 // matrix loads the parts, side by side, as one matrix of the backend.
 func (l *loader) matrix(parts ...part) backend.Matrix {
 	ts := make([]backend.Tensor, 0, len(parts))
+	var mapped [][]byte // the file's bytes of each part (not a converted copy)
 	for _, p := range parts {
 		t, shape, data, ok := l.get(p.name, false)
 		if !ok || l.err != nil {
@@ -186,7 +185,7 @@ func (l *loader) matrix(parts ...part) backend.Matrix {
 			l.fail(p.name, "%v", err)
 			return nil
 		}
-		ts = append(ts, bt)
+		ts, mapped = append(ts, bt), append(mapped, data)
 	}
 	m, err := l.be.Matrix(ts...)
 	if err != nil {
@@ -194,8 +193,8 @@ func (l *loader) matrix(parts ...part) backend.Matrix {
 		return nil
 	}
 	if l.src.mapped() {
-		for _, t := range ts {
-			release(t.Data) // taken in: the file's bytes are not read again
+		for _, data := range mapped {
+			release(data) // taken in: the file's bytes are not read again
 		}
 	}
 	return m

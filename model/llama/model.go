@@ -95,6 +95,16 @@ func (m *Model) WeightBytes() int64 {
 	if m.output != m.embed {
 		n += m.output.Bytes()
 	}
+	return n + m.layerBytes()
+}
+
+// layerBytes is the memory of the layers' matrices and of an EAGLE layer's input
+// product.
+func (m *Model) layerBytes() int64 {
+	var n int64
+	if m.fcEmbed != nil {
+		n += m.fcEmbed.Bytes() + m.fcHidden.Bytes()
+	}
 	for _, ly := range m.layers {
 		n += ly.qkv.Bytes() + ly.o.Bytes() + ly.gateUp.Bytes() + ly.down.Bytes()
 	}
@@ -104,11 +114,7 @@ func (m *Model) WeightBytes() int64 {
 // DecodeBytes is the weight memory one decoding step reads: every layer's matrices and
 // the output matrix (of the embedding, one row).
 func (m *Model) DecodeBytes() int64 {
-	n := m.output.Bytes() + m.embed.Bytes()/int64(m.cfg.Vocab)
-	for _, ly := range m.layers {
-		n += ly.qkv.Bytes() + ly.o.Bytes() + ly.gateUp.Bytes() + ly.down.Bytes()
-	}
-	return n
+	return m.output.Bytes() + m.embed.Bytes()/int64(m.cfg.Vocab) + m.layerBytes()
 }
 
 // Close releases the model's backend. Sequences must be closed first; afterwards the

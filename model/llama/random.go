@@ -19,9 +19,7 @@ func NewRandom(cfg Config, typ dtype.DType, seed uint64, opts Options) (*Model, 
 	if cfg.RopeDim == 0 {
 		cfg.RopeDim = cfg.HeadDim
 	}
-	if opts.ContextLength > 0 && (cfg.ContextLength == 0 || opts.ContextLength < cfg.ContextLength) {
-		cfg.ContextLength = opts.ContextLength
-	}
+	cfg.limitContext(opts.ContextLength)
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("llama: random model: %w", err)
 	}
