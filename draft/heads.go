@@ -207,3 +207,18 @@ type HeadOptions struct {
 func headName(kind, dir string) string {
 	return fmt.Sprintf("%s %s", kind, strings.TrimSuffix(filepath.Base(dir), "/"))
 }
+
+// matrixBytes is the memory of the distinct matrices among ms.
+func matrixBytes(ms ...[]*kernels.Matrix) int64 {
+	seen := map[*kernels.Matrix]bool{}
+	var n int64
+	for _, list := range ms {
+		for _, m := range list {
+			if m != nil && !seen[m] {
+				seen[m] = true
+				n += int64(len(m.Data))
+			}
+		}
+	}
+	return n
+}

@@ -296,3 +296,10 @@ func (s *medusaSession) proposeTree(history []int32, n int, p *Proposal) error {
 }
 
 func (s *medusaSession) Close() error { return nil }
+
+// WeightBytes is the memory the heads' matrices take.
+func (h *Medusa) WeightBytes() int64 {
+	lists := [][]*kernels.Matrix{h.lm}
+	lists = append(lists, h.w...)
+	return matrixBytes(lists...)
+}

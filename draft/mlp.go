@@ -215,3 +215,6 @@ func (s *mlpSession) stage(i int, tok int32) error {
 }
 
 func (s *mlpSession) Close() error { return nil }
+
+// WeightBytes is the memory the head's matrices take.
+func (h *MLPSpeculator) WeightBytes() int64 { return matrixBytes(h.emb, h.proj, h.head) }

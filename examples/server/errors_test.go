@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -185,8 +187,14 @@ func TestQueueFull(t *testing.T) {
 // memory is free the same request succeeds. Running out after some tokens ends the
 // text with finish_reason "length".
 func TestKVCacheFull(t *testing.T) {
-	// A budget of 8 blocks of 16 positions: 128 tokens for all sequences together.
-	srv, ts := startServer(t, Config{KVBudget: 8 * 16 * 8 * 2 * 2 * 64 * 4})
+	// A budget of 8 blocks of 16 positions: 128 tokens for all sequences together,
+	// one request's context.
+	budget := int64(8 * 16 * 8 * 2 * 2 * 64 * 4)
+	_, err := New(Config{Model: testTarget, KVBudget: budget})
+	if err == nil || !strings.Contains(err.Error(), "raise -kv-budget to at least 16.0 MiB, or lower -context-length to 128") {
+		t.Fatalf("a budget below one full-context request: err = %v", err)
+	}
+	srv, ts := startServer(t, Config{KVBudget: budget, ContextLength: 128})
 	kv := srv.target.KVStats()
 	if kv.Blocks != 8 {
 		t.Fatalf("the test budget gives %d blocks: %+v", kv.Blocks, kv)
@@ -246,5 +254,28 @@ func readAll(resp *http.Response) ([]byte, error) {
 			}
 			return []byte(b.String()), err
 		}
+	}
+}
+
+// The server logs its memory plan at start: weights, key/value budget and what it
+// holds.
+func TestMemoryPlanLogged(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := speculativeConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	line := buf.String()
+	for _, want := range []string{"memory plan", "target_weights_mib=", "draft_weights_mib=", "kv_budget_mib=", "kv_positions=", "full_context_requests="} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the log lacks %q:\n%s", want, line)
+		}
+	}
+	p := srv.plan()
+	if p.TargetBytes <= 0 || p.DraftBytes <= 0 || p.KVTokens < p.ContextLength {
+		t.Errorf("plan %+v", p)
 	}
 }

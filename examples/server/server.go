@@ -160,6 +160,12 @@ func New(cfg Config) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	plan := s.plan()
+	plan.log(s.log)
+	if err := plan.check(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.slots = make(chan struct{}, s.cfg.MaxConcurrent)
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.drainCh = make(chan struct{})
