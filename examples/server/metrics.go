@@ -36,7 +36,7 @@ type metrics struct {
 // finishes: the acceptance-rate gauge follows the last few dozen requests.
 const recentDecay = 0.9
 
-func newMetrics(maxK int, kv func() (target, draft *kvcache.Stats), speculating func() float64) *metrics {
+func newMetrics(maxK int, kv func() (target, draft *kvcache.Stats), speculating func() float64, batches func() (passes, forwards int64)) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	f := factory{m.reg}
 	m.requests = f.counterVec("specula_requests_total", "HTTP requests answered, by endpoint and status code.", "endpoint", "code")
@@ -72,6 +72,14 @@ func newMetrics(maxK int, kv func() (target, draft *kvcache.Stats), speculating 
 		Name: "specula_speculation_enabled",
 		Help: "1 when a request admitted now would decode speculatively, 0 when the server is saturated (or speculation is off).",
 	}, speculating))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "specula_batch_passes_total",
+		Help: "Passes of the target's multi-sequence forward: the requests' verifications and prefill chunks ready at once go through one.",
+	}, func() float64 { p, _ := batches(); return float64(p) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "specula_batch_forwards_total",
+		Help: "Requests' forwards those passes carried (divided by specula_batch_passes_total: the mean batch size).",
+	}, func() float64 { _, f := batches(); return float64(f) }))
 	m.reg.MustRegister(&kvCollector{stats: kv})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -93,6 +93,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	target  *llama.Model
+	local   *target.Local // the target every decoder verifies through
 	drafts  []*llama.Model
 	closers []io.Closer // draft heads
 	tok     *tokenizer.Tokenizer
@@ -170,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.drainCh = make(chan struct{})
 	s.idle = make(chan struct{})
-	s.m = newMetrics(max(s.maxK, 1), s.kvStats, s.speculating)
+	s.m = newMetrics(max(s.maxK, 1), s.kvStats, s.speculating, s.local.BatchStats)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -193,6 +194,7 @@ func (s *Server) load() error {
 	if err != nil {
 		return err
 	}
+	s.local = tgt
 	if s.plainDec, err = spec.New(tgt, nil, spec.Options{}); err != nil {
 		return err
 	}
