@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -64,5 +65,78 @@ func BenchmarkBatchedStreams(b *testing.B) {
 				b.ReportMetric(float64(tokens)/time.Since(start).Seconds(), "tokens/s")
 			})
 		}
+	}
+}
+
+// BenchmarkChunkedPrefillGaps runs 4 greedy streams and, while they run, one request
+// with a 2000-token prompt, with the prompt prefilled 16 tokens a shared pass (chunked
+// prefill) or 512, and reports the streams' median and 99th-percentile gaps between
+// tokens and the long prompt's time to its tokens:
+//
+//	SPECULA_BENCH_MODEL=/tmp/rs/q05-q8.gguf go test ./spec -run XXX -bench ChunkedPrefill -benchtime 1x
+func BenchmarkChunkedPrefillGaps(b *testing.B) {
+	path := os.Getenv("SPECULA_BENCH_MODEL")
+	if path == "" {
+		path = filepath.Join("..", "models", "gocoder-m-q8_0.gguf")
+	}
+	m, err := llama.Open(path, llama.Options{})
+	if err != nil {
+		b.Skipf("model %s: %v", path, err)
+	}
+	defer m.Close()
+	long := make([]int32, 2000)
+	for i := range long {
+		long[i] = int32(50 + i%500)
+	}
+	for _, shared := range []int{512, 16} {
+		b.Run(fmt.Sprintf("shared-chunk=%d", shared), func(b *testing.B) {
+			tgt, err := target.NewLocal(m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tgt.SharedChunk = shared
+			dec, err := spec.New(tgt, nil, spec.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var gaps []time.Duration
+			var longTime time.Duration
+			for range b.N {
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for i := range 4 {
+					wg.Go(func() {
+						var last time.Time
+						req := spec.Request{Prompt: []int32{int32(100 + i), 46, 10}, MaxTokens: 80}
+						_, err := dec.Stream(context.Background(), req, func([]int32) error {
+							now := time.Now()
+							if !last.IsZero() {
+								mu.Lock()
+								gaps = append(gaps, now.Sub(last))
+								mu.Unlock()
+							}
+							last = now
+							return nil
+						})
+						if err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				time.Sleep(100 * time.Millisecond)
+				start := time.Now()
+				if _, err := dec.Generate(context.Background(), spec.Request{Prompt: long, MaxTokens: 2}); err != nil {
+					b.Fatal(err)
+				}
+				longTime += time.Since(start)
+				wg.Wait()
+			}
+			slices.Sort(gaps)
+			med, p99 := gaps[len(gaps)/2], gaps[len(gaps)*99/100]
+			b.ReportMetric(float64(med.Microseconds())/1e3, "median-gap-ms")
+			b.ReportMetric(float64(p99.Microseconds())/1e3, "p99-gap-ms")
+			b.ReportMetric(float64(p99)/float64(med), "p99/median")
+			b.ReportMetric(longTime.Seconds()/float64(b.N), "long-prompt-s")
+		})
 	}
 }

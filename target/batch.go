@@ -71,6 +71,13 @@ func (b *batcher) closed() {
 	b.signal()
 }
 
+// others reports whether sessions besides the caller's are open.
+func (b *batcher) others() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open > 1
+}
+
 // signal wakes a gathering leader.
 func (b *batcher) signal() {
 	select {

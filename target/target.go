@@ -79,6 +79,10 @@ type StateSession interface {
 	States() [][]float32
 }
 
+// DefaultSharedChunk is how many prompt tokens a Local prefill puts in a pass it shares
+// with other requests.
+const DefaultSharedChunk = 16
+
 // DefaultPrefillChunk is how many prompt tokens a Local prefill forwards per call.
 const DefaultPrefillChunk = 512
 
@@ -99,6 +103,11 @@ type Local struct {
 	// never waits. A negative BatchWait turns batching off: every session forwards
 	// on its own. Set it before the first Start.
 	BatchWait time.Duration
+	// SharedChunk is how many prompt tokens a prefill puts in one pass while other
+	// sessions are open (0: DefaultSharedChunk): a long prompt is prefilled a slice a
+	// pass, inside the passes of the running requests, so that it does not stall
+	// their streams (chunked prefill). Alone, a prefill takes PrefillChunk a pass.
+	SharedChunk int
 
 	once    sync.Once
 	batches *batcher
@@ -139,9 +148,12 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	}
 	l.once.Do(func() { l.batches = newBatcher(l.m, l.BatchWait) })
 	l.batches.opened()
-	chunk := l.PrefillChunk
+	chunk, shared := l.PrefillChunk, l.SharedChunk
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk
+	}
+	if shared <= 0 {
+		shared = DefaultSharedChunk
 	}
 	vocab, n := l.info.VocabSize, maxDraft+1
 	s := &session{
@@ -151,6 +163,7 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 		width:    l.info.HiddenSize,
 		maxDraft: maxDraft,
 		chunk:    chunk,
+		shared:   min(shared, chunk),
 		batch:    make([]int32, 0, n),
 		path:     make([]int32, 0, n),
 		outputs:  make([]int32, n),
@@ -170,7 +183,8 @@ type session struct {
 	job      *job
 	seq      model.Sequence
 	maxDraft int
-	chunk    int
+	chunk    int // prompt tokens per pass alone…
+	shared   int // …and with other sessions open
 
 	base    int        // sequence length before the last verification
 	last    int        // tokens forwarded by the last verification; 0 once accepted
@@ -225,7 +239,7 @@ func (s *session) Prefill(ctx context.Context, tokens []int32) error {
 		s.stateRows(len(tokens))
 	}
 	for done := 0; done < len(tokens); {
-		n := min(s.chunk, len(tokens)-done)
+		n := min(s.chunkSize(), len(tokens)-done)
 		b := model.Batch{Tokens: tokens[done : done+n]}
 		if s.keep {
 			b.States, b.Hidden = s.indices(n), s.hidden[done*s.width:(done+n)*s.width]
@@ -295,6 +309,15 @@ func (s *session) Accept(path []int32) error {
 	}
 	s.last = 0
 	return nil
+}
+
+// chunkSize is how many prompt tokens the next prefill pass takes: fewer when other
+// sessions share the passes.
+func (s *session) chunkSize() int {
+	if s.b.others() {
+		return s.shared
+	}
+	return s.chunk
 }
 
 // forward runs b in a pass shared with the target's other sessions.
