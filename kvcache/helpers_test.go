@@ -272,6 +272,15 @@ func (p *Pool) check(seqs ...*Seq) error {
 		}
 		inFree[b] = true
 	}
+	if err := p.checkPrefix(); err != nil {
+		return err
+	}
+	for b := p.prefix.head; b >= 0; b = p.prefix.next[b] {
+		if inFree[b] {
+			return fmt.Errorf("block %d is both free and cached", b)
+		}
+		inFree[b] = true // cached: free to hand out
+	}
 	shared := 0
 	for b, r := range p.refs {
 		if r != want[b] {

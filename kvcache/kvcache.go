@@ -115,7 +115,7 @@ func (c Config) Blocks() (int, error) {
 type Stats struct {
 	// Blocks is the number of blocks in the pool.
 	Blocks int
-	// FreeBlocks is the number of blocks no sequence holds.
+	// FreeBlocks is the number of blocks no sequence holds (cached ones included).
 	FreeBlocks int
 	// SharedBlocks is the number of blocks held by more than one sequence.
 	SharedBlocks int
@@ -132,6 +132,12 @@ type Stats struct {
 	// Budget is the configured memory budget in bytes; Blocks × BlockBytes is at most
 	// Budget.
 	Budget int64
+	// CachedBlocks is the number of the free blocks that still hold a published
+	// prefix ([Seq.Publish]): handed out last, reusable until then.
+	CachedBlocks int
+	// PrefixLookups and PrefixHits count the full blocks [Seq.Reuse] looked for and
+	// found.
+	PrefixLookups, PrefixHits int64
 }
 
 // Pool is the books of a fixed set of key/value blocks shared by many sequences. It is
@@ -144,6 +150,7 @@ type Pool struct {
 	refs   []int32 // per block: how many sequence tables hold it
 	free   []int32 // stack of free blocks; the last one is handed out next
 	shared int     // blocks with refs > 1
+	prefix prefixIndex
 }
 
 // NewPool makes the books of a pool of c whose data lives in st.
@@ -158,7 +165,7 @@ func NewPool(c Config, st Storage) (*Pool, error) {
 	if c.BlockSize == 0 {
 		c.BlockSize = DefaultBlockSize
 	}
-	p := &Pool{cfg: c, storage: st, refs: make([]int32, n), free: make([]int32, n)}
+	p := &Pool{cfg: c, storage: st, refs: make([]int32, n), free: make([]int32, n), prefix: newPrefixIndex(n, c.BlockSize)}
 	for i := range p.free {
 		p.free[i] = int32(n - 1 - i) // block 0 is handed out first
 	}
@@ -171,7 +178,8 @@ func (p *Pool) Config() Config { return p.cfg }
 // Stats returns a snapshot of the pool's memory use.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
-	free, shared := len(p.free), p.shared
+	free, shared := p.available(), p.shared
+	cached, hits, lookups := p.prefix.cached, p.prefix.hits, p.prefix.lookups
 	p.mu.Unlock()
 	bb := p.cfg.BlockBytes
 	resident := int64(len(p.refs)) * bb
@@ -187,6 +195,9 @@ func (p *Pool) Stats() Stats {
 		InUseBytes:    int64(len(p.refs)-free) * bb,
 		ResidentBytes: resident,
 		Budget:        p.cfg.Budget,
+		CachedBlocks:  cached,
+		PrefixLookups: lookups,
+		PrefixHits:    hits,
 	}
 }
 
@@ -200,11 +211,21 @@ func (p *Pool) oom(what string, need, free int) error {
 		ErrOutOfMemory, what, need, free, len(p.refs), p.cfg.Budget, p.cfg.BlockBytes)
 }
 
-// alloc pops a free block with reference count 1. p.mu must be held and a block must
-// be free.
+// available is the number of blocks that can be handed out: free, or cached (a
+// published prefix no sequence holds, given up when needed). p.mu must be held.
+func (p *Pool) available() int { return len(p.free) + p.prefix.cached }
+
+// alloc hands out a block with reference count 1: a free one, else the least
+// recently used cached one, whose prefix is then forgotten. p.mu must be held and
+// available() must be positive.
 func (p *Pool) alloc() int32 {
-	b := p.free[len(p.free)-1]
-	p.free = p.free[:len(p.free)-1]
+	var b int32
+	if n := len(p.free); n > 0 {
+		b = p.free[n-1]
+		p.free = p.free[:n-1]
+	} else {
+		b = p.prefix.evict()
+	}
 	p.refs[b] = 1
 	return b
 }
@@ -224,6 +245,10 @@ func (p *Pool) release(b int32) {
 	case 1:
 		p.shared--
 	case 0:
+		if p.prefix.published(b) {
+			p.prefix.park(b) // reusable until its memory is needed
+			return
+		}
 		p.free = append(p.free, b) // never grows: the free list had room for every block
 	}
 }

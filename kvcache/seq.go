@@ -22,6 +22,8 @@ type Seq struct {
 	// Any future way of sharing blocks (a prefix cache, say) must keep this true.
 	owned  int
 	hashes []uint64 // BlockHash of the first len(hashes) blocks, all full
+	// published: the first published blocks were offered to the prefix cache.
+	published int
 
 	pairs []int32 // scratch: slot copies for the storage
 	swaps []int32 // scratch: pairs of (logical index, old block) being replaced
@@ -101,7 +103,7 @@ func (s *Seq) addBlocks(old, newLen int) error {
 	if cow {
 		need++
 	}
-	if free := len(p.free); need > free {
+	if free := p.available(); need > free {
 		p.mu.Unlock()
 		return p.oom(fmt.Sprintf("growing from %d to %d positions", old, newLen), need, free)
 	}
@@ -156,6 +158,12 @@ func (s *Seq) truncate(n int) {
 	p := s.pool
 	bs := p.cfg.BlockSize
 	keep := (n + bs - 1) / bs
+	if n%bs != 0 && keep-1 < len(s.table) && keep-1 < len(s.tokens)/bs {
+		// The last kept block was full and will be written again.
+		p.mu.Lock()
+		s.forget(keep - 1)
+		p.mu.Unlock()
+	}
 	if keep < len(s.table) {
 		p.releaseAll(s.table[keep:])
 		s.table = s.table[:keep]
@@ -163,6 +171,7 @@ func (s *Seq) truncate(n int) {
 	}
 	s.tokens = s.tokens[:n]
 	s.hashes = s.hashes[:min(len(s.hashes), n/bs)]
+	s.published = min(s.published, n/bs)
 }
 
 // Fork returns a new sequence with the same length and contents as s. The two share
@@ -220,9 +229,15 @@ func (s *Seq) move(from, first int, keep []int32) error {
 	bs := p.cfg.BlockSize
 	// Offsets ascend strictly from 0, so keep[i] >= i, and once keep[i] > i every later
 	// offset moves too: the destinations are from+first … from+len(keep)-1.
-	if err := s.own((from+first)/bs, (from+len(keep)-1)/bs); err != nil {
+	lo, hi := (from+first)/bs, (from+len(keep)-1)/bs
+	if err := s.own(lo, hi); err != nil {
 		return err
 	}
+	p.mu.Lock()
+	for i := lo; i <= hi; i++ {
+		s.forget(i) // its contents change
+	}
+	p.mu.Unlock()
 	// Ascending order is safe: a destination from+i is below every later source
 	// from+keep[j] >= from+j > from+i, so no source is overwritten before it is read.
 	s.pairs = s.pairs[:0]
@@ -237,6 +252,7 @@ func (s *Seq) move(from, first int, keep []int32) error {
 		s.tokens[from+i] = s.tokens[from+int(keep[i])]
 	}
 	s.hashes = s.hashes[:min(len(s.hashes), (from+first)/bs)]
+	s.published = min(s.published, (from+first)/bs)
 	return nil
 }
 
@@ -279,7 +295,7 @@ func (s *Seq) own(lo, hi int) error {
 			need++
 		}
 	}
-	if free := len(p.free); need > free {
+	if free := p.available(); need > free {
 		p.mu.Unlock()
 		return p.oom(fmt.Sprintf("Retain: copying shared blocks %d…%d of a sequence of %d positions", lo, hi, len(s.tokens)), need, free)
 	}
@@ -342,16 +358,26 @@ func (s *Seq) BlockHash(i int) (uint64, bool) {
 		return 0, false
 	}
 	for j := len(s.hashes); j <= i; j++ {
-		h := uint64(fnvOffset)
+		var prev uint64
 		if j > 0 {
-			h = fnvWord(h, s.hashes[j-1], 8)
+			prev = s.hashes[j-1]
 		}
-		for _, t := range s.tokens[j*bs : (j+1)*bs] {
-			h = fnvWord(h, uint64(uint32(t)), 4)
-		}
-		s.hashes = append(s.hashes, h)
+		s.hashes = append(s.hashes, blockHash(prev, j > 0, s.tokens[j*bs:(j+1)*bs]))
 	}
 	return s.hashes[i], true
+}
+
+// blockHash hashes a block's tokens after the hash of the blocks before it (none for
+// the first).
+func blockHash(prev uint64, chained bool, tokens []int32) uint64 {
+	h := uint64(fnvOffset)
+	if chained {
+		h = fnvWord(h, prev, 8)
+	}
+	for _, t := range tokens {
+		h = fnvWord(h, uint64(uint32(t)), 4)
+	}
+	return h
 }
 
 // FNV-1a, 64 bits, over little-endian words.

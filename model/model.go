@@ -130,6 +130,21 @@ type Sequence interface {
 	Close() error
 }
 
+// PrefixSequence is a [Sequence] whose model keeps a prefix cache: keys and values of
+// prompts that sequences computed and published, found again by their tokens and
+// shared, so that a request whose prompt begins like an earlier one's (a system
+// prompt, a conversation so far, few-shot examples) forwards only the rest.
+type PrefixSequence interface {
+	Sequence
+	// Reuse, on an empty sequence, takes in the longest prefix of tokens the cache
+	// holds, in whole blocks, and returns its length: those positions are held and
+	// need no forward.
+	Reuse(tokens []int32) int
+	// Publish offers the sequence's full blocks to the cache. Publish only tokens
+	// that stay (a prompt, accepted output), not a draft under verification.
+	Publish()
+}
+
 // ErrContextFull is returned (wrapped) when a forward would take a sequence past the
 // model's context length.
 var ErrContextFull = errors.New("model: context length exceeded")

@@ -3,6 +3,7 @@ package spec_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -100,4 +101,54 @@ func TestBatchedThroughput(t *testing.T) {
 		assert.Equal(t, want.Tokens, got[i], "request %d", i)
 	}
 	assert.Greater(t, float64(f0)/float64(p0), 1.5, fmt.Sprintf("mean batch of %d passes", p0))
+}
+
+// TestPrefixReuse runs a request and then one whose prompt begins with the first's:
+// the second reuses the first's cached blocks (the model's prefix-cache hits rise)
+// and decodes exactly what it decodes on a model without that cache — plainly and
+// speculatively (whose accepted paths are published as they are accepted).
+func TestPrefixReuse(t *testing.T) {
+	path := shared.Path(t, "models", "gocoder-m-q8_0.gguf")
+	xs, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Threads: 1})
+	require.NoError(t, err)
+	defer xs.Close()
+	open := func(k int) (*llama.Model, *spec.Decoder) {
+		m, err := llama.Open(path, llama.Options{Threads: 2})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = m.Close() })
+		tgt, err := target.NewLocal(m)
+		require.NoError(t, err)
+		var d draft.Drafter
+		if k > 0 {
+			d = newDrafter(t, xs)
+		}
+		dec, err := spec.New(tgt, d, spec.Options{K: k})
+		require.NoError(t, err)
+		return m, dec
+	}
+	prefix := make([]int32, 200)
+	for i := range prefix {
+		prefix[i] = int32(40 + (i*37)%900)
+	}
+	for _, k := range []int{0, 3} {
+		m, dec := open(k)
+		first := spec.Request{Prompt: prefix, MaxTokens: 40}
+		second := spec.Request{Prompt: append(append([]int32(nil), prefix...), 10, 9, 295), MaxTokens: 24,
+			Sampling: sampler.Params{Temperature: 0.8, Seed: 3}}
+		_, err := dec.Generate(context.Background(), first)
+		require.NoError(t, err)
+		before := m.KVStats().PrefixHits
+		got, err := dec.Generate(context.Background(), second)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, m.KVStats().PrefixHits-before, int64(len(prefix)/16), "K=%d: the shared prefix's blocks were found", k)
+		_, fresh := open(k)
+		want, err := fresh.Generate(context.Background(), second)
+		require.NoError(t, err)
+		assert.Equal(t, want.Tokens, got.Tokens, "K=%d: the same output as on a model without the cache", k)
+		// The first request's own output is cached too: asking again with it
+		// continues from there.
+		third := spec.Request{Prompt: append(append([]int32(nil), prefix...), 10), MaxTokens: 8}
+		_, err = dec.Generate(context.Background(), third)
+		require.NoError(t, err)
+	}
 }

@@ -146,6 +146,9 @@ func TestTreeGreedyIdentity(t *testing.T) {
 }
 
 func TestTreeZeroAllocationsPerToken(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates for channel and lock operations")
+	}
 	tgt := newChain(t, markov.Config{Vocab: 256, Order: 1, Seed: 1, ContextLength: 1024})
 	for _, p := range []sampler.Params{{}, {Temperature: 0.9, TopP: 0.95}} {
 		dec := newDecoder(t, tgt, newTreeDrafter(t, tgt.Perturbed(0.6, 1), draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 8}), 8)

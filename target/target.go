@@ -235,8 +235,16 @@ func (s *session) indices(n int) []int32 {
 func (s *session) Len() int { return s.seq.Len() }
 
 func (s *session) Prefill(ctx context.Context, tokens []int32) error {
+	ps, reuse := s.seq.(model.PrefixSequence)
 	if s.keep {
 		s.stateRows(len(tokens))
+	} else if reuse && s.seq.Len() == 0 {
+		// A prefix computed before (and published) is taken as it is: only the
+		// rest is forwarded. (Not when the states of every token are kept.)
+		tokens = tokens[ps.Reuse(tokens):]
+	}
+	if reuse {
+		defer ps.Publish()
 	}
 	for done := 0; done < len(tokens); {
 		n := min(s.chunkSize(), len(tokens)-done)
@@ -308,6 +316,9 @@ func (s *session) Accept(path []int32) error {
 		return fmt.Errorf("target: accept: %w", err)
 	}
 	s.last = 0
+	if ps, ok := s.seq.(model.PrefixSequence); ok {
+		ps.Publish() // the pending token and the accepted path stay
+	}
 	return nil
 }
 

@@ -211,6 +211,24 @@ func (s *sequence) Retain(from int, keep []int32) error {
 	return nil
 }
 
+// Reuse implements [model.PrefixSequence].
+func (s *sequence) Reuse(tokens []int32) int {
+	if s.closed {
+		return 0
+	}
+	if cl := s.m.cfg.ContextLength; cl > 0 && len(tokens) > cl {
+		tokens = tokens[:cl]
+	}
+	return s.kv.Reuse(tokens)
+}
+
+// Publish implements [model.PrefixSequence].
+func (s *sequence) Publish() {
+	if !s.closed {
+		s.kv.Publish()
+	}
+}
+
 // Fork returns a new sequence with the same tokens, sharing the key/value blocks of s
 // until one of them writes into a shared block, which is then copied (copy on write).
 // The new sequence must be closed on its own.
