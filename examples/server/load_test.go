@@ -542,8 +542,9 @@ func TestMetrics(t *testing.T) {
 		`specula_kv_cache_budget_bytes{model="target"}`:                  float64(srv.target.KVStats().Budget),
 		`specula_request_duration_seconds_count{endpoint="completions"}`: 4,
 		// One request at a time: a pass per verification and per prefill, each alone.
-		`specula_batch_passes_total`:   float64(passes + 3),
-		`specula_batch_forwards_total`: float64(passes + 3),
+		`specula_prefix_cache_hits_total{model="target"}`: 0, // three different prompts
+		`specula_batch_passes_total`:                      float64(passes + 3),
+		`specula_batch_forwards_total`:                    float64(passes + 3),
 	} {
 		if got, ok := m[name]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)

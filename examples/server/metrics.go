@@ -146,10 +146,13 @@ var (
 	kvBlocksDesc = prometheus.NewDesc("specula_kv_cache_blocks", "Key/value cache blocks in the pool.", []string{"model"}, nil)
 	kvBudgetDesc = prometheus.NewDesc("specula_kv_cache_budget_bytes", "Key/value cache memory budget (-kv-budget for the target).", []string{"model"}, nil)
 	kvUsageDesc  = prometheus.NewDesc("specula_kv_cache_usage_ratio", "Fraction of the key/value cache blocks in use.", []string{"model"}, nil)
+	kvLookupDesc = prometheus.NewDesc("specula_prefix_cache_lookups_total", "Full prompt blocks looked for in the prefix cache.", []string{"model"}, nil)
+	kvHitDesc    = prometheus.NewDesc("specula_prefix_cache_hits_total", "Full prompt blocks found in the prefix cache (over lookups: the hit rate).", []string{"model"}, nil)
+	kvCachedDesc = prometheus.NewDesc("specula_prefix_cache_blocks", "Free key/value blocks that still hold a cached prefix.", []string{"model"}, nil)
 )
 
 func (c *kvCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{kvUsedDesc, kvFreeDesc, kvBlocksDesc, kvBudgetDesc, kvUsageDesc} {
+	for _, d := range []*prometheus.Desc{kvUsedDesc, kvFreeDesc, kvBlocksDesc, kvBudgetDesc, kvUsageDesc, kvLookupDesc, kvHitDesc, kvCachedDesc} {
 		ch <- d
 	}
 }
@@ -168,6 +171,9 @@ func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(kvFreeDesc, prometheus.GaugeValue, float64(s.FreeBlocks), e.name)
 		ch <- prometheus.MustNewConstMetric(kvBlocksDesc, prometheus.GaugeValue, float64(s.Blocks), e.name)
 		ch <- prometheus.MustNewConstMetric(kvBudgetDesc, prometheus.GaugeValue, float64(s.Budget), e.name)
+		ch <- prometheus.MustNewConstMetric(kvLookupDesc, prometheus.CounterValue, float64(s.PrefixLookups), e.name)
+		ch <- prometheus.MustNewConstMetric(kvHitDesc, prometheus.CounterValue, float64(s.PrefixHits), e.name)
+		ch <- prometheus.MustNewConstMetric(kvCachedDesc, prometheus.GaugeValue, float64(s.CachedBlocks), e.name)
 		usage := 0.0
 		if s.Blocks > 0 {
 			usage = float64(s.Blocks-s.FreeBlocks) / float64(s.Blocks)
