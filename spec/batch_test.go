@@ -2,16 +2,20 @@ package spec_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
@@ -151,4 +155,75 @@ func TestPrefixReuse(t *testing.T) {
 		_, err = dec.Generate(context.Background(), third)
 		require.NoError(t, err)
 	}
+}
+
+// TestBatchedUnderMemoryPressure runs 32 requests of mixed lengths at once on a target
+// whose key/value budget holds a fraction of them, cancelling some midway: every
+// request ends cleanly — complete, cut short for memory (an error wrapping
+// model.ErrOutOfMemory, or finish "length" when the draft or the next token no longer
+// fits), or cancelled — and every token any of them produced is its solo run's token
+// at that place: nothing is corrupted by the others.
+func TestBatchedUnderMemoryPressure(t *testing.T) {
+	path := filepath.Join("..", "models", "gocoder-m-q8_0.gguf")
+	m, err := llama.Open(path, llama.Options{Threads: 2, KVBudget: 60 * 16 * 8 * 2 * 2 * 64 * 4}) // 60 blocks: 960 positions
+	require.NoError(t, err)
+	defer m.Close()
+	tgt, err := target.NewLocal(m)
+	require.NoError(t, err)
+	dec, err := spec.New(tgt, nil, spec.Options{})
+	require.NoError(t, err)
+	solo, err := llama.Open(path, llama.Options{Threads: 2})
+	require.NoError(t, err)
+	defer solo.Close()
+	soloTgt, err := target.NewLocal(solo)
+	require.NoError(t, err)
+	soloDec, err := spec.New(soloTgt, nil, spec.Options{})
+	require.NoError(t, err)
+
+	const n = 32
+	reqs := make([]spec.Request, n)
+	for i := range reqs {
+		prompt := make([]int32, 10+(i*13)%60)
+		for j := range prompt {
+			prompt[j] = int32(40 + (i*31+j*17)%2000)
+		}
+		reqs[i] = spec.Request{Prompt: prompt, MaxTokens: 20 + (i*7)%40}
+	}
+	results := make([]spec.Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Go(func() {
+			ctx := context.Background()
+			if i%5 == 0 { // some are cancelled midway
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+				go func() { time.Sleep(time.Duration(5+i) * time.Millisecond); cancel() }()
+			}
+			results[i], errs[i] = dec.Generate(ctx, reqs[i])
+		})
+	}
+	wg.Wait()
+	var complete, short, cancelled int
+	for i, res := range results {
+		switch {
+		case errs[i] == nil && len(res.Tokens) == reqs[i].MaxTokens:
+			complete++
+		case errs[i] == nil && res.Finish == spec.FinishLength, errors.Is(errs[i], model.ErrOutOfMemory):
+			short++
+		case errors.Is(errs[i], context.Canceled):
+			cancelled++
+		default:
+			t.Errorf("request %d: %v (finish %q, %d tokens)", i, errs[i], res.Finish, len(res.Tokens))
+		}
+		want, err := soloDec.Generate(context.Background(), reqs[i])
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(res.Tokens), len(want.Tokens))
+		assert.True(t, slices.Equal(want.Tokens[:len(res.Tokens)], res.Tokens), "request %d: its tokens %v are not its solo run's %v", i, res.Tokens, want.Tokens)
+	}
+	t.Logf("%d complete, %d cut short for memory, %d cancelled", complete, short, cancelled)
+	assert.Positive(t, complete)
+	st := m.KVStats()
+	assert.Equal(t, st.Blocks, st.FreeBlocks, "every block came back")
 }

@@ -111,6 +111,11 @@ func (b *batcher) forward(ctx context.Context, j *job) error {
 			b.run()
 		case <-ctx.Done():
 			if b.withdraw(j) {
+				select {
+				case <-j.lead: // the lead came with the cancellation: hand it on
+					b.handOn()
+				default:
+				}
 				return ctx.Err()
 			}
 			ctx = context.Background() // in a pass already: wait for it
@@ -148,13 +153,19 @@ func (b *batcher) run() {
 	for _, j := range b.jobs {
 		j.done <- struct{}{}
 	}
+	b.handOn()
+}
+
+// handOn passes the lead to the first job of the queue, or ends it when the queue is
+// empty.
+func (b *batcher) handOn() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
 		b.leading = false
 	} else {
 		b.queue[0].lead <- struct{}{}
 	}
-	b.mu.Unlock()
 }
 
 // gather waits until every open session has joined the queue, or until the wait runs
