@@ -36,9 +36,9 @@ func benchPrompts(b *testing.B) []string {
 }
 
 // BenchmarkConcurrentStreams measures the server under load: n greedy streams of 128
-// tokens at once, with speculation always on (the default), with -saturation cores
-// (plain decoding once more generations run than there are cores), and never
-// speculating. It reports the
+// tokens at once, with adaptive speculation (the default), with -saturation cores
+// (plain decoding once more generations run than there are cores), with a fixed K of
+// 3, and never speculating. It reports the
 // aggregate tokens per second and the mean time to first token.
 //
 //	go test ./examples/server -run XXX -bench ConcurrentStreams -benchtime 3x
@@ -49,9 +49,12 @@ func BenchmarkConcurrentStreams(b *testing.B) {
 		name       string
 		saturation int
 		k          int
-	}{{"always", 0, adaptiveMaxK}, {"cores", runtime.GOMAXPROCS(0), adaptiveMaxK}, {"plain", 0, 0}} {
+		fixed      bool
+	}{{"adaptive", 0, adaptiveMaxK, false}, {"cores", runtime.GOMAXPROCS(0), adaptiveMaxK, false},
+		{"k3", 0, 3, true}, {"plain", 0, 0, false}} {
 		cfg := speculativeConfig()
 		cfg.Saturation, cfg.SpeculativeTokens = mode.saturation, mode.k
+		cfg.Adaptive = cfg.Adaptive && !mode.fixed
 		cfg.MaxConcurrent, cfg.MaxQueue = 16, 16
 		srv, err := New(cfg)
 		if err != nil {
@@ -59,7 +62,7 @@ func BenchmarkConcurrentStreams(b *testing.B) {
 		}
 		ts := newBenchServer(srv)
 		runStreams(b, ts, prompts, 2, 0) // warm up: caches, and what the adaptive decoder learns
-		for _, n := range []int{1, 2, 4, 16} {
+		for _, n := range []int{1, 2, 4, 8, 16} {
 			b.Run(fmt.Sprintf("%s/streams=%d", mode.name, n), func(b *testing.B) {
 				var tokens int
 				var ttft, wall time.Duration
