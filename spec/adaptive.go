@@ -29,7 +29,6 @@ type controller struct {
 	explore  int  // the step of the next exploration
 	turn     int  // explorations so far
 	probing  bool // the last choice was an exploration
-	sharing  int  // other requests sharing the target's passes now
 }
 
 // drafterStats is what the controller knows of one drafter.
@@ -118,18 +117,10 @@ func (s *drafterStats) expected(depth float64) float64 {
 	return e
 }
 
-// rate is the expected tokens per second of asking drafter s for k tokens. When other
-// requests share the target's passes, what the draft adds to a pass's time is paid by
-// each of them too: the choice maximises the batch's goodput, so speculation fades
-// out by itself as the passes fill (where a token more costs real time) and comes back
-// when they empty.
+// rate is the expected tokens per second of asking drafter s for k tokens.
 func (c *controller) rate(s *drafterStats, k int) float64 {
 	depth, nodes := s.produces(k)
-	verify := c.verifyTimeAt(nodes + 1)
-	if c.sharing > 0 {
-		verify += float64(c.sharing) * max(0, verify-c.verifyTimeAt(1))
-	}
-	return s.expected(depth) / (verify + s.draftTime(k))
+	return s.expected(depth) / (c.verifyTimeAt(nodes+1) + s.draftTime(k))
 }
 
 // deeper is the exploration's k after best for drafter s: the smallest larger k
@@ -202,9 +193,6 @@ func (c *controller) grow(n int) {
 		c.drafters[i].behind += n
 	}
 }
-
-// share tells the controller how many other requests share the target's passes now.
-func (c *controller) share(n int) { c.sharing = n }
 
 // choose returns the drafter and the number of tokens to draft (0: a plain step).
 func (c *controller) choose(maxK int) (drafter, k int) {

@@ -275,38 +275,3 @@ func TestControllerResumesAfterPause(t *testing.T) {
 	}
 	assert.Greater(t, drafted, 30, "steps of the first 100 with good drafts that drafted (0 when locked out)")
 }
-
-// TestControllerUnderLoad simulates a request sharing the target's passes with others:
-// with sharing 0 (memory-bound passes, where more tokens cost little) it speculates;
-// told that 15 others share the passes, whose time each of its draft tokens adds to,
-// it drafts less and less and plainly decodes at a steep enough cost per token.
-func TestControllerUnderLoad(t *testing.T) {
-	w := world{
-		verify: func(m int) float64 { return 10 + 0.5*float64(m-1) }, // 5 % a token more
-		alpha:  []func(int) float64{func(int) float64 { return 0.6 }},
-		draft:  []float64{0.2},
-	}
-	meanK := func(sharing int) float64 {
-		c := newController(6, 1)
-		c.share(sharing)
-		rng := rand.New(rand.NewPCG(1, 2))
-		total := 0
-		for step := range 3000 {
-			_, k := c.choose(6)
-			acc := 0
-			for acc < k && rng.Float64() < 0.6 {
-				acc++
-			}
-			if step >= 1000 {
-				total += k
-			}
-			c.observe(0, k, k, acc, k+1, time.Duration(0.2*float64(k)*float64(time.Millisecond)),
-				time.Duration(w.verify(k+1)*float64(time.Millisecond)))
-		}
-		return float64(total) / 2000
-	}
-	alone, loaded := meanK(0), meanK(15)
-	t.Logf("mean K alone %.2f, with 15 others %.2f", alone, loaded)
-	assert.Greater(t, alone, 2.0, "alone, drafting pays")
-	assert.Less(t, loaded, 0.5, "15 others pay for every draft token too")
-}

@@ -647,9 +647,6 @@ func (r *run) room() (int, bool) {
 func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Duration, err error) {
 	r.draft.Reset()
 	if r.ctl != nil && k > 0 {
-		if sh, ok := r.tgt.(target.Sharer); ok {
-			r.ctl.share(sh.Sharing())
-		}
 		di, k = r.ctl.choose(k)
 	}
 	if k > 0 && r.failed[di] {

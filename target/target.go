@@ -79,14 +79,6 @@ type StateSession interface {
 	States() [][]float32
 }
 
-// Sharer is a [Session] whose passes other requests share: a decoder that chooses how
-// much to draft weighs what its draft costs them too.
-type Sharer interface {
-	Session
-	// Sharing is the number of other sessions that share the passes now.
-	Sharing() int
-}
-
 // DefaultSharedChunk is how many prompt tokens a Local prefill puts in a pass it shares
 // with other requests.
 const DefaultSharedChunk = 16
@@ -328,16 +320,6 @@ func (s *session) Accept(path []int32) error {
 		ps.Publish() // the pending token and the accepted path stay
 	}
 	return nil
-}
-
-// Sharing implements [Sharer].
-func (s *session) Sharing() int {
-	if s.b.wait < 0 {
-		return 0 // batching off: nobody shares a pass
-	}
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	return max(0, s.b.open-1)
 }
 
 // chunkSize is how many prompt tokens the next prefill pass takes: fewer when other
