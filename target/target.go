@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/batch"
 )
 
 // Target is a target model as a speculative decoder uses it: it describes the model
@@ -110,7 +111,17 @@ type Local struct {
 	SharedChunk int
 
 	once    sync.Once
-	batches *batcher
+	batched *batch.Model // the model, its sequences' forwards sharing passes
+}
+
+// DefaultBatchWait is how long a [Local] pass waits for the target's other open
+// sessions to join it, when BatchWait is 0.
+const DefaultBatchWait = batch.DefaultWait
+
+// shared returns the model with its sequences' passes shared, made at first use.
+func (l *Local) shared() *batch.Model {
+	l.once.Do(func() { l.batched = batch.New(l.m, batch.Options{Wait: l.BatchWait}) })
+	return l.batched
 }
 
 // NewLocal returns the target on m.
@@ -131,10 +142,7 @@ func (l *Local) Info() model.Info { return l.info }
 // BatchStats reports how the target's passes went: how many ran and how many
 // sessions' forwards they took in all (rows/passes is the mean batch).
 func (l *Local) BatchStats() (passes, forwards int64) {
-	l.once.Do(func() { l.batches = newBatcher(l.m, l.BatchWait) })
-	l.batches.mu.Lock()
-	defer l.batches.mu.Unlock()
-	return l.batches.passes, l.batches.rows
+	return l.shared().Stats()
 }
 
 // Start implements [Target]: the session holds a new sequence of the model.
@@ -142,12 +150,10 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	if maxDraft < 0 {
 		return nil, fmt.Errorf("target: maximum draft size %d must be >= 0", maxDraft)
 	}
-	seq, err := l.m.NewSequence(ctx)
+	seq, err := l.shared().NewSequence(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("target: new sequence: %w", err)
 	}
-	l.once.Do(func() { l.batches = newBatcher(l.m, l.BatchWait) })
-	l.batches.opened()
 	chunk, shared := l.PrefillChunk, l.SharedChunk
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk
@@ -157,8 +163,7 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	}
 	vocab, n := l.info.VocabSize, maxDraft+1
 	s := &session{
-		b:        l.batches,
-		job:      newJob(),
+		batched:  l.batched,
 		seq:      seq,
 		width:    l.info.HiddenSize,
 		maxDraft: maxDraft,
@@ -179,8 +184,7 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 
 // session is a [Local] target's session.
 type session struct {
-	b        *batcher // the passes the session's forwards join
-	job      *job
+	batched  *batch.Model // the model the session's sequence belongs to
 	seq      model.Sequence
 	maxDraft int
 	chunk    int // prompt tokens per pass alone…
@@ -325,7 +329,7 @@ func (s *session) Accept(path []int32) error {
 // chunkSize is how many prompt tokens the next prefill pass takes: fewer when other
 // sessions share the passes.
 func (s *session) chunkSize() int {
-	if s.b.others() {
+	if s.batched.Shared() {
 		return s.shared
 	}
 	return s.chunk
@@ -333,17 +337,10 @@ func (s *session) chunkSize() int {
 
 // forward runs b in a pass shared with the target's other sessions.
 func (s *session) forward(ctx context.Context, b model.Batch, logits []float32) error {
-	s.job.work = model.Work{Seq: s.seq, Batch: b, Logits: logits}
-	err := s.b.forward(ctx, s.job)
-	s.job.work = model.Work{}
-	return err
+	return s.seq.Forward(ctx, b, logits)
 }
 
 func (s *session) Close() error {
-	if s.b != nil {
-		s.b.closed()
-		s.b = nil
-	}
 	if err := s.seq.Close(); err != nil {
 		return fmt.Errorf("target: %w", err)
 	}

@@ -1,4 +1,10 @@
-package target
+// Package batch makes a model's sequences share passes: the forwards that its
+// sequences make concurrently — the verifications of many requests, their prefill
+// chunks, a draft model's drafting steps — are gathered into one call of the model's
+// multi-sequence forward, every weight read once for all of them. Each sequence still
+// behaves as on its own (a model's logits do not depend on the batch around them), and
+// a lone sequence never waits.
+package batch
 
 import (
 	"context"
@@ -8,13 +14,13 @@ import (
 	"github.com/specula/specula/model"
 )
 
-// DefaultBatchWait is how long a [Local] pass waits for the target's other open
-// sessions to join it, when its BatchWait is 0.
-const DefaultBatchWait = 2 * time.Millisecond
+// DefaultWait is how long a pass waits for a model's other open sequences to join it,
+// when Options.Wait is 0.
+const DefaultWait = 2 * time.Millisecond
 
-// batcher gathers the forwards of a Local target's sessions — verifications and
-// prefill chunks — into passes of the multi-sequence forward, so that concurrent
-// requests share every read of the weights. A session's forward joins the queue; the
+// batcher gathers the forwards of a model's sequences into passes of the
+// multi-sequence forward, so that concurrent requests share every read of the
+// weights. A session's forward joins the queue; the
 // first in an empty queue leads: it waits until every open session has joined, or
 // until the wait runs out, runs the pass for all of them, hands each its result, and
 // passes the lead to the first of the queue that built up meanwhile. One pass runs at
@@ -51,7 +57,7 @@ func newJob() *job { return &job{done: make(chan struct{}, 1), lead: make(chan s
 
 func newBatcher(m model.Model, wait time.Duration) *batcher {
 	if wait == 0 {
-		wait = DefaultBatchWait
+		wait = DefaultWait
 	}
 	return &batcher{m: m, wait: wait, arrived: make(chan struct{}, 1)}
 }
@@ -86,7 +92,7 @@ func (b *batcher) signal() {
 	}
 }
 
-// forward runs j's work in a pass with the other sessions' and returns its error. A
+// forward runs j's work in a pass with the other sequences' and returns its error. A
 // cancelled context takes the job out of the queue if no pass has taken it yet.
 func (b *batcher) forward(ctx context.Context, j *job) error {
 	if b.wait < 0 { // batching off: every forward on its own

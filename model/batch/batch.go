@@ -1,0 +1,137 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/specula/specula/model"
+)
+
+// Options tune a batched model.
+type Options struct {
+	// Wait is how long a pass waits for the other open sequences to join it (0:
+	// DefaultWait), and never more than half the last pass: a sequence busier than
+	// that between its forwards joins the next pass. Negative turns batching off.
+	Wait time.Duration
+}
+
+// Model is a model whose sequences' concurrent forwards share passes. It implements
+// [model.Model]; its sequences implement [model.Sequence], [model.PrefixSequence]
+// and Fork when the inner model's do.
+type Model struct {
+	inner model.Model
+	b     *batcher
+}
+
+// New returns m with its sequences' forwards batched.
+func New(m model.Model, opts Options) *Model {
+	return &Model{inner: m, b: newBatcher(m, opts.Wait)}
+}
+
+// Inner returns the batched model.
+func (m *Model) Inner() model.Model { return m.inner }
+
+// Info implements [model.Model].
+func (m *Model) Info() model.Info { return m.inner.Info() }
+
+// NewSequence implements [model.Model].
+func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
+	s, err := m.inner.NewSequence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.b.opened()
+	return &sequence{m: m, inner: s, job: newJob()}, nil
+}
+
+// Forward implements [model.Model]: a caller that batches itself forwards its items
+// in one pass of the inner model, outside the shared passes.
+func (m *Model) Forward(ctx context.Context, work []model.Work) error {
+	inner := make([]model.Work, len(work))
+	for i, w := range work {
+		s, ok := w.Seq.(*sequence)
+		if !ok || s.m != m {
+			return errors.New("batch: a sequence of another model")
+		}
+		inner[i] = model.Work{Seq: s.inner, Batch: w.Batch, Logits: w.Logits}
+	}
+	return m.inner.Forward(ctx, inner)
+}
+
+// Stats reports the passes run and the forwards they carried (their ratio is the mean
+// batch).
+func (m *Model) Stats() (passes, forwards int64) {
+	m.b.mu.Lock()
+	defer m.b.mu.Unlock()
+	return m.b.passes, m.b.rows
+}
+
+// Shared reports whether sequences besides one are open: passes are then shared.
+func (m *Model) Shared() bool { return m.b.wait >= 0 && m.b.others() }
+
+// sequence is a batched model's sequence: its forwards join the shared passes.
+type sequence struct {
+	m      *Model
+	inner  model.Sequence
+	job    *job
+	closed bool
+}
+
+func (s *sequence) Len() int { return s.inner.Len() }
+
+func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+	if s.closed {
+		return s.inner.Forward(ctx, b, logits) // the inner sequence's error
+	}
+	s.job.work = model.Work{Seq: s.inner, Batch: b, Logits: logits}
+	err := s.m.b.forward(ctx, s.job)
+	s.job.work = model.Work{}
+	return err
+}
+
+func (s *sequence) Truncate(n int) error { return s.inner.Truncate(n) }
+
+func (s *sequence) Retain(from int, keep []int32) error { return s.inner.Retain(from, keep) }
+
+func (s *sequence) Close() error {
+	if !s.closed {
+		s.closed = true
+		s.m.b.closed()
+	}
+	return s.inner.Close()
+}
+
+// Reuse implements [model.PrefixSequence] when the inner sequence does.
+func (s *sequence) Reuse(tokens []int32) int {
+	if p, ok := s.inner.(model.PrefixSequence); ok {
+		return p.Reuse(tokens)
+	}
+	return 0
+}
+
+// Publish implements [model.PrefixSequence] when the inner sequence does.
+func (s *sequence) Publish() {
+	if p, ok := s.inner.(model.PrefixSequence); ok {
+		p.Publish()
+	}
+}
+
+// forker is a sequence that forks.
+type forker interface {
+	Fork() (model.Sequence, error)
+}
+
+// Fork forks the inner sequence, when it forks; the fork shares the passes too.
+func (s *sequence) Fork() (model.Sequence, error) {
+	f, ok := s.inner.(forker)
+	if !ok {
+		return nil, errors.New("batch: the sequence does not fork")
+	}
+	inner, err := f.Fork()
+	if err != nil {
+		return nil, err
+	}
+	s.m.b.opened()
+	return &sequence{m: s.m, inner: inner, job: newJob()}, nil
+}

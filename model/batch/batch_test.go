@@ -1,0 +1,110 @@
+package batch_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/batch"
+	"github.com/specula/specula/model/markov"
+)
+
+// countingModel counts the multi-sequence passes of the model it wraps.
+type countingModel struct {
+	model.Model
+	mu     sync.Mutex
+	passes int
+	items  int
+}
+
+func (c *countingModel) Forward(ctx context.Context, work []model.Work) error {
+	c.mu.Lock()
+	c.passes++
+	c.items += len(work)
+	c.mu.Unlock()
+	return c.Model.Forward(ctx, work)
+}
+
+// TestConcurrentForwardsShare runs sequences of a batched model from many goroutines
+// at once and checks that each gets the logits it gets alone, that passes carried
+// several of them, and that a lone sequence forwards on its own.
+func TestConcurrentForwardsShare(t *testing.T) {
+	ctx := context.Background()
+	c, err := markov.New(markov.Config{Vocab: 7, Order: 2, Seed: 3})
+	require.NoError(t, err)
+	inner := &countingModel{Model: c}
+	m := batch.New(inner, batch.Options{Wait: 50e6}) // a long wait: the test's goroutines join
+	v := c.Info().VocabSize
+	const n, steps = 8, 20
+	want := make([][][]float32, n)
+	for i := range n {
+		s, err := c.NewSequence(ctx)
+		require.NoError(t, err)
+		for j := range steps {
+			out := make([]float32, v)
+			require.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{int32((i + j) % v)}, Outputs: []int32{0}}, out))
+			want[i] = append(want[i], out)
+		}
+	}
+	seqs := make([]model.Sequence, n)
+	for i := range seqs {
+		seqs[i], err = m.NewSequence(ctx)
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	got := make([][][]float32, n)
+	for i := range n {
+		wg.Go(func() {
+			for j := range steps {
+				out := make([]float32, v)
+				if err := seqs[i].Forward(ctx, model.Batch{Tokens: []int32{int32((i + j) % v)}, Outputs: []int32{0}}, out); err != nil {
+					t.Error(err)
+				}
+				got[i] = append(got[i], out)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, want, got)
+	passes, forwards := m.Stats()
+	assert.Equal(t, int64(n*steps), forwards)
+	assert.Less(t, passes, forwards/2, "passes carried several sequences")
+	assert.True(t, m.Shared())
+	for _, s := range seqs[1:] {
+		require.NoError(t, s.Close())
+	}
+	assert.False(t, m.Shared())
+	before := inner.passes
+	require.NoError(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil))
+	assert.Equal(t, before, inner.passes, "alone, a sequence forwards on its own")
+	require.NoError(t, seqs[0].Close())
+	assert.Error(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil), "closed")
+}
+
+// TestCancelledWhileWaiting checks that a forward whose context ends while it waits for
+// a pass leaves the queue with the context's error, and the others go on.
+func TestCancelledWhileWaiting(t *testing.T) {
+	c, err := markov.New(markov.Config{Vocab: 5, Order: 1, Seed: 4})
+	require.NoError(t, err)
+	m := batch.New(c, batch.Options{Wait: 20e6})
+	a, err := m.NewSequence(context.Background())
+	require.NoError(t, err)
+	b, err := m.NewSequence(context.Background()) // open, never forwards: a waits for it
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = a.Forward(ctx, model.Batch{Tokens: []int32{1}}, nil)
+	if err != nil {
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, 0, a.Len())
+	} else {
+		assert.Equal(t, 1, a.Len(), "taken into a pass before the cancellation was seen")
+	}
+	require.NoError(t, a.Forward(context.Background(), model.Batch{Tokens: []int32{2}}, nil), "the lead was handed on")
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+}
