@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,20 +14,44 @@ import (
 	"github.com/specula/specula/model/markov"
 )
 
-// countingModel counts the multi-sequence passes of the model it wraps.
+// countingModel counts the passes of the model it wraps and makes each take a
+// millisecond, as a real model's would take some time.
 type countingModel struct {
 	model.Model
 	mu     sync.Mutex
 	passes int
-	items  int
+}
+
+func (c *countingModel) pass() {
+	c.mu.Lock()
+	c.passes++
+	c.mu.Unlock()
+	time.Sleep(time.Millisecond)
 }
 
 func (c *countingModel) Forward(ctx context.Context, work []model.Work) error {
-	c.mu.Lock()
-	c.passes++
-	c.items += len(work)
-	c.mu.Unlock()
-	return c.Model.Forward(ctx, work)
+	c.pass()
+	inner := make([]model.Work, len(work))
+	for i, w := range work {
+		inner[i] = model.Work{Seq: w.Seq.(*slowSeq).Sequence, Batch: w.Batch, Logits: w.Logits}
+	}
+	return c.Model.Forward(ctx, inner)
+}
+
+func (c *countingModel) NewSequence(ctx context.Context) (model.Sequence, error) {
+	s, err := c.Model.NewSequence(ctx)
+	return &slowSeq{s, c}, err
+}
+
+// slowSeq is a countingModel's sequence.
+type slowSeq struct {
+	model.Sequence
+	c *countingModel
+}
+
+func (s *slowSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+	s.c.pass()
+	return s.Sequence.Forward(ctx, b, logits)
 }
 
 // TestConcurrentForwardsShare runs sequences of a batched model from many goroutines
@@ -80,7 +105,7 @@ func TestConcurrentForwardsShare(t *testing.T) {
 	assert.False(t, m.Shared())
 	before := inner.passes
 	require.NoError(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil))
-	assert.Equal(t, before, inner.passes, "alone, a sequence forwards on its own")
+	assert.Equal(t, before+1, inner.passes, "alone, a sequence forwards on its own, at once")
 	require.NoError(t, seqs[0].Close())
 	assert.Error(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil), "closed")
 }
