@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -62,6 +63,15 @@ type Output struct {
 	Row    int
 	Logits []float32
 	Index  int
+}
+
+// InputRows returns the rows' input vectors, which [Pass.Load] writes: an error unless
+// every row has one of Dim values.
+func (p *Plan) InputRows() ([]float32, error) {
+	if len(p.Inputs) != p.Rows()*p.Dim {
+		return nil, fmt.Errorf("backend: the plan has %d input values for %d rows of %d", len(p.Inputs), p.Rows(), p.Dim)
+	}
+	return p.Inputs, nil
 }
 
 // Rows is the number of rows of the plan.

@@ -328,17 +328,9 @@ func softmax(logits, dst []float32) {
 }
 
 // pick chooses a token from logits after hist: the argmax, or a draw from the
-// processed distribution (written to q row i, which it returns).
+// processed distribution, written to q row i.
 func (s *eagleSession) pick(logits []float32, hist []int32, i int) (int32, []float32, error) {
-	if s.greedy {
-		x, err := s.smp.Argmax(logits, hist)
-		return x, nil, err
-	}
-	q := s.q[i]
-	if err := s.smp.Process(logits, hist, q); err != nil {
-		return 0, nil, err
-	}
-	return s.smp.Sample(q), q, nil
+	return pickToken(s.smp, s.greedy, logits, hist, s.q[i])
 }
 
 func (s *eagleSession) Close() error { return s.seq.Close() }

@@ -1,6 +1,8 @@
 package draft
 
 import (
+	"context"
+	"fmt"
 	"math"
 
 	"github.com/specula/specula/internal/kernels"
@@ -32,18 +34,56 @@ func (r *headRun) row(m *kernels.Matrix, i int32, dst []float32) error {
 	return m.RowF32(int(i), dst, r.rowBuf)
 }
 
-// pick chooses a drafted token from logits after history: the argmax when the request
-// is greedy (q nil: one-hot), else a draw from the processed distribution, written to
-// q, which the proposal reports.
+// startRun checks a request against a head of the given name and vocabulary and makes
+// a session's arithmetic for it, on the head's threads.
+func startRun(ctx context.Context, name string, vocab int, pool *kernels.Pool, req Request) (headRun, error) {
+	if err := ctx.Err(); err != nil {
+		return headRun{}, fmt.Errorf("draft: %w", err)
+	}
+	if req.VocabSize != vocab {
+		return headRun{}, fmt.Errorf("draft: %s drafts from %d tokens; the request's vocabulary has %d", name, vocab, req.VocabSize)
+	}
+	smp, err := sampler.New(req.Sampling, req.VocabSize)
+	if err != nil {
+		return headRun{}, fmt.Errorf("draft: %w", err)
+	}
+	return headRun{pool: pool, smp: smp, greedy: req.Sampling.Greedy()}, nil
+}
+
+// pick chooses a drafted token from logits after history (see pickToken).
 func (r *headRun) pick(logits []float32, history []int32, q []float32) (int32, []float32, error) {
-	if r.greedy {
-		x, err := r.smp.Argmax(logits, history)
+	return pickToken(r.smp, r.greedy, logits, history, q)
+}
+
+// pickToken chooses a drafted token from logits after history: the argmax when the
+// request is greedy (q nil: one-hot), else a draw from the processed distribution,
+// written to q, which the proposal reports.
+func pickToken(smp *sampler.Sampler, greedy bool, logits []float32, history []int32, q []float32) (int32, []float32, error) {
+	if greedy {
+		x, err := smp.Argmax(logits, history)
 		return x, nil, err
 	}
-	if err := r.smp.Process(logits, history, q); err != nil {
+	if err := smp.Process(logits, history, q); err != nil {
 		return 0, nil, err
 	}
-	return r.smp.Sample(q), q, nil
+	return smp.Sample(q), q, nil
+}
+
+// lastState keeps the target's newest hidden state: all that MLPSpeculator and Medusa
+// read of the history. Embedded, it implements [StateSession]'s Observe.
+type lastState struct {
+	state []float32
+	told  bool
+}
+
+// Observe implements [StateSession]: the head keeps the last state.
+func (l *lastState) Observe(tokens []int32, states [][]float32) error {
+	if len(states) == 0 {
+		return nil
+	}
+	copy(l.state, states[len(states)-1])
+	l.told = true
+	return nil
 }
 
 // rmsScale writes x·rsqrt(mean(x²) + eps)·k to dst.

@@ -148,15 +148,8 @@ func (f *headFiles) matrix(name string, rows, cols int) (*kernels.Matrix, error)
 		return nil, err
 	}
 	typ, data := t.DType, t.Data
-	if q := f.requantize; q != 0 && cols%q.BlockSize() == 0 {
-		vals := make([]float32, rows*cols)
-		if err := kernels.Dequantize(typ, data, vals); err != nil {
-			return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
-		}
-		if data, err = kernels.Encode(q, vals); err != nil {
-			return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
-		}
-		typ = q
+	if typ, data, err = kernels.Requantize(typ, data, cols, f.requantize); err != nil {
+		return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
 	}
 	m, err := kernels.NewMatrix(typ, rows, cols, data)
 	if err != nil {

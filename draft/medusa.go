@@ -6,7 +6,6 @@ import (
 
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/sampler"
 )
 
 // Medusa drafts with Medusa heads, from a checkpoint as vLLM serves it (config.json
@@ -148,30 +147,23 @@ func (h *Medusa) Close() error {
 
 // Start implements [Drafter].
 func (h *Medusa) Start(ctx context.Context, req Request) (Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("draft: %w", err)
-	}
-	if req.VocabSize != h.vocab {
-		return nil, fmt.Errorf("draft: %s drafts from %d tokens; the request's vocabulary has %d", h.name, h.vocab, req.VocabSize)
-	}
-	smp, err := sampler.New(req.Sampling, req.VocabSize)
+	run, err := startRun(ctx, h.name, h.vocab, h.pool, req)
 	if err != nil {
-		return nil, fmt.Errorf("draft: %w", err)
+		return nil, err
 	}
 	n := len(h.w)
 	nodes := max(req.MaxK, n)
-	return &medusaSession{h: h, run: headRun{pool: h.pool, smp: smp, greedy: req.Sampling.Greedy()},
-		state: make([]float32, h.dim), x: make([]float32, h.dim), y: make([]float32, h.dim),
+	return &medusaSession{h: h, run: run,
+		lastState: lastState{state: make([]float32, h.dim)}, x: make([]float32, h.dim), y: make([]float32, h.dim),
 		logits: rows(make([]float32, n*h.vocab), n, h.vocab), q: rows(make([]float32, n*h.vocab), n, h.vocab),
 		toks: make([]int32, 0, nodes), dists: make([][]float32, 0, nodes), parents: make([]int32, 0, nodes),
 		hist: make([]int32, 0, req.MaxLen+n)}, nil
 }
 
 type medusaSession struct {
-	h       *Medusa
-	run     headRun
-	state   []float32
-	told    bool
+	h   *Medusa
+	run headRun
+	lastState
 	x, y    []float32
 	logits  [][]float32 // per head
 	q       [][]float32 // per head: its processed distribution, when sampling
@@ -181,16 +173,6 @@ type medusaSession struct {
 	level   []int32
 	top     []int32
 	hist    []int32
-}
-
-// Observe implements [StateSession]: the heads read the last state.
-func (s *medusaSession) Observe(tokens []int32, states [][]float32) error {
-	if len(states) == 0 {
-		return nil
-	}
-	copy(s.state, states[len(states)-1])
-	s.told = true
-	return nil
 }
 
 // heads runs the first n heads on the state.

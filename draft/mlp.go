@@ -7,7 +7,6 @@ import (
 
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/sampler"
 )
 
 // MLPSpeculator drafts with IBM's MLPSpeculator head, from a checkpoint as vLLM serves
@@ -116,45 +115,28 @@ func (h *MLPSpeculator) Close() error {
 
 // Start implements [Drafter].
 func (h *MLPSpeculator) Start(ctx context.Context, req Request) (Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("draft: %w", err)
-	}
-	if req.VocabSize != h.vocab {
-		return nil, fmt.Errorf("draft: %s drafts from %d tokens; the request's vocabulary has %d", h.name, h.vocab, req.VocabSize)
-	}
-	smp, err := sampler.New(req.Sampling, req.VocabSize)
+	run, err := startRun(ctx, h.name, h.vocab, h.pool, req)
 	if err != nil {
-		return nil, fmt.Errorf("draft: %w", err)
+		return nil, err
 	}
 	n := len(h.proj)
-	return &mlpSession{h: h, run: headRun{pool: h.pool, smp: smp, greedy: req.Sampling.Greedy()},
-		state: make([]float32, h.dim), s: make([]float32, max(h.dim, h.inner)), z: make([]float32, h.inner),
+	return &mlpSession{h: h, run: run,
+		lastState: lastState{state: make([]float32, h.dim)}, s: make([]float32, max(h.dim, h.inner)), z: make([]float32, h.inner),
 		e: make([]float32, h.inner), logits: make([]float32, h.vocab),
 		q: rows(make([]float32, n*h.vocab), n, h.vocab), toks: make([]int32, 0, n), dists: make([][]float32, 0, n),
 		hist: make([]int32, 0, req.MaxLen+n)}, nil
 }
 
 type mlpSession struct {
-	h       *MLPSpeculator
-	run     headRun
-	state   []float32 // the target's last state
-	told    bool
+	h   *MLPSpeculator
+	run headRun
+	lastState
 	s, z, e []float32
 	logits  []float32
 	q       [][]float32
 	toks    []int32
 	dists   [][]float32
 	hist    []int32
-}
-
-// Observe implements [StateSession]: the head keeps the last state.
-func (s *mlpSession) Observe(tokens []int32, states [][]float32) error {
-	if len(states) == 0 {
-		return nil
-	}
-	copy(s.state, states[len(states)-1])
-	s.told = true
-	return nil
 }
 
 func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {

@@ -197,11 +197,12 @@ func (ps *devicePass) Load(dst backend.Act) {
 	if !ps.ok(true) {
 		return
 	}
-	if len(ps.plan.Inputs) != ps.rows*ps.g.shape.Dim {
-		ps.fail(fmt.Errorf("gpu: the plan has %d input values for %d rows", len(ps.plan.Inputs), ps.rows))
+	in, err := ps.plan.InputRows()
+	if err != nil {
+		ps.fail(fmt.Errorf("gpu: %w", err))
 		return
 	}
-	ps.fail(ps.b.upload(ps.buf(dst), bytesOf(ps.plan.Inputs)))
+	ps.fail(ps.b.upload(ps.buf(dst), bytesOf(in)))
 }
 
 // Save implements [backend.Pass]: X is copied back when a state asks for it.

@@ -76,11 +76,12 @@ func (ps *pass) Load(dst backend.Act) {
 	if ps.err != nil {
 		return
 	}
-	if len(ps.plan.Inputs) != ps.rows*ps.b.shape.Dim {
-		ps.fail(fmt.Errorf("cpu: the plan has %d input values for %d rows", len(ps.plan.Inputs), ps.rows))
+	in, err := ps.plan.InputRows()
+	if err != nil {
+		ps.fail(fmt.Errorf("cpu: %w", err))
 		return
 	}
-	copy(ps.buf(dst), ps.plan.Inputs)
+	copy(ps.buf(dst), in)
 }
 
 // Save implements [backend.Pass].

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/format/dtype"
@@ -140,6 +141,36 @@ func TestAssemblyUsesAVX2Registers(t *testing.T) {
 	for i, line := range strings.Split(string(src), "\n") {
 		if m := bad.FindString(line); m != "" {
 			t.Fatalf("dot_amd64.s:%d uses %s: %s", i+1, m, strings.TrimSpace(line))
+		}
+	}
+}
+
+// TestRequantize converts F32, F16 and BF16 rows to Q8_0 and back within Q8_0's
+// error, and leaves alone what it is not asked to, or cannot, convert.
+func TestRequantize(t *testing.T) {
+	vals := make([]float32, 2*64)
+	for i := range vals {
+		vals[i] = float32(i%17-8) / 8
+	}
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16} {
+		data, err := Encode(typ, vals)
+		require.NoError(t, err)
+		got, out, err := Requantize(typ, data, 64, dtype.Q8_0)
+		require.NoError(t, err)
+		require.Equal(t, dtype.Q8_0, got)
+		back := make([]float32, len(vals))
+		require.NoError(t, Dequantize(got, out, back))
+		for i := range vals {
+			require.InDelta(t, vals[i], back[i], 0.01, "%s value %d", typ, i)
+		}
+		for _, c := range []struct {
+			cols int
+			to   dtype.DType
+		}{{64, 0}, {48, dtype.Q8_0}, {64, typ}} {
+			same, d, err := Requantize(typ, data, c.cols, c.to)
+			require.NoError(t, err)
+			assert.Equal(t, typ, same, "%s cols %d to %v", typ, c.cols, c.to)
+			assert.Equal(t, data, d)
 		}
 	}
 }

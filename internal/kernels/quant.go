@@ -302,3 +302,26 @@ func Dequantize(t dtype.DType, src []byte, dst []float32) error {
 	}
 	return nil
 }
+
+// Requantize converts rows of cols float values (F32, F16 or BF16) in data to type to,
+// as a model's or a draft head's weights are converted at load: the type and bytes to
+// take in. Anything else — quantised already, no conversion asked (to 0), rows that
+// are not whole blocks of to — is returned as it is.
+func Requantize(t dtype.DType, data []byte, cols int, to dtype.DType) (dtype.DType, []byte, error) {
+	if to == 0 || t == to || (t != dtype.F32 && t != dtype.F16 && t != dtype.BF16) || cols%to.BlockSize() != 0 {
+		return t, data, nil
+	}
+	n, err := t.Bytes(1)
+	if err != nil {
+		return t, data, err
+	}
+	vals := make([]float32, len(data)/int(n))
+	if err := Dequantize(t, data, vals); err != nil {
+		return t, data, err
+	}
+	out, err := Encode(to, vals)
+	if err != nil {
+		return t, data, err
+	}
+	return to, out, nil
+}

@@ -202,20 +202,9 @@ func (l *loader) matrix(parts ...part) backend.Matrix {
 
 // convert requantizes a float matrix when the loader is asked to.
 func (l *loader) convert(t *backend.Tensor) error {
-	if l.requantize == 0 || t.Type == l.requantize || (t.Type != dtype.F32 && t.Type != dtype.F16 && t.Type != dtype.BF16) ||
-		t.Cols%l.requantize.BlockSize() != 0 {
-		return nil
-	}
-	vals := make([]float32, t.Rows*t.Cols)
-	if err := dequantize(t.Type, t.Data, vals); err != nil {
-		return err
-	}
-	data, err := kernels.Encode(l.requantize, vals)
-	if err != nil {
-		return err
-	}
-	t.Type, t.Data = l.requantize, data
-	return nil
+	var err error
+	t.Type, t.Data, err = kernels.Requantize(t.Type, t.Data, t.Cols, l.requantize)
+	return err
 }
 
 // vector loads 1-D tensors of the given lengths, side by side, as one vector of the
