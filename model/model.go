@@ -145,6 +145,15 @@ type PrefixSequence interface {
 	Publish()
 }
 
+// ForkSequence is a [Sequence] that forks: the new sequence holds the same tokens and
+// shares their key/value memory copy-on-write, so that several continuations of one
+// prompt (n samples, say) prefill it once.
+type ForkSequence interface {
+	Sequence
+	// Fork returns the new sequence; it must be closed on its own.
+	Fork() (Sequence, error)
+}
+
 // ErrContextFull is returned (wrapped) when a forward would take a sequence past the
 // model's context length.
 var ErrContextFull = errors.New("model: context length exceeded")

@@ -61,6 +61,17 @@ func (p Params) Split(i int) Params {
 	return p
 }
 
+// Choice returns the parameters of the i-th (i ≥ 0) of several samples of one request
+// (OpenAI's n): choice 0 is p itself, so that one sample is the request alone; each
+// other has a Seed of its own, so that the samples draw independently of each other
+// and of their drafters' streams.
+func (p Params) Choice(i int) Params {
+	if i > 0 {
+		p.Seed ^= mix64(0x6a09e667f3bcc909 * uint64(i))
+	}
+	return p
+}
+
 // mix64 is SplitMix64's finaliser: a bijection of uint64 that maps 0 to 0 and spreads
 // nearby inputs over the whole range.
 func mix64(x uint64) uint64 {

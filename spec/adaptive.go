@@ -3,6 +3,8 @@ package spec
 import (
 	"math"
 	"time"
+
+	"github.com/specula/specula/model/batch"
 )
 
 // controller chooses, each step, which drafter to ask and how many tokens to draft,
@@ -29,6 +31,11 @@ type controller struct {
 	explore  int  // the step of the next exploration
 	turn     int  // explorations so far
 	probing  bool // the last choice was an exploration
+
+	// Under load (see shared): what the target's passes carry and cost, and this
+	// request's own pace, seconds and tokens per step.
+	load       batch.Load
+	pace, gain bucket
 }
 
 // drafterStats is what the controller knows of one drafter.
@@ -194,15 +201,62 @@ func (c *controller) grow(n int) {
 	}
 }
 
+// sharedAt is the mean forwards per pass above which a request prices its drafts by
+// what they cost the batch (see shared) rather than by its own verification times.
+const sharedAt = 1.5
+
+// shared reports whether the target's passes are shared by enough sequences that
+// this request's own step times no longer tell what its drafts cost: they are then
+// mostly the other sequences' work.
+func (c *controller) shared() bool {
+	return c.load.Forwards >= sharedAt && c.load.PerToken > 0 && c.pace.weight > 0
+}
+
+// paced records a step of this request: it took d from the last and yielded tokens.
+func (c *controller) paced(tokens int, d time.Duration) {
+	c.pace.track(d.Seconds())
+	c.gain.track(float64(tokens))
+}
+
+// worth is, under load, the value to the batch of asking drafter s for k tokens
+// (k = 0: a plain step): the tokens the step is expected to yield, less what its
+// machine time — its tokens' share of the pass and the drafting — would have given
+// the batch at the batch's current rate, which is this request's rate times the
+// sequences that share its passes. Maximising it maximises the batch's tokens per
+// second (a fractional program, solved as in Dinkelbach's method: the rate is the
+// last steps'), so a request speculates under load only while its draft tokens are
+// accepted often enough to pay for the others' waiting, and speculation fades as
+// the batch fills.
+func (c *controller) worth(s *drafterStats, k int) float64 {
+	rate := c.load.Forwards * c.gain.mean / c.pace.mean
+	if k == 0 {
+		return 1 - rate*c.load.Marginal(1).Seconds()
+	}
+	depth, nodes := s.produces(k)
+	cost := c.load.Marginal(nodes+1).Seconds() + s.draftTime(k)*c.speed
+	return s.expected(depth) - rate*cost
+}
+
+// value is what choose maximises: worth under load, the rate otherwise.
+func (c *controller) value(s *drafterStats, k int) float64 {
+	switch {
+	case c.shared():
+		return c.worth(s, k)
+	case k == 0:
+		return 1 / c.verifyTime(1)
+	}
+	return c.rate(s, k)
+}
+
 // choose returns the drafter and the number of tokens to draft (0: a plain step).
 func (c *controller) choose(maxK int) (drafter, k int) {
 	maxK = min(maxK, c.maxK)
 	c.steps++
-	best, bestD, bestK := 1/c.verifyTime(1), 0, 0
+	best, bestD, bestK := c.value(&c.drafters[0], 0), 0, 0
 	for d := range c.drafters {
 		s := &c.drafters[d]
 		for kk := 1; kk <= maxK; kk++ {
-			if r := c.rate(s, kk); r > best {
+			if r := c.value(s, kk); r > best {
 				best, bestD, bestK = r, d, kk
 			}
 		}
@@ -217,12 +271,22 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 		if t := c.turn % (len(c.drafters) + 1); t != len(c.drafters) && t != bestD {
 			d, k = t, 1
 		}
-		probe := c.rate(&c.drafters[d], k)
-		c.explore = c.steps + int(exploreGap*(1+4*max(0, best/probe-1)))
+		c.explore = c.steps + c.gap(best, c.value(&c.drafters[d], k))
 		c.probing = true
 		return d, k
 	}
 	return bestD, bestK
+}
+
+// gap is the steps to the next exploration after one that looks worth probe against
+// the best's best: the worse it looks, the longer. Under load a probe delays every
+// request in the pass, so each request probes as often as a lone request would,
+// divided by the requests sharing its passes.
+func (c *controller) gap(best, probe float64) int {
+	if c.shared() { // worths: differences of tokens per step
+		return int(exploreGap * c.load.Forwards * (1 + 4*max(0, best-probe)))
+	}
+	return int(exploreGap * (1 + 4*max(0, best/probe-1)))
 }
 
 // draftTime estimates the time to draft k tokens: a draft model forwards the tokens
@@ -243,12 +307,15 @@ func (s *drafterStats) draftTime(k int) float64 {
 // the depth positions were kept.
 func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur time.Duration) {
 	m = min(m, len(c.verify)-1)
-	v := verifyDur.Seconds()
-	if c.learned() && v > 0 {
-		r := v / (c.speed * c.verifyTime(m))
-		c.speed *= math.Pow(min(max(r, 0.5), 2), speedGain)
+	if v := verifyDur.Seconds(); !c.shared() {
+		// Under load a verification's time is mostly the others' work and the wait
+		// for them: it says nothing of what this request's verifications cost alone.
+		if c.learned() && v > 0 {
+			r := v / (c.speed * c.verifyTime(m))
+			c.speed *= math.Pow(min(max(r, 0.5), 2), speedGain)
+		}
+		c.verify[m].add(v / c.speed)
 	}
-	c.verify[m].add(v / c.speed)
 	probing := c.probing
 	c.probing = false
 	for j := range c.drafters {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/specula/specula/model/batch"
 )
 
 // world is a simulated setting for the controller: verification time as a function
@@ -274,4 +276,92 @@ func TestControllerResumesAfterPause(t *testing.T) {
 		}
 	}
 	assert.Greater(t, drafted, 30, "steps of the first 100 with good drafts that drafted (0 when locked out)")
+}
+
+// batchWorld simulates requests sharing a target's passes: each pass carries every
+// request's pending token and draft and takes fixed + perToken·tokens milliseconds;
+// drafting takes draft milliseconds per token of machine time, one request after
+// another; a request's draft positions are accepted with probability alpha.
+type batchWorld struct {
+	requests        int
+	fixed, perToken float64
+	draft, alpha    float64
+}
+
+// goodput runs steps passes with every request choosing by pick and returns the
+// batch's tokens per millisecond.
+func (w batchWorld) goodput(steps int, rng *rand.Rand, pick func(i int) int, seen func(i, k, acc int, draftMs, stepMs float64, load batch.Load)) float64 {
+	var tokens, elapsed float64
+	ks, accs := make([]int, w.requests), make([]int, w.requests)
+	for range steps {
+		n, drafting := 0, 0.0
+		for i := range ks {
+			ks[i] = pick(i)
+			n += ks[i] + 1
+			drafting += w.draft * float64(ks[i])
+		}
+		step := w.fixed + w.perToken*float64(n) + drafting
+		load := batch.Load{Forwards: float64(w.requests), Tokens: float64(n),
+			Fixed: ms(w.fixed), PerToken: ms(w.perToken)}
+		for i, k := range ks {
+			accs[i] = 0
+			for accs[i] < k && rng.Float64() < w.alpha {
+				accs[i]++
+			}
+			tokens += float64(accs[i] + 1)
+			seen(i, k, accs[i], w.draft*float64(k), step, load)
+		}
+		elapsed += step
+	}
+	return tokens / elapsed
+}
+
+func ms(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
+
+// TestControllerUnderLoad: requests sharing passes, each with a controller of its own
+// that sees the target's load, reach at least 95% of the batch goodput of the best K
+// that all of them could use (0 included): they speculate while a draft token's share
+// of the pass is cheap against what it yields, and decode plainly once the batch is
+// large enough that the tokens' own compute dominates.
+func TestControllerUnderLoad(t *testing.T) {
+	for _, w := range []batchWorld{
+		{requests: 2, fixed: 3, perToken: 0.05, draft: 0.05, alpha: 0.8},   // weights dominate: speculate
+		{requests: 16, fixed: 3, perToken: 0.4, draft: 0.05, alpha: 0.6},   // compute dominates: plain
+		{requests: 8, fixed: 3, perToken: 0.1, draft: 0.02, alpha: 0.85},   // in between
+		{requests: 4, fixed: 0.4, perToken: 0.08, draft: 0.15, alpha: 0.5}, // the demo pair at 4 streams, roughly
+	} {
+		t.Run(fmt.Sprintf("%d requests, %.2f ms a token, alpha %.2f", w.requests, w.perToken, w.alpha), func(t *testing.T) {
+			const maxK, steps = 8, 3000
+			best, bestK := 0.0, 0
+			for k := 0; k <= maxK; k++ {
+				rng := rand.New(rand.NewPCG(1, uint64(k)))
+				if g := w.goodput(steps, rng, func(int) int { return k }, func(int, int, int, float64, float64, batch.Load) {}); g > best {
+					best, bestK = g, k
+				}
+			}
+			ctls := make([]*controller, w.requests)
+			for i := range ctls {
+				ctls[i] = newController(maxK, 1)
+			}
+			var load batch.Load
+			rng := rand.New(rand.NewPCG(2, 2))
+			pick := func(i int) int {
+				ctls[i].load = load
+				_, k := ctls[i].choose(maxK)
+				return k
+			}
+			seen := func(i, k, acc int, draftMs, stepMs float64, l batch.Load) {
+				c := ctls[i]
+				c.observe(0, k, k, acc, k+1, ms(draftMs), ms(stepMs-draftMs))
+				c.grow(acc + 1)
+				c.paced(acc+1, ms(stepMs))
+				load = l
+			}
+			w.goodput(steps, rng, pick, seen) // learn
+			got := w.goodput(steps, rng, pick, seen)
+			_, k := ctls[0].choose(maxK)
+			t.Logf("adaptive %.3f tokens/ms (request 0 now picks K=%d), best fixed %.3f (K=%d)", got, k, best, bestK)
+			assert.GreaterOrEqual(t, got, 0.95*best)
+		})
+	}
 }

@@ -221,6 +221,11 @@ func (d *Decoder) Generate(ctx context.Context, req Request) (Result, error) {
 func (d *Decoder) Stream(ctx context.Context, req Request, emit func(tokens []int32) error) (Result, error) {
 	r := run{d: d, req: req, emit: emit, start: time.Now()}
 	err := r.generate(ctx)
+	return r.result(err), err
+}
+
+// result is what the run ended with, err being how it ended.
+func (r *run) result(err error) Result {
 	r.stats.GeneratedTokens = r.emitted
 	r.stats.Duration = time.Since(r.start)
 	res := Result{Finish: r.finish, Stats: r.stats}
@@ -231,7 +236,7 @@ func (d *Decoder) Stream(ctx context.Context, req Request, emit func(tokens []in
 	default:
 		res.Finish = FinishError
 	}
-	return res, err
+	return res
 }
 
 type stopIteration struct{}
@@ -354,6 +359,11 @@ func (r *run) generate(ctx context.Context) (err error) {
 	if err := r.prefill(ctx); err != nil {
 		return err
 	}
+	return r.decode(ctx)
+}
+
+// decode steps until the request finishes, and lets the drafters learn from it.
+func (r *run) decode(ctx context.Context) error {
 	for r.finish == "" {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("spec: %w", err)
@@ -581,6 +591,7 @@ func (r *run) close(err *error) {
 
 // step drafts, verifies, accepts and emits once.
 func (r *run) step(ctx context.Context) error {
+	began := time.Now()
 	k, ok := r.room()
 	if !ok {
 		r.finish = FinishLength
@@ -615,10 +626,13 @@ func (r *run) step(ctx context.Context) error {
 		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
 	}
 	grown := r.pushAll(accepted, next)
-	if r.ctl != nil {
-		r.ctl.grow(grown)
+	if r.ctl == nil {
+		return r.flush()
 	}
-	return r.flush()
+	r.ctl.grow(grown)
+	err = r.flush()
+	r.ctl.paced(grown, time.Since(began))
+	return err
 }
 
 // room returns the most tokens this step may draft: no more than the request can use
@@ -647,6 +661,9 @@ func (r *run) room() (int, bool) {
 func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Duration, err error) {
 	r.draft.Reset()
 	if r.ctl != nil && k > 0 {
+		if l, ok := r.d.target.(target.Loaded); ok {
+			r.ctl.load = l.Load()
+		}
 		di, k = r.ctl.choose(k)
 	}
 	if k > 0 && r.failed[di] {

@@ -80,6 +80,17 @@ type StateSession interface {
 	States() [][]float32
 }
 
+// ForkSession is a [Session] that forks: n samples of one prompt prefill it once and
+// fork, sharing the prompt's key/value memory copy-on-write. [Local]'s sessions fork
+// when the model's sequences do (the Llama runtime's do).
+type ForkSession interface {
+	Session
+	// Fork returns a new session holding the same tokens, with the same pending
+	// token to come, and the same choice of keeping states. It fails between a
+	// Verify and its Accept.
+	Fork() (Session, error)
+}
+
 // DefaultSharedChunk is how many prompt tokens a Local prefill puts in a pass it shares
 // with other requests.
 const DefaultSharedChunk = 16
@@ -114,6 +125,14 @@ type Local struct {
 	batched *batch.Model // the model, its sequences' forwards sharing passes
 }
 
+// Loaded is a [Target] whose sessions share passes and can say what those passes
+// carry and what a pass costs by its tokens, so that an adaptive decoder prices a
+// draft by what it costs the whole batch.
+type Loaded interface {
+	Target
+	Load() batch.Load
+}
+
 // DefaultBatchWait is how long a [Local] pass waits for the target's other open
 // sessions to join it, when BatchWait is 0.
 const DefaultBatchWait = batch.DefaultWait
@@ -139,11 +158,14 @@ func NewLocal(m model.Model) (*Local, error) {
 // Info implements [Target].
 func (l *Local) Info() model.Info { return l.info }
 
-// BatchStats reports how the target's passes went: how many ran and how many
-// sessions' forwards they took in all (rows/passes is the mean batch).
-func (l *Local) BatchStats() (passes, forwards int64) {
+// BatchStats reports how the target's passes went: how many ran, and how many
+// sessions' forwards and tokens they carried.
+func (l *Local) BatchStats() batch.Stats {
 	return l.shared().Stats()
 }
+
+// Load implements [Loaded]: what the target's shared passes carry and cost.
+func (l *Local) Load() batch.Load { return l.shared().Load() }
 
 // Start implements [Target]: the session holds a new sequence of the model.
 func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
@@ -161,14 +183,20 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	if shared <= 0 {
 		shared = DefaultSharedChunk
 	}
+	return l.newSession(seq, maxDraft, chunk, min(shared, chunk)), nil
+}
+
+// newSession returns a session on seq with buffers of its own.
+func (l *Local) newSession(seq model.Sequence, maxDraft, chunk, shared int) *session {
 	vocab, n := l.info.VocabSize, maxDraft+1
 	s := &session{
+		local:    l,
 		batched:  l.batched,
 		seq:      seq,
 		width:    l.info.HiddenSize,
 		maxDraft: maxDraft,
 		chunk:    chunk,
-		shared:   min(shared, chunk),
+		shared:   shared,
 		batch:    make([]int32, 0, n),
 		path:     make([]int32, 0, n),
 		outputs:  make([]int32, n),
@@ -179,11 +207,12 @@ func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 		s.outputs[i] = int32(i)
 		s.rows[i] = s.logits[i*vocab : (i+1)*vocab]
 	}
-	return s, nil
+	return s
 }
 
 // session is a [Local] target's session.
 type session struct {
+	local    *Local
 	batched  *batch.Model // the model the session's sequence belongs to
 	seq      model.Sequence
 	maxDraft int
@@ -338,6 +367,24 @@ func (s *session) chunkSize() int {
 // forward runs b in a pass shared with the target's other sessions.
 func (s *session) forward(ctx context.Context, b model.Batch, logits []float32) error {
 	return s.seq.Forward(ctx, b, logits)
+}
+
+// Fork implements [ForkSession] when the model's sequences fork.
+func (s *session) Fork() (Session, error) {
+	if s.last != 0 {
+		return nil, errors.New("target: Fork between a verification and its Accept")
+	}
+	f, ok := s.seq.(model.ForkSequence)
+	if !ok {
+		return nil, errors.New("target: the model's sequences do not fork")
+	}
+	seq, err := f.Fork()
+	if err != nil {
+		return nil, fmt.Errorf("target: fork: %w", err)
+	}
+	n := s.local.newSession(seq, s.maxDraft, s.chunk, s.shared)
+	n.keep = s.keep
+	return n, nil
 }
 
 func (s *session) Close() error {

@@ -509,10 +509,11 @@ func TestSaturation(t *testing.T) {
 // /metrics reports what the issue lists, consistently with the responses.
 func TestMetrics(t *testing.T) {
 	srv, ts := startServer(t, speculativeConfig())
-	var generated, passes, drafted, accepted int
+	var generated, passes, drafted, accepted, prefilled int
 	for _, p := range testPrompts[:3] {
 		r := complete(t, ts.URL+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 40, "temperature": 0})
 		generated += r.Usage.CompletionTokens
+		prefilled += r.Usage.PromptTokens - 1 // the last is the first step's pending token
 		passes += r.Timings.TargetPasses
 		drafted += r.Timings.DraftN
 		accepted += r.Timings.DraftNAccepted
@@ -545,6 +546,8 @@ func TestMetrics(t *testing.T) {
 		`specula_prefix_cache_hits_total{model="target"}`: 0, // three different prompts
 		`specula_batch_passes_total`:                      float64(passes + 3),
 		`specula_batch_forwards_total`:                    float64(passes + 3),
+		`specula_batch_tokens_total`:                      float64(prefilled + passes + drafted),
+		`specula_batch_size`:                              1,
 	} {
 		if got, ok := m[name]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)

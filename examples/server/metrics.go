@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/specula/specula/kvcache"
+	"github.com/specula/specula/model/batch"
 	"github.com/specula/specula/spec"
 )
 
@@ -32,11 +33,17 @@ type metrics struct {
 	recentDrafted, recAc float64 // decayed sums behind the acceptance-rate gauge
 }
 
+// batcher is what the metrics read of the target's shared passes ([target.Local]).
+type batcher interface {
+	BatchStats() batch.Stats
+	Load() batch.Load
+}
+
 // recentDecay is the weight a request's counts keep when the next speculative request
 // finishes: the acceptance-rate gauge follows the last few dozen requests.
 const recentDecay = 0.9
 
-func newMetrics(maxK int, kv func() (target, draft *kvcache.Stats), speculating func() float64, batches func() (passes, forwards int64)) *metrics {
+func newMetrics(maxK int, kv func() (target, draft *kvcache.Stats), speculating func() float64, passes batcher) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	f := factory{m.reg}
 	m.requests = f.counterVec("specula_requests_total", "HTTP requests answered, by endpoint and status code.", "endpoint", "code")
@@ -75,11 +82,23 @@ func newMetrics(maxK int, kv func() (target, draft *kvcache.Stats), speculating 
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "specula_batch_passes_total",
 		Help: "Passes of the target's multi-sequence forward: the requests' verifications and prefill chunks ready at once go through one.",
-	}, func() float64 { p, _ := batches(); return float64(p) }))
+	}, func() float64 { return float64(passes.BatchStats().Passes) }))
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "specula_batch_forwards_total",
 		Help: "Requests' forwards those passes carried (divided by specula_batch_passes_total: the mean batch size).",
-	}, func() float64 { _, f := batches(); return float64(f) }))
+	}, func() float64 { return float64(passes.BatchStats().Forwards) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "specula_batch_tokens_total",
+		Help: "Tokens those passes carried: pending tokens, drafts and prefill chunks (divided by specula_batch_passes_total: the mean tokens per pass).",
+	}, func() float64 { return float64(passes.BatchStats().Tokens) }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "specula_batch_size",
+		Help: "Requests' forwards per pass over the recent passes (1: requests forward alone).",
+	}, func() float64 { return passes.Load().Forwards }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "specula_batch_tokens_per_pass",
+		Help: "Tokens per pass over the recent passes: what adaptive speculation prices its drafts by, with the pass cost.",
+	}, func() float64 { return passes.Load().Tokens }))
 	m.reg.MustRegister(&kvCollector{stats: kv})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

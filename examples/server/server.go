@@ -171,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.drainCh = make(chan struct{})
 	s.idle = make(chan struct{})
-	s.m = newMetrics(max(s.maxK, 1), s.kvStats, s.speculating, s.local.BatchStats)
+	s.m = newMetrics(max(s.maxK, 1), s.kvStats, s.speculating, s.local)
 	s.handler = s.routes()
 	return s, nil
 }

@@ -18,7 +18,7 @@ type Options struct {
 
 // Model is a model whose sequences' concurrent forwards share passes. It implements
 // [model.Model]; its sequences implement [model.Sequence], [model.PrefixSequence]
-// and Fork when the inner model's do.
+// and [model.ForkSequence] when the inner model's do.
 type Model struct {
 	inner model.Model
 	b     *batcher
@@ -59,12 +59,26 @@ func (m *Model) Forward(ctx context.Context, work []model.Work) error {
 	return m.inner.Forward(ctx, inner)
 }
 
-// Stats reports the passes run and the forwards they carried (their ratio is the mean
-// batch).
-func (m *Model) Stats() (passes, forwards int64) {
+// Stats counts a batched model's passes since it was made.
+type Stats struct {
+	// Passes counts the passes run, Forwards the sequences' forwards they carried
+	// (Forwards/Passes is the mean batch) and Tokens the tokens in them (Tokens/Passes
+	// is the mean tokens per pass: drafts and prefill chunks included).
+	Passes, Forwards, Tokens int64
+}
+
+// Stats reports the passes run so far and what they carried.
+func (m *Model) Stats() Stats {
 	m.b.mu.Lock()
 	defer m.b.mu.Unlock()
-	return m.b.passes, m.b.rows
+	return m.b.stats
+}
+
+// Load reports what the recent passes carried and what a pass costs by its tokens.
+func (m *Model) Load() Load {
+	m.b.mu.Lock()
+	defer m.b.mu.Unlock()
+	return m.b.curve.load()
 }
 
 // Shared reports whether sequences besides one are open: passes are then shared.
@@ -117,14 +131,10 @@ func (s *sequence) Publish() {
 	}
 }
 
-// forker is a sequence that forks.
-type forker interface {
-	Fork() (model.Sequence, error)
-}
-
-// Fork forks the inner sequence, when it forks; the fork shares the passes too.
+// Fork implements [model.ForkSequence] when the inner sequence does; the fork shares
+// the passes too.
 func (s *sequence) Fork() (model.Sequence, error) {
-	f, ok := s.inner.(forker)
+	f, ok := s.inner.(model.ForkSequence)
 	if !ok {
 		return nil, errors.New("batch: the sequence does not fork")
 	}

@@ -95,9 +95,10 @@ func TestConcurrentForwardsShare(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, want, got)
-	passes, forwards := m.Stats()
-	assert.Equal(t, int64(n*steps), forwards)
-	assert.Less(t, passes, forwards/2, "passes carried several sequences")
+	st := m.Stats()
+	assert.Equal(t, int64(n*steps), st.Forwards)
+	assert.Less(t, st.Passes, st.Forwards/2, "passes carried several sequences")
+	assert.Equal(t, st.Forwards, st.Tokens, "a token a forward")
 	assert.True(t, m.Shared())
 	for _, s := range seqs[1:] {
 		require.NoError(t, s.Close())
@@ -132,4 +133,36 @@ func TestCancelledWhileWaiting(t *testing.T) {
 	require.NoError(t, a.Forward(context.Background(), model.Batch{Tokens: []int32{2}}, nil), "the lead was handed on")
 	require.NoError(t, b.Close())
 	require.NoError(t, a.Close())
+}
+
+// TestLoadOfSharedPasses: while several sequences forward at once their passes carry
+// several forwards each, and the load says so, with a cost per pass learned.
+func TestLoadOfSharedPasses(t *testing.T) {
+	c, err := markov.New(markov.Config{Vocab: 5, Order: 1, Seed: 4})
+	require.NoError(t, err)
+	inner := &countingModel{Model: c}
+	m := batch.New(inner, batch.Options{})
+	ctx := context.Background()
+	const n = 4
+	seqs := make([]model.Sequence, n)
+	for i := range seqs {
+		s, err := m.NewSequence(ctx)
+		require.NoError(t, err)
+		defer s.Close()
+		seqs[i] = s
+	}
+	var wg sync.WaitGroup
+	for _, s := range seqs {
+		wg.Go(func() {
+			for j := range 20 {
+				assert.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{int32(j % 5), 1}}, nil))
+			}
+		})
+	}
+	wg.Wait()
+	l := m.Load()
+	t.Logf("%+v", l)
+	assert.Greater(t, l.Forwards, 1.5, "passes were shared")
+	assert.InDelta(t, 2*l.Forwards, l.Tokens, 1e-9, "two tokens a forward")
+	assert.Positive(t, l.Cost(l.Tokens))
 }

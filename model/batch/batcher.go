@@ -38,9 +38,8 @@ type batcher struct {
 	jobs  []*job // the pass in progress (the leader's alone)
 	works []model.Work
 	last  time.Duration // how long the last pass took
-	// passes counts the passes run and rows the forwards they took (the leader's
-	// alone: read them under mu after a pass).
-	passes, rows int64
+	stats Stats         // the passes so far (under mu)
+	curve costCurve     // what a pass costs by its tokens (under mu)
 }
 
 // job is one session's forward waiting for a pass; each session keeps one and reuses
@@ -152,9 +151,15 @@ func (b *batcher) run() {
 	start := time.Now()
 	b.pass()
 	b.last = time.Since(start)
+	tokens := 0
+	for _, j := range b.jobs {
+		tokens += len(j.work.Batch.Tokens)
+	}
 	b.mu.Lock()
-	b.passes++
-	b.rows += int64(len(b.jobs))
+	b.stats.Passes++
+	b.stats.Forwards += int64(len(b.jobs))
+	b.stats.Tokens += int64(tokens)
+	b.curve.add(len(b.jobs), tokens, b.last)
 	b.mu.Unlock()
 	for _, j := range b.jobs {
 		j.done <- struct{}{}

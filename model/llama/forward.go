@@ -229,9 +229,9 @@ func (s *sequence) Publish() {
 	}
 }
 
-// Fork returns a new sequence with the same tokens, sharing the key/value blocks of s
-// until one of them writes into a shared block, which is then copied (copy on write).
-// The new sequence must be closed on its own.
+// Fork implements [model.ForkSequence]: a new sequence with the same tokens, sharing
+// the key/value blocks of s until one of them writes into a shared block, which is
+// then copied (copy on write). The new sequence must be closed on its own.
 func (s *sequence) Fork() (model.Sequence, error) {
 	if s.closed {
 		return nil, errClosed

@@ -245,6 +245,17 @@ func (s *sequence) Retain(from int, keep []int32) error {
 	return nil
 }
 
+// Fork implements [model.ForkSequence]: a copy of the tokens (the chain keeps nothing
+// else per sequence).
+func (s *sequence) Fork() (model.Sequence, error) {
+	if s.closed {
+		return nil, errClosed
+	}
+	n := &sequence{c: s.c, ctx: make([]int32, s.c.order), info: s.info}
+	n.tokens = append(make([]int32, 0, cap(s.tokens)), s.tokens...)
+	return n, nil
+}
+
 func (s *sequence) Close() error {
 	if s.closed {
 		return errors.New("markov: sequence closed twice")

@@ -1,0 +1,203 @@
+package spec_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/internal/reference"
+	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/model/markov"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
+)
+
+// TestChoicesAsAlone runs n = 4 samples of one request on the demo target with the
+// demo drafter behind prompt lookup, the target's sessions forking after the shared
+// prefill: greedy, every choice is plain greedy decoding's text; seeded sampling,
+// choice i is the request run alone with the parameters' Choice(i).
+func TestChoicesAsAlone(t *testing.T) {
+	tm, err := llama.Open(filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), llama.Options{Threads: 2})
+	require.NoError(t, err)
+	defer tm.Close()
+	dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Threads: 2})
+	require.NoError(t, err)
+	defer dm.Close()
+	tgt, err := target.NewLocal(tm)
+	require.NoError(t, err)
+	dec, err := spec.New(tgt, draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 4})
+	require.NoError(t, err)
+	prompt := make([]int32, 70) // more than a block, and a partial one
+	for i := range prompt {
+		prompt[i] = int32(300 + (i*37)%900)
+	}
+	for _, p := range []sampler.Params{{}, {Temperature: 0.8, TopP: 0.95, Seed: 42}} {
+		req := spec.Request{Prompt: prompt, MaxTokens: 40, Sampling: p}
+		got, err := dec.GenerateN(context.Background(), req, 4)
+		require.NoError(t, err)
+		require.Len(t, got, 4)
+		for i, res := range got {
+			alone := req
+			alone.Sampling = p.Choice(i)
+			want, err := dec.Generate(context.Background(), alone)
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, res.Tokens, "T=%v choice %d", p.Temperature, i)
+			assert.Equal(t, spec.FinishLength, res.Finish)
+		}
+		if p.Temperature > 0 {
+			assert.NotEqual(t, got[0].Tokens, got[1].Tokens, "sampled choices differ")
+		}
+	}
+	st := tm.KVStats()
+	assert.Equal(t, st.Blocks-st.CachedBlocks, st.FreeBlocks-st.CachedBlocks, "every block came back")
+}
+
+// TestChoicesPrefillOnce counts the tokens the target forwards: n choices of a long
+// prompt forward it once, and each choice only its own steps after that.
+func TestChoicesPrefillOnce(t *testing.T) {
+	chain := newChain(t, markov.Config{Vocab: 9, Order: 2, Seed: 5, Scale: 1.5})
+	counted := &countingModel{Model: chain}
+	tgt, err := target.NewLocal(counted)
+	require.NoError(t, err)
+	dec, err := spec.New(tgt, newDrafter(t, chain.Perturbed(1.2, 3)), spec.Options{K: 3})
+	require.NoError(t, err)
+	prompt := make([]int32, 300)
+	for i := range prompt {
+		prompt[i] = int32(i % 9)
+	}
+	res, err := dec.GenerateN(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 10, Sampling: sampler.Params{Temperature: 1}}, 5)
+	require.NoError(t, err)
+	steps := 0
+	for _, r := range res {
+		require.Len(t, r.Tokens, 10)
+		steps += r.Stats.Steps + r.Stats.DraftNodes
+	}
+	assert.Equal(t, len(prompt)-1+steps, counted.tokens(), "the prompt once, then every choice's verified tokens")
+}
+
+// TestChoicesDistribution draws n = 3 samples of sequences of 3 tokens, many times,
+// with a drafter that is often wrong: every choice's sequences follow the target's
+// distribution, and the first tokens of choices 0 and 1 are independent (their joint
+// counts fit the product of the target's probabilities).
+func TestChoicesDistribution(t *testing.T) {
+	const draws, n, length, vocab = 12_000, 3, 3, 6
+	chain := newChain(t, markov.Config{Vocab: vocab, Order: 1, Seed: 11, Scale: 1.5})
+	dec := newDecoder(t, chain, newDrafter(t, chain.Perturbed(1.2, 4)), 3)
+	params := sampler.Params{Temperature: 0.9}
+	prompt := []int32{1, 2}
+	want := reference.Continuations(chain, prompt, length, params)
+	first := reference.Continuations(chain, prompt, 1, params)
+	counts := make([]int, len(want))
+	joint := make([]int, vocab*vocab)
+	for i := range draws {
+		req := spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params}
+		req.Sampling.Seed = uint64(i)
+		res, err := dec.GenerateN(context.Background(), req, n)
+		require.NoError(t, err)
+		for _, r := range res {
+			require.Len(t, r.Tokens, length)
+			counts[reference.Index(r.Tokens, vocab)]++
+		}
+		joint[int(res[0].Tokens[0])*vocab+int(res[1].Tokens[0])]++
+	}
+	fit := stattest.ChiSquare(counts, want)
+	assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
+	assert.Greater(t, fit.P, 1e-3, "choices' sequences: chi-square %.1f on %d df", fit.Stat, fit.DF)
+	product := make([]float64, vocab*vocab)
+	for a := range vocab {
+		for b := range vocab {
+			product[a*vocab+b] = first[a] * first[b]
+		}
+	}
+	ind := stattest.ChiSquare(joint, product)
+	assert.Greater(t, ind.P, 1e-3, "choices 0 and 1: chi-square %.1f on %d df", ind.Stat, ind.DF)
+	t.Logf("sequences p=%.3f, independence p=%.3f", fit.P, ind.P)
+}
+
+// TestChoicesErrors: impossible counts and a nil emit are refused before anything
+// runs; a cancelled context ends every choice as cancelled.
+func TestChoicesErrors(t *testing.T) {
+	chain := newChain(t, markov.Config{Vocab: 9, Order: 1, Seed: 5, Scale: 1.5})
+	dec := newDecoder(t, chain, newDrafter(t, chain.Perturbed(1.2, 3)), 3)
+	req := spec.Request{Prompt: []int32{1, 2}, MaxTokens: 5}
+	for _, n := range []int{0, -1} {
+		_, err := dec.GenerateN(context.Background(), req, n)
+		assert.Error(t, err, "n = %d", n)
+	}
+	_, err := dec.StreamN(context.Background(), req, 2, nil)
+	assert.Error(t, err)
+	_, err = dec.GenerateN(context.Background(), spec.Request{Prompt: []int32{1, 99}, MaxTokens: 5}, 2)
+	assert.Error(t, err, "a token outside the vocabulary")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := dec.GenerateN(ctx, req, 3)
+	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+	require.Len(t, res, 3)
+	for i, r := range res {
+		assert.Equal(t, spec.FinishCancelled, r.Finish, "choice %d", i)
+	}
+}
+
+// countingModel counts the tokens its sequences forward.
+type countingModel struct {
+	model.Model
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingModel) add(n int) {
+	c.mu.Lock()
+	c.n += n
+	c.mu.Unlock()
+}
+
+func (c *countingModel) tokens() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *countingModel) NewSequence(ctx context.Context) (model.Sequence, error) {
+	s, err := c.Model.NewSequence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countedSeq{s.(model.ForkSequence), c}, nil
+}
+
+func (c *countingModel) Forward(ctx context.Context, work []model.Work) error {
+	inner := make([]model.Work, len(work))
+	for i, w := range work {
+		c.add(len(w.Batch.Tokens))
+		inner[i] = model.Work{Seq: w.Seq.(*countedSeq).ForkSequence, Batch: w.Batch, Logits: w.Logits}
+	}
+	return c.Model.Forward(ctx, inner)
+}
+
+// countedSeq is a countingModel's sequence.
+type countedSeq struct {
+	model.ForkSequence
+	c *countingModel
+}
+
+func (s *countedSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+	s.c.add(len(b.Tokens))
+	return s.ForkSequence.Forward(ctx, b, logits)
+}
+
+func (s *countedSeq) Fork() (model.Sequence, error) {
+	f, err := s.ForkSequence.Fork()
+	if err != nil {
+		return nil, err
+	}
+	return &countedSeq{f.(model.ForkSequence), s.c}, nil
+}
