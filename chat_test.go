@@ -1,4 +1,4 @@
-package main
+package specula
 
 import (
 	"encoding/json"
@@ -35,7 +35,7 @@ func readGolden(t *testing.T) golden {
 	return g
 }
 
-// The server renders chat templates exactly as Jinja2 does with Hugging Face's
+// Chat templates render exactly as Jinja2 does with Hugging Face's
 // settings: typical templates (Llama 2, 3, 3.1, Mistral, Gemma, Zephyr, Phi-3,
 // ChatML, SmolLM: loops over messages, add_generation_prompt, raise_exception,
 // bos_token, string methods and filters such as trim) and the whitespace control of
@@ -47,7 +47,7 @@ func TestChatTemplatesMatchJinja2(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tmpl, err := newChatTemplate(string(src), c.Template, "<s>", "</s>")
+		tmpl, err := NewChatTemplate(string(src), c.Template, "<s>", "</s>")
 		if err != nil {
 			t.Fatalf("%s: %v", c.Template, err)
 		}
@@ -55,7 +55,7 @@ func TestChatTemplatesMatchJinja2(t *testing.T) {
 		for _, m := range g.Conversations[c.Conversation] {
 			msgs = append(msgs, m)
 		}
-		got, err := tmpl.render(msgs, map[string]any{"add_generation_prompt": c.AddGenerationPrompt})
+		got, err := tmpl.Render(msgs, map[string]any{"add_generation_prompt": c.AddGenerationPrompt})
 		name := c.Template + "/" + c.Conversation
 		switch {
 		case c.Error != nil && err == nil:

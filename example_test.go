@@ -1,0 +1,46 @@
+package specula_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/specula/specula"
+)
+
+// Open the demo pair shipped in models/ — gocoder-m drafted by prompt lookup and by
+// gocoder-xs — and complete a prompt greedily.
+func Example() {
+	eng, err := specula.Open(specula.Config{
+		Model: "models/gocoder-m-q8_0.gguf",
+		Draft: "models/gocoder-xs-q8_0.gguf",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+	c, err := eng.Complete(context.Background(), "func main() {\n\tfmt.", specula.Params{MaxTokens: 12, IgnoreEOS: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(c.Tokens), "tokens,", c.Finish, "- text:", c.Text != "")
+	// Output: 12 tokens, length - text: true
+}
+
+// Stream text as the target accepts it, sampling with a seed, and stop at a string.
+func ExampleEngine_Stream() {
+	eng, err := specula.Open(specula.Config{Model: "models/gocoder-m-q8_0.gguf"}) // prompt lookup drafts
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+	p := specula.Params{MaxTokens: 40, Temperature: 0.7, Seed: 7, Stop: []string{"\n\n"}}
+	c, err := eng.Stream(context.Background(), "package main\n\nimport \"fmt\"\n", p, func(text string) error {
+		return nil // write text to the client here
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(c.Finish, len(c.Tokens) > 0)
+	// Output: stop true
+}

@@ -1,0 +1,455 @@
+// Package specula is speculative decoding for Go services: open a target model and a
+// drafter from their files in one call, and get the target's own text, faster.
+//
+//	eng, err := specula.Open(specula.Config{
+//		Model: "models/gocoder-m-q8_0.gguf",
+//		Draft: "models/gocoder-xs-q8_0.gguf", // prompt lookup goes in front of it
+//	})
+//	if err != nil { … }
+//	defer eng.Close()
+//	c, err := eng.Complete(ctx, "func main() {", specula.Params{MaxTokens: 64})
+//	fmt.Println(c.Text)
+//
+// The zero values of [Config] are the good defaults: adaptive speculation of up to
+// [DefaultMaxK] tokens a step, prompt lookup in front of a draft model, every core,
+// a key/value budget sized for [Config.MaxSequences] requests at full context. An
+// [Engine] is safe for concurrent use: requests running at once share the target's
+// forward passes. It gives text in and text out ([Engine.Complete], [Engine.Stream],
+// [Engine.Chat]) and, for everything else, the lower-level [spec.Decoder]
+// ([Engine.Decoder]) and tokenizer. [NewEngine] serves any [model.Model] (the CUDA
+// runner, a model of one's own) the same way; package server serves engines over
+// HTTP with OpenAI's API.
+package specula
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/gpu"
+	"github.com/specula/specula/kvcache"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
+	"github.com/specula/specula/tokenizer"
+)
+
+// DefaultMaxK is the most tokens an adaptive engine drafts a step.
+const DefaultMaxK = 8
+
+// seededK is the fixed K of the decoder for seeded sampling under adaptive speculation
+// (see [Engine.ReproducibleDecoder]).
+const seededK = 2
+
+// Config says what [Open] loads. The zero value of a field is its default.
+type Config struct {
+	// Model is the target: a GGUF file or a Hugging Face directory, with its tokenizer
+	// inside. It is required.
+	Model string
+	// Draft is what drafts: "" or "ngram" for prompt lookup alone (free, and good
+	// wherever the output repeats its context); "suffix" for a suffix tree over the
+	// request and earlier ones; "none" for plain decoding; a draft model's GGUF file
+	// or directory (it must share the target's tokenizer); or a trained head's
+	// directory (MLPSpeculator, Medusa or EAGLE, made for the target). Several,
+	// joined by "+", are asked in that order each step ("suffix+models/xs.gguf").
+	// A draft model or head gets prompt lookup in front unless NoLookup is set.
+	Draft string
+	// NoLookup leaves out the prompt lookup that goes in front of a draft model or
+	// head.
+	NoLookup bool
+	// K is the most tokens drafted a step (0: DefaultMaxK); the engine chooses each
+	// step how many pay, 0 included, unless FixedK is set.
+	K int
+	// FixedK drafts exactly K tokens every step.
+	FixedK bool
+	// Threads is the number of threads of a forward pass (0: GOMAXPROCS).
+	Threads int
+	// ContextLength, when positive, lowers the model's context length.
+	ContextLength int
+	// KVBudget is the target's key/value cache budget in bytes. 0 sizes it for
+	// MaxSequences sequences at full context, at least 64 MiB and at most 4 GiB;
+	// memory is used only as sequences grow.
+	KVBudget int64
+	// MaxSequences is how many requests the default KV budget is sized for (0: 4 ×
+	// GOMAXPROCS).
+	MaxSequences int
+	// Device runs the target on a GPU (see package gpu); nil runs it on the CPU.
+	Device *gpu.Device
+	// ChatTemplate, when set, is the Jinja chat template to use instead of the
+	// model's own.
+	ChatTemplate string
+	// Progress, when set, is told how far the reading of each model file is.
+	Progress func(file string, done, total int64)
+}
+
+// Engine is a target model with its tokenizer, chat template and drafter, and the
+// decoders on them. It is safe for concurrent use. Close it when done.
+type Engine struct {
+	model   model.Model
+	local   *target.Local
+	tok     *tokenizer.Tokenizer
+	info    model.Info
+	chat    *ChatTemplate
+	chatErr error // why the model's template is not usable
+
+	dec, plain, seeded *spec.Decoder
+	maxK               int
+	drafts             []model.Model // draft models, for their memory figures
+	closers            []io.Closer   // the models and heads the engine opened
+}
+
+// EngineOptions tune [NewEngine].
+type EngineOptions struct {
+	// K and FixedK are as in [Config].
+	K      int
+	FixedK bool
+	// ChatTemplate renders chats (nil: the engine has none, and Chat fails).
+	ChatTemplate *ChatTemplate
+}
+
+// Open loads the target, its tokenizer and chat template, and the drafter that cfg
+// names, and returns the engine on them. A draft model whose tokenizer is not the
+// target's is refused, saying how they differ.
+func Open(cfg Config) (*Engine, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	e := &Engine{}
+	if err := e.open(cfg); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// open loads what cfg names into e.
+func (e *Engine) open(cfg Config) error {
+	if err := e.openTarget(cfg); err != nil {
+		return err
+	}
+	e.loadChatTemplate(cfg)
+	drafter, err := e.openDrafter(cfg)
+	if err != nil {
+		return err
+	}
+	return e.makeDecoders(drafter, cfg.K, cfg.FixedK)
+}
+
+// NewEngine returns an engine on a target model of any kind and its tokenizer,
+// drafting with drafter (nil: plain decoding). The engine does not close m or the
+// drafter.
+func NewEngine(m model.Model, tok *tokenizer.Tokenizer, drafter draft.Drafter, opts EngineOptions) (*Engine, error) {
+	if m == nil || tok == nil {
+		return nil, errors.New("specula: NewEngine needs a model and its tokenizer")
+	}
+	if opts.K < 0 || opts.K > spec.MaxK {
+		return nil, fmt.Errorf("specula: K %d: want 0 to %d", opts.K, spec.MaxK)
+	}
+	e := &Engine{model: m, info: m.Info(), tok: tok, chat: opts.ChatTemplate}
+	if err := e.makeDecoders(drafter, opts.K, opts.FixedK); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// check refuses impossible settings before anything is read.
+func (c Config) check() error {
+	switch {
+	case c.Model == "":
+		return errors.New("specula: Config.Model is required: a GGUF file or a Hugging Face directory")
+	case c.K < 0 || c.K > spec.MaxK:
+		return fmt.Errorf("specula: Config.K %d: want 0 (the default, %d) to %d", c.K, DefaultMaxK, spec.MaxK)
+	case c.Threads < 0, c.ContextLength < 0, c.KVBudget < 0, c.MaxSequences < 0:
+		return fmt.Errorf("specula: Config has a negative count: Threads %d, ContextLength %d, KVBudget %d, MaxSequences %d",
+			c.Threads, c.ContextLength, c.KVBudget, c.MaxSequences)
+	}
+	if _, err := os.Stat(c.Model); err != nil {
+		return fmt.Errorf("specula: model %s: %w", c.Model, err)
+	}
+	return nil
+}
+
+// openTarget opens the target model and its tokenizer.
+func (e *Engine) openTarget(cfg Config) error {
+	opts, err := targetOptions(cfg)
+	if err != nil {
+		return err
+	}
+	m, err := openModel(cfg.Model, opts, cfg.Progress)
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, m)
+	e.model, e.info = m, m.Info()
+	if e.tok, err = tokenizer.Load(cfg.Model); err != nil {
+		return fmt.Errorf("specula: %w", err)
+	}
+	return nil
+}
+
+// targetOptions returns the target's runtime options. Without a KVBudget the cache
+// gets room for MaxSequences sequences at full context, at least 64 MiB and at most
+// 4 GiB; the model's shape says what a position costs (cheap to learn: the file is
+// mapped, its weights not read).
+func targetOptions(cfg Config) (llama.Options, error) {
+	opts := llama.Options{Threads: cfg.Threads, KVBudget: cfg.KVBudget, ContextLength: cfg.ContextLength, Device: cfg.Device}
+	if opts.KVBudget > 0 {
+		return opts, nil
+	}
+	t, err := llama.OpenTensors(cfg.Model)
+	if err != nil {
+		return opts, fmt.Errorf("specula: model %s: %w", cfg.Model, err)
+	}
+	c := t.Config
+	t.Close()
+	ctxLen := c.ContextLength
+	if cfg.ContextLength > 0 && (ctxLen <= 0 || cfg.ContextLength < ctxLen) {
+		ctxLen = cfg.ContextLength
+	}
+	if ctxLen <= 0 {
+		ctxLen = 4096
+	}
+	seqs := cfg.MaxSequences
+	if seqs == 0 {
+		seqs = 4 * runtime.GOMAXPROCS(0)
+	}
+	opts.KVBudget = min(max(int64(seqs)*int64(ctxLen)*c.KVBytesPerPosition(), 64<<20), 4<<30)
+	return opts, nil
+}
+
+// openModel opens a GGUF file or Hugging Face directory, reporting progress.
+func openModel(path string, opts llama.Options, progress func(string, int64, int64)) (*llama.Model, error) {
+	if progress != nil {
+		opts.Progress = func(done, total int64) { progress(path, done, total) }
+	}
+	m, err := llama.Open(path, opts)
+	if err != nil {
+		return nil, fmt.Errorf("specula: loading %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// loadChatTemplate compiles the configured chat template, or else the model's own.
+// A template that does not compile is no error: completions still work, and Chat
+// says why it cannot.
+func (e *Engine) loadChatTemplate(cfg Config) {
+	src, source := cfg.ChatTemplate, "Config.ChatTemplate"
+	if src == "" {
+		var err error
+		if src, source, err = ReadChatTemplate(cfg.Model); err != nil {
+			e.chatErr = fmt.Errorf("reading the chat template: %w", err)
+			return
+		}
+	}
+	if src == "" {
+		return
+	}
+	var bos, eos string
+	if id, ok := e.tok.BOS(); ok {
+		bos = e.tok.Decode([]int32{id})
+	}
+	if ids := e.tok.EOS(); len(ids) > 0 {
+		eos = e.tok.Decode(ids[:1])
+	}
+	e.chat, e.chatErr = NewChatTemplate(src, source, bos, eos)
+}
+
+// openDrafter opens what cfg.Draft names, each part in turn: nil for plain decoding.
+func (e *Engine) openDrafter(cfg Config) (draft.Drafter, error) {
+	var parts []draft.Drafter
+	learned := false // a model or head is among them
+	for _, name := range strings.Split(cfg.Draft, "+") {
+		d, isModel, err := e.openPart(strings.TrimSpace(name), cfg)
+		if err != nil {
+			return nil, err
+		}
+		if d != nil {
+			parts = append(parts, d)
+		}
+		learned = learned || isModel
+	}
+	if learned && !cfg.NoLookup && !hasLookup(parts) {
+		parts = append([]draft.Drafter{draft.NGram{Min: 2}}, parts...)
+	}
+	switch len(parts) {
+	case 0:
+		return nil, nil
+	case 1:
+		return parts[0], nil
+	}
+	return draft.First(parts...), nil
+}
+
+func hasLookup(ds []draft.Drafter) bool {
+	for _, d := range ds {
+		if _, ok := d.(draft.NGram); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// openPart opens one drafter of Config.Draft and reports whether it is a model or a
+// head (which lookup goes in front of).
+func (e *Engine) openPart(name string, cfg Config) (d draft.Drafter, isModel bool, err error) {
+	switch name {
+	case "", "ngram", "lookup":
+		return draft.NGram{}, false, nil
+	case "suffix":
+		return draft.Suffix{Memory: draft.NewSuffixMemory(1<<20, 32)}, false, nil
+	case "none":
+		return nil, false, nil
+	}
+	if _, err := os.Stat(name); err != nil {
+		return nil, false, fmt.Errorf("specula: Config.Draft %q: not ngram, suffix or none, and not a file: %w", name, err)
+	}
+	if _, err := heads.Kind(name); err == nil {
+		// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
+		h, closer, err := heads.Open(name, cfg.Model, e.info, heads.Options{Threads: cfg.Threads, Requantize: dtype.Q8_0,
+			Layer: llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}})
+		if err != nil {
+			return nil, false, fmt.Errorf("specula: draft head %s: %w", name, err)
+		}
+		e.closers = append(e.closers, closer)
+		return h, true, nil
+	}
+	// The draft model's cache keeps the runtime's default budget: it is small.
+	dm, err := openModel(name, llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}, cfg.Progress)
+	if err != nil {
+		return nil, false, err
+	}
+	e.closers = append(e.closers, dm)
+	e.drafts = append(e.drafts, dm)
+	dtok, err := tokenizer.Load(name)
+	if err != nil {
+		return nil, false, fmt.Errorf("specula: %w", err)
+	}
+	if err := tokenizer.Compatible(dtok, e.tok); err != nil {
+		return nil, false, fmt.Errorf("specula: the draft model %s cannot draft for %s: %w", name, cfg.Model, err)
+	}
+	sm, err := draft.NewSmallModel(dm)
+	if err != nil {
+		return nil, false, fmt.Errorf("specula: %w", err)
+	}
+	return sm, true, nil
+}
+
+// makeDecoders makes the plain decoder and, with a drafter, the speculative one
+// drafting up to k tokens a step (adaptive unless fixed) and the reproducible one.
+func (e *Engine) makeDecoders(drafter draft.Drafter, k int, fixed bool) error {
+	tgt, err := target.NewLocal(e.model)
+	if err != nil {
+		return fmt.Errorf("specula: %w", err)
+	}
+	e.local = tgt
+	if e.plain, err = spec.New(tgt, nil, spec.Options{}); err != nil {
+		return err
+	}
+	e.dec, e.seeded = e.plain, e.plain
+	if drafter == nil {
+		return nil
+	}
+	if k == 0 {
+		k = DefaultMaxK
+	}
+	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
+	if e.dec, err = spec.New(tgt, drafter, spec.Options{K: k, Adaptive: !fixed, PaddedVocab: true}); err != nil {
+		return err
+	}
+	e.maxK, e.seeded = k, e.dec
+	if !fixed {
+		if e.seeded, err = spec.New(tgt, drafter, spec.Options{K: min(k, seededK), PaddedVocab: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases what Open loaded. Close it after every request has ended.
+func (e *Engine) Close() error {
+	var errs []error
+	for _, c := range e.closers {
+		errs = append(errs, c.Close())
+	}
+	e.closers = nil
+	return errors.Join(errs...)
+}
+
+// Info describes the target model.
+func (e *Engine) Info() model.Info { return e.info }
+
+// Tokenizer returns the target's tokenizer.
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// Decoder returns the engine's decoder: speculative when there is a drafter, plain
+// otherwise.
+func (e *Engine) Decoder() *spec.Decoder { return e.dec }
+
+// PlainDecoder returns a decoder without speculation on the same target.
+func (e *Engine) PlainDecoder() *spec.Decoder { return e.plain }
+
+// ReproducibleDecoder returns the decoder for sampling with a seed: the same seed
+// gives the same text every time. An adaptive decoder's choice of K depends on timing,
+// and its random draws with it, so this one drafts a fixed K (at most 2) with the
+// same drafter; with a fixed K it is Decoder.
+func (e *Engine) ReproducibleDecoder() *spec.Decoder { return e.seeded }
+
+// MaxDraft is the most tokens the engine drafts a step (0: no speculation).
+func (e *Engine) MaxDraft() int { return e.maxK }
+
+// Target returns the target every decoder verifies through: its batch statistics and
+// load.
+func (e *Engine) Target() *target.Local { return e.local }
+
+// Model returns the target model.
+func (e *Engine) Model() model.Model { return e.model }
+
+// ChatTemplate returns the chat template, or nil and why there is none usable.
+func (e *Engine) ChatTemplate() (*ChatTemplate, error) { return e.chat, e.chatErr }
+
+// kvStater is a model that reports its key/value cache (the Llama runtime).
+type kvStater interface {
+	KVStats() kvcache.Stats
+}
+
+// KVStats reports the key/value caches of the target and the first draft model;
+// nil where a model does not report one.
+func (e *Engine) KVStats() (target, draft *kvcache.Stats) {
+	if m, ok := e.model.(kvStater); ok {
+		s := m.KVStats()
+		target = &s
+	}
+	if len(e.drafts) > 0 {
+		if m, ok := e.drafts[0].(kvStater); ok {
+			s := m.KVStats()
+			draft = &s
+		}
+	}
+	return target, draft
+}
+
+// weightBytes is implemented by what holds weights: models and draft heads.
+type weightBytes interface {
+	WeightBytes() int64
+}
+
+// WeightBytes reports the bytes of the target's weights and of the drafters' (models
+// and heads), where they say.
+func (e *Engine) WeightBytes() (target, drafters int64) {
+	if w, ok := e.model.(weightBytes); ok {
+		target = w.WeightBytes()
+	}
+	for _, c := range e.closers {
+		if w, ok := c.(weightBytes); ok && any(c) != any(e.model) {
+			drafters += w.WeightBytes()
+		}
+	}
+	return target, drafters
+}

@@ -1,0 +1,188 @@
+package specula_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula"
+	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/spec"
+)
+
+const (
+	demoTarget = "models/gocoder-m-q8_0.gguf"
+	demoDraft  = "models/gocoder-xs-q8_0.gguf"
+)
+
+// rewrite copies a GGUF file with its metadata edited.
+func rewrite(t *testing.T, src, name string, edit func([]gguf.KeyValue) []gguf.KeyValue) string {
+	t.Helper()
+	f, err := gguf.Open(src)
+	require.NoError(t, err)
+	defer f.Close()
+	kv := edit(append([]gguf.KeyValue(nil), f.KV...))
+	tensors := make([]gguf.TensorData, len(f.Tensors))
+	for i := range f.Tensors {
+		tt := &f.Tensors[i]
+		tensors[i] = gguf.TensorData{Name: tt.Name, Type: tt.Type, Dims: tt.Dims, Data: f.Data(tt)}
+	}
+	out := filepath.Join(t.TempDir(), name)
+	w, err := os.Create(out)
+	require.NoError(t, err)
+	bw := bufio.NewWriter(w)
+	require.NoError(t, gguf.Write(bw, kv, tensors, 0))
+	require.NoError(t, bw.Flush())
+	require.NoError(t, w.Close())
+	return out
+}
+
+// TestOpenRefuses: impossible configurations fail before anything is loaded, a draft
+// model with another vocabulary of the same size fails with the tokenizers' difference,
+// and nothing is left open.
+func TestOpenRefuses(t *testing.T) {
+	otherVocab := rewrite(t, demoDraft, "other-vocab.gguf", func(kv []gguf.KeyValue) []gguf.KeyValue {
+		for i, e := range kv {
+			if e.Key == "tokenizer.ggml.tokens" {
+				toks := append([]string(nil), e.Value.Any().([]string)...)
+				toks[300], toks[301] = toks[301], toks[300]
+				kv[i].Value = gguf.Strings(toks)
+			}
+		}
+		return kv
+	})
+	for _, c := range []struct {
+		name string
+		cfg  specula.Config
+		want string
+	}{
+		{"no model", specula.Config{}, "Config.Model is required"},
+		{"missing model", specula.Config{Model: "models/nothing.gguf"}, "no such file"},
+		{"K too large", specula.Config{Model: demoTarget, K: 1000}, "Config.K 1000"},
+		{"negative threads", specula.Config{Model: demoTarget, Threads: -1}, "negative"},
+		{"unknown drafter", specula.Config{Model: demoTarget, Draft: "eagle3"}, `Config.Draft "eagle3"`},
+		{"not a model", specula.Config{Model: demoTarget, Draft: "README.md"}, "README.md"},
+		{"other vocabulary", specula.Config{Model: demoTarget, Draft: otherVocab}, "cannot draft for"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := specula.Open(c.cfg)
+			require.Error(t, err)
+			assert.Nil(t, e)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+// TestDrafters: every kind of drafter Config.Draft names gives the target's greedy
+// text (plain decoding's), and drafts where drafting pays.
+func TestDrafters(t *testing.T) {
+	ctx := context.Background()
+	plain, err := specula.Open(specula.Config{Model: demoTarget, Draft: "none"})
+	require.NoError(t, err)
+	defer plain.Close()
+	assert.Zero(t, plain.MaxDraft())
+	prompt := "func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {\n"
+	p := specula.Params{MaxTokens: 48, IgnoreEOS: true}
+	want, err := plain.Complete(ctx, prompt, p)
+	require.NoError(t, err)
+	require.Len(t, want.Tokens, 48)
+	for _, c := range []struct {
+		draft string
+		fixed bool
+	}{{"", false}, {"suffix", false}, {demoDraft, false}, {demoDraft, true}, {"suffix+" + demoDraft, false}} {
+		t.Run(c.draft, func(t *testing.T) {
+			e, err := specula.Open(specula.Config{Model: demoTarget, Draft: c.draft, FixedK: c.fixed, K: 4 * btoi(c.fixed)})
+			require.NoError(t, err)
+			defer e.Close()
+			got, err := e.Complete(ctx, prompt, p)
+			require.NoError(t, err)
+			assert.Equal(t, want.Text, got.Text)
+			assert.Equal(t, want.Tokens, got.Tokens)
+			assert.Equal(t, spec.FinishLength, got.Finish)
+			t.Logf("%s", got.Stats)
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestStreamAndStop: streamed pieces are whole UTF-8 and add up to the text; a stop
+// string ends the text before it, and is never streamed in part; seeded sampling is
+// the same text twice; bad parameters fail before anything is generated.
+func TestStreamAndStop(t *testing.T) {
+	ctx := context.Background()
+	e, err := specula.Open(specula.Config{Model: demoTarget, Draft: demoDraft})
+	require.NoError(t, err)
+	defer e.Close()
+	prompt := "package main\n\nimport \"fmt\"\n\nfunc main() {\n"
+	full, err := e.Complete(ctx, prompt, specula.Params{MaxTokens: 64, IgnoreEOS: true})
+	require.NoError(t, err)
+	i := strings.Index(full.Text[1:], "\n") + 1
+	require.Positive(t, i, "the text has a second line: %q", full.Text)
+	stop := full.Text[i : i+2]
+	var pieces []string
+	c, err := e.Stream(ctx, prompt, specula.Params{MaxTokens: 64, IgnoreEOS: true, Stop: []string{stop}}, func(s string) error {
+		assert.True(t, utf8.ValidString(s), "%q", s)
+		pieces = append(pieces, s)
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, spec.FinishStop, c.Finish)
+	assert.Equal(t, full.Text[:strings.Index(full.Text, stop)], c.Text)
+	assert.Equal(t, c.Text, strings.Join(pieces, ""))
+
+	seeded := specula.Params{MaxTokens: 32, Temperature: 0.9, Seed: 11}
+	a, err := e.Complete(ctx, prompt, seeded)
+	require.NoError(t, err)
+	b, err := e.Complete(ctx, prompt, seeded)
+	require.NoError(t, err)
+	assert.Equal(t, a.Tokens, b.Tokens, "a seed gives the same text")
+
+	called := false
+	for _, bad := range []specula.Params{{MaxTokens: -1}, {Temperature: -1}, {TopP: 2}, {Stop: []string{""}}, {RepetitionPenalty: -1}} {
+		_, err := e.Stream(ctx, prompt, bad, func(string) error { called = true; return nil })
+		assert.Error(t, err, "%+v", bad)
+		assert.Error(t, bad.Validate())
+	}
+	assert.False(t, called, "nothing was generated for bad parameters")
+	stopErr := errors.New("enough")
+	_, err = e.Stream(ctx, prompt, specula.Params{MaxTokens: 20}, func(string) error { return stopErr })
+	assert.ErrorIs(t, err, stopErr)
+}
+
+// TestChat: a model without a chat template refuses chats with ErrNoChatTemplate; with
+// one (ChatML here) the answer is the completion of the rendered prompt.
+func TestChat(t *testing.T) {
+	ctx := context.Background()
+	e, err := specula.Open(specula.Config{Model: demoTarget})
+	require.NoError(t, err)
+	defer e.Close()
+	msgs := []specula.Message{{Role: "system", Content: "You write Go."}, {Role: "user", Content: "A main function, please."}}
+	_, err = e.Chat(ctx, msgs, specula.Params{MaxTokens: 8})
+	assert.ErrorIs(t, err, specula.ErrNoChatTemplate)
+
+	chatml, err := os.ReadFile("testdata/templates/chatml.jinja")
+	require.NoError(t, err)
+	withTmpl, err := specula.Open(specula.Config{Model: demoTarget, ChatTemplate: string(chatml)})
+	require.NoError(t, err)
+	defer withTmpl.Close()
+	got, err := withTmpl.Chat(ctx, msgs, specula.Params{MaxTokens: 16, IgnoreEOS: true})
+	require.NoError(t, err)
+	rendered := "<|im_start|>system\nYou write Go.<|im_end|>\n<|im_start|>user\nA main function, please.<|im_end|>\n<|im_start|>assistant\n"
+	want, err := withTmpl.Complete(ctx, rendered, specula.Params{MaxTokens: 16, IgnoreEOS: true})
+	require.NoError(t, err)
+	assert.Equal(t, want.Tokens, got.Tokens)
+}
