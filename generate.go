@@ -23,9 +23,9 @@ type Params struct {
 	// TopP keeps the smallest set of most likely tokens whose probability reaches it
 	// (0 or 1: all); TopK keeps the TopK most likely (0: all); MinP drops tokens
 	// less likely than MinP times the most likely one.
-	TopP  float64
-	TopK  int
-	MinP  float64
+	TopP float64
+	TopK int
+	MinP float64
 	// RepetitionPenalty (CTRL-style, 0 or 1: none) makes tokens already in the text
 	// less likely.
 	RepetitionPenalty float64
@@ -91,10 +91,11 @@ func (e *Engine) Complete(ctx context.Context, prompt string, p Params) (Complet
 // soon as it is final (whole characters; a stop string is never shown in part). An
 // error from emit ends the generation and is returned. A nil emit only collects.
 func (e *Engine) Stream(ctx context.Context, prompt string, p Params, emit func(text string) error) (Completion, error) {
-	if prompt == "" {
-		return Completion{}, errors.New("specula: empty prompt")
+	ids := e.tok.Encode(prompt, e.tok.DefaultOptions())
+	if len(ids) == 0 {
+		return Completion{}, ErrEmptyPrompt
 	}
-	return e.generate(ctx, e.tok.Encode(prompt, e.tok.DefaultOptions()), p, emit)
+	return e.generate(ctx, ids, p, emit)
 }
 
 // Chat answers a conversation: the messages are rendered with the model's chat
@@ -130,7 +131,7 @@ func (e *Engine) ChatPrompt(messages []any, extra map[string]any) ([]int32, erro
 		return nil, fmt.Errorf("%w%s", ErrNoChatTemplate, why)
 	}
 	if len(messages) == 0 {
-		return nil, errors.New("specula: no messages")
+		return nil, fmt.Errorf("%w: no messages", ErrEmptyPrompt)
 	}
 	prompt, err := e.chat.Render(messages, extra)
 	if err != nil {
@@ -142,7 +143,7 @@ func (e *Engine) ChatPrompt(messages []any, extra map[string]any) ([]int32, erro
 	}
 	ids := e.tok.Encode(prompt, opts)
 	if len(ids) == 0 {
-		return nil, errors.New("specula: the conversation renders to an empty prompt")
+		return nil, ErrEmptyPrompt
 	}
 	return ids, nil
 }
@@ -151,6 +152,9 @@ func (e *Engine) ChatPrompt(messages []any, extra map[string]any) ([]int32, erro
 // template: none in its GGUF file or tokenizer_config.json, or one that does not
 // compile (Config.ChatTemplate supplies one).
 var ErrNoChatTemplate = errors.New("specula: the model has no usable chat template")
+
+// ErrEmptyPrompt is returned when a prompt or conversation encodes to no tokens.
+var ErrEmptyPrompt = errors.New("specula: the prompt encodes to no tokens")
 
 // generate runs one request of prompt tokens.
 func (e *Engine) generate(ctx context.Context, prompt []int32, p Params, emit func(string) error) (Completion, error) {

@@ -69,6 +69,9 @@ type Config struct {
 	K int
 	// FixedK drafts exactly K tokens every step.
 	FixedK bool
+	// MinK, for an adaptive engine, is the fewest tokens a step that drafts drafts
+	// (llama-server's --draft-min); it may still decode a step plainly.
+	MinK int
 	// Threads is the number of threads of a forward pass (0: GOMAXPROCS).
 	Threads int
 	// ContextLength, when positive, lowers the model's context length.
@@ -93,6 +96,7 @@ type Config struct {
 // decoders on them. It is safe for concurrent use. Close it when done.
 type Engine struct {
 	model   model.Model
+	path    string // the target's file, when Open loaded it
 	local   *target.Local
 	tok     *tokenizer.Tokenizer
 	info    model.Info
@@ -139,8 +143,9 @@ func (e *Engine) open(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return e.makeDecoders(drafter, cfg.K, cfg.FixedK)
+	return e.makeDecoders(drafter, cfg.K, cfg.MinK, cfg.FixedK)
 }
+
 
 // NewEngine returns an engine on a target model of any kind and its tokenizer,
 // drafting with drafter (nil: plain decoding). The engine does not close m or the
@@ -153,7 +158,7 @@ func NewEngine(m model.Model, tok *tokenizer.Tokenizer, drafter draft.Drafter, o
 		return nil, fmt.Errorf("specula: K %d: want 0 to %d", opts.K, spec.MaxK)
 	}
 	e := &Engine{model: m, info: m.Info(), tok: tok, chat: opts.ChatTemplate}
-	if err := e.makeDecoders(drafter, opts.K, opts.FixedK); err != nil {
+	if err := e.makeDecoders(drafter, opts.K, 0, opts.FixedK); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -166,6 +171,8 @@ func (c Config) check() error {
 		return errors.New("specula: Config.Model is required: a GGUF file or a Hugging Face directory")
 	case c.K < 0 || c.K > spec.MaxK:
 		return fmt.Errorf("specula: Config.K %d: want 0 (the default, %d) to %d", c.K, DefaultMaxK, spec.MaxK)
+	case c.MinK < 0 || c.MinK > max(c.K, DefaultMaxK*btoi(c.K == 0)):
+		return fmt.Errorf("specula: Config.MinK %d: want 0 to K", c.MinK)
 	case c.Threads < 0, c.ContextLength < 0, c.KVBudget < 0, c.MaxSequences < 0:
 		return fmt.Errorf("specula: Config has a negative count: Threads %d, ContextLength %d, KVBudget %d, MaxSequences %d",
 			c.Threads, c.ContextLength, c.KVBudget, c.MaxSequences)
@@ -187,7 +194,7 @@ func (e *Engine) openTarget(cfg Config) error {
 		return err
 	}
 	e.closers = append(e.closers, m)
-	e.model, e.info = m, m.Info()
+	e.model, e.info, e.path = m, m.Info(), cfg.Model
 	if e.tok, err = tokenizer.Load(cfg.Model); err != nil {
 		return fmt.Errorf("specula: %w", err)
 	}
@@ -343,7 +350,7 @@ func (e *Engine) openPart(name string, cfg Config) (d draft.Drafter, isModel boo
 
 // makeDecoders makes the plain decoder and, with a drafter, the speculative one
 // drafting up to k tokens a step (adaptive unless fixed) and the reproducible one.
-func (e *Engine) makeDecoders(drafter draft.Drafter, k int, fixed bool) error {
+func (e *Engine) makeDecoders(drafter draft.Drafter, k, minK int, fixed bool) error {
 	tgt, err := target.NewLocal(e.model)
 	if err != nil {
 		return fmt.Errorf("specula: %w", err)
@@ -360,7 +367,7 @@ func (e *Engine) makeDecoders(drafter draft.Drafter, k int, fixed bool) error {
 		k = DefaultMaxK
 	}
 	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
-	if e.dec, err = spec.New(tgt, drafter, spec.Options{K: k, Adaptive: !fixed, PaddedVocab: true}); err != nil {
+	if e.dec, err = spec.New(tgt, drafter, spec.Options{K: k, MinK: minK, Adaptive: !fixed, PaddedVocab: true}); err != nil {
 		return err
 	}
 	e.maxK, e.seeded = k, e.dec
@@ -407,6 +414,9 @@ func (e *Engine) MaxDraft() int { return e.maxK }
 // Target returns the target every decoder verifies through: its batch statistics and
 // load.
 func (e *Engine) Target() *target.Local { return e.local }
+
+// Path is the target's file or directory ("" for an engine made by NewEngine).
+func (e *Engine) Path() string { return e.path }
 
 // Model returns the target model.
 func (e *Engine) Model() model.Model { return e.model }

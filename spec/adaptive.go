@@ -24,6 +24,7 @@ import (
 // verifications it remembers look costly.
 type controller struct {
 	maxK     int
+	minK     int // the fewest tokens a step that drafts asks for
 	drafters []drafterStats
 	verify   []bucket // by tokens verified, 1 … maxK+1; normalised seconds
 	speed    float64  // the machine's current slowness: observed over normalised times
@@ -253,9 +254,10 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 	maxK = min(maxK, c.maxK)
 	c.steps++
 	best, bestD, bestK := c.value(&c.drafters[0], 0), 0, 0
+	least := max(1, min(c.minK, maxK))
 	for d := range c.drafters {
 		s := &c.drafters[d]
-		for kk := 1; kk <= maxK; kk++ {
+		for kk := least; kk <= maxK; kk++ {
 			if r := c.value(s, kk); r > best {
 				best, bestD, bestK = r, d, kk
 			}
@@ -271,6 +273,7 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 		if t := c.turn % (len(c.drafters) + 1); t != len(c.drafters) && t != bestD {
 			d, k = t, 1
 		}
+		k = max(k, least)
 		c.explore = c.steps + c.gap(best, c.value(&c.drafters[d], k))
 		c.probing = true
 		return d, k

@@ -51,6 +51,10 @@ type Options struct {
 	// online, from the requests themselves, and carries what it learned from one
 	// request to the next.
 	Adaptive bool
+	// MinK, with Adaptive, is the fewest tokens a step that drafts asks for
+	// (llama-server's --draft-min); a step may still draft nothing. It must not
+	// exceed K.
+	MinK int
 	// Alternatives are further drafters an adaptive decoder may choose from.
 	Alternatives []draft.Drafter
 	// PaddedVocab allows draft models whose vocabulary is smaller than the target's:
@@ -66,6 +70,7 @@ type Decoder struct {
 	info     model.Info
 	drafters []draft.Drafter // none for plain decoding
 	k        int
+	minK     int // an adaptive step that drafts asks for at least this many
 	adaptive bool
 
 	mu      sync.Mutex
@@ -81,11 +86,14 @@ func New(tgt target.Target, drafter draft.Drafter, opts Options) (*Decoder, erro
 	if opts.K < 0 || opts.K > MaxK {
 		return nil, fmt.Errorf("spec: K %d must lie in [0, %d]", opts.K, MaxK)
 	}
+	if opts.MinK < 0 || opts.MinK > opts.K {
+		return nil, fmt.Errorf("spec: MinK %d must lie in [0, K = %d]", opts.MinK, opts.K)
+	}
 	info := tgt.Info()
 	if info.VocabSize < 1 {
 		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
-	dec := &Decoder{target: tgt, info: info, k: opts.K, adaptive: opts.Adaptive}
+	dec := &Decoder{target: tgt, info: info, k: opts.K, minK: opts.MinK, adaptive: opts.Adaptive}
 	if drafter != nil {
 		dec.drafters = append(dec.drafters, drafter)
 	}
@@ -471,6 +479,7 @@ func (r *run) startDrafters(ctx context.Context) error {
 		if r.ctl == nil {
 			r.ctl = newController(k, len(r.sessions))
 		}
+		r.ctl.minK = d.minK
 	}
 	return nil
 }

@@ -9,7 +9,12 @@
 //	curl -s localhost:8080/v1/completions -H 'Content-Type: application/json' \
 //	    -d '{"model": "gocoder-m-q8_0", "prompt": "func main() {", "max_tokens": 64, "temperature": 0}'
 //
-// Any OpenAI client works with base URL http://localhost:8080/v1.
+// Any OpenAI client works with base URL http://localhost:8080/v1. Every flag can
+// also be set by an environment variable, SPECULA_ and its long name in capitals
+// with underscores (SPECULA_MODEL, SPECULA_API_KEY, SPECULA_KV_BUDGET); the command
+// line wins. As in llama-server, -m, -md, -c and -t stand for -model, -draft-model,
+// -ctx-size and -threads, and -host, -port, -draft-max and -draft-min exist; the
+// server is the importable package github.com/specula/specula/server.
 //
 // # Endpoints
 //
@@ -24,7 +29,7 @@
 //   - GET /healthz (and /health): 200, or 503 while shutting down.
 //   - GET /metrics: Prometheus metrics (specula_*): acceptance rate, accepted length
 //     per target pass, tokens per second, time to first token, active and queued
-//     requests, key/value cache use, the speculative/plain decisions.
+//     requests, key/value cache use, the speculative/plain decisions, batch sizes.
 //
 // # Behaviour where the OpenAI API is silent
 //
@@ -45,13 +50,12 @@
 //   - Load: with -saturation N, a request admitted while N generations already run
 //     decodes without speculation (vLLM's speculative_disable_by_batch_size); the
 //     decision is made per request at admission, shown by specula_speculation_enabled
-//     and counted in specula_speculation_decisions_total. It is off by default
-//     because this CPU runtime runs each request's forward passes on their own (no
-//     batching across requests), so a draft saves as much work under load as alone;
-//     go test ./examples/server -run XXX -bench ConcurrentStreams compares the
-//     settings on a given machine. Within a request the adaptive decoder
-//     (-num-speculative-tokens auto) measures, every step, what drafting costs and
-//     gains under the current load and drafts nothing when it does not pay.
+//     and counted in specula_speculation_decisions_total. It is off by default:
+//     running requests share the target's forward passes, and the adaptive decoder
+//     (-num-speculative-tokens auto) prices each step's draft by what it costs the
+//     whole batch (the pass cost per token, learned), so speculation fades by itself
+//     as the batch fills and comes back when it empties; go test ./server -run XXX
+//     -bench ConcurrentStreams compares the settings on a given machine.
 //   - Sampling with an explicit seed is reproducible: such requests always use a
 //     decoder with a fixed number of draft tokens (the adaptive choice depends on
 //     timing, and the random draws with it), whatever the load.
@@ -93,6 +97,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/specula/specula"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/server"
 	"github.com/specula/specula/spec"
 )
 
@@ -103,16 +110,16 @@ const (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
 }
 
-// run serves the models the command line names until SIGINT or SIGTERM, then shuts
-// down gracefully.
-func run(args []string) error {
-	f, err := parseFlags(args)
+// run serves the models the command line (and the SPECULA_* environment) names until
+// SIGINT or SIGTERM, then shuts down gracefully.
+func run(args []string, getenv func(string) string) error {
+	f, err := parseFlags(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -125,94 +132,221 @@ func run(args []string) error {
 	}
 	log := newLogger(f.quiet)
 	cfg.Logger = log
-	srv, err := New(cfg)
+	cfg.Engine.Progress = progressLog(log)
+	logModel(log, cfg.Engine)
+	srv, err := server.Open(cfg)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	ln, err := net.Listen("tcp", f.addr)
+	ln, err := net.Listen("tcp", f.listenAddr())
 	if err != nil {
 		return err
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("serving", "addr", "http://"+ln.Addr().String()+"/v1", "models", srv.names,
-		"speculative_tokens", f.k, "max_concurrent", cfg.MaxConcurrent, "chat_template", srv.chat != nil)
+	log.Info("serving", "addr", "http://"+ln.Addr().String()+"/v1", "models", srv.Names(),
+		"speculative_tokens", f.k, "max_concurrent", cfg.MaxConcurrent, "api_key", cfg.APIKey != "")
 	return serveUntilSignal(hs, ln, srv, log, f.grace)
+}
+
+// logModel logs what the target is: architecture, shape, weight type, context and
+// threads (read from the mapped file, before its weights are loaded).
+func logModel(log *slog.Logger, cfg specula.Config) {
+	t, err := llama.OpenTensors(cfg.Model)
+	if err != nil {
+		return // Open says why
+	}
+	defer t.Close()
+	c := t.Config
+	weights := "?"
+	if typ, _, _, ok := t.Lookup(t.Names.Layer(0, "down")); ok {
+		weights = typ.String()
+	}
+	threads := cfg.Threads
+	if threads == 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	ctxLen := c.ContextLength
+	if cfg.ContextLength > 0 && (ctxLen == 0 || cfg.ContextLength < ctxLen) {
+		ctxLen = cfg.ContextLength
+	}
+	log.Info("model", "path", cfg.Model, "name", t.Name, "arch", c.Arch, "layers", c.Layers, "hidden", c.Dim,
+		"vocab", c.Vocab, "weights", weights, "context_length", ctxLen, "threads", threads, "draft", cfg.Draft)
+}
+
+// progressLog logs the loading of each model file at every quarter.
+func progressLog(log *slog.Logger) func(file string, done, total int64) {
+	last := map[string]int64{}
+	return func(file string, done, total int64) {
+		q := 4 * done / max(total, 1)
+		if q == last[file] && done != 0 {
+			return
+		}
+		last[file] = q
+		log.Info("loading", "file", file, "percent", 25*q, "mib", done>>20)
+	}
 }
 
 // flags is the command line, as given.
 type flags struct {
-	addr, model, draft, k, kvBudget, saturation, name, tmplFile string
-	head                                                        string
-	threads, ctxLen, maxConc, maxQueue                          int
-	ngram, quiet                                                bool
-	pacing, grace                                               time.Duration
-	maxBody                                                     int64
+	addr, host, model, draft, k, kvBudget, saturation, name, tmplFile string
+	head, apiKey                                                      string
+	port, threads, ctxLen, maxConc, maxQueue, draftMax, draftMin      int
+	ngram, quiet                                                      bool
+	pacing, grace                                                     time.Duration
+	maxBody                                                           int64
+	set                                                               map[string]bool // the flags given, by name
 }
 
-// parseFlags reads the command line; -h and -help give flag.ErrHelp.
-func parseFlags(args []string) (*flags, error) {
-	var f flags
+// parseFlags reads the command line, and for each flag not on it the environment
+// variable SPECULA_NAME (the flag's long name in capitals, dashes as underscores);
+// -h and -help give flag.ErrHelp. Short names as llama-server's stand beside the long
+// ones: -m, -md, -c, -t.
+func parseFlags(args []string, getenv func(string) string) (*flags, error) {
+	f := flags{set: map[string]bool{}}
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	fs.StringVar(&f.addr, "addr", "localhost:8080", "address to listen on")
-	fs.StringVar(&f.model, "model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
-	fs.StringVar(&f.draft, "draft-model", defaultDraft, `draft model ("none" for no draft model)`)
+	str := func(p *string, value, usage string, names ...string) {
+		for _, n := range names {
+			fs.StringVar(p, n, value, usage)
+		}
+	}
+	num := func(p *int, value int, usage string, names ...string) {
+		for _, n := range names {
+			fs.IntVar(p, n, value, usage)
+		}
+	}
+	fs.StringVar(&f.addr, "addr", "", "address to listen on, host:port (default: -host and -port)")
+	fs.StringVar(&f.host, "host", "localhost", "host to listen on")
+	fs.IntVar(&f.port, "port", 8080, "port to listen on")
+	str(&f.model, defaultModel, "target model: a GGUF file or a Hugging Face directory", "model", "m")
+	str(&f.draft, defaultDraft, `draft model ("none" for no draft model)`, "draft-model", "md")
 	fs.StringVar(&f.head, "head", "", "a trained draft head to draft with instead of the draft model: an MLPSpeculator, Medusa or EAGLE directory made for the target")
 	fs.StringVar(&f.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
+	fs.IntVar(&f.draftMax, "draft-max", 0, "with -num-speculative-tokens auto, the most tokens drafted a step (0: 8)")
+	fs.IntVar(&f.draftMin, "draft-min", 0, "with -num-speculative-tokens auto, the fewest tokens drafted in a step that drafts")
 	fs.BoolVar(&f.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
-	fs.IntVar(&f.threads, "threads", 0, "threads per forward pass (0: all cores)")
+	num(&f.threads, 0, "threads per forward pass (0: all cores)", "threads", "t")
 	fs.StringVar(&f.kvBudget, "kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-concurrent sequences at full context, at most 4GiB)")
-	fs.IntVar(&f.ctxLen, "ctx-size", 0, "lower the model's context length (0: the model's)")
+	num(&f.ctxLen, 0, "lower the model's context length (0: the model's)", "ctx-size", "c")
 	fs.IntVar(&f.maxConc, "max-concurrent", 4*runtime.GOMAXPROCS(0), "generations that run at once")
 	fs.IntVar(&f.maxQueue, "max-queue", 64, "requests that may wait for a generation slot; more get 429")
-	fs.StringVar(&f.saturation, "saturation", "off", `the most running generations (the new one included) for a new request to speculate: a number, "cores", or "off" (always speculate; measured best on the CPU runtime)`)
+	fs.StringVar(&f.saturation, "saturation", "off", `the most running generations (the new one included) for a new request to speculate: a number, "cores", or "off" (always speculate, the adaptive choice pricing drafts by the batch)`)
 	fs.DurationVar(&f.pacing, "pacing", 0, "spread the tokens of each accepted burst over this window in streams, such as 20ms (0: off)")
 	fs.StringVar(&f.name, "model-name", "", "a name clients may use for the model (default: its file name)")
 	fs.StringVar(&f.tmplFile, "chat-template-file", "", "a Jinja chat template to use instead of the model's")
+	fs.StringVar(&f.apiKey, "api-key", "", "require this key of clients (Authorization: Bearer KEY); /healthz stays open")
 	fs.Int64Var(&f.maxBody, "max-body", 1<<20, "largest request body in bytes")
 	fs.DurationVar(&f.grace, "shutdown-timeout", 30*time.Second, "how long running generations may finish after SIGINT or SIGTERM")
 	fs.BoolVar(&f.quiet, "quiet", false, "no request log")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: every setting is a flag", fs.Args())
+	}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := fromEnv(fs, f.set, getenv); err != nil {
+		return nil, err
+	}
 	return &f, nil
+}
+
+// short are the short flag names and the long ones they stand for.
+var short = map[string]string{"m": "model", "md": "draft-model", "t": "threads", "c": "ctx-size"}
+
+// fromEnv sets each flag that the command line left alone from SPECULA_NAME, when set.
+func fromEnv(fs *flag.FlagSet, set map[string]bool, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(fl *flag.Flag) {
+		long, isShort := short[fl.Name]
+		if err != nil || isShort || set[fl.Name] || set[shortOf(fl.Name)] {
+			_ = long
+			return
+		}
+		env := "SPECULA_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		if v := getenv(env); v != "" {
+			if e := fs.Set(fl.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", env, v, e)
+			}
+			set[fl.Name] = true
+		}
+	})
+	return err
+}
+
+// shortOf is the short name of a long flag ("" for none).
+func shortOf(long string) string {
+	for s, l := range short {
+		if l == long {
+			return s
+		}
+	}
+	return ""
+}
+
+// listenAddr is -addr, or -host and -port.
+func (f *flags) listenAddr() string {
+	if f.addr != "" {
+		return f.addr
+	}
+	return net.JoinHostPort(f.host, strconv.Itoa(f.port))
 }
 
 // config turns the flags into the server's Config, reading those that need it. It
 // checks that the demo models are there when they are meant, since a missing one
 // most likely means the command runs from the wrong directory.
-func (f *flags) config() (Config, error) {
-	cfg := Config{
-		Model: f.model, ModelName: f.name, NGram: f.ngram, Threads: f.threads, ContextLength: f.ctxLen,
-		MaxConcurrent: f.maxConc, MaxQueue: f.maxQueue, Pacing: f.pacing, MaxBodyBytes: f.maxBody,
+func (f *flags) config() (server.Config, error) {
+	cfg := server.Config{
+		ModelName: f.name, MaxConcurrent: f.maxConc, MaxQueue: f.maxQueue, Pacing: f.pacing, MaxBodyBytes: f.maxBody, APIKey: f.apiKey,
+		Engine: specula.Config{Model: f.model, Threads: f.threads, ContextLength: f.ctxLen, NoLookup: !f.ngram},
 	}
-	cfg.Head = f.head
-	if f.draft != "none" && f.head == "" {
-		cfg.DraftModel = f.draft
+	k, adaptive, err := parseK(f.k)
+	if err != nil {
+		return cfg, err
 	}
-	var err error
-	if cfg.SpeculativeTokens, cfg.Adaptive, err = parseK(f.k); err != nil {
-		return Config{}, err
+	if adaptive && f.draftMax > 0 {
+		k = f.draftMax
 	}
-	if cfg.KVBudget, err = parseBytes(f.kvBudget); err != nil {
-		return Config{}, fmt.Errorf("-kv-budget: %w", err)
+	if f.draftMax < 0 || f.draftMax > spec.MaxK || f.draftMin < 0 || (f.draftMin > 0 && f.draftMin > k) {
+		return cfg, fmt.Errorf("-draft-max %d, -draft-min %d: want 0 <= draft-min <= draft-max <= %d", f.draftMax, f.draftMin, spec.MaxK)
+	}
+	cfg.Engine.K, cfg.Engine.FixedK, cfg.Engine.MinK = k, !adaptive, f.draftMin
+	cfg.Engine.Draft = f.drafter(k)
+	if cfg.Engine.KVBudget, err = parseBytes(f.kvBudget); err != nil {
+		return cfg, fmt.Errorf("-kv-budget: %w", err)
 	}
 	if cfg.Saturation, err = parseSaturation(f.saturation); err != nil {
-		return Config{}, err
+		return cfg, err
 	}
 	if f.tmplFile != "" {
 		b, err := os.ReadFile(f.tmplFile)
 		if err != nil {
-			return Config{}, err
+			return cfg, err
 		}
-		cfg.ChatTemplate = string(b)
+		cfg.Engine.ChatTemplate = string(b)
 	}
-	for _, p := range []string{cfg.Model, cfg.DraftModel} {
+	for _, p := range []string{cfg.Engine.Model, cfg.Engine.Draft} {
 		if (p == defaultModel || p == defaultDraft) && !exists(p) {
-			return Config{}, fmt.Errorf("the demo model %s is missing: run from the repository root, or pass -model and -draft-model", p)
+			return cfg, fmt.Errorf("the demo model %s is missing: run from the repository root, or pass -model and -draft-model", p)
 		}
 	}
 	return cfg, nil
+}
+
+// drafter is the engine's Config.Draft for the flags: the head, else the draft
+// model, else prompt lookup or nothing.
+func (f *flags) drafter(k int) string {
+	switch {
+	case k == 0:
+		return "none"
+	case f.head != "":
+		return f.head
+	case f.draft != "none" && f.draft != "":
+		return f.draft
+	case f.ngram:
+		return "ngram"
+	}
+	return "none"
 }
 
 // parseSaturation reads -saturation: "off" (0, never turn speculation off), "cores"
@@ -243,7 +377,7 @@ func newLogger(quiet bool) *slog.Logger {
 
 // serveUntilSignal serves hs on ln until it fails or SIGINT or SIGTERM comes, then
 // shuts down: no new requests, and running generations get grace to finish.
-func serveUntilSignal(hs *http.Server, ln net.Listener, srv *Server, log *slog.Logger, grace time.Duration) error {
+func serveUntilSignal(hs *http.Server, ln net.Listener, srv *server.Server, log *slog.Logger, grace time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
@@ -260,7 +394,7 @@ func serveUntilSignal(hs *http.Server, ln net.Listener, srv *Server, log *slog.L
 // shutdown stops the HTTP server from accepting requests and lets the running
 // generations finish for grace before cancelling them; then it waits a little for
 // the handlers to return, and closes the connections that remain.
-func shutdown(hs *http.Server, srv *Server, log *slog.Logger, grace time.Duration) error {
+func shutdown(hs *http.Server, srv *server.Server, log *slog.Logger, grace time.Duration) error {
 	log.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
@@ -283,7 +417,7 @@ func shutdown(hs *http.Server, srv *Server, log *slog.Logger, grace time.Duratio
 // parseK reads -num-speculative-tokens: "auto" (adaptive, up to 8) or a number.
 func parseK(s string) (k int, adaptive bool, err error) {
 	if s == "auto" {
-		return adaptiveMaxK, true, nil
+		return specula.DefaultMaxK, true, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 || n > spec.MaxK {

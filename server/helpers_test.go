@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bufio"
@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specula/specula"
 	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/target"
@@ -24,8 +26,8 @@ import (
 
 // The demo models, relative to this package's directory.
 const (
-	testTarget = "../../models/gocoder-m-q8_0.gguf"
-	testDraft  = "../../models/gocoder-xs-q8_0.gguf"
+	testTarget = "../models/gocoder-m-q8_0.gguf"
+	testDraft  = "../models/gocoder-xs-q8_0.gguf"
 )
 
 // demoModels skips the test when the demo models are not there.
@@ -41,18 +43,25 @@ func demoModels(t testing.TB) {
 // speculativeConfig is the demo setup of main: gocoder-m drafted by gocoder-xs and
 // prompt lookup, K chosen adaptively.
 func speculativeConfig() Config {
-	return Config{Model: testTarget, DraftModel: testDraft, NGram: true, SpeculativeTokens: adaptiveMaxK, Adaptive: true,
-		MaxConcurrent: 4, MaxQueue: 16}
+	return Config{Engine: specula.Config{Model: testTarget, Draft: testDraft}, MaxConcurrent: 4, MaxQueue: 16}
+}
+
+// withDefaults fills in the test setup's defaults: the demo target, decoding plainly.
+func withDefaults(cfg Config) Config {
+	if cfg.Engine.Model == "" {
+		cfg.Engine.Model = testTarget
+	}
+	if cfg.Engine.Draft == "" {
+		cfg.Engine.Draft = "none"
+	}
+	return cfg
 }
 
 // startServer makes a server and serves it with httptest; both end with the test.
 func startServer(t testing.TB, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
 	demoModels(t)
-	if cfg.Model == "" {
-		cfg.Model = testTarget
-	}
-	srv, err := New(cfg)
+	srv, err := Open(withDefaults(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +293,7 @@ func parseStream(t testing.TB, evs []event) streamed {
 // comparison with the server's output.
 func reference(t testing.TB, srv *Server, prompt string, maxTokens int) string {
 	t.Helper()
-	tgt, err := target.NewLocal(srv.target)
+	tgt, err := target.NewLocal(srv.eng.Model())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,11 +323,11 @@ func withChatTemplate(t testing.TB, src, dir, tmpl string) string {
 	defer f.Close()
 	var kv []gguf.KeyValue
 	for _, e := range f.KV {
-		if e.Key != ChatTemplateKey {
+		if e.Key != specula.ChatTemplateKey {
 			kv = append(kv, e)
 		}
 	}
-	kv = append(kv, gguf.KeyValue{Key: ChatTemplateKey, Value: gguf.String(tmpl)})
+	kv = append(kv, gguf.KeyValue{Key: specula.ChatTemplateKey, Value: gguf.String(tmpl)})
 	tensors := make([]gguf.TensorData, len(f.Tensors))
 	for i := range f.Tensors {
 		tt := &f.Tensors[i]
@@ -366,7 +375,7 @@ func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 // idle reports whether no generation runs or waits and the target's cache is free.
 func idle(srv *Server) bool {
 	active, queued := srv.Metrics()
-	kv := srv.target.KVStats()
+	kv := targetKV(srv)
 	return active == 0 && queued == 0 && kv.FreeBlocks == kv.Blocks
 }
 
@@ -400,4 +409,10 @@ func mustListen() net.Listener {
 		panic(err)
 	}
 	return ln
+}
+
+// targetKV is the target's key/value cache.
+func targetKV(srv *Server) kvcache.Stats {
+	kv, _ := srv.eng.KVStats()
+	return *kv
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // (testdata/openai_client.mjs): completions and chat, whole and streamed, and errors
 // surfacing as APIError with the server's status. It needs node and the package:
 //
-//	cd examples/server/testdata && npm install
+//	cd server/testdata && npm install
 //
 // and skips, saying so, without them.
 func TestOpenAINodeClient(t *testing.T) {
@@ -23,11 +23,11 @@ func TestOpenAINodeClient(t *testing.T) {
 		t.Skip("node is not installed: skipping the openai npm client test")
 	}
 	if _, err := os.Stat("testdata/node_modules/openai/package.json"); err != nil {
-		t.Skip("the openai npm package is not installed: run `npm install` in examples/server/testdata to run this test")
+		t.Skip("the openai npm package is not installed: run `npm install` in server/testdata to run this test")
 	}
 	demoModels(t)
 	cfg := speculativeConfig()
-	cfg.Model = withChatTemplate(t, testTarget, t.TempDir(), chatmlTemplate(t))
+	cfg.Engine.Model = withChatTemplate(t, testTarget, t.TempDir(), chatmlTemplate(t))
 	cfg.ModelName = "gocoder"
 	srv, ts := startServer(t, cfg)
 

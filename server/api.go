@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/specula/specula"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/tokenizer"
@@ -505,38 +506,28 @@ func (s *Server) chatPrompt(q *request, j *job) *apiError {
 		}
 		conv[i] = msg
 	}
-	if s.chat == nil {
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_missing",
-			Message: fmt.Sprintf("the model '%s' has no chat template (no %s in its GGUF file, no chat_template in its tokenizer_config.json), so it cannot answer chat requests: use /v1/completions, or start the server with -chat-template-file%s",
-				j.model, ChatTemplateKey, s.chatErrSuffix())}
-	}
 	extra := make(map[string]any, len(q.ChatTemplateKwargs))
 	for k, v := range q.ChatTemplateKwargs {
 		extra[k] = v
 	}
-	prompt, err := s.chat.render(conv, extra)
-	if err != nil {
+	prompt, err := s.eng.ChatPrompt(conv, extra)
+	switch {
+	case errors.Is(err, specula.ErrNoChatTemplate):
+		why := ""
+		if _, cerr := s.eng.ChatTemplate(); cerr != nil {
+			why = " (the model's template is not usable: " + cerr.Error() + ")"
+		}
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_missing",
+			Message: fmt.Sprintf("the model '%s' has no chat template (no %s in its GGUF file, no chat_template in its tokenizer_config.json), so it cannot answer chat requests: use /v1/completions, or start the server with -chat-template-file%s",
+				j.model, specula.ChatTemplateKey, why)}
+	case errors.Is(err, specula.ErrEmptyPrompt):
+		return badParam("messages", "the conversation renders to an empty prompt")
+	case err != nil:
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_error",
 			Message: "the chat template rejected the conversation: " + err.Error()}
 	}
-	opts := s.tok.DefaultOptions()
-	// The template writes the BOS token itself when the model wants one.
-	if bos := s.chat.bos; bos != "" && strings.HasPrefix(prompt, bos) {
-		opts.AddBOS = false
-	}
-	j.req.Prompt = s.tok.Encode(prompt, opts)
-	if len(j.req.Prompt) == 0 {
-		return badParam("messages", "the conversation renders to an empty prompt")
-	}
+	j.req.Prompt = prompt
 	return nil
-}
-
-// chatErrSuffix explains why a template that exists was not usable.
-func (s *Server) chatErrSuffix() string {
-	if s.chatErr != nil {
-		return " (the model's template did not compile: " + s.chatErr.Error() + ")"
-	}
-	return ""
 }
 
 func quoteAll(ss []string) []string {

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specula/specula"
 	"github.com/specula/specula/model"
 )
 
 // Every bad request gets an OpenAI-style JSON error with the right status, type,
 // parameter and code.
 func TestBadRequests(t *testing.T) {
-	_, ts := startServer(t, Config{MaxBodyBytes: 4096, ContextLength: 256})
+	_, ts := startServer(t, Config{MaxBodyBytes: 4096, Engine: specula.Config{ContextLength: 256}})
 	long := strings.Repeat("func f() {}\n", 250) // far more than 256 tokens, less than 4096 bytes
 	type want struct {
 		status int
@@ -190,12 +191,12 @@ func TestKVCacheFull(t *testing.T) {
 	// A budget of 8 blocks of 16 positions: 128 tokens for all sequences together,
 	// one request's context.
 	budget := int64(8 * 16 * 8 * 2 * 2 * 64 * 4)
-	_, err := New(Config{Model: testTarget, KVBudget: budget})
+	_, err := Open(withDefaults(Config{Engine: specula.Config{KVBudget: budget}}))
 	if err == nil || !strings.Contains(err.Error(), "raise -kv-budget to at least 16.0 MiB, or lower -context-length to 128") {
 		t.Fatalf("a budget below one full-context request: err = %v", err)
 	}
-	srv, ts := startServer(t, Config{KVBudget: budget, ContextLength: 128})
-	kv := srv.target.KVStats()
+	srv, ts := startServer(t, Config{Engine: specula.Config{KVBudget: budget, ContextLength: 128}})
+	kv, _ := srv.eng.KVStats()
 	if kv.Blocks != 8 {
 		t.Fatalf("the test budget gives %d blocks: %+v", kv.Blocks, kv)
 	}
@@ -227,11 +228,11 @@ func TestKVCacheFull(t *testing.T) {
 // holdBlocks fills a sequence of the target with n blocks' worth of tokens.
 func holdBlocks(t *testing.T, srv *Server, n int) model.Sequence {
 	t.Helper()
-	seq, err := srv.target.NewSequence(context.Background())
+	seq, err := srv.eng.Model().NewSequence(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	toks := make([]int32, n*srv.target.KVStats().BlockSize)
+	toks := make([]int32, n*targetKV(srv).BlockSize)
 	for i := range toks {
 		toks[i] = int32(i % 100)
 	}
@@ -263,7 +264,7 @@ func TestMemoryPlanLogged(t *testing.T) {
 	var buf bytes.Buffer
 	cfg := speculativeConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
-	srv, err := New(cfg)
+	srv, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"fmt"
@@ -15,23 +15,12 @@ type memoryPlan struct {
 	Concurrent              int // requests that may run at once
 }
 
-// weightBytes is implemented by what holds weights: models and draft heads.
-type weightBytes interface {
-	WeightBytes() int64
-}
-
-// plan works out the memory plan of the loaded server.
+// plan works out the memory plan of the server's engine.
 func (s *Server) plan() memoryPlan {
-	kv := s.target.KVStats()
-	p := memoryPlan{TargetBytes: s.target.WeightBytes(), KVBudget: kv.Budget,
-		KVTokens: kv.Blocks * kv.BlockSize, ContextLength: s.target.Info().ContextLength, Concurrent: s.cfg.MaxConcurrent}
-	for _, d := range s.drafts {
-		p.DraftBytes += d.WeightBytes()
-	}
-	for _, c := range s.closers {
-		if w, ok := c.(weightBytes); ok {
-			p.DraftBytes += w.WeightBytes()
-		}
+	p := memoryPlan{ContextLength: s.info.ContextLength, Concurrent: s.cfg.MaxConcurrent}
+	p.TargetBytes, p.DraftBytes = s.eng.WeightBytes()
+	if kv, _ := s.eng.KVStats(); kv != nil {
+		p.KVBudget, p.KVTokens = kv.Budget, kv.Blocks*kv.BlockSize
 	}
 	return p
 }
@@ -39,7 +28,7 @@ func (s *Server) plan() memoryPlan {
 // check refuses a plan whose key/value budget cannot hold one request at full
 // context, saying what to lower or raise.
 func (p memoryPlan) check() error {
-	if p.ContextLength > 0 && p.KVTokens < p.ContextLength {
+	if p.ContextLength > 0 && p.KVBudget > 0 && p.KVTokens < p.ContextLength {
 		need := (p.KVBudget*int64(p.ContextLength) + int64(p.KVTokens) - 1) / int64(max(p.KVTokens, 1))
 		return fmt.Errorf("the key/value budget of %.1f MiB holds %d positions, less than one request at full context (%d): "+
 			"raise -kv-budget to at least %.1f MiB, or lower -context-length to %d",

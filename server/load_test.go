@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bufio"
@@ -123,12 +123,8 @@ func TestConcurrentStreams(t *testing.T) {
 }
 
 func draftIdle(srv *Server) bool {
-	for _, d := range srv.drafts {
-		if kv := d.KVStats(); kv.FreeBlocks != kv.Blocks {
-			return false
-		}
-	}
-	return true
+	_, kv := srv.eng.KVStats()
+	return kv == nil || kv.FreeBlocks == kv.Blocks
 }
 
 // A client that goes away cancels its generation: the slot and the sequence's memory
@@ -147,7 +143,7 @@ func TestClientDisconnect(t *testing.T) {
 		if a, _ := srv.Metrics(); a != 1 {
 			t.Errorf("active %d", a)
 		}
-		if kv := srv.target.KVStats(); kv.FreeBlocks == kv.Blocks {
+		if kv := targetKV(srv); kv.FreeBlocks == kv.Blocks {
 			t.Error("a running stream holds no cache")
 		}
 		cancel()
@@ -167,7 +163,7 @@ func TestClientDisconnect(t *testing.T) {
 		}()
 		waitFor(t, "the generation to start", 5*time.Second, func() bool {
 			a, _ := srv.Metrics()
-			kv := srv.target.KVStats()
+			kv := targetKV(srv)
 			return a == 1 && kv.FreeBlocks < kv.Blocks
 		})
 		cancel()
@@ -539,8 +535,8 @@ func TestMetrics(t *testing.T) {
 		`specula_finished_total{reason="length"}`:                        3,
 		`specula_speculation_enabled`:                                    1,
 		`specula_kv_cache_usage_ratio{model="target"}`:                   0,
-		`specula_kv_cache_free_blocks{model="target"}`:                   float64(srv.target.KVStats().Blocks),
-		`specula_kv_cache_budget_bytes{model="target"}`:                  float64(srv.target.KVStats().Budget),
+		`specula_kv_cache_free_blocks{model="target"}`:                   float64(targetKV(srv).Blocks),
+		`specula_kv_cache_budget_bytes{model="target"}`:                  float64(targetKV(srv).Budget),
 		`specula_request_duration_seconds_count{endpoint="completions"}`: 4,
 		// One request at a time: a pass per verification and per prefill, each alone.
 		`specula_prefix_cache_hits_total{model="target"}`: 0, // three different prompts

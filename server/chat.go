@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"encoding/json"
@@ -36,4 +36,3 @@ func messageText(raw json.RawMessage, param string) (string, *apiError) {
 	}
 	return b.String(), nil
 }
-

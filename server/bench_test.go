@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bufio"
@@ -13,14 +13,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/specula/specula"
 )
 
 // benchPrompts are the code-completion prompts of ../shared/prompts/go-dev.jsonl
 // (the last 300 bytes of each), or the tests' prompts when that file is absent.
 func benchPrompts(b *testing.B) []string {
-	f, err := os.Open("../../../shared/prompts/go-dev.jsonl")
+	f, err := os.Open("../../shared/prompts/go-dev.jsonl")
 	if err != nil {
-		b.Logf("../../../shared/prompts/go-dev.jsonl: %v; using the test prompts", err)
+		b.Logf("../../shared/prompts/go-dev.jsonl: %v; using the test prompts", err)
 		return testPrompts
 	}
 	defer f.Close()
@@ -49,7 +51,7 @@ func benchPrompts(b *testing.B) []string {
 // the adaptive one until more requests run than there are cores, so its ratio to
 // adaptive at 1 and 2 streams shows how far two runs of one configuration differ.
 //
-//	go test ./examples/server -run XXX -bench ConcurrentStreams -benchtime 5x
+//	go test ./server -run XXX -bench ConcurrentStreams -benchtime 5x
 func BenchmarkConcurrentStreams(b *testing.B) {
 	demoModels(b)
 	prompts := benchPrompts(b)
@@ -58,15 +60,17 @@ func BenchmarkConcurrentStreams(b *testing.B) {
 		saturation int
 		k          int
 		fixed      bool
-	}{{"adaptive", 0, adaptiveMaxK, false}, {"cores", runtime.GOMAXPROCS(0), adaptiveMaxK, false},
+	}{{"adaptive", 0, specula.DefaultMaxK, false}, {"cores", runtime.GOMAXPROCS(0), specula.DefaultMaxK, false},
 		{"k3", 0, 3, true}, {"plain", 0, 0, false}}
 	servers := make([]benchServer, len(modes))
 	for i, mode := range modes {
 		cfg := speculativeConfig()
-		cfg.Saturation, cfg.SpeculativeTokens = mode.saturation, mode.k
-		cfg.Adaptive = cfg.Adaptive && !mode.fixed
+		cfg.Saturation, cfg.Engine.K, cfg.Engine.FixedK = mode.saturation, mode.k, mode.fixed
+		if mode.k == 0 {
+			cfg.Engine.Draft = "none"
+		}
 		cfg.MaxConcurrent, cfg.MaxQueue = 16, 16
-		srv, err := New(cfg)
+		srv, err := Open(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

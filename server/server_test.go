@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/specula/specula"
 	"github.com/specula/specula/internal/shared"
 )
 
@@ -158,9 +159,9 @@ func TestChat(t *testing.T) {
 	tmpl := chatmlTemplate(t)
 	target := withChatTemplate(t, testTarget, t.TempDir(), tmpl)
 	cfg := speculativeConfig()
-	cfg.Model = target
+	cfg.Engine.Model = target
 	srv, ts := startServer(t, cfg)
-	if srv.chat == nil {
+	if c, _ := srv.eng.ChatTemplate(); c == nil {
 		t.Fatal("the template was not found")
 	}
 	msgs := []map[string]any{
@@ -235,7 +236,7 @@ func TestChatWithoutTemplate(t *testing.T) {
 
 // -chat-template-file gives a model without one a template.
 func TestChatTemplateOverride(t *testing.T) {
-	_, ts := startServer(t, Config{ChatTemplate: chatmlTemplate(t)})
+	_, ts := startServer(t, Config{Engine: specula.Config{ChatTemplate: chatmlTemplate(t)}})
 	r := complete(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}}, "max_tokens": 4})
 	if r.Choices[0].Message == nil {
 		t.Errorf("%+v", r)
@@ -252,7 +253,7 @@ func TestReadChatTemplate(t *testing.T) {
 	}
 	check := func(want string) {
 		t.Helper()
-		got, _, err := readChatTemplate(dir)
+		got, _, err := specula.ReadChatTemplate(dir)
 		if err != nil || got != want {
 			t.Errorf("got %q, %v; want %q", got, err, want)
 		}
@@ -269,15 +270,15 @@ func TestReadChatTemplate(t *testing.T) {
 	write("chat_template.jinja", "")
 	os.Remove(filepath.Join(dir, "chat_template.jinja"))
 	write("tokenizer_config.json", `{"chat_template": 7}`)
-	if _, _, err := readChatTemplate(dir); err == nil {
+	if _, _, err := specula.ReadChatTemplate(dir); err == nil {
 		t.Error("a chat_template of 7 was accepted")
 	}
 	demoModels(t)
-	if src, _, err := readChatTemplate(testTarget); err != nil || src != "" {
+	if src, _, err := specula.ReadChatTemplate(testTarget); err != nil || src != "" {
 		t.Errorf("gocoder-m: %q, %v", src, err)
 	}
 	p := withChatTemplate(t, testDraft, dir, "X")
-	if src, _, err := readChatTemplate(p); err != nil || src != "X" {
+	if src, _, err := specula.ReadChatTemplate(p); err != nil || src != "X" {
 		t.Errorf("copy with template: %q, %v", src, err)
 	}
 }
@@ -321,30 +322,12 @@ func TestModelsAndHealth(t *testing.T) {
 	}
 }
 
-func TestParseHelpers(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "1048576": 1 << 20, "256MiB": 256 << 20, "1.5GiB": 3 << 29, "64M": 64 << 20, "100MB": 100e6, "512 KiB": 512 << 10} {
-		if got, err := parseBytes(in); err != nil || got != want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "x", "-1", "5TB", "1e300"} {
-		if _, err := parseBytes(bad); err == nil {
-			t.Errorf("parseBytes(%q) succeeded", bad)
-		}
-	}
-	if k, a, err := parseK("auto"); k != adaptiveMaxK || !a || err != nil {
-		t.Error("auto")
-	}
-	if k, a, err := parseK("3"); k != 3 || a || err != nil {
-		t.Error("3")
-	}
-	for _, bad := range []string{"-1", "65", "x"} {
-		if _, _, err := parseK(bad); err == nil {
-			t.Errorf("parseK(%q) succeeded", bad)
-		}
-	}
+func TestModelNames(t *testing.T) {
 	if got := modelNames("a", "/x/m.gguf", "m"); strings.Join(got, ",") != "a,m" {
 		t.Errorf("modelNames: %v", got)
+	}
+	if got := modelNames("", "", "m"); strings.Join(got, ",") != "m" {
+		t.Errorf("modelNames without a path: %v", got)
 	}
 }
 
@@ -352,8 +335,8 @@ func TestParseHelpers(t *testing.T) {
 // own greedy output, over HTTP; skipped without ../shared.
 func TestCompletionWithHead(t *testing.T) {
 	cfg := speculativeConfig()
-	cfg.Model = shared.Path(t, "models", "gocoder-m-f16.gguf")
-	cfg.DraftModel, cfg.Head = "", shared.Path(t, "models", "gocoder-m-eagle")
+	cfg.Engine.Model = shared.Path(t, "models", "gocoder-m-f16.gguf")
+	cfg.Engine.Draft = shared.Path(t, "models", "gocoder-m-eagle")
 	srv, ts := startServer(t, cfg)
 	for _, prompt := range testPrompts[:2] {
 		want := reference(t, srv, prompt, 40)

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+
+	"github.com/specula/specula"
 )
 
 var (
@@ -18,11 +20,11 @@ var (
 // generation endpoints: nothing may panic, and every refusal is an OpenAI error with
 // a status the API uses.
 //
-//	go test ./examples/server -run XXX -fuzz FuzzParse -fuzztime 30s
+//	go test ./server -run XXX -fuzz FuzzParse -fuzztime 30s
 func FuzzParse(f *testing.F) {
 	demoModels(f)
 	fuzzOnce.Do(func() {
-		fuzzSrv, fuzzErr = New(Config{Model: testTarget, ChatTemplate: chatmlTemplate(f), ContextLength: 512, MaxBodyBytes: 1 << 16})
+		fuzzSrv, fuzzErr = Open(withDefaults(Config{Engine: specula.Config{ChatTemplate: chatmlTemplate(f), ContextLength: 512}, MaxBodyBytes: 1 << 16}))
 	})
 	if fuzzErr != nil {
 		f.Fatal(fuzzErr)

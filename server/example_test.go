@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+
+	"github.com/specula/specula"
 )
 
 // A server for the demo pair, answering one completion. On the command line the same
@@ -15,14 +17,16 @@ import (
 //	go run ./examples/server -addr localhost:8080
 //	curl -s localhost:8080/v1/completions -d '{"prompt": "func main() {", "max_tokens": 8}'
 func ExampleNew() {
-	srv, err := New(Config{
-		Model:             "../../models/gocoder-m-q8_0.gguf",
-		DraftModel:        "../../models/gocoder-xs-q8_0.gguf",
-		NGram:             true,
-		SpeculativeTokens: 8,
-		Adaptive:          true,
-		Pacing:            20e6, // 20 ms
+	eng, err := specula.Open(specula.Config{
+		Model: "../models/gocoder-m-q8_0.gguf",
+		Draft: "../models/gocoder-xs-q8_0.gguf", // with prompt lookup in front
 	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer eng.Close()
+	srv, err := New(eng, Config{Pacing: 20e6}) // 20 ms
 	if err != nil {
 		fmt.Println(err)
 		return
