@@ -146,7 +146,6 @@ func (e *Engine) open(cfg Config) error {
 	return e.makeDecoders(drafter, cfg.K, cfg.MinK, cfg.FixedK)
 }
 
-
 // NewEngine returns an engine on a target model of any kind and its tokenizer,
 // drafting with drafter (nil: plain decoding). The engine does not close m or the
 // drafter.

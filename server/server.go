@@ -61,13 +61,13 @@ type Config struct {
 // Server is an OpenAI-compatible HTTP server for one engine, decoding speculatively.
 // Make one with New or Open, serve Handler, and end with Shutdown and Close.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	eng    *specula.Engine
-	owned  bool // the server opened the engine, and closes it
-	tok    *tokenizer.Tokenizer
-	info   model.Info
-	names  []string // accepted model names, the primary first
+	cfg   Config
+	log   *slog.Logger
+	eng   *specula.Engine
+	owned bool // the server opened the engine, and closes it
+	tok   *tokenizer.Tokenizer
+	info  model.Info
+	names []string // accepted model names, the primary first
 
 	specDec    *spec.Decoder // nil when speculation is off
 	plainDec   *spec.Decoder
