@@ -14,18 +14,21 @@ import (
 // order. See [Decoder.StreamN].
 func (d *Decoder) GenerateN(ctx context.Context, req Request, n int) ([]Result, error) {
 	outs := make([][]int32, max(n, 0))
-	res, err := d.StreamN(ctx, req, n, func(choice int, toks []int32) error {
+	lps := make([][]Logprob, max(n, 0))
+	res, err := d.StreamN(ctx, req, n, func(choice int, toks []int32, lp []Logprob) error {
 		outs[choice] = append(outs[choice], toks...)
+		lps[choice] = append(lps[choice], lp...)
 		return nil
 	})
 	for i := range res {
-		res[i].Tokens = outs[i]
+		res[i].Tokens, res[i].Logprobs = outs[i], lps[i]
 	}
 	return res, err
 }
 
 // StreamN runs n samples of one request at once and calls emit with each choice's runs
-// of tokens as [Decoder.Stream] does, one call at a time. The prompt is prefilled once:
+// of tokens (and their log-probabilities, when asked) as [Decoder.StreamLogprobs]
+// does, one call at a time. The prompt is prefilled once:
 // when the target's sessions fork ([target.ForkSession]), the other choices fork the
 // first one's session after the prefill and share the prompt's key/value memory
 // copy-on-write; otherwise each prefills on its own (and a target with a prefix cache
@@ -39,7 +42,7 @@ func (d *Decoder) GenerateN(ctx context.Context, req Request, n int) ([]Result, 
 // Every choice has its result, even when others fail; the error joins the choices'
 // errors, each naming its choice. A choice's PrefillTime is its own drafters'
 // prefills, and for choice 0 the shared prompt's too.
-func (d *Decoder) StreamN(ctx context.Context, req Request, n int, emit func(choice int, tokens []int32) error) ([]Result, error) {
+func (d *Decoder) StreamN(ctx context.Context, req Request, n int, emit func(choice int, tokens []int32, logprobs []Logprob) error) ([]Result, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("spec: %d choices: need at least 1", n)
 	}
@@ -51,10 +54,10 @@ func (d *Decoder) StreamN(ctx context.Context, req Request, n int, emit func(cho
 	for i := range runs {
 		cr := req
 		cr.Sampling = req.Sampling.Choice(i)
-		runs[i] = &run{d: d, req: cr, start: time.Now(), emit: func(toks []int32) error {
+		runs[i] = &run{d: d, req: cr, start: time.Now(), emitLP: func(toks []int32, lps []Logprob) error {
 			mu.Lock()
 			defer mu.Unlock()
-			return emit(i, toks)
+			return emit(i, toks, lps)
 		}}
 	}
 	errs := make([]error, n)

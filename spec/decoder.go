@@ -182,7 +182,17 @@ type Request struct {
 	// IncludeStop keeps the stop token, stop sequence or the token that completes a
 	// stop string at the end of the output; by default it is removed.
 	IncludeStop bool
+	// Logprobs asks for the target's log-probability of every generated token (see
+	// [Logprob]), handed out with the tokens by [Decoder.StreamLogprobs] and kept in
+	// [Result.Logprobs]; TopLogprobs (0 to [MaxTopLogprobs]) adds that many of the
+	// most likely tokens at each place. They come from the verification passes, which
+	// score every accepted position anyway: speculation does not change them.
+	Logprobs    bool
+	TopLogprobs int
 }
+
+// MaxTopLogprobs is the most alternatives a Request's TopLogprobs may ask for.
+const MaxTopLogprobs = 20
 
 // TextStream turns tokens into text as they come: Push returns the text a token
 // completes (never half a UTF-8 character), Flush what is left.
@@ -210,26 +220,44 @@ type Result struct {
 	Finish FinishReason
 	// Stats describes the request.
 	Stats Stats
+	// Logprobs holds, when the request asked for them, one entry per token of
+	// Tokens (filled by Generate).
+	Logprobs []Logprob
 }
 
 // Generate runs a request to its end and returns the whole output.
 func (d *Decoder) Generate(ctx context.Context, req Request) (Result, error) {
 	var out []int32
-	res, err := d.Stream(ctx, req, func(toks []int32) error {
+	var lps []Logprob
+	res, err := d.StreamLogprobs(ctx, req, func(toks []int32, lp []Logprob) error {
 		out = append(out, toks...)
+		lps = append(lps, lp...)
 		return nil
 	})
-	res.Tokens = out
+	res.Tokens, res.Logprobs = out, lps
 	return res, err
+}
+
+// StreamLogprobs is Stream, with the log-probabilities of the tokens handed out beside
+// them when the request asks for them (else nil); both slices are valid only during
+// the call.
+func (d *Decoder) StreamLogprobs(ctx context.Context, req Request, emit func(tokens []int32, logprobs []Logprob) error) (Result, error) {
+	if emit == nil {
+		return Result{Finish: FinishError}, errors.New("spec: nil emit function")
+	}
+	r := run{d: d, req: req, emitLP: emit, start: time.Now()}
+	err := r.generate(ctx)
+	return r.result(err), err
 }
 
 // Stream runs a request and calls emit with each run of tokens as soon as it is final
 // (usually the tokens one verification pass accepted). The slice is only valid during
 // the call. An error from emit ends the generation and is returned.
 func (d *Decoder) Stream(ctx context.Context, req Request, emit func(tokens []int32) error) (Result, error) {
-	r := run{d: d, req: req, emit: emit, start: time.Now()}
-	err := r.generate(ctx)
-	return r.result(err), err
+	if emit == nil {
+		return Result{Finish: FinishError}, errors.New("spec: nil emit function")
+	}
+	return d.StreamLogprobs(ctx, req, func(toks []int32, _ []Logprob) error { return emit(toks) })
 }
 
 // result is what the run ended with, err being how it ended.
@@ -278,10 +306,10 @@ func (d *Decoder) Tokens(ctx context.Context, req Request, res *Result) iter.Seq
 
 // run is one request's state.
 type run struct {
-	d     *Decoder
-	req   Request
-	emit  func([]int32) error
-	start time.Time
+	d      *Decoder
+	req    Request
+	emitLP func([]int32, []Logprob) error
+	start  time.Time
 
 	smp      *sampler.Sampler
 	tgt      target.Session
@@ -299,6 +327,8 @@ type run struct {
 	emitted  int            // output tokens handed out
 	path     []int32        // accepted draft tokens (indices)
 	accepted []int32        // their tokens
+	stepLPs  []Logprob      // with Logprobs: the step's accepted tokens' and the next one's
+	lps      []Logprob      // …and every output token's so far
 
 	// Stop strings: the decoded output, and where each output token's text ends.
 	stopText TextStream
@@ -324,6 +354,9 @@ func (d *Decoder) validate(req Request) error {
 	}
 	if req.MaxTokens < 0 {
 		return fmt.Errorf("spec: MaxTokens %d must be >= 0", req.MaxTokens)
+	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs || (req.TopLogprobs > 0 && !req.Logprobs) {
+		return fmt.Errorf("spec: TopLogprobs %d must lie in [0, %d], and needs Logprobs", req.TopLogprobs, MaxTopLogprobs)
 	}
 	for _, t := range req.StopTokens {
 		if t < 0 || int(t) >= v {
@@ -389,9 +422,6 @@ func (r *run) prepare() error {
 	d, req := r.d, r.req
 	if err := d.validate(req); err != nil {
 		return err
-	}
-	if r.emit == nil {
-		return errors.New("spec: nil emit function")
 	}
 	r.stats.PromptTokens = len(req.Prompt)
 	var err error
@@ -736,6 +766,9 @@ func (r *run) verify(ctx context.Context) (accepted []int32, next int32, err err
 	for _, c := range r.path {
 		r.accepted = append(r.accepted, r.draft.Tokens()[c])
 	}
+	if r.req.Logprobs {
+		r.scoreStep(rows, next)
+	}
 	return r.accepted, next, nil
 }
 
@@ -783,6 +816,9 @@ func (r *run) pushAll(accepted []int32, next int32) int {
 	}
 	if r.finish == "" {
 		r.push(next)
+	}
+	if r.req.Logprobs {
+		r.keepLogprobs()
 	}
 	return len(r.hist) - before
 }
@@ -838,8 +874,12 @@ func (r *run) flush() error {
 		r.stats.TimeToFirstToken = time.Since(r.start)
 	}
 	toks := out[r.emitted:end]
+	var lps []Logprob
+	if r.req.Logprobs {
+		lps = r.lps[r.emitted:end]
+	}
 	r.emitted = end
-	if err := r.emit(toks); err != nil {
+	if err := r.emitLP(toks, lps); err != nil {
 		return fmt.Errorf("spec: emit: %w", err)
 	}
 	return nil

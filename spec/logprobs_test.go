@@ -1,0 +1,126 @@
+package spec_test
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/model/markov"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+)
+
+// referenceLogprobs scores every output token by one forward of prompt and output on
+// a fresh sequence of m: the log-softmax of the logits before each output token.
+func referenceLogprobs(t *testing.T, m model.Model, prompt, out []int32) [][]float64 {
+	t.Helper()
+	seq, err := m.NewSequence(context.Background())
+	require.NoError(t, err)
+	defer seq.Close()
+	all := append(append([]int32(nil), prompt...), out...)
+	outputs := make([]int32, len(out))
+	for i := range outputs {
+		outputs[i] = int32(len(prompt) - 1 + i)
+	}
+	v := m.Info().VocabSize
+	logits := make([]float32, len(out)*v)
+	require.NoError(t, seq.Forward(context.Background(), model.Batch{Tokens: all[:len(all)-1], Outputs: outputs}, logits))
+	rows := make([][]float64, len(out))
+	for i := range rows {
+		row := logits[i*v : (i+1)*v]
+		mx := math.Inf(-1)
+		for _, x := range row {
+			mx = max(mx, float64(x))
+		}
+		var s float64
+		for _, x := range row {
+			s += math.Exp(float64(x) - mx)
+		}
+		rows[i] = make([]float64, v)
+		for j, x := range row {
+			rows[i][j] = float64(x) - mx - math.Log(s)
+		}
+	}
+	return rows
+}
+
+// checkLogprobs compares a result's logprobs with the reference: the token's value,
+// and the top list (the most likely tokens, in order, with their values).
+func checkLogprobs(t *testing.T, res spec.Result, ref [][]float64, top int, tol float64) {
+	t.Helper()
+	require.Len(t, res.Logprobs, len(res.Tokens))
+	for i, lp := range res.Logprobs {
+		require.Equal(t, res.Tokens[i], lp.Token, "token %d", i)
+		assert.InDelta(t, ref[i][lp.Token], float64(lp.Logprob), tol, "token %d", i)
+		require.Len(t, lp.Top, top, "token %d", i)
+		order := make([]int, len(ref[i]))
+		for j := range order {
+			order[j] = j
+		}
+		sort.SliceStable(order, func(a, b int) bool { return ref[i][order[a]] > ref[i][order[b]] })
+		for j, tl := range lp.Top {
+			assert.InDelta(t, ref[i][order[j]], float64(tl.Logprob), tol, "token %d, top %d", i, j)
+			assert.InDelta(t, ref[i][tl.Token], float64(tl.Logprob), tol, "token %d, top %d is its token's", i, j)
+		}
+	}
+}
+
+// TestLogprobsExact: under speculation — chains with the demo drafter behind lookup,
+// greedy and sampled with a seed — every output token's log-probability and its top
+// alternatives are the target's own, as one plain forward of the whole text gives
+// them, and greedy ones equal plain decoding's.
+func TestLogprobsExact(t *testing.T) {
+	tm, err := llama.Open(filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), llama.Options{Threads: 2})
+	require.NoError(t, err)
+	defer tm.Close()
+	dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Threads: 2})
+	require.NoError(t, err)
+	defer dm.Close()
+	tgt := local(t, tm)
+	dec, err := spec.New(tgt, draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 4})
+	require.NoError(t, err)
+	plain, err := spec.New(tgt, nil, spec.Options{})
+	require.NoError(t, err)
+	prompt := []int32{1, 2960, 1759, 46, 10, 10, 300, 484, 1032}
+	for _, p := range []sampler.Params{{}, {Temperature: 0.9, Seed: 3}} {
+		req := spec.Request{Prompt: prompt, MaxTokens: 40, Sampling: p, Logprobs: true, TopLogprobs: 3}
+		got, err := dec.Generate(context.Background(), req)
+		require.NoError(t, err)
+		require.Positive(t, got.Stats.Accepted, "drafts were accepted")
+		checkLogprobs(t, got, referenceLogprobs(t, tm, prompt, got.Tokens), 3, 2e-3)
+		if p.Temperature == 0 {
+			want, err := plain.Generate(context.Background(), req)
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, got.Tokens)
+			assert.Equal(t, want.Logprobs, got.Logprobs, "greedy: plain decoding's values")
+		}
+	}
+}
+
+// TestLogprobsTreesAndStops: tree drafts on a Markov target (whose distributions are
+// known exactly), with a stop sequence that cuts the output back across a step:
+// every kept token's log-probability is the chain's.
+func TestLogprobsTreesAndStops(t *testing.T) {
+	chain := newChain(t, markov.Config{Vocab: 8, Order: 2, Seed: 21, Scale: 1.5})
+	dec := newDecoder(t, chain, newTreeDrafter(t, chain.Perturbed(0.8, 2), draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 8}), 8)
+	prompt := []int32{1, 2}
+	for seed := range uint64(20) {
+		req := spec.Request{Prompt: prompt, MaxTokens: 30, Sampling: sampler.Params{Temperature: 1, Seed: seed},
+			Logprobs: true, TopLogprobs: 2, StopSequences: [][]int32{{3, 4}}}
+		got, err := dec.Generate(context.Background(), req)
+		require.NoError(t, err)
+		checkLogprobs(t, got, referenceLogprobs(t, chain, prompt, got.Tokens), 2, 1e-5)
+	}
+	_, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, TopLogprobs: 2})
+	assert.Error(t, err, "TopLogprobs without Logprobs")
+	_, err = dec.Generate(context.Background(), spec.Request{Prompt: prompt, Logprobs: true, TopLogprobs: 21})
+	assert.Error(t, err)
+}
