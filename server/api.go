@@ -135,6 +135,7 @@ type job struct {
 	stream       bool
 	includeUsage bool
 	seeded       bool   // sampling with a seed the client chose: must be reproducible
+	n            int    // choices: samples of the prompt
 	echo         string // completions with echo: the prompt, output first
 	model        string // the name to answer with
 	id           string
@@ -156,6 +157,12 @@ func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 		return nil, e
 	}
 	if j.stream, j.includeUsage, e = streamOptions(q); e != nil {
+		return nil, e
+	}
+	if j.n, e = choiceCount(q, j.stream); e != nil {
+		return nil, e
+	}
+	if j.req.Logprobs, j.req.TopLogprobs, e = logprobsParams(q, chat); e != nil {
 		return nil, e
 	}
 	if j.req.Sampling, j.seeded, e = samplingParams(q); e != nil {
@@ -275,8 +282,8 @@ func (s *Server) requestedMaxTokens(q *request, chat bool) (*int, *apiError) {
 	if maxTokens == nil {
 		return nil, nil
 	}
-	if *maxTokens < 1 {
-		return nil, badParam(param, "%s %d is out of range: it must be at least 1", param, *maxTokens)
+	if *maxTokens < 0 {
+		return nil, badParam(param, "%s %d is out of range: it must be at least 0 (0: to the end of the context, as in the library and the CLI)", param, *maxTokens)
 	}
 	if ctxLen := s.info.ContextLength; ctxLen > 0 && *maxTokens > ctxLen {
 		return nil, badParam(param, "%s %d is larger than the model's context length of %d tokens", param, *maxTokens, ctxLen)
@@ -337,23 +344,69 @@ func promptParam(chat bool) string {
 	return "prompt"
 }
 
+// maxChoices is the most choices (n) a request may ask for.
+const maxChoices = 16
+
+// choiceCount reads n: 1 to maxChoices, and more than 1 only without stream.
+func choiceCount(q *request, stream bool) (int, *apiError) {
+	if q.N == nil {
+		return 1, nil
+	}
+	n := *q.N
+	switch {
+	case n < 1 || n > maxChoices:
+		return 0, badParam("n", "n %d is out of range: it must lie in [1, %d]", n, maxChoices)
+	case n > 1 && stream:
+		return 0, unsupported("n", "n = %d with stream is not supported: stream one choice, or ask for %d without stream", n, n)
+	}
+	return n, nil
+}
+
+// logprobsParams reads logprobs — for completions the number of alternatives (0: the
+// chosen token's alone), for chat a bool with top_logprobs beside it — as the
+// decoder's Logprobs and TopLogprobs.
+func logprobsParams(q *request, chat bool) (on bool, top int, e *apiError) {
+	if raw := bytes.TrimSpace(q.Logprobs); len(raw) > 0 && string(raw) != "null" {
+		if chat {
+			if json.Unmarshal(raw, &on) != nil {
+				return false, 0, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "logprobs", Code: "invalid_type",
+					Message: "logprobs must be a boolean (true for the tokens' log-probabilities; top_logprobs asks for alternatives)"}
+			}
+		} else {
+			if json.Unmarshal(raw, &top) != nil {
+				return false, 0, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "logprobs", Code: "invalid_type",
+					Message: fmt.Sprintf("logprobs must be an integer from 0 to %d: how many alternatives to report per token", maxLogprobs)}
+			}
+			if top < 0 || top > maxLogprobs {
+				return false, 0, badParam("logprobs", "logprobs %d is out of range: it must lie in [0, %d]", top, maxLogprobs)
+			}
+			on = true
+		}
+	}
+	if q.TopLogprobs != nil {
+		k := *q.TopLogprobs
+		switch {
+		case !chat:
+			return false, 0, badParam("top_logprobs", "top_logprobs is a chat parameter: completions take logprobs = N")
+		case k < 0 || k > maxLogprobs:
+			return false, 0, badParam("top_logprobs", "top_logprobs %d is out of range: it must lie in [0, %d]", k, maxLogprobs)
+		case k > 0 && !on:
+			return false, 0, badParam("top_logprobs", "top_logprobs needs logprobs: true")
+		}
+		top = k
+	}
+	if on && q.Echo != nil && *q.Echo {
+		return false, 0, unsupported("echo", "echo with logprobs (the prompt's log-probabilities) is not supported")
+	}
+	return on, top, nil
+}
+
 // checkUnsupported rejects features the server does not implement, rather than
 // silently ignoring them. Their neutral values (n = 1, logprobs null or 0 or false,
 // penalties 0, no tools, …) are accepted.
 func checkUnsupported(q *request, chat bool) *apiError {
-	if q.N != nil && *q.N != 1 {
-		return unsupported("n", "n = %d is not supported: this server returns one choice per request", *q.N)
-	}
 	if q.BestOf != nil && *q.BestOf != 1 {
-		return unsupported("best_of", "best_of = %d is not supported", *q.BestOf)
-	}
-	if lp := bytes.TrimSpace(q.Logprobs); len(lp) > 0 {
-		if s := string(lp); s != "null" && s != "false" && s != "0" {
-			return unsupported("logprobs", "logprobs are not supported")
-		}
-	}
-	if q.TopLogprobs != nil && *q.TopLogprobs != 0 {
-		return unsupported("top_logprobs", "top_logprobs are not supported")
+		return unsupported("best_of", "best_of = %d is not supported (it would generate best_of samples and return the likeliest): use n to get several samples", *q.BestOf)
 	}
 	if q.Suffix != nil && *q.Suffix != "" {
 		return unsupported("suffix", "suffix (insertion) is not supported")

@@ -44,14 +44,20 @@ func TestBadRequests(t *testing.T) {
 		{"top_k", "/v1/completions", `{"prompt": "x", "top_k": -2}`, want{400, "top_k", "invalid_value"}},
 		{"min_p", "/v1/completions", `{"prompt": "x", "min_p": 2}`, want{400, "min_p", "invalid_value"}},
 		{"repetition_penalty", "/v1/completions", `{"prompt": "x", "repetition_penalty": 0}`, want{400, "repetition_penalty", "invalid_value"}},
-		{"max_tokens 0", "/v1/completions", `{"prompt": "x", "max_tokens": 0}`, want{400, "max_tokens", "invalid_value"}},
 		{"max_tokens negative", "/v1/completions", `{"prompt": "x", "max_tokens": -5}`, want{400, "max_tokens", "invalid_value"}},
 		{"max_tokens above context", "/v1/completions", `{"prompt": "x", "max_tokens": 100000}`, want{400, "max_tokens", "invalid_value"}},
-		{"max_completion_tokens", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0}`, want{400, "max_completion_tokens", "invalid_value"}},
-		{"n 2", "/v1/completions", `{"prompt": "x", "n": 2}`, want{400, "n", "unsupported_parameter"}},
+		{"max_completion_tokens", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1}`, want{400, "max_completion_tokens", "invalid_value"}},
+		{"n 17", "/v1/completions", `{"prompt": "x", "n": 17}`, want{400, "n", "invalid_value"}},
+		{"n 0", "/v1/completions", `{"prompt": "x", "n": 0}`, want{400, "n", "invalid_value"}},
+		{"n with stream", "/v1/completions", `{"prompt": "x", "n": 2, "stream": true}`, want{400, "n", "unsupported_parameter"}},
 		{"best_of", "/v1/completions", `{"prompt": "x", "best_of": 3}`, want{400, "best_of", "unsupported_parameter"}},
-		{"logprobs", "/v1/completions", `{"prompt": "x", "logprobs": 5}`, want{400, "logprobs", "unsupported_parameter"}},
-		{"chat logprobs", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "logprobs": true}`, want{400, "logprobs", "unsupported_parameter"}},
+		{"logprobs 21", "/v1/completions", `{"prompt": "x", "logprobs": 21}`, want{400, "logprobs", "invalid_value"}},
+		{"logprobs a bool for completions", "/v1/completions", `{"prompt": "x", "logprobs": true}`, want{400, "logprobs", "invalid_type"}},
+		{"logprobs with echo", "/v1/completions", `{"prompt": "x", "logprobs": 1, "echo": true}`, want{400, "echo", "unsupported_parameter"}},
+		{"top_logprobs for completions", "/v1/completions", `{"prompt": "x", "top_logprobs": 2}`, want{400, "top_logprobs", "invalid_value"}},
+		{"chat logprobs a number", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "logprobs": 3}`, want{400, "logprobs", "invalid_type"}},
+		{"chat top_logprobs 21", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}`, want{400, "top_logprobs", "invalid_value"}},
+		{"chat top_logprobs without logprobs", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}`, want{400, "top_logprobs", "invalid_value"}},
 		{"suffix", "/v1/completions", `{"prompt": "x", "suffix": "}"}`, want{400, "suffix", "unsupported_parameter"}},
 		{"logit_bias", "/v1/completions", `{"prompt": "x", "logit_bias": {"5": 1}}`, want{400, "logit_bias", "unsupported_parameter"}},
 		{"presence_penalty", "/v1/completions", `{"prompt": "x", "presence_penalty": 1}`, want{400, "presence_penalty", "unsupported_parameter"}},
@@ -195,7 +201,7 @@ func TestKVCacheFull(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "raise -kv-budget to at least 16.0 MiB, or lower -context-length to 128") {
 		t.Fatalf("a budget below one full-context request: err = %v", err)
 	}
-	srv, ts := startServer(t, Config{Engine: specula.Config{KVBudget: budget, ContextLength: 128}})
+	srv, ts := startServer(t, Config{Engine: specula.Config{KVBudget: budget, ContextLength: 128, ChatTemplate: chatmlTemplate(t)}})
 	kv, _ := srv.eng.KVStats()
 	if kv.Blocks != 8 {
 		t.Fatalf("the test budget gives %d blocks: %+v", kv.Blocks, kv)
@@ -210,6 +216,13 @@ func TestKVCacheFull(t *testing.T) {
 	resp, b = post(t, ts.URL+"/v1/completions", body)
 	checkError(t, resp, b, http.StatusServiceUnavailable, "-", "kv_cache_full")
 	delete(body, "stream")
+	// A chat stream opens at once with the assistant's role, before the prompt is
+	// forwarded: the full cache is then an error event.
+	chat := stream(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": body["prompt"]}}, "max_tokens": 8})
+	if len(chat.chunks) != 2 || chat.chunks[0].Choices[0].Delta == nil || chat.chunks[0].Choices[0].Delta.Role == nil ||
+		*chat.chunks[0].Choices[0].Delta.Role != "assistant" || chat.chunks[1].Error == nil || *chat.chunks[1].Error.Code != "kv_cache_full" || !chat.done {
+		t.Errorf("chat stream on a full cache: %+v", chat.raw)
+	}
 
 	// A short prompt fits in the last block but the output does not.
 	r := complete(t, ts.URL+"/v1/completions", map[string]any{"prompt": "func main() {", "max_tokens": 100, "ignore_eos": true, "temperature": 0})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/tokenizer"
 )
 
 // shutdownError is the 503 of a request refused or cut short by a shutdown.
@@ -65,17 +66,20 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	stop := context.AfterFunc(s.ctx, func() { cancel(errShutdown) })
 	defer stop()
 
-	out := &output{wake: make(chan struct{}, 1)}
+	outs := make([]*output, j.n)
+	for i := range outs {
+		outs[i] = &output{wake: make(chan struct{}, 1)}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.run(ctx, j, dec, mode, out, arrived)
+		s.run(ctx, j, dec, mode, outs, arrived)
 	}()
 	if j.stream {
-		s.stream(ctx, w, j, out, cancel)
+		s.stream(ctx, w, j, outs[0], cancel)
 	} else {
 		<-done
-		s.respond(ctx, w, j, mode, out)
+		s.respond(ctx, w, j, mode, outs)
 	}
 	cancel(nil)
 	<-done
@@ -137,16 +141,18 @@ const streamWriteTimeout = 30 * time.Second
 // the response. It never blocks the decoder: pieces queue up until taken.
 type output struct {
 	mu     sync.Mutex
-	pieces []string // one per token (possibly "" inside a multi-byte character)
+	pieces []string       // one per token (possibly "" inside a multi-byte character)
+	lps    []spec.Logprob // one per token, when the request asks for logprobs
 	done   bool
 	res    spec.Result
 	err    error
 	wake   chan struct{} // capacity 1: something changed
 }
 
-func (o *output) push(pieces ...string) {
+func (o *output) push(pieces []string, lps []spec.Logprob) {
 	o.mu.Lock()
 	o.pieces = append(o.pieces, pieces...)
+	o.lps = append(o.lps, lps...)
 	o.mu.Unlock()
 	o.signal()
 }
@@ -165,43 +171,61 @@ func (o *output) signal() {
 	}
 }
 
-// take moves the pending pieces to dst and reports whether the generation is over
-// (all its pieces then taken).
-func (o *output) take(dst []string) ([]string, bool) {
+// take moves the pending pieces to dst (and their logprobs to lps) and reports
+// whether the generation is over (all its pieces then taken).
+func (o *output) take(dst []string, lps []spec.Logprob) ([]string, []spec.Logprob, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	dst = append(dst, o.pieces...)
+	lps = append(lps, o.lps...)
 	clear(o.pieces)
-	o.pieces = o.pieces[:0]
-	return dst, o.done
+	o.pieces, o.lps = o.pieces[:0], o.lps[:0]
+	return dst, lps, o.done
 }
 
-// run generates j's text into out.
-func (s *Server) run(ctx context.Context, j *job, dec *spec.Decoder, mode string, out *output, arrived time.Time) {
-	text := s.textStream()
-	first := true
+// run generates j's choices into outs.
+func (s *Server) run(ctx context.Context, j *job, dec *spec.Decoder, mode string, outs []*output, arrived time.Time) {
+	texts := make([]spec.TextStream, len(outs))
+	for i := range texts {
+		texts[i] = s.textStream()
+	}
+	var once sync.Once
 	var pieces []string
-	res, err := dec.Stream(ctx, j.req, func(toks []int32) error {
-		if first && len(toks) > 0 {
-			first = false
-			s.m.ttft.Observe(time.Since(arrived).Seconds())
+	emit := func(choice int, toks []int32, lps []spec.Logprob) error {
+		if len(toks) > 0 {
+			once.Do(func() { s.m.ttft.Observe(time.Since(arrived).Seconds()) })
 		}
 		pieces = pieces[:0]
 		for _, t := range toks {
-			pieces = append(pieces, text.Push(t))
+			pieces = append(pieces, texts[choice].Push(t))
 		}
-		out.push(pieces...)
+		outs[choice].push(pieces, lps)
 		return nil
-	})
-	if tail := text.Flush(); tail != "" {
-		out.push(tail)
 	}
-	s.m.observe(mode, res)
-	s.noteDuration(res.Stats.Duration)
+	var results []spec.Result
+	var err error
+	if len(outs) == 1 {
+		var res spec.Result
+		res, err = dec.StreamLogprobs(ctx, j.req, func(toks []int32, lps []spec.Logprob) error { return emit(0, toks, lps) })
+		results = []spec.Result{res}
+	} else {
+		results, err = dec.StreamN(ctx, j.req, len(outs), emit) // emit is called one choice at a time
+	}
+	for i, res := range results {
+		if tail := texts[i].Flush(); tail != "" {
+			outs[i].push([]string{tail}, nil)
+		}
+		s.m.observe(mode, res)
+		s.noteDuration(res.Stats.Duration)
+		cerr := err
+		if res.Finish != spec.FinishError && res.Finish != spec.FinishCancelled {
+			cerr = nil // another choice failed
+		}
+		outs[i].finish(res, cerr)
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		s.log.Warn("generation failed", "id", j.id, "err", err, "tokens", res.Stats.GeneratedTokens)
+		s.log.Warn("generation failed", "id", j.id, "err", err)
 	}
-	out.finish(res, err)
 }
 
 // outcome turns the end of a generation into a finish reason, or an error for the
@@ -226,47 +250,66 @@ func (s *Server) outcome(ctx context.Context, res spec.Result, err error) (finis
 	return "", &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "generation failed: " + err.Error()}
 }
 
-// respond writes a whole (non-streaming) response once the generation is over.
-func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, mode string, out *output) {
-	pieces, _ := out.take(nil)
-	finish, e := s.outcome(ctx, out.res, out.err)
-	if e != nil {
-		if e.Status == 499 {
-			markDropped(w)
+// respond writes a whole (non-streaming) response once the generation is over: one
+// choice per output, usage summed over them.
+func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, mode string, outs []*output) {
+	u := &usage{PromptTokens: len(j.req.Prompt)}
+	comp := completion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.model, Choices: []completionChoice{}}
+	chat := chatCompletion{ID: j.id, Object: "chat.completion", Created: j.created, Model: j.model, Choices: []chatChoice{}}
+	for i, out := range outs {
+		pieces, lps, _ := out.take(nil, nil)
+		finish, e := s.outcome(ctx, out.res, out.err)
+		if e != nil {
+			if e.Status == 499 {
+				markDropped(w)
+				return
+			}
+			writeError(w, e)
 			return
 		}
-		writeError(w, e)
-		return
+		text := j.echo + strings.Join(pieces, "")
+		u.CompletionTokens += out.res.Stats.GeneratedTokens
+		if j.chat {
+			c := chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text}, FinishReason: finish}
+			if j.req.Logprobs {
+				c.Logprobs = chatLogprobsOf(s.tok, lps)
+			}
+			chat.Choices = append(chat.Choices, c)
+			continue
+		}
+		c := completionChoice{Index: i, Text: text, FinishReason: &finish}
+		if j.req.Logprobs {
+			c.Logprobs = completionLogprobsOf(s.tok, lps, len(j.echo))
+		}
+		comp.Choices = append(comp.Choices, c)
 	}
-	text := j.echo + strings.Join(pieces, "")
-	u := usageOf(len(j.req.Prompt), out.res)
-	t := timingsOf(out.res, mode == "speculative")
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	t := timingsOf(outs[0].res, mode == "speculative")
 	if j.chat {
-		writeJSON(w, http.StatusOK, chatCompletion{
-			ID: j.id, Object: "chat.completion", Created: j.created, Model: j.model,
-			Choices: []chatChoice{{Message: chatMessageOut{Role: "assistant", Content: text}, FinishReason: finish}},
-			Usage:   u, Timings: t,
-		})
+		chat.Usage, chat.Timings = u, t
+		writeJSON(w, http.StatusOK, chat)
 		return
 	}
-	writeJSON(w, http.StatusOK, completion{
-		ID: j.id, Object: "text_completion", Created: j.created, Model: j.model,
-		Choices: []completionChoice{{Text: text, FinishReason: &finish}},
-		Usage:   u, Timings: t,
-	})
+	comp.Usage, comp.Timings = u, t
+	writeJSON(w, http.StatusOK, comp)
 }
 
 // stream writes a streamed response as server-sent events, exactly as OpenAI sends
 // them: a chunk per burst of tokens (or per token, paced), a last chunk with the
-// finish reason, a usage chunk when asked for, and "data: [DONE]". The headers wait
-// for the first token, so that a request that fails before it (a full key/value
-// cache) still gets a proper error status. A failure after it is sent as an error
-// event, then [DONE].
+// finish reason, a usage chunk when asked for, and "data: [DONE]". A chat stream
+// opens at once with the chunk of the assistant's role; a completions stream's
+// headers wait for the first token, so that a request that fails before it (a full
+// key/value cache) still gets a proper error status. A failure after the stream has
+// opened is sent as an error event, then [DONE]. With logprobs each chunk carries its
+// tokens' (and pacing is off: a chunk is what the target accepted).
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out *output, cancel context.CancelCauseFunc) {
-	sse := &sseWriter{w: w, rc: http.NewResponseController(w), j: j}
+	sse := &sseWriter{w: w, rc: http.NewResponseController(w), j: j, tok: s.tok}
 	defer sse.rc.SetWriteDeadline(time.Time{}) // the connection may serve another request
+	if j.chat {
+		sse.start()
+	}
 	var p *pacer
-	if s.cfg.Pacing > 0 {
+	if s.cfg.Pacing > 0 && !j.req.Logprobs {
 		p = &pacer{window: s.cfg.Pacing}
 	}
 	var timer *time.Timer
@@ -276,12 +319,13 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out 
 		}
 	}()
 	var buf []string
+	var lps []spec.Logprob
 	for {
 		var done bool
-		buf, done = out.take(buf[:0])
+		buf, lps, done = out.take(buf[:0], lps[:0])
 		if p == nil {
-			if text := strings.Join(buf, ""); text != "" {
-				sse.content(text)
+			if text := strings.Join(buf, ""); text != "" || len(lps) > 0 {
+				sse.content(text, lps...)
 			}
 		} else {
 			p.add(dropEmpty(buf))
@@ -354,6 +398,8 @@ type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	j       *job
+	tok     *tokenizer.Tokenizer // for logprobs' token texts
+	offset  int                  // of the next text in the completion, for text_offset
 	started bool // headers and the opening chunk written
 	broken  bool // a write failed: the client is gone
 }
@@ -377,16 +423,27 @@ func (s *sseWriter) start() {
 	}
 	if s.j.echo != "" {
 		s.event(s.textChunk(s.j.echo, nil))
+		s.offset = len(s.j.echo)
 	}
 }
 
-func (s *sseWriter) content(text string) {
+// content writes a chunk of text, with its tokens' logprobs when asked.
+func (s *sseWriter) content(text string, lps ...spec.Logprob) {
 	s.start()
 	if s.j.chat {
-		s.event(s.chatChunk(chatDelta{Content: &text}, nil))
-	} else {
-		s.event(s.textChunk(text, nil))
+		c := s.chatChunk(chatDelta{Content: &text}, nil)
+		if s.j.req.Logprobs {
+			c.Choices[0].Logprobs = chatLogprobsOf(s.tok, lps)
+		}
+		s.event(c)
+		return
 	}
+	c := s.textChunk(text, nil)
+	if s.j.req.Logprobs {
+		c.Choices[0].Logprobs = completionLogprobsOf(s.tok, lps, s.offset)
+	}
+	s.offset += len(text)
+	s.event(c)
 }
 
 func (s *sseWriter) finish(reason string, u *usage) {

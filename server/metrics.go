@@ -29,6 +29,11 @@ type metrics struct {
 	generatedTokens prometheus.Counter
 	targetPasses    *prometheus.CounterVec // by mode
 
+	// vLLM's spec-decode counters, by the same names under our prefix, so that its
+	// dashboards need only the prefix changed.
+	numDrafts, numDraftTokens, numAccepted prometheus.Counter
+	acceptedPerPos                         *prometheus.CounterVec // by position
+
 	mu                   sync.Mutex
 	recentDrafted, recAc float64 // decayed sums behind the acceptance-rate gauge
 }
@@ -43,9 +48,11 @@ type batcher interface {
 // finishes: the acceptance-rate gauge follows the last few dozen requests.
 const recentDecay = 0.9
 
-func newMetrics(maxK int, kv func() (target, draft *kvcache.Stats), speculating func() float64, passes batcher) *metrics {
+func newMetrics(modelName string, maxK int, kv func() (target, draft *kvcache.Stats), speculating func() float64, passes batcher) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
-	f := factory{m.reg}
+	// Every metric of ours carries the model's name, as vLLM's do.
+	reg := prometheus.WrapRegistererWith(prometheus.Labels{"model_name": modelName}, m.reg)
+	f := factory{reg}
 	m.requests = f.counterVec("specula_requests_total", "HTTP requests answered, by endpoint and status code.", "endpoint", "code")
 	m.duration = f.histogramVec("specula_request_duration_seconds", "Time from a request's arrival to the end of its response, by endpoint.",
 		prometheus.ExponentialBuckets(0.005, 2, 15), "endpoint")
@@ -71,35 +78,40 @@ func newMetrics(maxK int, kv func() (target, draft *kvcache.Stats), speculating 
 	m.promptTokens = f.counter("specula_prompt_tokens_total", "Prompt tokens processed.")
 	m.generatedTokens = f.counter("specula_generation_tokens_total", "Tokens generated.")
 	m.targetPasses = f.counterVec("specula_target_passes_total", "Target forward passes (verification steps), by mode.", "mode")
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	m.numDrafts = f.counter("specula:spec_decode_num_drafts_total", "Drafts verified (vLLM's spec_decode_num_drafts): steps that drafted.")
+	m.numDraftTokens = f.counter("specula:spec_decode_num_draft_tokens_total", "Draft tokens verified (vLLM's spec_decode_num_draft_tokens; every node of a tree).")
+	m.numAccepted = f.counter("specula:spec_decode_num_accepted_tokens_total", "Draft tokens accepted (vLLM's spec_decode_num_accepted_tokens).")
+	m.acceptedPerPos = f.counterVec("specula:spec_decode_num_accepted_tokens_per_pos_total",
+		"Draft tokens accepted at each draft position, 0 first (vLLM's spec_decode_num_accepted_tokens_per_pos).", "position")
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "specula_acceptance_rate",
 		Help: "Fraction of draft tokens accepted, over recent speculative requests (each request's weight decays by 10% per later one).",
 	}, m.acceptanceRate))
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "specula_speculation_enabled",
 		Help: "1 when a request admitted now would decode speculatively, 0 when the server is saturated (or speculation is off).",
 	}, speculating))
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "specula_batch_passes_total",
 		Help: "Passes of the target's multi-sequence forward: the requests' verifications and prefill chunks ready at once go through one.",
 	}, func() float64 { return float64(passes.BatchStats().Passes) }))
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "specula_batch_forwards_total",
 		Help: "Requests' forwards those passes carried (divided by specula_batch_passes_total: the mean batch size).",
 	}, func() float64 { return float64(passes.BatchStats().Forwards) }))
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "specula_batch_tokens_total",
 		Help: "Tokens those passes carried: pending tokens, drafts and prefill chunks (divided by specula_batch_passes_total: the mean tokens per pass).",
 	}, func() float64 { return float64(passes.BatchStats().Tokens) }))
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "specula_batch_size",
 		Help: "Requests' forwards per pass over the recent passes (1: requests forward alone).",
 	}, func() float64 { return passes.Load().Forwards }))
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "specula_batch_tokens_per_pass",
 		Help: "Tokens per pass over the recent passes: what adaptive speculation prices its drafts by, with the pass cost.",
 	}, func() float64 { return passes.Load().Tokens }))
-	m.reg.MustRegister(&kvCollector{stats: kv})
+	reg.MustRegister(&kvCollector{stats: kv})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -113,6 +125,16 @@ func (m *metrics) observe(mode string, res spec.Result) {
 	m.targetPasses.WithLabelValues(mode).Add(float64(s.Steps))
 	m.drafted.Add(float64(s.Drafted))
 	m.accepted.Add(float64(s.Accepted))
+	if len(s.DraftedAt) > 0 {
+		m.numDrafts.Add(float64(s.DraftedAt[0]))
+	}
+	m.numDraftTokens.Add(float64(s.DraftNodes))
+	m.numAccepted.Add(float64(s.Accepted))
+	for i, a := range s.AcceptedAt {
+		if a > 0 {
+			m.acceptedPerPos.WithLabelValues(strconv.Itoa(i)).Add(float64(a))
+		}
+	}
 	if s.GeneratedTokens > 0 {
 		if tps := s.TokensPerSecond(); tps > 0 {
 			m.tokensPerSecond.WithLabelValues(mode).Observe(tps)
@@ -202,7 +224,7 @@ func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // factory registers metrics as it makes them.
-type factory struct{ reg *prometheus.Registry }
+type factory struct{ reg prometheus.Registerer }
 
 func (f factory) counter(name, help string) prometheus.Counter {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})

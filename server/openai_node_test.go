@@ -29,11 +29,12 @@ func TestOpenAINodeClient(t *testing.T) {
 	cfg := speculativeConfig()
 	cfg.Engine.Model = withChatTemplate(t, testTarget, t.TempDir(), chatmlTemplate(t))
 	cfg.ModelName = "gocoder"
+	cfg.APIKey = "test-key"
 	srv, ts := startServer(t, cfg)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "openai_client.mjs", ts.URL+"/v1", "gocoder")
+	cmd := exec.CommandContext(ctx, node, "openai_client.mjs", ts.URL+"/v1", "gocoder", cfg.APIKey)
 	cmd.Dir = "testdata"
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -59,10 +60,30 @@ func TestOpenAINodeClient(t *testing.T) {
 			Content, Role, Finish string
 			Usage                 *struct{ Completion_tokens int }
 		}
-		ChatStreamHelper struct{ Content, Finish string }
-		BadTemperature   nodeError
-		UnknownModel     nodeError
-		BadStream        nodeError
+		ChatStreamHelper   struct{ Content, Finish string }
+		CompletionLogprobs struct {
+			Text          string
+			Tokens        []string
+			TokenLogprobs []float64
+			Top           []int
+		}
+		ChatLogprobs []struct {
+			Token      string
+			Logprob    float64
+			Top, Bytes int
+		}
+		Choices struct {
+			Texts            []string
+			Indices          []int
+			CompletionTokens int
+		}
+		BadTemperature  nodeError
+		UnknownModel    nodeError
+		BadStream       nodeError
+		TooManyLogprobs nodeError
+		TooManyChoices  nodeError
+		ChoicesStreamed nodeError
+		WrongKey        nodeError
 	}
 	if err := json.Unmarshal(stdout, &got); err != nil {
 		t.Fatalf("%v in %s", err, stdout)
@@ -91,6 +112,33 @@ func TestOpenAINodeClient(t *testing.T) {
 	}
 	if h := got.ChatStreamHelper; h.Content != wantChat || h.Finish != got.Chat.Finish {
 		t.Errorf("chat stream helper %+v", h)
+	}
+	short := reference(t, srv, "func main() {", 8)
+	lp := got.CompletionLogprobs
+	if lp.Text != short || strings.Join(lp.Tokens, "") != short || len(lp.TokenLogprobs) != len(lp.Tokens) || len(lp.Top) != len(lp.Tokens) {
+		t.Errorf("completion logprobs %+v, want text %q", lp, short)
+	}
+	for i, v := range lp.TokenLogprobs {
+		if v > 0 || lp.Top[i] < 1 || lp.Top[i] > 2 {
+			t.Errorf("completion logprob %d: %v with %d alternatives", i, v, lp.Top[i])
+		}
+	}
+	if len(got.ChatLogprobs) != 8 {
+		t.Errorf("chat logprobs %+v", got.ChatLogprobs)
+	}
+	for i, e := range got.ChatLogprobs {
+		if e.Logprob > 0 || e.Top != 2 || e.Bytes == 0 {
+			t.Errorf("chat logprob %d: %+v", i, e)
+		}
+	}
+	if ch := got.Choices; len(ch.Texts) != 2 || ch.Texts[0] != short || ch.Texts[1] != short || ch.Indices[1] != 1 || ch.CompletionTokens != 16 {
+		t.Errorf("n = 2: %+v, want %q twice", ch, short)
+	}
+	got.TooManyLogprobs.check(t, "top_logprobs 21", 400, "BadRequestError", "top_logprobs")
+	got.TooManyChoices.check(t, "n 17", 400, "BadRequestError", "n")
+	got.ChoicesStreamed.check(t, "n 2 with stream", 400, "BadRequestError", "n")
+	if w := got.WrongKey; !w.Thrown || !w.APIError || w.Status != 401 || w.Name != "AuthenticationError" || w.Code == nil || *w.Code != "invalid_api_key" {
+		t.Errorf("wrong key: %+v", w)
 	}
 	got.BadTemperature.check(t, "temperature 5", 400, "BadRequestError", "temperature")
 	got.UnknownModel.check(t, "unknown model", 404, "NotFoundError", "model")

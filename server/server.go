@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -146,7 +147,9 @@ func New(eng *specula.Engine, cfg Config) (*Server, error) {
 	s.cfg.MaxQueue = max(cfg.MaxQueue, 0)
 	s.saturation = max(cfg.Saturation, 0)
 	s.tok, s.info = eng.Tokenizer(), eng.Info()
-	s.names = modelNames(cfg.ModelName, eng.Path(), s.info.Name)
+	if s.names = modelNames(cfg.ModelName, eng.Path(), s.info.Name); len(s.names) == 0 {
+		s.names = []string{"model"}
+	}
 	s.plainDec = eng.PlainDecoder()
 	if s.maxK = eng.MaxDraft(); s.maxK > 0 {
 		s.specDec, s.seededDec = eng.Decoder(), eng.ReproducibleDecoder()
@@ -163,7 +166,7 @@ func New(eng *specula.Engine, cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.drainCh = make(chan struct{})
 	s.idle = make(chan struct{})
-	s.m = newMetrics(max(s.maxK, 1), eng.KVStats, s.speculating, eng.Target())
+	s.m = newMetrics(s.names[0], max(s.maxK, 1), eng.KVStats, s.speculating, eng.Target())
 	s.handler = s.routes()
 	return s, nil
 }
@@ -339,6 +342,10 @@ func (s *Server) routes() http.Handler {
 		endpoint := "other"
 		defer func() {
 			s.m.request(endpoint, rw.code(), time.Since(start).Seconds())
+			if rw.dropped {
+				s.log.Info("client disconnected", "method", r.Method, "path", r.URL.Path, "status", rw.code(), "sent", rw.status, "duration", time.Since(start).Round(time.Microsecond))
+				return
+			}
 			s.log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rw.code(), "duration", time.Since(start).Round(time.Microsecond))
 		}()
 		rt, ok := table[r.URL.Path]
@@ -351,6 +358,12 @@ func (s *Server) routes() http.Handler {
 			return
 		}
 		endpoint = rt.endpoint
+		if endpoint != "health" && !s.authorized(r) {
+			rw.Header().Set("WWW-Authenticate", `Bearer realm="specula"`)
+			writeError(rw, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
+				Message: "a valid API key is required: send it as Authorization: Bearer KEY"})
+			return
+		}
 		if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
 			rw.Header().Set("Allow", rt.method)
 			writeError(rw, &apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: "method_not_allowed",
@@ -359,6 +372,16 @@ func (s *Server) routes() http.Handler {
 		}
 		rt.h(rw, r)
 	})
+}
+
+// authorized reports whether r carries the server's API key (every request does when
+// the server has none). The comparison takes the same time whatever the key sent.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.APIKey == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(s.cfg.APIKey)) == 1
 }
 
 // recorder remembers the status written, for the log and metrics.
@@ -384,10 +407,11 @@ func (r *recorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's Flush.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// code is the status for the log: 499 (nginx's "client closed request") when the
-// client left before any answer.
+// code is the status for the log and the metrics: 499 (nginx's "client closed
+// request") when the client left before the answer was complete — before any byte,
+// or in the middle of a stream whose 200 was already sent.
 func (r *recorder) code() int {
-	if r.dropped && !r.wrote {
+	if r.dropped {
 		return 499
 	}
 	return r.status

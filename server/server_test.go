@@ -349,3 +349,43 @@ func TestCompletionWithHead(t *testing.T) {
 		}
 	}
 }
+
+// With an API key, every endpoint but the health check wants it as a bearer token,
+// and refuses others with OpenAI's 401.
+func TestAPIKey(t *testing.T) {
+	_, ts := startServer(t, Config{APIKey: "s3cret"})
+	get := func(path, auth string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	for _, c := range []struct {
+		path, auth string
+		want       int
+	}{
+		{"/v1/models", "", 401}, {"/v1/models", "Bearer wrong", 401}, {"/v1/models", "s3cret", 401},
+		{"/v1/models", "Bearer s3cret", 200}, {"/metrics", "", 401}, {"/healthz", "", 200}, {"/health", "", 200},
+	} {
+		code, b := get(c.path, c.auth)
+		if code != c.want {
+			t.Errorf("%s with %q: %d, want %d: %s", c.path, c.auth, code, c.want, b)
+		}
+		if code == 401 {
+			if e := decode(t, b); e.Error == nil || e.Error.Code == nil || *e.Error.Code != "invalid_api_key" {
+				t.Errorf("%s: %s", c.path, b)
+			}
+		}
+	}
+	resp, b := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 2})
+	if resp.StatusCode != 401 {
+		t.Errorf("completion without the key: %d %s", resp.StatusCode, b)
+	}
+}

@@ -189,3 +189,14 @@ func (s *Stream) Flush() string {
 	s.strip = s.t.stripLeading
 	return out
 }
+
+// Piece returns the bytes a token stands for in decoded text (a byte-fallback token's
+// single byte, a word piece's text with its space), as Decode joins them; ok is false
+// for an id outside the vocabulary. The bytes may be a part of a UTF-8 character:
+// OpenAI's logprobs report them as "bytes" beside the token's text for that reason.
+func (t *Tokenizer) Piece(id int32) (piece string, ok bool) {
+	if !t.valid(id) {
+		return "", false
+	}
+	return t.pieces[id], true
+}

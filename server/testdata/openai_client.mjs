@@ -1,15 +1,15 @@
 // Drives a running specula server with the official OpenAI client and prints what it
 // saw as one JSON object. TestOpenAINodeClient starts the server and checks the output.
 //
-//   node openai_client.mjs http://127.0.0.1:PORT/v1 MODEL
+//   node openai_client.mjs http://127.0.0.1:PORT/v1 MODEL API_KEY
 import OpenAI from "openai";
 
-const [baseURL, model] = process.argv.slice(2);
-if (!baseURL || !model) {
-  console.error("usage: node openai_client.mjs BASE_URL MODEL");
+const [baseURL, model, apiKey] = process.argv.slice(2);
+if (!baseURL || !model || !apiKey) {
+  console.error("usage: node openai_client.mjs BASE_URL MODEL API_KEY");
   process.exit(2);
 }
-const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
 const prompt = "func main() {";
 const messages = [
   { role: "system", content: "You write Go." },
@@ -65,6 +65,15 @@ const runner = client.chat.completions.stream({ model, messages, max_tokens: 24,
 const final = await runner.finalChatCompletion();
 out.chatStreamHelper = { content: final.choices[0].message.content, finish: final.choices[0].finish_reason };
 
+// Log-probabilities, completions and chat, and several choices.
+const lc = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, logprobs: 2 });
+const l = lc.choices[0].logprobs;
+out.completionLogprobs = { text: lc.choices[0].text, tokens: l.tokens, tokenLogprobs: l.token_logprobs, top: l.top_logprobs.map((m) => Object.keys(m).length) };
+const lcc = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2 });
+out.chatLogprobs = lcc.choices[0].logprobs.content.map((e) => ({ token: e.token, logprob: e.logprob, top: e.top_logprobs.length, bytes: e.bytes.length }));
+const nc = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, n: 2 });
+out.choices = { texts: nc.choices.map((c) => c.text), indices: nc.choices.map((c) => c.index), completionTokens: nc.usage.completion_tokens };
+
 // Errors surface as APIError subclasses with the server's status, param and code.
 async function failure(fn) {
   try {
@@ -91,5 +100,16 @@ out.badStream = await failure(async () => {
     // not reached
   }
 });
+
+out.tooManyLogprobs = await failure(() => client.chat.completions.create({ model, messages, logprobs: true, top_logprobs: 21 }));
+out.tooManyChoices = await failure(() => client.completions.create({ model, prompt, n: 17 }));
+out.choicesStreamed = await failure(async () => {
+  const s = await client.completions.create({ model, prompt, n: 2, stream: true });
+  for await (const _ of s) {
+    // not reached
+  }
+});
+const stranger = new OpenAI({ baseURL, apiKey: "wrong-key", maxRetries: 0, timeout: 60_000 });
+out.wrongKey = await failure(() => stranger.completions.create({ model, prompt, max_tokens: 2 }));
 
 console.log(JSON.stringify(out));

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"math"
+	"strings"
+
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/tokenizer"
+)
+
+// maxLogprobs is the most alternatives logprobs (completions) or top_logprobs (chat)
+// may ask for, as vLLM's default max_logprobs.
+const maxLogprobs = spec.MaxTopLogprobs
+
+// completionLogprobs is a completion choice's logprobs object (the legacy format).
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// chatLogprobs is a chat choice's logprobs object.
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+	Refusal []chatTokenLogprob `json:"refusal"`
+}
+
+type chatTokenLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float64          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// tokenText is a token's text and bytes as logprobs report them: the bytes it stands
+// for, and those as text (a part of a character shown as U+FFFD).
+func tokenText(tok *tokenizer.Tokenizer, id int32) (string, []int) {
+	p, _ := tok.Piece(id)
+	b := make([]int, len(p))
+	for i := range len(p) {
+		b[i] = int(p[i])
+	}
+	return strings.ToValidUTF8(p, "\uFFFD"), b
+}
+
+// finite keeps a log-probability JSON can carry: -Inf (a token the model rules out)
+// becomes -9999, as vLLM reports it.
+func finite(x float32) float64 {
+	if math.IsInf(float64(x), -1) || math.IsNaN(float64(x)) {
+		return -9999
+	}
+	return float64(x)
+}
+
+// completionLogprobsOf renders lps for a completion choice whose text starts at
+// offset in the returned text.
+func completionLogprobsOf(tok *tokenizer.Tokenizer, lps []spec.Logprob, offset int) *completionLogprobs {
+	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	for _, lp := range lps {
+		text, _ := tokenText(tok, lp.Token)
+		out.Tokens = append(out.Tokens, text)
+		out.TokenLogprobs = append(out.TokenLogprobs, finite(lp.Logprob))
+		out.TextOffset = append(out.TextOffset, offset)
+		offset += len(text)
+		top := make(map[string]float64, len(lp.Top))
+		for _, t := range lp.Top {
+			s, _ := tokenText(tok, t.Token)
+			if _, dup := top[s]; !dup { // two tokens of one text: the likelier
+				top[s] = finite(t.Logprob)
+			}
+		}
+		out.TopLogprobs = append(out.TopLogprobs, top)
+	}
+	return out
+}
+
+// chatLogprobsOf renders lps for a chat choice.
+func chatLogprobsOf(tok *tokenizer.Tokenizer, lps []spec.Logprob) *chatLogprobs {
+	out := &chatLogprobs{Content: []chatTokenLogprob{}}
+	for _, lp := range lps {
+		text, b := tokenText(tok, lp.Token)
+		e := chatTokenLogprob{Token: text, Logprob: finite(lp.Logprob), Bytes: b, TopLogprobs: []chatTopLogprob{}}
+		for _, t := range lp.Top {
+			s, tb := tokenText(tok, t.Token)
+			e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: s, Logprob: finite(t.Logprob), Bytes: tb})
+		}
+		out.Content = append(out.Content, e)
+	}
+	return out
+}
