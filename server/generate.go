@@ -400,8 +400,8 @@ type sseWriter struct {
 	j       *job
 	tok     *tokenizer.Tokenizer // for logprobs' token texts
 	offset  int                  // of the next text in the completion, for text_offset
-	started bool // headers and the opening chunk written
-	broken  bool // a write failed: the client is gone
+	started bool                 // headers and the opening chunk written
+	broken  bool                 // a write failed: the client is gone
 }
 
 // start writes the headers and, for chat, the chunk that opens the assistant's

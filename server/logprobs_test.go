@@ -33,7 +33,9 @@ type lpResp struct {
 		}
 		FinishReason string `json:"finish_reason"`
 	}
-	Usage struct{ CompletionTokens int `json:"completion_tokens"` } `json:"usage"`
+	Usage struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
 }
 
 func postLP(t *testing.T, url string, body map[string]any) lpResp {
