@@ -191,6 +191,23 @@ func (e *Engine) hand(out *strings.Builder, piece string, emit func(string) erro
 	return emit(piece)
 }
 
+// Request encodes prompt and builds the decoder's request for it and p, with the
+// decoder Complete would use: for callers that drive the lower-level decoders
+// themselves (their own emit function, logprobs, n samples) with the engine's
+// conventions — the model's end-of-sequence tokens, stop strings on the decoded
+// text, a random seed when p has none.
+func (e *Engine) Request(prompt string, p Params) (spec.Request, *spec.Decoder, error) {
+	if err := p.Validate(); err != nil {
+		return spec.Request{}, nil, err
+	}
+	ids := e.tok.Encode(prompt, e.tok.DefaultOptions())
+	if len(ids) == 0 {
+		return spec.Request{}, nil, ErrEmptyPrompt
+	}
+	req, dec := e.request(ids, p)
+	return req, dec, nil
+}
+
 // request builds the decoder's request for prompt and p, and picks the decoder: the
 // reproducible one when sampling with a seed.
 func (e *Engine) request(prompt []int32, p Params) (spec.Request, *spec.Decoder) {

@@ -64,6 +64,9 @@ type Config struct {
 	// NoLookup leaves out the prompt lookup that goes in front of a draft model or
 	// head.
 	NoLookup bool
+	// Tree, for a Medusa or EAGLE head, drafts trees of this shape (K is then the
+	// node budget); zero drafts chains.
+	Tree draft.TreeShape
 	// K is the most tokens drafted a step (0: DefaultMaxK); the engine chooses each
 	// step how many pay, 0 included, unless FixedK is set.
 	K int
@@ -318,7 +321,7 @@ func (e *Engine) openPart(name string, cfg Config) (d draft.Drafter, isModel boo
 	}
 	if _, err := heads.Kind(name); err == nil {
 		// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
-		h, closer, err := heads.Open(name, cfg.Model, e.info, heads.Options{Threads: cfg.Threads, Requantize: dtype.Q8_0,
+		h, closer, err := heads.Open(name, cfg.Model, e.info, heads.Options{Threads: cfg.Threads, Requantize: dtype.Q8_0, Tree: cfg.Tree,
 			Layer: llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}})
 		if err != nil {
 			return nil, false, fmt.Errorf("specula: draft head %s: %w", name, err)

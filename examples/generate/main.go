@@ -21,19 +21,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/specula/specula"
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/draft/heads"
-	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/llama"
-	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
-	"github.com/specula/specula/target"
-	"github.com/specula/specula/tokenizer"
 )
 
 // The demo pair shipped with the repository.
@@ -83,60 +78,103 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg, err := c.engine(log)
+	if err != nil {
+		return err
+	}
+	eng, err := specula.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	p := specula.Params{MaxTokens: c.maxTokens, Temperature: c.temperature, TopP: c.topP, TopK: c.topK, Seed: c.seed}
+	fmt.Fprint(out, prompt)
+	res, err := eng.Stream(ctx, prompt, p, func(text string) error {
+		_, err := io.WriteString(out, text)
+		return err
+	})
+	fmt.Fprintln(out)
+	if err != nil {
+		return err
+	}
+	if !c.baseline || eng.MaxDraft() == 0 || len(res.Tokens) < 2 {
+		return report(res, nil, log)
+	}
+	pairs, err := paired(ctx, eng, prompt, p, res)
+	if err != nil {
+		return err
+	}
+	return report(res, pairs, log)
+}
+
+// engine is the engine's configuration for the flags. It checks that the demo models
+// are there when they are meant, since a missing one most likely means the command
+// runs from the wrong directory.
+func (c config) engine(log io.Writer) (specula.Config, error) {
 	k, adaptive, err := speculation(c.k)
 	if err != nil {
-		return err
+		return specula.Config{}, err
 	}
-	tm, err := load(c.model, c.threads, c.quiet, log)
-	if err != nil {
-		return err
+	cfg := specula.Config{Model: c.model, K: k, FixedK: !adaptive, Threads: c.threads, NoLookup: !c.ngram}
+	if cfg.Tree, err = parseTree(c.headTree); err != nil {
+		return cfg, err
 	}
-	defer tm.Close()
-	tgt, err := target.NewLocal(tm)
-	if err != nil {
-		return err
+	switch {
+	case k == 0:
+		cfg.Draft = "none"
+	case c.head != "":
+		cfg.Draft = c.head
+	case c.draftModel != "none" && c.draftModel != "":
+		cfg.Draft = c.draftModel
+	case c.ngram:
+		cfg.Draft = "ngram"
+	default:
+		cfg.Draft = "none"
 	}
-	tok, err := tokenizer.Load(c.model)
-	if err != nil {
-		return err
-	}
-	var drafter draft.Drafter // nil: plain decoding
-	if k > 0 {
-		d, closeDraft, err := openDrafter(c, tok, tm.Info(), log)
-		defer closeDraft()
-		if err != nil {
-			return err
+	for _, p := range []string{cfg.Model, cfg.Draft} {
+		if p == defaultModel || p == defaultDraft {
+			if _, err := os.Stat(p); err != nil {
+				return cfg, fmt.Errorf("the demo model %s is missing: run from the repository root, or pass -model", p)
+			}
 		}
-		drafter = d
 	}
-	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
-	opts := spec.Options{K: k, Adaptive: adaptive && drafter != nil, PaddedVocab: true}
-	dec, err := spec.New(tgt, drafter, opts)
-	if err != nil {
-		return err
+	if !c.quiet && isTerminal(log) {
+		cfg.Progress = progressBar(log)
 	}
+	return cfg, nil
+}
 
-	req := spec.Request{
-		Prompt:     tok.Encode(prompt, tok.DefaultOptions()),
-		MaxTokens:  c.maxTokens,
-		Sampling:   sampler.Params{Temperature: c.temperature, TopP: c.topP, TopK: c.topK, Seed: c.seed},
-		StopTokens: tok.EOS(),
-	}
-	if len(req.Prompt) == 0 {
-		return errors.New("the prompt encodes to no tokens")
-	}
-	fmt.Fprint(out, prompt)
-	res, err := stream(ctx, dec, req, tok, out)
+// pairs is the speed of speculative and plain decoding of the same text, measured in
+// turns.
+type pairs struct {
+	speculative, plain []float64 // tokens per second
+}
+
+// paired decodes the text the first run generated again, in turns: plain, then
+// speculative, three times each; the machine's speed drifts between runs on a shared
+// machine, and a ratio of runs made side by side, their median, says what one plain
+// run beside one speculative run cannot.
+func paired(ctx context.Context, eng *specula.Engine, prompt string, p specula.Params, first specula.Completion) (*pairs, error) {
+	p.MaxTokens, p.IgnoreEOS = len(first.Tokens), true // as many tokens each time
+	req, dec, err := eng.Request(prompt, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var plain *spec.Decoder // for the baseline
-	if c.baseline && dec.K() > 0 && res.Stats.GeneratedTokens > 1 {
-		if plain, err = spec.New(tgt, nil, spec.Options{}); err != nil {
-			return err
+	var out pairs
+	for range 3 {
+		for _, d := range []*spec.Decoder{eng.PlainDecoder(), dec} {
+			r, err := d.Generate(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			if d == dec {
+				out.speculative = append(out.speculative, r.Stats.TokensPerSecond())
+			} else {
+				out.plain = append(out.plain, r.Stats.TokensPerSecond())
+			}
 		}
 	}
-	return report(ctx, res, plain, req, log)
+	return &out, nil
 }
 
 // readPrompt returns the -prompt text, or standard input when there is none.
@@ -167,51 +205,6 @@ func speculation(value string) (k int, adaptive bool, err error) {
 	return k, false, nil
 }
 
-// openDrafter opens the drafter the flags ask for — the draft model, with prompt
-// lookup in front of it with -ngram — after checking that the draft model's
-// tokenizer is the target's. The drafter is nil for none; release, never nil, closes
-// the draft model, on error too.
-func openDrafter(c config, tok *tokenizer.Tokenizer, info model.Info, log io.Writer) (d draft.Drafter, release func(), err error) {
-	release = func() {}
-	switch {
-	case c.head != "":
-		// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
-		opts := heads.Options{Threads: c.threads, Requantize: dtype.Q8_0, Layer: llama.Options{Threads: c.threads}}
-		if opts.Tree, err = parseTree(c.headTree); err != nil {
-			return nil, release, err
-		}
-		h, closer, err := heads.Open(c.head, c.model, info, opts)
-		if err != nil {
-			return nil, release, err
-		}
-		d, release = h, func() { closer.Close() }
-	case c.draftModel != "none" && c.draftModel != "":
-		dm, err := load(c.draftModel, c.threads, c.quiet, log)
-		if err != nil {
-			return nil, release, err
-		}
-		release = func() { dm.Close() }
-		dtok, err := tokenizer.Load(c.draftModel)
-		if err != nil {
-			return nil, release, err
-		}
-		if err := tokenizer.Compatible(dtok, tok); err != nil {
-			return nil, release, fmt.Errorf("the draft model cannot draft for the target: %w", err)
-		}
-		if d, err = draft.NewSmallModel(dm); err != nil {
-			return nil, release, err
-		}
-	}
-	if c.ngram {
-		if d != nil {
-			d = draft.WithLookup(d)
-		} else {
-			d = draft.NGram{}
-		}
-	}
-	return d, release, nil
-}
-
 // parseTree reads -head-tree: empty for chains, else WIDTH,DEPTH,NODES.
 func parseTree(s string) (draft.TreeShape, error) {
 	var t draft.TreeShape
@@ -224,36 +217,19 @@ func parseTree(s string) (draft.TreeShape, error) {
 	return t, nil
 }
 
-// stream generates, writing the text to out as it comes.
-func stream(ctx context.Context, dec *spec.Decoder, req spec.Request, tok *tokenizer.Tokenizer, out io.Writer) (spec.Result, error) {
-	text := tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true})
-	var res spec.Result
-	for t, err := range dec.Tokens(ctx, req, &res) {
-		if err != nil {
-			return res, err
-		}
-		fmt.Fprint(out, text.Push(t))
-	}
-	fmt.Fprintln(out, text.Flush())
-	return res, nil
-}
-
-// report writes the request's statistics to log, and with a plain decoder the speed
-// of plain decoding of as many tokens beside them.
-func report(ctx context.Context, res spec.Result, plain *spec.Decoder, req spec.Request, log io.Writer) error {
+// report writes the request's statistics to log, with the paired speeds beside them
+// when measured.
+func report(res specula.Completion, p *pairs, log io.Writer) error {
 	var agg spec.Aggregate
 	agg.Add(res.Stats)
 	line := agg.String()
-	if plain != nil {
-		base := req
-		base.MaxTokens = res.Stats.GeneratedTokens
-		base.StopTokens = nil
-		pr, err := plain.Generate(ctx, base)
-		if err != nil {
-			return err
+	if p != nil {
+		ratios := make([]float64, len(p.plain))
+		for i := range ratios {
+			ratios[i] = p.speculative[i] / p.plain[i]
 		}
-		agg.Baseline = pr.Stats.TokensPerSecond()
-		line = agg.String() + fmt.Sprintf(" vs plain decoding's %.1f tokens/s", agg.Baseline)
+		line += fmt.Sprintf("; paired with plain decoding, 3 runs each in turns: %.2f× (median; %.2f–%.2f), plain %.1f tokens/s",
+			median(ratios), slices.Min(ratios), slices.Max(ratios), median(p.plain))
 	}
 	s := res.Stats
 	fmt.Fprintf(log, "\n%s\n%d prompt tokens, %d generated (%s), %d target passes, time to first token %v\n",
@@ -261,29 +237,34 @@ func report(ctx context.Context, res spec.Result, plain *spec.Decoder, req spec.
 	return nil
 }
 
-// load opens a model, reading its weights with a progress bar on log.
-func load(path string, threads int, quiet bool, log io.Writer) (*llama.Model, error) {
-	if _, err := os.Stat(path); err != nil {
-		if path == defaultModel || path == defaultDraft {
-			return nil, fmt.Errorf("the demo model %s is missing: run from the repository root, or pass -model", path)
+// median returns the median of xs.
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// isTerminal reports whether w is a terminal: progress bars redraw themselves with
+// carriage returns, which a redirected log would keep as hundreds of frames.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar draws the loading of each model file on log.
+func progressBar(log io.Writer) func(file string, done, total int64) {
+	return func(file string, done, total int64) {
+		const width = 30
+		n := int(int64(width) * done / max(total, 1))
+		fmt.Fprintf(log, "\rloading %-28s [%s%s] %3d%%", filepath.Base(file), strings.Repeat("#", n), strings.Repeat(".", width-n), 100*done/max(total, 1))
+		if done == total {
+			fmt.Fprintln(log)
 		}
-		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
-	opts := llama.Options{Threads: threads}
-	name := filepath.Base(path)
-	if !quiet {
-		opts.Progress = func(done, total int64) {
-			const width = 30
-			n := int(int64(width) * done / max(total, 1))
-			fmt.Fprintf(log, "\rloading %-28s [%s%s] %3d%%", name, strings.Repeat("#", n), strings.Repeat(".", width-n), 100*done/max(total, 1))
-			if done == total {
-				fmt.Fprintln(log)
-			}
-		}
-	}
-	m, err := llama.Open(path, opts)
-	if err != nil {
-		return nil, fmt.Errorf("loading %s: %w", name, err)
-	}
-	return m, nil
 }
