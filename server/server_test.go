@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -387,5 +389,61 @@ func TestAPIKey(t *testing.T) {
 	resp, b := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 2})
 	if resp.StatusCode != 401 {
 		t.Errorf("completion without the key: %d %s", resp.StatusCode, b)
+	}
+}
+
+// Two engines joined under one handler: each generation goes to the server of its
+// model, the listing and the metrics hold both.
+func TestJoin(t *testing.T) {
+	demoModels(t)
+	open := func(model, name string) *Server {
+		srv, err := Open(withDefaults(Config{Engine: specula.Config{Model: model}, ModelName: name}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		return srv
+	}
+	big, small := open(testTarget, "big"), open(testDraft, "small")
+	h, err := Join(big, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Join(big, big); err == nil {
+		t.Error("two servers of one name were joined")
+	}
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+	for _, c := range []struct {
+		model string
+		srv   *Server
+	}{{"big", big}, {"small", small}, {"", big}} {
+		body := map[string]any{"prompt": "func main() {", "max_tokens": 12, "temperature": 0, "ignore_eos": true}
+		if c.model != "" {
+			body["model"] = c.model
+		}
+		if r := complete(t, ts.URL+"/v1/completions", body); r.text() != reference(t, c.srv, "func main() {", 12) {
+			t.Errorf("model %q: %q", c.model, r.text())
+		}
+	}
+	resp, b := post(t, ts.URL+"/v1/completions", map[string]any{"model": "gpt-4o", "prompt": "x"})
+	checkError(t, resp, b, http.StatusNotFound, "model", "model_not_found")
+	r, err := http.Get(ts.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Data []struct{ ID string } }
+	json.NewDecoder(r.Body).Decode(&list)
+	r.Body.Close()
+	var ids []string
+	for _, d := range list.Data {
+		ids = append(ids, d.ID)
+	}
+	if !slices.Contains(ids, "big") || !slices.Contains(ids, "small") {
+		t.Errorf("models %v", ids)
+	}
+	m := scrape(t, ts.URL)
+	if m[`specula_generation_tokens_total{model_name="big"}`] != 24 || m[`specula_generation_tokens_total{model_name="small"}`] != 12 {
+		t.Errorf("metrics per model: big %v, small %v", m[`specula_generation_tokens_total{model_name="big"}`], m[`specula_generation_tokens_total{model_name="small"}`])
 	}
 }
