@@ -58,7 +58,7 @@ func main() {
 	flag.Float64Var(&c.temperature, "temperature", 0, "sampling temperature; 0 is greedy")
 	flag.Float64Var(&c.topP, "top-p", 1, "nucleus sampling mass, in (0, 1]")
 	flag.IntVar(&c.topK, "top-k", 0, "keep only the k most likely tokens (0: all)")
-	flag.Uint64Var(&c.seed, "seed", 0, "random seed")
+	flag.Uint64Var(&c.seed, "seed", 0, "random seed: the same seed gives the same text (0: a random one)")
 	flag.IntVar(&c.maxTokens, "max-tokens", 256, "most tokens to generate")
 	flag.IntVar(&c.threads, "threads", 0, "threads (0: all cores)")
 	flag.BoolVar(&c.baseline, "baseline", true, "also decode without speculation, to measure the speedup")
@@ -78,6 +78,10 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
+	p := specula.Params{MaxTokens: c.maxTokens, Temperature: c.temperature, TopP: c.topP, TopK: c.topK, Seed: c.seed}
+	if err := p.Validate(); err != nil { // before the models are loaded
+		return err
+	}
 	cfg, err := c.engine(log)
 	if err != nil {
 		return err
@@ -87,7 +91,6 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 		return err
 	}
 	defer eng.Close()
-	p := specula.Params{MaxTokens: c.maxTokens, Temperature: c.temperature, TopP: c.topP, TopK: c.topK, Seed: c.seed}
 	fmt.Fprint(out, prompt)
 	res, err := eng.Stream(ctx, prompt, p, func(text string) error {
 		_, err := io.WriteString(out, text)

@@ -22,11 +22,14 @@
 //     messages, max_tokens (max_completion_tokens), temperature, top_p, seed, stop
 //     (a string or up to 4), stream with stream_options.include_usage, echo; and as
 //     in vLLM and llama-server top_k, min_p, repetition_penalty, ignore_eos,
-//     chat_template_kwargs. n, best_of, logprobs, suffix, logit_bias, tools and
-//     presence or frequency penalties other than their neutral values get a 400;
-//     unknown fields are ignored.
+//     chat_template_kwargs; n (up to 16, not with stream: the samples fork one
+//     prefill), logprobs (completions: 0–20 alternatives; chat: true, with
+//     top_logprobs 0–20), exact under speculation. best_of, suffix, logit_bias,
+//     tools, logprobs with echo, and presence or frequency penalties other than
+//     their neutral values get a 400; unknown fields are ignored.
 //   - GET /v1/models, /v1/models/{id}: the model under each name it answers to.
-//   - GET /healthz (and /health): 200, or 503 while shutting down.
+//   - GET /healthz (and /health): 200, or 503 while shutting down; open without the
+//     -api-key every other endpoint wants as "Authorization: Bearer KEY".
 //   - GET /metrics: Prometheus metrics (specula_*): acceptance rate, accepted length
 //     per target pass, tokens per second, time to first token, active and queued
 //     requests, key/value cache use, the speculative/plain decisions, batch sizes.
@@ -36,7 +39,8 @@
 //   - model may be omitted (the served model is meant); a name the server does not
 //     serve is a 404 model_not_found.
 //   - Defaults as OpenAI's: temperature 1, top_p 1, max_tokens 16 for completions
-//     and the rest of the context for chat.
+//     and the rest of the context for chat; max_tokens 0 is the rest of the context,
+//     as in the library and the CLI.
 //   - Chat prompts are rendered with the model's Jinja chat template (GGUF
 //     tokenizer.chat_template, or chat_template in tokenizer_config.json; or
 //     -chat-template-file). A model without one answers chat requests with 400
