@@ -43,6 +43,9 @@ func FuzzParse(f *testing.F) {
 		`{"prompt": "\u0000\ud800", "stop": ["", "", "", ""]}`,
 		`[]`, `null`, `"x"`, `{`, ``, `{"prompt": {}}`, `{"messages": [null]}`, `{"messages": [{"role": 5}]}`,
 		`{"prompt": "x", "logit_bias": {"1": 2}, "tools": [], "tool_choice": "auto", "response_format": {"type": "text"}}`,
+		`{"prompt": "x", "n": 3, "logprobs": 5, "max_tokens": 0}`,
+		`{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 20, "n": 16}`,
+		`{"prompt": "x", "n": 2, "stream": true, "logprobs": -1, "top_logprobs": 1, "best_of": 2}`,
 	} {
 		f.Add([]byte(seed), false)
 		f.Add([]byte(seed), true)
