@@ -12,7 +12,11 @@ import (
 	"testing"
 
 	"github.com/specula/specula"
+	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/tokenizer"
 )
 
 var testPrompts = []string{
@@ -445,5 +449,42 @@ func TestJoin(t *testing.T) {
 	m := scrape(t, ts.URL)
 	if m[`specula_generation_tokens_total{model_name="big"}`] != 24 || m[`specula_generation_tokens_total{model_name="small"}`] != 12 {
 		t.Errorf("metrics per model: big %v, small %v", m[`specula_generation_tokens_total{model_name="big"}`], m[`specula_generation_tokens_total{model_name="small"}`])
+	}
+}
+
+// anyModel is a model of a kind the server knows nothing about: it hides every
+// method of the Llama runtime but the model contract.
+type anyModel struct{ model.Model }
+
+// A server over an engine made by specula.NewEngine from any model.Model (here one
+// that reports no key/value figures) serves it like the runtime's own.
+func TestServeAnyModel(t *testing.T) {
+	demoModels(t)
+	m, err := llama.Open(testTarget, llama.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tok, err := tokenizer.Load(testTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := specula.NewEngine(anyModel{m}, tok, draft.NGram{}, specula.EngineOptions{K: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(eng, Config{ModelName: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	r := complete(t, ts.URL+"/v1/completions", map[string]any{"model": "mine", "prompt": "func main() {", "max_tokens": 16, "temperature": 0, "ignore_eos": true})
+	if want := reference(t, srv, "func main() {", 16); r.text() != want || r.Timings == nil || !r.Timings.Speculative {
+		t.Errorf("%q (%+v), want %q", r.text(), r.Timings, want)
+	}
+	if _, err := New(nil, Config{}); err == nil {
+		t.Error("a nil engine was served")
 	}
 }
