@@ -293,6 +293,14 @@ func parseStream(t testing.TB, evs []event) streamed {
 // comparison with the server's output.
 func reference(t testing.TB, srv *Server, prompt string, maxTokens int) string {
 	t.Helper()
+	res := plainRun(t, srv, spec.Request{Prompt: srv.tok.Encode(prompt, srv.tok.DefaultOptions()), MaxTokens: maxTokens,
+		Sampling: sampler.Params{}, StopTokens: srv.tok.EOS()})
+	return srv.tok.DecodeWith(res.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
+}
+
+// plainRun runs req with plain decoding of the server's target alone.
+func plainRun(t testing.TB, srv *Server, req spec.Request) spec.Result {
+	t.Helper()
 	tgt, err := target.NewLocal(srv.eng.Model())
 	if err != nil {
 		t.Fatal(err)
@@ -301,16 +309,11 @@ func reference(t testing.TB, srv *Server, prompt string, maxTokens int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := dec.Generate(context.Background(), spec.Request{
-		Prompt:     srv.tok.Encode(prompt, srv.tok.DefaultOptions()),
-		MaxTokens:  maxTokens,
-		Sampling:   sampler.Params{},
-		StopTokens: srv.tok.EOS(),
-	})
+	res, err := dec.Generate(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv.tok.DecodeWith(res.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
+	return res
 }
 
 // withChatTemplate copies the GGUF file src into dir with a tokenizer.chat_template.

@@ -1,13 +1,11 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"testing"
 
 	"github.com/specula/specula/spec"
-	"github.com/specula/specula/target"
 )
 
 // lpResp reads the logprobs objects of both APIs.
@@ -55,20 +53,8 @@ func postLP(t *testing.T, url string, body map[string]any) lpResp {
 // the values the server reports under speculation must be these.
 func plainLogprobs(t *testing.T, srv *Server, prompt string, maxTokens, top int) spec.Result {
 	t.Helper()
-	tgt, err := target.NewLocal(srv.eng.Model())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := spec.New(tgt, nil, spec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := dec.Generate(context.Background(), spec.Request{Prompt: srv.tok.Encode(prompt, srv.tok.DefaultOptions()), MaxTokens: maxTokens,
+	return plainRun(t, srv, spec.Request{Prompt: srv.tok.Encode(prompt, srv.tok.DefaultOptions()), MaxTokens: maxTokens,
 		Logprobs: true, TopLogprobs: top})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
 }
 
 // The server's logprobs under speculation, completions and chat, whole and streamed,

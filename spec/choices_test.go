@@ -26,12 +26,7 @@ import (
 // prefill: greedy, every choice is plain greedy decoding's text; seeded sampling,
 // choice i is the request run alone with the parameters' Choice(i).
 func TestChoicesAsAlone(t *testing.T) {
-	tm, err := llama.Open(filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), llama.Options{Threads: 2})
-	require.NoError(t, err)
-	defer tm.Close()
-	dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Threads: 2})
-	require.NoError(t, err)
-	defer dm.Close()
+	tm, dm := demoPair(t)
 	tgt, err := target.NewLocal(tm)
 	require.NoError(t, err)
 	dec, err := spec.New(tgt, draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 4})
@@ -145,6 +140,18 @@ func TestChoicesErrors(t *testing.T) {
 	for i, r := range res {
 		assert.Equal(t, spec.FinishCancelled, r.Finish, "choice %d", i)
 	}
+}
+
+// demoPair opens the demo target and drafter shipped in models/, closed with the test.
+func demoPair(t *testing.T) (tm, dm *llama.Model) {
+	t.Helper()
+	open := func(name string) *llama.Model {
+		m, err := llama.Open(filepath.Join("..", "models", name), llama.Options{Threads: 2})
+		require.NoError(t, err)
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	return open("gocoder-m-q8_0.gguf"), open("gocoder-xs-q8_0.gguf")
 }
 
 // countingModel counts the tokens its sequences forward.

@@ -387,17 +387,8 @@ func (d *Decoder) validate(req Request) error {
 // generate runs the request: it starts the target's session and the drafters',
 // prefills, steps until the request finishes, and lets the drafters learn from it.
 func (r *run) generate(ctx context.Context) (err error) {
-	if err := r.prepare(); err != nil {
-		return err
-	}
 	defer r.close(&err)
-	if err := r.startTarget(ctx); err != nil {
-		return err
-	}
-	if err := r.startDrafters(ctx); err != nil {
-		return err
-	}
-	if err := r.prefill(ctx); err != nil {
+	if err := r.begin(ctx); err != nil {
 		return err
 	}
 	return r.decode(ctx)

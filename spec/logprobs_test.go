@@ -3,7 +3,6 @@ package spec_test
 import (
 	"context"
 	"math"
-	"path/filepath"
 	"sort"
 	"testing"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -78,12 +76,7 @@ func checkLogprobs(t *testing.T, res spec.Result, ref [][]float64, top int, tol 
 // alternatives are the target's own, as one plain forward of the whole text gives
 // them, and greedy ones equal plain decoding's.
 func TestLogprobsExact(t *testing.T) {
-	tm, err := llama.Open(filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), llama.Options{Threads: 2})
-	require.NoError(t, err)
-	defer tm.Close()
-	dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Threads: 2})
-	require.NoError(t, err)
-	defer dm.Close()
+	tm, dm := demoPair(t)
 	tgt := local(t, tm)
 	dec, err := spec.New(tgt, draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 4})
 	require.NoError(t, err)
