@@ -52,6 +52,33 @@ type Request struct {
 	// MaxLen is an upper bound on the history length, for sizing buffers up front
 	// (0 when unknown).
 	MaxLen int
+	// Constraint, when set, restricts the output to a language (see
+	// [sampler.Constraint]). A session that samples its tokens masks its logits with
+	// the state each drafted token reaches, from the state the decoder gives it before
+	// each Propose ([Constrained]); the decoder ends any draft at a token the language
+	// forbids, so sessions that do not know of constraints stay correct, only
+	// less useful.
+	Constraint sampler.Constraint
+}
+
+// Constrained is a session that drafts under the request's Constraint: before each
+// Propose the decoder tells it the state the history ends in.
+type Constrained interface {
+	Session
+	Constrain(state int32)
+}
+
+// Constrain hands the state to every session of s that drafts under a constraint,
+// looking through composites.
+func Constrain(s Session, state int32) {
+	if c, ok := s.(Constrained); ok {
+		c.Constrain(state)
+	}
+	if c, ok := s.(CompositeSession); ok {
+		for _, sub := range c.Sessions() {
+			Constrain(sub, state)
+		}
+	}
 }
 
 // Split returns the request as the i-th of several drafters started for it sees it:

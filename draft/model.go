@@ -86,15 +86,16 @@ func (d *SmallModel) Start(ctx context.Context, req Request) (Session, error) {
 		return nil, fmt.Errorf("draft: draft model %q: %w", d.info.Name, err)
 	}
 	s := &modelSession{
-		d:      d,
-		seq:    seq,
-		smp:    smp,
-		greedy: req.Sampling.Greedy(),
-		vocab:  max(req.VocabSize, v),
-		held:   make([]int32, 0, req.MaxLen),
-		logits: make([]float32, v),
-		toks:   make([]int32, req.MaxK),
-		out:    []int32{0},
+		d:          d,
+		seq:        seq,
+		smp:        smp,
+		constraint: req.Constraint,
+		greedy:     req.Sampling.Greedy(),
+		vocab:      max(req.VocabSize, v),
+		held:       make([]int32, 0, req.MaxLen),
+		logits:     make([]float32, v),
+		toks:       make([]int32, req.MaxK),
+		out:        []int32{0},
 	}
 	if !s.greedy {
 		s.dists = make([]float32, req.MaxK*v)
@@ -153,6 +154,10 @@ type modelSession struct {
 	toks   []int32
 	out    []int32 // Outputs of a forward: one index
 
+	// Under a constraint: the language, and the state the history ends in.
+	constraint sampler.Constraint
+	cstate     int32
+
 	// Tree drafting scratch.
 	parents     []int32
 	shape       model.Tree // parents, checked
@@ -202,9 +207,14 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 		return err
 	}
 	s.toks = s.toks[:k]
+	state := s.cstate
 	for i := range k {
 		var x int32
 		var err error
+		if s.constraint != nil && !s.constraint.MaskLogits(state, s.logits) {
+			k = i // nothing may follow: the draft ends here
+			break
+		}
 		if s.greedy {
 			x, err = s.smp.Argmax(s.logits, s.held)
 		} else if err = s.smp.Process(s.logits, s.held, s.rows[i]); err == nil {
@@ -214,6 +224,9 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 			return fmt.Errorf("draft: position %d: %w", i, err)
 		}
 		s.toks[i] = x
+		if s.constraint != nil {
+			state = s.constraint.Next(state, x)
+		}
 		if i == k-1 {
 			break
 		}
@@ -363,6 +376,11 @@ func (s *modelSession) pathTo(node int32) []int32 {
 }
 
 func (s *modelSession) Close() error { return s.seq.Close() }
+
+// Constrain implements [Constrained]: chains are drafted from logits masked with the
+// state each drafted token reaches (a tree's nodes are left to the decoder, which
+// ends a branch at a token the language forbids).
+func (s *modelSession) Constrain(state int32) { s.cstate = state }
 
 // topTokens returns the w largest logits' tokens, largest first, lowest id first among
 // ties, in top's memory.

@@ -189,6 +189,15 @@ type Request struct {
 	// score every accepted position anyway: speculation does not change them.
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint restricts the output to a language — a grammar, a regular
+	// expression, a JSON Schema (package grammar) — exactly: every row of the
+	// target's logits is masked with the state the draft reaches there, drafts end at
+	// a token the language forbids, the drafters that sample mask theirs, and the
+	// acceptance rule keeps the target's distribution restricted to the language and
+	// renormalised. End-of-sequence tokens are allowed exactly where the output is a
+	// sentence: put them in StopTokens. Logprobs are then those of the constrained
+	// distribution.
+	Constraint sampler.Constraint
 }
 
 // MaxTopLogprobs is the most alternatives a Request's TopLogprobs may ask for.
@@ -327,6 +336,8 @@ type run struct {
 	emitted  int            // output tokens handed out
 	path     []int32        // accepted draft tokens (indices)
 	accepted []int32        // their tokens
+	cstate   int32          // with a Constraint: the state the output ends in…
+	nodeSt   []int32        // …and the one each draft node reaches (negative: forbidden)
 	stepLPs  []Logprob      // with Logprobs: the step's accepted tokens' and the next one's
 	lps      []Logprob      // …and every output token's so far
 
@@ -415,6 +426,9 @@ func (r *run) prepare() error {
 		return err
 	}
 	r.stats.PromptTokens = len(req.Prompt)
+	if req.Constraint != nil {
+		r.cstate = req.Constraint.Start()
+	}
 	var err error
 	if r.smp, err = sampler.New(req.Sampling, d.info.VocabSize); err != nil {
 		return fmt.Errorf("spec: %w", err)
@@ -468,8 +482,9 @@ func (r *run) startDrafters(ctx context.Context) error {
 		Prompt:    r.req.Prompt,
 		Sampling:  r.req.Sampling,
 		VocabSize: d.info.VocabSize,
-		MaxK:      k,
-		MaxLen:    cap(r.hist),
+		MaxK:       k,
+		MaxLen:     cap(r.hist),
+		Constraint: r.req.Constraint,
 	}
 	for i, dr := range d.drafters {
 		t := time.Now()
@@ -690,6 +705,7 @@ func (r *run) room() (int, bool) {
 // draft.
 func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Duration, err error) {
 	r.draft.Reset()
+	r.nodeSt = r.nodeSt[:0]
 	if r.ctl != nil && k > 0 {
 		if l, ok := r.d.target.(target.Loaded); ok {
 			r.ctl.load = l.Load()
@@ -702,13 +718,19 @@ func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Dura
 	if k <= 0 {
 		return di, 0, 0, nil
 	}
+	if r.req.Constraint != nil {
+		draft.Constrain(r.sessions[di], r.cstate)
+	}
 	t := time.Now()
 	err = r.sessions[di].Propose(ctx, r.hist, k, &r.prop)
 	took = time.Since(t)
 	r.stats.DraftTime += took
 	switch {
 	case err == nil:
-		return di, k, took, r.check(k)
+		if err := r.check(k); err != nil {
+			return di, k, took, err
+		}
+		return di, k, took, r.constrain()
 	case ctx.Err() == nil && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)):
 		r.stats.DraftError = err.Error()
 		r.failed[di] = true
@@ -744,6 +766,9 @@ func (r *run) verify(ctx context.Context) (accepted []int32, next int32, err err
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := r.maskRows(rows); err != nil {
+		return nil, 0, err
+	}
 	t := time.Now()
 	defer func() { r.stats.SampleTime += time.Since(t) }()
 	r.path, next, err = r.smp.Verify(sampler.Step{History: r.hist, Draft: r.draft, Logits: rows}, r.path[:0])
@@ -759,6 +784,9 @@ func (r *run) verify(ctx context.Context) (accepted []int32, next int32, err err
 	}
 	if r.req.Logprobs {
 		r.scoreStep(rows, next)
+	}
+	if err := r.advanceConstraint(next); err != nil {
+		return nil, 0, err
 	}
 	return r.accepted, next, nil
 }

@@ -1,0 +1,557 @@
+package grammar
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// jsonRules are the GBNF rules of JSON values: value, object, array, string, number,
+// integer, boolean, null, and ws, whitespace bounded (a newline and at most 20 blanks)
+// so that a model cannot fill its output with it.
+const jsonRules = `
+value   ::= object | array | string | number | boolean | null
+object  ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws
+array   ::= "[" ws ( value ( "," ws value )* )? "]" ws
+string  ::= "\"" char* "\"" ws
+char    ::= [^"\\\x00-\x1F\x7F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+number  ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? ws
+integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ws
+boolean ::= ( "true" | "false" ) ws
+null    ::= "null" ws
+ws      ::= ( " " | "\n" [ \t]{0,20} )?
+`
+
+// JSON is the grammar of a JSON object, as OpenAI's response_format json_object
+// asks for; JSONValue of any JSON value.
+func JSON() *Grammar { return mustGBNF("root ::= object\n" + jsonRules) }
+
+// JSONValue is the grammar of any JSON value.
+func JSONValue() *Grammar { return mustGBNF("root ::= value\n" + jsonRules) }
+
+func mustGBNF(src string) *Grammar {
+	g, err := ParseGBNF(src)
+	if err != nil {
+		panic(err) // the package's own grammars are tested
+	}
+	return g
+}
+
+// ParseJSONSchema compiles a JSON Schema into the grammar of the JSON texts it
+// validates. Supported: type (one or a list), properties (generated in their order),
+// required, additionalProperties (false unless true or a schema: no property
+// outside the schema is generated otherwise), items, prefixItems, minItems,
+// maxItems, enum, const, anyOf and oneOf (as anyOf), allOf of one schema, $ref to
+// #/$defs/… or #/definitions/… (recursion allowed), and for strings minLength,
+// maxLength, pattern and format (date, time, date-time, uuid, email, ipv4). The
+// annotations (title, description, default, examples, $schema, $id, $comment,
+// deprecated, readOnly, writeOnly) are ignored. Any other keyword — minimum,
+// maximum, multipleOf, uniqueItems, not, if/then/else, patternProperties, … — is
+// refused with an error naming it.
+func ParseJSONSchema(schema []byte) (*Grammar, error) {
+	root, err := decodeOrdered(schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: JSON Schema: %v", ErrSyntax, err)
+	}
+	c := &schemaCompiler{root: root, rules: map[string]string{}, refs: map[string]string{}}
+	body, err := c.schema(root, "#")
+	if err != nil {
+		return nil, err
+	}
+	var src strings.Builder
+	src.WriteString("root ::= " + body + "\n")
+	names := make([]string, 0, len(c.rules))
+	for n := range c.rules {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		src.WriteString(n + " ::= " + c.rules[n] + "\n")
+	}
+	src.WriteString(jsonRules)
+	return ParseGBNF(src.String())
+}
+
+// schemaCompiler writes a schema's GBNF rules.
+type schemaCompiler struct {
+	root  any
+	rules map[string]string // rule name → body
+	refs  map[string]string // $ref → its rule name
+	n     int
+}
+
+// rule names a new rule of the given body.
+func (c *schemaCompiler) rule(body string) string {
+	c.n++
+	name := fmt.Sprintf("s%d", c.n)
+	c.rules[name] = body
+	return name
+}
+
+var annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true, "$schema": true,
+	"$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true, "$defs": true, "definitions": true}
+
+// schema writes the GBNF expression of a schema at path.
+func (c *schemaCompiler) schema(s any, path string) (string, error) {
+	switch s := s.(type) {
+	case bool:
+		if s {
+			return "value", nil
+		}
+		return "", fmt.Errorf("%w: JSON Schema %s: false matches nothing", ErrSyntax, path)
+	case *ordered:
+		return c.object(s, path)
+	}
+	return "", fmt.Errorf("%w: JSON Schema %s: a schema must be an object or a boolean", ErrSyntax, path)
+}
+
+func (c *schemaCompiler) object(s *ordered, path string) (string, error) {
+	known := map[string]bool{"type": true, "properties": true, "required": true, "additionalProperties": true,
+		"items": true, "prefixItems": true, "minItems": true, "maxItems": true, "enum": true, "const": true, "anyOf": true,
+		"oneOf": true, "allOf": true, "$ref": true, "minLength": true, "maxLength": true, "pattern": true, "format": true}
+	for _, k := range s.keys {
+		if !known[k] && !annotations[k] {
+			return "", fmt.Errorf("%w: JSON Schema %s: keyword %q is not supported", ErrSyntax, path, k)
+		}
+	}
+	if ref, ok := s.get("$ref"); ok {
+		return c.ref(ref, path)
+	}
+	if v, ok := s.get("const"); ok {
+		return gbnfQuote(canonical(v)) + " ws", nil
+	}
+	if v, ok := s.get("enum"); ok {
+		list, ok := v.([]any)
+		if !ok || len(list) == 0 {
+			return "", fmt.Errorf("%w: JSON Schema %s: enum must be a non-empty array", ErrSyntax, path)
+		}
+		alts := make([]string, len(list))
+		for i, e := range list {
+			alts[i] = gbnfQuote(canonical(e))
+		}
+		return "(" + strings.Join(alts, " | ") + ") ws", nil
+	}
+	for _, k := range []string{"anyOf", "oneOf", "allOf"} {
+		v, ok := s.get(k)
+		if !ok {
+			continue
+		}
+		list, ok := v.([]any)
+		if !ok || len(list) == 0 || k == "allOf" && len(list) != 1 {
+			return "", fmt.Errorf("%w: JSON Schema %s: %s must be a non-empty array (allOf: of one schema)", ErrSyntax, path, k)
+		}
+		alts := make([]string, len(list))
+		for i, sub := range list {
+			body, err := c.schema(sub, fmt.Sprintf("%s/%s/%d", path, k, i))
+			if err != nil {
+				return "", err
+			}
+			alts[i] = body
+		}
+		return "(" + strings.Join(alts, " | ") + ")", nil
+	}
+	return c.typed(s, path)
+}
+
+// typed writes a schema by its type (all of them when it names none).
+func (c *schemaCompiler) typed(s *ordered, path string) (string, error) {
+	var types []string
+	switch t, _ := s.get("type"); t := t.(type) {
+	case nil:
+		types = c.impliedTypes(s)
+	case string:
+		types = []string{t}
+	case []any:
+		for _, e := range t {
+			if str, ok := e.(string); ok {
+				types = append(types, str)
+			}
+		}
+	}
+	if len(types) == 0 {
+		return "", fmt.Errorf("%w: JSON Schema %s: type must be a string or an array of strings", ErrSyntax, path)
+	}
+	alts := make([]string, 0, len(types))
+	for _, t := range types {
+		var body string
+		var err error
+		switch t {
+		case "object":
+			body, err = c.objectType(s, path)
+		case "array":
+			body, err = c.arrayType(s, path)
+		case "string":
+			body, err = c.stringType(s, path)
+		case "number", "integer", "boolean", "null":
+			body = t
+		default:
+			err = fmt.Errorf("%w: JSON Schema %s: type %q is not a JSON type", ErrSyntax, path, t)
+		}
+		if err != nil {
+			return "", err
+		}
+		alts = append(alts, body)
+	}
+	return "(" + strings.Join(alts, " | ") + ")", nil
+}
+
+// impliedTypes are the types a schema without "type" allows: those its keywords
+// describe, or every one.
+func (c *schemaCompiler) impliedTypes(s *ordered) []string {
+	for _, k := range []string{"properties", "required", "additionalProperties"} {
+		if _, ok := s.get(k); ok {
+			return []string{"object"}
+		}
+	}
+	for _, k := range []string{"items", "prefixItems", "minItems", "maxItems"} {
+		if _, ok := s.get(k); ok {
+			return []string{"array"}
+		}
+	}
+	for _, k := range []string{"minLength", "maxLength", "pattern", "format"} {
+		if _, ok := s.get(k); ok {
+			return []string{"string"}
+		}
+	}
+	return []string{"object", "array", "string", "number", "boolean", "null"}
+}
+
+func (c *schemaCompiler) ref(v any, path string) (string, error) {
+	ref, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%w: JSON Schema %s: $ref must be a string", ErrSyntax, path)
+	}
+	if name, ok := c.refs[ref]; ok {
+		return name, nil
+	}
+	var target any = c.root
+	parts := strings.Split(strings.TrimPrefix(ref, "#"), "/")
+	if !strings.HasPrefix(ref, "#") {
+		return "", fmt.Errorf("%w: JSON Schema %s: $ref %q: only references inside the schema (#/…) are supported", ErrSyntax, path, ref)
+	}
+	for _, p := range parts[1:] {
+		o, ok := target.(*ordered)
+		if !ok {
+			return "", fmt.Errorf("%w: JSON Schema %s: $ref %q does not resolve", ErrSyntax, path, ref)
+		}
+		if target, ok = o.get(strings.ReplaceAll(strings.ReplaceAll(p, "~1", "/"), "~0", "~")); !ok {
+			return "", fmt.Errorf("%w: JSON Schema %s: $ref %q does not resolve", ErrSyntax, path, ref)
+		}
+	}
+	name := c.rule("") // named first: the schema may refer to itself
+	c.refs[ref] = name
+	body, err := c.schema(target, ref)
+	if err != nil {
+		return "", err
+	}
+	c.rules[name] = body
+	return name, nil
+}
+
+// objectType writes an object: the properties in their order, the required ones
+// always, the others optionally, commas between those present; then, when
+// additionalProperties allows it, more members.
+func (c *schemaCompiler) objectType(s *ordered, path string) (string, error) {
+	required := map[string]bool{}
+	if v, ok := s.get("required"); ok {
+		list, _ := v.([]any)
+		for _, e := range list {
+			if name, ok := e.(string); ok {
+				required[name] = true
+			}
+		}
+	}
+	type prop struct {
+		kv       string
+		required bool
+	}
+	var props []prop
+	if v, ok := s.get("properties"); ok {
+		o, ok := v.(*ordered)
+		if !ok {
+			return "", fmt.Errorf("%w: JSON Schema %s: properties must be an object", ErrSyntax, path)
+		}
+		for _, k := range o.keys {
+			sub, _ := o.get(k)
+			body, err := c.schema(sub, path+"/properties/"+k)
+			if err != nil {
+				return "", err
+			}
+			props = append(props, prop{gbnfQuote(canonical(k)) + ` ws ":" ws ` + body, required[k]})
+		}
+	}
+	extra := ""
+	switch v, _ := s.get("additionalProperties"); v := v.(type) {
+	case bool:
+		if v {
+			extra = `string ":" ws value`
+		}
+	case *ordered:
+		body, err := c.schema(v, path+"/additionalProperties")
+		if err != nil {
+			return "", err
+		}
+		extra = `string ":" ws ` + body
+	}
+	// first_i: nothing written yet; rest_i: something written (a comma first).
+	n := len(props)
+	first, rest := make([]string, n+1), make([]string, n+1)
+	first[n], rest[n] = `""`, `""`
+	if extra != "" {
+		more := c.rule(`( "," ws ` + extra + ` )*`)
+		first[n] = c.rule(`( ` + extra + ` ` + more + ` )?`)
+		rest[n] = more
+	}
+	for i := n - 1; i >= 0; i-- {
+		p := props[i]
+		withIt := p.kv + " " + rest[i+1]
+		if p.required {
+			first[i] = c.rule(withIt)
+			rest[i] = c.rule(`"," ws ` + withIt)
+		} else {
+			first[i] = c.rule(withIt + " | " + first[i+1])
+			rest[i] = c.rule(`"," ws ` + withIt + " | " + rest[i+1])
+		}
+	}
+	return `"{" ws ` + first[0] + ` "}" ws`, nil
+}
+
+// arrayType writes an array: prefixItems in order, then items, between minItems and
+// maxItems of them.
+func (c *schemaCompiler) arrayType(s *ordered, path string) (string, error) {
+	minItems, maxItems, err := bounds(s, "minItems", "maxItems", path)
+	if err != nil {
+		return "", err
+	}
+	var prefix []string
+	if v, ok := s.get("prefixItems"); ok {
+		list, _ := v.([]any)
+		for i, sub := range list {
+			body, err := c.schema(sub, fmt.Sprintf("%s/prefixItems/%d", path, i))
+			if err != nil {
+				return "", err
+			}
+			prefix = append(prefix, body)
+		}
+	}
+	item := "value"
+	if v, ok := s.get("items"); ok {
+		if item, err = c.schema(v, path+"/items"); err != nil {
+			return "", err
+		}
+	}
+	if len(prefix) > 0 {
+		// The prefix items are written as given, each after the one before; then
+		// the rest.
+		var b strings.Builder
+		b.WriteString(`"[" ws ` + prefix[0])
+		for _, p := range prefix[1:] {
+			b.WriteString(` "," ws ` + p)
+		}
+		b.WriteString(` ( "," ws ` + item + ` )* "]" ws`)
+		return b.String(), nil
+	}
+	elems := c.rule(item)
+	var list string
+	switch {
+	case maxItems == 0:
+		list = `""`
+	case maxItems < 0:
+		tail := fmt.Sprintf(`( "," ws %s ){%d,}`, elems, max(minItems-1, 0))
+		list = elems + " " + tail
+		if minItems == 0 {
+			list = "( " + list + " )?"
+		}
+	default:
+		tail := fmt.Sprintf(`( "," ws %s ){%d,%d}`, elems, max(minItems-1, 0), maxItems-1)
+		list = elems + " " + tail
+		if minItems == 0 {
+			list = "( " + list + " )?"
+		}
+	}
+	return `"[" ws ` + list + ` "]" ws`, nil
+}
+
+// stringFormats are the formats a string schema may name, as patterns.
+var stringFormats = map[string]string{
+	"date":      `[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])`,
+	"time":      `([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])`,
+	"date-time": `[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])`,
+	"uuid":      `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`,
+	"email":     `[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63}){1,8}`,
+	"ipv4":      `((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])`,
+}
+
+// stringType writes a string: of a pattern or format, or of minLength to maxLength
+// characters.
+func (c *schemaCompiler) stringType(s *ordered, path string) (string, error) {
+	pattern, hasPattern := s.get("pattern")
+	if f, ok := s.get("format"); ok {
+		name, _ := f.(string)
+		p, known := stringFormats[name]
+		if !known {
+			return "", fmt.Errorf("%w: JSON Schema %s: format %q is not supported (supported: date, time, date-time, uuid, email, ipv4)", ErrSyntax, path, name)
+		}
+		pattern, hasPattern = p, true
+	}
+	if hasPattern {
+		p, ok := pattern.(string)
+		if !ok {
+			return "", fmt.Errorf("%w: JSON Schema %s: pattern must be a string", ErrSyntax, path)
+		}
+		body, err := regexGBNF(strings.TrimSuffix(strings.TrimPrefix(p, "^"), "$"), true)
+		if err != nil {
+			return "", fmt.Errorf("JSON Schema %s: %w", path, err)
+		}
+		return `"\"" ` + body + ` "\"" ws`, nil
+	}
+	minLen, maxLen, err := bounds(s, "minLength", "maxLength", path)
+	if err != nil {
+		return "", err
+	}
+	if minLen == 0 && maxLen < 0 {
+		return "string", nil
+	}
+	if maxLen < 0 {
+		return fmt.Sprintf(`"\"" char{%d,} "\"" ws`, minLen), nil
+	}
+	return fmt.Sprintf(`"\"" char{%d,%d} "\"" ws`, minLen, maxLen), nil
+}
+
+// bounds reads a pair of count keywords (−1: no upper bound).
+func bounds(s *ordered, lo, hi, path string) (int, int, error) {
+	minV, maxV := 0, -1
+	for _, k := range []struct {
+		name string
+		dst  *int
+	}{{lo, &minV}, {hi, &maxV}} {
+		v, ok := s.get(k.name)
+		if !ok {
+			continue
+		}
+		f, ok := v.(float64)
+		if !ok || f < 0 || f != float64(int(f)) || f > 1000 {
+			return 0, 0, fmt.Errorf("%w: JSON Schema %s: %s must be an integer from 0 to 1000", ErrSyntax, path, k.name)
+		}
+		*k.dst = int(f)
+	}
+	if maxV >= 0 && maxV < minV {
+		return 0, 0, fmt.Errorf("%w: JSON Schema %s: %s %d is below %s %d", ErrSyntax, path, hi, maxV, lo, minV)
+	}
+	return minV, maxV, nil
+}
+
+// canonical is a JSON value written compactly, objects' keys in their order.
+func canonical(v any) string {
+	var b bytes.Buffer
+	writeCanonical(&b, v)
+	return b.String()
+}
+
+func writeCanonical(b *bytes.Buffer, v any) {
+	switch v := v.(type) {
+	case *ordered:
+		b.WriteByte('{')
+		for i, k := range v.keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			kb, _ := json.Marshal(k)
+			b.Write(kb)
+			b.WriteByte(':')
+			x, _ := v.get(k)
+			writeCanonical(b, x)
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for i, e := range v {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeCanonical(b, e)
+		}
+		b.WriteByte(']')
+	case string:
+		// As the grammar's strings write it: JSON escapes for what must be escaped.
+		b.WriteString(`"` + jsonEscape(v) + `"`)
+	default:
+		vb, _ := json.Marshal(v)
+		b.Write(vb)
+	}
+}
+
+// ordered is a JSON object with its keys in order: a schema's properties are
+// generated in the order it gives them.
+type ordered struct {
+	keys []string
+	vals map[string]any
+}
+
+func (o *ordered) get(k string) (any, bool) {
+	v, ok := o.vals[k]
+	return v, ok
+}
+
+// decodeOrdered reads one JSON value, objects as *ordered.
+func decodeOrdered(data []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	v, err := readValue(d)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.Token(); err == nil {
+		return nil, fmt.Errorf("data after the schema")
+	}
+	return v, nil
+}
+
+func readValue(d *json.Decoder) (any, error) {
+	t, err := d.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := t.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			o := &ordered{vals: map[string]any{}}
+			for d.More() {
+				kt, err := d.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := kt.(string)
+				v, err := readValue(d)
+				if err != nil {
+					return nil, err
+				}
+				if !slices.Contains(o.keys, k) {
+					o.keys = append(o.keys, k)
+				}
+				o.vals[k] = v
+			}
+			_, err := d.Token()
+			return o, err
+		case '[':
+			var list []any
+			for d.More() {
+				v, err := readValue(d)
+				if err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			_, err := d.Token()
+			return list, err
+		}
+	case json.Number:
+		f, err := t.Float64()
+		return f, err
+	}
+	return t, nil
+}

@@ -1,0 +1,242 @@
+package grammar
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// byteVocab is a vocabulary of every printable ASCII character, a few multi-byte
+// ones, a few two-character tokens, and an end-of-sequence token (the last).
+func byteVocab() *Vocab {
+	var pieces []string
+	for c := 0x20; c < 0x7F; c++ {
+		pieces = append(pieces, string(rune(c)))
+	}
+	pieces = append(pieces, "\n", "\t", "é", "😀", `":`, `",`, "{\"", "\xc3", "\xa9", "")
+	return NewVocab(pieces, []int32{int32(len(pieces) - 1)})
+}
+
+// sample walks a matcher from its start, each token drawn uniformly from those
+// allowed (the end, where allowed, with probability stop), and returns the text, or
+// false when it ran past maxLen.
+func sample(m *Matcher, pieces func(int32) string, rng *rand.Rand, stop float64, maxLen int) (string, bool) {
+	s := m.Start()
+	var b strings.Builder
+	eos := m.v.eos[0]
+	for b.Len() < maxLen {
+		mk := m.Mask(s)
+		if mk.Allowed(eos) && (rng.Float64() < stop || mk.Count() == 1) {
+			return b.String(), true
+		}
+		var allowed []int32
+		for t := range int32(m.v.size) {
+			if t != eos && mk.Allowed(t) {
+				allowed = append(allowed, t)
+			}
+		}
+		if len(allowed) == 0 {
+			return b.String(), false
+		}
+		t := allowed[rng.IntN(len(allowed))]
+		b.WriteString(pieces(t))
+		s = m.Next(s, t)
+		if s == Dead {
+			panic("an allowed token led nowhere")
+		}
+	}
+	return b.String(), false
+}
+
+// TestMaskIsNext: a state's mask holds exactly the tokens Next accepts there, along
+// random walks of a JSON grammar.
+func TestMaskIsNext(t *testing.T) {
+	v := byteVocab()
+	m := NewMatcher(JSONValue(), v)
+	rng := rand.New(rand.NewPCG(5, 6))
+	s := m.Start()
+	for step := range 400 {
+		mk := m.Mask(s)
+		var allowed []int32
+		for tok := range int32(v.size) {
+			next := m.Next(s, tok)
+			require.Equal(t, next != Dead, mk.Allowed(tok), "step %d token %d", step, tok)
+			if next != Dead && tok != v.eos[0] {
+				allowed = append(allowed, tok)
+			}
+		}
+		if len(allowed) == 0 {
+			s = m.Start()
+			continue
+		}
+		s = m.Next(s, allowed[rng.IntN(len(allowed))])
+	}
+}
+
+// validate checks v against the supported subset of JSON Schema (the test's own
+// reading of the keywords ParseJSONSchema supports).
+func validate(schema map[string]any, v any, defs map[string]any) error {
+	if ref, ok := schema["$ref"].(string); ok {
+		name := ref[strings.LastIndexByte(ref, '/')+1:]
+		return validate(defs[name].(map[string]any), v, defs)
+	}
+	if c, ok := schema["const"]; ok {
+		if fmt.Sprint(c) != fmt.Sprint(v) {
+			return fmt.Errorf("const %v: got %v", c, v)
+		}
+		return nil
+	}
+	if e, ok := schema["enum"].([]any); ok {
+		for _, x := range e {
+			if fmt.Sprint(x) == fmt.Sprint(v) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%v not in enum %v", v, e)
+	}
+	if alts, ok := schema["anyOf"].([]any); ok {
+		for _, a := range alts {
+			if validate(a.(map[string]any), v, defs) == nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("%v matches no anyOf", v)
+	}
+	switch schema["type"] {
+	case "object":
+		o, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("not an object: %v", v)
+		}
+		props, _ := schema["properties"].(map[string]any)
+		for _, r := range schema["required"].([]any) {
+			if _, ok := o[r.(string)]; !ok {
+				return fmt.Errorf("required %q missing in %v", r, o)
+			}
+		}
+		for k, x := range o {
+			ps, ok := props[k]
+			if !ok {
+				if schema["additionalProperties"] != true {
+					return fmt.Errorf("additional property %q", k)
+				}
+				continue
+			}
+			if err := validate(ps.(map[string]any), x, defs); err != nil {
+				return err
+			}
+		}
+	case "array":
+		l, ok := v.([]any)
+		if !ok {
+			return fmt.Errorf("not an array: %v", v)
+		}
+		if mn, ok := schema["minItems"].(float64); ok && len(l) < int(mn) {
+			return fmt.Errorf("%d items < %v", len(l), mn)
+		}
+		if mx, ok := schema["maxItems"].(float64); ok && len(l) > int(mx) {
+			return fmt.Errorf("%d items > %v", len(l), mx)
+		}
+		for _, x := range l {
+			if err := validate(schema["items"].(map[string]any), x, defs); err != nil {
+				return err
+			}
+		}
+	case "string":
+		s, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("not a string: %v", v)
+		}
+		if p, ok := schema["pattern"].(string); ok && !regexp.MustCompile(`^(?:`+p+`)$`).MatchString(s) {
+			return fmt.Errorf("%q does not match %s", s, p)
+		}
+		n := utf8.RuneCountInString(s)
+		if mn, ok := schema["minLength"].(float64); ok && n < int(mn) {
+			return fmt.Errorf("%q shorter than %v", s, mn)
+		}
+		if mx, ok := schema["maxLength"].(float64); ok && n > int(mx) {
+			return fmt.Errorf("%q longer than %v", s, mx)
+		}
+	case "integer":
+		f, ok := v.(float64)
+		if !ok || f != float64(int64(f)) {
+			return fmt.Errorf("not an integer: %v", v)
+		}
+	case "number":
+		if _, ok := v.(float64); !ok {
+			return fmt.Errorf("not a number: %v", v)
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return fmt.Errorf("not a boolean: %v", v)
+		}
+	}
+	return nil
+}
+
+var testSchemas = []string{
+	`{"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["name", "age"]}`,
+	`{"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 3}`,
+	`{"type": "object", "properties": {"color": {"enum": ["red", "green", "blu\"e"]}, "id": {"type": "string", "pattern": "[a-f0-9]{4}-x"}}, "required": ["color", "id"]}`,
+	`{"type": "object", "properties": {"v": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 3}]}, "c": {"const": "k"}}, "required": ["c"]}`,
+	`{"$defs": {"node": {"type": "object", "properties": {"val": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "boolean"}]}}, "required": ["val", "next"]}}, "$ref": "#/$defs/node"}`,
+	`{"type": "object", "properties": {"a": {"type": "integer"}}, "required": [], "additionalProperties": true}`,
+}
+
+// TestSchemaOutputsValidate: texts drawn at random from each schema's grammar are
+// JSON that validates against the schema (many seeds; walks that run too long are
+// not counted).
+func TestSchemaOutputsValidate(t *testing.T) {
+	v := byteVocab()
+	piece := func(tok int32) string {
+		if int(tok) < 0x7F-0x20 {
+			return string(rune(0x20 + tok))
+		}
+		return []string{"\n", "\t", "é", "😀", `":`, `",`, "{\"", "\xc3", "\xa9", ""}[tok-(0x7F-0x20)]
+	}
+	for i, src := range testSchemas {
+		g, err := ParseJSONSchema([]byte(src))
+		require.NoError(t, err, src)
+		var schema map[string]any
+		require.NoError(t, json.Unmarshal([]byte(src), &schema))
+		defs, _ := schema["$defs"].(map[string]any)
+		m := NewMatcher(g, v)
+		done := 0
+		for seed := range uint64(300) {
+			text, ok := sample(m, piece, rand.New(rand.NewPCG(seed, uint64(i))), 0.3, 400)
+			if !ok {
+				continue
+			}
+			done++
+			var out any
+			require.NoError(t, json.Unmarshal([]byte(text), &out), "schema %d: %q", i, text)
+			assert.NoError(t, validate(schema, out, defs), "schema %d: %q", i, text)
+		}
+		assert.Greater(t, done, 100, "schema %d: finished walks", i)
+	}
+}
+
+func TestSchemaErrors(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{`{"type": "integer", "minimum": 3}`, `keyword "minimum" is not supported`},
+		{`{"type": "strung"}`, `type "strung"`},
+		{`{"$ref": "#/$defs/missing"}`, "does not resolve"},
+		{`{"type": "string", "format": "hostname"}`, `format "hostname"`},
+		{`{"type": "array", "minItems": 3, "maxItems": 1}`, "below"},
+		{`{"properties": {"a": {"not": {}}}}`, `#/properties/a: keyword "not"`},
+		{`{"type": "string", "pattern": "a\\bb"}`, "word boundaries"},
+		{`{`, "JSON Schema"},
+	} {
+		_, err := ParseJSONSchema([]byte(c.src))
+		require.Error(t, err, c.src)
+		assert.ErrorIs(t, err, ErrSyntax, c.src)
+		assert.Contains(t, err.Error(), c.want, c.src)
+	}
+}
