@@ -60,10 +60,10 @@ func (s *bset) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 // builder assembles rules; the front ends (GBNF, regular expressions, JSON Schema)
 // write into one.
 type builder struct {
-	rules []ruleDef
+	rules  []ruleDef
 	byName map[string]int
-	sets  []bset
-	setID map[bset]int32
+	sets   []bset
+	setID  map[bset]int32
 }
 
 // ruleDef is a rule under construction: alternatives of elements.

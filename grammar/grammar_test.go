@@ -15,8 +15,8 @@ import (
 
 func TestGBNF(t *testing.T) {
 	for _, c := range []struct {
-		src      string
-		yes, no  []string
+		src     string
+		yes, no []string
 	}{
 		{`root ::= "a" | "b" "c"`, []string{"a", "bc"}, []string{"", "b", "ab", "abc"}},
 		{"root ::= [a-c]+ x\nx ::= \"!\"?", []string{"a", "abc!", "cc"}, []string{"", "!", "ad"}},

@@ -38,9 +38,9 @@ type stackNode struct {
 }
 
 type stateData struct {
-	stacks []int32      // sorted node ids
-	next   *[256]State  // transitions, filled lazily; 0 unknown (no transition leads to the start), else state+1
-	accept bool         // a stack is empty: the input so far is a sentence
+	stacks []int32     // sorted node ids
+	next   *[256]State // transitions, filled lazily; 0 unknown (no transition leads to the start), else state+1
+	accept bool        // a stack is empty: the input so far is a sentence
 }
 
 func newParser(g *Grammar) *parser {

@@ -479,9 +479,9 @@ func (r *run) startDrafters(ctx context.Context) error {
 		return nil
 	}
 	req := draft.Request{
-		Prompt:    r.req.Prompt,
-		Sampling:  r.req.Sampling,
-		VocabSize: d.info.VocabSize,
+		Prompt:     r.req.Prompt,
+		Sampling:   r.req.Sampling,
+		VocabSize:  d.info.VocabSize,
 		MaxK:       k,
 		MaxLen:     cap(r.hist),
 		Constraint: r.req.Constraint,
