@@ -278,3 +278,13 @@ func (g *Grammar) Matches(text string) bool {
 	p := newParser(g)
 	return p.accepting(p.advanceString(p.start(), text))
 }
+
+// Stats reports how many parser states and cached masks the matcher holds.
+func (m *Matcher) Stats() (states, masks int) {
+	m.p.mu.Lock()
+	states = len(m.p.states)
+	m.p.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return states, len(m.masks)
+}

@@ -90,7 +90,13 @@ func (p *parser) expand(n int32) []int32 {
 		case kEnd:
 			out = p.expand(nd.parent)
 		case kRule:
-			cont := p.node(nd.pos+1, nd.parent)
+			// What follows the rule; a rule last in its alternative continues with
+			// the parent directly (a tail call), so that right recursion — every
+			// repetition — keeps the stack as it is instead of growing it.
+			cont := nd.parent
+			if p.g.elems[nd.pos+1].kind != kEnd {
+				cont = p.node(nd.pos+1, nd.parent)
+			}
 			for _, a := range p.g.alts[e.arg] {
 				out = append(out, p.expand(p.node(int32(a), cont))...)
 			}

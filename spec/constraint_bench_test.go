@@ -1,0 +1,123 @@
+package spec_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/grammar"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
+	"github.com/specula/specula/tokenizer"
+)
+
+// jsonPrompt asks, few-shot, for one more JSON record like the ones before: the
+// output repeats the records' keys, which prompt lookup and suffix drafting find.
+const jsonPrompt = `// Records of the inventory, one JSON object per line.
+{"id": 101, "name": "bolt", "size": "small", "tags": ["metal", "cheap"], "stock": 1200}
+{"id": 102, "name": "nut", "size": "small", "tags": ["metal"], "stock": 800}
+{"id": 103, "name": "plank", "size": "large", "tags": ["wood", "raw"], "stock": 40}
+`
+
+// BenchmarkConstrained measures the cost of a JSON constraint and what speculation
+// gains under it, on the demo pair or the model in $SPECULA_BENCH_MODEL (then plain
+// decoding only): constrained against unconstrained plain decoding, and constrained
+// speculative decoding (prompt lookup, suffix drafting, the draft model behind
+// lookup) against constrained plain decoding, greedy and at T = 0.8, 96 tokens
+// each. The configurations run in turns, round after round, and each ratio is the
+// median of its rounds' ratios.
+//
+//	go test ./spec -run XXX -bench Constrained -benchtime 10x
+//	SPECULA_BENCH_MODEL=/tmp/rs/q05-q8.gguf go test ./spec -run XXX -bench Constrained -benchtime 3x
+func BenchmarkConstrained(b *testing.B) {
+	path, demo := os.Getenv("SPECULA_BENCH_MODEL"), false
+	if path == "" {
+		path, demo = filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), true
+	}
+	m, err := llama.Open(path, llama.Options{})
+	if err != nil {
+		b.Skipf("model %s: %v", path, err)
+	}
+	defer m.Close()
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	vocab := grammar.TokenizerVocab(tok)
+	matcher := grammar.NewMatcher(grammar.JSON(), vocab)
+	b.Logf("vocabulary of %d tokens read in %v, JSON grammar matched against it in %v", vocab.Size(), time.Since(t0), time.Since(t0))
+	tgt, err := target.NewLocal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	decoders := map[string]*spec.Decoder{}
+	add := func(name string, d draft.Drafter, k int) {
+		dec, err := spec.New(tgt, d, spec.Options{K: k, Adaptive: k > 0, PaddedVocab: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		decoders[name] = dec
+	}
+	add("plain", nil, 0)
+	if demo {
+		add("lookup", draft.NGram{}, 8)
+		add("suffix", draft.Suffix{}, 8)
+		dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer dm.Close()
+		sm, err := draft.NewSmallModel(dm)
+		if err != nil {
+			b.Fatal(err)
+		}
+		add("lookup+model", draft.WithLookup(sm), 8)
+	}
+	prompt := tok.Encode(jsonPrompt, tok.DefaultOptions())
+	for _, temp := range []float64{0, 0.8} {
+		b.Run(fmt.Sprintf("T=%v", temp), func(b *testing.B) {
+			speeds := map[string][]float64{}
+			names := []string{"plain/free", "plain"}
+			for n := range decoders {
+				if n != "plain" {
+					names = append(names, n)
+				}
+			}
+			slices.Sort(names[2:])
+			for i := range b.N {
+				for _, name := range names {
+					dec, constraint := decoders[name], sampler.Constraint(matcher)
+					if name == "plain/free" {
+						dec, constraint = decoders["plain"], nil
+					}
+					req := spec.Request{Prompt: prompt, MaxTokens: 96, Sampling: sampler.Params{Temperature: temp, Seed: uint64(i)}, Constraint: constraint}
+					res, err := dec.Generate(context.Background(), req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					speeds[name] = append(speeds[name], res.Stats.TokensPerSecond())
+				}
+			}
+			ratio := func(a, c string) float64 {
+				r := make([]float64, len(speeds[a]))
+				for i := range r {
+					r[i] = speeds[a][i] / speeds[c][i]
+				}
+				slices.Sort(r)
+				return r[len(r)/2]
+			}
+			b.ReportMetric(ratio("plain", "plain/free"), "constrained/free")
+			for _, n := range names[2:] {
+				b.ReportMetric(ratio(n, "plain"), n+"/plain")
+			}
+		})
+	}
+}
