@@ -35,8 +35,47 @@ type Params struct {
 	// Stop ends the text before the first of these strings (the stop string is left
 	// out).
 	Stop []string
-	// IgnoreEOS generates past the model's end-of-sequence tokens.
+	// IgnoreEOS generates past the model's end-of-sequence tokens (not under a
+	// constraint, whose language says where the text ends).
 	IgnoreEOS bool
+	// Format constrains the output to a language — JSON, a JSON Schema, a regular
+	// expression or a GBNF grammar — exactly: the text is the target's own
+	// distribution restricted to the language (see package grammar for what each
+	// supports). The zero Format is free text.
+	Format Format
+}
+
+// Format is a language the output must belong to: at most one field set.
+type Format struct {
+	// JSON asks for any JSON object (OpenAI's response_format json_object).
+	JSON bool
+	// JSONSchema asks for JSON valid against this schema (OpenAI's json_schema).
+	JSONSchema string
+	// Regex asks for text the whole of which matches this regular expression.
+	Regex string
+	// Grammar asks for a sentence of this GBNF grammar (llama.cpp's format; the
+	// start rule is root).
+	Grammar string
+}
+
+// kind names the set field, or "" for free text; more than one is an error.
+func (f Format) kind() (string, error) {
+	var set []string
+	if f.JSON {
+		set = append(set, "JSON")
+	}
+	for _, k := range []struct{ name, v string }{{"JSONSchema", f.JSONSchema}, {"Regex", f.Regex}, {"Grammar", f.Grammar}} {
+		if k.v != "" {
+			set = append(set, k.name)
+		}
+	}
+	switch len(set) {
+	case 0:
+		return "", nil
+	case 1:
+		return set[0], nil
+	}
+	return "", fmt.Errorf("specula: Format sets %s: at most one", strings.Join(set, " and "))
 }
 
 // Validate reports impossible parameters, before any work is done.
@@ -52,7 +91,8 @@ func (p Params) Validate() error {
 	if err := p.sampling().Validate(); err != nil {
 		return fmt.Errorf("specula: %w", err)
 	}
-	return nil
+	_, err := p.Format.kind()
+	return err
 }
 
 func (p Params) sampling() sampler.Params {
@@ -161,7 +201,10 @@ func (e *Engine) generate(ctx context.Context, prompt []int32, p Params, emit fu
 	if err := p.Validate(); err != nil {
 		return Completion{}, err
 	}
-	req, dec := e.request(prompt, p)
+	req, dec, err := e.request(prompt, p)
+	if err != nil {
+		return Completion{}, err
+	}
 	text := e.tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true})
 	var out strings.Builder
 	var toks []int32
@@ -204,15 +247,21 @@ func (e *Engine) Request(prompt string, p Params) (spec.Request, *spec.Decoder, 
 	if len(ids) == 0 {
 		return spec.Request{}, nil, ErrEmptyPrompt
 	}
-	req, dec := e.request(ids, p)
-	return req, dec, nil
+	return e.request(ids, p)
 }
 
 // request builds the decoder's request for prompt and p, and picks the decoder: the
 // reproducible one when sampling with a seed.
-func (e *Engine) request(prompt []int32, p Params) (spec.Request, *spec.Decoder) {
+func (e *Engine) request(prompt []int32, p Params) (spec.Request, *spec.Decoder, error) {
 	req := spec.Request{Prompt: prompt, MaxTokens: p.MaxTokens, Sampling: p.sampling(), StopStrings: p.Stop}
-	if !p.IgnoreEOS {
+	m, err := e.Constraint(p.Format)
+	if err != nil {
+		return spec.Request{}, nil, err
+	}
+	if m != nil {
+		req.Constraint = m
+	}
+	if !p.IgnoreEOS || m != nil {
 		req.StopTokens = e.tok.EOS()
 	}
 	if len(p.Stop) > 0 {
@@ -226,7 +275,7 @@ func (e *Engine) request(prompt []int32, p Params) (spec.Request, *spec.Decoder)
 	default:
 		req.Sampling.Seed = RandomSeed()
 	}
-	return req, dec
+	return req, dec, nil
 }
 
 // RandomSeed returns a seed from the system's random source.

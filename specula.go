@@ -28,6 +28,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
@@ -110,6 +111,9 @@ type Engine struct {
 	maxK               int
 	drafts             []model.Model // draft models, for their memory figures
 	closers            []io.Closer   // the models and heads the engine opened
+
+	formats  formats      // compiled output formats
+	compiled atomic.Int64 // nanoseconds spent compiling them
 }
 
 // EngineOptions tune [NewEngine].

@@ -3,9 +3,12 @@ package specula_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -186,3 +189,93 @@ func TestChat(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want.Tokens, got.Tokens)
 }
+
+// TestFormats: constrained completions under every kind of format give text of the
+// language — JSON that parses, JSON that validates against its schema (over many
+// seeds, sampled), a regular expression's match, a grammar's sentence — greedy
+// speculative output equal to plain decoding's; bad formats fail before any work,
+// naming the problem.
+func TestFormats(t *testing.T) {
+	ctx := context.Background()
+	e, err := specula.Open(specula.Config{Model: demoTarget, Draft: demoDraft})
+	require.NoError(t, err)
+	defer e.Close()
+	schema := `{"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "count": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["name", "count"]}`
+	for _, c := range []struct {
+		name   string
+		format specula.Format
+		check  func(string) error
+	}{
+		{"json", specula.Format{JSON: true}, func(s string) error { var v map[string]any; return json.Unmarshal([]byte(s), &v) }},
+		{"schema", specula.Format{JSONSchema: schema}, func(s string) error {
+			var v struct {
+				Name  *string
+				Count *int
+				Ok    *bool
+			}
+			d := json.NewDecoder(strings.NewReader(s))
+			d.DisallowUnknownFields()
+			if err := d.Decode(&v); err != nil {
+				return err
+			}
+			if v.Name == nil || v.Count == nil || utf8.RuneCountInString(*v.Name) > 10 {
+				return fmt.Errorf("%q misses a required property or is too long", s)
+			}
+			return nil
+		}},
+		{"regex", specula.Format{Regex: `(yes|no), [0-9]{1,3} times`}, func(s string) error {
+			if !regexp.MustCompile(`^(yes|no), [0-9]{1,3} times$`).MatchString(s) {
+				return fmt.Errorf("%q", s)
+			}
+			return nil
+		}},
+		{"grammar", specula.Format{Grammar: "root ::= \"func \" name \"()\"\nname ::= [a-z] [a-zA-Z0-9]{0,8}"}, func(s string) error {
+			if !regexp.MustCompile(`^func [a-z][a-zA-Z0-9]{0,8}\(\)$`).MatchString(s) {
+				return fmt.Errorf("%q", s)
+			}
+			return nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := specula.Params{MaxTokens: 120, Format: c.format}
+			got, err := e.Complete(ctx, jsonLikePrompt, p)
+			require.NoError(t, err)
+			req, _, err := e.Request(jsonLikePrompt, p)
+			require.NoError(t, err)
+			want, err := e.PlainDecoder().Generate(ctx, req)
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, got.Tokens, "greedy: plain decoding's text")
+			stopped := 0
+			for seed := range uint64(24) {
+				p := specula.Params{MaxTokens: 120, Format: c.format, Temperature: 1, Seed: seed + 1}
+				r, err := e.Complete(ctx, jsonLikePrompt, p)
+				require.NoError(t, err)
+				if r.Finish != spec.FinishStop {
+					continue // cut by MaxTokens
+				}
+				stopped++
+				assert.NoError(t, c.check(r.Text), "seed %d", seed)
+			}
+			assert.Greater(t, stopped, 12, "most samples end within MaxTokens")
+		})
+	}
+	for _, bad := range []struct {
+		f    specula.Format
+		want string
+	}{
+		{specula.Format{JSONSchema: `{"type": "integer", "minimum": 1}`}, `keyword "minimum"`},
+		{specula.Format{Grammar: "root ::= \"a"}, "line 1, column 10"},
+		{specula.Format{Regex: `a(`}, "missing closing"},
+		{specula.Format{JSON: true, Regex: "a"}, "at most one"},
+	} {
+		called := false
+		_, err := e.Stream(ctx, "x", specula.Params{Format: bad.f}, func(string) error { called = true; return nil })
+		assert.ErrorContains(t, err, bad.want)
+		assert.False(t, called)
+	}
+	assert.Positive(t, e.CompileTime())
+}
+
+const jsonLikePrompt = `// one record, as JSON:
+{"name": "bolt", "count": 12, "ok": true}
+`

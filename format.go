@@ -1,0 +1,77 @@
+package specula
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/specula/specula/grammar"
+)
+
+// formats caches the matchers of the formats an engine has been asked for, so that a
+// format asked for again — a service's schema, request after request — is compiled
+// once and keeps the token masks it has computed.
+type formats struct {
+	once  sync.Once
+	vocab *grammar.Vocab
+
+	mu       sync.Mutex
+	matchers map[Format]*grammar.Matcher
+	order    []Format // oldest first, for eviction
+}
+
+// maxFormats is how many compiled formats an engine keeps.
+const maxFormats = 64
+
+// Constraint compiles a format against the engine's vocabulary (nil for free text),
+// or returns the matcher compiled for it before. An error says what is wrong with the
+// format, wrapping grammar.ErrSyntax where it is its text.
+func (e *Engine) Constraint(f Format) (*grammar.Matcher, error) {
+	kind, err := f.kind()
+	if err != nil || kind == "" {
+		return nil, err
+	}
+	c := &e.formats
+	c.mu.Lock()
+	m, ok := c.matchers[f]
+	c.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	t := time.Now()
+	g, err := compileFormat(kind, f)
+	if err != nil {
+		return nil, fmt.Errorf("specula: Format.%s: %w", kind, err)
+	}
+	c.once.Do(func() { c.vocab = grammar.TokenizerVocab(e.tok) })
+	m = grammar.NewMatcher(g, c.vocab)
+	e.compiled.Add(int64(time.Since(t)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.matchers == nil {
+		c.matchers = map[Format]*grammar.Matcher{}
+	}
+	if len(c.order) >= maxFormats {
+		delete(c.matchers, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.matchers[f] = m
+	c.order = append(c.order, f)
+	return m, nil
+}
+
+func compileFormat(kind string, f Format) (*grammar.Grammar, error) {
+	switch kind {
+	case "JSON":
+		return grammar.JSON(), nil
+	case "JSONSchema":
+		return grammar.ParseJSONSchema([]byte(f.JSONSchema))
+	case "Regex":
+		return grammar.ParseRegex(f.Regex)
+	}
+	return grammar.ParseGBNF(f.Grammar)
+}
+
+// CompileTime is the time the engine has spent compiling formats (schemas, grammars,
+// regular expressions) and matching them against its vocabulary, in all.
+func (e *Engine) CompileTime() time.Duration { return time.Duration(e.compiled.Load()) }
