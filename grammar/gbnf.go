@@ -330,6 +330,7 @@ func (p *gbnfParser) charClass(rule string) (elem, error) {
 			p.pos++
 			break
 		}
+		from := p.pos
 		lo, err := p.char()
 		if err != nil {
 			return elem{}, err
@@ -341,7 +342,7 @@ func (p *gbnfParser) charClass(rule string) (elem, error) {
 				return elem{}, err
 			}
 			if hi < lo {
-				return elem{}, p.errorf("range %q-%q is reversed", lo, hi)
+				return elem{}, p.errorAt(from, "range %q-%q is reversed", lo, hi)
 			}
 		}
 		ranges = append(ranges, runeRange{lo, hi})

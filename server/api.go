@@ -47,8 +47,15 @@ type request struct {
 	Tools            json.RawMessage    `json:"tools"`
 	ToolChoice       json.RawMessage    `json:"tool_choice"`
 	ResponseFormat   *struct {
-		Type string `json:"type"`
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
 	} `json:"response_format"`
+	Grammar     *string         `json:"grammar"`      // llama-server: GBNF
+	JSONSchema  json.RawMessage `json:"json_schema"`  // llama-server: a schema
+	GuidedRegex *string         `json:"guided_regex"` // vLLM
 
 	TopK               *int           `json:"top_k"`
 	MinP               *float64       `json:"min_p"`
@@ -173,6 +180,9 @@ func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 		return nil, e
 	}
 	if e := s.setStops(q, j); e != nil {
+		return nil, e
+	}
+	if e := s.setFormat(q, j); e != nil {
 		return nil, e
 	}
 	if chat {
@@ -309,6 +319,53 @@ func (s *Server) setStops(q *request, j *job) *apiError {
 	return nil
 }
 
+// setFormat reads the output format a request asks for — OpenAI's response_format
+// (json_object, json_schema), llama-server's grammar and json_schema, vLLM's
+// guided_regex; at most one — and compiles it (the engine keeps what it compiled, so
+// a schema asked for again is not compiled again). A format that does not compile is
+// a 400 naming the problem.
+func (s *Server) setFormat(q *request, j *job) *apiError {
+	var f specula.Format
+	var params []string
+	if rf := q.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_object":
+			f.JSON, params = true, append(params, "response_format")
+		case "json_schema":
+			if rf.JSONSchema == nil || len(bytes.TrimSpace(rf.JSONSchema.Schema)) == 0 {
+				return badParam("response_format.json_schema.schema", "response_format json_schema needs json_schema.schema")
+			}
+			f.JSONSchema, params = string(rf.JSONSchema.Schema), append(params, "response_format")
+		default:
+			return badParam("response_format.type", "response_format type %q is not one of text, json_object, json_schema", rf.Type)
+		}
+	}
+	if q.Grammar != nil && *q.Grammar != "" {
+		f.Grammar, params = *q.Grammar, append(params, "grammar")
+	}
+	if raw := bytes.TrimSpace(q.JSONSchema); len(raw) > 0 && string(raw) != "null" {
+		f.JSONSchema, params = string(raw), append(params, "json_schema")
+	}
+	if q.GuidedRegex != nil && *q.GuidedRegex != "" {
+		f.Regex, params = *q.GuidedRegex, append(params, "guided_regex")
+	}
+	switch len(params) {
+	case 0:
+		return nil
+	case 1:
+	default:
+		return badParam(params[1], "%s: a request takes one output format, not %s", params[1], strings.Join(params, " and "))
+	}
+	m, err := s.eng.Constraint(f)
+	if err != nil {
+		return badParam(params[0], "%s cannot be compiled: %v", params[0], err)
+	}
+	j.req.Constraint = m
+	j.req.StopTokens = s.tok.EOS() // the language says where the text ends
+	return nil
+}
+
 // checkPromptLength refuses (413) a prompt of n tokens that leaves no room to
 // generate, in the model's context or in the whole key/value cache.
 func (s *Server) checkPromptLength(n int, chat bool) *apiError {
@@ -432,9 +489,6 @@ func checkUnsupported(q *request, chat bool) *apiError {
 		}
 		if t := bytes.TrimSpace(q.ToolChoice); len(t) > 0 && string(t) != "null" && string(t) != `"none"` && string(t) != `"auto"` {
 			return unsupported("tool_choice", "tool_choice is not supported")
-		}
-		if q.ResponseFormat != nil && q.ResponseFormat.Type != "" && q.ResponseFormat.Type != "text" {
-			return unsupported("response_format", "response_format %q is not supported; only \"text\" is", q.ResponseFormat.Type)
 		}
 	}
 	return nil

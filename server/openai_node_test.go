@@ -77,13 +77,15 @@ func TestOpenAINodeClient(t *testing.T) {
 			Indices          []int
 			CompletionTokens int
 		}
-		BadTemperature  nodeError
-		UnknownModel    nodeError
-		BadStream       nodeError
-		TooManyLogprobs nodeError
-		TooManyChoices  nodeError
-		ChoicesStreamed nodeError
-		WrongKey        nodeError
+		JSONObject, JSONSchema struct{ Content, Finish string }
+		BadSchema              nodeError
+		BadTemperature         nodeError
+		UnknownModel           nodeError
+		BadStream              nodeError
+		TooManyLogprobs        nodeError
+		TooManyChoices         nodeError
+		ChoicesStreamed        nodeError
+		WrongKey               nodeError
 	}
 	if err := json.Unmarshal(stdout, &got); err != nil {
 		t.Fatalf("%v in %s", err, stdout)
@@ -134,6 +136,21 @@ func TestOpenAINodeClient(t *testing.T) {
 	if ch := got.Choices; len(ch.Texts) != 2 || ch.Texts[0] != short || ch.Texts[1] != short || ch.Indices[1] != 1 || ch.CompletionTokens != 16 {
 		t.Errorf("n = 2: %+v, want %q twice", ch, short)
 	}
+	var obj map[string]any
+	if jo := got.JSONObject; jo.Finish == "stop" && json.Unmarshal([]byte(jo.Content), &obj) != nil {
+		t.Errorf("json_object: %+v", jo)
+	}
+	var rec struct {
+		Name  string
+		Lines *int
+	}
+	if js := got.JSONSchema; js.Finish == "stop" && (json.Unmarshal([]byte(js.Content), &rec) != nil || rec.Lines == nil || len(rec.Name) > 8) {
+		t.Errorf("json_schema: %+v", js)
+	}
+	if got.JSONSchema.Finish != "stop" {
+		t.Errorf("json_schema did not finish: %+v", got.JSONSchema)
+	}
+	got.BadSchema.check(t, "schema with multipleOf", 400, "BadRequestError", "response_format")
 	got.TooManyLogprobs.check(t, "top_logprobs 21", 400, "BadRequestError", "top_logprobs")
 	got.TooManyChoices.check(t, "n 17", 400, "BadRequestError", "n")
 	got.ChoicesStreamed.check(t, "n 2 with stream", 400, "BadRequestError", "n")

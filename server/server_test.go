@@ -2,11 +2,13 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -486,5 +488,89 @@ func TestServeAnyModel(t *testing.T) {
 	}
 	if _, err := New(nil, Config{}); err == nil {
 		t.Error("a nil engine was served")
+	}
+}
+
+// Constrained output through every request field that asks for it: the text is of
+// the language, greedy and sampled, whole and streamed; a grammar's error names its
+// line and column.
+func TestFormats(t *testing.T) {
+	cfg := speculativeConfig()
+	cfg.Engine.Model = withChatTemplate(t, testTarget, t.TempDir(), chatmlTemplate(t))
+	_, ts := startServer(t, cfg)
+	prompt := "// a record as JSON\n{\"name\": \"bolt\", \"count\": 3}\n"
+	schema := map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string", "maxLength": 8},
+		"count": map[string]any{"type": "integer"}}, "required": []string{"name", "count"}}
+	validate := func(s string) error {
+		var v struct {
+			Name  *string
+			Count *int
+		}
+		d := json.NewDecoder(strings.NewReader(s))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&v); err != nil {
+			return err
+		}
+		if v.Name == nil || v.Count == nil {
+			return fmt.Errorf("required properties missing")
+		}
+		return nil
+	}
+	isObject := func(s string) error { var v map[string]any; return json.Unmarshal([]byte(s), &v) }
+	for _, c := range []struct {
+		name  string
+		extra map[string]any
+		check func(string) error
+	}{
+		{"json_object", map[string]any{"response_format": map[string]any{"type": "json_object"}}, isObject},
+		{"json_schema", map[string]any{"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "rec", "schema": schema}}}, validate},
+		{"llama-server json_schema", map[string]any{"json_schema": schema}, validate},
+		{"grammar", map[string]any{"grammar": "root ::= (\"yes\" | \"no\") \".\""}, func(s string) error {
+			if s != "yes." && s != "no." {
+				return fmt.Errorf("%q", s)
+			}
+			return nil
+		}},
+		{"guided_regex", map[string]any{"guided_regex": `[a-z]{2,5}=[0-9]+;`}, func(s string) error {
+			if !regexp.MustCompile(`^[a-z]{2,5}=[0-9]+;$`).MatchString(s) {
+				return fmt.Errorf("%q", s)
+			}
+			return nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for i, temp := range []float64{0, 1, 1, 1} {
+				body := map[string]any{"prompt": prompt, "max_tokens": 100, "temperature": temp, "seed": i}
+				for k, v := range c.extra {
+					body[k] = v
+				}
+				r := complete(t, ts.URL+"/v1/completions", body)
+				if r.finish() == "stop" {
+					if err := c.check(r.text()); err != nil {
+						t.Errorf("T=%v: %v in %q", temp, err, r.text())
+					}
+				}
+				if i == 0 {
+					st := stream(t, ts.URL+"/v1/completions", body)
+					if st.text() != r.text() {
+						t.Errorf("streamed %q, whole %q", st.text(), r.text())
+					}
+				}
+			}
+			chat := map[string]any{"messages": []map[string]any{{"role": "user", "content": "A record, please."}}, "max_tokens": 100, "temperature": 0}
+			for k, v := range c.extra {
+				chat[k] = v
+			}
+			r := complete(t, ts.URL+"/v1/chat/completions", chat)
+			if r.finish() == "stop" {
+				if err := c.check(r.text()); err != nil {
+					t.Errorf("chat: %v", err)
+				}
+			}
+		})
+	}
+	resp, b := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "grammar": "root ::= \"a\"\nb ::= [z-a]"})
+	if e := decode(t, b); resp.StatusCode != 400 || e.Error == nil || !strings.Contains(e.Error.Message, "line 2, column 8") {
+		t.Errorf("%d %s", resp.StatusCode, b)
 	}
 }

@@ -74,6 +74,16 @@ out.chatLogprobs = lcc.choices[0].logprobs.content.map((e) => ({ token: e.token,
 const nc = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, n: 2 });
 out.choices = { texts: nc.choices.map((c) => c.text), indices: nc.choices.map((c) => c.index), completionTokens: nc.usage.completion_tokens };
 
+// Structured output: a JSON object, and JSON of a schema.
+const jo = await client.chat.completions.create({ model, messages, max_tokens: 60, temperature: 0, response_format: { type: "json_object" } });
+out.jsonObject = { content: jo.choices[0].message.content, finish: jo.choices[0].finish_reason };
+const schema = { type: "object", properties: { name: { type: "string", maxLength: 8 }, lines: { type: "integer" } }, required: ["name", "lines"] };
+const js = await client.chat.completions.create({
+  model, messages, max_tokens: 60, temperature: 0.7, seed: 3,
+  response_format: { type: "json_schema", json_schema: { name: "function", schema } },
+});
+out.jsonSchema = { content: js.choices[0].message.content, finish: js.choices[0].finish_reason };
+
 // Errors surface as APIError subclasses with the server's status, param and code.
 async function failure(fn) {
   try {
@@ -110,6 +120,9 @@ out.choicesStreamed = await failure(async () => {
   }
 });
 const stranger = new OpenAI({ baseURL, apiKey: "wrong-key", maxRetries: 0, timeout: 60_000 });
+out.badSchema = await failure(() => client.chat.completions.create({
+  model, messages, response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "number", multipleOf: 2 } } },
+}));
 out.wrongKey = await failure(() => stranger.completions.create({ model, prompt, max_tokens: 2 }));
 
 console.log(JSON.stringify(out));
