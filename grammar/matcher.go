@@ -252,7 +252,7 @@ func (m *Matcher) compute(s State) *Mask {
 			}
 		}
 	}
-	accept := p.states[s].accept
+	accept := p.known(s) && p.states[s].accept
 	p.mu.Unlock()
 	if accept {
 		for _, t := range m.v.eos {

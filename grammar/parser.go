@@ -142,7 +142,7 @@ func (p *parser) advance(s State, c byte) State {
 }
 
 func (p *parser) advanceLocked(s State, c byte) State {
-	if s < 0 {
+	if !p.known(s) {
 		return Dead
 	}
 	st := &p.states[s]
@@ -169,21 +169,21 @@ func (p *parser) advanceLocked(s State, c byte) State {
 
 // accepting reports whether the bytes that led to s are a sentence of the grammar.
 func (p *parser) accepting(s State) bool {
-	if s < 0 {
-		return false
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.states[s].accept
+	return p.known(s) && p.states[s].accept
 }
+
+// known reports whether s is a state of this parser (under mu).
+func (p *parser) known(s State) bool { return s >= 0 && int(s) < len(p.states) }
 
 // final reports whether s accepts and no byte may follow.
 func (p *parser) final(s State) bool {
-	if s < 0 {
-		return false
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.known(s) {
+		return false
+	}
 	st := p.states[s]
 	return st.accept && len(st.stacks) == 1
 }

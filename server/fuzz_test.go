@@ -46,6 +46,9 @@ func FuzzParse(f *testing.F) {
 		`{"prompt": "x", "n": 3, "logprobs": 5, "max_tokens": 0}`,
 		`{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 20, "n": 16}`,
 		`{"prompt": "x", "n": 2, "stream": true, "logprobs": -1, "top_logprobs": 1, "best_of": 2}`,
+		`{"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"enum": [1, 2]}}}}}}`,
+		`{"prompt": "x", "grammar": "root ::= [a-z]{1,3} | \"(\" root \")\"", "guided_regex": "a"}`,
+		`{"prompt": "x", "json_schema": {"$ref": "#/$defs/x"}, "response_format": {"type": "json_object"}}`,
 	} {
 		f.Add([]byte(seed), false)
 		f.Add([]byte(seed), true)
