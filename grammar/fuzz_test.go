@@ -24,7 +24,7 @@ x ::= ( "e" "f"? ){2,3} # c`, "root ::= [^\"\\\\]* \"\\u00e9\"", "root ::= .", "
 		g.Matches("a")
 		m := NewMatcher(g, NewVocab([]string{"a", "b", "{", "\"", ""}, []int32{4}))
 		m.Mask(m.Next(m.Start(), 0))
-		if m.Mask(1 << 20).Count() != 0 { // a state it never made
+		if m.Mask(1<<20).Count() != 0 { // a state it never made
 			t.Fatal("tokens allowed in an unknown state")
 		}
 	})
