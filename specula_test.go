@@ -18,6 +18,7 @@ import (
 
 	"github.com/specula/specula"
 	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/internal/shared"
 	"github.com/specula/specula/spec"
 )
 
@@ -279,3 +280,29 @@ func TestFormats(t *testing.T) {
 const jsonLikePrompt = `// one record, as JSON:
 {"name": "bolt", "count": 12, "ok": true}
 `
+
+// TestFormatsSentencePiece: on a SentencePiece model (stories260K, Llama 2's
+// tokenizer), whose first token's space the decoder drops, the decoded text of a
+// constrained completion is of the language; skipped without ../shared.
+func TestFormatsSentencePiece(t *testing.T) {
+	path := shared.Path(t, "models", "stories260K.gguf")
+	e, err := specula.Open(specula.Config{Model: path})
+	require.NoError(t, err)
+	defer e.Close()
+	re := `(Once|One day), [a-z]+ (was|had) [a-z ]{1,30}\.`
+	stopped, spaced := 0, 0
+	for seed := range uint64(16) {
+		c, err := e.Complete(context.Background(), "Lily", specula.Params{MaxTokens: 60, Temperature: 1, Seed: seed + 1, Format: specula.Format{Regex: re}})
+		require.NoError(t, err)
+		if p, _ := e.Tokenizer().Piece(c.Tokens[0]); strings.HasPrefix(p, " ") {
+			spaced++ // "▁Once": the model's own way to begin, allowed
+		}
+		if c.Finish != spec.FinishStop {
+			continue
+		}
+		stopped++
+		assert.Regexp(t, `^`+re+`$`, c.Text)
+	}
+	assert.Positive(t, stopped)
+	assert.Positive(t, spaced, "first tokens with the dummy-prefix space are allowed")
+}

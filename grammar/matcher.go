@@ -14,6 +14,7 @@ import (
 // make one per tokenizer and share it.
 type Vocab struct {
 	size  int
+	strip bool // the first token's leading space is not written (SentencePiece)
 	eos   []int32
 	nodes []trieNode
 	edges []trieEdge
@@ -40,7 +41,9 @@ func TokenizerVocab(tok *tokenizer.Tokenizer) *Vocab {
 		}
 		pieces[id], _ = tok.Piece(int32(id))
 	}
-	return NewVocab(pieces, tok.EOS())
+	v := NewVocab(pieces, tok.EOS())
+	v.strip = tok.StripsLeadingSpace()
+	return v
 }
 
 // NewVocab makes a vocabulary of the given token bytes ("" for a token never
@@ -161,8 +164,27 @@ func NewMatcher(g *Grammar, v *Vocab) *Matcher {
 	return m
 }
 
+// firstToken marks a state in which the first token of the output comes, for a
+// vocabulary whose first token's leading space is not written: that token is judged
+// without it.
+const firstToken State = 1 << 30
+
+// split separates a state from its first-token mark.
+func split(s State) (State, bool) {
+	if s >= 0 && s&firstToken != 0 {
+		return s &^ firstToken, true
+	}
+	return s, false
+}
+
 // Start is the state before any output.
-func (m *Matcher) Start() State { return m.p.start() }
+func (m *Matcher) Start() State {
+	s := m.p.start()
+	if m.v.strip && s >= 0 {
+		s |= firstToken
+	}
+	return s
+}
 
 // Next is the state after tok in state s, or Dead when the grammar does not allow
 // it there. An end-of-sequence token is allowed where the grammar accepts, and leaves
@@ -171,8 +193,9 @@ func (m *Matcher) Next(s State, tok int32) State {
 	if s < 0 || tok < 0 || int(tok) >= m.v.size {
 		return Dead
 	}
+	base, first := split(s)
 	if slices.Contains(m.v.eos, tok) {
-		if m.p.accepting(s) {
+		if m.p.accepting(base) {
 			return s
 		}
 		return Dead
@@ -184,9 +207,12 @@ func (m *Matcher) Next(s State, tok int32) State {
 		return t
 	}
 	piece := m.pieces[tok]
+	if first && len(piece) > 0 && piece[0] == ' ' {
+		piece = piece[1:] // not written: the decoder drops it
+	}
 	t = Dead
 	if len(piece) > 0 {
-		t = m.p.advanceString(s, string(piece))
+		t = m.p.advanceString(base, string(piece))
 	}
 	m.mu.Lock()
 	m.next[[2]int32{s, tok}] = t
@@ -196,10 +222,16 @@ func (m *Matcher) Next(s State, tok int32) State {
 
 // Accepting reports whether the output that led to s is a sentence of the grammar
 // (the end-of-sequence tokens are allowed there).
-func (m *Matcher) Accepting(s State) bool { return m.p.accepting(s) }
+func (m *Matcher) Accepting(s State) bool {
+	base, _ := split(s)
+	return m.p.accepting(base)
+}
 
 // Final reports whether s accepts and nothing may follow but the end.
-func (m *Matcher) Final(s State) bool { return m.p.final(s) }
+func (m *Matcher) Final(s State) bool {
+	base, _ := split(s)
+	return m.p.final(base)
+}
 
 // Mask returns the tokens allowed in state s (shared: do not change it).
 func (m *Matcher) Mask(s State) *Mask {
@@ -227,6 +259,7 @@ func (m *Matcher) compute(s State) *Mask {
 	if s < 0 {
 		return mk
 	}
+	s, first := split(s)
 	p := m.p
 	p.mu.Lock()
 	type item struct {
@@ -239,6 +272,13 @@ func (m *Matcher) compute(s State) *Mask {
 		todo = todo[:len(todo)-1]
 		nd := m.v.nodes[it.node]
 		for _, e := range m.v.edges[nd.edge : nd.edge+nd.nedges] {
+			if first && it.node == 0 && e.b == ' ' {
+				// The first token's leading space is not written: below it the
+				// walk goes on from s itself (a token of a space alone writes
+				// nothing, and is not allowed).
+				todo = append(todo, item{e.child, s})
+				continue
+			}
 			ns := p.advanceLocked(it.state, e.b)
 			if ns < 0 {
 				continue

@@ -240,3 +240,25 @@ func TestSchemaErrors(t *testing.T) {
 		assert.Contains(t, err.Error(), c.want, c.src)
 	}
 }
+
+// TestFirstSpace: with a SentencePiece-style vocabulary, whose first token's leading
+// space is not written, the first token is judged without it, and later ones with.
+func TestFirstSpace(t *testing.T) {
+	g, err := ParseGBNF(`root ::= "ab" " cd"`)
+	require.NoError(t, err)
+	v := NewVocab([]string{" ab", "ab", " cd", " ", ""}, []int32{4})
+	v.strip = true
+	m := NewMatcher(g, v)
+	s := m.Start()
+	mk := m.Mask(s)
+	assert.True(t, mk.Allowed(0) && mk.Allowed(1), "\" ab\" writes ab first")
+	assert.False(t, mk.Allowed(2) || mk.Allowed(3) || mk.Allowed(4))
+	s = m.Next(s, 0)
+	require.NotEqual(t, Dead, s)
+	mk = m.Mask(s)
+	assert.True(t, mk.Allowed(2) && !mk.Allowed(0) && !mk.Allowed(4))
+	assert.True(t, m.Accepting(m.Next(s, 2)))
+	v.strip = false
+	m = NewMatcher(g, v)
+	assert.False(t, m.Mask(m.Start()).Allowed(0), "without stripping \" ab\" writes its space")
+}

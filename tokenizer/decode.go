@@ -190,6 +190,11 @@ func (s *Stream) Flush() string {
 	return out
 }
 
+// StripsLeadingSpace reports whether Decode drops the space in front of the first
+// token's text (SentencePiece's dummy prefix): what a text's first token writes is
+// then its piece without that space.
+func (t *Tokenizer) StripsLeadingSpace() bool { return t.stripLeading > 0 }
+
 // Piece returns the bytes a token stands for in decoded text (a byte-fallback token's
 // single byte, a word piece's text with its space), as Decode joins them; ok is false
 // for an id outside the vocabulary. The bytes may be a part of a UTF-8 character:
