@@ -26,13 +26,25 @@ const jsonPrompt = `// Records of the inventory, one JSON object per line.
 {"id": 103, "name": "plank", "size": "large", "tags": ["wood", "raw"], "stock": 40}
 `
 
+// benchSchema is a schema of the size services send: nested objects, an array, enums,
+// a pattern, optional properties.
+const benchSchema = `{"type": "object", "properties": {
+  "id": {"type": "integer"}, "name": {"type": "string", "maxLength": 40},
+  "size": {"enum": ["small", "medium", "large"]}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+  "stock": {"type": "integer"}, "sku": {"type": "string", "pattern": "[A-Z]{3}-[0-9]{4}"},
+  "dims": {"type": "object", "properties": {"w": {"type": "number"}, "h": {"type": "number"}, "d": {"type": "number"}}, "required": ["w", "h"]},
+  "supplier": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+  "required": ["id", "name", "size", "tags", "stock"]}`
+
 // BenchmarkConstrained measures the cost of a JSON constraint and what speculation
 // gains under it, on the demo pair or the model in $SPECULA_BENCH_MODEL (then plain
 // decoding only): constrained against unconstrained plain decoding, and constrained
 // speculative decoding (prompt lookup, suffix drafting, the draft model behind
 // lookup) against constrained plain decoding, greedy and at T = 0.8, 96 tokens
 // each. The configurations run in turns, round after round, and each ratio is the
-// median of its rounds' ratios.
+// median of its rounds' ratios. It also reports the time to read the vocabulary for
+// matching and to compile a service-sized JSON Schema against it (parse, match, the
+// first mask).
 //
 //	go test ./spec -run XXX -bench Constrained -benchtime 10x
 //	SPECULA_BENCH_MODEL=/tmp/rs/q05-q8.gguf go test ./spec -run XXX -bench Constrained -benchtime 3x
@@ -52,8 +64,16 @@ func BenchmarkConstrained(b *testing.B) {
 	}
 	t0 := time.Now()
 	vocab := grammar.TokenizerVocab(tok)
+	vocabTime := time.Since(t0)
 	matcher := grammar.NewMatcher(grammar.JSON(), vocab)
-	b.Logf("vocabulary of %d tokens read in %v, JSON grammar matched against it in %v", vocab.Size(), time.Since(t0), time.Since(t0))
+	t0 = time.Now()
+	schema, err := grammar.ParseJSONSchema([]byte(benchSchema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sm := grammar.NewMatcher(schema, vocab)
+	sm.Mask(sm.Start())
+	schemaTime := time.Since(t0)
 	tgt, err := target.NewLocal(m)
 	if err != nil {
 		b.Fatal(err)
@@ -115,6 +135,8 @@ func BenchmarkConstrained(b *testing.B) {
 				return r[len(r)/2]
 			}
 			b.ReportMetric(ratio("plain", "plain/free"), "constrained/free")
+			b.ReportMetric(vocabTime.Seconds()*1e3, "vocab-ms")
+			b.ReportMetric(schemaTime.Seconds()*1e3, "schema-compile-ms")
 			for _, n := range names[2:] {
 				b.ReportMetric(ratio(n, "plain"), n+"/plain")
 			}
