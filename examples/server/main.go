@@ -24,7 +24,10 @@
 //     in vLLM and llama-server top_k, min_p, repetition_penalty, ignore_eos,
 //     chat_template_kwargs; n (up to 16, not with stream: the samples fork one
 //     prefill), logprobs (completions: 0–20 alternatives; chat: true, with
-//     top_logprobs 0–20), exact under speculation. best_of, suffix, logit_bias,
+//     top_logprobs 0–20), exact under speculation; structured output by
+//     response_format (json_object, json_schema), llama-server's grammar (GBNF) and
+//     json_schema, or vLLM's guided_regex, exact under speculation too (a format that
+//     does not compile is a 400 naming the problem). best_of, suffix, logit_bias,
 //     tools, logprobs with echo, and presence or frequency penalties other than
 //     their neutral values get a 400; unknown fields are ignored.
 //   - GET /v1/models, /v1/models/{id}: the model under each name it answers to.
