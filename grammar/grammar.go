@@ -60,6 +60,8 @@ func (s *bset) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 // builder assembles rules; the front ends (GBNF, regular expressions, JSON Schema)
 // write into one.
 type builder struct {
+	size   int   // elements written, bounded by maxElems
+	err    error // the first error a front end cannot return at once (too large)
 	rules  []ruleDef
 	byName map[string]int
 	sets   []bset
@@ -110,6 +112,7 @@ func ref(rule int) elem { return elem{kind: kRule, arg: int32(rule)} }
 
 // literal is the elements of a byte string.
 func (b *builder) literal(s string) []elem {
+	b.grow(len(s))
 	out := make([]elem, 0, len(s))
 	for i := 0; i < len(s); i++ {
 		var set bset
@@ -135,8 +138,25 @@ func (b *builder) class(parent string, ranges []runeRange) elem {
 	return ref(b.anon(parent, alts...))
 }
 
+// maxElems bounds a grammar's size: the text of a request must not be able to
+// allocate without limit ("x"{10000}{10000}).
+const maxElems = 1 << 20
+
+// grow counts n more elements, reporting false (and recording the error) past
+// maxElems.
+func (b *builder) grow(n int) bool {
+	if b.size += n; b.size > maxElems && b.err == nil {
+		b.err = fmt.Errorf("%w: the grammar is too large (over %d elements once repetitions are written out)", ErrSyntax, maxElems)
+	}
+	return b.err == nil
+}
+
 // repeat is the elements of x repeated min to max times (max < 0: no bound).
-func (b *builder) repeat(parent string, x []elem, min, max int) []elem {
+func (b *builder) repeat(parent string, x []elem, lo, hi int) []elem {
+	if !b.grow(len(x) * (lo + builtinMax(hi-lo, 1))) {
+		return nil
+	}
+	min, max := lo, hi
 	var out []elem
 	for range min {
 		out = append(out, x...)
@@ -157,16 +177,21 @@ func (b *builder) repeat(parent string, x []elem, min, max int) []elem {
 	return out
 }
 
+func builtinMax(a, b int) int { return max(a, b) }
+
 // compile checks the rules — every one referred to is defined, none recurses on its
 // left — and lays them out for the parser.
 func (b *builder) compile(root string) (*Grammar, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
 	ri, ok := b.byName[root]
 	if !ok {
-		return nil, fmt.Errorf("grammar: no rule %q", root)
+		return nil, fmt.Errorf("%w: no rule %q", ErrSyntax, root)
 	}
 	for _, r := range b.rules {
 		if !r.defined {
-			return nil, fmt.Errorf("grammar: %s: rule %q is used but not defined", r.at, r.name)
+			return nil, fmt.Errorf("%w: %s: rule %q is used but not defined", ErrSyntax, r.at, r.name)
 		}
 	}
 	if err := b.checkLeftRecursion(); err != nil {
@@ -215,7 +240,7 @@ func (b *builder) checkLeftRecursion() error {
 				j := int(e.arg)
 				switch state[j] {
 				case 1:
-					return fmt.Errorf("grammar: rule %q is left-recursive (it can reach itself through %q before reading anything): rewrite it with repetition", b.rules[j].name, b.rules[i].name)
+					return fmt.Errorf("%w: rule %q is left-recursive (it can reach itself through %q before reading anything): rewrite it with repetition", ErrSyntax, b.rules[j].name, b.rules[i].name)
 				case 0:
 					if err := visit(j); err != nil {
 						return err
@@ -249,5 +274,6 @@ func (b *builder) seqNullable(a []elem, nullable []bool) bool {
 }
 
 // ErrSyntax is wrapped by every error about the text of a grammar, regular expression
-// or schema.
+// or schema: its syntax, a rule used and not defined or recursing on its left, a
+// keyword not supported, a grammar too large.
 var ErrSyntax = errors.New("grammar: syntax error")

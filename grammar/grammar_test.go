@@ -129,3 +129,10 @@ func TestJSON(t *testing.T) {
 		assert.False(t, g.Matches(bad), bad)
 	}
 }
+
+// A grammar that writes out to more than the bound is refused quickly, not built.
+func TestGrammarTooLarge(t *testing.T) {
+	_, err := ParseGBNF(`root ::= "` + strings.Repeat("abcdefghij", 20) + `"{10000}`) // 2 M elements from 230 bytes
+	assert.ErrorIs(t, err, ErrSyntax)
+	assert.ErrorContains(t, err, "too large")
+}

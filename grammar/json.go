@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -43,10 +44,12 @@ func mustGBNF(src string) *Grammar {
 // ParseJSONSchema compiles a JSON Schema into the grammar of the JSON texts it
 // validates. Supported: type (one or a list), properties (generated in their order),
 // required, additionalProperties (false unless true or a schema: no property
-// outside the schema is generated otherwise), items, prefixItems, minItems,
-// maxItems, enum, const, anyOf and oneOf (as anyOf), allOf of one schema, $ref to
-// #/$defs/… or #/definitions/… (recursion allowed), and for strings minLength,
-// maxLength, pattern and format (date, time, date-time, uuid, email, ipv4). The
+// outside the schema is generated otherwise; a required property not described is
+// generated with any value), items (false: none beyond prefixItems), prefixItems,
+// minItems and maxItems (with prefixItems, counting them), enum, const, anyOf and
+// oneOf (as anyOf), allOf of one schema, $ref to #/$defs/… or #/definitions/…
+// (recursion allowed), and for strings minLength and maxLength, or pattern or
+// format (date, time, date-time, uuid, email, ipv4) — not both. The
 // annotations (title, description, default, examples, $schema, $id, $comment,
 // deprecated, readOnly, writeOnly) are ignored. Any other keyword — minimum,
 // maximum, multipleOf, uniqueItems, not, if/then/else, patternProperties, … — is
@@ -269,6 +272,7 @@ func (c *schemaCompiler) objectType(s *ordered, path string) (string, error) {
 		required bool
 	}
 	var props []prop
+	declared := map[string]bool{}
 	if v, ok := s.get("properties"); ok {
 		o, ok := v.(*ordered)
 		if !ok {
@@ -281,6 +285,18 @@ func (c *schemaCompiler) objectType(s *ordered, path string) (string, error) {
 				return "", err
 			}
 			props = append(props, prop{gbnfQuote(canonical(k)) + ` ws ":" ws ` + body, required[k]})
+			declared[k] = true
+		}
+	}
+	// A required property the schema does not describe is still written, with any
+	// value.
+	if v, ok := s.get("required"); ok {
+		list, _ := v.([]any)
+		for _, e := range list {
+			if name, ok := e.(string); ok && !declared[name] {
+				props = append(props, prop{gbnfQuote(canonical(name)) + ` ws ":" ws value`, true})
+				declared[name] = true
+			}
 		}
 	}
 	extra := ""
@@ -337,21 +353,34 @@ func (c *schemaCompiler) arrayType(s *ordered, path string) (string, error) {
 			prefix = append(prefix, body)
 		}
 	}
-	item := "value"
+	item, more := "value", true
 	if v, ok := s.get("items"); ok {
-		if item, err = c.schema(v, path+"/items"); err != nil {
+		if v == false {
+			more = false // no items beyond the prefix
+		} else if item, err = c.schema(v, path+"/items"); err != nil {
 			return "", err
 		}
 	}
 	if len(prefix) > 0 {
-		// The prefix items are written as given, each after the one before; then
-		// the rest.
+		// The prefix items are written as given, each after the one before (all of
+		// them: fewer is refused when minItems asks for them); then up to maxItems in
+		// all of the rest.
+		if minItems > len(prefix) && !more || maxItems >= 0 && maxItems < len(prefix) {
+			return "", fmt.Errorf("%w: JSON Schema %s: prefixItems with minItems or maxItems other than their count is not supported", ErrSyntax, path)
+		}
 		var b strings.Builder
 		b.WriteString(`"[" ws ` + prefix[0])
 		for _, p := range prefix[1:] {
 			b.WriteString(` "," ws ` + p)
 		}
-		b.WriteString(` ( "," ws ` + item + ` )* "]" ws`)
+		switch {
+		case !more || maxItems == len(prefix):
+		case maxItems < 0:
+			fmt.Fprintf(&b, ` ( "," ws %s ){%d,}`, item, max(minItems-len(prefix), 0))
+		default:
+			fmt.Fprintf(&b, ` ( "," ws %s ){%d,%d}`, item, max(minItems-len(prefix), 0), maxItems-len(prefix))
+		}
+		b.WriteString(` "]" ws`)
 		return b.String(), nil
 	}
 	elems := c.rule(item)
@@ -398,6 +427,11 @@ func (c *schemaCompiler) stringType(s *ordered, path string) (string, error) {
 		pattern, hasPattern = p, true
 	}
 	if hasPattern {
+		for _, k := range []string{"minLength", "maxLength"} {
+			if _, ok := s.get(k); ok {
+				return "", fmt.Errorf("%w: JSON Schema %s: %s with pattern or format is not supported: put the length in the pattern", ErrSyntax, path, k)
+			}
+		}
 		p, ok := pattern.(string)
 		if !ok {
 			return "", fmt.Errorf("%w: JSON Schema %s: pattern must be a string", ErrSyntax, path)
@@ -504,7 +538,7 @@ func decodeOrdered(data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.Token(); err == nil {
+	if _, err := d.Token(); err != io.EOF {
 		return nil, fmt.Errorf("data after the schema")
 	}
 	return v, nil

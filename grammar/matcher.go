@@ -103,9 +103,13 @@ func (m *Mask) Allowed(tok int32) bool {
 // Count is the number of tokens in the set.
 func (m *Mask) Count() int { return m.n }
 
-// Apply sets the logits of every token outside the set to −∞.
+// Apply sets the logits of every token outside the set to −∞ (those past the
+// vocabulary too: a model's table padded beyond its tokenizer's).
 func (m *Mask) Apply(logits []float32) {
 	inf := float32(math.Inf(-1))
+	for i := len(m.bits) * 64; i < len(logits); i++ {
+		logits[i] = inf
+	}
 	for w, word := range m.bits {
 		if word == math.MaxUint64 {
 			continue

@@ -39,7 +39,7 @@ type stackNode struct {
 
 type stateData struct {
 	stacks []int32     // sorted node ids
-	next   *[256]State // transitions, filled lazily; 0 unknown (no transition leads to the start), else state+1
+	next   *[256]State // transitions, filled lazily: 0 unknown, else the state + 2 (Dead is 1)
 	accept bool        // a stack is empty: the input so far is a sentence
 }
 
@@ -150,7 +150,7 @@ func (p *parser) advanceLocked(s State, c byte) State {
 		st.next = new([256]State)
 	}
 	if t := st.next[c]; t != 0 {
-		return t - 1
+		return t - 2
 	}
 	var out []int32
 	for _, n := range st.stacks {
@@ -163,7 +163,7 @@ func (p *parser) advanceLocked(s State, c byte) State {
 		}
 	}
 	t := p.intern(out)
-	p.states[s].next[c] = t + 1 // p.states may have grown: index again
+	p.states[s].next[c] = t + 2 // p.states may have grown: index again
 	return t
 }
 

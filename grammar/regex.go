@@ -9,9 +9,9 @@ import (
 )
 
 // ParseRegex compiles a regular expression (Go's RE2 syntax, which covers the
-// common Perl forms) that the whole output must match: anchors are implied, and ^
-// and $ are accepted where they mean the ends. Word boundaries and lazy or
-// possessive forms have no meaning for a generated text and are refused.
+// common Perl forms) that the whole output must match: anchors are implied, and a ^
+// at the start or a $ at the end is accepted; anchors elsewhere and word boundaries
+// are refused.
 func ParseRegex(pattern string) (*Grammar, error) {
 	body, err := regexGBNF(pattern, false)
 	if err != nil {
@@ -30,10 +30,35 @@ func regexGBNF(pattern string, jsonString bool) (string, error) {
 	}
 	var b strings.Builder
 	w := regexWriter{b: &b, json: jsonString}
-	if err := w.write(re.Simplify()); err != nil {
+	if err := w.write(trimAnchors(re.Simplify())); err != nil {
 		return "", fmt.Errorf("%w: regular expression %q: %v", ErrSyntax, pattern, err)
 	}
 	return b.String(), nil
+}
+
+// trimAnchors drops the anchors at the ends of re, which a whole-text match implies.
+func trimAnchors(re *syntax.Regexp) *syntax.Regexp {
+	isStart := func(r *syntax.Regexp) bool { return r.Op == syntax.OpBeginText || r.Op == syntax.OpBeginLine }
+	isEnd := func(r *syntax.Regexp) bool { return r.Op == syntax.OpEndText || r.Op == syntax.OpEndLine }
+	switch {
+	case isStart(re) || isEnd(re):
+		return &syntax.Regexp{Op: syntax.OpEmptyMatch}
+	case re.Op == syntax.OpConcat:
+		sub := re.Sub
+		for len(sub) > 0 && isStart(sub[0]) {
+			sub = sub[1:]
+		}
+		for len(sub) > 0 && isEnd(sub[len(sub)-1]) {
+			sub = sub[:len(sub)-1]
+		}
+		c := *re
+		c.Sub = sub
+		if len(sub) == 0 {
+			return &syntax.Regexp{Op: syntax.OpEmptyMatch}
+		}
+		return &c
+	}
+	return re
 }
 
 type regexWriter struct {
@@ -45,8 +70,10 @@ func (w regexWriter) write(re *syntax.Regexp) error {
 	switch re.Op {
 	case syntax.OpNoMatch:
 		return fmt.Errorf("it matches nothing")
-	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText:
+	case syntax.OpEmptyMatch:
 		w.b.WriteString(`""`)
+	case syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText:
+		return fmt.Errorf("^ and $ are supported at the ends of the pattern only")
 	case syntax.OpWordBoundary, syntax.OpNoWordBoundary:
 		return fmt.Errorf("word boundaries (\\b, \\B) are not supported")
 	case syntax.OpLiteral:

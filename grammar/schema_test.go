@@ -3,6 +3,7 @@ package grammar
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"strings"
@@ -261,4 +262,43 @@ func TestFirstSpace(t *testing.T) {
 	v.strip = false
 	m = NewMatcher(g, v)
 	assert.False(t, m.Mask(m.Start()).Allowed(0), "without stripping \" ab\" writes its space")
+}
+
+// The corners the review found: anchors inside a pattern, prefixItems with bounds,
+// lengths beside a pattern, required properties not described, data after the
+// schema, a vocabulary smaller than the logits.
+func TestSchemaCorners(t *testing.T) {
+	_, err := ParseRegex(`a$b`)
+	assert.ErrorContains(t, err, "at the ends")
+	g, err := ParseRegex(`^ab$`)
+	require.NoError(t, err)
+	assert.True(t, g.Matches("ab"))
+
+	g, err = ParseJSONSchema([]byte(`{"type": "array", "prefixItems": [{"type": "integer"}, {"type": "boolean"}], "items": false}`))
+	require.NoError(t, err)
+	assert.True(t, g.Matches(`[1, true]`))
+	assert.False(t, g.Matches(`[1, true, 2]`))
+	g, err = ParseJSONSchema([]byte(`{"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "null"}, "maxItems": 2}`))
+	require.NoError(t, err)
+	assert.True(t, g.Matches(`[1, null]`))
+	assert.False(t, g.Matches(`[1, null, null]`))
+	_, err = ParseJSONSchema([]byte(`{"type": "array", "prefixItems": [{}, {}], "maxItems": 1}`))
+	assert.ErrorContains(t, err, "prefixItems")
+
+	_, err = ParseJSONSchema([]byte(`{"type": "string", "pattern": "[a-z]+", "maxLength": 2}`))
+	assert.ErrorContains(t, err, "maxLength with pattern")
+
+	g, err = ParseJSONSchema([]byte(`{"type": "object", "required": ["a"]}`))
+	require.NoError(t, err)
+	assert.True(t, g.Matches(`{"a": [1]}`))
+	assert.False(t, g.Matches(`{}`))
+
+	_, err = ParseJSONSchema([]byte(`{"type": "null"} x`))
+	assert.ErrorContains(t, err, "after the schema")
+
+	m := NewMatcher(JSON(), NewVocab([]string{"{", "}", ""}, []int32{2}))
+	logits := make([]float32, 100)
+	m.MaskLogits(m.Start(), logits)
+	assert.Equal(t, float32(0), logits[0])
+	assert.True(t, math.IsInf(float64(logits[99]), -1), "ids past the vocabulary are masked")
 }

@@ -229,7 +229,7 @@ func (c *controller) paced(tokens int, d time.Duration) {
 // accepted often enough to pay for the others' waiting, and speculation fades as
 // the batch fills.
 func (c *controller) worth(s *drafterStats, k int) float64 {
-	rate := c.load.Forwards * c.gain.mean / c.pace.mean
+	rate := c.load.Forwards * c.gain.mean / max(c.pace.mean, 1e-9)
 	if k == 0 {
 		return 1 - rate*c.load.Marginal(1).Seconds()
 	}
