@@ -35,7 +35,7 @@ func (e *Engine) Constraint(f Format) (*grammar.Matcher, error) {
 	c.mu.Lock()
 	m, ok := c.matchers[f]
 	c.mu.Unlock()
-	if ok {
+	if ok && !m.Large() {
 		return m, nil
 	}
 	t := time.Now()
@@ -48,15 +48,20 @@ func (e *Engine) Constraint(f Format) (*grammar.Matcher, error) {
 	e.compiled.Add(int64(time.Since(t)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old, ok := c.matchers[f]; ok && !old.Large() {
+		return old, nil // compiled meanwhile by another request
+	}
 	if c.matchers == nil {
 		c.matchers = map[Format]*grammar.Matcher{}
 	}
-	if len(c.order) >= maxFormats {
-		delete(c.matchers, c.order[0])
-		c.order = c.order[1:]
+	if _, ok := c.matchers[f]; !ok {
+		if len(c.order) >= maxFormats {
+			delete(c.matchers, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.order = append(c.order, f)
 	}
-	c.matchers[f] = m
-	c.order = append(c.order, f)
+	c.matchers[f] = m // replacing one grown large: requests under way keep theirs
 	return m, nil
 }
 

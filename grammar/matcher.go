@@ -323,6 +323,19 @@ func (g *Grammar) Matches(text string) bool {
 	return p.accepting(p.advanceString(p.start(), text))
 }
 
+// maxStates is how many parser states a matcher makes before Large says it should be
+// replaced: states and their memoised transitions are never forgotten (requests under
+// way hold them), so a long-running service starts a fresh matcher instead.
+const maxStates = 1 << 18
+
+// Large reports whether the matcher has grown past what a cache should keep.
+func (m *Matcher) Large() bool {
+	states, _ := m.Stats()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return states > maxStates || len(m.next) > 4*maxStates
+}
+
 // Stats reports how many parser states and cached masks the matcher holds.
 func (m *Matcher) Stats() (states, masks int) {
 	m.p.mu.Lock()

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -273,7 +272,7 @@ func samplingParams(q *request) (p sampler.Params, seeded bool, e *apiError) {
 		p.Seed = uint64(*q.Seed)
 		seeded = p.Temperature > 0
 	} else {
-		p.Seed = randomSeed()
+		p.Seed = specula.RandomSeed()
 	}
 	if err := p.Validate(); err != nil {
 		return p, false, badParam("", "%v", err)
@@ -283,7 +282,8 @@ func samplingParams(q *request) (p sampler.Params, seeded bool, e *apiError) {
 
 // requestedMaxTokens returns the request's bound on generated tokens, nil when it
 // sets none: max_tokens, or for chat max_completion_tokens, its newer name, which
-// wins. It must be positive and fit in the model's context.
+// wins. It must not be negative (0: to the end of the context) and must fit in the
+// model's context.
 func (s *Server) requestedMaxTokens(q *request, chat bool) (*int, *apiError) {
 	maxTokens, param := q.MaxTokens, "max_tokens"
 	if chat && q.MaxCompletion != nil {
@@ -375,7 +375,7 @@ func (s *Server) checkPromptLength(n int, chat bool) *apiError {
 	}
 	if need, have := n+1, s.kvCapacity(); have > 0 && need > have {
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
-			Message: fmt.Sprintf("the prompt is %d tokens long, and the server's whole key/value cache (-kv-budget) holds %d tokens", n, have)}
+			Message: fmt.Sprintf("the prompt is %d tokens long, and the server's whole key/value cache (its key/value budget) holds %d tokens", n, have)}
 	}
 	return nil
 }
@@ -459,8 +459,8 @@ func logprobsParams(q *request, chat bool) (on bool, top int, e *apiError) {
 }
 
 // checkUnsupported rejects features the server does not implement, rather than
-// silently ignoring them. Their neutral values (n = 1, logprobs null or 0 or false,
-// penalties 0, no tools, …) are accepted.
+// silently ignoring them. Their neutral values (best_of 1, penalties 0, no tools, …)
+// are accepted.
 func checkUnsupported(q *request, chat bool) *apiError {
 	if q.BestOf != nil && *q.BestOf != 1 {
 		return unsupported("best_of", "best_of = %d is not supported (it would generate best_of samples and return the likeliest): use n to get several samples", *q.BestOf)
@@ -625,7 +625,7 @@ func (s *Server) chatPrompt(q *request, j *job) *apiError {
 			why = " (the model's template is not usable: " + cerr.Error() + ")"
 		}
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_missing",
-			Message: fmt.Sprintf("the model '%s' has no chat template (no %s in its GGUF file, no chat_template in its tokenizer_config.json), so it cannot answer chat requests: use /v1/completions, or start the server with -chat-template-file%s",
+			Message: fmt.Sprintf("the model '%s' has no chat template (no %s in its GGUF file, no chat_template in its tokenizer_config.json), so it cannot answer chat requests: use /v1/completions, or give the server a chat template (-chat-template-file, or specula.Config.ChatTemplate)%s",
 				j.model, specula.ChatTemplateKey, why)}
 	case errors.Is(err, specula.ErrEmptyPrompt):
 		return badParam("messages", "the conversation renders to an empty prompt")
@@ -656,8 +656,3 @@ func randomID() string {
 	return string(b[:])
 }
 
-func randomSeed() uint64 {
-	var b [8]byte
-	rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:])
-}

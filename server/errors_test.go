@@ -203,7 +203,7 @@ func TestKVCacheFull(t *testing.T) {
 	// one request's context.
 	budget := int64(8 * 16 * 8 * 2 * 2 * 64 * 4)
 	_, err := Open(withDefaults(Config{Engine: specula.Config{KVBudget: budget}}))
-	if err == nil || !strings.Contains(err.Error(), "raise -kv-budget to at least 16.0 MiB, or lower -context-length to 128") {
+	if err == nil || !strings.Contains(err.Error(), "to at least 16.0 MiB, or lower the context length (-ctx-size, ContextLength) to 128") {
 		t.Fatalf("a budget below one full-context request: err = %v", err)
 	}
 	srv, ts := startServer(t, Config{Engine: specula.Config{KVBudget: budget, ContextLength: 128, ChatTemplate: chatmlTemplate(t)}})

@@ -279,7 +279,7 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, mod
 		}
 		c := completionChoice{Index: i, Text: text, FinishReason: &finish}
 		if j.req.Logprobs {
-			c.Logprobs = completionLogprobsOf(s.tok, lps, len(j.echo))
+			c.Logprobs = completionLogprobsOf(s.tok, lps, pieces, len(j.echo))
 		}
 		comp.Choices = append(comp.Choices, c)
 	}
@@ -325,13 +325,13 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out 
 		buf, lps, done = out.take(buf[:0], lps[:0])
 		if p == nil {
 			if text := strings.Join(buf, ""); text != "" || len(lps) > 0 {
-				sse.content(text, lps...)
+				sse.content(text, buf, lps)
 			}
 		} else {
 			p.add(dropEmpty(buf))
 			if done {
 				if rest := p.drain(); len(rest) > 0 {
-					sse.content(strings.Join(rest, ""))
+					sse.content(strings.Join(rest, ""), nil, nil)
 				}
 			}
 		}
@@ -346,7 +346,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out 
 		if p != nil {
 			if at, ok := p.due(); ok {
 				if d := time.Until(at); d <= 0 {
-					sse.content(p.pop(time.Now()))
+					sse.content(p.pop(time.Now()), nil, nil)
 					continue
 				} else {
 					if timer == nil {
@@ -361,7 +361,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out 
 		select {
 		case <-out.wake:
 		case <-tick:
-			sse.content(p.pop(time.Now()))
+			sse.content(p.pop(time.Now()), nil, nil)
 		}
 	}
 
@@ -427,8 +427,9 @@ func (s *sseWriter) start() {
 	}
 }
 
-// content writes a chunk of text, with its tokens' logprobs when asked.
-func (s *sseWriter) content(text string, lps ...spec.Logprob) {
+// content writes a chunk of text, with its tokens' logprobs when asked (pieces are
+// the tokens' texts, for the offsets).
+func (s *sseWriter) content(text string, pieces []string, lps []spec.Logprob) {
 	s.start()
 	if s.j.chat {
 		c := s.chatChunk(chatDelta{Content: &text}, nil)
@@ -440,7 +441,7 @@ func (s *sseWriter) content(text string, lps ...spec.Logprob) {
 	}
 	c := s.textChunk(text, nil)
 	if s.j.req.Logprobs {
-		c.Choices[0].Logprobs = completionLogprobsOf(s.tok, lps, s.offset)
+		c.Choices[0].Logprobs = completionLogprobsOf(s.tok, lps, pieces, s.offset)
 	}
 	s.offset += len(text)
 	s.event(c)

@@ -52,7 +52,7 @@ func (j *joined) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !j.authorize(w, r) {
 			return
 		}
-		j.handleModels(w)
+		writeModels(w, j.servers...)
 	case strings.HasPrefix(path, "/models/"):
 		name := strings.TrimPrefix(path, "/models/")
 		j.serverFor(name).Handler().ServeHTTP(w, r)
@@ -80,9 +80,7 @@ func (j *joined) authorize(w http.ResponseWriter, r *http.Request) bool {
 	if j.servers[0].authorized(r) {
 		return true
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="specula"`)
-	writeError(w, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
-		Message: "a valid API key is required: send it as Authorization: Bearer KEY"})
+	unauthorized(w)
 	return false
 }
 
@@ -91,7 +89,11 @@ func (j *joined) authorize(w http.ResponseWriter, r *http.Request) bool {
 // says what is wrong with it.
 func (j *joined) route(w http.ResponseWriter, r *http.Request) {
 	first := j.servers[0]
-	body, err := io.ReadAll(io.LimitReader(r.Body, first.cfg.MaxBodyBytes+1))
+	limit := first.cfg.MaxBodyBytes
+	for _, s := range j.servers[1:] {
+		limit = max(limit, s.cfg.MaxBodyBytes)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1)) // the server routed to applies its own limit
 	if err != nil {
 		return // the client went away
 	}
@@ -114,19 +116,6 @@ func (j *joined) serverFor(name string) *Server {
 		}
 	}
 	return j.servers[0]
-}
-
-func (j *joined) handleModels(w http.ResponseWriter) {
-	list := struct {
-		Object string      `json:"object"`
-		Data   []modelCard `json:"data"`
-	}{Object: "list"}
-	for _, s := range j.servers {
-		for _, n := range s.names {
-			list.Data = append(list.Data, s.card(n))
-		}
-	}
-	writeJSON(w, http.StatusOK, list)
 }
 
 // Gather implements prometheus.Gatherer: every server's metrics, told apart by their

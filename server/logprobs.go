@@ -60,15 +60,18 @@ func finite(x float32) float64 {
 }
 
 // completionLogprobsOf renders lps for a completion choice whose text starts at
-// offset in the returned text.
-func completionLogprobsOf(tok *tokenizer.Tokenizer, lps []spec.Logprob, offset int) *completionLogprobs {
+// offset in the returned text; pieces are the text each token added there (what the
+// streaming decoder wrote for it), which text_offset counts.
+func completionLogprobsOf(tok *tokenizer.Tokenizer, lps []spec.Logprob, pieces []string, offset int) *completionLogprobs {
 	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
-	for _, lp := range lps {
+	for i, lp := range lps {
 		text, _ := tokenText(tok, lp.Token)
 		out.Tokens = append(out.Tokens, text)
 		out.TokenLogprobs = append(out.TokenLogprobs, finite(lp.Logprob))
 		out.TextOffset = append(out.TextOffset, offset)
-		offset += len(text)
+		if i < len(pieces) {
+			offset += len(pieces[i])
+		}
 		top := make(map[string]float64, len(lp.Top))
 		for _, t := range lp.Top {
 			s, _ := tokenText(tok, t.Token)

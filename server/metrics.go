@@ -57,7 +57,7 @@ func newMetrics(modelName string, maxK int, kv func() (target, draft *kvcache.St
 	m.duration = f.histogramVec("specula_request_duration_seconds", "Time from a request's arrival to the end of its response, by endpoint.",
 		prometheus.ExponentialBuckets(0.005, 2, 15), "endpoint")
 	m.active = f.gauge("specula_active_requests", "Generations running now.")
-	m.queued = f.gauge("specula_queued_requests", "Generation requests waiting for a slot (-max-concurrent).")
+	m.queued = f.gauge("specula_queued_requests", "Generation requests waiting for a slot (all MaxConcurrent are running).")
 	m.decisions = f.counterVec("specula_speculation_decisions_total",
 		`Requests admitted with speculative decoding ("speculative") or without it because the server was saturated or speculation is off ("plain").`, "mode")
 	m.finished = f.counterVec("specula_finished_total", "Generations ended, by finish reason (stop, length, cancelled, error).", "reason")
@@ -185,7 +185,7 @@ var (
 	kvUsedDesc   = prometheus.NewDesc("specula_kv_cache_used_bytes", "Key/value cache memory held by sequences.", []string{"model"}, nil)
 	kvFreeDesc   = prometheus.NewDesc("specula_kv_cache_free_blocks", "Key/value cache blocks no sequence holds.", []string{"model"}, nil)
 	kvBlocksDesc = prometheus.NewDesc("specula_kv_cache_blocks", "Key/value cache blocks in the pool.", []string{"model"}, nil)
-	kvBudgetDesc = prometheus.NewDesc("specula_kv_cache_budget_bytes", "Key/value cache memory budget (-kv-budget for the target).", []string{"model"}, nil)
+	kvBudgetDesc = prometheus.NewDesc("specula_kv_cache_budget_bytes", "Key/value cache memory budget (the target's is Config.Engine.KVBudget, -kv-budget).", []string{"model"}, nil)
 	kvUsageDesc  = prometheus.NewDesc("specula_kv_cache_usage_ratio", "Fraction of the key/value cache blocks in use.", []string{"model"}, nil)
 	kvLookupDesc = prometheus.NewDesc("specula_prefix_cache_lookups_total", "Full prompt blocks looked for in the prefix cache.", []string{"model"}, nil)
 	kvHitDesc    = prometheus.NewDesc("specula_prefix_cache_hits_total", "Full prompt blocks found in the prefix cache (over lookups: the hit rate).", []string{"model"}, nil)

@@ -31,7 +31,7 @@ func (p memoryPlan) check() error {
 	if p.ContextLength > 0 && p.KVBudget > 0 && p.KVTokens < p.ContextLength {
 		need := (p.KVBudget*int64(p.ContextLength) + int64(p.KVTokens) - 1) / int64(max(p.KVTokens, 1))
 		return fmt.Errorf("the key/value budget of %.1f MiB holds %d positions, less than one request at full context (%d): "+
-			"raise -kv-budget to at least %.1f MiB, or lower -context-length to %d",
+			"raise the key/value budget (-kv-budget, KVBudget) to at least %.1f MiB, or lower the context length (-ctx-size, ContextLength) to %d",
 			mib(p.KVBudget), p.KVTokens, p.ContextLength, mib(need), p.KVTokens)
 	}
 	return nil

@@ -31,7 +31,7 @@ type completion struct {
 type completionChoice struct {
 	Text         string  `json:"text"`
 	Index        int     `json:"index"`
-	Logprobs     any     `json:"logprobs"`      // always null
+	Logprobs     any     `json:"logprobs"`      // a *completionLogprobs when asked for, else null
 	FinishReason *string `json:"finish_reason"` // null until the last chunk
 }
 

@@ -1,3 +1,11 @@
+// Package server is an OpenAI-compatible HTTP API over specula engines: a Go service
+// mounts [Server.Handler] (or [Join]'s handler, for several engines) on its own mux.
+// It serves /v1/completions and /v1/chat/completions, streamed as server-sent events
+// or whole, with logprobs, n samples forked from one prefill, structured output
+// (response_format, grammar, json_schema), an optional API key, admission with a
+// queue and Retry-After, graceful shutdown, /v1/models, /healthz and Prometheus
+// /metrics. [New] serves an engine already open (any model, CPU or GPU); [Open]
+// loads one from [Config.Engine]. examples/server is the command line over it.
 package server
 
 import (
@@ -12,6 +20,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,7 +185,7 @@ func New(eng *specula.Engine, cfg Config) (*Server, error) {
 func modelNames(alias, path, name string) []string {
 	var out []string
 	add := func(n string) {
-		if n != "" && n != "." && !strings.Contains(strings.Join(out, "\x00")+"\x00", n+"\x00") {
+		if n != "" && n != "." && !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}
@@ -359,9 +368,7 @@ func (s *Server) routes() http.Handler {
 		}
 		endpoint = rt.endpoint
 		if endpoint != "health" && !s.authorized(r) {
-			rw.Header().Set("WWW-Authenticate", `Bearer realm="specula"`)
-			writeError(rw, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
-				Message: "a valid API key is required: send it as Authorization: Bearer KEY"})
+			unauthorized(rw)
 			return
 		}
 		if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
@@ -382,6 +389,13 @@ func (s *Server) authorized(r *http.Request) bool {
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(s.cfg.APIKey)) == 1
+}
+
+// unauthorized answers OpenAI's 401 for a missing or wrong API key.
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="specula"`)
+	writeError(w, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
+		Message: "a valid API key is required: send it as Authorization: Bearer KEY"})
 }
 
 // recorder remembers the status written, for the log and metrics.
@@ -445,13 +459,19 @@ func (s *Server) card(name string) modelCard {
 	return modelCard{ID: name, Object: "model", Created: s.started, OwnedBy: "specula", MaxModelLen: s.info.ContextLength}
 }
 
-func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) { writeModels(w, s) }
+
+// writeModels answers /v1/models with the servers' models, each under every name it
+// answers to.
+func writeModels(w http.ResponseWriter, servers ...*Server) {
 	list := struct {
 		Object string      `json:"object"`
 		Data   []modelCard `json:"data"`
 	}{Object: "list"}
-	for _, n := range s.names {
-		list.Data = append(list.Data, s.card(n))
+	for _, s := range servers {
+		for _, n := range s.names {
+			list.Data = append(list.Data, s.card(n))
+		}
 	}
 	writeJSON(w, http.StatusOK, list)
 }

@@ -33,8 +33,9 @@ type controller struct {
 	turn     int  // explorations so far
 	probing  bool // the last choice was an exploration
 
-	// Under load (see shared): what the target's passes carry and cost, and this
-	// request's own pace, seconds and tokens per step.
+	// Under load (see shared): what the target's passes carry and cost, and the
+	// pace of this request's steps, seconds and tokens per step (carried from the
+	// request before by clone, and soon this request's own).
 	load       batch.Load
 	pace, gain bucket
 }

@@ -31,7 +31,7 @@ func (d *Decoder) GenerateN(ctx context.Context, req Request, n int) ([]Result, 
 // does, one call at a time. The prompt is prefilled once:
 // when the target's sessions fork ([target.ForkSession]), the other choices fork the
 // first one's session after the prefill and share the prompt's key/value memory
-// copy-on-write; otherwise each prefills on its own (and a target with a prefix cache
+// copy-on-write; when they do not (or a fork fails) each prefills on its own (and a target with a prefix cache
 // finds most of the prompt there). The choices then decode concurrently, sharing the
 // target's passes.
 //
@@ -100,6 +100,11 @@ func (r *run) begin(ctx context.Context) error {
 	if err := r.prepare(); err != nil {
 		return err
 	}
+	return r.open(ctx)
+}
+
+// open starts the target's and the drafters' sessions and prefills.
+func (r *run) open(ctx context.Context) error {
 	if err := r.startTarget(ctx); err != nil {
 		return err
 	}
@@ -123,25 +128,20 @@ func (r *run) promptStates() [][]float32 {
 }
 
 // beginFork readies a further choice of lead's request: its target session forks
-// lead's after the prefill (or, when sessions do not fork, prefills on its own), and
-// its drafters start and read the prompt's states.
+// lead's after the prefill, or — when the session does not fork (a model whose
+// sequences do not) — starts and prefills on its own; its drafters start and read the
+// prompt's states.
 func (r *run) beginFork(ctx context.Context, lead target.Session, states [][]float32) error {
 	if err := r.prepare(); err != nil {
 		return err
 	}
 	f, ok := lead.(target.ForkSession)
 	if !ok {
-		if err := r.startTarget(ctx); err != nil {
-			return err
-		}
-		if err := r.startDrafters(ctx); err != nil {
-			return err
-		}
-		return r.prefill(ctx)
+		return r.open(ctx)
 	}
 	s, err := f.Fork()
 	if err != nil {
-		return fmt.Errorf("spec: target %q: %w", r.d.info.Name, err)
+		return r.open(ctx) // a prefill of its own (and the fork's error, if it is memory, again)
 	}
 	r.tgt = s
 	if err := r.startDrafters(ctx); err != nil {

@@ -208,3 +208,35 @@ func (s *countedSeq) Fork() (model.Sequence, error) {
 	}
 	return &countedSeq{f.(model.ForkSequence), s.c}, nil
 }
+
+// noFork hides a model's sequences' Fork: n choices then prefill each on their own.
+type noFork struct{ model.Model }
+
+type noForkSeq struct{ model.Sequence }
+
+func (m noFork) NewSequence(ctx context.Context) (model.Sequence, error) {
+	s, err := m.Model.NewSequence(ctx)
+	return noForkSeq{s}, err
+}
+
+func (m noFork) Forward(ctx context.Context, work []model.Work) error {
+	inner := make([]model.Work, len(work))
+	for i, w := range work {
+		inner[i] = model.Work{Seq: w.Seq.(noForkSeq).Sequence, Batch: w.Batch, Logits: w.Logits}
+	}
+	return m.Model.Forward(ctx, inner)
+}
+
+// Choices on a model whose sequences do not fork prefill each on their own and are
+// the same as on one that forks.
+func TestChoicesWithoutFork(t *testing.T) {
+	chain := newChain(t, markov.Config{Vocab: 9, Order: 2, Seed: 5, Scale: 1.5})
+	req := spec.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 12, Sampling: sampler.Params{Temperature: 1, Seed: 4}}
+	want, err := newDecoder(t, chain, newDrafter(t, chain.Perturbed(1.2, 3)), 3).GenerateN(context.Background(), req, 3)
+	require.NoError(t, err)
+	got, err := newDecoder(t, noFork{chain}, newDrafter(t, chain.Perturbed(1.2, 3)), 3).GenerateN(context.Background(), req, 3)
+	require.NoError(t, err)
+	for i := range got {
+		assert.Equal(t, want[i].Tokens, got[i].Tokens, "choice %d", i)
+	}
+}

@@ -8,7 +8,8 @@ import (
 // Logprob is the target's log-probability of a generated token, and of the most
 // likely tokens at its place when TopLogprobs asks: the natural logarithm of the
 // softmax of the target's logits there — the model's own distribution, before
-// temperature, penalties or truncation shape it for sampling (vLLM's raw logprobs).
+// temperature, penalties or truncation shape it for sampling (vLLM's raw logprobs);
+// under a Constraint, of that distribution restricted to the language.
 type Logprob struct {
 	Token   int32
 	Logprob float32

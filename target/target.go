@@ -80,9 +80,10 @@ type StateSession interface {
 	States() [][]float32
 }
 
-// ForkSession is a [Session] that forks: n samples of one prompt prefill it once and
-// fork, sharing the prompt's key/value memory copy-on-write. [Local]'s sessions fork
-// when the model's sequences do (the Llama runtime's do).
+// ForkSession is a [Session] that may fork: n samples of one prompt prefill it once
+// and fork, sharing the prompt's key/value memory copy-on-write. [Local]'s sessions
+// have Fork; it succeeds when the model's sequences fork (the Llama runtime's do) and
+// fails otherwise, and a caller then starts a session of its own.
 type ForkSession interface {
 	Session
 	// Fork returns a new session holding the same tokens, with the same pending

@@ -18,7 +18,7 @@ type Options struct {
 
 // Model is a model whose sequences' concurrent forwards share passes. It implements
 // [model.Model]; its sequences implement [model.Sequence], [model.PrefixSequence]
-// and [model.ForkSequence] when the inner model's do.
+// and [model.ForkSequence] (whose Fork fails when the inner model's do not fork).
 type Model struct {
 	inner model.Model
 	b     *batcher
