@@ -655,4 +655,3 @@ func randomID() string {
 	}
 	return string(b[:])
 }
-
