@@ -205,7 +205,7 @@ func (e *Engine) generate(ctx context.Context, prompt []int32, p Params, emit fu
 	if err != nil {
 		return Completion{}, err
 	}
-	text := e.tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true})
+	text := e.TextStream()
 	var out strings.Builder
 	var toks []int32
 	res, err := dec.Stream(ctx, req, func(ids []int32) error {
@@ -253,7 +253,7 @@ func (e *Engine) Request(prompt string, p Params) (spec.Request, *spec.Decoder, 
 // request builds the decoder's request for prompt and p, and picks the decoder: the
 // reproducible one when sampling with a seed.
 func (e *Engine) request(prompt []int32, p Params) (spec.Request, *spec.Decoder, error) {
-	req := spec.Request{Prompt: prompt, MaxTokens: p.MaxTokens, Sampling: p.sampling(), StopStrings: p.Stop}
+	req := spec.Request{Prompt: prompt, MaxTokens: p.MaxTokens, Sampling: p.sampling()}
 	m, err := e.Constraint(p.Format)
 	if err != nil {
 		return spec.Request{}, nil, err
@@ -261,12 +261,7 @@ func (e *Engine) request(prompt []int32, p Params) (spec.Request, *spec.Decoder,
 	if m != nil {
 		req.Constraint = m
 	}
-	if !p.IgnoreEOS || m != nil {
-		req.StopTokens = e.tok.EOS()
-	}
-	if len(p.Stop) > 0 {
-		req.Text = func() spec.TextStream { return e.tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true}) }
-	}
+	e.SetStops(&req, p.Stop, p.IgnoreEOS)
 	dec := e.dec
 	switch {
 	case p.Temperature == 0:
@@ -276,6 +271,27 @@ func (e *Engine) request(prompt []int32, p Params) (spec.Request, *spec.Decoder,
 		req.Sampling.Seed = RandomSeed()
 	}
 	return req, dec, nil
+}
+
+// SetStops sets what ends req besides its length: the stop strings, matched on the
+// decoded text, and the model's end-of-sequence tokens — unless ignoreEOS, and always
+// when req has a Constraint (its language says where the text ends). Callers that
+// build requests of their own (the server) end them as the engine does.
+func (e *Engine) SetStops(req *spec.Request, stops []string, ignoreEOS bool) {
+	req.StopStrings, req.Text = stops, nil
+	if len(stops) > 0 {
+		req.Text = e.TextStream
+	}
+	req.StopTokens = nil
+	if !ignoreEOS || req.Constraint != nil {
+		req.StopTokens = e.tok.EOS()
+	}
+}
+
+// TextStream is a streaming decoder of the engine's output: whole characters, special
+// tokens left out, as Stream hands text out.
+func (e *Engine) TextStream() spec.TextStream {
+	return e.tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true})
 }
 
 // RandomSeed returns a seed from the system's random source.

@@ -309,13 +309,7 @@ func (s *Server) setStops(q *request, j *job) *apiError {
 	if e != nil {
 		return e
 	}
-	if len(stops) > 0 {
-		j.req.StopStrings = stops
-		j.req.Text = s.textStream
-	}
-	if q.IgnoreEOS == nil || !*q.IgnoreEOS {
-		j.req.StopTokens = s.tok.EOS()
-	}
+	s.eng.SetStops(&j.req, stops, q.IgnoreEOS != nil && *q.IgnoreEOS)
 	return nil
 }
 
@@ -362,7 +356,7 @@ func (s *Server) setFormat(q *request, j *job) *apiError {
 		return badParam(params[0], "%s cannot be compiled: %v", params[0], err)
 	}
 	j.req.Constraint = m
-	j.req.StopTokens = s.tok.EOS() // the language says where the text ends
+	s.eng.SetStops(&j.req, j.req.StopStrings, true) // the language says where the text ends: its EOS stay
 	return nil
 }
 

@@ -187,7 +187,7 @@ func (o *output) take(dst []string, lps []spec.Logprob) ([]string, []spec.Logpro
 func (s *Server) run(ctx context.Context, j *job, dec *spec.Decoder, mode string, outs []*output, arrived time.Time) {
 	texts := make([]spec.TextStream, len(outs))
 	for i := range texts {
-		texts[i] = s.textStream()
+		texts[i] = s.eng.TextStream()
 	}
 	var once sync.Once
 	var pieces []string

@@ -199,7 +199,7 @@ func readPrompt(prompt string) (string, error) {
 // choice of up to 8.
 func speculation(value string) (k int, adaptive bool, err error) {
 	if value == "auto" {
-		return 8, true, nil // the most the controller may choose
+		return specula.DefaultMaxK, true, nil // the most the controller may choose
 	}
 	k, err = strconv.Atoi(value)
 	if err != nil || k < 0 || k > spec.MaxK {
