@@ -230,7 +230,6 @@ func (s *Server) useSpec(n int) bool {
 	return s.specDec != nil && (s.saturation == 0 || n <= s.saturation)
 }
 
-
 // Names are the model names the server answers to, the primary one first.
 func (s *Server) Names() []string { return s.names }
 
