@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
@@ -154,9 +155,11 @@ type modelSession struct {
 	toks   []int32
 	out    []int32 // Outputs of a forward: one index
 
-	// Under a constraint: the language, and the state the history ends in.
+	// Under a constraint: the language, the state the history ends in, and while
+	// drafting a tree the state after each node.
 	constraint sampler.Constraint
 	cstate     int32
+	nstates    []int32
 
 	// Tree drafting scratch.
 	parents     []int32
@@ -282,11 +285,20 @@ func (s *modelSession) expand(parent int32, logits []float32, hist []int32, n in
 	if w <= 0 {
 		return nil
 	}
+	state := s.cstate
+	if s.constraint != nil && parent >= 0 {
+		state = s.nstates[parent]
+	}
+	if s.constraint != nil && (state < 0 || !s.constraint.MaskLogits(state, logits)) {
+		return nil // nothing may follow this node
+	}
 	if s.greedy {
 		s.top = topTokens(logits, w, s.top)
 		for _, t := range s.top {
-			s.toks = append(s.toks, t)
-			s.parents = append(s.parents, parent)
+			if math.IsInf(float64(logits[t]), -1) {
+				break // fewer allowed than the width
+			}
+			s.add(t, parent, state)
 		}
 		return nil
 	}
@@ -296,11 +308,19 @@ func (s *modelSession) expand(parent int32, logits []float32, hist []int32, n in
 		return fmt.Errorf("draft: %w", err)
 	}
 	for range w {
-		s.toks = append(s.toks, s.smp.Sample(q))
-		s.parents = append(s.parents, parent)
+		s.add(s.smp.Sample(q), parent, state)
 		s.qrows = append(s.qrows, q)
 	}
 	return nil
+}
+
+// add appends a tree node, with the constraint's state after it when there is one.
+func (s *modelSession) add(tok, parent, state int32) {
+	s.toks = append(s.toks, tok)
+	s.parents = append(s.parents, parent)
+	if s.constraint != nil {
+		s.nstates = append(s.nstates, s.constraint.Next(state, tok))
+	}
 }
 
 // proposeTree drafts a tree of at most n nodes, one draft forward per level: each
@@ -311,7 +331,7 @@ func (s *modelSession) proposeTree(ctx context.Context, history []int32, n int, 
 		return err
 	}
 	base := s.seq.Len()
-	s.toks, s.parents, s.qrows, s.expanded = s.toks[:0], s.parents[:0], s.qrows[:0], 0
+	s.toks, s.parents, s.qrows, s.expanded, s.nstates = s.toks[:0], s.parents[:0], s.qrows[:0], 0, s.nstates[:0]
 	if err := s.expand(-1, s.logits, s.held, n); err != nil {
 		return err
 	}
@@ -377,9 +397,8 @@ func (s *modelSession) pathTo(node int32) []int32 {
 
 func (s *modelSession) Close() error { return s.seq.Close() }
 
-// Constrain implements [Constrained]: chains are drafted from logits masked with the
-// state each drafted token reaches (a tree's nodes are left to the decoder, which
-// ends a branch at a token the language forbids).
+// Constrain implements [Constrained]: chains and trees are drafted from logits masked
+// with the state each drafted token reaches.
 func (s *modelSession) Constrain(state int32) { s.cstate = state }
 
 // topTokens returns the w largest logits' tokens, largest first, lowest id first among

@@ -3,7 +3,7 @@ package sampler
 // Constraint restricts generation to a language — a grammar, a regular expression, a
 // JSON Schema (package grammar's Matcher is one) — by states that advance token by
 // token. The decoder masks the target's logits at every position of a draft with the
-// state the draft reaches there (a draft model masks its chains the same way, which
+// state the draft reaches there (a draft model masks its drafts the same way, which
 // only makes drafts better); the acceptance rule then keeps the target's constrained
 // distribution exactly:
 // the target's own, restricted to the tokens the language allows and renormalised.

@@ -192,7 +192,7 @@ type Request struct {
 	// Constraint restricts the output to a language — a grammar, a regular
 	// expression, a JSON Schema (package grammar) — exactly: every row of the
 	// target's logits is masked with the state the draft reaches there, drafts end at
-	// a token the language forbids, a draft model masks its chains, and the
+	// a token the language forbids, a draft model masks its drafts, and the
 	// acceptance rule keeps the target's distribution restricted to the language and
 	// renormalised. End-of-sequence tokens are allowed exactly where the output is a
 	// sentence: put them in StopTokens. Logprobs are then those of the constrained
