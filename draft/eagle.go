@@ -60,7 +60,7 @@ func (e *EAGLE) Start(ctx context.Context, req Request) (Session, error) {
 	}
 	d, v := e.info.HiddenSize, e.info.VocabSize
 	n := max(req.MaxK, 1)
-	return &eagleSession{e: e, seq: seq, smp: smp, greedy: req.Sampling.Greedy(),
+	return &eagleSession{e: e, seq: seq, smp: smp, greedy: req.Sampling.Greedy(), constrained: constrained{c: req.Constraint},
 		root: make([]float32, d), rootLogits: make([]float32, v),
 		logits: make([]float32, n*v), g: make([]float32, (n+max(e.tree.Width, 1))*d), q: rows(make([]float32, (n+1)*v), n+1, v),
 		conf: make([]float64, 0, n), outs: make([]int32, 0, n),
@@ -69,6 +69,7 @@ func (e *EAGLE) Start(ctx context.Context, req Request) (Session, error) {
 }
 
 type eagleSession struct {
+	constrained
 	e      *EAGLE
 	seq    model.Sequence
 	smp    *sampler.Sampler
@@ -162,12 +163,17 @@ func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *P
 func (s *eagleSession) proposeChain(ctx context.Context, n int) error {
 	d, v := s.e.info.HiddenSize, s.e.info.VocabSize
 	logits, state := s.rootLogits, s.root
+	cs := s.cstate
 	for i := range n {
+		if !s.allows(cs, logits) {
+			break
+		}
 		x, q, err := s.pick(logits, s.hist, i)
 		if err != nil {
 			return err
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
+		cs = s.after(cs, x)
 		if i == n-1 {
 			break
 		}

@@ -153,7 +153,7 @@ func (h *Medusa) Start(ctx context.Context, req Request) (Session, error) {
 	}
 	n := len(h.w)
 	nodes := max(req.MaxK, n)
-	return &medusaSession{h: h, run: run,
+	return &medusaSession{h: h, run: run, constrained: constrained{c: req.Constraint},
 		lastState: lastState{state: make([]float32, h.dim)}, x: make([]float32, h.dim), y: make([]float32, h.dim),
 		logits: rows(make([]float32, n*h.vocab), n, h.vocab), q: rows(make([]float32, n*h.vocab), n, h.vocab),
 		toks: make([]int32, 0, nodes), dists: make([][]float32, 0, nodes), parents: make([]int32, 0, nodes),
@@ -163,6 +163,7 @@ func (h *Medusa) Start(ctx context.Context, req Request) (Session, error) {
 type medusaSession struct {
 	h   *Medusa
 	run headRun
+	constrained
 	lastState
 	x, y    []float32
 	logits  [][]float32 // per head
@@ -213,12 +214,17 @@ func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *
 		return err
 	}
 	s.hist = append(s.hist[:0], history...)
+	state := s.cstate
 	for d := range n {
+		if !s.allows(state, s.logits[d]) {
+			break
+		}
 		x, q, err := s.run.pick(s.logits[d], s.hist, s.q[d])
 		if err != nil {
 			return fmt.Errorf("draft: %s: %w", s.h.name, err)
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
+		state = s.after(state, x)
 	}
 	p.Tokens = s.toks
 	if !s.run.greedy {

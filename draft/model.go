@@ -87,16 +87,16 @@ func (d *SmallModel) Start(ctx context.Context, req Request) (Session, error) {
 		return nil, fmt.Errorf("draft: draft model %q: %w", d.info.Name, err)
 	}
 	s := &modelSession{
-		d:          d,
-		seq:        seq,
-		smp:        smp,
-		constraint: req.Constraint,
-		greedy:     req.Sampling.Greedy(),
-		vocab:      max(req.VocabSize, v),
-		held:       make([]int32, 0, req.MaxLen),
-		logits:     make([]float32, v),
-		toks:       make([]int32, req.MaxK),
-		out:        []int32{0},
+		d:           d,
+		seq:         seq,
+		smp:         smp,
+		constrained: constrained{c: req.Constraint},
+		greedy:      req.Sampling.Greedy(),
+		vocab:       max(req.VocabSize, v),
+		held:        make([]int32, 0, req.MaxLen),
+		logits:      make([]float32, v),
+		toks:        make([]int32, req.MaxK),
+		out:         []int32{0},
 	}
 	if !s.greedy {
 		s.dists = make([]float32, req.MaxK*v)
@@ -155,11 +155,8 @@ type modelSession struct {
 	toks   []int32
 	out    []int32 // Outputs of a forward: one index
 
-	// Under a constraint: the language, the state the history ends in, and while
-	// drafting a tree the state after each node.
-	constraint sampler.Constraint
-	cstate     int32
-	nstates    []int32
+	constrained         // the request's constraint and the state the history ends in
+	nstates     []int32 // while drafting a tree, the constraint's state after each node
 
 	// Tree drafting scratch.
 	parents     []int32
@@ -214,7 +211,7 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 	for i := range k {
 		var x int32
 		var err error
-		if s.constraint != nil && !s.constraint.MaskLogits(state, s.logits) {
+		if !s.allows(state, s.logits) {
 			k = i // nothing may follow: the draft ends here
 			break
 		}
@@ -227,9 +224,7 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 			return fmt.Errorf("draft: position %d: %w", i, err)
 		}
 		s.toks[i] = x
-		if s.constraint != nil {
-			state = s.constraint.Next(state, x)
-		}
+		state = s.after(state, x)
 		if i == k-1 {
 			break
 		}
@@ -286,10 +281,10 @@ func (s *modelSession) expand(parent int32, logits []float32, hist []int32, n in
 		return nil
 	}
 	state := s.cstate
-	if s.constraint != nil && parent >= 0 {
+	if s.c != nil && parent >= 0 {
 		state = s.nstates[parent]
 	}
-	if s.constraint != nil && (state < 0 || !s.constraint.MaskLogits(state, logits)) {
+	if !s.allows(state, logits) {
 		return nil // nothing may follow this node
 	}
 	if s.greedy {
@@ -318,8 +313,8 @@ func (s *modelSession) expand(parent int32, logits []float32, hist []int32, n in
 func (s *modelSession) add(tok, parent, state int32) {
 	s.toks = append(s.toks, tok)
 	s.parents = append(s.parents, parent)
-	if s.constraint != nil {
-		s.nstates = append(s.nstates, s.constraint.Next(state, tok))
+	if s.c != nil {
+		s.nstates = append(s.nstates, s.after(state, tok))
 	}
 }
 
@@ -396,10 +391,6 @@ func (s *modelSession) pathTo(node int32) []int32 {
 }
 
 func (s *modelSession) Close() error { return s.seq.Close() }
-
-// Constrain implements [Constrained]: chains and trees are drafted from logits masked
-// with the state each drafted token reaches.
-func (s *modelSession) Constrain(state int32) { s.cstate = state }
 
 // topTokens returns the w largest logits' tokens, largest first, lowest id first among
 // ties, in top's memory.

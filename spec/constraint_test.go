@@ -13,6 +13,7 @@ import (
 	"github.com/specula/specula/grammar"
 	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -190,4 +191,71 @@ func TestConstrainedGreedyIdentity(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
+
+// TestHeadsConstrained: every trained head — MLPSpeculator, Medusa chains and trees,
+// EAGLE chains and trees — drafting under a grammar keeps the constrained
+// distribution (chi-square over every sequence of 4 tokens) and the constrained
+// greedy output.
+func TestHeadsConstrained(t *testing.T) {
+	const draws, length = 15_000, 4
+	m := markovMatcher(t)
+	prompt := []int32{0, 1}
+	type setup struct {
+		name   string
+		k      int
+		target func(t *testing.T) (model.Model, func([]int32) []float32, draft.Drafter)
+		temp   float64 // the tiny Llama under EAGLE is peaked: sampled hotter
+	}
+	var cases []setup
+	for i, hc := range headCases() {
+		cases = append(cases, setup{hc.name, hc.k, func(t *testing.T) (model.Model, func([]int32) []float32, draft.Drafter) {
+			c := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: uint64(70 + i), Scale: 1.2})
+			return c, c.Logits, hc.open(t, c)
+		}, 1})
+	}
+	for _, tree := range []draft.TreeShape{{}, {Width: 2, Depth: 3, MaxNodes: 5}} {
+		cases = append(cases, setup{fmt.Sprintf("EAGLE %+v", tree), 5, func(t *testing.T) (model.Model, func([]int32) []float32, draft.Drafter) {
+			lm, d := eagleCase(t, tree)
+			return lm, modelLogits(t, lm), d
+		}, 4})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tgt, logits, d := c.target(t)
+			dec := newDecoder(t, tgt, d, c.k)
+			params := sampler.Params{Temperature: c.temp}
+			masked := func(h []int32) []float32 {
+				s := m.Start()
+				for _, x := range h[len(prompt):] {
+					s = m.Next(s, x)
+				}
+				l := append([]float32(nil), logits(h)...)
+				m.MaskLogits(s, l)
+				return l
+			}
+			want := reference.ContinuationsOf(masked, 6, prompt, length, params)
+			counts := make([]int, len(want))
+			var agg spec.Aggregate
+			for i := range draws {
+				req := spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params, Constraint: m}
+				req.Sampling.Seed = uint64(i)
+				res, err := dec.Generate(context.Background(), req)
+				require.NoError(t, err)
+				counts[reference.Index(res.Tokens, 6)]++
+				agg.Add(res.Stats)
+			}
+			fit := stattest.ChiSquare(counts, want)
+			t.Logf("p=%.3g (chi-square %.1f on %d df), %s", fit.P, fit.Stat, fit.DF, agg.String())
+			assert.Zero(t, fit.Impossible)
+			assert.Greater(t, fit.P, 1e-3)
+			assert.Greater(t, fit.DF, 5, "the test needs several sequences")
+			plain := newDecoder(t, tgt, nil, 0)
+			greedy := spec.Request{Prompt: prompt, MaxTokens: 20, Constraint: m}
+			w, err := plain.Generate(context.Background(), greedy)
+			require.NoError(t, err)
+			g, err := dec.Generate(context.Background(), greedy)
+			require.NoError(t, err)
+			assert.Equal(t, w.Tokens, g.Tokens, "greedy")
+		})
+	}
+}
