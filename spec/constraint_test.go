@@ -191,7 +191,6 @@ func TestConstrainedGreedyIdentity(t *testing.T) {
 	}
 }
 
-
 // TestHeadsConstrained: every trained head — MLPSpeculator, Medusa chains and trees,
 // EAGLE chains and trees — drafting under a grammar keeps the constrained
 // distribution (chi-square over every sequence of 4 tokens) and the constrained
