@@ -311,7 +311,7 @@ func (s *drafterStats) draftTime(k int) float64 {
 // the depth positions were kept.
 func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur time.Duration) {
 	m = min(m, len(c.verify)-1)
-	if v := verifyDur.Seconds(); !c.shared() {
+	if v := verifyDur.Seconds(); c.load.Forwards < sharedAt {
 		// Under load a verification's time is mostly the others' work and the wait
 		// for them: it says nothing of what this request's verifications cost alone.
 		if c.learned() && v > 0 {

@@ -365,3 +365,46 @@ func TestControllerUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestSpeculationFadesAndReturns: a request's controller stops drafting while its
+// passes are shared by many requests whose tokens' compute dominates, and drafts
+// again once it is alone (verification then costs it the whole pass, and draft tokens
+// ride along nearly free).
+func TestSpeculationFadesAndReturns(t *testing.T) {
+	crowd := batchWorld{requests: 16, fixed: 3, perToken: 0.4, draft: 0.05, alpha: 0.6}
+	ctls := make([]*controller, crowd.requests)
+	for i := range ctls {
+		ctls[i] = newController(8, 1)
+	}
+	// The target's batcher knows its passes before this request's first step.
+	load := batch.Load{Forwards: 16, Tokens: 16, Fixed: ms(3), PerToken: ms(0.4)}
+	rng := rand.New(rand.NewPCG(4, 4))
+	drafted := 0
+	pick := func(i int) int {
+		ctls[i].load = load
+		_, k := ctls[i].choose(8)
+		if i == 0 && k > 0 {
+			drafted++
+		}
+		return k
+	}
+	seen := func(i, k, acc int, draftMs, stepMs float64, l batch.Load) {
+		c := ctls[i]
+		c.observe(0, k, k, acc, k+1, ms(draftMs), ms(stepMs-draftMs))
+		c.grow(acc + 1)
+		c.paced(acc+1, ms(stepMs))
+		load = l
+	}
+	crowd.goodput(1500, rng, pick, seen)
+	drafted = 0
+	crowd.goodput(500, rng, pick, seen)
+	assert.Less(t, drafted, 60, "request 0 drafted in %d of 500 crowded steps", drafted)
+
+	// Alone: the same controller, its passes its own.
+	c := ctls[0]
+	c.load = batch.Load{Forwards: 1, Tokens: 4, Fixed: ms(3), PerToken: ms(0.4)}
+	alone := world{func(m int) float64 { return 3 + 0.05*float64(m) }, []func(int) float64{constant(0.6)}, []float64{0.05}, nil}
+	alone.run(c, 300, rng)
+	_, k := c.choose(8)
+	assert.Greater(t, k, 1, "alone again, it drafts (K=%d)", k)
+}
