@@ -28,11 +28,11 @@ func (d *Decoder) GenerateN(ctx context.Context, req Request, n int) ([]Result, 
 
 // StreamN runs n samples of one request at once and calls emit with each choice's runs
 // of tokens (and their log-probabilities, when asked) as [Decoder.StreamLogprobs]
-// does, one call at a time. The prompt is prefilled once:
-// when the target's sessions fork ([target.ForkSession]), the other choices fork the
-// first one's session after the prefill and share the prompt's key/value memory
-// copy-on-write; when they do not (or a fork fails) each prefills on its own (and a target with a prefix cache
-// finds most of the prompt there). The choices then decode concurrently, sharing the
+// does, one call at a time. The prompt is prefilled once: when the target's sessions
+// fork ([target.ForkSession]), the other choices fork the first one's session after
+// the prefill and share the prompt's key/value memory copy-on-write; when they do not
+// (or a fork fails) each prefills on its own (and a target with a prefix cache finds
+// most of the prompt there). The choices then decode concurrently, sharing the
 // target's passes.
 //
 // Choice 0 samples as the request alone would; choice i with the parameters'
