@@ -104,3 +104,29 @@ func ExampleAggregate() {
 	fmt.Println(agg.String())
 	// Output: acceptance 0.72, mean accepted 2.80, 145.0 tokens/s, 1.86×
 }
+
+// Several samples of one prompt, prefilled once: the target's sessions fork after the
+// prefill and the choices decode together.
+func ExampleDecoder_GenerateN() {
+	tgt, drafter := toyModels()
+	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := dec.GenerateN(context.Background(), spec.Request{
+		Prompt:    []int32{1, 2, 3},
+		MaxTokens: 6,
+		Sampling:  sampler.Params{Temperature: 1, Seed: 9},
+		Logprobs:  true,
+	}, 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i, r := range res {
+		fmt.Println(i, len(r.Tokens), len(r.Logprobs), r.Finish)
+	}
+	// Output:
+	// 0 6 6 length
+	// 1 6 6 length
+	// 2 6 6 length
+}
