@@ -28,7 +28,6 @@ type Grammar struct {
 	elems []elem  // every alternative's elements, each alternative ended by kEnd
 	sets  []bset  // the byte sets of the kBytes elements
 	alts  [][]int // per rule, the position of each alternative's first element
-	names []string
 	root  int
 }
 
@@ -151,24 +150,23 @@ func (b *builder) grow(n int) bool {
 	return b.err == nil
 }
 
-// repeat is the elements of x repeated min to max times (max < 0: no bound).
+// repeat is the elements of x repeated lo to hi times (hi < 0: no bound).
 func (b *builder) repeat(parent string, x []elem, lo, hi int) []elem {
-	if !b.grow(len(x) * (lo + builtinMax(hi-lo, 1))) {
+	if !b.grow(len(x) * (lo + max(hi-lo, 1))) {
 		return nil
 	}
-	min, max := lo, hi
 	var out []elem
-	for range min {
+	for range lo {
 		out = append(out, x...)
 	}
 	switch {
-	case max < 0: // x*: r ::= x r | ε
+	case hi < 0: // x*: r ::= x r | ε
 		r := b.anon(parent)
 		b.rules[r].alts = [][]elem{append(append([]elem(nil), x...), ref(r)), nil}
 		return append(out, ref(r))
-	case max > min: // (x (x (…)?)?)?
+	case hi > lo: // (x (x (…)?)?)?
 		var tail []elem
-		for range max - min {
+		for range hi - lo {
 			r := b.anon(parent, append(append([]elem(nil), x...), tail...), nil)
 			tail = []elem{ref(r)}
 		}
@@ -176,8 +174,6 @@ func (b *builder) repeat(parent string, x []elem, lo, hi int) []elem {
 	}
 	return out
 }
-
-func builtinMax(a, b int) int { return max(a, b) }
 
 // compile checks the rules — every one referred to is defined, none recurses on its
 // left — and lays them out for the parser.
@@ -197,9 +193,8 @@ func (b *builder) compile(root string) (*Grammar, error) {
 	if err := b.checkLeftRecursion(); err != nil {
 		return nil, err
 	}
-	g := &Grammar{sets: b.sets, root: ri, alts: make([][]int, len(b.rules)), names: make([]string, len(b.rules))}
+	g := &Grammar{sets: b.sets, root: ri, alts: make([][]int, len(b.rules))}
 	for i, r := range b.rules {
-		g.names[i] = r.name
 		for _, a := range r.alts {
 			g.alts[i] = append(g.alts[i], len(g.elems))
 			g.elems = append(g.elems, a...)

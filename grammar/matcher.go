@@ -231,12 +231,6 @@ func (m *Matcher) Accepting(s State) bool {
 	return m.p.accepting(base)
 }
 
-// Final reports whether s accepts and nothing may follow but the end.
-func (m *Matcher) Final(s State) bool {
-	base, _ := split(s)
-	return m.p.final(base)
-}
-
 // Mask returns the tokens allowed in state s (shared: do not change it).
 func (m *Matcher) Mask(s State) *Mask {
 	m.mu.Lock()

@@ -177,17 +177,6 @@ func (p *parser) accepting(s State) bool {
 // known reports whether s is a state of this parser (under mu).
 func (p *parser) known(s State) bool { return s >= 0 && int(s) < len(p.states) }
 
-// final reports whether s accepts and no byte may follow.
-func (p *parser) final(s State) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.known(s) {
-		return false
-	}
-	st := p.states[s]
-	return st.accept && len(st.stacks) == 1
-}
-
 // advanceString runs the bytes of s from state st.
 func (p *parser) advanceString(st State, s string) State {
 	p.mu.Lock()

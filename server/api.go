@@ -178,10 +178,10 @@ func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if e := s.setStops(q, j); e != nil {
+	if e := s.setFormat(q, j); e != nil {
 		return nil, e
 	}
-	if e := s.setFormat(q, j); e != nil {
+	if e := s.setStops(q, j); e != nil { // after the format: a constraint keeps the EOS tokens
 		return nil, e
 	}
 	if chat {
@@ -303,7 +303,7 @@ func (s *Server) requestedMaxTokens(q *request, chat bool) (*int, *apiError) {
 
 // setStops sets what ends the generation besides its length: the stop strings, which
 // need the text as it is generated, and the model's end-of-sequence tokens unless
-// ignore_eos is set.
+// ignore_eos is set (and always under an output format, set before).
 func (s *Server) setStops(q *request, j *job) *apiError {
 	stops, e := parseStop(q.Stop)
 	if e != nil {
@@ -356,7 +356,6 @@ func (s *Server) setFormat(q *request, j *job) *apiError {
 		return badParam(params[0], "%s cannot be compiled: %v", params[0], err)
 	}
 	j.req.Constraint = m
-	s.eng.SetStops(&j.req, j.req.StopStrings, true) // the language says where the text ends: its EOS stay
 	return nil
 }
 

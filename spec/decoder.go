@@ -73,6 +73,8 @@ type Decoder struct {
 	minK     int // an adaptive step that drafts asks for at least this many
 	adaptive bool
 
+	loaded target.Loaded // the target, when it says what its shared passes cost
+
 	mu      sync.Mutex
 	learned *controller // what the last adaptive request learned
 }
@@ -94,6 +96,7 @@ func New(tgt target.Target, drafter draft.Drafter, opts Options) (*Decoder, erro
 		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
 	dec := &Decoder{target: tgt, info: info, k: opts.K, minK: opts.MinK, adaptive: opts.Adaptive}
+	dec.loaded, _ = tgt.(target.Loaded)
 	if drafter != nil {
 		dec.drafters = append(dec.drafters, drafter)
 	}
@@ -710,8 +713,8 @@ func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Dura
 	r.draft.Reset()
 	r.nodeSt = r.nodeSt[:0]
 	if r.ctl != nil && k > 0 {
-		if l, ok := r.d.target.(target.Loaded); ok {
-			r.ctl.load = l.Load()
+		if r.d.loaded != nil {
+			r.ctl.load = r.d.loaded.Load()
 		}
 		di, k = r.ctl.choose(k)
 	}
