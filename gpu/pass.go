@@ -240,6 +240,16 @@ func (ps *devicePass) hostX() ([]float32, error) {
 	return g.s.hostX, ps.b.download(bytesOf(g.s.hostX), ps.buf(backend.X))
 }
 
+// optional reads an optional vector of this backend: its device pointer, 0 for none,
+// false (the pass failed) for another backend's.
+func (ps *devicePass) optional(w backend.Vector) (devptr, bool) {
+	if w == nil {
+		return 0, true
+	}
+	v, ok := w.(dvector)
+	return v.p, ps.ok(ok)
+}
+
 // Norm implements [backend.Pass].
 func (ps *devicePass) Norm(dst, src backend.Act, w backend.Vector) {
 	v, ok := w.(dvector)
@@ -273,15 +283,8 @@ func (ps *devicePass) project(dst, src backend.Act, w backend.Matrix, accumulate
 // row in one launch, then attention sequence by sequence, each over its own block
 // table.
 func (ps *devicePass) Attention(layer int, bias backend.Vector) {
-	var bp devptr
-	if bias != nil {
-		v, ok := bias.(dvector)
-		if !ps.ok(ok) {
-			return
-		}
-		bp = v.p
-	}
-	if ps.err != nil {
+	bp, ok := ps.optional(bias)
+	if !ok || ps.err != nil {
 		return
 	}
 	s, g := &ps.g.shape, ps.g
@@ -317,13 +320,9 @@ func (ps *devicePass) SiLUMul() {
 // (or, without a norm, gathered through the host), the states copied back, the logits
 // multiplied on the device and copied to their buffers.
 func (ps *devicePass) Final(w backend.Vector, out backend.Matrix) {
-	var norm devptr
-	if w != nil {
-		v, ok := w.(dvector)
-		if !ps.ok(ok) {
-			return
-		}
-		norm = v.p
+	norm, ok := ps.optional(w)
+	if !ok {
+		return
 	}
 	m, ok := out.(*dmatrix)
 	if !ps.ok(ok) {

@@ -17,15 +17,8 @@ const attnRun = 16
 
 // Attention implements [backend.Pass].
 func (ps *pass) Attention(layer int, bias backend.Vector) {
-	var bv vector
-	if bias != nil {
-		v, ok := bias.(vector)
-		if !ps.check(ok) {
-			return
-		}
-		bv = v
-	}
-	if ps.err != nil {
+	bv, ok := ps.optional(bias)
+	if !ok || ps.err != nil {
 		return
 	}
 	ps.store(layer, bv)

@@ -106,6 +106,16 @@ func (ps *pass) check(ok bool) bool {
 	return ok
 }
 
+// optional reads an optional vector of this backend: the zero vector for none, false
+// (the pass failed) for another backend's.
+func (ps *pass) optional(w backend.Vector) (vector, bool) {
+	if w == nil {
+		return nil, true
+	}
+	v, ok := w.(vector)
+	return v, ps.check(ok)
+}
+
 // Norm implements [backend.Pass].
 func (ps *pass) Norm(dst, src backend.Act, w backend.Vector) {
 	v, ok := w.(vector)
@@ -164,13 +174,9 @@ func (ps *pass) SiLUMul() {
 
 // Final implements [backend.Pass].
 func (ps *pass) Final(w backend.Vector, out backend.Matrix) {
-	var norm vector
-	if w != nil {
-		v, ok := w.(vector)
-		if !ps.check(ok) {
-			return
-		}
-		norm = v
+	norm, ok := ps.optional(w)
+	if !ok {
+		return
 	}
 	m, ok := out.(*matrix)
 	if ps.err != nil || !ps.check(ok) {
