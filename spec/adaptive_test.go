@@ -318,6 +318,38 @@ func (w batchWorld) goodput(steps int, rng *rand.Rand, pick func(i int) int, see
 
 func ms(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
 
+// controllers are a batchWorld's requests, each with a controller of its own that
+// sees the target's load as the batcher last reported it.
+type controllers struct {
+	ctls []*controller
+	load batch.Load
+	maxK int
+}
+
+func newControllers(n, maxK int, load batch.Load) *controllers {
+	cs := &controllers{ctls: make([]*controller, n), load: load, maxK: maxK}
+	for i := range cs.ctls {
+		cs.ctls[i] = newController(maxK, 1)
+	}
+	return cs
+}
+
+// pick is request i's choice of K.
+func (cs *controllers) pick(i int) int {
+	cs.ctls[i].load = cs.load
+	_, k := cs.ctls[i].choose(cs.maxK)
+	return k
+}
+
+// seen tells request i's controller how its step went.
+func (cs *controllers) seen(i, k, acc int, draftMs, stepMs float64, l batch.Load) {
+	c := cs.ctls[i]
+	c.observe(0, k, k, acc, k+1, ms(draftMs), ms(stepMs-draftMs))
+	c.grow(acc + 1)
+	c.paced(acc+1, ms(stepMs))
+	cs.load = l
+}
+
 // TestControllerUnderLoad: requests sharing passes, each with a controller of its own
 // that sees the target's load, reach at least 95% of the batch goodput of the best K
 // that all of them could use (0 included): they speculate while a draft token's share
@@ -339,27 +371,11 @@ func TestControllerUnderLoad(t *testing.T) {
 					best, bestK = g, k
 				}
 			}
-			ctls := make([]*controller, w.requests)
-			for i := range ctls {
-				ctls[i] = newController(maxK, 1)
-			}
-			var load batch.Load
+			cs := newControllers(w.requests, maxK, batch.Load{})
 			rng := rand.New(rand.NewPCG(2, 2))
-			pick := func(i int) int {
-				ctls[i].load = load
-				_, k := ctls[i].choose(maxK)
-				return k
-			}
-			seen := func(i, k, acc int, draftMs, stepMs float64, l batch.Load) {
-				c := ctls[i]
-				c.observe(0, k, k, acc, k+1, ms(draftMs), ms(stepMs-draftMs))
-				c.grow(acc + 1)
-				c.paced(acc+1, ms(stepMs))
-				load = l
-			}
-			w.goodput(steps, rng, pick, seen) // learn
-			got := w.goodput(steps, rng, pick, seen)
-			_, k := ctls[0].choose(maxK)
+			w.goodput(steps, rng, cs.pick, cs.seen) // learn
+			got := w.goodput(steps, rng, cs.pick, cs.seen)
+			_, k := cs.ctls[0].choose(maxK)
 			t.Logf("adaptive %.3f tokens/ms (request 0 now picks K=%d), best fixed %.3f (K=%d)", got, k, best, bestK)
 			assert.GreaterOrEqual(t, got, 0.95*best)
 		})
@@ -372,36 +388,24 @@ func TestControllerUnderLoad(t *testing.T) {
 // ride along nearly free).
 func TestSpeculationFadesAndReturns(t *testing.T) {
 	crowd := batchWorld{requests: 16, fixed: 3, perToken: 0.4, draft: 0.05, alpha: 0.6}
-	ctls := make([]*controller, crowd.requests)
-	for i := range ctls {
-		ctls[i] = newController(8, 1)
-	}
 	// The target's batcher knows its passes before this request's first step.
-	load := batch.Load{Forwards: 16, Tokens: 16, Fixed: ms(3), PerToken: ms(0.4)}
+	cs := newControllers(crowd.requests, 8, batch.Load{Forwards: 16, Tokens: 16, Fixed: ms(3), PerToken: ms(0.4)})
 	rng := rand.New(rand.NewPCG(4, 4))
 	drafted := 0
 	pick := func(i int) int {
-		ctls[i].load = load
-		_, k := ctls[i].choose(8)
+		k := cs.pick(i)
 		if i == 0 && k > 0 {
 			drafted++
 		}
 		return k
 	}
-	seen := func(i, k, acc int, draftMs, stepMs float64, l batch.Load) {
-		c := ctls[i]
-		c.observe(0, k, k, acc, k+1, ms(draftMs), ms(stepMs-draftMs))
-		c.grow(acc + 1)
-		c.paced(acc+1, ms(stepMs))
-		load = l
-	}
-	crowd.goodput(1500, rng, pick, seen)
+	crowd.goodput(1500, rng, pick, cs.seen)
 	drafted = 0
-	crowd.goodput(500, rng, pick, seen)
+	crowd.goodput(500, rng, pick, cs.seen)
 	assert.Less(t, drafted, 60, "request 0 drafted in %d of 500 crowded steps", drafted)
 
 	// Alone: the same controller, its passes its own.
-	c := ctls[0]
+	c := cs.ctls[0]
 	c.load = batch.Load{Forwards: 1, Tokens: 4, Fixed: ms(3), PerToken: ms(0.4)}
 	alone := world{func(m int) float64 { return 3 + 0.05*float64(m) }, []func(int) float64{constant(0.6)}, []float64{0.05}, nil}
 	alone.run(c, 300, rng)

@@ -120,17 +120,8 @@ func TestConstrainedDistribution(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			dec := newDecoder(t, chain, c.drafter, c.k)
-			counts := make([]int, len(want))
-			var agg spec.Aggregate
-			for i := range draws {
-				req := spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params, Constraint: m}
-				req.Sampling.Seed = uint64(i)
-				res, err := dec.Generate(context.Background(), req)
-				require.NoError(t, err)
-				require.Len(t, res.Tokens, length)
-				counts[reference.Index(res.Tokens, 6)]++
-				agg.Add(res.Stats)
-			}
+			counts, agg := draw(t, dec, spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params, Constraint: m}, draws, 6,
+				func(res spec.Result) { require.Len(t, res.Tokens, length) })
 			fit := stattest.ChiSquare(counts, want)
 			t.Logf("p=%.3g (chi-square %.1f on %d df), impossible %d, %s", fit.P, fit.Stat, fit.DF, fit.Impossible, agg.String())
 			if c.wrong {
@@ -233,16 +224,7 @@ func TestHeadsConstrained(t *testing.T) {
 				return l
 			}
 			want := reference.ContinuationsOf(masked, 6, prompt, length, params)
-			counts := make([]int, len(want))
-			var agg spec.Aggregate
-			for i := range draws {
-				req := spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params, Constraint: m}
-				req.Sampling.Seed = uint64(i)
-				res, err := dec.Generate(context.Background(), req)
-				require.NoError(t, err)
-				counts[reference.Index(res.Tokens, 6)]++
-				agg.Add(res.Stats)
-			}
+			counts, agg := draw(t, dec, spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params, Constraint: m}, draws, 6, nil)
 			fit := stattest.ChiSquare(counts, want)
 			t.Logf("p=%.3g (chi-square %.1f on %d df), %s", fit.P, fit.Stat, fit.DF, agg.String())
 			assert.Zero(t, fit.Impossible)

@@ -42,6 +42,30 @@ func local(t testing.TB, m model.Model) target.Target {
 	return tgt
 }
 
+// draw runs req draws times on dec, the i-th with seed i, and counts each
+// continuation as reference.Index reads it over vocab tokens; each, when set, checks
+// every result first.
+func draw(t *testing.T, dec *spec.Decoder, req spec.Request, draws, vocab int, each func(spec.Result)) ([]int, spec.Aggregate) {
+	t.Helper()
+	total := 1
+	for range req.MaxTokens {
+		total *= vocab
+	}
+	counts := make([]int, total)
+	var agg spec.Aggregate
+	for i := range draws {
+		req.Sampling.Seed = uint64(i)
+		res, err := dec.Generate(context.Background(), req)
+		require.NoError(t, err)
+		if each != nil {
+			each(res)
+		}
+		counts[reference.Index(res.Tokens, vocab)]++
+		agg.Add(res.Stats)
+	}
+	return counts, agg
+}
+
 func newDecoder(t testing.TB, m model.Model, d draft.Drafter, k int) *spec.Decoder {
 	t.Helper()
 	dec, err := spec.New(local(t, m), d, spec.Options{K: k})
@@ -128,17 +152,8 @@ func TestSequenceDistribution(t *testing.T) {
 			dec := newDecoder(t, tgt, d, cfg.k)
 			prompt := []int32{1, 2}
 			want := reference.Continuations(tgt, prompt, cfg.length, cfg.params)
-			counts := make([]int, len(want))
-			var agg spec.Aggregate
-			for i := range draws {
-				req := spec.Request{Prompt: prompt, MaxTokens: cfg.length, Sampling: cfg.params}
-				req.Sampling.Seed = uint64(i)
-				res, err := dec.Generate(context.Background(), req)
-				require.NoError(t, err)
-				require.Len(t, res.Tokens, cfg.length)
-				counts[reference.Index(res.Tokens, cfg.vocab)]++
-				agg.Add(res.Stats)
-			}
+			counts, agg := draw(t, dec, spec.Request{Prompt: prompt, MaxTokens: cfg.length, Sampling: cfg.params}, draws, cfg.vocab,
+				func(res spec.Result) { require.Len(t, res.Tokens, cfg.length) })
 			fit := stattest.ChiSquare(counts, want)
 			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
 			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)

@@ -72,17 +72,8 @@ func TestHeadDistribution(t *testing.T) {
 			dec := newDecoder(t, tgt, hc.open(t, tgt), hc.k)
 			prompt := []int32{1, 2}
 			want := reference.Continuations(tgt, prompt, 3, params)
-			counts := make([]int, len(want))
-			var agg spec.Aggregate
-			for s := range draws {
-				req := spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}
-				req.Sampling.Seed = uint64(s)
-				res, err := dec.Generate(context.Background(), req)
-				require.NoError(t, err)
-				require.Len(t, res.Tokens, 3)
-				counts[reference.Index(res.Tokens, 6)]++
-				agg.Add(res.Stats)
-			}
+			counts, agg := draw(t, dec, spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}, draws, 6,
+				func(res spec.Result) { require.Len(t, res.Tokens, 3) })
 			fit := stattest.ChiSquare(counts, want)
 			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
 			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
@@ -166,16 +157,7 @@ func TestEAGLEDistribution(t *testing.T) {
 			dec := newDecoder(t, m, d, c.k)
 			prompt := []int32{1, 4, 2}
 			want := reference.ContinuationsOf(modelLogits(t, m), 6, prompt, 3, params)
-			counts := make([]int, len(want))
-			var agg spec.Aggregate
-			for s := range draws {
-				req := spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}
-				req.Sampling.Seed = uint64(s)
-				res, err := dec.Generate(context.Background(), req)
-				require.NoError(t, err)
-				counts[reference.Index(res.Tokens, 6)]++
-				agg.Add(res.Stats)
-			}
+			counts, agg := draw(t, dec, spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}, draws, 6, nil)
 			fit := stattest.ChiSquare(counts, want)
 			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
 			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)

@@ -102,16 +102,7 @@ func TestTreeSequenceDistribution(t *testing.T) {
 			dec := newDecoder(t, tgt, c.make(tgt), c.k)
 			prompt := []int32{1}
 			want := reference.Continuations(tgt, prompt, 3, c.params)
-			counts := make([]int, len(want))
-			var agg spec.Aggregate
-			for i := range draws {
-				p := c.params
-				p.Seed = uint64(i)
-				res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: p})
-				require.NoError(t, err)
-				counts[reference.Index(res.Tokens, c.vocab)]++
-				agg.Add(res.Stats)
-			}
+			counts, agg := draw(t, dec, spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: c.params}, draws, c.vocab, nil)
 			fit := stattest.ChiSquare(counts, want)
 			assert.Zero(t, fit.Impossible)
 			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
