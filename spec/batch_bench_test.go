@@ -20,16 +20,23 @@ import (
 // model in $SPECULA_BENCH_MODEL (a real-scale file, say):
 //
 //	SPECULA_BENCH_MODEL=/tmp/rs/q05-q8.gguf go test ./spec -run XXX -bench BatchedStreams -benchtime 3x
-func BenchmarkBatchedStreams(b *testing.B) {
-	path := os.Getenv("SPECULA_BENCH_MODEL")
+// benchModel opens the model in $SPECULA_BENCH_MODEL, or the demo target, closed with
+// the benchmark; demo says which.
+func benchModel(b *testing.B) (m *llama.Model, path string, demo bool) {
+	path = os.Getenv("SPECULA_BENCH_MODEL")
 	if path == "" {
-		path = filepath.Join("..", "models", "gocoder-m-q8_0.gguf")
+		path, demo = filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), true
 	}
 	m, err := llama.Open(path, llama.Options{})
 	if err != nil {
 		b.Skipf("model %s: %v", path, err)
 	}
-	defer m.Close()
+	b.Cleanup(func() { m.Close() })
+	return m, path, demo
+}
+
+func BenchmarkBatchedStreams(b *testing.B) {
+	m, _, _ := benchModel(b)
 	for _, batching := range []bool{false, true} {
 		for _, n := range []int{1, 8} {
 			b.Run(fmt.Sprintf("batching=%v/streams=%d", batching, n), func(b *testing.B) {
@@ -75,15 +82,7 @@ func BenchmarkBatchedStreams(b *testing.B) {
 //
 //	SPECULA_BENCH_MODEL=/tmp/rs/q05-q8.gguf go test ./spec -run XXX -bench ChunkedPrefill -benchtime 1x
 func BenchmarkChunkedPrefillGaps(b *testing.B) {
-	path := os.Getenv("SPECULA_BENCH_MODEL")
-	if path == "" {
-		path = filepath.Join("..", "models", "gocoder-m-q8_0.gguf")
-	}
-	m, err := llama.Open(path, llama.Options{})
-	if err != nil {
-		b.Skipf("model %s: %v", path, err)
-	}
-	defer m.Close()
+	m, _, _ := benchModel(b)
 	long := make([]int32, 2000)
 	for i := range long {
 		long[i] = int32(50 + i%500)

@@ -168,17 +168,11 @@ func TestBatchedUnderMemoryPressure(t *testing.T) {
 	m, err := llama.Open(path, llama.Options{Threads: 2, KVBudget: 60 * 16 * 8 * 2 * 2 * 64 * 4}) // 60 blocks: 960 positions
 	require.NoError(t, err)
 	defer m.Close()
-	tgt, err := target.NewLocal(m)
-	require.NoError(t, err)
-	dec, err := spec.New(tgt, nil, spec.Options{})
-	require.NoError(t, err)
+	dec := newDecoder(t, m, nil, 0)
 	solo, err := llama.Open(path, llama.Options{Threads: 2})
 	require.NoError(t, err)
 	defer solo.Close()
-	soloTgt, err := target.NewLocal(solo)
-	require.NoError(t, err)
-	soloDec, err := spec.New(soloTgt, nil, spec.Options{})
-	require.NoError(t, err)
+	soloDec := newDecoder(t, solo, nil, 0)
 
 	const n = 32
 	reqs := make([]spec.Request, n)

@@ -3,7 +3,6 @@ package spec_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -49,15 +48,7 @@ const benchSchema = `{"type": "object", "properties": {
 //	go test ./spec -run XXX -bench Constrained -benchtime 10x
 //	SPECULA_BENCH_MODEL=/tmp/rs/q05-q8.gguf go test ./spec -run XXX -bench Constrained -benchtime 3x
 func BenchmarkConstrained(b *testing.B) {
-	path, demo := os.Getenv("SPECULA_BENCH_MODEL"), false
-	if path == "" {
-		path, demo = filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), true
-	}
-	m, err := llama.Open(path, llama.Options{})
-	if err != nil {
-		b.Skipf("model %s: %v", path, err)
-	}
-	defer m.Close()
+	m, path, demo := benchModel(b)
 	tok, err := tokenizer.Load(path)
 	if err != nil {
 		b.Fatal(err)
