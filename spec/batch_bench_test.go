@@ -20,6 +20,7 @@ import (
 // model in $SPECULA_BENCH_MODEL (a real-scale file, say):
 //
 //	SPECULA_BENCH_MODEL=/tmp/rs/q05-q8.gguf go test ./spec -run XXX -bench BatchedStreams -benchtime 3x
+//
 // benchModel opens the model in $SPECULA_BENCH_MODEL, or the demo target, closed with
 // the benchmark; demo says which.
 func benchModel(b *testing.B) (m *llama.Model, path string, demo bool) {
