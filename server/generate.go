@@ -116,14 +116,14 @@ func (s *Server) admit(ctx context.Context, j *job, arrived time.Time) (dec *spe
 	s.m.queueWait.Observe(time.Since(arrived).Seconds())
 	n := s.active.Add(1)
 	s.m.active.Inc()
-	dec, mode = s.plainDec, "plain"
+	dec, mode = s.eng.PlainDecoder(), "plain"
 	switch {
 	case j.seeded:
-		if s.seededDec != nil {
-			dec, mode = s.seededDec, "speculative"
+		if s.eng.MaxDraft() > 0 {
+			dec, mode = s.eng.ReproducibleDecoder(), "speculative"
 		}
 	case s.useSpec(int(n)):
-		dec, mode = s.specDec, "speculative"
+		dec, mode = s.eng.Decoder(), "speculative"
 	}
 	s.m.decisions.WithLabelValues(mode).Inc()
 	return dec, mode, func() {

@@ -29,7 +29,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/specula/specula"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/spec"
 	"github.com/specula/specula/tokenizer"
 )
 
@@ -79,10 +78,6 @@ type Server struct {
 	info  model.Info
 	names []string // accepted model names, the primary first
 
-	specDec    *spec.Decoder // nil when speculation is off
-	plainDec   *spec.Decoder
-	seededDec  *spec.Decoder // fixed K, for seeded sampling; nil when speculation is off
-	maxK       int
 	saturation int // 0: never
 	m          *metrics
 	handler    http.Handler
@@ -159,10 +154,6 @@ func New(eng *specula.Engine, cfg Config) (*Server, error) {
 	if s.names = modelNames(cfg.ModelName, eng.Path(), s.info.Name); len(s.names) == 0 {
 		s.names = []string{"model"}
 	}
-	s.plainDec = eng.PlainDecoder()
-	if s.maxK = eng.MaxDraft(); s.maxK > 0 {
-		s.specDec, s.seededDec = eng.Decoder(), eng.ReproducibleDecoder()
-	}
 	if _, err := eng.ChatTemplate(); err != nil {
 		s.log.Warn("the chat template is not usable: chat requests will be refused", "err", err)
 	}
@@ -175,7 +166,7 @@ func New(eng *specula.Engine, cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.drainCh = make(chan struct{})
 	s.idle = make(chan struct{})
-	s.m = newMetrics(s.names[0], max(s.maxK, 1), eng.KVStats, s.speculating, eng.Target())
+	s.m = newMetrics(s.names[0], max(eng.MaxDraft(), 1), eng.KVStats, s.speculating, eng.Target())
 	s.handler = s.routes()
 	return s, nil
 }
@@ -227,7 +218,7 @@ func (s *Server) speculating() float64 {
 // useSpec is the saturation policy: with n generations running (the new one
 // included), speculate unless n is above the saturation point, if there is one.
 func (s *Server) useSpec(n int) bool {
-	return s.specDec != nil && (s.saturation == 0 || n <= s.saturation)
+	return s.eng.MaxDraft() > 0 && (s.saturation == 0 || n <= s.saturation)
 }
 
 // Names are the model names the server answers to, the primary one first.
