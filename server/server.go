@@ -221,6 +221,9 @@ func (s *Server) useSpec(n int) bool {
 	return s.eng.MaxDraft() > 0 && (s.saturation == 0 || n <= s.saturation)
 }
 
+// Engine is the engine the server serves.
+func (s *Server) Engine() *specula.Engine { return s.eng }
+
 // Names are the model names the server answers to, the primary one first.
 func (s *Server) Names() []string { return s.names }
 

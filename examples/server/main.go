@@ -152,12 +152,14 @@ func run(args []string, getenv func(string) string) error {
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving", "addr", "http://"+ln.Addr().String()+"/v1", "models", srv.Names(),
+		"context_length", srv.Engine().Info().ContextLength,
 		"speculative_tokens", f.k, "max_concurrent", cfg.MaxConcurrent, "api_key", cfg.APIKey != "")
 	return serveUntilSignal(hs, ln, srv, log, f.grace)
 }
 
-// logModel logs what the target is: architecture, shape, weight type, context and
-// threads (read from the mapped file, before its weights are loaded).
+// logModel logs what the target is: architecture, shape, weight type and threads
+// (read from the mapped file, before its weights are loaded; the context length, as
+// the engine settles it, comes with "serving").
 func logModel(log *slog.Logger, cfg specula.Config) {
 	t, err := llama.OpenTensors(cfg.Model)
 	if err != nil {
@@ -173,12 +175,8 @@ func logModel(log *slog.Logger, cfg specula.Config) {
 	if threads == 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	ctxLen := c.ContextLength
-	if cfg.ContextLength > 0 && (ctxLen == 0 || cfg.ContextLength < ctxLen) {
-		ctxLen = cfg.ContextLength
-	}
 	log.Info("model", "path", cfg.Model, "name", t.Name, "arch", c.Arch, "layers", c.Layers, "hidden", c.Dim,
-		"vocab", c.Vocab, "weights", weights, "context_length", ctxLen, "threads", threads, "draft", cfg.Draft)
+		"vocab", c.Vocab, "weights", weights, "threads", threads, "draft", cfg.Draft)
 }
 
 // progressLog logs the loading of each model file at every quarter.
