@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/stattest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/markov"
@@ -220,4 +222,57 @@ func TestBatchedUnderMemoryPressure(t *testing.T) {
 	assert.Positive(t, complete)
 	st := m.KVStats()
 	assert.Equal(t, st.Blocks, st.FreeBlocks, "every block came back")
+}
+
+// TestBatchedAdaptiveExact runs an adaptive decoder — whose choice of K prices drafts
+// by the batch while requests share passes — from 8 goroutines at once: greedy
+// outputs are plain greedy decoding's, and sampled sequences follow the target's
+// distribution (chi-square), whatever K the load made each step choose.
+func TestBatchedAdaptiveExact(t *testing.T) {
+	chain := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 91, Scale: 1.5})
+	// Passes that take time, so that concurrent requests share them.
+	tgt, err := target.NewLocal(&countingModel{Model: chain, delay: 100 * time.Microsecond})
+	require.NoError(t, err)
+	dec, err := spec.New(tgt, newDrafter(t, chain.Perturbed(1.2, 8)), spec.Options{K: 4, Adaptive: true})
+	require.NoError(t, err)
+	plain := newDecoder(t, chain, nil, 0)
+	prompt := []int32{1, 2}
+
+	var greedy []spec.Request
+	for i := range 16 {
+		greedy = append(greedy, spec.Request{Prompt: []int32{int32(i % 6), int32((i * 5) % 6)}, MaxTokens: 30})
+	}
+	for i, got := range concurrent(t, dec, greedy) {
+		want, err := plain.Generate(context.Background(), greedy[i])
+		require.NoError(t, err)
+		assert.Equal(t, want.Tokens, got, "request %d", i)
+	}
+
+	const draws, workers, length = 12_000, 8, 3
+	params := sampler.Params{Temperature: 1}
+	counts := make([]int, len(reference.Continuations(chain, prompt, length, params)))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < draws; i += workers {
+				req := spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params}
+				req.Sampling.Seed = uint64(i)
+				res, err := dec.Generate(context.Background(), req)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				counts[reference.Index(res.Tokens, 6)]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	fit := stattest.ChiSquare(counts, reference.Continuations(chain, prompt, length, params))
+	st := tgt.BatchStats()
+	t.Logf("p=%.3f (chi-square %.1f on %d df); %.2f forwards a pass", fit.P, fit.Stat, fit.DF, float64(st.Forwards)/float64(st.Passes))
+	assert.Zero(t, fit.Impossible)
+	assert.Greater(t, fit.P, 1e-3)
+	assert.Greater(t, float64(st.Forwards)/float64(st.Passes), 1.5, "the passes were shared: the adaptive choice priced drafts by the batch")
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -154,17 +155,26 @@ func demoPair(t *testing.T) (tm, dm *llama.Model) {
 	return open("gocoder-m-q8_0.gguf"), open("gocoder-xs-q8_0.gguf")
 }
 
-// countingModel counts the tokens its sequences forward.
+// countingModel counts the tokens its sequences forward; with a delay, every forward
+// takes that long, as a real model's pass takes time.
 type countingModel struct {
 	model.Model
-	mu sync.Mutex
-	n  int
+	delay time.Duration
+	mu    sync.Mutex
+	n     int
 }
 
 func (c *countingModel) add(n int) {
 	c.mu.Lock()
 	c.n += n
 	c.mu.Unlock()
+}
+
+// pass takes the delay of one pass.
+func (c *countingModel) pass() {
+	if c.delay > 0 {
+		time.Sleep(c.delay)
+	}
 }
 
 func (c *countingModel) tokens() int {
@@ -187,6 +197,7 @@ func (c *countingModel) Forward(ctx context.Context, work []model.Work) error {
 		c.add(len(w.Batch.Tokens))
 		inner[i] = model.Work{Seq: w.Seq.(*countedSeq).ForkSequence, Batch: w.Batch, Logits: w.Logits}
 	}
+	c.pass()
 	return c.Model.Forward(ctx, inner)
 }
 
@@ -198,6 +209,7 @@ type countedSeq struct {
 
 func (s *countedSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
 	s.c.add(len(b.Tokens))
+	s.c.pass()
 	return s.ForkSequence.Forward(ctx, b, logits)
 }
 
