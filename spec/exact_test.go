@@ -42,29 +42,38 @@ func local(t testing.TB, m model.Model) target.Target {
 	return tgt
 }
 
-// draw runs req draws times on dec, the i-th with seed i, and counts each
-// continuation as reference.Index reads it over vocab tokens; each, when set, checks
-// every result first.
-func draw(t *testing.T, dec *spec.Decoder, req spec.Request, draws, vocab int, each func(spec.Result)) ([]int, spec.Aggregate) {
+// fitDraws tests dec's continuations of req against want, the enumerated
+// distribution over sequences of req.MaxTokens tokens of vocab (chi-square): it runs
+// req draws times, the i-th with seed i, counting each continuation as
+// reference.Index reads it, and a first p-value at or below minP is checked again on
+// the next draws seeds (stattest.Retest). each, when set, checks every result first.
+// The aggregate covers every draw.
+func fitDraws(t *testing.T, dec *spec.Decoder, req spec.Request, draws, vocab int, want []float64, each func(spec.Result)) (stattest.Fit, spec.Aggregate) {
 	t.Helper()
-	total := 1
-	for range req.MaxTokens {
-		total *= vocab
-	}
-	counts := make([]int, total)
 	var agg spec.Aggregate
-	for i := range draws {
-		req.Sampling.Seed = uint64(i)
-		res, err := dec.Generate(context.Background(), req)
-		require.NoError(t, err)
-		if each != nil {
-			each(res)
+	fit := stattest.Retest(minP, func(round int) stattest.Fit {
+		counts := make([]int, len(want))
+		for i := range draws {
+			req.Sampling.Seed = uint64(round*draws + i)
+			res, err := dec.Generate(context.Background(), req)
+			require.NoError(t, err)
+			if each != nil {
+				each(res)
+			}
+			counts[reference.Index(res.Tokens, vocab)]++
+			agg.Add(res.Stats)
 		}
-		counts[reference.Index(res.Tokens, vocab)]++
-		agg.Add(res.Stats)
-	}
-	return counts, agg
+		fit := stattest.ChiSquare(counts, want)
+		if fit.P <= minP {
+			t.Logf("round %d: p=%.3g (chi-square %.1f on %d df)", round, fit.P, fit.Stat, fit.DF)
+		}
+		return fit
+	})
+	return fit, agg
 }
+
+// minP is the p-value at or below which a distribution test fails (after its retest).
+const minP = 1e-3
 
 func newDecoder(t testing.TB, m model.Model, d draft.Drafter, k int) *spec.Decoder {
 	t.Helper()
@@ -152,11 +161,10 @@ func TestSequenceDistribution(t *testing.T) {
 			dec := newDecoder(t, tgt, d, cfg.k)
 			prompt := []int32{1, 2}
 			want := reference.Continuations(tgt, prompt, cfg.length, cfg.params)
-			counts, agg := draw(t, dec, spec.Request{Prompt: prompt, MaxTokens: cfg.length, Sampling: cfg.params}, draws, cfg.vocab,
+			fit, agg := fitDraws(t, dec, spec.Request{Prompt: prompt, MaxTokens: cfg.length, Sampling: cfg.params}, draws, cfg.vocab, want,
 				func(res spec.Result) { require.Len(t, res.Tokens, cfg.length) })
-			fit := stattest.ChiSquare(counts, want)
 			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
-			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
+			assert.Greater(t, fit.P, minP, "chi-square %.1f on %d df", fit.Stat, fit.DF)
 			// The test means something only if drafts were both accepted and rejected.
 			rate := agg.Total.AcceptanceRate()
 			assert.True(t, rate > 0.05 && rate < 0.98, "acceptance %.3f", rate)

@@ -7,10 +7,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 )
 
@@ -189,8 +191,9 @@ func EAGLE(dir string, s LlamaShape, seed uint64) error {
 	}
 	ts := map[string]Tensor{"fc.weight": F32([]int64{d, 2 * d}, fc)}
 	layerTensors(ts, rng, s, "layers.0.", false)
-	for name, t := range ts {
-		if name != "fc.weight" && len(t.Shape) == 2 {
+	// Drawn in the order of the names, so a seed gives one file.
+	for _, name := range slices.Sorted(maps.Keys(ts)) {
+		if t := ts[name]; name != "fc.weight" && len(t.Shape) == 2 {
 			ts[name] = F32(t.Shape, Random(rng, int(t.Shape[0]*t.Shape[1]), 0.05))
 		}
 	}

@@ -44,3 +44,29 @@ func TestBinomialZ(t *testing.T) {
 	assert.Zero(t, BinomialZ(100, 100, 1+1e-16))
 	assert.True(t, math.IsInf(BinomialZ(99, 100, 1), 1))
 }
+
+func TestRetest(t *testing.T) {
+	tests := []struct {
+		name   string
+		ps     []float64 // the p-value of each round's sample
+		want   float64
+		rounds int
+	}{
+		{"passes at once", []float64{0.3, 0}, 0.3, 1},
+		{"a chance low p is sampled again", []float64{1e-4, 0.6}, 0.6, 2},
+		{"low twice fails", []float64{1e-4, 1e-5}, 1e-5, 2},
+		{"alpha itself is low", []float64{1e-3, 0.2}, 0.2, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rounds := 0
+			fit := Retest(1e-3, func(round int) Fit {
+				assert.Equal(t, rounds, round)
+				rounds++
+				return Fit{P: tt.ps[round]}
+			})
+			assert.Equal(t, tt.want, fit.P)
+			assert.Equal(t, tt.rounds, rounds)
+		})
+	}
+}
