@@ -93,7 +93,7 @@ type ForkSession interface {
 }
 
 // DefaultSharedChunk is how many prompt tokens a Local prefill puts in a pass it shares
-// with other requests.
+// with requests that are streaming tokens.
 const DefaultSharedChunk = 16
 
 // DefaultPrefillChunk is how many prompt tokens a Local prefill forwards per call.
@@ -117,9 +117,10 @@ type Local struct {
 	// on its own. Set it before the first Start.
 	BatchWait time.Duration
 	// SharedChunk is how many prompt tokens a prefill puts in one pass while other
-	// sessions are open (0: DefaultSharedChunk): a long prompt is prefilled a slice a
-	// pass, inside the passes of the running requests, so that it does not stall
-	// their streams (chunked prefill). Alone, a prefill takes PrefillChunk a pass.
+	// sessions stream tokens (0: DefaultSharedChunk): a long prompt is prefilled a
+	// slice a pass, inside the passes of the running requests, so that it does not
+	// stall their streams (chunked prefill). Alone, or beside other prefills only, a
+	// prefill takes PrefillChunk a pass.
 	SharedChunk int
 
 	once    sync.Once
@@ -218,7 +219,7 @@ type session struct {
 	seq      model.Sequence
 	maxDraft int
 	chunk    int // prompt tokens per pass alone…
-	shared   int // …and with other sessions open
+	shared   int // …and beside streaming sessions
 
 	base    int        // sequence length before the last verification
 	last    int        // tokens forwarded by the last verification; 0 once accepted
@@ -359,7 +360,7 @@ func (s *session) Accept(path []int32) error {
 // chunkSize is how many prompt tokens the next prefill pass takes: fewer when other
 // sessions share the passes.
 func (s *session) chunkSize() int {
-	if s.batched.Shared() {
+	if s.batched.Streaming() {
 		return s.shared
 	}
 	return s.chunk

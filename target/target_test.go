@@ -3,7 +3,9 @@ package target_test
 import (
 	"context"
 	"math"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,4 +161,89 @@ func TestNewRejects(t *testing.T) {
 	assert.Equal(t, 4, local.Info().VocabSize)
 	_, err = local.Start(context.Background(), -1)
 	assert.ErrorContains(t, err, "maximum draft size")
+}
+
+// prefills is a model that records how many tokens each forward without outputs — a
+// prefill's — carried.
+type prefills struct {
+	*markov.Chain
+	mu    sync.Mutex
+	sizes []int
+}
+
+type prefillSeq struct {
+	model.Sequence
+	p *prefills
+}
+
+func (p *prefills) note(b model.Batch) {
+	if len(b.Outputs) == 0 {
+		p.mu.Lock()
+		p.sizes = append(p.sizes, len(b.Tokens))
+		p.mu.Unlock()
+	}
+}
+
+// take returns the sizes recorded since the last call.
+func (p *prefills) take() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.sizes
+	p.sizes = nil
+	return s
+}
+
+func (p *prefills) NewSequence(ctx context.Context) (model.Sequence, error) {
+	s, err := p.Chain.NewSequence(ctx)
+	return &prefillSeq{s, p}, err
+}
+
+func (s *prefillSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+	s.p.note(b)
+	return s.Sequence.Forward(ctx, b, logits)
+}
+
+func (p *prefills) Forward(ctx context.Context, work []model.Work) error {
+	inner := make([]model.Work, len(work))
+	for i, w := range work {
+		p.note(w.Batch)
+		inner[i] = model.Work{Seq: w.Seq.(*prefillSeq).Sequence, Batch: w.Batch, Logits: w.Logits}
+	}
+	return p.Chain.Forward(ctx, inner)
+}
+
+// TestPrefillChunks: a prompt goes in PrefillChunk slices alone and beside sessions
+// that are only open or prefilling, and in SharedChunk slices once another session
+// streams tokens (chunked prefill), and in large slices again when that one closes.
+func TestPrefillChunks(t *testing.T) {
+	ctx := context.Background()
+	c, err := markov.New(markov.Config{Vocab: 9, Order: 2, Seed: 11})
+	require.NoError(t, err)
+	m := &prefills{Chain: c}
+	local, err := target.NewLocal(m)
+	require.NoError(t, err)
+	local.PrefillChunk, local.SharedChunk, local.BatchWait = 32, 8, time.Microsecond
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(i % 9)
+	}
+	prefill := func() []int {
+		s, err := local.Start(ctx, 2)
+		require.NoError(t, err)
+		defer s.Close()
+		require.NoError(t, s.Prefill(ctx, prompt))
+		return m.take()
+	}
+	assert.Equal(t, []int{32, 8}, prefill(), "alone")
+	other, err := local.Start(ctx, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []int{32, 8}, prefill(), "beside an open session that streams nothing")
+	require.NoError(t, other.Prefill(ctx, prompt[:5]))
+	m.take()
+	_, err = other.Verify(ctx, 3, []int32{4}, model.Tree{})
+	require.NoError(t, err)
+	require.NoError(t, other.Accept([]int32{0}))
+	assert.Equal(t, []int{8, 8, 8, 8, 8}, prefill(), "beside a streaming session")
+	require.NoError(t, other.Close())
+	assert.Equal(t, []int{32, 8}, prefill(), "alone again")
 }

@@ -81,15 +81,20 @@ func (m *Model) Load() Load {
 	return m.b.curve.load()
 }
 
-// Shared reports whether sequences besides one are open: passes are then shared.
-func (m *Model) Shared() bool { return m.b.wait >= 0 && m.b.others() }
+// Streaming reports whether some open sequence is streaming — its last forward asked
+// for logits, where a prefill's forwards ask for none — and passes are shared. A
+// prefill that joins the passes of streaming sequences delays their next tokens by
+// the work it adds, so it should add little at a time; one beside other prefills
+// delays no stream and does best in large passes.
+func (m *Model) Streaming() bool { return m.b.wait >= 0 && m.b.streamingNow() }
 
 // sequence is a batched model's sequence: its forwards join the shared passes.
 type sequence struct {
-	m      *Model
-	inner  model.Sequence
-	job    *job
-	closed bool
+	m         *Model
+	inner     model.Sequence
+	job       *job
+	closed    bool
+	streaming bool // its last forward asked for logits (see Model.Streaming)
 }
 
 func (s *sequence) Len() int { return s.inner.Len() }
@@ -97,6 +102,10 @@ func (s *sequence) Len() int { return s.inner.Len() }
 func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32) error {
 	if s.closed {
 		return s.inner.Forward(ctx, b, logits) // the inner sequence's error
+	}
+	if streaming := len(b.Outputs) > 0; streaming != s.streaming {
+		s.streaming = streaming
+		s.m.b.stream(streaming)
 	}
 	s.job.work = model.Work{Seq: s.inner, Batch: b, Logits: logits}
 	err := s.m.b.forward(ctx, s.job)
@@ -111,6 +120,9 @@ func (s *sequence) Retain(from int, keep []int32) error { return s.inner.Retain(
 func (s *sequence) Close() error {
 	if !s.closed {
 		s.closed = true
+		if s.streaming {
+			s.m.b.stream(false)
+		}
 		s.m.b.closed()
 	}
 	return s.inner.Close()

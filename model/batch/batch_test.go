@@ -99,14 +99,15 @@ func TestConcurrentForwardsShare(t *testing.T) {
 	assert.Equal(t, int64(n*steps), st.Forwards)
 	assert.Less(t, st.Passes, st.Forwards/2, "passes carried several sequences")
 	assert.Equal(t, st.Forwards, st.Tokens, "a token a forward")
-	assert.True(t, m.Shared())
+	assert.True(t, m.Streaming(), "sequences that asked for logits stream")
 	for _, s := range seqs[1:] {
 		require.NoError(t, s.Close())
 	}
-	assert.False(t, m.Shared())
+	assert.True(t, m.Streaming(), "one stream is open")
 	before := inner.passes
 	require.NoError(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil))
 	assert.Equal(t, before+1, inner.passes, "alone, a sequence forwards on its own, at once")
+	assert.False(t, m.Streaming(), "a forward without logits is a prefill")
 	require.NoError(t, seqs[0].Close())
 	assert.Error(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil), "closed")
 }

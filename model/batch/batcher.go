@@ -31,6 +31,7 @@ type batcher struct {
 
 	mu      sync.Mutex
 	open    int    // sessions started and not closed
+	streams int    // open sessions streaming (see Model.Streaming)
 	queue   []*job // joined, not yet in a pass
 	leading bool   // a leader is gathering or running a pass
 	arrived chan struct{}
@@ -76,11 +77,22 @@ func (b *batcher) closed() {
 	b.signal()
 }
 
-// others reports whether sessions besides the caller's are open.
-func (b *batcher) others() bool {
+// stream counts a session that starts (on) or stops streaming.
+func (b *batcher) stream(on bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.open > 1
+	if on {
+		b.streams++
+	} else {
+		b.streams--
+	}
+}
+
+// streamingNow reports whether some open session is streaming.
+func (b *batcher) streamingNow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.streams > 0
 }
 
 // signal wakes a gathering leader.
