@@ -85,9 +85,7 @@ func BenchmarkBatchedStreams(b *testing.B) {
 func BenchmarkChunkedPrefillGaps(b *testing.B) {
 	m, _, _ := benchModel(b)
 	long := make([]int32, 2000)
-	for i := range long {
-		long[i] = int32(50 + i%500)
-	}
+	salt := 0 // a prompt of its own each time: a cached prefix would skip its prefill
 	for _, shared := range []int{512, 16} {
 		b.Run(fmt.Sprintf("shared-chunk=%d", shared), func(b *testing.B) {
 			tgt, err := target.NewLocal(m)
@@ -124,6 +122,10 @@ func BenchmarkChunkedPrefillGaps(b *testing.B) {
 					})
 				}
 				time.Sleep(100 * time.Millisecond)
+				salt++
+				for i := range long {
+					long[i] = int32(50 + (i+salt)%500)
+				}
 				start := time.Now()
 				if _, err := dec.Generate(context.Background(), spec.Request{Prompt: long, MaxTokens: 2}); err != nil {
 					b.Fatal(err)
