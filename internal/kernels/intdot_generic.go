@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"encoding/binary"
+	"sync"
 	"unsafe"
 
 	"github.com/specula/specula/format/dtype"
@@ -56,6 +57,14 @@ func goInt(t dtype.DType) (k intTable) {
 	f := intFormatOf(t)
 	gb := groupBlockBytes(t)
 	segs := f.per / f.seg
+	// The unpacked codes and sums go through f's function values, so they would
+	// escape to the heap on every call: each call borrows them from a pool instead,
+	// and a forward allocates nothing.
+	type scratch struct {
+		codes [kBlock]int32
+		isum  [kBlock / 16]int32
+	}
+	pool := sync.Pool{New: func() any { return new(scratch) }}
 	for n := 1; n <= Group; n++ {
 		k[n] = func(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int) {
 			ws := unsafe.Slice(w, blocks*gb)
@@ -67,8 +76,9 @@ func goInt(t dtype.DType) (k intTable) {
 				ss[tt] = unsafe.Slice((*uint32)(unsafe.Add(unsafe.Pointer(side), 4*tt*sstride)), blocks*f.words)
 				os[tt] = unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(out), 4*tt*ldo)), rowGroup)
 			}
-			var codes [kBlock]int32
-			var isum [kBlock / 16]int32
+			sc := pool.Get().(*scratch)
+			defer pool.Put(sc)
+			codes, isum := &sc.codes, &sc.isum
 			for r := range rowGroup {
 				for b := range blocks {
 					blk := ws[b*gb : (b+1)*gb]
