@@ -137,7 +137,8 @@ func TestCancelledWhileWaiting(t *testing.T) {
 }
 
 // TestLoadOfSharedPasses: while several sequences forward at once their passes carry
-// several forwards each, and the load says so, with a cost per pass learned.
+// several forwards each, and the load says so, with a cost per pass learned from
+// them (the prefills before taught nothing).
 func TestLoadOfSharedPasses(t *testing.T) {
 	c, err := markov.New(markov.Config{Vocab: 5, Order: 1, Seed: 4})
 	require.NoError(t, err)
@@ -154,9 +155,14 @@ func TestLoadOfSharedPasses(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for _, s := range seqs {
+		assert.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{1, 2, 3}}, nil)) // prefills
+	}
+	assert.Equal(t, batch.Load{}, m.Load(), "a prefill's passes teach nothing of what a step costs")
+	for _, s := range seqs {
 		wg.Go(func() {
+			logits := make([]float32, 5)
 			for j := range 20 {
-				assert.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{int32(j % 5), 1}}, nil))
+				assert.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{int32(j % 5), 1}, Outputs: []int32{1}}, logits))
 			}
 		})
 	}

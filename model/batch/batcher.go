@@ -163,15 +163,21 @@ func (b *batcher) run() {
 	start := time.Now()
 	b.pass()
 	b.last = time.Since(start)
-	tokens := 0
+	tokens, prompt := 0, false
 	for _, j := range b.jobs {
 		tokens += len(j.work.Batch.Tokens)
+		prompt = prompt || len(j.work.Batch.Outputs) == 0
 	}
 	b.mu.Lock()
 	b.stats.Passes++
 	b.stats.Forwards += int64(len(b.jobs))
 	b.stats.Tokens += int64(tokens)
-	b.curve.add(len(b.jobs), tokens, b.last)
+	if !prompt {
+		// What a pass costs is learned from the passes of streaming forwards only:
+		// a prefill's tokens cost another price (no logits, many at once), and a
+		// large prefill pass would set the line's slope by itself.
+		b.curve.add(len(b.jobs), tokens, b.last)
+	}
 	b.mu.Unlock()
 	for _, j := range b.jobs {
 		j.done <- struct{}{}
