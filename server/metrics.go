@@ -105,11 +105,11 @@ func newMetrics(modelName string, maxK int, kv func() (target, draft *kvcache.St
 	}, func() float64 { return float64(passes.BatchStats().Tokens) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "specula_batch_size",
-		Help: "Requests' forwards per pass over the recent passes (1: requests forward alone).",
+		Help: "Requests' forwards per pass over the recent passes of streaming requests, prefill passes left out (1: requests forward alone).",
 	}, func() float64 { return passes.Load().Forwards }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "specula_batch_tokens_per_pass",
-		Help: "Tokens per pass over the recent passes: what adaptive speculation prices its drafts by, with the pass cost.",
+		Help: "Tokens per pass over the recent passes of streaming requests, prefill passes left out: what adaptive speculation prices its drafts by, with the pass cost.",
 	}, func() float64 { return passes.Load().Tokens }))
 	reg.MustRegister(&kvCollector{stats: kv})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -13,7 +13,9 @@ import (
 // sequence waits for it.
 type Load struct {
 	// Forwards and Tokens are the mean forwards and tokens per pass, the recent
-	// passes weighing most; 1 forward is a sequence alone.
+	// passes weighing most; 1 forward is a sequence alone. Like the cost, they are
+	// learned from the passes of streaming forwards: a pass that carries a prefill's
+	// tokens is left out.
 	Forwards, Tokens float64
 	// Fixed and PerToken are the learned cost of a pass: Fixed + PerToken·tokens.
 	Fixed, PerToken time.Duration
