@@ -16,8 +16,8 @@ type Task interface {
 // helpers. A forward pass hands out dozens of small parallel steps, each a few
 // microseconds to a millisecond long, so handing work over must cost far less than
 // waking a sleeping thread: helpers spin on an atomic generation counter for a while
-// after their last work, and only then sleep. A Pool is safe for concurrent use; runs
-// from several goroutines take turns.
+// after their last work, and only then sleep. A Pool is safe for concurrent use: a run
+// that finds the threads busy with another goroutine's runs on its caller alone.
 type Pool struct {
 	threads int
 	run     sync.Mutex // one run at a time
@@ -69,11 +69,14 @@ func (p *Pool) Run(task Task, total, grain int) {
 	}
 	// A few chunks per thread balance uneven progress without much overhead.
 	chunk := max(grain, (total+4*p.threads-1)/(4*p.threads))
-	if p.threads == 1 || total <= chunk {
+	if p.threads == 1 || total <= chunk || !p.run.TryLock() {
+		// Alone, or the pool is busy with another goroutine's run: this one runs on
+		// its own goroutine, beside it. (Two draft sessions taking turns on the
+		// pool's threads each waited for the other's every step: twice as slow as
+		// each on a core of its own.)
 		task.Run(0, total)
 		return
 	}
-	p.run.Lock()
 	b := &p.cur
 	b.task, b.total, b.chunk = task, total, chunk
 	b.next.Store(0)

@@ -1,8 +1,10 @@
 package kernels
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 type countTask struct{ n atomic.Int64 }
@@ -20,6 +22,66 @@ func TestPoolRunsEverything(t *testing.T) {
 			}
 		}
 		p.Close()
+	}
+}
+
+// blockTask blocks its ranges until release is closed.
+type blockTask struct {
+	countTask
+	started chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (b *blockTask) Run(lo, hi int) {
+	b.once.Do(func() { close(b.started) })
+	<-b.release
+	b.countTask.Run(lo, hi)
+}
+
+// TestPoolBusyRunsBeside: a run that finds the pool's threads busy with another
+// goroutine's run does all its work on its caller, without waiting for that run (here
+// the busy run waits for it), and both do all their work; many goroutines running at
+// once on one pool do too.
+func TestPoolBusyRunsBeside(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	busy := &blockTask{started: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		p.Run(busy, 1000, 1)
+		close(done)
+	}()
+	<-busy.started
+	var beside countTask
+	ran := make(chan struct{})
+	go func() {
+		p.Run(&beside, 1000, 1)
+		close(ran)
+	}()
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a run waited for the busy one")
+	}
+	close(busy.release)
+	<-done
+	if beside.n.Load() != 1000 || busy.n.Load() != 1000 {
+		t.Fatalf("ran %d and %d of 1000", beside.n.Load(), busy.n.Load())
+	}
+
+	var wg sync.WaitGroup
+	var many countTask
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				p.Run(&many, 97, 1)
+			}
+		})
+	}
+	wg.Wait()
+	if many.n.Load() != 8*100*97 {
+		t.Fatalf("ran %d of %d", many.n.Load(), 8*100*97)
 	}
 }
 
