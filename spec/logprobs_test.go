@@ -117,3 +117,54 @@ func TestLogprobsTreesAndStops(t *testing.T) {
 	_, err = dec.Generate(context.Background(), spec.Request{Prompt: prompt, Logprobs: true, TopLogprobs: 21})
 	assert.Error(t, err)
 }
+
+// TestScore: scoring a text gives, for every token but the first, the target's
+// log-probability and top alternatives given the tokens before — one plain forward
+// of the whole text's, and, for the tokens a generation produced, the generation's
+// own logprobs; the prefix cache (which the first scoring fills) is not taken for a
+// second, and bad input is refused.
+func TestScore(t *testing.T) {
+	ctx := context.Background()
+	tm, dm := demoPair(t)
+	dec, err := spec.New(local(t, tm), draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 4})
+	require.NoError(t, err)
+	prompt := []int32{1, 2960, 1759, 46, 10, 10, 300, 484, 1032}
+	gen, err := dec.Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 30, Logprobs: true, TopLogprobs: 3})
+	require.NoError(t, err)
+	text := append(append([]int32(nil), prompt...), gen.Tokens...)
+	for round := range 2 { // the second after the first published the text's blocks
+		scored, err := dec.Score(ctx, text, 3)
+		require.NoError(t, err)
+		require.Len(t, scored, len(text)-1, "round %d", round)
+		checkLogprobs(t, spec.Result{Tokens: text[1:], Logprobs: scored}, referenceLogprobs(t, tm, text[:1], text[1:]), 3, 2e-3)
+		tail := scored[len(prompt)-1:]
+		for i, lp := range gen.Logprobs {
+			assert.Equal(t, lp.Token, tail[i].Token)
+			assert.InDelta(t, lp.Logprob, tail[i].Logprob, 2e-3, "generated token %d", i)
+		}
+	}
+	again, err := dec.Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 30})
+	require.NoError(t, err)
+	assert.Equal(t, gen.Tokens, again.Tokens, "a generation after scoring")
+
+	chain := newChain(t, markov.Config{Vocab: 6, Order: 2, Seed: 5, Scale: 1.5})
+	cdec := newDecoder(t, chain, nil, 0)
+	ctext := []int32{0, 3, 1, 4, 4, 2}
+	scored, err := cdec.Score(ctx, ctext, 0)
+	require.NoError(t, err)
+	checkLogprobs(t, spec.Result{Tokens: ctext[1:], Logprobs: scored}, referenceLogprobs(t, chain, ctext[:1], ctext[1:]), 0, 1e-5)
+	one, err := cdec.Score(ctx, ctext[:1], 0)
+	require.NoError(t, err)
+	assert.Empty(t, one, "one token: nothing to score")
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for name, call := range map[string]func() error{
+		"empty":     func() error { _, err := cdec.Score(ctx, nil, 0); return err },
+		"bad token": func() error { _, err := cdec.Score(ctx, []int32{0, 9}, 0); return err },
+		"top 21":    func() error { _, err := cdec.Score(ctx, ctext, 21); return err },
+		"cancelled": func() error { _, err := cdec.Score(cancelled, ctext, 0); return err },
+	} {
+		assert.Error(t, call(), name)
+	}
+}

@@ -80,6 +80,19 @@ type StateSession interface {
 	States() [][]float32
 }
 
+// ScoreSession is a [Session] whose prefill can also give the logits after every
+// token it forwards: what scoring a text needs (the log-probability of each of its
+// tokens given those before, as lm-evaluation-harness asks of a completions server
+// with echo and logprobs). [Local]'s sessions are ScoreSessions.
+type ScoreSession interface {
+	Session
+	// PrefillScored is Prefill, forwarding every token (a cached prefix is not taken:
+	// its logits were never kept), and calls score with the rows of logits after
+	// tokens[from], tokens[from+1], …, in order, a slice of them at a time. The rows
+	// stay valid until score returns; an error from score ends the prefill with it.
+	PrefillScored(ctx context.Context, tokens []int32, score func(from int, rows [][]float32) error) error
+}
+
 // ForkSession is a [Session] that may fork: n samples of one prompt prefill it once
 // and fork, sharing the prompt's key/value memory copy-on-write. [Local]'s sessions
 // have Fork; it succeeds when the model's sequences fork (the Llama runtime's do) and
@@ -270,29 +283,77 @@ func (s *session) indices(n int) []int32 {
 func (s *session) Len() int { return s.seq.Len() }
 
 func (s *session) Prefill(ctx context.Context, tokens []int32) error {
+	return s.prefill(ctx, tokens, nil)
+}
+
+// scoreRows bounds the rows of logits a scored prefill asks for in one pass (with
+// the chunk size): a vocabulary of 151 936 makes each row 0.6 MB.
+const scoreRows = 8 << 20 // floats
+
+func (s *session) PrefillScored(ctx context.Context, tokens []int32, score func(from int, rows [][]float32) error) error {
+	if score == nil {
+		return errors.New("target: PrefillScored without a score function")
+	}
+	return s.prefill(ctx, tokens, score)
+}
+
+// prefill forwards tokens chunk by chunk; with score, asking for every token's
+// logits and handing them to score.
+func (s *session) prefill(ctx context.Context, tokens []int32, score func(from int, rows [][]float32) error) error {
 	ps, reuse := s.seq.(model.PrefixSequence)
 	if s.keep {
 		s.stateRows(len(tokens))
-	} else if reuse && s.seq.Len() == 0 {
+	} else if reuse && s.seq.Len() == 0 && score == nil {
 		// A prefix computed before (and published) is taken as it is: only the
-		// rest is forwarded. (Not when the states of every token are kept.)
+		// rest is forwarded. (Not when the states of every token are kept, nor
+		// when their logits are asked for.)
 		tokens = tokens[ps.Reuse(tokens):]
 	}
 	if reuse {
 		defer ps.Publish()
 	}
+	var logits []float32
+	var rows [][]float32
+	vocab := s.local.info.VocabSize
 	for done := 0; done < len(tokens); {
 		n := min(s.chunkSize(), len(tokens)-done)
 		b := model.Batch{Tokens: tokens[done : done+n]}
 		if s.keep {
 			b.States, b.Hidden = s.indices(n), s.hidden[done*s.width:(done+n)*s.width]
 		}
-		if err := s.forward(ctx, b, nil); err != nil {
+		if score != nil {
+			n = min(n, max(1, scoreRows/vocab))
+			b.Tokens = b.Tokens[:n]
+			if s.keep {
+				b.States, b.Hidden = b.States[:n], b.Hidden[:n*s.width]
+			}
+			b.Outputs = s.indices(n)
+			logits, rows = scoreBuffers(logits, rows, n, vocab)
+		}
+		if err := s.forward(ctx, b, logits); err != nil {
 			return fmt.Errorf("target: prefill: %w", err)
+		}
+		if score != nil {
+			if err := score(done, rows); err != nil {
+				return err
+			}
 		}
 		done += n
 	}
 	return nil
+}
+
+// scoreBuffers sizes the logits of n rows of vocab, reusing logits and rows.
+func scoreBuffers(logits []float32, rows [][]float32, n, vocab int) ([]float32, [][]float32) {
+	if cap(logits) < n*vocab {
+		logits = make([]float32, n*vocab)
+	}
+	logits = logits[:n*vocab]
+	rows = rows[:0]
+	for i := range n {
+		rows = append(rows, logits[i*vocab:(i+1)*vocab])
+	}
+	return logits, rows
 }
 
 func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shape model.Tree) ([][]float32, error) {

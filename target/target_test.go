@@ -2,7 +2,9 @@ package target_test
 
 import (
 	"context"
+	"errors"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -246,4 +248,37 @@ func TestPrefillChunks(t *testing.T) {
 	assert.Equal(t, []int{8, 8, 8, 8, 8}, prefill(), "beside a streaming session")
 	require.NoError(t, other.Close())
 	assert.Equal(t, []int{32, 8}, prefill(), "alone again")
+}
+
+// TestPrefillScored: a scored prefill hands out, in order and in slices of the chunk
+// size, the logits after every token — the model's own — and leaves the session
+// holding the tokens, as Prefill does; an error from the score function ends it.
+// (That it forwards a prefix the cache holds is tested in spec, on a Llama model.)
+func TestPrefillScored(t *testing.T) {
+	ctx := context.Background()
+	c, s, held := setup(t, 2, 3) // chunks of 3
+	ss, ok := s.(target.ScoreSession)
+	require.True(t, ok, "Local's sessions score")
+	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8}
+	var froms []int
+	var got [][]float32
+	require.NoError(t, ss.PrefillScored(ctx, prompt, func(from int, rows [][]float32) error {
+		froms = append(froms, from)
+		for _, r := range rows {
+			got = append(got, slices.Clone(r))
+		}
+		return nil
+	}))
+	assert.Equal(t, []int{0, 3, 6}, froms)
+	require.Len(t, got, len(prompt))
+	for i, row := range got {
+		assert.Equal(t, c.Logits(prompt[:i+1]), row, "row after token %d", i)
+	}
+	assert.Equal(t, prompt, held())
+
+	stop := errors.New("enough")
+	_, s2, _ := setup(t, 2, 3)
+	err := s2.(target.ScoreSession).PrefillScored(ctx, prompt, func(int, [][]float32) error { return stop })
+	assert.ErrorIs(t, err, stop)
+	assert.Error(t, s2.(target.ScoreSession).PrefillScored(ctx, prompt, nil))
 }
