@@ -140,10 +140,14 @@ type job struct {
 	chat         bool
 	stream       bool
 	includeUsage bool
-	seeded       bool   // sampling with a seed the client chose: must be reproducible
-	n            int    // choices: samples of the prompt
-	echo         string // completions with echo: the prompt, output first
-	model        string // the name to answer with
+	seeded       bool                // sampling with a seed the client chose: must be reproducible
+	n            int                 // choices: samples of the prompt
+	echo         string              // completions with echo: the prompt, output first
+	echoed       bool                // echo was asked for
+	scorePrompt  bool                // echo with logprobs: the prompt's tokens are scored too
+	scoreOnly    bool                // echo with max_tokens 0: the prompt (and its scores), nothing generated
+	promptLPs    *completionLogprobs // the echoed prompt's logprobs, once scored
+	model        string              // the name to answer with
 	id           string
 	created      int64
 	req          spec.Request
@@ -196,6 +200,12 @@ func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 		return nil, e
 	}
 	j.req.MaxTokens = tokenBudget(maxTokens, chat)
+	// Scoring a text, as lm-evaluation-harness asks: echo with logprobs scores the
+	// prompt's tokens, and echo with max_tokens 0 generates nothing (OpenAI's legacy
+	// completions, vLLM); without echo, max_tokens 0 keeps meaning "to the end of the
+	// context".
+	j.scorePrompt = j.echoed && j.req.Logprobs
+	j.scoreOnly = j.echoed && maxTokens != nil && *maxTokens == 0
 	return j, nil
 }
 
@@ -445,9 +455,6 @@ func logprobsParams(q *request, chat bool) (on bool, top int, e *apiError) {
 		}
 		top = k
 	}
-	if on && q.Echo != nil && *q.Echo {
-		return false, 0, unsupported("echo", "echo with logprobs (the prompt's log-probabilities) is not supported")
-	}
 	return on, top, nil
 }
 
@@ -563,7 +570,7 @@ func (s *Server) completionPrompt(q *request, j *job) *apiError {
 		return badParam("prompt", "prompt must not be empty")
 	}
 	if q.Echo != nil && *q.Echo {
-		j.echo = text
+		j.echo, j.echoed = text, true
 	}
 	j.req.Prompt = ids
 	return nil

@@ -53,7 +53,6 @@ func TestBadRequests(t *testing.T) {
 		{"best_of", "/v1/completions", `{"prompt": "x", "best_of": 3}`, want{400, "best_of", "unsupported_parameter"}},
 		{"logprobs 21", "/v1/completions", `{"prompt": "x", "logprobs": 21}`, want{400, "logprobs", "invalid_value"}},
 		{"logprobs a bool for completions", "/v1/completions", `{"prompt": "x", "logprobs": true}`, want{400, "logprobs", "invalid_type"}},
-		{"logprobs with echo", "/v1/completions", `{"prompt": "x", "logprobs": 1, "echo": true}`, want{400, "echo", "unsupported_parameter"}},
 		{"top_logprobs for completions", "/v1/completions", `{"prompt": "x", "top_logprobs": 2}`, want{400, "top_logprobs", "invalid_value"}},
 		{"chat logprobs a number", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "logprobs": 3}`, want{400, "logprobs", "invalid_type"}},
 		{"chat top_logprobs 21", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}`, want{400, "top_logprobs", "invalid_value"}},

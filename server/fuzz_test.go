@@ -49,6 +49,8 @@ func FuzzParse(f *testing.F) {
 		`{"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"enum": [1, 2]}}}}}}`,
 		`{"prompt": "x", "grammar": "root ::= [a-z]{1,3} | \"(\" root \")\"", "guided_regex": "a"}`,
 		`{"prompt": "x", "json_schema": {"$ref": "#/$defs/x"}, "response_format": {"type": "json_object"}}`,
+		`{"prompt": [1, 2, 3], "echo": true, "logprobs": 2, "max_tokens": 0}`,
+		`{"prompt": "x", "echo": true, "logprobs": 20, "max_tokens": 4, "stream": true, "n": 1}`,
 	} {
 		f.Add([]byte(seed), false)
 		f.Add([]byte(seed), true)
@@ -70,6 +72,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if len(j.req.Prompt) == 0 || len(j.req.Prompt) >= s.info.ContextLength || j.req.MaxTokens < 0 {
 			t.Fatalf("accepted a job with %d prompt tokens and max_tokens %d", len(j.req.Prompt), j.req.MaxTokens)
+		}
+		if (j.scorePrompt && !(j.echoed && j.req.Logprobs)) || (j.scoreOnly && !j.echoed) {
+			t.Fatalf("scores a prompt not echoed: %+v", j)
 		}
 		if err := j.req.Sampling.Validate(); err != nil {
 			t.Fatalf("accepted invalid sampling: %v", err)

@@ -185,6 +185,25 @@ func (o *output) take(dst []string, lps []spec.Logprob) ([]string, []spec.Logpro
 
 // run generates j's choices into outs.
 func (s *Server) run(ctx context.Context, j *job, dec *spec.Decoder, mode string, outs []*output, arrived time.Time) {
+	if j.scorePrompt {
+		scored, err := dec.Score(ctx, j.req.Prompt, j.req.TopLogprobs)
+		if err != nil {
+			for _, o := range outs {
+				o.finish(spec.Result{Finish: spec.FinishError}, err)
+			}
+			if !errors.Is(err, context.Canceled) {
+				s.log.Warn("scoring the prompt failed", "id", j.id, "err", err)
+			}
+			return
+		}
+		j.promptLPs = promptLogprobsOf(s.tok, j.req.Prompt, scored, s.pieces(j.req.Prompt))
+	}
+	if j.scoreOnly {
+		for _, o := range outs {
+			o.finish(spec.Result{Finish: spec.FinishLength}, nil)
+		}
+		return
+	}
 	texts := make([]spec.TextStream, len(outs))
 	for i := range texts {
 		texts[i] = s.eng.TextStream()
@@ -226,6 +245,20 @@ func (s *Server) run(ctx context.Context, j *job, dec *spec.Decoder, mode string
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.log.Warn("generation failed", "id", j.id, "err", err)
 	}
+}
+
+// pieces returns the text each of tokens adds to their decoded text, as the
+// streaming decoder writes it.
+func (s *Server) pieces(tokens []int32) []string {
+	ts := s.eng.TextStream()
+	out := make([]string, len(tokens))
+	for i, t := range tokens {
+		out[i] = ts.Push(t)
+	}
+	if tail := ts.Flush(); tail != "" && len(out) > 0 {
+		out[len(out)-1] += tail
+	}
+	return out
 }
 
 // outcome turns the end of a generation into a finish reason, or an error for the
@@ -279,7 +312,7 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, mod
 		}
 		c := completionChoice{Index: i, Text: text, FinishReason: &finish}
 		if j.req.Logprobs {
-			c.Logprobs = completionLogprobsOf(s.tok, lps, pieces, len(j.echo))
+			c.Logprobs = completionLogprobsOf(s.tok, j.promptLPs, lps, pieces, len(j.echo))
 		}
 		comp.Choices = append(comp.Choices, c)
 	}
@@ -421,8 +454,12 @@ func (s *sseWriter) start() {
 		empty := ""
 		s.event(s.chatChunk(chatDelta{Role: "assistant", Content: &empty}, nil))
 	}
-	if s.j.echo != "" {
-		s.event(s.textChunk(s.j.echo, nil))
+	if s.j.echoed {
+		c := s.textChunk(s.j.echo, nil)
+		if s.j.scorePrompt {
+			c.Choices[0].Logprobs = s.j.promptLPs
+		}
+		s.event(c)
 		s.offset = len(s.j.echo)
 	}
 }
@@ -441,7 +478,7 @@ func (s *sseWriter) content(text string, pieces []string, lps []spec.Logprob) {
 	}
 	c := s.textChunk(text, nil)
 	if s.j.req.Logprobs {
-		c.Choices[0].Logprobs = completionLogprobsOf(s.tok, lps, pieces, s.offset)
+		c.Choices[0].Logprobs = completionLogprobsOf(s.tok, nil, lps, pieces, s.offset)
 	}
 	s.offset += len(text)
 	s.event(c)

@@ -12,10 +12,12 @@ import (
 // may ask for, as vLLM's default max_logprobs.
 const maxLogprobs = spec.MaxTopLogprobs
 
-// completionLogprobs is a completion choice's logprobs object (the legacy format).
+// completionLogprobs is a completion choice's logprobs object (the legacy format). A
+// prompt echoed with logprobs starts it, its first token's value and alternatives
+// null (nothing comes before it).
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
@@ -61,27 +63,63 @@ func finite(x float32) float64 {
 
 // completionLogprobsOf renders lps for a completion choice whose text starts at
 // offset in the returned text; pieces are the text each token added there (what the
-// streaming decoder wrote for it), which text_offset counts.
-func completionLogprobsOf(tok *tokenizer.Tokenizer, lps []spec.Logprob, pieces []string, offset int) *completionLogprobs {
-	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+// streaming decoder wrote for it), which text_offset counts. A prompt's logprobs,
+// when echoed, come first.
+func completionLogprobsOf(tok *tokenizer.Tokenizer, prompt *completionLogprobs, lps []spec.Logprob, pieces []string, offset int) *completionLogprobs {
+	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	if prompt != nil {
+		out.Tokens = append(out.Tokens, prompt.Tokens...)
+		out.TokenLogprobs = append(out.TokenLogprobs, prompt.TokenLogprobs...)
+		out.TopLogprobs = append(out.TopLogprobs, prompt.TopLogprobs...)
+		out.TextOffset = append(out.TextOffset, prompt.TextOffset...)
+	}
 	for i, lp := range lps {
-		text, _ := tokenText(tok, lp.Token)
-		out.Tokens = append(out.Tokens, text)
-		out.TokenLogprobs = append(out.TokenLogprobs, finite(lp.Logprob))
-		out.TextOffset = append(out.TextOffset, offset)
+		out.add(tok, lp, offset)
 		if i < len(pieces) {
 			offset += len(pieces[i])
 		}
-		top := make(map[string]float64, len(lp.Top))
-		for _, t := range lp.Top {
-			s, _ := tokenText(tok, t.Token)
-			if _, dup := top[s]; !dup { // two tokens of one text: the likelier
-				top[s] = finite(t.Logprob)
-			}
-		}
-		out.TopLogprobs = append(out.TopLogprobs, top)
 	}
 	return out
+}
+
+// promptLogprobsOf renders an echoed prompt's logprobs: its first token unscored,
+// then scored, the log-probability of every later token given those before; pieces
+// are the prompt tokens' texts, which text_offset counts from 0.
+func promptLogprobsOf(tok *tokenizer.Tokenizer, prompt []int32, scored []spec.Logprob, pieces []string) *completionLogprobs {
+	out := &completionLogprobs{}
+	offset := 0
+	for i, id := range prompt {
+		if i == 0 {
+			text, _ := tokenText(tok, id)
+			out.Tokens = append(out.Tokens, text)
+			out.TokenLogprobs = append(out.TokenLogprobs, nil)
+			out.TopLogprobs = append(out.TopLogprobs, nil)
+			out.TextOffset = append(out.TextOffset, offset)
+		} else {
+			out.add(tok, scored[i-1], offset)
+		}
+		if i < len(pieces) {
+			offset += len(pieces[i])
+		}
+	}
+	return out
+}
+
+// add appends one scored token at offset.
+func (out *completionLogprobs) add(tok *tokenizer.Tokenizer, lp spec.Logprob, offset int) {
+	text, _ := tokenText(tok, lp.Token)
+	v := finite(lp.Logprob)
+	out.Tokens = append(out.Tokens, text)
+	out.TokenLogprobs = append(out.TokenLogprobs, &v)
+	out.TextOffset = append(out.TextOffset, offset)
+	top := make(map[string]float64, len(lp.Top))
+	for _, t := range lp.Top {
+		s, _ := tokenText(tok, t.Token)
+		if _, dup := top[s]; !dup { // two tokens of one text: the likelier
+			top[s] = finite(t.Logprob)
+		}
+	}
+	out.TopLogprobs = append(out.TopLogprobs, top)
 }
 
 // chatLogprobsOf renders lps for a chat choice.

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/specula/specula/spec"
@@ -16,7 +18,7 @@ type lpResp struct {
 		Message  *struct{ Content string }
 		Logprobs *struct {
 			Tokens        []string             `json:"tokens"`
-			TokenLogprobs []float64            `json:"token_logprobs"`
+			TokenLogprobs []*float64           `json:"token_logprobs"`
 			TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 			TextOffset    []int                `json:"text_offset"`
 			Content       []struct {
@@ -75,7 +77,7 @@ func TestLogprobs(t *testing.T) {
 	offset := 0
 	for i, w := range want.Logprobs {
 		text, _ := tokenText(srv.tok, w.Token)
-		if lp.Tokens[i] != text || !close(lp.TokenLogprobs[i], float64(w.Logprob)) || lp.TextOffset[i] != offset {
+		if lp.Tokens[i] != text || lp.TokenLogprobs[i] == nil || !close(*lp.TokenLogprobs[i], float64(w.Logprob)) || lp.TextOffset[i] != offset {
 			t.Errorf("token %d: %q %v at %d, want %q %v at %d", i, lp.Tokens[i], lp.TokenLogprobs[i], lp.TextOffset[i], text, w.Logprob, offset)
 		}
 		offset += len(text)
@@ -145,5 +147,82 @@ func TestSeveralChoices(t *testing.T) {
 	}
 	if a.Choices[0].Text == a.Choices[1].Text {
 		t.Errorf("seeded choices are the same: %q", a.Choices[0].Text)
+	}
+}
+
+// Echo with logprobs scores the prompt, as lm-evaluation-harness asks: the prompt's
+// tokens first, the first with null value and alternatives, the others with the
+// target's log-probability given those before (the decoder's Score); then, when
+// max_tokens is not 0, the generated tokens as without echo. max_tokens 0 with echo
+// generates nothing. Whole and streamed (the prompt's scores come with the echoed
+// text in the first chunk).
+func TestEchoLogprobs(t *testing.T) {
+	srv, ts := startServer(t, speculativeConfig())
+	prompt := "func (s *Server) Close() error {\n"
+	ids := srv.tok.Encode(prompt, srv.tok.DefaultOptions())
+	scored, err := srv.eng.PlainDecoder().Score(context.Background(), ids, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := plainLogprobs(t, srv, prompt, 6, 2)
+	close := func(a *float64, b float32) bool { return a != nil && math.Abs(*a-float64(b)) < 1e-4 }
+	checkPrompt := func(name string, tokens []string, values []*float64, top []map[string]float64, offsets []int) {
+		t.Helper()
+		if len(values) < len(ids) || len(tokens) != len(values) || len(top) != len(values) || len(offsets) != len(values) {
+			t.Fatalf("%s: %d tokens, %d values, %d tops, %d offsets for a prompt of %d", name, len(tokens), len(values), len(top), len(offsets), len(ids))
+		}
+		if values[0] != nil || top[0] != nil || offsets[0] != 0 {
+			t.Errorf("%s: the first token: %v, %v at %d; want null, null at 0", name, values[0], top[0], offsets[0])
+		}
+		for i := 1; i < len(ids); i++ {
+			text, _ := tokenText(srv.tok, ids[i])
+			if tokens[i] != text || !close(values[i], scored[i-1].Logprob) || len(top[i]) != 2 || offsets[i] < offsets[i-1] {
+				t.Errorf("%s: prompt token %d: %q %v %v at %d, want %q %v", name, i, tokens[i], values[i], top[i], offsets[i], text, scored[i-1].Logprob)
+			}
+		}
+	}
+
+	only := postLP(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 0, "echo": true, "logprobs": 2})
+	c := only.Choices[0]
+	if c.Text != prompt || c.FinishReason != "length" || only.Usage.CompletionTokens != 0 || c.Logprobs == nil || len(c.Logprobs.Tokens) != len(ids) {
+		t.Fatalf("max_tokens 0: %q (%s), %d tokens generated, logprobs %+v", c.Text, c.FinishReason, only.Usage.CompletionTokens, c.Logprobs)
+	}
+	checkPrompt("max_tokens 0", c.Logprobs.Tokens, c.Logprobs.TokenLogprobs, c.Logprobs.TopLogprobs, c.Logprobs.TextOffset)
+
+	body := map[string]any{"prompt": prompt, "max_tokens": 6, "temperature": 0, "ignore_eos": true, "echo": true, "logprobs": 2}
+	both := postLP(t, ts.URL+"/v1/completions", body)
+	c = both.Choices[0]
+	lp := c.Logprobs
+	if lp == nil || len(lp.Tokens) != len(ids)+len(want.Tokens) || !strings.HasPrefix(c.Text, prompt) {
+		t.Fatalf("max_tokens 6: %q, logprobs %+v", c.Text, lp)
+	}
+	checkPrompt("max_tokens 6", lp.Tokens, lp.TokenLogprobs, lp.TopLogprobs, lp.TextOffset)
+	for i, w := range want.Logprobs {
+		at := len(ids) + i
+		if !close(lp.TokenLogprobs[at], w.Logprob) || (i == 0 && lp.TextOffset[at] != len(prompt)) {
+			t.Errorf("generated token %d: %v at %d, want %v", i, lp.TokenLogprobs[at], lp.TextOffset[at], w.Logprob)
+		}
+	}
+
+	st := stream(t, ts.URL+"/v1/completions", body)
+	if st.text() != c.Text {
+		t.Errorf("streamed %q, whole %q", st.text(), c.Text)
+	}
+	first := st.chunks[0]
+	raw, _ := json.Marshal(first.Choices[0].Logprobs)
+	var slp struct {
+		Tokens        []string             `json:"tokens"`
+		TokenLogprobs []*float64           `json:"token_logprobs"`
+		TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+		TextOffset    []int                `json:"text_offset"`
+	}
+	if err := json.Unmarshal(raw, &slp); err != nil || first.Choices[0].Text != prompt || len(slp.Tokens) != len(ids) {
+		t.Fatalf("the first chunk: %q with %s (%v)", first.Choices[0].Text, raw, err)
+	}
+	checkPrompt("streamed", slp.Tokens, slp.TokenLogprobs, slp.TopLogprobs, slp.TextOffset)
+
+	bare := postLP(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 0, "echo": true})
+	if bare.Choices[0].Text != prompt || bare.Choices[0].Logprobs != nil || bare.Usage.CompletionTokens != 0 {
+		t.Errorf("echo, max_tokens 0, no logprobs: %+v", bare.Choices[0])
 	}
 }

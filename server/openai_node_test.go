@@ -67,6 +67,13 @@ func TestOpenAINodeClient(t *testing.T) {
 			TokenLogprobs []float64
 			Top           []int
 		}
+		Scored struct {
+			Text             string
+			Tokens           []string
+			TokenLogprobs    []*float64
+			Top              []map[string]float64
+			CompletionTokens int
+		}
 		ChatLogprobs []struct {
 			Token      string
 			Logprob    float64
@@ -123,6 +130,16 @@ func TestOpenAINodeClient(t *testing.T) {
 	for i, v := range lp.TokenLogprobs {
 		if v > 0 || lp.Top[i] < 1 || lp.Top[i] > 2 {
 			t.Errorf("completion logprob %d: %v with %d alternatives", i, v, lp.Top[i])
+		}
+	}
+	if sc := got.Scored; sc.Text != "func main() {" || sc.CompletionTokens != 0 || len(sc.Tokens) < 2 || len(sc.TokenLogprobs) != len(sc.Tokens) ||
+		sc.TokenLogprobs[0] != nil || sc.Top[0] != nil || strings.Join(sc.Tokens, "") != sc.Text {
+		t.Errorf("scored prompt %+v", sc)
+	} else {
+		for i := 1; i < len(sc.Tokens); i++ {
+			if v := sc.TokenLogprobs[i]; v == nil || *v > 0 || len(sc.Top[i]) != 1 {
+				t.Errorf("scored token %d: %v with %v", i, v, sc.Top[i])
+			}
 		}
 	}
 	if len(got.ChatLogprobs) != 8 {

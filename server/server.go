@@ -1,7 +1,8 @@
 // Package server is an OpenAI-compatible HTTP API over specula engines: a Go service
 // mounts [Server.Handler] (or [Join]'s handler, for several engines) on its own mux.
 // It serves /v1/completions and /v1/chat/completions, streamed as server-sent events
-// or whole, with logprobs, n samples forked from one prefill, structured output
+// or whole, with logprobs (of the prompt too, with echo: scoring a text, as
+// lm-evaluation-harness asks), n samples forked from one prefill, structured output
 // (response_format, grammar, json_schema), an optional API key, admission with a
 // queue and Retry-After, graceful shutdown, /v1/models, /healthz and Prometheus
 // /metrics. [New] serves an engine already open (any model, CPU or GPU); [Open]

@@ -71,6 +71,10 @@ const l = lc.choices[0].logprobs;
 out.completionLogprobs = { text: lc.choices[0].text, tokens: l.tokens, tokenLogprobs: l.token_logprobs, top: l.top_logprobs.map((m) => Object.keys(m).length) };
 const lcc = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2 });
 out.chatLogprobs = lcc.choices[0].logprobs.content.map((e) => ({ token: e.token, logprob: e.logprob, top: e.top_logprobs.length, bytes: e.bytes.length }));
+// Scoring a text as lm-evaluation-harness does: echo, logprobs, max_tokens 0.
+const sc = await client.completions.create({ model, prompt, max_tokens: 0, echo: true, logprobs: 1 });
+const sl = sc.choices[0].logprobs;
+out.scored = { text: sc.choices[0].text, tokens: sl.tokens, tokenLogprobs: sl.token_logprobs, top: sl.top_logprobs, completionTokens: sc.usage.completion_tokens };
 const nc = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, n: 2 });
 out.choices = { texts: nc.choices.map((c) => c.text), indices: nc.choices.map((c) => c.index), completionTokens: nc.usage.completion_tokens };
 
