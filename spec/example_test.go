@@ -130,3 +130,31 @@ func ExampleDecoder_GenerateN() {
 	// 1 6 6 length
 	// 2 6 6 length
 }
+
+func ExampleDecoder_Score() {
+	tgt, drafter := toyModels()
+	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// How likely the target finds each token of a text, given the tokens before it:
+	// the sum is the text's log-likelihood (its first token aside).
+	text := []int32{1, 2, 3, 1, 15, 12}
+	scores, err := dec.Score(context.Background(), text, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var sum float64
+	for i, s := range scores {
+		fmt.Printf("token %d: %d, logprob %.2f, likeliest %d\n", i+1, s.Token, s.Logprob, s.Top[0].Token)
+		sum += float64(s.Logprob)
+	}
+	fmt.Printf("log-likelihood %.2f\n", sum)
+	// Output:
+	// token 1: 2, logprob -1.36, likeliest 2
+	// token 2: 3, logprob -7.33, likeliest 5
+	// token 3: 1, logprob -0.24, likeliest 1
+	// token 4: 15, logprob -1.10, likeliest 15
+	// token 5: 12, logprob -1.37, likeliest 12
+	// log-likelihood -11.40
+}
