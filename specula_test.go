@@ -264,7 +264,7 @@ func TestFormats(t *testing.T) {
 		f    specula.Format
 		want string
 	}{
-		{specula.Format{JSONSchema: `{"type": "integer", "minimum": 1}`}, `keyword "minimum"`},
+		{specula.Format{JSONSchema: `{"type": "integer", "multipleOf": 2}`}, `keyword "multipleOf"`},
 		{specula.Format{Grammar: "root ::= \"a"}, "line 1, column 10"},
 		{specula.Format{Regex: `a(`}, "missing closing"},
 		{specula.Format{JSON: true, Regex: "a"}, "at most one"},

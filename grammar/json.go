@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -48,12 +50,13 @@ func mustGBNF(src string) *Grammar {
 // generated with any value), items (false: none beyond prefixItems), prefixItems,
 // minItems and maxItems (with prefixItems, counting them), enum, const, anyOf and
 // oneOf (as anyOf), allOf of one schema, $ref to #/$defs/… or #/definitions/…
-// (recursion allowed), and for strings minLength and maxLength, or pattern or
-// format (date, time, date-time, uuid, email, ipv4) — not both. The
-// annotations (title, description, default, examples, $schema, $id, $comment,
-// deprecated, readOnly, writeOnly) are ignored. Any other keyword — minimum,
-// maximum, multipleOf, uniqueItems, not, if/then/else, patternProperties, … — is
-// refused with an error naming it.
+// (recursion allowed), for strings minLength and maxLength, or pattern or
+// format (date, time, date-time, uuid, email, ipv4) — not both — and for integers
+// minimum, maximum, exclusiveMinimum and exclusiveMaximum (numbers, as since draft
+// 6; the bounds of a "number" are refused). The annotations (title, description,
+// default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are
+// ignored. Any other keyword — multipleOf, uniqueItems, not, if/then/else,
+// patternProperties, … — is refused with an error naming it.
 func ParseJSONSchema(schema []byte) (*Grammar, error) {
 	root, err := decodeOrdered(schema)
 	if err != nil {
@@ -114,7 +117,8 @@ func (c *schemaCompiler) schema(s any, path string) (string, error) {
 func (c *schemaCompiler) object(s *ordered, path string) (string, error) {
 	known := map[string]bool{"type": true, "properties": true, "required": true, "additionalProperties": true,
 		"items": true, "prefixItems": true, "minItems": true, "maxItems": true, "enum": true, "const": true, "anyOf": true,
-		"oneOf": true, "allOf": true, "$ref": true, "minLength": true, "maxLength": true, "pattern": true, "format": true}
+		"oneOf": true, "allOf": true, "$ref": true, "minLength": true, "maxLength": true, "pattern": true, "format": true,
+		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true}
 	for _, k := range s.keys {
 		if !known[k] && !annotations[k] {
 			return "", fmt.Errorf("%w: JSON Schema %s: keyword %q is not supported", ErrSyntax, path, k)
@@ -188,7 +192,14 @@ func (c *schemaCompiler) typed(s *ordered, path string) (string, error) {
 			body, err = c.arrayType(s, path)
 		case "string":
 			body, err = c.stringType(s, path)
-		case "number", "integer", "boolean", "null":
+		case "integer":
+			body, err = integerType(s, path)
+		case "number":
+			if k := boundKeyword(s); k != "" {
+				err = fmt.Errorf("%w: JSON Schema %s: %s is supported for integers only (type \"integer\")", ErrSyntax, path, k)
+			}
+			body = t
+		case "boolean", "null":
 			body = t
 		default:
 			err = fmt.Errorf("%w: JSON Schema %s: type %q is not a JSON type", ErrSyntax, path, t)
@@ -218,6 +229,9 @@ func (c *schemaCompiler) impliedTypes(s *ordered) []string {
 		if _, ok := s.get(k); ok {
 			return []string{"string"}
 		}
+	}
+	if boundKeyword(s) != "" {
+		return []string{"number"} // refused there: a bound needs type "integer"
 	}
 	return []string{"object", "array", "string", "number", "boolean", "null"}
 }
@@ -453,6 +467,134 @@ func (c *schemaCompiler) stringType(s *ordered, path string) (string, error) {
 		return fmt.Sprintf(`"\"" char{%d,} "\"" ws`, minLen), nil
 	}
 	return fmt.Sprintf(`"\"" char{%d,%d} "\"" ws`, minLen, maxLen), nil
+}
+
+// maxInteger bounds the integers the JSON grammar writes: 16 digits.
+const maxInteger int64 = 9_999_999_999_999_999
+
+// boundKeyword returns the first numeric bound keyword of s, or "".
+func boundKeyword(s *ordered) string {
+	for _, k := range []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} {
+		if _, ok := s.get(k); ok {
+			return k
+		}
+	}
+	return ""
+}
+
+// integerType writes an integer between the schema's bounds, as the decimal strings
+// of that range (no leading zeros, no "-0").
+func integerType(s *ordered, path string) (string, error) {
+	if boundKeyword(s) == "" {
+		return "integer", nil
+	}
+	lo, hi := math.Inf(-1), math.Inf(1)
+	for _, b := range []struct {
+		name   string
+		bound  func(float64) float64
+		bottom bool
+	}{
+		{"minimum", math.Ceil, true},
+		{"exclusiveMinimum", func(x float64) float64 { return math.Floor(x) + 1 }, true},
+		{"maximum", math.Floor, false},
+		{"exclusiveMaximum", func(x float64) float64 { return math.Ceil(x) - 1 }, false},
+	} {
+		v, ok := s.get(b.name)
+		if !ok {
+			continue
+		}
+		f, ok := v.(float64)
+		if !ok || math.IsInf(f, 0) || math.IsNaN(f) {
+			return "", fmt.Errorf("%w: JSON Schema %s: %s must be a number", ErrSyntax, path, b.name)
+		}
+		if b.bottom {
+			lo = max(lo, b.bound(f))
+		} else {
+			hi = min(hi, b.bound(f))
+		}
+	}
+	clamp := func(x float64) int64 {
+		if math.Abs(x) >= float64(maxInteger) {
+			return int64(math.Copysign(1, x)) * maxInteger
+		}
+		return int64(x)
+	}
+	if lo > hi || clamp(lo) > clamp(hi) {
+		return "", fmt.Errorf("%w: JSON Schema %s: no integer lies within its bounds (of 16 digits at most)", ErrSyntax, path)
+	}
+	return "(" + strings.Join(intRange(clamp(lo), clamp(hi)), " | ") + ") ws", nil
+}
+
+// intRange returns GBNF alternatives that together match the decimal strings of
+// the integers in [lo, hi] and nothing else.
+func intRange(lo, hi int64) []string {
+	var alts []string
+	if lo < 0 {
+		for _, a := range uintRange(uint64(max(1, -hi)), uint64(-lo)) {
+			alts = append(alts, `"-" `+a)
+		}
+	}
+	if hi >= 0 {
+		alts = append(alts, uintRange(uint64(max(0, lo)), uint64(hi))...)
+	}
+	return alts
+}
+
+// uintRange returns alternatives matching the decimal strings of [a, b], a ≤ b: for
+// each number of digits, the strings of that length between the bounds.
+func uintRange(a, b uint64) []string {
+	var alts []string
+	for d := len(strconv.FormatUint(a, 10)); d <= len(strconv.FormatUint(b, 10)); d++ {
+		first, last := uint64(math.Pow10(d-1)), uint64(math.Pow10(d))-1
+		if d == 1 {
+			first = 0
+		}
+		lo, hi := max(a, first), min(b, last)
+		if lo <= hi {
+			alts = append(alts, digitRange(strconv.FormatUint(lo, 10), strconv.FormatUint(hi, 10))...)
+		}
+	}
+	return alts
+}
+
+// digitRange returns alternatives matching the digit strings of one length from lo
+// to hi, lo ≤ hi: a common first digit, then the rest; else the lowest first digit
+// with everything above lo's rest, the digits between with any rest, and the highest
+// with everything up to hi's.
+func digitRange(lo, hi string) []string {
+	n := len(lo)
+	if n == 0 {
+		return []string{""}
+	}
+	if lo[0] == hi[0] {
+		var alts []string
+		for _, r := range digitRange(lo[1:], hi[1:]) {
+			alts = append(alts, strings.TrimSpace(`"`+lo[:1]+`" `+r))
+		}
+		return alts
+	}
+	anyRest := strings.TrimSpace(strings.Repeat(" [0-9]", n-1))
+	fromLo, toHi := lo[0], hi[0]
+	var alts []string
+	if strings.Trim(lo[1:], "0") != "" {
+		for _, r := range digitRange(lo[1:], strings.Repeat("9", n-1)) {
+			alts = append(alts, strings.TrimSpace(`"`+lo[:1]+`" `+r))
+		}
+		fromLo++
+	}
+	tail := strings.Trim(hi[1:], "9") != ""
+	if tail {
+		toHi--
+	}
+	if fromLo <= toHi {
+		alts = append(alts, strings.TrimSpace(fmt.Sprintf("[%c-%c] %s", fromLo, toHi, anyRest)))
+	}
+	if tail {
+		for _, r := range digitRange(strings.Repeat("0", n-1), hi[1:]) {
+			alts = append(alts, strings.TrimSpace(`"`+hi[:1]+`" `+r))
+		}
+	}
+	return alts
 }
 
 // bounds reads a pair of count keywords (−1: no upper bound).

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -170,6 +171,14 @@ func validate(schema map[string]any, v any, defs map[string]any) error {
 		if !ok || f != float64(int64(f)) {
 			return fmt.Errorf("not an integer: %v", v)
 		}
+		for k, bad := range map[string]func(b float64) bool{
+			"minimum": func(b float64) bool { return f < b }, "maximum": func(b float64) bool { return f > b },
+			"exclusiveMinimum": func(b float64) bool { return f <= b }, "exclusiveMaximum": func(b float64) bool { return f >= b },
+		} {
+			if b, ok := schema[k].(float64); ok && bad(b) {
+				return fmt.Errorf("%v breaks %s %v", f, k, b)
+			}
+		}
 	case "number":
 		if _, ok := v.(float64); !ok {
 			return fmt.Errorf("not a number: %v", v)
@@ -189,6 +198,7 @@ var testSchemas = []string{
 	`{"type": "object", "properties": {"v": {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 3}]}, "c": {"const": "k"}}, "required": ["c"]}`,
 	`{"$defs": {"node": {"type": "object", "properties": {"val": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "boolean"}]}}, "required": ["val", "next"]}}, "$ref": "#/$defs/node"}`,
 	`{"type": "object", "properties": {"a": {"type": "integer"}}, "required": [], "additionalProperties": true}`,
+	`{"type": "object", "properties": {"month": {"type": "integer", "minimum": 1, "maximum": 12}, "delta": {"type": "integer", "exclusiveMinimum": -50, "maximum": -3}}, "required": ["month", "delta"]}`,
 }
 
 // TestSchemaOutputsValidate: texts drawn at random from each schema's grammar are
@@ -226,7 +236,7 @@ func TestSchemaOutputsValidate(t *testing.T) {
 
 func TestSchemaErrors(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
-		{`{"type": "integer", "minimum": 3}`, `keyword "minimum" is not supported`},
+		{`{"type": "integer", "multipleOf": 3}`, `keyword "multipleOf" is not supported`},
 		{`{"type": "strung"}`, `type "strung"`},
 		{`{"$ref": "#/$defs/missing"}`, "does not resolve"},
 		{`{"type": "string", "format": "hostname"}`, `format "hostname"`},
@@ -301,4 +311,54 @@ func TestSchemaCorners(t *testing.T) {
 	m.MaskLogits(m.Start(), logits)
 	assert.Equal(t, float32(0), logits[0])
 	assert.True(t, math.IsInf(float64(logits[99]), -1), "ids past the vocabulary are masked")
+}
+
+// TestIntegerBounds: an integer schema with bounds matches exactly the integers
+// within them, written as JSON writes them, for ranges that cross digit counts, zero
+// and sign; bounds of a number, or none that an integer meets, are refused.
+func TestIntegerBounds(t *testing.T) {
+	for _, c := range []struct {
+		schema string
+		lo, hi int
+	}{
+		{`{"type": "integer", "minimum": 0, "maximum": 100}`, 0, 100},
+		{`{"type": "integer", "minimum": 7, "maximum": 1234}`, 7, 1234},
+		{`{"type": "integer", "minimum": -37, "maximum": 5}`, -37, 5},
+		{`{"type": "integer", "minimum": -120, "maximum": -19}`, -120, -19},
+		{`{"type": "integer", "exclusiveMinimum": 9, "exclusiveMaximum": 1000}`, 10, 999},
+		{`{"type": "integer", "minimum": 2.5, "maximum": 19.9}`, 3, 19},
+		{`{"type": "integer", "minimum": 305, "maximum": 305}`, 305, 305},
+		{`{"type": "integer", "minimum": 1999, "maximum": 3001}`, 1999, 3001},
+	} {
+		g, err := ParseJSONSchema([]byte(c.schema))
+		require.NoError(t, err, c.schema)
+		for x := c.lo - 1200; x <= c.hi+1200; x++ {
+			want := x >= c.lo && x <= c.hi
+			require.Equal(t, want, g.Matches(strconv.Itoa(x)), "%s: %d", c.schema, x)
+		}
+		for _, bad := range []string{"-0", "007", "+5", "1.0", ""} {
+			assert.False(t, g.Matches(bad), "%s: %q", c.schema, bad)
+		}
+	}
+	g, err := ParseJSONSchema([]byte(`{"type": "integer", "minimum": 10}`))
+	require.NoError(t, err)
+	assert.True(t, g.Matches("9999999999999999"))
+	assert.False(t, g.Matches("9"))
+	assert.False(t, g.Matches("10000000000000000"), "17 digits: beyond the JSON grammar's integers")
+	g, err = ParseJSONSchema([]byte(`{"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 12}}, "required": ["n"]}`))
+	require.NoError(t, err)
+	assert.True(t, g.Matches(`{"n": 12}`))
+	assert.False(t, g.Matches(`{"n": 13}`))
+	for _, c := range []struct{ src, want string }{
+		{`{"type": "number", "minimum": 0}`, "integers only"},
+		{`{"minimum": 0}`, "integers only"},
+		{`{"type": "integer", "minimum": 5, "maximum": 4}`, "no integer"},
+		{`{"type": "integer", "exclusiveMinimum": 4, "exclusiveMaximum": 5}`, "no integer"},
+		{`{"type": "integer", "minimum": "3"}`, "must be a number"},
+		{`{"type": "integer", "exclusiveMinimum": true}`, "must be a number"},
+	} {
+		_, err := ParseJSONSchema([]byte(c.src))
+		assert.ErrorIs(t, err, ErrSyntax, c.src)
+		assert.ErrorContains(t, err, c.want, c.src)
+	}
 }

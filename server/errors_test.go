@@ -64,7 +64,7 @@ func TestBadRequests(t *testing.T) {
 		{"tools", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}`, want{400, "tools", "unsupported_parameter"}},
 		{"response_format type", "/v1/completions", `{"prompt": "x", "response_format": {"type": "yaml"}}`, want{400, "response_format.type", "invalid_value"}},
 		{"json_schema without schema", "/v1/completions", `{"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}`, want{400, "response_format.json_schema.schema", "invalid_value"}},
-		{"unsupported schema keyword", "/v1/completions", `{"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 0}}}}`, want{400, "response_format", "invalid_value"}},
+		{"unsupported schema keyword", "/v1/completions", `{"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "multipleOf": 2}}}}`, want{400, "response_format", "invalid_value"}},
 		{"bad grammar", "/v1/completions", `{"prompt": "x", "grammar": "root ::= [a-"}`, want{400, "grammar", "invalid_value"}},
 		{"two formats", "/v1/completions", `{"prompt": "x", "grammar": "root ::= \"a\"", "json_schema": {"type": "string"}}`, want{400, "json_schema", "invalid_value"}},
 		{"bad regex", "/v1/completions", `{"prompt": "x", "guided_regex": "a("}`, want{400, "guided_regex", "invalid_value"}},
