@@ -148,7 +148,7 @@ func TestConstrainedGreedyIdentity(t *testing.T) {
 	require.NoError(t, err)
 	plain, err := spec.New(tgt, nil, spec.Options{})
 	require.NoError(t, err)
-	schema, err := grammar.ParseJSONSchema([]byte(`{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "size": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3}}, "required": ["name", "size", "tags"]}`))
+	schema, err := grammar.ParseJSONSchema([]byte(`{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "size": {"type": "integer", "minimum": 1, "maximum": 999}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3}}, "required": ["name", "size", "tags"]}`))
 	require.NoError(t, err)
 	re, err := grammar.ParseRegex(`func [a-z]+\(\) \{\n\treturn [0-9]+\n\}`)
 	require.NoError(t, err)
