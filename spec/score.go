@@ -34,9 +34,10 @@ func (d *Decoder) Score(ctx context.Context, text []int32, top int) ([]Logprob, 
 		return nil, errors.New("spec: the target's sessions give no prompt logits (target.ScoreSession)")
 	}
 	out := make([]Logprob, 0, len(text)-1)
+	var sc scorer
 	err = ss.PrefillScored(ctx, text[:len(text)-1], func(from int, rows [][]float32) error {
 		for i, row := range rows {
-			out = append(out, logprobOf(row, text[from+i+1], top))
+			out = append(out, sc.logprobOf(row, text[from+i+1], top))
 		}
 		return nil
 	})
