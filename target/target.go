@@ -418,10 +418,10 @@ func (s *session) Accept(path []int32) error {
 	return nil
 }
 
-// chunkSize is how many prompt tokens the next prefill pass takes: fewer when other
-// sessions share the passes.
+// chunkSize is how many prompt tokens the next prefill pass takes: fewer beside
+// other sessions that stream tokens.
 func (s *session) chunkSize() int {
-	if s.batched.Streaming() {
+	if s.batched.Streaming(s.seq) {
 		return s.shared
 	}
 	return s.chunk

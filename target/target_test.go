@@ -165,8 +165,9 @@ func TestNewRejects(t *testing.T) {
 	assert.ErrorContains(t, err, "maximum draft size")
 }
 
-// prefills is a model that records how many tokens each forward without outputs — a
-// prefill's — carried.
+// prefills is a model that records how many tokens each prefill's forward carried
+// (one without outputs, or a scored one: an output for each of more than two
+// tokens).
 type prefills struct {
 	*markov.Chain
 	mu    sync.Mutex
@@ -179,7 +180,7 @@ type prefillSeq struct {
 }
 
 func (p *prefills) note(b model.Batch) {
-	if len(b.Outputs) == 0 {
+	if len(b.Outputs) == 0 || len(b.Outputs) == len(b.Tokens) && len(b.Tokens) > 2 { // a prefill, or a scored one
 		p.mu.Lock()
 		p.sizes = append(p.sizes, len(b.Tokens))
 		p.mu.Unlock()
@@ -216,7 +217,8 @@ func (p *prefills) Forward(ctx context.Context, work []model.Work) error {
 
 // TestPrefillChunks: a prompt goes in PrefillChunk slices alone and beside sessions
 // that are only open or prefilling, and in SharedChunk slices once another session
-// streams tokens (chunked prefill), and in large slices again when that one closes.
+// streams tokens (chunked prefill), and in large slices again when that one closes —
+// a scored prefill too, whose own forwards ask for logits.
 func TestPrefillChunks(t *testing.T) {
 	ctx := context.Background()
 	c, err := markov.New(markov.Config{Vocab: 9, Order: 2, Seed: 11})
@@ -248,6 +250,12 @@ func TestPrefillChunks(t *testing.T) {
 	assert.Equal(t, []int{8, 8, 8, 8, 8}, prefill(), "beside a streaming session")
 	require.NoError(t, other.Close())
 	assert.Equal(t, []int{32, 8}, prefill(), "alone again")
+	s, err := local.Start(ctx, 2)
+	require.NoError(t, err)
+	defer s.Close()
+	long := append(append([]int32(nil), prompt...), prompt...)
+	require.NoError(t, s.(target.ScoreSession).PrefillScored(ctx, long, func(int, [][]float32) error { return nil }))
+	assert.Equal(t, []int{32, 32, 16}, m.take(), "a scored prefill alone: its own rows do not make it slice")
 }
 
 // TestPrefillScored: a scored prefill hands out, in order and in slices of the chunk

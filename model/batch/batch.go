@@ -81,12 +81,18 @@ func (m *Model) Load() Load {
 	return m.b.curve.load()
 }
 
-// Streaming reports whether some open sequence is streaming — its last forward asked
-// for logits, where a prefill's forwards ask for none — and passes are shared. A
-// prefill that joins the passes of streaming sequences delays their next tokens by
-// the work it adds, so it should add little at a time; one beside other prefills
-// delays no stream and does best in large passes.
-func (m *Model) Streaming() bool { return m.b.wait >= 0 && m.b.streamingNow() }
+// Streaming reports whether an open sequence other than seq (one of m's, or nil) is
+// streaming — its last forward asked for logits, where a prefill's forwards ask for
+// none — and passes are shared. A prefill that joins the passes of streaming
+// sequences delays their next tokens by the work it adds, so it should add little at
+// a time; one beside other prefills delays no stream and does best in large passes.
+func (m *Model) Streaming(seq model.Sequence) bool {
+	self := 0
+	if s, ok := seq.(*sequence); ok && s.m == m && s.streaming && !s.closed {
+		self = 1
+	}
+	return m.b.wait >= 0 && m.b.streamCount() > self
+}
 
 // sequence is a batched model's sequence: its forwards join the shared passes.
 type sequence struct {

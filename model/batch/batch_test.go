@@ -99,15 +99,17 @@ func TestConcurrentForwardsShare(t *testing.T) {
 	assert.Equal(t, int64(n*steps), st.Forwards)
 	assert.Less(t, st.Passes, st.Forwards/2, "passes carried several sequences")
 	assert.Equal(t, st.Forwards, st.Tokens, "a token a forward")
-	assert.True(t, m.Streaming(), "sequences that asked for logits stream")
+	assert.True(t, m.Streaming(nil), "sequences that asked for logits stream")
+	assert.True(t, m.Streaming(seqs[0]), "besides the one asking")
 	for _, s := range seqs[1:] {
 		require.NoError(t, s.Close())
 	}
-	assert.True(t, m.Streaming(), "one stream is open")
+	assert.True(t, m.Streaming(nil), "one stream is open")
+	assert.False(t, m.Streaming(seqs[0]), "none besides the one asking")
 	before := inner.passes
 	require.NoError(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil))
 	assert.Equal(t, before+1, inner.passes, "alone, a sequence forwards on its own, at once")
-	assert.False(t, m.Streaming(), "a forward without logits is a prefill")
+	assert.False(t, m.Streaming(nil), "a forward without logits is a prefill")
 	require.NoError(t, seqs[0].Close())
 	assert.Error(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil), "closed")
 }

@@ -88,11 +88,11 @@ func (b *batcher) stream(on bool) {
 	}
 }
 
-// streamingNow reports whether some open session is streaming.
-func (b *batcher) streamingNow() bool {
+// streamCount is the number of open sessions streaming.
+func (b *batcher) streamCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.streams > 0
+	return b.streams
 }
 
 // signal wakes a gathering leader.
