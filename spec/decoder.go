@@ -342,8 +342,8 @@ type run struct {
 	cstate    int32          // with a Constraint: the state the output ends in…
 	nodeSt    []int32        // …and the one each draft node reaches (negative: forbidden)
 	stepLPs   []Logprob      // with Logprobs: the step's accepted tokens' and the next one's
-	lpScratch scorer         // computes them
 	lps       []Logprob      // …and every output token's so far
+	lpScratch scorer         // computes them
 
 	// Stop strings: the decoded output, and where each output token's text ends.
 	stopText TextStream
