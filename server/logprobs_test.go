@@ -154,8 +154,8 @@ func TestSeveralChoices(t *testing.T) {
 // tokens first, the first with null value and alternatives, the others with the
 // target's log-probability given those before (the decoder's Score); then, when
 // max_tokens is not 0, the generated tokens as without echo. max_tokens 0 with echo
-// generates nothing. Whole and streamed (the prompt's scores come with the echoed
-// text in the first chunk).
+// generates nothing. Whole, streamed (the prompt's scores come with the echoed text in
+// the first chunk) and with n = 2 (each choice starts with the prompt's scores).
 func TestEchoLogprobs(t *testing.T) {
 	srv, ts := startServer(t, speculativeConfig())
 	prompt := "func (s *Server) Close() error {\n"
@@ -220,6 +220,19 @@ func TestEchoLogprobs(t *testing.T) {
 		t.Fatalf("the first chunk: %q with %s (%v)", first.Choices[0].Text, raw, err)
 	}
 	checkPrompt("streamed", slp.Tokens, slp.TokenLogprobs, slp.TopLogprobs, slp.TextOffset)
+
+	body["n"] = 2
+	delete(body, "stream")
+	two := postLP(t, ts.URL+"/v1/completions", body)
+	if len(two.Choices) != 2 {
+		t.Fatalf("n 2: %d choices", len(two.Choices))
+	}
+	for i, ch := range two.Choices {
+		if ch.Text != c.Text || ch.Logprobs == nil || len(ch.Logprobs.Tokens) != len(lp.Tokens) {
+			t.Fatalf("n 2, choice %d: %q with %+v", i, ch.Text, ch.Logprobs)
+		}
+		checkPrompt("n 2", ch.Logprobs.Tokens, ch.Logprobs.TokenLogprobs, ch.Logprobs.TopLogprobs, ch.Logprobs.TextOffset)
+	}
 
 	bare := postLP(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 0, "echo": true})
 	if bare.Choices[0].Text != prompt || bare.Choices[0].Logprobs != nil || bare.Usage.CompletionTokens != 0 {
