@@ -34,7 +34,8 @@ func FuzzJSONSchema(f *testing.F) {
 	for _, s := range []string{`{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}`, `{"enum": [1, "x", null]}`,
 		`{"$defs": {"n": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}, "$ref": "#/$defs/n"}`, `{"type": "string", "pattern": "[a-z]+", "maxLength": 3}`,
 		`{"type": ["array", "null"], "items": {"const": true}, "minItems": 1}`, `true`, `{"$ref": "#"}`,
-		`{"type": "integer", "minimum": -1e17, "exclusiveMaximum": 99.5}`, `{"type": ["integer", "null"], "exclusiveMinimum": -3, "maximum": 0}`} {
+		`{"type": "integer", "minimum": -1e17, "exclusiveMaximum": 99.5}`, `{"type": ["integer", "null"], "exclusiveMinimum": -3, "maximum": 0}`,
+		`{"type": "number", "exclusiveMinimum": -2, "exclusiveMaximum": 0}`, `{"maximum": 1.5}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, schema []byte) {

@@ -51,9 +51,10 @@ func mustGBNF(src string) *Grammar {
 // minItems and maxItems (with prefixItems, counting them), enum, const, anyOf and
 // oneOf (as anyOf), allOf of one schema, $ref to #/$defs/… or #/definitions/…
 // (recursion allowed), for strings minLength and maxLength, or pattern or
-// format (date, time, date-time, uuid, email, ipv4) — not both — and for integers
-// minimum, maximum, exclusiveMinimum and exclusiveMaximum (numbers, as since draft
-// 6; the bounds of a "number" are refused). The annotations (title, description,
+// format (date, time, date-time, uuid, email, ipv4) — not both — and for integers and
+// numbers minimum, maximum, exclusiveMinimum and exclusiveMaximum (numbers, as since
+// draft 6; a number's bounds must be whole, and a bounded number is written without
+// an exponent). The annotations (title, description,
 // default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are
 // ignored. Any other keyword — multipleOf, uniqueItems, not, if/then/else,
 // patternProperties, … — is refused with an error naming it.
@@ -195,10 +196,7 @@ func (c *schemaCompiler) typed(s *ordered, path string) (string, error) {
 		case "integer":
 			body, err = integerType(s, path)
 		case "number":
-			if k := boundKeyword(s); k != "" {
-				err = fmt.Errorf("%w: JSON Schema %s: %s is supported for integers only (type \"integer\")", ErrSyntax, path, k)
-			}
-			body = t
+			body, err = numberType(s, path)
 		case "boolean", "null":
 			body = t
 		default:
@@ -231,7 +229,7 @@ func (c *schemaCompiler) impliedTypes(s *ordered) []string {
 		}
 	}
 	if boundKeyword(s) != "" {
-		return []string{"number"} // refused there: a bound needs type "integer"
+		return []string{"number"}
 	}
 	return []string{"object", "array", "string", "number", "boolean", "null"}
 }
@@ -523,6 +521,93 @@ func integerType(s *ordered, path string) (string, error) {
 		return "", fmt.Errorf("%w: JSON Schema %s: no integer lies within its bounds (of 16 digits at most)", ErrSyntax, path)
 	}
 	return "(" + strings.Join(intRange(clamp(lo), clamp(hi)), " | ") + ") ws", nil
+}
+
+// numberType writes a number between the schema's bounds, which must be whole
+// numbers (a bound of 0.5 is refused): decimals without an exponent, split at their
+// integer part — whole parts strictly inside the range take any fraction, a closed
+// bound itself only zeros, an open lower bound only a fraction that is not all zeros.
+// Zero is written without a minus sign.
+func numberType(s *ordered, path string) (string, error) {
+	if boundKeyword(s) == "" {
+		return "number", nil
+	}
+	lo, hi := numBound{v: -maxInteger}, numBound{v: maxInteger}
+	for _, b := range []struct {
+		name        string
+		lower, open bool
+	}{{"minimum", true, false}, {"exclusiveMinimum", true, true}, {"maximum", false, false}, {"exclusiveMaximum", false, true}} {
+		v, ok := s.get(b.name)
+		if !ok {
+			continue
+		}
+		f, ok := v.(float64)
+		if !ok || f != math.Trunc(f) || math.Abs(f) > float64(maxInteger) {
+			return "", fmt.Errorf("%w: JSON Schema %s: %s of a number must be a whole number of 16 digits at most (a fractional bound is not supported)", ErrSyntax, path, b.name)
+		}
+		nb := numBound{v: int64(f), open: b.open}
+		if b.lower && (nb.v > lo.v || nb.v == lo.v && nb.open) {
+			lo = nb
+		} else if !b.lower && (nb.v < hi.v || nb.v == hi.v && nb.open) {
+			hi = nb
+		}
+	}
+	var alts []string
+	if hi.v >= 0 { // x ≥ 0: its magnitude from max(lo, 0) to hi
+		alts = magnitudes(max(lo.v, 0), hi.v, lo.v < 0 || !lo.open, !hi.open)
+	}
+	if lo.v < 0 { // x < 0: its magnitude from max(−hi, 0) to −lo; zero is the other side's
+		for _, a := range magnitudes(max(-hi.v, 0), -lo.v, hi.v < 0 && !hi.open, !lo.open) {
+			alts = append(alts, `"-" `+a)
+		}
+	}
+	if len(alts) == 0 {
+		return "", fmt.Errorf("%w: JSON Schema %s: no number lies within its bounds", ErrSyntax, path)
+	}
+	return "(" + strings.Join(alts, " | ") + ") ws", nil
+}
+
+// numBound is one end of a number's range.
+type numBound struct {
+	v    int64
+	open bool // the end itself is outside
+}
+
+// The fractions of a bounded number: any, only zeros, and not only zeros.
+const (
+	anyFraction     = `("." [0-9]{1,16})?`
+	zeroFraction    = `("." "0"{1,16})?`
+	nonzeroFraction = `"." "0"{0,15} [1-9] [0-9]{0,15}`
+)
+
+// magnitudes returns alternatives matching the unsigned decimals from p to q, each end
+// in or out of the range.
+func magnitudes(p, q int64, withP, withQ bool) []string {
+	lit := func(n int64) string { return `"` + strconv.FormatInt(n, 10) + `"` }
+	switch {
+	case p > q:
+		return nil
+	case p == q:
+		if withP && withQ {
+			return []string{lit(p) + " " + zeroFraction}
+		}
+		return nil
+	}
+	var alts []string
+	whole := p // the first whole part that takes any fraction
+	if !withP {
+		alts = append(alts, lit(p)+" "+nonzeroFraction)
+		whole++
+	}
+	if whole <= q-1 {
+		for _, a := range uintRange(uint64(whole), uint64(q-1)) {
+			alts = append(alts, a+" "+anyFraction)
+		}
+	}
+	if withQ {
+		alts = append(alts, lit(q)+" "+zeroFraction)
+	}
+	return alts
 }
 
 // intRange returns GBNF alternatives that together match the decimal strings of

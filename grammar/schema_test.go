@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"regexp"
 	"strconv"
@@ -111,7 +112,7 @@ func validate(schema map[string]any, v any, defs map[string]any) error {
 		}
 		return fmt.Errorf("%v matches no anyOf", v)
 	}
-	switch schema["type"] {
+	switch typ := schema["type"]; typ {
 	case "object":
 		o, ok := v.(map[string]any)
 		if !ok {
@@ -166,10 +167,10 @@ func validate(schema map[string]any, v any, defs map[string]any) error {
 		if mx, ok := schema["maxLength"].(float64); ok && n > int(mx) {
 			return fmt.Errorf("%q longer than %v", s, mx)
 		}
-	case "integer":
+	case "integer", "number":
 		f, ok := v.(float64)
-		if !ok || f != float64(int64(f)) {
-			return fmt.Errorf("not an integer: %v", v)
+		if !ok || typ == "integer" && f != float64(int64(f)) {
+			return fmt.Errorf("not an %s: %v", typ, v)
 		}
 		for k, bad := range map[string]func(b float64) bool{
 			"minimum": func(b float64) bool { return f < b }, "maximum": func(b float64) bool { return f > b },
@@ -178,10 +179,6 @@ func validate(schema map[string]any, v any, defs map[string]any) error {
 			if b, ok := schema[k].(float64); ok && bad(b) {
 				return fmt.Errorf("%v breaks %s %v", f, k, b)
 			}
-		}
-	case "number":
-		if _, ok := v.(float64); !ok {
-			return fmt.Errorf("not a number: %v", v)
 		}
 	case "boolean":
 		if _, ok := v.(bool); !ok {
@@ -199,6 +196,7 @@ var testSchemas = []string{
 	`{"$defs": {"node": {"type": "object", "properties": {"val": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "boolean"}]}}, "required": ["val", "next"]}}, "$ref": "#/$defs/node"}`,
 	`{"type": "object", "properties": {"a": {"type": "integer"}}, "required": [], "additionalProperties": true}`,
 	`{"type": "object", "properties": {"month": {"type": "integer", "minimum": 1, "maximum": 12}, "delta": {"type": "integer", "exclusiveMinimum": -50, "maximum": -3}}, "required": ["month", "delta"]}`,
+	`{"type": "array", "items": {"type": "number", "exclusiveMinimum": -1, "maximum": 1}, "minItems": 2, "maxItems": 4}`,
 }
 
 // TestSchemaOutputsValidate: texts drawn at random from each schema's grammar are
@@ -350,12 +348,66 @@ func TestIntegerBounds(t *testing.T) {
 	assert.True(t, g.Matches(`{"n": 12}`))
 	assert.False(t, g.Matches(`{"n": 13}`))
 	for _, c := range []struct{ src, want string }{
-		{`{"type": "number", "minimum": 0}`, "integers only"},
-		{`{"minimum": 0}`, "integers only"},
 		{`{"type": "integer", "minimum": 5, "maximum": 4}`, "no integer"},
 		{`{"type": "integer", "exclusiveMinimum": 4, "exclusiveMaximum": 5}`, "no integer"},
 		{`{"type": "integer", "minimum": "3"}`, "must be a number"},
 		{`{"type": "integer", "exclusiveMinimum": true}`, "must be a number"},
+	} {
+		_, err := ParseJSONSchema([]byte(c.src))
+		assert.ErrorIs(t, err, ErrSyntax, c.src)
+		assert.ErrorContains(t, err, c.want, c.src)
+	}
+}
+
+// TestNumberBounds: a number schema with whole bounds matches exactly the decimals
+// within them — open and closed ends, ranges across zero, negative ones — checked on a
+// grid of whole parts and fractions; "-0" is not written, exponents are not, and a
+// fractional bound or an empty range is refused.
+func TestNumberBounds(t *testing.T) {
+	fractions := []string{"", ".0", ".00", ".5", ".05", ".50", ".001", ".999", ".0000000000000001"}
+	for _, c := range []struct {
+		schema         string
+		lo, hi         float64
+		loOpen, hiOpen bool
+	}{
+		{`{"type": "number", "minimum": 0, "maximum": 1}`, 0, 1, false, false},
+		{`{"type": "number", "exclusiveMinimum": 0, "maximum": 10}`, 0, 10, true, false},
+		{`{"type": "number", "minimum": -5, "exclusiveMaximum": 5}`, -5, 5, false, true},
+		{`{"type": "number", "exclusiveMinimum": -12, "exclusiveMaximum": -3}`, -12, -3, true, true},
+		{`{"type": "number", "minimum": -1, "exclusiveMaximum": 0}`, -1, 0, false, true},
+		{`{"type": "number", "minimum": 7, "maximum": 7}`, 7, 7, false, false},
+		{`{"type": "number", "minimum": 95, "maximum": 105}`, 95, 105, false, false},
+		{`{"minimum": -3}`, -3, 1e16, false, false},
+	} {
+		g, err := ParseJSONSchema([]byte(c.schema))
+		require.NoError(t, err, c.schema)
+		for whole := -130; whole <= 130; whole++ {
+			for _, f := range fractions {
+				for _, neg := range []bool{false, true} {
+					if neg != (whole < 0) && whole != 0 {
+						continue
+					}
+					text := strconv.Itoa(max(whole, -whole)) + f
+					if neg {
+						text = "-" + text
+					}
+					x, ok := new(big.Rat).SetString(text) // exactly: 1.0000000000000001 > 1
+					require.True(t, ok, text)
+					lo, hi := new(big.Rat).SetFloat64(c.lo), new(big.Rat).SetFloat64(c.hi)
+					above, below := x.Cmp(lo), x.Cmp(hi)
+					want := (above > 0 || !c.loOpen && above == 0) && (below < 0 || !c.hiOpen && below == 0) && !(neg && x.Sign() == 0)
+					require.Equal(t, want, g.Matches(text), "%s: %s", c.schema, text)
+				}
+			}
+		}
+		assert.False(t, g.Matches("1e0"), "%s: no exponent", c.schema)
+	}
+	for _, c := range []struct{ src, want string }{
+		{`{"type": "number", "minimum": 0.5}`, "whole number"},
+		{`{"type": "number", "minimum": 2, "maximum": 1}`, "no number"},
+		{`{"type": "number", "exclusiveMinimum": 3, "exclusiveMaximum": 3}`, "no number"},
+		{`{"type": "number", "minimum": 3, "exclusiveMaximum": 3}`, "no number"},
+		{`{"type": "number", "maximum": 1e17}`, "16 digits"},
 	} {
 		_, err := ParseJSONSchema([]byte(c.src))
 		assert.ErrorIs(t, err, ErrSyntax, c.src)
