@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 
 	"github.com/specula/specula"
 )
@@ -43,4 +44,28 @@ func ExampleEngine_Stream() {
 	}
 	fmt.Println(c.Finish, len(c.Tokens) > 0)
 	// Output: stop true
+}
+
+// Score a text: how likely the target finds each of its tokens given those before.
+func ExampleEngine_Score() {
+	eng, err := specula.Open(specula.Config{Model: "models/gocoder-m-q8_0.gguf", Draft: "none"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+	scores, err := eng.Score(context.Background(), "func main() {", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var sum float64
+	var texts []string
+	for _, s := range scores {
+		texts = append(texts, fmt.Sprintf("%q", s.Text))
+		sum += float64(s.Logprob)
+	}
+	fmt.Println(strings.Join(texts, " "))
+	fmt.Println("log-likelihood below 0:", sum < 0)
+	// Output:
+	// " main" "()" " {"
+	// log-likelihood below 0: true
 }

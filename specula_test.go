@@ -167,6 +167,40 @@ func TestStreamAndStop(t *testing.T) {
 	assert.ErrorIs(t, err, stopErr)
 }
 
+// TestScore: the engine's scores of a text are the decoder's of its tokens, with the
+// tokens' texts (which make up the text after its first token) and alternatives;
+// a text of no tokens and a cancelled context are refused.
+func TestScore(t *testing.T) {
+	ctx := context.Background()
+	e, err := specula.Open(specula.Config{Model: demoTarget, Draft: demoDraft})
+	require.NoError(t, err)
+	defer e.Close()
+	text := "package main\n\nfunc main() {\n\tfmt.Println(1)\n}\n"
+	got, err := e.Score(ctx, text, 2)
+	require.NoError(t, err)
+	ids := e.Tokenizer().Encode(text, e.Tokenizer().DefaultOptions())
+	want, err := e.PlainDecoder().Score(ctx, ids, 2)
+	require.NoError(t, err)
+	require.Len(t, got, len(ids)-1)
+	var rest strings.Builder
+	for i, s := range got {
+		assert.Equal(t, ids[i+1], s.Token)
+		assert.Equal(t, want[i].Logprob, s.Logprob)
+		require.Len(t, s.Top, 2)
+		assert.GreaterOrEqual(t, s.Top[0].Logprob, s.Top[1].Logprob)
+		assert.NotEmpty(t, s.Top[0].Text)
+		rest.WriteString(s.Text)
+	}
+	first, _ := e.Tokenizer().Piece(ids[0])
+	assert.Equal(t, text, first+rest.String())
+	_, err = e.Score(ctx, "", 0)
+	assert.Error(t, err)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = e.Score(cancelled, text, 0)
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
 // TestChat: a model without a chat template refuses chats with ErrNoChatTemplate; with
 // one (ChatML here) the answer is the completion of the rendered prompt.
 func TestChat(t *testing.T) {

@@ -1,0 +1,54 @@
+package specula
+
+import (
+	"context"
+	"errors"
+	"strings"
+)
+
+// TokenScore is one token of a scored text: its text, and the target's
+// log-probability of it given the text before, with the likeliest tokens there.
+type TokenScore struct {
+	Text    string
+	Token   int32
+	Logprob float32
+	Top     []Alternative
+}
+
+// Alternative is one of the likeliest tokens at a place of a scored text.
+type Alternative struct {
+	Text    string
+	Token   int32
+	Logprob float32
+}
+
+// Score tokenizes text as a prompt and returns, for every token but the first, the
+// target's log-probability of it given the tokens before, with the top likeliest
+// tokens at its place (0 to spec.MaxTopLogprobs): what an evaluation asks of a model
+// (the text's log-likelihood is the sum; a continuation's is the sum over its
+// tokens). Nothing is generated; see spec.Decoder.Score.
+func (e *Engine) Score(ctx context.Context, text string, top int) ([]TokenScore, error) {
+	ids := e.tok.Encode(text, e.tok.DefaultOptions())
+	if len(ids) == 0 {
+		return nil, errors.New("specula: Score of a text of no tokens")
+	}
+	lps, err := e.plain.Score(ctx, ids, top)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TokenScore, len(lps))
+	for i, lp := range lps {
+		out[i] = TokenScore{Text: e.pieceText(lp.Token), Token: lp.Token, Logprob: lp.Logprob}
+		for _, t := range lp.Top {
+			out[i].Top = append(out[i].Top, Alternative{Text: e.pieceText(t.Token), Token: t.Token, Logprob: t.Logprob})
+		}
+	}
+	return out, nil
+}
+
+// pieceText is a token's text: the bytes it stands for, a part of a character shown
+// as U+FFFD.
+func (e *Engine) pieceText(id int32) string {
+	p, _ := e.tok.Piece(id)
+	return strings.ToValidUTF8(p, "\uFFFD")
+}
