@@ -125,6 +125,15 @@ func (c *schemaCompiler) object(s *ordered, path string) (string, error) {
 			return "", fmt.Errorf("%w: JSON Schema %s: keyword %q is not supported", ErrSyntax, path, k)
 		}
 	}
+	for _, k := range []string{"$ref", "const", "enum", "anyOf", "oneOf", "allOf"} {
+		if _, ok := s.get(k); ok {
+			if b := boundKeyword(s); b != "" {
+				// It would be ignored, and the bound not kept: say so.
+				return "", fmt.Errorf("%w: JSON Schema %s: %s beside %s is not supported: put it inside", ErrSyntax, path, b, k)
+			}
+			break
+		}
+	}
 	if ref, ok := s.get("$ref"); ok {
 		return c.ref(ref, path)
 	}
@@ -486,41 +495,52 @@ func integerType(s *ordered, path string) (string, error) {
 	if boundKeyword(s) == "" {
 		return "integer", nil
 	}
-	lo, hi := math.Inf(-1), math.Inf(1)
+	lo, hi := -maxInteger, maxInteger
 	for _, b := range []struct {
-		name   string
-		bound  func(float64) float64
-		bottom bool
+		name  string
+		bound func(float64) float64
+		lower bool
 	}{
 		{"minimum", math.Ceil, true},
 		{"exclusiveMinimum", func(x float64) float64 { return math.Floor(x) + 1 }, true},
 		{"maximum", math.Floor, false},
 		{"exclusiveMaximum", func(x float64) float64 { return math.Ceil(x) - 1 }, false},
 	} {
-		v, ok := s.get(b.name)
+		f, ok, err := boundOf(s, b.name, path)
+		if err != nil {
+			return "", err
+		}
 		if !ok {
 			continue
 		}
-		f, ok := v.(float64)
-		if !ok || math.IsInf(f, 0) || math.IsNaN(f) {
-			return "", fmt.Errorf("%w: JSON Schema %s: %s must be a number", ErrSyntax, path, b.name)
-		}
-		if b.bottom {
-			lo = max(lo, b.bound(f))
+		if v := int64(b.bound(f)); b.lower {
+			lo = max(lo, v)
 		} else {
-			hi = min(hi, b.bound(f))
+			hi = min(hi, v)
 		}
 	}
-	clamp := func(x float64) int64 {
-		if math.Abs(x) >= float64(maxInteger) {
-			return int64(math.Copysign(1, x)) * maxInteger
-		}
-		return int64(x)
+	if lo > hi {
+		return "", fmt.Errorf("%w: JSON Schema %s: no integer lies within its bounds", ErrSyntax, path)
 	}
-	if lo > hi || clamp(lo) > clamp(hi) {
-		return "", fmt.Errorf("%w: JSON Schema %s: no integer lies within its bounds (of 16 digits at most)", ErrSyntax, path)
+	return "(" + strings.Join(intRange(lo, hi), " | ") + ") ws", nil
+}
+
+// maxBound bounds the magnitude of a bound: below 2⁵³ every whole number is exact in
+// a JSON reader's float64 (a literal beyond may have been rounded), and the range
+// stays within the 16 digits the grammar writes.
+const maxBound = 1 << 53
+
+// boundOf reads a numeric bound keyword of s, if present.
+func boundOf(s *ordered, name, path string) (float64, bool, error) {
+	v, ok := s.get(name)
+	if !ok {
+		return 0, false, nil
 	}
-	return "(" + strings.Join(intRange(clamp(lo), clamp(hi)), " | ") + ") ws", nil
+	f, isNum := v.(float64)
+	if !isNum || math.IsNaN(f) || math.Abs(f) >= maxBound {
+		return 0, false, fmt.Errorf("%w: JSON Schema %s: %s must be a number of magnitude below 2^53", ErrSyntax, path, name)
+	}
+	return f, true, nil
 }
 
 // numberType writes a number between the schema's bounds, which must be whole
@@ -537,13 +557,15 @@ func numberType(s *ordered, path string) (string, error) {
 		name        string
 		lower, open bool
 	}{{"minimum", true, false}, {"exclusiveMinimum", true, true}, {"maximum", false, false}, {"exclusiveMaximum", false, true}} {
-		v, ok := s.get(b.name)
+		f, ok, err := boundOf(s, b.name, path)
+		if err != nil {
+			return "", err
+		}
 		if !ok {
 			continue
 		}
-		f, ok := v.(float64)
-		if !ok || f != math.Trunc(f) || math.Abs(f) > float64(maxInteger) {
-			return "", fmt.Errorf("%w: JSON Schema %s: %s of a number must be a whole number of 16 digits at most (a fractional bound is not supported)", ErrSyntax, path, b.name)
+		if f != math.Trunc(f) {
+			return "", fmt.Errorf("%w: JSON Schema %s: %s %v of a number: only whole bounds are supported", ErrSyntax, path, b.name, f)
 		}
 		nb := numBound{v: int64(f), open: b.open}
 		if b.lower && (nb.v > lo.v || nb.v == lo.v && nb.open) {

@@ -352,6 +352,12 @@ func TestIntegerBounds(t *testing.T) {
 		{`{"type": "integer", "exclusiveMinimum": 4, "exclusiveMaximum": 5}`, "no integer"},
 		{`{"type": "integer", "minimum": "3"}`, "must be a number"},
 		{`{"type": "integer", "exclusiveMinimum": true}`, "must be a number"},
+		{`{"type": "integer", "minimum": 1e16}`, "2^53"},
+		{`{"anyOf": [{"type": "integer"}], "minimum": 3}`, "minimum beside anyOf"},
+		{`{"enum": [1, 5], "maximum": 2}`, "maximum beside enum"},
+		{`{"maximum": -1e17}`, "2^53"},
+		{`{"type": "integer", "exclusiveMinimum": 9999999999999999}`, "2^53"},
+		{`{"type": "integer", "minimum": 9007199254740993, "maximum": 9007199254740995}`, "2^53"},
 	} {
 		_, err := ParseJSONSchema([]byte(c.src))
 		assert.ErrorIs(t, err, ErrSyntax, c.src)
@@ -403,11 +409,12 @@ func TestNumberBounds(t *testing.T) {
 		assert.False(t, g.Matches("1e0"), "%s: no exponent", c.schema)
 	}
 	for _, c := range []struct{ src, want string }{
-		{`{"type": "number", "minimum": 0.5}`, "whole number"},
+		{`{"type": "number", "minimum": 0.5}`, "only whole bounds"},
 		{`{"type": "number", "minimum": 2, "maximum": 1}`, "no number"},
 		{`{"type": "number", "exclusiveMinimum": 3, "exclusiveMaximum": 3}`, "no number"},
 		{`{"type": "number", "minimum": 3, "exclusiveMaximum": 3}`, "no number"},
-		{`{"type": "number", "maximum": 1e17}`, "16 digits"},
+		{`{"type": "number", "maximum": 1e17}`, "2^53"},
+		{`{"type": "number", "minimum": 9007199254740993}`, "2^53"},
 	} {
 		_, err := ParseJSONSchema([]byte(c.src))
 		assert.ErrorIs(t, err, ErrSyntax, c.src)

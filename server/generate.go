@@ -196,11 +196,13 @@ func (s *Server) run(ctx context.Context, j *job, dec *spec.Decoder, mode string
 			}
 			return
 		}
-		j.promptLPs = promptLogprobsOf(s.tok, j.req.Prompt, scored, s.pieces(j.req.Prompt))
+		j.promptLPs = promptLogprobsOf(s.tok, j.req.Prompt, scored, s.promptPieces(j.req.Prompt, j.echo))
 	}
 	if j.scoreOnly {
 		for _, o := range outs {
-			o.finish(spec.Result{Finish: spec.FinishLength}, nil)
+			res := spec.Result{Finish: spec.FinishLength, Stats: spec.Stats{PromptTokens: len(j.req.Prompt)}}
+			s.m.observe(mode, res)
+			o.finish(res, nil)
 		}
 		return
 	}
@@ -247,13 +249,21 @@ func (s *Server) run(ctx context.Context, j *job, dec *spec.Decoder, mode string
 	}
 }
 
-// pieces returns the text each of tokens adds to their decoded text, as the
-// streaming decoder writes it.
-func (s *Server) pieces(tokens []int32) []string {
+// promptPieces returns the text each of the prompt's tokens adds to the echoed text,
+// for the offsets of its logprobs: what the streaming decoder writes for it, and for
+// a special token its own text where the echo has it there (a text prompt that names
+// one), nothing otherwise (a BOS the tokenizer added).
+func (s *Server) promptPieces(tokens []int32, echo string) []string {
 	ts := s.eng.TextStream()
 	out := make([]string, len(tokens))
+	at := 0
 	for i, t := range tokens {
-		out[i] = ts.Push(t)
+		if p, _ := s.tok.Piece(t); s.tok.IsSpecial(t) && strings.HasPrefix(echo[min(at, len(echo)):], p) {
+			out[i] = p
+		} else {
+			out[i] = ts.Push(t)
+		}
+		at += len(out[i])
 	}
 	if tail := ts.Flush(); tail != "" && len(out) > 0 {
 		out[len(out)-1] += tail

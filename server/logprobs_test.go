@@ -239,3 +239,28 @@ func TestEchoLogprobs(t *testing.T) {
 		t.Errorf("echo, max_tokens 0, no logprobs: %+v", bare.Choices[0])
 	}
 }
+
+// An echoed prompt that names a special token keeps text_offset in step with the
+// echoed text: the token's text is counted where the prompt has it.
+func TestEchoOffsetsSpecial(t *testing.T) {
+	srv, ts := startServer(t, speculativeConfig())
+	prompt := "<|endoftext|>func main() {"
+	if ids := srv.tok.Encode(prompt, srv.tok.DefaultOptions()); !srv.tok.IsSpecial(ids[0]) {
+		t.Skipf("the demo tokenizer does not parse %q as a special token: %v", "<|endoftext|>", ids)
+	}
+	r := postLP(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 3, "temperature": 0, "ignore_eos": true, "echo": true, "logprobs": 1})
+	c := r.Choices[0]
+	if c.Logprobs == nil || !strings.HasPrefix(c.Text, prompt) {
+		t.Fatalf("%q with %+v", c.Text, c.Logprobs)
+	}
+	lp := c.Logprobs
+	for i := range lp.Tokens {
+		end := len(c.Text)
+		if i+1 < len(lp.Tokens) {
+			end = lp.TextOffset[i+1]
+		}
+		if got := c.Text[lp.TextOffset[i]:end]; got != lp.Tokens[i] {
+			t.Errorf("token %d %q: the text at its offsets is %q", i, lp.Tokens[i], got)
+		}
+	}
+}

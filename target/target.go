@@ -294,6 +294,8 @@ func (s *session) PrefillScored(ctx context.Context, tokens []int32, score func(
 	if score == nil {
 		return errors.New("target: PrefillScored without a score function")
 	}
+	s.batched.Prefilling(s.seq, true) // its rows of logits do not make it a stream
+	defer s.batched.Prefilling(s.seq, false)
 	return s.prefill(ctx, tokens, score)
 }
 

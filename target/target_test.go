@@ -256,6 +256,7 @@ func TestPrefillChunks(t *testing.T) {
 	long := append(append([]int32(nil), prompt...), prompt...)
 	require.NoError(t, s.(target.ScoreSession).PrefillScored(ctx, long, func(int, [][]float32) error { return nil }))
 	assert.Equal(t, []int{32, 32, 16}, m.take(), "a scored prefill alone: its own rows do not make it slice")
+	assert.Equal(t, []int{32, 8}, prefill(), "beside a session that scored its prompt: nobody streams")
 }
 
 // TestPrefillScored: a scored prefill hands out, in order and in slices of the chunk

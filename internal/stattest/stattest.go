@@ -102,9 +102,12 @@ func BinomialZ(k, n int, p float64) float64 {
 // float kernels differ in the last bits (a test at a fixed seed may sit near alpha on
 // one and cross it on another), while a bias the test can see at all fails both
 // rounds.
+//
+// An outcome of probability zero is never chance: a first fit that saw one is
+// returned as it is, without a second round.
 func Retest(alpha float64, sample func(round int) Fit) Fit {
 	fit := sample(0)
-	if fit.P > alpha {
+	if fit.P > alpha || fit.Impossible > 0 {
 		return fit
 	}
 	return sample(1)

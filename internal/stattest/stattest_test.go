@@ -56,6 +56,7 @@ func TestRetest(t *testing.T) {
 		{"a chance low p is sampled again", []float64{1e-4, 0.6}, 0.6, 2},
 		{"low twice fails", []float64{1e-4, 1e-5}, 1e-5, 2},
 		{"alpha itself is low", []float64{1e-3, 0.2}, 0.2, 2},
+		{"an impossible outcome is not retried", []float64{0, 0.9}, 0, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,7 +64,11 @@ func TestRetest(t *testing.T) {
 			fit := Retest(1e-3, func(round int) Fit {
 				assert.Equal(t, rounds, round)
 				rounds++
-				return Fit{P: tt.ps[round]}
+				f := Fit{P: tt.ps[round]}
+				if f.P == 0 {
+					f.Impossible = 1
+				}
+				return f
 			})
 			assert.Equal(t, tt.want, fit.P)
 			assert.Equal(t, tt.rounds, rounds)

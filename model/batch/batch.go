@@ -94,13 +94,25 @@ func (m *Model) Streaming(seq model.Sequence) bool {
 	return m.b.wait >= 0 && m.b.streamCount() > self
 }
 
+// Prefilling marks seq, one of m's sequences, as prefilling (on) or not: while it is,
+// its forwards count as a prefill's even when they ask for logits — a scored prefill
+// (target.ScoreSession) asks for every token's — so that they neither make other
+// prefills slice themselves (Streaming) nor teach the cost of a step (Load). A
+// sequence of another model is left alone.
+func (m *Model) Prefilling(seq model.Sequence, on bool) {
+	if s, ok := seq.(*sequence); ok && s.m == m {
+		s.prefilling = on
+	}
+}
+
 // sequence is a batched model's sequence: its forwards join the shared passes.
 type sequence struct {
-	m         *Model
-	inner     model.Sequence
-	job       *job
-	closed    bool
-	streaming bool // its last forward asked for logits (see Model.Streaming)
+	m          *Model
+	inner      model.Sequence
+	job        *job
+	closed     bool
+	streaming  bool // its last forward asked for logits (see Model.Streaming)
+	prefilling bool // marked by Model.Prefilling: its forwards are a prefill's
 }
 
 func (s *sequence) Len() int { return s.inner.Len() }
@@ -109,11 +121,11 @@ func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32)
 	if s.closed {
 		return s.inner.Forward(ctx, b, logits) // the inner sequence's error
 	}
-	if streaming := len(b.Outputs) > 0; streaming != s.streaming {
+	if streaming := len(b.Outputs) > 0 && !s.prefilling; streaming != s.streaming {
 		s.streaming = streaming
 		s.m.b.stream(streaming)
 	}
-	s.job.work = model.Work{Seq: s.inner, Batch: b, Logits: logits}
+	s.job.work, s.job.prefill = model.Work{Seq: s.inner, Batch: b, Logits: logits}, !s.streaming
 	err := s.m.b.forward(ctx, s.job)
 	s.job.work = model.Work{}
 	return err

@@ -159,7 +159,11 @@ func TestLoadOfSharedPasses(t *testing.T) {
 	for _, s := range seqs {
 		assert.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{1, 2, 3}}, nil)) // prefills
 	}
+	m.Prefilling(seqs[0], true) // a scored prefill: logits for every token
+	assert.NoError(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, make([]float32, 10)))
+	m.Prefilling(seqs[0], false)
 	assert.Equal(t, batch.Load{}, m.Load(), "a prefill's passes teach nothing of what a step costs")
+	assert.False(t, m.Streaming(nil), "nor make a stream")
 	for _, s := range seqs {
 		wg.Go(func() {
 			logits := make([]float32, 5)

@@ -46,11 +46,12 @@ type batcher struct {
 // job is one session's forward waiting for a pass; each session keeps one and reuses
 // it.
 type job struct {
-	ctx  context.Context
-	work model.Work
-	err  error
-	done chan struct{} // the result is in
-	lead chan struct{} // the job's goroutine leads the next pass
+	ctx     context.Context
+	work    model.Work
+	prefill bool // the work is a prefill's (see Model.Prefilling)
+	err     error
+	done    chan struct{} // the result is in
+	lead    chan struct{} // the job's goroutine leads the next pass
 }
 
 func newJob() *job { return &job{done: make(chan struct{}, 1), lead: make(chan struct{}, 1)} }
@@ -166,7 +167,7 @@ func (b *batcher) run() {
 	tokens, prompt := 0, false
 	for _, j := range b.jobs {
 		tokens += len(j.work.Batch.Tokens)
-		prompt = prompt || len(j.work.Batch.Outputs) == 0
+		prompt = prompt || j.prefill
 	}
 	b.mu.Lock()
 	b.stats.Passes++
