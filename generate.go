@@ -131,11 +131,21 @@ func (e *Engine) Complete(ctx context.Context, prompt string, p Params) (Complet
 // soon as it is final (whole characters; a stop string is never shown in part). An
 // error from emit ends the generation and is returned. A nil emit only collects.
 func (e *Engine) Stream(ctx context.Context, prompt string, p Params, emit func(text string) error) (Completion, error) {
-	ids := e.tok.Encode(prompt, e.tok.DefaultOptions())
-	if len(ids) == 0 {
-		return Completion{}, ErrEmptyPrompt
+	ids, err := e.encode(prompt)
+	if err != nil {
+		return Completion{}, err
 	}
 	return e.generate(ctx, ids, p, emit)
+}
+
+// encode tokenizes a text prompt as the model's tokenizer does by default;
+// ErrEmptyPrompt when that gives no tokens.
+func (e *Engine) encode(prompt string) ([]int32, error) {
+	ids := e.tok.Encode(prompt, e.tok.DefaultOptions())
+	if len(ids) == 0 {
+		return nil, ErrEmptyPrompt
+	}
+	return ids, nil
 }
 
 // Chat answers a conversation: the messages are rendered with the model's chat
@@ -243,9 +253,9 @@ func (e *Engine) Request(prompt string, p Params) (spec.Request, *spec.Decoder, 
 	if err := p.Validate(); err != nil {
 		return spec.Request{}, nil, err
 	}
-	ids := e.tok.Encode(prompt, e.tok.DefaultOptions())
-	if len(ids) == 0 {
-		return spec.Request{}, nil, ErrEmptyPrompt
+	ids, err := e.encode(prompt)
+	if err != nil {
+		return spec.Request{}, nil, err
 	}
 	return e.request(ids, p)
 }

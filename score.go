@@ -2,8 +2,6 @@ package specula
 
 import (
 	"context"
-	"errors"
-	"strings"
 )
 
 // TokenScore is one token of a scored text: its text, and the target's
@@ -28,9 +26,9 @@ type Alternative struct {
 // (the text's log-likelihood is the sum; a continuation's is the sum over its
 // tokens). Nothing is generated; see spec.Decoder.Score.
 func (e *Engine) Score(ctx context.Context, text string, top int) ([]TokenScore, error) {
-	ids := e.tok.Encode(text, e.tok.DefaultOptions())
-	if len(ids) == 0 {
-		return nil, errors.New("specula: Score of a text of no tokens")
+	ids, err := e.encode(text)
+	if err != nil {
+		return nil, err
 	}
 	lps, err := e.plain.Score(ctx, ids, top)
 	if err != nil {
@@ -38,17 +36,10 @@ func (e *Engine) Score(ctx context.Context, text string, top int) ([]TokenScore,
 	}
 	out := make([]TokenScore, len(lps))
 	for i, lp := range lps {
-		out[i] = TokenScore{Text: e.pieceText(lp.Token), Token: lp.Token, Logprob: lp.Logprob}
+		out[i] = TokenScore{Text: e.tok.PieceText(lp.Token), Token: lp.Token, Logprob: lp.Logprob}
 		for _, t := range lp.Top {
-			out[i].Top = append(out[i].Top, Alternative{Text: e.pieceText(t.Token), Token: t.Token, Logprob: t.Logprob})
+			out[i].Top = append(out[i].Top, Alternative{Text: e.tok.PieceText(t.Token), Token: t.Token, Logprob: t.Logprob})
 		}
 	}
 	return out, nil
-}
-
-// pieceText is a token's text: the bytes it stands for, a part of a character shown
-// as U+FFFD.
-func (e *Engine) pieceText(id int32) string {
-	p, _ := e.tok.Piece(id)
-	return strings.ToValidUTF8(p, "\uFFFD")
 }

@@ -495,28 +495,21 @@ func integerType(s *ordered, path string) (string, error) {
 	if boundKeyword(s) == "" {
 		return "integer", nil
 	}
+	lower, upper, err := boundsOf(s, path, false)
+	if err != nil {
+		return "", err
+	}
 	lo, hi := -maxInteger, maxInteger
-	for _, b := range []struct {
-		name  string
-		bound func(float64) float64
-		lower bool
-	}{
-		{"minimum", math.Ceil, true},
-		{"exclusiveMinimum", func(x float64) float64 { return math.Floor(x) + 1 }, true},
-		{"maximum", math.Floor, false},
-		{"exclusiveMaximum", func(x float64) float64 { return math.Ceil(x) - 1 }, false},
-	} {
-		f, ok, err := boundOf(s, b.name, path)
-		if err != nil {
-			return "", err
+	if lower.set {
+		lo = int64(math.Ceil(lower.v))
+		if lower.open && lower.v == math.Trunc(lower.v) {
+			lo++
 		}
-		if !ok {
-			continue
-		}
-		if v := int64(b.bound(f)); b.lower {
-			lo = max(lo, v)
-		} else {
-			hi = min(hi, v)
+	}
+	if upper.set {
+		hi = int64(math.Floor(upper.v))
+		if upper.open && upper.v == math.Trunc(upper.v) {
+			hi--
 		}
 	}
 	if lo > hi {
@@ -530,17 +523,39 @@ func integerType(s *ordered, path string) (string, error) {
 // stays within the 16 digits the grammar writes.
 const maxBound = 1 << 53
 
-// boundOf reads a numeric bound keyword of s, if present.
-func boundOf(s *ordered, name, path string) (float64, bool, error) {
-	v, ok := s.get(name)
-	if !ok {
-		return 0, false, nil
+// numBound is one end of a range.
+type numBound struct {
+	v    float64
+	open bool // the end itself is outside
+	set  bool // a keyword gave it (else the side is unbounded)
+}
+
+// boundsOf reads the schema's minimum, exclusiveMinimum, maximum and
+// exclusiveMaximum: the tightest end of each side. whole refuses a fractional bound.
+func boundsOf(s *ordered, path string, whole bool) (lo, hi numBound, err error) {
+	for _, b := range []struct {
+		name        string
+		lower, open bool
+	}{{"minimum", true, false}, {"exclusiveMinimum", true, true}, {"maximum", false, false}, {"exclusiveMaximum", false, true}} {
+		v, ok := s.get(b.name)
+		if !ok {
+			continue
+		}
+		f, isNum := v.(float64)
+		if !isNum || math.IsNaN(f) || math.Abs(f) >= maxBound {
+			return lo, hi, fmt.Errorf("%w: JSON Schema %s: %s must be a number of magnitude below 2^53", ErrSyntax, path, b.name)
+		}
+		if whole && f != math.Trunc(f) {
+			return lo, hi, fmt.Errorf("%w: JSON Schema %s: %s %v of a number: only whole bounds are supported", ErrSyntax, path, b.name, f)
+		}
+		nb := numBound{v: f, open: b.open, set: true}
+		if b.lower && (!lo.set || f > lo.v || f == lo.v && b.open) {
+			lo = nb
+		} else if !b.lower && (!hi.set || f < hi.v || f == hi.v && b.open) {
+			hi = nb
+		}
 	}
-	f, isNum := v.(float64)
-	if !isNum || math.IsNaN(f) || math.Abs(f) >= maxBound {
-		return 0, false, fmt.Errorf("%w: JSON Schema %s: %s must be a number of magnitude below 2^53", ErrSyntax, path, name)
-	}
-	return f, true, nil
+	return lo, hi, nil
 }
 
 // numberType writes a number between the schema's bounds, which must be whole
@@ -552,34 +567,23 @@ func numberType(s *ordered, path string) (string, error) {
 	if boundKeyword(s) == "" {
 		return "number", nil
 	}
-	lo, hi := numBound{v: -maxInteger}, numBound{v: maxInteger}
-	for _, b := range []struct {
-		name        string
-		lower, open bool
-	}{{"minimum", true, false}, {"exclusiveMinimum", true, true}, {"maximum", false, false}, {"exclusiveMaximum", false, true}} {
-		f, ok, err := boundOf(s, b.name, path)
-		if err != nil {
-			return "", err
-		}
-		if !ok {
-			continue
-		}
-		if f != math.Trunc(f) {
-			return "", fmt.Errorf("%w: JSON Schema %s: %s %v of a number: only whole bounds are supported", ErrSyntax, path, b.name, f)
-		}
-		nb := numBound{v: int64(f), open: b.open}
-		if b.lower && (nb.v > lo.v || nb.v == lo.v && nb.open) {
-			lo = nb
-		} else if !b.lower && (nb.v < hi.v || nb.v == hi.v && nb.open) {
-			hi = nb
-		}
+	lower, upper, err := boundsOf(s, path, true)
+	if err != nil {
+		return "", err
+	}
+	lo, hi := -maxInteger, maxInteger
+	if lower.set {
+		lo = int64(lower.v)
+	}
+	if upper.set {
+		hi = int64(upper.v)
 	}
 	var alts []string
-	if hi.v >= 0 { // x ≥ 0: its magnitude from max(lo, 0) to hi
-		alts = magnitudes(max(lo.v, 0), hi.v, lo.v < 0 || !lo.open, !hi.open)
+	if hi >= 0 { // x ≥ 0: its magnitude from max(lo, 0) to hi
+		alts = magnitudes(max(lo, 0), hi, lo < 0 || !lower.open, !upper.open)
 	}
-	if lo.v < 0 { // x < 0: its magnitude from max(−hi, 0) to −lo; zero is the other side's
-		for _, a := range magnitudes(max(-hi.v, 0), -lo.v, hi.v < 0 && !hi.open, !lo.open) {
+	if lo < 0 { // x < 0: its magnitude from max(−hi, 0) to −lo; zero is the other side's
+		for _, a := range magnitudes(max(-hi, 0), -lo, hi < 0 && !upper.open, !lower.open) {
 			alts = append(alts, `"-" `+a)
 		}
 	}
@@ -587,12 +591,6 @@ func numberType(s *ordered, path string) (string, error) {
 		return "", fmt.Errorf("%w: JSON Schema %s: no number lies within its bounds", ErrSyntax, path)
 	}
 	return "(" + strings.Join(alts, " | ") + ") ws", nil
-}
-
-// numBound is one end of a number's range.
-type numBound struct {
-	v    int64
-	open bool // the end itself is outside
 }
 
 // The fractions of a bounded number: any, only zeros, and not only zeros.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"math"
-	"strings"
 
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/tokenizer"
@@ -49,7 +48,7 @@ func tokenText(tok *tokenizer.Tokenizer, id int32) (string, []int) {
 	for i := range len(p) {
 		b[i] = int(p[i])
 	}
-	return strings.ToValidUTF8(p, "\uFFFD"), b
+	return tok.PieceText(id), b
 }
 
 // finite keeps a log-probability JSON can carry: -Inf (a token the model rules out)

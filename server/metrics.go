@@ -83,34 +83,27 @@ func newMetrics(modelName string, maxK int, kv func() (target, draft *kvcache.St
 	m.numAccepted = f.counter("specula:spec_decode_num_accepted_tokens_total", "Draft tokens accepted (vLLM's spec_decode_num_accepted_tokens).")
 	m.acceptedPerPos = f.counterVec("specula:spec_decode_num_accepted_tokens_per_pos_total",
 		"Draft tokens accepted at each draft position, 0 first (vLLM's spec_decode_num_accepted_tokens_per_pos).", "position")
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "specula_acceptance_rate",
-		Help: "Fraction of draft tokens accepted, over recent speculative requests (each request's weight decays by 10% per later one).",
-	}, m.acceptanceRate))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "specula_speculation_enabled",
-		Help: "1 when a request admitted now would decode speculatively, 0 when the server is saturated (or speculation is off).",
-	}, speculating))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "specula_batch_passes_total",
-		Help: "Passes of the target's multi-sequence forward: the requests' verifications and prefill chunks ready at once go through one.",
-	}, func() float64 { return float64(passes.BatchStats().Passes) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "specula_batch_forwards_total",
-		Help: "Requests' forwards those passes carried (divided by specula_batch_passes_total: the mean batch size).",
-	}, func() float64 { return float64(passes.BatchStats().Forwards) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "specula_batch_tokens_total",
-		Help: "Tokens those passes carried: pending tokens, drafts and prefill chunks (divided by specula_batch_passes_total: the mean tokens per pass).",
-	}, func() float64 { return float64(passes.BatchStats().Tokens) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "specula_batch_size",
-		Help: "Requests' forwards per pass over the recent passes of streaming requests, prefill passes left out (1: requests forward alone).",
-	}, func() float64 { return passes.Load().Forwards }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "specula_batch_tokens_per_pass",
-		Help: "Tokens per pass over the recent passes of streaming requests, prefill passes left out: what adaptive speculation prices its drafts by, with the pass cost.",
-	}, func() float64 { return passes.Load().Tokens }))
+	f.gaugeFunc("specula_acceptance_rate",
+		"Fraction of draft tokens accepted, over recent speculative requests (each request's weight decays by 10% per later one).",
+		m.acceptanceRate)
+	f.gaugeFunc("specula_speculation_enabled",
+		"1 when a request admitted now would decode speculatively, 0 when the server is saturated (or speculation is off).",
+		speculating)
+	f.counterFunc("specula_batch_passes_total",
+		"Passes of the target's multi-sequence forward: the requests' verifications and prefill chunks ready at once go through one.",
+		func() float64 { return float64(passes.BatchStats().Passes) })
+	f.counterFunc("specula_batch_forwards_total",
+		"Requests' forwards those passes carried (divided by specula_batch_passes_total: the mean batch size).",
+		func() float64 { return float64(passes.BatchStats().Forwards) })
+	f.counterFunc("specula_batch_tokens_total",
+		"Tokens those passes carried: pending tokens, drafts and prefill chunks (divided by specula_batch_passes_total: the mean tokens per pass).",
+		func() float64 { return float64(passes.BatchStats().Tokens) })
+	f.gaugeFunc("specula_batch_size",
+		"Requests' forwards per pass over the recent passes of streaming requests, prefill passes left out (1: requests forward alone).",
+		func() float64 { return passes.Load().Forwards })
+	f.gaugeFunc("specula_batch_tokens_per_pass",
+		"Tokens per pass over the recent passes of streaming requests, prefill passes left out: what adaptive speculation prices its drafts by, with the pass cost.",
+		func() float64 { return passes.Load().Tokens })
 	reg.MustRegister(&kvCollector{stats: kv})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -236,6 +229,16 @@ func (f factory) counterVec(name, help string, labels ...string) *prometheus.Cou
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	f.reg.MustRegister(c)
 	return c
+}
+
+// gaugeFunc registers a gauge whose value value reads when scraped.
+func (f factory) gaugeFunc(name, help string, value func() float64) {
+	f.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
+}
+
+// counterFunc registers a counter whose value value reads when scraped.
+func (f factory) counterFunc(name, help string, value func() float64) {
+	f.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, value))
 }
 
 func (f factory) gauge(name, help string) prometheus.Gauge {

@@ -30,7 +30,7 @@ func (r *run) constrain() error {
 	all := true
 	for i := range n {
 		state := r.cstate
-		if p := parentOf(tree, i); p >= 0 {
+		if p := tree.Parent(i); p >= 0 {
 			if !keep[p] || r.nodeSt[p] < 0 {
 				r.nodeSt = append(r.nodeSt, -1)
 				all = false
@@ -47,14 +47,6 @@ func (r *run) constrain() error {
 		return nil
 	}
 	return r.prune(keep)
-}
-
-// parentOf is node i's parent in tree (-1: the history); a chain's is i−1.
-func parentOf(tree model.Tree, i int) int {
-	if tree.Chain() {
-		return i - 1
-	}
-	return int(tree.Parent(i))
 }
 
 // prune keeps the draft's nodes that keep marks, renumbered in order.
@@ -76,7 +68,7 @@ func (r *run) prune(keep []bool) error {
 			nq = append(nq, r.draft.Row(i))
 		}
 		p := int32(-1)
-		if pi := parentOf(tree, i); pi >= 0 {
+		if pi := tree.Parent(i); pi >= 0 {
 			p = index[pi]
 		}
 		parents = append(parents, p)

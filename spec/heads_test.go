@@ -105,6 +105,11 @@ func TestHeadGreedyIdentity(t *testing.T) {
 
 // eagleCase is a tiny Llama target on disk with a random EAGLE layer for it.
 func eagleCase(t *testing.T, tree draft.TreeShape) (*llama.Model, draft.Drafter) {
+	return eagleCaseOf(t, tree, 0)
+}
+
+// eagleCaseOf is eagleCase with the layer's context length (0: the model's).
+func eagleCaseOf(t *testing.T, tree draft.TreeShape, layerContext int) (*llama.Model, draft.Drafter) {
 	t.Helper()
 	s := headtest.LlamaShape{Dim: 16, Heads: 2, KVHeads: 1, HeadDim: 8, FFN: 32, Vocab: 6, Layers: 1}
 	root := t.TempDir()
@@ -114,7 +119,7 @@ func eagleCase(t *testing.T, tree draft.TreeShape) (*llama.Model, draft.Drafter)
 	m, err := llama.Open(tdir, llama.Options{Threads: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
-	layer, err := llama.OpenEAGLE(edir, tdir, llama.Options{Threads: 1})
+	layer, err := llama.OpenEAGLE(edir, tdir, llama.Options{Threads: 1, ContextLength: layerContext})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = layer.Close() })
 	d, err := draft.NewEAGLE(layer, m.Info(), tree)
@@ -176,19 +181,7 @@ func TestEAGLEDistribution(t *testing.T) {
 // TestEAGLEOutOfRoom checks that an EAGLE layer that runs out of context is dropped for
 // the rest of the request, which goes on without drafts to the target's own output.
 func TestEAGLEOutOfRoom(t *testing.T) {
-	s := headtest.LlamaShape{Dim: 16, Heads: 2, KVHeads: 1, HeadDim: 8, FFN: 32, Vocab: 6, Layers: 1}
-	root := t.TempDir()
-	tdir, edir := filepath.Join(root, "target"), filepath.Join(root, "eagle")
-	require.NoError(t, headtest.Llama(tdir, s, 3))
-	require.NoError(t, headtest.EAGLE(edir, s, 4))
-	m, err := llama.Open(tdir, llama.Options{Threads: 1})
-	require.NoError(t, err)
-	defer m.Close()
-	layer, err := llama.OpenEAGLE(edir, tdir, llama.Options{Threads: 1, ContextLength: 12})
-	require.NoError(t, err)
-	defer layer.Close()
-	d, err := draft.NewEAGLE(layer, m.Info(), draft.TreeShape{})
-	require.NoError(t, err)
+	m, d := eagleCaseOf(t, draft.TreeShape{}, 12)
 	req := spec.Request{Prompt: []int32{1, 4, 2}, MaxTokens: 30}
 	want, err := newDecoder(t, m, nil, 0).Generate(context.Background(), req)
 	require.NoError(t, err)

@@ -206,7 +206,6 @@ func (l *Local) newSession(seq model.Sequence, maxDraft, chunk, shared int) *ses
 	vocab, n := l.info.VocabSize, maxDraft+1
 	s := &session{
 		local:    l,
-		batched:  l.batched,
 		seq:      seq,
 		width:    l.info.HiddenSize,
 		maxDraft: maxDraft,
@@ -215,12 +214,10 @@ func (l *Local) newSession(seq model.Sequence, maxDraft, chunk, shared int) *ses
 		batch:    make([]int32, 0, n),
 		path:     make([]int32, 0, n),
 		outputs:  make([]int32, n),
-		logits:   make([]float32, n*vocab),
-		rows:     make([][]float32, n),
 	}
+	s.logits, s.rows = logitRows(nil, nil, n, vocab)
 	for i := range n {
 		s.outputs[i] = int32(i)
-		s.rows[i] = s.logits[i*vocab : (i+1)*vocab]
 	}
 	return s
 }
@@ -228,7 +225,6 @@ func (l *Local) newSession(seq model.Sequence, maxDraft, chunk, shared int) *ses
 // session is a [Local] target's session.
 type session struct {
 	local    *Local
-	batched  *batch.Model // the model the session's sequence belongs to
 	seq      model.Sequence
 	maxDraft int
 	chunk    int // prompt tokens per pass alone…
@@ -294,8 +290,8 @@ func (s *session) PrefillScored(ctx context.Context, tokens []int32, score func(
 	if score == nil {
 		return errors.New("target: PrefillScored without a score function")
 	}
-	s.batched.Prefilling(s.seq, true) // its rows of logits do not make it a stream
-	defer s.batched.Prefilling(s.seq, false)
+	s.local.batched.Prefilling(s.seq, true) // its rows of logits do not make it a stream
+	defer s.local.batched.Prefilling(s.seq, false)
 	return s.prefill(ctx, tokens, score)
 }
 
@@ -330,9 +326,9 @@ func (s *session) prefill(ctx context.Context, tokens []int32, score func(from i
 				b.States, b.Hidden = b.States[:n], b.Hidden[:n*s.width]
 			}
 			b.Outputs = s.indices(n)
-			logits, rows = scoreBuffers(logits, rows, n, vocab)
+			logits, rows = logitRows(logits, rows, n, vocab)
 		}
-		if err := s.forward(ctx, b, logits); err != nil {
+		if err := s.seq.Forward(ctx, b, logits); err != nil {
 			return fmt.Errorf("target: prefill: %w", err)
 		}
 		if score != nil {
@@ -345,8 +341,9 @@ func (s *session) prefill(ctx context.Context, tokens []int32, score func(from i
 	return nil
 }
 
-// scoreBuffers sizes the logits of n rows of vocab, reusing logits and rows.
-func scoreBuffers(logits []float32, rows [][]float32, n, vocab int) ([]float32, [][]float32) {
+// logitRows sizes the logits of n rows of vocab, and the rows over them, reusing
+// logits and rows.
+func logitRows(logits []float32, rows [][]float32, n, vocab int) ([]float32, [][]float32) {
 	if cap(logits) < n*vocab {
 		logits = make([]float32, n*vocab)
 	}
@@ -377,7 +374,7 @@ func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shap
 		s.stateRows(n)
 		b.States, b.Hidden = b.Outputs, s.hidden
 	}
-	if err := s.forward(ctx, b, s.logits); err != nil {
+	if err := s.seq.Forward(ctx, b, s.logits); err != nil {
 		return nil, fmt.Errorf("target: verify: %w", err)
 	}
 	s.last = n
@@ -423,15 +420,10 @@ func (s *session) Accept(path []int32) error {
 // chunkSize is how many prompt tokens the next prefill pass takes: fewer beside
 // other sessions that stream tokens.
 func (s *session) chunkSize() int {
-	if s.batched.Streaming(s.seq) {
+	if s.local.batched.Streaming(s.seq) {
 		return s.shared
 	}
 	return s.chunk
-}
-
-// forward runs b in a pass shared with the target's other sessions.
-func (s *session) forward(ctx context.Context, b model.Batch, logits []float32) error {
-	return s.seq.Forward(ctx, b, logits)
 }
 
 // Fork implements [ForkSession] when the model's sequences fork.

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"strings"
 	"unicode/utf8"
 )
 
@@ -204,4 +205,11 @@ func (t *Tokenizer) Piece(id int32) (piece string, ok bool) {
 		return "", false
 	}
 	return t.pieces[id], true
+}
+
+// PieceText is a token's piece as text to show (logprobs' token strings): a part of
+// a UTF-8 character in it becomes U+FFFD; "" for an id outside the vocabulary.
+func (t *Tokenizer) PieceText(id int32) string {
+	p, _ := t.Piece(id)
+	return strings.ToValidUTF8(p, "\uFFFD")
 }
