@@ -24,21 +24,14 @@ package specula
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
-	"strings"
-	"sync/atomic"
 
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/draft/heads"
-	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/gpu"
-	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
-	"github.com/specula/specula/target"
 	"github.com/specula/specula/tokenizer"
 )
 
@@ -94,35 +87,6 @@ type Config struct {
 	ChatTemplate string
 	// Progress, when set, is told how far the reading of each model file is.
 	Progress func(file string, done, total int64)
-}
-
-// Engine is a target model with its tokenizer, chat template and drafter, and the
-// decoders on them. It is safe for concurrent use. Close it when done.
-type Engine struct {
-	model   model.Model
-	path    string // the target's file, when Open loaded it
-	local   *target.Local
-	tok     *tokenizer.Tokenizer
-	info    model.Info
-	chat    *ChatTemplate
-	chatErr error // why the model's template is not usable
-
-	dec, plain, seeded *spec.Decoder
-	maxK               int
-	drafts             []model.Model // draft models, for their memory figures
-	closers            []io.Closer   // the models and heads the engine opened
-
-	formats  formats      // compiled output formats
-	compiled atomic.Int64 // nanoseconds spent compiling them
-}
-
-// EngineOptions tune [NewEngine].
-type EngineOptions struct {
-	// K and FixedK are as in [Config].
-	K      int
-	FixedK bool
-	// ChatTemplate renders chats (nil: the engine has none, and Chat fails).
-	ChatTemplate *ChatTemplate
 }
 
 // Open loads the target, its tokenizer and chat template, and the drafter that cfg
@@ -272,200 +236,4 @@ func (e *Engine) loadChatTemplate(cfg Config) {
 		eos = e.tok.Decode(ids[:1])
 	}
 	e.chat, e.chatErr = NewChatTemplate(src, source, bos, eos)
-}
-
-// openDrafter opens what cfg.Draft names, each part in turn: nil for plain decoding.
-func (e *Engine) openDrafter(cfg Config) (draft.Drafter, error) {
-	var parts []draft.Drafter
-	learned := false // a model or head is among them
-	for _, name := range strings.Split(cfg.Draft, "+") {
-		d, isModel, err := e.openPart(strings.TrimSpace(name), cfg)
-		if err != nil {
-			return nil, err
-		}
-		if d != nil {
-			parts = append(parts, d)
-		}
-		learned = learned || isModel
-	}
-	if learned && !cfg.NoLookup && !hasLookup(parts) {
-		parts = append([]draft.Drafter{draft.NGram{Min: 2}}, parts...)
-	}
-	switch len(parts) {
-	case 0:
-		return nil, nil
-	case 1:
-		return parts[0], nil
-	}
-	return draft.First(parts...), nil
-}
-
-func hasLookup(ds []draft.Drafter) bool {
-	for _, d := range ds {
-		if _, ok := d.(draft.NGram); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// openPart opens one drafter of Config.Draft and reports whether it is a model or a
-// head (which lookup goes in front of).
-func (e *Engine) openPart(name string, cfg Config) (d draft.Drafter, isModel bool, err error) {
-	switch name {
-	case "", "ngram", "lookup":
-		return draft.NGram{}, false, nil
-	case "suffix":
-		return draft.Suffix{Memory: draft.NewSuffixMemory(1<<20, 32)}, false, nil
-	case "none":
-		return nil, false, nil
-	}
-	if _, err := os.Stat(name); err != nil {
-		return nil, false, fmt.Errorf("specula: Config.Draft %q: not ngram, suffix or none, and not a file: %w", name, err)
-	}
-	if _, err := heads.Kind(name); err == nil {
-		// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
-		h, closer, err := heads.Open(name, cfg.Model, e.info, heads.Options{Threads: cfg.Threads, Requantize: dtype.Q8_0, Tree: cfg.Tree,
-			Layer: llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}})
-		if err != nil {
-			return nil, false, fmt.Errorf("specula: draft head %s: %w", name, err)
-		}
-		e.closers = append(e.closers, closer)
-		return h, true, nil
-	}
-	// The draft model's cache keeps the runtime's default budget: it is small.
-	dm, err := openModel(name, llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}, cfg.Progress)
-	if err != nil {
-		return nil, false, err
-	}
-	e.closers = append(e.closers, dm)
-	e.drafts = append(e.drafts, dm)
-	dtok, err := tokenizer.Load(name)
-	if err != nil {
-		return nil, false, fmt.Errorf("specula: %w", err)
-	}
-	if err := tokenizer.Compatible(dtok, e.tok); err != nil {
-		return nil, false, fmt.Errorf("specula: the draft model %s cannot draft for %s: %w", name, cfg.Model, err)
-	}
-	sm, err := draft.NewSmallModel(dm)
-	if err != nil {
-		return nil, false, fmt.Errorf("specula: %w", err)
-	}
-	return sm, true, nil
-}
-
-// makeDecoders makes the plain decoder and, with a drafter, the speculative one
-// drafting up to k tokens a step (adaptive unless fixed) and the reproducible one.
-func (e *Engine) makeDecoders(drafter draft.Drafter, k, minK int, fixed bool) error {
-	tgt, err := target.NewLocal(e.model)
-	if err != nil {
-		return fmt.Errorf("specula: %w", err)
-	}
-	e.local = tgt
-	if e.plain, err = spec.New(tgt, nil, spec.Options{}); err != nil {
-		return err
-	}
-	e.dec, e.seeded = e.plain, e.plain
-	if drafter == nil {
-		return nil
-	}
-	if k == 0 {
-		k = DefaultMaxK
-	}
-	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
-	if e.dec, err = spec.New(tgt, drafter, spec.Options{K: k, MinK: minK, Adaptive: !fixed, PaddedVocab: true}); err != nil {
-		return err
-	}
-	e.maxK, e.seeded = k, e.dec
-	if !fixed {
-		if e.seeded, err = spec.New(tgt, drafter, spec.Options{K: min(k, seededK), PaddedVocab: true}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Close releases what Open loaded. Close it after every request has ended.
-func (e *Engine) Close() error {
-	var errs []error
-	for _, c := range e.closers {
-		errs = append(errs, c.Close())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
-}
-
-// Info describes the target model.
-func (e *Engine) Info() model.Info { return e.info }
-
-// Tokenizer returns the target's tokenizer.
-func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
-
-// Decoder returns the engine's decoder: speculative when there is a drafter, plain
-// otherwise.
-func (e *Engine) Decoder() *spec.Decoder { return e.dec }
-
-// PlainDecoder returns a decoder without speculation on the same target.
-func (e *Engine) PlainDecoder() *spec.Decoder { return e.plain }
-
-// ReproducibleDecoder returns the decoder for sampling with a seed: the same seed
-// gives the same text every time. An adaptive decoder's choice of K depends on timing,
-// and its random draws with it, so this one drafts a fixed K (at most 2) with the
-// same drafter; with a fixed K it is Decoder.
-func (e *Engine) ReproducibleDecoder() *spec.Decoder { return e.seeded }
-
-// MaxDraft is the most tokens the engine drafts a step (0: no speculation).
-func (e *Engine) MaxDraft() int { return e.maxK }
-
-// Target returns the target every decoder verifies through: its batch statistics and
-// load.
-func (e *Engine) Target() *target.Local { return e.local }
-
-// Path is the target's file or directory ("" for an engine made by NewEngine).
-func (e *Engine) Path() string { return e.path }
-
-// Model returns the target model.
-func (e *Engine) Model() model.Model { return e.model }
-
-// ChatTemplate returns the chat template, or nil and why there is none usable.
-func (e *Engine) ChatTemplate() (*ChatTemplate, error) { return e.chat, e.chatErr }
-
-// kvStater is a model that reports its key/value cache (the Llama runtime).
-type kvStater interface {
-	KVStats() kvcache.Stats
-}
-
-// KVStats reports the key/value caches of the target and the first draft model;
-// nil where a model does not report one.
-func (e *Engine) KVStats() (target, draft *kvcache.Stats) {
-	if m, ok := e.model.(kvStater); ok {
-		s := m.KVStats()
-		target = &s
-	}
-	if len(e.drafts) > 0 {
-		if m, ok := e.drafts[0].(kvStater); ok {
-			s := m.KVStats()
-			draft = &s
-		}
-	}
-	return target, draft
-}
-
-// weightBytes is implemented by what holds weights: models and draft heads.
-type weightBytes interface {
-	WeightBytes() int64
-}
-
-// WeightBytes reports the bytes of the target's weights and of the drafters' (models
-// and heads), where they say.
-func (e *Engine) WeightBytes() (target, drafters int64) {
-	if w, ok := e.model.(weightBytes); ok {
-		target = w.WeightBytes()
-	}
-	for _, c := range e.closers {
-		if w, ok := c.(weightBytes); ok && any(c) != any(e.model) {
-			drafters += w.WeightBytes()
-		}
-	}
-	return target, drafters
 }
