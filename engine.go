@@ -1,10 +1,11 @@
 package specula
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
+	"runtime"
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/kvcache"
@@ -15,7 +16,10 @@ import (
 )
 
 // Engine is a target model with its tokenizer, chat template and drafter, and the
-// decoders on them. It is safe for concurrent use. Close it when done.
+// decoders on them: the one door requests come in by ([Engine.GenerateFunc] and
+// what is built on it). It is safe for concurrent use: requests running at once
+// share the target's forward passes, and wait their turn when the engine is full.
+// Close it when done.
 type Engine struct {
 	model   model.Model
 	path    string // the target's file, when Open loaded it
@@ -27,11 +31,16 @@ type Engine struct {
 
 	dec, plain, seeded *spec.Decoder
 	maxK               int
+	saturation         int
 	drafts             []model.Model // draft models, for their memory figures
 	closers            []io.Closer   // the models and heads the engine opened
 
-	formats  formats      // compiled output formats
-	compiled atomic.Int64 // nanoseconds spent compiling them
+	adm     *admission
+	met     *metrics
+	formats formats // compiled output formats
+
+	ctx    context.Context // ends every request when the engine closes
+	cancel context.CancelCauseFunc
 }
 
 // EngineOptions tune [NewEngine].
@@ -41,6 +50,44 @@ type EngineOptions struct {
 	FixedK bool
 	// ChatTemplate renders chats (nil: the engine has none, and Chat fails).
 	ChatTemplate *ChatTemplate
+	// Serving sets how many requests run and wait (see [Config]).
+	Serving
+}
+
+// decoding says how an engine decodes: the most tokens drafted a step, the fewest
+// when drafting, whether that is fixed, and how requests are served.
+type decoding struct {
+	k, minK int
+	fixed   bool
+	serving Serving
+	seqs    int // Config.MaxSequences
+}
+
+// start makes the engine's decoders, drafting with drafter (nil: plain decoding), and
+// its admission and metrics: the last step of Open and NewEngine.
+func (e *Engine) start(drafter draft.Drafter, d decoding) error {
+	if err := d.serving.check(); err != nil {
+		return err
+	}
+	if err := e.makeDecoders(drafter, d.k, d.minK, d.fixed); err != nil {
+		return err
+	}
+	capacity, blockSize := 0, 0
+	if kv, _ := e.kvStats(); kv != nil {
+		capacity, blockSize = kv.Blocks, kv.BlockSize
+	}
+	running := d.seqs
+	if running == 0 {
+		running = 4 * runtime.GOMAXPROCS(0)
+	}
+	e.saturation = d.serving.Saturation
+	e.adm = newAdmission(d.serving, running, capacity, blockSize)
+	if err := e.Memory().check(); err != nil {
+		return err
+	}
+	e.met = newMetrics(e)
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	return nil
 }
 
 // makeDecoders makes the plain decoder and, with a drafter, the speculative one
@@ -74,8 +121,14 @@ func (e *Engine) makeDecoders(drafter draft.Drafter, k, minK int, fixed bool) er
 	return nil
 }
 
-// Close releases what Open loaded. Close it after every request has ended.
+// Close ends the engine: requests waiting are refused and running ones cancelled,
+// with ErrClosed; once they have ended, what Open loaded is released. Later requests
+// fail with ErrClosed.
 func (e *Engine) Close() error {
+	if e.adm != nil {
+		e.cancel(ErrClosed)
+		e.adm.close()
+	}
 	var errs []error
 	for _, c := range e.closers {
 		errs = append(errs, c.Close())
@@ -90,43 +143,88 @@ func (e *Engine) Info() model.Info { return e.info }
 // Tokenizer returns the target's tokenizer.
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
-// Decoder returns the engine's decoder: speculative when there is a drafter, plain
-// otherwise.
+// Decoder returns the engine's speculative decoder (plain when there is no drafter),
+// for callers that drive the lower-level [spec.Decoder] themselves. Requests made
+// there bypass the engine's admission, metrics and stops: prefer [Engine.Generate].
 func (e *Engine) Decoder() *spec.Decoder { return e.dec }
-
-// PlainDecoder returns a decoder without speculation on the same target.
-func (e *Engine) PlainDecoder() *spec.Decoder { return e.plain }
-
-// ReproducibleDecoder returns the decoder for sampling with a seed: the same seed
-// gives the same text every time. An adaptive decoder's choice of K depends on timing,
-// and its random draws with it, so this one drafts a fixed K (at most 2) with the
-// same drafter; with a fixed K it is Decoder.
-func (e *Engine) ReproducibleDecoder() *spec.Decoder { return e.seeded }
-
-// MaxDraft is the most tokens the engine drafts a step (0: no speculation).
-func (e *Engine) MaxDraft() int { return e.maxK }
-
-// Target returns the target every decoder verifies through: its batch statistics and
-// load.
-func (e *Engine) Target() *target.Local { return e.local }
 
 // Path is the target's file or directory ("" for an engine made by NewEngine).
 func (e *Engine) Path() string { return e.path }
 
-// Model returns the target model.
-func (e *Engine) Model() model.Model { return e.model }
-
 // ChatTemplate returns the chat template, or nil and why there is none usable.
 func (e *Engine) ChatTemplate() (*ChatTemplate, error) { return e.chat, e.chatErr }
+
+// speculates is the saturation policy: with running requests (a new one included),
+// speculate unless the engine has no drafter or running is above the saturation
+// point, if there is one.
+func (e *Engine) speculates(running int) bool {
+	return e.maxK > 0 && (e.saturation == 0 || running <= e.saturation)
+}
+
+// Status is what an engine is doing now.
+type Status struct {
+	// Running and Waiting count the requests decoding and waiting for their turn.
+	Running, Waiting int
+	// KVUsage is the fraction of the target's key/value cache in use (0 when the
+	// model does not say).
+	KVUsage float64
+	// Speculating reports whether a request admitted now would draft.
+	Speculating bool
+}
+
+// Status reports what the engine is doing now.
+func (e *Engine) Status() Status {
+	running, waiting := e.adm.counts()
+	t, _ := e.kvStats()
+	return Status{Running: running, Waiting: waiting, KVUsage: kvUsage(t), Speculating: e.speculates(running + 1)}
+}
+
+// Memory is how an engine's memory is laid out: the weights of the target and of the
+// drafters, and the key/value budget with what it holds.
+type Memory struct {
+	TargetWeights, DraftWeights int64
+	// KVBudget is the target's key/value cache budget in bytes, and KVPositions the
+	// token positions it holds, all sequences together (0: the model does not say).
+	KVBudget    int64
+	KVPositions int
+	// ContextLength is one request's most positions; MaxRunning how many run at once.
+	ContextLength, MaxRunning int
+	// MaxDraft is the most tokens drafted a step (0: no speculation).
+	MaxDraft int
+}
+
+// Memory reports the engine's memory plan.
+func (e *Engine) Memory() Memory {
+	m := Memory{ContextLength: e.info.ContextLength, MaxRunning: e.adm.maxRunning, MaxDraft: e.maxK}
+	m.TargetWeights, m.DraftWeights = e.weightBytes()
+	if kv, _ := e.kvStats(); kv != nil {
+		m.KVBudget, m.KVPositions = kv.Budget, kv.Blocks*kv.BlockSize
+	}
+	return m
+}
+
+// check refuses a plan whose key/value budget cannot hold one request at full
+// context, saying what to lower or raise.
+func (m Memory) check() error {
+	if m.ContextLength > 0 && m.KVBudget > 0 && m.KVPositions < m.ContextLength {
+		need := (m.KVBudget*int64(m.ContextLength) + int64(m.KVPositions) - 1) / int64(max(m.KVPositions, 1))
+		return &ParameterError{Field: "KVBudget", Err: fmt.Errorf("%.1f MiB holds %d positions, less than one request at full context (%d): "+
+			"raise it to at least %.1f MiB, or lower ContextLength to %d",
+			mib(m.KVBudget), m.KVPositions, m.ContextLength, mib(need), m.KVPositions)}
+	}
+	return nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // kvStater is a model that reports its key/value cache (the Llama runtime).
 type kvStater interface {
 	KVStats() kvcache.Stats
 }
 
-// KVStats reports the key/value caches of the target and the first draft model;
+// kvStats reports the key/value caches of the target and the first draft model;
 // nil where a model does not report one.
-func (e *Engine) KVStats() (target, draft *kvcache.Stats) {
+func (e *Engine) kvStats() (target, draft *kvcache.Stats) {
 	if m, ok := e.model.(kvStater); ok {
 		s := m.KVStats()
 		target = &s
@@ -145,9 +243,9 @@ type weightBytes interface {
 	WeightBytes() int64
 }
 
-// WeightBytes reports the bytes of the target's weights and of the drafters' (models
+// weightBytes reports the bytes of the target's weights and of the drafters' (models
 // and heads), where they say.
-func (e *Engine) WeightBytes() (target, drafters int64) {
+func (e *Engine) weightBytes() (target, drafters int64) {
 	if w, ok := e.model.(weightBytes); ok {
 		target = w.WeightBytes()
 	}

@@ -1,7 +1,6 @@
 package specula
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
@@ -23,10 +22,11 @@ type formats struct {
 // maxFormats is how many compiled formats an engine keeps.
 const maxFormats = 64
 
-// Constraint compiles a format against the engine's vocabulary (nil for free text),
-// or returns the matcher compiled for it before. An error says what is wrong with the
-// format, wrapping grammar.ErrSyntax where it is its text.
-func (e *Engine) Constraint(f Format) (*grammar.Matcher, error) {
+// constraint compiles a format against the engine's vocabulary (nil for free text),
+// or returns the matcher compiled for it before. An error is a *ParameterError
+// naming the format's field and saying what is wrong with it, wrapping
+// grammar.ErrSyntax where it is its text.
+func (e *Engine) constraint(f Format) (*grammar.Matcher, error) {
 	kind, err := f.kind()
 	if err != nil || kind == "" {
 		return nil, err
@@ -41,11 +41,11 @@ func (e *Engine) Constraint(f Format) (*grammar.Matcher, error) {
 	t := time.Now()
 	g, err := compileFormat(kind, f)
 	if err != nil {
-		return nil, fmt.Errorf("specula: Format.%s: %w", kind, err)
+		return nil, &ParameterError{Field: "Format." + kind, Err: err}
 	}
 	c.once.Do(func() { c.vocab = grammar.TokenizerVocab(e.tok) })
 	m = grammar.NewMatcher(g, c.vocab)
-	e.compiled.Add(int64(time.Since(t)))
+	e.met.compileSeconds.Add(time.Since(t).Seconds())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.matchers[f]; ok && !old.Large() {
@@ -76,7 +76,3 @@ func compileFormat(kind string, f Format) (*grammar.Grammar, error) {
 	}
 	return grammar.ParseGBNF(f.Grammar)
 }
-
-// CompileTime is the time the engine has spent compiling formats (schemas, grammars,
-// regular expressions) and matching them against its vocabulary, in all.
-func (e *Engine) CompileTime() time.Duration { return time.Duration(e.compiled.Load()) }

@@ -6,120 +6,180 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
+	"sync"
+	"time"
 
-	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/spec"
-	"github.com/specula/specula/tokenizer"
 )
 
-// Params are a generation's settings. The zero value is greedy decoding to the end of
-// the context or the model's end-of-sequence token.
-type Params struct {
-	// MaxTokens bounds the tokens generated (0: to the end of the context).
-	MaxTokens int
-	// Temperature scales the logits before sampling; 0 is greedy decoding.
-	Temperature float64
-	// TopP keeps the smallest set of most likely tokens whose probability reaches it
-	// (0 or 1: all); TopK keeps the TopK most likely (0: all); MinP drops tokens
-	// less likely than MinP times the most likely one.
-	TopP float64
-	TopK int
-	MinP float64
-	// RepetitionPenalty (CTRL-style, 0 or 1: none) makes tokens already in the text
-	// less likely.
-	RepetitionPenalty float64
-	// Seed makes sampling reproducible: the same seed, prompt and parameters give the
-	// same text. 0 draws a random seed.
-	Seed uint64
-	// Stop ends the text before the first of these strings (the stop string is left
-	// out).
-	Stop []string
-	// IgnoreEOS generates past the model's end-of-sequence tokens (not under a
-	// constraint, whose language says where the text ends).
-	IgnoreEOS bool
-	// Format constrains the output to a language — JSON, a JSON Schema, a regular
-	// expression or a GBNF grammar — exactly: the text is the target's own
-	// distribution restricted to the language (see package grammar for what each
-	// supports). The zero Format is free text.
-	Format Format
+// Stats describes how one choice of a request ran: acceptance, speed, time to first
+// token (see spec.Stats).
+type Stats = spec.Stats
+
+// FinishReason says why a choice ended.
+type FinishReason = spec.FinishReason
+
+// The finish reasons.
+const (
+	// FinishStop: an end-of-sequence token, a stop string, or the end of a Format's
+	// language.
+	FinishStop = spec.FinishStop
+	// FinishLength: MaxTokens, the end of the context, or the key/value cache full
+	// after some tokens.
+	FinishLength = spec.FinishLength
+	// FinishCancelled: the context ended, or the caller's function stopped it.
+	FinishCancelled = spec.FinishCancelled
+	// FinishError: anything else; the error returned says what.
+	FinishError = spec.FinishError
+)
+
+// Event is a piece of a generation, handed out as soon as it is final: the text and
+// tokens a choice gained (whole characters; a stop string is never shown in part), or
+// the echoed prompt, and at a choice's end its finish reason and statistics.
+type Event struct {
+	// Choice is the index of the choice the event belongs to (0 to N−1).
+	Choice int
+	// Prompt marks the echoed prompt ([Request.Echo]): it comes first, once, as
+	// choice 0, and every choice's text follows it.
+	Prompt bool
+	// Text is the text the event adds.
+	Text string
+	// Tokens are the tokens the event adds, and Pieces[i] the text Tokens[i] adds
+	// (empty inside a character split across tokens). A choice's last event may
+	// have text and no tokens: what the detokenizer held back to the end.
+	Tokens []int32
+	Pieces []string
+	// Logprobs, when the request asks, scores Tokens one for one — except for the
+	// prompt, where Logprobs[i] scores Tokens[i+1] (the first token has nothing
+	// before it).
+	Logprobs []TokenLogprob
+	// Finish is set on a choice's last event, with its Stats and Speculative.
+	Finish      FinishReason
+	Stats       *Stats
+	Speculative bool
 }
 
-// Format is a language the output must belong to: at most one field set.
-type Format struct {
-	// JSON asks for any JSON object (OpenAI's response_format json_object).
-	JSON bool
-	// JSONSchema asks for JSON valid against this schema (OpenAI's json_schema).
-	JSONSchema string
-	// Regex asks for text the whole of which matches this regular expression.
-	Regex string
-	// Grammar asks for a sentence of this GBNF grammar (llama.cpp's format; the
-	// start rule is root).
-	Grammar string
+// TokenLogprob is the target's log-probability of a token at its place, and of the
+// likeliest tokens there when asked: the natural logarithm of the softmax of the
+// target's logits — the model's own distribution, before temperature, penalties or
+// truncation shape it for sampling; under a Format, of that distribution restricted
+// to the language. A token the model rules out has -Inf.
+type TokenLogprob struct {
+	Alternative
+	// Top are the likeliest tokens at the place, likeliest first.
+	Top []Alternative
 }
 
-// kind names the set field, or "" for free text; more than one is an error.
-func (f Format) kind() (string, error) {
-	var set []string
-	if f.JSON {
-		set = append(set, "JSON")
-	}
-	for _, k := range []struct{ name, v string }{{"JSONSchema", f.JSONSchema}, {"Regex", f.Regex}, {"Grammar", f.Grammar}} {
-		if k.v != "" {
-			set = append(set, k.name)
-		}
-	}
-	switch len(set) {
-	case 0:
-		return "", nil
-	case 1:
-		return set[0], nil
-	}
-	return "", fmt.Errorf("specula: Format sets %s: at most one", strings.Join(set, " and "))
+// Alternative is one token with its log-probability, its text (a part of a character
+// shown as U+FFFD) and the bytes it stands for.
+type Alternative struct {
+	Token   int32
+	Text    string
+	Bytes   []byte
+	Logprob float32
 }
 
-// Validate reports impossible parameters, before any work is done.
-func (p Params) Validate() error {
-	if p.MaxTokens < 0 {
-		return fmt.Errorf("specula: MaxTokens %d must be >= 0 (0: to the end of the context)", p.MaxTokens)
-	}
-	for i, s := range p.Stop {
-		if s == "" {
-			return fmt.Errorf("specula: Stop[%d] is empty", i)
-		}
-	}
-	if err := p.sampling().Validate(); err != nil {
-		return fmt.Errorf("specula: %w", err)
-	}
-	_, err := p.Format.kind()
-	return err
-}
-
-func (p Params) sampling() sampler.Params {
-	return sampler.Params{Temperature: p.Temperature, TopP: p.TopP, TopK: p.TopK, MinP: p.MinP,
-		RepetitionPenalty: p.RepetitionPenalty, Seed: p.Seed}
-}
-
-// Completion is a finished generation.
-type Completion struct {
-	// Text is the generated text (special tokens left out).
+// Choice is one finished choice of a request.
+type Choice struct {
+	// Index is the choice's place among the request's (0 to N−1).
+	Index int
+	// Text is the generated text (special tokens left out), without the echoed
+	// prompt.
 	Text string
 	// Tokens are the generated tokens.
 	Tokens []int32
-	// Finish says why the generation ended: spec.FinishStop at an end-of-sequence
-	// token or a stop string, spec.FinishLength at MaxTokens or the end of the
-	// context, spec.FinishCancelled when the context ended.
-	Finish spec.FinishReason
-	// Stats describes the generation: acceptance, speed, time to first token.
-	Stats spec.Stats
+	// Logprobs score Tokens one for one, when the request asks.
+	Logprobs []TokenLogprob
+	// Finish says why the choice ended.
+	Finish FinishReason
+	// Stats describes how it ran; Speculative whether it drafted.
+	Stats       Stats
+	Speculative bool
 }
 
-// Message is one turn of a conversation.
-type Message struct {
-	// Role is "system", "user", "assistant" or "tool".
-	Role string
-	// Content is the turn's text.
-	Content string
+// Completion is a finished request: its first choice (the only one unless N > 1)
+// in the open, every choice in Choices, the echoed prompt, and the token counts.
+type Completion struct {
+	Choice
+	// Choices are every choice in order, the first included.
+	Choices []Choice
+	// PromptText, PromptTokens and PromptLogprobs are the echoed prompt, with
+	// Request.Echo; PromptLogprobs[i] scores PromptTokens[i+1], with Logprobs.
+	PromptText     string
+	PromptTokens   []int32
+	PromptLogprobs []TokenLogprob
+	// Usage counts the request's tokens.
+	Usage Usage
+}
+
+// Usage counts a request's tokens as OpenAI's API reports them: the prompt once, the
+// tokens of every choice.
+type Usage struct {
+	PromptTokens, CompletionTokens, TotalTokens int
+}
+
+// Generate runs a request and yields its events as they come (see [Event]), then —
+// if the request fails — one last pair with the error. Breaking out of the loop
+// cancels the request. The decoder waits while the loop body runs; for a consumer
+// that must never hold the decoder up, use [Engine.GenerateFunc] with a function
+// that only queues.
+func (e *Engine) Generate(ctx context.Context, req Request) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		stopped := false
+		_, err := e.GenerateFunc(ctx, req, func(ev Event) error {
+			if stopped || !yield(ev, nil) {
+				stopped = true
+				return errStopped
+			}
+			return nil
+		})
+		if err != nil && !stopped {
+			yield(Event{}, err)
+		}
+	}
+}
+
+// errStopped ends a generation whose iterator's consumer stopped.
+var errStopped = errors.New("specula: the caller stopped the iteration")
+
+// GenerateFunc runs a request, hands every event to emit as it comes (nil: only
+// collect) and returns the whole completion. It is the engine's one way in: the
+// request is checked and encoded, waits for its turn and its key/value memory
+// (see [Config.MaxRunning]), gets the decoder that fits it (speculative,
+// reproducible for a seed, plain when asked or when the engine is saturated), and
+// is decoded, detokenized and stopped. emit is called one event at a time; an error
+// from it ends the request and is returned. The errors are the engine's (see
+// [ErrInvalidParameter] and the others), wrapped; the completion holds what was
+// generated before one.
+func (e *Engine) GenerateFunc(ctx context.Context, req Request, emit func(Event) error) (Completion, error) {
+	arrived := time.Now()
+	j, err := e.prepare(req)
+	if err != nil {
+		return Completion{}, err
+	}
+	t, err := e.adm.acquire(ctx, j.need)
+	if err != nil {
+		return Completion{}, err
+	}
+	e.met.queueWait.Observe(time.Since(arrived).Seconds())
+	ctx, cancel := e.requestContext(ctx)
+	defer cancel()
+	j.pick(e, t.running)
+	e.met.admitted(j.mode())
+	r := &runner{e: e, j: j, emit: emit, arrived: arrived}
+	c, err := r.run(ctx)
+	t.release(time.Since(arrived))
+	return c, err
+}
+
+// requestContext is ctx, ended also when the engine closes.
+func (e *Engine) requestContext(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(e.ctx, func() { cancel(ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // Complete generates a continuation of prompt.
@@ -131,177 +191,27 @@ func (e *Engine) Complete(ctx context.Context, prompt string, p Params) (Complet
 // soon as it is final (whole characters; a stop string is never shown in part). An
 // error from emit ends the generation and is returned. A nil emit only collects.
 func (e *Engine) Stream(ctx context.Context, prompt string, p Params, emit func(text string) error) (Completion, error) {
-	ids, err := e.encode(prompt)
-	if err != nil {
-		return Completion{}, err
-	}
-	return e.generate(ctx, ids, p, emit)
-}
-
-// encode tokenizes a text prompt as the model's tokenizer does by default;
-// ErrEmptyPrompt when that gives no tokens.
-func (e *Engine) encode(prompt string) ([]int32, error) {
-	ids := e.tok.Encode(prompt, e.tok.DefaultOptions())
-	if len(ids) == 0 {
-		return nil, ErrEmptyPrompt
-	}
-	return ids, nil
+	return e.GenerateFunc(ctx, Request{Prompt: prompt, Params: p}, texts(emit))
 }
 
 // Chat answers a conversation: the messages are rendered with the model's chat
-// template, and the answer is the assistant's next turn.
-func (e *Engine) Chat(ctx context.Context, messages []Message, p Params) (Completion, error) {
-	return e.ChatStream(ctx, messages, p, nil)
+// template, and the answer is the assistant's next turn. emit, when not nil, gets
+// the answer's text as it comes (see Stream).
+func (e *Engine) Chat(ctx context.Context, messages []Message, p Params, emit func(text string) error) (Completion, error) {
+	return e.GenerateFunc(ctx, Request{Messages: messages, Params: p}, texts(emit))
 }
 
-// ChatStream is Chat with the answer's text handed to emit as it comes (see Stream).
-func (e *Engine) ChatStream(ctx context.Context, messages []Message, p Params, emit func(text string) error) (Completion, error) {
-	conv := make([]any, len(messages))
-	for i, m := range messages {
-		conv[i] = map[string]any{"role": m.Role, "content": m.Content}
-	}
-	prompt, err := e.ChatPrompt(conv, nil)
-	if err != nil {
-		return Completion{}, err
-	}
-	return e.generate(ctx, prompt, p, emit)
-}
-
-// ChatPrompt renders a conversation — messages as a chat template reads them, maps
-// with "role" and "content" and whatever else the template knows — and encodes it as
-// the model's tokenizer does, with the special tokens the template writes recognised,
-// and no second beginning-of-sequence token where the template wrote one. extra holds
-// further template variables.
-func (e *Engine) ChatPrompt(messages []any, extra map[string]any) ([]int32, error) {
-	if e.chat == nil {
-		why := ""
-		if e.chatErr != nil {
-			why = ": " + e.chatErr.Error()
-		}
-		return nil, fmt.Errorf("%w%s", ErrNoChatTemplate, why)
-	}
-	if len(messages) == 0 {
-		return nil, fmt.Errorf("%w: no messages", ErrEmptyPrompt)
-	}
-	prompt, err := e.chat.Render(messages, extra)
-	if err != nil {
-		return nil, fmt.Errorf("specula: %w", err)
-	}
-	opts := e.tok.DefaultOptions()
-	if bos := e.chat.bos; bos != "" && strings.HasPrefix(prompt, bos) {
-		opts.AddBOS = false
-	}
-	ids := e.tok.Encode(prompt, opts)
-	if len(ids) == 0 {
-		return nil, ErrEmptyPrompt
-	}
-	return ids, nil
-}
-
-// ErrNoChatTemplate is returned (wrapped) by Chat when the model has no usable chat
-// template: none in its GGUF file or tokenizer_config.json, or one that does not
-// compile (Config.ChatTemplate supplies one).
-var ErrNoChatTemplate = errors.New("specula: the model has no usable chat template")
-
-// ErrEmptyPrompt is returned when a prompt or conversation encodes to no tokens.
-var ErrEmptyPrompt = errors.New("specula: the prompt encodes to no tokens")
-
-// generate runs one request of prompt tokens.
-func (e *Engine) generate(ctx context.Context, prompt []int32, p Params, emit func(string) error) (Completion, error) {
-	if err := p.Validate(); err != nil {
-		return Completion{}, err
-	}
-	req, dec, err := e.request(prompt, p)
-	if err != nil {
-		return Completion{}, err
-	}
-	text := e.TextStream()
-	var out strings.Builder
-	var toks []int32
-	res, err := dec.Stream(ctx, req, func(ids []int32) error {
-		toks = append(toks, ids...)
-		var piece strings.Builder
-		for _, id := range ids {
-			piece.WriteString(text.Push(id))
-		}
-		return e.hand(&out, piece.String(), emit)
-	})
-	if err == nil {
-		err = e.hand(&out, text.Flush(), emit)
-	}
-	return Completion{Text: out.String(), Tokens: toks, Finish: res.Finish, Stats: res.Stats}, err
-}
-
-// hand adds a piece of text to the output and hands it to emit.
-func (e *Engine) hand(out *strings.Builder, piece string, emit func(string) error) error {
-	if piece == "" {
-		return nil
-	}
-	out.WriteString(piece)
+// texts turns a function of text into one of events.
+func texts(emit func(string) error) func(Event) error {
 	if emit == nil {
 		return nil
 	}
-	return emit(piece)
-}
-
-// Request encodes prompt and builds the decoder's request for it and p, with the
-// decoder Complete would use: for callers that drive the lower-level decoders
-// themselves (their own emit function, logprobs, n samples) with the engine's
-// conventions — the model's end-of-sequence tokens, stop strings on the decoded
-// text, a random seed when p has none.
-func (e *Engine) Request(prompt string, p Params) (spec.Request, *spec.Decoder, error) {
-	if err := p.Validate(); err != nil {
-		return spec.Request{}, nil, err
+	return func(ev Event) error {
+		if ev.Text == "" {
+			return nil
+		}
+		return emit(ev.Text)
 	}
-	ids, err := e.encode(prompt)
-	if err != nil {
-		return spec.Request{}, nil, err
-	}
-	return e.request(ids, p)
-}
-
-// request builds the decoder's request for prompt and p, and picks the decoder: the
-// reproducible one when sampling with a seed.
-func (e *Engine) request(prompt []int32, p Params) (spec.Request, *spec.Decoder, error) {
-	req := spec.Request{Prompt: prompt, MaxTokens: p.MaxTokens, Sampling: p.sampling()}
-	m, err := e.Constraint(p.Format)
-	if err != nil {
-		return spec.Request{}, nil, err
-	}
-	if m != nil {
-		req.Constraint = m
-	}
-	e.SetStops(&req, p.Stop, p.IgnoreEOS)
-	dec := e.dec
-	switch {
-	case p.Temperature == 0:
-	case p.Seed != 0:
-		dec = e.seeded
-	default:
-		req.Sampling.Seed = RandomSeed()
-	}
-	return req, dec, nil
-}
-
-// SetStops sets what ends req besides its length: the stop strings, matched on the
-// decoded text, and the model's end-of-sequence tokens — unless ignoreEOS, and always
-// when req has a Constraint (its language says where the text ends). Callers that
-// build requests of their own (the server) end them as the engine does.
-func (e *Engine) SetStops(req *spec.Request, stops []string, ignoreEOS bool) {
-	req.StopStrings, req.Text = stops, nil
-	if len(stops) > 0 {
-		req.Text = e.TextStream
-	}
-	req.StopTokens = nil
-	if !ignoreEOS || req.Constraint != nil {
-		req.StopTokens = e.tok.EOS()
-	}
-}
-
-// TextStream is a streaming decoder of the engine's output: whole characters, special
-// tokens left out, as Stream hands text out.
-func (e *Engine) TextStream() spec.TextStream {
-	return e.tok.NewStream(tokenizer.DecodeOptions{SkipSpecial: true})
 }
 
 // RandomSeed returns a seed from the system's random source.
@@ -309,4 +219,157 @@ func RandomSeed() uint64 {
 	var b [8]byte
 	rand.Read(b[:])
 	return binary.LittleEndian.Uint64(b[:])
+}
+
+// runner runs one admitted request.
+type runner struct {
+	e       *Engine
+	j       *job
+	emit    func(Event) error
+	arrived time.Time
+
+	mu      sync.Mutex // the choices' emits come one at a time; this keeps c too
+	c       Completion
+	texts   []spec.TextStream
+	started bool  // a token was handed out: time to first token observed
+	emitErr error // what the caller's function returned, when it failed
+}
+
+// run decodes the request: the echo, then the choices.
+func (r *runner) run(ctx context.Context) (Completion, error) {
+	j := r.j
+	n := j.req.choices()
+	r.c.Choices = make([]Choice, n)
+	for i := range r.c.Choices {
+		r.c.Choices[i].Index, r.c.Choices[i].Speculative = i, j.speculative
+	}
+	r.c.Usage.PromptTokens = len(j.spec.Prompt)
+	if err := r.echo(ctx); err != nil {
+		return r.done(nil, err)
+	}
+	if j.req.PromptOnly {
+		results := make([]spec.Result, n)
+		for i := range results {
+			results[i] = spec.Result{Finish: FinishLength, Stats: Stats{PromptTokens: len(j.spec.Prompt)}}
+		}
+		return r.done(results, nil)
+	}
+	r.texts = make([]spec.TextStream, n)
+	for i := range r.texts {
+		r.texts[i] = r.e.textStream()
+	}
+	var results []spec.Result
+	var err error
+	if n == 1 {
+		var res spec.Result
+		res, err = j.dec.StreamLogprobs(ctx, j.spec, func(toks []int32, lps []spec.Logprob) error { return r.tokens(0, toks, lps) })
+		results = []spec.Result{res}
+	} else {
+		results, err = j.dec.StreamN(ctx, j.spec, n, r.tokens)
+	}
+	return r.done(results, r.classify(ctx, err, results))
+}
+
+// echo hands out the prompt first, scored when asked.
+func (r *runner) echo(ctx context.Context) error {
+	j := r.j
+	if !j.req.Echo {
+		return nil
+	}
+	ev := Event{Prompt: true, Text: j.echo, Tokens: j.spec.Prompt, Pieces: j.echoPieces}
+	if j.req.Logprobs && len(j.spec.Prompt) > 1 {
+		scored, err := r.e.plain.Score(ctx, j.spec.Prompt, j.req.TopLogprobs)
+		if err != nil {
+			return r.classify(ctx, err, nil)
+		}
+		ev.Logprobs = r.e.logprobs(scored)
+	}
+	r.c.PromptText, r.c.PromptTokens, r.c.PromptLogprobs = ev.Text, ev.Tokens, ev.Logprobs
+	return r.hand(ev)
+}
+
+// tokens hands out a choice's accepted tokens as text.
+func (r *runner) tokens(choice int, toks []int32, lps []spec.Logprob) error {
+	if len(toks) > 0 && !r.started {
+		r.started = true
+		r.e.met.ttft.Observe(time.Since(r.arrived).Seconds())
+	}
+	ev := Event{Choice: choice, Tokens: toks, Pieces: make([]string, len(toks))}
+	var text strings.Builder
+	for i, t := range toks {
+		ev.Pieces[i] = r.texts[choice].Push(t)
+		text.WriteString(ev.Pieces[i])
+	}
+	ev.Text = text.String()
+	if r.j.req.Logprobs {
+		ev.Logprobs = r.e.logprobs(lps)
+	}
+	ch := &r.c.Choices[choice]
+	ch.Tokens = append(ch.Tokens, toks...)
+	ch.Text += ev.Text
+	ch.Logprobs = append(ch.Logprobs, ev.Logprobs...)
+	return r.hand(ev)
+}
+
+// hand gives an event to the caller's function, unless it has failed: then nothing
+// more is handed to it.
+func (r *runner) hand(ev Event) error {
+	if r.emit == nil || r.emitErr != nil {
+		return r.emitErr
+	}
+	r.emitErr = r.emit(ev)
+	return r.emitErr
+}
+
+// done ends every choice: the text held back, the finish, the statistics; and the
+// completion with its usage.
+func (r *runner) done(results []spec.Result, err error) (Completion, error) {
+	for i, res := range results {
+		ch := &r.c.Choices[i]
+		ch.Finish, ch.Stats = res.Finish, res.Stats
+		if res.Finish == FinishError && err == nil {
+			ch.Finish = FinishLength // out of memory after some tokens: see classify
+		}
+		ev := Event{Choice: i, Finish: ch.Finish, Stats: &ch.Stats, Speculative: ch.Speculative}
+		if r.texts != nil {
+			ev.Text = r.texts[i].Flush()
+			ch.Text += ev.Text
+		}
+		r.e.met.observe(r.j.mode(), *ch)
+		r.c.Usage.CompletionTokens += res.Stats.GeneratedTokens
+		if herr := r.hand(ev); herr != nil && err == nil {
+			err = herr
+		}
+	}
+	r.c.Usage.TotalTokens = r.c.Usage.PromptTokens + r.c.Usage.CompletionTokens
+	if len(r.c.Choices) > 0 {
+		r.c.Choice = r.c.Choices[0]
+	}
+	return r.c, err
+}
+
+// classify turns a decoder's error into the engine's: running out of key/value memory
+// or context after some tokens is no error (the text ends with FinishLength), before
+// any it is ErrOutOfMemory; an ended context is ErrCancelled (or ErrClosed, when the
+// engine closed); the decoder's typed errors become the engine's.
+func (r *runner) classify(ctx context.Context, err error, results []spec.Result) error {
+	if err == nil || errors.Is(err, errStopped) {
+		return err
+	}
+	generated := 0
+	for _, res := range results {
+		generated += res.Stats.GeneratedTokens
+	}
+	switch {
+	case errors.Is(context.Cause(ctx), ErrClosed):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+	case errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull):
+		if generated > 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+	}
+	return err
 }

@@ -87,6 +87,9 @@ type Config struct {
 	ChatTemplate string
 	// Progress, when set, is told how far the reading of each model file is.
 	Progress func(file string, done, total int64)
+	// Serving sets how many requests run at once and wait, and when speculation
+	// gives way under load.
+	Serving
 }
 
 // Open loads the target, its tokenizer and chat template, and the drafter that cfg
@@ -114,7 +117,7 @@ func (e *Engine) open(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return e.makeDecoders(drafter, cfg.K, cfg.MinK, cfg.FixedK)
+	return e.start(drafter, decoding{k: cfg.K, minK: cfg.MinK, fixed: cfg.FixedK, serving: cfg.Serving, seqs: cfg.MaxSequences})
 }
 
 // NewEngine returns an engine on a target model of any kind and its tokenizer,
@@ -128,7 +131,7 @@ func NewEngine(m model.Model, tok *tokenizer.Tokenizer, drafter draft.Drafter, o
 		return nil, fmt.Errorf("specula: K %d: want 0 to %d", opts.K, spec.MaxK)
 	}
 	e := &Engine{model: m, info: m.Info(), tok: tok, chat: opts.ChatTemplate}
-	if err := e.makeDecoders(drafter, opts.K, 0, opts.FixedK); err != nil {
+	if err := e.start(drafter, decoding{k: opts.K, fixed: opts.FixedK, serving: opts.Serving}); err != nil {
 		return nil, err
 	}
 	return e, nil

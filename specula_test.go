@@ -92,7 +92,7 @@ func TestDrafters(t *testing.T) {
 	plain, err := specula.Open(specula.Config{Model: demoTarget, Draft: "none"})
 	require.NoError(t, err)
 	defer plain.Close()
-	assert.Zero(t, plain.MaxDraft())
+	assert.Zero(t, plain.Memory().MaxDraft)
 	prompt := "func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {\n"
 	p := specula.Params{MaxTokens: 48, IgnoreEOS: true}
 	want, err := plain.Complete(ctx, prompt, p)
@@ -179,7 +179,7 @@ func TestScore(t *testing.T) {
 	got, err := e.Score(ctx, text, 2)
 	require.NoError(t, err)
 	ids := e.Tokenizer().Encode(text, e.Tokenizer().DefaultOptions())
-	want, err := e.PlainDecoder().Score(ctx, ids, 2)
+	want, err := e.Decoder().Score(ctx, ids, 2)
 	require.NoError(t, err)
 	require.Len(t, got, len(ids)-1)
 	var rest strings.Builder
@@ -209,7 +209,7 @@ func TestChat(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	msgs := []specula.Message{{Role: "system", Content: "You write Go."}, {Role: "user", Content: "A main function, please."}}
-	_, err = e.Chat(ctx, msgs, specula.Params{MaxTokens: 8})
+	_, err = e.Chat(ctx, msgs, specula.Params{MaxTokens: 8}, nil)
 	assert.ErrorIs(t, err, specula.ErrNoChatTemplate)
 
 	chatml, err := os.ReadFile("testdata/templates/chatml.jinja")
@@ -217,7 +217,7 @@ func TestChat(t *testing.T) {
 	withTmpl, err := specula.Open(specula.Config{Model: demoTarget, ChatTemplate: string(chatml)})
 	require.NoError(t, err)
 	defer withTmpl.Close()
-	got, err := withTmpl.Chat(ctx, msgs, specula.Params{MaxTokens: 16, IgnoreEOS: true})
+	got, err := withTmpl.Chat(ctx, msgs, specula.Params{MaxTokens: 16, IgnoreEOS: true}, nil)
 	require.NoError(t, err)
 	rendered := "<|im_start|>system\nYou write Go.<|im_end|>\n<|im_start|>user\nA main function, please.<|im_end|>\n<|im_start|>assistant\n"
 	want, err := withTmpl.Complete(ctx, rendered, specula.Params{MaxTokens: 16, IgnoreEOS: true})
@@ -275,10 +275,10 @@ func TestFormats(t *testing.T) {
 			p := specula.Params{MaxTokens: 120, Format: c.format}
 			got, err := e.Complete(ctx, jsonLikePrompt, p)
 			require.NoError(t, err)
-			req, _, err := e.Request(jsonLikePrompt, p)
+			want, err := e.GenerateFunc(ctx, specula.Request{Prompt: jsonLikePrompt, Params: p, NoSpeculation: true}, nil)
 			require.NoError(t, err)
-			want, err := e.PlainDecoder().Generate(ctx, req)
-			require.NoError(t, err)
+			assert.False(t, want.Speculative)
+			assert.True(t, got.Speculative)
 			assert.Equal(t, want.Tokens, got.Tokens, "greedy: plain decoding's text")
 			stopped := 0
 			for seed := range uint64(24) {
@@ -308,7 +308,7 @@ func TestFormats(t *testing.T) {
 		assert.ErrorContains(t, err, bad.want)
 		assert.False(t, called)
 	}
-	assert.Positive(t, e.CompileTime())
+	assert.Positive(t, metric(t, e, "specula_format_compile_seconds_total"))
 }
 
 const jsonLikePrompt = `// one record, as JSON:

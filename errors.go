@@ -1,0 +1,86 @@
+package specula
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/specula/specula/model"
+)
+
+// The errors an engine returns, for a service to tell apart with [errors.Is] (and
+// [errors.As] for the typed ones): each maps to one answer — a client's mistake, a
+// prompt too long, a wait, a retry later.
+var (
+	// ErrInvalidParameter: a request or configuration asks for something
+	// impossible. The error is a [*ParameterError] naming the field.
+	ErrInvalidParameter = errors.New("specula: invalid parameter")
+	// ErrPromptTooLong: the prompt leaves no room to generate, in the model's
+	// context or in the whole key/value cache (OpenAI's context_length_exceeded).
+	ErrPromptTooLong = errors.New("specula: the prompt is too long")
+	// ErrOverloaded: the engine's queue of waiting requests is full, or a request
+	// waited longer than its limit. The error is an [*OverloadedError] with a
+	// suggested wait.
+	ErrOverloaded = errors.New("specula: overloaded")
+	// ErrOutOfMemory: the key/value cache had no room for the request before it
+	// produced a token (after that the text ends with [FinishLength]).
+	ErrOutOfMemory = model.ErrOutOfMemory
+	// ErrClosed: the engine is closed, or was closed while the request waited or ran.
+	ErrClosed = errors.New("specula: the engine is closed")
+	// ErrCancelled: the request's context ended. The error wraps the context's
+	// error (context.Canceled or context.DeadlineExceeded) too.
+	ErrCancelled = errors.New("specula: the request was cancelled")
+	// ErrNoChatTemplate: a chat request, and the model has no usable chat
+	// template — none in its GGUF file or tokenizer_config.json, or one that does
+	// not compile ([Config.ChatTemplate] supplies one).
+	ErrNoChatTemplate = errors.New("specula: the model has no usable chat template")
+	// ErrEmptyPrompt: a prompt or conversation encodes to no tokens. It is an
+	// invalid parameter too.
+	ErrEmptyPrompt = errors.New("specula: the prompt encodes to no tokens")
+)
+
+// ParameterError is an invalid parameter of a request or a configuration: which field,
+// and what is wrong with it. It matches [ErrInvalidParameter].
+type ParameterError struct {
+	// Field is the parameter's name as the Go field is written ("Temperature",
+	// "Stop[2]", "Format.JSONSchema", "Messages[0].Role").
+	Field string
+	// Err says what is wrong.
+	Err error
+}
+
+func (e *ParameterError) Error() string {
+	return fmt.Sprintf("specula: %s: %v", e.Field, e.Err)
+}
+
+// Unwrap returns the cause and ErrInvalidParameter.
+func (e *ParameterError) Unwrap() []error { return []error{ErrInvalidParameter, e.Err} }
+
+// invalid returns a ParameterError for field with a formatted message.
+func invalid(field, format string, args ...any) *ParameterError {
+	return &ParameterError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// OverloadedError is a request refused because the engine is full: its queue of
+// waiting requests is full, or the request waited past the queue's time limit. It
+// matches [ErrOverloaded].
+type OverloadedError struct {
+	// Running and Waiting are the requests running and waiting when it was refused.
+	Running, Waiting int
+	// RetryAfter estimates when a request would be admitted: the recent mean
+	// request time, times the queue ahead, over the requests that run at once.
+	RetryAfter time.Duration
+	// TimedOut is set when the request waited past Config.QueueTimeout.
+	TimedOut bool
+}
+
+func (e *OverloadedError) Error() string {
+	if e.TimedOut {
+		return fmt.Sprintf("specula: overloaded: the request waited past the queue's time limit (%d running, %d waiting)", e.Running, e.Waiting)
+	}
+	return fmt.Sprintf("specula: overloaded: %d requests are running and %d waiting, the most the engine queues; retry in about %v",
+		e.Running, e.Waiting, e.RetryAfter.Round(time.Second))
+}
+
+// Is makes an OverloadedError match ErrOverloaded.
+func (e *OverloadedError) Is(target error) bool { return target == ErrOverloaded }
