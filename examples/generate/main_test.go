@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 )
 
 func demo(t *testing.T) (string, string) {
@@ -54,7 +54,7 @@ func TestRun(t *testing.T) {
 // Medusa and EAGLE), and checks the speculative completion against the baseline's
 // statistics line; skipped without ../shared.
 func TestRunWithHeads(t *testing.T) {
-	target := shared.Path(t, "models", "gocoder-m-f16.gguf")
+	target := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
 	for _, c := range []struct{ head, tree string }{
 		{"gocoder-m-mlp-speculator", ""},
 		{"gocoder-m-medusa", "2,3,8"},
@@ -63,7 +63,7 @@ func TestRunWithHeads(t *testing.T) {
 	} {
 		t.Run(c.head+c.tree, func(t *testing.T) {
 			var out, log bytes.Buffer
-			cfg := config{model: target, head: shared.Path(t, "models", c.head), headTree: c.tree, prompt: "func main() {",
+			cfg := config{model: target, head: sharedtest.Path(t, "models", c.head), headTree: c.tree, prompt: "func main() {",
 				k: "auto", ngram: true, baseline: true, quiet: true, topP: 1, maxTokens: 32}
 			require.NoError(t, run(context.Background(), cfg, &out, &log))
 			assert.Contains(t, log.String(), "32 generated")
@@ -71,7 +71,7 @@ func TestRunWithHeads(t *testing.T) {
 		})
 	}
 	var out, log bytes.Buffer
-	bad := config{model: target, head: shared.Path(t, "models", "gocoder-m-mlp-speculator"), headTree: "2,3,8",
+	bad := config{model: target, head: sharedtest.Path(t, "models", "gocoder-m-mlp-speculator"), headTree: "2,3,8",
 		prompt: "x", k: "3", topP: 1, maxTokens: 4}
 	assert.ErrorContains(t, run(context.Background(), bad, &out, &log), "drafts chains")
 	bad.headTree = "wide"
