@@ -18,7 +18,7 @@ import (
 
 	"github.com/specula/specula"
 	"github.com/specula/specula/format/gguf"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/spec"
 )
 
@@ -319,7 +319,7 @@ const jsonLikePrompt = `// one record, as JSON:
 // tokenizer), whose first token's space the decoder drops, the decoded text of a
 // constrained completion is of the language; skipped without ../shared.
 func TestFormatsSentencePiece(t *testing.T) {
-	path := shared.Path(t, "models", "stories260K.gguf")
+	path := sharedtest.Path(t, "models", "stories260K.gguf")
 	e, err := specula.Open(specula.Config{Model: path})
 	require.NoError(t, err)
 	defer e.Close()

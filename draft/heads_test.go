@@ -18,7 +18,7 @@ import (
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/internal/headtest"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
@@ -38,7 +38,7 @@ var (
 // gocoder-m, or the shared F16 file.
 func gocoderM(t *testing.T) (*llama.Model, string) {
 	t.Helper()
-	path := shared.Path(t, "models", "gocoder-m-f16.gguf")
+	path := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
 	m, err := llama.Open(path, llama.Options{Threads: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
@@ -166,7 +166,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	positions := []int{5, 12, 19, 27, 33, 41, 48, 56, 63}
 
 	t.Run("MLPSpeculator", func(t *testing.T) {
-		dir := shared.Path(t, "models", "gocoder-m-mlp-speculator")
+		dir := sharedtest.Path(t, "models", "gocoder-m-mlp-speculator")
 		h, err := draft.OpenMLPSpeculator(dir, m.Info(), draft.HeadOptions{})
 		require.NoError(t, err)
 		defer h.Close()
@@ -207,7 +207,7 @@ func TestHeadsMatchReference(t *testing.T) {
 		assert.GreaterOrEqual(t, compared, 3, "positions compared (the others are near ties)")
 	})
 	t.Run("Medusa", func(t *testing.T) {
-		dir := shared.Path(t, "models", "gocoder-m-medusa")
+		dir := sharedtest.Path(t, "models", "gocoder-m-medusa")
 		h, err := draft.OpenMedusa(dir, m.Info(), draft.HeadOptions{})
 		require.NoError(t, err)
 		defer h.Close()
@@ -230,7 +230,7 @@ func TestHeadsMatchReference(t *testing.T) {
 		assert.GreaterOrEqual(t, compared, 3, "positions compared (the others are near ties)")
 	})
 	t.Run("EAGLE", func(t *testing.T) {
-		dir := shared.Path(t, "models", "gocoder-m-eagle")
+		dir := sharedtest.Path(t, "models", "gocoder-m-eagle")
 		layer, err := llama.OpenEAGLE(dir, path, llama.Options{Threads: 2})
 		require.NoError(t, err)
 		defer layer.Close()
@@ -281,7 +281,7 @@ func TestUntiedCopiesDraftAlike(t *testing.T) {
 		require.NoError(t, jsonUnmarshal(raw, &c))
 		return c
 	}
-	mlp := shared.Path(t, "models", "gocoder-m-mlp-speculator")
+	mlp := sharedtest.Path(t, "models", "gocoder-m-mlp-speculator")
 	mcfg := readCfg(mlp)
 	mcfg["tie_weights"] = false
 	untiedMLP := copyDir(mlp, mcfg, func(name string) []string {
@@ -300,7 +300,7 @@ func TestUntiedCopiesDraftAlike(t *testing.T) {
 		}
 		return []string{name}
 	})
-	medusa := shared.Path(t, "models", "gocoder-m-medusa")
+	medusa := sharedtest.Path(t, "models", "gocoder-m-medusa")
 	ucfg := readCfg(medusa)
 	ucfg["original_lm_head"] = false
 	untiedMedusa := copyDir(medusa, ucfg, func(name string) []string {
@@ -385,7 +385,7 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 		{"medusa-adaptive", "gocoder-m-medusa", draft.TreeShape{}, 4, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d, closer, err := heads.Open(shared.Path(t, "models", c.dir), path, m.Info(), heads.Options{Tree: c.tree})
+			d, closer, err := heads.Open(sharedtest.Path(t, "models", c.dir), path, m.Info(), heads.Options{Tree: c.tree})
 			require.NoError(t, err)
 			defer closer.Close()
 			if c.adaptive {
@@ -409,7 +409,7 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 
 // TestHeadErrors checks that heads refuse targets they do not fit, naming both.
 func TestHeadErrors(t *testing.T) {
-	dir := shared.Path(t, "models", "gocoder-m-medusa")
+	dir := sharedtest.Path(t, "models", "gocoder-m-medusa")
 	_, err := draft.OpenMedusa(dir, model.Info{Name: "small", VocabSize: 8192, HiddenSize: 256}, draft.HeadOptions{})
 	assert.ErrorContains(t, err, "hidden states of 512 values; target \"small\" has 256")
 	_, err = draft.OpenMedusa(dir, model.Info{Name: "other", VocabSize: 32000, HiddenSize: 512}, draft.HeadOptions{})

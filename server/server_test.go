@@ -15,7 +15,7 @@ import (
 
 	"github.com/specula/specula"
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/tokenizer"
@@ -343,8 +343,8 @@ func TestModelNames(t *testing.T) {
 // own greedy output, over HTTP; skipped without ../shared.
 func TestCompletionWithHead(t *testing.T) {
 	cfg := speculativeConfig()
-	cfg.Engine.Model = shared.Path(t, "models", "gocoder-m-f16.gguf")
-	cfg.Engine.Draft = shared.Path(t, "models", "gocoder-m-eagle")
+	cfg.Engine.Model = sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
+	cfg.Engine.Draft = sharedtest.Path(t, "models", "gocoder-m-eagle")
 	srv, ts := startServer(t, cfg)
 	for _, prompt := range testPrompts[:2] {
 		want := reference(t, srv, prompt, 40)

@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/internal/stattest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
-	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/target"
@@ -87,7 +87,7 @@ func TestBatchedRequestsAsAlone(t *testing.T) {
 // every output against its solo run; the passes must have carried several requests
 // each. (Throughput is measured by examples/bench, not here.)
 func TestBatchedThroughput(t *testing.T) {
-	path := shared.Path(t, "models", "gocoder-m-q8_0.gguf")
+	path := sharedtest.Path(t, "models", "gocoder-m-q8_0.gguf")
 	m, err := llama.Open(path, llama.Options{Threads: 2})
 	require.NoError(t, err)
 	defer m.Close()
@@ -114,7 +114,7 @@ func TestBatchedThroughput(t *testing.T) {
 // and decodes exactly what it decodes on a model without that cache — plainly and
 // speculatively (whose accepted paths are published as they are accepted).
 func TestPrefixReuse(t *testing.T) {
-	path := shared.Path(t, "models", "gocoder-m-q8_0.gguf")
+	path := sharedtest.Path(t, "models", "gocoder-m-q8_0.gguf")
 	xs, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Threads: 1})
 	require.NoError(t, err)
 	defer xs.Close()

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/model/markov"
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
 )

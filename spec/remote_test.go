@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/target"

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
 )

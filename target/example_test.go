@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/target"
 )
 

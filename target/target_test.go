@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/markov"
 	"github.com/specula/specula/target"
 )
 

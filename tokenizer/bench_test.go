@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 )
 
 // goSource returns about n bytes of Go source from the Go installation's standard
@@ -66,7 +66,7 @@ func BenchmarkEncode(b *testing.B) {
 // tokenizer.model (from ../shared; skipped when absent).
 func BenchmarkEncodeSentencePiece(b *testing.B) {
 	src := goSource(b, 1<<20)
-	tok, err := Load(shared.Path(b, "tokenizers", "llama2", "tokenizer.model"))
+	tok, err := Load(sharedtest.Path(b, "tokenizers", "llama2", "tokenizer.model"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/format/gguf"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 )
 
 // Tests on the project's shared data (../shared); each skips when its file is absent.
@@ -32,7 +32,7 @@ func TestGocoderGGUFMatchesJSON(t *testing.T) {
 	fromJSON := loadTestdata(t, "gocoder")
 	for _, name := range []string{"gocoder-m-f16.gguf", "gocoder-xs-q8_0.gguf"} {
 		t.Run(name, func(t *testing.T) {
-			fromGGUF := loadGGUF(t, shared.Path(t, "models", name))
+			fromGGUF := loadGGUF(t, sharedtest.Path(t, "models", name))
 			require.NoError(t, Compatible(fromGGUF, fromJSON))
 			assert.Equal(t, fromJSON.DefaultOptions(), fromGGUF.DefaultOptions())
 			assert.Equal(t, fromJSON.EOS(), fromGGUF.EOS())
@@ -57,10 +57,10 @@ func TestGocoderGGUFMatchesJSON(t *testing.T) {
 // The golden file beside the Llama 2 tokenizer.model was made by the sentencepiece
 // library (encode without BOS/EOS; control tokens in the text are plain text there).
 func TestLlama2SentencePiece(t *testing.T) {
-	dir := shared.Path(t, "tokenizers", "llama2")
+	dir := sharedtest.Path(t, "tokenizers", "llama2")
 	tok, err := Load(dir)
 	require.NoError(t, err)
-	data, err := os.ReadFile(shared.Path(t, "tokenizers", "llama2", "golden.json"))
+	data, err := os.ReadFile(sharedtest.Path(t, "tokenizers", "llama2", "golden.json"))
 	require.NoError(t, err)
 	var g struct {
 		Reference string `json:"reference"`
@@ -97,7 +97,7 @@ func TestLlama2SentencePiece(t *testing.T) {
 // The models README gives the prompt ids of stories260K and the text of a greedy
 // continuation.
 func TestStories260K(t *testing.T) {
-	tok, err := Load(shared.Path(t, "models", "stories260K.gguf"))
+	tok, err := Load(sharedtest.Path(t, "models", "stories260K.gguf"))
 	require.NoError(t, err)
 	assert.Equal(t, 512, tok.VocabSize())
 	prompt := tok.Encode("Once upon a time", tok.DefaultOptions())
@@ -122,7 +122,7 @@ func TestModelGoldenPrompts(t *testing.T) {
 	tok := loadTestdata(t, "gocoder")
 	for _, name := range []string{"gocoder-m", "gocoder-s", "gocoder-xs", "tiny-qwen2-random"} {
 		t.Run(name, func(t *testing.T) {
-			data, err := os.ReadFile(shared.Path(t, "models", name+".golden.json"))
+			data, err := os.ReadFile(sharedtest.Path(t, "models", name+".golden.json"))
 			require.NoError(t, err)
 			var g struct {
 				Cases []struct {
@@ -143,8 +143,8 @@ func TestModelGoldenPrompts(t *testing.T) {
 // The held-out prompts of ../shared/prompts: the GGUF vocabulary and tokenizer.json
 // agree on all of them, and decoding gives the prompt back.
 func TestGoDevPromptsGGUF(t *testing.T) {
-	path := shared.Path(t, "prompts", "go-dev.jsonl")
-	fromGGUF := loadGGUF(t, shared.Path(t, "models", "gocoder-s-f16.gguf"))
+	path := sharedtest.Path(t, "prompts", "go-dev.jsonl")
+	fromGGUF := loadGGUF(t, sharedtest.Path(t, "models", "gocoder-s-f16.gguf"))
 	fromJSON := loadTestdata(t, "gocoder")
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 )
 
 // One Tokenizer encodes from many goroutines at once (run with -race): the word
@@ -127,7 +127,7 @@ func TestMetaChunksSameIDs(t *testing.T) {
 		a, b := loadTestdata(t, name), loadTestdata(t, name)
 		pairs = append(pairs, pair{a, b})
 	}
-	if p := shared.Root(); p != "" {
+	if p := sharedtest.Root(); p != "" {
 		if a, err := Load(filepath.Join(p, "tokenizers", "llama2")); err == nil {
 			b, _ := Load(filepath.Join(p, "tokenizers", "llama2"))
 			pairs = append(pairs, pair{a, b})

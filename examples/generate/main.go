@@ -13,6 +13,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -220,19 +221,17 @@ func parseTree(s string) (draft.TreeShape, error) {
 	return t, nil
 }
 
-// report writes the request's statistics to log, with the paired speeds beside them
-// when measured.
+// report writes the request's statistics to log and, when measured, the paired speeds
+// on a line of their own: the speedup of the median pair with that pair's two speeds,
+// so that the figures printed give the ratio printed, and the range over the pairs.
 func report(res specula.Completion, p *pairs, log io.Writer) error {
 	var agg spec.Aggregate
 	agg.Add(res.Stats)
 	line := agg.String()
 	if p != nil {
-		ratios := make([]float64, len(p.plain))
-		for i := range ratios {
-			ratios[i] = p.speculative[i] / p.plain[i]
-		}
-		line += fmt.Sprintf("; paired with plain decoding, 3 runs each in turns: %.2f× (median; %.2f–%.2f), plain %.1f tokens/s",
-			median(ratios), slices.Min(ratios), slices.Max(ratios), median(p.plain))
+		i, lo, hi := p.median()
+		line += fmt.Sprintf("\npaired with plain decoding, %d runs each in turns: %.2f× in the median pair (speculative %.1f, plain %.1f tokens/s); %.2f–%.2f× over the pairs",
+			len(p.plain), p.speculative[i]/p.plain[i], p.speculative[i], p.plain[i], lo, hi)
 	}
 	s := res.Stats
 	fmt.Fprintf(log, "\n%s\n%d prompt tokens, %d generated (%s), %d target passes, time to first token %v\n",
@@ -240,13 +239,16 @@ func report(res specula.Completion, p *pairs, log io.Writer) error {
 	return nil
 }
 
-// median returns the median of xs.
-func median(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
+// median returns the index of the pair whose speedup is the median (the upper of the
+// two middle ones for an even count) and the smallest and largest speedups.
+func (p *pairs) median() (i int, lo, hi float64) {
+	ratio := func(j int) float64 { return p.speculative[j] / p.plain[j] }
+	order := make([]int, len(p.plain))
+	for j := range order {
+		order[j] = j
 	}
-	return s[len(s)/2]
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ratio(a), ratio(b)) })
+	return order[len(order)/2], ratio(order[0]), ratio(order[len(order)-1])
 }
 
 // isTerminal reports whether w is a terminal: progress bars redraw themselves with

@@ -8,7 +8,7 @@ import (
 	"math"
 	"sort"
 
-	"github.com/specula/specula/model/markov"
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/sampler"
 )
 

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/batch"
-	"github.com/specula/specula/model/markov"
 )
 
 // countingModel counts the passes of the model it wraps and makes each take a

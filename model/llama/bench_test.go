@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 )
 
@@ -17,7 +17,7 @@ import (
 // sequence length.
 func BenchmarkDecode(b *testing.B) {
 	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf"} {
-		m, err := Open(shared.Path(b, "models", file), Options{})
+		m, err := Open(sharedtest.Path(b, "models", file), Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func BenchmarkDecode(b *testing.B) {
 // gocoder-m golden prompts (400–500 tokens of Go) and reports the decoding speed after
 // the first token, the figure llama.cpp's bench script prints for the same prompts.
 func BenchmarkGreedyPrompts(b *testing.B) {
-	raw, err := os.ReadFile(shared.Path(b, "models", "gocoder-m.golden.json"))
+	raw, err := os.ReadFile(sharedtest.Path(b, "models", "gocoder-m.golden.json"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func BenchmarkGreedyPrompts(b *testing.B) {
 	}
 	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf", "gocoder-m"} {
 		b.Run(file, func(b *testing.B) {
-			m, err := Open(shared.Path(b, "models", file), Options{})
+			m, err := Open(sharedtest.Path(b, "models", file), Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/gpu"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 )
@@ -120,9 +120,9 @@ type modelFile struct {
 func modelFiles() []modelFile {
 	return []modelFile{
 		{"xs-q8_0-gguf", xsPath},
-		{"xs-f16-gguf", func(t testing.TB) string { return shared.Path(t, "models", "gocoder-xs-f16.gguf") }},
-		{"xs-bf16-safetensors", func(t testing.TB) string { return shared.Path(t, "models", "gocoder-xs") }},
-		{"tiny-qwen2-f32-gguf", func(t testing.TB) string { return shared.Path(t, "models", "tiny-qwen2-random-f32.gguf") }},
+		{"xs-f16-gguf", func(t testing.TB) string { return sharedtest.Path(t, "models", "gocoder-xs-f16.gguf") }},
+		{"xs-bf16-safetensors", func(t testing.TB) string { return sharedtest.Path(t, "models", "gocoder-xs") }},
+		{"tiny-qwen2-f32-gguf", func(t testing.TB) string { return sharedtest.Path(t, "models", "tiny-qwen2-random-f32.gguf") }},
 	}
 }
 
@@ -259,7 +259,7 @@ func mustTree(parents []int32) model.Tree {
 // sharedFile returns the path of a shared data file and whether it exists, without
 // skipping.
 func sharedFile(elem ...string) (string, bool) {
-	root := shared.Root()
+	root := sharedtest.Root()
 	if root == "" {
 		return "", false
 	}

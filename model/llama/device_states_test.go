@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/gpu"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 )
@@ -64,8 +64,8 @@ func checkStates(t *testing.T, dev *gpu.Device) {
 // layer's inputs (Batch.Inputs), its missing norms and its states must come out the
 // same, within [hostTol]; skipped without ../shared.
 func TestHostEAGLE(t *testing.T) {
-	dir := shared.Path(t, "models", "gocoder-m-eagle")
-	tp := shared.Path(t, "models", "gocoder-m-f16.gguf")
+	dir := sharedtest.Path(t, "models", "gocoder-m-eagle")
+	tp := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
 	run := func(opts llama.Options) ([]float32, []float32) {
 		e, err := llama.OpenEAGLE(dir, tp, opts)
 		require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 )
 
@@ -254,7 +254,7 @@ func toF64(x []float32) []float64 {
 func TestLoadProgress(t *testing.T) {
 	var calls int
 	var last, total int64
-	m, err := Open(shared.Path(t, "models", "gocoder-xs-f16.gguf"), Options{Threads: 1, Progress: func(done, tot int64) {
+	m, err := Open(sharedtest.Path(t, "models", "gocoder-xs-f16.gguf"), Options{Threads: 1, Progress: func(done, tot int64) {
 		calls++
 		assert.GreaterOrEqual(t, done, last)
 		last, total = done, tot

@@ -15,7 +15,7 @@ import (
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/kernels"
-	"github.com/specula/specula/internal/shared"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 )
@@ -25,8 +25,8 @@ import (
 // types and shapes, and in every block the same scale (within float16 rounding of the
 // F16 copy) and codes at most one step apart.
 func TestMatchesLlamaCppQ8(t *testing.T) {
-	src := shared.Path(t, "models", "gocoder-xs-f16.gguf")
-	ref := shared.Path(t, "models", "gocoder-xs-q8_0.gguf")
+	src := sharedtest.Path(t, "models", "gocoder-xs-f16.gguf")
+	ref := sharedtest.Path(t, "models", "gocoder-xs-q8_0.gguf")
 	dst := filepath.Join(t.TempDir(), "xs-q8.gguf")
 	r, err := File(context.Background(), src, dst, Q8_0)
 	require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestFromHFDirectory(t *testing.T) {
 		{"tiny-qwen2-random", "tiny-qwen2-random-f32.gguf", Q8_0, 0.05}, // random weights: flat logits
 	} {
 		t.Run(c.dir+"/"+string(c.mix), func(t *testing.T) {
-			dir := shared.Path(t, "models", c.dir)
+			dir := sharedtest.Path(t, "models", c.dir)
 			dst := filepath.Join(t.TempDir(), "out.gguf")
 			r, err := File(context.Background(), dir, dst, c.mix)
 			require.NoError(t, err)
@@ -129,7 +129,7 @@ func TestFromHFDirectory(t *testing.T) {
 			got, err := gguf.Open(dst)
 			require.NoError(t, err)
 			defer got.Close()
-			want, err := gguf.Open(shared.Path(t, "models", c.refGGUF))
+			want, err := gguf.Open(sharedtest.Path(t, "models", c.refGGUF))
 			require.NoError(t, err)
 			defer want.Close()
 			for _, key := range []string{"tokenizer.ggml.tokens", "tokenizer.ggml.merges"} {
@@ -153,7 +153,7 @@ func TestErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "nonexistent")
 	_, err = File(ctx, "/nonexistent/model", dst, "Q3_K_S")
 	assert.ErrorContains(t, err, `unknown mix "Q3_K_S" (known: F32, F16,`)
-	q8 := shared.Path(t, "models", "gocoder-xs-q8_0.gguf")
+	q8 := sharedtest.Path(t, "models", "gocoder-xs-q8_0.gguf")
 	_, err = File(ctx, q8, dst, Q4_0)
 	assert.ErrorContains(t, err, "only F32, F16 and BF16")
 	assert.NoFileExists(t, dst, "nothing is left behind")
@@ -170,7 +170,7 @@ func TestPermuteRows(t *testing.T) {
 // matrix has the type the mix's rules give it, every other tensor is unchanged, the
 // file type is llama.cpp's, and the model's logits stay close to the F16 model's.
 func TestEveryMix(t *testing.T) {
-	src := shared.Path(t, "models", "gocoder-s-f16.gguf")
+	src := sharedtest.Path(t, "models", "gocoder-s-f16.gguf")
 	prompt := []int32{8191, 100, 2000, 37, 5, 900, 13, 42}
 	orig, err := llama.Open(src, llama.Options{Threads: 1})
 	require.NoError(t, err)

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/markov"
 )
 
 func newChain(t *testing.T, cfg markov.Config) *markov.Chain {

@@ -1,7 +1,7 @@
-// Package shared finds the project's shared data — real models, tokenizers, prompts —
-// which lives beside the checkout in ../shared and is absent from a user's fresh clone.
-// Tests that need it skip with a message naming the missing file.
-package shared
+// Package sharedtest finds the project's shared data for tests — real models,
+// tokenizers, prompts — which lives beside the checkout in ../shared and is absent from
+// a user's fresh clone. Tests that need it skip with a message naming the missing file.
+package sharedtest
 
 import (
 	"os"
