@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -68,7 +69,8 @@ func TestGenerateEvents(t *testing.T) {
 	first := events[0]
 	assert.True(t, first.Prompt)
 	assert.Equal(t, req.Prompt, first.Text)
-	assert.Len(t, first.Logprobs, len(first.Tokens)-1, "every prompt token but the first scored")
+	require.Len(t, first.Logprobs, len(first.Tokens), "every prompt token, the first unscored")
+	assert.True(t, math.IsNaN(float64(first.Logprobs[0].Logprob)))
 	assert.Equal(t, req.Prompt, strings.Join(first.Pieces, ""))
 	texts := make([]strings.Builder, 3)
 	tokens := make([][]int32, 3)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -52,9 +53,8 @@ type Event struct {
 	// have text and no tokens: what the detokenizer held back to the end.
 	Tokens []int32
 	Pieces []string
-	// Logprobs, when the request asks, scores Tokens one for one — except for the
-	// prompt, where Logprobs[i] scores Tokens[i+1] (the first token has nothing
-	// before it).
+	// Logprobs, when the request asks, scores Tokens one for one; the prompt's
+	// first token has nothing before it, and its Logprob is NaN.
 	Logprobs []TokenLogprob
 	// Finish is set on a choice's last event, with its Stats and Speculative.
 	Finish      FinishReason
@@ -107,7 +107,8 @@ type Completion struct {
 	// Choices are every choice in order, the first included.
 	Choices []Choice
 	// PromptText, PromptTokens and PromptLogprobs are the echoed prompt, with
-	// Request.Echo; PromptLogprobs[i] scores PromptTokens[i+1], with Logprobs.
+	// Request.Echo; PromptLogprobs score PromptTokens one for one, with Logprobs
+	// (the first's Logprob is NaN: nothing comes before it).
 	PromptText     string
 	PromptTokens   []int32
 	PromptLogprobs []TokenLogprob
@@ -277,12 +278,15 @@ func (r *runner) echo(ctx context.Context) error {
 		return nil
 	}
 	ev := Event{Prompt: true, Text: j.echo, Tokens: j.spec.Prompt, Pieces: j.echoPieces}
+	if j.req.Logprobs {
+		ev.Logprobs = []TokenLogprob{{Alternative: r.e.alternative(j.spec.Prompt[0], float32(math.NaN()))}}
+	}
 	if j.req.Logprobs && len(j.spec.Prompt) > 1 {
 		scored, err := r.e.plain.Score(ctx, j.spec.Prompt, j.req.TopLogprobs)
 		if err != nil {
 			return r.classify(ctx, err, nil)
 		}
-		ev.Logprobs = r.e.logprobs(scored)
+		ev.Logprobs = append(ev.Logprobs, r.e.logprobs(scored)...)
 	}
 	r.c.PromptText, r.c.PromptTokens, r.c.PromptLogprobs = ev.Text, ev.Tokens, ev.Logprobs
 	return r.hand(ev)

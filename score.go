@@ -14,5 +14,8 @@ func (e *Engine) Score(ctx context.Context, text string, top int) ([]TokenLogpro
 	if err != nil {
 		return nil, err
 	}
-	return c.PromptLogprobs, nil
+	if len(c.PromptLogprobs) == 0 {
+		return nil, nil
+	}
+	return c.PromptLogprobs[1:], nil
 }

@@ -12,9 +12,6 @@ import (
 	"time"
 
 	"github.com/specula/specula"
-	"github.com/specula/specula/sampler"
-	"github.com/specula/specula/spec"
-	"github.com/specula/specula/tokenizer"
 )
 
 // request is the body of POST /v1/completions and /v1/chat/completions: OpenAI's
@@ -135,32 +132,27 @@ func jsonKind(goType string) string {
 	return t
 }
 
-// job is a validated request, ready to run.
+// job is a validated request, ready for the engine.
 type job struct {
 	chat         bool
 	stream       bool
 	includeUsage bool
-	seeded       bool                // sampling with a seed the client chose: must be reproducible
-	n            int                 // choices: samples of the prompt
-	echo         string              // completions with echo: the prompt, output first
-	echoed       bool                // echo was asked for
-	scorePrompt  bool                // echo with logprobs: the prompt's tokens are scored too
-	scoreOnly    bool                // echo with max_tokens 0: the prompt (and its scores), nothing generated
-	promptLPs    *completionLogprobs // the echoed prompt's logprobs, once scored
-	model        string              // the name to answer with
+	model        *served // the engine it goes to
+	modelName    string  // the name to answer with
+	formatParam  string  // the request field the output format came from
 	id           string
 	created      int64
-	req          spec.Request
+	req          specula.Request
 }
 
 // parse validates a request and turns it into a job. Every problem is a 400 naming
-// the parameter, except an unknown model (404) and a prompt too long for the model
-// (413). The checks go in the order of the request's parts, the prompt last: it is
-// the costly one, tokenized only once everything else is known to be acceptable.
+// the parameter, except an unknown model (404). What only the engine can judge — the
+// prompt's tokens, its length, the format's text — it judges when the job is handed
+// to it, before any work.
 func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 	j := &job{chat: chat, created: time.Now().Unix(), id: newJobID(chat)}
 	var e *apiError
-	if j.model, e = s.requestedModel(q.Model); e != nil {
+	if j.model, j.modelName, e = s.requestedModel(q.Model); e != nil {
 		return nil, e
 	}
 	if e := checkUnsupported(q, chat); e != nil {
@@ -169,34 +161,33 @@ func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 	if j.stream, j.includeUsage, e = streamOptions(q); e != nil {
 		return nil, e
 	}
-	if j.n, e = choiceCount(q, j.stream); e != nil {
+	if j.req.N, e = choiceCount(q, j.stream); e != nil {
 		return nil, e
 	}
 	if j.req.Logprobs, j.req.TopLogprobs, e = logprobsParams(q, chat); e != nil {
 		return nil, e
 	}
-	if j.req.Sampling, j.seeded, e = samplingParams(q); e != nil {
+	if e = samplingParams(q, &j.req.Params); e != nil {
 		return nil, e
 	}
-	maxTokens, e := s.requestedMaxTokens(q, chat)
+	maxTokens, e := j.requestedMaxTokens(q, chat)
 	if e != nil {
 		return nil, e
 	}
-	if e := s.setFormat(q, j); e != nil {
+	if e := setFormat(q, j); e != nil {
 		return nil, e
 	}
-	if e := s.setStops(q, j); e != nil { // after the format: a constraint keeps the EOS tokens
+	stops, e := parseStop(q.Stop)
+	if e != nil {
 		return nil, e
 	}
+	j.req.Stop, j.req.IgnoreEOS = stops, q.IgnoreEOS != nil && *q.IgnoreEOS
 	if chat {
-		e = s.chatPrompt(q, j)
+		e = chatPrompt(q, j)
 	} else {
-		e = s.completionPrompt(q, j)
+		e = completionPrompt(q, j)
 	}
 	if e != nil {
-		return nil, e
-	}
-	if e := s.checkPromptLength(len(j.req.Prompt), chat); e != nil {
 		return nil, e
 	}
 	j.req.MaxTokens = tokenBudget(maxTokens, chat)
@@ -204,8 +195,7 @@ func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 	// prompt's tokens, and echo with max_tokens 0 generates nothing (OpenAI's legacy
 	// completions, vLLM); without echo, max_tokens 0 keeps meaning "to the end of the
 	// context".
-	j.scorePrompt = j.echoed && j.req.Logprobs
-	j.scoreOnly = j.echoed && maxTokens != nil && *maxTokens == 0
+	j.req.PromptOnly = j.req.Echo && maxTokens != nil && *maxTokens == 0
 	return j, nil
 }
 
@@ -218,17 +208,23 @@ func newJobID(chat bool) string {
 	return "cmpl-" + randomID()
 }
 
-// requestedModel returns the name to answer with: the one the request gives, which
-// must be one the server answers to (404 otherwise), or the primary name.
-func (s *Server) requestedModel(name *string) (string, *apiError) {
+// requestedModel returns the engine and the name to answer with: the one the
+// request gives, which must be one the server answers to (404 otherwise), or the
+// primary name.
+func (s *Server) requestedModel(name *string) (*served, string, *apiError) {
 	if name == nil || *name == "" {
-		return s.names[0], nil
+		return s.models[0], s.models[0].names[0], nil
 	}
-	if !s.serves(*name) {
-		return "", &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
-			Message: fmt.Sprintf("the model '%s' does not exist: this server serves %s", *name, strings.Join(quoteAll(s.names), " and "))}
+	m := s.model(*name)
+	if m == nil {
+		var all []string
+		for _, m := range s.models {
+			all = append(all, quoteAll(m.names)...)
+		}
+		return nil, "", &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
+			Message: fmt.Sprintf("the model '%s' does not exist: this server serves %s", *name, strings.Join(all, " and "))}
 	}
-	return *name, nil
+	return m, *name, nil
 }
 
 // streamOptions reads stream and stream_options, which only a stream may have.
@@ -243,58 +239,52 @@ func streamOptions(q *request) (stream, includeUsage bool, e *apiError) {
 	return stream, includeUsage, nil
 }
 
-// samplingParams reads the sampling parameters, each checked against its range, and
-// reports whether the request samples with a seed of its own, whose output must then
-// be reproducible. A request without a seed gets a random one.
-func samplingParams(q *request) (p sampler.Params, seeded bool, e *apiError) {
-	p = sampler.Params{Temperature: 1, TopP: 1}
+// samplingParams reads the sampling parameters into p, each checked against the
+// range OpenAI's API gives it. A request with a seed samples reproducibly: the same
+// seed gives the same text every time, 0 included.
+func samplingParams(q *request, p *specula.Params) *apiError {
+	p.Temperature, p.TopP = 1, 1
 	if t := q.Temperature; t != nil {
 		if *t < 0 || *t > 2 {
-			return p, false, badParam("temperature", "temperature %v is out of range: it must lie in [0, 2]", *t)
+			return badParam("temperature", "temperature %v is out of range: it must lie in [0, 2]", *t)
 		}
 		p.Temperature = *t
 	}
 	if t := q.TopP; t != nil {
 		if !(*t > 0 && *t <= 1) {
-			return p, false, badParam("top_p", "top_p %v is out of range: it must lie in (0, 1]", *t)
+			return badParam("top_p", "top_p %v is out of range: it must lie in (0, 1]", *t)
 		}
 		p.TopP = *t
 	}
 	if k := q.TopK; k != nil {
 		if *k < -1 {
-			return p, false, badParam("top_k", "top_k %d is out of range: it must be -1 or 0 (all tokens) or positive", *k)
+			return badParam("top_k", "top_k %d is out of range: it must be -1 or 0 (all tokens) or positive", *k)
 		}
 		p.TopK = max(*k, 0)
 	}
 	if m := q.MinP; m != nil {
 		if *m < 0 || *m > 1 {
-			return p, false, badParam("min_p", "min_p %v is out of range: it must lie in [0, 1]", *m)
+			return badParam("min_p", "min_p %v is out of range: it must lie in [0, 1]", *m)
 		}
 		p.MinP = *m
 	}
 	if r := q.RepetitionPenalty; r != nil {
 		if !(*r > 0 && *r <= 10) {
-			return p, false, badParam("repetition_penalty", "repetition_penalty %v is out of range: it must lie in (0, 10]", *r)
+			return badParam("repetition_penalty", "repetition_penalty %v is out of range: it must lie in (0, 10]", *r)
 		}
 		p.RepetitionPenalty = *r
 	}
 	if q.Seed != nil {
-		p.Seed = uint64(*q.Seed)
-		seeded = p.Temperature > 0
-	} else {
-		p.Seed = specula.RandomSeed()
+		p.Seed, p.Reproducible = uint64(*q.Seed), true
 	}
-	if err := p.Validate(); err != nil {
-		return p, false, badParam("", "%v", err)
-	}
-	return p, seeded, nil
+	return nil
 }
 
 // requestedMaxTokens returns the request's bound on generated tokens, nil when it
 // sets none: max_tokens, or for chat max_completion_tokens, its newer name, which
 // wins. It must not be negative (0: to the end of the context) and must fit in the
 // model's context.
-func (s *Server) requestedMaxTokens(q *request, chat bool) (*int, *apiError) {
+func (j *job) requestedMaxTokens(q *request, chat bool) (*int, *apiError) {
 	maxTokens, param := q.MaxTokens, "max_tokens"
 	if chat && q.MaxCompletion != nil {
 		maxTokens, param = q.MaxCompletion, "max_completion_tokens"
@@ -305,30 +295,18 @@ func (s *Server) requestedMaxTokens(q *request, chat bool) (*int, *apiError) {
 	if *maxTokens < 0 {
 		return nil, badParam(param, "%s %d is out of range: it must be at least 0 (0: to the end of the context, as in the library and the CLI)", param, *maxTokens)
 	}
-	if ctxLen := s.info.ContextLength; ctxLen > 0 && *maxTokens > ctxLen {
+	if ctxLen := j.model.eng.Info().ContextLength; ctxLen > 0 && *maxTokens > ctxLen {
 		return nil, badParam(param, "%s %d is larger than the model's context length of %d tokens", param, *maxTokens, ctxLen)
 	}
 	return maxTokens, nil
 }
 
-// setStops sets what ends the generation besides its length: the stop strings, which
-// need the text as it is generated, and the model's end-of-sequence tokens unless
-// ignore_eos is set (and always under an output format, set before).
-func (s *Server) setStops(q *request, j *job) *apiError {
-	stops, e := parseStop(q.Stop)
-	if e != nil {
-		return e
-	}
-	s.eng.SetStops(&j.req, stops, q.IgnoreEOS != nil && *q.IgnoreEOS)
-	return nil
-}
-
 // setFormat reads the output format a request asks for — OpenAI's response_format
 // (json_object, json_schema), llama-server's grammar and json_schema, vLLM's
-// guided_regex; at most one — and compiles it (the engine keeps what it compiled, so
-// a schema asked for again is not compiled again). A format that does not compile is
-// a 400 naming the problem.
-func (s *Server) setFormat(q *request, j *job) *apiError {
+// guided_regex; at most one. The engine compiles it (and keeps what it compiled, so
+// a schema asked for again is not compiled again); one that does not compile is a
+// 400 naming the field it came from.
+func setFormat(q *request, j *job) *apiError {
 	var f specula.Format
 	var params []string
 	if rf := q.ResponseFormat; rf != nil {
@@ -361,25 +339,7 @@ func (s *Server) setFormat(q *request, j *job) *apiError {
 	default:
 		return badParam(params[1], "%s: a request takes one output format, not %s", params[1], strings.Join(params, " and "))
 	}
-	m, err := s.eng.Constraint(f)
-	if err != nil {
-		return badParam(params[0], "%s cannot be compiled: %v", params[0], err)
-	}
-	j.req.Constraint = m
-	return nil
-}
-
-// checkPromptLength refuses (413) a prompt of n tokens that leaves no room to
-// generate, in the model's context or in the whole key/value cache.
-func (s *Server) checkPromptLength(n int, chat bool) *apiError {
-	if ctxLen := s.info.ContextLength; ctxLen > 0 && n >= ctxLen {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
-			Message: fmt.Sprintf("the prompt is %d tokens long, and this model's context length is %d tokens: there is no room to generate", n, ctxLen)}
-	}
-	if need, have := n+1, s.kvCapacity(); have > 0 && need > have {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Param: promptParam(chat), Code: "context_length_exceeded",
-			Message: fmt.Sprintf("the prompt is %d tokens long, and the server's whole key/value cache (its key/value budget) holds %d tokens", n, have)}
-	}
+	j.req.Format, j.formatParam = f, params[0]
 	return nil
 }
 
@@ -395,13 +355,6 @@ func tokenBudget(maxTokens *int, chat bool) int {
 	default:
 		return defaultCompletionTokens
 	}
-}
-
-func promptParam(chat bool) string {
-	if chat {
-		return "messages"
-	}
-	return "prompt"
 }
 
 // maxChoices is the most choices (n) a request may ask for.
@@ -522,62 +475,46 @@ func parseStop(raw json.RawMessage) ([]string, *apiError) {
 
 // completionPrompt reads prompt: a string, an array of one string, an array of token
 // ids, or an array of one array of token ids.
-func (s *Server) completionPrompt(q *request, j *job) *apiError {
+func completionPrompt(q *request, j *job) *apiError {
 	raw := bytes.TrimSpace(q.Prompt)
 	if len(raw) == 0 || string(raw) == "null" {
 		return badParam("prompt", "prompt is required")
 	}
-	var text string
 	var texts []string
-	var ids []int32
 	var idLists [][]int32
-	isText := true
 	switch {
-	case json.Unmarshal(raw, &text) == nil:
+	case json.Unmarshal(raw, &j.req.Prompt) == nil:
 	case json.Unmarshal(raw, &texts) == nil:
-		if len(texts) == 0 {
-			return badParam("prompt", "prompt must not be empty")
-		}
 		if len(texts) != 1 {
-			return unsupported("prompt", "prompt holds %d prompts: this server takes one per request", len(texts))
+			return onePrompt(len(texts))
 		}
-		text = texts[0]
-	case json.Unmarshal(raw, &ids) == nil:
-		isText = false
+		j.req.Prompt = texts[0]
+	case json.Unmarshal(raw, &j.req.Tokens) == nil:
 	case json.Unmarshal(raw, &idLists) == nil:
 		if len(idLists) != 1 {
-			return unsupported("prompt", "prompt holds %d prompts: this server takes one per request", len(idLists))
+			return onePrompt(len(idLists))
 		}
-		ids, isText = idLists[0], false
+		j.req.Tokens = idLists[0]
 	default:
 		return badParam("prompt", "prompt must be a string, an array of one string, or an array of token ids")
 	}
-	if isText {
-		if text == "" {
-			return badParam("prompt", "prompt must not be empty")
-		}
-		ids = s.tok.Encode(text, s.tok.DefaultOptions())
-	} else {
-		v := s.info.VocabSize
-		for i, t := range ids {
-			if t < 0 || int(t) >= v {
-				return badParam("prompt", "prompt token %d at index %d is outside the vocabulary [0, %d)", t, i, v)
-			}
-		}
-		text = s.tok.DecodeWith(ids, tokenizer.DecodeOptions{SkipSpecial: true})
-	}
-	if len(ids) == 0 {
+	if j.req.Prompt == "" && len(j.req.Tokens) == 0 {
 		return badParam("prompt", "prompt must not be empty")
 	}
-	if q.Echo != nil && *q.Echo {
-		j.echo, j.echoed = text, true
-	}
-	j.req.Prompt = ids
+	j.req.Echo = q.Echo != nil && *q.Echo
 	return nil
 }
 
-// chatPrompt renders messages with the model's chat template and encodes the result.
-func (s *Server) chatPrompt(q *request, j *job) *apiError {
+// onePrompt refuses a request of n prompts but one.
+func onePrompt(n int) *apiError {
+	if n == 0 {
+		return badParam("prompt", "prompt must not be empty")
+	}
+	return unsupported("prompt", "prompt holds %d prompts: this server takes one per request", n)
+}
+
+// chatPrompt reads messages, which the engine renders with the model's chat template.
+func chatPrompt(q *request, j *job) *apiError {
 	raw := bytes.TrimSpace(q.Messages)
 	if len(raw) == 0 || string(raw) == "null" {
 		return badParam("messages", "messages is required")
@@ -589,7 +526,7 @@ func (s *Server) chatPrompt(q *request, j *job) *apiError {
 	if len(msgs) == 0 {
 		return badParam("messages", "messages must not be empty")
 	}
-	conv := make([]any, len(msgs))
+	j.req.Messages = make([]specula.Message, len(msgs))
 	for i, m := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		if m.Role == nil {
@@ -607,33 +544,12 @@ func (s *Server) chatPrompt(q *request, j *job) *apiError {
 		if err != nil {
 			return err
 		}
-		msg := map[string]any{"role": role, "content": text}
+		j.req.Messages[i] = specula.Message{Role: role, Content: text}
 		if m.Name != nil {
-			msg["name"] = *m.Name
+			j.req.Messages[i].Name = *m.Name
 		}
-		conv[i] = msg
 	}
-	extra := make(map[string]any, len(q.ChatTemplateKwargs))
-	for k, v := range q.ChatTemplateKwargs {
-		extra[k] = v
-	}
-	prompt, err := s.eng.ChatPrompt(conv, extra)
-	switch {
-	case errors.Is(err, specula.ErrNoChatTemplate):
-		why := ""
-		if _, cerr := s.eng.ChatTemplate(); cerr != nil {
-			why = " (the model's template is not usable: " + cerr.Error() + ")"
-		}
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_missing",
-			Message: fmt.Sprintf("the model '%s' has no chat template (no %s in its GGUF file, no chat_template in its tokenizer_config.json), so it cannot answer chat requests: use /v1/completions, or give the server a chat template (-chat-template-file, or specula.Config.ChatTemplate)%s",
-				j.model, specula.ChatTemplateKey, why)}
-	case errors.Is(err, specula.ErrEmptyPrompt):
-		return badParam("messages", "the conversation renders to an empty prompt")
-	case err != nil:
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_error",
-			Message: "the chat template rejected the conversation: " + err.Error()}
-	}
-	j.req.Prompt = prompt
+	j.req.TemplateArgs = q.ChatTemplateKwargs
 	return nil
 }
 

@@ -1,10 +1,16 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/specula/specula"
 )
 
 // apiError is an error answered in OpenAI's format:
@@ -78,4 +84,93 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	w.WriteHeader(e.Status)
 	b, _ := json.Marshal(e.body()) // cannot fail: strings and pointers to strings
 	w.Write(append(b, '\n'))
+}
+
+// engineError turns an engine's error for job j into the answer OpenAI's API gives:
+// a parameter at fault 400 (named as the request has it), a prompt over the context
+// 400 context_length_exceeded, a full queue 429 and an exhausted key/value cache or a
+// closed engine 503 (with Retry-After), a shutdown 503, a client gone 499 (not
+// written), anything else 500.
+func engineError(ctx context.Context, j *job, err error) *apiError {
+	pe, isParam := errors.AsType[*specula.ParameterError](err)
+	oe, isOverload := errors.AsType[*specula.OverloadedError](err)
+	switch {
+	case errors.Is(context.Cause(ctx), errShutdown) || errors.Is(err, errShutdown):
+		return shutdownError(errShutdown.Error() + ": the generation was cancelled")
+	case errors.Is(err, specula.ErrNoChatTemplate):
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_missing",
+			Message: fmt.Sprintf("the model '%s' cannot answer chat requests: %v. Use /v1/completions, or give the server a chat template (-chat-template-file, or specula.Config.ChatTemplate)",
+				j.modelName, err)}
+	case errors.Is(err, specula.ErrPromptTooLong):
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: promptParam(j.chat), Code: "context_length_exceeded",
+			Message: err.Error()}
+	case isParam:
+		return badParam(j.param(pe.Field), "%s", pe.Err)
+	case isOverload:
+		status, code := http.StatusTooManyRequests, "queue_full"
+		if oe.TimedOut {
+			status, code = http.StatusServiceUnavailable, "queue_timeout"
+		}
+		return &apiError{Status: status, Type: typeRateLimit, Code: code, Message: err.Error(),
+			RetryAfter: min(max(int(oe.RetryAfter.Seconds()), 1), maxRetryAfterSec)}
+	case errors.Is(err, specula.ErrOutOfMemory):
+		return &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "kv_cache_full",
+			Message: "the server's key/value cache is full: retry later, or with a shorter prompt", RetryAfter: drainRetryAfter}
+	case errors.Is(err, specula.ErrClosed):
+		return &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "model_closed", Message: err.Error(), RetryAfter: drainRetryAfter}
+	case errors.Is(err, specula.ErrCancelled) || ctx.Err() != nil:
+		return &apiError{Status: 499, Type: typeServer, Code: "cancelled", Message: "the client closed the request"}
+	}
+	return &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "generation failed: " + err.Error()}
+}
+
+// maxRetryAfterSec bounds the Retry-After of a refused request.
+const maxRetryAfterSec = 60
+
+// param names, as the request has it, the field of a specula.Request at fault.
+func (j *job) param(field string) string {
+	name, _, _ := strings.Cut(field, "[")
+	name, _, _ = strings.Cut(name, ".")
+	switch name {
+	case "Prompt", "Tokens", "Messages":
+		return promptParam(j.chat)
+	case "Format":
+		return j.formatParam
+	case "MaxTokens":
+		return "max_tokens"
+	case "Stop":
+		return "stop"
+	case "N":
+		return "n"
+	case "TopLogprobs":
+		if j.chat {
+			return "top_logprobs"
+		}
+		return "logprobs"
+	}
+	// Temperature → temperature, TopP → top_p, RepetitionPenalty → repetition_penalty.
+	var b strings.Builder
+	for i, r := range name {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func promptParam(chat bool) string {
+	if chat {
+		return "messages"
+	}
+	return "prompt"
+}
+
+// shutdownError is the 503 of a request refused or cut short by a shutdown.
+func shutdownError(msg string) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_shutting_down",
+		Message: msg, RetryAfter: drainRetryAfter}
 }

@@ -4,22 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/specula/specula/model"
-	"github.com/specula/specula/spec"
-	"github.com/specula/specula/tokenizer"
+	"github.com/specula/specula"
 )
-
-// shutdownError is the 503 of a request refused or cut short by a shutdown.
-func shutdownError(msg string) *apiError {
-	return &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_shutting_down",
-		Message: msg, RetryAfter: drainRetryAfter}
-}
 
 // handleCompletions answers POST /v1/completions.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
@@ -31,15 +22,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	s.handleGenerate(w, r, true)
 }
 
-// handleGenerate answers a completion or chat request: parse and validate, wait for a
-// slot, generate, and write the response, whole or as a stream.
+// handleGenerate answers a completion or chat request: parse and validate, hand the
+// request to its engine (which makes it wait its turn), and write the engine's
+// events as the response, whole or as a stream.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
-	arrived := time.Now()
-	if !s.enter() {
-		writeError(w, shutdownError(errShutdown.Error()))
-		return
-	}
-	defer s.exit()
 	var q request
 	if e := decodeBody(w, r, s.cfg.MaxBodyBytes, &q); e != nil {
 		writeError(w, e)
@@ -50,116 +36,62 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		writeError(w, e)
 		return
 	}
-	dec, mode, release, e := s.admit(r.Context(), j, arrived)
-	if e != nil {
-		if e.Status == 0 { // the client left while queued
-			markDropped(w)
-			return
-		}
-		writeError(w, e)
+	owner := j.model.owner
+	if !owner.enter() {
+		writeError(w, shutdownError(errShutdown.Error()))
 		return
 	}
-	defer release()
+	defer owner.exit()
 
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	stop := context.AfterFunc(s.ctx, func() { cancel(errShutdown) })
+	stop := context.AfterFunc(owner.ctx, func() { cancel(errShutdown) })
 	defer stop()
 
-	outs := make([]*output, j.n)
-	for i := range outs {
-		outs[i] = &output{wake: make(chan struct{}, 1)}
-	}
+	out := &output{wake: make(chan struct{}, 1)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.run(ctx, j, dec, mode, outs, arrived)
+		c, err := j.model.eng.GenerateFunc(ctx, j.req, out.push)
+		out.finish(c, err)
 	}()
 	if j.stream {
-		s.stream(ctx, w, j, outs[0], cancel)
+		s.stream(ctx, w, j, out, cancel)
 	} else {
 		<-done
-		s.respond(ctx, w, j, mode, outs)
+		s.respond(ctx, w, j, out)
 	}
 	cancel(nil)
 	<-done
-}
-
-// admit waits for a generation slot and picks the decoder: speculative while the
-// server is not saturated, plain otherwise — except for sampling with a seed, which
-// always gets the same decoder (of fixed K), so that a seed always gives the same
-// text. A full queue is a 429; a shutdown while waiting a 503; a client that leaves
-// while waiting gets an error of status 0.
-func (s *Server) admit(ctx context.Context, j *job, arrived time.Time) (dec *spec.Decoder, mode string, release func(), e *apiError) {
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		if s.queued.Add(1) > int64(s.cfg.MaxQueue) {
-			s.queued.Add(-1)
-			return nil, "", nil, &apiError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "queue_full",
-				Message:    fmt.Sprintf("the server is busy: %d generations are running and %d waiting; retry later", s.cfg.MaxConcurrent, s.cfg.MaxQueue),
-				RetryAfter: s.retryAfter()}
-		}
-		s.m.queued.Inc()
-		defer func() {
-			s.queued.Add(-1)
-			s.m.queued.Dec()
-		}()
-		select {
-		case s.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, "", nil, &apiError{}
-		case <-s.drainCh:
-			return nil, "", nil, shutdownError(errShutdown.Error())
-		}
-	}
-	s.m.queueWait.Observe(time.Since(arrived).Seconds())
-	n := s.active.Add(1)
-	s.m.active.Inc()
-	dec, mode = s.eng.PlainDecoder(), "plain"
-	switch {
-	case j.seeded:
-		if s.eng.MaxDraft() > 0 {
-			dec, mode = s.eng.ReproducibleDecoder(), "speculative"
-		}
-	case s.useSpec(int(n)):
-		dec, mode = s.eng.Decoder(), "speculative"
-	}
-	s.m.decisions.WithLabelValues(mode).Inc()
-	return dec, mode, func() {
-		s.active.Add(-1)
-		s.m.active.Dec()
-		<-s.slots
-	}, nil
 }
 
 // streamWriteTimeout bounds each write of a stream: a client that reads nothing for
 // that long is dropped.
 const streamWriteTimeout = 30 * time.Second
 
-// output carries a generation's text from the decoding goroutine to the one writing
-// the response. It never blocks the decoder: pieces queue up until taken.
+// output carries a generation's events from the engine to the goroutine writing the
+// response. It never blocks the engine: events queue up until taken.
 type output struct {
 	mu     sync.Mutex
-	pieces []string       // one per token (possibly "" inside a multi-byte character)
-	lps    []spec.Logprob // one per token, when the request asks for logprobs
+	events []specula.Event
 	done   bool
-	res    spec.Result
+	c      specula.Completion
 	err    error
 	wake   chan struct{} // capacity 1: something changed
 }
 
-func (o *output) push(pieces []string, lps []spec.Logprob) {
+// push queues an event; it is the engine's emit function.
+func (o *output) push(ev specula.Event) error {
 	o.mu.Lock()
-	o.pieces = append(o.pieces, pieces...)
-	o.lps = append(o.lps, lps...)
+	o.events = append(o.events, ev)
 	o.mu.Unlock()
 	o.signal()
+	return nil
 }
 
-func (o *output) finish(res spec.Result, err error) {
+func (o *output) finish(c specula.Completion, err error) {
 	o.mu.Lock()
-	o.done, o.res, o.err = true, res, err
+	o.done, o.c, o.err = true, c, err
 	o.mu.Unlock()
 	o.signal()
 }
@@ -171,186 +103,96 @@ func (o *output) signal() {
 	}
 }
 
-// take moves the pending pieces to dst (and their logprobs to lps) and reports
-// whether the generation is over (all its pieces then taken).
-func (o *output) take(dst []string, lps []spec.Logprob) ([]string, []spec.Logprob, bool) {
+// take moves the pending events to dst and reports whether the generation is over
+// (all its events then taken).
+func (o *output) take(dst []specula.Event) ([]specula.Event, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	dst = append(dst, o.pieces...)
-	lps = append(lps, o.lps...)
-	clear(o.pieces)
-	o.pieces, o.lps = o.pieces[:0], o.lps[:0]
-	return dst, lps, o.done
+	dst = append(dst, o.events...)
+	clear(o.events)
+	o.events = o.events[:0]
+	return dst, o.done
 }
 
-// run generates j's choices into outs.
-func (s *Server) run(ctx context.Context, j *job, dec *spec.Decoder, mode string, outs []*output, arrived time.Time) {
-	if j.scorePrompt {
-		scored, err := dec.Score(ctx, j.req.Prompt, j.req.TopLogprobs)
-		if err != nil {
-			for _, o := range outs {
-				o.finish(spec.Result{Finish: spec.FinishError}, err)
-			}
-			if !errors.Is(err, context.Canceled) {
-				s.log.Warn("scoring the prompt failed", "id", j.id, "err", err)
-			}
-			return
-		}
-		j.promptLPs = promptLogprobsOf(s.tok, j.req.Prompt, scored, s.promptPieces(j.req.Prompt, j.echo))
-	}
-	if j.scoreOnly {
-		for _, o := range outs {
-			res := spec.Result{Finish: spec.FinishLength, Stats: spec.Stats{PromptTokens: len(j.req.Prompt)}}
-			s.m.observe(mode, res)
-			o.finish(res, nil)
-		}
+// respond writes a whole (non-streaming) response once the generation is over: one
+// choice per choice of the completion, the echoed prompt before each, usage summed.
+func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, out *output) {
+	events, _ := out.take(nil)
+	if out.err != nil {
+		s.fail(ctx, w, j, out.err)
 		return
 	}
-	texts := make([]spec.TextStream, len(outs))
-	for i := range texts {
-		texts[i] = s.eng.TextStream()
-	}
-	var once sync.Once
-	var pieces []string
-	emit := func(choice int, toks []int32, lps []spec.Logprob) error {
-		if len(toks) > 0 {
-			once.Do(func() { s.m.ttft.Observe(time.Since(arrived).Seconds()) })
+	c := out.c
+	u := &usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens, TotalTokens: c.Usage.TotalTokens}
+	t := timingsOf(c.Choice)
+	if j.chat {
+		resp := chatCompletion{ID: j.id, Object: "chat.completion", Created: j.created, Model: j.modelName, Choices: []chatChoice{}, Usage: u, Timings: t}
+		for _, ch := range c.Choices {
+			cc := chatChoice{Index: ch.Index, Message: chatMessageOut{Role: "assistant", Content: ch.Text}, FinishReason: string(ch.Finish)}
+			if j.req.Logprobs {
+				cc.Logprobs = chatLogprobsOf(ch.Logprobs)
+			}
+			resp.Choices = append(resp.Choices, cc)
 		}
-		pieces = pieces[:0]
-		for _, t := range toks {
-			pieces = append(pieces, texts[choice].Push(t))
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+	resp := completion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.modelName, Choices: []completionChoice{}, Usage: u, Timings: t}
+	pieces := piecesOf(events, len(c.Choices))
+	for _, ch := range c.Choices {
+		finish := string(ch.Finish)
+		cc := completionChoice{Index: ch.Index, Text: c.PromptText + ch.Text, FinishReason: &finish}
+		if j.req.Logprobs {
+			lp := newCompletionLogprobs()
+			offset := len(c.PromptText)
+			if j.req.Echo {
+				offset = lp.addPrompt(events[0])
+			}
+			lp.addTokens(ch.Logprobs, pieces[ch.Index], offset)
+			cc.Logprobs = lp
 		}
-		outs[choice].push(pieces, lps)
-		return nil
+		resp.Choices = append(resp.Choices, cc)
 	}
-	var results []spec.Result
-	var err error
-	if len(outs) == 1 {
-		var res spec.Result
-		res, err = dec.StreamLogprobs(ctx, j.req, func(toks []int32, lps []spec.Logprob) error { return emit(0, toks, lps) })
-		results = []spec.Result{res}
-	} else {
-		results, err = dec.StreamN(ctx, j.req, len(outs), emit) // emit is called one choice at a time
-	}
-	for i, res := range results {
-		if tail := texts[i].Flush(); tail != "" {
-			outs[i].push([]string{tail}, nil)
-		}
-		s.m.observe(mode, res)
-		s.noteDuration(res.Stats.Duration)
-		cerr := err
-		if res.Finish != spec.FinishError && res.Finish != spec.FinishCancelled {
-			cerr = nil // another choice failed
-		}
-		outs[i].finish(res, cerr)
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		s.log.Warn("generation failed", "id", j.id, "err", err)
-	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
-// promptPieces returns the text each of the prompt's tokens adds to the echoed text,
-// for the offsets of its logprobs: what the streaming decoder writes for it, and for
-// a special token its own text where the echo has it there (a text prompt that names
-// one), nothing otherwise (a BOS the tokenizer added).
-func (s *Server) promptPieces(tokens []int32, echo string) []string {
-	ts := s.eng.TextStream()
-	out := make([]string, len(tokens))
-	at := 0
-	for i, t := range tokens {
-		if p, _ := s.tok.Piece(t); s.tok.IsSpecial(t) && strings.HasPrefix(echo[min(at, len(echo)):], p) {
-			out[i] = p
-		} else {
-			out[i] = ts.Push(t)
+// piecesOf gathers each choice's token texts from its events, for text_offset.
+func piecesOf(events []specula.Event, n int) [][]string {
+	out := make([][]string, n)
+	for _, ev := range events {
+		if !ev.Prompt {
+			out[ev.Choice] = append(out[ev.Choice], ev.Pieces...)
 		}
-		at += len(out[i])
-	}
-	if tail := ts.Flush(); tail != "" && len(out) > 0 {
-		out[len(out)-1] += tail
 	}
 	return out
 }
 
-// outcome turns the end of a generation into a finish reason, or an error for the
-// client. Running out of key/value memory after some tokens ends the text with
-// "length", as running out of context does; before any token it is a 503.
-func (s *Server) outcome(ctx context.Context, res spec.Result, err error) (finish string, e *apiError) {
-	switch {
-	case err == nil:
-		return string(res.Finish), nil
-	case errors.Is(context.Cause(ctx), errShutdown):
-		return "", shutdownError(fmt.Sprintf("%s: the generation was cancelled after %d tokens", errShutdown, res.Stats.GeneratedTokens))
-	case errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull):
-		if res.Stats.GeneratedTokens > 0 {
-			return string(spec.FinishLength), nil
-		}
-		return "", &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "kv_cache_full",
-			Message:    "the server's key/value cache is full: retry later, or with a shorter prompt",
-			RetryAfter: s.retryAfter()}
-	case ctx.Err() != nil:
-		return "", &apiError{Status: 499, Type: typeServer, Code: "cancelled", Message: "the client closed the request"}
-	}
-	return "", &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "generation failed: " + err.Error()}
-}
-
-// respond writes a whole (non-streaming) response once the generation is over: one
-// choice per output, usage summed over them.
-func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, mode string, outs []*output) {
-	u := &usage{PromptTokens: len(j.req.Prompt)}
-	comp := completion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.model, Choices: []completionChoice{}}
-	chat := chatCompletion{ID: j.id, Object: "chat.completion", Created: j.created, Model: j.model, Choices: []chatChoice{}}
-	for i, out := range outs {
-		pieces, lps, _ := out.take(nil, nil)
-		finish, e := s.outcome(ctx, out.res, out.err)
-		if e != nil {
-			if e.Status == 499 {
-				markDropped(w)
-				return
-			}
-			writeError(w, e)
-			return
-		}
-		text := j.echo + strings.Join(pieces, "")
-		u.CompletionTokens += out.res.Stats.GeneratedTokens
-		if j.chat {
-			c := chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text}, FinishReason: finish}
-			if j.req.Logprobs {
-				c.Logprobs = chatLogprobsOf(s.tok, lps)
-			}
-			chat.Choices = append(chat.Choices, c)
-			continue
-		}
-		c := completionChoice{Index: i, Text: text, FinishReason: &finish}
-		if j.req.Logprobs {
-			c.Logprobs = completionLogprobsOf(s.tok, j.promptLPs, lps, pieces, len(j.echo))
-		}
-		comp.Choices = append(comp.Choices, c)
-	}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	t := timingsOf(outs[0].res, mode == "speculative")
-	if j.chat {
-		chat.Usage, chat.Timings = u, t
-		writeJSON(w, http.StatusOK, chat)
+// fail answers a request the engine refused or could not finish, before anything
+// was written.
+func (s *Server) fail(ctx context.Context, w http.ResponseWriter, j *job, err error) {
+	e := engineError(ctx, j, err)
+	if e.Status == 499 {
+		markDropped(w)
 		return
 	}
-	comp.Usage, comp.Timings = u, t
-	writeJSON(w, http.StatusOK, comp)
+	if e.Status >= 500 && e.Code == "" {
+		s.log.Warn("generation failed", "id", j.id, "err", err)
+	}
+	writeError(w, e)
 }
 
 // stream writes a streamed response as server-sent events, exactly as OpenAI sends
 // them: a chunk per burst of tokens (or per token, paced), a last chunk with the
-// finish reason, a usage chunk when asked for, and "data: [DONE]". A chat stream
-// opens at once with the chunk of the assistant's role; a completions stream's
-// headers wait for the first token, so that a request that fails before it (a full
-// key/value cache) still gets a proper error status. A failure after the stream has
-// opened is sent as an error event, then [DONE]. With logprobs each chunk carries its
-// tokens' (and pacing is off: a chunk is what the target accepted).
+// finish reason and the speculative statistics (timings, as llama-server sends
+// them), a usage chunk when asked for, and "data: [DONE]". The headers wait for the
+// first event, so that a request the engine refuses before it (a full queue, a
+// prompt too long) still gets its proper error status; a chat stream then opens
+// with the chunk of the assistant's role. A failure after the stream has opened is
+// sent as an error event, then [DONE]. With logprobs each chunk carries its tokens'
+// (and pacing is off: a chunk is what the target accepted).
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out *output, cancel context.CancelCauseFunc) {
-	sse := &sseWriter{w: w, rc: http.NewResponseController(w), j: j, tok: s.tok}
+	sse := &sseWriter{w: w, rc: http.NewResponseController(w), j: j}
 	defer sse.rc.SetWriteDeadline(time.Time{}) // the connection may serve another request
-	if j.chat {
-		sse.start()
-	}
 	var p *pacer
 	if s.cfg.Pacing > 0 && !j.req.Logprobs {
 		p = &pacer{window: s.cfg.Pacing}
@@ -361,21 +203,25 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out 
 			timer.Stop()
 		}
 	}()
-	var buf []string
-	var lps []spec.Logprob
+	var buf []specula.Event
 	for {
 		var done bool
-		buf, lps, done = out.take(buf[:0], lps[:0])
-		if p == nil {
-			if text := strings.Join(buf, ""); text != "" || len(lps) > 0 {
-				sse.content(text, buf, lps)
-			}
-		} else {
-			p.add(dropEmpty(buf))
-			if done {
-				if rest := p.drain(); len(rest) > 0 {
-					sse.content(strings.Join(rest, ""), nil, nil)
+		buf, done = out.take(buf[:0])
+		for _, ev := range buf {
+			switch {
+			case ev.Prompt:
+				sse.prompt(ev)
+			case p == nil:
+				if ev.Text != "" || len(ev.Logprobs) > 0 {
+					sse.content(ev.Text, ev.Pieces, ev.Logprobs)
 				}
+			default:
+				p.add(dropEmpty(append(ev.Pieces, tail(ev))))
+			}
+		}
+		if done && p != nil {
+			if rest := p.drain(); len(rest) > 0 {
+				sse.content(strings.Join(rest, ""), nil, nil)
 			}
 		}
 		if sse.broken {
@@ -384,7 +230,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out 
 		if done {
 			break
 		}
-		// Wait for more tokens, or for the next paced write.
+		// Wait for more events, or for the next paced write.
 		var tick <-chan time.Time
 		if p != nil {
 			if at, ok := p.due(); ok {
@@ -407,27 +253,43 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out 
 			sse.content(p.pop(time.Now()), nil, nil)
 		}
 	}
+	s.end(ctx, w, sse, out)
+}
 
-	finish, e := s.outcome(ctx, out.res, out.err)
-	switch {
-	case e != nil && e.Status == 499:
-		markDropped(w)
-		return
-	case e != nil && !sse.started:
-		writeError(w, e)
-		return
-	case e != nil:
+// end closes a stream: the finish and usage, or the error.
+func (s *Server) end(ctx context.Context, w http.ResponseWriter, sse *sseWriter, out *output) {
+	if out.err != nil {
+		e := engineError(ctx, sse.j, out.err)
+		switch {
+		case e.Status == 499:
+			markDropped(w)
+			return
+		case !sse.started:
+			s.fail(ctx, w, sse.j, out.err)
+			return
+		}
 		sse.event(e.body())
-	default:
-		sse.finish(finish, usageOf(len(j.req.Prompt), out.res))
+	} else {
+		c := out.c
+		sse.finish(string(c.Finish), &usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens,
+			TotalTokens: c.Usage.TotalTokens}, timingsOf(c.Choice))
 	}
 	sse.done()
+}
+
+// tail is the text an event adds beyond its tokens' pieces: what the detokenizer
+// held back to a choice's end.
+func tail(ev specula.Event) string {
+	if len(ev.Tokens) == 0 {
+		return ev.Text
+	}
+	return ""
 }
 
 // dropEmpty removes the empty pieces of tokens inside a multi-byte character, so
 // that pacing spaces out text the client sees.
 func dropEmpty(ss []string) []string {
-	out := ss[:0]
+	out := ss[:0:0]
 	for _, s := range ss {
 		if s != "" {
 			out = append(out, s)
@@ -441,10 +303,9 @@ type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	j       *job
-	tok     *tokenizer.Tokenizer // for logprobs' token texts
-	offset  int                  // of the next text in the completion, for text_offset
-	started bool                 // headers and the opening chunk written
-	broken  bool                 // a write failed: the client is gone
+	offset  int  // of the next text in the completion, for text_offset
+	started bool // headers and the opening chunk written
+	broken  bool // a write failed: the client is gone
 }
 
 // start writes the headers and, for chat, the chunk that opens the assistant's
@@ -464,60 +325,73 @@ func (s *sseWriter) start() {
 		empty := ""
 		s.event(s.chatChunk(chatDelta{Role: "assistant", Content: &empty}, nil))
 	}
-	if s.j.echoed {
-		c := s.textChunk(s.j.echo, nil)
-		if s.j.scorePrompt {
-			c.Choices[0].Logprobs = s.j.promptLPs
-		}
-		s.event(c)
-		s.offset = len(s.j.echo)
+}
+
+// prompt writes the echoed prompt, with its logprobs when asked.
+func (s *sseWriter) prompt(ev specula.Event) {
+	s.start()
+	c := s.textChunk(ev.Text, nil)
+	if s.j.req.Logprobs {
+		lp := newCompletionLogprobs()
+		lp.addPrompt(ev)
+		c.Choices[0].Logprobs = lp
 	}
+	s.event(c)
+	s.offset = len(ev.Text)
 }
 
 // content writes a chunk of text, with its tokens' logprobs when asked (pieces are
 // the tokens' texts, for the offsets).
-func (s *sseWriter) content(text string, pieces []string, lps []spec.Logprob) {
+func (s *sseWriter) content(text string, pieces []string, lps []specula.TokenLogprob) {
 	s.start()
 	if s.j.chat {
 		c := s.chatChunk(chatDelta{Content: &text}, nil)
 		if s.j.req.Logprobs {
-			c.Choices[0].Logprobs = chatLogprobsOf(s.tok, lps)
+			c.Choices[0].Logprobs = chatLogprobsOf(lps)
 		}
 		s.event(c)
 		return
 	}
 	c := s.textChunk(text, nil)
 	if s.j.req.Logprobs {
-		c.Choices[0].Logprobs = completionLogprobsOf(s.tok, nil, lps, pieces, s.offset)
+		lp := newCompletionLogprobs()
+		lp.addTokens(lps, pieces, s.offset)
+		c.Choices[0].Logprobs = lp
 	}
 	s.offset += len(text)
 	s.event(c)
 }
 
-func (s *sseWriter) finish(reason string, u *usage) {
+// finish writes the last chunk, with the finish reason and the timings, and the
+// usage chunk when asked for.
+func (s *sseWriter) finish(reason string, u *usage, t *timings) {
 	s.start()
 	if s.j.chat {
-		s.event(s.chatChunk(chatDelta{}, &reason))
+		c := s.chatChunk(chatDelta{}, &reason)
+		c.Timings = t
+		s.event(c)
 	} else {
-		s.event(s.textChunk("", &reason))
+		c := s.textChunk("", &reason)
+		c.Timings = t
+		s.event(c)
 	}
 	if !s.j.includeUsage {
 		return
 	}
 	if s.j.chat {
-		s.event(chatChunk{ID: s.j.id, Object: "chat.completion.chunk", Created: s.j.created, Model: s.j.model, Choices: []chatChunkChoice{}, Usage: u})
+		s.event(chatChunk{ID: s.j.id, Object: "chat.completion.chunk", Created: s.j.created, Model: s.j.modelName, Choices: []chatChunkChoice{}, Usage: u})
 	} else {
-		s.event(completion{ID: s.j.id, Object: "text_completion", Created: s.j.created, Model: s.j.model, Choices: []completionChoice{}, Usage: u})
+		s.event(completion{ID: s.j.id, Object: "text_completion", Created: s.j.created, Model: s.j.modelName, Choices: []completionChoice{}, Usage: u})
 	}
 }
 
 func (s *sseWriter) chatChunk(d chatDelta, finish *string) chatChunk {
-	return chatChunk{ID: s.j.id, Object: "chat.completion.chunk", Created: s.j.created, Model: s.j.model,
+	return chatChunk{ID: s.j.id, Object: "chat.completion.chunk", Created: s.j.created, Model: s.j.modelName,
 		Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}}}
 }
 
 func (s *sseWriter) textChunk(text string, finish *string) completion {
-	return completion{ID: s.j.id, Object: "text_completion", Created: s.j.created, Model: s.j.model,
+	return completion{ID: s.j.id, Object: "text_completion", Created: s.j.created, Model: s.j.modelName,
 		Choices: []completionChoice{{Text: text, FinishReason: finish}}}
 }
 
@@ -545,12 +419,5 @@ func (s *sseWriter) write(b []byte) {
 	}
 	if err := s.rc.Flush(); err != nil {
 		s.broken = true
-	}
-}
-
-// markDropped notes, for the log, that the client left before an answer.
-func markDropped(w http.ResponseWriter) {
-	if rw, ok := w.(*recorder); ok {
-		rw.dropped = true
 	}
 }

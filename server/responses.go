@@ -1,7 +1,7 @@
 package server
 
 import (
-	"github.com/specula/specula/spec"
+	"github.com/specula/specula"
 )
 
 // The response objects of the OpenAI API, field for field.
@@ -12,11 +12,6 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-func usageOf(promptTokens int, res spec.Result) *usage {
-	n := res.Stats.GeneratedTokens
-	return &usage{PromptTokens: promptTokens, CompletionTokens: n, TotalTokens: promptTokens + n}
-}
-
 // completion is a text_completion object, whole or as a stream chunk.
 type completion struct {
 	ID      string             `json:"id"`
@@ -25,7 +20,7 @@ type completion struct {
 	Model   string             `json:"model"`
 	Choices []completionChoice `json:"choices"`
 	Usage   *usage             `json:"usage,omitempty"`   // in stream chunks only the last, with include_usage
-	Timings *timings           `json:"timings,omitempty"` // an extension, as llama-server's
+	Timings *timings           `json:"timings,omitempty"` // an extension, as llama-server's; on a stream's last chunk
 }
 
 type completionChoice struct {
@@ -67,6 +62,7 @@ type chatChunk struct {
 	Model   string            `json:"model"`
 	Choices []chatChunkChoice `json:"choices"`
 	Usage   *usage            `json:"usage,omitempty"`
+	Timings *timings          `json:"timings,omitempty"` // on the last chunk
 }
 
 type chatChunkChoice struct {
@@ -96,8 +92,9 @@ type timings struct {
 	Speculative        bool    `json:"speculative"`
 }
 
-func timingsOf(res spec.Result, speculative bool) *timings {
-	s := res.Stats
+// timingsOf describes how a choice ran.
+func timingsOf(c specula.Choice) *timings {
+	s := c.Stats
 	return &timings{
 		PromptN:            s.PromptTokens,
 		PromptMS:           ms(s.PrefillTime.Seconds()),
@@ -108,7 +105,7 @@ func timingsOf(res spec.Result, speculative bool) *timings {
 		DraftN:             s.Drafted,
 		DraftNAccepted:     s.Accepted,
 		TargetPasses:       s.Steps,
-		Speculative:        speculative,
+		Speculative:        c.Speculative,
 	}
 }
 
