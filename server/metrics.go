@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/specula/specula/kvcache"
-	"github.com/specula/specula/model/batch"
+	"github.com/specula/specula/sched"
 	"github.com/specula/specula/spec"
 )
 
@@ -40,8 +40,8 @@ type metrics struct {
 
 // batcher is what the metrics read of the target's shared passes ([target.Local]).
 type batcher interface {
-	BatchStats() batch.Stats
-	Load() batch.Load
+	BatchStats() sched.Stats
+	Load() sched.Load
 }
 
 // recentDecay is the weight a request's counts keep when the next speculative request
