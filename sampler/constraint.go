@@ -5,8 +5,13 @@ package sampler
 // token. The decoder masks the target's logits at every position of a draft with the
 // state the draft reaches there (a draft model masks its drafts the same way, which
 // only makes drafts better); the acceptance rule then keeps the target's constrained
-// distribution exactly:
-// the target's own, restricted to the tokens the language allows and renormalised.
+// distribution exactly: the target's own, restricted to the tokens the language allows
+// and renormalised.
+//
+// The order is always the same: the mask first (MaskLogits on the raw logits), then
+// the [Params] processing — repetition penalty, temperature, top-k, top-p, min-p — on
+// the tokens the mask left, so a filter's threshold is taken among allowed tokens only.
+//
 // A Constraint is safe for concurrent use (one serves many requests); its states
 // are plain values.
 type Constraint interface {

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -8,7 +9,8 @@ import (
 // Params selects how logits become a distribution and how a draft is judged. The zero
 // value is greedy decoding with no filters and the exact acceptance rule.
 //
-// Processing runs in this order: repetition penalty, temperature, top-k, top-p, min-p.
+// Processing runs in this order: repetition penalty, temperature, top-k, top-p, min-p
+// (after a [Constraint]'s mask, which the caller applies to the logits first).
 // Every filter keeps the tokens whose probability reaches a threshold, so tokens tied at
 // a boundary are all kept, and the result does not depend on token order.
 type Params struct {
@@ -83,22 +85,39 @@ func mix64(x uint64) uint64 {
 // Greedy reports whether p decodes greedily (temperature 0).
 func (p Params) Greedy() bool { return p.Temperature == 0 }
 
-// Validate reports the first parameter that is out of range, by name.
+// ErrInvalidParams is matched (with errors.Is) by the error of [Params.Validate] (and
+// so of [New]): a parameter out of its range, which the message names.
+var ErrInvalidParams = errors.New("sampler: invalid parameter")
+
+// paramError is a parameter out of its range: the message names it, and it matches
+// ErrInvalidParams.
+type paramError struct{ msg string }
+
+func (e paramError) Error() string { return e.msg }
+
+func (e paramError) Unwrap() error { return ErrInvalidParams }
+
+func invalid(format string, args ...any) error {
+	return paramError{fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first parameter that is out of range, by name, with an error
+// that matches [ErrInvalidParams].
 func (p Params) Validate() error {
 	switch {
 	case p.Temperature < 0 || math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0):
-		return fmt.Errorf("sampler: Temperature %v must be a finite number >= 0", p.Temperature)
+		return invalid("sampler: Temperature %v must be a finite number >= 0", p.Temperature)
 	case p.TopK < 0:
-		return fmt.Errorf("sampler: TopK %d must be >= 0", p.TopK)
+		return invalid("sampler: TopK %d must be >= 0", p.TopK)
 	case p.TopP < 0 || p.TopP > 1 || math.IsNaN(p.TopP):
-		return fmt.Errorf("sampler: TopP %v must lie in (0, 1] (or be 0 for unset)", p.TopP)
+		return invalid("sampler: TopP %v must lie in (0, 1] (or be 0 for unset)", p.TopP)
 	case p.MinP < 0 || p.MinP > 1 || math.IsNaN(p.MinP):
-		return fmt.Errorf("sampler: MinP %v must lie in [0, 1]", p.MinP)
+		return invalid("sampler: MinP %v must lie in [0, 1]", p.MinP)
 	case p.RepetitionPenalty < 0 || math.IsNaN(p.RepetitionPenalty) || float32(p.RepetitionPenalty) > math.MaxFloat32 ||
 		(p.RepetitionPenalty > 0 && float32(p.RepetitionPenalty) == 0):
-		return fmt.Errorf("sampler: RepetitionPenalty %v must be a finite float32 > 0 (or 0 for unset)", p.RepetitionPenalty)
+		return invalid("sampler: RepetitionPenalty %v must be a finite float32 > 0 (or 0 for unset)", p.RepetitionPenalty)
 	case p.RepetitionWindow < 0:
-		return fmt.Errorf("sampler: RepetitionWindow %d must be >= 0", p.RepetitionWindow)
+		return invalid("sampler: RepetitionWindow %d must be >= 0", p.RepetitionWindow)
 	}
 	return nil
 }

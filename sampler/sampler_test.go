@@ -13,6 +13,8 @@ import (
 	"github.com/specula/specula/sampler"
 )
 
+// TestValidate: every parameter out of range is refused by name, with an error that
+// matches ErrInvalidParams, by Validate and by New.
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -48,12 +50,15 @@ func TestValidate(t *testing.T) {
 			}
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.field)
+			assert.ErrorIs(t, err, sampler.ErrInvalidParams)
 			require.Error(t, nerr)
 			assert.Contains(t, nerr.Error(), tt.field)
+			assert.ErrorIs(t, nerr, sampler.ErrInvalidParams)
 		})
 	}
 	_, err := sampler.New(sampler.Params{}, 0)
 	assert.ErrorContains(t, err, "vocabulary size")
+	assert.NotErrorIs(t, err, sampler.ErrInvalidParams, "the vocabulary is not a parameter")
 }
 
 // randomLogits makes logits with some exact ties and some -Inf entries.

@@ -3,9 +3,23 @@ package spec
 import (
 	"math"
 	"time"
-
-	"github.com/specula/specula/model/batch"
 )
+
+// PassCost is what an adaptive decoder reads of a target whose requests share its
+// forward passes ([target.Local] is one; [New] finds it on the target): how many
+// requests a pass carries, and what a step's tokens add to a pass. Under load a
+// request prices its drafts by what they cost the whole batch: when many requests
+// share a pass, a draft token adds only its own compute to a pass that runs anyway,
+// but every other request waits for it.
+type PassCost interface {
+	// Sharing is the mean number of requests' forwards per recent pass: 1 for a
+	// request alone, 0 before any pass.
+	Sharing() float64
+	// Marginal is the time n tokens of one request add to a pass that carries the
+	// other requests' tokens: the whole pass for a request alone, its tokens' share
+	// of the work when the pass runs for the others anyway; 0 before any pass.
+	Marginal(n float64) time.Duration
+}
 
 // controller chooses, each step, which drafter to ask and how many tokens to draft,
 // to maximise the expected tokens per second. It learns online, from the request
@@ -33,10 +47,11 @@ type controller struct {
 	turn     int  // explorations so far
 	probing  bool // the last choice was an exploration
 
-	// Under load (see shared): what the target's passes carry and cost, and the
-	// pace of this request's steps, seconds and tokens per step (carried from the
-	// request before by clone, and soon this request's own).
-	load       batch.Load
+	// Under load (see shared): what the target's passes carry and cost (nil for a
+	// target that does not say), and the pace of this request's steps, seconds and
+	// tokens per step (carried from the request before by clone, and soon this
+	// request's own).
+	load       PassCost
 	pace, gain bucket
 }
 
@@ -207,11 +222,21 @@ func (c *controller) grow(n int) {
 // what they cost the batch (see shared) rather than by its own verification times.
 const sharedAt = 1.5
 
+// sharing is the mean forwards per pass of the target's passes (0 when the target
+// does not say).
+func (c *controller) sharing() float64 {
+	if c.load == nil {
+		return 0
+	}
+	return c.load.Sharing()
+}
+
 // shared reports whether the target's passes are shared by enough sequences that
 // this request's own step times no longer tell what its drafts cost: they are then
-// mostly the other sequences' work.
+// mostly the other sequences' work. (With a pass shared, the marginal cost of a token
+// is the cost line's slope: positive once the line is known.)
 func (c *controller) shared() bool {
-	return c.load.Forwards >= sharedAt && c.load.PerToken > 0 && c.pace.weight > 0
+	return c.sharing() >= sharedAt && c.load.Marginal(1) > 0 && c.pace.weight > 0
 }
 
 // paced records a step of this request: it took d from the last and yielded tokens.
@@ -230,7 +255,7 @@ func (c *controller) paced(tokens int, d time.Duration) {
 // accepted often enough to pay for the others' waiting, and speculation fades as
 // the batch fills.
 func (c *controller) worth(s *drafterStats, k int) float64 {
-	rate := c.load.Forwards * c.gain.mean / max(c.pace.mean, 1e-9)
+	rate := c.load.Sharing() * c.gain.mean / max(c.pace.mean, 1e-9)
 	if k == 0 {
 		return 1 - rate*c.load.Marginal(1).Seconds()
 	}
@@ -288,7 +313,7 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 // divided by the requests sharing its passes.
 func (c *controller) gap(best, probe float64) int {
 	if c.shared() { // worths: differences of tokens per step
-		return int(exploreGap * c.load.Forwards * (1 + 4*max(0, best-probe)))
+		return int(exploreGap * c.load.Sharing() * (1 + 4*max(0, best-probe)))
 	}
 	return int(exploreGap * (1 + 4*max(0, best/probe-1)))
 }
@@ -311,7 +336,7 @@ func (s *drafterStats) draftTime(k int) float64 {
 // the depth positions were kept.
 func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur time.Duration) {
 	m = min(m, len(c.verify)-1)
-	if v := verifyDur.Seconds(); c.load.Forwards < sharedAt {
+	if v := verifyDur.Seconds(); c.sharing() < sharedAt {
 		// Under load a verification's time is mostly the others' work and the wait
 		// for them: it says nothing of what this request's verifications cost alone.
 		if c.learned() && v > 0 {

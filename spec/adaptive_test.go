@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/specula/specula/model/batch"
+	"github.com/specula/specula/sched"
 )
 
 // world is a simulated setting for the controller: verification time as a function
@@ -290,7 +290,7 @@ type batchWorld struct {
 
 // goodput runs steps passes with every request choosing by pick and returns the
 // batch's tokens per millisecond.
-func (w batchWorld) goodput(steps int, rng *rand.Rand, pick func(i int) int, seen func(i, k, acc int, draftMs, stepMs float64, load batch.Load)) float64 {
+func (w batchWorld) goodput(steps int, rng *rand.Rand, pick func(i int) int, seen func(i, k, acc int, draftMs, stepMs float64, load sched.Load)) float64 {
 	var tokens, elapsed float64
 	ks, accs := make([]int, w.requests), make([]int, w.requests)
 	for range steps {
@@ -301,7 +301,7 @@ func (w batchWorld) goodput(steps int, rng *rand.Rand, pick func(i int) int, see
 			drafting += w.draft * float64(ks[i])
 		}
 		step := w.fixed + w.perToken*float64(n) + drafting
-		load := batch.Load{Forwards: float64(w.requests), Tokens: float64(n),
+		load := sched.Load{Forwards: float64(w.requests), Tokens: float64(n),
 			Fixed: ms(w.fixed), PerToken: ms(w.perToken)}
 		for i, k := range ks {
 			accs[i] = 0
@@ -322,11 +322,11 @@ func ms(x float64) time.Duration { return time.Duration(x * float64(time.Millise
 // sees the target's load as the batcher last reported it.
 type controllers struct {
 	ctls []*controller
-	load batch.Load
+	load sched.Load
 	maxK int
 }
 
-func newControllers(n, maxK int, load batch.Load) *controllers {
+func newControllers(n, maxK int, load sched.Load) *controllers {
 	cs := &controllers{ctls: make([]*controller, n), load: load, maxK: maxK}
 	for i := range cs.ctls {
 		cs.ctls[i] = newController(maxK, 1)
@@ -342,7 +342,7 @@ func (cs *controllers) pick(i int) int {
 }
 
 // seen tells request i's controller how its step went.
-func (cs *controllers) seen(i, k, acc int, draftMs, stepMs float64, l batch.Load) {
+func (cs *controllers) seen(i, k, acc int, draftMs, stepMs float64, l sched.Load) {
 	c := cs.ctls[i]
 	c.observe(0, k, k, acc, k+1, ms(draftMs), ms(stepMs-draftMs))
 	c.grow(acc + 1)
@@ -367,11 +367,11 @@ func TestControllerUnderLoad(t *testing.T) {
 			best, bestK := 0.0, 0
 			for k := 0; k <= maxK; k++ {
 				rng := rand.New(rand.NewPCG(1, uint64(k)))
-				if g := w.goodput(steps, rng, func(int) int { return k }, func(int, int, int, float64, float64, batch.Load) {}); g > best {
+				if g := w.goodput(steps, rng, func(int) int { return k }, func(int, int, int, float64, float64, sched.Load) {}); g > best {
 					best, bestK = g, k
 				}
 			}
-			cs := newControllers(w.requests, maxK, batch.Load{})
+			cs := newControllers(w.requests, maxK, sched.Load{})
 			rng := rand.New(rand.NewPCG(2, 2))
 			w.goodput(steps, rng, cs.pick, cs.seen) // learn
 			got := w.goodput(steps, rng, cs.pick, cs.seen)
@@ -389,7 +389,7 @@ func TestControllerUnderLoad(t *testing.T) {
 func TestSpeculationFadesAndReturns(t *testing.T) {
 	crowd := batchWorld{requests: 16, fixed: 3, perToken: 0.4, draft: 0.05, alpha: 0.6}
 	// The target's batcher knows its passes before this request's first step.
-	cs := newControllers(crowd.requests, 8, batch.Load{Forwards: 16, Tokens: 16, Fixed: ms(3), PerToken: ms(0.4)})
+	cs := newControllers(crowd.requests, 8, sched.Load{Forwards: 16, Tokens: 16, Fixed: ms(3), PerToken: ms(0.4)})
 	rng := rand.New(rand.NewPCG(4, 4))
 	drafted := 0
 	pick := func(i int) int {
@@ -406,7 +406,7 @@ func TestSpeculationFadesAndReturns(t *testing.T) {
 
 	// Alone: the same controller, its passes its own.
 	c := cs.ctls[0]
-	c.load = batch.Load{Forwards: 1, Tokens: 4, Fixed: ms(3), PerToken: ms(0.4)}
+	c.load = sched.Load{Forwards: 1, Tokens: 4, Fixed: ms(3), PerToken: ms(0.4)}
 	alone := world{func(m int) float64 { return 3 + 0.05*float64(m) }, []func(int) float64{constant(0.6)}, []float64{0.05}, nil}
 	alone.run(c, 300, rng)
 	_, k := c.choose(8)

@@ -12,36 +12,36 @@ import (
 var errNothingAllowed = errors.New("spec: the constraint allows no token here (its language continues only with text the vocabulary cannot write)")
 
 // constrain ends the draft where the constraint forbids a token, and records the
-// state each kept node reaches (r.nodeSt). A forbidden token chosen deterministically
+// state each kept node reaches (r.lang.nodes). A forbidden token chosen deterministically
 // (no distribution) goes, with everything below it: the exact rule would reject it
 // and sample the target's own distribution, as without it. A forbidden token drawn
 // from a distribution stays, and only what hangs below it goes: the rule rejects it
 // (its constrained probability is 0) and samples the residual, which is what keeps
 // the output exact — dropping it would not be.
 func (r *run) constrain() error {
-	c := r.req.Constraint
-	n := r.draft.Len()
-	r.nodeSt = r.nodeSt[:0]
+	c, dr, lang := r.req.Constraint, &r.draft.checked, &r.lang
+	n := dr.Len()
+	lang.nodes = lang.nodes[:0]
 	if c == nil || n == 0 {
 		return nil
 	}
-	toks, tree := r.draft.Tokens(), r.draft.Tree()
+	toks, tree := dr.Tokens(), dr.Tree()
 	keep := make([]bool, n)
 	all := true
 	for i := range n {
-		state := r.cstate
+		state := lang.state
 		if p := tree.Parent(i); p >= 0 {
-			if !keep[p] || r.nodeSt[p] < 0 {
-				r.nodeSt = append(r.nodeSt, -1)
+			if !keep[p] || lang.nodes[p] < 0 {
+				lang.nodes = append(lang.nodes, -1)
 				all = false
 				continue
 			}
-			state = r.nodeSt[p]
+			state = lang.nodes[p]
 		}
 		next := c.Next(state, toks[i])
-		keep[i] = next >= 0 || r.draft.Row(i) != nil
+		keep[i] = next >= 0 || dr.Row(i) != nil
 		all = all && keep[i]
-		r.nodeSt = append(r.nodeSt, next)
+		lang.nodes = append(lang.nodes, next)
 	}
 	if all {
 		return nil
@@ -51,7 +51,8 @@ func (r *run) constrain() error {
 
 // prune keeps the draft's nodes that keep marks, renumbered in order.
 func (r *run) prune(keep []bool) error {
-	toks, tree := r.draft.Tokens(), r.draft.Tree()
+	dr := &r.draft.checked
+	toks, tree := dr.Tokens(), dr.Tree()
 	index := make([]int32, len(keep))
 	var nt []int32
 	var nq [][]float32
@@ -64,15 +65,15 @@ func (r *run) prune(keep []bool) error {
 		}
 		index[i] = int32(len(nt))
 		nt = append(nt, toks[i])
-		if r.draft.Dists() != nil {
-			nq = append(nq, r.draft.Row(i))
+		if dr.Dists() != nil {
+			nq = append(nq, dr.Row(i))
 		}
 		p := int32(-1)
 		if pi := tree.Parent(i); pi >= 0 {
 			p = index[pi]
 		}
 		parents = append(parents, p)
-		states = append(states, r.nodeSt[i])
+		states = append(states, r.lang.nodes[i])
 	}
 	var shape model.Tree
 	if !tree.Chain() {
@@ -80,8 +81,8 @@ func (r *run) prune(keep []bool) error {
 			return fmt.Errorf("spec: pruning a draft: %w", err)
 		}
 	}
-	r.nodeSt = append(r.nodeSt[:0], states...)
-	if err := r.draft.Set(r.d.info.VocabSize, nt, nq, shape); err != nil {
+	r.lang.nodes = append(r.lang.nodes[:0], states...)
+	if err := dr.Set(r.d.info.VocabSize, nt, nq, shape); err != nil {
 		return fmt.Errorf("spec: pruning a draft: %w", err)
 	}
 	return nil
@@ -95,10 +96,10 @@ func (r *run) maskRows(rows [][]float32) error {
 	if c == nil {
 		return nil
 	}
-	if !c.MaskLogits(r.cstate, rows[0]) {
+	if !c.MaskLogits(r.lang.state, rows[0]) {
 		return errNothingAllowed
 	}
-	for i, s := range r.nodeSt[:min(len(r.nodeSt), len(rows)-1)] {
+	for i, s := range r.lang.nodes[:min(len(r.lang.nodes), len(rows)-1)] {
 		if s >= 0 {
 			c.MaskLogits(s, rows[i+1])
 		}
@@ -113,10 +114,10 @@ func (r *run) advanceConstraint(next int32) error {
 	if c == nil {
 		return nil
 	}
-	for _, node := range r.path {
-		r.cstate = r.nodeSt[node]
+	for _, node := range r.draft.path {
+		r.lang.state = r.lang.nodes[node]
 	}
-	if r.cstate = c.Next(r.cstate, next); r.cstate < 0 {
+	if r.lang.state = c.Next(r.lang.state, next); r.lang.state < 0 {
 		return fmt.Errorf("spec: the acceptance rule chose token %d, which the constraint forbids", next)
 	}
 	return nil

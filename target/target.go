@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/batch"
+	"github.com/specula/specula/sched"
 )
 
 // Target is a target model as a speculative decoder uses it: it describes the model
@@ -105,57 +105,42 @@ type ForkSession interface {
 	Fork() (Session, error)
 }
 
-// DefaultSharedChunk is how many prompt tokens a Local prefill puts in a pass it shares
-// with requests that are streaming tokens.
-const DefaultSharedChunk = 16
-
-// DefaultPrefillChunk is how many prompt tokens a Local prefill forwards per call.
-const DefaultPrefillChunk = 512
-
 // Local is the [Target] on a [model.Model] in this process: a session is a sequence
-// of the model, and a verification is one forward pass of the pending token and the
-// draft, with the draft's tree as the batch's shape.
+// of the model plus the rows its passes fill — logits, and hidden states when kept —
+// and a verification is one forward pass of the pending token and the draft, with the
+// draft's tree as the batch's shape. When the sessions' passes run, and how much of a
+// prompt goes in each, is the scheduler's ([sched.Model]): Local's sequences are the
+// scheduled model's.
 type Local struct {
 	m    model.Model
 	info model.Info
 
-	// PrefillChunk is how many tokens a session's Prefill forwards per call; the
-	// context is checked between calls. 0 means DefaultPrefillChunk. Set it before
-	// the first Start.
+	// PrefillChunk is how many prompt tokens a session's Prefill forwards per pass
+	// alone, or beside other prefills only; the context is checked between passes.
+	// 0 means [sched.DefaultPrefillChunk]. Set it before the first Start.
 	PrefillChunk int
 	// BatchWait is how long a pass waits for the other open sessions to join it
-	// (0: DefaultBatchWait). Concurrent requests then share each pass — every weight
-	// read once for all their verifications and prefill chunks — and a lone request
-	// never waits. A negative BatchWait turns batching off: every session forwards
-	// on its own. Set it before the first Start.
+	// (0: [sched.DefaultWait]). Concurrent requests then share each pass — every
+	// weight read once for all their verifications and prefill chunks — and a lone
+	// request never waits. A negative BatchWait turns batching off: every session
+	// forwards on its own. Set it before the first Start.
 	BatchWait time.Duration
 	// SharedChunk is how many prompt tokens a prefill puts in one pass while other
-	// sessions stream tokens (0: DefaultSharedChunk): a long prompt is prefilled a
-	// slice a pass, inside the passes of the running requests, so that it does not
-	// stall their streams (chunked prefill). Alone, or beside other prefills only, a
-	// prefill takes PrefillChunk a pass.
+	// sessions stream tokens (0: [sched.DefaultSharedChunk]): a long prompt is
+	// prefilled a slice a pass, inside the passes of the running requests, so that it
+	// does not stall their streams (chunked prefill). Set it before the first Start.
 	SharedChunk int
 
-	once    sync.Once
-	batched *batch.Model // the model, its sequences' forwards sharing passes
+	once   sync.Once
+	passes *sched.Model // the model, its sequences scheduled
 }
 
-// Loaded is a [Target] whose sessions share passes and can say what those passes
-// carry and what a pass costs by its tokens, so that an adaptive decoder prices a
-// draft by what it costs the whole batch.
-type Loaded interface {
-	Target
-	Load() batch.Load
-}
-
-// DefaultBatchWait is how long a [Local] pass waits for the target's other open
-// sessions to join it, when BatchWait is 0.
-const DefaultBatchWait = batch.DefaultWait
-
-// shared returns the model with its sequences' passes shared, made at first use.
-func (l *Local) shared() *batch.Model {
-	l.once.Do(func() { l.batched = batch.New(l.m, batch.Options{Wait: l.BatchWait}) })
-	return l.batched
+// scheduled returns the model with its sequences scheduled, made at first use.
+func (l *Local) scheduled() *sched.Model {
+	l.once.Do(func() {
+		l.passes = sched.New(l.m, sched.Options{Wait: l.BatchWait, PrefillChunk: l.PrefillChunk, SharedChunk: l.SharedChunk})
+	})
+	return l.passes
 }
 
 // NewLocal returns the target on m.
@@ -175,42 +160,42 @@ func (l *Local) Info() model.Info { return l.info }
 
 // BatchStats reports how the target's passes went: how many ran, and how many
 // sessions' forwards and tokens they carried.
-func (l *Local) BatchStats() batch.Stats {
-	return l.shared().Stats()
+func (l *Local) BatchStats() sched.Stats {
+	return l.scheduled().Stats()
 }
 
-// Load implements [Loaded]: what the target's shared passes carry and cost.
-func (l *Local) Load() batch.Load { return l.shared().Load() }
+// Load reports what the target's shared passes carry and what a pass costs by its
+// tokens.
+func (l *Local) Load() sched.Load { return l.scheduled().Load() }
+
+// Sharing is the mean number of sessions' forwards per recent pass (see [sched.Load]):
+// with Marginal, what an adaptive decoder prices its drafts by (spec.PassCost).
+func (l *Local) Sharing() float64 { return l.Load().Sharing() }
+
+// Marginal is the time n tokens of one session add to a pass that carries the other
+// sessions' (see [sched.Load.Marginal]).
+func (l *Local) Marginal(n float64) time.Duration { return l.Load().Marginal(n) }
 
 // Start implements [Target]: the session holds a new sequence of the model.
 func (l *Local) Start(ctx context.Context, maxDraft int) (Session, error) {
 	if maxDraft < 0 {
 		return nil, fmt.Errorf("target: maximum draft size %d must be >= 0", maxDraft)
 	}
-	seq, err := l.shared().NewSequence(ctx)
+	seq, err := l.scheduled().NewSequence(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("target: new sequence: %w", err)
 	}
-	chunk, shared := l.PrefillChunk, l.SharedChunk
-	if chunk <= 0 {
-		chunk = DefaultPrefillChunk
-	}
-	if shared <= 0 {
-		shared = DefaultSharedChunk
-	}
-	return l.newSession(seq, maxDraft, chunk, min(shared, chunk)), nil
+	return l.newSession(seq, maxDraft), nil
 }
 
 // newSession returns a session on seq with buffers of its own.
-func (l *Local) newSession(seq model.Sequence, maxDraft, chunk, shared int) *session {
+func (l *Local) newSession(seq model.Sequence, maxDraft int) *session {
 	vocab, n := l.info.VocabSize, maxDraft+1
 	s := &session{
 		local:    l,
 		seq:      seq,
 		width:    l.info.HiddenSize,
 		maxDraft: maxDraft,
-		chunk:    chunk,
-		shared:   shared,
 		batch:    make([]int32, 0, n),
 		path:     make([]int32, 0, n),
 		outputs:  make([]int32, n),
@@ -222,13 +207,12 @@ func (l *Local) newSession(seq model.Sequence, maxDraft, chunk, shared int) *ses
 	return s
 }
 
-// session is a [Local] target's session.
+// session is a [Local] target's session: a sequence of the scheduled model, and the
+// rows its passes fill.
 type session struct {
 	local    *Local
 	seq      model.Sequence
 	maxDraft int
-	chunk    int // prompt tokens per pass alone…
-	shared   int // …and beside streaming sessions
 
 	base    int        // sequence length before the last verification
 	last    int        // tokens forwarded by the last verification; 0 once accepted
@@ -290,8 +274,8 @@ func (s *session) PrefillScored(ctx context.Context, tokens []int32, score func(
 	if score == nil {
 		return errors.New("target: PrefillScored without a score function")
 	}
-	s.local.batched.Prefilling(s.seq, true) // its rows of logits do not make it a stream
-	defer s.local.batched.Prefilling(s.seq, false)
+	s.local.passes.Prefilling(s.seq, true) // its rows of logits do not make it a stream
+	defer s.local.passes.Prefilling(s.seq, false)
 	return s.prefill(ctx, tokens, score)
 }
 
@@ -314,7 +298,7 @@ func (s *session) prefill(ctx context.Context, tokens []int32, score func(from i
 	var rows [][]float32
 	vocab := s.local.info.VocabSize
 	for done := 0; done < len(tokens); {
-		n := min(s.chunkSize(), len(tokens)-done)
+		n := min(s.local.passes.Chunk(s.seq), len(tokens)-done)
 		b := model.Batch{Tokens: tokens[done : done+n]}
 		if s.keep {
 			b.States, b.Hidden = s.indices(n), s.hidden[done*s.width:(done+n)*s.width]
@@ -417,15 +401,6 @@ func (s *session) Accept(path []int32) error {
 	return nil
 }
 
-// chunkSize is how many prompt tokens the next prefill pass takes: fewer beside
-// other sessions that stream tokens.
-func (s *session) chunkSize() int {
-	if s.local.batched.Streaming(s.seq) {
-		return s.shared
-	}
-	return s.chunk
-}
-
 // Fork implements [ForkSession] when the model's sequences fork.
 func (s *session) Fork() (Session, error) {
 	if s.last != 0 {
@@ -439,7 +414,7 @@ func (s *session) Fork() (Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("target: fork: %w", err)
 	}
-	n := s.local.newSession(seq, s.maxDraft, s.chunk, s.shared)
+	n := s.local.newSession(seq, s.maxDraft)
 	n.keep = s.keep
 	return n, nil
 }

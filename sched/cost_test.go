@@ -1,4 +1,4 @@
-package batch
+package sched
 
 import (
 	"math/rand/v2"

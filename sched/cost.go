@@ -1,11 +1,11 @@
-package batch
+package sched
 
 import (
 	"math"
 	"time"
 )
 
-// Load describes a batched model's recent passes: how many forwards and tokens they
+// Load describes a scheduled model's recent passes: how many forwards and tokens they
 // carried, and what a pass costs as a function of the tokens in it, learned from the
 // passes' timings on this machine and model. A speculative decoder reads it to price
 // its drafts by what they cost the whole batch: when many sequences share a pass, a
@@ -87,3 +87,7 @@ func (c *costCurve) load() Load {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// Sharing is the mean forwards per recent pass (Forwards): 1 for a sequence alone, 0
+// before any pass. With Marginal it is what an adaptive decoder reads of the passes.
+func (l Load) Sharing() float64 { return l.Forwards }

@@ -1,4 +1,18 @@
-package batch
+// Package sched schedules the forwards of a model's sequences, everything that decides
+// when and with what a pass of the model runs:
+//
+//   - shared passes: the forwards that the sequences make concurrently — the
+//     verifications of many requests, their prefill chunks — are gathered into one call
+//     of the model's multi-sequence forward, every weight read once for all of them.
+//     Each sequence still behaves as on its own (a model's logits do not depend on the
+//     batch around them), and a lone sequence never waits;
+//   - chunked prefill: how many prompt tokens a prefill puts in its next pass — many
+//     alone or beside other prefills, a few beside sequences that stream tokens, so
+//     that a long prompt does not stall their streams ([Model.Chunk]);
+//   - the cost line: what the recent passes carried and what a pass costs by its
+//     tokens, learned from their timings ([Model.Load]), by which an adaptive decoder
+//     prices its drafts under load.
+package sched
 
 import (
 	"context"
@@ -8,28 +22,38 @@ import (
 	"github.com/specula/specula/model"
 )
 
-// Options tune a batched model.
+// Options tune a scheduled model.
 type Options struct {
 	// Wait is how long a pass waits for the other open sequences to join it (0:
 	// DefaultWait), and never more than half the last pass: a sequence busier than
 	// that between its forwards joins the next pass. Negative turns batching off.
 	Wait time.Duration
+	// PrefillChunk is how many prompt tokens a prefill puts in a pass alone or beside
+	// other prefills only (0: DefaultPrefillChunk); the context is checked between
+	// passes.
+	PrefillChunk int
+	// SharedChunk is how many prompt tokens a prefill puts in a pass while other
+	// sequences stream tokens (0: DefaultSharedChunk; never more than PrefillChunk).
+	SharedChunk int
 }
 
-// Model is a model whose sequences' concurrent forwards share passes. It implements
+// Model is a model whose sequences' forwards are scheduled: concurrent forwards share
+// passes, a prefill asks [Model.Chunk] how many tokens to put in each, and the passes
+// teach the cost line ([Model.Load]). It implements
 // [model.Model]; its sequences implement [model.Sequence], [model.PrefixSequence]
 // and [model.ForkSequence] (whose Fork fails when the inner model's do not fork).
 type Model struct {
-	inner model.Model
-	b     *batcher
+	inner  model.Model
+	b      *batcher
+	chunks chunks
 }
 
-// New returns m with its sequences' forwards batched.
+// New returns m with its sequences' forwards scheduled as opts say.
 func New(m model.Model, opts Options) *Model {
-	return &Model{inner: m, b: newBatcher(m, opts.Wait)}
+	return &Model{inner: m, b: newBatcher(m, opts.Wait), chunks: newChunks(opts)}
 }
 
-// Inner returns the batched model.
+// Inner returns the scheduled model.
 func (m *Model) Inner() model.Model { return m.inner }
 
 // Info implements [model.Model].
@@ -52,14 +76,14 @@ func (m *Model) Forward(ctx context.Context, work []model.Work) error {
 	for i, w := range work {
 		s, ok := w.Seq.(*sequence)
 		if !ok || s.m != m {
-			return errors.New("batch: a sequence of another model")
+			return errors.New("sched: a sequence of another model")
 		}
 		inner[i] = model.Work{Seq: s.inner, Batch: w.Batch, Logits: w.Logits}
 	}
 	return m.inner.Forward(ctx, inner)
 }
 
-// Stats counts a batched model's passes since it was made.
+// Stats counts a scheduled model's passes since it was made.
 type Stats struct {
 	// Passes counts the passes run, Forwards the sequences' forwards they carried
 	// (Forwards/Passes is the mean batch) and Tokens the tokens in them (Tokens/Passes
@@ -78,34 +102,10 @@ func (m *Model) Stats() Stats {
 func (m *Model) Load() Load {
 	m.b.mu.Lock()
 	defer m.b.mu.Unlock()
-	return m.b.curve.load()
+	return m.b.load
 }
 
-// Streaming reports whether an open sequence other than seq (one of m's, or nil) is
-// streaming — its last forward asked for logits, where a prefill's forwards ask for
-// none — and passes are shared. A prefill that joins the passes of streaming
-// sequences delays their next tokens by the work it adds, so it should add little at
-// a time; one beside other prefills delays no stream and does best in large passes.
-func (m *Model) Streaming(seq model.Sequence) bool {
-	self := 0
-	if s, ok := seq.(*sequence); ok && s.m == m && s.streaming && !s.closed {
-		self = 1
-	}
-	return m.b.wait >= 0 && m.b.streamCount() > self
-}
-
-// Prefilling marks seq, one of m's sequences, as prefilling (on) or not: while it is,
-// its forwards count as a prefill's even when they ask for logits — a scored prefill
-// (target.ScoreSession) asks for every token's — so that they neither make other
-// prefills slice themselves (Streaming) nor teach the cost of a step (Load). A
-// sequence of another model is left alone.
-func (m *Model) Prefilling(seq model.Sequence, on bool) {
-	if s, ok := seq.(*sequence); ok && s.m == m {
-		s.prefilling = on
-	}
-}
-
-// sequence is a batched model's sequence: its forwards join the shared passes.
+// sequence is a scheduled model's sequence: its forwards join the shared passes.
 type sequence struct {
 	m          *Model
 	inner      model.Sequence
@@ -166,7 +166,7 @@ func (s *sequence) Publish() {
 func (s *sequence) Fork() (model.Sequence, error) {
 	f, ok := s.inner.(model.ForkSequence)
 	if !ok {
-		return nil, errors.New("batch: the sequence does not fork")
+		return nil, errors.New("sched: the sequence does not fork")
 	}
 	inner, err := f.Fork()
 	if err != nil {

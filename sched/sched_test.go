@@ -1,4 +1,4 @@
-package batch_test
+package sched_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/batch"
+	"github.com/specula/specula/sched"
 )
 
 // countingModel counts the passes of the model it wraps and makes each take a
@@ -62,7 +62,7 @@ func TestConcurrentForwardsShare(t *testing.T) {
 	c, err := markov.New(markov.Config{Vocab: 7, Order: 2, Seed: 3})
 	require.NoError(t, err)
 	inner := &countingModel{Model: c}
-	m := batch.New(inner, batch.Options{Wait: 50e6}) // a long wait: the test's goroutines join
+	m := sched.New(inner, sched.Options{Wait: 50e6}) // a long wait: the test's goroutines join
 	v := c.Info().VocabSize
 	const n, steps = 8, 20
 	want := make([][][]float32, n)
@@ -119,7 +119,7 @@ func TestConcurrentForwardsShare(t *testing.T) {
 func TestCancelledWhileWaiting(t *testing.T) {
 	c, err := markov.New(markov.Config{Vocab: 5, Order: 1, Seed: 4})
 	require.NoError(t, err)
-	m := batch.New(c, batch.Options{Wait: 20e6})
+	m := sched.New(c, sched.Options{Wait: 20e6})
 	a, err := m.NewSequence(context.Background())
 	require.NoError(t, err)
 	b, err := m.NewSequence(context.Background()) // open, never forwards: a waits for it
@@ -145,7 +145,7 @@ func TestLoadOfSharedPasses(t *testing.T) {
 	c, err := markov.New(markov.Config{Vocab: 5, Order: 1, Seed: 4})
 	require.NoError(t, err)
 	inner := &countingModel{Model: c}
-	m := batch.New(inner, batch.Options{})
+	m := sched.New(inner, sched.Options{})
 	ctx := context.Background()
 	const n = 4
 	seqs := make([]model.Sequence, n)
@@ -162,7 +162,7 @@ func TestLoadOfSharedPasses(t *testing.T) {
 	m.Prefilling(seqs[0], true) // a scored prefill: logits for every token
 	assert.NoError(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, make([]float32, 10)))
 	m.Prefilling(seqs[0], false)
-	assert.Equal(t, batch.Load{}, m.Load(), "a prefill's passes teach nothing of what a step costs")
+	assert.Equal(t, sched.Load{}, m.Load(), "a prefill's passes teach nothing of what a step costs")
 	assert.False(t, m.Streaming(nil), "nor make a stream")
 	for _, s := range seqs {
 		wg.Go(func() {

@@ -1,10 +1,4 @@
-// Package batch makes a model's sequences share passes: the forwards that its
-// sequences make concurrently — the verifications of many requests, their prefill
-// chunks, a draft model's drafting steps — are gathered into one call of the model's
-// multi-sequence forward, every weight read once for all of them. Each sequence still
-// behaves as on its own (a model's logits do not depend on the batch around them), and
-// a lone sequence never waits.
-package batch
+package sched
 
 import (
 	"context"
@@ -40,7 +34,8 @@ type batcher struct {
 	works []model.Work
 	last  time.Duration // how long the last pass took
 	stats Stats         // the passes so far (under mu)
-	curve costCurve     // what a pass costs by its tokens (under mu)
+	curve costCurve     // what a pass costs by its tokens (under mu)…
+	load  Load          // …and what it knows, read back after each pass it learns
 }
 
 // job is one session's forward waiting for a pass; each session keeps one and reuses
@@ -178,6 +173,7 @@ func (b *batcher) run() {
 		// a prefill's tokens cost another price (no logits, many at once), and a
 		// large prefill pass would set the line's slope by itself.
 		b.curve.add(len(b.jobs), tokens, b.last)
+		b.load = b.curve.load()
 	}
 	b.mu.Unlock()
 	for _, j := range b.jobs {

@@ -1,0 +1,253 @@
+package spec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/target"
+)
+
+// begin readies the run to decode: it checks the request, starts the target's and
+// the drafters' sessions, and prefills.
+func (r *run) begin(ctx context.Context) error {
+	if err := r.prepare(); err != nil {
+		return err
+	}
+	return r.open(ctx)
+}
+
+// open starts the target's and the drafters' sessions and prefills.
+func (r *run) open(ctx context.Context) error {
+	if err := r.startTarget(ctx); err != nil {
+		return err
+	}
+	if err := r.startDrafters(ctx); err != nil {
+		return err
+	}
+	return r.prefill(ctx)
+}
+
+// beginFork readies a further choice of lead's request: its target session forks
+// lead's after the prefill, or — when the session does not fork (a model whose
+// sequences do not) — starts and prefills on its own; its drafters start and read the
+// prompt's states.
+func (r *run) beginFork(ctx context.Context, lead target.Session, states [][]float32) error {
+	if err := r.prepare(); err != nil {
+		return err
+	}
+	f, ok := lead.(target.ForkSession)
+	if !ok {
+		return r.open(ctx)
+	}
+	s, err := f.Fork()
+	if err != nil {
+		return r.open(ctx) // a prefill of its own (and the fork's error, if it is memory, again)
+	}
+	r.sess.tgt = s
+	if err := r.startDrafters(ctx); err != nil {
+		return err
+	}
+	if r.sess.states != nil {
+		return r.tell(r.req.Prompt[1:], states)
+	}
+	return nil
+}
+
+// promptStates returns a copy of the prompt's hidden states when the run keeps them
+// (drafters read them), for forks to hand their own readers.
+func (r *run) promptStates() [][]float32 {
+	if r.sess.states == nil {
+		return nil
+	}
+	var out [][]float32
+	for _, s := range r.sess.states.States() {
+		out = append(out, append([]float32(nil), s...))
+	}
+	return out
+}
+
+// startTarget starts the request's session in the target.
+func (r *run) startTarget(ctx context.Context) error {
+	s, err := r.d.target.Start(ctx, r.d.k)
+	if err != nil {
+		return fmt.Errorf("spec: target %q: %w", r.d.info.Name, err)
+	}
+	r.sess.tgt = s
+	return nil
+}
+
+// startDrafters starts a drafting session of each drafter, each with a random stream
+// of its own, and the adaptive controller, from what the last request learned.
+func (r *run) startDrafters(ctx context.Context) error {
+	d, k := r.d, r.d.k
+	if k == 0 {
+		return nil
+	}
+	req := draft.Request{
+		Prompt:     r.req.Prompt,
+		Sampling:   r.req.Sampling,
+		VocabSize:  d.info.VocabSize,
+		MaxK:       k,
+		MaxLen:     cap(r.hist),
+		Constraint: r.req.Constraint,
+	}
+	for i, dr := range d.drafters {
+		t := time.Now()
+		s, err := dr.Start(ctx, req.Split(i))
+		r.stats.PrefillTime += time.Since(t)
+		if err != nil {
+			return fmt.Errorf("spec: starting drafter %d: %w", i, err)
+		}
+		r.sess.drafts = append(r.sess.drafts, s)
+		for _, ss := range draft.StateSessions(s) {
+			r.sess.readers = append(r.sess.readers, reader{ss, i})
+		}
+	}
+	if err := r.keepStates(); err != nil {
+		return err
+	}
+	r.sess.failed = make([]bool, len(r.sess.drafts))
+	r.draft.path, r.draft.accepted = make([]int32, 0, k), make([]int32, 0, k)
+	r.stats.DraftedAt = make([]int, k)
+	r.stats.AcceptedAt = make([]int, k)
+	r.stats.StepsByK = make([]int, k+1)
+	if d.adaptive {
+		r.ctl = d.controllerFor(len(r.sess.drafts))
+	}
+	return nil
+}
+
+// controllerFor returns the controller of an adaptive request with the given number of
+// drafting sessions: what the last request learned, when it had as many, or a new one.
+func (d *Decoder) controllerFor(drafters int) *controller {
+	d.mu.Lock()
+	var c *controller
+	if d.learned != nil && d.learned.maxK == d.k && len(d.learned.drafters) == drafters {
+		c = d.learned.clone()
+	}
+	d.mu.Unlock()
+	if c == nil {
+		c = newController(d.k, drafters)
+	}
+	c.minK = d.minK
+	c.load = d.loaded
+	return c
+}
+
+// keepStates makes the target's session keep its hidden states when a drafting
+// session reads them.
+func (r *run) keepStates() error {
+	if len(r.sess.readers) == 0 {
+		return nil
+	}
+	ts, ok := r.sess.tgt.(target.StateSession)
+	if !ok {
+		return fmt.Errorf("spec: a drafter reads the target's hidden states; target %q gives none", r.d.info.Name)
+	}
+	if err := ts.KeepStates(); err != nil {
+		return fmt.Errorf("spec: a drafter reads the target's hidden states: %w", err)
+	}
+	r.sess.states = ts
+	return nil
+}
+
+// prefill forwards the prompt but its last token, which becomes the pending token, and
+// tells the readers of states the prompt.
+func (r *run) prefill(ctx context.Context) error {
+	t := time.Now()
+	prompt := r.req.Prompt
+	err := r.sess.tgt.Prefill(ctx, prompt[:len(prompt)-1])
+	if err == nil && r.sess.states != nil {
+		err = r.tell(prompt[1:], r.sess.states.States())
+	}
+	r.stats.PrefillTime += time.Since(t) // after the drafters' prefills
+	if err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	return nil
+}
+
+// reader is a session that reads the target's states, and the drafter it belongs to.
+type reader struct {
+	s     draft.StateSession
+	owner int
+}
+
+// tell hands the readers of states the tokens the history gained and the target's
+// states in front of them. A reader that runs out of memory or context drops its
+// drafter for the rest of the request, as a failed proposal does.
+func (r *run) tell(tokens []int32, states [][]float32) error {
+	for _, rd := range r.sess.readers {
+		if r.sess.failed != nil && r.sess.failed[rd.owner] {
+			continue
+		}
+		err := rd.s.Observe(tokens, states)
+		switch {
+		case err == nil:
+		case errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull):
+			r.stats.DraftError = err.Error()
+			if r.sess.failed != nil {
+				r.sess.failed[rd.owner] = true
+			}
+		default:
+			return fmt.Errorf("drafter: %w", err)
+		}
+	}
+	return nil
+}
+
+// observe tells the readers of states what a step added: the accepted tokens and the
+// target's next, each with the state of the row in front of it (the pending token's
+// row, then the rows of the accepted nodes). Its time counts as drafting.
+func (r *run) observe(accepted []int32, next int32) error {
+	if r.sess.states == nil {
+		return nil
+	}
+	t := time.Now()
+	defer func() { r.stats.DraftTime += time.Since(t) }()
+	states := r.sess.states.States()
+	r.sess.obsTok = append(append(r.sess.obsTok[:0], accepted...), next)
+	r.sess.obsState = append(r.sess.obsState[:0], states[0])
+	for _, c := range r.draft.path {
+		r.sess.obsState = append(r.sess.obsState, states[c+1])
+	}
+	if err := r.tell(r.sess.obsTok, r.sess.obsState); err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	return nil
+}
+
+// learn hands the finished request to the sessions that learn, and what the adaptive
+// controller learned to the next request.
+func (r *run) learn() {
+	for _, s := range r.sess.drafts {
+		if l, ok := s.(draft.Learner); ok {
+			l.Learn(r.hist)
+		}
+	}
+	if r.ctl != nil {
+		r.d.mu.Lock()
+		r.d.learned = r.ctl.clone()
+		r.d.mu.Unlock()
+	}
+}
+
+// close ends the drafting sessions and the target's session; the first failure
+// becomes the request's error when it had none.
+func (r *run) close(err *error) {
+	keep := func(cerr error) {
+		if cerr != nil && *err == nil {
+			*err = fmt.Errorf("spec: %w", cerr)
+		}
+	}
+	for _, s := range r.sess.drafts {
+		keep(s.Close())
+	}
+	if r.sess.tgt != nil {
+		keep(r.sess.tgt.Close())
+	}
+}
