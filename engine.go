@@ -69,6 +69,7 @@ func (e *Engine) start(drafter draft.Drafter, d decoding) error {
 	if err := d.serving.check(); err != nil {
 		return err
 	}
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	if err := e.makeDecoders(drafter, d.k, d.minK, d.fixed); err != nil {
 		return err
 	}
@@ -86,7 +87,6 @@ func (e *Engine) start(drafter draft.Drafter, d decoding) error {
 		return err
 	}
 	e.met = newMetrics(e)
-	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	return nil
 }
 
@@ -125,8 +125,10 @@ func (e *Engine) makeDecoders(drafter draft.Drafter, k, minK int, fixed bool) er
 // with ErrClosed; once they have ended, what Open loaded is released. Later requests
 // fail with ErrClosed.
 func (e *Engine) Close() error {
-	if e.adm != nil {
+	if e.cancel != nil {
 		e.cancel(ErrClosed)
+	}
+	if e.adm != nil {
 		e.adm.close()
 	}
 	var errs []error

@@ -34,6 +34,9 @@ var (
 	// template — none in its GGUF file or tokenizer_config.json, or one that does
 	// not compile ([Config.ChatTemplate] supplies one).
 	ErrNoChatTemplate = errors.New("specula: the model has no usable chat template")
+	// ErrChatTemplate: the chat template refused the conversation (its
+	// raise_exception) or failed to render it. It is an invalid parameter too.
+	ErrChatTemplate = errors.New("specula: the chat template rejected the conversation")
 	// ErrEmptyPrompt: a prompt or conversation encodes to no tokens. It is an
 	// invalid parameter too.
 	ErrEmptyPrompt = errors.New("specula: the prompt encodes to no tokens")

@@ -102,7 +102,7 @@ func (e *Engine) renderChat(messages []Message, extra map[string]any) ([]int32, 
 	}
 	prompt, err := e.chat.Render(conv, extra)
 	if err != nil {
-		return nil, &ParameterError{Field: "Messages", Err: err}
+		return nil, &ParameterError{Field: "Messages", Err: fmt.Errorf("%w: %w", ErrChatTemplate, err)}
 	}
 	opts := e.tok.DefaultOptions()
 	if bos := e.chat.bos; bos != "" && strings.HasPrefix(prompt, bos) {

@@ -65,11 +65,11 @@ func BenchmarkConcurrentStreams(b *testing.B) {
 	servers := make([]benchServer, len(modes))
 	for i, mode := range modes {
 		cfg := speculativeConfig()
-		cfg.Saturation, cfg.Engine.K, cfg.Engine.FixedK = mode.saturation, mode.k, mode.fixed
+		cfg.Engine.Saturation, cfg.Engine.K, cfg.Engine.FixedK = mode.saturation, mode.k, mode.fixed
 		if mode.k == 0 {
 			cfg.Engine.Draft = "none"
 		}
-		cfg.MaxConcurrent, cfg.MaxQueue = 16, 16
+		cfg.Engine.MaxRunning, cfg.Engine.MaxQueue = 16, 16
 		srv, err := Open(cfg)
 		if err != nil {
 			b.Fatal(err)

@@ -99,8 +99,11 @@ func engineError(ctx context.Context, j *job, err error) *apiError {
 		return shutdownError(errShutdown.Error() + ": the generation was cancelled")
 	case errors.Is(err, specula.ErrNoChatTemplate):
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_missing",
-			Message: fmt.Sprintf("the model '%s' cannot answer chat requests: %v. Use /v1/completions, or give the server a chat template (-chat-template-file, or specula.Config.ChatTemplate)",
-				j.modelName, err)}
+			Message: fmt.Sprintf("the model '%s' has no chat template (no %s in its GGUF file, no chat_template in its tokenizer_config.json), so it cannot answer chat requests: use /v1/completions, or give the server a chat template (-chat-template-file, or specula.Config.ChatTemplate) (%v)",
+				j.modelName, specula.ChatTemplateKey, err)}
+	case errors.Is(err, specula.ErrChatTemplate):
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_error",
+			Message: err.Error()}
 	case errors.Is(err, specula.ErrPromptTooLong):
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: promptParam(j.chat), Code: "context_length_exceeded",
 			Message: err.Error()}

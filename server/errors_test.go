@@ -3,15 +3,17 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/specula/specula"
-	"github.com/specula/specula/model"
 )
 
 // Every bad request gets an OpenAI-style JSON error with the right status, type,
@@ -91,7 +93,7 @@ func TestBadRequests(t *testing.T) {
 		{"unknown route", "/v1/embeddings", `{"input": "x"}`, want{404, "-", "unknown_url"}},
 		{"unknown route 2", "/v2/completions", `{}`, want{404, "-", "unknown_url"}},
 		{"body too large", "/v1/completions", `{"prompt": "` + strings.Repeat("a", 5000) + `"}`, want{413, "-", "request_too_large"}},
-		{"prompt longer than the context", "/v1/completions", `{"prompt": "` + strings.ReplaceAll(long, "\n", `\n`) + `"}`, want{413, "prompt", "context_length_exceeded"}},
+		{"prompt longer than the context", "/v1/completions", `{"prompt": "` + strings.ReplaceAll(long, "\n", `\n`) + `"}`, want{400, "prompt", "context_length_exceeded"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -152,7 +154,7 @@ func checkError(t *testing.T, resp *http.Response, b []byte, status int, param, 
 // With every slot busy and the queue full, a request is answered 429 with
 // Retry-After at once; a queued request runs when a slot frees.
 func TestQueueFull(t *testing.T) {
-	srv, ts := startServer(t, Config{MaxConcurrent: 1, MaxQueue: 1})
+	srv, ts := startServer(t, Config{Engine: specula.Config{Serving: specula.Serving{MaxRunning: 1, MaxQueue: 1}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	long := map[string]any{"prompt": "func main() {", "max_tokens": 1500, "ignore_eos": true, "temperature": 0}
@@ -176,7 +178,7 @@ func TestQueueFull(t *testing.T) {
 		b, _ = readAll(resp)
 		queued <- result{resp.StatusCode, b}
 	}()
-	waitFor(t, "a queued request", 10*time.Second, func() bool { _, q := srv.Metrics(); return q == 1 })
+	waitFor(t, "a queued request", 10*time.Second, func() bool { _, q := counts(srv); return q == 1 })
 
 	// …the third finds the queue full.
 	start := time.Now()
@@ -194,70 +196,65 @@ func TestQueueFull(t *testing.T) {
 	waitFor(t, "the server to be idle", 10*time.Second, func() bool { return idle(srv) })
 }
 
-// A full key/value cache before the first token is a 503 with Retry-After; once
-// memory is free the same request succeeds. Running out after some tokens ends the
-// text with finish_reason "length".
+// A key/value budget below one full-context request is refused at start, saying
+// what to change. On a budget of one context, two requests that cannot both fit run
+// one after the other — the second waits for the first's memory, it does not fail
+// — and both give plain decoding's text.
 func TestKVCacheFull(t *testing.T) {
 	// A budget of 8 blocks of 16 positions: 128 tokens for all sequences together,
 	// one request's context.
 	budget := int64(8 * 16 * 8 * 2 * 2 * 64 * 4)
 	_, err := Open(withDefaults(Config{Engine: specula.Config{KVBudget: budget}}))
-	if err == nil || !strings.Contains(err.Error(), "to at least 16.0 MiB, or lower the context length (-ctx-size, ContextLength) to 128") {
+	if err == nil || !strings.Contains(err.Error(), "raise it to at least 16.0 MiB, or lower ContextLength to 128") {
 		t.Fatalf("a budget below one full-context request: err = %v", err)
 	}
-	srv, ts := startServer(t, Config{Engine: specula.Config{KVBudget: budget, ContextLength: 128, ChatTemplate: chatmlTemplate(t)}})
-	kv, _ := srv.eng.KVStats()
-	if kv.Blocks != 8 {
-		t.Fatalf("the test budget gives %d blocks: %+v", kv.Blocks, kv)
+	srv, ts := startServer(t, Config{Engine: specula.Config{KVBudget: budget, ContextLength: 128}})
+	if m := srv.Engine().Memory(); m.KVPositions != 128 {
+		t.Fatalf("the test budget gives %d positions: %+v", m.KVPositions, m)
 	}
-	// Another sequence holds all but one block.
-	hog := holdBlocks(t, srv, kv.Blocks-1)
-	body := map[string]any{"prompt": "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"hello, world\")\n}\n", "max_tokens": 8, "temperature": 0}
-	resp, b := post(t, ts.URL+"/v1/completions", body)
-	checkError(t, resp, b, http.StatusServiceUnavailable, "-", "kv_cache_full")
-	// Streams get the same 503: the headers wait for the first token.
-	body["stream"] = true
-	resp, b = post(t, ts.URL+"/v1/completions", body)
-	checkError(t, resp, b, http.StatusServiceUnavailable, "-", "kv_cache_full")
-	delete(body, "stream")
-	// A chat stream opens at once with the assistant's role, before the prompt is
-	// forwarded: the full cache is then an error event.
-	chat := stream(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": body["prompt"]}}, "max_tokens": 8})
-	if len(chat.chunks) != 2 || chat.chunks[0].Choices[0].Delta == nil || chat.chunks[0].Choices[0].Delta.Role == nil ||
-		*chat.chunks[0].Choices[0].Delta.Role != "assistant" || chat.chunks[1].Error == nil || *chat.chunks[1].Error.Code != "kv_cache_full" || !chat.done {
-		t.Errorf("chat stream on a full cache: %+v", chat.raw)
+	body := map[string]any{"prompt": "func main() {", "max_tokens": 80, "ignore_eos": true, "temperature": 0}
+	want := reference(t, srv, "func main() {", 80)
+	var wg sync.WaitGroup
+	got := make([]completionResp, 2)
+	for i := range got {
+		wg.Go(func() { got[i] = complete(t, ts.URL+"/v1/completions", body) })
 	}
-
-	// A short prompt fits in the last block but the output does not.
-	r := complete(t, ts.URL+"/v1/completions", map[string]any{"prompt": "func main() {", "max_tokens": 100, "ignore_eos": true, "temperature": 0})
-	if r.finish() != "length" || r.Usage.CompletionTokens == 0 || r.Usage.CompletionTokens >= 100 {
-		t.Errorf("out of memory mid-way: finish %q after %d tokens", r.finish(), r.Usage.CompletionTokens)
-	}
-
-	hog.Close()
-	r = complete(t, ts.URL+"/v1/completions", body)
-	if r.Usage.CompletionTokens != 8 {
-		t.Errorf("after memory came back: %+v", r.Usage)
+	wg.Wait()
+	for i, r := range got {
+		if r.text() != want || r.Usage.CompletionTokens != 80 {
+			t.Errorf("request %d: %q (%+v), want %q", i, r.text(), r.Usage, want)
+		}
 	}
 	waitFor(t, "the cache to be free", 5*time.Second, func() bool { return idle(srv) })
 }
 
-// holdBlocks fills a sequence of the target with n blocks' worth of tokens.
-func holdBlocks(t *testing.T, srv *Server, n int) model.Sequence {
-	t.Helper()
-	seq, err := srv.eng.Model().NewSequence(context.Background())
-	if err != nil {
-		t.Fatal(err)
+// The engine's errors become OpenAI's answers.
+func TestEngineErrors(t *testing.T) {
+	ctx := context.Background()
+	j := &job{modelName: "m", formatParam: "response_format"}
+	for _, c := range []struct {
+		err         error
+		status      int
+		param, code string
+		retryAfter  bool
+	}{
+		{&specula.ParameterError{Field: "TopP", Err: errors.New("bad")}, 400, "top_p", "invalid_value", false},
+		{&specula.ParameterError{Field: "RepetitionPenalty", Err: errors.New("bad")}, 400, "repetition_penalty", "invalid_value", false},
+		{&specula.ParameterError{Field: "Format.JSONSchema", Err: errors.New("bad")}, 400, "response_format", "invalid_value", false},
+		{&specula.ParameterError{Field: "Tokens[3]", Err: errors.New("bad")}, 400, "prompt", "invalid_value", false},
+		{fmt.Errorf("%w: 9000 tokens", specula.ErrPromptTooLong), 400, "prompt", "context_length_exceeded", false},
+		{&specula.OverloadedError{Running: 4, Waiting: 8, RetryAfter: 3 * time.Second}, 429, "", "queue_full", true},
+		{&specula.OverloadedError{TimedOut: true}, 503, "", "queue_timeout", true},
+		{fmt.Errorf("%w: prefill", specula.ErrOutOfMemory), 503, "", "kv_cache_full", true},
+		{specula.ErrClosed, 503, "", "model_closed", true},
+		{fmt.Errorf("%w: %w", specula.ErrNoChatTemplate, errors.New("none")), 400, "messages", "chat_template_missing", false},
+		{errors.New("boom"), 500, "", "", false},
+	} {
+		e := engineError(ctx, j, c.err)
+		if e.Status != c.status || e.Param != c.param || e.Code != c.code || (e.RetryAfter > 0) != c.retryAfter {
+			t.Errorf("%v: %+v", c.err, e)
+		}
 	}
-	toks := make([]int32, n*targetKV(srv).BlockSize)
-	for i := range toks {
-		toks[i] = int32(i % 100)
-	}
-	if err := seq.Forward(context.Background(), model.Batch{Tokens: toks}, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { seq.Close() })
-	return seq
 }
 
 func readAll(resp *http.Response) ([]byte, error) {
@@ -292,8 +289,8 @@ func TestMemoryPlanLogged(t *testing.T) {
 			t.Errorf("the log lacks %q:\n%s", want, line)
 		}
 	}
-	p := srv.plan()
-	if p.TargetBytes <= 0 || p.DraftBytes <= 0 || p.KVTokens < p.ContextLength {
+	p := srv.Engine().Memory()
+	if p.TargetWeights <= 0 || p.DraftWeights <= 0 || p.KVPositions < p.ContextLength {
 		t.Errorf("plan %+v", p)
 	}
 }

@@ -47,8 +47,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	defer cancel(nil)
 	stop := context.AfterFunc(owner.ctx, func() { cancel(errShutdown) })
 	defer stop()
-
 	out := &output{wake: make(chan struct{}, 1)}
+	stopWaiting := context.AfterFunc(owner.drain, func() {
+		if !out.begun() {
+			cancel(errShutdown) // still waiting for its turn: refused as new ones are
+		}
+	})
+	defer stopWaiting()
+
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -72,17 +78,19 @@ const streamWriteTimeout = 30 * time.Second
 // output carries a generation's events from the engine to the goroutine writing the
 // response. It never blocks the engine: events queue up until taken.
 type output struct {
-	mu     sync.Mutex
-	events []specula.Event
-	done   bool
-	c      specula.Completion
-	err    error
-	wake   chan struct{} // capacity 1: something changed
+	mu      sync.Mutex
+	events  []specula.Event
+	done    bool
+	started bool // an event came: the request was admitted and began
+	c       specula.Completion
+	err     error
+	wake    chan struct{} // capacity 1: something changed
 }
 
 // push queues an event; it is the engine's emit function.
 func (o *output) push(ev specula.Event) error {
 	o.mu.Lock()
+	o.started = true
 	o.events = append(o.events, ev)
 	o.mu.Unlock()
 	o.signal()
@@ -101,6 +109,13 @@ func (o *output) signal() {
 	case o.wake <- struct{}{}:
 	default:
 	}
+}
+
+// begun reports whether an event has come.
+func (o *output) begun() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.started
 }
 
 // take moves the pending events to dst and reports whether the generation is over

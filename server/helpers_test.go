@@ -17,11 +17,6 @@ import (
 
 	"github.com/specula/specula"
 	"github.com/specula/specula/format/gguf"
-	"github.com/specula/specula/kvcache"
-	"github.com/specula/specula/sampler"
-	"github.com/specula/specula/spec"
-	"github.com/specula/specula/target"
-	"github.com/specula/specula/tokenizer"
 )
 
 // The demo models, relative to this package's directory.
@@ -43,7 +38,7 @@ func demoModels(t testing.TB) {
 // speculativeConfig is the demo setup of main: gocoder-m drafted by gocoder-xs and
 // prompt lookup, K chosen adaptively.
 func speculativeConfig() Config {
-	return Config{Engine: specula.Config{Model: testTarget, Draft: testDraft}, MaxConcurrent: 4, MaxQueue: 16}
+	return Config{Engine: specula.Config{Model: testTarget, Draft: testDraft, Serving: specula.Serving{MaxRunning: 4, MaxQueue: 16}}}
 }
 
 // withDefaults fills in the test setup's defaults: the demo target, decoding plainly.
@@ -289,31 +284,16 @@ func parseStream(t testing.TB, evs []event) streamed {
 	return s
 }
 
-// reference decodes prompt greedily with plain decoding of the target alone, for
-// comparison with the server's output.
+// reference decodes prompt greedily with plain decoding, for comparison with the
+// server's output.
 func reference(t testing.TB, srv *Server, prompt string, maxTokens int) string {
 	t.Helper()
-	res := plainRun(t, srv, spec.Request{Prompt: srv.tok.Encode(prompt, srv.tok.DefaultOptions()), MaxTokens: maxTokens,
-		Sampling: sampler.Params{}, StopTokens: srv.tok.EOS()})
-	return srv.tok.DecodeWith(res.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
-}
-
-// plainRun runs req with plain decoding of the server's target alone.
-func plainRun(t testing.TB, srv *Server, req spec.Request) spec.Result {
-	t.Helper()
-	tgt, err := target.NewLocal(srv.eng.Model())
+	c, err := srv.Engine().GenerateFunc(context.Background(), specula.Request{Prompt: prompt, NoSpeculation: true,
+		Params: specula.Params{MaxTokens: maxTokens}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := spec.New(tgt, nil, spec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := dec.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
+	return c.Text
 }
 
 // withChatTemplate copies the GGUF file src into dir with a tokenizer.chat_template.
@@ -377,7 +357,7 @@ func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 
 // idle reports whether no generation runs or waits and the target's cache is free.
 func idle(srv *Server) bool {
-	active, queued := srv.Metrics()
+	active, queued := counts(srv)
 	kv := targetKV(srv)
 	return active == 0 && queued == 0 && kv.FreeBlocks == kv.Blocks
 }
@@ -414,8 +394,42 @@ func mustListen() net.Listener {
 	return ln
 }
 
-// targetKV is the target's key/value cache.
-func targetKV(srv *Server) kvcache.Stats {
-	kv, _ := srv.eng.KVStats()
-	return *kv
+// counts are the requests the server's engine runs and queues.
+func counts(srv *Server) (active, queued int) {
+	st := srv.Engine().Status()
+	return st.Running, st.Waiting
 }
+
+// kvFigures are a key/value cache's figures, as the engine's metrics report them.
+type kvFigures struct{ FreeBlocks, Blocks, Budget float64 }
+
+// kvOf reads the figures of the target's or the draft model's cache ("target",
+// "draft") from the server's registry; all zero when the engine reports none.
+func kvOf(srv *Server, which string) kvFigures {
+	fams, err := srv.reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	var kv kvFigures
+	for _, f := range fams {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() != "model" || l.GetValue() != which {
+					continue
+				}
+				switch f.GetName() {
+				case "specula_kv_cache_free_blocks":
+					kv.FreeBlocks = m.Gauge.GetValue()
+				case "specula_kv_cache_blocks":
+					kv.Blocks = m.Gauge.GetValue()
+				case "specula_kv_cache_budget_bytes":
+					kv.Budget = m.Gauge.GetValue()
+				}
+			}
+		}
+	}
+	return kv
+}
+
+// targetKV is the target's key/value cache.
+func targetKV(srv *Server) kvFigures { return kvOf(srv, "target") }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specula/specula/spec"
+	"github.com/specula/specula"
 )
 
 // Sixteen streams at once, each its own sequence, all complete with exactly the text
@@ -23,7 +23,7 @@ import (
 func TestConcurrentStreams(t *testing.T) {
 	const streams, tokens = 16, 32
 	cfg := speculativeConfig()
-	cfg.MaxConcurrent, cfg.MaxQueue = streams, streams
+	cfg.Engine.MaxRunning, cfg.Engine.MaxQueue = streams, streams
 	srv, ts := startServer(t, cfg)
 	prompts := make([]string, streams)
 	want := make([]string, streams)
@@ -123,15 +123,15 @@ func TestConcurrentStreams(t *testing.T) {
 }
 
 func draftIdle(srv *Server) bool {
-	_, kv := srv.eng.KVStats()
-	return kv == nil || kv.FreeBlocks == kv.Blocks
+	kv := kvOf(srv, "draft")
+	return kv.FreeBlocks == kv.Blocks
 }
 
 // A client that goes away cancels its generation: the slot and the sequence's memory
 // come back, whether it was streaming, waiting for a whole response, or queued.
 func TestClientDisconnect(t *testing.T) {
 	cfg := speculativeConfig()
-	cfg.MaxConcurrent, cfg.MaxQueue = 1, 4
+	cfg.Engine.MaxRunning, cfg.Engine.MaxQueue = 1, 4
 	srv, ts := startServer(t, cfg)
 	long := func() map[string]any {
 		return map[string]any{"prompt": "func main() {", "max_tokens": 1500, "ignore_eos": true, "temperature": 0}
@@ -140,7 +140,7 @@ func TestClientDisconnect(t *testing.T) {
 	t.Run("stream", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		resp, _, _ := firstChunk(t, ctx, ts.URL+"/v1/completions", long())
-		if a, _ := srv.Metrics(); a != 1 {
+		if a, _ := counts(srv); a != 1 {
 			t.Errorf("active %d", a)
 		}
 		if kv := targetKV(srv); kv.FreeBlocks == kv.Blocks {
@@ -162,7 +162,7 @@ func TestClientDisconnect(t *testing.T) {
 			errc <- err
 		}()
 		waitFor(t, "the generation to start", 5*time.Second, func() bool {
-			a, _ := srv.Metrics()
+			a, _ := counts(srv)
 			kv := targetKV(srv)
 			return a == 1 && kv.FreeBlocks < kv.Blocks
 		})
@@ -187,10 +187,10 @@ func TestClientDisconnect(t *testing.T) {
 			}
 			errc <- err
 		}()
-		waitFor(t, "a queued request", 5*time.Second, func() bool { _, q := srv.Metrics(); return q == 1 })
+		waitFor(t, "a queued request", 5*time.Second, func() bool { _, q := counts(srv); return q == 1 })
 		qcancel()
 		<-errc
-		waitFor(t, "the queue to empty", 5*time.Second, func() bool { _, q := srv.Metrics(); return q == 0 })
+		waitFor(t, "the queue to empty", 5*time.Second, func() bool { _, q := counts(srv); return q == 0 })
 		cancel()
 		waitFor(t, "the server to be idle", 5*time.Second, func() bool { return idle(srv) && draftIdle(srv) })
 	})
@@ -205,7 +205,7 @@ func TestClientDisconnect(t *testing.T) {
 // Shutdown lets running streams finish, refuses new and queued requests with 503,
 // and reports 503 on /healthz.
 func TestGracefulShutdown(t *testing.T) {
-	srv, ts := startServer(t, Config{MaxConcurrent: 1, MaxQueue: 2})
+	srv, ts := startServer(t, Config{Engine: specula.Config{Serving: specula.Serving{MaxRunning: 1, MaxQueue: 2}}})
 	body := map[string]any{"prompt": "func main() {", "max_tokens": 200, "ignore_eos": true, "temperature": 0}
 	want := reference(t, srv, "func main() {", 200)
 	resp, br, first := firstChunk(t, context.Background(), ts.URL+"/v1/completions", body)
@@ -220,7 +220,7 @@ func TestGracefulShutdown(t *testing.T) {
 		resp.Body.Close()
 		queued <- resp.StatusCode
 	}()
-	waitFor(t, "a queued request", 5*time.Second, func() bool { _, q := srv.Metrics(); return q == 1 })
+	waitFor(t, "a queued request", 5*time.Second, func() bool { _, q := counts(srv); return q == 1 })
 
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(context.Background()) }()
@@ -250,7 +250,7 @@ func TestGracefulShutdown(t *testing.T) {
 // At the shutdown deadline running generations are cancelled: a stream ends with an
 // error event and [DONE], a whole response is a 503.
 func TestShutdownDeadline(t *testing.T) {
-	srv, ts := startServer(t, Config{MaxConcurrent: 2})
+	srv, ts := startServer(t, Config{Engine: specula.Config{Serving: specula.Serving{MaxRunning: 2}}})
 	long := map[string]any{"prompt": "func main() {", "max_tokens": 1900, "ignore_eos": true, "temperature": 0}
 	resp, br, _ := firstChunk(t, context.Background(), ts.URL+"/v1/completions", long)
 	defer resp.Body.Close()
@@ -266,7 +266,7 @@ func TestShutdownDeadline(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		whole <- append([]byte(strconv.Itoa(resp.StatusCode)+" "), b...)
 	}()
-	waitFor(t, "two generations", 5*time.Second, func() bool { a, _ := srv.Metrics(); return a == 2 })
+	waitFor(t, "two generations", 5*time.Second, func() bool { a, _ := counts(srv); return a == 2 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -312,7 +312,7 @@ func TestPacing(t *testing.T) {
 func TestPacedStreamWriter(t *testing.T) {
 	const window, bursts, size = 40 * time.Millisecond, 5, 4
 	s := &Server{cfg: Config{Pacing: window}}
-	j := &job{id: "cmpl-x", created: 1, model: "m"}
+	j := &job{id: "cmpl-x", created: 1, modelName: "m"}
 	out := &output{wake: make(chan struct{}, 1)}
 	go func() {
 		for b := range bursts {
@@ -320,10 +320,11 @@ func TestPacedStreamWriter(t *testing.T) {
 			for i := range pieces {
 				pieces[i] = fmt.Sprintf("<%d.%d>", b, i)
 			}
-			out.push(pieces, nil)
+			out.push(specula.Event{Text: strings.Join(pieces, ""), Tokens: make([]int32, size), Pieces: pieces})
 			time.Sleep(window)
 		}
-		out.finish(spec.Result{Finish: spec.FinishLength}, nil)
+		out.push(specula.Event{Finish: specula.FinishLength})
+		out.finish(specula.Completion{Choice: specula.Choice{Finish: specula.FinishLength}}, nil)
 	}()
 	w := &timedWriter{header: http.Header{}}
 	s.stream(context.Background(), w, j, out, func(error) {})
@@ -470,7 +471,7 @@ func TestPacer(t *testing.T) {
 // give the same greedy text); seeded sampling keeps its fixed-K decoder.
 func TestSaturation(t *testing.T) {
 	cfg := speculativeConfig()
-	cfg.Saturation = 1
+	cfg.Engine.Saturation = 1
 	srv, ts := startServer(t, cfg)
 	short := map[string]any{"prompt": testPrompts[0], "max_tokens": 16, "temperature": 0}
 	seeded := map[string]any{"prompt": testPrompts[0], "max_tokens": 16, "temperature": 0.8, "seed": 7}
@@ -498,7 +499,7 @@ func TestSaturation(t *testing.T) {
 	cancel()
 	waitFor(t, "the server to be idle", 5*time.Second, func() bool { return idle(srv) })
 	m = scrape(t, ts.URL)
-	if m["specula_speculation_enabled"] != 1 || m[`specula_speculation_decisions_total{mode="plain"}`] != 1 || m[`specula_speculation_decisions_total{mode="speculative"}`] != 4 {
+	if m["specula_speculation_enabled"] != 1 || m[`specula_speculation_decisions_total{mode="plain"}`] != 2 || m[`specula_speculation_decisions_total{mode="speculative"}`] != 4 {
 		t.Errorf("metrics: enabled %v, decisions %v speculative, %v plain", m["specula_speculation_enabled"],
 			m[`specula_speculation_decisions_total{mode="speculative"}`], m[`specula_speculation_decisions_total{mode="plain"}`])
 	}

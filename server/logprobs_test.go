@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specula/specula/spec"
+	"github.com/specula/specula"
 )
 
 // lpResp reads the logprobs objects of both APIs.
@@ -53,10 +53,20 @@ func postLP(t *testing.T, url string, body map[string]any) lpResp {
 
 // plainLogprobs decodes the request's prompt plainly with logprobs, for comparison:
 // the values the server reports under speculation must be these.
-func plainLogprobs(t *testing.T, srv *Server, prompt string, maxTokens, top int) spec.Result {
+func plainLogprobs(t *testing.T, srv *Server, prompt string, maxTokens, top int) specula.Completion {
 	t.Helper()
-	return plainRun(t, srv, spec.Request{Prompt: srv.tok.Encode(prompt, srv.tok.DefaultOptions()), MaxTokens: maxTokens,
-		Logprobs: true, TopLogprobs: top})
+	c, err := srv.Engine().GenerateFunc(context.Background(), specula.Request{Prompt: prompt, NoSpeculation: true, Logprobs: true, TopLogprobs: top,
+		Params: specula.Params{MaxTokens: maxTokens, IgnoreEOS: true}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// tokenText is a token's text as logprobs report it.
+func tokenText(srv *Server, id int32) (string, []byte) {
+	p, _ := srv.Engine().Tokenizer().Piece(id)
+	return srv.Engine().Tokenizer().PieceText(id), []byte(p)
 }
 
 // The server's logprobs under speculation, completions and chat, whole and streamed,
@@ -76,13 +86,13 @@ func TestLogprobs(t *testing.T) {
 	}
 	offset := 0
 	for i, w := range want.Logprobs {
-		text, _ := tokenText(srv.tok, w.Token)
+		text, _ := tokenText(srv, w.Token)
 		if lp.Tokens[i] != text || lp.TokenLogprobs[i] == nil || !close(*lp.TokenLogprobs[i], float64(w.Logprob)) || lp.TextOffset[i] != offset {
 			t.Errorf("token %d: %q %v at %d, want %q %v at %d", i, lp.Tokens[i], lp.TokenLogprobs[i], lp.TextOffset[i], text, w.Logprob, offset)
 		}
 		offset += len(text)
 		for _, alt := range w.Top {
-			s, _ := tokenText(srv.tok, alt.Token)
+			s, _ := tokenText(srv, alt.Token)
 			if v, ok := lp.TopLogprobs[i][s]; !ok || v < float64(alt.Logprob)-1e-4 {
 				t.Errorf("token %d: alternative %q %v missing from %v", i, s, alt.Logprob, lp.TopLogprobs[i])
 			}
@@ -159,8 +169,8 @@ func TestSeveralChoices(t *testing.T) {
 func TestEchoLogprobs(t *testing.T) {
 	srv, ts := startServer(t, speculativeConfig())
 	prompt := "func (s *Server) Close() error {\n"
-	ids := srv.tok.Encode(prompt, srv.tok.DefaultOptions())
-	scored, err := srv.eng.PlainDecoder().Score(context.Background(), ids, 2)
+	ids := srv.Engine().Tokenizer().Encode(prompt, srv.Engine().Tokenizer().DefaultOptions())
+	scored, err := srv.Engine().Score(context.Background(), prompt, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +185,7 @@ func TestEchoLogprobs(t *testing.T) {
 			t.Errorf("%s: the first token: %v, %v at %d; want null, null at 0", name, values[0], top[0], offsets[0])
 		}
 		for i := 1; i < len(ids); i++ {
-			text, _ := tokenText(srv.tok, ids[i])
+			text, _ := tokenText(srv, ids[i])
 			if tokens[i] != text || !close(values[i], scored[i-1].Logprob) || len(top[i]) != 2 || offsets[i] < offsets[i-1] {
 				t.Errorf("%s: prompt token %d: %q %v %v at %d, want %q %v", name, i, tokens[i], values[i], top[i], offsets[i], text, scored[i-1].Logprob)
 			}
@@ -245,7 +255,7 @@ func TestEchoLogprobs(t *testing.T) {
 func TestEchoOffsetsSpecial(t *testing.T) {
 	srv, ts := startServer(t, speculativeConfig())
 	prompt := "<|endoftext|>func main() {"
-	if ids := srv.tok.Encode(prompt, srv.tok.DefaultOptions()); !srv.tok.IsSpecial(ids[0]) {
+	if ids := srv.Engine().Tokenizer().Encode(prompt, srv.Engine().Tokenizer().DefaultOptions()); !srv.Engine().Tokenizer().IsSpecial(ids[0]) {
 		t.Skipf("the demo tokenizer does not parse %q as a special token: %v", "<|endoftext|>", ids)
 	}
 	r := postLP(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 3, "temperature": 0, "ignore_eos": true, "echo": true, "logprobs": 1})

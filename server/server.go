@@ -72,8 +72,10 @@ type Server struct {
 	handler http.Handler
 	started int64 // unix time, for /v1/models
 
-	ctx    context.Context // ends every generation at a hard shutdown
-	cancel context.CancelCauseFunc
+	ctx     context.Context // ends every generation at a hard shutdown
+	cancel  context.CancelCauseFunc
+	drain   context.Context // ends when Shutdown begins: requests not yet begun are refused
+	drained context.CancelFunc
 
 	mu       sync.Mutex
 	inflight int // generation requests being handled
@@ -142,6 +144,7 @@ func newServer(cfg Config) *Server {
 		s.cfg.MaxBodyBytes = defaultMaxBody
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.drain, s.drained = context.WithCancel(context.Background())
 	return s
 }
 
@@ -224,7 +227,8 @@ func (s *Server) Names() []string { return s.models[0].names }
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Shutdown stops the server gracefully: new generation requests are refused with
-// 503 (and /healthz reports 503), and running generations may finish until ctx
+// 503 (and /healthz reports 503), requests still waiting in the engine's queue are
+// refused with 503 too, and running generations may finish until ctx
 // ends; then they are cancelled — a stream then ends with an error event and
 // [DONE], a non-streaming request with 503 — and Shutdown returns ctx's error once
 // they have all answered. It does not stop the HTTP listener: call
@@ -233,6 +237,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.draining {
 		s.draining = true
+		s.drained()
 		if s.inflight == 0 {
 			close(s.idle)
 		}

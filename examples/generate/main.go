@@ -101,7 +101,7 @@ func run(ctx context.Context, c config, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !c.baseline || eng.MaxDraft() == 0 || len(res.Tokens) < 2 {
+	if !c.baseline || eng.Memory().MaxDraft == 0 || len(res.Tokens) < 2 {
 		return report(res, nil, log)
 	}
 	pairs, err := paired(ctx, eng, prompt, p, res)
@@ -155,26 +155,23 @@ type pairs struct {
 }
 
 // paired decodes the text the first run generated again, in turns: plain, then
-// speculative, three times each; the machine's speed drifts between runs on a shared
+// speculative, three times each, as many tokens each time (sampled runs draw a seed
+// each, as the first did); the machine's speed drifts between runs on a shared
 // machine, and a ratio of runs made side by side, their median, says what one plain
 // run beside one speculative run cannot.
 func paired(ctx context.Context, eng *specula.Engine, prompt string, p specula.Params, first specula.Completion) (*pairs, error) {
-	p.MaxTokens, p.IgnoreEOS = len(first.Tokens), true // as many tokens each time
-	req, dec, err := eng.Request(prompt, p)
-	if err != nil {
-		return nil, err
-	}
+	p.MaxTokens, p.IgnoreEOS = len(first.Tokens), true
 	var out pairs
 	for range 3 {
-		for _, d := range []*spec.Decoder{eng.PlainDecoder(), dec} {
-			r, err := d.Generate(ctx, req)
+		for _, plain := range []bool{true, false} {
+			c, err := eng.GenerateFunc(ctx, specula.Request{Prompt: prompt, Params: p, NoSpeculation: plain}, nil)
 			if err != nil {
 				return nil, err
 			}
-			if d == dec {
-				out.speculative = append(out.speculative, r.Stats.TokensPerSecond())
+			if plain {
+				out.plain = append(out.plain, c.Stats.TokensPerSecond())
 			} else {
-				out.plain = append(out.plain, r.Stats.TokensPerSecond())
+				out.speculative = append(out.speculative, c.Stats.TokensPerSecond())
 			}
 		}
 	}

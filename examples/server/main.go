@@ -153,7 +153,7 @@ func run(args []string, getenv func(string) string) error {
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving", "addr", "http://"+ln.Addr().String()+"/v1", "models", srv.Names(),
 		"context_length", srv.Engine().Info().ContextLength,
-		"speculative_tokens", f.k, "max_concurrent", cfg.MaxConcurrent, "api_key", cfg.APIKey != "")
+		"speculative_tokens", f.k, "max_running", srv.Engine().Memory().MaxRunning, "api_key", cfg.APIKey != "")
 	return serveUntilSignal(hs, ln, srv, log, f.grace)
 }
 
@@ -234,7 +234,7 @@ func parseFlags(args []string, getenv func(string) string) (*flags, error) {
 	fs.StringVar(&f.kvBudget, "kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-concurrent sequences at full context, at most 4GiB)")
 	num(&f.ctxLen, 0, "lower the model's context length (0: the model's)", "ctx-size", "c")
 	fs.IntVar(&f.maxConc, "max-concurrent", 4*runtime.GOMAXPROCS(0), "generations that run at once")
-	fs.IntVar(&f.maxQueue, "max-queue", 64, "requests that may wait for a generation slot; more get 429")
+	fs.IntVar(&f.maxQueue, "max-queue", 64, "requests that may wait for their turn and their key/value memory (0: none); more get 429")
 	fs.StringVar(&f.saturation, "saturation", "off", `the most running generations (the new one included) for a new request to speculate: a number, "cores", or "off" (always speculate, the adaptive choice pricing drafts by the batch)`)
 	fs.DurationVar(&f.pacing, "pacing", 0, "spread the tokens of each accepted burst over this window in streams, such as 20ms (0: off)")
 	fs.StringVar(&f.name, "model-name", "", "a name clients may use for the model (default: its file name)")
@@ -302,8 +302,9 @@ func (f *flags) listenAddr() string {
 // most likely means the command runs from the wrong directory.
 func (f *flags) config() (server.Config, error) {
 	cfg := server.Config{
-		ModelName: f.name, MaxConcurrent: f.maxConc, MaxQueue: f.maxQueue, Pacing: f.pacing, MaxBodyBytes: f.maxBody, APIKey: f.apiKey,
-		Engine: specula.Config{Model: f.model, Threads: f.threads, ContextLength: f.ctxLen, NoLookup: !f.ngram},
+		ModelName: f.name, Pacing: f.pacing, MaxBodyBytes: f.maxBody, APIKey: f.apiKey,
+		Engine: specula.Config{Model: f.model, Threads: f.threads, ContextLength: f.ctxLen, NoLookup: !f.ngram,
+			Serving: specula.Serving{MaxRunning: f.maxConc, MaxQueue: queueOf(f.maxQueue)}},
 	}
 	k, adaptive, err := parseK(f.k)
 	if err != nil {
@@ -320,7 +321,7 @@ func (f *flags) config() (server.Config, error) {
 	if cfg.Engine.KVBudget, err = parseBytes(f.kvBudget); err != nil {
 		return cfg, fmt.Errorf("-kv-budget: %w", err)
 	}
-	if cfg.Saturation, err = parseSaturation(f.saturation); err != nil {
+	if cfg.Engine.Saturation, err = parseSaturation(f.saturation); err != nil {
 		return cfg, err
 	}
 	if f.tmplFile != "" {
@@ -352,6 +353,14 @@ func (f *flags) drafter(k int) string {
 		return "ngram"
 	}
 	return "none"
+}
+
+// queueOf is the engine's MaxQueue for -max-queue, where 0 means no queue.
+func queueOf(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // parseSaturation reads -saturation: "off" (0, never turn speculation off), "cores"
