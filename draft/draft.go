@@ -69,14 +69,11 @@ type Constrained interface {
 }
 
 // Constrain hands the state to every session of s that drafts under a constraint,
-// looking through composites.
+// looking through composites ([SessionParts]).
 func Constrain(s Session, state int32) {
-	if c, ok := s.(Constrained); ok {
-		c.Constrain(state)
-	}
-	if c, ok := s.(CompositeSession); ok {
-		for _, sub := range c.Sessions() {
-			Constrain(sub, state)
+	for part := range SessionParts(s) {
+		if c, ok := part.(Constrained); ok {
+			c.Constrain(state)
 		}
 	}
 }
@@ -153,23 +150,13 @@ type StateSession interface {
 	Observe(tokens []int32, states [][]float32) error
 }
 
-// CompositeSession is a session that combines others (as [First]'s does); the decoder
-// looks through it for the sessions that read the target's states.
-type CompositeSession interface {
-	Session
-	Sessions() []Session
-}
-
 // StateSessions returns the sessions of s, s itself included, that read the target's
-// states, looking through composites.
+// states, looking through composites ([SessionParts]).
 func StateSessions(s Session) []StateSession {
 	var out []StateSession
-	if ss, ok := s.(StateSession); ok {
-		out = append(out, ss)
-	}
-	if c, ok := s.(CompositeSession); ok {
-		for _, sub := range c.Sessions() {
-			out = append(out, StateSessions(sub)...)
+	for part := range SessionParts(s) {
+		if ss, ok := part.(StateSession); ok {
+			out = append(out, ss)
 		}
 	}
 	return out

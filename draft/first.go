@@ -41,7 +41,7 @@ func (f first) Start(ctx context.Context, req Request) (Session, error) {
 }
 
 // Drafters returns the drafters combined, in the order they are asked, so that a
-// decoder can check each of them (spec.Composite).
+// decoder can check each of them ([Composite]).
 func (f first) Drafters() []Drafter { return slices.Clone(f) }
 
 type firstSession struct{ subs []Session }

@@ -58,7 +58,8 @@ func NewSmallModel(m model.Model) (*SmallModel, error) {
 // Model returns the draft model.
 func (d *SmallModel) Model() model.Model { return d.m }
 
-// VocabSize is the draft model's vocabulary size (0 for a nil drafter).
+// VocabSize implements [VocabSizer]: the draft model's vocabulary size (0 for a nil
+// drafter).
 func (d *SmallModel) VocabSize() int {
 	if d == nil {
 		return 0
