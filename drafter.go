@@ -7,6 +7,7 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/tokenizer"
@@ -26,25 +27,15 @@ func (e *Engine) openDrafter(cfg Config) (draft.Drafter, error) {
 		}
 		learned = learned || isModel
 	}
-	if learned && !cfg.NoLookup && !hasLookup(parts) {
-		parts = append([]draft.Drafter{draft.NGram{Min: 2}}, parts...)
-	}
-	switch len(parts) {
-	case 0:
+	switch {
+	case learned && !cfg.NoLookup:
+		return lookup.InFront(parts...), nil
+	case len(parts) == 0:
 		return nil, nil
-	case 1:
+	case len(parts) == 1:
 		return parts[0], nil
 	}
 	return draft.First(parts...), nil
-}
-
-func hasLookup(ds []draft.Drafter) bool {
-	for _, d := range ds {
-		if _, ok := d.(draft.NGram); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // openPart opens one drafter of Config.Draft and reports whether it is a model or a
@@ -52,9 +43,9 @@ func hasLookup(ds []draft.Drafter) bool {
 func (e *Engine) openPart(name string, cfg Config) (d draft.Drafter, isModel bool, err error) {
 	switch name {
 	case "", "ngram", "lookup":
-		return draft.NGram{}, false, nil
+		return lookup.NGram{}, false, nil
 	case "suffix":
-		return draft.Suffix{Memory: draft.NewSuffixMemory(1<<20, 32)}, false, nil
+		return lookup.Suffix{Memory: lookup.NewSuffixMemory(1<<20, 32)}, false, nil
 	case "none":
 		return nil, false, nil
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/internal/shared"
@@ -389,7 +390,7 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 			require.NoError(t, err)
 			defer closer.Close()
 			if c.adaptive {
-				d = draft.WithLookup(d)
+				d = lookup.InFront(d)
 			}
 			dec, err := spec.New(tgt, d, spec.Options{K: c.k, Adaptive: c.adaptive})
 			require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/model"
@@ -52,7 +53,7 @@ func headCases() []headCase {
 		{"Medusa tree", 6, medusa(draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6})},
 		{"MLPSpeculator", 3, mlp},
 		{"lookup then Medusa", 3, func(t *testing.T, c *markov.Chain) draft.Drafter {
-			return draft.WithLookup(medusa(draft.TreeShape{})(t, c))
+			return lookup.InFront(medusa(draft.TreeShape{})(t, c))
 		}},
 	}
 }

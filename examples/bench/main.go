@@ -36,6 +36,7 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -234,7 +235,7 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if d, ok := b.opened[name]; ok {
 		return d, true, nil
 	}
-	base, lookup := strings.CutPrefix(name, "lookup+")
+	base, inFront := strings.CutPrefix(name, "lookup+")
 	base, tree := strings.CutSuffix(base, ":tree")
 	dir, ok := b.heads[base]
 	if !ok {
@@ -252,8 +253,8 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 		return nil, true, err
 	}
 	b.closers = append(b.closers, c)
-	if lookup {
-		d = draft.First(draft.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, d)
+	if inFront {
+		d = draft.First(lookup.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, d)
 	}
 	b.opened[name] = d
 	return d, true, nil
@@ -347,19 +348,19 @@ func (b *bench) drafter(name string) (draft.Drafter, error) {
 	}
 	switch name {
 	case "ngram":
-		return draft.NGram{Min: b.o.ngramMin, Max: b.o.ngramMax}, nil
+		return lookup.NGram{Min: b.o.ngramMin, Max: b.o.ngramMax}, nil
 	case "suffix":
 		// A fresh memory for each configuration: it learns from the earlier prompts
 		// of the run, never from another configuration's answers to the same
 		// prompts.
-		return draft.Suffix{Memory: draft.NewSuffixMemory(1<<18, 32)}, nil
+		return lookup.Suffix{Memory: lookup.NewSuffixMemory(1<<18, 32)}, nil
 	case "first", "tree":
 		m, ok := b.models[b.firstModel]
 		if !ok {
 			return nil, fmt.Errorf("drafter %q needs a -draft model", name)
 		}
 		if name == "first" {
-			return draft.First(draft.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, m), nil
+			return draft.First(lookup.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, m), nil
 		}
 		return draft.NewSmallModelTree(m.Model(), draft.TreeShape{Width: 2, Depth: 4, MaxNodes: 12})
 	}
