@@ -161,28 +161,3 @@ func StateSessions(s Session) []StateSession {
 	}
 	return out
 }
-
-// constrained is a drafting session's side of the request's constraint: the state the
-// history ends in (set by the decoder before each Propose), and the masking of a
-// draft's logits with the state the draft has reached. Embedded, it implements
-// [Constrained]; without a constraint it lets everything through.
-type constrained struct {
-	c      sampler.Constraint
-	cstate int32
-}
-
-// Constrain implements [Constrained].
-func (k *constrained) Constrain(state int32) { k.cstate = state }
-
-// allows masks logits with state and reports whether the draft may go on there.
-func (k *constrained) allows(state int32, logits []float32) bool {
-	return k.c == nil || state >= 0 && k.c.MaskLogits(state, logits)
-}
-
-// after is the state after tok in state (state itself without a constraint).
-func (k *constrained) after(state, tok int32) int32 {
-	if k.c == nil {
-		return state
-	}
-	return k.c.Next(state, tok)
-}

@@ -39,8 +39,10 @@ func NewEAGLE(layer model.Model, target model.Info, tree TreeShape) (*EAGLE, err
 	if err := checkFits("EAGLE layer "+info.Name, info.InputSize, info.VocabSize, target); err != nil {
 		return nil, err
 	}
-	if tree != (TreeShape{}) && (tree.Width < 1 || tree.Depth < 1 || tree.MaxNodes < 1) {
-		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", tree)
+	if tree != (TreeShape{}) {
+		if err := tree.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	return &EAGLE{m: layer, info: info, tree: tree}, nil
 }
@@ -60,7 +62,7 @@ func (e *EAGLE) Start(ctx context.Context, req Request) (Session, error) {
 	}
 	d, v := e.info.HiddenSize, e.info.VocabSize
 	n := max(req.MaxK, 1)
-	return &eagleSession{e: e, seq: seq, smp: smp, greedy: req.Sampling.Greedy(), constrained: constrained{c: req.Constraint},
+	return &eagleSession{e: e, seq: seq, smp: smp, greedy: req.Sampling.Greedy(), ConstraintState: NewConstraintState(req.Constraint),
 		root: make([]float32, d), rootLogits: make([]float32, v),
 		logits: make([]float32, n*v), g: make([]float32, (n+max(e.tree.Width, 1))*d), q: rows(make([]float32, (n+1)*v), n+1, v),
 		conf: make([]float64, 0, n), outs: make([]int32, 0, n),
@@ -69,7 +71,7 @@ func (e *EAGLE) Start(ctx context.Context, req Request) (Session, error) {
 }
 
 type eagleSession struct {
-	constrained
+	ConstraintState
 	e      *EAGLE
 	seq    model.Sequence
 	smp    *sampler.Sampler
@@ -163,9 +165,9 @@ func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *P
 func (s *eagleSession) proposeChain(ctx context.Context, n int) error {
 	d, v := s.e.info.HiddenSize, s.e.info.VocabSize
 	logits, state := s.rootLogits, s.root
-	cs := s.cstate
+	cs := s.State()
 	for i := range n {
-		if !s.allows(cs, logits) {
+		if !s.Allows(cs, logits) {
 			break
 		}
 		x, q, err := s.pick(logits, s.hist, i)
@@ -173,7 +175,7 @@ func (s *eagleSession) proposeChain(ctx context.Context, n int) error {
 			return err
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
-		cs = s.after(cs, x)
+		cs = s.After(cs, x)
 		if i == n-1 {
 			break
 		}
@@ -286,7 +288,7 @@ func (s *eagleSession) expand(parent int32, logits []float32, conf float64, n in
 	s.expanded++
 	if s.greedy {
 		softmax(logits, q)
-		s.top = topTokens(logits, w, s.top)
+		s.top = TopTokens(logits, w, s.top)
 		w = len(s.top) // fewer tokens than Width in the vocabulary
 	} else if err := s.smp.Process(logits, s.pathHistory(parent), q); err != nil {
 		return err

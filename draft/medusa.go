@@ -42,8 +42,10 @@ func OpenMedusa(dir string, target model.Info, opts HeadOptions) (*Medusa, error
 	if c.ModelType != "medusa" {
 		return nil, fmt.Errorf("draft: %s: model_type %q, want medusa", dir, c.ModelType)
 	}
-	if opts.Tree != (TreeShape{}) && (opts.Tree.Width < 1 || opts.Tree.Depth < 1 || opts.Tree.MaxNodes < 1) {
-		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", opts.Tree)
+	if opts.Tree != (TreeShape{}) {
+		if err := opts.Tree.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	// The original repository's configs give no sizes: the target's are checked by
 	// the tensors' shapes then.
@@ -153,7 +155,7 @@ func (h *Medusa) Start(ctx context.Context, req Request) (Session, error) {
 	}
 	n := len(h.w)
 	nodes := max(req.MaxK, n)
-	return &medusaSession{h: h, run: run, constrained: constrained{c: req.Constraint},
+	return &medusaSession{h: h, run: run, ConstraintState: NewConstraintState(req.Constraint),
 		lastState: lastState{state: make([]float32, h.dim)}, x: make([]float32, h.dim), y: make([]float32, h.dim),
 		logits: rows(make([]float32, n*h.vocab), n, h.vocab), q: rows(make([]float32, n*h.vocab), n, h.vocab),
 		toks: make([]int32, 0, nodes), dists: make([][]float32, 0, nodes), parents: make([]int32, 0, nodes),
@@ -163,7 +165,7 @@ func (h *Medusa) Start(ctx context.Context, req Request) (Session, error) {
 type medusaSession struct {
 	h   *Medusa
 	run headRun
-	constrained
+	ConstraintState
 	lastState
 	x, y    []float32
 	logits  [][]float32 // per head
@@ -214,9 +216,9 @@ func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *
 		return err
 	}
 	s.hist = append(s.hist[:0], history...)
-	state := s.cstate
+	state := s.State()
 	for d := range n {
-		if !s.allows(state, s.logits[d]) {
+		if !s.Allows(state, s.logits[d]) {
 			break
 		}
 		x, q, err := s.run.pick(s.logits[d], s.hist, s.q[d])
@@ -224,7 +226,7 @@ func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *
 			return fmt.Errorf("draft: %s: %w", s.h.name, err)
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
-		state = s.after(state, x)
+		state = s.After(state, x)
 	}
 	p.Tokens = s.toks
 	if !s.run.greedy {
@@ -252,7 +254,7 @@ func (s *medusaSession) proposeTree(history []int32, n int, p *Proposal) error {
 				return fmt.Errorf("draft: %s: %w", h.name, err)
 			}
 		} else {
-			s.top = topTokens(s.logits[d], h.tree.Width, s.top)
+			s.top = TopTokens(s.logits[d], h.tree.Width, s.top)
 		}
 		start := len(s.toks)
 		for _, parent := range s.level {

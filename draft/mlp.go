@@ -120,7 +120,7 @@ func (h *MLPSpeculator) Start(ctx context.Context, req Request) (Session, error)
 		return nil, err
 	}
 	n := len(h.proj)
-	return &mlpSession{h: h, run: run, constrained: constrained{c: req.Constraint},
+	return &mlpSession{h: h, run: run, ConstraintState: NewConstraintState(req.Constraint),
 		lastState: lastState{state: make([]float32, h.dim)}, s: make([]float32, max(h.dim, h.inner)), z: make([]float32, h.inner),
 		e: make([]float32, h.inner), logits: make([]float32, h.vocab),
 		q: rows(make([]float32, n*h.vocab), n, h.vocab), toks: make([]int32, 0, n), dists: make([][]float32, 0, n),
@@ -130,7 +130,7 @@ func (h *MLPSpeculator) Start(ctx context.Context, req Request) (Session, error)
 type mlpSession struct {
 	h   *MLPSpeculator
 	run headRun
-	constrained
+	ConstraintState
 	lastState
 	s, z, e []float32
 	logits  []float32
@@ -155,12 +155,12 @@ func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *Pro
 	s.toks, s.dists = s.toks[:0], s.dists[:0]
 	s.hist = append(s.hist[:0], history...)
 	tok := history[len(history)-1]
-	state := s.cstate
+	state := s.State()
 	for i := range n {
 		if err := s.stage(i, tok); err != nil {
 			return err
 		}
-		if !s.allows(state, s.logits) {
+		if !s.Allows(state, s.logits) {
 			break
 		}
 		x, q, err := s.run.pick(s.logits, s.hist, s.q[i])
@@ -168,7 +168,7 @@ func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *Pro
 			return fmt.Errorf("draft: %s: %w", h.name, err)
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
-		tok, state = x, s.after(state, x)
+		tok, state = x, s.After(state, x)
 	}
 	p.Tokens = s.toks
 	if !s.run.greedy {
