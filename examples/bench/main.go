@@ -65,8 +65,8 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.model, "model", "models/gocoder-m-q8_0.gguf", "target model (GGUF file or Hugging Face directory)")
-	flag.Var(&o.draftModels, "draft", "a draft model as NAME=PATH (repeatable); NAME can then be used in -drafters")
-	flag.Var(&o.heads, "head", "a trained draft head (MLPSpeculator, Medusa or EAGLE directory) as NAME=DIR (repeatable); -drafters then takes NAME (chains), NAME:tree (Medusa and EAGLE trees) and lookup+NAME (n-gram lookup first)")
+	flag.Var(&o.draftModels, "draft", "a draft model as NAME=model:PATH (a GGUF file or a Hugging Face directory; model: may be left out) (repeatable); NAME can then be used in -drafters")
+	flag.Var(&o.heads, "head", "a trained draft head as NAME=eagle:DIR, NAME=medusa:DIR or NAME=mlp:DIR (the kind may be left out: a head's directory says it) (repeatable); -drafters then takes NAME (chains), NAME:tree (Medusa and EAGLE trees) and lookup+NAME (n-gram lookup first)")
 	flag.StringVar(&o.prompts, "prompts", "", "prompts file: JSON lines with a \"prompt\" field")
 	flag.IntVar(&o.n, "n", 12, "number of prompts to use")
 	flag.IntVar(&o.maxTokens, "max-tokens", 96, "tokens to generate per prompt")
@@ -156,6 +156,7 @@ type bench struct {
 	firstModel string         // the first -draft, which first and tree draft with
 	loaded     []*llama.Model // to close
 	closers    []io.Closer    // heads, to close
+	pool       *heads.Pool    // the threads of every head, started with the first
 	info       model.Info
 }
 
@@ -183,9 +184,9 @@ func load(o options) (*bench, error) {
 		return nil, err
 	}
 	for _, dm := range o.draftModels {
-		name, path, found := strings.Cut(dm, "=")
-		if !found {
-			return nil, fmt.Errorf("-draft %q: want NAME=PATH", dm)
+		name, path, err := namedPath("-draft", dm, false)
+		if err != nil {
+			return nil, err
 		}
 		m, err := llama.Open(path, llama.Options{Threads: o.threads})
 		if err != nil {
@@ -202,11 +203,8 @@ func load(o options) (*bench, error) {
 		}
 	}
 	for _, h := range o.heads {
-		name, dir, found := strings.Cut(h, "=")
-		if !found {
-			return nil, fmt.Errorf("-head %q: want NAME=DIR", h)
-		}
-		if _, err := heads.Kind(dir); err != nil {
+		name, dir, err := namedPath("-head", h, true)
+		if err != nil {
 			return nil, err
 		}
 		b.heads[name] = dir
@@ -216,9 +214,31 @@ func load(o options) (*bench, error) {
 	return b, nil
 }
 
+// namedPath reads a -draft or -head value, NAME=[KIND:]PATH, and checks that the path
+// holds a model (-draft) or a trained head (-head), saying which flag takes it when
+// it holds the other.
+func namedPath(flag, value string, head bool) (name, path string, err error) {
+	name, spec, found := strings.Cut(value, "=")
+	if !found {
+		return "", "", fmt.Errorf("%s %q: want NAME=[KIND:]PATH", flag, value)
+	}
+	kind, path, err := heads.Resolve(spec)
+	if err != nil {
+		return "", "", fmt.Errorf("%s %q: %w", flag, value, err)
+	}
+	if isHead := kind != heads.KindModel; isHead != head {
+		other := map[bool]string{true: "-head", false: "-draft"}[isHead]
+		return "", "", fmt.Errorf("%s %q: %s is %s: give it as %s %s=%s:%s", flag, value, path, kind.Describe(), other, name, kind, path)
+	}
+	return name, path, nil
+}
+
 func (b *bench) close() {
 	for _, c := range b.closers {
 		c.Close()
+	}
+	if b.pool != nil {
+		b.pool.Close()
 	}
 	for _, m := range b.loaded {
 		m.Close()
@@ -241,7 +261,10 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	opts := heads.Options{Threads: b.o.threads, Layer: llama.Options{Threads: b.o.threads}}
+	if b.pool == nil {
+		b.pool = heads.NewPool(b.o.threads)
+	}
+	opts := heads.Options{Pool: b.pool, Layer: llama.Options{Threads: b.o.threads}}
 	if b.o.headQ8 {
 		opts.Requantize = dtype.Q8_0
 	}

@@ -1,4 +1,4 @@
-package draft_test
+package heads_test
 
 import (
 	"context"
@@ -168,7 +168,7 @@ func TestHeadsMatchReference(t *testing.T) {
 
 	t.Run("MLPSpeculator", func(t *testing.T) {
 		dir := shared.Path(t, "models", "gocoder-m-mlp-speculator")
-		h, err := draft.OpenMLPSpeculator(dir, m.Info(), draft.HeadOptions{})
+		h, err := heads.OpenMLPSpeculator(dir, m.Info(), heads.Options{})
 		require.NoError(t, err)
 		defer h.Close()
 		proj0, emb, head := refTensor(t, dir, "proj.0.weight"), refTensor(t, dir, "emb.0.weight"), refTensor(t, dir, "head.0.weight")
@@ -209,7 +209,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("Medusa", func(t *testing.T) {
 		dir := shared.Path(t, "models", "gocoder-m-medusa")
-		h, err := draft.OpenMedusa(dir, m.Info(), draft.HeadOptions{})
+		h, err := heads.OpenMedusa(dir, m.Info(), heads.Options{})
 		require.NoError(t, err)
 		defer h.Close()
 		w, b, lm := refTensor(t, dir, "blocks.0.layers.0.weight"), refTensor(t, dir, "blocks.0.layers.0.bias"), refTensor(t, dir, "lm_heads.0.weight")
@@ -235,7 +235,7 @@ func TestHeadsMatchReference(t *testing.T) {
 		layer, err := llama.OpenEAGLE(dir, path, llama.Options{Threads: 2})
 		require.NoError(t, err)
 		defer layer.Close()
-		e, err := draft.NewEAGLE(layer, m.Info(), draft.TreeShape{})
+		e, err := heads.NewEAGLE(layer, m.Info(), draft.TreeShape{})
 		require.NoError(t, err)
 		ref := newEagleRef(t, dir, path)
 		compared := 0
@@ -411,13 +411,13 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 // TestHeadErrors checks that heads refuse targets they do not fit, naming both.
 func TestHeadErrors(t *testing.T) {
 	dir := shared.Path(t, "models", "gocoder-m-medusa")
-	_, err := draft.OpenMedusa(dir, model.Info{Name: "small", VocabSize: 8192, HiddenSize: 256}, draft.HeadOptions{})
+	_, err := heads.OpenMedusa(dir, model.Info{Name: "small", VocabSize: 8192, HiddenSize: 256}, heads.Options{})
 	assert.ErrorContains(t, err, "hidden states of 512 values; target \"small\" has 256")
-	_, err = draft.OpenMedusa(dir, model.Info{Name: "other", VocabSize: 32000, HiddenSize: 512}, draft.HeadOptions{})
+	_, err = heads.OpenMedusa(dir, model.Info{Name: "other", VocabSize: 32000, HiddenSize: 512}, heads.Options{})
 	assert.ErrorContains(t, err, "vocabulary of 8192; target \"other\" has 32000")
-	_, err = draft.OpenMedusa(dir, model.Info{Name: "markov", VocabSize: 8192}, draft.HeadOptions{})
+	_, err = heads.OpenMedusa(dir, model.Info{Name: "markov", VocabSize: 8192}, heads.Options{})
 	assert.ErrorContains(t, err, "gives none")
-	_, err = draft.OpenMLPSpeculator(dir, model.Info{VocabSize: 8192, HiddenSize: 512}, draft.HeadOptions{})
+	_, err = heads.OpenMLPSpeculator(dir, model.Info{VocabSize: 8192, HiddenSize: 512}, heads.Options{})
 	assert.ErrorContains(t, err, `model_type "medusa", want mlp_speculator`)
 	_, _, err = heads.Open(t.TempDir(), "", model.Info{}, heads.Options{})
 	assert.ErrorContains(t, err, "config.json")
