@@ -10,6 +10,16 @@
 // accepted part of the last proposal and one token of the target's. That is how a
 // session learns what was accepted. A caller that needs another history starts a new
 // session.
+//
+// The package holds the contract — [Drafter], [Session], [Proposal], and what a
+// session may add to it ([Constrained], [StateSession], [Learner]) — and the
+// combinators ([First], [Func]): a drafter that combines others is a [Composite], and
+// [Parts] and [SessionParts] are the one walk through combined drafters and sessions.
+// It holds tree shapes and the small-model drafter ([SmallModel]). Drafting from text
+// seen before, with no model (prompt lookup, suffix drafting), is package draft/lookup;
+// the trained heads that read the target's hidden states (MLPSpeculator, Medusa,
+// EAGLE) are package draft/heads. Neither is imported here: drafters depend on the
+// contract, never the other way.
 package draft
 
 import (
