@@ -347,13 +347,20 @@ func TestUntiedCopiesDraftAlike(t *testing.T) {
 // proposeHead asks d for 3 tokens after history at temperature temp (seed 1).
 func proposeHead(t *testing.T, d draft.Drafter, history []int32, st [][]float32, temp float64) draft.Proposal {
 	t.Helper()
-	s, err := d.Start(context.Background(), draft.Request{Prompt: history[:1], VocabSize: 8192, MaxK: 3, MaxLen: 64,
+	return proposeK(t, d, 8192, 3, history, st, temp)
+}
+
+// proposeK asks d, for a target of vocab tokens, for k tokens after history, told
+// the target's states of the history, at temperature temp (seed 1).
+func proposeK(t *testing.T, d draft.Drafter, vocab, k int, history []int32, st [][]float32, temp float64) draft.Proposal {
+	t.Helper()
+	s, err := d.Start(context.Background(), draft.Request{Prompt: history[:1], VocabSize: vocab, MaxK: k, MaxLen: 64,
 		Sampling: sampler.Params{Temperature: temp, Seed: 1}})
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, s.(draft.StateSession).Observe(history[1:], st[:len(history)-1]))
 	var p draft.Proposal
-	require.NoError(t, s.Propose(context.Background(), history, 3, &p))
+	require.NoError(t, s.Propose(context.Background(), history, k, &p))
 	out := draft.Proposal{Tokens: append([]int32(nil), p.Tokens...)}
 	for _, q := range p.Dists {
 		out.Dists = append(out.Dists, append([]float32(nil), q...))

@@ -1,7 +1,6 @@
 package heads_test
 
 import (
-	"context"
 	"io"
 	"path/filepath"
 	"runtime"
@@ -15,26 +14,7 @@ import (
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/sampler"
 )
-
-// drafts returns what d drafts (k tokens, at temperature temp, seed 1) after a
-// history of tokens and states.
-func drafts(t *testing.T, d draft.Drafter, vocab int, history []int32, st [][]float32, temp float64) draft.Proposal {
-	t.Helper()
-	s, err := d.Start(context.Background(), draft.Request{Prompt: history[:1], VocabSize: vocab, MaxK: 2, MaxLen: 16,
-		Sampling: sampler.Params{Temperature: temp, Seed: 1}})
-	require.NoError(t, err)
-	defer s.Close()
-	require.NoError(t, s.(draft.StateSession).Observe(history[1:], st[:len(history)-1]))
-	var p draft.Proposal
-	require.NoError(t, s.Propose(context.Background(), history, 2, &p))
-	out := draft.Proposal{Tokens: append([]int32(nil), p.Tokens...)}
-	for _, q := range p.Dists {
-		out.Dists = append(out.Dists, append([]float32(nil), q...))
-	}
-	return out
-}
 
 // TestHeadsSharePool opens an MLPSpeculator and Medusa heads on one pool: opening
 // them starts no threads, they draft what heads on threads of their own draft, at
@@ -68,11 +48,11 @@ func TestHeadsSharePool(t *testing.T) {
 		wg.Go(func() {
 			for j, d := range shared {
 				temp := float64(i % 2)
-				assert.Equal(t, drafts(t, own[j], 16, history, st, temp), drafts(t, d, 16, history, st, temp), "head %d at T=%v", j, temp)
+				assert.Equal(t, proposeK(t, own[j], 16, 2, history, st, temp), proposeK(t, d, 16, 2, history, st, temp), "head %d at T=%v", j, temp)
 			}
 		})
 	}
 	wg.Wait()
 	require.NoError(t, shared[0].(io.Closer).Close())
-	assert.Equal(t, drafts(t, own[1], 16, history, st, 0), drafts(t, shared[1], 16, history, st, 0), "the pool outlives a head closed")
+	assert.Equal(t, proposeK(t, own[1], 16, 2, history, st, 0), proposeK(t, shared[1], 16, 2, history, st, 0), "the pool outlives a head closed")
 }
