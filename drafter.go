@@ -1,93 +1,142 @@
 package specula
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"strings"
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/tokenizer"
 )
 
-// openDrafter opens what cfg.Draft names, each part in turn: nil for plain decoding.
+// draftPart is one drafter that Config.Draft names: prompt lookup or suffix drafting
+// by its name, or a model or head by its kind and path.
+type draftPart struct {
+	name string     // "ngram" or "suffix"; "" for a model or head
+	kind heads.Kind // a model's or head's
+	path string
+}
+
+// learned reports whether the part is a model or a head: what prompt lookup goes in
+// front of.
+func (p draftPart) learned() bool { return p.name == "" }
+
+// parseDraft reads Config.Draft (see there) and checks what each path holds, before
+// anything is loaded.
+func parseDraft(s string) ([]draftPart, error) {
+	var parts []draftPart
+	for _, p := range strings.Split(s, "+") {
+		switch p = strings.TrimSpace(p); p {
+		case "", "ngram", "lookup":
+			parts = append(parts, draftPart{name: "ngram"})
+		case "suffix":
+			parts = append(parts, draftPart{name: "suffix"})
+		case "none":
+		default:
+			kind, path, err := heads.Resolve(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("specula: Config.Draft %q: not ngram, suffix, none or KIND:PATH (KIND model, eagle, medusa or mlp), and not a file: %w", p, err)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("specula: Config.Draft %q: %w", p, err)
+			}
+			parts = append(parts, draftPart{kind: kind, path: path})
+		}
+	}
+	return parts, nil
+}
+
+// openDrafter opens what cfg.Draft names, each part in turn, with prompt lookup in
+// front of a model or head unless cfg.NoLookup: nil for plain decoding.
 func (e *Engine) openDrafter(cfg Config) (draft.Drafter, error) {
-	var parts []draft.Drafter
-	learned := false // a model or head is among them
-	for _, name := range strings.Split(cfg.Draft, "+") {
-		d, isModel, err := e.openPart(strings.TrimSpace(name), cfg)
+	parts, err := parseDraft(cfg.Draft)
+	if err != nil {
+		return nil, err
+	}
+	o := opener{e: e, cfg: cfg}
+	var ds []draft.Drafter
+	learned := false
+	for _, p := range parts {
+		d, err := o.open(p)
 		if err != nil {
 			return nil, err
 		}
-		if d != nil {
-			parts = append(parts, d)
-		}
-		learned = learned || isModel
+		ds = append(ds, d)
+		learned = learned || p.learned()
 	}
-	if learned && !cfg.NoLookup && !hasLookup(parts) {
-		parts = append([]draft.Drafter{draft.NGram{Min: 2}}, parts...)
-	}
-	switch len(parts) {
-	case 0:
+	switch {
+	case learned && !cfg.NoLookup:
+		return lookup.InFront(ds...), nil
+	case len(ds) == 0:
 		return nil, nil
-	case 1:
-		return parts[0], nil
+	case len(ds) == 1:
+		return ds[0], nil
 	}
-	return draft.First(parts...), nil
+	return draft.First(ds...), nil
 }
 
-func hasLookup(ds []draft.Drafter) bool {
-	for _, d := range ds {
-		if _, ok := d.(draft.NGram); ok {
-			return true
-		}
-	}
-	return false
+// opener opens the drafters of one engine.
+type opener struct {
+	e    *Engine
+	cfg  Config
+	pool *heads.Pool // the threads of every head of the engine, started with the first
 }
 
-// openPart opens one drafter of Config.Draft and reports whether it is a model or a
-// head (which lookup goes in front of).
-func (e *Engine) openPart(name string, cfg Config) (d draft.Drafter, isModel bool, err error) {
-	switch name {
-	case "", "ngram", "lookup":
-		return draft.NGram{}, false, nil
-	case "suffix":
-		return draft.Suffix{Memory: draft.NewSuffixMemory(1<<20, 32)}, false, nil
-	case "none":
-		return nil, false, nil
+// open opens one drafter of Config.Draft.
+func (o *opener) open(p draftPart) (draft.Drafter, error) {
+	switch {
+	case p.name == "ngram":
+		return lookup.NGram{}, nil
+	case p.name == "suffix":
+		return lookup.Suffix{Memory: lookup.NewSuffixMemory(1<<20, 32)}, nil
+	case p.kind == heads.KindModel:
+		return o.model(p.path)
 	}
-	if _, err := os.Stat(name); err != nil {
-		return nil, false, fmt.Errorf("specula: Config.Draft %q: not ngram, suffix or none, and not a file: %w", name, err)
+	return o.head(p.path)
+}
+
+// head opens a trained head, on the engine's pool of head threads.
+func (o *opener) head(dir string) (draft.Drafter, error) {
+	if o.pool == nil {
+		o.pool = heads.NewPool(o.cfg.Threads)
+		o.e.closers = append(o.e.closers, o.pool)
 	}
-	if _, err := heads.Kind(name); err == nil {
-		// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
-		h, closer, err := heads.Open(name, cfg.Model, e.info, heads.Options{Threads: cfg.Threads, Requantize: dtype.Q8_0, Tree: cfg.Tree,
-			Layer: llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}})
-		if err != nil {
-			return nil, false, fmt.Errorf("specula: draft head %s: %w", name, err)
-		}
-		e.closers = append(e.closers, closer)
-		return h, true, nil
-	}
-	// The draft model's cache keeps the runtime's default budget: it is small.
-	dm, err := openModel(name, llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}, cfg.Progress)
+	// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
+	opts := heads.Options{Pool: o.pool, Threads: o.cfg.Threads, Requantize: dtype.Q8_0, Tree: o.cfg.Tree,
+		Layer: llama.Options{Threads: o.cfg.Threads, ContextLength: o.cfg.ContextLength}}
+	h, closer, err := heads.Open(dir, o.cfg.Model, o.e.info, opts)
 	if err != nil {
-		return nil, false, err
+		return nil, fmt.Errorf("specula: draft head %s: %w", dir, err)
+	}
+	o.e.closers = append(o.e.closers, closer)
+	return h, nil
+}
+
+// model opens a draft model, which must share the target's tokenizer.
+func (o *opener) model(path string) (draft.Drafter, error) {
+	e, cfg := o.e, o.cfg
+	// The draft model's cache keeps the runtime's default budget: it is small.
+	dm, err := openModel(path, llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}, cfg.Progress)
+	if err != nil {
+		return nil, err
 	}
 	e.closers = append(e.closers, dm)
 	e.drafts = append(e.drafts, dm)
-	dtok, err := tokenizer.Load(name)
+	dtok, err := tokenizer.Load(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("specula: %w", err)
+		return nil, fmt.Errorf("specula: %w", err)
 	}
 	if err := tokenizer.Compatible(dtok, e.tok); err != nil {
-		return nil, false, fmt.Errorf("specula: the draft model %s cannot draft for %s: %w", name, cfg.Model, err)
+		return nil, fmt.Errorf("specula: the draft model %s cannot draft for %s: %w", path, cfg.Model, err)
 	}
 	sm, err := draft.NewSmallModel(dm)
 	if err != nil {
-		return nil, false, fmt.Errorf("specula: %w", err)
+		return nil, fmt.Errorf("specula: %w", err)
 	}
-	return sm, true, nil
+	return sm, nil
 }

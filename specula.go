@@ -47,13 +47,18 @@ type Config struct {
 	// Model is the target: a GGUF file or a Hugging Face directory, with its tokenizer
 	// inside. It is required.
 	Model string
-	// Draft is what drafts: "" or "ngram" for prompt lookup alone (free, and good
-	// wherever the output repeats its context); "suffix" for a suffix tree over the
-	// request and earlier ones; "none" for plain decoding; a draft model's GGUF file
-	// or directory (it must share the target's tokenizer); or a trained head's
-	// directory (MLPSpeculator, Medusa or EAGLE, made for the target). Several,
-	// joined by "+", are asked in that order each step ("suffix+models/xs.gguf").
-	// A draft model or head gets prompt lookup in front unless NoLookup is set.
+	// Draft is what drafts, its kind named: "" or "ngram" for prompt lookup alone
+	// (free, and good wherever the output repeats its context); "suffix" for a suffix
+	// tree over the request and earlier ones; "none" for plain decoding;
+	// "model:PATH" for a draft model, a GGUF file or Hugging Face directory that
+	// shares the target's tokenizer; "eagle:DIR", "medusa:DIR" or "mlp:DIR" for a
+	// trained head made for the target (an EAGLE layer, Medusa heads, an
+	// MLPSpeculator). A path without a kind is what its files say it is
+	// (heads.Detect): a GGUF file or a model's directory is a draft model, a head's
+	// directory that head; a path that does not hold the kind named is refused,
+	// saying what it holds. Several, joined by "+", are asked in that order each step
+	// ("suffix+model:models/xs.gguf"). A draft model or head gets prompt lookup in
+	// front unless NoLookup is set.
 	Draft string
 	// NoLookup leaves out the prompt lookup that goes in front of a draft model or
 	// head.

@@ -10,6 +10,16 @@
 // accepted part of the last proposal and one token of the target's. That is how a
 // session learns what was accepted. A caller that needs another history starts a new
 // session.
+//
+// The package holds the contract — [Drafter], [Session], [Proposal], and what a
+// session may add to it ([Constrained], [StateSession], [Learner]) — and the
+// combinators ([First], [Func]): a drafter that combines others is a [Composite], and
+// [Parts] and [SessionParts] are the one walk through combined drafters and sessions.
+// It holds tree shapes and the small-model drafter ([SmallModel]). Drafting from text
+// seen before, with no model (prompt lookup, suffix drafting), is package draft/lookup;
+// the trained heads that read the target's hidden states (MLPSpeculator, Medusa,
+// EAGLE) are package draft/heads. Neither is imported here: drafters depend on the
+// contract, never the other way.
 package draft
 
 import (
@@ -69,14 +79,11 @@ type Constrained interface {
 }
 
 // Constrain hands the state to every session of s that drafts under a constraint,
-// looking through composites.
+// looking through composites ([SessionParts]).
 func Constrain(s Session, state int32) {
-	if c, ok := s.(Constrained); ok {
-		c.Constrain(state)
-	}
-	if c, ok := s.(CompositeSession); ok {
-		for _, sub := range c.Sessions() {
-			Constrain(sub, state)
+	for part := range SessionParts(s) {
+		if c, ok := part.(Constrained); ok {
+			c.Constrain(state)
 		}
 	}
 }
@@ -153,49 +160,14 @@ type StateSession interface {
 	Observe(tokens []int32, states [][]float32) error
 }
 
-// CompositeSession is a session that combines others (as [First]'s does); the decoder
-// looks through it for the sessions that read the target's states.
-type CompositeSession interface {
-	Session
-	Sessions() []Session
-}
-
 // StateSessions returns the sessions of s, s itself included, that read the target's
-// states, looking through composites.
+// states, looking through composites ([SessionParts]).
 func StateSessions(s Session) []StateSession {
 	var out []StateSession
-	if ss, ok := s.(StateSession); ok {
-		out = append(out, ss)
-	}
-	if c, ok := s.(CompositeSession); ok {
-		for _, sub := range c.Sessions() {
-			out = append(out, StateSessions(sub)...)
+	for part := range SessionParts(s) {
+		if ss, ok := part.(StateSession); ok {
+			out = append(out, ss)
 		}
 	}
 	return out
-}
-
-// constrained is a drafting session's side of the request's constraint: the state the
-// history ends in (set by the decoder before each Propose), and the masking of a
-// draft's logits with the state the draft has reached. Embedded, it implements
-// [Constrained]; without a constraint it lets everything through.
-type constrained struct {
-	c      sampler.Constraint
-	cstate int32
-}
-
-// Constrain implements [Constrained].
-func (k *constrained) Constrain(state int32) { k.cstate = state }
-
-// allows masks logits with state and reports whether the draft may go on there.
-func (k *constrained) allows(state int32, logits []float32) bool {
-	return k.c == nil || state >= 0 && k.c.MaskLogits(state, logits)
-}
-
-// after is the state after tok in state (state itself without a constraint).
-func (k *constrained) after(state, tok int32) int32 {
-	if k.c == nil {
-		return state
-	}
-	return k.c.Next(state, tok)
 }

@@ -8,14 +8,9 @@ import (
 )
 
 // First combines drafters: each step it asks them in order and proposes what the
-// first one with anything to say drafts — cheap lookups first, a draft model when
-// they have nothing. Every session sees the whole history whenever it is asked.
+// first one with anything to say drafts — cheap lookups first (package draft/lookup),
+// a draft model when they have nothing. Every session sees the whole history whenever it is asked.
 func First(drafters ...Drafter) Drafter { return first(drafters) }
-
-// WithLookup puts n-gram lookup in front of a draft model d: First(NGram{Min: 2}, d).
-// Lookup drafts where the text repeats a match of two tokens or more, and d elsewhere;
-// a one-token match is a weaker guess than a model's (see [NGram]).
-func WithLookup(d Drafter) Drafter { return First(NGram{Min: 2}, d) }
 
 type first []Drafter
 
@@ -41,7 +36,7 @@ func (f first) Start(ctx context.Context, req Request) (Session, error) {
 }
 
 // Drafters returns the drafters combined, in the order they are asked, so that a
-// decoder can check each of them (spec.Composite).
+// decoder can check each of them ([Composite]).
 func (f first) Drafters() []Drafter { return slices.Clone(f) }
 
 type firstSession struct{ subs []Session }

@@ -22,18 +22,10 @@ type SmallModel struct {
 	tree TreeShape // zero: chains
 }
 
-// TreeShape shapes the drafts of a SmallModel drafter that proposes trees: every node gets
-// Width children — the draft model's Width most likely tokens when the request is
-// greedy, Width independent draws from q when it samples — level by level, Depth levels
-// deep, at most MaxNodes nodes (and never more than the decoder's k).
-type TreeShape struct {
-	Width, Depth, MaxNodes int
-}
-
 // NewSmallModelTree returns a drafter on m that proposes trees of the given shape.
 func NewSmallModelTree(m model.Model, shape TreeShape) (*SmallModel, error) {
-	if shape.Width < 1 || shape.Depth < 1 || shape.MaxNodes < 1 {
-		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", shape)
+	if err := shape.Validate(); err != nil {
+		return nil, err
 	}
 	d, err := NewSmallModel(m)
 	if err != nil {
@@ -58,7 +50,8 @@ func NewSmallModel(m model.Model) (*SmallModel, error) {
 // Model returns the draft model.
 func (d *SmallModel) Model() model.Model { return d.m }
 
-// VocabSize is the draft model's vocabulary size (0 for a nil drafter).
+// VocabSize implements [VocabSizer]: the draft model's vocabulary size (0 for a nil
+// drafter).
 func (d *SmallModel) VocabSize() int {
 	if d == nil {
 		return 0
@@ -87,16 +80,16 @@ func (d *SmallModel) Start(ctx context.Context, req Request) (Session, error) {
 		return nil, fmt.Errorf("draft: draft model %q: %w", d.info.Name, err)
 	}
 	s := &modelSession{
-		d:           d,
-		seq:         seq,
-		smp:         smp,
-		constrained: constrained{c: req.Constraint},
-		greedy:      req.Sampling.Greedy(),
-		vocab:       max(req.VocabSize, v),
-		held:        make([]int32, 0, req.MaxLen),
-		logits:      make([]float32, v),
-		toks:        make([]int32, req.MaxK),
-		out:         []int32{0},
+		d:               d,
+		seq:             seq,
+		smp:             smp,
+		ConstraintState: NewConstraintState(req.Constraint),
+		greedy:          req.Sampling.Greedy(),
+		vocab:           max(req.VocabSize, v),
+		held:            make([]int32, 0, req.MaxLen),
+		logits:          make([]float32, v),
+		toks:            make([]int32, req.MaxK),
+		out:             []int32{0},
 	}
 	if !s.greedy {
 		s.dists = make([]float32, req.MaxK*v)
@@ -155,8 +148,8 @@ type modelSession struct {
 	toks   []int32
 	out    []int32 // Outputs of a forward: one index
 
-	constrained         // the request's constraint and the state the history ends in
-	nstates     []int32 // while drafting a tree, the constraint's state after each node
+	ConstraintState         // the request's constraint and the state the history ends in
+	nstates         []int32 // while drafting a tree, the constraint's state after each node
 
 	// Tree drafting scratch.
 	parents     []int32
@@ -207,11 +200,11 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 		return err
 	}
 	s.toks = s.toks[:k]
-	state := s.cstate
+	state := s.State()
 	for i := range k {
 		var x int32
 		var err error
-		if !s.allows(state, s.logits) {
+		if !s.Allows(state, s.logits) {
 			k = i // nothing may follow: the draft ends here
 			break
 		}
@@ -224,7 +217,7 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 			return fmt.Errorf("draft: position %d: %w", i, err)
 		}
 		s.toks[i] = x
-		state = s.after(state, x)
+		state = s.After(state, x)
 		if i == k-1 {
 			break
 		}
@@ -280,15 +273,15 @@ func (s *modelSession) expand(parent int32, logits []float32, hist []int32, n in
 	if w <= 0 {
 		return nil
 	}
-	state := s.cstate
-	if s.c != nil && parent >= 0 {
+	state := s.State()
+	if s.Active() && parent >= 0 {
 		state = s.nstates[parent]
 	}
-	if !s.allows(state, logits) {
+	if !s.Allows(state, logits) {
 		return nil // nothing may follow this node
 	}
 	if s.greedy {
-		s.top = topTokens(logits, w, s.top)
+		s.top = TopTokens(logits, w, s.top)
 		for _, t := range s.top {
 			if math.IsInf(float64(logits[t]), -1) {
 				break // fewer allowed than the width
@@ -313,8 +306,8 @@ func (s *modelSession) expand(parent int32, logits []float32, hist []int32, n in
 func (s *modelSession) add(tok, parent, state int32) {
 	s.toks = append(s.toks, tok)
 	s.parents = append(s.parents, parent)
-	if s.c != nil {
-		s.nstates = append(s.nstates, s.after(state, tok))
+	if s.Active() {
+		s.nstates = append(s.nstates, s.After(state, tok))
 	}
 }
 
@@ -391,22 +384,3 @@ func (s *modelSession) pathTo(node int32) []int32 {
 }
 
 func (s *modelSession) Close() error { return s.seq.Close() }
-
-// topTokens returns the w largest logits' tokens, largest first, lowest id first among
-// ties, in top's memory.
-func topTokens(logits []float32, w int, top []int32) []int32 {
-	top = top[:0]
-	for i, x := range logits {
-		if len(top) < w {
-			top = append(top, int32(i))
-		} else if x <= logits[top[w-1]] {
-			continue
-		} else {
-			top[w-1] = int32(i)
-		}
-		for j := len(top) - 1; j > 0 && logits[top[j]] > logits[top[j-1]]; j-- {
-			top[j], top[j-1] = top[j-1], top[j]
-		}
-	}
-	return top
-}

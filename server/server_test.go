@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/specula/specula"
-	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -473,7 +473,7 @@ func TestServeAnyModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := specula.NewEngine(anyModel{m}, tok, draft.NGram{}, specula.EngineOptions{K: 4})
+	eng, err := specula.NewEngine(anyModel{m}, tok, lookup.NGram{}, specula.EngineOptions{K: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/internal/stattest"
@@ -30,7 +30,7 @@ func TestChoicesAsAlone(t *testing.T) {
 	tm, dm := demoPair(t)
 	tgt, err := target.NewLocal(tm)
 	require.NoError(t, err)
-	dec, err := spec.New(tgt, draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 4})
+	dec, err := spec.New(tgt, lookup.InFront(newDrafter(t, dm)), spec.Options{K: 4})
 	require.NoError(t, err)
 	prompt := make([]int32, 70) // more than a block, and a partial one
 	for i := range prompt {

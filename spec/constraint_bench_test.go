@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/grammar"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
@@ -79,8 +80,8 @@ func BenchmarkConstrained(b *testing.B) {
 	}
 	add("plain", nil, 0)
 	if demo {
-		add("lookup", draft.NGram{}, 8)
-		add("suffix", draft.Suffix{}, 8)
+		add("lookup", lookup.NGram{}, 8)
+		add("suffix", lookup.Suffix{}, 8)
 		dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{})
 		if err != nil {
 			b.Fatal(err)
@@ -90,7 +91,7 @@ func BenchmarkConstrained(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		add("lookup+model", draft.WithLookup(sm), 8)
+		add("lookup+model", lookup.InFront(sm), 8)
 	}
 	prompt := tok.Encode(jsonPrompt, tok.DefaultOptions())
 	for _, temp := range []float64{0, 0.8} {

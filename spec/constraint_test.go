@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/grammar"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
@@ -112,7 +113,7 @@ func TestConstrainedDistribution(t *testing.T) {
 		{"sampling drafter", newDrafter(t, chain.Perturbed(1.2, 7)), 3, false},
 		{"deterministic drafter", chainDrafter(chain.Perturbed(1, 8)), 3, false},
 		{"tree drafter", newTreeDrafter(t, chain.Perturbed(1, 9), draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6}), 6, false},
-		{"unconstrained drafter", draft.NGram{Min: 1}, 3, false},
+		{"unconstrained drafter", lookup.NGram{Min: 1}, 3, false},
 		{"q reported unmasked (wrong)", wrongQ{newDrafter(t, chain.Perturbed(0.6, 10)), chain.Perturbed(0.6, 10)}, 3, true},
 	}
 	for _, c := range cases {
@@ -144,7 +145,7 @@ func TestConstrainedGreedyIdentity(t *testing.T) {
 	vocab := grammar.TokenizerVocab(tok)
 	tgt, err := target.NewLocal(tm)
 	require.NoError(t, err)
-	spc, err := spec.New(tgt, draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 6, PaddedVocab: true})
+	spc, err := spec.New(tgt, lookup.InFront(newDrafter(t, dm)), spec.Options{K: 6, PaddedVocab: true})
 	require.NoError(t, err)
 	plain, err := spec.New(tgt, nil, spec.Options{})
 	require.NoError(t, err)

@@ -117,37 +117,18 @@ func New(tgt target.Target, drafter draft.Drafter, opts Options) (*Decoder, erro
 	return dec, nil
 }
 
-// VocabSizer is implemented by a drafter tied to a vocabulary of its own, such as a
-// draft model ([draft.SmallModel]): [New] checks that its size is the target's, or with
-// Options.PaddedVocab a smaller one that the target pads.
-type VocabSizer interface {
-	// VocabSize is the number of tokens of the drafter's vocabulary.
-	VocabSize() int
-}
-
-// Composite is implemented by a drafter that combines others, such as [draft.First]:
-// [New] checks the vocabulary of each of them.
-type Composite interface {
-	// Drafters returns the drafters combined.
-	Drafters() []draft.Drafter
-}
-
-// checkVocab reports a drafter, or a part of one, whose vocabulary the target's cannot
-// stand for.
+// checkVocab reports a drafter, or a part of one ([draft.Parts]), whose vocabulary
+// ([draft.VocabSizer]) the target's cannot stand for: another size, or with
+// Options.PaddedVocab a larger one.
 func checkVocab(d draft.Drafter, vocab int, padded bool) error {
-	if c, ok := d.(Composite); ok {
-		for _, part := range c.Drafters() {
-			if err := checkVocab(part, vocab, padded); err != nil {
-				return err
-			}
+	for part := range draft.Parts(d) {
+		v, ok := part.(draft.VocabSizer)
+		if !ok {
+			continue
 		}
-	}
-	v, ok := d.(VocabSizer)
-	if !ok {
-		return nil
-	}
-	if n := v.VocabSize(); n != vocab && !(padded && n > 0 && n < vocab) {
-		return fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", n, vocab)
+		if n := v.VocabSize(); n != vocab && !(padded && n > 0 && n < vocab) {
+			return fmt.Errorf("spec: draft vocabulary size %d differs from target vocabulary size %d", n, vocab)
+		}
 	}
 	return nil
 }

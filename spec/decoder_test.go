@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/model"
@@ -39,9 +40,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"huge K", tgt, same, spec.Options{K: spec.MaxK + 1}, "K 65"},
 		{"vocabulary mismatch", tgt, other, spec.Options{K: 2}, "draft vocabulary size 10 differs from target vocabulary size 8"},
 		{"typed nil drafter", tgt, (*draft.SmallModel)(nil), spec.Options{K: 2}, "draft vocabulary size 0"},
-		{"mismatch inside First", tgt, draft.First(draft.NGram{}, draft.First(other)), spec.Options{K: 2}, "draft vocabulary size 10"},
-		{"First of matching parts", tgt, draft.WithLookup(same), spec.Options{K: 2}, ""},
-		{"First tied to no vocabulary", tgt, draft.First(draft.NGram{}, draft.Suffix{}), spec.Options{K: 2}, ""},
+		{"mismatch inside First", tgt, draft.First(lookup.NGram{}, draft.First(other)), spec.Options{K: 2}, "draft vocabulary size 10"},
+		{"First of matching parts", tgt, lookup.InFront(same), spec.Options{K: 2}, ""},
+		{"First tied to no vocabulary", tgt, draft.First(lookup.NGram{}, lookup.Suffix{}), spec.Options{K: 2}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -360,7 +361,7 @@ func TestZeroAllocationsPerToken(t *testing.T) {
 			dec := newDecoder(t, tgt, c.d, c.k)
 			if c.name == "adaptive" {
 				var err error
-				dec, err = spec.New(local(t, tgt), c.d, spec.Options{K: c.k, Adaptive: true, Alternatives: []draft.Drafter{draft.NGram{}}})
+				dec, err = spec.New(local(t, tgt), c.d, spec.Options{K: c.k, Adaptive: true, Alternatives: []draft.Drafter{lookup.NGram{}}})
 				require.NoError(t, err)
 			}
 			emit := func([]int32) error { return nil }

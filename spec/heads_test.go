@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
@@ -32,7 +34,7 @@ func headCases() []headCase {
 			dir := filepath.Join(t.TempDir(), "medusa")
 			info := c.Info()
 			require.NoError(t, headtest.Medusa(dir, info.HiddenSize, info.VocabSize, 3, 1, 5))
-			h, err := draft.OpenMedusa(dir, info, draft.HeadOptions{Tree: tree})
+			h, err := heads.OpenMedusa(dir, info, heads.Options{Tree: tree})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = h.Close() })
 			return h
@@ -42,7 +44,7 @@ func headCases() []headCase {
 		dir := filepath.Join(t.TempDir(), "mlp")
 		info := c.Info()
 		require.NoError(t, headtest.MLPSpeculator(dir, info.HiddenSize, 8, info.VocabSize, 3, 6))
-		h, err := draft.OpenMLPSpeculator(dir, info, draft.HeadOptions{})
+		h, err := heads.OpenMLPSpeculator(dir, info, heads.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = h.Close() })
 		return h
@@ -52,7 +54,7 @@ func headCases() []headCase {
 		{"Medusa tree", 6, medusa(draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6})},
 		{"MLPSpeculator", 3, mlp},
 		{"lookup then Medusa", 3, func(t *testing.T, c *markov.Chain) draft.Drafter {
-			return draft.WithLookup(medusa(draft.TreeShape{})(t, c))
+			return lookup.InFront(medusa(draft.TreeShape{})(t, c))
 		}},
 	}
 }
@@ -122,7 +124,7 @@ func eagleCaseOf(t *testing.T, tree draft.TreeShape, layerContext int) (*llama.M
 	layer, err := llama.OpenEAGLE(edir, tdir, llama.Options{Threads: 1, ContextLength: layerContext})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = layer.Close() })
-	d, err := draft.NewEAGLE(layer, m.Info(), tree)
+	d, err := heads.NewEAGLE(layer, m.Info(), tree)
 	require.NoError(t, err)
 	return m, d
 }

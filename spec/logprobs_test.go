@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
@@ -78,7 +79,7 @@ func checkLogprobs(t *testing.T, res spec.Result, ref [][]float64, top int, tol 
 func TestLogprobsExact(t *testing.T) {
 	tm, dm := demoPair(t)
 	tgt := local(t, tm)
-	dec, err := spec.New(tgt, draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 4})
+	dec, err := spec.New(tgt, lookup.InFront(newDrafter(t, dm)), spec.Options{K: 4})
 	require.NoError(t, err)
 	plain, err := spec.New(tgt, nil, spec.Options{})
 	require.NoError(t, err)
@@ -126,7 +127,7 @@ func TestLogprobsTreesAndStops(t *testing.T) {
 func TestScore(t *testing.T) {
 	ctx := context.Background()
 	tm, dm := demoPair(t)
-	dec, err := spec.New(local(t, tm), draft.WithLookup(newDrafter(t, dm)), spec.Options{K: 4})
+	dec, err := spec.New(local(t, tm), lookup.InFront(newDrafter(t, dm)), spec.Options{K: 4})
 	require.NoError(t, err)
 	prompt := []int32{1, 2960, 1759, 46, 10, 10, 300, 484, 1032}
 	gen, err := dec.Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 30, Logprobs: true, TopLogprobs: 3})

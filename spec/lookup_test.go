@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/internal/stattest"
@@ -22,7 +23,7 @@ import (
 // under greedy decoding: the output must be plain greedy's, and on chains that cycle
 // the lookups must be accepted often.
 func TestLookupDrafters(t *testing.T) {
-	mem := draft.NewSuffixMemory(1<<16, 32)
+	mem := lookup.NewSuffixMemory(1<<16, 32)
 	rng := rand.New(rand.NewPCG(3, 3))
 	var ngram spec.Aggregate
 	for i := range 40 {
@@ -31,10 +32,10 @@ func TestLookupDrafters(t *testing.T) {
 		prompt := []int32{int32(rng.IntN(vocab)), int32(rng.IntN(vocab)), int32(rng.IntN(vocab))}
 		want := reference.Greedy(tgt, prompt, 60, sampler.Params{})
 		drafters := map[string]draft.Drafter{
-			"ngram":       draft.NGram{Min: 1, Max: 4},
-			"suffix":      draft.Suffix{Depth: 24},
-			"suffix tree": draft.Suffix{Depth: 24, Width: 3, Memory: mem},
-			"first":       draft.First(draft.NGram{Min: 2, Max: 3}, newDrafter(t, tgt.Perturbed(1, uint64(i)))),
+			"ngram":       lookup.NGram{Min: 1, Max: 4},
+			"suffix":      lookup.Suffix{Depth: 24},
+			"suffix tree": lookup.Suffix{Depth: 24, Width: 3, Memory: mem},
+			"first":       draft.First(lookup.NGram{Min: 2, Max: 3}, newDrafter(t, tgt.Perturbed(1, uint64(i)))),
 		}
 		for name, d := range drafters {
 			for _, k := range []int{1, 4, 8} {
@@ -60,7 +61,7 @@ func TestLookupDrafters(t *testing.T) {
 func TestSuffixTreeSampled(t *testing.T) {
 	const draws = 40_000
 	tgt := newChain(t, markov.Config{Vocab: 4, Order: 1, Seed: 77, Scale: 2})
-	dec := newDecoder(t, tgt, draft.Suffix{Depth: 8, Width: 2, MinProb: 0.01}, 4)
+	dec := newDecoder(t, tgt, lookup.Suffix{Depth: 8, Width: 2, MinProb: 0.01}, 4)
 	prompt := []int32{0, 1, 2, 3, 0, 1, 2, 0, 1, 3, 0, 1}
 	params := sampler.Params{Temperature: 1}
 	want := reference.Continuations(tgt, prompt, 4, params)
@@ -87,7 +88,7 @@ func TestAdaptive(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 31, Scale: 1.5})
 	good := newDrafter(t, tgt.Perturbed(0.3, 1))
 	bad := newDrafter(t, newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 999}))
-	dec, err := spec.New(local(t, tgt), bad, spec.Options{K: 6, Adaptive: true, Alternatives: []draft.Drafter{draft.NGram{}, good}})
+	dec, err := spec.New(local(t, tgt), bad, spec.Options{K: 6, Adaptive: true, Alternatives: []draft.Drafter{lookup.NGram{}, good}})
 	require.NoError(t, err)
 
 	prompt := []int32{1, 2}

@@ -1,16 +1,19 @@
-// Package heads opens a trained draft head from its directory, whatever its kind —
-// MLPSpeculator, Medusa (package draft) or an EAGLE layer (run by model/llama) — for a
-// target loaded from targetPath: what a program given "a head directory" as its
-// drafter needs.
+// Package heads holds the trained draft heads, which draft from the target's own
+// hidden states and need no model of their own to read the context: IBM's
+// MLPSpeculator ([OpenMLPSpeculator]), Medusa heads ([OpenMedusa]) and EAGLE layers
+// ([NewEAGLE] on a layer that llama.OpenEAGLE loads), from checkpoints laid out as vLLM
+// loads them. [Open] opens any of them from its directory, and [Detect] tells what a
+// drafter's path holds — a head of one of these kinds, or a model — for programs
+// given a path as their drafter.
+//
+// The MLPSpeculator's and Medusa's products run on a [Pool] of threads, which an
+// engine shares among all its heads.
 package heads
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/format/dtype"
@@ -18,33 +21,14 @@ import (
 	"github.com/specula/specula/model/llama"
 )
 
-// Kind is what a head directory holds, by its config.json: "mlp_speculator", "medusa"
-// or "eagle" (model_type llama or eagle: a Llama layer, which llama.OpenEAGLE checks
-// for its fc.weight).
-func Kind(dir string) (string, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return "", fmt.Errorf("heads: %w", err)
-	}
-	var c struct {
-		ModelType string `json:"model_type"`
-	}
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return "", fmt.Errorf("heads: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	switch c.ModelType {
-	case "mlp_speculator", "medusa":
-		return c.ModelType, nil
-	case "llama", "eagle":
-		return "eagle", nil
-	}
-	return "", fmt.Errorf("heads: %s: model_type %q is not a draft head (mlp_speculator, medusa, or an EAGLE llama layer)", dir, c.ModelType)
-}
-
 // Options tune an opened head.
 type Options struct {
-	// Threads is how many threads the head's products use (an EAGLE layer's too,
-	// unless Layer sets them); 0 means GOMAXPROCS.
+	// Pool is the threads the products of an MLPSpeculator or Medusa heads run on:
+	// an engine gives all its heads one. Nil: a pool of Threads threads of the
+	// head's own, which its Close stops.
+	Pool *Pool
+	// Threads is how many threads a head without a Pool starts (and an EAGLE
+	// layer's, unless Layer sets them); 0 means GOMAXPROCS.
 	Threads int
 	// Tree, for Medusa and EAGLE, makes the head draft trees of this shape; zero
 	// drafts chains (MLPSpeculator always does).
@@ -57,34 +41,42 @@ type Options struct {
 	Layer llama.Options
 }
 
-// Open opens the head in dir for the target described by target, loaded from
-// targetPath (an EAGLE layer shares the target's embeddings). The returned closer
-// releases the head's memory and threads, after its sessions are closed.
+// Open opens the head in dir, whatever its kind ([Detect]), for the target described
+// by target, loaded from targetPath (an EAGLE layer shares the target's embeddings).
+// The returned closer releases the head's memory (and threads of its own), after its
+// sessions are closed.
 func Open(dir, targetPath string, target model.Info, opts Options) (draft.Drafter, io.Closer, error) {
-	kind, err := Kind(dir)
+	kind, err := Detect(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	ho := draft.HeadOptions{Threads: opts.Threads, Tree: opts.Tree, Requantize: opts.Requantize}
-	if opts.Requantize != 0 {
-		opts.Layer.Requantize = opts.Requantize
-	}
 	switch kind {
-	case "mlp_speculator":
+	case KindModel:
+		return nil, nil, fmt.Errorf("heads: %s is %s, not a draft head: it drafts as a draft model", dir, kind.Describe())
+	case KindMLP:
 		if opts.Tree != (draft.TreeShape{}) {
 			return nil, nil, errors.New("heads: an MLPSpeculator drafts chains; it takes no tree shape")
 		}
-		h, err := draft.OpenMLPSpeculator(dir, target, ho)
+		h, err := OpenMLPSpeculator(dir, target, opts)
 		if err != nil {
 			return nil, nil, err
 		}
 		return h, h, nil
-	case "medusa":
-		h, err := draft.OpenMedusa(dir, target, ho)
+	case KindMedusa:
+		h, err := OpenMedusa(dir, target, opts)
 		if err != nil {
 			return nil, nil, err
 		}
 		return h, h, nil
+	}
+	return openEAGLE(dir, targetPath, target, opts)
+}
+
+// openEAGLE loads the EAGLE layer in dir, with the target's context length and the
+// head's threads and requantization unless opts.Layer sets its own, and drafts with it.
+func openEAGLE(dir, targetPath string, target model.Info, opts Options) (draft.Drafter, io.Closer, error) {
+	if opts.Requantize != 0 {
+		opts.Layer.Requantize = opts.Requantize
 	}
 	if opts.Layer.Threads == 0 {
 		opts.Layer.Threads = opts.Threads
@@ -96,7 +88,7 @@ func Open(dir, targetPath string, target model.Info, opts Options) (draft.Drafte
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := draft.NewEAGLE(layer, target, opts.Tree)
+	e, err := NewEAGLE(layer, target, opts.Tree)
 	if err != nil {
 		_ = layer.Close()
 		return nil, nil, err

@@ -36,6 +36,7 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -64,8 +65,8 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.model, "model", "models/gocoder-m-q8_0.gguf", "target model (GGUF file or Hugging Face directory)")
-	flag.Var(&o.draftModels, "draft", "a draft model as NAME=PATH (repeatable); NAME can then be used in -drafters")
-	flag.Var(&o.heads, "head", "a trained draft head (MLPSpeculator, Medusa or EAGLE directory) as NAME=DIR (repeatable); -drafters then takes NAME (chains), NAME:tree (Medusa and EAGLE trees) and lookup+NAME (n-gram lookup first)")
+	flag.Var(&o.draftModels, "draft", "a draft model as NAME=model:PATH (a GGUF file or a Hugging Face directory; model: may be left out) (repeatable); NAME can then be used in -drafters")
+	flag.Var(&o.heads, "head", "a trained draft head as NAME=eagle:DIR, NAME=medusa:DIR or NAME=mlp:DIR (the kind may be left out: a head's directory says it) (repeatable); -drafters then takes NAME (chains), NAME:tree (Medusa and EAGLE trees) and lookup+NAME (n-gram lookup first)")
 	flag.StringVar(&o.prompts, "prompts", "", "prompts file: JSON lines with a \"prompt\" field")
 	flag.IntVar(&o.n, "n", 12, "number of prompts to use")
 	flag.IntVar(&o.maxTokens, "max-tokens", 96, "tokens to generate per prompt")
@@ -155,6 +156,7 @@ type bench struct {
 	firstModel string         // the first -draft, which first and tree draft with
 	loaded     []*llama.Model // to close
 	closers    []io.Closer    // heads, to close
+	pool       *heads.Pool    // the threads of every head, started with the first
 	info       model.Info
 }
 
@@ -182,9 +184,9 @@ func load(o options) (*bench, error) {
 		return nil, err
 	}
 	for _, dm := range o.draftModels {
-		name, path, found := strings.Cut(dm, "=")
-		if !found {
-			return nil, fmt.Errorf("-draft %q: want NAME=PATH", dm)
+		name, path, err := namedPath("-draft", dm, false)
+		if err != nil {
+			return nil, err
 		}
 		m, err := llama.Open(path, llama.Options{Threads: o.threads})
 		if err != nil {
@@ -201,11 +203,8 @@ func load(o options) (*bench, error) {
 		}
 	}
 	for _, h := range o.heads {
-		name, dir, found := strings.Cut(h, "=")
-		if !found {
-			return nil, fmt.Errorf("-head %q: want NAME=DIR", h)
-		}
-		if _, err := heads.Kind(dir); err != nil {
+		name, dir, err := namedPath("-head", h, true)
+		if err != nil {
 			return nil, err
 		}
 		b.heads[name] = dir
@@ -215,9 +214,31 @@ func load(o options) (*bench, error) {
 	return b, nil
 }
 
+// namedPath reads a -draft or -head value, NAME=[KIND:]PATH, and checks that the path
+// holds a model (-draft) or a trained head (-head), saying which flag takes it when
+// it holds the other.
+func namedPath(flag, value string, head bool) (name, path string, err error) {
+	name, spec, found := strings.Cut(value, "=")
+	if !found {
+		return "", "", fmt.Errorf("%s %q: want NAME=[KIND:]PATH", flag, value)
+	}
+	kind, path, err := heads.Resolve(spec)
+	if err != nil {
+		return "", "", fmt.Errorf("%s %q: %w", flag, value, err)
+	}
+	if isHead := kind != heads.KindModel; isHead != head {
+		other := map[bool]string{true: "-head", false: "-draft"}[isHead]
+		return "", "", fmt.Errorf("%s %q: %s is %s: give it as %s %s=%s:%s", flag, value, path, kind.Describe(), other, name, kind, path)
+	}
+	return name, path, nil
+}
+
 func (b *bench) close() {
 	for _, c := range b.closers {
 		c.Close()
+	}
+	if b.pool != nil {
+		b.pool.Close()
 	}
 	for _, m := range b.loaded {
 		m.Close()
@@ -234,13 +255,16 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if d, ok := b.opened[name]; ok {
 		return d, true, nil
 	}
-	base, lookup := strings.CutPrefix(name, "lookup+")
+	base, inFront := strings.CutPrefix(name, "lookup+")
 	base, tree := strings.CutSuffix(base, ":tree")
 	dir, ok := b.heads[base]
 	if !ok {
 		return nil, false, nil
 	}
-	opts := heads.Options{Threads: b.o.threads, Layer: llama.Options{Threads: b.o.threads}}
+	if b.pool == nil {
+		b.pool = heads.NewPool(b.o.threads)
+	}
+	opts := heads.Options{Pool: b.pool, Layer: llama.Options{Threads: b.o.threads}}
 	if b.o.headQ8 {
 		opts.Requantize = dtype.Q8_0
 	}
@@ -252,8 +276,8 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 		return nil, true, err
 	}
 	b.closers = append(b.closers, c)
-	if lookup {
-		d = draft.First(draft.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, d)
+	if inFront {
+		d = draft.First(lookup.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, d)
 	}
 	b.opened[name] = d
 	return d, true, nil
@@ -347,19 +371,19 @@ func (b *bench) drafter(name string) (draft.Drafter, error) {
 	}
 	switch name {
 	case "ngram":
-		return draft.NGram{Min: b.o.ngramMin, Max: b.o.ngramMax}, nil
+		return lookup.NGram{Min: b.o.ngramMin, Max: b.o.ngramMax}, nil
 	case "suffix":
 		// A fresh memory for each configuration: it learns from the earlier prompts
 		// of the run, never from another configuration's answers to the same
 		// prompts.
-		return draft.Suffix{Memory: draft.NewSuffixMemory(1<<18, 32)}, nil
+		return lookup.Suffix{Memory: lookup.NewSuffixMemory(1<<18, 32)}, nil
 	case "first", "tree":
 		m, ok := b.models[b.firstModel]
 		if !ok {
 			return nil, fmt.Errorf("drafter %q needs a -draft model", name)
 		}
 		if name == "first" {
-			return draft.First(draft.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, m), nil
+			return draft.First(lookup.NGram{Min: b.o.firstNGramMin, Max: b.o.ngramMax}, m), nil
 		}
 		return draft.NewSmallModelTree(m.Model(), draft.TreeShape{Width: 2, Depth: 4, MaxNodes: 12})
 	}

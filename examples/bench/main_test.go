@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/specula/specula/internal/headtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -47,4 +48,41 @@ func TestBench(t *testing.T) {
 		assert.Positive(t, st.Size())
 	}
 	assert.Error(t, run(context.Background(), options{model: m}, &out, &log), "-prompts is required")
+}
+
+// TestNamedPath reads -draft and -head values, with and without a kind, and says
+// which flag takes a path that holds the other kind of drafter.
+func TestNamedPath(t *testing.T) {
+	gguf := "../../models/gocoder-xs-q8_0.gguf"
+	if _, err := os.Stat(gguf); err != nil {
+		t.Skipf("demo model %s is absent", gguf)
+	}
+	med := filepath.Join(t.TempDir(), "medusa")
+	require.NoError(t, headtest.Medusa(med, 8, 16, 2, 1, 3))
+	tests := []struct {
+		flag, value string
+		head        bool
+		name, path  string
+		err         string
+	}{
+		{"-draft", "xs=" + gguf, false, "xs", gguf, ""},
+		{"-draft", "xs=model:" + gguf, false, "xs", gguf, ""},
+		{"-head", "m=medusa:" + med, true, "m", med, ""},
+		{"-head", "m=" + med, true, "m", med, ""},
+		{"-draft", "xs", false, "", "", `-draft "xs": want NAME=[KIND:]PATH`},
+		{"-draft", "m=" + med, false, "", "", "is a Medusa head: give it as -head m=medusa:" + med},
+		{"-head", "xs=" + gguf, true, "", "", "is a full model: give it as -draft xs=model:" + gguf},
+		{"-head", "e=eagle:" + gguf, true, "", "", "is a full model, not an EAGLE layer: did you mean model:" + gguf},
+	}
+	for _, tt := range tests {
+		t.Run(tt.flag+" "+tt.value, func(t *testing.T) {
+			name, path, err := namedPath(tt.flag, tt.value, tt.head)
+			if tt.err != "" {
+				assert.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, [2]string{tt.name, tt.path}, [2]string{name, path})
+		})
+	}
 }

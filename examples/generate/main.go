@@ -8,7 +8,12 @@
 // lookup where the text repeats a match of two tokens or more, and by a smaller gocoder
 // model elsewhere, with the number of speculative tokens chosen automatically. The
 // models are GGUF files (or Hugging Face directories) with their tokenizer inside; the
-// draft model must share the target's vocabulary.
+// draft model must share the target's vocabulary. -draft-model and -head name the
+// drafter's kind: model:PATH, eagle:DIR, medusa:DIR, mlp:DIR (or ngram, suffix, none).
+//
+//	go run ./examples/generate -model ../shared/models/gocoder-m-f16.gguf \
+//	    -head eagle:../shared/models/gocoder-m-eagle -prompt 'func main() {'
+//	go run ./examples/generate -draft-model model:../shared/models/gocoder-xs -prompt 'func main() {'
 package main
 
 import (
@@ -50,9 +55,9 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.model, "model", defaultModel, "target model: a GGUF file or a Hugging Face directory")
-	flag.StringVar(&c.draftModel, "draft-model", defaultDraft, `draft model ("none" for no draft model)`)
+	flag.StringVar(&c.draftModel, "draft-model", defaultDraft, `what drafts, as specula.Config.Draft names it: model:PATH (a draft model: GGUF file or Hugging Face directory), eagle:DIR, medusa:DIR or mlp:DIR (a trained head), ngram, suffix, or none; several joined by +; a bare path's kind is detected where its files say it`)
 	flag.StringVar(&c.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
-	flag.StringVar(&c.head, "head", "", "a trained draft head to draft with instead of the draft model: an MLPSpeculator, Medusa or EAGLE directory made for the target")
+	flag.StringVar(&c.head, "head", "", "a trained draft head made for the target, to draft with instead of -draft-model: eagle:DIR, medusa:DIR or mlp:DIR (a head's directory alone says its kind)")
 	flag.StringVar(&c.headTree, "head-tree", "", `with -head (Medusa or EAGLE), draft trees of this shape: WIDTH,DEPTH,NODES, such as "2,4,12"; -num-speculative-tokens is the node budget`)
 	flag.BoolVar(&c.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	flag.StringVar(&c.prompt, "prompt", "", "the prompt (default: read from standard input)")

@@ -60,15 +60,15 @@ func TestRun(t *testing.T) {
 // statistics line; skipped without ../shared.
 func TestRunWithHeads(t *testing.T) {
 	target := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
-	for _, c := range []struct{ head, tree string }{
-		{"gocoder-m-mlp-speculator", ""},
-		{"gocoder-m-medusa", "2,3,8"},
-		{"gocoder-m-eagle", ""},
-		{"gocoder-m-eagle", "2,4,12"},
+	for _, c := range []struct{ kind, head, tree string }{
+		{"mlp:", "gocoder-m-mlp-speculator", ""},
+		{"medusa:", "gocoder-m-medusa", "2,3,8"},
+		{"", "gocoder-m-eagle", ""}, // the kind detected
+		{"eagle:", "gocoder-m-eagle", "2,4,12"},
 	} {
-		t.Run(c.head+c.tree, func(t *testing.T) {
+		t.Run(c.kind+c.head+c.tree, func(t *testing.T) {
 			var out, log bytes.Buffer
-			cfg := config{model: target, head: sharedtest.Path(t, "models", c.head), headTree: c.tree, prompt: "func main() {",
+			cfg := config{model: target, head: c.kind + sharedtest.Path(t, "models", c.head), headTree: c.tree, prompt: "func main() {",
 				k: "auto", ngram: true, baseline: true, quiet: true, topP: 1, maxTokens: 32}
 			require.NoError(t, run(context.Background(), cfg, &out, &log))
 			assert.Contains(t, log.String(), "32 generated")
@@ -81,6 +81,8 @@ func TestRunWithHeads(t *testing.T) {
 	assert.ErrorContains(t, run(context.Background(), bad, &out, &log), "drafts chains")
 	bad.headTree = "wide"
 	assert.ErrorContains(t, run(context.Background(), bad, &out, &log), "-head-tree")
+	bad.headTree, bad.head = "", "eagle:"+sharedtest.Path(t, "models", "gocoder-xs")
+	assert.ErrorContains(t, run(context.Background(), bad, &out, &log), "is a full model, not an EAGLE layer: did you mean model:")
 }
 
 // TestPairsMedian checks the median pair and the range of speedups the report prints.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -69,7 +70,7 @@ func TestHostSpecGreedyIdentical(t *testing.T) {
 	checkGreedyIdentical(t, tm, []drafterCase{
 		{"model-chain-k4", chain, 4},
 		{"model-tree-k6", tree, 6},
-		{"ngram-k5", draft.NGram{}, 5},
+		{"ngram-k5", lookup.NGram{}, 5},
 	}, true)
 	st := tm.KVStats()
 	assert.Equal(t, st.Blocks, st.FreeBlocks, "every block is back in the pool")
@@ -93,7 +94,7 @@ func TestGPUSpecGreedyIdentical(t *testing.T) {
 		{"cpu-draft-k4", cpuDraft, 4},
 		{"gpu-draft-k4", gpuDraft, 4},
 		{"gpu-tree-k6", gpuTree, 6},
-		{"ngram-k5", draft.NGram{}, 5},
+		{"ngram-k5", lookup.NGram{}, 5},
 	}, false)
 	st := tm.KVStats()
 	assert.Equal(t, st.Blocks, st.FreeBlocks, "every block is back in the pool")

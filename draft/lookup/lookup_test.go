@@ -1,4 +1,4 @@
-package draft_test
+package lookup_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
 )
 
 func propose(t *testing.T, s draft.Session, h []int32, k int) draft.Proposal {
@@ -20,7 +21,7 @@ func propose(t *testing.T, s draft.Session, h []int32, k int) draft.Proposal {
 
 func TestNGram(t *testing.T) {
 	ctx := context.Background()
-	s, err := draft.NGram{Min: 1, Max: 3}.Start(ctx, draft.Request{MaxK: 4})
+	s, err := lookup.NGram{Min: 1, Max: 3}.Start(ctx, draft.Request{MaxK: 4})
 	require.NoError(t, err)
 	tests := []struct {
 		name string
@@ -40,7 +41,7 @@ func TestNGram(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// A fresh session per case: histories only grow within one.
-			s, err := draft.NGram{Min: 1, Max: 3}.Start(ctx, draft.Request{MaxK: 4})
+			s, err := lookup.NGram{Min: 1, Max: 3}.Start(ctx, draft.Request{MaxK: 4})
 			require.NoError(t, err)
 			p := propose(t, s, tt.h, tt.k)
 			assert.Equal(t, tt.want, []int32(p.Tokens))
@@ -52,24 +53,24 @@ func TestNGram(t *testing.T) {
 	assert.Empty(t, propose(t, s, h, 2).Tokens)
 	h = append(h, 9, 1, 2)
 	assert.Equal(t, []int32{3, 9}, []int32(propose(t, s, h, 2).Tokens))
-	for _, g := range []draft.NGram{{Min: -1, Max: 2}, {Min: 3, Max: 2}, {Min: 1, Max: 100}, {Min: 65}} {
+	for _, g := range []lookup.NGram{{Min: -1, Max: 2}, {Min: 3, Max: 2}, {Min: 1, Max: 100}, {Min: 65}} {
 		_, err := g.Start(ctx, draft.Request{})
 		assert.Error(t, err, "%+v", g)
 	}
 	// A zero Max defaults to 4, or to Min when larger: NGram{Min: 2} matches two
 	// tokens or more, never a single one.
-	s2, err := draft.NGram{Min: 2}.Start(ctx, draft.Request{MaxK: 4})
+	s2, err := lookup.NGram{Min: 2}.Start(ctx, draft.Request{MaxK: 4})
 	require.NoError(t, err)
 	assert.Empty(t, propose(t, s2, []int32{5, 1, 7, 2, 1}, 2).Tokens, "only a one-token match")
 	assert.Equal(t, []int32{6, 7}, []int32(propose(t, s2, []int32{5, 1, 7, 2, 1, 8, 3, 4, 5, 6, 7, 8, 3, 4, 5}, 2).Tokens))
-	s6, err := draft.NGram{Min: 6}.Start(ctx, draft.Request{MaxK: 4})
+	s6, err := lookup.NGram{Min: 6}.Start(ctx, draft.Request{MaxK: 4})
 	require.NoError(t, err)
 	assert.Empty(t, propose(t, s6, []int32{1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5}, 2).Tokens, "a five-token match is too short")
 }
 
 func TestSuffixChain(t *testing.T) {
 	ctx := context.Background()
-	s, err := draft.Suffix{Depth: 16}.Start(ctx, draft.Request{MaxK: 8})
+	s, err := lookup.Suffix{Depth: 16}.Start(ctx, draft.Request{MaxK: 8})
 	require.NoError(t, err)
 	// "1 2 3 4" is followed by 5 twice and by 9 once: 5 wins.
 	h := []int32{1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 9, 7, 1, 2, 3, 4}
@@ -81,13 +82,13 @@ func TestSuffixChain(t *testing.T) {
 	assert.Equal(t, []int32{2, 3}, []int32(propose(t, s, h, 2).Tokens))
 	assert.Nil(t, p.Parents)
 	// Nothing that occurred before: nothing to say.
-	s2, _ := draft.Suffix{}.Start(ctx, draft.Request{MaxK: 8})
+	s2, _ := lookup.Suffix{}.Start(ctx, draft.Request{MaxK: 8})
 	assert.Empty(t, propose(t, s2, []int32{1, 2, 3}, 4).Tokens)
 }
 
 func TestSuffixTree(t *testing.T) {
 	ctx := context.Background()
-	s, err := draft.Suffix{Depth: 16, Width: 2, MinProb: 0.01}.Start(ctx, draft.Request{MaxK: 8})
+	s, err := lookup.Suffix{Depth: 16, Width: 2, MinProb: 0.01}.Start(ctx, draft.Request{MaxK: 8})
 	require.NoError(t, err)
 	h := []int32{1, 2, 5, 6, 1, 2, 5, 7, 1, 2, 8, 9, 1, 2}
 	p := propose(t, s, h, 4)
@@ -101,8 +102,8 @@ func TestSuffixTree(t *testing.T) {
 
 func TestSuffixMemory(t *testing.T) {
 	ctx := context.Background()
-	mem := draft.NewSuffixMemory(1000, 16)
-	d := draft.Suffix{Depth: 16, Memory: mem}
+	mem := lookup.NewSuffixMemory(1000, 16)
+	d := lookup.Suffix{Depth: 16, Memory: mem}
 	s, err := d.Start(ctx, draft.Request{MaxK: 8})
 	require.NoError(t, err)
 	past := []int32{40, 41, 42, 43, 44, 45}
@@ -113,13 +114,13 @@ func TestSuffixMemory(t *testing.T) {
 	assert.Equal(t, []int32{43, 44, 45}, []int32(propose(t, s2, []int32{7, 41, 42}, 3).Tokens))
 
 	// The budget keeps the most recent requests.
-	small := draft.NewSuffixMemory(10, 16)
+	small := lookup.NewSuffixMemory(10, 16)
 	small.Add([]int32{1, 2, 3, 4, 5, 6})
 	small.Add([]int32{7, 8, 9, 10, 11, 12})
 	assert.Equal(t, 6, small.Tokens())
-	s3, _ := draft.Suffix{Depth: 16, Memory: small}.Start(ctx, draft.Request{MaxK: 4})
+	s3, _ := lookup.Suffix{Depth: 16, Memory: small}.Start(ctx, draft.Request{MaxK: 4})
 	assert.Empty(t, propose(t, s3, []int32{2, 3}, 2).Tokens, "the first request was forgotten")
-	s4, _ := draft.Suffix{Depth: 16, Memory: small}.Start(ctx, draft.Request{MaxK: 4})
+	s4, _ := lookup.Suffix{Depth: 16, Memory: small}.Start(ctx, draft.Request{MaxK: 4})
 	assert.Equal(t, []int32{10, 11}, []int32(propose(t, s4, []int32{8, 9}, 2).Tokens))
 
 	// Many requests learn and draft at once.
@@ -140,7 +141,7 @@ func TestSuffixMemory(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for _, bad := range []draft.Suffix{{Depth: 1}, {Depth: 8, MaxMatch: 8}, {Width: 17}, {MinProb: 2}} {
+	for _, bad := range []lookup.Suffix{{Depth: 1}, {Depth: 8, MaxMatch: 8}, {Width: 17}, {MinProb: 2}} {
 		_, err := bad.Start(ctx, draft.Request{})
 		assert.Error(t, err, "%+v", bad)
 	}
@@ -155,13 +156,13 @@ func TestFirst(t *testing.T) {
 		}
 		return len(dst)
 	})
-	s, err := draft.First(draft.NGram{}, never, fives).Start(ctx, draft.Request{MaxK: 3})
+	s, err := draft.First(lookup.NGram{}, never, fives).Start(ctx, draft.Request{MaxK: 3})
 	require.NoError(t, err)
 	assert.Equal(t, []int32{5, 5}, []int32(propose(t, s, []int32{1, 2}, 2).Tokens), "falls through to the last")
 	assert.Equal(t, []int32{2, 1}, []int32(propose(t, s, []int32{1, 2, 1, 2, 1}, 2).Tokens), "the n-gram lookup answers first")
 	require.NoError(t, s.Close())
-	// WithLookup lets a one-token match through to the model, not a two-token one.
-	w, err := draft.WithLookup(fives).Start(ctx, draft.Request{MaxK: 3})
+	// InFront lets a one-token match through to the model, not a two-token one.
+	w, err := lookup.InFront(fives).Start(ctx, draft.Request{MaxK: 3})
 	require.NoError(t, err)
 	assert.Equal(t, []int32{5, 5}, []int32(propose(t, w, []int32{1, 2, 3, 1}, 2).Tokens), "a one-token match: the model")
 	assert.Equal(t, []int32{3, 1}, []int32(propose(t, w, []int32{1, 2, 3, 1, 2}, 2).Tokens), "a two-token match: lookup")
@@ -170,4 +171,32 @@ func TestFirst(t *testing.T) {
 	assert.Error(t, err)
 	_, err = draft.First(nil).Start(ctx, draft.Request{})
 	assert.Error(t, err)
+}
+
+// TestInFront checks that InFront adds prompt lookup in front of drafters that have
+// none, and leaves the lookup of drafters that have one (among them or inside them)
+// theirs.
+func TestInFront(t *testing.T) {
+	model := draft.Func(func(h, dst []int32) int { return 0 })
+	tests := []struct {
+		name string
+		ds   []draft.Drafter
+		want []lookup.NGram // the n-gram lookups of the result, in order
+	}{
+		{"a model", []draft.Drafter{model}, []lookup.NGram{{Min: 2}}},
+		{"suffix and a model", []draft.Drafter{lookup.Suffix{}, model}, []lookup.NGram{{Min: 2}}},
+		{"lookup named", []draft.Drafter{lookup.NGram{Max: 3}, model}, []lookup.NGram{{Max: 3}}},
+		{"lookup inside", []draft.Drafter{draft.First(lookup.NGram{}, model)}, []lookup.NGram{{}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []lookup.NGram
+			for d := range draft.Parts(lookup.InFront(tt.ds...)) {
+				if g, ok := d.(lookup.NGram); ok {
+					got = append(got, g)
+				}
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
 }

@@ -1,10 +1,11 @@
-package draft
+package heads
 
 import (
 	"context"
 	"fmt"
 	"math"
 
+	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
 )
@@ -26,13 +27,13 @@ type MLPSpeculator struct {
 	lnW, lnB          [][]float32
 	scale             bool
 	stateW, embW      float64
-	pool              *kernels.Pool
+	pool              threads
 }
 
 // OpenMLPSpeculator loads the MLPSpeculator in dir for the target described by target,
 // tied (tie_weights: one emb, head and ln for every stage, proj.1 for every stage after
 // the first) or untied (emb.i, proj.i, head.i, ln.i per stage).
-func OpenMLPSpeculator(dir string, target model.Info, opts HeadOptions) (*MLPSpeculator, error) {
+func OpenMLPSpeculator(dir string, target model.Info, opts Options) (*MLPSpeculator, error) {
 	c, f, err := openHead(dir)
 	if err != nil {
 		return nil, err
@@ -40,7 +41,7 @@ func OpenMLPSpeculator(dir string, target model.Info, opts HeadOptions) (*MLPSpe
 	defer f.Close()
 	f.requantize = opts.Requantize
 	if c.ModelType != "mlp_speculator" {
-		return nil, fmt.Errorf("draft: %s: model_type %q, want mlp_speculator", dir, c.ModelType)
+		return nil, fmt.Errorf("heads: %s: model_type %q, want mlp_speculator", dir, c.ModelType)
 	}
 	h := &MLPSpeculator{name: headName("MLPSpeculator", dir), dim: c.EmbDim, inner: c.InnerDim, vocab: c.VocabSize,
 		scale: flag(c.ScaleInput, false)}
@@ -55,7 +56,7 @@ func OpenMLPSpeculator(dir string, target model.Info, opts HeadOptions) (*MLPSpe
 	}
 	h.stateW = math.Pow(0.5, 0.5/float64(c.NPredict))
 	h.embW = math.Sqrt((1 - h.stateW*h.stateW) * float64(h.inner) / 2)
-	h.pool = kernels.NewPool(opts.Threads)
+	h.pool = newThreads(opts)
 	return h, nil
 }
 
@@ -109,18 +110,18 @@ func (h *MLPSpeculator) Stages() int { return len(h.proj) }
 
 // Close releases the head's threads.
 func (h *MLPSpeculator) Close() error {
-	h.pool.Close()
+	h.pool.close()
 	return nil
 }
 
-// Start implements [Drafter].
-func (h *MLPSpeculator) Start(ctx context.Context, req Request) (Session, error) {
-	run, err := startRun(ctx, h.name, h.vocab, h.pool, req)
+// Start implements [draft.Drafter].
+func (h *MLPSpeculator) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
+	run, err := startRun(ctx, h.name, h.vocab, h.pool.k, req)
 	if err != nil {
 		return nil, err
 	}
 	n := len(h.proj)
-	return &mlpSession{h: h, run: run, constrained: constrained{c: req.Constraint},
+	return &mlpSession{h: h, run: run, ConstraintState: draft.NewConstraintState(req.Constraint),
 		lastState: lastState{state: make([]float32, h.dim)}, s: make([]float32, max(h.dim, h.inner)), z: make([]float32, h.inner),
 		e: make([]float32, h.inner), logits: make([]float32, h.vocab),
 		q: rows(make([]float32, n*h.vocab), n, h.vocab), toks: make([]int32, 0, n), dists: make([][]float32, 0, n),
@@ -130,7 +131,7 @@ func (h *MLPSpeculator) Start(ctx context.Context, req Request) (Session, error)
 type mlpSession struct {
 	h   *MLPSpeculator
 	run headRun
-	constrained
+	draft.ConstraintState
 	lastState
 	s, z, e []float32
 	logits  []float32
@@ -140,7 +141,7 @@ type mlpSession struct {
 	hist    []int32
 }
 
-func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *draft.Proposal) error {
 	p.Reset()
 	if !s.told || len(history) == 0 {
 		return nil // no state yet: nothing to draft from
@@ -155,20 +156,20 @@ func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *Pro
 	s.toks, s.dists = s.toks[:0], s.dists[:0]
 	s.hist = append(s.hist[:0], history...)
 	tok := history[len(history)-1]
-	state := s.cstate
+	state := s.State()
 	for i := range n {
 		if err := s.stage(i, tok); err != nil {
 			return err
 		}
-		if !s.allows(state, s.logits) {
+		if !s.Allows(state, s.logits) {
 			break
 		}
 		x, q, err := s.run.pick(s.logits, s.hist, s.q[i])
 		if err != nil {
-			return fmt.Errorf("draft: %s: %w", h.name, err)
+			return fmt.Errorf("heads: %s: %w", h.name, err)
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
-		tok, state = x, s.after(state, x)
+		tok, state = x, s.After(state, x)
 	}
 	p.Tokens = s.toks
 	if !s.run.greedy {
@@ -182,10 +183,10 @@ func (s *mlpSession) stage(i int, tok int32) error {
 	h := s.h
 	in := s.s[:h.proj[i].Cols]
 	if err := s.run.mul(h.proj[i], in, s.z); err != nil {
-		return fmt.Errorf("draft: %s: %w", h.name, err)
+		return fmt.Errorf("heads: %s: %w", h.name, err)
 	}
 	if err := s.run.row(h.emb[i], tok, s.e); err != nil {
-		return fmt.Errorf("draft: %s: %w", h.name, err)
+		return fmt.Errorf("heads: %s: %w", h.name, err)
 	}
 	for j := range s.z {
 		s.z[j] = float32(h.stateW*float64(s.z[j]) + h.embW*float64(s.e[j]))
@@ -196,7 +197,7 @@ func (s *mlpSession) stage(i int, tok int32) error {
 		st[j] = gelu(st[j]*h.lnW[i][j] + h.lnB[i][j])
 	}
 	if err := s.run.mul(h.head[i], st, s.logits); err != nil {
-		return fmt.Errorf("draft: %s: %w", h.name, err)
+		return fmt.Errorf("heads: %s: %w", h.name, err)
 	}
 	return nil
 }

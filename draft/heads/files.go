@@ -1,4 +1,4 @@
-package draft
+package heads
 
 import (
 	"encoding/json"
@@ -99,15 +99,15 @@ func openHead(dir string) (headConfig, *headFiles, error) {
 	path := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return headConfig{}, nil, fmt.Errorf("draft: %w", err)
+		return headConfig{}, nil, fmt.Errorf("heads: %w", err)
 	}
 	c, err := parseHeadConfig(raw)
 	if err != nil {
-		return c, nil, fmt.Errorf("draft: %s: %w", path, err)
+		return c, nil, fmt.Errorf("heads: %s: %w", path, err)
 	}
 	set, err := safetensors.OpenDir(dir)
 	if err != nil {
-		return c, nil, fmt.Errorf("draft: %w", err)
+		return c, nil, fmt.Errorf("heads: %w", err)
 	}
 	return c, &headFiles{dir: dir, set: set}, nil
 }
@@ -124,17 +124,17 @@ func (f *headFiles) has(name string) bool {
 func (f *headFiles) tensor(name string, shape ...int64) (*safetensors.Tensor, error) {
 	t, ok := f.set.Tensor(name)
 	if !ok {
-		return nil, fmt.Errorf("draft: %s: tensor %q missing", f.dir, name)
+		return nil, fmt.Errorf("heads: %s: tensor %q missing", f.dir, name)
 	}
 	if !t.Supported() || (t.DType != dtype.F32 && t.DType != dtype.F16 && t.DType != dtype.BF16) {
-		return nil, fmt.Errorf("draft: %s: tensor %q has a type a head cannot use (F32, F16 and BF16 can)", f.dir, name)
+		return nil, fmt.Errorf("heads: %s: tensor %q has a type a head cannot use (F32, F16 and BF16 can)", f.dir, name)
 	}
 	if len(t.Shape) != len(shape) {
-		return nil, fmt.Errorf("draft: %s: tensor %q has shape %v, want %v", f.dir, name, t.Shape, shape)
+		return nil, fmt.Errorf("heads: %s: tensor %q has shape %v, want %v", f.dir, name, t.Shape, shape)
 	}
 	for i := range shape {
 		if t.Shape[i] != shape[i] {
-			return nil, fmt.Errorf("draft: %s: tensor %q has shape %v, want %v", f.dir, name, t.Shape, shape)
+			return nil, fmt.Errorf("heads: %s: tensor %q has shape %v, want %v", f.dir, name, t.Shape, shape)
 		}
 	}
 	return t, nil
@@ -149,11 +149,11 @@ func (f *headFiles) matrix(name string, rows, cols int) (*kernels.Matrix, error)
 	}
 	typ, data := t.DType, t.Data
 	if typ, data, err = kernels.Requantize(typ, data, cols, f.requantize); err != nil {
-		return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
+		return nil, fmt.Errorf("heads: %s: tensor %q: %w", f.dir, name, err)
 	}
 	m, err := kernels.NewMatrix(typ, rows, cols, data)
 	if err != nil {
-		return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
+		return nil, fmt.Errorf("heads: %s: tensor %q: %w", f.dir, name, err)
 	}
 	return m, nil
 }
@@ -166,7 +166,7 @@ func (f *headFiles) vector(name string, n int) ([]float32, error) {
 	}
 	v := make([]float32, n)
 	if err := kernels.Dequantize(t.DType, t.Data, v); err != nil {
-		return nil, fmt.Errorf("draft: %s: tensor %q: %w", f.dir, name, err)
+		return nil, fmt.Errorf("heads: %s: tensor %q: %w", f.dir, name, err)
 	}
 	return v, nil
 }
@@ -176,24 +176,13 @@ func (f *headFiles) vector(name string, n int) ([]float32, error) {
 func checkFits(name string, hidden, vocab int, target model.Info) error {
 	switch {
 	case target.HiddenSize == 0:
-		return fmt.Errorf("draft: %s reads the target's hidden states; target %q gives none", name, target.Name)
+		return fmt.Errorf("heads: %s reads the target's hidden states; target %q gives none", name, target.Name)
 	case hidden != target.HiddenSize:
-		return fmt.Errorf("draft: %s reads hidden states of %d values; target %q has %d", name, hidden, target.Name, target.HiddenSize)
+		return fmt.Errorf("heads: %s reads hidden states of %d values; target %q has %d", name, hidden, target.Name, target.HiddenSize)
 	case vocab != target.VocabSize:
-		return fmt.Errorf("draft: %s drafts from a vocabulary of %d; target %q has %d", name, vocab, target.Name, target.VocabSize)
+		return fmt.Errorf("heads: %s drafts from a vocabulary of %d; target %q has %d", name, vocab, target.Name, target.VocabSize)
 	}
 	return nil
-}
-
-// HeadOptions tune a draft head.
-type HeadOptions struct {
-	// Threads is how many threads a head's products use; 0 means GOMAXPROCS.
-	Threads int
-	// Tree, for a head that drafts trees (Medusa), shapes them; zero drafts chains.
-	Tree TreeShape
-	// Requantize, when set (Q8_0), converts the head's matrices to that type at load:
-	// half the bytes of a BF16 checkpoint to read per drafted token.
-	Requantize dtype.DType
 }
 
 // headName is how errors name a head directory.

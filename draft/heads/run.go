@@ -1,10 +1,11 @@
-package draft
+package heads
 
 import (
 	"context"
 	"fmt"
 	"math"
 
+	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/sampler"
 )
@@ -36,16 +37,16 @@ func (r *headRun) row(m *kernels.Matrix, i int32, dst []float32) error {
 
 // startRun checks a request against a head of the given name and vocabulary and makes
 // a session's arithmetic for it, on the head's threads.
-func startRun(ctx context.Context, name string, vocab int, pool *kernels.Pool, req Request) (headRun, error) {
+func startRun(ctx context.Context, name string, vocab int, pool *kernels.Pool, req draft.Request) (headRun, error) {
 	if err := ctx.Err(); err != nil {
-		return headRun{}, fmt.Errorf("draft: %w", err)
+		return headRun{}, fmt.Errorf("heads: %w", err)
 	}
 	if req.VocabSize != vocab {
-		return headRun{}, fmt.Errorf("draft: %s drafts from %d tokens; the request's vocabulary has %d", name, vocab, req.VocabSize)
+		return headRun{}, fmt.Errorf("heads: %s drafts from %d tokens; the request's vocabulary has %d", name, vocab, req.VocabSize)
 	}
 	smp, err := sampler.New(req.Sampling, req.VocabSize)
 	if err != nil {
-		return headRun{}, fmt.Errorf("draft: %w", err)
+		return headRun{}, fmt.Errorf("heads: %w", err)
 	}
 	return headRun{pool: pool, smp: smp, greedy: req.Sampling.Greedy()}, nil
 }
@@ -70,13 +71,13 @@ func pickToken(smp *sampler.Sampler, greedy bool, logits []float32, history []in
 }
 
 // lastState keeps the target's newest hidden state: all that MLPSpeculator and Medusa
-// read of the history. Embedded, it implements [StateSession]'s Observe.
+// read of the history. Embedded, it implements [draft.StateSession]'s Observe.
 type lastState struct {
 	state []float32
 	told  bool
 }
 
-// Observe implements [StateSession]: the head keeps the last state.
+// Observe implements [draft.StateSession]: the head keeps the last state.
 func (l *lastState) Observe(tokens []int32, states [][]float32) error {
 	if len(states) == 0 {
 		return nil

@@ -1,8 +1,11 @@
-package draft
+package lookup
 
 import (
 	"context"
 	"fmt"
+	"slices"
+
+	"github.com/specula/specula/draft"
 )
 
 // NGram is prompt lookup decoding (vLLM's ngram proposer): it finds the most recent
@@ -14,7 +17,7 @@ import (
 // to nothing and shines when the output repeats the input (code edits, summaries,
 // retrieval) or itself.
 //
-// In front of a draft model ([WithLookup]: First(NGram{Min: 2}, model)), a Min of 2
+// In front of a draft model ([InFront]: draft.First(NGram{Min: 2}, model)), a Min of 2
 // serves better than 1: a match of one token is a weaker guess than the model's, which
 // then drafts instead.
 type NGram struct {
@@ -23,8 +26,8 @@ type NGram struct {
 	Min, Max int
 }
 
-// Start implements [Drafter].
-func (g NGram) Start(ctx context.Context, req Request) (Session, error) {
+// Start implements [draft.Drafter].
+func (g NGram) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
 	if g.Min == 0 {
 		g.Min = 1
 	}
@@ -32,7 +35,7 @@ func (g NGram) Start(ctx context.Context, req Request) (Session, error) {
 		g.Max = max(4, g.Min)
 	}
 	if g.Min < 1 || g.Max < g.Min || g.Max > 64 {
-		return nil, fmt.Errorf("draft: n-gram lengths Min %d, Max %d must satisfy 1 <= Min <= Max <= 64", g.Min, g.Max)
+		return nil, fmt.Errorf("lookup: n-gram lengths Min %d, Max %d must satisfy 1 <= Min <= Max <= 64", g.Min, g.Max)
 	}
 	s := &ngramSession{g: g, last: make([]map[uint64]int32, g.Max-g.Min+1)}
 	for i := range s.last {
@@ -58,7 +61,7 @@ func hashTokens(toks []int32) uint64 {
 	return h
 }
 
-func (s *ngramSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+func (s *ngramSession) Propose(ctx context.Context, history []int32, k int, p *draft.Proposal) error {
 	p.Reset()
 	L := len(history)
 	if k <= 0 || L < 2 {
@@ -75,7 +78,7 @@ func (s *ngramSession) Propose(ctx context.Context, history []int32, k int, p *P
 	for n := min(s.g.Max, L-1); n >= s.g.Min; n-- {
 		pat := history[L-n:]
 		j, ok := s.last[n-s.g.Min][hashTokens(pat)]
-		if !ok || !equal(history[j:int(j)+n], pat) {
+		if !ok || !slices.Equal(history[j:int(j)+n], pat) {
 			continue
 		}
 		// What followed there, continued into the proposal itself where it
@@ -92,18 +95,6 @@ func (s *ngramSession) Propose(ctx context.Context, history []int32, k int, p *P
 		return nil
 	}
 	return nil
-}
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func (s *ngramSession) Close() error { return nil }

@@ -1,9 +1,11 @@
-package draft
+package lookup
 
 import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/specula/specula/draft"
 )
 
 // Suffix drafts from what came before, SuffixDecoding-style: a suffix trie of bounded
@@ -41,13 +43,13 @@ func (s Suffix) withDefaults() (Suffix, error) {
 		s.MinProb = 0.1
 	}
 	if s.Depth < 2 || s.Depth > 1024 || s.MaxMatch < 1 || s.MaxMatch >= s.Depth || s.Width < 1 || s.Width > 16 || s.MinProb < 0 || s.MinProb > 1 {
-		return s, fmt.Errorf("draft: suffix drafter %+v: need 2 <= Depth <= 1024, 1 <= MaxMatch < Depth, 1 <= Width <= 16, 0 <= MinProb <= 1", s)
+		return s, fmt.Errorf("lookup: suffix drafter %+v: need 2 <= Depth <= 1024, 1 <= MaxMatch < Depth, 1 <= Width <= 16, 0 <= MinProb <= 1", s)
 	}
 	return s, nil
 }
 
-// Start implements [Drafter].
-func (s Suffix) Start(ctx context.Context, req Request) (Session, error) {
+// Start implements [draft.Drafter].
+func (s Suffix) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
 	s, err := s.withDefaults()
 	if err != nil {
 		return nil, err
@@ -203,7 +205,7 @@ type candidate struct {
 	prob   float64
 }
 
-func (s *suffixSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+func (s *suffixSession) Propose(ctx context.Context, history []int32, k int, p *draft.Proposal) error {
 	p.Reset()
 	for _, tok := range history[s.seen:] {
 		s.local.push(tok)
@@ -237,7 +239,7 @@ func (s *suffixSession) Propose(ctx context.Context, history []int32, k int, p *
 // each expanded node gets its Width most frequent continuations — until k tokens, or
 // until what is left is less likely than MinProb (the most frequent first token is
 // always proposed).
-func (s *suffixSession) draft(t *trie, node int32, k int, p *Proposal) {
+func (s *suffixSession) draft(t *trie, node int32, k int, p *draft.Proposal) {
 	s.cand = append(s.cand[:0], candidate{node: node, parent: -1, prob: 1})
 	s.parents = s.parents[:0]
 	for len(p.Tokens) < k && len(s.cand) > 0 {

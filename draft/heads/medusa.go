@@ -1,9 +1,10 @@
-package draft
+package heads
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
 )
@@ -12,7 +13,7 @@ import (
 // model_type medusa): head k reads the target's last hidden state h_t alone, through
 // num_hidden_layers residual blocks x = x + SiLU(W·x + b), and predicts the token k+2
 // places after it (x_{t+2+k}; the target chose x_{t+1}). It drafts a chain — head k's
-// choice at depth k — or, with [HeadOptions].Tree, the tree of each head's top
+// choice at depth k — or, with [Options].Tree, the tree of each head's top
 // candidates (Medusa's medusa_choices): every node at depth d gets Width children from
 // head d. The heads' choices do not depend on the tokens above them, so one pass of
 // the heads per step drafts the whole tree.
@@ -27,12 +28,12 @@ type Medusa struct {
 	w          [][]*kernels.Matrix // [head][layer]
 	b          [][][]float32       // [head][layer]; nil without biases
 	lm         []*kernels.Matrix   // [head]; shared ones are one matrix
-	tree       TreeShape
-	pool       *kernels.Pool
+	tree       draft.TreeShape
+	pool       threads
 }
 
 // OpenMedusa loads the Medusa heads in dir for the target described by target.
-func OpenMedusa(dir string, target model.Info, opts HeadOptions) (*Medusa, error) {
+func OpenMedusa(dir string, target model.Info, opts Options) (*Medusa, error) {
 	c, f, err := openHead(dir)
 	if err != nil {
 		return nil, err
@@ -40,10 +41,12 @@ func OpenMedusa(dir string, target model.Info, opts HeadOptions) (*Medusa, error
 	defer f.Close()
 	f.requantize = opts.Requantize
 	if c.ModelType != "medusa" {
-		return nil, fmt.Errorf("draft: %s: model_type %q, want medusa", dir, c.ModelType)
+		return nil, fmt.Errorf("heads: %s: model_type %q, want medusa", dir, c.ModelType)
 	}
-	if opts.Tree != (TreeShape{}) && (opts.Tree.Width < 1 || opts.Tree.Depth < 1 || opts.Tree.MaxNodes < 1) {
-		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", opts.Tree)
+	if opts.Tree != (draft.TreeShape{}) {
+		if err := opts.Tree.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	// The original repository's configs give no sizes: the target's are checked by
 	// the tensors' shapes then.
@@ -67,9 +70,9 @@ func OpenMedusa(dir string, target model.Info, opts HeadOptions) (*Medusa, error
 		}
 	}
 	if f.has(names.weight(0, layers)) || f.has(names.weight(c.NumHeads, 0)) {
-		return nil, fmt.Errorf("draft: %s: the files hold more layers or heads than config.json's %d × %d", dir, c.NumHeads, layers)
+		return nil, fmt.Errorf("heads: %s: the files hold more layers or heads than config.json's %d × %d", dir, c.NumHeads, layers)
 	}
-	h.pool = kernels.NewPool(opts.Threads)
+	h.pool = newThreads(opts)
 	return h, nil
 }
 
@@ -141,19 +144,19 @@ func (h *Medusa) Heads() int { return len(h.w) }
 
 // Close releases the heads' threads.
 func (h *Medusa) Close() error {
-	h.pool.Close()
+	h.pool.close()
 	return nil
 }
 
-// Start implements [Drafter].
-func (h *Medusa) Start(ctx context.Context, req Request) (Session, error) {
-	run, err := startRun(ctx, h.name, h.vocab, h.pool, req)
+// Start implements [draft.Drafter].
+func (h *Medusa) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
+	run, err := startRun(ctx, h.name, h.vocab, h.pool.k, req)
 	if err != nil {
 		return nil, err
 	}
 	n := len(h.w)
 	nodes := max(req.MaxK, n)
-	return &medusaSession{h: h, run: run, constrained: constrained{c: req.Constraint},
+	return &medusaSession{h: h, run: run, ConstraintState: draft.NewConstraintState(req.Constraint),
 		lastState: lastState{state: make([]float32, h.dim)}, x: make([]float32, h.dim), y: make([]float32, h.dim),
 		logits: rows(make([]float32, n*h.vocab), n, h.vocab), q: rows(make([]float32, n*h.vocab), n, h.vocab),
 		toks: make([]int32, 0, nodes), dists: make([][]float32, 0, nodes), parents: make([]int32, 0, nodes),
@@ -163,7 +166,7 @@ func (h *Medusa) Start(ctx context.Context, req Request) (Session, error) {
 type medusaSession struct {
 	h   *Medusa
 	run headRun
-	constrained
+	draft.ConstraintState
 	lastState
 	x, y    []float32
 	logits  [][]float32 // per head
@@ -183,7 +186,7 @@ func (s *medusaSession) heads(n int) error {
 		copy(s.x, s.state)
 		for l, w := range h.w[k] {
 			if err := s.run.mul(w, s.x, s.y); err != nil {
-				return fmt.Errorf("draft: %s: %w", h.name, err)
+				return fmt.Errorf("heads: %s: %w", h.name, err)
 			}
 			for j := range s.x {
 				v := s.y[j]
@@ -194,13 +197,13 @@ func (s *medusaSession) heads(n int) error {
 			}
 		}
 		if err := s.run.mul(h.lm[k], s.x, s.logits[k]); err != nil {
-			return fmt.Errorf("draft: %s: %w", h.name, err)
+			return fmt.Errorf("heads: %s: %w", h.name, err)
 		}
 	}
 	return nil
 }
 
-func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *draft.Proposal) error {
 	p.Reset()
 	if !s.told || len(history) == 0 || k <= 0 {
 		return nil
@@ -214,17 +217,17 @@ func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *
 		return err
 	}
 	s.hist = append(s.hist[:0], history...)
-	state := s.cstate
+	state := s.State()
 	for d := range n {
-		if !s.allows(state, s.logits[d]) {
+		if !s.Allows(state, s.logits[d]) {
 			break
 		}
 		x, q, err := s.run.pick(s.logits[d], s.hist, s.q[d])
 		if err != nil {
-			return fmt.Errorf("draft: %s: %w", s.h.name, err)
+			return fmt.Errorf("heads: %s: %w", s.h.name, err)
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
-		state = s.after(state, x)
+		state = s.After(state, x)
 	}
 	p.Tokens = s.toks
 	if !s.run.greedy {
@@ -236,7 +239,7 @@ func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *
 // proposeTree drafts up to n nodes: level d holds Width children of every node of
 // level d−1 (the root first), from head d — its Width best tokens, or Width draws from
 // its distribution — Depth levels deep at most.
-func (s *medusaSession) proposeTree(history []int32, n int, p *Proposal) error {
+func (s *medusaSession) proposeTree(history []int32, n int, p *draft.Proposal) error {
 	h := s.h
 	depth := min(h.tree.Depth, len(h.w))
 	if err := s.heads(depth); err != nil {
@@ -249,10 +252,10 @@ func (s *medusaSession) proposeTree(history []int32, n int, p *Proposal) error {
 			// The distribution is the head's alone: the same below every node.
 			q = s.q[d]
 			if err := s.run.smp.Process(s.logits[d], history, q); err != nil {
-				return fmt.Errorf("draft: %s: %w", h.name, err)
+				return fmt.Errorf("heads: %s: %w", h.name, err)
 			}
 		} else {
-			s.top = topTokens(s.logits[d], h.tree.Width, s.top)
+			s.top = draft.TopTokens(s.logits[d], h.tree.Width, s.top)
 		}
 		start := len(s.toks)
 		for _, parent := range s.level {

@@ -1,4 +1,4 @@
-package draft_test
+package heads_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/internal/sharedtest"
@@ -167,7 +168,7 @@ func TestHeadsMatchReference(t *testing.T) {
 
 	t.Run("MLPSpeculator", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-mlp-speculator")
-		h, err := draft.OpenMLPSpeculator(dir, m.Info(), draft.HeadOptions{})
+		h, err := heads.OpenMLPSpeculator(dir, m.Info(), heads.Options{})
 		require.NoError(t, err)
 		defer h.Close()
 		proj0, emb, head := refTensor(t, dir, "proj.0.weight"), refTensor(t, dir, "emb.0.weight"), refTensor(t, dir, "head.0.weight")
@@ -208,7 +209,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("Medusa", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-medusa")
-		h, err := draft.OpenMedusa(dir, m.Info(), draft.HeadOptions{})
+		h, err := heads.OpenMedusa(dir, m.Info(), heads.Options{})
 		require.NoError(t, err)
 		defer h.Close()
 		w, b, lm := refTensor(t, dir, "blocks.0.layers.0.weight"), refTensor(t, dir, "blocks.0.layers.0.bias"), refTensor(t, dir, "lm_heads.0.weight")
@@ -234,7 +235,7 @@ func TestHeadsMatchReference(t *testing.T) {
 		layer, err := llama.OpenEAGLE(dir, path, llama.Options{Threads: 2})
 		require.NoError(t, err)
 		defer layer.Close()
-		e, err := draft.NewEAGLE(layer, m.Info(), draft.TreeShape{})
+		e, err := heads.NewEAGLE(layer, m.Info(), draft.TreeShape{})
 		require.NoError(t, err)
 		ref := newEagleRef(t, dir, path)
 		compared := 0
@@ -346,13 +347,20 @@ func TestUntiedCopiesDraftAlike(t *testing.T) {
 // proposeHead asks d for 3 tokens after history at temperature temp (seed 1).
 func proposeHead(t *testing.T, d draft.Drafter, history []int32, st [][]float32, temp float64) draft.Proposal {
 	t.Helper()
-	s, err := d.Start(context.Background(), draft.Request{Prompt: history[:1], VocabSize: 8192, MaxK: 3, MaxLen: 64,
+	return proposeK(t, d, 8192, 3, history, st, temp)
+}
+
+// proposeK asks d, for a target of vocab tokens, for k tokens after history, told
+// the target's states of the history, at temperature temp (seed 1).
+func proposeK(t *testing.T, d draft.Drafter, vocab, k int, history []int32, st [][]float32, temp float64) draft.Proposal {
+	t.Helper()
+	s, err := d.Start(context.Background(), draft.Request{Prompt: history[:1], VocabSize: vocab, MaxK: k, MaxLen: 64,
 		Sampling: sampler.Params{Temperature: temp, Seed: 1}})
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, s.(draft.StateSession).Observe(history[1:], st[:len(history)-1]))
 	var p draft.Proposal
-	require.NoError(t, s.Propose(context.Background(), history, 3, &p))
+	require.NoError(t, s.Propose(context.Background(), history, k, &p))
 	out := draft.Proposal{Tokens: append([]int32(nil), p.Tokens...)}
 	for _, q := range p.Dists {
 		out.Dists = append(out.Dists, append([]float32(nil), q...))
@@ -389,7 +397,7 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 			require.NoError(t, err)
 			defer closer.Close()
 			if c.adaptive {
-				d = draft.WithLookup(d)
+				d = lookup.InFront(d)
 			}
 			dec, err := spec.New(tgt, d, spec.Options{K: c.k, Adaptive: c.adaptive})
 			require.NoError(t, err)
@@ -410,13 +418,13 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 // TestHeadErrors checks that heads refuse targets they do not fit, naming both.
 func TestHeadErrors(t *testing.T) {
 	dir := sharedtest.Path(t, "models", "gocoder-m-medusa")
-	_, err := draft.OpenMedusa(dir, model.Info{Name: "small", VocabSize: 8192, HiddenSize: 256}, draft.HeadOptions{})
+	_, err := heads.OpenMedusa(dir, model.Info{Name: "small", VocabSize: 8192, HiddenSize: 256}, heads.Options{})
 	assert.ErrorContains(t, err, "hidden states of 512 values; target \"small\" has 256")
-	_, err = draft.OpenMedusa(dir, model.Info{Name: "other", VocabSize: 32000, HiddenSize: 512}, draft.HeadOptions{})
+	_, err = heads.OpenMedusa(dir, model.Info{Name: "other", VocabSize: 32000, HiddenSize: 512}, heads.Options{})
 	assert.ErrorContains(t, err, "vocabulary of 8192; target \"other\" has 32000")
-	_, err = draft.OpenMedusa(dir, model.Info{Name: "markov", VocabSize: 8192}, draft.HeadOptions{})
+	_, err = heads.OpenMedusa(dir, model.Info{Name: "markov", VocabSize: 8192}, heads.Options{})
 	assert.ErrorContains(t, err, "gives none")
-	_, err = draft.OpenMLPSpeculator(dir, model.Info{VocabSize: 8192, HiddenSize: 512}, draft.HeadOptions{})
+	_, err = heads.OpenMLPSpeculator(dir, model.Info{VocabSize: 8192, HiddenSize: 512}, heads.Options{})
 	assert.ErrorContains(t, err, `model_type "medusa", want mlp_speculator`)
 	_, _, err = heads.Open(t.TempDir(), "", model.Info{}, heads.Options{})
 	assert.ErrorContains(t, err, "config.json")

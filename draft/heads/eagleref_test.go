@@ -1,4 +1,4 @@
-package draft_test
+package heads_test
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package draft
+package heads
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
@@ -16,51 +17,53 @@ import (
 // whose own hidden state stands in for the target's at the token's position. The
 // session keeps the layer's sequence in step with the request — after each step it
 // forwards the accepted tokens with the target's true states — and drafts by feeding
-// the layer its own: a chain, or with a [TreeShape] an EAGLE-2 dynamic tree, expanded
+// the layer its own: a chain, or with a [draft.TreeShape] an EAGLE-2 dynamic tree, expanded
 // level by level below the nodes the draft is most confident of.
 type EAGLE struct {
 	m    model.Model
 	info model.Info
-	tree TreeShape
+	tree draft.TreeShape
 }
 
 // NewEAGLE returns the drafter on an EAGLE layer for the target described by target:
 // the layer must take states of the target's hidden size and draft from its
 // vocabulary. A zero tree drafts chains.
-func NewEAGLE(layer model.Model, target model.Info, tree TreeShape) (*EAGLE, error) {
+func NewEAGLE(layer model.Model, target model.Info, tree draft.TreeShape) (*EAGLE, error) {
 	if layer == nil {
-		return nil, errors.New("draft: nil EAGLE layer")
+		return nil, errors.New("heads: nil EAGLE layer")
 	}
 	info := layer.Info()
 	if info.InputSize == 0 || info.HiddenSize != info.InputSize {
-		return nil, fmt.Errorf("draft: model %q is not an EAGLE layer (it takes %d values beside each token and gives states of %d)",
+		return nil, fmt.Errorf("heads: model %q is not an EAGLE layer (it takes %d values beside each token and gives states of %d)",
 			info.Name, info.InputSize, info.HiddenSize)
 	}
 	if err := checkFits("EAGLE layer "+info.Name, info.InputSize, info.VocabSize, target); err != nil {
 		return nil, err
 	}
-	if tree != (TreeShape{}) && (tree.Width < 1 || tree.Depth < 1 || tree.MaxNodes < 1) {
-		return nil, fmt.Errorf("draft: tree shape %+v: Width, Depth and MaxNodes must be positive", tree)
+	if tree != (draft.TreeShape{}) {
+		if err := tree.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	return &EAGLE{m: layer, info: info, tree: tree}, nil
 }
 
-// Start implements [Drafter].
-func (e *EAGLE) Start(ctx context.Context, req Request) (Session, error) {
+// Start implements [draft.Drafter].
+func (e *EAGLE) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
 	if req.VocabSize != e.info.VocabSize {
-		return nil, fmt.Errorf("draft: EAGLE layer %q drafts from %d tokens; the request's vocabulary has %d", e.info.Name, e.info.VocabSize, req.VocabSize)
+		return nil, fmt.Errorf("heads: EAGLE layer %q drafts from %d tokens; the request's vocabulary has %d", e.info.Name, e.info.VocabSize, req.VocabSize)
 	}
 	smp, err := sampler.New(req.Sampling, req.VocabSize)
 	if err != nil {
-		return nil, fmt.Errorf("draft: %w", err)
+		return nil, fmt.Errorf("heads: %w", err)
 	}
 	seq, err := e.m.NewSequence(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("draft: EAGLE layer %q: %w", e.info.Name, err)
+		return nil, fmt.Errorf("heads: EAGLE layer %q: %w", e.info.Name, err)
 	}
 	d, v := e.info.HiddenSize, e.info.VocabSize
 	n := max(req.MaxK, 1)
-	return &eagleSession{e: e, seq: seq, smp: smp, greedy: req.Sampling.Greedy(), constrained: constrained{c: req.Constraint},
+	return &eagleSession{e: e, seq: seq, smp: smp, greedy: req.Sampling.Greedy(), ConstraintState: draft.NewConstraintState(req.Constraint),
 		root: make([]float32, d), rootLogits: make([]float32, v),
 		logits: make([]float32, n*v), g: make([]float32, (n+max(e.tree.Width, 1))*d), q: rows(make([]float32, (n+1)*v), n+1, v),
 		conf: make([]float64, 0, n), outs: make([]int32, 0, n),
@@ -69,7 +72,7 @@ func (e *EAGLE) Start(ctx context.Context, req Request) (Session, error) {
 }
 
 type eagleSession struct {
-	constrained
+	draft.ConstraintState
 	e      *EAGLE
 	seq    model.Sequence
 	smp    *sampler.Sampler
@@ -97,7 +100,7 @@ type eagleSession struct {
 	expanded int
 }
 
-// Observe implements [StateSession]: the pairs (token, the target's state before it)
+// Observe implements [draft.StateSession]: the pairs (token, the target's state before it)
 // are forwarded, and the last one's logits and state are what the next draft starts
 // from.
 func (s *eagleSession) Observe(tokens []int32, states [][]float32) error {
@@ -113,14 +116,14 @@ func (s *eagleSession) Observe(tokens []int32, states [][]float32) error {
 	s.one[0] = int32(n - 1)
 	b := model.Batch{Tokens: tokens, Inputs: s.inputs, Outputs: s.one, States: s.one, Hidden: s.root[:d]}
 	if err := s.seq.Forward(context.Background(), b, s.rootLogits); err != nil {
-		return fmt.Errorf("draft: EAGLE layer %q: %w", s.e.info.Name, err)
+		return fmt.Errorf("heads: EAGLE layer %q: %w", s.e.info.Name, err)
 	}
 	s.base = s.seq.Len()
 	s.told = true
 	return nil
 }
 
-func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *draft.Proposal) error {
 	p.Reset()
 	if !s.told || len(history) == 0 || k <= 0 {
 		return nil
@@ -146,7 +149,7 @@ func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *P
 		if errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull) {
 			return err
 		}
-		return fmt.Errorf("draft: EAGLE layer %q: %w", s.e.info.Name, err)
+		return fmt.Errorf("heads: EAGLE layer %q: %w", s.e.info.Name, err)
 	}
 	p.Tokens = s.toks
 	if s.e.tree.Width > 0 {
@@ -163,9 +166,9 @@ func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *P
 func (s *eagleSession) proposeChain(ctx context.Context, n int) error {
 	d, v := s.e.info.HiddenSize, s.e.info.VocabSize
 	logits, state := s.rootLogits, s.root
-	cs := s.cstate
+	cs := s.State()
 	for i := range n {
-		if !s.allows(cs, logits) {
+		if !s.Allows(cs, logits) {
 			break
 		}
 		x, q, err := s.pick(logits, s.hist, i)
@@ -173,7 +176,7 @@ func (s *eagleSession) proposeChain(ctx context.Context, n int) error {
 			return err
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
-		cs = s.after(cs, x)
+		cs = s.After(cs, x)
 		if i == n-1 {
 			break
 		}
@@ -286,7 +289,7 @@ func (s *eagleSession) expand(parent int32, logits []float32, conf float64, n in
 	s.expanded++
 	if s.greedy {
 		softmax(logits, q)
-		s.top = topTokens(logits, w, s.top)
+		s.top = draft.TopTokens(logits, w, s.top)
 		w = len(s.top) // fewer tokens than Width in the vocabulary
 	} else if err := s.smp.Process(logits, s.pathHistory(parent), q); err != nil {
 		return err
