@@ -2,6 +2,7 @@ package specula_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"strings"
@@ -68,4 +69,47 @@ func ExampleEngine_Score() {
 	// Output:
 	// " main" "()" " {"
 	// log-likelihood below 0: true
+}
+
+// Generate two samples of a prompt with their log-probabilities, as events: the text
+// of each choice as it becomes final, then its finish and statistics.
+func ExampleEngine_Generate() {
+	eng, err := specula.Open(specula.Config{Model: "models/gocoder-m-q8_0.gguf"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+	req := specula.Request{
+		Prompt:   "func main() {",
+		Params:   specula.Params{MaxTokens: 8, Temperature: 0.8, Seed: 3, IgnoreEOS: true},
+		N:        2,
+		Logprobs: true,
+	}
+	tokens := make([]int, req.N)
+	for ev, err := range eng.Generate(context.Background(), req) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		tokens[ev.Choice] += len(ev.Logprobs) // one per token
+		if ev.Finish != "" {
+			fmt.Println("choice", ev.Choice, ev.Finish, tokens[ev.Choice], "tokens")
+		}
+	}
+	// Output:
+	// choice 0 length 8 tokens
+	// choice 1 length 8 tokens
+}
+
+// A service maps the engine's errors to its answers with errors.Is and errors.As.
+func ExampleParameterError() {
+	eng, err := specula.Open(specula.Config{Model: "models/gocoder-m-q8_0.gguf", Draft: "none"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+	_, err = eng.Complete(context.Background(), "func main() {", specula.Params{TopP: 2})
+	if pe, ok := errors.AsType[*specula.ParameterError](err); ok {
+		fmt.Println(errors.Is(err, specula.ErrInvalidParameter), pe.Field)
+	}
+	// Output: true TopP
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,7 +46,8 @@ func TestFlags(t *testing.T) {
 	assert.Equal(t, "0.0.0.0:9090", f.listenAddr())
 	cfg, err := f.config()
 	require.NoError(t, err)
-	assert.Equal(t, specula.Config{Model: "a.gguf", Draft: "b.gguf", Threads: 2, ContextLength: 512, K: 5, MinK: 2}, cfg.Engine)
+	assert.Equal(t, specula.Config{Model: "a.gguf", Draft: "b.gguf", Threads: 2, ContextLength: 512, K: 5, MinK: 2,
+		Serving: specula.Serving{MaxRunning: 4 * runtime.GOMAXPROCS(0), MaxQueue: 64}}, cfg.Engine)
 	assert.Equal(t, "sekrit", cfg.APIKey)
 
 	f, err = parseFlags([]string{"-num-speculative-tokens", "0", "-m", "a.gguf"}, func(string) string { return "" })
@@ -53,6 +55,13 @@ func TestFlags(t *testing.T) {
 	cfg, err = f.config()
 	require.NoError(t, err)
 	assert.Equal(t, "none", cfg.Engine.Draft)
+
+	f, err = parseFlags([]string{"-m", "a.gguf", "--max-queue", "0", "--saturation", "cores"}, func(string) string { return "" })
+	require.NoError(t, err)
+	cfg, err = f.config()
+	require.NoError(t, err)
+	assert.Equal(t, -1, cfg.Engine.MaxQueue, "no queue")
+	assert.Equal(t, runtime.GOMAXPROCS(0), cfg.Engine.Saturation)
 
 	_, err = parseFlags([]string{"-m", "a.gguf"}, func(k string) string { return map[string]string{"SPECULA_MAX_QUEUE": "many"}[k] })
 	assert.ErrorContains(t, err, "SPECULA_MAX_QUEUE")
