@@ -56,7 +56,7 @@ func TestFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "none", cfg.Engine.Draft)
 
-	f, err = parseFlags([]string{"-m", "a.gguf", "--max-queue", "0", "--saturation", "cores"}, func(string) string { return "" })
+	f, err = parseFlags([]string{"-m", "a.gguf", "-md", "none", "--max-queue", "0", "--saturation", "cores"}, func(string) string { return "" })
 	require.NoError(t, err)
 	cfg, err = f.config()
 	require.NoError(t, err)
