@@ -12,9 +12,12 @@ import (
 // run, how many may wait, and when speculation gives way to plain decoding. The zero
 // value of a field is its default.
 type Serving struct {
-	// MaxRunning is the most requests that decode at once (0: MaxSequences' default,
-	// 4 × GOMAXPROCS). A request also waits until the key/value memory it may fill —
-	// its prompt and MaxTokens for every choice — is free of the running requests'.
+	// MaxRunning is the most requests that decode at once (0: MaxSequences, whose
+	// default is 4 × GOMAXPROCS). A request also waits until the key/value memory it
+	// may fill — its prompt and MaxTokens for every choice, with room for a last
+	// draft — is free of the running requests', so that none runs out part-way: a
+	// request without MaxTokens reserves the rest of the context, and bounding
+	// MaxTokens lets more run at once.
 	MaxRunning int
 	// MaxQueue is the most requests that wait for their turn (0: DefaultMaxQueue;
 	// negative: none wait). One more is refused at once with an *OverloadedError.

@@ -9,7 +9,6 @@ import (
 	"iter"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/specula/specula/model"
@@ -229,8 +228,7 @@ type runner struct {
 	emit    func(Event) error
 	arrived time.Time
 
-	mu      sync.Mutex // the choices' emits come one at a time; this keeps c too
-	c       Completion
+	c       Completion // built as the choices' events come, one at a time
 	texts   []spec.TextStream
 	started bool  // a token was handed out: time to first token observed
 	emitErr error // what the caller's function returned, when it failed
