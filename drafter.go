@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/format/dtype"
@@ -64,7 +65,7 @@ func (e *Engine) openPart(name string, cfg Config) (d draft.Drafter, isModel boo
 	if _, err := heads.Kind(name); err == nil {
 		// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
 		h, closer, err := heads.Open(name, cfg.Model, e.info, heads.Options{Threads: cfg.Threads, Requantize: dtype.Q8_0, Tree: cfg.Tree,
-			Layer: llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}})
+			Layer: llama.Options{Backend: cpu.Factory(cfg.Threads), ContextLength: cfg.ContextLength}})
 		if err != nil {
 			return nil, false, fmt.Errorf("specula: draft head %s: %w", name, err)
 		}
@@ -72,7 +73,7 @@ func (e *Engine) openPart(name string, cfg Config) (d draft.Drafter, isModel boo
 		return h, true, nil
 	}
 	// The draft model's cache keeps the runtime's default budget: it is small.
-	dm, err := openModel(name, llama.Options{Threads: cfg.Threads, ContextLength: cfg.ContextLength}, cfg.Progress)
+	dm, err := openModel(name, llama.Options{Backend: cpu.Factory(cfg.Threads), ContextLength: cfg.ContextLength}, cfg.Progress)
 	if err != nil {
 		return nil, false, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/grammar"
 	"github.com/specula/specula/model/llama"
@@ -81,7 +82,7 @@ func BenchmarkConstrained(b *testing.B) {
 	if demo {
 		add("lookup", draft.NGram{}, 8)
 		add("suffix", draft.Suffix{}, 8)
-		dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{})
+		dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Backend: cpu.Factory(0)})
 		if err != nil {
 			b.Fatal(err)
 		}

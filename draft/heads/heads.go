@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model"
@@ -44,7 +45,7 @@ func Kind(dir string) (string, error) {
 // Options tune an opened head.
 type Options struct {
 	// Threads is how many threads the head's products use (an EAGLE layer's too,
-	// unless Layer sets them); 0 means GOMAXPROCS.
+	// unless Layer sets its backend); 0 means GOMAXPROCS.
 	Threads int
 	// Tree, for Medusa and EAGLE, makes the head draft trees of this shape; zero
 	// drafts chains (MLPSpeculator always does).
@@ -52,8 +53,9 @@ type Options struct {
 	// Requantize, when set (Q8_0), converts the head's float matrices to that type
 	// at load (an EAGLE layer's too): half the bytes to read per drafted token.
 	Requantize dtype.DType
-	// Layer are the options of an EAGLE layer's model (its backend, threads, budget);
-	// its context length is the target's unless set.
+	// Layer are the options of an EAGLE layer's model (its backend, budget); its
+	// backend is the CPU's on Threads threads, and its context length the target's,
+	// unless set.
 	Layer llama.Options
 }
 
@@ -86,8 +88,8 @@ func Open(dir, targetPath string, target model.Info, opts Options) (draft.Drafte
 		}
 		return h, h, nil
 	}
-	if opts.Layer.Threads == 0 {
-		opts.Layer.Threads = opts.Threads
+	if opts.Layer.Backend == nil {
+		opts.Layer.Backend = cpu.Factory(opts.Threads)
 	}
 	if opts.Layer.ContextLength == 0 {
 		opts.Layer.ContextLength = target.ContextLength

@@ -34,6 +34,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/format/dtype"
@@ -167,7 +168,7 @@ func load(o options) (*bench, error) {
 			b.close()
 		}
 	}()
-	m, err := llama.Open(o.model, llama.Options{Threads: o.threads})
+	m, err := llama.Open(o.model, llama.Options{Backend: cpu.Factory(o.threads)})
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +187,7 @@ func load(o options) (*bench, error) {
 		if !found {
 			return nil, fmt.Errorf("-draft %q: want NAME=PATH", dm)
 		}
-		m, err := llama.Open(path, llama.Options{Threads: o.threads})
+		m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(o.threads)})
 		if err != nil {
 			return nil, err
 		}
@@ -240,7 +241,7 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	opts := heads.Options{Threads: b.o.threads, Layer: llama.Options{Threads: b.o.threads}}
+	opts := heads.Options{Threads: b.o.threads, Layer: llama.Options{Backend: cpu.Factory(b.o.threads)}}
 	if b.o.headQ8 {
 		opts.Requantize = dtype.Q8_0
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/kernels"
@@ -115,10 +116,10 @@ func TestFromHFDirectory(t *testing.T) {
 			assert.Empty(t, r.Notes)
 			t.Logf("converted %v, %d kept, %d → %d bytes", r.Types, r.Kept, r.BytesIn, r.BytesOut)
 
-			q, err := llama.Open(dst, llama.Options{})
+			q, err := llama.Open(dst, llama.Options{Backend: cpu.Factory(0)})
 			require.NoError(t, err)
 			defer q.Close()
-			orig, err := llama.Open(dir, llama.Options{})
+			orig, err := llama.Open(dir, llama.Options{Backend: cpu.Factory(0)})
 			require.NoError(t, err)
 			defer orig.Close()
 			e := maxErr(logitsAfter(t, q, prompt), logitsAfter(t, orig, prompt))
@@ -172,7 +173,7 @@ func TestPermuteRows(t *testing.T) {
 func TestEveryMix(t *testing.T) {
 	src := shared.Path(t, "models", "gocoder-s-f16.gguf")
 	prompt := []int32{8191, 100, 2000, 37, 5, 900, 13, 42}
-	orig, err := llama.Open(src, llama.Options{Threads: 1})
+	orig, err := llama.Open(src, llama.Options{Backend: cpu.Factory(1)})
 	require.NoError(t, err)
 	defer orig.Close()
 	want := logitsAfter(t, orig, prompt)
@@ -211,7 +212,7 @@ func TestEveryMix(t *testing.T) {
 				assert.Less(t, r.BytesOut, r.BytesIn)
 			}
 
-			q, err := llama.Open(dst, llama.Options{Threads: 1})
+			q, err := llama.Open(dst, llama.Options{Backend: cpu.Factory(1)})
 			require.NoError(t, err)
 			defer q.Close()
 			e := maxErr(logitsAfter(t, q, prompt), want)

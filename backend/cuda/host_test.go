@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"testing"
@@ -9,10 +9,10 @@ import (
 	"github.com/specula/specula/format/dtype"
 )
 
-// TestHostBackendFaults checks that the host backend turns bad addresses and
-// out-of-range rows, past the runner's checks, into errors rather than panics.
+// TestHostBackendFaults checks that the host operations turn bad addresses and
+// out-of-range rows, past the Backend's checks, into errors rather than panics.
 func TestHostBackendFaults(t *testing.T) {
-	h := &hostBackend{}
+	h := &hostOps{}
 	p, err := h.alloc(64)
 	require.NoError(t, err)
 	assert.Error(t, h.upload(p+60, make([]byte, 8)), "write past the end")

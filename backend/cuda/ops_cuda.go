@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	_ "embed"
@@ -27,11 +27,11 @@ const (
 	gemvRowsPerBlock = 8 // warps per block of the weight-product kernels
 )
 
-// cudaBackend runs the primitive operations on a GPU: the small kernels compiled by
+// cudaOps runs the primitive operations on a GPU: the small kernels compiled by
 // NVRTC, weight products by its own batch-invariant kernels for small batches and by
 // cuBLAS (GemmEx, fp32 accumulation) for larger ones. Everything runs on the default
 // stream, so operations are ordered; copies to the host wait for the kernels before.
-type cudaBackend struct {
+type cudaOps struct {
 	drv    *driver
 	blas   *blas
 	ctx    uintptr
@@ -51,9 +51,9 @@ type cudaBackend struct {
 	scrBytes  int64
 }
 
-func (b *cudaBackend) kind() string { return "cuda" }
+func (b *cudaOps) kind() string { return "cuda" }
 
-func (b *cudaBackend) alloc(bytes int64) (devptr, error) {
+func (b *cudaOps) alloc(bytes int64) (devptr, error) {
 	if bytes <= 0 {
 		bytes = 1
 	}
@@ -61,26 +61,26 @@ func (b *cudaBackend) alloc(bytes int64) (devptr, error) {
 	return devptr(p), err
 }
 
-func (b *cudaBackend) free(p devptr) error {
+func (b *cudaOps) free(p devptr) error {
 	if p == 0 {
 		return nil
 	}
 	return b.drv.free(uint64(p))
 }
 
-func (b *cudaBackend) upload(dst devptr, src []byte) error { return b.drv.htod(uint64(dst), src) }
+func (b *cudaOps) upload(dst devptr, src []byte) error { return b.drv.htod(uint64(dst), src) }
 
-func (b *cudaBackend) download(dst []byte, src devptr) error { return b.drv.dtoh(dst, uint64(src)) }
+func (b *cudaOps) download(dst []byte, src devptr) error { return b.drv.dtoh(dst, uint64(src)) }
 
 // run launches a kernel with the arguments set by args.
-func (b *cudaBackend) run(name string, grid, block [3]int, shared int, args func(a *kernelArgs)) error {
+func (b *cudaOps) run(name string, grid, block [3]int, shared int, args func(a *kernelArgs)) error {
 	fn, ok := b.fns[name]
 	if !ok {
-		return fmt.Errorf("gpu: kernel %s was not loaded", name)
+		return fmt.Errorf("cuda: kernel %s was not loaded", name)
 	}
 	for i, g := range grid {
 		if g <= 0 || (i > 0 && g > 65535) || g > 1<<31-1 {
-			return fmt.Errorf("gpu: kernel %s: grid %v out of range", name, grid)
+			return fmt.Errorf("cuda: kernel %s: grid %v out of range", name, grid)
 		}
 	}
 	b.args.reset()
@@ -110,17 +110,17 @@ func wtCode(t dtype.DType) (int, error) {
 	case dtype.Q8_0:
 		return 3, nil
 	}
-	return 0, fmt.Errorf("gpu: weight type %s is not supported (F32, F16, BF16 and Q8_0 are)", t)
+	return 0, fmt.Errorf("cuda: weight type %s is not supported (F32, F16, BF16 and Q8_0 are)", t)
 }
 
-func (b *cudaBackend) fill(p devptr, typ dtype.DType, n int64, seed uint64, scale, offset float32) error {
+func (b *cudaOps) fill(p devptr, typ dtype.DType, n int64, seed uint64, scale, offset float32) error {
 	wt, err := wtCode(typ)
 	if err != nil {
-		return fmt.Errorf("gpu: fill of type %s is not supported", typ)
+		return fmt.Errorf("cuda: fill of type %s is not supported", typ)
 	}
 	if wt == 3 {
 		if n%32 != 0 {
-			return fmt.Errorf("gpu: Q8_0 fill of %d values, not a multiple of 32", n)
+			return fmt.Errorf("cuda: Q8_0 fill of %d values, not a multiple of 32", n)
 		}
 		blocks := n / 32
 		return b.run("fill_q8_0", gridFor(blocks), [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
@@ -132,7 +132,7 @@ func (b *cudaBackend) fill(p devptr, typ dtype.DType, n int64, seed uint64, scal
 	})
 }
 
-func (b *cudaBackend) embed(out devptr, w wtensor, tokens devptr, n int) error {
+func (b *cudaOps) embed(out devptr, w wtensor, tokens devptr, n int) error {
 	wt, err := wtCode(w.typ)
 	if err != nil {
 		return err
@@ -142,13 +142,13 @@ func (b *cudaBackend) embed(out devptr, w wtensor, tokens devptr, n int) error {
 	})
 }
 
-func (b *cudaBackend) rmsNorm(out, x, w, rows devptr, n, dim int, eps float32) error {
+func (b *cudaOps) rmsNorm(out, x, w, rows devptr, n, dim int, eps float32) error {
 	return b.run("rmsnorm", [3]int{n, 1, 1}, [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
 		a.ptr(out).ptr(x).ptr(w).ptr(rows).i32(dim).f32(eps)
 	})
 }
 
-func (b *cudaBackend) matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) error {
+func (b *cudaOps) matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) error {
 	if n <= 0 {
 		return nil
 	}
@@ -182,7 +182,7 @@ func (b *cudaBackend) matmul(out devptr, ldo int, x devptr, n int, w wtensor, ac
 // gemm computes the product with cuBLAS. Row-major Y[n×rows] = X[n×cols]·Wᵀ is, in
 // cuBLAS's column-major terms, Yᶜ[rows×n] = (Wᶜ)ᵀ·Xᶜ with Wᶜ = W read as cols×rows.
 // F16 and BF16 weights take their activations converted to the same type.
-func (b *cudaBackend) gemm(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) error {
+func (b *cudaOps) gemm(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) error {
 	xp, xType, aType := x, cudaR32F, cudaR32F
 	if w.typ == dtype.F16 || w.typ == dtype.BF16 {
 		need := int64(n) * int64(w.cols) * 2
@@ -217,7 +217,7 @@ func (b *cudaBackend) gemm(out devptr, ldo int, x devptr, n int, w wtensor, accu
 		w.p, aType, w.cols, xp, xType, w.cols, out, cudaR32F, ldo)
 }
 
-func (b *cudaBackend) qkv(q qkvArgs) error {
+func (b *cudaOps) qkv(q qkvArgs) error {
 	g := q.kv
 	return b.run("qkv_rope", [3]int{q.n, 1, 1}, [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
 		a.ptr(q.qkv).ptr(q.bias).ptr(q.rope).ptr(q.slots).ptr(q.q).ptr(g.base).
@@ -226,10 +226,10 @@ func (b *cudaBackend) qkv(q qkvArgs) error {
 	})
 }
 
-func (b *cudaBackend) attention(t attnArgs) error {
+func (b *cudaOps) attention(t attnArgs) error {
 	g := t.kv
 	if g.headDim > maxHeadDim {
-		return fmt.Errorf("gpu: head dimension %d is above the attention kernel's %d", g.headDim, maxHeadDim)
+		return fmt.Errorf("cuda: head dimension %d is above the attention kernel's %d", g.headDim, maxHeadDim)
 	}
 	// Scores live in shared memory when they fit; else in a scratch buffer, for as
 	// many tokens at a time as 256 MiB of scores allow.
@@ -274,14 +274,14 @@ func (b *cudaBackend) attention(t attnArgs) error {
 	return nil
 }
 
-func (b *cudaBackend) siluMul(out, gu devptr, n, ffn int) error {
+func (b *cudaOps) siluMul(out, gu devptr, n, ffn int) error {
 	total := int64(n) * int64(ffn)
 	return b.run("silu_mul", gridFor(total), [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
 		a.ptr(out).ptr(gu).i64(total).i32(ffn)
 	})
 }
 
-func (b *cudaBackend) kvCopy(g kvGeom, pairs devptr, m int) error {
+func (b *cudaOps) kvCopy(g kvGeom, pairs devptr, m int) error {
 	if m == 0 {
 		return nil
 	}
@@ -290,9 +290,9 @@ func (b *cudaBackend) kvCopy(g kvGeom, pairs devptr, m int) error {
 	})
 }
 
-func (b *cudaBackend) sync() error { return b.drv.synchronize() }
+func (b *cudaOps) sync() error { return b.drv.synchronize() }
 
-func (b *cudaBackend) close() error {
+func (b *cudaOps) close() error {
 	var first error
 	keep := func(err error) {
 		if first == nil {

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"github.com/specula/specula/format/dtype"
@@ -69,11 +69,12 @@ type attnArgs struct {
 	kv                                 kvGeom
 }
 
-// ops is the set of primitive device operations the device backend is built from. The CUDA
-// backend runs them on a GPU; the host backend is their plain-Go definition, slow and
-// simple, against which the tests check the runner and the kernels. Calls are not
-// safe for concurrent use: the [Device] serialises them.
-type ops interface {
+// deviceOps are the primitive operations of a device — memory, copies and kernels —
+// that [Backend] builds the operations of package backend from. cudaOps runs them on
+// a GPU; hostOps is their plain-Go definition, slow and simple, against which the
+// tests check the Backend and the CUDA kernels. Calls are not safe for concurrent use:
+// the [Device] serialises them.
+type deviceOps interface {
 	kind() string
 	alloc(bytes int64) (devptr, error)
 	free(p devptr) error

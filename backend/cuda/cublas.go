@@ -1,11 +1,11 @@
-package gpu
+package cuda
 
 import (
 	"fmt"
 	"unsafe"
 )
 
-// blas holds the cuBLAS entry points the runner uses.
+// blas holds the cuBLAS entry points the backend uses.
 type blas struct {
 	lib                                library
 	create, destroy, setStream, gemmEx uintptr
@@ -78,7 +78,7 @@ func (b *blas) check(what string, r uintptr) error {
 	if name == "" {
 		name = cublasStatusName(code)
 	}
-	return fmt.Errorf("gpu: %s: %s", what, name)
+	return fmt.Errorf("cuda: %s: %s", what, name)
 }
 
 func (b *blas) newHandle() (uintptr, error) {

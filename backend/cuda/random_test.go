@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"encoding/binary"
@@ -14,7 +14,7 @@ import (
 // TestHostFill checks the fill operation: F32 values uniform in offset ± scale, F16
 // and BF16 their roundings, and Q8_0 exactly kernels.QuantizeQ8_0 of the F32 values.
 func TestHostFill(t *testing.T) {
-	h := &hostBackend{}
+	h := &hostOps{}
 	const n = 4096
 	const seed, scale, offset = 42, 0.25, 1.0
 	alloc := func(bytes int64) devptr {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The one script to run on a machine with an NVIDIA GPU, from a copy of the working
-# tree with bin/ built by gpu/build-device.sh (the machine needs no Go toolchain):
+# tree with bin/ built by backend/cuda/build-device.sh (the machine needs no Go toolchain):
 #
-#   OUT=/some/dir gpu/device-check.sh
+#   OUT=/some/dir backend/cuda/device-check.sh
 #
 # It finds cuBLAS and NVRTC (Python wheels of a PyTorch environment included) and
-# exports SPECULA_CUDA_LIB_PATH, records nvidia-smi, runs the gpu package's tests (the
+# exports SPECULA_CUDA_LIB_PATH, records nvidia-smi, runs backend/cuda's tests (the
 # device, its kernels, the device Backend against the host device and the CPU backend)
 # and model/llama's device tests, TestHost… and TestGPU… (logits against the CPU
 # backend on the gocoder models, random-weight models against the host device, batch
@@ -14,14 +14,14 @@
 # Qwen2.5-7B (F16, BF16, Q8_0): decode tokens/s at a 512-token context, the
 # verify(5)/verify(1) cost ratio and achieved memory bandwidth against the card's
 # peak. Everything goes to $OUT (default ./device-out): device-check.log (all of it),
-# nvidia-smi.txt, libs.txt, gpu-test.log, llama-test.log, gpubench-*.txt/json,
+# nvidia-smi.txt, libs.txt, cuda-test.log, llama-test.log, gpubench-*.txt/json,
 # summary.txt.
 #
 # Without a GPU (no nvidia-smi, or DRY=1) it still runs the tests — the GPU tests then
 # skip with the reason — and replaces the benchmarks by a smoke run of gpubench -host.
 # The whole run is kept under BUDGET seconds (default 470) with timeout.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/device-out}
 mkdir -p "$OUT"
@@ -112,7 +112,7 @@ EOF
 		export SPECULA_CUDA_LIB_PATH
 		echo "export SPECULA_CUDA_LIB_PATH=$SPECULA_CUDA_LIB_PATH"
 	else
-		echo "cuBLAS / NVRTC not found outside the loader's path; gpu.Available will say what is missing"
+		echo "cuBLAS / NVRTC not found outside the loader's path; cuda.Available will say what is missing"
 	fi
 fi
 {
@@ -125,8 +125,8 @@ record "libraries" "${SPECULA_CUDA_LIB_PATH:-not found (see libs.txt)}"
 
 # --- the binaries ---------------------------------------------------------------------
 missing=0
-for b in bin/gpu.test bin/llama.test bin/gpubench; do
-	[ -x "$b" ] || { echo "$b is missing: run gpu/build-device.sh on a machine with Go first"; missing=1; }
+for b in bin/cuda.test bin/llama.test bin/gpubench; do
+	[ -x "$b" ] || { echo "$b is missing: run backend/cuda/build-device.sh on a machine with Go first"; missing=1; }
 done
 if [ $missing = 1 ]; then
 	record "binaries" "missing"
@@ -160,8 +160,8 @@ runtests() {
 	return 0
 }
 
-say "gpu tests"
-runtests gpu gpu bin/gpu.test 90
+say "backend/cuda tests"
+runtests cuda backend/cuda bin/cuda.test 90
 
 # model/llama's device tests only (its CPU tests need no GPU and run with go test).
 say "model/llama device tests (TestHost*, TestGPU*)"

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"os"
@@ -20,7 +20,7 @@ type libSpec struct {
 	system bool
 }
 
-// The libraries the runner opens. Functions rather than variables: nothing at package
+// The libraries the backend opens. Functions rather than variables: nothing at package
 // level can be changed.
 func specCUDA() libSpec {
 	return libSpec{name: "libcuda", files: []string{"libcuda.so.1", "libcuda.so"}, system: true}

@@ -10,8 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/gpu"
+	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/synth"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestRunHost(t *testing.T) {
 	var out bytes.Buffer
 	c := config{Shapes: []string{"tiny"}, Types: []string{"F16", "q8_0"}, Context: 20, Steps: 4, Repeats: 2, VerifyK: 5, Seed: 3}
-	rep, err := run(context.Background(), gpu.HostDevice(), c, &out)
+	rep, err := run(context.Background(), cuda.HostDevice(), c, &out)
 	require.NoError(t, err, out.String())
 	require.Len(t, rep.Results, 2)
 	for _, r := range rep.Results {
@@ -71,12 +72,12 @@ func TestRunErrors(t *testing.T) {
 	} {
 		cfg := base
 		c.edit(&cfg)
-		_, err := run(context.Background(), gpu.HostDevice(), cfg, &bytes.Buffer{})
+		_, err := run(context.Background(), cuda.HostDevice(), cfg, &bytes.Buffer{})
 		assert.ErrorContains(t, err, c.want, c.name)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := run(ctx, gpu.HostDevice(), base, &bytes.Buffer{})
+	_, err := run(ctx, cuda.HostDevice(), base, &bytes.Buffer{})
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -94,4 +95,32 @@ func TestShapes(t *testing.T) {
 	assert.Equal(t, c.Dim, c.Heads*c.HeadDim)
 	_, err = shape("0.5b")
 	assert.ErrorContains(t, err, `unknown shape "0.5b" (known: smollm2-135m`)
+}
+
+// TestDecodeBytes checks the weight memory of a decoding step against the matrices'
+// sizes, for tied and untied embeddings and every weight type random models are made
+// of: every layer, the output matrix and one row of the embedding.
+func TestDecodeBytes(t *testing.T) {
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0} {
+		for _, tied := range []bool{true, false} {
+			cfg, err := shape(tiny)
+			require.NoError(t, err)
+			cfg.TiedEmbeddings = tied
+			m, err := llama.NewRandom(cfg, typ, 1, llama.Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = m.Close() })
+			rb := func(cols int) int64 {
+				b, err := typ.Bytes(int64(cols))
+				require.NoError(t, err)
+				return b
+			}
+			c := m.Config()
+			q := c.Heads * c.HeadDim
+			perLayer := int64(q+2*c.KVHeads*c.HeadDim)*rb(c.Dim) + int64(c.Dim)*rb(q) +
+				int64(2*c.FFN)*rb(c.Dim) + int64(c.Dim)*rb(c.FFN)
+			got, err := decodeBytes(m, typ)
+			require.NoError(t, err)
+			assert.Equal(t, int64(c.Layers)*perLayer+int64(c.Vocab)*rb(c.Dim)+rb(c.Dim), got, "%s, tied %v", typ, tied)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"os"
@@ -206,7 +206,7 @@ func TestAvailable(t *testing.T) {
 	}
 	t.Logf("Available: %v", err)
 	msg := err.Error()
-	assert.True(t, strings.HasPrefix(msg, "gpu: "), msg)
+	assert.True(t, strings.HasPrefix(msg, "cuda: "), msg)
 	assert.True(t, strings.Contains(msg, "libcuda") || strings.Contains(msg, "libcublas") ||
 		strings.Contains(msg, "libnvrtc") || strings.Contains(msg, "CUDA"), msg)
 	if strings.Contains(msg, "not found") {

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"errors"
@@ -53,15 +53,28 @@ type scratch struct {
 // NewBackend makes a backend for models of the given shape on dev.
 func NewBackend(dev *Device, shape backend.Shape, opts BackendOptions) (*Backend, error) {
 	if dev == nil {
-		return nil, errors.New("gpu: nil device")
+		return nil, errors.New("cuda: nil device")
 	}
 	if err := checkShape(shape); err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 256
 	}
 	return &Backend{dev: dev, shape: shape, opts: opts}, nil
+}
+
+// Factory makes backends on dev, one for each model it is given to:
+// llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{})}. The device must
+// outlive the models.
+func Factory(dev *Device, opts BackendOptions) backend.Factory {
+	return func(shape backend.Shape) (backend.Backend, error) {
+		b, err := NewBackend(dev, shape, opts)
+		if err != nil {
+			return nil, err // not a nil *Backend in a non-nil interface
+		}
+		return b, nil
+	}
 }
 
 // checkShape validates a shape for the device kernels.
@@ -90,10 +103,10 @@ func (g *Backend) MaxRows() int { return g.opts.MaxBatch }
 func (g *Backend) Device() *Device { return g.dev }
 
 // do runs f on the device, unless the backend is closed.
-func (g *Backend) do(f func(b ops) error) error {
-	return g.dev.do(func(b ops) error {
+func (g *Backend) do(f func(b deviceOps) error) error {
+	return g.dev.do(func(b deviceOps) error {
 		if g.closed {
-			return errors.New("gpu: the backend is closed")
+			return errors.New("cuda: the backend is closed")
 		}
 		return f(b)
 	})
@@ -127,7 +140,7 @@ func supportedWeight(t dtype.DType) bool {
 // Matrix implements [backend.Backend].
 func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	if len(parts) == 0 {
-		return nil, errors.New("gpu: a matrix of no parts")
+		return nil, errors.New("cuda: a matrix of no parts")
 	}
 	for _, t := range parts {
 		if err := checkTensor(t, parts[0].Cols); err != nil {
@@ -135,7 +148,7 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 		}
 	}
 	m := &dmatrix{}
-	err := g.do(func(b ops) error {
+	err := g.do(func(b deviceOps) error {
 		for lo := 0; lo < len(parts); {
 			hi := lo + 1
 			for hi < len(parts) && parts[hi].Type == parts[lo].Type {
@@ -161,20 +174,20 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 // checkTensor validates a weight tensor for the device.
 func checkTensor(t backend.Tensor, cols int) error {
 	if !supportedWeight(t.Type) {
-		return fmt.Errorf("gpu: tensor %q has type %s; the device supports F32, F16, BF16 and Q8_0", t.Name, t.Type)
+		return fmt.Errorf("cuda: tensor %q has type %s; the device supports F32, F16, BF16 and Q8_0", t.Name, t.Type)
 	}
 	if t.Cols != cols {
-		return fmt.Errorf("gpu: tensor %q has %d columns, want %d", t.Name, t.Cols, cols)
+		return fmt.Errorf("cuda: tensor %q has %d columns, want %d", t.Name, t.Cols, cols)
 	}
 	rb, err := t.Type.Bytes(int64(t.Cols))
 	if err != nil || t.Rows <= 0 || int64(len(t.Data)) != rb*int64(t.Rows) {
-		return fmt.Errorf("gpu: tensor %q: %d bytes for %d × %d %s", t.Name, len(t.Data), t.Rows, t.Cols, t.Type)
+		return fmt.Errorf("cuda: tensor %q: %d bytes for %d × %d %s", t.Name, len(t.Data), t.Rows, t.Cols, t.Type)
 	}
 	return nil
 }
 
 // upload copies tensors of one type, stacked, into one device allocation.
-func (g *Backend) upload(b ops, ts []backend.Tensor) (wtensor, error) {
+func (g *Backend) upload(b deviceOps, ts []backend.Tensor) (wtensor, error) {
 	total, rows := int64(0), 0
 	for _, t := range ts {
 		total += int64(len(t.Data))
@@ -182,12 +195,12 @@ func (g *Backend) upload(b ops, ts []backend.Tensor) (wtensor, error) {
 	}
 	p, err := g.alloc(b, total)
 	if err != nil {
-		return wtensor{}, fmt.Errorf("gpu: tensor %q: %w", ts[0].Name, err)
+		return wtensor{}, fmt.Errorf("cuda: tensor %q: %w", ts[0].Name, err)
 	}
 	off := devptr(0)
 	for _, t := range ts {
 		if err := b.upload(p+off, t.Data); err != nil {
-			return wtensor{}, fmt.Errorf("gpu: uploading %q: %w", t.Name, err)
+			return wtensor{}, fmt.Errorf("cuda: uploading %q: %w", t.Name, err)
 		}
 		off += devptr(len(t.Data))
 	}
@@ -195,7 +208,7 @@ func (g *Backend) upload(b ops, ts []backend.Tensor) (wtensor, error) {
 }
 
 // alloc allocates device memory that Close frees.
-func (g *Backend) alloc(b ops, bytes int64) (devptr, error) {
+func (g *Backend) alloc(b deviceOps, bytes int64) (devptr, error) {
 	p, err := b.alloc(bytes)
 	if err != nil {
 		return 0, err
@@ -207,10 +220,10 @@ func (g *Backend) alloc(b ops, bytes int64) (devptr, error) {
 // Vector implements [backend.Backend].
 func (g *Backend) Vector(v []float32) (backend.Vector, error) {
 	var out dvector
-	err := g.do(func(b ops) error {
+	err := g.do(func(b deviceOps) error {
 		p, err := g.alloc(b, int64(4*max(len(v), 1)))
 		if err != nil {
-			return fmt.Errorf("gpu: vector of %d: %w", len(v), err)
+			return fmt.Errorf("cuda: vector of %d: %w", len(v), err)
 		}
 		out = dvector{p: p, n: len(v)}
 		return b.upload(p, bytesOf(v))
@@ -221,7 +234,7 @@ func (g *Backend) Vector(v []float32) (backend.Vector, error) {
 // Close implements [backend.Backend]: it frees the device memory of the weights, the
 // key/value pool and the scratch buffers.
 func (g *Backend) Close() error {
-	return g.dev.do(func(b ops) error {
+	return g.dev.do(func(b deviceOps) error {
 		if g.closed {
 			return nil
 		}
@@ -256,7 +269,7 @@ type deviceKV struct {
 // KV implements [backend.Backend]: the whole budget is allocated now.
 func (g *Backend) KV(blockSize int, budget int64) (*kvcache.Pool, error) {
 	if g.kv != nil {
-		return nil, errors.New("gpu: the backend already has its key/value cache")
+		return nil, errors.New("cuda: the backend already has its key/value cache")
 	}
 	if blockSize <= 0 {
 		blockSize = kvcache.DefaultBlockSize
@@ -266,13 +279,13 @@ func (g *Backend) KV(blockSize int, budget int64) (*kvcache.Pool, error) {
 	cfg := kvcache.Config{BlockSize: blockSize, BlockBytes: 4 * geom.blockFloats(), Budget: budget}
 	blocks, err := cfg.Blocks()
 	if err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	kv := &deviceKV{g: g, geom: geom}
-	err = g.do(func(b ops) error {
+	err = g.do(func(b deviceOps) error {
 		p, err := b.alloc(int64(blocks) * cfg.BlockBytes)
 		if err != nil {
-			return fmt.Errorf("gpu: key/value pool of %d blocks (%d bytes): %w", blocks, int64(blocks)*cfg.BlockBytes, err)
+			return fmt.Errorf("cuda: key/value pool of %d blocks (%d bytes): %w", blocks, int64(blocks)*cfg.BlockBytes, err)
 		}
 		kv.geom.base = p
 		return nil
@@ -282,7 +295,7 @@ func (g *Backend) KV(blockSize int, budget int64) (*kvcache.Pool, error) {
 	}
 	pool, err := kvcache.NewPool(cfg, kv)
 	if err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	g.kv = kv
 	return pool, nil
@@ -293,7 +306,7 @@ func (kv *deviceKV) Copy(pairs []int32) error {
 	if len(pairs) == 0 {
 		return nil
 	}
-	return kv.g.do(func(b ops) error {
+	return kv.g.do(func(b deviceOps) error {
 		need := int64(4 * len(pairs))
 		if need > kv.pairBytes {
 			if kv.pairs != 0 {
@@ -304,7 +317,7 @@ func (kv *deviceKV) Copy(pairs []int32) error {
 			}
 			p, err := b.alloc(max(need, 4096))
 			if err != nil {
-				return fmt.Errorf("gpu: buffer for key/value copies: %w", err)
+				return fmt.Errorf("cuda: buffer for key/value copies: %w", err)
 			}
 			kv.pairs, kv.pairBytes = p, max(need, 4096)
 		}
@@ -316,7 +329,7 @@ func (kv *deviceKV) Copy(pairs []int32) error {
 }
 
 // free releases the pool's device memory.
-func (kv *deviceKV) free(b ops) error {
+func (kv *deviceKV) free(b deviceOps) error {
 	var errs []error
 	for _, p := range []devptr{kv.geom.base, kv.pairs} {
 		if p != 0 {
@@ -326,20 +339,23 @@ func (kv *deviceKV) free(b ops) error {
 	return errors.Join(errs...)
 }
 
-// RandomMatrix implements [backend.Filler]: the device fills the matrix itself.
+// RandomMatrix is benchmark support (llama.NewRandom calls it): it makes a rows ×
+// cols matrix of type typ whose values are uniform in ±scale, filled by the device
+// itself, so that models of real sizes need no file and no copy from the host. The
+// same seed gives the same values on a GPU and on the host device.
 func (g *Backend) RandomMatrix(typ dtype.DType, rows, cols int, seed uint64, scale float32) (backend.Matrix, error) {
 	if !supportedWeight(typ) {
-		return nil, fmt.Errorf("gpu: random weights of type %s are not supported (F32, F16, BF16 and Q8_0 are)", typ)
+		return nil, fmt.Errorf("cuda: random weights of type %s are not supported (F32, F16, BF16 and Q8_0 are)", typ)
 	}
 	if cols%typ.BlockSize() != 0 {
-		return nil, fmt.Errorf("gpu: random %s weights need rows of whole blocks, not %d values", typ, cols)
+		return nil, fmt.Errorf("cuda: random %s weights need rows of whole blocks, not %d values", typ, cols)
 	}
 	w := wtensor{typ: typ, rows: rows, cols: cols}
 	bytes := w.rowBytes() * int64(rows)
-	err := g.do(func(b ops) error {
+	err := g.do(func(b deviceOps) error {
 		p, err := g.alloc(b, bytes)
 		if err != nil {
-			return fmt.Errorf("gpu: random matrix of %d × %d: %w", rows, cols, err)
+			return fmt.Errorf("cuda: random matrix of %d × %d: %w", rows, cols, err)
 		}
 		w.p = p
 		return b.fill(p, typ, int64(rows)*int64(cols), seed, scale, 0)
@@ -350,13 +366,14 @@ func (g *Backend) RandomMatrix(typ dtype.DType, rows, cols int, seed uint64, sca
 	return &dmatrix{parts: []wtensor{w}, offs: []int{0}, rows: rows, bytes: bytes}, nil
 }
 
-// RandomVector implements [backend.Filler].
+// RandomVector is benchmark support (llama.NewRandom calls it): it makes a vector of
+// n values uniform in offset ± scale, filled by the device.
 func (g *Backend) RandomVector(n int, seed uint64, scale, offset float32) (backend.Vector, error) {
 	var v dvector
-	err := g.do(func(b ops) error {
+	err := g.do(func(b deviceOps) error {
 		p, err := g.alloc(b, int64(4*max(n, 1)))
 		if err != nil {
-			return fmt.Errorf("gpu: random vector of %d: %w", n, err)
+			return fmt.Errorf("cuda: random vector of %d: %w", n, err)
 		}
 		v = dvector{p: p, n: n}
 		return b.fill(p, dtype.F32, int64(n), seed, scale, offset)

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"errors"
@@ -20,21 +20,24 @@ type library struct {
 // LD_LIBRARY_PATH at start-up). The error says what was tried and why each failed.
 // Libraries stay loaded for the life of the process.
 func openLibrary(lib libSpec, dirs []string) (library, error) {
+	if err := loaderSupported(); err != nil {
+		return library{}, err
+	}
 	var tried []string
 	for _, p := range findLibrary(lib, dirs) {
 		for _, c := range companions(p) {
-			if _, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+			if _, err := dlopen(c); err == nil {
 				break
 			}
 		}
-		h, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dlopen(p)
 		if err == nil {
 			return library{path: p, handle: h}, nil
 		}
 		tried = append(tried, fmt.Sprintf("%s: %v", p, err))
 	}
 	for _, f := range lib.files {
-		h, err := purego.Dlopen(f, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dlopen(f)
 		if err == nil {
 			return library{path: f, handle: h}, nil
 		}
@@ -42,7 +45,7 @@ func openLibrary(lib libSpec, dirs []string) (library, error) {
 			tried = append(tried, fmt.Sprintf("%s: %v", f, err))
 		}
 	}
-	msg := fmt.Sprintf("gpu: %s not found: looked for %s in %d directories", lib.name, strings.Join(lib.files, ", "), len(dirs))
+	msg := fmt.Sprintf("cuda: %s not found: looked for %s in %d directories", lib.name, strings.Join(lib.files, ", "), len(dirs))
 	if len(dirs) > 0 {
 		msg += " (" + strings.Join(dirs, ", ") + ")"
 	}
@@ -58,7 +61,7 @@ func openLibrary(lib libSpec, dirs []string) (library, error) {
 func (l library) symbols(syms map[string]*uintptr) error {
 	var missing []string
 	for name, dst := range syms {
-		p, err := purego.Dlsym(l.handle, name)
+		p, err := dlsym(l.handle, name)
 		if err != nil || p == 0 {
 			missing = append(missing, name)
 			continue
@@ -66,14 +69,14 @@ func (l library) symbols(syms map[string]*uintptr) error {
 		*dst = p
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("gpu: %s lacks %s", l.path, strings.Join(missing, ", "))
+		return fmt.Errorf("cuda: %s lacks %s", l.path, strings.Join(missing, ", "))
 	}
 	return nil
 }
 
 // optional looks up a symbol that may be absent (0 then).
 func (l library) optional(name string) uintptr {
-	p, err := purego.Dlsym(l.handle, name)
+	p, err := dlsym(l.handle, name)
 	if err != nil {
 		return 0
 	}

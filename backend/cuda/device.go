@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 
 // DeviceInfo describes an opened device.
 type DeviceInfo struct {
-	// Backend is "cuda" for a GPU, "host" for the plain-Go reference device.
-	Backend string
+	// Kind is "cuda" for a GPU, "host" for the plain-Go reference device.
+	Kind string
 	// Name is the GPU's name as the driver reports it ("NVIDIA H200").
 	Name string
 	// ComputeCapability is major·10 + minor (90 for Hopper).
@@ -37,7 +37,7 @@ type DeviceInfo struct {
 
 // String is a one-line summary.
 func (i DeviceInfo) String() string {
-	if i.Backend != "cuda" {
+	if i.Kind != "cuda" {
 		return "host reference device (plain Go)"
 	}
 	return fmt.Sprintf("%s (compute %d.%d, %d SMs, %.1f GiB, peak %.2f TB/s), driver CUDA %d.%d, NVRTC %s, kernels %s",
@@ -45,13 +45,13 @@ func (i DeviceInfo) String() string {
 		i.PeakBandwidth/1e12, i.DriverVersion/1000, i.DriverVersion%1000/10, i.NVRTCVersion, i.KernelTarget)
 }
 
-// Device is a GPU opened for the runner (or the host reference device): its libraries,
+// Device is a GPU opened for the backend (or the host reference device): its libraries,
 // context, cuBLAS handle and compiled kernels. It is safe for concurrent use; work on
 // one device is serialised. Models loaded on it must be closed before it.
 type Device struct {
 	mu     sync.Mutex
-	b      ops
-	cuda   *cudaBackend // nil for the host device
+	ops    deviceOps
+	cuda   *cudaOps // nil for the host device
 	info   DeviceInfo
 	closed bool
 }
@@ -61,7 +61,7 @@ type DeviceOptions struct {
 	// Ordinal is the CUDA device number (0 for the first GPU).
 	Ordinal int
 	// GEMMRows is the largest batch whose products with F32, F16 and BF16 weights use
-	// the runner's own kernels, which are batch-invariant: a token's logits do not
+	// the backend's own kernels, which are batch-invariant: a token's logits do not
 	// depend on the batch around it, so greedy speculative decoding reproduces plain
 	// greedy decoding exactly. Larger batches (prompts) use cuBLAS. 0 means 32.
 	GEMMRows int
@@ -84,7 +84,7 @@ func Available() error {
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("gpu: the CUDA driver (%s) sees no device", drv.lib.path)
+		return fmt.Errorf("cuda: the CUDA driver (%s) sees no device", drv.lib.path)
 	}
 	if _, err := loadBLAS(env); err != nil {
 		return err
@@ -95,11 +95,11 @@ func Available() error {
 	return nil
 }
 
-// HostDevice returns a reference device that runs the runner's operations in plain Go
+// HostDevice returns a reference device that runs the device operations in plain Go
 // on the CPU, one thread: slow, but needing no GPU. The tests use it to check the
-// runner against model/llama; it also shows what the CUDA kernels must compute.
+// Backend against model/llama and the CPU backend; it also shows what the CUDA kernels must compute.
 func HostDevice() *Device {
-	return &Device{b: &hostBackend{}, info: DeviceInfo{Backend: "host", Name: "host"}}
+	return &Device{ops: &hostOps{}, info: DeviceInfo{Kind: "host", Name: "host"}}
 }
 
 // knownPeak gives the datasheet memory bandwidth, in bytes per second, of cards by a
@@ -138,7 +138,7 @@ func OpenDevice(opts DeviceOptions) (_ *Device, err error) {
 		return nil, err
 	}
 	if opts.Ordinal < 0 || opts.Ordinal >= n {
-		return nil, fmt.Errorf("gpu: device %d requested, the driver sees %d", opts.Ordinal, n)
+		return nil, fmt.Errorf("cuda: device %d requested, the driver sees %d", opts.Ordinal, n)
 	}
 	bl, err := loadBLAS(env)
 	if err != nil {
@@ -152,7 +152,7 @@ func OpenDevice(opts DeviceOptions) (_ *Device, err error) {
 	if err != nil {
 		return nil, err
 	}
-	info := DeviceInfo{Backend: "cuda", NVRTCVersion: nv.versionString(),
+	info := DeviceInfo{Kind: "cuda", NVRTCVersion: nv.versionString(),
 		Libraries: []string{drv.lib.path, bl.lib.path, nv.lib.path}}
 	if info.Name, err = drv.deviceName(dev); err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ func OpenDevice(opts DeviceOptions) (_ *Device, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &cudaBackend{drv: drv, blas: bl, ctx: ctx, dev: dev, fns: map[string]uintptr{},
+	b := &cudaOps{drv: drv, blas: bl, ctx: ctx, dev: dev, fns: map[string]uintptr{},
 		args: new(kernelArgs), gs: new(gemmScalars), gemmRows: opts.GEMMRows}
 	if b.gemmRows <= 0 {
 		b.gemmRows = 32
@@ -201,7 +201,7 @@ func OpenDevice(opts DeviceOptions) (_ *Device, err error) {
 	}
 	image, arch, err := nv.build(kernelSource, "specula_kernels.cu", info.ComputeCapability)
 	if err != nil {
-		return nil, fmt.Errorf("gpu: compiling the kernels with NVRTC %s (%s): %w", info.NVRTCVersion, nv.lib.path, err)
+		return nil, fmt.Errorf("cuda: compiling the kernels with NVRTC %s (%s): %w", info.NVRTCVersion, nv.lib.path, err)
 	}
 	info.KernelTarget = arch
 	if b.module, err = drv.loadModule(image); err != nil {
@@ -217,15 +217,15 @@ func OpenDevice(opts DeviceOptions) (_ *Device, err error) {
 	if b.handle, err = bl.newHandle(); err != nil {
 		return nil, err
 	}
-	return &Device{b: b, cuda: b, info: info}, nil
+	return &Device{ops: b, cuda: b, info: info}, nil
 }
 
 // errDeviceClosed is returned (wrapped) when a closed device is used.
-var errDeviceClosed = errors.New("gpu: device is closed")
+var errDeviceClosed = errors.New("cuda: device is closed")
 
 // do runs f with the device's backend, holding the device and, for a GPU, with its
 // context current on a locked OS thread.
-func (d *Device) do(f func(b ops) error) error {
+func (d *Device) do(f func(b deviceOps) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -238,7 +238,7 @@ func (d *Device) do(f func(b ops) error) error {
 			return err
 		}
 	}
-	return f(d.b)
+	return f(d.ops)
 }
 
 // Info describes the device.
@@ -247,7 +247,7 @@ func (d *Device) Info() DeviceInfo { return d.info }
 // MemoryInfo returns the free and total device memory in bytes (for the host device,
 // 0 and 0).
 func (d *Device) MemoryInfo() (free, total int64, err error) {
-	err = d.do(func(ops) error {
+	err = d.do(func(deviceOps) error {
 		if d.cuda == nil {
 			return nil
 		}
@@ -259,7 +259,7 @@ func (d *Device) MemoryInfo() (free, total int64, err error) {
 
 // Synchronize waits until the device has finished all work queued so far.
 func (d *Device) Synchronize() error {
-	return d.do(func(b ops) error { return b.sync() })
+	return d.do(func(b deviceOps) error { return b.sync() })
 }
 
 // Close releases the device: its compiled kernels, cuBLAS handle and context. Models
@@ -278,5 +278,5 @@ func (d *Device) Close() error {
 			return err
 		}
 	}
-	return d.b.close()
+	return d.ops.close()
 }

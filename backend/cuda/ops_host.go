@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"encoding/binary"
@@ -11,11 +11,11 @@ import (
 	"github.com/specula/specula/internal/kernels"
 )
 
-// hostBackend runs the primitive operations in plain Go on the CPU, one thread, with
+// hostOps runs the primitive operations in plain Go on the CPU, one thread, with
 // the CPU runtime's kernels where there is one (weight products, RMSNorm, SiLU), so
-// that a runner on it computes what model/llama computes. It defines what each CUDA
-// kernel must compute, and lets the tests check the runner without a GPU.
-type hostBackend struct {
+// that a Backend on it computes what model/llama computes. It defines what each CUDA
+// kernel must compute, and lets the tests check the Backend without a GPU.
+type hostOps struct {
 	allocs [][]uint64 // allocation i is addressed by (i+1)<<allocShift
 	act    kernels.Act
 	tmp    []float32
@@ -36,21 +36,21 @@ type hostFault struct{ msg string }
 // method's error: a hostFault (a bad address, which on a GPU would be an illegal
 // memory access) or any other (an index out of range in a plain-Go kernel), so that
 // no panic escapes the backend.
-func (h *hostBackend) catch(op string, err *error) {
+func (h *hostOps) catch(op string, err *error) {
 	if r := recover(); r != nil {
 		if f, ok := r.(hostFault); ok {
-			*err = fmt.Errorf("gpu: host backend: %s: %s", op, f.msg)
+			*err = fmt.Errorf("cuda: host device: %s: %s", op, f.msg)
 			return
 		}
-		*err = fmt.Errorf("gpu: host backend: %s: %v", op, r)
+		*err = fmt.Errorf("cuda: host device: %s: %v", op, r)
 	}
 }
 
-func (h *hostBackend) kind() string { return "host" }
+func (h *hostOps) kind() string { return "host" }
 
-func (h *hostBackend) alloc(bytes int64) (devptr, error) {
+func (h *hostOps) alloc(bytes int64) (devptr, error) {
 	if bytes < 0 || bytes >= 1<<allocShift {
-		return 0, fmt.Errorf("gpu: host backend: cannot allocate %d bytes", bytes)
+		return 0, fmt.Errorf("cuda: host device: cannot allocate %d bytes", bytes)
 	}
 	buf := make([]uint64, (bytes+7)/8)
 	for i, a := range h.allocs {
@@ -63,10 +63,10 @@ func (h *hostBackend) alloc(bytes int64) (devptr, error) {
 	return devptr(uint64(len(h.allocs)) << allocShift), nil
 }
 
-func (h *hostBackend) free(p devptr) error {
+func (h *hostOps) free(p devptr) error {
 	id := int(p>>allocShift) - 1
 	if id < 0 || id >= len(h.allocs) || h.allocs[id] == nil || p&(1<<allocShift-1) != 0 {
-		return fmt.Errorf("gpu: host backend: free of %#x, which is no allocation", uint64(p))
+		return fmt.Errorf("cuda: host device: free of %#x, which is no allocation", uint64(p))
 	}
 	h.allocs[id] = nil
 	h.forget(p)
@@ -75,7 +75,7 @@ func (h *hostBackend) free(p devptr) error {
 
 // forget drops the matrices made of the allocation holding p, which is being written
 // or freed.
-func (h *hostBackend) forget(p devptr) {
+func (h *hostOps) forget(p devptr) {
 	for w := range h.mats {
 		if w.p>>allocShift == p>>allocShift {
 			delete(h.mats, w)
@@ -84,7 +84,7 @@ func (h *hostBackend) forget(p devptr) {
 }
 
 // bytes returns the n bytes at p.
-func (h *hostBackend) bytes(p devptr, n int64) []byte {
+func (h *hostOps) bytes(p devptr, n int64) []byte {
 	id := int(p>>allocShift) - 1
 	off := int64(p & (1<<allocShift - 1))
 	if id < 0 || id >= len(h.allocs) || h.allocs[id] == nil {
@@ -97,7 +97,7 @@ func (h *hostBackend) bytes(p devptr, n int64) []byte {
 	return a[off : off+n]
 }
 
-func (h *hostBackend) f32(p devptr, n int64) []float32 {
+func (h *hostOps) f32(p devptr, n int64) []float32 {
 	if n == 0 {
 		return nil
 	}
@@ -105,7 +105,7 @@ func (h *hostBackend) f32(p devptr, n int64) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
 }
 
-func (h *hostBackend) i32(p devptr, n int64) []int32 {
+func (h *hostOps) i32(p devptr, n int64) []int32 {
 	if n == 0 {
 		return nil
 	}
@@ -113,14 +113,14 @@ func (h *hostBackend) i32(p devptr, n int64) []int32 {
 	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), n)
 }
 
-func (h *hostBackend) upload(dst devptr, src []byte) (err error) {
+func (h *hostOps) upload(dst devptr, src []byte) (err error) {
 	defer h.catch("upload", &err)
 	h.forget(dst)
 	copy(h.bytes(dst, int64(len(src))), src)
 	return nil
 }
 
-func (h *hostBackend) download(dst []byte, src devptr) (err error) {
+func (h *hostOps) download(dst []byte, src devptr) (err error) {
 	defer h.catch("download", &err)
 	copy(dst, h.bytes(src, int64(len(dst))))
 	return nil
@@ -140,7 +140,7 @@ func fillValue(seed uint64, k int64, scale, offset float32) float32 {
 	return offset + scale*u
 }
 
-func (h *hostBackend) fill(p devptr, typ dtype.DType, n int64, seed uint64, scale, offset float32) (err error) {
+func (h *hostOps) fill(p devptr, typ dtype.DType, n int64, seed uint64, scale, offset float32) (err error) {
 	h.forget(p)
 	defer h.catch("fill", &err)
 	switch typ {
@@ -163,7 +163,7 @@ func (h *hostBackend) fill(p devptr, typ dtype.DType, n int64, seed uint64, scal
 		// Blocks of 32 values quantised as kernels.QuantizeQ8_0 does (and the
 		// fill_q8_0 kernel): the same values as an F32 fill, then rounded.
 		if n%32 != 0 {
-			return fmt.Errorf("gpu: Q8_0 fill of %d values, not a multiple of 32", n)
+			return fmt.Errorf("cuda: Q8_0 fill of %d values, not a multiple of 32", n)
 		}
 		out := h.bytes(p, n/32*34)
 		var blk [32]float32
@@ -174,13 +174,13 @@ func (h *hostBackend) fill(p devptr, typ dtype.DType, n int64, seed uint64, scal
 			kernels.QuantizeQ8_0(blk[:], out[34*b:34*(b+1)])
 		}
 	default:
-		return fmt.Errorf("gpu: fill of type %s is not supported", typ)
+		return fmt.Errorf("cuda: fill of type %s is not supported", typ)
 	}
 	return nil
 }
 
 // matrix wraps a weight tensor for the CPU kernels.
-func (h *hostBackend) matrix(w wtensor) (*kernels.Matrix, error) {
+func (h *hostOps) matrix(w wtensor) (*kernels.Matrix, error) {
 	if m, ok := h.mats[w]; ok {
 		return m, nil
 	}
@@ -195,7 +195,7 @@ func (h *hostBackend) matrix(w wtensor) (*kernels.Matrix, error) {
 	return m, nil
 }
 
-func (h *hostBackend) embed(out devptr, w wtensor, tokens devptr, n int) (err error) {
+func (h *hostOps) embed(out devptr, w wtensor, tokens devptr, n int) (err error) {
 	defer h.catch("embed", &err)
 	m, err := h.matrix(w)
 	if err != nil {
@@ -207,13 +207,13 @@ func (h *hostBackend) embed(out devptr, w wtensor, tokens devptr, n int) (err er
 	}
 	for i, t := range h.i32(tokens, int64(n)) {
 		if err := m.RowF32(int(t), o[i*w.cols:(i+1)*w.cols], h.row); err != nil {
-			return fmt.Errorf("gpu: embedding of token %d: %w", t, err)
+			return fmt.Errorf("cuda: embedding of token %d: %w", t, err)
 		}
 	}
 	return nil
 }
 
-func (h *hostBackend) rmsNorm(out, x, w, rows devptr, n, dim int, eps float32) (err error) {
+func (h *hostOps) rmsNorm(out, x, w, rows devptr, n, dim int, eps float32) (err error) {
 	defer h.catch("rmsNorm", &err)
 	wv := h.f32(w, int64(dim))
 	o := h.f32(out, int64(n*dim))
@@ -232,7 +232,7 @@ func (h *hostBackend) rmsNorm(out, x, w, rows devptr, n, dim int, eps float32) (
 	return nil
 }
 
-func (h *hostBackend) matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) (err error) {
+func (h *hostOps) matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) (err error) {
 	defer h.catch("matmul", &err)
 	m, err := h.matrix(w)
 	if err != nil {
@@ -240,7 +240,7 @@ func (h *hostBackend) matmul(out devptr, ldo int, x devptr, n int, w wtensor, ac
 	}
 	h.act.Reset(h.f32(x, int64(n*w.cols)), n, w.cols)
 	if err := h.act.Prepare(w.typ); err != nil {
-		return fmt.Errorf("gpu: %w", err)
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if cap(h.tmp) < n*w.rows {
 		h.tmp = make([]float32, n*w.rows)
@@ -267,7 +267,7 @@ func (g kvGeom) off(slot int64, layer, kind, head int) int64 {
 }
 
 // pool returns the whole block pool of g as floats, given its size in blocks.
-func (h *hostBackend) pool(g kvGeom) []float32 {
+func (h *hostOps) pool(g kvGeom) []float32 {
 	id := int(g.base>>allocShift) - 1
 	if id < 0 || id >= len(h.allocs) || h.allocs[id] == nil {
 		panic(hostFault{"key/value pool is no allocation"})
@@ -276,7 +276,7 @@ func (h *hostBackend) pool(g kvGeom) []float32 {
 	return h.f32(g.base, n/4)
 }
 
-func (h *hostBackend) qkv(a qkvArgs) (err error) {
+func (h *hostOps) qkv(a qkvArgs) (err error) {
 	defer h.catch("qkv", &err)
 	g := a.kv
 	hd, heads, kvh := g.headDim, a.heads, g.kvHeads
@@ -313,7 +313,7 @@ func (h *hostBackend) qkv(a qkvArgs) (err error) {
 	return nil
 }
 
-func (h *hostBackend) attention(a attnArgs) (err error) {
+func (h *hostOps) attention(a attnArgs) (err error) {
 	defer h.catch("attention", &err)
 	g := a.kv
 	hd, heads, kvh := g.headDim, a.heads, g.kvHeads
@@ -374,7 +374,7 @@ func (h *hostBackend) attention(a attnArgs) (err error) {
 	return nil
 }
 
-func (h *hostBackend) siluMul(out, gu devptr, n, ffn int) (err error) {
+func (h *hostOps) siluMul(out, gu devptr, n, ffn int) (err error) {
 	defer h.catch("siluMul", &err)
 	src := h.f32(gu, int64(n*2*ffn))
 	dst := h.f32(out, int64(n*ffn))
@@ -384,7 +384,7 @@ func (h *hostBackend) siluMul(out, gu devptr, n, ffn int) (err error) {
 	return nil
 }
 
-func (h *hostBackend) kvCopy(g kvGeom, pairs devptr, m int) (err error) {
+func (h *hostOps) kvCopy(g kvGeom, pairs devptr, m int) (err error) {
 	defer h.catch("kvCopy", &err)
 	kv := h.pool(g)
 	ps := h.i32(pairs, int64(2*m))
@@ -403,5 +403,5 @@ func (h *hostBackend) kvCopy(g kvGeom, pairs devptr, m int) (err error) {
 	return nil
 }
 
-func (h *hostBackend) sync() error  { return nil }
-func (h *hostBackend) close() error { h.allocs = nil; return nil }
+func (h *hostOps) sync() error  { return nil }
+func (h *hostOps) close() error { h.allocs = nil; return nil }

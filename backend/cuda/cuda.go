@@ -1,11 +1,11 @@
-package gpu
+package cuda
 
 import (
 	"fmt"
 	"unsafe"
 )
 
-// driver holds the CUDA driver API entry points the runner uses, from libcuda.
+// driver holds the CUDA driver API entry points the backend uses, from libcuda.
 type driver struct {
 	lib library
 
@@ -78,9 +78,9 @@ func (d *driver) check(what string, r uintptr) error {
 		n = fmt.Sprintf("CUresult %d", code)
 	}
 	if s != "" {
-		return fmt.Errorf("gpu: %s: %s (%s)", what, n, s)
+		return fmt.Errorf("cuda: %s: %s (%s)", what, n, s)
 	}
-	return fmt.Errorf("gpu: %s: %s", what, n)
+	return fmt.Errorf("cuda: %s: %s", what, n)
 }
 
 func (d *driver) init() error { return d.check("cuInit", call(d.cuInit, 0)) }

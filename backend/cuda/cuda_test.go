@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"fmt"
@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The runner-level checks — models on the host device against the CPU backend, on a
+// The model-level checks — models on the host device against the CPU backend, on a
 // GPU against both, the paged key/value cache, random-weight models, speculative
-// decoding — are in model/llama (device_*_test.go): package gpu cannot import
-// model/llama, which imports it. The tests here check gpu's own parts: library
-// discovery, the kernels, the host device's operations and the Backend (runner.go,
+// decoding — are in model/llama (device_*_test.go), whose tests pass this package's
+// Backend to the model. The tests here check this package's own parts: library
+// discovery, the kernels, the host device's operations and the Backend (backend.go,
 // pass.go) driven by hand-built plans.
 
 // gpuTol bounds the difference between a GPU's logits and the host device's.
@@ -65,7 +65,7 @@ func TestGPUInfo(t *testing.T) {
 	info := dev.Info()
 	t.Logf("%s", info)
 	t.Logf("libraries: %v", info.Libraries)
-	assert.Equal(t, "cuda", info.Backend)
+	assert.Equal(t, "cuda", info.Kind)
 	assert.NotEmpty(t, info.Name)
 	assert.Greater(t, info.ComputeCapability, 0)
 	assert.Greater(t, info.PeakBandwidth, 0.0)
@@ -91,7 +91,7 @@ func TestGPUKernelsCompileOnDevice(t *testing.T) {
 func TestHostDevice(t *testing.T) {
 	dev := HostDevice()
 	info := dev.Info()
-	assert.Equal(t, "host", info.Backend)
+	assert.Equal(t, "host", info.Kind)
 	assert.Equal(t, "host reference device (plain Go)", info.String())
 	free, total, err := dev.MemoryInfo()
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // first error.
 type devicePass struct {
 	g    *Backend
-	b    ops
+	b    deviceOps
 	plan *backend.Plan
 	rows int
 	err  error
@@ -28,12 +28,12 @@ type devicePass struct {
 // Run implements [backend.Backend].
 func (g *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) error {
 	if g.kv == nil {
-		return errors.New("gpu: the backend has no key/value cache (call KV first)")
+		return errors.New("cuda: the backend has no key/value cache (call KV first)")
 	}
 	if p.Rows() > g.opts.MaxBatch {
-		return fmt.Errorf("gpu: a pass of %d rows; at most %d", p.Rows(), g.opts.MaxBatch)
+		return fmt.Errorf("cuda: a pass of %d rows; at most %d", p.Rows(), g.opts.MaxBatch)
 	}
-	return g.do(func(b ops) error {
+	return g.do(func(b deviceOps) error {
 		ps := &g.pass // passes on one device run one at a time: one is enough
 		*ps = devicePass{g: g, b: b, plan: p, rows: p.Rows(), oTables: ps.oTables[:0]}
 		if err := ps.upload(); err != nil {
@@ -114,7 +114,7 @@ func grow[T any](b []T, n int) []T {
 
 // ensureScratch sizes the activation buffers for passes of up to rows rows and outs
 // output rows, and the plan buffer for meta bytes.
-func (g *Backend) ensureScratch(b ops, rows, outs int, meta int64) error {
+func (g *Backend) ensureScratch(b deviceOps, rows, outs int, meta int64) error {
 	s := &g.s
 	realloc := func(p *devptr, bytes int64, what string) error {
 		if *p != 0 {
@@ -125,7 +125,7 @@ func (g *Backend) ensureScratch(b ops, rows, outs int, meta int64) error {
 		}
 		np, err := b.alloc(bytes)
 		if err != nil {
-			return fmt.Errorf("gpu: scratch buffer %s of %d bytes: %w", what, bytes, err)
+			return fmt.Errorf("cuda: scratch buffer %s of %d bytes: %w", what, bytes, err)
 		}
 		*p = np
 		return nil
@@ -176,7 +176,7 @@ func (ps *devicePass) fail(err error) {
 // backend's.
 func (ps *devicePass) ok(weightOK bool) bool {
 	if ps.err == nil && !weightOK {
-		ps.err = errors.New("gpu: a weight taken in by another backend")
+		ps.err = errors.New("cuda: a weight taken in by another backend")
 	}
 	return ps.err == nil
 }
@@ -199,7 +199,7 @@ func (ps *devicePass) Load(dst backend.Act) {
 	}
 	in, err := ps.plan.InputRows()
 	if err != nil {
-		ps.fail(fmt.Errorf("gpu: %w", err))
+		ps.fail(fmt.Errorf("cuda: %w", err))
 		return
 	}
 	ps.fail(ps.b.upload(ps.buf(dst), bytesOf(in)))

@@ -1,4 +1,4 @@
-// Command gpubench measures the GPU runner on random-weight models with the shapes of
+// Command gpubench measures the CUDA backend on random-weight models with the shapes of
 // real ones (model/synth's table, which the CPU's examples/realscale uses too;
 // Qwen2.5-0.5B and Qwen2.5-7B by default): decode tokens per second at a given context, the
 // verification cost ratio time(forward of k tokens)/time(forward of 1) that decides
@@ -27,8 +27,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/synth"
@@ -88,11 +88,11 @@ type result struct {
 
 // report is the JSON written to -out.
 type report struct {
-	Device    gpu.DeviceInfo `json:"device"`
-	Config    config         `json:"config"`
-	Results   []result       `json:"results"`
-	StartedAt time.Time      `json:"started_at"`
-	Seconds   float64        `json:"seconds"`
+	Device    cuda.DeviceInfo `json:"device"`
+	Config    config          `json:"config"`
+	Results   []result        `json:"results"`
+	StartedAt time.Time       `json:"started_at"`
+	Seconds   float64         `json:"seconds"`
 }
 
 func main() {
@@ -113,7 +113,7 @@ func main() {
 	flag.IntVar(&c.VerifyK, "k", 5, "tokens of the verify forward")
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the random weights")
 	flag.IntVar(&ordinal, "device", 0, "CUDA device number")
-	flag.IntVar(&gemmRows, "gemm-rows", 0, "largest batch using the runner's own kernels rather than cuBLAS (0: default)")
+	flag.IntVar(&gemmRows, "gemm-rows", 0, "largest batch using the backend's own kernels rather than cuBLAS (0: default)")
 	flag.StringVar(&out, "out", "", "write the results as JSON to this file")
 	flag.DurationVar(&timeout, "timeout", 0, "stop after this long (0: no limit)")
 	flag.Parse()
@@ -139,12 +139,12 @@ func main() {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	var dev *gpu.Device
+	var dev *cuda.Device
 	if host {
-		dev = gpu.HostDevice()
+		dev = cuda.HostDevice()
 	} else {
 		var err error
-		if dev, err = gpu.OpenDevice(gpu.DeviceOptions{Ordinal: ordinal, GEMMRows: gemmRows}); err != nil {
+		if dev, err = cuda.OpenDevice(cuda.DeviceOptions{Ordinal: ordinal, GEMMRows: gemmRows}); err != nil {
 			fmt.Fprintln(os.Stderr, "gpubench:", err)
 			os.Exit(1)
 		}
@@ -185,7 +185,7 @@ func writeJSON(path string, v any) error {
 // run measures every shape and type of c on dev, printing each result as it comes and
 // a table at the end to w. A failed measurement is recorded in its result and run
 // goes on; the error returned joins them (and a cancellation).
-func run(ctx context.Context, dev *gpu.Device, c config, w io.Writer) (report, error) {
+func run(ctx context.Context, dev *cuda.Device, c config, w io.Writer) (report, error) {
 	rep := report{Device: dev.Info(), Config: c, StartedAt: time.Now().UTC()}
 	if c.Context < 1 || c.Steps < 1 || c.Repeats < 1 || c.VerifyK < 1 {
 		return rep, fmt.Errorf("ctx %d, steps %d, repeats %d and k %d must be positive", c.Context, c.Steps, c.Repeats, c.VerifyK)
@@ -222,13 +222,29 @@ func run(ctx context.Context, dev *gpu.Device, c config, w io.Writer) (report, e
 	return rep, errors.Join(errs...)
 }
 
+// decodeBytes is the weight memory one decoding step of m, a random model whose
+// matrices are all of type typ, reads: every matrix but the embedding table, and one
+// row of that. With tied embeddings the output matrix is the table, read whole by the
+// logits and one row more by the lookup.
+func decodeBytes(m *llama.Model, typ dtype.DType) (int64, error) {
+	cfg := m.Config()
+	row, err := typ.Bytes(int64(cfg.Dim))
+	if err != nil {
+		return 0, err
+	}
+	if cfg.TiedEmbeddings {
+		return m.WeightBytes() + row, nil
+	}
+	return m.WeightBytes() - int64(cfg.Vocab)*row + row, nil
+}
+
 // measure builds one random model and times it.
-func measure(ctx context.Context, dev *gpu.Device, name string, cfg llama.Config, typ dtype.DType, c config) (result, error) {
+func measure(ctx context.Context, dev *cuda.Device, name string, cfg llama.Config, typ dtype.DType, c config) (result, error) {
 	r := result{Shape: name, Type: typ.String(), Params: synth.Count(cfg)}
 	// Room for the context, the decode steps and a verify forward, in whole blocks.
-	perToken := int64(cfg.Layers) * 2 * int64(cfg.KVHeads) * int64(cfg.HeadDim) * 4
+	perToken := cfg.KVBytesPerPosition()
 	positions := int64(c.Context+c.Steps+c.VerifyK) + 64
-	opts := llama.Options{Device: dev, KVBudget: positions * perToken, MaxBatch: 512}
+	opts := llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{MaxBatch: 512}), KVBudget: positions * perToken}
 	r.KVBytesPerStep = int64(c.Context) * perToken
 
 	t0 := time.Now()
@@ -241,7 +257,10 @@ func measure(ctx context.Context, dev *gpu.Device, name string, cfg llama.Config
 		return r, err
 	}
 	r.LoadSeconds = time.Since(t0).Seconds()
-	r.WeightBytes, r.DecodeBytes = m.WeightBytes(), m.DecodeBytes()
+	r.WeightBytes = m.WeightBytes()
+	if r.DecodeBytes, err = decodeBytes(m, typ); err != nil {
+		return r, err
+	}
 
 	seq, err := m.NewSequence(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/specula/specula/model"
 )
 
-// These tests drive the device Backend (runner.go, pass.go) with plans built by hand,
+// These tests drive the device Backend (backend.go, pass.go) with plans built by hand,
 // against the CPU backend on the same weights: what model/llama does, in a few lines,
 // without importing it.
 

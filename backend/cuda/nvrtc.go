@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"fmt"
@@ -47,7 +47,7 @@ func (c *compiler) check(what string, r uintptr) error {
 	if code == 0 {
 		return nil
 	}
-	return fmt.Errorf("gpu: %s: %s", what, goString(call(c.errorString, uintptr(code))))
+	return fmt.Errorf("cuda: %s: %s", what, goString(call(c.errorString, uintptr(code))))
 }
 
 // versionString is NVRTC's version as "major.minor".
@@ -133,7 +133,7 @@ func (c *compiler) build(src, name string, cc int, extra ...string) (image []byt
 		return nil, arch, err
 	}
 	if size == 0 || size > 1<<30 {
-		return nil, arch, fmt.Errorf("gpu: NVRTC returned %d bytes of %s", size, what)
+		return nil, arch, fmt.Errorf("cuda: NVRTC returned %d bytes of %s", size, what)
 	}
 	image = make([]byte, size+1) // PTX is NUL-terminated; the spare byte keeps it so
 	if err := c.check("nvrtcGet"+what, call(getFn, prog, uintptr(unsafe.Pointer(&image[0])))); err != nil {
