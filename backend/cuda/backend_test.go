@@ -15,7 +15,6 @@ import (
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 )
@@ -48,16 +47,16 @@ func encode(t testing.TB, typ dtype.DType, v []float32) []byte {
 	case dtype.F16, dtype.BF16:
 		out := make([]byte, 2*len(v))
 		for i, x := range v {
-			bits := kernels.F32ToF16(x)
+			bits := dtype.F32ToF16(x)
 			if typ == dtype.BF16 {
-				bits = kernels.F32ToBF16(x)
+				bits = dtype.F32ToBF16(x)
 			}
 			binary.LittleEndian.PutUint16(out[2*i:], bits)
 		}
 		return out
 	case dtype.Q8_0:
 		out := make([]byte, len(v)/32*34)
-		kernels.QuantizeQ8_0(v, out)
+		dtype.QuantizeQ8_0(v, out)
 		return out
 	}
 	t.Fatalf("no encoder for %s", typ)

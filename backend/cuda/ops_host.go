@@ -153,14 +153,14 @@ func (h *hostOps) fill(p devptr, typ dtype.DType, n int64, seed uint64, scale, o
 		out := h.bytes(p, 2*n)
 		for k := int64(0); k < n; k++ {
 			v := fillValue(seed, k, scale, offset)
-			bits := kernels.F32ToF16(v)
+			bits := dtype.F32ToF16(v)
 			if typ == dtype.BF16 {
-				bits = kernels.F32ToBF16(v)
+				bits = dtype.F32ToBF16(v)
 			}
 			binary.LittleEndian.PutUint16(out[2*k:], bits)
 		}
 	case dtype.Q8_0:
-		// Blocks of 32 values quantised as kernels.QuantizeQ8_0 does (and the
+		// Blocks of 32 values quantised as dtype.QuantizeQ8_0 does (and the
 		// fill_q8_0 kernel): the same values as an F32 fill, then rounded.
 		if n%32 != 0 {
 			return fmt.Errorf("cuda: Q8_0 fill of %d values, not a multiple of 32", n)
@@ -171,7 +171,7 @@ func (h *hostOps) fill(p devptr, typ dtype.DType, n int64, seed uint64, scale, o
 			for j := range blk {
 				blk[j] = fillValue(seed, 32*b+int64(j), scale, offset)
 			}
-			kernels.QuantizeQ8_0(blk[:], out[34*b:34*(b+1)])
+			dtype.QuantizeQ8_0(blk[:], out[34*b:34*(b+1)])
 		}
 	default:
 		return fmt.Errorf("cuda: fill of type %s is not supported", typ)

@@ -8,11 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/internal/kernels"
 )
 
 // TestHostFill checks the fill operation: F32 values uniform in offset ± scale, F16
-// and BF16 their roundings, and Q8_0 exactly kernels.QuantizeQ8_0 of the F32 values.
+// and BF16 their roundings, and Q8_0 exactly dtype.QuantizeQ8_0 of the F32 values.
 func TestHostFill(t *testing.T) {
 	h := &hostOps{}
 	const n = 4096
@@ -37,12 +36,12 @@ func TestHostFill(t *testing.T) {
 	for i, v := range f {
 		require.True(t, v >= offset-scale && v < offset+scale, "value %d = %v", i, v)
 		mean += float64(v) / n
-		require.Equal(t, kernels.F32ToF16(v), binary.LittleEndian.Uint16(half[2*i:]))
-		require.Equal(t, kernels.F32ToBF16(v), binary.LittleEndian.Uint16(bf[2*i:]))
+		require.Equal(t, dtype.F32ToF16(v), binary.LittleEndian.Uint16(half[2*i:]))
+		require.Equal(t, dtype.F32ToBF16(v), binary.LittleEndian.Uint16(bf[2*i:]))
 	}
 	assert.InDelta(t, offset, mean, 0.02)
 	want := make([]byte, len(q))
-	kernels.QuantizeQ8_0(f, want)
+	dtype.QuantizeQ8_0(f, want)
 	assert.Equal(t, want, q)
 	assert.Error(t, h.fill(pq, dtype.Q8_0, 33, seed, scale, offset))
 	assert.Error(t, h.fill(pq, dtype.Q4_0, 32, seed, scale, offset))

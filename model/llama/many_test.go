@@ -250,7 +250,7 @@ func TestHiddenStates(t *testing.T) {
 	state := func(r, j int) []float32 { return b.Hidden[(r*2+j)*d : (r*2+j+1)*d] }
 
 	emb := make([]float32, v*d)
-	require.NoError(t, kernels.Dequantize(src["token_embd.weight"].typ, src["token_embd.weight"].data, emb))
+	require.NoError(t, dtype.Dequantize(src["token_embd.weight"].typ, src["token_embd.weight"].data, emb))
 	for k, r := range []int{1, 0} { // outputs 11 and 4 are states 1 and 0
 		h := state(r, 1)
 		for tok := range v {
@@ -263,7 +263,7 @@ func TestHiddenStates(t *testing.T) {
 	}
 	normed := make([]float32, d)
 	outNorm := make([]float32, d)
-	require.NoError(t, kernels.Dequantize(dtype.F32, src["output_norm.weight"].data, outNorm))
+	require.NoError(t, dtype.Dequantize(dtype.F32, src["output_norm.weight"].data, outNorm))
 	for r := range 3 {
 		kernels.RMSNorm(normed, state(r, 0), outNorm, cfg.NormEps)
 		assert.Equal(t, normed, state(r, 1), "state %d: the last layer's stream, normed, is the final state", r)

@@ -15,7 +15,6 @@ import (
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/internal/shared"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -53,8 +52,8 @@ func TestMatchesLlamaCppQ8(t *testing.T) {
 		}
 		for blk := 0; blk < len(a)/34; blk++ {
 			x, y := a[blk*34:(blk+1)*34], b[blk*34:(blk+1)*34]
-			dx := kernels.F16ToF32(binary.LittleEndian.Uint16(x))
-			dy := kernels.F16ToF32(binary.LittleEndian.Uint16(y))
+			dx := dtype.F16ToF32(binary.LittleEndian.Uint16(x))
+			dy := dtype.F16ToF32(binary.LittleEndian.Uint16(y))
 			require.InDelta(t, dy, dx, 2e-3*math.Abs(float64(dy))+1e-9, "%s block %d scale", wt.Name, blk)
 			for j := 2; j < 34; j++ {
 				d := int(int8(x[j])) - int(int8(y[j]))

@@ -1,11 +1,9 @@
-package kernels
+package dtype
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
-
-	"github.com/specula/specula/format/dtype"
 )
 
 // The K-quant formats of llama.cpp (ggml's block_q4_K, block_q5_K and block_q6_K)
@@ -37,12 +35,29 @@ const (
 	q6KBlockBytes = 210
 )
 
-// q4KScaleMin returns the 6-bit scale and min of sub-block j from the 12 packed bytes.
-func q4KScaleMin(j int, s []byte) (sc, m uint8) {
+// KScaleMin returns the 6-bit scale and min of sub-block j of a Q4_K or Q5_K
+// super-block from its 12 packed scale bytes.
+func KScaleMin(j int, s []byte) (sc, m uint8) {
 	if j < 4 {
 		return s[j] & 63, s[j+4] & 63
 	}
 	return s[j+4]&0xf | s[j-4]>>6<<4, s[j+4]>>4 | s[j]>>6<<4
+}
+
+// PackKScaleMin packs eight 6-bit scales and mins into the 12 scale bytes of a Q4_K or
+// Q5_K super-block: the inverse of [KScaleMin].
+func PackKScaleMin(dst []byte, sc, m [8]uint8) {
+	clear(dst[:12])
+	for j := range 8 {
+		if j < 4 {
+			dst[j] = sc[j]
+			dst[j+4] = m[j]
+		} else {
+			dst[j+4] = sc[j]&0xf | m[j]&0xf<<4
+			dst[j-4] |= sc[j] >> 4 << 6
+			dst[j] |= m[j] >> 4 << 6
+		}
+	}
 }
 
 // dequantQ4KBlock decodes one Q4_K super-block into dst[:256].
@@ -51,8 +66,8 @@ func dequantQ4KBlock(blk []byte, dst []float32) {
 	dmin := F16ToF32(binary.LittleEndian.Uint16(blk[2:]))
 	scales := blk[4:16]
 	for i := range 4 {
-		sc0, m0 := q4KScaleMin(2*i, scales)
-		sc1, m1 := q4KScaleMin(2*i+1, scales)
+		sc0, m0 := KScaleMin(2*i, scales)
+		sc1, m1 := KScaleMin(2*i+1, scales)
 		d0, mn0 := d*float32(sc0), dmin*float32(m0)
 		d1, mn1 := d*float32(sc1), dmin*float32(m1)
 		q := blk[16+32*i : 16+32*i+32]
@@ -72,8 +87,8 @@ func dequantQ5KBlock(blk []byte, dst []float32) {
 	dmin := F16ToF32(binary.LittleEndian.Uint16(blk[2:]))
 	scales, qh := blk[4:16], blk[16:48]
 	for i := range 4 {
-		sc0, m0 := q4KScaleMin(2*i, scales)
-		sc1, m1 := q4KScaleMin(2*i+1, scales)
+		sc0, m0 := KScaleMin(2*i, scales)
+		sc1, m1 := KScaleMin(2*i+1, scales)
 		d0, mn0 := d*float32(sc0), dmin*float32(m0)
 		d1, mn1 := d*float32(sc1), dmin*float32(m1)
 		q := blk[48+32*i : 48+32*i+32]
@@ -110,18 +125,18 @@ func dequantQ6KBlock(blk []byte, dst []float32) {
 }
 
 // dequantizeK decodes the K-quant types.
-func dequantizeK(t dtype.DType, src []byte, dst []float32) error {
+func dequantizeK(t DType, src []byte, dst []float32) error {
 	var size int
 	var dec func(blk []byte, dst []float32)
 	switch t {
-	case dtype.Q4_K:
+	case Q4_K:
 		size, dec = q4KBlockBytes, dequantQ4KBlock
-	case dtype.Q5_K:
+	case Q5_K:
 		size, dec = q5KBlockBytes, dequantQ5KBlock
-	case dtype.Q6_K:
+	case Q6_K:
 		size, dec = q6KBlockBytes, dequantQ6KBlock
 	default:
-		return fmt.Errorf("kernels: type %s is not supported", t)
+		return fmt.Errorf("dtype: type %s is not supported", t)
 	}
 	for b := 0; b < len(dst)/kBlock; b++ {
 		dec(src[b*size:(b+1)*size], dst[b*kBlock:(b+1)*kBlock])
@@ -220,13 +235,13 @@ func quantizeScaleMin(src []float32, dst []byte, size, nmax int, rmin float32, n
 			lm[j] = uint8(clampInt(nearestInt(invMin*mins[j]), 0, 63))
 		}
 		packed := out[4:16]
-		packScaleMin(packed, ls, lm)
+		PackKScaleMin(packed, ls, lm)
 		binary.LittleEndian.PutUint16(out, F32ToF16(maxScale/63))
 		binary.LittleEndian.PutUint16(out[2:], F32ToF16(maxMin/63))
 		d := F16ToF32(binary.LittleEndian.Uint16(out))
 		dmin := F16ToF32(binary.LittleEndian.Uint16(out[2:]))
 		for j := range 8 {
-			sc, m := q4KScaleMin(j, packed)
+			sc, m := KScaleMin(j, packed)
 			ds := d * float32(sc)
 			if ds == 0 {
 				continue

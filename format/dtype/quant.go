@@ -1,11 +1,9 @@
-package kernels
+package dtype
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
-
-	"github.com/specula/specula/format/dtype"
 )
 
 // The 32-value formats of llama.cpp (ggml's block_q8_0, q4_0, q4_1, q5_0, q5_1). Every
@@ -188,70 +186,70 @@ func q5Code(qh uint32, qs []byte, j int) int {
 
 // Encode stores float32 values as type t: F32, F16 and BF16 by conversion, the
 // quantised types by their quantizers (len(vals) a multiple of the block size).
-func Encode(t dtype.DType, vals []float32) ([]byte, error) {
+func Encode(t DType, vals []float32) ([]byte, error) {
 	size, err := t.Bytes(int64(len(vals)))
 	if err != nil {
-		return nil, fmt.Errorf("kernels: %w", err)
+		return nil, fmt.Errorf("dtype: %w", err)
 	}
 	out := make([]byte, size)
 	switch t {
-	case dtype.F32:
+	case F32:
 		for i, v := range vals {
 			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
 		}
-	case dtype.F16:
+	case F16:
 		for i, v := range vals {
 			binary.LittleEndian.PutUint16(out[2*i:], F32ToF16(v))
 		}
-	case dtype.BF16:
+	case BF16:
 		for i, v := range vals {
 			binary.LittleEndian.PutUint16(out[2*i:], F32ToBF16(v))
 		}
-	case dtype.Q8_0:
+	case Q8_0:
 		QuantizeQ8_0(vals, out)
-	case dtype.Q4_0:
+	case Q4_0:
 		QuantizeQ4_0(vals, out)
-	case dtype.Q4_1:
+	case Q4_1:
 		QuantizeQ4_1(vals, out)
-	case dtype.Q5_0:
+	case Q5_0:
 		QuantizeQ5_0(vals, out)
-	case dtype.Q5_1:
+	case Q5_1:
 		QuantizeQ5_1(vals, out)
-	case dtype.Q4_K:
+	case Q4_K:
 		QuantizeQ4_K(vals, out)
-	case dtype.Q5_K:
+	case Q5_K:
 		QuantizeQ5_K(vals, out)
-	case dtype.Q6_K:
+	case Q6_K:
 		QuantizeQ6_K(vals, out)
 	default:
-		return nil, fmt.Errorf("kernels: cannot encode %s", t)
+		return nil, fmt.Errorf("dtype: cannot encode %s", t)
 	}
 	return out, nil
 }
 
 // Dequantize decodes n = len(dst) values of type t from src.
-func Dequantize(t dtype.DType, src []byte, dst []float32) error {
+func Dequantize(t DType, src []byte, dst []float32) error {
 	size, err := t.Bytes(int64(len(dst)))
 	if err != nil {
-		return fmt.Errorf("kernels: %w", err)
+		return fmt.Errorf("dtype: %w", err)
 	}
 	if int64(len(src)) < size {
-		return fmt.Errorf("kernels: %d bytes of %s hold fewer than %d values", len(src), t, len(dst))
+		return fmt.Errorf("dtype: %d bytes of %s hold fewer than %d values", len(src), t, len(dst))
 	}
 	switch t {
-	case dtype.F32:
+	case F32:
 		for i := range dst {
 			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 		}
-	case dtype.F16:
+	case F16:
 		for i := range dst {
 			dst[i] = F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 		}
-	case dtype.BF16:
+	case BF16:
 		for i := range dst {
 			dst[i] = BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 		}
-	case dtype.Q8_0:
+	case Q8_0:
 		for b := 0; b < len(dst)/q8Block; b++ {
 			blk := src[b*q8BlockBytes:]
 			d := F16ToF32(binary.LittleEndian.Uint16(blk))
@@ -259,7 +257,7 @@ func Dequantize(t dtype.DType, src []byte, dst []float32) error {
 				dst[b*q8Block+j] = float32(int8(blk[2+j])) * d
 			}
 		}
-	case dtype.Q4_0:
+	case Q4_0:
 		for b := 0; b < len(dst)/q8Block; b++ {
 			blk := src[b*q4BlockBytes:]
 			d := F16ToF32(binary.LittleEndian.Uint16(blk))
@@ -268,7 +266,7 @@ func Dequantize(t dtype.DType, src []byte, dst []float32) error {
 				dst[b*q8Block+j+16] = float32(int(blk[2+j]>>4)-8) * d
 			}
 		}
-	case dtype.Q4_1:
+	case Q4_1:
 		for b := 0; b < len(dst)/q8Block; b++ {
 			blk := src[b*q41BlockBytes:]
 			d := F16ToF32(binary.LittleEndian.Uint16(blk))
@@ -278,7 +276,7 @@ func Dequantize(t dtype.DType, src []byte, dst []float32) error {
 				dst[b*q8Block+j+16] = float32(float32(blk[4+j]>>4)*d) + m
 			}
 		}
-	case dtype.Q5_0:
+	case Q5_0:
 		for b := 0; b < len(dst)/q8Block; b++ {
 			blk := src[b*q50BlockBytes:]
 			d := F16ToF32(binary.LittleEndian.Uint16(blk))
@@ -287,7 +285,7 @@ func Dequantize(t dtype.DType, src []byte, dst []float32) error {
 				dst[b*q8Block+j] = float32(q5Code(h, blk[6:], j)-16) * d
 			}
 		}
-	case dtype.Q5_1:
+	case Q5_1:
 		for b := 0; b < len(dst)/q8Block; b++ {
 			blk := src[b*q51BlockBytes:]
 			d := F16ToF32(binary.LittleEndian.Uint16(blk))
@@ -307,8 +305,8 @@ func Dequantize(t dtype.DType, src []byte, dst []float32) error {
 // as a model's or a draft head's weights are converted at load: the type and bytes to
 // take in. Anything else — quantised already, no conversion asked (to 0), rows that
 // are not whole blocks of to — is returned as it is.
-func Requantize(t dtype.DType, data []byte, cols int, to dtype.DType) (dtype.DType, []byte, error) {
-	if to == 0 || t == to || (t != dtype.F32 && t != dtype.F16 && t != dtype.BF16) || cols%to.BlockSize() != 0 {
+func Requantize(t DType, data []byte, cols int, to DType) (DType, []byte, error) {
+	if to == 0 || t == to || (t != F32 && t != F16 && t != BF16) || cols%to.BlockSize() != 0 {
 		return t, data, nil
 	}
 	n, err := t.Bytes(1)

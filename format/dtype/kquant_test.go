@@ -1,4 +1,4 @@
-package kernels
+package dtype
 
 import (
 	"encoding/binary"
@@ -10,8 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/specula/specula/format/dtype"
 )
 
 // The layout tests build super-blocks byte by byte from llama.cpp's block_q4_K and
@@ -39,7 +37,7 @@ func TestQ4KLayout(t *testing.T) {
 		}
 	}
 	y := make([]float32, 256)
-	require.NoError(t, Dequantize(dtype.Q4_K, blk, y))
+	require.NoError(t, Dequantize(Q4_K, blk, y))
 
 	// Hand-worked values: value v is in sub-block s = v/32; its code is the low (s
 	// even) or high (s odd) nibble of qs[32·(s/2) + v%32]; y = 1·sc[s]·q − 0.5·mn[s].
@@ -73,7 +71,7 @@ func TestQ4KLayout(t *testing.T) {
 	out := make([]byte, 144)
 	QuantizeQ4_K(x, out)
 	y2 := make([]float32, 256)
-	require.NoError(t, Dequantize(dtype.Q4_K, out, y2))
+	require.NoError(t, Dequantize(Q4_K, out, y2))
 	for v := range y {
 		require.InDelta(t, y[v], y2[v], 12, "re-quantised value %d", v) // one 4-bit step of the widest sub-block
 	}
@@ -104,7 +102,7 @@ func TestQ6KLayout(t *testing.T) {
 	}
 	binary.LittleEndian.PutUint16(blk[208:], 0x3c00) // d = 1
 	y := make([]float32, 256)
-	require.NoError(t, Dequantize(dtype.Q6_K, blk, y))
+	require.NoError(t, Dequantize(Q6_K, blk, y))
 	for _, c := range []struct {
 		v    int
 		want float32
@@ -122,7 +120,7 @@ func TestQ6KLayout(t *testing.T) {
 	}
 	// d scales everything: d = 0.25.
 	binary.LittleEndian.PutUint16(blk[208:], 0x3400)
-	require.NoError(t, Dequantize(dtype.Q6_K, blk, y))
+	require.NoError(t, Dequantize(Q6_K, blk, y))
 	require.Equal(t, float32(-0.25*2921), y[230])
 }
 
@@ -181,7 +179,7 @@ func TestKQuantRoundTrip(t *testing.T) {
 		return -60000
 	})
 
-	for _, typ := range []dtype.DType{dtype.Q4_K, dtype.Q6_K} {
+	for _, typ := range []DType{Q4_K, Q6_K} {
 		b := encode(t, typ, x)
 		y := make([]float32, len(x))
 		require.NoError(t, Dequantize(typ, b, y))
@@ -203,7 +201,7 @@ func TestKQuantRoundTrip(t *testing.T) {
 					bound = 0
 				case strings.HasPrefix(name, "constant"):
 					bound = math.Abs(float64(xs[i])) * 1e-3
-				case typ == dtype.Q4_K:
+				case typ == Q4_K:
 					lo, hi := bounds(xs[i/32*32 : i/32*32+32])
 					bound = 1.1 * (hi - lo) / 15
 					if isSpecial {
@@ -244,8 +242,8 @@ func absAll(x []float32) []float32 {
 func TestKQuantRMS(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	x := randVec(rng, 256*1024)
-	rms := map[dtype.DType]float64{}
-	for _, typ := range []dtype.DType{dtype.Q8_0, dtype.Q6_K, dtype.Q4_K, dtype.Q4_0} {
+	rms := map[DType]float64{}
+	for _, typ := range []DType{Q8_0, Q6_K, Q4_K, Q4_0} {
 		y := make([]float32, len(x))
 		require.NoError(t, Dequantize(typ, encode(t, typ, x), y))
 		var se, sx float64
@@ -257,11 +255,11 @@ func TestKQuantRMS(t *testing.T) {
 		rms[typ] = math.Sqrt(se / sx)
 		t.Logf("%s: relative RMS error %.4f (%.2f bits per weight)", typ, rms[typ], float64(8*typ.BlockBytes())/float64(typ.BlockSize()))
 	}
-	require.Less(t, rms[dtype.Q8_0], rms[dtype.Q6_K])
-	require.Less(t, rms[dtype.Q6_K], 0.02)
-	require.Less(t, rms[dtype.Q6_K], rms[dtype.Q4_K])
-	require.Less(t, rms[dtype.Q4_K], 0.075)
-	require.Less(t, rms[dtype.Q4_K], rms[dtype.Q4_0])
+	require.Less(t, rms[Q8_0], rms[Q6_K])
+	require.Less(t, rms[Q6_K], 0.02)
+	require.Less(t, rms[Q6_K], rms[Q4_K])
+	require.Less(t, rms[Q4_K], 0.075)
+	require.Less(t, rms[Q4_K], rms[Q4_0])
 }
 
 // TestQuantMatchesLlamaCpp checks every quantised format against llama.cpp itself:
@@ -285,9 +283,9 @@ func TestQuantMatchesLlamaCpp(t *testing.T) {
 	}
 	x := floats(raw[:4*n])
 	raw = raw[4*n:]
-	seen := map[dtype.DType]bool{}
+	seen := map[DType]bool{}
 	for range types {
-		typ, size := dtype.DType(le.Uint32(raw)), int(le.Uint32(raw[4:]))
+		typ, size := DType(le.Uint32(raw)), int(le.Uint32(raw[4:]))
 		theirs := raw[8 : 8+size]
 		theirY := floats(raw[8+size : 8+size+4*n])
 		raw = raw[8+size+4*n:]
@@ -305,7 +303,7 @@ func TestQuantMatchesLlamaCpp(t *testing.T) {
 			require.Equal(t, theirs[b*bs:(b+1)*bs], ours[b*bs:(b+1)*bs], "%s: block %d differs from llama.cpp's reference quantizer", typ, b)
 		}
 	}
-	for _, typ := range []dtype.DType{dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q8_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
+	for _, typ := range []DType{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K} {
 		assert.True(t, seen[typ], "%s is missing from the reference file", typ)
 	}
 }
