@@ -241,7 +241,7 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	opts := heads.Options{Threads: b.o.threads, Layer: llama.Options{Backend: cpu.Factory(b.o.threads)}}
+	opts := heads.Options{Threads: b.o.threads} // an EAGLE layer on the CPU, on as many threads
 	if b.o.headQ8 {
 		opts.Requantize = dtype.Q8_0
 	}
