@@ -16,19 +16,21 @@
 // [Engine] is safe for concurrent use: requests running at once share the target's
 // forward passes. It gives text in and text out ([Engine.Complete], [Engine.Stream],
 // [Engine.Chat]) and, for everything else, the lower-level [spec.Decoder]
-// ([Engine.Decoder]) and tokenizer. [NewEngine] serves any [model.Model] (the CUDA
-// runner, a model of one's own) the same way; package server serves engines over
-// HTTP with OpenAI's API.
+// ([Engine.Decoder]) and tokenizer. The target runs on the CPU unless
+// [Config.Backend] names another (backend/cuda's for a GPU: only a program that
+// imports that package carries the CUDA loader). [NewEngine] serves any [model.Model]
+// (a model of one's own) the same way; package server serves engines over HTTP with
+// OpenAI's API.
 package specula
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
@@ -74,19 +76,25 @@ type Config struct {
 	// MinK, for an adaptive engine, is the fewest tokens a step that drafts drafts
 	// (llama-server's --draft-min); it may still decode a step plainly.
 	MinK int
-	// Threads is the number of threads of a forward pass (0: GOMAXPROCS).
+	// Threads is the number of threads of a forward pass on the CPU (0: GOMAXPROCS):
+	// the target's when Backend is nil, and a draft model's or head's.
 	Threads int
 	// ContextLength, when positive, lowers the model's context length.
 	ContextLength int
 	// KVBudget is the target's key/value cache budget in bytes. 0 sizes it for
-	// MaxSequences sequences at full context, at least 64 MiB and at most 4 GiB;
-	// memory is used only as sequences grow.
+	// MaxSequences sequences at full context by the one rule of
+	// [llama.Config.KVBudget] (at least 64 MiB, at most 4 GiB). On the CPU memory is
+	// used only as sequences grow; a GPU sets it aside at load.
 	KVBudget int64
 	// MaxSequences is how many requests the default KV budget is sized for (0: 4 ×
 	// GOMAXPROCS).
 	MaxSequences int
-	// Device runs the target on a GPU (see package gpu); nil runs it on the CPU.
-	Device *gpu.Device
+	// Backend makes what runs the target; nil runs it on the CPU (backend/cpu, with
+	// Threads threads). For a GPU, open a device with package backend/cuda and pass
+	// cuda.Factory(dev, cuda.BackendOptions{}): that package loads the CUDA libraries
+	// at run time, so only programs that import it carry the loader. Draft models and
+	// heads run on the CPU.
+	Backend backend.Factory
 	// ChatTemplate, when set, is the Jinja chat template to use instead of the
 	// model's own.
 	ChatTemplate string
@@ -163,11 +171,7 @@ func (c Config) check() error {
 
 // openTarget opens the target model and its tokenizer.
 func (e *Engine) openTarget(cfg Config) error {
-	opts, err := targetOptions(cfg)
-	if err != nil {
-		return err
-	}
-	m, err := openModel(cfg.Model, opts, cfg.Progress)
+	m, err := openModel(cfg.Model, targetOptions(cfg), cfg.Progress)
 	if err != nil {
 		return err
 	}
@@ -179,34 +183,14 @@ func (e *Engine) openTarget(cfg Config) error {
 	return nil
 }
 
-// targetOptions returns the target's runtime options. Without a KVBudget the cache
-// gets room for MaxSequences sequences at full context, at least 64 MiB and at most
-// 4 GiB; the model's shape says what a position costs (cheap to learn: the file is
-// mapped, its weights not read).
-func targetOptions(cfg Config) (llama.Options, error) {
-	opts := llama.Options{Threads: cfg.Threads, KVBudget: cfg.KVBudget, ContextLength: cfg.ContextLength, Device: cfg.Device}
-	if opts.KVBudget > 0 {
-		return opts, nil
+// targetOptions returns the target's load options: the configured backend, else the
+// CPU's; the KV budget, else the model's default for MaxSequences sequences.
+func targetOptions(cfg Config) llama.Options {
+	be := cfg.Backend
+	if be == nil {
+		be = cpu.Factory(cfg.Threads)
 	}
-	t, err := llama.OpenTensors(cfg.Model)
-	if err != nil {
-		return opts, fmt.Errorf("specula: model %s: %w", cfg.Model, err)
-	}
-	c := t.Config
-	t.Close()
-	ctxLen := c.ContextLength
-	if cfg.ContextLength > 0 && (ctxLen <= 0 || cfg.ContextLength < ctxLen) {
-		ctxLen = cfg.ContextLength
-	}
-	if ctxLen <= 0 {
-		ctxLen = 4096
-	}
-	seqs := cfg.MaxSequences
-	if seqs == 0 {
-		seqs = 4 * runtime.GOMAXPROCS(0)
-	}
-	opts.KVBudget = min(max(int64(seqs)*int64(ctxLen)*c.KVBytesPerPosition(), 64<<20), 4<<30)
-	return opts, nil
+	return llama.Options{Backend: be, KVBudget: cfg.KVBudget, Sequences: cfg.MaxSequences, ContextLength: cfg.ContextLength}
 }
 
 // openModel opens a GGUF file or Hugging Face directory, reporting progress.

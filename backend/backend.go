@@ -2,9 +2,14 @@
 // model/llama, written once) and what runs it: the handful of operations a
 // transformer layer needs, on weights and key/value memory that the backend keeps in
 // its own form. The CPU backend (backend/cpu) runs them with the SIMD kernels on host
-// memory; the CUDA backend (package gpu) on a GPU. A new weight type, architecture or
+// memory; the CUDA backend (backend/cuda) on a GPU. A new weight type, architecture or
 // output is written once in model/llama against these operations, and each backend
 // only learns the operations it lacks.
+//
+// A model does not choose its backend: it is given a [Factory] (cpu.Factory,
+// cuda.Factory), which it calls with its shape once it has read that from its file.
+// So model/llama imports neither backend, and a program that never asks for a GPU
+// carries no CUDA loader.
 //
 // One forward call becomes one or more passes. The caller describes a pass in a [Plan]
 // — the rows (tokens) of every sequence in it, their positions and rotary angles,
@@ -74,6 +79,10 @@ type Matrix interface {
 type Vector interface {
 	Len() int
 }
+
+// Factory makes the backend of a model of the given shape. The model calls it once,
+// at load, and owns what it returns: the model's Close closes it.
+type Factory func(Shape) (Backend, error)
 
 // Backend runs forward passes of one model shape.
 type Backend interface {
@@ -171,15 +180,3 @@ type Pass interface {
 
 // FinalLayer is the Layer of a [State] that asks for the final normed hidden state.
 const FinalLayer = -1
-
-// Filler is a backend that makes weights of pseudo-random values where they live (a
-// device fills its own memory), for benchmarks at sizes no file is at hand for:
-// nothing is read from disk or copied from the host. The same seed gives the same
-// values on every backend that implements it.
-type Filler interface {
-	// RandomMatrix makes a rows × cols matrix of type typ whose values are uniform
-	// in ±scale.
-	RandomMatrix(typ dtype.DType, rows, cols int, seed uint64, scale float32) (Matrix, error)
-	// RandomVector makes a vector of n values uniform in offset ± scale.
-	RandomVector(n int, seed uint64, scale, offset float32) (Vector, error)
-}

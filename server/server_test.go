@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/specula/specula"
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
@@ -464,7 +465,7 @@ type anyModel struct{ model.Model }
 // that reports no key/value figures) serves it like the runtime's own.
 func TestServeAnyModel(t *testing.T) {
 	demoModels(t)
-	m, err := llama.Open(testTarget, llama.Options{Threads: 2})
+	m, err := llama.Open(testTarget, llama.Options{Backend: cpu.Factory(2)})
 	if err != nil {
 		t.Fatal(err)
 	}

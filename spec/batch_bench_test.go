@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/target"
@@ -28,7 +29,7 @@ func benchModel(b *testing.B) (m *llama.Model, path string, demo bool) {
 	if path == "" {
 		path, demo = filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), true
 	}
-	m, err := llama.Open(path, llama.Options{})
+	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(0)})
 	if err != nil {
 		b.Skipf("model %s: %v", path, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
@@ -147,7 +148,7 @@ func TestChoicesErrors(t *testing.T) {
 func demoPair(t *testing.T) (tm, dm *llama.Model) {
 	t.Helper()
 	open := func(name string) *llama.Model {
-		m, err := llama.Open(filepath.Join("..", "models", name), llama.Options{Threads: 2})
+		m, err := llama.Open(filepath.Join("..", "models", name), llama.Options{Backend: cpu.Factory(2)})
 		require.NoError(t, err)
 		t.Cleanup(func() { m.Close() })
 		return m

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/grammar"
@@ -82,7 +83,7 @@ func BenchmarkConstrained(b *testing.B) {
 	if demo {
 		add("lookup", lookup.NGram{}, 8)
 		add("suffix", lookup.Suffix{}, 8)
-		dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{})
+		dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Backend: cpu.Factory(0)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/draft/lookup"
@@ -118,10 +119,10 @@ func eagleCaseOf(t *testing.T, tree draft.TreeShape, layerContext int) (*llama.M
 	tdir, edir := filepath.Join(root, "target"), filepath.Join(root, "eagle")
 	require.NoError(t, headtest.Llama(tdir, s, 3))
 	require.NoError(t, headtest.EAGLE(edir, s, 4))
-	m, err := llama.Open(tdir, llama.Options{Threads: 1})
+	m, err := llama.Open(tdir, llama.Options{Backend: cpu.Factory(1)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
-	layer, err := llama.OpenEAGLE(edir, tdir, llama.Options{Threads: 1, ContextLength: layerContext})
+	layer, err := llama.OpenEAGLE(edir, tdir, llama.Options{Backend: cpu.Factory(1), ContextLength: layerContext})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = layer.Close() })
 	d, err := heads.NewEAGLE(layer, m.Info(), tree)

@@ -37,6 +37,12 @@ func New(shape backend.Shape, threads int) *Backend {
 	return b
 }
 
+// Factory makes CPU backends on threads threads (0 means GOMAXPROCS), one for each
+// model it is given to: llama.Options{Backend: cpu.Factory(0)}.
+func Factory(threads int) backend.Factory {
+	return func(shape backend.Shape) (backend.Backend, error) { return New(shape, threads), nil }
+}
+
 // Name implements [backend.Backend].
 func (b *Backend) Name() string { return "cpu " + kernels.Name() }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/kvcache"
 )
 
@@ -75,7 +74,7 @@ func TestBackendErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "already has")
 
 	f32 := func(name string, rows, cols int) backend.Tensor {
-		data, err := kernels.Encode(dtype.F32, make([]float32, rows*cols))
+		data, err := dtype.Encode(dtype.F32, make([]float32, rows*cols))
 		require.NoError(t, err)
 		return backend.Tensor{Name: name, Type: dtype.F32, Rows: rows, Cols: cols, Data: data}
 	}

@@ -148,7 +148,7 @@ func (f *headFiles) matrix(name string, rows, cols int) (*kernels.Matrix, error)
 		return nil, err
 	}
 	typ, data := t.DType, t.Data
-	if typ, data, err = kernels.Requantize(typ, data, cols, f.requantize); err != nil {
+	if typ, data, err = dtype.Requantize(typ, data, cols, f.requantize); err != nil {
 		return nil, fmt.Errorf("heads: %s: tensor %q: %w", f.dir, name, err)
 	}
 	m, err := kernels.NewMatrix(typ, rows, cols, data)
@@ -165,7 +165,7 @@ func (f *headFiles) vector(name string, n int) ([]float32, error) {
 		return nil, err
 	}
 	v := make([]float32, n)
-	if err := kernels.Dequantize(t.DType, t.Data, v); err != nil {
+	if err := dtype.Dequantize(t.DType, t.Data, v); err != nil {
 		return nil, fmt.Errorf("heads: %s: tensor %q: %w", f.dir, name, err)
 	}
 	return v, nil

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model"
@@ -36,8 +37,9 @@ type Options struct {
 	// Requantize, when set (Q8_0), converts the head's float matrices to that type
 	// at load (an EAGLE layer's too): half the bytes to read per drafted token.
 	Requantize dtype.DType
-	// Layer are the options of an EAGLE layer's model (its backend, threads, budget);
-	// its context length is the target's unless set.
+	// Layer are the options of an EAGLE layer's model (its backend, budget); its
+	// backend is the CPU's on Threads threads, and its context length the target's,
+	// unless set.
 	Layer llama.Options
 }
 
@@ -72,14 +74,15 @@ func Open(dir, targetPath string, target model.Info, opts Options) (draft.Drafte
 	return openEAGLE(dir, targetPath, target, opts)
 }
 
-// openEAGLE loads the EAGLE layer in dir, with the target's context length and the
-// head's threads and requantization unless opts.Layer sets its own, and drafts with it.
+// openEAGLE loads the EAGLE layer in dir, with the target's context length, the
+// head's requantization and a CPU backend on the head's threads unless opts.Layer
+// sets its own, and drafts with it.
 func openEAGLE(dir, targetPath string, target model.Info, opts Options) (draft.Drafter, io.Closer, error) {
 	if opts.Requantize != 0 {
 		opts.Layer.Requantize = opts.Requantize
 	}
-	if opts.Layer.Threads == 0 {
-		opts.Layer.Threads = opts.Threads
+	if opts.Layer.Backend == nil {
+		opts.Layer.Backend = cpu.Factory(opts.Threads)
 	}
 	if opts.Layer.ContextLength == 0 {
 		opts.Layer.ContextLength = target.ContextLength

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/draft/lookup"
@@ -40,7 +41,7 @@ var (
 func gocoderM(t *testing.T) (*llama.Model, string) {
 	t.Helper()
 	path := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
-	m, err := llama.Open(path, llama.Options{Threads: 2})
+	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m, path
@@ -232,7 +233,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("EAGLE", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-eagle")
-		layer, err := llama.OpenEAGLE(dir, path, llama.Options{Threads: 2})
+		layer, err := llama.OpenEAGLE(dir, path, llama.Options{Backend: cpu.Factory(2)})
 		require.NoError(t, err)
 		defer layer.Close()
 		e, err := heads.NewEAGLE(layer, m.Info(), draft.TreeShape{})

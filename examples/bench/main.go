@@ -34,6 +34,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/draft/lookup"
@@ -169,7 +170,7 @@ func load(o options) (*bench, error) {
 			b.close()
 		}
 	}()
-	m, err := llama.Open(o.model, llama.Options{Threads: o.threads})
+	m, err := llama.Open(o.model, llama.Options{Backend: cpu.Factory(o.threads)})
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +189,7 @@ func load(o options) (*bench, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := llama.Open(path, llama.Options{Threads: o.threads})
+		m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(o.threads)})
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +265,7 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if b.pool == nil {
 		b.pool = heads.NewPool(b.o.threads)
 	}
-	opts := heads.Options{Pool: b.pool, Layer: llama.Options{Threads: b.o.threads}}
+	opts := heads.Options{Pool: b.pool, Layer: llama.Options{Backend: cpu.Factory(b.o.threads)}}
 	if b.o.headQ8 {
 		opts.Requantize = dtype.Q8_0
 	}

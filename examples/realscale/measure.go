@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
@@ -193,7 +194,7 @@ func measure(ctx context.Context, path string, c benchConfig, logf func(string, 
 	logf("measuring the memory bandwidth")
 	r.BandwidthGBs = bandwidth(c.Threads)
 	start := time.Now()
-	m, err := llama.Open(path, llama.Options{Threads: c.Threads})
+	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(c.Threads)})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,10 @@
 // Package dtype names the element types of model weights — the ggml type ids that GGUF
-// files use, which also cover the safetensors types specula reads — and knows how they
-// are laid out: how many values a block holds and how many bytes it takes.
+// files use, which also cover the safetensors types specula reads — knows how they are
+// laid out (how many values a block holds and how many bytes it takes) and encodes
+// and decodes them: [Dequantize] to float32 and [Encode] from it, bit for bit as
+// llama.cpp's reference routines do (testdata/quant_llamacpp.py), and [Requantize]
+// for the conversion of float weights at load. The kernels that compute with the
+// quantised types live with each backend; this is the format.
 package dtype
 
 import "fmt"

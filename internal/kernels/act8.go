@@ -18,6 +18,9 @@ import "math"
 //   - 256-value blocks: d, d·Σq over each of the 8 sub-blocks of 32 (the minimums of
 //     Q4_K and Q5_K), −32·Σq over each of the 16 groups of 16 (the offset of Q6_K).
 const (
+	q8Block = 32  // values per block of the 32-value weight types (and their activations)
+	kBlock  = 256 // values per super-block of the K-quants
+
 	side32Words  = 8  // words of side data per 32-value block (5 used)
 	side256Words = 32 // words per 256-value block (25 used)
 

@@ -44,15 +44,15 @@ func weightColumn(t dtype.DType, w []byte, c int, dst *[rowGroup]float32) {
 	case dtype.F16:
 		for r := range dst {
 			h := binary.LittleEndian.Uint16(w[32*c+2*r:])
-			if e := h >> 10 & 0x1f; e != 0 && e != 0x1f { // normal: F16ToF32, inlined
+			if e := h >> 10 & 0x1f; e != 0 && e != 0x1f { // normal: dtype.F16ToF32, inlined
 				dst[r] = math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)+(112<<10))<<13)
 			} else {
-				dst[r] = F16ToF32(h)
+				dst[r] = dtype.F16ToF32(h)
 			}
 		}
 	default:
 		for r := range dst {
-			dst[r] = BF16ToF32(binary.LittleEndian.Uint16(w[32*c+2*r:]))
+			dst[r] = dtype.BF16ToF32(binary.LittleEndian.Uint16(w[32*c+2*r:]))
 		}
 	}
 }

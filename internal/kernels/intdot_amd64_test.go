@@ -74,7 +74,7 @@ func TestIntAssemblyMatchesGo(t *testing.T) {
 					data := randRows(rng, typ, rows, cols)
 					if extreme {
 						var err error
-						data, err = Encode(typ, signs(rows*cols))
+						data, err = dtype.Encode(typ, signs(rows*cols))
 						require.NoError(t, err)
 					}
 					m, err := NewMatrix(typ, rows, cols, data)

@@ -131,7 +131,7 @@ func intFormatOf(t dtype.DType) intFormat {
 }
 
 // half reads float16 r of the 16 at the start of b.
-func half(b []byte, r int) float32 { return F16ToF32(binary.LittleEndian.Uint16(b[2*r:])) }
+func half(b []byte, r int) float32 { return dtype.F16ToF32(binary.LittleEndian.Uint16(b[2*r:])) }
 
 // scaled adds isum·s to acc: a multiply, then an add, each rounded.
 func scaled(acc float32, isum int32, s float32) float32 {

@@ -27,7 +27,7 @@ func randRows(rng *rand.Rand, t dtype.DType, rows, cols int) []byte {
 	if rows*cols >= 512 {
 		clear(w[256:288])
 	}
-	b, err := Encode(t, w)
+	b, err := dtype.Encode(t, w)
 	if err != nil {
 		panic(err)
 	}
@@ -52,7 +52,7 @@ func TestRepackRoundTrip(t *testing.T) {
 				unpackRow(typ, m.Data, m.blocks, r, buf)
 				require.Equal(t, data[r*rb:(r+1)*rb], buf, "%s rows %d: row %d", typ, rows, r)
 				require.NoError(t, m.RowF32(r, out, buf))
-				require.NoError(t, Dequantize(typ, data[r*rb:(r+1)*rb], want))
+				require.NoError(t, dtype.Dequantize(typ, data[r*rb:(r+1)*rb], want))
 				require.Equal(t, want, out)
 			}
 		}
@@ -96,7 +96,7 @@ func TestIntMulMatchesReference(t *testing.T) {
 				m, err := NewMatrix(typ, rows, cols, data)
 				require.NoError(t, err, name)
 				deq := make([]float32, rows*cols)
-				require.NoError(t, Dequantize(typ, data, deq))
+				require.NoError(t, dtype.Dequantize(typ, data, deq))
 				x := randVec(rng, n*cols)
 				xq := quantizedAct(x, n, cols, max(typ.BlockSize(), q8Block))
 				var a Act

@@ -1,6 +1,6 @@
-// Package kernels holds specula's numeric kernels: weight-matrix products for every
-// supported weight type, activation packing and quantisation, vector helpers and a
-// worker pool. Hot loops have AVX2 and AVX-512 assembly generated with avo (see
+// Package kernels holds the CPU backend's numeric kernels: weight-matrix products for
+// every supported weight type (whose encodings package format/dtype defines),
+// activation packing and quantisation, vector helpers and a worker pool. Hot loops have AVX2 and AVX-512 assembly generated with avo (see
 // _gen/); every assembly kernel has a pure-Go twin with the same signature that is
 // used when the CPU lacks the features (or with the purego build tag), and that the
 // tests compare the assembly against, every kernel to the bit. The kernels are chosen
@@ -58,7 +58,7 @@ func Supported(t dtype.DType) bool { return groupBlockBytes(t) != 0 }
 // is first laid out as llama.cpp's blocks in buf, which must hold RowBytes.
 func (m *Matrix) RowF32(r int, dst []float32, buf []byte) error {
 	unpackRow(m.Type, m.Data, m.blocks, r, buf[:m.rowBytes])
-	return Dequantize(m.Type, buf[:m.rowBytes], dst[:m.Cols])
+	return dtype.Dequantize(m.Type, buf[:m.rowBytes], dst[:m.Cols])
 }
 
 // RowBytes is the size of one row of llama.cpp's blocks: what RowF32 needs of buf.

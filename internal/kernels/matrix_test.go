@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/format/dtype"
@@ -17,7 +16,7 @@ import (
 
 // encode turns float32 weights into the bytes of type t.
 func encode(t testing.TB, typ dtype.DType, w []float32) []byte {
-	out, err := Encode(typ, w)
+	out, err := dtype.Encode(typ, w)
 	require.NoError(t, err)
 	return out
 }
@@ -46,7 +45,7 @@ func TestMulMatchesReference(t *testing.T) {
 				m, err := NewMatrix(typ, rows, cols, data)
 				require.NoError(t, err, name)
 				deq := make([]float32, rows*cols)
-				require.NoError(t, Dequantize(typ, data, deq))
+				require.NoError(t, dtype.Dequantize(typ, data, deq))
 				x := randVec(rng, n*cols)
 				var a Act
 				a.Reset(x, n, cols)
@@ -71,32 +70,6 @@ func TestMulMatchesReference(t *testing.T) {
 						}
 					}
 				}
-			}
-		}
-	}
-}
-
-func TestQuantizeRoundTrip(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	x := randVec(rng, 32*64)
-	x[5] = 0
-	for i := 64; i < 96; i++ {
-		x[i] = 0 // an all-zero block
-	}
-	for _, c := range []struct {
-		typ dtype.DType
-		tol float64 // relative to the block's largest magnitude
-	}{{dtype.Q8_0, 0.6 / 127}, {dtype.Q4_0, 1.0 / 8}} { // half a step, plus the float16 rounding of the scale
-		b := encode(t, c.typ, x)
-		y := make([]float32, len(x))
-		require.NoError(t, Dequantize(c.typ, b, y))
-		for blk := 0; blk < len(x)/32; blk++ {
-			var amax float64
-			for _, v := range x[blk*32 : blk*32+32] {
-				amax = max(amax, math.Abs(float64(v)))
-			}
-			for i := blk * 32; i < blk*32+32; i++ {
-				require.InDelta(t, x[i], y[i], c.tol*amax*1.01+1e-7, "%s value %d", c.typ, i)
 			}
 		}
 	}
@@ -141,36 +114,6 @@ func TestAssemblyUsesAVX2Registers(t *testing.T) {
 	for i, line := range strings.Split(string(src), "\n") {
 		if m := bad.FindString(line); m != "" {
 			t.Fatalf("dot_amd64.s:%d uses %s: %s", i+1, m, strings.TrimSpace(line))
-		}
-	}
-}
-
-// TestRequantize converts F32, F16 and BF16 rows to Q8_0 and back within Q8_0's
-// error, and leaves alone what it is not asked to, or cannot, convert.
-func TestRequantize(t *testing.T) {
-	vals := make([]float32, 2*64)
-	for i := range vals {
-		vals[i] = float32(i%17-8) / 8
-	}
-	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16} {
-		data, err := Encode(typ, vals)
-		require.NoError(t, err)
-		got, out, err := Requantize(typ, data, 64, dtype.Q8_0)
-		require.NoError(t, err)
-		require.Equal(t, dtype.Q8_0, got)
-		back := make([]float32, len(vals))
-		require.NoError(t, Dequantize(got, out, back))
-		for i := range vals {
-			require.InDelta(t, vals[i], back[i], 0.01, "%s value %d", typ, i)
-		}
-		for _, c := range []struct {
-			cols int
-			to   dtype.DType
-		}{{64, 0}, {48, dtype.Q8_0}, {64, typ}} {
-			same, d, err := Requantize(typ, data, c.cols, c.to)
-			require.NoError(t, err)
-			assert.Equal(t, typ, same, "%s cols %d to %v", typ, c.cols, c.to)
-			assert.Equal(t, data, d)
 		}
 	}
 }

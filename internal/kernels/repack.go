@@ -184,7 +184,7 @@ func packBlock(t dtype.DType, dst []byte, src *[rowGroup][]byte) {
 		copyHalves(dst[32:], src, 2)
 		for r := range rowGroup {
 			for j := range 8 {
-				dst[64+16*j+r], dst[192+16*j+r] = q4KScaleMin(j, src[r][4:16])
+				dst[64+16*j+r], dst[192+16*j+r] = dtype.KScaleMin(j, src[r][4:16])
 			}
 		}
 		codes, qs := 320, 16
@@ -262,7 +262,7 @@ func unpackBlock(t dtype.DType, src []byte, lane int, dst []byte) {
 		for j := range 8 {
 			sc[j], m[j] = src[64+16*j+lane], src[192+16*j+lane]
 		}
-		packScaleMin(dst[4:16], sc, m)
+		dtype.PackKScaleMin(dst[4:16], sc, m)
 		codes, qs := 320, 16
 		if t == dtype.Q5_K {
 			codes, qs = 832, 48
@@ -295,21 +295,6 @@ func unpackBlock(t dtype.DType, src []byte, lane int, dst []byte) {
 				copy(dst[64*h+32+4*p:64*h+32+4*p+4], src[at+64+4*lane:])
 				copy(dst[128+32*h+4*p:128+32*h+4*p+4], src[at+128+4*lane:])
 			}
-		}
-	}
-}
-
-// packScaleMin packs eight 6-bit scales and mins into the 12 bytes of Q4_K and Q5_K.
-func packScaleMin(dst []byte, sc, m [8]uint8) {
-	clear(dst[:12])
-	for j := range 8 {
-		if j < 4 {
-			dst[j] = sc[j]
-			dst[j+4] = m[j]
-		} else {
-			dst[j+4] = sc[j]&0xf | m[j]&0xf<<4
-			dst[j-4] |= sc[j] >> 4 << 6
-			dst[j] |= m[j] >> 4 << 6
 		}
 	}
 }

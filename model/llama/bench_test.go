@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 )
@@ -17,7 +18,7 @@ import (
 // sequence length.
 func BenchmarkDecode(b *testing.B) {
 	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf"} {
-		m, err := Open(sharedtest.Path(b, "models", file), Options{})
+		m, err := Open(sharedtest.Path(b, "models", file), Options{Backend: cpu.Factory(0)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -94,7 +95,7 @@ func BenchmarkGreedyPrompts(b *testing.B) {
 	}
 	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf", "gocoder-m"} {
 		b.Run(file, func(b *testing.B) {
-			m, err := Open(sharedtest.Path(b, "models", file), Options{})
+			m, err := Open(sharedtest.Path(b, "models", file), Options{Backend: cpu.Factory(0)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -2,8 +2,9 @@
 // Mistral (without sliding window), Qwen2 and Qwen2.5 — and its weight binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
-// operations of package backend; it runs on the CPU (backend/cpu) or, when the options
-// name a device, on a GPU (package gpu).
+// operations of package backend, and runs on the backend the caller gives it in
+// [Options.Backend]: the CPU's (backend/cpu) or a GPU's (backend/cuda). The package
+// imports neither.
 //
 // A [Model] implements [model.Model]: it is read-only after loading and shared by its
 // sequences, each of which keeps its keys and values in a paged cache with a memory
@@ -15,6 +16,7 @@ package llama
 import (
 	"fmt"
 	"math"
+	"runtime"
 
 	"github.com/specula/specula/backend"
 )
@@ -97,6 +99,31 @@ func (c *Config) Shape() backend.Shape {
 // at every decoding step.
 func (c *Config) KVBytesPerPosition() int64 {
 	return int64(c.Layers) * 2 * int64(c.KVHeads*c.HeadDim) * 4
+}
+
+// The bounds of the default key/value budget (see [Config.KVBudget]).
+const (
+	minKVBudget = 64 << 20
+	maxKVBudget = 4 << 30
+)
+
+// KVBudget is the default key/value memory of a model of this shape, the one rule
+// every default budget follows (a model's [Options], package specula's engine): room
+// for sequences sequences at full context (4096 positions when the model states
+// none), at least 64 MiB and at most 4 GiB. sequences 0 (or less) means 4 ×
+// GOMAXPROCS, the requests an engine on this machine serves at once by default. The
+// lower bound keeps small models' short tests and demos from running out; the upper
+// one keeps a GPU, which allocates the budget at load, from giving all its memory to
+// a long-context model.
+func (c *Config) KVBudget(sequences int) int64 {
+	if sequences <= 0 {
+		sequences = 4 * runtime.GOMAXPROCS(0)
+	}
+	ctx := int64(c.ContextLength)
+	if ctx <= 0 {
+		ctx = 4096
+	}
+	return min(max(int64(sequences)*ctx*c.KVBytesPerPosition(), minKVBudget), maxKVBudget)
 }
 
 func (c *Config) validate() error {

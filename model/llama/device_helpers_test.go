@@ -1,11 +1,11 @@
 package llama_test
 
-// The checks of models on a device (package gpu): the host reference device against
-// the CPU backend, a GPU against both. They were package gpu's runner tests until the
-// forward pass was written once in model/llama; gpu cannot import llama, so they live
-// here, in the external test package. Every test is named TestHost… (the host device,
-// which runs everywhere) or TestGPU… (skipped with gpu.Available's message where there
-// is no GPU): gpu/device-check.sh runs them with -test.run '^Test(Host|GPU)'.
+// The checks of models on a device (backend/cuda): the host reference device against
+// the CPU backend, a GPU against both. They live here, in the external test package,
+// because they load models: model/llama is given the CUDA backend, it never imports it.
+// Every test is named TestHost… (the host device, which runs everywhere) or TestGPU…
+// (skipped with cuda.Available's message where there is no GPU):
+// backend/cuda/device-check.sh runs them with -test.run '^Test(Host|GPU)'.
 
 import (
 	"context"
@@ -18,7 +18,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/gpu"
+	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -49,22 +50,22 @@ const gpuTol = 0.1
 const deviceKV = 8 << 20
 
 // The GPU opened once for all GPU tests. It is not closed: the process ends after the
-// tests (package gpu's own tests close theirs).
+// tests (backend/cuda's own tests close theirs).
 var (
 	gpuOnce sync.Once
-	gpuDev  *gpu.Device
+	gpuDev  *cuda.Device
 	gpuErr  error
 )
 
-// openGPU returns the shared GPU, skipping the test with gpu.Available's message
+// openGPU returns the shared GPU, skipping the test with cuda.Available's message
 // where there is none.
-func openGPU(t testing.TB) *gpu.Device {
+func openGPU(t testing.TB) *cuda.Device {
 	t.Helper()
-	if err := gpu.Available(); err != nil {
+	if err := cuda.Available(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	gpuOnce.Do(func() {
-		gpuDev, gpuErr = gpu.OpenDevice(gpu.DeviceOptions{})
+		gpuDev, gpuErr = cuda.OpenDevice(cuda.DeviceOptions{})
 		if gpuErr == nil {
 			fmt.Fprintln(os.Stderr, "GPU:", gpuDev.Info())
 		}
@@ -74,7 +75,7 @@ func openGPU(t testing.TB) *gpu.Device {
 }
 
 // hostDevice returns a fresh host reference device.
-func hostDevice(testing.TB) *gpu.Device { return gpu.HostDevice() }
+func hostDevice(testing.TB) *cuda.Device { return cuda.HostDevice() }
 
 // repoRoot returns the module root (the directory holding go.mod above the working
 // directory).
@@ -129,17 +130,19 @@ func modelFiles() []modelFile {
 // openCPU opens a model on the CPU backend, closed at the end of the test.
 func openCPU(t testing.TB, path string) *llama.Model {
 	t.Helper()
-	m, err := llama.Open(path, llama.Options{Threads: 1, KVBudget: 8 << 20})
+	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(1), KVBudget: 8 << 20})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m
 }
 
-// openOn opens a model on dev with opts (Device set to dev, KVBudget defaulting to
+// openOn opens a model on dev with opts (Backend defaulting to dev's, KVBudget to
 // [deviceKV]), closed at the end of the test.
-func openOn(t testing.TB, dev *gpu.Device, path string, opts llama.Options) *llama.Model {
+func openOn(t testing.TB, dev *cuda.Device, path string, opts llama.Options) *llama.Model {
 	t.Helper()
-	opts.Device = dev
+	if opts.Backend == nil {
+		opts.Backend = cuda.Factory(dev, cuda.BackendOptions{})
+	}
 	if opts.KVBudget == 0 {
 		opts.KVBudget = deviceKV
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -21,7 +21,7 @@ import (
 // batches (0 on the host device, whose products do not depend on the batch; on a GPU
 // prompts of more than 32 tokens go through cuBLAS).
 type kvEnv struct {
-	dev func(t testing.TB) *gpu.Device
+	dev func(t testing.TB) *cuda.Device
 	tol float64
 }
 
@@ -268,7 +268,7 @@ func checkKVBudget(t *testing.T, k kvEnv) {
 	k.near(t, fresh(t, m, promptB), got)
 
 	// A budget smaller than one block is refused at load.
-	_, err = llama.Open(xsPath(t), llama.Options{Device: k.dev(t), KVBudget: 1000})
+	_, err = llama.Open(xsPath(t), llama.Options{Backend: cuda.Factory(k.dev(t), cuda.BackendOptions{}), KVBudget: 1000})
 	assert.ErrorContains(t, err, "smaller than one block")
 }
 
@@ -373,9 +373,9 @@ func checkBadInputs(t *testing.T, k kvEnv) {
 // TestHostClosed checks that closed sequences, models and devices report errors
 // (wrapping model.ErrClosed for sequences) instead of panicking.
 func TestHostClosed(t *testing.T) {
-	dev := gpu.HostDevice()
+	dev := cuda.HostDevice()
 	path := xsPath(t)
-	m, err := llama.Open(path, llama.Options{Device: dev, KVBudget: deviceKV})
+	m, err := llama.Open(path, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
 	require.NoError(t, err)
 	v := m.Info().VocabSize
 	ctx := context.Background()
@@ -411,7 +411,7 @@ func TestHostClosed(t *testing.T) {
 	assert.NoError(t, forked.Close())
 
 	// A closed device.
-	m2, err := llama.Open(path, llama.Options{Device: dev, KVBudget: deviceKV})
+	m2, err := llama.Open(path, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
 	require.NoError(t, err)
 	s2, err := m2.NewSequence(ctx)
 	require.NoError(t, err)
@@ -422,9 +422,9 @@ func TestHostClosed(t *testing.T) {
 	assert.Equal(t, 4, s2.Len())
 	assert.NoError(t, s2.Close())
 	assert.ErrorContains(t, m2.Close(), "device is closed")
-	_, err = llama.Open(path, llama.Options{Device: dev, KVBudget: deviceKV})
+	_, err = llama.Open(path, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
 	assert.ErrorContains(t, err, "device is closed")
-	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Device: dev, KVBudget: deviceKV})
+	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
 	assert.ErrorContains(t, err, "device is closed")
 	assert.ErrorContains(t, dev.Synchronize(), "device is closed")
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/gpu"
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 )
@@ -109,7 +109,7 @@ func TestHostMatchesCPU(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			path := f.path(t)
 			cpu := openCPU(t, path)
-			host := openOn(t, gpu.HostDevice(), path, llama.Options{})
+			host := openOn(t, cuda.HostDevice(), path, llama.Options{})
 			require.Equal(t, cpu.Config(), host.Config())
 			assert.True(t, strings.HasPrefix(cpu.Backend(), "cpu"), cpu.Backend())
 			assert.Equal(t, "host reference device", host.Backend(), "the model runs on the device")
@@ -150,7 +150,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 func TestHostChunkedPasses(t *testing.T) {
 	path := xsPath(t)
 	cpu := openCPU(t, path)
-	host := openOn(t, gpu.HostDevice(), path, llama.Options{MaxBatch: 7})
+	host := openOn(t, nil, path, llama.Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{MaxBatch: 7})})
 	worst := runScript(t, cpu, host, script(promptA), hostTol)
 	t.Logf("max |host − cpu| with passes of 7: %.3g", worst)
 	assert.LessOrEqual(t, worst, hostTol)
@@ -162,9 +162,9 @@ func TestHostChunkedPasses(t *testing.T) {
 func TestGPUBatchInvariance(t *testing.T) { checkBatchInvariance(t, openGPU(t)) }
 
 // TestHostBatchInvariance is [TestGPUBatchInvariance] on the host device.
-func TestHostBatchInvariance(t *testing.T) { checkBatchInvariance(t, gpu.HostDevice()) }
+func TestHostBatchInvariance(t *testing.T) { checkBatchInvariance(t, cuda.HostDevice()) }
 
-func checkBatchInvariance(t *testing.T, dev *gpu.Device) {
+func checkBatchInvariance(t *testing.T, dev *cuda.Device) {
 	for _, f := range modelFiles()[:2] {
 		t.Run(f.name, func(t *testing.T) {
 			m := openOn(t, dev, f.path(t), llama.Options{})

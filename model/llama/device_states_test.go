@@ -7,7 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/gpu"
+	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -32,20 +33,20 @@ func statesOf(t *testing.T, m *llama.Model, toks []int32) ([]float32, []float32)
 // TestHostStates checks that a model on the host device gives the hidden states the
 // CPU backend gives — the final normed ones and the stream after a layer — within
 // [hostTol], also when the forward is cut into passes.
-func TestHostStates(t *testing.T) { checkStates(t, gpu.HostDevice()) }
+func TestHostStates(t *testing.T) { checkStates(t, cuda.HostDevice()) }
 
 // TestGPUStates is [TestHostStates] on a GPU, within [gpuTol].
 func TestGPUStates(t *testing.T) { checkStates(t, openGPU(t)) }
 
-func checkStates(t *testing.T, dev *gpu.Device) {
+func checkStates(t *testing.T, dev *cuda.Device) {
 	path := xsPath(t)
 	cpu := openCPU(t, path)
 	tol := hostTol
-	if dev.Info().Backend == "cuda" {
+	if dev.Info().Kind == "cuda" {
 		tol = gpuTol
 	}
 	for _, batch := range []int{0, 5} {
-		dm := openOn(t, dev, path, llama.Options{MaxBatch: batch})
+		dm := openOn(t, dev, path, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{MaxBatch: batch})})
 		wantH, wantL := statesOf(t, cpu, promptA[:16])
 		gotH, gotL := statesOf(t, dm, promptA[:16])
 		assert.LessOrEqual(t, maxAbsDiff(wantH, gotH), tol, "states, passes of %d", batch)
@@ -84,8 +85,8 @@ func TestHostEAGLE(t *testing.T) {
 		require.NoError(t, s.Forward(context.Background(), b, logits))
 		return b.Hidden, logits
 	}
-	wantH, wantL := run(llama.Options{Threads: 1})
-	gotH, gotL := run(llama.Options{Device: gpu.HostDevice(), KVBudget: deviceKV, MaxBatch: 4})
+	wantH, wantL := run(llama.Options{Backend: cpu.Factory(1)})
+	gotH, gotL := run(llama.Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{MaxBatch: 4}), KVBudget: deviceKV})
 	assert.LessOrEqual(t, maxAbsDiff(wantH, gotH), hostTol, "states")
 	assert.LessOrEqual(t, maxAbsDiff(wantL, gotL), hostTol, "logits")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 )
@@ -106,7 +107,7 @@ func TestGoldenGocoder(t *testing.T) {
 			{name + "-f16.gguf", "f16.gguf"},
 		} {
 			t.Run(name+"/"+format.match, func(t *testing.T) {
-				m, err := Open(sharedtest.Path(t, "models", format.path), Options{})
+				m, err := Open(sharedtest.Path(t, "models", format.path), Options{Backend: cpu.Factory(0)})
 				require.NoError(t, err)
 				defer m.Close()
 				for _, c := range cases {
@@ -124,7 +125,7 @@ func TestGoldenGocoder(t *testing.T) {
 func TestGoldenQ8(t *testing.T) {
 	for _, name := range []string{"gocoder-xs", "gocoder-s", "gocoder-m"} {
 		t.Run(name, func(t *testing.T) {
-			m, err := Open(sharedtest.Path(t, "models", name+"-q8_0.gguf"), Options{})
+			m, err := Open(sharedtest.Path(t, "models", name+"-q8_0.gguf"), Options{Backend: cpu.Factory(0)})
 			require.NoError(t, err)
 			defer m.Close()
 			for _, c := range loadGolden(t, name) {
@@ -141,7 +142,7 @@ func TestGoldenQwen2(t *testing.T) {
 	cases := loadGolden(t, "tiny-qwen2-random")
 	for _, path := range []string{"tiny-qwen2-random", "tiny-qwen2-random-f32.gguf"} {
 		t.Run(path, func(t *testing.T) {
-			m, err := Open(sharedtest.Path(t, "models", path), Options{})
+			m, err := Open(sharedtest.Path(t, "models", path), Options{Backend: cpu.Factory(0)})
 			require.NoError(t, err)
 			defer m.Close()
 			assert.True(t, m.Config().QKVBias)
@@ -154,7 +155,7 @@ func TestGoldenQwen2(t *testing.T) {
 }
 
 func TestGoldenStories260K(t *testing.T) {
-	m, err := Open(sharedtest.Path(t, "models", "stories260K.gguf"), Options{})
+	m, err := Open(sharedtest.Path(t, "models", "stories260K.gguf"), Options{Backend: cpu.Factory(0)})
 	require.NoError(t, err)
 	defer m.Close()
 	want := []int32{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265,
@@ -167,10 +168,10 @@ func TestGoldenStories260K(t *testing.T) {
 // TestSameModelBothFormats checks that the GGUF F16 and safetensors BF16 copies of one
 // model agree closely (their weights differ by the rounding of BF16 versus F16).
 func TestSameModelBothFormats(t *testing.T) {
-	hf, err := Open(sharedtest.Path(t, "models", "gocoder-s"), Options{})
+	hf, err := Open(sharedtest.Path(t, "models", "gocoder-s"), Options{Backend: cpu.Factory(0)})
 	require.NoError(t, err)
 	defer hf.Close()
-	gg, err := Open(sharedtest.Path(t, "models", "gocoder-s-f16.gguf"), Options{})
+	gg, err := Open(sharedtest.Path(t, "models", "gocoder-s-f16.gguf"), Options{Backend: cpu.Factory(0)})
 	require.NoError(t, err)
 	defer gg.Close()
 	c := loadGolden(t, "gocoder-s")[0]

@@ -10,13 +10,7 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/internal/kernels"
 )
-
-// dequantize decodes values of type t into float32.
-func dequantize(t dtype.DType, src []byte, dst []float32) error {
-	return kernels.Dequantize(t, src, dst)
-}
 
 // Open loads a model from a GGUF file or a Hugging Face directory (config.json plus
 // model.safetensors or a sharded model.safetensors.index.json) onto the backend the
@@ -203,7 +197,7 @@ func (l *loader) matrix(parts ...part) backend.Matrix {
 // convert requantizes a float matrix when the loader is asked to.
 func (l *loader) convert(t *backend.Tensor) error {
 	var err error
-	t.Type, t.Data, err = kernels.Requantize(t.Type, t.Data, t.Cols, l.requantize)
+	t.Type, t.Data, err = dtype.Requantize(t.Type, t.Data, t.Cols, l.requantize)
 	return err
 }
 
@@ -221,7 +215,7 @@ func (l *loader) vector(optional bool, parts ...part) backend.Vector {
 			return nil
 		}
 		v := make([]float32, p.rows)
-		if err := dequantize(t, data, v); err != nil {
+		if err := dtype.Dequantize(t, data, v); err != nil {
 			l.fail(p.name, "%v", err)
 			return nil
 		}

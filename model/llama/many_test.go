@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend"
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
@@ -49,7 +50,7 @@ func TestForwardMany(t *testing.T) {
 	ctx := context.Background()
 	for _, typ := range []dtype.DType{dtype.F32, dtype.Q8_0} {
 		t.Run(typ.String(), func(t *testing.T) {
-			m := randomModel(t, tinyConfig(RopeHalf, true), typ, 11, Options{Threads: 2})
+			m := randomModel(t, tinyConfig(RopeHalf, true), typ, 11, Options{Backend: cpu.Factory(2)})
 			v := m.cfg.Vocab
 			cases := manyCases(rand.New(rand.NewPCG(5, 5)), v)
 			start := func() []model.Sequence {
@@ -92,7 +93,7 @@ func TestForwardMany(t *testing.T) {
 // take few rows, so that one call becomes several passes cutting through batches.
 func TestForwardManyChunked(t *testing.T) {
 	ctx := context.Background()
-	m := randomModel(t, tinyConfig(RopeInterleaved, false), dtype.F16, 12, Options{Threads: 2})
+	m := randomModel(t, tinyConfig(RopeInterleaved, false), dtype.F16, 12, Options{Backend: cpu.Factory(2)})
 	v := m.cfg.Vocab
 	cases := manyCases(rand.New(rand.NewPCG(6, 6)), v)
 	var want [][]float32
@@ -127,8 +128,8 @@ func TestForwardManyErrors(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig(RopeHalf, false)
 	cfg.ContextLength = 0
-	m := randomModel(t, cfg, dtype.F32, 5, Options{Threads: 1, KVBudget: 32 << 10}) // 64 positions
-	other := randomModel(t, cfg, dtype.F32, 5, Options{Threads: 1})
+	m := randomModel(t, cfg, dtype.F32, 5, Options{Backend: cpu.Factory(1), KVBudget: 32 << 10}) // 64 positions
+	other := randomModel(t, cfg, dtype.F32, 5, Options{Backend: cpu.Factory(1)})
 	a, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	b, err := m.NewSequence(ctx)
@@ -175,7 +176,7 @@ type backendOf = backend.Backend
 // ErrModelClosed, and that its sequences can still be closed.
 func TestClosedModel(t *testing.T) {
 	ctx := context.Background()
-	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F32, 5, Options{Threads: 1})
+	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F32, 5, Options{Backend: cpu.Factory(1)})
 	s, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	require.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{1, 2}}, nil))
@@ -198,7 +199,7 @@ func TestDecodeAllocs(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig(RopeHalf, true)
 	cfg.Vocab = 64 // whole row groups: a cut group's products take scratch of their own
-	m := randomModel(t, cfg, dtype.Q8_0, 3, Options{Threads: 2})
+	m := randomModel(t, cfg, dtype.Q8_0, 3, Options{Backend: cpu.Factory(2)})
 	s, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	defer s.Close()
@@ -229,7 +230,7 @@ func TestHiddenStates(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig(RopeHalf, false) // tied embeddings
 	src := randomTensors(t, cfg, dtype.F32, 21)
-	m, err := build(&Tensors{Config: cfg, Name: "random", Names: GGUFNames(), src: src, file: "random", closer: nopCloser{}}, Options{Threads: 2})
+	m, err := build(&Tensors{Config: cfg, Name: "random", Names: GGUFNames(), src: src, file: "random", closer: nopCloser{}}, Options{Backend: cpu.Factory(2)})
 	require.NoError(t, err)
 	defer m.Close()
 	d, v := cfg.Dim, cfg.Vocab
@@ -249,7 +250,7 @@ func TestHiddenStates(t *testing.T) {
 	state := func(r, j int) []float32 { return b.Hidden[(r*2+j)*d : (r*2+j+1)*d] }
 
 	emb := make([]float32, v*d)
-	require.NoError(t, kernels.Dequantize(src["token_embd.weight"].typ, src["token_embd.weight"].data, emb))
+	require.NoError(t, dtype.Dequantize(src["token_embd.weight"].typ, src["token_embd.weight"].data, emb))
 	for k, r := range []int{1, 0} { // outputs 11 and 4 are states 1 and 0
 		h := state(r, 1)
 		for tok := range v {
@@ -262,7 +263,7 @@ func TestHiddenStates(t *testing.T) {
 	}
 	normed := make([]float32, d)
 	outNorm := make([]float32, d)
-	require.NoError(t, kernels.Dequantize(dtype.F32, src["output_norm.weight"].data, outNorm))
+	require.NoError(t, dtype.Dequantize(dtype.F32, src["output_norm.weight"].data, outNorm))
 	for r := range 3 {
 		kernels.RMSNorm(normed, state(r, 0), outNorm, cfg.NormEps)
 		assert.Equal(t, normed, state(r, 1), "state %d: the last layer's stream, normed, is the final state", r)

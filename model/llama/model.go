@@ -8,31 +8,28 @@ import (
 	"sync/atomic"
 
 	"github.com/specula/specula/backend"
-	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 )
 
 // Options tune a loaded model.
 type Options struct {
-	// Device, when set, runs the model on that GPU (see package gpu); nil runs it on
-	// the CPU.
-	Device *gpu.Device
-	// Threads is how many threads a forward pass on the CPU uses; 0 means GOMAXPROCS.
-	Threads int
+	// Backend makes what runs the model, for the model's shape: cpu.Factory(threads)
+	// (package backend/cpu) for the CPU, cuda.Factory(dev, …) (backend/cuda) for a
+	// GPU. It is required — the model does not choose its backend — and a nil Backend
+	// fails the load with an error that says so; package specula supplies the CPU's
+	// when its caller names none.
+	Backend backend.Factory
 	// KVBudget is the memory, in bytes, set aside for all sequences' keys and
-	// values. 0 means four sequences at full context, at least 64 MiB and at most
-	// 2 GiB (4 GiB on a GPU). On the CPU memory is only touched as sequences grow; a
-	// GPU allocates it at load.
+	// values. 0 means [Config.KVBudget] of Sequences. On the CPU memory is only
+	// touched as sequences grow; a GPU allocates it at load.
 	KVBudget int64
+	// Sequences is how many sequences at full context the default KVBudget holds (0:
+	// see [Config.KVBudget]).
+	Sequences int
 	// ContextLength, when positive, lowers the model's context length.
 	ContextLength int
-	// MaxBatch, on a GPU, is the most tokens one pass over the layers takes: longer
-	// forwards (prompts) are cut into passes of this many, which bounds the scratch
-	// memory. 0 means 256.
-	MaxBatch int
 	// Requantize, when set (Q8_0), converts the float weight matrices (F32, F16,
 	// BF16) to that type as they are taken in: a draft layer's weights at half the
 	// bytes, read at every drafted token. Quantised matrices are taken as they are.
@@ -111,12 +108,6 @@ func (m *Model) layerBytes() int64 {
 	return n
 }
 
-// DecodeBytes is the weight memory one decoding step reads: every layer's matrices and
-// the output matrix (of the embedding, one row).
-func (m *Model) DecodeBytes() int64 {
-	return m.output.Bytes() + m.embed.Bytes()/int64(m.cfg.Vocab) + m.layerBytes()
-}
-
 // Close releases the model's backend. Sequences must be closed first; afterwards the
 // model's calls fail with [ErrModelClosed].
 func (m *Model) Close() error {
@@ -130,28 +121,27 @@ func (m *Model) Close() error {
 // used.
 var ErrModelClosed = errors.New("llama: model is closed")
 
-// newBackend makes the backend the options ask for, for models of c's shape.
+// errNoBackend is the error of options that name no backend.
+var errNoBackend = errors.New("Options.Backend is nil: the model runs on the backend it is given; " +
+	"pass cpu.Factory(0) (package backend/cpu) to run it on the CPU, or cuda.Factory for a GPU")
+
+// newBackend makes the backend of the options for a model of c's shape.
 func newBackend(c *Config, opts Options) (backend.Backend, error) {
-	if opts.Device != nil {
-		return gpu.NewBackend(opts.Device, c.Shape(), gpu.BackendOptions{MaxBatch: opts.MaxBatch})
+	if opts.Backend == nil {
+		return nil, errNoBackend
 	}
-	return cpu.New(c.Shape(), opts.Threads), nil
+	be, err := opts.Backend(c.Shape())
+	if err == nil && be == nil {
+		err = errors.New("Options.Backend made no backend")
+	}
+	return be, err
 }
 
 // startCache makes the key/value cache within the options' budget.
 func (m *Model) startCache(opts Options) error {
-	c := &m.cfg
 	budget := opts.KVBudget
 	if budget <= 0 {
-		ctx := int64(c.ContextLength)
-		if ctx == 0 {
-			ctx = 4096
-		}
-		limit := int64(2 << 30)
-		if opts.Device != nil {
-			limit = 4 << 30
-		}
-		budget = min(max(4*ctx*c.KVBytesPerPosition(), 64<<20), limit)
+		budget = m.cfg.KVBudget(opts.Sequences)
 	}
 	kv, err := m.be.KV(kvcache.DefaultBlockSize, budget)
 	if err != nil {

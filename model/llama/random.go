@@ -1,7 +1,6 @@
 package llama
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
@@ -9,12 +8,13 @@ import (
 	"github.com/specula/specula/format/dtype"
 )
 
-// NewRandom makes a model of shape cfg whose weights are pseudo-random values of type
-// typ made by the backend itself (a device fills its own memory: nothing is read from
-// disk or copied from the host), for benchmarks at real sizes. A matrix of c columns
-// holds values uniform in ±√(3/c) (the embedding ±√3), norms 1 ± 0.1, biases ±0.5. The
-// same seed gives the same weights on every backend that can make them: the CPU
-// cannot, so opts must name a device.
+// NewRandom is benchmark and test support, not for serving: it makes a model of shape
+// cfg whose weights are pseudo-random values of type typ made by the backend itself (a
+// device fills its own memory: nothing is read from disk or copied from the host), to
+// measure a device at real sizes without a file (backend/cuda's gpubench). A matrix of
+// c columns holds values uniform in ±√(3/c) (the embedding ±√3), norms 1 ± 0.1, biases
+// ±0.5. The same seed gives the same weights on every backend that can make them: the
+// CUDA backend's, on a GPU or the host device; the CPU backend cannot.
 func NewRandom(cfg Config, typ dtype.DType, seed uint64, opts Options) (*Model, error) {
 	if cfg.RopeDim == 0 {
 		cfg.RopeDim = cfg.HeadDim
@@ -29,10 +29,10 @@ func NewRandom(cfg Config, typ dtype.DType, seed uint64, opts Options) (*Model, 
 	}
 	name := fmt.Sprintf("random-%s-%dx%d-%s", cfg.Arch, cfg.Layers, cfg.Dim, typ)
 	m := &Model{cfg: cfg, name: name, be: be, invFreq: cfg.InvFreqs()}
-	f, ok := be.(backend.Filler)
+	f, ok := be.(filler)
 	if !ok {
 		_ = m.Close()
-		return nil, errors.New("llama: random weights are made on a device; the options name none")
+		return nil, fmt.Errorf("llama: random weights are made where they live, by a device's backend; %s cannot make them", be.Name())
 	}
 	r := &randomWeights{f: f, typ: typ, seed: seed}
 	r.fill(m)
@@ -46,10 +46,20 @@ func NewRandom(cfg Config, typ dtype.DType, seed uint64, opts Options) (*Model, 
 	return m, nil
 }
 
-// randomWeights makes a model's weights with a Filler, each tensor from its own
+// filler is a backend that makes weights of pseudo-random values where they live (the
+// CUDA backend does), for [NewRandom].
+type filler interface {
+	// RandomMatrix makes a rows × cols matrix of type typ whose values are uniform
+	// in ±scale.
+	RandomMatrix(typ dtype.DType, rows, cols int, seed uint64, scale float32) (backend.Matrix, error)
+	// RandomVector makes a vector of n values uniform in offset ± scale.
+	RandomVector(n int, seed uint64, scale, offset float32) (backend.Vector, error)
+}
+
+// randomWeights makes a model's weights with a filler, each tensor from its own
 // stream, keeping the first error.
 type randomWeights struct {
-	f    backend.Filler
+	f    filler
 	typ  dtype.DType
 	seed uint64
 	n    uint64 // tensors made so far

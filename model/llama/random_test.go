@@ -8,12 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/internal/kernels"
 )
 
 // encodeWeights turns float32 values into bytes of type t.
 func encodeWeights(t testing.TB, typ dtype.DType, w []float32) []byte {
-	out, err := kernels.Encode(typ, w)
+	out, err := dtype.Encode(typ, w)
 	require.NoError(t, err)
 	return out
 }
@@ -117,7 +116,7 @@ func reference(t testing.TB, m *Model, src memSource, toks []int32) [][]float64 
 		tn := src[name]
 		rows, cols := int(tn.shape[0]), int(tn.shape[1])
 		vals := make([]float32, rows*cols)
-		require.NoError(t, kernels.Dequantize(tn.typ, tn.data, vals))
+		require.NoError(t, dtype.Dequantize(tn.typ, tn.data, vals))
 		out := make([][]float64, rows)
 		for r := range out {
 			out[r] = make([]float64, cols)
@@ -133,7 +132,7 @@ func reference(t testing.TB, m *Model, src memSource, toks []int32) [][]float64 
 			return nil
 		}
 		v := make([]float32, tn.shape[0])
-		require.NoError(t, kernels.Dequantize(tn.typ, tn.data, v))
+		require.NoError(t, dtype.Dequantize(tn.typ, tn.data, v))
 		return v
 	}
 	matvec := func(w [][]float64, x []float64) []float64 {

@@ -14,7 +14,6 @@ import (
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/format/safetensors"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model/llama"
 )
 
@@ -82,7 +81,7 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 	p := plan{mix: m, layers: c.Layers, tied: c.TiedEmbeddings}
 	var tensors []gguf.TensorData
 	if c.RopeFreqFactors != nil {
-		data, _ := kernels.Encode(dtype.F32, c.RopeFreqFactors)
+		data, _ := dtype.Encode(dtype.F32, c.RopeFreqFactors)
 		tensors = append(tensors, gguf.TensorData{Name: "rope_freqs.weight", Type: dtype.F32, Dims: []int64{int64(len(c.RopeFreqFactors))}, Data: data})
 	}
 	for _, name := range set.Names() {

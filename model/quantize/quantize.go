@@ -18,7 +18,6 @@ import (
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
-	"github.com/specula/specula/internal/kernels"
 )
 
 // Report says what a conversion did.
@@ -64,10 +63,10 @@ func (p plan) convert(name string, typ dtype.DType, dims []int64, data []byte, r
 		n *= d
 	}
 	vals := make([]float32, n)
-	if err := kernels.Dequantize(typ, data, vals); err != nil {
+	if err := dtype.Dequantize(typ, data, vals); err != nil {
 		return 0, nil, fmt.Errorf("tensor %q: %w", name, err)
 	}
-	out, err := kernels.Encode(t, vals)
+	out, err := dtype.Encode(t, vals)
 	if err != nil {
 		return 0, nil, fmt.Errorf("tensor %q: %w", name, err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -52,8 +52,8 @@ func TestMatchesLlamaCppQ8(t *testing.T) {
 		}
 		for blk := 0; blk < len(a)/34; blk++ {
 			x, y := a[blk*34:(blk+1)*34], b[blk*34:(blk+1)*34]
-			dx := kernels.F16ToF32(binary.LittleEndian.Uint16(x))
-			dy := kernels.F16ToF32(binary.LittleEndian.Uint16(y))
+			dx := dtype.F16ToF32(binary.LittleEndian.Uint16(x))
+			dy := dtype.F16ToF32(binary.LittleEndian.Uint16(y))
 			require.InDelta(t, dy, dx, 2e-3*math.Abs(float64(dy))+1e-9, "%s block %d scale", wt.Name, blk)
 			for j := 2; j < 34; j++ {
 				d := int(int8(x[j])) - int(int8(y[j]))
@@ -115,10 +115,10 @@ func TestFromHFDirectory(t *testing.T) {
 			assert.Empty(t, r.Notes)
 			t.Logf("converted %v, %d kept, %d → %d bytes", r.Types, r.Kept, r.BytesIn, r.BytesOut)
 
-			q, err := llama.Open(dst, llama.Options{})
+			q, err := llama.Open(dst, llama.Options{Backend: cpu.Factory(0)})
 			require.NoError(t, err)
 			defer q.Close()
-			orig, err := llama.Open(dir, llama.Options{})
+			orig, err := llama.Open(dir, llama.Options{Backend: cpu.Factory(0)})
 			require.NoError(t, err)
 			defer orig.Close()
 			e := maxErr(logitsAfter(t, q, prompt), logitsAfter(t, orig, prompt))
@@ -172,7 +172,7 @@ func TestPermuteRows(t *testing.T) {
 func TestEveryMix(t *testing.T) {
 	src := sharedtest.Path(t, "models", "gocoder-s-f16.gguf")
 	prompt := []int32{8191, 100, 2000, 37, 5, 900, 13, 42}
-	orig, err := llama.Open(src, llama.Options{Threads: 1})
+	orig, err := llama.Open(src, llama.Options{Backend: cpu.Factory(1)})
 	require.NoError(t, err)
 	defer orig.Close()
 	want := logitsAfter(t, orig, prompt)
@@ -211,7 +211,7 @@ func TestEveryMix(t *testing.T) {
 				assert.Less(t, r.BytesOut, r.BytesIn)
 			}
 
-			q, err := llama.Open(dst, llama.Options{Threads: 1})
+			q, err := llama.Open(dst, llama.Options{Backend: cpu.Factory(1)})
 			require.NoError(t, err)
 			defer q.Close()
 			e := maxErr(logitsAfter(t, q, prompt), want)

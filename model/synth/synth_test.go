@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/model"
@@ -153,7 +154,7 @@ func TestWriteOpens(t *testing.T) {
 			require.NoError(t, err)
 			assert.InDelta(t, data, st.Size(), float64(len(plan)*32+300_000), "%s: file size against tensor bytes", m)
 
-			mdl, err := llama.Open(path, llama.Options{Threads: 1})
+			mdl, err := llama.Open(path, llama.Options{Backend: cpu.Factory(1)})
 			require.NoError(t, err, "%s dim %d", m, dim)
 			checkRuns(t, mdl)
 			require.NoError(t, mdl.Close())
@@ -198,7 +199,7 @@ func TestRealShapesLoad(t *testing.T) {
 		for _, m := range []quantize.Mix{quantize.Q8_0, quantize.Q4_K_M, quantize.Q5_K_M, quantize.Q6_K} {
 			path := filepath.Join(t.TempDir(), "m.gguf")
 			require.NoError(t, WriteFile(path, s, m, vocab, 3), "%s %s", s.Name, m)
-			mdl, err := llama.Open(path, llama.Options{Threads: 1})
+			mdl, err := llama.Open(path, llama.Options{Backend: cpu.Factory(1)})
 			require.NoError(t, err, "%s %s", s.Name, m)
 			assert.Equal(t, s.Config.Dim, mdl.Config().Dim)
 			checkRuns(t, mdl)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model/quantize"
 )
 
@@ -239,7 +238,7 @@ func vector(t Tensor, s Shape, rng *rand.Rand) []byte {
 	case ropeFreqs:
 		copy(vals, s.Config.RopeFreqFactors)
 	}
-	out, _ := kernels.Encode(dtype.F32, vals)
+	out, _ := dtype.Encode(dtype.F32, vals)
 	return out
 }
 
@@ -273,7 +272,7 @@ func newPool(t dtype.DType, cols int, seed uint64) (*pool, error) {
 	for i := range vals {
 		vals[i] = float32(rng.NormFloat64() * sd)
 	}
-	data, err := kernels.Encode(t, vals)
+	data, err := dtype.Encode(t, vals)
 	if err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
 	}

@@ -1,0 +1,74 @@
+package specula_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula"
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/model/llama"
+)
+
+// TestConfigBackend: the target runs on the backend Config.Backend makes, for the
+// target's shape, and writes what the CPU's default writes; a backend that cannot be
+// made fails Open with its error.
+func TestConfigBackend(t *testing.T) {
+	ctx := context.Background()
+	p := specula.Params{MaxTokens: 8, IgnoreEOS: true}
+	prompt := "func main() {\n"
+	plain, err := specula.Open(specula.Config{Model: demoTarget, Draft: "none", Threads: 1})
+	require.NoError(t, err)
+	defer plain.Close()
+	want, err := plain.Complete(ctx, prompt, p)
+	require.NoError(t, err)
+
+	var shapes []backend.Shape
+	given := func(s backend.Shape) (backend.Backend, error) {
+		shapes = append(shapes, s)
+		return cpu.Factory(1)(s)
+	}
+	e, err := specula.Open(specula.Config{Model: demoTarget, Draft: "none", Backend: given})
+	require.NoError(t, err)
+	defer e.Close()
+	require.Len(t, shapes, 1, "the target's backend, made once")
+	assert.Equal(t, e.Info().Layers, shapes[0].Layers)
+	got, err := e.Complete(ctx, prompt, p)
+	require.NoError(t, err)
+	assert.Equal(t, want.Tokens, got.Tokens)
+
+	broken := errors.New("no GPU here")
+	_, err = specula.Open(specula.Config{Model: demoTarget, Backend: func(backend.Shape) (backend.Backend, error) { return nil, broken }})
+	assert.ErrorIs(t, err, broken)
+}
+
+// TestConfigKVBudget: the target's default key/value budget is the model's one rule
+// (llama.Config.KVBudget) for Config.MaxSequences at the configured context; a
+// KVBudget given is taken as it is.
+func TestConfigKVBudget(t *testing.T) {
+	tensors, err := llama.OpenTensors(demoTarget)
+	require.NoError(t, err)
+	shape := tensors.Config
+	require.NoError(t, tensors.Close())
+	shape.ContextLength = 512
+	for _, c := range []struct {
+		name string
+		cfg  specula.Config
+		want int64
+	}{
+		{"default sequences", specula.Config{}, shape.KVBudget(0)},
+		{"many sequences", specula.Config{MaxSequences: 300}, shape.KVBudget(300)},
+		{"given", specula.Config{MaxSequences: 300, KVBudget: 5 << 20}, 5 << 20},
+	} {
+		c.cfg.Model, c.cfg.Draft, c.cfg.ContextLength, c.cfg.Threads = demoTarget, "none", 512, 1
+		e, err := specula.Open(c.cfg)
+		require.NoError(t, err, c.name)
+		assert.Equal(t, c.want, e.Memory().KVBudget, c.name)
+		require.NoError(t, e.Close())
+	}
+	assert.Greater(t, shape.KVBudget(300), shape.KVBudget(0), "300 sequences need more than the floor")
+}

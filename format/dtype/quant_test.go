@@ -1,0 +1,84 @@
+package dtype
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// encode turns float32 values into the bytes of type typ.
+func encode(t testing.TB, typ DType, w []float32) []byte {
+	out, err := Encode(typ, w)
+	require.NoError(t, err)
+	return out
+}
+
+// randVec returns n values drawn from the standard normal distribution.
+func randVec(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// TestQuantizeRoundTrip encodes Gaussian values (a zero, an all-zero block among
+// them) as Q8_0 and Q4_0 and decodes them within half a step of each block's scale.
+func TestQuantizeRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := randVec(rng, 32*64)
+	x[5] = 0
+	for i := 64; i < 96; i++ {
+		x[i] = 0 // an all-zero block
+	}
+	for _, c := range []struct {
+		typ DType
+		tol float64 // relative to the block's largest magnitude
+	}{{Q8_0, 0.6 / 127}, {Q4_0, 1.0 / 8}} { // half a step, plus the float16 rounding of the scale
+		b := encode(t, c.typ, x)
+		y := make([]float32, len(x))
+		require.NoError(t, Dequantize(c.typ, b, y))
+		for blk := 0; blk < len(x)/32; blk++ {
+			var amax float64
+			for _, v := range x[blk*32 : blk*32+32] {
+				amax = max(amax, math.Abs(float64(v)))
+			}
+			for i := blk * 32; i < blk*32+32; i++ {
+				require.InDelta(t, x[i], y[i], c.tol*amax*1.01+1e-7, "%s value %d", c.typ, i)
+			}
+		}
+	}
+}
+
+// TestRequantize converts F32, F16 and BF16 rows to Q8_0 and back within Q8_0's
+// error, and leaves alone what it is not asked to, or cannot, convert.
+func TestRequantize(t *testing.T) {
+	vals := make([]float32, 2*64)
+	for i := range vals {
+		vals[i] = float32(i%17-8) / 8
+	}
+	for _, typ := range []DType{F32, F16, BF16} {
+		data, err := Encode(typ, vals)
+		require.NoError(t, err)
+		got, out, err := Requantize(typ, data, 64, Q8_0)
+		require.NoError(t, err)
+		require.Equal(t, Q8_0, got)
+		back := make([]float32, len(vals))
+		require.NoError(t, Dequantize(got, out, back))
+		for i := range vals {
+			require.InDelta(t, vals[i], back[i], 0.01, "%s value %d", typ, i)
+		}
+		for _, c := range []struct {
+			cols int
+			to   DType
+		}{{64, 0}, {48, Q8_0}, {64, typ}} {
+			same, d, err := Requantize(typ, data, c.cols, c.to)
+			require.NoError(t, err)
+			assert.Equal(t, typ, same, "%s cols %d to %v", typ, c.cols, c.to)
+			assert.Equal(t, data, d)
+		}
+	}
+}
