@@ -41,10 +41,10 @@ func parseDraft(s string) ([]draftPart, error) {
 		default:
 			kind, path, err := heads.Resolve(p)
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("specula: Config.Draft %q: not ngram, suffix, none or KIND:PATH (KIND model, eagle, medusa or mlp), and not a file: %w", p, err)
+				return nil, &ParameterError{Field: "Config.Draft", Err: fmt.Errorf("%q: not ngram, suffix, none or KIND:PATH (KIND model, eagle, medusa or mlp), and not a file: %w", p, err)}
 			}
 			if err != nil {
-				return nil, fmt.Errorf("specula: Config.Draft %q: %w", p, err)
+				return nil, &ParameterError{Field: "Config.Draft", Err: fmt.Errorf("%q: %w", p, err)}
 			}
 			parts = append(parts, draftPart{kind: kind, path: path})
 		}

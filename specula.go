@@ -150,21 +150,27 @@ func NewEngine(m model.Model, tok *tokenizer.Tokenizer, drafter draft.Drafter, o
 	return e, nil
 }
 
-// check refuses impossible settings before anything is read.
+// check refuses impossible settings before anything is read, each as a
+// *ParameterError naming the field.
 func (c Config) check() error {
 	switch {
 	case c.Model == "":
-		return errors.New("specula: Config.Model is required: a GGUF file or a Hugging Face directory")
+		return invalid("Config.Model", "is required: a GGUF file or a Hugging Face directory")
 	case c.K < 0 || c.K > spec.MaxK:
-		return fmt.Errorf("specula: Config.K %d: want 0 (the default, %d) to %d", c.K, DefaultMaxK, spec.MaxK)
+		return invalid("Config.K", "%d: want 0 (the default, %d) to %d", c.K, DefaultMaxK, spec.MaxK)
 	case c.MinK < 0 || c.MinK > max(c.K, DefaultMaxK*btoi(c.K == 0)):
-		return fmt.Errorf("specula: Config.MinK %d: want 0 to K", c.MinK)
-	case c.Threads < 0, c.ContextLength < 0, c.KVBudget < 0, c.MaxSequences < 0:
-		return fmt.Errorf("specula: Config has a negative count: Threads %d, ContextLength %d, KVBudget %d, MaxSequences %d",
-			c.Threads, c.ContextLength, c.KVBudget, c.MaxSequences)
+		return invalid("Config.MinK", "%d: want 0 to K", c.MinK)
+	}
+	for _, n := range []struct {
+		field string
+		v     int64
+	}{{"Threads", int64(c.Threads)}, {"ContextLength", int64(c.ContextLength)}, {"KVBudget", c.KVBudget}, {"MaxSequences", int64(c.MaxSequences)}} {
+		if n.v < 0 {
+			return invalid("Config."+n.field, "%d is negative", n.v)
+		}
 	}
 	if _, err := os.Stat(c.Model); err != nil {
-		return fmt.Errorf("specula: model %s: %w", c.Model, err)
+		return &ParameterError{Field: "Config.Model", Err: err}
 	}
 	return nil
 }

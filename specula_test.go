@@ -68,11 +68,11 @@ func TestOpenRefuses(t *testing.T) {
 		cfg  specula.Config
 		want string
 	}{
-		{"no model", specula.Config{}, "Config.Model is required"},
+		{"no model", specula.Config{}, "Config.Model: is required"},
 		{"missing model", specula.Config{Model: "models/nothing.gguf"}, "no such file"},
-		{"K too large", specula.Config{Model: demoTarget, K: 1000}, "Config.K 1000"},
+		{"K too large", specula.Config{Model: demoTarget, K: 1000}, "Config.K: 1000"},
 		{"negative threads", specula.Config{Model: demoTarget, Threads: -1}, "negative"},
-		{"unknown drafter", specula.Config{Model: demoTarget, Draft: "eagle3"}, `Config.Draft "eagle3"`},
+		{"unknown drafter", specula.Config{Model: demoTarget, Draft: "eagle3"}, `Config.Draft: "eagle3"`},
 		{"not a model", specula.Config{Model: demoTarget, Draft: "README.md"}, "README.md"},
 		{"other vocabulary", specula.Config{Model: demoTarget, Draft: otherVocab}, "cannot draft for"},
 	} {
@@ -81,6 +81,9 @@ func TestOpenRefuses(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, e)
 			assert.Contains(t, err.Error(), c.want)
+			if c.name != "other vocabulary" {
+				assert.ErrorIs(t, err, specula.ErrInvalidParameter, "a setting at fault is named")
+			}
 		})
 	}
 }
