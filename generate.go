@@ -148,7 +148,7 @@ var errStopped = errors.New("specula: the caller stopped the iteration")
 // GenerateFunc runs a request, hands every event to emit as it comes (nil: only
 // collect) and returns the whole completion. It is the engine's one way in: the
 // request is checked and encoded, waits for its turn and its key/value memory
-// (see [Config.MaxRunning]), gets the decoder that fits it (speculative,
+// (see [Serving.MaxRunning]), gets the decoder that fits it (speculative,
 // reproducible for a seed, plain when asked or when the engine is saturated), and
 // is decoded, detokenized and stopped. emit is called one event at a time; an error
 // from it ends the request and is returned. The errors are the engine's (see
@@ -164,15 +164,14 @@ func (e *Engine) GenerateFunc(ctx context.Context, req Request, emit func(Event)
 	if err != nil {
 		return Completion{}, err
 	}
+	defer func() { t.release(time.Since(arrived)) }() // even if emit panics
 	e.met.queueWait.Observe(time.Since(arrived).Seconds())
 	ctx, cancel := e.requestContext(ctx)
 	defer cancel()
 	j.pick(e, t.running)
 	e.met.admitted(j.mode())
 	r := &runner{e: e, j: j, emit: emit, arrived: arrived}
-	c, err := r.run(ctx)
-	t.release(time.Since(arrived))
-	return c, err
+	return r.run(ctx)
 }
 
 // requestContext is ctx, ended also when the engine closes.

@@ -3,24 +3,36 @@
 //
 //	eng, err := specula.Open(specula.Config{
 //		Model: "models/gocoder-m-q8_0.gguf",
-//		Draft: "models/gocoder-xs-q8_0.gguf", // prompt lookup goes in front of it
+//		Draft: "model:models/gocoder-xs-q8_0.gguf", // prompt lookup goes in front of it
 //	})
 //	if err != nil { … }
 //	defer eng.Close()
-//	c, err := eng.Complete(ctx, "func main() {", specula.Params{MaxTokens: 64})
-//	fmt.Println(c.Text)
+//	for ev, err := range eng.Generate(ctx, specula.Request{Prompt: "func main() {", Params: specula.Params{MaxTokens: 64}}) {
+//		if err != nil { … }
+//		fmt.Print(ev.Text)
+//	}
 //
 // The zero values of [Config] are the good defaults: adaptive speculation of up to
 // [DefaultMaxK] tokens a step, prompt lookup in front of a draft model, every core,
 // a key/value budget sized for [Config.MaxSequences] requests at full context. An
 // [Engine] is safe for concurrent use: requests running at once share the target's
-// forward passes. It gives text in and text out ([Engine.Complete], [Engine.Stream],
-// [Engine.Chat]) and, for everything else, the lower-level [spec.Decoder]
-// ([Engine.Decoder]) and tokenizer. The target runs on the CPU unless
-// [Config.Backend] names another (backend/cuda's for a GPU: only a program that
-// imports that package carries the CUDA loader). [NewEngine] serves any [model.Model]
-// (a model of one's own) the same way; package server serves engines over HTTP with
-// OpenAI's API.
+// forward passes, and wait their turn and their key/value memory when it is full
+// ([Serving]).
+//
+// An engine has one door: a [Request] — text, token ids or a conversation; sampling,
+// N choices, log-probabilities, echo, an output [Format], stops — goes in through
+// [Engine.GenerateFunc] or [Engine.Generate], and [Event]s come out. The engine owns
+// what lies between: checking, encoding, admission, the choice of decoder, stops and
+// detokenizing. [Engine.Complete], [Engine.Stream], [Engine.Chat] and [Engine.Score]
+// are conveniences over it. Its errors are values a service maps to answers
+// ([ErrInvalidParameter], [ErrPromptTooLong], [ErrOverloaded], …), and its
+// [Engine.Metrics] a Prometheus collector. The lower-level [spec.Decoder] is there
+// too ([Engine.Decoder]).
+//
+// The target runs on the CPU unless [Config.Backend] names another (backend/cuda's
+// for a GPU: only a program that imports that package carries the CUDA loader).
+// [NewEngine] serves any [model.Model] (a model of one's own) the same way; package
+// server serves engines over HTTP with OpenAI's API.
 package specula
 
 import (
