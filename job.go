@@ -2,6 +2,7 @@ package specula
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/specula/specula/spec"
@@ -59,7 +60,7 @@ func (e *Engine) encodePrompt(j *job) error {
 				return invalid(fmt.Sprintf("Tokens[%d]", i), "token %d is outside the vocabulary [0, %d)", t, v)
 			}
 		}
-		j.spec.Prompt = r.Tokens
+		j.spec.Prompt = slices.Clone(r.Tokens) // the caller may reuse its slice
 		j.echo = e.tok.DecodeWith(r.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
 	default:
 		if j.spec.Prompt, err = e.encode(r.Prompt); err != nil {
