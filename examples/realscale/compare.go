@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 )
@@ -31,8 +28,9 @@ type peerResult struct {
 	} `json:"cpu_backend"`
 }
 
-// round is one side-by-side measurement.
+// round is one side-by-side measurement, with the system's load average at its start.
 type round struct {
+	Load     string          `json:"load_average"`
 	Specula  *benchResult    `json:"specula"`
 	LlamaCpp json.RawMessage `json:"llama_cpp"`
 	peer     peerResult
@@ -41,6 +39,7 @@ type round struct {
 // comparison is what compare writes as JSON.
 type comparison struct {
 	Model  string             `json:"model"`
+	Peer   string             `json:"peer"` // how llama.cpp ran: lcbench --poll N, or node
 	Rounds []round            `json:"rounds"`
 	Ratios map[string]float64 `json:"median_ratios"` // specula / llama.cpp, by figure
 }
@@ -49,9 +48,13 @@ func compare(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
 	model, c, contexts, jsonOut := benchFlags(fs)
 	rounds := fs.Int("rounds", 2, "rounds of both engines, alternating which goes first")
-	script := fs.String("script", "examples/realscale/llamacpp.mjs", "the llama.cpp benchmark script")
-	peer := fs.String("peer", "/tmp/peer", "folder holding node_modules/node-llama-cpp (see ../shared/peer/README.md)")
-	node := fs.String("node", "node", "the Node.js binary")
+	p := &peerCommand{}
+	fs.StringVar(&p.via, "via", "lcbench", "how llama.cpp runs: lcbench (native, the speed reference) or node (node-llama-cpp)")
+	fs.StringVar(&p.lcbench, "lcbench", defaultLcbench, "the native llama.cpp benchmark (see ../shared/peer/llamacpp/README.md)")
+	fs.IntVar(&p.poll, "poll", 50, "lcbench --poll: llama.cpp's threads spin while waiting (50, its default) or yield (0: fairer where another process shares the cores)")
+	fs.StringVar(&p.script, "script", "examples/realscale/llamacpp.mjs", "with -via node: the llama.cpp benchmark script")
+	fs.StringVar(&p.peer, "peer", "/tmp/peer", "with -via node: the folder holding node_modules/node-llama-cpp (see ../shared/peer/README.md)")
+	fs.StringVar(&p.node, "node", "node", "with -via node: the Node.js binary")
 	_ = fs.Parse(args)
 	if *model == "" {
 		return errors.New("compare: -model is required")
@@ -62,33 +65,21 @@ func compare(ctx context.Context, args []string) error {
 	if *rounds < 1 {
 		return fmt.Errorf("compare: -rounds %d must be positive", *rounds)
 	}
-	abs := func(p string) string {
-		a, err := filepath.Abs(p)
-		if err != nil {
-			return p
-		}
-		return a
-	}
-	peerArgs := []string{abs(*script), "--model", abs(*model), "--threads", strconv.Itoa(c.Threads),
-		"--prompt-tokens", strconv.Itoa(c.PromptTokens), "--repeats", strconv.Itoa(c.Repeats),
-		"--contexts", *contexts, "--decode-tokens", strconv.Itoa(c.DecodeTokens),
-		"--verify-context", strconv.Itoa(c.VerifyContext), "--verify-max", strconv.Itoa(c.VerifyMax),
-		"--verify-repeats", strconv.Itoa(c.VerifyRepeats)}
 	logf := logTo(os.Stderr)
-	res := comparison{Model: *model}
+	res := comparison{Model: *model, Peer: p.via}
+	if p.via == "lcbench" {
+		res.Peer = fmt.Sprintf("lcbench --poll %d", p.poll)
+	}
 	for i := range *rounds {
-		var rd round
+		rd := round{Load: loadAverage()}
+		logf("round %d: load average %s", i+1, rd.Load)
 		runPeer := func() error {
-			logf("round %d: llama.cpp", i+1)
-			cmd := exec.CommandContext(ctx, *node, peerArgs...)
-			cmd.Dir = *peer
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
+			logf("round %d: llama.cpp (%s)", i+1, res.Peer)
+			out, err := p.run(ctx, *model, c, *contexts)
 			if err != nil {
-				return fmt.Errorf("llama.cpp: %w: %s", err, stderr.String())
+				return err
 			}
-			rd.LlamaCpp = json.RawMessage(bytes.TrimSpace(out))
+			rd.LlamaCpp = json.RawMessage(out)
 			return json.Unmarshal(out, &rd.peer)
 		}
 		runOurs := func() error {
@@ -121,17 +112,17 @@ func compare(ctx context.Context, args []string) error {
 func printComparison(w io.Writer, res comparison, c *benchConfig) map[string]float64 {
 	ratios := map[string][]float64{}
 	first := res.Rounds[0].Specula
-	fmt.Fprintf(w, "%s (%s), %s, %d threads; specula kernels %s, llama.cpp CPU variant %s\n",
-		res.Model, first.Name, first.CPU.Model, c.Threads, first.Kernels, res.Rounds[0].peer.CPUBackend.Variant)
+	fmt.Fprintf(w, "%s (%s), %s, %d threads; specula kernels %s, llama.cpp (%s) CPU variant %s\n",
+		res.Model, first.Name, first.CPU.Model, c.Threads, first.Kernels, res.Peer, res.Rounds[0].peer.CPUBackend.Variant)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tfigure\tspecula\tllama.cpp\tratio\t")
+	fmt.Fprintln(tw, "round\tload\tfigure\tspecula\tllama.cpp\tratio\t")
 	row := func(i int, name string, ours, theirs float64) {
 		r := 0.0
 		if theirs > 0 {
 			r = ours / theirs
 			ratios[name] = append(ratios[name], r)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\t%.2f×\t\n", i+1, name, ours, theirs, r)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\t%.2f\t%.2f×\t\n", i+1, res.Rounds[i].Load, name, ours, theirs, r)
 	}
 	for i, rd := range res.Rounds {
 		row(i, fmt.Sprintf("prefill %d tok/s", c.PromptTokens), rd.Specula.PrefillTokensPerS, rd.peer.PrefillTokensPerS)

@@ -19,10 +19,13 @@
 // reads; and the machine's streaming memory bandwidth, measured, so that each decode
 // figure is also a fraction of the roofline. -json writes the figures.
 //
-// compare runs the same measurements through llama.cpp (examples/realscale/llamacpp.mjs
-// with node-llama-cpp, set up as ../shared/peer/README.md says) and through specula,
-// alternating, round by round, and prints the ratios: the machines are shared and
-// their speed drifts, so only figures measured side by side are compared.
+// compare runs the same measurements through llama.cpp — natively, with lcbench
+// (../shared/peer/llamacpp, -lcbench; -poll 0 makes its threads yield instead of
+// spin, fairer where another process shares the cores), or with -via node through
+// examples/realscale/llamacpp.mjs and node-llama-cpp — and through specula,
+// alternating, round by round, with the load average beside each round, and prints
+// the ratios: the machines are shared and their speed drifts, so only figures
+// measured side by side are compared.
 package main
 
 import (
