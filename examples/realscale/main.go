@@ -26,6 +26,17 @@
 // alternating, round by round, with the load average beside each round, and prints
 // the ratios: the machines are shared and their speed drifts, so only figures
 // measured side by side are compared.
+//
+// speculate times speculative decoding of a target drafted by a draft model, both of
+// real shape, at acceptance rates it imposes (random weights accept nothing): the
+// drafter runs the draft model for its real cost, then puts in the target's own
+// greedy token at each place with probability α. It prints, for each α and K
+// (and the adaptive choice), tokens/s, the speedup over plain decoding in the same
+// sitting, the mean accepted length, where a step's time goes (draft, verify, the
+// acceptance rule, the rest), and the efficiency: the measured speedup over the one
+// the measured per-step costs allow at α, E(α, K) × plain step / (draft + verify)
+// with E = (1 − α^(K+1)) / (1 − α). Greedy only; every output is checked equal to
+// plain greedy decoding's.
 package main
 
 import (
@@ -60,6 +71,8 @@ func main() {
 		err = bench(ctx, args)
 	case "compare":
 		err = compare(ctx, args)
+	case "speculate":
+		err = speculate(ctx, args)
 	case "-h", "-help", "--help", "help":
 		usage(os.Stdout)
 		return
@@ -78,6 +91,8 @@ func usage(w io.Writer) {
   realscale gen -shape NAME -mix MIX -out FILE   write a random-weight model (shapes: %s)
   realscale bench -model FILE [-json FILE]       time prefill, decode and verification
   realscale compare -model FILE [-rounds N]      the same beside llama.cpp, alternating
+  realscale speculate -target T -draft D [-acceptance 0.5,0.78] [-k 1,4,auto]
+                                                 speculative decoding at a controlled acceptance
 Run a command with -h for its flags.
 `, strings.Join(synth.Names(), ", "))
 }
