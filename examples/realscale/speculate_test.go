@@ -58,3 +58,28 @@ func pow(x float64, n int) float64 {
 	}
 	return out
 }
+
+// TestSpeculateFlags: draft lengths and acceptance rates are read, and impossible ones
+// refused, naming the flag.
+func TestSpeculateFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // "" for success
+	}{
+		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-k", "1,8,auto", "-acceptance", "0,0.5"}, ""},
+		{[]string{"-draft", "d.gguf"}, "-target and -draft are required"},
+		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-k", "0"}, "-k"},
+		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-k", "65"}, "-k"},
+		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-acceptance", "1"}, "-acceptance"},
+		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-tokens", "1"}, "-tokens"},
+	} {
+		c0, _, err := speculateFlags(c.args)
+		if c.want == "" {
+			require.NoError(t, err, "%v", c.args)
+			assert.Equal(t, []int{1, 8, 0}, c0.Ks)
+			assert.Equal(t, []float64{0, 0.5}, c0.Acceptance)
+			continue
+		}
+		assert.ErrorContains(t, err, c.want, "%v", c.args)
+	}
+}
