@@ -229,8 +229,9 @@ type runner struct {
 
 	c       Completion // built as the choices' events come, one at a time
 	texts   []spec.TextStream
-	started bool  // a token was handed out: time to first token observed
-	emitErr error // what the caller's function returned, when it failed
+	out     []strings.Builder // each choice's text so far
+	started bool              // a token was handed out: time to first token observed
+	emitErr error             // what the caller's function returned, when it failed
 }
 
 // run decodes the request: the echo, then the choices.
@@ -252,7 +253,7 @@ func (r *runner) run(ctx context.Context) (Completion, error) {
 		}
 		return r.done(results, nil)
 	}
-	r.texts = make([]spec.TextStream, n)
+	r.texts, r.out = make([]spec.TextStream, n), make([]strings.Builder, n)
 	for i := range r.texts {
 		r.texts[i] = r.e.textStream()
 	}
@@ -296,18 +297,18 @@ func (r *runner) tokens(choice int, toks []int32, lps []spec.Logprob) error {
 		r.e.met.ttft.Observe(time.Since(r.arrived).Seconds())
 	}
 	ev := Event{Choice: choice, Tokens: toks, Pieces: make([]string, len(toks))}
-	var text strings.Builder
+	out := &r.out[choice]
+	start := out.Len()
 	for i, t := range toks {
 		ev.Pieces[i] = r.texts[choice].Push(t)
-		text.WriteString(ev.Pieces[i])
+		out.WriteString(ev.Pieces[i])
 	}
-	ev.Text = text.String()
+	ev.Text = out.String()[start:]
 	if r.j.req.Logprobs {
 		ev.Logprobs = r.e.logprobs(lps)
 	}
 	ch := &r.c.Choices[choice]
 	ch.Tokens = append(ch.Tokens, toks...)
-	ch.Text += ev.Text
 	ch.Logprobs = append(ch.Logprobs, ev.Logprobs...)
 	return r.hand(ev)
 }
@@ -334,7 +335,8 @@ func (r *runner) done(results []spec.Result, err error) (Completion, error) {
 		ev := Event{Choice: i, Finish: ch.Finish, Stats: &ch.Stats, Speculative: ch.Speculative}
 		if r.texts != nil {
 			ev.Text = r.texts[i].Flush()
-			ch.Text += ev.Text
+			r.out[i].WriteString(ev.Text)
+			ch.Text = r.out[i].String()
 		}
 		r.e.met.observe(r.j.mode(), *ch)
 		r.c.Usage.CompletionTokens += res.Stats.GeneratedTokens

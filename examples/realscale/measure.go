@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -214,15 +213,11 @@ func measure(ctx context.Context, path string, c benchConfig, logf func(string, 
 	logits := make([]float32, max(1, c.VerifyMax)*cfg.Vocab)
 
 	if c.CPUProfile != "" {
-		f, err := os.Create(c.CPUProfile)
+		stop, err := profile(c.CPUProfile)
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	if err := r.prefill(ctx, m, stream[:c.PromptTokens], logits, logf); err != nil {
 		return nil, err
