@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/target"
 	"github.com/specula/specula/tokenizer"
@@ -79,7 +79,7 @@ func (e *Engine) start(drafter draft.Drafter, d decoding) error {
 	}
 	running := d.seqs
 	if running == 0 {
-		running = 4 * runtime.GOMAXPROCS(0)
+		running = llama.DefaultSequences()
 	}
 	e.saturation = d.serving.Saturation
 	e.adm = newAdmission(d.serving, running, capacity, blockSize)

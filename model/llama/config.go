@@ -117,7 +117,7 @@ const (
 // a long-context model.
 func (c *Config) KVBudget(sequences int) int64 {
 	if sequences <= 0 {
-		sequences = 4 * runtime.GOMAXPROCS(0)
+		sequences = DefaultSequences()
 	}
 	ctx := int64(c.ContextLength)
 	if ctx <= 0 {
@@ -125,6 +125,10 @@ func (c *Config) KVBudget(sequences int) int64 {
 	}
 	return min(max(int64(sequences)*ctx*c.KVBytesPerPosition(), minKVBudget), maxKVBudget)
 }
+
+// DefaultSequences is how many requests an engine on this machine serves at once by
+// default, and what a default key/value budget is sized for: 4 × GOMAXPROCS.
+func DefaultSequences() int { return 4 * runtime.GOMAXPROCS(0) }
 
 func (c *Config) validate() error {
 	switch {
