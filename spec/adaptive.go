@@ -40,12 +40,12 @@ type controller struct {
 	maxK     int
 	minK     int // the fewest tokens a step that drafts asks for
 	drafters []drafterStats
-	verify   []bucket // by tokens verified, 1 … maxK+1; normalised seconds
-	speed    float64  // the machine's current slowness: observed over normalised times
+	verify   curve   // normalised seconds by tokens verified, 1 … maxK+1
+	speed    float64 // the machine's current slowness: observed over normalised times
 	steps    int
 	explore  int  // the step of the next exploration
 	turn     int  // explorations so far
-	probing  bool // the last choice was an exploration
+	probing  bool // the last choice explored beyond the best (another drafter or a deeper draft)
 
 	// Under load (see shared): what the target's passes carry and cost (nil for a
 	// target that does not say), and the pace of this request's steps, seconds and
@@ -59,7 +59,7 @@ type controller struct {
 type drafterStats struct {
 	judged, accepted []float64 // per position, decayed counts
 	shape            []shape   // by tokens asked for, 1 … maxK (index k−1)
-	perToken         bucket    // drafting seconds per token of work
+	cost             curve     // normalised drafting seconds by tokens asked for, 1 … maxK
 	behind           int       // tokens of history it has not seen yet
 }
 
@@ -83,7 +83,6 @@ const (
 	priorCount = 2.0   // …worth this many observations
 	priorSlope = 0.25  // verify(m) / verify(1) − 1 per extra token, before evidence
 	exploreGap = 12    // steps between explorations
-	maxCatchUp = 2     // catch-up tokens a drafting decision counts (see draftTime)
 	speedGain  = 0.1   // weight of a new observation in the (geometric) speed factor
 	outlier    = 3     // an observation counts at most this many times its bucket's mean
 	idleFade   = 0.998 // weight kept by a drafter's acceptance counts at each step it sits out
@@ -105,15 +104,23 @@ func (b *bucket) track(x float64) {
 }
 
 func newController(maxK, drafters int) *controller {
-	c := &controller{maxK: maxK, verify: make([]bucket, maxK+2), speed: 1, explore: exploreGap}
+	c := &controller{maxK: maxK, verify: newCurve(maxK+1, verifyPrior), speed: 1, explore: exploreGap}
 	c.drafters = make([]drafterStats, drafters)
 	for i := range c.drafters {
 		c.drafters[i].judged = make([]float64, maxK)
 		c.drafters[i].accepted = make([]float64, maxK)
 		c.drafters[i].shape = make([]shape, maxK)
+		c.drafters[i].cost = newCurve(maxK, draftPrior)
 	}
 	return c
 }
+
+// verifyPrior is the shape of verification time before evidence: each extra token
+// adds priorSlope of a single token's pass.
+func verifyPrior(m int) float64 { return 1 + priorSlope*float64(m-1) }
+
+// draftPrior is the shape of drafting time before evidence: by the token.
+func draftPrior(k int) float64 { return float64(k) }
 
 // alpha is the estimated probability that position i is accepted when it is reached.
 func (s *drafterStats) alpha(i int) float64 {
@@ -144,7 +151,7 @@ func (s *drafterStats) expected(depth float64) float64 {
 // rate is the expected tokens per second of asking drafter s for k tokens.
 func (c *controller) rate(s *drafterStats, k int) float64 {
 	depth, nodes := s.produces(k)
-	return s.expected(depth) / (c.verifyTimeAt(nodes+1) + s.draftTime(k))
+	return s.expected(depth) / (c.verify.timeAt(nodes+1) + s.draftTime(k))
 }
 
 // deeper is the exploration's k after best for drafter s: the smallest larger k
@@ -163,52 +170,8 @@ func (s *drafterStats) deeper(best, maxK int) int {
 	return min(best+1, maxK)
 }
 
-// verifyTimeAt is verifyTime between whole numbers of tokens, by linear interpolation.
-func (c *controller) verifyTimeAt(m float64) float64 {
-	lo := max(1, min(int(m), len(c.verify)-1))
-	t := c.verifyTime(lo)
-	if f := m - float64(lo); f > 0 && lo+1 < len(c.verify) {
-		t += f * (c.verifyTime(lo+1) - t)
-	}
-	return t
-}
-
-// verifyTime estimates the time to verify m tokens: the observed average where
-// there is one, else a line through what was observed (or the prior slope).
-func (c *controller) verifyTime(m int) float64 {
-	if b := c.verify[m]; b.weight > 0.5 {
-		return b.mean
-	}
-	// Least squares over the observed buckets, weighted.
-	var sw, sx, sy, sxx, sxy float64
-	var n int
-	for x, b := range c.verify {
-		if b.weight <= 0 {
-			continue
-		}
-		w := min(b.weight, 10)
-		sw += w
-		sx += w * float64(x)
-		sy += w * b.mean
-		sxx += w * float64(x*x)
-		sxy += w * float64(x) * b.mean
-		n++
-	}
-	switch {
-	case n == 0:
-		return 1 + priorSlope*float64(m-1) // unitless: only ratios matter
-	case n == 1:
-		x0, y0 := sx/sw, sy/sw
-		return y0 * (1 + priorSlope*float64(m-1)) / (1 + priorSlope*(x0-1))
-	}
-	den := sw*sxx - sx*sx
-	slope := (sw*sxy - sx*sy) / den
-	icpt := (sy - slope*sx) / sw
-	if t := icpt + slope*float64(m); t > 0 {
-		return t
-	}
-	return sy / sw
-}
+// verifyTime estimates the time to verify m tokens.
+func (c *controller) verifyTime(m int) float64 { return c.verify.time(m) }
 
 // grow records that the history grew by n tokens: every drafter has that much more
 // to catch up with before it drafts.
@@ -290,21 +253,38 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 		}
 	}
 	if c.steps >= c.explore && maxK > 0 {
-		// Look a little beyond what seems best, so that estimates stay fresh and a
-		// drafter that looked useless can come back: a draft one position deeper from
-		// the best drafter, or, taking turns, a single token from each of the others.
-		// The worse a probe looks, the rarer it is.
+		// Look a little beside what seems best, so that estimates stay fresh and a
+		// drafter that looked useless can come back: taking turns, a draft from the
+		// best drafter one position deeper or one token shorter (a plain step below
+		// the least draft), or a single token from each of the others. The worse a
+		// probe looks, the rarer it is.
 		c.turn++
-		d, k := bestD, c.drafters[bestD].deeper(bestK, maxK)
-		if t := c.turn % (len(c.drafters) + 1); t != len(c.drafters) && t != bestD {
-			d, k = t, 1
-		}
-		k = max(k, least)
+		d, k := c.probe(bestD, bestK, least, maxK)
 		c.explore = c.steps + c.gap(best, c.value(&c.drafters[d], k))
-		c.probing = true
+		c.probing = d != bestD || k > bestK // a reach beyond the best, which a reward brings back soon
 		return d, k
 	}
 	return bestD, bestK
+}
+
+// probe returns the exploration of this turn, given the best drafter and k: every
+// other drafter in turn asked for one token, and for the best one a deeper draft,
+// alternating with a shorter one (a plain step when best is the least draft) while
+// best drafts. The shorter probe keeps the cost of the shorter step observed: without
+// it, a plain step's time, seen once early on, would decide for good whether a
+// drafter is worth asking at all.
+func (c *controller) probe(bestD, bestK, least, maxK int) (d, k int) {
+	n := len(c.drafters) + 1
+	if t := c.turn % n; t != len(c.drafters) && t != bestD {
+		return t, 1
+	}
+	if bestK > 0 && c.turn/n%2 == 1 {
+		if bestK <= least {
+			return bestD, 0
+		}
+		return bestD, bestK - 1
+	}
+	return bestD, max(c.drafters[bestD].deeper(bestK, maxK), least)
 }
 
 // gap is the steps to the next exploration after one that looks worth probe against
@@ -318,32 +298,38 @@ func (c *controller) gap(best, probe float64) int {
 	return int(exploreGap * (1 + 4*max(0, best/probe-1)))
 }
 
-// draftTime estimates the time to draft k tokens: a draft model forwards the tokens
-// it has not seen, then drafts. The catch-up counts at most maxCatchUp tokens, what a
-// drafter in use has (the bonus token and an accepted one or two): after a pause the
-// whole backlog goes in one batched forward, paid once, and counting it token by token
-// would make a paused drafter look costlier the longer it pauses, until it is never
-// chosen again.
+// draftTime estimates the time to draft k tokens, as learned for each k (a draft
+// model's first forward also catches up with the tokens of the step before; a
+// lookup in front of a model drafts for nothing when it finds a match).
 func (s *drafterStats) draftTime(k int) float64 {
-	if s.perToken.weight == 0 {
+	if !s.cost.learned() {
 		return 0 // unknown yet: assume cheap, so that it gets tried
 	}
-	return s.perToken.mean * float64(k+min(s.behind, maxCatchUp))
+	return s.cost.time(k)
+}
+
+// draftCost is what a draft of k tokens that took d seconds, with the drafter behind
+// by the given tokens, says a draft of k costs: the usual catch-up (up to the k+1
+// tokens a step of k can yield) is part of it; a longer backlog, after a pause, is one
+// batched forward paid once, and its share is taken out, as if it were k tokens more
+// of the backlog's. Counted in full, it would make a paused drafter look costlier the
+// longer it pauses, until it is never chosen again.
+func draftCost(d float64, k, behind int) float64 {
+	return d * float64(k) / float64(k+max(0, behind-(k+1)))
 }
 
 // observe records a step: drafter d asked for k tokens took draftDur and proposed a
 // draft of the given depth, the target verified m tokens in verifyDur, and accepted of
 // the depth positions were kept.
 func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur time.Duration) {
-	m = min(m, len(c.verify)-1)
 	if v := verifyDur.Seconds(); c.sharing() < sharedAt {
 		// Under load a verification's time is mostly the others' work and the wait
 		// for them: it says nothing of what this request's verifications cost alone.
-		if c.learned() && v > 0 {
+		if c.verify.learned() && v > 0 {
 			r := v / (c.speed * c.verifyTime(m))
 			c.speed *= math.Pow(min(max(r, 0.5), 2), speedGain)
 		}
-		c.verify[m].add(v / c.speed)
+		c.verify.add(m, v/c.speed)
 	}
 	probing := c.probing
 	c.probing = false
@@ -356,7 +342,7 @@ func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur t
 		return
 	}
 	s := &c.drafters[d]
-	s.perToken.add(draftDur.Seconds() / c.speed / float64(k+s.behind))
+	s.cost.add(k, draftCost(draftDur.Seconds()/c.speed, k, s.behind))
 	s.behind = 0
 	if depth > 0 && k <= len(s.shape) {
 		sh := &s.shape[k-1]
@@ -395,25 +381,16 @@ func (s *drafterStats) idle() {
 	}
 }
 
-// learned reports whether some verification time has been observed.
-func (c *controller) learned() bool {
-	for _, b := range c.verify {
-		if b.weight > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // clone returns a deep copy, for handing what one request learned to the next.
 func (c *controller) clone() *controller {
 	n := *c
-	n.verify = append([]bucket(nil), c.verify...)
+	n.verify = c.verify.clone()
 	n.drafters = make([]drafterStats, len(c.drafters))
 	for i, s := range c.drafters {
 		s.judged = append([]float64(nil), s.judged...)
 		s.accepted = append([]float64(nil), s.accepted...)
 		s.shape = append([]shape(nil), s.shape...)
+		s.cost = s.cost.clone()
 		n.drafters[i] = s
 	}
 	n.steps, n.explore, n.turn, n.probing = 0, exploreGap, 0, false

@@ -52,6 +52,8 @@ type specRow struct {
 	// plain step / (draft + verify) — and Efficiency the measured speedup over it.
 	Allowed, Efficiency float64
 	Steps               int
+	// StepsByK counts the steps by the tokens drafted: what the adaptive choice did.
+	StepsByK []int `json:"steps_by_k"`
 }
 
 // speculateResult is what speculate writes as JSON.
@@ -255,7 +257,7 @@ func speculativeRun(ctx context.Context, tgt target.Target, sm *draft.SmallModel
 		return specRow{}, fmt.Errorf("α %.2f, K %s: the speculative output is not plain greedy decoding's", alpha, kName(k))
 	}
 	s := r.Stats
-	row := specRow{Acceptance: alpha, K: k, TokensPerS: s.TokensPerSecond(), MeanAccepted: s.MeanAcceptedLength(), Steps: s.Steps}
+	row := specRow{Acceptance: alpha, K: k, TokensPerS: s.TokensPerSecond(), MeanAccepted: s.MeanAcceptedLength(), Steps: s.Steps, StepsByK: s.StepsByK}
 	steps := float64(max(s.Steps, 1))
 	row.DraftMs, row.VerifyMs, row.SampleMs = ms(s.DraftTime)/steps, ms(s.VerifyTime)/steps, ms(s.SampleTime)/steps
 	row.OtherMs = ms(s.Duration-s.PrefillTime)/steps - row.DraftMs - row.VerifyMs - row.SampleMs
@@ -298,16 +300,27 @@ func printSpeculation(w io.Writer, res speculateResult) {
 		c.Target, c.Draft, res.CPU.Model, c.Threads, c.PromptTokens, c.Tokens, res.Load)
 	fmt.Fprintf(w, "plain: %s tokens/s (start, end), %.2f ms a token\n", joinFloats(res.PlainTokS), res.PlainStepM)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "α\tK\ttokens/s\tspeedup\taccepted/step\texpected\tdraft ms\tverify ms\tsample ms\tother ms\tallowed\tefficiency\t")
+	fmt.Fprintln(tw, "α\tK\ttokens/s\tspeedup\taccepted/step\texpected\tdraft ms\tverify ms\tsample ms\tother ms\tallowed\tefficiency\tsteps by K\t")
 	for _, r := range res.Rows {
 		allowed, eff, expected := "—", "—", "—"
 		if r.K > 0 {
 			allowed, eff, expected = fmt.Sprintf("%.2f×", r.Allowed), fmt.Sprintf("%.2f", r.Efficiency), fmt.Sprintf("%.2f", r.Expected)
 		}
-		fmt.Fprintf(tw, "%.2f\t%s\t%.2f\t%.2f×\t%.2f\t%s\t%.1f\t%.1f\t%.2f\t%.2f\t%s\t%s\t\n", r.Acceptance, kName(r.K), r.TokensPerS, r.Speedup,
-			r.MeanAccepted, expected, r.DraftMs, r.VerifyMs, r.SampleMs, r.OtherMs, allowed, eff)
+		fmt.Fprintf(tw, "%.2f\t%s\t%.2f\t%.2f×\t%.2f\t%s\t%.1f\t%.1f\t%.2f\t%.2f\t%s\t%s\t%s\t\n", r.Acceptance, kName(r.K), r.TokensPerS, r.Speedup,
+			r.MeanAccepted, expected, r.DraftMs, r.VerifyMs, r.SampleMs, r.OtherMs, allowed, eff, stepsByK(r.StepsByK))
 	}
 	tw.Flush()
+}
+
+// stepsByK renders the steps by tokens drafted as k:steps pairs.
+func stepsByK(n []int) string {
+	var parts []string
+	for k, c := range n {
+		if c > 0 {
+			parts = append(parts, fmt.Sprintf("%d:%d", k, c))
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 func joinFloats(xs []float64) string {
