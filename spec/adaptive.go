@@ -45,7 +45,7 @@ type controller struct {
 	steps    int
 	explore  int  // the step of the next exploration
 	turn     int  // explorations so far
-	probing  bool // the last choice explored beyond the best (another drafter or a deeper draft)
+	probing  bool // the last choice probed a drafter set aside (see choose)
 
 	// Under load (see shared): what the target's passes carry and cost (nil for a
 	// target that does not say), and the pace of this request's steps, seconds and
@@ -122,9 +122,22 @@ func verifyPrior(m int) float64 { return 1 + priorSlope*float64(m-1) }
 // draftPrior is the shape of drafting time before evidence: by the token.
 func draftPrior(k int) float64 { return float64(k) }
 
-// alpha is the estimated probability that position i is accepted when it is reached.
+// alpha is the estimated probability that position i is accepted when it is reached:
+// its counts, with the estimate of the position before as the prior (priorAcc for
+// the first). A position rarely reached — a deeper one while drafts are short — is
+// taken to be like the one before it, not like a fixed guess: one early rejection
+// there must not keep the drafts short until chance brings enough probes.
 func (s *drafterStats) alpha(i int) float64 {
-	return (s.accepted[i] + priorAcc*priorCount) / (s.judged[i] + priorCount)
+	a := priorAcc
+	for j := 0; j <= i && j < len(s.judged); j++ {
+		a = s.next(j, a)
+	}
+	return a
+}
+
+// next is the estimate of position i given the estimate prior of the position before.
+func (s *drafterStats) next(i int, prior float64) float64 {
+	return (s.accepted[i] + prior*priorCount) / (s.judged[i] + priorCount)
 }
 
 // produces is the draft a request for k tokens is expected to give: its depth in
@@ -140,9 +153,10 @@ func (s *drafterStats) produces(k int) (depth, nodes float64) {
 // deep (a fraction counts its last position in part): the accepted ones and the
 // target's own.
 func (s *drafterStats) expected(depth float64) float64 {
-	e, reach := 1.0, 1.0
+	e, reach, a := 1.0, 1.0, priorAcc
 	for i := 0; i < len(s.judged) && float64(i) < depth; i++ {
-		reach *= s.alpha(i)
+		a = s.next(i, a)
+		reach *= a
 		e += reach * min(1, depth-float64(i))
 	}
 	return e
@@ -261,7 +275,11 @@ func (c *controller) choose(maxK int) (drafter, k int) {
 		c.turn++
 		d, k := c.probe(bestD, bestK, least, maxK)
 		c.explore = c.steps + c.gap(best, c.value(&c.drafters[d], k))
-		c.probing = d != bestD || k > bestK // a reach beyond the best, which a reward brings back soon
+		// A drafter set aside (another, or the best one while plain steps are best)
+		// that a probe finds rewarded is probed again soon: it may be coming back.
+		// (Not a deeper draft of the drafter in use: there a lucky probe set off
+		// runs of ever deeper ones, a streak of K = 7 where K = 3 was best.)
+		c.probing = d != bestD || bestK == 0
 		return d, k
 	}
 	return bestD, bestK
@@ -322,7 +340,12 @@ func draftCost(d float64, k, behind int) float64 {
 // draft of the given depth, the target verified m tokens in verifyDur, and accepted of
 // the depth positions were kept.
 func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur time.Duration) {
-	if v := verifyDur.Seconds(); c.sharing() < sharedAt {
+	// A request's first step pays for its warm-up (buffers sized for its rows, its
+	// first key/value pages, caches cold after the prefill): its times say little of
+	// the next steps', and a slow one, learned for a size then rarely taken again,
+	// would keep that size out.
+	timed := c.steps > 1
+	if v := verifyDur.Seconds(); timed && c.sharing() < sharedAt {
 		// Under load a verification's time is mostly the others' work and the wait
 		// for them: it says nothing of what this request's verifications cost alone.
 		if c.verify.learned() && v > 0 {
@@ -342,7 +365,9 @@ func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur t
 		return
 	}
 	s := &c.drafters[d]
-	s.cost.add(k, draftCost(draftDur.Seconds()/c.speed, k, s.behind))
+	if timed {
+		s.cost.add(k, draftCost(draftDur.Seconds()/c.speed, k, s.behind))
+	}
 	s.behind = 0
 	if depth > 0 && k <= len(s.shape) {
 		sh := &s.shape[k-1]

@@ -463,3 +463,78 @@ func TestControllerKeepsPlainStepsObserved(t *testing.T) {
 		assert.GreaterOrEqual(t, got, 0.97*plain, "useless drafts: at least 97 %% of plain decoding")
 	}
 }
+
+// TestControllerWithLookupHits: prompt lookup in front of a draft model drafts in
+// two regimes: a lookup hit continues text seen before and is accepted nearly whole,
+// a miss falls to the model, accepted half the time; hits come in runs (a block of
+// code repeated). Deep drafts pay on hits only, and a lucky deep probe must not set
+// off a run of deep drafts; the adaptive choice must get within 5 % of the best fixed
+// K.
+func TestControllerWithLookupHits(t *testing.T) {
+	const (
+		maxK  = 8
+		hits  = 0.3  // share of steps the lookup finds a match
+		onHit = 0.97 // acceptance per position on a hit
+		onMod = 0.55 // on a model draft
+	)
+	verify := func(m int) float64 { return 2 + 0.35*float64(m-1) }
+	draftMs := func(k int, hit bool) float64 {
+		if hit || k == 0 {
+			return 0.005
+		}
+		return 0.06 * float64(k)
+	}
+	expected := func(k int, a float64) float64 {
+		e, reach := 1.0, 1.0
+		for range k {
+			reach *= a
+			e += reach
+		}
+		return e
+	}
+	best, bestK := 1/verify(1), 0
+	for k := 1; k <= maxK; k++ {
+		e := hits*expected(k, onHit) + (1-hits)*expected(k, onMod)
+		cost := verify(k+1) + hits*draftMs(k, true) + (1-hits)*draftMs(k, false)
+		if r := e / cost; r > best {
+			best, bestK = r, k
+		}
+	}
+	var got float64
+	for run := range 4 {
+		c := newController(maxK, 1)
+		rng := rand.New(rand.NewPCG(13, uint64(run)))
+		var tokens, elapsed float64
+		hit := false
+		for step := range 3000 {
+			_, k := c.choose(maxK)
+			// Runs of hits, a mean of 4 steps long, that take the share hits.
+			if hit {
+				hit = rng.Float64() < 0.75
+			} else {
+				hit = rng.Float64() < 0.25*hits/(1-hits)
+			}
+			a := onMod
+			if hit {
+				a = onHit
+			}
+			acc := 0
+			for acc < k && rng.Float64() < a {
+				acc++
+			}
+			vt, dt := verify(k+1), draftMs(k, hit)
+			if k == 0 {
+				dt = 0
+			}
+			c.observe(0, k, k, acc, k+1, ms(dt), ms(vt))
+			c.grow(acc + 1)
+			if step >= 200 {
+				tokens += float64(acc + 1)
+				elapsed += vt + dt
+			}
+		}
+		got += tokens / elapsed / 4
+	}
+	t.Logf("adaptive %.4f tokens/ms, best fixed %.4f (K=%d)", got, best, bestK)
+	assert.GreaterOrEqual(t, got, 0.95*best, "within 5%% of the best fixed K")
+}
