@@ -66,8 +66,8 @@ const (
 	side32Off16  = 2
 	side32Off128 = 3
 	side32DSum   = 4
-	side256Min   = 1
-	side256Off   = 9
+	side256Sum   = 1
+	side256Off   = 5
 )
 
 // consts512 are the constants of the AVX-512 kernels, in read-only data: 4 bytes
@@ -493,116 +493,204 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 	}
 }
 
-// subScale returns d·scale of the 16 rows, the scales a byte each at m (signed when
-// signed), times 1/16 when sixteenth is set.
-func subScale(d VecVirtual, m Mem, signed, sixteenth bool, c consts512) VecVirtual {
-	s := ZMM()
-	if signed {
-		VPMOVSXBD(m, s)
-	} else {
-		VPMOVZXBD(m, s)
-	}
-	VCVTDQ2PS(s, s)
-	VMULPS(d, s, s)
-	if sixteenth {
-		VMULPS_BCST(c.sixteenth, s, s)
-	}
-	return s
+// kRegs are the constants a K-quant kernel keeps in registers through a block: a
+// broadcast memory operand would cost a load per use, and loads are as scarce as the
+// multiply pipes VPDPBUSD runs on.
+type kRegs struct {
+	low4, high4, bytes16, bits45 VecVirtual
 }
 
-// newTmp makes and clears a float vector per row.
-func newTmp(f *intFrame) []VecVirtual {
-	tmp := make([]VecVirtual, f.n)
-	for t := range tmp {
-		tmp[t] = ZMM()
-		f.clear(tmp[t])
+// kNibbles unpacks the low (hi false) or high four bits of the 64 code bytes m (in
+// memory or a register), as nibbles does, the constants from registers.
+func kNibbles(f *intFrame, m Op, hi bool, mask int, scaled16 bool, k kRegs) VecVirtual {
+	v := ZMM()
+	switch {
+	case !hi:
+		VPANDD(m, k.low4, v)
+	case scaled16:
+		VPANDD(m, k.high4, v)
+	default:
+		VPSRLD(U8(4), m, v)
+		VPANDD(k.low4, v, v)
 	}
-	return tmp
+	if mask >= 0 {
+		km := K()
+		KMOVQ(f.weight(mask), km)
+		VPADDB(k.bytes16, v, km, v)
+	}
+	return v
+}
+
+// scaleSum adds sc·isum (int32, isum overwritten) to each row's sum, or with first
+// makes it the sum.
+func scaleSum(sum, isum []VecVirtual, sc VecVirtual, first bool) {
+	for t := range isum {
+		if first {
+			VPMULLD(sc, isum[t], sum[t])
+			continue
+		}
+		VPMULLD(sc, isum[t], isum[t])
+		VPADDD(isum[t], sum[t], sum[t])
+	}
 }
 
 // blockKScaleMinAVX512 is one super-block of Q4_K or Q5_K: per sub-block j (the low
-// nibbles of code bytes 32i… for j = 2i, the high ones for j = 2i+1) an integer sum,
-// added to tmp with its scale in order of j; corr = Σ_j (dmin·min_j)·(dx·Σx_j); acc +
-// (tmp·dx − corr). Q4_K's high nibbles are masked, not shifted (16 times the code),
-// with the scale divided by 16: the same products, exactly, in fewer instructions.
+// nibbles of code bytes 32i… for j = 2i, the high ones for j = 2i+1) an integer sum
+// isum_j; in int32, S = Σ_j scale_j·isum_j and M = Σ_j min_j·Σx_j (the minimums
+// widened to 16-bit pairs against the side data's pairs of sums, two sub-blocks a
+// multiply-add); v = S·d − M·dmin; acc + v·dx. The VNNI Q4_K kernels keep the high
+// nibbles masked, not shifted (16 times the code), and multiply the low ones' sums by
+// 16·scale: they compute 16·S, exactly, in fewer instructions, and take d/16 for d
+// (16·S converted is 16 times S converted, and the product is the same).
 func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 	masks, codes := -1, 320
 	if q5 {
 		masks, codes = 320, 832
 	}
-	tmp := newTmp(f)
-	d := halves(f.weight(0))
-	for j := range 8 {
-		i, hi := j/2, j%2 == 1
-		sums := newISums(f, nil)
+	by16 := !q5 && f.vnni
+	var k kRegs
+	k.low4 = ZMM()
+	VPBROADCASTD(c.low4, k.low4)
+	if by16 {
+		k.high4 = ZMM()
+		VPBROADCASTD(c.high4, k.high4)
+	}
+	if q5 {
+		k.bytes16 = ZMM()
+		VMOVDQU32(c.bytes16, k.bytes16)
+	}
+	sum := make([]VecVirtual, f.n)
+	for t := range sum {
+		sum[t] = ZMM()
+	}
+	// The two sub-blocks of each 32 code bytes at once: each load of the codes serves
+	// both, and twice the independent VPDPBUSD chains hide their latency.
+	for i := range 4 {
+		lo, hi := newISums(f, nil), newISums(f, nil)
 		for p := range 8 {
-			wv := nibbles(f, f.weight(codes+512*i+64*p), hi, maskAt(masks, 128*i+16*p+8*(j%2)), !q5 && f.vnni, c)
-			f.dot(sums, wv, 64*i+32*(j%2)+4*p, p)
+			w := ZMM()
+			VMOVDQU32(f.weight(codes+512*i+64*p), w)
+			lv := kNibbles(f, w, false, maskAt(masks, 128*i+16*p), by16, k)
+			f.dot(lo, lv, 64*i+4*p, p)
+			hv := kNibbles(f, w, true, maskAt(masks, 128*i+16*p+8), by16, k)
+			f.dot(hi, hv, 64*i+32+4*p, p)
 		}
-		isum := sums.total()
-		s := subScale(d, f.weight(64+16*j), false, hi && !q5 && f.vnni, c)
-		for t := range f.n {
-			scaleInto(tmp[t], isum[t], s)
+		for e, sums := range []isums{lo, hi} {
+			j := 2*i + e
+			sc := ZMM()
+			VPMOVZXBD(f.weight(64+16*j), sc)
+			if by16 && e == 0 {
+				VPSLLD(U8(4), sc, sc)
+			}
+			scaleSum(sum, sums.total(), sc, j == 0)
 		}
 	}
-	corr := newTmp(f)
-	dmin := halves(f.weight(32))
-	for j := range 8 {
-		mm := subScale(dmin, f.weight(192+16*j), false, false, c)
+	// M: the minimums of sub-blocks 2k and 2k+1 of each row, widened to a 16-bit pair
+	// per lane, against the activation rows' pairs of sums.
+	msum := make([]VecVirtual, f.n)
+	for kk := range 4 {
+		mp := ZMM()
+		VPMOVZXBW(f.weight(192+32*kk), mp)
 		for t := range f.n {
-			p := ZMM()
-			VMULPS_BCST(f.s.at(t, 4*(side256Min+j)), mm, p)
-			VADDPS(p, corr[t], corr[t])
+			if f.vnni {
+				if kk == 0 {
+					msum[t] = ZMM()
+					f.clear(msum[t])
+				}
+				VPDPWSSD_BCST(f.s.at(t, 4*(side256Sum+kk)), mp, msum[t])
+				continue
+			}
+			x := ZMM()
+			VPBROADCASTD(f.s.at(t, 4*(side256Sum+kk)), x)
+			VPMADDWD(mp, x, x)
+			if kk == 0 {
+				msum[t] = x
+			} else {
+				VPADDD(x, msum[t], msum[t])
+			}
 		}
+	}
+	d, dmin := halves(f.weight(0)), halves(f.weight(32))
+	if by16 {
+		VMULPS_BCST(c.sixteenth, d, d)
 	}
 	for t := range f.n {
-		VMULPS_BCST(f.s.at(t, 4*sideD), tmp[t], tmp[t])
-		VSUBPS(corr[t], tmp[t], tmp[t])
-		f.addAcc(t, tmp[t])
+		VCVTDQ2PS(sum[t], sum[t])
+		VMULPS(d, sum[t], sum[t])
+		VCVTDQ2PS(msum[t], msum[t])
+		VMULPS(dmin, msum[t], msum[t])
+		VSUBPS(msum[t], sum[t], sum[t])
+		VMULPS_BCST(f.s.at(t, 4*sideD), sum[t], sum[t])
+		f.addAcc(t, sum[t])
 	}
 }
 
-// blockQ6KAVX512 is one super-block of Q6_K: for each half h and each half of its
-// 4-byte steps, the four quarters' 6-bit codes (low or high nibbles of ql with their two
-// high bits from qh) against the activations, each integer sum beginning at −32·Σx of
-// its group and going into tmp with its scale as it is done, in the order of q6KOrder;
-// acc + tmp·dx.
+// q6Codes unpacks the 6-bit codes of quarter q from ql (the low nibbles for q < 2,
+// else the high ones) and qh (its two high bits, bits 2q and 2q+1), both registers.
+func q6Codes(f *intFrame, ql, qh VecVirtual, q int, k kRegs) VecVirtual {
+	v := kNibbles(f, ql, q >= 2, -1, false, k)
+	// Bits 2q, 2q+1 of qh to bits 4, 5.
+	hv := qh
+	switch sh := 4 - 2*q; {
+	case sh > 0:
+		hv = ZMM()
+		VPSLLD(U8(sh), qh, hv)
+	case sh < 0:
+		hv = ZMM()
+		VPSRLD(U8(-sh), qh, hv)
+	}
+	VPTERNLOGD(U8(0xf8), k.bits45, hv, v) // v | hv&bits45
+	return v
+}
+
+// blockQ6KAVX512 is one super-block of Q6_K: for each 16-value group g, the 6-bit codes
+// against the activations, the integer sum beginning at −32·Σx of the group; in int32,
+// S = Σ_g scale_g·isum_g; acc + (S·d)·dx. Quarters q and q+2 of a half, which share
+// their ql and qh bytes, go together: one load of each serves both, and twice the
+// independent VPDPBUSD chains hide their latency.
 func blockQ6KAVX512(f *intFrame, c consts512) {
-	tmp := newTmp(f)
-	d := halves(f.weight(0))
+	var k kRegs
+	k.low4, k.bits45 = ZMM(), ZMM()
+	VPBROADCASTD(c.low4, k.low4)
+	VPBROADCASTD(c.bits45, k.bits45)
+	sum := make([]VecVirtual, f.n)
+	for t := range sum {
+		sum[t] = ZMM()
+	}
+	first := true
 	for h := range 2 {
 		for half := range 2 {
-			for q := range 4 {
-				g := 8*h + 2*q + half
-				sums := newISums(f, func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) })
+			for q := range 2 {
+				gs := [2]int{8*h + 2*q + half, 8*h + 2*(q+2) + half}
+				var sums [2]isums
+				for e, g := range gs {
+					sums[e] = newISums(f, func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) })
+				}
 				for p := 4 * half; p < 4*half+4; p++ {
 					at := 288 + 1536*h + 192*p
-					ql := f.weight(at + 64*(q%2))
-					v := nibbles(f, ql, q >= 2, -1, false, c)
-					// The two high bits of quarter q are bits 2q, 2q+1 of qh: to bits 4, 5.
-					hv := ZMM()
-					VMOVDQU32(f.weight(at+128), hv)
-					switch sh := 4 - 2*q; {
-					case sh > 0:
-						VPSLLD(U8(sh), hv, hv)
-					case sh < 0:
-						VPSRLD(U8(-sh), hv, hv)
+					ql, qh := ZMM(), ZMM()
+					VMOVDQU32(f.weight(at+64*q), ql)
+					VMOVDQU32(f.weight(at+128), qh)
+					for e := range 2 {
+						v := q6Codes(f, ql, qh, q+2*e, k)
+						f.dot(sums[e], v, 128*h+32*(q+2*e)+4*p, p)
 					}
-					VPANDD_BCST(c.bits45, hv, hv)
-					VPORD(hv, v, v)
-					f.dot(sums, v, 128*h+32*q+4*p, p)
 				}
-				isum := sums.total()
-				s := subScale(d, f.weight(32+16*g), true, false, c)
-				for t := range f.n {
-					scaleInto(tmp[t], isum[t], s)
+				for e, g := range gs {
+					sc := ZMM()
+					VPMOVSXBD(f.weight(32+16*g), sc)
+					scaleSum(sum, sums[e].total(), sc, first)
+					first = false
 				}
 			}
 		}
 	}
+	d := halves(f.weight(0))
 	for t := range f.n {
-		VMULPS_BCST(f.s.at(t, 4*sideD), tmp[t], tmp[t])
-		f.addAcc(t, tmp[t])
+		VCVTDQ2PS(sum[t], sum[t])
+		VMULPS(d, sum[t], sum[t])
+		VMULPS_BCST(f.s.at(t, 4*sideD), sum[t], sum[t])
+		f.addAcc(t, sum[t])
 	}
 }
 

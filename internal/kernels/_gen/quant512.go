@@ -111,14 +111,15 @@ func quantKernel(size int, c quantConsts) {
 		VMOVSS(d, side)
 		used := 5
 		if size == 256 {
-			used = 25
+			used = 21
 		}
 		for w := used; w < words; w++ {
 			MOVL(U32(0), side.Offset(4*w))
 		}
-		// Codes 16 at a time, and the sums of the side data (act8.go) as they come:
-		// per 32 values d·Σ, and for 256-value blocks −32·Σ per 16.
-		var pair Register
+		// Codes 16 at a time, and the sums of the side data (act8.go) as they come: for
+		// 32-value blocks the offsets and d·Σ, for 256-value blocks Σ per 32 (16 bits
+		// each, two to a word) and −32·Σ per 16.
+		var pair GPVirtual
 		for i := range vecs {
 			q := ZMM()
 			VMULPS(x.Offset(64*i), idv, q)
@@ -136,13 +137,13 @@ func quantKernel(size int, c quantConsts) {
 			if size == 256 {
 				SHLL(U8(5), s)
 				NEGL(s)
-				MOVL(s, side.Offset(4*(9+i)))
+				MOVL(s, side.Offset(4*(5+i)))
 			}
 			if i%2 == 1 {
 				if size == 32 {
 					offsets(side, pair, d)
 				} else {
-					dsum(side.Offset(4*(1+i/2)), pair, d)
+					MOVW(pair.As16(), side.Offset(sumAt(i/2)))
 				}
 			}
 		}
@@ -176,6 +177,10 @@ func dsum(m Mem, s Register, d VecVirtual) {
 	VMULSS(d, f, f)
 	VMOVSS(f, m)
 }
+
+// sumAt is the byte offset in a 256-value block's side data of the 16-bit Σ of
+// sub-block j: the low half of word 1 + j/2 for even j, the high half for odd.
+func sumAt(j int) int { return 4*(1+j/2) + 2*(j%2) }
 
 // quant512Kernels emits the AVX-512 quantizers.
 func quant512Kernels() {
@@ -252,7 +257,7 @@ func quant256Kernel(size int, c quant256Consts) {
 	vecs := size / 8
 	words, used := 8, 5
 	if size == 256 {
-		words, used = 32, 25
+		words, used = 32, 21
 	}
 	countdown(fn+"_loop", fn+"_done", blocks, func() {
 		m := YMM()
@@ -303,11 +308,11 @@ func quant256Kernel(size int, c quant256Consts) {
 			if size == 32 {
 				offsets(side, pair, d)
 			} else {
-				dsum(side.Offset(4*(1+q/4)), pair, d)
+				MOVW(pair.As16(), side.Offset(sumAt(q/4)))
 				for k, s := range []Register{s0, s1} {
 					SHLL(U8(5), s)
 					NEGL(s)
-					MOVL(s, side.Offset(4*(9+q/2+k)))
+					MOVL(s, side.Offset(4*(5+q/2+k)))
 				}
 			}
 			ab, cd := YMM(), YMM()
