@@ -18,21 +18,24 @@ import "math"
 //   - 256-value blocks: d; Σq over each of the 8 sub-blocks of 32 (the minimums of Q4_K
 //     and Q5_K), as 16-bit pairs, sub-blocks 2k and 2k+1 in the low and high half of
 //     a word (|Σq| ≤ 32·127 fits), so that one 16-bit multiply-add takes two; −32·Σq
-//     over each of the 16 groups of 16 (the offset of Q6_K).
+//     over each of the 16 groups of 16 (the offset of Q6_K), and −Σq over each as
+//     16-bit pairs in the same way (the same offset, for a 16-bit multiply-add by
+//     32·scale).
 const (
 	q8Block = 32  // values per block of the 32-value weight types (and their activations)
 	kBlock  = 256 // values per super-block of the K-quants
 
 	side32Words  = 8  // words of side data per 32-value block (5 used)
-	side256Words = 32 // words per 256-value block (21 used)
+	side256Words = 32 // words per 256-value block (29 used)
 
-	sideD        = 0 // d, both block sizes
-	side32Off8   = 1 // −8·Σq
-	side32Off16  = 2 // −16·Σq
-	side32Off128 = 3 // −128·Σq
-	side32DSum   = 4 // d·Σq
-	side256Sum   = 1 // Σq of sub-blocks 2k and 2k+1 at side256Sum+k, int16 each
-	side256Off   = 5 // −32·Σq of group g at side256Off+g
+	sideD        = 0  // d, both block sizes
+	side32Off8   = 1  // −8·Σq
+	side32Off16  = 2  // −16·Σq
+	side32Off128 = 3  // −128·Σq
+	side32DSum   = 4  // d·Σq
+	side256Sum   = 1  // Σq of sub-blocks 2k and 2k+1 at side256Sum+k, int16 each
+	side256Off   = 5  // −32·Σq of group g at side256Off+g
+	side256Neg   = 21 // −Σq of groups 2k and 2k+1 at side256Neg+k, int16 each
 )
 
 // sideWords is the number of side-data words per block of the given size.
@@ -99,7 +102,9 @@ func quantizeBlock(x []float32, codes []int8, side []uint32) {
 		side[side256Sum+j/2] |= uint32(uint16(int16(sumCodes(codes[32*j:32*j+32])))) << (16 * (j % 2))
 	}
 	for g := range 16 {
-		side[side256Off+g] = uint32(-32 * sumCodes(codes[16*g:16*g+16]))
+		s := sumCodes(codes[16*g : 16*g+16])
+		side[side256Off+g] = uint32(-32 * s)
+		side[side256Neg+g/2] |= uint32(uint16(int16(-s))) << (16 * (g % 2))
 	}
 }
 

@@ -232,6 +232,10 @@ func formatKScaleMin(masks, codes int) intFormat {
 // block: the minimums of sub-blocks 2k and 2k+1 side by side for each row.
 func kMinAt(j, r int) int { return 192 + 32*(j/2) + 2*r + j%2 }
 
+// q6ScaleAt is the offset of the scale of group g of row r in a Q6_K group block: the
+// scales of groups 2k and 2k+1 side by side for each row.
+func q6ScaleAt(g, r int) int { return 32 + 32*(g/2) + 2*r + g%2 }
+
 // codesQ6_K unpacks the 6-bit codes: value 128h + 32q + 4p + k (half h, quarter q,
 // 4-byte step p) from the low or high nibbles of ql with two bits of qh.
 func codesQ6_K(blk []byte, r int, dst []int32) {
@@ -256,7 +260,7 @@ func codesQ6_K(blk []byte, r int, dst []int32) {
 func finishQ6_K(blk []byte, r int, isum []int32, side []uint32, acc float32) float32 {
 	var s int32
 	for g := range 16 {
-		s += int32(int8(blk[32+16*g+r])) * (isum[g] + int32(side[side256Off+g]))
+		s += int32(int8(blk[q6ScaleAt(g, r)])) * (isum[g] + int32(side[side256Off+g]))
 	}
 	return acc + float32(float32(float32(s)*half(blk, r))*sideF(side[sideD]))
 }

@@ -38,7 +38,8 @@ import (
 //     2i+1).
 //   - Q5_K, 2880 bytes: d, dmin, scales and mins as Q4_K, for i = 0…3 and p = 0…7 the two
 //     masks of the fifth bits of the low and high nibbles, the Q4_K code bytes.
-//   - Q6_K, 3360 bytes: d[16], scale[g][r] (int8, g = 0…15 the 16-value group), then for
+//   - Q6_K, 3360 bytes: d[16], scale[k][r][e] (int8, the scale of the 16-value group
+//     g = 2k+e; a row's two side by side, to be widened to a 16-bit pair), then for
 //     h = 0…1 and p = 0…7 the bytes ql[64h+4p+k], ql[64h+32+4p+k] and qh[32h+4p+k].
 const rowGroup = 16
 
@@ -204,7 +205,7 @@ func packBlock(t dtype.DType, dst []byte, src *[rowGroup][]byte) {
 		copyHalves(dst, src, 208)
 		for r := range rowGroup {
 			for g := range 16 {
-				dst[32+16*g+r] = src[r][192+g]
+				dst[q6ScaleAt(g, r)] = src[r][192+g]
 			}
 		}
 		for h := range 2 {
@@ -288,7 +289,7 @@ func unpackBlock(t dtype.DType, src []byte, lane int, dst []byte) {
 	case dtype.Q6_K:
 		copy(dst[208:], half(0))
 		for g := range 16 {
-			dst[192+g] = src[32+16*g+lane]
+			dst[192+g] = src[q6ScaleAt(g, lane)]
 		}
 		for h := range 2 {
 			for p := range 8 {

@@ -324,9 +324,9 @@ func blockQ6KAVX2(f *frame256, c consts256) {
 					VPOR(hv, v, v)
 					f.dot(sums, v, 128*h+32*q+4*p, c)
 				}
-				sc := YMM()
-				VPMOVSXBD(f.weight(32+16*g+8*f.half), sc)
-				scaleSum256(sum, sums, sc, h == 0 && half == 0 && q == 0)
+				pr := YMM()
+				VPMOVSXBW(f.weight(32+32*(g/2)+16*f.half), pr)
+				scaleSum256(sum, sums, pairHalf(pr, half, YMM), h == 0 && half == 0 && q == 0)
 			}
 		}
 	}

@@ -68,6 +68,7 @@ const (
 	side32DSum   = 4
 	side256Sum   = 1
 	side256Off   = 5
+	side256Neg   = 21
 )
 
 // consts512 are the constants of the AVX-512 kernels, in read-only data: 4 bytes
@@ -643,11 +644,26 @@ func q6Codes(f *intFrame, ql, qh VecVirtual, q int, k kRegs) VecVirtual {
 	return v
 }
 
+// pairHalf returns the 32-bit lanes of the low (e = 0) or high 16-bit halves of the
+// pairs in p, sign-extended.
+func pairHalf(p VecVirtual, e int, mk func() VecVirtual) VecVirtual {
+	v := mk()
+	if e == 0 {
+		VPSLLD(U8(16), p, v)
+		VPSRAD(U8(16), v, v)
+	} else {
+		VPSRAD(U8(16), p, v)
+	}
+	return v
+}
+
 // blockQ6KAVX512 is one super-block of Q6_K: for each 16-value group g, the 6-bit codes
-// against the activations, the integer sum beginning at −32·Σx of the group; in int32,
-// S = Σ_g scale_g·isum_g; acc + (S·d)·dx. Quarters q and q+2 of a half, which share
-// their ql and qh bytes, go together: one load of each serves both, and twice the
-// independent VPDPBUSD chains hide their latency.
+// against the activations, an integer sum isum_g; in int32, S = Σ_g scale_g·(isum_g −
+// 32·Σx_g); acc + (S·d)·dx. Quarters q and q+2 of a half, which share their ql and qh
+// bytes, go together: one load of each serves both, and twice the independent
+// VPDPBUSD chains hide their latency. The BW kernels begin each sum at −32·Σx_g of the
+// side data; the VNNI ones add the offsets of two groups with one VPDPWSSD of their
+// scales times 32 against the side data's pair of −Σx, half the loads.
 func blockQ6KAVX512(f *intFrame, c consts512) {
 	var k kRegs
 	k.low4, k.bits45 = ZMM(), ZMM()
@@ -659,12 +675,16 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 	}
 	first := true
 	for h := range 2 {
-		for half := range 2 {
-			for q := range 2 {
-				gs := [2]int{8*h + 2*q + half, 8*h + 2*(q+2) + half}
+		for q := range 2 {
+			for half := range 2 {
+				gs := [2]int{8*h + 2*q + half, 8*h + 2*q + 4 + half}
 				var sums [2]isums
 				for e, g := range gs {
-					sums[e] = newISums(f, func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) })
+					var init func(t int, v VecVirtual)
+					if !f.vnni {
+						init = func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) }
+					}
+					sums[e] = newISums(f, init)
 				}
 				for p := 4 * half; p < 4*half+4; p++ {
 					at := 288 + 1536*h + 192*p
@@ -677,10 +697,16 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 					}
 				}
 				for e, g := range gs {
-					sc := ZMM()
-					VPMOVSXBD(f.weight(32+16*g), sc)
-					scaleSum(sum, sums[e].total(), sc, first)
+					pr := ZMM()
+					VPMOVSXBW(f.weight(32+32*(g/2)), pr)
+					scaleSum(sum, sums[e].total(), pairHalf(pr, half, ZMM), first)
 					first = false
+					if f.vnni && half == 0 {
+						VPSLLW(U8(5), pr, pr)
+						for t := range f.n {
+							VPDPWSSD_BCST(f.s.at(t, 4*(side256Neg+g/2)), pr, sum[t])
+						}
+					}
 				}
 			}
 		}

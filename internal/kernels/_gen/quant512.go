@@ -49,7 +49,7 @@ func hmaxF(v VecVirtual) VecVirtual {
 }
 
 // hsumD reduces a ZMM of int32 to their sum, in a general register.
-func hsumD(v VecVirtual) Register {
+func hsumD(v VecVirtual) GPVirtual {
 	y := YMM()
 	VEXTRACTI64X4(U8(1), v, y)
 	VPADDD(y, v.AsY(), y)
@@ -111,14 +111,14 @@ func quantKernel(size int, c quantConsts) {
 		VMOVSS(d, side)
 		used := 5
 		if size == 256 {
-			used = 21
+			used = 29
 		}
 		for w := used; w < words; w++ {
 			MOVL(U32(0), side.Offset(4*w))
 		}
 		// Codes 16 at a time, and the sums of the side data (act8.go) as they come: for
 		// 32-value blocks the offsets and d·Σ, for 256-value blocks Σ per 32 (16 bits
-		// each, two to a word) and −32·Σ per 16.
+		// each, two to a word), −32·Σ per 16 and −Σ per 16 (16 bits each).
 		var pair GPVirtual
 		for i := range vecs {
 			q := ZMM()
@@ -135,8 +135,9 @@ func quantKernel(size int, c quantConsts) {
 				ADDL(s, pair)
 			}
 			if size == 256 {
-				SHLL(U8(5), s)
 				NEGL(s)
+				MOVW(s.As16(), side.Offset(negAt(i)))
+				SHLL(U8(5), s)
 				MOVL(s, side.Offset(4*(5+i)))
 			}
 			if i%2 == 1 {
@@ -181,6 +182,10 @@ func dsum(m Mem, s Register, d VecVirtual) {
 // sumAt is the byte offset in a 256-value block's side data of the 16-bit Σ of
 // sub-block j: the low half of word 1 + j/2 for even j, the high half for odd.
 func sumAt(j int) int { return 4*(1+j/2) + 2*(j%2) }
+
+// negAt is the byte offset of the 16-bit −Σ of group g of 16: the low half of word
+// 21 + g/2 for even g, the high half for odd.
+func negAt(g int) int { return 4*(21+g/2) + 2*(g%2) }
 
 // quant512Kernels emits the AVX-512 quantizers.
 func quant512Kernels() {
@@ -232,7 +237,7 @@ func hmax256(v VecVirtual) VecVirtual {
 }
 
 // hsum256 reduces a YMM of int32 to their sum, in a general register.
-func hsum256(v VecVirtual) Register {
+func hsum256(v VecVirtual) GPVirtual {
 	x := XMM()
 	VEXTRACTI128(U8(1), v, x)
 	VPADDD(x, v.AsX(), x)
@@ -257,7 +262,7 @@ func quant256Kernel(size int, c quant256Consts) {
 	vecs := size / 8
 	words, used := 8, 5
 	if size == 256 {
-		words, used = 32, 21
+		words, used = 32, 29
 	}
 	countdown(fn+"_loop", fn+"_done", blocks, func() {
 		m := YMM()
@@ -309,9 +314,10 @@ func quant256Kernel(size int, c quant256Consts) {
 				offsets(side, pair, d)
 			} else {
 				MOVW(pair.As16(), side.Offset(sumAt(q/4)))
-				for k, s := range []Register{s0, s1} {
-					SHLL(U8(5), s)
+				for k, s := range []GPVirtual{s0, s1} {
 					NEGL(s)
+					MOVW(s.As16(), side.Offset(negAt(q/2+k)))
+					SHLL(U8(5), s)
 					MOVL(s, side.Offset(4*(5+q/2+k)))
 				}
 			}
