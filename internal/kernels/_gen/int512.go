@@ -498,7 +498,7 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 // broadcast memory operand would cost a load per use, and loads are as scarce as the
 // multiply pipes VPDPBUSD runs on.
 type kRegs struct {
-	low4, high4, bytes16, bits45 VecVirtual
+	low4, bytes16, bits45 VecVirtual
 }
 
 // kNibbles unpacks the low (hi false) or high four bits of the 64 code bytes m (in
@@ -509,7 +509,7 @@ func kNibbles(f *intFrame, m Op, hi bool, mask int, scaled16 bool, k kRegs) VecV
 	case !hi:
 		VPANDD(m, k.low4, v)
 	case scaled16:
-		VPANDD(m, k.high4, v)
+		VPANDND(m, k.low4, v) // ¬low4 ∧ m
 	default:
 		VPSRLD(U8(4), m, v)
 		VPANDD(k.low4, v, v)
@@ -552,10 +552,6 @@ func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 	var k kRegs
 	k.low4 = ZMM()
 	VPBROADCASTD(c.low4, k.low4)
-	if by16 {
-		k.high4 = ZMM()
-		VPBROADCASTD(c.high4, k.high4)
-	}
 	if q5 {
 		k.bytes16 = ZMM()
 		VMOVDQU32(c.bytes16, k.bytes16)
