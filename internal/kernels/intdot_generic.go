@@ -11,8 +11,9 @@ import (
 // The pure-Go integer kernels: the definition of what the assembly computes, to the
 // bit. For one repacked group of 16 weight rows and n activation rows, each (weight
 // row r, activation row t) pair walks the blocks in order; per block exact integer
-// dot products of the codes (offsets folded in through the activations' side data),
-// then float32 multiplies and adds in the order below, none of them fused. The
+// dot products of the codes (offsets folded in through the activations' side data;
+// the K-quants' sub-block scales and minimums applied in integers too), then float32
+// multiplies and adds in the order below, none of them fused. The
 // assembly keeps the same operations per vector lane, so every implementation gives
 // the same bits, on every machine and for every batch size. Here a row's codes are
 // unpacked once per block and serve every activation row.

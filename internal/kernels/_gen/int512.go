@@ -18,8 +18,12 @@ import (
 // multiplies them by four activation codes broadcast to every lane and adds the four
 // products to the lane. Every weight vector unpacked serves all n activation rows, in
 // one pass over the weights. The arithmetic is the pure-Go kernels'
-// (intdot_generic.go), lane for lane: exact integer sums, then float32 multiplies and
-// adds, never fused, in their order.
+// (intdot_generic.go), lane for lane: exact integer sums (for the K-quants, the
+// products of the sub-block sums with their integer scales and minimums too, summed
+// over the super-block in int32: on these machines VPDPBUSD shares its two pipes with
+// every multiply, float or integer, so each multiply saved is a VPDPBUSD slot, and an
+// exact sum may be taken in any order), then float32 multiplies and adds, never fused,
+// in their order.
 //
 // The BW kernels are the same for AVX-512 machines without VNNI (Skylake-SP/X): each
 // VPDPBUSD becomes VPMADDUBSW (pairs of byte products to 16 bits), VPMADDWD by ones (to
@@ -74,8 +78,8 @@ const (
 // consts512 are the constants of the AVX-512 kernels, in read-only data: 4 bytes
 // each, broadcast by the instructions that read them, but bytes16, read whole.
 type consts512 struct {
-	low4, high4, sign, bits45, sixteenth, ones16 Mem
-	bytes16                                      Mem // 0x10 in every byte of 64
+	low4, sign, bits45, sixteenth, ones16 Mem
+	bytes16                               Mem // 0x10 in every byte of 64
 }
 
 // newConsts512 declares the constants, their names beginning with prefix (one per
@@ -96,7 +100,6 @@ func newConsts512(prefix string, bw bool) consts512 {
 	}
 	return consts512{
 		low4:      word("Low4", 0x0f0f0f0f),
-		high4:     word("High4", 0xf0f0f0f0),
 		sign:      word("Sign", 0x80808080),
 		bits45:    word("Bits45", 0x30303030),
 		sixteenth: word("Sixteenth", math.Float32bits(1.0/16)),
@@ -386,25 +389,14 @@ func halves(m Mem) VecVirtual {
 	return v
 }
 
-// scaleInto adds float32(isum)·s to acc (isum converted in place).
-func scaleInto(acc, isum, s VecVirtual) {
-	VCVTDQ2PS(isum, isum)
-	VMULPS(s, isum, isum)
-	VADDPS(isum, acc, acc)
-}
-
 // nibbles unpacks the low (hi false) or high four bits of the 64 code bytes at m; with
-// mask ≥ 0 it adds the fifth bits of the 8-byte mask at that offset of the block;
-// with scaled16 the high nibbles stay in place (16 times the code).
-func nibbles(f *intFrame, m Mem, hi bool, mask int, scaled16 bool, c consts512) VecVirtual {
+// mask ≥ 0 it adds the fifth bits of the 8-byte mask at that offset of the block.
+func nibbles(f *intFrame, m Mem, hi bool, mask int, c consts512) VecVirtual {
 	v := ZMM()
 	switch {
 	case !hi:
 		VMOVDQU32(m, v)
 		VPANDD_BCST(c.low4, v, v)
-	case scaled16:
-		VMOVDQU32(m, v)
-		VPANDD_BCST(c.high4, v, v)
 	default:
 		VMOVDQU32(m, v)
 		VPSRLD(U8(4), v, v)
@@ -469,9 +461,9 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 	} else {
 		for p := range 4 {
 			m := f.weight(codes + 64*p)
-			lo := nibbles(f, m, false, maskAt(masks, 16*p), false, c)
+			lo := nibbles(f, m, false, maskAt(masks, 16*p), c)
 			f.dot(sums, lo, 4*p, 2*p)
-			hi := nibbles(f, m, true, maskAt(masks, 16*p+8), false, c)
+			hi := nibbles(f, m, true, maskAt(masks, 16*p+8), c)
 			f.dot(sums, hi, 16+4*p, 2*p+1)
 		}
 	}
@@ -502,7 +494,8 @@ type kRegs struct {
 }
 
 // kNibbles unpacks the low (hi false) or high four bits of the 64 code bytes m (in
-// memory or a register), as nibbles does, the constants from registers.
+// memory or a register), as nibbles does, the constants from registers; with scaled16
+// the high nibbles stay in place (16 times the code).
 func kNibbles(f *intFrame, m Op, hi bool, mask int, scaled16 bool, k kRegs) VecVirtual {
 	v := ZMM()
 	switch {
