@@ -662,13 +662,19 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 	for t := range sum {
 		sum[t] = ZMM()
 	}
+	// The quarters taken together: all four for up to 4 activation rows (one load of
+	// qh serves them), else q and q+2.
+	sets := [][]int{{0, 2}, {1, 3}}
+	if f.n <= 4 {
+		sets = [][]int{{0, 1, 2, 3}}
+	}
 	first := true
 	for h := range 2 {
-		for q := range 2 {
+		for _, qs := range sets {
 			for half := range 2 {
-				gs := [2]int{8*h + 2*q + half, 8*h + 2*q + 4 + half}
-				var sums [2]isums
-				for e, g := range gs {
+				sums := make([]isums, len(qs))
+				for e, q := range qs {
+					g := 8*h + 2*q + half
 					var init func(t int, v VecVirtual)
 					if !f.vnni {
 						init = func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) }
@@ -677,15 +683,20 @@ func blockQ6KAVX512(f *intFrame, c consts512) {
 				}
 				for p := 4 * half; p < 4*half+4; p++ {
 					at := 288 + 1536*h + 192*p
-					ql, qh := ZMM(), ZMM()
-					VMOVDQU32(f.weight(at+64*q), ql)
+					var ql [2]VecVirtual
+					for _, q := range qs[:2] {
+						ql[q%2] = ZMM()
+						VMOVDQU32(f.weight(at+64*(q%2)), ql[q%2])
+					}
+					qh := ZMM()
 					VMOVDQU32(f.weight(at+128), qh)
-					for e := range 2 {
-						v := q6Codes(f, ql, qh, q+2*e, k)
-						f.dot(sums[e], v, 128*h+32*(q+2*e)+4*p, p)
+					for e, q := range qs {
+						v := q6Codes(f, ql[q%2], qh, q, k)
+						f.dot(sums[e], v, 128*h+32*q+4*p, p)
 					}
 				}
-				for e, g := range gs {
+				for e, q := range qs {
+					g := 8*h + 2*q + half
 					pr := ZMM()
 					VPMOVSXBW(f.weight(32+32*(g/2)), pr)
 					scaleSum(sum, sums[e].total(), pairHalf(pr, half, ZMM), first)
