@@ -649,8 +649,10 @@ func pairHalf(p VecVirtual, e int, mk func() VecVirtual) VecVirtual {
 // blockQ6KAVX512 is one super-block of Q6_K: for each 16-value group g, the 6-bit codes
 // against the activations, an integer sum isum_g; in int32, S = Σ_g scale_g·(isum_g −
 // 32·Σx_g); acc + (S·d)·dx. Quarters q and q+2 of a half, which share their ql and qh
-// bytes, go together: one load of each serves both, and twice the independent
-// VPDPBUSD chains hide their latency. The BW kernels begin each sum at −32·Σx_g of the
+// bytes, go together (all four for up to 4 activation rows): one load of each serves
+// them, and more independent VPDPBUSD chains hide their latency. (In every other
+// block of a row the codes lie 32 bytes off a cache line, 3360 being 52.5 lines, and
+// each load of them takes two.) The BW kernels begin each sum at −32·Σx_g of the
 // side data; the VNNI ones add the offsets of two groups with one VPDPWSSD of their
 // scales times 32 against the side data's pair of −Σx, half the loads.
 func blockQ6KAVX512(f *intFrame, c consts512) {
