@@ -15,22 +15,27 @@ import "math"
 //
 //   - 32-value blocks: d, −8·Σq, −16·Σq, −128·Σq (the integer offsets of Q4_0, Q5_0, and
 //     of Q8_0 codes biased to unsigned), d·Σq (for the minimums of Q4_1 and Q5_1);
-//   - 256-value blocks: d, d·Σq over each of the 8 sub-blocks of 32 (the minimums of
-//     Q4_K and Q5_K), −32·Σq over each of the 16 groups of 16 (the offset of Q6_K).
+//   - 256-value blocks: d; Σq over each of the 8 sub-blocks of 32 (the minimums of Q4_K
+//     and Q5_K), as 16-bit pairs, sub-blocks 2k and 2k+1 in the low and high half of
+//     a word (|Σq| ≤ 32·127 fits), so that one 16-bit multiply-add takes two; −32·Σq
+//     over each of the 16 groups of 16 (the offset of Q6_K), and −Σq over each as
+//     16-bit pairs in the same way (the same offset, for a 16-bit multiply-add by
+//     32·scale).
 const (
 	q8Block = 32  // values per block of the 32-value weight types (and their activations)
 	kBlock  = 256 // values per super-block of the K-quants
 
 	side32Words  = 8  // words of side data per 32-value block (5 used)
-	side256Words = 32 // words per 256-value block (25 used)
+	side256Words = 32 // words per 256-value block (29 used)
 
-	sideD        = 0 // d, both block sizes
-	side32Off8   = 1 // −8·Σq
-	side32Off16  = 2 // −16·Σq
-	side32Off128 = 3 // −128·Σq
-	side32DSum   = 4 // d·Σq
-	side256Min   = 1 // d·Σq of sub-block j at side256Min+j
-	side256Off   = 9 // −32·Σq of group g at side256Off+g
+	sideD        = 0  // d, both block sizes
+	side32Off8   = 1  // −8·Σq
+	side32Off16  = 2  // −16·Σq
+	side32Off128 = 3  // −128·Σq
+	side32DSum   = 4  // d·Σq
+	side256Sum   = 1  // Σq of sub-blocks 2k and 2k+1 at side256Sum+k, int16 each
+	side256Off   = 5  // −32·Σq of group g at side256Off+g
+	side256Neg   = 21 // −Σq of groups 2k and 2k+1 at side256Neg+k, int16 each
 )
 
 // sideWords is the number of side-data words per block of the given size.
@@ -94,10 +99,12 @@ func quantizeBlock(x []float32, codes []int8, side []uint32) {
 		return
 	}
 	for j := range 8 {
-		side[side256Min+j] = math.Float32bits(d * float32(sumCodes(codes[32*j:32*j+32])))
+		side[side256Sum+j/2] |= uint32(uint16(int16(sumCodes(codes[32*j:32*j+32])))) << (16 * (j % 2))
 	}
 	for g := range 16 {
-		side[side256Off+g] = uint32(-32 * sumCodes(codes[16*g:16*g+16]))
+		s := sumCodes(codes[16*g : 16*g+16])
+		side[side256Off+g] = uint32(-32 * s)
+		side[side256Neg+g/2] |= uint32(uint16(int16(-s))) << (16 * (g % 2))
 	}
 }
 
@@ -108,6 +115,9 @@ func sumCodes(c []int8) int32 {
 	}
 	return s
 }
+
+// sideSum is Σq of sub-block j of a 256-value block's side data.
+func sideSum(side []uint32, j int) int32 { return int32(int16(side[side256Sum+j/2] >> (16 * (j % 2)))) }
 
 // sideF reads a float32 word of side data.
 func sideF(w uint32) float32 { return math.Float32frombits(w) }

@@ -11,8 +11,9 @@ import (
 // The pure-Go integer kernels: the definition of what the assembly computes, to the
 // bit. For one repacked group of 16 weight rows and n activation rows, each (weight
 // row r, activation row t) pair walks the blocks in order; per block exact integer
-// dot products of the codes (offsets folded in through the activations' side data),
-// then float32 multiplies and adds in the order below, none of them fused. The
+// dot products of the codes (offsets folded in through the activations' side data;
+// the K-quants' sub-block scales and minimums applied in integers too), then float32
+// multiplies and adds in the order below, none of them fused. The
 // assembly keeps the same operations per vector lane, so every implementation gives
 // the same bits, on every machine and for every batch size. Here a row's codes are
 // unpacked once per block and serve every activation row.
@@ -133,11 +134,6 @@ func intFormatOf(t dtype.DType) intFormat {
 // half reads float16 r of the 16 at the start of b.
 func half(b []byte, r int) float32 { return dtype.F16ToF32(binary.LittleEndian.Uint16(b[2*r:])) }
 
-// scaled adds isum·s to acc: a multiply, then an add, each rounded.
-func scaled(acc float32, isum int32, s float32) float32 {
-	return acc + float32(float32(isum)*s)
-}
-
 // nibbles writes the codes of four-byte steps p = 0…steps−1 of the code bytes at codes
 // to dst[4p+k]: the low nibbles (hi false) or the high ones, plus the fifth bits of the
 // masks at masks (16 bytes per step, the first 8 for the low nibbles).
@@ -207,8 +203,9 @@ func format32(codes, masks, mins, off int) intFormat {
 
 // formatKScaleMin is the super-block arithmetic of Q4_K and Q5_K: per sub-block j
 // (the low nibbles of code bytes 512i… for j = 2i, the high ones for j = 2i+1) an
-// exact isum_j; tmp = Σ_j isum_j·(d·scale_j) and corr = Σ_j (dmin·min_j)·(dx·Σx_j),
-// each in order of j; acc + (tmp·dx − corr).
+// exact isum_j; then, exactly in int32, S = Σ_j scale_j·isum_j and M = Σ_j min_j·Σx_j
+// (Σx_j from the side data); v = S·d − M·dmin, acc + v·dx. (|S| < 2^27 and |M| < 2^21:
+// no sum overflows, and so neither does 16·S, which the VNNI kernels compute.)
 func formatKScaleMin(masks, codes int) intFormat {
 	unpack := func(blk []byte, r int, dst []int32) {
 		for j := range 8 {
@@ -221,24 +218,24 @@ func formatKScaleMin(masks, codes int) intFormat {
 		}
 	}
 	finish := func(blk []byte, r int, isum []int32, side []uint32, acc float32) float32 {
-		d, dmin := half(blk, r), half(blk[32:], r)
-		var tmp float32
+		var s, m int32
 		for j := range 8 {
-			tmp = scaled(tmp, isum[j], d*float32(blk[64+16*j+r]))
+			s += int32(blk[64+16*j+r]) * isum[j]
+			m += int32(blk[kMinAt(j, r)]) * sideSum(side, j)
 		}
-		var corr float32
-		for j := range 8 {
-			corr += float32(float32(dmin*float32(blk[192+16*j+r])) * sideF(side[side256Min+j]))
-		}
-		return acc + (float32(tmp*sideF(side[sideD])) - corr)
+		v := float32(float32(s)*half(blk, r)) - float32(float32(m)*half(blk[32:], r))
+		return acc + float32(v*sideF(side[sideD]))
 	}
 	return intFormat{kBlock, side256Words, 32, unpack, finish}
 }
 
-// q6KOrder is the order in which the Q6_K kernels finish the 16-value groups of a
-// super-block, and so add them up: for each half h, the four quarters of values
-// 0…15 of each 32, then of values 16…31.
-var q6KOrder = [16]int{0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15}
+// kMinAt is the offset of the minimum of sub-block j of row r in a Q4_K or Q5_K group
+// block: the minimums of sub-blocks 2k and 2k+1 side by side for each row.
+func kMinAt(j, r int) int { return 192 + 32*(j/2) + 2*r + j%2 }
+
+// q6ScaleAt is the offset of the scale of group g of row r in a Q6_K group block: the
+// scales of groups 2k and 2k+1 side by side for each row.
+func q6ScaleAt(g, r int) int { return 32 + 32*(g/2) + 2*r + g%2 }
 
 // codesQ6_K unpacks the 6-bit codes: value 128h + 32q + 4p + k (half h, quarter q,
 // 4-byte step p) from the low or high nibbles of ql with two bits of qh.
@@ -259,14 +256,14 @@ func codesQ6_K(blk []byte, r int, dst []int32) {
 }
 
 // finishQ6_K: per 16-value group g, isum_g of (q − 32)·x (the offset folded in from
-// the side data), tmp = Σ_g isum_g·(d·scale_g) in q6KOrder, acc + tmp·dx.
+// the side data); exactly in int32, S = Σ_g scale_g·isum_g (|S| ≤ 16·128·16·32·127 <
+// 2^28); acc + (S·d)·dx.
 func finishQ6_K(blk []byte, r int, isum []int32, side []uint32, acc float32) float32 {
-	d := half(blk, r)
-	var tmp float32
-	for _, g := range q6KOrder {
-		tmp = scaled(tmp, isum[g]+int32(side[side256Off+g]), d*float32(int8(blk[32+16*g+r])))
+	var s int32
+	for g := range 16 {
+		s += int32(int8(blk[q6ScaleAt(g, r)])) * (isum[g] + int32(side[side256Off+g]))
 	}
-	return acc + float32(tmp*sideF(side[sideD]))
+	return acc + float32(float32(float32(s)*half(blk, r))*sideF(side[sideD]))
 }
 
 // intKernels returns the kernel table of a repacked type on this machine.

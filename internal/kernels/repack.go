@@ -31,12 +31,15 @@ import (
 //   - Q5_0, 352 bytes: d[16], for p = 0…3 two 8-byte masks whose bit 4r+k is the fifth
 //     bit of value 4p+k (the first) and 16+4p+k (the second) of row r, the Q4_0 bytes.
 //   - Q5_1, 384 bytes: d[16], m[16], the masks, the code bytes.
-//   - Q4_K, 2368 bytes: d[16], dmin[16], scale[j][r] and min[j][r] (a byte each, j = 0…7
-//     the sub-block), then for i = 0…3 and p = 0…7 the code bytes 32i+4p+k (low
-//     nibbles: sub-block 2i, high nibbles: sub-block 2i+1).
+//   - Q4_K, 2368 bytes: d[16], dmin[16], scale[j][r] (a byte each, j = 0…7 the
+//     sub-block), min[k][r][e] (a byte each: the minimum of sub-block 2k+e, the two of
+//     a row side by side, to be widened to a 16-bit pair), then for i = 0…3 and p =
+//     0…7 the code bytes 32i+4p+k (low nibbles: sub-block 2i, high nibbles: sub-block
+//     2i+1).
 //   - Q5_K, 2880 bytes: d, dmin, scales and mins as Q4_K, for i = 0…3 and p = 0…7 the two
 //     masks of the fifth bits of the low and high nibbles, the Q4_K code bytes.
-//   - Q6_K, 3360 bytes: d[16], scale[g][r] (int8, g = 0…15 the 16-value group), then for
+//   - Q6_K, 3360 bytes: d[16], scale[k][r][e] (int8, the scale of the 16-value group
+//     g = 2k+e; a row's two side by side, to be widened to a 16-bit pair), then for
 //     h = 0…1 and p = 0…7 the bytes ql[64h+4p+k], ql[64h+32+4p+k] and qh[32h+4p+k].
 const rowGroup = 16
 
@@ -184,7 +187,7 @@ func packBlock(t dtype.DType, dst []byte, src *[rowGroup][]byte) {
 		copyHalves(dst[32:], src, 2)
 		for r := range rowGroup {
 			for j := range 8 {
-				dst[64+16*j+r], dst[192+16*j+r] = dtype.KScaleMin(j, src[r][4:16])
+				dst[64+16*j+r], dst[kMinAt(j, r)] = dtype.KScaleMin(j, src[r][4:16])
 			}
 		}
 		codes, qs := 320, 16
@@ -202,7 +205,7 @@ func packBlock(t dtype.DType, dst []byte, src *[rowGroup][]byte) {
 		copyHalves(dst, src, 208)
 		for r := range rowGroup {
 			for g := range 16 {
-				dst[32+16*g+r] = src[r][192+g]
+				dst[q6ScaleAt(g, r)] = src[r][192+g]
 			}
 		}
 		for h := range 2 {
@@ -260,7 +263,7 @@ func unpackBlock(t dtype.DType, src []byte, lane int, dst []byte) {
 		copy(dst[2:], half(32))
 		var sc, m [8]uint8
 		for j := range 8 {
-			sc[j], m[j] = src[64+16*j+lane], src[192+16*j+lane]
+			sc[j], m[j] = src[64+16*j+lane], src[kMinAt(j, lane)]
 		}
 		dtype.PackKScaleMin(dst[4:16], sc, m)
 		codes, qs := 320, 16
@@ -286,7 +289,7 @@ func unpackBlock(t dtype.DType, src []byte, lane int, dst []byte) {
 	case dtype.Q6_K:
 		copy(dst[208:], half(0))
 		for g := range 16 {
-			dst[192+g] = src[32+16*g+lane]
+			dst[192+g] = src[q6ScaleAt(g, lane)]
 		}
 		for h := range 2 {
 			for p := range 8 {

@@ -166,19 +166,6 @@ func (f *frame256) halves(m int) VecVirtual {
 	return v
 }
 
-// subScale returns d·scale of the half's 8 rows, their scales a byte each at m.
-func (f *frame256) subScale(d VecVirtual, m int, signed bool) VecVirtual {
-	s := YMM()
-	if signed {
-		VPMOVSXBD(f.weight(m+8*f.half), s)
-	} else {
-		VPMOVZXBD(f.weight(m+8*f.half), s)
-	}
-	VCVTDQ2PS(s, s)
-	VMULPS(d, s, s)
-	return s
-}
-
 func (f *frame256) newSums(init func(t int, v VecVirtual)) []VecVirtual {
 	out := make([]VecVirtual, f.n)
 	for t := range out {
@@ -252,14 +239,28 @@ func block32AVX2(f *frame256, name string, c consts256) {
 	}
 }
 
-// blockKScaleMinAVX2 is blockKScaleMinAVX512 for one half, the high nibbles shifted.
+// scaleSum256 adds sc·isum (int32, isum overwritten) to each row's sum, or with
+// first makes it the sum.
+func scaleSum256(sum, isum []VecVirtual, sc VecVirtual, first bool) {
+	for t := range isum {
+		if first {
+			sum[t] = YMM()
+			VPMULLD(sc, isum[t], sum[t])
+			continue
+		}
+		VPMULLD(sc, isum[t], isum[t])
+		VPADDD(isum[t], sum[t], sum[t])
+	}
+}
+
+// blockKScaleMinAVX2 is blockKScaleMinAVX512 for one half, the high nibbles shifted
+// (S itself, not 16·S).
 func blockKScaleMinAVX2(f *frame256, q5 bool, c consts256) {
 	masks, codes := -1, 320
 	if q5 {
 		masks, codes = 320, 832
 	}
-	tmp := f.newSums(nil)
-	d := f.halves(0)
+	sum := make([]VecVirtual, f.n)
 	for j := range 8 {
 		i, hi := j/2, j%2 == 1
 		sums := f.newSums(nil)
@@ -267,35 +268,42 @@ func blockKScaleMinAVX2(f *frame256, q5 bool, c consts256) {
 			wv := f.nibbles(codes+512*i+64*p, hi, maskAt(masks, 128*i+16*p+8*(j%2)), c)
 			f.dot(sums, wv, 64*i+32*(j%2)+4*p, c)
 		}
-		s := f.subScale(d, 64+16*j, false)
+		sc := YMM()
+		VPMOVZXBD(f.weight(64+16*j+8*f.half), sc)
+		scaleSum256(sum, sums, sc, j == 0)
+	}
+	msum := make([]VecVirtual, f.n)
+	for k := range 4 {
+		mp := YMM()
+		VPMOVZXBW(f.weight(192+32*k+16*f.half), mp)
 		for t := range f.n {
-			scaleInto(tmp[t], sums[t], s)
+			x := YMM()
+			VPBROADCASTD(f.s.at(t, 4*(side256Sum+k)), x)
+			VPMADDWD(mp, x, x)
+			if k == 0 {
+				msum[t] = x
+			} else {
+				VPADDD(x, msum[t], msum[t])
+			}
 		}
 	}
-	corr := f.newSums(nil)
-	dmin := f.halves(32)
-	for j := range 8 {
-		mm := f.subScale(dmin, 192+16*j, false)
-		for t := range f.n {
-			p := YMM()
-			VBROADCASTSS(f.s.at(t, 4*(side256Min+j)), p)
-			VMULPS(p, mm, p)
-			VADDPS(p, corr[t], corr[t])
-		}
-	}
+	d, dmin := f.halves(0), f.halves(32)
 	for t := range f.n {
+		VCVTDQ2PS(sum[t], sum[t])
+		VMULPS(d, sum[t], sum[t])
+		VCVTDQ2PS(msum[t], msum[t])
+		VMULPS(dmin, msum[t], msum[t])
+		VSUBPS(msum[t], sum[t], sum[t])
 		p := YMM()
 		VBROADCASTSS(f.s.at(t, 4*sideD), p)
-		VMULPS(p, tmp[t], tmp[t])
-		VSUBPS(corr[t], tmp[t], tmp[t])
-		f.addAcc(t, tmp[t])
+		VMULPS(p, sum[t], sum[t])
+		f.addAcc(t, sum[t])
 	}
 }
 
 // blockQ6KAVX2 is blockQ6KAVX512 for one half.
 func blockQ6KAVX2(f *frame256, c consts256) {
-	tmp := f.newSums(nil)
-	d := f.halves(0)
+	sum := make([]VecVirtual, f.n)
 	for h := range 2 {
 		for half := range 2 {
 			for q := range 4 {
@@ -316,18 +324,20 @@ func blockQ6KAVX2(f *frame256, c consts256) {
 					VPOR(hv, v, v)
 					f.dot(sums, v, 128*h+32*q+4*p, c)
 				}
-				s := f.subScale(d, 32+16*g, true)
-				for t := range f.n {
-					scaleInto(tmp[t], sums[t], s)
-				}
+				pr := YMM()
+				VPMOVSXBW(f.weight(32+32*(g/2)+16*f.half), pr)
+				scaleSum256(sum, sums, pairHalf(pr, half, YMM), h == 0 && half == 0 && q == 0)
 			}
 		}
 	}
+	d := f.halves(0)
 	for t := range f.n {
+		VCVTDQ2PS(sum[t], sum[t])
+		VMULPS(d, sum[t], sum[t])
 		p := YMM()
 		VBROADCASTSS(f.s.at(t, 4*sideD), p)
-		VMULPS(p, tmp[t], tmp[t])
-		f.addAcc(t, tmp[t])
+		VMULPS(p, sum[t], sum[t])
+		f.addAcc(t, sum[t])
 	}
 }
 

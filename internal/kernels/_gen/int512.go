@@ -18,8 +18,12 @@ import (
 // multiplies them by four activation codes broadcast to every lane and adds the four
 // products to the lane. Every weight vector unpacked serves all n activation rows, in
 // one pass over the weights. The arithmetic is the pure-Go kernels'
-// (intdot_generic.go), lane for lane: exact integer sums, then float32 multiplies and
-// adds, never fused, in their order.
+// (intdot_generic.go), lane for lane: exact integer sums (for the K-quants, the
+// products of the sub-block sums with their integer scales and minimums too, summed
+// over the super-block in int32: on these machines VPDPBUSD shares its two pipes with
+// every multiply, float or integer, so each multiply saved is a VPDPBUSD slot, and an
+// exact sum may be taken in any order), then float32 multiplies and adds, never fused,
+// in their order.
 //
 // The BW kernels are the same for AVX-512 machines without VNNI (Skylake-SP/X): each
 // VPDPBUSD becomes VPMADDUBSW (pairs of byte products to 16 bits), VPMADDWD by ones (to
@@ -66,15 +70,16 @@ const (
 	side32Off16  = 2
 	side32Off128 = 3
 	side32DSum   = 4
-	side256Min   = 1
-	side256Off   = 9
+	side256Sum   = 1
+	side256Off   = 5
+	side256Neg   = 21
 )
 
 // consts512 are the constants of the AVX-512 kernels, in read-only data: 4 bytes
 // each, broadcast by the instructions that read them, but bytes16, read whole.
 type consts512 struct {
-	low4, high4, sign, bits45, sixteenth, ones16 Mem
-	bytes16                                      Mem // 0x10 in every byte of 64
+	low4, sign, bits45, sixteenth, ones16 Mem
+	bytes16                               Mem // 0x10 in every byte of 64
 }
 
 // newConsts512 declares the constants, their names beginning with prefix (one per
@@ -95,7 +100,6 @@ func newConsts512(prefix string, bw bool) consts512 {
 	}
 	return consts512{
 		low4:      word("Low4", 0x0f0f0f0f),
-		high4:     word("High4", 0xf0f0f0f0),
 		sign:      word("Sign", 0x80808080),
 		bits45:    word("Bits45", 0x30303030),
 		sixteenth: word("Sixteenth", math.Float32bits(1.0/16)),
@@ -385,25 +389,14 @@ func halves(m Mem) VecVirtual {
 	return v
 }
 
-// scaleInto adds float32(isum)·s to acc (isum converted in place).
-func scaleInto(acc, isum, s VecVirtual) {
-	VCVTDQ2PS(isum, isum)
-	VMULPS(s, isum, isum)
-	VADDPS(isum, acc, acc)
-}
-
 // nibbles unpacks the low (hi false) or high four bits of the 64 code bytes at m; with
-// mask ≥ 0 it adds the fifth bits of the 8-byte mask at that offset of the block;
-// with scaled16 the high nibbles stay in place (16 times the code).
-func nibbles(f *intFrame, m Mem, hi bool, mask int, scaled16 bool, c consts512) VecVirtual {
+// mask ≥ 0 it adds the fifth bits of the 8-byte mask at that offset of the block.
+func nibbles(f *intFrame, m Mem, hi bool, mask int, c consts512) VecVirtual {
 	v := ZMM()
 	switch {
 	case !hi:
 		VMOVDQU32(m, v)
 		VPANDD_BCST(c.low4, v, v)
-	case scaled16:
-		VMOVDQU32(m, v)
-		VPANDD_BCST(c.high4, v, v)
 	default:
 		VMOVDQU32(m, v)
 		VPSRLD(U8(4), v, v)
@@ -468,9 +461,9 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 	} else {
 		for p := range 4 {
 			m := f.weight(codes + 64*p)
-			lo := nibbles(f, m, false, maskAt(masks, 16*p), false, c)
+			lo := nibbles(f, m, false, maskAt(masks, 16*p), c)
 			f.dot(sums, lo, 4*p, 2*p)
-			hi := nibbles(f, m, true, maskAt(masks, 16*p+8), false, c)
+			hi := nibbles(f, m, true, maskAt(masks, 16*p+8), c)
 			f.dot(sums, hi, 16+4*p, 2*p+1)
 		}
 	}
@@ -493,116 +486,239 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 	}
 }
 
-// subScale returns d·scale of the 16 rows, the scales a byte each at m (signed when
-// signed), times 1/16 when sixteenth is set.
-func subScale(d VecVirtual, m Mem, signed, sixteenth bool, c consts512) VecVirtual {
-	s := ZMM()
-	if signed {
-		VPMOVSXBD(m, s)
-	} else {
-		VPMOVZXBD(m, s)
-	}
-	VCVTDQ2PS(s, s)
-	VMULPS(d, s, s)
-	if sixteenth {
-		VMULPS_BCST(c.sixteenth, s, s)
-	}
-	return s
+// kRegs are the constants a K-quant kernel keeps in registers through a block: a
+// broadcast memory operand would cost a load per use, and loads are as scarce as the
+// multiply pipes VPDPBUSD runs on.
+type kRegs struct {
+	low4, bytes16, bits45 VecVirtual
 }
 
-// newTmp makes and clears a float vector per row.
-func newTmp(f *intFrame) []VecVirtual {
-	tmp := make([]VecVirtual, f.n)
-	for t := range tmp {
-		tmp[t] = ZMM()
-		f.clear(tmp[t])
+// kNibbles unpacks the low (hi false) or high four bits of the 64 code bytes m (in
+// memory or a register), as nibbles does, the constants from registers; with scaled16
+// the high nibbles stay in place (16 times the code).
+func kNibbles(f *intFrame, m Op, hi bool, mask int, scaled16 bool, k kRegs) VecVirtual {
+	v := ZMM()
+	switch {
+	case !hi:
+		VPANDD(m, k.low4, v)
+	case scaled16:
+		VPANDND(m, k.low4, v) // ¬low4 ∧ m
+	default:
+		VPSRLD(U8(4), m, v)
+		VPANDD(k.low4, v, v)
 	}
-	return tmp
+	if mask >= 0 {
+		km := K()
+		KMOVQ(f.weight(mask), km)
+		VPADDB(k.bytes16, v, km, v)
+	}
+	return v
+}
+
+// scaleSum adds sc·isum (int32, isum overwritten) to each row's sum, or with first
+// makes it the sum.
+func scaleSum(sum, isum []VecVirtual, sc VecVirtual, first bool) {
+	for t := range isum {
+		if first {
+			VPMULLD(sc, isum[t], sum[t])
+			continue
+		}
+		VPMULLD(sc, isum[t], isum[t])
+		VPADDD(isum[t], sum[t], sum[t])
+	}
 }
 
 // blockKScaleMinAVX512 is one super-block of Q4_K or Q5_K: per sub-block j (the low
-// nibbles of code bytes 32i… for j = 2i, the high ones for j = 2i+1) an integer sum,
-// added to tmp with its scale in order of j; corr = Σ_j (dmin·min_j)·(dx·Σx_j); acc +
-// (tmp·dx − corr). Q4_K's high nibbles are masked, not shifted (16 times the code),
-// with the scale divided by 16: the same products, exactly, in fewer instructions.
+// nibbles of code bytes 32i… for j = 2i, the high ones for j = 2i+1) an integer sum
+// isum_j; in int32, S = Σ_j scale_j·isum_j and M = Σ_j min_j·Σx_j (the minimums
+// widened to 16-bit pairs against the side data's pairs of sums, two sub-blocks a
+// multiply-add); v = S·d − M·dmin; acc + v·dx. The VNNI Q4_K kernels keep the high
+// nibbles masked, not shifted (16 times the code), and multiply the low ones' sums by
+// 16·scale: they compute 16·S, exactly, in fewer instructions, and take d/16 for d
+// (16·S converted is 16 times S converted, and the product is the same).
 func blockKScaleMinAVX512(f *intFrame, q5 bool, c consts512) {
 	masks, codes := -1, 320
 	if q5 {
 		masks, codes = 320, 832
 	}
-	tmp := newTmp(f)
-	d := halves(f.weight(0))
-	for j := range 8 {
-		i, hi := j/2, j%2 == 1
-		sums := newISums(f, nil)
+	by16 := !q5 && f.vnni
+	var k kRegs
+	k.low4 = ZMM()
+	VPBROADCASTD(c.low4, k.low4)
+	if q5 {
+		k.bytes16 = ZMM()
+		VMOVDQU32(c.bytes16, k.bytes16)
+	}
+	sum := make([]VecVirtual, f.n)
+	for t := range sum {
+		sum[t] = ZMM()
+	}
+	// The two sub-blocks of each 32 code bytes at once: each load of the codes serves
+	// both, and twice the independent VPDPBUSD chains hide their latency.
+	for i := range 4 {
+		lo, hi := newISums(f, nil), newISums(f, nil)
 		for p := range 8 {
-			wv := nibbles(f, f.weight(codes+512*i+64*p), hi, maskAt(masks, 128*i+16*p+8*(j%2)), !q5 && f.vnni, c)
-			f.dot(sums, wv, 64*i+32*(j%2)+4*p, p)
+			w := ZMM()
+			VMOVDQU32(f.weight(codes+512*i+64*p), w)
+			lv := kNibbles(f, w, false, maskAt(masks, 128*i+16*p), by16, k)
+			f.dot(lo, lv, 64*i+4*p, p)
+			hv := kNibbles(f, w, true, maskAt(masks, 128*i+16*p+8), by16, k)
+			f.dot(hi, hv, 64*i+32+4*p, p)
 		}
-		isum := sums.total()
-		s := subScale(d, f.weight(64+16*j), false, hi && !q5 && f.vnni, c)
-		for t := range f.n {
-			scaleInto(tmp[t], isum[t], s)
+		for e, sums := range []isums{lo, hi} {
+			j := 2*i + e
+			sc := ZMM()
+			VPMOVZXBD(f.weight(64+16*j), sc)
+			if by16 && e == 0 {
+				VPSLLD(U8(4), sc, sc)
+			}
+			scaleSum(sum, sums.total(), sc, j == 0)
 		}
 	}
-	corr := newTmp(f)
-	dmin := halves(f.weight(32))
-	for j := range 8 {
-		mm := subScale(dmin, f.weight(192+16*j), false, false, c)
+	// M: the minimums of sub-blocks 2k and 2k+1 of each row, widened to a 16-bit pair
+	// per lane, against the activation rows' pairs of sums.
+	msum := make([]VecVirtual, f.n)
+	for kk := range 4 {
+		mp := ZMM()
+		VPMOVZXBW(f.weight(192+32*kk), mp)
 		for t := range f.n {
-			p := ZMM()
-			VMULPS_BCST(f.s.at(t, 4*(side256Min+j)), mm, p)
-			VADDPS(p, corr[t], corr[t])
+			if f.vnni {
+				if kk == 0 {
+					msum[t] = ZMM()
+					f.clear(msum[t])
+				}
+				VPDPWSSD_BCST(f.s.at(t, 4*(side256Sum+kk)), mp, msum[t])
+				continue
+			}
+			x := ZMM()
+			VPBROADCASTD(f.s.at(t, 4*(side256Sum+kk)), x)
+			VPMADDWD(mp, x, x)
+			if kk == 0 {
+				msum[t] = x
+			} else {
+				VPADDD(x, msum[t], msum[t])
+			}
 		}
+	}
+	d, dmin := halves(f.weight(0)), halves(f.weight(32))
+	if by16 {
+		VMULPS_BCST(c.sixteenth, d, d)
 	}
 	for t := range f.n {
-		VMULPS_BCST(f.s.at(t, 4*sideD), tmp[t], tmp[t])
-		VSUBPS(corr[t], tmp[t], tmp[t])
-		f.addAcc(t, tmp[t])
+		VCVTDQ2PS(sum[t], sum[t])
+		VMULPS(d, sum[t], sum[t])
+		VCVTDQ2PS(msum[t], msum[t])
+		VMULPS(dmin, msum[t], msum[t])
+		VSUBPS(msum[t], sum[t], sum[t])
+		VMULPS_BCST(f.s.at(t, 4*sideD), sum[t], sum[t])
+		f.addAcc(t, sum[t])
 	}
 }
 
-// blockQ6KAVX512 is one super-block of Q6_K: for each half h and each half of its
-// 4-byte steps, the four quarters' 6-bit codes (low or high nibbles of ql with their two
-// high bits from qh) against the activations, each integer sum beginning at −32·Σx of
-// its group and going into tmp with its scale as it is done, in the order of q6KOrder;
-// acc + tmp·dx.
+// q6Codes unpacks the 6-bit codes of quarter q from ql (the low nibbles for q < 2,
+// else the high ones) and qh (its two high bits, bits 2q and 2q+1), both registers.
+func q6Codes(f *intFrame, ql, qh VecVirtual, q int, k kRegs) VecVirtual {
+	v := kNibbles(f, ql, q >= 2, -1, false, k)
+	// Bits 2q, 2q+1 of qh to bits 4, 5.
+	hv := qh
+	switch sh := 4 - 2*q; {
+	case sh > 0:
+		hv = ZMM()
+		VPSLLD(U8(sh), qh, hv)
+	case sh < 0:
+		hv = ZMM()
+		VPSRLD(U8(-sh), qh, hv)
+	}
+	VPTERNLOGD(U8(0xf8), k.bits45, hv, v) // v | hv&bits45
+	return v
+}
+
+// pairHalf returns the 32-bit lanes of the low (e = 0) or high 16-bit halves of the
+// pairs in p, sign-extended.
+func pairHalf(p VecVirtual, e int, mk func() VecVirtual) VecVirtual {
+	v := mk()
+	if e == 0 {
+		VPSLLD(U8(16), p, v)
+		VPSRAD(U8(16), v, v)
+	} else {
+		VPSRAD(U8(16), p, v)
+	}
+	return v
+}
+
+// blockQ6KAVX512 is one super-block of Q6_K: for each 16-value group g, the 6-bit codes
+// against the activations, an integer sum isum_g; in int32, S = Σ_g scale_g·(isum_g −
+// 32·Σx_g); acc + (S·d)·dx. Quarters q and q+2 of a half, which share their ql and qh
+// bytes, go together (all four for up to 4 activation rows): one load of each serves
+// them, and more independent VPDPBUSD chains hide their latency. (In every other
+// block of a row the codes lie 32 bytes off a cache line, 3360 being 52.5 lines, and
+// each load of them takes two.) The BW kernels begin each sum at −32·Σx_g of the
+// side data; the VNNI ones add the offsets of two groups with one VPDPWSSD of their
+// scales times 32 against the side data's pair of −Σx, half the loads.
 func blockQ6KAVX512(f *intFrame, c consts512) {
-	tmp := newTmp(f)
-	d := halves(f.weight(0))
+	var k kRegs
+	k.low4, k.bits45 = ZMM(), ZMM()
+	VPBROADCASTD(c.low4, k.low4)
+	VPBROADCASTD(c.bits45, k.bits45)
+	sum := make([]VecVirtual, f.n)
+	for t := range sum {
+		sum[t] = ZMM()
+	}
+	// The quarters taken together: all four for up to 4 activation rows (one load of
+	// qh serves them), else q and q+2.
+	sets := [][]int{{0, 2}, {1, 3}}
+	if f.n <= 4 {
+		sets = [][]int{{0, 1, 2, 3}}
+	}
+	first := true
 	for h := range 2 {
-		for half := range 2 {
-			for q := range 4 {
-				g := 8*h + 2*q + half
-				sums := newISums(f, func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) })
+		for _, qs := range sets {
+			for half := range 2 {
+				sums := make([]isums, len(qs))
+				for e, q := range qs {
+					g := 8*h + 2*q + half
+					var init func(t int, v VecVirtual)
+					if !f.vnni {
+						init = func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*(side256Off+g)), v) }
+					}
+					sums[e] = newISums(f, init)
+				}
 				for p := 4 * half; p < 4*half+4; p++ {
 					at := 288 + 1536*h + 192*p
-					ql := f.weight(at + 64*(q%2))
-					v := nibbles(f, ql, q >= 2, -1, false, c)
-					// The two high bits of quarter q are bits 2q, 2q+1 of qh: to bits 4, 5.
-					hv := ZMM()
-					VMOVDQU32(f.weight(at+128), hv)
-					switch sh := 4 - 2*q; {
-					case sh > 0:
-						VPSLLD(U8(sh), hv, hv)
-					case sh < 0:
-						VPSRLD(U8(-sh), hv, hv)
+					var ql [2]VecVirtual
+					for _, q := range qs[:2] {
+						ql[q%2] = ZMM()
+						VMOVDQU32(f.weight(at+64*(q%2)), ql[q%2])
 					}
-					VPANDD_BCST(c.bits45, hv, hv)
-					VPORD(hv, v, v)
-					f.dot(sums, v, 128*h+32*q+4*p, p)
+					qh := ZMM()
+					VMOVDQU32(f.weight(at+128), qh)
+					for e, q := range qs {
+						v := q6Codes(f, ql[q%2], qh, q, k)
+						f.dot(sums[e], v, 128*h+32*q+4*p, p)
+					}
 				}
-				isum := sums.total()
-				s := subScale(d, f.weight(32+16*g), true, false, c)
-				for t := range f.n {
-					scaleInto(tmp[t], isum[t], s)
+				for e, q := range qs {
+					g := 8*h + 2*q + half
+					pr := ZMM()
+					VPMOVSXBW(f.weight(32+32*(g/2)), pr)
+					scaleSum(sum, sums[e].total(), pairHalf(pr, half, ZMM), first)
+					first = false
+					if f.vnni && half == 0 {
+						VPSLLW(U8(5), pr, pr)
+						for t := range f.n {
+							VPDPWSSD_BCST(f.s.at(t, 4*(side256Neg+g/2)), pr, sum[t])
+						}
+					}
 				}
 			}
 		}
 	}
+	d := halves(f.weight(0))
 	for t := range f.n {
-		VMULPS_BCST(f.s.at(t, 4*sideD), tmp[t], tmp[t])
-		f.addAcc(t, tmp[t])
+		VCVTDQ2PS(sum[t], sum[t])
+		VMULPS(d, sum[t], sum[t])
+		VMULPS_BCST(f.s.at(t, 4*sideD), sum[t], sum[t])
+		f.addAcc(t, sum[t])
 	}
 }
 

@@ -49,7 +49,7 @@ func hmaxF(v VecVirtual) VecVirtual {
 }
 
 // hsumD reduces a ZMM of int32 to their sum, in a general register.
-func hsumD(v VecVirtual) Register {
+func hsumD(v VecVirtual) GPVirtual {
 	y := YMM()
 	VEXTRACTI64X4(U8(1), v, y)
 	VPADDD(y, v.AsY(), y)
@@ -111,14 +111,15 @@ func quantKernel(size int, c quantConsts) {
 		VMOVSS(d, side)
 		used := 5
 		if size == 256 {
-			used = 25
+			used = 29
 		}
 		for w := used; w < words; w++ {
 			MOVL(U32(0), side.Offset(4*w))
 		}
-		// Codes 16 at a time, and the sums of the side data (act8.go) as they come:
-		// per 32 values d·Σ, and for 256-value blocks −32·Σ per 16.
-		var pair Register
+		// Codes 16 at a time, and the sums of the side data (act8.go) as they come: for
+		// 32-value blocks the offsets and d·Σ, for 256-value blocks Σ per 32 (16 bits
+		// each, two to a word), −32·Σ per 16 and −Σ per 16 (16 bits each).
+		var pair GPVirtual
 		for i := range vecs {
 			q := ZMM()
 			VMULPS(x.Offset(64*i), idv, q)
@@ -134,15 +135,16 @@ func quantKernel(size int, c quantConsts) {
 				ADDL(s, pair)
 			}
 			if size == 256 {
-				SHLL(U8(5), s)
 				NEGL(s)
-				MOVL(s, side.Offset(4*(9+i)))
+				MOVW(s.As16(), side.Offset(negAt(i)))
+				SHLL(U8(5), s)
+				MOVL(s, side.Offset(4*(5+i)))
 			}
 			if i%2 == 1 {
 				if size == 32 {
 					offsets(side, pair, d)
 				} else {
-					dsum(side.Offset(4*(1+i/2)), pair, d)
+					MOVW(pair.As16(), side.Offset(sumAt(i/2)))
 				}
 			}
 		}
@@ -176,6 +178,14 @@ func dsum(m Mem, s Register, d VecVirtual) {
 	VMULSS(d, f, f)
 	VMOVSS(f, m)
 }
+
+// sumAt is the byte offset in a 256-value block's side data of the 16-bit Σ of
+// sub-block j: the low half of word 1 + j/2 for even j, the high half for odd.
+func sumAt(j int) int { return 4*(1+j/2) + 2*(j%2) }
+
+// negAt is the byte offset of the 16-bit −Σ of group g of 16: the low half of word
+// 21 + g/2 for even g, the high half for odd.
+func negAt(g int) int { return 4*(21+g/2) + 2*(g%2) }
 
 // quant512Kernels emits the AVX-512 quantizers.
 func quant512Kernels() {
@@ -227,7 +237,7 @@ func hmax256(v VecVirtual) VecVirtual {
 }
 
 // hsum256 reduces a YMM of int32 to their sum, in a general register.
-func hsum256(v VecVirtual) Register {
+func hsum256(v VecVirtual) GPVirtual {
 	x := XMM()
 	VEXTRACTI128(U8(1), v, x)
 	VPADDD(x, v.AsX(), x)
@@ -252,7 +262,7 @@ func quant256Kernel(size int, c quant256Consts) {
 	vecs := size / 8
 	words, used := 8, 5
 	if size == 256 {
-		words, used = 32, 25
+		words, used = 32, 29
 	}
 	countdown(fn+"_loop", fn+"_done", blocks, func() {
 		m := YMM()
@@ -303,11 +313,12 @@ func quant256Kernel(size int, c quant256Consts) {
 			if size == 32 {
 				offsets(side, pair, d)
 			} else {
-				dsum(side.Offset(4*(1+q/4)), pair, d)
-				for k, s := range []Register{s0, s1} {
-					SHLL(U8(5), s)
+				MOVW(pair.As16(), side.Offset(sumAt(q/4)))
+				for k, s := range []GPVirtual{s0, s1} {
 					NEGL(s)
-					MOVL(s, side.Offset(4*(9+q/2+k)))
+					MOVW(s.As16(), side.Offset(negAt(q/2+k)))
+					SHLL(U8(5), s)
+					MOVL(s, side.Offset(4*(5+q/2+k)))
 				}
 			}
 			ab, cd := YMM(), YMM()
