@@ -62,7 +62,7 @@ type speculateResult struct {
 	CPU        cpuInfo         `json:"cpu"`
 	Load       string          `json:"load_average"`
 	PlainTokS  []float64       `json:"plain_tokens_per_s"` // at the start and the end
-	PlainStepM float64         `json:"plain_step_ms"`
+	PlainStepM float64         `json:"plain_step_ms"`      // of the plain runs' mean speed
 	Rows       []specRow       `json:"rows"`
 }
 
@@ -220,7 +220,7 @@ func runSpeculation(ctx context.Context, c speculateConfig, tm, dm *llama.Model,
 	return nil
 }
 
-// plainRun decodes req plainly, noting its speed and, the first time, its step time.
+// plainRun decodes req plainly, noting its speed.
 func plainRun(ctx context.Context, plain *spec.Decoder, req spec.Request, res *speculateResult, logf func(string, ...any)) (spec.Result, error) {
 	r, err := plain.Generate(ctx, req)
 	if err != nil {
@@ -230,9 +230,6 @@ func plainRun(ctx context.Context, plain *spec.Decoder, req spec.Request, res *s
 		return r, fmt.Errorf("plain decoding stopped after %d tokens of %d", len(r.Tokens), req.MaxTokens)
 	}
 	res.PlainTokS = append(res.PlainTokS, r.Stats.TokensPerSecond())
-	if res.PlainStepM == 0 {
-		res.PlainStepM = ms(r.Stats.Duration-r.Stats.PrefillTime) / float64(r.Stats.GeneratedTokens)
-	}
 	logf("plain: %.2f tokens/s", r.Stats.TokensPerSecond())
 	return r, nil
 }
@@ -274,6 +271,7 @@ func finishRows(res *speculateResult) {
 	for _, v := range res.PlainTokS {
 		plain += v / float64(len(res.PlainTokS))
 	}
+	res.PlainStepM = 1e3 / plain
 	for i := range res.Rows {
 		r := &res.Rows[i]
 		r.Speedup = r.TokensPerS / plain

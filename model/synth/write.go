@@ -138,8 +138,11 @@ func VocabFrom(path string) (*Vocab, error) {
 const controlType = 3
 
 // metadata returns the vocabulary padded with control tokens to n, as Qwen's own
-// files pad theirs. The end-of-sequence token is the last padding token, which random
-// logits practically never pick, so that generation runs as long as it is asked to.
+// files pad theirs. The end-of-sequence token is the first padding token, which random
+// logits practically never pick, so that generation runs as long as it is asked to;
+// it is the same id in every shape padded from one tokenizer, as in Qwen's own files,
+// so that a small shape can draft for a large one in llama.cpp too (its speculative
+// decoding refuses a pair whose special tokens differ).
 func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
 	if len(v.tokens) >= n {
 		return nil, fmt.Errorf("synth: the tokenizer has %d tokens, the shape %d: nothing left to pad", len(v.tokens), n)
@@ -154,8 +157,8 @@ func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
 	kv = append(kv,
 		gguf.KeyValue{Key: "tokenizer.ggml.tokens", Value: gguf.Strings(tokens)},
 		gguf.KeyValue{Key: "tokenizer.ggml.token_type", Value: gguf.Int32s(types)},
-		gguf.KeyValue{Key: "tokenizer.ggml.eos_token_id", Value: gguf.Uint32(uint32(n - 1))},
-		gguf.KeyValue{Key: "tokenizer.ggml.padding_token_id", Value: gguf.Uint32(uint32(n - 1))},
+		gguf.KeyValue{Key: "tokenizer.ggml.eos_token_id", Value: gguf.Uint32(uint32(len(v.tokens)))},
+		gguf.KeyValue{Key: "tokenizer.ggml.padding_token_id", Value: gguf.Uint32(uint32(len(v.tokens)))},
 	)
 	if v.bos >= 0 {
 		kv = append(kv, gguf.KeyValue{Key: "tokenizer.ggml.bos_token_id", Value: gguf.Uint32(uint32(v.bos))})
