@@ -329,9 +329,10 @@ func (s *drafterStats) draftTime(k int) float64 {
 // draftCost is what a draft of k tokens that took d seconds, with the drafter behind
 // by the given tokens, says a draft of k costs: the usual catch-up (up to the k+1
 // tokens a step of k can yield) is part of it; a longer backlog, after a pause, is one
-// batched forward paid once, and its share is taken out, as if it were k tokens more
-// of the backlog's. Counted in full, it would make a paused drafter look costlier the
-// longer it pauses, until it is never chosen again.
+// batched forward paid once, so the time is shared between the k tokens and the
+// backlog's excess, token for token, and only the k tokens' share is kept. Counted in
+// full, the backlog would make a paused drafter look costlier the longer it pauses,
+// until it is never chosen again.
 func draftCost(d float64, k, behind int) float64 {
 	return d * float64(k) / float64(k+max(0, behind-(k+1)))
 }
