@@ -122,20 +122,12 @@ func verifyPrior(m int) float64 { return 1 + priorSlope*float64(m-1) }
 // draftPrior is the shape of drafting time before evidence: by the token.
 func draftPrior(k int) float64 { return float64(k) }
 
-// alpha is the estimated probability that position i is accepted when it is reached:
-// its counts, with the estimate of the position before as the prior (priorAcc for
-// the first). A position rarely reached — a deeper one while drafts are short — is
-// taken to be like the one before it, not like a fixed guess: one early rejection
-// there must not keep the drafts short until chance brings enough probes.
-func (s *drafterStats) alpha(i int) float64 {
-	a := priorAcc
-	for j := 0; j <= i && j < len(s.judged); j++ {
-		a = s.next(j, a)
-	}
-	return a
-}
-
-// next is the estimate of position i given the estimate prior of the position before.
+// next is the estimated probability that position i is accepted when it is reached,
+// given the estimate prior of the position before: its counts, with that estimate as
+// the prior (priorAcc for the first). A position rarely reached — a deeper one while
+// drafts are short — is taken to be like the one before it, not like a fixed guess:
+// one early rejection there must not keep the drafts short until chance brings
+// enough probes.
 func (s *drafterStats) next(i int, prior float64) float64 {
 	return (s.accepted[i] + prior*priorCount) / (s.judged[i] + priorCount)
 }
@@ -183,9 +175,6 @@ func (s *drafterStats) deeper(best, maxK int) int {
 	}
 	return min(best+1, maxK)
 }
-
-// verifyTime estimates the time to verify m tokens.
-func (c *controller) verifyTime(m int) float64 { return c.verify.time(m) }
 
 // grow records that the history grew by n tokens: every drafter has that much more
 // to catch up with before it drafts.
@@ -247,7 +236,7 @@ func (c *controller) value(s *drafterStats, k int) float64 {
 	case c.shared():
 		return c.worth(s, k)
 	case k == 0:
-		return 1 / c.verifyTime(1)
+		return 1 / c.verify.time(1)
 	}
 	return c.rate(s, k)
 }
@@ -350,7 +339,7 @@ func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur t
 		// Under load a verification's time is mostly the others' work and the wait
 		// for them: it says nothing of what this request's verifications cost alone.
 		if c.verify.learned() && v > 0 {
-			r := v / (c.speed * c.verifyTime(m))
+			r := v / (c.speed * c.verify.time(m))
 			c.speed *= math.Pow(min(max(r, 0.5), 2), speedGain)
 		}
 		c.verify.add(m, v/c.speed)

@@ -60,16 +60,20 @@ func PackKScaleMin(dst []byte, sc, m [8]uint8) {
 	}
 }
 
-// dequantQ4KBlock decodes one Q4_K super-block into dst[:256].
-func dequantQ4KBlock(blk []byte, dst []float32) {
+// kSubScales returns the scales and minimums of sub-blocks 2i and 2i+1 of a Q4_K or
+// Q5_K super-block: d·scale and dmin·min, each rounded as the reference rounds them.
+func kSubScales(blk []byte, i int) (d0, mn0, d1, mn1 float32) {
 	d := F16ToF32(binary.LittleEndian.Uint16(blk))
 	dmin := F16ToF32(binary.LittleEndian.Uint16(blk[2:]))
-	scales := blk[4:16]
+	sc0, m0 := KScaleMin(2*i, blk[4:16])
+	sc1, m1 := KScaleMin(2*i+1, blk[4:16])
+	return d * float32(sc0), dmin * float32(m0), d * float32(sc1), dmin * float32(m1)
+}
+
+// dequantQ4KBlock decodes one Q4_K super-block into dst[:256].
+func dequantQ4KBlock(blk []byte, dst []float32) {
 	for i := range 4 {
-		sc0, m0 := KScaleMin(2*i, scales)
-		sc1, m1 := KScaleMin(2*i+1, scales)
-		d0, mn0 := d*float32(sc0), dmin*float32(m0)
-		d1, mn1 := d*float32(sc1), dmin*float32(m1)
+		d0, mn0, d1, mn1 := kSubScales(blk, i)
 		q := blk[16+32*i : 16+32*i+32]
 		y := dst[64*i : 64*i+64]
 		for l, b := range q {
@@ -83,14 +87,9 @@ func dequantQ4KBlock(blk []byte, dst []float32) {
 
 // dequantQ5KBlock decodes one Q5_K super-block into dst[:256].
 func dequantQ5KBlock(blk []byte, dst []float32) {
-	d := F16ToF32(binary.LittleEndian.Uint16(blk))
-	dmin := F16ToF32(binary.LittleEndian.Uint16(blk[2:]))
-	scales, qh := blk[4:16], blk[16:48]
+	qh := blk[16:48]
 	for i := range 4 {
-		sc0, m0 := KScaleMin(2*i, scales)
-		sc1, m1 := KScaleMin(2*i+1, scales)
-		d0, mn0 := d*float32(sc0), dmin*float32(m0)
-		d1, mn1 := d*float32(sc1), dmin*float32(m1)
+		d0, mn0, d1, mn1 := kSubScales(blk, i)
 		q := blk[48+32*i : 48+32*i+32]
 		y := dst[64*i : 64*i+64]
 		for l, b := range q {

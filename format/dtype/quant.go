@@ -41,10 +41,7 @@ func QuantizeQ8_0(src []float32, dst []byte) {
 			amax = max(amax, float32(math.Abs(float64(v))))
 		}
 		d := amax / 127
-		id := float32(0)
-		if d != 0 {
-			id = 1 / d
-		}
+		id := reciprocal(d)
 		binary.LittleEndian.PutUint16(out, F32ToF16(d))
 		for j, v := range x {
 			out[2+j] = byte(int8(roundHalfAway(v * id)))
@@ -61,17 +58,34 @@ func QuantizeQ4_0(src []float32, dst []byte) {
 		x := src[b*q8Block : (b+1)*q8Block]
 		out := dst[b*q4BlockBytes : (b+1)*q4BlockBytes]
 		d := largest(x) / -8
-		id := float32(0)
-		if d != 0 {
-			id = 1 / d
-		}
+		id := reciprocal(d)
 		binary.LittleEndian.PutUint16(out, F32ToF16(d))
 		for j := range 16 {
-			lo := min(15, int8(x[j]*id+8.5))
-			hi := min(15, int8(x[j+16]*id+8.5))
+			lo := min(15, int8(float32(x[j]*id)+8.5))
+			hi := min(15, int8(float32(x[j+16]*id)+8.5))
 			out[2+j] = byte(lo) | byte(hi)<<4
 		}
 	}
+}
+
+// reciprocal is 1/d, or 0 for the zero scale of an all-zero block, as the reference
+// quantizers take it.
+func reciprocal(d float32) float32 {
+	if d == 0 {
+		return 0
+	}
+	return 1 / d
+}
+
+// rangeScale writes the header of an offset format's block (Q4_1, Q5_1) for the
+// values x and codes of the given number of levels above the minimum: d = (max −
+// min)/levels and m = min, as float16. It returns the minimum and 1/d.
+func rangeScale(x []float32, levels float32, out []byte) (lo, id float32) {
+	lo, hi := blockRange(x)
+	d := (hi - lo) / levels
+	binary.LittleEndian.PutUint16(out, F32ToF16(d))
+	binary.LittleEndian.PutUint16(out[2:], F32ToF16(lo))
+	return lo, reciprocal(d)
 }
 
 // blockRange returns the smallest and largest of the values, as the reference
@@ -104,14 +118,7 @@ func QuantizeQ4_1(src []float32, dst []byte) {
 	for b := 0; b < len(src)/q8Block; b++ {
 		x := src[b*q8Block : (b+1)*q8Block]
 		out := dst[b*q41BlockBytes : (b+1)*q41BlockBytes]
-		lo, hi := blockRange(x)
-		d := (hi - lo) / 15
-		id := float32(0)
-		if d != 0 {
-			id = 1 / d
-		}
-		binary.LittleEndian.PutUint16(out, F32ToF16(d))
-		binary.LittleEndian.PutUint16(out[2:], F32ToF16(lo))
+		lo, id := rangeScale(x, 15, out)
 		for j := range 16 {
 			q0 := min(15, int8(float32((x[j]-lo)*id)+0.5))
 			q1 := min(15, int8(float32((x[j+16]-lo)*id)+0.5))
@@ -128,10 +135,7 @@ func QuantizeQ5_0(src []float32, dst []byte) {
 		x := src[b*q8Block : (b+1)*q8Block]
 		out := dst[b*q50BlockBytes : (b+1)*q50BlockBytes]
 		d := largest(x) / -16
-		id := float32(0)
-		if d != 0 {
-			id = 1 / d
-		}
+		id := reciprocal(d)
 		binary.LittleEndian.PutUint16(out, F32ToF16(d))
 		var codes [q8Block]uint8
 		for j, v := range x {
@@ -148,14 +152,7 @@ func QuantizeQ5_1(src []float32, dst []byte) {
 	for b := 0; b < len(src)/q8Block; b++ {
 		x := src[b*q8Block : (b+1)*q8Block]
 		out := dst[b*q51BlockBytes : (b+1)*q51BlockBytes]
-		lo, hi := blockRange(x)
-		d := (hi - lo) / 31
-		id := float32(0)
-		if d != 0 {
-			id = 1 / d
-		}
-		binary.LittleEndian.PutUint16(out, F32ToF16(d))
-		binary.LittleEndian.PutUint16(out[2:], F32ToF16(lo))
+		lo, id := rangeScale(x, 31, out)
 		var codes [q8Block]uint8
 		for j, v := range x {
 			codes[j] = uint8(float32((v-lo)*id) + 0.5) // no clamp, as the reference
