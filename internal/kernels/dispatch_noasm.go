@@ -1,4 +1,4 @@
-//go:build !amd64 || purego
+//go:build !(amd64 || arm64) || purego
 
 package kernels
 
@@ -22,16 +22,6 @@ var (
 
 // Name names the instruction set of the kernels in use.
 func Name() string { return "pure Go" }
-
-const (
-	hasAVX2   = false
-	hasAVX512 = false
-)
-
-func siluMulAVX2(dst, gate, up []float32)          { panic("unreachable") }
-func expShiftedAVX2(v []float32, mx, invT float32) { panic("unreachable") }
-func maxAVX2(v []float32) float32                  { panic("unreachable") }
-func scaleAVX2(v []float32, s float32)             { panic("unreachable") }
 
 // quantizeRow quantises the blocks of one row of activations (see act8.go).
 func quantizeRow(x []float32, block int, codes []int8, side []uint32) {

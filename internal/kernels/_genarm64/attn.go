@@ -1,0 +1,4 @@
+package main
+
+// attnKernels writes the attn kernels.
+func attnKernels(f *file) {}

@@ -1,0 +1,4 @@
+package main
+
+// floatKernels writes the float kernels.
+func floatKernels(f *file) {}

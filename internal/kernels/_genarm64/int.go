@@ -1,0 +1,4 @@
+package main
+
+// intKernels writes the int kernels.
+func intKernels(f *file) {}

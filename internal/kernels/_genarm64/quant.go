@@ -1,0 +1,4 @@
+package main
+
+// quantKernels writes the quant kernels.
+func quantKernels(f *file) {}
