@@ -24,29 +24,29 @@ var (
 	hasI8MM = hasDot && cpu.ARM64.HasI8MM && os.Getenv("SPECULA_CPU") != "dotprod"
 )
 
-// pickInt returns the kernels of type t that this machine runs best.
-func pickInt(t dtype.DType, i8mm, dot, neon intTable) intTable {
+// pickInt returns the kernels of type t that this machine runs best: the dot-product
+// ones where it has the extension, else the NEON ones (int{Dot,NEON}Table, written
+// with the kernels), else the pure-Go ones.
+func pickInt(t dtype.DType) intTable {
 	switch {
-	case hasI8MM && i8mm[1] != nil:
-		return i8mm
-	case hasDot && dot[1] != nil:
-		return dot
-	case hasNEON && neon[1] != nil:
-		return neon
+	case hasDot && intDotTable(t)[1] != nil:
+		return intDotTable(t)
+	case hasNEON && intNEONTable(t)[1] != nil:
+		return intNEONTable(t)
 	}
 	return goInt(t)
 }
 
 // The kernel tables, indexed by the number of activation rows; chosen once, at start.
 var (
-	intQ8_0 = pickInt(dtype.Q8_0, intTable{}, intTable{}, intTable{})
-	intQ4_0 = pickInt(dtype.Q4_0, intTable{}, intTable{}, intTable{})
-	intQ4_1 = pickInt(dtype.Q4_1, intTable{}, intTable{}, intTable{})
-	intQ5_0 = pickInt(dtype.Q5_0, intTable{}, intTable{}, intTable{})
-	intQ5_1 = pickInt(dtype.Q5_1, intTable{}, intTable{}, intTable{})
-	intQ4_K = pickInt(dtype.Q4_K, intTable{}, intTable{}, intTable{})
-	intQ5_K = pickInt(dtype.Q5_K, intTable{}, intTable{}, intTable{})
-	intQ6_K = pickInt(dtype.Q6_K, intTable{}, intTable{}, intTable{})
+	intQ8_0 = pickInt(dtype.Q8_0)
+	intQ4_0 = pickInt(dtype.Q4_0)
+	intQ4_1 = pickInt(dtype.Q4_1)
+	intQ5_0 = pickInt(dtype.Q5_0)
+	intQ5_1 = pickInt(dtype.Q5_1)
+	intQ4_K = pickInt(dtype.Q4_K)
+	intQ5_K = pickInt(dtype.Q5_K)
+	intQ6_K = pickInt(dtype.Q6_K)
 )
 
 // Name names the instruction set of the kernels in use.

@@ -3,3 +3,20727 @@
 //go:build arm64 && !purego
 
 #include "textflag.h"
+
+DATA ·arm64IntConsts+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA ·arm64IntConsts+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA ·arm64IntConsts+16(SB)/8, $0x1010101010101010
+DATA ·arm64IntConsts+24(SB)/8, $0x1010101010101010
+DATA ·arm64IntConsts+32(SB)/8, $0x8040201008040201
+DATA ·arm64IntConsts+40(SB)/8, $0x8040201008040201
+DATA ·arm64IntConsts+48(SB)/8, $0x0000000000000000
+DATA ·arm64IntConsts+56(SB)/8, $0x0101010101010101
+DATA ·arm64IntConsts+64(SB)/8, $0x0808080808080808
+DATA ·arm64IntConsts+72(SB)/8, $0x0909090909090909
+DATA ·arm64IntConsts+80(SB)/8, $0x0202020202020202
+DATA ·arm64IntConsts+88(SB)/8, $0x0303030303030303
+DATA ·arm64IntConsts+96(SB)/8, $0x0a0a0a0a0a0a0a0a
+DATA ·arm64IntConsts+104(SB)/8, $0x0b0b0b0b0b0b0b0b
+DATA ·arm64IntConsts+112(SB)/8, $0x0404040404040404
+DATA ·arm64IntConsts+120(SB)/8, $0x0505050505050505
+DATA ·arm64IntConsts+128(SB)/8, $0x0c0c0c0c0c0c0c0c
+DATA ·arm64IntConsts+136(SB)/8, $0x0d0d0d0d0d0d0d0d
+DATA ·arm64IntConsts+144(SB)/8, $0x0606060606060606
+DATA ·arm64IntConsts+152(SB)/8, $0x0707070707070707
+DATA ·arm64IntConsts+160(SB)/8, $0x0e0e0e0e0e0e0e0e
+DATA ·arm64IntConsts+168(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL ·arm64IntConsts(SB), RODATA|NOPTR, $176
+
+// func intQ8_0x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x1Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 32(R0), F7
+	WORD $0x4f84e0e6 // sdot v6.4s, v7.16b, v4.4b[0]
+	FMOVQ 96(R0), F7
+	WORD $0x4fa4e0e6 // sdot v6.4s, v7.16b, v4.4b[1]
+	FMOVQ 160(R0), F7
+	WORD $0x4f84e8e6 // sdot v6.4s, v7.16b, v4.4b[2]
+	FMOVQ 224(R0), F7
+	WORD $0x4fa4e8e6 // sdot v6.4s, v7.16b, v4.4b[3]
+	FMOVQ 288(R0), F7
+	WORD $0x4f85e0e6 // sdot v6.4s, v7.16b, v5.4b[0]
+	FMOVQ 352(R0), F7
+	WORD $0x4fa5e0e6 // sdot v6.4s, v7.16b, v5.4b[1]
+	FMOVQ 416(R0), F7
+	WORD $0x4f85e8e6 // sdot v6.4s, v7.16b, v5.4b[2]
+	FMOVQ 480(R0), F7
+	WORD $0x4fa5e8e6 // sdot v6.4s, v7.16b, v5.4b[3]
+	FMOVD 0(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 0(R6), F8
+	WORD $0x4f8890e9 // fmul v9.4s, v7.4s, v8.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e29dcc6 // fmul v6.4s, v6.4s, v9.4s
+	WORD $0x4e26d400 // fadd v0.4s, v0.4s, v6.4s
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 48(R0), F9
+	WORD $0x4f84e127 // sdot v7.4s, v9.16b, v4.4b[0]
+	FMOVQ 112(R0), F9
+	WORD $0x4fa4e127 // sdot v7.4s, v9.16b, v4.4b[1]
+	FMOVQ 176(R0), F9
+	WORD $0x4f84e927 // sdot v7.4s, v9.16b, v4.4b[2]
+	FMOVQ 240(R0), F9
+	WORD $0x4fa4e927 // sdot v7.4s, v9.16b, v4.4b[3]
+	FMOVQ 304(R0), F9
+	WORD $0x4f85e127 // sdot v7.4s, v9.16b, v5.4b[0]
+	FMOVQ 368(R0), F9
+	WORD $0x4fa5e127 // sdot v7.4s, v9.16b, v5.4b[1]
+	FMOVQ 432(R0), F9
+	WORD $0x4f85e927 // sdot v7.4s, v9.16b, v5.4b[2]
+	FMOVQ 496(R0), F9
+	WORD $0x4fa5e927 // sdot v7.4s, v9.16b, v5.4b[3]
+	FMOVD 8(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 0(R6), F8
+	WORD $0x4f889126 // fmul v6.4s, v9.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e26dce7 // fmul v7.4s, v7.4s, v6.4s
+	WORD $0x4e27d421 // fadd v1.4s, v1.4s, v7.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 64(R0), F6
+	WORD $0x4f84e0c9 // sdot v9.4s, v6.16b, v4.4b[0]
+	FMOVQ 128(R0), F6
+	WORD $0x4fa4e0c9 // sdot v9.4s, v6.16b, v4.4b[1]
+	FMOVQ 192(R0), F6
+	WORD $0x4f84e8c9 // sdot v9.4s, v6.16b, v4.4b[2]
+	FMOVQ 256(R0), F6
+	WORD $0x4fa4e8c9 // sdot v9.4s, v6.16b, v4.4b[3]
+	FMOVQ 320(R0), F6
+	WORD $0x4f85e0c9 // sdot v9.4s, v6.16b, v5.4b[0]
+	FMOVQ 384(R0), F6
+	WORD $0x4fa5e0c9 // sdot v9.4s, v6.16b, v5.4b[1]
+	FMOVQ 448(R0), F6
+	WORD $0x4f85e8c9 // sdot v9.4s, v6.16b, v5.4b[2]
+	FMOVQ 512(R0), F6
+	WORD $0x4fa5e8c9 // sdot v9.4s, v6.16b, v5.4b[3]
+	FMOVD 16(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS 0(R6), F8
+	WORD $0x4f8890c7 // fmul v7.4s, v6.4s, v8.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e27dd29 // fmul v9.4s, v9.4s, v7.4s
+	WORD $0x4e29d442 // fadd v2.4s, v2.4s, v9.4s
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 80(R0), F7
+	WORD $0x4f84e0e6 // sdot v6.4s, v7.16b, v4.4b[0]
+	FMOVQ 144(R0), F7
+	WORD $0x4fa4e0e6 // sdot v6.4s, v7.16b, v4.4b[1]
+	FMOVQ 208(R0), F7
+	WORD $0x4f84e8e6 // sdot v6.4s, v7.16b, v4.4b[2]
+	FMOVQ 272(R0), F7
+	WORD $0x4fa4e8e6 // sdot v6.4s, v7.16b, v4.4b[3]
+	FMOVQ 336(R0), F7
+	WORD $0x4f85e0e6 // sdot v6.4s, v7.16b, v5.4b[0]
+	FMOVQ 400(R0), F7
+	WORD $0x4fa5e0e6 // sdot v6.4s, v7.16b, v5.4b[1]
+	FMOVQ 464(R0), F7
+	WORD $0x4f85e8e6 // sdot v6.4s, v7.16b, v5.4b[2]
+	FMOVQ 528(R0), F7
+	WORD $0x4fa5e8e6 // sdot v6.4s, v7.16b, v5.4b[3]
+	FMOVD 24(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 0(R6), F8
+	WORD $0x4f8890e9 // fmul v9.4s, v7.4s, v8.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e29dcc6 // fmul v6.4s, v6.4s, v9.4s
+	WORD $0x4e26d463 // fadd v3.4s, v3.4s, v6.4s
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ8_0x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x2Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 32(R0), F14
+	WORD $0x4f88e1cc // sdot v12.4s, v14.16b, v8.4b[0]
+	WORD $0x4f8ae1cd // sdot v13.4s, v14.16b, v10.4b[0]
+	FMOVQ 96(R0), F14
+	WORD $0x4fa8e1cc // sdot v12.4s, v14.16b, v8.4b[1]
+	WORD $0x4faae1cd // sdot v13.4s, v14.16b, v10.4b[1]
+	FMOVQ 160(R0), F14
+	WORD $0x4f88e9cc // sdot v12.4s, v14.16b, v8.4b[2]
+	WORD $0x4f8ae9cd // sdot v13.4s, v14.16b, v10.4b[2]
+	FMOVQ 224(R0), F14
+	WORD $0x4fa8e9cc // sdot v12.4s, v14.16b, v8.4b[3]
+	WORD $0x4faae9cd // sdot v13.4s, v14.16b, v10.4b[3]
+	FMOVQ 288(R0), F14
+	WORD $0x4f89e1cc // sdot v12.4s, v14.16b, v9.4b[0]
+	WORD $0x4f8be1cd // sdot v13.4s, v14.16b, v11.4b[0]
+	FMOVQ 352(R0), F14
+	WORD $0x4fa9e1cc // sdot v12.4s, v14.16b, v9.4b[1]
+	WORD $0x4fabe1cd // sdot v13.4s, v14.16b, v11.4b[1]
+	FMOVQ 416(R0), F14
+	WORD $0x4f89e9cc // sdot v12.4s, v14.16b, v9.4b[2]
+	WORD $0x4f8be9cd // sdot v13.4s, v14.16b, v11.4b[2]
+	FMOVQ 480(R0), F14
+	WORD $0x4fa9e9cc // sdot v12.4s, v14.16b, v9.4b[3]
+	WORD $0x4fabe9cd // sdot v13.4s, v14.16b, v11.4b[3]
+	FMOVD 0(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f91d0 // fmul v16.4s, v14.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	WORD $0x4e2cd400 // fadd v0.4s, v0.4s, v12.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f9091cf // fmul v15.4s, v14.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2fddad // fmul v13.4s, v13.4s, v15.4s
+	WORD $0x4e2dd484 // fadd v4.4s, v4.4s, v13.4s
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 48(R0), F16
+	WORD $0x4f88e20e // sdot v14.4s, v16.16b, v8.4b[0]
+	WORD $0x4f8ae20f // sdot v15.4s, v16.16b, v10.4b[0]
+	FMOVQ 112(R0), F16
+	WORD $0x4fa8e20e // sdot v14.4s, v16.16b, v8.4b[1]
+	WORD $0x4faae20f // sdot v15.4s, v16.16b, v10.4b[1]
+	FMOVQ 176(R0), F16
+	WORD $0x4f88ea0e // sdot v14.4s, v16.16b, v8.4b[2]
+	WORD $0x4f8aea0f // sdot v15.4s, v16.16b, v10.4b[2]
+	FMOVQ 240(R0), F16
+	WORD $0x4fa8ea0e // sdot v14.4s, v16.16b, v8.4b[3]
+	WORD $0x4faaea0f // sdot v15.4s, v16.16b, v10.4b[3]
+	FMOVQ 304(R0), F16
+	WORD $0x4f89e20e // sdot v14.4s, v16.16b, v9.4b[0]
+	WORD $0x4f8be20f // sdot v15.4s, v16.16b, v11.4b[0]
+	FMOVQ 368(R0), F16
+	WORD $0x4fa9e20e // sdot v14.4s, v16.16b, v9.4b[1]
+	WORD $0x4fabe20f // sdot v15.4s, v16.16b, v11.4b[1]
+	FMOVQ 432(R0), F16
+	WORD $0x4f89ea0e // sdot v14.4s, v16.16b, v9.4b[2]
+	WORD $0x4f8bea0f // sdot v15.4s, v16.16b, v11.4b[2]
+	FMOVQ 496(R0), F16
+	WORD $0x4fa9ea0e // sdot v14.4s, v16.16b, v9.4b[3]
+	WORD $0x4fabea0f // sdot v15.4s, v16.16b, v11.4b[3]
+	FMOVD 8(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d920c // fmul v12.4s, v16.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	WORD $0x4e2ed421 // fadd v1.4s, v1.4s, v14.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c920d // fmul v13.4s, v16.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 64(R0), F12
+	WORD $0x4f88e190 // sdot v16.4s, v12.16b, v8.4b[0]
+	WORD $0x4f8ae18d // sdot v13.4s, v12.16b, v10.4b[0]
+	FMOVQ 128(R0), F12
+	WORD $0x4fa8e190 // sdot v16.4s, v12.16b, v8.4b[1]
+	WORD $0x4faae18d // sdot v13.4s, v12.16b, v10.4b[1]
+	FMOVQ 192(R0), F12
+	WORD $0x4f88e990 // sdot v16.4s, v12.16b, v8.4b[2]
+	WORD $0x4f8ae98d // sdot v13.4s, v12.16b, v10.4b[2]
+	FMOVQ 256(R0), F12
+	WORD $0x4fa8e990 // sdot v16.4s, v12.16b, v8.4b[3]
+	WORD $0x4faae98d // sdot v13.4s, v12.16b, v10.4b[3]
+	FMOVQ 320(R0), F12
+	WORD $0x4f89e190 // sdot v16.4s, v12.16b, v9.4b[0]
+	WORD $0x4f8be18d // sdot v13.4s, v12.16b, v11.4b[0]
+	FMOVQ 384(R0), F12
+	WORD $0x4fa9e190 // sdot v16.4s, v12.16b, v9.4b[1]
+	WORD $0x4fabe18d // sdot v13.4s, v12.16b, v11.4b[1]
+	FMOVQ 448(R0), F12
+	WORD $0x4f89e990 // sdot v16.4s, v12.16b, v9.4b[2]
+	WORD $0x4f8be98d // sdot v13.4s, v12.16b, v11.4b[2]
+	FMOVQ 512(R0), F12
+	WORD $0x4fa9e990 // sdot v16.4s, v12.16b, v9.4b[3]
+	WORD $0x4fabe98d // sdot v13.4s, v12.16b, v11.4b[3]
+	FMOVD 16(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f918e // fmul v14.4s, v12.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	WORD $0x4e30d442 // fadd v2.4s, v2.4s, v16.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e918f // fmul v15.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2fddad // fmul v13.4s, v13.4s, v15.4s
+	WORD $0x4e2dd4c6 // fadd v6.4s, v6.4s, v13.4s
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 80(R0), F14
+	WORD $0x4f88e1cc // sdot v12.4s, v14.16b, v8.4b[0]
+	WORD $0x4f8ae1cf // sdot v15.4s, v14.16b, v10.4b[0]
+	FMOVQ 144(R0), F14
+	WORD $0x4fa8e1cc // sdot v12.4s, v14.16b, v8.4b[1]
+	WORD $0x4faae1cf // sdot v15.4s, v14.16b, v10.4b[1]
+	FMOVQ 208(R0), F14
+	WORD $0x4f88e9cc // sdot v12.4s, v14.16b, v8.4b[2]
+	WORD $0x4f8ae9cf // sdot v15.4s, v14.16b, v10.4b[2]
+	FMOVQ 272(R0), F14
+	WORD $0x4fa8e9cc // sdot v12.4s, v14.16b, v8.4b[3]
+	WORD $0x4faae9cf // sdot v15.4s, v14.16b, v10.4b[3]
+	FMOVQ 336(R0), F14
+	WORD $0x4f89e1cc // sdot v12.4s, v14.16b, v9.4b[0]
+	WORD $0x4f8be1cf // sdot v15.4s, v14.16b, v11.4b[0]
+	FMOVQ 400(R0), F14
+	WORD $0x4fa9e1cc // sdot v12.4s, v14.16b, v9.4b[1]
+	WORD $0x4fabe1cf // sdot v15.4s, v14.16b, v11.4b[1]
+	FMOVQ 464(R0), F14
+	WORD $0x4f89e9cc // sdot v12.4s, v14.16b, v9.4b[2]
+	WORD $0x4f8be9cf // sdot v15.4s, v14.16b, v11.4b[2]
+	FMOVQ 528(R0), F14
+	WORD $0x4fa9e9cc // sdot v12.4s, v14.16b, v9.4b[3]
+	WORD $0x4fabe9cf // sdot v15.4s, v14.16b, v11.4b[3]
+	FMOVD 24(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d91d0 // fmul v16.4s, v14.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	WORD $0x4e2cd463 // fadd v3.4s, v3.4s, v12.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f9091cd // fmul v13.4s, v14.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	WORD $0x4e2fd4e7 // fadd v7.4s, v7.4s, v15.4s
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ8_0x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x3Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 32(R0), F9
+	WORD $0x4f80e126 // sdot v6.4s, v9.16b, v0.4b[0]
+	WORD $0x4f82e127 // sdot v7.4s, v9.16b, v2.4b[0]
+	WORD $0x4f84e128 // sdot v8.4s, v9.16b, v4.4b[0]
+	FMOVQ 96(R0), F9
+	WORD $0x4fa0e126 // sdot v6.4s, v9.16b, v0.4b[1]
+	WORD $0x4fa2e127 // sdot v7.4s, v9.16b, v2.4b[1]
+	WORD $0x4fa4e128 // sdot v8.4s, v9.16b, v4.4b[1]
+	FMOVQ 160(R0), F9
+	WORD $0x4f80e926 // sdot v6.4s, v9.16b, v0.4b[2]
+	WORD $0x4f82e927 // sdot v7.4s, v9.16b, v2.4b[2]
+	WORD $0x4f84e928 // sdot v8.4s, v9.16b, v4.4b[2]
+	FMOVQ 224(R0), F9
+	WORD $0x4fa0e926 // sdot v6.4s, v9.16b, v0.4b[3]
+	WORD $0x4fa2e927 // sdot v7.4s, v9.16b, v2.4b[3]
+	WORD $0x4fa4e928 // sdot v8.4s, v9.16b, v4.4b[3]
+	FMOVQ 288(R0), F9
+	WORD $0x4f81e126 // sdot v6.4s, v9.16b, v1.4b[0]
+	WORD $0x4f83e127 // sdot v7.4s, v9.16b, v3.4b[0]
+	WORD $0x4f85e128 // sdot v8.4s, v9.16b, v5.4b[0]
+	FMOVQ 352(R0), F9
+	WORD $0x4fa1e126 // sdot v6.4s, v9.16b, v1.4b[1]
+	WORD $0x4fa3e127 // sdot v7.4s, v9.16b, v3.4b[1]
+	WORD $0x4fa5e128 // sdot v8.4s, v9.16b, v5.4b[1]
+	FMOVQ 416(R0), F9
+	WORD $0x4f81e926 // sdot v6.4s, v9.16b, v1.4b[2]
+	WORD $0x4f83e927 // sdot v7.4s, v9.16b, v3.4b[2]
+	WORD $0x4f85e928 // sdot v8.4s, v9.16b, v5.4b[2]
+	FMOVQ 480(R0), F9
+	WORD $0x4fa1e926 // sdot v6.4s, v9.16b, v1.4b[3]
+	WORD $0x4fa3e927 // sdot v7.4s, v9.16b, v3.4b[3]
+	WORD $0x4fa5e928 // sdot v8.4s, v9.16b, v5.4b[3]
+	FMOVD 0(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a912b // fmul v11.4s, v9.4s, v10.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2bdcc6 // fmul v6.4s, v6.4s, v11.4s
+	FMOVQ 0(R10), F12
+	WORD $0x4e26d58c // fadd v12.4s, v12.4s, v6.4s
+	FMOVQ F12, 0(R10)
+	FMOVS 0(R7), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2adce7 // fmul v7.4s, v7.4s, v10.4s
+	FMOVQ 0(R11), F6
+	WORD $0x4e27d4c6 // fadd v6.4s, v6.4s, v7.4s
+	FMOVQ F6, 0(R11)
+	FMOVS 0(R8), F10
+	WORD $0x4f8a912b // fmul v11.4s, v9.4s, v10.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2bdd08 // fmul v8.4s, v8.4s, v11.4s
+	FMOVQ 0(R12), F7
+	WORD $0x4e28d4e7 // fadd v7.4s, v7.4s, v8.4s
+	FMOVQ F7, 0(R12)
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 48(R0), F8
+	WORD $0x4f80e109 // sdot v9.4s, v8.16b, v0.4b[0]
+	WORD $0x4f82e10b // sdot v11.4s, v8.16b, v2.4b[0]
+	WORD $0x4f84e10a // sdot v10.4s, v8.16b, v4.4b[0]
+	FMOVQ 112(R0), F8
+	WORD $0x4fa0e109 // sdot v9.4s, v8.16b, v0.4b[1]
+	WORD $0x4fa2e10b // sdot v11.4s, v8.16b, v2.4b[1]
+	WORD $0x4fa4e10a // sdot v10.4s, v8.16b, v4.4b[1]
+	FMOVQ 176(R0), F8
+	WORD $0x4f80e909 // sdot v9.4s, v8.16b, v0.4b[2]
+	WORD $0x4f82e90b // sdot v11.4s, v8.16b, v2.4b[2]
+	WORD $0x4f84e90a // sdot v10.4s, v8.16b, v4.4b[2]
+	FMOVQ 240(R0), F8
+	WORD $0x4fa0e909 // sdot v9.4s, v8.16b, v0.4b[3]
+	WORD $0x4fa2e90b // sdot v11.4s, v8.16b, v2.4b[3]
+	WORD $0x4fa4e90a // sdot v10.4s, v8.16b, v4.4b[3]
+	FMOVQ 304(R0), F8
+	WORD $0x4f81e109 // sdot v9.4s, v8.16b, v1.4b[0]
+	WORD $0x4f83e10b // sdot v11.4s, v8.16b, v3.4b[0]
+	WORD $0x4f85e10a // sdot v10.4s, v8.16b, v5.4b[0]
+	FMOVQ 368(R0), F8
+	WORD $0x4fa1e109 // sdot v9.4s, v8.16b, v1.4b[1]
+	WORD $0x4fa3e10b // sdot v11.4s, v8.16b, v3.4b[1]
+	WORD $0x4fa5e10a // sdot v10.4s, v8.16b, v5.4b[1]
+	FMOVQ 432(R0), F8
+	WORD $0x4f81e909 // sdot v9.4s, v8.16b, v1.4b[2]
+	WORD $0x4f83e90b // sdot v11.4s, v8.16b, v3.4b[2]
+	WORD $0x4f85e90a // sdot v10.4s, v8.16b, v5.4b[2]
+	FMOVQ 496(R0), F8
+	WORD $0x4fa1e909 // sdot v9.4s, v8.16b, v1.4b[3]
+	WORD $0x4fa3e90b // sdot v11.4s, v8.16b, v3.4b[3]
+	WORD $0x4fa5e90a // sdot v10.4s, v8.16b, v5.4b[3]
+	FMOVD 8(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 0(R6), F7
+	WORD $0x4f879106 // fmul v6.4s, v8.4s, v7.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e26dd29 // fmul v9.4s, v9.4s, v6.4s
+	FMOVQ 16(R10), F12
+	WORD $0x4e29d58c // fadd v12.4s, v12.4s, v9.4s
+	FMOVQ F12, 16(R10)
+	FMOVS 0(R7), F6
+	WORD $0x4f869107 // fmul v7.4s, v8.4s, v6.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e27dd6b // fmul v11.4s, v11.4s, v7.4s
+	FMOVQ 16(R11), F9
+	WORD $0x4e2bd529 // fadd v9.4s, v9.4s, v11.4s
+	FMOVQ F9, 16(R11)
+	FMOVS 0(R8), F7
+	WORD $0x4f879106 // fmul v6.4s, v8.4s, v7.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e26dd4a // fmul v10.4s, v10.4s, v6.4s
+	FMOVQ 16(R12), F11
+	WORD $0x4e2ad56b // fadd v11.4s, v11.4s, v10.4s
+	FMOVQ F11, 16(R12)
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 64(R0), F10
+	WORD $0x4f80e148 // sdot v8.4s, v10.16b, v0.4b[0]
+	WORD $0x4f82e146 // sdot v6.4s, v10.16b, v2.4b[0]
+	WORD $0x4f84e147 // sdot v7.4s, v10.16b, v4.4b[0]
+	FMOVQ 128(R0), F10
+	WORD $0x4fa0e148 // sdot v8.4s, v10.16b, v0.4b[1]
+	WORD $0x4fa2e146 // sdot v6.4s, v10.16b, v2.4b[1]
+	WORD $0x4fa4e147 // sdot v7.4s, v10.16b, v4.4b[1]
+	FMOVQ 192(R0), F10
+	WORD $0x4f80e948 // sdot v8.4s, v10.16b, v0.4b[2]
+	WORD $0x4f82e946 // sdot v6.4s, v10.16b, v2.4b[2]
+	WORD $0x4f84e947 // sdot v7.4s, v10.16b, v4.4b[2]
+	FMOVQ 256(R0), F10
+	WORD $0x4fa0e948 // sdot v8.4s, v10.16b, v0.4b[3]
+	WORD $0x4fa2e946 // sdot v6.4s, v10.16b, v2.4b[3]
+	WORD $0x4fa4e947 // sdot v7.4s, v10.16b, v4.4b[3]
+	FMOVQ 320(R0), F10
+	WORD $0x4f81e148 // sdot v8.4s, v10.16b, v1.4b[0]
+	WORD $0x4f83e146 // sdot v6.4s, v10.16b, v3.4b[0]
+	WORD $0x4f85e147 // sdot v7.4s, v10.16b, v5.4b[0]
+	FMOVQ 384(R0), F10
+	WORD $0x4fa1e148 // sdot v8.4s, v10.16b, v1.4b[1]
+	WORD $0x4fa3e146 // sdot v6.4s, v10.16b, v3.4b[1]
+	WORD $0x4fa5e147 // sdot v7.4s, v10.16b, v5.4b[1]
+	FMOVQ 448(R0), F10
+	WORD $0x4f81e948 // sdot v8.4s, v10.16b, v1.4b[2]
+	WORD $0x4f83e946 // sdot v6.4s, v10.16b, v3.4b[2]
+	WORD $0x4f85e947 // sdot v7.4s, v10.16b, v5.4b[2]
+	FMOVQ 512(R0), F10
+	WORD $0x4fa1e948 // sdot v8.4s, v10.16b, v1.4b[3]
+	WORD $0x4fa3e946 // sdot v6.4s, v10.16b, v3.4b[3]
+	WORD $0x4fa5e947 // sdot v7.4s, v10.16b, v5.4b[3]
+	FMOVD 16(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 0(R6), F11
+	WORD $0x4f8b9149 // fmul v9.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e29dd08 // fmul v8.4s, v8.4s, v9.4s
+	FMOVQ 32(R10), F12
+	WORD $0x4e28d58c // fadd v12.4s, v12.4s, v8.4s
+	FMOVQ F12, 32(R10)
+	FMOVS 0(R7), F9
+	WORD $0x4f89914b // fmul v11.4s, v10.4s, v9.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2bdcc6 // fmul v6.4s, v6.4s, v11.4s
+	FMOVQ 32(R11), F8
+	WORD $0x4e26d508 // fadd v8.4s, v8.4s, v6.4s
+	FMOVQ F8, 32(R11)
+	FMOVS 0(R8), F11
+	WORD $0x4f8b9149 // fmul v9.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e29dce7 // fmul v7.4s, v7.4s, v9.4s
+	FMOVQ 32(R12), F6
+	WORD $0x4e27d4c6 // fadd v6.4s, v6.4s, v7.4s
+	FMOVQ F6, 32(R12)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R0), F7
+	WORD $0x4f80e0ea // sdot v10.4s, v7.16b, v0.4b[0]
+	WORD $0x4f82e0e9 // sdot v9.4s, v7.16b, v2.4b[0]
+	WORD $0x4f84e0eb // sdot v11.4s, v7.16b, v4.4b[0]
+	FMOVQ 144(R0), F7
+	WORD $0x4fa0e0ea // sdot v10.4s, v7.16b, v0.4b[1]
+	WORD $0x4fa2e0e9 // sdot v9.4s, v7.16b, v2.4b[1]
+	WORD $0x4fa4e0eb // sdot v11.4s, v7.16b, v4.4b[1]
+	FMOVQ 208(R0), F7
+	WORD $0x4f80e8ea // sdot v10.4s, v7.16b, v0.4b[2]
+	WORD $0x4f82e8e9 // sdot v9.4s, v7.16b, v2.4b[2]
+	WORD $0x4f84e8eb // sdot v11.4s, v7.16b, v4.4b[2]
+	FMOVQ 272(R0), F7
+	WORD $0x4fa0e8ea // sdot v10.4s, v7.16b, v0.4b[3]
+	WORD $0x4fa2e8e9 // sdot v9.4s, v7.16b, v2.4b[3]
+	WORD $0x4fa4e8eb // sdot v11.4s, v7.16b, v4.4b[3]
+	FMOVQ 336(R0), F7
+	WORD $0x4f81e0ea // sdot v10.4s, v7.16b, v1.4b[0]
+	WORD $0x4f83e0e9 // sdot v9.4s, v7.16b, v3.4b[0]
+	WORD $0x4f85e0eb // sdot v11.4s, v7.16b, v5.4b[0]
+	FMOVQ 400(R0), F7
+	WORD $0x4fa1e0ea // sdot v10.4s, v7.16b, v1.4b[1]
+	WORD $0x4fa3e0e9 // sdot v9.4s, v7.16b, v3.4b[1]
+	WORD $0x4fa5e0eb // sdot v11.4s, v7.16b, v5.4b[1]
+	FMOVQ 464(R0), F7
+	WORD $0x4f81e8ea // sdot v10.4s, v7.16b, v1.4b[2]
+	WORD $0x4f83e8e9 // sdot v9.4s, v7.16b, v3.4b[2]
+	WORD $0x4f85e8eb // sdot v11.4s, v7.16b, v5.4b[2]
+	FMOVQ 528(R0), F7
+	WORD $0x4fa1e8ea // sdot v10.4s, v7.16b, v1.4b[3]
+	WORD $0x4fa3e8e9 // sdot v9.4s, v7.16b, v3.4b[3]
+	WORD $0x4fa5e8eb // sdot v11.4s, v7.16b, v5.4b[3]
+	FMOVD 24(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 0(R6), F6
+	WORD $0x4f8690e8 // fmul v8.4s, v7.4s, v6.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e28dd4a // fmul v10.4s, v10.4s, v8.4s
+	FMOVQ 48(R10), F12
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ F12, 48(R10)
+	FMOVS 0(R7), F8
+	WORD $0x4f8890e6 // fmul v6.4s, v7.4s, v8.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e26dd29 // fmul v9.4s, v9.4s, v6.4s
+	FMOVQ 48(R11), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 48(R11)
+	FMOVS 0(R8), F6
+	WORD $0x4f8690e8 // fmul v8.4s, v7.4s, v6.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e28dd6b // fmul v11.4s, v11.4s, v8.4s
+	FMOVQ 48(R12), F9
+	WORD $0x4e2bd529 // fadd v9.4s, v9.4s, v11.4s
+	FMOVQ F9, 48(R12)
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ8_0x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x4Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 32(R0), F12
+	WORD $0x4f80e188 // sdot v8.4s, v12.16b, v0.4b[0]
+	WORD $0x4f82e189 // sdot v9.4s, v12.16b, v2.4b[0]
+	WORD $0x4f84e18a // sdot v10.4s, v12.16b, v4.4b[0]
+	WORD $0x4f86e18b // sdot v11.4s, v12.16b, v6.4b[0]
+	FMOVQ 96(R0), F12
+	WORD $0x4fa0e188 // sdot v8.4s, v12.16b, v0.4b[1]
+	WORD $0x4fa2e189 // sdot v9.4s, v12.16b, v2.4b[1]
+	WORD $0x4fa4e18a // sdot v10.4s, v12.16b, v4.4b[1]
+	WORD $0x4fa6e18b // sdot v11.4s, v12.16b, v6.4b[1]
+	FMOVQ 160(R0), F12
+	WORD $0x4f80e988 // sdot v8.4s, v12.16b, v0.4b[2]
+	WORD $0x4f82e989 // sdot v9.4s, v12.16b, v2.4b[2]
+	WORD $0x4f84e98a // sdot v10.4s, v12.16b, v4.4b[2]
+	WORD $0x4f86e98b // sdot v11.4s, v12.16b, v6.4b[2]
+	FMOVQ 224(R0), F12
+	WORD $0x4fa0e988 // sdot v8.4s, v12.16b, v0.4b[3]
+	WORD $0x4fa2e989 // sdot v9.4s, v12.16b, v2.4b[3]
+	WORD $0x4fa4e98a // sdot v10.4s, v12.16b, v4.4b[3]
+	WORD $0x4fa6e98b // sdot v11.4s, v12.16b, v6.4b[3]
+	FMOVQ 288(R0), F12
+	WORD $0x4f81e188 // sdot v8.4s, v12.16b, v1.4b[0]
+	WORD $0x4f83e189 // sdot v9.4s, v12.16b, v3.4b[0]
+	WORD $0x4f85e18a // sdot v10.4s, v12.16b, v5.4b[0]
+	WORD $0x4f87e18b // sdot v11.4s, v12.16b, v7.4b[0]
+	FMOVQ 352(R0), F12
+	WORD $0x4fa1e188 // sdot v8.4s, v12.16b, v1.4b[1]
+	WORD $0x4fa3e189 // sdot v9.4s, v12.16b, v3.4b[1]
+	WORD $0x4fa5e18a // sdot v10.4s, v12.16b, v5.4b[1]
+	WORD $0x4fa7e18b // sdot v11.4s, v12.16b, v7.4b[1]
+	FMOVQ 416(R0), F12
+	WORD $0x4f81e988 // sdot v8.4s, v12.16b, v1.4b[2]
+	WORD $0x4f83e989 // sdot v9.4s, v12.16b, v3.4b[2]
+	WORD $0x4f85e98a // sdot v10.4s, v12.16b, v5.4b[2]
+	WORD $0x4f87e98b // sdot v11.4s, v12.16b, v7.4b[2]
+	FMOVQ 480(R0), F12
+	WORD $0x4fa1e988 // sdot v8.4s, v12.16b, v1.4b[3]
+	WORD $0x4fa3e989 // sdot v9.4s, v12.16b, v3.4b[3]
+	WORD $0x4fa5e98a // sdot v10.4s, v12.16b, v5.4b[3]
+	WORD $0x4fa7e98b // sdot v11.4s, v12.16b, v7.4b[3]
+	FMOVD 0(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d918e // fmul v14.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2edd08 // fmul v8.4s, v8.4s, v14.4s
+	FMOVQ 0(R10), F15
+	WORD $0x4e28d5ef // fadd v15.4s, v15.4s, v8.4s
+	FMOVQ F15, 0(R10)
+	FMOVS 0(R7), F14
+	WORD $0x4f8e918d // fmul v13.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVQ 0(R11), F8
+	WORD $0x4e29d508 // fadd v8.4s, v8.4s, v9.4s
+	FMOVQ F8, 0(R11)
+	FMOVS 0(R8), F13
+	WORD $0x4f8d918e // fmul v14.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2edd4a // fmul v10.4s, v10.4s, v14.4s
+	FMOVQ 0(R12), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 0(R12)
+	FMOVS 0(R9), F14
+	WORD $0x4f8e918d // fmul v13.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVQ 0(R13), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 48(R0), F10
+	WORD $0x4f80e14c // sdot v12.4s, v10.16b, v0.4b[0]
+	WORD $0x4f82e14d // sdot v13.4s, v10.16b, v2.4b[0]
+	WORD $0x4f84e14e // sdot v14.4s, v10.16b, v4.4b[0]
+	WORD $0x4f86e14b // sdot v11.4s, v10.16b, v6.4b[0]
+	FMOVQ 112(R0), F10
+	WORD $0x4fa0e14c // sdot v12.4s, v10.16b, v0.4b[1]
+	WORD $0x4fa2e14d // sdot v13.4s, v10.16b, v2.4b[1]
+	WORD $0x4fa4e14e // sdot v14.4s, v10.16b, v4.4b[1]
+	WORD $0x4fa6e14b // sdot v11.4s, v10.16b, v6.4b[1]
+	FMOVQ 176(R0), F10
+	WORD $0x4f80e94c // sdot v12.4s, v10.16b, v0.4b[2]
+	WORD $0x4f82e94d // sdot v13.4s, v10.16b, v2.4b[2]
+	WORD $0x4f84e94e // sdot v14.4s, v10.16b, v4.4b[2]
+	WORD $0x4f86e94b // sdot v11.4s, v10.16b, v6.4b[2]
+	FMOVQ 240(R0), F10
+	WORD $0x4fa0e94c // sdot v12.4s, v10.16b, v0.4b[3]
+	WORD $0x4fa2e94d // sdot v13.4s, v10.16b, v2.4b[3]
+	WORD $0x4fa4e94e // sdot v14.4s, v10.16b, v4.4b[3]
+	WORD $0x4fa6e94b // sdot v11.4s, v10.16b, v6.4b[3]
+	FMOVQ 304(R0), F10
+	WORD $0x4f81e14c // sdot v12.4s, v10.16b, v1.4b[0]
+	WORD $0x4f83e14d // sdot v13.4s, v10.16b, v3.4b[0]
+	WORD $0x4f85e14e // sdot v14.4s, v10.16b, v5.4b[0]
+	WORD $0x4f87e14b // sdot v11.4s, v10.16b, v7.4b[0]
+	FMOVQ 368(R0), F10
+	WORD $0x4fa1e14c // sdot v12.4s, v10.16b, v1.4b[1]
+	WORD $0x4fa3e14d // sdot v13.4s, v10.16b, v3.4b[1]
+	WORD $0x4fa5e14e // sdot v14.4s, v10.16b, v5.4b[1]
+	WORD $0x4fa7e14b // sdot v11.4s, v10.16b, v7.4b[1]
+	FMOVQ 432(R0), F10
+	WORD $0x4f81e94c // sdot v12.4s, v10.16b, v1.4b[2]
+	WORD $0x4f83e94d // sdot v13.4s, v10.16b, v3.4b[2]
+	WORD $0x4f85e94e // sdot v14.4s, v10.16b, v5.4b[2]
+	WORD $0x4f87e94b // sdot v11.4s, v10.16b, v7.4b[2]
+	FMOVQ 496(R0), F10
+	WORD $0x4fa1e94c // sdot v12.4s, v10.16b, v1.4b[3]
+	WORD $0x4fa3e94d // sdot v13.4s, v10.16b, v3.4b[3]
+	WORD $0x4fa5e94e // sdot v14.4s, v10.16b, v5.4b[3]
+	WORD $0x4fa7e94b // sdot v11.4s, v10.16b, v7.4b[3]
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 0(R6), F9
+	WORD $0x4f899148 // fmul v8.4s, v10.4s, v9.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e28dd8c // fmul v12.4s, v12.4s, v8.4s
+	FMOVQ 16(R10), F15
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ F15, 16(R10)
+	FMOVS 0(R7), F8
+	WORD $0x4f889149 // fmul v9.4s, v10.4s, v8.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVQ 16(R11), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 16(R11)
+	FMOVS 0(R8), F9
+	WORD $0x4f899148 // fmul v8.4s, v10.4s, v9.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e28ddce // fmul v14.4s, v14.4s, v8.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 16(R12)
+	FMOVS 0(R9), F8
+	WORD $0x4f889149 // fmul v9.4s, v10.4s, v8.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	FMOVQ 16(R13), F14
+	WORD $0x4e2bd5ce // fadd v14.4s, v14.4s, v11.4s
+	FMOVQ F14, 16(R13)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 64(R0), F14
+	WORD $0x4f80e1ca // sdot v10.4s, v14.16b, v0.4b[0]
+	WORD $0x4f82e1c9 // sdot v9.4s, v14.16b, v2.4b[0]
+	WORD $0x4f84e1c8 // sdot v8.4s, v14.16b, v4.4b[0]
+	WORD $0x4f86e1cb // sdot v11.4s, v14.16b, v6.4b[0]
+	FMOVQ 128(R0), F14
+	WORD $0x4fa0e1ca // sdot v10.4s, v14.16b, v0.4b[1]
+	WORD $0x4fa2e1c9 // sdot v9.4s, v14.16b, v2.4b[1]
+	WORD $0x4fa4e1c8 // sdot v8.4s, v14.16b, v4.4b[1]
+	WORD $0x4fa6e1cb // sdot v11.4s, v14.16b, v6.4b[1]
+	FMOVQ 192(R0), F14
+	WORD $0x4f80e9ca // sdot v10.4s, v14.16b, v0.4b[2]
+	WORD $0x4f82e9c9 // sdot v9.4s, v14.16b, v2.4b[2]
+	WORD $0x4f84e9c8 // sdot v8.4s, v14.16b, v4.4b[2]
+	WORD $0x4f86e9cb // sdot v11.4s, v14.16b, v6.4b[2]
+	FMOVQ 256(R0), F14
+	WORD $0x4fa0e9ca // sdot v10.4s, v14.16b, v0.4b[3]
+	WORD $0x4fa2e9c9 // sdot v9.4s, v14.16b, v2.4b[3]
+	WORD $0x4fa4e9c8 // sdot v8.4s, v14.16b, v4.4b[3]
+	WORD $0x4fa6e9cb // sdot v11.4s, v14.16b, v6.4b[3]
+	FMOVQ 320(R0), F14
+	WORD $0x4f81e1ca // sdot v10.4s, v14.16b, v1.4b[0]
+	WORD $0x4f83e1c9 // sdot v9.4s, v14.16b, v3.4b[0]
+	WORD $0x4f85e1c8 // sdot v8.4s, v14.16b, v5.4b[0]
+	WORD $0x4f87e1cb // sdot v11.4s, v14.16b, v7.4b[0]
+	FMOVQ 384(R0), F14
+	WORD $0x4fa1e1ca // sdot v10.4s, v14.16b, v1.4b[1]
+	WORD $0x4fa3e1c9 // sdot v9.4s, v14.16b, v3.4b[1]
+	WORD $0x4fa5e1c8 // sdot v8.4s, v14.16b, v5.4b[1]
+	WORD $0x4fa7e1cb // sdot v11.4s, v14.16b, v7.4b[1]
+	FMOVQ 448(R0), F14
+	WORD $0x4f81e9ca // sdot v10.4s, v14.16b, v1.4b[2]
+	WORD $0x4f83e9c9 // sdot v9.4s, v14.16b, v3.4b[2]
+	WORD $0x4f85e9c8 // sdot v8.4s, v14.16b, v5.4b[2]
+	WORD $0x4f87e9cb // sdot v11.4s, v14.16b, v7.4b[2]
+	FMOVQ 512(R0), F14
+	WORD $0x4fa1e9ca // sdot v10.4s, v14.16b, v1.4b[3]
+	WORD $0x4fa3e9c9 // sdot v9.4s, v14.16b, v3.4b[3]
+	WORD $0x4fa5e9c8 // sdot v8.4s, v14.16b, v5.4b[3]
+	WORD $0x4fa7e9cb // sdot v11.4s, v14.16b, v7.4b[3]
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d91cc // fmul v12.4s, v14.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2cdd4a // fmul v10.4s, v10.4s, v12.4s
+	FMOVQ 32(R10), F15
+	WORD $0x4e2ad5ef // fadd v15.4s, v15.4s, v10.4s
+	FMOVQ F15, 32(R10)
+	FMOVS 0(R7), F12
+	WORD $0x4f8c91cd // fmul v13.4s, v14.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVQ 32(R11), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 32(R11)
+	FMOVS 0(R8), F13
+	WORD $0x4f8d91cc // fmul v12.4s, v14.4s, v13.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2cdd08 // fmul v8.4s, v8.4s, v12.4s
+	FMOVQ 32(R12), F9
+	WORD $0x4e28d529 // fadd v9.4s, v9.4s, v8.4s
+	FMOVQ F9, 32(R12)
+	FMOVS 0(R9), F12
+	WORD $0x4f8c91cd // fmul v13.4s, v14.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVQ 32(R13), F8
+	WORD $0x4e2bd508 // fadd v8.4s, v8.4s, v11.4s
+	FMOVQ F8, 32(R13)
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R0), F8
+	WORD $0x4f80e10e // sdot v14.4s, v8.16b, v0.4b[0]
+	WORD $0x4f82e10d // sdot v13.4s, v8.16b, v2.4b[0]
+	WORD $0x4f84e10c // sdot v12.4s, v8.16b, v4.4b[0]
+	WORD $0x4f86e10b // sdot v11.4s, v8.16b, v6.4b[0]
+	FMOVQ 144(R0), F8
+	WORD $0x4fa0e10e // sdot v14.4s, v8.16b, v0.4b[1]
+	WORD $0x4fa2e10d // sdot v13.4s, v8.16b, v2.4b[1]
+	WORD $0x4fa4e10c // sdot v12.4s, v8.16b, v4.4b[1]
+	WORD $0x4fa6e10b // sdot v11.4s, v8.16b, v6.4b[1]
+	FMOVQ 208(R0), F8
+	WORD $0x4f80e90e // sdot v14.4s, v8.16b, v0.4b[2]
+	WORD $0x4f82e90d // sdot v13.4s, v8.16b, v2.4b[2]
+	WORD $0x4f84e90c // sdot v12.4s, v8.16b, v4.4b[2]
+	WORD $0x4f86e90b // sdot v11.4s, v8.16b, v6.4b[2]
+	FMOVQ 272(R0), F8
+	WORD $0x4fa0e90e // sdot v14.4s, v8.16b, v0.4b[3]
+	WORD $0x4fa2e90d // sdot v13.4s, v8.16b, v2.4b[3]
+	WORD $0x4fa4e90c // sdot v12.4s, v8.16b, v4.4b[3]
+	WORD $0x4fa6e90b // sdot v11.4s, v8.16b, v6.4b[3]
+	FMOVQ 336(R0), F8
+	WORD $0x4f81e10e // sdot v14.4s, v8.16b, v1.4b[0]
+	WORD $0x4f83e10d // sdot v13.4s, v8.16b, v3.4b[0]
+	WORD $0x4f85e10c // sdot v12.4s, v8.16b, v5.4b[0]
+	WORD $0x4f87e10b // sdot v11.4s, v8.16b, v7.4b[0]
+	FMOVQ 400(R0), F8
+	WORD $0x4fa1e10e // sdot v14.4s, v8.16b, v1.4b[1]
+	WORD $0x4fa3e10d // sdot v13.4s, v8.16b, v3.4b[1]
+	WORD $0x4fa5e10c // sdot v12.4s, v8.16b, v5.4b[1]
+	WORD $0x4fa7e10b // sdot v11.4s, v8.16b, v7.4b[1]
+	FMOVQ 464(R0), F8
+	WORD $0x4f81e90e // sdot v14.4s, v8.16b, v1.4b[2]
+	WORD $0x4f83e90d // sdot v13.4s, v8.16b, v3.4b[2]
+	WORD $0x4f85e90c // sdot v12.4s, v8.16b, v5.4b[2]
+	WORD $0x4f87e90b // sdot v11.4s, v8.16b, v7.4b[2]
+	FMOVQ 528(R0), F8
+	WORD $0x4fa1e90e // sdot v14.4s, v8.16b, v1.4b[3]
+	WORD $0x4fa3e90d // sdot v13.4s, v8.16b, v3.4b[3]
+	WORD $0x4fa5e90c // sdot v12.4s, v8.16b, v5.4b[3]
+	WORD $0x4fa7e90b // sdot v11.4s, v8.16b, v7.4b[3]
+	FMOVD 24(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 0(R6), F9
+	WORD $0x4f89910a // fmul v10.4s, v8.4s, v9.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 48(R10), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R10)
+	FMOVS 0(R7), F10
+	WORD $0x4f8a9109 // fmul v9.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVQ 48(R11), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R11)
+	FMOVS 0(R8), F9
+	WORD $0x4f89910a // fmul v10.4s, v8.4s, v9.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 48(R12), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 48(R12)
+	FMOVS 0(R9), F10
+	WORD $0x4f8a9109 // fmul v9.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	FMOVQ 48(R13), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 48(R13)
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_0x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x1Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 32(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e127 // sdot v7.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e107 // sdot v7.4s, v8.16b, v5.4b[0]
+	FMOVQ 96(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e127 // sdot v7.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e107 // sdot v7.4s, v8.16b, v5.4b[1]
+	FMOVQ 160(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e927 // sdot v7.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e907 // sdot v7.4s, v8.16b, v5.4b[2]
+	FMOVQ 224(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e927 // sdot v7.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e907 // sdot v7.4s, v8.16b, v5.4b[3]
+	FMOVD 0(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 4(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea984e7 // add v7.4s, v7.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f89910a // fmul v10.4s, v8.4s, v9.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2adce7 // fmul v7.4s, v7.4s, v10.4s
+	WORD $0x4e27d400 // fadd v0.4s, v0.4s, v7.4s
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 48(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4f84e128 // sdot v8.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e148 // sdot v8.4s, v10.16b, v5.4b[0]
+	FMOVQ 112(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4fa4e128 // sdot v8.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e148 // sdot v8.4s, v10.16b, v5.4b[1]
+	FMOVQ 176(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4f84e928 // sdot v8.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e948 // sdot v8.4s, v10.16b, v5.4b[2]
+	FMOVQ 240(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4fa4e928 // sdot v8.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e948 // sdot v8.4s, v10.16b, v5.4b[3]
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea98508 // add v8.4s, v8.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f899147 // fmul v7.4s, v10.4s, v9.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e27dd08 // fmul v8.4s, v8.4s, v7.4s
+	WORD $0x4e28d421 // fadd v1.4s, v1.4s, v8.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 64(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4f84e12a // sdot v10.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e0ea // sdot v10.4s, v7.16b, v5.4b[0]
+	FMOVQ 128(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4fa4e12a // sdot v10.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e0ea // sdot v10.4s, v7.16b, v5.4b[1]
+	FMOVQ 192(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4f84e92a // sdot v10.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e8ea // sdot v10.4s, v7.16b, v5.4b[2]
+	FMOVQ 256(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4fa4e92a // sdot v10.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e8ea // sdot v10.4s, v7.16b, v5.4b[3]
+	FMOVD 16(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 4(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f8990e8 // fmul v8.4s, v7.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e28dd4a // fmul v10.4s, v10.4s, v8.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 80(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e127 // sdot v7.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e107 // sdot v7.4s, v8.16b, v5.4b[0]
+	FMOVQ 144(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e127 // sdot v7.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e107 // sdot v7.4s, v8.16b, v5.4b[1]
+	FMOVQ 208(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e927 // sdot v7.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e907 // sdot v7.4s, v8.16b, v5.4b[2]
+	FMOVQ 272(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e927 // sdot v7.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e907 // sdot v7.4s, v8.16b, v5.4b[3]
+	FMOVD 24(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 4(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea984e7 // add v7.4s, v7.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f89910a // fmul v10.4s, v8.4s, v9.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2adce7 // fmul v7.4s, v7.4s, v10.4s
+	WORD $0x4e27d463 // fadd v3.4s, v3.4s, v7.4s
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ4_0x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x2Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 32(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88e20d // sdot v13.4s, v16.16b, v8.4b[0]
+	WORD $0x4f89e1ed // sdot v13.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8ae20e // sdot v14.4s, v16.16b, v10.4b[0]
+	WORD $0x4f8be1ee // sdot v14.4s, v15.16b, v11.4b[0]
+	FMOVQ 96(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8e20d // sdot v13.4s, v16.16b, v8.4b[1]
+	WORD $0x4fa9e1ed // sdot v13.4s, v15.16b, v9.4b[1]
+	WORD $0x4faae20e // sdot v14.4s, v16.16b, v10.4b[1]
+	WORD $0x4fabe1ee // sdot v14.4s, v15.16b, v11.4b[1]
+	FMOVQ 160(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88ea0d // sdot v13.4s, v16.16b, v8.4b[2]
+	WORD $0x4f89e9ed // sdot v13.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8aea0e // sdot v14.4s, v16.16b, v10.4b[2]
+	WORD $0x4f8be9ee // sdot v14.4s, v15.16b, v11.4b[2]
+	FMOVQ 224(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8ea0d // sdot v13.4s, v16.16b, v8.4b[3]
+	WORD $0x4fa9e9ed // sdot v13.4s, v15.16b, v9.4b[3]
+	WORD $0x4faaea0e // sdot v14.4s, v16.16b, v10.4b[3]
+	WORD $0x4fabe9ee // sdot v14.4s, v15.16b, v11.4b[3]
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 4(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ad // add v13.4s, v13.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9091f1 // fmul v17.4s, v15.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e31ddad // fmul v13.4s, v13.4s, v17.4s
+	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
+	FMOVS 4(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb185ce // add v14.4s, v14.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191f0 // fmul v16.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 48(R0), F17
+	WORD $0x4e2c1e2e // and v14.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4f88e1cf // sdot v15.4s, v14.16b, v8.4b[0]
+	WORD $0x4f89e22f // sdot v15.4s, v17.16b, v9.4b[0]
+	WORD $0x4f8ae1d0 // sdot v16.4s, v14.16b, v10.4b[0]
+	WORD $0x4f8be230 // sdot v16.4s, v17.16b, v11.4b[0]
+	FMOVQ 112(R0), F17
+	WORD $0x4e2c1e2e // and v14.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4fa8e1cf // sdot v15.4s, v14.16b, v8.4b[1]
+	WORD $0x4fa9e22f // sdot v15.4s, v17.16b, v9.4b[1]
+	WORD $0x4faae1d0 // sdot v16.4s, v14.16b, v10.4b[1]
+	WORD $0x4fabe230 // sdot v16.4s, v17.16b, v11.4b[1]
+	FMOVQ 176(R0), F17
+	WORD $0x4e2c1e2e // and v14.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4f88e9cf // sdot v15.4s, v14.16b, v8.4b[2]
+	WORD $0x4f89ea2f // sdot v15.4s, v17.16b, v9.4b[2]
+	WORD $0x4f8ae9d0 // sdot v16.4s, v14.16b, v10.4b[2]
+	WORD $0x4f8bea30 // sdot v16.4s, v17.16b, v11.4b[2]
+	FMOVQ 240(R0), F17
+	WORD $0x4e2c1e2e // and v14.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4fa8e9cf // sdot v15.4s, v14.16b, v8.4b[3]
+	WORD $0x4fa9ea2f // sdot v15.4s, v17.16b, v9.4b[3]
+	WORD $0x4faae9d0 // sdot v16.4s, v14.16b, v10.4b[3]
+	WORD $0x4fabea30 // sdot v16.4s, v17.16b, v11.4b[3]
+	FMOVD 8(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 4(R6), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ef // add v15.4s, v15.4s, v14.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e922d // fmul v13.4s, v17.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	WORD $0x4e2fd421 // fadd v1.4s, v1.4s, v15.4s
+	FMOVS 4(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d922e // fmul v14.4s, v17.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	WORD $0x4e30d4a5 // fadd v5.4s, v5.4s, v16.4s
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 64(R0), F13
+	WORD $0x4e2c1db0 // and v16.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4f88e211 // sdot v17.4s, v16.16b, v8.4b[0]
+	WORD $0x4f89e1b1 // sdot v17.4s, v13.16b, v9.4b[0]
+	WORD $0x4f8ae20e // sdot v14.4s, v16.16b, v10.4b[0]
+	WORD $0x4f8be1ae // sdot v14.4s, v13.16b, v11.4b[0]
+	FMOVQ 128(R0), F13
+	WORD $0x4e2c1db0 // and v16.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4fa8e211 // sdot v17.4s, v16.16b, v8.4b[1]
+	WORD $0x4fa9e1b1 // sdot v17.4s, v13.16b, v9.4b[1]
+	WORD $0x4faae20e // sdot v14.4s, v16.16b, v10.4b[1]
+	WORD $0x4fabe1ae // sdot v14.4s, v13.16b, v11.4b[1]
+	FMOVQ 192(R0), F13
+	WORD $0x4e2c1db0 // and v16.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4f88ea11 // sdot v17.4s, v16.16b, v8.4b[2]
+	WORD $0x4f89e9b1 // sdot v17.4s, v13.16b, v9.4b[2]
+	WORD $0x4f8aea0e // sdot v14.4s, v16.16b, v10.4b[2]
+	WORD $0x4f8be9ae // sdot v14.4s, v13.16b, v11.4b[2]
+	FMOVQ 256(R0), F13
+	WORD $0x4e2c1db0 // and v16.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4fa8ea11 // sdot v17.4s, v16.16b, v8.4b[3]
+	WORD $0x4fa9e9b1 // sdot v17.4s, v13.16b, v9.4b[3]
+	WORD $0x4faaea0e // sdot v14.4s, v16.16b, v10.4b[3]
+	WORD $0x4fabe9ae // sdot v14.4s, v13.16b, v11.4b[3]
+	FMOVD 16(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 4(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb08631 // add v17.4s, v17.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2fde31 // fmul v17.4s, v17.4s, v15.4s
+	WORD $0x4e31d442 // fadd v2.4s, v2.4s, v17.4s
+	FMOVS 4(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf85ce // add v14.4s, v14.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91b0 // fmul v16.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	WORD $0x4e2ed4c6 // fadd v6.4s, v6.4s, v14.4s
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 80(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88e1cd // sdot v13.4s, v14.16b, v8.4b[0]
+	WORD $0x4f89e1ed // sdot v13.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8ae1d0 // sdot v16.4s, v14.16b, v10.4b[0]
+	WORD $0x4f8be1f0 // sdot v16.4s, v15.16b, v11.4b[0]
+	FMOVQ 144(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8e1cd // sdot v13.4s, v14.16b, v8.4b[1]
+	WORD $0x4fa9e1ed // sdot v13.4s, v15.16b, v9.4b[1]
+	WORD $0x4faae1d0 // sdot v16.4s, v14.16b, v10.4b[1]
+	WORD $0x4fabe1f0 // sdot v16.4s, v15.16b, v11.4b[1]
+	FMOVQ 208(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88e9cd // sdot v13.4s, v14.16b, v8.4b[2]
+	WORD $0x4f89e9ed // sdot v13.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8ae9d0 // sdot v16.4s, v14.16b, v10.4b[2]
+	WORD $0x4f8be9f0 // sdot v16.4s, v15.16b, v11.4b[2]
+	FMOVQ 272(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8e9cd // sdot v13.4s, v14.16b, v8.4b[3]
+	WORD $0x4fa9e9ed // sdot v13.4s, v15.16b, v9.4b[3]
+	WORD $0x4faae9d0 // sdot v16.4s, v14.16b, v10.4b[3]
+	WORD $0x4fabe9f0 // sdot v16.4s, v15.16b, v11.4b[3]
+	FMOVD 24(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 4(R6), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e91f1 // fmul v17.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e31ddad // fmul v13.4s, v13.4s, v17.4s
+	WORD $0x4e2dd463 // fadd v3.4s, v3.4s, v13.4s
+	FMOVS 4(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191ee // fmul v14.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_0x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x3Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 32(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4f80e167 // sdot v7.4s, v11.16b, v0.4b[0]
+	WORD $0x4f81e147 // sdot v7.4s, v10.16b, v1.4b[0]
+	WORD $0x4f82e168 // sdot v8.4s, v11.16b, v2.4b[0]
+	WORD $0x4f83e148 // sdot v8.4s, v10.16b, v3.4b[0]
+	WORD $0x4f84e169 // sdot v9.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e149 // sdot v9.4s, v10.16b, v5.4b[0]
+	FMOVQ 96(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4fa0e167 // sdot v7.4s, v11.16b, v0.4b[1]
+	WORD $0x4fa1e147 // sdot v7.4s, v10.16b, v1.4b[1]
+	WORD $0x4fa2e168 // sdot v8.4s, v11.16b, v2.4b[1]
+	WORD $0x4fa3e148 // sdot v8.4s, v10.16b, v3.4b[1]
+	WORD $0x4fa4e169 // sdot v9.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e149 // sdot v9.4s, v10.16b, v5.4b[1]
+	FMOVQ 160(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4f80e967 // sdot v7.4s, v11.16b, v0.4b[2]
+	WORD $0x4f81e947 // sdot v7.4s, v10.16b, v1.4b[2]
+	WORD $0x4f82e968 // sdot v8.4s, v11.16b, v2.4b[2]
+	WORD $0x4f83e948 // sdot v8.4s, v10.16b, v3.4b[2]
+	WORD $0x4f84e969 // sdot v9.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e949 // sdot v9.4s, v10.16b, v5.4b[2]
+	FMOVQ 224(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4fa0e967 // sdot v7.4s, v11.16b, v0.4b[3]
+	WORD $0x4fa1e947 // sdot v7.4s, v10.16b, v1.4b[3]
+	WORD $0x4fa2e968 // sdot v8.4s, v11.16b, v2.4b[3]
+	WORD $0x4fa3e948 // sdot v8.4s, v10.16b, v3.4b[3]
+	WORD $0x4fa4e969 // sdot v9.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e949 // sdot v9.4s, v10.16b, v5.4b[3]
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab84e7 // add v7.4s, v7.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b914c // fmul v12.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2cdce7 // fmul v7.4s, v7.4s, v12.4s
+	FMOVQ 0(R10), F13
+	WORD $0x4e27d5ad // fadd v13.4s, v13.4s, v7.4s
+	FMOVQ F13, 0(R10)
+	FMOVS 4(R7), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c914b // fmul v11.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2bdd08 // fmul v8.4s, v8.4s, v11.4s
+	FMOVQ 0(R11), F7
+	WORD $0x4e28d4e7 // fadd v7.4s, v7.4s, v8.4s
+	FMOVQ F7, 0(R11)
+	FMOVS 4(R8), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8529 // add v9.4s, v9.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b914c // fmul v12.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2cdd29 // fmul v9.4s, v9.4s, v12.4s
+	FMOVQ 0(R12), F8
+	WORD $0x4e29d508 // fadd v8.4s, v8.4s, v9.4s
+	FMOVQ F8, 0(R12)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 48(R0), F9
+	WORD $0x4e261d28 // and v8.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4f80e10a // sdot v10.4s, v8.16b, v0.4b[0]
+	WORD $0x4f81e12a // sdot v10.4s, v9.16b, v1.4b[0]
+	WORD $0x4f82e10c // sdot v12.4s, v8.16b, v2.4b[0]
+	WORD $0x4f83e12c // sdot v12.4s, v9.16b, v3.4b[0]
+	WORD $0x4f84e10b // sdot v11.4s, v8.16b, v4.4b[0]
+	WORD $0x4f85e12b // sdot v11.4s, v9.16b, v5.4b[0]
+	FMOVQ 112(R0), F9
+	WORD $0x4e261d28 // and v8.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4fa0e10a // sdot v10.4s, v8.16b, v0.4b[1]
+	WORD $0x4fa1e12a // sdot v10.4s, v9.16b, v1.4b[1]
+	WORD $0x4fa2e10c // sdot v12.4s, v8.16b, v2.4b[1]
+	WORD $0x4fa3e12c // sdot v12.4s, v9.16b, v3.4b[1]
+	WORD $0x4fa4e10b // sdot v11.4s, v8.16b, v4.4b[1]
+	WORD $0x4fa5e12b // sdot v11.4s, v9.16b, v5.4b[1]
+	FMOVQ 176(R0), F9
+	WORD $0x4e261d28 // and v8.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4f80e90a // sdot v10.4s, v8.16b, v0.4b[2]
+	WORD $0x4f81e92a // sdot v10.4s, v9.16b, v1.4b[2]
+	WORD $0x4f82e90c // sdot v12.4s, v8.16b, v2.4b[2]
+	WORD $0x4f83e92c // sdot v12.4s, v9.16b, v3.4b[2]
+	WORD $0x4f84e90b // sdot v11.4s, v8.16b, v4.4b[2]
+	WORD $0x4f85e92b // sdot v11.4s, v9.16b, v5.4b[2]
+	FMOVQ 240(R0), F9
+	WORD $0x4e261d28 // and v8.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4fa0e90a // sdot v10.4s, v8.16b, v0.4b[3]
+	WORD $0x4fa1e92a // sdot v10.4s, v9.16b, v1.4b[3]
+	WORD $0x4fa2e90c // sdot v12.4s, v8.16b, v2.4b[3]
+	WORD $0x4fa3e92c // sdot v12.4s, v9.16b, v3.4b[3]
+	WORD $0x4fa4e90b // sdot v11.4s, v8.16b, v4.4b[3]
+	WORD $0x4fa5e92b // sdot v11.4s, v9.16b, v5.4b[3]
+	FMOVD 8(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 4(R6), F8
+	WORD $0x4e040508 // dup v8.4s, v8.s[0]
+	WORD $0x4ea8854a // add v10.4s, v10.4s, v8.4s
+	FMOVS 0(R6), F8
+	WORD $0x4f889127 // fmul v7.4s, v9.4s, v8.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e27dd4a // fmul v10.4s, v10.4s, v7.4s
+	FMOVQ 16(R10), F13
+	WORD $0x4e2ad5ad // fadd v13.4s, v13.4s, v10.4s
+	FMOVQ F13, 16(R10)
+	FMOVS 4(R7), F7
+	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
+	WORD $0x4ea7858c // add v12.4s, v12.4s, v7.4s
+	FMOVS 0(R7), F7
+	WORD $0x4f879128 // fmul v8.4s, v9.4s, v7.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e28dd8c // fmul v12.4s, v12.4s, v8.4s
+	FMOVQ 16(R11), F10
+	WORD $0x4e2cd54a // fadd v10.4s, v10.4s, v12.4s
+	FMOVQ F10, 16(R11)
+	FMOVS 4(R8), F8
+	WORD $0x4e040508 // dup v8.4s, v8.s[0]
+	WORD $0x4ea8856b // add v11.4s, v11.4s, v8.4s
+	FMOVS 0(R8), F8
+	WORD $0x4f889127 // fmul v7.4s, v9.4s, v8.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e27dd6b // fmul v11.4s, v11.4s, v7.4s
+	FMOVQ 16(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 16(R12)
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 64(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4f80e189 // sdot v9.4s, v12.16b, v0.4b[0]
+	WORD $0x4f81e169 // sdot v9.4s, v11.16b, v1.4b[0]
+	WORD $0x4f82e187 // sdot v7.4s, v12.16b, v2.4b[0]
+	WORD $0x4f83e167 // sdot v7.4s, v11.16b, v3.4b[0]
+	WORD $0x4f84e188 // sdot v8.4s, v12.16b, v4.4b[0]
+	WORD $0x4f85e168 // sdot v8.4s, v11.16b, v5.4b[0]
+	FMOVQ 128(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4fa0e189 // sdot v9.4s, v12.16b, v0.4b[1]
+	WORD $0x4fa1e169 // sdot v9.4s, v11.16b, v1.4b[1]
+	WORD $0x4fa2e187 // sdot v7.4s, v12.16b, v2.4b[1]
+	WORD $0x4fa3e167 // sdot v7.4s, v11.16b, v3.4b[1]
+	WORD $0x4fa4e188 // sdot v8.4s, v12.16b, v4.4b[1]
+	WORD $0x4fa5e168 // sdot v8.4s, v11.16b, v5.4b[1]
+	FMOVQ 192(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4f80e989 // sdot v9.4s, v12.16b, v0.4b[2]
+	WORD $0x4f81e969 // sdot v9.4s, v11.16b, v1.4b[2]
+	WORD $0x4f82e987 // sdot v7.4s, v12.16b, v2.4b[2]
+	WORD $0x4f83e967 // sdot v7.4s, v11.16b, v3.4b[2]
+	WORD $0x4f84e988 // sdot v8.4s, v12.16b, v4.4b[2]
+	WORD $0x4f85e968 // sdot v8.4s, v11.16b, v5.4b[2]
+	FMOVQ 256(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4fa0e989 // sdot v9.4s, v12.16b, v0.4b[3]
+	WORD $0x4fa1e969 // sdot v9.4s, v11.16b, v1.4b[3]
+	WORD $0x4fa2e987 // sdot v7.4s, v12.16b, v2.4b[3]
+	WORD $0x4fa3e967 // sdot v7.4s, v11.16b, v3.4b[3]
+	WORD $0x4fa4e988 // sdot v8.4s, v12.16b, v4.4b[3]
+	WORD $0x4fa5e968 // sdot v8.4s, v11.16b, v5.4b[3]
+	FMOVD 16(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 4(R6), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac8529 // add v9.4s, v9.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c916a // fmul v10.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2add29 // fmul v9.4s, v9.4s, v10.4s
+	FMOVQ 32(R10), F13
+	WORD $0x4e29d5ad // fadd v13.4s, v13.4s, v9.4s
+	FMOVQ F13, 32(R10)
+	FMOVS 4(R7), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa84e7 // add v7.4s, v7.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a916c // fmul v12.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2cdce7 // fmul v7.4s, v7.4s, v12.4s
+	FMOVQ 32(R11), F9
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	FMOVQ F9, 32(R11)
+	FMOVS 4(R8), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c916a // fmul v10.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2add08 // fmul v8.4s, v8.4s, v10.4s
+	FMOVQ 32(R12), F7
+	WORD $0x4e28d4e7 // fadd v7.4s, v7.4s, v8.4s
+	FMOVQ F7, 32(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 80(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f80e0eb // sdot v11.4s, v7.16b, v0.4b[0]
+	WORD $0x4f81e10b // sdot v11.4s, v8.16b, v1.4b[0]
+	WORD $0x4f82e0ea // sdot v10.4s, v7.16b, v2.4b[0]
+	WORD $0x4f83e10a // sdot v10.4s, v8.16b, v3.4b[0]
+	WORD $0x4f84e0ec // sdot v12.4s, v7.16b, v4.4b[0]
+	WORD $0x4f85e10c // sdot v12.4s, v8.16b, v5.4b[0]
+	FMOVQ 144(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa0e0eb // sdot v11.4s, v7.16b, v0.4b[1]
+	WORD $0x4fa1e10b // sdot v11.4s, v8.16b, v1.4b[1]
+	WORD $0x4fa2e0ea // sdot v10.4s, v7.16b, v2.4b[1]
+	WORD $0x4fa3e10a // sdot v10.4s, v8.16b, v3.4b[1]
+	WORD $0x4fa4e0ec // sdot v12.4s, v7.16b, v4.4b[1]
+	WORD $0x4fa5e10c // sdot v12.4s, v8.16b, v5.4b[1]
+	FMOVQ 208(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f80e8eb // sdot v11.4s, v7.16b, v0.4b[2]
+	WORD $0x4f81e90b // sdot v11.4s, v8.16b, v1.4b[2]
+	WORD $0x4f82e8ea // sdot v10.4s, v7.16b, v2.4b[2]
+	WORD $0x4f83e90a // sdot v10.4s, v8.16b, v3.4b[2]
+	WORD $0x4f84e8ec // sdot v12.4s, v7.16b, v4.4b[2]
+	WORD $0x4f85e90c // sdot v12.4s, v8.16b, v5.4b[2]
+	FMOVQ 272(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa0e8eb // sdot v11.4s, v7.16b, v0.4b[3]
+	WORD $0x4fa1e90b // sdot v11.4s, v8.16b, v1.4b[3]
+	WORD $0x4fa2e8ea // sdot v10.4s, v7.16b, v2.4b[3]
+	WORD $0x4fa3e90a // sdot v10.4s, v8.16b, v3.4b[3]
+	WORD $0x4fa4e8ec // sdot v12.4s, v7.16b, v4.4b[3]
+	WORD $0x4fa5e90c // sdot v12.4s, v8.16b, v5.4b[3]
+	FMOVD 24(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 4(R6), F7
+	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
+	WORD $0x4ea7856b // add v11.4s, v11.4s, v7.4s
+	FMOVS 0(R6), F7
+	WORD $0x4f879109 // fmul v9.4s, v8.4s, v7.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	FMOVQ 48(R10), F13
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ F13, 48(R10)
+	FMOVS 4(R7), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
+	FMOVS 0(R7), F9
+	WORD $0x4f899107 // fmul v7.4s, v8.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e27dd4a // fmul v10.4s, v10.4s, v7.4s
+	FMOVQ 48(R11), F11
+	WORD $0x4e2ad56b // fadd v11.4s, v11.4s, v10.4s
+	FMOVQ F11, 48(R11)
+	FMOVS 4(R8), F7
+	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
+	WORD $0x4ea7858c // add v12.4s, v12.4s, v7.4s
+	FMOVS 0(R8), F7
+	WORD $0x4f879109 // fmul v9.4s, v8.4s, v7.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e29dd8c // fmul v12.4s, v12.4s, v9.4s
+	FMOVQ 48(R12), F10
+	WORD $0x4e2cd54a // fadd v10.4s, v10.4s, v12.4s
+	FMOVQ F10, 48(R12)
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_0x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x4Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 32(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4f80e1c9 // sdot v9.4s, v14.16b, v0.4b[0]
+	WORD $0x4f81e1a9 // sdot v9.4s, v13.16b, v1.4b[0]
+	WORD $0x4f82e1ca // sdot v10.4s, v14.16b, v2.4b[0]
+	WORD $0x4f83e1aa // sdot v10.4s, v13.16b, v3.4b[0]
+	WORD $0x4f84e1cb // sdot v11.4s, v14.16b, v4.4b[0]
+	WORD $0x4f85e1ab // sdot v11.4s, v13.16b, v5.4b[0]
+	WORD $0x4f86e1cc // sdot v12.4s, v14.16b, v6.4b[0]
+	WORD $0x4f87e1ac // sdot v12.4s, v13.16b, v7.4b[0]
+	FMOVQ 96(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4fa0e1c9 // sdot v9.4s, v14.16b, v0.4b[1]
+	WORD $0x4fa1e1a9 // sdot v9.4s, v13.16b, v1.4b[1]
+	WORD $0x4fa2e1ca // sdot v10.4s, v14.16b, v2.4b[1]
+	WORD $0x4fa3e1aa // sdot v10.4s, v13.16b, v3.4b[1]
+	WORD $0x4fa4e1cb // sdot v11.4s, v14.16b, v4.4b[1]
+	WORD $0x4fa5e1ab // sdot v11.4s, v13.16b, v5.4b[1]
+	WORD $0x4fa6e1cc // sdot v12.4s, v14.16b, v6.4b[1]
+	WORD $0x4fa7e1ac // sdot v12.4s, v13.16b, v7.4b[1]
+	FMOVQ 160(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4f80e9c9 // sdot v9.4s, v14.16b, v0.4b[2]
+	WORD $0x4f81e9a9 // sdot v9.4s, v13.16b, v1.4b[2]
+	WORD $0x4f82e9ca // sdot v10.4s, v14.16b, v2.4b[2]
+	WORD $0x4f83e9aa // sdot v10.4s, v13.16b, v3.4b[2]
+	WORD $0x4f84e9cb // sdot v11.4s, v14.16b, v4.4b[2]
+	WORD $0x4f85e9ab // sdot v11.4s, v13.16b, v5.4b[2]
+	WORD $0x4f86e9cc // sdot v12.4s, v14.16b, v6.4b[2]
+	WORD $0x4f87e9ac // sdot v12.4s, v13.16b, v7.4b[2]
+	FMOVQ 224(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4fa0e9c9 // sdot v9.4s, v14.16b, v0.4b[3]
+	WORD $0x4fa1e9a9 // sdot v9.4s, v13.16b, v1.4b[3]
+	WORD $0x4fa2e9ca // sdot v10.4s, v14.16b, v2.4b[3]
+	WORD $0x4fa3e9aa // sdot v10.4s, v13.16b, v3.4b[3]
+	WORD $0x4fa4e9cb // sdot v11.4s, v14.16b, v4.4b[3]
+	WORD $0x4fa5e9ab // sdot v11.4s, v13.16b, v5.4b[3]
+	WORD $0x4fa6e9cc // sdot v12.4s, v14.16b, v6.4b[3]
+	WORD $0x4fa7e9ac // sdot v12.4s, v13.16b, v7.4b[3]
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 4(R6), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae8529 // add v9.4s, v9.4s, v14.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e91af // fmul v15.4s, v13.4s, v14.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2fdd29 // fmul v9.4s, v9.4s, v15.4s
+	FMOVQ 0(R10), F16
+	WORD $0x4e29d610 // fadd v16.4s, v16.4s, v9.4s
+	FMOVQ F16, 0(R10)
+	FMOVS 4(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf854a // add v10.4s, v10.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91ae // fmul v14.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2edd4a // fmul v10.4s, v10.4s, v14.4s
+	FMOVQ 0(R11), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 0(R11)
+	FMOVS 4(R8), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae856b // add v11.4s, v11.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e91af // fmul v15.4s, v13.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R12)
+	FMOVS 4(R9), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf858c // add v12.4s, v12.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f91ae // fmul v14.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2edd8c // fmul v12.4s, v12.4s, v14.4s
+	FMOVQ 0(R13), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 0(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 48(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4f80e14d // sdot v13.4s, v10.16b, v0.4b[0]
+	WORD $0x4f81e16d // sdot v13.4s, v11.16b, v1.4b[0]
+	WORD $0x4f82e14e // sdot v14.4s, v10.16b, v2.4b[0]
+	WORD $0x4f83e16e // sdot v14.4s, v11.16b, v3.4b[0]
+	WORD $0x4f84e14f // sdot v15.4s, v10.16b, v4.4b[0]
+	WORD $0x4f85e16f // sdot v15.4s, v11.16b, v5.4b[0]
+	WORD $0x4f86e14c // sdot v12.4s, v10.16b, v6.4b[0]
+	WORD $0x4f87e16c // sdot v12.4s, v11.16b, v7.4b[0]
+	FMOVQ 112(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4fa0e14d // sdot v13.4s, v10.16b, v0.4b[1]
+	WORD $0x4fa1e16d // sdot v13.4s, v11.16b, v1.4b[1]
+	WORD $0x4fa2e14e // sdot v14.4s, v10.16b, v2.4b[1]
+	WORD $0x4fa3e16e // sdot v14.4s, v11.16b, v3.4b[1]
+	WORD $0x4fa4e14f // sdot v15.4s, v10.16b, v4.4b[1]
+	WORD $0x4fa5e16f // sdot v15.4s, v11.16b, v5.4b[1]
+	WORD $0x4fa6e14c // sdot v12.4s, v10.16b, v6.4b[1]
+	WORD $0x4fa7e16c // sdot v12.4s, v11.16b, v7.4b[1]
+	FMOVQ 176(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4f80e94d // sdot v13.4s, v10.16b, v0.4b[2]
+	WORD $0x4f81e96d // sdot v13.4s, v11.16b, v1.4b[2]
+	WORD $0x4f82e94e // sdot v14.4s, v10.16b, v2.4b[2]
+	WORD $0x4f83e96e // sdot v14.4s, v11.16b, v3.4b[2]
+	WORD $0x4f84e94f // sdot v15.4s, v10.16b, v4.4b[2]
+	WORD $0x4f85e96f // sdot v15.4s, v11.16b, v5.4b[2]
+	WORD $0x4f86e94c // sdot v12.4s, v10.16b, v6.4b[2]
+	WORD $0x4f87e96c // sdot v12.4s, v11.16b, v7.4b[2]
+	FMOVQ 240(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4fa0e94d // sdot v13.4s, v10.16b, v0.4b[3]
+	WORD $0x4fa1e96d // sdot v13.4s, v11.16b, v1.4b[3]
+	WORD $0x4fa2e94e // sdot v14.4s, v10.16b, v2.4b[3]
+	WORD $0x4fa3e96e // sdot v14.4s, v11.16b, v3.4b[3]
+	WORD $0x4fa4e94f // sdot v15.4s, v10.16b, v4.4b[3]
+	WORD $0x4fa5e96f // sdot v15.4s, v11.16b, v5.4b[3]
+	WORD $0x4fa6e94c // sdot v12.4s, v10.16b, v6.4b[3]
+	WORD $0x4fa7e96c // sdot v12.4s, v11.16b, v7.4b[3]
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 4(R6), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa85ad // add v13.4s, v13.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9169 // fmul v9.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVQ 16(R10), F16
+	WORD $0x4e2dd610 // fadd v16.4s, v16.4s, v13.4s
+	FMOVQ F16, 16(R10)
+	FMOVS 4(R7), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea985ce // add v14.4s, v14.4s, v9.4s
+	FMOVS 0(R7), F9
+	WORD $0x4f89916a // fmul v10.4s, v11.4s, v9.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 16(R11), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 16(R11)
+	FMOVS 4(R8), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa85ef // add v15.4s, v15.4s, v10.4s
+	FMOVS 0(R8), F10
+	WORD $0x4f8a9169 // fmul v9.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	FMOVQ 16(R12), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 16(R12)
+	FMOVS 4(R9), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9858c // add v12.4s, v12.4s, v9.4s
+	FMOVS 0(R9), F9
+	WORD $0x4f89916a // fmul v10.4s, v11.4s, v9.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 16(R13), F15
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ F15, 16(R13)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F15
+	WORD $0x4e281dee // and v14.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f80e1cb // sdot v11.4s, v14.16b, v0.4b[0]
+	WORD $0x4f81e1eb // sdot v11.4s, v15.16b, v1.4b[0]
+	WORD $0x4f82e1ca // sdot v10.4s, v14.16b, v2.4b[0]
+	WORD $0x4f83e1ea // sdot v10.4s, v15.16b, v3.4b[0]
+	WORD $0x4f84e1c9 // sdot v9.4s, v14.16b, v4.4b[0]
+	WORD $0x4f85e1e9 // sdot v9.4s, v15.16b, v5.4b[0]
+	WORD $0x4f86e1cc // sdot v12.4s, v14.16b, v6.4b[0]
+	WORD $0x4f87e1ec // sdot v12.4s, v15.16b, v7.4b[0]
+	FMOVQ 128(R0), F15
+	WORD $0x4e281dee // and v14.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa0e1cb // sdot v11.4s, v14.16b, v0.4b[1]
+	WORD $0x4fa1e1eb // sdot v11.4s, v15.16b, v1.4b[1]
+	WORD $0x4fa2e1ca // sdot v10.4s, v14.16b, v2.4b[1]
+	WORD $0x4fa3e1ea // sdot v10.4s, v15.16b, v3.4b[1]
+	WORD $0x4fa4e1c9 // sdot v9.4s, v14.16b, v4.4b[1]
+	WORD $0x4fa5e1e9 // sdot v9.4s, v15.16b, v5.4b[1]
+	WORD $0x4fa6e1cc // sdot v12.4s, v14.16b, v6.4b[1]
+	WORD $0x4fa7e1ec // sdot v12.4s, v15.16b, v7.4b[1]
+	FMOVQ 192(R0), F15
+	WORD $0x4e281dee // and v14.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f80e9cb // sdot v11.4s, v14.16b, v0.4b[2]
+	WORD $0x4f81e9eb // sdot v11.4s, v15.16b, v1.4b[2]
+	WORD $0x4f82e9ca // sdot v10.4s, v14.16b, v2.4b[2]
+	WORD $0x4f83e9ea // sdot v10.4s, v15.16b, v3.4b[2]
+	WORD $0x4f84e9c9 // sdot v9.4s, v14.16b, v4.4b[2]
+	WORD $0x4f85e9e9 // sdot v9.4s, v15.16b, v5.4b[2]
+	WORD $0x4f86e9cc // sdot v12.4s, v14.16b, v6.4b[2]
+	WORD $0x4f87e9ec // sdot v12.4s, v15.16b, v7.4b[2]
+	FMOVQ 256(R0), F15
+	WORD $0x4e281dee // and v14.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa0e9cb // sdot v11.4s, v14.16b, v0.4b[3]
+	WORD $0x4fa1e9eb // sdot v11.4s, v15.16b, v1.4b[3]
+	WORD $0x4fa2e9ca // sdot v10.4s, v14.16b, v2.4b[3]
+	WORD $0x4fa3e9ea // sdot v10.4s, v15.16b, v3.4b[3]
+	WORD $0x4fa4e9c9 // sdot v9.4s, v14.16b, v4.4b[3]
+	WORD $0x4fa5e9e9 // sdot v9.4s, v15.16b, v5.4b[3]
+	WORD $0x4fa6e9cc // sdot v12.4s, v14.16b, v6.4b[3]
+	WORD $0x4fa7e9ec // sdot v12.4s, v15.16b, v7.4b[3]
+	FMOVD 16(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 4(R6), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae856b // add v11.4s, v11.4s, v14.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e91ed // fmul v13.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVQ 32(R10), F16
+	WORD $0x4e2bd610 // fadd v16.4s, v16.4s, v11.4s
+	FMOVQ F16, 32(R10)
+	FMOVS 4(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d91ee // fmul v14.4s, v15.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2edd4a // fmul v10.4s, v10.4s, v14.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e2ad56b // fadd v11.4s, v11.4s, v10.4s
+	FMOVQ F11, 32(R11)
+	FMOVS 4(R8), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae8529 // add v9.4s, v9.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e91ed // fmul v13.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVQ 32(R12), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 32(R12)
+	FMOVS 4(R9), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead858c // add v12.4s, v12.4s, v13.4s
+	FMOVS 0(R9), F13
+	WORD $0x4f8d91ee // fmul v14.4s, v15.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2edd8c // fmul v12.4s, v12.4s, v14.4s
+	FMOVQ 32(R13), F9
+	WORD $0x4e2cd529 // fadd v9.4s, v9.4s, v12.4s
+	FMOVQ F9, 32(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 80(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4f80e14f // sdot v15.4s, v10.16b, v0.4b[0]
+	WORD $0x4f81e12f // sdot v15.4s, v9.16b, v1.4b[0]
+	WORD $0x4f82e14e // sdot v14.4s, v10.16b, v2.4b[0]
+	WORD $0x4f83e12e // sdot v14.4s, v9.16b, v3.4b[0]
+	WORD $0x4f84e14d // sdot v13.4s, v10.16b, v4.4b[0]
+	WORD $0x4f85e12d // sdot v13.4s, v9.16b, v5.4b[0]
+	WORD $0x4f86e14c // sdot v12.4s, v10.16b, v6.4b[0]
+	WORD $0x4f87e12c // sdot v12.4s, v9.16b, v7.4b[0]
+	FMOVQ 144(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4fa0e14f // sdot v15.4s, v10.16b, v0.4b[1]
+	WORD $0x4fa1e12f // sdot v15.4s, v9.16b, v1.4b[1]
+	WORD $0x4fa2e14e // sdot v14.4s, v10.16b, v2.4b[1]
+	WORD $0x4fa3e12e // sdot v14.4s, v9.16b, v3.4b[1]
+	WORD $0x4fa4e14d // sdot v13.4s, v10.16b, v4.4b[1]
+	WORD $0x4fa5e12d // sdot v13.4s, v9.16b, v5.4b[1]
+	WORD $0x4fa6e14c // sdot v12.4s, v10.16b, v6.4b[1]
+	WORD $0x4fa7e12c // sdot v12.4s, v9.16b, v7.4b[1]
+	FMOVQ 208(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4f80e94f // sdot v15.4s, v10.16b, v0.4b[2]
+	WORD $0x4f81e92f // sdot v15.4s, v9.16b, v1.4b[2]
+	WORD $0x4f82e94e // sdot v14.4s, v10.16b, v2.4b[2]
+	WORD $0x4f83e92e // sdot v14.4s, v9.16b, v3.4b[2]
+	WORD $0x4f84e94d // sdot v13.4s, v10.16b, v4.4b[2]
+	WORD $0x4f85e92d // sdot v13.4s, v9.16b, v5.4b[2]
+	WORD $0x4f86e94c // sdot v12.4s, v10.16b, v6.4b[2]
+	WORD $0x4f87e92c // sdot v12.4s, v9.16b, v7.4b[2]
+	FMOVQ 272(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4fa0e94f // sdot v15.4s, v10.16b, v0.4b[3]
+	WORD $0x4fa1e92f // sdot v15.4s, v9.16b, v1.4b[3]
+	WORD $0x4fa2e94e // sdot v14.4s, v10.16b, v2.4b[3]
+	WORD $0x4fa3e92e // sdot v14.4s, v9.16b, v3.4b[3]
+	WORD $0x4fa4e94d // sdot v13.4s, v10.16b, v4.4b[3]
+	WORD $0x4fa5e92d // sdot v13.4s, v9.16b, v5.4b[3]
+	WORD $0x4fa6e94c // sdot v12.4s, v10.16b, v6.4b[3]
+	WORD $0x4fa7e92c // sdot v12.4s, v9.16b, v7.4b[3]
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 4(R6), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa85ef // add v15.4s, v15.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a912b // fmul v11.4s, v9.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2bddef // fmul v15.4s, v15.4s, v11.4s
+	FMOVQ 48(R10), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 48(R10)
+	FMOVS 4(R7), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 48(R11), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R11)
+	FMOVS 4(R8), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa85ad // add v13.4s, v13.4s, v10.4s
+	FMOVS 0(R8), F10
+	WORD $0x4f8a912b // fmul v11.4s, v9.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVQ 48(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R12)
+	FMOVS 4(R9), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R9), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 48(R13), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 48(R13)
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_1x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x1Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 64(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e127 // sdot v7.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e107 // sdot v7.4s, v8.16b, v5.4b[0]
+	FMOVQ 128(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e127 // sdot v7.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e107 // sdot v7.4s, v8.16b, v5.4b[1]
+	FMOVQ 192(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e927 // sdot v7.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e907 // sdot v7.4s, v8.16b, v5.4b[2]
+	FMOVQ 256(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e927 // sdot v7.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e907 // sdot v7.4s, v8.16b, v5.4b[3]
+	FMOVD 0(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVD 32(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a910b // fmul v11.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2bdce7 // fmul v7.4s, v7.4s, v11.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c912b // fmul v11.4s, v9.4s, v12.s[0]
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	WORD $0x4e27d400 // fadd v0.4s, v0.4s, v7.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 80(R0), F8
+	WORD $0x4e261d0b // and v11.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e169 // sdot v9.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e109 // sdot v9.4s, v8.16b, v5.4b[0]
+	FMOVQ 144(R0), F8
+	WORD $0x4e261d0b // and v11.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e169 // sdot v9.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e109 // sdot v9.4s, v8.16b, v5.4b[1]
+	FMOVQ 208(R0), F8
+	WORD $0x4e261d0b // and v11.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e969 // sdot v9.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e909 // sdot v9.4s, v8.16b, v5.4b[2]
+	FMOVQ 272(R0), F8
+	WORD $0x4e261d0b // and v11.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e969 // sdot v9.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e909 // sdot v9.4s, v8.16b, v5.4b[3]
+	FMOVD 8(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVD 40(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9107 // fmul v7.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e27dd29 // fmul v9.4s, v9.4s, v7.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c9167 // fmul v7.4s, v11.4s, v12.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 96(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e0eb // sdot v11.4s, v7.16b, v4.4b[0]
+	WORD $0x4f85e10b // sdot v11.4s, v8.16b, v5.4b[0]
+	FMOVQ 160(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e0eb // sdot v11.4s, v7.16b, v4.4b[1]
+	WORD $0x4fa5e10b // sdot v11.4s, v8.16b, v5.4b[1]
+	FMOVQ 224(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e8eb // sdot v11.4s, v7.16b, v4.4b[2]
+	WORD $0x4f85e90b // sdot v11.4s, v8.16b, v5.4b[2]
+	FMOVQ 288(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e8eb // sdot v11.4s, v7.16b, v4.4b[3]
+	WORD $0x4fa5e90b // sdot v11.4s, v8.16b, v5.4b[3]
+	FMOVD 16(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVD 48(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9109 // fmul v9.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c90e9 // fmul v9.4s, v7.4s, v12.s[0]
+	WORD $0x4e29d56b // fadd v11.4s, v11.4s, v9.4s
+	WORD $0x4e2bd442 // fadd v2.4s, v2.4s, v11.4s
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 112(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e127 // sdot v7.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e107 // sdot v7.4s, v8.16b, v5.4b[0]
+	FMOVQ 176(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e127 // sdot v7.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e107 // sdot v7.4s, v8.16b, v5.4b[1]
+	FMOVQ 240(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e927 // sdot v7.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e907 // sdot v7.4s, v8.16b, v5.4b[2]
+	FMOVQ 304(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e927 // sdot v7.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e907 // sdot v7.4s, v8.16b, v5.4b[3]
+	FMOVD 24(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVD 56(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a910b // fmul v11.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2bdce7 // fmul v7.4s, v7.4s, v11.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c912b // fmul v11.4s, v9.4s, v12.s[0]
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	WORD $0x4e27d463 // fadd v3.4s, v3.4s, v7.4s
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ4_1x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x2Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 64(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88e20d // sdot v13.4s, v16.16b, v8.4b[0]
+	WORD $0x4f89e1ed // sdot v13.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8ae20e // sdot v14.4s, v16.16b, v10.4b[0]
+	WORD $0x4f8be1ee // sdot v14.4s, v15.16b, v11.4b[0]
+	FMOVQ 128(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8e20d // sdot v13.4s, v16.16b, v8.4b[1]
+	WORD $0x4fa9e1ed // sdot v13.4s, v15.16b, v9.4b[1]
+	WORD $0x4faae20e // sdot v14.4s, v16.16b, v10.4b[1]
+	WORD $0x4fabe1ee // sdot v14.4s, v15.16b, v11.4b[1]
+	FMOVQ 192(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88ea0d // sdot v13.4s, v16.16b, v8.4b[2]
+	WORD $0x4f89e9ed // sdot v13.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8aea0e // sdot v14.4s, v16.16b, v10.4b[2]
+	WORD $0x4f8be9ee // sdot v14.4s, v15.16b, v11.4b[2]
+	FMOVQ 256(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8ea0d // sdot v13.4s, v16.16b, v8.4b[3]
+	WORD $0x4fa9e9ed // sdot v13.4s, v15.16b, v9.4b[3]
+	WORD $0x4faaea0e // sdot v14.4s, v16.16b, v10.4b[3]
+	WORD $0x4fabe9ee // sdot v14.4s, v15.16b, v11.4b[3]
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 32(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f939212 // fmul v18.4s, v16.4s, v19.s[0]
+	WORD $0x4e32d5ad // fadd v13.4s, v13.4s, v18.4s
+	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d9211 // fmul v17.4s, v16.4s, v13.s[0]
+	WORD $0x4e31d5ce // fadd v14.4s, v14.4s, v17.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 80(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4f88e250 // sdot v16.4s, v18.16b, v8.4b[0]
+	WORD $0x4f89e230 // sdot v16.4s, v17.16b, v9.4b[0]
+	WORD $0x4f8ae24f // sdot v15.4s, v18.16b, v10.4b[0]
+	WORD $0x4f8be22f // sdot v15.4s, v17.16b, v11.4b[0]
+	FMOVQ 144(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4fa8e250 // sdot v16.4s, v18.16b, v8.4b[1]
+	WORD $0x4fa9e230 // sdot v16.4s, v17.16b, v9.4b[1]
+	WORD $0x4faae24f // sdot v15.4s, v18.16b, v10.4b[1]
+	WORD $0x4fabe22f // sdot v15.4s, v17.16b, v11.4b[1]
+	FMOVQ 208(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4f88ea50 // sdot v16.4s, v18.16b, v8.4b[2]
+	WORD $0x4f89ea30 // sdot v16.4s, v17.16b, v9.4b[2]
+	WORD $0x4f8aea4f // sdot v15.4s, v18.16b, v10.4b[2]
+	WORD $0x4f8bea2f // sdot v15.4s, v17.16b, v11.4b[2]
+	FMOVQ 272(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4fa8ea50 // sdot v16.4s, v18.16b, v8.4b[3]
+	WORD $0x4fa9ea30 // sdot v16.4s, v17.16b, v9.4b[3]
+	WORD $0x4faaea4f // sdot v15.4s, v18.16b, v10.4b[3]
+	WORD $0x4fabea2f // sdot v15.4s, v17.16b, v11.4b[3]
+	FMOVD 8(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVD 40(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e922d // fmul v13.4s, v17.4s, v14.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2dde10 // fmul v16.4s, v16.4s, v13.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f93924d // fmul v13.4s, v18.4s, v19.s[0]
+	WORD $0x4e2dd610 // fadd v16.4s, v16.4s, v13.4s
+	WORD $0x4e30d421 // fadd v1.4s, v1.4s, v16.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d922e // fmul v14.4s, v17.4s, v13.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2eddef // fmul v15.4s, v15.4s, v14.4s
+	FMOVS 16(R7), F16
+	WORD $0x4f90924e // fmul v14.4s, v18.4s, v16.s[0]
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 96(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4f88e1b2 // sdot v18.4s, v13.16b, v8.4b[0]
+	WORD $0x4f89e1d2 // sdot v18.4s, v14.16b, v9.4b[0]
+	WORD $0x4f8ae1b1 // sdot v17.4s, v13.16b, v10.4b[0]
+	WORD $0x4f8be1d1 // sdot v17.4s, v14.16b, v11.4b[0]
+	FMOVQ 160(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4fa8e1b2 // sdot v18.4s, v13.16b, v8.4b[1]
+	WORD $0x4fa9e1d2 // sdot v18.4s, v14.16b, v9.4b[1]
+	WORD $0x4faae1b1 // sdot v17.4s, v13.16b, v10.4b[1]
+	WORD $0x4fabe1d1 // sdot v17.4s, v14.16b, v11.4b[1]
+	FMOVQ 224(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4f88e9b2 // sdot v18.4s, v13.16b, v8.4b[2]
+	WORD $0x4f89e9d2 // sdot v18.4s, v14.16b, v9.4b[2]
+	WORD $0x4f8ae9b1 // sdot v17.4s, v13.16b, v10.4b[2]
+	WORD $0x4f8be9d1 // sdot v17.4s, v14.16b, v11.4b[2]
+	FMOVQ 288(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4fa8e9b2 // sdot v18.4s, v13.16b, v8.4b[3]
+	WORD $0x4fa9e9d2 // sdot v18.4s, v14.16b, v9.4b[3]
+	WORD $0x4faae9b1 // sdot v17.4s, v13.16b, v10.4b[3]
+	WORD $0x4fabe9d1 // sdot v17.4s, v14.16b, v11.4b[3]
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVD 48(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f91d0 // fmul v16.4s, v14.4s, v15.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e30de52 // fmul v18.4s, v18.4s, v16.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f9391b0 // fmul v16.4s, v13.4s, v19.s[0]
+	WORD $0x4e30d652 // fadd v18.4s, v18.4s, v16.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f9091cf // fmul v15.4s, v14.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2fde31 // fmul v17.4s, v17.4s, v15.4s
+	FMOVS 16(R7), F18
+	WORD $0x4f9291af // fmul v15.4s, v13.4s, v18.s[0]
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	WORD $0x4e31d4c6 // fadd v6.4s, v6.4s, v17.4s
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 112(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88e20d // sdot v13.4s, v16.16b, v8.4b[0]
+	WORD $0x4f89e1ed // sdot v13.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8ae20e // sdot v14.4s, v16.16b, v10.4b[0]
+	WORD $0x4f8be1ee // sdot v14.4s, v15.16b, v11.4b[0]
+	FMOVQ 176(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8e20d // sdot v13.4s, v16.16b, v8.4b[1]
+	WORD $0x4fa9e1ed // sdot v13.4s, v15.16b, v9.4b[1]
+	WORD $0x4faae20e // sdot v14.4s, v16.16b, v10.4b[1]
+	WORD $0x4fabe1ee // sdot v14.4s, v15.16b, v11.4b[1]
+	FMOVQ 240(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88ea0d // sdot v13.4s, v16.16b, v8.4b[2]
+	WORD $0x4f89e9ed // sdot v13.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8aea0e // sdot v14.4s, v16.16b, v10.4b[2]
+	WORD $0x4f8be9ee // sdot v14.4s, v15.16b, v11.4b[2]
+	FMOVQ 304(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8ea0d // sdot v13.4s, v16.16b, v8.4b[3]
+	WORD $0x4fa9e9ed // sdot v13.4s, v15.16b, v9.4b[3]
+	WORD $0x4faaea0e // sdot v14.4s, v16.16b, v10.4b[3]
+	WORD $0x4fabe9ee // sdot v14.4s, v15.16b, v11.4b[3]
+	FMOVD 24(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 56(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f939212 // fmul v18.4s, v16.4s, v19.s[0]
+	WORD $0x4e32d5ad // fadd v13.4s, v13.4s, v18.4s
+	WORD $0x4e2dd463 // fadd v3.4s, v3.4s, v13.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d9211 // fmul v17.4s, v16.4s, v13.s[0]
+	WORD $0x4e31d5ce // fadd v14.4s, v14.4s, v17.4s
+	WORD $0x4e2ed4e7 // fadd v7.4s, v7.4s, v14.4s
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_1x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x3Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 64(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4f80e167 // sdot v7.4s, v11.16b, v0.4b[0]
+	WORD $0x4f81e147 // sdot v7.4s, v10.16b, v1.4b[0]
+	WORD $0x4f82e168 // sdot v8.4s, v11.16b, v2.4b[0]
+	WORD $0x4f83e148 // sdot v8.4s, v10.16b, v3.4b[0]
+	WORD $0x4f84e169 // sdot v9.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e149 // sdot v9.4s, v10.16b, v5.4b[0]
+	FMOVQ 128(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4fa0e167 // sdot v7.4s, v11.16b, v0.4b[1]
+	WORD $0x4fa1e147 // sdot v7.4s, v10.16b, v1.4b[1]
+	WORD $0x4fa2e168 // sdot v8.4s, v11.16b, v2.4b[1]
+	WORD $0x4fa3e148 // sdot v8.4s, v10.16b, v3.4b[1]
+	WORD $0x4fa4e169 // sdot v9.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e149 // sdot v9.4s, v10.16b, v5.4b[1]
+	FMOVQ 192(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4f80e967 // sdot v7.4s, v11.16b, v0.4b[2]
+	WORD $0x4f81e947 // sdot v7.4s, v10.16b, v1.4b[2]
+	WORD $0x4f82e968 // sdot v8.4s, v11.16b, v2.4b[2]
+	WORD $0x4f83e948 // sdot v8.4s, v10.16b, v3.4b[2]
+	WORD $0x4f84e969 // sdot v9.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e949 // sdot v9.4s, v10.16b, v5.4b[2]
+	FMOVQ 256(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4fa0e967 // sdot v7.4s, v11.16b, v0.4b[3]
+	WORD $0x4fa1e947 // sdot v7.4s, v10.16b, v1.4b[3]
+	WORD $0x4fa2e968 // sdot v8.4s, v11.16b, v2.4b[3]
+	WORD $0x4fa3e948 // sdot v8.4s, v10.16b, v3.4b[3]
+	WORD $0x4fa4e969 // sdot v9.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e949 // sdot v9.4s, v10.16b, v5.4b[3]
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 32(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c914d // fmul v13.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2ddce7 // fmul v7.4s, v7.4s, v13.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e916d // fmul v13.4s, v11.4s, v14.s[0]
+	WORD $0x4e2dd4e7 // fadd v7.4s, v7.4s, v13.4s
+	FMOVQ 0(R10), F14
+	WORD $0x4e27d5ce // fadd v14.4s, v14.4s, v7.4s
+	FMOVQ F14, 0(R10)
+	FMOVS 0(R7), F13
+	WORD $0x4f8d914c // fmul v12.4s, v10.4s, v13.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2cdd08 // fmul v8.4s, v8.4s, v12.4s
+	FMOVS 16(R7), F7
+	WORD $0x4f87916c // fmul v12.4s, v11.4s, v7.s[0]
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	FMOVQ 0(R11), F7
+	WORD $0x4e28d4e7 // fadd v7.4s, v7.4s, v8.4s
+	FMOVQ F7, 0(R11)
+	FMOVS 0(R8), F12
+	WORD $0x4f8c914d // fmul v13.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVS 16(R8), F8
+	WORD $0x4f88916d // fmul v13.4s, v11.4s, v8.s[0]
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	FMOVQ 0(R12), F8
+	WORD $0x4e29d508 // fadd v8.4s, v8.4s, v9.4s
+	FMOVQ F8, 0(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 80(R0), F12
+	WORD $0x4e261d89 // and v9.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4f80e12b // sdot v11.4s, v9.16b, v0.4b[0]
+	WORD $0x4f81e18b // sdot v11.4s, v12.16b, v1.4b[0]
+	WORD $0x4f82e12a // sdot v10.4s, v9.16b, v2.4b[0]
+	WORD $0x4f83e18a // sdot v10.4s, v12.16b, v3.4b[0]
+	WORD $0x4f84e12d // sdot v13.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e18d // sdot v13.4s, v12.16b, v5.4b[0]
+	FMOVQ 144(R0), F12
+	WORD $0x4e261d89 // and v9.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4fa0e12b // sdot v11.4s, v9.16b, v0.4b[1]
+	WORD $0x4fa1e18b // sdot v11.4s, v12.16b, v1.4b[1]
+	WORD $0x4fa2e12a // sdot v10.4s, v9.16b, v2.4b[1]
+	WORD $0x4fa3e18a // sdot v10.4s, v12.16b, v3.4b[1]
+	WORD $0x4fa4e12d // sdot v13.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e18d // sdot v13.4s, v12.16b, v5.4b[1]
+	FMOVQ 208(R0), F12
+	WORD $0x4e261d89 // and v9.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4f80e92b // sdot v11.4s, v9.16b, v0.4b[2]
+	WORD $0x4f81e98b // sdot v11.4s, v12.16b, v1.4b[2]
+	WORD $0x4f82e92a // sdot v10.4s, v9.16b, v2.4b[2]
+	WORD $0x4f83e98a // sdot v10.4s, v12.16b, v3.4b[2]
+	WORD $0x4f84e92d // sdot v13.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e98d // sdot v13.4s, v12.16b, v5.4b[2]
+	FMOVQ 272(R0), F12
+	WORD $0x4e261d89 // and v9.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4fa0e92b // sdot v11.4s, v9.16b, v0.4b[3]
+	WORD $0x4fa1e98b // sdot v11.4s, v12.16b, v1.4b[3]
+	WORD $0x4fa2e92a // sdot v10.4s, v9.16b, v2.4b[3]
+	WORD $0x4fa3e98a // sdot v10.4s, v12.16b, v3.4b[3]
+	WORD $0x4fa4e92d // sdot v13.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e98d // sdot v13.4s, v12.16b, v5.4b[3]
+	FMOVD 8(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVD 40(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 0(R6), F8
+	WORD $0x4f889187 // fmul v7.4s, v12.4s, v8.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e27dd6b // fmul v11.4s, v11.4s, v7.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e9127 // fmul v7.4s, v9.4s, v14.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	FMOVQ 16(R10), F14
+	WORD $0x4e2bd5ce // fadd v14.4s, v14.4s, v11.4s
+	FMOVQ F14, 16(R10)
+	FMOVS 0(R7), F7
+	WORD $0x4f879188 // fmul v8.4s, v12.4s, v7.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e28dd4a // fmul v10.4s, v10.4s, v8.4s
+	FMOVS 16(R7), F11
+	WORD $0x4f8b9128 // fmul v8.4s, v9.4s, v11.s[0]
+	WORD $0x4e28d54a // fadd v10.4s, v10.4s, v8.4s
+	FMOVQ 16(R11), F11
+	WORD $0x4e2ad56b // fadd v11.4s, v11.4s, v10.4s
+	FMOVQ F11, 16(R11)
+	FMOVS 0(R8), F8
+	WORD $0x4f889187 // fmul v7.4s, v12.4s, v8.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e27ddad // fmul v13.4s, v13.4s, v7.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a9127 // fmul v7.4s, v9.4s, v10.s[0]
+	WORD $0x4e27d5ad // fadd v13.4s, v13.4s, v7.4s
+	FMOVQ 16(R12), F10
+	WORD $0x4e2dd54a // fadd v10.4s, v10.4s, v13.4s
+	FMOVQ F10, 16(R12)
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 96(R0), F8
+	WORD $0x4e261d0d // and v13.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f80e1a9 // sdot v9.4s, v13.16b, v0.4b[0]
+	WORD $0x4f81e109 // sdot v9.4s, v8.16b, v1.4b[0]
+	WORD $0x4f82e1ac // sdot v12.4s, v13.16b, v2.4b[0]
+	WORD $0x4f83e10c // sdot v12.4s, v8.16b, v3.4b[0]
+	WORD $0x4f84e1a7 // sdot v7.4s, v13.16b, v4.4b[0]
+	WORD $0x4f85e107 // sdot v7.4s, v8.16b, v5.4b[0]
+	FMOVQ 160(R0), F8
+	WORD $0x4e261d0d // and v13.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa0e1a9 // sdot v9.4s, v13.16b, v0.4b[1]
+	WORD $0x4fa1e109 // sdot v9.4s, v8.16b, v1.4b[1]
+	WORD $0x4fa2e1ac // sdot v12.4s, v13.16b, v2.4b[1]
+	WORD $0x4fa3e10c // sdot v12.4s, v8.16b, v3.4b[1]
+	WORD $0x4fa4e1a7 // sdot v7.4s, v13.16b, v4.4b[1]
+	WORD $0x4fa5e107 // sdot v7.4s, v8.16b, v5.4b[1]
+	FMOVQ 224(R0), F8
+	WORD $0x4e261d0d // and v13.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f80e9a9 // sdot v9.4s, v13.16b, v0.4b[2]
+	WORD $0x4f81e909 // sdot v9.4s, v8.16b, v1.4b[2]
+	WORD $0x4f82e9ac // sdot v12.4s, v13.16b, v2.4b[2]
+	WORD $0x4f83e90c // sdot v12.4s, v8.16b, v3.4b[2]
+	WORD $0x4f84e9a7 // sdot v7.4s, v13.16b, v4.4b[2]
+	WORD $0x4f85e907 // sdot v7.4s, v8.16b, v5.4b[2]
+	FMOVQ 288(R0), F8
+	WORD $0x4e261d0d // and v13.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa0e9a9 // sdot v9.4s, v13.16b, v0.4b[3]
+	WORD $0x4fa1e909 // sdot v9.4s, v8.16b, v1.4b[3]
+	WORD $0x4fa2e9ac // sdot v12.4s, v13.16b, v2.4b[3]
+	WORD $0x4fa3e90c // sdot v12.4s, v8.16b, v3.4b[3]
+	WORD $0x4fa4e9a7 // sdot v7.4s, v13.16b, v4.4b[3]
+	WORD $0x4fa5e907 // sdot v7.4s, v8.16b, v5.4b[3]
+	FMOVD 16(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVD 48(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a910b // fmul v11.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2bdd29 // fmul v9.4s, v9.4s, v11.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e91ab // fmul v11.4s, v13.4s, v14.s[0]
+	WORD $0x4e2bd529 // fadd v9.4s, v9.4s, v11.4s
+	FMOVQ 32(R10), F14
+	WORD $0x4e29d5ce // fadd v14.4s, v14.4s, v9.4s
+	FMOVQ F14, 32(R10)
+	FMOVS 0(R7), F11
+	WORD $0x4f8b910a // fmul v10.4s, v8.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVS 16(R7), F9
+	WORD $0x4f8991aa // fmul v10.4s, v13.4s, v9.s[0]
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ 32(R11), F9
+	WORD $0x4e2cd529 // fadd v9.4s, v9.4s, v12.4s
+	FMOVQ F9, 32(R11)
+	FMOVS 0(R8), F10
+	WORD $0x4f8a910b // fmul v11.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2bdce7 // fmul v7.4s, v7.4s, v11.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c91ab // fmul v11.4s, v13.4s, v12.s[0]
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e27d58c // fadd v12.4s, v12.4s, v7.4s
+	FMOVQ F12, 32(R12)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 112(R0), F10
+	WORD $0x4e261d47 // and v7.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4f80e0ed // sdot v13.4s, v7.16b, v0.4b[0]
+	WORD $0x4f81e14d // sdot v13.4s, v10.16b, v1.4b[0]
+	WORD $0x4f82e0e8 // sdot v8.4s, v7.16b, v2.4b[0]
+	WORD $0x4f83e148 // sdot v8.4s, v10.16b, v3.4b[0]
+	WORD $0x4f84e0eb // sdot v11.4s, v7.16b, v4.4b[0]
+	WORD $0x4f85e14b // sdot v11.4s, v10.16b, v5.4b[0]
+	FMOVQ 176(R0), F10
+	WORD $0x4e261d47 // and v7.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4fa0e0ed // sdot v13.4s, v7.16b, v0.4b[1]
+	WORD $0x4fa1e14d // sdot v13.4s, v10.16b, v1.4b[1]
+	WORD $0x4fa2e0e8 // sdot v8.4s, v7.16b, v2.4b[1]
+	WORD $0x4fa3e148 // sdot v8.4s, v10.16b, v3.4b[1]
+	WORD $0x4fa4e0eb // sdot v11.4s, v7.16b, v4.4b[1]
+	WORD $0x4fa5e14b // sdot v11.4s, v10.16b, v5.4b[1]
+	FMOVQ 240(R0), F10
+	WORD $0x4e261d47 // and v7.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4f80e8ed // sdot v13.4s, v7.16b, v0.4b[2]
+	WORD $0x4f81e94d // sdot v13.4s, v10.16b, v1.4b[2]
+	WORD $0x4f82e8e8 // sdot v8.4s, v7.16b, v2.4b[2]
+	WORD $0x4f83e948 // sdot v8.4s, v10.16b, v3.4b[2]
+	WORD $0x4f84e8eb // sdot v11.4s, v7.16b, v4.4b[2]
+	WORD $0x4f85e94b // sdot v11.4s, v10.16b, v5.4b[2]
+	FMOVQ 304(R0), F10
+	WORD $0x4e261d47 // and v7.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4fa0e8ed // sdot v13.4s, v7.16b, v0.4b[3]
+	WORD $0x4fa1e94d // sdot v13.4s, v10.16b, v1.4b[3]
+	WORD $0x4fa2e8e8 // sdot v8.4s, v7.16b, v2.4b[3]
+	WORD $0x4fa3e948 // sdot v8.4s, v10.16b, v3.4b[3]
+	WORD $0x4fa4e8eb // sdot v11.4s, v7.16b, v4.4b[3]
+	WORD $0x4fa5e94b // sdot v11.4s, v10.16b, v5.4b[3]
+	FMOVD 24(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 56(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c9149 // fmul v9.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e90e9 // fmul v9.4s, v7.4s, v14.s[0]
+	WORD $0x4e29d5ad // fadd v13.4s, v13.4s, v9.4s
+	FMOVQ 48(R10), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R10)
+	FMOVS 0(R7), F9
+	WORD $0x4f89914c // fmul v12.4s, v10.4s, v9.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2cdd08 // fmul v8.4s, v8.4s, v12.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d90ec // fmul v12.4s, v7.4s, v13.s[0]
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	FMOVQ 48(R11), F13
+	WORD $0x4e28d5ad // fadd v13.4s, v13.4s, v8.4s
+	FMOVQ F13, 48(R11)
+	FMOVS 0(R8), F12
+	WORD $0x4f8c9149 // fmul v9.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	FMOVS 16(R8), F8
+	WORD $0x4f8890e9 // fmul v9.4s, v7.4s, v8.s[0]
+	WORD $0x4e29d56b // fadd v11.4s, v11.4s, v9.4s
+	FMOVQ 48(R12), F8
+	WORD $0x4e2bd508 // fadd v8.4s, v8.4s, v11.4s
+	FMOVQ F8, 48(R12)
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_1x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x4Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4f80e1c9 // sdot v9.4s, v14.16b, v0.4b[0]
+	WORD $0x4f81e1a9 // sdot v9.4s, v13.16b, v1.4b[0]
+	WORD $0x4f82e1ca // sdot v10.4s, v14.16b, v2.4b[0]
+	WORD $0x4f83e1aa // sdot v10.4s, v13.16b, v3.4b[0]
+	WORD $0x4f84e1cb // sdot v11.4s, v14.16b, v4.4b[0]
+	WORD $0x4f85e1ab // sdot v11.4s, v13.16b, v5.4b[0]
+	WORD $0x4f86e1cc // sdot v12.4s, v14.16b, v6.4b[0]
+	WORD $0x4f87e1ac // sdot v12.4s, v13.16b, v7.4b[0]
+	FMOVQ 128(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4fa0e1c9 // sdot v9.4s, v14.16b, v0.4b[1]
+	WORD $0x4fa1e1a9 // sdot v9.4s, v13.16b, v1.4b[1]
+	WORD $0x4fa2e1ca // sdot v10.4s, v14.16b, v2.4b[1]
+	WORD $0x4fa3e1aa // sdot v10.4s, v13.16b, v3.4b[1]
+	WORD $0x4fa4e1cb // sdot v11.4s, v14.16b, v4.4b[1]
+	WORD $0x4fa5e1ab // sdot v11.4s, v13.16b, v5.4b[1]
+	WORD $0x4fa6e1cc // sdot v12.4s, v14.16b, v6.4b[1]
+	WORD $0x4fa7e1ac // sdot v12.4s, v13.16b, v7.4b[1]
+	FMOVQ 192(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4f80e9c9 // sdot v9.4s, v14.16b, v0.4b[2]
+	WORD $0x4f81e9a9 // sdot v9.4s, v13.16b, v1.4b[2]
+	WORD $0x4f82e9ca // sdot v10.4s, v14.16b, v2.4b[2]
+	WORD $0x4f83e9aa // sdot v10.4s, v13.16b, v3.4b[2]
+	WORD $0x4f84e9cb // sdot v11.4s, v14.16b, v4.4b[2]
+	WORD $0x4f85e9ab // sdot v11.4s, v13.16b, v5.4b[2]
+	WORD $0x4f86e9cc // sdot v12.4s, v14.16b, v6.4b[2]
+	WORD $0x4f87e9ac // sdot v12.4s, v13.16b, v7.4b[2]
+	FMOVQ 256(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4fa0e9c9 // sdot v9.4s, v14.16b, v0.4b[3]
+	WORD $0x4fa1e9a9 // sdot v9.4s, v13.16b, v1.4b[3]
+	WORD $0x4fa2e9ca // sdot v10.4s, v14.16b, v2.4b[3]
+	WORD $0x4fa3e9aa // sdot v10.4s, v13.16b, v3.4b[3]
+	WORD $0x4fa4e9cb // sdot v11.4s, v14.16b, v4.4b[3]
+	WORD $0x4fa5e9ab // sdot v11.4s, v13.16b, v5.4b[3]
+	WORD $0x4fa6e9cc // sdot v12.4s, v14.16b, v6.4b[3]
+	WORD $0x4fa7e9ac // sdot v12.4s, v13.16b, v7.4b[3]
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVD 32(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f91b0 // fmul v16.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e30dd29 // fmul v9.4s, v9.4s, v16.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f9191d0 // fmul v16.4s, v14.4s, v17.s[0]
+	WORD $0x4e30d529 // fadd v9.4s, v9.4s, v16.4s
+	FMOVQ 0(R10), F17
+	WORD $0x4e29d631 // fadd v17.4s, v17.4s, v9.4s
+	FMOVQ F17, 0(R10)
+	FMOVS 0(R7), F16
+	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	FMOVS 16(R7), F9
+	WORD $0x4f8991cf // fmul v15.4s, v14.4s, v9.s[0]
+	WORD $0x4e2fd54a // fadd v10.4s, v10.4s, v15.4s
+	FMOVQ 0(R11), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 0(R11)
+	FMOVS 0(R8), F15
+	WORD $0x4f8f91b0 // fmul v16.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e30dd6b // fmul v11.4s, v11.4s, v16.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a91d0 // fmul v16.4s, v14.4s, v10.s[0]
+	WORD $0x4e30d56b // fadd v11.4s, v11.4s, v16.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R12)
+	FMOVS 0(R9), F16
+	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2fdd8c // fmul v12.4s, v12.4s, v15.4s
+	FMOVS 16(R9), F11
+	WORD $0x4f8b91cf // fmul v15.4s, v14.4s, v11.s[0]
+	WORD $0x4e2fd58c // fadd v12.4s, v12.4s, v15.4s
+	FMOVQ 0(R13), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 0(R13)
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 80(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4f80e16e // sdot v14.4s, v11.16b, v0.4b[0]
+	WORD $0x4f81e18e // sdot v14.4s, v12.16b, v1.4b[0]
+	WORD $0x4f82e16d // sdot v13.4s, v11.16b, v2.4b[0]
+	WORD $0x4f83e18d // sdot v13.4s, v12.16b, v3.4b[0]
+	WORD $0x4f84e16f // sdot v15.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e18f // sdot v15.4s, v12.16b, v5.4b[0]
+	WORD $0x4f86e170 // sdot v16.4s, v11.16b, v6.4b[0]
+	WORD $0x4f87e190 // sdot v16.4s, v12.16b, v7.4b[0]
+	FMOVQ 144(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4fa0e16e // sdot v14.4s, v11.16b, v0.4b[1]
+	WORD $0x4fa1e18e // sdot v14.4s, v12.16b, v1.4b[1]
+	WORD $0x4fa2e16d // sdot v13.4s, v11.16b, v2.4b[1]
+	WORD $0x4fa3e18d // sdot v13.4s, v12.16b, v3.4b[1]
+	WORD $0x4fa4e16f // sdot v15.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e18f // sdot v15.4s, v12.16b, v5.4b[1]
+	WORD $0x4fa6e170 // sdot v16.4s, v11.16b, v6.4b[1]
+	WORD $0x4fa7e190 // sdot v16.4s, v12.16b, v7.4b[1]
+	FMOVQ 208(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4f80e96e // sdot v14.4s, v11.16b, v0.4b[2]
+	WORD $0x4f81e98e // sdot v14.4s, v12.16b, v1.4b[2]
+	WORD $0x4f82e96d // sdot v13.4s, v11.16b, v2.4b[2]
+	WORD $0x4f83e98d // sdot v13.4s, v12.16b, v3.4b[2]
+	WORD $0x4f84e96f // sdot v15.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e98f // sdot v15.4s, v12.16b, v5.4b[2]
+	WORD $0x4f86e970 // sdot v16.4s, v11.16b, v6.4b[2]
+	WORD $0x4f87e990 // sdot v16.4s, v12.16b, v7.4b[2]
+	FMOVQ 272(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4fa0e96e // sdot v14.4s, v11.16b, v0.4b[3]
+	WORD $0x4fa1e98e // sdot v14.4s, v12.16b, v1.4b[3]
+	WORD $0x4fa2e96d // sdot v13.4s, v11.16b, v2.4b[3]
+	WORD $0x4fa3e98d // sdot v13.4s, v12.16b, v3.4b[3]
+	WORD $0x4fa4e96f // sdot v15.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e98f // sdot v15.4s, v12.16b, v5.4b[3]
+	WORD $0x4fa6e970 // sdot v16.4s, v11.16b, v6.4b[3]
+	WORD $0x4fa7e990 // sdot v16.4s, v12.16b, v7.4b[3]
+	FMOVD 8(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVD 40(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9189 // fmul v9.4s, v12.4s, v10.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e29ddce // fmul v14.4s, v14.4s, v9.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f919169 // fmul v9.4s, v11.4s, v17.s[0]
+	WORD $0x4e29d5ce // fadd v14.4s, v14.4s, v9.4s
+	FMOVQ 16(R10), F17
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	FMOVQ F17, 16(R10)
+	FMOVS 0(R7), F9
+	WORD $0x4f89918a // fmul v10.4s, v12.4s, v9.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVS 16(R7), F14
+	WORD $0x4f8e916a // fmul v10.4s, v11.4s, v14.s[0]
+	WORD $0x4e2ad5ad // fadd v13.4s, v13.4s, v10.4s
+	FMOVQ 16(R11), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R11)
+	FMOVS 0(R8), F10
+	WORD $0x4f8a9189 // fmul v9.4s, v12.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	FMOVS 16(R8), F13
+	WORD $0x4f8d9169 // fmul v9.4s, v11.4s, v13.s[0]
+	WORD $0x4e29d5ef // fadd v15.4s, v15.4s, v9.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e2fd5ad // fadd v13.4s, v13.4s, v15.4s
+	FMOVQ F13, 16(R12)
+	FMOVS 0(R9), F9
+	WORD $0x4f89918a // fmul v10.4s, v12.4s, v9.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ade10 // fmul v16.4s, v16.4s, v10.4s
+	FMOVS 16(R9), F15
+	WORD $0x4f8f916a // fmul v10.4s, v11.4s, v15.s[0]
+	WORD $0x4e2ad610 // fadd v16.4s, v16.4s, v10.4s
+	FMOVQ 16(R13), F15
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ F15, 16(R13)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 96(R0), F16
+	WORD $0x4e281e0f // and v15.16b, v16.16b, v8.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4f80e1eb // sdot v11.4s, v15.16b, v0.4b[0]
+	WORD $0x4f81e20b // sdot v11.4s, v16.16b, v1.4b[0]
+	WORD $0x4f82e1ec // sdot v12.4s, v15.16b, v2.4b[0]
+	WORD $0x4f83e20c // sdot v12.4s, v16.16b, v3.4b[0]
+	WORD $0x4f84e1ea // sdot v10.4s, v15.16b, v4.4b[0]
+	WORD $0x4f85e20a // sdot v10.4s, v16.16b, v5.4b[0]
+	WORD $0x4f86e1e9 // sdot v9.4s, v15.16b, v6.4b[0]
+	WORD $0x4f87e209 // sdot v9.4s, v16.16b, v7.4b[0]
+	FMOVQ 160(R0), F16
+	WORD $0x4e281e0f // and v15.16b, v16.16b, v8.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4fa0e1eb // sdot v11.4s, v15.16b, v0.4b[1]
+	WORD $0x4fa1e20b // sdot v11.4s, v16.16b, v1.4b[1]
+	WORD $0x4fa2e1ec // sdot v12.4s, v15.16b, v2.4b[1]
+	WORD $0x4fa3e20c // sdot v12.4s, v16.16b, v3.4b[1]
+	WORD $0x4fa4e1ea // sdot v10.4s, v15.16b, v4.4b[1]
+	WORD $0x4fa5e20a // sdot v10.4s, v16.16b, v5.4b[1]
+	WORD $0x4fa6e1e9 // sdot v9.4s, v15.16b, v6.4b[1]
+	WORD $0x4fa7e209 // sdot v9.4s, v16.16b, v7.4b[1]
+	FMOVQ 224(R0), F16
+	WORD $0x4e281e0f // and v15.16b, v16.16b, v8.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4f80e9eb // sdot v11.4s, v15.16b, v0.4b[2]
+	WORD $0x4f81ea0b // sdot v11.4s, v16.16b, v1.4b[2]
+	WORD $0x4f82e9ec // sdot v12.4s, v15.16b, v2.4b[2]
+	WORD $0x4f83ea0c // sdot v12.4s, v16.16b, v3.4b[2]
+	WORD $0x4f84e9ea // sdot v10.4s, v15.16b, v4.4b[2]
+	WORD $0x4f85ea0a // sdot v10.4s, v16.16b, v5.4b[2]
+	WORD $0x4f86e9e9 // sdot v9.4s, v15.16b, v6.4b[2]
+	WORD $0x4f87ea09 // sdot v9.4s, v16.16b, v7.4b[2]
+	FMOVQ 288(R0), F16
+	WORD $0x4e281e0f // and v15.16b, v16.16b, v8.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4fa0e9eb // sdot v11.4s, v15.16b, v0.4b[3]
+	WORD $0x4fa1ea0b // sdot v11.4s, v16.16b, v1.4b[3]
+	WORD $0x4fa2e9ec // sdot v12.4s, v15.16b, v2.4b[3]
+	WORD $0x4fa3ea0c // sdot v12.4s, v16.16b, v3.4b[3]
+	WORD $0x4fa4e9ea // sdot v10.4s, v15.16b, v4.4b[3]
+	WORD $0x4fa5ea0a // sdot v10.4s, v16.16b, v5.4b[3]
+	WORD $0x4fa6e9e9 // sdot v9.4s, v15.16b, v6.4b[3]
+	WORD $0x4fa7ea09 // sdot v9.4s, v16.16b, v7.4b[3]
+	FMOVD 16(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVD 48(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d920e // fmul v14.4s, v16.4s, v13.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2edd6b // fmul v11.4s, v11.4s, v14.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f9191ee // fmul v14.4s, v15.4s, v17.s[0]
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ 32(R10), F17
+	WORD $0x4e2bd631 // fadd v17.4s, v17.4s, v11.4s
+	FMOVQ F17, 32(R10)
+	FMOVS 0(R7), F14
+	WORD $0x4f8e920d // fmul v13.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2ddd8c // fmul v12.4s, v12.4s, v13.4s
+	FMOVS 16(R7), F11
+	WORD $0x4f8b91ed // fmul v13.4s, v15.4s, v11.s[0]
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 32(R11)
+	FMOVS 0(R8), F13
+	WORD $0x4f8d920e // fmul v14.4s, v16.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2edd4a // fmul v10.4s, v10.4s, v14.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c91ee // fmul v14.4s, v15.4s, v12.s[0]
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ F12, 32(R12)
+	FMOVS 0(R9), F14
+	WORD $0x4f8e920d // fmul v13.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVS 16(R9), F10
+	WORD $0x4f8a91ed // fmul v13.4s, v15.4s, v10.s[0]
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	FMOVQ 32(R13), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 32(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 112(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4f80e14f // sdot v15.4s, v10.16b, v0.4b[0]
+	WORD $0x4f81e12f // sdot v15.4s, v9.16b, v1.4b[0]
+	WORD $0x4f82e150 // sdot v16.4s, v10.16b, v2.4b[0]
+	WORD $0x4f83e130 // sdot v16.4s, v9.16b, v3.4b[0]
+	WORD $0x4f84e14d // sdot v13.4s, v10.16b, v4.4b[0]
+	WORD $0x4f85e12d // sdot v13.4s, v9.16b, v5.4b[0]
+	WORD $0x4f86e14e // sdot v14.4s, v10.16b, v6.4b[0]
+	WORD $0x4f87e12e // sdot v14.4s, v9.16b, v7.4b[0]
+	FMOVQ 176(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4fa0e14f // sdot v15.4s, v10.16b, v0.4b[1]
+	WORD $0x4fa1e12f // sdot v15.4s, v9.16b, v1.4b[1]
+	WORD $0x4fa2e150 // sdot v16.4s, v10.16b, v2.4b[1]
+	WORD $0x4fa3e130 // sdot v16.4s, v9.16b, v3.4b[1]
+	WORD $0x4fa4e14d // sdot v13.4s, v10.16b, v4.4b[1]
+	WORD $0x4fa5e12d // sdot v13.4s, v9.16b, v5.4b[1]
+	WORD $0x4fa6e14e // sdot v14.4s, v10.16b, v6.4b[1]
+	WORD $0x4fa7e12e // sdot v14.4s, v9.16b, v7.4b[1]
+	FMOVQ 240(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4f80e94f // sdot v15.4s, v10.16b, v0.4b[2]
+	WORD $0x4f81e92f // sdot v15.4s, v9.16b, v1.4b[2]
+	WORD $0x4f82e950 // sdot v16.4s, v10.16b, v2.4b[2]
+	WORD $0x4f83e930 // sdot v16.4s, v9.16b, v3.4b[2]
+	WORD $0x4f84e94d // sdot v13.4s, v10.16b, v4.4b[2]
+	WORD $0x4f85e92d // sdot v13.4s, v9.16b, v5.4b[2]
+	WORD $0x4f86e94e // sdot v14.4s, v10.16b, v6.4b[2]
+	WORD $0x4f87e92e // sdot v14.4s, v9.16b, v7.4b[2]
+	FMOVQ 304(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4fa0e94f // sdot v15.4s, v10.16b, v0.4b[3]
+	WORD $0x4fa1e92f // sdot v15.4s, v9.16b, v1.4b[3]
+	WORD $0x4fa2e950 // sdot v16.4s, v10.16b, v2.4b[3]
+	WORD $0x4fa3e930 // sdot v16.4s, v9.16b, v3.4b[3]
+	WORD $0x4fa4e94d // sdot v13.4s, v10.16b, v4.4b[3]
+	WORD $0x4fa5e92d // sdot v13.4s, v9.16b, v5.4b[3]
+	WORD $0x4fa6e94e // sdot v14.4s, v10.16b, v6.4b[3]
+	WORD $0x4fa7e92e // sdot v14.4s, v9.16b, v7.4b[3]
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVD 56(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c912b // fmul v11.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2bddef // fmul v15.4s, v15.4s, v11.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f91914b // fmul v11.4s, v10.4s, v17.s[0]
+	WORD $0x4e2bd5ef // fadd v15.4s, v15.4s, v11.4s
+	FMOVQ 48(R10), F17
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	FMOVQ F17, 48(R10)
+	FMOVS 0(R7), F11
+	WORD $0x4f8b912c // fmul v12.4s, v9.4s, v11.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	FMOVS 16(R7), F15
+	WORD $0x4f8f914c // fmul v12.4s, v10.4s, v15.s[0]
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ 48(R11), F15
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ F15, 48(R11)
+	FMOVS 0(R8), F12
+	WORD $0x4f8c912b // fmul v11.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVS 16(R8), F16
+	WORD $0x4f90914b // fmul v11.4s, v10.4s, v16.s[0]
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ 48(R12), F16
+	WORD $0x4e2dd610 // fadd v16.4s, v16.4s, v13.4s
+	FMOVQ F16, 48(R12)
+	FMOVS 0(R9), F11
+	WORD $0x4f8b912c // fmul v12.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	FMOVS 16(R9), F13
+	WORD $0x4f8d914c // fmul v12.4s, v10.4s, v13.s[0]
+	WORD $0x4e2cd5ce // fadd v14.4s, v14.4s, v12.4s
+	FMOVQ 48(R13), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 48(R13)
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_0x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x1Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	FMOVQ 16(R19), F7
+	FMOVQ 32(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 96(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 32(R0), F12
+	FMOVQ 48(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 64(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f84e169 // sdot v9.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e149 // sdot v9.4s, v10.16b, v5.4b[0]
+	FMOVQ 160(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 48(R0), F13
+	FMOVQ 48(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 64(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e169 // sdot v9.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e149 // sdot v9.4s, v10.16b, v5.4b[1]
+	FMOVQ 224(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 48(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 64(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f84e969 // sdot v9.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e949 // sdot v9.4s, v10.16b, v5.4b[2]
+	FMOVQ 288(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F13
+	FMOVQ 48(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 64(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e969 // sdot v9.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e949 // sdot v9.4s, v10.16b, v5.4b[3]
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 8(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8529 // add v9.4s, v9.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b914c // fmul v12.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2cdd29 // fmul v9.4s, v9.4s, v12.4s
+	WORD $0x4e29d400 // fadd v0.4s, v0.4s, v9.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 112(R0), F12
+	WORD $0x4e261d8b // and v11.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 32(R0), F9
+	FMOVQ 80(R19), F13
+	WORD $0x4e0d012d // tbl v13.16b, {v9.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 96(R19), F13
+	WORD $0x4e0d012d // tbl v13.16b, {v9.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	WORD $0x4f84e16a // sdot v10.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e18a // sdot v10.4s, v12.16b, v5.4b[0]
+	FMOVQ 176(R0), F12
+	WORD $0x4e261d8b // and v11.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 48(R0), F13
+	FMOVQ 80(R19), F9
+	WORD $0x4e0901a9 // tbl v9.16b, {v13.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d6b // orr v11.16b, v11.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e0901a9 // tbl v9.16b, {v13.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d8c // orr v12.16b, v12.16b, v9.16b
+	WORD $0x4fa4e16a // sdot v10.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e18a // sdot v10.4s, v12.16b, v5.4b[1]
+	FMOVQ 240(R0), F12
+	WORD $0x4e261d8b // and v11.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 64(R0), F9
+	FMOVQ 80(R19), F13
+	WORD $0x4e0d012d // tbl v13.16b, {v9.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 96(R19), F13
+	WORD $0x4e0d012d // tbl v13.16b, {v9.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	WORD $0x4f84e96a // sdot v10.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e98a // sdot v10.4s, v12.16b, v5.4b[2]
+	FMOVQ 304(R0), F12
+	WORD $0x4e261d8b // and v11.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 80(R0), F13
+	FMOVQ 80(R19), F9
+	WORD $0x4e0901a9 // tbl v9.16b, {v13.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d6b // orr v11.16b, v11.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e0901a9 // tbl v9.16b, {v13.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d8c // orr v12.16b, v12.16b, v9.16b
+	WORD $0x4fa4e96a // sdot v10.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e98a // sdot v10.4s, v12.16b, v5.4b[3]
+	FMOVD 8(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 8(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab854a // add v10.4s, v10.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b9189 // fmul v9.4s, v12.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e29dd4a // fmul v10.4s, v10.4s, v9.4s
+	WORD $0x4e2ad421 // fadd v1.4s, v1.4s, v10.4s
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 128(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 32(R0), F10
+	FMOVQ 112(R19), F13
+	WORD $0x4e0d014d // tbl v13.16b, {v10.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d014d // tbl v13.16b, {v10.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d29 // orr v9.16b, v9.16b, v13.16b
+	WORD $0x4f84e16c // sdot v12.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e12c // sdot v12.4s, v9.16b, v5.4b[0]
+	FMOVQ 192(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 48(R0), F13
+	FMOVQ 112(R19), F10
+	WORD $0x4e0a01aa // tbl v10.16b, {v13.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d6b // orr v11.16b, v11.16b, v10.16b
+	FMOVQ 128(R19), F10
+	WORD $0x4e0a01aa // tbl v10.16b, {v13.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d29 // orr v9.16b, v9.16b, v10.16b
+	WORD $0x4fa4e16c // sdot v12.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e12c // sdot v12.4s, v9.16b, v5.4b[1]
+	FMOVQ 256(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 64(R0), F10
+	FMOVQ 112(R19), F13
+	WORD $0x4e0d014d // tbl v13.16b, {v10.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d014d // tbl v13.16b, {v10.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d29 // orr v9.16b, v9.16b, v13.16b
+	WORD $0x4f84e96c // sdot v12.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e92c // sdot v12.4s, v9.16b, v5.4b[2]
+	FMOVQ 320(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 80(R0), F13
+	FMOVQ 112(R19), F10
+	WORD $0x4e0a01aa // tbl v10.16b, {v13.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d6b // orr v11.16b, v11.16b, v10.16b
+	FMOVQ 128(R19), F10
+	WORD $0x4e0a01aa // tbl v10.16b, {v13.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d29 // orr v9.16b, v9.16b, v10.16b
+	WORD $0x4fa4e96c // sdot v12.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e92c // sdot v12.4s, v9.16b, v5.4b[3]
+	FMOVD 16(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 8(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	WORD $0x4e2cd442 // fadd v2.4s, v2.4s, v12.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 144(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 32(R0), F12
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f84e169 // sdot v9.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e149 // sdot v9.4s, v10.16b, v5.4b[0]
+	FMOVQ 208(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 48(R0), F13
+	FMOVQ 144(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 160(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e169 // sdot v9.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e149 // sdot v9.4s, v10.16b, v5.4b[1]
+	FMOVQ 272(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f84e969 // sdot v9.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e949 // sdot v9.4s, v10.16b, v5.4b[2]
+	FMOVQ 336(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F13
+	FMOVQ 144(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 160(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e969 // sdot v9.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e949 // sdot v9.4s, v10.16b, v5.4b[3]
+	FMOVD 24(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 8(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8529 // add v9.4s, v9.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b914c // fmul v12.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2cdd29 // fmul v9.4s, v9.4s, v12.4s
+	WORD $0x4e29d463 // fadd v3.4s, v3.4s, v9.4s
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ5_0x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x2Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	FMOVQ 16(R19), F13
+	FMOVQ 32(R19), F14
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 96(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 32(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4f88e24f // sdot v15.4s, v18.16b, v8.4b[0]
+	WORD $0x4f89e22f // sdot v15.4s, v17.16b, v9.4b[0]
+	WORD $0x4f8ae250 // sdot v16.4s, v18.16b, v10.4b[0]
+	WORD $0x4f8be230 // sdot v16.4s, v17.16b, v11.4b[0]
+	FMOVQ 160(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 48(R0), F20
+	FMOVQ 48(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	FMOVQ 64(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4fa8e24f // sdot v15.4s, v18.16b, v8.4b[1]
+	WORD $0x4fa9e22f // sdot v15.4s, v17.16b, v9.4b[1]
+	WORD $0x4faae250 // sdot v16.4s, v18.16b, v10.4b[1]
+	WORD $0x4fabe230 // sdot v16.4s, v17.16b, v11.4b[1]
+	FMOVQ 224(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4f88ea4f // sdot v15.4s, v18.16b, v8.4b[2]
+	WORD $0x4f89ea2f // sdot v15.4s, v17.16b, v9.4b[2]
+	WORD $0x4f8aea50 // sdot v16.4s, v18.16b, v10.4b[2]
+	WORD $0x4f8bea30 // sdot v16.4s, v17.16b, v11.4b[2]
+	FMOVQ 288(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F20
+	FMOVQ 48(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	FMOVQ 64(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4fa8ea4f // sdot v15.4s, v18.16b, v8.4b[3]
+	WORD $0x4fa9ea2f // sdot v15.4s, v17.16b, v9.4b[3]
+	WORD $0x4faaea50 // sdot v16.4s, v18.16b, v10.4b[3]
+	WORD $0x4fabea30 // sdot v16.4s, v17.16b, v11.4b[3]
+	FMOVD 0(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 8(R6), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb285ef // add v15.4s, v15.4s, v18.4s
+	FMOVS 0(R6), F18
+	WORD $0x4f929233 // fmul v19.4s, v17.4s, v18.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e33ddef // fmul v15.4s, v15.4s, v19.4s
+	WORD $0x4e2fd400 // fadd v0.4s, v0.4s, v15.4s
+	FMOVS 8(R7), F19
+	WORD $0x4e040673 // dup v19.4s, v19.s[0]
+	WORD $0x4eb38610 // add v16.4s, v16.4s, v19.4s
+	FMOVS 0(R7), F19
+	WORD $0x4f939232 // fmul v18.4s, v17.4s, v19.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e32de10 // fmul v16.4s, v16.4s, v18.4s
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 112(R0), F19
+	WORD $0x4e2c1e70 // and v16.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 32(R0), F15
+	FMOVQ 80(R19), F20
+	WORD $0x4e1401f4 // tbl v20.16b, {v15.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e10 // orr v16.16b, v16.16b, v20.16b
+	FMOVQ 96(R19), F20
+	WORD $0x4e1401f4 // tbl v20.16b, {v15.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e73 // orr v19.16b, v19.16b, v20.16b
+	WORD $0x4f88e211 // sdot v17.4s, v16.16b, v8.4b[0]
+	WORD $0x4f89e271 // sdot v17.4s, v19.16b, v9.4b[0]
+	WORD $0x4f8ae212 // sdot v18.4s, v16.16b, v10.4b[0]
+	WORD $0x4f8be272 // sdot v18.4s, v19.16b, v11.4b[0]
+	FMOVQ 176(R0), F19
+	WORD $0x4e2c1e70 // and v16.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 48(R0), F20
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f028f // tbl v15.16b, {v20.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e10 // orr v16.16b, v16.16b, v15.16b
+	FMOVQ 96(R19), F15
+	WORD $0x4e0f028f // tbl v15.16b, {v20.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	WORD $0x4fa8e211 // sdot v17.4s, v16.16b, v8.4b[1]
+	WORD $0x4fa9e271 // sdot v17.4s, v19.16b, v9.4b[1]
+	WORD $0x4faae212 // sdot v18.4s, v16.16b, v10.4b[1]
+	WORD $0x4fabe272 // sdot v18.4s, v19.16b, v11.4b[1]
+	FMOVQ 240(R0), F19
+	WORD $0x4e2c1e70 // and v16.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F15
+	FMOVQ 80(R19), F20
+	WORD $0x4e1401f4 // tbl v20.16b, {v15.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e10 // orr v16.16b, v16.16b, v20.16b
+	FMOVQ 96(R19), F20
+	WORD $0x4e1401f4 // tbl v20.16b, {v15.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e73 // orr v19.16b, v19.16b, v20.16b
+	WORD $0x4f88ea11 // sdot v17.4s, v16.16b, v8.4b[2]
+	WORD $0x4f89ea71 // sdot v17.4s, v19.16b, v9.4b[2]
+	WORD $0x4f8aea12 // sdot v18.4s, v16.16b, v10.4b[2]
+	WORD $0x4f8bea72 // sdot v18.4s, v19.16b, v11.4b[2]
+	FMOVQ 304(R0), F19
+	WORD $0x4e2c1e70 // and v16.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 80(R0), F20
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f028f // tbl v15.16b, {v20.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e10 // orr v16.16b, v16.16b, v15.16b
+	FMOVQ 96(R19), F15
+	WORD $0x4e0f028f // tbl v15.16b, {v20.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	WORD $0x4fa8ea11 // sdot v17.4s, v16.16b, v8.4b[3]
+	WORD $0x4fa9ea71 // sdot v17.4s, v19.16b, v9.4b[3]
+	WORD $0x4faaea12 // sdot v18.4s, v16.16b, v10.4b[3]
+	WORD $0x4fabea72 // sdot v18.4s, v19.16b, v11.4b[3]
+	FMOVD 8(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb08631 // add v17.4s, v17.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f90926f // fmul v15.4s, v19.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2fde31 // fmul v17.4s, v17.4s, v15.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	FMOVS 8(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8652 // add v18.4s, v18.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9270 // fmul v16.4s, v19.4s, v15.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e30de52 // fmul v18.4s, v18.4s, v16.4s
+	WORD $0x4e32d4a5 // fadd v5.4s, v5.4s, v18.4s
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 128(R0), F15
+	WORD $0x4e2c1df2 // and v18.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 112(R19), F20
+	WORD $0x4e140234 // tbl v20.16b, {v17.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e140234 // tbl v20.16b, {v17.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41def // orr v15.16b, v15.16b, v20.16b
+	WORD $0x4f88e253 // sdot v19.4s, v18.16b, v8.4b[0]
+	WORD $0x4f89e1f3 // sdot v19.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8ae250 // sdot v16.4s, v18.16b, v10.4b[0]
+	WORD $0x4f8be1f0 // sdot v16.4s, v15.16b, v11.4b[0]
+	FMOVQ 192(R0), F15
+	WORD $0x4e2c1df2 // and v18.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 48(R0), F20
+	FMOVQ 112(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2d1e31 // and v17.16b, v17.16b, v13.16b
+	WORD $0x4eb11e52 // orr v18.16b, v18.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2d1e31 // and v17.16b, v17.16b, v13.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4fa8e253 // sdot v19.4s, v18.16b, v8.4b[1]
+	WORD $0x4fa9e1f3 // sdot v19.4s, v15.16b, v9.4b[1]
+	WORD $0x4faae250 // sdot v16.4s, v18.16b, v10.4b[1]
+	WORD $0x4fabe1f0 // sdot v16.4s, v15.16b, v11.4b[1]
+	FMOVQ 256(R0), F15
+	WORD $0x4e2c1df2 // and v18.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 112(R19), F20
+	WORD $0x4e140234 // tbl v20.16b, {v17.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e140234 // tbl v20.16b, {v17.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41def // orr v15.16b, v15.16b, v20.16b
+	WORD $0x4f88ea53 // sdot v19.4s, v18.16b, v8.4b[2]
+	WORD $0x4f89e9f3 // sdot v19.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8aea50 // sdot v16.4s, v18.16b, v10.4b[2]
+	WORD $0x4f8be9f0 // sdot v16.4s, v15.16b, v11.4b[2]
+	FMOVQ 320(R0), F15
+	WORD $0x4e2c1df2 // and v18.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F20
+	FMOVQ 112(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2d1e31 // and v17.16b, v17.16b, v13.16b
+	WORD $0x4eb11e52 // orr v18.16b, v18.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2d1e31 // and v17.16b, v17.16b, v13.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4fa8ea53 // sdot v19.4s, v18.16b, v8.4b[3]
+	WORD $0x4fa9e9f3 // sdot v19.4s, v15.16b, v9.4b[3]
+	WORD $0x4faaea50 // sdot v16.4s, v18.16b, v10.4b[3]
+	WORD $0x4fabe9f0 // sdot v16.4s, v15.16b, v11.4b[3]
+	FMOVD 16(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 8(R6), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb28673 // add v19.4s, v19.4s, v18.4s
+	FMOVS 0(R6), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e31de73 // fmul v19.4s, v19.4s, v17.4s
+	WORD $0x4e33d442 // fadd v2.4s, v2.4s, v19.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e32de10 // fmul v16.4s, v16.4s, v18.4s
+	WORD $0x4e30d4c6 // fadd v6.4s, v6.4s, v16.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 144(R0), F17
+	WORD $0x4e2c1e30 // and v16.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 32(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e10 // orr v16.16b, v16.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4f88e20f // sdot v15.4s, v16.16b, v8.4b[0]
+	WORD $0x4f89e22f // sdot v15.4s, v17.16b, v9.4b[0]
+	WORD $0x4f8ae212 // sdot v18.4s, v16.16b, v10.4b[0]
+	WORD $0x4f8be232 // sdot v18.4s, v17.16b, v11.4b[0]
+	FMOVQ 208(R0), F17
+	WORD $0x4e2c1e30 // and v16.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 48(R0), F20
+	FMOVQ 144(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	FMOVQ 160(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4fa8e20f // sdot v15.4s, v16.16b, v8.4b[1]
+	WORD $0x4fa9e22f // sdot v15.4s, v17.16b, v9.4b[1]
+	WORD $0x4faae212 // sdot v18.4s, v16.16b, v10.4b[1]
+	WORD $0x4fabe232 // sdot v18.4s, v17.16b, v11.4b[1]
+	FMOVQ 272(R0), F17
+	WORD $0x4e2c1e30 // and v16.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e10 // orr v16.16b, v16.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4f88ea0f // sdot v15.4s, v16.16b, v8.4b[2]
+	WORD $0x4f89ea2f // sdot v15.4s, v17.16b, v9.4b[2]
+	WORD $0x4f8aea12 // sdot v18.4s, v16.16b, v10.4b[2]
+	WORD $0x4f8bea32 // sdot v18.4s, v17.16b, v11.4b[2]
+	FMOVQ 336(R0), F17
+	WORD $0x4e2c1e30 // and v16.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F20
+	FMOVQ 144(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	FMOVQ 160(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4fa8ea0f // sdot v15.4s, v16.16b, v8.4b[3]
+	WORD $0x4fa9ea2f // sdot v15.4s, v17.16b, v9.4b[3]
+	WORD $0x4faaea12 // sdot v18.4s, v16.16b, v10.4b[3]
+	WORD $0x4fabea32 // sdot v18.4s, v17.16b, v11.4b[3]
+	FMOVD 24(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f909233 // fmul v19.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e33ddef // fmul v15.4s, v15.4s, v19.4s
+	WORD $0x4e2fd463 // fadd v3.4s, v3.4s, v15.4s
+	FMOVS 8(R7), F19
+	WORD $0x4e040673 // dup v19.4s, v19.s[0]
+	WORD $0x4eb38652 // add v18.4s, v18.4s, v19.4s
+	FMOVS 0(R7), F19
+	WORD $0x4f939230 // fmul v16.4s, v17.4s, v19.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e30de52 // fmul v18.4s, v18.4s, v16.4s
+	WORD $0x4e32d4e7 // fadd v7.4s, v7.4s, v18.4s
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ5_0x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x3Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R19), F6
+	FMOVQ 16(R19), F7
+	FMOVQ 32(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 96(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 32(R0), F14
+	FMOVQ 48(R19), F15
+	WORD $0x4e0f01cf // tbl v15.16b, {v14.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1dad // orr v13.16b, v13.16b, v15.16b
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f01cf // tbl v15.16b, {v14.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d8c // orr v12.16b, v12.16b, v15.16b
+	WORD $0x4f80e1a9 // sdot v9.4s, v13.16b, v0.4b[0]
+	WORD $0x4f81e189 // sdot v9.4s, v12.16b, v1.4b[0]
+	WORD $0x4f82e1aa // sdot v10.4s, v13.16b, v2.4b[0]
+	WORD $0x4f83e18a // sdot v10.4s, v12.16b, v3.4b[0]
+	WORD $0x4f84e1ab // sdot v11.4s, v13.16b, v4.4b[0]
+	WORD $0x4f85e18b // sdot v11.4s, v12.16b, v5.4b[0]
+	FMOVQ 160(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 48(R0), F15
+	FMOVQ 48(R19), F14
+	WORD $0x4e0e01ee // tbl v14.16b, {v15.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	FMOVQ 64(R19), F14
+	WORD $0x4e0e01ee // tbl v14.16b, {v15.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4fa0e1a9 // sdot v9.4s, v13.16b, v0.4b[1]
+	WORD $0x4fa1e189 // sdot v9.4s, v12.16b, v1.4b[1]
+	WORD $0x4fa2e1aa // sdot v10.4s, v13.16b, v2.4b[1]
+	WORD $0x4fa3e18a // sdot v10.4s, v12.16b, v3.4b[1]
+	WORD $0x4fa4e1ab // sdot v11.4s, v13.16b, v4.4b[1]
+	WORD $0x4fa5e18b // sdot v11.4s, v12.16b, v5.4b[1]
+	FMOVQ 224(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 64(R0), F14
+	FMOVQ 48(R19), F15
+	WORD $0x4e0f01cf // tbl v15.16b, {v14.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1dad // orr v13.16b, v13.16b, v15.16b
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f01cf // tbl v15.16b, {v14.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d8c // orr v12.16b, v12.16b, v15.16b
+	WORD $0x4f80e9a9 // sdot v9.4s, v13.16b, v0.4b[2]
+	WORD $0x4f81e989 // sdot v9.4s, v12.16b, v1.4b[2]
+	WORD $0x4f82e9aa // sdot v10.4s, v13.16b, v2.4b[2]
+	WORD $0x4f83e98a // sdot v10.4s, v12.16b, v3.4b[2]
+	WORD $0x4f84e9ab // sdot v11.4s, v13.16b, v4.4b[2]
+	WORD $0x4f85e98b // sdot v11.4s, v12.16b, v5.4b[2]
+	FMOVQ 288(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 80(R0), F15
+	FMOVQ 48(R19), F14
+	WORD $0x4e0e01ee // tbl v14.16b, {v15.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	FMOVQ 64(R19), F14
+	WORD $0x4e0e01ee // tbl v14.16b, {v15.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4fa0e9a9 // sdot v9.4s, v13.16b, v0.4b[3]
+	WORD $0x4fa1e989 // sdot v9.4s, v12.16b, v1.4b[3]
+	WORD $0x4fa2e9aa // sdot v10.4s, v13.16b, v2.4b[3]
+	WORD $0x4fa3e98a // sdot v10.4s, v12.16b, v3.4b[3]
+	WORD $0x4fa4e9ab // sdot v11.4s, v13.16b, v4.4b[3]
+	WORD $0x4fa5e98b // sdot v11.4s, v12.16b, v5.4b[3]
+	FMOVD 0(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 8(R6), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d918e // fmul v14.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2edd29 // fmul v9.4s, v9.4s, v14.4s
+	FMOVQ 0(R10), F15
+	WORD $0x4e29d5ef // fadd v15.4s, v15.4s, v9.4s
+	FMOVQ F15, 0(R10)
+	FMOVS 8(R7), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae854a // add v10.4s, v10.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e918d // fmul v13.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2ddd4a // fmul v10.4s, v10.4s, v13.4s
+	FMOVQ 0(R11), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 0(R11)
+	FMOVS 8(R8), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead856b // add v11.4s, v11.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d918e // fmul v14.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2edd6b // fmul v11.4s, v11.4s, v14.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R12)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 112(R0), F11
+	WORD $0x4e261d6a // and v10.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 32(R0), F9
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f012f // tbl v15.16b, {v9.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d4a // orr v10.16b, v10.16b, v15.16b
+	FMOVQ 96(R19), F15
+	WORD $0x4e0f012f // tbl v15.16b, {v9.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d6b // orr v11.16b, v11.16b, v15.16b
+	WORD $0x4f80e14c // sdot v12.4s, v10.16b, v0.4b[0]
+	WORD $0x4f81e16c // sdot v12.4s, v11.16b, v1.4b[0]
+	WORD $0x4f82e14e // sdot v14.4s, v10.16b, v2.4b[0]
+	WORD $0x4f83e16e // sdot v14.4s, v11.16b, v3.4b[0]
+	WORD $0x4f84e14d // sdot v13.4s, v10.16b, v4.4b[0]
+	WORD $0x4f85e16d // sdot v13.4s, v11.16b, v5.4b[0]
+	FMOVQ 176(R0), F11
+	WORD $0x4e261d6a // and v10.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 48(R0), F15
+	FMOVQ 80(R19), F9
+	WORD $0x4e0901e9 // tbl v9.16b, {v15.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d4a // orr v10.16b, v10.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e0901e9 // tbl v9.16b, {v15.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d6b // orr v11.16b, v11.16b, v9.16b
+	WORD $0x4fa0e14c // sdot v12.4s, v10.16b, v0.4b[1]
+	WORD $0x4fa1e16c // sdot v12.4s, v11.16b, v1.4b[1]
+	WORD $0x4fa2e14e // sdot v14.4s, v10.16b, v2.4b[1]
+	WORD $0x4fa3e16e // sdot v14.4s, v11.16b, v3.4b[1]
+	WORD $0x4fa4e14d // sdot v13.4s, v10.16b, v4.4b[1]
+	WORD $0x4fa5e16d // sdot v13.4s, v11.16b, v5.4b[1]
+	FMOVQ 240(R0), F11
+	WORD $0x4e261d6a // and v10.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F9
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f012f // tbl v15.16b, {v9.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d4a // orr v10.16b, v10.16b, v15.16b
+	FMOVQ 96(R19), F15
+	WORD $0x4e0f012f // tbl v15.16b, {v9.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d6b // orr v11.16b, v11.16b, v15.16b
+	WORD $0x4f80e94c // sdot v12.4s, v10.16b, v0.4b[2]
+	WORD $0x4f81e96c // sdot v12.4s, v11.16b, v1.4b[2]
+	WORD $0x4f82e94e // sdot v14.4s, v10.16b, v2.4b[2]
+	WORD $0x4f83e96e // sdot v14.4s, v11.16b, v3.4b[2]
+	WORD $0x4f84e94d // sdot v13.4s, v10.16b, v4.4b[2]
+	WORD $0x4f85e96d // sdot v13.4s, v11.16b, v5.4b[2]
+	FMOVQ 304(R0), F11
+	WORD $0x4e261d6a // and v10.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F15
+	FMOVQ 80(R19), F9
+	WORD $0x4e0901e9 // tbl v9.16b, {v15.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d4a // orr v10.16b, v10.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e0901e9 // tbl v9.16b, {v15.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d6b // orr v11.16b, v11.16b, v9.16b
+	WORD $0x4fa0e94c // sdot v12.4s, v10.16b, v0.4b[3]
+	WORD $0x4fa1e96c // sdot v12.4s, v11.16b, v1.4b[3]
+	WORD $0x4fa2e94e // sdot v14.4s, v10.16b, v2.4b[3]
+	WORD $0x4fa3e96e // sdot v14.4s, v11.16b, v3.4b[3]
+	WORD $0x4fa4e94d // sdot v13.4s, v10.16b, v4.4b[3]
+	WORD $0x4fa5e96d // sdot v13.4s, v11.16b, v5.4b[3]
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 8(R6), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa858c // add v12.4s, v12.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9169 // fmul v9.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e29dd8c // fmul v12.4s, v12.4s, v9.4s
+	FMOVQ 16(R10), F15
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ F15, 16(R10)
+	FMOVS 8(R7), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea985ce // add v14.4s, v14.4s, v9.4s
+	FMOVS 0(R7), F9
+	WORD $0x4f89916a // fmul v10.4s, v11.4s, v9.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 16(R11), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 16(R11)
+	FMOVS 8(R8), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa85ad // add v13.4s, v13.4s, v10.4s
+	FMOVS 0(R8), F10
+	WORD $0x4f8a9169 // fmul v9.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVQ 16(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 128(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 32(R0), F12
+	FMOVQ 112(R19), F15
+	WORD $0x4e0f018f // tbl v15.16b, {v12.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1dce // orr v14.16b, v14.16b, v15.16b
+	FMOVQ 128(R19), F15
+	WORD $0x4e0f018f // tbl v15.16b, {v12.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1dad // orr v13.16b, v13.16b, v15.16b
+	WORD $0x4f80e1cb // sdot v11.4s, v14.16b, v0.4b[0]
+	WORD $0x4f81e1ab // sdot v11.4s, v13.16b, v1.4b[0]
+	WORD $0x4f82e1c9 // sdot v9.4s, v14.16b, v2.4b[0]
+	WORD $0x4f83e1a9 // sdot v9.4s, v13.16b, v3.4b[0]
+	WORD $0x4f84e1ca // sdot v10.4s, v14.16b, v4.4b[0]
+	WORD $0x4f85e1aa // sdot v10.4s, v13.16b, v5.4b[0]
+	FMOVQ 192(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 48(R0), F15
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c01ec // tbl v12.16b, {v15.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1dce // orr v14.16b, v14.16b, v12.16b
+	FMOVQ 128(R19), F12
+	WORD $0x4e0c01ec // tbl v12.16b, {v15.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1dad // orr v13.16b, v13.16b, v12.16b
+	WORD $0x4fa0e1cb // sdot v11.4s, v14.16b, v0.4b[1]
+	WORD $0x4fa1e1ab // sdot v11.4s, v13.16b, v1.4b[1]
+	WORD $0x4fa2e1c9 // sdot v9.4s, v14.16b, v2.4b[1]
+	WORD $0x4fa3e1a9 // sdot v9.4s, v13.16b, v3.4b[1]
+	WORD $0x4fa4e1ca // sdot v10.4s, v14.16b, v4.4b[1]
+	WORD $0x4fa5e1aa // sdot v10.4s, v13.16b, v5.4b[1]
+	FMOVQ 256(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 112(R19), F15
+	WORD $0x4e0f018f // tbl v15.16b, {v12.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1dce // orr v14.16b, v14.16b, v15.16b
+	FMOVQ 128(R19), F15
+	WORD $0x4e0f018f // tbl v15.16b, {v12.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1dad // orr v13.16b, v13.16b, v15.16b
+	WORD $0x4f80e9cb // sdot v11.4s, v14.16b, v0.4b[2]
+	WORD $0x4f81e9ab // sdot v11.4s, v13.16b, v1.4b[2]
+	WORD $0x4f82e9c9 // sdot v9.4s, v14.16b, v2.4b[2]
+	WORD $0x4f83e9a9 // sdot v9.4s, v13.16b, v3.4b[2]
+	WORD $0x4f84e9ca // sdot v10.4s, v14.16b, v4.4b[2]
+	WORD $0x4f85e9aa // sdot v10.4s, v13.16b, v5.4b[2]
+	FMOVQ 320(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 80(R0), F15
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c01ec // tbl v12.16b, {v15.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1dce // orr v14.16b, v14.16b, v12.16b
+	FMOVQ 128(R19), F12
+	WORD $0x4e0c01ec // tbl v12.16b, {v15.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1dad // orr v13.16b, v13.16b, v12.16b
+	WORD $0x4fa0e9cb // sdot v11.4s, v14.16b, v0.4b[3]
+	WORD $0x4fa1e9ab // sdot v11.4s, v13.16b, v1.4b[3]
+	WORD $0x4fa2e9c9 // sdot v9.4s, v14.16b, v2.4b[3]
+	WORD $0x4fa3e9a9 // sdot v9.4s, v13.16b, v3.4b[3]
+	WORD $0x4fa4e9ca // sdot v10.4s, v14.16b, v4.4b[3]
+	WORD $0x4fa5e9aa // sdot v10.4s, v13.16b, v5.4b[3]
+	FMOVD 16(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 8(R6), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae856b // add v11.4s, v11.4s, v14.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e91ac // fmul v12.4s, v13.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2cdd6b // fmul v11.4s, v11.4s, v12.4s
+	FMOVQ 32(R10), F15
+	WORD $0x4e2bd5ef // fadd v15.4s, v15.4s, v11.4s
+	FMOVQ F15, 32(R10)
+	FMOVS 8(R7), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac8529 // add v9.4s, v9.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c91ae // fmul v14.4s, v13.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2edd29 // fmul v9.4s, v9.4s, v14.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e29d56b // fadd v11.4s, v11.4s, v9.4s
+	FMOVQ F11, 32(R11)
+	FMOVS 8(R8), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae854a // add v10.4s, v10.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e91ac // fmul v12.4s, v13.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2cdd4a // fmul v10.4s, v10.4s, v12.4s
+	FMOVQ 32(R12), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 32(R12)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 144(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 32(R0), F11
+	FMOVQ 144(R19), F15
+	WORD $0x4e0f016f // tbl v15.16b, {v11.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d29 // orr v9.16b, v9.16b, v15.16b
+	FMOVQ 160(R19), F15
+	WORD $0x4e0f016f // tbl v15.16b, {v11.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d4a // orr v10.16b, v10.16b, v15.16b
+	WORD $0x4f80e12d // sdot v13.4s, v9.16b, v0.4b[0]
+	WORD $0x4f81e14d // sdot v13.4s, v10.16b, v1.4b[0]
+	WORD $0x4f82e12c // sdot v12.4s, v9.16b, v2.4b[0]
+	WORD $0x4f83e14c // sdot v12.4s, v10.16b, v3.4b[0]
+	WORD $0x4f84e12e // sdot v14.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e14e // sdot v14.4s, v10.16b, v5.4b[0]
+	FMOVQ 208(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 48(R0), F15
+	FMOVQ 144(R19), F11
+	WORD $0x4e0b01eb // tbl v11.16b, {v15.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d29 // orr v9.16b, v9.16b, v11.16b
+	FMOVQ 160(R19), F11
+	WORD $0x4e0b01eb // tbl v11.16b, {v15.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d4a // orr v10.16b, v10.16b, v11.16b
+	WORD $0x4fa0e12d // sdot v13.4s, v9.16b, v0.4b[1]
+	WORD $0x4fa1e14d // sdot v13.4s, v10.16b, v1.4b[1]
+	WORD $0x4fa2e12c // sdot v12.4s, v9.16b, v2.4b[1]
+	WORD $0x4fa3e14c // sdot v12.4s, v10.16b, v3.4b[1]
+	WORD $0x4fa4e12e // sdot v14.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e14e // sdot v14.4s, v10.16b, v5.4b[1]
+	FMOVQ 272(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F11
+	FMOVQ 144(R19), F15
+	WORD $0x4e0f016f // tbl v15.16b, {v11.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d29 // orr v9.16b, v9.16b, v15.16b
+	FMOVQ 160(R19), F15
+	WORD $0x4e0f016f // tbl v15.16b, {v11.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d4a // orr v10.16b, v10.16b, v15.16b
+	WORD $0x4f80e92d // sdot v13.4s, v9.16b, v0.4b[2]
+	WORD $0x4f81e94d // sdot v13.4s, v10.16b, v1.4b[2]
+	WORD $0x4f82e92c // sdot v12.4s, v9.16b, v2.4b[2]
+	WORD $0x4f83e94c // sdot v12.4s, v10.16b, v3.4b[2]
+	WORD $0x4f84e92e // sdot v14.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e94e // sdot v14.4s, v10.16b, v5.4b[2]
+	FMOVQ 336(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F15
+	FMOVQ 144(R19), F11
+	WORD $0x4e0b01eb // tbl v11.16b, {v15.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d29 // orr v9.16b, v9.16b, v11.16b
+	FMOVQ 160(R19), F11
+	WORD $0x4e0b01eb // tbl v11.16b, {v15.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d4a // orr v10.16b, v10.16b, v11.16b
+	WORD $0x4fa0e92d // sdot v13.4s, v9.16b, v0.4b[3]
+	WORD $0x4fa1e94d // sdot v13.4s, v10.16b, v1.4b[3]
+	WORD $0x4fa2e92c // sdot v12.4s, v9.16b, v2.4b[3]
+	WORD $0x4fa3e94c // sdot v12.4s, v10.16b, v3.4b[3]
+	WORD $0x4fa4e92e // sdot v14.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e94e // sdot v14.4s, v10.16b, v5.4b[3]
+	FMOVD 24(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 8(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea985ad // add v13.4s, v13.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f89914b // fmul v11.4s, v10.4s, v9.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVQ 48(R10), F15
+	WORD $0x4e2dd5ef // fadd v15.4s, v15.4s, v13.4s
+	FMOVQ F15, 48(R10)
+	FMOVS 8(R7), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b9149 // fmul v9.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e29dd8c // fmul v12.4s, v12.4s, v9.4s
+	FMOVQ 48(R11), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 48(R11)
+	FMOVS 8(R8), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea985ce // add v14.4s, v14.4s, v9.4s
+	FMOVS 0(R8), F9
+	WORD $0x4f89914b // fmul v11.4s, v10.4s, v9.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2bddce // fmul v14.4s, v14.4s, v11.4s
+	FMOVQ 48(R12), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 48(R12)
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_0x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x4Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	FMOVQ 16(R19), F9
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 96(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	WORD $0x4f80e20b // sdot v11.4s, v16.16b, v0.4b[0]
+	WORD $0x4f81e1eb // sdot v11.4s, v15.16b, v1.4b[0]
+	WORD $0x4f82e20c // sdot v12.4s, v16.16b, v2.4b[0]
+	WORD $0x4f83e1ec // sdot v12.4s, v15.16b, v3.4b[0]
+	WORD $0x4f84e20d // sdot v13.4s, v16.16b, v4.4b[0]
+	WORD $0x4f85e1ed // sdot v13.4s, v15.16b, v5.4b[0]
+	WORD $0x4f86e20e // sdot v14.4s, v16.16b, v6.4b[0]
+	WORD $0x4f87e1ee // sdot v14.4s, v15.16b, v7.4b[0]
+	FMOVQ 160(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 48(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4fa0e20b // sdot v11.4s, v16.16b, v0.4b[1]
+	WORD $0x4fa1e1eb // sdot v11.4s, v15.16b, v1.4b[1]
+	WORD $0x4fa2e20c // sdot v12.4s, v16.16b, v2.4b[1]
+	WORD $0x4fa3e1ec // sdot v12.4s, v15.16b, v3.4b[1]
+	WORD $0x4fa4e20d // sdot v13.4s, v16.16b, v4.4b[1]
+	WORD $0x4fa5e1ed // sdot v13.4s, v15.16b, v5.4b[1]
+	WORD $0x4fa6e20e // sdot v14.4s, v16.16b, v6.4b[1]
+	WORD $0x4fa7e1ee // sdot v14.4s, v15.16b, v7.4b[1]
+	FMOVQ 224(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	WORD $0x4f80ea0b // sdot v11.4s, v16.16b, v0.4b[2]
+	WORD $0x4f81e9eb // sdot v11.4s, v15.16b, v1.4b[2]
+	WORD $0x4f82ea0c // sdot v12.4s, v16.16b, v2.4b[2]
+	WORD $0x4f83e9ec // sdot v12.4s, v15.16b, v3.4b[2]
+	WORD $0x4f84ea0d // sdot v13.4s, v16.16b, v4.4b[2]
+	WORD $0x4f85e9ed // sdot v13.4s, v15.16b, v5.4b[2]
+	WORD $0x4f86ea0e // sdot v14.4s, v16.16b, v6.4b[2]
+	WORD $0x4f87e9ee // sdot v14.4s, v15.16b, v7.4b[2]
+	FMOVQ 288(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 48(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4fa0ea0b // sdot v11.4s, v16.16b, v0.4b[3]
+	WORD $0x4fa1e9eb // sdot v11.4s, v15.16b, v1.4b[3]
+	WORD $0x4fa2ea0c // sdot v12.4s, v16.16b, v2.4b[3]
+	WORD $0x4fa3e9ec // sdot v12.4s, v15.16b, v3.4b[3]
+	WORD $0x4fa4ea0d // sdot v13.4s, v16.16b, v4.4b[3]
+	WORD $0x4fa5e9ed // sdot v13.4s, v15.16b, v5.4b[3]
+	WORD $0x4fa6ea0e // sdot v14.4s, v16.16b, v6.4b[3]
+	WORD $0x4fa7e9ee // sdot v14.4s, v15.16b, v7.4b[3]
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb0856b // add v11.4s, v11.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9091f1 // fmul v17.4s, v15.4s, v16.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e31dd6b // fmul v11.4s, v11.4s, v17.4s
+	FMOVQ 0(R10), F18
+	WORD $0x4e2bd652 // fadd v18.4s, v18.4s, v11.4s
+	FMOVQ F18, 0(R10)
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb1858c // add v12.4s, v12.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191f0 // fmul v16.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVQ 0(R11), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 0(R11)
+	FMOVS 8(R8), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ad // add v13.4s, v13.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f9091f1 // fmul v17.4s, v15.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e31ddad // fmul v13.4s, v13.4s, v17.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R12)
+	FMOVS 8(R9), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb185ce // add v14.4s, v14.4s, v17.4s
+	FMOVS 0(R9), F17
+	WORD $0x4f9191f0 // fmul v16.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	FMOVQ 0(R13), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 0(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 112(R0), F13
+	WORD $0x4e281dac // and v12.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 32(R0), F11
+	FMOVQ 80(R19), F18
+	WORD $0x4e120172 // tbl v18.16b, {v11.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21d8c // orr v12.16b, v12.16b, v18.16b
+	FMOVQ 96(R19), F18
+	WORD $0x4e120172 // tbl v18.16b, {v11.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21dad // orr v13.16b, v13.16b, v18.16b
+	WORD $0x4f80e18f // sdot v15.4s, v12.16b, v0.4b[0]
+	WORD $0x4f81e1af // sdot v15.4s, v13.16b, v1.4b[0]
+	WORD $0x4f82e190 // sdot v16.4s, v12.16b, v2.4b[0]
+	WORD $0x4f83e1b0 // sdot v16.4s, v13.16b, v3.4b[0]
+	WORD $0x4f84e191 // sdot v17.4s, v12.16b, v4.4b[0]
+	WORD $0x4f85e1b1 // sdot v17.4s, v13.16b, v5.4b[0]
+	WORD $0x4f86e18e // sdot v14.4s, v12.16b, v6.4b[0]
+	WORD $0x4f87e1ae // sdot v14.4s, v13.16b, v7.4b[0]
+	FMOVQ 176(R0), F13
+	WORD $0x4e281dac // and v12.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b024b // tbl v11.16b, {v18.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1d8c // orr v12.16b, v12.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b024b // tbl v11.16b, {v18.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1dad // orr v13.16b, v13.16b, v11.16b
+	WORD $0x4fa0e18f // sdot v15.4s, v12.16b, v0.4b[1]
+	WORD $0x4fa1e1af // sdot v15.4s, v13.16b, v1.4b[1]
+	WORD $0x4fa2e190 // sdot v16.4s, v12.16b, v2.4b[1]
+	WORD $0x4fa3e1b0 // sdot v16.4s, v13.16b, v3.4b[1]
+	WORD $0x4fa4e191 // sdot v17.4s, v12.16b, v4.4b[1]
+	WORD $0x4fa5e1b1 // sdot v17.4s, v13.16b, v5.4b[1]
+	WORD $0x4fa6e18e // sdot v14.4s, v12.16b, v6.4b[1]
+	WORD $0x4fa7e1ae // sdot v14.4s, v13.16b, v7.4b[1]
+	FMOVQ 240(R0), F13
+	WORD $0x4e281dac // and v12.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 64(R0), F11
+	FMOVQ 80(R19), F18
+	WORD $0x4e120172 // tbl v18.16b, {v11.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21d8c // orr v12.16b, v12.16b, v18.16b
+	FMOVQ 96(R19), F18
+	WORD $0x4e120172 // tbl v18.16b, {v11.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21dad // orr v13.16b, v13.16b, v18.16b
+	WORD $0x4f80e98f // sdot v15.4s, v12.16b, v0.4b[2]
+	WORD $0x4f81e9af // sdot v15.4s, v13.16b, v1.4b[2]
+	WORD $0x4f82e990 // sdot v16.4s, v12.16b, v2.4b[2]
+	WORD $0x4f83e9b0 // sdot v16.4s, v13.16b, v3.4b[2]
+	WORD $0x4f84e991 // sdot v17.4s, v12.16b, v4.4b[2]
+	WORD $0x4f85e9b1 // sdot v17.4s, v13.16b, v5.4b[2]
+	WORD $0x4f86e98e // sdot v14.4s, v12.16b, v6.4b[2]
+	WORD $0x4f87e9ae // sdot v14.4s, v13.16b, v7.4b[2]
+	FMOVQ 304(R0), F13
+	WORD $0x4e281dac // and v12.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b024b // tbl v11.16b, {v18.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1d8c // orr v12.16b, v12.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b024b // tbl v11.16b, {v18.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1dad // orr v13.16b, v13.16b, v11.16b
+	WORD $0x4fa0e98f // sdot v15.4s, v12.16b, v0.4b[3]
+	WORD $0x4fa1e9af // sdot v15.4s, v13.16b, v1.4b[3]
+	WORD $0x4fa2e990 // sdot v16.4s, v12.16b, v2.4b[3]
+	WORD $0x4fa3e9b0 // sdot v16.4s, v13.16b, v3.4b[3]
+	WORD $0x4fa4e991 // sdot v17.4s, v12.16b, v4.4b[3]
+	WORD $0x4fa5e9b1 // sdot v17.4s, v13.16b, v5.4b[3]
+	WORD $0x4fa6e98e // sdot v14.4s, v12.16b, v6.4b[3]
+	WORD $0x4fa7e9ae // sdot v14.4s, v13.16b, v7.4b[3]
+	FMOVD 8(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 8(R6), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac85ef // add v15.4s, v15.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c91ab // fmul v11.4s, v13.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2bddef // fmul v15.4s, v15.4s, v11.4s
+	FMOVQ 16(R10), F18
+	WORD $0x4e2fd652 // fadd v18.4s, v18.4s, v15.4s
+	FMOVQ F18, 16(R10)
+	FMOVS 8(R7), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8610 // add v16.4s, v16.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b91ac // fmul v12.4s, v13.4s, v11.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	FMOVQ 16(R11), F15
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ F15, 16(R11)
+	FMOVS 8(R8), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac8631 // add v17.4s, v17.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c91ab // fmul v11.4s, v13.4s, v12.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2bde31 // fmul v17.4s, v17.4s, v11.4s
+	FMOVQ 16(R12), F16
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	FMOVQ F16, 16(R12)
+	FMOVS 8(R9), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
+	FMOVS 0(R9), F11
+	WORD $0x4f8b91ac // fmul v12.4s, v13.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	FMOVQ 16(R13), F17
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	FMOVQ F17, 16(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F17
+	WORD $0x4e281e30 // and v16.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 32(R0), F15
+	FMOVQ 112(R19), F18
+	WORD $0x4e1201f2 // tbl v18.16b, {v15.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e1201f2 // tbl v18.16b, {v15.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	WORD $0x4f80e20d // sdot v13.4s, v16.16b, v0.4b[0]
+	WORD $0x4f81e22d // sdot v13.4s, v17.16b, v1.4b[0]
+	WORD $0x4f82e20c // sdot v12.4s, v16.16b, v2.4b[0]
+	WORD $0x4f83e22c // sdot v12.4s, v17.16b, v3.4b[0]
+	WORD $0x4f84e20b // sdot v11.4s, v16.16b, v4.4b[0]
+	WORD $0x4f85e22b // sdot v11.4s, v17.16b, v5.4b[0]
+	WORD $0x4f86e20e // sdot v14.4s, v16.16b, v6.4b[0]
+	WORD $0x4f87e22e // sdot v14.4s, v17.16b, v7.4b[0]
+	FMOVQ 192(R0), F17
+	WORD $0x4e281e30 // and v16.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 112(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e10 // orr v16.16b, v16.16b, v15.16b
+	FMOVQ 128(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e31 // orr v17.16b, v17.16b, v15.16b
+	WORD $0x4fa0e20d // sdot v13.4s, v16.16b, v0.4b[1]
+	WORD $0x4fa1e22d // sdot v13.4s, v17.16b, v1.4b[1]
+	WORD $0x4fa2e20c // sdot v12.4s, v16.16b, v2.4b[1]
+	WORD $0x4fa3e22c // sdot v12.4s, v17.16b, v3.4b[1]
+	WORD $0x4fa4e20b // sdot v11.4s, v16.16b, v4.4b[1]
+	WORD $0x4fa5e22b // sdot v11.4s, v17.16b, v5.4b[1]
+	WORD $0x4fa6e20e // sdot v14.4s, v16.16b, v6.4b[1]
+	WORD $0x4fa7e22e // sdot v14.4s, v17.16b, v7.4b[1]
+	FMOVQ 256(R0), F17
+	WORD $0x4e281e30 // and v16.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F15
+	FMOVQ 112(R19), F18
+	WORD $0x4e1201f2 // tbl v18.16b, {v15.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e1201f2 // tbl v18.16b, {v15.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	WORD $0x4f80ea0d // sdot v13.4s, v16.16b, v0.4b[2]
+	WORD $0x4f81ea2d // sdot v13.4s, v17.16b, v1.4b[2]
+	WORD $0x4f82ea0c // sdot v12.4s, v16.16b, v2.4b[2]
+	WORD $0x4f83ea2c // sdot v12.4s, v17.16b, v3.4b[2]
+	WORD $0x4f84ea0b // sdot v11.4s, v16.16b, v4.4b[2]
+	WORD $0x4f85ea2b // sdot v11.4s, v17.16b, v5.4b[2]
+	WORD $0x4f86ea0e // sdot v14.4s, v16.16b, v6.4b[2]
+	WORD $0x4f87ea2e // sdot v14.4s, v17.16b, v7.4b[2]
+	FMOVQ 320(R0), F17
+	WORD $0x4e281e30 // and v16.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 112(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e10 // orr v16.16b, v16.16b, v15.16b
+	FMOVQ 128(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e31 // orr v17.16b, v17.16b, v15.16b
+	WORD $0x4fa0ea0d // sdot v13.4s, v16.16b, v0.4b[3]
+	WORD $0x4fa1ea2d // sdot v13.4s, v17.16b, v1.4b[3]
+	WORD $0x4fa2ea0c // sdot v12.4s, v16.16b, v2.4b[3]
+	WORD $0x4fa3ea2c // sdot v12.4s, v17.16b, v3.4b[3]
+	WORD $0x4fa4ea0b // sdot v11.4s, v16.16b, v4.4b[3]
+	WORD $0x4fa5ea2b // sdot v11.4s, v17.16b, v5.4b[3]
+	WORD $0x4fa6ea0e // sdot v14.4s, v16.16b, v6.4b[3]
+	WORD $0x4fa7ea2e // sdot v14.4s, v17.16b, v7.4b[3]
+	FMOVD 16(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ad // add v13.4s, v13.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f90922f // fmul v15.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2fddad // fmul v13.4s, v13.4s, v15.4s
+	FMOVQ 32(R10), F18
+	WORD $0x4e2dd652 // fadd v18.4s, v18.4s, v13.4s
+	FMOVQ F18, 32(R10)
+	FMOVS 8(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf858c // add v12.4s, v12.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9230 // fmul v16.4s, v17.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVQ 32(R11), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 32(R11)
+	FMOVS 8(R8), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb0856b // add v11.4s, v11.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f90922f // fmul v15.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 32(R12)
+	FMOVS 8(R9), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf85ce // add v14.4s, v14.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f9230 // fmul v16.4s, v17.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	FMOVQ 32(R13), F11
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ F11, 32(R13)
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 144(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 32(R0), F13
+	FMOVQ 144(R19), F18
+	WORD $0x4e1201b2 // tbl v18.16b, {v13.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21d8c // orr v12.16b, v12.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e1201b2 // tbl v18.16b, {v13.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21d6b // orr v11.16b, v11.16b, v18.16b
+	WORD $0x4f80e191 // sdot v17.4s, v12.16b, v0.4b[0]
+	WORD $0x4f81e171 // sdot v17.4s, v11.16b, v1.4b[0]
+	WORD $0x4f82e190 // sdot v16.4s, v12.16b, v2.4b[0]
+	WORD $0x4f83e170 // sdot v16.4s, v11.16b, v3.4b[0]
+	WORD $0x4f84e18f // sdot v15.4s, v12.16b, v4.4b[0]
+	WORD $0x4f85e16f // sdot v15.4s, v11.16b, v5.4b[0]
+	WORD $0x4f86e18e // sdot v14.4s, v12.16b, v6.4b[0]
+	WORD $0x4f87e16e // sdot v14.4s, v11.16b, v7.4b[0]
+	FMOVQ 208(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d024d // tbl v13.16b, {v18.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d024d // tbl v13.16b, {v18.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	WORD $0x4fa0e191 // sdot v17.4s, v12.16b, v0.4b[1]
+	WORD $0x4fa1e171 // sdot v17.4s, v11.16b, v1.4b[1]
+	WORD $0x4fa2e190 // sdot v16.4s, v12.16b, v2.4b[1]
+	WORD $0x4fa3e170 // sdot v16.4s, v11.16b, v3.4b[1]
+	WORD $0x4fa4e18f // sdot v15.4s, v12.16b, v4.4b[1]
+	WORD $0x4fa5e16f // sdot v15.4s, v11.16b, v5.4b[1]
+	WORD $0x4fa6e18e // sdot v14.4s, v12.16b, v6.4b[1]
+	WORD $0x4fa7e16e // sdot v14.4s, v11.16b, v7.4b[1]
+	FMOVQ 272(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F13
+	FMOVQ 144(R19), F18
+	WORD $0x4e1201b2 // tbl v18.16b, {v13.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21d8c // orr v12.16b, v12.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e1201b2 // tbl v18.16b, {v13.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21d6b // orr v11.16b, v11.16b, v18.16b
+	WORD $0x4f80e991 // sdot v17.4s, v12.16b, v0.4b[2]
+	WORD $0x4f81e971 // sdot v17.4s, v11.16b, v1.4b[2]
+	WORD $0x4f82e990 // sdot v16.4s, v12.16b, v2.4b[2]
+	WORD $0x4f83e970 // sdot v16.4s, v11.16b, v3.4b[2]
+	WORD $0x4f84e98f // sdot v15.4s, v12.16b, v4.4b[2]
+	WORD $0x4f85e96f // sdot v15.4s, v11.16b, v5.4b[2]
+	WORD $0x4f86e98e // sdot v14.4s, v12.16b, v6.4b[2]
+	WORD $0x4f87e96e // sdot v14.4s, v11.16b, v7.4b[2]
+	FMOVQ 336(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d024d // tbl v13.16b, {v18.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d024d // tbl v13.16b, {v18.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	WORD $0x4fa0e991 // sdot v17.4s, v12.16b, v0.4b[3]
+	WORD $0x4fa1e971 // sdot v17.4s, v11.16b, v1.4b[3]
+	WORD $0x4fa2e990 // sdot v16.4s, v12.16b, v2.4b[3]
+	WORD $0x4fa3e970 // sdot v16.4s, v11.16b, v3.4b[3]
+	WORD $0x4fa4e98f // sdot v15.4s, v12.16b, v4.4b[3]
+	WORD $0x4fa5e96f // sdot v15.4s, v11.16b, v5.4b[3]
+	WORD $0x4fa6e98e // sdot v14.4s, v12.16b, v6.4b[3]
+	WORD $0x4fa7e96e // sdot v14.4s, v11.16b, v7.4b[3]
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 8(R6), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac8631 // add v17.4s, v17.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c916d // fmul v13.4s, v11.4s, v12.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	FMOVQ 48(R10), F18
+	WORD $0x4e31d652 // fadd v18.4s, v18.4s, v17.4s
+	FMOVQ F18, 48(R10)
+	FMOVS 8(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d916c // fmul v12.4s, v11.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	FMOVQ 48(R11), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 48(R11)
+	FMOVS 8(R8), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac85ef // add v15.4s, v15.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c916d // fmul v13.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	FMOVQ 48(R12), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 48(R12)
+	FMOVS 8(R9), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R9), F13
+	WORD $0x4f8d916c // fmul v12.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	FMOVQ 48(R13), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R13)
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_1x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x1Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	FMOVQ 16(R19), F7
+	FMOVQ 32(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 128(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 48(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 64(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f84e169 // sdot v9.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e149 // sdot v9.4s, v10.16b, v5.4b[0]
+	FMOVQ 192(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F13
+	FMOVQ 48(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 64(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e169 // sdot v9.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e149 // sdot v9.4s, v10.16b, v5.4b[1]
+	FMOVQ 256(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 96(R0), F12
+	FMOVQ 48(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 64(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f84e969 // sdot v9.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e949 // sdot v9.4s, v10.16b, v5.4b[2]
+	FMOVQ 320(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 112(R0), F13
+	FMOVQ 48(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 64(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e969 // sdot v9.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e949 // sdot v9.4s, v10.16b, v5.4b[3]
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 32(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c914d // fmul v13.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e916d // fmul v13.4s, v11.4s, v14.s[0]
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e29d400 // fadd v0.4s, v0.4s, v9.4s
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 144(R0), F10
+	WORD $0x4e261d4d // and v13.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 80(R19), F9
+	WORD $0x4e090189 // tbl v9.16b, {v12.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91dad // orr v13.16b, v13.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e090189 // tbl v9.16b, {v12.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d4a // orr v10.16b, v10.16b, v9.16b
+	WORD $0x4f84e1ab // sdot v11.4s, v13.16b, v4.4b[0]
+	WORD $0x4f85e14b // sdot v11.4s, v10.16b, v5.4b[0]
+	FMOVQ 208(R0), F10
+	WORD $0x4e261d4d // and v13.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F9
+	FMOVQ 80(R19), F12
+	WORD $0x4e0c012c // tbl v12.16b, {v9.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1dad // orr v13.16b, v13.16b, v12.16b
+	FMOVQ 96(R19), F12
+	WORD $0x4e0c012c // tbl v12.16b, {v9.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e1ab // sdot v11.4s, v13.16b, v4.4b[1]
+	WORD $0x4fa5e14b // sdot v11.4s, v10.16b, v5.4b[1]
+	FMOVQ 272(R0), F10
+	WORD $0x4e261d4d // and v13.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 96(R0), F12
+	FMOVQ 80(R19), F9
+	WORD $0x4e090189 // tbl v9.16b, {v12.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91dad // orr v13.16b, v13.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e090189 // tbl v9.16b, {v12.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d4a // orr v10.16b, v10.16b, v9.16b
+	WORD $0x4f84e9ab // sdot v11.4s, v13.16b, v4.4b[2]
+	WORD $0x4f85e94b // sdot v11.4s, v10.16b, v5.4b[2]
+	FMOVQ 336(R0), F10
+	WORD $0x4e261d4d // and v13.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 112(R0), F9
+	FMOVQ 80(R19), F12
+	WORD $0x4e0c012c // tbl v12.16b, {v9.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1dad // orr v13.16b, v13.16b, v12.16b
+	FMOVQ 96(R19), F12
+	WORD $0x4e0c012c // tbl v12.16b, {v9.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e9ab // sdot v11.4s, v13.16b, v4.4b[3]
+	WORD $0x4fa5e94b // sdot v11.4s, v10.16b, v5.4b[3]
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 40(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c9149 // fmul v9.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e91a9 // fmul v9.4s, v13.4s, v14.s[0]
+	WORD $0x4e29d56b // fadd v11.4s, v11.4s, v9.4s
+	WORD $0x4e2bd421 // fadd v1.4s, v1.4s, v11.4s
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 160(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 112(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d29 // orr v9.16b, v9.16b, v11.16b
+	FMOVQ 128(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d4a // orr v10.16b, v10.16b, v11.16b
+	WORD $0x4f84e12d // sdot v13.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e14d // sdot v13.4s, v10.16b, v5.4b[0]
+	FMOVQ 224(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F11
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c016c // tbl v12.16b, {v11.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d29 // orr v9.16b, v9.16b, v12.16b
+	FMOVQ 128(R19), F12
+	WORD $0x4e0c016c // tbl v12.16b, {v11.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e12d // sdot v13.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e14d // sdot v13.4s, v10.16b, v5.4b[1]
+	FMOVQ 288(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 96(R0), F12
+	FMOVQ 112(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d29 // orr v9.16b, v9.16b, v11.16b
+	FMOVQ 128(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d4a // orr v10.16b, v10.16b, v11.16b
+	WORD $0x4f84e92d // sdot v13.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e94d // sdot v13.4s, v10.16b, v5.4b[2]
+	FMOVQ 352(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 112(R0), F11
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c016c // tbl v12.16b, {v11.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d29 // orr v9.16b, v9.16b, v12.16b
+	FMOVQ 128(R19), F12
+	WORD $0x4e0c016c // tbl v12.16b, {v11.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e92d // sdot v13.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e94d // sdot v13.4s, v10.16b, v5.4b[3]
+	FMOVD 16(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 48(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c914b // fmul v11.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e912b // fmul v11.4s, v9.4s, v14.s[0]
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	WORD $0x4e2dd442 // fadd v2.4s, v2.4s, v13.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 176(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f84e169 // sdot v9.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e149 // sdot v9.4s, v10.16b, v5.4b[0]
+	FMOVQ 240(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F13
+	FMOVQ 144(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 160(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e169 // sdot v9.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e149 // sdot v9.4s, v10.16b, v5.4b[1]
+	FMOVQ 304(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 96(R0), F12
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f84e969 // sdot v9.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e949 // sdot v9.4s, v10.16b, v5.4b[2]
+	FMOVQ 368(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 112(R0), F13
+	FMOVQ 144(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 160(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa4e969 // sdot v9.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e949 // sdot v9.4s, v10.16b, v5.4b[3]
+	FMOVD 24(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 56(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c914d // fmul v13.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e916d // fmul v13.4s, v11.4s, v14.s[0]
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e29d463 // fadd v3.4s, v3.4s, v9.4s
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ5_1x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x2Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	FMOVQ 16(R19), F13
+	FMOVQ 32(R19), F14
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 128(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4f88e24f // sdot v15.4s, v18.16b, v8.4b[0]
+	WORD $0x4f89e22f // sdot v15.4s, v17.16b, v9.4b[0]
+	WORD $0x4f8ae250 // sdot v16.4s, v18.16b, v10.4b[0]
+	WORD $0x4f8be230 // sdot v16.4s, v17.16b, v11.4b[0]
+	FMOVQ 192(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F20
+	FMOVQ 48(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	FMOVQ 64(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4fa8e24f // sdot v15.4s, v18.16b, v8.4b[1]
+	WORD $0x4fa9e22f // sdot v15.4s, v17.16b, v9.4b[1]
+	WORD $0x4faae250 // sdot v16.4s, v18.16b, v10.4b[1]
+	WORD $0x4fabe230 // sdot v16.4s, v17.16b, v11.4b[1]
+	FMOVQ 256(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 96(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4f88ea4f // sdot v15.4s, v18.16b, v8.4b[2]
+	WORD $0x4f89ea2f // sdot v15.4s, v17.16b, v9.4b[2]
+	WORD $0x4f8aea50 // sdot v16.4s, v18.16b, v10.4b[2]
+	WORD $0x4f8bea30 // sdot v16.4s, v17.16b, v11.4b[2]
+	FMOVQ 320(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 112(R0), F20
+	FMOVQ 48(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	FMOVQ 64(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4fa8ea4f // sdot v15.4s, v18.16b, v8.4b[3]
+	WORD $0x4fa9ea2f // sdot v15.4s, v17.16b, v9.4b[3]
+	WORD $0x4faaea50 // sdot v16.4s, v18.16b, v10.4b[3]
+	WORD $0x4fabea30 // sdot v16.4s, v17.16b, v11.4b[3]
+	FMOVD 0(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVD 32(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVS 0(R6), F19
+	WORD $0x4f939234 // fmul v20.4s, v17.4s, v19.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e34ddef // fmul v15.4s, v15.4s, v20.4s
+	FMOVS 16(R6), F21
+	WORD $0x4f959254 // fmul v20.4s, v18.4s, v21.s[0]
+	WORD $0x4e34d5ef // fadd v15.4s, v15.4s, v20.4s
+	WORD $0x4e2fd400 // fadd v0.4s, v0.4s, v15.4s
+	FMOVS 0(R7), F20
+	WORD $0x4f949233 // fmul v19.4s, v17.4s, v20.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e33de10 // fmul v16.4s, v16.4s, v19.4s
+	FMOVS 16(R7), F15
+	WORD $0x4f8f9253 // fmul v19.4s, v18.4s, v15.s[0]
+	WORD $0x4e33d610 // fadd v16.4s, v16.4s, v19.4s
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 144(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F16
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f020f // tbl v15.16b, {v16.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 96(R19), F15
+	WORD $0x4e0f020f // tbl v15.16b, {v16.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	WORD $0x4f88e292 // sdot v18.4s, v20.16b, v8.4b[0]
+	WORD $0x4f89e272 // sdot v18.4s, v19.16b, v9.4b[0]
+	WORD $0x4f8ae291 // sdot v17.4s, v20.16b, v10.4b[0]
+	WORD $0x4f8be271 // sdot v17.4s, v19.16b, v11.4b[0]
+	FMOVQ 208(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 80(R0), F15
+	FMOVQ 80(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2d1e10 // and v16.16b, v16.16b, v13.16b
+	WORD $0x4eb01e94 // orr v20.16b, v20.16b, v16.16b
+	FMOVQ 96(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2d1e10 // and v16.16b, v16.16b, v13.16b
+	WORD $0x4eb01e73 // orr v19.16b, v19.16b, v16.16b
+	WORD $0x4fa8e292 // sdot v18.4s, v20.16b, v8.4b[1]
+	WORD $0x4fa9e272 // sdot v18.4s, v19.16b, v9.4b[1]
+	WORD $0x4faae291 // sdot v17.4s, v20.16b, v10.4b[1]
+	WORD $0x4fabe271 // sdot v17.4s, v19.16b, v11.4b[1]
+	FMOVQ 272(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 96(R0), F16
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f020f // tbl v15.16b, {v16.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 96(R19), F15
+	WORD $0x4e0f020f // tbl v15.16b, {v16.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	WORD $0x4f88ea92 // sdot v18.4s, v20.16b, v8.4b[2]
+	WORD $0x4f89ea72 // sdot v18.4s, v19.16b, v9.4b[2]
+	WORD $0x4f8aea91 // sdot v17.4s, v20.16b, v10.4b[2]
+	WORD $0x4f8bea71 // sdot v17.4s, v19.16b, v11.4b[2]
+	FMOVQ 336(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 112(R0), F15
+	FMOVQ 80(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2d1e10 // and v16.16b, v16.16b, v13.16b
+	WORD $0x4eb01e94 // orr v20.16b, v20.16b, v16.16b
+	FMOVQ 96(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2d1e10 // and v16.16b, v16.16b, v13.16b
+	WORD $0x4eb01e73 // orr v19.16b, v19.16b, v16.16b
+	WORD $0x4fa8ea92 // sdot v18.4s, v20.16b, v8.4b[3]
+	WORD $0x4fa9ea72 // sdot v18.4s, v19.16b, v9.4b[3]
+	WORD $0x4faaea91 // sdot v17.4s, v20.16b, v10.4b[3]
+	WORD $0x4fabea71 // sdot v17.4s, v19.16b, v11.4b[3]
+	FMOVD 8(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVD 40(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	FMOVS 0(R6), F16
+	WORD $0x4f90926f // fmul v15.4s, v19.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2fde52 // fmul v18.4s, v18.4s, v15.4s
+	FMOVS 16(R6), F21
+	WORD $0x4f95928f // fmul v15.4s, v20.4s, v21.s[0]
+	WORD $0x4e2fd652 // fadd v18.4s, v18.4s, v15.4s
+	WORD $0x4e32d421 // fadd v1.4s, v1.4s, v18.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9270 // fmul v16.4s, v19.4s, v15.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e30de31 // fmul v17.4s, v17.4s, v16.4s
+	FMOVS 16(R7), F18
+	WORD $0x4f929290 // fmul v16.4s, v20.4s, v18.s[0]
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	WORD $0x4e31d4a5 // fadd v5.4s, v5.4s, v17.4s
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 160(R0), F16
+	WORD $0x4e2c1e0f // and v15.16b, v16.16b, v12.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 112(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2d1e52 // and v18.16b, v18.16b, v13.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2d1e52 // and v18.16b, v18.16b, v13.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	WORD $0x4f88e1f4 // sdot v20.4s, v15.16b, v8.4b[0]
+	WORD $0x4f89e214 // sdot v20.4s, v16.16b, v9.4b[0]
+	WORD $0x4f8ae1f3 // sdot v19.4s, v15.16b, v10.4b[0]
+	WORD $0x4f8be213 // sdot v19.4s, v16.16b, v11.4b[0]
+	FMOVQ 224(R0), F16
+	WORD $0x4e2c1e0f // and v15.16b, v16.16b, v12.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 112(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2d1e31 // and v17.16b, v17.16b, v13.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2d1e31 // and v17.16b, v17.16b, v13.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	WORD $0x4fa8e1f4 // sdot v20.4s, v15.16b, v8.4b[1]
+	WORD $0x4fa9e214 // sdot v20.4s, v16.16b, v9.4b[1]
+	WORD $0x4faae1f3 // sdot v19.4s, v15.16b, v10.4b[1]
+	WORD $0x4fabe213 // sdot v19.4s, v16.16b, v11.4b[1]
+	FMOVQ 288(R0), F16
+	WORD $0x4e2c1e0f // and v15.16b, v16.16b, v12.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 96(R0), F17
+	FMOVQ 112(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2d1e52 // and v18.16b, v18.16b, v13.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2d1e52 // and v18.16b, v18.16b, v13.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	WORD $0x4f88e9f4 // sdot v20.4s, v15.16b, v8.4b[2]
+	WORD $0x4f89ea14 // sdot v20.4s, v16.16b, v9.4b[2]
+	WORD $0x4f8ae9f3 // sdot v19.4s, v15.16b, v10.4b[2]
+	WORD $0x4f8bea13 // sdot v19.4s, v16.16b, v11.4b[2]
+	FMOVQ 352(R0), F16
+	WORD $0x4e2c1e0f // and v15.16b, v16.16b, v12.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 112(R0), F18
+	FMOVQ 112(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2d1e31 // and v17.16b, v17.16b, v13.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2d1e31 // and v17.16b, v17.16b, v13.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	WORD $0x4fa8e9f4 // sdot v20.4s, v15.16b, v8.4b[3]
+	WORD $0x4fa9ea14 // sdot v20.4s, v16.16b, v9.4b[3]
+	WORD $0x4faae9f3 // sdot v19.4s, v15.16b, v10.4b[3]
+	WORD $0x4fabea13 // sdot v19.4s, v16.16b, v11.4b[3]
+	FMOVD 16(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVD 48(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f919212 // fmul v18.4s, v16.4s, v17.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e32de94 // fmul v20.4s, v20.4s, v18.4s
+	FMOVS 16(R6), F21
+	WORD $0x4f9591f2 // fmul v18.4s, v15.4s, v21.s[0]
+	WORD $0x4e32d694 // fadd v20.4s, v20.4s, v18.4s
+	WORD $0x4e34d442 // fadd v2.4s, v2.4s, v20.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f929211 // fmul v17.4s, v16.4s, v18.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e31de73 // fmul v19.4s, v19.4s, v17.4s
+	FMOVS 16(R7), F20
+	WORD $0x4f9491f1 // fmul v17.4s, v15.4s, v20.s[0]
+	WORD $0x4e31d673 // fadd v19.4s, v19.4s, v17.4s
+	WORD $0x4e33d4c6 // fadd v6.4s, v6.4s, v19.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 176(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4f88e24f // sdot v15.4s, v18.16b, v8.4b[0]
+	WORD $0x4f89e22f // sdot v15.4s, v17.16b, v9.4b[0]
+	WORD $0x4f8ae250 // sdot v16.4s, v18.16b, v10.4b[0]
+	WORD $0x4f8be230 // sdot v16.4s, v17.16b, v11.4b[0]
+	FMOVQ 240(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F20
+	FMOVQ 144(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	FMOVQ 160(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4fa8e24f // sdot v15.4s, v18.16b, v8.4b[1]
+	WORD $0x4fa9e22f // sdot v15.4s, v17.16b, v9.4b[1]
+	WORD $0x4faae250 // sdot v16.4s, v18.16b, v10.4b[1]
+	WORD $0x4fabe230 // sdot v16.4s, v17.16b, v11.4b[1]
+	FMOVQ 304(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 96(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4f88ea4f // sdot v15.4s, v18.16b, v8.4b[2]
+	WORD $0x4f89ea2f // sdot v15.4s, v17.16b, v9.4b[2]
+	WORD $0x4f8aea50 // sdot v16.4s, v18.16b, v10.4b[2]
+	WORD $0x4f8bea30 // sdot v16.4s, v17.16b, v11.4b[2]
+	FMOVQ 368(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 112(R0), F20
+	FMOVQ 144(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	FMOVQ 160(R19), F19
+	WORD $0x4e130293 // tbl v19.16b, {v20.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2d1e73 // and v19.16b, v19.16b, v13.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4fa8ea4f // sdot v15.4s, v18.16b, v8.4b[3]
+	WORD $0x4fa9ea2f // sdot v15.4s, v17.16b, v9.4b[3]
+	WORD $0x4faaea50 // sdot v16.4s, v18.16b, v10.4b[3]
+	WORD $0x4fabea30 // sdot v16.4s, v17.16b, v11.4b[3]
+	FMOVD 24(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVD 56(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVS 0(R6), F19
+	WORD $0x4f939234 // fmul v20.4s, v17.4s, v19.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e34ddef // fmul v15.4s, v15.4s, v20.4s
+	FMOVS 16(R6), F21
+	WORD $0x4f959254 // fmul v20.4s, v18.4s, v21.s[0]
+	WORD $0x4e34d5ef // fadd v15.4s, v15.4s, v20.4s
+	WORD $0x4e2fd463 // fadd v3.4s, v3.4s, v15.4s
+	FMOVS 0(R7), F20
+	WORD $0x4f949233 // fmul v19.4s, v17.4s, v20.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e33de10 // fmul v16.4s, v16.4s, v19.4s
+	FMOVS 16(R7), F15
+	WORD $0x4f8f9253 // fmul v19.4s, v18.4s, v15.s[0]
+	WORD $0x4e33d610 // fadd v16.4s, v16.4s, v19.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ5_1x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x3Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R19), F6
+	FMOVQ 16(R19), F7
+	FMOVQ 32(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 128(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 64(R0), F14
+	FMOVQ 48(R19), F15
+	WORD $0x4e0f01cf // tbl v15.16b, {v14.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1dad // orr v13.16b, v13.16b, v15.16b
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f01cf // tbl v15.16b, {v14.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d8c // orr v12.16b, v12.16b, v15.16b
+	WORD $0x4f80e1a9 // sdot v9.4s, v13.16b, v0.4b[0]
+	WORD $0x4f81e189 // sdot v9.4s, v12.16b, v1.4b[0]
+	WORD $0x4f82e1aa // sdot v10.4s, v13.16b, v2.4b[0]
+	WORD $0x4f83e18a // sdot v10.4s, v12.16b, v3.4b[0]
+	WORD $0x4f84e1ab // sdot v11.4s, v13.16b, v4.4b[0]
+	WORD $0x4f85e18b // sdot v11.4s, v12.16b, v5.4b[0]
+	FMOVQ 192(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 80(R0), F15
+	FMOVQ 48(R19), F14
+	WORD $0x4e0e01ee // tbl v14.16b, {v15.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	FMOVQ 64(R19), F14
+	WORD $0x4e0e01ee // tbl v14.16b, {v15.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4fa0e1a9 // sdot v9.4s, v13.16b, v0.4b[1]
+	WORD $0x4fa1e189 // sdot v9.4s, v12.16b, v1.4b[1]
+	WORD $0x4fa2e1aa // sdot v10.4s, v13.16b, v2.4b[1]
+	WORD $0x4fa3e18a // sdot v10.4s, v12.16b, v3.4b[1]
+	WORD $0x4fa4e1ab // sdot v11.4s, v13.16b, v4.4b[1]
+	WORD $0x4fa5e18b // sdot v11.4s, v12.16b, v5.4b[1]
+	FMOVQ 256(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 96(R0), F14
+	FMOVQ 48(R19), F15
+	WORD $0x4e0f01cf // tbl v15.16b, {v14.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1dad // orr v13.16b, v13.16b, v15.16b
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f01cf // tbl v15.16b, {v14.16b}, v15.16b
+	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
+	WORD $0x4e271def // and v15.16b, v15.16b, v7.16b
+	WORD $0x4eaf1d8c // orr v12.16b, v12.16b, v15.16b
+	WORD $0x4f80e9a9 // sdot v9.4s, v13.16b, v0.4b[2]
+	WORD $0x4f81e989 // sdot v9.4s, v12.16b, v1.4b[2]
+	WORD $0x4f82e9aa // sdot v10.4s, v13.16b, v2.4b[2]
+	WORD $0x4f83e98a // sdot v10.4s, v12.16b, v3.4b[2]
+	WORD $0x4f84e9ab // sdot v11.4s, v13.16b, v4.4b[2]
+	WORD $0x4f85e98b // sdot v11.4s, v12.16b, v5.4b[2]
+	FMOVQ 320(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 112(R0), F15
+	FMOVQ 48(R19), F14
+	WORD $0x4e0e01ee // tbl v14.16b, {v15.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	FMOVQ 64(R19), F14
+	WORD $0x4e0e01ee // tbl v14.16b, {v15.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4fa0e9a9 // sdot v9.4s, v13.16b, v0.4b[3]
+	WORD $0x4fa1e989 // sdot v9.4s, v12.16b, v1.4b[3]
+	WORD $0x4fa2e9aa // sdot v10.4s, v13.16b, v2.4b[3]
+	WORD $0x4fa3e98a // sdot v10.4s, v12.16b, v3.4b[3]
+	WORD $0x4fa4e9ab // sdot v11.4s, v13.16b, v4.4b[3]
+	WORD $0x4fa5e98b // sdot v11.4s, v12.16b, v5.4b[3]
+	FMOVD 0(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVD 32(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e918f // fmul v15.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2fdd29 // fmul v9.4s, v9.4s, v15.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
+	WORD $0x4e2fd529 // fadd v9.4s, v9.4s, v15.4s
+	FMOVQ 0(R10), F16
+	WORD $0x4e29d610 // fadd v16.4s, v16.4s, v9.4s
+	FMOVQ F16, 0(R10)
+	FMOVS 0(R7), F15
+	WORD $0x4f8f918e // fmul v14.4s, v12.4s, v15.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2edd4a // fmul v10.4s, v10.4s, v14.4s
+	FMOVS 16(R7), F9
+	WORD $0x4f8991ae // fmul v14.4s, v13.4s, v9.s[0]
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	FMOVQ 0(R11), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 0(R11)
+	FMOVS 0(R8), F14
+	WORD $0x4f8e918f // fmul v15.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a91af // fmul v15.4s, v13.4s, v10.s[0]
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R12)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 144(R0), F14
+	WORD $0x4e261dcb // and v11.16b, v14.16b, v6.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 64(R0), F10
+	FMOVQ 80(R19), F9
+	WORD $0x4e090149 // tbl v9.16b, {v10.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d6b // orr v11.16b, v11.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e090149 // tbl v9.16b, {v10.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91dce // orr v14.16b, v14.16b, v9.16b
+	WORD $0x4f80e16d // sdot v13.4s, v11.16b, v0.4b[0]
+	WORD $0x4f81e1cd // sdot v13.4s, v14.16b, v1.4b[0]
+	WORD $0x4f82e16c // sdot v12.4s, v11.16b, v2.4b[0]
+	WORD $0x4f83e1cc // sdot v12.4s, v14.16b, v3.4b[0]
+	WORD $0x4f84e16f // sdot v15.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e1cf // sdot v15.4s, v14.16b, v5.4b[0]
+	FMOVQ 208(R0), F14
+	WORD $0x4e261dcb // and v11.16b, v14.16b, v6.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 80(R0), F9
+	FMOVQ 80(R19), F10
+	WORD $0x4e0a012a // tbl v10.16b, {v9.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d6b // orr v11.16b, v11.16b, v10.16b
+	FMOVQ 96(R19), F10
+	WORD $0x4e0a012a // tbl v10.16b, {v9.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1dce // orr v14.16b, v14.16b, v10.16b
+	WORD $0x4fa0e16d // sdot v13.4s, v11.16b, v0.4b[1]
+	WORD $0x4fa1e1cd // sdot v13.4s, v14.16b, v1.4b[1]
+	WORD $0x4fa2e16c // sdot v12.4s, v11.16b, v2.4b[1]
+	WORD $0x4fa3e1cc // sdot v12.4s, v14.16b, v3.4b[1]
+	WORD $0x4fa4e16f // sdot v15.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e1cf // sdot v15.4s, v14.16b, v5.4b[1]
+	FMOVQ 272(R0), F14
+	WORD $0x4e261dcb // and v11.16b, v14.16b, v6.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 96(R0), F10
+	FMOVQ 80(R19), F9
+	WORD $0x4e090149 // tbl v9.16b, {v10.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d6b // orr v11.16b, v11.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e090149 // tbl v9.16b, {v10.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91dce // orr v14.16b, v14.16b, v9.16b
+	WORD $0x4f80e96d // sdot v13.4s, v11.16b, v0.4b[2]
+	WORD $0x4f81e9cd // sdot v13.4s, v14.16b, v1.4b[2]
+	WORD $0x4f82e96c // sdot v12.4s, v11.16b, v2.4b[2]
+	WORD $0x4f83e9cc // sdot v12.4s, v14.16b, v3.4b[2]
+	WORD $0x4f84e96f // sdot v15.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e9cf // sdot v15.4s, v14.16b, v5.4b[2]
+	FMOVQ 336(R0), F14
+	WORD $0x4e261dcb // and v11.16b, v14.16b, v6.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 112(R0), F9
+	FMOVQ 80(R19), F10
+	WORD $0x4e0a012a // tbl v10.16b, {v9.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d6b // orr v11.16b, v11.16b, v10.16b
+	FMOVQ 96(R19), F10
+	WORD $0x4e0a012a // tbl v10.16b, {v9.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1dce // orr v14.16b, v14.16b, v10.16b
+	WORD $0x4fa0e96d // sdot v13.4s, v11.16b, v0.4b[3]
+	WORD $0x4fa1e9cd // sdot v13.4s, v14.16b, v1.4b[3]
+	WORD $0x4fa2e96c // sdot v12.4s, v11.16b, v2.4b[3]
+	WORD $0x4fa3e9cc // sdot v12.4s, v14.16b, v3.4b[3]
+	WORD $0x4fa4e96f // sdot v15.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e9cf // sdot v15.4s, v14.16b, v5.4b[3]
+	FMOVD 8(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVD 40(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a91c9 // fmul v9.4s, v14.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f909169 // fmul v9.4s, v11.4s, v16.s[0]
+	WORD $0x4e29d5ad // fadd v13.4s, v13.4s, v9.4s
+	FMOVQ 16(R10), F16
+	WORD $0x4e2dd610 // fadd v16.4s, v16.4s, v13.4s
+	FMOVQ F16, 16(R10)
+	FMOVS 0(R7), F9
+	WORD $0x4f8991ca // fmul v10.4s, v14.4s, v9.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d916a // fmul v10.4s, v11.4s, v13.s[0]
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ 16(R11), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 16(R11)
+	FMOVS 0(R8), F10
+	WORD $0x4f8a91c9 // fmul v9.4s, v14.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9169 // fmul v9.4s, v11.4s, v12.s[0]
+	WORD $0x4e29d5ef // fadd v15.4s, v15.4s, v9.4s
+	FMOVQ 16(R12), F12
+	WORD $0x4e2fd58c // fadd v12.4s, v12.4s, v15.4s
+	FMOVQ F12, 16(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 160(R0), F10
+	WORD $0x4e261d4f // and v15.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 112(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1def // orr v15.16b, v15.16b, v13.16b
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f80e1eb // sdot v11.4s, v15.16b, v0.4b[0]
+	WORD $0x4f81e14b // sdot v11.4s, v10.16b, v1.4b[0]
+	WORD $0x4f82e1ee // sdot v14.4s, v15.16b, v2.4b[0]
+	WORD $0x4f83e14e // sdot v14.4s, v10.16b, v3.4b[0]
+	WORD $0x4f84e1e9 // sdot v9.4s, v15.16b, v4.4b[0]
+	WORD $0x4f85e149 // sdot v9.4s, v10.16b, v5.4b[0]
+	FMOVQ 224(R0), F10
+	WORD $0x4e261d4f // and v15.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F13
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1def // orr v15.16b, v15.16b, v12.16b
+	FMOVQ 128(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa0e1eb // sdot v11.4s, v15.16b, v0.4b[1]
+	WORD $0x4fa1e14b // sdot v11.4s, v10.16b, v1.4b[1]
+	WORD $0x4fa2e1ee // sdot v14.4s, v15.16b, v2.4b[1]
+	WORD $0x4fa3e14e // sdot v14.4s, v10.16b, v3.4b[1]
+	WORD $0x4fa4e1e9 // sdot v9.4s, v15.16b, v4.4b[1]
+	WORD $0x4fa5e149 // sdot v9.4s, v10.16b, v5.4b[1]
+	FMOVQ 288(R0), F10
+	WORD $0x4e261d4f // and v15.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 96(R0), F12
+	FMOVQ 112(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1def // orr v15.16b, v15.16b, v13.16b
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d018d // tbl v13.16b, {v12.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4f80e9eb // sdot v11.4s, v15.16b, v0.4b[2]
+	WORD $0x4f81e94b // sdot v11.4s, v10.16b, v1.4b[2]
+	WORD $0x4f82e9ee // sdot v14.4s, v15.16b, v2.4b[2]
+	WORD $0x4f83e94e // sdot v14.4s, v10.16b, v3.4b[2]
+	WORD $0x4f84e9e9 // sdot v9.4s, v15.16b, v4.4b[2]
+	WORD $0x4f85e949 // sdot v9.4s, v10.16b, v5.4b[2]
+	FMOVQ 352(R0), F10
+	WORD $0x4e261d4f // and v15.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 112(R0), F13
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1def // orr v15.16b, v15.16b, v12.16b
+	FMOVQ 128(R19), F12
+	WORD $0x4e0c01ac // tbl v12.16b, {v13.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d4a // orr v10.16b, v10.16b, v12.16b
+	WORD $0x4fa0e9eb // sdot v11.4s, v15.16b, v0.4b[3]
+	WORD $0x4fa1e94b // sdot v11.4s, v10.16b, v1.4b[3]
+	WORD $0x4fa2e9ee // sdot v14.4s, v15.16b, v2.4b[3]
+	WORD $0x4fa3e94e // sdot v14.4s, v10.16b, v3.4b[3]
+	WORD $0x4fa4e9e9 // sdot v9.4s, v15.16b, v4.4b[3]
+	WORD $0x4fa5e949 // sdot v9.4s, v10.16b, v5.4b[3]
+	FMOVD 16(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 48(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c914d // fmul v13.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f9091ed // fmul v13.4s, v15.4s, v16.s[0]
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ 32(R10), F16
+	WORD $0x4e2bd610 // fadd v16.4s, v16.4s, v11.4s
+	FMOVQ F16, 32(R10)
+	FMOVS 0(R7), F13
+	WORD $0x4f8d914c // fmul v12.4s, v10.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	FMOVS 16(R7), F11
+	WORD $0x4f8b91ec // fmul v12.4s, v15.4s, v11.s[0]
+	WORD $0x4e2cd5ce // fadd v14.4s, v14.4s, v12.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ F11, 32(R11)
+	FMOVS 0(R8), F12
+	WORD $0x4f8c914d // fmul v13.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e91ed // fmul v13.4s, v15.4s, v14.s[0]
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	FMOVQ 32(R12), F14
+	WORD $0x4e29d5ce // fadd v14.4s, v14.4s, v9.4s
+	FMOVQ F14, 32(R12)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 176(R0), F12
+	WORD $0x4e261d89 // and v9.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 64(R0), F14
+	FMOVQ 144(R19), F11
+	WORD $0x4e0b01cb // tbl v11.16b, {v14.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d29 // orr v9.16b, v9.16b, v11.16b
+	FMOVQ 160(R19), F11
+	WORD $0x4e0b01cb // tbl v11.16b, {v14.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d8c // orr v12.16b, v12.16b, v11.16b
+	WORD $0x4f80e12f // sdot v15.4s, v9.16b, v0.4b[0]
+	WORD $0x4f81e18f // sdot v15.4s, v12.16b, v1.4b[0]
+	WORD $0x4f82e12a // sdot v10.4s, v9.16b, v2.4b[0]
+	WORD $0x4f83e18a // sdot v10.4s, v12.16b, v3.4b[0]
+	WORD $0x4f84e12d // sdot v13.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e18d // sdot v13.4s, v12.16b, v5.4b[0]
+	FMOVQ 240(R0), F12
+	WORD $0x4e261d89 // and v9.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 80(R0), F11
+	FMOVQ 144(R19), F14
+	WORD $0x4e0e016e // tbl v14.16b, {v11.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d29 // orr v9.16b, v9.16b, v14.16b
+	FMOVQ 160(R19), F14
+	WORD $0x4e0e016e // tbl v14.16b, {v11.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4fa0e12f // sdot v15.4s, v9.16b, v0.4b[1]
+	WORD $0x4fa1e18f // sdot v15.4s, v12.16b, v1.4b[1]
+	WORD $0x4fa2e12a // sdot v10.4s, v9.16b, v2.4b[1]
+	WORD $0x4fa3e18a // sdot v10.4s, v12.16b, v3.4b[1]
+	WORD $0x4fa4e12d // sdot v13.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e18d // sdot v13.4s, v12.16b, v5.4b[1]
+	FMOVQ 304(R0), F12
+	WORD $0x4e261d89 // and v9.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 96(R0), F14
+	FMOVQ 144(R19), F11
+	WORD $0x4e0b01cb // tbl v11.16b, {v14.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d29 // orr v9.16b, v9.16b, v11.16b
+	FMOVQ 160(R19), F11
+	WORD $0x4e0b01cb // tbl v11.16b, {v14.16b}, v11.16b
+	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
+	WORD $0x4e271d6b // and v11.16b, v11.16b, v7.16b
+	WORD $0x4eab1d8c // orr v12.16b, v12.16b, v11.16b
+	WORD $0x4f80e92f // sdot v15.4s, v9.16b, v0.4b[2]
+	WORD $0x4f81e98f // sdot v15.4s, v12.16b, v1.4b[2]
+	WORD $0x4f82e92a // sdot v10.4s, v9.16b, v2.4b[2]
+	WORD $0x4f83e98a // sdot v10.4s, v12.16b, v3.4b[2]
+	WORD $0x4f84e92d // sdot v13.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e98d // sdot v13.4s, v12.16b, v5.4b[2]
+	FMOVQ 368(R0), F12
+	WORD $0x4e261d89 // and v9.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 112(R0), F11
+	FMOVQ 144(R19), F14
+	WORD $0x4e0e016e // tbl v14.16b, {v11.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d29 // orr v9.16b, v9.16b, v14.16b
+	FMOVQ 160(R19), F14
+	WORD $0x4e0e016e // tbl v14.16b, {v11.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4fa0e92f // sdot v15.4s, v9.16b, v0.4b[3]
+	WORD $0x4fa1e98f // sdot v15.4s, v12.16b, v1.4b[3]
+	WORD $0x4fa2e92a // sdot v10.4s, v9.16b, v2.4b[3]
+	WORD $0x4fa3e98a // sdot v10.4s, v12.16b, v3.4b[3]
+	WORD $0x4fa4e92d // sdot v13.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e98d // sdot v13.4s, v12.16b, v5.4b[3]
+	FMOVD 24(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVD 56(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e918b // fmul v11.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2bddef // fmul v15.4s, v15.4s, v11.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f90912b // fmul v11.4s, v9.4s, v16.s[0]
+	WORD $0x4e2bd5ef // fadd v15.4s, v15.4s, v11.4s
+	FMOVQ 48(R10), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 48(R10)
+	FMOVS 0(R7), F11
+	WORD $0x4f8b918e // fmul v14.4s, v12.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2edd4a // fmul v10.4s, v10.4s, v14.4s
+	FMOVS 16(R7), F15
+	WORD $0x4f8f912e // fmul v14.4s, v9.4s, v15.s[0]
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	FMOVQ 48(R11), F15
+	WORD $0x4e2ad5ef // fadd v15.4s, v15.4s, v10.4s
+	FMOVQ F15, 48(R11)
+	FMOVS 0(R8), F14
+	WORD $0x4f8e918b // fmul v11.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a912b // fmul v11.4s, v9.4s, v10.s[0]
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ 48(R12), F10
+	WORD $0x4e2dd54a // fadd v10.4s, v10.4s, v13.4s
+	FMOVQ F10, 48(R12)
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_1x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x4Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	FMOVQ 16(R19), F9
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	WORD $0x4f80e20b // sdot v11.4s, v16.16b, v0.4b[0]
+	WORD $0x4f81e1eb // sdot v11.4s, v15.16b, v1.4b[0]
+	WORD $0x4f82e20c // sdot v12.4s, v16.16b, v2.4b[0]
+	WORD $0x4f83e1ec // sdot v12.4s, v15.16b, v3.4b[0]
+	WORD $0x4f84e20d // sdot v13.4s, v16.16b, v4.4b[0]
+	WORD $0x4f85e1ed // sdot v13.4s, v15.16b, v5.4b[0]
+	WORD $0x4f86e20e // sdot v14.4s, v16.16b, v6.4b[0]
+	WORD $0x4f87e1ee // sdot v14.4s, v15.16b, v7.4b[0]
+	FMOVQ 192(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 48(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4fa0e20b // sdot v11.4s, v16.16b, v0.4b[1]
+	WORD $0x4fa1e1eb // sdot v11.4s, v15.16b, v1.4b[1]
+	WORD $0x4fa2e20c // sdot v12.4s, v16.16b, v2.4b[1]
+	WORD $0x4fa3e1ec // sdot v12.4s, v15.16b, v3.4b[1]
+	WORD $0x4fa4e20d // sdot v13.4s, v16.16b, v4.4b[1]
+	WORD $0x4fa5e1ed // sdot v13.4s, v15.16b, v5.4b[1]
+	WORD $0x4fa6e20e // sdot v14.4s, v16.16b, v6.4b[1]
+	WORD $0x4fa7e1ee // sdot v14.4s, v15.16b, v7.4b[1]
+	FMOVQ 256(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 96(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	WORD $0x4f80ea0b // sdot v11.4s, v16.16b, v0.4b[2]
+	WORD $0x4f81e9eb // sdot v11.4s, v15.16b, v1.4b[2]
+	WORD $0x4f82ea0c // sdot v12.4s, v16.16b, v2.4b[2]
+	WORD $0x4f83e9ec // sdot v12.4s, v15.16b, v3.4b[2]
+	WORD $0x4f84ea0d // sdot v13.4s, v16.16b, v4.4b[2]
+	WORD $0x4f85e9ed // sdot v13.4s, v15.16b, v5.4b[2]
+	WORD $0x4f86ea0e // sdot v14.4s, v16.16b, v6.4b[2]
+	WORD $0x4f87e9ee // sdot v14.4s, v15.16b, v7.4b[2]
+	FMOVQ 320(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 112(R0), F18
+	FMOVQ 48(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4fa0ea0b // sdot v11.4s, v16.16b, v0.4b[3]
+	WORD $0x4fa1e9eb // sdot v11.4s, v15.16b, v1.4b[3]
+	WORD $0x4fa2ea0c // sdot v12.4s, v16.16b, v2.4b[3]
+	WORD $0x4fa3e9ec // sdot v12.4s, v15.16b, v3.4b[3]
+	WORD $0x4fa4ea0d // sdot v13.4s, v16.16b, v4.4b[3]
+	WORD $0x4fa5e9ed // sdot v13.4s, v15.16b, v5.4b[3]
+	WORD $0x4fa6ea0e // sdot v14.4s, v16.16b, v6.4b[3]
+	WORD $0x4fa7e9ee // sdot v14.4s, v15.16b, v7.4b[3]
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 32(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e32dd6b // fmul v11.4s, v11.4s, v18.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f939212 // fmul v18.4s, v16.4s, v19.s[0]
+	WORD $0x4e32d56b // fadd v11.4s, v11.4s, v18.4s
+	FMOVQ 0(R10), F19
+	WORD $0x4e2bd673 // fadd v19.4s, v19.4s, v11.4s
+	FMOVQ F19, 0(R10)
+	FMOVS 0(R7), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e31dd8c // fmul v12.4s, v12.4s, v17.4s
+	FMOVS 16(R7), F11
+	WORD $0x4f8b9211 // fmul v17.4s, v16.4s, v11.s[0]
+	WORD $0x4e31d58c // fadd v12.4s, v12.4s, v17.4s
+	FMOVQ 0(R11), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 0(R11)
+	FMOVS 0(R8), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9212 // fmul v18.4s, v16.4s, v12.s[0]
+	WORD $0x4e32d5ad // fadd v13.4s, v13.4s, v18.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R12)
+	FMOVS 0(R9), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVS 16(R9), F13
+	WORD $0x4f8d9211 // fmul v17.4s, v16.4s, v13.s[0]
+	WORD $0x4e31d5ce // fadd v14.4s, v14.4s, v17.4s
+	FMOVQ 0(R13), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 0(R13)
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 144(R0), F14
+	WORD $0x4e281dcd // and v13.16b, v14.16b, v8.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1dad // orr v13.16b, v13.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1dce // orr v14.16b, v14.16b, v11.16b
+	WORD $0x4f80e1b0 // sdot v16.4s, v13.16b, v0.4b[0]
+	WORD $0x4f81e1d0 // sdot v16.4s, v14.16b, v1.4b[0]
+	WORD $0x4f82e1af // sdot v15.4s, v13.16b, v2.4b[0]
+	WORD $0x4f83e1cf // sdot v15.4s, v14.16b, v3.4b[0]
+	WORD $0x4f84e1b1 // sdot v17.4s, v13.16b, v4.4b[0]
+	WORD $0x4f85e1d1 // sdot v17.4s, v14.16b, v5.4b[0]
+	WORD $0x4f86e1b2 // sdot v18.4s, v13.16b, v6.4b[0]
+	WORD $0x4f87e1d2 // sdot v18.4s, v14.16b, v7.4b[0]
+	FMOVQ 208(R0), F14
+	WORD $0x4e281dcd // and v13.16b, v14.16b, v8.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 80(R0), F11
+	FMOVQ 80(R19), F12
+	WORD $0x4e0c016c // tbl v12.16b, {v11.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1dad // orr v13.16b, v13.16b, v12.16b
+	FMOVQ 96(R19), F12
+	WORD $0x4e0c016c // tbl v12.16b, {v11.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1dce // orr v14.16b, v14.16b, v12.16b
+	WORD $0x4fa0e1b0 // sdot v16.4s, v13.16b, v0.4b[1]
+	WORD $0x4fa1e1d0 // sdot v16.4s, v14.16b, v1.4b[1]
+	WORD $0x4fa2e1af // sdot v15.4s, v13.16b, v2.4b[1]
+	WORD $0x4fa3e1cf // sdot v15.4s, v14.16b, v3.4b[1]
+	WORD $0x4fa4e1b1 // sdot v17.4s, v13.16b, v4.4b[1]
+	WORD $0x4fa5e1d1 // sdot v17.4s, v14.16b, v5.4b[1]
+	WORD $0x4fa6e1b2 // sdot v18.4s, v13.16b, v6.4b[1]
+	WORD $0x4fa7e1d2 // sdot v18.4s, v14.16b, v7.4b[1]
+	FMOVQ 272(R0), F14
+	WORD $0x4e281dcd // and v13.16b, v14.16b, v8.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 96(R0), F12
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1dad // orr v13.16b, v13.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1dce // orr v14.16b, v14.16b, v11.16b
+	WORD $0x4f80e9b0 // sdot v16.4s, v13.16b, v0.4b[2]
+	WORD $0x4f81e9d0 // sdot v16.4s, v14.16b, v1.4b[2]
+	WORD $0x4f82e9af // sdot v15.4s, v13.16b, v2.4b[2]
+	WORD $0x4f83e9cf // sdot v15.4s, v14.16b, v3.4b[2]
+	WORD $0x4f84e9b1 // sdot v17.4s, v13.16b, v4.4b[2]
+	WORD $0x4f85e9d1 // sdot v17.4s, v14.16b, v5.4b[2]
+	WORD $0x4f86e9b2 // sdot v18.4s, v13.16b, v6.4b[2]
+	WORD $0x4f87e9d2 // sdot v18.4s, v14.16b, v7.4b[2]
+	FMOVQ 336(R0), F14
+	WORD $0x4e281dcd // and v13.16b, v14.16b, v8.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 112(R0), F11
+	FMOVQ 80(R19), F12
+	WORD $0x4e0c016c // tbl v12.16b, {v11.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1dad // orr v13.16b, v13.16b, v12.16b
+	FMOVQ 96(R19), F12
+	WORD $0x4e0c016c // tbl v12.16b, {v11.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1dce // orr v14.16b, v14.16b, v12.16b
+	WORD $0x4fa0e9b0 // sdot v16.4s, v13.16b, v0.4b[3]
+	WORD $0x4fa1e9d0 // sdot v16.4s, v14.16b, v1.4b[3]
+	WORD $0x4fa2e9af // sdot v15.4s, v13.16b, v2.4b[3]
+	WORD $0x4fa3e9cf // sdot v15.4s, v14.16b, v3.4b[3]
+	WORD $0x4fa4e9b1 // sdot v17.4s, v13.16b, v4.4b[3]
+	WORD $0x4fa5e9d1 // sdot v17.4s, v14.16b, v5.4b[3]
+	WORD $0x4fa6e9b2 // sdot v18.4s, v13.16b, v6.4b[3]
+	WORD $0x4fa7e9d2 // sdot v18.4s, v14.16b, v7.4b[3]
+	FMOVD 8(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVD 40(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c91cb // fmul v11.4s, v14.4s, v12.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2bde10 // fmul v16.4s, v16.4s, v11.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f9391ab // fmul v11.4s, v13.4s, v19.s[0]
+	WORD $0x4e2bd610 // fadd v16.4s, v16.4s, v11.4s
+	FMOVQ 16(R10), F19
+	WORD $0x4e30d673 // fadd v19.4s, v19.4s, v16.4s
+	FMOVQ F19, 16(R10)
+	FMOVS 0(R7), F11
+	WORD $0x4f8b91cc // fmul v12.4s, v14.4s, v11.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2cddef // fmul v15.4s, v15.4s, v12.4s
+	FMOVS 16(R7), F16
+	WORD $0x4f9091ac // fmul v12.4s, v13.4s, v16.s[0]
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ 16(R11), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 16(R11)
+	FMOVS 0(R8), F12
+	WORD $0x4f8c91cb // fmul v11.4s, v14.4s, v12.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2bde31 // fmul v17.4s, v17.4s, v11.4s
+	FMOVS 16(R8), F15
+	WORD $0x4f8f91ab // fmul v11.4s, v13.4s, v15.s[0]
+	WORD $0x4e2bd631 // fadd v17.4s, v17.4s, v11.4s
+	FMOVQ 16(R12), F15
+	WORD $0x4e31d5ef // fadd v15.4s, v15.4s, v17.4s
+	FMOVQ F15, 16(R12)
+	FMOVS 0(R9), F11
+	WORD $0x4f8b91cc // fmul v12.4s, v14.4s, v11.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2cde52 // fmul v18.4s, v18.4s, v12.4s
+	FMOVS 16(R9), F17
+	WORD $0x4f9191ac // fmul v12.4s, v13.4s, v17.s[0]
+	WORD $0x4e2cd652 // fadd v18.4s, v18.4s, v12.4s
+	FMOVQ 16(R13), F17
+	WORD $0x4e32d631 // fadd v17.4s, v17.4s, v18.4s
+	FMOVQ F17, 16(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 160(R0), F18
+	WORD $0x4e281e51 // and v17.16b, v18.16b, v8.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 64(R0), F15
+	FMOVQ 112(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	FMOVQ 128(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	WORD $0x4f80e22d // sdot v13.4s, v17.16b, v0.4b[0]
+	WORD $0x4f81e24d // sdot v13.4s, v18.16b, v1.4b[0]
+	WORD $0x4f82e22e // sdot v14.4s, v17.16b, v2.4b[0]
+	WORD $0x4f83e24e // sdot v14.4s, v18.16b, v3.4b[0]
+	WORD $0x4f84e22c // sdot v12.4s, v17.16b, v4.4b[0]
+	WORD $0x4f85e24c // sdot v12.4s, v18.16b, v5.4b[0]
+	WORD $0x4f86e22b // sdot v11.4s, v17.16b, v6.4b[0]
+	WORD $0x4f87e24b // sdot v11.4s, v18.16b, v7.4b[0]
+	FMOVQ 224(R0), F18
+	WORD $0x4e281e51 // and v17.16b, v18.16b, v8.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 80(R0), F16
+	FMOVQ 112(R19), F15
+	WORD $0x4e0f020f // tbl v15.16b, {v16.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e31 // orr v17.16b, v17.16b, v15.16b
+	FMOVQ 128(R19), F15
+	WORD $0x4e0f020f // tbl v15.16b, {v16.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e52 // orr v18.16b, v18.16b, v15.16b
+	WORD $0x4fa0e22d // sdot v13.4s, v17.16b, v0.4b[1]
+	WORD $0x4fa1e24d // sdot v13.4s, v18.16b, v1.4b[1]
+	WORD $0x4fa2e22e // sdot v14.4s, v17.16b, v2.4b[1]
+	WORD $0x4fa3e24e // sdot v14.4s, v18.16b, v3.4b[1]
+	WORD $0x4fa4e22c // sdot v12.4s, v17.16b, v4.4b[1]
+	WORD $0x4fa5e24c // sdot v12.4s, v18.16b, v5.4b[1]
+	WORD $0x4fa6e22b // sdot v11.4s, v17.16b, v6.4b[1]
+	WORD $0x4fa7e24b // sdot v11.4s, v18.16b, v7.4b[1]
+	FMOVQ 288(R0), F18
+	WORD $0x4e281e51 // and v17.16b, v18.16b, v8.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 96(R0), F15
+	FMOVQ 112(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	FMOVQ 128(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	WORD $0x4f80ea2d // sdot v13.4s, v17.16b, v0.4b[2]
+	WORD $0x4f81ea4d // sdot v13.4s, v18.16b, v1.4b[2]
+	WORD $0x4f82ea2e // sdot v14.4s, v17.16b, v2.4b[2]
+	WORD $0x4f83ea4e // sdot v14.4s, v18.16b, v3.4b[2]
+	WORD $0x4f84ea2c // sdot v12.4s, v17.16b, v4.4b[2]
+	WORD $0x4f85ea4c // sdot v12.4s, v18.16b, v5.4b[2]
+	WORD $0x4f86ea2b // sdot v11.4s, v17.16b, v6.4b[2]
+	WORD $0x4f87ea4b // sdot v11.4s, v18.16b, v7.4b[2]
+	FMOVQ 352(R0), F18
+	WORD $0x4e281e51 // and v17.16b, v18.16b, v8.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 112(R0), F16
+	FMOVQ 112(R19), F15
+	WORD $0x4e0f020f // tbl v15.16b, {v16.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e31 // orr v17.16b, v17.16b, v15.16b
+	FMOVQ 128(R19), F15
+	WORD $0x4e0f020f // tbl v15.16b, {v16.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e52 // orr v18.16b, v18.16b, v15.16b
+	WORD $0x4fa0ea2d // sdot v13.4s, v17.16b, v0.4b[3]
+	WORD $0x4fa1ea4d // sdot v13.4s, v18.16b, v1.4b[3]
+	WORD $0x4fa2ea2e // sdot v14.4s, v17.16b, v2.4b[3]
+	WORD $0x4fa3ea4e // sdot v14.4s, v18.16b, v3.4b[3]
+	WORD $0x4fa4ea2c // sdot v12.4s, v17.16b, v4.4b[3]
+	WORD $0x4fa5ea4c // sdot v12.4s, v18.16b, v5.4b[3]
+	WORD $0x4fa6ea2b // sdot v11.4s, v17.16b, v6.4b[3]
+	WORD $0x4fa7ea4b // sdot v11.4s, v18.16b, v7.4b[3]
+	FMOVD 16(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVD 48(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9250 // fmul v16.4s, v18.4s, v15.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e30ddad // fmul v13.4s, v13.4s, v16.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f939230 // fmul v16.4s, v17.4s, v19.s[0]
+	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
+	FMOVQ 32(R10), F19
+	WORD $0x4e2dd673 // fadd v19.4s, v19.4s, v13.4s
+	FMOVQ F19, 32(R10)
+	FMOVS 0(R7), F16
+	WORD $0x4f90924f // fmul v15.4s, v18.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d922f // fmul v15.4s, v17.4s, v13.s[0]
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ 32(R11), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 32(R11)
+	FMOVS 0(R8), F15
+	WORD $0x4f8f9250 // fmul v16.4s, v18.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e9230 // fmul v16.4s, v17.4s, v14.s[0]
+	WORD $0x4e30d58c // fadd v12.4s, v12.4s, v16.4s
+	FMOVQ 32(R12), F14
+	WORD $0x4e2cd5ce // fadd v14.4s, v14.4s, v12.4s
+	FMOVQ F14, 32(R12)
+	FMOVS 0(R9), F16
+	WORD $0x4f90924f // fmul v15.4s, v18.4s, v16.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVS 16(R9), F12
+	WORD $0x4f8c922f // fmul v15.4s, v17.4s, v12.s[0]
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	FMOVQ 32(R13), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 32(R13)
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 176(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F14
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	WORD $0x4f80e191 // sdot v17.4s, v12.16b, v0.4b[0]
+	WORD $0x4f81e171 // sdot v17.4s, v11.16b, v1.4b[0]
+	WORD $0x4f82e192 // sdot v18.4s, v12.16b, v2.4b[0]
+	WORD $0x4f83e172 // sdot v18.4s, v11.16b, v3.4b[0]
+	WORD $0x4f84e18f // sdot v15.4s, v12.16b, v4.4b[0]
+	WORD $0x4f85e16f // sdot v15.4s, v11.16b, v5.4b[0]
+	WORD $0x4f86e190 // sdot v16.4s, v12.16b, v6.4b[0]
+	WORD $0x4f87e170 // sdot v16.4s, v11.16b, v7.4b[0]
+	FMOVQ 240(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F13
+	FMOVQ 144(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e291dce // and v14.16b, v14.16b, v9.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	FMOVQ 160(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e291dce // and v14.16b, v14.16b, v9.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	WORD $0x4fa0e191 // sdot v17.4s, v12.16b, v0.4b[1]
+	WORD $0x4fa1e171 // sdot v17.4s, v11.16b, v1.4b[1]
+	WORD $0x4fa2e192 // sdot v18.4s, v12.16b, v2.4b[1]
+	WORD $0x4fa3e172 // sdot v18.4s, v11.16b, v3.4b[1]
+	WORD $0x4fa4e18f // sdot v15.4s, v12.16b, v4.4b[1]
+	WORD $0x4fa5e16f // sdot v15.4s, v11.16b, v5.4b[1]
+	WORD $0x4fa6e190 // sdot v16.4s, v12.16b, v6.4b[1]
+	WORD $0x4fa7e170 // sdot v16.4s, v11.16b, v7.4b[1]
+	FMOVQ 304(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 96(R0), F14
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	WORD $0x4f80e991 // sdot v17.4s, v12.16b, v0.4b[2]
+	WORD $0x4f81e971 // sdot v17.4s, v11.16b, v1.4b[2]
+	WORD $0x4f82e992 // sdot v18.4s, v12.16b, v2.4b[2]
+	WORD $0x4f83e972 // sdot v18.4s, v11.16b, v3.4b[2]
+	WORD $0x4f84e98f // sdot v15.4s, v12.16b, v4.4b[2]
+	WORD $0x4f85e96f // sdot v15.4s, v11.16b, v5.4b[2]
+	WORD $0x4f86e990 // sdot v16.4s, v12.16b, v6.4b[2]
+	WORD $0x4f87e970 // sdot v16.4s, v11.16b, v7.4b[2]
+	FMOVQ 368(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 112(R0), F13
+	FMOVQ 144(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e291dce // and v14.16b, v14.16b, v9.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	FMOVQ 160(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e291dce // and v14.16b, v14.16b, v9.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	WORD $0x4fa0e991 // sdot v17.4s, v12.16b, v0.4b[3]
+	WORD $0x4fa1e971 // sdot v17.4s, v11.16b, v1.4b[3]
+	WORD $0x4fa2e992 // sdot v18.4s, v12.16b, v2.4b[3]
+	WORD $0x4fa3e972 // sdot v18.4s, v11.16b, v3.4b[3]
+	WORD $0x4fa4e98f // sdot v15.4s, v12.16b, v4.4b[3]
+	WORD $0x4fa5e96f // sdot v15.4s, v11.16b, v5.4b[3]
+	WORD $0x4fa6e990 // sdot v16.4s, v12.16b, v6.4b[3]
+	WORD $0x4fa7e970 // sdot v16.4s, v11.16b, v7.4b[3]
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 56(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e916d // fmul v13.4s, v11.4s, v14.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f93918d // fmul v13.4s, v12.4s, v19.s[0]
+	WORD $0x4e2dd631 // fadd v17.4s, v17.4s, v13.4s
+	FMOVQ 48(R10), F19
+	WORD $0x4e31d673 // fadd v19.4s, v19.4s, v17.4s
+	FMOVQ F19, 48(R10)
+	FMOVS 0(R7), F13
+	WORD $0x4f8d916e // fmul v14.4s, v11.4s, v13.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f91918e // fmul v14.4s, v12.4s, v17.s[0]
+	WORD $0x4e2ed652 // fadd v18.4s, v18.4s, v14.4s
+	FMOVQ 48(R11), F17
+	WORD $0x4e32d631 // fadd v17.4s, v17.4s, v18.4s
+	FMOVQ F17, 48(R11)
+	FMOVS 0(R8), F14
+	WORD $0x4f8e916d // fmul v13.4s, v11.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	FMOVS 16(R8), F18
+	WORD $0x4f92918d // fmul v13.4s, v12.4s, v18.s[0]
+	WORD $0x4e2dd5ef // fadd v15.4s, v15.4s, v13.4s
+	FMOVQ 48(R12), F18
+	WORD $0x4e2fd652 // fadd v18.4s, v18.4s, v15.4s
+	FMOVQ F18, 48(R12)
+	FMOVS 0(R9), F13
+	WORD $0x4f8d916e // fmul v14.4s, v11.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	FMOVS 16(R9), F15
+	WORD $0x4f8f918e // fmul v14.4s, v12.4s, v15.s[0]
+	WORD $0x4e2ed610 // fadd v16.4s, v16.4s, v14.4s
+	FMOVQ 48(R13), F15
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ F15, 48(R13)
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ8_0x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x1NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 32(R0), F8
+	WORD $0x4e040489 // dup v9.4s, v4.s[0]
+	WORD $0x0e29c10a // smull v10.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606946 // sadalp v6.4s, v10.8h
+	WORD $0x4e606927 // sadalp v7.4s, v9.8h
+	FMOVQ 96(R0), F8
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac109 // smull v9.8h, v8.8b, v10.8b
+	WORD $0x4e2ac10a // smull2 v10.8h, v8.16b, v10.16b
+	WORD $0x4e606926 // sadalp v6.4s, v9.8h
+	WORD $0x4e606947 // sadalp v7.4s, v10.8h
+	FMOVQ 160(R0), F8
+	WORD $0x4e140489 // dup v9.4s, v4.s[2]
+	WORD $0x0e29c10a // smull v10.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606946 // sadalp v6.4s, v10.8h
+	WORD $0x4e606927 // sadalp v7.4s, v9.8h
+	FMOVQ 224(R0), F8
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac109 // smull v9.8h, v8.8b, v10.8b
+	WORD $0x4e2ac10a // smull2 v10.8h, v8.16b, v10.16b
+	WORD $0x4e606926 // sadalp v6.4s, v9.8h
+	WORD $0x4e606947 // sadalp v7.4s, v10.8h
+	FMOVQ 288(R0), F8
+	WORD $0x4e0404a9 // dup v9.4s, v5.s[0]
+	WORD $0x0e29c10a // smull v10.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606946 // sadalp v6.4s, v10.8h
+	WORD $0x4e606927 // sadalp v7.4s, v9.8h
+	FMOVQ 352(R0), F8
+	WORD $0x4e0c04aa // dup v10.4s, v5.s[1]
+	WORD $0x0e2ac109 // smull v9.8h, v8.8b, v10.8b
+	WORD $0x4e2ac10a // smull2 v10.8h, v8.16b, v10.16b
+	WORD $0x4e606926 // sadalp v6.4s, v9.8h
+	WORD $0x4e606947 // sadalp v7.4s, v10.8h
+	FMOVQ 416(R0), F8
+	WORD $0x4e1404a9 // dup v9.4s, v5.s[2]
+	WORD $0x0e29c10a // smull v10.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606946 // sadalp v6.4s, v10.8h
+	WORD $0x4e606927 // sadalp v7.4s, v9.8h
+	FMOVQ 480(R0), F8
+	WORD $0x4e1c04aa // dup v10.4s, v5.s[3]
+	WORD $0x0e2ac109 // smull v9.8h, v8.8b, v10.8b
+	WORD $0x4e2ac10a // smull2 v10.8h, v8.16b, v10.16b
+	WORD $0x4e606926 // sadalp v6.4s, v9.8h
+	WORD $0x4e606947 // sadalp v7.4s, v10.8h
+	FMOVD 0(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	WORD $0x4ea7bcc6 // addp v6.4s, v6.4s, v7.4s
+	FMOVS 0(R6), F7
+	WORD $0x4f879109 // fmul v9.4s, v8.4s, v7.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e29dcc6 // fmul v6.4s, v6.4s, v9.4s
+	WORD $0x4e26d400 // fadd v0.4s, v0.4s, v6.4s
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 48(R0), F7
+	WORD $0x4e040486 // dup v6.4s, v4.s[0]
+	WORD $0x0e26c0ea // smull v10.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e6068c9 // sadalp v9.4s, v6.8h
+	FMOVQ 112(R0), F7
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac0e6 // smull v6.8h, v7.8b, v10.8b
+	WORD $0x4e2ac0ea // smull2 v10.8h, v7.16b, v10.16b
+	WORD $0x4e6068c8 // sadalp v8.4s, v6.8h
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	FMOVQ 176(R0), F7
+	WORD $0x4e140486 // dup v6.4s, v4.s[2]
+	WORD $0x0e26c0ea // smull v10.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e6068c9 // sadalp v9.4s, v6.8h
+	FMOVQ 240(R0), F7
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac0e6 // smull v6.8h, v7.8b, v10.8b
+	WORD $0x4e2ac0ea // smull2 v10.8h, v7.16b, v10.16b
+	WORD $0x4e6068c8 // sadalp v8.4s, v6.8h
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	FMOVQ 304(R0), F7
+	WORD $0x4e0404a6 // dup v6.4s, v5.s[0]
+	WORD $0x0e26c0ea // smull v10.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e6068c9 // sadalp v9.4s, v6.8h
+	FMOVQ 368(R0), F7
+	WORD $0x4e0c04aa // dup v10.4s, v5.s[1]
+	WORD $0x0e2ac0e6 // smull v6.8h, v7.8b, v10.8b
+	WORD $0x4e2ac0ea // smull2 v10.8h, v7.16b, v10.16b
+	WORD $0x4e6068c8 // sadalp v8.4s, v6.8h
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	FMOVQ 432(R0), F7
+	WORD $0x4e1404a6 // dup v6.4s, v5.s[2]
+	WORD $0x0e26c0ea // smull v10.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e6068c9 // sadalp v9.4s, v6.8h
+	FMOVQ 496(R0), F7
+	WORD $0x4e1c04aa // dup v10.4s, v5.s[3]
+	WORD $0x0e2ac0e6 // smull v6.8h, v7.8b, v10.8b
+	WORD $0x4e2ac0ea // smull2 v10.8h, v7.16b, v10.16b
+	WORD $0x4e6068c8 // sadalp v8.4s, v6.8h
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	FMOVD 8(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	WORD $0x4ea9bd08 // addp v8.4s, v8.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f8990e6 // fmul v6.4s, v7.4s, v9.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e26dd08 // fmul v8.4s, v8.4s, v6.4s
+	WORD $0x4e28d421 // fadd v1.4s, v1.4s, v8.4s
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 64(R0), F9
+	WORD $0x4e040488 // dup v8.4s, v4.s[0]
+	WORD $0x0e28c12a // smull v10.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606947 // sadalp v7.4s, v10.8h
+	WORD $0x4e606906 // sadalp v6.4s, v8.8h
+	FMOVQ 128(R0), F9
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac128 // smull v8.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e606946 // sadalp v6.4s, v10.8h
+	FMOVQ 192(R0), F9
+	WORD $0x4e140488 // dup v8.4s, v4.s[2]
+	WORD $0x0e28c12a // smull v10.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606947 // sadalp v7.4s, v10.8h
+	WORD $0x4e606906 // sadalp v6.4s, v8.8h
+	FMOVQ 256(R0), F9
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac128 // smull v8.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e606946 // sadalp v6.4s, v10.8h
+	FMOVQ 320(R0), F9
+	WORD $0x4e0404a8 // dup v8.4s, v5.s[0]
+	WORD $0x0e28c12a // smull v10.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606947 // sadalp v7.4s, v10.8h
+	WORD $0x4e606906 // sadalp v6.4s, v8.8h
+	FMOVQ 384(R0), F9
+	WORD $0x4e0c04aa // dup v10.4s, v5.s[1]
+	WORD $0x0e2ac128 // smull v8.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e606946 // sadalp v6.4s, v10.8h
+	FMOVQ 448(R0), F9
+	WORD $0x4e1404a8 // dup v8.4s, v5.s[2]
+	WORD $0x0e28c12a // smull v10.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606947 // sadalp v7.4s, v10.8h
+	WORD $0x4e606906 // sadalp v6.4s, v8.8h
+	FMOVQ 512(R0), F9
+	WORD $0x4e1c04aa // dup v10.4s, v5.s[3]
+	WORD $0x0e2ac128 // smull v8.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e606946 // sadalp v6.4s, v10.8h
+	FMOVD 16(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	WORD $0x4ea6bce7 // addp v7.4s, v7.4s, v6.4s
+	FMOVS 0(R6), F6
+	WORD $0x4f869128 // fmul v8.4s, v9.4s, v6.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e28dce7 // fmul v7.4s, v7.4s, v8.4s
+	WORD $0x4e27d442 // fadd v2.4s, v2.4s, v7.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 80(R0), F6
+	WORD $0x4e040487 // dup v7.4s, v4.s[0]
+	WORD $0x0e27c0ca // smull v10.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	WORD $0x4e6068e8 // sadalp v8.4s, v7.8h
+	FMOVQ 144(R0), F6
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac0c7 // smull v7.8h, v6.8b, v10.8b
+	WORD $0x4e2ac0ca // smull2 v10.8h, v6.16b, v10.16b
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	FMOVQ 208(R0), F6
+	WORD $0x4e140487 // dup v7.4s, v4.s[2]
+	WORD $0x0e27c0ca // smull v10.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	WORD $0x4e6068e8 // sadalp v8.4s, v7.8h
+	FMOVQ 272(R0), F6
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac0c7 // smull v7.8h, v6.8b, v10.8b
+	WORD $0x4e2ac0ca // smull2 v10.8h, v6.16b, v10.16b
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	FMOVQ 336(R0), F6
+	WORD $0x4e0404a7 // dup v7.4s, v5.s[0]
+	WORD $0x0e27c0ca // smull v10.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	WORD $0x4e6068e8 // sadalp v8.4s, v7.8h
+	FMOVQ 400(R0), F6
+	WORD $0x4e0c04aa // dup v10.4s, v5.s[1]
+	WORD $0x0e2ac0c7 // smull v7.8h, v6.8b, v10.8b
+	WORD $0x4e2ac0ca // smull2 v10.8h, v6.16b, v10.16b
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	FMOVQ 464(R0), F6
+	WORD $0x4e1404a7 // dup v7.4s, v5.s[2]
+	WORD $0x0e27c0ca // smull v10.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	WORD $0x4e6068e8 // sadalp v8.4s, v7.8h
+	FMOVQ 528(R0), F6
+	WORD $0x4e1c04aa // dup v10.4s, v5.s[3]
+	WORD $0x0e2ac0c7 // smull v7.8h, v6.8b, v10.8b
+	WORD $0x4e2ac0ca // smull2 v10.8h, v6.16b, v10.16b
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	FMOVD 24(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4ea8bd29 // addp v9.4s, v9.4s, v8.4s
+	FMOVS 0(R6), F8
+	WORD $0x4f8890c7 // fmul v7.4s, v6.4s, v8.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e27dd29 // fmul v9.4s, v9.4s, v7.4s
+	WORD $0x4e29d463 // fadd v3.4s, v3.4s, v9.4s
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ8_0x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x2NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 32(R0), F16
+	WORD $0x4e040511 // dup v17.4s, v8.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e040552 // dup v18.4s, v10.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 96(R0), F16
+	WORD $0x4e0c0511 // dup v17.4s, v8.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e0c0552 // dup v18.4s, v10.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 160(R0), F16
+	WORD $0x4e140511 // dup v17.4s, v8.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e140552 // dup v18.4s, v10.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 224(R0), F16
+	WORD $0x4e1c0511 // dup v17.4s, v8.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e1c0552 // dup v18.4s, v10.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 288(R0), F16
+	WORD $0x4e040531 // dup v17.4s, v9.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e040572 // dup v18.4s, v11.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 352(R0), F16
+	WORD $0x4e0c0531 // dup v17.4s, v9.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e0c0572 // dup v18.4s, v11.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 416(R0), F16
+	WORD $0x4e140531 // dup v17.4s, v9.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e140572 // dup v18.4s, v11.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 480(R0), F16
+	WORD $0x4e1c0531 // dup v17.4s, v9.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e1c0572 // dup v18.4s, v11.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVD 0(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	WORD $0x4eadbd8c // addp v12.4s, v12.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d9211 // fmul v17.4s, v16.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e31dd8c // fmul v12.4s, v12.4s, v17.4s
+	WORD $0x4e2cd400 // fadd v0.4s, v0.4s, v12.4s
+	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9211 // fmul v17.4s, v16.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 48(R0), F13
+	WORD $0x4e04050c // dup v12.4s, v8.s[0]
+	WORD $0x0e2cc1b2 // smull v18.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e040552 // dup v18.4s, v10.s[0]
+	WORD $0x0e32c1ac // smull v12.8h, v13.8b, v18.8b
+	WORD $0x4e32c1b2 // smull2 v18.8h, v13.16b, v18.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 112(R0), F13
+	WORD $0x4e0c050c // dup v12.4s, v8.s[1]
+	WORD $0x0e2cc1b2 // smull v18.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e0c0552 // dup v18.4s, v10.s[1]
+	WORD $0x0e32c1ac // smull v12.8h, v13.8b, v18.8b
+	WORD $0x4e32c1b2 // smull2 v18.8h, v13.16b, v18.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 176(R0), F13
+	WORD $0x4e14050c // dup v12.4s, v8.s[2]
+	WORD $0x0e2cc1b2 // smull v18.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e140552 // dup v18.4s, v10.s[2]
+	WORD $0x0e32c1ac // smull v12.8h, v13.8b, v18.8b
+	WORD $0x4e32c1b2 // smull2 v18.8h, v13.16b, v18.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 240(R0), F13
+	WORD $0x4e1c050c // dup v12.4s, v8.s[3]
+	WORD $0x0e2cc1b2 // smull v18.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e1c0552 // dup v18.4s, v10.s[3]
+	WORD $0x0e32c1ac // smull v12.8h, v13.8b, v18.8b
+	WORD $0x4e32c1b2 // smull2 v18.8h, v13.16b, v18.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 304(R0), F13
+	WORD $0x4e04052c // dup v12.4s, v9.s[0]
+	WORD $0x0e2cc1b2 // smull v18.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e040572 // dup v18.4s, v11.s[0]
+	WORD $0x0e32c1ac // smull v12.8h, v13.8b, v18.8b
+	WORD $0x4e32c1b2 // smull2 v18.8h, v13.16b, v18.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 368(R0), F13
+	WORD $0x4e0c052c // dup v12.4s, v9.s[1]
+	WORD $0x0e2cc1b2 // smull v18.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e0c0572 // dup v18.4s, v11.s[1]
+	WORD $0x0e32c1ac // smull v12.8h, v13.8b, v18.8b
+	WORD $0x4e32c1b2 // smull2 v18.8h, v13.16b, v18.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 432(R0), F13
+	WORD $0x4e14052c // dup v12.4s, v9.s[2]
+	WORD $0x0e2cc1b2 // smull v18.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e140572 // dup v18.4s, v11.s[2]
+	WORD $0x0e32c1ac // smull v12.8h, v13.8b, v18.8b
+	WORD $0x4e32c1b2 // smull2 v18.8h, v13.16b, v18.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 496(R0), F13
+	WORD $0x4e1c052c // dup v12.4s, v9.s[3]
+	WORD $0x0e2cc1b2 // smull v18.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e1c0572 // dup v18.4s, v11.s[3]
+	WORD $0x0e32c1ac // smull v12.8h, v13.8b, v18.8b
+	WORD $0x4e32c1b2 // smull2 v18.8h, v13.16b, v18.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVD 8(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	WORD $0x4eb1be10 // addp v16.4s, v16.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f9191ac // fmul v12.4s, v13.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	WORD $0x4e30d421 // fadd v1.4s, v1.4s, v16.4s
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e91ac // fmul v12.4s, v13.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2cddef // fmul v15.4s, v15.4s, v12.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 64(R0), F17
+	WORD $0x4e040510 // dup v16.4s, v8.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e040552 // dup v18.4s, v10.s[0]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 128(R0), F17
+	WORD $0x4e0c0510 // dup v16.4s, v8.s[1]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e0c0552 // dup v18.4s, v10.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 192(R0), F17
+	WORD $0x4e140510 // dup v16.4s, v8.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e140552 // dup v18.4s, v10.s[2]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 256(R0), F17
+	WORD $0x4e1c0510 // dup v16.4s, v8.s[3]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e1c0552 // dup v18.4s, v10.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 320(R0), F17
+	WORD $0x4e040530 // dup v16.4s, v9.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e040572 // dup v18.4s, v11.s[0]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 384(R0), F17
+	WORD $0x4e0c0530 // dup v16.4s, v9.s[1]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e0c0572 // dup v18.4s, v11.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 448(R0), F17
+	WORD $0x4e140530 // dup v16.4s, v9.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e140572 // dup v18.4s, v11.s[2]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 512(R0), F17
+	WORD $0x4e1c0530 // dup v16.4s, v9.s[3]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e1c0572 // dup v18.4s, v11.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVD 16(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c9230 // fmul v16.4s, v17.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e30ddad // fmul v13.4s, v13.4s, v16.4s
+	WORD $0x4e2dd442 // fadd v2.4s, v2.4s, v13.4s
+	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9230 // fmul v16.4s, v17.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	WORD $0x4e2ed4c6 // fadd v6.4s, v6.4s, v14.4s
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 80(R0), F12
+	WORD $0x4e04050d // dup v13.4s, v8.s[0]
+	WORD $0x0e2dc192 // smull v18.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e040552 // dup v18.4s, v10.s[0]
+	WORD $0x0e32c18d // smull v13.8h, v12.8b, v18.8b
+	WORD $0x4e32c192 // smull2 v18.8h, v12.16b, v18.16b
+	WORD $0x4e6069af // sadalp v15.4s, v13.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 144(R0), F12
+	WORD $0x4e0c050d // dup v13.4s, v8.s[1]
+	WORD $0x0e2dc192 // smull v18.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e0c0552 // dup v18.4s, v10.s[1]
+	WORD $0x0e32c18d // smull v13.8h, v12.8b, v18.8b
+	WORD $0x4e32c192 // smull2 v18.8h, v12.16b, v18.16b
+	WORD $0x4e6069af // sadalp v15.4s, v13.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 208(R0), F12
+	WORD $0x4e14050d // dup v13.4s, v8.s[2]
+	WORD $0x0e2dc192 // smull v18.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e140552 // dup v18.4s, v10.s[2]
+	WORD $0x0e32c18d // smull v13.8h, v12.8b, v18.8b
+	WORD $0x4e32c192 // smull2 v18.8h, v12.16b, v18.16b
+	WORD $0x4e6069af // sadalp v15.4s, v13.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 272(R0), F12
+	WORD $0x4e1c050d // dup v13.4s, v8.s[3]
+	WORD $0x0e2dc192 // smull v18.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e1c0552 // dup v18.4s, v10.s[3]
+	WORD $0x0e32c18d // smull v13.8h, v12.8b, v18.8b
+	WORD $0x4e32c192 // smull2 v18.8h, v12.16b, v18.16b
+	WORD $0x4e6069af // sadalp v15.4s, v13.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 336(R0), F12
+	WORD $0x4e04052d // dup v13.4s, v9.s[0]
+	WORD $0x0e2dc192 // smull v18.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e040572 // dup v18.4s, v11.s[0]
+	WORD $0x0e32c18d // smull v13.8h, v12.8b, v18.8b
+	WORD $0x4e32c192 // smull2 v18.8h, v12.16b, v18.16b
+	WORD $0x4e6069af // sadalp v15.4s, v13.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 400(R0), F12
+	WORD $0x4e0c052d // dup v13.4s, v9.s[1]
+	WORD $0x0e2dc192 // smull v18.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e0c0572 // dup v18.4s, v11.s[1]
+	WORD $0x0e32c18d // smull v13.8h, v12.8b, v18.8b
+	WORD $0x4e32c192 // smull2 v18.8h, v12.16b, v18.16b
+	WORD $0x4e6069af // sadalp v15.4s, v13.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 464(R0), F12
+	WORD $0x4e14052d // dup v13.4s, v9.s[2]
+	WORD $0x0e2dc192 // smull v18.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e140572 // dup v18.4s, v11.s[2]
+	WORD $0x0e32c18d // smull v13.8h, v12.8b, v18.8b
+	WORD $0x4e32c192 // smull2 v18.8h, v12.16b, v18.16b
+	WORD $0x4e6069af // sadalp v15.4s, v13.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 528(R0), F12
+	WORD $0x4e1c052d // dup v13.4s, v9.s[3]
+	WORD $0x0e2dc192 // smull v18.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e1c0572 // dup v18.4s, v11.s[3]
+	WORD $0x0e32c18d // smull v13.8h, v12.8b, v18.8b
+	WORD $0x4e32c192 // smull2 v18.8h, v12.16b, v18.16b
+	WORD $0x4e6069af // sadalp v15.4s, v13.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVD 24(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f90918d // fmul v13.4s, v12.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	WORD $0x4e31d463 // fadd v3.4s, v3.4s, v17.4s
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e918d // fmul v13.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	WORD $0x4e2fd4e7 // fadd v7.4s, v7.4s, v15.4s
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ8_0x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x3NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 32(R0), F12
+	WORD $0x4e04040d // dup v13.4s, v0.s[0]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c6 // sadalp v6.4s, v14.8h
+	WORD $0x4e6069a7 // sadalp v7.4s, v13.8h
+	WORD $0x4e04044e // dup v14.4s, v2.s[0]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a8 // sadalp v8.4s, v13.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e04048d // dup v13.4s, v4.s[0]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	FMOVQ 96(R0), F12
+	WORD $0x4e0c040e // dup v14.4s, v0.s[1]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a6 // sadalp v6.4s, v13.8h
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e0c044d // dup v13.4s, v2.s[1]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e0c048e // dup v14.4s, v4.s[1]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVQ 160(R0), F12
+	WORD $0x4e14040d // dup v13.4s, v0.s[2]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c6 // sadalp v6.4s, v14.8h
+	WORD $0x4e6069a7 // sadalp v7.4s, v13.8h
+	WORD $0x4e14044e // dup v14.4s, v2.s[2]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a8 // sadalp v8.4s, v13.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e14048d // dup v13.4s, v4.s[2]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	FMOVQ 224(R0), F12
+	WORD $0x4e1c040e // dup v14.4s, v0.s[3]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a6 // sadalp v6.4s, v13.8h
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e1c044d // dup v13.4s, v2.s[3]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e1c048e // dup v14.4s, v4.s[3]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVQ 288(R0), F12
+	WORD $0x4e04042d // dup v13.4s, v1.s[0]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c6 // sadalp v6.4s, v14.8h
+	WORD $0x4e6069a7 // sadalp v7.4s, v13.8h
+	WORD $0x4e04046e // dup v14.4s, v3.s[0]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a8 // sadalp v8.4s, v13.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e0404ad // dup v13.4s, v5.s[0]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	FMOVQ 352(R0), F12
+	WORD $0x4e0c042e // dup v14.4s, v1.s[1]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a6 // sadalp v6.4s, v13.8h
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e0c046d // dup v13.4s, v3.s[1]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVQ 416(R0), F12
+	WORD $0x4e14042d // dup v13.4s, v1.s[2]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c6 // sadalp v6.4s, v14.8h
+	WORD $0x4e6069a7 // sadalp v7.4s, v13.8h
+	WORD $0x4e14046e // dup v14.4s, v3.s[2]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a8 // sadalp v8.4s, v13.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e1404ad // dup v13.4s, v5.s[2]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	FMOVQ 480(R0), F12
+	WORD $0x4e1c042e // dup v14.4s, v1.s[3]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a6 // sadalp v6.4s, v13.8h
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e1c046d // dup v13.4s, v3.s[3]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVD 0(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	WORD $0x4ea7bcc6 // addp v6.4s, v6.4s, v7.4s
+	FMOVS 0(R6), F7
+	WORD $0x4f87918d // fmul v13.4s, v12.4s, v7.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2ddcc6 // fmul v6.4s, v6.4s, v13.4s
+	FMOVQ 0(R10), F14
+	WORD $0x4e26d5ce // fadd v14.4s, v14.4s, v6.4s
+	FMOVQ F14, 0(R10)
+	WORD $0x4ea9bd08 // addp v8.4s, v8.4s, v9.4s
+	FMOVS 0(R7), F9
+	WORD $0x4f89918d // fmul v13.4s, v12.4s, v9.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2ddd08 // fmul v8.4s, v8.4s, v13.4s
+	FMOVQ 0(R11), F7
+	WORD $0x4e28d4e7 // fadd v7.4s, v7.4s, v8.4s
+	FMOVQ F7, 0(R11)
+	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b918d // fmul v13.4s, v12.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2ddd4a // fmul v10.4s, v10.4s, v13.4s
+	FMOVQ 0(R12), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 0(R12)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 48(R0), F7
+	WORD $0x4e040406 // dup v6.4s, v0.s[0]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e6068cd // sadalp v13.4s, v6.8h
+	WORD $0x4e04044e // dup v14.4s, v2.s[0]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068cb // sadalp v11.4s, v6.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e040486 // dup v6.4s, v4.s[0]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6068c8 // sadalp v8.4s, v6.8h
+	FMOVQ 112(R0), F7
+	WORD $0x4e0c040e // dup v14.4s, v0.s[1]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068cc // sadalp v12.4s, v6.8h
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e0c0446 // dup v6.4s, v2.s[1]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6068ca // sadalp v10.4s, v6.8h
+	WORD $0x4e0c048e // dup v14.4s, v4.s[1]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068c9 // sadalp v9.4s, v6.8h
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	FMOVQ 176(R0), F7
+	WORD $0x4e140406 // dup v6.4s, v0.s[2]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e6068cd // sadalp v13.4s, v6.8h
+	WORD $0x4e14044e // dup v14.4s, v2.s[2]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068cb // sadalp v11.4s, v6.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e140486 // dup v6.4s, v4.s[2]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6068c8 // sadalp v8.4s, v6.8h
+	FMOVQ 240(R0), F7
+	WORD $0x4e1c040e // dup v14.4s, v0.s[3]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068cc // sadalp v12.4s, v6.8h
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e1c0446 // dup v6.4s, v2.s[3]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6068ca // sadalp v10.4s, v6.8h
+	WORD $0x4e1c048e // dup v14.4s, v4.s[3]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068c9 // sadalp v9.4s, v6.8h
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	FMOVQ 304(R0), F7
+	WORD $0x4e040426 // dup v6.4s, v1.s[0]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e6068cd // sadalp v13.4s, v6.8h
+	WORD $0x4e04046e // dup v14.4s, v3.s[0]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068cb // sadalp v11.4s, v6.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e0404a6 // dup v6.4s, v5.s[0]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6068c8 // sadalp v8.4s, v6.8h
+	FMOVQ 368(R0), F7
+	WORD $0x4e0c042e // dup v14.4s, v1.s[1]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068cc // sadalp v12.4s, v6.8h
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e0c0466 // dup v6.4s, v3.s[1]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6068ca // sadalp v10.4s, v6.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068c9 // sadalp v9.4s, v6.8h
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	FMOVQ 432(R0), F7
+	WORD $0x4e140426 // dup v6.4s, v1.s[2]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e6068cd // sadalp v13.4s, v6.8h
+	WORD $0x4e14046e // dup v14.4s, v3.s[2]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068cb // sadalp v11.4s, v6.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e1404a6 // dup v6.4s, v5.s[2]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6068c8 // sadalp v8.4s, v6.8h
+	FMOVQ 496(R0), F7
+	WORD $0x4e1c042e // dup v14.4s, v1.s[3]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068cc // sadalp v12.4s, v6.8h
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e1c0466 // dup v6.4s, v3.s[3]
+	WORD $0x0e26c0ee // smull v14.8h, v7.8b, v6.8b
+	WORD $0x4e26c0e6 // smull2 v6.8h, v7.16b, v6.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6068ca // sadalp v10.4s, v6.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec0e6 // smull v6.8h, v7.8b, v14.8b
+	WORD $0x4e2ec0ee // smull2 v14.8h, v7.16b, v14.16b
+	WORD $0x4e6068c9 // sadalp v9.4s, v6.8h
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	FMOVD 8(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	WORD $0x4eadbd8c // addp v12.4s, v12.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d90e6 // fmul v6.4s, v7.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e26dd8c // fmul v12.4s, v12.4s, v6.4s
+	FMOVQ 16(R10), F14
+	WORD $0x4e2cd5ce // fadd v14.4s, v14.4s, v12.4s
+	FMOVQ F14, 16(R10)
+	WORD $0x4eaabd6b // addp v11.4s, v11.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a90e6 // fmul v6.4s, v7.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e26dd6b // fmul v11.4s, v11.4s, v6.4s
+	FMOVQ 16(R11), F13
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ F13, 16(R11)
+	WORD $0x4ea8bd29 // addp v9.4s, v9.4s, v8.4s
+	FMOVS 0(R8), F8
+	WORD $0x4f8890e6 // fmul v6.4s, v7.4s, v8.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e26dd29 // fmul v9.4s, v9.4s, v6.4s
+	FMOVQ 16(R12), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 16(R12)
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 64(R0), F13
+	WORD $0x4e04040c // dup v12.4s, v0.s[0]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e04044e // dup v14.4s, v2.s[0]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e04048c // dup v12.4s, v4.s[0]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 128(R0), F13
+	WORD $0x4e0c040e // dup v14.4s, v0.s[1]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e6069c6 // sadalp v6.4s, v14.8h
+	WORD $0x4e0c044c // dup v12.4s, v2.s[1]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e0c048e // dup v14.4s, v4.s[1]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVQ 192(R0), F13
+	WORD $0x4e14040c // dup v12.4s, v0.s[2]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e14044e // dup v14.4s, v2.s[2]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e14048c // dup v12.4s, v4.s[2]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 256(R0), F13
+	WORD $0x4e1c040e // dup v14.4s, v0.s[3]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e6069c6 // sadalp v6.4s, v14.8h
+	WORD $0x4e1c044c // dup v12.4s, v2.s[3]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e1c048e // dup v14.4s, v4.s[3]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVQ 320(R0), F13
+	WORD $0x4e04042c // dup v12.4s, v1.s[0]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e04046e // dup v14.4s, v3.s[0]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 384(R0), F13
+	WORD $0x4e0c042e // dup v14.4s, v1.s[1]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e6069c6 // sadalp v6.4s, v14.8h
+	WORD $0x4e0c046c // dup v12.4s, v3.s[1]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVQ 448(R0), F13
+	WORD $0x4e14042c // dup v12.4s, v1.s[2]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e14046e // dup v14.4s, v3.s[2]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 512(R0), F13
+	WORD $0x4e1c042e // dup v14.4s, v1.s[3]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e6069c6 // sadalp v6.4s, v14.8h
+	WORD $0x4e1c046c // dup v12.4s, v3.s[3]
+	WORD $0x0e2cc1ae // smull v14.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec1ac // smull v12.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVD 16(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	WORD $0x4ea6bce7 // addp v7.4s, v7.4s, v6.4s
+	FMOVS 0(R6), F6
+	WORD $0x4f8691ac // fmul v12.4s, v13.4s, v6.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2cdce7 // fmul v7.4s, v7.4s, v12.4s
+	FMOVQ 32(R10), F14
+	WORD $0x4e27d5ce // fadd v14.4s, v14.4s, v7.4s
+	FMOVQ F14, 32(R10)
+	WORD $0x4ea9bd08 // addp v8.4s, v8.4s, v9.4s
+	FMOVS 0(R7), F9
+	WORD $0x4f8991ac // fmul v12.4s, v13.4s, v9.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2cdd08 // fmul v8.4s, v8.4s, v12.4s
+	FMOVQ 32(R11), F6
+	WORD $0x4e28d4c6 // fadd v6.4s, v6.4s, v8.4s
+	FMOVQ F6, 32(R11)
+	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b91ac // fmul v12.4s, v13.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2cdd4a // fmul v10.4s, v10.4s, v12.4s
+	FMOVQ 32(R12), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 32(R12)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 80(R0), F6
+	WORD $0x4e040407 // dup v7.4s, v0.s[0]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e6068ec // sadalp v12.4s, v7.8h
+	WORD $0x4e04044e // dup v14.4s, v2.s[0]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068eb // sadalp v11.4s, v7.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e040487 // dup v7.4s, v4.s[0]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6068e8 // sadalp v8.4s, v7.8h
+	FMOVQ 144(R0), F6
+	WORD $0x4e0c040e // dup v14.4s, v0.s[1]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068ed // sadalp v13.4s, v7.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e0c0447 // dup v7.4s, v2.s[1]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e0c048e // dup v14.4s, v4.s[1]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	FMOVQ 208(R0), F6
+	WORD $0x4e140407 // dup v7.4s, v0.s[2]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e6068ec // sadalp v12.4s, v7.8h
+	WORD $0x4e14044e // dup v14.4s, v2.s[2]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068eb // sadalp v11.4s, v7.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e140487 // dup v7.4s, v4.s[2]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6068e8 // sadalp v8.4s, v7.8h
+	FMOVQ 272(R0), F6
+	WORD $0x4e1c040e // dup v14.4s, v0.s[3]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068ed // sadalp v13.4s, v7.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e1c0447 // dup v7.4s, v2.s[3]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e1c048e // dup v14.4s, v4.s[3]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	FMOVQ 336(R0), F6
+	WORD $0x4e040427 // dup v7.4s, v1.s[0]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e6068ec // sadalp v12.4s, v7.8h
+	WORD $0x4e04046e // dup v14.4s, v3.s[0]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068eb // sadalp v11.4s, v7.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e0404a7 // dup v7.4s, v5.s[0]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6068e8 // sadalp v8.4s, v7.8h
+	FMOVQ 400(R0), F6
+	WORD $0x4e0c042e // dup v14.4s, v1.s[1]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068ed // sadalp v13.4s, v7.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e0c0467 // dup v7.4s, v3.s[1]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	FMOVQ 464(R0), F6
+	WORD $0x4e140427 // dup v7.4s, v1.s[2]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e6068ec // sadalp v12.4s, v7.8h
+	WORD $0x4e14046e // dup v14.4s, v3.s[2]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068eb // sadalp v11.4s, v7.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e1404a7 // dup v7.4s, v5.s[2]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6068e8 // sadalp v8.4s, v7.8h
+	FMOVQ 528(R0), F6
+	WORD $0x4e1c042e // dup v14.4s, v1.s[3]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068ed // sadalp v13.4s, v7.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e1c0467 // dup v7.4s, v3.s[3]
+	WORD $0x0e27c0ce // smull v14.8h, v6.8b, v7.8b
+	WORD $0x4e27c0c7 // smull2 v7.8h, v6.16b, v7.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec0c7 // smull v7.8h, v6.8b, v14.8b
+	WORD $0x4e2ec0ce // smull2 v14.8h, v6.16b, v14.16b
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	FMOVD 24(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c90c7 // fmul v7.4s, v6.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e27ddad // fmul v13.4s, v13.4s, v7.4s
+	FMOVQ 48(R10), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R10)
+	WORD $0x4eaabd6b // addp v11.4s, v11.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a90c7 // fmul v7.4s, v6.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e27dd6b // fmul v11.4s, v11.4s, v7.4s
+	FMOVQ 48(R11), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 48(R11)
+	WORD $0x4ea8bd29 // addp v9.4s, v9.4s, v8.4s
+	FMOVS 0(R8), F8
+	WORD $0x4f8890c7 // fmul v7.4s, v6.4s, v8.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e27dd29 // fmul v9.4s, v9.4s, v7.4s
+	FMOVQ 48(R12), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 48(R12)
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ8_0x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x4NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 32(R0), F16
+	WORD $0x4e040411 // dup v17.4s, v0.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a48 // sadalp v8.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e040491 // dup v17.4s, v4.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e0404d2 // dup v18.4s, v6.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 96(R0), F16
+	WORD $0x4e0c0411 // dup v17.4s, v0.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a48 // sadalp v8.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e0c0452 // dup v18.4s, v2.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0c0491 // dup v17.4s, v4.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e0c04d2 // dup v18.4s, v6.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 160(R0), F16
+	WORD $0x4e140411 // dup v17.4s, v0.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a48 // sadalp v8.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e140491 // dup v17.4s, v4.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e1404d2 // dup v18.4s, v6.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 224(R0), F16
+	WORD $0x4e1c0411 // dup v17.4s, v0.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a48 // sadalp v8.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e1c0452 // dup v18.4s, v2.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1c0491 // dup v17.4s, v4.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e1c04d2 // dup v18.4s, v6.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 288(R0), F16
+	WORD $0x4e040431 // dup v17.4s, v1.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a48 // sadalp v8.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e040472 // dup v18.4s, v3.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0404b1 // dup v17.4s, v5.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e0404f2 // dup v18.4s, v7.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 352(R0), F16
+	WORD $0x4e0c0431 // dup v17.4s, v1.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a48 // sadalp v8.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0c04b1 // dup v17.4s, v5.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e0c04f2 // dup v18.4s, v7.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 416(R0), F16
+	WORD $0x4e140431 // dup v17.4s, v1.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a48 // sadalp v8.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e140472 // dup v18.4s, v3.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1404b1 // dup v17.4s, v5.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e1404f2 // dup v18.4s, v7.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 480(R0), F16
+	WORD $0x4e1c0431 // dup v17.4s, v1.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a48 // sadalp v8.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1c04b1 // dup v17.4s, v5.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e1c04f2 // dup v18.4s, v7.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVD 0(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	WORD $0x4ea9bd08 // addp v8.4s, v8.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f899211 // fmul v17.4s, v16.4s, v9.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e31dd08 // fmul v8.4s, v8.4s, v17.4s
+	FMOVQ 0(R10), F18
+	WORD $0x4e28d652 // fadd v18.4s, v18.4s, v8.4s
+	FMOVQ F18, 0(R10)
+	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b9211 // fmul v17.4s, v16.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e31dd4a // fmul v10.4s, v10.4s, v17.4s
+	FMOVQ 0(R11), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 0(R11)
+	WORD $0x4eadbd8c // addp v12.4s, v12.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d9211 // fmul v17.4s, v16.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e31dd8c // fmul v12.4s, v12.4s, v17.4s
+	FMOVQ 0(R12), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 0(R12)
+	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f9211 // fmul v17.4s, v16.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVQ 0(R13), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 0(R13)
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 48(R0), F9
+	WORD $0x4e040408 // dup v8.4s, v0.s[0]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606911 // sadalp v17.4s, v8.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e040488 // dup v8.4s, v4.s[0]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e0404d2 // dup v18.4s, v6.s[0]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 112(R0), F9
+	WORD $0x4e0c0408 // dup v8.4s, v0.s[1]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606911 // sadalp v17.4s, v8.8h
+	WORD $0x4e0c0452 // dup v18.4s, v2.s[1]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0c0488 // dup v8.4s, v4.s[1]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e0c04d2 // dup v18.4s, v6.s[1]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 176(R0), F9
+	WORD $0x4e140408 // dup v8.4s, v0.s[2]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606911 // sadalp v17.4s, v8.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e140488 // dup v8.4s, v4.s[2]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e1404d2 // dup v18.4s, v6.s[2]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 240(R0), F9
+	WORD $0x4e1c0408 // dup v8.4s, v0.s[3]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606911 // sadalp v17.4s, v8.8h
+	WORD $0x4e1c0452 // dup v18.4s, v2.s[3]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1c0488 // dup v8.4s, v4.s[3]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e1c04d2 // dup v18.4s, v6.s[3]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 304(R0), F9
+	WORD $0x4e040428 // dup v8.4s, v1.s[0]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606911 // sadalp v17.4s, v8.8h
+	WORD $0x4e040472 // dup v18.4s, v3.s[0]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0404a8 // dup v8.4s, v5.s[0]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e0404f2 // dup v18.4s, v7.s[0]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 368(R0), F9
+	WORD $0x4e0c0428 // dup v8.4s, v1.s[1]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606911 // sadalp v17.4s, v8.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0c04a8 // dup v8.4s, v5.s[1]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e0c04f2 // dup v18.4s, v7.s[1]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 432(R0), F9
+	WORD $0x4e140428 // dup v8.4s, v1.s[2]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606911 // sadalp v17.4s, v8.8h
+	WORD $0x4e140472 // dup v18.4s, v3.s[2]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1404a8 // dup v8.4s, v5.s[2]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e1404f2 // dup v18.4s, v7.s[2]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 496(R0), F9
+	WORD $0x4e1c0428 // dup v8.4s, v1.s[3]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606911 // sadalp v17.4s, v8.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1c04a8 // dup v8.4s, v5.s[3]
+	WORD $0x0e28c132 // smull v18.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e1c04f2 // dup v18.4s, v7.s[3]
+	WORD $0x0e32c128 // smull v8.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVD 8(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	WORD $0x4eb1be10 // addp v16.4s, v16.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f919128 // fmul v8.4s, v9.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e28de10 // fmul v16.4s, v16.4s, v8.4s
+	FMOVQ 16(R10), F18
+	WORD $0x4e30d652 // fadd v18.4s, v18.4s, v16.4s
+	FMOVQ F18, 16(R10)
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e9128 // fmul v8.4s, v9.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e28ddef // fmul v15.4s, v15.4s, v8.4s
+	FMOVQ 16(R11), F17
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	FMOVQ F17, 16(R11)
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c9128 // fmul v8.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e28ddad // fmul v13.4s, v13.4s, v8.4s
+	FMOVQ 16(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R12)
+	WORD $0x4eaabd6b // addp v11.4s, v11.4s, v10.4s
+	FMOVS 0(R9), F10
+	WORD $0x4f8a9128 // fmul v8.4s, v9.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e28dd6b // fmul v11.4s, v11.4s, v8.4s
+	FMOVQ 16(R13), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 16(R13)
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 64(R0), F17
+	WORD $0x4e040410 // dup v16.4s, v0.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e040490 // dup v16.4s, v4.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e0404d2 // dup v18.4s, v6.s[0]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 128(R0), F17
+	WORD $0x4e0c0410 // dup v16.4s, v0.s[1]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e0c0452 // dup v18.4s, v2.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0c0490 // dup v16.4s, v4.s[1]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e0c04d2 // dup v18.4s, v6.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 192(R0), F17
+	WORD $0x4e140410 // dup v16.4s, v0.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e140490 // dup v16.4s, v4.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e1404d2 // dup v18.4s, v6.s[2]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 256(R0), F17
+	WORD $0x4e1c0410 // dup v16.4s, v0.s[3]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e1c0452 // dup v18.4s, v2.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1c0490 // dup v16.4s, v4.s[3]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e1c04d2 // dup v18.4s, v6.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 320(R0), F17
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e040472 // dup v18.4s, v3.s[0]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e0404f2 // dup v18.4s, v7.s[0]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 384(R0), F17
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e0c04f2 // dup v18.4s, v7.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 448(R0), F17
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e140472 // dup v18.4s, v3.s[2]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e1404f2 // dup v18.4s, v7.s[2]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVQ 512(R0), F17
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e1c04f2 // dup v18.4s, v7.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	FMOVD 16(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	WORD $0x4ea8bd29 // addp v9.4s, v9.4s, v8.4s
+	FMOVS 0(R6), F8
+	WORD $0x4f889230 // fmul v16.4s, v17.4s, v8.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e30dd29 // fmul v9.4s, v9.4s, v16.4s
+	FMOVQ 32(R10), F18
+	WORD $0x4e29d652 // fadd v18.4s, v18.4s, v9.4s
+	FMOVQ F18, 32(R10)
+	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b9230 // fmul v16.4s, v17.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e30dd4a // fmul v10.4s, v10.4s, v16.4s
+	FMOVQ 32(R11), F8
+	WORD $0x4e2ad508 // fadd v8.4s, v8.4s, v10.4s
+	FMOVQ F8, 32(R11)
+	WORD $0x4eadbd8c // addp v12.4s, v12.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d9230 // fmul v16.4s, v17.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVQ 32(R12), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 32(R12)
+	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f9230 // fmul v16.4s, v17.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	FMOVQ 32(R13), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 32(R13)
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 80(R0), F8
+	WORD $0x4e040409 // dup v9.4s, v0.s[0]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e040489 // dup v9.4s, v4.s[0]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0404d2 // dup v18.4s, v6.s[0]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 144(R0), F8
+	WORD $0x4e0c0409 // dup v9.4s, v0.s[1]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e0c0452 // dup v18.4s, v2.s[1]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0c0489 // dup v9.4s, v4.s[1]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0c04d2 // dup v18.4s, v6.s[1]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 208(R0), F8
+	WORD $0x4e140409 // dup v9.4s, v0.s[2]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e140489 // dup v9.4s, v4.s[2]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1404d2 // dup v18.4s, v6.s[2]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 272(R0), F8
+	WORD $0x4e1c0409 // dup v9.4s, v0.s[3]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e1c0452 // dup v18.4s, v2.s[3]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1c0489 // dup v9.4s, v4.s[3]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1c04d2 // dup v18.4s, v6.s[3]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 336(R0), F8
+	WORD $0x4e040429 // dup v9.4s, v1.s[0]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e040472 // dup v18.4s, v3.s[0]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0404a9 // dup v9.4s, v5.s[0]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0404f2 // dup v18.4s, v7.s[0]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 400(R0), F8
+	WORD $0x4e0c0429 // dup v9.4s, v1.s[1]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0c04a9 // dup v9.4s, v5.s[1]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0c04f2 // dup v18.4s, v7.s[1]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 464(R0), F8
+	WORD $0x4e140429 // dup v9.4s, v1.s[2]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e140472 // dup v18.4s, v3.s[2]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1404a9 // dup v9.4s, v5.s[2]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1404f2 // dup v18.4s, v7.s[2]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVQ 528(R0), F8
+	WORD $0x4e1c0429 // dup v9.4s, v1.s[3]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1c04a9 // dup v9.4s, v5.s[3]
+	WORD $0x0e29c112 // smull v18.8h, v8.8b, v9.8b
+	WORD $0x4e29c109 // smull2 v9.8h, v8.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1c04f2 // dup v18.4s, v7.s[3]
+	WORD $0x0e32c109 // smull v9.8h, v8.8b, v18.8b
+	WORD $0x4e32c112 // smull2 v18.8h, v8.16b, v18.16b
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	FMOVD 24(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f909109 // fmul v9.4s, v8.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e29de31 // fmul v17.4s, v17.4s, v9.4s
+	FMOVQ 48(R10), F18
+	WORD $0x4e31d652 // fadd v18.4s, v18.4s, v17.4s
+	FMOVQ F18, 48(R10)
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e9109 // fmul v9.4s, v8.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	FMOVQ 48(R11), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 48(R11)
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c9109 // fmul v9.4s, v8.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVQ 48(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R12)
+	WORD $0x4eaabd6b // addp v11.4s, v11.4s, v10.4s
+	FMOVS 0(R9), F10
+	WORD $0x4f8a9109 // fmul v9.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	FMOVQ 48(R13), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 48(R13)
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_0x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x1NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 32(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e04048b // dup v11.4s, v4.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 96(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c048b // dup v11.4s, v4.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 160(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e14048b // dup v11.4s, v4.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 224(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c048b // dup v11.4s, v4.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVD 0(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	WORD $0x4ea8bce7 // addp v7.4s, v7.4s, v8.4s
+	FMOVS 4(R6), F8
+	WORD $0x4e040508 // dup v8.4s, v8.s[0]
+	WORD $0x4ea884e7 // add v7.4s, v7.4s, v8.4s
+	FMOVS 0(R6), F8
+	WORD $0x4f88912a // fmul v10.4s, v9.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2adce7 // fmul v7.4s, v7.4s, v10.4s
+	WORD $0x4e27d400 // fadd v0.4s, v0.4s, v7.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 48(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e04048b // dup v11.4s, v4.s[0]
+	WORD $0x0e2bc0ec // smull v12.8h, v7.8b, v11.8b
+	WORD $0x4e2bc0eb // smull2 v11.8h, v7.16b, v11.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e60696a // sadalp v10.4s, v11.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	FMOVQ 112(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0c048b // dup v11.4s, v4.s[1]
+	WORD $0x0e2bc0ec // smull v12.8h, v7.8b, v11.8b
+	WORD $0x4e2bc0eb // smull2 v11.8h, v7.16b, v11.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e60696a // sadalp v10.4s, v11.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	FMOVQ 176(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e14048b // dup v11.4s, v4.s[2]
+	WORD $0x0e2bc0ec // smull v12.8h, v7.8b, v11.8b
+	WORD $0x4e2bc0eb // smull2 v11.8h, v7.16b, v11.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e60696a // sadalp v10.4s, v11.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	FMOVQ 240(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1c048b // dup v11.4s, v4.s[3]
+	WORD $0x0e2bc0ec // smull v12.8h, v7.8b, v11.8b
+	WORD $0x4e2bc0eb // smull2 v11.8h, v7.16b, v11.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e60696a // sadalp v10.4s, v11.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	FMOVD 8(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 4(R6), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9107 // fmul v7.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e27dd29 // fmul v9.4s, v9.4s, v7.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 64(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e04048b // dup v11.4s, v4.s[0]
+	WORD $0x0e2bc12c // smull v12.8h, v9.8b, v11.8b
+	WORD $0x4e2bc12b // smull2 v11.8h, v9.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc14b // smull v11.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 128(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e0c048b // dup v11.4s, v4.s[1]
+	WORD $0x0e2bc12c // smull v12.8h, v9.8b, v11.8b
+	WORD $0x4e2bc12b // smull2 v11.8h, v9.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc14b // smull v11.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 192(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e14048b // dup v11.4s, v4.s[2]
+	WORD $0x0e2bc12c // smull v12.8h, v9.8b, v11.8b
+	WORD $0x4e2bc12b // smull2 v11.8h, v9.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc14b // smull v11.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 256(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e1c048b // dup v11.4s, v4.s[3]
+	WORD $0x0e2bc12c // smull v12.8h, v9.8b, v11.8b
+	WORD $0x4e2bc12b // smull2 v11.8h, v9.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc14b // smull v11.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVD 16(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4ea7bd08 // addp v8.4s, v8.4s, v7.4s
+	FMOVS 4(R6), F7
+	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
+	WORD $0x4ea78508 // add v8.4s, v8.4s, v7.4s
+	FMOVS 0(R6), F7
+	WORD $0x4f879149 // fmul v9.4s, v10.4s, v7.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e29dd08 // fmul v8.4s, v8.4s, v9.4s
+	WORD $0x4e28d442 // fadd v2.4s, v2.4s, v8.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 80(R0), F7
+	WORD $0x4e261ce8 // and v8.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e04048b // dup v11.4s, v4.s[0]
+	WORD $0x0e2bc10c // smull v12.8h, v8.8b, v11.8b
+	WORD $0x4e2bc10b // smull2 v11.8h, v8.16b, v11.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc0eb // smull v11.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e60696a // sadalp v10.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 144(R0), F7
+	WORD $0x4e261ce8 // and v8.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e0c048b // dup v11.4s, v4.s[1]
+	WORD $0x0e2bc10c // smull v12.8h, v8.8b, v11.8b
+	WORD $0x4e2bc10b // smull2 v11.8h, v8.16b, v11.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc0eb // smull v11.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e60696a // sadalp v10.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 208(R0), F7
+	WORD $0x4e261ce8 // and v8.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e14048b // dup v11.4s, v4.s[2]
+	WORD $0x0e2bc10c // smull v12.8h, v8.8b, v11.8b
+	WORD $0x4e2bc10b // smull2 v11.8h, v8.16b, v11.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc0eb // smull v11.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e60696a // sadalp v10.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 272(R0), F7
+	WORD $0x4e261ce8 // and v8.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e1c048b // dup v11.4s, v4.s[3]
+	WORD $0x0e2bc10c // smull v12.8h, v8.8b, v11.8b
+	WORD $0x4e2bc10b // smull2 v11.8h, v8.16b, v11.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc0eb // smull v11.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e60696a // sadalp v10.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVD 24(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 4(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f8990e8 // fmul v8.4s, v7.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e28dd4a // fmul v10.4s, v10.4s, v8.4s
+	WORD $0x4e2ad463 // fadd v3.4s, v3.4s, v10.4s
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ4_0x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x2NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 32(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040513 // dup v19.4s, v8.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 96(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0513 // dup v19.4s, v8.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 160(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140513 // dup v19.4s, v8.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 224(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0513 // dup v19.4s, v8.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 0(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 4(R6), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e9232 // fmul v18.4s, v17.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 4(R7), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f909232 // fmul v18.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e32ddef // fmul v15.4s, v15.4s, v18.4s
+	WORD $0x4e2fd484 // fadd v4.4s, v4.4s, v15.4s
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 48(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e040513 // dup v19.4s, v8.s[0]
+	WORD $0x0e33c1b4 // smull v20.8h, v13.8b, v19.8b
+	WORD $0x4e33c1b3 // smull2 v19.8h, v13.16b, v19.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c1d3 // smull v19.8h, v14.8b, v20.8b
+	WORD $0x4e34c1d4 // smull2 v20.8h, v14.16b, v20.16b
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c1b4 // smull v20.8h, v13.8b, v19.8b
+	WORD $0x4e33c1b3 // smull2 v19.8h, v13.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c1d3 // smull v19.8h, v14.8b, v20.8b
+	WORD $0x4e34c1d4 // smull2 v20.8h, v14.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	FMOVQ 112(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e0c0513 // dup v19.4s, v8.s[1]
+	WORD $0x0e33c1b4 // smull v20.8h, v13.8b, v19.8b
+	WORD $0x4e33c1b3 // smull2 v19.8h, v13.16b, v19.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c1d3 // smull v19.8h, v14.8b, v20.8b
+	WORD $0x4e34c1d4 // smull2 v20.8h, v14.16b, v20.16b
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c1b4 // smull v20.8h, v13.8b, v19.8b
+	WORD $0x4e33c1b3 // smull2 v19.8h, v13.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c1d3 // smull v19.8h, v14.8b, v20.8b
+	WORD $0x4e34c1d4 // smull2 v20.8h, v14.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	FMOVQ 176(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e140513 // dup v19.4s, v8.s[2]
+	WORD $0x0e33c1b4 // smull v20.8h, v13.8b, v19.8b
+	WORD $0x4e33c1b3 // smull2 v19.8h, v13.16b, v19.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c1d3 // smull v19.8h, v14.8b, v20.8b
+	WORD $0x4e34c1d4 // smull2 v20.8h, v14.16b, v20.16b
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c1b4 // smull v20.8h, v13.8b, v19.8b
+	WORD $0x4e33c1b3 // smull2 v19.8h, v13.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c1d3 // smull v19.8h, v14.8b, v20.8b
+	WORD $0x4e34c1d4 // smull2 v20.8h, v14.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	FMOVQ 240(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e1c0513 // dup v19.4s, v8.s[3]
+	WORD $0x0e33c1b4 // smull v20.8h, v13.8b, v19.8b
+	WORD $0x4e33c1b3 // smull2 v19.8h, v13.16b, v19.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c1d3 // smull v19.8h, v14.8b, v20.8b
+	WORD $0x4e34c1d4 // smull2 v20.8h, v14.16b, v20.16b
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c1b4 // smull v20.8h, v13.8b, v19.8b
+	WORD $0x4e33c1b3 // smull2 v19.8h, v13.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c1d3 // smull v19.8h, v14.8b, v20.8b
+	WORD $0x4e34c1d4 // smull2 v20.8h, v14.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	FMOVD 8(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 4(R6), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb28631 // add v17.4s, v17.4s, v18.4s
+	FMOVS 0(R6), F18
+	WORD $0x4f9291cd // fmul v13.4s, v14.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 4(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91cd // fmul v13.4s, v14.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2dde10 // fmul v16.4s, v16.4s, v13.4s
+	WORD $0x4e30d4a5 // fadd v5.4s, v5.4s, v16.4s
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 64(R0), F18
+	WORD $0x4e2c1e51 // and v17.16b, v18.16b, v12.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e040513 // dup v19.4s, v8.s[0]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 128(R0), F18
+	WORD $0x4e2c1e51 // and v17.16b, v18.16b, v12.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e0c0513 // dup v19.4s, v8.s[1]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 192(R0), F18
+	WORD $0x4e2c1e51 // and v17.16b, v18.16b, v12.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e140513 // dup v19.4s, v8.s[2]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 256(R0), F18
+	WORD $0x4e2c1e51 // and v17.16b, v18.16b, v12.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e1c0513 // dup v19.4s, v8.s[3]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 16(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 4(R6), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d9251 // fmul v17.4s, v18.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 4(R7), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f909251 // fmul v17.4s, v18.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e31ddef // fmul v15.4s, v15.4s, v17.4s
+	WORD $0x4e2fd4c6 // fadd v6.4s, v6.4s, v15.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 80(R0), F13
+	WORD $0x4e2c1dae // and v14.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e040513 // dup v19.4s, v8.s[0]
+	WORD $0x0e33c1d4 // smull v20.8h, v14.8b, v19.8b
+	WORD $0x4e33c1d3 // smull2 v19.8h, v14.16b, v19.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c1b3 // smull v19.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c1d4 // smull v20.8h, v14.8b, v19.8b
+	WORD $0x4e33c1d3 // smull2 v19.8h, v14.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c1b3 // smull v19.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	FMOVQ 144(R0), F13
+	WORD $0x4e2c1dae // and v14.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e0c0513 // dup v19.4s, v8.s[1]
+	WORD $0x0e33c1d4 // smull v20.8h, v14.8b, v19.8b
+	WORD $0x4e33c1d3 // smull2 v19.8h, v14.16b, v19.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c1b3 // smull v19.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c1d4 // smull v20.8h, v14.8b, v19.8b
+	WORD $0x4e33c1d3 // smull2 v19.8h, v14.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c1b3 // smull v19.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	FMOVQ 208(R0), F13
+	WORD $0x4e2c1dae // and v14.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e140513 // dup v19.4s, v8.s[2]
+	WORD $0x0e33c1d4 // smull v20.8h, v14.8b, v19.8b
+	WORD $0x4e33c1d3 // smull2 v19.8h, v14.16b, v19.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c1b3 // smull v19.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c1d4 // smull v20.8h, v14.8b, v19.8b
+	WORD $0x4e33c1d3 // smull2 v19.8h, v14.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c1b3 // smull v19.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	FMOVQ 272(R0), F13
+	WORD $0x4e2c1dae // and v14.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e1c0513 // dup v19.4s, v8.s[3]
+	WORD $0x0e33c1d4 // smull v20.8h, v14.8b, v19.8b
+	WORD $0x4e33c1d3 // smull2 v19.8h, v14.16b, v19.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c1b3 // smull v19.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c1d4 // smull v20.8h, v14.8b, v19.8b
+	WORD $0x4e33c1d3 // smull2 v19.8h, v14.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c1b3 // smull v19.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	FMOVD 24(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 4(R6), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f9191ae // fmul v14.4s, v13.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	WORD $0x4e32d463 // fadd v3.4s, v3.4s, v18.4s
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 4(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91ae // fmul v14.4s, v13.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_0x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x3NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 32(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e04040f // dup v15.4s, v0.s[0]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e04044f // dup v15.4s, v2.s[0]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e04048f // dup v15.4s, v4.s[0]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 96(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e0c040f // dup v15.4s, v0.s[1]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e0c044f // dup v15.4s, v2.s[1]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e0c0470 // dup v16.4s, v3.s[1]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 160(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e14040f // dup v15.4s, v0.s[2]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e14044f // dup v15.4s, v2.s[2]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e14048f // dup v15.4s, v4.s[2]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 224(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e1c040f // dup v15.4s, v0.s[3]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e1c044f // dup v15.4s, v2.s[3]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e1c0470 // dup v16.4s, v3.s[3]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	WORD $0x4ea8bce7 // addp v7.4s, v7.4s, v8.4s
+	FMOVS 4(R6), F8
+	WORD $0x4e040508 // dup v8.4s, v8.s[0]
+	WORD $0x4ea884e7 // add v7.4s, v7.4s, v8.4s
+	FMOVS 0(R6), F8
+	WORD $0x4f8891ae // fmul v14.4s, v13.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2edce7 // fmul v7.4s, v7.4s, v14.4s
+	FMOVQ 0(R10), F15
+	WORD $0x4e27d5ef // fadd v15.4s, v15.4s, v7.4s
+	FMOVQ F15, 0(R10)
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 4(R7), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a91ae // fmul v14.4s, v13.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2edd29 // fmul v9.4s, v9.4s, v14.4s
+	FMOVQ 0(R11), F8
+	WORD $0x4e29d508 // fadd v8.4s, v8.4s, v9.4s
+	FMOVQ F8, 0(R11)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 4(R8), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c91ae // fmul v14.4s, v13.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2edd6b // fmul v11.4s, v11.4s, v14.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R12)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 48(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e04040f // dup v15.4s, v0.s[0]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e6069ee // sadalp v14.4s, v15.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ed // sadalp v13.4s, v15.8h
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e04044f // dup v15.4s, v2.s[0]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e04048f // dup v15.4s, v4.s[0]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	FMOVQ 112(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0c040f // dup v15.4s, v0.s[1]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e6069ee // sadalp v14.4s, v15.8h
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ed // sadalp v13.4s, v15.8h
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e0c044f // dup v15.4s, v2.s[1]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e0c0470 // dup v16.4s, v3.s[1]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	FMOVQ 176(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e14040f // dup v15.4s, v0.s[2]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e6069ee // sadalp v14.4s, v15.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ed // sadalp v13.4s, v15.8h
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e14044f // dup v15.4s, v2.s[2]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e14048f // dup v15.4s, v4.s[2]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	FMOVQ 240(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1c040f // dup v15.4s, v0.s[3]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e6069ee // sadalp v14.4s, v15.8h
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ed // sadalp v13.4s, v15.8h
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e1c044f // dup v15.4s, v2.s[3]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e1c0470 // dup v16.4s, v3.s[3]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
+	WORD $0x0e2fc0f0 // smull v16.8h, v7.8b, v15.8b
+	WORD $0x4e2fc0ef // smull2 v15.8h, v7.16b, v15.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c10f // smull v15.8h, v8.8b, v16.8b
+	WORD $0x4e30c110 // smull2 v16.8h, v8.16b, v16.16b
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	FMOVD 8(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 4(R6), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e9107 // fmul v7.4s, v8.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e27ddad // fmul v13.4s, v13.4s, v7.4s
+	FMOVQ 16(R10), F15
+	WORD $0x4e2dd5ef // fadd v15.4s, v15.4s, v13.4s
+	FMOVQ F15, 16(R10)
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 4(R7), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b9107 // fmul v7.4s, v8.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e27dd8c // fmul v12.4s, v12.4s, v7.4s
+	FMOVQ 16(R11), F14
+	WORD $0x4e2cd5ce // fadd v14.4s, v14.4s, v12.4s
+	FMOVQ F14, 16(R11)
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 4(R8), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
+	FMOVS 0(R8), F9
+	WORD $0x4f899107 // fmul v7.4s, v8.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e27dd4a // fmul v10.4s, v10.4s, v7.4s
+	FMOVQ 16(R12), F11
+	WORD $0x4e2ad56b // fadd v11.4s, v11.4s, v10.4s
+	FMOVQ F11, 16(R12)
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F14
+	WORD $0x4e261dcd // and v13.16b, v14.16b, v6.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e04040f // dup v15.4s, v0.s[0]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e04044f // dup v15.4s, v2.s[0]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e04048f // dup v15.4s, v4.s[0]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 128(R0), F14
+	WORD $0x4e261dcd // and v13.16b, v14.16b, v6.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e0c040f // dup v15.4s, v0.s[1]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e0c044f // dup v15.4s, v2.s[1]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e0c0470 // dup v16.4s, v3.s[1]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 192(R0), F14
+	WORD $0x4e261dcd // and v13.16b, v14.16b, v6.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e14040f // dup v15.4s, v0.s[2]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e14044f // dup v15.4s, v2.s[2]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e14048f // dup v15.4s, v4.s[2]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 256(R0), F14
+	WORD $0x4e261dcd // and v13.16b, v14.16b, v6.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e1c040f // dup v15.4s, v0.s[3]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e1c044f // dup v15.4s, v2.s[3]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e1c0470 // dup v16.4s, v3.s[3]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
+	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
+	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
+	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	WORD $0x4ea7bd08 // addp v8.4s, v8.4s, v7.4s
+	FMOVS 4(R6), F7
+	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
+	WORD $0x4ea78508 // add v8.4s, v8.4s, v7.4s
+	FMOVS 0(R6), F7
+	WORD $0x4f8791cd // fmul v13.4s, v14.4s, v7.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2ddd08 // fmul v8.4s, v8.4s, v13.4s
+	FMOVQ 32(R10), F15
+	WORD $0x4e28d5ef // fadd v15.4s, v15.4s, v8.4s
+	FMOVQ F15, 32(R10)
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 4(R7), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a91cd // fmul v13.4s, v14.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVQ 32(R11), F7
+	WORD $0x4e29d4e7 // fadd v7.4s, v7.4s, v9.4s
+	FMOVQ F7, 32(R11)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 4(R8), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c91cd // fmul v13.4s, v14.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVQ 32(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 32(R12)
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 80(R0), F7
+	WORD $0x4e261ce8 // and v8.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e04040f // dup v15.4s, v0.s[0]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e6069ed // sadalp v13.4s, v15.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ee // sadalp v14.4s, v15.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e04044f // dup v15.4s, v2.s[0]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e04048f // dup v15.4s, v4.s[0]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	FMOVQ 144(R0), F7
+	WORD $0x4e261ce8 // and v8.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e0c040f // dup v15.4s, v0.s[1]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e6069ed // sadalp v13.4s, v15.8h
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ee // sadalp v14.4s, v15.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e0c044f // dup v15.4s, v2.s[1]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e0c0470 // dup v16.4s, v3.s[1]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	FMOVQ 208(R0), F7
+	WORD $0x4e261ce8 // and v8.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e14040f // dup v15.4s, v0.s[2]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e6069ed // sadalp v13.4s, v15.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ee // sadalp v14.4s, v15.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e14044f // dup v15.4s, v2.s[2]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e14048f // dup v15.4s, v4.s[2]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	FMOVQ 272(R0), F7
+	WORD $0x4e261ce8 // and v8.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e1c040f // dup v15.4s, v0.s[3]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e6069ed // sadalp v13.4s, v15.8h
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ee // sadalp v14.4s, v15.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e1c044f // dup v15.4s, v2.s[3]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e1c0470 // dup v16.4s, v3.s[3]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
+	WORD $0x0e2fc110 // smull v16.8h, v8.8b, v15.8b
+	WORD $0x4e2fc10f // smull2 v15.8h, v8.16b, v15.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c0ef // smull v15.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	FMOVD 24(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 4(R6), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d90e8 // fmul v8.4s, v7.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e28ddce // fmul v14.4s, v14.4s, v8.4s
+	FMOVQ 48(R10), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R10)
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 4(R7), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b90e8 // fmul v8.4s, v7.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e28dd8c // fmul v12.4s, v12.4s, v8.4s
+	FMOVQ 48(R11), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 48(R11)
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 4(R8), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
+	FMOVS 0(R8), F9
+	WORD $0x4f8990e8 // fmul v8.4s, v7.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e28dd4a // fmul v10.4s, v10.4s, v8.4s
+	FMOVQ 48(R12), F11
+	WORD $0x4e2ad56b // fadd v11.4s, v11.4s, v10.4s
+	FMOVQ F11, 48(R12)
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_0x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x4NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 32(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040413 // dup v19.4s, v0.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e040493 // dup v19.4s, v4.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404d3 // dup v19.4s, v6.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 96(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0413 // dup v19.4s, v0.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e0c0493 // dup v19.4s, v4.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04d3 // dup v19.4s, v6.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 160(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140413 // dup v19.4s, v0.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e140493 // dup v19.4s, v4.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404d3 // dup v19.4s, v6.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 224(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0413 // dup v19.4s, v0.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e1c0493 // dup v19.4s, v4.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04d3 // dup v19.4s, v6.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 0(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 4(R6), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9232 // fmul v18.4s, v17.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e32dd29 // fmul v9.4s, v9.4s, v18.4s
+	FMOVQ 0(R10), F19
+	WORD $0x4e29d673 // fadd v19.4s, v19.4s, v9.4s
+	FMOVQ F19, 0(R10)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 4(R7), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9232 // fmul v18.4s, v17.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e32dd6b // fmul v11.4s, v11.4s, v18.4s
+	FMOVQ 0(R11), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 4(R8), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9232 // fmul v18.4s, v17.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R12)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 4(R9), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R9), F16
+	WORD $0x4f909232 // fmul v18.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e32ddef // fmul v15.4s, v15.4s, v18.4s
+	FMOVQ 0(R13), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 0(R13)
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 48(R0), F10
+	WORD $0x4e281d49 // and v9.16b, v10.16b, v8.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e040413 // dup v19.4s, v0.s[0]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e040493 // dup v19.4s, v4.s[0]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0404d3 // dup v19.4s, v6.s[0]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	FMOVQ 112(R0), F10
+	WORD $0x4e281d49 // and v9.16b, v10.16b, v8.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e0c0413 // dup v19.4s, v0.s[1]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e0c0493 // dup v19.4s, v4.s[1]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0c04d3 // dup v19.4s, v6.s[1]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	FMOVQ 176(R0), F10
+	WORD $0x4e281d49 // and v9.16b, v10.16b, v8.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e140413 // dup v19.4s, v0.s[2]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e140493 // dup v19.4s, v4.s[2]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1404d3 // dup v19.4s, v6.s[2]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	FMOVQ 240(R0), F10
+	WORD $0x4e281d49 // and v9.16b, v10.16b, v8.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e1c0413 // dup v19.4s, v0.s[3]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e1c0493 // dup v19.4s, v4.s[3]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1c04d3 // dup v19.4s, v6.s[3]
+	WORD $0x0e33c134 // smull v20.8h, v9.8b, v19.8b
+	WORD $0x4e33c133 // smull2 v19.8h, v9.16b, v19.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c153 // smull v19.8h, v10.8b, v20.8b
+	WORD $0x4e34c154 // smull2 v20.8h, v10.16b, v20.16b
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 4(R6), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb28631 // add v17.4s, v17.4s, v18.4s
+	FMOVS 0(R6), F18
+	WORD $0x4f929149 // fmul v9.4s, v10.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e29de31 // fmul v17.4s, v17.4s, v9.4s
+	FMOVQ 16(R10), F19
+	WORD $0x4e31d673 // fadd v19.4s, v19.4s, v17.4s
+	FMOVQ F19, 16(R10)
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 4(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9149 // fmul v9.4s, v10.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e29de10 // fmul v16.4s, v16.4s, v9.4s
+	FMOVQ 16(R11), F18
+	WORD $0x4e30d652 // fadd v18.4s, v18.4s, v16.4s
+	FMOVQ F18, 16(R11)
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 4(R8), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d9149 // fmul v9.4s, v10.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e29ddce // fmul v14.4s, v14.4s, v9.4s
+	FMOVQ 16(R12), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 16(R12)
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 4(R9), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R9), F11
+	WORD $0x4f8b9149 // fmul v9.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e29dd8c // fmul v12.4s, v12.4s, v9.4s
+	FMOVQ 16(R13), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 16(R13)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 64(R0), F18
+	WORD $0x4e281e51 // and v17.16b, v18.16b, v8.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e040413 // dup v19.4s, v0.s[0]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e040493 // dup v19.4s, v4.s[0]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404d3 // dup v19.4s, v6.s[0]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 128(R0), F18
+	WORD $0x4e281e51 // and v17.16b, v18.16b, v8.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e0c0413 // dup v19.4s, v0.s[1]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e0c0493 // dup v19.4s, v4.s[1]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04d3 // dup v19.4s, v6.s[1]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 192(R0), F18
+	WORD $0x4e281e51 // and v17.16b, v18.16b, v8.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e140413 // dup v19.4s, v0.s[2]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e140493 // dup v19.4s, v4.s[2]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404d3 // dup v19.4s, v6.s[2]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 256(R0), F18
+	WORD $0x4e281e51 // and v17.16b, v18.16b, v8.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e1c0413 // dup v19.4s, v0.s[3]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e1c0493 // dup v19.4s, v4.s[3]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04d3 // dup v19.4s, v6.s[3]
+	WORD $0x0e33c234 // smull v20.8h, v17.8b, v19.8b
+	WORD $0x4e33c233 // smull2 v19.8h, v17.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c253 // smull v19.8h, v18.8b, v20.8b
+	WORD $0x4e34c254 // smull2 v20.8h, v18.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 16(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 4(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f899251 // fmul v17.4s, v18.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e31dd4a // fmul v10.4s, v10.4s, v17.4s
+	FMOVQ 32(R10), F19
+	WORD $0x4e2ad673 // fadd v19.4s, v19.4s, v10.4s
+	FMOVQ F19, 32(R10)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 4(R7), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9251 // fmul v17.4s, v18.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e31dd6b // fmul v11.4s, v11.4s, v17.4s
+	FMOVQ 32(R11), F9
+	WORD $0x4e2bd529 // fadd v9.4s, v9.4s, v11.4s
+	FMOVQ F9, 32(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 4(R8), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9251 // fmul v17.4s, v18.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e31ddad // fmul v13.4s, v13.4s, v17.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 32(R12)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 4(R9), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R9), F16
+	WORD $0x4f909251 // fmul v17.4s, v18.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e31ddef // fmul v15.4s, v15.4s, v17.4s
+	FMOVQ 32(R13), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 32(R13)
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e040413 // dup v19.4s, v0.s[0]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e040493 // dup v19.4s, v4.s[0]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0404d3 // dup v19.4s, v6.s[0]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	FMOVQ 144(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c0413 // dup v19.4s, v0.s[1]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e0c0493 // dup v19.4s, v4.s[1]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0c04d3 // dup v19.4s, v6.s[1]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	FMOVQ 208(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e140413 // dup v19.4s, v0.s[2]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e140493 // dup v19.4s, v4.s[2]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1404d3 // dup v19.4s, v6.s[2]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	FMOVQ 272(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c0413 // dup v19.4s, v0.s[3]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606a71 // sadalp v17.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a72 // sadalp v18.4s, v19.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e1c0493 // dup v19.4s, v4.s[3]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1c04d3 // dup v19.4s, v6.s[3]
+	WORD $0x0e33c154 // smull v20.8h, v10.8b, v19.8b
+	WORD $0x4e33c153 // smull2 v19.8h, v10.16b, v19.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c133 // smull v19.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 4(R6), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f91912a // fmul v10.4s, v9.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ade52 // fmul v18.4s, v18.4s, v10.4s
+	FMOVQ 48(R10), F19
+	WORD $0x4e32d673 // fadd v19.4s, v19.4s, v18.4s
+	FMOVQ F19, 48(R10)
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 4(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f912a // fmul v10.4s, v9.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ade10 // fmul v16.4s, v16.4s, v10.4s
+	FMOVQ 48(R11), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 48(R11)
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 4(R8), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d912a // fmul v10.4s, v9.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 48(R12), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R12)
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 4(R9), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R9), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 48(R13), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 48(R13)
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_1x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x1NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 64(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e04048b // dup v11.4s, v4.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 128(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c048b // dup v11.4s, v4.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 192(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e14048b // dup v11.4s, v4.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 256(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c048b // dup v11.4s, v4.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVD 0(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVD 32(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4ea8bce7 // addp v7.4s, v7.4s, v8.4s
+	FMOVS 0(R6), F8
+	WORD $0x4f88912b // fmul v11.4s, v9.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2bdce7 // fmul v7.4s, v7.4s, v11.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c914b // fmul v11.4s, v10.4s, v12.s[0]
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	WORD $0x4e27d400 // fadd v0.4s, v0.4s, v7.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 80(R0), F11
+	WORD $0x4e261d68 // and v8.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e040487 // dup v7.4s, v4.s[0]
+	WORD $0x0e27c10c // smull v12.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc167 // smull v7.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 144(R0), F11
+	WORD $0x4e261d68 // and v8.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e0c0487 // dup v7.4s, v4.s[1]
+	WORD $0x0e27c10c // smull v12.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc167 // smull v7.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 208(R0), F11
+	WORD $0x4e261d68 // and v8.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e140487 // dup v7.4s, v4.s[2]
+	WORD $0x0e27c10c // smull v12.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc167 // smull v7.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 272(R0), F11
+	WORD $0x4e261d68 // and v8.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e1c0487 // dup v7.4s, v4.s[3]
+	WORD $0x0e27c10c // smull v12.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc167 // smull v7.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 40(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f899167 // fmul v7.4s, v11.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e27dd4a // fmul v10.4s, v10.4s, v7.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c9107 // fmul v7.4s, v8.4s, v12.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e2ad421 // fadd v1.4s, v1.4s, v10.4s
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 96(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e04048a // dup v10.4s, v4.s[0]
+	WORD $0x0e2ac12c // smull v12.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc0ea // smull v10.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 160(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac12c // smull v12.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc0ea // smull v10.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 224(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e14048a // dup v10.4s, v4.s[2]
+	WORD $0x0e2ac12c // smull v12.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc0ea // smull v10.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 288(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac12c // smull v12.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc0ea // smull v10.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVD 16(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVD 48(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	WORD $0x4eabbd08 // addp v8.4s, v8.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b90ea // fmul v10.4s, v7.4s, v11.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2add08 // fmul v8.4s, v8.4s, v10.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c912a // fmul v10.4s, v9.4s, v12.s[0]
+	WORD $0x4e2ad508 // fadd v8.4s, v8.4s, v10.4s
+	WORD $0x4e28d442 // fadd v2.4s, v2.4s, v8.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 112(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e040488 // dup v8.4s, v4.s[0]
+	WORD $0x0e28c16c // smull v12.8h, v11.8b, v8.8b
+	WORD $0x4e28c168 // smull2 v8.8h, v11.16b, v8.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc148 // smull v8.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606909 // sadalp v9.4s, v8.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 176(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e0c0488 // dup v8.4s, v4.s[1]
+	WORD $0x0e28c16c // smull v12.8h, v11.8b, v8.8b
+	WORD $0x4e28c168 // smull2 v8.8h, v11.16b, v8.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc148 // smull v8.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606909 // sadalp v9.4s, v8.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 240(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e140488 // dup v8.4s, v4.s[2]
+	WORD $0x0e28c16c // smull v12.8h, v11.8b, v8.8b
+	WORD $0x4e28c168 // smull2 v8.8h, v11.16b, v8.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc148 // smull v8.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606909 // sadalp v9.4s, v8.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 304(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e1c0488 // dup v8.4s, v4.s[3]
+	WORD $0x0e28c16c // smull v12.8h, v11.8b, v8.8b
+	WORD $0x4e28c168 // smull2 v8.8h, v11.16b, v8.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc148 // smull v8.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606909 // sadalp v9.4s, v8.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVD 24(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 56(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	WORD $0x4ea7bd29 // addp v9.4s, v9.4s, v7.4s
+	FMOVS 0(R6), F7
+	WORD $0x4f879148 // fmul v8.4s, v10.4s, v7.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e28dd29 // fmul v9.4s, v9.4s, v8.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c9168 // fmul v8.4s, v11.4s, v12.s[0]
+	WORD $0x4e28d529 // fadd v9.4s, v9.4s, v8.4s
+	WORD $0x4e29d463 // fadd v3.4s, v3.4s, v9.4s
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ4_1x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x2NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 64(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040513 // dup v19.4s, v8.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 128(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0513 // dup v19.4s, v8.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 192(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140513 // dup v19.4s, v8.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 256(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0513 // dup v19.4s, v8.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 0(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVD 32(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e9233 // fmul v19.4s, v17.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e33ddad // fmul v13.4s, v13.4s, v19.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f949253 // fmul v19.4s, v18.4s, v20.s[0]
+	WORD $0x4e33d5ad // fadd v13.4s, v13.4s, v19.4s
+	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f909233 // fmul v19.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e33ddef // fmul v15.4s, v15.4s, v19.4s
+	FMOVS 16(R7), F14
+	WORD $0x4f8e9253 // fmul v19.4s, v18.4s, v14.s[0]
+	WORD $0x4e33d5ef // fadd v15.4s, v15.4s, v19.4s
+	WORD $0x4e2fd484 // fadd v4.4s, v4.4s, v15.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 80(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e04050d // dup v13.4s, v8.s[0]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069b1 // sadalp v17.4s, v13.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b2 // sadalp v18.4s, v13.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e04054d // dup v13.4s, v10.s[0]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b3 // sadalp v19.4s, v13.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 144(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e0c050d // dup v13.4s, v8.s[1]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069b1 // sadalp v17.4s, v13.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b2 // sadalp v18.4s, v13.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e0c054d // dup v13.4s, v10.s[1]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b3 // sadalp v19.4s, v13.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 208(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e14050d // dup v13.4s, v8.s[2]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069b1 // sadalp v17.4s, v13.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b2 // sadalp v18.4s, v13.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e14054d // dup v13.4s, v10.s[2]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b3 // sadalp v19.4s, v13.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 272(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e1c050d // dup v13.4s, v8.s[3]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069b1 // sadalp v17.4s, v13.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b2 // sadalp v18.4s, v13.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e1c054d // dup v13.4s, v10.s[3]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b3 // sadalp v19.4s, v13.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 40(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f9191ed // fmul v13.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2dde52 // fmul v18.4s, v18.4s, v13.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f9491cd // fmul v13.4s, v14.4s, v20.s[0]
+	WORD $0x4e2dd652 // fadd v18.4s, v18.4s, v13.4s
+	WORD $0x4e32d421 // fadd v1.4s, v1.4s, v18.4s
+	WORD $0x4eb0be73 // addp v19.4s, v19.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f9091ed // fmul v13.4s, v15.4s, v16.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e2dde73 // fmul v19.4s, v19.4s, v13.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f9191cd // fmul v13.4s, v14.4s, v17.s[0]
+	WORD $0x4e2dd673 // fadd v19.4s, v19.4s, v13.4s
+	WORD $0x4e33d4a5 // fadd v5.4s, v5.4s, v19.4s
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 96(R0), F19
+	WORD $0x4e2c1e71 // and v17.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e040512 // dup v18.4s, v8.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e040552 // dup v18.4s, v10.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 160(R0), F19
+	WORD $0x4e2c1e71 // and v17.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e0c0512 // dup v18.4s, v8.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e0c0552 // dup v18.4s, v10.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 224(R0), F19
+	WORD $0x4e2c1e71 // and v17.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e140512 // dup v18.4s, v8.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e140552 // dup v18.4s, v10.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 288(R0), F19
+	WORD $0x4e2c1e71 // and v17.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e1c0512 // dup v18.4s, v8.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e1c0552 // dup v18.4s, v10.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 16(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVD 48(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9272 // fmul v18.4s, v19.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e32ddce // fmul v14.4s, v14.4s, v18.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f949232 // fmul v18.4s, v17.4s, v20.s[0]
+	WORD $0x4e32d5ce // fadd v14.4s, v14.4s, v18.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	WORD $0x4eb0bdad // addp v13.4s, v13.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f909272 // fmul v18.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	FMOVS 16(R7), F15
+	WORD $0x4f8f9232 // fmul v18.4s, v17.4s, v15.s[0]
+	WORD $0x4e32d5ad // fadd v13.4s, v13.4s, v18.4s
+	WORD $0x4e2dd4c6 // fadd v6.4s, v6.4s, v13.4s
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 112(R0), F13
+	WORD $0x4e2c1daf // and v15.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e04050e // dup v14.4s, v8.s[0]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e6069d3 // sadalp v19.4s, v14.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d1 // sadalp v17.4s, v14.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e04054e // dup v14.4s, v10.s[0]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069d0 // sadalp v16.4s, v14.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d2 // sadalp v18.4s, v14.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 176(R0), F13
+	WORD $0x4e2c1daf // and v15.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e0c050e // dup v14.4s, v8.s[1]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e6069d3 // sadalp v19.4s, v14.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d1 // sadalp v17.4s, v14.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e0c054e // dup v14.4s, v10.s[1]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069d0 // sadalp v16.4s, v14.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d2 // sadalp v18.4s, v14.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 240(R0), F13
+	WORD $0x4e2c1daf // and v15.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e14050e // dup v14.4s, v8.s[2]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e6069d3 // sadalp v19.4s, v14.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d1 // sadalp v17.4s, v14.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e14054e // dup v14.4s, v10.s[2]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069d0 // sadalp v16.4s, v14.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d2 // sadalp v18.4s, v14.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 304(R0), F13
+	WORD $0x4e2c1daf // and v15.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e1c050e // dup v14.4s, v8.s[3]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e6069d3 // sadalp v19.4s, v14.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d1 // sadalp v17.4s, v14.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e1c054e // dup v14.4s, v10.s[3]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069d0 // sadalp v16.4s, v14.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d2 // sadalp v18.4s, v14.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 24(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVD 56(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	WORD $0x4eb3be31 // addp v17.4s, v17.4s, v19.4s
+	FMOVS 0(R6), F19
+	WORD $0x4f9391ae // fmul v14.4s, v13.4s, v19.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2ede31 // fmul v17.4s, v17.4s, v14.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f9491ee // fmul v14.4s, v15.4s, v20.s[0]
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	WORD $0x4e31d463 // fadd v3.4s, v3.4s, v17.4s
+	WORD $0x4eb0be52 // addp v18.4s, v18.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f9091ae // fmul v14.4s, v13.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	FMOVS 16(R7), F19
+	WORD $0x4f9391ee // fmul v14.4s, v15.4s, v19.s[0]
+	WORD $0x4e2ed652 // fadd v18.4s, v18.4s, v14.4s
+	WORD $0x4e32d4e7 // fadd v7.4s, v7.4s, v18.4s
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_1x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x3NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e04040f // dup v15.4s, v0.s[0]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e04044f // dup v15.4s, v2.s[0]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e04048f // dup v15.4s, v4.s[0]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 128(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e0c040f // dup v15.4s, v0.s[1]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e0c044f // dup v15.4s, v2.s[1]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e0c0470 // dup v16.4s, v3.s[1]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 192(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e14040f // dup v15.4s, v0.s[2]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e14044f // dup v15.4s, v2.s[2]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e14048f // dup v15.4s, v4.s[2]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 256(R0), F13
+	WORD $0x4e261dae // and v14.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e1c040f // dup v15.4s, v0.s[3]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069e8 // sadalp v8.4s, v15.8h
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e7 // sadalp v7.4s, v15.8h
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e1c044f // dup v15.4s, v2.s[3]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e6069ea // sadalp v10.4s, v15.8h
+	WORD $0x4e1c0470 // dup v16.4s, v3.s[3]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069e9 // sadalp v9.4s, v15.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
+	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
+	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069ec // sadalp v12.4s, v15.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
+	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
+	WORD $0x4e6069eb // sadalp v11.4s, v15.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVD 32(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	WORD $0x4ea8bce7 // addp v7.4s, v7.4s, v8.4s
+	FMOVS 0(R6), F8
+	WORD $0x4f8891af // fmul v15.4s, v13.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2fdce7 // fmul v7.4s, v7.4s, v15.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f9091cf // fmul v15.4s, v14.4s, v16.s[0]
+	WORD $0x4e2fd4e7 // fadd v7.4s, v7.4s, v15.4s
+	FMOVQ 0(R10), F16
+	WORD $0x4e27d610 // fadd v16.4s, v16.4s, v7.4s
+	FMOVQ F16, 0(R10)
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a91af // fmul v15.4s, v13.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2fdd29 // fmul v9.4s, v9.4s, v15.4s
+	FMOVS 16(R7), F8
+	WORD $0x4f8891cf // fmul v15.4s, v14.4s, v8.s[0]
+	WORD $0x4e2fd529 // fadd v9.4s, v9.4s, v15.4s
+	FMOVQ 0(R11), F8
+	WORD $0x4e29d508 // fadd v8.4s, v8.4s, v9.4s
+	FMOVQ F8, 0(R11)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c91af // fmul v15.4s, v13.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a91cf // fmul v15.4s, v14.4s, v10.s[0]
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R12)
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 80(R0), F9
+	WORD $0x4e261d28 // and v8.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e040407 // dup v7.4s, v0.s[0]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e6068ed // sadalp v13.4s, v7.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068ee // sadalp v14.4s, v7.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e040447 // dup v7.4s, v2.s[0]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0f // sadalp v15.4s, v16.8h
+	WORD $0x4e6068ec // sadalp v12.4s, v7.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068ef // sadalp v15.4s, v7.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e040487 // dup v7.4s, v4.s[0]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068eb // sadalp v11.4s, v7.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	FMOVQ 144(R0), F9
+	WORD $0x4e261d28 // and v8.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c0407 // dup v7.4s, v0.s[1]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e6068ed // sadalp v13.4s, v7.8h
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068ee // sadalp v14.4s, v7.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e0c0447 // dup v7.4s, v2.s[1]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0f // sadalp v15.4s, v16.8h
+	WORD $0x4e6068ec // sadalp v12.4s, v7.8h
+	WORD $0x4e0c0470 // dup v16.4s, v3.s[1]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068ef // sadalp v15.4s, v7.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e0c0487 // dup v7.4s, v4.s[1]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068eb // sadalp v11.4s, v7.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	FMOVQ 208(R0), F9
+	WORD $0x4e261d28 // and v8.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e140407 // dup v7.4s, v0.s[2]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e6068ed // sadalp v13.4s, v7.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068ee // sadalp v14.4s, v7.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e140447 // dup v7.4s, v2.s[2]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0f // sadalp v15.4s, v16.8h
+	WORD $0x4e6068ec // sadalp v12.4s, v7.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068ef // sadalp v15.4s, v7.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e140487 // dup v7.4s, v4.s[2]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068eb // sadalp v11.4s, v7.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	FMOVQ 272(R0), F9
+	WORD $0x4e261d28 // and v8.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c0407 // dup v7.4s, v0.s[3]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e6068ed // sadalp v13.4s, v7.8h
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068ee // sadalp v14.4s, v7.8h
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e1c0447 // dup v7.4s, v2.s[3]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0f // sadalp v15.4s, v16.8h
+	WORD $0x4e6068ec // sadalp v12.4s, v7.8h
+	WORD $0x4e1c0470 // dup v16.4s, v3.s[3]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068ef // sadalp v15.4s, v7.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e1c0487 // dup v7.4s, v4.s[3]
+	WORD $0x0e27c110 // smull v16.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c127 // smull v7.8h, v9.8b, v16.8b
+	WORD $0x4e30c130 // smull2 v16.8h, v9.16b, v16.16b
+	WORD $0x4e6068eb // sadalp v11.4s, v7.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	FMOVD 8(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVD 40(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d9127 // fmul v7.4s, v9.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e27ddce // fmul v14.4s, v14.4s, v7.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f909107 // fmul v7.4s, v8.4s, v16.s[0]
+	WORD $0x4e27d5ce // fadd v14.4s, v14.4s, v7.4s
+	FMOVQ 16(R10), F16
+	WORD $0x4e2ed610 // fadd v16.4s, v16.4s, v14.4s
+	FMOVQ F16, 16(R10)
+	WORD $0x4eacbdef // addp v15.4s, v15.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9127 // fmul v7.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e27ddef // fmul v15.4s, v15.4s, v7.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d9107 // fmul v7.4s, v8.4s, v13.s[0]
+	WORD $0x4e27d5ef // fadd v15.4s, v15.4s, v7.4s
+	FMOVQ 16(R11), F13
+	WORD $0x4e2fd5ad // fadd v13.4s, v13.4s, v15.4s
+	FMOVQ F13, 16(R11)
+	WORD $0x4eaabd6b // addp v11.4s, v11.4s, v10.4s
+	FMOVS 0(R8), F10
+	WORD $0x4f8a9127 // fmul v7.4s, v9.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e27dd6b // fmul v11.4s, v11.4s, v7.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9107 // fmul v7.4s, v8.4s, v12.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	FMOVQ 16(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 16(R12)
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 96(R0), F15
+	WORD $0x4e261ded // and v13.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e04040e // dup v14.4s, v0.s[0]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e04044e // dup v14.4s, v2.s[0]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 160(R0), F15
+	WORD $0x4e261ded // and v13.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e0c040e // dup v14.4s, v0.s[1]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e0c044e // dup v14.4s, v2.s[1]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e0c0470 // dup v16.4s, v3.s[1]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e0c048e // dup v14.4s, v4.s[1]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 224(R0), F15
+	WORD $0x4e261ded // and v13.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e14040e // dup v14.4s, v0.s[2]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e14044e // dup v14.4s, v2.s[2]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVQ 288(R0), F15
+	WORD $0x4e261ded // and v13.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e1c040e // dup v14.4s, v0.s[3]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a08 // sadalp v8.4s, v16.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069c8 // sadalp v8.4s, v14.8h
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e1c044e // dup v14.4s, v2.s[3]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a07 // sadalp v7.4s, v16.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e1c0470 // dup v16.4s, v3.s[3]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069c7 // sadalp v7.4s, v14.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e1c048e // dup v14.4s, v4.s[3]
+	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c1ee // smull v14.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	FMOVD 16(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 48(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	WORD $0x4ea9bd08 // addp v8.4s, v8.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f8991ee // fmul v14.4s, v15.4s, v9.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2edd08 // fmul v8.4s, v8.4s, v14.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f9091ae // fmul v14.4s, v13.4s, v16.s[0]
+	WORD $0x4e2ed508 // fadd v8.4s, v8.4s, v14.4s
+	FMOVQ 32(R10), F16
+	WORD $0x4e28d610 // fadd v16.4s, v16.4s, v8.4s
+	FMOVQ F16, 32(R10)
+	WORD $0x4eaabce7 // addp v7.4s, v7.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a91ee // fmul v14.4s, v15.4s, v10.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2edce7 // fmul v7.4s, v7.4s, v14.4s
+	FMOVS 16(R7), F9
+	WORD $0x4f8991ae // fmul v14.4s, v13.4s, v9.s[0]
+	WORD $0x4e2ed4e7 // fadd v7.4s, v7.4s, v14.4s
+	FMOVQ 32(R11), F9
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	FMOVQ F9, 32(R11)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c91ee // fmul v14.4s, v15.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2edd6b // fmul v11.4s, v11.4s, v14.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a91ae // fmul v14.4s, v13.4s, v10.s[0]
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ 32(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 32(R12)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 112(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e040408 // dup v8.4s, v0.s[0]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690d // sadalp v13.4s, v8.8h
+	WORD $0x4e606a0f // sadalp v15.4s, v16.8h
+	WORD $0x4e040448 // dup v8.4s, v2.s[0]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690e // sadalp v14.4s, v8.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e040488 // dup v8.4s, v4.s[0]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e60690a // sadalp v10.4s, v8.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	FMOVQ 176(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e0c0408 // dup v8.4s, v0.s[1]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e0c0430 // dup v16.4s, v1.s[1]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690d // sadalp v13.4s, v8.8h
+	WORD $0x4e606a0f // sadalp v15.4s, v16.8h
+	WORD $0x4e0c0448 // dup v8.4s, v2.s[1]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e0c0470 // dup v16.4s, v3.s[1]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690e // sadalp v14.4s, v8.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e0c0488 // dup v8.4s, v4.s[1]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e60690a // sadalp v10.4s, v8.8h
+	WORD $0x4e0c04b0 // dup v16.4s, v5.s[1]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	FMOVQ 240(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e140408 // dup v8.4s, v0.s[2]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690d // sadalp v13.4s, v8.8h
+	WORD $0x4e606a0f // sadalp v15.4s, v16.8h
+	WORD $0x4e140448 // dup v8.4s, v2.s[2]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690e // sadalp v14.4s, v8.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e140488 // dup v8.4s, v4.s[2]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e60690a // sadalp v10.4s, v8.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	FMOVQ 304(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e1c0408 // dup v8.4s, v0.s[3]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e60690f // sadalp v15.4s, v8.8h
+	WORD $0x4e1c0430 // dup v16.4s, v1.s[3]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690d // sadalp v13.4s, v8.8h
+	WORD $0x4e606a0f // sadalp v15.4s, v16.8h
+	WORD $0x4e1c0448 // dup v8.4s, v2.s[3]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e60690c // sadalp v12.4s, v8.8h
+	WORD $0x4e1c0470 // dup v16.4s, v3.s[3]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690e // sadalp v14.4s, v8.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e1c0488 // dup v8.4s, v4.s[3]
+	WORD $0x0e28c130 // smull v16.8h, v9.8b, v8.8b
+	WORD $0x4e28c128 // smull2 v8.8h, v9.16b, v8.16b
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e60690a // sadalp v10.4s, v8.8h
+	WORD $0x4e1c04b0 // dup v16.4s, v5.s[3]
+	WORD $0x0e30c0e8 // smull v8.8h, v7.8b, v16.8b
+	WORD $0x4e30c0f0 // smull2 v16.8h, v7.16b, v16.16b
+	WORD $0x4e60690b // sadalp v11.4s, v8.8h
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	FMOVD 24(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVD 56(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	WORD $0x4eafbdad // addp v13.4s, v13.4s, v15.4s
+	FMOVS 0(R6), F15
+	WORD $0x4f8f90e8 // fmul v8.4s, v7.4s, v15.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e28ddad // fmul v13.4s, v13.4s, v8.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f909128 // fmul v8.4s, v9.4s, v16.s[0]
+	WORD $0x4e28d5ad // fadd v13.4s, v13.4s, v8.4s
+	FMOVQ 48(R10), F16
+	WORD $0x4e2dd610 // fadd v16.4s, v16.4s, v13.4s
+	FMOVQ F16, 48(R10)
+	WORD $0x4eacbdce // addp v14.4s, v14.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c90e8 // fmul v8.4s, v7.4s, v12.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e28ddce // fmul v14.4s, v14.4s, v8.4s
+	FMOVS 16(R7), F15
+	WORD $0x4f8f9128 // fmul v8.4s, v9.4s, v15.s[0]
+	WORD $0x4e28d5ce // fadd v14.4s, v14.4s, v8.4s
+	FMOVQ 48(R11), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R11)
+	WORD $0x4eaabd6b // addp v11.4s, v11.4s, v10.4s
+	FMOVS 0(R8), F10
+	WORD $0x4f8a90e8 // fmul v8.4s, v7.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e28dd6b // fmul v11.4s, v11.4s, v8.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9128 // fmul v8.4s, v9.4s, v12.s[0]
+	WORD $0x4e28d56b // fadd v11.4s, v11.4s, v8.4s
+	FMOVQ 48(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 48(R12)
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_1x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x4NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 64(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040413 // dup v19.4s, v0.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e040493 // dup v19.4s, v4.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404d3 // dup v19.4s, v6.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 128(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0413 // dup v19.4s, v0.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e0c0493 // dup v19.4s, v4.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04d3 // dup v19.4s, v6.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 192(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140413 // dup v19.4s, v0.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e140493 // dup v19.4s, v4.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404d3 // dup v19.4s, v6.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 256(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0413 // dup v19.4s, v0.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e1c0493 // dup v19.4s, v4.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04d3 // dup v19.4s, v6.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 0(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVD 32(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9233 // fmul v19.4s, v17.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e33dd29 // fmul v9.4s, v9.4s, v19.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f949253 // fmul v19.4s, v18.4s, v20.s[0]
+	WORD $0x4e33d529 // fadd v9.4s, v9.4s, v19.4s
+	FMOVQ 0(R10), F20
+	WORD $0x4e29d694 // fadd v20.4s, v20.4s, v9.4s
+	FMOVQ F20, 0(R10)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9233 // fmul v19.4s, v17.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e33dd6b // fmul v11.4s, v11.4s, v19.4s
+	FMOVS 16(R7), F10
+	WORD $0x4f8a9253 // fmul v19.4s, v18.4s, v10.s[0]
+	WORD $0x4e33d56b // fadd v11.4s, v11.4s, v19.4s
+	FMOVQ 0(R11), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9233 // fmul v19.4s, v17.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e33ddad // fmul v13.4s, v13.4s, v19.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9253 // fmul v19.4s, v18.4s, v12.s[0]
+	WORD $0x4e33d5ad // fadd v13.4s, v13.4s, v19.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R12)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 0(R9), F16
+	WORD $0x4f909233 // fmul v19.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e33ddef // fmul v15.4s, v15.4s, v19.4s
+	FMOVS 16(R9), F14
+	WORD $0x4f8e9253 // fmul v19.4s, v18.4s, v14.s[0]
+	WORD $0x4e33d5ef // fadd v15.4s, v15.4s, v19.4s
+	FMOVQ 0(R13), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 0(R13)
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 80(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e040409 // dup v9.4s, v0.s[0]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606932 // sadalp v18.4s, v9.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e040449 // dup v9.4s, v2.s[0]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606933 // sadalp v19.4s, v9.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e040489 // dup v9.4s, v4.s[0]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404c9 // dup v9.4s, v6.s[0]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 144(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e0c0409 // dup v9.4s, v0.s[1]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606932 // sadalp v18.4s, v9.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e0c0449 // dup v9.4s, v2.s[1]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606933 // sadalp v19.4s, v9.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e0c0489 // dup v9.4s, v4.s[1]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04c9 // dup v9.4s, v6.s[1]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 208(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e140409 // dup v9.4s, v0.s[2]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606932 // sadalp v18.4s, v9.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e140449 // dup v9.4s, v2.s[2]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606933 // sadalp v19.4s, v9.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e140489 // dup v9.4s, v4.s[2]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404c9 // dup v9.4s, v6.s[2]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 272(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e1c0409 // dup v9.4s, v0.s[3]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606932 // sadalp v18.4s, v9.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e1c0449 // dup v9.4s, v2.s[3]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606933 // sadalp v19.4s, v9.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e1c0489 // dup v9.4s, v4.s[3]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04c9 // dup v9.4s, v6.s[3]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 40(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f919169 // fmul v9.4s, v11.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e29de52 // fmul v18.4s, v18.4s, v9.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f949149 // fmul v9.4s, v10.4s, v20.s[0]
+	WORD $0x4e29d652 // fadd v18.4s, v18.4s, v9.4s
+	FMOVQ 16(R10), F20
+	WORD $0x4e32d694 // fadd v20.4s, v20.4s, v18.4s
+	FMOVQ F20, 16(R10)
+	WORD $0x4eb0be73 // addp v19.4s, v19.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f909169 // fmul v9.4s, v11.4s, v16.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e29de73 // fmul v19.4s, v19.4s, v9.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f919149 // fmul v9.4s, v10.4s, v17.s[0]
+	WORD $0x4e29d673 // fadd v19.4s, v19.4s, v9.4s
+	FMOVQ 16(R11), F17
+	WORD $0x4e33d631 // fadd v17.4s, v17.4s, v19.4s
+	FMOVQ F17, 16(R11)
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9169 // fmul v9.4s, v11.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	FMOVS 16(R8), F16
+	WORD $0x4f909149 // fmul v9.4s, v10.4s, v16.s[0]
+	WORD $0x4e29d5ef // fadd v15.4s, v15.4s, v9.4s
+	FMOVQ 16(R12), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 16(R12)
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 0(R9), F12
+	WORD $0x4f8c9169 // fmul v9.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVS 16(R9), F14
+	WORD $0x4f8e9149 // fmul v9.4s, v10.4s, v14.s[0]
+	WORD $0x4e29d5ad // fadd v13.4s, v13.4s, v9.4s
+	FMOVQ 16(R13), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R13)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 96(R0), F19
+	WORD $0x4e281e71 // and v17.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404d2 // dup v18.4s, v6.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 160(R0), F19
+	WORD $0x4e281e71 // and v17.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e0c0412 // dup v18.4s, v0.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c0452 // dup v18.4s, v2.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e0c0492 // dup v18.4s, v4.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04d2 // dup v18.4s, v6.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 224(R0), F19
+	WORD $0x4e281e71 // and v17.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404d2 // dup v18.4s, v6.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 288(R0), F19
+	WORD $0x4e281e71 // and v17.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e1c0412 // dup v18.4s, v0.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c0452 // dup v18.4s, v2.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e1c0492 // dup v18.4s, v4.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04d2 // dup v18.4s, v6.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 16(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVD 48(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b9272 // fmul v18.4s, v19.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e32dd4a // fmul v10.4s, v10.4s, v18.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f949232 // fmul v18.4s, v17.4s, v20.s[0]
+	WORD $0x4e32d54a // fadd v10.4s, v10.4s, v18.4s
+	FMOVQ 32(R10), F20
+	WORD $0x4e2ad694 // fadd v20.4s, v20.4s, v10.4s
+	FMOVQ F20, 32(R10)
+	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9272 // fmul v18.4s, v19.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e32dd29 // fmul v9.4s, v9.4s, v18.4s
+	FMOVS 16(R7), F11
+	WORD $0x4f8b9232 // fmul v18.4s, v17.4s, v11.s[0]
+	WORD $0x4e32d529 // fadd v9.4s, v9.4s, v18.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e29d56b // fadd v11.4s, v11.4s, v9.4s
+	FMOVQ F11, 32(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9272 // fmul v18.4s, v19.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9232 // fmul v18.4s, v17.4s, v12.s[0]
+	WORD $0x4e32d5ad // fadd v13.4s, v13.4s, v18.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 32(R12)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 0(R9), F16
+	WORD $0x4f909272 // fmul v18.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e32ddef // fmul v15.4s, v15.4s, v18.4s
+	FMOVS 16(R9), F14
+	WORD $0x4f8e9232 // fmul v18.4s, v17.4s, v14.s[0]
+	WORD $0x4e32d5ef // fadd v15.4s, v15.4s, v18.4s
+	FMOVQ 32(R13), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 32(R13)
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 112(R0), F9
+	WORD $0x4e281d2b // and v11.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e04040a // dup v10.4s, v0.s[0]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606953 // sadalp v19.4s, v10.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e04044a // dup v10.4s, v2.s[0]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606952 // sadalp v18.4s, v10.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e04048a // dup v10.4s, v4.s[0]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404ca // dup v10.4s, v6.s[0]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 176(R0), F9
+	WORD $0x4e281d2b // and v11.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c040a // dup v10.4s, v0.s[1]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606953 // sadalp v19.4s, v10.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e0c044a // dup v10.4s, v2.s[1]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606952 // sadalp v18.4s, v10.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04ca // dup v10.4s, v6.s[1]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 240(R0), F9
+	WORD $0x4e281d2b // and v11.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e14040a // dup v10.4s, v0.s[2]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606953 // sadalp v19.4s, v10.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e14044a // dup v10.4s, v2.s[2]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606952 // sadalp v18.4s, v10.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e14048a // dup v10.4s, v4.s[2]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404ca // dup v10.4s, v6.s[2]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 304(R0), F9
+	WORD $0x4e281d2b // and v11.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c040a // dup v10.4s, v0.s[3]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606953 // sadalp v19.4s, v10.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e1c044a // dup v10.4s, v2.s[3]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606952 // sadalp v18.4s, v10.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04ca // dup v10.4s, v6.s[3]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVD 56(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	WORD $0x4eb3be31 // addp v17.4s, v17.4s, v19.4s
+	FMOVS 0(R6), F19
+	WORD $0x4f93912a // fmul v10.4s, v9.4s, v19.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2ade31 // fmul v17.4s, v17.4s, v10.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f94916a // fmul v10.4s, v11.4s, v20.s[0]
+	WORD $0x4e2ad631 // fadd v17.4s, v17.4s, v10.4s
+	FMOVQ 48(R10), F20
+	WORD $0x4e31d694 // fadd v20.4s, v20.4s, v17.4s
+	FMOVQ F20, 48(R10)
+	WORD $0x4eb0be52 // addp v18.4s, v18.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f90912a // fmul v10.4s, v9.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ade52 // fmul v18.4s, v18.4s, v10.4s
+	FMOVS 16(R7), F19
+	WORD $0x4f93916a // fmul v10.4s, v11.4s, v19.s[0]
+	WORD $0x4e2ad652 // fadd v18.4s, v18.4s, v10.4s
+	FMOVQ 48(R11), F19
+	WORD $0x4e32d673 // fadd v19.4s, v19.4s, v18.4s
+	FMOVQ F19, 48(R11)
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e912a // fmul v10.4s, v9.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2addef // fmul v15.4s, v15.4s, v10.4s
+	FMOVS 16(R8), F16
+	WORD $0x4f90916a // fmul v10.4s, v11.4s, v16.s[0]
+	WORD $0x4e2ad5ef // fadd v15.4s, v15.4s, v10.4s
+	FMOVQ 48(R12), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 48(R12)
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 0(R9), F12
+	WORD $0x4f8c912a // fmul v10.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVS 16(R9), F14
+	WORD $0x4f8e916a // fmul v10.4s, v11.4s, v14.s[0]
+	WORD $0x4e2ad5ad // fadd v13.4s, v13.4s, v10.4s
+	FMOVQ 48(R13), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R13)
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_0x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x1NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	FMOVQ 16(R19), F7
+	FMOVQ 32(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 96(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 32(R0), F13
+	FMOVQ 48(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	FMOVQ 64(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e0404ad // dup v13.4s, v5.s[0]
+	WORD $0x0e2dc16e // smull v14.8h, v11.8b, v13.8b
+	WORD $0x4e2dc16d // smull2 v13.8h, v11.16b, v13.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	FMOVQ 160(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 48(R0), F14
+	FMOVQ 48(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	FMOVQ 64(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	WORD $0x4e0c048d // dup v13.4s, v4.s[1]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec16d // smull v13.8h, v11.8b, v14.8b
+	WORD $0x4e2ec16e // smull2 v14.8h, v11.16b, v14.16b
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	FMOVQ 224(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F13
+	FMOVQ 48(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	FMOVQ 64(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e1404ad // dup v13.4s, v5.s[2]
+	WORD $0x0e2dc16e // smull v14.8h, v11.8b, v13.8b
+	WORD $0x4e2dc16d // smull2 v13.8h, v11.16b, v13.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	FMOVQ 288(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F14
+	FMOVQ 48(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	FMOVQ 64(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	WORD $0x4e1c048d // dup v13.4s, v4.s[3]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec16d // smull v13.8h, v11.8b, v14.8b
+	WORD $0x4e2ec16e // smull2 v14.8h, v11.16b, v14.16b
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 8(R6), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a916c // fmul v12.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2cdd29 // fmul v9.4s, v9.4s, v12.4s
+	WORD $0x4e29d400 // fadd v0.4s, v0.4s, v9.4s
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 112(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 32(R0), F13
+	FMOVQ 80(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d29 // orr v9.16b, v9.16b, v14.16b
+	FMOVQ 96(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d4a // orr v10.16b, v10.16b, v14.16b
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec12d // smull v13.8h, v9.8b, v14.8b
+	WORD $0x4e2ec12e // smull2 v14.8h, v9.16b, v14.16b
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e0404ad // dup v13.4s, v5.s[0]
+	WORD $0x0e2dc14e // smull v14.8h, v10.8b, v13.8b
+	WORD $0x4e2dc14d // smull2 v13.8h, v10.16b, v13.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6069ac // sadalp v12.4s, v13.8h
+	FMOVQ 176(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 48(R0), F14
+	FMOVQ 80(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d29 // orr v9.16b, v9.16b, v13.16b
+	FMOVQ 96(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4e0c048d // dup v13.4s, v4.s[1]
+	WORD $0x0e2dc12e // smull v14.8h, v9.8b, v13.8b
+	WORD $0x4e2dc12d // smull2 v13.8h, v9.16b, v13.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6069ac // sadalp v12.4s, v13.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec14d // smull v13.8h, v10.8b, v14.8b
+	WORD $0x4e2ec14e // smull2 v14.8h, v10.16b, v14.16b
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	FMOVQ 240(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F13
+	FMOVQ 80(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d29 // orr v9.16b, v9.16b, v14.16b
+	FMOVQ 96(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d4a // orr v10.16b, v10.16b, v14.16b
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec12d // smull v13.8h, v9.8b, v14.8b
+	WORD $0x4e2ec12e // smull2 v14.8h, v9.16b, v14.16b
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e1404ad // dup v13.4s, v5.s[2]
+	WORD $0x0e2dc14e // smull v14.8h, v10.8b, v13.8b
+	WORD $0x4e2dc14d // smull2 v13.8h, v10.16b, v13.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6069ac // sadalp v12.4s, v13.8h
+	FMOVQ 304(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F14
+	FMOVQ 80(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d29 // orr v9.16b, v9.16b, v13.16b
+	FMOVQ 96(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	WORD $0x4e1c048d // dup v13.4s, v4.s[3]
+	WORD $0x0e2dc12e // smull v14.8h, v9.8b, v13.8b
+	WORD $0x4e2dc12d // smull2 v13.8h, v9.16b, v13.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e6069ac // sadalp v12.4s, v13.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec14d // smull v13.8h, v10.8b, v14.8b
+	WORD $0x4e2ec14e // smull2 v14.8h, v10.16b, v14.16b
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 8(R6), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c9149 // fmul v9.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	WORD $0x4e2bd421 // fadd v1.4s, v1.4s, v11.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 128(R0), F12
+	WORD $0x4e261d8b // and v11.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 32(R0), F13
+	FMOVQ 112(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	FMOVQ 128(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec16d // smull v13.8h, v11.8b, v14.8b
+	WORD $0x4e2ec16e // smull2 v14.8h, v11.16b, v14.16b
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e0404ad // dup v13.4s, v5.s[0]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	FMOVQ 192(R0), F12
+	WORD $0x4e261d8b // and v11.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 48(R0), F14
+	FMOVQ 112(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	WORD $0x4e0c048d // dup v13.4s, v4.s[1]
+	WORD $0x0e2dc16e // smull v14.8h, v11.8b, v13.8b
+	WORD $0x4e2dc16d // smull2 v13.8h, v11.16b, v13.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	FMOVQ 256(R0), F12
+	WORD $0x4e261d8b // and v11.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 64(R0), F13
+	FMOVQ 112(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	FMOVQ 128(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec16d // smull v13.8h, v11.8b, v14.8b
+	WORD $0x4e2ec16e // smull2 v14.8h, v11.16b, v14.16b
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e1404ad // dup v13.4s, v5.s[2]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	FMOVQ 320(R0), F12
+	WORD $0x4e261d8b // and v11.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 80(R0), F14
+	FMOVQ 112(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	WORD $0x4e1c048d // dup v13.4s, v4.s[3]
+	WORD $0x0e2dc16e // smull v14.8h, v11.8b, v13.8b
+	WORD $0x4e2dc16d // smull2 v13.8h, v11.16b, v13.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	FMOVD 16(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 8(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f89918b // fmul v11.4s, v12.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2bdd4a // fmul v10.4s, v10.4s, v11.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 144(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 32(R0), F13
+	FMOVQ 144(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d4a // orr v10.16b, v10.16b, v14.16b
+	FMOVQ 160(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d29 // orr v9.16b, v9.16b, v14.16b
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec14d // smull v13.8h, v10.8b, v14.8b
+	WORD $0x4e2ec14e // smull2 v14.8h, v10.16b, v14.16b
+	WORD $0x4e6069ac // sadalp v12.4s, v13.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e0404ad // dup v13.4s, v5.s[0]
+	WORD $0x0e2dc12e // smull v14.8h, v9.8b, v13.8b
+	WORD $0x4e2dc12d // smull2 v13.8h, v9.16b, v13.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	FMOVQ 208(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 48(R0), F14
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d29 // orr v9.16b, v9.16b, v13.16b
+	WORD $0x4e0c048d // dup v13.4s, v4.s[1]
+	WORD $0x0e2dc14e // smull v14.8h, v10.8b, v13.8b
+	WORD $0x4e2dc14d // smull2 v13.8h, v10.16b, v13.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec12d // smull v13.8h, v9.8b, v14.8b
+	WORD $0x4e2ec12e // smull2 v14.8h, v9.16b, v14.16b
+	WORD $0x4e6069ac // sadalp v12.4s, v13.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVQ 272(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 64(R0), F13
+	FMOVQ 144(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d4a // orr v10.16b, v10.16b, v14.16b
+	FMOVQ 160(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d29 // orr v9.16b, v9.16b, v14.16b
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec14d // smull v13.8h, v10.8b, v14.8b
+	WORD $0x4e2ec14e // smull2 v14.8h, v10.16b, v14.16b
+	WORD $0x4e6069ac // sadalp v12.4s, v13.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e1404ad // dup v13.4s, v5.s[2]
+	WORD $0x0e2dc12e // smull v14.8h, v9.8b, v13.8b
+	WORD $0x4e2dc12d // smull2 v13.8h, v9.16b, v13.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	FMOVQ 336(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 80(R0), F14
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d4a // orr v10.16b, v10.16b, v13.16b
+	FMOVQ 160(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d29 // orr v9.16b, v9.16b, v13.16b
+	WORD $0x4e1c048d // dup v13.4s, v4.s[3]
+	WORD $0x0e2dc14e // smull v14.8h, v10.8b, v13.8b
+	WORD $0x4e2dc14d // smull2 v13.8h, v10.16b, v13.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e6069ab // sadalp v11.4s, v13.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec12d // smull v13.8h, v9.8b, v14.8b
+	WORD $0x4e2ec12e // smull2 v14.8h, v9.16b, v14.16b
+	WORD $0x4e6069ac // sadalp v12.4s, v13.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 8(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	WORD $0x4e2cd463 // fadd v3.4s, v3.4s, v12.4s
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ5_0x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x2NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	FMOVQ 16(R19), F13
+	FMOVQ 32(R19), F14
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 96(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 32(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	WORD $0x4e040516 // dup v22.4s, v8.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e040535 // dup v21.4s, v9.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e040556 // dup v22.4s, v10.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e040575 // dup v21.4s, v11.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 160(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 48(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 64(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	WORD $0x4e0c0515 // dup v21.4s, v8.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e0c0536 // dup v22.4s, v9.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0c0555 // dup v21.4s, v10.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e0c0576 // dup v22.4s, v11.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 224(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	WORD $0x4e140516 // dup v22.4s, v8.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e140535 // dup v21.4s, v9.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e140556 // dup v22.4s, v10.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e140575 // dup v21.4s, v11.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 288(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 48(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 64(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	WORD $0x4e1c0515 // dup v21.4s, v8.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e1c0536 // dup v22.4s, v9.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1c0555 // dup v21.4s, v10.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e1c0576 // dup v22.4s, v11.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 0(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f909274 // fmul v20.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e34ddef // fmul v15.4s, v15.4s, v20.4s
+	WORD $0x4e2fd400 // fadd v0.4s, v0.4s, v15.4s
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 8(R7), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb28631 // add v17.4s, v17.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f929274 // fmul v20.4s, v19.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e34de31 // fmul v17.4s, v17.4s, v20.4s
+	WORD $0x4e31d484 // fadd v4.4s, v4.4s, v17.4s
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 112(R0), F16
+	WORD $0x4e2c1e0f // and v15.16b, v16.16b, v12.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 32(R0), F21
+	FMOVQ 80(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61def // orr v15.16b, v15.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e10 // orr v16.16b, v16.16b, v22.16b
+	WORD $0x4e040516 // dup v22.4s, v8.s[0]
+	WORD $0x0e36c1f5 // smull v21.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e040535 // dup v21.4s, v9.s[0]
+	WORD $0x0e35c216 // smull v22.8h, v16.8b, v21.8b
+	WORD $0x4e35c215 // smull2 v21.8h, v16.16b, v21.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e040556 // dup v22.4s, v10.s[0]
+	WORD $0x0e36c1f5 // smull v21.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e040575 // dup v21.4s, v11.s[0]
+	WORD $0x0e35c216 // smull v22.8h, v16.8b, v21.8b
+	WORD $0x4e35c215 // smull2 v21.8h, v16.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	FMOVQ 176(R0), F16
+	WORD $0x4e2c1e0f // and v15.16b, v16.16b, v12.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 80(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51def // orr v15.16b, v15.16b, v21.16b
+	FMOVQ 96(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e10 // orr v16.16b, v16.16b, v21.16b
+	WORD $0x4e0c0515 // dup v21.4s, v8.s[1]
+	WORD $0x0e35c1f6 // smull v22.8h, v15.8b, v21.8b
+	WORD $0x4e35c1f5 // smull2 v21.8h, v15.16b, v21.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e0c0536 // dup v22.4s, v9.s[1]
+	WORD $0x0e36c215 // smull v21.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e0c0555 // dup v21.4s, v10.s[1]
+	WORD $0x0e35c1f6 // smull v22.8h, v15.8b, v21.8b
+	WORD $0x4e35c1f5 // smull2 v21.8h, v15.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e0c0576 // dup v22.4s, v11.s[1]
+	WORD $0x0e36c215 // smull v21.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	FMOVQ 240(R0), F16
+	WORD $0x4e2c1e0f // and v15.16b, v16.16b, v12.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 80(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61def // orr v15.16b, v15.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e10 // orr v16.16b, v16.16b, v22.16b
+	WORD $0x4e140516 // dup v22.4s, v8.s[2]
+	WORD $0x0e36c1f5 // smull v21.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e140535 // dup v21.4s, v9.s[2]
+	WORD $0x0e35c216 // smull v22.8h, v16.8b, v21.8b
+	WORD $0x4e35c215 // smull2 v21.8h, v16.16b, v21.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e140556 // dup v22.4s, v10.s[2]
+	WORD $0x0e36c1f5 // smull v21.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e140575 // dup v21.4s, v11.s[2]
+	WORD $0x0e35c216 // smull v22.8h, v16.8b, v21.8b
+	WORD $0x4e35c215 // smull2 v21.8h, v16.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	FMOVQ 304(R0), F16
+	WORD $0x4e2c1e0f // and v15.16b, v16.16b, v12.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 80(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51def // orr v15.16b, v15.16b, v21.16b
+	FMOVQ 96(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e10 // orr v16.16b, v16.16b, v21.16b
+	WORD $0x4e1c0515 // dup v21.4s, v8.s[3]
+	WORD $0x0e35c1f6 // smull v22.8h, v15.8b, v21.8b
+	WORD $0x4e35c1f5 // smull2 v21.8h, v15.16b, v21.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e1c0536 // dup v22.4s, v9.s[3]
+	WORD $0x0e36c215 // smull v21.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e1c0555 // dup v21.4s, v10.s[3]
+	WORD $0x0e35c1f6 // smull v22.8h, v15.8b, v21.8b
+	WORD $0x4e35c1f5 // smull2 v21.8h, v15.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e1c0576 // dup v22.4s, v11.s[3]
+	WORD $0x0e36c215 // smull v21.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	FMOVD 8(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	WORD $0x4eb4be73 // addp v19.4s, v19.4s, v20.4s
+	FMOVS 8(R6), F20
+	WORD $0x4e040694 // dup v20.4s, v20.s[0]
+	WORD $0x4eb48673 // add v19.4s, v19.4s, v20.4s
+	FMOVS 0(R6), F20
+	WORD $0x4f94920f // fmul v15.4s, v16.4s, v20.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e2fde73 // fmul v19.4s, v19.4s, v15.4s
+	WORD $0x4e33d421 // fadd v1.4s, v1.4s, v19.4s
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f91920f // fmul v15.4s, v16.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2fde52 // fmul v18.4s, v18.4s, v15.4s
+	WORD $0x4e32d4a5 // fadd v5.4s, v5.4s, v18.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 128(R0), F20
+	WORD $0x4e2c1e93 // and v19.16b, v20.16b, v12.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 32(R0), F21
+	FMOVQ 112(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	WORD $0x4e040516 // dup v22.4s, v8.s[0]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e040535 // dup v21.4s, v9.s[0]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e040556 // dup v22.4s, v10.s[0]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e040575 // dup v21.4s, v11.s[0]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 192(R0), F20
+	WORD $0x4e2c1e93 // and v19.16b, v20.16b, v12.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 112(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	FMOVQ 128(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	WORD $0x4e0c0515 // dup v21.4s, v8.s[1]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e0c0536 // dup v22.4s, v9.s[1]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e0c0555 // dup v21.4s, v10.s[1]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e0c0576 // dup v22.4s, v11.s[1]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 256(R0), F20
+	WORD $0x4e2c1e93 // and v19.16b, v20.16b, v12.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 112(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	WORD $0x4e140516 // dup v22.4s, v8.s[2]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e140535 // dup v21.4s, v9.s[2]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e140556 // dup v22.4s, v10.s[2]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e140575 // dup v21.4s, v11.s[2]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 320(R0), F20
+	WORD $0x4e2c1e93 // and v19.16b, v20.16b, v12.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 112(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	FMOVQ 128(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	WORD $0x4e1c0515 // dup v21.4s, v8.s[3]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e1c0536 // dup v22.4s, v9.s[3]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e1c0555 // dup v21.4s, v10.s[3]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e1c0576 // dup v22.4s, v11.s[3]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 16(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 8(R6), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9293 // fmul v19.4s, v20.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e33de10 // fmul v16.4s, v16.4s, v19.4s
+	WORD $0x4e30d442 // fadd v2.4s, v2.4s, v16.4s
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 8(R7), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb28631 // add v17.4s, v17.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f929293 // fmul v19.4s, v20.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e33de31 // fmul v17.4s, v17.4s, v19.4s
+	WORD $0x4e31d4c6 // fadd v6.4s, v6.4s, v17.4s
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 144(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F21
+	FMOVQ 144(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e10 // orr v16.16b, v16.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61def // orr v15.16b, v15.16b, v22.16b
+	WORD $0x4e040516 // dup v22.4s, v8.s[0]
+	WORD $0x0e36c215 // smull v21.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e040535 // dup v21.4s, v9.s[0]
+	WORD $0x0e35c1f6 // smull v22.8h, v15.8b, v21.8b
+	WORD $0x4e35c1f5 // smull2 v21.8h, v15.16b, v21.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e040556 // dup v22.4s, v10.s[0]
+	WORD $0x0e36c215 // smull v21.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e040575 // dup v21.4s, v11.s[0]
+	WORD $0x0e35c1f6 // smull v22.8h, v15.8b, v21.8b
+	WORD $0x4e35c1f5 // smull2 v21.8h, v15.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	FMOVQ 208(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 144(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e10 // orr v16.16b, v16.16b, v21.16b
+	FMOVQ 160(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51def // orr v15.16b, v15.16b, v21.16b
+	WORD $0x4e0c0515 // dup v21.4s, v8.s[1]
+	WORD $0x0e35c216 // smull v22.8h, v16.8b, v21.8b
+	WORD $0x4e35c215 // smull2 v21.8h, v16.16b, v21.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e0c0536 // dup v22.4s, v9.s[1]
+	WORD $0x0e36c1f5 // smull v21.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e0c0555 // dup v21.4s, v10.s[1]
+	WORD $0x0e35c216 // smull v22.8h, v16.8b, v21.8b
+	WORD $0x4e35c215 // smull2 v21.8h, v16.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e0c0576 // dup v22.4s, v11.s[1]
+	WORD $0x0e36c1f5 // smull v21.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	FMOVQ 272(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 144(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e10 // orr v16.16b, v16.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61def // orr v15.16b, v15.16b, v22.16b
+	WORD $0x4e140516 // dup v22.4s, v8.s[2]
+	WORD $0x0e36c215 // smull v21.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e140535 // dup v21.4s, v9.s[2]
+	WORD $0x0e35c1f6 // smull v22.8h, v15.8b, v21.8b
+	WORD $0x4e35c1f5 // smull2 v21.8h, v15.16b, v21.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e140556 // dup v22.4s, v10.s[2]
+	WORD $0x0e36c215 // smull v21.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e140575 // dup v21.4s, v11.s[2]
+	WORD $0x0e35c1f6 // smull v22.8h, v15.8b, v21.8b
+	WORD $0x4e35c1f5 // smull2 v21.8h, v15.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	FMOVQ 336(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 144(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e10 // orr v16.16b, v16.16b, v21.16b
+	FMOVQ 160(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51def // orr v15.16b, v15.16b, v21.16b
+	WORD $0x4e1c0515 // dup v21.4s, v8.s[3]
+	WORD $0x0e35c216 // smull v22.8h, v16.8b, v21.8b
+	WORD $0x4e35c215 // smull2 v21.8h, v16.16b, v21.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e1c0536 // dup v22.4s, v9.s[3]
+	WORD $0x0e36c1f5 // smull v21.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e1c0555 // dup v21.4s, v10.s[3]
+	WORD $0x0e35c216 // smull v22.8h, v16.8b, v21.8b
+	WORD $0x4e35c215 // smull2 v21.8h, v16.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e1c0576 // dup v22.4s, v11.s[3]
+	WORD $0x0e36c1f5 // smull v21.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	FMOVD 24(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	WORD $0x4eb3be94 // addp v20.4s, v20.4s, v19.4s
+	FMOVS 8(R6), F19
+	WORD $0x4e040673 // dup v19.4s, v19.s[0]
+	WORD $0x4eb38694 // add v20.4s, v20.4s, v19.4s
+	FMOVS 0(R6), F19
+	WORD $0x4f9391f0 // fmul v16.4s, v15.4s, v19.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e30de94 // fmul v20.4s, v20.4s, v16.4s
+	WORD $0x4e34d463 // fadd v3.4s, v3.4s, v20.4s
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191f0 // fmul v16.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e30de52 // fmul v18.4s, v18.4s, v16.4s
+	WORD $0x4e32d4e7 // fadd v7.4s, v7.4s, v18.4s
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ5_0x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x3NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R19), F6
+	FMOVQ 16(R19), F7
+	FMOVQ 32(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 96(R0), F15
+	WORD $0x4e261df0 // and v16.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e040431 // dup v17.4s, v1.s[0]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e040471 // dup v17.4s, v3.s[0]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0404b1 // dup v17.4s, v5.s[0]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	FMOVQ 160(R0), F15
+	WORD $0x4e261df0 // and v16.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 48(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4e0c0411 // dup v17.4s, v0.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e0c0432 // dup v18.4s, v1.s[1]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e0c0451 // dup v17.4s, v2.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e0c0491 // dup v17.4s, v4.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e0c04b2 // dup v18.4s, v5.s[1]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 224(R0), F15
+	WORD $0x4e261df0 // and v16.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e140431 // dup v17.4s, v1.s[2]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e140471 // dup v17.4s, v3.s[2]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1404b1 // dup v17.4s, v5.s[2]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	FMOVQ 288(R0), F15
+	WORD $0x4e261df0 // and v16.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 48(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4e1c0411 // dup v17.4s, v0.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e1c0432 // dup v18.4s, v1.s[3]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e1c0451 // dup v17.4s, v2.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e1c0491 // dup v17.4s, v4.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e1c04b2 // dup v18.4s, v5.s[3]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 8(R6), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a91f0 // fmul v16.4s, v15.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e30dd29 // fmul v9.4s, v9.4s, v16.4s
+	FMOVQ 0(R10), F17
+	WORD $0x4e29d631 // fadd v17.4s, v17.4s, v9.4s
+	FMOVQ F17, 0(R10)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 8(R7), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c91f0 // fmul v16.4s, v15.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e30dd6b // fmul v11.4s, v11.4s, v16.4s
+	FMOVQ 0(R11), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 8(R8), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e91f0 // fmul v16.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e30ddad // fmul v13.4s, v13.4s, v16.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R12)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 112(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 80(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d29 // orr v9.16b, v9.16b, v18.16b
+	FMOVQ 96(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d4a // orr v10.16b, v10.16b, v18.16b
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2f // sadalp v15.4s, v17.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e040431 // dup v17.4s, v1.s[0]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a30 // sadalp v16.4s, v17.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e040471 // dup v17.4s, v3.s[0]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0404b1 // dup v17.4s, v5.s[0]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	FMOVQ 176(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 80(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11d29 // orr v9.16b, v9.16b, v17.16b
+	FMOVQ 96(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11d4a // orr v10.16b, v10.16b, v17.16b
+	WORD $0x4e0c0411 // dup v17.4s, v0.s[1]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a30 // sadalp v16.4s, v17.8h
+	WORD $0x4e0c0432 // dup v18.4s, v1.s[1]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2f // sadalp v15.4s, v17.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e0c0451 // dup v17.4s, v2.s[1]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e0c0491 // dup v17.4s, v4.s[1]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e0c04b2 // dup v18.4s, v5.s[1]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	FMOVQ 240(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 80(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d29 // orr v9.16b, v9.16b, v18.16b
+	FMOVQ 96(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d4a // orr v10.16b, v10.16b, v18.16b
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2f // sadalp v15.4s, v17.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e140431 // dup v17.4s, v1.s[2]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a30 // sadalp v16.4s, v17.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e140471 // dup v17.4s, v3.s[2]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1404b1 // dup v17.4s, v5.s[2]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	FMOVQ 304(R0), F10
+	WORD $0x4e261d49 // and v9.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 80(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11d29 // orr v9.16b, v9.16b, v17.16b
+	FMOVQ 96(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11d4a // orr v10.16b, v10.16b, v17.16b
+	WORD $0x4e1c0411 // dup v17.4s, v0.s[3]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a30 // sadalp v16.4s, v17.8h
+	WORD $0x4e1c0432 // dup v18.4s, v1.s[3]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2f // sadalp v15.4s, v17.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e1c0451 // dup v17.4s, v2.s[3]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e1c0491 // dup v17.4s, v4.s[3]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e1c04b2 // dup v18.4s, v5.s[3]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f909149 // fmul v9.4s, v10.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	FMOVQ 16(R10), F17
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	FMOVQ F17, 16(R10)
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 8(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d9149 // fmul v9.4s, v10.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e29ddce // fmul v14.4s, v14.4s, v9.4s
+	FMOVQ 16(R11), F16
+	WORD $0x4e2ed610 // fadd v16.4s, v16.4s, v14.4s
+	FMOVQ F16, 16(R11)
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 8(R8), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b9149 // fmul v9.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e29dd8c // fmul v12.4s, v12.4s, v9.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 16(R12)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F16
+	WORD $0x4e261e0f // and v15.16b, v16.16b, v6.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 112(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e040431 // dup v17.4s, v1.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e040471 // dup v17.4s, v3.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0404b1 // dup v17.4s, v5.s[0]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	FMOVQ 192(R0), F16
+	WORD $0x4e261e0f // and v15.16b, v16.16b, v6.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 112(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	WORD $0x4e0c0411 // dup v17.4s, v0.s[1]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e0c0432 // dup v18.4s, v1.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e0c0451 // dup v17.4s, v2.s[1]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e0c0491 // dup v17.4s, v4.s[1]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e0c04b2 // dup v18.4s, v5.s[1]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 256(R0), F16
+	WORD $0x4e261e0f // and v15.16b, v16.16b, v6.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 112(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e140431 // dup v17.4s, v1.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e140471 // dup v17.4s, v3.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1404b1 // dup v17.4s, v5.s[2]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	FMOVQ 320(R0), F16
+	WORD $0x4e261e0f // and v15.16b, v16.16b, v6.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 112(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	WORD $0x4e1c0411 // dup v17.4s, v0.s[3]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e1c0432 // dup v18.4s, v1.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e1c0451 // dup v17.4s, v2.s[3]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e1c0491 // dup v17.4s, v4.s[3]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e1c04b2 // dup v18.4s, v5.s[3]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVD 16(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 8(R6), F9
+	WORD $0x4e040529 // dup v9.4s, v9.s[0]
+	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f89920f // fmul v15.4s, v16.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	FMOVQ 32(R10), F17
+	WORD $0x4e2ad631 // fadd v17.4s, v17.4s, v10.4s
+	FMOVQ F17, 32(R10)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 8(R7), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c920f // fmul v15.4s, v16.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVQ 32(R11), F9
+	WORD $0x4e2bd529 // fadd v9.4s, v9.4s, v11.4s
+	FMOVQ F9, 32(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 8(R8), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e920f // fmul v15.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2fddad // fmul v13.4s, v13.4s, v15.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 32(R12)
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 144(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 144(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d4a // orr v10.16b, v10.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d29 // orr v9.16b, v9.16b, v18.16b
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a30 // sadalp v16.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e040431 // dup v17.4s, v1.s[0]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606a2f // sadalp v15.4s, v17.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e040471 // dup v17.4s, v3.s[0]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0404b1 // dup v17.4s, v5.s[0]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	FMOVQ 208(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 144(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11d4a // orr v10.16b, v10.16b, v17.16b
+	FMOVQ 160(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11d29 // orr v9.16b, v9.16b, v17.16b
+	WORD $0x4e0c0411 // dup v17.4s, v0.s[1]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606a2f // sadalp v15.4s, v17.8h
+	WORD $0x4e0c0432 // dup v18.4s, v1.s[1]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a30 // sadalp v16.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e0c0451 // dup v17.4s, v2.s[1]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e0c0491 // dup v17.4s, v4.s[1]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e0c04b2 // dup v18.4s, v5.s[1]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	FMOVQ 272(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 144(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d4a // orr v10.16b, v10.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d29 // orr v9.16b, v9.16b, v18.16b
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a30 // sadalp v16.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e140431 // dup v17.4s, v1.s[2]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606a2f // sadalp v15.4s, v17.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e140471 // dup v17.4s, v3.s[2]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c151 // smull v17.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1404b1 // dup v17.4s, v5.s[2]
+	WORD $0x0e31c132 // smull v18.8h, v9.8b, v17.8b
+	WORD $0x4e31c131 // smull2 v17.8h, v9.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	FMOVQ 336(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 144(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11d4a // orr v10.16b, v10.16b, v17.16b
+	FMOVQ 160(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11d29 // orr v9.16b, v9.16b, v17.16b
+	WORD $0x4e1c0411 // dup v17.4s, v0.s[3]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e606a2f // sadalp v15.4s, v17.8h
+	WORD $0x4e1c0432 // dup v18.4s, v1.s[3]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a30 // sadalp v16.4s, v17.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e1c0451 // dup v17.4s, v2.s[3]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e1c0491 // dup v17.4s, v4.s[3]
+	WORD $0x0e31c152 // smull v18.8h, v10.8b, v17.8b
+	WORD $0x4e31c151 // smull2 v17.8h, v10.16b, v17.16b
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e1c04b2 // dup v18.4s, v5.s[3]
+	WORD $0x0e32c131 // smull v17.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 8(R6), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R6), F15
+	WORD $0x4f8f912a // fmul v10.4s, v9.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ade10 // fmul v16.4s, v16.4s, v10.4s
+	FMOVQ 48(R10), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 48(R10)
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 8(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d912a // fmul v10.4s, v9.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 48(R11), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R11)
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 8(R8), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 48(R12), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 48(R12)
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_0x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x4NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	FMOVQ 16(R19), F9
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 96(R0), F19
+	WORD $0x4e281e74 // and v20.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 32(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	WORD $0x4e040416 // dup v22.4s, v0.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e040435 // dup v21.4s, v1.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e040456 // dup v22.4s, v2.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e040475 // dup v21.4s, v3.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e040496 // dup v22.4s, v4.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0404b5 // dup v21.4s, v5.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e0404d6 // dup v22.4s, v6.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e0404f5 // dup v21.4s, v7.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 160(R0), F19
+	WORD $0x4e281e74 // and v20.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 48(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 64(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	WORD $0x4e0c0415 // dup v21.4s, v0.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e0c0436 // dup v22.4s, v1.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e0c0455 // dup v21.4s, v2.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e0c0476 // dup v22.4s, v3.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e0c0495 // dup v21.4s, v4.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e0c04b6 // dup v22.4s, v5.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0c04d5 // dup v21.4s, v6.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e0c04f6 // dup v22.4s, v7.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 224(R0), F19
+	WORD $0x4e281e74 // and v20.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	WORD $0x4e140416 // dup v22.4s, v0.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e140435 // dup v21.4s, v1.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e140456 // dup v22.4s, v2.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e140475 // dup v21.4s, v3.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e140496 // dup v22.4s, v4.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1404b5 // dup v21.4s, v5.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e1404d6 // dup v22.4s, v6.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e1404f5 // dup v21.4s, v7.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 288(R0), F19
+	WORD $0x4e281e74 // and v20.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 48(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 64(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	WORD $0x4e1c0415 // dup v21.4s, v0.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e1c0436 // dup v22.4s, v1.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e1c0455 // dup v21.4s, v2.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e1c0476 // dup v22.4s, v3.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e1c0495 // dup v21.4s, v4.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e1c04b6 // dup v22.4s, v5.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1c04d5 // dup v21.4s, v6.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e1c04f6 // dup v22.4s, v7.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 0(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 8(R6), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c9274 // fmul v20.4s, v19.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e34dd6b // fmul v11.4s, v11.4s, v20.4s
+	FMOVQ 0(R10), F21
+	WORD $0x4e2bd6b5 // fadd v21.4s, v21.4s, v11.4s
+	FMOVQ F21, 0(R10)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 8(R7), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e9274 // fmul v20.4s, v19.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e34ddad // fmul v13.4s, v13.4s, v20.4s
+	FMOVQ 0(R11), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R11)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 8(R8), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f909274 // fmul v20.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e34ddef // fmul v15.4s, v15.4s, v20.4s
+	FMOVQ 0(R12), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 0(R12)
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 8(R9), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb28631 // add v17.4s, v17.4s, v18.4s
+	FMOVS 0(R9), F18
+	WORD $0x4f929274 // fmul v20.4s, v19.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e34de31 // fmul v17.4s, v17.4s, v20.4s
+	FMOVQ 0(R13), F16
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	FMOVQ F16, 0(R13)
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 112(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 32(R0), F21
+	FMOVQ 80(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d6b // orr v11.16b, v11.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d8c // orr v12.16b, v12.16b, v22.16b
+	WORD $0x4e040416 // dup v22.4s, v0.s[0]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e040435 // dup v21.4s, v1.s[0]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e040456 // dup v22.4s, v2.s[0]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e040475 // dup v21.4s, v3.s[0]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e040496 // dup v22.4s, v4.s[0]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e0404b5 // dup v21.4s, v5.s[0]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e0404d6 // dup v22.4s, v6.s[0]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e0404f5 // dup v21.4s, v7.s[0]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	FMOVQ 176(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 80(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51d6b // orr v11.16b, v11.16b, v21.16b
+	FMOVQ 96(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51d8c // orr v12.16b, v12.16b, v21.16b
+	WORD $0x4e0c0415 // dup v21.4s, v0.s[1]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e0c0436 // dup v22.4s, v1.s[1]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e0c0455 // dup v21.4s, v2.s[1]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e0c0476 // dup v22.4s, v3.s[1]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e0c0495 // dup v21.4s, v4.s[1]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e0c04b6 // dup v22.4s, v5.s[1]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e0c04d5 // dup v21.4s, v6.s[1]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e0c04f6 // dup v22.4s, v7.s[1]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	FMOVQ 240(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 80(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d6b // orr v11.16b, v11.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d8c // orr v12.16b, v12.16b, v22.16b
+	WORD $0x4e140416 // dup v22.4s, v0.s[2]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e140435 // dup v21.4s, v1.s[2]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e140456 // dup v22.4s, v2.s[2]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e140475 // dup v21.4s, v3.s[2]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e140496 // dup v22.4s, v4.s[2]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e1404b5 // dup v21.4s, v5.s[2]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e1404d6 // dup v22.4s, v6.s[2]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e1404f5 // dup v21.4s, v7.s[2]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	FMOVQ 304(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 80(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51d6b // orr v11.16b, v11.16b, v21.16b
+	FMOVQ 96(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51d8c // orr v12.16b, v12.16b, v21.16b
+	WORD $0x4e1c0415 // dup v21.4s, v0.s[3]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e1c0436 // dup v22.4s, v1.s[3]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e1c0455 // dup v21.4s, v2.s[3]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e1c0476 // dup v22.4s, v3.s[3]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e1c0495 // dup v21.4s, v4.s[3]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e1c04b6 // dup v22.4s, v5.s[3]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e1c04d5 // dup v21.4s, v6.s[3]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e1c04f6 // dup v22.4s, v7.s[3]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	FMOVD 8(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	WORD $0x4eb4be73 // addp v19.4s, v19.4s, v20.4s
+	FMOVS 8(R6), F20
+	WORD $0x4e040694 // dup v20.4s, v20.s[0]
+	WORD $0x4eb48673 // add v19.4s, v19.4s, v20.4s
+	FMOVS 0(R6), F20
+	WORD $0x4f94918b // fmul v11.4s, v12.4s, v20.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e2bde73 // fmul v19.4s, v19.4s, v11.4s
+	FMOVQ 16(R10), F21
+	WORD $0x4e33d6b5 // fadd v21.4s, v21.4s, v19.4s
+	FMOVQ F21, 16(R10)
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f91918b // fmul v11.4s, v12.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2bde52 // fmul v18.4s, v18.4s, v11.4s
+	FMOVQ 16(R11), F20
+	WORD $0x4e32d694 // fadd v20.4s, v20.4s, v18.4s
+	FMOVQ F20, 16(R11)
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 8(R8), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R8), F15
+	WORD $0x4f8f918b // fmul v11.4s, v12.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2bde10 // fmul v16.4s, v16.4s, v11.4s
+	FMOVQ 16(R12), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 16(R12)
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 8(R9), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R9), F13
+	WORD $0x4f8d918b // fmul v11.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2bddce // fmul v14.4s, v14.4s, v11.4s
+	FMOVQ 16(R13), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 16(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 128(R0), F20
+	WORD $0x4e281e93 // and v19.16b, v20.16b, v8.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 32(R0), F21
+	FMOVQ 112(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	WORD $0x4e040416 // dup v22.4s, v0.s[0]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e040435 // dup v21.4s, v1.s[0]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e040456 // dup v22.4s, v2.s[0]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e040475 // dup v21.4s, v3.s[0]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e040496 // dup v22.4s, v4.s[0]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0404b5 // dup v21.4s, v5.s[0]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e0404d6 // dup v22.4s, v6.s[0]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e0404f5 // dup v21.4s, v7.s[0]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 192(R0), F20
+	WORD $0x4e281e93 // and v19.16b, v20.16b, v8.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 112(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	FMOVQ 128(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	WORD $0x4e0c0415 // dup v21.4s, v0.s[1]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e0c0436 // dup v22.4s, v1.s[1]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e0c0455 // dup v21.4s, v2.s[1]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e0c0476 // dup v22.4s, v3.s[1]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e0c0495 // dup v21.4s, v4.s[1]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e0c04b6 // dup v22.4s, v5.s[1]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0c04d5 // dup v21.4s, v6.s[1]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e0c04f6 // dup v22.4s, v7.s[1]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 256(R0), F20
+	WORD $0x4e281e93 // and v19.16b, v20.16b, v8.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 112(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	WORD $0x4e140416 // dup v22.4s, v0.s[2]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e140435 // dup v21.4s, v1.s[2]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e140456 // dup v22.4s, v2.s[2]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e140475 // dup v21.4s, v3.s[2]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e140496 // dup v22.4s, v4.s[2]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1404b5 // dup v21.4s, v5.s[2]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e1404d6 // dup v22.4s, v6.s[2]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e1404f5 // dup v21.4s, v7.s[2]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 320(R0), F20
+	WORD $0x4e281e93 // and v19.16b, v20.16b, v8.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 112(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	FMOVQ 128(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	WORD $0x4e1c0415 // dup v21.4s, v0.s[3]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e1c0436 // dup v22.4s, v1.s[3]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e1c0455 // dup v21.4s, v2.s[3]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e1c0476 // dup v22.4s, v3.s[3]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e1c0495 // dup v21.4s, v4.s[3]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e1c04b6 // dup v22.4s, v5.s[3]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1c04d5 // dup v21.4s, v6.s[3]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e1c04f6 // dup v22.4s, v7.s[3]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 16(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 8(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b9293 // fmul v19.4s, v20.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e33dd8c // fmul v12.4s, v12.4s, v19.4s
+	FMOVQ 32(R10), F21
+	WORD $0x4e2cd6b5 // fadd v21.4s, v21.4s, v12.4s
+	FMOVQ F21, 32(R10)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 8(R7), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae85ad // add v13.4s, v13.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e9293 // fmul v19.4s, v20.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e33ddad // fmul v13.4s, v13.4s, v19.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ F11, 32(R11)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 8(R8), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f909293 // fmul v19.4s, v20.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e33ddef // fmul v15.4s, v15.4s, v19.4s
+	FMOVQ 32(R12), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 32(R12)
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 8(R9), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb28631 // add v17.4s, v17.4s, v18.4s
+	FMOVS 0(R9), F18
+	WORD $0x4f929293 // fmul v19.4s, v20.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e33de31 // fmul v17.4s, v17.4s, v19.4s
+	FMOVQ 32(R13), F16
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	FMOVQ F16, 32(R13)
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 144(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 32(R0), F21
+	FMOVQ 144(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d8c // orr v12.16b, v12.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d6b // orr v11.16b, v11.16b, v22.16b
+	WORD $0x4e040416 // dup v22.4s, v0.s[0]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e040435 // dup v21.4s, v1.s[0]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e040456 // dup v22.4s, v2.s[0]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e040475 // dup v21.4s, v3.s[0]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e040496 // dup v22.4s, v4.s[0]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e0404b5 // dup v21.4s, v5.s[0]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e0404d6 // dup v22.4s, v6.s[0]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e0404f5 // dup v21.4s, v7.s[0]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	FMOVQ 208(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 144(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51d8c // orr v12.16b, v12.16b, v21.16b
+	FMOVQ 160(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51d6b // orr v11.16b, v11.16b, v21.16b
+	WORD $0x4e0c0415 // dup v21.4s, v0.s[1]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e0c0436 // dup v22.4s, v1.s[1]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e0c0455 // dup v21.4s, v2.s[1]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e0c0476 // dup v22.4s, v3.s[1]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e0c0495 // dup v21.4s, v4.s[1]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e0c04b6 // dup v22.4s, v5.s[1]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e0c04d5 // dup v21.4s, v6.s[1]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e0c04f6 // dup v22.4s, v7.s[1]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	FMOVQ 272(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 144(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d8c // orr v12.16b, v12.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d6b // orr v11.16b, v11.16b, v22.16b
+	WORD $0x4e140416 // dup v22.4s, v0.s[2]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e140435 // dup v21.4s, v1.s[2]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e140456 // dup v22.4s, v2.s[2]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e140475 // dup v21.4s, v3.s[2]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e140496 // dup v22.4s, v4.s[2]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e1404b5 // dup v21.4s, v5.s[2]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e1404d6 // dup v22.4s, v6.s[2]
+	WORD $0x0e36c195 // smull v21.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e1404f5 // dup v21.4s, v7.s[2]
+	WORD $0x0e35c176 // smull v22.8h, v11.8b, v21.8b
+	WORD $0x4e35c175 // smull2 v21.8h, v11.16b, v21.16b
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	FMOVQ 336(R0), F11
+	WORD $0x4e281d6c // and v12.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 144(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51d8c // orr v12.16b, v12.16b, v21.16b
+	FMOVQ 160(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51d6b // orr v11.16b, v11.16b, v21.16b
+	WORD $0x4e1c0415 // dup v21.4s, v0.s[3]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606ab3 // sadalp v19.4s, v21.8h
+	WORD $0x4e1c0436 // dup v22.4s, v1.s[3]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab4 // sadalp v20.4s, v21.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e1c0455 // dup v21.4s, v2.s[3]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e1c0476 // dup v22.4s, v3.s[3]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e1c0495 // dup v21.4s, v4.s[3]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e1c04b6 // dup v22.4s, v5.s[3]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e1c04d5 // dup v21.4s, v6.s[3]
+	WORD $0x0e35c196 // smull v22.8h, v12.8b, v21.8b
+	WORD $0x4e35c195 // smull2 v21.8h, v12.16b, v21.16b
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e1c04f6 // dup v22.4s, v7.s[3]
+	WORD $0x0e36c175 // smull v21.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	WORD $0x4eb3be94 // addp v20.4s, v20.4s, v19.4s
+	FMOVS 8(R6), F19
+	WORD $0x4e040673 // dup v19.4s, v19.s[0]
+	WORD $0x4eb38694 // add v20.4s, v20.4s, v19.4s
+	FMOVS 0(R6), F19
+	WORD $0x4f93916c // fmul v12.4s, v11.4s, v19.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e2cde94 // fmul v20.4s, v20.4s, v12.4s
+	FMOVQ 48(R10), F21
+	WORD $0x4e34d6b5 // fadd v21.4s, v21.4s, v20.4s
+	FMOVQ F21, 48(R10)
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f91916c // fmul v12.4s, v11.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2cde52 // fmul v18.4s, v18.4s, v12.4s
+	FMOVQ 48(R11), F19
+	WORD $0x4e32d673 // fadd v19.4s, v19.4s, v18.4s
+	FMOVQ F19, 48(R11)
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 8(R8), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R8), F15
+	WORD $0x4f8f916c // fmul v12.4s, v11.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	FMOVQ 48(R12), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 48(R12)
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 8(R9), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R9), F13
+	WORD $0x4f8d916c // fmul v12.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	FMOVQ 48(R13), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R13)
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_1x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x1NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	FMOVQ 16(R19), F7
+	FMOVQ 32(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 128(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F13
+	FMOVQ 48(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	FMOVQ 64(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e0404ad // dup v13.4s, v5.s[0]
+	WORD $0x0e2dc16e // smull v14.8h, v11.8b, v13.8b
+	WORD $0x4e2dc16d // smull2 v13.8h, v11.16b, v13.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	FMOVQ 192(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F14
+	FMOVQ 48(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	FMOVQ 64(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	WORD $0x4e0c048d // dup v13.4s, v4.s[1]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec16d // smull v13.8h, v11.8b, v14.8b
+	WORD $0x4e2ec16e // smull2 v14.8h, v11.16b, v14.16b
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	FMOVQ 256(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 96(R0), F13
+	FMOVQ 48(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	FMOVQ 64(R19), F14
+	WORD $0x4e0e01ae // tbl v14.16b, {v13.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec18d // smull v13.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e1404ad // dup v13.4s, v5.s[2]
+	WORD $0x0e2dc16e // smull v14.8h, v11.8b, v13.8b
+	WORD $0x4e2dc16d // smull2 v13.8h, v11.16b, v13.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	FMOVQ 320(R0), F11
+	WORD $0x4e261d6c // and v12.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 112(R0), F14
+	FMOVQ 48(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d8c // orr v12.16b, v12.16b, v13.16b
+	FMOVQ 64(R19), F13
+	WORD $0x4e0d01cd // tbl v13.16b, {v14.16b}, v13.16b
+	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
+	WORD $0x4e271dad // and v13.16b, v13.16b, v7.16b
+	WORD $0x4ead1d6b // orr v11.16b, v11.16b, v13.16b
+	WORD $0x4e1c048d // dup v13.4s, v4.s[3]
+	WORD $0x0e2dc18e // smull v14.8h, v12.8b, v13.8b
+	WORD $0x4e2dc18d // smull2 v13.8h, v12.16b, v13.16b
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e6069aa // sadalp v10.4s, v13.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec16d // smull v13.8h, v11.8b, v14.8b
+	WORD $0x4e2ec16e // smull2 v14.8h, v11.16b, v14.16b
+	WORD $0x4e6069a9 // sadalp v9.4s, v13.8h
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 32(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a916d // fmul v13.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e918d // fmul v13.4s, v12.4s, v14.s[0]
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e29d400 // fadd v0.4s, v0.4s, v9.4s
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 144(R0), F13
+	WORD $0x4e261daa // and v10.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 64(R0), F9
+	FMOVQ 80(R19), F14
+	WORD $0x4e0e012e // tbl v14.16b, {v9.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d4a // orr v10.16b, v10.16b, v14.16b
+	FMOVQ 96(R19), F14
+	WORD $0x4e0e012e // tbl v14.16b, {v9.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec149 // smull v9.8h, v10.8b, v14.8b
+	WORD $0x4e2ec14e // smull2 v14.8h, v10.16b, v14.16b
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e0404a9 // dup v9.4s, v5.s[0]
+	WORD $0x0e29c1ae // smull v14.8h, v13.8b, v9.8b
+	WORD $0x4e29c1a9 // smull2 v9.8h, v13.16b, v9.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	FMOVQ 208(R0), F13
+	WORD $0x4e261daa // and v10.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 80(R0), F14
+	FMOVQ 80(R19), F9
+	WORD $0x4e0901c9 // tbl v9.16b, {v14.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d4a // orr v10.16b, v10.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e0901c9 // tbl v9.16b, {v14.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91dad // orr v13.16b, v13.16b, v9.16b
+	WORD $0x4e0c0489 // dup v9.4s, v4.s[1]
+	WORD $0x0e29c14e // smull v14.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec1a9 // smull v9.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVQ 272(R0), F13
+	WORD $0x4e261daa // and v10.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 96(R0), F9
+	FMOVQ 80(R19), F14
+	WORD $0x4e0e012e // tbl v14.16b, {v9.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d4a // orr v10.16b, v10.16b, v14.16b
+	FMOVQ 96(R19), F14
+	WORD $0x4e0e012e // tbl v14.16b, {v9.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec149 // smull v9.8h, v10.8b, v14.8b
+	WORD $0x4e2ec14e // smull2 v14.8h, v10.16b, v14.16b
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e1404a9 // dup v9.4s, v5.s[2]
+	WORD $0x0e29c1ae // smull v14.8h, v13.8b, v9.8b
+	WORD $0x4e29c1a9 // smull2 v9.8h, v13.16b, v9.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	FMOVQ 336(R0), F13
+	WORD $0x4e261daa // and v10.16b, v13.16b, v6.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 112(R0), F14
+	FMOVQ 80(R19), F9
+	WORD $0x4e0901c9 // tbl v9.16b, {v14.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d4a // orr v10.16b, v10.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e0901c9 // tbl v9.16b, {v14.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91dad // orr v13.16b, v13.16b, v9.16b
+	WORD $0x4e1c0489 // dup v9.4s, v4.s[3]
+	WORD $0x0e29c14e // smull v14.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e6069cc // sadalp v12.4s, v14.8h
+	WORD $0x4e60692b // sadalp v11.4s, v9.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec1a9 // smull v9.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	FMOVD 8(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVD 40(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4eabbd8c // addp v12.4s, v12.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b91a9 // fmul v9.4s, v13.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e29dd8c // fmul v12.4s, v12.4s, v9.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e9149 // fmul v9.4s, v10.4s, v14.s[0]
+	WORD $0x4e29d58c // fadd v12.4s, v12.4s, v9.4s
+	WORD $0x4e2cd421 // fadd v1.4s, v1.4s, v12.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 160(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 112(R19), F14
+	WORD $0x4e0e018e // tbl v14.16b, {v12.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	FMOVQ 128(R19), F14
+	WORD $0x4e0e018e // tbl v14.16b, {v12.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d29 // orr v9.16b, v9.16b, v14.16b
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec16c // smull v12.8h, v11.8b, v14.8b
+	WORD $0x4e2ec16e // smull2 v14.8h, v11.16b, v14.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc12e // smull v14.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e60698d // sadalp v13.4s, v12.8h
+	FMOVQ 224(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 80(R0), F14
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c01cc // tbl v12.16b, {v14.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 128(R19), F12
+	WORD $0x4e0c01cc // tbl v12.16b, {v14.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d29 // orr v9.16b, v9.16b, v12.16b
+	WORD $0x4e0c048c // dup v12.4s, v4.s[1]
+	WORD $0x0e2cc16e // smull v14.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e60698d // sadalp v13.4s, v12.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec12c // smull v12.8h, v9.8b, v14.8b
+	WORD $0x4e2ec12e // smull2 v14.8h, v9.16b, v14.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	FMOVQ 288(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 96(R0), F12
+	FMOVQ 112(R19), F14
+	WORD $0x4e0e018e // tbl v14.16b, {v12.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d6b // orr v11.16b, v11.16b, v14.16b
+	FMOVQ 128(R19), F14
+	WORD $0x4e0e018e // tbl v14.16b, {v12.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d29 // orr v9.16b, v9.16b, v14.16b
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec16c // smull v12.8h, v11.8b, v14.8b
+	WORD $0x4e2ec16e // smull2 v14.8h, v11.16b, v14.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc12e // smull v14.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e60698d // sadalp v13.4s, v12.8h
+	FMOVQ 352(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 112(R0), F14
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c01cc // tbl v12.16b, {v14.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	FMOVQ 128(R19), F12
+	WORD $0x4e0c01cc // tbl v12.16b, {v14.16b}, v12.16b
+	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
+	WORD $0x4e271d8c // and v12.16b, v12.16b, v7.16b
+	WORD $0x4eac1d29 // orr v9.16b, v9.16b, v12.16b
+	WORD $0x4e1c048c // dup v12.4s, v4.s[3]
+	WORD $0x0e2cc16e // smull v14.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6069ca // sadalp v10.4s, v14.8h
+	WORD $0x4e60698d // sadalp v13.4s, v12.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec12c // smull v12.8h, v9.8b, v14.8b
+	WORD $0x4e2ec12e // smull2 v14.8h, v9.16b, v14.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6069cd // sadalp v13.4s, v14.8h
+	FMOVD 16(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVD 48(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	WORD $0x4eadbd4a // addp v10.4s, v10.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d912c // fmul v12.4s, v9.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2cdd4a // fmul v10.4s, v10.4s, v12.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e916c // fmul v12.4s, v11.4s, v14.s[0]
+	WORD $0x4e2cd54a // fadd v10.4s, v10.4s, v12.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 176(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 64(R0), F10
+	FMOVQ 144(R19), F14
+	WORD $0x4e0e014e // tbl v14.16b, {v10.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	FMOVQ 160(R19), F14
+	WORD $0x4e0e014e // tbl v14.16b, {v10.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4e04048e // dup v14.4s, v4.s[0]
+	WORD $0x0e2ec1aa // smull v10.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e0404aa // dup v10.4s, v5.s[0]
+	WORD $0x0e2ac18e // smull v14.8h, v12.8b, v10.8b
+	WORD $0x4e2ac18a // smull2 v10.8h, v12.16b, v10.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	FMOVQ 240(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 80(R0), F14
+	FMOVQ 144(R19), F10
+	WORD $0x4e0a01ca // tbl v10.16b, {v14.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1dad // orr v13.16b, v13.16b, v10.16b
+	FMOVQ 160(R19), F10
+	WORD $0x4e0a01ca // tbl v10.16b, {v14.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d8c // orr v12.16b, v12.16b, v10.16b
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac1ae // smull v14.8h, v13.8b, v10.8b
+	WORD $0x4e2ac1aa // smull2 v10.8h, v13.16b, v10.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	WORD $0x4e0c04ae // dup v14.4s, v5.s[1]
+	WORD $0x0e2ec18a // smull v10.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	FMOVQ 304(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 96(R0), F10
+	FMOVQ 144(R19), F14
+	WORD $0x4e0e014e // tbl v14.16b, {v10.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	FMOVQ 160(R19), F14
+	WORD $0x4e0e014e // tbl v14.16b, {v10.16b}, v14.16b
+	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
+	WORD $0x4e271dce // and v14.16b, v14.16b, v7.16b
+	WORD $0x4eae1d8c // orr v12.16b, v12.16b, v14.16b
+	WORD $0x4e14048e // dup v14.4s, v4.s[2]
+	WORD $0x0e2ec1aa // smull v10.8h, v13.8b, v14.8b
+	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	WORD $0x4e1404aa // dup v10.4s, v5.s[2]
+	WORD $0x0e2ac18e // smull v14.8h, v12.8b, v10.8b
+	WORD $0x4e2ac18a // smull2 v10.8h, v12.16b, v10.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	FMOVQ 368(R0), F12
+	WORD $0x4e261d8d // and v13.16b, v12.16b, v6.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 112(R0), F14
+	FMOVQ 144(R19), F10
+	WORD $0x4e0a01ca // tbl v10.16b, {v14.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1dad // orr v13.16b, v13.16b, v10.16b
+	FMOVQ 160(R19), F10
+	WORD $0x4e0a01ca // tbl v10.16b, {v14.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d8c // orr v12.16b, v12.16b, v10.16b
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac1ae // smull v14.8h, v13.8b, v10.8b
+	WORD $0x4e2ac1aa // smull2 v10.8h, v13.16b, v10.16b
+	WORD $0x4e6069cb // sadalp v11.4s, v14.8h
+	WORD $0x4e606949 // sadalp v9.4s, v10.8h
+	WORD $0x4e1c04ae // dup v14.4s, v5.s[3]
+	WORD $0x0e2ec18a // smull v10.8h, v12.8b, v14.8b
+	WORD $0x4e2ec18e // smull2 v14.8h, v12.16b, v14.16b
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e6069c9 // sadalp v9.4s, v14.8h
+	FMOVD 24(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVD 56(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	WORD $0x4ea9bd6b // addp v11.4s, v11.4s, v9.4s
+	FMOVS 0(R6), F9
+	WORD $0x4f89918a // fmul v10.4s, v12.4s, v9.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2add6b // fmul v11.4s, v11.4s, v10.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e91aa // fmul v10.4s, v13.4s, v14.s[0]
+	WORD $0x4e2ad56b // fadd v11.4s, v11.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ5_1x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x2NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	FMOVQ 16(R19), F13
+	FMOVQ 32(R19), F14
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 128(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	WORD $0x4e040516 // dup v22.4s, v8.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e040535 // dup v21.4s, v9.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e040556 // dup v22.4s, v10.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e040575 // dup v21.4s, v11.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 192(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 48(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 64(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	WORD $0x4e0c0515 // dup v21.4s, v8.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e0c0536 // dup v22.4s, v9.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0c0555 // dup v21.4s, v10.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e0c0576 // dup v22.4s, v11.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 256(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 96(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	WORD $0x4e140516 // dup v22.4s, v8.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e140535 // dup v21.4s, v9.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e140556 // dup v22.4s, v10.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e140575 // dup v21.4s, v11.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 320(R0), F19
+	WORD $0x4e2c1e74 // and v20.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 112(R0), F22
+	FMOVQ 48(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 64(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2d1eb5 // and v21.16b, v21.16b, v13.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	WORD $0x4e1c0515 // dup v21.4s, v8.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e1c0536 // dup v22.4s, v9.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1c0555 // dup v21.4s, v10.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e1c0576 // dup v22.4s, v11.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 0(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVD 32(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f909275 // fmul v21.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e35ddef // fmul v15.4s, v15.4s, v21.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f969295 // fmul v21.4s, v20.4s, v22.s[0]
+	WORD $0x4e35d5ef // fadd v15.4s, v15.4s, v21.4s
+	WORD $0x4e2fd400 // fadd v0.4s, v0.4s, v15.4s
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f929275 // fmul v21.4s, v19.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e35de31 // fmul v17.4s, v17.4s, v21.4s
+	FMOVS 16(R7), F16
+	WORD $0x4f909295 // fmul v21.4s, v20.4s, v16.s[0]
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e31d484 // fadd v4.4s, v4.4s, v17.4s
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 144(R0), F17
+	WORD $0x4e2c1e30 // and v16.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F15
+	FMOVQ 80(R19), F22
+	WORD $0x4e1601f6 // tbl v22.16b, {v15.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e10 // orr v16.16b, v16.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e1601f6 // tbl v22.16b, {v15.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e31 // orr v17.16b, v17.16b, v22.16b
+	WORD $0x4e040516 // dup v22.4s, v8.s[0]
+	WORD $0x0e36c20f // smull v15.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e6069f4 // sadalp v20.4s, v15.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e04052f // dup v15.4s, v9.s[0]
+	WORD $0x0e2fc236 // smull v22.8h, v17.8b, v15.8b
+	WORD $0x4e2fc22f // smull2 v15.8h, v17.16b, v15.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e6069f3 // sadalp v19.4s, v15.8h
+	WORD $0x4e040556 // dup v22.4s, v10.s[0]
+	WORD $0x0e36c20f // smull v15.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e6069f5 // sadalp v21.4s, v15.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e04056f // dup v15.4s, v11.s[0]
+	WORD $0x0e2fc236 // smull v22.8h, v17.8b, v15.8b
+	WORD $0x4e2fc22f // smull2 v15.8h, v17.16b, v15.16b
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e6069f2 // sadalp v18.4s, v15.8h
+	FMOVQ 208(R0), F17
+	WORD $0x4e2c1e30 // and v16.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f02cf // tbl v15.16b, {v22.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e10 // orr v16.16b, v16.16b, v15.16b
+	FMOVQ 96(R19), F15
+	WORD $0x4e0f02cf // tbl v15.16b, {v22.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e31 // orr v17.16b, v17.16b, v15.16b
+	WORD $0x4e0c050f // dup v15.4s, v8.s[1]
+	WORD $0x0e2fc216 // smull v22.8h, v16.8b, v15.8b
+	WORD $0x4e2fc20f // smull2 v15.8h, v16.16b, v15.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e6069f3 // sadalp v19.4s, v15.8h
+	WORD $0x4e0c0536 // dup v22.4s, v9.s[1]
+	WORD $0x0e36c22f // smull v15.8h, v17.8b, v22.8b
+	WORD $0x4e36c236 // smull2 v22.8h, v17.16b, v22.16b
+	WORD $0x4e6069f4 // sadalp v20.4s, v15.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e0c054f // dup v15.4s, v10.s[1]
+	WORD $0x0e2fc216 // smull v22.8h, v16.8b, v15.8b
+	WORD $0x4e2fc20f // smull2 v15.8h, v16.16b, v15.16b
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e6069f2 // sadalp v18.4s, v15.8h
+	WORD $0x4e0c0576 // dup v22.4s, v11.s[1]
+	WORD $0x0e36c22f // smull v15.8h, v17.8b, v22.8b
+	WORD $0x4e36c236 // smull2 v22.8h, v17.16b, v22.16b
+	WORD $0x4e6069f5 // sadalp v21.4s, v15.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 272(R0), F17
+	WORD $0x4e2c1e30 // and v16.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 96(R0), F15
+	FMOVQ 80(R19), F22
+	WORD $0x4e1601f6 // tbl v22.16b, {v15.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e10 // orr v16.16b, v16.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e1601f6 // tbl v22.16b, {v15.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e31 // orr v17.16b, v17.16b, v22.16b
+	WORD $0x4e140516 // dup v22.4s, v8.s[2]
+	WORD $0x0e36c20f // smull v15.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e6069f4 // sadalp v20.4s, v15.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e14052f // dup v15.4s, v9.s[2]
+	WORD $0x0e2fc236 // smull v22.8h, v17.8b, v15.8b
+	WORD $0x4e2fc22f // smull2 v15.8h, v17.16b, v15.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e6069f3 // sadalp v19.4s, v15.8h
+	WORD $0x4e140556 // dup v22.4s, v10.s[2]
+	WORD $0x0e36c20f // smull v15.8h, v16.8b, v22.8b
+	WORD $0x4e36c216 // smull2 v22.8h, v16.16b, v22.16b
+	WORD $0x4e6069f5 // sadalp v21.4s, v15.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e14056f // dup v15.4s, v11.s[2]
+	WORD $0x0e2fc236 // smull v22.8h, v17.8b, v15.8b
+	WORD $0x4e2fc22f // smull2 v15.8h, v17.16b, v15.16b
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e6069f2 // sadalp v18.4s, v15.8h
+	FMOVQ 336(R0), F17
+	WORD $0x4e2c1e30 // and v16.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 112(R0), F22
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f02cf // tbl v15.16b, {v22.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e10 // orr v16.16b, v16.16b, v15.16b
+	FMOVQ 96(R19), F15
+	WORD $0x4e0f02cf // tbl v15.16b, {v22.16b}, v15.16b
+	WORD $0x4e2e8def // cmtst v15.16b, v15.16b, v14.16b
+	WORD $0x4e2d1def // and v15.16b, v15.16b, v13.16b
+	WORD $0x4eaf1e31 // orr v17.16b, v17.16b, v15.16b
+	WORD $0x4e1c050f // dup v15.4s, v8.s[3]
+	WORD $0x0e2fc216 // smull v22.8h, v16.8b, v15.8b
+	WORD $0x4e2fc20f // smull2 v15.8h, v16.16b, v15.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e6069f3 // sadalp v19.4s, v15.8h
+	WORD $0x4e1c0536 // dup v22.4s, v9.s[3]
+	WORD $0x0e36c22f // smull v15.8h, v17.8b, v22.8b
+	WORD $0x4e36c236 // smull2 v22.8h, v17.16b, v22.16b
+	WORD $0x4e6069f4 // sadalp v20.4s, v15.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e1c054f // dup v15.4s, v10.s[3]
+	WORD $0x0e2fc216 // smull v22.8h, v16.8b, v15.8b
+	WORD $0x4e2fc20f // smull2 v15.8h, v16.16b, v15.16b
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e6069f2 // sadalp v18.4s, v15.8h
+	WORD $0x4e1c0576 // dup v22.4s, v11.s[3]
+	WORD $0x0e36c22f // smull v15.8h, v17.8b, v22.8b
+	WORD $0x4e36c236 // smull2 v22.8h, v17.16b, v22.16b
+	WORD $0x4e6069f5 // sadalp v21.4s, v15.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 8(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVD 40(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	WORD $0x4eb3be94 // addp v20.4s, v20.4s, v19.4s
+	FMOVS 0(R6), F19
+	WORD $0x4f93922f // fmul v15.4s, v17.4s, v19.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e2fde94 // fmul v20.4s, v20.4s, v15.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f96920f // fmul v15.4s, v16.4s, v22.s[0]
+	WORD $0x4e2fd694 // fadd v20.4s, v20.4s, v15.4s
+	WORD $0x4e34d421 // fadd v1.4s, v1.4s, v20.4s
+	WORD $0x4eb2beb5 // addp v21.4s, v21.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f92922f // fmul v15.4s, v17.4s, v18.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e2fdeb5 // fmul v21.4s, v21.4s, v15.4s
+	FMOVS 16(R7), F19
+	WORD $0x4f93920f // fmul v15.4s, v16.4s, v19.s[0]
+	WORD $0x4e2fd6b5 // fadd v21.4s, v21.4s, v15.4s
+	WORD $0x4e35d4a5 // fadd v5.4s, v5.4s, v21.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 160(R0), F21
+	WORD $0x4e2c1eb3 // and v19.16b, v21.16b, v12.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 64(R0), F20
+	FMOVQ 112(R19), F22
+	WORD $0x4e160296 // tbl v22.16b, {v20.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e160296 // tbl v22.16b, {v20.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61eb5 // orr v21.16b, v21.16b, v22.16b
+	WORD $0x4e040516 // dup v22.4s, v8.s[0]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e040556 // dup v22.4s, v10.s[0]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	FMOVQ 224(R0), F21
+	WORD $0x4e2c1eb3 // and v19.16b, v21.16b, v12.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 112(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e73 // orr v19.16b, v19.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41eb5 // orr v21.16b, v21.16b, v20.16b
+	WORD $0x4e0c0514 // dup v20.4s, v8.s[1]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e0c0536 // dup v22.4s, v9.s[1]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e0c0576 // dup v22.4s, v11.s[1]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 288(R0), F21
+	WORD $0x4e2c1eb3 // and v19.16b, v21.16b, v12.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 96(R0), F20
+	FMOVQ 112(R19), F22
+	WORD $0x4e160296 // tbl v22.16b, {v20.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e160296 // tbl v22.16b, {v20.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61eb5 // orr v21.16b, v21.16b, v22.16b
+	WORD $0x4e140516 // dup v22.4s, v8.s[2]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e140556 // dup v22.4s, v10.s[2]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	FMOVQ 352(R0), F21
+	WORD $0x4e2c1eb3 // and v19.16b, v21.16b, v12.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 112(R0), F22
+	FMOVQ 112(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41e73 // orr v19.16b, v19.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2d1e94 // and v20.16b, v20.16b, v13.16b
+	WORD $0x4eb41eb5 // orr v21.16b, v21.16b, v20.16b
+	WORD $0x4e1c0514 // dup v20.4s, v8.s[3]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e1c0536 // dup v22.4s, v9.s[3]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e1c0576 // dup v22.4s, v11.s[3]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 16(R0), F21
+	WORD $0x0e217ab5 // fcvtl v21.4s, v21.4h
+	FMOVD 48(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	WORD $0x4eb1be10 // addp v16.4s, v16.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f9192b4 // fmul v20.4s, v21.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e34de10 // fmul v16.4s, v16.4s, v20.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f969274 // fmul v20.4s, v19.4s, v22.s[0]
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e30d442 // fadd v2.4s, v2.4s, v16.4s
+	WORD $0x4eb2bdef // addp v15.4s, v15.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f9292b4 // fmul v20.4s, v21.4s, v18.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e34ddef // fmul v15.4s, v15.4s, v20.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f919274 // fmul v20.4s, v19.4s, v17.s[0]
+	WORD $0x4e34d5ef // fadd v15.4s, v15.4s, v20.4s
+	WORD $0x4e2fd4c6 // fadd v6.4s, v6.4s, v15.4s
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 176(R0), F15
+	WORD $0x4e2c1df1 // and v17.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F16
+	FMOVQ 144(R19), F22
+	WORD $0x4e160216 // tbl v22.16b, {v16.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e31 // orr v17.16b, v17.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e160216 // tbl v22.16b, {v16.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61def // orr v15.16b, v15.16b, v22.16b
+	WORD $0x4e040516 // dup v22.4s, v8.s[0]
+	WORD $0x0e36c230 // smull v16.8h, v17.8b, v22.8b
+	WORD $0x4e36c236 // smull2 v22.8h, v17.16b, v22.16b
+	WORD $0x4e606a13 // sadalp v19.4s, v16.8h
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e040530 // dup v16.4s, v9.s[0]
+	WORD $0x0e30c1f6 // smull v22.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606a15 // sadalp v21.4s, v16.8h
+	WORD $0x4e040556 // dup v22.4s, v10.s[0]
+	WORD $0x0e36c230 // smull v16.8h, v17.8b, v22.8b
+	WORD $0x4e36c236 // smull2 v22.8h, v17.16b, v22.16b
+	WORD $0x4e606a14 // sadalp v20.4s, v16.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e040570 // dup v16.4s, v11.s[0]
+	WORD $0x0e30c1f6 // smull v22.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606a12 // sadalp v18.4s, v16.8h
+	FMOVQ 240(R0), F15
+	WORD $0x4e2c1df1 // and v17.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 144(R19), F16
+	WORD $0x4e1002d0 // tbl v16.16b, {v22.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2d1e10 // and v16.16b, v16.16b, v13.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	FMOVQ 160(R19), F16
+	WORD $0x4e1002d0 // tbl v16.16b, {v22.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2d1e10 // and v16.16b, v16.16b, v13.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e0c0510 // dup v16.4s, v8.s[1]
+	WORD $0x0e30c236 // smull v22.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606a15 // sadalp v21.4s, v16.8h
+	WORD $0x4e0c0536 // dup v22.4s, v9.s[1]
+	WORD $0x0e36c1f0 // smull v16.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606a13 // sadalp v19.4s, v16.8h
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e0c0550 // dup v16.4s, v10.s[1]
+	WORD $0x0e30c236 // smull v22.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606a12 // sadalp v18.4s, v16.8h
+	WORD $0x4e0c0576 // dup v22.4s, v11.s[1]
+	WORD $0x0e36c1f0 // smull v16.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606a14 // sadalp v20.4s, v16.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 304(R0), F15
+	WORD $0x4e2c1df1 // and v17.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 96(R0), F16
+	FMOVQ 144(R19), F22
+	WORD $0x4e160216 // tbl v22.16b, {v16.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61e31 // orr v17.16b, v17.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e160216 // tbl v22.16b, {v16.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2d1ed6 // and v22.16b, v22.16b, v13.16b
+	WORD $0x4eb61def // orr v15.16b, v15.16b, v22.16b
+	WORD $0x4e140516 // dup v22.4s, v8.s[2]
+	WORD $0x0e36c230 // smull v16.8h, v17.8b, v22.8b
+	WORD $0x4e36c236 // smull2 v22.8h, v17.16b, v22.16b
+	WORD $0x4e606a13 // sadalp v19.4s, v16.8h
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e140530 // dup v16.4s, v9.s[2]
+	WORD $0x0e30c1f6 // smull v22.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606a15 // sadalp v21.4s, v16.8h
+	WORD $0x4e140556 // dup v22.4s, v10.s[2]
+	WORD $0x0e36c230 // smull v16.8h, v17.8b, v22.8b
+	WORD $0x4e36c236 // smull2 v22.8h, v17.16b, v22.16b
+	WORD $0x4e606a14 // sadalp v20.4s, v16.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e140570 // dup v16.4s, v11.s[2]
+	WORD $0x0e30c1f6 // smull v22.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606a12 // sadalp v18.4s, v16.8h
+	FMOVQ 368(R0), F15
+	WORD $0x4e2c1df1 // and v17.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 112(R0), F22
+	FMOVQ 144(R19), F16
+	WORD $0x4e1002d0 // tbl v16.16b, {v22.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2d1e10 // and v16.16b, v16.16b, v13.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	FMOVQ 160(R19), F16
+	WORD $0x4e1002d0 // tbl v16.16b, {v22.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2d1e10 // and v16.16b, v16.16b, v13.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e1c0510 // dup v16.4s, v8.s[3]
+	WORD $0x0e30c236 // smull v22.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606a15 // sadalp v21.4s, v16.8h
+	WORD $0x4e1c0536 // dup v22.4s, v9.s[3]
+	WORD $0x0e36c1f0 // smull v16.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606a13 // sadalp v19.4s, v16.8h
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e1c0550 // dup v16.4s, v10.s[3]
+	WORD $0x0e30c236 // smull v22.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606a12 // sadalp v18.4s, v16.8h
+	WORD $0x4e1c0576 // dup v22.4s, v11.s[3]
+	WORD $0x0e36c1f0 // smull v16.8h, v15.8b, v22.8b
+	WORD $0x4e36c1f6 // smull2 v22.8h, v15.16b, v22.16b
+	WORD $0x4e606a14 // sadalp v20.4s, v16.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 24(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 56(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	WORD $0x4eb5be73 // addp v19.4s, v19.4s, v21.4s
+	FMOVS 0(R6), F21
+	WORD $0x4f9591f0 // fmul v16.4s, v15.4s, v21.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e30de73 // fmul v19.4s, v19.4s, v16.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f969230 // fmul v16.4s, v17.4s, v22.s[0]
+	WORD $0x4e30d673 // fadd v19.4s, v19.4s, v16.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	WORD $0x4eb2be94 // addp v20.4s, v20.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f9291f0 // fmul v16.4s, v15.4s, v18.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e30de94 // fmul v20.4s, v20.4s, v16.4s
+	FMOVS 16(R7), F21
+	WORD $0x4f959230 // fmul v16.4s, v17.4s, v21.s[0]
+	WORD $0x4e30d694 // fadd v20.4s, v20.4s, v16.4s
+	WORD $0x4e34d4e7 // fadd v7.4s, v7.4s, v20.4s
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ5_1x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x3NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R19), F6
+	FMOVQ 16(R19), F7
+	FMOVQ 32(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F15
+	WORD $0x4e261df0 // and v16.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e040431 // dup v17.4s, v1.s[0]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e040471 // dup v17.4s, v3.s[0]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0404b1 // dup v17.4s, v5.s[0]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	FMOVQ 192(R0), F15
+	WORD $0x4e261df0 // and v16.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 48(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4e0c0411 // dup v17.4s, v0.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e0c0432 // dup v18.4s, v1.s[1]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e0c0451 // dup v17.4s, v2.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e0c0491 // dup v17.4s, v4.s[1]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e0c04b2 // dup v18.4s, v5.s[1]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 256(R0), F15
+	WORD $0x4e261df0 // and v16.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 96(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e140431 // dup v17.4s, v1.s[2]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e140471 // dup v17.4s, v3.s[2]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c211 // smull v17.8h, v16.8b, v18.8b
+	WORD $0x4e32c212 // smull2 v18.8h, v16.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1404b1 // dup v17.4s, v5.s[2]
+	WORD $0x0e31c1f2 // smull v18.8h, v15.8b, v17.8b
+	WORD $0x4e31c1f1 // smull2 v17.8h, v15.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	FMOVQ 320(R0), F15
+	WORD $0x4e261df0 // and v16.16b, v15.16b, v6.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 112(R0), F18
+	FMOVQ 48(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11e10 // orr v16.16b, v16.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e288e31 // cmtst v17.16b, v17.16b, v8.16b
+	WORD $0x4e271e31 // and v17.16b, v17.16b, v7.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4e1c0411 // dup v17.4s, v0.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a2a // sadalp v10.4s, v17.8h
+	WORD $0x4e1c0432 // dup v18.4s, v1.s[3]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a29 // sadalp v9.4s, v17.8h
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e1c0451 // dup v17.4s, v2.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e606a2c // sadalp v12.4s, v17.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2b // sadalp v11.4s, v17.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e1c0491 // dup v17.4s, v4.s[3]
+	WORD $0x0e31c212 // smull v18.8h, v16.8b, v17.8b
+	WORD $0x4e31c211 // smull2 v17.8h, v16.16b, v17.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a2e // sadalp v14.4s, v17.8h
+	WORD $0x4e1c04b2 // dup v18.4s, v5.s[3]
+	WORD $0x0e32c1f1 // smull v17.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a2d // sadalp v13.4s, v17.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 32(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a91f1 // fmul v17.4s, v15.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e31dd29 // fmul v9.4s, v9.4s, v17.4s
+	FMOVS 16(R6), F18
+	WORD $0x4f929211 // fmul v17.4s, v16.4s, v18.s[0]
+	WORD $0x4e31d529 // fadd v9.4s, v9.4s, v17.4s
+	FMOVQ 0(R10), F18
+	WORD $0x4e29d652 // fadd v18.4s, v18.4s, v9.4s
+	FMOVQ F18, 0(R10)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c91f1 // fmul v17.4s, v15.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e31dd6b // fmul v11.4s, v11.4s, v17.4s
+	FMOVS 16(R7), F10
+	WORD $0x4f8a9211 // fmul v17.4s, v16.4s, v10.s[0]
+	WORD $0x4e31d56b // fadd v11.4s, v11.4s, v17.4s
+	FMOVQ 0(R11), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e91f1 // fmul v17.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e31ddad // fmul v13.4s, v13.4s, v17.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9211 // fmul v17.4s, v16.4s, v12.s[0]
+	WORD $0x4e31d5ad // fadd v13.4s, v13.4s, v17.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R12)
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 144(R0), F11
+	WORD $0x4e261d6a // and v10.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F9
+	FMOVQ 80(R19), F18
+	WORD $0x4e120132 // tbl v18.16b, {v9.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d4a // orr v10.16b, v10.16b, v18.16b
+	FMOVQ 96(R19), F18
+	WORD $0x4e120132 // tbl v18.16b, {v9.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d6b // orr v11.16b, v11.16b, v18.16b
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c149 // smull v9.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e040429 // dup v9.4s, v1.s[0]
+	WORD $0x0e29c172 // smull v18.8h, v11.8b, v9.8b
+	WORD $0x4e29c169 // smull2 v9.8h, v11.16b, v9.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c149 // smull v9.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e040469 // dup v9.4s, v3.s[0]
+	WORD $0x0e29c172 // smull v18.8h, v11.8b, v9.8b
+	WORD $0x4e29c169 // smull2 v9.8h, v11.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c149 // smull v9.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e0404a9 // dup v9.4s, v5.s[0]
+	WORD $0x0e29c172 // smull v18.8h, v11.8b, v9.8b
+	WORD $0x4e29c169 // smull2 v9.8h, v11.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	FMOVQ 208(R0), F11
+	WORD $0x4e261d6a // and v10.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 80(R19), F9
+	WORD $0x4e090249 // tbl v9.16b, {v18.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d4a // orr v10.16b, v10.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e090249 // tbl v9.16b, {v18.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d6b // orr v11.16b, v11.16b, v9.16b
+	WORD $0x4e0c0409 // dup v9.4s, v0.s[1]
+	WORD $0x0e29c152 // smull v18.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e0c0432 // dup v18.4s, v1.s[1]
+	WORD $0x0e32c169 // smull v9.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e0c0449 // dup v9.4s, v2.s[1]
+	WORD $0x0e29c152 // smull v18.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c169 // smull v9.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0c0489 // dup v9.4s, v4.s[1]
+	WORD $0x0e29c152 // smull v18.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0c04b2 // dup v18.4s, v5.s[1]
+	WORD $0x0e32c169 // smull v9.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	FMOVQ 272(R0), F11
+	WORD $0x4e261d6a // and v10.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 96(R0), F9
+	FMOVQ 80(R19), F18
+	WORD $0x4e120132 // tbl v18.16b, {v9.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d4a // orr v10.16b, v10.16b, v18.16b
+	FMOVQ 96(R19), F18
+	WORD $0x4e120132 // tbl v18.16b, {v9.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d6b // orr v11.16b, v11.16b, v18.16b
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c149 // smull v9.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e140429 // dup v9.4s, v1.s[2]
+	WORD $0x0e29c172 // smull v18.8h, v11.8b, v9.8b
+	WORD $0x4e29c169 // smull2 v9.8h, v11.16b, v9.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c149 // smull v9.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e140469 // dup v9.4s, v3.s[2]
+	WORD $0x0e29c172 // smull v18.8h, v11.8b, v9.8b
+	WORD $0x4e29c169 // smull2 v9.8h, v11.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c149 // smull v9.8h, v10.8b, v18.8b
+	WORD $0x4e32c152 // smull2 v18.8h, v10.16b, v18.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e1404a9 // dup v9.4s, v5.s[2]
+	WORD $0x0e29c172 // smull v18.8h, v11.8b, v9.8b
+	WORD $0x4e29c169 // smull2 v9.8h, v11.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	FMOVQ 336(R0), F11
+	WORD $0x4e261d6a // and v10.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 112(R0), F18
+	FMOVQ 80(R19), F9
+	WORD $0x4e090249 // tbl v9.16b, {v18.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d4a // orr v10.16b, v10.16b, v9.16b
+	FMOVQ 96(R19), F9
+	WORD $0x4e090249 // tbl v9.16b, {v18.16b}, v9.16b
+	WORD $0x4e288d29 // cmtst v9.16b, v9.16b, v8.16b
+	WORD $0x4e271d29 // and v9.16b, v9.16b, v7.16b
+	WORD $0x4ea91d6b // orr v11.16b, v11.16b, v9.16b
+	WORD $0x4e1c0409 // dup v9.4s, v0.s[3]
+	WORD $0x0e29c152 // smull v18.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e1c0432 // dup v18.4s, v1.s[3]
+	WORD $0x0e32c169 // smull v9.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e1c0449 // dup v9.4s, v2.s[3]
+	WORD $0x0e29c152 // smull v18.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c169 // smull v9.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1c0489 // dup v9.4s, v4.s[3]
+	WORD $0x0e29c152 // smull v18.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1c04b2 // dup v18.4s, v5.s[3]
+	WORD $0x0e32c169 // smull v9.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 40(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4eafbe10 // addp v16.4s, v16.4s, v15.4s
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9169 // fmul v9.4s, v11.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e29de10 // fmul v16.4s, v16.4s, v9.4s
+	FMOVS 16(R6), F18
+	WORD $0x4f929149 // fmul v9.4s, v10.4s, v18.s[0]
+	WORD $0x4e29d610 // fadd v16.4s, v16.4s, v9.4s
+	FMOVQ 16(R10), F18
+	WORD $0x4e30d652 // fadd v18.4s, v18.4s, v16.4s
+	FMOVQ F18, 16(R10)
+	WORD $0x4eaebe31 // addp v17.4s, v17.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e9169 // fmul v9.4s, v11.4s, v14.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e29de31 // fmul v17.4s, v17.4s, v9.4s
+	FMOVS 16(R7), F15
+	WORD $0x4f8f9149 // fmul v9.4s, v10.4s, v15.s[0]
+	WORD $0x4e29d631 // fadd v17.4s, v17.4s, v9.4s
+	FMOVQ 16(R11), F15
+	WORD $0x4e31d5ef // fadd v15.4s, v15.4s, v17.4s
+	FMOVQ F15, 16(R11)
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c9169 // fmul v9.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e9149 // fmul v9.4s, v10.4s, v14.s[0]
+	WORD $0x4e29d5ad // fadd v13.4s, v13.4s, v9.4s
+	FMOVQ 16(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R12)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 160(R0), F17
+	WORD $0x4e261e2f // and v15.16b, v17.16b, v6.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F16
+	FMOVQ 112(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c1f0 // smull v16.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e040430 // dup v16.4s, v1.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c1f0 // smull v16.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e040470 // dup v16.4s, v3.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c1f0 // smull v16.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0404b0 // dup v16.4s, v5.s[0]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	FMOVQ 224(R0), F17
+	WORD $0x4e261e2f // and v15.16b, v17.16b, v6.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 112(R19), F16
+	WORD $0x4e100250 // tbl v16.16b, {v18.16b}, v16.16b
+	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
+	WORD $0x4e271e10 // and v16.16b, v16.16b, v7.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	FMOVQ 128(R19), F16
+	WORD $0x4e100250 // tbl v16.16b, {v18.16b}, v16.16b
+	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
+	WORD $0x4e271e10 // and v16.16b, v16.16b, v7.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	WORD $0x4e0c0410 // dup v16.4s, v0.s[1]
+	WORD $0x0e30c1f2 // smull v18.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e0c0432 // dup v18.4s, v1.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0c0450 // dup v16.4s, v2.s[1]
+	WORD $0x0e30c1f2 // smull v18.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e0c0490 // dup v16.4s, v4.s[1]
+	WORD $0x0e30c1f2 // smull v18.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e0c04b2 // dup v18.4s, v5.s[1]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVQ 288(R0), F17
+	WORD $0x4e261e2f // and v15.16b, v17.16b, v6.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 96(R0), F16
+	FMOVQ 112(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c1f0 // smull v16.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e140430 // dup v16.4s, v1.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c1f0 // smull v16.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e140470 // dup v16.4s, v3.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c1f0 // smull v16.8h, v15.8b, v18.8b
+	WORD $0x4e32c1f2 // smull2 v18.8h, v15.16b, v18.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1404b0 // dup v16.4s, v5.s[2]
+	WORD $0x0e30c232 // smull v18.8h, v17.8b, v16.8b
+	WORD $0x4e30c230 // smull2 v16.8h, v17.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	FMOVQ 352(R0), F17
+	WORD $0x4e261e2f // and v15.16b, v17.16b, v6.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 112(R0), F18
+	FMOVQ 112(R19), F16
+	WORD $0x4e100250 // tbl v16.16b, {v18.16b}, v16.16b
+	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
+	WORD $0x4e271e10 // and v16.16b, v16.16b, v7.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	FMOVQ 128(R19), F16
+	WORD $0x4e100250 // tbl v16.16b, {v18.16b}, v16.16b
+	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
+	WORD $0x4e271e10 // and v16.16b, v16.16b, v7.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	WORD $0x4e1c0410 // dup v16.4s, v0.s[3]
+	WORD $0x0e30c1f2 // smull v18.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a0b // sadalp v11.4s, v16.8h
+	WORD $0x4e1c0432 // dup v18.4s, v1.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0a // sadalp v10.4s, v16.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1c0450 // dup v16.4s, v2.s[3]
+	WORD $0x0e30c1f2 // smull v18.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a0c // sadalp v12.4s, v16.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a09 // sadalp v9.4s, v16.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e1c0490 // dup v16.4s, v4.s[3]
+	WORD $0x0e30c1f2 // smull v18.8h, v15.8b, v16.8b
+	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a0e // sadalp v14.4s, v16.8h
+	WORD $0x4e1c04b2 // dup v18.4s, v5.s[3]
+	WORD $0x0e32c230 // smull v16.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a0d // sadalp v13.4s, v16.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	FMOVD 16(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVD 48(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b9230 // fmul v16.4s, v17.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e30dd4a // fmul v10.4s, v10.4s, v16.4s
+	FMOVS 16(R6), F18
+	WORD $0x4f9291f0 // fmul v16.4s, v15.4s, v18.s[0]
+	WORD $0x4e30d54a // fadd v10.4s, v10.4s, v16.4s
+	FMOVQ 32(R10), F18
+	WORD $0x4e2ad652 // fadd v18.4s, v18.4s, v10.4s
+	FMOVQ F18, 32(R10)
+	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9230 // fmul v16.4s, v17.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e30dd29 // fmul v9.4s, v9.4s, v16.4s
+	FMOVS 16(R7), F11
+	WORD $0x4f8b91f0 // fmul v16.4s, v15.4s, v11.s[0]
+	WORD $0x4e30d529 // fadd v9.4s, v9.4s, v16.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e29d56b // fadd v11.4s, v11.4s, v9.4s
+	FMOVQ F11, 32(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9230 // fmul v16.4s, v17.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e30ddad // fmul v13.4s, v13.4s, v16.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c91f0 // fmul v16.4s, v15.4s, v12.s[0]
+	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 32(R12)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 176(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 64(R0), F10
+	FMOVQ 144(R19), F18
+	WORD $0x4e120152 // tbl v18.16b, {v10.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d6b // orr v11.16b, v11.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e120152 // tbl v18.16b, {v10.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d29 // orr v9.16b, v9.16b, v18.16b
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c16a // smull v10.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e04042a // dup v10.4s, v1.s[0]
+	WORD $0x0e2ac132 // smull v18.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c16a // smull v10.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e04046a // dup v10.4s, v3.s[0]
+	WORD $0x0e2ac132 // smull v18.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c16a // smull v10.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e0404aa // dup v10.4s, v5.s[0]
+	WORD $0x0e2ac132 // smull v18.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	FMOVQ 240(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 144(R19), F10
+	WORD $0x4e0a024a // tbl v10.16b, {v18.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d6b // orr v11.16b, v11.16b, v10.16b
+	FMOVQ 160(R19), F10
+	WORD $0x4e0a024a // tbl v10.16b, {v18.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d29 // orr v9.16b, v9.16b, v10.16b
+	WORD $0x4e0c040a // dup v10.4s, v0.s[1]
+	WORD $0x0e2ac172 // smull v18.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e0c0432 // dup v18.4s, v1.s[1]
+	WORD $0x0e32c12a // smull v10.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e0c044a // dup v10.4s, v2.s[1]
+	WORD $0x0e2ac172 // smull v18.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e0c0472 // dup v18.4s, v3.s[1]
+	WORD $0x0e32c12a // smull v10.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac172 // smull v18.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e0c04b2 // dup v18.4s, v5.s[1]
+	WORD $0x0e32c12a // smull v10.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	FMOVQ 304(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 96(R0), F10
+	FMOVQ 144(R19), F18
+	WORD $0x4e120152 // tbl v18.16b, {v10.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d6b // orr v11.16b, v11.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e120152 // tbl v18.16b, {v10.16b}, v18.16b
+	WORD $0x4e288e52 // cmtst v18.16b, v18.16b, v8.16b
+	WORD $0x4e271e52 // and v18.16b, v18.16b, v7.16b
+	WORD $0x4eb21d29 // orr v9.16b, v9.16b, v18.16b
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c16a // smull v10.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e14042a // dup v10.4s, v1.s[2]
+	WORD $0x0e2ac132 // smull v18.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c16a // smull v10.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e14046a // dup v10.4s, v3.s[2]
+	WORD $0x0e2ac132 // smull v18.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c16a // smull v10.8h, v11.8b, v18.8b
+	WORD $0x4e32c172 // smull2 v18.8h, v11.16b, v18.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e1404aa // dup v10.4s, v5.s[2]
+	WORD $0x0e2ac132 // smull v18.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	FMOVQ 368(R0), F9
+	WORD $0x4e261d2b // and v11.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	FMOVQ 112(R0), F18
+	FMOVQ 144(R19), F10
+	WORD $0x4e0a024a // tbl v10.16b, {v18.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d6b // orr v11.16b, v11.16b, v10.16b
+	FMOVQ 160(R19), F10
+	WORD $0x4e0a024a // tbl v10.16b, {v18.16b}, v10.16b
+	WORD $0x4e288d4a // cmtst v10.16b, v10.16b, v8.16b
+	WORD $0x4e271d4a // and v10.16b, v10.16b, v7.16b
+	WORD $0x4eaa1d29 // orr v9.16b, v9.16b, v10.16b
+	WORD $0x4e1c040a // dup v10.4s, v0.s[3]
+	WORD $0x0e2ac172 // smull v18.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e1c0432 // dup v18.4s, v1.s[3]
+	WORD $0x0e32c12a // smull v10.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a51 // sadalp v17.4s, v18.8h
+	WORD $0x4e1c044a // dup v10.4s, v2.s[3]
+	WORD $0x0e2ac172 // smull v18.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e1c0472 // dup v18.4s, v3.s[3]
+	WORD $0x0e32c12a // smull v10.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac172 // smull v18.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e1c04b2 // dup v18.4s, v5.s[3]
+	WORD $0x0e32c12a // smull v10.8h, v9.8b, v18.8b
+	WORD $0x4e32c132 // smull2 v18.8h, v9.16b, v18.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVD 56(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	WORD $0x4eb1bdef // addp v15.4s, v15.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f91912a // fmul v10.4s, v9.4s, v17.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2addef // fmul v15.4s, v15.4s, v10.4s
+	FMOVS 16(R6), F18
+	WORD $0x4f92916a // fmul v10.4s, v11.4s, v18.s[0]
+	WORD $0x4e2ad5ef // fadd v15.4s, v15.4s, v10.4s
+	FMOVQ 48(R10), F18
+	WORD $0x4e2fd652 // fadd v18.4s, v18.4s, v15.4s
+	FMOVQ F18, 48(R10)
+	WORD $0x4eaebe10 // addp v16.4s, v16.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e912a // fmul v10.4s, v9.4s, v14.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ade10 // fmul v16.4s, v16.4s, v10.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f91916a // fmul v10.4s, v11.4s, v17.s[0]
+	WORD $0x4e2ad610 // fadd v16.4s, v16.4s, v10.4s
+	FMOVQ 48(R11), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 48(R11)
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c912a // fmul v10.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e916a // fmul v10.4s, v11.4s, v14.s[0]
+	WORD $0x4e2ad5ad // fadd v13.4s, v13.4s, v10.4s
+	FMOVQ 48(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R12)
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_1x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x4NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	FMOVQ 16(R19), F9
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 128(R0), F19
+	WORD $0x4e281e74 // and v20.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	WORD $0x4e040416 // dup v22.4s, v0.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e040435 // dup v21.4s, v1.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e040456 // dup v22.4s, v2.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e040475 // dup v21.4s, v3.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e040496 // dup v22.4s, v4.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0404b5 // dup v21.4s, v5.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e0404d6 // dup v22.4s, v6.s[0]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e0404f5 // dup v21.4s, v7.s[0]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 192(R0), F19
+	WORD $0x4e281e74 // and v20.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 48(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 64(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	WORD $0x4e0c0415 // dup v21.4s, v0.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e0c0436 // dup v22.4s, v1.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e0c0455 // dup v21.4s, v2.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e0c0476 // dup v22.4s, v3.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e0c0495 // dup v21.4s, v4.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e0c04b6 // dup v22.4s, v5.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0c04d5 // dup v21.4s, v6.s[1]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e0c04f6 // dup v22.4s, v7.s[1]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 256(R0), F19
+	WORD $0x4e281e74 // and v20.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 96(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	WORD $0x4e140416 // dup v22.4s, v0.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e140435 // dup v21.4s, v1.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e140456 // dup v22.4s, v2.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e140475 // dup v21.4s, v3.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e140496 // dup v22.4s, v4.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1404b5 // dup v21.4s, v5.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e1404d6 // dup v22.4s, v6.s[2]
+	WORD $0x0e36c295 // smull v21.8h, v20.8b, v22.8b
+	WORD $0x4e36c296 // smull2 v22.8h, v20.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e1404f5 // dup v21.4s, v7.s[2]
+	WORD $0x0e35c276 // smull v22.8h, v19.8b, v21.8b
+	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	FMOVQ 320(R0), F19
+	WORD $0x4e281e74 // and v20.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 112(R0), F22
+	FMOVQ 48(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 64(R19), F21
+	WORD $0x4e1502d5 // tbl v21.16b, {v22.16b}, v21.16b
+	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
+	WORD $0x4e291eb5 // and v21.16b, v21.16b, v9.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	WORD $0x4e1c0415 // dup v21.4s, v0.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606aac // sadalp v12.4s, v21.8h
+	WORD $0x4e1c0436 // dup v22.4s, v1.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aab // sadalp v11.4s, v21.8h
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e1c0455 // dup v21.4s, v2.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e606aae // sadalp v14.4s, v21.8h
+	WORD $0x4e1c0476 // dup v22.4s, v3.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aad // sadalp v13.4s, v21.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e1c0495 // dup v21.4s, v4.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606ab0 // sadalp v16.4s, v21.8h
+	WORD $0x4e1c04b6 // dup v22.4s, v5.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606aaf // sadalp v15.4s, v21.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1c04d5 // dup v21.4s, v6.s[3]
+	WORD $0x0e35c296 // smull v22.8h, v20.8b, v21.8b
+	WORD $0x4e35c295 // smull2 v21.8h, v20.16b, v21.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606ab2 // sadalp v18.4s, v21.8h
+	WORD $0x4e1c04f6 // dup v22.4s, v7.s[3]
+	WORD $0x0e36c275 // smull v21.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606ab1 // sadalp v17.4s, v21.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 0(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVD 32(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c9275 // fmul v21.4s, v19.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e35dd6b // fmul v11.4s, v11.4s, v21.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f969295 // fmul v21.4s, v20.4s, v22.s[0]
+	WORD $0x4e35d56b // fadd v11.4s, v11.4s, v21.4s
+	FMOVQ 0(R10), F22
+	WORD $0x4e2bd6d6 // fadd v22.4s, v22.4s, v11.4s
+	FMOVQ F22, 0(R10)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e9275 // fmul v21.4s, v19.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e35ddad // fmul v13.4s, v13.4s, v21.4s
+	FMOVS 16(R7), F12
+	WORD $0x4f8c9295 // fmul v21.4s, v20.4s, v12.s[0]
+	WORD $0x4e35d5ad // fadd v13.4s, v13.4s, v21.4s
+	FMOVQ 0(R11), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R11)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f909275 // fmul v21.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e35ddef // fmul v15.4s, v15.4s, v21.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e9295 // fmul v21.4s, v20.4s, v14.s[0]
+	WORD $0x4e35d5ef // fadd v15.4s, v15.4s, v21.4s
+	FMOVQ 0(R12), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 0(R12)
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 0(R9), F18
+	WORD $0x4f929275 // fmul v21.4s, v19.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e35de31 // fmul v17.4s, v17.4s, v21.4s
+	FMOVS 16(R9), F16
+	WORD $0x4f909295 // fmul v21.4s, v20.4s, v16.s[0]
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	FMOVQ 0(R13), F16
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	FMOVQ F16, 0(R13)
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 144(R0), F13
+	WORD $0x4e281dac // and v12.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 64(R0), F11
+	FMOVQ 80(R19), F22
+	WORD $0x4e160176 // tbl v22.16b, {v11.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d8c // orr v12.16b, v12.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e160176 // tbl v22.16b, {v11.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61dad // orr v13.16b, v13.16b, v22.16b
+	WORD $0x4e040416 // dup v22.4s, v0.s[0]
+	WORD $0x0e36c18b // smull v11.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606974 // sadalp v20.4s, v11.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e04042b // dup v11.4s, v1.s[0]
+	WORD $0x0e2bc1b6 // smull v22.8h, v13.8b, v11.8b
+	WORD $0x4e2bc1ab // smull2 v11.8h, v13.16b, v11.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606973 // sadalp v19.4s, v11.8h
+	WORD $0x4e040456 // dup v22.4s, v2.s[0]
+	WORD $0x0e36c18b // smull v11.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606975 // sadalp v21.4s, v11.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e04046b // dup v11.4s, v3.s[0]
+	WORD $0x0e2bc1b6 // smull v22.8h, v13.8b, v11.8b
+	WORD $0x4e2bc1ab // smull2 v11.8h, v13.16b, v11.16b
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e606972 // sadalp v18.4s, v11.8h
+	WORD $0x4e040496 // dup v22.4s, v4.s[0]
+	WORD $0x0e36c18b // smull v11.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606971 // sadalp v17.4s, v11.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0404ab // dup v11.4s, v5.s[0]
+	WORD $0x0e2bc1b6 // smull v22.8h, v13.8b, v11.8b
+	WORD $0x4e2bc1ab // smull2 v11.8h, v13.16b, v11.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606970 // sadalp v16.4s, v11.8h
+	WORD $0x4e0404d6 // dup v22.4s, v6.s[0]
+	WORD $0x0e36c18b // smull v11.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e60696f // sadalp v15.4s, v11.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e0404eb // dup v11.4s, v7.s[0]
+	WORD $0x0e2bc1b6 // smull v22.8h, v13.8b, v11.8b
+	WORD $0x4e2bc1ab // smull2 v11.8h, v13.16b, v11.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e60696e // sadalp v14.4s, v11.8h
+	FMOVQ 208(R0), F13
+	WORD $0x4e281dac // and v12.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b02cb // tbl v11.16b, {v22.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1d8c // orr v12.16b, v12.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b02cb // tbl v11.16b, {v22.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1dad // orr v13.16b, v13.16b, v11.16b
+	WORD $0x4e0c040b // dup v11.4s, v0.s[1]
+	WORD $0x0e2bc196 // smull v22.8h, v12.8b, v11.8b
+	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606973 // sadalp v19.4s, v11.8h
+	WORD $0x4e0c0436 // dup v22.4s, v1.s[1]
+	WORD $0x0e36c1ab // smull v11.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606974 // sadalp v20.4s, v11.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e0c044b // dup v11.4s, v2.s[1]
+	WORD $0x0e2bc196 // smull v22.8h, v12.8b, v11.8b
+	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e606972 // sadalp v18.4s, v11.8h
+	WORD $0x4e0c0476 // dup v22.4s, v3.s[1]
+	WORD $0x0e36c1ab // smull v11.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606975 // sadalp v21.4s, v11.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e0c048b // dup v11.4s, v4.s[1]
+	WORD $0x0e2bc196 // smull v22.8h, v12.8b, v11.8b
+	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606970 // sadalp v16.4s, v11.8h
+	WORD $0x4e0c04b6 // dup v22.4s, v5.s[1]
+	WORD $0x0e36c1ab // smull v11.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606971 // sadalp v17.4s, v11.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0c04cb // dup v11.4s, v6.s[1]
+	WORD $0x0e2bc196 // smull v22.8h, v12.8b, v11.8b
+	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e60696e // sadalp v14.4s, v11.8h
+	WORD $0x4e0c04f6 // dup v22.4s, v7.s[1]
+	WORD $0x0e36c1ab // smull v11.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e60696f // sadalp v15.4s, v11.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	FMOVQ 272(R0), F13
+	WORD $0x4e281dac // and v12.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 96(R0), F11
+	FMOVQ 80(R19), F22
+	WORD $0x4e160176 // tbl v22.16b, {v11.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d8c // orr v12.16b, v12.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e160176 // tbl v22.16b, {v11.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61dad // orr v13.16b, v13.16b, v22.16b
+	WORD $0x4e140416 // dup v22.4s, v0.s[2]
+	WORD $0x0e36c18b // smull v11.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606974 // sadalp v20.4s, v11.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e14042b // dup v11.4s, v1.s[2]
+	WORD $0x0e2bc1b6 // smull v22.8h, v13.8b, v11.8b
+	WORD $0x4e2bc1ab // smull2 v11.8h, v13.16b, v11.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606973 // sadalp v19.4s, v11.8h
+	WORD $0x4e140456 // dup v22.4s, v2.s[2]
+	WORD $0x0e36c18b // smull v11.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606975 // sadalp v21.4s, v11.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e14046b // dup v11.4s, v3.s[2]
+	WORD $0x0e2bc1b6 // smull v22.8h, v13.8b, v11.8b
+	WORD $0x4e2bc1ab // smull2 v11.8h, v13.16b, v11.16b
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e606972 // sadalp v18.4s, v11.8h
+	WORD $0x4e140496 // dup v22.4s, v4.s[2]
+	WORD $0x0e36c18b // smull v11.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e606971 // sadalp v17.4s, v11.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1404ab // dup v11.4s, v5.s[2]
+	WORD $0x0e2bc1b6 // smull v22.8h, v13.8b, v11.8b
+	WORD $0x4e2bc1ab // smull2 v11.8h, v13.16b, v11.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606970 // sadalp v16.4s, v11.8h
+	WORD $0x4e1404d6 // dup v22.4s, v6.s[2]
+	WORD $0x0e36c18b // smull v11.8h, v12.8b, v22.8b
+	WORD $0x4e36c196 // smull2 v22.8h, v12.16b, v22.16b
+	WORD $0x4e60696f // sadalp v15.4s, v11.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e1404eb // dup v11.4s, v7.s[2]
+	WORD $0x0e2bc1b6 // smull v22.8h, v13.8b, v11.8b
+	WORD $0x4e2bc1ab // smull2 v11.8h, v13.16b, v11.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e60696e // sadalp v14.4s, v11.8h
+	FMOVQ 336(R0), F13
+	WORD $0x4e281dac // and v12.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 112(R0), F22
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b02cb // tbl v11.16b, {v22.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1d8c // orr v12.16b, v12.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b02cb // tbl v11.16b, {v22.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1dad // orr v13.16b, v13.16b, v11.16b
+	WORD $0x4e1c040b // dup v11.4s, v0.s[3]
+	WORD $0x0e2bc196 // smull v22.8h, v12.8b, v11.8b
+	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606973 // sadalp v19.4s, v11.8h
+	WORD $0x4e1c0436 // dup v22.4s, v1.s[3]
+	WORD $0x0e36c1ab // smull v11.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606974 // sadalp v20.4s, v11.8h
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e1c044b // dup v11.4s, v2.s[3]
+	WORD $0x0e2bc196 // smull v22.8h, v12.8b, v11.8b
+	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e606972 // sadalp v18.4s, v11.8h
+	WORD $0x4e1c0476 // dup v22.4s, v3.s[3]
+	WORD $0x0e36c1ab // smull v11.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606975 // sadalp v21.4s, v11.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e1c048b // dup v11.4s, v4.s[3]
+	WORD $0x0e2bc196 // smull v22.8h, v12.8b, v11.8b
+	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606970 // sadalp v16.4s, v11.8h
+	WORD $0x4e1c04b6 // dup v22.4s, v5.s[3]
+	WORD $0x0e36c1ab // smull v11.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606971 // sadalp v17.4s, v11.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1c04cb // dup v11.4s, v6.s[3]
+	WORD $0x0e2bc196 // smull v22.8h, v12.8b, v11.8b
+	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e60696e // sadalp v14.4s, v11.8h
+	WORD $0x4e1c04f6 // dup v22.4s, v7.s[3]
+	WORD $0x0e36c1ab // smull v11.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e60696f // sadalp v15.4s, v11.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	FMOVD 8(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVD 40(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	WORD $0x4eb3be94 // addp v20.4s, v20.4s, v19.4s
+	FMOVS 0(R6), F19
+	WORD $0x4f9391ab // fmul v11.4s, v13.4s, v19.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e2bde94 // fmul v20.4s, v20.4s, v11.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f96918b // fmul v11.4s, v12.4s, v22.s[0]
+	WORD $0x4e2bd694 // fadd v20.4s, v20.4s, v11.4s
+	FMOVQ 16(R10), F22
+	WORD $0x4e34d6d6 // fadd v22.4s, v22.4s, v20.4s
+	FMOVQ F22, 16(R10)
+	WORD $0x4eb2beb5 // addp v21.4s, v21.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f9291ab // fmul v11.4s, v13.4s, v18.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e2bdeb5 // fmul v21.4s, v21.4s, v11.4s
+	FMOVS 16(R7), F19
+	WORD $0x4f93918b // fmul v11.4s, v12.4s, v19.s[0]
+	WORD $0x4e2bd6b5 // fadd v21.4s, v21.4s, v11.4s
+	FMOVQ 16(R11), F19
+	WORD $0x4e35d673 // fadd v19.4s, v19.4s, v21.4s
+	FMOVQ F19, 16(R11)
+	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f9091ab // fmul v11.4s, v13.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2bde31 // fmul v17.4s, v17.4s, v11.4s
+	FMOVS 16(R8), F18
+	WORD $0x4f92918b // fmul v11.4s, v12.4s, v18.s[0]
+	WORD $0x4e2bd631 // fadd v17.4s, v17.4s, v11.4s
+	FMOVQ 16(R12), F18
+	WORD $0x4e31d652 // fadd v18.4s, v18.4s, v17.4s
+	FMOVQ F18, 16(R12)
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 0(R9), F14
+	WORD $0x4f8e91ab // fmul v11.4s, v13.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2bddef // fmul v15.4s, v15.4s, v11.4s
+	FMOVS 16(R9), F16
+	WORD $0x4f90918b // fmul v11.4s, v12.4s, v16.s[0]
+	WORD $0x4e2bd5ef // fadd v15.4s, v15.4s, v11.4s
+	FMOVQ 16(R13), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 16(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 160(R0), F21
+	WORD $0x4e281eb3 // and v19.16b, v21.16b, v8.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 64(R0), F20
+	FMOVQ 112(R19), F22
+	WORD $0x4e160296 // tbl v22.16b, {v20.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e160296 // tbl v22.16b, {v20.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61eb5 // orr v21.16b, v21.16b, v22.16b
+	WORD $0x4e040416 // dup v22.4s, v0.s[0]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e040456 // dup v22.4s, v2.s[0]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e040496 // dup v22.4s, v4.s[0]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e0404d6 // dup v22.4s, v6.s[0]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	FMOVQ 224(R0), F21
+	WORD $0x4e281eb3 // and v19.16b, v21.16b, v8.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 112(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e73 // orr v19.16b, v19.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41eb5 // orr v21.16b, v21.16b, v20.16b
+	WORD $0x4e0c0414 // dup v20.4s, v0.s[1]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0c0436 // dup v22.4s, v1.s[1]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e0c0454 // dup v20.4s, v2.s[1]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c0476 // dup v22.4s, v3.s[1]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e0c0494 // dup v20.4s, v4.s[1]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e0c04b6 // dup v22.4s, v5.s[1]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0c04d4 // dup v20.4s, v6.s[1]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e0c04f6 // dup v22.4s, v7.s[1]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVQ 288(R0), F21
+	WORD $0x4e281eb3 // and v19.16b, v21.16b, v8.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 96(R0), F20
+	FMOVQ 112(R19), F22
+	WORD $0x4e160296 // tbl v22.16b, {v20.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e160296 // tbl v22.16b, {v20.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61eb5 // orr v21.16b, v21.16b, v22.16b
+	WORD $0x4e140416 // dup v22.4s, v0.s[2]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e140456 // dup v22.4s, v2.s[2]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e140496 // dup v22.4s, v4.s[2]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e1404d6 // dup v22.4s, v6.s[2]
+	WORD $0x0e36c274 // smull v20.8h, v19.8b, v22.8b
+	WORD $0x4e36c276 // smull2 v22.8h, v19.16b, v22.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c2b6 // smull v22.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	FMOVQ 352(R0), F21
+	WORD $0x4e281eb3 // and v19.16b, v21.16b, v8.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 112(R0), F22
+	FMOVQ 112(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e73 // orr v19.16b, v19.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41eb5 // orr v21.16b, v21.16b, v20.16b
+	WORD $0x4e1c0414 // dup v20.4s, v0.s[3]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606acc // sadalp v12.4s, v22.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1c0436 // dup v22.4s, v1.s[3]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e606acd // sadalp v13.4s, v22.8h
+	WORD $0x4e1c0454 // dup v20.4s, v2.s[3]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606acb // sadalp v11.4s, v22.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c0476 // dup v22.4s, v3.s[3]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e1c0494 // dup v20.4s, v4.s[3]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e1c04b6 // dup v22.4s, v5.s[3]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1c04d4 // dup v20.4s, v6.s[3]
+	WORD $0x0e34c276 // smull v22.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e1c04f6 // dup v22.4s, v7.s[3]
+	WORD $0x0e36c2b4 // smull v20.8h, v21.8b, v22.8b
+	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	FMOVD 16(R0), F21
+	WORD $0x0e217ab5 // fcvtl v21.4s, v21.4h
+	FMOVD 48(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	WORD $0x4eadbd8c // addp v12.4s, v12.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d92b4 // fmul v20.4s, v21.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e34dd8c // fmul v12.4s, v12.4s, v20.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f969274 // fmul v20.4s, v19.4s, v22.s[0]
+	WORD $0x4e34d58c // fadd v12.4s, v12.4s, v20.4s
+	FMOVQ 32(R10), F22
+	WORD $0x4e2cd6d6 // fadd v22.4s, v22.4s, v12.4s
+	FMOVQ F22, 32(R10)
+	WORD $0x4eaebd6b // addp v11.4s, v11.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e92b4 // fmul v20.4s, v21.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e34dd6b // fmul v11.4s, v11.4s, v20.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d9274 // fmul v20.4s, v19.4s, v13.s[0]
+	WORD $0x4e34d56b // fadd v11.4s, v11.4s, v20.4s
+	FMOVQ 32(R11), F13
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ F13, 32(R11)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f9092b4 // fmul v20.4s, v21.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e34ddef // fmul v15.4s, v15.4s, v20.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e9274 // fmul v20.4s, v19.4s, v14.s[0]
+	WORD $0x4e34d5ef // fadd v15.4s, v15.4s, v20.4s
+	FMOVQ 32(R12), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 32(R12)
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 0(R9), F18
+	WORD $0x4f9292b4 // fmul v20.4s, v21.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e34de31 // fmul v17.4s, v17.4s, v20.4s
+	FMOVS 16(R9), F16
+	WORD $0x4f909274 // fmul v20.4s, v19.4s, v16.s[0]
+	WORD $0x4e34d631 // fadd v17.4s, v17.4s, v20.4s
+	FMOVQ 32(R13), F16
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	FMOVQ F16, 32(R13)
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 176(R0), F11
+	WORD $0x4e281d6d // and v13.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 144(R19), F22
+	WORD $0x4e160196 // tbl v22.16b, {v12.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61dad // orr v13.16b, v13.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e160196 // tbl v22.16b, {v12.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d6b // orr v11.16b, v11.16b, v22.16b
+	WORD $0x4e040416 // dup v22.4s, v0.s[0]
+	WORD $0x0e36c1ac // smull v12.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606993 // sadalp v19.4s, v12.8h
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e04042c // dup v12.4s, v1.s[0]
+	WORD $0x0e2cc176 // smull v22.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606995 // sadalp v21.4s, v12.8h
+	WORD $0x4e040456 // dup v22.4s, v2.s[0]
+	WORD $0x0e36c1ac // smull v12.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606994 // sadalp v20.4s, v12.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e04046c // dup v12.4s, v3.s[0]
+	WORD $0x0e2cc176 // smull v22.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606992 // sadalp v18.4s, v12.8h
+	WORD $0x4e040496 // dup v22.4s, v4.s[0]
+	WORD $0x0e36c1ac // smull v12.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc176 // smull v22.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606990 // sadalp v16.4s, v12.8h
+	WORD $0x4e0404d6 // dup v22.4s, v6.s[0]
+	WORD $0x0e36c1ac // smull v12.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e0404ec // dup v12.4s, v7.s[0]
+	WORD $0x0e2cc176 // smull v22.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e60698e // sadalp v14.4s, v12.8h
+	FMOVQ 240(R0), F11
+	WORD $0x4e281d6d // and v13.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 144(R19), F12
+	WORD $0x4e0c02cc // tbl v12.16b, {v22.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1dad // orr v13.16b, v13.16b, v12.16b
+	FMOVQ 160(R19), F12
+	WORD $0x4e0c02cc // tbl v12.16b, {v22.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	WORD $0x4e0c040c // dup v12.4s, v0.s[1]
+	WORD $0x0e2cc1b6 // smull v22.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606995 // sadalp v21.4s, v12.8h
+	WORD $0x4e0c0436 // dup v22.4s, v1.s[1]
+	WORD $0x0e36c16c // smull v12.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606993 // sadalp v19.4s, v12.8h
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e0c044c // dup v12.4s, v2.s[1]
+	WORD $0x0e2cc1b6 // smull v22.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606992 // sadalp v18.4s, v12.8h
+	WORD $0x4e0c0476 // dup v22.4s, v3.s[1]
+	WORD $0x0e36c16c // smull v12.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606994 // sadalp v20.4s, v12.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e0c048c // dup v12.4s, v4.s[1]
+	WORD $0x0e2cc1b6 // smull v22.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606990 // sadalp v16.4s, v12.8h
+	WORD $0x4e0c04b6 // dup v22.4s, v5.s[1]
+	WORD $0x0e36c16c // smull v12.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e0c04cc // dup v12.4s, v6.s[1]
+	WORD $0x0e2cc1b6 // smull v22.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e60698e // sadalp v14.4s, v12.8h
+	WORD $0x4e0c04f6 // dup v22.4s, v7.s[1]
+	WORD $0x0e36c16c // smull v12.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	FMOVQ 304(R0), F11
+	WORD $0x4e281d6d // and v13.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 96(R0), F12
+	FMOVQ 144(R19), F22
+	WORD $0x4e160196 // tbl v22.16b, {v12.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61dad // orr v13.16b, v13.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e160196 // tbl v22.16b, {v12.16b}, v22.16b
+	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
+	WORD $0x4e291ed6 // and v22.16b, v22.16b, v9.16b
+	WORD $0x4eb61d6b // orr v11.16b, v11.16b, v22.16b
+	WORD $0x4e140416 // dup v22.4s, v0.s[2]
+	WORD $0x0e36c1ac // smull v12.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606993 // sadalp v19.4s, v12.8h
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e14042c // dup v12.4s, v1.s[2]
+	WORD $0x0e2cc176 // smull v22.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606995 // sadalp v21.4s, v12.8h
+	WORD $0x4e140456 // dup v22.4s, v2.s[2]
+	WORD $0x0e36c1ac // smull v12.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606994 // sadalp v20.4s, v12.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e14046c // dup v12.4s, v3.s[2]
+	WORD $0x0e2cc176 // smull v22.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606992 // sadalp v18.4s, v12.8h
+	WORD $0x4e140496 // dup v22.4s, v4.s[2]
+	WORD $0x0e36c1ac // smull v12.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc176 // smull v22.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606990 // sadalp v16.4s, v12.8h
+	WORD $0x4e1404d6 // dup v22.4s, v6.s[2]
+	WORD $0x0e36c1ac // smull v12.8h, v13.8b, v22.8b
+	WORD $0x4e36c1b6 // smull2 v22.8h, v13.16b, v22.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	WORD $0x4e1404ec // dup v12.4s, v7.s[2]
+	WORD $0x0e2cc176 // smull v22.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e60698e // sadalp v14.4s, v12.8h
+	FMOVQ 368(R0), F11
+	WORD $0x4e281d6d // and v13.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 112(R0), F22
+	FMOVQ 144(R19), F12
+	WORD $0x4e0c02cc // tbl v12.16b, {v22.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1dad // orr v13.16b, v13.16b, v12.16b
+	FMOVQ 160(R19), F12
+	WORD $0x4e0c02cc // tbl v12.16b, {v22.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	WORD $0x4e1c040c // dup v12.4s, v0.s[3]
+	WORD $0x0e2cc1b6 // smull v22.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606ad3 // sadalp v19.4s, v22.8h
+	WORD $0x4e606995 // sadalp v21.4s, v12.8h
+	WORD $0x4e1c0436 // dup v22.4s, v1.s[3]
+	WORD $0x0e36c16c // smull v12.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606993 // sadalp v19.4s, v12.8h
+	WORD $0x4e606ad5 // sadalp v21.4s, v22.8h
+	WORD $0x4e1c044c // dup v12.4s, v2.s[3]
+	WORD $0x0e2cc1b6 // smull v22.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606ad4 // sadalp v20.4s, v22.8h
+	WORD $0x4e606992 // sadalp v18.4s, v12.8h
+	WORD $0x4e1c0476 // dup v22.4s, v3.s[3]
+	WORD $0x0e36c16c // smull v12.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606994 // sadalp v20.4s, v12.8h
+	WORD $0x4e606ad2 // sadalp v18.4s, v22.8h
+	WORD $0x4e1c048c // dup v12.4s, v4.s[3]
+	WORD $0x0e2cc1b6 // smull v22.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606ad1 // sadalp v17.4s, v22.8h
+	WORD $0x4e606990 // sadalp v16.4s, v12.8h
+	WORD $0x4e1c04b6 // dup v22.4s, v5.s[3]
+	WORD $0x0e36c16c // smull v12.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e606991 // sadalp v17.4s, v12.8h
+	WORD $0x4e606ad0 // sadalp v16.4s, v22.8h
+	WORD $0x4e1c04cc // dup v12.4s, v6.s[3]
+	WORD $0x0e2cc1b6 // smull v22.8h, v13.8b, v12.8b
+	WORD $0x4e2cc1ac // smull2 v12.8h, v13.16b, v12.16b
+	WORD $0x4e606acf // sadalp v15.4s, v22.8h
+	WORD $0x4e60698e // sadalp v14.4s, v12.8h
+	WORD $0x4e1c04f6 // dup v22.4s, v7.s[3]
+	WORD $0x0e36c16c // smull v12.8h, v11.8b, v22.8b
+	WORD $0x4e36c176 // smull2 v22.8h, v11.16b, v22.16b
+	WORD $0x4e60698f // sadalp v15.4s, v12.8h
+	WORD $0x4e606ace // sadalp v14.4s, v22.8h
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 56(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	WORD $0x4eb5be73 // addp v19.4s, v19.4s, v21.4s
+	FMOVS 0(R6), F21
+	WORD $0x4f95916c // fmul v12.4s, v11.4s, v21.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e2cde73 // fmul v19.4s, v19.4s, v12.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f9691ac // fmul v12.4s, v13.4s, v22.s[0]
+	WORD $0x4e2cd673 // fadd v19.4s, v19.4s, v12.4s
+	FMOVQ 48(R10), F22
+	WORD $0x4e33d6d6 // fadd v22.4s, v22.4s, v19.4s
+	FMOVQ F22, 48(R10)
+	WORD $0x4eb2be94 // addp v20.4s, v20.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f92916c // fmul v12.4s, v11.4s, v18.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e2cde94 // fmul v20.4s, v20.4s, v12.4s
+	FMOVS 16(R7), F21
+	WORD $0x4f9591ac // fmul v12.4s, v13.4s, v21.s[0]
+	WORD $0x4e2cd694 // fadd v20.4s, v20.4s, v12.4s
+	FMOVQ 48(R11), F21
+	WORD $0x4e34d6b5 // fadd v21.4s, v21.4s, v20.4s
+	FMOVQ F21, 48(R11)
+	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f90916c // fmul v12.4s, v11.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2cde31 // fmul v17.4s, v17.4s, v12.4s
+	FMOVS 16(R8), F18
+	WORD $0x4f9291ac // fmul v12.4s, v13.4s, v18.s[0]
+	WORD $0x4e2cd631 // fadd v17.4s, v17.4s, v12.4s
+	FMOVQ 48(R12), F18
+	WORD $0x4e31d652 // fadd v18.4s, v18.4s, v17.4s
+	FMOVQ F18, 48(R12)
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 0(R9), F14
+	WORD $0x4f8e916c // fmul v12.4s, v11.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2cddef // fmul v15.4s, v15.4s, v12.4s
+	FMOVS 16(R9), F16
+	WORD $0x4f9091ac // fmul v12.4s, v13.4s, v16.s[0]
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ 48(R13), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 48(R13)
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET

@@ -3,3 +3,239 @@
 //go:build arm64 && !purego
 
 package kernels
+
+import "github.com/specula/specula/format/dtype"
+
+// intQ8_0x1Dot is the Dot kernel of Q8_0 weights for 1 activation rows.
+//
+//go:noescape
+func intQ8_0x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x2Dot is the Dot kernel of Q8_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ8_0x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x3Dot is the Dot kernel of Q8_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ8_0x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x4Dot is the Dot kernel of Q8_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ8_0x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x1Dot is the Dot kernel of Q4_0 weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_0x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x2Dot is the Dot kernel of Q4_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_0x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x3Dot is the Dot kernel of Q4_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_0x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x4Dot is the Dot kernel of Q4_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_0x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x1Dot is the Dot kernel of Q4_1 weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_1x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x2Dot is the Dot kernel of Q4_1 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_1x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x3Dot is the Dot kernel of Q4_1 weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_1x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x4Dot is the Dot kernel of Q4_1 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_1x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x1Dot is the Dot kernel of Q5_0 weights for 1 activation rows.
+//
+//go:noescape
+func intQ5_0x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x2Dot is the Dot kernel of Q5_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ5_0x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x3Dot is the Dot kernel of Q5_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ5_0x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x4Dot is the Dot kernel of Q5_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ5_0x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x1Dot is the Dot kernel of Q5_1 weights for 1 activation rows.
+//
+//go:noescape
+func intQ5_1x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x2Dot is the Dot kernel of Q5_1 weights for 2 activation rows.
+//
+//go:noescape
+func intQ5_1x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x3Dot is the Dot kernel of Q5_1 weights for 3 activation rows.
+//
+//go:noescape
+func intQ5_1x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x4Dot is the Dot kernel of Q5_1 weights for 4 activation rows.
+//
+//go:noescape
+func intQ5_1x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x1NEON is the NEON kernel of Q8_0 weights for 1 activation rows.
+//
+//go:noescape
+func intQ8_0x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x2NEON is the NEON kernel of Q8_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ8_0x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x3NEON is the NEON kernel of Q8_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ8_0x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x4NEON is the NEON kernel of Q8_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ8_0x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x1NEON is the NEON kernel of Q4_0 weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_0x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x2NEON is the NEON kernel of Q4_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_0x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x3NEON is the NEON kernel of Q4_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_0x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x4NEON is the NEON kernel of Q4_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_0x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x1NEON is the NEON kernel of Q4_1 weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_1x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x2NEON is the NEON kernel of Q4_1 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_1x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x3NEON is the NEON kernel of Q4_1 weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_1x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x4NEON is the NEON kernel of Q4_1 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_1x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x1NEON is the NEON kernel of Q5_0 weights for 1 activation rows.
+//
+//go:noescape
+func intQ5_0x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x2NEON is the NEON kernel of Q5_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ5_0x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x3NEON is the NEON kernel of Q5_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ5_0x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x4NEON is the NEON kernel of Q5_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ5_0x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x1NEON is the NEON kernel of Q5_1 weights for 1 activation rows.
+//
+//go:noescape
+func intQ5_1x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x2NEON is the NEON kernel of Q5_1 weights for 2 activation rows.
+//
+//go:noescape
+func intQ5_1x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x3NEON is the NEON kernel of Q5_1 weights for 3 activation rows.
+//
+//go:noescape
+func intQ5_1x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x4NEON is the NEON kernel of Q5_1 weights for 4 activation rows.
+//
+//go:noescape
+func intQ5_1x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intDotTable returns the Dot integer kernels of type t, by rows; empty for the types without.
+func intDotTable(t dtype.DType) intTable {
+	switch t {
+	case dtype.Q8_0:
+		return intTable{1: intQ8_0x1Dot, 2: intQ8_0x2Dot, 3: intQ8_0x3Dot, 4: intQ8_0x4Dot}
+	case dtype.Q4_0:
+		return intTable{1: intQ4_0x1Dot, 2: intQ4_0x2Dot, 3: intQ4_0x3Dot, 4: intQ4_0x4Dot}
+	case dtype.Q4_1:
+		return intTable{1: intQ4_1x1Dot, 2: intQ4_1x2Dot, 3: intQ4_1x3Dot, 4: intQ4_1x4Dot}
+	case dtype.Q5_0:
+		return intTable{1: intQ5_0x1Dot, 2: intQ5_0x2Dot, 3: intQ5_0x3Dot, 4: intQ5_0x4Dot}
+	case dtype.Q5_1:
+		return intTable{1: intQ5_1x1Dot, 2: intQ5_1x2Dot, 3: intQ5_1x3Dot, 4: intQ5_1x4Dot}
+	}
+	return intTable{}
+}
+
+// intNEONTable returns the NEON integer kernels of type t, by rows; empty for the types without.
+func intNEONTable(t dtype.DType) intTable {
+	switch t {
+	case dtype.Q8_0:
+		return intTable{1: intQ8_0x1NEON, 2: intQ8_0x2NEON, 3: intQ8_0x3NEON, 4: intQ8_0x4NEON}
+	case dtype.Q4_0:
+		return intTable{1: intQ4_0x1NEON, 2: intQ4_0x2NEON, 3: intQ4_0x3NEON, 4: intQ4_0x4NEON}
+	case dtype.Q4_1:
+		return intTable{1: intQ4_1x1NEON, 2: intQ4_1x2NEON, 3: intQ4_1x3NEON, 4: intQ4_1x4NEON}
+	case dtype.Q5_0:
+		return intTable{1: intQ5_0x1NEON, 2: intQ5_0x2NEON, 3: intQ5_0x3NEON, 4: intQ5_0x4NEON}
+	case dtype.Q5_1:
+		return intTable{1: intQ5_1x1NEON, 2: intQ5_1x2NEON, 3: intQ5_1x3NEON, 4: intQ5_1x4NEON}
+	}
+	return intTable{}
+}

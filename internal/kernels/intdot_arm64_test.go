@@ -6,7 +6,16 @@ import "github.com/specula/specula/format/dtype"
 
 // asmIntTables are the assembly integer kernels of each family, by type.
 func asmIntTables() map[string]map[dtype.DType]intTable {
-	return map[string]map[dtype.DType]intTable{}
+	tables := map[string]map[dtype.DType]intTable{"NEON dotprod": {}, "NEON": {}}
+	for _, t := range quantTypes {
+		if k := intDotTable(t); k[1] != nil {
+			tables["NEON dotprod"][t] = k
+		}
+		if k := intNEONTable(t); k[1] != nil {
+			tables["NEON"][t] = k
+		}
+	}
+	return tables
 }
 
 // familyRuns reports whether this machine can run a kernel family, and if not why.

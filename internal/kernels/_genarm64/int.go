@@ -1,4 +1,422 @@
 package main
 
-// intKernels writes the int kernels.
-func intKernels(f *file) {}
+import (
+	"errors"
+	"fmt"
+)
+
+// The integer kernels: products of repacked quantised weights (../repack.go) with
+// 8-bit activations (../act8.go), the arithmetic of the pure-Go twins in
+// ../intdot_generic.go. A 16-byte vector holds four codes of each of four rows of a
+// group (a quarter), so the group is taken a quarter at a time, block by block: the
+// quarter's codes, unpacked to a byte each, meet four activation codes of a row at a
+// time, which SDOT takes as a lane of a register — one instruction sums 4 codes × 4
+// rows exactly into int32. Without the dot product (the NEON floor), SMULL widens
+// byte products to 16 bits and SADALP adds their pairs into two int32 accumulators,
+// whose pairs one ADDP adds at the end of the block: the same sums. Each lane is one
+// row's sum from start to end, and the float32 operations after the sums are the
+// twin's, in its order, none fused, so the kernels give the twin's bits.
+
+// intSig is the Go signature of an integer kernel (intKernel) and intArgs its bytes.
+const (
+	intSig  = "(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)"
+	intArgs = 64
+	// intRows is the most activation rows an integer kernel takes: the general
+	// registers hold a code, side and output pointer per row.
+	intRows = 4
+)
+
+// level is a family of integer kernels: how four codes meet four activations.
+type level struct {
+	name string // the kernels' name suffix
+	dot  bool   // SDOT; else SMULL and SADALP
+}
+
+var (
+	levelDot  = level{"Dot", true}
+	levelNEON = level{"NEON", false}
+)
+
+// errNoRegs is raised (as a panic inside the generator) when a kernel does not fit
+// in the vector registers; intKernels then ends that table.
+var errNoRegs = errors.New("out of vector registers")
+
+// pool hands out vector registers.
+type pool struct{ free []V }
+
+func newPool() *pool {
+	p := &pool{}
+	for v := V(31); v >= 0; v-- {
+		p.free = append(p.free, v)
+	}
+	return p
+}
+
+func (p *pool) get() V {
+	if len(p.free) == 0 {
+		panic(errNoRegs)
+	}
+	v := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return v
+}
+
+// put returns registers to the pool; negative ones (never taken) are skipped.
+func (p *pool) put(vs ...V) {
+	for _, v := range vs {
+		if v >= 0 {
+			p.free = append(p.free, v)
+		}
+	}
+}
+
+// The constant table of the integer kernels, at intConsts: bytes 0x0f, bytes 0x10,
+// the bit of each byte lane within its byte (1 << lane%8), then per quarter q the TBL
+// indices that spread the mask bytes of the quarter's rows over its lanes (lane
+// 4r+k needs bit 4r+k of the 16 mask bits of rows 4q…4q+3: byte 2q + lane/8), for the
+// first and the second 8-byte mask.
+const (
+	cLow4   = 0
+	cBit4   = 16
+	cLaneBt = 32
+	cIdx    = 48 // + 32q, + 16 for the second mask
+)
+
+func intConstTable() []byte {
+	b := make([]byte, cIdx+4*32)
+	for i := range 16 {
+		b[cLow4+i] = 0x0f
+		b[cBit4+i] = 0x10
+		b[cLaneBt+i] = 1 << (i % 8)
+		for q := range 4 {
+			b[cIdx+32*q+i] = byte(2*q + i/8)
+			b[cIdx+32*q+16+i] = byte(8 + 2*q + i/8)
+		}
+	}
+	return b
+}
+
+// intFrame is the state of one integer kernel being written: its registers and how
+// its n activation rows' pointers and accumulators are held.
+type intFrame struct {
+	g      *fn
+	n      int
+	lv     level
+	p      *pool
+	consts string        // the constant table's symbol
+	facc   [intRows][4]V // row t's float sums of quarter q, when held in registers
+	inRegs bool
+}
+
+// General registers: R0 the weights, R1 the blocks left, R2… the activation codes,
+// R6… the side data, R10… the outputs of each row; R14 scratch, R19 the constants.
+func xReg(t int) string    { return fmt.Sprintf("R%d", 2+t) }
+func sideReg(t int) string { return fmt.Sprintf("R%d", 6+t) }
+func outReg(t int) string  { return fmt.Sprintf("R%d", 10+t) }
+
+// prologue loads the arguments and, when they fit, the float sums.
+func (k *intFrame) prologue() {
+	g := k.g
+	g.op("MOVD w+0(FP), R0")
+	g.op("MOVD blocks+8(FP), R1")
+	rows := func(base, stride string, shift int, reg func(int) string) {
+		g.op("MOVD %s, %s", base, reg(0))
+		g.op("MOVD %s, R14", stride)
+		if shift > 0 {
+			g.op("LSL $%d, R14, R14", shift)
+		}
+		for t := 1; t < k.n; t++ {
+			g.op("ADD R14, %s, %s", reg(t-1), reg(t))
+		}
+	}
+	rows("x+16(FP)", "xstride+24(FP)", 0, xReg)
+	rows("side+32(FP)", "sstride+40(FP)", 2, sideReg)
+	rows("out+48(FP)", "ldo+56(FP)", 2, outReg)
+	g.op("MOVD $%s(SB), R19", k.consts)
+	k.inRegs = k.n <= 2
+	if k.inRegs {
+		for t := range k.n {
+			for q := range 4 {
+				k.facc[t][q] = k.p.get()
+				g.op("FMOVQ %d(%s), F%d", 16*q, outReg(t), k.facc[t][q])
+			}
+		}
+	}
+}
+
+// loop emits the loop over the blocks: body, then every pointer advanced.
+func (k *intFrame) loop(gb, per, words int, body func()) {
+	g := k.g
+	g.label("loop")
+	g.op("CBZ R1, done")
+	body()
+	g.op("ADD $%d, R0, R0", gb)
+	for t := range k.n {
+		g.op("ADD $%d, %s, %s", per, xReg(t), xReg(t))
+		g.op("ADD $%d, %s, %s", 4*words, sideReg(t), sideReg(t))
+	}
+	g.op("SUB $1, R1, R1")
+	g.op("B loop")
+	g.label("done")
+	if k.inRegs {
+		for t := range k.n {
+			for q := range 4 {
+				g.op("FMOVQ F%d, %d(%s)", k.facc[t][q], 16*q, outReg(t))
+			}
+		}
+	}
+}
+
+// load emits a 16-byte load of the weights at off into a new register.
+func (k *intFrame) load(off int) V {
+	v := k.p.get()
+	k.g.op("FMOVQ %d(R0), F%d", off, v)
+	return v
+}
+
+// constant loads the 16 bytes of the constant table at off into a new register.
+func (k *intFrame) constant(off int) V {
+	v := k.p.get()
+	k.g.op("FMOVQ %d(R19), F%d", off, v)
+	return v
+}
+
+// halves loads the four float16 values at off (a quarter's rows) as float32.
+func (k *intFrame) halves(off int) V {
+	v := k.p.get()
+	k.g.op("FMOVD %d(R0), F%d", off, v)
+	k.g.i(fcvtl(v, v, false))
+	return v
+}
+
+// iacc is one activation row's integer sum of four rows: one register (SDOT) or two
+// (SADALP's pairs).
+type iacc struct{ a, b V }
+
+// newAcc returns a zeroed accumulator.
+func (k *intFrame) newAcc() iacc {
+	c := iacc{a: k.p.get()}
+	k.g.i(eor(c.a, c.a, c.a))
+	if !k.lv.dot {
+		c.b = k.p.get()
+		k.g.i(eor(c.b, c.b, c.b))
+	}
+	return c
+}
+
+// dot adds to c the products of the quarter's codes w (4 per row) with the four
+// activation codes in lane i of x.
+func (k *intFrame) dot(c iacc, w, x V, i int) {
+	if k.lv.dot {
+		k.g.i(sdot(c.a, w, x, i))
+		return
+	}
+	b, p := k.p.get(), k.p.get()
+	k.g.i(dupElem("4s", b, x, i))
+	k.g.i(smull("8b", p, w, b))  // rows 0 and 1
+	k.g.i(smull("16b", b, w, b)) // rows 2 and 3
+	k.g.i(sadalp("8h", c.a, p))
+	k.g.i(sadalp("8h", c.b, b))
+	k.p.put(b, p)
+}
+
+// sum ends an accumulator: the register holding the four rows' int32 sums.
+func (k *intFrame) sum(c iacc) V {
+	if !k.lv.dot {
+		k.g.i(addp("4s", c.a, c.a, c.b))
+		k.p.put(c.b)
+	}
+	return c.a
+}
+
+// addFloat adds v to row t's float sums of quarter q.
+func (k *intFrame) addFloat(t, q int, v V) {
+	if k.inRegs {
+		k.g.i(fadd(k.facc[t][q], k.facc[t][q], v))
+		return
+	}
+	a := k.p.get()
+	k.g.op("FMOVQ %d(%s), F%d", 16*q, outReg(t), a)
+	k.g.i(fadd(a, a, v))
+	k.g.op("FMOVQ F%d, %d(%s)", a, 16*q, outReg(t))
+	k.p.put(a)
+}
+
+// sideScalar loads side word i of row t into lane 0 of a new register.
+func (k *intFrame) sideScalar(t, i int) V {
+	v := k.p.get()
+	k.g.op("FMOVS %d(%s), F%d", 4*i, sideReg(t), v)
+	return v
+}
+
+// intType describes a weight type to the generator.
+type intType struct {
+	name  string
+	gb    int // bytes of a group block
+	per   int // values per block
+	words int // side words per block
+	body  func(k *intFrame)
+}
+
+// intTypes are the repacked types, with their block layouts (../repack.go) and side
+// data (../act8.go).
+func intTypes() []intType {
+	return []intType{
+		{"Q8_0", 544, 32, 8, func(k *intFrame) { block32(k, 32, -1, -1, -1, true) }},
+		{"Q4_0", 288, 32, 8, func(k *intFrame) { block32(k, 32, -1, -1, 1, false) }},
+		{"Q4_1", 320, 32, 8, func(k *intFrame) { block32(k, 64, -1, 32, -1, false) }},
+		{"Q5_0", 352, 32, 8, func(k *intFrame) { block32(k, 96, 32, -1, 2, false) }},
+		{"Q5_1", 384, 32, 8, func(k *intFrame) { block32(k, 128, 64, 32, -1, false) }},
+	}
+}
+
+// intKernels writes the kernels of every type and level, for 1 to intRows activation
+// rows or as many as fit the registers.
+func intKernels(f *file) {
+	consts := f.table("arm64IntConsts", intConstTable())
+	f.goImports = append(f.goImports, "github.com/specula/specula/format/dtype")
+	for _, lv := range []level{levelDot, levelNEON} {
+		fmt.Fprintf(&f.goCode, "\n// int%sTable returns the %s integer kernels of type t, by rows; empty for the types without.\n", lv.name, lv.name)
+		fmt.Fprintf(&f.goCode, "func int%sTable(t dtype.DType) intTable {\nswitch t {\n", lv.name)
+		for _, it := range intTypes() {
+			fmt.Fprintf(&f.goCode, "case dtype.%s:\nreturn intTable{", it.name)
+			for n := 1; n <= intRows; n++ {
+				if !intKernel(f, it, lv, n, consts) {
+					break
+				}
+				fmt.Fprintf(&f.goCode, "%d: int%sx%d%s, ", n, it.name, n, lv.name)
+			}
+			f.goCode.WriteString("}\n")
+		}
+		f.goCode.WriteString("}\nreturn intTable{}\n}\n")
+	}
+}
+
+// intKernel writes the kernel of type it, level lv and n rows, and reports whether
+// it fit the registers (if not, it is left out).
+func intKernel(f *file, it intType, lv level, n int, consts string) (ok bool) {
+	name := fmt.Sprintf("int%sx%d%s", it.name, n, lv.name)
+	doc := fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", name, lv.name, it.name, n)
+	g := f.newFn(name, intSig, intArgs, doc)
+	defer func() {
+		if r := recover(); r != nil {
+			if r != errNoRegs {
+				panic(r)
+			}
+			f.funcs = f.funcs[:len(f.funcs)-1]
+			ok = false
+		}
+	}()
+	k := &intFrame{g: g, n: n, lv: lv, p: newPool(), consts: consts}
+	k.prologue()
+	k.loop(it.gb, it.per, it.words, func() { it.body(k) })
+	return true
+}
+
+// block32 is the block of the 32-value types: codes at byte codes of the group block
+// (Q8_0: eight steps of signed codes; the others: four steps of nibbles, the low
+// ones values 4p+k, the high ones 16+4p+k), fifth-bit masks at masks and minimums at
+// mins (−1: none), the activations' offset at side word off (−1: none). Per quarter
+// and row t: isum (+ offset) → v = float32(isum)·(d·dx) (+ m·(dx·Σx)) → acc + v, as
+// format32 and finishQ8_0.
+func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
+	g := k.g
+	var xs [intRows][2]V
+	for t := range k.n {
+		for h := range 2 {
+			xs[t][h] = k.p.get()
+			g.op("FMOVQ %d(%s), F%d", 16*h, xReg(t), xs[t][h])
+		}
+	}
+	low4, bit4, laneBit := V(-1), V(-1), V(-1)
+	if !q8 {
+		low4 = k.constant(cLow4)
+	}
+	if masks >= 0 {
+		bit4, laneBit = k.constant(cBit4), k.constant(cLaneBt)
+	}
+	for q := range 4 {
+		var acc [intRows]iacc
+		for t := range k.n {
+			acc[t] = k.newAcc()
+		}
+		if q8 {
+			for s := range 8 {
+				w := k.load(codes + 64*s + 16*q)
+				for t := range k.n {
+					k.dot(acc[t], w, xs[t][s/4], s%4)
+				}
+				k.p.put(w)
+			}
+		} else {
+			for p := range 4 {
+				hi := k.load(codes + 64*p + 16*q)
+				lo := k.p.get()
+				g.i(and(lo, hi, low4))
+				g.i(ushr("16b", hi, hi, 4))
+				if masks >= 0 {
+					fifthBits(k, masks+16*p, q, lo, hi, bit4, laneBit)
+				}
+				for t := range k.n {
+					k.dot(acc[t], lo, xs[t][0], p)
+					k.dot(acc[t], hi, xs[t][1], p)
+				}
+				k.p.put(lo, hi)
+			}
+		}
+		finish32(k, q, acc, mins, off)
+	}
+	k.p.put(low4, bit4, laneBit)
+	for t := range k.n {
+		k.p.put(xs[t][0], xs[t][1])
+	}
+}
+
+// fifthBits ORs 16 into the codes of lo and hi whose fifth bits are set in the two
+// 8-byte masks at off, for the rows of quarter q: each lane's mask byte is spread to it
+// by TBL, tested against the lane's bit, and the all-ones of a set bit cut to 0x10.
+func fifthBits(k *intFrame, off, q int, lo, hi, bit4, laneBit V) {
+	m := k.load(off)
+	e := k.p.get()
+	for h, codes := range []V{lo, hi} {
+		k.g.op("FMOVQ %d(R19), F%d", cIdx+32*q+16*h, e)
+		k.g.i(tbl(e, m, e))
+		k.g.i(cmtst("16b", e, e, laneBit))
+		k.g.i(and(e, e, bit4))
+		k.g.i(orr(codes, codes, e))
+	}
+	k.p.put(m, e)
+}
+
+// finish32 finishes quarter q's block for every row t, as format32 does.
+func finish32(k *intFrame, q int, acc [intRows]iacc, mins, off int) {
+	g := k.g
+	d := k.halves(8 * q)
+	m := V(-1)
+	if mins >= 0 {
+		m = k.halves(mins + 8*q)
+	}
+	for t := range k.n {
+		s := k.sum(acc[t])
+		if off >= 0 {
+			o := k.sideScalar(t, off)
+			g.i(dupElem("4s", o, o, 0))
+			g.i(add("4s", s, s, o))
+			k.p.put(o)
+		}
+		dx := k.sideScalar(t, 0)
+		scale := k.p.get()
+		g.i(fmulElem(scale, d, dx, 0)) // d·dx
+		g.i(scvtf(s, s))
+		g.i(fmul(s, s, scale)) // float32(isum)·(d·dx)
+		if mins >= 0 {
+			ds := k.sideScalar(t, 4)
+			g.i(fmulElem(scale, m, ds, 0)) // m·(dx·Σx)
+			g.i(fadd(s, s, scale))
+			k.p.put(ds)
+		}
+		k.addFloat(t, q, s)
+		k.p.put(s, dx, scale)
+	}
+	k.p.put(d, m)
+}
