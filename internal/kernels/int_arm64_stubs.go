@@ -106,6 +106,51 @@ func intQ5_1x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstri
 //go:noescape
 func intQ5_1x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_Kx1Dot is the Dot kernel of Q4_K weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_Kx1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx2Dot is the Dot kernel of Q4_K weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_Kx2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx3Dot is the Dot kernel of Q4_K weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_Kx3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx4Dot is the Dot kernel of Q4_K weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_Kx4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx1Dot is the Dot kernel of Q5_K weights for 1 activation rows.
+//
+//go:noescape
+func intQ5_Kx1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx2Dot is the Dot kernel of Q5_K weights for 2 activation rows.
+//
+//go:noescape
+func intQ5_Kx2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx3Dot is the Dot kernel of Q5_K weights for 3 activation rows.
+//
+//go:noescape
+func intQ5_Kx3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx1Dot is the Dot kernel of Q6_K weights for 1 activation rows.
+//
+//go:noescape
+func intQ6_Kx1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx2Dot is the Dot kernel of Q6_K weights for 2 activation rows.
+//
+//go:noescape
+func intQ6_Kx2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ8_0x1NEON is the NEON kernel of Q8_0 weights for 1 activation rows.
 //
 //go:noescape
@@ -206,6 +251,36 @@ func intQ5_1x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 //go:noescape
 func intQ5_1x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_Kx1NEON is the NEON kernel of Q4_K weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_Kx1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx2NEON is the NEON kernel of Q4_K weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_Kx2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Kx3NEON is the NEON kernel of Q4_K weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_Kx3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx1NEON is the NEON kernel of Q5_K weights for 1 activation rows.
+//
+//go:noescape
+func intQ5_Kx1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_Kx2NEON is the NEON kernel of Q5_K weights for 2 activation rows.
+//
+//go:noescape
+func intQ5_Kx2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ6_Kx1NEON is the NEON kernel of Q6_K weights for 1 activation rows.
+//
+//go:noescape
+func intQ6_Kx1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intDotTable returns the Dot integer kernels of type t, by rows; empty for the types without.
 func intDotTable(t dtype.DType) intTable {
 	switch t {
@@ -219,6 +294,12 @@ func intDotTable(t dtype.DType) intTable {
 		return intTable{1: intQ5_0x1Dot, 2: intQ5_0x2Dot, 3: intQ5_0x3Dot, 4: intQ5_0x4Dot}
 	case dtype.Q5_1:
 		return intTable{1: intQ5_1x1Dot, 2: intQ5_1x2Dot, 3: intQ5_1x3Dot, 4: intQ5_1x4Dot}
+	case dtype.Q4_K:
+		return intTable{1: intQ4_Kx1Dot, 2: intQ4_Kx2Dot, 3: intQ4_Kx3Dot, 4: intQ4_Kx4Dot}
+	case dtype.Q5_K:
+		return intTable{1: intQ5_Kx1Dot, 2: intQ5_Kx2Dot, 3: intQ5_Kx3Dot}
+	case dtype.Q6_K:
+		return intTable{1: intQ6_Kx1Dot, 2: intQ6_Kx2Dot}
 	}
 	return intTable{}
 }
@@ -236,6 +317,12 @@ func intNEONTable(t dtype.DType) intTable {
 		return intTable{1: intQ5_0x1NEON, 2: intQ5_0x2NEON, 3: intQ5_0x3NEON, 4: intQ5_0x4NEON}
 	case dtype.Q5_1:
 		return intTable{1: intQ5_1x1NEON, 2: intQ5_1x2NEON, 3: intQ5_1x3NEON, 4: intQ5_1x4NEON}
+	case dtype.Q4_K:
+		return intTable{1: intQ4_Kx1NEON, 2: intQ4_Kx2NEON, 3: intQ4_Kx3NEON}
+	case dtype.Q5_K:
+		return intTable{1: intQ5_Kx1NEON, 2: intQ5_Kx2NEON}
+	case dtype.Q6_K:
+		return intTable{1: intQ6_Kx1NEON}
 	}
 	return intTable{}
 }

@@ -71,7 +71,8 @@ func (p *pool) put(vs ...V) {
 }
 
 // The constant table of the integer kernels, at intConsts: bytes 0x0f, bytes 0x10,
-// the bit of each byte lane within its byte (1 << lane%8), then per quarter q the TBL
+// the bit of each byte lane within its byte (1 << lane%8), bytes 0x30, then per
+// quarter q the TBL
 // indices that spread the mask bytes of the quarter's rows over its lanes (lane
 // 4r+k needs bit 4r+k of the 16 mask bits of rows 4q…4q+3: byte 2q + lane/8), for the
 // first and the second 8-byte mask.
@@ -79,7 +80,8 @@ const (
 	cLow4   = 0
 	cBit4   = 16
 	cLaneBt = 32
-	cIdx    = 48 // + 32q, + 16 for the second mask
+	cBits45 = 48
+	cIdx    = 64 // + 32q, + 16 for the second mask
 )
 
 func intConstTable() []byte {
@@ -88,6 +90,7 @@ func intConstTable() []byte {
 		b[cLow4+i] = 0x0f
 		b[cBit4+i] = 0x10
 		b[cLaneBt+i] = 1 << (i % 8)
+		b[cBits45+i] = 0x30
 		for q := range 4 {
 			b[cIdx+32*q+i] = byte(2*q + i/8)
 			b[cIdx+32*q+16+i] = byte(8 + 2*q + i/8)
@@ -133,7 +136,6 @@ func (k *intFrame) prologue() {
 	rows("side+32(FP)", "sstride+40(FP)", 2, sideReg)
 	rows("out+48(FP)", "ldo+56(FP)", 2, outReg)
 	g.op("MOVD $%s(SB), R19", k.consts)
-	k.inRegs = k.n <= 2
 	if k.inRegs {
 		for t := range k.n {
 			for q := range 4 {
@@ -267,6 +269,9 @@ func intTypes() []intType {
 		{"Q4_1", 320, 32, 8, func(k *intFrame) { block32(k, 64, -1, 32, -1, false) }},
 		{"Q5_0", 352, 32, 8, func(k *intFrame) { block32(k, 96, 32, -1, 2, false) }},
 		{"Q5_1", 384, 32, 8, func(k *intFrame) { block32(k, 128, 64, 32, -1, false) }},
+		{"Q4_K", 2368, 256, 32, func(k *intFrame) { blockKScaleMin(k, -1, 320) }},
+		{"Q5_K", 2880, 256, 32, func(k *intFrame) { blockKScaleMin(k, 320, 832) }},
+		{"Q6_K", 3360, 256, 32, blockQ6K},
 	}
 }
 
@@ -293,8 +298,13 @@ func intKernels(f *file) {
 }
 
 // intKernel writes the kernel of type it, level lv and n rows, and reports whether
-// it fit the registers (if not, it is left out).
-func intKernel(f *file, it intType, lv level, n int, consts string) (ok bool) {
+// it fit the registers (if not, it is left out): with the float sums in registers
+// if they fit too, else in the output rows.
+func intKernel(f *file, it intType, lv level, n int, consts string) bool {
+	return tryIntKernel(f, it, lv, n, consts, true) || tryIntKernel(f, it, lv, n, consts, false)
+}
+
+func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs bool) (ok bool) {
 	name := fmt.Sprintf("int%sx%d%s", it.name, n, lv.name)
 	doc := fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", name, lv.name, it.name, n)
 	g := f.newFn(name, intSig, intArgs, doc)
@@ -307,7 +317,7 @@ func intKernel(f *file, it intType, lv level, n int, consts string) (ok bool) {
 			ok = false
 		}
 	}()
-	k := &intFrame{g: g, n: n, lv: lv, p: newPool(), consts: consts}
+	k := &intFrame{g: g, n: n, lv: lv, p: newPool(), consts: consts, inRegs: inRegs}
 	k.prologue()
 	k.loop(it.gb, it.per, it.words, func() { it.body(k) })
 	return true
@@ -419,4 +429,251 @@ func finish32(k *intFrame, q int, acc [intRows]iacc, mins, off int) {
 		k.p.put(s, dx, scale)
 	}
 	k.p.put(d, m)
+}
+
+// blockKScaleMin is the super-block of Q4_K (masks −1) and Q5_K: per quarter, row t
+// and sub-block pair i, the exact sums of sub-blocks 2i (low nibbles) and 2i+1 (high
+// nibbles), multiplied by their integer scales into S; the minimums times the
+// activations' sub-block sums into M; then as formatKScaleMin,
+// v = float32(S)·d − float32(M)·dmin and acc + v·dx.
+func blockKScaleMin(k *intFrame, masks, codes int) {
+	low4, bit4, laneBit := k.constant(cLow4), V(-1), V(-1)
+	if masks >= 0 {
+		bit4, laneBit = k.constant(cBit4), k.constant(cLaneBt)
+	}
+	for q := range 4 {
+		var s [intRows]V
+		for t := range k.n {
+			s[t] = k.zero()
+		}
+		for i := range 4 {
+			kPair(k, q, i, masks, codes, s, low4, bit4, laneBit)
+		}
+		var m [intRows]V
+		for t := range k.n {
+			m[t] = kMins(k, q, t)
+		}
+		finishKScaleMin(k, q, s, m)
+	}
+	k.p.put(low4, bit4, laneBit)
+}
+
+// zero returns a zeroed register.
+func (k *intFrame) zero() V {
+	v := k.p.get()
+	k.g.i(eor(v, v, v))
+	return v
+}
+
+// kPair adds to each row's S the scaled sums of sub-blocks 2i and 2i+1 of quarter q.
+func kPair(k *intFrame, q, i, masks, codes int, s [intRows]V, low4, bit4, laneBit V) {
+	g := k.g
+	var xs [intRows][4]V
+	var lo, hi [intRows]iacc
+	for t := range k.n {
+		for h := range 4 {
+			xs[t][h] = k.p.get()
+			g.op("FMOVQ %d(%s), F%d", 64*i+16*h, xReg(t), xs[t][h])
+		}
+		lo[t], hi[t] = k.newAcc(), k.newAcc()
+	}
+	for p := range 8 {
+		wh := k.load(codes + 512*i + 64*p + 16*q)
+		wl := k.p.get()
+		g.i(and(wl, wh, low4))
+		g.i(ushr("16b", wh, wh, 4))
+		if masks >= 0 {
+			fifthBits(k, masks+128*i+16*p, q, wl, wh, bit4, laneBit)
+		}
+		for t := range k.n {
+			k.dot(lo[t], wl, xs[t][p/4], p%4)
+			k.dot(hi[t], wh, xs[t][2+p/4], p%4)
+		}
+		k.p.put(wl, wh)
+	}
+	for t := range k.n {
+		k.p.put(xs[t][:]...)
+	}
+	for h, j := range []int{2 * i, 2*i + 1} {
+		sc := k.p.get()
+		g.op("FMOVS %d(R0), F%d", 64+16*j+4*q, sc)
+		g.i(uxtl("8b", sc, sc))
+		g.i(uxtl("4h", sc, sc))
+		for t := range k.n {
+			acc := lo[t]
+			if h == 1 {
+				acc = hi[t]
+			}
+			v := k.sum(acc)
+			g.i(mla("4s", s[t], v, sc)) // S += scale_j·isum_j
+			k.p.put(v)
+		}
+		k.p.put(sc)
+	}
+}
+
+// kMins returns row t's M = Σ_j min_j·Σx_j for the rows of quarter q: the minimums
+// of sub-blocks 2k and 2k+1 side by side (widened to 16 bits) against the side
+// data's pair of sums, multiplied and added in 32 bits (rows 0–1 and 2–3 apart,
+// then their pairs added).
+func kMins(k *intFrame, q, t int) V {
+	g := k.g
+	lo, hi := k.zero(), k.zero()
+	mins, sx := k.p.get(), k.p.get()
+	for kk := range 4 {
+		g.op("FMOVD %d(R0), F%d", 192+32*kk+8*q, mins)
+		g.i(uxtl("8b", mins, mins))
+		g.op("FMOVS %d(%s), F%d", 4*(1+kk), sideReg(t), sx)
+		g.i(dupElem("4s", sx, sx, 0))
+		g.i(smlal("4h", lo, mins, sx))
+		g.i(smlal("8h", hi, mins, sx))
+	}
+	g.i(addp("4s", lo, lo, hi))
+	k.p.put(hi, mins, sx)
+	return lo
+}
+
+// finishKScaleMin adds each row's v = float32(S)·d − float32(M)·dmin, times dx, to
+// its float sums.
+func finishKScaleMin(k *intFrame, q int, s, m [intRows]V) {
+	g := k.g
+	d, dmin := k.halves(8*q), k.halves(32+8*q)
+	for t := range k.n {
+		g.i(scvtf(s[t], s[t]))
+		g.i(fmul(s[t], s[t], d))
+		g.i(scvtf(m[t], m[t]))
+		g.i(fmul(m[t], m[t], dmin))
+		g.i(fsub(s[t], s[t], m[t]))
+		dx := k.sideScalar(t, 0)
+		g.i(fmulElem(s[t], s[t], dx, 0))
+		k.addFloat(t, q, s[t])
+		k.p.put(s[t], m[t], dx)
+	}
+	k.p.put(d, dmin)
+}
+
+// blockQ6K is the super-block of Q6_K: per quarter, half h and half of the steps,
+// the four codes each step of ql/qh makes (values 128h + 32c + 4p + k), their exact
+// sums by group of 16 (group 8h + 2c + p/4), each plus the activations' offset and
+// times its scale into S; then acc + (float32(S)·d)·dx, as finishQ6_K.
+func blockQ6K(k *intFrame) {
+	low4, bits45 := k.constant(cLow4), k.constant(cBits45)
+	for q := range 4 {
+		var s [intRows]V
+		for t := range k.n {
+			s[t] = k.zero()
+		}
+		for h := range 2 {
+			for half := range 2 {
+				q6Steps(k, q, h, half, s, low4, bits45)
+			}
+		}
+		finishQ6K(k, q, s)
+	}
+	k.p.put(low4, bits45)
+}
+
+// q6Steps adds to S the groups 8h + 2c + half (c = 0…3) of quarter q: steps p =
+// 4·half … 4·half+3.
+func q6Steps(k *intFrame, q, h, half int, s [intRows]V, low4, bits45 V) {
+	g := k.g
+	var xs, acc [intRows][4]V
+	var sums [intRows][4]iacc
+	for t := range k.n {
+		for c := range 4 {
+			xs[t][c] = k.p.get()
+			g.op("FMOVQ %d(%s), F%d", 128*h+32*c+16*half, xReg(t), xs[t][c])
+			sums[t][c] = k.newAcc()
+		}
+	}
+	for p := 4 * half; p < 4*half+4; p++ {
+		at := 288 + 1536*h + 192*p + 16*q
+		la, lb, hb := k.load(at), k.load(at+64), k.load(at+128)
+		for c := range 4 {
+			code := q6Code(k, c, la, lb, hb, low4, bits45)
+			for t := range k.n {
+				k.dot(sums[t][c], code, xs[t][c], p%4)
+			}
+			k.p.put(code)
+		}
+		k.p.put(la, lb, hb)
+	}
+	for t := range k.n {
+		k.p.put(xs[t][:]...)
+		for c := range 4 {
+			acc[t][c] = k.sum(sums[t][c])
+		}
+	}
+	for c := range 4 {
+		grp := 8*h + 2*c + half
+		sc := q6Scale(k, q, grp)
+		for t := range k.n {
+			o := k.sideScalar(t, 5+grp)
+			g.i(dupElem("4s", o, o, 0))
+			g.i(add("4s", acc[t][c], acc[t][c], o)) // isum_g + offset_g
+			g.i(mla("4s", s[t], acc[t][c], sc))     // S += scale_g·(…)
+			k.p.put(o, acc[t][c])
+		}
+		k.p.put(sc)
+	}
+}
+
+// q6Code makes code c of a step's three bytes (codesQ6_K): the low or high nibble of
+// ql byte la (c even) or lb (c odd), with bits 2c, 2c+1 of hb as bits 4 and 5.
+func q6Code(k *intFrame, c int, la, lb, hb, low4, bits45 V) V {
+	g := k.g
+	ql := la
+	if c%2 == 1 {
+		ql = lb
+	}
+	code, t := k.p.get(), k.p.get()
+	if c < 2 {
+		g.i(and(code, ql, low4))
+	} else {
+		g.i(ushr("16b", code, ql, 4))
+	}
+	switch sh := 2*c - 4; { // bits 2c, 2c+1 of hb to bits 4, 5
+	case sh < 0:
+		g.i(shl("16b", t, hb, -sh))
+	case sh > 0:
+		g.i(ushr("16b", t, hb, sh))
+	default:
+		g.i(and(t, hb, bits45))
+	}
+	if c != 2 {
+		g.i(and(t, t, bits45))
+	}
+	g.i(orr(code, code, t))
+	k.p.put(t)
+	return code
+}
+
+// q6Scale loads the int8 scales of group grp for the rows of quarter q as int32.
+func q6Scale(k *intFrame, q, grp int) V {
+	g := k.g
+	sc := k.p.get()
+	g.op("FMOVD %d(R0), F%d", 32+32*(grp/2)+8*q, sc)
+	g.i(sxtl("8b", sc, sc))
+	if grp%2 == 0 {
+		g.i(uzp1("8h", sc, sc, sc))
+	} else {
+		g.i(uzp2("8h", sc, sc, sc))
+	}
+	g.i(sxtl("4h", sc, sc))
+	return sc
+}
+
+// finishQ6K adds (float32(S)·d)·dx to each row's float sums.
+func finishQ6K(k *intFrame, q int, s [intRows]V) {
+	g := k.g
+	d := k.halves(8 * q)
+	for t := range k.n {
+		g.i(scvtf(s[t], s[t]))
+		g.i(fmul(s[t], s[t], d))
+		dx := k.sideScalar(t, 0)
+		g.i(fmulElem(s[t], s[t], dx, 0))
+		k.addFloat(t, q, s[t])
+		k.p.put(s[t], dx)
+	}
+	k.p.put(d)
 }
