@@ -19,7 +19,7 @@ import (
 // SPECULA_CPU caps them, as on amd64: dotprod holds an i8mm machine to the dot-product
 // kernels, neon to the plain NEON ones, generic to the pure-Go ones.
 var (
-	hasNEON = cpu.ARM64.HasASIMD && os.Getenv("SPECULA_CPU") != "generic"
+	hasNEON = os.Getenv("SPECULA_CPU") != "generic" // Go's arm64 port requires NEON
 	hasDot  = hasNEON && cpu.ARM64.HasASIMDDP && os.Getenv("SPECULA_CPU") != "neon"
 	hasI8MM = hasDot && cpu.ARM64.HasI8MM && os.Getenv("SPECULA_CPU") != "dotprod"
 )
