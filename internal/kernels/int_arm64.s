@@ -3,3 +3,1278 @@
 //go:build arm64 && !purego
 
 #include "textflag.h"
+
+// func floatF32x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF32x1NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	RET
+
+// func floatF32x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF32x2NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	RET
+
+// func floatF32x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF32x3NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	ADD R3, R4, R5
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e3f1fff // eor v31.16b, v31.16b, v31.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 16(R5), [V6.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	WORD $0x4fa6101c // fmla v28.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103d // fmla v29.4s, v1.4s, v6.s[1]
+	WORD $0x4fa6105e // fmla v30.4s, v2.4s, v6.s[1]
+	WORD $0x4fa6107f // fmla v31.4s, v3.4s, v6.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f86185a // fmla v26.4s, v2.4s, v6.s[2]
+	WORD $0x4f86187b // fmla v27.4s, v3.4s, v6.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	WORD $0x4fa6181c // fmla v28.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183d // fmla v29.4s, v1.4s, v6.s[3]
+	WORD $0x4fa6185e // fmla v30.4s, v2.4s, v6.s[3]
+	WORD $0x4fa6187f // fmla v31.4s, v3.4s, v6.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	FMOVS 0(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	FMOVS 4(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	WORD $0x4f86101c // fmla v28.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103d // fmla v29.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105e // fmla v30.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107f // fmla v31.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	FMOVS 8(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	WORD $0x4e3cd718 // fadd v24.4s, v24.4s, v28.4s
+	WORD $0x4e3dd739 // fadd v25.4s, v25.4s, v29.4s
+	WORD $0x4e3ed75a // fadd v26.4s, v26.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	ADD R7, R6
+	VST1 [V24.S4, V25.S4, V26.S4, V27.S4], (R6)
+	RET
+
+// func floatF16x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF16x1NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	RET
+
+// func floatF16x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF16x2NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	RET
+
+// func floatF16x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF16x3NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	ADD R3, R4, R5
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e3f1fff // eor v31.16b, v31.16b, v31.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 16(R5), [V6.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	WORD $0x4fa6101c // fmla v28.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103d // fmla v29.4s, v1.4s, v6.s[1]
+	WORD $0x4fa6105e // fmla v30.4s, v2.4s, v6.s[1]
+	WORD $0x4fa6107f // fmla v31.4s, v3.4s, v6.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f86185a // fmla v26.4s, v2.4s, v6.s[2]
+	WORD $0x4f86187b // fmla v27.4s, v3.4s, v6.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	WORD $0x4fa6181c // fmla v28.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183d // fmla v29.4s, v1.4s, v6.s[3]
+	WORD $0x4fa6185e // fmla v30.4s, v2.4s, v6.s[3]
+	WORD $0x4fa6187f // fmla v31.4s, v3.4s, v6.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	FMOVS 0(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	FMOVS 4(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	WORD $0x4f86101c // fmla v28.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103d // fmla v29.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105e // fmla v30.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107f // fmla v31.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	FMOVS 8(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	WORD $0x4e3cd718 // fadd v24.4s, v24.4s, v28.4s
+	WORD $0x4e3dd739 // fadd v25.4s, v25.4s, v29.4s
+	WORD $0x4e3ed75a // fadd v26.4s, v26.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	ADD R7, R6
+	VST1 [V24.S4, V25.S4, V26.S4, V27.S4], (R6)
+	RET
+
+// func floatBF16x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatBF16x1NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	RET
+
+// func floatBF16x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatBF16x2NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	RET
+
+// func floatBF16x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatBF16x3NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	ADD R3, R4, R5
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e3f1fff // eor v31.16b, v31.16b, v31.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 16(R5), [V6.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	WORD $0x4fa6101c // fmla v28.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103d // fmla v29.4s, v1.4s, v6.s[1]
+	WORD $0x4fa6105e // fmla v30.4s, v2.4s, v6.s[1]
+	WORD $0x4fa6107f // fmla v31.4s, v3.4s, v6.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f86185a // fmla v26.4s, v2.4s, v6.s[2]
+	WORD $0x4f86187b // fmla v27.4s, v3.4s, v6.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	WORD $0x4fa6181c // fmla v28.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183d // fmla v29.4s, v1.4s, v6.s[3]
+	WORD $0x4fa6185e // fmla v30.4s, v2.4s, v6.s[3]
+	WORD $0x4fa6187f // fmla v31.4s, v3.4s, v6.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	FMOVS 0(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	FMOVS 4(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	WORD $0x4f86101c // fmla v28.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103d // fmla v29.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105e // fmla v30.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107f // fmla v31.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	FMOVS 8(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	WORD $0x4e3cd718 // fadd v24.4s, v24.4s, v28.4s
+	WORD $0x4e3dd739 // fadd v25.4s, v25.4s, v29.4s
+	WORD $0x4e3ed75a // fadd v26.4s, v26.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	ADD R7, R6
+	VST1 [V24.S4, V25.S4, V26.S4, V27.S4], (R6)
+	RET

@@ -3,3 +3,48 @@
 //go:build arm64 && !purego
 
 package kernels
+
+// floatF32x1NEON is the NEON kernel of repacked F32 weights for 1 activation rows.
+//
+//go:noescape
+func floatF32x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x2NEON is the NEON kernel of repacked F32 weights for 2 activation rows.
+//
+//go:noescape
+func floatF32x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x3NEON is the NEON kernel of repacked F32 weights for 3 activation rows.
+//
+//go:noescape
+func floatF32x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x1NEON is the NEON kernel of repacked F16 weights for 1 activation rows.
+//
+//go:noescape
+func floatF16x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x2NEON is the NEON kernel of repacked F16 weights for 2 activation rows.
+//
+//go:noescape
+func floatF16x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x3NEON is the NEON kernel of repacked F16 weights for 3 activation rows.
+//
+//go:noescape
+func floatF16x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x1NEON is the NEON kernel of repacked BF16 weights for 1 activation rows.
+//
+//go:noescape
+func floatBF16x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x2NEON is the NEON kernel of repacked BF16 weights for 2 activation rows.
+//
+//go:noescape
+func floatBF16x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x3NEON is the NEON kernel of repacked BF16 weights for 3 activation rows.
+//
+//go:noescape
+func floatBF16x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
