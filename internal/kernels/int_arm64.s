@@ -65444,3 +65444,2226 @@ done:
 	FMOVQ F2, 32(R10)
 	FMOVQ F3, 48(R10)
 	RET
+
+// func floatF32x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF32x1NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	RET
+
+// func floatF32x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF32x2NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	RET
+
+// func floatF32x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF32x3NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	ADD R3, R4, R5
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e3f1fff // eor v31.16b, v31.16b, v31.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 16(R5), [V6.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	WORD $0x4fa6101c // fmla v28.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103d // fmla v29.4s, v1.4s, v6.s[1]
+	WORD $0x4fa6105e // fmla v30.4s, v2.4s, v6.s[1]
+	WORD $0x4fa6107f // fmla v31.4s, v3.4s, v6.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f86185a // fmla v26.4s, v2.4s, v6.s[2]
+	WORD $0x4f86187b // fmla v27.4s, v3.4s, v6.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	WORD $0x4fa6181c // fmla v28.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183d // fmla v29.4s, v1.4s, v6.s[3]
+	WORD $0x4fa6185e // fmla v30.4s, v2.4s, v6.s[3]
+	WORD $0x4fa6187f // fmla v31.4s, v3.4s, v6.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	FMOVS 0(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	FMOVS 4(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	WORD $0x4f86101c // fmla v28.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103d // fmla v29.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105e // fmla v30.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107f // fmla v31.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	FMOVS 8(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	WORD $0x4e3cd718 // fadd v24.4s, v24.4s, v28.4s
+	WORD $0x4e3dd739 // fadd v25.4s, v25.4s, v29.4s
+	WORD $0x4e3ed75a // fadd v26.4s, v26.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	ADD R7, R6
+	VST1 [V24.S4, V25.S4, V26.S4, V27.S4], (R6)
+	RET
+
+// func floatF16x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF16x1NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	RET
+
+// func floatF16x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF16x2NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	RET
+
+// func floatF16x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatF16x3NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	ADD R3, R4, R5
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e3f1fff // eor v31.16b, v31.16b, v31.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 16(R5), [V6.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	WORD $0x4fa6101c // fmla v28.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103d // fmla v29.4s, v1.4s, v6.s[1]
+	WORD $0x4fa6105e // fmla v30.4s, v2.4s, v6.s[1]
+	WORD $0x4fa6107f // fmla v31.4s, v3.4s, v6.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f86185a // fmla v26.4s, v2.4s, v6.s[2]
+	WORD $0x4f86187b // fmla v27.4s, v3.4s, v6.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	WORD $0x4fa6181c // fmla v28.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183d // fmla v29.4s, v1.4s, v6.s[3]
+	WORD $0x4fa6185e // fmla v30.4s, v2.4s, v6.s[3]
+	WORD $0x4fa6187f // fmla v31.4s, v3.4s, v6.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	FMOVS 0(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	FMOVS 4(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	WORD $0x4f86101c // fmla v28.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103d // fmla v29.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105e // fmla v30.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107f // fmla v31.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	FMOVS 8(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x0e217840 // fcvtl v0.4s, v2.4h
+	WORD $0x4e217841 // fcvtl2 v1.4s, v2.8h
+	WORD $0x0e217862 // fcvtl v2.4s, v3.4h
+	WORD $0x4e217863 // fcvtl2 v3.4s, v3.8h
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	WORD $0x4e3cd718 // fadd v24.4s, v24.4s, v28.4s
+	WORD $0x4e3dd739 // fadd v25.4s, v25.4s, v29.4s
+	WORD $0x4e3ed75a // fadd v26.4s, v26.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	ADD R7, R6
+	VST1 [V24.S4, V25.S4, V26.S4, V27.S4], (R6)
+	RET
+
+// func floatBF16x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatBF16x1NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	RET
+
+// func floatBF16x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatBF16x2NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	RET
+
+// func floatBF16x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+TEXT ·floatBF16x3NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R0
+	MOVD cols+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R3
+	ADD R3, R2, R4
+	ADD R3, R4, R5
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e3f1fff // eor v31.16b, v31.16b, v31.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 16(R5), [V6.S4]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	WORD $0x4fa6101c // fmla v28.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103d // fmla v29.4s, v1.4s, v6.s[1]
+	WORD $0x4fa6105e // fmla v30.4s, v2.4s, v6.s[1]
+	WORD $0x4fa6107f // fmla v31.4s, v3.4s, v6.s[1]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f86185a // fmla v26.4s, v2.4s, v6.s[2]
+	WORD $0x4f86187b // fmla v27.4s, v3.4s, v6.s[2]
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	WORD $0x4fa6181c // fmla v28.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183d // fmla v29.4s, v1.4s, v6.s[3]
+	WORD $0x4fa6185e // fmla v30.4s, v2.4s, v6.s[3]
+	WORD $0x4fa6187f // fmla v31.4s, v3.4s, v6.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	FMOVS 0(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	FMOVS 4(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	WORD $0x4f86101c // fmla v28.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103d // fmla v29.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105e // fmla v30.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107f // fmla v31.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	FMOVS 8(R5), F6
+	VLD1.P 32(R0), [V2.H8, V3.H8]
+	WORD $0x2e613840 // shll v0.4s, v2.4h, #16
+	WORD $0x6e613841 // shll2 v1.4s, v2.8h, #16
+	WORD $0x2e613862 // shll v2.4s, v3.4h, #16
+	WORD $0x6e613863 // shll2 v3.4s, v3.8h, #16
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	WORD $0x4e3cd718 // fadd v24.4s, v24.4s, v28.4s
+	WORD $0x4e3dd739 // fadd v25.4s, v25.4s, v29.4s
+	WORD $0x4e3ed75a // fadd v26.4s, v26.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	MOVD out+32(FP), R6
+	MOVD ldo+40(FP), R7
+	LSL $2, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	ADD R7, R6
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R6)
+	ADD R7, R6
+	VST1 [V24.S4, V25.S4, V26.S4, V27.S4], (R6)
+	RET
+
+// func score1NEON(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+TEXT ·score1NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD kT+0(FP), R0
+	MOVD hd+8(FP), R1
+	MOVD q+16(FP), R2
+	LSL $2, R1, R3
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	MOVD out+24(FP), R6
+	MOVD ldo+32(FP), R7
+	MOVD cnt+40(FP), R8
+	LSL $2, R7
+	CMP $16, R8
+	BLT part
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	RET
+part:
+	CMP $0, R8
+	BLE done
+	VMOV V8.S[0], R11
+	MOVW R11, 0(R6)
+	CMP $1, R8
+	BLE done
+	VMOV V8.S[1], R11
+	MOVW R11, 4(R6)
+	CMP $2, R8
+	BLE done
+	VMOV V8.S[2], R11
+	MOVW R11, 8(R6)
+	CMP $3, R8
+	BLE done
+	VMOV V8.S[3], R11
+	MOVW R11, 12(R6)
+	CMP $4, R8
+	BLE done
+	VMOV V9.S[0], R11
+	MOVW R11, 16(R6)
+	CMP $5, R8
+	BLE done
+	VMOV V9.S[1], R11
+	MOVW R11, 20(R6)
+	CMP $6, R8
+	BLE done
+	VMOV V9.S[2], R11
+	MOVW R11, 24(R6)
+	CMP $7, R8
+	BLE done
+	VMOV V9.S[3], R11
+	MOVW R11, 28(R6)
+	CMP $8, R8
+	BLE done
+	VMOV V10.S[0], R11
+	MOVW R11, 32(R6)
+	CMP $9, R8
+	BLE done
+	VMOV V10.S[1], R11
+	MOVW R11, 36(R6)
+	CMP $10, R8
+	BLE done
+	VMOV V10.S[2], R11
+	MOVW R11, 40(R6)
+	CMP $11, R8
+	BLE done
+	VMOV V10.S[3], R11
+	MOVW R11, 44(R6)
+	CMP $12, R8
+	BLE done
+	VMOV V11.S[0], R11
+	MOVW R11, 48(R6)
+	CMP $13, R8
+	BLE done
+	VMOV V11.S[1], R11
+	MOVW R11, 52(R6)
+	CMP $14, R8
+	BLE done
+	VMOV V11.S[2], R11
+	MOVW R11, 56(R6)
+	CMP $15, R8
+	BLE done
+	VMOV V11.S[3], R11
+	MOVW R11, 60(R6)
+done:
+	RET
+
+// func score2NEON(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+TEXT ·score2NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD kT+0(FP), R0
+	MOVD hd+8(FP), R1
+	MOVD q+16(FP), R2
+	LSL $2, R1, R3
+	ADD R3, R2, R4
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	MOVD out+24(FP), R6
+	MOVD ldo+32(FP), R7
+	MOVD cnt+40(FP), R8
+	LSL $2, R7
+	ADD R7, R6, R9
+	CMP $16, R8
+	BLT part
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R9)
+	RET
+part:
+	CMP $0, R8
+	BLE done
+	VMOV V8.S[0], R11
+	MOVW R11, 0(R6)
+	VMOV V16.S[0], R11
+	MOVW R11, 0(R9)
+	CMP $1, R8
+	BLE done
+	VMOV V8.S[1], R11
+	MOVW R11, 4(R6)
+	VMOV V16.S[1], R11
+	MOVW R11, 4(R9)
+	CMP $2, R8
+	BLE done
+	VMOV V8.S[2], R11
+	MOVW R11, 8(R6)
+	VMOV V16.S[2], R11
+	MOVW R11, 8(R9)
+	CMP $3, R8
+	BLE done
+	VMOV V8.S[3], R11
+	MOVW R11, 12(R6)
+	VMOV V16.S[3], R11
+	MOVW R11, 12(R9)
+	CMP $4, R8
+	BLE done
+	VMOV V9.S[0], R11
+	MOVW R11, 16(R6)
+	VMOV V17.S[0], R11
+	MOVW R11, 16(R9)
+	CMP $5, R8
+	BLE done
+	VMOV V9.S[1], R11
+	MOVW R11, 20(R6)
+	VMOV V17.S[1], R11
+	MOVW R11, 20(R9)
+	CMP $6, R8
+	BLE done
+	VMOV V9.S[2], R11
+	MOVW R11, 24(R6)
+	VMOV V17.S[2], R11
+	MOVW R11, 24(R9)
+	CMP $7, R8
+	BLE done
+	VMOV V9.S[3], R11
+	MOVW R11, 28(R6)
+	VMOV V17.S[3], R11
+	MOVW R11, 28(R9)
+	CMP $8, R8
+	BLE done
+	VMOV V10.S[0], R11
+	MOVW R11, 32(R6)
+	VMOV V18.S[0], R11
+	MOVW R11, 32(R9)
+	CMP $9, R8
+	BLE done
+	VMOV V10.S[1], R11
+	MOVW R11, 36(R6)
+	VMOV V18.S[1], R11
+	MOVW R11, 36(R9)
+	CMP $10, R8
+	BLE done
+	VMOV V10.S[2], R11
+	MOVW R11, 40(R6)
+	VMOV V18.S[2], R11
+	MOVW R11, 40(R9)
+	CMP $11, R8
+	BLE done
+	VMOV V10.S[3], R11
+	MOVW R11, 44(R6)
+	VMOV V18.S[3], R11
+	MOVW R11, 44(R9)
+	CMP $12, R8
+	BLE done
+	VMOV V11.S[0], R11
+	MOVW R11, 48(R6)
+	VMOV V19.S[0], R11
+	MOVW R11, 48(R9)
+	CMP $13, R8
+	BLE done
+	VMOV V11.S[1], R11
+	MOVW R11, 52(R6)
+	VMOV V19.S[1], R11
+	MOVW R11, 52(R9)
+	CMP $14, R8
+	BLE done
+	VMOV V11.S[2], R11
+	MOVW R11, 56(R6)
+	VMOV V19.S[2], R11
+	MOVW R11, 56(R9)
+	CMP $15, R8
+	BLE done
+	VMOV V11.S[3], R11
+	MOVW R11, 60(R6)
+	VMOV V19.S[3], R11
+	MOVW R11, 60(R9)
+done:
+	RET
+
+// func score3NEON(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+TEXT ·score3NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD kT+0(FP), R0
+	MOVD hd+8(FP), R1
+	MOVD q+16(FP), R2
+	LSL $2, R1, R3
+	ADD R3, R2, R4
+	ADD R3, R4, R5
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e3f1fff // eor v31.16b, v31.16b, v31.16b
+quad:
+	CMP $4, R1
+	BLT tail
+	VLD1.P 16(R2), [V4.S4]
+	VLD1.P 16(R4), [V5.S4]
+	VLD1.P 16(R5), [V6.S4]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4100c // fmla v12.4s, v0.4s, v4.s[1]
+	WORD $0x4fa4102d // fmla v13.4s, v1.4s, v4.s[1]
+	WORD $0x4fa4104e // fmla v14.4s, v2.4s, v4.s[1]
+	WORD $0x4fa4106f // fmla v15.4s, v3.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa51056 // fmla v22.4s, v2.4s, v5.s[1]
+	WORD $0x4fa51077 // fmla v23.4s, v3.4s, v5.s[1]
+	WORD $0x4fa6101c // fmla v28.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103d // fmla v29.4s, v1.4s, v6.s[1]
+	WORD $0x4fa6105e // fmla v30.4s, v2.4s, v6.s[1]
+	WORD $0x4fa6107f // fmla v31.4s, v3.4s, v6.s[1]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841808 // fmla v8.4s, v0.4s, v4.s[2]
+	WORD $0x4f841829 // fmla v9.4s, v1.4s, v4.s[2]
+	WORD $0x4f84184a // fmla v10.4s, v2.4s, v4.s[2]
+	WORD $0x4f84186b // fmla v11.4s, v3.4s, v4.s[2]
+	WORD $0x4f851810 // fmla v16.4s, v0.4s, v5.s[2]
+	WORD $0x4f851831 // fmla v17.4s, v1.4s, v5.s[2]
+	WORD $0x4f851852 // fmla v18.4s, v2.4s, v5.s[2]
+	WORD $0x4f851873 // fmla v19.4s, v3.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f86185a // fmla v26.4s, v2.4s, v6.s[2]
+	WORD $0x4f86187b // fmla v27.4s, v3.4s, v6.s[2]
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4fa4180c // fmla v12.4s, v0.4s, v4.s[3]
+	WORD $0x4fa4182d // fmla v13.4s, v1.4s, v4.s[3]
+	WORD $0x4fa4184e // fmla v14.4s, v2.4s, v4.s[3]
+	WORD $0x4fa4186f // fmla v15.4s, v3.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa51856 // fmla v22.4s, v2.4s, v5.s[3]
+	WORD $0x4fa51877 // fmla v23.4s, v3.4s, v5.s[3]
+	WORD $0x4fa6181c // fmla v28.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183d // fmla v29.4s, v1.4s, v6.s[3]
+	WORD $0x4fa6185e // fmla v30.4s, v2.4s, v6.s[3]
+	WORD $0x4fa6187f // fmla v31.4s, v3.4s, v6.s[3]
+	SUB $4, R1
+	B quad
+tail:
+	CBZ R1, sum
+	FMOVS 0(R2), F4
+	FMOVS 0(R4), F5
+	FMOVS 0(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 4(R2), F4
+	FMOVS 4(R4), F5
+	FMOVS 4(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f84100c // fmla v12.4s, v0.4s, v4.s[0]
+	WORD $0x4f84102d // fmla v13.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104e // fmla v14.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106f // fmla v15.4s, v3.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f851056 // fmla v22.4s, v2.4s, v5.s[0]
+	WORD $0x4f851077 // fmla v23.4s, v3.4s, v5.s[0]
+	WORD $0x4f86101c // fmla v28.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103d // fmla v29.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105e // fmla v30.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107f // fmla v31.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+	CBZ R1, sum
+	FMOVS 8(R2), F4
+	FMOVS 8(R4), F5
+	FMOVS 8(R5), F6
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f851010 // fmla v16.4s, v0.4s, v5.s[0]
+	WORD $0x4f851031 // fmla v17.4s, v1.4s, v5.s[0]
+	WORD $0x4f851052 // fmla v18.4s, v2.4s, v5.s[0]
+	WORD $0x4f851073 // fmla v19.4s, v3.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f86105a // fmla v26.4s, v2.4s, v6.s[0]
+	WORD $0x4f86107b // fmla v27.4s, v3.4s, v6.s[0]
+	SUB $1, R1
+sum:
+	WORD $0x4e2cd508 // fadd v8.4s, v8.4s, v12.4s
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	WORD $0x4e2ed54a // fadd v10.4s, v10.4s, v14.4s
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	WORD $0x4e35d631 // fadd v17.4s, v17.4s, v21.4s
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e37d673 // fadd v19.4s, v19.4s, v23.4s
+	WORD $0x4e3cd718 // fadd v24.4s, v24.4s, v28.4s
+	WORD $0x4e3dd739 // fadd v25.4s, v25.4s, v29.4s
+	WORD $0x4e3ed75a // fadd v26.4s, v26.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	MOVD out+24(FP), R6
+	MOVD ldo+32(FP), R7
+	MOVD cnt+40(FP), R8
+	LSL $2, R7
+	ADD R7, R6, R9
+	ADD R7, R9, R10
+	CMP $16, R8
+	BLT part
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R6)
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R9)
+	VST1 [V24.S4, V25.S4, V26.S4, V27.S4], (R10)
+	RET
+part:
+	CMP $0, R8
+	BLE done
+	VMOV V8.S[0], R11
+	MOVW R11, 0(R6)
+	VMOV V16.S[0], R11
+	MOVW R11, 0(R9)
+	VMOV V24.S[0], R11
+	MOVW R11, 0(R10)
+	CMP $1, R8
+	BLE done
+	VMOV V8.S[1], R11
+	MOVW R11, 4(R6)
+	VMOV V16.S[1], R11
+	MOVW R11, 4(R9)
+	VMOV V24.S[1], R11
+	MOVW R11, 4(R10)
+	CMP $2, R8
+	BLE done
+	VMOV V8.S[2], R11
+	MOVW R11, 8(R6)
+	VMOV V16.S[2], R11
+	MOVW R11, 8(R9)
+	VMOV V24.S[2], R11
+	MOVW R11, 8(R10)
+	CMP $3, R8
+	BLE done
+	VMOV V8.S[3], R11
+	MOVW R11, 12(R6)
+	VMOV V16.S[3], R11
+	MOVW R11, 12(R9)
+	VMOV V24.S[3], R11
+	MOVW R11, 12(R10)
+	CMP $4, R8
+	BLE done
+	VMOV V9.S[0], R11
+	MOVW R11, 16(R6)
+	VMOV V17.S[0], R11
+	MOVW R11, 16(R9)
+	VMOV V25.S[0], R11
+	MOVW R11, 16(R10)
+	CMP $5, R8
+	BLE done
+	VMOV V9.S[1], R11
+	MOVW R11, 20(R6)
+	VMOV V17.S[1], R11
+	MOVW R11, 20(R9)
+	VMOV V25.S[1], R11
+	MOVW R11, 20(R10)
+	CMP $6, R8
+	BLE done
+	VMOV V9.S[2], R11
+	MOVW R11, 24(R6)
+	VMOV V17.S[2], R11
+	MOVW R11, 24(R9)
+	VMOV V25.S[2], R11
+	MOVW R11, 24(R10)
+	CMP $7, R8
+	BLE done
+	VMOV V9.S[3], R11
+	MOVW R11, 28(R6)
+	VMOV V17.S[3], R11
+	MOVW R11, 28(R9)
+	VMOV V25.S[3], R11
+	MOVW R11, 28(R10)
+	CMP $8, R8
+	BLE done
+	VMOV V10.S[0], R11
+	MOVW R11, 32(R6)
+	VMOV V18.S[0], R11
+	MOVW R11, 32(R9)
+	VMOV V26.S[0], R11
+	MOVW R11, 32(R10)
+	CMP $9, R8
+	BLE done
+	VMOV V10.S[1], R11
+	MOVW R11, 36(R6)
+	VMOV V18.S[1], R11
+	MOVW R11, 36(R9)
+	VMOV V26.S[1], R11
+	MOVW R11, 36(R10)
+	CMP $10, R8
+	BLE done
+	VMOV V10.S[2], R11
+	MOVW R11, 40(R6)
+	VMOV V18.S[2], R11
+	MOVW R11, 40(R9)
+	VMOV V26.S[2], R11
+	MOVW R11, 40(R10)
+	CMP $11, R8
+	BLE done
+	VMOV V10.S[3], R11
+	MOVW R11, 44(R6)
+	VMOV V18.S[3], R11
+	MOVW R11, 44(R9)
+	VMOV V26.S[3], R11
+	MOVW R11, 44(R10)
+	CMP $12, R8
+	BLE done
+	VMOV V11.S[0], R11
+	MOVW R11, 48(R6)
+	VMOV V19.S[0], R11
+	MOVW R11, 48(R9)
+	VMOV V27.S[0], R11
+	MOVW R11, 48(R10)
+	CMP $13, R8
+	BLE done
+	VMOV V11.S[1], R11
+	MOVW R11, 52(R6)
+	VMOV V19.S[1], R11
+	MOVW R11, 52(R9)
+	VMOV V27.S[1], R11
+	MOVW R11, 52(R10)
+	CMP $14, R8
+	BLE done
+	VMOV V11.S[2], R11
+	MOVW R11, 56(R6)
+	VMOV V19.S[2], R11
+	MOVW R11, 56(R9)
+	VMOV V27.S[2], R11
+	MOVW R11, 56(R10)
+	CMP $15, R8
+	BLE done
+	VMOV V11.S[3], R11
+	MOVW R11, 60(R6)
+	VMOV V19.S[3], R11
+	MOVW R11, 60(R9)
+	VMOV V27.S[3], R11
+	MOVW R11, 60(R10)
+done:
+	RET
+
+// func weightedSum1NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+TEXT ·weightedSum1NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R10
+	MOVD ldw+8(FP), R1
+	LSL $2, R1
+	MOVD v+16(FP), R2
+	MOVD cnt+24(FP), R3
+	MOVD out+32(FP), R4
+	MOVD hd+40(FP), R5
+	LSL $2, R5
+	LSL $2, R3, R14
+	MOVD $0, R6
+dims:
+	CMP R5, R6
+	BGE done
+	ADD R6, R4, R7
+	VLD1 (R7), [V8.S4, V9.S4, V10.S4, V11.S4]
+	ADD R6, R2, R8
+	MOVD R3, R9
+rows:
+	CBZ R9, store
+	VLD1 (R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	ADD R5, R8
+	FMOVS.P 4(R10), F4
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	SUB $1, R9
+	B rows
+store:
+	SUB R14, R10
+	ADD R6, R4, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R7)
+	ADD $64, R6
+	B dims
+done:
+	RET
+
+// func weightedSum2NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+TEXT ·weightedSum2NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R10
+	MOVD ldw+8(FP), R1
+	LSL $2, R1
+	ADD R1, R10, R11
+	MOVD v+16(FP), R2
+	MOVD cnt+24(FP), R3
+	MOVD out+32(FP), R4
+	MOVD hd+40(FP), R5
+	LSL $2, R5
+	LSL $2, R3, R14
+	MOVD $0, R6
+dims:
+	CMP R5, R6
+	BGE done
+	ADD R6, R4, R7
+	VLD1 (R7), [V8.S4, V9.S4, V10.S4, V11.S4]
+	ADD R5, R7
+	VLD1 (R7), [V12.S4, V13.S4, V14.S4, V15.S4]
+	ADD R6, R2, R8
+	MOVD R3, R9
+rows:
+	CBZ R9, store
+	VLD1 (R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	ADD R5, R8
+	FMOVS.P 4(R10), F4
+	FMOVS.P 4(R11), F5
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f85100c // fmla v12.4s, v0.4s, v5.s[0]
+	WORD $0x4f85102d // fmla v13.4s, v1.4s, v5.s[0]
+	WORD $0x4f85104e // fmla v14.4s, v2.4s, v5.s[0]
+	WORD $0x4f85106f // fmla v15.4s, v3.4s, v5.s[0]
+	SUB $1, R9
+	B rows
+store:
+	SUB R14, R10
+	SUB R14, R11
+	ADD R6, R4, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R7)
+	ADD R5, R7
+	VST1 [V12.S4, V13.S4, V14.S4, V15.S4], (R7)
+	ADD $64, R6
+	B dims
+done:
+	RET
+
+// func weightedSum3NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+TEXT ·weightedSum3NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R10
+	MOVD ldw+8(FP), R1
+	LSL $2, R1
+	ADD R1, R10, R11
+	ADD R1, R11, R12
+	MOVD v+16(FP), R2
+	MOVD cnt+24(FP), R3
+	MOVD out+32(FP), R4
+	MOVD hd+40(FP), R5
+	LSL $2, R5
+	LSL $2, R3, R14
+	MOVD $0, R6
+dims:
+	CMP R5, R6
+	BGE done
+	ADD R6, R4, R7
+	VLD1 (R7), [V8.S4, V9.S4, V10.S4, V11.S4]
+	ADD R5, R7
+	VLD1 (R7), [V12.S4, V13.S4, V14.S4, V15.S4]
+	ADD R5, R7
+	VLD1 (R7), [V16.S4, V17.S4, V18.S4, V19.S4]
+	ADD R6, R2, R8
+	MOVD R3, R9
+rows:
+	CBZ R9, store
+	VLD1 (R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	ADD R5, R8
+	FMOVS.P 4(R10), F4
+	FMOVS.P 4(R11), F5
+	FMOVS.P 4(R12), F6
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f85100c // fmla v12.4s, v0.4s, v5.s[0]
+	WORD $0x4f85102d // fmla v13.4s, v1.4s, v5.s[0]
+	WORD $0x4f85104e // fmla v14.4s, v2.4s, v5.s[0]
+	WORD $0x4f85106f // fmla v15.4s, v3.4s, v5.s[0]
+	WORD $0x4f861010 // fmla v16.4s, v0.4s, v6.s[0]
+	WORD $0x4f861031 // fmla v17.4s, v1.4s, v6.s[0]
+	WORD $0x4f861052 // fmla v18.4s, v2.4s, v6.s[0]
+	WORD $0x4f861073 // fmla v19.4s, v3.4s, v6.s[0]
+	SUB $1, R9
+	B rows
+store:
+	SUB R14, R10
+	SUB R14, R11
+	SUB R14, R12
+	ADD R6, R4, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R7)
+	ADD R5, R7
+	VST1 [V12.S4, V13.S4, V14.S4, V15.S4], (R7)
+	ADD R5, R7
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R7)
+	ADD $64, R6
+	B dims
+done:
+	RET
+
+// func weightedSum4NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+TEXT ·weightedSum4NEON(SB), NOSPLIT|NOFRAME, $0-48
+	MOVD w+0(FP), R10
+	MOVD ldw+8(FP), R1
+	LSL $2, R1
+	ADD R1, R10, R11
+	ADD R1, R11, R12
+	ADD R1, R12, R13
+	MOVD v+16(FP), R2
+	MOVD cnt+24(FP), R3
+	MOVD out+32(FP), R4
+	MOVD hd+40(FP), R5
+	LSL $2, R5
+	LSL $2, R3, R14
+	MOVD $0, R6
+dims:
+	CMP R5, R6
+	BGE done
+	ADD R6, R4, R7
+	VLD1 (R7), [V8.S4, V9.S4, V10.S4, V11.S4]
+	ADD R5, R7
+	VLD1 (R7), [V12.S4, V13.S4, V14.S4, V15.S4]
+	ADD R5, R7
+	VLD1 (R7), [V16.S4, V17.S4, V18.S4, V19.S4]
+	ADD R5, R7
+	VLD1 (R7), [V20.S4, V21.S4, V22.S4, V23.S4]
+	ADD R6, R2, R8
+	MOVD R3, R9
+rows:
+	CBZ R9, store
+	VLD1 (R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	ADD R5, R8
+	FMOVS.P 4(R10), F4
+	FMOVS.P 4(R11), F5
+	FMOVS.P 4(R12), F6
+	FMOVS.P 4(R13), F7
+	WORD $0x4f841008 // fmla v8.4s, v0.4s, v4.s[0]
+	WORD $0x4f841029 // fmla v9.4s, v1.4s, v4.s[0]
+	WORD $0x4f84104a // fmla v10.4s, v2.4s, v4.s[0]
+	WORD $0x4f84106b // fmla v11.4s, v3.4s, v4.s[0]
+	WORD $0x4f85100c // fmla v12.4s, v0.4s, v5.s[0]
+	WORD $0x4f85102d // fmla v13.4s, v1.4s, v5.s[0]
+	WORD $0x4f85104e // fmla v14.4s, v2.4s, v5.s[0]
+	WORD $0x4f85106f // fmla v15.4s, v3.4s, v5.s[0]
+	WORD $0x4f861010 // fmla v16.4s, v0.4s, v6.s[0]
+	WORD $0x4f861031 // fmla v17.4s, v1.4s, v6.s[0]
+	WORD $0x4f861052 // fmla v18.4s, v2.4s, v6.s[0]
+	WORD $0x4f861073 // fmla v19.4s, v3.4s, v6.s[0]
+	WORD $0x4f871014 // fmla v20.4s, v0.4s, v7.s[0]
+	WORD $0x4f871035 // fmla v21.4s, v1.4s, v7.s[0]
+	WORD $0x4f871056 // fmla v22.4s, v2.4s, v7.s[0]
+	WORD $0x4f871077 // fmla v23.4s, v3.4s, v7.s[0]
+	SUB $1, R9
+	B rows
+store:
+	SUB R14, R10
+	SUB R14, R11
+	SUB R14, R12
+	SUB R14, R13
+	ADD R6, R4, R7
+	VST1 [V8.S4, V9.S4, V10.S4, V11.S4], (R7)
+	ADD R5, R7
+	VST1 [V12.S4, V13.S4, V14.S4, V15.S4], (R7)
+	ADD R5, R7
+	VST1 [V16.S4, V17.S4, V18.S4, V19.S4], (R7)
+	ADD R5, R7
+	VST1 [V20.S4, V21.S4, V22.S4, V23.S4], (R7)
+	ADD $64, R6
+	B dims
+done:
+	RET
+
+// func streamNEON(p *byte, n int) uint64
+TEXT ·streamNEON(SB), NOSPLIT|NOFRAME, $0-24
+	MOVD p+0(FP), R0
+	MOVD n+8(FP), R1
+	LSR $8, R1
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+loop:
+	CBZ R1, sum
+	VLD1.P 64(R0), [V0.D2, V1.D2, V2.D2, V3.D2]
+	VLD1.P 64(R0), [V4.D2, V5.D2, V6.D2, V7.D2]
+	VLD1.P 64(R0), [V8.D2, V9.D2, V10.D2, V11.D2]
+	VLD1.P 64(R0), [V12.D2, V13.D2, V14.D2, V15.D2]
+	WORD $0x4ee08610 // add v16.2d, v16.2d, v0.2d
+	WORD $0x4ee18631 // add v17.2d, v17.2d, v1.2d
+	WORD $0x4ee28652 // add v18.2d, v18.2d, v2.2d
+	WORD $0x4ee38673 // add v19.2d, v19.2d, v3.2d
+	WORD $0x4ee48694 // add v20.2d, v20.2d, v4.2d
+	WORD $0x4ee586b5 // add v21.2d, v21.2d, v5.2d
+	WORD $0x4ee686d6 // add v22.2d, v22.2d, v6.2d
+	WORD $0x4ee786f7 // add v23.2d, v23.2d, v7.2d
+	WORD $0x4ee88610 // add v16.2d, v16.2d, v8.2d
+	WORD $0x4ee98631 // add v17.2d, v17.2d, v9.2d
+	WORD $0x4eea8652 // add v18.2d, v18.2d, v10.2d
+	WORD $0x4eeb8673 // add v19.2d, v19.2d, v11.2d
+	WORD $0x4eec8694 // add v20.2d, v20.2d, v12.2d
+	WORD $0x4eed86b5 // add v21.2d, v21.2d, v13.2d
+	WORD $0x4eee86d6 // add v22.2d, v22.2d, v14.2d
+	WORD $0x4eef86f7 // add v23.2d, v23.2d, v15.2d
+	SUB $1, R1
+	B loop
+sum:
+	WORD $0x4ef48610 // add v16.2d, v16.2d, v20.2d
+	WORD $0x4ef58631 // add v17.2d, v17.2d, v21.2d
+	WORD $0x4ef68652 // add v18.2d, v18.2d, v22.2d
+	WORD $0x4ef78673 // add v19.2d, v19.2d, v23.2d
+	WORD $0x4ef28610 // add v16.2d, v16.2d, v18.2d
+	WORD $0x4ef38631 // add v17.2d, v17.2d, v19.2d
+	WORD $0x4ef18610 // add v16.2d, v16.2d, v17.2d
+	VMOV V16.D[0], R2
+	VMOV V16.D[1], R3
+	ADD R3, R2
+	MOVD R2, ret+16(FP)
+	RET

@@ -281,6 +281,91 @@ func intQ5_Kx2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 //go:noescape
 func intQ6_Kx1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// floatF32x1NEON is the NEON kernel of repacked F32 weights for 1 activation rows.
+//
+//go:noescape
+func floatF32x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x2NEON is the NEON kernel of repacked F32 weights for 2 activation rows.
+//
+//go:noescape
+func floatF32x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF32x3NEON is the NEON kernel of repacked F32 weights for 3 activation rows.
+//
+//go:noescape
+func floatF32x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x1NEON is the NEON kernel of repacked F16 weights for 1 activation rows.
+//
+//go:noescape
+func floatF16x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x2NEON is the NEON kernel of repacked F16 weights for 2 activation rows.
+//
+//go:noescape
+func floatF16x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF16x3NEON is the NEON kernel of repacked F16 weights for 3 activation rows.
+//
+//go:noescape
+func floatF16x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x1NEON is the NEON kernel of repacked BF16 weights for 1 activation rows.
+//
+//go:noescape
+func floatBF16x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x2NEON is the NEON kernel of repacked BF16 weights for 2 activation rows.
+//
+//go:noescape
+func floatBF16x2NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatBF16x3NEON is the NEON kernel of repacked BF16 weights for 3 activation rows.
+//
+//go:noescape
+func floatBF16x3NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// score1NEON scores 1 query heads against a block of 16 keys stored dimension-major.
+//
+//go:noescape
+func score1NEON(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score2NEON scores 2 query heads against a block of 16 keys stored dimension-major.
+//
+//go:noescape
+func score2NEON(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// score3NEON scores 3 query heads against a block of 16 keys stored dimension-major.
+//
+//go:noescape
+func score3NEON(kT *float32, hd int, q *float32, out *float32, ldo int, cnt int)
+
+// weightedSum1NEON adds, for each of 1 heads, the weighted sum of cnt value rows to its output, in order.
+//
+//go:noescape
+func weightedSum1NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum2NEON adds, for each of 2 heads, the weighted sum of cnt value rows to its output, in order.
+//
+//go:noescape
+func weightedSum2NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum3NEON adds, for each of 3 heads, the weighted sum of cnt value rows to its output, in order.
+//
+//go:noescape
+func weightedSum3NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// weightedSum4NEON adds, for each of 4 heads, the weighted sum of cnt value rows to its output, in order.
+//
+//go:noescape
+func weightedSum4NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd int)
+
+// streamNEON reads n bytes (a multiple of 256) at p as the product kernels read weights, and returns a checksum of them.
+//
+//go:noescape
+func streamNEON(p *byte, n int) uint64
+
 // intDotTable returns the Dot integer kernels of type t, by rows; empty for the types without.
 func intDotTable(t dtype.DType) intTable {
 	switch t {

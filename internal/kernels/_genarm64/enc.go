@@ -258,3 +258,13 @@ func fmaxv(d, n V) inst {
 	w := uint32(0x6e30f800) | uint32(n)<<5 | uint32(d)
 	return inst{w, fmt.Sprintf("fmaxv s%d, %s", int(d), n.in("4s"))}
 }
+
+// shll widens the 16-bit elements of n's low half (shll, 4h) or high half (shll2, 8h)
+// to 32 bits shifted left by 16: each bfloat16 becomes the float32 it stands for.
+func shll(d, n V, high bool) inst {
+	q, name, src := uint32(0), "shll", arr("4h")
+	if high {
+		q, name, src = 1, "shll2", "8h"
+	}
+	return misc(1, 1, q, 0b10011, d, n, fmt.Sprintf("%s %s, %s, #16", name, d.in("4s"), n.in(src)))
+}

@@ -25,6 +25,7 @@ func TestEncodings(t *testing.T) {
 		uzp1("8h", 1, 2, 3), uzp2("4s", 1, 2, 3), zip1("2d", 1, 2, 3), zip2("16b", 1, 2, 3),
 		fadd(1, 2, 3), fsub(1, 2, 3), fmul(1, 2, 3), fdiv(1, 2, 3), fmax(1, 2, 3), fmla(1, 2, 3),
 		fmulElem(1, 2, 3, 2), fmlaElem(1, 2, 20, 1), scvtf(1, 2), fcvtns(1, 2), fabs(1, 2), fcvtl(1, 2, false), fcvtl(1, 2, true), fmaxv(1, 2),
+		shll(1, 2, false), shll(3, 4, true),
 	}
 	var src strings.Builder
 	for _, in := range ins {
