@@ -3,3 +3,13 @@
 //go:build arm64 && !purego
 
 package kernels
+
+// quantize32NEON quantises blocks of 32 activations to 8-bit codes and their side data, as quantizeBlock does.
+//
+//go:noescape
+func quantize32NEON(x *float32, blocks int, codes *int8, side *uint32)
+
+// quantize256NEON quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
+//
+//go:noescape
+func quantize256NEON(x *float32, blocks int, codes *int8, side *uint32)
