@@ -15,12 +15,16 @@ import "fmt"
 
 // The fixed vector registers of the quantizers.
 const (
-	qAmax  V = 16 // the block's largest magnitude, in lane 0
-	q127   V = 17 // 127.0 in lane 0
-	qD     V = 18 // d = max/127, in lane 0
-	qID    V = 19 // id = 127/max, in lane 0
-	qZero  V = 20 // 0.0 in lane 0
-	qMin8  V = 31 // −127 in every byte: the lower clamp of the codes
+	qAmax V = 16 // the block's largest magnitude, in lane 0
+	q127  V = 17 // 127.0 in lane 0
+	qD    V = 18 // d = max/127, in lane 0
+	qID   V = 19 // id = 127/max, in lane 0
+	qZero V = 20 // 0.0 in lane 0
+	qMin8 V = 31 // −127 in every byte: the lower clamp of the codes
+)
+
+// The quantizers' signature, and the layout of the side data (act8.go).
+const (
 	qSig       = "(x *float32, blocks int, codes *int8, side *uint32)"
 	qArgs      = 32
 	qF127      = 0x42fe0000 // float32 bits of 127
