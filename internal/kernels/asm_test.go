@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -116,37 +117,88 @@ func TestQuantizeAssemblyMatchesGo(t *testing.T) {
 	}
 }
 
-// checkQuantizer compares a quantizer with the Go one on rows of awkward values.
+// checkQuantizer compares a quantizer with the Go one on rows of awkward values: each
+// value of a row may be zero, negative zero, huge, tiny, subnormal or a half-integer,
+// and one block of each row takes a whole-block pattern in turn (quantBlockCases).
 func checkQuantizer(t *testing.T, block int, quantize func(x *float32, blocks int, codes *int8, side *uint32)) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	{
-		words := sideWords(block)
-		for trial := range 200 {
-			blocks := 1 + rng.IntN(12)
-			x := randVec(rng, blocks*block)
-			for i := range x {
-				switch rng.IntN(12) {
-				case 0:
-					x[i] = 0
-				case 1:
-					x[i] *= 1e30
-				case 2:
-					x[i] *= 1e-30
-				case 3:
-					x[i] = float32(rng.IntN(9)-4) * 0.5 // ties
-				}
+	cases := quantBlockCases()
+	for trial := range 200 {
+		blocks := 1 + rng.IntN(12)
+		x := randVec(rng, blocks*block)
+		for i := range x {
+			switch rng.IntN(14) {
+			case 0:
+				x[i] = 0
+			case 1:
+				x[i] *= 1e30
+			case 2:
+				x[i] *= 1e-30
+			case 3:
+				x[i] = float32(rng.IntN(9)-4) * 0.5 // ties, where the block's max makes them so
+			case 4:
+				x[i] = float32(math.Copysign(0, -1))
+			case 5:
+				x[i] = math.Float32frombits(rng.Uint32() & 0x807fffff) // subnormal or ±0
 			}
-			if trial%7 == 0 {
-				clear(x[:block]) // an all-zero block
-			}
-			got, want := make([]int8, len(x)), make([]int8, len(x))
-			gs, ws := make([]uint32, blocks*words), make([]uint32, blocks*words)
-			quantize(&x[0], blocks, &got[0], &gs[0])
-			goQuantizeRow(x, block, want, ws)
-			require.Equal(t, want, got, "block %d, trial %d: codes", block, trial)
-			require.Equal(t, ws, gs, "block %d, trial %d: side data", block, trial)
 		}
+		b := rng.IntN(blocks) * block
+		cases[trial%len(cases)](rng, x[b:b+block])
+		matchQuantizer(t, block, quantize, x, fmt.Sprintf("trial %d, block at %d", trial, b))
 	}
+}
+
+// quantBlockCases are whole-block patterns: a block of zeros, of negative zeros;
+// exact ties (max 127·2^e, so that id = 2^−e, and values (k+½)·2^e); values at
+// exactly ±max; subnormals under a max small enough for large codes but with 127/max
+// finite; the largest float32.
+func quantBlockCases() []func(rng *rand.Rand, b []float32) {
+	return []func(rng *rand.Rand, b []float32){
+		func(_ *rand.Rand, b []float32) { clear(b) },
+		func(_ *rand.Rand, b []float32) {
+			for i := range b {
+				b[i] = float32(math.Copysign(0, -1))
+			}
+		},
+		func(rng *rand.Rand, b []float32) {
+			scale := float32(math.Ldexp(1, rng.IntN(40)-20))
+			for i := range b {
+				b[i] = (float32(rng.IntN(254)-127) + 0.5) * scale
+			}
+			b[rng.IntN(len(b))] = 127 * scale * float32(1-2*rng.IntN(2))
+		},
+		func(rng *rand.Rand, b []float32) {
+			var amax float32
+			for _, v := range b {
+				amax = max(amax, float32(math.Abs(float64(v))))
+			}
+			for range 4 {
+				b[rng.IntN(len(b))] = amax
+				b[rng.IntN(len(b))] = -amax
+			}
+		},
+		func(rng *rand.Rand, b []float32) {
+			for i := range b {
+				b[i] = math.Float32frombits(rng.Uint32() & 0x807fffff)
+			}
+			b[rng.IntN(len(b))] = -1e-36
+		},
+		func(rng *rand.Rand, b []float32) { b[rng.IntN(len(b))] = math.MaxFloat32 },
+	}
+}
+
+// matchQuantizer runs a quantizer and the Go one on the row x: the same codes and
+// side data.
+func matchQuantizer(t *testing.T, block int, quantize func(x *float32, blocks int, codes *int8, side *uint32), x []float32, what string) {
+	t.Helper()
+	blocks := len(x) / block
+	words := sideWords(block)
+	got, want := make([]int8, len(x)), make([]int8, len(x))
+	gs, ws := make([]uint32, blocks*words), make([]uint32, blocks*words)
+	quantize(&x[0], blocks, &got[0], &gs[0])
+	goQuantizeRow(x, block, want, ws)
+	require.Equal(t, want, got, "block %d, %s: codes", block, what)
+	require.Equal(t, ws, gs, "block %d, %s: side data", block, what)
 }
 
 // TestFloatAssemblyMatchesGo runs every assembly float kernel and its pure-Go twin on

@@ -67667,3 +67667,575 @@ sum:
 	ADD R3, R2
 	MOVD R2, ret+16(FP)
 	RET
+
+// func quantize32NEON(x *float32, blocks int, codes *int8, side *uint32)
+TEXT ·quantize32NEON(SB), NOSPLIT|NOFRAME, $0-32
+	MOVD x+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD codes+16(FP), R2
+	MOVD side+24(FP), R3
+	MOVW $0x42fe0000, R4
+	FMOVS R4, F17
+	FMOVS ZR, F20
+	WORD $0x4f04e43f // movi v31.16b, #0x81
+	CMP $0, R1
+	BLE done
+loop:
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4ea0f808 // fabs v8.4s, v0.4s
+	WORD $0x4ea0f829 // fabs v9.4s, v1.4s
+	WORD $0x4ea0f84a // fabs v10.4s, v2.4s
+	WORD $0x4ea0f86b // fabs v11.4s, v3.4s
+	WORD $0x4ea0f88c // fabs v12.4s, v4.4s
+	WORD $0x4ea0f8ad // fabs v13.4s, v5.4s
+	WORD $0x4ea0f8ce // fabs v14.4s, v6.4s
+	WORD $0x4ea0f8ef // fabs v15.4s, v7.4s
+	WORD $0x4e29f508 // fmax v8.4s, v8.4s, v9.4s
+	WORD $0x4e2bf54a // fmax v10.4s, v10.4s, v11.4s
+	WORD $0x4e2df58c // fmax v12.4s, v12.4s, v13.4s
+	WORD $0x4e2ff5ce // fmax v14.4s, v14.4s, v15.4s
+	WORD $0x4e2af508 // fmax v8.4s, v8.4s, v10.4s
+	WORD $0x4e2ef58c // fmax v12.4s, v12.4s, v14.4s
+	WORD $0x4e2cf508 // fmax v8.4s, v8.4s, v12.4s
+	WORD $0x6e30f910 // fmaxv s16, v8.4s
+	FDIVS F17, F16, F18
+	FDIVS F16, F17, F19
+	FCMPS $(0.0), F16
+	FCSELS GT, F18, F20, F18
+	FCSELS GT, F19, F20, F19
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e206822 // sadalp v2.8h, v1.16b
+	WORD $0x4e703842 // saddlv s2, v2.8h
+	VMOV V2.S[0], R5
+	LSL $3, R5, R6
+	NEG R6, R6
+	MOVW R6, 4(R3)
+	LSL $4, R5, R7
+	NEG R7, R7
+	MOVW R7, 8(R3)
+	LSL $7, R5, R8
+	NEG R8, R8
+	MOVW R8, 12(R3)
+	SCVTFWS R5, F3
+	FMULS F18, F3, F3
+	FMOVS F18, (R3)
+	FMOVS F3, 16(R3)
+	MOVW ZR, 20(R3)
+	MOVD ZR, 24(R3)
+	ADD $32, R3
+	SUBS $1, R1, R1
+	BNE loop
+done:
+	RET
+
+// func quantize256NEON(x *float32, blocks int, codes *int8, side *uint32)
+TEXT ·quantize256NEON(SB), NOSPLIT|NOFRAME, $0-32
+	MOVD x+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD codes+16(FP), R2
+	MOVD side+24(FP), R3
+	MOVW $0x42fe0000, R4
+	FMOVS R4, F17
+	FMOVS ZR, F20
+	WORD $0x4f04e43f // movi v31.16b, #0x81
+	CMP $0, R1
+	BLE done
+loop:
+	MOVD R0, R5
+	VLD1.P 64(R5), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4ea0f804 // fabs v4.4s, v0.4s
+	WORD $0x4ea0f825 // fabs v5.4s, v1.4s
+	WORD $0x4ea0f846 // fabs v6.4s, v2.4s
+	WORD $0x4ea0f867 // fabs v7.4s, v3.4s
+	VLD1.P 64(R5), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x4ea0f988 // fabs v8.4s, v12.4s
+	WORD $0x4ea0f9a9 // fabs v9.4s, v13.4s
+	WORD $0x4ea0f9ca // fabs v10.4s, v14.4s
+	WORD $0x4ea0f9eb // fabs v11.4s, v15.4s
+	VLD1.P 64(R5), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4ea0f800 // fabs v0.4s, v0.4s
+	WORD $0x4e20f484 // fmax v4.4s, v4.4s, v0.4s
+	WORD $0x4ea0f821 // fabs v1.4s, v1.4s
+	WORD $0x4e21f4a5 // fmax v5.4s, v5.4s, v1.4s
+	WORD $0x4ea0f842 // fabs v2.4s, v2.4s
+	WORD $0x4e22f4c6 // fmax v6.4s, v6.4s, v2.4s
+	WORD $0x4ea0f863 // fabs v3.4s, v3.4s
+	WORD $0x4e23f4e7 // fmax v7.4s, v7.4s, v3.4s
+	VLD1.P 64(R5), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x4ea0f98c // fabs v12.4s, v12.4s
+	WORD $0x4e2cf508 // fmax v8.4s, v8.4s, v12.4s
+	WORD $0x4ea0f9ad // fabs v13.4s, v13.4s
+	WORD $0x4e2df529 // fmax v9.4s, v9.4s, v13.4s
+	WORD $0x4ea0f9ce // fabs v14.4s, v14.4s
+	WORD $0x4e2ef54a // fmax v10.4s, v10.4s, v14.4s
+	WORD $0x4ea0f9ef // fabs v15.4s, v15.4s
+	WORD $0x4e2ff56b // fmax v11.4s, v11.4s, v15.4s
+	VLD1.P 64(R5), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4ea0f800 // fabs v0.4s, v0.4s
+	WORD $0x4e20f484 // fmax v4.4s, v4.4s, v0.4s
+	WORD $0x4ea0f821 // fabs v1.4s, v1.4s
+	WORD $0x4e21f4a5 // fmax v5.4s, v5.4s, v1.4s
+	WORD $0x4ea0f842 // fabs v2.4s, v2.4s
+	WORD $0x4e22f4c6 // fmax v6.4s, v6.4s, v2.4s
+	WORD $0x4ea0f863 // fabs v3.4s, v3.4s
+	WORD $0x4e23f4e7 // fmax v7.4s, v7.4s, v3.4s
+	VLD1.P 64(R5), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x4ea0f98c // fabs v12.4s, v12.4s
+	WORD $0x4e2cf508 // fmax v8.4s, v8.4s, v12.4s
+	WORD $0x4ea0f9ad // fabs v13.4s, v13.4s
+	WORD $0x4e2df529 // fmax v9.4s, v9.4s, v13.4s
+	WORD $0x4ea0f9ce // fabs v14.4s, v14.4s
+	WORD $0x4e2ef54a // fmax v10.4s, v10.4s, v14.4s
+	WORD $0x4ea0f9ef // fabs v15.4s, v15.4s
+	WORD $0x4e2ff56b // fmax v11.4s, v11.4s, v15.4s
+	VLD1.P 64(R5), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4ea0f800 // fabs v0.4s, v0.4s
+	WORD $0x4e20f484 // fmax v4.4s, v4.4s, v0.4s
+	WORD $0x4ea0f821 // fabs v1.4s, v1.4s
+	WORD $0x4e21f4a5 // fmax v5.4s, v5.4s, v1.4s
+	WORD $0x4ea0f842 // fabs v2.4s, v2.4s
+	WORD $0x4e22f4c6 // fmax v6.4s, v6.4s, v2.4s
+	WORD $0x4ea0f863 // fabs v3.4s, v3.4s
+	WORD $0x4e23f4e7 // fmax v7.4s, v7.4s, v3.4s
+	VLD1.P 64(R5), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x4ea0f98c // fabs v12.4s, v12.4s
+	WORD $0x4e2cf508 // fmax v8.4s, v8.4s, v12.4s
+	WORD $0x4ea0f9ad // fabs v13.4s, v13.4s
+	WORD $0x4e2df529 // fmax v9.4s, v9.4s, v13.4s
+	WORD $0x4ea0f9ce // fabs v14.4s, v14.4s
+	WORD $0x4e2ef54a // fmax v10.4s, v10.4s, v14.4s
+	WORD $0x4ea0f9ef // fabs v15.4s, v15.4s
+	WORD $0x4e2ff56b // fmax v11.4s, v11.4s, v15.4s
+	VLD1.P 64(R5), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4ea0f800 // fabs v0.4s, v0.4s
+	WORD $0x4e20f484 // fmax v4.4s, v4.4s, v0.4s
+	WORD $0x4ea0f821 // fabs v1.4s, v1.4s
+	WORD $0x4e21f4a5 // fmax v5.4s, v5.4s, v1.4s
+	WORD $0x4ea0f842 // fabs v2.4s, v2.4s
+	WORD $0x4e22f4c6 // fmax v6.4s, v6.4s, v2.4s
+	WORD $0x4ea0f863 // fabs v3.4s, v3.4s
+	WORD $0x4e23f4e7 // fmax v7.4s, v7.4s, v3.4s
+	VLD1.P 64(R5), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x4ea0f98c // fabs v12.4s, v12.4s
+	WORD $0x4e2cf508 // fmax v8.4s, v8.4s, v12.4s
+	WORD $0x4ea0f9ad // fabs v13.4s, v13.4s
+	WORD $0x4e2df529 // fmax v9.4s, v9.4s, v13.4s
+	WORD $0x4ea0f9ce // fabs v14.4s, v14.4s
+	WORD $0x4e2ef54a // fmax v10.4s, v10.4s, v14.4s
+	WORD $0x4ea0f9ef // fabs v15.4s, v15.4s
+	WORD $0x4e2ff56b // fmax v11.4s, v11.4s, v15.4s
+	VLD1.P 64(R5), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4ea0f800 // fabs v0.4s, v0.4s
+	WORD $0x4e20f484 // fmax v4.4s, v4.4s, v0.4s
+	WORD $0x4ea0f821 // fabs v1.4s, v1.4s
+	WORD $0x4e21f4a5 // fmax v5.4s, v5.4s, v1.4s
+	WORD $0x4ea0f842 // fabs v2.4s, v2.4s
+	WORD $0x4e22f4c6 // fmax v6.4s, v6.4s, v2.4s
+	WORD $0x4ea0f863 // fabs v3.4s, v3.4s
+	WORD $0x4e23f4e7 // fmax v7.4s, v7.4s, v3.4s
+	VLD1.P 64(R5), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x4ea0f98c // fabs v12.4s, v12.4s
+	WORD $0x4e2cf508 // fmax v8.4s, v8.4s, v12.4s
+	WORD $0x4ea0f9ad // fabs v13.4s, v13.4s
+	WORD $0x4e2df529 // fmax v9.4s, v9.4s, v13.4s
+	WORD $0x4ea0f9ce // fabs v14.4s, v14.4s
+	WORD $0x4e2ef54a // fmax v10.4s, v10.4s, v14.4s
+	WORD $0x4ea0f9ef // fabs v15.4s, v15.4s
+	WORD $0x4e2ff56b // fmax v11.4s, v11.4s, v15.4s
+	VLD1.P 64(R5), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4ea0f800 // fabs v0.4s, v0.4s
+	WORD $0x4e20f484 // fmax v4.4s, v4.4s, v0.4s
+	WORD $0x4ea0f821 // fabs v1.4s, v1.4s
+	WORD $0x4e21f4a5 // fmax v5.4s, v5.4s, v1.4s
+	WORD $0x4ea0f842 // fabs v2.4s, v2.4s
+	WORD $0x4e22f4c6 // fmax v6.4s, v6.4s, v2.4s
+	WORD $0x4ea0f863 // fabs v3.4s, v3.4s
+	WORD $0x4e23f4e7 // fmax v7.4s, v7.4s, v3.4s
+	VLD1.P 64(R5), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x4ea0f98c // fabs v12.4s, v12.4s
+	WORD $0x4e2cf508 // fmax v8.4s, v8.4s, v12.4s
+	WORD $0x4ea0f9ad // fabs v13.4s, v13.4s
+	WORD $0x4e2df529 // fmax v9.4s, v9.4s, v13.4s
+	WORD $0x4ea0f9ce // fabs v14.4s, v14.4s
+	WORD $0x4e2ef54a // fmax v10.4s, v10.4s, v14.4s
+	WORD $0x4ea0f9ef // fabs v15.4s, v15.4s
+	WORD $0x4e2ff56b // fmax v11.4s, v11.4s, v15.4s
+	VLD1.P 64(R5), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD $0x4ea0f800 // fabs v0.4s, v0.4s
+	WORD $0x4e20f484 // fmax v4.4s, v4.4s, v0.4s
+	WORD $0x4ea0f821 // fabs v1.4s, v1.4s
+	WORD $0x4e21f4a5 // fmax v5.4s, v5.4s, v1.4s
+	WORD $0x4ea0f842 // fabs v2.4s, v2.4s
+	WORD $0x4e22f4c6 // fmax v6.4s, v6.4s, v2.4s
+	WORD $0x4ea0f863 // fabs v3.4s, v3.4s
+	WORD $0x4e23f4e7 // fmax v7.4s, v7.4s, v3.4s
+	VLD1.P 64(R5), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x4ea0f98c // fabs v12.4s, v12.4s
+	WORD $0x4e2cf508 // fmax v8.4s, v8.4s, v12.4s
+	WORD $0x4ea0f9ad // fabs v13.4s, v13.4s
+	WORD $0x4e2df529 // fmax v9.4s, v9.4s, v13.4s
+	WORD $0x4ea0f9ce // fabs v14.4s, v14.4s
+	WORD $0x4e2ef54a // fmax v10.4s, v10.4s, v14.4s
+	WORD $0x4ea0f9ef // fabs v15.4s, v15.4s
+	WORD $0x4e2ff56b // fmax v11.4s, v11.4s, v15.4s
+	WORD $0x4e25f484 // fmax v4.4s, v4.4s, v5.4s
+	WORD $0x4e27f4c6 // fmax v6.4s, v6.4s, v7.4s
+	WORD $0x4e29f508 // fmax v8.4s, v8.4s, v9.4s
+	WORD $0x4e2bf54a // fmax v10.4s, v10.4s, v11.4s
+	WORD $0x4e26f484 // fmax v4.4s, v4.4s, v6.4s
+	WORD $0x4e2af508 // fmax v8.4s, v8.4s, v10.4s
+	WORD $0x4e28f484 // fmax v4.4s, v4.4s, v8.4s
+	WORD $0x6e30f890 // fmaxv s16, v4.4s
+	FDIVS F17, F16, F18
+	FDIVS F16, F17, F19
+	FCMPS $(0.0), F16
+	FCSELS GT, F18, F20, F18
+	FCSELS GT, F19, F20, F19
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e202823 // saddlp v3.8h, v1.16b
+	WORD $0x4e63bc48 // addp v8.8h, v2.8h, v3.8h
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e202823 // saddlp v3.8h, v1.16b
+	WORD $0x4e63bc49 // addp v9.8h, v2.8h, v3.8h
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e202823 // saddlp v3.8h, v1.16b
+	WORD $0x4e63bc4a // addp v10.8h, v2.8h, v3.8h
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e202823 // saddlp v3.8h, v1.16b
+	WORD $0x4e63bc4b // addp v11.8h, v2.8h, v3.8h
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e202823 // saddlp v3.8h, v1.16b
+	WORD $0x4e63bc4c // addp v12.8h, v2.8h, v3.8h
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e202823 // saddlp v3.8h, v1.16b
+	WORD $0x4e63bc4d // addp v13.8h, v2.8h, v3.8h
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e202823 // saddlp v3.8h, v1.16b
+	WORD $0x4e63bc4e // addp v14.8h, v2.8h, v3.8h
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f939000 // fmul v0.4s, v0.4s, v19.s[0]
+	WORD $0x4f939021 // fmul v1.4s, v1.4s, v19.s[0]
+	WORD $0x4f939042 // fmul v2.4s, v2.4s, v19.s[0]
+	WORD $0x4f939063 // fmul v3.4s, v3.4s, v19.s[0]
+	WORD $0x4f939084 // fmul v4.4s, v4.4s, v19.s[0]
+	WORD $0x4f9390a5 // fmul v5.4s, v5.4s, v19.s[0]
+	WORD $0x4f9390c6 // fmul v6.4s, v6.4s, v19.s[0]
+	WORD $0x4f9390e7 // fmul v7.4s, v7.4s, v19.s[0]
+	WORD $0x4e21a800 // fcvtns v0.4s, v0.4s
+	WORD $0x4e21a821 // fcvtns v1.4s, v1.4s
+	WORD $0x4e21a842 // fcvtns v2.4s, v2.4s
+	WORD $0x4e21a863 // fcvtns v3.4s, v3.4s
+	WORD $0x4e21a884 // fcvtns v4.4s, v4.4s
+	WORD $0x4e21a8a5 // fcvtns v5.4s, v5.4s
+	WORD $0x4e21a8c6 // fcvtns v6.4s, v6.4s
+	WORD $0x4e21a8e7 // fcvtns v7.4s, v7.4s
+	WORD $0x0e614800 // sqxtn v0.4h, v0.4s
+	WORD $0x4e614820 // sqxtn2 v0.8h, v1.4s
+	WORD $0x0e614842 // sqxtn v2.4h, v2.4s
+	WORD $0x4e614862 // sqxtn2 v2.8h, v3.4s
+	WORD $0x0e614884 // sqxtn v4.4h, v4.4s
+	WORD $0x4e6148a4 // sqxtn2 v4.8h, v5.4s
+	WORD $0x0e6148c6 // sqxtn v6.4h, v6.4s
+	WORD $0x4e6148e6 // sqxtn2 v6.8h, v7.4s
+	WORD $0x0e214800 // sqxtn v0.8b, v0.8h
+	WORD $0x4e214840 // sqxtn2 v0.16b, v2.8h
+	WORD $0x0e214881 // sqxtn v1.8b, v4.8h
+	WORD $0x4e2148c1 // sqxtn2 v1.16b, v6.8h
+	WORD $0x4e3f6400 // smax v0.16b, v0.16b, v31.16b
+	WORD $0x4e3f6421 // smax v1.16b, v1.16b, v31.16b
+	VST1.P [V0.B16, V1.B16], 32(R2)
+	WORD $0x4e202802 // saddlp v2.8h, v0.16b
+	WORD $0x4e202823 // saddlp v3.8h, v1.16b
+	WORD $0x4e63bc4f // addp v15.8h, v2.8h, v3.8h
+	WORD $0x4e69bd15 // addp v21.8h, v8.8h, v9.8h
+	WORD $0x4e6bbd56 // addp v22.8h, v10.8h, v11.8h
+	WORD $0x4e6dbd97 // addp v23.8h, v12.8h, v13.8h
+	WORD $0x4e6fbdd8 // addp v24.8h, v14.8h, v15.8h
+	WORD $0x4e76beb9 // addp v25.8h, v21.8h, v22.8h
+	WORD $0x4e78befa // addp v26.8h, v23.8h, v24.8h
+	WORD $0x4e7abf3b // addp v27.8h, v25.8h, v26.8h
+	WORD $0x6e60bb3c // neg v28.8h, v25.8h
+	WORD $0x6e60bb5d // neg v29.8h, v26.8h
+	WORD $0x0f15a795 // sshll v21.4s, v28.4h, #5
+	WORD $0x4f15a796 // sshll2 v22.4s, v28.8h, #5
+	WORD $0x0f15a7b7 // sshll v23.4s, v29.4h, #5
+	WORD $0x4f15a7b8 // sshll2 v24.4s, v29.8h, #5
+	FMOVS F18, (R3)
+	FMOVQ F27, 4(R3)
+	FMOVQ F21, 20(R3)
+	FMOVQ F22, 36(R3)
+	FMOVQ F23, 52(R3)
+	FMOVQ F24, 68(R3)
+	FMOVQ F28, 84(R3)
+	FMOVQ F29, 100(R3)
+	MOVW ZR, 116(R3)
+	MOVD ZR, 120(R3)
+	ADD $128, R3
+	SUBS $1, R1, R1
+	BNE loop
+done:
+	RET

@@ -366,6 +366,16 @@ func weightedSum4NEON(w *float32, ldw int, v *float32, cnt int, out *float32, hd
 //go:noescape
 func streamNEON(p *byte, n int) uint64
 
+// quantize32NEON quantises blocks of 32 activations to 8-bit codes and their side data, as quantizeBlock does.
+//
+//go:noescape
+func quantize32NEON(x *float32, blocks int, codes *int8, side *uint32)
+
+// quantize256NEON quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
+//
+//go:noescape
+func quantize256NEON(x *float32, blocks int, codes *int8, side *uint32)
+
 // intDotTable returns the Dot integer kernels of type t, by rows; empty for the types without.
 func intDotTable(t dtype.DType) intTable {
 	switch t {

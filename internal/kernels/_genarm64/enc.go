@@ -268,3 +268,42 @@ func shll(d, n V, high bool) inst {
 	}
 	return misc(1, 1, q, 0b10011, d, n, fmt.Sprintf("%s %s, %s, #16", name, d.in("4s"), n.in(src)))
 }
+
+// sqxtn2 narrows the 8h (or 4s) elements of n into the high half of d (16b or 8h),
+// saturating, and keeps d's low half: after sqxtn, it completes a full register.
+func sqxtn2(src arr, d, n V) inst {
+	size, _ := src.sizeQ()
+	to := map[arr]arr{"8h": "16b", "4s": "8h", "2d": "4s"}[src]
+	return misc(0, size-1, 1, 0b10100, d, n, fmt.Sprintf("sqxtn2 %s, %s", d.in(to), n.in(src)))
+}
+
+// neg negates each element of n (wrapping).
+func neg(a arr, d, n V) inst {
+	size, q := a.sizeQ()
+	return misc(1, size, q, 0b01011, d, n, fmt.Sprintf("neg %s, %s", d.in(a), n.in(a)))
+}
+
+// saddlv sums the signed 16-bit lanes of n.8h into the 32-bit scalar s<d>, exactly.
+func saddlv(d, n V) inst {
+	w := uint32(1)<<30 | 0b01110<<24 | 1<<22 | 0b11000<<17 | 0b00011<<12 | 0b10<<10 | uint32(n)<<5 | uint32(d)
+	return inst{w, fmt.Sprintf("saddlv s%d, %s", int(d), n.in("8h"))}
+}
+
+// movi16b sets every byte of d to imm.
+func movi16b(d V, imm uint8) inst {
+	abc, defgh := uint32(imm>>5), uint32(imm&31)
+	w := uint32(0x4f00e400) | abc<<16 | defgh<<5 | uint32(d)
+	return inst{w, fmt.Sprintf("movi %s, #0x%x", d.in("16b"), imm)}
+}
+
+// sshll widens the low (8b, 4h) or high (16b, 8h: sshll2) half of n, signed, and
+// shifts each element left by s (less than the source element's bits).
+func sshll(src arr, d, n V, s int) inst {
+	size, q := src.sizeQ()
+	wide := map[uint32]arr{0: "8h", 1: "4s", 2: "2d"}[size]
+	name := "sshll"
+	if q == 1 {
+		name += "2"
+	}
+	return shiftImm(0, q, uint32(8)<<size+uint32(s), 0b10100, d, n, fmt.Sprintf("%s %s, %s, #%d", name, d.in(wide), n.in(src), s))
+}

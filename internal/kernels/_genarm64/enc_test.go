@@ -26,6 +26,8 @@ func TestEncodings(t *testing.T) {
 		fadd(1, 2, 3), fsub(1, 2, 3), fmul(1, 2, 3), fdiv(1, 2, 3), fmax(1, 2, 3), fmla(1, 2, 3),
 		fmulElem(1, 2, 3, 2), fmlaElem(1, 2, 20, 1), scvtf(1, 2), fcvtns(1, 2), fabs(1, 2), fcvtl(1, 2, false), fcvtl(1, 2, true), fmaxv(1, 2),
 		shll(1, 2, false), shll(3, 4, true),
+		sqxtn2("4s", 1, 2), sqxtn2("8h", 3, 4), neg("8h", 1, 2), neg("4s", 5, 6), saddlv(1, 2), movi16b(31, 0x81), movi16b(3, 0x7f),
+		sshll("4h", 1, 2, 5), sshll("8h", 3, 4, 5), sshll("8b", 5, 6, 1),
 	}
 	var src strings.Builder
 	for _, in := range ins {
