@@ -20727,3 +20727,5864 @@ loop:
 	B loop
 done:
 	RET
+
+// func intQ8_0x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x2I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 0(R3), F9
+	FMOVQ 16(R2), F10
+	FMOVQ 16(R3), F11
+	WORD $0x4ec9390c // zip1 v12.2d, v8.2d, v9.2d
+	WORD $0x4ec9790d // zip2 v13.2d, v8.2d, v9.2d
+	WORD $0x4ecb3949 // zip1 v9.2d, v10.2d, v11.2d
+	WORD $0x4ecb7948 // zip2 v8.2d, v10.2d, v11.2d
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 32(R0), F14
+	FMOVQ 96(R0), F15
+	WORD $0x4e8f39d0 // zip1 v16.4s, v14.4s, v15.4s
+	WORD $0x4e8f79d1 // zip2 v17.4s, v14.4s, v15.4s
+	WORD $0x4e8ca60b // smmla v11.4s, v16.16b, v12.16b
+	WORD $0x4e8ca62a // smmla v10.4s, v17.16b, v12.16b
+	FMOVQ 160(R0), F17
+	FMOVQ 224(R0), F16
+	WORD $0x4e903a2f // zip1 v15.4s, v17.4s, v16.4s
+	WORD $0x4e907a2e // zip2 v14.4s, v17.4s, v16.4s
+	WORD $0x4e8da5eb // smmla v11.4s, v15.16b, v13.16b
+	WORD $0x4e8da5ca // smmla v10.4s, v14.16b, v13.16b
+	FMOVQ 288(R0), F14
+	FMOVQ 352(R0), F15
+	WORD $0x4e8f39d0 // zip1 v16.4s, v14.4s, v15.4s
+	WORD $0x4e8f79d1 // zip2 v17.4s, v14.4s, v15.4s
+	WORD $0x4e89a60b // smmla v11.4s, v16.16b, v9.16b
+	WORD $0x4e89a62a // smmla v10.4s, v17.16b, v9.16b
+	FMOVQ 416(R0), F17
+	FMOVQ 480(R0), F16
+	WORD $0x4e903a2f // zip1 v15.4s, v17.4s, v16.4s
+	WORD $0x4e907a2e // zip2 v14.4s, v17.4s, v16.4s
+	WORD $0x4e88a5eb // smmla v11.4s, v15.16b, v8.16b
+	WORD $0x4e88a5ca // smmla v10.4s, v14.16b, v8.16b
+	WORD $0x4e8a196e // uzp1 v14.4s, v11.4s, v10.4s
+	WORD $0x4e8a596a // uzp2 v10.4s, v11.4s, v10.4s
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	WORD $0x4e2ed400 // fadd v0.4s, v0.4s, v14.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	WORD $0x4e2ad484 // fadd v4.4s, v4.4s, v10.4s
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 48(R0), F16
+	FMOVQ 112(R0), F10
+	WORD $0x4e8a3a0e // zip1 v14.4s, v16.4s, v10.4s
+	WORD $0x4e8a7a11 // zip2 v17.4s, v16.4s, v10.4s
+	WORD $0x4e8ca5cb // smmla v11.4s, v14.16b, v12.16b
+	WORD $0x4e8ca62f // smmla v15.4s, v17.16b, v12.16b
+	FMOVQ 176(R0), F17
+	FMOVQ 240(R0), F14
+	WORD $0x4e8e3a2a // zip1 v10.4s, v17.4s, v14.4s
+	WORD $0x4e8e7a30 // zip2 v16.4s, v17.4s, v14.4s
+	WORD $0x4e8da54b // smmla v11.4s, v10.16b, v13.16b
+	WORD $0x4e8da60f // smmla v15.4s, v16.16b, v13.16b
+	FMOVQ 304(R0), F16
+	FMOVQ 368(R0), F10
+	WORD $0x4e8a3a0e // zip1 v14.4s, v16.4s, v10.4s
+	WORD $0x4e8a7a11 // zip2 v17.4s, v16.4s, v10.4s
+	WORD $0x4e89a5cb // smmla v11.4s, v14.16b, v9.16b
+	WORD $0x4e89a62f // smmla v15.4s, v17.16b, v9.16b
+	FMOVQ 432(R0), F17
+	FMOVQ 496(R0), F14
+	WORD $0x4e8e3a2a // zip1 v10.4s, v17.4s, v14.4s
+	WORD $0x4e8e7a30 // zip2 v16.4s, v17.4s, v14.4s
+	WORD $0x4e88a54b // smmla v11.4s, v10.16b, v8.16b
+	WORD $0x4e88a60f // smmla v15.4s, v16.16b, v8.16b
+	WORD $0x4e8f1970 // uzp1 v16.4s, v11.4s, v15.4s
+	WORD $0x4e8f596f // uzp2 v15.4s, v11.4s, v15.4s
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a916e // fmul v14.4s, v11.4s, v10.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	WORD $0x4e30d421 // fadd v1.4s, v1.4s, v16.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e916a // fmul v10.4s, v11.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2addef // fmul v15.4s, v15.4s, v10.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 64(R0), F14
+	FMOVQ 128(R0), F15
+	WORD $0x4e8f39d0 // zip1 v16.4s, v14.4s, v15.4s
+	WORD $0x4e8f79d1 // zip2 v17.4s, v14.4s, v15.4s
+	WORD $0x4e8ca60b // smmla v11.4s, v16.16b, v12.16b
+	WORD $0x4e8ca62a // smmla v10.4s, v17.16b, v12.16b
+	FMOVQ 192(R0), F17
+	FMOVQ 256(R0), F16
+	WORD $0x4e903a2f // zip1 v15.4s, v17.4s, v16.4s
+	WORD $0x4e907a2e // zip2 v14.4s, v17.4s, v16.4s
+	WORD $0x4e8da5eb // smmla v11.4s, v15.16b, v13.16b
+	WORD $0x4e8da5ca // smmla v10.4s, v14.16b, v13.16b
+	FMOVQ 320(R0), F14
+	FMOVQ 384(R0), F15
+	WORD $0x4e8f39d0 // zip1 v16.4s, v14.4s, v15.4s
+	WORD $0x4e8f79d1 // zip2 v17.4s, v14.4s, v15.4s
+	WORD $0x4e89a60b // smmla v11.4s, v16.16b, v9.16b
+	WORD $0x4e89a62a // smmla v10.4s, v17.16b, v9.16b
+	FMOVQ 448(R0), F17
+	FMOVQ 512(R0), F16
+	WORD $0x4e903a2f // zip1 v15.4s, v17.4s, v16.4s
+	WORD $0x4e907a2e // zip2 v14.4s, v17.4s, v16.4s
+	WORD $0x4e88a5eb // smmla v11.4s, v15.16b, v8.16b
+	WORD $0x4e88a5ca // smmla v10.4s, v14.16b, v8.16b
+	WORD $0x4e8a196e // uzp1 v14.4s, v11.4s, v10.4s
+	WORD $0x4e8a596a // uzp2 v10.4s, v11.4s, v10.4s
+	FMOVD 16(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 80(R0), F16
+	FMOVQ 144(R0), F10
+	WORD $0x4e8a3a0e // zip1 v14.4s, v16.4s, v10.4s
+	WORD $0x4e8a7a11 // zip2 v17.4s, v16.4s, v10.4s
+	WORD $0x4e8ca5cb // smmla v11.4s, v14.16b, v12.16b
+	WORD $0x4e8ca62f // smmla v15.4s, v17.16b, v12.16b
+	FMOVQ 208(R0), F17
+	FMOVQ 272(R0), F14
+	WORD $0x4e8e3a2a // zip1 v10.4s, v17.4s, v14.4s
+	WORD $0x4e8e7a30 // zip2 v16.4s, v17.4s, v14.4s
+	WORD $0x4e8da54b // smmla v11.4s, v10.16b, v13.16b
+	WORD $0x4e8da60f // smmla v15.4s, v16.16b, v13.16b
+	FMOVQ 336(R0), F16
+	FMOVQ 400(R0), F10
+	WORD $0x4e8a3a0e // zip1 v14.4s, v16.4s, v10.4s
+	WORD $0x4e8a7a11 // zip2 v17.4s, v16.4s, v10.4s
+	WORD $0x4e89a5cb // smmla v11.4s, v14.16b, v9.16b
+	WORD $0x4e89a62f // smmla v15.4s, v17.16b, v9.16b
+	FMOVQ 464(R0), F17
+	FMOVQ 528(R0), F14
+	WORD $0x4e8e3a2a // zip1 v10.4s, v17.4s, v14.4s
+	WORD $0x4e8e7a30 // zip2 v16.4s, v17.4s, v14.4s
+	WORD $0x4e88a54b // smmla v11.4s, v10.16b, v8.16b
+	WORD $0x4e88a60f // smmla v15.4s, v16.16b, v8.16b
+	WORD $0x4e8f1970 // uzp1 v16.4s, v11.4s, v15.4s
+	WORD $0x4e8f596f // uzp2 v15.4s, v11.4s, v15.4s
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a916e // fmul v14.4s, v11.4s, v10.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	WORD $0x4e30d463 // fadd v3.4s, v3.4s, v16.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e916a // fmul v10.4s, v11.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2addef // fmul v15.4s, v15.4s, v10.4s
+	WORD $0x4e2fd4e7 // fadd v7.4s, v7.4s, v15.4s
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ8_0x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x3I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 16(R4), F2
+	WORD $0x4ec33866 // zip1 v6.2d, v3.2d, v3.2d
+	WORD $0x4ec37867 // zip2 v7.2d, v3.2d, v3.2d
+	WORD $0x4ec23843 // zip1 v3.2d, v2.2d, v2.2d
+	WORD $0x4ec27848 // zip2 v8.2d, v2.2d, v2.2d
+	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 32(R0), F12
+	FMOVQ 96(R0), F13
+	WORD $0x4e8d398e // zip1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d798f // zip2 v15.4s, v12.4s, v13.4s
+	WORD $0x4e84a5c2 // smmla v2.4s, v14.16b, v4.16b
+	WORD $0x4e84a5e9 // smmla v9.4s, v15.16b, v4.16b
+	WORD $0x4e86a5ca // smmla v10.4s, v14.16b, v6.16b
+	WORD $0x4e86a5eb // smmla v11.4s, v15.16b, v6.16b
+	FMOVQ 160(R0), F15
+	FMOVQ 224(R0), F14
+	WORD $0x4e8e39ed // zip1 v13.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ec // zip2 v12.4s, v15.4s, v14.4s
+	WORD $0x4e85a5a2 // smmla v2.4s, v13.16b, v5.16b
+	WORD $0x4e85a589 // smmla v9.4s, v12.16b, v5.16b
+	WORD $0x4e87a5aa // smmla v10.4s, v13.16b, v7.16b
+	WORD $0x4e87a58b // smmla v11.4s, v12.16b, v7.16b
+	FMOVQ 288(R0), F12
+	FMOVQ 352(R0), F13
+	WORD $0x4e8d398e // zip1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d798f // zip2 v15.4s, v12.4s, v13.4s
+	WORD $0x4e81a5c2 // smmla v2.4s, v14.16b, v1.16b
+	WORD $0x4e81a5e9 // smmla v9.4s, v15.16b, v1.16b
+	WORD $0x4e83a5ca // smmla v10.4s, v14.16b, v3.16b
+	WORD $0x4e83a5eb // smmla v11.4s, v15.16b, v3.16b
+	FMOVQ 416(R0), F15
+	FMOVQ 480(R0), F14
+	WORD $0x4e8e39ed // zip1 v13.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ec // zip2 v12.4s, v15.4s, v14.4s
+	WORD $0x4e80a5a2 // smmla v2.4s, v13.16b, v0.16b
+	WORD $0x4e80a589 // smmla v9.4s, v12.16b, v0.16b
+	WORD $0x4e88a5aa // smmla v10.4s, v13.16b, v8.16b
+	WORD $0x4e88a58b // smmla v11.4s, v12.16b, v8.16b
+	WORD $0x4e89184c // uzp1 v12.4s, v2.4s, v9.4s
+	WORD $0x4e895849 // uzp2 v9.4s, v2.4s, v9.4s
+	WORD $0x4e8b1942 // uzp1 v2.4s, v10.4s, v11.4s
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a916d // fmul v13.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2ddd8c // fmul v12.4s, v12.4s, v13.4s
+	FMOVQ 0(R10), F14
+	WORD $0x4e2cd5ce // fadd v14.4s, v14.4s, v12.4s
+	FMOVQ F14, 0(R10)
+	FMOVS 0(R7), F13
+	WORD $0x4f8d916a // fmul v10.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2add29 // fmul v9.4s, v9.4s, v10.4s
+	FMOVQ 0(R11), F12
+	WORD $0x4e29d58c // fadd v12.4s, v12.4s, v9.4s
+	FMOVQ F12, 0(R11)
+	FMOVS 0(R8), F10
+	WORD $0x4f8a916d // fmul v13.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x6e2ddc42 // fmul v2.4s, v2.4s, v13.4s
+	FMOVQ 0(R12), F9
+	WORD $0x4e22d529 // fadd v9.4s, v9.4s, v2.4s
+	FMOVQ F9, 0(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
+	FMOVQ 48(R0), F9
+	FMOVQ 112(R0), F12
+	WORD $0x4e8c392e // zip1 v14.4s, v9.4s, v12.4s
+	WORD $0x4e8c792f // zip2 v15.4s, v9.4s, v12.4s
+	WORD $0x4e84a5cb // smmla v11.4s, v14.16b, v4.16b
+	WORD $0x4e84a5ed // smmla v13.4s, v15.16b, v4.16b
+	WORD $0x4e86a5ca // smmla v10.4s, v14.16b, v6.16b
+	WORD $0x4e86a5e2 // smmla v2.4s, v15.16b, v6.16b
+	FMOVQ 176(R0), F15
+	FMOVQ 240(R0), F14
+	WORD $0x4e8e39ec // zip1 v12.4s, v15.4s, v14.4s
+	WORD $0x4e8e79e9 // zip2 v9.4s, v15.4s, v14.4s
+	WORD $0x4e85a58b // smmla v11.4s, v12.16b, v5.16b
+	WORD $0x4e85a52d // smmla v13.4s, v9.16b, v5.16b
+	WORD $0x4e87a58a // smmla v10.4s, v12.16b, v7.16b
+	WORD $0x4e87a522 // smmla v2.4s, v9.16b, v7.16b
+	FMOVQ 304(R0), F9
+	FMOVQ 368(R0), F12
+	WORD $0x4e8c392e // zip1 v14.4s, v9.4s, v12.4s
+	WORD $0x4e8c792f // zip2 v15.4s, v9.4s, v12.4s
+	WORD $0x4e81a5cb // smmla v11.4s, v14.16b, v1.16b
+	WORD $0x4e81a5ed // smmla v13.4s, v15.16b, v1.16b
+	WORD $0x4e83a5ca // smmla v10.4s, v14.16b, v3.16b
+	WORD $0x4e83a5e2 // smmla v2.4s, v15.16b, v3.16b
+	FMOVQ 432(R0), F15
+	FMOVQ 496(R0), F14
+	WORD $0x4e8e39ec // zip1 v12.4s, v15.4s, v14.4s
+	WORD $0x4e8e79e9 // zip2 v9.4s, v15.4s, v14.4s
+	WORD $0x4e80a58b // smmla v11.4s, v12.16b, v0.16b
+	WORD $0x4e80a52d // smmla v13.4s, v9.16b, v0.16b
+	WORD $0x4e88a58a // smmla v10.4s, v12.16b, v8.16b
+	WORD $0x4e88a522 // smmla v2.4s, v9.16b, v8.16b
+	WORD $0x4e8d1969 // uzp1 v9.4s, v11.4s, v13.4s
+	WORD $0x4e8d596d // uzp2 v13.4s, v11.4s, v13.4s
+	WORD $0x4e82194b // uzp1 v11.4s, v10.4s, v2.4s
+	FMOVD 8(R0), F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a904c // fmul v12.4s, v2.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2cdd29 // fmul v9.4s, v9.4s, v12.4s
+	FMOVQ 16(R10), F14
+	WORD $0x4e29d5ce // fadd v14.4s, v14.4s, v9.4s
+	FMOVQ F14, 16(R10)
+	FMOVS 0(R7), F12
+	WORD $0x4f8c904a // fmul v10.4s, v2.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVQ 16(R11), F9
+	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
+	FMOVQ F9, 16(R11)
+	FMOVS 0(R8), F10
+	WORD $0x4f8a904c // fmul v12.4s, v2.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2cdd6b // fmul v11.4s, v11.4s, v12.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ F13, 16(R12)
+	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 64(R0), F13
+	FMOVQ 128(R0), F9
+	WORD $0x4e8939ae // zip1 v14.4s, v13.4s, v9.4s
+	WORD $0x4e8979af // zip2 v15.4s, v13.4s, v9.4s
+	WORD $0x4e84a5c2 // smmla v2.4s, v14.16b, v4.16b
+	WORD $0x4e84a5ec // smmla v12.4s, v15.16b, v4.16b
+	WORD $0x4e86a5ca // smmla v10.4s, v14.16b, v6.16b
+	WORD $0x4e86a5eb // smmla v11.4s, v15.16b, v6.16b
+	FMOVQ 192(R0), F15
+	FMOVQ 256(R0), F14
+	WORD $0x4e8e39e9 // zip1 v9.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ed // zip2 v13.4s, v15.4s, v14.4s
+	WORD $0x4e85a522 // smmla v2.4s, v9.16b, v5.16b
+	WORD $0x4e85a5ac // smmla v12.4s, v13.16b, v5.16b
+	WORD $0x4e87a52a // smmla v10.4s, v9.16b, v7.16b
+	WORD $0x4e87a5ab // smmla v11.4s, v13.16b, v7.16b
+	FMOVQ 320(R0), F13
+	FMOVQ 384(R0), F9
+	WORD $0x4e8939ae // zip1 v14.4s, v13.4s, v9.4s
+	WORD $0x4e8979af // zip2 v15.4s, v13.4s, v9.4s
+	WORD $0x4e81a5c2 // smmla v2.4s, v14.16b, v1.16b
+	WORD $0x4e81a5ec // smmla v12.4s, v15.16b, v1.16b
+	WORD $0x4e83a5ca // smmla v10.4s, v14.16b, v3.16b
+	WORD $0x4e83a5eb // smmla v11.4s, v15.16b, v3.16b
+	FMOVQ 448(R0), F15
+	FMOVQ 512(R0), F14
+	WORD $0x4e8e39e9 // zip1 v9.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ed // zip2 v13.4s, v15.4s, v14.4s
+	WORD $0x4e80a522 // smmla v2.4s, v9.16b, v0.16b
+	WORD $0x4e80a5ac // smmla v12.4s, v13.16b, v0.16b
+	WORD $0x4e88a52a // smmla v10.4s, v9.16b, v8.16b
+	WORD $0x4e88a5ab // smmla v11.4s, v13.16b, v8.16b
+	WORD $0x4e8c184d // uzp1 v13.4s, v2.4s, v12.4s
+	WORD $0x4e8c584c // uzp2 v12.4s, v2.4s, v12.4s
+	WORD $0x4e8b1942 // uzp1 v2.4s, v10.4s, v11.4s
+	FMOVD 16(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9169 // fmul v9.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVQ 32(R10), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 32(R10)
+	FMOVS 0(R7), F9
+	WORD $0x4f89916a // fmul v10.4s, v11.4s, v9.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 32(R11), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 32(R11)
+	FMOVS 0(R8), F10
+	WORD $0x4f8a9169 // fmul v9.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x6e29dc42 // fmul v2.4s, v2.4s, v9.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e22d58c // fadd v12.4s, v12.4s, v2.4s
+	FMOVQ F12, 32(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
+	FMOVQ 80(R0), F12
+	FMOVQ 144(R0), F13
+	WORD $0x4e8d398e // zip1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d798f // zip2 v15.4s, v12.4s, v13.4s
+	WORD $0x4e84a5cb // smmla v11.4s, v14.16b, v4.16b
+	WORD $0x4e84a5e9 // smmla v9.4s, v15.16b, v4.16b
+	WORD $0x4e86a5ca // smmla v10.4s, v14.16b, v6.16b
+	WORD $0x4e86a5e2 // smmla v2.4s, v15.16b, v6.16b
+	FMOVQ 208(R0), F15
+	FMOVQ 272(R0), F14
+	WORD $0x4e8e39ed // zip1 v13.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ec // zip2 v12.4s, v15.4s, v14.4s
+	WORD $0x4e85a5ab // smmla v11.4s, v13.16b, v5.16b
+	WORD $0x4e85a589 // smmla v9.4s, v12.16b, v5.16b
+	WORD $0x4e87a5aa // smmla v10.4s, v13.16b, v7.16b
+	WORD $0x4e87a582 // smmla v2.4s, v12.16b, v7.16b
+	FMOVQ 336(R0), F12
+	FMOVQ 400(R0), F13
+	WORD $0x4e8d398e // zip1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d798f // zip2 v15.4s, v12.4s, v13.4s
+	WORD $0x4e81a5cb // smmla v11.4s, v14.16b, v1.16b
+	WORD $0x4e81a5e9 // smmla v9.4s, v15.16b, v1.16b
+	WORD $0x4e83a5ca // smmla v10.4s, v14.16b, v3.16b
+	WORD $0x4e83a5e2 // smmla v2.4s, v15.16b, v3.16b
+	FMOVQ 464(R0), F15
+	FMOVQ 528(R0), F14
+	WORD $0x4e8e39ed // zip1 v13.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ec // zip2 v12.4s, v15.4s, v14.4s
+	WORD $0x4e80a5ab // smmla v11.4s, v13.16b, v0.16b
+	WORD $0x4e80a589 // smmla v9.4s, v12.16b, v0.16b
+	WORD $0x4e88a5aa // smmla v10.4s, v13.16b, v8.16b
+	WORD $0x4e88a582 // smmla v2.4s, v12.16b, v8.16b
+	WORD $0x4e89196c // uzp1 v12.4s, v11.4s, v9.4s
+	WORD $0x4e895969 // uzp2 v9.4s, v11.4s, v9.4s
+	WORD $0x4e82194b // uzp1 v11.4s, v10.4s, v2.4s
+	FMOVD 24(R0), F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVS 0(R6), F10
+	WORD $0x4f8a904d // fmul v13.4s, v2.4s, v10.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2ddd8c // fmul v12.4s, v12.4s, v13.4s
+	FMOVQ 48(R10), F14
+	WORD $0x4e2cd5ce // fadd v14.4s, v14.4s, v12.4s
+	FMOVQ F14, 48(R10)
+	FMOVS 0(R7), F13
+	WORD $0x4f8d904a // fmul v10.4s, v2.4s, v13.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2add29 // fmul v9.4s, v9.4s, v10.4s
+	FMOVQ 48(R11), F12
+	WORD $0x4e29d58c // fadd v12.4s, v12.4s, v9.4s
+	FMOVQ F12, 48(R11)
+	FMOVS 0(R8), F10
+	WORD $0x4f8a904d // fmul v13.4s, v2.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVQ 48(R12), F9
+	WORD $0x4e2bd529 // fadd v9.4s, v9.4s, v11.4s
+	FMOVQ F9, 48(R12)
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ8_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 32(R0), F12
+	FMOVQ 96(R0), F13
+	WORD $0x4e8d398e // zip1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d798f // zip2 v15.4s, v12.4s, v13.4s
+	WORD $0x4e84a5c7 // smmla v7.4s, v14.16b, v4.16b
+	WORD $0x4e84a5e6 // smmla v6.4s, v15.16b, v4.16b
+	WORD $0x4e88a5ca // smmla v10.4s, v14.16b, v8.16b
+	WORD $0x4e88a5eb // smmla v11.4s, v15.16b, v8.16b
+	FMOVQ 160(R0), F15
+	FMOVQ 224(R0), F14
+	WORD $0x4e8e39ed // zip1 v13.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ec // zip2 v12.4s, v15.4s, v14.4s
+	WORD $0x4e85a5a7 // smmla v7.4s, v13.16b, v5.16b
+	WORD $0x4e85a586 // smmla v6.4s, v12.16b, v5.16b
+	WORD $0x4e89a5aa // smmla v10.4s, v13.16b, v9.16b
+	WORD $0x4e89a58b // smmla v11.4s, v12.16b, v9.16b
+	FMOVQ 288(R0), F12
+	FMOVQ 352(R0), F13
+	WORD $0x4e8d398e // zip1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d798f // zip2 v15.4s, v12.4s, v13.4s
+	WORD $0x4e81a5c7 // smmla v7.4s, v14.16b, v1.16b
+	WORD $0x4e81a5e6 // smmla v6.4s, v15.16b, v1.16b
+	WORD $0x4e82a5ca // smmla v10.4s, v14.16b, v2.16b
+	WORD $0x4e82a5eb // smmla v11.4s, v15.16b, v2.16b
+	FMOVQ 416(R0), F15
+	FMOVQ 480(R0), F14
+	WORD $0x4e8e39ed // zip1 v13.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ec // zip2 v12.4s, v15.4s, v14.4s
+	WORD $0x4e80a5a7 // smmla v7.4s, v13.16b, v0.16b
+	WORD $0x4e80a586 // smmla v6.4s, v12.16b, v0.16b
+	WORD $0x4e83a5aa // smmla v10.4s, v13.16b, v3.16b
+	WORD $0x4e83a58b // smmla v11.4s, v12.16b, v3.16b
+	WORD $0x4e8618ec // uzp1 v12.4s, v7.4s, v6.4s
+	WORD $0x4e8658e6 // uzp2 v6.4s, v7.4s, v6.4s
+	WORD $0x4e8b1947 // uzp1 v7.4s, v10.4s, v11.4s
+	WORD $0x4e8b594b // uzp2 v11.4s, v10.4s, v11.4s
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d914e // fmul v14.4s, v10.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2edd8c // fmul v12.4s, v12.4s, v14.4s
+	FMOVQ 0(R10), F15
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ F15, 0(R10)
+	FMOVS 0(R7), F14
+	WORD $0x4f8e914d // fmul v13.4s, v10.4s, v14.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2ddcc6 // fmul v6.4s, v6.4s, v13.4s
+	FMOVQ 0(R11), F12
+	WORD $0x4e26d58c // fadd v12.4s, v12.4s, v6.4s
+	FMOVQ F12, 0(R11)
+	FMOVS 0(R8), F13
+	WORD $0x4f8d914e // fmul v14.4s, v10.4s, v13.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2edce7 // fmul v7.4s, v7.4s, v14.4s
+	FMOVQ 0(R12), F6
+	WORD $0x4e27d4c6 // fadd v6.4s, v6.4s, v7.4s
+	FMOVQ F6, 0(R12)
+	FMOVS 0(R9), F14
+	WORD $0x4f8e914d // fmul v13.4s, v10.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVQ 0(R13), F7
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FMOVQ F7, 0(R13)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 48(R0), F7
+	FMOVQ 112(R0), F6
+	WORD $0x4e8638ec // zip1 v12.4s, v7.4s, v6.4s
+	WORD $0x4e8678ef // zip2 v15.4s, v7.4s, v6.4s
+	WORD $0x4e84a58a // smmla v10.4s, v12.16b, v4.16b
+	WORD $0x4e84a5ed // smmla v13.4s, v15.16b, v4.16b
+	WORD $0x4e88a58e // smmla v14.4s, v12.16b, v8.16b
+	WORD $0x4e88a5eb // smmla v11.4s, v15.16b, v8.16b
+	FMOVQ 176(R0), F15
+	FMOVQ 240(R0), F12
+	WORD $0x4e8c39e6 // zip1 v6.4s, v15.4s, v12.4s
+	WORD $0x4e8c79e7 // zip2 v7.4s, v15.4s, v12.4s
+	WORD $0x4e85a4ca // smmla v10.4s, v6.16b, v5.16b
+	WORD $0x4e85a4ed // smmla v13.4s, v7.16b, v5.16b
+	WORD $0x4e89a4ce // smmla v14.4s, v6.16b, v9.16b
+	WORD $0x4e89a4eb // smmla v11.4s, v7.16b, v9.16b
+	FMOVQ 304(R0), F7
+	FMOVQ 368(R0), F6
+	WORD $0x4e8638ec // zip1 v12.4s, v7.4s, v6.4s
+	WORD $0x4e8678ef // zip2 v15.4s, v7.4s, v6.4s
+	WORD $0x4e81a58a // smmla v10.4s, v12.16b, v1.16b
+	WORD $0x4e81a5ed // smmla v13.4s, v15.16b, v1.16b
+	WORD $0x4e82a58e // smmla v14.4s, v12.16b, v2.16b
+	WORD $0x4e82a5eb // smmla v11.4s, v15.16b, v2.16b
+	FMOVQ 432(R0), F15
+	FMOVQ 496(R0), F12
+	WORD $0x4e8c39e6 // zip1 v6.4s, v15.4s, v12.4s
+	WORD $0x4e8c79e7 // zip2 v7.4s, v15.4s, v12.4s
+	WORD $0x4e80a4ca // smmla v10.4s, v6.16b, v0.16b
+	WORD $0x4e80a4ed // smmla v13.4s, v7.16b, v0.16b
+	WORD $0x4e83a4ce // smmla v14.4s, v6.16b, v3.16b
+	WORD $0x4e83a4eb // smmla v11.4s, v7.16b, v3.16b
+	WORD $0x4e8d1947 // uzp1 v7.4s, v10.4s, v13.4s
+	WORD $0x4e8d594d // uzp2 v13.4s, v10.4s, v13.4s
+	WORD $0x4e8b19ca // uzp1 v10.4s, v14.4s, v11.4s
+	WORD $0x4e8b59cb // uzp2 v11.4s, v14.4s, v11.4s
+	FMOVD 8(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 0(R6), F6
+	WORD $0x4f8691cc // fmul v12.4s, v14.4s, v6.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2cdce7 // fmul v7.4s, v7.4s, v12.4s
+	FMOVQ 16(R10), F15
+	WORD $0x4e27d5ef // fadd v15.4s, v15.4s, v7.4s
+	FMOVQ F15, 16(R10)
+	FMOVS 0(R7), F12
+	WORD $0x4f8c91c6 // fmul v6.4s, v14.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e26ddad // fmul v13.4s, v13.4s, v6.4s
+	FMOVQ 16(R11), F7
+	WORD $0x4e2dd4e7 // fadd v7.4s, v7.4s, v13.4s
+	FMOVQ F7, 16(R11)
+	FMOVS 0(R8), F6
+	WORD $0x4f8691cc // fmul v12.4s, v14.4s, v6.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2cdd4a // fmul v10.4s, v10.4s, v12.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e2ad5ad // fadd v13.4s, v13.4s, v10.4s
+	FMOVQ F13, 16(R12)
+	FMOVS 0(R9), F12
+	WORD $0x4f8c91c6 // fmul v6.4s, v14.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e26dd6b // fmul v11.4s, v11.4s, v6.4s
+	FMOVQ 16(R13), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 16(R13)
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 64(R0), F10
+	FMOVQ 128(R0), F13
+	WORD $0x4e8d3947 // zip1 v7.4s, v10.4s, v13.4s
+	WORD $0x4e8d794f // zip2 v15.4s, v10.4s, v13.4s
+	WORD $0x4e84a4ee // smmla v14.4s, v7.16b, v4.16b
+	WORD $0x4e84a5e6 // smmla v6.4s, v15.16b, v4.16b
+	WORD $0x4e88a4ec // smmla v12.4s, v7.16b, v8.16b
+	WORD $0x4e88a5eb // smmla v11.4s, v15.16b, v8.16b
+	FMOVQ 192(R0), F15
+	FMOVQ 256(R0), F7
+	WORD $0x4e8739ed // zip1 v13.4s, v15.4s, v7.4s
+	WORD $0x4e8779ea // zip2 v10.4s, v15.4s, v7.4s
+	WORD $0x4e85a5ae // smmla v14.4s, v13.16b, v5.16b
+	WORD $0x4e85a546 // smmla v6.4s, v10.16b, v5.16b
+	WORD $0x4e89a5ac // smmla v12.4s, v13.16b, v9.16b
+	WORD $0x4e89a54b // smmla v11.4s, v10.16b, v9.16b
+	FMOVQ 320(R0), F10
+	FMOVQ 384(R0), F13
+	WORD $0x4e8d3947 // zip1 v7.4s, v10.4s, v13.4s
+	WORD $0x4e8d794f // zip2 v15.4s, v10.4s, v13.4s
+	WORD $0x4e81a4ee // smmla v14.4s, v7.16b, v1.16b
+	WORD $0x4e81a5e6 // smmla v6.4s, v15.16b, v1.16b
+	WORD $0x4e82a4ec // smmla v12.4s, v7.16b, v2.16b
+	WORD $0x4e82a5eb // smmla v11.4s, v15.16b, v2.16b
+	FMOVQ 448(R0), F15
+	FMOVQ 512(R0), F7
+	WORD $0x4e8739ed // zip1 v13.4s, v15.4s, v7.4s
+	WORD $0x4e8779ea // zip2 v10.4s, v15.4s, v7.4s
+	WORD $0x4e80a5ae // smmla v14.4s, v13.16b, v0.16b
+	WORD $0x4e80a546 // smmla v6.4s, v10.16b, v0.16b
+	WORD $0x4e83a5ac // smmla v12.4s, v13.16b, v3.16b
+	WORD $0x4e83a54b // smmla v11.4s, v10.16b, v3.16b
+	WORD $0x4e8619ca // uzp1 v10.4s, v14.4s, v6.4s
+	WORD $0x4e8659c6 // uzp2 v6.4s, v14.4s, v6.4s
+	WORD $0x4e8b198e // uzp1 v14.4s, v12.4s, v11.4s
+	WORD $0x4e8b598b // uzp2 v11.4s, v12.4s, v11.4s
+	FMOVD 16(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d9187 // fmul v7.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e27dd4a // fmul v10.4s, v10.4s, v7.4s
+	FMOVQ 32(R10), F15
+	WORD $0x4e2ad5ef // fadd v15.4s, v15.4s, v10.4s
+	FMOVQ F15, 32(R10)
+	FMOVS 0(R7), F7
+	WORD $0x4f87918d // fmul v13.4s, v12.4s, v7.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2ddcc6 // fmul v6.4s, v6.4s, v13.4s
+	FMOVQ 32(R11), F10
+	WORD $0x4e26d54a // fadd v10.4s, v10.4s, v6.4s
+	FMOVQ F10, 32(R11)
+	FMOVS 0(R8), F13
+	WORD $0x4f8d9187 // fmul v7.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e27ddce // fmul v14.4s, v14.4s, v7.4s
+	FMOVQ 32(R12), F6
+	WORD $0x4e2ed4c6 // fadd v6.4s, v6.4s, v14.4s
+	FMOVQ F6, 32(R12)
+	FMOVS 0(R9), F7
+	WORD $0x4f87918d // fmul v13.4s, v12.4s, v7.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVQ 32(R13), F14
+	WORD $0x4e2bd5ce // fadd v14.4s, v14.4s, v11.4s
+	FMOVQ F14, 32(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R0), F14
+	FMOVQ 144(R0), F6
+	WORD $0x4e8639ca // zip1 v10.4s, v14.4s, v6.4s
+	WORD $0x4e8679cf // zip2 v15.4s, v14.4s, v6.4s
+	WORD $0x4e84a54c // smmla v12.4s, v10.16b, v4.16b
+	WORD $0x4e84a5ed // smmla v13.4s, v15.16b, v4.16b
+	WORD $0x4e88a547 // smmla v7.4s, v10.16b, v8.16b
+	WORD $0x4e88a5eb // smmla v11.4s, v15.16b, v8.16b
+	FMOVQ 208(R0), F15
+	FMOVQ 272(R0), F10
+	WORD $0x4e8a39e6 // zip1 v6.4s, v15.4s, v10.4s
+	WORD $0x4e8a79ee // zip2 v14.4s, v15.4s, v10.4s
+	WORD $0x4e85a4cc // smmla v12.4s, v6.16b, v5.16b
+	WORD $0x4e85a5cd // smmla v13.4s, v14.16b, v5.16b
+	WORD $0x4e89a4c7 // smmla v7.4s, v6.16b, v9.16b
+	WORD $0x4e89a5cb // smmla v11.4s, v14.16b, v9.16b
+	FMOVQ 336(R0), F14
+	FMOVQ 400(R0), F6
+	WORD $0x4e8639ca // zip1 v10.4s, v14.4s, v6.4s
+	WORD $0x4e8679cf // zip2 v15.4s, v14.4s, v6.4s
+	WORD $0x4e81a54c // smmla v12.4s, v10.16b, v1.16b
+	WORD $0x4e81a5ed // smmla v13.4s, v15.16b, v1.16b
+	WORD $0x4e82a547 // smmla v7.4s, v10.16b, v2.16b
+	WORD $0x4e82a5eb // smmla v11.4s, v15.16b, v2.16b
+	FMOVQ 464(R0), F15
+	FMOVQ 528(R0), F10
+	WORD $0x4e8a39e6 // zip1 v6.4s, v15.4s, v10.4s
+	WORD $0x4e8a79ee // zip2 v14.4s, v15.4s, v10.4s
+	WORD $0x4e80a4cc // smmla v12.4s, v6.16b, v0.16b
+	WORD $0x4e80a5cd // smmla v13.4s, v14.16b, v0.16b
+	WORD $0x4e83a4c7 // smmla v7.4s, v6.16b, v3.16b
+	WORD $0x4e83a5cb // smmla v11.4s, v14.16b, v3.16b
+	WORD $0x4e8d198e // uzp1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d598d // uzp2 v13.4s, v12.4s, v13.4s
+	WORD $0x4e8b18ec // uzp1 v12.4s, v7.4s, v11.4s
+	WORD $0x4e8b58eb // uzp2 v11.4s, v7.4s, v11.4s
+	FMOVD 24(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 0(R6), F6
+	WORD $0x4f8690ea // fmul v10.4s, v7.4s, v6.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 48(R10), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R10)
+	FMOVS 0(R7), F10
+	WORD $0x4f8a90e6 // fmul v6.4s, v7.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e26ddad // fmul v13.4s, v13.4s, v6.4s
+	FMOVQ 48(R11), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R11)
+	FMOVS 0(R8), F6
+	WORD $0x4f8690ea // fmul v10.4s, v7.4s, v6.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 48(R12), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 48(R12)
+	FMOVS 0(R9), F10
+	WORD $0x4f8a90e6 // fmul v6.4s, v7.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e26dd6b // fmul v11.4s, v11.4s, v6.4s
+	FMOVQ 48(R13), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 48(R13)
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_0x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x2I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 0(R3), F9
+	FMOVQ 16(R2), F10
+	FMOVQ 16(R3), F11
+	WORD $0x4ec9390c // zip1 v12.2d, v8.2d, v9.2d
+	WORD $0x4ec9790d // zip2 v13.2d, v8.2d, v9.2d
+	WORD $0x4ecb3949 // zip1 v9.2d, v10.2d, v11.2d
+	WORD $0x4ecb7948 // zip2 v8.2d, v10.2d, v11.2d
+	FMOVQ 0(R19), F11
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 32(R0), F15
+	FMOVQ 96(R0), F16
+	WORD $0x4e9039f1 // zip1 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9079f2 // zip2 v18.4s, v15.4s, v16.4s
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1e4f // and v15.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e8ca60a // smmla v10.4s, v16.16b, v12.16b
+	WORD $0x4e8ca5ee // smmla v14.4s, v15.16b, v12.16b
+	WORD $0x4e89a62a // smmla v10.4s, v17.16b, v9.16b
+	WORD $0x4e89a64e // smmla v14.4s, v18.16b, v9.16b
+	FMOVQ 160(R0), F18
+	FMOVQ 224(R0), F17
+	WORD $0x4e913a4f // zip1 v15.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e2b1df1 // and v17.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1e12 // and v18.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8da62a // smmla v10.4s, v17.16b, v13.16b
+	WORD $0x4e8da64e // smmla v14.4s, v18.16b, v13.16b
+	WORD $0x4e88a5ea // smmla v10.4s, v15.16b, v8.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e8e1950 // uzp1 v16.4s, v10.4s, v14.4s
+	WORD $0x4e8e594e // uzp2 v14.4s, v10.4s, v14.4s
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9152 // fmul v18.4s, v10.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e32de10 // fmul v16.4s, v16.4s, v18.4s
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	FMOVS 4(R7), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb285ce // add v14.4s, v14.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f92914f // fmul v15.4s, v10.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 48(R0), F18
+	FMOVQ 112(R0), F14
+	WORD $0x4e8e3a50 // zip1 v16.4s, v18.4s, v14.4s
+	WORD $0x4e8e7a51 // zip2 v17.4s, v18.4s, v14.4s
+	WORD $0x4e2b1e0e // and v14.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e2b1e32 // and v18.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e8ca5ca // smmla v10.4s, v14.16b, v12.16b
+	WORD $0x4e8ca64f // smmla v15.4s, v18.16b, v12.16b
+	WORD $0x4e89a60a // smmla v10.4s, v16.16b, v9.16b
+	WORD $0x4e89a62f // smmla v15.4s, v17.16b, v9.16b
+	FMOVQ 176(R0), F17
+	FMOVQ 240(R0), F16
+	WORD $0x4e903a32 // zip1 v18.4s, v17.4s, v16.4s
+	WORD $0x4e907a2e // zip2 v14.4s, v17.4s, v16.4s
+	WORD $0x4e2b1e50 // and v16.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8da60a // smmla v10.4s, v16.16b, v13.16b
+	WORD $0x4e8da62f // smmla v15.4s, v17.16b, v13.16b
+	WORD $0x4e88a64a // smmla v10.4s, v18.16b, v8.16b
+	WORD $0x4e88a5cf // smmla v15.4s, v14.16b, v8.16b
+	WORD $0x4e8f194e // uzp1 v14.4s, v10.4s, v15.4s
+	WORD $0x4e8f594f // uzp2 v15.4s, v10.4s, v15.4s
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb285ce // add v14.4s, v14.4s, v18.4s
+	FMOVS 0(R6), F18
+	WORD $0x4f929151 // fmul v17.4s, v10.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	WORD $0x4e2ed421 // fadd v1.4s, v1.4s, v14.4s
+	FMOVS 4(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb185ef // add v15.4s, v15.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f919152 // fmul v18.4s, v10.4s, v17.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e32ddef // fmul v15.4s, v15.4s, v18.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 64(R0), F17
+	FMOVQ 128(R0), F15
+	WORD $0x4e8f3a2e // zip1 v14.4s, v17.4s, v15.4s
+	WORD $0x4e8f7a30 // zip2 v16.4s, v17.4s, v15.4s
+	WORD $0x4e2b1dcf // and v15.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e2b1e11 // and v17.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8ca5ea // smmla v10.4s, v15.16b, v12.16b
+	WORD $0x4e8ca632 // smmla v18.4s, v17.16b, v12.16b
+	WORD $0x4e89a5ca // smmla v10.4s, v14.16b, v9.16b
+	WORD $0x4e89a612 // smmla v18.4s, v16.16b, v9.16b
+	FMOVQ 192(R0), F16
+	FMOVQ 256(R0), F14
+	WORD $0x4e8e3a11 // zip1 v17.4s, v16.4s, v14.4s
+	WORD $0x4e8e7a0f // zip2 v15.4s, v16.4s, v14.4s
+	WORD $0x4e2b1e2e // and v14.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1df0 // and v16.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e8da5ca // smmla v10.4s, v14.16b, v13.16b
+	WORD $0x4e8da612 // smmla v18.4s, v16.16b, v13.16b
+	WORD $0x4e88a62a // smmla v10.4s, v17.16b, v8.16b
+	WORD $0x4e88a5f2 // smmla v18.4s, v15.16b, v8.16b
+	WORD $0x4e92194f // uzp1 v15.4s, v10.4s, v18.4s
+	WORD $0x4e925952 // uzp2 v18.4s, v10.4s, v18.4s
+	FMOVD 16(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb185ef // add v15.4s, v15.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f919150 // fmul v16.4s, v10.4s, v17.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e30ddef // fmul v15.4s, v15.4s, v16.4s
+	WORD $0x4e2fd442 // fadd v2.4s, v2.4s, v15.4s
+	FMOVS 4(R7), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb08652 // add v18.4s, v18.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f909151 // fmul v17.4s, v10.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e31de52 // fmul v18.4s, v18.4s, v17.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 80(R0), F16
+	FMOVQ 144(R0), F18
+	WORD $0x4e923a0f // zip1 v15.4s, v16.4s, v18.4s
+	WORD $0x4e927a0e // zip2 v14.4s, v16.4s, v18.4s
+	WORD $0x4e2b1df2 // and v18.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1dd0 // and v16.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8ca64a // smmla v10.4s, v18.16b, v12.16b
+	WORD $0x4e8ca611 // smmla v17.4s, v16.16b, v12.16b
+	WORD $0x4e89a5ea // smmla v10.4s, v15.16b, v9.16b
+	WORD $0x4e89a5d1 // smmla v17.4s, v14.16b, v9.16b
+	FMOVQ 208(R0), F14
+	FMOVQ 272(R0), F15
+	WORD $0x4e8f39d0 // zip1 v16.4s, v14.4s, v15.4s
+	WORD $0x4e8f79d2 // zip2 v18.4s, v14.4s, v15.4s
+	WORD $0x4e2b1e0f // and v15.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e2b1e4e // and v14.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e8da5ea // smmla v10.4s, v15.16b, v13.16b
+	WORD $0x4e8da5d1 // smmla v17.4s, v14.16b, v13.16b
+	WORD $0x4e88a60a // smmla v10.4s, v16.16b, v8.16b
+	WORD $0x4e88a651 // smmla v17.4s, v18.16b, v8.16b
+	WORD $0x4e911952 // uzp1 v18.4s, v10.4s, v17.4s
+	WORD $0x4e915951 // uzp2 v17.4s, v10.4s, v17.4s
+	FMOVD 24(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb08652 // add v18.4s, v18.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f90914e // fmul v14.4s, v10.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	WORD $0x4e32d463 // fadd v3.4s, v3.4s, v18.4s
+	FMOVS 4(R7), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae8631 // add v17.4s, v17.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e9150 // fmul v16.4s, v10.4s, v14.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e30de31 // fmul v17.4s, v17.4s, v16.4s
+	WORD $0x4e31d4e7 // fadd v7.4s, v7.4s, v17.4s
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_0x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x3I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 16(R4), F2
+	WORD $0x4ec33866 // zip1 v6.2d, v3.2d, v3.2d
+	WORD $0x4ec37867 // zip2 v7.2d, v3.2d, v3.2d
+	WORD $0x4ec23843 // zip1 v3.2d, v2.2d, v2.2d
+	WORD $0x4ec27848 // zip2 v8.2d, v2.2d, v2.2d
+	FMOVQ 0(R19), F2
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 32(R0), F13
+	FMOVQ 96(R0), F14
+	WORD $0x4e8e39af // zip1 v15.4s, v13.4s, v14.4s
+	WORD $0x4e8e79b0 // zip2 v16.4s, v13.4s, v14.4s
+	WORD $0x4e221dee // and v14.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e221e0d // and v13.16b, v16.16b, v2.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e84a5c9 // smmla v9.4s, v14.16b, v4.16b
+	WORD $0x4e84a5aa // smmla v10.4s, v13.16b, v4.16b
+	WORD $0x4e86a5cb // smmla v11.4s, v14.16b, v6.16b
+	WORD $0x4e86a5ac // smmla v12.4s, v13.16b, v6.16b
+	WORD $0x4e81a5e9 // smmla v9.4s, v15.16b, v1.16b
+	WORD $0x4e81a60a // smmla v10.4s, v16.16b, v1.16b
+	WORD $0x4e83a5eb // smmla v11.4s, v15.16b, v3.16b
+	WORD $0x4e83a60c // smmla v12.4s, v16.16b, v3.16b
+	FMOVQ 160(R0), F16
+	FMOVQ 224(R0), F15
+	WORD $0x4e8f3a0d // zip1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f7a0e // zip2 v14.4s, v16.4s, v15.4s
+	WORD $0x4e221daf // and v15.16b, v13.16b, v2.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e221dd0 // and v16.16b, v14.16b, v2.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a5e9 // smmla v9.4s, v15.16b, v5.16b
+	WORD $0x4e85a60a // smmla v10.4s, v16.16b, v5.16b
+	WORD $0x4e87a5eb // smmla v11.4s, v15.16b, v7.16b
+	WORD $0x4e87a60c // smmla v12.4s, v16.16b, v7.16b
+	WORD $0x4e80a5a9 // smmla v9.4s, v13.16b, v0.16b
+	WORD $0x4e80a5ca // smmla v10.4s, v14.16b, v0.16b
+	WORD $0x4e88a5ab // smmla v11.4s, v13.16b, v8.16b
+	WORD $0x4e88a5cc // smmla v12.4s, v14.16b, v8.16b
+	WORD $0x4e8a192e // uzp1 v14.4s, v9.4s, v10.4s
+	WORD $0x4e8a592a // uzp2 v10.4s, v9.4s, v10.4s
+	WORD $0x4e8c1969 // uzp1 v9.4s, v11.4s, v12.4s
+	FMOVD 0(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 4(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b918d // fmul v13.4s, v12.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2dddce // fmul v14.4s, v14.4s, v13.4s
+	FMOVQ 0(R10), F16
+	WORD $0x4e2ed610 // fadd v16.4s, v16.4s, v14.4s
+	FMOVQ F16, 0(R10)
+	FMOVS 4(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d918b // fmul v11.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2bdd4a // fmul v10.4s, v10.4s, v11.4s
+	FMOVQ 0(R11), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 0(R11)
+	FMOVS 4(R8), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8529 // add v9.4s, v9.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b918d // fmul v13.4s, v12.4s, v11.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 0(R12)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 48(R0), F10
+	FMOVQ 112(R0), F14
+	WORD $0x4e8e3950 // zip1 v16.4s, v10.4s, v14.4s
+	WORD $0x4e8e794f // zip2 v15.4s, v10.4s, v14.4s
+	WORD $0x4e221e0e // and v14.16b, v16.16b, v2.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e221dea // and v10.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e84a5cc // smmla v12.4s, v14.16b, v4.16b
+	WORD $0x4e84a54d // smmla v13.4s, v10.16b, v4.16b
+	WORD $0x4e86a5cb // smmla v11.4s, v14.16b, v6.16b
+	WORD $0x4e86a549 // smmla v9.4s, v10.16b, v6.16b
+	WORD $0x4e81a60c // smmla v12.4s, v16.16b, v1.16b
+	WORD $0x4e81a5ed // smmla v13.4s, v15.16b, v1.16b
+	WORD $0x4e83a60b // smmla v11.4s, v16.16b, v3.16b
+	WORD $0x4e83a5e9 // smmla v9.4s, v15.16b, v3.16b
+	FMOVQ 176(R0), F15
+	FMOVQ 240(R0), F16
+	WORD $0x4e9039ea // zip1 v10.4s, v15.4s, v16.4s
+	WORD $0x4e9079ee // zip2 v14.4s, v15.4s, v16.4s
+	WORD $0x4e221d50 // and v16.16b, v10.16b, v2.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e221dcf // and v15.16b, v14.16b, v2.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a60c // smmla v12.4s, v16.16b, v5.16b
+	WORD $0x4e85a5ed // smmla v13.4s, v15.16b, v5.16b
+	WORD $0x4e87a60b // smmla v11.4s, v16.16b, v7.16b
+	WORD $0x4e87a5e9 // smmla v9.4s, v15.16b, v7.16b
+	WORD $0x4e80a54c // smmla v12.4s, v10.16b, v0.16b
+	WORD $0x4e80a5cd // smmla v13.4s, v14.16b, v0.16b
+	WORD $0x4e88a54b // smmla v11.4s, v10.16b, v8.16b
+	WORD $0x4e88a5c9 // smmla v9.4s, v14.16b, v8.16b
+	WORD $0x4e8d198e // uzp1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d598d // uzp2 v13.4s, v12.4s, v13.4s
+	WORD $0x4e89196c // uzp1 v12.4s, v11.4s, v9.4s
+	FMOVD 8(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 4(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 16(R10), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 16(R10)
+	FMOVS 4(R7), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa85ad // add v13.4s, v13.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a912b // fmul v11.4s, v9.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVQ 16(R11), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R11)
+	FMOVS 4(R8), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 16(R12)
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F13
+	FMOVQ 128(R0), F14
+	WORD $0x4e8e39af // zip1 v15.4s, v13.4s, v14.4s
+	WORD $0x4e8e79b0 // zip2 v16.4s, v13.4s, v14.4s
+	WORD $0x4e221dee // and v14.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e221e0d // and v13.16b, v16.16b, v2.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e84a5c9 // smmla v9.4s, v14.16b, v4.16b
+	WORD $0x4e84a5aa // smmla v10.4s, v13.16b, v4.16b
+	WORD $0x4e86a5cb // smmla v11.4s, v14.16b, v6.16b
+	WORD $0x4e86a5ac // smmla v12.4s, v13.16b, v6.16b
+	WORD $0x4e81a5e9 // smmla v9.4s, v15.16b, v1.16b
+	WORD $0x4e81a60a // smmla v10.4s, v16.16b, v1.16b
+	WORD $0x4e83a5eb // smmla v11.4s, v15.16b, v3.16b
+	WORD $0x4e83a60c // smmla v12.4s, v16.16b, v3.16b
+	FMOVQ 192(R0), F16
+	FMOVQ 256(R0), F15
+	WORD $0x4e8f3a0d // zip1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f7a0e // zip2 v14.4s, v16.4s, v15.4s
+	WORD $0x4e221daf // and v15.16b, v13.16b, v2.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e221dd0 // and v16.16b, v14.16b, v2.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a5e9 // smmla v9.4s, v15.16b, v5.16b
+	WORD $0x4e85a60a // smmla v10.4s, v16.16b, v5.16b
+	WORD $0x4e87a5eb // smmla v11.4s, v15.16b, v7.16b
+	WORD $0x4e87a60c // smmla v12.4s, v16.16b, v7.16b
+	WORD $0x4e80a5a9 // smmla v9.4s, v13.16b, v0.16b
+	WORD $0x4e80a5ca // smmla v10.4s, v14.16b, v0.16b
+	WORD $0x4e88a5ab // smmla v11.4s, v13.16b, v8.16b
+	WORD $0x4e88a5cc // smmla v12.4s, v14.16b, v8.16b
+	WORD $0x4e8a192e // uzp1 v14.4s, v9.4s, v10.4s
+	WORD $0x4e8a592a // uzp2 v10.4s, v9.4s, v10.4s
+	WORD $0x4e8c1969 // uzp1 v9.4s, v11.4s, v12.4s
+	FMOVD 16(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 4(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b918d // fmul v13.4s, v12.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2dddce // fmul v14.4s, v14.4s, v13.4s
+	FMOVQ 32(R10), F16
+	WORD $0x4e2ed610 // fadd v16.4s, v16.4s, v14.4s
+	FMOVQ F16, 32(R10)
+	FMOVS 4(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d918b // fmul v11.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2bdd4a // fmul v10.4s, v10.4s, v11.4s
+	FMOVQ 32(R11), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 32(R11)
+	FMOVS 4(R8), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8529 // add v9.4s, v9.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b918d // fmul v13.4s, v12.4s, v11.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVQ 32(R12), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 32(R12)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 80(R0), F10
+	FMOVQ 144(R0), F14
+	WORD $0x4e8e3950 // zip1 v16.4s, v10.4s, v14.4s
+	WORD $0x4e8e794f // zip2 v15.4s, v10.4s, v14.4s
+	WORD $0x4e221e0e // and v14.16b, v16.16b, v2.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e221dea // and v10.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e84a5cc // smmla v12.4s, v14.16b, v4.16b
+	WORD $0x4e84a54d // smmla v13.4s, v10.16b, v4.16b
+	WORD $0x4e86a5cb // smmla v11.4s, v14.16b, v6.16b
+	WORD $0x4e86a549 // smmla v9.4s, v10.16b, v6.16b
+	WORD $0x4e81a60c // smmla v12.4s, v16.16b, v1.16b
+	WORD $0x4e81a5ed // smmla v13.4s, v15.16b, v1.16b
+	WORD $0x4e83a60b // smmla v11.4s, v16.16b, v3.16b
+	WORD $0x4e83a5e9 // smmla v9.4s, v15.16b, v3.16b
+	FMOVQ 208(R0), F15
+	FMOVQ 272(R0), F16
+	WORD $0x4e9039ea // zip1 v10.4s, v15.4s, v16.4s
+	WORD $0x4e9079ee // zip2 v14.4s, v15.4s, v16.4s
+	WORD $0x4e221d50 // and v16.16b, v10.16b, v2.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e221dcf // and v15.16b, v14.16b, v2.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a60c // smmla v12.4s, v16.16b, v5.16b
+	WORD $0x4e85a5ed // smmla v13.4s, v15.16b, v5.16b
+	WORD $0x4e87a60b // smmla v11.4s, v16.16b, v7.16b
+	WORD $0x4e87a5e9 // smmla v9.4s, v15.16b, v7.16b
+	WORD $0x4e80a54c // smmla v12.4s, v10.16b, v0.16b
+	WORD $0x4e80a5cd // smmla v13.4s, v14.16b, v0.16b
+	WORD $0x4e88a54b // smmla v11.4s, v10.16b, v8.16b
+	WORD $0x4e88a5c9 // smmla v9.4s, v14.16b, v8.16b
+	WORD $0x4e8d198e // uzp1 v14.4s, v12.4s, v13.4s
+	WORD $0x4e8d598d // uzp2 v13.4s, v12.4s, v13.4s
+	WORD $0x4e89196c // uzp1 v12.4s, v11.4s, v9.4s
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 4(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVQ 48(R10), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 48(R10)
+	FMOVS 4(R7), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa85ad // add v13.4s, v13.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a912b // fmul v11.4s, v9.4s, v10.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVQ 48(R11), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R11)
+	FMOVS 4(R8), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab858c // add v12.4s, v12.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b912a // fmul v10.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2add8c // fmul v12.4s, v12.4s, v10.4s
+	FMOVQ 48(R12), F13
+	WORD $0x4e2cd5ad // fadd v13.4s, v13.4s, v12.4s
+	FMOVQ F13, 48(R12)
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	FMOVQ 0(R19), F7
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 32(R0), F13
+	FMOVQ 96(R0), F14
+	WORD $0x4e8e39af // zip1 v15.4s, v13.4s, v14.4s
+	WORD $0x4e8e79b0 // zip2 v16.4s, v13.4s, v14.4s
+	WORD $0x4e271dee // and v14.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e271e0d // and v13.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e84a5c6 // smmla v6.4s, v14.16b, v4.16b
+	WORD $0x4e84a5aa // smmla v10.4s, v13.16b, v4.16b
+	WORD $0x4e88a5cb // smmla v11.4s, v14.16b, v8.16b
+	WORD $0x4e88a5ac // smmla v12.4s, v13.16b, v8.16b
+	WORD $0x4e81a5e6 // smmla v6.4s, v15.16b, v1.16b
+	WORD $0x4e81a60a // smmla v10.4s, v16.16b, v1.16b
+	WORD $0x4e82a5eb // smmla v11.4s, v15.16b, v2.16b
+	WORD $0x4e82a60c // smmla v12.4s, v16.16b, v2.16b
+	FMOVQ 160(R0), F16
+	FMOVQ 224(R0), F15
+	WORD $0x4e8f3a0d // zip1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f7a0e // zip2 v14.4s, v16.4s, v15.4s
+	WORD $0x4e271daf // and v15.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e271dd0 // and v16.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a5e6 // smmla v6.4s, v15.16b, v5.16b
+	WORD $0x4e85a60a // smmla v10.4s, v16.16b, v5.16b
+	WORD $0x4e89a5eb // smmla v11.4s, v15.16b, v9.16b
+	WORD $0x4e89a60c // smmla v12.4s, v16.16b, v9.16b
+	WORD $0x4e80a5a6 // smmla v6.4s, v13.16b, v0.16b
+	WORD $0x4e80a5ca // smmla v10.4s, v14.16b, v0.16b
+	WORD $0x4e83a5ab // smmla v11.4s, v13.16b, v3.16b
+	WORD $0x4e83a5cc // smmla v12.4s, v14.16b, v3.16b
+	WORD $0x4e8a18ce // uzp1 v14.4s, v6.4s, v10.4s
+	WORD $0x4e8a58ca // uzp2 v10.4s, v6.4s, v10.4s
+	WORD $0x4e8c1966 // uzp1 v6.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 4(R6), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d9170 // fmul v16.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	FMOVQ 0(R10), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 0(R10)
+	FMOVS 4(R7), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb0854a // add v10.4s, v10.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f90916d // fmul v13.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2ddd4a // fmul v10.4s, v10.4s, v13.4s
+	FMOVQ 0(R11), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 0(R11)
+	FMOVS 4(R8), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead84c6 // add v6.4s, v6.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d9170 // fmul v16.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e30dcc6 // fmul v6.4s, v6.4s, v16.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e26d54a // fadd v10.4s, v10.4s, v6.4s
+	FMOVQ F10, 0(R12)
+	FMOVS 4(R9), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb0858c // add v12.4s, v12.4s, v16.4s
+	FMOVS 0(R9), F16
+	WORD $0x4f90916d // fmul v13.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2ddd8c // fmul v12.4s, v12.4s, v13.4s
+	FMOVQ 0(R13), F6
+	WORD $0x4e2cd4c6 // fadd v6.4s, v6.4s, v12.4s
+	FMOVQ F6, 0(R13)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 48(R0), F6
+	FMOVQ 112(R0), F10
+	WORD $0x4e8a38ce // zip1 v14.4s, v6.4s, v10.4s
+	WORD $0x4e8a78cf // zip2 v15.4s, v6.4s, v10.4s
+	WORD $0x4e271dca // and v10.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e271de6 // and v6.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e84a54b // smmla v11.4s, v10.16b, v4.16b
+	WORD $0x4e84a4cd // smmla v13.4s, v6.16b, v4.16b
+	WORD $0x4e88a550 // smmla v16.4s, v10.16b, v8.16b
+	WORD $0x4e88a4cc // smmla v12.4s, v6.16b, v8.16b
+	WORD $0x4e81a5cb // smmla v11.4s, v14.16b, v1.16b
+	WORD $0x4e81a5ed // smmla v13.4s, v15.16b, v1.16b
+	WORD $0x4e82a5d0 // smmla v16.4s, v14.16b, v2.16b
+	WORD $0x4e82a5ec // smmla v12.4s, v15.16b, v2.16b
+	FMOVQ 176(R0), F15
+	FMOVQ 240(R0), F14
+	WORD $0x4e8e39e6 // zip1 v6.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ea // zip2 v10.4s, v15.4s, v14.4s
+	WORD $0x4e271cce // and v14.16b, v6.16b, v7.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e271d4f // and v15.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e85a5cb // smmla v11.4s, v14.16b, v5.16b
+	WORD $0x4e85a5ed // smmla v13.4s, v15.16b, v5.16b
+	WORD $0x4e89a5d0 // smmla v16.4s, v14.16b, v9.16b
+	WORD $0x4e89a5ec // smmla v12.4s, v15.16b, v9.16b
+	WORD $0x4e80a4cb // smmla v11.4s, v6.16b, v0.16b
+	WORD $0x4e80a54d // smmla v13.4s, v10.16b, v0.16b
+	WORD $0x4e83a4d0 // smmla v16.4s, v6.16b, v3.16b
+	WORD $0x4e83a54c // smmla v12.4s, v10.16b, v3.16b
+	WORD $0x4e8d196a // uzp1 v10.4s, v11.4s, v13.4s
+	WORD $0x4e8d596d // uzp2 v13.4s, v11.4s, v13.4s
+	WORD $0x4e8c1a0b // uzp1 v11.4s, v16.4s, v12.4s
+	WORD $0x4e8c5a0c // uzp2 v12.4s, v16.4s, v12.4s
+	FMOVD 8(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 4(R6), F6
+	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
+	WORD $0x4ea6854a // add v10.4s, v10.4s, v6.4s
+	FMOVS 0(R6), F6
+	WORD $0x4f86920f // fmul v15.4s, v16.4s, v6.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	FMOVQ 16(R10), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 16(R10)
+	FMOVS 4(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf85ad // add v13.4s, v13.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9206 // fmul v6.4s, v16.4s, v15.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e26ddad // fmul v13.4s, v13.4s, v6.4s
+	FMOVQ 16(R11), F10
+	WORD $0x4e2dd54a // fadd v10.4s, v10.4s, v13.4s
+	FMOVQ F10, 16(R11)
+	FMOVS 4(R8), F6
+	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
+	WORD $0x4ea6856b // add v11.4s, v11.4s, v6.4s
+	FMOVS 0(R8), F6
+	WORD $0x4f86920f // fmul v15.4s, v16.4s, v6.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ F13, 16(R12)
+	FMOVS 4(R9), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf858c // add v12.4s, v12.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f9206 // fmul v6.4s, v16.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e26dd8c // fmul v12.4s, v12.4s, v6.4s
+	FMOVQ 16(R13), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 16(R13)
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F11
+	FMOVQ 128(R0), F13
+	WORD $0x4e8d396a // zip1 v10.4s, v11.4s, v13.4s
+	WORD $0x4e8d796e // zip2 v14.4s, v11.4s, v13.4s
+	WORD $0x4e271d4d // and v13.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e271dcb // and v11.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e84a5b0 // smmla v16.4s, v13.16b, v4.16b
+	WORD $0x4e84a566 // smmla v6.4s, v11.16b, v4.16b
+	WORD $0x4e88a5af // smmla v15.4s, v13.16b, v8.16b
+	WORD $0x4e88a56c // smmla v12.4s, v11.16b, v8.16b
+	WORD $0x4e81a550 // smmla v16.4s, v10.16b, v1.16b
+	WORD $0x4e81a5c6 // smmla v6.4s, v14.16b, v1.16b
+	WORD $0x4e82a54f // smmla v15.4s, v10.16b, v2.16b
+	WORD $0x4e82a5cc // smmla v12.4s, v14.16b, v2.16b
+	FMOVQ 192(R0), F14
+	FMOVQ 256(R0), F10
+	WORD $0x4e8a39cb // zip1 v11.4s, v14.4s, v10.4s
+	WORD $0x4e8a79cd // zip2 v13.4s, v14.4s, v10.4s
+	WORD $0x4e271d6a // and v10.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e271dae // and v14.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e85a550 // smmla v16.4s, v10.16b, v5.16b
+	WORD $0x4e85a5c6 // smmla v6.4s, v14.16b, v5.16b
+	WORD $0x4e89a54f // smmla v15.4s, v10.16b, v9.16b
+	WORD $0x4e89a5cc // smmla v12.4s, v14.16b, v9.16b
+	WORD $0x4e80a570 // smmla v16.4s, v11.16b, v0.16b
+	WORD $0x4e80a5a6 // smmla v6.4s, v13.16b, v0.16b
+	WORD $0x4e83a56f // smmla v15.4s, v11.16b, v3.16b
+	WORD $0x4e83a5ac // smmla v12.4s, v13.16b, v3.16b
+	WORD $0x4e861a0d // uzp1 v13.4s, v16.4s, v6.4s
+	WORD $0x4e865a06 // uzp2 v6.4s, v16.4s, v6.4s
+	WORD $0x4e8c19f0 // uzp1 v16.4s, v15.4s, v12.4s
+	WORD $0x4e8c59ec // uzp2 v12.4s, v15.4s, v12.4s
+	FMOVD 16(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 4(R6), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ad // add v13.4s, v13.4s, v11.4s
+	FMOVS 0(R6), F11
+	WORD $0x4f8b91ee // fmul v14.4s, v15.4s, v11.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2eddad // fmul v13.4s, v13.4s, v14.4s
+	FMOVQ 32(R10), F10
+	WORD $0x4e2dd54a // fadd v10.4s, v10.4s, v13.4s
+	FMOVQ F10, 32(R10)
+	FMOVS 4(R7), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae84c6 // add v6.4s, v6.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e91eb // fmul v11.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2bdcc6 // fmul v6.4s, v6.4s, v11.4s
+	FMOVQ 32(R11), F13
+	WORD $0x4e26d5ad // fadd v13.4s, v13.4s, v6.4s
+	FMOVQ F13, 32(R11)
+	FMOVS 4(R8), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8610 // add v16.4s, v16.4s, v11.4s
+	FMOVS 0(R8), F11
+	WORD $0x4f8b91ee // fmul v14.4s, v15.4s, v11.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	FMOVQ 32(R12), F6
+	WORD $0x4e30d4c6 // fadd v6.4s, v6.4s, v16.4s
+	FMOVQ F6, 32(R12)
+	FMOVS 4(R9), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae858c // add v12.4s, v12.4s, v14.4s
+	FMOVS 0(R9), F14
+	WORD $0x4f8e91eb // fmul v11.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2bdd8c // fmul v12.4s, v12.4s, v11.4s
+	FMOVQ 32(R13), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 32(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 80(R0), F16
+	FMOVQ 144(R0), F6
+	WORD $0x4e863a0d // zip1 v13.4s, v16.4s, v6.4s
+	WORD $0x4e867a0a // zip2 v10.4s, v16.4s, v6.4s
+	WORD $0x4e271da6 // and v6.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e271d50 // and v16.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e84a4cf // smmla v15.4s, v6.16b, v4.16b
+	WORD $0x4e84a60b // smmla v11.4s, v16.16b, v4.16b
+	WORD $0x4e88a4ce // smmla v14.4s, v6.16b, v8.16b
+	WORD $0x4e88a60c // smmla v12.4s, v16.16b, v8.16b
+	WORD $0x4e81a5af // smmla v15.4s, v13.16b, v1.16b
+	WORD $0x4e81a54b // smmla v11.4s, v10.16b, v1.16b
+	WORD $0x4e82a5ae // smmla v14.4s, v13.16b, v2.16b
+	WORD $0x4e82a54c // smmla v12.4s, v10.16b, v2.16b
+	FMOVQ 208(R0), F10
+	FMOVQ 272(R0), F13
+	WORD $0x4e8d3950 // zip1 v16.4s, v10.4s, v13.4s
+	WORD $0x4e8d7946 // zip2 v6.4s, v10.4s, v13.4s
+	WORD $0x4e271e0d // and v13.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e271cca // and v10.16b, v6.16b, v7.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e85a5af // smmla v15.4s, v13.16b, v5.16b
+	WORD $0x4e85a54b // smmla v11.4s, v10.16b, v5.16b
+	WORD $0x4e89a5ae // smmla v14.4s, v13.16b, v9.16b
+	WORD $0x4e89a54c // smmla v12.4s, v10.16b, v9.16b
+	WORD $0x4e80a60f // smmla v15.4s, v16.16b, v0.16b
+	WORD $0x4e80a4cb // smmla v11.4s, v6.16b, v0.16b
+	WORD $0x4e83a60e // smmla v14.4s, v16.16b, v3.16b
+	WORD $0x4e83a4cc // smmla v12.4s, v6.16b, v3.16b
+	WORD $0x4e8b19e6 // uzp1 v6.4s, v15.4s, v11.4s
+	WORD $0x4e8b59eb // uzp2 v11.4s, v15.4s, v11.4s
+	WORD $0x4e8c19cf // uzp1 v15.4s, v14.4s, v12.4s
+	WORD $0x4e8c59cc // uzp2 v12.4s, v14.4s, v12.4s
+	FMOVD 24(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 4(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb084c6 // add v6.4s, v6.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9091ca // fmul v10.4s, v14.4s, v16.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2adcc6 // fmul v6.4s, v6.4s, v10.4s
+	FMOVQ 48(R10), F13
+	WORD $0x4e26d5ad // fadd v13.4s, v13.4s, v6.4s
+	FMOVQ F13, 48(R10)
+	FMOVS 4(R7), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa856b // add v11.4s, v11.4s, v10.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a91d0 // fmul v16.4s, v14.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e30dd6b // fmul v11.4s, v11.4s, v16.4s
+	FMOVQ 48(R11), F6
+	WORD $0x4e2bd4c6 // fadd v6.4s, v6.4s, v11.4s
+	FMOVQ F6, 48(R11)
+	FMOVS 4(R8), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f9091ca // fmul v10.4s, v14.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2addef // fmul v15.4s, v15.4s, v10.4s
+	FMOVQ 48(R12), F11
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	FMOVQ F11, 48(R12)
+	FMOVS 4(R9), F10
+	WORD $0x4e04054a // dup v10.4s, v10.s[0]
+	WORD $0x4eaa858c // add v12.4s, v12.4s, v10.4s
+	FMOVS 0(R9), F10
+	WORD $0x4f8a91d0 // fmul v16.4s, v14.4s, v10.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVQ 48(R13), F15
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ F15, 48(R13)
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_1x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x2I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 0(R3), F9
+	FMOVQ 16(R2), F10
+	FMOVQ 16(R3), F11
+	WORD $0x4ec9390c // zip1 v12.2d, v8.2d, v9.2d
+	WORD $0x4ec9790d // zip2 v13.2d, v8.2d, v9.2d
+	WORD $0x4ecb3949 // zip1 v9.2d, v10.2d, v11.2d
+	WORD $0x4ecb7948 // zip2 v8.2d, v10.2d, v11.2d
+	FMOVQ 0(R19), F11
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 64(R0), F15
+	FMOVQ 128(R0), F16
+	WORD $0x4e9039f1 // zip1 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9079f2 // zip2 v18.4s, v15.4s, v16.4s
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1e4f // and v15.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e8ca60a // smmla v10.4s, v16.16b, v12.16b
+	WORD $0x4e8ca5ee // smmla v14.4s, v15.16b, v12.16b
+	WORD $0x4e89a62a // smmla v10.4s, v17.16b, v9.16b
+	WORD $0x4e89a64e // smmla v14.4s, v18.16b, v9.16b
+	FMOVQ 192(R0), F18
+	FMOVQ 256(R0), F17
+	WORD $0x4e913a4f // zip1 v15.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e2b1df1 // and v17.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1e12 // and v18.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8da62a // smmla v10.4s, v17.16b, v13.16b
+	WORD $0x4e8da64e // smmla v14.4s, v18.16b, v13.16b
+	WORD $0x4e88a5ea // smmla v10.4s, v15.16b, v8.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e8e1950 // uzp1 v16.4s, v10.4s, v14.4s
+	WORD $0x4e8e594e // uzp2 v14.4s, v10.4s, v14.4s
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 32(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F18
+	WORD $0x4f929151 // fmul v17.4s, v10.4s, v18.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f9391f1 // fmul v17.4s, v15.4s, v19.s[0]
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f919152 // fmul v18.4s, v10.4s, v17.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e32ddce // fmul v14.4s, v14.4s, v18.4s
+	FMOVS 16(R7), F16
+	WORD $0x4f9091f2 // fmul v18.4s, v15.4s, v16.s[0]
+	WORD $0x4e32d5ce // fadd v14.4s, v14.4s, v18.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 80(R0), F18
+	FMOVQ 144(R0), F17
+	WORD $0x4e913a4e // zip1 v14.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e2b1e12 // and v18.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8ca62f // smmla v15.4s, v17.16b, v12.16b
+	WORD $0x4e8ca64a // smmla v10.4s, v18.16b, v12.16b
+	WORD $0x4e89a5cf // smmla v15.4s, v14.16b, v9.16b
+	WORD $0x4e89a60a // smmla v10.4s, v16.16b, v9.16b
+	FMOVQ 208(R0), F16
+	FMOVQ 272(R0), F14
+	WORD $0x4e8e3a12 // zip1 v18.4s, v16.4s, v14.4s
+	WORD $0x4e8e7a11 // zip2 v17.4s, v16.4s, v14.4s
+	WORD $0x4e2b1e4e // and v14.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e8da5cf // smmla v15.4s, v14.16b, v13.16b
+	WORD $0x4e8da60a // smmla v10.4s, v16.16b, v13.16b
+	WORD $0x4e88a64f // smmla v15.4s, v18.16b, v8.16b
+	WORD $0x4e88a62a // smmla v10.4s, v17.16b, v8.16b
+	WORD $0x4e8a19f1 // uzp1 v17.4s, v15.4s, v10.4s
+	WORD $0x4e8a59ea // uzp2 v10.4s, v15.4s, v10.4s
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 40(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVS 0(R6), F16
+	WORD $0x4f9091ee // fmul v14.4s, v15.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2ede31 // fmul v17.4s, v17.4s, v14.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f93924e // fmul v14.4s, v18.4s, v19.s[0]
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e91f0 // fmul v16.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e30dd4a // fmul v10.4s, v10.4s, v16.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f919250 // fmul v16.4s, v18.4s, v17.s[0]
+	WORD $0x4e30d54a // fadd v10.4s, v10.4s, v16.4s
+	WORD $0x4e2ad4a5 // fadd v5.4s, v5.4s, v10.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 96(R0), F16
+	FMOVQ 160(R0), F14
+	WORD $0x4e8e3a0a // zip1 v10.4s, v16.4s, v14.4s
+	WORD $0x4e8e7a11 // zip2 v17.4s, v16.4s, v14.4s
+	WORD $0x4e2b1d4e // and v14.16b, v10.16b, v11.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e8ca5d2 // smmla v18.4s, v14.16b, v12.16b
+	WORD $0x4e8ca60f // smmla v15.4s, v16.16b, v12.16b
+	WORD $0x4e89a552 // smmla v18.4s, v10.16b, v9.16b
+	WORD $0x4e89a62f // smmla v15.4s, v17.16b, v9.16b
+	FMOVQ 224(R0), F17
+	FMOVQ 288(R0), F10
+	WORD $0x4e8a3a30 // zip1 v16.4s, v17.4s, v10.4s
+	WORD $0x4e8a7a2e // zip2 v14.4s, v17.4s, v10.4s
+	WORD $0x4e2b1e0a // and v10.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8da552 // smmla v18.4s, v10.16b, v13.16b
+	WORD $0x4e8da62f // smmla v15.4s, v17.16b, v13.16b
+	WORD $0x4e88a612 // smmla v18.4s, v16.16b, v8.16b
+	WORD $0x4e88a5cf // smmla v15.4s, v14.16b, v8.16b
+	WORD $0x4e8f1a4e // uzp1 v14.4s, v18.4s, v15.4s
+	WORD $0x4e8f5a4f // uzp2 v15.4s, v18.4s, v15.4s
+	FMOVD 16(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVD 48(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f91924a // fmul v10.4s, v18.4s, v17.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f93920a // fmul v10.4s, v16.4s, v19.s[0]
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a9251 // fmul v17.4s, v18.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e31ddef // fmul v15.4s, v15.4s, v17.4s
+	FMOVS 16(R7), F14
+	WORD $0x4f8e9211 // fmul v17.4s, v16.4s, v14.s[0]
+	WORD $0x4e31d5ef // fadd v15.4s, v15.4s, v17.4s
+	WORD $0x4e2fd4c6 // fadd v6.4s, v6.4s, v15.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 112(R0), F17
+	FMOVQ 176(R0), F10
+	WORD $0x4e8a3a2f // zip1 v15.4s, v17.4s, v10.4s
+	WORD $0x4e8a7a2e // zip2 v14.4s, v17.4s, v10.4s
+	WORD $0x4e2b1dea // and v10.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8ca550 // smmla v16.4s, v10.16b, v12.16b
+	WORD $0x4e8ca632 // smmla v18.4s, v17.16b, v12.16b
+	WORD $0x4e89a5f0 // smmla v16.4s, v15.16b, v9.16b
+	WORD $0x4e89a5d2 // smmla v18.4s, v14.16b, v9.16b
+	FMOVQ 240(R0), F14
+	FMOVQ 304(R0), F15
+	WORD $0x4e8f39d1 // zip1 v17.4s, v14.4s, v15.4s
+	WORD $0x4e8f79ca // zip2 v10.4s, v14.4s, v15.4s
+	WORD $0x4e2b1e2f // and v15.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1d4e // and v14.16b, v10.16b, v11.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e8da5f0 // smmla v16.4s, v15.16b, v13.16b
+	WORD $0x4e8da5d2 // smmla v18.4s, v14.16b, v13.16b
+	WORD $0x4e88a630 // smmla v16.4s, v17.16b, v8.16b
+	WORD $0x4e88a552 // smmla v18.4s, v10.16b, v8.16b
+	WORD $0x4e921a0a // uzp1 v10.4s, v16.4s, v18.4s
+	WORD $0x4e925a12 // uzp2 v18.4s, v16.4s, v18.4s
+	FMOVD 24(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVD 56(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e920f // fmul v15.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f93922f // fmul v15.4s, v17.4s, v19.s[0]
+	WORD $0x4e2fd54a // fadd v10.4s, v10.4s, v15.4s
+	WORD $0x4e2ad463 // fadd v3.4s, v3.4s, v10.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f920e // fmul v14.4s, v16.4s, v15.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	FMOVS 16(R7), F10
+	WORD $0x4f8a922e // fmul v14.4s, v17.4s, v10.s[0]
+	WORD $0x4e2ed652 // fadd v18.4s, v18.4s, v14.4s
+	WORD $0x4e32d4e7 // fadd v7.4s, v7.4s, v18.4s
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_1x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x3I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 16(R4), F2
+	WORD $0x4ec33866 // zip1 v6.2d, v3.2d, v3.2d
+	WORD $0x4ec37867 // zip2 v7.2d, v3.2d, v3.2d
+	WORD $0x4ec23843 // zip1 v3.2d, v2.2d, v2.2d
+	WORD $0x4ec27848 // zip2 v8.2d, v2.2d, v2.2d
+	FMOVQ 0(R19), F2
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F13
+	FMOVQ 128(R0), F14
+	WORD $0x4e8e39af // zip1 v15.4s, v13.4s, v14.4s
+	WORD $0x4e8e79b0 // zip2 v16.4s, v13.4s, v14.4s
+	WORD $0x4e221dee // and v14.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e221e0d // and v13.16b, v16.16b, v2.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e84a5c9 // smmla v9.4s, v14.16b, v4.16b
+	WORD $0x4e84a5aa // smmla v10.4s, v13.16b, v4.16b
+	WORD $0x4e86a5cb // smmla v11.4s, v14.16b, v6.16b
+	WORD $0x4e86a5ac // smmla v12.4s, v13.16b, v6.16b
+	WORD $0x4e81a5e9 // smmla v9.4s, v15.16b, v1.16b
+	WORD $0x4e81a60a // smmla v10.4s, v16.16b, v1.16b
+	WORD $0x4e83a5eb // smmla v11.4s, v15.16b, v3.16b
+	WORD $0x4e83a60c // smmla v12.4s, v16.16b, v3.16b
+	FMOVQ 192(R0), F16
+	FMOVQ 256(R0), F15
+	WORD $0x4e8f3a0d // zip1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f7a0e // zip2 v14.4s, v16.4s, v15.4s
+	WORD $0x4e221daf // and v15.16b, v13.16b, v2.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e221dd0 // and v16.16b, v14.16b, v2.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a5e9 // smmla v9.4s, v15.16b, v5.16b
+	WORD $0x4e85a60a // smmla v10.4s, v16.16b, v5.16b
+	WORD $0x4e87a5eb // smmla v11.4s, v15.16b, v7.16b
+	WORD $0x4e87a60c // smmla v12.4s, v16.16b, v7.16b
+	WORD $0x4e80a5a9 // smmla v9.4s, v13.16b, v0.16b
+	WORD $0x4e80a5ca // smmla v10.4s, v14.16b, v0.16b
+	WORD $0x4e88a5ab // smmla v11.4s, v13.16b, v8.16b
+	WORD $0x4e88a5cc // smmla v12.4s, v14.16b, v8.16b
+	WORD $0x4e8a192e // uzp1 v14.4s, v9.4s, v10.4s
+	WORD $0x4e8a592a // uzp2 v10.4s, v9.4s, v10.4s
+	WORD $0x4e8c1969 // uzp1 v9.4s, v11.4s, v12.4s
+	FMOVD 0(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVD 32(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d9190 // fmul v16.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	FMOVS 16(R6), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e30d5ce // fadd v14.4s, v14.4s, v16.4s
+	FMOVQ 0(R10), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 0(R10)
+	FMOVS 0(R7), F16
+	WORD $0x4f90918d // fmul v13.4s, v12.4s, v16.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2ddd4a // fmul v10.4s, v10.4s, v13.4s
+	FMOVS 16(R7), F14
+	WORD $0x4f8e916d // fmul v13.4s, v11.4s, v14.s[0]
+	WORD $0x4e2dd54a // fadd v10.4s, v10.4s, v13.4s
+	FMOVQ 0(R11), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 0(R11)
+	FMOVS 0(R8), F13
+	WORD $0x4f8d9190 // fmul v16.4s, v12.4s, v13.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e30dd29 // fmul v9.4s, v9.4s, v16.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a9170 // fmul v16.4s, v11.4s, v10.s[0]
+	WORD $0x4e30d529 // fadd v9.4s, v9.4s, v16.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 0(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 80(R0), F9
+	FMOVQ 144(R0), F10
+	WORD $0x4e8a392e // zip1 v14.4s, v9.4s, v10.4s
+	WORD $0x4e8a792f // zip2 v15.4s, v9.4s, v10.4s
+	WORD $0x4e221dca // and v10.16b, v14.16b, v2.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e221de9 // and v9.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e84a54b // smmla v11.4s, v10.16b, v4.16b
+	WORD $0x4e84a52c // smmla v12.4s, v9.16b, v4.16b
+	WORD $0x4e86a550 // smmla v16.4s, v10.16b, v6.16b
+	WORD $0x4e86a52d // smmla v13.4s, v9.16b, v6.16b
+	WORD $0x4e81a5cb // smmla v11.4s, v14.16b, v1.16b
+	WORD $0x4e81a5ec // smmla v12.4s, v15.16b, v1.16b
+	WORD $0x4e83a5d0 // smmla v16.4s, v14.16b, v3.16b
+	WORD $0x4e83a5ed // smmla v13.4s, v15.16b, v3.16b
+	FMOVQ 208(R0), F15
+	FMOVQ 272(R0), F14
+	WORD $0x4e8e39e9 // zip1 v9.4s, v15.4s, v14.4s
+	WORD $0x4e8e79ea // zip2 v10.4s, v15.4s, v14.4s
+	WORD $0x4e221d2e // and v14.16b, v9.16b, v2.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e221d4f // and v15.16b, v10.16b, v2.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e85a5cb // smmla v11.4s, v14.16b, v5.16b
+	WORD $0x4e85a5ec // smmla v12.4s, v15.16b, v5.16b
+	WORD $0x4e87a5d0 // smmla v16.4s, v14.16b, v7.16b
+	WORD $0x4e87a5ed // smmla v13.4s, v15.16b, v7.16b
+	WORD $0x4e80a52b // smmla v11.4s, v9.16b, v0.16b
+	WORD $0x4e80a54c // smmla v12.4s, v10.16b, v0.16b
+	WORD $0x4e88a530 // smmla v16.4s, v9.16b, v8.16b
+	WORD $0x4e88a54d // smmla v13.4s, v10.16b, v8.16b
+	WORD $0x4e8c196a // uzp1 v10.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8d1a0b // uzp1 v11.4s, v16.4s, v13.4s
+	FMOVD 8(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVD 40(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 0(R6), F9
+	WORD $0x4f8991af // fmul v15.4s, v13.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	FMOVS 16(R6), F14
+	WORD $0x4f8e920f // fmul v15.4s, v16.4s, v14.s[0]
+	WORD $0x4e2fd54a // fadd v10.4s, v10.4s, v15.4s
+	FMOVQ 16(R10), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 16(R10)
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91a9 // fmul v9.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e29dd8c // fmul v12.4s, v12.4s, v9.4s
+	FMOVS 16(R7), F10
+	WORD $0x4f8a9209 // fmul v9.4s, v16.4s, v10.s[0]
+	WORD $0x4e29d58c // fadd v12.4s, v12.4s, v9.4s
+	FMOVQ 16(R11), F10
+	WORD $0x4e2cd54a // fadd v10.4s, v10.4s, v12.4s
+	FMOVQ F10, 16(R11)
+	FMOVS 0(R8), F9
+	WORD $0x4f8991af // fmul v15.4s, v13.4s, v9.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c920f // fmul v15.4s, v16.4s, v12.s[0]
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	FMOVQ 16(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 16(R12)
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 96(R0), F11
+	FMOVQ 160(R0), F12
+	WORD $0x4e8c396a // zip1 v10.4s, v11.4s, v12.4s
+	WORD $0x4e8c796e // zip2 v14.4s, v11.4s, v12.4s
+	WORD $0x4e221d4c // and v12.16b, v10.16b, v2.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e221dcb // and v11.16b, v14.16b, v2.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e84a590 // smmla v16.4s, v12.16b, v4.16b
+	WORD $0x4e84a56d // smmla v13.4s, v11.16b, v4.16b
+	WORD $0x4e86a58f // smmla v15.4s, v12.16b, v6.16b
+	WORD $0x4e86a569 // smmla v9.4s, v11.16b, v6.16b
+	WORD $0x4e81a550 // smmla v16.4s, v10.16b, v1.16b
+	WORD $0x4e81a5cd // smmla v13.4s, v14.16b, v1.16b
+	WORD $0x4e83a54f // smmla v15.4s, v10.16b, v3.16b
+	WORD $0x4e83a5c9 // smmla v9.4s, v14.16b, v3.16b
+	FMOVQ 224(R0), F14
+	FMOVQ 288(R0), F10
+	WORD $0x4e8a39cb // zip1 v11.4s, v14.4s, v10.4s
+	WORD $0x4e8a79cc // zip2 v12.4s, v14.4s, v10.4s
+	WORD $0x4e221d6a // and v10.16b, v11.16b, v2.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e221d8e // and v14.16b, v12.16b, v2.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4e85a550 // smmla v16.4s, v10.16b, v5.16b
+	WORD $0x4e85a5cd // smmla v13.4s, v14.16b, v5.16b
+	WORD $0x4e87a54f // smmla v15.4s, v10.16b, v7.16b
+	WORD $0x4e87a5c9 // smmla v9.4s, v14.16b, v7.16b
+	WORD $0x4e80a570 // smmla v16.4s, v11.16b, v0.16b
+	WORD $0x4e80a58d // smmla v13.4s, v12.16b, v0.16b
+	WORD $0x4e88a56f // smmla v15.4s, v11.16b, v8.16b
+	WORD $0x4e88a589 // smmla v9.4s, v12.16b, v8.16b
+	WORD $0x4e8d1a0c // uzp1 v12.4s, v16.4s, v13.4s
+	WORD $0x4e8d5a0d // uzp2 v13.4s, v16.4s, v13.4s
+	WORD $0x4e8919f0 // uzp1 v16.4s, v15.4s, v9.4s
+	FMOVD 16(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVD 48(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F11
+	WORD $0x4f8b912e // fmul v14.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2edd8c // fmul v12.4s, v12.4s, v14.4s
+	FMOVS 16(R6), F10
+	WORD $0x4f8a91ee // fmul v14.4s, v15.4s, v10.s[0]
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ 32(R10), F10
+	WORD $0x4e2cd54a // fadd v10.4s, v10.4s, v12.4s
+	FMOVQ F10, 32(R10)
+	FMOVS 0(R7), F14
+	WORD $0x4f8e912b // fmul v11.4s, v9.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVS 16(R7), F12
+	WORD $0x4f8c91eb // fmul v11.4s, v15.4s, v12.s[0]
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ 32(R11), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 32(R11)
+	FMOVS 0(R8), F11
+	WORD $0x4f8b912e // fmul v14.4s, v9.4s, v11.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	FMOVS 16(R8), F13
+	WORD $0x4f8d91ee // fmul v14.4s, v15.4s, v13.s[0]
+	WORD $0x4e2ed610 // fadd v16.4s, v16.4s, v14.4s
+	FMOVQ 32(R12), F13
+	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
+	FMOVQ F13, 32(R12)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 112(R0), F16
+	FMOVQ 176(R0), F13
+	WORD $0x4e8d3a0c // zip1 v12.4s, v16.4s, v13.4s
+	WORD $0x4e8d7a0a // zip2 v10.4s, v16.4s, v13.4s
+	WORD $0x4e221d8d // and v13.16b, v12.16b, v2.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4e221d50 // and v16.16b, v10.16b, v2.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e84a5af // smmla v15.4s, v13.16b, v4.16b
+	WORD $0x4e84a609 // smmla v9.4s, v16.16b, v4.16b
+	WORD $0x4e86a5ae // smmla v14.4s, v13.16b, v6.16b
+	WORD $0x4e86a60b // smmla v11.4s, v16.16b, v6.16b
+	WORD $0x4e81a58f // smmla v15.4s, v12.16b, v1.16b
+	WORD $0x4e81a549 // smmla v9.4s, v10.16b, v1.16b
+	WORD $0x4e83a58e // smmla v14.4s, v12.16b, v3.16b
+	WORD $0x4e83a54b // smmla v11.4s, v10.16b, v3.16b
+	FMOVQ 240(R0), F10
+	FMOVQ 304(R0), F12
+	WORD $0x4e8c3950 // zip1 v16.4s, v10.4s, v12.4s
+	WORD $0x4e8c794d // zip2 v13.4s, v10.4s, v12.4s
+	WORD $0x4e221e0c // and v12.16b, v16.16b, v2.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e221daa // and v10.16b, v13.16b, v2.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e85a58f // smmla v15.4s, v12.16b, v5.16b
+	WORD $0x4e85a549 // smmla v9.4s, v10.16b, v5.16b
+	WORD $0x4e87a58e // smmla v14.4s, v12.16b, v7.16b
+	WORD $0x4e87a54b // smmla v11.4s, v10.16b, v7.16b
+	WORD $0x4e80a60f // smmla v15.4s, v16.16b, v0.16b
+	WORD $0x4e80a5a9 // smmla v9.4s, v13.16b, v0.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e88a5ab // smmla v11.4s, v13.16b, v8.16b
+	WORD $0x4e8919ed // uzp1 v13.4s, v15.4s, v9.4s
+	WORD $0x4e8959e9 // uzp2 v9.4s, v15.4s, v9.4s
+	WORD $0x4e8b19cf // uzp1 v15.4s, v14.4s, v11.4s
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 56(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 0(R6), F16
+	WORD $0x4f90916a // fmul v10.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVS 16(R6), F12
+	WORD $0x4f8c91ca // fmul v10.4s, v14.4s, v12.s[0]
+	WORD $0x4e2ad5ad // fadd v13.4s, v13.4s, v10.4s
+	FMOVQ 48(R10), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 48(R10)
+	FMOVS 0(R7), F10
+	WORD $0x4f8a9170 // fmul v16.4s, v11.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e30dd29 // fmul v9.4s, v9.4s, v16.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d91d0 // fmul v16.4s, v14.4s, v13.s[0]
+	WORD $0x4e30d529 // fadd v9.4s, v9.4s, v16.4s
+	FMOVQ 48(R11), F13
+	WORD $0x4e29d5ad // fadd v13.4s, v13.4s, v9.4s
+	FMOVQ F13, 48(R11)
+	FMOVS 0(R8), F16
+	WORD $0x4f90916a // fmul v10.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2addef // fmul v15.4s, v15.4s, v10.4s
+	FMOVS 16(R8), F9
+	WORD $0x4f8991ca // fmul v10.4s, v14.4s, v9.s[0]
+	WORD $0x4e2ad5ef // fadd v15.4s, v15.4s, v10.4s
+	FMOVQ 48(R12), F9
+	WORD $0x4e2fd529 // fadd v9.4s, v9.4s, v15.4s
+	FMOVQ F9, 48(R12)
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	FMOVQ 0(R19), F7
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F13
+	FMOVQ 128(R0), F14
+	WORD $0x4e8e39af // zip1 v15.4s, v13.4s, v14.4s
+	WORD $0x4e8e79b0 // zip2 v16.4s, v13.4s, v14.4s
+	WORD $0x4e271dee // and v14.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e271e0d // and v13.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e84a5c6 // smmla v6.4s, v14.16b, v4.16b
+	WORD $0x4e84a5aa // smmla v10.4s, v13.16b, v4.16b
+	WORD $0x4e88a5cb // smmla v11.4s, v14.16b, v8.16b
+	WORD $0x4e88a5ac // smmla v12.4s, v13.16b, v8.16b
+	WORD $0x4e81a5e6 // smmla v6.4s, v15.16b, v1.16b
+	WORD $0x4e81a60a // smmla v10.4s, v16.16b, v1.16b
+	WORD $0x4e82a5eb // smmla v11.4s, v15.16b, v2.16b
+	WORD $0x4e82a60c // smmla v12.4s, v16.16b, v2.16b
+	FMOVQ 192(R0), F16
+	FMOVQ 256(R0), F15
+	WORD $0x4e8f3a0d // zip1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f7a0e // zip2 v14.4s, v16.4s, v15.4s
+	WORD $0x4e271daf // and v15.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e271dd0 // and v16.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a5e6 // smmla v6.4s, v15.16b, v5.16b
+	WORD $0x4e85a60a // smmla v10.4s, v16.16b, v5.16b
+	WORD $0x4e89a5eb // smmla v11.4s, v15.16b, v9.16b
+	WORD $0x4e89a60c // smmla v12.4s, v16.16b, v9.16b
+	WORD $0x4e80a5a6 // smmla v6.4s, v13.16b, v0.16b
+	WORD $0x4e80a5ca // smmla v10.4s, v14.16b, v0.16b
+	WORD $0x4e83a5ab // smmla v11.4s, v13.16b, v3.16b
+	WORD $0x4e83a5cc // smmla v12.4s, v14.16b, v3.16b
+	WORD $0x4e8a18ce // uzp1 v14.4s, v6.4s, v10.4s
+	WORD $0x4e8a58ca // uzp2 v10.4s, v6.4s, v10.4s
+	WORD $0x4e8c1966 // uzp1 v6.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 32(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F16
+	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ 0(R10), F17
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	FMOVQ F17, 0(R10)
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e30dd4a // fmul v10.4s, v10.4s, v16.4s
+	FMOVS 16(R7), F14
+	WORD $0x4f8e91b0 // fmul v16.4s, v13.4s, v14.s[0]
+	WORD $0x4e30d54a // fadd v10.4s, v10.4s, v16.4s
+	FMOVQ 0(R11), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 0(R11)
+	FMOVS 0(R8), F16
+	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2fdcc6 // fmul v6.4s, v6.4s, v15.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a91af // fmul v15.4s, v13.4s, v10.s[0]
+	WORD $0x4e2fd4c6 // fadd v6.4s, v6.4s, v15.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e26d54a // fadd v10.4s, v10.4s, v6.4s
+	FMOVQ F10, 0(R12)
+	FMOVS 0(R9), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVS 16(R9), F6
+	WORD $0x4f8691b0 // fmul v16.4s, v13.4s, v6.s[0]
+	WORD $0x4e30d58c // fadd v12.4s, v12.4s, v16.4s
+	FMOVQ 0(R13), F6
+	WORD $0x4e2cd4c6 // fadd v6.4s, v6.4s, v12.4s
+	FMOVQ F6, 0(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 80(R0), F12
+	FMOVQ 144(R0), F6
+	WORD $0x4e86398a // zip1 v10.4s, v12.4s, v6.4s
+	WORD $0x4e86798e // zip2 v14.4s, v12.4s, v6.4s
+	WORD $0x4e271d46 // and v6.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e271dcc // and v12.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e84a4cd // smmla v13.4s, v6.16b, v4.16b
+	WORD $0x4e84a58b // smmla v11.4s, v12.16b, v4.16b
+	WORD $0x4e88a4d0 // smmla v16.4s, v6.16b, v8.16b
+	WORD $0x4e88a58f // smmla v15.4s, v12.16b, v8.16b
+	WORD $0x4e81a54d // smmla v13.4s, v10.16b, v1.16b
+	WORD $0x4e81a5cb // smmla v11.4s, v14.16b, v1.16b
+	WORD $0x4e82a550 // smmla v16.4s, v10.16b, v2.16b
+	WORD $0x4e82a5cf // smmla v15.4s, v14.16b, v2.16b
+	FMOVQ 208(R0), F14
+	FMOVQ 272(R0), F10
+	WORD $0x4e8a39cc // zip1 v12.4s, v14.4s, v10.4s
+	WORD $0x4e8a79c6 // zip2 v6.4s, v14.4s, v10.4s
+	WORD $0x4e271d8a // and v10.16b, v12.16b, v7.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4e271cce // and v14.16b, v6.16b, v7.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e85a54d // smmla v13.4s, v10.16b, v5.16b
+	WORD $0x4e85a5cb // smmla v11.4s, v14.16b, v5.16b
+	WORD $0x4e89a550 // smmla v16.4s, v10.16b, v9.16b
+	WORD $0x4e89a5cf // smmla v15.4s, v14.16b, v9.16b
+	WORD $0x4e80a58d // smmla v13.4s, v12.16b, v0.16b
+	WORD $0x4e80a4cb // smmla v11.4s, v6.16b, v0.16b
+	WORD $0x4e83a590 // smmla v16.4s, v12.16b, v3.16b
+	WORD $0x4e83a4cf // smmla v15.4s, v6.16b, v3.16b
+	WORD $0x4e8b19a6 // uzp1 v6.4s, v13.4s, v11.4s
+	WORD $0x4e8b59ab // uzp2 v11.4s, v13.4s, v11.4s
+	WORD $0x4e8f1a0d // uzp1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f5a0f // uzp2 v15.4s, v16.4s, v15.4s
+	FMOVD 8(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVD 40(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e920a // fmul v10.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2adcc6 // fmul v6.4s, v6.4s, v10.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f91918a // fmul v10.4s, v12.4s, v17.s[0]
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	FMOVQ 16(R10), F17
+	WORD $0x4e26d631 // fadd v17.4s, v17.4s, v6.4s
+	FMOVQ F17, 16(R10)
+	FMOVS 0(R7), F10
+	WORD $0x4f8a920e // fmul v14.4s, v16.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2edd6b // fmul v11.4s, v11.4s, v14.4s
+	FMOVS 16(R7), F6
+	WORD $0x4f86918e // fmul v14.4s, v12.4s, v6.s[0]
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ 16(R11), F6
+	WORD $0x4e2bd4c6 // fadd v6.4s, v6.4s, v11.4s
+	FMOVQ F6, 16(R11)
+	FMOVS 0(R8), F14
+	WORD $0x4f8e920a // fmul v10.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVS 16(R8), F11
+	WORD $0x4f8b918a // fmul v10.4s, v12.4s, v11.s[0]
+	WORD $0x4e2ad5ad // fadd v13.4s, v13.4s, v10.4s
+	FMOVQ 16(R12), F11
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ F11, 16(R12)
+	FMOVS 0(R9), F10
+	WORD $0x4f8a920e // fmul v14.4s, v16.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2eddef // fmul v15.4s, v15.4s, v14.4s
+	FMOVS 16(R9), F13
+	WORD $0x4f8d918e // fmul v14.4s, v12.4s, v13.s[0]
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ 16(R13), F13
+	WORD $0x4e2fd5ad // fadd v13.4s, v13.4s, v15.4s
+	FMOVQ F13, 16(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 96(R0), F15
+	FMOVQ 160(R0), F13
+	WORD $0x4e8d39eb // zip1 v11.4s, v15.4s, v13.4s
+	WORD $0x4e8d79e6 // zip2 v6.4s, v15.4s, v13.4s
+	WORD $0x4e271d6d // and v13.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e271ccf // and v15.16b, v6.16b, v7.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e84a5ac // smmla v12.4s, v13.16b, v4.16b
+	WORD $0x4e84a5f0 // smmla v16.4s, v15.16b, v4.16b
+	WORD $0x4e88a5ae // smmla v14.4s, v13.16b, v8.16b
+	WORD $0x4e88a5ea // smmla v10.4s, v15.16b, v8.16b
+	WORD $0x4e81a56c // smmla v12.4s, v11.16b, v1.16b
+	WORD $0x4e81a4d0 // smmla v16.4s, v6.16b, v1.16b
+	WORD $0x4e82a56e // smmla v14.4s, v11.16b, v2.16b
+	WORD $0x4e82a4ca // smmla v10.4s, v6.16b, v2.16b
+	FMOVQ 224(R0), F6
+	FMOVQ 288(R0), F11
+	WORD $0x4e8b38cf // zip1 v15.4s, v6.4s, v11.4s
+	WORD $0x4e8b78cd // zip2 v13.4s, v6.4s, v11.4s
+	WORD $0x4e271deb // and v11.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e271da6 // and v6.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e85a56c // smmla v12.4s, v11.16b, v5.16b
+	WORD $0x4e85a4d0 // smmla v16.4s, v6.16b, v5.16b
+	WORD $0x4e89a56e // smmla v14.4s, v11.16b, v9.16b
+	WORD $0x4e89a4ca // smmla v10.4s, v6.16b, v9.16b
+	WORD $0x4e80a5ec // smmla v12.4s, v15.16b, v0.16b
+	WORD $0x4e80a5b0 // smmla v16.4s, v13.16b, v0.16b
+	WORD $0x4e83a5ee // smmla v14.4s, v15.16b, v3.16b
+	WORD $0x4e83a5aa // smmla v10.4s, v13.16b, v3.16b
+	WORD $0x4e90198d // uzp1 v13.4s, v12.4s, v16.4s
+	WORD $0x4e905990 // uzp2 v16.4s, v12.4s, v16.4s
+	WORD $0x4e8a19cc // uzp1 v12.4s, v14.4s, v10.4s
+	WORD $0x4e8a59ca // uzp2 v10.4s, v14.4s, v10.4s
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVD 48(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F6
+	WORD $0x4f8691cb // fmul v11.4s, v14.4s, v6.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f9191eb // fmul v11.4s, v15.4s, v17.s[0]
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ 32(R10), F17
+	WORD $0x4e2dd631 // fadd v17.4s, v17.4s, v13.4s
+	FMOVQ F17, 32(R10)
+	FMOVS 0(R7), F11
+	WORD $0x4f8b91c6 // fmul v6.4s, v14.4s, v11.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e26de10 // fmul v16.4s, v16.4s, v6.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d91e6 // fmul v6.4s, v15.4s, v13.s[0]
+	WORD $0x4e26d610 // fadd v16.4s, v16.4s, v6.4s
+	FMOVQ 32(R11), F13
+	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
+	FMOVQ F13, 32(R11)
+	FMOVS 0(R8), F6
+	WORD $0x4f8691cb // fmul v11.4s, v14.4s, v6.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2bdd8c // fmul v12.4s, v12.4s, v11.4s
+	FMOVS 16(R8), F16
+	WORD $0x4f9091eb // fmul v11.4s, v15.4s, v16.s[0]
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ 32(R12), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 32(R12)
+	FMOVS 0(R9), F11
+	WORD $0x4f8b91c6 // fmul v6.4s, v14.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e26dd4a // fmul v10.4s, v10.4s, v6.4s
+	FMOVS 16(R9), F12
+	WORD $0x4f8c91e6 // fmul v6.4s, v15.4s, v12.s[0]
+	WORD $0x4e26d54a // fadd v10.4s, v10.4s, v6.4s
+	FMOVQ 32(R13), F12
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ F12, 32(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 112(R0), F10
+	FMOVQ 176(R0), F12
+	WORD $0x4e8c3950 // zip1 v16.4s, v10.4s, v12.4s
+	WORD $0x4e8c794d // zip2 v13.4s, v10.4s, v12.4s
+	WORD $0x4e271e0c // and v12.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e271daa // and v10.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e84a58f // smmla v15.4s, v12.16b, v4.16b
+	WORD $0x4e84a54e // smmla v14.4s, v10.16b, v4.16b
+	WORD $0x4e88a586 // smmla v6.4s, v12.16b, v8.16b
+	WORD $0x4e88a54b // smmla v11.4s, v10.16b, v8.16b
+	WORD $0x4e81a60f // smmla v15.4s, v16.16b, v1.16b
+	WORD $0x4e81a5ae // smmla v14.4s, v13.16b, v1.16b
+	WORD $0x4e82a606 // smmla v6.4s, v16.16b, v2.16b
+	WORD $0x4e82a5ab // smmla v11.4s, v13.16b, v2.16b
+	FMOVQ 240(R0), F13
+	FMOVQ 304(R0), F16
+	WORD $0x4e9039aa // zip1 v10.4s, v13.4s, v16.4s
+	WORD $0x4e9079ac // zip2 v12.4s, v13.4s, v16.4s
+	WORD $0x4e271d50 // and v16.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e271d8d // and v13.16b, v12.16b, v7.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4e85a60f // smmla v15.4s, v16.16b, v5.16b
+	WORD $0x4e85a5ae // smmla v14.4s, v13.16b, v5.16b
+	WORD $0x4e89a606 // smmla v6.4s, v16.16b, v9.16b
+	WORD $0x4e89a5ab // smmla v11.4s, v13.16b, v9.16b
+	WORD $0x4e80a54f // smmla v15.4s, v10.16b, v0.16b
+	WORD $0x4e80a58e // smmla v14.4s, v12.16b, v0.16b
+	WORD $0x4e83a546 // smmla v6.4s, v10.16b, v3.16b
+	WORD $0x4e83a58b // smmla v11.4s, v12.16b, v3.16b
+	WORD $0x4e8e19ec // uzp1 v12.4s, v15.4s, v14.4s
+	WORD $0x4e8e59ee // uzp2 v14.4s, v15.4s, v14.4s
+	WORD $0x4e8b18cf // uzp1 v15.4s, v6.4s, v11.4s
+	WORD $0x4e8b58cb // uzp2 v11.4s, v6.4s, v11.4s
+	FMOVD 24(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVD 56(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d90d0 // fmul v16.4s, v6.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f919150 // fmul v16.4s, v10.4s, v17.s[0]
+	WORD $0x4e30d58c // fadd v12.4s, v12.4s, v16.4s
+	FMOVQ 48(R10), F17
+	WORD $0x4e2cd631 // fadd v17.4s, v17.4s, v12.4s
+	FMOVQ F17, 48(R10)
+	FMOVS 0(R7), F16
+	WORD $0x4f9090cd // fmul v13.4s, v6.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2dddce // fmul v14.4s, v14.4s, v13.4s
+	FMOVS 16(R7), F12
+	WORD $0x4f8c914d // fmul v13.4s, v10.4s, v12.s[0]
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ 48(R11), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 48(R11)
+	FMOVS 0(R8), F13
+	WORD $0x4f8d90d0 // fmul v16.4s, v6.4s, v13.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e30ddef // fmul v15.4s, v15.4s, v16.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e9150 // fmul v16.4s, v10.4s, v14.s[0]
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ 48(R12), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 48(R12)
+	FMOVS 0(R9), F16
+	WORD $0x4f9090cd // fmul v13.4s, v6.4s, v16.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVS 16(R9), F15
+	WORD $0x4f8f914d // fmul v13.4s, v10.4s, v15.s[0]
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ 48(R13), F15
+	WORD $0x4e2bd5ef // fadd v15.4s, v15.4s, v11.4s
+	FMOVQ F15, 48(R13)
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_0x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x2I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 0(R3), F9
+	FMOVQ 16(R2), F10
+	FMOVQ 16(R3), F11
+	WORD $0x4ec9390c // zip1 v12.2d, v8.2d, v9.2d
+	WORD $0x4ec9790d // zip2 v13.2d, v8.2d, v9.2d
+	WORD $0x4ecb3949 // zip1 v9.2d, v10.2d, v11.2d
+	WORD $0x4ecb7948 // zip2 v8.2d, v10.2d, v11.2d
+	FMOVQ 0(R19), F11
+	FMOVQ 16(R19), F10
+	FMOVQ 32(R19), F14
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 96(R0), F17
+	WORD $0x4e2b1e32 // and v18.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 32(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 160(R0), F20
+	WORD $0x4e2b1e93 // and v19.16b, v20.16b, v11.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 48(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	WORD $0x4e933a56 // zip1 v22.4s, v18.4s, v19.4s
+	WORD $0x4e937a55 // zip2 v21.4s, v18.4s, v19.4s
+	WORD $0x4e8ca6cf // smmla v15.4s, v22.16b, v12.16b
+	WORD $0x4e8ca6b0 // smmla v16.4s, v21.16b, v12.16b
+	WORD $0x4e943a35 // zip1 v21.4s, v17.4s, v20.4s
+	WORD $0x4e947a36 // zip2 v22.4s, v17.4s, v20.4s
+	WORD $0x4e89a6af // smmla v15.4s, v21.16b, v9.16b
+	WORD $0x4e89a6d0 // smmla v16.4s, v22.16b, v9.16b
+	FMOVQ 224(R0), F22
+	WORD $0x4e2b1ed5 // and v21.16b, v22.16b, v11.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	FMOVQ 64(R0), F20
+	FMOVQ 48(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11eb5 // orr v21.16b, v21.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11ed6 // orr v22.16b, v22.16b, v17.16b
+	FMOVQ 288(R0), F17
+	WORD $0x4e2b1e34 // and v20.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F19
+	FMOVQ 48(R19), F18
+	WORD $0x4e120272 // tbl v18.16b, {v19.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21e94 // orr v20.16b, v20.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120272 // tbl v18.16b, {v19.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	WORD $0x4e943ab2 // zip1 v18.4s, v21.4s, v20.4s
+	WORD $0x4e947ab3 // zip2 v19.4s, v21.4s, v20.4s
+	WORD $0x4e8da64f // smmla v15.4s, v18.16b, v13.16b
+	WORD $0x4e8da670 // smmla v16.4s, v19.16b, v13.16b
+	WORD $0x4e913ad3 // zip1 v19.4s, v22.4s, v17.4s
+	WORD $0x4e917ad2 // zip2 v18.4s, v22.4s, v17.4s
+	WORD $0x4e88a66f // smmla v15.4s, v19.16b, v8.16b
+	WORD $0x4e88a650 // smmla v16.4s, v18.16b, v8.16b
+	WORD $0x4e9019f2 // uzp1 v18.4s, v15.4s, v16.4s
+	WORD $0x4e9059f0 // uzp2 v16.4s, v15.4s, v16.4s
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 8(R6), F19
+	WORD $0x4e040673 // dup v19.4s, v19.s[0]
+	WORD $0x4eb38652 // add v18.4s, v18.4s, v19.4s
+	FMOVS 0(R6), F19
+	WORD $0x4f9391f1 // fmul v17.4s, v15.4s, v19.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e31de52 // fmul v18.4s, v18.4s, v17.4s
+	WORD $0x4e32d400 // fadd v0.4s, v0.4s, v18.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191f3 // fmul v19.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e33de10 // fmul v16.4s, v16.4s, v19.4s
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 112(R0), F17
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 32(R0), F18
+	FMOVQ 80(R19), F22
+	WORD $0x4e160256 // tbl v22.16b, {v18.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e10 // orr v16.16b, v16.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e160256 // tbl v22.16b, {v18.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e31 // orr v17.16b, v17.16b, v22.16b
+	FMOVQ 176(R0), F22
+	WORD $0x4e2b1ed2 // and v18.16b, v22.16b, v11.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	FMOVQ 48(R0), F20
+	FMOVQ 80(R19), F21
+	WORD $0x4e150295 // tbl v21.16b, {v20.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51e52 // orr v18.16b, v18.16b, v21.16b
+	FMOVQ 96(R19), F21
+	WORD $0x4e150295 // tbl v21.16b, {v20.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51ed6 // orr v22.16b, v22.16b, v21.16b
+	WORD $0x4e923a15 // zip1 v21.4s, v16.4s, v18.4s
+	WORD $0x4e927a14 // zip2 v20.4s, v16.4s, v18.4s
+	WORD $0x4e8ca6af // smmla v15.4s, v21.16b, v12.16b
+	WORD $0x4e8ca693 // smmla v19.4s, v20.16b, v12.16b
+	WORD $0x4e963a34 // zip1 v20.4s, v17.4s, v22.4s
+	WORD $0x4e967a35 // zip2 v21.4s, v17.4s, v22.4s
+	WORD $0x4e89a68f // smmla v15.4s, v20.16b, v9.16b
+	WORD $0x4e89a6b3 // smmla v19.4s, v21.16b, v9.16b
+	FMOVQ 240(R0), F21
+	WORD $0x4e2b1eb4 // and v20.16b, v21.16b, v11.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 64(R0), F22
+	FMOVQ 80(R19), F17
+	WORD $0x4e1102d1 // tbl v17.16b, {v22.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11e94 // orr v20.16b, v20.16b, v17.16b
+	FMOVQ 96(R19), F17
+	WORD $0x4e1102d1 // tbl v17.16b, {v22.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11eb5 // orr v21.16b, v21.16b, v17.16b
+	FMOVQ 304(R0), F17
+	WORD $0x4e2b1e36 // and v22.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 80(R19), F16
+	WORD $0x4e100250 // tbl v16.16b, {v18.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2a1e10 // and v16.16b, v16.16b, v10.16b
+	WORD $0x4eb01ed6 // orr v22.16b, v22.16b, v16.16b
+	FMOVQ 96(R19), F16
+	WORD $0x4e100250 // tbl v16.16b, {v18.16b}, v16.16b
+	WORD $0x4e2e8e10 // cmtst v16.16b, v16.16b, v14.16b
+	WORD $0x4e2a1e10 // and v16.16b, v16.16b, v10.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	WORD $0x4e963a90 // zip1 v16.4s, v20.4s, v22.4s
+	WORD $0x4e967a92 // zip2 v18.4s, v20.4s, v22.4s
+	WORD $0x4e8da60f // smmla v15.4s, v16.16b, v13.16b
+	WORD $0x4e8da653 // smmla v19.4s, v18.16b, v13.16b
+	WORD $0x4e913ab2 // zip1 v18.4s, v21.4s, v17.4s
+	WORD $0x4e917ab0 // zip2 v16.4s, v21.4s, v17.4s
+	WORD $0x4e88a64f // smmla v15.4s, v18.16b, v8.16b
+	WORD $0x4e88a613 // smmla v19.4s, v16.16b, v8.16b
+	WORD $0x4e9319f0 // uzp1 v16.4s, v15.4s, v19.4s
+	WORD $0x4e9359f3 // uzp2 v19.4s, v15.4s, v19.4s
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 8(R6), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb28610 // add v16.4s, v16.4s, v18.4s
+	FMOVS 0(R6), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
+	WORD $0x4e30d421 // fadd v1.4s, v1.4s, v16.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18673 // add v19.4s, v19.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e32de73 // fmul v19.4s, v19.4s, v18.4s
+	WORD $0x4e33d4a5 // fadd v5.4s, v5.4s, v19.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 128(R0), F17
+	WORD $0x4e2b1e33 // and v19.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 32(R0), F16
+	FMOVQ 112(R19), F21
+	WORD $0x4e150215 // tbl v21.16b, {v16.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51e73 // orr v19.16b, v19.16b, v21.16b
+	FMOVQ 128(R19), F21
+	WORD $0x4e150215 // tbl v21.16b, {v16.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51e31 // orr v17.16b, v17.16b, v21.16b
+	FMOVQ 192(R0), F21
+	WORD $0x4e2b1eb0 // and v16.16b, v21.16b, v11.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 48(R0), F22
+	FMOVQ 112(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41e10 // orr v16.16b, v16.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e1402d4 // tbl v20.16b, {v22.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41eb5 // orr v21.16b, v21.16b, v20.16b
+	WORD $0x4e903a74 // zip1 v20.4s, v19.4s, v16.4s
+	WORD $0x4e907a76 // zip2 v22.4s, v19.4s, v16.4s
+	WORD $0x4e8ca68f // smmla v15.4s, v20.16b, v12.16b
+	WORD $0x4e8ca6d2 // smmla v18.4s, v22.16b, v12.16b
+	WORD $0x4e953a36 // zip1 v22.4s, v17.4s, v21.4s
+	WORD $0x4e957a34 // zip2 v20.4s, v17.4s, v21.4s
+	WORD $0x4e89a6cf // smmla v15.4s, v22.16b, v9.16b
+	WORD $0x4e89a692 // smmla v18.4s, v20.16b, v9.16b
+	FMOVQ 256(R0), F20
+	WORD $0x4e2b1e96 // and v22.16b, v20.16b, v11.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F21
+	FMOVQ 112(R19), F17
+	WORD $0x4e1102b1 // tbl v17.16b, {v21.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11ed6 // orr v22.16b, v22.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e1102b1 // tbl v17.16b, {v21.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11e94 // orr v20.16b, v20.16b, v17.16b
+	FMOVQ 320(R0), F17
+	WORD $0x4e2b1e35 // and v21.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F16
+	FMOVQ 112(R19), F19
+	WORD $0x4e130213 // tbl v19.16b, {v16.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2a1e73 // and v19.16b, v19.16b, v10.16b
+	WORD $0x4eb31eb5 // orr v21.16b, v21.16b, v19.16b
+	FMOVQ 128(R19), F19
+	WORD $0x4e130213 // tbl v19.16b, {v16.16b}, v19.16b
+	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
+	WORD $0x4e2a1e73 // and v19.16b, v19.16b, v10.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	WORD $0x4e953ad3 // zip1 v19.4s, v22.4s, v21.4s
+	WORD $0x4e957ad0 // zip2 v16.4s, v22.4s, v21.4s
+	WORD $0x4e8da66f // smmla v15.4s, v19.16b, v13.16b
+	WORD $0x4e8da612 // smmla v18.4s, v16.16b, v13.16b
+	WORD $0x4e913a90 // zip1 v16.4s, v20.4s, v17.4s
+	WORD $0x4e917a93 // zip2 v19.4s, v20.4s, v17.4s
+	WORD $0x4e88a60f // smmla v15.4s, v16.16b, v8.16b
+	WORD $0x4e88a672 // smmla v18.4s, v19.16b, v8.16b
+	WORD $0x4e9219f3 // uzp1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9259f2 // uzp2 v18.4s, v15.4s, v18.4s
+	FMOVD 16(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb08673 // add v19.4s, v19.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9091f1 // fmul v17.4s, v15.4s, v16.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e31de73 // fmul v19.4s, v19.4s, v17.4s
+	WORD $0x4e33d442 // fadd v2.4s, v2.4s, v19.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191f0 // fmul v16.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e30de52 // fmul v18.4s, v18.4s, v16.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 144(R0), F17
+	WORD $0x4e2b1e32 // and v18.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 32(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 208(R0), F20
+	WORD $0x4e2b1e93 // and v19.16b, v20.16b, v11.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 48(R0), F21
+	FMOVQ 144(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 160(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	WORD $0x4e933a56 // zip1 v22.4s, v18.4s, v19.4s
+	WORD $0x4e937a55 // zip2 v21.4s, v18.4s, v19.4s
+	WORD $0x4e8ca6cf // smmla v15.4s, v22.16b, v12.16b
+	WORD $0x4e8ca6b0 // smmla v16.4s, v21.16b, v12.16b
+	WORD $0x4e943a35 // zip1 v21.4s, v17.4s, v20.4s
+	WORD $0x4e947a36 // zip2 v22.4s, v17.4s, v20.4s
+	WORD $0x4e89a6af // smmla v15.4s, v21.16b, v9.16b
+	WORD $0x4e89a6d0 // smmla v16.4s, v22.16b, v9.16b
+	FMOVQ 272(R0), F22
+	WORD $0x4e2b1ed5 // and v21.16b, v22.16b, v11.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	FMOVQ 64(R0), F20
+	FMOVQ 144(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11eb5 // orr v21.16b, v21.16b, v17.16b
+	FMOVQ 160(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11ed6 // orr v22.16b, v22.16b, v17.16b
+	FMOVQ 336(R0), F17
+	WORD $0x4e2b1e34 // and v20.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F19
+	FMOVQ 144(R19), F18
+	WORD $0x4e120272 // tbl v18.16b, {v19.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21e94 // orr v20.16b, v20.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e120272 // tbl v18.16b, {v19.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	WORD $0x4e943ab2 // zip1 v18.4s, v21.4s, v20.4s
+	WORD $0x4e947ab3 // zip2 v19.4s, v21.4s, v20.4s
+	WORD $0x4e8da64f // smmla v15.4s, v18.16b, v13.16b
+	WORD $0x4e8da670 // smmla v16.4s, v19.16b, v13.16b
+	WORD $0x4e913ad3 // zip1 v19.4s, v22.4s, v17.4s
+	WORD $0x4e917ad2 // zip2 v18.4s, v22.4s, v17.4s
+	WORD $0x4e88a66f // smmla v15.4s, v19.16b, v8.16b
+	WORD $0x4e88a650 // smmla v16.4s, v18.16b, v8.16b
+	WORD $0x4e9019f2 // uzp1 v18.4s, v15.4s, v16.4s
+	WORD $0x4e9059f0 // uzp2 v16.4s, v15.4s, v16.4s
+	FMOVD 24(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 8(R6), F19
+	WORD $0x4e040673 // dup v19.4s, v19.s[0]
+	WORD $0x4eb38652 // add v18.4s, v18.4s, v19.4s
+	FMOVS 0(R6), F19
+	WORD $0x4f9391f1 // fmul v17.4s, v15.4s, v19.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e31de52 // fmul v18.4s, v18.4s, v17.4s
+	WORD $0x4e32d463 // fadd v3.4s, v3.4s, v18.4s
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191f3 // fmul v19.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e33de10 // fmul v16.4s, v16.4s, v19.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ5_0x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x3I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 16(R4), F2
+	WORD $0x4ec33866 // zip1 v6.2d, v3.2d, v3.2d
+	WORD $0x4ec37867 // zip2 v7.2d, v3.2d, v3.2d
+	WORD $0x4ec23843 // zip1 v3.2d, v2.2d, v2.2d
+	WORD $0x4ec27848 // zip2 v8.2d, v2.2d, v2.2d
+	FMOVQ 0(R19), F2
+	FMOVQ 16(R19), F9
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 96(R0), F15
+	WORD $0x4e221df0 // and v16.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 160(R0), F18
+	WORD $0x4e221e51 // and v17.16b, v18.16b, v2.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 48(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e86a68d // smmla v13.4s, v20.16b, v6.16b
+	WORD $0x4e86a66e // smmla v14.4s, v19.16b, v6.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e83a66d // smmla v13.4s, v19.16b, v3.16b
+	WORD $0x4e83a68e // smmla v14.4s, v20.16b, v3.16b
+	FMOVQ 224(R0), F20
+	WORD $0x4e221e93 // and v19.16b, v20.16b, v2.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F18
+	FMOVQ 48(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 288(R0), F15
+	WORD $0x4e221df2 // and v18.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F17
+	FMOVQ 48(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 64(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e87a60d // smmla v13.4s, v16.16b, v7.16b
+	WORD $0x4e87a62e // smmla v14.4s, v17.16b, v7.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62b // smmla v11.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e88a62d // smmla v13.4s, v17.16b, v8.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e8c1970 // uzp1 v16.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	FMOVD 0(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 8(R6), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d91d1 // fmul v17.4s, v14.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
+	FMOVQ 0(R10), F15
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ F15, 0(R10)
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb1858c // add v12.4s, v12.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f9191cd // fmul v13.4s, v14.4s, v17.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2ddd8c // fmul v12.4s, v12.4s, v13.4s
+	FMOVQ 0(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 0(R11)
+	FMOVS 8(R8), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead856b // add v11.4s, v11.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d91d1 // fmul v17.4s, v14.4s, v13.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e31dd6b // fmul v11.4s, v11.4s, v17.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 0(R12)
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 112(R0), F12
+	WORD $0x4e221d90 // and v16.16b, v12.16b, v2.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 32(R0), F15
+	FMOVQ 80(R19), F20
+	WORD $0x4e1401f4 // tbl v20.16b, {v15.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e10 // orr v16.16b, v16.16b, v20.16b
+	FMOVQ 96(R19), F20
+	WORD $0x4e1401f4 // tbl v20.16b, {v15.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41d8c // orr v12.16b, v12.16b, v20.16b
+	FMOVQ 176(R0), F20
+	WORD $0x4e221e8f // and v15.16b, v20.16b, v2.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 80(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e291e73 // and v19.16b, v19.16b, v9.16b
+	WORD $0x4eb31def // orr v15.16b, v15.16b, v19.16b
+	FMOVQ 96(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e291e73 // and v19.16b, v19.16b, v9.16b
+	WORD $0x4eb31e94 // orr v20.16b, v20.16b, v19.16b
+	WORD $0x4e8f3a13 // zip1 v19.4s, v16.4s, v15.4s
+	WORD $0x4e8f7a12 // zip2 v18.4s, v16.4s, v15.4s
+	WORD $0x4e84a66e // smmla v14.4s, v19.16b, v4.16b
+	WORD $0x4e84a651 // smmla v17.4s, v18.16b, v4.16b
+	WORD $0x4e86a66d // smmla v13.4s, v19.16b, v6.16b
+	WORD $0x4e86a64b // smmla v11.4s, v18.16b, v6.16b
+	WORD $0x4e943992 // zip1 v18.4s, v12.4s, v20.4s
+	WORD $0x4e947993 // zip2 v19.4s, v12.4s, v20.4s
+	WORD $0x4e81a64e // smmla v14.4s, v18.16b, v1.16b
+	WORD $0x4e81a671 // smmla v17.4s, v19.16b, v1.16b
+	WORD $0x4e83a64d // smmla v13.4s, v18.16b, v3.16b
+	WORD $0x4e83a66b // smmla v11.4s, v19.16b, v3.16b
+	FMOVQ 240(R0), F19
+	WORD $0x4e221e72 // and v18.16b, v19.16b, v2.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F20
+	FMOVQ 80(R19), F12
+	WORD $0x4e0c028c // tbl v12.16b, {v20.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1e52 // orr v18.16b, v18.16b, v12.16b
+	FMOVQ 96(R19), F12
+	WORD $0x4e0c028c // tbl v12.16b, {v20.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1e73 // orr v19.16b, v19.16b, v12.16b
+	FMOVQ 304(R0), F12
+	WORD $0x4e221d94 // and v20.16b, v12.16b, v2.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	FMOVQ 80(R0), F15
+	FMOVQ 80(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e94 // orr v20.16b, v20.16b, v16.16b
+	FMOVQ 96(R19), F16
+	WORD $0x4e1001f0 // tbl v16.16b, {v15.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01d8c // orr v12.16b, v12.16b, v16.16b
+	WORD $0x4e943a50 // zip1 v16.4s, v18.4s, v20.4s
+	WORD $0x4e947a4f // zip2 v15.4s, v18.4s, v20.4s
+	WORD $0x4e85a60e // smmla v14.4s, v16.16b, v5.16b
+	WORD $0x4e85a5f1 // smmla v17.4s, v15.16b, v5.16b
+	WORD $0x4e87a60d // smmla v13.4s, v16.16b, v7.16b
+	WORD $0x4e87a5eb // smmla v11.4s, v15.16b, v7.16b
+	WORD $0x4e8c3a6f // zip1 v15.4s, v19.4s, v12.4s
+	WORD $0x4e8c7a70 // zip2 v16.4s, v19.4s, v12.4s
+	WORD $0x4e80a5ee // smmla v14.4s, v15.16b, v0.16b
+	WORD $0x4e80a611 // smmla v17.4s, v16.16b, v0.16b
+	WORD $0x4e88a5ed // smmla v13.4s, v15.16b, v8.16b
+	WORD $0x4e88a60b // smmla v11.4s, v16.16b, v8.16b
+	WORD $0x4e9119d0 // uzp1 v16.4s, v14.4s, v17.4s
+	WORD $0x4e9159d1 // uzp2 v17.4s, v14.4s, v17.4s
+	WORD $0x4e8b19ae // uzp1 v14.4s, v13.4s, v11.4s
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 8(R6), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d916f // fmul v15.4s, v11.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2fde10 // fmul v16.4s, v16.4s, v15.4s
+	FMOVQ 16(R10), F12
+	WORD $0x4e30d58c // fadd v12.4s, v12.4s, v16.4s
+	FMOVQ F12, 16(R10)
+	FMOVS 8(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8631 // add v17.4s, v17.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f916d // fmul v13.4s, v11.4s, v15.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	FMOVQ 16(R11), F16
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	FMOVQ F16, 16(R11)
+	FMOVS 8(R8), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d916f // fmul v15.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	FMOVQ 16(R12), F17
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	FMOVQ F17, 16(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F17
+	WORD $0x4e221e30 // and v16.16b, v17.16b, v2.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 32(R0), F12
+	FMOVQ 112(R19), F19
+	WORD $0x4e130193 // tbl v19.16b, {v12.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e291e73 // and v19.16b, v19.16b, v9.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	FMOVQ 128(R19), F19
+	WORD $0x4e130193 // tbl v19.16b, {v12.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e291e73 // and v19.16b, v19.16b, v9.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	FMOVQ 192(R0), F19
+	WORD $0x4e221e6c // and v12.16b, v19.16b, v2.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 48(R0), F20
+	FMOVQ 112(R19), F18
+	WORD $0x4e120292 // tbl v18.16b, {v20.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21d8c // orr v12.16b, v12.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120292 // tbl v18.16b, {v20.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e73 // orr v19.16b, v19.16b, v18.16b
+	WORD $0x4e8c3a12 // zip1 v18.4s, v16.4s, v12.4s
+	WORD $0x4e8c7a14 // zip2 v20.4s, v16.4s, v12.4s
+	WORD $0x4e84a64b // smmla v11.4s, v18.16b, v4.16b
+	WORD $0x4e84a68f // smmla v15.4s, v20.16b, v4.16b
+	WORD $0x4e86a64d // smmla v13.4s, v18.16b, v6.16b
+	WORD $0x4e86a68e // smmla v14.4s, v20.16b, v6.16b
+	WORD $0x4e933a34 // zip1 v20.4s, v17.4s, v19.4s
+	WORD $0x4e937a32 // zip2 v18.4s, v17.4s, v19.4s
+	WORD $0x4e81a68b // smmla v11.4s, v20.16b, v1.16b
+	WORD $0x4e81a64f // smmla v15.4s, v18.16b, v1.16b
+	WORD $0x4e83a68d // smmla v13.4s, v20.16b, v3.16b
+	WORD $0x4e83a64e // smmla v14.4s, v18.16b, v3.16b
+	FMOVQ 256(R0), F18
+	WORD $0x4e221e54 // and v20.16b, v18.16b, v2.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 112(R19), F17
+	WORD $0x4e110271 // tbl v17.16b, {v19.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11e94 // orr v20.16b, v20.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e110271 // tbl v17.16b, {v19.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11e52 // orr v18.16b, v18.16b, v17.16b
+	FMOVQ 320(R0), F17
+	WORD $0x4e221e33 // and v19.16b, v17.16b, v2.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F12
+	FMOVQ 112(R19), F16
+	WORD $0x4e100190 // tbl v16.16b, {v12.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e73 // orr v19.16b, v19.16b, v16.16b
+	FMOVQ 128(R19), F16
+	WORD $0x4e100190 // tbl v16.16b, {v12.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	WORD $0x4e933a90 // zip1 v16.4s, v20.4s, v19.4s
+	WORD $0x4e937a8c // zip2 v12.4s, v20.4s, v19.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a58f // smmla v15.4s, v12.16b, v5.16b
+	WORD $0x4e87a60d // smmla v13.4s, v16.16b, v7.16b
+	WORD $0x4e87a58e // smmla v14.4s, v12.16b, v7.16b
+	WORD $0x4e913a4c // zip1 v12.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e80a58b // smmla v11.4s, v12.16b, v0.16b
+	WORD $0x4e80a60f // smmla v15.4s, v16.16b, v0.16b
+	WORD $0x4e88a58d // smmla v13.4s, v12.16b, v8.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e8f1970 // uzp1 v16.4s, v11.4s, v15.4s
+	WORD $0x4e8f596f // uzp2 v15.4s, v11.4s, v15.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 8(R6), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d91cc // fmul v12.4s, v14.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	FMOVQ 32(R10), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 32(R10)
+	FMOVS 8(R7), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac85ef // add v15.4s, v15.4s, v12.4s
+	FMOVS 0(R7), F12
+	WORD $0x4f8c91cd // fmul v13.4s, v14.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	FMOVQ 32(R11), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 32(R11)
+	FMOVS 8(R8), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead856b // add v11.4s, v11.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d91cc // fmul v12.4s, v14.4s, v13.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2cdd6b // fmul v11.4s, v11.4s, v12.4s
+	FMOVQ 32(R12), F15
+	WORD $0x4e2bd5ef // fadd v15.4s, v15.4s, v11.4s
+	FMOVQ F15, 32(R12)
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 144(R0), F15
+	WORD $0x4e221df0 // and v16.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 144(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 208(R0), F18
+	WORD $0x4e221e51 // and v17.16b, v18.16b, v2.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 48(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68e // smmla v14.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e86a68d // smmla v13.4s, v20.16b, v6.16b
+	WORD $0x4e86a66b // smmla v11.4s, v19.16b, v6.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66e // smmla v14.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e83a66d // smmla v13.4s, v19.16b, v3.16b
+	WORD $0x4e83a68b // smmla v11.4s, v20.16b, v3.16b
+	FMOVQ 272(R0), F20
+	WORD $0x4e221e93 // and v19.16b, v20.16b, v2.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F18
+	FMOVQ 144(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 160(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 336(R0), F15
+	WORD $0x4e221df2 // and v18.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F17
+	FMOVQ 144(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 160(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60e // smmla v14.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e87a60d // smmla v13.4s, v16.16b, v7.16b
+	WORD $0x4e87a62b // smmla v11.4s, v17.16b, v7.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62e // smmla v14.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e88a62d // smmla v13.4s, v17.16b, v8.16b
+	WORD $0x4e88a60b // smmla v11.4s, v16.16b, v8.16b
+	WORD $0x4e8c19d0 // uzp1 v16.4s, v14.4s, v12.4s
+	WORD $0x4e8c59cc // uzp2 v12.4s, v14.4s, v12.4s
+	WORD $0x4e8b19ae // uzp1 v14.4s, v13.4s, v11.4s
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 8(R6), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
+	FMOVS 0(R6), F13
+	WORD $0x4f8d9171 // fmul v17.4s, v11.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
+	FMOVQ 48(R10), F15
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ F15, 48(R10)
+	FMOVS 8(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb1858c // add v12.4s, v12.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f91916d // fmul v13.4s, v11.4s, v17.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2ddd8c // fmul v12.4s, v12.4s, v13.4s
+	FMOVQ 48(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 48(R11)
+	FMOVS 8(R8), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R8), F13
+	WORD $0x4f8d9171 // fmul v17.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVQ 48(R12), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 48(R12)
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	FMOVQ 0(R19), F7
+	FMOVQ 16(R19), F6
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 96(R0), F15
+	WORD $0x4e271df0 // and v16.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 160(R0), F18
+	WORD $0x4e271e51 // and v17.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 48(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e88a68d // smmla v13.4s, v20.16b, v8.16b
+	WORD $0x4e88a66e // smmla v14.4s, v19.16b, v8.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e82a66d // smmla v13.4s, v19.16b, v2.16b
+	WORD $0x4e82a68e // smmla v14.4s, v20.16b, v2.16b
+	FMOVQ 224(R0), F20
+	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F18
+	FMOVQ 48(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 288(R0), F15
+	WORD $0x4e271df2 // and v18.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F17
+	FMOVQ 48(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 64(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e89a60d // smmla v13.4s, v16.16b, v9.16b
+	WORD $0x4e89a62e // smmla v14.4s, v17.16b, v9.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62b // smmla v11.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e83a62d // smmla v13.4s, v17.16b, v3.16b
+	WORD $0x4e83a60e // smmla v14.4s, v16.16b, v3.16b
+	WORD $0x4e8c1970 // uzp1 v16.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 8(R6), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2fde10 // fmul v16.4s, v16.4s, v15.4s
+	FMOVQ 0(R10), F20
+	WORD $0x4e30d694 // fadd v20.4s, v20.4s, v16.4s
+	FMOVQ F20, 0(R10)
+	FMOVS 8(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf858c // add v12.4s, v12.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91b1 // fmul v17.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e31dd8c // fmul v12.4s, v12.4s, v17.4s
+	FMOVQ 0(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 0(R11)
+	FMOVS 8(R8), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb1856b // add v11.4s, v11.4s, v17.4s
+	FMOVS 0(R8), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 0(R12)
+	FMOVS 8(R9), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf85ce // add v14.4s, v14.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f91b1 // fmul v17.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVQ 0(R13), F11
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ F11, 0(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 112(R0), F11
+	WORD $0x4e271d6c // and v12.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 32(R0), F16
+	FMOVQ 80(R19), F20
+	WORD $0x4e140214 // tbl v20.16b, {v16.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41d8c // orr v12.16b, v12.16b, v20.16b
+	FMOVQ 96(R19), F20
+	WORD $0x4e140214 // tbl v20.16b, {v16.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41d6b // orr v11.16b, v11.16b, v20.16b
+	FMOVQ 176(R0), F20
+	WORD $0x4e271e90 // and v16.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 80(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	FMOVQ 96(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e94 // orr v20.16b, v20.16b, v19.16b
+	WORD $0x4e903993 // zip1 v19.4s, v12.4s, v16.4s
+	WORD $0x4e907992 // zip2 v18.4s, v12.4s, v16.4s
+	WORD $0x4e84a66d // smmla v13.4s, v19.16b, v4.16b
+	WORD $0x4e84a651 // smmla v17.4s, v18.16b, v4.16b
+	WORD $0x4e88a66f // smmla v15.4s, v19.16b, v8.16b
+	WORD $0x4e88a64e // smmla v14.4s, v18.16b, v8.16b
+	WORD $0x4e943972 // zip1 v18.4s, v11.4s, v20.4s
+	WORD $0x4e947973 // zip2 v19.4s, v11.4s, v20.4s
+	WORD $0x4e81a64d // smmla v13.4s, v18.16b, v1.16b
+	WORD $0x4e81a671 // smmla v17.4s, v19.16b, v1.16b
+	WORD $0x4e82a64f // smmla v15.4s, v18.16b, v2.16b
+	WORD $0x4e82a66e // smmla v14.4s, v19.16b, v2.16b
+	FMOVQ 240(R0), F19
+	WORD $0x4e271e72 // and v18.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F20
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b028b // tbl v11.16b, {v20.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e52 // orr v18.16b, v18.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b028b // tbl v11.16b, {v20.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e73 // orr v19.16b, v19.16b, v11.16b
+	FMOVQ 304(R0), F11
+	WORD $0x4e271d74 // and v20.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F16
+	FMOVQ 80(R19), F12
+	WORD $0x4e0c020c // tbl v12.16b, {v16.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e261d8c // and v12.16b, v12.16b, v6.16b
+	WORD $0x4eac1e94 // orr v20.16b, v20.16b, v12.16b
+	FMOVQ 96(R19), F12
+	WORD $0x4e0c020c // tbl v12.16b, {v16.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e261d8c // and v12.16b, v12.16b, v6.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	WORD $0x4e943a4c // zip1 v12.4s, v18.4s, v20.4s
+	WORD $0x4e947a50 // zip2 v16.4s, v18.4s, v20.4s
+	WORD $0x4e85a58d // smmla v13.4s, v12.16b, v5.16b
+	WORD $0x4e85a611 // smmla v17.4s, v16.16b, v5.16b
+	WORD $0x4e89a58f // smmla v15.4s, v12.16b, v9.16b
+	WORD $0x4e89a60e // smmla v14.4s, v16.16b, v9.16b
+	WORD $0x4e8b3a70 // zip1 v16.4s, v19.4s, v11.4s
+	WORD $0x4e8b7a6c // zip2 v12.4s, v19.4s, v11.4s
+	WORD $0x4e80a60d // smmla v13.4s, v16.16b, v0.16b
+	WORD $0x4e80a591 // smmla v17.4s, v12.16b, v0.16b
+	WORD $0x4e83a60f // smmla v15.4s, v16.16b, v3.16b
+	WORD $0x4e83a58e // smmla v14.4s, v12.16b, v3.16b
+	WORD $0x4e9119ac // uzp1 v12.4s, v13.4s, v17.4s
+	WORD $0x4e9159b1 // uzp2 v17.4s, v13.4s, v17.4s
+	WORD $0x4e8e19ed // uzp1 v13.4s, v15.4s, v14.4s
+	WORD $0x4e8e59ee // uzp2 v14.4s, v15.4s, v14.4s
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb0858c // add v12.4s, v12.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9091eb // fmul v11.4s, v15.4s, v16.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2bdd8c // fmul v12.4s, v12.4s, v11.4s
+	FMOVQ 16(R10), F19
+	WORD $0x4e2cd673 // fadd v19.4s, v19.4s, v12.4s
+	FMOVQ F19, 16(R10)
+	FMOVS 8(R7), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8631 // add v17.4s, v17.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b91f0 // fmul v16.4s, v15.4s, v11.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e30de31 // fmul v17.4s, v17.4s, v16.4s
+	FMOVQ 16(R11), F12
+	WORD $0x4e31d58c // fadd v12.4s, v12.4s, v17.4s
+	FMOVQ F12, 16(R11)
+	FMOVS 8(R8), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ad // add v13.4s, v13.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f9091eb // fmul v11.4s, v15.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVQ 16(R12), F17
+	WORD $0x4e2dd631 // fadd v17.4s, v17.4s, v13.4s
+	FMOVQ F17, 16(R12)
+	FMOVS 8(R9), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
+	FMOVS 0(R9), F11
+	WORD $0x4f8b91f0 // fmul v16.4s, v15.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	FMOVQ 16(R13), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 16(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F13
+	WORD $0x4e271db1 // and v17.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 32(R0), F12
+	FMOVQ 112(R19), F19
+	WORD $0x4e130193 // tbl v19.16b, {v12.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	FMOVQ 128(R19), F19
+	WORD $0x4e130193 // tbl v19.16b, {v12.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31dad // orr v13.16b, v13.16b, v19.16b
+	FMOVQ 192(R0), F19
+	WORD $0x4e271e6c // and v12.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 48(R0), F20
+	FMOVQ 112(R19), F18
+	WORD $0x4e120292 // tbl v18.16b, {v20.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21d8c // orr v12.16b, v12.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120292 // tbl v18.16b, {v20.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21e73 // orr v19.16b, v19.16b, v18.16b
+	WORD $0x4e8c3a32 // zip1 v18.4s, v17.4s, v12.4s
+	WORD $0x4e8c7a34 // zip2 v20.4s, v17.4s, v12.4s
+	WORD $0x4e84a64f // smmla v15.4s, v18.16b, v4.16b
+	WORD $0x4e84a690 // smmla v16.4s, v20.16b, v4.16b
+	WORD $0x4e88a64b // smmla v11.4s, v18.16b, v8.16b
+	WORD $0x4e88a68e // smmla v14.4s, v20.16b, v8.16b
+	WORD $0x4e9339b4 // zip1 v20.4s, v13.4s, v19.4s
+	WORD $0x4e9379b2 // zip2 v18.4s, v13.4s, v19.4s
+	WORD $0x4e81a68f // smmla v15.4s, v20.16b, v1.16b
+	WORD $0x4e81a650 // smmla v16.4s, v18.16b, v1.16b
+	WORD $0x4e82a68b // smmla v11.4s, v20.16b, v2.16b
+	WORD $0x4e82a64e // smmla v14.4s, v18.16b, v2.16b
+	FMOVQ 256(R0), F18
+	WORD $0x4e271e54 // and v20.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 112(R19), F13
+	WORD $0x4e0d026d // tbl v13.16b, {v19.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e261dad // and v13.16b, v13.16b, v6.16b
+	WORD $0x4ead1e94 // orr v20.16b, v20.16b, v13.16b
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d026d // tbl v13.16b, {v19.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e261dad // and v13.16b, v13.16b, v6.16b
+	WORD $0x4ead1e52 // orr v18.16b, v18.16b, v13.16b
+	FMOVQ 320(R0), F13
+	WORD $0x4e271db3 // and v19.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 80(R0), F12
+	FMOVQ 112(R19), F17
+	WORD $0x4e110191 // tbl v17.16b, {v12.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11e73 // orr v19.16b, v19.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e110191 // tbl v17.16b, {v12.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11dad // orr v13.16b, v13.16b, v17.16b
+	WORD $0x4e933a91 // zip1 v17.4s, v20.4s, v19.4s
+	WORD $0x4e937a8c // zip2 v12.4s, v20.4s, v19.4s
+	WORD $0x4e85a62f // smmla v15.4s, v17.16b, v5.16b
+	WORD $0x4e85a590 // smmla v16.4s, v12.16b, v5.16b
+	WORD $0x4e89a62b // smmla v11.4s, v17.16b, v9.16b
+	WORD $0x4e89a58e // smmla v14.4s, v12.16b, v9.16b
+	WORD $0x4e8d3a4c // zip1 v12.4s, v18.4s, v13.4s
+	WORD $0x4e8d7a51 // zip2 v17.4s, v18.4s, v13.4s
+	WORD $0x4e80a58f // smmla v15.4s, v12.16b, v0.16b
+	WORD $0x4e80a630 // smmla v16.4s, v17.16b, v0.16b
+	WORD $0x4e83a58b // smmla v11.4s, v12.16b, v3.16b
+	WORD $0x4e83a62e // smmla v14.4s, v17.16b, v3.16b
+	WORD $0x4e9019f1 // uzp1 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9059f0 // uzp2 v16.4s, v15.4s, v16.4s
+	WORD $0x4e8e196f // uzp1 v15.4s, v11.4s, v14.4s
+	WORD $0x4e8e596e // uzp2 v14.4s, v11.4s, v14.4s
+	FMOVD 16(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 8(R6), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac8631 // add v17.4s, v17.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c916d // fmul v13.4s, v11.4s, v12.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	FMOVQ 32(R10), F18
+	WORD $0x4e31d652 // fadd v18.4s, v18.4s, v17.4s
+	FMOVQ F18, 32(R10)
+	FMOVS 8(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d916c // fmul v12.4s, v11.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	FMOVQ 32(R11), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 32(R11)
+	FMOVS 8(R8), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac85ef // add v15.4s, v15.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c916d // fmul v13.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	FMOVQ 32(R12), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 32(R12)
+	FMOVS 8(R9), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R9), F13
+	WORD $0x4f8d916c // fmul v12.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	FMOVQ 32(R13), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 32(R13)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 144(R0), F15
+	WORD $0x4e271df0 // and v16.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 144(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 208(R0), F18
+	WORD $0x4e271e51 // and v17.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 48(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e88a68d // smmla v13.4s, v20.16b, v8.16b
+	WORD $0x4e88a66e // smmla v14.4s, v19.16b, v8.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e82a66d // smmla v13.4s, v19.16b, v2.16b
+	WORD $0x4e82a68e // smmla v14.4s, v20.16b, v2.16b
+	FMOVQ 272(R0), F20
+	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F18
+	FMOVQ 144(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 160(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 336(R0), F15
+	WORD $0x4e271df2 // and v18.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F17
+	FMOVQ 144(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 160(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e89a60d // smmla v13.4s, v16.16b, v9.16b
+	WORD $0x4e89a62e // smmla v14.4s, v17.16b, v9.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62b // smmla v11.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e83a62d // smmla v13.4s, v17.16b, v3.16b
+	WORD $0x4e83a60e // smmla v14.4s, v16.16b, v3.16b
+	WORD $0x4e8c1970 // uzp1 v16.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	FMOVD 24(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 8(R6), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2fde10 // fmul v16.4s, v16.4s, v15.4s
+	FMOVQ 48(R10), F20
+	WORD $0x4e30d694 // fadd v20.4s, v20.4s, v16.4s
+	FMOVQ F20, 48(R10)
+	FMOVS 8(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf858c // add v12.4s, v12.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91b1 // fmul v17.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e31dd8c // fmul v12.4s, v12.4s, v17.4s
+	FMOVQ 48(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 48(R11)
+	FMOVS 8(R8), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb1856b // add v11.4s, v11.4s, v17.4s
+	FMOVS 0(R8), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVQ 48(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 48(R12)
+	FMOVS 8(R9), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf85ce // add v14.4s, v14.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f91b1 // fmul v17.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVQ 48(R13), F11
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ F11, 48(R13)
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_1x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x2I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 0(R3), F9
+	FMOVQ 16(R2), F10
+	FMOVQ 16(R3), F11
+	WORD $0x4ec9390c // zip1 v12.2d, v8.2d, v9.2d
+	WORD $0x4ec9790d // zip2 v13.2d, v8.2d, v9.2d
+	WORD $0x4ecb3949 // zip1 v9.2d, v10.2d, v11.2d
+	WORD $0x4ecb7948 // zip2 v8.2d, v10.2d, v11.2d
+	FMOVQ 0(R19), F11
+	FMOVQ 16(R19), F10
+	FMOVQ 32(R19), F14
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 128(R0), F17
+	WORD $0x4e2b1e32 // and v18.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 192(R0), F20
+	WORD $0x4e2b1e93 // and v19.16b, v20.16b, v11.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 80(R0), F21
+	FMOVQ 48(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e73 // orr v19.16b, v19.16b, v22.16b
+	FMOVQ 64(R19), F22
+	WORD $0x4e1602b6 // tbl v22.16b, {v21.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e94 // orr v20.16b, v20.16b, v22.16b
+	WORD $0x4e933a56 // zip1 v22.4s, v18.4s, v19.4s
+	WORD $0x4e937a55 // zip2 v21.4s, v18.4s, v19.4s
+	WORD $0x4e8ca6cf // smmla v15.4s, v22.16b, v12.16b
+	WORD $0x4e8ca6b0 // smmla v16.4s, v21.16b, v12.16b
+	WORD $0x4e943a35 // zip1 v21.4s, v17.4s, v20.4s
+	WORD $0x4e947a36 // zip2 v22.4s, v17.4s, v20.4s
+	WORD $0x4e89a6af // smmla v15.4s, v21.16b, v9.16b
+	WORD $0x4e89a6d0 // smmla v16.4s, v22.16b, v9.16b
+	FMOVQ 256(R0), F22
+	WORD $0x4e2b1ed5 // and v21.16b, v22.16b, v11.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	FMOVQ 96(R0), F20
+	FMOVQ 48(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11eb5 // orr v21.16b, v21.16b, v17.16b
+	FMOVQ 64(R19), F17
+	WORD $0x4e110291 // tbl v17.16b, {v20.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11ed6 // orr v22.16b, v22.16b, v17.16b
+	FMOVQ 320(R0), F17
+	WORD $0x4e2b1e34 // and v20.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 112(R0), F19
+	FMOVQ 48(R19), F18
+	WORD $0x4e120272 // tbl v18.16b, {v19.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21e94 // orr v20.16b, v20.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120272 // tbl v18.16b, {v19.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	WORD $0x4e943ab2 // zip1 v18.4s, v21.4s, v20.4s
+	WORD $0x4e947ab3 // zip2 v19.4s, v21.4s, v20.4s
+	WORD $0x4e8da64f // smmla v15.4s, v18.16b, v13.16b
+	WORD $0x4e8da670 // smmla v16.4s, v19.16b, v13.16b
+	WORD $0x4e913ad3 // zip1 v19.4s, v22.4s, v17.4s
+	WORD $0x4e917ad2 // zip2 v18.4s, v22.4s, v17.4s
+	WORD $0x4e88a66f // smmla v15.4s, v19.16b, v8.16b
+	WORD $0x4e88a650 // smmla v16.4s, v18.16b, v8.16b
+	WORD $0x4e9019f2 // uzp1 v18.4s, v15.4s, v16.4s
+	WORD $0x4e9059f0 // uzp2 v16.4s, v15.4s, v16.4s
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 32(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f9191f6 // fmul v22.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e36de52 // fmul v18.4s, v18.4s, v22.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f949276 // fmul v22.4s, v19.4s, v20.s[0]
+	WORD $0x4e36d652 // fadd v18.4s, v18.4s, v22.4s
+	WORD $0x4e32d400 // fadd v0.4s, v0.4s, v18.4s
+	FMOVS 0(R7), F22
+	WORD $0x4f9691f1 // fmul v17.4s, v15.4s, v22.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
+	FMOVS 16(R7), F18
+	WORD $0x4f929271 // fmul v17.4s, v19.4s, v18.s[0]
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 144(R0), F17
+	WORD $0x4e2b1e36 // and v22.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F16
+	FMOVQ 80(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21ed6 // orr v22.16b, v22.16b, v18.16b
+	FMOVQ 96(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	FMOVQ 208(R0), F18
+	WORD $0x4e2b1e50 // and v16.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 80(R0), F20
+	FMOVQ 80(R19), F21
+	WORD $0x4e150295 // tbl v21.16b, {v20.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51e10 // orr v16.16b, v16.16b, v21.16b
+	FMOVQ 96(R19), F21
+	WORD $0x4e150295 // tbl v21.16b, {v20.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51e52 // orr v18.16b, v18.16b, v21.16b
+	WORD $0x4e903ad5 // zip1 v21.4s, v22.4s, v16.4s
+	WORD $0x4e907ad4 // zip2 v20.4s, v22.4s, v16.4s
+	WORD $0x4e8ca6b3 // smmla v19.4s, v21.16b, v12.16b
+	WORD $0x4e8ca68f // smmla v15.4s, v20.16b, v12.16b
+	WORD $0x4e923a34 // zip1 v20.4s, v17.4s, v18.4s
+	WORD $0x4e927a35 // zip2 v21.4s, v17.4s, v18.4s
+	WORD $0x4e89a693 // smmla v19.4s, v20.16b, v9.16b
+	WORD $0x4e89a6af // smmla v15.4s, v21.16b, v9.16b
+	FMOVQ 272(R0), F21
+	WORD $0x4e2b1eb4 // and v20.16b, v21.16b, v11.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 96(R0), F18
+	FMOVQ 80(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11e94 // orr v20.16b, v20.16b, v17.16b
+	FMOVQ 96(R19), F17
+	WORD $0x4e110251 // tbl v17.16b, {v18.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11eb5 // orr v21.16b, v21.16b, v17.16b
+	FMOVQ 336(R0), F17
+	WORD $0x4e2b1e32 // and v18.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 112(R0), F16
+	FMOVQ 80(R19), F22
+	WORD $0x4e160216 // tbl v22.16b, {v16.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e52 // orr v18.16b, v18.16b, v22.16b
+	FMOVQ 96(R19), F22
+	WORD $0x4e160216 // tbl v22.16b, {v16.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e31 // orr v17.16b, v17.16b, v22.16b
+	WORD $0x4e923a96 // zip1 v22.4s, v20.4s, v18.4s
+	WORD $0x4e927a90 // zip2 v16.4s, v20.4s, v18.4s
+	WORD $0x4e8da6d3 // smmla v19.4s, v22.16b, v13.16b
+	WORD $0x4e8da60f // smmla v15.4s, v16.16b, v13.16b
+	WORD $0x4e913ab0 // zip1 v16.4s, v21.4s, v17.4s
+	WORD $0x4e917ab6 // zip2 v22.4s, v21.4s, v17.4s
+	WORD $0x4e88a613 // smmla v19.4s, v16.16b, v8.16b
+	WORD $0x4e88a6cf // smmla v15.4s, v22.16b, v8.16b
+	WORD $0x4e8f1a76 // uzp1 v22.4s, v19.4s, v15.4s
+	WORD $0x4e8f5a6f // uzp2 v15.4s, v19.4s, v15.4s
+	FMOVD 8(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVD 40(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f919275 // fmul v21.4s, v19.4s, v17.s[0]
+	WORD $0x4e21dad6 // scvtf v22.4s, v22.4s
+	WORD $0x6e35ded6 // fmul v22.4s, v22.4s, v21.4s
+	FMOVS 16(R6), F18
+	WORD $0x4f929215 // fmul v21.4s, v16.4s, v18.s[0]
+	WORD $0x4e35d6d6 // fadd v22.4s, v22.4s, v21.4s
+	WORD $0x4e36d421 // fadd v1.4s, v1.4s, v22.4s
+	FMOVS 0(R7), F21
+	WORD $0x4f959271 // fmul v17.4s, v19.4s, v21.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e31ddef // fmul v15.4s, v15.4s, v17.4s
+	FMOVS 16(R7), F22
+	WORD $0x4f969211 // fmul v17.4s, v16.4s, v22.s[0]
+	WORD $0x4e31d5ef // fadd v15.4s, v15.4s, v17.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 160(R0), F17
+	WORD $0x4e2b1e35 // and v21.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F15
+	FMOVQ 112(R19), F22
+	WORD $0x4e1601f6 // tbl v22.16b, {v15.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61eb5 // orr v21.16b, v21.16b, v22.16b
+	FMOVQ 128(R19), F22
+	WORD $0x4e1601f6 // tbl v22.16b, {v15.16b}, v22.16b
+	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
+	WORD $0x4e2a1ed6 // and v22.16b, v22.16b, v10.16b
+	WORD $0x4eb61e31 // orr v17.16b, v17.16b, v22.16b
+	FMOVQ 224(R0), F22
+	WORD $0x4e2b1ecf // and v15.16b, v22.16b, v11.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 112(R19), F20
+	WORD $0x4e140254 // tbl v20.16b, {v18.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41def // orr v15.16b, v15.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e140254 // tbl v20.16b, {v18.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41ed6 // orr v22.16b, v22.16b, v20.16b
+	WORD $0x4e8f3ab4 // zip1 v20.4s, v21.4s, v15.4s
+	WORD $0x4e8f7ab2 // zip2 v18.4s, v21.4s, v15.4s
+	WORD $0x4e8ca690 // smmla v16.4s, v20.16b, v12.16b
+	WORD $0x4e8ca653 // smmla v19.4s, v18.16b, v12.16b
+	WORD $0x4e963a32 // zip1 v18.4s, v17.4s, v22.4s
+	WORD $0x4e967a34 // zip2 v20.4s, v17.4s, v22.4s
+	WORD $0x4e89a650 // smmla v16.4s, v18.16b, v9.16b
+	WORD $0x4e89a693 // smmla v19.4s, v20.16b, v9.16b
+	FMOVQ 288(R0), F20
+	WORD $0x4e2b1e92 // and v18.16b, v20.16b, v11.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 96(R0), F22
+	FMOVQ 112(R19), F17
+	WORD $0x4e1102d1 // tbl v17.16b, {v22.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11e52 // orr v18.16b, v18.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e1102d1 // tbl v17.16b, {v22.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11e94 // orr v20.16b, v20.16b, v17.16b
+	FMOVQ 352(R0), F17
+	WORD $0x4e2b1e36 // and v22.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 112(R0), F15
+	FMOVQ 112(R19), F21
+	WORD $0x4e1501f5 // tbl v21.16b, {v15.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51ed6 // orr v22.16b, v22.16b, v21.16b
+	FMOVQ 128(R19), F21
+	WORD $0x4e1501f5 // tbl v21.16b, {v15.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51e31 // orr v17.16b, v17.16b, v21.16b
+	WORD $0x4e963a55 // zip1 v21.4s, v18.4s, v22.4s
+	WORD $0x4e967a4f // zip2 v15.4s, v18.4s, v22.4s
+	WORD $0x4e8da6b0 // smmla v16.4s, v21.16b, v13.16b
+	WORD $0x4e8da5f3 // smmla v19.4s, v15.16b, v13.16b
+	WORD $0x4e913a8f // zip1 v15.4s, v20.4s, v17.4s
+	WORD $0x4e917a95 // zip2 v21.4s, v20.4s, v17.4s
+	WORD $0x4e88a5f0 // smmla v16.4s, v15.16b, v8.16b
+	WORD $0x4e88a6b3 // smmla v19.4s, v21.16b, v8.16b
+	WORD $0x4e931a15 // uzp1 v21.4s, v16.4s, v19.4s
+	WORD $0x4e935a13 // uzp2 v19.4s, v16.4s, v19.4s
+	FMOVD 16(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVD 48(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f919214 // fmul v20.4s, v16.4s, v17.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e34deb5 // fmul v21.4s, v21.4s, v20.4s
+	FMOVS 16(R6), F22
+	WORD $0x4f9691f4 // fmul v20.4s, v15.4s, v22.s[0]
+	WORD $0x4e34d6b5 // fadd v21.4s, v21.4s, v20.4s
+	WORD $0x4e35d442 // fadd v2.4s, v2.4s, v21.4s
+	FMOVS 0(R7), F20
+	WORD $0x4f949211 // fmul v17.4s, v16.4s, v20.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e31de73 // fmul v19.4s, v19.4s, v17.4s
+	FMOVS 16(R7), F21
+	WORD $0x4f9591f1 // fmul v17.4s, v15.4s, v21.s[0]
+	WORD $0x4e31d673 // fadd v19.4s, v19.4s, v17.4s
+	WORD $0x4e33d4c6 // fadd v6.4s, v6.4s, v19.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 176(R0), F17
+	WORD $0x4e2b1e34 // and v20.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 144(R19), F21
+	WORD $0x4e150275 // tbl v21.16b, {v19.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51e94 // orr v20.16b, v20.16b, v21.16b
+	FMOVQ 160(R19), F21
+	WORD $0x4e150275 // tbl v21.16b, {v19.16b}, v21.16b
+	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
+	WORD $0x4e2a1eb5 // and v21.16b, v21.16b, v10.16b
+	WORD $0x4eb51e31 // orr v17.16b, v17.16b, v21.16b
+	FMOVQ 240(R0), F21
+	WORD $0x4e2b1eb3 // and v19.16b, v21.16b, v11.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	FMOVQ 80(R0), F22
+	FMOVQ 144(R19), F18
+	WORD $0x4e1202d2 // tbl v18.16b, {v22.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21e73 // orr v19.16b, v19.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e1202d2 // tbl v18.16b, {v22.16b}, v18.16b
+	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
+	WORD $0x4e2a1e52 // and v18.16b, v18.16b, v10.16b
+	WORD $0x4eb21eb5 // orr v21.16b, v21.16b, v18.16b
+	WORD $0x4e933a92 // zip1 v18.4s, v20.4s, v19.4s
+	WORD $0x4e937a96 // zip2 v22.4s, v20.4s, v19.4s
+	WORD $0x4e8ca64f // smmla v15.4s, v18.16b, v12.16b
+	WORD $0x4e8ca6d0 // smmla v16.4s, v22.16b, v12.16b
+	WORD $0x4e953a36 // zip1 v22.4s, v17.4s, v21.4s
+	WORD $0x4e957a32 // zip2 v18.4s, v17.4s, v21.4s
+	WORD $0x4e89a6cf // smmla v15.4s, v22.16b, v9.16b
+	WORD $0x4e89a650 // smmla v16.4s, v18.16b, v9.16b
+	FMOVQ 304(R0), F18
+	WORD $0x4e2b1e56 // and v22.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 96(R0), F21
+	FMOVQ 144(R19), F17
+	WORD $0x4e1102b1 // tbl v17.16b, {v21.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11ed6 // orr v22.16b, v22.16b, v17.16b
+	FMOVQ 160(R19), F17
+	WORD $0x4e1102b1 // tbl v17.16b, {v21.16b}, v17.16b
+	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
+	WORD $0x4e2a1e31 // and v17.16b, v17.16b, v10.16b
+	WORD $0x4eb11e52 // orr v18.16b, v18.16b, v17.16b
+	FMOVQ 368(R0), F17
+	WORD $0x4e2b1e35 // and v21.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 112(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41eb5 // orr v21.16b, v21.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
+	WORD $0x4e2a1e94 // and v20.16b, v20.16b, v10.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	WORD $0x4e953ad4 // zip1 v20.4s, v22.4s, v21.4s
+	WORD $0x4e957ad3 // zip2 v19.4s, v22.4s, v21.4s
+	WORD $0x4e8da68f // smmla v15.4s, v20.16b, v13.16b
+	WORD $0x4e8da670 // smmla v16.4s, v19.16b, v13.16b
+	WORD $0x4e913a53 // zip1 v19.4s, v18.4s, v17.4s
+	WORD $0x4e917a54 // zip2 v20.4s, v18.4s, v17.4s
+	WORD $0x4e88a66f // smmla v15.4s, v19.16b, v8.16b
+	WORD $0x4e88a690 // smmla v16.4s, v20.16b, v8.16b
+	WORD $0x4e9019f4 // uzp1 v20.4s, v15.4s, v16.4s
+	WORD $0x4e9059f0 // uzp2 v16.4s, v15.4s, v16.4s
+	FMOVD 24(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 56(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e32de94 // fmul v20.4s, v20.4s, v18.4s
+	FMOVS 16(R6), F21
+	WORD $0x4f959272 // fmul v18.4s, v19.4s, v21.s[0]
+	WORD $0x4e32d694 // fadd v20.4s, v20.4s, v18.4s
+	WORD $0x4e34d463 // fadd v3.4s, v3.4s, v20.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
+	FMOVS 16(R7), F20
+	WORD $0x4f949271 // fmul v17.4s, v19.4s, v20.s[0]
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ5_1x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x3I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 16(R4), F2
+	WORD $0x4ec33866 // zip1 v6.2d, v3.2d, v3.2d
+	WORD $0x4ec37867 // zip2 v7.2d, v3.2d, v3.2d
+	WORD $0x4ec23843 // zip1 v3.2d, v2.2d, v2.2d
+	WORD $0x4ec27848 // zip2 v8.2d, v2.2d, v2.2d
+	FMOVQ 0(R19), F2
+	FMOVQ 16(R19), F9
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F15
+	WORD $0x4e221df0 // and v16.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 192(R0), F18
+	WORD $0x4e221e51 // and v17.16b, v18.16b, v2.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 80(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e86a68d // smmla v13.4s, v20.16b, v6.16b
+	WORD $0x4e86a66e // smmla v14.4s, v19.16b, v6.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e83a66d // smmla v13.4s, v19.16b, v3.16b
+	WORD $0x4e83a68e // smmla v14.4s, v20.16b, v3.16b
+	FMOVQ 256(R0), F20
+	WORD $0x4e221e93 // and v19.16b, v20.16b, v2.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 96(R0), F18
+	FMOVQ 48(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 320(R0), F15
+	WORD $0x4e221df2 // and v18.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 112(R0), F17
+	FMOVQ 48(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 64(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e291e10 // and v16.16b, v16.16b, v9.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e87a60d // smmla v13.4s, v16.16b, v7.16b
+	WORD $0x4e87a62e // smmla v14.4s, v17.16b, v7.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62b // smmla v11.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e88a62d // smmla v13.4s, v17.16b, v8.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e8c1970 // uzp1 v16.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	FMOVD 0(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVD 32(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f9191cf // fmul v15.4s, v14.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2fde10 // fmul v16.4s, v16.4s, v15.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f9491af // fmul v15.4s, v13.4s, v20.s[0]
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ 0(R10), F20
+	WORD $0x4e30d694 // fadd v20.4s, v20.4s, v16.4s
+	FMOVQ F20, 0(R10)
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91d1 // fmul v17.4s, v14.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e31dd8c // fmul v12.4s, v12.4s, v17.4s
+	FMOVS 16(R7), F16
+	WORD $0x4f9091b1 // fmul v17.4s, v13.4s, v16.s[0]
+	WORD $0x4e31d58c // fadd v12.4s, v12.4s, v17.4s
+	FMOVQ 0(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 0(R11)
+	FMOVS 0(R8), F17
+	WORD $0x4f9191cf // fmul v15.4s, v14.4s, v17.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c91af // fmul v15.4s, v13.4s, v12.s[0]
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 0(R12)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 144(R0), F11
+	WORD $0x4e221d6c // and v12.16b, v11.16b, v2.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 64(R0), F16
+	FMOVQ 80(R19), F20
+	WORD $0x4e140214 // tbl v20.16b, {v16.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41d8c // orr v12.16b, v12.16b, v20.16b
+	FMOVQ 96(R19), F20
+	WORD $0x4e140214 // tbl v20.16b, {v16.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41d6b // orr v11.16b, v11.16b, v20.16b
+	FMOVQ 208(R0), F20
+	WORD $0x4e221e90 // and v16.16b, v20.16b, v2.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 80(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e291e73 // and v19.16b, v19.16b, v9.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	FMOVQ 96(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e291e73 // and v19.16b, v19.16b, v9.16b
+	WORD $0x4eb31e94 // orr v20.16b, v20.16b, v19.16b
+	WORD $0x4e903993 // zip1 v19.4s, v12.4s, v16.4s
+	WORD $0x4e907992 // zip2 v18.4s, v12.4s, v16.4s
+	WORD $0x4e84a66d // smmla v13.4s, v19.16b, v4.16b
+	WORD $0x4e84a64e // smmla v14.4s, v18.16b, v4.16b
+	WORD $0x4e86a66f // smmla v15.4s, v19.16b, v6.16b
+	WORD $0x4e86a651 // smmla v17.4s, v18.16b, v6.16b
+	WORD $0x4e943972 // zip1 v18.4s, v11.4s, v20.4s
+	WORD $0x4e947973 // zip2 v19.4s, v11.4s, v20.4s
+	WORD $0x4e81a64d // smmla v13.4s, v18.16b, v1.16b
+	WORD $0x4e81a66e // smmla v14.4s, v19.16b, v1.16b
+	WORD $0x4e83a64f // smmla v15.4s, v18.16b, v3.16b
+	WORD $0x4e83a671 // smmla v17.4s, v19.16b, v3.16b
+	FMOVQ 272(R0), F19
+	WORD $0x4e221e72 // and v18.16b, v19.16b, v2.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 96(R0), F20
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b028b // tbl v11.16b, {v20.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1e52 // orr v18.16b, v18.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b028b // tbl v11.16b, {v20.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e291d6b // and v11.16b, v11.16b, v9.16b
+	WORD $0x4eab1e73 // orr v19.16b, v19.16b, v11.16b
+	FMOVQ 336(R0), F11
+	WORD $0x4e221d74 // and v20.16b, v11.16b, v2.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 112(R0), F16
+	FMOVQ 80(R19), F12
+	WORD $0x4e0c020c // tbl v12.16b, {v16.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1e94 // orr v20.16b, v20.16b, v12.16b
+	FMOVQ 96(R19), F12
+	WORD $0x4e0c020c // tbl v12.16b, {v16.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e291d8c // and v12.16b, v12.16b, v9.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	WORD $0x4e943a4c // zip1 v12.4s, v18.4s, v20.4s
+	WORD $0x4e947a50 // zip2 v16.4s, v18.4s, v20.4s
+	WORD $0x4e85a58d // smmla v13.4s, v12.16b, v5.16b
+	WORD $0x4e85a60e // smmla v14.4s, v16.16b, v5.16b
+	WORD $0x4e87a58f // smmla v15.4s, v12.16b, v7.16b
+	WORD $0x4e87a611 // smmla v17.4s, v16.16b, v7.16b
+	WORD $0x4e8b3a70 // zip1 v16.4s, v19.4s, v11.4s
+	WORD $0x4e8b7a6c // zip2 v12.4s, v19.4s, v11.4s
+	WORD $0x4e80a60d // smmla v13.4s, v16.16b, v0.16b
+	WORD $0x4e80a58e // smmla v14.4s, v12.16b, v0.16b
+	WORD $0x4e88a60f // smmla v15.4s, v16.16b, v8.16b
+	WORD $0x4e88a591 // smmla v17.4s, v12.16b, v8.16b
+	WORD $0x4e8e19ac // uzp1 v12.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	WORD $0x4e9119ed // uzp1 v13.4s, v15.4s, v17.4s
+	FMOVD 8(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVD 40(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F16
+	WORD $0x4f90922b // fmul v11.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2bdd8c // fmul v12.4s, v12.4s, v11.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f9391eb // fmul v11.4s, v15.4s, v19.s[0]
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ 16(R10), F19
+	WORD $0x4e2cd673 // fadd v19.4s, v19.4s, v12.4s
+	FMOVQ F19, 16(R10)
+	FMOVS 0(R7), F11
+	WORD $0x4f8b9230 // fmul v16.4s, v17.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	FMOVS 16(R7), F12
+	WORD $0x4f8c91f0 // fmul v16.4s, v15.4s, v12.s[0]
+	WORD $0x4e30d5ce // fadd v14.4s, v14.4s, v16.4s
+	FMOVQ 16(R11), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 16(R11)
+	FMOVS 0(R8), F16
+	WORD $0x4f90922b // fmul v11.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e91eb // fmul v11.4s, v15.4s, v14.s[0]
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ 16(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R12)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 160(R0), F13
+	WORD $0x4e221dae // and v14.16b, v13.16b, v2.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 112(R19), F19
+	WORD $0x4e130193 // tbl v19.16b, {v12.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e291e73 // and v19.16b, v19.16b, v9.16b
+	WORD $0x4eb31dce // orr v14.16b, v14.16b, v19.16b
+	FMOVQ 128(R19), F19
+	WORD $0x4e130193 // tbl v19.16b, {v12.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e291e73 // and v19.16b, v19.16b, v9.16b
+	WORD $0x4eb31dad // orr v13.16b, v13.16b, v19.16b
+	FMOVQ 224(R0), F19
+	WORD $0x4e221e6c // and v12.16b, v19.16b, v2.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 80(R0), F20
+	FMOVQ 112(R19), F18
+	WORD $0x4e120292 // tbl v18.16b, {v20.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21d8c // orr v12.16b, v12.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120292 // tbl v18.16b, {v20.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e73 // orr v19.16b, v19.16b, v18.16b
+	WORD $0x4e8c39d2 // zip1 v18.4s, v14.4s, v12.4s
+	WORD $0x4e8c79d4 // zip2 v20.4s, v14.4s, v12.4s
+	WORD $0x4e84a64f // smmla v15.4s, v18.16b, v4.16b
+	WORD $0x4e84a691 // smmla v17.4s, v20.16b, v4.16b
+	WORD $0x4e86a64b // smmla v11.4s, v18.16b, v6.16b
+	WORD $0x4e86a690 // smmla v16.4s, v20.16b, v6.16b
+	WORD $0x4e9339b4 // zip1 v20.4s, v13.4s, v19.4s
+	WORD $0x4e9379b2 // zip2 v18.4s, v13.4s, v19.4s
+	WORD $0x4e81a68f // smmla v15.4s, v20.16b, v1.16b
+	WORD $0x4e81a651 // smmla v17.4s, v18.16b, v1.16b
+	WORD $0x4e83a68b // smmla v11.4s, v20.16b, v3.16b
+	WORD $0x4e83a650 // smmla v16.4s, v18.16b, v3.16b
+	FMOVQ 288(R0), F18
+	WORD $0x4e221e54 // and v20.16b, v18.16b, v2.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 96(R0), F19
+	FMOVQ 112(R19), F13
+	WORD $0x4e0d026d // tbl v13.16b, {v19.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1e94 // orr v20.16b, v20.16b, v13.16b
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d026d // tbl v13.16b, {v19.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e291dad // and v13.16b, v13.16b, v9.16b
+	WORD $0x4ead1e52 // orr v18.16b, v18.16b, v13.16b
+	FMOVQ 352(R0), F13
+	WORD $0x4e221db3 // and v19.16b, v13.16b, v2.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 112(R0), F12
+	FMOVQ 112(R19), F14
+	WORD $0x4e0e018e // tbl v14.16b, {v12.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e291dce // and v14.16b, v14.16b, v9.16b
+	WORD $0x4eae1e73 // orr v19.16b, v19.16b, v14.16b
+	FMOVQ 128(R19), F14
+	WORD $0x4e0e018e // tbl v14.16b, {v12.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e291dce // and v14.16b, v14.16b, v9.16b
+	WORD $0x4eae1dad // orr v13.16b, v13.16b, v14.16b
+	WORD $0x4e933a8e // zip1 v14.4s, v20.4s, v19.4s
+	WORD $0x4e937a8c // zip2 v12.4s, v20.4s, v19.4s
+	WORD $0x4e85a5cf // smmla v15.4s, v14.16b, v5.16b
+	WORD $0x4e85a591 // smmla v17.4s, v12.16b, v5.16b
+	WORD $0x4e87a5cb // smmla v11.4s, v14.16b, v7.16b
+	WORD $0x4e87a590 // smmla v16.4s, v12.16b, v7.16b
+	WORD $0x4e8d3a4c // zip1 v12.4s, v18.4s, v13.4s
+	WORD $0x4e8d7a4e // zip2 v14.4s, v18.4s, v13.4s
+	WORD $0x4e80a58f // smmla v15.4s, v12.16b, v0.16b
+	WORD $0x4e80a5d1 // smmla v17.4s, v14.16b, v0.16b
+	WORD $0x4e88a58b // smmla v11.4s, v12.16b, v8.16b
+	WORD $0x4e88a5d0 // smmla v16.4s, v14.16b, v8.16b
+	WORD $0x4e9119ee // uzp1 v14.4s, v15.4s, v17.4s
+	WORD $0x4e9159f1 // uzp2 v17.4s, v15.4s, v17.4s
+	WORD $0x4e90196f // uzp1 v15.4s, v11.4s, v16.4s
+	FMOVD 16(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVD 48(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 0(R6), F12
+	WORD $0x4f8c920d // fmul v13.4s, v16.4s, v12.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2dddce // fmul v14.4s, v14.4s, v13.4s
+	FMOVS 16(R6), F18
+	WORD $0x4f92916d // fmul v13.4s, v11.4s, v18.s[0]
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ 32(R10), F18
+	WORD $0x4e2ed652 // fadd v18.4s, v18.4s, v14.4s
+	FMOVQ F18, 32(R10)
+	FMOVS 0(R7), F13
+	WORD $0x4f8d920c // fmul v12.4s, v16.4s, v13.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2cde31 // fmul v17.4s, v17.4s, v12.4s
+	FMOVS 16(R7), F14
+	WORD $0x4f8e916c // fmul v12.4s, v11.4s, v14.s[0]
+	WORD $0x4e2cd631 // fadd v17.4s, v17.4s, v12.4s
+	FMOVQ 32(R11), F14
+	WORD $0x4e31d5ce // fadd v14.4s, v14.4s, v17.4s
+	FMOVQ F14, 32(R11)
+	FMOVS 0(R8), F12
+	WORD $0x4f8c920d // fmul v13.4s, v16.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	FMOVS 16(R8), F17
+	WORD $0x4f91916d // fmul v13.4s, v11.4s, v17.s[0]
+	WORD $0x4e2dd5ef // fadd v15.4s, v15.4s, v13.4s
+	FMOVQ 32(R12), F17
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	FMOVQ F17, 32(R12)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 176(R0), F15
+	WORD $0x4e221df1 // and v17.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F14
+	FMOVQ 144(R19), F18
+	WORD $0x4e1201d2 // tbl v18.16b, {v14.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21e31 // orr v17.16b, v17.16b, v18.16b
+	FMOVQ 160(R19), F18
+	WORD $0x4e1201d2 // tbl v18.16b, {v14.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e291e52 // and v18.16b, v18.16b, v9.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 240(R0), F18
+	WORD $0x4e221e4e // and v14.16b, v18.16b, v2.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 80(R0), F19
+	FMOVQ 144(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41dce // orr v14.16b, v14.16b, v20.16b
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e291e94 // and v20.16b, v20.16b, v9.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e8e3a34 // zip1 v20.4s, v17.4s, v14.4s
+	WORD $0x4e8e7a33 // zip2 v19.4s, v17.4s, v14.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a670 // smmla v16.4s, v19.16b, v4.16b
+	WORD $0x4e86a68d // smmla v13.4s, v20.16b, v6.16b
+	WORD $0x4e86a66c // smmla v12.4s, v19.16b, v6.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a690 // smmla v16.4s, v20.16b, v1.16b
+	WORD $0x4e83a66d // smmla v13.4s, v19.16b, v3.16b
+	WORD $0x4e83a68c // smmla v12.4s, v20.16b, v3.16b
+	FMOVQ 304(R0), F20
+	WORD $0x4e221e93 // and v19.16b, v20.16b, v2.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 96(R0), F18
+	FMOVQ 144(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 160(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e291def // and v15.16b, v15.16b, v9.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 368(R0), F15
+	WORD $0x4e221df2 // and v18.16b, v15.16b, v2.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 112(R0), F14
+	FMOVQ 144(R19), F17
+	WORD $0x4e1101d1 // tbl v17.16b, {v14.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11e52 // orr v18.16b, v18.16b, v17.16b
+	FMOVQ 160(R19), F17
+	WORD $0x4e1101d1 // tbl v17.16b, {v14.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e291e31 // and v17.16b, v17.16b, v9.16b
+	WORD $0x4eb11def // orr v15.16b, v15.16b, v17.16b
+	WORD $0x4e923a71 // zip1 v17.4s, v19.4s, v18.4s
+	WORD $0x4e927a6e // zip2 v14.4s, v19.4s, v18.4s
+	WORD $0x4e85a62b // smmla v11.4s, v17.16b, v5.16b
+	WORD $0x4e85a5d0 // smmla v16.4s, v14.16b, v5.16b
+	WORD $0x4e87a62d // smmla v13.4s, v17.16b, v7.16b
+	WORD $0x4e87a5cc // smmla v12.4s, v14.16b, v7.16b
+	WORD $0x4e8f3a8e // zip1 v14.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a91 // zip2 v17.4s, v20.4s, v15.4s
+	WORD $0x4e80a5cb // smmla v11.4s, v14.16b, v0.16b
+	WORD $0x4e80a630 // smmla v16.4s, v17.16b, v0.16b
+	WORD $0x4e88a5cd // smmla v13.4s, v14.16b, v8.16b
+	WORD $0x4e88a62c // smmla v12.4s, v17.16b, v8.16b
+	WORD $0x4e901971 // uzp1 v17.4s, v11.4s, v16.4s
+	WORD $0x4e905970 // uzp2 v16.4s, v11.4s, v16.4s
+	WORD $0x4e8c19ab // uzp1 v11.4s, v13.4s, v12.4s
+	FMOVD 24(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVD 56(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e918f // fmul v15.4s, v12.4s, v14.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2fde31 // fmul v17.4s, v17.4s, v15.4s
+	FMOVS 16(R6), F20
+	WORD $0x4f9491af // fmul v15.4s, v13.4s, v20.s[0]
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	FMOVQ 48(R10), F20
+	WORD $0x4e31d694 // fadd v20.4s, v20.4s, v17.4s
+	FMOVQ F20, 48(R10)
+	FMOVS 0(R7), F15
+	WORD $0x4f8f918e // fmul v14.4s, v12.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f9191ae // fmul v14.4s, v13.4s, v17.s[0]
+	WORD $0x4e2ed610 // fadd v16.4s, v16.4s, v14.4s
+	FMOVQ 48(R11), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 48(R11)
+	FMOVS 0(R8), F14
+	WORD $0x4f8e918f // fmul v15.4s, v12.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVS 16(R8), F16
+	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
+	WORD $0x4e2fd56b // fadd v11.4s, v11.4s, v15.4s
+	FMOVQ 48(R12), F16
+	WORD $0x4e2bd610 // fadd v16.4s, v16.4s, v11.4s
+	FMOVQ F16, 48(R12)
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	FMOVQ 0(R19), F7
+	FMOVQ 16(R19), F6
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F15
+	WORD $0x4e271df0 // and v16.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 48(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 192(R0), F18
+	WORD $0x4e271e51 // and v17.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 80(R0), F19
+	FMOVQ 48(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e88a68d // smmla v13.4s, v20.16b, v8.16b
+	WORD $0x4e88a66e // smmla v14.4s, v19.16b, v8.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e82a66d // smmla v13.4s, v19.16b, v2.16b
+	WORD $0x4e82a68e // smmla v14.4s, v20.16b, v2.16b
+	FMOVQ 256(R0), F20
+	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 96(R0), F18
+	FMOVQ 48(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 320(R0), F15
+	WORD $0x4e271df2 // and v18.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 112(R0), F17
+	FMOVQ 48(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 64(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e89a60d // smmla v13.4s, v16.16b, v9.16b
+	WORD $0x4e89a62e // smmla v14.4s, v17.16b, v9.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62b // smmla v11.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e83a62d // smmla v13.4s, v17.16b, v3.16b
+	WORD $0x4e83a60e // smmla v14.4s, v16.16b, v3.16b
+	WORD $0x4e8c1970 // uzp1 v16.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVD 32(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f91b4 // fmul v20.4s, v13.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e34de10 // fmul v16.4s, v16.4s, v20.4s
+	FMOVS 16(R6), F18
+	WORD $0x4f929234 // fmul v20.4s, v17.4s, v18.s[0]
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	FMOVQ 0(R10), F18
+	WORD $0x4e30d652 // fadd v18.4s, v18.4s, v16.4s
+	FMOVQ F18, 0(R10)
+	FMOVS 0(R7), F20
+	WORD $0x4f9491af // fmul v15.4s, v13.4s, v20.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2fdd8c // fmul v12.4s, v12.4s, v15.4s
+	FMOVS 16(R7), F16
+	WORD $0x4f90922f // fmul v15.4s, v17.4s, v16.s[0]
+	WORD $0x4e2fd58c // fadd v12.4s, v12.4s, v15.4s
+	FMOVQ 0(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 0(R11)
+	FMOVS 0(R8), F15
+	WORD $0x4f8f91b4 // fmul v20.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e34dd6b // fmul v11.4s, v11.4s, v20.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9234 // fmul v20.4s, v17.4s, v12.s[0]
+	WORD $0x4e34d56b // fadd v11.4s, v11.4s, v20.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 0(R12)
+	FMOVS 0(R9), F20
+	WORD $0x4f9491af // fmul v15.4s, v13.4s, v20.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	FMOVS 16(R9), F11
+	WORD $0x4f8b922f // fmul v15.4s, v17.4s, v11.s[0]
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ 0(R13), F11
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ F11, 0(R13)
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	FMOVQ 144(R0), F14
+	WORD $0x4e271dcb // and v11.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 80(R19), F16
+	WORD $0x4e100190 // tbl v16.16b, {v12.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01d6b // orr v11.16b, v11.16b, v16.16b
+	FMOVQ 96(R19), F16
+	WORD $0x4e100190 // tbl v16.16b, {v12.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01dce // orr v14.16b, v14.16b, v16.16b
+	FMOVQ 208(R0), F16
+	WORD $0x4e271e0c // and v12.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 80(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31d8c // orr v12.16b, v12.16b, v19.16b
+	FMOVQ 96(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	WORD $0x4e8c3973 // zip1 v19.4s, v11.4s, v12.4s
+	WORD $0x4e8c7972 // zip2 v18.4s, v11.4s, v12.4s
+	WORD $0x4e84a671 // smmla v17.4s, v19.16b, v4.16b
+	WORD $0x4e84a64d // smmla v13.4s, v18.16b, v4.16b
+	WORD $0x4e88a66f // smmla v15.4s, v19.16b, v8.16b
+	WORD $0x4e88a654 // smmla v20.4s, v18.16b, v8.16b
+	WORD $0x4e9039d2 // zip1 v18.4s, v14.4s, v16.4s
+	WORD $0x4e9079d3 // zip2 v19.4s, v14.4s, v16.4s
+	WORD $0x4e81a651 // smmla v17.4s, v18.16b, v1.16b
+	WORD $0x4e81a66d // smmla v13.4s, v19.16b, v1.16b
+	WORD $0x4e82a64f // smmla v15.4s, v18.16b, v2.16b
+	WORD $0x4e82a674 // smmla v20.4s, v19.16b, v2.16b
+	FMOVQ 272(R0), F19
+	WORD $0x4e271e72 // and v18.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 96(R0), F16
+	FMOVQ 80(R19), F14
+	WORD $0x4e0e020e // tbl v14.16b, {v16.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e261dce // and v14.16b, v14.16b, v6.16b
+	WORD $0x4eae1e52 // orr v18.16b, v18.16b, v14.16b
+	FMOVQ 96(R19), F14
+	WORD $0x4e0e020e // tbl v14.16b, {v16.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e261dce // and v14.16b, v14.16b, v6.16b
+	WORD $0x4eae1e73 // orr v19.16b, v19.16b, v14.16b
+	FMOVQ 336(R0), F14
+	WORD $0x4e271dd0 // and v16.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 112(R0), F12
+	FMOVQ 80(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e10 // orr v16.16b, v16.16b, v11.16b
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1dce // orr v14.16b, v14.16b, v11.16b
+	WORD $0x4e903a4b // zip1 v11.4s, v18.4s, v16.4s
+	WORD $0x4e907a4c // zip2 v12.4s, v18.4s, v16.4s
+	WORD $0x4e85a571 // smmla v17.4s, v11.16b, v5.16b
+	WORD $0x4e85a58d // smmla v13.4s, v12.16b, v5.16b
+	WORD $0x4e89a56f // smmla v15.4s, v11.16b, v9.16b
+	WORD $0x4e89a594 // smmla v20.4s, v12.16b, v9.16b
+	WORD $0x4e8e3a6c // zip1 v12.4s, v19.4s, v14.4s
+	WORD $0x4e8e7a6b // zip2 v11.4s, v19.4s, v14.4s
+	WORD $0x4e80a591 // smmla v17.4s, v12.16b, v0.16b
+	WORD $0x4e80a56d // smmla v13.4s, v11.16b, v0.16b
+	WORD $0x4e83a58f // smmla v15.4s, v12.16b, v3.16b
+	WORD $0x4e83a574 // smmla v20.4s, v11.16b, v3.16b
+	WORD $0x4e8d1a2b // uzp1 v11.4s, v17.4s, v13.4s
+	WORD $0x4e8d5a2d // uzp2 v13.4s, v17.4s, v13.4s
+	WORD $0x4e9419f1 // uzp1 v17.4s, v15.4s, v20.4s
+	WORD $0x4e9459f4 // uzp2 v20.4s, v15.4s, v20.4s
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 40(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e91f3 // fmul v19.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e33dd6b // fmul v11.4s, v11.4s, v19.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f909193 // fmul v19.4s, v12.4s, v16.s[0]
+	WORD $0x4e33d56b // fadd v11.4s, v11.4s, v19.4s
+	FMOVQ 16(R10), F16
+	WORD $0x4e2bd610 // fadd v16.4s, v16.4s, v11.4s
+	FMOVQ F16, 16(R10)
+	FMOVS 0(R7), F19
+	WORD $0x4f9391ee // fmul v14.4s, v15.4s, v19.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2eddad // fmul v13.4s, v13.4s, v14.4s
+	FMOVS 16(R7), F11
+	WORD $0x4f8b918e // fmul v14.4s, v12.4s, v11.s[0]
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ 16(R11), F11
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ F11, 16(R11)
+	FMOVS 0(R8), F14
+	WORD $0x4f8e91f3 // fmul v19.4s, v15.4s, v14.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e33de31 // fmul v17.4s, v17.4s, v19.4s
+	FMOVS 16(R8), F13
+	WORD $0x4f8d9193 // fmul v19.4s, v12.4s, v13.s[0]
+	WORD $0x4e33d631 // fadd v17.4s, v17.4s, v19.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e31d5ad // fadd v13.4s, v13.4s, v17.4s
+	FMOVQ F13, 16(R12)
+	FMOVS 0(R9), F19
+	WORD $0x4f9391ee // fmul v14.4s, v15.4s, v19.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e2ede94 // fmul v20.4s, v20.4s, v14.4s
+	FMOVS 16(R9), F17
+	WORD $0x4f91918e // fmul v14.4s, v12.4s, v17.s[0]
+	WORD $0x4e2ed694 // fadd v20.4s, v20.4s, v14.4s
+	FMOVQ 16(R13), F17
+	WORD $0x4e34d631 // fadd v17.4s, v17.4s, v20.4s
+	FMOVQ F17, 16(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 160(R0), F20
+	WORD $0x4e271e91 // and v17.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F13
+	FMOVQ 112(R19), F11
+	WORD $0x4e0b01ab // tbl v11.16b, {v13.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e31 // orr v17.16b, v17.16b, v11.16b
+	FMOVQ 128(R19), F11
+	WORD $0x4e0b01ab // tbl v11.16b, {v13.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e94 // orr v20.16b, v20.16b, v11.16b
+	FMOVQ 224(R0), F11
+	WORD $0x4e271d6d // and v13.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F16
+	FMOVQ 112(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21dad // orr v13.16b, v13.16b, v18.16b
+	FMOVQ 128(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21d6b // orr v11.16b, v11.16b, v18.16b
+	WORD $0x4e8d3a32 // zip1 v18.4s, v17.4s, v13.4s
+	WORD $0x4e8d7a30 // zip2 v16.4s, v17.4s, v13.4s
+	WORD $0x4e84a64c // smmla v12.4s, v18.16b, v4.16b
+	WORD $0x4e84a60f // smmla v15.4s, v16.16b, v4.16b
+	WORD $0x4e88a64e // smmla v14.4s, v18.16b, v8.16b
+	WORD $0x4e88a613 // smmla v19.4s, v16.16b, v8.16b
+	WORD $0x4e8b3a90 // zip1 v16.4s, v20.4s, v11.4s
+	WORD $0x4e8b7a92 // zip2 v18.4s, v20.4s, v11.4s
+	WORD $0x4e81a60c // smmla v12.4s, v16.16b, v1.16b
+	WORD $0x4e81a64f // smmla v15.4s, v18.16b, v1.16b
+	WORD $0x4e82a60e // smmla v14.4s, v16.16b, v2.16b
+	WORD $0x4e82a653 // smmla v19.4s, v18.16b, v2.16b
+	FMOVQ 288(R0), F18
+	WORD $0x4e271e50 // and v16.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 96(R0), F11
+	FMOVQ 112(R19), F20
+	WORD $0x4e140174 // tbl v20.16b, {v11.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e10 // orr v16.16b, v16.16b, v20.16b
+	FMOVQ 128(R19), F20
+	WORD $0x4e140174 // tbl v20.16b, {v11.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 352(R0), F20
+	WORD $0x4e271e8b // and v11.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 112(R0), F13
+	FMOVQ 112(R19), F17
+	WORD $0x4e1101b1 // tbl v17.16b, {v13.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11d6b // orr v11.16b, v11.16b, v17.16b
+	FMOVQ 128(R19), F17
+	WORD $0x4e1101b1 // tbl v17.16b, {v13.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11e94 // orr v20.16b, v20.16b, v17.16b
+	WORD $0x4e8b3a11 // zip1 v17.4s, v16.4s, v11.4s
+	WORD $0x4e8b7a0d // zip2 v13.4s, v16.4s, v11.4s
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e85a5af // smmla v15.4s, v13.16b, v5.16b
+	WORD $0x4e89a62e // smmla v14.4s, v17.16b, v9.16b
+	WORD $0x4e89a5b3 // smmla v19.4s, v13.16b, v9.16b
+	WORD $0x4e943a4d // zip1 v13.4s, v18.4s, v20.4s
+	WORD $0x4e947a51 // zip2 v17.4s, v18.4s, v20.4s
+	WORD $0x4e80a5ac // smmla v12.4s, v13.16b, v0.16b
+	WORD $0x4e80a62f // smmla v15.4s, v17.16b, v0.16b
+	WORD $0x4e83a5ae // smmla v14.4s, v13.16b, v3.16b
+	WORD $0x4e83a633 // smmla v19.4s, v17.16b, v3.16b
+	WORD $0x4e8f1991 // uzp1 v17.4s, v12.4s, v15.4s
+	WORD $0x4e8f598f // uzp2 v15.4s, v12.4s, v15.4s
+	WORD $0x4e9319cc // uzp1 v12.4s, v14.4s, v19.4s
+	WORD $0x4e9359d3 // uzp2 v19.4s, v14.4s, v19.4s
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVD 48(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F20
+	WORD $0x4f9491d2 // fmul v18.4s, v14.4s, v20.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e32de31 // fmul v17.4s, v17.4s, v18.4s
+	FMOVS 16(R6), F11
+	WORD $0x4f8b91b2 // fmul v18.4s, v13.4s, v11.s[0]
+	WORD $0x4e32d631 // fadd v17.4s, v17.4s, v18.4s
+	FMOVQ 32(R10), F11
+	WORD $0x4e31d56b // fadd v11.4s, v11.4s, v17.4s
+	FMOVQ F11, 32(R10)
+	FMOVS 0(R7), F18
+	WORD $0x4f9291d4 // fmul v20.4s, v14.4s, v18.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e34ddef // fmul v15.4s, v15.4s, v20.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f9191b4 // fmul v20.4s, v13.4s, v17.s[0]
+	WORD $0x4e34d5ef // fadd v15.4s, v15.4s, v20.4s
+	FMOVQ 32(R11), F17
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	FMOVQ F17, 32(R11)
+	FMOVS 0(R8), F20
+	WORD $0x4f9491d2 // fmul v18.4s, v14.4s, v20.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e32dd8c // fmul v12.4s, v12.4s, v18.4s
+	FMOVS 16(R8), F15
+	WORD $0x4f8f91b2 // fmul v18.4s, v13.4s, v15.s[0]
+	WORD $0x4e32d58c // fadd v12.4s, v12.4s, v18.4s
+	FMOVQ 32(R12), F15
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ F15, 32(R12)
+	FMOVS 0(R9), F18
+	WORD $0x4f9291d4 // fmul v20.4s, v14.4s, v18.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e34de73 // fmul v19.4s, v19.4s, v20.4s
+	FMOVS 16(R9), F12
+	WORD $0x4f8c91b4 // fmul v20.4s, v13.4s, v12.s[0]
+	WORD $0x4e34d673 // fadd v19.4s, v19.4s, v20.4s
+	FMOVQ 32(R13), F12
+	WORD $0x4e33d58c // fadd v12.4s, v12.4s, v19.4s
+	FMOVQ F12, 32(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 176(R0), F19
+	WORD $0x4e271e6c // and v12.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F15
+	FMOVQ 144(R19), F17
+	WORD $0x4e1101f1 // tbl v17.16b, {v15.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11d8c // orr v12.16b, v12.16b, v17.16b
+	FMOVQ 160(R19), F17
+	WORD $0x4e1101f1 // tbl v17.16b, {v15.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11e73 // orr v19.16b, v19.16b, v17.16b
+	FMOVQ 240(R0), F17
+	WORD $0x4e271e2f // and v15.16b, v17.16b, v7.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F11
+	FMOVQ 144(R19), F16
+	WORD $0x4e100170 // tbl v16.16b, {v11.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	FMOVQ 160(R19), F16
+	WORD $0x4e100170 // tbl v16.16b, {v11.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	WORD $0x4e8f3990 // zip1 v16.4s, v12.4s, v15.4s
+	WORD $0x4e8f798b // zip2 v11.4s, v12.4s, v15.4s
+	WORD $0x4e84a60d // smmla v13.4s, v16.16b, v4.16b
+	WORD $0x4e84a56e // smmla v14.4s, v11.16b, v4.16b
+	WORD $0x4e88a614 // smmla v20.4s, v16.16b, v8.16b
+	WORD $0x4e88a572 // smmla v18.4s, v11.16b, v8.16b
+	WORD $0x4e913a6b // zip1 v11.4s, v19.4s, v17.4s
+	WORD $0x4e917a70 // zip2 v16.4s, v19.4s, v17.4s
+	WORD $0x4e81a56d // smmla v13.4s, v11.16b, v1.16b
+	WORD $0x4e81a60e // smmla v14.4s, v16.16b, v1.16b
+	WORD $0x4e82a574 // smmla v20.4s, v11.16b, v2.16b
+	WORD $0x4e82a612 // smmla v18.4s, v16.16b, v2.16b
+	FMOVQ 304(R0), F16
+	WORD $0x4e271e0b // and v11.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 96(R0), F17
+	FMOVQ 144(R19), F19
+	WORD $0x4e130233 // tbl v19.16b, {v17.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31d6b // orr v11.16b, v11.16b, v19.16b
+	FMOVQ 160(R19), F19
+	WORD $0x4e130233 // tbl v19.16b, {v17.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	FMOVQ 368(R0), F19
+	WORD $0x4e271e71 // and v17.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 112(R0), F15
+	FMOVQ 144(R19), F12
+	WORD $0x4e0c01ec // tbl v12.16b, {v15.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e261d8c // and v12.16b, v12.16b, v6.16b
+	WORD $0x4eac1e31 // orr v17.16b, v17.16b, v12.16b
+	FMOVQ 160(R19), F12
+	WORD $0x4e0c01ec // tbl v12.16b, {v15.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e261d8c // and v12.16b, v12.16b, v6.16b
+	WORD $0x4eac1e73 // orr v19.16b, v19.16b, v12.16b
+	WORD $0x4e91396c // zip1 v12.4s, v11.4s, v17.4s
+	WORD $0x4e91796f // zip2 v15.4s, v11.4s, v17.4s
+	WORD $0x4e85a58d // smmla v13.4s, v12.16b, v5.16b
+	WORD $0x4e85a5ee // smmla v14.4s, v15.16b, v5.16b
+	WORD $0x4e89a594 // smmla v20.4s, v12.16b, v9.16b
+	WORD $0x4e89a5f2 // smmla v18.4s, v15.16b, v9.16b
+	WORD $0x4e933a0f // zip1 v15.4s, v16.4s, v19.4s
+	WORD $0x4e937a0c // zip2 v12.4s, v16.4s, v19.4s
+	WORD $0x4e80a5ed // smmla v13.4s, v15.16b, v0.16b
+	WORD $0x4e80a58e // smmla v14.4s, v12.16b, v0.16b
+	WORD $0x4e83a5f4 // smmla v20.4s, v15.16b, v3.16b
+	WORD $0x4e83a592 // smmla v18.4s, v12.16b, v3.16b
+	WORD $0x4e8e19ac // uzp1 v12.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	WORD $0x4e921a8d // uzp1 v13.4s, v20.4s, v18.4s
+	WORD $0x4e925a92 // uzp2 v18.4s, v20.4s, v18.4s
+	FMOVD 24(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	FMOVD 56(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F19
+	WORD $0x4f939290 // fmul v16.4s, v20.4s, v19.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f9191f0 // fmul v16.4s, v15.4s, v17.s[0]
+	WORD $0x4e30d58c // fadd v12.4s, v12.4s, v16.4s
+	FMOVQ 48(R10), F17
+	WORD $0x4e2cd631 // fadd v17.4s, v17.4s, v12.4s
+	FMOVQ F17, 48(R10)
+	FMOVS 0(R7), F16
+	WORD $0x4f909293 // fmul v19.4s, v20.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e33ddce // fmul v14.4s, v14.4s, v19.4s
+	FMOVS 16(R7), F12
+	WORD $0x4f8c91f3 // fmul v19.4s, v15.4s, v12.s[0]
+	WORD $0x4e33d5ce // fadd v14.4s, v14.4s, v19.4s
+	FMOVQ 48(R11), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 48(R11)
+	FMOVS 0(R8), F19
+	WORD $0x4f939290 // fmul v16.4s, v20.4s, v19.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e30ddad // fmul v13.4s, v13.4s, v16.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e91f0 // fmul v16.4s, v15.4s, v14.s[0]
+	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
+	FMOVQ 48(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R12)
+	FMOVS 0(R9), F16
+	WORD $0x4f909293 // fmul v19.4s, v20.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e33de52 // fmul v18.4s, v18.4s, v19.4s
+	FMOVS 16(R9), F13
+	WORD $0x4f8d91f3 // fmul v19.4s, v15.4s, v13.s[0]
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	FMOVQ 48(R13), F13
+	WORD $0x4e32d5ad // fadd v13.4s, v13.4s, v18.4s
+	FMOVQ F13, 48(R13)
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET

@@ -206,6 +206,81 @@ func intQ5_1x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 //go:noescape
 func intQ5_1x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ8_0x2I8MM is the I8MM kernel of Q8_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ8_0x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x3I8MM is the I8MM kernel of Q8_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ8_0x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ8_0x4I8MM is the I8MM kernel of Q8_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ8_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x2I8MM is the I8MM kernel of Q4_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_0x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x3I8MM is the I8MM kernel of Q4_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_0x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x4I8MM is the I8MM kernel of Q4_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x2I8MM is the I8MM kernel of Q4_1 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_1x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x3I8MM is the I8MM kernel of Q4_1 weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_1x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x4I8MM is the I8MM kernel of Q4_1 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x2I8MM is the I8MM kernel of Q5_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ5_0x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x3I8MM is the I8MM kernel of Q5_0 weights for 3 activation rows.
+//
+//go:noescape
+func intQ5_0x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x4I8MM is the I8MM kernel of Q5_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ5_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x2I8MM is the I8MM kernel of Q5_1 weights for 2 activation rows.
+//
+//go:noescape
+func intQ5_1x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x3I8MM is the I8MM kernel of Q5_1 weights for 3 activation rows.
+//
+//go:noescape
+func intQ5_1x3I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x4I8MM is the I8MM kernel of Q5_1 weights for 4 activation rows.
+//
+//go:noescape
+func intQ5_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intDotTable returns the Dot integer kernels of type t, by rows; empty for the types without.
 func intDotTable(t dtype.DType) intTable {
 	switch t {
@@ -236,6 +311,23 @@ func intNEONTable(t dtype.DType) intTable {
 		return intTable{1: intQ5_0x1NEON, 2: intQ5_0x2NEON, 3: intQ5_0x3NEON, 4: intQ5_0x4NEON}
 	case dtype.Q5_1:
 		return intTable{1: intQ5_1x1NEON, 2: intQ5_1x2NEON, 3: intQ5_1x3NEON, 4: intQ5_1x4NEON}
+	}
+	return intTable{}
+}
+
+// intI8MMTable returns the I8MM integer kernels of type t, by rows; empty for the types without.
+func intI8MMTable(t dtype.DType) intTable {
+	switch t {
+	case dtype.Q8_0:
+		return intTable{1: intQ8_0x1Dot, 2: intQ8_0x2I8MM, 3: intQ8_0x3I8MM, 4: intQ8_0x4I8MM}
+	case dtype.Q4_0:
+		return intTable{1: intQ4_0x1Dot, 2: intQ4_0x2I8MM, 3: intQ4_0x3I8MM, 4: intQ4_0x4I8MM}
+	case dtype.Q4_1:
+		return intTable{1: intQ4_1x1Dot, 2: intQ4_1x2I8MM, 3: intQ4_1x3I8MM, 4: intQ4_1x4I8MM}
+	case dtype.Q5_0:
+		return intTable{1: intQ5_0x1Dot, 2: intQ5_0x2I8MM, 3: intQ5_0x3I8MM, 4: intQ5_0x4I8MM}
+	case dtype.Q5_1:
+		return intTable{1: intQ5_1x1Dot, 2: intQ5_1x2I8MM, 3: intQ5_1x3I8MM, 4: intQ5_1x4I8MM}
 	}
 	return intTable{}
 }

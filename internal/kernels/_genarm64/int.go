@@ -275,16 +275,17 @@ func intTypes() []intType {
 func intKernels(f *file) {
 	consts := f.table("arm64IntConsts", intConstTable())
 	f.goImports = append(f.goImports, "github.com/specula/specula/format/dtype")
-	for _, lv := range []level{levelDot, levelNEON} {
+	for _, lv := range []level{levelDot, levelNEON, levelI8MM} {
 		fmt.Fprintf(&f.goCode, "\n// int%sTable returns the %s integer kernels of type t, by rows; empty for the types without.\n", lv.name, lv.name)
 		fmt.Fprintf(&f.goCode, "func int%sTable(t dtype.DType) intTable {\nswitch t {\n", lv.name)
 		for _, it := range intTypes() {
 			fmt.Fprintf(&f.goCode, "case dtype.%s:\nreturn intTable{", it.name)
 			for n := 1; n <= intRows; n++ {
-				if !intKernel(f, it, lv, n, consts) {
+				name, ok := intKernel(f, it, lv, n, consts)
+				if !ok {
 					break
 				}
-				fmt.Fprintf(&f.goCode, "%d: int%sx%d%s, ", n, it.name, n, lv.name)
+				fmt.Fprintf(&f.goCode, "%d: %s, ", n, name)
 			}
 			f.goCode.WriteString("}\n")
 		}
@@ -292,10 +293,14 @@ func intKernels(f *file) {
 	}
 }
 
-// intKernel writes the kernel of type it, level lv and n rows, and reports whether
-// it fit the registers (if not, it is left out).
-func intKernel(f *file, it intType, lv level, n int, consts string) (ok bool) {
-	name := fmt.Sprintf("int%sx%d%s", it.name, n, lv.name)
+// intKernel writes the kernel of type it, level lv and n rows, and returns its name
+// and whether it fit the registers (if not, it is left out). The i8mm level's one-row
+// kernel is the Dot one (SMMLA takes rows in pairs).
+func intKernel(f *file, it intType, lv level, n int, consts string) (name string, ok bool) {
+	if lv == levelI8MM && n == 1 {
+		return fmt.Sprintf("int%sx1%s", it.name, levelDot.name), true
+	}
+	name = fmt.Sprintf("int%sx%d%s", it.name, n, lv.name)
 	doc := fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", name, lv.name, it.name, n)
 	g := f.newFn(name, intSig, intArgs, doc)
 	defer func() {
@@ -310,7 +315,7 @@ func intKernel(f *file, it intType, lv level, n int, consts string) (ok bool) {
 	k := &intFrame{g: g, n: n, lv: lv, p: newPool(), consts: consts}
 	k.prologue()
 	k.loop(it.gb, it.per, it.words, func() { it.body(k) })
-	return true
+	return name, true
 }
 
 // block32 is the block of the 32-value types: codes at byte codes of the group block
@@ -320,6 +325,10 @@ func intKernel(f *file, it intType, lv level, n int, consts string) (ok bool) {
 // and row t: isum (+ offset) → v = float32(isum)·(d·dx) (+ m·(dx·Σx)) → acc + v, as
 // format32 and finishQ8_0.
 func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
+	if k.lv == levelI8MM {
+		block32MM(k, codes, masks, mins, off, q8)
+		return
+	}
 	g := k.g
 	var xs [intRows][2]V
 	for t := range k.n {
