@@ -14,7 +14,9 @@ package main
 // An odd last row is paired with itself and its second half of the results dropped.
 
 // levelI8MM is the i8mm family. Its dot flag makes k.sum take the accumulators as
-// they are (one int32 per weight row); its one-row kernel is the Dot one.
+// they are (one int32 per weight row); its one-row kernel is the Dot one. Only
+// block32 has an i8mm form: a type whose block has none would, at this level, be
+// written with its dot-product body under the I8MM name.
 var levelI8MM = level{"I8MM", true}
 
 // mmPairs are the activation rows taken together by SMMLA: (0, 1), (2, 3)…, an odd
