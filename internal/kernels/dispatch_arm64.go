@@ -24,11 +24,15 @@ var (
 	hasI8MM = hasDot && cpu.ARM64.HasI8MM && os.Getenv("SPECULA_CPU") != "dotprod"
 )
 
-// pickInt returns the kernels of type t that this machine runs best: the dot-product
-// ones where it has the extension, else the NEON ones (int{Dot,NEON}Table, written
-// with the kernels), else the pure-Go ones.
+// pickInt returns the kernels of type t that this machine runs best: the int8 matrix
+// multiply ones where it has i8mm (for two or more activation rows; one row is the
+// dot-product kernel), else the dot-product ones where it has that extension, else
+// the NEON ones (int{I8MM,Dot,NEON}Table, written with the kernels), else the pure-Go
+// ones.
 func pickInt(t dtype.DType) intTable {
 	switch {
+	case hasI8MM && intI8MMTable(t)[2] != nil:
+		return intI8MMTable(t)
 	case hasDot && intDotTable(t)[1] != nil:
 		return intDotTable(t)
 	case hasNEON && intNEONTable(t)[1] != nil:

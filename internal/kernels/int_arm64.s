@@ -65445,6 +65445,2375 @@ done:
 	FMOVQ F3, 48(R10)
 	RET
 
+// func intQ8_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ8_0x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+	FMOVQ 0(R12), F8
+	FMOVQ 16(R12), F9
+	FMOVQ 32(R12), F10
+	FMOVQ 48(R12), F11
+	FMOVQ 0(R13), F12
+	FMOVQ 16(R13), F13
+	FMOVQ 32(R13), F14
+	FMOVQ 48(R13), F15
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F16
+	FMOVQ 0(R3), F17
+	FMOVQ 16(R2), F18
+	FMOVQ 16(R3), F19
+	WORD $0x4ed13a14 // zip1 v20.2d, v16.2d, v17.2d
+	WORD $0x4ed17a15 // zip2 v21.2d, v16.2d, v17.2d
+	WORD $0x4ed33a51 // zip1 v17.2d, v18.2d, v19.2d
+	WORD $0x4ed37a50 // zip2 v16.2d, v18.2d, v19.2d
+	FMOVQ 0(R4), F19
+	FMOVQ 0(R5), F18
+	FMOVQ 16(R4), F22
+	FMOVQ 16(R5), F23
+	WORD $0x4ed23a78 // zip1 v24.2d, v19.2d, v18.2d
+	WORD $0x4ed27a79 // zip2 v25.2d, v19.2d, v18.2d
+	WORD $0x4ed73ad2 // zip1 v18.2d, v22.2d, v23.2d
+	WORD $0x4ed77ad3 // zip2 v19.2d, v22.2d, v23.2d
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	FMOVQ 32(R0), F28
+	FMOVQ 96(R0), F29
+	WORD $0x4e9d3b9e // zip1 v30.4s, v28.4s, v29.4s
+	WORD $0x4e9d7b9f // zip2 v31.4s, v28.4s, v29.4s
+	WORD $0x4e94a7d7 // smmla v23.4s, v30.16b, v20.16b
+	WORD $0x4e94a7f6 // smmla v22.4s, v31.16b, v20.16b
+	WORD $0x4e98a7da // smmla v26.4s, v30.16b, v24.16b
+	WORD $0x4e98a7fb // smmla v27.4s, v31.16b, v24.16b
+	FMOVQ 160(R0), F31
+	FMOVQ 224(R0), F30
+	WORD $0x4e9e3bfd // zip1 v29.4s, v31.4s, v30.4s
+	WORD $0x4e9e7bfc // zip2 v28.4s, v31.4s, v30.4s
+	WORD $0x4e95a7b7 // smmla v23.4s, v29.16b, v21.16b
+	WORD $0x4e95a796 // smmla v22.4s, v28.16b, v21.16b
+	WORD $0x4e99a7ba // smmla v26.4s, v29.16b, v25.16b
+	WORD $0x4e99a79b // smmla v27.4s, v28.16b, v25.16b
+	FMOVQ 288(R0), F28
+	FMOVQ 352(R0), F29
+	WORD $0x4e9d3b9e // zip1 v30.4s, v28.4s, v29.4s
+	WORD $0x4e9d7b9f // zip2 v31.4s, v28.4s, v29.4s
+	WORD $0x4e91a7d7 // smmla v23.4s, v30.16b, v17.16b
+	WORD $0x4e91a7f6 // smmla v22.4s, v31.16b, v17.16b
+	WORD $0x4e92a7da // smmla v26.4s, v30.16b, v18.16b
+	WORD $0x4e92a7fb // smmla v27.4s, v31.16b, v18.16b
+	FMOVQ 416(R0), F31
+	FMOVQ 480(R0), F30
+	WORD $0x4e9e3bfd // zip1 v29.4s, v31.4s, v30.4s
+	WORD $0x4e9e7bfc // zip2 v28.4s, v31.4s, v30.4s
+	WORD $0x4e90a7b7 // smmla v23.4s, v29.16b, v16.16b
+	WORD $0x4e90a796 // smmla v22.4s, v28.16b, v16.16b
+	WORD $0x4e93a7ba // smmla v26.4s, v29.16b, v19.16b
+	WORD $0x4e93a79b // smmla v27.4s, v28.16b, v19.16b
+	WORD $0x4e961afc // uzp1 v28.4s, v23.4s, v22.4s
+	WORD $0x4e965af6 // uzp2 v22.4s, v23.4s, v22.4s
+	WORD $0x4e9b1b57 // uzp1 v23.4s, v26.4s, v27.4s
+	WORD $0x4e9b5b5b // uzp2 v27.4s, v26.4s, v27.4s
+	FMOVD 0(R0), F26
+	WORD $0x0e217b5a // fcvtl v26.4s, v26.4h
+	FMOVS 0(R6), F29
+	WORD $0x4f9d935e // fmul v30.4s, v26.4s, v29.s[0]
+	WORD $0x4e21db9c // scvtf v28.4s, v28.4s
+	WORD $0x6e3edf9c // fmul v28.4s, v28.4s, v30.4s
+	WORD $0x4e3cd400 // fadd v0.4s, v0.4s, v28.4s
+	FMOVS 0(R7), F30
+	WORD $0x4f9e935d // fmul v29.4s, v26.4s, v30.s[0]
+	WORD $0x4e21dad6 // scvtf v22.4s, v22.4s
+	WORD $0x6e3dded6 // fmul v22.4s, v22.4s, v29.4s
+	WORD $0x4e36d484 // fadd v4.4s, v4.4s, v22.4s
+	FMOVS 0(R8), F29
+	WORD $0x4f9d935e // fmul v30.4s, v26.4s, v29.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e3edef7 // fmul v23.4s, v23.4s, v30.4s
+	WORD $0x4e37d508 // fadd v8.4s, v8.4s, v23.4s
+	FMOVS 0(R9), F30
+	WORD $0x4f9e935d // fmul v29.4s, v26.4s, v30.s[0]
+	WORD $0x4e21db7b // scvtf v27.4s, v27.4s
+	WORD $0x6e3ddf7b // fmul v27.4s, v27.4s, v29.4s
+	WORD $0x4e3bd58c // fadd v12.4s, v12.4s, v27.4s
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	FMOVQ 48(R0), F23
+	FMOVQ 112(R0), F22
+	WORD $0x4e963afc // zip1 v28.4s, v23.4s, v22.4s
+	WORD $0x4e967aff // zip2 v31.4s, v23.4s, v22.4s
+	WORD $0x4e94a79a // smmla v26.4s, v28.16b, v20.16b
+	WORD $0x4e94a7fd // smmla v29.4s, v31.16b, v20.16b
+	WORD $0x4e98a79e // smmla v30.4s, v28.16b, v24.16b
+	WORD $0x4e98a7fb // smmla v27.4s, v31.16b, v24.16b
+	FMOVQ 176(R0), F31
+	FMOVQ 240(R0), F28
+	WORD $0x4e9c3bf6 // zip1 v22.4s, v31.4s, v28.4s
+	WORD $0x4e9c7bf7 // zip2 v23.4s, v31.4s, v28.4s
+	WORD $0x4e95a6da // smmla v26.4s, v22.16b, v21.16b
+	WORD $0x4e95a6fd // smmla v29.4s, v23.16b, v21.16b
+	WORD $0x4e99a6de // smmla v30.4s, v22.16b, v25.16b
+	WORD $0x4e99a6fb // smmla v27.4s, v23.16b, v25.16b
+	FMOVQ 304(R0), F23
+	FMOVQ 368(R0), F22
+	WORD $0x4e963afc // zip1 v28.4s, v23.4s, v22.4s
+	WORD $0x4e967aff // zip2 v31.4s, v23.4s, v22.4s
+	WORD $0x4e91a79a // smmla v26.4s, v28.16b, v17.16b
+	WORD $0x4e91a7fd // smmla v29.4s, v31.16b, v17.16b
+	WORD $0x4e92a79e // smmla v30.4s, v28.16b, v18.16b
+	WORD $0x4e92a7fb // smmla v27.4s, v31.16b, v18.16b
+	FMOVQ 432(R0), F31
+	FMOVQ 496(R0), F28
+	WORD $0x4e9c3bf6 // zip1 v22.4s, v31.4s, v28.4s
+	WORD $0x4e9c7bf7 // zip2 v23.4s, v31.4s, v28.4s
+	WORD $0x4e90a6da // smmla v26.4s, v22.16b, v16.16b
+	WORD $0x4e90a6fd // smmla v29.4s, v23.16b, v16.16b
+	WORD $0x4e93a6de // smmla v30.4s, v22.16b, v19.16b
+	WORD $0x4e93a6fb // smmla v27.4s, v23.16b, v19.16b
+	WORD $0x4e9d1b57 // uzp1 v23.4s, v26.4s, v29.4s
+	WORD $0x4e9d5b5d // uzp2 v29.4s, v26.4s, v29.4s
+	WORD $0x4e9b1bda // uzp1 v26.4s, v30.4s, v27.4s
+	WORD $0x4e9b5bdb // uzp2 v27.4s, v30.4s, v27.4s
+	FMOVD 8(R0), F30
+	WORD $0x0e217bde // fcvtl v30.4s, v30.4h
+	FMOVS 0(R6), F22
+	WORD $0x4f9693dc // fmul v28.4s, v30.4s, v22.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e3cdef7 // fmul v23.4s, v23.4s, v28.4s
+	WORD $0x4e37d421 // fadd v1.4s, v1.4s, v23.4s
+	FMOVS 0(R7), F28
+	WORD $0x4f9c93d6 // fmul v22.4s, v30.4s, v28.s[0]
+	WORD $0x4e21dbbd // scvtf v29.4s, v29.4s
+	WORD $0x6e36dfbd // fmul v29.4s, v29.4s, v22.4s
+	WORD $0x4e3dd4a5 // fadd v5.4s, v5.4s, v29.4s
+	FMOVS 0(R8), F22
+	WORD $0x4f9693dc // fmul v28.4s, v30.4s, v22.s[0]
+	WORD $0x4e21db5a // scvtf v26.4s, v26.4s
+	WORD $0x6e3cdf5a // fmul v26.4s, v26.4s, v28.4s
+	WORD $0x4e3ad529 // fadd v9.4s, v9.4s, v26.4s
+	FMOVS 0(R9), F28
+	WORD $0x4f9c93d6 // fmul v22.4s, v30.4s, v28.s[0]
+	WORD $0x4e21db7b // scvtf v27.4s, v27.4s
+	WORD $0x6e36df7b // fmul v27.4s, v27.4s, v22.4s
+	WORD $0x4e3bd5ad // fadd v13.4s, v13.4s, v27.4s
+	WORD $0x6e3e1fde // eor v30.16b, v30.16b, v30.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	FMOVQ 64(R0), F26
+	FMOVQ 128(R0), F29
+	WORD $0x4e9d3b57 // zip1 v23.4s, v26.4s, v29.4s
+	WORD $0x4e9d7b5f // zip2 v31.4s, v26.4s, v29.4s
+	WORD $0x4e94a6fe // smmla v30.4s, v23.16b, v20.16b
+	WORD $0x4e94a7f6 // smmla v22.4s, v31.16b, v20.16b
+	WORD $0x4e98a6fc // smmla v28.4s, v23.16b, v24.16b
+	WORD $0x4e98a7fb // smmla v27.4s, v31.16b, v24.16b
+	FMOVQ 192(R0), F31
+	FMOVQ 256(R0), F23
+	WORD $0x4e973bfd // zip1 v29.4s, v31.4s, v23.4s
+	WORD $0x4e977bfa // zip2 v26.4s, v31.4s, v23.4s
+	WORD $0x4e95a7be // smmla v30.4s, v29.16b, v21.16b
+	WORD $0x4e95a756 // smmla v22.4s, v26.16b, v21.16b
+	WORD $0x4e99a7bc // smmla v28.4s, v29.16b, v25.16b
+	WORD $0x4e99a75b // smmla v27.4s, v26.16b, v25.16b
+	FMOVQ 320(R0), F26
+	FMOVQ 384(R0), F29
+	WORD $0x4e9d3b57 // zip1 v23.4s, v26.4s, v29.4s
+	WORD $0x4e9d7b5f // zip2 v31.4s, v26.4s, v29.4s
+	WORD $0x4e91a6fe // smmla v30.4s, v23.16b, v17.16b
+	WORD $0x4e91a7f6 // smmla v22.4s, v31.16b, v17.16b
+	WORD $0x4e92a6fc // smmla v28.4s, v23.16b, v18.16b
+	WORD $0x4e92a7fb // smmla v27.4s, v31.16b, v18.16b
+	FMOVQ 448(R0), F31
+	FMOVQ 512(R0), F23
+	WORD $0x4e973bfd // zip1 v29.4s, v31.4s, v23.4s
+	WORD $0x4e977bfa // zip2 v26.4s, v31.4s, v23.4s
+	WORD $0x4e90a7be // smmla v30.4s, v29.16b, v16.16b
+	WORD $0x4e90a756 // smmla v22.4s, v26.16b, v16.16b
+	WORD $0x4e93a7bc // smmla v28.4s, v29.16b, v19.16b
+	WORD $0x4e93a75b // smmla v27.4s, v26.16b, v19.16b
+	WORD $0x4e961bda // uzp1 v26.4s, v30.4s, v22.4s
+	WORD $0x4e965bd6 // uzp2 v22.4s, v30.4s, v22.4s
+	WORD $0x4e9b1b9e // uzp1 v30.4s, v28.4s, v27.4s
+	WORD $0x4e9b5b9b // uzp2 v27.4s, v28.4s, v27.4s
+	FMOVD 16(R0), F28
+	WORD $0x0e217b9c // fcvtl v28.4s, v28.4h
+	FMOVS 0(R6), F29
+	WORD $0x4f9d9397 // fmul v23.4s, v28.4s, v29.s[0]
+	WORD $0x4e21db5a // scvtf v26.4s, v26.4s
+	WORD $0x6e37df5a // fmul v26.4s, v26.4s, v23.4s
+	WORD $0x4e3ad442 // fadd v2.4s, v2.4s, v26.4s
+	FMOVS 0(R7), F23
+	WORD $0x4f97939d // fmul v29.4s, v28.4s, v23.s[0]
+	WORD $0x4e21dad6 // scvtf v22.4s, v22.4s
+	WORD $0x6e3dded6 // fmul v22.4s, v22.4s, v29.4s
+	WORD $0x4e36d4c6 // fadd v6.4s, v6.4s, v22.4s
+	FMOVS 0(R8), F29
+	WORD $0x4f9d9397 // fmul v23.4s, v28.4s, v29.s[0]
+	WORD $0x4e21dbde // scvtf v30.4s, v30.4s
+	WORD $0x6e37dfde // fmul v30.4s, v30.4s, v23.4s
+	WORD $0x4e3ed54a // fadd v10.4s, v10.4s, v30.4s
+	FMOVS 0(R9), F23
+	WORD $0x4f97939d // fmul v29.4s, v28.4s, v23.s[0]
+	WORD $0x4e21db7b // scvtf v27.4s, v27.4s
+	WORD $0x6e3ddf7b // fmul v27.4s, v27.4s, v29.4s
+	WORD $0x4e3bd5ce // fadd v14.4s, v14.4s, v27.4s
+	WORD $0x6e3c1f9c // eor v28.16b, v28.16b, v28.16b
+	WORD $0x6e3d1fbd // eor v29.16b, v29.16b, v29.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	FMOVQ 80(R0), F30
+	FMOVQ 144(R0), F22
+	WORD $0x4e963bda // zip1 v26.4s, v30.4s, v22.4s
+	WORD $0x4e967bdf // zip2 v31.4s, v30.4s, v22.4s
+	WORD $0x4e94a75c // smmla v28.4s, v26.16b, v20.16b
+	WORD $0x4e94a7fd // smmla v29.4s, v31.16b, v20.16b
+	WORD $0x4e98a757 // smmla v23.4s, v26.16b, v24.16b
+	WORD $0x4e98a7fb // smmla v27.4s, v31.16b, v24.16b
+	FMOVQ 208(R0), F31
+	FMOVQ 272(R0), F26
+	WORD $0x4e9a3bf6 // zip1 v22.4s, v31.4s, v26.4s
+	WORD $0x4e9a7bfe // zip2 v30.4s, v31.4s, v26.4s
+	WORD $0x4e95a6dc // smmla v28.4s, v22.16b, v21.16b
+	WORD $0x4e95a7dd // smmla v29.4s, v30.16b, v21.16b
+	WORD $0x4e99a6d7 // smmla v23.4s, v22.16b, v25.16b
+	WORD $0x4e99a7db // smmla v27.4s, v30.16b, v25.16b
+	FMOVQ 336(R0), F30
+	FMOVQ 400(R0), F22
+	WORD $0x4e963bda // zip1 v26.4s, v30.4s, v22.4s
+	WORD $0x4e967bdf // zip2 v31.4s, v30.4s, v22.4s
+	WORD $0x4e91a75c // smmla v28.4s, v26.16b, v17.16b
+	WORD $0x4e91a7fd // smmla v29.4s, v31.16b, v17.16b
+	WORD $0x4e92a757 // smmla v23.4s, v26.16b, v18.16b
+	WORD $0x4e92a7fb // smmla v27.4s, v31.16b, v18.16b
+	FMOVQ 464(R0), F31
+	FMOVQ 528(R0), F26
+	WORD $0x4e9a3bf6 // zip1 v22.4s, v31.4s, v26.4s
+	WORD $0x4e9a7bfe // zip2 v30.4s, v31.4s, v26.4s
+	WORD $0x4e90a6dc // smmla v28.4s, v22.16b, v16.16b
+	WORD $0x4e90a7dd // smmla v29.4s, v30.16b, v16.16b
+	WORD $0x4e93a6d7 // smmla v23.4s, v22.16b, v19.16b
+	WORD $0x4e93a7db // smmla v27.4s, v30.16b, v19.16b
+	WORD $0x4e9d1b9e // uzp1 v30.4s, v28.4s, v29.4s
+	WORD $0x4e9d5b9d // uzp2 v29.4s, v28.4s, v29.4s
+	WORD $0x4e9b1afc // uzp1 v28.4s, v23.4s, v27.4s
+	WORD $0x4e9b5afb // uzp2 v27.4s, v23.4s, v27.4s
+	FMOVD 24(R0), F23
+	WORD $0x0e217af7 // fcvtl v23.4s, v23.4h
+	FMOVS 0(R6), F22
+	WORD $0x4f9692fa // fmul v26.4s, v23.4s, v22.s[0]
+	WORD $0x4e21dbde // scvtf v30.4s, v30.4s
+	WORD $0x6e3adfde // fmul v30.4s, v30.4s, v26.4s
+	WORD $0x4e3ed463 // fadd v3.4s, v3.4s, v30.4s
+	FMOVS 0(R7), F26
+	WORD $0x4f9a92f6 // fmul v22.4s, v23.4s, v26.s[0]
+	WORD $0x4e21dbbd // scvtf v29.4s, v29.4s
+	WORD $0x6e36dfbd // fmul v29.4s, v29.4s, v22.4s
+	WORD $0x4e3dd4e7 // fadd v7.4s, v7.4s, v29.4s
+	FMOVS 0(R8), F22
+	WORD $0x4f9692fa // fmul v26.4s, v23.4s, v22.s[0]
+	WORD $0x4e21db9c // scvtf v28.4s, v28.4s
+	WORD $0x6e3adf9c // fmul v28.4s, v28.4s, v26.4s
+	WORD $0x4e3cd56b // fadd v11.4s, v11.4s, v28.4s
+	FMOVS 0(R9), F26
+	WORD $0x4f9a92f6 // fmul v22.4s, v23.4s, v26.s[0]
+	WORD $0x4e21db7b // scvtf v27.4s, v27.4s
+	WORD $0x6e36df7b // fmul v27.4s, v27.4s, v22.4s
+	WORD $0x4e3bd5ef // fadd v15.4s, v15.4s, v27.4s
+	ADD $544, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	FMOVQ F8, 0(R12)
+	FMOVQ F9, 16(R12)
+	FMOVQ F10, 32(R12)
+	FMOVQ F11, 48(R12)
+	FMOVQ F12, 0(R13)
+	FMOVQ F13, 16(R13)
+	FMOVQ F14, 32(R13)
+	FMOVQ F15, 48(R13)
+	RET
+
+// func intQ4_0x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_0x2I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 0(R3), F9
+	FMOVQ 16(R2), F10
+	FMOVQ 16(R3), F11
+	WORD $0x4ec9390c // zip1 v12.2d, v8.2d, v9.2d
+	WORD $0x4ec9790d // zip2 v13.2d, v8.2d, v9.2d
+	WORD $0x4ecb3949 // zip1 v9.2d, v10.2d, v11.2d
+	WORD $0x4ecb7948 // zip2 v8.2d, v10.2d, v11.2d
+	FMOVQ 0(R19), F11
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 32(R0), F15
+	FMOVQ 96(R0), F16
+	WORD $0x4e9039f1 // zip1 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9079f2 // zip2 v18.4s, v15.4s, v16.4s
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1e4f // and v15.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e8ca60a // smmla v10.4s, v16.16b, v12.16b
+	WORD $0x4e8ca5ee // smmla v14.4s, v15.16b, v12.16b
+	WORD $0x4e89a62a // smmla v10.4s, v17.16b, v9.16b
+	WORD $0x4e89a64e // smmla v14.4s, v18.16b, v9.16b
+	FMOVQ 160(R0), F18
+	FMOVQ 224(R0), F17
+	WORD $0x4e913a4f // zip1 v15.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e2b1df1 // and v17.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1e12 // and v18.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8da62a // smmla v10.4s, v17.16b, v13.16b
+	WORD $0x4e8da64e // smmla v14.4s, v18.16b, v13.16b
+	WORD $0x4e88a5ea // smmla v10.4s, v15.16b, v8.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e8e1950 // uzp1 v16.4s, v10.4s, v14.4s
+	WORD $0x4e8e594e // uzp2 v14.4s, v10.4s, v14.4s
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf8610 // add v16.4s, v16.4s, v15.4s
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9152 // fmul v18.4s, v10.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e32de10 // fmul v16.4s, v16.4s, v18.4s
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	FMOVS 4(R7), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb285ce // add v14.4s, v14.4s, v18.4s
+	FMOVS 0(R7), F18
+	WORD $0x4f92914f // fmul v15.4s, v10.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 48(R0), F18
+	FMOVQ 112(R0), F14
+	WORD $0x4e8e3a50 // zip1 v16.4s, v18.4s, v14.4s
+	WORD $0x4e8e7a51 // zip2 v17.4s, v18.4s, v14.4s
+	WORD $0x4e2b1e0e // and v14.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e2b1e32 // and v18.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e8ca5ca // smmla v10.4s, v14.16b, v12.16b
+	WORD $0x4e8ca64f // smmla v15.4s, v18.16b, v12.16b
+	WORD $0x4e89a60a // smmla v10.4s, v16.16b, v9.16b
+	WORD $0x4e89a62f // smmla v15.4s, v17.16b, v9.16b
+	FMOVQ 176(R0), F17
+	FMOVQ 240(R0), F16
+	WORD $0x4e903a32 // zip1 v18.4s, v17.4s, v16.4s
+	WORD $0x4e907a2e // zip2 v14.4s, v17.4s, v16.4s
+	WORD $0x4e2b1e50 // and v16.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8da60a // smmla v10.4s, v16.16b, v13.16b
+	WORD $0x4e8da62f // smmla v15.4s, v17.16b, v13.16b
+	WORD $0x4e88a64a // smmla v10.4s, v18.16b, v8.16b
+	WORD $0x4e88a5cf // smmla v15.4s, v14.16b, v8.16b
+	WORD $0x4e8f194e // uzp1 v14.4s, v10.4s, v15.4s
+	WORD $0x4e8f594f // uzp2 v15.4s, v10.4s, v15.4s
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F18
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb285ce // add v14.4s, v14.4s, v18.4s
+	FMOVS 0(R6), F18
+	WORD $0x4f929151 // fmul v17.4s, v10.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	WORD $0x4e2ed421 // fadd v1.4s, v1.4s, v14.4s
+	FMOVS 4(R7), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb185ef // add v15.4s, v15.4s, v17.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f919152 // fmul v18.4s, v10.4s, v17.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e32ddef // fmul v15.4s, v15.4s, v18.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 64(R0), F17
+	FMOVQ 128(R0), F15
+	WORD $0x4e8f3a2e // zip1 v14.4s, v17.4s, v15.4s
+	WORD $0x4e8f7a30 // zip2 v16.4s, v17.4s, v15.4s
+	WORD $0x4e2b1dcf // and v15.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e2b1e11 // and v17.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8ca5ea // smmla v10.4s, v15.16b, v12.16b
+	WORD $0x4e8ca632 // smmla v18.4s, v17.16b, v12.16b
+	WORD $0x4e89a5ca // smmla v10.4s, v14.16b, v9.16b
+	WORD $0x4e89a612 // smmla v18.4s, v16.16b, v9.16b
+	FMOVQ 192(R0), F16
+	FMOVQ 256(R0), F14
+	WORD $0x4e8e3a11 // zip1 v17.4s, v16.4s, v14.4s
+	WORD $0x4e8e7a0f // zip2 v15.4s, v16.4s, v14.4s
+	WORD $0x4e2b1e2e // and v14.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1df0 // and v16.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e8da5ca // smmla v10.4s, v14.16b, v13.16b
+	WORD $0x4e8da612 // smmla v18.4s, v16.16b, v13.16b
+	WORD $0x4e88a62a // smmla v10.4s, v17.16b, v8.16b
+	WORD $0x4e88a5f2 // smmla v18.4s, v15.16b, v8.16b
+	WORD $0x4e92194f // uzp1 v15.4s, v10.4s, v18.4s
+	WORD $0x4e925952 // uzp2 v18.4s, v10.4s, v18.4s
+	FMOVD 16(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb185ef // add v15.4s, v15.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f919150 // fmul v16.4s, v10.4s, v17.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e30ddef // fmul v15.4s, v15.4s, v16.4s
+	WORD $0x4e2fd442 // fadd v2.4s, v2.4s, v15.4s
+	FMOVS 4(R7), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb08652 // add v18.4s, v18.4s, v16.4s
+	FMOVS 0(R7), F16
+	WORD $0x4f909151 // fmul v17.4s, v10.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e31de52 // fmul v18.4s, v18.4s, v17.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 80(R0), F16
+	FMOVQ 144(R0), F18
+	WORD $0x4e923a0f // zip1 v15.4s, v16.4s, v18.4s
+	WORD $0x4e927a0e // zip2 v14.4s, v16.4s, v18.4s
+	WORD $0x4e2b1df2 // and v18.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1dd0 // and v16.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8ca64a // smmla v10.4s, v18.16b, v12.16b
+	WORD $0x4e8ca611 // smmla v17.4s, v16.16b, v12.16b
+	WORD $0x4e89a5ea // smmla v10.4s, v15.16b, v9.16b
+	WORD $0x4e89a5d1 // smmla v17.4s, v14.16b, v9.16b
+	FMOVQ 208(R0), F14
+	FMOVQ 272(R0), F15
+	WORD $0x4e8f39d0 // zip1 v16.4s, v14.4s, v15.4s
+	WORD $0x4e8f79d2 // zip2 v18.4s, v14.4s, v15.4s
+	WORD $0x4e2b1e0f // and v15.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e2b1e4e // and v14.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e8da5ea // smmla v10.4s, v15.16b, v13.16b
+	WORD $0x4e8da5d1 // smmla v17.4s, v14.16b, v13.16b
+	WORD $0x4e88a60a // smmla v10.4s, v16.16b, v8.16b
+	WORD $0x4e88a651 // smmla v17.4s, v18.16b, v8.16b
+	WORD $0x4e911952 // uzp1 v18.4s, v10.4s, v17.4s
+	WORD $0x4e915951 // uzp2 v17.4s, v10.4s, v17.4s
+	FMOVD 24(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 4(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb08652 // add v18.4s, v18.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f90914e // fmul v14.4s, v10.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	WORD $0x4e32d463 // fadd v3.4s, v3.4s, v18.4s
+	FMOVS 4(R7), F14
+	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
+	WORD $0x4eae8631 // add v17.4s, v17.4s, v14.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e9150 // fmul v16.4s, v10.4s, v14.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e30de31 // fmul v17.4s, v17.4s, v16.4s
+	WORD $0x4e31d4e7 // fadd v7.4s, v7.4s, v17.4s
+	ADD $288, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_1x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x2I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 0(R3), F9
+	FMOVQ 16(R2), F10
+	FMOVQ 16(R3), F11
+	WORD $0x4ec9390c // zip1 v12.2d, v8.2d, v9.2d
+	WORD $0x4ec9790d // zip2 v13.2d, v8.2d, v9.2d
+	WORD $0x4ecb3949 // zip1 v9.2d, v10.2d, v11.2d
+	WORD $0x4ecb7948 // zip2 v8.2d, v10.2d, v11.2d
+	FMOVQ 0(R19), F11
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 64(R0), F15
+	FMOVQ 128(R0), F16
+	WORD $0x4e9039f1 // zip1 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9079f2 // zip2 v18.4s, v15.4s, v16.4s
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1e4f // and v15.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e8ca60a // smmla v10.4s, v16.16b, v12.16b
+	WORD $0x4e8ca5ee // smmla v14.4s, v15.16b, v12.16b
+	WORD $0x4e89a62a // smmla v10.4s, v17.16b, v9.16b
+	WORD $0x4e89a64e // smmla v14.4s, v18.16b, v9.16b
+	FMOVQ 192(R0), F18
+	FMOVQ 256(R0), F17
+	WORD $0x4e913a4f // zip1 v15.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e2b1df1 // and v17.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1e12 // and v18.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8da62a // smmla v10.4s, v17.16b, v13.16b
+	WORD $0x4e8da64e // smmla v14.4s, v18.16b, v13.16b
+	WORD $0x4e88a5ea // smmla v10.4s, v15.16b, v8.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e8e1950 // uzp1 v16.4s, v10.4s, v14.4s
+	WORD $0x4e8e594e // uzp2 v14.4s, v10.4s, v14.4s
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVD 32(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F18
+	WORD $0x4f929151 // fmul v17.4s, v10.4s, v18.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f9391f1 // fmul v17.4s, v15.4s, v19.s[0]
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	FMOVS 0(R7), F17
+	WORD $0x4f919152 // fmul v18.4s, v10.4s, v17.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e32ddce // fmul v14.4s, v14.4s, v18.4s
+	FMOVS 16(R7), F16
+	WORD $0x4f9091f2 // fmul v18.4s, v15.4s, v16.s[0]
+	WORD $0x4e32d5ce // fadd v14.4s, v14.4s, v18.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 80(R0), F18
+	FMOVQ 144(R0), F17
+	WORD $0x4e913a4e // zip1 v14.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e2b1e12 // and v18.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8ca62f // smmla v15.4s, v17.16b, v12.16b
+	WORD $0x4e8ca64a // smmla v10.4s, v18.16b, v12.16b
+	WORD $0x4e89a5cf // smmla v15.4s, v14.16b, v9.16b
+	WORD $0x4e89a60a // smmla v10.4s, v16.16b, v9.16b
+	FMOVQ 208(R0), F16
+	FMOVQ 272(R0), F14
+	WORD $0x4e8e3a12 // zip1 v18.4s, v16.4s, v14.4s
+	WORD $0x4e8e7a11 // zip2 v17.4s, v16.4s, v14.4s
+	WORD $0x4e2b1e4e // and v14.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e8da5cf // smmla v15.4s, v14.16b, v13.16b
+	WORD $0x4e8da60a // smmla v10.4s, v16.16b, v13.16b
+	WORD $0x4e88a64f // smmla v15.4s, v18.16b, v8.16b
+	WORD $0x4e88a62a // smmla v10.4s, v17.16b, v8.16b
+	WORD $0x4e8a19f1 // uzp1 v17.4s, v15.4s, v10.4s
+	WORD $0x4e8a59ea // uzp2 v10.4s, v15.4s, v10.4s
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 40(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVS 0(R6), F16
+	WORD $0x4f9091ee // fmul v14.4s, v15.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2ede31 // fmul v17.4s, v17.4s, v14.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f93924e // fmul v14.4s, v18.4s, v19.s[0]
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	FMOVS 0(R7), F14
+	WORD $0x4f8e91f0 // fmul v16.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e30dd4a // fmul v10.4s, v10.4s, v16.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f919250 // fmul v16.4s, v18.4s, v17.s[0]
+	WORD $0x4e30d54a // fadd v10.4s, v10.4s, v16.4s
+	WORD $0x4e2ad4a5 // fadd v5.4s, v5.4s, v10.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 96(R0), F16
+	FMOVQ 160(R0), F14
+	WORD $0x4e8e3a0a // zip1 v10.4s, v16.4s, v14.4s
+	WORD $0x4e8e7a11 // zip2 v17.4s, v16.4s, v14.4s
+	WORD $0x4e2b1d4e // and v14.16b, v10.16b, v11.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e8ca5d2 // smmla v18.4s, v14.16b, v12.16b
+	WORD $0x4e8ca60f // smmla v15.4s, v16.16b, v12.16b
+	WORD $0x4e89a552 // smmla v18.4s, v10.16b, v9.16b
+	WORD $0x4e89a62f // smmla v15.4s, v17.16b, v9.16b
+	FMOVQ 224(R0), F17
+	FMOVQ 288(R0), F10
+	WORD $0x4e8a3a30 // zip1 v16.4s, v17.4s, v10.4s
+	WORD $0x4e8a7a2e // zip2 v14.4s, v17.4s, v10.4s
+	WORD $0x4e2b1e0a // and v10.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8da552 // smmla v18.4s, v10.16b, v13.16b
+	WORD $0x4e8da62f // smmla v15.4s, v17.16b, v13.16b
+	WORD $0x4e88a612 // smmla v18.4s, v16.16b, v8.16b
+	WORD $0x4e88a5cf // smmla v15.4s, v14.16b, v8.16b
+	WORD $0x4e8f1a4e // uzp1 v14.4s, v18.4s, v15.4s
+	WORD $0x4e8f5a4f // uzp2 v15.4s, v18.4s, v15.4s
+	FMOVD 16(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVD 48(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 0(R6), F17
+	WORD $0x4f91924a // fmul v10.4s, v18.4s, v17.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f93920a // fmul v10.4s, v16.4s, v19.s[0]
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	FMOVS 0(R7), F10
+	WORD $0x4f8a9251 // fmul v17.4s, v18.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e31ddef // fmul v15.4s, v15.4s, v17.4s
+	FMOVS 16(R7), F14
+	WORD $0x4f8e9211 // fmul v17.4s, v16.4s, v14.s[0]
+	WORD $0x4e31d5ef // fadd v15.4s, v15.4s, v17.4s
+	WORD $0x4e2fd4c6 // fadd v6.4s, v6.4s, v15.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 112(R0), F17
+	FMOVQ 176(R0), F10
+	WORD $0x4e8a3a2f // zip1 v15.4s, v17.4s, v10.4s
+	WORD $0x4e8a7a2e // zip2 v14.4s, v17.4s, v10.4s
+	WORD $0x4e2b1dea // and v10.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8ca550 // smmla v16.4s, v10.16b, v12.16b
+	WORD $0x4e8ca632 // smmla v18.4s, v17.16b, v12.16b
+	WORD $0x4e89a5f0 // smmla v16.4s, v15.16b, v9.16b
+	WORD $0x4e89a5d2 // smmla v18.4s, v14.16b, v9.16b
+	FMOVQ 240(R0), F14
+	FMOVQ 304(R0), F15
+	WORD $0x4e8f39d1 // zip1 v17.4s, v14.4s, v15.4s
+	WORD $0x4e8f79ca // zip2 v10.4s, v14.4s, v15.4s
+	WORD $0x4e2b1e2f // and v15.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1d4e // and v14.16b, v10.16b, v11.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e8da5f0 // smmla v16.4s, v15.16b, v13.16b
+	WORD $0x4e8da5d2 // smmla v18.4s, v14.16b, v13.16b
+	WORD $0x4e88a630 // smmla v16.4s, v17.16b, v8.16b
+	WORD $0x4e88a552 // smmla v18.4s, v10.16b, v8.16b
+	WORD $0x4e921a0a // uzp1 v10.4s, v16.4s, v18.4s
+	WORD $0x4e925a12 // uzp2 v18.4s, v16.4s, v18.4s
+	FMOVD 24(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVD 56(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e920f // fmul v15.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	FMOVS 16(R6), F19
+	WORD $0x4f93922f // fmul v15.4s, v17.4s, v19.s[0]
+	WORD $0x4e2fd54a // fadd v10.4s, v10.4s, v15.4s
+	WORD $0x4e2ad463 // fadd v3.4s, v3.4s, v10.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f920e // fmul v14.4s, v16.4s, v15.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	FMOVS 16(R7), F10
+	WORD $0x4f8a922e // fmul v14.4s, v17.4s, v10.s[0]
+	WORD $0x4e2ed652 // fadd v18.4s, v18.4s, v14.4s
+	WORD $0x4e32d4e7 // fadd v7.4s, v7.4s, v18.4s
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_1x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	FMOVQ 0(R19), F7
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F13
+	FMOVQ 128(R0), F14
+	WORD $0x4e8e39af // zip1 v15.4s, v13.4s, v14.4s
+	WORD $0x4e8e79b0 // zip2 v16.4s, v13.4s, v14.4s
+	WORD $0x4e271dee // and v14.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e271e0d // and v13.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e84a5c6 // smmla v6.4s, v14.16b, v4.16b
+	WORD $0x4e84a5aa // smmla v10.4s, v13.16b, v4.16b
+	WORD $0x4e88a5cb // smmla v11.4s, v14.16b, v8.16b
+	WORD $0x4e88a5ac // smmla v12.4s, v13.16b, v8.16b
+	WORD $0x4e81a5e6 // smmla v6.4s, v15.16b, v1.16b
+	WORD $0x4e81a60a // smmla v10.4s, v16.16b, v1.16b
+	WORD $0x4e82a5eb // smmla v11.4s, v15.16b, v2.16b
+	WORD $0x4e82a60c // smmla v12.4s, v16.16b, v2.16b
+	FMOVQ 192(R0), F16
+	FMOVQ 256(R0), F15
+	WORD $0x4e8f3a0d // zip1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f7a0e // zip2 v14.4s, v16.4s, v15.4s
+	WORD $0x4e271daf // and v15.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e271dd0 // and v16.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a5e6 // smmla v6.4s, v15.16b, v5.16b
+	WORD $0x4e85a60a // smmla v10.4s, v16.16b, v5.16b
+	WORD $0x4e89a5eb // smmla v11.4s, v15.16b, v9.16b
+	WORD $0x4e89a60c // smmla v12.4s, v16.16b, v9.16b
+	WORD $0x4e80a5a6 // smmla v6.4s, v13.16b, v0.16b
+	WORD $0x4e80a5ca // smmla v10.4s, v14.16b, v0.16b
+	WORD $0x4e83a5ab // smmla v11.4s, v13.16b, v3.16b
+	WORD $0x4e83a5cc // smmla v12.4s, v14.16b, v3.16b
+	WORD $0x4e8a18ce // uzp1 v14.4s, v6.4s, v10.4s
+	WORD $0x4e8a58ca // uzp2 v10.4s, v6.4s, v10.4s
+	WORD $0x4e8c1966 // uzp1 v6.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVD 32(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F16
+	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ 0(R10), F17
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	FMOVQ F17, 0(R10)
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e30dd4a // fmul v10.4s, v10.4s, v16.4s
+	FMOVS 16(R7), F14
+	WORD $0x4f8e91b0 // fmul v16.4s, v13.4s, v14.s[0]
+	WORD $0x4e30d54a // fadd v10.4s, v10.4s, v16.4s
+	FMOVQ 0(R11), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 0(R11)
+	FMOVS 0(R8), F16
+	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2fdcc6 // fmul v6.4s, v6.4s, v15.4s
+	FMOVS 16(R8), F10
+	WORD $0x4f8a91af // fmul v15.4s, v13.4s, v10.s[0]
+	WORD $0x4e2fd4c6 // fadd v6.4s, v6.4s, v15.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e26d54a // fadd v10.4s, v10.4s, v6.4s
+	FMOVQ F10, 0(R12)
+	FMOVS 0(R9), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVS 16(R9), F6
+	WORD $0x4f8691b0 // fmul v16.4s, v13.4s, v6.s[0]
+	WORD $0x4e30d58c // fadd v12.4s, v12.4s, v16.4s
+	FMOVQ 0(R13), F6
+	WORD $0x4e2cd4c6 // fadd v6.4s, v6.4s, v12.4s
+	FMOVQ F6, 0(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 80(R0), F12
+	FMOVQ 144(R0), F6
+	WORD $0x4e86398a // zip1 v10.4s, v12.4s, v6.4s
+	WORD $0x4e86798e // zip2 v14.4s, v12.4s, v6.4s
+	WORD $0x4e271d46 // and v6.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e271dcc // and v12.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e84a4cd // smmla v13.4s, v6.16b, v4.16b
+	WORD $0x4e84a58b // smmla v11.4s, v12.16b, v4.16b
+	WORD $0x4e88a4d0 // smmla v16.4s, v6.16b, v8.16b
+	WORD $0x4e88a58f // smmla v15.4s, v12.16b, v8.16b
+	WORD $0x4e81a54d // smmla v13.4s, v10.16b, v1.16b
+	WORD $0x4e81a5cb // smmla v11.4s, v14.16b, v1.16b
+	WORD $0x4e82a550 // smmla v16.4s, v10.16b, v2.16b
+	WORD $0x4e82a5cf // smmla v15.4s, v14.16b, v2.16b
+	FMOVQ 208(R0), F14
+	FMOVQ 272(R0), F10
+	WORD $0x4e8a39cc // zip1 v12.4s, v14.4s, v10.4s
+	WORD $0x4e8a79c6 // zip2 v6.4s, v14.4s, v10.4s
+	WORD $0x4e271d8a // and v10.16b, v12.16b, v7.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4e271cce // and v14.16b, v6.16b, v7.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e85a54d // smmla v13.4s, v10.16b, v5.16b
+	WORD $0x4e85a5cb // smmla v11.4s, v14.16b, v5.16b
+	WORD $0x4e89a550 // smmla v16.4s, v10.16b, v9.16b
+	WORD $0x4e89a5cf // smmla v15.4s, v14.16b, v9.16b
+	WORD $0x4e80a58d // smmla v13.4s, v12.16b, v0.16b
+	WORD $0x4e80a4cb // smmla v11.4s, v6.16b, v0.16b
+	WORD $0x4e83a590 // smmla v16.4s, v12.16b, v3.16b
+	WORD $0x4e83a4cf // smmla v15.4s, v6.16b, v3.16b
+	WORD $0x4e8b19a6 // uzp1 v6.4s, v13.4s, v11.4s
+	WORD $0x4e8b59ab // uzp2 v11.4s, v13.4s, v11.4s
+	WORD $0x4e8f1a0d // uzp1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f5a0f // uzp2 v15.4s, v16.4s, v15.4s
+	FMOVD 8(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVD 40(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e920a // fmul v10.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2adcc6 // fmul v6.4s, v6.4s, v10.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f91918a // fmul v10.4s, v12.4s, v17.s[0]
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	FMOVQ 16(R10), F17
+	WORD $0x4e26d631 // fadd v17.4s, v17.4s, v6.4s
+	FMOVQ F17, 16(R10)
+	FMOVS 0(R7), F10
+	WORD $0x4f8a920e // fmul v14.4s, v16.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2edd6b // fmul v11.4s, v11.4s, v14.4s
+	FMOVS 16(R7), F6
+	WORD $0x4f86918e // fmul v14.4s, v12.4s, v6.s[0]
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ 16(R11), F6
+	WORD $0x4e2bd4c6 // fadd v6.4s, v6.4s, v11.4s
+	FMOVQ F6, 16(R11)
+	FMOVS 0(R8), F14
+	WORD $0x4f8e920a // fmul v10.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVS 16(R8), F11
+	WORD $0x4f8b918a // fmul v10.4s, v12.4s, v11.s[0]
+	WORD $0x4e2ad5ad // fadd v13.4s, v13.4s, v10.4s
+	FMOVQ 16(R12), F11
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ F11, 16(R12)
+	FMOVS 0(R9), F10
+	WORD $0x4f8a920e // fmul v14.4s, v16.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2eddef // fmul v15.4s, v15.4s, v14.4s
+	FMOVS 16(R9), F13
+	WORD $0x4f8d918e // fmul v14.4s, v12.4s, v13.s[0]
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ 16(R13), F13
+	WORD $0x4e2fd5ad // fadd v13.4s, v13.4s, v15.4s
+	FMOVQ F13, 16(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 96(R0), F15
+	FMOVQ 160(R0), F13
+	WORD $0x4e8d39eb // zip1 v11.4s, v15.4s, v13.4s
+	WORD $0x4e8d79e6 // zip2 v6.4s, v15.4s, v13.4s
+	WORD $0x4e271d6d // and v13.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e271ccf // and v15.16b, v6.16b, v7.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e84a5ac // smmla v12.4s, v13.16b, v4.16b
+	WORD $0x4e84a5f0 // smmla v16.4s, v15.16b, v4.16b
+	WORD $0x4e88a5ae // smmla v14.4s, v13.16b, v8.16b
+	WORD $0x4e88a5ea // smmla v10.4s, v15.16b, v8.16b
+	WORD $0x4e81a56c // smmla v12.4s, v11.16b, v1.16b
+	WORD $0x4e81a4d0 // smmla v16.4s, v6.16b, v1.16b
+	WORD $0x4e82a56e // smmla v14.4s, v11.16b, v2.16b
+	WORD $0x4e82a4ca // smmla v10.4s, v6.16b, v2.16b
+	FMOVQ 224(R0), F6
+	FMOVQ 288(R0), F11
+	WORD $0x4e8b38cf // zip1 v15.4s, v6.4s, v11.4s
+	WORD $0x4e8b78cd // zip2 v13.4s, v6.4s, v11.4s
+	WORD $0x4e271deb // and v11.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e271da6 // and v6.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e85a56c // smmla v12.4s, v11.16b, v5.16b
+	WORD $0x4e85a4d0 // smmla v16.4s, v6.16b, v5.16b
+	WORD $0x4e89a56e // smmla v14.4s, v11.16b, v9.16b
+	WORD $0x4e89a4ca // smmla v10.4s, v6.16b, v9.16b
+	WORD $0x4e80a5ec // smmla v12.4s, v15.16b, v0.16b
+	WORD $0x4e80a5b0 // smmla v16.4s, v13.16b, v0.16b
+	WORD $0x4e83a5ee // smmla v14.4s, v15.16b, v3.16b
+	WORD $0x4e83a5aa // smmla v10.4s, v13.16b, v3.16b
+	WORD $0x4e90198d // uzp1 v13.4s, v12.4s, v16.4s
+	WORD $0x4e905990 // uzp2 v16.4s, v12.4s, v16.4s
+	WORD $0x4e8a19cc // uzp1 v12.4s, v14.4s, v10.4s
+	WORD $0x4e8a59ca // uzp2 v10.4s, v14.4s, v10.4s
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVD 48(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F6
+	WORD $0x4f8691cb // fmul v11.4s, v14.4s, v6.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f9191eb // fmul v11.4s, v15.4s, v17.s[0]
+	WORD $0x4e2bd5ad // fadd v13.4s, v13.4s, v11.4s
+	FMOVQ 32(R10), F17
+	WORD $0x4e2dd631 // fadd v17.4s, v17.4s, v13.4s
+	FMOVQ F17, 32(R10)
+	FMOVS 0(R7), F11
+	WORD $0x4f8b91c6 // fmul v6.4s, v14.4s, v11.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e26de10 // fmul v16.4s, v16.4s, v6.4s
+	FMOVS 16(R7), F13
+	WORD $0x4f8d91e6 // fmul v6.4s, v15.4s, v13.s[0]
+	WORD $0x4e26d610 // fadd v16.4s, v16.4s, v6.4s
+	FMOVQ 32(R11), F13
+	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
+	FMOVQ F13, 32(R11)
+	FMOVS 0(R8), F6
+	WORD $0x4f8691cb // fmul v11.4s, v14.4s, v6.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2bdd8c // fmul v12.4s, v12.4s, v11.4s
+	FMOVS 16(R8), F16
+	WORD $0x4f9091eb // fmul v11.4s, v15.4s, v16.s[0]
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ 32(R12), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 32(R12)
+	FMOVS 0(R9), F11
+	WORD $0x4f8b91c6 // fmul v6.4s, v14.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e26dd4a // fmul v10.4s, v10.4s, v6.4s
+	FMOVS 16(R9), F12
+	WORD $0x4f8c91e6 // fmul v6.4s, v15.4s, v12.s[0]
+	WORD $0x4e26d54a // fadd v10.4s, v10.4s, v6.4s
+	FMOVQ 32(R13), F12
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ F12, 32(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 112(R0), F10
+	FMOVQ 176(R0), F12
+	WORD $0x4e8c3950 // zip1 v16.4s, v10.4s, v12.4s
+	WORD $0x4e8c794d // zip2 v13.4s, v10.4s, v12.4s
+	WORD $0x4e271e0c // and v12.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e271daa // and v10.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e84a58f // smmla v15.4s, v12.16b, v4.16b
+	WORD $0x4e84a54e // smmla v14.4s, v10.16b, v4.16b
+	WORD $0x4e88a586 // smmla v6.4s, v12.16b, v8.16b
+	WORD $0x4e88a54b // smmla v11.4s, v10.16b, v8.16b
+	WORD $0x4e81a60f // smmla v15.4s, v16.16b, v1.16b
+	WORD $0x4e81a5ae // smmla v14.4s, v13.16b, v1.16b
+	WORD $0x4e82a606 // smmla v6.4s, v16.16b, v2.16b
+	WORD $0x4e82a5ab // smmla v11.4s, v13.16b, v2.16b
+	FMOVQ 240(R0), F13
+	FMOVQ 304(R0), F16
+	WORD $0x4e9039aa // zip1 v10.4s, v13.4s, v16.4s
+	WORD $0x4e9079ac // zip2 v12.4s, v13.4s, v16.4s
+	WORD $0x4e271d50 // and v16.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e271d8d // and v13.16b, v12.16b, v7.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4e85a60f // smmla v15.4s, v16.16b, v5.16b
+	WORD $0x4e85a5ae // smmla v14.4s, v13.16b, v5.16b
+	WORD $0x4e89a606 // smmla v6.4s, v16.16b, v9.16b
+	WORD $0x4e89a5ab // smmla v11.4s, v13.16b, v9.16b
+	WORD $0x4e80a54f // smmla v15.4s, v10.16b, v0.16b
+	WORD $0x4e80a58e // smmla v14.4s, v12.16b, v0.16b
+	WORD $0x4e83a546 // smmla v6.4s, v10.16b, v3.16b
+	WORD $0x4e83a58b // smmla v11.4s, v12.16b, v3.16b
+	WORD $0x4e8e19ec // uzp1 v12.4s, v15.4s, v14.4s
+	WORD $0x4e8e59ee // uzp2 v14.4s, v15.4s, v14.4s
+	WORD $0x4e8b18cf // uzp1 v15.4s, v6.4s, v11.4s
+	WORD $0x4e8b58cb // uzp2 v11.4s, v6.4s, v11.4s
+	FMOVD 24(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVD 56(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 0(R6), F13
+	WORD $0x4f8d90d0 // fmul v16.4s, v6.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f919150 // fmul v16.4s, v10.4s, v17.s[0]
+	WORD $0x4e30d58c // fadd v12.4s, v12.4s, v16.4s
+	FMOVQ 48(R10), F17
+	WORD $0x4e2cd631 // fadd v17.4s, v17.4s, v12.4s
+	FMOVQ F17, 48(R10)
+	FMOVS 0(R7), F16
+	WORD $0x4f9090cd // fmul v13.4s, v6.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2dddce // fmul v14.4s, v14.4s, v13.4s
+	FMOVS 16(R7), F12
+	WORD $0x4f8c914d // fmul v13.4s, v10.4s, v12.s[0]
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ 48(R11), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 48(R11)
+	FMOVS 0(R8), F13
+	WORD $0x4f8d90d0 // fmul v16.4s, v6.4s, v13.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e30ddef // fmul v15.4s, v15.4s, v16.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e9150 // fmul v16.4s, v10.4s, v14.s[0]
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ 48(R12), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 48(R12)
+	FMOVS 0(R9), F16
+	WORD $0x4f9090cd // fmul v13.4s, v6.4s, v16.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVS 16(R9), F15
+	WORD $0x4f8f914d // fmul v13.4s, v10.4s, v15.s[0]
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ 48(R13), F15
+	WORD $0x4e2bd5ef // fadd v15.4s, v15.4s, v11.4s
+	FMOVQ F15, 48(R13)
+	ADD $320, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_0x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	FMOVQ 0(R19), F7
+	FMOVQ 16(R19), F6
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 96(R0), F15
+	WORD $0x4e271df0 // and v16.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 80(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 160(R0), F18
+	WORD $0x4e271e51 // and v17.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 48(R0), F19
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 80(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e88a68d // smmla v13.4s, v20.16b, v8.16b
+	WORD $0x4e88a66e // smmla v14.4s, v19.16b, v8.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e82a66d // smmla v13.4s, v19.16b, v2.16b
+	WORD $0x4e82a68e // smmla v14.4s, v20.16b, v2.16b
+	FMOVQ 224(R0), F20
+	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F18
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 288(R0), F15
+	WORD $0x4e271df2 // and v18.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F17
+	FMOVQ 64(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 80(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e89a60d // smmla v13.4s, v16.16b, v9.16b
+	WORD $0x4e89a62e // smmla v14.4s, v17.16b, v9.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62b // smmla v11.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e83a62d // smmla v13.4s, v17.16b, v3.16b
+	WORD $0x4e83a60e // smmla v14.4s, v16.16b, v3.16b
+	WORD $0x4e8c1970 // uzp1 v16.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 8(R6), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2fde10 // fmul v16.4s, v16.4s, v15.4s
+	FMOVQ 0(R10), F20
+	WORD $0x4e30d694 // fadd v20.4s, v20.4s, v16.4s
+	FMOVQ F20, 0(R10)
+	FMOVS 8(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf858c // add v12.4s, v12.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91b1 // fmul v17.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e31dd8c // fmul v12.4s, v12.4s, v17.4s
+	FMOVQ 0(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 0(R11)
+	FMOVS 8(R8), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb1856b // add v11.4s, v11.4s, v17.4s
+	FMOVS 0(R8), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 0(R12)
+	FMOVS 8(R9), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf85ce // add v14.4s, v14.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f91b1 // fmul v17.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVQ 0(R13), F11
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ F11, 0(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 112(R0), F11
+	WORD $0x4e271d6c // and v12.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 32(R0), F16
+	FMOVQ 96(R19), F20
+	WORD $0x4e140214 // tbl v20.16b, {v16.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41d8c // orr v12.16b, v12.16b, v20.16b
+	FMOVQ 112(R19), F20
+	WORD $0x4e140214 // tbl v20.16b, {v16.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41d6b // orr v11.16b, v11.16b, v20.16b
+	FMOVQ 176(R0), F20
+	WORD $0x4e271e90 // and v16.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 48(R0), F18
+	FMOVQ 96(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	FMOVQ 112(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e94 // orr v20.16b, v20.16b, v19.16b
+	WORD $0x4e903993 // zip1 v19.4s, v12.4s, v16.4s
+	WORD $0x4e907992 // zip2 v18.4s, v12.4s, v16.4s
+	WORD $0x4e84a66d // smmla v13.4s, v19.16b, v4.16b
+	WORD $0x4e84a651 // smmla v17.4s, v18.16b, v4.16b
+	WORD $0x4e88a66f // smmla v15.4s, v19.16b, v8.16b
+	WORD $0x4e88a64e // smmla v14.4s, v18.16b, v8.16b
+	WORD $0x4e943972 // zip1 v18.4s, v11.4s, v20.4s
+	WORD $0x4e947973 // zip2 v19.4s, v11.4s, v20.4s
+	WORD $0x4e81a64d // smmla v13.4s, v18.16b, v1.16b
+	WORD $0x4e81a671 // smmla v17.4s, v19.16b, v1.16b
+	WORD $0x4e82a64f // smmla v15.4s, v18.16b, v2.16b
+	WORD $0x4e82a66e // smmla v14.4s, v19.16b, v2.16b
+	FMOVQ 240(R0), F19
+	WORD $0x4e271e72 // and v18.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F20
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b028b // tbl v11.16b, {v20.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e52 // orr v18.16b, v18.16b, v11.16b
+	FMOVQ 112(R19), F11
+	WORD $0x4e0b028b // tbl v11.16b, {v20.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e73 // orr v19.16b, v19.16b, v11.16b
+	FMOVQ 304(R0), F11
+	WORD $0x4e271d74 // and v20.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F16
+	FMOVQ 96(R19), F12
+	WORD $0x4e0c020c // tbl v12.16b, {v16.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e261d8c // and v12.16b, v12.16b, v6.16b
+	WORD $0x4eac1e94 // orr v20.16b, v20.16b, v12.16b
+	FMOVQ 112(R19), F12
+	WORD $0x4e0c020c // tbl v12.16b, {v16.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e261d8c // and v12.16b, v12.16b, v6.16b
+	WORD $0x4eac1d6b // orr v11.16b, v11.16b, v12.16b
+	WORD $0x4e943a4c // zip1 v12.4s, v18.4s, v20.4s
+	WORD $0x4e947a50 // zip2 v16.4s, v18.4s, v20.4s
+	WORD $0x4e85a58d // smmla v13.4s, v12.16b, v5.16b
+	WORD $0x4e85a611 // smmla v17.4s, v16.16b, v5.16b
+	WORD $0x4e89a58f // smmla v15.4s, v12.16b, v9.16b
+	WORD $0x4e89a60e // smmla v14.4s, v16.16b, v9.16b
+	WORD $0x4e8b3a70 // zip1 v16.4s, v19.4s, v11.4s
+	WORD $0x4e8b7a6c // zip2 v12.4s, v19.4s, v11.4s
+	WORD $0x4e80a60d // smmla v13.4s, v16.16b, v0.16b
+	WORD $0x4e80a591 // smmla v17.4s, v12.16b, v0.16b
+	WORD $0x4e83a60f // smmla v15.4s, v16.16b, v3.16b
+	WORD $0x4e83a58e // smmla v14.4s, v12.16b, v3.16b
+	WORD $0x4e9119ac // uzp1 v12.4s, v13.4s, v17.4s
+	WORD $0x4e9159b1 // uzp2 v17.4s, v13.4s, v17.4s
+	WORD $0x4e8e19ed // uzp1 v13.4s, v15.4s, v14.4s
+	WORD $0x4e8e59ee // uzp2 v14.4s, v15.4s, v14.4s
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 8(R6), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb0858c // add v12.4s, v12.4s, v16.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9091eb // fmul v11.4s, v15.4s, v16.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2bdd8c // fmul v12.4s, v12.4s, v11.4s
+	FMOVQ 16(R10), F19
+	WORD $0x4e2cd673 // fadd v19.4s, v19.4s, v12.4s
+	FMOVQ F19, 16(R10)
+	FMOVS 8(R7), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab8631 // add v17.4s, v17.4s, v11.4s
+	FMOVS 0(R7), F11
+	WORD $0x4f8b91f0 // fmul v16.4s, v15.4s, v11.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e30de31 // fmul v17.4s, v17.4s, v16.4s
+	FMOVQ 16(R11), F12
+	WORD $0x4e31d58c // fadd v12.4s, v12.4s, v17.4s
+	FMOVQ F12, 16(R11)
+	FMOVS 8(R8), F16
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4eb085ad // add v13.4s, v13.4s, v16.4s
+	FMOVS 0(R8), F16
+	WORD $0x4f9091eb // fmul v11.4s, v15.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVQ 16(R12), F17
+	WORD $0x4e2dd631 // fadd v17.4s, v17.4s, v13.4s
+	FMOVQ F17, 16(R12)
+	FMOVS 8(R9), F11
+	WORD $0x4e04056b // dup v11.4s, v11.s[0]
+	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
+	FMOVS 0(R9), F11
+	WORD $0x4f8b91f0 // fmul v16.4s, v15.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e30ddce // fmul v14.4s, v14.4s, v16.4s
+	FMOVQ 16(R13), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 16(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F13
+	WORD $0x4e271db1 // and v17.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 32(R0), F12
+	FMOVQ 128(R19), F19
+	WORD $0x4e130193 // tbl v19.16b, {v12.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e31 // orr v17.16b, v17.16b, v19.16b
+	FMOVQ 144(R19), F19
+	WORD $0x4e130193 // tbl v19.16b, {v12.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31dad // orr v13.16b, v13.16b, v19.16b
+	FMOVQ 192(R0), F19
+	WORD $0x4e271e6c // and v12.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 48(R0), F20
+	FMOVQ 128(R19), F18
+	WORD $0x4e120292 // tbl v18.16b, {v20.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21d8c // orr v12.16b, v12.16b, v18.16b
+	FMOVQ 144(R19), F18
+	WORD $0x4e120292 // tbl v18.16b, {v20.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21e73 // orr v19.16b, v19.16b, v18.16b
+	WORD $0x4e8c3a32 // zip1 v18.4s, v17.4s, v12.4s
+	WORD $0x4e8c7a34 // zip2 v20.4s, v17.4s, v12.4s
+	WORD $0x4e84a64f // smmla v15.4s, v18.16b, v4.16b
+	WORD $0x4e84a690 // smmla v16.4s, v20.16b, v4.16b
+	WORD $0x4e88a64b // smmla v11.4s, v18.16b, v8.16b
+	WORD $0x4e88a68e // smmla v14.4s, v20.16b, v8.16b
+	WORD $0x4e9339b4 // zip1 v20.4s, v13.4s, v19.4s
+	WORD $0x4e9379b2 // zip2 v18.4s, v13.4s, v19.4s
+	WORD $0x4e81a68f // smmla v15.4s, v20.16b, v1.16b
+	WORD $0x4e81a650 // smmla v16.4s, v18.16b, v1.16b
+	WORD $0x4e82a68b // smmla v11.4s, v20.16b, v2.16b
+	WORD $0x4e82a64e // smmla v14.4s, v18.16b, v2.16b
+	FMOVQ 256(R0), F18
+	WORD $0x4e271e54 // and v20.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 64(R0), F19
+	FMOVQ 128(R19), F13
+	WORD $0x4e0d026d // tbl v13.16b, {v19.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e261dad // and v13.16b, v13.16b, v6.16b
+	WORD $0x4ead1e94 // orr v20.16b, v20.16b, v13.16b
+	FMOVQ 144(R19), F13
+	WORD $0x4e0d026d // tbl v13.16b, {v19.16b}, v13.16b
+	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
+	WORD $0x4e261dad // and v13.16b, v13.16b, v6.16b
+	WORD $0x4ead1e52 // orr v18.16b, v18.16b, v13.16b
+	FMOVQ 320(R0), F13
+	WORD $0x4e271db3 // and v19.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	FMOVQ 80(R0), F12
+	FMOVQ 128(R19), F17
+	WORD $0x4e110191 // tbl v17.16b, {v12.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11e73 // orr v19.16b, v19.16b, v17.16b
+	FMOVQ 144(R19), F17
+	WORD $0x4e110191 // tbl v17.16b, {v12.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11dad // orr v13.16b, v13.16b, v17.16b
+	WORD $0x4e933a91 // zip1 v17.4s, v20.4s, v19.4s
+	WORD $0x4e937a8c // zip2 v12.4s, v20.4s, v19.4s
+	WORD $0x4e85a62f // smmla v15.4s, v17.16b, v5.16b
+	WORD $0x4e85a590 // smmla v16.4s, v12.16b, v5.16b
+	WORD $0x4e89a62b // smmla v11.4s, v17.16b, v9.16b
+	WORD $0x4e89a58e // smmla v14.4s, v12.16b, v9.16b
+	WORD $0x4e8d3a4c // zip1 v12.4s, v18.4s, v13.4s
+	WORD $0x4e8d7a51 // zip2 v17.4s, v18.4s, v13.4s
+	WORD $0x4e80a58f // smmla v15.4s, v12.16b, v0.16b
+	WORD $0x4e80a630 // smmla v16.4s, v17.16b, v0.16b
+	WORD $0x4e83a58b // smmla v11.4s, v12.16b, v3.16b
+	WORD $0x4e83a62e // smmla v14.4s, v17.16b, v3.16b
+	WORD $0x4e9019f1 // uzp1 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9059f0 // uzp2 v16.4s, v15.4s, v16.4s
+	WORD $0x4e8e196f // uzp1 v15.4s, v11.4s, v14.4s
+	WORD $0x4e8e596e // uzp2 v14.4s, v11.4s, v14.4s
+	FMOVD 16(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 8(R6), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac8631 // add v17.4s, v17.4s, v12.4s
+	FMOVS 0(R6), F12
+	WORD $0x4f8c916d // fmul v13.4s, v11.4s, v12.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	FMOVQ 32(R10), F18
+	WORD $0x4e31d652 // fadd v18.4s, v18.4s, v17.4s
+	FMOVQ F18, 32(R10)
+	FMOVS 8(R7), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
+	FMOVS 0(R7), F13
+	WORD $0x4f8d916c // fmul v12.4s, v11.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	FMOVQ 32(R11), F17
+	WORD $0x4e30d631 // fadd v17.4s, v17.4s, v16.4s
+	FMOVQ F17, 32(R11)
+	FMOVS 8(R8), F12
+	WORD $0x4e04058c // dup v12.4s, v12.s[0]
+	WORD $0x4eac85ef // add v15.4s, v15.4s, v12.4s
+	FMOVS 0(R8), F12
+	WORD $0x4f8c916d // fmul v13.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2dddef // fmul v15.4s, v15.4s, v13.4s
+	FMOVQ 32(R12), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 32(R12)
+	FMOVS 8(R9), F13
+	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
+	WORD $0x4ead85ce // add v14.4s, v14.4s, v13.4s
+	FMOVS 0(R9), F13
+	WORD $0x4f8d916c // fmul v12.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	FMOVQ 32(R13), F15
+	WORD $0x4e2ed5ef // fadd v15.4s, v15.4s, v14.4s
+	FMOVQ F15, 32(R13)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 144(R0), F15
+	WORD $0x4e271df0 // and v16.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 32(R0), F17
+	FMOVQ 160(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 176(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 208(R0), F18
+	WORD $0x4e271e51 // and v17.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 48(R0), F19
+	FMOVQ 160(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 176(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e88a68d // smmla v13.4s, v20.16b, v8.16b
+	WORD $0x4e88a66e // smmla v14.4s, v19.16b, v8.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e82a66d // smmla v13.4s, v19.16b, v2.16b
+	WORD $0x4e82a68e // smmla v14.4s, v20.16b, v2.16b
+	FMOVQ 272(R0), F20
+	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F18
+	FMOVQ 160(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 176(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 336(R0), F15
+	WORD $0x4e271df2 // and v18.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 80(R0), F17
+	FMOVQ 160(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 176(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e89a60d // smmla v13.4s, v16.16b, v9.16b
+	WORD $0x4e89a62e // smmla v14.4s, v17.16b, v9.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62b // smmla v11.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e83a62d // smmla v13.4s, v17.16b, v3.16b
+	WORD $0x4e83a60e // smmla v14.4s, v16.16b, v3.16b
+	WORD $0x4e8c1970 // uzp1 v16.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	FMOVD 24(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 8(R6), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	FMOVS 0(R6), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2fde10 // fmul v16.4s, v16.4s, v15.4s
+	FMOVQ 48(R10), F20
+	WORD $0x4e30d694 // fadd v20.4s, v20.4s, v16.4s
+	FMOVQ F20, 48(R10)
+	FMOVS 8(R7), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf858c // add v12.4s, v12.4s, v15.4s
+	FMOVS 0(R7), F15
+	WORD $0x4f8f91b1 // fmul v17.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e31dd8c // fmul v12.4s, v12.4s, v17.4s
+	FMOVQ 48(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 48(R11)
+	FMOVS 8(R8), F17
+	WORD $0x4e040631 // dup v17.4s, v17.s[0]
+	WORD $0x4eb1856b // add v11.4s, v11.4s, v17.4s
+	FMOVS 0(R8), F17
+	WORD $0x4f9191af // fmul v15.4s, v13.4s, v17.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	FMOVQ 48(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 48(R12)
+	FMOVS 8(R9), F15
+	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
+	WORD $0x4eaf85ce // add v14.4s, v14.4s, v15.4s
+	FMOVS 0(R9), F15
+	WORD $0x4f8f91b1 // fmul v17.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	FMOVQ 48(R13), F11
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ F11, 48(R13)
+	ADD $352, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ5_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ5_1x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	FMOVQ 0(R19), F7
+	FMOVQ 16(R19), F6
+	FMOVQ 32(R19), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 128(R0), F15
+	WORD $0x4e271df0 // and v16.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 64(R0), F17
+	FMOVQ 64(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21e10 // orr v16.16b, v16.16b, v18.16b
+	FMOVQ 80(R19), F18
+	WORD $0x4e120232 // tbl v18.16b, {v17.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21def // orr v15.16b, v15.16b, v18.16b
+	FMOVQ 192(R0), F18
+	WORD $0x4e271e51 // and v17.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 80(R0), F19
+	FMOVQ 64(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e31 // orr v17.16b, v17.16b, v20.16b
+	FMOVQ 80(R19), F20
+	WORD $0x4e140274 // tbl v20.16b, {v19.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	WORD $0x4e913a14 // zip1 v20.4s, v16.4s, v17.4s
+	WORD $0x4e917a13 // zip2 v19.4s, v16.4s, v17.4s
+	WORD $0x4e84a68b // smmla v11.4s, v20.16b, v4.16b
+	WORD $0x4e84a66c // smmla v12.4s, v19.16b, v4.16b
+	WORD $0x4e88a68d // smmla v13.4s, v20.16b, v8.16b
+	WORD $0x4e88a66e // smmla v14.4s, v19.16b, v8.16b
+	WORD $0x4e9239f3 // zip1 v19.4s, v15.4s, v18.4s
+	WORD $0x4e9279f4 // zip2 v20.4s, v15.4s, v18.4s
+	WORD $0x4e81a66b // smmla v11.4s, v19.16b, v1.16b
+	WORD $0x4e81a68c // smmla v12.4s, v20.16b, v1.16b
+	WORD $0x4e82a66d // smmla v13.4s, v19.16b, v2.16b
+	WORD $0x4e82a68e // smmla v14.4s, v20.16b, v2.16b
+	FMOVQ 256(R0), F20
+	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 96(R0), F18
+	FMOVQ 64(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e73 // orr v19.16b, v19.16b, v15.16b
+	FMOVQ 80(R19), F15
+	WORD $0x4e0f024f // tbl v15.16b, {v18.16b}, v15.16b
+	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
+	WORD $0x4e261def // and v15.16b, v15.16b, v6.16b
+	WORD $0x4eaf1e94 // orr v20.16b, v20.16b, v15.16b
+	FMOVQ 320(R0), F15
+	WORD $0x4e271df2 // and v18.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	FMOVQ 112(R0), F17
+	FMOVQ 64(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01e52 // orr v18.16b, v18.16b, v16.16b
+	FMOVQ 80(R19), F16
+	WORD $0x4e100230 // tbl v16.16b, {v17.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	WORD $0x4e923a70 // zip1 v16.4s, v19.4s, v18.4s
+	WORD $0x4e927a71 // zip2 v17.4s, v19.4s, v18.4s
+	WORD $0x4e85a60b // smmla v11.4s, v16.16b, v5.16b
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e89a60d // smmla v13.4s, v16.16b, v9.16b
+	WORD $0x4e89a62e // smmla v14.4s, v17.16b, v9.16b
+	WORD $0x4e8f3a91 // zip1 v17.4s, v20.4s, v15.4s
+	WORD $0x4e8f7a90 // zip2 v16.4s, v20.4s, v15.4s
+	WORD $0x4e80a62b // smmla v11.4s, v17.16b, v0.16b
+	WORD $0x4e80a60c // smmla v12.4s, v16.16b, v0.16b
+	WORD $0x4e83a62d // smmla v13.4s, v17.16b, v3.16b
+	WORD $0x4e83a60e // smmla v14.4s, v16.16b, v3.16b
+	WORD $0x4e8c1970 // uzp1 v16.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	WORD $0x4e8e19ab // uzp1 v11.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVD 32(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 0(R6), F15
+	WORD $0x4f8f91b4 // fmul v20.4s, v13.4s, v15.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e34de10 // fmul v16.4s, v16.4s, v20.4s
+	FMOVS 16(R6), F18
+	WORD $0x4f929234 // fmul v20.4s, v17.4s, v18.s[0]
+	WORD $0x4e34d610 // fadd v16.4s, v16.4s, v20.4s
+	FMOVQ 0(R10), F18
+	WORD $0x4e30d652 // fadd v18.4s, v18.4s, v16.4s
+	FMOVQ F18, 0(R10)
+	FMOVS 0(R7), F20
+	WORD $0x4f9491af // fmul v15.4s, v13.4s, v20.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2fdd8c // fmul v12.4s, v12.4s, v15.4s
+	FMOVS 16(R7), F16
+	WORD $0x4f90922f // fmul v15.4s, v17.4s, v16.s[0]
+	WORD $0x4e2fd58c // fadd v12.4s, v12.4s, v15.4s
+	FMOVQ 0(R11), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 0(R11)
+	FMOVS 0(R8), F15
+	WORD $0x4f8f91b4 // fmul v20.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e34dd6b // fmul v11.4s, v11.4s, v20.4s
+	FMOVS 16(R8), F12
+	WORD $0x4f8c9234 // fmul v20.4s, v17.4s, v12.s[0]
+	WORD $0x4e34d56b // fadd v11.4s, v11.4s, v20.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2bd58c // fadd v12.4s, v12.4s, v11.4s
+	FMOVQ F12, 0(R12)
+	FMOVS 0(R9), F20
+	WORD $0x4f9491af // fmul v15.4s, v13.4s, v20.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	FMOVS 16(R9), F11
+	WORD $0x4f8b922f // fmul v15.4s, v17.4s, v11.s[0]
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ 0(R13), F11
+	WORD $0x4e2ed56b // fadd v11.4s, v11.4s, v14.4s
+	FMOVQ F11, 0(R13)
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	FMOVQ 144(R0), F14
+	WORD $0x4e271dcb // and v11.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 64(R0), F12
+	FMOVQ 96(R19), F16
+	WORD $0x4e100190 // tbl v16.16b, {v12.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01d6b // orr v11.16b, v11.16b, v16.16b
+	FMOVQ 112(R19), F16
+	WORD $0x4e100190 // tbl v16.16b, {v12.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01dce // orr v14.16b, v14.16b, v16.16b
+	FMOVQ 208(R0), F16
+	WORD $0x4e271e0c // and v12.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 80(R0), F18
+	FMOVQ 96(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31d8c // orr v12.16b, v12.16b, v19.16b
+	FMOVQ 112(R19), F19
+	WORD $0x4e130253 // tbl v19.16b, {v18.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	WORD $0x4e8c3973 // zip1 v19.4s, v11.4s, v12.4s
+	WORD $0x4e8c7972 // zip2 v18.4s, v11.4s, v12.4s
+	WORD $0x4e84a671 // smmla v17.4s, v19.16b, v4.16b
+	WORD $0x4e84a64d // smmla v13.4s, v18.16b, v4.16b
+	WORD $0x4e88a66f // smmla v15.4s, v19.16b, v8.16b
+	WORD $0x4e88a654 // smmla v20.4s, v18.16b, v8.16b
+	WORD $0x4e9039d2 // zip1 v18.4s, v14.4s, v16.4s
+	WORD $0x4e9079d3 // zip2 v19.4s, v14.4s, v16.4s
+	WORD $0x4e81a651 // smmla v17.4s, v18.16b, v1.16b
+	WORD $0x4e81a66d // smmla v13.4s, v19.16b, v1.16b
+	WORD $0x4e82a64f // smmla v15.4s, v18.16b, v2.16b
+	WORD $0x4e82a674 // smmla v20.4s, v19.16b, v2.16b
+	FMOVQ 272(R0), F19
+	WORD $0x4e271e72 // and v18.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 96(R0), F16
+	FMOVQ 96(R19), F14
+	WORD $0x4e0e020e // tbl v14.16b, {v16.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e261dce // and v14.16b, v14.16b, v6.16b
+	WORD $0x4eae1e52 // orr v18.16b, v18.16b, v14.16b
+	FMOVQ 112(R19), F14
+	WORD $0x4e0e020e // tbl v14.16b, {v16.16b}, v14.16b
+	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
+	WORD $0x4e261dce // and v14.16b, v14.16b, v6.16b
+	WORD $0x4eae1e73 // orr v19.16b, v19.16b, v14.16b
+	FMOVQ 336(R0), F14
+	WORD $0x4e271dd0 // and v16.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	FMOVQ 112(R0), F12
+	FMOVQ 96(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e10 // orr v16.16b, v16.16b, v11.16b
+	FMOVQ 112(R19), F11
+	WORD $0x4e0b018b // tbl v11.16b, {v12.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1dce // orr v14.16b, v14.16b, v11.16b
+	WORD $0x4e903a4b // zip1 v11.4s, v18.4s, v16.4s
+	WORD $0x4e907a4c // zip2 v12.4s, v18.4s, v16.4s
+	WORD $0x4e85a571 // smmla v17.4s, v11.16b, v5.16b
+	WORD $0x4e85a58d // smmla v13.4s, v12.16b, v5.16b
+	WORD $0x4e89a56f // smmla v15.4s, v11.16b, v9.16b
+	WORD $0x4e89a594 // smmla v20.4s, v12.16b, v9.16b
+	WORD $0x4e8e3a6c // zip1 v12.4s, v19.4s, v14.4s
+	WORD $0x4e8e7a6b // zip2 v11.4s, v19.4s, v14.4s
+	WORD $0x4e80a591 // smmla v17.4s, v12.16b, v0.16b
+	WORD $0x4e80a56d // smmla v13.4s, v11.16b, v0.16b
+	WORD $0x4e83a58f // smmla v15.4s, v12.16b, v3.16b
+	WORD $0x4e83a574 // smmla v20.4s, v11.16b, v3.16b
+	WORD $0x4e8d1a2b // uzp1 v11.4s, v17.4s, v13.4s
+	WORD $0x4e8d5a2d // uzp2 v13.4s, v17.4s, v13.4s
+	WORD $0x4e9419f1 // uzp1 v17.4s, v15.4s, v20.4s
+	WORD $0x4e9459f4 // uzp2 v20.4s, v15.4s, v20.4s
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVD 40(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 0(R6), F14
+	WORD $0x4f8e91f3 // fmul v19.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e33dd6b // fmul v11.4s, v11.4s, v19.4s
+	FMOVS 16(R6), F16
+	WORD $0x4f909193 // fmul v19.4s, v12.4s, v16.s[0]
+	WORD $0x4e33d56b // fadd v11.4s, v11.4s, v19.4s
+	FMOVQ 16(R10), F16
+	WORD $0x4e2bd610 // fadd v16.4s, v16.4s, v11.4s
+	FMOVQ F16, 16(R10)
+	FMOVS 0(R7), F19
+	WORD $0x4f9391ee // fmul v14.4s, v15.4s, v19.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2eddad // fmul v13.4s, v13.4s, v14.4s
+	FMOVS 16(R7), F11
+	WORD $0x4f8b918e // fmul v14.4s, v12.4s, v11.s[0]
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ 16(R11), F11
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ F11, 16(R11)
+	FMOVS 0(R8), F14
+	WORD $0x4f8e91f3 // fmul v19.4s, v15.4s, v14.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e33de31 // fmul v17.4s, v17.4s, v19.4s
+	FMOVS 16(R8), F13
+	WORD $0x4f8d9193 // fmul v19.4s, v12.4s, v13.s[0]
+	WORD $0x4e33d631 // fadd v17.4s, v17.4s, v19.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e31d5ad // fadd v13.4s, v13.4s, v17.4s
+	FMOVQ F13, 16(R12)
+	FMOVS 0(R9), F19
+	WORD $0x4f9391ee // fmul v14.4s, v15.4s, v19.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e2ede94 // fmul v20.4s, v20.4s, v14.4s
+	FMOVS 16(R9), F17
+	WORD $0x4f91918e // fmul v14.4s, v12.4s, v17.s[0]
+	WORD $0x4e2ed694 // fadd v20.4s, v20.4s, v14.4s
+	FMOVQ 16(R13), F17
+	WORD $0x4e34d631 // fadd v17.4s, v17.4s, v20.4s
+	FMOVQ F17, 16(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 160(R0), F20
+	WORD $0x4e271e91 // and v17.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 64(R0), F13
+	FMOVQ 128(R19), F11
+	WORD $0x4e0b01ab // tbl v11.16b, {v13.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e31 // orr v17.16b, v17.16b, v11.16b
+	FMOVQ 144(R19), F11
+	WORD $0x4e0b01ab // tbl v11.16b, {v13.16b}, v11.16b
+	WORD $0x4e2a8d6b // cmtst v11.16b, v11.16b, v10.16b
+	WORD $0x4e261d6b // and v11.16b, v11.16b, v6.16b
+	WORD $0x4eab1e94 // orr v20.16b, v20.16b, v11.16b
+	FMOVQ 224(R0), F11
+	WORD $0x4e271d6d // and v13.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	FMOVQ 80(R0), F16
+	FMOVQ 128(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21dad // orr v13.16b, v13.16b, v18.16b
+	FMOVQ 144(R19), F18
+	WORD $0x4e120212 // tbl v18.16b, {v16.16b}, v18.16b
+	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
+	WORD $0x4e261e52 // and v18.16b, v18.16b, v6.16b
+	WORD $0x4eb21d6b // orr v11.16b, v11.16b, v18.16b
+	WORD $0x4e8d3a32 // zip1 v18.4s, v17.4s, v13.4s
+	WORD $0x4e8d7a30 // zip2 v16.4s, v17.4s, v13.4s
+	WORD $0x4e84a64c // smmla v12.4s, v18.16b, v4.16b
+	WORD $0x4e84a60f // smmla v15.4s, v16.16b, v4.16b
+	WORD $0x4e88a64e // smmla v14.4s, v18.16b, v8.16b
+	WORD $0x4e88a613 // smmla v19.4s, v16.16b, v8.16b
+	WORD $0x4e8b3a90 // zip1 v16.4s, v20.4s, v11.4s
+	WORD $0x4e8b7a92 // zip2 v18.4s, v20.4s, v11.4s
+	WORD $0x4e81a60c // smmla v12.4s, v16.16b, v1.16b
+	WORD $0x4e81a64f // smmla v15.4s, v18.16b, v1.16b
+	WORD $0x4e82a60e // smmla v14.4s, v16.16b, v2.16b
+	WORD $0x4e82a653 // smmla v19.4s, v18.16b, v2.16b
+	FMOVQ 288(R0), F18
+	WORD $0x4e271e50 // and v16.16b, v18.16b, v7.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	FMOVQ 96(R0), F11
+	FMOVQ 128(R19), F20
+	WORD $0x4e140174 // tbl v20.16b, {v11.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e10 // orr v16.16b, v16.16b, v20.16b
+	FMOVQ 144(R19), F20
+	WORD $0x4e140174 // tbl v20.16b, {v11.16b}, v20.16b
+	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
+	WORD $0x4e261e94 // and v20.16b, v20.16b, v6.16b
+	WORD $0x4eb41e52 // orr v18.16b, v18.16b, v20.16b
+	FMOVQ 352(R0), F20
+	WORD $0x4e271e8b // and v11.16b, v20.16b, v7.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	FMOVQ 112(R0), F13
+	FMOVQ 128(R19), F17
+	WORD $0x4e1101b1 // tbl v17.16b, {v13.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11d6b // orr v11.16b, v11.16b, v17.16b
+	FMOVQ 144(R19), F17
+	WORD $0x4e1101b1 // tbl v17.16b, {v13.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11e94 // orr v20.16b, v20.16b, v17.16b
+	WORD $0x4e8b3a11 // zip1 v17.4s, v16.4s, v11.4s
+	WORD $0x4e8b7a0d // zip2 v13.4s, v16.4s, v11.4s
+	WORD $0x4e85a62c // smmla v12.4s, v17.16b, v5.16b
+	WORD $0x4e85a5af // smmla v15.4s, v13.16b, v5.16b
+	WORD $0x4e89a62e // smmla v14.4s, v17.16b, v9.16b
+	WORD $0x4e89a5b3 // smmla v19.4s, v13.16b, v9.16b
+	WORD $0x4e943a4d // zip1 v13.4s, v18.4s, v20.4s
+	WORD $0x4e947a51 // zip2 v17.4s, v18.4s, v20.4s
+	WORD $0x4e80a5ac // smmla v12.4s, v13.16b, v0.16b
+	WORD $0x4e80a62f // smmla v15.4s, v17.16b, v0.16b
+	WORD $0x4e83a5ae // smmla v14.4s, v13.16b, v3.16b
+	WORD $0x4e83a633 // smmla v19.4s, v17.16b, v3.16b
+	WORD $0x4e8f1991 // uzp1 v17.4s, v12.4s, v15.4s
+	WORD $0x4e8f598f // uzp2 v15.4s, v12.4s, v15.4s
+	WORD $0x4e9319cc // uzp1 v12.4s, v14.4s, v19.4s
+	WORD $0x4e9359d3 // uzp2 v19.4s, v14.4s, v19.4s
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVD 48(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 0(R6), F20
+	WORD $0x4f9491d2 // fmul v18.4s, v14.4s, v20.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e32de31 // fmul v17.4s, v17.4s, v18.4s
+	FMOVS 16(R6), F11
+	WORD $0x4f8b91b2 // fmul v18.4s, v13.4s, v11.s[0]
+	WORD $0x4e32d631 // fadd v17.4s, v17.4s, v18.4s
+	FMOVQ 32(R10), F11
+	WORD $0x4e31d56b // fadd v11.4s, v11.4s, v17.4s
+	FMOVQ F11, 32(R10)
+	FMOVS 0(R7), F18
+	WORD $0x4f9291d4 // fmul v20.4s, v14.4s, v18.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e34ddef // fmul v15.4s, v15.4s, v20.4s
+	FMOVS 16(R7), F17
+	WORD $0x4f9191b4 // fmul v20.4s, v13.4s, v17.s[0]
+	WORD $0x4e34d5ef // fadd v15.4s, v15.4s, v20.4s
+	FMOVQ 32(R11), F17
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	FMOVQ F17, 32(R11)
+	FMOVS 0(R8), F20
+	WORD $0x4f9491d2 // fmul v18.4s, v14.4s, v20.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e32dd8c // fmul v12.4s, v12.4s, v18.4s
+	FMOVS 16(R8), F15
+	WORD $0x4f8f91b2 // fmul v18.4s, v13.4s, v15.s[0]
+	WORD $0x4e32d58c // fadd v12.4s, v12.4s, v18.4s
+	FMOVQ 32(R12), F15
+	WORD $0x4e2cd5ef // fadd v15.4s, v15.4s, v12.4s
+	FMOVQ F15, 32(R12)
+	FMOVS 0(R9), F18
+	WORD $0x4f9291d4 // fmul v20.4s, v14.4s, v18.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e34de73 // fmul v19.4s, v19.4s, v20.4s
+	FMOVS 16(R9), F12
+	WORD $0x4f8c91b4 // fmul v20.4s, v13.4s, v12.s[0]
+	WORD $0x4e34d673 // fadd v19.4s, v19.4s, v20.4s
+	FMOVQ 32(R13), F12
+	WORD $0x4e33d58c // fadd v12.4s, v12.4s, v19.4s
+	FMOVQ F12, 32(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 176(R0), F19
+	WORD $0x4e271e6c // and v12.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 64(R0), F15
+	FMOVQ 160(R19), F17
+	WORD $0x4e1101f1 // tbl v17.16b, {v15.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11d8c // orr v12.16b, v12.16b, v17.16b
+	FMOVQ 176(R19), F17
+	WORD $0x4e1101f1 // tbl v17.16b, {v15.16b}, v17.16b
+	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
+	WORD $0x4e261e31 // and v17.16b, v17.16b, v6.16b
+	WORD $0x4eb11e73 // orr v19.16b, v19.16b, v17.16b
+	FMOVQ 240(R0), F17
+	WORD $0x4e271e2f // and v15.16b, v17.16b, v7.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	FMOVQ 80(R0), F11
+	FMOVQ 160(R19), F16
+	WORD $0x4e100170 // tbl v16.16b, {v11.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01def // orr v15.16b, v15.16b, v16.16b
+	FMOVQ 176(R19), F16
+	WORD $0x4e100170 // tbl v16.16b, {v11.16b}, v16.16b
+	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
+	WORD $0x4e261e10 // and v16.16b, v16.16b, v6.16b
+	WORD $0x4eb01e31 // orr v17.16b, v17.16b, v16.16b
+	WORD $0x4e8f3990 // zip1 v16.4s, v12.4s, v15.4s
+	WORD $0x4e8f798b // zip2 v11.4s, v12.4s, v15.4s
+	WORD $0x4e84a60d // smmla v13.4s, v16.16b, v4.16b
+	WORD $0x4e84a56e // smmla v14.4s, v11.16b, v4.16b
+	WORD $0x4e88a614 // smmla v20.4s, v16.16b, v8.16b
+	WORD $0x4e88a572 // smmla v18.4s, v11.16b, v8.16b
+	WORD $0x4e913a6b // zip1 v11.4s, v19.4s, v17.4s
+	WORD $0x4e917a70 // zip2 v16.4s, v19.4s, v17.4s
+	WORD $0x4e81a56d // smmla v13.4s, v11.16b, v1.16b
+	WORD $0x4e81a60e // smmla v14.4s, v16.16b, v1.16b
+	WORD $0x4e82a574 // smmla v20.4s, v11.16b, v2.16b
+	WORD $0x4e82a612 // smmla v18.4s, v16.16b, v2.16b
+	FMOVQ 304(R0), F16
+	WORD $0x4e271e0b // and v11.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	FMOVQ 96(R0), F17
+	FMOVQ 160(R19), F19
+	WORD $0x4e130233 // tbl v19.16b, {v17.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31d6b // orr v11.16b, v11.16b, v19.16b
+	FMOVQ 176(R19), F19
+	WORD $0x4e130233 // tbl v19.16b, {v17.16b}, v19.16b
+	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
+	WORD $0x4e261e73 // and v19.16b, v19.16b, v6.16b
+	WORD $0x4eb31e10 // orr v16.16b, v16.16b, v19.16b
+	FMOVQ 368(R0), F19
+	WORD $0x4e271e71 // and v17.16b, v19.16b, v7.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	FMOVQ 112(R0), F15
+	FMOVQ 160(R19), F12
+	WORD $0x4e0c01ec // tbl v12.16b, {v15.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e261d8c // and v12.16b, v12.16b, v6.16b
+	WORD $0x4eac1e31 // orr v17.16b, v17.16b, v12.16b
+	FMOVQ 176(R19), F12
+	WORD $0x4e0c01ec // tbl v12.16b, {v15.16b}, v12.16b
+	WORD $0x4e2a8d8c // cmtst v12.16b, v12.16b, v10.16b
+	WORD $0x4e261d8c // and v12.16b, v12.16b, v6.16b
+	WORD $0x4eac1e73 // orr v19.16b, v19.16b, v12.16b
+	WORD $0x4e91396c // zip1 v12.4s, v11.4s, v17.4s
+	WORD $0x4e91796f // zip2 v15.4s, v11.4s, v17.4s
+	WORD $0x4e85a58d // smmla v13.4s, v12.16b, v5.16b
+	WORD $0x4e85a5ee // smmla v14.4s, v15.16b, v5.16b
+	WORD $0x4e89a594 // smmla v20.4s, v12.16b, v9.16b
+	WORD $0x4e89a5f2 // smmla v18.4s, v15.16b, v9.16b
+	WORD $0x4e933a0f // zip1 v15.4s, v16.4s, v19.4s
+	WORD $0x4e937a0c // zip2 v12.4s, v16.4s, v19.4s
+	WORD $0x4e80a5ed // smmla v13.4s, v15.16b, v0.16b
+	WORD $0x4e80a58e // smmla v14.4s, v12.16b, v0.16b
+	WORD $0x4e83a5f4 // smmla v20.4s, v15.16b, v3.16b
+	WORD $0x4e83a592 // smmla v18.4s, v12.16b, v3.16b
+	WORD $0x4e8e19ac // uzp1 v12.4s, v13.4s, v14.4s
+	WORD $0x4e8e59ae // uzp2 v14.4s, v13.4s, v14.4s
+	WORD $0x4e921a8d // uzp1 v13.4s, v20.4s, v18.4s
+	WORD $0x4e925a92 // uzp2 v18.4s, v20.4s, v18.4s
+	FMOVD 24(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	FMOVD 56(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 0(R6), F19
+	WORD $0x4f939290 // fmul v16.4s, v20.4s, v19.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVS 16(R6), F17
+	WORD $0x4f9191f0 // fmul v16.4s, v15.4s, v17.s[0]
+	WORD $0x4e30d58c // fadd v12.4s, v12.4s, v16.4s
+	FMOVQ 48(R10), F17
+	WORD $0x4e2cd631 // fadd v17.4s, v17.4s, v12.4s
+	FMOVQ F17, 48(R10)
+	FMOVS 0(R7), F16
+	WORD $0x4f909293 // fmul v19.4s, v20.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e33ddce // fmul v14.4s, v14.4s, v19.4s
+	FMOVS 16(R7), F12
+	WORD $0x4f8c91f3 // fmul v19.4s, v15.4s, v12.s[0]
+	WORD $0x4e33d5ce // fadd v14.4s, v14.4s, v19.4s
+	FMOVQ 48(R11), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 48(R11)
+	FMOVS 0(R8), F19
+	WORD $0x4f939290 // fmul v16.4s, v20.4s, v19.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e30ddad // fmul v13.4s, v13.4s, v16.4s
+	FMOVS 16(R8), F14
+	WORD $0x4f8e91f0 // fmul v16.4s, v15.4s, v14.s[0]
+	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
+	FMOVQ 48(R12), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R12)
+	FMOVS 0(R9), F16
+	WORD $0x4f909293 // fmul v19.4s, v20.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e33de52 // fmul v18.4s, v18.4s, v19.4s
+	FMOVS 16(R9), F13
+	WORD $0x4f8d91f3 // fmul v19.4s, v15.4s, v13.s[0]
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	FMOVQ 48(R13), F13
+	WORD $0x4e32d5ad // fadd v13.4s, v13.4s, v18.4s
+	FMOVQ F13, 48(R13)
+	ADD $384, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
 // func floatF32x1NEON(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
 TEXT ·floatF32x1NEON(SB), NOSPLIT|NOFRAME, $0-48
 	MOVD w+0(FP), R0

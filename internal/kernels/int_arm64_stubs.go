@@ -281,6 +281,36 @@ func intQ5_Kx2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 //go:noescape
 func intQ6_Kx1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ8_0x4I8MM is the I8MM kernel of Q8_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ8_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_0x2I8MM is the I8MM kernel of Q4_0 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_0x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x2I8MM is the I8MM kernel of Q4_1 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_1x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_1x4I8MM is the I8MM kernel of Q4_1 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_0x4I8MM is the I8MM kernel of Q5_0 weights for 4 activation rows.
+//
+//go:noescape
+func intQ5_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ5_1x4I8MM is the I8MM kernel of Q5_1 weights for 4 activation rows.
+//
+//go:noescape
+func intQ5_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // floatF32x1NEON is the NEON kernel of repacked F32 weights for 1 activation rows.
 //
 //go:noescape
@@ -418,6 +448,29 @@ func intNEONTable(t dtype.DType) intTable {
 		return intTable{1: intQ5_Kx1NEON, 2: intQ5_Kx2NEON}
 	case dtype.Q6_K:
 		return intTable{1: intQ6_Kx1NEON}
+	}
+	return intTable{}
+}
+
+// intI8MMTable returns the I8MM integer kernels of type t, by rows; empty for the types without.
+func intI8MMTable(t dtype.DType) intTable {
+	switch t {
+	case dtype.Q8_0:
+		return intTable{1: intQ8_0x1Dot, 2: intQ8_0x2Dot, 3: intQ8_0x3Dot, 4: intQ8_0x4I8MM}
+	case dtype.Q4_0:
+		return intTable{1: intQ4_0x1Dot, 2: intQ4_0x2I8MM, 3: intQ4_0x3Dot, 4: intQ4_0x4Dot}
+	case dtype.Q4_1:
+		return intTable{1: intQ4_1x1Dot, 2: intQ4_1x2I8MM, 3: intQ4_1x3Dot, 4: intQ4_1x4I8MM}
+	case dtype.Q5_0:
+		return intTable{1: intQ5_0x1Dot, 2: intQ5_0x2Dot, 3: intQ5_0x3Dot, 4: intQ5_0x4I8MM}
+	case dtype.Q5_1:
+		return intTable{1: intQ5_1x1Dot, 2: intQ5_1x2Dot, 3: intQ5_1x3Dot, 4: intQ5_1x4I8MM}
+	case dtype.Q4_K:
+		return intTable{1: intQ4_Kx1Dot, 2: intQ4_Kx2Dot, 3: intQ4_Kx3Dot, 4: intQ4_Kx4Dot}
+	case dtype.Q5_K:
+		return intTable{1: intQ5_Kx1Dot, 2: intQ5_Kx2Dot, 3: intQ5_Kx3Dot}
+	case dtype.Q6_K:
+		return intTable{1: intQ6_Kx1Dot, 2: intQ6_Kx2Dot}
 	}
 	return intTable{}
 }

@@ -6,8 +6,11 @@ import "github.com/specula/specula/format/dtype"
 
 // asmIntTables are the assembly integer kernels of each family, by type.
 func asmIntTables() map[string]map[dtype.DType]intTable {
-	tables := map[string]map[dtype.DType]intTable{"NEON dotprod": {}, "NEON": {}}
+	tables := map[string]map[dtype.DType]intTable{"NEON i8mm": {}, "NEON dotprod": {}, "NEON": {}}
 	for _, t := range quantTypes {
+		if k := intI8MMTable(t); k[2] != nil {
+			tables["NEON i8mm"][t] = k
+		}
 		if k := intDotTable(t); k[1] != nil {
 			tables["NEON dotprod"][t] = k
 		}

@@ -254,9 +254,10 @@ func (k *intFrame) sideScalar(t, i int) V {
 // intType describes a weight type to the generator.
 type intType struct {
 	name  string
-	gb    int // bytes of a group block
-	per   int // values per block
-	words int // side words per block
+	gb    int  // bytes of a group block
+	per   int  // values per block
+	words int  // side words per block
+	mm    bool // whether the body has an i8mm form
 	body  func(k *intFrame)
 }
 
@@ -264,44 +265,98 @@ type intType struct {
 // data (../act8.go).
 func intTypes() []intType {
 	return []intType{
-		{"Q8_0", 544, 32, 8, func(k *intFrame) { block32(k, 32, -1, -1, -1, true) }},
-		{"Q4_0", 288, 32, 8, func(k *intFrame) { block32(k, 32, -1, -1, 1, false) }},
-		{"Q4_1", 320, 32, 8, func(k *intFrame) { block32(k, 64, -1, 32, -1, false) }},
-		{"Q5_0", 352, 32, 8, func(k *intFrame) { block32(k, 96, 32, -1, 2, false) }},
-		{"Q5_1", 384, 32, 8, func(k *intFrame) { block32(k, 128, 64, 32, -1, false) }},
-		{"Q4_K", 2368, 256, 32, func(k *intFrame) { blockKScaleMin(k, -1, 320) }},
-		{"Q5_K", 2880, 256, 32, func(k *intFrame) { blockKScaleMin(k, 320, 832) }},
-		{"Q6_K", 3360, 256, 32, blockQ6K},
+		{"Q8_0", 544, 32, 8, true, func(k *intFrame) { block32(k, 32, -1, -1, -1, true) }},
+		{"Q4_0", 288, 32, 8, true, func(k *intFrame) { block32(k, 32, -1, -1, 1, false) }},
+		{"Q4_1", 320, 32, 8, true, func(k *intFrame) { block32(k, 64, -1, 32, -1, false) }},
+		{"Q5_0", 352, 32, 8, true, func(k *intFrame) { block32(k, 96, 32, -1, 2, false) }},
+		{"Q5_1", 384, 32, 8, true, func(k *intFrame) { block32(k, 128, 64, 32, -1, false) }},
+		{"Q4_K", 2368, 256, 32, false, func(k *intFrame) { blockKScaleMin(k, -1, 320) }},
+		{"Q5_K", 2880, 256, 32, false, func(k *intFrame) { blockKScaleMin(k, 320, 832) }},
+		{"Q6_K", 3360, 256, 32, false, blockQ6K},
 	}
 }
 
 // intKernels writes the kernels of every type and level, for 1 to intRows activation
-// rows or as many as fit the registers.
+// rows or as many as fit the registers, and the Go functions that return them by type
+// (int{Dot,NEON,I8MM}Table). The i8mm table takes, for each number of rows, the i8mm
+// kernel where its loop is shorter than the dot-product one's, else the dot-product
+// kernel (always for one row, which SMMLA cannot pair, and for the types with no
+// i8mm form).
 func intKernels(f *file) {
 	consts := f.table("arm64IntConsts", intConstTable())
 	f.goImports = append(f.goImports, "github.com/specula/specula/format/dtype")
-	for _, lv := range []level{levelDot, levelNEON} {
-		fmt.Fprintf(&f.goCode, "\n// int%sTable returns the %s integer kernels of type t, by rows; empty for the types without.\n", lv.name, lv.name)
-		fmt.Fprintf(&f.goCode, "func int%sTable(t dtype.DType) intTable {\nswitch t {\n", lv.name)
+	tables := map[level]map[string][]string{}
+	for _, lv := range []level{levelDot, levelNEON, levelI8MM} {
+		tables[lv] = map[string][]string{}
 		for _, it := range intTypes() {
-			fmt.Fprintf(&f.goCode, "case dtype.%s:\nreturn intTable{", it.name)
+			dot := tables[levelDot][it.name]
 			for n := 1; n <= intRows; n++ {
-				if !intKernel(f, it, lv, n, consts) {
+				var name string
+				var ok bool
+				switch {
+				case lv == levelI8MM && (n == 1 || !it.mm):
+					name, ok = alias(dot, n)
+				case lv == levelI8MM:
+					name, ok = shorterKernel(f, it, n, consts, dot)
+				default:
+					name, ok = intKernel(f, it, lv, n, consts)
+				}
+				if !ok {
 					break
 				}
-				fmt.Fprintf(&f.goCode, "%d: int%sx%d%s, ", n, it.name, n, lv.name)
+				tables[lv][it.name] = append(tables[lv][it.name], name)
 			}
-			f.goCode.WriteString("}\n")
 		}
-		f.goCode.WriteString("}\nreturn intTable{}\n}\n")
+		writeIntTable(f, lv, tables[lv])
 	}
 }
 
-// intKernel writes the kernel of type it, level lv and n rows, and reports whether
-// it fit the registers (if not, it is left out): with the float sums in registers
-// if they fit too, else in the output rows.
-func intKernel(f *file, it intType, lv level, n int, consts string) bool {
-	return tryIntKernel(f, it, lv, n, consts, true) || tryIntKernel(f, it, lv, n, consts, false)
+// alias returns the n-row kernel of the table names, if it has one.
+func alias(names []string, n int) (string, bool) {
+	if n > len(names) {
+		return "", false
+	}
+	return names[n-1], true
+}
+
+// shorterKernel writes the i8mm kernel of type it for n rows and returns its name if
+// its loop is shorter than that of the n-row kernel of dot (already written); else it
+// drops it and returns dot's.
+func shorterKernel(f *file, it intType, n int, consts string, dot []string) (string, bool) {
+	other, haveDot := alias(dot, n)
+	name, ok := intKernel(f, it, levelI8MM, n, consts)
+	switch {
+	case !ok:
+		return other, haveDot
+	case !haveDot || f.find(name).loopLen() < f.find(other).loopLen():
+		return name, true
+	}
+	f.funcs = f.funcs[:len(f.funcs)-1]
+	return other, true
+}
+
+// writeIntTable writes the Go function that returns the kernels of level lv by type.
+func writeIntTable(f *file, lv level, names map[string][]string) {
+	fmt.Fprintf(&f.goCode, "\n// int%sTable returns the %s integer kernels of type t, by rows; empty for the types without.\n", lv.name, lv.name)
+	fmt.Fprintf(&f.goCode, "func int%sTable(t dtype.DType) intTable {\nswitch t {\n", lv.name)
+	for _, it := range intTypes() {
+		fmt.Fprintf(&f.goCode, "case dtype.%s:\nreturn intTable{", it.name)
+		for i, name := range names[it.name] {
+			fmt.Fprintf(&f.goCode, "%d: %s, ", i+1, name)
+		}
+		f.goCode.WriteString("}\n")
+	}
+	f.goCode.WriteString("}\nreturn intTable{}\n}\n")
+}
+
+// intKernel writes the kernel of type it, level lv and n rows and returns its name,
+// or reports that it does not fit the registers (and is left out): with the float
+// sums in registers if they fit too, else in the output rows.
+func intKernel(f *file, it intType, lv level, n int, consts string) (string, bool) {
+	if tryIntKernel(f, it, lv, n, consts, true) || tryIntKernel(f, it, lv, n, consts, false) {
+		return f.funcs[len(f.funcs)-1].name, true
+	}
+	return "", false
 }
 
 func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs bool) (ok bool) {
@@ -330,6 +385,10 @@ func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs bo
 // and row t: isum (+ offset) → v = float32(isum)·(d·dx) (+ m·(dx·Σx)) → acc + v, as
 // format32 and finishQ8_0.
 func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
+	if k.lv == levelI8MM {
+		block32MM(k, codes, masks, mins, off, q8)
+		return
+	}
 	g := k.g
 	var xs [intRows][2]V
 	for t := range k.n {

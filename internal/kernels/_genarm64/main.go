@@ -75,6 +75,25 @@ func (f *file) newFn(name, sig string, args int, doc string) *fn {
 	return g
 }
 
+// find returns the function written under name.
+func (f *file) find(name string) *fn {
+	for _, g := range f.funcs {
+		if g.name == name {
+			return g
+		}
+	}
+	panic("no function " + name)
+}
+
+// loopLen is the number of instructions in the function's loop body (from the label
+// loop to its branch back), the measure the generator compares kernels by.
+func (g *fn) loopLen() int {
+	body := g.body.String()
+	_, after, _ := strings.Cut(body, "\nloop:\n")
+	loop, _, _ := strings.Cut(after, "\tB loop\n")
+	return strings.Count(loop, "\n")
+}
+
 // i emits an encoded vector instruction.
 func (g *fn) i(in inst) { fmt.Fprintf(&g.body, "\tWORD $0x%08x // %s\n", in.word, in.text) }
 
