@@ -118,6 +118,9 @@ func and(d, n, m V) inst { return logic("and", 0, 0, d, n, m) }
 func orr(d, n, m V) inst { return logic("orr", 0, 2, d, n, m) }
 func eor(d, n, m V) inst { return logic("eor", 1, 0, d, n, m) }
 
+// bit inserts the bits of n where m has ones into d: d = d&^m | n&m.
+func bit(d, n, m V) inst { return logic("bit", 1, 2, d, n, m) }
+
 // sdot: d.4s[i] += Σ_k n.16b[4i+k]·m.16b[4·lane+k], signed bytes (ARMv8.2 dot product).
 func sdot(d, n, m V, lane int) inst { return byElem32("sdot", 0, 0b1110, "16b", "4b", d, n, m, lane) }
 

@@ -15,7 +15,7 @@ func TestEncodings(t *testing.T) {
 	}
 	ins := []inst{
 		add("4s", 1, 2, 3), sub("8h", 4, 5, 6), mul("4s", 7, 8, 9), mla("4s", 10, 11, 12), addp("4s", 1, 2, 3),
-		smax("4s", 1, 2, 3), smin("4s", 1, 2, 3), cmtst("16b", 1, 2, 3), and(1, 2, 3), orr(4, 5, 6), eor(7, 8, 9),
+		smax("4s", 1, 2, 3), smin("4s", 1, 2, 3), cmtst("16b", 1, 2, 3), and(1, 2, 3), orr(4, 5, 6), eor(7, 8, 9), bit(10, 11, 12),
 		sdot(1, 2, 3, 0), sdot(31, 30, 29, 3), sdot(5, 6, 17, 2), smmla(1, 2, 3), mulElem(1, 2, 3, 1), mlaElem(1, 2, 19, 3),
 		smull("8b", 1, 2, 3), smull("16b", 1, 2, 3), smull("4h", 1, 2, 3), smlal("8h", 4, 5, 6), smlal("4h", 4, 5, 6),
 		saddlp("8h", 1, 2), sadalp("16b", 3, 4), sadalp("8h", 3, 4), xtn("8h", 1, 2), xtn("4s", 1, 2), sqxtn("4s", 3, 4), sqxtn("8h", 3, 4),

@@ -72,14 +72,13 @@ func zipPair(k *intFrame, ar arr, a, b V) (lo, hi V) {
 // time by SMMLA.
 func block32MM(k *intFrame, codes, masks, mins, off int, q8 bool) {
 	xs := mmActs(k)
-	low4, bit4, laneBit := V(-1), V(-1), V(-1)
+	low4 := V(-1)
 	if !q8 {
 		low4 = k.constant(cLow4)
 	}
-	if masks >= 0 {
-		bit4, laneBit = k.constant(cBit4), k.constant(cLaneBt)
-	}
+	fb := newFifth(k, masks)
 	for q := range 4 {
+		fb.quarter(k, q)
 		acc := mmZero(k, len(xs))
 		// mma adds the products of the 8 values 8j…8j+7 of weight rows 0–1 (w01) and
 		// 2–3 (w23) with those of every pair of activation rows, and frees w01, w23.
@@ -114,8 +113,8 @@ func block32MM(k *intFrame, codes, masks, mins, off int, q8 bool) {
 		default:
 			// The fifth bits go by the repacked lanes: unpacked, then zipped.
 			for h := range 2 {
-				lo0, hi0 := mmNibbles(k, codes, masks, q, 2*h, low4, bit4, laneBit)
-				lo1, hi1 := mmNibbles(k, codes, masks, q, 2*h+1, low4, bit4, laneBit)
+				lo0, hi0 := nibbleStep(k, fb, codes, masks, q, 2*h, low4)
+				lo1, hi1 := nibbleStep(k, fb, codes, masks, q, 2*h+1, low4)
 				w01, w23 := zipPair(k, "4s", lo0, lo1)
 				mma(h, w01, w23)
 				w01, w23 = zipPair(k, "4s", hi0, hi1)
@@ -124,7 +123,8 @@ func block32MM(k *intFrame, codes, masks, mins, off int, q8 bool) {
 		}
 		finish32(k, q, mmSums(k, acc), mins, off)
 	}
-	k.p.put(low4, bit4, laneBit)
+	k.p.put(low4)
+	fb.release(k)
 	for _, x := range xs {
 		k.p.put(x[:]...)
 	}
@@ -141,18 +141,6 @@ func mmZero(k *intFrame, pairs int) [][2]V {
 		}
 	}
 	return acc
-}
-
-// mmNibbles loads step p of quarter q of the nibble codes and unpacks it, as block32
-// does: the low nibbles (values 4p+k) and the high ones (16+4p+k), with their fifth
-// bits.
-func mmNibbles(k *intFrame, codes, masks, q, p int, low4, bit4, laneBit V) (lo, hi V) {
-	hi = k.load(codes + 64*p + 16*q)
-	lo = k.p.get()
-	k.g.i(and(lo, hi, low4))
-	k.g.i(ushr("16b", hi, hi, 4))
-	fifthBits(k, masks+16*p, q, lo, hi, bit4, laneBit)
-	return lo, hi
 }
 
 // mmSums parts the SMMLA sums ([r0·xt, r0·xu, r1·xt, r1·xu] and the same of rows 2–3)

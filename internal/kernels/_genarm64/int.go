@@ -109,6 +109,7 @@ type intFrame struct {
 	consts string        // the constant table's symbol
 	facc   [intRows][4]V // row t's float sums of quarter q, when held in registers
 	inRegs bool
+	hoist  bool // constants of a quarter held in registers, not loaded at each use
 }
 
 // General registers: R0 the weights, R1 the blocks left, R2… the activation codes,
@@ -351,15 +352,17 @@ func writeIntTable(f *file, lv level, names map[string][]string) {
 
 // intKernel writes the kernel of type it, level lv and n rows and returns its name,
 // or reports that it does not fit the registers (and is left out): with the float
-// sums in registers if they fit too, else in the output rows.
+// sums and a quarter's constants in registers where they fit too, else in memory.
 func intKernel(f *file, it intType, lv level, n int, consts string) (string, bool) {
-	if tryIntKernel(f, it, lv, n, consts, true) || tryIntKernel(f, it, lv, n, consts, false) {
-		return f.funcs[len(f.funcs)-1].name, true
+	for _, o := range []struct{ inRegs, hoist bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
+		if tryIntKernel(f, it, lv, n, consts, o.inRegs, o.hoist) {
+			return f.funcs[len(f.funcs)-1].name, true
+		}
 	}
 	return "", false
 }
 
-func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs bool) (ok bool) {
+func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs, hoist bool) (ok bool) {
 	name := fmt.Sprintf("int%sx%d%s", it.name, n, lv.name)
 	doc := fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", name, lv.name, it.name, n)
 	g := f.newFn(name, intSig, intArgs, doc)
@@ -372,7 +375,7 @@ func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs bo
 			ok = false
 		}
 	}()
-	k := &intFrame{g: g, n: n, lv: lv, p: newPool(), consts: consts, inRegs: inRegs}
+	k := &intFrame{g: g, n: n, lv: lv, p: newPool(), consts: consts, inRegs: inRegs, hoist: hoist}
 	k.prologue()
 	k.loop(it.gb, it.per, it.words, func() { it.body(k) })
 	return true
@@ -397,14 +400,13 @@ func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
 			g.op("FMOVQ %d(%s), F%d", 16*h, xReg(t), xs[t][h])
 		}
 	}
-	low4, bit4, laneBit := V(-1), V(-1), V(-1)
+	low4 := V(-1)
 	if !q8 {
 		low4 = k.constant(cLow4)
 	}
-	if masks >= 0 {
-		bit4, laneBit = k.constant(cBit4), k.constant(cLaneBt)
-	}
+	fb := newFifth(k, masks)
 	for q := range 4 {
+		fb.quarter(k, q)
 		var acc [intRows]iacc
 		for t := range k.n {
 			acc[t] = k.newAcc()
@@ -419,13 +421,7 @@ func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
 			}
 		} else {
 			for p := range 4 {
-				hi := k.load(codes + 64*p + 16*q)
-				lo := k.p.get()
-				g.i(and(lo, hi, low4))
-				g.i(ushr("16b", hi, hi, 4))
-				if masks >= 0 {
-					fifthBits(k, masks+16*p, q, lo, hi, bit4, laneBit)
-				}
+				lo, hi := nibbleStep(k, fb, codes, masks, q, p, low4)
 				for t := range k.n {
 					k.dot(acc[t], lo, xs[t][0], p)
 					k.dot(acc[t], hi, xs[t][1], p)
@@ -435,24 +431,82 @@ func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
 		}
 		finish32(k, q, acc, mins, off)
 	}
-	k.p.put(low4, bit4, laneBit)
+	k.p.put(low4)
+	fb.release(k)
 	for t := range k.n {
 		k.p.put(xs[t][0], xs[t][1])
 	}
 }
 
-// fifthBits ORs 16 into the codes of lo and hi whose fifth bits are set in the two
-// 8-byte masks at off, for the rows of quarter q: each lane's mask byte is spread to it
-// by TBL, tested against the lane's bit, and the all-ones of a set bit cut to 0x10.
-func fifthBits(k *intFrame, off, q int, lo, hi, bit4, laneBit V) {
+// nibbleStep loads step p of quarter q of a 32-value type's nibble codes and unpacks
+// it: the low nibbles (values 4p+k) and the high ones (16+4p+k), with their fifth
+// bits where the type has them (masks ≥ 0).
+func nibbleStep(k *intFrame, fb *fifth, codes, masks, q, p int, low4 V) (lo, hi V) {
+	hi = k.load(codes + 64*p + 16*q)
+	lo = k.p.get()
+	k.g.i(and(lo, hi, low4))
+	k.g.i(ushr("16b", hi, hi, 4))
+	if masks >= 0 {
+		fifthBits(k, fb, masks+16*p, q, lo, hi)
+	}
+	return lo, hi
+}
+
+// fifth holds what fifthBits needs: the constants, and the TBL indices of the current
+// quarter where registers allow (else they are loaded at each use).
+type fifth struct {
+	bit4, laneBit V
+	idx           [2]V
+}
+
+// newFifth loads the constants of fifthBits, or returns an empty fifth for the types
+// without fifth bits (masks < 0).
+func newFifth(k *intFrame, masks int) *fifth {
+	if masks < 0 {
+		return nil
+	}
+	return &fifth{bit4: k.constant(cBit4), laneBit: k.constant(cLaneBt), idx: [2]V{-1, -1}}
+}
+
+// quarter loads the TBL indices of quarter q into registers, if the kernel has them
+// to spare (k.hoist).
+func (f *fifth) quarter(k *intFrame, q int) {
+	if f == nil {
+		return
+	}
+	k.p.put(f.idx[:]...)
+	f.idx = [2]V{-1, -1}
+	if !k.hoist {
+		return
+	}
+	for h := range 2 {
+		f.idx[h] = k.constant(cIdx + 32*q + 16*h)
+	}
+}
+
+// release frees the registers of f.
+func (f *fifth) release(k *intFrame) {
+	if f != nil {
+		k.p.put(f.bit4, f.laneBit, f.idx[0], f.idx[1])
+	}
+}
+
+// fifthBits sets bit 4 of the codes of lo and hi whose fifth bits are set in the two
+// 8-byte masks at off, for the rows of quarter q: each lane's mask byte is spread to
+// it by TBL, tested against the lane's bit (all ones where set), and 0x10 inserted
+// where it is.
+func fifthBits(k *intFrame, f *fifth, off, q int, lo, hi V) {
 	m := k.load(off)
 	e := k.p.get()
 	for h, codes := range []V{lo, hi} {
-		k.g.op("FMOVQ %d(R19), F%d", cIdx+32*q+16*h, e)
-		k.g.i(tbl(e, m, e))
-		k.g.i(cmtst("16b", e, e, laneBit))
-		k.g.i(and(e, e, bit4))
-		k.g.i(orr(codes, codes, e))
+		idx := f.idx[h]
+		if idx < 0 {
+			k.g.op("FMOVQ %d(R19), F%d", cIdx+32*q+16*h, e)
+			idx = e
+		}
+		k.g.i(tbl(e, m, idx))
+		k.g.i(cmtst("16b", e, e, f.laneBit))
+		k.g.i(bit(codes, f.bit4, e))
 	}
 	k.p.put(m, e)
 }
@@ -496,17 +550,15 @@ func finish32(k *intFrame, q int, acc [intRows]iacc, mins, off int) {
 // activations' sub-block sums into M; then as formatKScaleMin,
 // v = float32(S)·d − float32(M)·dmin and acc + v·dx.
 func blockKScaleMin(k *intFrame, masks, codes int) {
-	low4, bit4, laneBit := k.constant(cLow4), V(-1), V(-1)
-	if masks >= 0 {
-		bit4, laneBit = k.constant(cBit4), k.constant(cLaneBt)
-	}
+	low4, fb := k.constant(cLow4), newFifth(k, masks)
 	for q := range 4 {
+		fb.quarter(k, q)
 		var s [intRows]V
 		for t := range k.n {
 			s[t] = k.zero()
 		}
 		for i := range 4 {
-			kPair(k, q, i, masks, codes, s, low4, bit4, laneBit)
+			kPair(k, q, i, masks, codes, s, low4, fb)
 		}
 		var m [intRows]V
 		for t := range k.n {
@@ -514,7 +566,8 @@ func blockKScaleMin(k *intFrame, masks, codes int) {
 		}
 		finishKScaleMin(k, q, s, m)
 	}
-	k.p.put(low4, bit4, laneBit)
+	k.p.put(low4)
+	fb.release(k)
 }
 
 // zero returns a zeroed register.
@@ -525,7 +578,7 @@ func (k *intFrame) zero() V {
 }
 
 // kPair adds to each row's S the scaled sums of sub-blocks 2i and 2i+1 of quarter q.
-func kPair(k *intFrame, q, i, masks, codes int, s [intRows]V, low4, bit4, laneBit V) {
+func kPair(k *intFrame, q, i, masks, codes int, s [intRows]V, low4 V, fb *fifth) {
 	g := k.g
 	var xs [intRows][4]V
 	var lo, hi [intRows]iacc
@@ -542,7 +595,7 @@ func kPair(k *intFrame, q, i, masks, codes int, s [intRows]V, low4, bit4, laneBi
 		g.i(and(wl, wh, low4))
 		g.i(ushr("16b", wh, wh, 4))
 		if masks >= 0 {
-			fifthBits(k, masks+128*i+16*p, q, wl, wh, bit4, laneBit)
+			fifthBits(k, fb, masks+128*i+16*p, q, wl, wh)
 		}
 		for t := range k.n {
 			k.dot(lo[t], wl, xs[t][p/4], p%4)
