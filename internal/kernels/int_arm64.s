@@ -3297,10 +3297,10 @@ loop:
 	FMOVQ 32(R0), F14
 	WORD $0x4e0901cf // tbl v15.16b, {v14.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0a01cf // tbl v15.16b, {v14.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4f84e1ab // sdot v11.4s, v13.16b, v4.4b[0]
 	WORD $0x4f85e18b // sdot v11.4s, v12.16b, v5.4b[0]
 	FMOVQ 160(R0), F12
@@ -3309,10 +3309,10 @@ loop:
 	FMOVQ 48(R0), F15
 	WORD $0x4e0901ee // tbl v14.16b, {v15.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0a01ee // tbl v14.16b, {v15.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e1ab // sdot v11.4s, v13.16b, v4.4b[1]
 	WORD $0x4fa5e18b // sdot v11.4s, v12.16b, v5.4b[1]
 	FMOVQ 224(R0), F12
@@ -3321,10 +3321,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0901cf // tbl v15.16b, {v14.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0a01cf // tbl v15.16b, {v14.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4f84e9ab // sdot v11.4s, v13.16b, v4.4b[2]
 	WORD $0x4f85e98b // sdot v11.4s, v12.16b, v5.4b[2]
 	FMOVQ 288(R0), F12
@@ -3333,10 +3333,10 @@ loop:
 	FMOVQ 80(R0), F15
 	WORD $0x4e0901ee // tbl v14.16b, {v15.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0a01ee // tbl v14.16b, {v15.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e9ab // sdot v11.4s, v13.16b, v4.4b[3]
 	WORD $0x4fa5e98b // sdot v11.4s, v12.16b, v5.4b[3]
 	FMOVD 0(R0), F12
@@ -3358,10 +3358,10 @@ loop:
 	FMOVQ 32(R0), F11
 	WORD $0x4e0a016f // tbl v15.16b, {v11.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e09016f // tbl v15.16b, {v11.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cee // bit v14.16b, v7.16b, v15.16b
+	WORD $0x6ea71dee // bit v14.16b, v15.16b, v7.16b
 	WORD $0x4f84e1ac // sdot v12.4s, v13.16b, v4.4b[0]
 	WORD $0x4f85e1cc // sdot v12.4s, v14.16b, v5.4b[0]
 	FMOVQ 176(R0), F14
@@ -3370,10 +3370,10 @@ loop:
 	FMOVQ 48(R0), F15
 	WORD $0x4e0a01eb // tbl v11.16b, {v15.16b}, v10.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1ced // bit v13.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6d // bit v13.16b, v11.16b, v7.16b
 	WORD $0x4e0901eb // tbl v11.16b, {v15.16b}, v9.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cee // bit v14.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6e // bit v14.16b, v11.16b, v7.16b
 	WORD $0x4fa4e1ac // sdot v12.4s, v13.16b, v4.4b[1]
 	WORD $0x4fa5e1cc // sdot v12.4s, v14.16b, v5.4b[1]
 	FMOVQ 240(R0), F14
@@ -3382,10 +3382,10 @@ loop:
 	FMOVQ 64(R0), F11
 	WORD $0x4e0a016f // tbl v15.16b, {v11.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e09016f // tbl v15.16b, {v11.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cee // bit v14.16b, v7.16b, v15.16b
+	WORD $0x6ea71dee // bit v14.16b, v15.16b, v7.16b
 	WORD $0x4f84e9ac // sdot v12.4s, v13.16b, v4.4b[2]
 	WORD $0x4f85e9cc // sdot v12.4s, v14.16b, v5.4b[2]
 	FMOVQ 304(R0), F14
@@ -3394,10 +3394,10 @@ loop:
 	FMOVQ 80(R0), F15
 	WORD $0x4e0a01eb // tbl v11.16b, {v15.16b}, v10.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1ced // bit v13.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6d // bit v13.16b, v11.16b, v7.16b
 	WORD $0x4e0901eb // tbl v11.16b, {v15.16b}, v9.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cee // bit v14.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6e // bit v14.16b, v11.16b, v7.16b
 	WORD $0x4fa4e9ac // sdot v12.4s, v13.16b, v4.4b[3]
 	WORD $0x4fa5e9cc // sdot v12.4s, v14.16b, v5.4b[3]
 	FMOVD 8(R0), F14
@@ -3419,10 +3419,10 @@ loop:
 	FMOVQ 32(R0), F12
 	WORD $0x4e09018f // tbl v15.16b, {v12.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0a018f // tbl v15.16b, {v12.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ceb // bit v11.16b, v7.16b, v15.16b
+	WORD $0x6ea71deb // bit v11.16b, v15.16b, v7.16b
 	WORD $0x4f84e1ae // sdot v14.4s, v13.16b, v4.4b[0]
 	WORD $0x4f85e16e // sdot v14.4s, v11.16b, v5.4b[0]
 	FMOVQ 192(R0), F11
@@ -3431,10 +3431,10 @@ loop:
 	FMOVQ 48(R0), F15
 	WORD $0x4e0901ec // tbl v12.16b, {v15.16b}, v9.16b
 	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
-	WORD $0x6eac1ced // bit v13.16b, v7.16b, v12.16b
+	WORD $0x6ea71d8d // bit v13.16b, v12.16b, v7.16b
 	WORD $0x4e0a01ec // tbl v12.16b, {v15.16b}, v10.16b
 	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
-	WORD $0x6eac1ceb // bit v11.16b, v7.16b, v12.16b
+	WORD $0x6ea71d8b // bit v11.16b, v12.16b, v7.16b
 	WORD $0x4fa4e1ae // sdot v14.4s, v13.16b, v4.4b[1]
 	WORD $0x4fa5e16e // sdot v14.4s, v11.16b, v5.4b[1]
 	FMOVQ 256(R0), F11
@@ -3443,10 +3443,10 @@ loop:
 	FMOVQ 64(R0), F12
 	WORD $0x4e09018f // tbl v15.16b, {v12.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0a018f // tbl v15.16b, {v12.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ceb // bit v11.16b, v7.16b, v15.16b
+	WORD $0x6ea71deb // bit v11.16b, v15.16b, v7.16b
 	WORD $0x4f84e9ae // sdot v14.4s, v13.16b, v4.4b[2]
 	WORD $0x4f85e96e // sdot v14.4s, v11.16b, v5.4b[2]
 	FMOVQ 320(R0), F11
@@ -3455,10 +3455,10 @@ loop:
 	FMOVQ 80(R0), F15
 	WORD $0x4e0901ec // tbl v12.16b, {v15.16b}, v9.16b
 	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
-	WORD $0x6eac1ced // bit v13.16b, v7.16b, v12.16b
+	WORD $0x6ea71d8d // bit v13.16b, v12.16b, v7.16b
 	WORD $0x4e0a01ec // tbl v12.16b, {v15.16b}, v10.16b
 	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
-	WORD $0x6eac1ceb // bit v11.16b, v7.16b, v12.16b
+	WORD $0x6ea71d8b // bit v11.16b, v12.16b, v7.16b
 	WORD $0x4fa4e9ae // sdot v14.4s, v13.16b, v4.4b[3]
 	WORD $0x4fa5e96e // sdot v14.4s, v11.16b, v5.4b[3]
 	FMOVD 16(R0), F11
@@ -3480,10 +3480,10 @@ loop:
 	FMOVQ 32(R0), F14
 	WORD $0x4e0a01cf // tbl v15.16b, {v14.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0901cf // tbl v15.16b, {v14.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4f84e1ab // sdot v11.4s, v13.16b, v4.4b[0]
 	WORD $0x4f85e18b // sdot v11.4s, v12.16b, v5.4b[0]
 	FMOVQ 208(R0), F12
@@ -3492,10 +3492,10 @@ loop:
 	FMOVQ 48(R0), F15
 	WORD $0x4e0a01ee // tbl v14.16b, {v15.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0901ee // tbl v14.16b, {v15.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e1ab // sdot v11.4s, v13.16b, v4.4b[1]
 	WORD $0x4fa5e18b // sdot v11.4s, v12.16b, v5.4b[1]
 	FMOVQ 272(R0), F12
@@ -3504,10 +3504,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0a01cf // tbl v15.16b, {v14.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0901cf // tbl v15.16b, {v14.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4f84e9ab // sdot v11.4s, v13.16b, v4.4b[2]
 	WORD $0x4f85e98b // sdot v11.4s, v12.16b, v5.4b[2]
 	FMOVQ 336(R0), F12
@@ -3516,10 +3516,10 @@ loop:
 	FMOVQ 80(R0), F15
 	WORD $0x4e0a01ee // tbl v14.16b, {v15.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0901ee // tbl v14.16b, {v15.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e9ab // sdot v11.4s, v13.16b, v4.4b[3]
 	WORD $0x4fa5e98b // sdot v11.4s, v12.16b, v5.4b[3]
 	FMOVD 24(R0), F12
@@ -3587,10 +3587,10 @@ loop:
 	FMOVQ 32(R0), F21
 	WORD $0x4e0f02b6 // tbl v22.16b, {v21.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db4 // bit v20.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed4 // bit v20.16b, v22.16b, v13.16b
 	WORD $0x4e1002b6 // tbl v22.16b, {v21.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db3 // bit v19.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed3 // bit v19.16b, v22.16b, v13.16b
 	WORD $0x4f88e291 // sdot v17.4s, v20.16b, v8.4b[0]
 	WORD $0x4f89e271 // sdot v17.4s, v19.16b, v9.4b[0]
 	WORD $0x4f8ae292 // sdot v18.4s, v20.16b, v10.4b[0]
@@ -3601,10 +3601,10 @@ loop:
 	FMOVQ 48(R0), F22
 	WORD $0x4e0f02d5 // tbl v21.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db4 // bit v20.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb4 // bit v20.16b, v21.16b, v13.16b
 	WORD $0x4e1002d5 // tbl v21.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db3 // bit v19.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb3 // bit v19.16b, v21.16b, v13.16b
 	WORD $0x4fa8e291 // sdot v17.4s, v20.16b, v8.4b[1]
 	WORD $0x4fa9e271 // sdot v17.4s, v19.16b, v9.4b[1]
 	WORD $0x4faae292 // sdot v18.4s, v20.16b, v10.4b[1]
@@ -3615,10 +3615,10 @@ loop:
 	FMOVQ 64(R0), F21
 	WORD $0x4e0f02b6 // tbl v22.16b, {v21.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db4 // bit v20.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed4 // bit v20.16b, v22.16b, v13.16b
 	WORD $0x4e1002b6 // tbl v22.16b, {v21.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db3 // bit v19.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed3 // bit v19.16b, v22.16b, v13.16b
 	WORD $0x4f88ea91 // sdot v17.4s, v20.16b, v8.4b[2]
 	WORD $0x4f89ea71 // sdot v17.4s, v19.16b, v9.4b[2]
 	WORD $0x4f8aea92 // sdot v18.4s, v20.16b, v10.4b[2]
@@ -3629,10 +3629,10 @@ loop:
 	FMOVQ 80(R0), F22
 	WORD $0x4e0f02d5 // tbl v21.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db4 // bit v20.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb4 // bit v20.16b, v21.16b, v13.16b
 	WORD $0x4e1002d5 // tbl v21.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db3 // bit v19.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb3 // bit v19.16b, v21.16b, v13.16b
 	WORD $0x4fa8ea91 // sdot v17.4s, v20.16b, v8.4b[3]
 	WORD $0x4fa9ea71 // sdot v17.4s, v19.16b, v9.4b[3]
 	WORD $0x4faaea92 // sdot v18.4s, v20.16b, v10.4b[3]
@@ -3665,10 +3665,10 @@ loop:
 	FMOVQ 32(R0), F17
 	WORD $0x4e100236 // tbl v22.16b, {v17.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db2 // bit v18.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed2 // bit v18.16b, v22.16b, v13.16b
 	WORD $0x4e0f0236 // tbl v22.16b, {v17.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db5 // bit v21.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed5 // bit v21.16b, v22.16b, v13.16b
 	WORD $0x4f88e253 // sdot v19.4s, v18.16b, v8.4b[0]
 	WORD $0x4f89e2b3 // sdot v19.4s, v21.16b, v9.4b[0]
 	WORD $0x4f8ae254 // sdot v20.4s, v18.16b, v10.4b[0]
@@ -3679,10 +3679,10 @@ loop:
 	FMOVQ 48(R0), F22
 	WORD $0x4e1002d1 // tbl v17.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db2 // bit v18.16b, v13.16b, v17.16b
+	WORD $0x6ead1e32 // bit v18.16b, v17.16b, v13.16b
 	WORD $0x4e0f02d1 // tbl v17.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db5 // bit v21.16b, v13.16b, v17.16b
+	WORD $0x6ead1e35 // bit v21.16b, v17.16b, v13.16b
 	WORD $0x4fa8e253 // sdot v19.4s, v18.16b, v8.4b[1]
 	WORD $0x4fa9e2b3 // sdot v19.4s, v21.16b, v9.4b[1]
 	WORD $0x4faae254 // sdot v20.4s, v18.16b, v10.4b[1]
@@ -3693,10 +3693,10 @@ loop:
 	FMOVQ 64(R0), F17
 	WORD $0x4e100236 // tbl v22.16b, {v17.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db2 // bit v18.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed2 // bit v18.16b, v22.16b, v13.16b
 	WORD $0x4e0f0236 // tbl v22.16b, {v17.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db5 // bit v21.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed5 // bit v21.16b, v22.16b, v13.16b
 	WORD $0x4f88ea53 // sdot v19.4s, v18.16b, v8.4b[2]
 	WORD $0x4f89eab3 // sdot v19.4s, v21.16b, v9.4b[2]
 	WORD $0x4f8aea54 // sdot v20.4s, v18.16b, v10.4b[2]
@@ -3707,10 +3707,10 @@ loop:
 	FMOVQ 80(R0), F22
 	WORD $0x4e1002d1 // tbl v17.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db2 // bit v18.16b, v13.16b, v17.16b
+	WORD $0x6ead1e32 // bit v18.16b, v17.16b, v13.16b
 	WORD $0x4e0f02d1 // tbl v17.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db5 // bit v21.16b, v13.16b, v17.16b
+	WORD $0x6ead1e35 // bit v21.16b, v17.16b, v13.16b
 	WORD $0x4fa8ea53 // sdot v19.4s, v18.16b, v8.4b[3]
 	WORD $0x4fa9eab3 // sdot v19.4s, v21.16b, v9.4b[3]
 	WORD $0x4faaea54 // sdot v20.4s, v18.16b, v10.4b[3]
@@ -3743,10 +3743,10 @@ loop:
 	FMOVQ 32(R0), F19
 	WORD $0x4e0f0276 // tbl v22.16b, {v19.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db4 // bit v20.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed4 // bit v20.16b, v22.16b, v13.16b
 	WORD $0x4e100276 // tbl v22.16b, {v19.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db1 // bit v17.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed1 // bit v17.16b, v22.16b, v13.16b
 	WORD $0x4f88e295 // sdot v21.4s, v20.16b, v8.4b[0]
 	WORD $0x4f89e235 // sdot v21.4s, v17.16b, v9.4b[0]
 	WORD $0x4f8ae292 // sdot v18.4s, v20.16b, v10.4b[0]
@@ -3757,10 +3757,10 @@ loop:
 	FMOVQ 48(R0), F22
 	WORD $0x4e0f02d3 // tbl v19.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
-	WORD $0x6eb31db4 // bit v20.16b, v13.16b, v19.16b
+	WORD $0x6ead1e74 // bit v20.16b, v19.16b, v13.16b
 	WORD $0x4e1002d3 // tbl v19.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
-	WORD $0x6eb31db1 // bit v17.16b, v13.16b, v19.16b
+	WORD $0x6ead1e71 // bit v17.16b, v19.16b, v13.16b
 	WORD $0x4fa8e295 // sdot v21.4s, v20.16b, v8.4b[1]
 	WORD $0x4fa9e235 // sdot v21.4s, v17.16b, v9.4b[1]
 	WORD $0x4faae292 // sdot v18.4s, v20.16b, v10.4b[1]
@@ -3771,10 +3771,10 @@ loop:
 	FMOVQ 64(R0), F19
 	WORD $0x4e0f0276 // tbl v22.16b, {v19.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db4 // bit v20.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed4 // bit v20.16b, v22.16b, v13.16b
 	WORD $0x4e100276 // tbl v22.16b, {v19.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db1 // bit v17.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed1 // bit v17.16b, v22.16b, v13.16b
 	WORD $0x4f88ea95 // sdot v21.4s, v20.16b, v8.4b[2]
 	WORD $0x4f89ea35 // sdot v21.4s, v17.16b, v9.4b[2]
 	WORD $0x4f8aea92 // sdot v18.4s, v20.16b, v10.4b[2]
@@ -3785,10 +3785,10 @@ loop:
 	FMOVQ 80(R0), F22
 	WORD $0x4e0f02d3 // tbl v19.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
-	WORD $0x6eb31db4 // bit v20.16b, v13.16b, v19.16b
+	WORD $0x6ead1e74 // bit v20.16b, v19.16b, v13.16b
 	WORD $0x4e1002d3 // tbl v19.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
-	WORD $0x6eb31db1 // bit v17.16b, v13.16b, v19.16b
+	WORD $0x6ead1e71 // bit v17.16b, v19.16b, v13.16b
 	WORD $0x4fa8ea95 // sdot v21.4s, v20.16b, v8.4b[3]
 	WORD $0x4fa9ea35 // sdot v21.4s, v17.16b, v9.4b[3]
 	WORD $0x4faaea92 // sdot v18.4s, v20.16b, v10.4b[3]
@@ -3821,10 +3821,10 @@ loop:
 	FMOVQ 32(R0), F21
 	WORD $0x4e1002b6 // tbl v22.16b, {v21.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db2 // bit v18.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed2 // bit v18.16b, v22.16b, v13.16b
 	WORD $0x4e0f02b6 // tbl v22.16b, {v21.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db3 // bit v19.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed3 // bit v19.16b, v22.16b, v13.16b
 	WORD $0x4f88e251 // sdot v17.4s, v18.16b, v8.4b[0]
 	WORD $0x4f89e271 // sdot v17.4s, v19.16b, v9.4b[0]
 	WORD $0x4f8ae254 // sdot v20.4s, v18.16b, v10.4b[0]
@@ -3835,10 +3835,10 @@ loop:
 	FMOVQ 48(R0), F22
 	WORD $0x4e1002d5 // tbl v21.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db2 // bit v18.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb2 // bit v18.16b, v21.16b, v13.16b
 	WORD $0x4e0f02d5 // tbl v21.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db3 // bit v19.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb3 // bit v19.16b, v21.16b, v13.16b
 	WORD $0x4fa8e251 // sdot v17.4s, v18.16b, v8.4b[1]
 	WORD $0x4fa9e271 // sdot v17.4s, v19.16b, v9.4b[1]
 	WORD $0x4faae254 // sdot v20.4s, v18.16b, v10.4b[1]
@@ -3849,10 +3849,10 @@ loop:
 	FMOVQ 64(R0), F21
 	WORD $0x4e1002b6 // tbl v22.16b, {v21.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db2 // bit v18.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed2 // bit v18.16b, v22.16b, v13.16b
 	WORD $0x4e0f02b6 // tbl v22.16b, {v21.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db3 // bit v19.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed3 // bit v19.16b, v22.16b, v13.16b
 	WORD $0x4f88ea51 // sdot v17.4s, v18.16b, v8.4b[2]
 	WORD $0x4f89ea71 // sdot v17.4s, v19.16b, v9.4b[2]
 	WORD $0x4f8aea54 // sdot v20.4s, v18.16b, v10.4b[2]
@@ -3863,10 +3863,10 @@ loop:
 	FMOVQ 80(R0), F22
 	WORD $0x4e1002d5 // tbl v21.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db2 // bit v18.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb2 // bit v18.16b, v21.16b, v13.16b
 	WORD $0x4e0f02d5 // tbl v21.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db3 // bit v19.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb3 // bit v19.16b, v21.16b, v13.16b
 	WORD $0x4fa8ea51 // sdot v17.4s, v18.16b, v8.4b[3]
 	WORD $0x4fa9ea71 // sdot v17.4s, v19.16b, v9.4b[3]
 	WORD $0x4faaea54 // sdot v20.4s, v18.16b, v10.4b[3]
@@ -3960,10 +3960,10 @@ loop:
 	FMOVQ 32(R0), F28
 	WORD $0x4e15039d // tbl v29.16b, {v28.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4e16039d // tbl v29.16b, {v28.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7a // bit v26.16b, v19.16b, v29.16b
+	WORD $0x6eb31fba // bit v26.16b, v29.16b, v19.16b
 	WORD $0x4f8ce377 // sdot v23.4s, v27.16b, v12.4b[0]
 	WORD $0x4f8de357 // sdot v23.4s, v26.16b, v13.4b[0]
 	WORD $0x4f8ee378 // sdot v24.4s, v27.16b, v14.4b[0]
@@ -3976,10 +3976,10 @@ loop:
 	FMOVQ 48(R0), F29
 	WORD $0x4e1503bc // tbl v28.16b, {v29.16b}, v21.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7b // bit v27.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9b // bit v27.16b, v28.16b, v19.16b
 	WORD $0x4e1603bc // tbl v28.16b, {v29.16b}, v22.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7a // bit v26.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9a // bit v26.16b, v28.16b, v19.16b
 	WORD $0x4face377 // sdot v23.4s, v27.16b, v12.4b[1]
 	WORD $0x4fade357 // sdot v23.4s, v26.16b, v13.4b[1]
 	WORD $0x4faee378 // sdot v24.4s, v27.16b, v14.4b[1]
@@ -3992,10 +3992,10 @@ loop:
 	FMOVQ 64(R0), F28
 	WORD $0x4e15039d // tbl v29.16b, {v28.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4e16039d // tbl v29.16b, {v28.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7a // bit v26.16b, v19.16b, v29.16b
+	WORD $0x6eb31fba // bit v26.16b, v29.16b, v19.16b
 	WORD $0x4f8ceb77 // sdot v23.4s, v27.16b, v12.4b[2]
 	WORD $0x4f8deb57 // sdot v23.4s, v26.16b, v13.4b[2]
 	WORD $0x4f8eeb78 // sdot v24.4s, v27.16b, v14.4b[2]
@@ -4008,10 +4008,10 @@ loop:
 	FMOVQ 80(R0), F29
 	WORD $0x4e1503bc // tbl v28.16b, {v29.16b}, v21.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7b // bit v27.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9b // bit v27.16b, v28.16b, v19.16b
 	WORD $0x4e1603bc // tbl v28.16b, {v29.16b}, v22.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7a // bit v26.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9a // bit v26.16b, v28.16b, v19.16b
 	WORD $0x4faceb77 // sdot v23.4s, v27.16b, v12.4b[3]
 	WORD $0x4fadeb57 // sdot v23.4s, v26.16b, v13.4b[3]
 	WORD $0x4faeeb78 // sdot v24.4s, v27.16b, v14.4b[3]
@@ -4055,10 +4055,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e1602fd // tbl v29.16b, {v23.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e78 // bit v24.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb8 // bit v24.16b, v29.16b, v19.16b
 	WORD $0x4e1502fd // tbl v29.16b, {v23.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e79 // bit v25.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb9 // bit v25.16b, v29.16b, v19.16b
 	WORD $0x4f8ce31a // sdot v26.4s, v24.16b, v12.4b[0]
 	WORD $0x4f8de33a // sdot v26.4s, v25.16b, v13.4b[0]
 	WORD $0x4f8ee31c // sdot v28.4s, v24.16b, v14.4b[0]
@@ -4071,10 +4071,10 @@ loop:
 	FMOVQ 48(R0), F29
 	WORD $0x4e1603b7 // tbl v23.16b, {v29.16b}, v22.16b
 	WORD $0x4e348ef7 // cmtst v23.16b, v23.16b, v20.16b
-	WORD $0x6eb71e78 // bit v24.16b, v19.16b, v23.16b
+	WORD $0x6eb31ef8 // bit v24.16b, v23.16b, v19.16b
 	WORD $0x4e1503b7 // tbl v23.16b, {v29.16b}, v21.16b
 	WORD $0x4e348ef7 // cmtst v23.16b, v23.16b, v20.16b
-	WORD $0x6eb71e79 // bit v25.16b, v19.16b, v23.16b
+	WORD $0x6eb31ef9 // bit v25.16b, v23.16b, v19.16b
 	WORD $0x4face31a // sdot v26.4s, v24.16b, v12.4b[1]
 	WORD $0x4fade33a // sdot v26.4s, v25.16b, v13.4b[1]
 	WORD $0x4faee31c // sdot v28.4s, v24.16b, v14.4b[1]
@@ -4087,10 +4087,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e1602fd // tbl v29.16b, {v23.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e78 // bit v24.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb8 // bit v24.16b, v29.16b, v19.16b
 	WORD $0x4e1502fd // tbl v29.16b, {v23.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e79 // bit v25.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb9 // bit v25.16b, v29.16b, v19.16b
 	WORD $0x4f8ceb1a // sdot v26.4s, v24.16b, v12.4b[2]
 	WORD $0x4f8deb3a // sdot v26.4s, v25.16b, v13.4b[2]
 	WORD $0x4f8eeb1c // sdot v28.4s, v24.16b, v14.4b[2]
@@ -4103,10 +4103,10 @@ loop:
 	FMOVQ 80(R0), F29
 	WORD $0x4e1603b7 // tbl v23.16b, {v29.16b}, v22.16b
 	WORD $0x4e348ef7 // cmtst v23.16b, v23.16b, v20.16b
-	WORD $0x6eb71e78 // bit v24.16b, v19.16b, v23.16b
+	WORD $0x6eb31ef8 // bit v24.16b, v23.16b, v19.16b
 	WORD $0x4e1503b7 // tbl v23.16b, {v29.16b}, v21.16b
 	WORD $0x4e348ef7 // cmtst v23.16b, v23.16b, v20.16b
-	WORD $0x6eb71e79 // bit v25.16b, v19.16b, v23.16b
+	WORD $0x6eb31ef9 // bit v25.16b, v23.16b, v19.16b
 	WORD $0x4faceb1a // sdot v26.4s, v24.16b, v12.4b[3]
 	WORD $0x4fadeb3a // sdot v26.4s, v25.16b, v13.4b[3]
 	WORD $0x4faeeb1c // sdot v28.4s, v24.16b, v14.4b[3]
@@ -4150,10 +4150,10 @@ loop:
 	FMOVQ 32(R0), F26
 	WORD $0x4e15035d // tbl v29.16b, {v26.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7c // bit v28.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbc // bit v28.16b, v29.16b, v19.16b
 	WORD $0x4e16035d // tbl v29.16b, {v26.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4f8ce399 // sdot v25.4s, v28.16b, v12.4b[0]
 	WORD $0x4f8de379 // sdot v25.4s, v27.16b, v13.4b[0]
 	WORD $0x4f8ee397 // sdot v23.4s, v28.16b, v14.4b[0]
@@ -4166,10 +4166,10 @@ loop:
 	FMOVQ 48(R0), F29
 	WORD $0x4e1503ba // tbl v26.16b, {v29.16b}, v21.16b
 	WORD $0x4e348f5a // cmtst v26.16b, v26.16b, v20.16b
-	WORD $0x6eba1e7c // bit v28.16b, v19.16b, v26.16b
+	WORD $0x6eb31f5c // bit v28.16b, v26.16b, v19.16b
 	WORD $0x4e1603ba // tbl v26.16b, {v29.16b}, v22.16b
 	WORD $0x4e348f5a // cmtst v26.16b, v26.16b, v20.16b
-	WORD $0x6eba1e7b // bit v27.16b, v19.16b, v26.16b
+	WORD $0x6eb31f5b // bit v27.16b, v26.16b, v19.16b
 	WORD $0x4face399 // sdot v25.4s, v28.16b, v12.4b[1]
 	WORD $0x4fade379 // sdot v25.4s, v27.16b, v13.4b[1]
 	WORD $0x4faee397 // sdot v23.4s, v28.16b, v14.4b[1]
@@ -4182,10 +4182,10 @@ loop:
 	FMOVQ 64(R0), F26
 	WORD $0x4e15035d // tbl v29.16b, {v26.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7c // bit v28.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbc // bit v28.16b, v29.16b, v19.16b
 	WORD $0x4e16035d // tbl v29.16b, {v26.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4f8ceb99 // sdot v25.4s, v28.16b, v12.4b[2]
 	WORD $0x4f8deb79 // sdot v25.4s, v27.16b, v13.4b[2]
 	WORD $0x4f8eeb97 // sdot v23.4s, v28.16b, v14.4b[2]
@@ -4198,10 +4198,10 @@ loop:
 	FMOVQ 80(R0), F29
 	WORD $0x4e1503ba // tbl v26.16b, {v29.16b}, v21.16b
 	WORD $0x4e348f5a // cmtst v26.16b, v26.16b, v20.16b
-	WORD $0x6eba1e7c // bit v28.16b, v19.16b, v26.16b
+	WORD $0x6eb31f5c // bit v28.16b, v26.16b, v19.16b
 	WORD $0x4e1603ba // tbl v26.16b, {v29.16b}, v22.16b
 	WORD $0x4e348f5a // cmtst v26.16b, v26.16b, v20.16b
-	WORD $0x6eba1e7b // bit v27.16b, v19.16b, v26.16b
+	WORD $0x6eb31f5b // bit v27.16b, v26.16b, v19.16b
 	WORD $0x4faceb99 // sdot v25.4s, v28.16b, v12.4b[3]
 	WORD $0x4fadeb79 // sdot v25.4s, v27.16b, v13.4b[3]
 	WORD $0x4faeeb97 // sdot v23.4s, v28.16b, v14.4b[3]
@@ -4245,10 +4245,10 @@ loop:
 	FMOVQ 32(R0), F25
 	WORD $0x4e16033d // tbl v29.16b, {v25.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e77 // bit v23.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb7 // bit v23.16b, v29.16b, v19.16b
 	WORD $0x4e15033d // tbl v29.16b, {v25.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e78 // bit v24.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb8 // bit v24.16b, v29.16b, v19.16b
 	WORD $0x4f8ce2fb // sdot v27.4s, v23.16b, v12.4b[0]
 	WORD $0x4f8de31b // sdot v27.4s, v24.16b, v13.4b[0]
 	WORD $0x4f8ee2fa // sdot v26.4s, v23.16b, v14.4b[0]
@@ -4261,10 +4261,10 @@ loop:
 	FMOVQ 48(R0), F29
 	WORD $0x4e1603b9 // tbl v25.16b, {v29.16b}, v22.16b
 	WORD $0x4e348f39 // cmtst v25.16b, v25.16b, v20.16b
-	WORD $0x6eb91e77 // bit v23.16b, v19.16b, v25.16b
+	WORD $0x6eb31f37 // bit v23.16b, v25.16b, v19.16b
 	WORD $0x4e1503b9 // tbl v25.16b, {v29.16b}, v21.16b
 	WORD $0x4e348f39 // cmtst v25.16b, v25.16b, v20.16b
-	WORD $0x6eb91e78 // bit v24.16b, v19.16b, v25.16b
+	WORD $0x6eb31f38 // bit v24.16b, v25.16b, v19.16b
 	WORD $0x4face2fb // sdot v27.4s, v23.16b, v12.4b[1]
 	WORD $0x4fade31b // sdot v27.4s, v24.16b, v13.4b[1]
 	WORD $0x4faee2fa // sdot v26.4s, v23.16b, v14.4b[1]
@@ -4277,10 +4277,10 @@ loop:
 	FMOVQ 64(R0), F25
 	WORD $0x4e16033d // tbl v29.16b, {v25.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e77 // bit v23.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb7 // bit v23.16b, v29.16b, v19.16b
 	WORD $0x4e15033d // tbl v29.16b, {v25.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e78 // bit v24.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb8 // bit v24.16b, v29.16b, v19.16b
 	WORD $0x4f8ceafb // sdot v27.4s, v23.16b, v12.4b[2]
 	WORD $0x4f8deb1b // sdot v27.4s, v24.16b, v13.4b[2]
 	WORD $0x4f8eeafa // sdot v26.4s, v23.16b, v14.4b[2]
@@ -4293,10 +4293,10 @@ loop:
 	FMOVQ 80(R0), F29
 	WORD $0x4e1603b9 // tbl v25.16b, {v29.16b}, v22.16b
 	WORD $0x4e348f39 // cmtst v25.16b, v25.16b, v20.16b
-	WORD $0x6eb91e77 // bit v23.16b, v19.16b, v25.16b
+	WORD $0x6eb31f37 // bit v23.16b, v25.16b, v19.16b
 	WORD $0x4e1503b9 // tbl v25.16b, {v29.16b}, v21.16b
 	WORD $0x4e348f39 // cmtst v25.16b, v25.16b, v20.16b
-	WORD $0x6eb91e78 // bit v24.16b, v19.16b, v25.16b
+	WORD $0x6eb31f38 // bit v24.16b, v25.16b, v19.16b
 	WORD $0x4faceafb // sdot v27.4s, v23.16b, v12.4b[3]
 	WORD $0x4fadeb1b // sdot v27.4s, v24.16b, v13.4b[3]
 	WORD $0x4faeeafa // sdot v26.4s, v23.16b, v14.4b[3]
@@ -4400,10 +4400,10 @@ loop:
 	FMOVQ 32(R0), F19
 	WORD $0x4e0b0274 // tbl v20.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d32 // bit v18.16b, v9.16b, v20.16b
+	WORD $0x6ea91e92 // bit v18.16b, v20.16b, v9.16b
 	WORD $0x4e0c0274 // tbl v20.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d31 // bit v17.16b, v9.16b, v20.16b
+	WORD $0x6ea91e91 // bit v17.16b, v20.16b, v9.16b
 	WORD $0x4f80e24d // sdot v13.4s, v18.16b, v0.4b[0]
 	WORD $0x4f81e22d // sdot v13.4s, v17.16b, v1.4b[0]
 	WORD $0x4f82e24e // sdot v14.4s, v18.16b, v2.4b[0]
@@ -4418,10 +4418,10 @@ loop:
 	FMOVQ 48(R0), F20
 	WORD $0x4e0b0293 // tbl v19.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31d32 // bit v18.16b, v9.16b, v19.16b
+	WORD $0x6ea91e72 // bit v18.16b, v19.16b, v9.16b
 	WORD $0x4e0c0293 // tbl v19.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31d31 // bit v17.16b, v9.16b, v19.16b
+	WORD $0x6ea91e71 // bit v17.16b, v19.16b, v9.16b
 	WORD $0x4fa0e24d // sdot v13.4s, v18.16b, v0.4b[1]
 	WORD $0x4fa1e22d // sdot v13.4s, v17.16b, v1.4b[1]
 	WORD $0x4fa2e24e // sdot v14.4s, v18.16b, v2.4b[1]
@@ -4436,10 +4436,10 @@ loop:
 	FMOVQ 64(R0), F19
 	WORD $0x4e0b0274 // tbl v20.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d32 // bit v18.16b, v9.16b, v20.16b
+	WORD $0x6ea91e92 // bit v18.16b, v20.16b, v9.16b
 	WORD $0x4e0c0274 // tbl v20.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d31 // bit v17.16b, v9.16b, v20.16b
+	WORD $0x6ea91e91 // bit v17.16b, v20.16b, v9.16b
 	WORD $0x4f80ea4d // sdot v13.4s, v18.16b, v0.4b[2]
 	WORD $0x4f81ea2d // sdot v13.4s, v17.16b, v1.4b[2]
 	WORD $0x4f82ea4e // sdot v14.4s, v18.16b, v2.4b[2]
@@ -4454,10 +4454,10 @@ loop:
 	FMOVQ 80(R0), F20
 	WORD $0x4e0b0293 // tbl v19.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31d32 // bit v18.16b, v9.16b, v19.16b
+	WORD $0x6ea91e72 // bit v18.16b, v19.16b, v9.16b
 	WORD $0x4e0c0293 // tbl v19.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31d31 // bit v17.16b, v9.16b, v19.16b
+	WORD $0x6ea91e71 // bit v17.16b, v19.16b, v9.16b
 	WORD $0x4fa0ea4d // sdot v13.4s, v18.16b, v0.4b[3]
 	WORD $0x4fa1ea2d // sdot v13.4s, v17.16b, v1.4b[3]
 	WORD $0x4fa2ea4e // sdot v14.4s, v18.16b, v2.4b[3]
@@ -4520,10 +4520,10 @@ loop:
 	FMOVQ 32(R0), F13
 	WORD $0x4e0c01b4 // tbl v20.16b, {v13.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d2e // bit v14.16b, v9.16b, v20.16b
+	WORD $0x6ea91e8e // bit v14.16b, v20.16b, v9.16b
 	WORD $0x4e0b01b4 // tbl v20.16b, {v13.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d2f // bit v15.16b, v9.16b, v20.16b
+	WORD $0x6ea91e8f // bit v15.16b, v20.16b, v9.16b
 	WORD $0x4f80e1d1 // sdot v17.4s, v14.16b, v0.4b[0]
 	WORD $0x4f81e1f1 // sdot v17.4s, v15.16b, v1.4b[0]
 	WORD $0x4f82e1d2 // sdot v18.4s, v14.16b, v2.4b[0]
@@ -4538,10 +4538,10 @@ loop:
 	FMOVQ 48(R0), F20
 	WORD $0x4e0c028d // tbl v13.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2e // bit v14.16b, v9.16b, v13.16b
+	WORD $0x6ea91dae // bit v14.16b, v13.16b, v9.16b
 	WORD $0x4e0b028d // tbl v13.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2f // bit v15.16b, v9.16b, v13.16b
+	WORD $0x6ea91daf // bit v15.16b, v13.16b, v9.16b
 	WORD $0x4fa0e1d1 // sdot v17.4s, v14.16b, v0.4b[1]
 	WORD $0x4fa1e1f1 // sdot v17.4s, v15.16b, v1.4b[1]
 	WORD $0x4fa2e1d2 // sdot v18.4s, v14.16b, v2.4b[1]
@@ -4556,10 +4556,10 @@ loop:
 	FMOVQ 64(R0), F13
 	WORD $0x4e0c01b4 // tbl v20.16b, {v13.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d2e // bit v14.16b, v9.16b, v20.16b
+	WORD $0x6ea91e8e // bit v14.16b, v20.16b, v9.16b
 	WORD $0x4e0b01b4 // tbl v20.16b, {v13.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d2f // bit v15.16b, v9.16b, v20.16b
+	WORD $0x6ea91e8f // bit v15.16b, v20.16b, v9.16b
 	WORD $0x4f80e9d1 // sdot v17.4s, v14.16b, v0.4b[2]
 	WORD $0x4f81e9f1 // sdot v17.4s, v15.16b, v1.4b[2]
 	WORD $0x4f82e9d2 // sdot v18.4s, v14.16b, v2.4b[2]
@@ -4574,10 +4574,10 @@ loop:
 	FMOVQ 80(R0), F20
 	WORD $0x4e0c028d // tbl v13.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2e // bit v14.16b, v9.16b, v13.16b
+	WORD $0x6ea91dae // bit v14.16b, v13.16b, v9.16b
 	WORD $0x4e0b028d // tbl v13.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2f // bit v15.16b, v9.16b, v13.16b
+	WORD $0x6ea91daf // bit v15.16b, v13.16b, v9.16b
 	WORD $0x4fa0e9d1 // sdot v17.4s, v14.16b, v0.4b[3]
 	WORD $0x4fa1e9f1 // sdot v17.4s, v15.16b, v1.4b[3]
 	WORD $0x4fa2e9d2 // sdot v18.4s, v14.16b, v2.4b[3]
@@ -4640,10 +4640,10 @@ loop:
 	FMOVQ 32(R0), F17
 	WORD $0x4e0b0234 // tbl v20.16b, {v17.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d32 // bit v18.16b, v9.16b, v20.16b
+	WORD $0x6ea91e92 // bit v18.16b, v20.16b, v9.16b
 	WORD $0x4e0c0234 // tbl v20.16b, {v17.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d33 // bit v19.16b, v9.16b, v20.16b
+	WORD $0x6ea91e93 // bit v19.16b, v20.16b, v9.16b
 	WORD $0x4f80e24f // sdot v15.4s, v18.16b, v0.4b[0]
 	WORD $0x4f81e26f // sdot v15.4s, v19.16b, v1.4b[0]
 	WORD $0x4f82e24e // sdot v14.4s, v18.16b, v2.4b[0]
@@ -4658,10 +4658,10 @@ loop:
 	FMOVQ 48(R0), F20
 	WORD $0x4e0b0291 // tbl v17.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11d32 // bit v18.16b, v9.16b, v17.16b
+	WORD $0x6ea91e32 // bit v18.16b, v17.16b, v9.16b
 	WORD $0x4e0c0291 // tbl v17.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11d33 // bit v19.16b, v9.16b, v17.16b
+	WORD $0x6ea91e33 // bit v19.16b, v17.16b, v9.16b
 	WORD $0x4fa0e24f // sdot v15.4s, v18.16b, v0.4b[1]
 	WORD $0x4fa1e26f // sdot v15.4s, v19.16b, v1.4b[1]
 	WORD $0x4fa2e24e // sdot v14.4s, v18.16b, v2.4b[1]
@@ -4676,10 +4676,10 @@ loop:
 	FMOVQ 64(R0), F17
 	WORD $0x4e0b0234 // tbl v20.16b, {v17.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d32 // bit v18.16b, v9.16b, v20.16b
+	WORD $0x6ea91e92 // bit v18.16b, v20.16b, v9.16b
 	WORD $0x4e0c0234 // tbl v20.16b, {v17.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d33 // bit v19.16b, v9.16b, v20.16b
+	WORD $0x6ea91e93 // bit v19.16b, v20.16b, v9.16b
 	WORD $0x4f80ea4f // sdot v15.4s, v18.16b, v0.4b[2]
 	WORD $0x4f81ea6f // sdot v15.4s, v19.16b, v1.4b[2]
 	WORD $0x4f82ea4e // sdot v14.4s, v18.16b, v2.4b[2]
@@ -4694,10 +4694,10 @@ loop:
 	FMOVQ 80(R0), F20
 	WORD $0x4e0b0291 // tbl v17.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11d32 // bit v18.16b, v9.16b, v17.16b
+	WORD $0x6ea91e32 // bit v18.16b, v17.16b, v9.16b
 	WORD $0x4e0c0291 // tbl v17.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11d33 // bit v19.16b, v9.16b, v17.16b
+	WORD $0x6ea91e33 // bit v19.16b, v17.16b, v9.16b
 	WORD $0x4fa0ea4f // sdot v15.4s, v18.16b, v0.4b[3]
 	WORD $0x4fa1ea6f // sdot v15.4s, v19.16b, v1.4b[3]
 	WORD $0x4fa2ea4e // sdot v14.4s, v18.16b, v2.4b[3]
@@ -4760,10 +4760,10 @@ loop:
 	FMOVQ 32(R0), F15
 	WORD $0x4e0c01f4 // tbl v20.16b, {v15.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d2e // bit v14.16b, v9.16b, v20.16b
+	WORD $0x6ea91e8e // bit v14.16b, v20.16b, v9.16b
 	WORD $0x4e0b01f4 // tbl v20.16b, {v15.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d2d // bit v13.16b, v9.16b, v20.16b
+	WORD $0x6ea91e8d // bit v13.16b, v20.16b, v9.16b
 	WORD $0x4f80e1d3 // sdot v19.4s, v14.16b, v0.4b[0]
 	WORD $0x4f81e1b3 // sdot v19.4s, v13.16b, v1.4b[0]
 	WORD $0x4f82e1d2 // sdot v18.4s, v14.16b, v2.4b[0]
@@ -4778,10 +4778,10 @@ loop:
 	FMOVQ 48(R0), F20
 	WORD $0x4e0c028f // tbl v15.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1d2e // bit v14.16b, v9.16b, v15.16b
+	WORD $0x6ea91dee // bit v14.16b, v15.16b, v9.16b
 	WORD $0x4e0b028f // tbl v15.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1d2d // bit v13.16b, v9.16b, v15.16b
+	WORD $0x6ea91ded // bit v13.16b, v15.16b, v9.16b
 	WORD $0x4fa0e1d3 // sdot v19.4s, v14.16b, v0.4b[1]
 	WORD $0x4fa1e1b3 // sdot v19.4s, v13.16b, v1.4b[1]
 	WORD $0x4fa2e1d2 // sdot v18.4s, v14.16b, v2.4b[1]
@@ -4796,10 +4796,10 @@ loop:
 	FMOVQ 64(R0), F15
 	WORD $0x4e0c01f4 // tbl v20.16b, {v15.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d2e // bit v14.16b, v9.16b, v20.16b
+	WORD $0x6ea91e8e // bit v14.16b, v20.16b, v9.16b
 	WORD $0x4e0b01f4 // tbl v20.16b, {v15.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d2d // bit v13.16b, v9.16b, v20.16b
+	WORD $0x6ea91e8d // bit v13.16b, v20.16b, v9.16b
 	WORD $0x4f80e9d3 // sdot v19.4s, v14.16b, v0.4b[2]
 	WORD $0x4f81e9b3 // sdot v19.4s, v13.16b, v1.4b[2]
 	WORD $0x4f82e9d2 // sdot v18.4s, v14.16b, v2.4b[2]
@@ -4814,10 +4814,10 @@ loop:
 	FMOVQ 80(R0), F20
 	WORD $0x4e0c028f // tbl v15.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1d2e // bit v14.16b, v9.16b, v15.16b
+	WORD $0x6ea91dee // bit v14.16b, v15.16b, v9.16b
 	WORD $0x4e0b028f // tbl v15.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1d2d // bit v13.16b, v9.16b, v15.16b
+	WORD $0x6ea91ded // bit v13.16b, v15.16b, v9.16b
 	WORD $0x4fa0e9d3 // sdot v19.4s, v14.16b, v0.4b[3]
 	WORD $0x4fa1e9b3 // sdot v19.4s, v13.16b, v1.4b[3]
 	WORD $0x4fa2e9d2 // sdot v18.4s, v14.16b, v2.4b[3]
@@ -4915,10 +4915,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0901cf // tbl v15.16b, {v14.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0a01cf // tbl v15.16b, {v14.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4f84e1ab // sdot v11.4s, v13.16b, v4.4b[0]
 	WORD $0x4f85e18b // sdot v11.4s, v12.16b, v5.4b[0]
 	FMOVQ 192(R0), F12
@@ -4927,10 +4927,10 @@ loop:
 	FMOVQ 80(R0), F15
 	WORD $0x4e0901ee // tbl v14.16b, {v15.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0a01ee // tbl v14.16b, {v15.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e1ab // sdot v11.4s, v13.16b, v4.4b[1]
 	WORD $0x4fa5e18b // sdot v11.4s, v12.16b, v5.4b[1]
 	FMOVQ 256(R0), F12
@@ -4939,10 +4939,10 @@ loop:
 	FMOVQ 96(R0), F14
 	WORD $0x4e0901cf // tbl v15.16b, {v14.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0a01cf // tbl v15.16b, {v14.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4f84e9ab // sdot v11.4s, v13.16b, v4.4b[2]
 	WORD $0x4f85e98b // sdot v11.4s, v12.16b, v5.4b[2]
 	FMOVQ 320(R0), F12
@@ -4951,10 +4951,10 @@ loop:
 	FMOVQ 112(R0), F15
 	WORD $0x4e0901ee // tbl v14.16b, {v15.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0a01ee // tbl v14.16b, {v15.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e9ab // sdot v11.4s, v13.16b, v4.4b[3]
 	WORD $0x4fa5e98b // sdot v11.4s, v12.16b, v5.4b[3]
 	FMOVD 0(R0), F12
@@ -4978,10 +4978,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0a01cb // tbl v11.16b, {v14.16b}, v10.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cef // bit v15.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6f // bit v15.16b, v11.16b, v7.16b
 	WORD $0x4e0901cb // tbl v11.16b, {v14.16b}, v9.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cec // bit v12.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6c // bit v12.16b, v11.16b, v7.16b
 	WORD $0x4f84e1ed // sdot v13.4s, v15.16b, v4.4b[0]
 	WORD $0x4f85e18d // sdot v13.4s, v12.16b, v5.4b[0]
 	FMOVQ 208(R0), F12
@@ -4990,10 +4990,10 @@ loop:
 	FMOVQ 80(R0), F11
 	WORD $0x4e0a016e // tbl v14.16b, {v11.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cef // bit v15.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcf // bit v15.16b, v14.16b, v7.16b
 	WORD $0x4e09016e // tbl v14.16b, {v11.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e1ed // sdot v13.4s, v15.16b, v4.4b[1]
 	WORD $0x4fa5e18d // sdot v13.4s, v12.16b, v5.4b[1]
 	FMOVQ 272(R0), F12
@@ -5002,10 +5002,10 @@ loop:
 	FMOVQ 96(R0), F14
 	WORD $0x4e0a01cb // tbl v11.16b, {v14.16b}, v10.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cef // bit v15.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6f // bit v15.16b, v11.16b, v7.16b
 	WORD $0x4e0901cb // tbl v11.16b, {v14.16b}, v9.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cec // bit v12.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6c // bit v12.16b, v11.16b, v7.16b
 	WORD $0x4f84e9ed // sdot v13.4s, v15.16b, v4.4b[2]
 	WORD $0x4f85e98d // sdot v13.4s, v12.16b, v5.4b[2]
 	FMOVQ 336(R0), F12
@@ -5014,10 +5014,10 @@ loop:
 	FMOVQ 112(R0), F11
 	WORD $0x4e0a016e // tbl v14.16b, {v11.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cef // bit v15.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcf // bit v15.16b, v14.16b, v7.16b
 	WORD $0x4e09016e // tbl v14.16b, {v11.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e9ed // sdot v13.4s, v15.16b, v4.4b[3]
 	WORD $0x4fa5e98d // sdot v13.4s, v12.16b, v5.4b[3]
 	FMOVD 8(R0), F12
@@ -5041,10 +5041,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0901cd // tbl v13.16b, {v14.16b}, v9.16b
 	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
-	WORD $0x6ead1ceb // bit v11.16b, v7.16b, v13.16b
+	WORD $0x6ea71dab // bit v11.16b, v13.16b, v7.16b
 	WORD $0x4e0a01cd // tbl v13.16b, {v14.16b}, v10.16b
 	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
-	WORD $0x6ead1cec // bit v12.16b, v7.16b, v13.16b
+	WORD $0x6ea71dac // bit v12.16b, v13.16b, v7.16b
 	WORD $0x4f84e16f // sdot v15.4s, v11.16b, v4.4b[0]
 	WORD $0x4f85e18f // sdot v15.4s, v12.16b, v5.4b[0]
 	FMOVQ 224(R0), F12
@@ -5053,10 +5053,10 @@ loop:
 	FMOVQ 80(R0), F13
 	WORD $0x4e0901ae // tbl v14.16b, {v13.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ceb // bit v11.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcb // bit v11.16b, v14.16b, v7.16b
 	WORD $0x4e0a01ae // tbl v14.16b, {v13.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e16f // sdot v15.4s, v11.16b, v4.4b[1]
 	WORD $0x4fa5e18f // sdot v15.4s, v12.16b, v5.4b[1]
 	FMOVQ 288(R0), F12
@@ -5065,10 +5065,10 @@ loop:
 	FMOVQ 96(R0), F14
 	WORD $0x4e0901cd // tbl v13.16b, {v14.16b}, v9.16b
 	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
-	WORD $0x6ead1ceb // bit v11.16b, v7.16b, v13.16b
+	WORD $0x6ea71dab // bit v11.16b, v13.16b, v7.16b
 	WORD $0x4e0a01cd // tbl v13.16b, {v14.16b}, v10.16b
 	WORD $0x4e288dad // cmtst v13.16b, v13.16b, v8.16b
-	WORD $0x6ead1cec // bit v12.16b, v7.16b, v13.16b
+	WORD $0x6ea71dac // bit v12.16b, v13.16b, v7.16b
 	WORD $0x4f84e96f // sdot v15.4s, v11.16b, v4.4b[2]
 	WORD $0x4f85e98f // sdot v15.4s, v12.16b, v5.4b[2]
 	FMOVQ 352(R0), F12
@@ -5077,10 +5077,10 @@ loop:
 	FMOVQ 112(R0), F13
 	WORD $0x4e0901ae // tbl v14.16b, {v13.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ceb // bit v11.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcb // bit v11.16b, v14.16b, v7.16b
 	WORD $0x4e0a01ae // tbl v14.16b, {v13.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e96f // sdot v15.4s, v11.16b, v4.4b[3]
 	WORD $0x4fa5e98f // sdot v15.4s, v12.16b, v5.4b[3]
 	FMOVD 16(R0), F12
@@ -5104,10 +5104,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0a01cf // tbl v15.16b, {v14.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0901cf // tbl v15.16b, {v14.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4f84e1ab // sdot v11.4s, v13.16b, v4.4b[0]
 	WORD $0x4f85e18b // sdot v11.4s, v12.16b, v5.4b[0]
 	FMOVQ 240(R0), F12
@@ -5116,10 +5116,10 @@ loop:
 	FMOVQ 80(R0), F15
 	WORD $0x4e0a01ee // tbl v14.16b, {v15.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0901ee // tbl v14.16b, {v15.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e1ab // sdot v11.4s, v13.16b, v4.4b[1]
 	WORD $0x4fa5e18b // sdot v11.4s, v12.16b, v5.4b[1]
 	FMOVQ 304(R0), F12
@@ -5128,10 +5128,10 @@ loop:
 	FMOVQ 96(R0), F14
 	WORD $0x4e0a01cf // tbl v15.16b, {v14.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0901cf // tbl v15.16b, {v14.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4f84e9ab // sdot v11.4s, v13.16b, v4.4b[2]
 	WORD $0x4f85e98b // sdot v11.4s, v12.16b, v5.4b[2]
 	FMOVQ 368(R0), F12
@@ -5140,10 +5140,10 @@ loop:
 	FMOVQ 112(R0), F15
 	WORD $0x4e0a01ee // tbl v14.16b, {v15.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0901ee // tbl v14.16b, {v15.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1cec // bit v12.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcc // bit v12.16b, v14.16b, v7.16b
 	WORD $0x4fa4e9ab // sdot v11.4s, v13.16b, v4.4b[3]
 	WORD $0x4fa5e98b // sdot v11.4s, v12.16b, v5.4b[3]
 	FMOVD 24(R0), F12
@@ -5213,10 +5213,10 @@ loop:
 	FMOVQ 64(R0), F21
 	WORD $0x4e0f02b6 // tbl v22.16b, {v21.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db4 // bit v20.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed4 // bit v20.16b, v22.16b, v13.16b
 	WORD $0x4e1002b6 // tbl v22.16b, {v21.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db3 // bit v19.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed3 // bit v19.16b, v22.16b, v13.16b
 	WORD $0x4f88e291 // sdot v17.4s, v20.16b, v8.4b[0]
 	WORD $0x4f89e271 // sdot v17.4s, v19.16b, v9.4b[0]
 	WORD $0x4f8ae292 // sdot v18.4s, v20.16b, v10.4b[0]
@@ -5227,10 +5227,10 @@ loop:
 	FMOVQ 80(R0), F22
 	WORD $0x4e0f02d5 // tbl v21.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db4 // bit v20.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb4 // bit v20.16b, v21.16b, v13.16b
 	WORD $0x4e1002d5 // tbl v21.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db3 // bit v19.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb3 // bit v19.16b, v21.16b, v13.16b
 	WORD $0x4fa8e291 // sdot v17.4s, v20.16b, v8.4b[1]
 	WORD $0x4fa9e271 // sdot v17.4s, v19.16b, v9.4b[1]
 	WORD $0x4faae292 // sdot v18.4s, v20.16b, v10.4b[1]
@@ -5241,10 +5241,10 @@ loop:
 	FMOVQ 96(R0), F21
 	WORD $0x4e0f02b6 // tbl v22.16b, {v21.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db4 // bit v20.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed4 // bit v20.16b, v22.16b, v13.16b
 	WORD $0x4e1002b6 // tbl v22.16b, {v21.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db3 // bit v19.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed3 // bit v19.16b, v22.16b, v13.16b
 	WORD $0x4f88ea91 // sdot v17.4s, v20.16b, v8.4b[2]
 	WORD $0x4f89ea71 // sdot v17.4s, v19.16b, v9.4b[2]
 	WORD $0x4f8aea92 // sdot v18.4s, v20.16b, v10.4b[2]
@@ -5255,10 +5255,10 @@ loop:
 	FMOVQ 112(R0), F22
 	WORD $0x4e0f02d5 // tbl v21.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db4 // bit v20.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb4 // bit v20.16b, v21.16b, v13.16b
 	WORD $0x4e1002d5 // tbl v21.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db3 // bit v19.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb3 // bit v19.16b, v21.16b, v13.16b
 	WORD $0x4fa8ea91 // sdot v17.4s, v20.16b, v8.4b[3]
 	WORD $0x4fa9ea71 // sdot v17.4s, v19.16b, v9.4b[3]
 	WORD $0x4faaea92 // sdot v18.4s, v20.16b, v10.4b[3]
@@ -5293,10 +5293,10 @@ loop:
 	FMOVQ 64(R0), F18
 	WORD $0x4e100251 // tbl v17.16b, {v18.16b}, v16.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db6 // bit v22.16b, v13.16b, v17.16b
+	WORD $0x6ead1e36 // bit v22.16b, v17.16b, v13.16b
 	WORD $0x4e0f0251 // tbl v17.16b, {v18.16b}, v15.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db5 // bit v21.16b, v13.16b, v17.16b
+	WORD $0x6ead1e35 // bit v21.16b, v17.16b, v13.16b
 	WORD $0x4f88e2d4 // sdot v20.4s, v22.16b, v8.4b[0]
 	WORD $0x4f89e2b4 // sdot v20.4s, v21.16b, v9.4b[0]
 	WORD $0x4f8ae2d3 // sdot v19.4s, v22.16b, v10.4b[0]
@@ -5307,10 +5307,10 @@ loop:
 	FMOVQ 80(R0), F17
 	WORD $0x4e100232 // tbl v18.16b, {v17.16b}, v16.16b
 	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
-	WORD $0x6eb21db6 // bit v22.16b, v13.16b, v18.16b
+	WORD $0x6ead1e56 // bit v22.16b, v18.16b, v13.16b
 	WORD $0x4e0f0232 // tbl v18.16b, {v17.16b}, v15.16b
 	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
-	WORD $0x6eb21db5 // bit v21.16b, v13.16b, v18.16b
+	WORD $0x6ead1e55 // bit v21.16b, v18.16b, v13.16b
 	WORD $0x4fa8e2d4 // sdot v20.4s, v22.16b, v8.4b[1]
 	WORD $0x4fa9e2b4 // sdot v20.4s, v21.16b, v9.4b[1]
 	WORD $0x4faae2d3 // sdot v19.4s, v22.16b, v10.4b[1]
@@ -5321,10 +5321,10 @@ loop:
 	FMOVQ 96(R0), F18
 	WORD $0x4e100251 // tbl v17.16b, {v18.16b}, v16.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db6 // bit v22.16b, v13.16b, v17.16b
+	WORD $0x6ead1e36 // bit v22.16b, v17.16b, v13.16b
 	WORD $0x4e0f0251 // tbl v17.16b, {v18.16b}, v15.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db5 // bit v21.16b, v13.16b, v17.16b
+	WORD $0x6ead1e35 // bit v21.16b, v17.16b, v13.16b
 	WORD $0x4f88ead4 // sdot v20.4s, v22.16b, v8.4b[2]
 	WORD $0x4f89eab4 // sdot v20.4s, v21.16b, v9.4b[2]
 	WORD $0x4f8aead3 // sdot v19.4s, v22.16b, v10.4b[2]
@@ -5335,10 +5335,10 @@ loop:
 	FMOVQ 112(R0), F17
 	WORD $0x4e100232 // tbl v18.16b, {v17.16b}, v16.16b
 	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
-	WORD $0x6eb21db6 // bit v22.16b, v13.16b, v18.16b
+	WORD $0x6ead1e56 // bit v22.16b, v18.16b, v13.16b
 	WORD $0x4e0f0232 // tbl v18.16b, {v17.16b}, v15.16b
 	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
-	WORD $0x6eb21db5 // bit v21.16b, v13.16b, v18.16b
+	WORD $0x6ead1e55 // bit v21.16b, v18.16b, v13.16b
 	WORD $0x4fa8ead4 // sdot v20.4s, v22.16b, v8.4b[3]
 	WORD $0x4fa9eab4 // sdot v20.4s, v21.16b, v9.4b[3]
 	WORD $0x4faaead3 // sdot v19.4s, v22.16b, v10.4b[3]
@@ -5373,10 +5373,10 @@ loop:
 	FMOVQ 64(R0), F19
 	WORD $0x4e0f0274 // tbl v20.16b, {v19.16b}, v15.16b
 	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
-	WORD $0x6eb41db1 // bit v17.16b, v13.16b, v20.16b
+	WORD $0x6ead1e91 // bit v17.16b, v20.16b, v13.16b
 	WORD $0x4e100274 // tbl v20.16b, {v19.16b}, v16.16b
 	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
-	WORD $0x6eb41db2 // bit v18.16b, v13.16b, v20.16b
+	WORD $0x6ead1e92 // bit v18.16b, v20.16b, v13.16b
 	WORD $0x4f88e236 // sdot v22.4s, v17.16b, v8.4b[0]
 	WORD $0x4f89e256 // sdot v22.4s, v18.16b, v9.4b[0]
 	WORD $0x4f8ae235 // sdot v21.4s, v17.16b, v10.4b[0]
@@ -5387,10 +5387,10 @@ loop:
 	FMOVQ 80(R0), F20
 	WORD $0x4e0f0293 // tbl v19.16b, {v20.16b}, v15.16b
 	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
-	WORD $0x6eb31db1 // bit v17.16b, v13.16b, v19.16b
+	WORD $0x6ead1e71 // bit v17.16b, v19.16b, v13.16b
 	WORD $0x4e100293 // tbl v19.16b, {v20.16b}, v16.16b
 	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
-	WORD $0x6eb31db2 // bit v18.16b, v13.16b, v19.16b
+	WORD $0x6ead1e72 // bit v18.16b, v19.16b, v13.16b
 	WORD $0x4fa8e236 // sdot v22.4s, v17.16b, v8.4b[1]
 	WORD $0x4fa9e256 // sdot v22.4s, v18.16b, v9.4b[1]
 	WORD $0x4faae235 // sdot v21.4s, v17.16b, v10.4b[1]
@@ -5401,10 +5401,10 @@ loop:
 	FMOVQ 96(R0), F19
 	WORD $0x4e0f0274 // tbl v20.16b, {v19.16b}, v15.16b
 	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
-	WORD $0x6eb41db1 // bit v17.16b, v13.16b, v20.16b
+	WORD $0x6ead1e91 // bit v17.16b, v20.16b, v13.16b
 	WORD $0x4e100274 // tbl v20.16b, {v19.16b}, v16.16b
 	WORD $0x4e2e8e94 // cmtst v20.16b, v20.16b, v14.16b
-	WORD $0x6eb41db2 // bit v18.16b, v13.16b, v20.16b
+	WORD $0x6ead1e92 // bit v18.16b, v20.16b, v13.16b
 	WORD $0x4f88ea36 // sdot v22.4s, v17.16b, v8.4b[2]
 	WORD $0x4f89ea56 // sdot v22.4s, v18.16b, v9.4b[2]
 	WORD $0x4f8aea35 // sdot v21.4s, v17.16b, v10.4b[2]
@@ -5415,10 +5415,10 @@ loop:
 	FMOVQ 112(R0), F20
 	WORD $0x4e0f0293 // tbl v19.16b, {v20.16b}, v15.16b
 	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
-	WORD $0x6eb31db1 // bit v17.16b, v13.16b, v19.16b
+	WORD $0x6ead1e71 // bit v17.16b, v19.16b, v13.16b
 	WORD $0x4e100293 // tbl v19.16b, {v20.16b}, v16.16b
 	WORD $0x4e2e8e73 // cmtst v19.16b, v19.16b, v14.16b
-	WORD $0x6eb31db2 // bit v18.16b, v13.16b, v19.16b
+	WORD $0x6ead1e72 // bit v18.16b, v19.16b, v13.16b
 	WORD $0x4fa8ea36 // sdot v22.4s, v17.16b, v8.4b[3]
 	WORD $0x4fa9ea56 // sdot v22.4s, v18.16b, v9.4b[3]
 	WORD $0x4faaea35 // sdot v21.4s, v17.16b, v10.4b[3]
@@ -5453,10 +5453,10 @@ loop:
 	FMOVQ 64(R0), F21
 	WORD $0x4e1002b6 // tbl v22.16b, {v21.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db4 // bit v20.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed4 // bit v20.16b, v22.16b, v13.16b
 	WORD $0x4e0f02b6 // tbl v22.16b, {v21.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db3 // bit v19.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed3 // bit v19.16b, v22.16b, v13.16b
 	WORD $0x4f88e291 // sdot v17.4s, v20.16b, v8.4b[0]
 	WORD $0x4f89e271 // sdot v17.4s, v19.16b, v9.4b[0]
 	WORD $0x4f8ae292 // sdot v18.4s, v20.16b, v10.4b[0]
@@ -5467,10 +5467,10 @@ loop:
 	FMOVQ 80(R0), F22
 	WORD $0x4e1002d5 // tbl v21.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db4 // bit v20.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb4 // bit v20.16b, v21.16b, v13.16b
 	WORD $0x4e0f02d5 // tbl v21.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db3 // bit v19.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb3 // bit v19.16b, v21.16b, v13.16b
 	WORD $0x4fa8e291 // sdot v17.4s, v20.16b, v8.4b[1]
 	WORD $0x4fa9e271 // sdot v17.4s, v19.16b, v9.4b[1]
 	WORD $0x4faae292 // sdot v18.4s, v20.16b, v10.4b[1]
@@ -5481,10 +5481,10 @@ loop:
 	FMOVQ 96(R0), F21
 	WORD $0x4e1002b6 // tbl v22.16b, {v21.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db4 // bit v20.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed4 // bit v20.16b, v22.16b, v13.16b
 	WORD $0x4e0f02b6 // tbl v22.16b, {v21.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db3 // bit v19.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed3 // bit v19.16b, v22.16b, v13.16b
 	WORD $0x4f88ea91 // sdot v17.4s, v20.16b, v8.4b[2]
 	WORD $0x4f89ea71 // sdot v17.4s, v19.16b, v9.4b[2]
 	WORD $0x4f8aea92 // sdot v18.4s, v20.16b, v10.4b[2]
@@ -5495,10 +5495,10 @@ loop:
 	FMOVQ 112(R0), F22
 	WORD $0x4e1002d5 // tbl v21.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db4 // bit v20.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb4 // bit v20.16b, v21.16b, v13.16b
 	WORD $0x4e0f02d5 // tbl v21.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8eb5 // cmtst v21.16b, v21.16b, v14.16b
-	WORD $0x6eb51db3 // bit v19.16b, v13.16b, v21.16b
+	WORD $0x6ead1eb3 // bit v19.16b, v21.16b, v13.16b
 	WORD $0x4fa8ea91 // sdot v17.4s, v20.16b, v8.4b[3]
 	WORD $0x4fa9ea71 // sdot v17.4s, v19.16b, v9.4b[3]
 	WORD $0x4faaea92 // sdot v18.4s, v20.16b, v10.4b[3]
@@ -5594,10 +5594,10 @@ loop:
 	FMOVQ 64(R0), F28
 	WORD $0x4e15039d // tbl v29.16b, {v28.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4e16039d // tbl v29.16b, {v28.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7a // bit v26.16b, v19.16b, v29.16b
+	WORD $0x6eb31fba // bit v26.16b, v29.16b, v19.16b
 	WORD $0x4f8ce377 // sdot v23.4s, v27.16b, v12.4b[0]
 	WORD $0x4f8de357 // sdot v23.4s, v26.16b, v13.4b[0]
 	WORD $0x4f8ee378 // sdot v24.4s, v27.16b, v14.4b[0]
@@ -5610,10 +5610,10 @@ loop:
 	FMOVQ 80(R0), F29
 	WORD $0x4e1503bc // tbl v28.16b, {v29.16b}, v21.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7b // bit v27.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9b // bit v27.16b, v28.16b, v19.16b
 	WORD $0x4e1603bc // tbl v28.16b, {v29.16b}, v22.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7a // bit v26.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9a // bit v26.16b, v28.16b, v19.16b
 	WORD $0x4face377 // sdot v23.4s, v27.16b, v12.4b[1]
 	WORD $0x4fade357 // sdot v23.4s, v26.16b, v13.4b[1]
 	WORD $0x4faee378 // sdot v24.4s, v27.16b, v14.4b[1]
@@ -5626,10 +5626,10 @@ loop:
 	FMOVQ 96(R0), F28
 	WORD $0x4e15039d // tbl v29.16b, {v28.16b}, v21.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4e16039d // tbl v29.16b, {v28.16b}, v22.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7a // bit v26.16b, v19.16b, v29.16b
+	WORD $0x6eb31fba // bit v26.16b, v29.16b, v19.16b
 	WORD $0x4f8ceb77 // sdot v23.4s, v27.16b, v12.4b[2]
 	WORD $0x4f8deb57 // sdot v23.4s, v26.16b, v13.4b[2]
 	WORD $0x4f8eeb78 // sdot v24.4s, v27.16b, v14.4b[2]
@@ -5642,10 +5642,10 @@ loop:
 	FMOVQ 112(R0), F29
 	WORD $0x4e1503bc // tbl v28.16b, {v29.16b}, v21.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7b // bit v27.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9b // bit v27.16b, v28.16b, v19.16b
 	WORD $0x4e1603bc // tbl v28.16b, {v29.16b}, v22.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7a // bit v26.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9a // bit v26.16b, v28.16b, v19.16b
 	WORD $0x4faceb77 // sdot v23.4s, v27.16b, v12.4b[3]
 	WORD $0x4fadeb57 // sdot v23.4s, v26.16b, v13.4b[3]
 	WORD $0x4faeeb78 // sdot v24.4s, v27.16b, v14.4b[3]
@@ -5691,10 +5691,10 @@ loop:
 	FMOVQ 64(R0), F24
 	WORD $0x4e160317 // tbl v23.16b, {v24.16b}, v22.16b
 	WORD $0x4e348ef7 // cmtst v23.16b, v23.16b, v20.16b
-	WORD $0x6eb71e79 // bit v25.16b, v19.16b, v23.16b
+	WORD $0x6eb31ef9 // bit v25.16b, v23.16b, v19.16b
 	WORD $0x4e150317 // tbl v23.16b, {v24.16b}, v21.16b
 	WORD $0x4e348ef7 // cmtst v23.16b, v23.16b, v20.16b
-	WORD $0x6eb71e7c // bit v28.16b, v19.16b, v23.16b
+	WORD $0x6eb31efc // bit v28.16b, v23.16b, v19.16b
 	WORD $0x4f8ce33b // sdot v27.4s, v25.16b, v12.4b[0]
 	WORD $0x4f8de39b // sdot v27.4s, v28.16b, v13.4b[0]
 	WORD $0x4f8ee33a // sdot v26.4s, v25.16b, v14.4b[0]
@@ -5707,10 +5707,10 @@ loop:
 	FMOVQ 80(R0), F23
 	WORD $0x4e1602f8 // tbl v24.16b, {v23.16b}, v22.16b
 	WORD $0x4e348f18 // cmtst v24.16b, v24.16b, v20.16b
-	WORD $0x6eb81e79 // bit v25.16b, v19.16b, v24.16b
+	WORD $0x6eb31f19 // bit v25.16b, v24.16b, v19.16b
 	WORD $0x4e1502f8 // tbl v24.16b, {v23.16b}, v21.16b
 	WORD $0x4e348f18 // cmtst v24.16b, v24.16b, v20.16b
-	WORD $0x6eb81e7c // bit v28.16b, v19.16b, v24.16b
+	WORD $0x6eb31f1c // bit v28.16b, v24.16b, v19.16b
 	WORD $0x4face33b // sdot v27.4s, v25.16b, v12.4b[1]
 	WORD $0x4fade39b // sdot v27.4s, v28.16b, v13.4b[1]
 	WORD $0x4faee33a // sdot v26.4s, v25.16b, v14.4b[1]
@@ -5723,10 +5723,10 @@ loop:
 	FMOVQ 96(R0), F24
 	WORD $0x4e160317 // tbl v23.16b, {v24.16b}, v22.16b
 	WORD $0x4e348ef7 // cmtst v23.16b, v23.16b, v20.16b
-	WORD $0x6eb71e79 // bit v25.16b, v19.16b, v23.16b
+	WORD $0x6eb31ef9 // bit v25.16b, v23.16b, v19.16b
 	WORD $0x4e150317 // tbl v23.16b, {v24.16b}, v21.16b
 	WORD $0x4e348ef7 // cmtst v23.16b, v23.16b, v20.16b
-	WORD $0x6eb71e7c // bit v28.16b, v19.16b, v23.16b
+	WORD $0x6eb31efc // bit v28.16b, v23.16b, v19.16b
 	WORD $0x4f8ceb3b // sdot v27.4s, v25.16b, v12.4b[2]
 	WORD $0x4f8deb9b // sdot v27.4s, v28.16b, v13.4b[2]
 	WORD $0x4f8eeb3a // sdot v26.4s, v25.16b, v14.4b[2]
@@ -5739,10 +5739,10 @@ loop:
 	FMOVQ 112(R0), F23
 	WORD $0x4e1602f8 // tbl v24.16b, {v23.16b}, v22.16b
 	WORD $0x4e348f18 // cmtst v24.16b, v24.16b, v20.16b
-	WORD $0x6eb81e79 // bit v25.16b, v19.16b, v24.16b
+	WORD $0x6eb31f19 // bit v25.16b, v24.16b, v19.16b
 	WORD $0x4e1502f8 // tbl v24.16b, {v23.16b}, v21.16b
 	WORD $0x4e348f18 // cmtst v24.16b, v24.16b, v20.16b
-	WORD $0x6eb81e7c // bit v28.16b, v19.16b, v24.16b
+	WORD $0x6eb31f1c // bit v28.16b, v24.16b, v19.16b
 	WORD $0x4faceb3b // sdot v27.4s, v25.16b, v12.4b[3]
 	WORD $0x4fadeb9b // sdot v27.4s, v28.16b, v13.4b[3]
 	WORD $0x4faeeb3a // sdot v26.4s, v25.16b, v14.4b[3]
@@ -5788,10 +5788,10 @@ loop:
 	FMOVQ 64(R0), F26
 	WORD $0x4e15035b // tbl v27.16b, {v26.16b}, v21.16b
 	WORD $0x4e348f7b // cmtst v27.16b, v27.16b, v20.16b
-	WORD $0x6ebb1e7d // bit v29.16b, v19.16b, v27.16b
+	WORD $0x6eb31f7d // bit v29.16b, v27.16b, v19.16b
 	WORD $0x4e16035b // tbl v27.16b, {v26.16b}, v22.16b
 	WORD $0x4e348f7b // cmtst v27.16b, v27.16b, v20.16b
-	WORD $0x6ebb1e78 // bit v24.16b, v19.16b, v27.16b
+	WORD $0x6eb31f78 // bit v24.16b, v27.16b, v19.16b
 	WORD $0x4f8ce3b9 // sdot v25.4s, v29.16b, v12.4b[0]
 	WORD $0x4f8de319 // sdot v25.4s, v24.16b, v13.4b[0]
 	WORD $0x4f8ee3bc // sdot v28.4s, v29.16b, v14.4b[0]
@@ -5804,10 +5804,10 @@ loop:
 	FMOVQ 80(R0), F27
 	WORD $0x4e15037a // tbl v26.16b, {v27.16b}, v21.16b
 	WORD $0x4e348f5a // cmtst v26.16b, v26.16b, v20.16b
-	WORD $0x6eba1e7d // bit v29.16b, v19.16b, v26.16b
+	WORD $0x6eb31f5d // bit v29.16b, v26.16b, v19.16b
 	WORD $0x4e16037a // tbl v26.16b, {v27.16b}, v22.16b
 	WORD $0x4e348f5a // cmtst v26.16b, v26.16b, v20.16b
-	WORD $0x6eba1e78 // bit v24.16b, v19.16b, v26.16b
+	WORD $0x6eb31f58 // bit v24.16b, v26.16b, v19.16b
 	WORD $0x4face3b9 // sdot v25.4s, v29.16b, v12.4b[1]
 	WORD $0x4fade319 // sdot v25.4s, v24.16b, v13.4b[1]
 	WORD $0x4faee3bc // sdot v28.4s, v29.16b, v14.4b[1]
@@ -5820,10 +5820,10 @@ loop:
 	FMOVQ 96(R0), F26
 	WORD $0x4e15035b // tbl v27.16b, {v26.16b}, v21.16b
 	WORD $0x4e348f7b // cmtst v27.16b, v27.16b, v20.16b
-	WORD $0x6ebb1e7d // bit v29.16b, v19.16b, v27.16b
+	WORD $0x6eb31f7d // bit v29.16b, v27.16b, v19.16b
 	WORD $0x4e16035b // tbl v27.16b, {v26.16b}, v22.16b
 	WORD $0x4e348f7b // cmtst v27.16b, v27.16b, v20.16b
-	WORD $0x6ebb1e78 // bit v24.16b, v19.16b, v27.16b
+	WORD $0x6eb31f78 // bit v24.16b, v27.16b, v19.16b
 	WORD $0x4f8cebb9 // sdot v25.4s, v29.16b, v12.4b[2]
 	WORD $0x4f8deb19 // sdot v25.4s, v24.16b, v13.4b[2]
 	WORD $0x4f8eebbc // sdot v28.4s, v29.16b, v14.4b[2]
@@ -5836,10 +5836,10 @@ loop:
 	FMOVQ 112(R0), F27
 	WORD $0x4e15037a // tbl v26.16b, {v27.16b}, v21.16b
 	WORD $0x4e348f5a // cmtst v26.16b, v26.16b, v20.16b
-	WORD $0x6eba1e7d // bit v29.16b, v19.16b, v26.16b
+	WORD $0x6eb31f5d // bit v29.16b, v26.16b, v19.16b
 	WORD $0x4e16037a // tbl v26.16b, {v27.16b}, v22.16b
 	WORD $0x4e348f5a // cmtst v26.16b, v26.16b, v20.16b
-	WORD $0x6eba1e78 // bit v24.16b, v19.16b, v26.16b
+	WORD $0x6eb31f58 // bit v24.16b, v26.16b, v19.16b
 	WORD $0x4facebb9 // sdot v25.4s, v29.16b, v12.4b[3]
 	WORD $0x4fadeb19 // sdot v25.4s, v24.16b, v13.4b[3]
 	WORD $0x4faeebbc // sdot v28.4s, v29.16b, v14.4b[3]
@@ -5885,10 +5885,10 @@ loop:
 	FMOVQ 64(R0), F28
 	WORD $0x4e160399 // tbl v25.16b, {v28.16b}, v22.16b
 	WORD $0x4e348f39 // cmtst v25.16b, v25.16b, v20.16b
-	WORD $0x6eb91e77 // bit v23.16b, v19.16b, v25.16b
+	WORD $0x6eb31f37 // bit v23.16b, v25.16b, v19.16b
 	WORD $0x4e150399 // tbl v25.16b, {v28.16b}, v21.16b
 	WORD $0x4e348f39 // cmtst v25.16b, v25.16b, v20.16b
-	WORD $0x6eb91e7a // bit v26.16b, v19.16b, v25.16b
+	WORD $0x6eb31f3a // bit v26.16b, v25.16b, v19.16b
 	WORD $0x4f8ce2fd // sdot v29.4s, v23.16b, v12.4b[0]
 	WORD $0x4f8de35d // sdot v29.4s, v26.16b, v13.4b[0]
 	WORD $0x4f8ee2f8 // sdot v24.4s, v23.16b, v14.4b[0]
@@ -5901,10 +5901,10 @@ loop:
 	FMOVQ 80(R0), F25
 	WORD $0x4e16033c // tbl v28.16b, {v25.16b}, v22.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e77 // bit v23.16b, v19.16b, v28.16b
+	WORD $0x6eb31f97 // bit v23.16b, v28.16b, v19.16b
 	WORD $0x4e15033c // tbl v28.16b, {v25.16b}, v21.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7a // bit v26.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9a // bit v26.16b, v28.16b, v19.16b
 	WORD $0x4face2fd // sdot v29.4s, v23.16b, v12.4b[1]
 	WORD $0x4fade35d // sdot v29.4s, v26.16b, v13.4b[1]
 	WORD $0x4faee2f8 // sdot v24.4s, v23.16b, v14.4b[1]
@@ -5917,10 +5917,10 @@ loop:
 	FMOVQ 96(R0), F28
 	WORD $0x4e160399 // tbl v25.16b, {v28.16b}, v22.16b
 	WORD $0x4e348f39 // cmtst v25.16b, v25.16b, v20.16b
-	WORD $0x6eb91e77 // bit v23.16b, v19.16b, v25.16b
+	WORD $0x6eb31f37 // bit v23.16b, v25.16b, v19.16b
 	WORD $0x4e150399 // tbl v25.16b, {v28.16b}, v21.16b
 	WORD $0x4e348f39 // cmtst v25.16b, v25.16b, v20.16b
-	WORD $0x6eb91e7a // bit v26.16b, v19.16b, v25.16b
+	WORD $0x6eb31f3a // bit v26.16b, v25.16b, v19.16b
 	WORD $0x4f8ceafd // sdot v29.4s, v23.16b, v12.4b[2]
 	WORD $0x4f8deb5d // sdot v29.4s, v26.16b, v13.4b[2]
 	WORD $0x4f8eeaf8 // sdot v24.4s, v23.16b, v14.4b[2]
@@ -5933,10 +5933,10 @@ loop:
 	FMOVQ 112(R0), F25
 	WORD $0x4e16033c // tbl v28.16b, {v25.16b}, v22.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e77 // bit v23.16b, v19.16b, v28.16b
+	WORD $0x6eb31f97 // bit v23.16b, v28.16b, v19.16b
 	WORD $0x4e15033c // tbl v28.16b, {v25.16b}, v21.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7a // bit v26.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9a // bit v26.16b, v28.16b, v19.16b
 	WORD $0x4faceafd // sdot v29.4s, v23.16b, v12.4b[3]
 	WORD $0x4fadeb5d // sdot v29.4s, v26.16b, v13.4b[3]
 	WORD $0x4faeeaf8 // sdot v24.4s, v23.16b, v14.4b[3]
@@ -6042,10 +6042,10 @@ loop:
 	FMOVQ 64(R0), F19
 	WORD $0x4e0b0274 // tbl v20.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d32 // bit v18.16b, v9.16b, v20.16b
+	WORD $0x6ea91e92 // bit v18.16b, v20.16b, v9.16b
 	WORD $0x4e0c0274 // tbl v20.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d31 // bit v17.16b, v9.16b, v20.16b
+	WORD $0x6ea91e91 // bit v17.16b, v20.16b, v9.16b
 	WORD $0x4f80e24d // sdot v13.4s, v18.16b, v0.4b[0]
 	WORD $0x4f81e22d // sdot v13.4s, v17.16b, v1.4b[0]
 	WORD $0x4f82e24e // sdot v14.4s, v18.16b, v2.4b[0]
@@ -6060,10 +6060,10 @@ loop:
 	FMOVQ 80(R0), F20
 	WORD $0x4e0b0293 // tbl v19.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31d32 // bit v18.16b, v9.16b, v19.16b
+	WORD $0x6ea91e72 // bit v18.16b, v19.16b, v9.16b
 	WORD $0x4e0c0293 // tbl v19.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31d31 // bit v17.16b, v9.16b, v19.16b
+	WORD $0x6ea91e71 // bit v17.16b, v19.16b, v9.16b
 	WORD $0x4fa0e24d // sdot v13.4s, v18.16b, v0.4b[1]
 	WORD $0x4fa1e22d // sdot v13.4s, v17.16b, v1.4b[1]
 	WORD $0x4fa2e24e // sdot v14.4s, v18.16b, v2.4b[1]
@@ -6078,10 +6078,10 @@ loop:
 	FMOVQ 96(R0), F19
 	WORD $0x4e0b0274 // tbl v20.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d32 // bit v18.16b, v9.16b, v20.16b
+	WORD $0x6ea91e92 // bit v18.16b, v20.16b, v9.16b
 	WORD $0x4e0c0274 // tbl v20.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41d31 // bit v17.16b, v9.16b, v20.16b
+	WORD $0x6ea91e91 // bit v17.16b, v20.16b, v9.16b
 	WORD $0x4f80ea4d // sdot v13.4s, v18.16b, v0.4b[2]
 	WORD $0x4f81ea2d // sdot v13.4s, v17.16b, v1.4b[2]
 	WORD $0x4f82ea4e // sdot v14.4s, v18.16b, v2.4b[2]
@@ -6096,10 +6096,10 @@ loop:
 	FMOVQ 112(R0), F20
 	WORD $0x4e0b0293 // tbl v19.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31d32 // bit v18.16b, v9.16b, v19.16b
+	WORD $0x6ea91e72 // bit v18.16b, v19.16b, v9.16b
 	WORD $0x4e0c0293 // tbl v19.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31d31 // bit v17.16b, v9.16b, v19.16b
+	WORD $0x6ea91e71 // bit v17.16b, v19.16b, v9.16b
 	WORD $0x4fa0ea4d // sdot v13.4s, v18.16b, v0.4b[3]
 	WORD $0x4fa1ea2d // sdot v13.4s, v17.16b, v1.4b[3]
 	WORD $0x4fa2ea4e // sdot v14.4s, v18.16b, v2.4b[3]
@@ -6164,10 +6164,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0c01cd // tbl v13.16b, {v14.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2f // bit v15.16b, v9.16b, v13.16b
+	WORD $0x6ea91daf // bit v15.16b, v13.16b, v9.16b
 	WORD $0x4e0b01cd // tbl v13.16b, {v14.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d30 // bit v16.16b, v9.16b, v13.16b
+	WORD $0x6ea91db0 // bit v16.16b, v13.16b, v9.16b
 	WORD $0x4f80e1f2 // sdot v18.4s, v15.16b, v0.4b[0]
 	WORD $0x4f81e212 // sdot v18.4s, v16.16b, v1.4b[0]
 	WORD $0x4f82e1f1 // sdot v17.4s, v15.16b, v2.4b[0]
@@ -6182,10 +6182,10 @@ loop:
 	FMOVQ 80(R0), F13
 	WORD $0x4e0c01ae // tbl v14.16b, {v13.16b}, v12.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1d2f // bit v15.16b, v9.16b, v14.16b
+	WORD $0x6ea91dcf // bit v15.16b, v14.16b, v9.16b
 	WORD $0x4e0b01ae // tbl v14.16b, {v13.16b}, v11.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1d30 // bit v16.16b, v9.16b, v14.16b
+	WORD $0x6ea91dd0 // bit v16.16b, v14.16b, v9.16b
 	WORD $0x4fa0e1f2 // sdot v18.4s, v15.16b, v0.4b[1]
 	WORD $0x4fa1e212 // sdot v18.4s, v16.16b, v1.4b[1]
 	WORD $0x4fa2e1f1 // sdot v17.4s, v15.16b, v2.4b[1]
@@ -6200,10 +6200,10 @@ loop:
 	FMOVQ 96(R0), F14
 	WORD $0x4e0c01cd // tbl v13.16b, {v14.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2f // bit v15.16b, v9.16b, v13.16b
+	WORD $0x6ea91daf // bit v15.16b, v13.16b, v9.16b
 	WORD $0x4e0b01cd // tbl v13.16b, {v14.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d30 // bit v16.16b, v9.16b, v13.16b
+	WORD $0x6ea91db0 // bit v16.16b, v13.16b, v9.16b
 	WORD $0x4f80e9f2 // sdot v18.4s, v15.16b, v0.4b[2]
 	WORD $0x4f81ea12 // sdot v18.4s, v16.16b, v1.4b[2]
 	WORD $0x4f82e9f1 // sdot v17.4s, v15.16b, v2.4b[2]
@@ -6218,10 +6218,10 @@ loop:
 	FMOVQ 112(R0), F13
 	WORD $0x4e0c01ae // tbl v14.16b, {v13.16b}, v12.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1d2f // bit v15.16b, v9.16b, v14.16b
+	WORD $0x6ea91dcf // bit v15.16b, v14.16b, v9.16b
 	WORD $0x4e0b01ae // tbl v14.16b, {v13.16b}, v11.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1d30 // bit v16.16b, v9.16b, v14.16b
+	WORD $0x6ea91dd0 // bit v16.16b, v14.16b, v9.16b
 	WORD $0x4fa0e9f2 // sdot v18.4s, v15.16b, v0.4b[3]
 	WORD $0x4fa1ea12 // sdot v18.4s, v16.16b, v1.4b[3]
 	WORD $0x4fa2e9f1 // sdot v17.4s, v15.16b, v2.4b[3]
@@ -6286,10 +6286,10 @@ loop:
 	FMOVQ 64(R0), F17
 	WORD $0x4e0b0232 // tbl v18.16b, {v17.16b}, v11.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21d33 // bit v19.16b, v9.16b, v18.16b
+	WORD $0x6ea91e53 // bit v19.16b, v18.16b, v9.16b
 	WORD $0x4e0c0232 // tbl v18.16b, {v17.16b}, v12.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21d34 // bit v20.16b, v9.16b, v18.16b
+	WORD $0x6ea91e54 // bit v20.16b, v18.16b, v9.16b
 	WORD $0x4f80e26f // sdot v15.4s, v19.16b, v0.4b[0]
 	WORD $0x4f81e28f // sdot v15.4s, v20.16b, v1.4b[0]
 	WORD $0x4f82e270 // sdot v16.4s, v19.16b, v2.4b[0]
@@ -6304,10 +6304,10 @@ loop:
 	FMOVQ 80(R0), F18
 	WORD $0x4e0b0251 // tbl v17.16b, {v18.16b}, v11.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11d33 // bit v19.16b, v9.16b, v17.16b
+	WORD $0x6ea91e33 // bit v19.16b, v17.16b, v9.16b
 	WORD $0x4e0c0251 // tbl v17.16b, {v18.16b}, v12.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11d34 // bit v20.16b, v9.16b, v17.16b
+	WORD $0x6ea91e34 // bit v20.16b, v17.16b, v9.16b
 	WORD $0x4fa0e26f // sdot v15.4s, v19.16b, v0.4b[1]
 	WORD $0x4fa1e28f // sdot v15.4s, v20.16b, v1.4b[1]
 	WORD $0x4fa2e270 // sdot v16.4s, v19.16b, v2.4b[1]
@@ -6322,10 +6322,10 @@ loop:
 	FMOVQ 96(R0), F17
 	WORD $0x4e0b0232 // tbl v18.16b, {v17.16b}, v11.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21d33 // bit v19.16b, v9.16b, v18.16b
+	WORD $0x6ea91e53 // bit v19.16b, v18.16b, v9.16b
 	WORD $0x4e0c0232 // tbl v18.16b, {v17.16b}, v12.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21d34 // bit v20.16b, v9.16b, v18.16b
+	WORD $0x6ea91e54 // bit v20.16b, v18.16b, v9.16b
 	WORD $0x4f80ea6f // sdot v15.4s, v19.16b, v0.4b[2]
 	WORD $0x4f81ea8f // sdot v15.4s, v20.16b, v1.4b[2]
 	WORD $0x4f82ea70 // sdot v16.4s, v19.16b, v2.4b[2]
@@ -6340,10 +6340,10 @@ loop:
 	FMOVQ 112(R0), F18
 	WORD $0x4e0b0251 // tbl v17.16b, {v18.16b}, v11.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11d33 // bit v19.16b, v9.16b, v17.16b
+	WORD $0x6ea91e33 // bit v19.16b, v17.16b, v9.16b
 	WORD $0x4e0c0251 // tbl v17.16b, {v18.16b}, v12.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11d34 // bit v20.16b, v9.16b, v17.16b
+	WORD $0x6ea91e34 // bit v20.16b, v17.16b, v9.16b
 	WORD $0x4fa0ea6f // sdot v15.4s, v19.16b, v0.4b[3]
 	WORD $0x4fa1ea8f // sdot v15.4s, v20.16b, v1.4b[3]
 	WORD $0x4fa2ea70 // sdot v16.4s, v19.16b, v2.4b[3]
@@ -6408,10 +6408,10 @@ loop:
 	FMOVQ 64(R0), F16
 	WORD $0x4e0c020f // tbl v15.16b, {v16.16b}, v12.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1d2e // bit v14.16b, v9.16b, v15.16b
+	WORD $0x6ea91dee // bit v14.16b, v15.16b, v9.16b
 	WORD $0x4e0b020f // tbl v15.16b, {v16.16b}, v11.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1d2d // bit v13.16b, v9.16b, v15.16b
+	WORD $0x6ea91ded // bit v13.16b, v15.16b, v9.16b
 	WORD $0x4f80e1d3 // sdot v19.4s, v14.16b, v0.4b[0]
 	WORD $0x4f81e1b3 // sdot v19.4s, v13.16b, v1.4b[0]
 	WORD $0x4f82e1d4 // sdot v20.4s, v14.16b, v2.4b[0]
@@ -6426,10 +6426,10 @@ loop:
 	FMOVQ 80(R0), F15
 	WORD $0x4e0c01f0 // tbl v16.16b, {v15.16b}, v12.16b
 	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
-	WORD $0x6eb01d2e // bit v14.16b, v9.16b, v16.16b
+	WORD $0x6ea91e0e // bit v14.16b, v16.16b, v9.16b
 	WORD $0x4e0b01f0 // tbl v16.16b, {v15.16b}, v11.16b
 	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
-	WORD $0x6eb01d2d // bit v13.16b, v9.16b, v16.16b
+	WORD $0x6ea91e0d // bit v13.16b, v16.16b, v9.16b
 	WORD $0x4fa0e1d3 // sdot v19.4s, v14.16b, v0.4b[1]
 	WORD $0x4fa1e1b3 // sdot v19.4s, v13.16b, v1.4b[1]
 	WORD $0x4fa2e1d4 // sdot v20.4s, v14.16b, v2.4b[1]
@@ -6444,10 +6444,10 @@ loop:
 	FMOVQ 96(R0), F16
 	WORD $0x4e0c020f // tbl v15.16b, {v16.16b}, v12.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1d2e // bit v14.16b, v9.16b, v15.16b
+	WORD $0x6ea91dee // bit v14.16b, v15.16b, v9.16b
 	WORD $0x4e0b020f // tbl v15.16b, {v16.16b}, v11.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1d2d // bit v13.16b, v9.16b, v15.16b
+	WORD $0x6ea91ded // bit v13.16b, v15.16b, v9.16b
 	WORD $0x4f80e9d3 // sdot v19.4s, v14.16b, v0.4b[2]
 	WORD $0x4f81e9b3 // sdot v19.4s, v13.16b, v1.4b[2]
 	WORD $0x4f82e9d4 // sdot v20.4s, v14.16b, v2.4b[2]
@@ -6462,10 +6462,10 @@ loop:
 	FMOVQ 112(R0), F15
 	WORD $0x4e0c01f0 // tbl v16.16b, {v15.16b}, v12.16b
 	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
-	WORD $0x6eb01d2e // bit v14.16b, v9.16b, v16.16b
+	WORD $0x6ea91e0e // bit v14.16b, v16.16b, v9.16b
 	WORD $0x4e0b01f0 // tbl v16.16b, {v15.16b}, v11.16b
 	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
-	WORD $0x6eb01d2d // bit v13.16b, v9.16b, v16.16b
+	WORD $0x6ea91e0d // bit v13.16b, v16.16b, v9.16b
 	WORD $0x4fa0e9d3 // sdot v19.4s, v14.16b, v0.4b[3]
 	WORD $0x4fa1e9b3 // sdot v19.4s, v13.16b, v1.4b[3]
 	WORD $0x4fa2e9d4 // sdot v20.4s, v14.16b, v2.4b[3]
@@ -14039,10 +14039,10 @@ loop:
 	FMOVQ 320(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ae22e // sdot v14.4s, v17.16b, v10.4b[0]
 	WORD $0x4f8ce20f // sdot v15.4s, v16.16b, v12.4b[0]
 	FMOVQ 896(R0), F16
@@ -14051,10 +14051,10 @@ loop:
 	FMOVQ 336(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faae22e // sdot v14.4s, v17.16b, v10.4b[1]
 	WORD $0x4face20f // sdot v15.4s, v16.16b, v12.4b[1]
 	FMOVQ 960(R0), F16
@@ -14063,10 +14063,10 @@ loop:
 	FMOVQ 352(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8aea2e // sdot v14.4s, v17.16b, v10.4b[2]
 	WORD $0x4f8cea0f // sdot v15.4s, v16.16b, v12.4b[2]
 	FMOVQ 1024(R0), F16
@@ -14075,10 +14075,10 @@ loop:
 	FMOVQ 368(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faaea2e // sdot v14.4s, v17.16b, v10.4b[3]
 	WORD $0x4facea0f // sdot v15.4s, v16.16b, v12.4b[3]
 	FMOVQ 1088(R0), F16
@@ -14087,10 +14087,10 @@ loop:
 	FMOVQ 384(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8be22e // sdot v14.4s, v17.16b, v11.4b[0]
 	WORD $0x4f8de20f // sdot v15.4s, v16.16b, v13.4b[0]
 	FMOVQ 1152(R0), F16
@@ -14099,10 +14099,10 @@ loop:
 	FMOVQ 400(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fabe22e // sdot v14.4s, v17.16b, v11.4b[1]
 	WORD $0x4fade20f // sdot v15.4s, v16.16b, v13.4b[1]
 	FMOVQ 1216(R0), F16
@@ -14111,10 +14111,10 @@ loop:
 	FMOVQ 416(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8bea2e // sdot v14.4s, v17.16b, v11.4b[2]
 	WORD $0x4f8dea0f // sdot v15.4s, v16.16b, v13.4b[2]
 	FMOVQ 1280(R0), F16
@@ -14123,10 +14123,10 @@ loop:
 	FMOVQ 432(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fabea2e // sdot v14.4s, v17.16b, v11.4b[3]
 	WORD $0x4fadea0f // sdot v15.4s, v16.16b, v13.4b[3]
 	FMOVS 64(R0), F13
@@ -14149,10 +14149,10 @@ loop:
 	FMOVQ 448(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8de22b // sdot v11.4s, v17.16b, v13.4b[0]
 	WORD $0x4f8ee20a // sdot v10.4s, v16.16b, v14.4b[0]
 	FMOVQ 1408(R0), F16
@@ -14161,10 +14161,10 @@ loop:
 	FMOVQ 464(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fade22b // sdot v11.4s, v17.16b, v13.4b[1]
 	WORD $0x4faee20a // sdot v10.4s, v16.16b, v14.4b[1]
 	FMOVQ 1472(R0), F16
@@ -14173,10 +14173,10 @@ loop:
 	FMOVQ 480(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8dea2b // sdot v11.4s, v17.16b, v13.4b[2]
 	WORD $0x4f8eea0a // sdot v10.4s, v16.16b, v14.4b[2]
 	FMOVQ 1536(R0), F16
@@ -14185,10 +14185,10 @@ loop:
 	FMOVQ 496(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fadea2b // sdot v11.4s, v17.16b, v13.4b[3]
 	WORD $0x4faeea0a // sdot v10.4s, v16.16b, v14.4b[3]
 	FMOVQ 1600(R0), F16
@@ -14197,10 +14197,10 @@ loop:
 	FMOVQ 512(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fe22b // sdot v11.4s, v17.16b, v15.4b[0]
 	WORD $0x4f8ce20a // sdot v10.4s, v16.16b, v12.4b[0]
 	FMOVQ 1664(R0), F16
@@ -14209,10 +14209,10 @@ loop:
 	FMOVQ 528(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafe22b // sdot v11.4s, v17.16b, v15.4b[1]
 	WORD $0x4face20a // sdot v10.4s, v16.16b, v12.4b[1]
 	FMOVQ 1728(R0), F16
@@ -14221,10 +14221,10 @@ loop:
 	FMOVQ 544(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fea2b // sdot v11.4s, v17.16b, v15.4b[2]
 	WORD $0x4f8cea0a // sdot v10.4s, v16.16b, v12.4b[2]
 	FMOVQ 1792(R0), F16
@@ -14233,10 +14233,10 @@ loop:
 	FMOVQ 560(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafea2b // sdot v11.4s, v17.16b, v15.4b[3]
 	WORD $0x4facea0a // sdot v10.4s, v16.16b, v12.4b[3]
 	FMOVS 96(R0), F12
@@ -14259,10 +14259,10 @@ loop:
 	FMOVQ 576(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ce22f // sdot v15.4s, v17.16b, v12.4b[0]
 	WORD $0x4f8be20d // sdot v13.4s, v16.16b, v11.4b[0]
 	FMOVQ 1920(R0), F16
@@ -14271,10 +14271,10 @@ loop:
 	FMOVQ 592(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4face22f // sdot v15.4s, v17.16b, v12.4b[1]
 	WORD $0x4fabe20d // sdot v13.4s, v16.16b, v11.4b[1]
 	FMOVQ 1984(R0), F16
@@ -14283,10 +14283,10 @@ loop:
 	FMOVQ 608(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8cea2f // sdot v15.4s, v17.16b, v12.4b[2]
 	WORD $0x4f8bea0d // sdot v13.4s, v16.16b, v11.4b[2]
 	FMOVQ 2048(R0), F16
@@ -14295,10 +14295,10 @@ loop:
 	FMOVQ 624(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4facea2f // sdot v15.4s, v17.16b, v12.4b[3]
 	WORD $0x4fabea0d // sdot v13.4s, v16.16b, v11.4b[3]
 	FMOVQ 2112(R0), F16
@@ -14307,10 +14307,10 @@ loop:
 	FMOVQ 640(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ae22f // sdot v15.4s, v17.16b, v10.4b[0]
 	WORD $0x4f8ee20d // sdot v13.4s, v16.16b, v14.4b[0]
 	FMOVQ 2176(R0), F16
@@ -14319,10 +14319,10 @@ loop:
 	FMOVQ 656(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faae22f // sdot v15.4s, v17.16b, v10.4b[1]
 	WORD $0x4faee20d // sdot v13.4s, v16.16b, v14.4b[1]
 	FMOVQ 2240(R0), F16
@@ -14331,10 +14331,10 @@ loop:
 	FMOVQ 672(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8aea2f // sdot v15.4s, v17.16b, v10.4b[2]
 	WORD $0x4f8eea0d // sdot v13.4s, v16.16b, v14.4b[2]
 	FMOVQ 2304(R0), F16
@@ -14343,10 +14343,10 @@ loop:
 	FMOVQ 688(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faaea2f // sdot v15.4s, v17.16b, v10.4b[3]
 	WORD $0x4faeea0d // sdot v13.4s, v16.16b, v14.4b[3]
 	FMOVS 128(R0), F14
@@ -14369,10 +14369,10 @@ loop:
 	FMOVQ 704(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ee22a // sdot v10.4s, v17.16b, v14.4b[0]
 	WORD $0x4f8fe20c // sdot v12.4s, v16.16b, v15.4b[0]
 	FMOVQ 2432(R0), F16
@@ -14381,10 +14381,10 @@ loop:
 	FMOVQ 720(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faee22a // sdot v10.4s, v17.16b, v14.4b[1]
 	WORD $0x4fafe20c // sdot v12.4s, v16.16b, v15.4b[1]
 	FMOVQ 2496(R0), F16
@@ -14393,10 +14393,10 @@ loop:
 	FMOVQ 736(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8eea2a // sdot v10.4s, v17.16b, v14.4b[2]
 	WORD $0x4f8fea0c // sdot v12.4s, v16.16b, v15.4b[2]
 	FMOVQ 2560(R0), F16
@@ -14405,10 +14405,10 @@ loop:
 	FMOVQ 752(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faeea2a // sdot v10.4s, v17.16b, v14.4b[3]
 	WORD $0x4fafea0c // sdot v12.4s, v16.16b, v15.4b[3]
 	FMOVQ 2624(R0), F16
@@ -14417,10 +14417,10 @@ loop:
 	FMOVQ 768(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8de22a // sdot v10.4s, v17.16b, v13.4b[0]
 	WORD $0x4f8be20c // sdot v12.4s, v16.16b, v11.4b[0]
 	FMOVQ 2688(R0), F16
@@ -14429,10 +14429,10 @@ loop:
 	FMOVQ 784(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fade22a // sdot v10.4s, v17.16b, v13.4b[1]
 	WORD $0x4fabe20c // sdot v12.4s, v16.16b, v11.4b[1]
 	FMOVQ 2752(R0), F16
@@ -14441,10 +14441,10 @@ loop:
 	FMOVQ 800(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8dea2a // sdot v10.4s, v17.16b, v13.4b[2]
 	WORD $0x4f8bea0c // sdot v12.4s, v16.16b, v11.4b[2]
 	FMOVQ 2816(R0), F16
@@ -14453,10 +14453,10 @@ loop:
 	FMOVQ 816(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fadea2a // sdot v10.4s, v17.16b, v13.4b[3]
 	WORD $0x4fabea0c // sdot v12.4s, v16.16b, v11.4b[3]
 	FMOVS 160(R0), F11
@@ -14521,10 +14521,10 @@ loop:
 	FMOVQ 320(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fe22d // sdot v13.4s, v17.16b, v15.4b[0]
 	WORD $0x4f8be20e // sdot v14.4s, v16.16b, v11.4b[0]
 	FMOVQ 912(R0), F16
@@ -14533,10 +14533,10 @@ loop:
 	FMOVQ 336(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafe22d // sdot v13.4s, v17.16b, v15.4b[1]
 	WORD $0x4fabe20e // sdot v14.4s, v16.16b, v11.4b[1]
 	FMOVQ 976(R0), F16
@@ -14545,10 +14545,10 @@ loop:
 	FMOVQ 352(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fea2d // sdot v13.4s, v17.16b, v15.4b[2]
 	WORD $0x4f8bea0e // sdot v14.4s, v16.16b, v11.4b[2]
 	FMOVQ 1040(R0), F16
@@ -14557,10 +14557,10 @@ loop:
 	FMOVQ 368(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafea2d // sdot v13.4s, v17.16b, v15.4b[3]
 	WORD $0x4fabea0e // sdot v14.4s, v16.16b, v11.4b[3]
 	FMOVQ 1104(R0), F16
@@ -14569,10 +14569,10 @@ loop:
 	FMOVQ 384(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ce22d // sdot v13.4s, v17.16b, v12.4b[0]
 	WORD $0x4f89e20e // sdot v14.4s, v16.16b, v9.4b[0]
 	FMOVQ 1168(R0), F16
@@ -14581,10 +14581,10 @@ loop:
 	FMOVQ 400(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4face22d // sdot v13.4s, v17.16b, v12.4b[1]
 	WORD $0x4fa9e20e // sdot v14.4s, v16.16b, v9.4b[1]
 	FMOVQ 1232(R0), F16
@@ -14593,10 +14593,10 @@ loop:
 	FMOVQ 416(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8cea2d // sdot v13.4s, v17.16b, v12.4b[2]
 	WORD $0x4f89ea0e // sdot v14.4s, v16.16b, v9.4b[2]
 	FMOVQ 1296(R0), F16
@@ -14605,10 +14605,10 @@ loop:
 	FMOVQ 432(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4facea2d // sdot v13.4s, v17.16b, v12.4b[3]
 	WORD $0x4fa9ea0e // sdot v14.4s, v16.16b, v9.4b[3]
 	FMOVS 68(R0), F9
@@ -14631,10 +14631,10 @@ loop:
 	FMOVQ 448(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f89e22c // sdot v12.4s, v17.16b, v9.4b[0]
 	WORD $0x4f8de20f // sdot v15.4s, v16.16b, v13.4b[0]
 	FMOVQ 1424(R0), F16
@@ -14643,10 +14643,10 @@ loop:
 	FMOVQ 464(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fa9e22c // sdot v12.4s, v17.16b, v9.4b[1]
 	WORD $0x4fade20f // sdot v15.4s, v16.16b, v13.4b[1]
 	FMOVQ 1488(R0), F16
@@ -14655,10 +14655,10 @@ loop:
 	FMOVQ 480(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f89ea2c // sdot v12.4s, v17.16b, v9.4b[2]
 	WORD $0x4f8dea0f // sdot v15.4s, v16.16b, v13.4b[2]
 	FMOVQ 1552(R0), F16
@@ -14667,10 +14667,10 @@ loop:
 	FMOVQ 496(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fa9ea2c // sdot v12.4s, v17.16b, v9.4b[3]
 	WORD $0x4fadea0f // sdot v15.4s, v16.16b, v13.4b[3]
 	FMOVQ 1616(R0), F16
@@ -14679,10 +14679,10 @@ loop:
 	FMOVQ 512(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ee22c // sdot v12.4s, v17.16b, v14.4b[0]
 	WORD $0x4f8be20f // sdot v15.4s, v16.16b, v11.4b[0]
 	FMOVQ 1680(R0), F16
@@ -14691,10 +14691,10 @@ loop:
 	FMOVQ 528(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faee22c // sdot v12.4s, v17.16b, v14.4b[1]
 	WORD $0x4fabe20f // sdot v15.4s, v16.16b, v11.4b[1]
 	FMOVQ 1744(R0), F16
@@ -14703,10 +14703,10 @@ loop:
 	FMOVQ 544(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8eea2c // sdot v12.4s, v17.16b, v14.4b[2]
 	WORD $0x4f8bea0f // sdot v15.4s, v16.16b, v11.4b[2]
 	FMOVQ 1808(R0), F16
@@ -14715,10 +14715,10 @@ loop:
 	FMOVQ 560(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faeea2c // sdot v12.4s, v17.16b, v14.4b[3]
 	WORD $0x4fabea0f // sdot v15.4s, v16.16b, v11.4b[3]
 	FMOVS 100(R0), F11
@@ -14741,10 +14741,10 @@ loop:
 	FMOVQ 576(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8be22e // sdot v14.4s, v17.16b, v11.4b[0]
 	WORD $0x4f8ce209 // sdot v9.4s, v16.16b, v12.4b[0]
 	FMOVQ 1936(R0), F16
@@ -14753,10 +14753,10 @@ loop:
 	FMOVQ 592(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fabe22e // sdot v14.4s, v17.16b, v11.4b[1]
 	WORD $0x4face209 // sdot v9.4s, v16.16b, v12.4b[1]
 	FMOVQ 2000(R0), F16
@@ -14765,10 +14765,10 @@ loop:
 	FMOVQ 608(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8bea2e // sdot v14.4s, v17.16b, v11.4b[2]
 	WORD $0x4f8cea09 // sdot v9.4s, v16.16b, v12.4b[2]
 	FMOVQ 2064(R0), F16
@@ -14777,10 +14777,10 @@ loop:
 	FMOVQ 624(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fabea2e // sdot v14.4s, v17.16b, v11.4b[3]
 	WORD $0x4facea09 // sdot v9.4s, v16.16b, v12.4b[3]
 	FMOVQ 2128(R0), F16
@@ -14789,10 +14789,10 @@ loop:
 	FMOVQ 640(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fe22e // sdot v14.4s, v17.16b, v15.4b[0]
 	WORD $0x4f8de209 // sdot v9.4s, v16.16b, v13.4b[0]
 	FMOVQ 2192(R0), F16
@@ -14801,10 +14801,10 @@ loop:
 	FMOVQ 656(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafe22e // sdot v14.4s, v17.16b, v15.4b[1]
 	WORD $0x4fade209 // sdot v9.4s, v16.16b, v13.4b[1]
 	FMOVQ 2256(R0), F16
@@ -14813,10 +14813,10 @@ loop:
 	FMOVQ 672(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fea2e // sdot v14.4s, v17.16b, v15.4b[2]
 	WORD $0x4f8dea09 // sdot v9.4s, v16.16b, v13.4b[2]
 	FMOVQ 2320(R0), F16
@@ -14825,10 +14825,10 @@ loop:
 	FMOVQ 688(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafea2e // sdot v14.4s, v17.16b, v15.4b[3]
 	WORD $0x4fadea09 // sdot v9.4s, v16.16b, v13.4b[3]
 	FMOVS 132(R0), F13
@@ -14851,10 +14851,10 @@ loop:
 	FMOVQ 704(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8de22f // sdot v15.4s, v17.16b, v13.4b[0]
 	WORD $0x4f8ee20b // sdot v11.4s, v16.16b, v14.4b[0]
 	FMOVQ 2448(R0), F16
@@ -14863,10 +14863,10 @@ loop:
 	FMOVQ 720(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fade22f // sdot v15.4s, v17.16b, v13.4b[1]
 	WORD $0x4faee20b // sdot v11.4s, v16.16b, v14.4b[1]
 	FMOVQ 2512(R0), F16
@@ -14875,10 +14875,10 @@ loop:
 	FMOVQ 736(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8dea2f // sdot v15.4s, v17.16b, v13.4b[2]
 	WORD $0x4f8eea0b // sdot v11.4s, v16.16b, v14.4b[2]
 	FMOVQ 2576(R0), F16
@@ -14887,10 +14887,10 @@ loop:
 	FMOVQ 752(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fadea2f // sdot v15.4s, v17.16b, v13.4b[3]
 	WORD $0x4faeea0b // sdot v11.4s, v16.16b, v14.4b[3]
 	FMOVQ 2640(R0), F16
@@ -14899,10 +14899,10 @@ loop:
 	FMOVQ 768(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f89e22f // sdot v15.4s, v17.16b, v9.4b[0]
 	WORD $0x4f8ce20b // sdot v11.4s, v16.16b, v12.4b[0]
 	FMOVQ 2704(R0), F16
@@ -14911,10 +14911,10 @@ loop:
 	FMOVQ 784(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fa9e22f // sdot v15.4s, v17.16b, v9.4b[1]
 	WORD $0x4face20b // sdot v11.4s, v16.16b, v12.4b[1]
 	FMOVQ 2768(R0), F16
@@ -14923,10 +14923,10 @@ loop:
 	FMOVQ 800(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f89ea2f // sdot v15.4s, v17.16b, v9.4b[2]
 	WORD $0x4f8cea0b // sdot v11.4s, v16.16b, v12.4b[2]
 	FMOVQ 2832(R0), F16
@@ -14935,10 +14935,10 @@ loop:
 	FMOVQ 816(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fa9ea2f // sdot v15.4s, v17.16b, v9.4b[3]
 	WORD $0x4facea0b // sdot v11.4s, v16.16b, v12.4b[3]
 	FMOVS 164(R0), F12
@@ -15003,10 +15003,10 @@ loop:
 	FMOVQ 320(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ee229 // sdot v9.4s, v17.16b, v14.4b[0]
 	WORD $0x4f8ce20d // sdot v13.4s, v16.16b, v12.4b[0]
 	FMOVQ 928(R0), F16
@@ -15015,10 +15015,10 @@ loop:
 	FMOVQ 336(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faee229 // sdot v9.4s, v17.16b, v14.4b[1]
 	WORD $0x4face20d // sdot v13.4s, v16.16b, v12.4b[1]
 	FMOVQ 992(R0), F16
@@ -15027,10 +15027,10 @@ loop:
 	FMOVQ 352(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8eea29 // sdot v9.4s, v17.16b, v14.4b[2]
 	WORD $0x4f8cea0d // sdot v13.4s, v16.16b, v12.4b[2]
 	FMOVQ 1056(R0), F16
@@ -15039,10 +15039,10 @@ loop:
 	FMOVQ 368(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faeea29 // sdot v9.4s, v17.16b, v14.4b[3]
 	WORD $0x4facea0d // sdot v13.4s, v16.16b, v12.4b[3]
 	FMOVQ 1120(R0), F16
@@ -15051,10 +15051,10 @@ loop:
 	FMOVQ 384(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8be229 // sdot v9.4s, v17.16b, v11.4b[0]
 	WORD $0x4f8ae20d // sdot v13.4s, v16.16b, v10.4b[0]
 	FMOVQ 1184(R0), F16
@@ -15063,10 +15063,10 @@ loop:
 	FMOVQ 400(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fabe229 // sdot v9.4s, v17.16b, v11.4b[1]
 	WORD $0x4faae20d // sdot v13.4s, v16.16b, v10.4b[1]
 	FMOVQ 1248(R0), F16
@@ -15075,10 +15075,10 @@ loop:
 	FMOVQ 416(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8bea29 // sdot v9.4s, v17.16b, v11.4b[2]
 	WORD $0x4f8aea0d // sdot v13.4s, v16.16b, v10.4b[2]
 	FMOVQ 1312(R0), F16
@@ -15087,10 +15087,10 @@ loop:
 	FMOVQ 432(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fabea29 // sdot v9.4s, v17.16b, v11.4b[3]
 	WORD $0x4faaea0d // sdot v13.4s, v16.16b, v10.4b[3]
 	FMOVS 72(R0), F10
@@ -15113,10 +15113,10 @@ loop:
 	FMOVQ 448(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ae22b // sdot v11.4s, v17.16b, v10.4b[0]
 	WORD $0x4f89e20e // sdot v14.4s, v16.16b, v9.4b[0]
 	FMOVQ 1440(R0), F16
@@ -15125,10 +15125,10 @@ loop:
 	FMOVQ 464(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faae22b // sdot v11.4s, v17.16b, v10.4b[1]
 	WORD $0x4fa9e20e // sdot v14.4s, v16.16b, v9.4b[1]
 	FMOVQ 1504(R0), F16
@@ -15137,10 +15137,10 @@ loop:
 	FMOVQ 480(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8aea2b // sdot v11.4s, v17.16b, v10.4b[2]
 	WORD $0x4f89ea0e // sdot v14.4s, v16.16b, v9.4b[2]
 	FMOVQ 1568(R0), F16
@@ -15149,10 +15149,10 @@ loop:
 	FMOVQ 496(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faaea2b // sdot v11.4s, v17.16b, v10.4b[3]
 	WORD $0x4fa9ea0e // sdot v14.4s, v16.16b, v9.4b[3]
 	FMOVQ 1632(R0), F16
@@ -15161,10 +15161,10 @@ loop:
 	FMOVQ 512(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8de22b // sdot v11.4s, v17.16b, v13.4b[0]
 	WORD $0x4f8ce20e // sdot v14.4s, v16.16b, v12.4b[0]
 	FMOVQ 1696(R0), F16
@@ -15173,10 +15173,10 @@ loop:
 	FMOVQ 528(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fade22b // sdot v11.4s, v17.16b, v13.4b[1]
 	WORD $0x4face20e // sdot v14.4s, v16.16b, v12.4b[1]
 	FMOVQ 1760(R0), F16
@@ -15185,10 +15185,10 @@ loop:
 	FMOVQ 544(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8dea2b // sdot v11.4s, v17.16b, v13.4b[2]
 	WORD $0x4f8cea0e // sdot v14.4s, v16.16b, v12.4b[2]
 	FMOVQ 1824(R0), F16
@@ -15197,10 +15197,10 @@ loop:
 	FMOVQ 560(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fadea2b // sdot v11.4s, v17.16b, v13.4b[3]
 	WORD $0x4facea0e // sdot v14.4s, v16.16b, v12.4b[3]
 	FMOVS 104(R0), F12
@@ -15223,10 +15223,10 @@ loop:
 	FMOVQ 576(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ce22d // sdot v13.4s, v17.16b, v12.4b[0]
 	WORD $0x4f8be20a // sdot v10.4s, v16.16b, v11.4b[0]
 	FMOVQ 1952(R0), F16
@@ -15235,10 +15235,10 @@ loop:
 	FMOVQ 592(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4face22d // sdot v13.4s, v17.16b, v12.4b[1]
 	WORD $0x4fabe20a // sdot v10.4s, v16.16b, v11.4b[1]
 	FMOVQ 2016(R0), F16
@@ -15247,10 +15247,10 @@ loop:
 	FMOVQ 608(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8cea2d // sdot v13.4s, v17.16b, v12.4b[2]
 	WORD $0x4f8bea0a // sdot v10.4s, v16.16b, v11.4b[2]
 	FMOVQ 2080(R0), F16
@@ -15259,10 +15259,10 @@ loop:
 	FMOVQ 624(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4facea2d // sdot v13.4s, v17.16b, v12.4b[3]
 	WORD $0x4fabea0a // sdot v10.4s, v16.16b, v11.4b[3]
 	FMOVQ 2144(R0), F16
@@ -15271,10 +15271,10 @@ loop:
 	FMOVQ 640(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ee22d // sdot v13.4s, v17.16b, v14.4b[0]
 	WORD $0x4f89e20a // sdot v10.4s, v16.16b, v9.4b[0]
 	FMOVQ 2208(R0), F16
@@ -15283,10 +15283,10 @@ loop:
 	FMOVQ 656(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faee22d // sdot v13.4s, v17.16b, v14.4b[1]
 	WORD $0x4fa9e20a // sdot v10.4s, v16.16b, v9.4b[1]
 	FMOVQ 2272(R0), F16
@@ -15295,10 +15295,10 @@ loop:
 	FMOVQ 672(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8eea2d // sdot v13.4s, v17.16b, v14.4b[2]
 	WORD $0x4f89ea0a // sdot v10.4s, v16.16b, v9.4b[2]
 	FMOVQ 2336(R0), F16
@@ -15307,10 +15307,10 @@ loop:
 	FMOVQ 688(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faeea2d // sdot v13.4s, v17.16b, v14.4b[3]
 	WORD $0x4fa9ea0a // sdot v10.4s, v16.16b, v9.4b[3]
 	FMOVS 136(R0), F9
@@ -15333,10 +15333,10 @@ loop:
 	FMOVQ 704(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f89e22e // sdot v14.4s, v17.16b, v9.4b[0]
 	WORD $0x4f8de20c // sdot v12.4s, v16.16b, v13.4b[0]
 	FMOVQ 2464(R0), F16
@@ -15345,10 +15345,10 @@ loop:
 	FMOVQ 720(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fa9e22e // sdot v14.4s, v17.16b, v9.4b[1]
 	WORD $0x4fade20c // sdot v12.4s, v16.16b, v13.4b[1]
 	FMOVQ 2528(R0), F16
@@ -15357,10 +15357,10 @@ loop:
 	FMOVQ 736(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f89ea2e // sdot v14.4s, v17.16b, v9.4b[2]
 	WORD $0x4f8dea0c // sdot v12.4s, v16.16b, v13.4b[2]
 	FMOVQ 2592(R0), F16
@@ -15369,10 +15369,10 @@ loop:
 	FMOVQ 752(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fa9ea2e // sdot v14.4s, v17.16b, v9.4b[3]
 	WORD $0x4fadea0c // sdot v12.4s, v16.16b, v13.4b[3]
 	FMOVQ 2656(R0), F16
@@ -15381,10 +15381,10 @@ loop:
 	FMOVQ 768(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ae22e // sdot v14.4s, v17.16b, v10.4b[0]
 	WORD $0x4f8be20c // sdot v12.4s, v16.16b, v11.4b[0]
 	FMOVQ 2720(R0), F16
@@ -15393,10 +15393,10 @@ loop:
 	FMOVQ 784(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faae22e // sdot v14.4s, v17.16b, v10.4b[1]
 	WORD $0x4fabe20c // sdot v12.4s, v16.16b, v11.4b[1]
 	FMOVQ 2784(R0), F16
@@ -15405,10 +15405,10 @@ loop:
 	FMOVQ 800(R0), F18
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8aea2e // sdot v14.4s, v17.16b, v10.4b[2]
 	WORD $0x4f8bea0c // sdot v12.4s, v16.16b, v11.4b[2]
 	FMOVQ 2848(R0), F16
@@ -15417,10 +15417,10 @@ loop:
 	FMOVQ 816(R0), F19
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faaea2e // sdot v14.4s, v17.16b, v10.4b[3]
 	WORD $0x4fabea0c // sdot v12.4s, v16.16b, v11.4b[3]
 	FMOVS 168(R0), F11
@@ -15485,10 +15485,10 @@ loop:
 	FMOVQ 320(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8de22a // sdot v10.4s, v17.16b, v13.4b[0]
 	WORD $0x4f8be209 // sdot v9.4s, v16.16b, v11.4b[0]
 	FMOVQ 944(R0), F16
@@ -15497,10 +15497,10 @@ loop:
 	FMOVQ 336(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fade22a // sdot v10.4s, v17.16b, v13.4b[1]
 	WORD $0x4fabe209 // sdot v9.4s, v16.16b, v11.4b[1]
 	FMOVQ 1008(R0), F16
@@ -15509,10 +15509,10 @@ loop:
 	FMOVQ 352(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8dea2a // sdot v10.4s, v17.16b, v13.4b[2]
 	WORD $0x4f8bea09 // sdot v9.4s, v16.16b, v11.4b[2]
 	FMOVQ 1072(R0), F16
@@ -15521,10 +15521,10 @@ loop:
 	FMOVQ 368(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fadea2a // sdot v10.4s, v17.16b, v13.4b[3]
 	WORD $0x4fabea09 // sdot v9.4s, v16.16b, v11.4b[3]
 	FMOVQ 1136(R0), F16
@@ -15533,10 +15533,10 @@ loop:
 	FMOVQ 384(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ce22a // sdot v10.4s, v17.16b, v12.4b[0]
 	WORD $0x4f8fe209 // sdot v9.4s, v16.16b, v15.4b[0]
 	FMOVQ 1200(R0), F16
@@ -15545,10 +15545,10 @@ loop:
 	FMOVQ 400(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4face22a // sdot v10.4s, v17.16b, v12.4b[1]
 	WORD $0x4fafe209 // sdot v9.4s, v16.16b, v15.4b[1]
 	FMOVQ 1264(R0), F16
@@ -15557,10 +15557,10 @@ loop:
 	FMOVQ 416(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8cea2a // sdot v10.4s, v17.16b, v12.4b[2]
 	WORD $0x4f8fea09 // sdot v9.4s, v16.16b, v15.4b[2]
 	FMOVQ 1328(R0), F16
@@ -15569,10 +15569,10 @@ loop:
 	FMOVQ 432(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4facea2a // sdot v10.4s, v17.16b, v12.4b[3]
 	WORD $0x4fafea09 // sdot v9.4s, v16.16b, v15.4b[3]
 	FMOVS 76(R0), F15
@@ -15595,10 +15595,10 @@ loop:
 	FMOVQ 448(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fe22c // sdot v12.4s, v17.16b, v15.4b[0]
 	WORD $0x4f8ae20d // sdot v13.4s, v16.16b, v10.4b[0]
 	FMOVQ 1456(R0), F16
@@ -15607,10 +15607,10 @@ loop:
 	FMOVQ 464(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafe22c // sdot v12.4s, v17.16b, v15.4b[1]
 	WORD $0x4faae20d // sdot v13.4s, v16.16b, v10.4b[1]
 	FMOVQ 1520(R0), F16
@@ -15619,10 +15619,10 @@ loop:
 	FMOVQ 480(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fea2c // sdot v12.4s, v17.16b, v15.4b[2]
 	WORD $0x4f8aea0d // sdot v13.4s, v16.16b, v10.4b[2]
 	FMOVQ 1584(R0), F16
@@ -15631,10 +15631,10 @@ loop:
 	FMOVQ 496(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafea2c // sdot v12.4s, v17.16b, v15.4b[3]
 	WORD $0x4faaea0d // sdot v13.4s, v16.16b, v10.4b[3]
 	FMOVQ 1648(R0), F16
@@ -15643,10 +15643,10 @@ loop:
 	FMOVQ 512(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f89e22c // sdot v12.4s, v17.16b, v9.4b[0]
 	WORD $0x4f8be20d // sdot v13.4s, v16.16b, v11.4b[0]
 	FMOVQ 1712(R0), F16
@@ -15655,10 +15655,10 @@ loop:
 	FMOVQ 528(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fa9e22c // sdot v12.4s, v17.16b, v9.4b[1]
 	WORD $0x4fabe20d // sdot v13.4s, v16.16b, v11.4b[1]
 	FMOVQ 1776(R0), F16
@@ -15667,10 +15667,10 @@ loop:
 	FMOVQ 544(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f89ea2c // sdot v12.4s, v17.16b, v9.4b[2]
 	WORD $0x4f8bea0d // sdot v13.4s, v16.16b, v11.4b[2]
 	FMOVQ 1840(R0), F16
@@ -15679,10 +15679,10 @@ loop:
 	FMOVQ 560(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fa9ea2c // sdot v12.4s, v17.16b, v9.4b[3]
 	WORD $0x4fabea0d // sdot v13.4s, v16.16b, v11.4b[3]
 	FMOVS 108(R0), F11
@@ -15705,10 +15705,10 @@ loop:
 	FMOVQ 576(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8be229 // sdot v9.4s, v17.16b, v11.4b[0]
 	WORD $0x4f8ce20f // sdot v15.4s, v16.16b, v12.4b[0]
 	FMOVQ 1968(R0), F16
@@ -15717,10 +15717,10 @@ loop:
 	FMOVQ 592(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fabe229 // sdot v9.4s, v17.16b, v11.4b[1]
 	WORD $0x4face20f // sdot v15.4s, v16.16b, v12.4b[1]
 	FMOVQ 2032(R0), F16
@@ -15729,10 +15729,10 @@ loop:
 	FMOVQ 608(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8bea29 // sdot v9.4s, v17.16b, v11.4b[2]
 	WORD $0x4f8cea0f // sdot v15.4s, v16.16b, v12.4b[2]
 	FMOVQ 2096(R0), F16
@@ -15741,10 +15741,10 @@ loop:
 	FMOVQ 624(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fabea29 // sdot v9.4s, v17.16b, v11.4b[3]
 	WORD $0x4facea0f // sdot v15.4s, v16.16b, v12.4b[3]
 	FMOVQ 2160(R0), F16
@@ -15753,10 +15753,10 @@ loop:
 	FMOVQ 640(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8de229 // sdot v9.4s, v17.16b, v13.4b[0]
 	WORD $0x4f8ae20f // sdot v15.4s, v16.16b, v10.4b[0]
 	FMOVQ 2224(R0), F16
@@ -15765,10 +15765,10 @@ loop:
 	FMOVQ 656(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fade229 // sdot v9.4s, v17.16b, v13.4b[1]
 	WORD $0x4faae20f // sdot v15.4s, v16.16b, v10.4b[1]
 	FMOVQ 2288(R0), F16
@@ -15777,10 +15777,10 @@ loop:
 	FMOVQ 672(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8dea29 // sdot v9.4s, v17.16b, v13.4b[2]
 	WORD $0x4f8aea0f // sdot v15.4s, v16.16b, v10.4b[2]
 	FMOVQ 2352(R0), F16
@@ -15789,10 +15789,10 @@ loop:
 	FMOVQ 688(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fadea29 // sdot v9.4s, v17.16b, v13.4b[3]
 	WORD $0x4faaea0f // sdot v15.4s, v16.16b, v10.4b[3]
 	FMOVS 140(R0), F10
@@ -15815,10 +15815,10 @@ loop:
 	FMOVQ 704(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8ae22d // sdot v13.4s, v17.16b, v10.4b[0]
 	WORD $0x4f89e20b // sdot v11.4s, v16.16b, v9.4b[0]
 	FMOVQ 2480(R0), F16
@@ -15827,10 +15827,10 @@ loop:
 	FMOVQ 720(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faae22d // sdot v13.4s, v17.16b, v10.4b[1]
 	WORD $0x4fa9e20b // sdot v11.4s, v16.16b, v9.4b[1]
 	FMOVQ 2544(R0), F16
@@ -15839,10 +15839,10 @@ loop:
 	FMOVQ 736(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8aea2d // sdot v13.4s, v17.16b, v10.4b[2]
 	WORD $0x4f89ea0b // sdot v11.4s, v16.16b, v9.4b[2]
 	FMOVQ 2608(R0), F16
@@ -15851,10 +15851,10 @@ loop:
 	FMOVQ 752(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4faaea2d // sdot v13.4s, v17.16b, v10.4b[3]
 	WORD $0x4fa9ea0b // sdot v11.4s, v16.16b, v9.4b[3]
 	FMOVQ 2672(R0), F16
@@ -15863,10 +15863,10 @@ loop:
 	FMOVQ 768(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fe22d // sdot v13.4s, v17.16b, v15.4b[0]
 	WORD $0x4f8ce20b // sdot v11.4s, v16.16b, v12.4b[0]
 	FMOVQ 2736(R0), F16
@@ -15875,10 +15875,10 @@ loop:
 	FMOVQ 784(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafe22d // sdot v13.4s, v17.16b, v15.4b[1]
 	WORD $0x4face20b // sdot v11.4s, v16.16b, v12.4b[1]
 	FMOVQ 2800(R0), F16
@@ -15887,10 +15887,10 @@ loop:
 	FMOVQ 800(R0), F18
 	WORD $0x4e080253 // tbl v19.16b, {v18.16b}, v8.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb1 // bit v17.16b, v5.16b, v19.16b
+	WORD $0x6ea51e71 // bit v17.16b, v19.16b, v5.16b
 	WORD $0x4e070253 // tbl v19.16b, {v18.16b}, v7.16b
 	WORD $0x4e268e73 // cmtst v19.16b, v19.16b, v6.16b
-	WORD $0x6eb31cb0 // bit v16.16b, v5.16b, v19.16b
+	WORD $0x6ea51e70 // bit v16.16b, v19.16b, v5.16b
 	WORD $0x4f8fea2d // sdot v13.4s, v17.16b, v15.4b[2]
 	WORD $0x4f8cea0b // sdot v11.4s, v16.16b, v12.4b[2]
 	FMOVQ 2864(R0), F16
@@ -15899,10 +15899,10 @@ loop:
 	FMOVQ 816(R0), F19
 	WORD $0x4e080272 // tbl v18.16b, {v19.16b}, v8.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb1 // bit v17.16b, v5.16b, v18.16b
+	WORD $0x6ea51e51 // bit v17.16b, v18.16b, v5.16b
 	WORD $0x4e070272 // tbl v18.16b, {v19.16b}, v7.16b
 	WORD $0x4e268e52 // cmtst v18.16b, v18.16b, v6.16b
-	WORD $0x6eb21cb0 // bit v16.16b, v5.16b, v18.16b
+	WORD $0x6ea51e50 // bit v16.16b, v18.16b, v5.16b
 	WORD $0x4fafea2d // sdot v13.4s, v17.16b, v15.4b[3]
 	WORD $0x4facea0b // sdot v11.4s, v16.16b, v12.4b[3]
 	FMOVS 172(R0), F12
@@ -16015,10 +16015,10 @@ loop:
 	FMOVQ 320(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8fe393 // sdot v19.4s, v28.16b, v15.4b[0]
 	WORD $0x4f91e374 // sdot v20.4s, v27.16b, v17.4b[0]
 	WORD $0x4f95e399 // sdot v25.4s, v28.16b, v21.4b[0]
@@ -16029,10 +16029,10 @@ loop:
 	FMOVQ 336(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafe393 // sdot v19.4s, v28.16b, v15.4b[1]
 	WORD $0x4fb1e374 // sdot v20.4s, v27.16b, v17.4b[1]
 	WORD $0x4fb5e399 // sdot v25.4s, v28.16b, v21.4b[1]
@@ -16043,10 +16043,10 @@ loop:
 	FMOVQ 352(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8feb93 // sdot v19.4s, v28.16b, v15.4b[2]
 	WORD $0x4f91eb74 // sdot v20.4s, v27.16b, v17.4b[2]
 	WORD $0x4f95eb99 // sdot v25.4s, v28.16b, v21.4b[2]
@@ -16057,10 +16057,10 @@ loop:
 	FMOVQ 368(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafeb93 // sdot v19.4s, v28.16b, v15.4b[3]
 	WORD $0x4fb1eb74 // sdot v20.4s, v27.16b, v17.4b[3]
 	WORD $0x4fb5eb99 // sdot v25.4s, v28.16b, v21.4b[3]
@@ -16071,10 +16071,10 @@ loop:
 	FMOVQ 384(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f90e393 // sdot v19.4s, v28.16b, v16.4b[0]
 	WORD $0x4f92e374 // sdot v20.4s, v27.16b, v18.4b[0]
 	WORD $0x4f96e399 // sdot v25.4s, v28.16b, v22.4b[0]
@@ -16085,10 +16085,10 @@ loop:
 	FMOVQ 400(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb0e393 // sdot v19.4s, v28.16b, v16.4b[1]
 	WORD $0x4fb2e374 // sdot v20.4s, v27.16b, v18.4b[1]
 	WORD $0x4fb6e399 // sdot v25.4s, v28.16b, v22.4b[1]
@@ -16099,10 +16099,10 @@ loop:
 	FMOVQ 416(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f90eb93 // sdot v19.4s, v28.16b, v16.4b[2]
 	WORD $0x4f92eb74 // sdot v20.4s, v27.16b, v18.4b[2]
 	WORD $0x4f96eb99 // sdot v25.4s, v28.16b, v22.4b[2]
@@ -16113,10 +16113,10 @@ loop:
 	FMOVQ 432(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb0eb93 // sdot v19.4s, v28.16b, v16.4b[3]
 	WORD $0x4fb2eb74 // sdot v20.4s, v27.16b, v18.4b[3]
 	WORD $0x4fb6eb99 // sdot v25.4s, v28.16b, v22.4b[3]
@@ -16149,10 +16149,10 @@ loop:
 	FMOVQ 448(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98e393 // sdot v19.4s, v28.16b, v24.4b[0]
 	WORD $0x4f94e377 // sdot v23.4s, v27.16b, v20.4b[0]
 	WORD $0x4f96e390 // sdot v16.4s, v28.16b, v22.4b[0]
@@ -16163,10 +16163,10 @@ loop:
 	FMOVQ 464(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8e393 // sdot v19.4s, v28.16b, v24.4b[1]
 	WORD $0x4fb4e377 // sdot v23.4s, v27.16b, v20.4b[1]
 	WORD $0x4fb6e390 // sdot v16.4s, v28.16b, v22.4b[1]
@@ -16177,10 +16177,10 @@ loop:
 	FMOVQ 480(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98eb93 // sdot v19.4s, v28.16b, v24.4b[2]
 	WORD $0x4f94eb77 // sdot v23.4s, v27.16b, v20.4b[2]
 	WORD $0x4f96eb90 // sdot v16.4s, v28.16b, v22.4b[2]
@@ -16191,10 +16191,10 @@ loop:
 	FMOVQ 496(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8eb93 // sdot v19.4s, v28.16b, v24.4b[3]
 	WORD $0x4fb4eb77 // sdot v23.4s, v27.16b, v20.4b[3]
 	WORD $0x4fb6eb90 // sdot v16.4s, v28.16b, v22.4b[3]
@@ -16205,10 +16205,10 @@ loop:
 	FMOVQ 512(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f9ae393 // sdot v19.4s, v28.16b, v26.4b[0]
 	WORD $0x4f99e377 // sdot v23.4s, v27.16b, v25.4b[0]
 	WORD $0x4f95e390 // sdot v16.4s, v28.16b, v21.4b[0]
@@ -16219,10 +16219,10 @@ loop:
 	FMOVQ 528(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fbae393 // sdot v19.4s, v28.16b, v26.4b[1]
 	WORD $0x4fb9e377 // sdot v23.4s, v27.16b, v25.4b[1]
 	WORD $0x4fb5e390 // sdot v16.4s, v28.16b, v21.4b[1]
@@ -16233,10 +16233,10 @@ loop:
 	FMOVQ 544(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f9aeb93 // sdot v19.4s, v28.16b, v26.4b[2]
 	WORD $0x4f99eb77 // sdot v23.4s, v27.16b, v25.4b[2]
 	WORD $0x4f95eb90 // sdot v16.4s, v28.16b, v21.4b[2]
@@ -16247,10 +16247,10 @@ loop:
 	FMOVQ 560(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fbaeb93 // sdot v19.4s, v28.16b, v26.4b[3]
 	WORD $0x4fb9eb77 // sdot v23.4s, v27.16b, v25.4b[3]
 	WORD $0x4fb5eb90 // sdot v16.4s, v28.16b, v21.4b[3]
@@ -16283,10 +16283,10 @@ loop:
 	FMOVQ 576(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f91e393 // sdot v19.4s, v28.16b, v17.4b[0]
 	WORD $0x4f97e372 // sdot v18.4s, v27.16b, v23.4b[0]
 	WORD $0x4f95e39a // sdot v26.4s, v28.16b, v21.4b[0]
@@ -16297,10 +16297,10 @@ loop:
 	FMOVQ 592(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb1e393 // sdot v19.4s, v28.16b, v17.4b[1]
 	WORD $0x4fb7e372 // sdot v18.4s, v27.16b, v23.4b[1]
 	WORD $0x4fb5e39a // sdot v26.4s, v28.16b, v21.4b[1]
@@ -16311,10 +16311,10 @@ loop:
 	FMOVQ 608(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f91eb93 // sdot v19.4s, v28.16b, v17.4b[2]
 	WORD $0x4f97eb72 // sdot v18.4s, v27.16b, v23.4b[2]
 	WORD $0x4f95eb9a // sdot v26.4s, v28.16b, v21.4b[2]
@@ -16325,10 +16325,10 @@ loop:
 	FMOVQ 624(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb1eb93 // sdot v19.4s, v28.16b, v17.4b[3]
 	WORD $0x4fb7eb72 // sdot v18.4s, v27.16b, v23.4b[3]
 	WORD $0x4fb5eb9a // sdot v26.4s, v28.16b, v21.4b[3]
@@ -16339,10 +16339,10 @@ loop:
 	FMOVQ 640(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8fe393 // sdot v19.4s, v28.16b, v15.4b[0]
 	WORD $0x4f90e372 // sdot v18.4s, v27.16b, v16.4b[0]
 	WORD $0x4f96e39a // sdot v26.4s, v28.16b, v22.4b[0]
@@ -16353,10 +16353,10 @@ loop:
 	FMOVQ 656(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafe393 // sdot v19.4s, v28.16b, v15.4b[1]
 	WORD $0x4fb0e372 // sdot v18.4s, v27.16b, v16.4b[1]
 	WORD $0x4fb6e39a // sdot v26.4s, v28.16b, v22.4b[1]
@@ -16367,10 +16367,10 @@ loop:
 	FMOVQ 672(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8feb93 // sdot v19.4s, v28.16b, v15.4b[2]
 	WORD $0x4f90eb72 // sdot v18.4s, v27.16b, v16.4b[2]
 	WORD $0x4f96eb9a // sdot v26.4s, v28.16b, v22.4b[2]
@@ -16381,10 +16381,10 @@ loop:
 	FMOVQ 688(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafeb93 // sdot v19.4s, v28.16b, v15.4b[3]
 	WORD $0x4fb0eb72 // sdot v18.4s, v27.16b, v16.4b[3]
 	WORD $0x4fb6eb9a // sdot v26.4s, v28.16b, v22.4b[3]
@@ -16417,10 +16417,10 @@ loop:
 	FMOVQ 704(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f94e393 // sdot v19.4s, v28.16b, v20.4b[0]
 	WORD $0x4f92e379 // sdot v25.4s, v27.16b, v18.4b[0]
 	WORD $0x4f96e38f // sdot v15.4s, v28.16b, v22.4b[0]
@@ -16431,10 +16431,10 @@ loop:
 	FMOVQ 720(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb4e393 // sdot v19.4s, v28.16b, v20.4b[1]
 	WORD $0x4fb2e379 // sdot v25.4s, v27.16b, v18.4b[1]
 	WORD $0x4fb6e38f // sdot v15.4s, v28.16b, v22.4b[1]
@@ -16445,10 +16445,10 @@ loop:
 	FMOVQ 736(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f94eb93 // sdot v19.4s, v28.16b, v20.4b[2]
 	WORD $0x4f92eb79 // sdot v25.4s, v27.16b, v18.4b[2]
 	WORD $0x4f96eb8f // sdot v15.4s, v28.16b, v22.4b[2]
@@ -16459,10 +16459,10 @@ loop:
 	FMOVQ 752(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb4eb93 // sdot v19.4s, v28.16b, v20.4b[3]
 	WORD $0x4fb2eb79 // sdot v25.4s, v27.16b, v18.4b[3]
 	WORD $0x4fb6eb8f // sdot v15.4s, v28.16b, v22.4b[3]
@@ -16473,10 +16473,10 @@ loop:
 	FMOVQ 768(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98e393 // sdot v19.4s, v28.16b, v24.4b[0]
 	WORD $0x4f9ae379 // sdot v25.4s, v27.16b, v26.4b[0]
 	WORD $0x4f95e38f // sdot v15.4s, v28.16b, v21.4b[0]
@@ -16487,10 +16487,10 @@ loop:
 	FMOVQ 784(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8e393 // sdot v19.4s, v28.16b, v24.4b[1]
 	WORD $0x4fbae379 // sdot v25.4s, v27.16b, v26.4b[1]
 	WORD $0x4fb5e38f // sdot v15.4s, v28.16b, v21.4b[1]
@@ -16501,10 +16501,10 @@ loop:
 	FMOVQ 800(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98eb93 // sdot v19.4s, v28.16b, v24.4b[2]
 	WORD $0x4f9aeb79 // sdot v25.4s, v27.16b, v26.4b[2]
 	WORD $0x4f95eb8f // sdot v15.4s, v28.16b, v21.4b[2]
@@ -16515,10 +16515,10 @@ loop:
 	FMOVQ 816(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8eb93 // sdot v19.4s, v28.16b, v24.4b[3]
 	WORD $0x4fbaeb79 // sdot v25.4s, v27.16b, v26.4b[3]
 	WORD $0x4fb5eb8f // sdot v15.4s, v28.16b, v21.4b[3]
@@ -16629,10 +16629,10 @@ loop:
 	FMOVQ 320(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f99e38d // sdot v13.4s, v28.16b, v25.4b[0]
 	WORD $0x4f8ee370 // sdot v16.4s, v27.16b, v14.4b[0]
 	WORD $0x4f95e398 // sdot v24.4s, v28.16b, v21.4b[0]
@@ -16643,10 +16643,10 @@ loop:
 	FMOVQ 336(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb9e38d // sdot v13.4s, v28.16b, v25.4b[1]
 	WORD $0x4faee370 // sdot v16.4s, v27.16b, v14.4b[1]
 	WORD $0x4fb5e398 // sdot v24.4s, v28.16b, v21.4b[1]
@@ -16657,10 +16657,10 @@ loop:
 	FMOVQ 352(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f99eb8d // sdot v13.4s, v28.16b, v25.4b[2]
 	WORD $0x4f8eeb70 // sdot v16.4s, v27.16b, v14.4b[2]
 	WORD $0x4f95eb98 // sdot v24.4s, v28.16b, v21.4b[2]
@@ -16671,10 +16671,10 @@ loop:
 	FMOVQ 368(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb9eb8d // sdot v13.4s, v28.16b, v25.4b[3]
 	WORD $0x4faeeb70 // sdot v16.4s, v27.16b, v14.4b[3]
 	WORD $0x4fb5eb98 // sdot v24.4s, v28.16b, v21.4b[3]
@@ -16685,10 +16685,10 @@ loop:
 	FMOVQ 384(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8fe38d // sdot v13.4s, v28.16b, v15.4b[0]
 	WORD $0x4f97e370 // sdot v16.4s, v27.16b, v23.4b[0]
 	WORD $0x4f96e398 // sdot v24.4s, v28.16b, v22.4b[0]
@@ -16699,10 +16699,10 @@ loop:
 	FMOVQ 400(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafe38d // sdot v13.4s, v28.16b, v15.4b[1]
 	WORD $0x4fb7e370 // sdot v16.4s, v27.16b, v23.4b[1]
 	WORD $0x4fb6e398 // sdot v24.4s, v28.16b, v22.4b[1]
@@ -16713,10 +16713,10 @@ loop:
 	FMOVQ 416(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8feb8d // sdot v13.4s, v28.16b, v15.4b[2]
 	WORD $0x4f97eb70 // sdot v16.4s, v27.16b, v23.4b[2]
 	WORD $0x4f96eb98 // sdot v24.4s, v28.16b, v22.4b[2]
@@ -16727,10 +16727,10 @@ loop:
 	FMOVQ 432(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafeb8d // sdot v13.4s, v28.16b, v15.4b[3]
 	WORD $0x4fb7eb70 // sdot v16.4s, v27.16b, v23.4b[3]
 	WORD $0x4fb6eb98 // sdot v24.4s, v28.16b, v22.4b[3]
@@ -16763,10 +16763,10 @@ loop:
 	FMOVQ 448(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f92e38d // sdot v13.4s, v28.16b, v18.4b[0]
 	WORD $0x4f90e37a // sdot v26.4s, v27.16b, v16.4b[0]
 	WORD $0x4f96e38f // sdot v15.4s, v28.16b, v22.4b[0]
@@ -16777,10 +16777,10 @@ loop:
 	FMOVQ 464(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb2e38d // sdot v13.4s, v28.16b, v18.4b[1]
 	WORD $0x4fb0e37a // sdot v26.4s, v27.16b, v16.4b[1]
 	WORD $0x4fb6e38f // sdot v15.4s, v28.16b, v22.4b[1]
@@ -16791,10 +16791,10 @@ loop:
 	FMOVQ 480(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f92eb8d // sdot v13.4s, v28.16b, v18.4b[2]
 	WORD $0x4f90eb7a // sdot v26.4s, v27.16b, v16.4b[2]
 	WORD $0x4f96eb8f // sdot v15.4s, v28.16b, v22.4b[2]
@@ -16805,10 +16805,10 @@ loop:
 	FMOVQ 496(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb2eb8d // sdot v13.4s, v28.16b, v18.4b[3]
 	WORD $0x4fb0eb7a // sdot v26.4s, v27.16b, v16.4b[3]
 	WORD $0x4fb6eb8f // sdot v15.4s, v28.16b, v22.4b[3]
@@ -16819,10 +16819,10 @@ loop:
 	FMOVQ 512(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f94e38d // sdot v13.4s, v28.16b, v20.4b[0]
 	WORD $0x4f98e37a // sdot v26.4s, v27.16b, v24.4b[0]
 	WORD $0x4f95e38f // sdot v15.4s, v28.16b, v21.4b[0]
@@ -16833,10 +16833,10 @@ loop:
 	FMOVQ 528(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb4e38d // sdot v13.4s, v28.16b, v20.4b[1]
 	WORD $0x4fb8e37a // sdot v26.4s, v27.16b, v24.4b[1]
 	WORD $0x4fb5e38f // sdot v15.4s, v28.16b, v21.4b[1]
@@ -16847,10 +16847,10 @@ loop:
 	FMOVQ 544(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f94eb8d // sdot v13.4s, v28.16b, v20.4b[2]
 	WORD $0x4f98eb7a // sdot v26.4s, v27.16b, v24.4b[2]
 	WORD $0x4f95eb8f // sdot v15.4s, v28.16b, v21.4b[2]
@@ -16861,10 +16861,10 @@ loop:
 	FMOVQ 560(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb4eb8d // sdot v13.4s, v28.16b, v20.4b[3]
 	WORD $0x4fb8eb7a // sdot v26.4s, v27.16b, v24.4b[3]
 	WORD $0x4fb5eb8f // sdot v15.4s, v28.16b, v21.4b[3]
@@ -16897,10 +16897,10 @@ loop:
 	FMOVQ 576(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8ee38d // sdot v13.4s, v28.16b, v14.4b[0]
 	WORD $0x4f9ae377 // sdot v23.4s, v27.16b, v26.4b[0]
 	WORD $0x4f95e394 // sdot v20.4s, v28.16b, v21.4b[0]
@@ -16911,10 +16911,10 @@ loop:
 	FMOVQ 592(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4faee38d // sdot v13.4s, v28.16b, v14.4b[1]
 	WORD $0x4fbae377 // sdot v23.4s, v27.16b, v26.4b[1]
 	WORD $0x4fb5e394 // sdot v20.4s, v28.16b, v21.4b[1]
@@ -16925,10 +16925,10 @@ loop:
 	FMOVQ 608(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8eeb8d // sdot v13.4s, v28.16b, v14.4b[2]
 	WORD $0x4f9aeb77 // sdot v23.4s, v27.16b, v26.4b[2]
 	WORD $0x4f95eb94 // sdot v20.4s, v28.16b, v21.4b[2]
@@ -16939,10 +16939,10 @@ loop:
 	FMOVQ 624(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4faeeb8d // sdot v13.4s, v28.16b, v14.4b[3]
 	WORD $0x4fbaeb77 // sdot v23.4s, v27.16b, v26.4b[3]
 	WORD $0x4fb5eb94 // sdot v20.4s, v28.16b, v21.4b[3]
@@ -16953,10 +16953,10 @@ loop:
 	FMOVQ 640(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f99e38d // sdot v13.4s, v28.16b, v25.4b[0]
 	WORD $0x4f8fe377 // sdot v23.4s, v27.16b, v15.4b[0]
 	WORD $0x4f96e394 // sdot v20.4s, v28.16b, v22.4b[0]
@@ -16967,10 +16967,10 @@ loop:
 	FMOVQ 656(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb9e38d // sdot v13.4s, v28.16b, v25.4b[1]
 	WORD $0x4fafe377 // sdot v23.4s, v27.16b, v15.4b[1]
 	WORD $0x4fb6e394 // sdot v20.4s, v28.16b, v22.4b[1]
@@ -16981,10 +16981,10 @@ loop:
 	FMOVQ 672(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f99eb8d // sdot v13.4s, v28.16b, v25.4b[2]
 	WORD $0x4f8feb77 // sdot v23.4s, v27.16b, v15.4b[2]
 	WORD $0x4f96eb94 // sdot v20.4s, v28.16b, v22.4b[2]
@@ -16995,10 +16995,10 @@ loop:
 	FMOVQ 688(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb9eb8d // sdot v13.4s, v28.16b, v25.4b[3]
 	WORD $0x4fafeb77 // sdot v23.4s, v27.16b, v15.4b[3]
 	WORD $0x4fb6eb94 // sdot v20.4s, v28.16b, v22.4b[3]
@@ -17031,10 +17031,10 @@ loop:
 	FMOVQ 704(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f90e38d // sdot v13.4s, v28.16b, v16.4b[0]
 	WORD $0x4f97e378 // sdot v24.4s, v27.16b, v23.4b[0]
 	WORD $0x4f96e399 // sdot v25.4s, v28.16b, v22.4b[0]
@@ -17045,10 +17045,10 @@ loop:
 	FMOVQ 720(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb0e38d // sdot v13.4s, v28.16b, v16.4b[1]
 	WORD $0x4fb7e378 // sdot v24.4s, v27.16b, v23.4b[1]
 	WORD $0x4fb6e399 // sdot v25.4s, v28.16b, v22.4b[1]
@@ -17059,10 +17059,10 @@ loop:
 	FMOVQ 736(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f90eb8d // sdot v13.4s, v28.16b, v16.4b[2]
 	WORD $0x4f97eb78 // sdot v24.4s, v27.16b, v23.4b[2]
 	WORD $0x4f96eb99 // sdot v25.4s, v28.16b, v22.4b[2]
@@ -17073,10 +17073,10 @@ loop:
 	FMOVQ 752(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb0eb8d // sdot v13.4s, v28.16b, v16.4b[3]
 	WORD $0x4fb7eb78 // sdot v24.4s, v27.16b, v23.4b[3]
 	WORD $0x4fb6eb99 // sdot v25.4s, v28.16b, v22.4b[3]
@@ -17087,10 +17087,10 @@ loop:
 	FMOVQ 768(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f92e38d // sdot v13.4s, v28.16b, v18.4b[0]
 	WORD $0x4f94e378 // sdot v24.4s, v27.16b, v20.4b[0]
 	WORD $0x4f95e399 // sdot v25.4s, v28.16b, v21.4b[0]
@@ -17101,10 +17101,10 @@ loop:
 	FMOVQ 784(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb2e38d // sdot v13.4s, v28.16b, v18.4b[1]
 	WORD $0x4fb4e378 // sdot v24.4s, v27.16b, v20.4b[1]
 	WORD $0x4fb5e399 // sdot v25.4s, v28.16b, v21.4b[1]
@@ -17115,10 +17115,10 @@ loop:
 	FMOVQ 800(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f92eb8d // sdot v13.4s, v28.16b, v18.4b[2]
 	WORD $0x4f94eb78 // sdot v24.4s, v27.16b, v20.4b[2]
 	WORD $0x4f95eb99 // sdot v25.4s, v28.16b, v21.4b[2]
@@ -17129,10 +17129,10 @@ loop:
 	FMOVQ 816(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb2eb8d // sdot v13.4s, v28.16b, v18.4b[3]
 	WORD $0x4fb4eb78 // sdot v24.4s, v27.16b, v20.4b[3]
 	WORD $0x4fb5eb99 // sdot v25.4s, v28.16b, v21.4b[3]
@@ -17243,10 +17243,10 @@ loop:
 	FMOVQ 320(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98e391 // sdot v17.4s, v28.16b, v24.4b[0]
 	WORD $0x4f93e36f // sdot v15.4s, v27.16b, v19.4b[0]
 	WORD $0x4f95e392 // sdot v18.4s, v28.16b, v21.4b[0]
@@ -17257,10 +17257,10 @@ loop:
 	FMOVQ 336(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8e391 // sdot v17.4s, v28.16b, v24.4b[1]
 	WORD $0x4fb3e36f // sdot v15.4s, v27.16b, v19.4b[1]
 	WORD $0x4fb5e392 // sdot v18.4s, v28.16b, v21.4b[1]
@@ -17271,10 +17271,10 @@ loop:
 	FMOVQ 352(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98eb91 // sdot v17.4s, v28.16b, v24.4b[2]
 	WORD $0x4f93eb6f // sdot v15.4s, v27.16b, v19.4b[2]
 	WORD $0x4f95eb92 // sdot v18.4s, v28.16b, v21.4b[2]
@@ -17285,10 +17285,10 @@ loop:
 	FMOVQ 368(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8eb91 // sdot v17.4s, v28.16b, v24.4b[3]
 	WORD $0x4fb3eb6f // sdot v15.4s, v27.16b, v19.4b[3]
 	WORD $0x4fb5eb92 // sdot v18.4s, v28.16b, v21.4b[3]
@@ -17299,10 +17299,10 @@ loop:
 	FMOVQ 384(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f99e391 // sdot v17.4s, v28.16b, v25.4b[0]
 	WORD $0x4f9ae36f // sdot v15.4s, v27.16b, v26.4b[0]
 	WORD $0x4f96e392 // sdot v18.4s, v28.16b, v22.4b[0]
@@ -17313,10 +17313,10 @@ loop:
 	FMOVQ 400(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb9e391 // sdot v17.4s, v28.16b, v25.4b[1]
 	WORD $0x4fbae36f // sdot v15.4s, v27.16b, v26.4b[1]
 	WORD $0x4fb6e392 // sdot v18.4s, v28.16b, v22.4b[1]
@@ -17327,10 +17327,10 @@ loop:
 	FMOVQ 416(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f99eb91 // sdot v17.4s, v28.16b, v25.4b[2]
 	WORD $0x4f9aeb6f // sdot v15.4s, v27.16b, v26.4b[2]
 	WORD $0x4f96eb92 // sdot v18.4s, v28.16b, v22.4b[2]
@@ -17341,10 +17341,10 @@ loop:
 	FMOVQ 432(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb9eb91 // sdot v17.4s, v28.16b, v25.4b[3]
 	WORD $0x4fbaeb6f // sdot v15.4s, v27.16b, v26.4b[3]
 	WORD $0x4fb6eb92 // sdot v18.4s, v28.16b, v22.4b[3]
@@ -17377,10 +17377,10 @@ loop:
 	FMOVQ 448(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f97e391 // sdot v17.4s, v28.16b, v23.4b[0]
 	WORD $0x4f8fe374 // sdot v20.4s, v27.16b, v15.4b[0]
 	WORD $0x4f96e399 // sdot v25.4s, v28.16b, v22.4b[0]
@@ -17391,10 +17391,10 @@ loop:
 	FMOVQ 464(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb7e391 // sdot v17.4s, v28.16b, v23.4b[1]
 	WORD $0x4fafe374 // sdot v20.4s, v27.16b, v15.4b[1]
 	WORD $0x4fb6e399 // sdot v25.4s, v28.16b, v22.4b[1]
@@ -17405,10 +17405,10 @@ loop:
 	FMOVQ 480(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f97eb91 // sdot v17.4s, v28.16b, v23.4b[2]
 	WORD $0x4f8feb74 // sdot v20.4s, v27.16b, v15.4b[2]
 	WORD $0x4f96eb99 // sdot v25.4s, v28.16b, v22.4b[2]
@@ -17419,10 +17419,10 @@ loop:
 	FMOVQ 496(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb7eb91 // sdot v17.4s, v28.16b, v23.4b[3]
 	WORD $0x4fafeb74 // sdot v20.4s, v27.16b, v15.4b[3]
 	WORD $0x4fb6eb99 // sdot v25.4s, v28.16b, v22.4b[3]
@@ -17433,10 +17433,10 @@ loop:
 	FMOVQ 512(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f90e391 // sdot v17.4s, v28.16b, v16.4b[0]
 	WORD $0x4f92e374 // sdot v20.4s, v27.16b, v18.4b[0]
 	WORD $0x4f95e399 // sdot v25.4s, v28.16b, v21.4b[0]
@@ -17447,10 +17447,10 @@ loop:
 	FMOVQ 528(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb0e391 // sdot v17.4s, v28.16b, v16.4b[1]
 	WORD $0x4fb2e374 // sdot v20.4s, v27.16b, v18.4b[1]
 	WORD $0x4fb5e399 // sdot v25.4s, v28.16b, v21.4b[1]
@@ -17461,10 +17461,10 @@ loop:
 	FMOVQ 544(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f90eb91 // sdot v17.4s, v28.16b, v16.4b[2]
 	WORD $0x4f92eb74 // sdot v20.4s, v27.16b, v18.4b[2]
 	WORD $0x4f95eb99 // sdot v25.4s, v28.16b, v21.4b[2]
@@ -17475,10 +17475,10 @@ loop:
 	FMOVQ 560(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb0eb91 // sdot v17.4s, v28.16b, v16.4b[3]
 	WORD $0x4fb2eb74 // sdot v20.4s, v27.16b, v18.4b[3]
 	WORD $0x4fb5eb99 // sdot v25.4s, v28.16b, v21.4b[3]
@@ -17511,10 +17511,10 @@ loop:
 	FMOVQ 576(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f93e391 // sdot v17.4s, v28.16b, v19.4b[0]
 	WORD $0x4f94e37a // sdot v26.4s, v27.16b, v20.4b[0]
 	WORD $0x4f95e390 // sdot v16.4s, v28.16b, v21.4b[0]
@@ -17525,10 +17525,10 @@ loop:
 	FMOVQ 592(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb3e391 // sdot v17.4s, v28.16b, v19.4b[1]
 	WORD $0x4fb4e37a // sdot v26.4s, v27.16b, v20.4b[1]
 	WORD $0x4fb5e390 // sdot v16.4s, v28.16b, v21.4b[1]
@@ -17539,10 +17539,10 @@ loop:
 	FMOVQ 608(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f93eb91 // sdot v17.4s, v28.16b, v19.4b[2]
 	WORD $0x4f94eb7a // sdot v26.4s, v27.16b, v20.4b[2]
 	WORD $0x4f95eb90 // sdot v16.4s, v28.16b, v21.4b[2]
@@ -17553,10 +17553,10 @@ loop:
 	FMOVQ 624(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb3eb91 // sdot v17.4s, v28.16b, v19.4b[3]
 	WORD $0x4fb4eb7a // sdot v26.4s, v27.16b, v20.4b[3]
 	WORD $0x4fb5eb90 // sdot v16.4s, v28.16b, v21.4b[3]
@@ -17567,10 +17567,10 @@ loop:
 	FMOVQ 640(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98e391 // sdot v17.4s, v28.16b, v24.4b[0]
 	WORD $0x4f99e37a // sdot v26.4s, v27.16b, v25.4b[0]
 	WORD $0x4f96e390 // sdot v16.4s, v28.16b, v22.4b[0]
@@ -17581,10 +17581,10 @@ loop:
 	FMOVQ 656(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8e391 // sdot v17.4s, v28.16b, v24.4b[1]
 	WORD $0x4fb9e37a // sdot v26.4s, v27.16b, v25.4b[1]
 	WORD $0x4fb6e390 // sdot v16.4s, v28.16b, v22.4b[1]
@@ -17595,10 +17595,10 @@ loop:
 	FMOVQ 672(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98eb91 // sdot v17.4s, v28.16b, v24.4b[2]
 	WORD $0x4f99eb7a // sdot v26.4s, v27.16b, v25.4b[2]
 	WORD $0x4f96eb90 // sdot v16.4s, v28.16b, v22.4b[2]
@@ -17609,10 +17609,10 @@ loop:
 	FMOVQ 688(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8eb91 // sdot v17.4s, v28.16b, v24.4b[3]
 	WORD $0x4fb9eb7a // sdot v26.4s, v27.16b, v25.4b[3]
 	WORD $0x4fb6eb90 // sdot v16.4s, v28.16b, v22.4b[3]
@@ -17645,10 +17645,10 @@ loop:
 	FMOVQ 704(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8fe391 // sdot v17.4s, v28.16b, v15.4b[0]
 	WORD $0x4f9ae372 // sdot v18.4s, v27.16b, v26.4b[0]
 	WORD $0x4f96e398 // sdot v24.4s, v28.16b, v22.4b[0]
@@ -17659,10 +17659,10 @@ loop:
 	FMOVQ 720(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafe391 // sdot v17.4s, v28.16b, v15.4b[1]
 	WORD $0x4fbae372 // sdot v18.4s, v27.16b, v26.4b[1]
 	WORD $0x4fb6e398 // sdot v24.4s, v28.16b, v22.4b[1]
@@ -17673,10 +17673,10 @@ loop:
 	FMOVQ 736(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8feb91 // sdot v17.4s, v28.16b, v15.4b[2]
 	WORD $0x4f9aeb72 // sdot v18.4s, v27.16b, v26.4b[2]
 	WORD $0x4f96eb98 // sdot v24.4s, v28.16b, v22.4b[2]
@@ -17687,10 +17687,10 @@ loop:
 	FMOVQ 752(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafeb91 // sdot v17.4s, v28.16b, v15.4b[3]
 	WORD $0x4fbaeb72 // sdot v18.4s, v27.16b, v26.4b[3]
 	WORD $0x4fb6eb98 // sdot v24.4s, v28.16b, v22.4b[3]
@@ -17701,10 +17701,10 @@ loop:
 	FMOVQ 768(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f97e391 // sdot v17.4s, v28.16b, v23.4b[0]
 	WORD $0x4f90e372 // sdot v18.4s, v27.16b, v16.4b[0]
 	WORD $0x4f95e398 // sdot v24.4s, v28.16b, v21.4b[0]
@@ -17715,10 +17715,10 @@ loop:
 	FMOVQ 784(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb7e391 // sdot v17.4s, v28.16b, v23.4b[1]
 	WORD $0x4fb0e372 // sdot v18.4s, v27.16b, v16.4b[1]
 	WORD $0x4fb5e398 // sdot v24.4s, v28.16b, v21.4b[1]
@@ -17729,10 +17729,10 @@ loop:
 	FMOVQ 800(R0), F29
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f97eb91 // sdot v17.4s, v28.16b, v23.4b[2]
 	WORD $0x4f90eb72 // sdot v18.4s, v27.16b, v16.4b[2]
 	WORD $0x4f95eb98 // sdot v24.4s, v28.16b, v21.4b[2]
@@ -17743,10 +17743,10 @@ loop:
 	FMOVQ 816(R0), F30
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb7eb91 // sdot v17.4s, v28.16b, v23.4b[3]
 	WORD $0x4fb0eb72 // sdot v18.4s, v27.16b, v16.4b[3]
 	WORD $0x4fb5eb98 // sdot v24.4s, v28.16b, v21.4b[3]
@@ -17857,10 +17857,10 @@ loop:
 	FMOVQ 320(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f92e38e // sdot v14.4s, v28.16b, v18.4b[0]
 	WORD $0x4f8de379 // sdot v25.4s, v27.16b, v13.4b[0]
 	WORD $0x4f95e397 // sdot v23.4s, v28.16b, v21.4b[0]
@@ -17871,10 +17871,10 @@ loop:
 	FMOVQ 336(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb2e38e // sdot v14.4s, v28.16b, v18.4b[1]
 	WORD $0x4fade379 // sdot v25.4s, v27.16b, v13.4b[1]
 	WORD $0x4fb5e397 // sdot v23.4s, v28.16b, v21.4b[1]
@@ -17885,10 +17885,10 @@ loop:
 	FMOVQ 352(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f92eb8e // sdot v14.4s, v28.16b, v18.4b[2]
 	WORD $0x4f8deb79 // sdot v25.4s, v27.16b, v13.4b[2]
 	WORD $0x4f95eb97 // sdot v23.4s, v28.16b, v21.4b[2]
@@ -17899,10 +17899,10 @@ loop:
 	FMOVQ 368(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb2eb8e // sdot v14.4s, v28.16b, v18.4b[3]
 	WORD $0x4fadeb79 // sdot v25.4s, v27.16b, v13.4b[3]
 	WORD $0x4fb5eb97 // sdot v23.4s, v28.16b, v21.4b[3]
@@ -17913,10 +17913,10 @@ loop:
 	FMOVQ 384(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98e38e // sdot v14.4s, v28.16b, v24.4b[0]
 	WORD $0x4f94e379 // sdot v25.4s, v27.16b, v20.4b[0]
 	WORD $0x4f96e397 // sdot v23.4s, v28.16b, v22.4b[0]
@@ -17927,10 +17927,10 @@ loop:
 	FMOVQ 400(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8e38e // sdot v14.4s, v28.16b, v24.4b[1]
 	WORD $0x4fb4e379 // sdot v25.4s, v27.16b, v20.4b[1]
 	WORD $0x4fb6e397 // sdot v23.4s, v28.16b, v22.4b[1]
@@ -17941,10 +17941,10 @@ loop:
 	FMOVQ 416(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f98eb8e // sdot v14.4s, v28.16b, v24.4b[2]
 	WORD $0x4f94eb79 // sdot v25.4s, v27.16b, v20.4b[2]
 	WORD $0x4f96eb97 // sdot v23.4s, v28.16b, v22.4b[2]
@@ -17955,10 +17955,10 @@ loop:
 	FMOVQ 432(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb8eb8e // sdot v14.4s, v28.16b, v24.4b[3]
 	WORD $0x4fb4eb79 // sdot v25.4s, v27.16b, v20.4b[3]
 	WORD $0x4fb6eb97 // sdot v23.4s, v28.16b, v22.4b[3]
@@ -17991,10 +17991,10 @@ loop:
 	FMOVQ 448(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f9ae38e // sdot v14.4s, v28.16b, v26.4b[0]
 	WORD $0x4f99e370 // sdot v16.4s, v27.16b, v25.4b[0]
 	WORD $0x4f96e398 // sdot v24.4s, v28.16b, v22.4b[0]
@@ -18005,10 +18005,10 @@ loop:
 	FMOVQ 464(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fbae38e // sdot v14.4s, v28.16b, v26.4b[1]
 	WORD $0x4fb9e370 // sdot v16.4s, v27.16b, v25.4b[1]
 	WORD $0x4fb6e398 // sdot v24.4s, v28.16b, v22.4b[1]
@@ -18019,10 +18019,10 @@ loop:
 	FMOVQ 480(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f9aeb8e // sdot v14.4s, v28.16b, v26.4b[2]
 	WORD $0x4f99eb70 // sdot v16.4s, v27.16b, v25.4b[2]
 	WORD $0x4f96eb98 // sdot v24.4s, v28.16b, v22.4b[2]
@@ -18033,10 +18033,10 @@ loop:
 	FMOVQ 496(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fbaeb8e // sdot v14.4s, v28.16b, v26.4b[3]
 	WORD $0x4fb9eb70 // sdot v16.4s, v27.16b, v25.4b[3]
 	WORD $0x4fb6eb98 // sdot v24.4s, v28.16b, v22.4b[3]
@@ -18047,10 +18047,10 @@ loop:
 	FMOVQ 512(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8fe38e // sdot v14.4s, v28.16b, v15.4b[0]
 	WORD $0x4f97e370 // sdot v16.4s, v27.16b, v23.4b[0]
 	WORD $0x4f95e398 // sdot v24.4s, v28.16b, v21.4b[0]
@@ -18061,10 +18061,10 @@ loop:
 	FMOVQ 528(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafe38e // sdot v14.4s, v28.16b, v15.4b[1]
 	WORD $0x4fb7e370 // sdot v16.4s, v27.16b, v23.4b[1]
 	WORD $0x4fb5e398 // sdot v24.4s, v28.16b, v21.4b[1]
@@ -18075,10 +18075,10 @@ loop:
 	FMOVQ 544(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8feb8e // sdot v14.4s, v28.16b, v15.4b[2]
 	WORD $0x4f97eb70 // sdot v16.4s, v27.16b, v23.4b[2]
 	WORD $0x4f95eb98 // sdot v24.4s, v28.16b, v21.4b[2]
@@ -18089,10 +18089,10 @@ loop:
 	FMOVQ 560(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fafeb8e // sdot v14.4s, v28.16b, v15.4b[3]
 	WORD $0x4fb7eb70 // sdot v16.4s, v27.16b, v23.4b[3]
 	WORD $0x4fb5eb98 // sdot v24.4s, v28.16b, v21.4b[3]
@@ -18125,10 +18125,10 @@ loop:
 	FMOVQ 576(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8de38e // sdot v14.4s, v28.16b, v13.4b[0]
 	WORD $0x4f90e374 // sdot v20.4s, v27.16b, v16.4b[0]
 	WORD $0x4f95e38f // sdot v15.4s, v28.16b, v21.4b[0]
@@ -18139,10 +18139,10 @@ loop:
 	FMOVQ 592(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fade38e // sdot v14.4s, v28.16b, v13.4b[1]
 	WORD $0x4fb0e374 // sdot v20.4s, v27.16b, v16.4b[1]
 	WORD $0x4fb5e38f // sdot v15.4s, v28.16b, v21.4b[1]
@@ -18153,10 +18153,10 @@ loop:
 	FMOVQ 608(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f8deb8e // sdot v14.4s, v28.16b, v13.4b[2]
 	WORD $0x4f90eb74 // sdot v20.4s, v27.16b, v16.4b[2]
 	WORD $0x4f95eb8f // sdot v15.4s, v28.16b, v21.4b[2]
@@ -18167,10 +18167,10 @@ loop:
 	FMOVQ 624(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fadeb8e // sdot v14.4s, v28.16b, v13.4b[3]
 	WORD $0x4fb0eb74 // sdot v20.4s, v27.16b, v16.4b[3]
 	WORD $0x4fb5eb8f // sdot v15.4s, v28.16b, v21.4b[3]
@@ -18181,10 +18181,10 @@ loop:
 	FMOVQ 640(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f92e38e // sdot v14.4s, v28.16b, v18.4b[0]
 	WORD $0x4f98e374 // sdot v20.4s, v27.16b, v24.4b[0]
 	WORD $0x4f96e38f // sdot v15.4s, v28.16b, v22.4b[0]
@@ -18195,10 +18195,10 @@ loop:
 	FMOVQ 656(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb2e38e // sdot v14.4s, v28.16b, v18.4b[1]
 	WORD $0x4fb8e374 // sdot v20.4s, v27.16b, v24.4b[1]
 	WORD $0x4fb6e38f // sdot v15.4s, v28.16b, v22.4b[1]
@@ -18209,10 +18209,10 @@ loop:
 	FMOVQ 672(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f92eb8e // sdot v14.4s, v28.16b, v18.4b[2]
 	WORD $0x4f98eb74 // sdot v20.4s, v27.16b, v24.4b[2]
 	WORD $0x4f96eb8f // sdot v15.4s, v28.16b, v22.4b[2]
@@ -18223,10 +18223,10 @@ loop:
 	FMOVQ 688(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb2eb8e // sdot v14.4s, v28.16b, v18.4b[3]
 	WORD $0x4fb8eb74 // sdot v20.4s, v27.16b, v24.4b[3]
 	WORD $0x4fb6eb8f // sdot v15.4s, v28.16b, v22.4b[3]
@@ -18259,10 +18259,10 @@ loop:
 	FMOVQ 704(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f99e38e // sdot v14.4s, v28.16b, v25.4b[0]
 	WORD $0x4f94e377 // sdot v23.4s, v27.16b, v20.4b[0]
 	WORD $0x4f96e392 // sdot v18.4s, v28.16b, v22.4b[0]
@@ -18273,10 +18273,10 @@ loop:
 	FMOVQ 720(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb9e38e // sdot v14.4s, v28.16b, v25.4b[1]
 	WORD $0x4fb4e377 // sdot v23.4s, v27.16b, v20.4b[1]
 	WORD $0x4fb6e392 // sdot v18.4s, v28.16b, v22.4b[1]
@@ -18287,10 +18287,10 @@ loop:
 	FMOVQ 736(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f99eb8e // sdot v14.4s, v28.16b, v25.4b[2]
 	WORD $0x4f94eb77 // sdot v23.4s, v27.16b, v20.4b[2]
 	WORD $0x4f96eb92 // sdot v18.4s, v28.16b, v22.4b[2]
@@ -18301,10 +18301,10 @@ loop:
 	FMOVQ 752(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fb9eb8e // sdot v14.4s, v28.16b, v25.4b[3]
 	WORD $0x4fb4eb77 // sdot v23.4s, v27.16b, v20.4b[3]
 	WORD $0x4fb6eb92 // sdot v18.4s, v28.16b, v22.4b[3]
@@ -18315,10 +18315,10 @@ loop:
 	FMOVQ 768(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f9ae38e // sdot v14.4s, v28.16b, v26.4b[0]
 	WORD $0x4f8fe377 // sdot v23.4s, v27.16b, v15.4b[0]
 	WORD $0x4f95e392 // sdot v18.4s, v28.16b, v21.4b[0]
@@ -18329,10 +18329,10 @@ loop:
 	FMOVQ 784(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fbae38e // sdot v14.4s, v28.16b, v26.4b[1]
 	WORD $0x4fafe377 // sdot v23.4s, v27.16b, v15.4b[1]
 	WORD $0x4fb5e392 // sdot v18.4s, v28.16b, v21.4b[1]
@@ -18343,10 +18343,10 @@ loop:
 	FMOVQ 800(R0), F29
 	WORD $0x4e0c03be // tbl v30.16b, {v29.16b}, v12.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3c // bit v28.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdc // bit v28.16b, v30.16b, v9.16b
 	WORD $0x4e0b03be // tbl v30.16b, {v29.16b}, v11.16b
 	WORD $0x4e2a8fde // cmtst v30.16b, v30.16b, v10.16b
-	WORD $0x6ebe1d3b // bit v27.16b, v9.16b, v30.16b
+	WORD $0x6ea91fdb // bit v27.16b, v30.16b, v9.16b
 	WORD $0x4f9aeb8e // sdot v14.4s, v28.16b, v26.4b[2]
 	WORD $0x4f8feb77 // sdot v23.4s, v27.16b, v15.4b[2]
 	WORD $0x4f95eb92 // sdot v18.4s, v28.16b, v21.4b[2]
@@ -18357,10 +18357,10 @@ loop:
 	FMOVQ 816(R0), F30
 	WORD $0x4e0c03dd // tbl v29.16b, {v30.16b}, v12.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3c // bit v28.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbc // bit v28.16b, v29.16b, v9.16b
 	WORD $0x4e0b03dd // tbl v29.16b, {v30.16b}, v11.16b
 	WORD $0x4e2a8fbd // cmtst v29.16b, v29.16b, v10.16b
-	WORD $0x6ebd1d3b // bit v27.16b, v9.16b, v29.16b
+	WORD $0x6ea91fbb // bit v27.16b, v29.16b, v9.16b
 	WORD $0x4fbaeb8e // sdot v14.4s, v28.16b, v26.4b[3]
 	WORD $0x4fafeb77 // sdot v23.4s, v27.16b, v15.4b[3]
 	WORD $0x4fb5eb92 // sdot v18.4s, v28.16b, v21.4b[3]
@@ -18520,10 +18520,10 @@ loop:
 	FMOVQ 320(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88e36c // sdot v12.4s, v27.16b, v8.4b[0]
 	WORD $0x4f8ae34d // sdot v13.4s, v26.16b, v10.4b[0]
 	WORD $0x4f8ee372 // sdot v18.4s, v27.16b, v14.4b[0]
@@ -18536,10 +18536,10 @@ loop:
 	FMOVQ 336(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8e36c // sdot v12.4s, v27.16b, v8.4b[1]
 	WORD $0x4faae34d // sdot v13.4s, v26.16b, v10.4b[1]
 	WORD $0x4faee372 // sdot v18.4s, v27.16b, v14.4b[1]
@@ -18552,10 +18552,10 @@ loop:
 	FMOVQ 352(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88eb6c // sdot v12.4s, v27.16b, v8.4b[2]
 	WORD $0x4f8aeb4d // sdot v13.4s, v26.16b, v10.4b[2]
 	WORD $0x4f8eeb72 // sdot v18.4s, v27.16b, v14.4b[2]
@@ -18568,10 +18568,10 @@ loop:
 	FMOVQ 368(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8eb6c // sdot v12.4s, v27.16b, v8.4b[3]
 	WORD $0x4faaeb4d // sdot v13.4s, v26.16b, v10.4b[3]
 	WORD $0x4faeeb72 // sdot v18.4s, v27.16b, v14.4b[3]
@@ -18584,10 +18584,10 @@ loop:
 	FMOVQ 384(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f89e36c // sdot v12.4s, v27.16b, v9.4b[0]
 	WORD $0x4f8be34d // sdot v13.4s, v26.16b, v11.4b[0]
 	WORD $0x4f8fe372 // sdot v18.4s, v27.16b, v15.4b[0]
@@ -18600,10 +18600,10 @@ loop:
 	FMOVQ 400(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa9e36c // sdot v12.4s, v27.16b, v9.4b[1]
 	WORD $0x4fabe34d // sdot v13.4s, v26.16b, v11.4b[1]
 	WORD $0x4fafe372 // sdot v18.4s, v27.16b, v15.4b[1]
@@ -18616,10 +18616,10 @@ loop:
 	FMOVQ 416(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f89eb6c // sdot v12.4s, v27.16b, v9.4b[2]
 	WORD $0x4f8beb4d // sdot v13.4s, v26.16b, v11.4b[2]
 	WORD $0x4f8feb72 // sdot v18.4s, v27.16b, v15.4b[2]
@@ -18632,10 +18632,10 @@ loop:
 	FMOVQ 432(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa9eb6c // sdot v12.4s, v27.16b, v9.4b[3]
 	WORD $0x4fabeb4d // sdot v13.4s, v26.16b, v11.4b[3]
 	WORD $0x4fafeb72 // sdot v18.4s, v27.16b, v15.4b[3]
@@ -18678,10 +18678,10 @@ loop:
 	FMOVQ 448(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f97e378 // sdot v24.4s, v27.16b, v23.4b[0]
 	WORD $0x4f93e352 // sdot v18.4s, v26.16b, v19.4b[0]
 	WORD $0x4f8ce371 // sdot v17.4s, v27.16b, v12.4b[0]
@@ -18694,10 +18694,10 @@ loop:
 	FMOVQ 464(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb7e378 // sdot v24.4s, v27.16b, v23.4b[1]
 	WORD $0x4fb3e352 // sdot v18.4s, v26.16b, v19.4b[1]
 	WORD $0x4face371 // sdot v17.4s, v27.16b, v12.4b[1]
@@ -18710,10 +18710,10 @@ loop:
 	FMOVQ 480(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f97eb78 // sdot v24.4s, v27.16b, v23.4b[2]
 	WORD $0x4f93eb52 // sdot v18.4s, v26.16b, v19.4b[2]
 	WORD $0x4f8ceb71 // sdot v17.4s, v27.16b, v12.4b[2]
@@ -18726,10 +18726,10 @@ loop:
 	FMOVQ 496(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb7eb78 // sdot v24.4s, v27.16b, v23.4b[3]
 	WORD $0x4fb3eb52 // sdot v18.4s, v26.16b, v19.4b[3]
 	WORD $0x4faceb71 // sdot v17.4s, v27.16b, v12.4b[3]
@@ -18742,10 +18742,10 @@ loop:
 	FMOVQ 512(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f99e378 // sdot v24.4s, v27.16b, v25.4b[0]
 	WORD $0x4f8de352 // sdot v18.4s, v26.16b, v13.4b[0]
 	WORD $0x4f96e371 // sdot v17.4s, v27.16b, v22.4b[0]
@@ -18758,10 +18758,10 @@ loop:
 	FMOVQ 528(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb9e378 // sdot v24.4s, v27.16b, v25.4b[1]
 	WORD $0x4fade352 // sdot v18.4s, v26.16b, v13.4b[1]
 	WORD $0x4fb6e371 // sdot v17.4s, v27.16b, v22.4b[1]
@@ -18774,10 +18774,10 @@ loop:
 	FMOVQ 544(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f99eb78 // sdot v24.4s, v27.16b, v25.4b[2]
 	WORD $0x4f8deb52 // sdot v18.4s, v26.16b, v13.4b[2]
 	WORD $0x4f96eb71 // sdot v17.4s, v27.16b, v22.4b[2]
@@ -18790,10 +18790,10 @@ loop:
 	FMOVQ 560(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb9eb78 // sdot v24.4s, v27.16b, v25.4b[3]
 	WORD $0x4fadeb52 // sdot v18.4s, v26.16b, v13.4b[3]
 	WORD $0x4fb6eb71 // sdot v17.4s, v27.16b, v22.4b[3]
@@ -18836,10 +18836,10 @@ loop:
 	FMOVQ 576(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8ae369 // sdot v9.4s, v27.16b, v10.4b[0]
 	WORD $0x4f90e351 // sdot v17.4s, v26.16b, v16.4b[0]
 	WORD $0x4f98e374 // sdot v20.4s, v27.16b, v24.4b[0]
@@ -18852,10 +18852,10 @@ loop:
 	FMOVQ 592(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4faae369 // sdot v9.4s, v27.16b, v10.4b[1]
 	WORD $0x4fb0e351 // sdot v17.4s, v26.16b, v16.4b[1]
 	WORD $0x4fb8e374 // sdot v20.4s, v27.16b, v24.4b[1]
@@ -18868,10 +18868,10 @@ loop:
 	FMOVQ 608(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8aeb69 // sdot v9.4s, v27.16b, v10.4b[2]
 	WORD $0x4f90eb51 // sdot v17.4s, v26.16b, v16.4b[2]
 	WORD $0x4f98eb74 // sdot v20.4s, v27.16b, v24.4b[2]
@@ -18884,10 +18884,10 @@ loop:
 	FMOVQ 624(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4faaeb69 // sdot v9.4s, v27.16b, v10.4b[3]
 	WORD $0x4fb0eb51 // sdot v17.4s, v26.16b, v16.4b[3]
 	WORD $0x4fb8eb74 // sdot v20.4s, v27.16b, v24.4b[3]
@@ -18900,10 +18900,10 @@ loop:
 	FMOVQ 640(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88e369 // sdot v9.4s, v27.16b, v8.4b[0]
 	WORD $0x4f92e351 // sdot v17.4s, v26.16b, v18.4b[0]
 	WORD $0x4f8be374 // sdot v20.4s, v27.16b, v11.4b[0]
@@ -18916,10 +18916,10 @@ loop:
 	FMOVQ 656(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8e369 // sdot v9.4s, v27.16b, v8.4b[1]
 	WORD $0x4fb2e351 // sdot v17.4s, v26.16b, v18.4b[1]
 	WORD $0x4fabe374 // sdot v20.4s, v27.16b, v11.4b[1]
@@ -18932,10 +18932,10 @@ loop:
 	FMOVQ 672(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88eb69 // sdot v9.4s, v27.16b, v8.4b[2]
 	WORD $0x4f92eb51 // sdot v17.4s, v26.16b, v18.4b[2]
 	WORD $0x4f8beb74 // sdot v20.4s, v27.16b, v11.4b[2]
@@ -18948,10 +18948,10 @@ loop:
 	FMOVQ 688(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8eb69 // sdot v9.4s, v27.16b, v8.4b[3]
 	WORD $0x4fb2eb51 // sdot v17.4s, v26.16b, v18.4b[3]
 	WORD $0x4fabeb74 // sdot v20.4s, v27.16b, v11.4b[3]
@@ -18994,10 +18994,10 @@ loop:
 	FMOVQ 704(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f93e379 // sdot v25.4s, v27.16b, v19.4b[0]
 	WORD $0x4f95e354 // sdot v20.4s, v26.16b, v21.4b[0]
 	WORD $0x4f89e36f // sdot v15.4s, v27.16b, v9.4b[0]
@@ -19010,10 +19010,10 @@ loop:
 	FMOVQ 720(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb3e379 // sdot v25.4s, v27.16b, v19.4b[1]
 	WORD $0x4fb5e354 // sdot v20.4s, v26.16b, v21.4b[1]
 	WORD $0x4fa9e36f // sdot v15.4s, v27.16b, v9.4b[1]
@@ -19026,10 +19026,10 @@ loop:
 	FMOVQ 736(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f93eb79 // sdot v25.4s, v27.16b, v19.4b[2]
 	WORD $0x4f95eb54 // sdot v20.4s, v26.16b, v21.4b[2]
 	WORD $0x4f89eb6f // sdot v15.4s, v27.16b, v9.4b[2]
@@ -19042,10 +19042,10 @@ loop:
 	FMOVQ 752(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb3eb79 // sdot v25.4s, v27.16b, v19.4b[3]
 	WORD $0x4fb5eb54 // sdot v20.4s, v26.16b, v21.4b[3]
 	WORD $0x4fa9eb6f // sdot v15.4s, v27.16b, v9.4b[3]
@@ -19058,10 +19058,10 @@ loop:
 	FMOVQ 768(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f97e379 // sdot v25.4s, v27.16b, v23.4b[0]
 	WORD $0x4f91e354 // sdot v20.4s, v26.16b, v17.4b[0]
 	WORD $0x4f8de36f // sdot v15.4s, v27.16b, v13.4b[0]
@@ -19074,10 +19074,10 @@ loop:
 	FMOVQ 784(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb7e379 // sdot v25.4s, v27.16b, v23.4b[1]
 	WORD $0x4fb1e354 // sdot v20.4s, v26.16b, v17.4b[1]
 	WORD $0x4fade36f // sdot v15.4s, v27.16b, v13.4b[1]
@@ -19090,10 +19090,10 @@ loop:
 	FMOVQ 800(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f97eb79 // sdot v25.4s, v27.16b, v23.4b[2]
 	WORD $0x4f91eb54 // sdot v20.4s, v26.16b, v17.4b[2]
 	WORD $0x4f8deb6f // sdot v15.4s, v27.16b, v13.4b[2]
@@ -19106,10 +19106,10 @@ loop:
 	FMOVQ 816(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb7eb79 // sdot v25.4s, v27.16b, v23.4b[3]
 	WORD $0x4fb1eb54 // sdot v20.4s, v26.16b, v17.4b[3]
 	WORD $0x4fadeb6f // sdot v15.4s, v27.16b, v13.4b[3]
@@ -19272,10 +19272,10 @@ loop:
 	FMOVQ 320(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88e370 // sdot v16.4s, v27.16b, v8.4b[0]
 	WORD $0x4f94e345 // sdot v5.4s, v26.16b, v20.4b[0]
 	WORD $0x4f99e376 // sdot v22.4s, v27.16b, v25.4b[0]
@@ -19288,10 +19288,10 @@ loop:
 	FMOVQ 336(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8e370 // sdot v16.4s, v27.16b, v8.4b[1]
 	WORD $0x4fb4e345 // sdot v5.4s, v26.16b, v20.4b[1]
 	WORD $0x4fb9e376 // sdot v22.4s, v27.16b, v25.4b[1]
@@ -19304,10 +19304,10 @@ loop:
 	FMOVQ 352(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88eb70 // sdot v16.4s, v27.16b, v8.4b[2]
 	WORD $0x4f94eb45 // sdot v5.4s, v26.16b, v20.4b[2]
 	WORD $0x4f99eb76 // sdot v22.4s, v27.16b, v25.4b[2]
@@ -19320,10 +19320,10 @@ loop:
 	FMOVQ 368(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8eb70 // sdot v16.4s, v27.16b, v8.4b[3]
 	WORD $0x4fb4eb45 // sdot v5.4s, v26.16b, v20.4b[3]
 	WORD $0x4fb9eb76 // sdot v22.4s, v27.16b, v25.4b[3]
@@ -19336,10 +19336,10 @@ loop:
 	FMOVQ 384(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f87e370 // sdot v16.4s, v27.16b, v7.4b[0]
 	WORD $0x4f86e345 // sdot v5.4s, v26.16b, v6.4b[0]
 	WORD $0x4f92e376 // sdot v22.4s, v27.16b, v18.4b[0]
@@ -19352,10 +19352,10 @@ loop:
 	FMOVQ 400(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa7e370 // sdot v16.4s, v27.16b, v7.4b[1]
 	WORD $0x4fa6e345 // sdot v5.4s, v26.16b, v6.4b[1]
 	WORD $0x4fb2e376 // sdot v22.4s, v27.16b, v18.4b[1]
@@ -19368,10 +19368,10 @@ loop:
 	FMOVQ 416(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f87eb70 // sdot v16.4s, v27.16b, v7.4b[2]
 	WORD $0x4f86eb45 // sdot v5.4s, v26.16b, v6.4b[2]
 	WORD $0x4f92eb76 // sdot v22.4s, v27.16b, v18.4b[2]
@@ -19384,10 +19384,10 @@ loop:
 	FMOVQ 432(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa7eb70 // sdot v16.4s, v27.16b, v7.4b[3]
 	WORD $0x4fa6eb45 // sdot v5.4s, v26.16b, v6.4b[3]
 	WORD $0x4fb2eb76 // sdot v22.4s, v27.16b, v18.4b[3]
@@ -19430,10 +19430,10 @@ loop:
 	FMOVQ 448(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f95e377 // sdot v23.4s, v27.16b, v21.4b[0]
 	WORD $0x4f8ce356 // sdot v22.4s, v26.16b, v12.4b[0]
 	WORD $0x4f90e36b // sdot v11.4s, v27.16b, v16.4b[0]
@@ -19446,10 +19446,10 @@ loop:
 	FMOVQ 464(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb5e377 // sdot v23.4s, v27.16b, v21.4b[1]
 	WORD $0x4face356 // sdot v22.4s, v26.16b, v12.4b[1]
 	WORD $0x4fb0e36b // sdot v11.4s, v27.16b, v16.4b[1]
@@ -19462,10 +19462,10 @@ loop:
 	FMOVQ 480(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f95eb77 // sdot v23.4s, v27.16b, v21.4b[2]
 	WORD $0x4f8ceb56 // sdot v22.4s, v26.16b, v12.4b[2]
 	WORD $0x4f90eb6b // sdot v11.4s, v27.16b, v16.4b[2]
@@ -19478,10 +19478,10 @@ loop:
 	FMOVQ 496(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb5eb77 // sdot v23.4s, v27.16b, v21.4b[3]
 	WORD $0x4faceb56 // sdot v22.4s, v26.16b, v12.4b[3]
 	WORD $0x4fb0eb6b // sdot v11.4s, v27.16b, v16.4b[3]
@@ -19494,10 +19494,10 @@ loop:
 	FMOVQ 512(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f93e377 // sdot v23.4s, v27.16b, v19.4b[0]
 	WORD $0x4f85e356 // sdot v22.4s, v26.16b, v5.4b[0]
 	WORD $0x4f91e36b // sdot v11.4s, v27.16b, v17.4b[0]
@@ -19510,10 +19510,10 @@ loop:
 	FMOVQ 528(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb3e377 // sdot v23.4s, v27.16b, v19.4b[1]
 	WORD $0x4fa5e356 // sdot v22.4s, v26.16b, v5.4b[1]
 	WORD $0x4fb1e36b // sdot v11.4s, v27.16b, v17.4b[1]
@@ -19526,10 +19526,10 @@ loop:
 	FMOVQ 544(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f93eb77 // sdot v23.4s, v27.16b, v19.4b[2]
 	WORD $0x4f85eb56 // sdot v22.4s, v26.16b, v5.4b[2]
 	WORD $0x4f91eb6b // sdot v11.4s, v27.16b, v17.4b[2]
@@ -19542,10 +19542,10 @@ loop:
 	FMOVQ 560(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb3eb77 // sdot v23.4s, v27.16b, v19.4b[3]
 	WORD $0x4fa5eb56 // sdot v22.4s, v26.16b, v5.4b[3]
 	WORD $0x4fb1eb6b // sdot v11.4s, v27.16b, v17.4b[3]
@@ -19588,10 +19588,10 @@ loop:
 	FMOVQ 576(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f94e367 // sdot v7.4s, v27.16b, v20.4b[0]
 	WORD $0x4f98e34b // sdot v11.4s, v26.16b, v24.4b[0]
 	WORD $0x4f97e36d // sdot v13.4s, v27.16b, v23.4b[0]
@@ -19604,10 +19604,10 @@ loop:
 	FMOVQ 592(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb4e367 // sdot v7.4s, v27.16b, v20.4b[1]
 	WORD $0x4fb8e34b // sdot v11.4s, v26.16b, v24.4b[1]
 	WORD $0x4fb7e36d // sdot v13.4s, v27.16b, v23.4b[1]
@@ -19620,10 +19620,10 @@ loop:
 	FMOVQ 608(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f94eb67 // sdot v7.4s, v27.16b, v20.4b[2]
 	WORD $0x4f98eb4b // sdot v11.4s, v26.16b, v24.4b[2]
 	WORD $0x4f97eb6d // sdot v13.4s, v27.16b, v23.4b[2]
@@ -19636,10 +19636,10 @@ loop:
 	FMOVQ 624(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb4eb67 // sdot v7.4s, v27.16b, v20.4b[3]
 	WORD $0x4fb8eb4b // sdot v11.4s, v26.16b, v24.4b[3]
 	WORD $0x4fb7eb6d // sdot v13.4s, v27.16b, v23.4b[3]
@@ -19652,10 +19652,10 @@ loop:
 	FMOVQ 640(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88e367 // sdot v7.4s, v27.16b, v8.4b[0]
 	WORD $0x4f96e34b // sdot v11.4s, v26.16b, v22.4b[0]
 	WORD $0x4f86e36d // sdot v13.4s, v27.16b, v6.4b[0]
@@ -19668,10 +19668,10 @@ loop:
 	FMOVQ 656(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8e367 // sdot v7.4s, v27.16b, v8.4b[1]
 	WORD $0x4fb6e34b // sdot v11.4s, v26.16b, v22.4b[1]
 	WORD $0x4fa6e36d // sdot v13.4s, v27.16b, v6.4b[1]
@@ -19684,10 +19684,10 @@ loop:
 	FMOVQ 672(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88eb67 // sdot v7.4s, v27.16b, v8.4b[2]
 	WORD $0x4f96eb4b // sdot v11.4s, v26.16b, v22.4b[2]
 	WORD $0x4f86eb6d // sdot v13.4s, v27.16b, v6.4b[2]
@@ -19700,10 +19700,10 @@ loop:
 	FMOVQ 688(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8eb67 // sdot v7.4s, v27.16b, v8.4b[3]
 	WORD $0x4fb6eb4b // sdot v11.4s, v26.16b, v22.4b[3]
 	WORD $0x4fa6eb6d // sdot v13.4s, v27.16b, v6.4b[3]
@@ -19746,10 +19746,10 @@ loop:
 	FMOVQ 704(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8ce373 // sdot v19.4s, v27.16b, v12.4b[0]
 	WORD $0x4f89e34d // sdot v13.4s, v26.16b, v9.4b[0]
 	WORD $0x4f87e372 // sdot v18.4s, v27.16b, v7.4b[0]
@@ -19762,10 +19762,10 @@ loop:
 	FMOVQ 720(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4face373 // sdot v19.4s, v27.16b, v12.4b[1]
 	WORD $0x4fa9e34d // sdot v13.4s, v26.16b, v9.4b[1]
 	WORD $0x4fa7e372 // sdot v18.4s, v27.16b, v7.4b[1]
@@ -19778,10 +19778,10 @@ loop:
 	FMOVQ 736(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8ceb73 // sdot v19.4s, v27.16b, v12.4b[2]
 	WORD $0x4f89eb4d // sdot v13.4s, v26.16b, v9.4b[2]
 	WORD $0x4f87eb72 // sdot v18.4s, v27.16b, v7.4b[2]
@@ -19794,10 +19794,10 @@ loop:
 	FMOVQ 752(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4faceb73 // sdot v19.4s, v27.16b, v12.4b[3]
 	WORD $0x4fa9eb4d // sdot v13.4s, v26.16b, v9.4b[3]
 	WORD $0x4fa7eb72 // sdot v18.4s, v27.16b, v7.4b[3]
@@ -19810,10 +19810,10 @@ loop:
 	FMOVQ 768(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f95e373 // sdot v19.4s, v27.16b, v21.4b[0]
 	WORD $0x4f8be34d // sdot v13.4s, v26.16b, v11.4b[0]
 	WORD $0x4f85e372 // sdot v18.4s, v27.16b, v5.4b[0]
@@ -19826,10 +19826,10 @@ loop:
 	FMOVQ 784(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb5e373 // sdot v19.4s, v27.16b, v21.4b[1]
 	WORD $0x4fabe34d // sdot v13.4s, v26.16b, v11.4b[1]
 	WORD $0x4fa5e372 // sdot v18.4s, v27.16b, v5.4b[1]
@@ -19842,10 +19842,10 @@ loop:
 	FMOVQ 800(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f95eb73 // sdot v19.4s, v27.16b, v21.4b[2]
 	WORD $0x4f8beb4d // sdot v13.4s, v26.16b, v11.4b[2]
 	WORD $0x4f85eb72 // sdot v18.4s, v27.16b, v5.4b[2]
@@ -19858,10 +19858,10 @@ loop:
 	FMOVQ 816(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb5eb73 // sdot v19.4s, v27.16b, v21.4b[3]
 	WORD $0x4fabeb4d // sdot v13.4s, v26.16b, v11.4b[3]
 	WORD $0x4fa5eb72 // sdot v18.4s, v27.16b, v5.4b[3]
@@ -20024,10 +20024,10 @@ loop:
 	FMOVQ 320(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88e378 // sdot v24.4s, v27.16b, v8.4b[0]
 	WORD $0x4f8de34e // sdot v14.4s, v26.16b, v13.4b[0]
 	WORD $0x4f93e371 // sdot v17.4s, v27.16b, v19.4b[0]
@@ -20040,10 +20040,10 @@ loop:
 	FMOVQ 336(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8e378 // sdot v24.4s, v27.16b, v8.4b[1]
 	WORD $0x4fade34e // sdot v14.4s, v26.16b, v13.4b[1]
 	WORD $0x4fb3e371 // sdot v17.4s, v27.16b, v19.4b[1]
@@ -20056,10 +20056,10 @@ loop:
 	FMOVQ 352(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88eb78 // sdot v24.4s, v27.16b, v8.4b[2]
 	WORD $0x4f8deb4e // sdot v14.4s, v26.16b, v13.4b[2]
 	WORD $0x4f93eb71 // sdot v17.4s, v27.16b, v19.4b[2]
@@ -20072,10 +20072,10 @@ loop:
 	FMOVQ 368(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8eb78 // sdot v24.4s, v27.16b, v8.4b[3]
 	WORD $0x4fadeb4e // sdot v14.4s, v26.16b, v13.4b[3]
 	WORD $0x4fb3eb71 // sdot v17.4s, v27.16b, v19.4b[3]
@@ -20088,10 +20088,10 @@ loop:
 	FMOVQ 384(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8ae378 // sdot v24.4s, v27.16b, v10.4b[0]
 	WORD $0x4f8fe34e // sdot v14.4s, v26.16b, v15.4b[0]
 	WORD $0x4f96e371 // sdot v17.4s, v27.16b, v22.4b[0]
@@ -20104,10 +20104,10 @@ loop:
 	FMOVQ 400(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4faae378 // sdot v24.4s, v27.16b, v10.4b[1]
 	WORD $0x4fafe34e // sdot v14.4s, v26.16b, v15.4b[1]
 	WORD $0x4fb6e371 // sdot v17.4s, v27.16b, v22.4b[1]
@@ -20120,10 +20120,10 @@ loop:
 	FMOVQ 416(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8aeb78 // sdot v24.4s, v27.16b, v10.4b[2]
 	WORD $0x4f8feb4e // sdot v14.4s, v26.16b, v15.4b[2]
 	WORD $0x4f96eb71 // sdot v17.4s, v27.16b, v22.4b[2]
@@ -20136,10 +20136,10 @@ loop:
 	FMOVQ 432(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4faaeb78 // sdot v24.4s, v27.16b, v10.4b[3]
 	WORD $0x4fafeb4e // sdot v14.4s, v26.16b, v15.4b[3]
 	WORD $0x4fb6eb71 // sdot v17.4s, v27.16b, v22.4b[3]
@@ -20182,10 +20182,10 @@ loop:
 	FMOVQ 448(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f89e375 // sdot v21.4s, v27.16b, v9.4b[0]
 	WORD $0x4f90e351 // sdot v17.4s, v26.16b, v16.4b[0]
 	WORD $0x4f98e366 // sdot v6.4s, v27.16b, v24.4b[0]
@@ -20198,10 +20198,10 @@ loop:
 	FMOVQ 464(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa9e375 // sdot v21.4s, v27.16b, v9.4b[1]
 	WORD $0x4fb0e351 // sdot v17.4s, v26.16b, v16.4b[1]
 	WORD $0x4fb8e366 // sdot v6.4s, v27.16b, v24.4b[1]
@@ -20214,10 +20214,10 @@ loop:
 	FMOVQ 480(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f89eb75 // sdot v21.4s, v27.16b, v9.4b[2]
 	WORD $0x4f90eb51 // sdot v17.4s, v26.16b, v16.4b[2]
 	WORD $0x4f98eb66 // sdot v6.4s, v27.16b, v24.4b[2]
@@ -20230,10 +20230,10 @@ loop:
 	FMOVQ 496(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa9eb75 // sdot v21.4s, v27.16b, v9.4b[3]
 	WORD $0x4fb0eb51 // sdot v17.4s, v26.16b, v16.4b[3]
 	WORD $0x4fb8eb66 // sdot v6.4s, v27.16b, v24.4b[3]
@@ -20246,10 +20246,10 @@ loop:
 	FMOVQ 512(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8ce375 // sdot v21.4s, v27.16b, v12.4b[0]
 	WORD $0x4f8ee351 // sdot v17.4s, v26.16b, v14.4b[0]
 	WORD $0x4f8be366 // sdot v6.4s, v27.16b, v11.4b[0]
@@ -20262,10 +20262,10 @@ loop:
 	FMOVQ 528(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4face375 // sdot v21.4s, v27.16b, v12.4b[1]
 	WORD $0x4faee351 // sdot v17.4s, v26.16b, v14.4b[1]
 	WORD $0x4fabe366 // sdot v6.4s, v27.16b, v11.4b[1]
@@ -20278,10 +20278,10 @@ loop:
 	FMOVQ 544(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8ceb75 // sdot v21.4s, v27.16b, v12.4b[2]
 	WORD $0x4f8eeb51 // sdot v17.4s, v26.16b, v14.4b[2]
 	WORD $0x4f8beb66 // sdot v6.4s, v27.16b, v11.4b[2]
@@ -20294,10 +20294,10 @@ loop:
 	FMOVQ 560(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4faceb75 // sdot v21.4s, v27.16b, v12.4b[3]
 	WORD $0x4faeeb51 // sdot v17.4s, v26.16b, v14.4b[3]
 	WORD $0x4fabeb66 // sdot v6.4s, v27.16b, v11.4b[3]
@@ -20340,10 +20340,10 @@ loop:
 	FMOVQ 576(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8de36a // sdot v10.4s, v27.16b, v13.4b[0]
 	WORD $0x4f97e346 // sdot v6.4s, v26.16b, v23.4b[0]
 	WORD $0x4f95e365 // sdot v5.4s, v27.16b, v21.4b[0]
@@ -20356,10 +20356,10 @@ loop:
 	FMOVQ 592(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fade36a // sdot v10.4s, v27.16b, v13.4b[1]
 	WORD $0x4fb7e346 // sdot v6.4s, v26.16b, v23.4b[1]
 	WORD $0x4fb5e365 // sdot v5.4s, v27.16b, v21.4b[1]
@@ -20372,10 +20372,10 @@ loop:
 	FMOVQ 608(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f8deb6a // sdot v10.4s, v27.16b, v13.4b[2]
 	WORD $0x4f97eb46 // sdot v6.4s, v26.16b, v23.4b[2]
 	WORD $0x4f95eb65 // sdot v5.4s, v27.16b, v21.4b[2]
@@ -20388,10 +20388,10 @@ loop:
 	FMOVQ 624(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fadeb6a // sdot v10.4s, v27.16b, v13.4b[3]
 	WORD $0x4fb7eb46 // sdot v6.4s, v26.16b, v23.4b[3]
 	WORD $0x4fb5eb65 // sdot v5.4s, v27.16b, v21.4b[3]
@@ -20404,10 +20404,10 @@ loop:
 	FMOVQ 640(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88e36a // sdot v10.4s, v27.16b, v8.4b[0]
 	WORD $0x4f91e346 // sdot v6.4s, v26.16b, v17.4b[0]
 	WORD $0x4f8fe365 // sdot v5.4s, v27.16b, v15.4b[0]
@@ -20420,10 +20420,10 @@ loop:
 	FMOVQ 656(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8e36a // sdot v10.4s, v27.16b, v8.4b[1]
 	WORD $0x4fb1e346 // sdot v6.4s, v26.16b, v17.4b[1]
 	WORD $0x4fafe365 // sdot v5.4s, v27.16b, v15.4b[1]
@@ -20436,10 +20436,10 @@ loop:
 	FMOVQ 672(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88eb6a // sdot v10.4s, v27.16b, v8.4b[2]
 	WORD $0x4f91eb46 // sdot v6.4s, v26.16b, v17.4b[2]
 	WORD $0x4f8feb65 // sdot v5.4s, v27.16b, v15.4b[2]
@@ -20452,10 +20452,10 @@ loop:
 	FMOVQ 688(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8eb6a // sdot v10.4s, v27.16b, v8.4b[3]
 	WORD $0x4fb1eb46 // sdot v6.4s, v26.16b, v17.4b[3]
 	WORD $0x4fafeb65 // sdot v5.4s, v27.16b, v15.4b[3]
@@ -20498,10 +20498,10 @@ loop:
 	FMOVQ 704(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f90e36c // sdot v12.4s, v27.16b, v16.4b[0]
 	WORD $0x4f87e345 // sdot v5.4s, v26.16b, v7.4b[0]
 	WORD $0x4f8ae376 // sdot v22.4s, v27.16b, v10.4b[0]
@@ -20514,10 +20514,10 @@ loop:
 	FMOVQ 720(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb0e36c // sdot v12.4s, v27.16b, v16.4b[1]
 	WORD $0x4fa7e345 // sdot v5.4s, v26.16b, v7.4b[1]
 	WORD $0x4faae376 // sdot v22.4s, v27.16b, v10.4b[1]
@@ -20530,10 +20530,10 @@ loop:
 	FMOVQ 736(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f90eb6c // sdot v12.4s, v27.16b, v16.4b[2]
 	WORD $0x4f87eb45 // sdot v5.4s, v26.16b, v7.4b[2]
 	WORD $0x4f8aeb76 // sdot v22.4s, v27.16b, v10.4b[2]
@@ -20546,10 +20546,10 @@ loop:
 	FMOVQ 752(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb0eb6c // sdot v12.4s, v27.16b, v16.4b[3]
 	WORD $0x4fa7eb45 // sdot v5.4s, v26.16b, v7.4b[3]
 	WORD $0x4faaeb76 // sdot v22.4s, v27.16b, v10.4b[3]
@@ -20562,10 +20562,10 @@ loop:
 	FMOVQ 768(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f89e36c // sdot v12.4s, v27.16b, v9.4b[0]
 	WORD $0x4f86e345 // sdot v5.4s, v26.16b, v6.4b[0]
 	WORD $0x4f8ee376 // sdot v22.4s, v27.16b, v14.4b[0]
@@ -20578,10 +20578,10 @@ loop:
 	FMOVQ 784(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa9e36c // sdot v12.4s, v27.16b, v9.4b[1]
 	WORD $0x4fa6e345 // sdot v5.4s, v26.16b, v6.4b[1]
 	WORD $0x4faee376 // sdot v22.4s, v27.16b, v14.4b[1]
@@ -20594,10 +20594,10 @@ loop:
 	FMOVQ 800(R0), F28
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f89eb6c // sdot v12.4s, v27.16b, v9.4b[2]
 	WORD $0x4f86eb45 // sdot v5.4s, v26.16b, v6.4b[2]
 	WORD $0x4f8eeb76 // sdot v22.4s, v27.16b, v14.4b[2]
@@ -20610,10 +20610,10 @@ loop:
 	FMOVQ 816(R0), F29
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa9eb6c // sdot v12.4s, v27.16b, v9.4b[3]
 	WORD $0x4fa6eb45 // sdot v5.4s, v26.16b, v6.4b[3]
 	WORD $0x4faeeb76 // sdot v22.4s, v27.16b, v14.4b[3]
@@ -20776,10 +20776,10 @@ loop:
 	FMOVQ 320(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88e377 // sdot v23.4s, v27.16b, v8.4b[0]
 	WORD $0x4f85e359 // sdot v25.4s, v26.16b, v5.4b[0]
 	WORD $0x4f8ce36b // sdot v11.4s, v27.16b, v12.4b[0]
@@ -20792,10 +20792,10 @@ loop:
 	FMOVQ 336(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8e377 // sdot v23.4s, v27.16b, v8.4b[1]
 	WORD $0x4fa5e359 // sdot v25.4s, v26.16b, v5.4b[1]
 	WORD $0x4face36b // sdot v11.4s, v27.16b, v12.4b[1]
@@ -20808,10 +20808,10 @@ loop:
 	FMOVQ 352(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88eb77 // sdot v23.4s, v27.16b, v8.4b[2]
 	WORD $0x4f85eb59 // sdot v25.4s, v26.16b, v5.4b[2]
 	WORD $0x4f8ceb6b // sdot v11.4s, v27.16b, v12.4b[2]
@@ -20824,10 +20824,10 @@ loop:
 	FMOVQ 368(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8eb77 // sdot v23.4s, v27.16b, v8.4b[3]
 	WORD $0x4fa5eb59 // sdot v25.4s, v26.16b, v5.4b[3]
 	WORD $0x4faceb6b // sdot v11.4s, v27.16b, v12.4b[3]
@@ -20840,10 +20840,10 @@ loop:
 	FMOVQ 384(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f94e377 // sdot v23.4s, v27.16b, v20.4b[0]
 	WORD $0x4f92e359 // sdot v25.4s, v26.16b, v18.4b[0]
 	WORD $0x4f91e36b // sdot v11.4s, v27.16b, v17.4b[0]
@@ -20856,10 +20856,10 @@ loop:
 	FMOVQ 400(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb4e377 // sdot v23.4s, v27.16b, v20.4b[1]
 	WORD $0x4fb2e359 // sdot v25.4s, v26.16b, v18.4b[1]
 	WORD $0x4fb1e36b // sdot v11.4s, v27.16b, v17.4b[1]
@@ -20872,10 +20872,10 @@ loop:
 	FMOVQ 416(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f94eb77 // sdot v23.4s, v27.16b, v20.4b[2]
 	WORD $0x4f92eb59 // sdot v25.4s, v26.16b, v18.4b[2]
 	WORD $0x4f91eb6b // sdot v11.4s, v27.16b, v17.4b[2]
@@ -20888,10 +20888,10 @@ loop:
 	FMOVQ 432(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb4eb77 // sdot v23.4s, v27.16b, v20.4b[3]
 	WORD $0x4fb2eb59 // sdot v25.4s, v26.16b, v18.4b[3]
 	WORD $0x4fb1eb6b // sdot v11.4s, v27.16b, v17.4b[3]
@@ -20934,10 +20934,10 @@ loop:
 	FMOVQ 448(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f87e369 // sdot v9.4s, v27.16b, v7.4b[0]
 	WORD $0x4f98e34b // sdot v11.4s, v26.16b, v24.4b[0]
 	WORD $0x4f97e36f // sdot v15.4s, v27.16b, v23.4b[0]
@@ -20950,10 +20950,10 @@ loop:
 	FMOVQ 464(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa7e369 // sdot v9.4s, v27.16b, v7.4b[1]
 	WORD $0x4fb8e34b // sdot v11.4s, v26.16b, v24.4b[1]
 	WORD $0x4fb7e36f // sdot v15.4s, v27.16b, v23.4b[1]
@@ -20966,10 +20966,10 @@ loop:
 	FMOVQ 480(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f87eb69 // sdot v9.4s, v27.16b, v7.4b[2]
 	WORD $0x4f98eb4b // sdot v11.4s, v26.16b, v24.4b[2]
 	WORD $0x4f97eb6f // sdot v15.4s, v27.16b, v23.4b[2]
@@ -20982,10 +20982,10 @@ loop:
 	FMOVQ 496(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa7eb69 // sdot v9.4s, v27.16b, v7.4b[3]
 	WORD $0x4fb8eb4b // sdot v11.4s, v26.16b, v24.4b[3]
 	WORD $0x4fb7eb6f // sdot v15.4s, v27.16b, v23.4b[3]
@@ -20998,10 +20998,10 @@ loop:
 	FMOVQ 512(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f90e369 // sdot v9.4s, v27.16b, v16.4b[0]
 	WORD $0x4f99e34b // sdot v11.4s, v26.16b, v25.4b[0]
 	WORD $0x4f86e36f // sdot v15.4s, v27.16b, v6.4b[0]
@@ -21014,10 +21014,10 @@ loop:
 	FMOVQ 528(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb0e369 // sdot v9.4s, v27.16b, v16.4b[1]
 	WORD $0x4fb9e34b // sdot v11.4s, v26.16b, v25.4b[1]
 	WORD $0x4fa6e36f // sdot v15.4s, v27.16b, v6.4b[1]
@@ -21030,10 +21030,10 @@ loop:
 	FMOVQ 544(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f90eb69 // sdot v9.4s, v27.16b, v16.4b[2]
 	WORD $0x4f99eb4b // sdot v11.4s, v26.16b, v25.4b[2]
 	WORD $0x4f86eb6f // sdot v15.4s, v27.16b, v6.4b[2]
@@ -21046,10 +21046,10 @@ loop:
 	FMOVQ 560(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb0eb69 // sdot v9.4s, v27.16b, v16.4b[3]
 	WORD $0x4fb9eb4b // sdot v11.4s, v26.16b, v25.4b[3]
 	WORD $0x4fa6eb6f // sdot v15.4s, v27.16b, v6.4b[3]
@@ -21092,10 +21092,10 @@ loop:
 	FMOVQ 576(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f85e374 // sdot v20.4s, v27.16b, v5.4b[0]
 	WORD $0x4f95e34f // sdot v15.4s, v26.16b, v21.4b[0]
 	WORD $0x4f89e36e // sdot v14.4s, v27.16b, v9.4b[0]
@@ -21108,10 +21108,10 @@ loop:
 	FMOVQ 592(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa5e374 // sdot v20.4s, v27.16b, v5.4b[1]
 	WORD $0x4fb5e34f // sdot v15.4s, v26.16b, v21.4b[1]
 	WORD $0x4fa9e36e // sdot v14.4s, v27.16b, v9.4b[1]
@@ -21124,10 +21124,10 @@ loop:
 	FMOVQ 608(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f85eb74 // sdot v20.4s, v27.16b, v5.4b[2]
 	WORD $0x4f95eb4f // sdot v15.4s, v26.16b, v21.4b[2]
 	WORD $0x4f89eb6e // sdot v14.4s, v27.16b, v9.4b[2]
@@ -21140,10 +21140,10 @@ loop:
 	FMOVQ 624(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa5eb74 // sdot v20.4s, v27.16b, v5.4b[3]
 	WORD $0x4fb5eb4f // sdot v15.4s, v26.16b, v21.4b[3]
 	WORD $0x4fa9eb6e // sdot v14.4s, v27.16b, v9.4b[3]
@@ -21156,10 +21156,10 @@ loop:
 	FMOVQ 640(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88e374 // sdot v20.4s, v27.16b, v8.4b[0]
 	WORD $0x4f8be34f // sdot v15.4s, v26.16b, v11.4b[0]
 	WORD $0x4f92e36e // sdot v14.4s, v27.16b, v18.4b[0]
@@ -21172,10 +21172,10 @@ loop:
 	FMOVQ 656(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8e374 // sdot v20.4s, v27.16b, v8.4b[1]
 	WORD $0x4fabe34f // sdot v15.4s, v26.16b, v11.4b[1]
 	WORD $0x4fb2e36e // sdot v14.4s, v27.16b, v18.4b[1]
@@ -21188,10 +21188,10 @@ loop:
 	FMOVQ 672(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f88eb74 // sdot v20.4s, v27.16b, v8.4b[2]
 	WORD $0x4f8beb4f // sdot v15.4s, v26.16b, v11.4b[2]
 	WORD $0x4f92eb6e // sdot v14.4s, v27.16b, v18.4b[2]
@@ -21204,10 +21204,10 @@ loop:
 	FMOVQ 688(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa8eb74 // sdot v20.4s, v27.16b, v8.4b[3]
 	WORD $0x4fabeb4f // sdot v15.4s, v26.16b, v11.4b[3]
 	WORD $0x4fb2eb6e // sdot v14.4s, v27.16b, v18.4b[3]
@@ -21250,10 +21250,10 @@ loop:
 	FMOVQ 704(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f98e370 // sdot v16.4s, v27.16b, v24.4b[0]
 	WORD $0x4f8ae34e // sdot v14.4s, v26.16b, v10.4b[0]
 	WORD $0x4f94e371 // sdot v17.4s, v27.16b, v20.4b[0]
@@ -21266,10 +21266,10 @@ loop:
 	FMOVQ 720(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb8e370 // sdot v16.4s, v27.16b, v24.4b[1]
 	WORD $0x4faae34e // sdot v14.4s, v26.16b, v10.4b[1]
 	WORD $0x4fb4e371 // sdot v17.4s, v27.16b, v20.4b[1]
@@ -21282,10 +21282,10 @@ loop:
 	FMOVQ 736(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f98eb70 // sdot v16.4s, v27.16b, v24.4b[2]
 	WORD $0x4f8aeb4e // sdot v14.4s, v26.16b, v10.4b[2]
 	WORD $0x4f94eb71 // sdot v17.4s, v27.16b, v20.4b[2]
@@ -21298,10 +21298,10 @@ loop:
 	FMOVQ 752(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fb8eb70 // sdot v16.4s, v27.16b, v24.4b[3]
 	WORD $0x4faaeb4e // sdot v14.4s, v26.16b, v10.4b[3]
 	WORD $0x4fb4eb71 // sdot v17.4s, v27.16b, v20.4b[3]
@@ -21314,10 +21314,10 @@ loop:
 	FMOVQ 768(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f87e370 // sdot v16.4s, v27.16b, v7.4b[0]
 	WORD $0x4f8fe34e // sdot v14.4s, v26.16b, v15.4b[0]
 	WORD $0x4f99e371 // sdot v17.4s, v27.16b, v25.4b[0]
@@ -21330,10 +21330,10 @@ loop:
 	FMOVQ 784(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa7e370 // sdot v16.4s, v27.16b, v7.4b[1]
 	WORD $0x4fafe34e // sdot v14.4s, v26.16b, v15.4b[1]
 	WORD $0x4fb9e371 // sdot v17.4s, v27.16b, v25.4b[1]
@@ -21346,10 +21346,10 @@ loop:
 	FMOVQ 800(R0), F28
 	WORD $0x4e04039d // tbl v29.16b, {v28.16b}, v4.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3b // bit v27.16b, v1.16b, v29.16b
+	WORD $0x6ea11fbb // bit v27.16b, v29.16b, v1.16b
 	WORD $0x4e03039d // tbl v29.16b, {v28.16b}, v3.16b
 	WORD $0x4e228fbd // cmtst v29.16b, v29.16b, v2.16b
-	WORD $0x6ebd1c3a // bit v26.16b, v1.16b, v29.16b
+	WORD $0x6ea11fba // bit v26.16b, v29.16b, v1.16b
 	WORD $0x4f87eb70 // sdot v16.4s, v27.16b, v7.4b[2]
 	WORD $0x4f8feb4e // sdot v14.4s, v26.16b, v15.4b[2]
 	WORD $0x4f99eb71 // sdot v17.4s, v27.16b, v25.4b[2]
@@ -21362,10 +21362,10 @@ loop:
 	FMOVQ 816(R0), F29
 	WORD $0x4e0403bc // tbl v28.16b, {v29.16b}, v4.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3b // bit v27.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9b // bit v27.16b, v28.16b, v1.16b
 	WORD $0x4e0303bc // tbl v28.16b, {v29.16b}, v3.16b
 	WORD $0x4e228f9c // cmtst v28.16b, v28.16b, v2.16b
-	WORD $0x6ebc1c3a // bit v26.16b, v1.16b, v28.16b
+	WORD $0x6ea11f9a // bit v26.16b, v28.16b, v1.16b
 	WORD $0x4fa7eb70 // sdot v16.4s, v27.16b, v7.4b[3]
 	WORD $0x4fafeb4e // sdot v14.4s, v26.16b, v15.4b[3]
 	WORD $0x4fb9eb71 // sdot v17.4s, v27.16b, v25.4b[3]
@@ -33762,10 +33762,10 @@ loop:
 	FMOVQ 32(R0), F15
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cee // bit v14.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0e // bit v14.16b, v16.16b, v7.16b
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ced // bit v13.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0d // bit v13.16b, v16.16b, v7.16b
 	WORD $0x4e040490 // dup v16.4s, v4.s[0]
 	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
 	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
@@ -33782,10 +33782,10 @@ loop:
 	FMOVQ 48(R0), F16
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cee // bit v14.16b, v7.16b, v15.16b
+	WORD $0x6ea71dee // bit v14.16b, v15.16b, v7.16b
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
 	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
 	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
@@ -33802,10 +33802,10 @@ loop:
 	FMOVQ 64(R0), F15
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cee // bit v14.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0e // bit v14.16b, v16.16b, v7.16b
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ced // bit v13.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0d // bit v13.16b, v16.16b, v7.16b
 	WORD $0x4e140490 // dup v16.4s, v4.s[2]
 	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
 	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
@@ -33822,10 +33822,10 @@ loop:
 	FMOVQ 80(R0), F16
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cee // bit v14.16b, v7.16b, v15.16b
+	WORD $0x6ea71dee // bit v14.16b, v15.16b, v7.16b
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
 	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
 	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
@@ -33857,10 +33857,10 @@ loop:
 	FMOVQ 32(R0), F15
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ceb // bit v11.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0b // bit v11.16b, v16.16b, v7.16b
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cec // bit v12.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0c // bit v12.16b, v16.16b, v7.16b
 	WORD $0x4e040490 // dup v16.4s, v4.s[0]
 	WORD $0x0e30c16f // smull v15.8h, v11.8b, v16.8b
 	WORD $0x4e30c170 // smull2 v16.8h, v11.16b, v16.16b
@@ -33877,10 +33877,10 @@ loop:
 	FMOVQ 48(R0), F16
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ceb // bit v11.16b, v7.16b, v15.16b
+	WORD $0x6ea71deb // bit v11.16b, v15.16b, v7.16b
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
 	WORD $0x0e2fc170 // smull v16.8h, v11.8b, v15.8b
 	WORD $0x4e2fc16f // smull2 v15.8h, v11.16b, v15.16b
@@ -33897,10 +33897,10 @@ loop:
 	FMOVQ 64(R0), F15
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ceb // bit v11.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0b // bit v11.16b, v16.16b, v7.16b
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cec // bit v12.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0c // bit v12.16b, v16.16b, v7.16b
 	WORD $0x4e140490 // dup v16.4s, v4.s[2]
 	WORD $0x0e30c16f // smull v15.8h, v11.8b, v16.8b
 	WORD $0x4e30c170 // smull2 v16.8h, v11.16b, v16.16b
@@ -33917,10 +33917,10 @@ loop:
 	FMOVQ 80(R0), F16
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ceb // bit v11.16b, v7.16b, v15.16b
+	WORD $0x6ea71deb // bit v11.16b, v15.16b, v7.16b
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
 	WORD $0x0e2fc170 // smull v16.8h, v11.8b, v15.8b
 	WORD $0x4e2fc16f // smull2 v15.8h, v11.16b, v15.16b
@@ -33952,10 +33952,10 @@ loop:
 	FMOVQ 32(R0), F15
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ced // bit v13.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0d // bit v13.16b, v16.16b, v7.16b
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cee // bit v14.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0e // bit v14.16b, v16.16b, v7.16b
 	WORD $0x4e040490 // dup v16.4s, v4.s[0]
 	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
 	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
@@ -33972,10 +33972,10 @@ loop:
 	FMOVQ 48(R0), F16
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cee // bit v14.16b, v7.16b, v15.16b
+	WORD $0x6ea71dee // bit v14.16b, v15.16b, v7.16b
 	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
 	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
 	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
@@ -33992,10 +33992,10 @@ loop:
 	FMOVQ 64(R0), F15
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ced // bit v13.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0d // bit v13.16b, v16.16b, v7.16b
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cee // bit v14.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0e // bit v14.16b, v16.16b, v7.16b
 	WORD $0x4e140490 // dup v16.4s, v4.s[2]
 	WORD $0x0e30c1af // smull v15.8h, v13.8b, v16.8b
 	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
@@ -34012,10 +34012,10 @@ loop:
 	FMOVQ 80(R0), F16
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cee // bit v14.16b, v7.16b, v15.16b
+	WORD $0x6ea71dee // bit v14.16b, v15.16b, v7.16b
 	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
 	WORD $0x0e2fc1b0 // smull v16.8h, v13.8b, v15.8b
 	WORD $0x4e2fc1af // smull2 v15.8h, v13.16b, v15.16b
@@ -34047,10 +34047,10 @@ loop:
 	FMOVQ 32(R0), F15
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cec // bit v12.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0c // bit v12.16b, v16.16b, v7.16b
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ceb // bit v11.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0b // bit v11.16b, v16.16b, v7.16b
 	WORD $0x4e040490 // dup v16.4s, v4.s[0]
 	WORD $0x0e30c18f // smull v15.8h, v12.8b, v16.8b
 	WORD $0x4e30c190 // smull2 v16.8h, v12.16b, v16.16b
@@ -34067,10 +34067,10 @@ loop:
 	FMOVQ 48(R0), F16
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ceb // bit v11.16b, v7.16b, v15.16b
+	WORD $0x6ea71deb // bit v11.16b, v15.16b, v7.16b
 	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
 	WORD $0x0e2fc190 // smull v16.8h, v12.8b, v15.8b
 	WORD $0x4e2fc18f // smull2 v15.8h, v12.16b, v15.16b
@@ -34087,10 +34087,10 @@ loop:
 	FMOVQ 64(R0), F15
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cec // bit v12.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0c // bit v12.16b, v16.16b, v7.16b
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ceb // bit v11.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0b // bit v11.16b, v16.16b, v7.16b
 	WORD $0x4e140490 // dup v16.4s, v4.s[2]
 	WORD $0x0e30c18f // smull v15.8h, v12.8b, v16.8b
 	WORD $0x4e30c190 // smull2 v16.8h, v12.16b, v16.16b
@@ -34107,10 +34107,10 @@ loop:
 	FMOVQ 80(R0), F16
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cec // bit v12.16b, v7.16b, v15.16b
+	WORD $0x6ea71dec // bit v12.16b, v15.16b, v7.16b
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ceb // bit v11.16b, v7.16b, v15.16b
+	WORD $0x6ea71deb // bit v11.16b, v15.16b, v7.16b
 	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
 	WORD $0x0e2fc190 // smull v16.8h, v12.8b, v15.8b
 	WORD $0x4e2fc18f // smull2 v15.8h, v12.16b, v15.16b
@@ -34189,10 +34189,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db6 // bit v22.16b, v13.16b, v24.16b
+	WORD $0x6ead1f16 // bit v22.16b, v24.16b, v13.16b
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db5 // bit v21.16b, v13.16b, v24.16b
+	WORD $0x6ead1f15 // bit v21.16b, v24.16b, v13.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -34219,10 +34219,10 @@ loop:
 	FMOVQ 48(R0), F24
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db6 // bit v22.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef6 // bit v22.16b, v23.16b, v13.16b
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db5 // bit v21.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef5 // bit v21.16b, v23.16b, v13.16b
 	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -34249,10 +34249,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db6 // bit v22.16b, v13.16b, v24.16b
+	WORD $0x6ead1f16 // bit v22.16b, v24.16b, v13.16b
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db5 // bit v21.16b, v13.16b, v24.16b
+	WORD $0x6ead1f15 // bit v21.16b, v24.16b, v13.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -34279,10 +34279,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db6 // bit v22.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef6 // bit v22.16b, v23.16b, v13.16b
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db5 // bit v21.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef5 // bit v21.16b, v23.16b, v13.16b
 	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -34335,10 +34335,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db1 // bit v17.16b, v13.16b, v24.16b
+	WORD $0x6ead1f11 // bit v17.16b, v24.16b, v13.16b
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db2 // bit v18.16b, v13.16b, v24.16b
+	WORD $0x6ead1f12 // bit v18.16b, v24.16b, v13.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c237 // smull v23.8h, v17.8b, v24.8b
 	WORD $0x4e38c238 // smull2 v24.8h, v17.16b, v24.16b
@@ -34365,10 +34365,10 @@ loop:
 	FMOVQ 48(R0), F24
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db1 // bit v17.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef1 // bit v17.16b, v23.16b, v13.16b
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db2 // bit v18.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef2 // bit v18.16b, v23.16b, v13.16b
 	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
 	WORD $0x0e37c238 // smull v24.8h, v17.8b, v23.8b
 	WORD $0x4e37c237 // smull2 v23.8h, v17.16b, v23.16b
@@ -34395,10 +34395,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db1 // bit v17.16b, v13.16b, v24.16b
+	WORD $0x6ead1f11 // bit v17.16b, v24.16b, v13.16b
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db2 // bit v18.16b, v13.16b, v24.16b
+	WORD $0x6ead1f12 // bit v18.16b, v24.16b, v13.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c237 // smull v23.8h, v17.8b, v24.8b
 	WORD $0x4e38c238 // smull2 v24.8h, v17.16b, v24.16b
@@ -34425,10 +34425,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db1 // bit v17.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef1 // bit v17.16b, v23.16b, v13.16b
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db2 // bit v18.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef2 // bit v18.16b, v23.16b, v13.16b
 	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
 	WORD $0x0e37c238 // smull v24.8h, v17.8b, v23.8b
 	WORD $0x4e37c237 // smull2 v23.8h, v17.16b, v23.16b
@@ -34481,10 +34481,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db5 // bit v21.16b, v13.16b, v24.16b
+	WORD $0x6ead1f15 // bit v21.16b, v24.16b, v13.16b
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db6 // bit v22.16b, v13.16b, v24.16b
+	WORD $0x6ead1f16 // bit v22.16b, v24.16b, v13.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c2b7 // smull v23.8h, v21.8b, v24.8b
 	WORD $0x4e38c2b8 // smull2 v24.8h, v21.16b, v24.16b
@@ -34511,10 +34511,10 @@ loop:
 	FMOVQ 48(R0), F24
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db5 // bit v21.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef5 // bit v21.16b, v23.16b, v13.16b
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db6 // bit v22.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef6 // bit v22.16b, v23.16b, v13.16b
 	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
 	WORD $0x0e37c2b8 // smull v24.8h, v21.8b, v23.8b
 	WORD $0x4e37c2b7 // smull2 v23.8h, v21.16b, v23.16b
@@ -34541,10 +34541,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db5 // bit v21.16b, v13.16b, v24.16b
+	WORD $0x6ead1f15 // bit v21.16b, v24.16b, v13.16b
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db6 // bit v22.16b, v13.16b, v24.16b
+	WORD $0x6ead1f16 // bit v22.16b, v24.16b, v13.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c2b7 // smull v23.8h, v21.8b, v24.8b
 	WORD $0x4e38c2b8 // smull2 v24.8h, v21.16b, v24.16b
@@ -34571,10 +34571,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db5 // bit v21.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef5 // bit v21.16b, v23.16b, v13.16b
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db6 // bit v22.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef6 // bit v22.16b, v23.16b, v13.16b
 	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
 	WORD $0x0e37c2b8 // smull v24.8h, v21.8b, v23.8b
 	WORD $0x4e37c2b7 // smull2 v23.8h, v21.16b, v23.16b
@@ -34627,10 +34627,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db2 // bit v18.16b, v13.16b, v24.16b
+	WORD $0x6ead1f12 // bit v18.16b, v24.16b, v13.16b
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db1 // bit v17.16b, v13.16b, v24.16b
+	WORD $0x6ead1f11 // bit v17.16b, v24.16b, v13.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c257 // smull v23.8h, v18.8b, v24.8b
 	WORD $0x4e38c258 // smull2 v24.8h, v18.16b, v24.16b
@@ -34657,10 +34657,10 @@ loop:
 	FMOVQ 48(R0), F24
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db2 // bit v18.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef2 // bit v18.16b, v23.16b, v13.16b
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db1 // bit v17.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef1 // bit v17.16b, v23.16b, v13.16b
 	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
 	WORD $0x0e37c258 // smull v24.8h, v18.8b, v23.8b
 	WORD $0x4e37c257 // smull2 v23.8h, v18.16b, v23.16b
@@ -34687,10 +34687,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db2 // bit v18.16b, v13.16b, v24.16b
+	WORD $0x6ead1f12 // bit v18.16b, v24.16b, v13.16b
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db1 // bit v17.16b, v13.16b, v24.16b
+	WORD $0x6ead1f11 // bit v17.16b, v24.16b, v13.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c257 // smull v23.8h, v18.8b, v24.8b
 	WORD $0x4e38c258 // smull2 v24.8h, v18.16b, v24.16b
@@ -34717,10 +34717,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db2 // bit v18.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef2 // bit v18.16b, v23.16b, v13.16b
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db1 // bit v17.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef1 // bit v17.16b, v23.16b, v13.16b
 	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
 	WORD $0x0e37c258 // smull v24.8h, v18.8b, v23.8b
 	WORD $0x4e37c257 // smull2 v23.8h, v18.16b, v23.16b
@@ -34834,11 +34834,11 @@ loop:
 	FMOVQ 64(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7c // bit v28.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdc // bit v28.16b, v30.16b, v19.16b
 	FMOVQ 80(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7b // bit v27.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdb // bit v27.16b, v30.16b, v19.16b
 	WORD $0x4e04059e // dup v30.4s, v12.s[0]
 	WORD $0x0e3ec39d // smull v29.8h, v28.8b, v30.8b
 	WORD $0x4e3ec39e // smull2 v30.8h, v28.16b, v30.16b
@@ -34876,11 +34876,11 @@ loop:
 	FMOVQ 64(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7c // bit v28.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbc // bit v28.16b, v29.16b, v19.16b
 	FMOVQ 80(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4e0c059d // dup v29.4s, v12.s[1]
 	WORD $0x0e3dc39e // smull v30.8h, v28.8b, v29.8b
 	WORD $0x4e3dc39d // smull2 v29.8h, v28.16b, v29.16b
@@ -34918,11 +34918,11 @@ loop:
 	FMOVQ 64(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7c // bit v28.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdc // bit v28.16b, v30.16b, v19.16b
 	FMOVQ 80(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7b // bit v27.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdb // bit v27.16b, v30.16b, v19.16b
 	WORD $0x4e14059e // dup v30.4s, v12.s[2]
 	WORD $0x0e3ec39d // smull v29.8h, v28.8b, v30.8b
 	WORD $0x4e3ec39e // smull2 v30.8h, v28.16b, v30.16b
@@ -34960,11 +34960,11 @@ loop:
 	FMOVQ 64(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7c // bit v28.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbc // bit v28.16b, v29.16b, v19.16b
 	FMOVQ 80(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4e1c059d // dup v29.4s, v12.s[3]
 	WORD $0x0e3dc39e // smull v30.8h, v28.8b, v29.8b
 	WORD $0x4e3dc39d // smull2 v29.8h, v28.16b, v29.16b
@@ -35037,11 +35037,11 @@ loop:
 	FMOVQ 96(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e75 // bit v21.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd5 // bit v21.16b, v30.16b, v19.16b
 	FMOVQ 112(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e76 // bit v22.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd6 // bit v22.16b, v30.16b, v19.16b
 	WORD $0x4e04059e // dup v30.4s, v12.s[0]
 	WORD $0x0e3ec2bd // smull v29.8h, v21.8b, v30.8b
 	WORD $0x4e3ec2be // smull2 v30.8h, v21.16b, v30.16b
@@ -35079,11 +35079,11 @@ loop:
 	FMOVQ 96(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e75 // bit v21.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb5 // bit v21.16b, v29.16b, v19.16b
 	FMOVQ 112(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e76 // bit v22.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb6 // bit v22.16b, v29.16b, v19.16b
 	WORD $0x4e0c059d // dup v29.4s, v12.s[1]
 	WORD $0x0e3dc2be // smull v30.8h, v21.8b, v29.8b
 	WORD $0x4e3dc2bd // smull2 v29.8h, v21.16b, v29.16b
@@ -35121,11 +35121,11 @@ loop:
 	FMOVQ 96(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e75 // bit v21.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd5 // bit v21.16b, v30.16b, v19.16b
 	FMOVQ 112(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e76 // bit v22.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd6 // bit v22.16b, v30.16b, v19.16b
 	WORD $0x4e14059e // dup v30.4s, v12.s[2]
 	WORD $0x0e3ec2bd // smull v29.8h, v21.8b, v30.8b
 	WORD $0x4e3ec2be // smull2 v30.8h, v21.16b, v30.16b
@@ -35163,11 +35163,11 @@ loop:
 	FMOVQ 96(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e75 // bit v21.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb5 // bit v21.16b, v29.16b, v19.16b
 	FMOVQ 112(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e76 // bit v22.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb6 // bit v22.16b, v29.16b, v19.16b
 	WORD $0x4e1c059d // dup v29.4s, v12.s[3]
 	WORD $0x0e3dc2be // smull v30.8h, v21.8b, v29.8b
 	WORD $0x4e3dc2bd // smull2 v29.8h, v21.16b, v29.16b
@@ -35240,11 +35240,11 @@ loop:
 	FMOVQ 128(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7b // bit v27.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdb // bit v27.16b, v30.16b, v19.16b
 	FMOVQ 144(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7c // bit v28.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdc // bit v28.16b, v30.16b, v19.16b
 	WORD $0x4e04059e // dup v30.4s, v12.s[0]
 	WORD $0x0e3ec37d // smull v29.8h, v27.8b, v30.8b
 	WORD $0x4e3ec37e // smull2 v30.8h, v27.16b, v30.16b
@@ -35282,11 +35282,11 @@ loop:
 	FMOVQ 128(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	FMOVQ 144(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7c // bit v28.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbc // bit v28.16b, v29.16b, v19.16b
 	WORD $0x4e0c059d // dup v29.4s, v12.s[1]
 	WORD $0x0e3dc37e // smull v30.8h, v27.8b, v29.8b
 	WORD $0x4e3dc37d // smull2 v29.8h, v27.16b, v29.16b
@@ -35324,11 +35324,11 @@ loop:
 	FMOVQ 128(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7b // bit v27.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdb // bit v27.16b, v30.16b, v19.16b
 	FMOVQ 144(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7c // bit v28.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdc // bit v28.16b, v30.16b, v19.16b
 	WORD $0x4e14059e // dup v30.4s, v12.s[2]
 	WORD $0x0e3ec37d // smull v29.8h, v27.8b, v30.8b
 	WORD $0x4e3ec37e // smull2 v30.8h, v27.16b, v30.16b
@@ -35366,11 +35366,11 @@ loop:
 	FMOVQ 128(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	FMOVQ 144(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7c // bit v28.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbc // bit v28.16b, v29.16b, v19.16b
 	WORD $0x4e1c059d // dup v29.4s, v12.s[3]
 	WORD $0x0e3dc37e // smull v30.8h, v27.8b, v29.8b
 	WORD $0x4e3dc37d // smull2 v29.8h, v27.16b, v29.16b
@@ -35443,11 +35443,11 @@ loop:
 	FMOVQ 160(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e76 // bit v22.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd6 // bit v22.16b, v30.16b, v19.16b
 	FMOVQ 176(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e75 // bit v21.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd5 // bit v21.16b, v30.16b, v19.16b
 	WORD $0x4e04059e // dup v30.4s, v12.s[0]
 	WORD $0x0e3ec2dd // smull v29.8h, v22.8b, v30.8b
 	WORD $0x4e3ec2de // smull2 v30.8h, v22.16b, v30.16b
@@ -35485,11 +35485,11 @@ loop:
 	FMOVQ 160(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e76 // bit v22.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb6 // bit v22.16b, v29.16b, v19.16b
 	FMOVQ 176(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e75 // bit v21.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb5 // bit v21.16b, v29.16b, v19.16b
 	WORD $0x4e0c059d // dup v29.4s, v12.s[1]
 	WORD $0x0e3dc2de // smull v30.8h, v22.8b, v29.8b
 	WORD $0x4e3dc2dd // smull2 v29.8h, v22.16b, v29.16b
@@ -35527,11 +35527,11 @@ loop:
 	FMOVQ 160(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e76 // bit v22.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd6 // bit v22.16b, v30.16b, v19.16b
 	FMOVQ 176(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e75 // bit v21.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd5 // bit v21.16b, v30.16b, v19.16b
 	WORD $0x4e14059e // dup v30.4s, v12.s[2]
 	WORD $0x0e3ec2dd // smull v29.8h, v22.8b, v30.8b
 	WORD $0x4e3ec2de // smull2 v30.8h, v22.16b, v30.16b
@@ -35569,11 +35569,11 @@ loop:
 	FMOVQ 160(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e76 // bit v22.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb6 // bit v22.16b, v29.16b, v19.16b
 	FMOVQ 176(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e75 // bit v21.16b, v19.16b, v29.16b
+	WORD $0x6eb31fb5 // bit v21.16b, v29.16b, v19.16b
 	WORD $0x4e1c059d // dup v29.4s, v12.s[3]
 	WORD $0x0e3dc2de // smull v30.8h, v22.8b, v29.8b
 	WORD $0x4e3dc2dd // smull2 v29.8h, v22.16b, v29.16b
@@ -35708,10 +35708,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d36 // bit v22.16b, v9.16b, v24.16b
+	WORD $0x6ea91f16 // bit v22.16b, v24.16b, v9.16b
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d35 // bit v21.16b, v9.16b, v24.16b
+	WORD $0x6ea91f15 // bit v21.16b, v24.16b, v9.16b
 	WORD $0x4e040418 // dup v24.4s, v0.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -35758,10 +35758,10 @@ loop:
 	FMOVQ 48(R0), F24
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d36 // bit v22.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef6 // bit v22.16b, v23.16b, v9.16b
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d35 // bit v21.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef5 // bit v21.16b, v23.16b, v9.16b
 	WORD $0x4e0c0417 // dup v23.4s, v0.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -35808,10 +35808,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d36 // bit v22.16b, v9.16b, v24.16b
+	WORD $0x6ea91f16 // bit v22.16b, v24.16b, v9.16b
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d35 // bit v21.16b, v9.16b, v24.16b
+	WORD $0x6ea91f15 // bit v21.16b, v24.16b, v9.16b
 	WORD $0x4e140418 // dup v24.4s, v0.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -35858,10 +35858,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d36 // bit v22.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef6 // bit v22.16b, v23.16b, v9.16b
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d35 // bit v21.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef5 // bit v21.16b, v23.16b, v9.16b
 	WORD $0x4e1c0417 // dup v23.4s, v0.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -35964,10 +35964,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2d // bit v13.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0d // bit v13.16b, v24.16b, v9.16b
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2e // bit v14.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0e // bit v14.16b, v24.16b, v9.16b
 	WORD $0x4e040418 // dup v24.4s, v0.s[0]
 	WORD $0x0e38c1b7 // smull v23.8h, v13.8b, v24.8b
 	WORD $0x4e38c1b8 // smull2 v24.8h, v13.16b, v24.16b
@@ -36014,10 +36014,10 @@ loop:
 	FMOVQ 48(R0), F24
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d2d // bit v13.16b, v9.16b, v23.16b
+	WORD $0x6ea91eed // bit v13.16b, v23.16b, v9.16b
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d2e // bit v14.16b, v9.16b, v23.16b
+	WORD $0x6ea91eee // bit v14.16b, v23.16b, v9.16b
 	WORD $0x4e0c0417 // dup v23.4s, v0.s[1]
 	WORD $0x0e37c1b8 // smull v24.8h, v13.8b, v23.8b
 	WORD $0x4e37c1b7 // smull2 v23.8h, v13.16b, v23.16b
@@ -36064,10 +36064,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2d // bit v13.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0d // bit v13.16b, v24.16b, v9.16b
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2e // bit v14.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0e // bit v14.16b, v24.16b, v9.16b
 	WORD $0x4e140418 // dup v24.4s, v0.s[2]
 	WORD $0x0e38c1b7 // smull v23.8h, v13.8b, v24.8b
 	WORD $0x4e38c1b8 // smull2 v24.8h, v13.16b, v24.16b
@@ -36114,10 +36114,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d2d // bit v13.16b, v9.16b, v23.16b
+	WORD $0x6ea91eed // bit v13.16b, v23.16b, v9.16b
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d2e // bit v14.16b, v9.16b, v23.16b
+	WORD $0x6ea91eee // bit v14.16b, v23.16b, v9.16b
 	WORD $0x4e1c0417 // dup v23.4s, v0.s[3]
 	WORD $0x0e37c1b8 // smull v24.8h, v13.8b, v23.8b
 	WORD $0x4e37c1b7 // smull2 v23.8h, v13.16b, v23.16b
@@ -36220,10 +36220,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d35 // bit v21.16b, v9.16b, v24.16b
+	WORD $0x6ea91f15 // bit v21.16b, v24.16b, v9.16b
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d36 // bit v22.16b, v9.16b, v24.16b
+	WORD $0x6ea91f16 // bit v22.16b, v24.16b, v9.16b
 	WORD $0x4e040418 // dup v24.4s, v0.s[0]
 	WORD $0x0e38c2b7 // smull v23.8h, v21.8b, v24.8b
 	WORD $0x4e38c2b8 // smull2 v24.8h, v21.16b, v24.16b
@@ -36270,10 +36270,10 @@ loop:
 	FMOVQ 48(R0), F24
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d35 // bit v21.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef5 // bit v21.16b, v23.16b, v9.16b
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d36 // bit v22.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef6 // bit v22.16b, v23.16b, v9.16b
 	WORD $0x4e0c0417 // dup v23.4s, v0.s[1]
 	WORD $0x0e37c2b8 // smull v24.8h, v21.8b, v23.8b
 	WORD $0x4e37c2b7 // smull2 v23.8h, v21.16b, v23.16b
@@ -36320,10 +36320,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d35 // bit v21.16b, v9.16b, v24.16b
+	WORD $0x6ea91f15 // bit v21.16b, v24.16b, v9.16b
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d36 // bit v22.16b, v9.16b, v24.16b
+	WORD $0x6ea91f16 // bit v22.16b, v24.16b, v9.16b
 	WORD $0x4e140418 // dup v24.4s, v0.s[2]
 	WORD $0x0e38c2b7 // smull v23.8h, v21.8b, v24.8b
 	WORD $0x4e38c2b8 // smull2 v24.8h, v21.16b, v24.16b
@@ -36370,10 +36370,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d35 // bit v21.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef5 // bit v21.16b, v23.16b, v9.16b
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d36 // bit v22.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef6 // bit v22.16b, v23.16b, v9.16b
 	WORD $0x4e1c0417 // dup v23.4s, v0.s[3]
 	WORD $0x0e37c2b8 // smull v24.8h, v21.8b, v23.8b
 	WORD $0x4e37c2b7 // smull2 v23.8h, v21.16b, v23.16b
@@ -36476,10 +36476,10 @@ loop:
 	FMOVQ 32(R0), F23
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2e // bit v14.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0e // bit v14.16b, v24.16b, v9.16b
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2d // bit v13.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0d // bit v13.16b, v24.16b, v9.16b
 	WORD $0x4e040418 // dup v24.4s, v0.s[0]
 	WORD $0x0e38c1d7 // smull v23.8h, v14.8b, v24.8b
 	WORD $0x4e38c1d8 // smull2 v24.8h, v14.16b, v24.16b
@@ -36526,10 +36526,10 @@ loop:
 	FMOVQ 48(R0), F24
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d2e // bit v14.16b, v9.16b, v23.16b
+	WORD $0x6ea91eee // bit v14.16b, v23.16b, v9.16b
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d2d // bit v13.16b, v9.16b, v23.16b
+	WORD $0x6ea91eed // bit v13.16b, v23.16b, v9.16b
 	WORD $0x4e0c0417 // dup v23.4s, v0.s[1]
 	WORD $0x0e37c1d8 // smull v24.8h, v14.8b, v23.8b
 	WORD $0x4e37c1d7 // smull2 v23.8h, v14.16b, v23.16b
@@ -36576,10 +36576,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2e // bit v14.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0e // bit v14.16b, v24.16b, v9.16b
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2d // bit v13.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0d // bit v13.16b, v24.16b, v9.16b
 	WORD $0x4e140418 // dup v24.4s, v0.s[2]
 	WORD $0x0e38c1d7 // smull v23.8h, v14.8b, v24.8b
 	WORD $0x4e38c1d8 // smull2 v24.8h, v14.16b, v24.16b
@@ -36626,10 +36626,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d2e // bit v14.16b, v9.16b, v23.16b
+	WORD $0x6ea91eee // bit v14.16b, v23.16b, v9.16b
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d2d // bit v13.16b, v9.16b, v23.16b
+	WORD $0x6ea91eed // bit v13.16b, v23.16b, v9.16b
 	WORD $0x4e1c0417 // dup v23.4s, v0.s[3]
 	WORD $0x0e37c1d8 // smull v24.8h, v14.8b, v23.8b
 	WORD $0x4e37c1d7 // smull2 v23.8h, v14.16b, v23.16b
@@ -36764,10 +36764,10 @@ loop:
 	FMOVQ 64(R0), F15
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cee // bit v14.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0e // bit v14.16b, v16.16b, v7.16b
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ced // bit v13.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0d // bit v13.16b, v16.16b, v7.16b
 	WORD $0x4e040490 // dup v16.4s, v4.s[0]
 	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
 	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
@@ -36784,10 +36784,10 @@ loop:
 	FMOVQ 80(R0), F16
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cee // bit v14.16b, v7.16b, v15.16b
+	WORD $0x6ea71dee // bit v14.16b, v15.16b, v7.16b
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e0c048f // dup v15.4s, v4.s[1]
 	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
 	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
@@ -36804,10 +36804,10 @@ loop:
 	FMOVQ 96(R0), F15
 	WORD $0x4e0901f0 // tbl v16.16b, {v15.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cee // bit v14.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0e // bit v14.16b, v16.16b, v7.16b
 	WORD $0x4e0a01f0 // tbl v16.16b, {v15.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ced // bit v13.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0d // bit v13.16b, v16.16b, v7.16b
 	WORD $0x4e140490 // dup v16.4s, v4.s[2]
 	WORD $0x0e30c1cf // smull v15.8h, v14.8b, v16.8b
 	WORD $0x4e30c1d0 // smull2 v16.8h, v14.16b, v16.16b
@@ -36824,10 +36824,10 @@ loop:
 	FMOVQ 112(R0), F16
 	WORD $0x4e09020f // tbl v15.16b, {v16.16b}, v9.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1cee // bit v14.16b, v7.16b, v15.16b
+	WORD $0x6ea71dee // bit v14.16b, v15.16b, v7.16b
 	WORD $0x4e0a020f // tbl v15.16b, {v16.16b}, v10.16b
 	WORD $0x4e288def // cmtst v15.16b, v15.16b, v8.16b
-	WORD $0x6eaf1ced // bit v13.16b, v7.16b, v15.16b
+	WORD $0x6ea71ded // bit v13.16b, v15.16b, v7.16b
 	WORD $0x4e1c048f // dup v15.4s, v4.s[3]
 	WORD $0x0e2fc1d0 // smull v16.8h, v14.8b, v15.8b
 	WORD $0x4e2fc1cf // smull2 v15.8h, v14.16b, v15.16b
@@ -36861,10 +36861,10 @@ loop:
 	FMOVQ 64(R0), F11
 	WORD $0x4e0a0170 // tbl v16.16b, {v11.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cec // bit v12.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0c // bit v12.16b, v16.16b, v7.16b
 	WORD $0x4e090170 // tbl v16.16b, {v11.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cef // bit v15.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0f // bit v15.16b, v16.16b, v7.16b
 	WORD $0x4e040490 // dup v16.4s, v4.s[0]
 	WORD $0x0e30c18b // smull v11.8h, v12.8b, v16.8b
 	WORD $0x4e30c190 // smull2 v16.8h, v12.16b, v16.16b
@@ -36881,10 +36881,10 @@ loop:
 	FMOVQ 80(R0), F16
 	WORD $0x4e0a020b // tbl v11.16b, {v16.16b}, v10.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cec // bit v12.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6c // bit v12.16b, v11.16b, v7.16b
 	WORD $0x4e09020b // tbl v11.16b, {v16.16b}, v9.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cef // bit v15.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6f // bit v15.16b, v11.16b, v7.16b
 	WORD $0x4e0c048b // dup v11.4s, v4.s[1]
 	WORD $0x0e2bc190 // smull v16.8h, v12.8b, v11.8b
 	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
@@ -36901,10 +36901,10 @@ loop:
 	FMOVQ 96(R0), F11
 	WORD $0x4e0a0170 // tbl v16.16b, {v11.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cec // bit v12.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0c // bit v12.16b, v16.16b, v7.16b
 	WORD $0x4e090170 // tbl v16.16b, {v11.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cef // bit v15.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0f // bit v15.16b, v16.16b, v7.16b
 	WORD $0x4e140490 // dup v16.4s, v4.s[2]
 	WORD $0x0e30c18b // smull v11.8h, v12.8b, v16.8b
 	WORD $0x4e30c190 // smull2 v16.8h, v12.16b, v16.16b
@@ -36921,10 +36921,10 @@ loop:
 	FMOVQ 112(R0), F16
 	WORD $0x4e0a020b // tbl v11.16b, {v16.16b}, v10.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cec // bit v12.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6c // bit v12.16b, v11.16b, v7.16b
 	WORD $0x4e09020b // tbl v11.16b, {v16.16b}, v9.16b
 	WORD $0x4e288d6b // cmtst v11.16b, v11.16b, v8.16b
-	WORD $0x6eab1cef // bit v15.16b, v7.16b, v11.16b
+	WORD $0x6ea71d6f // bit v15.16b, v11.16b, v7.16b
 	WORD $0x4e1c048b // dup v11.4s, v4.s[3]
 	WORD $0x0e2bc190 // smull v16.8h, v12.8b, v11.8b
 	WORD $0x4e2bc18b // smull2 v11.8h, v12.16b, v11.16b
@@ -36958,10 +36958,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0901d0 // tbl v16.16b, {v14.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ced // bit v13.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0d // bit v13.16b, v16.16b, v7.16b
 	WORD $0x4e0a01d0 // tbl v16.16b, {v14.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ceb // bit v11.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0b // bit v11.16b, v16.16b, v7.16b
 	WORD $0x4e040490 // dup v16.4s, v4.s[0]
 	WORD $0x0e30c1ae // smull v14.8h, v13.8b, v16.8b
 	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
@@ -36978,10 +36978,10 @@ loop:
 	FMOVQ 80(R0), F16
 	WORD $0x4e09020e // tbl v14.16b, {v16.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0a020e // tbl v14.16b, {v16.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ceb // bit v11.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcb // bit v11.16b, v14.16b, v7.16b
 	WORD $0x4e0c048e // dup v14.4s, v4.s[1]
 	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
 	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
@@ -36998,10 +36998,10 @@ loop:
 	FMOVQ 96(R0), F14
 	WORD $0x4e0901d0 // tbl v16.16b, {v14.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ced // bit v13.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0d // bit v13.16b, v16.16b, v7.16b
 	WORD $0x4e0a01d0 // tbl v16.16b, {v14.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01ceb // bit v11.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0b // bit v11.16b, v16.16b, v7.16b
 	WORD $0x4e140490 // dup v16.4s, v4.s[2]
 	WORD $0x0e30c1ae // smull v14.8h, v13.8b, v16.8b
 	WORD $0x4e30c1b0 // smull2 v16.8h, v13.16b, v16.16b
@@ -37018,10 +37018,10 @@ loop:
 	FMOVQ 112(R0), F16
 	WORD $0x4e09020e // tbl v14.16b, {v16.16b}, v9.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ced // bit v13.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcd // bit v13.16b, v14.16b, v7.16b
 	WORD $0x4e0a020e // tbl v14.16b, {v16.16b}, v10.16b
 	WORD $0x4e288dce // cmtst v14.16b, v14.16b, v8.16b
-	WORD $0x6eae1ceb // bit v11.16b, v7.16b, v14.16b
+	WORD $0x6ea71dcb // bit v11.16b, v14.16b, v7.16b
 	WORD $0x4e1c048e // dup v14.4s, v4.s[3]
 	WORD $0x0e2ec1b0 // smull v16.8h, v13.8b, v14.8b
 	WORD $0x4e2ec1ae // smull2 v14.8h, v13.16b, v14.16b
@@ -37055,10 +37055,10 @@ loop:
 	FMOVQ 64(R0), F12
 	WORD $0x4e0a0190 // tbl v16.16b, {v12.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cef // bit v15.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0f // bit v15.16b, v16.16b, v7.16b
 	WORD $0x4e090190 // tbl v16.16b, {v12.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cee // bit v14.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0e // bit v14.16b, v16.16b, v7.16b
 	WORD $0x4e040490 // dup v16.4s, v4.s[0]
 	WORD $0x0e30c1ec // smull v12.8h, v15.8b, v16.8b
 	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
@@ -37075,10 +37075,10 @@ loop:
 	FMOVQ 80(R0), F16
 	WORD $0x4e0a020c // tbl v12.16b, {v16.16b}, v10.16b
 	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
-	WORD $0x6eac1cef // bit v15.16b, v7.16b, v12.16b
+	WORD $0x6ea71d8f // bit v15.16b, v12.16b, v7.16b
 	WORD $0x4e09020c // tbl v12.16b, {v16.16b}, v9.16b
 	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
-	WORD $0x6eac1cee // bit v14.16b, v7.16b, v12.16b
+	WORD $0x6ea71d8e // bit v14.16b, v12.16b, v7.16b
 	WORD $0x4e0c048c // dup v12.4s, v4.s[1]
 	WORD $0x0e2cc1f0 // smull v16.8h, v15.8b, v12.8b
 	WORD $0x4e2cc1ec // smull2 v12.8h, v15.16b, v12.16b
@@ -37095,10 +37095,10 @@ loop:
 	FMOVQ 96(R0), F12
 	WORD $0x4e0a0190 // tbl v16.16b, {v12.16b}, v10.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cef // bit v15.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0f // bit v15.16b, v16.16b, v7.16b
 	WORD $0x4e090190 // tbl v16.16b, {v12.16b}, v9.16b
 	WORD $0x4e288e10 // cmtst v16.16b, v16.16b, v8.16b
-	WORD $0x6eb01cee // bit v14.16b, v7.16b, v16.16b
+	WORD $0x6ea71e0e // bit v14.16b, v16.16b, v7.16b
 	WORD $0x4e140490 // dup v16.4s, v4.s[2]
 	WORD $0x0e30c1ec // smull v12.8h, v15.8b, v16.8b
 	WORD $0x4e30c1f0 // smull2 v16.8h, v15.16b, v16.16b
@@ -37115,10 +37115,10 @@ loop:
 	FMOVQ 112(R0), F16
 	WORD $0x4e0a020c // tbl v12.16b, {v16.16b}, v10.16b
 	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
-	WORD $0x6eac1cef // bit v15.16b, v7.16b, v12.16b
+	WORD $0x6ea71d8f // bit v15.16b, v12.16b, v7.16b
 	WORD $0x4e09020c // tbl v12.16b, {v16.16b}, v9.16b
 	WORD $0x4e288d8c // cmtst v12.16b, v12.16b, v8.16b
-	WORD $0x6eac1cee // bit v14.16b, v7.16b, v12.16b
+	WORD $0x6ea71d8e // bit v14.16b, v12.16b, v7.16b
 	WORD $0x4e1c048c // dup v12.4s, v4.s[3]
 	WORD $0x0e2cc1f0 // smull v16.8h, v15.8b, v12.8b
 	WORD $0x4e2cc1ec // smull2 v12.8h, v15.16b, v12.16b
@@ -37199,10 +37199,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db6 // bit v22.16b, v13.16b, v24.16b
+	WORD $0x6ead1f16 // bit v22.16b, v24.16b, v13.16b
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db5 // bit v21.16b, v13.16b, v24.16b
+	WORD $0x6ead1f15 // bit v21.16b, v24.16b, v13.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -37229,10 +37229,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db6 // bit v22.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef6 // bit v22.16b, v23.16b, v13.16b
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db5 // bit v21.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef5 // bit v21.16b, v23.16b, v13.16b
 	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -37259,10 +37259,10 @@ loop:
 	FMOVQ 96(R0), F23
 	WORD $0x4e0f02f8 // tbl v24.16b, {v23.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db6 // bit v22.16b, v13.16b, v24.16b
+	WORD $0x6ead1f16 // bit v22.16b, v24.16b, v13.16b
 	WORD $0x4e1002f8 // tbl v24.16b, {v23.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db5 // bit v21.16b, v13.16b, v24.16b
+	WORD $0x6ead1f15 // bit v21.16b, v24.16b, v13.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -37289,10 +37289,10 @@ loop:
 	FMOVQ 112(R0), F24
 	WORD $0x4e0f0317 // tbl v23.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db6 // bit v22.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef6 // bit v22.16b, v23.16b, v13.16b
 	WORD $0x4e100317 // tbl v23.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ef7 // cmtst v23.16b, v23.16b, v14.16b
-	WORD $0x6eb71db5 // bit v21.16b, v13.16b, v23.16b
+	WORD $0x6ead1ef5 // bit v21.16b, v23.16b, v13.16b
 	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -37347,10 +37347,10 @@ loop:
 	FMOVQ 64(R0), F17
 	WORD $0x4e100238 // tbl v24.16b, {v17.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db2 // bit v18.16b, v13.16b, v24.16b
+	WORD $0x6ead1f12 // bit v18.16b, v24.16b, v13.16b
 	WORD $0x4e0f0238 // tbl v24.16b, {v17.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db3 // bit v19.16b, v13.16b, v24.16b
+	WORD $0x6ead1f13 // bit v19.16b, v24.16b, v13.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c251 // smull v17.8h, v18.8b, v24.8b
 	WORD $0x4e38c258 // smull2 v24.8h, v18.16b, v24.16b
@@ -37377,10 +37377,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e100311 // tbl v17.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db2 // bit v18.16b, v13.16b, v17.16b
+	WORD $0x6ead1e32 // bit v18.16b, v17.16b, v13.16b
 	WORD $0x4e0f0311 // tbl v17.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db3 // bit v19.16b, v13.16b, v17.16b
+	WORD $0x6ead1e33 // bit v19.16b, v17.16b, v13.16b
 	WORD $0x4e0c0511 // dup v17.4s, v8.s[1]
 	WORD $0x0e31c258 // smull v24.8h, v18.8b, v17.8b
 	WORD $0x4e31c251 // smull2 v17.8h, v18.16b, v17.16b
@@ -37407,10 +37407,10 @@ loop:
 	FMOVQ 96(R0), F17
 	WORD $0x4e100238 // tbl v24.16b, {v17.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db2 // bit v18.16b, v13.16b, v24.16b
+	WORD $0x6ead1f12 // bit v18.16b, v24.16b, v13.16b
 	WORD $0x4e0f0238 // tbl v24.16b, {v17.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db3 // bit v19.16b, v13.16b, v24.16b
+	WORD $0x6ead1f13 // bit v19.16b, v24.16b, v13.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c251 // smull v17.8h, v18.8b, v24.8b
 	WORD $0x4e38c258 // smull2 v24.8h, v18.16b, v24.16b
@@ -37437,10 +37437,10 @@ loop:
 	FMOVQ 112(R0), F24
 	WORD $0x4e100311 // tbl v17.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db2 // bit v18.16b, v13.16b, v17.16b
+	WORD $0x6ead1e32 // bit v18.16b, v17.16b, v13.16b
 	WORD $0x4e0f0311 // tbl v17.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8e31 // cmtst v17.16b, v17.16b, v14.16b
-	WORD $0x6eb11db3 // bit v19.16b, v13.16b, v17.16b
+	WORD $0x6ead1e33 // bit v19.16b, v17.16b, v13.16b
 	WORD $0x4e1c0511 // dup v17.4s, v8.s[3]
 	WORD $0x0e31c258 // smull v24.8h, v18.8b, v17.8b
 	WORD $0x4e31c251 // smull2 v17.8h, v18.16b, v17.16b
@@ -37495,10 +37495,10 @@ loop:
 	FMOVQ 64(R0), F22
 	WORD $0x4e0f02d8 // tbl v24.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db5 // bit v21.16b, v13.16b, v24.16b
+	WORD $0x6ead1f15 // bit v21.16b, v24.16b, v13.16b
 	WORD $0x4e1002d8 // tbl v24.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db7 // bit v23.16b, v13.16b, v24.16b
+	WORD $0x6ead1f17 // bit v23.16b, v24.16b, v13.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c2b6 // smull v22.8h, v21.8b, v24.8b
 	WORD $0x4e38c2b8 // smull2 v24.8h, v21.16b, v24.16b
@@ -37525,10 +37525,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0f0316 // tbl v22.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db5 // bit v21.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed5 // bit v21.16b, v22.16b, v13.16b
 	WORD $0x4e100316 // tbl v22.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db7 // bit v23.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed7 // bit v23.16b, v22.16b, v13.16b
 	WORD $0x4e0c0516 // dup v22.4s, v8.s[1]
 	WORD $0x0e36c2b8 // smull v24.8h, v21.8b, v22.8b
 	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
@@ -37555,10 +37555,10 @@ loop:
 	FMOVQ 96(R0), F22
 	WORD $0x4e0f02d8 // tbl v24.16b, {v22.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db5 // bit v21.16b, v13.16b, v24.16b
+	WORD $0x6ead1f15 // bit v21.16b, v24.16b, v13.16b
 	WORD $0x4e1002d8 // tbl v24.16b, {v22.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db7 // bit v23.16b, v13.16b, v24.16b
+	WORD $0x6ead1f17 // bit v23.16b, v24.16b, v13.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c2b6 // smull v22.8h, v21.8b, v24.8b
 	WORD $0x4e38c2b8 // smull2 v24.8h, v21.16b, v24.16b
@@ -37585,10 +37585,10 @@ loop:
 	FMOVQ 112(R0), F24
 	WORD $0x4e0f0316 // tbl v22.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db5 // bit v21.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed5 // bit v21.16b, v22.16b, v13.16b
 	WORD $0x4e100316 // tbl v22.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8ed6 // cmtst v22.16b, v22.16b, v14.16b
-	WORD $0x6eb61db7 // bit v23.16b, v13.16b, v22.16b
+	WORD $0x6ead1ed7 // bit v23.16b, v22.16b, v13.16b
 	WORD $0x4e1c0516 // dup v22.4s, v8.s[3]
 	WORD $0x0e36c2b8 // smull v24.8h, v21.8b, v22.8b
 	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
@@ -37643,10 +37643,10 @@ loop:
 	FMOVQ 64(R0), F18
 	WORD $0x4e100258 // tbl v24.16b, {v18.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db3 // bit v19.16b, v13.16b, v24.16b
+	WORD $0x6ead1f13 // bit v19.16b, v24.16b, v13.16b
 	WORD $0x4e0f0258 // tbl v24.16b, {v18.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db1 // bit v17.16b, v13.16b, v24.16b
+	WORD $0x6ead1f11 // bit v17.16b, v24.16b, v13.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c272 // smull v18.8h, v19.8b, v24.8b
 	WORD $0x4e38c278 // smull2 v24.8h, v19.16b, v24.16b
@@ -37673,10 +37673,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e100312 // tbl v18.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
-	WORD $0x6eb21db3 // bit v19.16b, v13.16b, v18.16b
+	WORD $0x6ead1e53 // bit v19.16b, v18.16b, v13.16b
 	WORD $0x4e0f0312 // tbl v18.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
-	WORD $0x6eb21db1 // bit v17.16b, v13.16b, v18.16b
+	WORD $0x6ead1e51 // bit v17.16b, v18.16b, v13.16b
 	WORD $0x4e0c0512 // dup v18.4s, v8.s[1]
 	WORD $0x0e32c278 // smull v24.8h, v19.8b, v18.8b
 	WORD $0x4e32c272 // smull2 v18.8h, v19.16b, v18.16b
@@ -37703,10 +37703,10 @@ loop:
 	FMOVQ 96(R0), F18
 	WORD $0x4e100258 // tbl v24.16b, {v18.16b}, v16.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db3 // bit v19.16b, v13.16b, v24.16b
+	WORD $0x6ead1f13 // bit v19.16b, v24.16b, v13.16b
 	WORD $0x4e0f0258 // tbl v24.16b, {v18.16b}, v15.16b
 	WORD $0x4e2e8f18 // cmtst v24.16b, v24.16b, v14.16b
-	WORD $0x6eb81db1 // bit v17.16b, v13.16b, v24.16b
+	WORD $0x6ead1f11 // bit v17.16b, v24.16b, v13.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c272 // smull v18.8h, v19.8b, v24.8b
 	WORD $0x4e38c278 // smull2 v24.8h, v19.16b, v24.16b
@@ -37733,10 +37733,10 @@ loop:
 	FMOVQ 112(R0), F24
 	WORD $0x4e100312 // tbl v18.16b, {v24.16b}, v16.16b
 	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
-	WORD $0x6eb21db3 // bit v19.16b, v13.16b, v18.16b
+	WORD $0x6ead1e53 // bit v19.16b, v18.16b, v13.16b
 	WORD $0x4e0f0312 // tbl v18.16b, {v24.16b}, v15.16b
 	WORD $0x4e2e8e52 // cmtst v18.16b, v18.16b, v14.16b
-	WORD $0x6eb21db1 // bit v17.16b, v13.16b, v18.16b
+	WORD $0x6ead1e51 // bit v17.16b, v18.16b, v13.16b
 	WORD $0x4e1c0512 // dup v18.4s, v8.s[3]
 	WORD $0x0e32c278 // smull v24.8h, v19.8b, v18.8b
 	WORD $0x4e32c272 // smull2 v18.8h, v19.16b, v18.16b
@@ -37852,11 +37852,11 @@ loop:
 	FMOVQ 64(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7c // bit v28.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdc // bit v28.16b, v30.16b, v19.16b
 	FMOVQ 80(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7b // bit v27.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdb // bit v27.16b, v30.16b, v19.16b
 	WORD $0x4e04059e // dup v30.4s, v12.s[0]
 	WORD $0x0e3ec39d // smull v29.8h, v28.8b, v30.8b
 	WORD $0x4e3ec39e // smull2 v30.8h, v28.16b, v30.16b
@@ -37894,11 +37894,11 @@ loop:
 	FMOVQ 64(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7c // bit v28.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbc // bit v28.16b, v29.16b, v19.16b
 	FMOVQ 80(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4e0c059d // dup v29.4s, v12.s[1]
 	WORD $0x0e3dc39e // smull v30.8h, v28.8b, v29.8b
 	WORD $0x4e3dc39d // smull2 v29.8h, v28.16b, v29.16b
@@ -37936,11 +37936,11 @@ loop:
 	FMOVQ 64(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7c // bit v28.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdc // bit v28.16b, v30.16b, v19.16b
 	FMOVQ 80(R19), F30
 	WORD $0x4e1e03be // tbl v30.16b, {v29.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7b // bit v27.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdb // bit v27.16b, v30.16b, v19.16b
 	WORD $0x4e14059e // dup v30.4s, v12.s[2]
 	WORD $0x0e3ec39d // smull v29.8h, v28.8b, v30.8b
 	WORD $0x4e3ec39e // smull2 v30.8h, v28.16b, v30.16b
@@ -37978,11 +37978,11 @@ loop:
 	FMOVQ 64(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7c // bit v28.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbc // bit v28.16b, v29.16b, v19.16b
 	FMOVQ 80(R19), F29
 	WORD $0x4e1d03dd // tbl v29.16b, {v30.16b}, v29.16b
 	WORD $0x4e348fbd // cmtst v29.16b, v29.16b, v20.16b
-	WORD $0x6ebd1e7b // bit v27.16b, v19.16b, v29.16b
+	WORD $0x6eb31fbb // bit v27.16b, v29.16b, v19.16b
 	WORD $0x4e1c059d // dup v29.4s, v12.s[3]
 	WORD $0x0e3dc39e // smull v30.8h, v28.8b, v29.8b
 	WORD $0x4e3dc39d // smull2 v29.8h, v28.16b, v29.16b
@@ -38057,11 +38057,11 @@ loop:
 	FMOVQ 96(R19), F30
 	WORD $0x4e1e02be // tbl v30.16b, {v21.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e76 // bit v22.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd6 // bit v22.16b, v30.16b, v19.16b
 	FMOVQ 112(R19), F30
 	WORD $0x4e1e02be // tbl v30.16b, {v21.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e77 // bit v23.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd7 // bit v23.16b, v30.16b, v19.16b
 	WORD $0x4e04059e // dup v30.4s, v12.s[0]
 	WORD $0x0e3ec2d5 // smull v21.8h, v22.8b, v30.8b
 	WORD $0x4e3ec2de // smull2 v30.8h, v22.16b, v30.16b
@@ -38099,11 +38099,11 @@ loop:
 	FMOVQ 96(R19), F21
 	WORD $0x4e1503d5 // tbl v21.16b, {v30.16b}, v21.16b
 	WORD $0x4e348eb5 // cmtst v21.16b, v21.16b, v20.16b
-	WORD $0x6eb51e76 // bit v22.16b, v19.16b, v21.16b
+	WORD $0x6eb31eb6 // bit v22.16b, v21.16b, v19.16b
 	FMOVQ 112(R19), F21
 	WORD $0x4e1503d5 // tbl v21.16b, {v30.16b}, v21.16b
 	WORD $0x4e348eb5 // cmtst v21.16b, v21.16b, v20.16b
-	WORD $0x6eb51e77 // bit v23.16b, v19.16b, v21.16b
+	WORD $0x6eb31eb7 // bit v23.16b, v21.16b, v19.16b
 	WORD $0x4e0c0595 // dup v21.4s, v12.s[1]
 	WORD $0x0e35c2de // smull v30.8h, v22.8b, v21.8b
 	WORD $0x4e35c2d5 // smull2 v21.8h, v22.16b, v21.16b
@@ -38141,11 +38141,11 @@ loop:
 	FMOVQ 96(R19), F30
 	WORD $0x4e1e02be // tbl v30.16b, {v21.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e76 // bit v22.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd6 // bit v22.16b, v30.16b, v19.16b
 	FMOVQ 112(R19), F30
 	WORD $0x4e1e02be // tbl v30.16b, {v21.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e77 // bit v23.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd7 // bit v23.16b, v30.16b, v19.16b
 	WORD $0x4e14059e // dup v30.4s, v12.s[2]
 	WORD $0x0e3ec2d5 // smull v21.8h, v22.8b, v30.8b
 	WORD $0x4e3ec2de // smull2 v30.8h, v22.16b, v30.16b
@@ -38183,11 +38183,11 @@ loop:
 	FMOVQ 96(R19), F21
 	WORD $0x4e1503d5 // tbl v21.16b, {v30.16b}, v21.16b
 	WORD $0x4e348eb5 // cmtst v21.16b, v21.16b, v20.16b
-	WORD $0x6eb51e76 // bit v22.16b, v19.16b, v21.16b
+	WORD $0x6eb31eb6 // bit v22.16b, v21.16b, v19.16b
 	FMOVQ 112(R19), F21
 	WORD $0x4e1503d5 // tbl v21.16b, {v30.16b}, v21.16b
 	WORD $0x4e348eb5 // cmtst v21.16b, v21.16b, v20.16b
-	WORD $0x6eb51e77 // bit v23.16b, v19.16b, v21.16b
+	WORD $0x6eb31eb7 // bit v23.16b, v21.16b, v19.16b
 	WORD $0x4e1c0595 // dup v21.4s, v12.s[3]
 	WORD $0x0e35c2de // smull v30.8h, v22.8b, v21.8b
 	WORD $0x4e35c2d5 // smull2 v21.8h, v22.16b, v21.16b
@@ -38262,11 +38262,11 @@ loop:
 	FMOVQ 128(R19), F30
 	WORD $0x4e1e039e // tbl v30.16b, {v28.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7b // bit v27.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdb // bit v27.16b, v30.16b, v19.16b
 	FMOVQ 144(R19), F30
 	WORD $0x4e1e039e // tbl v30.16b, {v28.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7d // bit v29.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdd // bit v29.16b, v30.16b, v19.16b
 	WORD $0x4e04059e // dup v30.4s, v12.s[0]
 	WORD $0x0e3ec37c // smull v28.8h, v27.8b, v30.8b
 	WORD $0x4e3ec37e // smull2 v30.8h, v27.16b, v30.16b
@@ -38304,11 +38304,11 @@ loop:
 	FMOVQ 128(R19), F28
 	WORD $0x4e1c03dc // tbl v28.16b, {v30.16b}, v28.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7b // bit v27.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9b // bit v27.16b, v28.16b, v19.16b
 	FMOVQ 144(R19), F28
 	WORD $0x4e1c03dc // tbl v28.16b, {v30.16b}, v28.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7d // bit v29.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9d // bit v29.16b, v28.16b, v19.16b
 	WORD $0x4e0c059c // dup v28.4s, v12.s[1]
 	WORD $0x0e3cc37e // smull v30.8h, v27.8b, v28.8b
 	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
@@ -38346,11 +38346,11 @@ loop:
 	FMOVQ 128(R19), F30
 	WORD $0x4e1e039e // tbl v30.16b, {v28.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7b // bit v27.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdb // bit v27.16b, v30.16b, v19.16b
 	FMOVQ 144(R19), F30
 	WORD $0x4e1e039e // tbl v30.16b, {v28.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e7d // bit v29.16b, v19.16b, v30.16b
+	WORD $0x6eb31fdd // bit v29.16b, v30.16b, v19.16b
 	WORD $0x4e14059e // dup v30.4s, v12.s[2]
 	WORD $0x0e3ec37c // smull v28.8h, v27.8b, v30.8b
 	WORD $0x4e3ec37e // smull2 v30.8h, v27.16b, v30.16b
@@ -38388,11 +38388,11 @@ loop:
 	FMOVQ 128(R19), F28
 	WORD $0x4e1c03dc // tbl v28.16b, {v30.16b}, v28.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7b // bit v27.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9b // bit v27.16b, v28.16b, v19.16b
 	FMOVQ 144(R19), F28
 	WORD $0x4e1c03dc // tbl v28.16b, {v30.16b}, v28.16b
 	WORD $0x4e348f9c // cmtst v28.16b, v28.16b, v20.16b
-	WORD $0x6ebc1e7d // bit v29.16b, v19.16b, v28.16b
+	WORD $0x6eb31f9d // bit v29.16b, v28.16b, v19.16b
 	WORD $0x4e1c059c // dup v28.4s, v12.s[3]
 	WORD $0x0e3cc37e // smull v30.8h, v27.8b, v28.8b
 	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
@@ -38467,11 +38467,11 @@ loop:
 	FMOVQ 160(R19), F30
 	WORD $0x4e1e02de // tbl v30.16b, {v22.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e77 // bit v23.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd7 // bit v23.16b, v30.16b, v19.16b
 	FMOVQ 176(R19), F30
 	WORD $0x4e1e02de // tbl v30.16b, {v22.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e75 // bit v21.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd5 // bit v21.16b, v30.16b, v19.16b
 	WORD $0x4e04059e // dup v30.4s, v12.s[0]
 	WORD $0x0e3ec2f6 // smull v22.8h, v23.8b, v30.8b
 	WORD $0x4e3ec2fe // smull2 v30.8h, v23.16b, v30.16b
@@ -38509,11 +38509,11 @@ loop:
 	FMOVQ 160(R19), F22
 	WORD $0x4e1603d6 // tbl v22.16b, {v30.16b}, v22.16b
 	WORD $0x4e348ed6 // cmtst v22.16b, v22.16b, v20.16b
-	WORD $0x6eb61e77 // bit v23.16b, v19.16b, v22.16b
+	WORD $0x6eb31ed7 // bit v23.16b, v22.16b, v19.16b
 	FMOVQ 176(R19), F22
 	WORD $0x4e1603d6 // tbl v22.16b, {v30.16b}, v22.16b
 	WORD $0x4e348ed6 // cmtst v22.16b, v22.16b, v20.16b
-	WORD $0x6eb61e75 // bit v21.16b, v19.16b, v22.16b
+	WORD $0x6eb31ed5 // bit v21.16b, v22.16b, v19.16b
 	WORD $0x4e0c0596 // dup v22.4s, v12.s[1]
 	WORD $0x0e36c2fe // smull v30.8h, v23.8b, v22.8b
 	WORD $0x4e36c2f6 // smull2 v22.8h, v23.16b, v22.16b
@@ -38551,11 +38551,11 @@ loop:
 	FMOVQ 160(R19), F30
 	WORD $0x4e1e02de // tbl v30.16b, {v22.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e77 // bit v23.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd7 // bit v23.16b, v30.16b, v19.16b
 	FMOVQ 176(R19), F30
 	WORD $0x4e1e02de // tbl v30.16b, {v22.16b}, v30.16b
 	WORD $0x4e348fde // cmtst v30.16b, v30.16b, v20.16b
-	WORD $0x6ebe1e75 // bit v21.16b, v19.16b, v30.16b
+	WORD $0x6eb31fd5 // bit v21.16b, v30.16b, v19.16b
 	WORD $0x4e14059e // dup v30.4s, v12.s[2]
 	WORD $0x0e3ec2f6 // smull v22.8h, v23.8b, v30.8b
 	WORD $0x4e3ec2fe // smull2 v30.8h, v23.16b, v30.16b
@@ -38593,11 +38593,11 @@ loop:
 	FMOVQ 160(R19), F22
 	WORD $0x4e1603d6 // tbl v22.16b, {v30.16b}, v22.16b
 	WORD $0x4e348ed6 // cmtst v22.16b, v22.16b, v20.16b
-	WORD $0x6eb61e77 // bit v23.16b, v19.16b, v22.16b
+	WORD $0x6eb31ed7 // bit v23.16b, v22.16b, v19.16b
 	FMOVQ 176(R19), F22
 	WORD $0x4e1603d6 // tbl v22.16b, {v30.16b}, v22.16b
 	WORD $0x4e348ed6 // cmtst v22.16b, v22.16b, v20.16b
-	WORD $0x6eb61e75 // bit v21.16b, v19.16b, v22.16b
+	WORD $0x6eb31ed5 // bit v21.16b, v22.16b, v19.16b
 	WORD $0x4e1c0596 // dup v22.4s, v12.s[3]
 	WORD $0x0e36c2fe // smull v30.8h, v23.8b, v22.8b
 	WORD $0x4e36c2f6 // smull2 v22.8h, v23.16b, v22.16b
@@ -38734,10 +38734,10 @@ loop:
 	FMOVQ 64(R0), F23
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d36 // bit v22.16b, v9.16b, v24.16b
+	WORD $0x6ea91f16 // bit v22.16b, v24.16b, v9.16b
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d35 // bit v21.16b, v9.16b, v24.16b
+	WORD $0x6ea91f15 // bit v21.16b, v24.16b, v9.16b
 	WORD $0x4e040418 // dup v24.4s, v0.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -38784,10 +38784,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d36 // bit v22.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef6 // bit v22.16b, v23.16b, v9.16b
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d35 // bit v21.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef5 // bit v21.16b, v23.16b, v9.16b
 	WORD $0x4e0c0417 // dup v23.4s, v0.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -38834,10 +38834,10 @@ loop:
 	FMOVQ 96(R0), F23
 	WORD $0x4e0b02f8 // tbl v24.16b, {v23.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d36 // bit v22.16b, v9.16b, v24.16b
+	WORD $0x6ea91f16 // bit v22.16b, v24.16b, v9.16b
 	WORD $0x4e0c02f8 // tbl v24.16b, {v23.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d35 // bit v21.16b, v9.16b, v24.16b
+	WORD $0x6ea91f15 // bit v21.16b, v24.16b, v9.16b
 	WORD $0x4e140418 // dup v24.4s, v0.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -38884,10 +38884,10 @@ loop:
 	FMOVQ 112(R0), F24
 	WORD $0x4e0b0317 // tbl v23.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d36 // bit v22.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef6 // bit v22.16b, v23.16b, v9.16b
 	WORD $0x4e0c0317 // tbl v23.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ef7 // cmtst v23.16b, v23.16b, v10.16b
-	WORD $0x6eb71d35 // bit v21.16b, v9.16b, v23.16b
+	WORD $0x6ea91ef5 // bit v21.16b, v23.16b, v9.16b
 	WORD $0x4e1c0417 // dup v23.4s, v0.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -38992,10 +38992,10 @@ loop:
 	FMOVQ 64(R0), F13
 	WORD $0x4e0c01b8 // tbl v24.16b, {v13.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2e // bit v14.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0e // bit v14.16b, v24.16b, v9.16b
 	WORD $0x4e0b01b8 // tbl v24.16b, {v13.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2f // bit v15.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0f // bit v15.16b, v24.16b, v9.16b
 	WORD $0x4e040418 // dup v24.4s, v0.s[0]
 	WORD $0x0e38c1cd // smull v13.8h, v14.8b, v24.8b
 	WORD $0x4e38c1d8 // smull2 v24.8h, v14.16b, v24.16b
@@ -39042,10 +39042,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0c030d // tbl v13.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2e // bit v14.16b, v9.16b, v13.16b
+	WORD $0x6ea91dae // bit v14.16b, v13.16b, v9.16b
 	WORD $0x4e0b030d // tbl v13.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2f // bit v15.16b, v9.16b, v13.16b
+	WORD $0x6ea91daf // bit v15.16b, v13.16b, v9.16b
 	WORD $0x4e0c040d // dup v13.4s, v0.s[1]
 	WORD $0x0e2dc1d8 // smull v24.8h, v14.8b, v13.8b
 	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
@@ -39092,10 +39092,10 @@ loop:
 	FMOVQ 96(R0), F13
 	WORD $0x4e0c01b8 // tbl v24.16b, {v13.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2e // bit v14.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0e // bit v14.16b, v24.16b, v9.16b
 	WORD $0x4e0b01b8 // tbl v24.16b, {v13.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2f // bit v15.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0f // bit v15.16b, v24.16b, v9.16b
 	WORD $0x4e140418 // dup v24.4s, v0.s[2]
 	WORD $0x0e38c1cd // smull v13.8h, v14.8b, v24.8b
 	WORD $0x4e38c1d8 // smull2 v24.8h, v14.16b, v24.16b
@@ -39142,10 +39142,10 @@ loop:
 	FMOVQ 112(R0), F24
 	WORD $0x4e0c030d // tbl v13.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2e // bit v14.16b, v9.16b, v13.16b
+	WORD $0x6ea91dae // bit v14.16b, v13.16b, v9.16b
 	WORD $0x4e0b030d // tbl v13.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1d2f // bit v15.16b, v9.16b, v13.16b
+	WORD $0x6ea91daf // bit v15.16b, v13.16b, v9.16b
 	WORD $0x4e1c040d // dup v13.4s, v0.s[3]
 	WORD $0x0e2dc1d8 // smull v24.8h, v14.8b, v13.8b
 	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
@@ -39250,10 +39250,10 @@ loop:
 	FMOVQ 64(R0), F22
 	WORD $0x4e0b02d8 // tbl v24.16b, {v22.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d35 // bit v21.16b, v9.16b, v24.16b
+	WORD $0x6ea91f15 // bit v21.16b, v24.16b, v9.16b
 	WORD $0x4e0c02d8 // tbl v24.16b, {v22.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d37 // bit v23.16b, v9.16b, v24.16b
+	WORD $0x6ea91f17 // bit v23.16b, v24.16b, v9.16b
 	WORD $0x4e040418 // dup v24.4s, v0.s[0]
 	WORD $0x0e38c2b6 // smull v22.8h, v21.8b, v24.8b
 	WORD $0x4e38c2b8 // smull2 v24.8h, v21.16b, v24.16b
@@ -39300,10 +39300,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0b0316 // tbl v22.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61d35 // bit v21.16b, v9.16b, v22.16b
+	WORD $0x6ea91ed5 // bit v21.16b, v22.16b, v9.16b
 	WORD $0x4e0c0316 // tbl v22.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61d37 // bit v23.16b, v9.16b, v22.16b
+	WORD $0x6ea91ed7 // bit v23.16b, v22.16b, v9.16b
 	WORD $0x4e0c0416 // dup v22.4s, v0.s[1]
 	WORD $0x0e36c2b8 // smull v24.8h, v21.8b, v22.8b
 	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
@@ -39350,10 +39350,10 @@ loop:
 	FMOVQ 96(R0), F22
 	WORD $0x4e0b02d8 // tbl v24.16b, {v22.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d35 // bit v21.16b, v9.16b, v24.16b
+	WORD $0x6ea91f15 // bit v21.16b, v24.16b, v9.16b
 	WORD $0x4e0c02d8 // tbl v24.16b, {v22.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d37 // bit v23.16b, v9.16b, v24.16b
+	WORD $0x6ea91f17 // bit v23.16b, v24.16b, v9.16b
 	WORD $0x4e140418 // dup v24.4s, v0.s[2]
 	WORD $0x0e38c2b6 // smull v22.8h, v21.8b, v24.8b
 	WORD $0x4e38c2b8 // smull2 v24.8h, v21.16b, v24.16b
@@ -39400,10 +39400,10 @@ loop:
 	FMOVQ 112(R0), F24
 	WORD $0x4e0b0316 // tbl v22.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61d35 // bit v21.16b, v9.16b, v22.16b
+	WORD $0x6ea91ed5 // bit v21.16b, v22.16b, v9.16b
 	WORD $0x4e0c0316 // tbl v22.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61d37 // bit v23.16b, v9.16b, v22.16b
+	WORD $0x6ea91ed7 // bit v23.16b, v22.16b, v9.16b
 	WORD $0x4e1c0416 // dup v22.4s, v0.s[3]
 	WORD $0x0e36c2b8 // smull v24.8h, v21.8b, v22.8b
 	WORD $0x4e36c2b6 // smull2 v22.8h, v21.16b, v22.16b
@@ -39508,10 +39508,10 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0c01d8 // tbl v24.16b, {v14.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2f // bit v15.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0f // bit v15.16b, v24.16b, v9.16b
 	WORD $0x4e0b01d8 // tbl v24.16b, {v14.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2d // bit v13.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0d // bit v13.16b, v24.16b, v9.16b
 	WORD $0x4e040418 // dup v24.4s, v0.s[0]
 	WORD $0x0e38c1ee // smull v14.8h, v15.8b, v24.8b
 	WORD $0x4e38c1f8 // smull2 v24.8h, v15.16b, v24.16b
@@ -39558,10 +39558,10 @@ loop:
 	FMOVQ 80(R0), F24
 	WORD $0x4e0c030e // tbl v14.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1d2f // bit v15.16b, v9.16b, v14.16b
+	WORD $0x6ea91dcf // bit v15.16b, v14.16b, v9.16b
 	WORD $0x4e0b030e // tbl v14.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1d2d // bit v13.16b, v9.16b, v14.16b
+	WORD $0x6ea91dcd // bit v13.16b, v14.16b, v9.16b
 	WORD $0x4e0c040e // dup v14.4s, v0.s[1]
 	WORD $0x0e2ec1f8 // smull v24.8h, v15.8b, v14.8b
 	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
@@ -39608,10 +39608,10 @@ loop:
 	FMOVQ 96(R0), F14
 	WORD $0x4e0c01d8 // tbl v24.16b, {v14.16b}, v12.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2f // bit v15.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0f // bit v15.16b, v24.16b, v9.16b
 	WORD $0x4e0b01d8 // tbl v24.16b, {v14.16b}, v11.16b
 	WORD $0x4e2a8f18 // cmtst v24.16b, v24.16b, v10.16b
-	WORD $0x6eb81d2d // bit v13.16b, v9.16b, v24.16b
+	WORD $0x6ea91f0d // bit v13.16b, v24.16b, v9.16b
 	WORD $0x4e140418 // dup v24.4s, v0.s[2]
 	WORD $0x0e38c1ee // smull v14.8h, v15.8b, v24.8b
 	WORD $0x4e38c1f8 // smull2 v24.8h, v15.16b, v24.16b
@@ -39658,10 +39658,10 @@ loop:
 	FMOVQ 112(R0), F24
 	WORD $0x4e0c030e // tbl v14.16b, {v24.16b}, v12.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1d2f // bit v15.16b, v9.16b, v14.16b
+	WORD $0x6ea91dcf // bit v15.16b, v14.16b, v9.16b
 	WORD $0x4e0b030e // tbl v14.16b, {v24.16b}, v11.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1d2d // bit v13.16b, v9.16b, v14.16b
+	WORD $0x6ea91dcd // bit v13.16b, v14.16b, v9.16b
 	WORD $0x4e1c040e // dup v14.4s, v0.s[3]
 	WORD $0x0e2ec1f8 // smull v24.8h, v15.8b, v14.8b
 	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
@@ -51122,10 +51122,10 @@ loop:
 	FMOVQ 320(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040555 // dup v21.4s, v10.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51142,10 +51142,10 @@ loop:
 	FMOVQ 336(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51162,10 +51162,10 @@ loop:
 	FMOVQ 352(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140555 // dup v21.4s, v10.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51182,10 +51182,10 @@ loop:
 	FMOVQ 368(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51202,10 +51202,10 @@ loop:
 	FMOVQ 384(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040575 // dup v21.4s, v11.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51222,10 +51222,10 @@ loop:
 	FMOVQ 400(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51242,10 +51242,10 @@ loop:
 	FMOVQ 416(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140575 // dup v21.4s, v11.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51262,10 +51262,10 @@ loop:
 	FMOVQ 432(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51300,10 +51300,10 @@ loop:
 	FMOVQ 448(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405b5 // dup v21.4s, v13.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51320,10 +51320,10 @@ loop:
 	FMOVQ 464(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51340,10 +51340,10 @@ loop:
 	FMOVQ 480(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405b5 // dup v21.4s, v13.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51360,10 +51360,10 @@ loop:
 	FMOVQ 496(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51380,10 +51380,10 @@ loop:
 	FMOVQ 512(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040615 // dup v21.4s, v16.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51400,10 +51400,10 @@ loop:
 	FMOVQ 528(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51420,10 +51420,10 @@ loop:
 	FMOVQ 544(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140615 // dup v21.4s, v16.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51440,10 +51440,10 @@ loop:
 	FMOVQ 560(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51478,10 +51478,10 @@ loop:
 	FMOVQ 576(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405d5 // dup v21.4s, v14.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51498,10 +51498,10 @@ loop:
 	FMOVQ 592(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51518,10 +51518,10 @@ loop:
 	FMOVQ 608(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405d5 // dup v21.4s, v14.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51538,10 +51538,10 @@ loop:
 	FMOVQ 624(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51558,10 +51558,10 @@ loop:
 	FMOVQ 640(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040575 // dup v21.4s, v11.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51578,10 +51578,10 @@ loop:
 	FMOVQ 656(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51598,10 +51598,10 @@ loop:
 	FMOVQ 672(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140575 // dup v21.4s, v11.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51618,10 +51618,10 @@ loop:
 	FMOVQ 688(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51656,10 +51656,10 @@ loop:
 	FMOVQ 704(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405f5 // dup v21.4s, v15.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51676,10 +51676,10 @@ loop:
 	FMOVQ 720(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51696,10 +51696,10 @@ loop:
 	FMOVQ 736(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405f5 // dup v21.4s, v15.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51716,10 +51716,10 @@ loop:
 	FMOVQ 752(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51736,10 +51736,10 @@ loop:
 	FMOVQ 768(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040615 // dup v21.4s, v16.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51756,10 +51756,10 @@ loop:
 	FMOVQ 784(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51776,10 +51776,10 @@ loop:
 	FMOVQ 800(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140615 // dup v21.4s, v16.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51796,10 +51796,10 @@ loop:
 	FMOVQ 816(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51876,10 +51876,10 @@ loop:
 	FMOVQ 320(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040635 // dup v21.4s, v17.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51896,10 +51896,10 @@ loop:
 	FMOVQ 336(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0634 // dup v20.4s, v17.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51916,10 +51916,10 @@ loop:
 	FMOVQ 352(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140635 // dup v21.4s, v17.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51936,10 +51936,10 @@ loop:
 	FMOVQ 368(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0634 // dup v20.4s, v17.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51956,10 +51956,10 @@ loop:
 	FMOVQ 384(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040575 // dup v21.4s, v11.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -51976,10 +51976,10 @@ loop:
 	FMOVQ 400(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -51996,10 +51996,10 @@ loop:
 	FMOVQ 416(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140575 // dup v21.4s, v11.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52016,10 +52016,10 @@ loop:
 	FMOVQ 432(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52054,10 +52054,10 @@ loop:
 	FMOVQ 448(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040535 // dup v21.4s, v9.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52074,10 +52074,10 @@ loop:
 	FMOVQ 464(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52094,10 +52094,10 @@ loop:
 	FMOVQ 480(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140535 // dup v21.4s, v9.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52114,10 +52114,10 @@ loop:
 	FMOVQ 496(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52134,10 +52134,10 @@ loop:
 	FMOVQ 512(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040615 // dup v21.4s, v16.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52154,10 +52154,10 @@ loop:
 	FMOVQ 528(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52174,10 +52174,10 @@ loop:
 	FMOVQ 544(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140615 // dup v21.4s, v16.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52194,10 +52194,10 @@ loop:
 	FMOVQ 560(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52232,10 +52232,10 @@ loop:
 	FMOVQ 576(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040555 // dup v21.4s, v10.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52252,10 +52252,10 @@ loop:
 	FMOVQ 592(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52272,10 +52272,10 @@ loop:
 	FMOVQ 608(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140555 // dup v21.4s, v10.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52292,10 +52292,10 @@ loop:
 	FMOVQ 624(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52312,10 +52312,10 @@ loop:
 	FMOVQ 640(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040575 // dup v21.4s, v11.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52332,10 +52332,10 @@ loop:
 	FMOVQ 656(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52352,10 +52352,10 @@ loop:
 	FMOVQ 672(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140575 // dup v21.4s, v11.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52372,10 +52372,10 @@ loop:
 	FMOVQ 688(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52410,10 +52410,10 @@ loop:
 	FMOVQ 704(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405b5 // dup v21.4s, v13.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52430,10 +52430,10 @@ loop:
 	FMOVQ 720(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52450,10 +52450,10 @@ loop:
 	FMOVQ 736(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405b5 // dup v21.4s, v13.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52470,10 +52470,10 @@ loop:
 	FMOVQ 752(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52490,10 +52490,10 @@ loop:
 	FMOVQ 768(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040615 // dup v21.4s, v16.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52510,10 +52510,10 @@ loop:
 	FMOVQ 784(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52530,10 +52530,10 @@ loop:
 	FMOVQ 800(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140615 // dup v21.4s, v16.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52550,10 +52550,10 @@ loop:
 	FMOVQ 816(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52630,10 +52630,10 @@ loop:
 	FMOVQ 320(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405f5 // dup v21.4s, v15.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52650,10 +52650,10 @@ loop:
 	FMOVQ 336(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52670,10 +52670,10 @@ loop:
 	FMOVQ 352(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405f5 // dup v21.4s, v15.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52690,10 +52690,10 @@ loop:
 	FMOVQ 368(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52710,10 +52710,10 @@ loop:
 	FMOVQ 384(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040575 // dup v21.4s, v11.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52730,10 +52730,10 @@ loop:
 	FMOVQ 400(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52750,10 +52750,10 @@ loop:
 	FMOVQ 416(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140575 // dup v21.4s, v11.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52770,10 +52770,10 @@ loop:
 	FMOVQ 432(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52808,10 +52808,10 @@ loop:
 	FMOVQ 448(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405d5 // dup v21.4s, v14.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52828,10 +52828,10 @@ loop:
 	FMOVQ 464(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52848,10 +52848,10 @@ loop:
 	FMOVQ 480(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405d5 // dup v21.4s, v14.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52868,10 +52868,10 @@ loop:
 	FMOVQ 496(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52888,10 +52888,10 @@ loop:
 	FMOVQ 512(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040615 // dup v21.4s, v16.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52908,10 +52908,10 @@ loop:
 	FMOVQ 528(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52928,10 +52928,10 @@ loop:
 	FMOVQ 544(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140615 // dup v21.4s, v16.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -52948,10 +52948,10 @@ loop:
 	FMOVQ 560(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -52986,10 +52986,10 @@ loop:
 	FMOVQ 576(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040635 // dup v21.4s, v17.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53006,10 +53006,10 @@ loop:
 	FMOVQ 592(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0634 // dup v20.4s, v17.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53026,10 +53026,10 @@ loop:
 	FMOVQ 608(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140635 // dup v21.4s, v17.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53046,10 +53046,10 @@ loop:
 	FMOVQ 624(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0634 // dup v20.4s, v17.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53066,10 +53066,10 @@ loop:
 	FMOVQ 640(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040575 // dup v21.4s, v11.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53086,10 +53086,10 @@ loop:
 	FMOVQ 656(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53106,10 +53106,10 @@ loop:
 	FMOVQ 672(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140575 // dup v21.4s, v11.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53126,10 +53126,10 @@ loop:
 	FMOVQ 688(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53164,10 +53164,10 @@ loop:
 	FMOVQ 704(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040535 // dup v21.4s, v9.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53184,10 +53184,10 @@ loop:
 	FMOVQ 720(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53204,10 +53204,10 @@ loop:
 	FMOVQ 736(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140535 // dup v21.4s, v9.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53224,10 +53224,10 @@ loop:
 	FMOVQ 752(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53244,10 +53244,10 @@ loop:
 	FMOVQ 768(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040615 // dup v21.4s, v16.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53264,10 +53264,10 @@ loop:
 	FMOVQ 784(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53284,10 +53284,10 @@ loop:
 	FMOVQ 800(R0), F20
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140615 // dup v21.4s, v16.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53304,10 +53304,10 @@ loop:
 	FMOVQ 816(R0), F21
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53384,10 +53384,10 @@ loop:
 	FMOVQ 320(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405b5 // dup v21.4s, v13.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53404,10 +53404,10 @@ loop:
 	FMOVQ 336(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53424,10 +53424,10 @@ loop:
 	FMOVQ 352(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405b5 // dup v21.4s, v13.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53444,10 +53444,10 @@ loop:
 	FMOVQ 368(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53464,10 +53464,10 @@ loop:
 	FMOVQ 384(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040575 // dup v21.4s, v11.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53484,10 +53484,10 @@ loop:
 	FMOVQ 400(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53504,10 +53504,10 @@ loop:
 	FMOVQ 416(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140575 // dup v21.4s, v11.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53524,10 +53524,10 @@ loop:
 	FMOVQ 432(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53562,10 +53562,10 @@ loop:
 	FMOVQ 448(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040555 // dup v21.4s, v10.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53582,10 +53582,10 @@ loop:
 	FMOVQ 464(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53602,10 +53602,10 @@ loop:
 	FMOVQ 480(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140555 // dup v21.4s, v10.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53622,10 +53622,10 @@ loop:
 	FMOVQ 496(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53642,10 +53642,10 @@ loop:
 	FMOVQ 512(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040615 // dup v21.4s, v16.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53662,10 +53662,10 @@ loop:
 	FMOVQ 528(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53682,10 +53682,10 @@ loop:
 	FMOVQ 544(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140615 // dup v21.4s, v16.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53702,10 +53702,10 @@ loop:
 	FMOVQ 560(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53740,10 +53740,10 @@ loop:
 	FMOVQ 576(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405f5 // dup v21.4s, v15.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53760,10 +53760,10 @@ loop:
 	FMOVQ 592(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53780,10 +53780,10 @@ loop:
 	FMOVQ 608(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405f5 // dup v21.4s, v15.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53800,10 +53800,10 @@ loop:
 	FMOVQ 624(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53820,10 +53820,10 @@ loop:
 	FMOVQ 640(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040575 // dup v21.4s, v11.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53840,10 +53840,10 @@ loop:
 	FMOVQ 656(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53860,10 +53860,10 @@ loop:
 	FMOVQ 672(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140575 // dup v21.4s, v11.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53880,10 +53880,10 @@ loop:
 	FMOVQ 688(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53918,10 +53918,10 @@ loop:
 	FMOVQ 704(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e0405d5 // dup v21.4s, v14.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53938,10 +53938,10 @@ loop:
 	FMOVQ 720(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53958,10 +53958,10 @@ loop:
 	FMOVQ 736(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e1405d5 // dup v21.4s, v14.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -53978,10 +53978,10 @@ loop:
 	FMOVQ 752(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -53998,10 +53998,10 @@ loop:
 	FMOVQ 768(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e040615 // dup v21.4s, v16.s[0]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -54018,10 +54018,10 @@ loop:
 	FMOVQ 784(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -54038,10 +54038,10 @@ loop:
 	FMOVQ 800(R0), F20
 	WORD $0x4e080295 // tbl v21.16b, {v20.16b}, v8.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb3 // bit v19.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb3 // bit v19.16b, v21.16b, v5.16b
 	WORD $0x4e070295 // tbl v21.16b, {v20.16b}, v7.16b
 	WORD $0x4e268eb5 // cmtst v21.16b, v21.16b, v6.16b
-	WORD $0x6eb51cb2 // bit v18.16b, v5.16b, v21.16b
+	WORD $0x6ea51eb2 // bit v18.16b, v21.16b, v5.16b
 	WORD $0x4e140615 // dup v21.4s, v16.s[2]
 	WORD $0x0e35c274 // smull v20.8h, v19.8b, v21.8b
 	WORD $0x4e35c275 // smull2 v21.8h, v19.16b, v21.16b
@@ -54058,10 +54058,10 @@ loop:
 	FMOVQ 816(R0), F21
 	WORD $0x4e0802b4 // tbl v20.16b, {v21.16b}, v8.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb3 // bit v19.16b, v5.16b, v20.16b
+	WORD $0x6ea51e93 // bit v19.16b, v20.16b, v5.16b
 	WORD $0x4e0702b4 // tbl v20.16b, {v21.16b}, v7.16b
 	WORD $0x4e268e94 // cmtst v20.16b, v20.16b, v6.16b
-	WORD $0x6eb41cb2 // bit v18.16b, v5.16b, v20.16b
+	WORD $0x6ea51e92 // bit v18.16b, v20.16b, v5.16b
 	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
 	WORD $0x0e34c275 // smull v21.8h, v19.8b, v20.8b
 	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
@@ -54180,10 +54180,10 @@ loop:
 	FMOVQ 320(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0404fa // dup v26.4s, v7.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54210,10 +54210,10 @@ loop:
 	FMOVQ 336(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c04f9 // dup v25.4s, v7.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54240,10 +54240,10 @@ loop:
 	FMOVQ 352(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1404fa // dup v26.4s, v7.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54270,10 +54270,10 @@ loop:
 	FMOVQ 368(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c04f9 // dup v25.4s, v7.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54300,10 +54300,10 @@ loop:
 	FMOVQ 384(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04051a // dup v26.4s, v8.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54330,10 +54330,10 @@ loop:
 	FMOVQ 400(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0519 // dup v25.4s, v8.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54360,10 +54360,10 @@ loop:
 	FMOVQ 416(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14051a // dup v26.4s, v8.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54390,10 +54390,10 @@ loop:
 	FMOVQ 432(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0519 // dup v25.4s, v8.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54450,10 +54450,10 @@ loop:
 	FMOVQ 448(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04065a // dup v26.4s, v18.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54480,10 +54480,10 @@ loop:
 	FMOVQ 464(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0659 // dup v25.4s, v18.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54510,10 +54510,10 @@ loop:
 	FMOVQ 480(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14065a // dup v26.4s, v18.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54540,10 +54540,10 @@ loop:
 	FMOVQ 496(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0659 // dup v25.4s, v18.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54570,10 +54570,10 @@ loop:
 	FMOVQ 512(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406ba // dup v26.4s, v21.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54600,10 +54600,10 @@ loop:
 	FMOVQ 528(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06b9 // dup v25.4s, v21.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54630,10 +54630,10 @@ loop:
 	FMOVQ 544(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406ba // dup v26.4s, v21.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54660,10 +54660,10 @@ loop:
 	FMOVQ 560(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06b9 // dup v25.4s, v21.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54720,10 +54720,10 @@ loop:
 	FMOVQ 576(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0405fa // dup v26.4s, v15.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54750,10 +54750,10 @@ loop:
 	FMOVQ 592(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c05f9 // dup v25.4s, v15.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54780,10 +54780,10 @@ loop:
 	FMOVQ 608(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1405fa // dup v26.4s, v15.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54810,10 +54810,10 @@ loop:
 	FMOVQ 624(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c05f9 // dup v25.4s, v15.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54840,10 +54840,10 @@ loop:
 	FMOVQ 640(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04051a // dup v26.4s, v8.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54870,10 +54870,10 @@ loop:
 	FMOVQ 656(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0519 // dup v25.4s, v8.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54900,10 +54900,10 @@ loop:
 	FMOVQ 672(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14051a // dup v26.4s, v8.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -54930,10 +54930,10 @@ loop:
 	FMOVQ 688(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0519 // dup v25.4s, v8.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -54990,10 +54990,10 @@ loop:
 	FMOVQ 704(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04059a // dup v26.4s, v12.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55020,10 +55020,10 @@ loop:
 	FMOVQ 720(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0599 // dup v25.4s, v12.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55050,10 +55050,10 @@ loop:
 	FMOVQ 736(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14059a // dup v26.4s, v12.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55080,10 +55080,10 @@ loop:
 	FMOVQ 752(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0599 // dup v25.4s, v12.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55110,10 +55110,10 @@ loop:
 	FMOVQ 768(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406ba // dup v26.4s, v21.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55140,10 +55140,10 @@ loop:
 	FMOVQ 784(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06b9 // dup v25.4s, v21.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55170,10 +55170,10 @@ loop:
 	FMOVQ 800(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406ba // dup v26.4s, v21.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55200,10 +55200,10 @@ loop:
 	FMOVQ 816(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06b9 // dup v25.4s, v21.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55342,10 +55342,10 @@ loop:
 	FMOVQ 320(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0405fa // dup v26.4s, v15.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55372,10 +55372,10 @@ loop:
 	FMOVQ 336(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c05f9 // dup v25.4s, v15.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55402,10 +55402,10 @@ loop:
 	FMOVQ 352(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1405fa // dup v26.4s, v15.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55432,10 +55432,10 @@ loop:
 	FMOVQ 368(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c05f9 // dup v25.4s, v15.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55462,10 +55462,10 @@ loop:
 	FMOVQ 384(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406da // dup v26.4s, v22.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55492,10 +55492,10 @@ loop:
 	FMOVQ 400(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06d9 // dup v25.4s, v22.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55522,10 +55522,10 @@ loop:
 	FMOVQ 416(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406da // dup v26.4s, v22.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55552,10 +55552,10 @@ loop:
 	FMOVQ 432(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06d9 // dup v25.4s, v22.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55612,10 +55612,10 @@ loop:
 	FMOVQ 448(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04055a // dup v26.4s, v10.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55642,10 +55642,10 @@ loop:
 	FMOVQ 464(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0559 // dup v25.4s, v10.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55672,10 +55672,10 @@ loop:
 	FMOVQ 480(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14055a // dup v26.4s, v10.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55702,10 +55702,10 @@ loop:
 	FMOVQ 496(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0559 // dup v25.4s, v10.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55732,10 +55732,10 @@ loop:
 	FMOVQ 512(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406ba // dup v26.4s, v21.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55762,10 +55762,10 @@ loop:
 	FMOVQ 528(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06b9 // dup v25.4s, v21.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55792,10 +55792,10 @@ loop:
 	FMOVQ 544(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406ba // dup v26.4s, v21.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55822,10 +55822,10 @@ loop:
 	FMOVQ 560(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06b9 // dup v25.4s, v21.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55882,10 +55882,10 @@ loop:
 	FMOVQ 576(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0405ba // dup v26.4s, v13.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55912,10 +55912,10 @@ loop:
 	FMOVQ 592(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c05b9 // dup v25.4s, v13.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -55942,10 +55942,10 @@ loop:
 	FMOVQ 608(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1405ba // dup v26.4s, v13.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -55972,10 +55972,10 @@ loop:
 	FMOVQ 624(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c05b9 // dup v25.4s, v13.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56002,10 +56002,10 @@ loop:
 	FMOVQ 640(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406da // dup v26.4s, v22.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56032,10 +56032,10 @@ loop:
 	FMOVQ 656(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06d9 // dup v25.4s, v22.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56062,10 +56062,10 @@ loop:
 	FMOVQ 672(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406da // dup v26.4s, v22.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56092,10 +56092,10 @@ loop:
 	FMOVQ 688(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06d9 // dup v25.4s, v22.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56152,10 +56152,10 @@ loop:
 	FMOVQ 704(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04069a // dup v26.4s, v20.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56182,10 +56182,10 @@ loop:
 	FMOVQ 720(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0699 // dup v25.4s, v20.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56212,10 +56212,10 @@ loop:
 	FMOVQ 736(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14069a // dup v26.4s, v20.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56242,10 +56242,10 @@ loop:
 	FMOVQ 752(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0699 // dup v25.4s, v20.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56272,10 +56272,10 @@ loop:
 	FMOVQ 768(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406ba // dup v26.4s, v21.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56302,10 +56302,10 @@ loop:
 	FMOVQ 784(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06b9 // dup v25.4s, v21.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56332,10 +56332,10 @@ loop:
 	FMOVQ 800(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406ba // dup v26.4s, v21.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56362,10 +56362,10 @@ loop:
 	FMOVQ 816(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06b9 // dup v25.4s, v21.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56504,10 +56504,10 @@ loop:
 	FMOVQ 320(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0405ba // dup v26.4s, v13.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56534,10 +56534,10 @@ loop:
 	FMOVQ 336(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c05b9 // dup v25.4s, v13.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56564,10 +56564,10 @@ loop:
 	FMOVQ 352(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1405ba // dup v26.4s, v13.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56594,10 +56594,10 @@ loop:
 	FMOVQ 368(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c05b9 // dup v25.4s, v13.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56624,10 +56624,10 @@ loop:
 	FMOVQ 384(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04059a // dup v26.4s, v12.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56654,10 +56654,10 @@ loop:
 	FMOVQ 400(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0599 // dup v25.4s, v12.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56684,10 +56684,10 @@ loop:
 	FMOVQ 416(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14059a // dup v26.4s, v12.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56714,10 +56714,10 @@ loop:
 	FMOVQ 432(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0599 // dup v25.4s, v12.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56774,10 +56774,10 @@ loop:
 	FMOVQ 448(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04067a // dup v26.4s, v19.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56804,10 +56804,10 @@ loop:
 	FMOVQ 464(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0679 // dup v25.4s, v19.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56834,10 +56834,10 @@ loop:
 	FMOVQ 480(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14067a // dup v26.4s, v19.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56864,10 +56864,10 @@ loop:
 	FMOVQ 496(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0679 // dup v25.4s, v19.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56894,10 +56894,10 @@ loop:
 	FMOVQ 512(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406ba // dup v26.4s, v21.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56924,10 +56924,10 @@ loop:
 	FMOVQ 528(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06b9 // dup v25.4s, v21.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -56954,10 +56954,10 @@ loop:
 	FMOVQ 544(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406ba // dup v26.4s, v21.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -56984,10 +56984,10 @@ loop:
 	FMOVQ 560(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06b9 // dup v25.4s, v21.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57044,10 +57044,10 @@ loop:
 	FMOVQ 576(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0404fa // dup v26.4s, v7.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57074,10 +57074,10 @@ loop:
 	FMOVQ 592(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c04f9 // dup v25.4s, v7.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57104,10 +57104,10 @@ loop:
 	FMOVQ 608(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1404fa // dup v26.4s, v7.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57134,10 +57134,10 @@ loop:
 	FMOVQ 624(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c04f9 // dup v25.4s, v7.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57164,10 +57164,10 @@ loop:
 	FMOVQ 640(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04059a // dup v26.4s, v12.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57194,10 +57194,10 @@ loop:
 	FMOVQ 656(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0599 // dup v25.4s, v12.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57224,10 +57224,10 @@ loop:
 	FMOVQ 672(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14059a // dup v26.4s, v12.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57254,10 +57254,10 @@ loop:
 	FMOVQ 688(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0599 // dup v25.4s, v12.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57314,10 +57314,10 @@ loop:
 	FMOVQ 704(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04065a // dup v26.4s, v18.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57344,10 +57344,10 @@ loop:
 	FMOVQ 720(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0659 // dup v25.4s, v18.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57374,10 +57374,10 @@ loop:
 	FMOVQ 736(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14065a // dup v26.4s, v18.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57404,10 +57404,10 @@ loop:
 	FMOVQ 752(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0659 // dup v25.4s, v18.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57434,10 +57434,10 @@ loop:
 	FMOVQ 768(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406ba // dup v26.4s, v21.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57464,10 +57464,10 @@ loop:
 	FMOVQ 784(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06b9 // dup v25.4s, v21.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57494,10 +57494,10 @@ loop:
 	FMOVQ 800(R0), F25
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406ba // dup v26.4s, v21.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57524,10 +57524,10 @@ loop:
 	FMOVQ 816(R0), F26
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06b9 // dup v25.4s, v21.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57666,10 +57666,10 @@ loop:
 	FMOVQ 320(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0404fa // dup v26.4s, v7.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57696,10 +57696,10 @@ loop:
 	FMOVQ 336(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c04f9 // dup v25.4s, v7.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57726,10 +57726,10 @@ loop:
 	FMOVQ 352(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1404fa // dup v26.4s, v7.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57756,10 +57756,10 @@ loop:
 	FMOVQ 368(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c04f9 // dup v25.4s, v7.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57786,10 +57786,10 @@ loop:
 	FMOVQ 384(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04069a // dup v26.4s, v20.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57816,10 +57816,10 @@ loop:
 	FMOVQ 400(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0699 // dup v25.4s, v20.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57846,10 +57846,10 @@ loop:
 	FMOVQ 416(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14069a // dup v26.4s, v20.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57876,10 +57876,10 @@ loop:
 	FMOVQ 432(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0699 // dup v25.4s, v20.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57936,10 +57936,10 @@ loop:
 	FMOVQ 448(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04053a // dup v26.4s, v9.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -57966,10 +57966,10 @@ loop:
 	FMOVQ 464(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0539 // dup v25.4s, v9.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -57996,10 +57996,10 @@ loop:
 	FMOVQ 480(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14053a // dup v26.4s, v9.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58026,10 +58026,10 @@ loop:
 	FMOVQ 496(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0539 // dup v25.4s, v9.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58056,10 +58056,10 @@ loop:
 	FMOVQ 512(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406ba // dup v26.4s, v21.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58086,10 +58086,10 @@ loop:
 	FMOVQ 528(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06b9 // dup v25.4s, v21.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58116,10 +58116,10 @@ loop:
 	FMOVQ 544(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406ba // dup v26.4s, v21.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58146,10 +58146,10 @@ loop:
 	FMOVQ 560(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06b9 // dup v25.4s, v21.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58206,10 +58206,10 @@ loop:
 	FMOVQ 576(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0405fa // dup v26.4s, v15.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58236,10 +58236,10 @@ loop:
 	FMOVQ 592(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c05f9 // dup v25.4s, v15.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58266,10 +58266,10 @@ loop:
 	FMOVQ 608(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1405fa // dup v26.4s, v15.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58296,10 +58296,10 @@ loop:
 	FMOVQ 624(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c05f9 // dup v25.4s, v15.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58326,10 +58326,10 @@ loop:
 	FMOVQ 640(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04069a // dup v26.4s, v20.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58356,10 +58356,10 @@ loop:
 	FMOVQ 656(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0699 // dup v25.4s, v20.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58386,10 +58386,10 @@ loop:
 	FMOVQ 672(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14069a // dup v26.4s, v20.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58416,10 +58416,10 @@ loop:
 	FMOVQ 688(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0699 // dup v25.4s, v20.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58476,10 +58476,10 @@ loop:
 	FMOVQ 704(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e04055a // dup v26.4s, v10.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58506,10 +58506,10 @@ loop:
 	FMOVQ 720(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c0559 // dup v25.4s, v10.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58536,10 +58536,10 @@ loop:
 	FMOVQ 736(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e14055a // dup v26.4s, v10.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58566,10 +58566,10 @@ loop:
 	FMOVQ 752(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c0559 // dup v25.4s, v10.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58596,10 +58596,10 @@ loop:
 	FMOVQ 768(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e0406ba // dup v26.4s, v21.s[0]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58626,10 +58626,10 @@ loop:
 	FMOVQ 784(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e0c06b9 // dup v25.4s, v21.s[1]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -58656,10 +58656,10 @@ loop:
 	FMOVQ 800(R0), F25
 	WORD $0x4e04033a // tbl v26.16b, {v25.16b}, v4.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c38 // bit v24.16b, v1.16b, v26.16b
+	WORD $0x6ea11f58 // bit v24.16b, v26.16b, v1.16b
 	WORD $0x4e03033a // tbl v26.16b, {v25.16b}, v3.16b
 	WORD $0x4e228f5a // cmtst v26.16b, v26.16b, v2.16b
-	WORD $0x6eba1c37 // bit v23.16b, v1.16b, v26.16b
+	WORD $0x6ea11f57 // bit v23.16b, v26.16b, v1.16b
 	WORD $0x4e1406ba // dup v26.4s, v21.s[2]
 	WORD $0x0e3ac319 // smull v25.8h, v24.8b, v26.8b
 	WORD $0x4e3ac31a // smull2 v26.8h, v24.16b, v26.16b
@@ -58686,10 +58686,10 @@ loop:
 	FMOVQ 816(R0), F26
 	WORD $0x4e040359 // tbl v25.16b, {v26.16b}, v4.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c38 // bit v24.16b, v1.16b, v25.16b
+	WORD $0x6ea11f38 // bit v24.16b, v25.16b, v1.16b
 	WORD $0x4e030359 // tbl v25.16b, {v26.16b}, v3.16b
 	WORD $0x4e228f39 // cmtst v25.16b, v25.16b, v2.16b
-	WORD $0x6eb91c37 // bit v23.16b, v1.16b, v25.16b
+	WORD $0x6ea11f37 // bit v23.16b, v25.16b, v1.16b
 	WORD $0x4e1c06b9 // dup v25.4s, v21.s[3]
 	WORD $0x0e39c31a // smull v26.8h, v24.8b, v25.8b
 	WORD $0x4e39c319 // smull2 v25.8h, v24.16b, v25.16b
@@ -63339,20 +63339,20 @@ loop:
 	FMOVQ 32(R0), F19
 	WORD $0x4e0b0274 // tbl v20.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41cd2 // bit v18.16b, v6.16b, v20.16b
+	WORD $0x6ea61e92 // bit v18.16b, v20.16b, v6.16b
 	WORD $0x4e0c0274 // tbl v20.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41cd1 // bit v17.16b, v6.16b, v20.16b
+	WORD $0x6ea61e91 // bit v17.16b, v20.16b, v6.16b
 	FMOVQ 160(R0), F20
 	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
 	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
 	FMOVQ 48(R0), F21
 	WORD $0x4e0b02b6 // tbl v22.16b, {v21.16b}, v11.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cd3 // bit v19.16b, v6.16b, v22.16b
+	WORD $0x6ea61ed3 // bit v19.16b, v22.16b, v6.16b
 	WORD $0x4e0c02b6 // tbl v22.16b, {v21.16b}, v12.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cd4 // bit v20.16b, v6.16b, v22.16b
+	WORD $0x6ea61ed4 // bit v20.16b, v22.16b, v6.16b
 	WORD $0x4e933a56 // zip1 v22.4s, v18.4s, v19.4s
 	WORD $0x4e937a55 // zip2 v21.4s, v18.4s, v19.4s
 	WORD $0x4e84a6cd // smmla v13.4s, v22.16b, v4.16b
@@ -63371,20 +63371,20 @@ loop:
 	FMOVQ 64(R0), F20
 	WORD $0x4e0b0291 // tbl v17.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11cd5 // bit v21.16b, v6.16b, v17.16b
+	WORD $0x6ea61e35 // bit v21.16b, v17.16b, v6.16b
 	WORD $0x4e0c0291 // tbl v17.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11cd6 // bit v22.16b, v6.16b, v17.16b
+	WORD $0x6ea61e36 // bit v22.16b, v17.16b, v6.16b
 	FMOVQ 288(R0), F17
 	WORD $0x4e271e34 // and v20.16b, v17.16b, v7.16b
 	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
 	FMOVQ 80(R0), F19
 	WORD $0x4e0b0272 // tbl v18.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd4 // bit v20.16b, v6.16b, v18.16b
+	WORD $0x6ea61e54 // bit v20.16b, v18.16b, v6.16b
 	WORD $0x4e0c0272 // tbl v18.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd1 // bit v17.16b, v6.16b, v18.16b
+	WORD $0x6ea61e51 // bit v17.16b, v18.16b, v6.16b
 	WORD $0x4e943ab2 // zip1 v18.4s, v21.4s, v20.4s
 	WORD $0x4e947ab3 // zip2 v19.4s, v21.4s, v20.4s
 	WORD $0x4e85a64d // smmla v13.4s, v18.16b, v5.16b
@@ -63455,20 +63455,20 @@ loop:
 	FMOVQ 32(R0), F18
 	WORD $0x4e0c0256 // tbl v22.16b, {v18.16b}, v12.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cce // bit v14.16b, v6.16b, v22.16b
+	WORD $0x6ea61ece // bit v14.16b, v22.16b, v6.16b
 	WORD $0x4e0b0256 // tbl v22.16b, {v18.16b}, v11.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61ccd // bit v13.16b, v6.16b, v22.16b
+	WORD $0x6ea61ecd // bit v13.16b, v22.16b, v6.16b
 	FMOVQ 176(R0), F22
 	WORD $0x4e271ed2 // and v18.16b, v22.16b, v7.16b
 	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
 	FMOVQ 48(R0), F20
 	WORD $0x4e0c0295 // tbl v21.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
-	WORD $0x6eb51cd2 // bit v18.16b, v6.16b, v21.16b
+	WORD $0x6ea61eb2 // bit v18.16b, v21.16b, v6.16b
 	WORD $0x4e0b0295 // tbl v21.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
-	WORD $0x6eb51cd6 // bit v22.16b, v6.16b, v21.16b
+	WORD $0x6ea61eb6 // bit v22.16b, v21.16b, v6.16b
 	WORD $0x4e9239d5 // zip1 v21.4s, v14.4s, v18.4s
 	WORD $0x4e9279d4 // zip2 v20.4s, v14.4s, v18.4s
 	WORD $0x4e84a6af // smmla v15.4s, v21.16b, v4.16b
@@ -63487,20 +63487,20 @@ loop:
 	FMOVQ 64(R0), F22
 	WORD $0x4e0c02cd // tbl v13.16b, {v22.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1cd4 // bit v20.16b, v6.16b, v13.16b
+	WORD $0x6ea61db4 // bit v20.16b, v13.16b, v6.16b
 	WORD $0x4e0b02cd // tbl v13.16b, {v22.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1cd5 // bit v21.16b, v6.16b, v13.16b
+	WORD $0x6ea61db5 // bit v21.16b, v13.16b, v6.16b
 	FMOVQ 304(R0), F13
 	WORD $0x4e271db6 // and v22.16b, v13.16b, v7.16b
 	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
 	FMOVQ 80(R0), F18
 	WORD $0x4e0c024e // tbl v14.16b, {v18.16b}, v12.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1cd6 // bit v22.16b, v6.16b, v14.16b
+	WORD $0x6ea61dd6 // bit v22.16b, v14.16b, v6.16b
 	WORD $0x4e0b024e // tbl v14.16b, {v18.16b}, v11.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1ccd // bit v13.16b, v6.16b, v14.16b
+	WORD $0x6ea61dcd // bit v13.16b, v14.16b, v6.16b
 	WORD $0x4e963a8e // zip1 v14.4s, v20.4s, v22.4s
 	WORD $0x4e967a92 // zip2 v18.4s, v20.4s, v22.4s
 	WORD $0x4e85a5cf // smmla v15.4s, v14.16b, v5.16b
@@ -63571,20 +63571,20 @@ loop:
 	FMOVQ 32(R0), F14
 	WORD $0x4e0b01d5 // tbl v21.16b, {v14.16b}, v11.16b
 	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
-	WORD $0x6eb51cd3 // bit v19.16b, v6.16b, v21.16b
+	WORD $0x6ea61eb3 // bit v19.16b, v21.16b, v6.16b
 	WORD $0x4e0c01d5 // tbl v21.16b, {v14.16b}, v12.16b
 	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
-	WORD $0x6eb51ccf // bit v15.16b, v6.16b, v21.16b
+	WORD $0x6ea61eaf // bit v15.16b, v21.16b, v6.16b
 	FMOVQ 192(R0), F21
 	WORD $0x4e271eae // and v14.16b, v21.16b, v7.16b
 	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
 	FMOVQ 48(R0), F22
 	WORD $0x4e0b02d4 // tbl v20.16b, {v22.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41cce // bit v14.16b, v6.16b, v20.16b
+	WORD $0x6ea61e8e // bit v14.16b, v20.16b, v6.16b
 	WORD $0x4e0c02d4 // tbl v20.16b, {v22.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41cd5 // bit v21.16b, v6.16b, v20.16b
+	WORD $0x6ea61e95 // bit v21.16b, v20.16b, v6.16b
 	WORD $0x4e8e3a74 // zip1 v20.4s, v19.4s, v14.4s
 	WORD $0x4e8e7a76 // zip2 v22.4s, v19.4s, v14.4s
 	WORD $0x4e84a691 // smmla v17.4s, v20.16b, v4.16b
@@ -63603,20 +63603,20 @@ loop:
 	FMOVQ 64(R0), F21
 	WORD $0x4e0b02af // tbl v15.16b, {v21.16b}, v11.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1cd6 // bit v22.16b, v6.16b, v15.16b
+	WORD $0x6ea61df6 // bit v22.16b, v15.16b, v6.16b
 	WORD $0x4e0c02af // tbl v15.16b, {v21.16b}, v12.16b
 	WORD $0x4e2a8def // cmtst v15.16b, v15.16b, v10.16b
-	WORD $0x6eaf1cd4 // bit v20.16b, v6.16b, v15.16b
+	WORD $0x6ea61df4 // bit v20.16b, v15.16b, v6.16b
 	FMOVQ 320(R0), F15
 	WORD $0x4e271df5 // and v21.16b, v15.16b, v7.16b
 	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
 	FMOVQ 80(R0), F14
 	WORD $0x4e0b01d3 // tbl v19.16b, {v14.16b}, v11.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31cd5 // bit v21.16b, v6.16b, v19.16b
+	WORD $0x6ea61e75 // bit v21.16b, v19.16b, v6.16b
 	WORD $0x4e0c01d3 // tbl v19.16b, {v14.16b}, v12.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31ccf // bit v15.16b, v6.16b, v19.16b
+	WORD $0x6ea61e6f // bit v15.16b, v19.16b, v6.16b
 	WORD $0x4e953ad3 // zip1 v19.4s, v22.4s, v21.4s
 	WORD $0x4e957ace // zip2 v14.4s, v22.4s, v21.4s
 	WORD $0x4e85a671 // smmla v17.4s, v19.16b, v5.16b
@@ -63687,20 +63687,20 @@ loop:
 	FMOVQ 32(R0), F19
 	WORD $0x4e0c0274 // tbl v20.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41cd2 // bit v18.16b, v6.16b, v20.16b
+	WORD $0x6ea61e92 // bit v18.16b, v20.16b, v6.16b
 	WORD $0x4e0b0274 // tbl v20.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41cd1 // bit v17.16b, v6.16b, v20.16b
+	WORD $0x6ea61e91 // bit v17.16b, v20.16b, v6.16b
 	FMOVQ 208(R0), F20
 	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
 	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
 	FMOVQ 48(R0), F21
 	WORD $0x4e0c02b6 // tbl v22.16b, {v21.16b}, v12.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cd3 // bit v19.16b, v6.16b, v22.16b
+	WORD $0x6ea61ed3 // bit v19.16b, v22.16b, v6.16b
 	WORD $0x4e0b02b6 // tbl v22.16b, {v21.16b}, v11.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cd4 // bit v20.16b, v6.16b, v22.16b
+	WORD $0x6ea61ed4 // bit v20.16b, v22.16b, v6.16b
 	WORD $0x4e933a56 // zip1 v22.4s, v18.4s, v19.4s
 	WORD $0x4e937a55 // zip2 v21.4s, v18.4s, v19.4s
 	WORD $0x4e84a6cd // smmla v13.4s, v22.16b, v4.16b
@@ -63719,20 +63719,20 @@ loop:
 	FMOVQ 64(R0), F20
 	WORD $0x4e0c0291 // tbl v17.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11cd5 // bit v21.16b, v6.16b, v17.16b
+	WORD $0x6ea61e35 // bit v21.16b, v17.16b, v6.16b
 	WORD $0x4e0b0291 // tbl v17.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11cd6 // bit v22.16b, v6.16b, v17.16b
+	WORD $0x6ea61e36 // bit v22.16b, v17.16b, v6.16b
 	FMOVQ 336(R0), F17
 	WORD $0x4e271e34 // and v20.16b, v17.16b, v7.16b
 	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
 	FMOVQ 80(R0), F19
 	WORD $0x4e0c0272 // tbl v18.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd4 // bit v20.16b, v6.16b, v18.16b
+	WORD $0x6ea61e54 // bit v20.16b, v18.16b, v6.16b
 	WORD $0x4e0b0272 // tbl v18.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd1 // bit v17.16b, v6.16b, v18.16b
+	WORD $0x6ea61e51 // bit v17.16b, v18.16b, v6.16b
 	WORD $0x4e943ab2 // zip1 v18.4s, v21.4s, v20.4s
 	WORD $0x4e947ab3 // zip2 v19.4s, v21.4s, v20.4s
 	WORD $0x4e85a64d // smmla v13.4s, v18.16b, v5.16b
@@ -63860,20 +63860,20 @@ loop:
 	FMOVQ 64(R0), F19
 	WORD $0x4e0b0274 // tbl v20.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41cd2 // bit v18.16b, v6.16b, v20.16b
+	WORD $0x6ea61e92 // bit v18.16b, v20.16b, v6.16b
 	WORD $0x4e0c0274 // tbl v20.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41cd1 // bit v17.16b, v6.16b, v20.16b
+	WORD $0x6ea61e91 // bit v17.16b, v20.16b, v6.16b
 	FMOVQ 192(R0), F20
 	WORD $0x4e271e93 // and v19.16b, v20.16b, v7.16b
 	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
 	FMOVQ 80(R0), F21
 	WORD $0x4e0b02b6 // tbl v22.16b, {v21.16b}, v11.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cd3 // bit v19.16b, v6.16b, v22.16b
+	WORD $0x6ea61ed3 // bit v19.16b, v22.16b, v6.16b
 	WORD $0x4e0c02b6 // tbl v22.16b, {v21.16b}, v12.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cd4 // bit v20.16b, v6.16b, v22.16b
+	WORD $0x6ea61ed4 // bit v20.16b, v22.16b, v6.16b
 	WORD $0x4e933a56 // zip1 v22.4s, v18.4s, v19.4s
 	WORD $0x4e937a55 // zip2 v21.4s, v18.4s, v19.4s
 	WORD $0x4e84a6cd // smmla v13.4s, v22.16b, v4.16b
@@ -63892,20 +63892,20 @@ loop:
 	FMOVQ 96(R0), F20
 	WORD $0x4e0b0291 // tbl v17.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11cd5 // bit v21.16b, v6.16b, v17.16b
+	WORD $0x6ea61e35 // bit v21.16b, v17.16b, v6.16b
 	WORD $0x4e0c0291 // tbl v17.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8e31 // cmtst v17.16b, v17.16b, v10.16b
-	WORD $0x6eb11cd6 // bit v22.16b, v6.16b, v17.16b
+	WORD $0x6ea61e36 // bit v22.16b, v17.16b, v6.16b
 	FMOVQ 320(R0), F17
 	WORD $0x4e271e34 // and v20.16b, v17.16b, v7.16b
 	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
 	FMOVQ 112(R0), F19
 	WORD $0x4e0b0272 // tbl v18.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd4 // bit v20.16b, v6.16b, v18.16b
+	WORD $0x6ea61e54 // bit v20.16b, v18.16b, v6.16b
 	WORD $0x4e0c0272 // tbl v18.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd1 // bit v17.16b, v6.16b, v18.16b
+	WORD $0x6ea61e51 // bit v17.16b, v18.16b, v6.16b
 	WORD $0x4e943ab2 // zip1 v18.4s, v21.4s, v20.4s
 	WORD $0x4e947ab3 // zip2 v19.4s, v21.4s, v20.4s
 	WORD $0x4e85a64d // smmla v13.4s, v18.16b, v5.16b
@@ -63978,20 +63978,20 @@ loop:
 	FMOVQ 64(R0), F14
 	WORD $0x4e0c01d2 // tbl v18.16b, {v14.16b}, v12.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21ccd // bit v13.16b, v6.16b, v18.16b
+	WORD $0x6ea61e4d // bit v13.16b, v18.16b, v6.16b
 	WORD $0x4e0b01d2 // tbl v18.16b, {v14.16b}, v11.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd0 // bit v16.16b, v6.16b, v18.16b
+	WORD $0x6ea61e50 // bit v16.16b, v18.16b, v6.16b
 	FMOVQ 208(R0), F18
 	WORD $0x4e271e4e // and v14.16b, v18.16b, v7.16b
 	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
 	FMOVQ 80(R0), F20
 	WORD $0x4e0c0295 // tbl v21.16b, {v20.16b}, v12.16b
 	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
-	WORD $0x6eb51cce // bit v14.16b, v6.16b, v21.16b
+	WORD $0x6ea61eae // bit v14.16b, v21.16b, v6.16b
 	WORD $0x4e0b0295 // tbl v21.16b, {v20.16b}, v11.16b
 	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
-	WORD $0x6eb51cd2 // bit v18.16b, v6.16b, v21.16b
+	WORD $0x6ea61eb2 // bit v18.16b, v21.16b, v6.16b
 	WORD $0x4e8e39b5 // zip1 v21.4s, v13.4s, v14.4s
 	WORD $0x4e8e79b4 // zip2 v20.4s, v13.4s, v14.4s
 	WORD $0x4e84a6b3 // smmla v19.4s, v21.16b, v4.16b
@@ -64010,20 +64010,20 @@ loop:
 	FMOVQ 96(R0), F18
 	WORD $0x4e0c0250 // tbl v16.16b, {v18.16b}, v12.16b
 	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
-	WORD $0x6eb01cd4 // bit v20.16b, v6.16b, v16.16b
+	WORD $0x6ea61e14 // bit v20.16b, v16.16b, v6.16b
 	WORD $0x4e0b0250 // tbl v16.16b, {v18.16b}, v11.16b
 	WORD $0x4e2a8e10 // cmtst v16.16b, v16.16b, v10.16b
-	WORD $0x6eb01cd5 // bit v21.16b, v6.16b, v16.16b
+	WORD $0x6ea61e15 // bit v21.16b, v16.16b, v6.16b
 	FMOVQ 336(R0), F16
 	WORD $0x4e271e12 // and v18.16b, v16.16b, v7.16b
 	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
 	FMOVQ 112(R0), F14
 	WORD $0x4e0c01cd // tbl v13.16b, {v14.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1cd2 // bit v18.16b, v6.16b, v13.16b
+	WORD $0x6ea61db2 // bit v18.16b, v13.16b, v6.16b
 	WORD $0x4e0b01cd // tbl v13.16b, {v14.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1cd0 // bit v16.16b, v6.16b, v13.16b
+	WORD $0x6ea61db0 // bit v16.16b, v13.16b, v6.16b
 	WORD $0x4e923a8d // zip1 v13.4s, v20.4s, v18.4s
 	WORD $0x4e927a8e // zip2 v14.4s, v20.4s, v18.4s
 	WORD $0x4e85a5b3 // smmla v19.4s, v13.16b, v5.16b
@@ -64096,20 +64096,20 @@ loop:
 	FMOVQ 64(R0), F15
 	WORD $0x4e0b01ed // tbl v13.16b, {v15.16b}, v11.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1cd3 // bit v19.16b, v6.16b, v13.16b
+	WORD $0x6ea61db3 // bit v19.16b, v13.16b, v6.16b
 	WORD $0x4e0c01ed // tbl v13.16b, {v15.16b}, v12.16b
 	WORD $0x4e2a8dad // cmtst v13.16b, v13.16b, v10.16b
-	WORD $0x6ead1cd6 // bit v22.16b, v6.16b, v13.16b
+	WORD $0x6ea61db6 // bit v22.16b, v13.16b, v6.16b
 	FMOVQ 224(R0), F13
 	WORD $0x4e271daf // and v15.16b, v13.16b, v7.16b
 	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
 	FMOVQ 80(R0), F18
 	WORD $0x4e0b0254 // tbl v20.16b, {v18.16b}, v11.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41ccf // bit v15.16b, v6.16b, v20.16b
+	WORD $0x6ea61e8f // bit v15.16b, v20.16b, v6.16b
 	WORD $0x4e0c0254 // tbl v20.16b, {v18.16b}, v12.16b
 	WORD $0x4e2a8e94 // cmtst v20.16b, v20.16b, v10.16b
-	WORD $0x6eb41ccd // bit v13.16b, v6.16b, v20.16b
+	WORD $0x6ea61e8d // bit v13.16b, v20.16b, v6.16b
 	WORD $0x4e8f3a74 // zip1 v20.4s, v19.4s, v15.4s
 	WORD $0x4e8f7a72 // zip2 v18.4s, v19.4s, v15.4s
 	WORD $0x4e84a68e // smmla v14.4s, v20.16b, v4.16b
@@ -64128,20 +64128,20 @@ loop:
 	FMOVQ 96(R0), F13
 	WORD $0x4e0b01b6 // tbl v22.16b, {v13.16b}, v11.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cd2 // bit v18.16b, v6.16b, v22.16b
+	WORD $0x6ea61ed2 // bit v18.16b, v22.16b, v6.16b
 	WORD $0x4e0c01b6 // tbl v22.16b, {v13.16b}, v12.16b
 	WORD $0x4e2a8ed6 // cmtst v22.16b, v22.16b, v10.16b
-	WORD $0x6eb61cd4 // bit v20.16b, v6.16b, v22.16b
+	WORD $0x6ea61ed4 // bit v20.16b, v22.16b, v6.16b
 	FMOVQ 352(R0), F22
 	WORD $0x4e271ecd // and v13.16b, v22.16b, v7.16b
 	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
 	FMOVQ 112(R0), F15
 	WORD $0x4e0b01f3 // tbl v19.16b, {v15.16b}, v11.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31ccd // bit v13.16b, v6.16b, v19.16b
+	WORD $0x6ea61e6d // bit v13.16b, v19.16b, v6.16b
 	WORD $0x4e0c01f3 // tbl v19.16b, {v15.16b}, v12.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31cd6 // bit v22.16b, v6.16b, v19.16b
+	WORD $0x6ea61e76 // bit v22.16b, v19.16b, v6.16b
 	WORD $0x4e8d3a53 // zip1 v19.4s, v18.4s, v13.4s
 	WORD $0x4e8d7a4f // zip2 v15.4s, v18.4s, v13.4s
 	WORD $0x4e85a66e // smmla v14.4s, v19.16b, v5.16b
@@ -64214,20 +64214,20 @@ loop:
 	FMOVQ 64(R0), F17
 	WORD $0x4e0c0233 // tbl v19.16b, {v17.16b}, v12.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31cce // bit v14.16b, v6.16b, v19.16b
+	WORD $0x6ea61e6e // bit v14.16b, v19.16b, v6.16b
 	WORD $0x4e0b0233 // tbl v19.16b, {v17.16b}, v11.16b
 	WORD $0x4e2a8e73 // cmtst v19.16b, v19.16b, v10.16b
-	WORD $0x6eb31cd5 // bit v21.16b, v6.16b, v19.16b
+	WORD $0x6ea61e75 // bit v21.16b, v19.16b, v6.16b
 	FMOVQ 240(R0), F19
 	WORD $0x4e271e71 // and v17.16b, v19.16b, v7.16b
 	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
 	FMOVQ 80(R0), F13
 	WORD $0x4e0c01b2 // tbl v18.16b, {v13.16b}, v12.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd1 // bit v17.16b, v6.16b, v18.16b
+	WORD $0x6ea61e51 // bit v17.16b, v18.16b, v6.16b
 	WORD $0x4e0b01b2 // tbl v18.16b, {v13.16b}, v11.16b
 	WORD $0x4e2a8e52 // cmtst v18.16b, v18.16b, v10.16b
-	WORD $0x6eb21cd3 // bit v19.16b, v6.16b, v18.16b
+	WORD $0x6ea61e53 // bit v19.16b, v18.16b, v6.16b
 	WORD $0x4e9139d2 // zip1 v18.4s, v14.4s, v17.4s
 	WORD $0x4e9179cd // zip2 v13.4s, v14.4s, v17.4s
 	WORD $0x4e84a64f // smmla v15.4s, v18.16b, v4.16b
@@ -64246,20 +64246,20 @@ loop:
 	FMOVQ 96(R0), F19
 	WORD $0x4e0c0275 // tbl v21.16b, {v19.16b}, v12.16b
 	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
-	WORD $0x6eb51ccd // bit v13.16b, v6.16b, v21.16b
+	WORD $0x6ea61ead // bit v13.16b, v21.16b, v6.16b
 	WORD $0x4e0b0275 // tbl v21.16b, {v19.16b}, v11.16b
 	WORD $0x4e2a8eb5 // cmtst v21.16b, v21.16b, v10.16b
-	WORD $0x6eb51cd2 // bit v18.16b, v6.16b, v21.16b
+	WORD $0x6ea61eb2 // bit v18.16b, v21.16b, v6.16b
 	FMOVQ 368(R0), F21
 	WORD $0x4e271eb3 // and v19.16b, v21.16b, v7.16b
 	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
 	FMOVQ 112(R0), F17
 	WORD $0x4e0c022e // tbl v14.16b, {v17.16b}, v12.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1cd3 // bit v19.16b, v6.16b, v14.16b
+	WORD $0x6ea61dd3 // bit v19.16b, v14.16b, v6.16b
 	WORD $0x4e0b022e // tbl v14.16b, {v17.16b}, v11.16b
 	WORD $0x4e2a8dce // cmtst v14.16b, v14.16b, v10.16b
-	WORD $0x6eae1cd5 // bit v21.16b, v6.16b, v14.16b
+	WORD $0x6ea61dd5 // bit v21.16b, v14.16b, v6.16b
 	WORD $0x4e9339ae // zip1 v14.4s, v13.4s, v19.4s
 	WORD $0x4e9379b1 // zip2 v17.4s, v13.4s, v19.4s
 	WORD $0x4e85a5cf // smmla v15.4s, v14.16b, v5.16b

@@ -493,8 +493,8 @@ func (f *fifth) release(k *intFrame) {
 
 // fifthBits sets bit 4 of the codes of lo and hi whose fifth bits are set in the two
 // 8-byte masks at off, for the rows of quarter q: each lane's mask byte is spread to
-// it by TBL, tested against the lane's bit (all ones where set), and 0x10 inserted
-// where it is.
+// it by TBL and tested against the lane's bit (all ones where set), and bit 4 of
+// that inserted into the code.
 func fifthBits(k *intFrame, f *fifth, off, q int, lo, hi V) {
 	m := k.load(off)
 	e := k.p.get()
@@ -506,7 +506,7 @@ func fifthBits(k *intFrame, f *fifth, off, q int, lo, hi V) {
 		}
 		k.g.i(tbl(e, m, idx))
 		k.g.i(cmtst("16b", e, e, f.laneBit))
-		k.g.i(bit(codes, f.bit4, e))
+		k.g.i(bit(codes, e, f.bit4)) // bit 4 of e where set
 	}
 	k.p.put(m, e)
 }
