@@ -122,6 +122,7 @@ func rowPointers(g *fn, n int) {
 func floatKernel(f *file, ft floatType, n int) {
 	name := fmt.Sprintf("float%sx%dNEON", ft.name, n)
 	g := f.newFn(name, floatSig, 48, fmt.Sprintf("%s is the NEON kernel of repacked %s weights for %d activation rows.", name, ft.name, n))
+	g.per, g.wbytes = 4, 4*16*ft.size
 	g.op("MOVD w+0(FP), R0")
 	g.op("MOVD cols+8(FP), R1")
 	g.op("MOVD x+16(FP), R2")

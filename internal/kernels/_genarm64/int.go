@@ -366,6 +366,7 @@ func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs, h
 	name := fmt.Sprintf("int%sx%d%s", it.name, n, lv.name)
 	doc := fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", name, lv.name, it.name, n)
 	g := f.newFn(name, intSig, intArgs, doc)
+	g.per, g.wbytes = it.per, it.gb
 	defer func() {
 		if r := recover(); r != nil {
 			if r != errNoRegs {

@@ -24,14 +24,33 @@ import (
 func main() {
 	out := flag.String("out", "int_arm64.s", "the assembly file to write")
 	stubs := flag.String("stubs", "int_arm64_stubs.go", "the Go declarations to write")
+	counts := flag.Bool("counts", false, "write nothing; print each product kernel's instructions per 16 rows × 256 values instead (the README's table)")
 	flag.Parse()
 	var f file
 	intKernels(&f)
 	floatKernels(&f)
 	attnKernels(&f)
 	quantKernels(&f)
+	if *counts {
+		printCounts(&f)
+		return
+	}
 	if err := f.write(*out, *stubs); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// printCounts prints, for every product kernel, the instructions of its loop scaled
+// to 16 weight rows × 256 values (all, vector, loads) and the weight bytes they read.
+func printCounts(f *file) {
+	fmt.Println("| kernel | instructions | vector | loads | weight bytes |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, g := range f.funcs {
+		if g.per == 0 {
+			continue
+		}
+		c, k := g.loopCost(), 256/g.per
+		fmt.Printf("| %s | %d | %d | %d | %d |\n", g.name, k*c.all, k*c.vector, k*c.loads, g.wbytes*256/g.per)
 	}
 }
 
@@ -65,6 +84,9 @@ type fn struct {
 	name, decl, doc string
 	args            int // bytes of arguments
 	body            strings.Builder
+	// per and wbytes are, for the product kernels, the values one pass of the main
+	// loop takes for each of the 16 rows and the weight bytes it reads (for -counts).
+	per, wbytes int
 }
 
 // newFn starts function name with the Go signature sig (parameters and results, as
@@ -85,13 +107,42 @@ func (f *file) find(name string) *fn {
 	panic("no function " + name)
 }
 
-// loopLen is the number of instructions in the function's loop body (from the label
-// loop to its branch back), the measure the generator compares kernels by.
+// loopLen is the number of instructions in the function's main loop (from the label
+// loop, or quad for the float kernels, to its branch back), the measure the generator
+// compares kernels by.
 func (g *fn) loopLen() int {
+	c := g.loopCost()
+	return c.all
+}
+
+// cost counts the instructions of a loop body: all, the vector ones (the WORDs) and
+// the loads.
+type cost struct{ all, vector, loads int }
+
+func (g *fn) loopCost() cost {
 	body := g.body.String()
-	_, after, _ := strings.Cut(body, "\nloop:\n")
-	loop, _, _ := strings.Cut(after, "\tB loop\n")
-	return strings.Count(loop, "\n")
+	var loop string
+	for _, label := range []string{"loop", "quad"} {
+		if _, after, ok := strings.Cut(body, "\n"+label+":\n"); ok {
+			loop, _, _ = strings.Cut(after, "\tB "+label+"\n")
+			break
+		}
+	}
+	var c cost
+	for _, line := range strings.Split(strings.TrimSpace(loop), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasSuffix(line, ":") {
+			continue
+		}
+		c.all++
+		switch {
+		case strings.HasPrefix(line, "WORD"):
+			c.vector++
+		case strings.HasPrefix(line, "VLD1"), strings.HasPrefix(line, "FMOV") && strings.Contains(strings.Fields(line)[1], "("):
+			c.loads++
+		}
+	}
+	return c
 }
 
 // i emits an encoded vector instruction.
