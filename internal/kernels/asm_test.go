@@ -216,19 +216,27 @@ func TestFloatAssemblyMatchesGo(t *testing.T) {
 				for _, cols := range []int{1, 7, 64, 897} {
 					m, err := NewMatrix(typ, rowGroup, cols, encode(t, typ, randVec(rng, rowGroup*cols)))
 					require.NoError(t, err)
-					for n := 1; n <= asm.rows(); n++ {
-						x := randVec(rng, n*cols)
-						got, want := make([]float32, n*rowGroup), make([]float32, n*rowGroup)
-						asm[n](&m.Data[0], cols, &x[0], 4*cols, &got[0], rowGroup)
-						twin[n](&m.Data[0], cols, &x[0], 4*cols, &want[0], rowGroup)
-						for i := range got {
-							require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]),
-								"%s %s cols %d n %d: output %d: asm %v, go %v", family, typ, cols, n, i, got[i], want[i])
-						}
-					}
+					compareFloatKernels(t, rng, m, asm, twin, family)
 				}
 			}
 		})
+	}
+}
+
+// compareFloatKernels runs the float kernels asm and twin on the group of m with
+// random activations, for every number of rows asm takes: the same bits.
+func compareFloatKernels(t *testing.T, rng *rand.Rand, m *Matrix, asm, twin floatTable, family string) {
+	t.Helper()
+	cols := m.Cols
+	for n := 1; n <= asm.rows(); n++ {
+		x := randVec(rng, n*cols)
+		got, want := make([]float32, n*rowGroup), make([]float32, n*rowGroup)
+		asm[n](&m.Data[0], cols, &x[0], 4*cols, &got[0], rowGroup)
+		twin[n](&m.Data[0], cols, &x[0], 4*cols, &want[0], rowGroup)
+		for i := range got {
+			require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]),
+				"%s %s cols %d n %d: output %d: asm %v, go %v", family, m.Type, cols, n, i, got[i], want[i])
+		}
 	}
 }
 

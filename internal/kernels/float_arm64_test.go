@@ -4,7 +4,6 @@ package kernels
 
 import (
 	"encoding/binary"
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -54,16 +53,7 @@ func TestFloatNEONHalfBits(t *testing.T) {
 			}
 			m, err := NewMatrix(typ, rowGroup, cols, data)
 			require.NoError(t, err)
-			for n := 1; n <= asm.rows(); n++ {
-				x := randVec(rng, n*cols)
-				got, want := make([]float32, n*rowGroup), make([]float32, n*rowGroup)
-				asm[n](&m.Data[0], cols, &x[0], 4*cols, &got[0], rowGroup)
-				twin[n](&m.Data[0], cols, &x[0], 4*cols, &want[0], rowGroup)
-				for i := range got {
-					require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]),
-						"%s cols %d n %d: output %d: asm %v, go %v", typ, cols, n, i, got[i], want[i])
-				}
-			}
+			compareFloatKernels(t, rng, m, asm, twin, "NEON")
 		}
 	}
 }

@@ -72,11 +72,7 @@ func zipPair(k *intFrame, ar arr, a, b V) (lo, hi V) {
 // time by SMMLA.
 func block32MM(k *intFrame, codes, masks, mins, off int, q8 bool) {
 	xs := mmActs(k)
-	low4 := V(-1)
-	if !q8 {
-		low4 = k.constant(cLow4)
-	}
-	fb := newFifth(k, masks)
+	low4, fb := nibbleConsts(k, q8, masks)
 	for q := range 4 {
 		fb.quarter(k, q)
 		acc := mmZero(k, len(xs))

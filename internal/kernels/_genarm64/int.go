@@ -401,11 +401,7 @@ func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
 			g.op("FMOVQ %d(%s), F%d", 16*h, xReg(t), xs[t][h])
 		}
 	}
-	low4 := V(-1)
-	if !q8 {
-		low4 = k.constant(cLow4)
-	}
-	fb := newFifth(k, masks)
+	low4, fb := nibbleConsts(k, q8, masks)
 	for q := range 4 {
 		fb.quarter(k, q)
 		var acc [intRows]iacc
@@ -437,6 +433,16 @@ func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
 	for t := range k.n {
 		k.p.put(xs[t][0], xs[t][1])
 	}
+}
+
+// nibbleConsts loads the constants of the 32-value types' unpacking: the low-nibble
+// mask (none for Q8_0) and the fifth bits' (none without masks).
+func nibbleConsts(k *intFrame, q8 bool, masks int) (low4 V, fb *fifth) {
+	low4 = V(-1)
+	if !q8 {
+		low4 = k.constant(cLow4)
+	}
+	return low4, newFifth(k, masks)
 }
 
 // nibbleStep loads step p of quarter q of a 32-value type's nibble codes and unpacks
