@@ -21546,2072 +21546,1720 @@ loop:
 	FMOVQ 416(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4f87e248 // sdot v8.4s, v18.16b, v7.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4f89e24a // sdot v10.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
 	WORD $0x4f8be24c // sdot v12.4s, v18.16b, v11.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4f8de24e // sdot v14.4s, v18.16b, v13.4b[0]
 	FMOVQ 480(R0), F17
 	FMOVQ 544(R0), F16
 	FMOVQ 608(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4fa7e248 // sdot v8.4s, v18.16b, v7.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4fa9e24a // sdot v10.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
 	WORD $0x4fabe24c // sdot v12.4s, v18.16b, v11.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4fade24e // sdot v14.4s, v18.16b, v13.4b[1]
 	FMOVQ 672(R0), F15
 	FMOVQ 736(R0), F16
 	FMOVQ 800(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4f87ea48 // sdot v8.4s, v18.16b, v7.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4f89ea4a // sdot v10.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
 	WORD $0x4f8bea4c // sdot v12.4s, v18.16b, v11.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4f8dea4e // sdot v14.4s, v18.16b, v13.4b[2]
 	FMOVQ 864(R0), F17
 	FMOVQ 928(R0), F16
 	FMOVQ 992(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4fa7ea48 // sdot v8.4s, v18.16b, v7.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4fa9ea4a // sdot v10.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
 	WORD $0x4fabea4c // sdot v12.4s, v18.16b, v11.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
 	WORD $0x4fadea4e // sdot v14.4s, v18.16b, v13.4b[3]
-	FMOVD 32(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d19ad // uzp1 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 20(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab8508 // add v8.4s, v8.4s, v11.4s
-	WORD $0x4ead9506 // mla v6.4s, v8.4s, v13.4s
-	FMOVD 64(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d19ad // uzp1 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 28(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea8854a // add v10.4s, v10.4s, v8.4s
-	WORD $0x4ead9546 // mla v6.4s, v10.4s, v13.4s
-	FMOVD 96(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d19ad // uzp1 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 36(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa858c // add v12.4s, v12.4s, v10.4s
-	WORD $0x4ead9586 // mla v6.4s, v12.4s, v13.4s
-	FMOVD 128(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d19ad // uzp1 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 44(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac85ce // add v14.4s, v14.4s, v12.4s
-	WORD $0x4ead95c6 // mla v6.4s, v14.4s, v13.4s
-	FMOVQ 16(R2), F13
+	FMOVQ 20(R6), F13
+	FMOVQ 36(R6), F11
+	FMOVD 32(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99506 // mla v6.4s, v8.4s, v9.4s
+	WORD $0x6f8d0126 // mla v6.4s, v9.4s, v13.s[0]
+	FMOVD 64(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99546 // mla v6.4s, v10.4s, v9.4s
+	WORD $0x6f8d0926 // mla v6.4s, v9.4s, v13.s[2]
+	FMOVD 96(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99586 // mla v6.4s, v12.4s, v9.4s
+	WORD $0x6f8b0126 // mla v6.4s, v9.4s, v11.s[0]
+	FMOVD 128(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995c6 // mla v6.4s, v14.4s, v9.4s
+	WORD $0x6f8b0926 // mla v6.4s, v9.4s, v11.s[2]
+	FMOVQ 16(R2), F11
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 48(R2), F9
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 48(R2), F12
+	FMOVQ 80(R2), F12
 	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 80(R2), F8
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 112(R2), F9
+	FMOVQ 112(R2), F8
 	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
 	FMOVQ 1056(R0), F15
 	FMOVQ 1120(R0), F16
 	FMOVQ 1184(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8de24e // sdot v14.4s, v18.16b, v13.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8be24d // sdot v13.4s, v18.16b, v11.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce24a // sdot v10.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e24e // sdot v14.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88e24b // sdot v11.4s, v18.16b, v8.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8ce24a // sdot v10.4s, v18.16b, v12.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89e247 // sdot v7.4s, v18.16b, v9.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88e247 // sdot v7.4s, v18.16b, v8.4b[0]
 	FMOVQ 1248(R0), F17
 	FMOVQ 1312(R0), F16
 	FMOVQ 1376(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fade24e // sdot v14.4s, v18.16b, v13.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fabe24d // sdot v13.4s, v18.16b, v11.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face24a // sdot v10.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e24e // sdot v14.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8e24b // sdot v11.4s, v18.16b, v8.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4face24a // sdot v10.4s, v18.16b, v12.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9e247 // sdot v7.4s, v18.16b, v9.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8e247 // sdot v7.4s, v18.16b, v8.4b[1]
 	FMOVQ 1440(R0), F15
 	FMOVQ 1504(R0), F16
 	FMOVQ 1568(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8dea4e // sdot v14.4s, v18.16b, v13.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8bea4d // sdot v13.4s, v18.16b, v11.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea4a // sdot v10.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea4e // sdot v14.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88ea4b // sdot v11.4s, v18.16b, v8.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8cea4a // sdot v10.4s, v18.16b, v12.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89ea47 // sdot v7.4s, v18.16b, v9.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88ea47 // sdot v7.4s, v18.16b, v8.4b[2]
 	FMOVQ 1632(R0), F17
 	FMOVQ 1696(R0), F16
 	FMOVQ 1760(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fadea4e // sdot v14.4s, v18.16b, v13.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fabea4d // sdot v13.4s, v18.16b, v11.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea4a // sdot v10.4s, v18.16b, v12.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea4e // sdot v14.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8ea4b // sdot v11.4s, v18.16b, v8.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4facea4a // sdot v10.4s, v18.16b, v12.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9ea47 // sdot v7.4s, v18.16b, v9.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8ea47 // sdot v7.4s, v18.16b, v8.4b[3]
+	FMOVQ 20(R6), F8
+	FMOVQ 36(R6), F12
 	FMOVD 32(R0), F9
 	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
 	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
 	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 24(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea885ce // add v14.4s, v14.4s, v8.4s
-	WORD $0x4ea995c6 // mla v6.4s, v14.4s, v9.4s
+	WORD $0x4ea995a6 // mla v6.4s, v13.4s, v9.4s
+	WORD $0x6fa80126 // mla v6.4s, v9.4s, v8.s[1]
 	FMOVD 64(R0), F9
 	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
 	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
 	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 32(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae854a // add v10.4s, v10.4s, v14.4s
-	WORD $0x4ea99546 // mla v6.4s, v10.4s, v9.4s
+	WORD $0x4ea995c6 // mla v6.4s, v14.4s, v9.4s
+	WORD $0x6fa80926 // mla v6.4s, v9.4s, v8.s[3]
 	FMOVD 96(R0), F9
 	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
 	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
 	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 40(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa856b // add v11.4s, v11.4s, v10.4s
-	WORD $0x4ea99566 // mla v6.4s, v11.4s, v9.4s
+	WORD $0x4ea99546 // mla v6.4s, v10.4s, v9.4s
+	WORD $0x6fac0126 // mla v6.4s, v9.4s, v12.s[1]
 	FMOVD 128(R0), F9
 	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
 	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
 	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 48(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab84e7 // add v7.4s, v7.4s, v11.4s
 	WORD $0x4ea994e6 // mla v6.4s, v7.4s, v9.4s
-	FMOVQ 128(R2), F9
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 160(R2), F11
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 192(R2), F14
+	WORD $0x6fac0926 // mla v6.4s, v9.4s, v12.s[3]
+	FMOVQ 128(R2), F12
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 224(R2), F12
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 160(R2), F9
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 192(R2), F10
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 224(R2), F13
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
 	FMOVQ 1824(R0), F15
 	FMOVQ 1888(R0), F16
 	FMOVQ 1952(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89e247 // sdot v7.4s, v18.16b, v9.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8ce248 // sdot v8.4s, v18.16b, v12.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8be24a // sdot v10.4s, v18.16b, v11.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e247 // sdot v7.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee248 // sdot v8.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8ae24e // sdot v14.4s, v18.16b, v10.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce24d // sdot v13.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8de24b // sdot v11.4s, v18.16b, v13.4b[0]
 	FMOVQ 2016(R0), F17
 	FMOVQ 2080(R0), F16
 	FMOVQ 2144(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9e247 // sdot v7.4s, v18.16b, v9.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4face248 // sdot v8.4s, v18.16b, v12.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabe24a // sdot v10.4s, v18.16b, v11.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e247 // sdot v7.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee248 // sdot v8.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4faae24e // sdot v14.4s, v18.16b, v10.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face24d // sdot v13.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fade24b // sdot v11.4s, v18.16b, v13.4b[1]
 	FMOVQ 2208(R0), F15
 	FMOVQ 2272(R0), F16
 	FMOVQ 2336(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89ea47 // sdot v7.4s, v18.16b, v9.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8cea48 // sdot v8.4s, v18.16b, v12.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8bea4a // sdot v10.4s, v18.16b, v11.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea47 // sdot v7.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea48 // sdot v8.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8aea4e // sdot v14.4s, v18.16b, v10.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea4d // sdot v13.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8dea4b // sdot v11.4s, v18.16b, v13.4b[2]
 	FMOVQ 2400(R0), F17
 	FMOVQ 2464(R0), F16
 	FMOVQ 2528(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9ea47 // sdot v7.4s, v18.16b, v9.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4facea48 // sdot v8.4s, v18.16b, v12.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabea4a // sdot v10.4s, v18.16b, v11.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea47 // sdot v7.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea48 // sdot v8.4s, v18.16b, v14.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4faaea4e // sdot v14.4s, v18.16b, v10.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea4d // sdot v13.4s, v18.16b, v12.4b[3]
-	FMOVD 160(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 52(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae84e7 // add v7.4s, v7.4s, v14.4s
-	WORD $0x4eac94e6 // mla v6.4s, v7.4s, v12.4s
-	FMOVD 192(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 60(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea7854a // add v10.4s, v10.4s, v7.4s
-	WORD $0x4eac9546 // mla v6.4s, v10.4s, v12.4s
-	FMOVD 224(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 68(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8508 // add v8.4s, v8.4s, v10.4s
-	WORD $0x4eac9506 // mla v6.4s, v8.4s, v12.4s
-	FMOVD 256(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 76(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea885ad // add v13.4s, v13.4s, v8.4s
-	WORD $0x4eac95a6 // mla v6.4s, v13.4s, v12.4s
-	FMOVQ 144(R2), F12
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fadea4b // sdot v11.4s, v18.16b, v13.4b[3]
+	FMOVQ 52(R6), F13
+	FMOVQ 68(R6), F10
+	FMOVD 160(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99506 // mla v6.4s, v8.4s, v9.4s
+	WORD $0x6f8d0126 // mla v6.4s, v9.4s, v13.s[0]
+	FMOVD 192(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994e6 // mla v6.4s, v7.4s, v9.4s
+	WORD $0x6f8d0926 // mla v6.4s, v9.4s, v13.s[2]
+	FMOVD 224(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995c6 // mla v6.4s, v14.4s, v9.4s
+	WORD $0x6f8a0126 // mla v6.4s, v9.4s, v10.s[0]
+	FMOVD 256(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99566 // mla v6.4s, v11.4s, v9.4s
+	WORD $0x6f8a0926 // mla v6.4s, v9.4s, v10.s[2]
+	FMOVQ 144(R2), F10
 	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 176(R2), F8
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 208(R2), F7
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 240(R2), F11
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 176(R2), F9
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 208(R2), F14
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 240(R2), F8
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 2592(R0), F15
 	FMOVQ 2656(R0), F16
 	FMOVQ 2720(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce24d // sdot v13.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8ae24d // sdot v13.4s, v18.16b, v10.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88e24a // sdot v10.4s, v18.16b, v8.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e24b // sdot v11.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87e24e // sdot v14.4s, v18.16b, v7.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8ee247 // sdot v7.4s, v18.16b, v14.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8be249 // sdot v9.4s, v18.16b, v11.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88e24c // sdot v12.4s, v18.16b, v8.4b[0]
 	FMOVQ 2784(R0), F17
 	FMOVQ 2848(R0), F16
 	FMOVQ 2912(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face24d // sdot v13.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faae24d // sdot v13.4s, v18.16b, v10.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8e24a // sdot v10.4s, v18.16b, v8.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e24b // sdot v11.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7e24e // sdot v14.4s, v18.16b, v7.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4faee247 // sdot v7.4s, v18.16b, v14.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabe249 // sdot v9.4s, v18.16b, v11.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8e24c // sdot v12.4s, v18.16b, v8.4b[1]
 	FMOVQ 2976(R0), F15
 	FMOVQ 3040(R0), F16
 	FMOVQ 3104(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea4d // sdot v13.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8aea4d // sdot v13.4s, v18.16b, v10.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88ea4a // sdot v10.4s, v18.16b, v8.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea4b // sdot v11.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87ea4e // sdot v14.4s, v18.16b, v7.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8eea47 // sdot v7.4s, v18.16b, v14.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8bea49 // sdot v9.4s, v18.16b, v11.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88ea4c // sdot v12.4s, v18.16b, v8.4b[2]
 	FMOVQ 3168(R0), F17
 	FMOVQ 3232(R0), F16
 	FMOVQ 3296(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea4d // sdot v13.4s, v18.16b, v12.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faaea4d // sdot v13.4s, v18.16b, v10.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8ea4a // sdot v10.4s, v18.16b, v8.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea4b // sdot v11.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7ea4e // sdot v14.4s, v18.16b, v7.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4faeea47 // sdot v7.4s, v18.16b, v14.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabea49 // sdot v9.4s, v18.16b, v11.4b[3]
-	FMOVD 160(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 56(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea785ad // add v13.4s, v13.4s, v7.4s
-	WORD $0x4eab95a6 // mla v6.4s, v13.4s, v11.4s
-	FMOVD 192(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 64(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
-	WORD $0x4eab9546 // mla v6.4s, v10.4s, v11.4s
-	FMOVD 224(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 72(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa85ce // add v14.4s, v14.4s, v10.4s
-	WORD $0x4eab95c6 // mla v6.4s, v14.4s, v11.4s
-	FMOVD 256(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 80(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae8529 // add v9.4s, v9.4s, v14.4s
-	WORD $0x4eab9526 // mla v6.4s, v9.4s, v11.4s
-	FMOVD 0(R0), F11
-	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8ea4c // sdot v12.4s, v18.16b, v8.4b[3]
+	FMOVQ 52(R6), F8
+	FMOVQ 68(R6), F14
+	FMOVD 160(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995a6 // mla v6.4s, v13.4s, v9.4s
+	WORD $0x6fa80126 // mla v6.4s, v9.4s, v8.s[1]
+	FMOVD 192(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99566 // mla v6.4s, v11.4s, v9.4s
+	WORD $0x6fa80926 // mla v6.4s, v9.4s, v8.s[3]
+	FMOVD 224(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994e6 // mla v6.4s, v7.4s, v9.4s
+	WORD $0x6fae0126 // mla v6.4s, v9.4s, v14.s[1]
+	FMOVD 256(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99586 // mla v6.4s, v12.4s, v9.4s
+	WORD $0x6fae0926 // mla v6.4s, v9.4s, v14.s[3]
+	FMOVD 0(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
 	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
-	WORD $0x6e2bdcc6 // fmul v6.4s, v6.4s, v11.4s
-	FMOVS 0(R6), F9
-	WORD $0x4f8990c6 // fmul v6.4s, v6.4s, v9.s[0]
+	WORD $0x6e2edcc6 // fmul v6.4s, v6.4s, v14.4s
+	FMOVS 0(R6), F8
+	WORD $0x4f8890c6 // fmul v6.4s, v6.4s, v8.s[0]
 	WORD $0x4e26d400 // fadd v0.4s, v0.4s, v6.4s
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 0(R2), F9
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 0(R2), F8
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 32(R2), F14
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 64(R2), F13
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 96(R2), F8
+	FMOVQ 32(R2), F9
 	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R2), F7
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 96(R2), F13
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
 	FMOVQ 304(R0), F15
 	FMOVQ 368(R0), F16
 	FMOVQ 432(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89e246 // sdot v6.4s, v18.16b, v9.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88e246 // sdot v6.4s, v18.16b, v8.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee24a // sdot v10.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e24c // sdot v12.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8de247 // sdot v7.4s, v18.16b, v13.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f87e24b // sdot v11.4s, v18.16b, v7.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88e24c // sdot v12.4s, v18.16b, v8.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8de24a // sdot v10.4s, v18.16b, v13.4b[0]
 	FMOVQ 496(R0), F17
 	FMOVQ 560(R0), F16
 	FMOVQ 624(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9e246 // sdot v6.4s, v18.16b, v9.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8e246 // sdot v6.4s, v18.16b, v8.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee24a // sdot v10.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e24c // sdot v12.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fade247 // sdot v7.4s, v18.16b, v13.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa7e24b // sdot v11.4s, v18.16b, v7.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8e24c // sdot v12.4s, v18.16b, v8.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fade24a // sdot v10.4s, v18.16b, v13.4b[1]
 	FMOVQ 688(R0), F15
 	FMOVQ 752(R0), F16
 	FMOVQ 816(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89ea46 // sdot v6.4s, v18.16b, v9.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88ea46 // sdot v6.4s, v18.16b, v8.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea4a // sdot v10.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea4c // sdot v12.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8dea47 // sdot v7.4s, v18.16b, v13.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f87ea4b // sdot v11.4s, v18.16b, v7.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88ea4c // sdot v12.4s, v18.16b, v8.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8dea4a // sdot v10.4s, v18.16b, v13.4b[2]
 	FMOVQ 880(R0), F17
 	FMOVQ 944(R0), F16
 	FMOVQ 1008(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9ea46 // sdot v6.4s, v18.16b, v9.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8ea46 // sdot v6.4s, v18.16b, v8.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea4a // sdot v10.4s, v18.16b, v14.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea4c // sdot v12.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fadea47 // sdot v7.4s, v18.16b, v13.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa7ea4b // sdot v11.4s, v18.16b, v7.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8ea4c // sdot v12.4s, v18.16b, v8.4b[3]
-	FMOVD 40(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e481908 // uzp1 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 20(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead84c6 // add v6.4s, v6.4s, v13.4s
-	WORD $0x4ea894cb // mla v11.4s, v6.4s, v8.4s
-	FMOVD 72(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e481908 // uzp1 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 28(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea6854a // add v10.4s, v10.4s, v6.4s
-	WORD $0x4ea8954b // mla v11.4s, v10.4s, v8.4s
-	FMOVD 104(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e481908 // uzp1 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 36(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa84e7 // add v7.4s, v7.4s, v10.4s
-	WORD $0x4ea894eb // mla v11.4s, v7.4s, v8.4s
-	FMOVD 136(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e481908 // uzp1 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 44(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea7858c // add v12.4s, v12.4s, v7.4s
-	WORD $0x4ea8958b // mla v11.4s, v12.4s, v8.4s
-	FMOVQ 16(R2), F8
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 48(R2), F7
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 80(R2), F6
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fadea4a // sdot v10.4s, v18.16b, v13.4b[3]
+	FMOVQ 20(R6), F13
+	FMOVQ 36(R6), F7
+	FMOVD 40(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ce // mla v14.4s, v6.4s, v9.4s
+	WORD $0x6f8d012e // mla v14.4s, v9.4s, v13.s[0]
+	FMOVD 72(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9958e // mla v14.4s, v12.4s, v9.4s
+	WORD $0x6f8d092e // mla v14.4s, v9.4s, v13.s[2]
+	FMOVD 104(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9956e // mla v14.4s, v11.4s, v9.4s
+	WORD $0x6f87012e // mla v14.4s, v9.4s, v7.s[0]
+	FMOVD 136(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9954e // mla v14.4s, v10.4s, v9.4s
+	WORD $0x6f87092e // mla v14.4s, v9.4s, v7.s[2]
+	FMOVQ 16(R2), F7
 	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 112(R2), F14
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 48(R2), F9
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 80(R2), F11
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 112(R2), F6
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
 	FMOVQ 1072(R0), F15
 	FMOVQ 1136(R0), F16
 	FMOVQ 1200(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88e24c // sdot v12.4s, v18.16b, v8.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f87e24d // sdot v13.4s, v18.16b, v7.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87e24a // sdot v10.4s, v18.16b, v7.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e24a // sdot v10.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86e24d // sdot v13.4s, v18.16b, v6.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8be24c // sdot v12.4s, v18.16b, v11.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee249 // sdot v9.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f86e248 // sdot v8.4s, v18.16b, v6.4b[0]
 	FMOVQ 1264(R0), F17
 	FMOVQ 1328(R0), F16
 	FMOVQ 1392(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8e24c // sdot v12.4s, v18.16b, v8.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa7e24d // sdot v13.4s, v18.16b, v7.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7e24a // sdot v10.4s, v18.16b, v7.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e24a // sdot v10.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6e24d // sdot v13.4s, v18.16b, v6.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fabe24c // sdot v12.4s, v18.16b, v11.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee249 // sdot v9.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa6e248 // sdot v8.4s, v18.16b, v6.4b[1]
 	FMOVQ 1456(R0), F15
 	FMOVQ 1520(R0), F16
 	FMOVQ 1584(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88ea4c // sdot v12.4s, v18.16b, v8.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f87ea4d // sdot v13.4s, v18.16b, v7.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87ea4a // sdot v10.4s, v18.16b, v7.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea4a // sdot v10.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86ea4d // sdot v13.4s, v18.16b, v6.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8bea4c // sdot v12.4s, v18.16b, v11.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea49 // sdot v9.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f86ea48 // sdot v8.4s, v18.16b, v6.4b[2]
 	FMOVQ 1648(R0), F17
 	FMOVQ 1712(R0), F16
 	FMOVQ 1776(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8ea4c // sdot v12.4s, v18.16b, v8.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa7ea4d // sdot v13.4s, v18.16b, v7.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7ea4a // sdot v10.4s, v18.16b, v7.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea4a // sdot v10.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6ea4d // sdot v13.4s, v18.16b, v6.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fabea4c // sdot v12.4s, v18.16b, v11.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea49 // sdot v9.4s, v18.16b, v14.4b[3]
-	FMOVD 40(R0), F14
-	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
-	WORD $0x4e4e59ce // uzp2 v14.8h, v14.8h, v14.8h
-	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
-	FMOVS 24(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea6858c // add v12.4s, v12.4s, v6.4s
-	WORD $0x4eae958b // mla v11.4s, v12.4s, v14.4s
-	FMOVD 72(R0), F14
-	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
-	WORD $0x4e4e59ce // uzp2 v14.8h, v14.8h, v14.8h
-	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
-	FMOVS 32(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac854a // add v10.4s, v10.4s, v12.4s
-	WORD $0x4eae954b // mla v11.4s, v10.4s, v14.4s
-	FMOVD 104(R0), F14
-	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
-	WORD $0x4e4e59ce // uzp2 v14.8h, v14.8h, v14.8h
-	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
-	FMOVS 40(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa85ad // add v13.4s, v13.4s, v10.4s
-	WORD $0x4eae95ab // mla v11.4s, v13.4s, v14.4s
-	FMOVD 136(R0), F14
-	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
-	WORD $0x4e4e59ce // uzp2 v14.8h, v14.8h, v14.8h
-	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
-	FMOVS 48(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
-	WORD $0x4eae952b // mla v11.4s, v9.4s, v14.4s
-	FMOVQ 128(R2), F14
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 160(R2), F13
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 192(R2), F12
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa6ea48 // sdot v8.4s, v18.16b, v6.4b[3]
+	FMOVQ 20(R6), F6
+	FMOVQ 36(R6), F11
+	FMOVD 40(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995ae // mla v14.4s, v13.4s, v9.4s
+	WORD $0x6fa6012e // mla v14.4s, v9.4s, v6.s[1]
+	FMOVD 72(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9954e // mla v14.4s, v10.4s, v9.4s
+	WORD $0x6fa6092e // mla v14.4s, v9.4s, v6.s[3]
+	FMOVD 104(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9958e // mla v14.4s, v12.4s, v9.4s
+	WORD $0x6fab012e // mla v14.4s, v9.4s, v11.s[1]
+	FMOVD 136(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9950e // mla v14.4s, v8.4s, v9.4s
+	WORD $0x6fab092e // mla v14.4s, v9.4s, v11.s[3]
+	FMOVQ 128(R2), F11
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 224(R2), F7
+	FMOVQ 160(R2), F9
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 192(R2), F12
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 224(R2), F13
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
 	FMOVQ 1840(R0), F15
 	FMOVQ 1904(R0), F16
 	FMOVQ 1968(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee249 // sdot v9.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8be246 // sdot v6.4s, v18.16b, v11.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8de24a // sdot v10.4s, v18.16b, v13.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e248 // sdot v8.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce246 // sdot v6.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8ce24a // sdot v10.4s, v18.16b, v12.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87e248 // sdot v8.4s, v18.16b, v7.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8de247 // sdot v7.4s, v18.16b, v13.4b[0]
 	FMOVQ 2032(R0), F17
 	FMOVQ 2096(R0), F16
 	FMOVQ 2160(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee249 // sdot v9.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fabe246 // sdot v6.4s, v18.16b, v11.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fade24a // sdot v10.4s, v18.16b, v13.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e248 // sdot v8.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face246 // sdot v6.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4face24a // sdot v10.4s, v18.16b, v12.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7e248 // sdot v8.4s, v18.16b, v7.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fade247 // sdot v7.4s, v18.16b, v13.4b[1]
 	FMOVQ 2224(R0), F15
 	FMOVQ 2288(R0), F16
 	FMOVQ 2352(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea49 // sdot v9.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8bea46 // sdot v6.4s, v18.16b, v11.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8dea4a // sdot v10.4s, v18.16b, v13.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea48 // sdot v8.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea46 // sdot v6.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8cea4a // sdot v10.4s, v18.16b, v12.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87ea48 // sdot v8.4s, v18.16b, v7.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8dea47 // sdot v7.4s, v18.16b, v13.4b[2]
 	FMOVQ 2416(R0), F17
 	FMOVQ 2480(R0), F16
 	FMOVQ 2544(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea49 // sdot v9.4s, v18.16b, v14.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fabea46 // sdot v6.4s, v18.16b, v11.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fadea4a // sdot v10.4s, v18.16b, v13.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea48 // sdot v8.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea46 // sdot v6.4s, v18.16b, v12.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4facea4a // sdot v10.4s, v18.16b, v12.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7ea48 // sdot v8.4s, v18.16b, v7.4b[3]
-	FMOVD 168(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4718e7 // uzp1 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 52(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac8529 // add v9.4s, v9.4s, v12.4s
-	WORD $0x4ea7952b // mla v11.4s, v9.4s, v7.4s
-	FMOVD 200(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4718e7 // uzp1 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 60(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
-	WORD $0x4ea7954b // mla v11.4s, v10.4s, v7.4s
-	FMOVD 232(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4718e7 // uzp1 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 68(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa84c6 // add v6.4s, v6.4s, v10.4s
-	WORD $0x4ea794cb // mla v11.4s, v6.4s, v7.4s
-	FMOVD 264(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4718e7 // uzp1 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 76(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea68508 // add v8.4s, v8.4s, v6.4s
-	WORD $0x4ea7950b // mla v11.4s, v8.4s, v7.4s
-	FMOVQ 144(R2), F7
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fadea47 // sdot v7.4s, v18.16b, v13.4b[3]
+	FMOVQ 52(R6), F13
+	FMOVQ 68(R6), F12
+	FMOVD 168(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ce // mla v14.4s, v6.4s, v9.4s
+	WORD $0x6f8d012e // mla v14.4s, v9.4s, v13.s[0]
+	FMOVD 200(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9950e // mla v14.4s, v8.4s, v9.4s
+	WORD $0x6f8d092e // mla v14.4s, v9.4s, v13.s[2]
+	FMOVD 232(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9954e // mla v14.4s, v10.4s, v9.4s
+	WORD $0x6f8c012e // mla v14.4s, v9.4s, v12.s[0]
+	FMOVD 264(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ee // mla v14.4s, v7.4s, v9.4s
+	WORD $0x6f8c092e // mla v14.4s, v9.4s, v12.s[2]
+	FMOVQ 144(R2), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 176(R2), F9
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 208(R2), F10
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 176(R2), F6
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 208(R2), F9
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 240(R2), F13
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 240(R2), F6
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
 	FMOVQ 2608(R0), F15
 	FMOVQ 2672(R0), F16
 	FMOVQ 2736(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87e248 // sdot v8.4s, v18.16b, v7.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8ce24d // sdot v13.4s, v18.16b, v12.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86e24a // sdot v10.4s, v18.16b, v6.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e247 // sdot v7.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89e24c // sdot v12.4s, v18.16b, v9.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8ae248 // sdot v8.4s, v18.16b, v10.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8de24e // sdot v14.4s, v18.16b, v13.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f86e24b // sdot v11.4s, v18.16b, v6.4b[0]
 	FMOVQ 2800(R0), F17
 	FMOVQ 2864(R0), F16
 	FMOVQ 2928(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7e248 // sdot v8.4s, v18.16b, v7.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4face24d // sdot v13.4s, v18.16b, v12.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6e24a // sdot v10.4s, v18.16b, v6.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e247 // sdot v7.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9e24c // sdot v12.4s, v18.16b, v9.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4faae248 // sdot v8.4s, v18.16b, v10.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fade24e // sdot v14.4s, v18.16b, v13.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa6e24b // sdot v11.4s, v18.16b, v6.4b[1]
 	FMOVQ 2992(R0), F15
 	FMOVQ 3056(R0), F16
 	FMOVQ 3120(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87ea48 // sdot v8.4s, v18.16b, v7.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8cea4d // sdot v13.4s, v18.16b, v12.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86ea4a // sdot v10.4s, v18.16b, v6.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea47 // sdot v7.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89ea4c // sdot v12.4s, v18.16b, v9.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8aea48 // sdot v8.4s, v18.16b, v10.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8dea4e // sdot v14.4s, v18.16b, v13.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f86ea4b // sdot v11.4s, v18.16b, v6.4b[2]
 	FMOVQ 3184(R0), F17
 	FMOVQ 3248(R0), F16
 	FMOVQ 3312(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7ea48 // sdot v8.4s, v18.16b, v7.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4facea4d // sdot v13.4s, v18.16b, v12.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6ea4a // sdot v10.4s, v18.16b, v6.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea47 // sdot v7.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9ea4c // sdot v12.4s, v18.16b, v9.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4faaea48 // sdot v8.4s, v18.16b, v10.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fadea4e // sdot v14.4s, v18.16b, v13.4b[3]
-	FMOVD 168(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d59ad // uzp2 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 56(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea98508 // add v8.4s, v8.4s, v9.4s
-	WORD $0x4ead950b // mla v11.4s, v8.4s, v13.4s
-	FMOVD 200(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d59ad // uzp2 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 64(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea8854a // add v10.4s, v10.4s, v8.4s
-	WORD $0x4ead954b // mla v11.4s, v10.4s, v13.4s
-	FMOVD 232(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d59ad // uzp2 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 72(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa858c // add v12.4s, v12.4s, v10.4s
-	WORD $0x4ead958b // mla v11.4s, v12.4s, v13.4s
-	FMOVD 264(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d59ad // uzp2 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 80(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac85ce // add v14.4s, v14.4s, v12.4s
-	WORD $0x4ead95cb // mla v11.4s, v14.4s, v13.4s
-	FMOVD 8(R0), F13
-	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
-	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
-	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
-	FMOVS 0(R6), F14
-	WORD $0x4f8e916b // fmul v11.4s, v11.4s, v14.s[0]
-	WORD $0x4e2bd421 // fadd v1.4s, v1.4s, v11.4s
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 0(R2), F14
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 32(R2), F12
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa6ea4b // sdot v11.4s, v18.16b, v6.4b[3]
+	FMOVQ 52(R6), F6
+	FMOVQ 68(R6), F10
+	FMOVD 168(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995ae // mla v14.4s, v13.4s, v9.4s
+	WORD $0x6fa6012e // mla v14.4s, v9.4s, v6.s[1]
+	FMOVD 200(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ee // mla v14.4s, v7.4s, v9.4s
+	WORD $0x6fa6092e // mla v14.4s, v9.4s, v6.s[3]
+	FMOVD 232(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9950e // mla v14.4s, v8.4s, v9.4s
+	WORD $0x6faa012e // mla v14.4s, v9.4s, v10.s[1]
+	FMOVD 264(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9956e // mla v14.4s, v11.4s, v9.4s
+	WORD $0x6faa092e // mla v14.4s, v9.4s, v10.s[3]
+	FMOVD 8(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	FMOVS 0(R6), F6
+	WORD $0x4f8691ce // fmul v14.4s, v14.4s, v6.s[0]
+	WORD $0x4e2ed421 // fadd v1.4s, v1.4s, v14.4s
 	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 0(R2), F6
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 32(R2), F9
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
 	FMOVQ 64(R2), F8
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 96(R2), F6
 	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 96(R2), F13
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 320(R0), F15
 	FMOVQ 384(R0), F16
 	FMOVQ 448(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee24b // sdot v11.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f86e24e // sdot v14.4s, v18.16b, v6.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce24a // sdot v10.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e24b // sdot v11.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88e249 // sdot v9.4s, v18.16b, v8.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f88e247 // sdot v7.4s, v18.16b, v8.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86e247 // sdot v7.4s, v18.16b, v6.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8de24c // sdot v12.4s, v18.16b, v13.4b[0]
 	FMOVQ 512(R0), F17
 	FMOVQ 576(R0), F16
 	FMOVQ 640(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee24b // sdot v11.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa6e24e // sdot v14.4s, v18.16b, v6.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face24a // sdot v10.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e24b // sdot v11.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8e249 // sdot v9.4s, v18.16b, v8.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa8e247 // sdot v7.4s, v18.16b, v8.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6e247 // sdot v7.4s, v18.16b, v6.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fade24c // sdot v12.4s, v18.16b, v13.4b[1]
 	FMOVQ 704(R0), F15
 	FMOVQ 768(R0), F16
 	FMOVQ 832(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea4b // sdot v11.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f86ea4e // sdot v14.4s, v18.16b, v6.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea4a // sdot v10.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea4b // sdot v11.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88ea49 // sdot v9.4s, v18.16b, v8.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f88ea47 // sdot v7.4s, v18.16b, v8.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86ea47 // sdot v7.4s, v18.16b, v6.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8dea4c // sdot v12.4s, v18.16b, v13.4b[2]
 	FMOVQ 896(R0), F17
 	FMOVQ 960(R0), F16
 	FMOVQ 1024(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea4b // sdot v11.4s, v18.16b, v14.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa6ea4e // sdot v14.4s, v18.16b, v6.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea4a // sdot v10.4s, v18.16b, v12.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea4b // sdot v11.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8ea49 // sdot v9.4s, v18.16b, v8.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa8ea47 // sdot v7.4s, v18.16b, v8.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6ea47 // sdot v7.4s, v18.16b, v6.4b[3]
-	FMOVD 48(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4618c6 // uzp1 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 20(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea8856b // add v11.4s, v11.4s, v8.4s
-	WORD $0x4ea6956d // mla v13.4s, v11.4s, v6.4s
-	FMOVD 80(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4618c6 // uzp1 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 28(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab854a // add v10.4s, v10.4s, v11.4s
-	WORD $0x4ea6954d // mla v13.4s, v10.4s, v6.4s
-	FMOVD 112(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4618c6 // uzp1 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 36(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
-	WORD $0x4ea6952d // mla v13.4s, v9.4s, v6.4s
-	FMOVD 144(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4618c6 // uzp1 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 44(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea984e7 // add v7.4s, v7.4s, v9.4s
-	WORD $0x4ea694ed // mla v13.4s, v7.4s, v6.4s
-	FMOVQ 16(R2), F6
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fadea4c // sdot v12.4s, v18.16b, v13.4b[3]
+	FMOVQ 20(R6), F13
+	FMOVQ 36(R6), F8
+	FMOVD 48(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995ca // mla v10.4s, v14.4s, v9.4s
+	WORD $0x6f8d012a // mla v10.4s, v9.4s, v13.s[0]
+	FMOVD 80(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9956a // mla v10.4s, v11.4s, v9.4s
+	WORD $0x6f8d092a // mla v10.4s, v9.4s, v13.s[2]
+	FMOVD 112(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ea // mla v10.4s, v7.4s, v9.4s
+	WORD $0x6f88012a // mla v10.4s, v9.4s, v8.s[0]
+	FMOVD 144(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9958a // mla v10.4s, v12.4s, v9.4s
+	WORD $0x6f88092a // mla v10.4s, v9.4s, v8.s[2]
+	FMOVQ 16(R2), F8
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
 	FMOVQ 48(R2), F9
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 80(R2), F11
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 112(R2), F12
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 80(R2), F7
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 112(R2), F14
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
 	FMOVQ 1088(R0), F15
 	FMOVQ 1152(R0), F16
 	FMOVQ 1216(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86e247 // sdot v7.4s, v18.16b, v6.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88e24d // sdot v13.4s, v18.16b, v8.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89e24a // sdot v10.4s, v18.16b, v9.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e24c // sdot v12.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8be248 // sdot v8.4s, v18.16b, v11.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f87e24b // sdot v11.4s, v18.16b, v7.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce24e // sdot v14.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8ee246 // sdot v6.4s, v18.16b, v14.4b[0]
 	FMOVQ 1280(R0), F17
 	FMOVQ 1344(R0), F16
 	FMOVQ 1408(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6e247 // sdot v7.4s, v18.16b, v6.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8e24d // sdot v13.4s, v18.16b, v8.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9e24a // sdot v10.4s, v18.16b, v9.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e24c // sdot v12.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabe248 // sdot v8.4s, v18.16b, v11.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa7e24b // sdot v11.4s, v18.16b, v7.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face24e // sdot v14.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faee246 // sdot v6.4s, v18.16b, v14.4b[1]
 	FMOVQ 1472(R0), F15
 	FMOVQ 1536(R0), F16
 	FMOVQ 1600(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86ea47 // sdot v7.4s, v18.16b, v6.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88ea4d // sdot v13.4s, v18.16b, v8.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89ea4a // sdot v10.4s, v18.16b, v9.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea4c // sdot v12.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8bea48 // sdot v8.4s, v18.16b, v11.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f87ea4b // sdot v11.4s, v18.16b, v7.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea4e // sdot v14.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8eea46 // sdot v6.4s, v18.16b, v14.4b[2]
 	FMOVQ 1664(R0), F17
 	FMOVQ 1728(R0), F16
 	FMOVQ 1792(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6ea47 // sdot v7.4s, v18.16b, v6.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8ea4d // sdot v13.4s, v18.16b, v8.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9ea4a // sdot v10.4s, v18.16b, v9.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea4c // sdot v12.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabea48 // sdot v8.4s, v18.16b, v11.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa7ea4b // sdot v11.4s, v18.16b, v7.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea4e // sdot v14.4s, v18.16b, v12.4b[3]
-	FMOVD 48(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c598c // uzp2 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 24(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab84e7 // add v7.4s, v7.4s, v11.4s
-	WORD $0x4eac94ed // mla v13.4s, v7.4s, v12.4s
-	FMOVD 80(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c598c // uzp2 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 32(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea7854a // add v10.4s, v10.4s, v7.4s
-	WORD $0x4eac954d // mla v13.4s, v10.4s, v12.4s
-	FMOVD 112(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c598c // uzp2 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 40(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8508 // add v8.4s, v8.4s, v10.4s
-	WORD $0x4eac950d // mla v13.4s, v8.4s, v12.4s
-	FMOVD 144(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c598c // uzp2 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 48(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea885ce // add v14.4s, v14.4s, v8.4s
-	WORD $0x4eac95cd // mla v13.4s, v14.4s, v12.4s
-	FMOVQ 128(R2), F12
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faeea46 // sdot v6.4s, v18.16b, v14.4b[3]
+	FMOVQ 20(R6), F14
+	FMOVQ 36(R6), F7
+	FMOVD 48(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995aa // mla v10.4s, v13.4s, v9.4s
+	WORD $0x6fae012a // mla v10.4s, v9.4s, v14.s[1]
+	FMOVD 80(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9958a // mla v10.4s, v12.4s, v9.4s
+	WORD $0x6fae092a // mla v10.4s, v9.4s, v14.s[3]
+	FMOVD 112(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9956a // mla v10.4s, v11.4s, v9.4s
+	WORD $0x6fa7012a // mla v10.4s, v9.4s, v7.s[1]
+	FMOVD 144(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ca // mla v10.4s, v6.4s, v9.4s
+	WORD $0x6fa7092a // mla v10.4s, v9.4s, v7.s[3]
+	FMOVQ 128(R2), F7
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 160(R2), F8
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 192(R2), F7
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 224(R2), F9
+	FMOVQ 160(R2), F9
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 192(R2), F11
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 224(R2), F13
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
 	FMOVQ 1856(R0), F15
 	FMOVQ 1920(R0), F16
 	FMOVQ 1984(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce24e // sdot v14.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f87e24e // sdot v14.4s, v18.16b, v7.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88e24a // sdot v10.4s, v18.16b, v8.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e246 // sdot v6.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87e24b // sdot v11.4s, v18.16b, v7.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8be24c // sdot v12.4s, v18.16b, v11.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89e246 // sdot v6.4s, v18.16b, v9.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8de248 // sdot v8.4s, v18.16b, v13.4b[0]
 	FMOVQ 2048(R0), F17
 	FMOVQ 2112(R0), F16
 	FMOVQ 2176(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face24e // sdot v14.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa7e24e // sdot v14.4s, v18.16b, v7.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8e24a // sdot v10.4s, v18.16b, v8.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e246 // sdot v6.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7e24b // sdot v11.4s, v18.16b, v7.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fabe24c // sdot v12.4s, v18.16b, v11.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9e246 // sdot v6.4s, v18.16b, v9.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fade248 // sdot v8.4s, v18.16b, v13.4b[1]
 	FMOVQ 2240(R0), F15
 	FMOVQ 2304(R0), F16
 	FMOVQ 2368(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea4e // sdot v14.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f87ea4e // sdot v14.4s, v18.16b, v7.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88ea4a // sdot v10.4s, v18.16b, v8.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea46 // sdot v6.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87ea4b // sdot v11.4s, v18.16b, v7.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8bea4c // sdot v12.4s, v18.16b, v11.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89ea46 // sdot v6.4s, v18.16b, v9.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8dea48 // sdot v8.4s, v18.16b, v13.4b[2]
 	FMOVQ 2432(R0), F17
 	FMOVQ 2496(R0), F16
 	FMOVQ 2560(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea4e // sdot v14.4s, v18.16b, v12.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa7ea4e // sdot v14.4s, v18.16b, v7.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8ea4a // sdot v10.4s, v18.16b, v8.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea46 // sdot v6.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7ea4b // sdot v11.4s, v18.16b, v7.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fabea4c // sdot v12.4s, v18.16b, v11.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9ea46 // sdot v6.4s, v18.16b, v9.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fadea48 // sdot v8.4s, v18.16b, v13.4b[3]
+	FMOVQ 52(R6), F13
+	FMOVQ 68(R6), F11
 	FMOVD 176(R0), F9
 	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
 	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
 	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 52(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea785ce // add v14.4s, v14.4s, v7.4s
-	WORD $0x4ea995cd // mla v13.4s, v14.4s, v9.4s
+	WORD $0x4ea995ca // mla v10.4s, v14.4s, v9.4s
+	WORD $0x6f8d012a // mla v10.4s, v9.4s, v13.s[0]
 	FMOVD 208(R0), F9
 	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
 	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
 	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 60(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae854a // add v10.4s, v10.4s, v14.4s
-	WORD $0x4ea9954d // mla v13.4s, v10.4s, v9.4s
+	WORD $0x4ea994ca // mla v10.4s, v6.4s, v9.4s
+	WORD $0x6f8d092a // mla v10.4s, v9.4s, v13.s[2]
 	FMOVD 240(R0), F9
 	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
 	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
 	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 68(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa856b // add v11.4s, v11.4s, v10.4s
-	WORD $0x4ea9956d // mla v13.4s, v11.4s, v9.4s
+	WORD $0x4ea9958a // mla v10.4s, v12.4s, v9.4s
+	WORD $0x6f8b012a // mla v10.4s, v9.4s, v11.s[0]
 	FMOVD 272(R0), F9
 	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
 	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
 	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 76(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab84c6 // add v6.4s, v6.4s, v11.4s
-	WORD $0x4ea994cd // mla v13.4s, v6.4s, v9.4s
-	FMOVQ 144(R2), F9
+	WORD $0x4ea9950a // mla v10.4s, v8.4s, v9.4s
+	WORD $0x6f8b092a // mla v10.4s, v9.4s, v11.s[2]
+	FMOVQ 144(R2), F11
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 176(R2), F9
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 208(R2), F12
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 176(R2), F11
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 208(R2), F14
+	FMOVQ 240(R2), F14
 	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 240(R2), F8
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 2624(R0), F15
 	FMOVQ 2688(R0), F16
 	FMOVQ 2752(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89e246 // sdot v6.4s, v18.16b, v9.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8be24d // sdot v13.4s, v18.16b, v11.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8be24a // sdot v10.4s, v18.16b, v11.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e248 // sdot v8.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee247 // sdot v7.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8ce246 // sdot v6.4s, v18.16b, v12.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88e24c // sdot v12.4s, v18.16b, v8.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8ee247 // sdot v7.4s, v18.16b, v14.4b[0]
 	FMOVQ 2816(R0), F17
 	FMOVQ 2880(R0), F16
 	FMOVQ 2944(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9e246 // sdot v6.4s, v18.16b, v9.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fabe24d // sdot v13.4s, v18.16b, v11.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabe24a // sdot v10.4s, v18.16b, v11.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e248 // sdot v8.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee247 // sdot v7.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4face246 // sdot v6.4s, v18.16b, v12.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8e24c // sdot v12.4s, v18.16b, v8.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faee247 // sdot v7.4s, v18.16b, v14.4b[1]
 	FMOVQ 3008(R0), F15
 	FMOVQ 3072(R0), F16
 	FMOVQ 3136(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89ea46 // sdot v6.4s, v18.16b, v9.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8bea4d // sdot v13.4s, v18.16b, v11.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8bea4a // sdot v10.4s, v18.16b, v11.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea48 // sdot v8.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea47 // sdot v7.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8cea46 // sdot v6.4s, v18.16b, v12.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f88ea4c // sdot v12.4s, v18.16b, v8.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8eea47 // sdot v7.4s, v18.16b, v14.4b[2]
 	FMOVQ 3200(R0), F17
 	FMOVQ 3264(R0), F16
 	FMOVQ 3328(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9ea46 // sdot v6.4s, v18.16b, v9.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fabea4d // sdot v13.4s, v18.16b, v11.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabea4a // sdot v10.4s, v18.16b, v11.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea48 // sdot v8.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea47 // sdot v7.4s, v18.16b, v14.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4facea46 // sdot v6.4s, v18.16b, v12.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa8ea4c // sdot v12.4s, v18.16b, v8.4b[3]
-	FMOVD 176(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 56(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae84c6 // add v6.4s, v6.4s, v14.4s
-	WORD $0x4ea894cd // mla v13.4s, v6.4s, v8.4s
-	FMOVD 208(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 64(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea6854a // add v10.4s, v10.4s, v6.4s
-	WORD $0x4ea8954d // mla v13.4s, v10.4s, v8.4s
-	FMOVD 240(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 72(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa84e7 // add v7.4s, v7.4s, v10.4s
-	WORD $0x4ea894ed // mla v13.4s, v7.4s, v8.4s
-	FMOVD 272(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 80(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea7858c // add v12.4s, v12.4s, v7.4s
-	WORD $0x4ea8958d // mla v13.4s, v12.4s, v8.4s
-	FMOVD 16(R0), F8
-	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
-	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
-	WORD $0x6e28ddad // fmul v13.4s, v13.4s, v8.4s
-	FMOVS 0(R6), F12
-	WORD $0x4f8c91ad // fmul v13.4s, v13.4s, v12.s[0]
-	WORD $0x4e2dd442 // fadd v2.4s, v2.4s, v13.4s
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 0(R2), F12
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 32(R2), F7
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faeea47 // sdot v7.4s, v18.16b, v14.4b[3]
+	FMOVQ 52(R6), F14
+	FMOVQ 68(R6), F12
+	FMOVD 176(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995aa // mla v10.4s, v13.4s, v9.4s
+	WORD $0x6fae012a // mla v10.4s, v9.4s, v14.s[1]
+	FMOVD 208(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9950a // mla v10.4s, v8.4s, v9.4s
+	WORD $0x6fae092a // mla v10.4s, v9.4s, v14.s[3]
+	FMOVD 240(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ca // mla v10.4s, v6.4s, v9.4s
+	WORD $0x6fac012a // mla v10.4s, v9.4s, v12.s[1]
+	FMOVD 272(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ea // mla v10.4s, v7.4s, v9.4s
+	WORD $0x6fac092a // mla v10.4s, v9.4s, v12.s[3]
+	FMOVD 16(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2cdd4a // fmul v10.4s, v10.4s, v12.4s
+	FMOVS 0(R6), F14
+	WORD $0x4f8e914a // fmul v10.4s, v10.4s, v14.s[0]
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 0(R2), F14
 	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 32(R2), F9
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
 	FMOVQ 64(R2), F6
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 96(R2), F11
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 96(R2), F13
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
 	FMOVQ 336(R0), F15
 	FMOVQ 400(R0), F16
 	FMOVQ 464(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce24d // sdot v13.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8ee24a // sdot v10.4s, v18.16b, v14.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87e24a // sdot v10.4s, v18.16b, v7.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e247 // sdot v7.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86e24e // sdot v14.4s, v18.16b, v6.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f86e248 // sdot v8.4s, v18.16b, v6.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8be249 // sdot v9.4s, v18.16b, v11.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8de24b // sdot v11.4s, v18.16b, v13.4b[0]
 	FMOVQ 528(R0), F17
 	FMOVQ 592(R0), F16
 	FMOVQ 656(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face24d // sdot v13.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faee24a // sdot v10.4s, v18.16b, v14.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7e24a // sdot v10.4s, v18.16b, v7.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e247 // sdot v7.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6e24e // sdot v14.4s, v18.16b, v6.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa6e248 // sdot v8.4s, v18.16b, v6.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabe249 // sdot v9.4s, v18.16b, v11.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fade24b // sdot v11.4s, v18.16b, v13.4b[1]
 	FMOVQ 720(R0), F15
 	FMOVQ 784(R0), F16
 	FMOVQ 848(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea4d // sdot v13.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8eea4a // sdot v10.4s, v18.16b, v14.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87ea4a // sdot v10.4s, v18.16b, v7.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea47 // sdot v7.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86ea4e // sdot v14.4s, v18.16b, v6.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f86ea48 // sdot v8.4s, v18.16b, v6.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8bea49 // sdot v9.4s, v18.16b, v11.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8dea4b // sdot v11.4s, v18.16b, v13.4b[2]
 	FMOVQ 912(R0), F17
 	FMOVQ 976(R0), F16
 	FMOVQ 1040(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea4d // sdot v13.4s, v18.16b, v12.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faeea4a // sdot v10.4s, v18.16b, v14.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7ea4a // sdot v10.4s, v18.16b, v7.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea47 // sdot v7.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6ea4e // sdot v14.4s, v18.16b, v6.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa6ea48 // sdot v8.4s, v18.16b, v6.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabea49 // sdot v9.4s, v18.16b, v11.4b[3]
-	FMOVD 56(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b196b // uzp1 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 20(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea685ad // add v13.4s, v13.4s, v6.4s
-	WORD $0x4eab95a8 // mla v8.4s, v13.4s, v11.4s
-	FMOVD 88(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b196b // uzp1 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 28(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
-	WORD $0x4eab9548 // mla v8.4s, v10.4s, v11.4s
-	FMOVD 120(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b196b // uzp1 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 36(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa85ce // add v14.4s, v14.4s, v10.4s
-	WORD $0x4eab95c8 // mla v8.4s, v14.4s, v11.4s
-	FMOVD 152(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b196b // uzp1 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 44(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae8529 // add v9.4s, v9.4s, v14.4s
-	WORD $0x4eab9528 // mla v8.4s, v9.4s, v11.4s
-	FMOVQ 16(R2), F11
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 48(R2), F14
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 80(R2), F13
-	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 112(R2), F7
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fadea4b // sdot v11.4s, v18.16b, v13.4b[3]
+	FMOVQ 20(R6), F13
+	FMOVQ 36(R6), F6
+	FMOVD 56(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9954c // mla v12.4s, v10.4s, v9.4s
+	WORD $0x6f8d012c // mla v12.4s, v9.4s, v13.s[0]
+	FMOVD 88(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ec // mla v12.4s, v7.4s, v9.4s
+	WORD $0x6f8d092c // mla v12.4s, v9.4s, v13.s[2]
+	FMOVD 120(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9950c // mla v12.4s, v8.4s, v9.4s
+	WORD $0x6f86012c // mla v12.4s, v9.4s, v6.s[0]
+	FMOVD 152(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9956c // mla v12.4s, v11.4s, v9.4s
+	WORD $0x6f86092c // mla v12.4s, v9.4s, v6.s[2]
+	FMOVQ 16(R2), F6
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 48(R2), F9
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R2), F8
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 112(R2), F10
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
 	FMOVQ 1104(R0), F15
 	FMOVQ 1168(R0), F16
 	FMOVQ 1232(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8be249 // sdot v9.4s, v18.16b, v11.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f86e24d // sdot v13.4s, v18.16b, v6.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee24a // sdot v10.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e24b // sdot v11.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8de246 // sdot v6.4s, v18.16b, v13.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f88e247 // sdot v7.4s, v18.16b, v8.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87e24c // sdot v12.4s, v18.16b, v7.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8ae24e // sdot v14.4s, v18.16b, v10.4b[0]
 	FMOVQ 1296(R0), F17
 	FMOVQ 1360(R0), F16
 	FMOVQ 1424(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabe249 // sdot v9.4s, v18.16b, v11.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa6e24d // sdot v13.4s, v18.16b, v6.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee24a // sdot v10.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e24b // sdot v11.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fade246 // sdot v6.4s, v18.16b, v13.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa8e247 // sdot v7.4s, v18.16b, v8.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7e24c // sdot v12.4s, v18.16b, v7.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faae24e // sdot v14.4s, v18.16b, v10.4b[1]
 	FMOVQ 1488(R0), F15
 	FMOVQ 1552(R0), F16
 	FMOVQ 1616(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8bea49 // sdot v9.4s, v18.16b, v11.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f86ea4d // sdot v13.4s, v18.16b, v6.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea4a // sdot v10.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea4b // sdot v11.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8dea46 // sdot v6.4s, v18.16b, v13.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f88ea47 // sdot v7.4s, v18.16b, v8.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87ea4c // sdot v12.4s, v18.16b, v7.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8aea4e // sdot v14.4s, v18.16b, v10.4b[2]
 	FMOVQ 1680(R0), F17
 	FMOVQ 1744(R0), F16
 	FMOVQ 1808(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fabea49 // sdot v9.4s, v18.16b, v11.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa6ea4d // sdot v13.4s, v18.16b, v6.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea4a // sdot v10.4s, v18.16b, v14.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea4b // sdot v11.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fadea46 // sdot v6.4s, v18.16b, v13.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa8ea47 // sdot v7.4s, v18.16b, v8.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7ea4c // sdot v12.4s, v18.16b, v7.4b[3]
-	FMOVD 56(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 24(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
-	WORD $0x4ea79528 // mla v8.4s, v9.4s, v7.4s
-	FMOVD 88(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 32(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
-	WORD $0x4ea79548 // mla v8.4s, v10.4s, v7.4s
-	FMOVD 120(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 40(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa84c6 // add v6.4s, v6.4s, v10.4s
-	WORD $0x4ea794c8 // mla v8.4s, v6.4s, v7.4s
-	FMOVD 152(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 48(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea6858c // add v12.4s, v12.4s, v6.4s
-	WORD $0x4ea79588 // mla v8.4s, v12.4s, v7.4s
-	FMOVQ 128(R2), F7
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 160(R2), F6
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faaea4e // sdot v14.4s, v18.16b, v10.4b[3]
+	FMOVQ 20(R6), F10
+	FMOVQ 36(R6), F8
+	FMOVD 56(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995ac // mla v12.4s, v13.4s, v9.4s
+	WORD $0x6faa012c // mla v12.4s, v9.4s, v10.s[1]
+	FMOVD 88(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9956c // mla v12.4s, v11.4s, v9.4s
+	WORD $0x6faa092c // mla v12.4s, v9.4s, v10.s[3]
+	FMOVD 120(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994ec // mla v12.4s, v7.4s, v9.4s
+	WORD $0x6fa8012c // mla v12.4s, v9.4s, v8.s[1]
+	FMOVD 152(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995cc // mla v12.4s, v14.4s, v9.4s
+	WORD $0x6fa8092c // mla v12.4s, v9.4s, v8.s[3]
+	FMOVQ 128(R2), F8
 	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 192(R2), F9
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 224(R2), F14
+	FMOVQ 160(R2), F9
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 192(R2), F7
 	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 224(R2), F13
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
 	FMOVQ 1872(R0), F15
 	FMOVQ 1936(R0), F16
 	FMOVQ 2000(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87e24c // sdot v12.4s, v18.16b, v7.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88e24a // sdot v10.4s, v18.16b, v8.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86e24a // sdot v10.4s, v18.16b, v6.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e24e // sdot v14.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89e24d // sdot v13.4s, v18.16b, v9.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f87e24b // sdot v11.4s, v18.16b, v7.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee24b // sdot v11.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8de246 // sdot v6.4s, v18.16b, v13.4b[0]
 	FMOVQ 2064(R0), F17
 	FMOVQ 2128(R0), F16
 	FMOVQ 2192(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7e24c // sdot v12.4s, v18.16b, v7.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8e24a // sdot v10.4s, v18.16b, v8.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6e24a // sdot v10.4s, v18.16b, v6.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e24e // sdot v14.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9e24d // sdot v13.4s, v18.16b, v9.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa7e24b // sdot v11.4s, v18.16b, v7.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee24b // sdot v11.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fade246 // sdot v6.4s, v18.16b, v13.4b[1]
 	FMOVQ 2256(R0), F15
 	FMOVQ 2320(R0), F16
 	FMOVQ 2384(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f87ea4c // sdot v12.4s, v18.16b, v7.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f88ea4a // sdot v10.4s, v18.16b, v8.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86ea4a // sdot v10.4s, v18.16b, v6.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea4e // sdot v14.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f89ea4d // sdot v13.4s, v18.16b, v9.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f87ea4b // sdot v11.4s, v18.16b, v7.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea4b // sdot v11.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8dea46 // sdot v6.4s, v18.16b, v13.4b[2]
 	FMOVQ 2448(R0), F17
 	FMOVQ 2512(R0), F16
 	FMOVQ 2576(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa7ea4c // sdot v12.4s, v18.16b, v7.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa8ea4a // sdot v10.4s, v18.16b, v8.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6ea4a // sdot v10.4s, v18.16b, v6.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea4e // sdot v14.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa9ea4d // sdot v13.4s, v18.16b, v9.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fa7ea4b // sdot v11.4s, v18.16b, v7.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea4b // sdot v11.4s, v18.16b, v14.4b[3]
-	FMOVD 184(R0), F14
-	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
-	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
-	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
-	FMOVS 52(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9858c // add v12.4s, v12.4s, v9.4s
-	WORD $0x4eae9588 // mla v8.4s, v12.4s, v14.4s
-	FMOVD 216(R0), F14
-	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
-	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
-	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
-	FMOVS 60(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac854a // add v10.4s, v10.4s, v12.4s
-	WORD $0x4eae9548 // mla v8.4s, v10.4s, v14.4s
-	FMOVD 248(R0), F14
-	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
-	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
-	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
-	FMOVS 68(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa85ad // add v13.4s, v13.4s, v10.4s
-	WORD $0x4eae95a8 // mla v8.4s, v13.4s, v14.4s
-	FMOVD 280(R0), F14
-	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
-	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
-	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
-	FMOVS 76(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead856b // add v11.4s, v11.4s, v13.4s
-	WORD $0x4eae9568 // mla v8.4s, v11.4s, v14.4s
-	FMOVQ 144(R2), F14
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 176(R2), F13
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 208(R2), F12
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 240(R2), F6
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fadea46 // sdot v6.4s, v18.16b, v13.4b[3]
+	FMOVQ 52(R6), F13
+	FMOVQ 68(R6), F7
+	FMOVD 184(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9954c // mla v12.4s, v10.4s, v9.4s
+	WORD $0x6f8d012c // mla v12.4s, v9.4s, v13.s[0]
+	FMOVD 216(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995cc // mla v12.4s, v14.4s, v9.4s
+	WORD $0x6f8d092c // mla v12.4s, v9.4s, v13.s[2]
+	FMOVD 248(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9956c // mla v12.4s, v11.4s, v9.4s
+	WORD $0x6f87012c // mla v12.4s, v9.4s, v7.s[0]
+	FMOVD 280(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e491929 // uzp1 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994cc // mla v12.4s, v6.4s, v9.4s
+	WORD $0x6f87092c // mla v12.4s, v9.4s, v7.s[2]
+	FMOVQ 144(R2), F7
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 176(R2), F9
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 208(R2), F11
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 240(R2), F10
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
 	FMOVQ 2640(R0), F15
 	FMOVQ 2704(R0), F16
 	FMOVQ 2768(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ee24b // sdot v11.4s, v18.16b, v14.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f87e24d // sdot v13.4s, v18.16b, v7.4b[0]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8de24a // sdot v10.4s, v18.16b, v13.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89e246 // sdot v6.4s, v18.16b, v9.4b[0]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8ce249 // sdot v9.4s, v18.16b, v12.4b[0]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8be24e // sdot v14.4s, v18.16b, v11.4b[0]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86e247 // sdot v7.4s, v18.16b, v6.4b[0]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8ae248 // sdot v8.4s, v18.16b, v10.4b[0]
 	FMOVQ 2832(R0), F17
 	FMOVQ 2896(R0), F16
 	FMOVQ 2960(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faee24b // sdot v11.4s, v18.16b, v14.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa7e24d // sdot v13.4s, v18.16b, v7.4b[1]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fade24a // sdot v10.4s, v18.16b, v13.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9e246 // sdot v6.4s, v18.16b, v9.4b[1]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4face249 // sdot v9.4s, v18.16b, v12.4b[1]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fabe24e // sdot v14.4s, v18.16b, v11.4b[1]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6e247 // sdot v7.4s, v18.16b, v6.4b[1]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faae248 // sdot v8.4s, v18.16b, v10.4b[1]
 	FMOVQ 3024(R0), F15
 	FMOVQ 3088(R0), F16
 	FMOVQ 3152(R0), F17
 	WORD $0x4e241df2 // and v18.16b, v15.16b, v4.16b
 	WORD $0x4f0c5633 // shl v19.16b, v17.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8eea4b // sdot v11.4s, v18.16b, v14.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f87ea4d // sdot v13.4s, v18.16b, v7.4b[2]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a5633 // shl v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8dea4a // sdot v10.4s, v18.16b, v13.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f89ea46 // sdot v6.4s, v18.16b, v9.4b[2]
 	WORD $0x6f0c05f2 // ushr v18.16b, v15.16b, #4
-	WORD $0x4e251e33 // and v19.16b, v17.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f8cea49 // sdot v9.4s, v18.16b, v12.4b[2]
+	WORD $0x6ea51e32 // bit v18.16b, v17.16b, v5.16b
+	WORD $0x4f8bea4e // sdot v14.4s, v18.16b, v11.4b[2]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e0633 // ushr v19.16b, v17.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4f86ea47 // sdot v7.4s, v18.16b, v6.4b[2]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4f8aea48 // sdot v8.4s, v18.16b, v10.4b[2]
 	FMOVQ 3216(R0), F17
 	FMOVQ 3280(R0), F16
 	FMOVQ 3344(R0), F15
 	WORD $0x4e241e32 // and v18.16b, v17.16b, v4.16b
 	WORD $0x4f0c55f3 // shl v19.16b, v15.16b, #4
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4faeea4b // sdot v11.4s, v18.16b, v14.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa7ea4d // sdot v13.4s, v18.16b, v7.4b[3]
 	WORD $0x4e241e12 // and v18.16b, v16.16b, v4.16b
 	WORD $0x4f0a55f3 // shl v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fadea4a // sdot v10.4s, v18.16b, v13.4b[3]
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4fa9ea46 // sdot v6.4s, v18.16b, v9.4b[3]
 	WORD $0x6f0c0632 // ushr v18.16b, v17.16b, #4
-	WORD $0x4e251df3 // and v19.16b, v15.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4facea49 // sdot v9.4s, v18.16b, v12.4b[3]
+	WORD $0x6ea51df2 // bit v18.16b, v15.16b, v5.16b
+	WORD $0x4fabea4e // sdot v14.4s, v18.16b, v11.4b[3]
 	WORD $0x6f0c0612 // ushr v18.16b, v16.16b, #4
 	WORD $0x6f0e05f3 // ushr v19.16b, v15.16b, #2
-	WORD $0x4e251e73 // and v19.16b, v19.16b, v5.16b
-	WORD $0x4eb31e52 // orr v18.16b, v18.16b, v19.16b
-	WORD $0x4fa6ea47 // sdot v7.4s, v18.16b, v6.4b[3]
-	FMOVD 184(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 56(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
-	WORD $0x4ea69568 // mla v8.4s, v11.4s, v6.4s
-	FMOVD 216(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 64(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab854a // add v10.4s, v10.4s, v11.4s
-	WORD $0x4ea69548 // mla v8.4s, v10.4s, v6.4s
-	FMOVD 248(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 72(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
-	WORD $0x4ea69528 // mla v8.4s, v9.4s, v6.4s
-	FMOVD 280(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 80(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea984e7 // add v7.4s, v7.4s, v9.4s
-	WORD $0x4ea694e8 // mla v8.4s, v7.4s, v6.4s
-	FMOVD 24(R0), F6
-	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
-	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
-	WORD $0x6e26dd08 // fmul v8.4s, v8.4s, v6.4s
-	FMOVS 0(R6), F7
-	WORD $0x4f879108 // fmul v8.4s, v8.4s, v7.s[0]
-	WORD $0x4e28d463 // fadd v3.4s, v3.4s, v8.4s
+	WORD $0x6ea51e72 // bit v18.16b, v19.16b, v5.16b
+	WORD $0x4faaea48 // sdot v8.4s, v18.16b, v10.4b[3]
+	FMOVQ 52(R6), F10
+	FMOVQ 68(R6), F11
+	FMOVD 184(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995ac // mla v12.4s, v13.4s, v9.4s
+	WORD $0x6faa012c // mla v12.4s, v9.4s, v10.s[1]
+	FMOVD 216(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea994cc // mla v12.4s, v6.4s, v9.4s
+	WORD $0x6faa092c // mla v12.4s, v9.4s, v10.s[3]
+	FMOVD 248(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995cc // mla v12.4s, v14.4s, v9.4s
+	WORD $0x6fab012c // mla v12.4s, v9.4s, v11.s[1]
+	FMOVD 280(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea9950c // mla v12.4s, v8.4s, v9.4s
+	WORD $0x6fab092c // mla v12.4s, v9.4s, v11.s[3]
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2bdd8c // fmul v12.4s, v12.4s, v11.4s
+	FMOVS 0(R6), F10
+	WORD $0x4f8a918c // fmul v12.4s, v12.4s, v10.s[0]
+	WORD $0x4e2cd463 // fadd v3.4s, v3.4s, v12.4s
 	ADD $3360, R0, R0
 	ADD $256, R2, R2
 	ADD $128, R6, R6
@@ -23667,25 +23315,21 @@ loop:
 	FMOVQ 416(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f84e2e5 // sdot v5.4s, v23.16b, v4.4b[0]
 	WORD $0x4f8ce2ed // sdot v13.4s, v23.16b, v12.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f86e2e7 // sdot v7.4s, v23.16b, v6.4b[0]
 	WORD $0x4f8ee2ef // sdot v15.4s, v23.16b, v14.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
 	WORD $0x4f88e2e9 // sdot v9.4s, v23.16b, v8.4b[0]
 	WORD $0x4f90e2f1 // sdot v17.4s, v23.16b, v16.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f8ae2eb // sdot v11.4s, v23.16b, v10.4b[0]
 	WORD $0x4f92e2f3 // sdot v19.4s, v23.16b, v18.4b[0]
 	FMOVQ 480(R0), F22
@@ -23693,25 +23337,21 @@ loop:
 	FMOVQ 608(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4fa4e2e5 // sdot v5.4s, v23.16b, v4.4b[1]
 	WORD $0x4face2ed // sdot v13.4s, v23.16b, v12.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4fa6e2e7 // sdot v7.4s, v23.16b, v6.4b[1]
 	WORD $0x4faee2ef // sdot v15.4s, v23.16b, v14.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
 	WORD $0x4fa8e2e9 // sdot v9.4s, v23.16b, v8.4b[1]
 	WORD $0x4fb0e2f1 // sdot v17.4s, v23.16b, v16.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4faae2eb // sdot v11.4s, v23.16b, v10.4b[1]
 	WORD $0x4fb2e2f3 // sdot v19.4s, v23.16b, v18.4b[1]
 	FMOVQ 672(R0), F20
@@ -23719,25 +23359,21 @@ loop:
 	FMOVQ 800(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f84eae5 // sdot v5.4s, v23.16b, v4.4b[2]
 	WORD $0x4f8ceaed // sdot v13.4s, v23.16b, v12.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f86eae7 // sdot v7.4s, v23.16b, v6.4b[2]
 	WORD $0x4f8eeaef // sdot v15.4s, v23.16b, v14.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
 	WORD $0x4f88eae9 // sdot v9.4s, v23.16b, v8.4b[2]
 	WORD $0x4f90eaf1 // sdot v17.4s, v23.16b, v16.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f8aeaeb // sdot v11.4s, v23.16b, v10.4b[2]
 	WORD $0x4f92eaf3 // sdot v19.4s, v23.16b, v18.4b[2]
 	FMOVQ 864(R0), F22
@@ -23745,88 +23381,72 @@ loop:
 	FMOVQ 992(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4fa4eae5 // sdot v5.4s, v23.16b, v4.4b[3]
 	WORD $0x4faceaed // sdot v13.4s, v23.16b, v12.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4fa6eae7 // sdot v7.4s, v23.16b, v6.4b[3]
 	WORD $0x4faeeaef // sdot v15.4s, v23.16b, v14.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
 	WORD $0x4fa8eae9 // sdot v9.4s, v23.16b, v8.4b[3]
 	WORD $0x4fb0eaf1 // sdot v17.4s, v23.16b, v16.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4faaeaeb // sdot v11.4s, v23.16b, v10.4b[3]
 	WORD $0x4fb2eaf3 // sdot v19.4s, v23.16b, v18.4b[3]
-	FMOVD 32(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 20(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb084a5 // add v5.4s, v5.4s, v16.4s
-	WORD $0x4eb294a2 // mla v2.4s, v5.4s, v18.4s
-	FMOVS 20(R7), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea585ad // add v13.4s, v13.4s, v5.4s
-	WORD $0x4eb295a3 // mla v3.4s, v13.4s, v18.4s
-	FMOVD 64(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 28(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead84e7 // add v7.4s, v7.4s, v13.4s
-	WORD $0x4eb294e2 // mla v2.4s, v7.4s, v18.4s
-	FMOVS 28(R7), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea785ef // add v15.4s, v15.4s, v7.4s
-	WORD $0x4eb295e3 // mla v3.4s, v15.4s, v18.4s
-	FMOVD 96(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 36(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8529 // add v9.4s, v9.4s, v15.4s
-	WORD $0x4eb29522 // mla v2.4s, v9.4s, v18.4s
-	FMOVS 36(R7), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea98631 // add v17.4s, v17.4s, v9.4s
-	WORD $0x4eb29623 // mla v3.4s, v17.4s, v18.4s
-	FMOVD 128(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 44(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb1856b // add v11.4s, v11.4s, v17.4s
-	WORD $0x4eb29562 // mla v2.4s, v11.4s, v18.4s
-	FMOVS 44(R7), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab8673 // add v19.4s, v19.4s, v11.4s
-	WORD $0x4eb29663 // mla v3.4s, v19.4s, v18.4s
-	FMOVQ 16(R2), F18
+	FMOVQ 20(R6), F18
+	FMOVQ 36(R6), F16
+	FMOVQ 20(R7), F14
+	FMOVQ 36(R7), F12
+	FMOVD 32(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa94a2 // mla v2.4s, v5.4s, v10.4s
+	WORD $0x6f920142 // mla v2.4s, v10.4s, v18.s[0]
+	WORD $0x4eaa95a3 // mla v3.4s, v13.4s, v10.4s
+	WORD $0x6f8e0143 // mla v3.4s, v10.4s, v14.s[0]
+	FMOVD 64(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa94e2 // mla v2.4s, v7.4s, v10.4s
+	WORD $0x6f920942 // mla v2.4s, v10.4s, v18.s[2]
+	WORD $0x4eaa95e3 // mla v3.4s, v15.4s, v10.4s
+	WORD $0x6f8e0943 // mla v3.4s, v10.4s, v14.s[2]
+	FMOVD 96(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9522 // mla v2.4s, v9.4s, v10.4s
+	WORD $0x6f900142 // mla v2.4s, v10.4s, v16.s[0]
+	WORD $0x4eaa9623 // mla v3.4s, v17.4s, v10.4s
+	WORD $0x6f8c0143 // mla v3.4s, v10.4s, v12.s[0]
+	FMOVD 128(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9562 // mla v2.4s, v11.4s, v10.4s
+	WORD $0x6f900942 // mla v2.4s, v10.4s, v16.s[2]
+	WORD $0x4eaa9663 // mla v3.4s, v19.4s, v10.4s
+	WORD $0x6f8c0943 // mla v3.4s, v10.4s, v12.s[2]
+	FMOVQ 16(R2), F12
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 48(R2), F16
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 80(R2), F10
 	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
-	FMOVQ 48(R2), F11
+	FMOVQ 112(R2), F11
 	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	FMOVQ 80(R2), F9
+	FMOVQ 16(R3), F9
 	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 112(R2), F7
+	FMOVQ 48(R3), F7
 	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 16(R3), F5
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 48(R3), F14
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 80(R3), F10
+	FMOVQ 80(R3), F5
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
 	FMOVQ 112(R3), F6
 	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
@@ -23835,2575 +23455,2155 @@ loop:
 	FMOVQ 1184(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f92e2f3 // sdot v19.4s, v23.16b, v18.4b[0]
-	WORD $0x4f85e2f0 // sdot v16.4s, v23.16b, v5.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ce2ee // sdot v14.4s, v23.16b, v12.4b[0]
+	WORD $0x4f89e2ef // sdot v15.4s, v23.16b, v9.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8be2f1 // sdot v17.4s, v23.16b, v11.4b[0]
-	WORD $0x4f8ee2ec // sdot v12.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f90e2f2 // sdot v18.4s, v23.16b, v16.4b[0]
+	WORD $0x4f87e2ed // sdot v13.4s, v23.16b, v7.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f89e2ef // sdot v15.4s, v23.16b, v9.4b[0]
-	WORD $0x4f8ae2e8 // sdot v8.4s, v23.16b, v10.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8ae2f3 // sdot v19.4s, v23.16b, v10.4b[0]
+	WORD $0x4f85e2e8 // sdot v8.4s, v23.16b, v5.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f87e2ed // sdot v13.4s, v23.16b, v7.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8be2f1 // sdot v17.4s, v23.16b, v11.4b[0]
 	WORD $0x4f86e2e4 // sdot v4.4s, v23.16b, v6.4b[0]
 	FMOVQ 1248(R0), F22
 	FMOVQ 1312(R0), F21
 	FMOVQ 1376(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb2e2f3 // sdot v19.4s, v23.16b, v18.4b[1]
-	WORD $0x4fa5e2f0 // sdot v16.4s, v23.16b, v5.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4face2ee // sdot v14.4s, v23.16b, v12.4b[1]
+	WORD $0x4fa9e2ef // sdot v15.4s, v23.16b, v9.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fabe2f1 // sdot v17.4s, v23.16b, v11.4b[1]
-	WORD $0x4faee2ec // sdot v12.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb0e2f2 // sdot v18.4s, v23.16b, v16.4b[1]
+	WORD $0x4fa7e2ed // sdot v13.4s, v23.16b, v7.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa9e2ef // sdot v15.4s, v23.16b, v9.4b[1]
-	WORD $0x4faae2e8 // sdot v8.4s, v23.16b, v10.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4faae2f3 // sdot v19.4s, v23.16b, v10.4b[1]
+	WORD $0x4fa5e2e8 // sdot v8.4s, v23.16b, v5.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa7e2ed // sdot v13.4s, v23.16b, v7.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fabe2f1 // sdot v17.4s, v23.16b, v11.4b[1]
 	WORD $0x4fa6e2e4 // sdot v4.4s, v23.16b, v6.4b[1]
 	FMOVQ 1440(R0), F20
 	FMOVQ 1504(R0), F21
 	FMOVQ 1568(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f92eaf3 // sdot v19.4s, v23.16b, v18.4b[2]
-	WORD $0x4f85eaf0 // sdot v16.4s, v23.16b, v5.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ceaee // sdot v14.4s, v23.16b, v12.4b[2]
+	WORD $0x4f89eaef // sdot v15.4s, v23.16b, v9.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8beaf1 // sdot v17.4s, v23.16b, v11.4b[2]
-	WORD $0x4f8eeaec // sdot v12.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f90eaf2 // sdot v18.4s, v23.16b, v16.4b[2]
+	WORD $0x4f87eaed // sdot v13.4s, v23.16b, v7.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f89eaef // sdot v15.4s, v23.16b, v9.4b[2]
-	WORD $0x4f8aeae8 // sdot v8.4s, v23.16b, v10.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8aeaf3 // sdot v19.4s, v23.16b, v10.4b[2]
+	WORD $0x4f85eae8 // sdot v8.4s, v23.16b, v5.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f87eaed // sdot v13.4s, v23.16b, v7.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8beaf1 // sdot v17.4s, v23.16b, v11.4b[2]
 	WORD $0x4f86eae4 // sdot v4.4s, v23.16b, v6.4b[2]
 	FMOVQ 1632(R0), F22
 	FMOVQ 1696(R0), F21
 	FMOVQ 1760(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb2eaf3 // sdot v19.4s, v23.16b, v18.4b[3]
-	WORD $0x4fa5eaf0 // sdot v16.4s, v23.16b, v5.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faceaee // sdot v14.4s, v23.16b, v12.4b[3]
+	WORD $0x4fa9eaef // sdot v15.4s, v23.16b, v9.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fabeaf1 // sdot v17.4s, v23.16b, v11.4b[3]
-	WORD $0x4faeeaec // sdot v12.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb0eaf2 // sdot v18.4s, v23.16b, v16.4b[3]
+	WORD $0x4fa7eaed // sdot v13.4s, v23.16b, v7.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa9eaef // sdot v15.4s, v23.16b, v9.4b[3]
-	WORD $0x4faaeae8 // sdot v8.4s, v23.16b, v10.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4faaeaf3 // sdot v19.4s, v23.16b, v10.4b[3]
+	WORD $0x4fa5eae8 // sdot v8.4s, v23.16b, v5.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa7eaed // sdot v13.4s, v23.16b, v7.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fabeaf1 // sdot v17.4s, v23.16b, v11.4b[3]
 	WORD $0x4fa6eae4 // sdot v4.4s, v23.16b, v6.4b[3]
-	FMOVD 32(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 24(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8673 // add v19.4s, v19.4s, v10.4s
-	WORD $0x4ea69662 // mla v2.4s, v19.4s, v6.4s
-	FMOVS 24(R7), F19
-	WORD $0x4e040673 // dup v19.4s, v19.s[0]
-	WORD $0x4eb38610 // add v16.4s, v16.4s, v19.4s
-	WORD $0x4ea69603 // mla v3.4s, v16.4s, v6.4s
-	FMOVD 64(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 32(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08631 // add v17.4s, v17.4s, v16.4s
-	WORD $0x4ea69622 // mla v2.4s, v17.4s, v6.4s
-	FMOVS 32(R7), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb1858c // add v12.4s, v12.4s, v17.4s
-	WORD $0x4ea69583 // mla v3.4s, v12.4s, v6.4s
-	FMOVD 96(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 40(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac85ef // add v15.4s, v15.4s, v12.4s
-	WORD $0x4ea695e2 // mla v2.4s, v15.4s, v6.4s
-	FMOVS 40(R7), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8508 // add v8.4s, v8.4s, v15.4s
-	WORD $0x4ea69503 // mla v3.4s, v8.4s, v6.4s
-	FMOVD 128(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 48(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea885ad // add v13.4s, v13.4s, v8.4s
-	WORD $0x4ea695a2 // mla v2.4s, v13.4s, v6.4s
-	FMOVS 48(R7), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead8484 // add v4.4s, v4.4s, v13.4s
-	WORD $0x4ea69483 // mla v3.4s, v4.4s, v6.4s
-	FMOVQ 128(R2), F6
+	FMOVQ 20(R6), F6
+	FMOVQ 36(R6), F5
+	FMOVQ 20(R7), F7
+	FMOVQ 36(R7), F9
+	FMOVD 32(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95c2 // mla v2.4s, v14.4s, v11.4s
+	WORD $0x6fa60162 // mla v2.4s, v11.4s, v6.s[1]
+	WORD $0x4eab95e3 // mla v3.4s, v15.4s, v11.4s
+	WORD $0x6fa70163 // mla v3.4s, v11.4s, v7.s[1]
+	FMOVD 64(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9642 // mla v2.4s, v18.4s, v11.4s
+	WORD $0x6fa60962 // mla v2.4s, v11.4s, v6.s[3]
+	WORD $0x4eab95a3 // mla v3.4s, v13.4s, v11.4s
+	WORD $0x6fa70963 // mla v3.4s, v11.4s, v7.s[3]
+	FMOVD 96(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9662 // mla v2.4s, v19.4s, v11.4s
+	WORD $0x6fa50162 // mla v2.4s, v11.4s, v5.s[1]
+	WORD $0x4eab9503 // mla v3.4s, v8.4s, v11.4s
+	WORD $0x6fa90163 // mla v3.4s, v11.4s, v9.s[1]
+	FMOVD 128(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9622 // mla v2.4s, v17.4s, v11.4s
+	WORD $0x6fa50962 // mla v2.4s, v11.4s, v5.s[3]
+	WORD $0x4eab9483 // mla v3.4s, v4.4s, v11.4s
+	WORD $0x6fa90963 // mla v3.4s, v11.4s, v9.s[3]
+	FMOVQ 128(R2), F9
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 160(R2), F5
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 192(R2), F11
 	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
-	FMOVQ 160(R2), F13
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 192(R2), F15
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 224(R2), F17
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
 	FMOVQ 128(R3), F19
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 160(R3), F18
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 192(R3), F14
 	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 160(R3), F14
-	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
-	FMOVQ 192(R3), F7
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 224(R3), F11
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 224(R3), F16
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 1824(R0), F20
 	FMOVQ 1888(R0), F21
 	FMOVQ 1952(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f86e2e4 // sdot v4.4s, v23.16b, v6.4b[0]
-	WORD $0x4f93e2ea // sdot v10.4s, v23.16b, v19.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f89e2e7 // sdot v7.4s, v23.16b, v9.4b[0]
+	WORD $0x4f93e2ed // sdot v13.4s, v23.16b, v19.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8de2e8 // sdot v8.4s, v23.16b, v13.4b[0]
-	WORD $0x4f8ee2e5 // sdot v5.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f85e2e6 // sdot v6.4s, v23.16b, v5.4b[0]
+	WORD $0x4f92e2ef // sdot v15.4s, v23.16b, v18.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8fe2ec // sdot v12.4s, v23.16b, v15.4b[0]
-	WORD $0x4f87e2e9 // sdot v9.4s, v23.16b, v7.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8be2e4 // sdot v4.4s, v23.16b, v11.4b[0]
+	WORD $0x4f8ee2ea // sdot v10.4s, v23.16b, v14.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f91e2f0 // sdot v16.4s, v23.16b, v17.4b[0]
-	WORD $0x4f8be2f2 // sdot v18.4s, v23.16b, v11.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f91e2e8 // sdot v8.4s, v23.16b, v17.4b[0]
+	WORD $0x4f90e2ec // sdot v12.4s, v23.16b, v16.4b[0]
 	FMOVQ 2016(R0), F22
 	FMOVQ 2080(R0), F21
 	FMOVQ 2144(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa6e2e4 // sdot v4.4s, v23.16b, v6.4b[1]
-	WORD $0x4fb3e2ea // sdot v10.4s, v23.16b, v19.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa9e2e7 // sdot v7.4s, v23.16b, v9.4b[1]
+	WORD $0x4fb3e2ed // sdot v13.4s, v23.16b, v19.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fade2e8 // sdot v8.4s, v23.16b, v13.4b[1]
-	WORD $0x4faee2e5 // sdot v5.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa5e2e6 // sdot v6.4s, v23.16b, v5.4b[1]
+	WORD $0x4fb2e2ef // sdot v15.4s, v23.16b, v18.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fafe2ec // sdot v12.4s, v23.16b, v15.4b[1]
-	WORD $0x4fa7e2e9 // sdot v9.4s, v23.16b, v7.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fabe2e4 // sdot v4.4s, v23.16b, v11.4b[1]
+	WORD $0x4faee2ea // sdot v10.4s, v23.16b, v14.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb1e2f0 // sdot v16.4s, v23.16b, v17.4b[1]
-	WORD $0x4fabe2f2 // sdot v18.4s, v23.16b, v11.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb1e2e8 // sdot v8.4s, v23.16b, v17.4b[1]
+	WORD $0x4fb0e2ec // sdot v12.4s, v23.16b, v16.4b[1]
 	FMOVQ 2208(R0), F20
 	FMOVQ 2272(R0), F21
 	FMOVQ 2336(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f86eae4 // sdot v4.4s, v23.16b, v6.4b[2]
-	WORD $0x4f93eaea // sdot v10.4s, v23.16b, v19.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f89eae7 // sdot v7.4s, v23.16b, v9.4b[2]
+	WORD $0x4f93eaed // sdot v13.4s, v23.16b, v19.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8deae8 // sdot v8.4s, v23.16b, v13.4b[2]
-	WORD $0x4f8eeae5 // sdot v5.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f85eae6 // sdot v6.4s, v23.16b, v5.4b[2]
+	WORD $0x4f92eaef // sdot v15.4s, v23.16b, v18.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8feaec // sdot v12.4s, v23.16b, v15.4b[2]
-	WORD $0x4f87eae9 // sdot v9.4s, v23.16b, v7.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8beae4 // sdot v4.4s, v23.16b, v11.4b[2]
+	WORD $0x4f8eeaea // sdot v10.4s, v23.16b, v14.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f91eaf0 // sdot v16.4s, v23.16b, v17.4b[2]
-	WORD $0x4f8beaf2 // sdot v18.4s, v23.16b, v11.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f91eae8 // sdot v8.4s, v23.16b, v17.4b[2]
+	WORD $0x4f90eaec // sdot v12.4s, v23.16b, v16.4b[2]
 	FMOVQ 2400(R0), F22
 	FMOVQ 2464(R0), F21
 	FMOVQ 2528(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa6eae4 // sdot v4.4s, v23.16b, v6.4b[3]
-	WORD $0x4fb3eaea // sdot v10.4s, v23.16b, v19.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa9eae7 // sdot v7.4s, v23.16b, v9.4b[3]
+	WORD $0x4fb3eaed // sdot v13.4s, v23.16b, v19.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fadeae8 // sdot v8.4s, v23.16b, v13.4b[3]
-	WORD $0x4faeeae5 // sdot v5.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa5eae6 // sdot v6.4s, v23.16b, v5.4b[3]
+	WORD $0x4fb2eaef // sdot v15.4s, v23.16b, v18.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fafeaec // sdot v12.4s, v23.16b, v15.4b[3]
-	WORD $0x4fa7eae9 // sdot v9.4s, v23.16b, v7.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fabeae4 // sdot v4.4s, v23.16b, v11.4b[3]
+	WORD $0x4faeeaea // sdot v10.4s, v23.16b, v14.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb1eaf0 // sdot v16.4s, v23.16b, v17.4b[3]
-	WORD $0x4fabeaf2 // sdot v18.4s, v23.16b, v11.4b[3]
-	FMOVD 160(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b196b // uzp1 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 52(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea78484 // add v4.4s, v4.4s, v7.4s
-	WORD $0x4eab9482 // mla v2.4s, v4.4s, v11.4s
-	FMOVS 52(R7), F4
-	WORD $0x4e040484 // dup v4.4s, v4.s[0]
-	WORD $0x4ea4854a // add v10.4s, v10.4s, v4.4s
-	WORD $0x4eab9543 // mla v3.4s, v10.4s, v11.4s
-	FMOVD 192(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b196b // uzp1 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 60(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8508 // add v8.4s, v8.4s, v10.4s
-	WORD $0x4eab9502 // mla v2.4s, v8.4s, v11.4s
-	FMOVS 60(R7), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea884a5 // add v5.4s, v5.4s, v8.4s
-	WORD $0x4eab94a3 // mla v3.4s, v5.4s, v11.4s
-	FMOVD 224(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b196b // uzp1 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 68(R6), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea5858c // add v12.4s, v12.4s, v5.4s
-	WORD $0x4eab9582 // mla v2.4s, v12.4s, v11.4s
-	FMOVS 68(R7), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac8529 // add v9.4s, v9.4s, v12.4s
-	WORD $0x4eab9523 // mla v3.4s, v9.4s, v11.4s
-	FMOVD 256(R0), F11
-	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
-	WORD $0x4e4b196b // uzp1 v11.8h, v11.8h, v11.8h
-	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
-	FMOVS 76(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea98610 // add v16.4s, v16.4s, v9.4s
-	WORD $0x4eab9602 // mla v2.4s, v16.4s, v11.4s
-	FMOVS 76(R7), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08652 // add v18.4s, v18.4s, v16.4s
-	WORD $0x4eab9643 // mla v3.4s, v18.4s, v11.4s
-	FMOVQ 144(R2), F11
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb1eae8 // sdot v8.4s, v23.16b, v17.4b[3]
+	WORD $0x4fb0eaec // sdot v12.4s, v23.16b, v16.4b[3]
+	FMOVQ 52(R6), F16
+	FMOVQ 68(R6), F14
+	FMOVQ 52(R7), F18
+	FMOVQ 68(R7), F19
+	FMOVD 160(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb194e2 // mla v2.4s, v7.4s, v17.4s
+	WORD $0x6f900222 // mla v2.4s, v17.4s, v16.s[0]
+	WORD $0x4eb195a3 // mla v3.4s, v13.4s, v17.4s
+	WORD $0x6f920223 // mla v3.4s, v17.4s, v18.s[0]
+	FMOVD 192(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb194c2 // mla v2.4s, v6.4s, v17.4s
+	WORD $0x6f900a22 // mla v2.4s, v17.4s, v16.s[2]
+	WORD $0x4eb195e3 // mla v3.4s, v15.4s, v17.4s
+	WORD $0x6f920a23 // mla v3.4s, v17.4s, v18.s[2]
+	FMOVD 224(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19482 // mla v2.4s, v4.4s, v17.4s
+	WORD $0x6f8e0222 // mla v2.4s, v17.4s, v14.s[0]
+	WORD $0x4eb19543 // mla v3.4s, v10.4s, v17.4s
+	WORD $0x6f930223 // mla v3.4s, v17.4s, v19.s[0]
+	FMOVD 256(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19502 // mla v2.4s, v8.4s, v17.4s
+	WORD $0x6f8e0a22 // mla v2.4s, v17.4s, v14.s[2]
+	WORD $0x4eb19583 // mla v3.4s, v12.4s, v17.4s
+	WORD $0x6f930a23 // mla v3.4s, v17.4s, v19.s[2]
+	FMOVQ 144(R2), F19
 	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 176(R2), F16
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 208(R2), F12
-	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	FMOVQ 176(R2), F14
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 208(R2), F17
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 240(R2), F8
 	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
 	FMOVQ 144(R3), F4
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 176(R3), F14
-	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
-	FMOVQ 208(R3), F17
 	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 240(R3), F13
-	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 176(R3), F6
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 208(R3), F7
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 240(R3), F5
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	FMOVQ 2592(R0), F20
 	FMOVQ 2656(R0), F21
 	FMOVQ 2720(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8be2f2 // sdot v18.4s, v23.16b, v11.4b[0]
-	WORD $0x4f84e2e7 // sdot v7.4s, v23.16b, v4.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f93e2f2 // sdot v18.4s, v23.16b, v19.4b[0]
+	WORD $0x4f84e2ef // sdot v15.4s, v23.16b, v4.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f90e2e9 // sdot v9.4s, v23.16b, v16.4b[0]
-	WORD $0x4f8ee2f3 // sdot v19.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ee2f0 // sdot v16.4s, v23.16b, v14.4b[0]
+	WORD $0x4f86e2ed // sdot v13.4s, v23.16b, v6.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ce2e5 // sdot v5.4s, v23.16b, v12.4b[0]
-	WORD $0x4f91e2ef // sdot v15.4s, v23.16b, v17.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f91e2ec // sdot v12.4s, v23.16b, v17.4b[0]
+	WORD $0x4f87e2eb // sdot v11.4s, v23.16b, v7.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f88e2ea // sdot v10.4s, v23.16b, v8.4b[0]
-	WORD $0x4f8de2e6 // sdot v6.4s, v23.16b, v13.4b[0]
+	WORD $0x4f85e2e9 // sdot v9.4s, v23.16b, v5.4b[0]
 	FMOVQ 2784(R0), F22
 	FMOVQ 2848(R0), F21
 	FMOVQ 2912(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fabe2f2 // sdot v18.4s, v23.16b, v11.4b[1]
-	WORD $0x4fa4e2e7 // sdot v7.4s, v23.16b, v4.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb3e2f2 // sdot v18.4s, v23.16b, v19.4b[1]
+	WORD $0x4fa4e2ef // sdot v15.4s, v23.16b, v4.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb0e2e9 // sdot v9.4s, v23.16b, v16.4b[1]
-	WORD $0x4faee2f3 // sdot v19.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faee2f0 // sdot v16.4s, v23.16b, v14.4b[1]
+	WORD $0x4fa6e2ed // sdot v13.4s, v23.16b, v6.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4face2e5 // sdot v5.4s, v23.16b, v12.4b[1]
-	WORD $0x4fb1e2ef // sdot v15.4s, v23.16b, v17.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fb1e2ec // sdot v12.4s, v23.16b, v17.4b[1]
+	WORD $0x4fa7e2eb // sdot v11.4s, v23.16b, v7.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4fa8e2ea // sdot v10.4s, v23.16b, v8.4b[1]
-	WORD $0x4fade2e6 // sdot v6.4s, v23.16b, v13.4b[1]
+	WORD $0x4fa5e2e9 // sdot v9.4s, v23.16b, v5.4b[1]
 	FMOVQ 2976(R0), F20
 	FMOVQ 3040(R0), F21
 	FMOVQ 3104(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8beaf2 // sdot v18.4s, v23.16b, v11.4b[2]
-	WORD $0x4f84eae7 // sdot v7.4s, v23.16b, v4.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f93eaf2 // sdot v18.4s, v23.16b, v19.4b[2]
+	WORD $0x4f84eaef // sdot v15.4s, v23.16b, v4.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f90eae9 // sdot v9.4s, v23.16b, v16.4b[2]
-	WORD $0x4f8eeaf3 // sdot v19.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8eeaf0 // sdot v16.4s, v23.16b, v14.4b[2]
+	WORD $0x4f86eaed // sdot v13.4s, v23.16b, v6.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ceae5 // sdot v5.4s, v23.16b, v12.4b[2]
-	WORD $0x4f91eaef // sdot v15.4s, v23.16b, v17.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f91eaec // sdot v12.4s, v23.16b, v17.4b[2]
+	WORD $0x4f87eaeb // sdot v11.4s, v23.16b, v7.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f88eaea // sdot v10.4s, v23.16b, v8.4b[2]
-	WORD $0x4f8deae6 // sdot v6.4s, v23.16b, v13.4b[2]
+	WORD $0x4f85eae9 // sdot v9.4s, v23.16b, v5.4b[2]
 	FMOVQ 3168(R0), F22
 	FMOVQ 3232(R0), F21
 	FMOVQ 3296(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fabeaf2 // sdot v18.4s, v23.16b, v11.4b[3]
-	WORD $0x4fa4eae7 // sdot v7.4s, v23.16b, v4.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb3eaf2 // sdot v18.4s, v23.16b, v19.4b[3]
+	WORD $0x4fa4eaef // sdot v15.4s, v23.16b, v4.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb0eae9 // sdot v9.4s, v23.16b, v16.4b[3]
-	WORD $0x4faeeaf3 // sdot v19.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faeeaf0 // sdot v16.4s, v23.16b, v14.4b[3]
+	WORD $0x4fa6eaed // sdot v13.4s, v23.16b, v6.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faceae5 // sdot v5.4s, v23.16b, v12.4b[3]
-	WORD $0x4fb1eaef // sdot v15.4s, v23.16b, v17.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fb1eaec // sdot v12.4s, v23.16b, v17.4b[3]
+	WORD $0x4fa7eaeb // sdot v11.4s, v23.16b, v7.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4fa8eaea // sdot v10.4s, v23.16b, v8.4b[3]
-	WORD $0x4fadeae6 // sdot v6.4s, v23.16b, v13.4b[3]
-	FMOVD 160(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d59ad // uzp2 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 56(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
-	WORD $0x4ead9642 // mla v2.4s, v18.4s, v13.4s
-	FMOVS 56(R7), F18
-	WORD $0x4e040652 // dup v18.4s, v18.s[0]
-	WORD $0x4eb284e7 // add v7.4s, v7.4s, v18.4s
-	WORD $0x4ead94e3 // mla v3.4s, v7.4s, v13.4s
-	FMOVD 192(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d59ad // uzp2 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 64(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea78529 // add v9.4s, v9.4s, v7.4s
-	WORD $0x4ead9522 // mla v2.4s, v9.4s, v13.4s
-	FMOVS 64(R7), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea98673 // add v19.4s, v19.4s, v9.4s
-	WORD $0x4ead9663 // mla v3.4s, v19.4s, v13.4s
-	FMOVD 224(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d59ad // uzp2 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 72(R6), F19
-	WORD $0x4e040673 // dup v19.4s, v19.s[0]
-	WORD $0x4eb384a5 // add v5.4s, v5.4s, v19.4s
-	WORD $0x4ead94a2 // mla v2.4s, v5.4s, v13.4s
-	FMOVS 72(R7), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea585ef // add v15.4s, v15.4s, v5.4s
-	WORD $0x4ead95e3 // mla v3.4s, v15.4s, v13.4s
-	FMOVD 256(R0), F13
-	WORD $0x0f08a5ad // sxtl v13.8h, v13.8b
-	WORD $0x4e4d59ad // uzp2 v13.8h, v13.8h, v13.8h
-	WORD $0x0f10a5ad // sxtl v13.4s, v13.4h
-	FMOVS 80(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf854a // add v10.4s, v10.4s, v15.4s
-	WORD $0x4ead9542 // mla v2.4s, v10.4s, v13.4s
-	FMOVS 80(R7), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa84c6 // add v6.4s, v6.4s, v10.4s
-	WORD $0x4ead94c3 // mla v3.4s, v6.4s, v13.4s
-	FMOVD 0(R0), F13
-	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	WORD $0x4fa5eae9 // sdot v9.4s, v23.16b, v5.4b[3]
+	FMOVQ 52(R6), F5
+	FMOVQ 68(R6), F7
+	FMOVQ 52(R7), F6
+	FMOVQ 68(R7), F4
+	FMOVD 160(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89642 // mla v2.4s, v18.4s, v8.4s
+	WORD $0x6fa50102 // mla v2.4s, v8.4s, v5.s[1]
+	WORD $0x4ea895e3 // mla v3.4s, v15.4s, v8.4s
+	WORD $0x6fa60103 // mla v3.4s, v8.4s, v6.s[1]
+	FMOVD 192(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89602 // mla v2.4s, v16.4s, v8.4s
+	WORD $0x6fa50902 // mla v2.4s, v8.4s, v5.s[3]
+	WORD $0x4ea895a3 // mla v3.4s, v13.4s, v8.4s
+	WORD $0x6fa60903 // mla v3.4s, v8.4s, v6.s[3]
+	FMOVD 224(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89582 // mla v2.4s, v12.4s, v8.4s
+	WORD $0x6fa70102 // mla v2.4s, v8.4s, v7.s[1]
+	WORD $0x4ea89563 // mla v3.4s, v11.4s, v8.4s
+	WORD $0x6fa40103 // mla v3.4s, v8.4s, v4.s[1]
+	FMOVD 256(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89542 // mla v2.4s, v10.4s, v8.4s
+	WORD $0x6fa70902 // mla v2.4s, v8.4s, v7.s[3]
+	WORD $0x4ea89523 // mla v3.4s, v9.4s, v8.4s
+	WORD $0x6fa40903 // mla v3.4s, v8.4s, v4.s[3]
+	FMOVD 0(R0), F4
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
 	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
-	WORD $0x6e2ddc42 // fmul v2.4s, v2.4s, v13.4s
+	WORD $0x6e24dc42 // fmul v2.4s, v2.4s, v4.4s
 	FMOVS 0(R6), F6
 	WORD $0x4f869042 // fmul v2.4s, v2.4s, v6.s[0]
-	FMOVQ 0(R10), F10
-	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
-	FMOVQ F10, 0(R10)
+	FMOVQ 0(R10), F7
+	WORD $0x4e22d4e7 // fadd v7.4s, v7.4s, v2.4s
+	FMOVQ F7, 0(R10)
 	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
-	WORD $0x6e2ddc63 // fmul v3.4s, v3.4s, v13.4s
+	WORD $0x6e24dc63 // fmul v3.4s, v3.4s, v4.4s
 	FMOVS 0(R7), F6
 	WORD $0x4f869063 // fmul v3.4s, v3.4s, v6.s[0]
 	FMOVQ 0(R11), F2
 	WORD $0x4e23d442 // fadd v2.4s, v2.4s, v3.4s
 	FMOVQ F2, 0(R11)
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
 	FMOVQ 0(R2), F3
 	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
-	FMOVQ 32(R2), F10
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 64(R2), F5
-	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
-	FMOVQ 96(R2), F9
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 0(R3), F18
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	FMOVQ 32(R3), F14
-	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
-	FMOVQ 64(R3), F8
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 96(R3), F16
+	FMOVQ 32(R2), F7
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	FMOVQ 64(R2), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 96(R2), F10
 	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 0(R3), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 32(R3), F16
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 64(R3), F18
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 96(R3), F14
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
 	FMOVQ 304(R0), F20
 	FMOVQ 368(R0), F21
 	FMOVQ 432(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f83e2e2 // sdot v2.4s, v23.16b, v3.4b[0]
-	WORD $0x4f92e2f1 // sdot v17.4s, v23.16b, v18.4b[0]
+	WORD $0x4f8ce2ed // sdot v13.4s, v23.16b, v12.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ae2ef // sdot v15.4s, v23.16b, v10.4b[0]
-	WORD $0x4f8ee2e4 // sdot v4.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f87e2e5 // sdot v5.4s, v23.16b, v7.4b[0]
+	WORD $0x4f90e2ef // sdot v15.4s, v23.16b, v16.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f85e2f3 // sdot v19.4s, v23.16b, v5.4b[0]
-	WORD $0x4f88e2ec // sdot v12.4s, v23.16b, v8.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f88e2e9 // sdot v9.4s, v23.16b, v8.4b[0]
+	WORD $0x4f92e2f1 // sdot v17.4s, v23.16b, v18.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f89e2e7 // sdot v7.4s, v23.16b, v9.4b[0]
-	WORD $0x4f90e2eb // sdot v11.4s, v23.16b, v16.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ae2eb // sdot v11.4s, v23.16b, v10.4b[0]
+	WORD $0x4f8ee2f3 // sdot v19.4s, v23.16b, v14.4b[0]
 	FMOVQ 496(R0), F22
 	FMOVQ 560(R0), F21
 	FMOVQ 624(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4fa3e2e2 // sdot v2.4s, v23.16b, v3.4b[1]
-	WORD $0x4fb2e2f1 // sdot v17.4s, v23.16b, v18.4b[1]
+	WORD $0x4face2ed // sdot v13.4s, v23.16b, v12.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faae2ef // sdot v15.4s, v23.16b, v10.4b[1]
-	WORD $0x4faee2e4 // sdot v4.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa7e2e5 // sdot v5.4s, v23.16b, v7.4b[1]
+	WORD $0x4fb0e2ef // sdot v15.4s, v23.16b, v16.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa5e2f3 // sdot v19.4s, v23.16b, v5.4b[1]
-	WORD $0x4fa8e2ec // sdot v12.4s, v23.16b, v8.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fa8e2e9 // sdot v9.4s, v23.16b, v8.4b[1]
+	WORD $0x4fb2e2f1 // sdot v17.4s, v23.16b, v18.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa9e2e7 // sdot v7.4s, v23.16b, v9.4b[1]
-	WORD $0x4fb0e2eb // sdot v11.4s, v23.16b, v16.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faae2eb // sdot v11.4s, v23.16b, v10.4b[1]
+	WORD $0x4faee2f3 // sdot v19.4s, v23.16b, v14.4b[1]
 	FMOVQ 688(R0), F20
 	FMOVQ 752(R0), F21
 	FMOVQ 816(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f83eae2 // sdot v2.4s, v23.16b, v3.4b[2]
-	WORD $0x4f92eaf1 // sdot v17.4s, v23.16b, v18.4b[2]
+	WORD $0x4f8ceaed // sdot v13.4s, v23.16b, v12.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8aeaef // sdot v15.4s, v23.16b, v10.4b[2]
-	WORD $0x4f8eeae4 // sdot v4.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f87eae5 // sdot v5.4s, v23.16b, v7.4b[2]
+	WORD $0x4f90eaef // sdot v15.4s, v23.16b, v16.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f85eaf3 // sdot v19.4s, v23.16b, v5.4b[2]
-	WORD $0x4f88eaec // sdot v12.4s, v23.16b, v8.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f88eae9 // sdot v9.4s, v23.16b, v8.4b[2]
+	WORD $0x4f92eaf1 // sdot v17.4s, v23.16b, v18.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f89eae7 // sdot v7.4s, v23.16b, v9.4b[2]
-	WORD $0x4f90eaeb // sdot v11.4s, v23.16b, v16.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8aeaeb // sdot v11.4s, v23.16b, v10.4b[2]
+	WORD $0x4f8eeaf3 // sdot v19.4s, v23.16b, v14.4b[2]
 	FMOVQ 880(R0), F22
 	FMOVQ 944(R0), F21
 	FMOVQ 1008(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4fa3eae2 // sdot v2.4s, v23.16b, v3.4b[3]
-	WORD $0x4fb2eaf1 // sdot v17.4s, v23.16b, v18.4b[3]
+	WORD $0x4faceaed // sdot v13.4s, v23.16b, v12.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faaeaef // sdot v15.4s, v23.16b, v10.4b[3]
-	WORD $0x4faeeae4 // sdot v4.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa7eae5 // sdot v5.4s, v23.16b, v7.4b[3]
+	WORD $0x4fb0eaef // sdot v15.4s, v23.16b, v16.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa5eaf3 // sdot v19.4s, v23.16b, v5.4b[3]
-	WORD $0x4fa8eaec // sdot v12.4s, v23.16b, v8.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fa8eae9 // sdot v9.4s, v23.16b, v8.4b[3]
+	WORD $0x4fb2eaf1 // sdot v17.4s, v23.16b, v18.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa9eae7 // sdot v7.4s, v23.16b, v9.4b[3]
-	WORD $0x4fb0eaeb // sdot v11.4s, v23.16b, v16.4b[3]
-	FMOVD 40(R0), F16
-	WORD $0x0f08a610 // sxtl v16.8h, v16.8b
-	WORD $0x4e501a10 // uzp1 v16.8h, v16.8h, v16.8h
-	WORD $0x0f10a610 // sxtl v16.4s, v16.4h
-	FMOVS 20(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea88442 // add v2.4s, v2.4s, v8.4s
-	WORD $0x4eb0944d // mla v13.4s, v2.4s, v16.4s
-	FMOVS 20(R7), F2
-	WORD $0x4e040442 // dup v2.4s, v2.s[0]
-	WORD $0x4ea28631 // add v17.4s, v17.4s, v2.4s
-	WORD $0x4eb09626 // mla v6.4s, v17.4s, v16.4s
-	FMOVD 72(R0), F16
-	WORD $0x0f08a610 // sxtl v16.8h, v16.8b
-	WORD $0x4e501a10 // uzp1 v16.8h, v16.8h, v16.8h
-	WORD $0x0f10a610 // sxtl v16.4s, v16.4h
-	FMOVS 28(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb185ef // add v15.4s, v15.4s, v17.4s
-	WORD $0x4eb095ed // mla v13.4s, v15.4s, v16.4s
-	FMOVS 28(R7), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8484 // add v4.4s, v4.4s, v15.4s
-	WORD $0x4eb09486 // mla v6.4s, v4.4s, v16.4s
-	FMOVD 104(R0), F16
-	WORD $0x0f08a610 // sxtl v16.8h, v16.8b
-	WORD $0x4e501a10 // uzp1 v16.8h, v16.8h, v16.8h
-	WORD $0x0f10a610 // sxtl v16.4s, v16.4h
-	FMOVS 36(R6), F4
-	WORD $0x4e040484 // dup v4.4s, v4.s[0]
-	WORD $0x4ea48673 // add v19.4s, v19.4s, v4.4s
-	WORD $0x4eb0966d // mla v13.4s, v19.4s, v16.4s
-	FMOVS 36(R7), F19
-	WORD $0x4e040673 // dup v19.4s, v19.s[0]
-	WORD $0x4eb3858c // add v12.4s, v12.4s, v19.4s
-	WORD $0x4eb09586 // mla v6.4s, v12.4s, v16.4s
-	FMOVD 136(R0), F16
-	WORD $0x0f08a610 // sxtl v16.8h, v16.8b
-	WORD $0x4e501a10 // uzp1 v16.8h, v16.8h, v16.8h
-	WORD $0x0f10a610 // sxtl v16.4s, v16.4h
-	FMOVS 44(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac84e7 // add v7.4s, v7.4s, v12.4s
-	WORD $0x4eb094ed // mla v13.4s, v7.4s, v16.4s
-	FMOVS 44(R7), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea7856b // add v11.4s, v11.4s, v7.4s
-	WORD $0x4eb09566 // mla v6.4s, v11.4s, v16.4s
-	FMOVQ 16(R2), F16
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 48(R2), F7
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 80(R2), F19
-	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
-	FMOVQ 112(R2), F15
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faaeaeb // sdot v11.4s, v23.16b, v10.4b[3]
+	WORD $0x4faeeaf3 // sdot v19.4s, v23.16b, v14.4b[3]
+	FMOVQ 20(R6), F14
+	FMOVQ 36(R6), F18
+	FMOVQ 20(R7), F16
+	FMOVQ 36(R7), F12
+	FMOVD 40(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9444 // mla v4.4s, v2.4s, v10.4s
+	WORD $0x6f8e0144 // mla v4.4s, v10.4s, v14.s[0]
+	WORD $0x4eaa95a6 // mla v6.4s, v13.4s, v10.4s
+	WORD $0x6f900146 // mla v6.4s, v10.4s, v16.s[0]
+	FMOVD 72(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa94a4 // mla v4.4s, v5.4s, v10.4s
+	WORD $0x6f8e0944 // mla v4.4s, v10.4s, v14.s[2]
+	WORD $0x4eaa95e6 // mla v6.4s, v15.4s, v10.4s
+	WORD $0x6f900946 // mla v6.4s, v10.4s, v16.s[2]
+	FMOVD 104(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9524 // mla v4.4s, v9.4s, v10.4s
+	WORD $0x6f920144 // mla v4.4s, v10.4s, v18.s[0]
+	WORD $0x4eaa9626 // mla v6.4s, v17.4s, v10.4s
+	WORD $0x6f8c0146 // mla v6.4s, v10.4s, v12.s[0]
+	FMOVD 136(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9564 // mla v4.4s, v11.4s, v10.4s
+	WORD $0x6f920944 // mla v4.4s, v10.4s, v18.s[2]
+	WORD $0x4eaa9666 // mla v6.4s, v19.4s, v10.4s
+	WORD $0x6f8c0946 // mla v6.4s, v10.4s, v12.s[2]
+	FMOVQ 16(R2), F12
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 48(R2), F18
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 80(R2), F10
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 112(R2), F11
 	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	FMOVQ 16(R3), F2
+	FMOVQ 16(R3), F9
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 48(R3), F5
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 80(R3), F2
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 48(R3), F14
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 80(R3), F9
-	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
-	FMOVQ 112(R3), F10
+	FMOVQ 112(R3), F7
 	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
 	FMOVQ 1072(R0), F20
 	FMOVQ 1136(R0), F21
 	FMOVQ 1200(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f90e2eb // sdot v11.4s, v23.16b, v16.4b[0]
-	WORD $0x4f82e2e8 // sdot v8.4s, v23.16b, v2.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ce2f0 // sdot v16.4s, v23.16b, v12.4b[0]
+	WORD $0x4f89e2ef // sdot v15.4s, v23.16b, v9.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f87e2ec // sdot v12.4s, v23.16b, v7.4b[0]
-	WORD $0x4f8ee2f2 // sdot v18.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f92e2ee // sdot v14.4s, v23.16b, v18.4b[0]
+	WORD $0x4f85e2ed // sdot v13.4s, v23.16b, v5.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f93e2e4 // sdot v4.4s, v23.16b, v19.4b[0]
-	WORD $0x4f89e2e5 // sdot v5.4s, v23.16b, v9.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8ae2f3 // sdot v19.4s, v23.16b, v10.4b[0]
+	WORD $0x4f82e2e8 // sdot v8.4s, v23.16b, v2.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8fe2f1 // sdot v17.4s, v23.16b, v15.4b[0]
-	WORD $0x4f8ae2e3 // sdot v3.4s, v23.16b, v10.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8be2f1 // sdot v17.4s, v23.16b, v11.4b[0]
+	WORD $0x4f87e2e3 // sdot v3.4s, v23.16b, v7.4b[0]
 	FMOVQ 1264(R0), F22
 	FMOVQ 1328(R0), F21
 	FMOVQ 1392(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb0e2eb // sdot v11.4s, v23.16b, v16.4b[1]
-	WORD $0x4fa2e2e8 // sdot v8.4s, v23.16b, v2.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4face2f0 // sdot v16.4s, v23.16b, v12.4b[1]
+	WORD $0x4fa9e2ef // sdot v15.4s, v23.16b, v9.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa7e2ec // sdot v12.4s, v23.16b, v7.4b[1]
-	WORD $0x4faee2f2 // sdot v18.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb2e2ee // sdot v14.4s, v23.16b, v18.4b[1]
+	WORD $0x4fa5e2ed // sdot v13.4s, v23.16b, v5.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb3e2e4 // sdot v4.4s, v23.16b, v19.4b[1]
-	WORD $0x4fa9e2e5 // sdot v5.4s, v23.16b, v9.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4faae2f3 // sdot v19.4s, v23.16b, v10.4b[1]
+	WORD $0x4fa2e2e8 // sdot v8.4s, v23.16b, v2.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fafe2f1 // sdot v17.4s, v23.16b, v15.4b[1]
-	WORD $0x4faae2e3 // sdot v3.4s, v23.16b, v10.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fabe2f1 // sdot v17.4s, v23.16b, v11.4b[1]
+	WORD $0x4fa7e2e3 // sdot v3.4s, v23.16b, v7.4b[1]
 	FMOVQ 1456(R0), F20
 	FMOVQ 1520(R0), F21
 	FMOVQ 1584(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f90eaeb // sdot v11.4s, v23.16b, v16.4b[2]
-	WORD $0x4f82eae8 // sdot v8.4s, v23.16b, v2.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ceaf0 // sdot v16.4s, v23.16b, v12.4b[2]
+	WORD $0x4f89eaef // sdot v15.4s, v23.16b, v9.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f87eaec // sdot v12.4s, v23.16b, v7.4b[2]
-	WORD $0x4f8eeaf2 // sdot v18.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f92eaee // sdot v14.4s, v23.16b, v18.4b[2]
+	WORD $0x4f85eaed // sdot v13.4s, v23.16b, v5.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f93eae4 // sdot v4.4s, v23.16b, v19.4b[2]
-	WORD $0x4f89eae5 // sdot v5.4s, v23.16b, v9.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8aeaf3 // sdot v19.4s, v23.16b, v10.4b[2]
+	WORD $0x4f82eae8 // sdot v8.4s, v23.16b, v2.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8feaf1 // sdot v17.4s, v23.16b, v15.4b[2]
-	WORD $0x4f8aeae3 // sdot v3.4s, v23.16b, v10.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8beaf1 // sdot v17.4s, v23.16b, v11.4b[2]
+	WORD $0x4f87eae3 // sdot v3.4s, v23.16b, v7.4b[2]
 	FMOVQ 1648(R0), F22
 	FMOVQ 1712(R0), F21
 	FMOVQ 1776(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb0eaeb // sdot v11.4s, v23.16b, v16.4b[3]
-	WORD $0x4fa2eae8 // sdot v8.4s, v23.16b, v2.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faceaf0 // sdot v16.4s, v23.16b, v12.4b[3]
+	WORD $0x4fa9eaef // sdot v15.4s, v23.16b, v9.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa7eaec // sdot v12.4s, v23.16b, v7.4b[3]
-	WORD $0x4faeeaf2 // sdot v18.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb2eaee // sdot v14.4s, v23.16b, v18.4b[3]
+	WORD $0x4fa5eaed // sdot v13.4s, v23.16b, v5.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb3eae4 // sdot v4.4s, v23.16b, v19.4b[3]
-	WORD $0x4fa9eae5 // sdot v5.4s, v23.16b, v9.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4faaeaf3 // sdot v19.4s, v23.16b, v10.4b[3]
+	WORD $0x4fa2eae8 // sdot v8.4s, v23.16b, v2.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fafeaf1 // sdot v17.4s, v23.16b, v15.4b[3]
-	WORD $0x4faaeae3 // sdot v3.4s, v23.16b, v10.4b[3]
-	FMOVD 40(R0), F10
-	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
-	WORD $0x4e4a594a // uzp2 v10.8h, v10.8h, v10.8h
-	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
-	FMOVS 24(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9856b // add v11.4s, v11.4s, v9.4s
-	WORD $0x4eaa956d // mla v13.4s, v11.4s, v10.4s
-	FMOVS 24(R7), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab8508 // add v8.4s, v8.4s, v11.4s
-	WORD $0x4eaa9506 // mla v6.4s, v8.4s, v10.4s
-	FMOVD 72(R0), F10
-	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
-	WORD $0x4e4a594a // uzp2 v10.8h, v10.8h, v10.8h
-	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
-	FMOVS 32(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea8858c // add v12.4s, v12.4s, v8.4s
-	WORD $0x4eaa958d // mla v13.4s, v12.4s, v10.4s
-	FMOVS 32(R7), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac8652 // add v18.4s, v18.4s, v12.4s
-	WORD $0x4eaa9646 // mla v6.4s, v18.4s, v10.4s
-	FMOVD 104(R0), F10
-	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
-	WORD $0x4e4a594a // uzp2 v10.8h, v10.8h, v10.8h
-	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
-	FMOVS 40(R6), F18
-	WORD $0x4e040652 // dup v18.4s, v18.s[0]
-	WORD $0x4eb28484 // add v4.4s, v4.4s, v18.4s
-	WORD $0x4eaa948d // mla v13.4s, v4.4s, v10.4s
-	FMOVS 40(R7), F4
-	WORD $0x4e040484 // dup v4.4s, v4.s[0]
-	WORD $0x4ea484a5 // add v5.4s, v5.4s, v4.4s
-	WORD $0x4eaa94a6 // mla v6.4s, v5.4s, v10.4s
-	FMOVD 136(R0), F10
-	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
-	WORD $0x4e4a594a // uzp2 v10.8h, v10.8h, v10.8h
-	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
-	FMOVS 48(R6), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea58631 // add v17.4s, v17.4s, v5.4s
-	WORD $0x4eaa962d // mla v13.4s, v17.4s, v10.4s
-	FMOVS 48(R7), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb18463 // add v3.4s, v3.4s, v17.4s
-	WORD $0x4eaa9466 // mla v6.4s, v3.4s, v10.4s
-	FMOVQ 128(R2), F10
-	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
-	FMOVQ 160(R2), F17
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fabeaf1 // sdot v17.4s, v23.16b, v11.4b[3]
+	WORD $0x4fa7eae3 // sdot v3.4s, v23.16b, v7.4b[3]
+	FMOVQ 20(R6), F7
+	FMOVQ 36(R6), F2
+	FMOVQ 20(R7), F5
+	FMOVQ 36(R7), F9
+	FMOVD 40(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9604 // mla v4.4s, v16.4s, v11.4s
+	WORD $0x6fa70164 // mla v4.4s, v11.4s, v7.s[1]
+	WORD $0x4eab95e6 // mla v6.4s, v15.4s, v11.4s
+	WORD $0x6fa50166 // mla v6.4s, v11.4s, v5.s[1]
+	FMOVD 72(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95c4 // mla v4.4s, v14.4s, v11.4s
+	WORD $0x6fa70964 // mla v4.4s, v11.4s, v7.s[3]
+	WORD $0x4eab95a6 // mla v6.4s, v13.4s, v11.4s
+	WORD $0x6fa50966 // mla v6.4s, v11.4s, v5.s[3]
+	FMOVD 104(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9664 // mla v4.4s, v19.4s, v11.4s
+	WORD $0x6fa20164 // mla v4.4s, v11.4s, v2.s[1]
+	WORD $0x4eab9506 // mla v6.4s, v8.4s, v11.4s
+	WORD $0x6fa90166 // mla v6.4s, v11.4s, v9.s[1]
+	FMOVD 136(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9624 // mla v4.4s, v17.4s, v11.4s
+	WORD $0x6fa20964 // mla v4.4s, v11.4s, v2.s[3]
+	WORD $0x4eab9466 // mla v6.4s, v3.4s, v11.4s
+	WORD $0x6fa90966 // mla v6.4s, v11.4s, v9.s[3]
+	FMOVQ 128(R2), F9
 	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
-	FMOVQ 192(R2), F4
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 224(R2), F12
+	FMOVQ 160(R2), F2
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 192(R2), F11
+	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
+	FMOVQ 224(R2), F17
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 128(R3), F11
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 128(R3), F19
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
 	FMOVQ 160(R3), F14
-	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
-	FMOVQ 192(R3), F15
-	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
-	FMOVQ 224(R3), F7
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 192(R3), F16
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 224(R3), F18
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 1840(R0), F20
 	FMOVQ 1904(R0), F21
 	FMOVQ 1968(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ae2e3 // sdot v3.4s, v23.16b, v10.4b[0]
-	WORD $0x4f8be2e9 // sdot v9.4s, v23.16b, v11.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f89e2e5 // sdot v5.4s, v23.16b, v9.4b[0]
+	WORD $0x4f93e2ed // sdot v13.4s, v23.16b, v19.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f91e2e5 // sdot v5.4s, v23.16b, v17.4b[0]
-	WORD $0x4f8ee2e2 // sdot v2.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f82e2e7 // sdot v7.4s, v23.16b, v2.4b[0]
+	WORD $0x4f8ee2ef // sdot v15.4s, v23.16b, v14.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f84e2f2 // sdot v18.4s, v23.16b, v4.4b[0]
-	WORD $0x4f8fe2f3 // sdot v19.4s, v23.16b, v15.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8be2e3 // sdot v3.4s, v23.16b, v11.4b[0]
+	WORD $0x4f90e2ea // sdot v10.4s, v23.16b, v16.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ce2e8 // sdot v8.4s, v23.16b, v12.4b[0]
-	WORD $0x4f87e2f0 // sdot v16.4s, v23.16b, v7.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f91e2e8 // sdot v8.4s, v23.16b, v17.4b[0]
+	WORD $0x4f92e2ec // sdot v12.4s, v23.16b, v18.4b[0]
 	FMOVQ 2032(R0), F22
 	FMOVQ 2096(R0), F21
 	FMOVQ 2160(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faae2e3 // sdot v3.4s, v23.16b, v10.4b[1]
-	WORD $0x4fabe2e9 // sdot v9.4s, v23.16b, v11.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa9e2e5 // sdot v5.4s, v23.16b, v9.4b[1]
+	WORD $0x4fb3e2ed // sdot v13.4s, v23.16b, v19.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb1e2e5 // sdot v5.4s, v23.16b, v17.4b[1]
-	WORD $0x4faee2e2 // sdot v2.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa2e2e7 // sdot v7.4s, v23.16b, v2.4b[1]
+	WORD $0x4faee2ef // sdot v15.4s, v23.16b, v14.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa4e2f2 // sdot v18.4s, v23.16b, v4.4b[1]
-	WORD $0x4fafe2f3 // sdot v19.4s, v23.16b, v15.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fabe2e3 // sdot v3.4s, v23.16b, v11.4b[1]
+	WORD $0x4fb0e2ea // sdot v10.4s, v23.16b, v16.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4face2e8 // sdot v8.4s, v23.16b, v12.4b[1]
-	WORD $0x4fa7e2f0 // sdot v16.4s, v23.16b, v7.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb1e2e8 // sdot v8.4s, v23.16b, v17.4b[1]
+	WORD $0x4fb2e2ec // sdot v12.4s, v23.16b, v18.4b[1]
 	FMOVQ 2224(R0), F20
 	FMOVQ 2288(R0), F21
 	FMOVQ 2352(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8aeae3 // sdot v3.4s, v23.16b, v10.4b[2]
-	WORD $0x4f8beae9 // sdot v9.4s, v23.16b, v11.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f89eae5 // sdot v5.4s, v23.16b, v9.4b[2]
+	WORD $0x4f93eaed // sdot v13.4s, v23.16b, v19.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f91eae5 // sdot v5.4s, v23.16b, v17.4b[2]
-	WORD $0x4f8eeae2 // sdot v2.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f82eae7 // sdot v7.4s, v23.16b, v2.4b[2]
+	WORD $0x4f8eeaef // sdot v15.4s, v23.16b, v14.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f84eaf2 // sdot v18.4s, v23.16b, v4.4b[2]
-	WORD $0x4f8feaf3 // sdot v19.4s, v23.16b, v15.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8beae3 // sdot v3.4s, v23.16b, v11.4b[2]
+	WORD $0x4f90eaea // sdot v10.4s, v23.16b, v16.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ceae8 // sdot v8.4s, v23.16b, v12.4b[2]
-	WORD $0x4f87eaf0 // sdot v16.4s, v23.16b, v7.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f91eae8 // sdot v8.4s, v23.16b, v17.4b[2]
+	WORD $0x4f92eaec // sdot v12.4s, v23.16b, v18.4b[2]
 	FMOVQ 2416(R0), F22
 	FMOVQ 2480(R0), F21
 	FMOVQ 2544(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faaeae3 // sdot v3.4s, v23.16b, v10.4b[3]
-	WORD $0x4fabeae9 // sdot v9.4s, v23.16b, v11.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa9eae5 // sdot v5.4s, v23.16b, v9.4b[3]
+	WORD $0x4fb3eaed // sdot v13.4s, v23.16b, v19.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb1eae5 // sdot v5.4s, v23.16b, v17.4b[3]
-	WORD $0x4faeeae2 // sdot v2.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa2eae7 // sdot v7.4s, v23.16b, v2.4b[3]
+	WORD $0x4faeeaef // sdot v15.4s, v23.16b, v14.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa4eaf2 // sdot v18.4s, v23.16b, v4.4b[3]
-	WORD $0x4fafeaf3 // sdot v19.4s, v23.16b, v15.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fabeae3 // sdot v3.4s, v23.16b, v11.4b[3]
+	WORD $0x4fb0eaea // sdot v10.4s, v23.16b, v16.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faceae8 // sdot v8.4s, v23.16b, v12.4b[3]
-	WORD $0x4fa7eaf0 // sdot v16.4s, v23.16b, v7.4b[3]
-	FMOVD 168(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4718e7 // uzp1 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 52(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8463 // add v3.4s, v3.4s, v15.4s
-	WORD $0x4ea7946d // mla v13.4s, v3.4s, v7.4s
-	FMOVS 52(R7), F3
-	WORD $0x4e040463 // dup v3.4s, v3.s[0]
-	WORD $0x4ea38529 // add v9.4s, v9.4s, v3.4s
-	WORD $0x4ea79526 // mla v6.4s, v9.4s, v7.4s
-	FMOVD 200(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4718e7 // uzp1 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 60(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea984a5 // add v5.4s, v5.4s, v9.4s
-	WORD $0x4ea794ad // mla v13.4s, v5.4s, v7.4s
-	FMOVS 60(R7), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea58442 // add v2.4s, v2.4s, v5.4s
-	WORD $0x4ea79446 // mla v6.4s, v2.4s, v7.4s
-	FMOVD 232(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4718e7 // uzp1 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 68(R6), F2
-	WORD $0x4e040442 // dup v2.4s, v2.s[0]
-	WORD $0x4ea28652 // add v18.4s, v18.4s, v2.4s
-	WORD $0x4ea7964d // mla v13.4s, v18.4s, v7.4s
-	FMOVS 68(R7), F18
-	WORD $0x4e040652 // dup v18.4s, v18.s[0]
-	WORD $0x4eb28673 // add v19.4s, v19.4s, v18.4s
-	WORD $0x4ea79666 // mla v6.4s, v19.4s, v7.4s
-	FMOVD 264(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4718e7 // uzp1 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 76(R6), F19
-	WORD $0x4e040673 // dup v19.4s, v19.s[0]
-	WORD $0x4eb38508 // add v8.4s, v8.4s, v19.4s
-	WORD $0x4ea7950d // mla v13.4s, v8.4s, v7.4s
-	FMOVS 76(R7), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea88610 // add v16.4s, v16.4s, v8.4s
-	WORD $0x4ea79606 // mla v6.4s, v16.4s, v7.4s
-	FMOVQ 144(R2), F7
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 176(R2), F8
-	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
-	FMOVQ 208(R2), F18
-	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
-	FMOVQ 240(R2), F5
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb1eae8 // sdot v8.4s, v23.16b, v17.4b[3]
+	WORD $0x4fb2eaec // sdot v12.4s, v23.16b, v18.4b[3]
+	FMOVQ 52(R6), F18
+	FMOVQ 68(R6), F16
+	FMOVQ 52(R7), F14
+	FMOVQ 68(R7), F19
+	FMOVD 168(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb194a4 // mla v4.4s, v5.4s, v17.4s
+	WORD $0x6f920224 // mla v4.4s, v17.4s, v18.s[0]
+	WORD $0x4eb195a6 // mla v6.4s, v13.4s, v17.4s
+	WORD $0x6f8e0226 // mla v6.4s, v17.4s, v14.s[0]
+	FMOVD 200(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb194e4 // mla v4.4s, v7.4s, v17.4s
+	WORD $0x6f920a24 // mla v4.4s, v17.4s, v18.s[2]
+	WORD $0x4eb195e6 // mla v6.4s, v15.4s, v17.4s
+	WORD $0x6f8e0a26 // mla v6.4s, v17.4s, v14.s[2]
+	FMOVD 232(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19464 // mla v4.4s, v3.4s, v17.4s
+	WORD $0x6f900224 // mla v4.4s, v17.4s, v16.s[0]
+	WORD $0x4eb19546 // mla v6.4s, v10.4s, v17.4s
+	WORD $0x6f930226 // mla v6.4s, v17.4s, v19.s[0]
+	FMOVD 264(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19504 // mla v4.4s, v8.4s, v17.4s
+	WORD $0x6f900a24 // mla v4.4s, v17.4s, v16.s[2]
+	WORD $0x4eb19586 // mla v6.4s, v12.4s, v17.4s
+	WORD $0x6f930a26 // mla v6.4s, v17.4s, v19.s[2]
+	FMOVQ 144(R2), F19
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 176(R2), F16
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 208(R2), F17
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 240(R2), F8
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
 	FMOVQ 144(R3), F3
 	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 176(R3), F14
+	FMOVQ 176(R3), F7
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 208(R3), F5
 	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 208(R3), F12
-	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
-	FMOVQ 240(R3), F17
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 240(R3), F2
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	FMOVQ 2608(R0), F20
 	FMOVQ 2672(R0), F21
 	FMOVQ 2736(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f87e2f0 // sdot v16.4s, v23.16b, v7.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f93e2ee // sdot v14.4s, v23.16b, v19.4b[0]
 	WORD $0x4f83e2ef // sdot v15.4s, v23.16b, v3.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f88e2f3 // sdot v19.4s, v23.16b, v8.4b[0]
-	WORD $0x4f8ee2eb // sdot v11.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f90e2f2 // sdot v18.4s, v23.16b, v16.4b[0]
+	WORD $0x4f87e2ed // sdot v13.4s, v23.16b, v7.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f92e2e2 // sdot v2.4s, v23.16b, v18.4b[0]
-	WORD $0x4f8ce2e4 // sdot v4.4s, v23.16b, v12.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f91e2ec // sdot v12.4s, v23.16b, v17.4b[0]
+	WORD $0x4f85e2eb // sdot v11.4s, v23.16b, v5.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f85e2e9 // sdot v9.4s, v23.16b, v5.4b[0]
-	WORD $0x4f91e2ea // sdot v10.4s, v23.16b, v17.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f88e2ea // sdot v10.4s, v23.16b, v8.4b[0]
+	WORD $0x4f82e2e9 // sdot v9.4s, v23.16b, v2.4b[0]
 	FMOVQ 2800(R0), F22
 	FMOVQ 2864(R0), F21
 	FMOVQ 2928(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa7e2f0 // sdot v16.4s, v23.16b, v7.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb3e2ee // sdot v14.4s, v23.16b, v19.4b[1]
 	WORD $0x4fa3e2ef // sdot v15.4s, v23.16b, v3.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa8e2f3 // sdot v19.4s, v23.16b, v8.4b[1]
-	WORD $0x4faee2eb // sdot v11.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb0e2f2 // sdot v18.4s, v23.16b, v16.4b[1]
+	WORD $0x4fa7e2ed // sdot v13.4s, v23.16b, v7.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb2e2e2 // sdot v2.4s, v23.16b, v18.4b[1]
-	WORD $0x4face2e4 // sdot v4.4s, v23.16b, v12.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fb1e2ec // sdot v12.4s, v23.16b, v17.4b[1]
+	WORD $0x4fa5e2eb // sdot v11.4s, v23.16b, v5.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa5e2e9 // sdot v9.4s, v23.16b, v5.4b[1]
-	WORD $0x4fb1e2ea // sdot v10.4s, v23.16b, v17.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa8e2ea // sdot v10.4s, v23.16b, v8.4b[1]
+	WORD $0x4fa2e2e9 // sdot v9.4s, v23.16b, v2.4b[1]
 	FMOVQ 2992(R0), F20
 	FMOVQ 3056(R0), F21
 	FMOVQ 3120(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f87eaf0 // sdot v16.4s, v23.16b, v7.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f93eaee // sdot v14.4s, v23.16b, v19.4b[2]
 	WORD $0x4f83eaef // sdot v15.4s, v23.16b, v3.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f88eaf3 // sdot v19.4s, v23.16b, v8.4b[2]
-	WORD $0x4f8eeaeb // sdot v11.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f90eaf2 // sdot v18.4s, v23.16b, v16.4b[2]
+	WORD $0x4f87eaed // sdot v13.4s, v23.16b, v7.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f92eae2 // sdot v2.4s, v23.16b, v18.4b[2]
-	WORD $0x4f8ceae4 // sdot v4.4s, v23.16b, v12.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f91eaec // sdot v12.4s, v23.16b, v17.4b[2]
+	WORD $0x4f85eaeb // sdot v11.4s, v23.16b, v5.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f85eae9 // sdot v9.4s, v23.16b, v5.4b[2]
-	WORD $0x4f91eaea // sdot v10.4s, v23.16b, v17.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f88eaea // sdot v10.4s, v23.16b, v8.4b[2]
+	WORD $0x4f82eae9 // sdot v9.4s, v23.16b, v2.4b[2]
 	FMOVQ 3184(R0), F22
 	FMOVQ 3248(R0), F21
 	FMOVQ 3312(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa7eaf0 // sdot v16.4s, v23.16b, v7.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb3eaee // sdot v14.4s, v23.16b, v19.4b[3]
 	WORD $0x4fa3eaef // sdot v15.4s, v23.16b, v3.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa8eaf3 // sdot v19.4s, v23.16b, v8.4b[3]
-	WORD $0x4faeeaeb // sdot v11.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb0eaf2 // sdot v18.4s, v23.16b, v16.4b[3]
+	WORD $0x4fa7eaed // sdot v13.4s, v23.16b, v7.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb2eae2 // sdot v2.4s, v23.16b, v18.4b[3]
-	WORD $0x4faceae4 // sdot v4.4s, v23.16b, v12.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fb1eaec // sdot v12.4s, v23.16b, v17.4b[3]
+	WORD $0x4fa5eaeb // sdot v11.4s, v23.16b, v5.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa5eae9 // sdot v9.4s, v23.16b, v5.4b[3]
-	WORD $0x4fb1eaea // sdot v10.4s, v23.16b, v17.4b[3]
-	FMOVD 168(R0), F17
-	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
-	WORD $0x4e515a31 // uzp2 v17.8h, v17.8h, v17.8h
-	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
-	FMOVS 56(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac8610 // add v16.4s, v16.4s, v12.4s
-	WORD $0x4eb1960d // mla v13.4s, v16.4s, v17.4s
-	FMOVS 56(R7), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb085ef // add v15.4s, v15.4s, v16.4s
-	WORD $0x4eb195e6 // mla v6.4s, v15.4s, v17.4s
-	FMOVD 200(R0), F17
-	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
-	WORD $0x4e515a31 // uzp2 v17.8h, v17.8h, v17.8h
-	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
-	FMOVS 64(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8673 // add v19.4s, v19.4s, v15.4s
-	WORD $0x4eb1966d // mla v13.4s, v19.4s, v17.4s
-	FMOVS 64(R7), F19
-	WORD $0x4e040673 // dup v19.4s, v19.s[0]
-	WORD $0x4eb3856b // add v11.4s, v11.4s, v19.4s
-	WORD $0x4eb19566 // mla v6.4s, v11.4s, v17.4s
-	FMOVD 232(R0), F17
-	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
-	WORD $0x4e515a31 // uzp2 v17.8h, v17.8h, v17.8h
-	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
-	FMOVS 72(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab8442 // add v2.4s, v2.4s, v11.4s
-	WORD $0x4eb1944d // mla v13.4s, v2.4s, v17.4s
-	FMOVS 72(R7), F2
-	WORD $0x4e040442 // dup v2.4s, v2.s[0]
-	WORD $0x4ea28484 // add v4.4s, v4.4s, v2.4s
-	WORD $0x4eb19486 // mla v6.4s, v4.4s, v17.4s
-	FMOVD 264(R0), F17
-	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
-	WORD $0x4e515a31 // uzp2 v17.8h, v17.8h, v17.8h
-	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
-	FMOVS 80(R6), F4
-	WORD $0x4e040484 // dup v4.4s, v4.s[0]
-	WORD $0x4ea48529 // add v9.4s, v9.4s, v4.4s
-	WORD $0x4eb1952d // mla v13.4s, v9.4s, v17.4s
-	FMOVS 80(R7), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
-	WORD $0x4eb19546 // mla v6.4s, v10.4s, v17.4s
-	FMOVD 8(R0), F17
-	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
-	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
-	WORD $0x6e31ddad // fmul v13.4s, v13.4s, v17.4s
-	FMOVS 0(R6), F10
-	WORD $0x4f8a91ad // fmul v13.4s, v13.4s, v10.s[0]
-	FMOVQ 16(R10), F9
-	WORD $0x4e2dd529 // fadd v9.4s, v9.4s, v13.4s
-	FMOVQ F9, 16(R10)
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa8eaea // sdot v10.4s, v23.16b, v8.4b[3]
+	WORD $0x4fa2eae9 // sdot v9.4s, v23.16b, v2.4b[3]
+	FMOVQ 52(R6), F2
+	FMOVQ 68(R6), F5
+	FMOVQ 52(R7), F7
+	FMOVQ 68(R7), F3
+	FMOVD 168(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea895c4 // mla v4.4s, v14.4s, v8.4s
+	WORD $0x6fa20104 // mla v4.4s, v8.4s, v2.s[1]
+	WORD $0x4ea895e6 // mla v6.4s, v15.4s, v8.4s
+	WORD $0x6fa70106 // mla v6.4s, v8.4s, v7.s[1]
+	FMOVD 200(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89644 // mla v4.4s, v18.4s, v8.4s
+	WORD $0x6fa20904 // mla v4.4s, v8.4s, v2.s[3]
+	WORD $0x4ea895a6 // mla v6.4s, v13.4s, v8.4s
+	WORD $0x6fa70906 // mla v6.4s, v8.4s, v7.s[3]
+	FMOVD 232(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89584 // mla v4.4s, v12.4s, v8.4s
+	WORD $0x6fa50104 // mla v4.4s, v8.4s, v5.s[1]
+	WORD $0x4ea89566 // mla v6.4s, v11.4s, v8.4s
+	WORD $0x6fa30106 // mla v6.4s, v8.4s, v3.s[1]
+	FMOVD 264(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89544 // mla v4.4s, v10.4s, v8.4s
+	WORD $0x6fa50904 // mla v4.4s, v8.4s, v5.s[3]
+	WORD $0x4ea89526 // mla v6.4s, v9.4s, v8.4s
+	WORD $0x6fa30906 // mla v6.4s, v8.4s, v3.s[3]
+	FMOVD 8(R0), F3
+	WORD $0x0e217863 // fcvtl v3.4s, v3.4h
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x6e23dc84 // fmul v4.4s, v4.4s, v3.4s
+	FMOVS 0(R6), F7
+	WORD $0x4f879084 // fmul v4.4s, v4.4s, v7.s[0]
+	FMOVQ 16(R10), F5
+	WORD $0x4e24d4a5 // fadd v5.4s, v5.4s, v4.4s
+	FMOVQ F5, 16(R10)
 	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
-	WORD $0x6e31dcc6 // fmul v6.4s, v6.4s, v17.4s
-	FMOVS 0(R7), F10
-	WORD $0x4f8a90c6 // fmul v6.4s, v6.4s, v10.s[0]
-	FMOVQ 16(R11), F13
-	WORD $0x4e26d5ad // fadd v13.4s, v13.4s, v6.4s
-	FMOVQ F13, 16(R11)
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 0(R2), F6
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 32(R2), F9
-	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
-	FMOVQ 64(R2), F2
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 96(R2), F19
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 0(R3), F16
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 32(R3), F14
+	WORD $0x6e23dcc6 // fmul v6.4s, v6.4s, v3.4s
+	FMOVS 0(R7), F7
+	WORD $0x4f8790c6 // fmul v6.4s, v6.4s, v7.s[0]
+	FMOVQ 16(R11), F4
+	WORD $0x4e26d484 // fadd v4.4s, v4.4s, v6.4s
+	FMOVQ F4, 16(R11)
 	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
-	FMOVQ 64(R3), F5
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 96(R3), F8
 	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 0(R2), F6
+	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
+	FMOVQ 32(R2), F5
+	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
+	FMOVQ 64(R2), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 96(R2), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 0(R3), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 32(R3), F18
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 64(R3), F14
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 96(R3), F16
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
 	FMOVQ 320(R0), F20
 	FMOVQ 384(R0), F21
 	FMOVQ 448(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f86e2ed // sdot v13.4s, v23.16b, v6.4b[0]
-	WORD $0x4f90e2ec // sdot v12.4s, v23.16b, v16.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f86e2e4 // sdot v4.4s, v23.16b, v6.4b[0]
+	WORD $0x4f8ce2ed // sdot v13.4s, v23.16b, v12.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f89e2e4 // sdot v4.4s, v23.16b, v9.4b[0]
-	WORD $0x4f8ee2e3 // sdot v3.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f85e2e2 // sdot v2.4s, v23.16b, v5.4b[0]
+	WORD $0x4f92e2ef // sdot v15.4s, v23.16b, v18.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f82e2eb // sdot v11.4s, v23.16b, v2.4b[0]
-	WORD $0x4f85e2f2 // sdot v18.4s, v23.16b, v5.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f88e2e9 // sdot v9.4s, v23.16b, v8.4b[0]
+	WORD $0x4f8ee2f1 // sdot v17.4s, v23.16b, v14.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f93e2ef // sdot v15.4s, v23.16b, v19.4b[0]
-	WORD $0x4f88e2e7 // sdot v7.4s, v23.16b, v8.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ae2eb // sdot v11.4s, v23.16b, v10.4b[0]
+	WORD $0x4f90e2f3 // sdot v19.4s, v23.16b, v16.4b[0]
 	FMOVQ 512(R0), F22
 	FMOVQ 576(R0), F21
 	FMOVQ 640(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa6e2ed // sdot v13.4s, v23.16b, v6.4b[1]
-	WORD $0x4fb0e2ec // sdot v12.4s, v23.16b, v16.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa6e2e4 // sdot v4.4s, v23.16b, v6.4b[1]
+	WORD $0x4face2ed // sdot v13.4s, v23.16b, v12.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa9e2e4 // sdot v4.4s, v23.16b, v9.4b[1]
-	WORD $0x4faee2e3 // sdot v3.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa5e2e2 // sdot v2.4s, v23.16b, v5.4b[1]
+	WORD $0x4fb2e2ef // sdot v15.4s, v23.16b, v18.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa2e2eb // sdot v11.4s, v23.16b, v2.4b[1]
-	WORD $0x4fa5e2f2 // sdot v18.4s, v23.16b, v5.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fa8e2e9 // sdot v9.4s, v23.16b, v8.4b[1]
+	WORD $0x4faee2f1 // sdot v17.4s, v23.16b, v14.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb3e2ef // sdot v15.4s, v23.16b, v19.4b[1]
-	WORD $0x4fa8e2e7 // sdot v7.4s, v23.16b, v8.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faae2eb // sdot v11.4s, v23.16b, v10.4b[1]
+	WORD $0x4fb0e2f3 // sdot v19.4s, v23.16b, v16.4b[1]
 	FMOVQ 704(R0), F20
 	FMOVQ 768(R0), F21
 	FMOVQ 832(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f86eaed // sdot v13.4s, v23.16b, v6.4b[2]
-	WORD $0x4f90eaec // sdot v12.4s, v23.16b, v16.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f86eae4 // sdot v4.4s, v23.16b, v6.4b[2]
+	WORD $0x4f8ceaed // sdot v13.4s, v23.16b, v12.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f89eae4 // sdot v4.4s, v23.16b, v9.4b[2]
-	WORD $0x4f8eeae3 // sdot v3.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f85eae2 // sdot v2.4s, v23.16b, v5.4b[2]
+	WORD $0x4f92eaef // sdot v15.4s, v23.16b, v18.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f82eaeb // sdot v11.4s, v23.16b, v2.4b[2]
-	WORD $0x4f85eaf2 // sdot v18.4s, v23.16b, v5.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f88eae9 // sdot v9.4s, v23.16b, v8.4b[2]
+	WORD $0x4f8eeaf1 // sdot v17.4s, v23.16b, v14.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f93eaef // sdot v15.4s, v23.16b, v19.4b[2]
-	WORD $0x4f88eae7 // sdot v7.4s, v23.16b, v8.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8aeaeb // sdot v11.4s, v23.16b, v10.4b[2]
+	WORD $0x4f90eaf3 // sdot v19.4s, v23.16b, v16.4b[2]
 	FMOVQ 896(R0), F22
 	FMOVQ 960(R0), F21
 	FMOVQ 1024(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa6eaed // sdot v13.4s, v23.16b, v6.4b[3]
-	WORD $0x4fb0eaec // sdot v12.4s, v23.16b, v16.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa6eae4 // sdot v4.4s, v23.16b, v6.4b[3]
+	WORD $0x4faceaed // sdot v13.4s, v23.16b, v12.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa9eae4 // sdot v4.4s, v23.16b, v9.4b[3]
-	WORD $0x4faeeae3 // sdot v3.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa5eae2 // sdot v2.4s, v23.16b, v5.4b[3]
+	WORD $0x4fb2eaef // sdot v15.4s, v23.16b, v18.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa2eaeb // sdot v11.4s, v23.16b, v2.4b[3]
-	WORD $0x4fa5eaf2 // sdot v18.4s, v23.16b, v5.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fa8eae9 // sdot v9.4s, v23.16b, v8.4b[3]
+	WORD $0x4faeeaf1 // sdot v17.4s, v23.16b, v14.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb3eaef // sdot v15.4s, v23.16b, v19.4b[3]
-	WORD $0x4fa8eae7 // sdot v7.4s, v23.16b, v8.4b[3]
-	FMOVD 48(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e481908 // uzp1 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 20(R6), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea585ad // add v13.4s, v13.4s, v5.4s
-	WORD $0x4ea895b1 // mla v17.4s, v13.4s, v8.4s
-	FMOVS 20(R7), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead858c // add v12.4s, v12.4s, v13.4s
-	WORD $0x4ea8958a // mla v10.4s, v12.4s, v8.4s
-	FMOVD 80(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e481908 // uzp1 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 28(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac8484 // add v4.4s, v4.4s, v12.4s
-	WORD $0x4ea89491 // mla v17.4s, v4.4s, v8.4s
-	FMOVS 28(R7), F4
-	WORD $0x4e040484 // dup v4.4s, v4.s[0]
-	WORD $0x4ea48463 // add v3.4s, v3.4s, v4.4s
-	WORD $0x4ea8946a // mla v10.4s, v3.4s, v8.4s
-	FMOVD 112(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e481908 // uzp1 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 36(R6), F3
-	WORD $0x4e040463 // dup v3.4s, v3.s[0]
-	WORD $0x4ea3856b // add v11.4s, v11.4s, v3.4s
-	WORD $0x4ea89571 // mla v17.4s, v11.4s, v8.4s
-	FMOVS 36(R7), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab8652 // add v18.4s, v18.4s, v11.4s
-	WORD $0x4ea8964a // mla v10.4s, v18.4s, v8.4s
-	FMOVD 144(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e481908 // uzp1 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 44(R6), F18
-	WORD $0x4e040652 // dup v18.4s, v18.s[0]
-	WORD $0x4eb285ef // add v15.4s, v15.4s, v18.4s
-	WORD $0x4ea895f1 // mla v17.4s, v15.4s, v8.4s
-	FMOVS 44(R7), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf84e7 // add v7.4s, v7.4s, v15.4s
-	WORD $0x4ea894ea // mla v10.4s, v7.4s, v8.4s
-	FMOVQ 16(R2), F8
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 48(R2), F15
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faaeaeb // sdot v11.4s, v23.16b, v10.4b[3]
+	WORD $0x4fb0eaf3 // sdot v19.4s, v23.16b, v16.4b[3]
+	FMOVQ 20(R6), F16
+	FMOVQ 36(R6), F14
+	FMOVQ 20(R7), F18
+	FMOVQ 36(R7), F12
+	FMOVD 48(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9483 // mla v3.4s, v4.4s, v10.4s
+	WORD $0x6f900143 // mla v3.4s, v10.4s, v16.s[0]
+	WORD $0x4eaa95a7 // mla v7.4s, v13.4s, v10.4s
+	WORD $0x6f920147 // mla v7.4s, v10.4s, v18.s[0]
+	FMOVD 80(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9443 // mla v3.4s, v2.4s, v10.4s
+	WORD $0x6f900943 // mla v3.4s, v10.4s, v16.s[2]
+	WORD $0x4eaa95e7 // mla v7.4s, v15.4s, v10.4s
+	WORD $0x6f920947 // mla v7.4s, v10.4s, v18.s[2]
+	FMOVD 112(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9523 // mla v3.4s, v9.4s, v10.4s
+	WORD $0x6f8e0143 // mla v3.4s, v10.4s, v14.s[0]
+	WORD $0x4eaa9627 // mla v7.4s, v17.4s, v10.4s
+	WORD $0x6f8c0147 // mla v7.4s, v10.4s, v12.s[0]
+	FMOVD 144(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9563 // mla v3.4s, v11.4s, v10.4s
+	WORD $0x6f8e0943 // mla v3.4s, v10.4s, v14.s[2]
+	WORD $0x4eaa9667 // mla v7.4s, v19.4s, v10.4s
+	WORD $0x6f8c0947 // mla v7.4s, v10.4s, v12.s[2]
+	FMOVQ 16(R2), F12
 	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 80(R2), F11
-	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
-	FMOVQ 112(R2), F4
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 16(R3), F13
-	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
-	FMOVQ 48(R3), F14
+	FMOVQ 48(R2), F14
 	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 80(R3), F19
-	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
-	FMOVQ 112(R3), F9
+	FMOVQ 80(R2), F10
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 112(R2), F11
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 16(R3), F9
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 48(R3), F2
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 80(R3), F4
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 112(R3), F5
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
 	FMOVQ 1088(R0), F20
 	FMOVQ 1152(R0), F21
 	FMOVQ 1216(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f88e2e7 // sdot v7.4s, v23.16b, v8.4b[0]
-	WORD $0x4f8de2e5 // sdot v5.4s, v23.16b, v13.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ce2f2 // sdot v18.4s, v23.16b, v12.4b[0]
+	WORD $0x4f89e2ef // sdot v15.4s, v23.16b, v9.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8fe2f2 // sdot v18.4s, v23.16b, v15.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f8ee2f0 // sdot v16.4s, v23.16b, v14.4b[0]
+	WORD $0x4f82e2ed // sdot v13.4s, v23.16b, v2.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8be2e3 // sdot v3.4s, v23.16b, v11.4b[0]
-	WORD $0x4f93e2e2 // sdot v2.4s, v23.16b, v19.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8ae2f3 // sdot v19.4s, v23.16b, v10.4b[0]
+	WORD $0x4f84e2e8 // sdot v8.4s, v23.16b, v4.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f84e2ec // sdot v12.4s, v23.16b, v4.4b[0]
-	WORD $0x4f89e2e6 // sdot v6.4s, v23.16b, v9.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8be2f1 // sdot v17.4s, v23.16b, v11.4b[0]
+	WORD $0x4f85e2e6 // sdot v6.4s, v23.16b, v5.4b[0]
 	FMOVQ 1280(R0), F22
 	FMOVQ 1344(R0), F21
 	FMOVQ 1408(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa8e2e7 // sdot v7.4s, v23.16b, v8.4b[1]
-	WORD $0x4fade2e5 // sdot v5.4s, v23.16b, v13.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4face2f2 // sdot v18.4s, v23.16b, v12.4b[1]
+	WORD $0x4fa9e2ef // sdot v15.4s, v23.16b, v9.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fafe2f2 // sdot v18.4s, v23.16b, v15.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4faee2f0 // sdot v16.4s, v23.16b, v14.4b[1]
+	WORD $0x4fa2e2ed // sdot v13.4s, v23.16b, v2.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fabe2e3 // sdot v3.4s, v23.16b, v11.4b[1]
-	WORD $0x4fb3e2e2 // sdot v2.4s, v23.16b, v19.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4faae2f3 // sdot v19.4s, v23.16b, v10.4b[1]
+	WORD $0x4fa4e2e8 // sdot v8.4s, v23.16b, v4.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa4e2ec // sdot v12.4s, v23.16b, v4.4b[1]
-	WORD $0x4fa9e2e6 // sdot v6.4s, v23.16b, v9.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fabe2f1 // sdot v17.4s, v23.16b, v11.4b[1]
+	WORD $0x4fa5e2e6 // sdot v6.4s, v23.16b, v5.4b[1]
 	FMOVQ 1472(R0), F20
 	FMOVQ 1536(R0), F21
 	FMOVQ 1600(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f88eae7 // sdot v7.4s, v23.16b, v8.4b[2]
-	WORD $0x4f8deae5 // sdot v5.4s, v23.16b, v13.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ceaf2 // sdot v18.4s, v23.16b, v12.4b[2]
+	WORD $0x4f89eaef // sdot v15.4s, v23.16b, v9.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8feaf2 // sdot v18.4s, v23.16b, v15.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4f8eeaf0 // sdot v16.4s, v23.16b, v14.4b[2]
+	WORD $0x4f82eaed // sdot v13.4s, v23.16b, v2.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8beae3 // sdot v3.4s, v23.16b, v11.4b[2]
-	WORD $0x4f93eae2 // sdot v2.4s, v23.16b, v19.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8aeaf3 // sdot v19.4s, v23.16b, v10.4b[2]
+	WORD $0x4f84eae8 // sdot v8.4s, v23.16b, v4.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f84eaec // sdot v12.4s, v23.16b, v4.4b[2]
-	WORD $0x4f89eae6 // sdot v6.4s, v23.16b, v9.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8beaf1 // sdot v17.4s, v23.16b, v11.4b[2]
+	WORD $0x4f85eae6 // sdot v6.4s, v23.16b, v5.4b[2]
 	FMOVQ 1664(R0), F22
 	FMOVQ 1728(R0), F21
 	FMOVQ 1792(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa8eae7 // sdot v7.4s, v23.16b, v8.4b[3]
-	WORD $0x4fadeae5 // sdot v5.4s, v23.16b, v13.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faceaf2 // sdot v18.4s, v23.16b, v12.4b[3]
+	WORD $0x4fa9eaef // sdot v15.4s, v23.16b, v9.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fafeaf2 // sdot v18.4s, v23.16b, v15.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
 	WORD $0x4faeeaf0 // sdot v16.4s, v23.16b, v14.4b[3]
+	WORD $0x4fa2eaed // sdot v13.4s, v23.16b, v2.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fabeae3 // sdot v3.4s, v23.16b, v11.4b[3]
-	WORD $0x4fb3eae2 // sdot v2.4s, v23.16b, v19.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4faaeaf3 // sdot v19.4s, v23.16b, v10.4b[3]
+	WORD $0x4fa4eae8 // sdot v8.4s, v23.16b, v4.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa4eaec // sdot v12.4s, v23.16b, v4.4b[3]
-	WORD $0x4fa9eae6 // sdot v6.4s, v23.16b, v9.4b[3]
-	FMOVD 48(R0), F9
-	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
-	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
-	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 24(R6), F19
-	WORD $0x4e040673 // dup v19.4s, v19.s[0]
-	WORD $0x4eb384e7 // add v7.4s, v7.4s, v19.4s
-	WORD $0x4ea994f1 // mla v17.4s, v7.4s, v9.4s
-	FMOVS 24(R7), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea784a5 // add v5.4s, v5.4s, v7.4s
-	WORD $0x4ea994aa // mla v10.4s, v5.4s, v9.4s
-	FMOVD 80(R0), F9
-	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
-	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
-	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 32(R6), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea58652 // add v18.4s, v18.4s, v5.4s
-	WORD $0x4ea99651 // mla v17.4s, v18.4s, v9.4s
-	FMOVS 32(R7), F18
-	WORD $0x4e040652 // dup v18.4s, v18.s[0]
-	WORD $0x4eb28610 // add v16.4s, v16.4s, v18.4s
-	WORD $0x4ea9960a // mla v10.4s, v16.4s, v9.4s
-	FMOVD 112(R0), F9
-	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
-	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
-	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 40(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08463 // add v3.4s, v3.4s, v16.4s
-	WORD $0x4ea99471 // mla v17.4s, v3.4s, v9.4s
-	FMOVS 40(R7), F3
-	WORD $0x4e040463 // dup v3.4s, v3.s[0]
-	WORD $0x4ea38442 // add v2.4s, v2.4s, v3.4s
-	WORD $0x4ea9944a // mla v10.4s, v2.4s, v9.4s
-	FMOVD 144(R0), F9
-	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
-	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
-	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
-	FMOVS 48(R6), F2
-	WORD $0x4e040442 // dup v2.4s, v2.s[0]
-	WORD $0x4ea2858c // add v12.4s, v12.4s, v2.4s
-	WORD $0x4ea99591 // mla v17.4s, v12.4s, v9.4s
-	FMOVS 48(R7), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac84c6 // add v6.4s, v6.4s, v12.4s
-	WORD $0x4ea994ca // mla v10.4s, v6.4s, v9.4s
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fabeaf1 // sdot v17.4s, v23.16b, v11.4b[3]
+	WORD $0x4fa5eae6 // sdot v6.4s, v23.16b, v5.4b[3]
+	FMOVQ 20(R6), F5
+	FMOVQ 36(R6), F4
+	FMOVQ 20(R7), F2
+	FMOVQ 36(R7), F9
+	FMOVD 48(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9643 // mla v3.4s, v18.4s, v11.4s
+	WORD $0x6fa50163 // mla v3.4s, v11.4s, v5.s[1]
+	WORD $0x4eab95e7 // mla v7.4s, v15.4s, v11.4s
+	WORD $0x6fa20167 // mla v7.4s, v11.4s, v2.s[1]
+	FMOVD 80(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9603 // mla v3.4s, v16.4s, v11.4s
+	WORD $0x6fa50963 // mla v3.4s, v11.4s, v5.s[3]
+	WORD $0x4eab95a7 // mla v7.4s, v13.4s, v11.4s
+	WORD $0x6fa20967 // mla v7.4s, v11.4s, v2.s[3]
+	FMOVD 112(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9663 // mla v3.4s, v19.4s, v11.4s
+	WORD $0x6fa40163 // mla v3.4s, v11.4s, v4.s[1]
+	WORD $0x4eab9507 // mla v7.4s, v8.4s, v11.4s
+	WORD $0x6fa90167 // mla v7.4s, v11.4s, v9.s[1]
+	FMOVD 144(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9623 // mla v3.4s, v17.4s, v11.4s
+	WORD $0x6fa40963 // mla v3.4s, v11.4s, v4.s[3]
+	WORD $0x4eab94c7 // mla v7.4s, v6.4s, v11.4s
+	WORD $0x6fa90967 // mla v7.4s, v11.4s, v9.s[3]
 	FMOVQ 128(R2), F9
-	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 160(R2), F12
 	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
-	FMOVQ 192(R2), F3
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 224(R2), F18
+	FMOVQ 160(R2), F4
 	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
-	FMOVQ 128(R3), F7
-	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
-	FMOVQ 160(R3), F14
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 192(R3), F4
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 224(R3), F15
+	FMOVQ 192(R2), F11
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 224(R2), F17
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 128(R3), F19
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 160(R3), F16
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 192(R3), F18
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 224(R3), F14
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 1856(R0), F20
 	FMOVQ 1920(R0), F21
 	FMOVQ 1984(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f89e2e6 // sdot v6.4s, v23.16b, v9.4b[0]
-	WORD $0x4f87e2f3 // sdot v19.4s, v23.16b, v7.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f89e2e2 // sdot v2.4s, v23.16b, v9.4b[0]
+	WORD $0x4f93e2ed // sdot v13.4s, v23.16b, v19.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ce2e2 // sdot v2.4s, v23.16b, v12.4b[0]
-	WORD $0x4f8ee2ed // sdot v13.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f84e2e5 // sdot v5.4s, v23.16b, v4.4b[0]
+	WORD $0x4f90e2ef // sdot v15.4s, v23.16b, v16.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f83e2f0 // sdot v16.4s, v23.16b, v3.4b[0]
-	WORD $0x4f84e2eb // sdot v11.4s, v23.16b, v4.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8be2e6 // sdot v6.4s, v23.16b, v11.4b[0]
+	WORD $0x4f92e2ea // sdot v10.4s, v23.16b, v18.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f92e2e5 // sdot v5.4s, v23.16b, v18.4b[0]
-	WORD $0x4f8fe2e8 // sdot v8.4s, v23.16b, v15.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f91e2e8 // sdot v8.4s, v23.16b, v17.4b[0]
+	WORD $0x4f8ee2ec // sdot v12.4s, v23.16b, v14.4b[0]
 	FMOVQ 2048(R0), F22
 	FMOVQ 2112(R0), F21
 	FMOVQ 2176(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa9e2e6 // sdot v6.4s, v23.16b, v9.4b[1]
-	WORD $0x4fa7e2f3 // sdot v19.4s, v23.16b, v7.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa9e2e2 // sdot v2.4s, v23.16b, v9.4b[1]
+	WORD $0x4fb3e2ed // sdot v13.4s, v23.16b, v19.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4face2e2 // sdot v2.4s, v23.16b, v12.4b[1]
-	WORD $0x4faee2ed // sdot v13.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa4e2e5 // sdot v5.4s, v23.16b, v4.4b[1]
+	WORD $0x4fb0e2ef // sdot v15.4s, v23.16b, v16.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa3e2f0 // sdot v16.4s, v23.16b, v3.4b[1]
-	WORD $0x4fa4e2eb // sdot v11.4s, v23.16b, v4.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fabe2e6 // sdot v6.4s, v23.16b, v11.4b[1]
+	WORD $0x4fb2e2ea // sdot v10.4s, v23.16b, v18.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb2e2e5 // sdot v5.4s, v23.16b, v18.4b[1]
-	WORD $0x4fafe2e8 // sdot v8.4s, v23.16b, v15.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb1e2e8 // sdot v8.4s, v23.16b, v17.4b[1]
+	WORD $0x4faee2ec // sdot v12.4s, v23.16b, v14.4b[1]
 	FMOVQ 2240(R0), F20
 	FMOVQ 2304(R0), F21
 	FMOVQ 2368(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f89eae6 // sdot v6.4s, v23.16b, v9.4b[2]
-	WORD $0x4f87eaf3 // sdot v19.4s, v23.16b, v7.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f89eae2 // sdot v2.4s, v23.16b, v9.4b[2]
+	WORD $0x4f93eaed // sdot v13.4s, v23.16b, v19.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ceae2 // sdot v2.4s, v23.16b, v12.4b[2]
-	WORD $0x4f8eeaed // sdot v13.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f84eae5 // sdot v5.4s, v23.16b, v4.4b[2]
+	WORD $0x4f90eaef // sdot v15.4s, v23.16b, v16.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f83eaf0 // sdot v16.4s, v23.16b, v3.4b[2]
-	WORD $0x4f84eaeb // sdot v11.4s, v23.16b, v4.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8beae6 // sdot v6.4s, v23.16b, v11.4b[2]
+	WORD $0x4f92eaea // sdot v10.4s, v23.16b, v18.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f92eae5 // sdot v5.4s, v23.16b, v18.4b[2]
-	WORD $0x4f8feae8 // sdot v8.4s, v23.16b, v15.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f91eae8 // sdot v8.4s, v23.16b, v17.4b[2]
+	WORD $0x4f8eeaec // sdot v12.4s, v23.16b, v14.4b[2]
 	FMOVQ 2432(R0), F22
 	FMOVQ 2496(R0), F21
 	FMOVQ 2560(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa9eae6 // sdot v6.4s, v23.16b, v9.4b[3]
-	WORD $0x4fa7eaf3 // sdot v19.4s, v23.16b, v7.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa9eae2 // sdot v2.4s, v23.16b, v9.4b[3]
+	WORD $0x4fb3eaed // sdot v13.4s, v23.16b, v19.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faceae2 // sdot v2.4s, v23.16b, v12.4b[3]
-	WORD $0x4faeeaed // sdot v13.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa4eae5 // sdot v5.4s, v23.16b, v4.4b[3]
+	WORD $0x4fb0eaef // sdot v15.4s, v23.16b, v16.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa3eaf0 // sdot v16.4s, v23.16b, v3.4b[3]
-	WORD $0x4fa4eaeb // sdot v11.4s, v23.16b, v4.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fabeae6 // sdot v6.4s, v23.16b, v11.4b[3]
+	WORD $0x4fb2eaea // sdot v10.4s, v23.16b, v18.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb2eae5 // sdot v5.4s, v23.16b, v18.4b[3]
-	WORD $0x4fafeae8 // sdot v8.4s, v23.16b, v15.4b[3]
-	FMOVD 176(R0), F15
-	WORD $0x0f08a5ef // sxtl v15.8h, v15.8b
-	WORD $0x4e4f19ef // uzp1 v15.8h, v15.8h, v15.8h
-	WORD $0x0f10a5ef // sxtl v15.4s, v15.4h
-	FMOVS 52(R6), F4
-	WORD $0x4e040484 // dup v4.4s, v4.s[0]
-	WORD $0x4ea484c6 // add v6.4s, v6.4s, v4.4s
-	WORD $0x4eaf94d1 // mla v17.4s, v6.4s, v15.4s
-	FMOVS 52(R7), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea68673 // add v19.4s, v19.4s, v6.4s
-	WORD $0x4eaf966a // mla v10.4s, v19.4s, v15.4s
-	FMOVD 208(R0), F15
-	WORD $0x0f08a5ef // sxtl v15.8h, v15.8b
-	WORD $0x4e4f19ef // uzp1 v15.8h, v15.8h, v15.8h
-	WORD $0x0f10a5ef // sxtl v15.4s, v15.4h
-	FMOVS 60(R6), F19
-	WORD $0x4e040673 // dup v19.4s, v19.s[0]
-	WORD $0x4eb38442 // add v2.4s, v2.4s, v19.4s
-	WORD $0x4eaf9451 // mla v17.4s, v2.4s, v15.4s
-	FMOVS 60(R7), F2
-	WORD $0x4e040442 // dup v2.4s, v2.s[0]
-	WORD $0x4ea285ad // add v13.4s, v13.4s, v2.4s
-	WORD $0x4eaf95aa // mla v10.4s, v13.4s, v15.4s
-	FMOVD 240(R0), F15
-	WORD $0x0f08a5ef // sxtl v15.8h, v15.8b
-	WORD $0x4e4f19ef // uzp1 v15.8h, v15.8h, v15.8h
-	WORD $0x0f10a5ef // sxtl v15.4s, v15.4h
-	FMOVS 68(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead8610 // add v16.4s, v16.4s, v13.4s
-	WORD $0x4eaf9611 // mla v17.4s, v16.4s, v15.4s
-	FMOVS 68(R7), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb0856b // add v11.4s, v11.4s, v16.4s
-	WORD $0x4eaf956a // mla v10.4s, v11.4s, v15.4s
-	FMOVD 272(R0), F15
-	WORD $0x0f08a5ef // sxtl v15.8h, v15.8b
-	WORD $0x4e4f19ef // uzp1 v15.8h, v15.8h, v15.8h
-	WORD $0x0f10a5ef // sxtl v15.4s, v15.4h
-	FMOVS 76(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab84a5 // add v5.4s, v5.4s, v11.4s
-	WORD $0x4eaf94b1 // mla v17.4s, v5.4s, v15.4s
-	FMOVS 76(R7), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea58508 // add v8.4s, v8.4s, v5.4s
-	WORD $0x4eaf950a // mla v10.4s, v8.4s, v15.4s
-	FMOVQ 144(R2), F15
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 176(R2), F5
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 208(R2), F16
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 240(R2), F2
-	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb1eae8 // sdot v8.4s, v23.16b, v17.4b[3]
+	WORD $0x4faeeaec // sdot v12.4s, v23.16b, v14.4b[3]
+	FMOVQ 52(R6), F14
+	FMOVQ 68(R6), F18
+	FMOVQ 52(R7), F16
+	FMOVQ 68(R7), F19
+	FMOVD 176(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19443 // mla v3.4s, v2.4s, v17.4s
+	WORD $0x6f8e0223 // mla v3.4s, v17.4s, v14.s[0]
+	WORD $0x4eb195a7 // mla v7.4s, v13.4s, v17.4s
+	WORD $0x6f900227 // mla v7.4s, v17.4s, v16.s[0]
+	FMOVD 208(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb194a3 // mla v3.4s, v5.4s, v17.4s
+	WORD $0x6f8e0a23 // mla v3.4s, v17.4s, v14.s[2]
+	WORD $0x4eb195e7 // mla v7.4s, v15.4s, v17.4s
+	WORD $0x6f900a27 // mla v7.4s, v17.4s, v16.s[2]
+	FMOVD 240(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb194c3 // mla v3.4s, v6.4s, v17.4s
+	WORD $0x6f920223 // mla v3.4s, v17.4s, v18.s[0]
+	WORD $0x4eb19547 // mla v7.4s, v10.4s, v17.4s
+	WORD $0x6f930227 // mla v7.4s, v17.4s, v19.s[0]
+	FMOVD 272(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19503 // mla v3.4s, v8.4s, v17.4s
+	WORD $0x6f920a23 // mla v3.4s, v17.4s, v18.s[2]
+	WORD $0x4eb19587 // mla v7.4s, v12.4s, v17.4s
+	WORD $0x6f930a27 // mla v7.4s, v17.4s, v19.s[2]
+	FMOVQ 144(R2), F19
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 176(R2), F18
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 208(R2), F17
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 240(R2), F8
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
 	FMOVQ 144(R3), F6
-	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
-	FMOVQ 176(R3), F14
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 208(R3), F18
-	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
-	FMOVQ 240(R3), F12
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 176(R3), F5
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 208(R3), F2
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 240(R3), F4
 	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	FMOVQ 2624(R0), F20
 	FMOVQ 2688(R0), F21
 	FMOVQ 2752(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8fe2e8 // sdot v8.4s, v23.16b, v15.4b[0]
-	WORD $0x4f86e2e4 // sdot v4.4s, v23.16b, v6.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f93e2f0 // sdot v16.4s, v23.16b, v19.4b[0]
+	WORD $0x4f86e2ef // sdot v15.4s, v23.16b, v6.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f85e2eb // sdot v11.4s, v23.16b, v5.4b[0]
-	WORD $0x4f8ee2e7 // sdot v7.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f92e2ee // sdot v14.4s, v23.16b, v18.4b[0]
+	WORD $0x4f85e2ed // sdot v13.4s, v23.16b, v5.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f90e2ed // sdot v13.4s, v23.16b, v16.4b[0]
-	WORD $0x4f92e2e3 // sdot v3.4s, v23.16b, v18.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f91e2ec // sdot v12.4s, v23.16b, v17.4b[0]
+	WORD $0x4f82e2eb // sdot v11.4s, v23.16b, v2.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f82e2f3 // sdot v19.4s, v23.16b, v2.4b[0]
-	WORD $0x4f8ce2e9 // sdot v9.4s, v23.16b, v12.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f88e2ea // sdot v10.4s, v23.16b, v8.4b[0]
+	WORD $0x4f84e2e9 // sdot v9.4s, v23.16b, v4.4b[0]
 	FMOVQ 2816(R0), F22
 	FMOVQ 2880(R0), F21
 	FMOVQ 2944(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fafe2e8 // sdot v8.4s, v23.16b, v15.4b[1]
-	WORD $0x4fa6e2e4 // sdot v4.4s, v23.16b, v6.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb3e2f0 // sdot v16.4s, v23.16b, v19.4b[1]
+	WORD $0x4fa6e2ef // sdot v15.4s, v23.16b, v6.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa5e2eb // sdot v11.4s, v23.16b, v5.4b[1]
-	WORD $0x4faee2e7 // sdot v7.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb2e2ee // sdot v14.4s, v23.16b, v18.4b[1]
+	WORD $0x4fa5e2ed // sdot v13.4s, v23.16b, v5.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb0e2ed // sdot v13.4s, v23.16b, v16.4b[1]
-	WORD $0x4fb2e2e3 // sdot v3.4s, v23.16b, v18.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fb1e2ec // sdot v12.4s, v23.16b, v17.4b[1]
+	WORD $0x4fa2e2eb // sdot v11.4s, v23.16b, v2.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa2e2f3 // sdot v19.4s, v23.16b, v2.4b[1]
-	WORD $0x4face2e9 // sdot v9.4s, v23.16b, v12.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa8e2ea // sdot v10.4s, v23.16b, v8.4b[1]
+	WORD $0x4fa4e2e9 // sdot v9.4s, v23.16b, v4.4b[1]
 	FMOVQ 3008(R0), F20
 	FMOVQ 3072(R0), F21
 	FMOVQ 3136(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8feae8 // sdot v8.4s, v23.16b, v15.4b[2]
-	WORD $0x4f86eae4 // sdot v4.4s, v23.16b, v6.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f93eaf0 // sdot v16.4s, v23.16b, v19.4b[2]
+	WORD $0x4f86eaef // sdot v15.4s, v23.16b, v6.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f85eaeb // sdot v11.4s, v23.16b, v5.4b[2]
-	WORD $0x4f8eeae7 // sdot v7.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f92eaee // sdot v14.4s, v23.16b, v18.4b[2]
+	WORD $0x4f85eaed // sdot v13.4s, v23.16b, v5.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f90eaed // sdot v13.4s, v23.16b, v16.4b[2]
-	WORD $0x4f92eae3 // sdot v3.4s, v23.16b, v18.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f91eaec // sdot v12.4s, v23.16b, v17.4b[2]
+	WORD $0x4f82eaeb // sdot v11.4s, v23.16b, v2.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f82eaf3 // sdot v19.4s, v23.16b, v2.4b[2]
-	WORD $0x4f8ceae9 // sdot v9.4s, v23.16b, v12.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f88eaea // sdot v10.4s, v23.16b, v8.4b[2]
+	WORD $0x4f84eae9 // sdot v9.4s, v23.16b, v4.4b[2]
 	FMOVQ 3200(R0), F22
 	FMOVQ 3264(R0), F21
 	FMOVQ 3328(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fafeae8 // sdot v8.4s, v23.16b, v15.4b[3]
-	WORD $0x4fa6eae4 // sdot v4.4s, v23.16b, v6.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb3eaf0 // sdot v16.4s, v23.16b, v19.4b[3]
+	WORD $0x4fa6eaef // sdot v15.4s, v23.16b, v6.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa5eaeb // sdot v11.4s, v23.16b, v5.4b[3]
-	WORD $0x4faeeae7 // sdot v7.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb2eaee // sdot v14.4s, v23.16b, v18.4b[3]
+	WORD $0x4fa5eaed // sdot v13.4s, v23.16b, v5.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb0eaed // sdot v13.4s, v23.16b, v16.4b[3]
-	WORD $0x4fb2eae3 // sdot v3.4s, v23.16b, v18.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fb1eaec // sdot v12.4s, v23.16b, v17.4b[3]
+	WORD $0x4fa2eaeb // sdot v11.4s, v23.16b, v2.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa2eaf3 // sdot v19.4s, v23.16b, v2.4b[3]
-	WORD $0x4faceae9 // sdot v9.4s, v23.16b, v12.4b[3]
-	FMOVD 176(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c598c // uzp2 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 56(R6), F18
-	WORD $0x4e040652 // dup v18.4s, v18.s[0]
-	WORD $0x4eb28508 // add v8.4s, v8.4s, v18.4s
-	WORD $0x4eac9511 // mla v17.4s, v8.4s, v12.4s
-	FMOVS 56(R7), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea88484 // add v4.4s, v4.4s, v8.4s
-	WORD $0x4eac948a // mla v10.4s, v4.4s, v12.4s
-	FMOVD 208(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c598c // uzp2 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 64(R6), F4
-	WORD $0x4e040484 // dup v4.4s, v4.s[0]
-	WORD $0x4ea4856b // add v11.4s, v11.4s, v4.4s
-	WORD $0x4eac9571 // mla v17.4s, v11.4s, v12.4s
-	FMOVS 64(R7), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab84e7 // add v7.4s, v7.4s, v11.4s
-	WORD $0x4eac94ea // mla v10.4s, v7.4s, v12.4s
-	FMOVD 240(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c598c // uzp2 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 72(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea785ad // add v13.4s, v13.4s, v7.4s
-	WORD $0x4eac95b1 // mla v17.4s, v13.4s, v12.4s
-	FMOVS 72(R7), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead8463 // add v3.4s, v3.4s, v13.4s
-	WORD $0x4eac946a // mla v10.4s, v3.4s, v12.4s
-	FMOVD 272(R0), F12
-	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
-	WORD $0x4e4c598c // uzp2 v12.8h, v12.8h, v12.8h
-	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
-	FMOVS 80(R6), F3
-	WORD $0x4e040463 // dup v3.4s, v3.s[0]
-	WORD $0x4ea38673 // add v19.4s, v19.4s, v3.4s
-	WORD $0x4eac9671 // mla v17.4s, v19.4s, v12.4s
-	FMOVS 80(R7), F19
-	WORD $0x4e040673 // dup v19.4s, v19.s[0]
-	WORD $0x4eb38529 // add v9.4s, v9.4s, v19.4s
-	WORD $0x4eac952a // mla v10.4s, v9.4s, v12.4s
-	FMOVD 16(R0), F12
-	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
-	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
-	WORD $0x6e2cde31 // fmul v17.4s, v17.4s, v12.4s
-	FMOVS 0(R6), F9
-	WORD $0x4f899231 // fmul v17.4s, v17.4s, v9.s[0]
-	FMOVQ 32(R10), F19
-	WORD $0x4e31d673 // fadd v19.4s, v19.4s, v17.4s
-	FMOVQ F19, 32(R10)
-	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
-	WORD $0x6e2cdd4a // fmul v10.4s, v10.4s, v12.4s
-	FMOVS 0(R7), F9
-	WORD $0x4f89914a // fmul v10.4s, v10.4s, v9.s[0]
-	FMOVQ 32(R11), F17
-	WORD $0x4e2ad631 // fadd v17.4s, v17.4s, v10.4s
-	FMOVQ F17, 32(R11)
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 0(R2), F10
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	FMOVQ 32(R2), F19
-	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
-	FMOVQ 64(R2), F13
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 96(R2), F11
-	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
-	FMOVQ 0(R3), F8
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 32(R3), F14
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa8eaea // sdot v10.4s, v23.16b, v8.4b[3]
+	WORD $0x4fa4eae9 // sdot v9.4s, v23.16b, v4.4b[3]
+	FMOVQ 52(R6), F4
+	FMOVQ 68(R6), F2
+	FMOVQ 52(R7), F5
+	FMOVQ 68(R7), F6
+	FMOVD 176(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89603 // mla v3.4s, v16.4s, v8.4s
+	WORD $0x6fa40103 // mla v3.4s, v8.4s, v4.s[1]
+	WORD $0x4ea895e7 // mla v7.4s, v15.4s, v8.4s
+	WORD $0x6fa50107 // mla v7.4s, v8.4s, v5.s[1]
+	FMOVD 208(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea895c3 // mla v3.4s, v14.4s, v8.4s
+	WORD $0x6fa40903 // mla v3.4s, v8.4s, v4.s[3]
+	WORD $0x4ea895a7 // mla v7.4s, v13.4s, v8.4s
+	WORD $0x6fa50907 // mla v7.4s, v8.4s, v5.s[3]
+	FMOVD 240(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89583 // mla v3.4s, v12.4s, v8.4s
+	WORD $0x6fa20103 // mla v3.4s, v8.4s, v2.s[1]
+	WORD $0x4ea89567 // mla v7.4s, v11.4s, v8.4s
+	WORD $0x6fa60107 // mla v7.4s, v8.4s, v6.s[1]
+	FMOVD 272(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89543 // mla v3.4s, v10.4s, v8.4s
+	WORD $0x6fa20903 // mla v3.4s, v8.4s, v2.s[3]
+	WORD $0x4ea89527 // mla v7.4s, v9.4s, v8.4s
+	WORD $0x6fa60907 // mla v7.4s, v8.4s, v6.s[3]
+	FMOVD 16(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x6e26dc63 // fmul v3.4s, v3.4s, v6.4s
+	FMOVS 0(R6), F5
+	WORD $0x4f859063 // fmul v3.4s, v3.4s, v5.s[0]
+	FMOVQ 32(R10), F2
+	WORD $0x4e23d442 // fadd v2.4s, v2.4s, v3.4s
+	FMOVQ F2, 32(R10)
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e26dce7 // fmul v7.4s, v7.4s, v6.4s
+	FMOVS 0(R7), F5
+	WORD $0x4f8590e7 // fmul v7.4s, v7.4s, v5.s[0]
+	FMOVQ 32(R11), F3
+	WORD $0x4e27d463 // fadd v3.4s, v3.4s, v7.4s
+	FMOVQ F3, 32(R11)
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 64(R3), F2
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 96(R3), F5
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	FMOVQ 0(R2), F7
+	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
+	FMOVQ 32(R2), F2
+	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
+	FMOVQ 64(R2), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 96(R2), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 0(R3), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 32(R3), F14
 	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 64(R3), F16
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 96(R3), F18
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
 	FMOVQ 336(R0), F20
 	FMOVQ 400(R0), F21
 	FMOVQ 464(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8ae2f1 // sdot v17.4s, v23.16b, v10.4b[0]
-	WORD $0x4f88e2f2 // sdot v18.4s, v23.16b, v8.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f87e2e3 // sdot v3.4s, v23.16b, v7.4b[0]
+	WORD $0x4f8ce2ed // sdot v13.4s, v23.16b, v12.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f93e2e3 // sdot v3.4s, v23.16b, v19.4b[0]
-	WORD $0x4f8ee2e6 // sdot v6.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f82e2e4 // sdot v4.4s, v23.16b, v2.4b[0]
+	WORD $0x4f8ee2ef // sdot v15.4s, v23.16b, v14.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8de2e7 // sdot v7.4s, v23.16b, v13.4b[0]
-	WORD $0x4f82e2f0 // sdot v16.4s, v23.16b, v2.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f88e2e9 // sdot v9.4s, v23.16b, v8.4b[0]
+	WORD $0x4f90e2f1 // sdot v17.4s, v23.16b, v16.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8be2e4 // sdot v4.4s, v23.16b, v11.4b[0]
-	WORD $0x4f85e2ef // sdot v15.4s, v23.16b, v5.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ae2eb // sdot v11.4s, v23.16b, v10.4b[0]
+	WORD $0x4f92e2f3 // sdot v19.4s, v23.16b, v18.4b[0]
 	FMOVQ 528(R0), F22
 	FMOVQ 592(R0), F21
 	FMOVQ 656(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faae2f1 // sdot v17.4s, v23.16b, v10.4b[1]
-	WORD $0x4fa8e2f2 // sdot v18.4s, v23.16b, v8.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa7e2e3 // sdot v3.4s, v23.16b, v7.4b[1]
+	WORD $0x4face2ed // sdot v13.4s, v23.16b, v12.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb3e2e3 // sdot v3.4s, v23.16b, v19.4b[1]
-	WORD $0x4faee2e6 // sdot v6.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa2e2e4 // sdot v4.4s, v23.16b, v2.4b[1]
+	WORD $0x4faee2ef // sdot v15.4s, v23.16b, v14.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fade2e7 // sdot v7.4s, v23.16b, v13.4b[1]
-	WORD $0x4fa2e2f0 // sdot v16.4s, v23.16b, v2.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fa8e2e9 // sdot v9.4s, v23.16b, v8.4b[1]
+	WORD $0x4fb0e2f1 // sdot v17.4s, v23.16b, v16.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fabe2e4 // sdot v4.4s, v23.16b, v11.4b[1]
-	WORD $0x4fa5e2ef // sdot v15.4s, v23.16b, v5.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faae2eb // sdot v11.4s, v23.16b, v10.4b[1]
+	WORD $0x4fb2e2f3 // sdot v19.4s, v23.16b, v18.4b[1]
 	FMOVQ 720(R0), F20
 	FMOVQ 784(R0), F21
 	FMOVQ 848(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8aeaf1 // sdot v17.4s, v23.16b, v10.4b[2]
-	WORD $0x4f88eaf2 // sdot v18.4s, v23.16b, v8.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f87eae3 // sdot v3.4s, v23.16b, v7.4b[2]
+	WORD $0x4f8ceaed // sdot v13.4s, v23.16b, v12.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f93eae3 // sdot v3.4s, v23.16b, v19.4b[2]
-	WORD $0x4f8eeae6 // sdot v6.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f82eae4 // sdot v4.4s, v23.16b, v2.4b[2]
+	WORD $0x4f8eeaef // sdot v15.4s, v23.16b, v14.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8deae7 // sdot v7.4s, v23.16b, v13.4b[2]
-	WORD $0x4f82eaf0 // sdot v16.4s, v23.16b, v2.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f88eae9 // sdot v9.4s, v23.16b, v8.4b[2]
+	WORD $0x4f90eaf1 // sdot v17.4s, v23.16b, v16.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8beae4 // sdot v4.4s, v23.16b, v11.4b[2]
-	WORD $0x4f85eaef // sdot v15.4s, v23.16b, v5.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8aeaeb // sdot v11.4s, v23.16b, v10.4b[2]
+	WORD $0x4f92eaf3 // sdot v19.4s, v23.16b, v18.4b[2]
 	FMOVQ 912(R0), F22
 	FMOVQ 976(R0), F21
 	FMOVQ 1040(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4faaeaf1 // sdot v17.4s, v23.16b, v10.4b[3]
-	WORD $0x4fa8eaf2 // sdot v18.4s, v23.16b, v8.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa7eae3 // sdot v3.4s, v23.16b, v7.4b[3]
+	WORD $0x4faceaed // sdot v13.4s, v23.16b, v12.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb3eae3 // sdot v3.4s, v23.16b, v19.4b[3]
-	WORD $0x4faeeae6 // sdot v6.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa2eae4 // sdot v4.4s, v23.16b, v2.4b[3]
+	WORD $0x4faeeaef // sdot v15.4s, v23.16b, v14.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fadeae7 // sdot v7.4s, v23.16b, v13.4b[3]
-	WORD $0x4fa2eaf0 // sdot v16.4s, v23.16b, v2.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fa8eae9 // sdot v9.4s, v23.16b, v8.4b[3]
+	WORD $0x4fb0eaf1 // sdot v17.4s, v23.16b, v16.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fabeae4 // sdot v4.4s, v23.16b, v11.4b[3]
-	WORD $0x4fa5eaef // sdot v15.4s, v23.16b, v5.4b[3]
-	FMOVD 56(R0), F5
-	WORD $0x0f08a4a5 // sxtl v5.8h, v5.8b
-	WORD $0x4e4518a5 // uzp1 v5.8h, v5.8h, v5.8h
-	WORD $0x0f10a4a5 // sxtl v5.4s, v5.4h
-	FMOVS 20(R6), F2
-	WORD $0x4e040442 // dup v2.4s, v2.s[0]
-	WORD $0x4ea28631 // add v17.4s, v17.4s, v2.4s
-	WORD $0x4ea5962c // mla v12.4s, v17.4s, v5.4s
-	FMOVS 20(R7), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb18652 // add v18.4s, v18.4s, v17.4s
-	WORD $0x4ea59649 // mla v9.4s, v18.4s, v5.4s
-	FMOVD 88(R0), F5
-	WORD $0x0f08a4a5 // sxtl v5.8h, v5.8b
-	WORD $0x4e4518a5 // uzp1 v5.8h, v5.8h, v5.8h
-	WORD $0x0f10a4a5 // sxtl v5.4s, v5.4h
-	FMOVS 28(R6), F18
-	WORD $0x4e040652 // dup v18.4s, v18.s[0]
-	WORD $0x4eb28463 // add v3.4s, v3.4s, v18.4s
-	WORD $0x4ea5946c // mla v12.4s, v3.4s, v5.4s
-	FMOVS 28(R7), F3
-	WORD $0x4e040463 // dup v3.4s, v3.s[0]
-	WORD $0x4ea384c6 // add v6.4s, v6.4s, v3.4s
-	WORD $0x4ea594c9 // mla v9.4s, v6.4s, v5.4s
-	FMOVD 120(R0), F5
-	WORD $0x0f08a4a5 // sxtl v5.8h, v5.8b
-	WORD $0x4e4518a5 // uzp1 v5.8h, v5.8h, v5.8h
-	WORD $0x0f10a4a5 // sxtl v5.4s, v5.4h
-	FMOVS 36(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea684e7 // add v7.4s, v7.4s, v6.4s
-	WORD $0x4ea594ec // mla v12.4s, v7.4s, v5.4s
-	FMOVS 36(R7), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea78610 // add v16.4s, v16.4s, v7.4s
-	WORD $0x4ea59609 // mla v9.4s, v16.4s, v5.4s
-	FMOVD 152(R0), F5
-	WORD $0x0f08a4a5 // sxtl v5.8h, v5.8b
-	WORD $0x4e4518a5 // uzp1 v5.8h, v5.8h, v5.8h
-	WORD $0x0f10a4a5 // sxtl v5.4s, v5.4h
-	FMOVS 44(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08484 // add v4.4s, v4.4s, v16.4s
-	WORD $0x4ea5948c // mla v12.4s, v4.4s, v5.4s
-	FMOVS 44(R7), F4
-	WORD $0x4e040484 // dup v4.4s, v4.s[0]
-	WORD $0x4ea485ef // add v15.4s, v15.4s, v4.4s
-	WORD $0x4ea595e9 // mla v9.4s, v15.4s, v5.4s
-	FMOVQ 16(R2), F5
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 48(R2), F4
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 80(R2), F7
-	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 112(R2), F3
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faaeaeb // sdot v11.4s, v23.16b, v10.4b[3]
+	WORD $0x4fb2eaf3 // sdot v19.4s, v23.16b, v18.4b[3]
+	FMOVQ 20(R6), F18
+	FMOVQ 36(R6), F16
+	FMOVQ 20(R7), F14
+	FMOVQ 36(R7), F12
+	FMOVD 56(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9466 // mla v6.4s, v3.4s, v10.4s
+	WORD $0x6f920146 // mla v6.4s, v10.4s, v18.s[0]
+	WORD $0x4eaa95a5 // mla v5.4s, v13.4s, v10.4s
+	WORD $0x6f8e0145 // mla v5.4s, v10.4s, v14.s[0]
+	FMOVD 88(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9486 // mla v6.4s, v4.4s, v10.4s
+	WORD $0x6f920946 // mla v6.4s, v10.4s, v18.s[2]
+	WORD $0x4eaa95e5 // mla v5.4s, v15.4s, v10.4s
+	WORD $0x6f8e0945 // mla v5.4s, v10.4s, v14.s[2]
+	FMOVD 120(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9526 // mla v6.4s, v9.4s, v10.4s
+	WORD $0x6f900146 // mla v6.4s, v10.4s, v16.s[0]
+	WORD $0x4eaa9625 // mla v5.4s, v17.4s, v10.4s
+	WORD $0x6f8c0145 // mla v5.4s, v10.4s, v12.s[0]
+	FMOVD 152(R0), F10
+	WORD $0x0f08a54a // sxtl v10.8h, v10.8b
+	WORD $0x4e4a194a // uzp1 v10.8h, v10.8h, v10.8h
+	WORD $0x0f10a54a // sxtl v10.4s, v10.4h
+	WORD $0x4eaa9566 // mla v6.4s, v11.4s, v10.4s
+	WORD $0x6f900946 // mla v6.4s, v10.4s, v16.s[2]
+	WORD $0x4eaa9665 // mla v5.4s, v19.4s, v10.4s
+	WORD $0x6f8c0945 // mla v5.4s, v10.4s, v12.s[2]
+	FMOVQ 16(R2), F12
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 48(R2), F16
 	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 16(R3), F17
-	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
-	FMOVQ 48(R3), F14
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 80(R3), F11
+	FMOVQ 80(R2), F10
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 112(R2), F11
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 16(R3), F9
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 48(R3), F4
 	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 112(R3), F19
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 80(R3), F3
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 112(R3), F2
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
 	FMOVQ 1104(R0), F20
 	FMOVQ 1168(R0), F21
 	FMOVQ 1232(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f85e2ef // sdot v15.4s, v23.16b, v5.4b[0]
-	WORD $0x4f91e2e2 // sdot v2.4s, v23.16b, v17.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ce2ee // sdot v14.4s, v23.16b, v12.4b[0]
+	WORD $0x4f89e2ef // sdot v15.4s, v23.16b, v9.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f84e2f0 // sdot v16.4s, v23.16b, v4.4b[0]
-	WORD $0x4f8ee2e8 // sdot v8.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f90e2f2 // sdot v18.4s, v23.16b, v16.4b[0]
+	WORD $0x4f84e2ed // sdot v13.4s, v23.16b, v4.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f87e2e6 // sdot v6.4s, v23.16b, v7.4b[0]
-	WORD $0x4f8be2ed // sdot v13.4s, v23.16b, v11.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8ae2f3 // sdot v19.4s, v23.16b, v10.4b[0]
+	WORD $0x4f83e2e8 // sdot v8.4s, v23.16b, v3.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f83e2f2 // sdot v18.4s, v23.16b, v3.4b[0]
-	WORD $0x4f93e2ea // sdot v10.4s, v23.16b, v19.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8be2f1 // sdot v17.4s, v23.16b, v11.4b[0]
+	WORD $0x4f82e2e7 // sdot v7.4s, v23.16b, v2.4b[0]
 	FMOVQ 1296(R0), F22
 	FMOVQ 1360(R0), F21
 	FMOVQ 1424(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa5e2ef // sdot v15.4s, v23.16b, v5.4b[1]
-	WORD $0x4fb1e2e2 // sdot v2.4s, v23.16b, v17.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4face2ee // sdot v14.4s, v23.16b, v12.4b[1]
+	WORD $0x4fa9e2ef // sdot v15.4s, v23.16b, v9.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa4e2f0 // sdot v16.4s, v23.16b, v4.4b[1]
-	WORD $0x4faee2e8 // sdot v8.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb0e2f2 // sdot v18.4s, v23.16b, v16.4b[1]
+	WORD $0x4fa4e2ed // sdot v13.4s, v23.16b, v4.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa7e2e6 // sdot v6.4s, v23.16b, v7.4b[1]
-	WORD $0x4fabe2ed // sdot v13.4s, v23.16b, v11.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4faae2f3 // sdot v19.4s, v23.16b, v10.4b[1]
+	WORD $0x4fa3e2e8 // sdot v8.4s, v23.16b, v3.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa3e2f2 // sdot v18.4s, v23.16b, v3.4b[1]
-	WORD $0x4fb3e2ea // sdot v10.4s, v23.16b, v19.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fabe2f1 // sdot v17.4s, v23.16b, v11.4b[1]
+	WORD $0x4fa2e2e7 // sdot v7.4s, v23.16b, v2.4b[1]
 	FMOVQ 1488(R0), F20
 	FMOVQ 1552(R0), F21
 	FMOVQ 1616(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f85eaef // sdot v15.4s, v23.16b, v5.4b[2]
-	WORD $0x4f91eae2 // sdot v2.4s, v23.16b, v17.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ceaee // sdot v14.4s, v23.16b, v12.4b[2]
+	WORD $0x4f89eaef // sdot v15.4s, v23.16b, v9.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f84eaf0 // sdot v16.4s, v23.16b, v4.4b[2]
-	WORD $0x4f8eeae8 // sdot v8.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f90eaf2 // sdot v18.4s, v23.16b, v16.4b[2]
+	WORD $0x4f84eaed // sdot v13.4s, v23.16b, v4.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f87eae6 // sdot v6.4s, v23.16b, v7.4b[2]
-	WORD $0x4f8beaed // sdot v13.4s, v23.16b, v11.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8aeaf3 // sdot v19.4s, v23.16b, v10.4b[2]
+	WORD $0x4f83eae8 // sdot v8.4s, v23.16b, v3.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f83eaf2 // sdot v18.4s, v23.16b, v3.4b[2]
-	WORD $0x4f93eaea // sdot v10.4s, v23.16b, v19.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8beaf1 // sdot v17.4s, v23.16b, v11.4b[2]
+	WORD $0x4f82eae7 // sdot v7.4s, v23.16b, v2.4b[2]
 	FMOVQ 1680(R0), F22
 	FMOVQ 1744(R0), F21
 	FMOVQ 1808(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa5eaef // sdot v15.4s, v23.16b, v5.4b[3]
-	WORD $0x4fb1eae2 // sdot v2.4s, v23.16b, v17.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faceaee // sdot v14.4s, v23.16b, v12.4b[3]
+	WORD $0x4fa9eaef // sdot v15.4s, v23.16b, v9.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa4eaf0 // sdot v16.4s, v23.16b, v4.4b[3]
-	WORD $0x4faeeae8 // sdot v8.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb0eaf2 // sdot v18.4s, v23.16b, v16.4b[3]
+	WORD $0x4fa4eaed // sdot v13.4s, v23.16b, v4.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa7eae6 // sdot v6.4s, v23.16b, v7.4b[3]
-	WORD $0x4fabeaed // sdot v13.4s, v23.16b, v11.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4faaeaf3 // sdot v19.4s, v23.16b, v10.4b[3]
+	WORD $0x4fa3eae8 // sdot v8.4s, v23.16b, v3.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa3eaf2 // sdot v18.4s, v23.16b, v3.4b[3]
-	WORD $0x4fb3eaea // sdot v10.4s, v23.16b, v19.4b[3]
-	FMOVD 56(R0), F19
-	WORD $0x0f08a673 // sxtl v19.8h, v19.8b
-	WORD $0x4e535a73 // uzp2 v19.8h, v19.8h, v19.8h
-	WORD $0x0f10a673 // sxtl v19.4s, v19.4h
-	FMOVS 24(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab85ef // add v15.4s, v15.4s, v11.4s
-	WORD $0x4eb395ec // mla v12.4s, v15.4s, v19.4s
-	FMOVS 24(R7), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8442 // add v2.4s, v2.4s, v15.4s
-	WORD $0x4eb39449 // mla v9.4s, v2.4s, v19.4s
-	FMOVD 88(R0), F19
-	WORD $0x0f08a673 // sxtl v19.8h, v19.8b
-	WORD $0x4e535a73 // uzp2 v19.8h, v19.8h, v19.8h
-	WORD $0x0f10a673 // sxtl v19.4s, v19.4h
-	FMOVS 32(R6), F2
-	WORD $0x4e040442 // dup v2.4s, v2.s[0]
-	WORD $0x4ea28610 // add v16.4s, v16.4s, v2.4s
-	WORD $0x4eb3960c // mla v12.4s, v16.4s, v19.4s
-	FMOVS 32(R7), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08508 // add v8.4s, v8.4s, v16.4s
-	WORD $0x4eb39509 // mla v9.4s, v8.4s, v19.4s
-	FMOVD 120(R0), F19
-	WORD $0x0f08a673 // sxtl v19.8h, v19.8b
-	WORD $0x4e535a73 // uzp2 v19.8h, v19.8h, v19.8h
-	WORD $0x0f10a673 // sxtl v19.4s, v19.4h
-	FMOVS 40(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea884c6 // add v6.4s, v6.4s, v8.4s
-	WORD $0x4eb394cc // mla v12.4s, v6.4s, v19.4s
-	FMOVS 40(R7), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea685ad // add v13.4s, v13.4s, v6.4s
-	WORD $0x4eb395a9 // mla v9.4s, v13.4s, v19.4s
-	FMOVD 152(R0), F19
-	WORD $0x0f08a673 // sxtl v19.8h, v19.8b
-	WORD $0x4e535a73 // uzp2 v19.8h, v19.8h, v19.8h
-	WORD $0x0f10a673 // sxtl v19.4s, v19.4h
-	FMOVS 48(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead8652 // add v18.4s, v18.4s, v13.4s
-	WORD $0x4eb3964c // mla v12.4s, v18.4s, v19.4s
-	FMOVS 48(R7), F18
-	WORD $0x4e040652 // dup v18.4s, v18.s[0]
-	WORD $0x4eb2854a // add v10.4s, v10.4s, v18.4s
-	WORD $0x4eb39549 // mla v9.4s, v10.4s, v19.4s
-	FMOVQ 128(R2), F19
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	FMOVQ 160(R2), F18
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 192(R2), F6
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 224(R2), F16
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fabeaf1 // sdot v17.4s, v23.16b, v11.4b[3]
+	WORD $0x4fa2eae7 // sdot v7.4s, v23.16b, v2.4b[3]
+	FMOVQ 20(R6), F2
+	FMOVQ 36(R6), F3
+	FMOVQ 20(R7), F4
+	FMOVQ 36(R7), F9
+	FMOVD 56(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95c6 // mla v6.4s, v14.4s, v11.4s
+	WORD $0x6fa20166 // mla v6.4s, v11.4s, v2.s[1]
+	WORD $0x4eab95e5 // mla v5.4s, v15.4s, v11.4s
+	WORD $0x6fa40165 // mla v5.4s, v11.4s, v4.s[1]
+	FMOVD 88(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9646 // mla v6.4s, v18.4s, v11.4s
+	WORD $0x6fa20966 // mla v6.4s, v11.4s, v2.s[3]
+	WORD $0x4eab95a5 // mla v5.4s, v13.4s, v11.4s
+	WORD $0x6fa40965 // mla v5.4s, v11.4s, v4.s[3]
+	FMOVD 120(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9666 // mla v6.4s, v19.4s, v11.4s
+	WORD $0x6fa30166 // mla v6.4s, v11.4s, v3.s[1]
+	WORD $0x4eab9505 // mla v5.4s, v8.4s, v11.4s
+	WORD $0x6fa90165 // mla v5.4s, v11.4s, v9.s[1]
+	FMOVD 152(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9626 // mla v6.4s, v17.4s, v11.4s
+	WORD $0x6fa30966 // mla v6.4s, v11.4s, v3.s[3]
+	WORD $0x4eab94e5 // mla v5.4s, v7.4s, v11.4s
+	WORD $0x6fa90965 // mla v5.4s, v11.4s, v9.s[3]
+	FMOVQ 128(R2), F9
+	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
+	FMOVQ 160(R2), F3
 	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
-	FMOVQ 128(R3), F15
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 160(R3), F14
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	FMOVQ 192(R3), F3
+	FMOVQ 192(R2), F11
 	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 224(R3), F4
-	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	FMOVQ 224(R2), F17
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 128(R3), F19
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 160(R3), F18
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 192(R3), F14
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 224(R3), F16
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
 	FMOVQ 1872(R0), F20
 	FMOVQ 1936(R0), F21
 	FMOVQ 2000(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f93e2ea // sdot v10.4s, v23.16b, v19.4b[0]
-	WORD $0x4f8fe2eb // sdot v11.4s, v23.16b, v15.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f89e2e4 // sdot v4.4s, v23.16b, v9.4b[0]
+	WORD $0x4f93e2ed // sdot v13.4s, v23.16b, v19.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f92e2ed // sdot v13.4s, v23.16b, v18.4b[0]
-	WORD $0x4f8ee2f1 // sdot v17.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f83e2e2 // sdot v2.4s, v23.16b, v3.4b[0]
+	WORD $0x4f92e2ef // sdot v15.4s, v23.16b, v18.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f86e2e8 // sdot v8.4s, v23.16b, v6.4b[0]
-	WORD $0x4f83e2e7 // sdot v7.4s, v23.16b, v3.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8be2e7 // sdot v7.4s, v23.16b, v11.4b[0]
+	WORD $0x4f8ee2ea // sdot v10.4s, v23.16b, v14.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f90e2e2 // sdot v2.4s, v23.16b, v16.4b[0]
-	WORD $0x4f84e2e5 // sdot v5.4s, v23.16b, v4.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f91e2e8 // sdot v8.4s, v23.16b, v17.4b[0]
+	WORD $0x4f90e2ec // sdot v12.4s, v23.16b, v16.4b[0]
 	FMOVQ 2064(R0), F22
 	FMOVQ 2128(R0), F21
 	FMOVQ 2192(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb3e2ea // sdot v10.4s, v23.16b, v19.4b[1]
-	WORD $0x4fafe2eb // sdot v11.4s, v23.16b, v15.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa9e2e4 // sdot v4.4s, v23.16b, v9.4b[1]
+	WORD $0x4fb3e2ed // sdot v13.4s, v23.16b, v19.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb2e2ed // sdot v13.4s, v23.16b, v18.4b[1]
-	WORD $0x4faee2f1 // sdot v17.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa3e2e2 // sdot v2.4s, v23.16b, v3.4b[1]
+	WORD $0x4fb2e2ef // sdot v15.4s, v23.16b, v18.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa6e2e8 // sdot v8.4s, v23.16b, v6.4b[1]
-	WORD $0x4fa3e2e7 // sdot v7.4s, v23.16b, v3.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fabe2e7 // sdot v7.4s, v23.16b, v11.4b[1]
+	WORD $0x4faee2ea // sdot v10.4s, v23.16b, v14.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb0e2e2 // sdot v2.4s, v23.16b, v16.4b[1]
-	WORD $0x4fa4e2e5 // sdot v5.4s, v23.16b, v4.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb1e2e8 // sdot v8.4s, v23.16b, v17.4b[1]
+	WORD $0x4fb0e2ec // sdot v12.4s, v23.16b, v16.4b[1]
 	FMOVQ 2256(R0), F20
 	FMOVQ 2320(R0), F21
 	FMOVQ 2384(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f93eaea // sdot v10.4s, v23.16b, v19.4b[2]
-	WORD $0x4f8feaeb // sdot v11.4s, v23.16b, v15.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f89eae4 // sdot v4.4s, v23.16b, v9.4b[2]
+	WORD $0x4f93eaed // sdot v13.4s, v23.16b, v19.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f92eaed // sdot v13.4s, v23.16b, v18.4b[2]
-	WORD $0x4f8eeaf1 // sdot v17.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f83eae2 // sdot v2.4s, v23.16b, v3.4b[2]
+	WORD $0x4f92eaef // sdot v15.4s, v23.16b, v18.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f86eae8 // sdot v8.4s, v23.16b, v6.4b[2]
-	WORD $0x4f83eae7 // sdot v7.4s, v23.16b, v3.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f8beae7 // sdot v7.4s, v23.16b, v11.4b[2]
+	WORD $0x4f8eeaea // sdot v10.4s, v23.16b, v14.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f90eae2 // sdot v2.4s, v23.16b, v16.4b[2]
-	WORD $0x4f84eae5 // sdot v5.4s, v23.16b, v4.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f91eae8 // sdot v8.4s, v23.16b, v17.4b[2]
+	WORD $0x4f90eaec // sdot v12.4s, v23.16b, v16.4b[2]
 	FMOVQ 2448(R0), F22
 	FMOVQ 2512(R0), F21
 	FMOVQ 2576(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb3eaea // sdot v10.4s, v23.16b, v19.4b[3]
-	WORD $0x4fafeaeb // sdot v11.4s, v23.16b, v15.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa9eae4 // sdot v4.4s, v23.16b, v9.4b[3]
+	WORD $0x4fb3eaed // sdot v13.4s, v23.16b, v19.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb2eaed // sdot v13.4s, v23.16b, v18.4b[3]
-	WORD $0x4faeeaf1 // sdot v17.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa3eae2 // sdot v2.4s, v23.16b, v3.4b[3]
+	WORD $0x4fb2eaef // sdot v15.4s, v23.16b, v18.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa6eae8 // sdot v8.4s, v23.16b, v6.4b[3]
-	WORD $0x4fa3eae7 // sdot v7.4s, v23.16b, v3.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fabeae7 // sdot v7.4s, v23.16b, v11.4b[3]
+	WORD $0x4faeeaea // sdot v10.4s, v23.16b, v14.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fb0eae2 // sdot v2.4s, v23.16b, v16.4b[3]
-	WORD $0x4fa4eae5 // sdot v5.4s, v23.16b, v4.4b[3]
-	FMOVD 184(R0), F4
-	WORD $0x0f08a484 // sxtl v4.8h, v4.8b
-	WORD $0x4e441884 // uzp1 v4.8h, v4.8h, v4.8h
-	WORD $0x0f10a484 // sxtl v4.4s, v4.4h
-	FMOVS 52(R6), F3
-	WORD $0x4e040463 // dup v3.4s, v3.s[0]
-	WORD $0x4ea3854a // add v10.4s, v10.4s, v3.4s
-	WORD $0x4ea4954c // mla v12.4s, v10.4s, v4.4s
-	FMOVS 52(R7), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa856b // add v11.4s, v11.4s, v10.4s
-	WORD $0x4ea49569 // mla v9.4s, v11.4s, v4.4s
-	FMOVD 216(R0), F4
-	WORD $0x0f08a484 // sxtl v4.8h, v4.8b
-	WORD $0x4e441884 // uzp1 v4.8h, v4.8h, v4.8h
-	WORD $0x0f10a484 // sxtl v4.4s, v4.4h
-	FMOVS 60(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab85ad // add v13.4s, v13.4s, v11.4s
-	WORD $0x4ea495ac // mla v12.4s, v13.4s, v4.4s
-	FMOVS 60(R7), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead8631 // add v17.4s, v17.4s, v13.4s
-	WORD $0x4ea49629 // mla v9.4s, v17.4s, v4.4s
-	FMOVD 248(R0), F4
-	WORD $0x0f08a484 // sxtl v4.8h, v4.8b
-	WORD $0x4e441884 // uzp1 v4.8h, v4.8h, v4.8h
-	WORD $0x0f10a484 // sxtl v4.4s, v4.4h
-	FMOVS 68(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb18508 // add v8.4s, v8.4s, v17.4s
-	WORD $0x4ea4950c // mla v12.4s, v8.4s, v4.4s
-	FMOVS 68(R7), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea884e7 // add v7.4s, v7.4s, v8.4s
-	WORD $0x4ea494e9 // mla v9.4s, v7.4s, v4.4s
-	FMOVD 280(R0), F4
-	WORD $0x0f08a484 // sxtl v4.8h, v4.8b
-	WORD $0x4e441884 // uzp1 v4.8h, v4.8h, v4.8h
-	WORD $0x0f10a484 // sxtl v4.4s, v4.4h
-	FMOVS 76(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea78442 // add v2.4s, v2.4s, v7.4s
-	WORD $0x4ea4944c // mla v12.4s, v2.4s, v4.4s
-	FMOVS 76(R7), F2
-	WORD $0x4e040442 // dup v2.4s, v2.s[0]
-	WORD $0x4ea284a5 // add v5.4s, v5.4s, v2.4s
-	WORD $0x4ea494a9 // mla v9.4s, v5.4s, v4.4s
-	FMOVQ 144(R2), F4
-	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
-	FMOVQ 176(R2), F2
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 208(R2), F8
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	FMOVQ 240(R2), F13
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	FMOVQ 144(R3), F10
-	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
-	FMOVQ 176(R3), F14
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb1eae8 // sdot v8.4s, v23.16b, v17.4b[3]
+	WORD $0x4fb0eaec // sdot v12.4s, v23.16b, v16.4b[3]
+	FMOVQ 52(R6), F16
+	FMOVQ 68(R6), F14
+	FMOVQ 52(R7), F18
+	FMOVQ 68(R7), F19
+	FMOVD 184(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19486 // mla v6.4s, v4.4s, v17.4s
+	WORD $0x6f900226 // mla v6.4s, v17.4s, v16.s[0]
+	WORD $0x4eb195a5 // mla v5.4s, v13.4s, v17.4s
+	WORD $0x6f920225 // mla v5.4s, v17.4s, v18.s[0]
+	FMOVD 216(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19446 // mla v6.4s, v2.4s, v17.4s
+	WORD $0x6f900a26 // mla v6.4s, v17.4s, v16.s[2]
+	WORD $0x4eb195e5 // mla v5.4s, v15.4s, v17.4s
+	WORD $0x6f920a25 // mla v5.4s, v17.4s, v18.s[2]
+	FMOVD 248(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb194e6 // mla v6.4s, v7.4s, v17.4s
+	WORD $0x6f8e0226 // mla v6.4s, v17.4s, v14.s[0]
+	WORD $0x4eb19545 // mla v5.4s, v10.4s, v17.4s
+	WORD $0x6f930225 // mla v5.4s, v17.4s, v19.s[0]
+	FMOVD 280(R0), F17
+	WORD $0x0f08a631 // sxtl v17.8h, v17.8b
+	WORD $0x4e511a31 // uzp1 v17.8h, v17.8h, v17.8h
+	WORD $0x0f10a631 // sxtl v17.4s, v17.4h
+	WORD $0x4eb19506 // mla v6.4s, v8.4s, v17.4s
+	WORD $0x6f8e0a26 // mla v6.4s, v17.4s, v14.s[2]
+	WORD $0x4eb19585 // mla v5.4s, v12.4s, v17.4s
+	WORD $0x6f930a25 // mla v5.4s, v17.4s, v19.s[2]
+	FMOVQ 144(R2), F19
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 176(R2), F14
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 208(R2), F17
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 240(R2), F8
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 144(R3), F7
 	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 208(R3), F16
-	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 240(R3), F18
-	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 176(R3), F2
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 208(R3), F4
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 240(R3), F3
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	FMOVQ 2640(R0), F20
 	FMOVQ 2704(R0), F21
 	FMOVQ 2768(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f84e2e5 // sdot v5.4s, v23.16b, v4.4b[0]
-	WORD $0x4f8ae2e3 // sdot v3.4s, v23.16b, v10.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f93e2f2 // sdot v18.4s, v23.16b, v19.4b[0]
+	WORD $0x4f87e2ef // sdot v15.4s, v23.16b, v7.4b[0]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f82e2e7 // sdot v7.4s, v23.16b, v2.4b[0]
-	WORD $0x4f8ee2ef // sdot v15.4s, v23.16b, v14.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8ee2f0 // sdot v16.4s, v23.16b, v14.4b[0]
+	WORD $0x4f82e2ed // sdot v13.4s, v23.16b, v2.4b[0]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f88e2f1 // sdot v17.4s, v23.16b, v8.4b[0]
-	WORD $0x4f90e2e6 // sdot v6.4s, v23.16b, v16.4b[0]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f91e2ec // sdot v12.4s, v23.16b, v17.4b[0]
+	WORD $0x4f84e2eb // sdot v11.4s, v23.16b, v4.4b[0]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8de2eb // sdot v11.4s, v23.16b, v13.4b[0]
-	WORD $0x4f92e2f3 // sdot v19.4s, v23.16b, v18.4b[0]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f88e2ea // sdot v10.4s, v23.16b, v8.4b[0]
+	WORD $0x4f83e2e9 // sdot v9.4s, v23.16b, v3.4b[0]
 	FMOVQ 2832(R0), F22
 	FMOVQ 2896(R0), F21
 	FMOVQ 2960(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa4e2e5 // sdot v5.4s, v23.16b, v4.4b[1]
-	WORD $0x4faae2e3 // sdot v3.4s, v23.16b, v10.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb3e2f2 // sdot v18.4s, v23.16b, v19.4b[1]
+	WORD $0x4fa7e2ef // sdot v15.4s, v23.16b, v7.4b[1]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa2e2e7 // sdot v7.4s, v23.16b, v2.4b[1]
-	WORD $0x4faee2ef // sdot v15.4s, v23.16b, v14.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faee2f0 // sdot v16.4s, v23.16b, v14.4b[1]
+	WORD $0x4fa2e2ed // sdot v13.4s, v23.16b, v2.4b[1]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa8e2f1 // sdot v17.4s, v23.16b, v8.4b[1]
-	WORD $0x4fb0e2e6 // sdot v6.4s, v23.16b, v16.4b[1]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fb1e2ec // sdot v12.4s, v23.16b, v17.4b[1]
+	WORD $0x4fa4e2eb // sdot v11.4s, v23.16b, v4.4b[1]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fade2eb // sdot v11.4s, v23.16b, v13.4b[1]
-	WORD $0x4fb2e2f3 // sdot v19.4s, v23.16b, v18.4b[1]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa8e2ea // sdot v10.4s, v23.16b, v8.4b[1]
+	WORD $0x4fa3e2e9 // sdot v9.4s, v23.16b, v3.4b[1]
 	FMOVQ 3024(R0), F20
 	FMOVQ 3088(R0), F21
 	FMOVQ 3152(R0), F22
 	WORD $0x4e201e97 // and v23.16b, v20.16b, v0.16b
 	WORD $0x4f0c56d8 // shl v24.16b, v22.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f84eae5 // sdot v5.4s, v23.16b, v4.4b[2]
-	WORD $0x4f8aeae3 // sdot v3.4s, v23.16b, v10.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f93eaf2 // sdot v18.4s, v23.16b, v19.4b[2]
+	WORD $0x4f87eaef // sdot v15.4s, v23.16b, v7.4b[2]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a56d8 // shl v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f82eae7 // sdot v7.4s, v23.16b, v2.4b[2]
-	WORD $0x4f8eeaef // sdot v15.4s, v23.16b, v14.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f8eeaf0 // sdot v16.4s, v23.16b, v14.4b[2]
+	WORD $0x4f82eaed // sdot v13.4s, v23.16b, v2.4b[2]
 	WORD $0x6f0c0697 // ushr v23.16b, v20.16b, #4
-	WORD $0x4e211ed8 // and v24.16b, v22.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f88eaf1 // sdot v17.4s, v23.16b, v8.4b[2]
-	WORD $0x4f90eae6 // sdot v6.4s, v23.16b, v16.4b[2]
+	WORD $0x6ea11ed7 // bit v23.16b, v22.16b, v1.16b
+	WORD $0x4f91eaec // sdot v12.4s, v23.16b, v17.4b[2]
+	WORD $0x4f84eaeb // sdot v11.4s, v23.16b, v4.4b[2]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e06d8 // ushr v24.16b, v22.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4f8deaeb // sdot v11.4s, v23.16b, v13.4b[2]
-	WORD $0x4f92eaf3 // sdot v19.4s, v23.16b, v18.4b[2]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4f88eaea // sdot v10.4s, v23.16b, v8.4b[2]
+	WORD $0x4f83eae9 // sdot v9.4s, v23.16b, v3.4b[2]
 	FMOVQ 3216(R0), F22
 	FMOVQ 3280(R0), F21
 	FMOVQ 3344(R0), F20
 	WORD $0x4e201ed7 // and v23.16b, v22.16b, v0.16b
 	WORD $0x4f0c5698 // shl v24.16b, v20.16b, #4
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa4eae5 // sdot v5.4s, v23.16b, v4.4b[3]
-	WORD $0x4faaeae3 // sdot v3.4s, v23.16b, v10.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fb3eaf2 // sdot v18.4s, v23.16b, v19.4b[3]
+	WORD $0x4fa7eaef // sdot v15.4s, v23.16b, v7.4b[3]
 	WORD $0x4e201eb7 // and v23.16b, v21.16b, v0.16b
 	WORD $0x4f0a5698 // shl v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa2eae7 // sdot v7.4s, v23.16b, v2.4b[3]
-	WORD $0x4faeeaef // sdot v15.4s, v23.16b, v14.4b[3]
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4faeeaf0 // sdot v16.4s, v23.16b, v14.4b[3]
+	WORD $0x4fa2eaed // sdot v13.4s, v23.16b, v2.4b[3]
 	WORD $0x6f0c06d7 // ushr v23.16b, v22.16b, #4
-	WORD $0x4e211e98 // and v24.16b, v20.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fa8eaf1 // sdot v17.4s, v23.16b, v8.4b[3]
-	WORD $0x4fb0eae6 // sdot v6.4s, v23.16b, v16.4b[3]
+	WORD $0x6ea11e97 // bit v23.16b, v20.16b, v1.16b
+	WORD $0x4fb1eaec // sdot v12.4s, v23.16b, v17.4b[3]
+	WORD $0x4fa4eaeb // sdot v11.4s, v23.16b, v4.4b[3]
 	WORD $0x6f0c06b7 // ushr v23.16b, v21.16b, #4
 	WORD $0x6f0e0698 // ushr v24.16b, v20.16b, #2
-	WORD $0x4e211f18 // and v24.16b, v24.16b, v1.16b
-	WORD $0x4eb81ef7 // orr v23.16b, v23.16b, v24.16b
-	WORD $0x4fadeaeb // sdot v11.4s, v23.16b, v13.4b[3]
-	WORD $0x4fb2eaf3 // sdot v19.4s, v23.16b, v18.4b[3]
-	FMOVD 184(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e525a52 // uzp2 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 56(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb084a5 // add v5.4s, v5.4s, v16.4s
-	WORD $0x4eb294ac // mla v12.4s, v5.4s, v18.4s
-	FMOVS 56(R7), F5
-	WORD $0x4e0404a5 // dup v5.4s, v5.s[0]
-	WORD $0x4ea58463 // add v3.4s, v3.4s, v5.4s
-	WORD $0x4eb29469 // mla v9.4s, v3.4s, v18.4s
-	FMOVD 216(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e525a52 // uzp2 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 64(R6), F3
-	WORD $0x4e040463 // dup v3.4s, v3.s[0]
-	WORD $0x4ea384e7 // add v7.4s, v7.4s, v3.4s
-	WORD $0x4eb294ec // mla v12.4s, v7.4s, v18.4s
-	FMOVS 64(R7), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea785ef // add v15.4s, v15.4s, v7.4s
-	WORD $0x4eb295e9 // mla v9.4s, v15.4s, v18.4s
-	FMOVD 248(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e525a52 // uzp2 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 72(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8631 // add v17.4s, v17.4s, v15.4s
-	WORD $0x4eb2962c // mla v12.4s, v17.4s, v18.4s
-	FMOVS 72(R7), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb184c6 // add v6.4s, v6.4s, v17.4s
-	WORD $0x4eb294c9 // mla v9.4s, v6.4s, v18.4s
-	FMOVD 280(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e525a52 // uzp2 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 80(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea6856b // add v11.4s, v11.4s, v6.4s
-	WORD $0x4eb2956c // mla v12.4s, v11.4s, v18.4s
-	FMOVS 80(R7), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab8673 // add v19.4s, v19.4s, v11.4s
-	WORD $0x4eb29669 // mla v9.4s, v19.4s, v18.4s
-	FMOVD 24(R0), F18
-	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
-	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
-	WORD $0x6e32dd8c // fmul v12.4s, v12.4s, v18.4s
-	FMOVS 0(R6), F19
-	WORD $0x4f93918c // fmul v12.4s, v12.4s, v19.s[0]
-	FMOVQ 48(R10), F11
-	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
-	FMOVQ F11, 48(R10)
-	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
-	WORD $0x6e32dd29 // fmul v9.4s, v9.4s, v18.4s
-	FMOVS 0(R7), F19
-	WORD $0x4f939129 // fmul v9.4s, v9.4s, v19.s[0]
-	FMOVQ 48(R11), F12
-	WORD $0x4e29d58c // fadd v12.4s, v12.4s, v9.4s
-	FMOVQ F12, 48(R11)
+	WORD $0x6ea11f17 // bit v23.16b, v24.16b, v1.16b
+	WORD $0x4fa8eaea // sdot v10.4s, v23.16b, v8.4b[3]
+	WORD $0x4fa3eae9 // sdot v9.4s, v23.16b, v3.4b[3]
+	FMOVQ 52(R6), F3
+	FMOVQ 68(R6), F4
+	FMOVQ 52(R7), F2
+	FMOVQ 68(R7), F7
+	FMOVD 184(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89646 // mla v6.4s, v18.4s, v8.4s
+	WORD $0x6fa30106 // mla v6.4s, v8.4s, v3.s[1]
+	WORD $0x4ea895e5 // mla v5.4s, v15.4s, v8.4s
+	WORD $0x6fa20105 // mla v5.4s, v8.4s, v2.s[1]
+	FMOVD 216(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89606 // mla v6.4s, v16.4s, v8.4s
+	WORD $0x6fa30906 // mla v6.4s, v8.4s, v3.s[3]
+	WORD $0x4ea895a5 // mla v5.4s, v13.4s, v8.4s
+	WORD $0x6fa20905 // mla v5.4s, v8.4s, v2.s[3]
+	FMOVD 248(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89586 // mla v6.4s, v12.4s, v8.4s
+	WORD $0x6fa40106 // mla v6.4s, v8.4s, v4.s[1]
+	WORD $0x4ea89565 // mla v5.4s, v11.4s, v8.4s
+	WORD $0x6fa70105 // mla v5.4s, v8.4s, v7.s[1]
+	FMOVD 280(R0), F8
+	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
+	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
+	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
+	WORD $0x4ea89546 // mla v6.4s, v10.4s, v8.4s
+	WORD $0x6fa40906 // mla v6.4s, v8.4s, v4.s[3]
+	WORD $0x4ea89525 // mla v5.4s, v9.4s, v8.4s
+	WORD $0x6fa70905 // mla v5.4s, v8.4s, v7.s[3]
+	FMOVD 24(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e27dcc6 // fmul v6.4s, v6.4s, v7.4s
+	FMOVS 0(R6), F2
+	WORD $0x4f8290c6 // fmul v6.4s, v6.4s, v2.s[0]
+	FMOVQ 48(R10), F4
+	WORD $0x4e26d484 // fadd v4.4s, v4.4s, v6.4s
+	FMOVQ F4, 48(R10)
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x6e27dca5 // fmul v5.4s, v5.4s, v7.4s
+	FMOVS 0(R7), F2
+	WORD $0x4f8290a5 // fmul v5.4s, v5.4s, v2.s[0]
+	FMOVQ 48(R11), F6
+	WORD $0x4e25d4c6 // fadd v6.4s, v6.4s, v5.4s
+	FMOVQ F6, 48(R11)
 	ADD $3360, R0, R0
 	ADD $256, R2, R2
 	ADD $128, R6, R6
@@ -58851,8 +58051,7 @@ loop:
 	FMOVQ 416(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e0404f7 // dup v23.4s, v7.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -58860,16 +58059,14 @@ loop:
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e040558 // dup v24.4s, v10.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
 	WORD $0x4e0405b7 // dup v23.4s, v13.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -58877,8 +58074,7 @@ loop:
 	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e040618 // dup v24.4s, v16.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -58889,8 +58085,7 @@ loop:
 	FMOVQ 608(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e0c04f7 // dup v23.4s, v7.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -58898,16 +58093,14 @@ loop:
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
 	WORD $0x4e0c05b7 // dup v23.4s, v13.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -58915,8 +58108,7 @@ loop:
 	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c0618 // dup v24.4s, v16.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -58927,8 +58119,7 @@ loop:
 	FMOVQ 800(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e1404f7 // dup v23.4s, v7.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -58936,16 +58127,14 @@ loop:
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e140558 // dup v24.4s, v10.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
 	WORD $0x4e1405b7 // dup v23.4s, v13.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -58953,8 +58142,7 @@ loop:
 	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e140618 // dup v24.4s, v16.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -58965,8 +58153,7 @@ loop:
 	FMOVQ 992(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e1c04f7 // dup v23.4s, v7.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -58974,16 +58161,14 @@ loop:
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
 	WORD $0x4e1c05b7 // dup v23.4s, v13.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -58991,8 +58176,7 @@ loop:
 	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c0618 // dup v24.4s, v16.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -59002,45 +58186,39 @@ loop:
 	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
 	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
 	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
-	FMOVD 32(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 20(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8508 // add v8.4s, v8.4s, v15.4s
-	WORD $0x4eb29506 // mla v6.4s, v8.4s, v18.4s
-	FMOVD 64(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 28(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea8856b // add v11.4s, v11.4s, v8.4s
-	WORD $0x4eb29566 // mla v6.4s, v11.4s, v18.4s
-	FMOVD 96(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 36(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
-	WORD $0x4eb295c6 // mla v6.4s, v14.4s, v18.4s
-	FMOVD 128(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 44(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae8631 // add v17.4s, v17.4s, v14.4s
-	WORD $0x4eb29626 // mla v6.4s, v17.4s, v18.4s
-	FMOVQ 16(R2), F18
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 20(R6), F18
+	FMOVQ 36(R6), F15
+	FMOVD 32(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9506 // mla v6.4s, v8.4s, v12.4s
+	WORD $0x6f920186 // mla v6.4s, v12.4s, v18.s[0]
+	FMOVD 64(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9566 // mla v6.4s, v11.4s, v12.4s
+	WORD $0x6f920986 // mla v6.4s, v12.4s, v18.s[2]
+	FMOVD 96(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac95c6 // mla v6.4s, v14.4s, v12.4s
+	WORD $0x6f8f0186 // mla v6.4s, v12.4s, v15.s[0]
+	FMOVD 128(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9626 // mla v6.4s, v17.4s, v12.4s
+	WORD $0x6f8f0986 // mla v6.4s, v12.4s, v15.s[2]
+	FMOVQ 16(R2), F15
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 48(R2), F17
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 48(R2), F11
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 80(R2), F12
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R2), F8
 	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
 	FMOVQ 112(R2), F13
@@ -59051,34 +58229,30 @@ loop:
 	FMOVQ 1184(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040657 // dup v23.4s, v18.s[0]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040578 // dup v24.4s, v11.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040638 // dup v24.4s, v17.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040597 // dup v23.4s, v12.s[0]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e040517 // dup v23.4s, v8.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0405b8 // dup v24.4s, v13.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -59089,34 +58263,30 @@ loop:
 	FMOVQ 1376(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0578 // dup v24.4s, v11.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0597 // dup v23.4s, v12.s[1]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c05b8 // dup v24.4s, v13.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -59127,34 +58297,30 @@ loop:
 	FMOVQ 1568(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140657 // dup v23.4s, v18.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140578 // dup v24.4s, v11.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140638 // dup v24.4s, v17.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140597 // dup v23.4s, v12.s[2]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e140517 // dup v23.4s, v8.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1405b8 // dup v24.4s, v13.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
@@ -59165,2098 +58331,1148 @@ loop:
 	FMOVQ 1760(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0578 // dup v24.4s, v11.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0597 // dup v23.4s, v12.s[3]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c05b8 // dup v24.4s, v13.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
 	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
-	WORD $0x4eaebe31 // addp v17.4s, v17.4s, v14.4s
-	WORD $0x4eafbd08 // addp v8.4s, v8.4s, v15.4s
+	WORD $0x4eacbe52 // addp v18.4s, v18.4s, v12.4s
+	WORD $0x4eabbdce // addp v14.4s, v14.4s, v11.4s
 	WORD $0x4eb0bd29 // addp v9.4s, v9.4s, v16.4s
 	WORD $0x4ea7bd4a // addp v10.4s, v10.4s, v7.4s
-	FMOVD 32(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 24(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08631 // add v17.4s, v17.4s, v16.4s
-	WORD $0x4ea79626 // mla v6.4s, v17.4s, v7.4s
-	FMOVD 64(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 32(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb18508 // add v8.4s, v8.4s, v17.4s
-	WORD $0x4ea79506 // mla v6.4s, v8.4s, v7.4s
-	FMOVD 96(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 40(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea88529 // add v9.4s, v9.4s, v8.4s
-	WORD $0x4ea79526 // mla v6.4s, v9.4s, v7.4s
-	FMOVD 128(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 48(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
-	WORD $0x4ea79546 // mla v6.4s, v10.4s, v7.4s
-	FMOVQ 128(R2), F7
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 160(R2), F8
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 192(R2), F15
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 224(R2), F12
+	FMOVQ 20(R6), F7
+	FMOVQ 36(R6), F16
+	FMOVD 32(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9646 // mla v6.4s, v18.4s, v11.4s
+	WORD $0x6fa70166 // mla v6.4s, v11.4s, v7.s[1]
+	FMOVD 64(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95c6 // mla v6.4s, v14.4s, v11.4s
+	WORD $0x6fa70966 // mla v6.4s, v11.4s, v7.s[3]
+	FMOVD 96(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9526 // mla v6.4s, v9.4s, v11.4s
+	WORD $0x6fb00166 // mla v6.4s, v11.4s, v16.s[1]
+	FMOVD 128(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9546 // mla v6.4s, v10.4s, v11.4s
+	WORD $0x6fb00966 // mla v6.4s, v11.4s, v16.s[3]
+	FMOVQ 128(R2), F16
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
 	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 160(R2), F10
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 192(R2), F18
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 224(R2), F8
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
 	FMOVQ 1824(R0), F19
 	FMOVQ 1888(R0), F20
 	FMOVQ 1952(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0404f7 // dup v23.4s, v7.s[0]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e040617 // dup v23.4s, v16.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040558 // dup v24.4s, v10.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e040657 // dup v23.4s, v18.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606aed // sadalp v13.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e040518 // dup v24.4s, v8.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040598 // dup v24.4s, v12.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	FMOVQ 2016(R0), F21
 	FMOVQ 2080(R0), F20
 	FMOVQ 2144(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c04f7 // dup v23.4s, v7.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c0617 // dup v23.4s, v16.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606aed // sadalp v13.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c0518 // dup v24.4s, v8.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0598 // dup v24.4s, v12.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	FMOVQ 2208(R0), F19
 	FMOVQ 2272(R0), F20
 	FMOVQ 2336(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1404f7 // dup v23.4s, v7.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e140617 // dup v23.4s, v16.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140558 // dup v24.4s, v10.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e140657 // dup v23.4s, v18.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606aed // sadalp v13.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e140518 // dup v24.4s, v8.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140598 // dup v24.4s, v12.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	FMOVQ 2400(R0), F21
 	FMOVQ 2464(R0), F20
 	FMOVQ 2528(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c04f7 // dup v23.4s, v7.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c0617 // dup v23.4s, v16.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606aed // sadalp v13.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c0518 // dup v24.4s, v8.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0598 // dup v24.4s, v12.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
-	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
-	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
-	WORD $0x4eb2bd6b // addp v11.4s, v11.4s, v18.4s
-	FMOVD 160(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 52(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
-	WORD $0x4eb29546 // mla v6.4s, v10.4s, v18.4s
-	FMOVD 192(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 60(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8631 // add v17.4s, v17.4s, v10.4s
-	WORD $0x4eb29626 // mla v6.4s, v17.4s, v18.4s
-	FMOVD 224(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 68(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb185ce // add v14.4s, v14.4s, v17.4s
-	WORD $0x4eb295c6 // mla v6.4s, v14.4s, v18.4s
-	FMOVD 256(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 76(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae856b // add v11.4s, v11.4s, v14.4s
-	WORD $0x4eb29566 // mla v6.4s, v11.4s, v18.4s
-	FMOVQ 144(R2), F18
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4eabbce7 // addp v7.4s, v7.4s, v11.4s
+	WORD $0x4eaebd29 // addp v9.4s, v9.4s, v14.4s
+	WORD $0x4eadbd8c // addp v12.4s, v12.4s, v13.4s
+	WORD $0x4eafbe31 // addp v17.4s, v17.4s, v15.4s
+	FMOVQ 52(R6), F15
+	FMOVQ 68(R6), F13
+	FMOVD 160(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae94e6 // mla v6.4s, v7.4s, v14.4s
+	WORD $0x6f8f01c6 // mla v6.4s, v14.4s, v15.s[0]
+	FMOVD 192(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9526 // mla v6.4s, v9.4s, v14.4s
+	WORD $0x6f8f09c6 // mla v6.4s, v14.4s, v15.s[2]
+	FMOVD 224(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9586 // mla v6.4s, v12.4s, v14.4s
+	WORD $0x6f8d01c6 // mla v6.4s, v14.4s, v13.s[0]
+	FMOVD 256(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9626 // mla v6.4s, v17.4s, v14.4s
+	WORD $0x6f8d09c6 // mla v6.4s, v14.4s, v13.s[2]
+	FMOVQ 144(R2), F13
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
 	FMOVQ 176(R2), F17
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 208(R2), F16
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 240(R2), F15
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 208(R2), F7
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 240(R2), F18
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
 	FMOVQ 2592(R0), F19
 	FMOVQ 2656(R0), F20
 	FMOVQ 2720(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040657 // dup v23.4s, v18.s[0]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0405b7 // dup v23.4s, v13.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e040638 // dup v24.4s, v17.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040617 // dup v23.4s, v16.s[0]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e0404f7 // dup v23.4s, v7.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0405f8 // dup v24.4s, v15.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040658 // dup v24.4s, v18.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 2784(R0), F21
 	FMOVQ 2848(R0), F20
 	FMOVQ 2912(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c05b7 // dup v23.4s, v13.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0617 // dup v23.4s, v16.s[1]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c04f7 // dup v23.4s, v7.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c05f8 // dup v24.4s, v15.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0658 // dup v24.4s, v18.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 2976(R0), F19
 	FMOVQ 3040(R0), F20
 	FMOVQ 3104(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140657 // dup v23.4s, v18.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1405b7 // dup v23.4s, v13.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e140638 // dup v24.4s, v17.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140617 // dup v23.4s, v16.s[2]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e1404f7 // dup v23.4s, v7.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1405f8 // dup v24.4s, v15.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140658 // dup v24.4s, v18.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 3168(R0), F21
 	FMOVQ 3232(R0), F20
 	FMOVQ 3296(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c05b7 // dup v23.4s, v13.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0617 // dup v23.4s, v16.s[3]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c04f7 // dup v23.4s, v7.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c05f8 // dup v24.4s, v15.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0658 // dup v24.4s, v18.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
-	WORD $0x4eaebd6b // addp v11.4s, v11.4s, v14.4s
-	WORD $0x4eadbd4a // addp v10.4s, v10.4s, v13.4s
-	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
-	WORD $0x4ea7bd08 // addp v8.4s, v8.4s, v7.4s
-	FMOVD 160(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 56(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
-	WORD $0x4ea79566 // mla v6.4s, v11.4s, v7.4s
-	FMOVD 192(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 64(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab854a // add v10.4s, v10.4s, v11.4s
-	WORD $0x4ea79546 // mla v6.4s, v10.4s, v7.4s
-	FMOVD 224(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 72(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
-	WORD $0x4ea79526 // mla v6.4s, v9.4s, v7.4s
-	FMOVD 256(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 80(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea98508 // add v8.4s, v8.4s, v9.4s
-	WORD $0x4ea79506 // mla v6.4s, v8.4s, v7.4s
-	FMOVD 0(R0), F7
-	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	WORD $0x4ea9bd8c // addp v12.4s, v12.4s, v9.4s
+	WORD $0x4ea8bd6b // addp v11.4s, v11.4s, v8.4s
+	WORD $0x4eb0bd4a // addp v10.4s, v10.4s, v16.4s
+	FMOVQ 52(R6), F16
+	FMOVQ 68(R6), F8
+	FMOVD 160(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995e6 // mla v6.4s, v15.4s, v9.4s
+	WORD $0x6fb00126 // mla v6.4s, v9.4s, v16.s[1]
+	FMOVD 192(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99586 // mla v6.4s, v12.4s, v9.4s
+	WORD $0x6fb00926 // mla v6.4s, v9.4s, v16.s[3]
+	FMOVD 224(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99566 // mla v6.4s, v11.4s, v9.4s
+	WORD $0x6fa80126 // mla v6.4s, v9.4s, v8.s[1]
+	FMOVD 256(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99546 // mla v6.4s, v10.4s, v9.4s
+	WORD $0x6fa80926 // mla v6.4s, v9.4s, v8.s[3]
+	FMOVD 0(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
 	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
-	WORD $0x6e27dcc6 // fmul v6.4s, v6.4s, v7.4s
-	FMOVS 0(R6), F8
-	WORD $0x4f8890c6 // fmul v6.4s, v6.4s, v8.s[0]
+	WORD $0x6e28dcc6 // fmul v6.4s, v6.4s, v8.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9090c6 // fmul v6.4s, v6.4s, v16.s[0]
 	WORD $0x4e26d400 // fadd v0.4s, v0.4s, v6.4s
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	FMOVQ 0(R2), F8
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 0(R2), F16
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
 	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	FMOVQ 32(R2), F10
 	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
 	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 64(R2), F13
+	FMOVQ 64(R2), F15
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 96(R2), F16
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
 	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 96(R2), F7
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
 	FMOVQ 304(R0), F19
 	FMOVQ 368(R0), F20
 	FMOVQ 432(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040517 // dup v23.4s, v8.s[0]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e040617 // dup v23.4s, v16.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e040558 // dup v24.4s, v10.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0405b7 // dup v23.4s, v13.s[0]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aef // sadalp v15.4s, v23.8h
+	WORD $0x4e606af2 // sadalp v18.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040618 // dup v24.4s, v16.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0404f8 // dup v24.4s, v7.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
 	FMOVQ 496(R0), F21
 	FMOVQ 560(R0), F20
 	FMOVQ 624(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c0617 // dup v23.4s, v16.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c05b7 // dup v23.4s, v13.s[1]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aef // sadalp v15.4s, v23.8h
+	WORD $0x4e606af2 // sadalp v18.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0618 // dup v24.4s, v16.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c04f8 // dup v24.4s, v7.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
 	FMOVQ 688(R0), F19
 	FMOVQ 752(R0), F20
 	FMOVQ 816(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140517 // dup v23.4s, v8.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e140617 // dup v23.4s, v16.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e140558 // dup v24.4s, v10.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1405b7 // dup v23.4s, v13.s[2]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aef // sadalp v15.4s, v23.8h
+	WORD $0x4e606af2 // sadalp v18.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140618 // dup v24.4s, v16.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1404f8 // dup v24.4s, v7.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
 	FMOVQ 880(R0), F21
 	FMOVQ 944(R0), F20
 	FMOVQ 1008(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c0617 // dup v23.4s, v16.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c05b7 // dup v23.4s, v13.s[3]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aef // sadalp v15.4s, v23.8h
+	WORD $0x4e606af2 // sadalp v18.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0618 // dup v24.4s, v16.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c04f8 // dup v24.4s, v7.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
 	WORD $0x4ea9bcc6 // addp v6.4s, v6.4s, v9.4s
 	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
-	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
-	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
-	FMOVD 40(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 20(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf84c6 // add v6.4s, v6.4s, v15.4s
-	WORD $0x4eb294c7 // mla v7.4s, v6.4s, v18.4s
-	FMOVD 72(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 28(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea6856b // add v11.4s, v11.4s, v6.4s
-	WORD $0x4eb29567 // mla v7.4s, v11.4s, v18.4s
-	FMOVD 104(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 36(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
-	WORD $0x4eb295c7 // mla v7.4s, v14.4s, v18.4s
-	FMOVD 136(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 44(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae8631 // add v17.4s, v17.4s, v14.4s
-	WORD $0x4eb29627 // mla v7.4s, v17.4s, v18.4s
+	WORD $0x4eb2bdce // addp v14.4s, v14.4s, v18.4s
+	WORD $0x4eadbe31 // addp v17.4s, v17.4s, v13.4s
+	FMOVQ 20(R6), F13
+	FMOVQ 36(R6), F18
+	FMOVD 40(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac94c8 // mla v8.4s, v6.4s, v12.4s
+	WORD $0x6f8d0188 // mla v8.4s, v12.4s, v13.s[0]
+	FMOVD 72(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9568 // mla v8.4s, v11.4s, v12.4s
+	WORD $0x6f8d0988 // mla v8.4s, v12.4s, v13.s[2]
+	FMOVD 104(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac95c8 // mla v8.4s, v14.4s, v12.4s
+	WORD $0x6f920188 // mla v8.4s, v12.4s, v18.s[0]
+	FMOVD 136(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9628 // mla v8.4s, v17.4s, v12.4s
+	WORD $0x6f920988 // mla v8.4s, v12.4s, v18.s[2]
 	FMOVQ 16(R2), F18
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 48(R2), F17
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 48(R2), F11
-	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 80(R2), F12
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R2), F6
 	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 112(R2), F13
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 112(R2), F15
 	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
 	FMOVQ 1072(R0), F19
 	FMOVQ 1136(R0), F20
 	FMOVQ 1200(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e040657 // dup v23.4s, v18.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040578 // dup v24.4s, v11.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040638 // dup v24.4s, v17.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040597 // dup v23.4s, v12.s[0]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e0404d7 // dup v23.4s, v6.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0405b8 // dup v24.4s, v13.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0405f8 // dup v24.4s, v15.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 1264(R0), F21
 	FMOVQ 1328(R0), F20
 	FMOVQ 1392(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0578 // dup v24.4s, v11.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0597 // dup v23.4s, v12.s[1]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c04d7 // dup v23.4s, v6.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c05b8 // dup v24.4s, v13.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c05f8 // dup v24.4s, v15.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 1456(R0), F19
 	FMOVQ 1520(R0), F20
 	FMOVQ 1584(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e140657 // dup v23.4s, v18.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140578 // dup v24.4s, v11.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140638 // dup v24.4s, v17.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140597 // dup v23.4s, v12.s[2]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e1404d7 // dup v23.4s, v6.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1405b8 // dup v24.4s, v13.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1405f8 // dup v24.4s, v15.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 1648(R0), F21
 	FMOVQ 1712(R0), F20
 	FMOVQ 1776(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0578 // dup v24.4s, v11.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0597 // dup v23.4s, v12.s[3]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c04d7 // dup v23.4s, v6.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c05b8 // dup v24.4s, v13.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c05f8 // dup v24.4s, v15.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
-	WORD $0x4eaebe31 // addp v17.4s, v17.4s, v14.4s
-	WORD $0x4eafbcc6 // addp v6.4s, v6.4s, v15.4s
-	WORD $0x4eb0bd29 // addp v9.4s, v9.4s, v16.4s
-	WORD $0x4ea8bd4a // addp v10.4s, v10.4s, v8.4s
-	FMOVD 40(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 24(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08631 // add v17.4s, v17.4s, v16.4s
-	WORD $0x4ea89627 // mla v7.4s, v17.4s, v8.4s
-	FMOVD 72(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 32(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb184c6 // add v6.4s, v6.4s, v17.4s
-	WORD $0x4ea894c7 // mla v7.4s, v6.4s, v8.4s
-	FMOVD 104(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 40(R6), F6
-	WORD $0x4e0404c6 // dup v6.4s, v6.s[0]
-	WORD $0x4ea68529 // add v9.4s, v9.4s, v6.4s
-	WORD $0x4ea89527 // mla v7.4s, v9.4s, v8.4s
-	FMOVD 136(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 48(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
-	WORD $0x4ea89547 // mla v7.4s, v10.4s, v8.4s
-	FMOVQ 128(R2), F8
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 160(R2), F6
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	WORD $0x4eabbdce // addp v14.4s, v14.4s, v11.4s
+	WORD $0x4ea7bd29 // addp v9.4s, v9.4s, v7.4s
+	WORD $0x4eb0bd4a // addp v10.4s, v10.4s, v16.4s
+	FMOVQ 20(R6), F16
+	FMOVQ 36(R6), F7
+	FMOVD 40(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95a8 // mla v8.4s, v13.4s, v11.4s
+	WORD $0x6fb00168 // mla v8.4s, v11.4s, v16.s[1]
+	FMOVD 72(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95c8 // mla v8.4s, v14.4s, v11.4s
+	WORD $0x6fb00968 // mla v8.4s, v11.4s, v16.s[3]
+	FMOVD 104(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9528 // mla v8.4s, v9.4s, v11.4s
+	WORD $0x6fa70168 // mla v8.4s, v11.4s, v7.s[1]
+	FMOVD 136(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9548 // mla v8.4s, v10.4s, v11.4s
+	WORD $0x6fa70968 // mla v8.4s, v11.4s, v7.s[3]
+	FMOVQ 128(R2), F7
 	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 192(R2), F15
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 224(R2), F12
 	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 160(R2), F10
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 192(R2), F13
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 224(R2), F6
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
 	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
 	FMOVQ 1840(R0), F19
 	FMOVQ 1904(R0), F20
 	FMOVQ 1968(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040517 // dup v23.4s, v8.s[0]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0404f7 // dup v23.4s, v7.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040558 // dup v24.4s, v10.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e0405b7 // dup v23.4s, v13.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606aef // sadalp v15.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0404d8 // dup v24.4s, v6.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040598 // dup v24.4s, v12.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
 	FMOVQ 2032(R0), F21
 	FMOVQ 2096(R0), F20
 	FMOVQ 2160(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c04f7 // dup v23.4s, v7.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c05b7 // dup v23.4s, v13.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606aef // sadalp v15.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c04d8 // dup v24.4s, v6.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0598 // dup v24.4s, v12.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
 	FMOVQ 2224(R0), F19
 	FMOVQ 2288(R0), F20
 	FMOVQ 2352(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140517 // dup v23.4s, v8.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1404f7 // dup v23.4s, v7.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140558 // dup v24.4s, v10.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e1405b7 // dup v23.4s, v13.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606aef // sadalp v15.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1404d8 // dup v24.4s, v6.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140598 // dup v24.4s, v12.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
 	FMOVQ 2416(R0), F21
 	FMOVQ 2480(R0), F20
 	FMOVQ 2544(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c04f7 // dup v23.4s, v7.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c05b7 // dup v23.4s, v13.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606aef // sadalp v15.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c04d8 // dup v24.4s, v6.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0598 // dup v24.4s, v12.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
-	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
-	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
-	WORD $0x4eb2bd6b // addp v11.4s, v11.4s, v18.4s
-	FMOVD 168(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 52(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
-	WORD $0x4eb29547 // mla v7.4s, v10.4s, v18.4s
-	FMOVD 200(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 60(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8631 // add v17.4s, v17.4s, v10.4s
-	WORD $0x4eb29627 // mla v7.4s, v17.4s, v18.4s
-	FMOVD 232(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 68(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb185ce // add v14.4s, v14.4s, v17.4s
-	WORD $0x4eb295c7 // mla v7.4s, v14.4s, v18.4s
-	FMOVD 264(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 76(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae856b // add v11.4s, v11.4s, v14.4s
-	WORD $0x4eb29567 // mla v7.4s, v11.4s, v18.4s
-	FMOVQ 144(R2), F18
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x4eabbe10 // addp v16.4s, v16.4s, v11.4s
+	WORD $0x4eaebd29 // addp v9.4s, v9.4s, v14.4s
+	WORD $0x4eafbd8c // addp v12.4s, v12.4s, v15.4s
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVQ 52(R6), F18
+	FMOVQ 68(R6), F15
+	FMOVD 168(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9608 // mla v8.4s, v16.4s, v14.4s
+	WORD $0x6f9201c8 // mla v8.4s, v14.4s, v18.s[0]
+	FMOVD 200(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9528 // mla v8.4s, v9.4s, v14.4s
+	WORD $0x6f9209c8 // mla v8.4s, v14.4s, v18.s[2]
+	FMOVD 232(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9588 // mla v8.4s, v12.4s, v14.4s
+	WORD $0x6f8f01c8 // mla v8.4s, v14.4s, v15.s[0]
+	FMOVD 264(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9628 // mla v8.4s, v17.4s, v14.4s
+	WORD $0x6f8f09c8 // mla v8.4s, v14.4s, v15.s[2]
+	FMOVQ 144(R2), F15
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
 	FMOVQ 176(R2), F17
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 208(R2), F16
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 240(R2), F15
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 208(R2), F16
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 240(R2), F13
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
 	FMOVQ 2608(R0), F19
 	FMOVQ 2672(R0), F20
 	FMOVQ 2736(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040657 // dup v23.4s, v18.s[0]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e040638 // dup v24.4s, v17.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
 	WORD $0x4e040617 // dup v23.4s, v16.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0405f8 // dup v24.4s, v15.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0405b8 // dup v24.4s, v13.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
 	FMOVQ 2800(R0), F21
 	FMOVQ 2864(R0), F20
 	FMOVQ 2928(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
 	WORD $0x4e0c0617 // dup v23.4s, v16.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c05f8 // dup v24.4s, v15.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c05b8 // dup v24.4s, v13.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
 	FMOVQ 2992(R0), F19
 	FMOVQ 3056(R0), F20
 	FMOVQ 3120(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140657 // dup v23.4s, v18.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e140638 // dup v24.4s, v17.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
 	WORD $0x4e140617 // dup v23.4s, v16.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1405f8 // dup v24.4s, v15.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1405b8 // dup v24.4s, v13.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
 	FMOVQ 3184(R0), F21
 	FMOVQ 3248(R0), F20
 	FMOVQ 3312(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
 	WORD $0x4e1c0617 // dup v23.4s, v16.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c05f8 // dup v24.4s, v15.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
-	WORD $0x4eaebd6b // addp v11.4s, v11.4s, v14.4s
-	WORD $0x4eadbd4a // addp v10.4s, v10.4s, v13.4s
-	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
-	WORD $0x4ea8bcc6 // addp v6.4s, v6.4s, v8.4s
-	FMOVD 168(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 56(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
-	WORD $0x4ea89567 // mla v7.4s, v11.4s, v8.4s
-	FMOVD 200(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 64(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab854a // add v10.4s, v10.4s, v11.4s
-	WORD $0x4ea89547 // mla v7.4s, v10.4s, v8.4s
-	FMOVD 232(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 72(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
-	WORD $0x4ea89527 // mla v7.4s, v9.4s, v8.4s
-	FMOVD 264(R0), F8
-	WORD $0x0f08a508 // sxtl v8.8h, v8.8b
-	WORD $0x4e485908 // uzp2 v8.8h, v8.8h, v8.8h
-	WORD $0x0f10a508 // sxtl v8.4s, v8.4h
-	FMOVS 80(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea984c6 // add v6.4s, v6.4s, v9.4s
-	WORD $0x4ea894c7 // mla v7.4s, v6.4s, v8.4s
-	FMOVD 8(R0), F8
-	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
-	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
-	WORD $0x6e28dce7 // fmul v7.4s, v7.4s, v8.4s
-	FMOVS 0(R6), F6
-	WORD $0x4f8690e7 // fmul v7.4s, v7.4s, v6.s[0]
-	WORD $0x4e27d421 // fadd v1.4s, v1.4s, v7.4s
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	FMOVQ 0(R2), F6
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 32(R2), F10
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 64(R2), F13
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 96(R2), F16
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 320(R0), F19
-	FMOVQ 384(R0), F20
-	FMOVQ 448(R0), F21
-	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
-	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0404d7 // dup v23.4s, v6.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040558 // dup v24.4s, v10.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0405b7 // dup v23.4s, v13.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aef // sadalp v15.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040618 // dup v24.4s, v16.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	FMOVQ 512(R0), F21
-	FMOVQ 576(R0), F20
-	FMOVQ 640(R0), F19
-	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
-	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c04d7 // dup v23.4s, v6.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c05b7 // dup v23.4s, v13.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0618 // dup v24.4s, v16.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	FMOVQ 704(R0), F19
-	FMOVQ 768(R0), F20
-	FMOVQ 832(R0), F21
-	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
-	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1404d7 // dup v23.4s, v6.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140558 // dup v24.4s, v10.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1405b7 // dup v23.4s, v13.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aef // sadalp v15.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140618 // dup v24.4s, v16.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	FMOVQ 896(R0), F21
-	FMOVQ 960(R0), F20
-	FMOVQ 1024(R0), F19
-	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
-	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c04d7 // dup v23.4s, v6.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c05b7 // dup v23.4s, v13.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aef // sadalp v15.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0618 // dup v24.4s, v16.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	WORD $0x4ea9bce7 // addp v7.4s, v7.4s, v9.4s
-	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
-	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
-	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
-	FMOVD 48(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 20(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf84e7 // add v7.4s, v7.4s, v15.4s
-	WORD $0x4eb294e8 // mla v8.4s, v7.4s, v18.4s
-	FMOVD 80(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 28(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea7856b // add v11.4s, v11.4s, v7.4s
-	WORD $0x4eb29568 // mla v8.4s, v11.4s, v18.4s
-	FMOVD 112(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 36(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
-	WORD $0x4eb295c8 // mla v8.4s, v14.4s, v18.4s
-	FMOVD 144(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 44(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae8631 // add v17.4s, v17.4s, v14.4s
-	WORD $0x4eb29628 // mla v8.4s, v17.4s, v18.4s
-	FMOVQ 16(R2), F18
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 48(R2), F11
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 80(R2), F12
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 112(R2), F13
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 1088(R0), F19
-	FMOVQ 1152(R0), F20
-	FMOVQ 1216(R0), F21
-	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
-	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040657 // dup v23.4s, v18.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040578 // dup v24.4s, v11.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040597 // dup v23.4s, v12.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0405b8 // dup v24.4s, v13.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
-	FMOVQ 1280(R0), F21
-	FMOVQ 1344(R0), F20
-	FMOVQ 1408(R0), F19
-	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
-	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0578 // dup v24.4s, v11.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0597 // dup v23.4s, v12.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c05b8 // dup v24.4s, v13.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
-	FMOVQ 1472(R0), F19
-	FMOVQ 1536(R0), F20
-	FMOVQ 1600(R0), F21
-	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
-	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140657 // dup v23.4s, v18.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140578 // dup v24.4s, v11.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140597 // dup v23.4s, v12.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1405b8 // dup v24.4s, v13.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
-	FMOVQ 1664(R0), F21
-	FMOVQ 1728(R0), F20
-	FMOVQ 1792(R0), F19
-	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
-	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0578 // dup v24.4s, v11.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0597 // dup v23.4s, v12.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c05b8 // dup v24.4s, v13.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
-	WORD $0x4eaebe31 // addp v17.4s, v17.4s, v14.4s
-	WORD $0x4eafbce7 // addp v7.4s, v7.4s, v15.4s
-	WORD $0x4eb0bd29 // addp v9.4s, v9.4s, v16.4s
-	WORD $0x4ea6bd4a // addp v10.4s, v10.4s, v6.4s
-	FMOVD 48(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 24(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08631 // add v17.4s, v17.4s, v16.4s
-	WORD $0x4ea69628 // mla v8.4s, v17.4s, v6.4s
-	FMOVD 80(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 32(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb184e7 // add v7.4s, v7.4s, v17.4s
-	WORD $0x4ea694e8 // mla v8.4s, v7.4s, v6.4s
-	FMOVD 112(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 40(R6), F7
-	WORD $0x4e0404e7 // dup v7.4s, v7.s[0]
-	WORD $0x4ea78529 // add v9.4s, v9.4s, v7.4s
-	WORD $0x4ea69528 // mla v8.4s, v9.4s, v6.4s
-	FMOVD 144(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 48(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
-	WORD $0x4ea69548 // mla v8.4s, v10.4s, v6.4s
-	FMOVQ 128(R2), F6
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 160(R2), F7
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 192(R2), F15
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 224(R2), F12
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 1856(R0), F19
-	FMOVQ 1920(R0), F20
-	FMOVQ 1984(R0), F21
-	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
-	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0404d7 // dup v23.4s, v6.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0404f8 // dup v24.4s, v7.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040598 // dup v24.4s, v12.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	FMOVQ 2048(R0), F21
-	FMOVQ 2112(R0), F20
-	FMOVQ 2176(R0), F19
-	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
-	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c04d7 // dup v23.4s, v6.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c04f8 // dup v24.4s, v7.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0598 // dup v24.4s, v12.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	FMOVQ 2240(R0), F19
-	FMOVQ 2304(R0), F20
-	FMOVQ 2368(R0), F21
-	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
-	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1404d7 // dup v23.4s, v6.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1404f8 // dup v24.4s, v7.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140598 // dup v24.4s, v12.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	FMOVQ 2432(R0), F21
-	FMOVQ 2496(R0), F20
-	FMOVQ 2560(R0), F19
-	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
-	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c04d7 // dup v23.4s, v6.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c04f8 // dup v24.4s, v7.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
-	WORD $0x4e606aed // sadalp v13.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0598 // dup v24.4s, v12.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
-	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
-	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
-	WORD $0x4eb2bd6b // addp v11.4s, v11.4s, v18.4s
-	FMOVD 176(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 52(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
-	WORD $0x4eb29548 // mla v8.4s, v10.4s, v18.4s
-	FMOVD 208(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 60(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8631 // add v17.4s, v17.4s, v10.4s
-	WORD $0x4eb29628 // mla v8.4s, v17.4s, v18.4s
-	FMOVD 240(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 68(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb185ce // add v14.4s, v14.4s, v17.4s
-	WORD $0x4eb295c8 // mla v8.4s, v14.4s, v18.4s
-	FMOVD 272(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 76(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae856b // add v11.4s, v11.4s, v14.4s
-	WORD $0x4eb29568 // mla v8.4s, v11.4s, v18.4s
-	FMOVQ 144(R2), F18
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 176(R2), F17
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 208(R2), F16
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 240(R2), F15
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
-	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
-	FMOVQ 2624(R0), F19
-	FMOVQ 2688(R0), F20
-	FMOVQ 2752(R0), F21
-	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
-	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040657 // dup v23.4s, v18.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040638 // dup v24.4s, v17.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040617 // dup v23.4s, v16.s[0]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0405f8 // dup v24.4s, v15.s[0]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
-	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
-	FMOVQ 2816(R0), F21
-	FMOVQ 2880(R0), F20
-	FMOVQ 2944(R0), F19
-	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
-	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0617 // dup v23.4s, v16.s[1]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c05f8 // dup v24.4s, v15.s[1]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
-	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
-	FMOVQ 3008(R0), F19
-	FMOVQ 3072(R0), F20
-	FMOVQ 3136(R0), F21
-	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
-	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140657 // dup v23.4s, v18.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140638 // dup v24.4s, v17.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
-	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140617 // dup v23.4s, v16.s[2]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1405f8 // dup v24.4s, v15.s[2]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
-	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
-	FMOVQ 3200(R0), F21
-	FMOVQ 3264(R0), F20
-	FMOVQ 3328(R0), F19
-	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
-	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
-	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
-	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
-	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0617 // dup v23.4s, v16.s[3]
-	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
-	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
-	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
-	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c05f8 // dup v24.4s, v15.s[3]
-	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
-	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
-	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
-	WORD $0x4eaebd6b // addp v11.4s, v11.4s, v14.4s
-	WORD $0x4eadbd4a // addp v10.4s, v10.4s, v13.4s
-	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
-	WORD $0x4ea6bce7 // addp v7.4s, v7.4s, v6.4s
-	FMOVD 176(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 56(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
-	WORD $0x4ea69568 // mla v8.4s, v11.4s, v6.4s
-	FMOVD 208(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 64(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab854a // add v10.4s, v10.4s, v11.4s
-	WORD $0x4ea69548 // mla v8.4s, v10.4s, v6.4s
-	FMOVD 240(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 72(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
-	WORD $0x4ea69528 // mla v8.4s, v9.4s, v6.4s
-	FMOVD 272(R0), F6
-	WORD $0x0f08a4c6 // sxtl v6.8h, v6.8b
-	WORD $0x4e4658c6 // uzp2 v6.8h, v6.8h, v6.8h
-	WORD $0x0f10a4c6 // sxtl v6.4s, v6.4h
-	FMOVS 80(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea984e7 // add v7.4s, v7.4s, v9.4s
-	WORD $0x4ea694e8 // mla v8.4s, v7.4s, v6.4s
-	FMOVD 16(R0), F6
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4eaebe52 // addp v18.4s, v18.4s, v14.4s
+	WORD $0x4ea9bd8c // addp v12.4s, v12.4s, v9.4s
+	WORD $0x4ea6bd6b // addp v11.4s, v11.4s, v6.4s
+	WORD $0x4ea7bd4a // addp v10.4s, v10.4s, v7.4s
+	FMOVQ 52(R6), F7
+	FMOVQ 68(R6), F6
+	FMOVD 168(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99648 // mla v8.4s, v18.4s, v9.4s
+	WORD $0x6fa70128 // mla v8.4s, v9.4s, v7.s[1]
+	FMOVD 200(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99588 // mla v8.4s, v12.4s, v9.4s
+	WORD $0x6fa70928 // mla v8.4s, v9.4s, v7.s[3]
+	FMOVD 232(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99568 // mla v8.4s, v11.4s, v9.4s
+	WORD $0x6fa60128 // mla v8.4s, v9.4s, v6.s[1]
+	FMOVD 264(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99548 // mla v8.4s, v10.4s, v9.4s
+	WORD $0x6fa60928 // mla v8.4s, v9.4s, v6.s[3]
+	FMOVD 8(R0), F6
 	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
 	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
 	WORD $0x6e26dd08 // fmul v8.4s, v8.4s, v6.4s
 	FMOVS 0(R6), F7
 	WORD $0x4f879108 // fmul v8.4s, v8.4s, v7.s[0]
-	WORD $0x4e28d442 // fadd v2.4s, v2.4s, v8.4s
+	WORD $0x4e28d421 // fadd v1.4s, v1.4s, v8.4s
 	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
 	FMOVQ 0(R2), F7
 	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
@@ -61264,19 +59480,18 @@ loop:
 	FMOVQ 32(R2), F10
 	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
 	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 64(R2), F13
+	FMOVQ 64(R2), F18
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
 	FMOVQ 96(R2), F16
 	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
-	FMOVQ 336(R0), F19
-	FMOVQ 400(R0), F20
-	FMOVQ 464(R0), F21
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 320(R0), F19
+	FMOVQ 384(R0), F20
+	FMOVQ 448(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e0404f7 // dup v23.4s, v7.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -61284,16 +59499,734 @@ loop:
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e040558 // dup v24.4s, v10.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e040657 // dup v23.4s, v18.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x4e606aed // sadalp v13.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040618 // dup v24.4s, v16.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	FMOVQ 512(R0), F21
+	FMOVQ 576(R0), F20
+	FMOVQ 640(R0), F19
+	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
+	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c04f7 // dup v23.4s, v7.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x4e606aed // sadalp v13.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0618 // dup v24.4s, v16.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	FMOVQ 704(R0), F19
+	FMOVQ 768(R0), F20
+	FMOVQ 832(R0), F21
+	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
+	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1404f7 // dup v23.4s, v7.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140558 // dup v24.4s, v10.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e140657 // dup v23.4s, v18.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x4e606aed // sadalp v13.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140618 // dup v24.4s, v16.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	FMOVQ 896(R0), F21
+	FMOVQ 960(R0), F20
+	FMOVQ 1024(R0), F19
+	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
+	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c04f7 // dup v23.4s, v7.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x4e606aed // sadalp v13.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0618 // dup v24.4s, v16.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4ea9bd08 // addp v8.4s, v8.4s, v9.4s
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	WORD $0x4eafbe31 // addp v17.4s, v17.4s, v15.4s
+	FMOVQ 20(R6), F15
+	FMOVQ 36(R6), F13
+	FMOVD 48(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9506 // mla v6.4s, v8.4s, v12.4s
+	WORD $0x6f8f0186 // mla v6.4s, v12.4s, v15.s[0]
+	FMOVD 80(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9566 // mla v6.4s, v11.4s, v12.4s
+	WORD $0x6f8f0986 // mla v6.4s, v12.4s, v15.s[2]
+	FMOVD 112(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac95c6 // mla v6.4s, v14.4s, v12.4s
+	WORD $0x6f8d0186 // mla v6.4s, v12.4s, v13.s[0]
+	FMOVD 144(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9626 // mla v6.4s, v17.4s, v12.4s
+	WORD $0x6f8d0986 // mla v6.4s, v12.4s, v13.s[2]
+	FMOVQ 16(R2), F13
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 48(R2), F17
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R2), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 112(R2), F18
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 1088(R0), F19
+	FMOVQ 1152(R0), F20
+	FMOVQ 1216(R0), F21
+	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
+	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0405b7 // dup v23.4s, v13.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040638 // dup v24.4s, v17.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e040517 // dup v23.4s, v8.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
+	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040658 // dup v24.4s, v18.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	FMOVQ 1280(R0), F21
+	FMOVQ 1344(R0), F20
+	FMOVQ 1408(R0), F19
+	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
+	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c05b7 // dup v23.4s, v13.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c0517 // dup v23.4s, v8.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
+	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0658 // dup v24.4s, v18.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	FMOVQ 1472(R0), F19
+	FMOVQ 1536(R0), F20
+	FMOVQ 1600(R0), F21
+	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
+	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1405b7 // dup v23.4s, v13.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140638 // dup v24.4s, v17.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e140517 // dup v23.4s, v8.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
+	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140658 // dup v24.4s, v18.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	FMOVQ 1664(R0), F21
+	FMOVQ 1728(R0), F20
+	FMOVQ 1792(R0), F19
+	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
+	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c05b7 // dup v23.4s, v13.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c0517 // dup v23.4s, v8.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
+	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0658 // dup v24.4s, v18.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4eacbdef // addp v15.4s, v15.4s, v12.4s
+	WORD $0x4eabbdce // addp v14.4s, v14.4s, v11.4s
+	WORD $0x4eb0bd29 // addp v9.4s, v9.4s, v16.4s
+	WORD $0x4ea7bd4a // addp v10.4s, v10.4s, v7.4s
+	FMOVQ 20(R6), F7
+	FMOVQ 36(R6), F16
+	FMOVD 48(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95e6 // mla v6.4s, v15.4s, v11.4s
+	WORD $0x6fa70166 // mla v6.4s, v11.4s, v7.s[1]
+	FMOVD 80(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95c6 // mla v6.4s, v14.4s, v11.4s
+	WORD $0x6fa70966 // mla v6.4s, v11.4s, v7.s[3]
+	FMOVD 112(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9526 // mla v6.4s, v9.4s, v11.4s
+	WORD $0x6fb00166 // mla v6.4s, v11.4s, v16.s[1]
+	FMOVD 144(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9546 // mla v6.4s, v10.4s, v11.4s
+	WORD $0x6fb00966 // mla v6.4s, v11.4s, v16.s[3]
+	FMOVQ 128(R2), F16
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 160(R2), F10
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 192(R2), F15
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 224(R2), F8
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 1856(R0), F19
+	FMOVQ 1920(R0), F20
+	FMOVQ 1984(R0), F21
+	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
+	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e040617 // dup v23.4s, v16.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040558 // dup v24.4s, v10.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606af2 // sadalp v18.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040518 // dup v24.4s, v8.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	FMOVQ 2048(R0), F21
+	FMOVQ 2112(R0), F20
+	FMOVQ 2176(R0), F19
+	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
+	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c0617 // dup v23.4s, v16.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606af2 // sadalp v18.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0518 // dup v24.4s, v8.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	FMOVQ 2240(R0), F19
+	FMOVQ 2304(R0), F20
+	FMOVQ 2368(R0), F21
+	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
+	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e140617 // dup v23.4s, v16.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140558 // dup v24.4s, v10.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606af2 // sadalp v18.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140518 // dup v24.4s, v8.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	FMOVQ 2432(R0), F21
+	FMOVQ 2496(R0), F20
+	FMOVQ 2560(R0), F19
+	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
+	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c0617 // dup v23.4s, v16.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x4e606af2 // sadalp v18.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0518 // dup v24.4s, v8.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4eabbce7 // addp v7.4s, v7.4s, v11.4s
+	WORD $0x4eaebd29 // addp v9.4s, v9.4s, v14.4s
+	WORD $0x4eb2bd8c // addp v12.4s, v12.4s, v18.4s
+	WORD $0x4eadbe31 // addp v17.4s, v17.4s, v13.4s
+	FMOVQ 52(R6), F13
+	FMOVQ 68(R6), F18
+	FMOVD 176(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae94e6 // mla v6.4s, v7.4s, v14.4s
+	WORD $0x6f8d01c6 // mla v6.4s, v14.4s, v13.s[0]
+	FMOVD 208(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9526 // mla v6.4s, v9.4s, v14.4s
+	WORD $0x6f8d09c6 // mla v6.4s, v14.4s, v13.s[2]
+	FMOVD 240(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9586 // mla v6.4s, v12.4s, v14.4s
+	WORD $0x6f9201c6 // mla v6.4s, v14.4s, v18.s[0]
+	FMOVD 272(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9626 // mla v6.4s, v17.4s, v14.4s
+	WORD $0x6f9209c6 // mla v6.4s, v14.4s, v18.s[2]
+	FMOVQ 144(R2), F18
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 176(R2), F17
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 208(R2), F7
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 240(R2), F15
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 2624(R0), F19
+	FMOVQ 2688(R0), F20
+	FMOVQ 2752(R0), F21
+	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
+	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e040657 // dup v23.4s, v18.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040638 // dup v24.4s, v17.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e0404f7 // dup v23.4s, v7.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0405f8 // dup v24.4s, v15.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	FMOVQ 2816(R0), F21
+	FMOVQ 2880(R0), F20
+	FMOVQ 2944(R0), F19
+	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
+	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c04f7 // dup v23.4s, v7.s[1]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c05f8 // dup v24.4s, v15.s[1]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	FMOVQ 3008(R0), F19
+	FMOVQ 3072(R0), F20
+	FMOVQ 3136(R0), F21
+	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
+	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e140657 // dup v23.4s, v18.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140638 // dup v24.4s, v17.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e1404f7 // dup v23.4s, v7.s[2]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1405f8 // dup v24.4s, v15.s[2]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	FMOVQ 3200(R0), F21
+	FMOVQ 3264(R0), F20
+	FMOVQ 3328(R0), F19
+	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
+	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
+	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c04f7 // dup v23.4s, v7.s[3]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
+	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
+	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c05f8 // dup v24.4s, v15.s[3]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	WORD $0x4ea9bd8c // addp v12.4s, v12.4s, v9.4s
+	WORD $0x4ea8bd6b // addp v11.4s, v11.4s, v8.4s
+	WORD $0x4eb0bd4a // addp v10.4s, v10.4s, v16.4s
+	FMOVQ 52(R6), F16
+	FMOVQ 68(R6), F8
+	FMOVD 176(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995a6 // mla v6.4s, v13.4s, v9.4s
+	WORD $0x6fb00126 // mla v6.4s, v9.4s, v16.s[1]
+	FMOVD 208(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99586 // mla v6.4s, v12.4s, v9.4s
+	WORD $0x6fb00926 // mla v6.4s, v9.4s, v16.s[3]
+	FMOVD 240(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99566 // mla v6.4s, v11.4s, v9.4s
+	WORD $0x6fa80126 // mla v6.4s, v9.4s, v8.s[1]
+	FMOVD 272(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99546 // mla v6.4s, v10.4s, v9.4s
+	WORD $0x6fa80926 // mla v6.4s, v9.4s, v8.s[3]
+	FMOVD 16(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e28dcc6 // fmul v6.4s, v6.4s, v8.4s
+	FMOVS 0(R6), F16
+	WORD $0x4f9090c6 // fmul v6.4s, v6.4s, v16.s[0]
+	WORD $0x4e26d442 // fadd v2.4s, v2.4s, v6.4s
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 0(R2), F16
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 32(R2), F10
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R2), F13
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 96(R2), F7
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 336(R0), F19
+	FMOVQ 400(R0), F20
+	FMOVQ 464(R0), F21
+	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
+	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e040617 // dup v23.4s, v16.s[0]
+	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
+	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
+	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
+	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040558 // dup v24.4s, v10.s[0]
+	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
+	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
+	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
 	WORD $0x4e0405b7 // dup v23.4s, v13.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -61301,9 +60234,8 @@ loop:
 	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040618 // dup v24.4s, v16.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0404f8 // dup v24.4s, v7.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
@@ -61313,25 +60245,22 @@ loop:
 	FMOVQ 656(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c04f7 // dup v23.4s, v7.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c0617 // dup v23.4s, v16.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
 	WORD $0x4e0c05b7 // dup v23.4s, v13.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -61339,9 +60268,8 @@ loop:
 	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0618 // dup v24.4s, v16.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c04f8 // dup v24.4s, v7.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
@@ -61351,25 +60279,22 @@ loop:
 	FMOVQ 848(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1404f7 // dup v23.4s, v7.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e140617 // dup v23.4s, v16.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e140558 // dup v24.4s, v10.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
 	WORD $0x4e1405b7 // dup v23.4s, v13.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -61377,9 +60302,8 @@ loop:
 	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140618 // dup v24.4s, v16.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1404f8 // dup v24.4s, v7.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
@@ -61389,25 +60313,22 @@ loop:
 	FMOVQ 1040(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c04f7 // dup v23.4s, v7.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c0617 // dup v23.4s, v16.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b08 // sadalp v8.4s, v24.8h
+	WORD $0x4e606b06 // sadalp v6.4s, v24.8h
 	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
 	WORD $0x4e1c05b7 // dup v23.4s, v13.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
@@ -61415,656 +60336,583 @@ loop:
 	WORD $0x4e606aef // sadalp v15.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0618 // dup v24.4s, v16.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c04f8 // dup v24.4s, v7.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
 	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	WORD $0x4ea9bd08 // addp v8.4s, v8.4s, v9.4s
+	WORD $0x4ea9bcc6 // addp v6.4s, v6.4s, v9.4s
 	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
 	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
 	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
-	FMOVD 56(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 20(R6), F15
-	WORD $0x4e0405ef // dup v15.4s, v15.s[0]
-	WORD $0x4eaf8508 // add v8.4s, v8.4s, v15.4s
-	WORD $0x4eb29506 // mla v6.4s, v8.4s, v18.4s
-	FMOVD 88(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 28(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea8856b // add v11.4s, v11.4s, v8.4s
-	WORD $0x4eb29566 // mla v6.4s, v11.4s, v18.4s
-	FMOVD 120(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 36(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab85ce // add v14.4s, v14.4s, v11.4s
-	WORD $0x4eb295c6 // mla v6.4s, v14.4s, v18.4s
-	FMOVD 152(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 44(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae8631 // add v17.4s, v17.4s, v14.4s
-	WORD $0x4eb29626 // mla v6.4s, v17.4s, v18.4s
-	FMOVQ 16(R2), F18
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 20(R6), F18
+	FMOVQ 36(R6), F15
+	FMOVD 56(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac94c8 // mla v8.4s, v6.4s, v12.4s
+	WORD $0x6f920188 // mla v8.4s, v12.4s, v18.s[0]
+	FMOVD 88(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9568 // mla v8.4s, v11.4s, v12.4s
+	WORD $0x6f920988 // mla v8.4s, v12.4s, v18.s[2]
+	FMOVD 120(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac95c8 // mla v8.4s, v14.4s, v12.4s
+	WORD $0x6f8f0188 // mla v8.4s, v12.4s, v15.s[0]
+	FMOVD 152(R0), F12
+	WORD $0x0f08a58c // sxtl v12.8h, v12.8b
+	WORD $0x4e4c198c // uzp1 v12.8h, v12.8h, v12.8h
+	WORD $0x0f10a58c // sxtl v12.4s, v12.4h
+	WORD $0x4eac9628 // mla v8.4s, v17.4s, v12.4s
+	WORD $0x6f8f0988 // mla v8.4s, v12.4s, v15.s[2]
+	FMOVQ 16(R2), F15
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 48(R2), F17
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	FMOVQ 48(R2), F11
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
-	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
-	FMOVQ 80(R2), F12
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R2), F6
 	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
 	FMOVQ 112(R2), F13
 	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
 	FMOVQ 1104(R0), F19
 	FMOVQ 1168(R0), F20
 	FMOVQ 1232(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040657 // dup v23.4s, v18.s[0]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040578 // dup v24.4s, v11.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040638 // dup v24.4s, v17.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040597 // dup v23.4s, v12.s[0]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e0404d7 // dup v23.4s, v6.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0405b8 // dup v24.4s, v13.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 1296(R0), F21
 	FMOVQ 1360(R0), F20
 	FMOVQ 1424(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0578 // dup v24.4s, v11.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0597 // dup v23.4s, v12.s[1]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c04d7 // dup v23.4s, v6.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c05b8 // dup v24.4s, v13.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 1488(R0), F19
 	FMOVQ 1552(R0), F20
 	FMOVQ 1616(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140657 // dup v23.4s, v18.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140578 // dup v24.4s, v11.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140638 // dup v24.4s, v17.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140597 // dup v23.4s, v12.s[2]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e1404d7 // dup v23.4s, v6.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1405b8 // dup v24.4s, v13.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
 	FMOVQ 1680(R0), F21
 	FMOVQ 1744(R0), F20
 	FMOVQ 1808(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b11 // sadalp v17.4s, v24.8h
-	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0578 // dup v24.4s, v11.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
-	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4e606aee // sadalp v14.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0597 // dup v23.4s, v12.s[3]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c04d7 // dup v23.4s, v6.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
 	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606af0 // sadalp v16.4s, v23.8h
+	WORD $0x4e606ae7 // sadalp v7.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c05b8 // dup v24.4s, v13.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
 	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
-	WORD $0x4eaebe31 // addp v17.4s, v17.4s, v14.4s
-	WORD $0x4eafbd08 // addp v8.4s, v8.4s, v15.4s
-	WORD $0x4eb0bd29 // addp v9.4s, v9.4s, v16.4s
-	WORD $0x4ea7bd4a // addp v10.4s, v10.4s, v7.4s
-	FMOVD 56(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 24(R6), F16
-	WORD $0x4e040610 // dup v16.4s, v16.s[0]
-	WORD $0x4eb08631 // add v17.4s, v17.4s, v16.4s
-	WORD $0x4ea79626 // mla v6.4s, v17.4s, v7.4s
-	FMOVD 88(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 32(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb18508 // add v8.4s, v8.4s, v17.4s
-	WORD $0x4ea79506 // mla v6.4s, v8.4s, v7.4s
-	FMOVD 120(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 40(R6), F8
-	WORD $0x4e040508 // dup v8.4s, v8.s[0]
-	WORD $0x4ea88529 // add v9.4s, v9.4s, v8.4s
-	WORD $0x4ea79526 // mla v6.4s, v9.4s, v7.4s
-	FMOVD 152(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 48(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea9854a // add v10.4s, v10.4s, v9.4s
-	WORD $0x4ea79546 // mla v6.4s, v10.4s, v7.4s
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4eacbe52 // addp v18.4s, v18.4s, v12.4s
+	WORD $0x4eabbdce // addp v14.4s, v14.4s, v11.4s
+	WORD $0x4ea7bd29 // addp v9.4s, v9.4s, v7.4s
+	WORD $0x4eb0bd4a // addp v10.4s, v10.4s, v16.4s
+	FMOVQ 20(R6), F16
+	FMOVQ 36(R6), F7
+	FMOVD 56(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9648 // mla v8.4s, v18.4s, v11.4s
+	WORD $0x6fb00168 // mla v8.4s, v11.4s, v16.s[1]
+	FMOVD 88(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab95c8 // mla v8.4s, v14.4s, v11.4s
+	WORD $0x6fb00968 // mla v8.4s, v11.4s, v16.s[3]
+	FMOVD 120(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9528 // mla v8.4s, v9.4s, v11.4s
+	WORD $0x6fa70168 // mla v8.4s, v11.4s, v7.s[1]
+	FMOVD 152(R0), F11
+	WORD $0x0f08a56b // sxtl v11.8h, v11.8b
+	WORD $0x4e4b596b // uzp2 v11.8h, v11.8h, v11.8h
+	WORD $0x0f10a56b // sxtl v11.4s, v11.4h
+	WORD $0x4eab9548 // mla v8.4s, v10.4s, v11.4s
+	WORD $0x6fa70968 // mla v8.4s, v11.4s, v7.s[3]
 	FMOVQ 128(R2), F7
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
-	FMOVQ 160(R2), F8
-	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
 	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
-	FMOVQ 192(R2), F15
-	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 224(R2), F12
 	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
-	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 160(R2), F10
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 192(R2), F18
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 224(R2), F6
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
 	FMOVQ 1872(R0), F19
 	FMOVQ 1936(R0), F20
 	FMOVQ 2000(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e0404f7 // dup v23.4s, v7.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040518 // dup v24.4s, v8.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040558 // dup v24.4s, v10.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0405f7 // dup v23.4s, v15.s[0]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e040657 // dup v23.4s, v18.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x4e606aed // sadalp v13.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e040598 // dup v24.4s, v12.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0404d8 // dup v24.4s, v6.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	FMOVQ 2064(R0), F21
 	FMOVQ 2128(R0), F20
 	FMOVQ 2192(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e0c04f7 // dup v23.4s, v7.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0518 // dup v24.4s, v8.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0558 // dup v24.4s, v10.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c05f7 // dup v23.4s, v15.s[1]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x4e606aed // sadalp v13.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c0598 // dup v24.4s, v12.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c04d8 // dup v24.4s, v6.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	FMOVQ 2256(R0), F19
 	FMOVQ 2320(R0), F20
 	FMOVQ 2384(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e1404f7 // dup v23.4s, v7.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140518 // dup v24.4s, v8.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140558 // dup v24.4s, v10.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1405f7 // dup v23.4s, v15.s[2]
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
+	WORD $0x4e140657 // dup v23.4s, v18.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x4e606aed // sadalp v13.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e140598 // dup v24.4s, v12.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1404d8 // dup v24.4s, v6.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	FMOVQ 2448(R0), F21
 	FMOVQ 2512(R0), F20
 	FMOVQ 2576(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
 	WORD $0x4e1c04f7 // dup v23.4s, v7.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0a // sadalp v10.4s, v24.8h
-	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0518 // dup v24.4s, v8.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0558 // dup v24.4s, v10.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
-	WORD $0x4e606b10 // sadalp v16.4s, v24.8h
+	WORD $0x4e606ae9 // sadalp v9.4s, v23.8h
+	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c05f7 // dup v23.4s, v15.s[3]
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
+	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0e // sadalp v14.4s, v24.8h
+	WORD $0x4e606b0c // sadalp v12.4s, v24.8h
 	WORD $0x4e606aed // sadalp v13.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c0598 // dup v24.4s, v12.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c04d8 // dup v24.4s, v6.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aeb // sadalp v11.4s, v23.8h
-	WORD $0x4e606b12 // sadalp v18.4s, v24.8h
-	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
-	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
-	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
-	WORD $0x4eb2bd6b // addp v11.4s, v11.4s, v18.4s
-	FMOVD 184(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 52(R6), F13
-	WORD $0x4e0405ad // dup v13.4s, v13.s[0]
-	WORD $0x4ead854a // add v10.4s, v10.4s, v13.4s
-	WORD $0x4eb29546 // mla v6.4s, v10.4s, v18.4s
-	FMOVD 216(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 60(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8631 // add v17.4s, v17.4s, v10.4s
-	WORD $0x4eb29626 // mla v6.4s, v17.4s, v18.4s
-	FMOVD 248(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 68(R6), F17
-	WORD $0x4e040631 // dup v17.4s, v17.s[0]
-	WORD $0x4eb185ce // add v14.4s, v14.4s, v17.4s
-	WORD $0x4eb295c6 // mla v6.4s, v14.4s, v18.4s
-	FMOVD 280(R0), F18
-	WORD $0x0f08a652 // sxtl v18.8h, v18.8b
-	WORD $0x4e521a52 // uzp1 v18.8h, v18.8h, v18.8h
-	WORD $0x0f10a652 // sxtl v18.4s, v18.4h
-	FMOVS 76(R6), F14
-	WORD $0x4e0405ce // dup v14.4s, v14.s[0]
-	WORD $0x4eae856b // add v11.4s, v11.4s, v14.4s
-	WORD $0x4eb29566 // mla v6.4s, v11.4s, v18.4s
-	FMOVQ 144(R2), F18
-	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x4e606af1 // sadalp v17.4s, v23.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
+	WORD $0x4eabbe10 // addp v16.4s, v16.4s, v11.4s
+	WORD $0x4eaebd29 // addp v9.4s, v9.4s, v14.4s
+	WORD $0x4eadbd8c // addp v12.4s, v12.4s, v13.4s
+	WORD $0x4eafbe31 // addp v17.4s, v17.4s, v15.4s
+	FMOVQ 52(R6), F15
+	FMOVQ 68(R6), F13
+	FMOVD 184(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9608 // mla v8.4s, v16.4s, v14.4s
+	WORD $0x6f8f01c8 // mla v8.4s, v14.4s, v15.s[0]
+	FMOVD 216(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9528 // mla v8.4s, v9.4s, v14.4s
+	WORD $0x6f8f09c8 // mla v8.4s, v14.4s, v15.s[2]
+	FMOVD 248(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9588 // mla v8.4s, v12.4s, v14.4s
+	WORD $0x6f8d01c8 // mla v8.4s, v14.4s, v13.s[0]
+	FMOVD 280(R0), F14
+	WORD $0x0f08a5ce // sxtl v14.8h, v14.8b
+	WORD $0x4e4e19ce // uzp1 v14.8h, v14.8h, v14.8h
+	WORD $0x0f10a5ce // sxtl v14.4s, v14.4h
+	WORD $0x4eae9628 // mla v8.4s, v17.4s, v14.4s
+	WORD $0x6f8d09c8 // mla v8.4s, v14.4s, v13.s[2]
+	FMOVQ 144(R2), F13
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
 	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
 	FMOVQ 176(R2), F17
-	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
-	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
-	FMOVQ 208(R2), F16
-	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
 	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
-	FMOVQ 240(R2), F15
-	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 208(R2), F16
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 240(R2), F18
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
 	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
 	FMOVQ 2640(R0), F19
 	FMOVQ 2704(R0), F20
 	FMOVQ 2768(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e040657 // dup v23.4s, v18.s[0]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0405b7 // dup v23.4s, v13.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e040638 // dup v24.4s, v17.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
 	WORD $0x4e040617 // dup v23.4s, v16.s[0]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0405f8 // dup v24.4s, v15.s[0]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e040658 // dup v24.4s, v18.s[0]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
 	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
 	FMOVQ 2832(R0), F21
 	FMOVQ 2896(R0), F20
 	FMOVQ 2960(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e0c0657 // dup v23.4s, v18.s[1]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e0c05b7 // dup v23.4s, v13.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e0c0638 // dup v24.4s, v17.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
 	WORD $0x4e0c0617 // dup v23.4s, v16.s[1]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e0c05f8 // dup v24.4s, v15.s[1]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e0c0658 // dup v24.4s, v18.s[1]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
 	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
 	FMOVQ 3024(R0), F19
 	FMOVQ 3088(R0), F20
 	FMOVQ 3152(R0), F21
 	WORD $0x4e241e76 // and v22.16b, v19.16b, v4.16b
 	WORD $0x4f0c56b7 // shl v23.16b, v21.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e140657 // dup v23.4s, v18.s[2]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1405b7 // dup v23.4s, v13.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a56b8 // shl v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e140638 // dup v24.4s, v17.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c0676 // ushr v22.16b, v19.16b, #4
-	WORD $0x4e251eb7 // and v23.16b, v21.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51eb6 // bit v22.16b, v21.16b, v5.16b
 	WORD $0x4e140617 // dup v23.4s, v16.s[2]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e06b8 // ushr v24.16b, v21.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1405f8 // dup v24.4s, v15.s[2]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e140658 // dup v24.4s, v18.s[2]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
 	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
 	FMOVQ 3216(R0), F21
 	FMOVQ 3280(R0), F20
 	FMOVQ 3344(R0), F19
 	WORD $0x4e241eb6 // and v22.16b, v21.16b, v4.16b
 	WORD $0x4f0c5677 // shl v23.16b, v19.16b, #4
-	WORD $0x4e251ef7 // and v23.16b, v23.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
-	WORD $0x4e1c0657 // dup v23.4s, v18.s[3]
+	WORD $0x6ea51ef6 // bit v22.16b, v23.16b, v5.16b
+	WORD $0x4e1c05b7 // dup v23.4s, v13.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606b0f // sadalp v15.4s, v24.8h
 	WORD $0x4e606aee // sadalp v14.4s, v23.8h
 	WORD $0x4e241e96 // and v22.16b, v20.16b, v4.16b
 	WORD $0x4f0a5678 // shl v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
 	WORD $0x4e1c0638 // dup v24.4s, v17.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606aea // sadalp v10.4s, v23.8h
-	WORD $0x4e606b0d // sadalp v13.4s, v24.8h
+	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
 	WORD $0x6f0c06b6 // ushr v22.16b, v21.16b, #4
-	WORD $0x4e251e77 // and v23.16b, v19.16b, v5.16b
-	WORD $0x4eb71ed6 // orr v22.16b, v22.16b, v23.16b
+	WORD $0x6ea51e76 // bit v22.16b, v19.16b, v5.16b
 	WORD $0x4e1c0617 // dup v23.4s, v16.s[3]
 	WORD $0x0e37c2d8 // smull v24.8h, v22.8b, v23.8b
 	WORD $0x4e37c2d7 // smull2 v23.8h, v22.16b, v23.16b
-	WORD $0x4e606b09 // sadalp v9.4s, v24.8h
-	WORD $0x4e606aec // sadalp v12.4s, v23.8h
+	WORD $0x4e606b0b // sadalp v11.4s, v24.8h
+	WORD $0x4e606ae6 // sadalp v6.4s, v23.8h
 	WORD $0x6f0c0696 // ushr v22.16b, v20.16b, #4
 	WORD $0x6f0e0678 // ushr v24.16b, v19.16b, #2
-	WORD $0x4e251f18 // and v24.16b, v24.16b, v5.16b
-	WORD $0x4eb81ed6 // orr v22.16b, v22.16b, v24.16b
-	WORD $0x4e1c05f8 // dup v24.4s, v15.s[3]
+	WORD $0x6ea51f16 // bit v22.16b, v24.16b, v5.16b
+	WORD $0x4e1c0658 // dup v24.4s, v18.s[3]
 	WORD $0x0e38c2d7 // smull v23.8h, v22.8b, v24.8b
 	WORD $0x4e38c2d8 // smull2 v24.8h, v22.16b, v24.16b
-	WORD $0x4e606ae8 // sadalp v8.4s, v23.8h
+	WORD $0x4e606aea // sadalp v10.4s, v23.8h
 	WORD $0x4e606b07 // sadalp v7.4s, v24.8h
-	WORD $0x4eaebd6b // addp v11.4s, v11.4s, v14.4s
-	WORD $0x4eadbd4a // addp v10.4s, v10.4s, v13.4s
-	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
-	WORD $0x4ea7bd08 // addp v8.4s, v8.4s, v7.4s
-	FMOVD 184(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 56(R6), F12
-	WORD $0x4e04058c // dup v12.4s, v12.s[0]
-	WORD $0x4eac856b // add v11.4s, v11.4s, v12.4s
-	WORD $0x4ea79566 // mla v6.4s, v11.4s, v7.4s
-	FMOVD 216(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 64(R6), F11
-	WORD $0x4e04056b // dup v11.4s, v11.s[0]
-	WORD $0x4eab854a // add v10.4s, v10.4s, v11.4s
-	WORD $0x4ea79546 // mla v6.4s, v10.4s, v7.4s
-	FMOVD 248(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 72(R6), F10
-	WORD $0x4e04054a // dup v10.4s, v10.s[0]
-	WORD $0x4eaa8529 // add v9.4s, v9.4s, v10.4s
-	WORD $0x4ea79526 // mla v6.4s, v9.4s, v7.4s
-	FMOVD 280(R0), F7
-	WORD $0x0f08a4e7 // sxtl v7.8h, v7.8b
-	WORD $0x4e4758e7 // uzp2 v7.8h, v7.8h, v7.8h
-	WORD $0x0f10a4e7 // sxtl v7.4s, v7.4h
-	FMOVS 80(R6), F9
-	WORD $0x4e040529 // dup v9.4s, v9.s[0]
-	WORD $0x4ea98508 // add v8.4s, v8.4s, v9.4s
-	WORD $0x4ea79506 // mla v6.4s, v8.4s, v7.4s
-	FMOVD 24(R0), F7
-	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
-	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
-	WORD $0x6e27dcc6 // fmul v6.4s, v6.4s, v7.4s
-	FMOVS 0(R6), F8
-	WORD $0x4f8890c6 // fmul v6.4s, v6.4s, v8.s[0]
-	WORD $0x4e26d463 // fadd v3.4s, v3.4s, v6.4s
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	WORD $0x4ea9bd8c // addp v12.4s, v12.4s, v9.4s
+	WORD $0x4ea6bd6b // addp v11.4s, v11.4s, v6.4s
+	WORD $0x4ea7bd4a // addp v10.4s, v10.4s, v7.4s
+	FMOVQ 52(R6), F7
+	FMOVQ 68(R6), F6
+	FMOVD 184(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea995e8 // mla v8.4s, v15.4s, v9.4s
+	WORD $0x6fa70128 // mla v8.4s, v9.4s, v7.s[1]
+	FMOVD 216(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99588 // mla v8.4s, v12.4s, v9.4s
+	WORD $0x6fa70928 // mla v8.4s, v9.4s, v7.s[3]
+	FMOVD 248(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99568 // mla v8.4s, v11.4s, v9.4s
+	WORD $0x6fa60128 // mla v8.4s, v9.4s, v6.s[1]
+	FMOVD 280(R0), F9
+	WORD $0x0f08a529 // sxtl v9.8h, v9.8b
+	WORD $0x4e495929 // uzp2 v9.8h, v9.8h, v9.8h
+	WORD $0x0f10a529 // sxtl v9.4s, v9.4h
+	WORD $0x4ea99548 // mla v8.4s, v10.4s, v9.4s
+	WORD $0x6fa60928 // mla v8.4s, v9.4s, v6.s[3]
+	FMOVD 24(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e26dd08 // fmul v8.4s, v8.4s, v6.4s
+	FMOVS 0(R6), F7
+	WORD $0x4f879108 // fmul v8.4s, v8.4s, v7.s[0]
+	WORD $0x4e28d463 // fadd v3.4s, v3.4s, v8.4s
 	ADD $3360, R0, R0
 	ADD $256, R2, R2
 	ADD $128, R6, R6

@@ -693,7 +693,8 @@ func blockQ6K(k *intFrame) {
 }
 
 // q6Steps adds to S the groups 8h + 2c + half (c = 0…3) of quarter q: steps p =
-// 4·half … 4·half+3.
+// 4·half … 4·half+3. S = Σ scale·(isum + offset) is exact in int32 in any order, so
+// the scaled sum and the scaled offset go in apart.
 func q6Steps(k *intFrame, q, h, half int, s [intRows]V, low4, bits45 V) {
 	g := k.g
 	var xs, acc [intRows][4]V
@@ -723,47 +724,58 @@ func q6Steps(k *intFrame, q, h, half int, s [intRows]V, low4, bits45 V) {
 			acc[t][c] = k.sum(sums[t][c])
 		}
 	}
+	// The offsets of groups 8h…8h+7, side words 5+8h…: group 8h+2c+half is lane
+	// (2c+half)%4 of the first (2c+half < 4) or the second.
+	var offs [intRows][2]V
+	for t := range k.n {
+		for i := range 2 {
+			offs[t][i] = k.p.get()
+			g.op("FMOVQ %d(%s), F%d", 4*(5+8*h+4*i), sideReg(t), offs[t][i])
+		}
+	}
 	for c := range 4 {
 		grp := 8*h + 2*c + half
 		sc := q6Scale(k, q, grp)
 		for t := range k.n {
-			o := k.sideScalar(t, 5+grp)
-			g.i(dupElem("4s", o, o, 0))
-			g.i(add("4s", acc[t][c], acc[t][c], o)) // isum_g + offset_g
-			g.i(mla("4s", s[t], acc[t][c], sc))     // S += scale_g·(…)
-			k.p.put(o, acc[t][c])
+			l := 2*c + half
+			g.i(mla("4s", s[t], acc[t][c], sc))       // S += scale_g·isum_g
+			g.i(mlaElem(s[t], sc, offs[t][l/4], l%4)) // S += scale_g·offset_g
+			k.p.put(acc[t][c])
 		}
 		k.p.put(sc)
+	}
+	for t := range k.n {
+		k.p.put(offs[t][:]...)
 	}
 }
 
 // q6Code makes code c of a step's three bytes (codesQ6_K): the low or high nibble of
-// ql byte la (c even) or lb (c odd), with bits 2c, 2c+1 of hb as bits 4 and 5.
+// ql byte la (c even) or lb (c odd), with bits 2c, 2c+1 of hb as bits 4 and 5 — hb
+// shifted so that they are, then inserted by BIT under the mask 0x30 (the nibble's
+// bits 4 and 5 are zero).
 func q6Code(k *intFrame, c int, la, lb, hb, low4, bits45 V) V {
 	g := k.g
 	ql := la
 	if c%2 == 1 {
 		ql = lb
 	}
-	code, t := k.p.get(), k.p.get()
+	code := k.p.get()
 	if c < 2 {
 		g.i(and(code, ql, low4))
 	} else {
 		g.i(ushr("16b", code, ql, 4))
 	}
-	switch sh := 2*c - 4; { // bits 2c, 2c+1 of hb to bits 4, 5
-	case sh < 0:
-		g.i(shl("16b", t, hb, -sh))
-	case sh > 0:
-		g.i(ushr("16b", t, hb, sh))
-	default:
-		g.i(and(t, hb, bits45))
+	high := hb
+	if sh := 2*c - 4; sh != 0 { // bits 2c, 2c+1 of hb to bits 4, 5
+		high = k.p.get()
+		if sh < 0 {
+			g.i(shl("16b", high, hb, -sh))
+		} else {
+			g.i(ushr("16b", high, hb, sh))
+		}
+		defer k.p.put(high)
 	}
-	if c != 2 {
-		g.i(and(t, t, bits45))
-	}
-	g.i(orr(code, code, t))
-	k.p.put(t)
+	g.i(bit(code, high, bits45))
 	return code
 }
 
