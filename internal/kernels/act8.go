@@ -83,7 +83,10 @@ func quantizeBlock(x []float32, codes []int8, side []uint32) {
 	}
 	var d, id float32
 	if amax > 0 {
-		d, id = amax/127, 127/amax
+		// id is capped at the largest float32: under amax = 127/MaxFloat32 it would be
+		// +Inf, and the codes of a block of tiny values ±Inf and NaN, which no
+		// conversion to an integer takes the same way on every machine.
+		d, id = amax/127, min(127/amax, math.MaxFloat32)
 	}
 	for i, v := range x {
 		codes[i] = int8(max(-127, min(127, math.RoundToEven(float64(v*id)))))

@@ -151,7 +151,7 @@ func checkQuantizer(t *testing.T, block int, quantize func(x *float32, blocks in
 // quantBlockCases are whole-block patterns: a block of zeros, of negative zeros;
 // exact ties (max 127·2^e, so that id = 2^−e, and values (k+½)·2^e); values at
 // exactly ±max; subnormals under a max small enough for large codes but with 127/max
-// finite; the largest float32.
+// finite; the largest float32; tiny values whose 127/max overflows (id capped).
 func quantBlockCases() []func(rng *rand.Rand, b []float32) {
 	return []func(rng *rand.Rand, b []float32){
 		func(_ *rand.Rand, b []float32) { clear(b) },
@@ -184,6 +184,16 @@ func quantBlockCases() []func(rng *rand.Rand, b []float32) {
 			b[rng.IntN(len(b))] = -1e-36
 		},
 		func(rng *rand.Rand, b []float32) { b[rng.IntN(len(b))] = math.MaxFloat32 },
+		func(rng *rand.Rand, b []float32) {
+			// Tiny: max under 127/MaxFloat32, where id is capped; zeros among them.
+			for i := range b {
+				b[i] = math.Float32frombits(rng.Uint32() & 0x807fffff)
+				if i%3 == 0 {
+					b[i] = 0
+				}
+			}
+			b[rng.IntN(len(b))] = []float32{1e-37, -2e-38, 1e-45}[rng.IntN(3)]
+		},
 	}
 }
 

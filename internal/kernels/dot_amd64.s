@@ -35771,6 +35771,9 @@ intQ6_Kx4AVX2_done:
 DATA q256F127<>+0(SB)/4, $0x42fe0000
 GLOBL q256F127<>(SB), RODATA|NOPTR, $4
 
+DATA q256FMax<>+0(SB)/4, $0x7f7fffff
+GLOBL q256FMax<>(SB), RODATA|NOPTR, $4
+
 DATA q256Abs<>+0(SB)/4, $0x7fffffff
 DATA q256Abs<>+4(SB)/4, $0x7fffffff
 DATA q256Abs<>+8(SB)/4, $0x7fffffff
@@ -35847,6 +35850,7 @@ quantize32AVX2_loop:
 	VMOVSS       q256F127<>+0(SB), X2
 	VDIVSS       X2, X1, X0
 	VDIVSS       X1, X2, X2
+	VMINSS       q256FMax<>+0(SB), X2, X2
 
 quantize32AVX2_zero:
 	VBROADCASTSS X2, Y1
@@ -36038,6 +36042,7 @@ quantize256AVX2_loop:
 	VMOVSS       q256F127<>+0(SB), X2
 	VDIVSS       X2, X1, X0
 	VDIVSS       X1, X2, X2
+	VMINSS       q256FMax<>+0(SB), X2, X2
 
 quantize256AVX2_zero:
 	VBROADCASTSS X2, Y1

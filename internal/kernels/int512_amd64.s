@@ -16,6 +16,9 @@ GLOBL q512Minus127<>(SB), RODATA|NOPTR, $4
 DATA q512F127<>+0(SB)/4, $0x42fe0000
 GLOBL q512F127<>(SB), RODATA|NOPTR, $4
 
+DATA q512FMax<>+0(SB)/4, $0x7f7fffff
+GLOBL q512FMax<>(SB), RODATA|NOPTR, $4
+
 // func quantize32AVX512(x *float32, blocks int, codes *int8, side *uint32)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F
 TEXT ·quantize32AVX512(SB), NOSPLIT, $0-32
@@ -48,6 +51,7 @@ quantize32AVX512_loop:
 	VMOVSS        q512F127<>+0(SB), X2
 	VDIVSS        X2, X0, X1
 	VDIVSS        X0, X2, X2
+	VMINSS        q512FMax<>+0(SB), X2, X2
 
 quantize32AVX512_zero:
 	VBROADCASTSS  X2, Z0
@@ -183,6 +187,7 @@ quantize256AVX512_loop:
 	VMOVSS        q512F127<>+0(SB), X2
 	VDIVSS        X2, X0, X1
 	VDIVSS        X0, X2, X2
+	VMINSS        q512FMax<>+0(SB), X2, X2
 
 quantize256AVX512_zero:
 	VBROADCASTSS  X2, Z0

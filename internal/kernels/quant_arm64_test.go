@@ -18,13 +18,13 @@ func asmQuantizers() map[string]func(x *float32, blocks int, codes *int8, side *
 	}
 }
 
-// TestQuantizeNEONTinyAndNonFinite: the NEON quantizers against the Go one where the
-// Go one's codes come from NaN or ±Inf — blocks whose max is under 127/MaxFloat32
-// (127/max is +Inf: the codes of zeros are NaN, the others ±Inf), blocks with a NaN
-// or an infinity. Go leaves those conversions to the platform; on arm64 they saturate
-// and take NaN to 0, as FCVTNS does. (Not in checkQuantizer: the amd64 kernels'
-// conversions give −127 for all of them, unlike Go's.)
-func TestQuantizeNEONTinyAndNonFinite(t *testing.T) {
+// TestQuantizeNEONNonFinite: the NEON quantizers against the Go one on blocks with a
+// NaN or an infinity, where the Go one's codes come from NaN (max is NaN or +Inf, so
+// id is 0 and Inf·0 is NaN): Go leaves that conversion to the platform, and on arm64
+// it takes NaN to 0, as FCVTNS does. (Not in checkQuantizer: the amd64 kernels'
+// conversions give −127 there, and non-finite activations are no part of the
+// contract.)
+func TestQuantizeNEONNonFinite(t *testing.T) {
 	if ok, why := familyRuns("NEON"); !ok {
 		t.Skipf("NEON quantizers not tested: %s", why)
 	}
@@ -35,13 +35,10 @@ func TestQuantizeNEONTinyAndNonFinite(t *testing.T) {
 		if strings.HasSuffix(name, "/256") {
 			block = kBlock
 		}
-		for i, special := range []float32{1e-37, -2e-38, 1e-45, nan, inf, -inf} {
+		for i, special := range []float32{nan, inf, -inf} {
 			x := randVec(rng, 3*block)
 			b := x[block : 2*block]
 			for k := range b {
-				if special < 1 && special > -1 {
-					b[k] *= special // tiny: 127/max overflows
-				}
 				if k%3 == 0 {
 					b[k] = 0
 				}

@@ -15,7 +15,7 @@ import (
 
 type quantConsts struct {
 	abs, plus127, minus127 Mem
-	f127                   Mem
+	f127, fmax             Mem
 }
 
 func newQuantConsts() quantConsts {
@@ -29,6 +29,7 @@ func newQuantConsts() quantConsts {
 		plus127:  word("q512Plus127", 127),
 		minus127: word("q512Minus127", 0xffffff81),
 		f127:     word("q512F127", 0x42fe0000), // 127.0
+		fmax:     word("q512FMax", 0x7f7fffff), // the largest float32
 	}
 }
 
@@ -105,6 +106,7 @@ func quantKernel(size int, c quantConsts) {
 		VMOVSS(c.f127, f127)
 		VDIVSS(f127, amax, d)
 		VDIVSS(amax, f127, id)
+		VMINSS(c.fmax, id, id) // finite, as quantizeBlock caps it
 		Label(fn + "_zero")
 		idv := ZMM()
 		VBROADCASTSS(id, idv)
@@ -198,7 +200,7 @@ func quant512Kernels() {
 
 type quant256Consts struct {
 	abs, plus127, minus127, perm Mem
-	f127                         Mem
+	f127, fmax                   Mem
 }
 
 func newQuant256Consts() quant256Consts {
@@ -212,6 +214,8 @@ func newQuant256Consts() quant256Consts {
 	same := func(v uint32) func(int) uint32 { return func(int) uint32 { return v } }
 	word := GLOBL("q256F127", RODATA|NOPTR)
 	DATA(0, U32(0x42fe0000))
+	fmax := GLOBL("q256FMax", RODATA|NOPTR)
+	DATA(0, U32(0x7f7fffff))
 	return quant256Consts{
 		abs:      vec("q256Abs", same(0x7fffffff)),
 		plus127:  vec("q256Plus127", same(127)),
@@ -220,6 +224,7 @@ func newQuant256Consts() quant256Consts {
 		// b0-3, c0-3, d0-3, a4-7, b4-7, c4-7, d4-7: this puts them in order.
 		perm: vec("q256Perm", func(i int) uint32 { return [8]uint32{0, 4, 1, 5, 2, 6, 3, 7}[i] }),
 		f127: word,
+		fmax: fmax,
 	}
 }
 
@@ -285,6 +290,7 @@ func quant256Kernel(size int, c quant256Consts) {
 		VMOVSS(c.f127, f127)
 		VDIVSS(f127, amax, d)
 		VDIVSS(amax, f127, id)
+		VMINSS(c.fmax, id, id) // finite, as quantizeBlock caps it
 		Label(fn + "_zero")
 		idv := YMM()
 		VBROADCASTSS(id, idv)

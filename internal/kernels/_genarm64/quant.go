@@ -4,14 +4,14 @@ import "fmt"
 
 // The activation quantizers, NEON: quantizeBlock of act8.go for a run of blocks of 32
 // or 256 values, to the bit. Per block the largest magnitude (FABS, FMAX, FMAXV), the
-// scalar float32 divisions d = max/127 and id = 127/max (both 0 unless max > 0, as
-// in Go), codes from the float32 products x·id rounded to nearest even (FCVTNS) and
-// clamped to ±127 by saturating narrows and one SMAX, then the exact integer sums of
-// the side data. NEON's conversions saturate and take NaN to 0, as Go's arm64
-// conversion does, so a block of tiny values (127/max = +Inf) comes out as in Go too.
+// scalar float32 divisions d = max/127 and id = min(127/max, MaxFloat32) (both 0
+// unless max > 0, as in Go), codes from the float32 products x·id rounded to nearest
+// even (FCVTNS) and clamped to ±127 by saturating narrows and one SMAX, then the
+// exact integer sums of the side data. NEON's conversions saturate and take NaN to 0,
+// as Go's arm64 conversion does.
 //
 // Registers, both kernels: R0 x, R1 blocks left, R2 codes, R3 side; V16 max, V17 the
-// constant 127.0, V18 d, V19 id, V20 0.0, V31 bytes of −127.
+// constant 127.0, V18 d, V19 id, V20 0.0, V30 the largest float32, V31 bytes of −127.
 
 // The fixed vector registers of the quantizers.
 const (
@@ -20,6 +20,7 @@ const (
 	qD    V = 18 // d = max/127, in lane 0
 	qID   V = 19 // id = 127/max, in lane 0
 	qZero V = 20 // 0.0 in lane 0
+	qFMax V = 30 // the largest float32 in lane 0: the cap of id
 	qMin8 V = 31 // −127 in every byte: the lower clamp of the codes
 )
 
@@ -51,6 +52,8 @@ func quantFn(f *file, size int) *fn {
 	g.op("MOVD side+24(FP), R3")
 	g.op("MOVW $0x%x, R4", qF127)
 	g.op("FMOVS R4, F%d", q127)
+	g.op("MOVW $0x7f7fffff, R4")
+	g.op("FMOVS R4, F%d", qFMax)
 	g.op("FMOVS ZR, F%d", qZero)
 	g.i(movi16b(qMin8, 0x81))
 	g.op("CMP $0, R1")
@@ -81,12 +84,13 @@ func maxTree(g *fn, first V, n int) {
 	}
 }
 
-// scales sets d = max/127 and id = 127/max from the largest magnitude in qAmax, one
-// float32 division each as Go's, and both to 0 unless max > 0 (a block of zeros; a
-// NaN), as quantizeBlock's test does.
+// scales sets d = max/127 and id = min(127/max, MaxFloat32) from the largest
+// magnitude in qAmax, one float32 division each as Go's, and both to 0 unless max > 0
+// (a block of zeros; a NaN), as quantizeBlock's test does.
 func scales(g *fn) {
 	g.op("FDIVS F%d, F%d, F%d", q127, qAmax, qD)
 	g.op("FDIVS F%d, F%d, F%d", qAmax, q127, qID)
+	g.op("FMINS F%d, F%d, F%d", qFMax, qID, qID)
 	g.op("FCMPS $(0.0), F%d", qAmax)
 	g.op("FCSELS GT, F%d, F%d, F%d", qD, qZero, qD)
 	g.op("FCSELS GT, F%d, F%d, F%d", qID, qZero, qID)
