@@ -35,6 +35,7 @@ func (a arr) sizeQ() (size, q uint32) {
 	panic("arrangement " + string(a))
 }
 
+// in writes r with arrangement a, as GNU syntax does: v3.16b.
 func (r V) in(a arr) string { return fmt.Sprintf("v%d.%s", int(r), a) }
 
 // inst is one encoded instruction and its text.
@@ -104,18 +105,14 @@ func permute(name string, opcode uint32, a arr, d, n, m V) inst {
 // The instructions. Integer.
 
 func add(a arr, d, n, m V) inst  { return threeSame("add", 0, 0b10000, a, d, n, m) }
-func sub(a arr, d, n, m V) inst  { return threeSame("sub", 1, 0b10000, a, d, n, m) }
-func mul(a arr, d, n, m V) inst  { return threeSame("mul", 0, 0b10011, a, d, n, m) }
 func mla(a arr, d, n, m V) inst  { return threeSame("mla", 0, 0b10010, a, d, n, m) }
 func addp(a arr, d, n, m V) inst { return threeSame("addp", 0, 0b10111, a, d, n, m) }
 func smax(a arr, d, n, m V) inst { return threeSame("smax", 0, 0b01100, a, d, n, m) }
-func smin(a arr, d, n, m V) inst { return threeSame("smin", 0, 0b01101, a, d, n, m) }
 
 // cmtst sets each element whose AND of n and m is not zero to all ones.
 func cmtst(a arr, d, n, m V) inst { return threeSame("cmtst", 0, 0b10001, a, d, n, m) }
 
 func and(d, n, m V) inst { return logic("and", 0, 0, d, n, m) }
-func orr(d, n, m V) inst { return logic("orr", 0, 2, d, n, m) }
 func eor(d, n, m V) inst { return logic("eor", 1, 0, d, n, m) }
 
 // bit inserts the bits of n where m has ones into d: d = d&^m | n&m.
@@ -131,8 +128,7 @@ func smmla(d, n, m V) inst {
 	return inst{w, fmt.Sprintf("smmla %s, %s, %s", d.in("4s"), n.in("16b"), m.in("16b"))}
 }
 
-// mulElem and mlaElem multiply 32-bit lanes by lane i of m.
-func mulElem(d, n, m V, i int) inst { return byElem32("mul", 0, 0b1000, "4s", "s", d, n, m, i) }
+// mlaElem adds to the 32-bit lanes of d those of n times lane i of m.
 func mlaElem(d, n, m V, i int) inst { return byElem32("mla", 1, 0b0000, "4s", "s", d, n, m, i) }
 
 // smull and smlal widen: src 8b/4h (low halves) or 16b/8h (high halves, smull2…).
@@ -144,33 +140,28 @@ func smlal(src arr, d, n, m V) inst { return long("smlal", 0, 0b1000, src, d, n,
 func saddlp(src arr, d, n V) inst { return pairwise("saddlp", 0b00010, src, d, n) }
 func sadalp(src arr, d, n V) inst { return pairwise("sadalp", 0b00110, src, d, n) }
 
+// pairwise encodes saddlp and sadalp.
 func pairwise(name string, opcode uint32, src arr, d, n V) inst {
 	size, q := src.sizeQ()
 	wide := map[arr]arr{"16b": "8h", "8h": "4s", "8b": "4h", "4h": "2s"}[src]
 	return misc(0, size, q, opcode, d, n, fmt.Sprintf("%s %s, %s", name, d.in(wide), n.in(src)))
 }
 
-// xtn and sqxtn narrow the 8h (or 4s) elements of n into the low half of d (8b or
-// 4h), truncating or saturating.
-func xtn(src arr, d, n V) inst   { return narrow("xtn", 0b10010, src, d, n) }
+// sqxtn narrows the 8h (or 4s) elements of n into the low half of d (8b or 4h),
+// saturating.
 func sqxtn(src arr, d, n V) inst { return narrow("sqxtn", 0b10100, src, d, n) }
 
+// narrow encodes the narrowing moves.
 func narrow(name string, opcode uint32, src arr, d, n V) inst {
 	size, _ := src.sizeQ()
 	to := map[arr]arr{"8h": "8b", "4s": "4h", "2d": "2s"}[src]
 	return misc(0, size-1, 0, opcode, d, n, fmt.Sprintf("%s %s, %s", name, d.in(to), n.in(src)))
 }
 
-// addv sums the lanes of n into the scalar d (4s: into s<d>).
-func addv(d, n V) inst {
-	w := uint32(1)<<30 | 0b01110<<24 | 2<<22 | 0b11000<<17 | 0b11011<<12 | 0b10<<10 | uint32(n)<<5 | uint32(d)
-	return inst{w, fmt.Sprintf("addv s%d, %s", int(d), n.in("4s"))}
-}
-
-// ushr, sshr and shl shift each element by an immediate.
+// ushr and shl shift each element right (unsigned) or left by an immediate.
 func ushr(a arr, d, n V, s int) inst { return shiftRight("ushr", 1, a, d, n, s) }
-func sshr(a arr, d, n V, s int) inst { return shiftRight("sshr", 0, a, d, n, s) }
 
+// shiftRight encodes the right shifts by an immediate.
 func shiftRight(name string, u uint32, a arr, d, n V, s int) inst {
 	size, q := a.sizeQ()
 	esize := uint32(8) << size
@@ -187,6 +178,7 @@ func shl(a arr, d, n V, s int) inst {
 func sxtl(src arr, d, n V) inst { return extend("sxtl", 0, src, d, n) }
 func uxtl(src arr, d, n V) inst { return extend("uxtl", 1, src, d, n) }
 
+// extend encodes sxtl and uxtl (sshll and ushll by 0).
 func extend(name string, u uint32, src arr, d, n V) inst {
 	size, q := src.sizeQ()
 	wide := map[uint32]arr{0: "8h", 1: "4s", 2: "2d"}[size]
@@ -211,6 +203,8 @@ func tbl(d, n, m V) inst {
 	return inst{w, fmt.Sprintf("tbl %s, {%s}, %s", d.in("16b"), n.in("16b"), m.in("16b"))}
 }
 
+// uzp1/uzp2 take the even/odd elements of n and m; zip1/zip2 interleave their low/high
+// halves.
 func uzp1(a arr, d, n, m V) inst { return permute("uzp1", 1, a, d, n, m) }
 func uzp2(a arr, d, n, m V) inst { return permute("uzp2", 5, a, d, n, m) }
 func zip1(a arr, d, n, m V) inst { return permute("zip1", 3, a, d, n, m) }
@@ -221,13 +215,10 @@ func zip2(a arr, d, n, m V) inst { return permute("zip2", 7, a, d, n, m) }
 func fadd(d, n, m V) inst { return floatSame("fadd", 0, 0, 0b11010, d, n, m) }
 func fsub(d, n, m V) inst { return floatSame("fsub", 0, 1, 0b11010, d, n, m) }
 func fmul(d, n, m V) inst { return floatSame("fmul", 1, 0, 0b11011, d, n, m) }
-func fdiv(d, n, m V) inst { return floatSame("fdiv", 1, 0, 0b11111, d, n, m) }
 func fmax(d, n, m V) inst { return floatSame("fmax", 0, 0, 0b11110, d, n, m) }
 
-// fmla is the fused multiply-add d += n·m, one rounding.
-func fmla(d, n, m V) inst { return floatSame("fmla", 0, 0, 0b11001, d, n, m) }
-
-// fmulElem and fmlaElem multiply by lane i of m.
+// fmulElem multiplies by lane i of m; fmlaElem is the fused multiply-add d += n·m[i],
+// one rounding.
 func fmulElem(d, n, m V, i int) inst { return byElem32("fmul", 0, 0b1001, "4s", "s", d, n, m, i) }
 func fmlaElem(d, n, m V, i int) inst { return byElem32("fmla", 0, 0b0001, "4s", "s", d, n, m, i) }
 

@@ -44,6 +44,7 @@ var errNoRegs = errors.New("out of vector registers")
 // pool hands out vector registers.
 type pool struct{ free []V }
 
+// newPool returns a pool of all 32 registers; V0 is handed out first.
 func newPool() *pool {
 	p := &pool{}
 	for v := V(31); v >= 0; v-- {
@@ -52,6 +53,7 @@ func newPool() *pool {
 	return p
 }
 
+// get takes a register, panicking with errNoRegs when none is left.
 func (p *pool) get() V {
 	if len(p.free) == 0 {
 		panic(errNoRegs)
@@ -84,6 +86,7 @@ const (
 	cIdx    = 64 // + 32q, + 16 for the second mask
 )
 
+// intConstTable is the bytes of the constant table.
 func intConstTable() []byte {
 	b := make([]byte, cIdx+4*32)
 	for i := range 16 {
@@ -362,6 +365,8 @@ func intKernel(f *file, it intType, lv level, n int, consts string) (string, boo
 	return "", false
 }
 
+// tryIntKernel writes the kernel with the float sums (inRegs) and a quarter's
+// constants (hoist) in registers or not, and removes it again if it runs out of them.
 func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs, hoist bool) (ok bool) {
 	name := fmt.Sprintf("int%sx%d%s", it.name, n, lv.name)
 	doc := fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", name, lv.name, it.name, n)

@@ -119,6 +119,7 @@ func (g *fn) loopLen() int {
 // the loads.
 type cost struct{ all, vector, loads int }
 
+// loopCost counts the instructions of the function's main loop.
 func (g *fn) loopCost() cost {
 	body := g.body.String()
 	var loop string
