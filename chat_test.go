@@ -7,6 +7,11 @@ import (
 	"testing"
 
 	"github.com/ardanlabs/jinja"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/internal/sharedtest"
+	"github.com/specula/specula/tokenizer"
 )
 
 // golden is testdata/templates/golden.json: chat templates rendered by Jinja2 as
@@ -113,5 +118,53 @@ func TestGuardAdjacentTags(t *testing.T) {
 		if got := guardAdjacentTags(in); got != want {
 			t.Errorf("guardAdjacentTags(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The chat templates of ../shared/tokenizers (Qwen3, Llama 3, Gemma 3, from the
+// tokenizer_config.json the models ship) render every conversation of
+// chat_golden.json byte for byte as Python's jinja2 renders them the way transformers
+// does — with and without the generation prompt, and Qwen3's enable_thinking —
+// with the special tokens' text taken from the tokenizer, as Open takes it.
+func TestSharedChatTemplatesGolden(t *testing.T) {
+	for _, name := range []string{"qwen3", "llama3", "gemma3"} {
+		t.Run(name, func(t *testing.T) {
+			dir := sharedtest.Path(t, "tokenizers", name)
+			tok, err := tokenizer.Load(dir)
+			require.NoError(t, err)
+			src, source, err := ReadChatTemplate(dir)
+			require.NoError(t, err)
+			require.NotEmpty(t, src, "no chat template in %s", dir)
+			var bos, eos string
+			if id, ok := tok.BOS(); ok {
+				bos = tok.Decode([]int32{id})
+			}
+			if ids := tok.EOS(); len(ids) > 0 {
+				eos = tok.Decode(ids[:1])
+			}
+			tmpl, err := NewChatTemplate(src, source, bos, eos)
+			require.NoError(t, err)
+			data, err := os.ReadFile(sharedtest.Path(t, "tokenizers", name, "chat_golden.json"))
+			require.NoError(t, err)
+			var g struct {
+				Rows []struct {
+					Messages            []any          `json:"messages"`
+					AddGenerationPrompt bool           `json:"add_generation_prompt"`
+					Kwargs              map[string]any `json:"kwargs"`
+					Text                string         `json:"text"`
+				} `json:"rows"`
+			}
+			require.NoError(t, json.Unmarshal(data, &g))
+			require.NotEmpty(t, g.Rows)
+			for i, r := range g.Rows {
+				extra := map[string]any{"add_generation_prompt": r.AddGenerationPrompt}
+				for k, v := range r.Kwargs {
+					extra[k] = v
+				}
+				got, err := tmpl.Render(r.Messages, extra)
+				require.NoError(t, err, "row %d", i)
+				assert.Equal(t, r.Text, got, "row %d (add_generation_prompt %v, %v)", i, r.AddGenerationPrompt, r.Kwargs)
+			}
+		})
 	}
 }

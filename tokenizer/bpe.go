@@ -100,7 +100,7 @@ func (t *Tokenizer) encodePieces(dst []int32, s string, level int, st *encState)
 	}
 	k := t.pre.splits[level]
 	for i := 0; i < len(s); {
-		j := nextPiece(k, s, i)
+		j := nextPiece(k, s, i, t.pre.literal)
 		dst = t.encodePieces(dst, s[i:j], level+1, st)
 		i = j
 	}

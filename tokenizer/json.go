@@ -657,15 +657,19 @@ func (t *Tokenizer) preByteLevel(c *component, first bool) error {
 	return nil
 }
 
-// preSplit reads a Split pre-tokenizer. Go's regexp cannot run these patterns (they
-// use lookahead), so only the known ones are accepted, each with its hand-written
-// scanner.
+// preSplit reads a Split pre-tokenizer. Go's regexp cannot run the regex patterns
+// (they use lookahead), so only the known ones are accepted, each with its
+// hand-written scanner; a String pattern (Gemma 3 splits on " ", MergedWithPrevious)
+// is cut where the literal is.
 func (t *Tokenizer) preSplit(c *component) error {
-	if c.Pattern == nil || c.Pattern.Regex == nil {
-		return errors.New("Split is supported only with a Regex pattern")
+	if c.Pattern == nil || c.Pattern.Regex == nil && c.Pattern.String == nil {
+		return errors.New("Split has neither a Regex nor a String pattern")
 	}
 	if c.Invert {
 		return errors.New("Split with invert true is not supported")
+	}
+	if c.Pattern.Regex == nil {
+		return t.preSplitString(c)
 	}
 	if !strings.EqualFold(c.Behavior, "Isolated") {
 		return fmt.Errorf("Split with behavior %q is not supported (only Isolated)", c.Behavior)
@@ -681,6 +685,30 @@ func (t *Tokenizer) preSplit(c *component) error {
 	default:
 		return fmt.Errorf("Split regex %q is not supported (known: the GPT-2, Llama 3 and Qwen2 patterns)", *c.Pattern.Regex)
 	}
+	t.pre.splits = append(t.pre.splits, k)
+	return nil
+}
+
+// preSplitString reads a Split on a literal string, with behavior MergedWithPrevious
+// or Isolated; one literal per tokenizer.
+func (t *Tokenizer) preSplitString(c *component) error {
+	lit := *c.Pattern.String
+	switch {
+	case lit == "":
+		return errors.New("Split with an empty String pattern")
+	case t.pre.literal != "" && t.pre.literal != lit:
+		return fmt.Errorf("a second Split on a String pattern (%q after %q) is not supported", lit, t.pre.literal)
+	}
+	var k splitKind
+	switch strings.ToLower(c.Behavior) {
+	case "mergedwithprevious":
+		k = splitMergedPrev
+	case "isolated":
+		k = splitIsolated
+	default:
+		return fmt.Errorf("Split on a String with behavior %q is not supported (only MergedWithPrevious and Isolated)", c.Behavior)
+	}
+	t.pre.literal = lit
 	t.pre.splits = append(t.pre.splits, k)
 	return nil
 }

@@ -26,6 +26,12 @@ const (
 	splitQwen2
 	// splitMetaspace cuts before every ▁ (Metaspace with split true).
 	splitMetaspace
+	// splitMergedPrev cuts after every occurrence of the literal (a Split with a
+	// String pattern and behavior MergedWithPrevious: the delimiter ends its piece).
+	splitMergedPrev
+	// splitIsolated makes every occurrence of the literal a piece of its own (a Split
+	// with a String pattern and behavior Isolated).
+	splitIsolated
 )
 
 // The patterns as tokenizer.json files spell them.
@@ -51,6 +57,7 @@ type preTokenizer struct {
 	metaRepl    string
 	metaPrepend uint8
 	splits      []splitKind
+	literal     string // the String pattern of splitMergedPrev and splitIsolated
 }
 
 // transform applies the section-level part of pre-tokenization. first tells whether
@@ -68,8 +75,9 @@ func (p *preTokenizer) transform(s string, first bool) string {
 	return s
 }
 
-// nextPiece returns the end of the piece of s that starts at i (i < len(s)).
-func nextPiece(k splitKind, s string, i int) int {
+// nextPiece returns the end of the piece of s that starts at i (i < len(s)); lit is
+// the literal of the String-pattern splits.
+func nextPiece(k splitKind, s string, i int, lit string) int {
 	switch k {
 	case splitGPT2:
 		return nextGPT2(s, i)
@@ -77,6 +85,19 @@ func nextPiece(k splitKind, s string, i int) int {
 		return nextLlama3(s, i, 3)
 	case splitQwen2:
 		return nextLlama3(s, i, 1)
+	case splitMergedPrev:
+		if k := strings.Index(s[i:], lit); k >= 0 {
+			return i + k + len(lit)
+		}
+		return len(s)
+	case splitIsolated:
+		if strings.HasPrefix(s[i:], lit) {
+			return i + len(lit)
+		}
+		if k := strings.Index(s[i:], lit); k >= 0 {
+			return i + k
+		}
+		return len(s)
 	default:
 		return nextMetaspace(s, i)
 	}

@@ -12,10 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func pieces(k splitKind, s string) []string {
+func pieces(k splitKind, s string) []string { return piecesOf(k, s, "") }
+
+// piecesOf cuts s with scanner k and the String-pattern literal lit.
+func piecesOf(k splitKind, s, lit string) []string {
 	var out []string
 	for i := 0; i < len(s); {
-		j := nextPiece(k, s, i)
+		j := nextPiece(k, s, i, lit)
 		if j <= i {
 			panic("no progress")
 		}
@@ -73,6 +76,28 @@ func TestPreTokenizerSplits(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, pieces(tc.kind, tc.in))
+		})
+	}
+}
+
+// TestStringSplits: a Split on a String pattern, as the Hugging Face library cuts
+// (Gemma 3's is " ", MergedWithPrevious).
+func TestStringSplits(t *testing.T) {
+	tests := []struct {
+		name, lit string
+		kind      splitKind
+		in        string
+		want      []string
+	}{
+		{"merged with previous", " ", splitMergedPrev, "a b  c ", []string{"a ", "b ", " ", "c "}},
+		{"merged, none", " ", splitMergedPrev, "▁a▁b", []string{"▁a▁b"}},
+		{"merged, leading", " ", splitMergedPrev, " a", []string{" ", "a"}},
+		{"isolated", "--", splitIsolated, "a--b----c", []string{"a", "--", "b", "--", "--", "c"}},
+		{"isolated, multibyte", "▁", splitIsolated, "▁x▁", []string{"▁", "x", "▁"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, piecesOf(tc.kind, tc.in, tc.lit))
 		})
 	}
 }

@@ -163,3 +163,35 @@ func TestGoDevPromptsGGUF(t *testing.T) {
 	}
 	t.Logf("%d prompts", n)
 }
+
+// The tokenizers of ../shared/tokenizers (Qwen3, Llama 3, Gemma 3: the tokenizer.json
+// and tokenizer_config.json the models ship) against golden.json beside each, made by
+// the Hugging Face tokenizers' JavaScript port with special tokens in the text parsed:
+// ids without and with the tokens the model adds, every row identical.
+func TestSharedTokenizersGolden(t *testing.T) {
+	for _, name := range []string{"qwen3", "llama3", "gemma3"} {
+		t.Run(name, func(t *testing.T) {
+			dir := sharedtest.Path(t, "tokenizers", name)
+			tok, err := Load(dir)
+			require.NoError(t, err)
+			data, err := os.ReadFile(sharedtest.Path(t, "tokenizers", name, "golden.json"))
+			require.NoError(t, err)
+			var g struct {
+				Source string `json:"source"`
+				Rows   []struct {
+					Text           string  `json:"text"`
+					IDs            []int32 `json:"ids"`
+					IDsWithSpecial []int32 `json:"ids_with_special"`
+				} `json:"rows"`
+			}
+			require.NoError(t, json.Unmarshal(data, &g))
+			require.NotEmpty(t, g.Rows)
+			for _, r := range g.Rows {
+				assert.Equal(t, r.IDs, tok.Encode(r.Text, EncodeOptions{ParseSpecial: true}), "%q", r.Text)
+				assert.Equal(t, r.IDsWithSpecial, tok.Encode(r.Text, tok.DefaultOptions()), "%q with the added tokens", r.Text)
+				assert.Equal(t, r.Text, tok.Decode(r.IDs), "decoded")
+			}
+			t.Logf("%d rows identical to %s", len(g.Rows), g.Source)
+		})
+	}
+}
