@@ -249,7 +249,10 @@ func (t *Tokenizer) ggufPreTokenizer(f *gguf.File) error {
 	case "gpt-2", "gpt2":
 		t.pre.splits = []splitKind{splitGPT2}
 	case "llama-bpe", "llama3", "llama-v3", "smaug-bpe":
+		// A word that is a token is that token, merges or not, as in Llama 3's
+		// tokenizer.json (ignore_merges) and llama.cpp for this pre-tokenizer.
 		t.pre.splits = []splitKind{splitLlama3}
+		t.ignoreMerges = true
 	case "qwen2", "deepseek-r1-qwen":
 		t.pre.splits = []splitKind{splitQwen2}
 		t.norm.steps = []normStep{{kind: normNFC}}

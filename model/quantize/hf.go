@@ -200,10 +200,7 @@ func tokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
 		}
 		merges = append(merges, pair[0]+" "+pair[1])
 	}
-	pre := "gpt-2"
-	if strings.Contains(string(tj.PreTokenizer), `\\p{N}{1,3}`) {
-		pre = "llama-bpe"
-	}
+	pre := ggufPre(string(tj.PreTokenizer))
 	kv := []gguf.KeyValue{
 		{Key: "tokenizer.ggml.model", Value: gguf.String("gpt2")},
 		{Key: "tokenizer.ggml.pre", Value: gguf.String(pre)},
@@ -215,27 +212,75 @@ func tokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
 		BOS json.RawMessage `json:"bos_token_id"`
 		EOS json.RawMessage `json:"eos_token_id"`
 	}
-	if raw, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil && json.Unmarshal(raw, &cfg) == nil {
-		for _, e := range []struct {
-			key string
-			raw json.RawMessage
-		}{{"tokenizer.ggml.bos_token_id", cfg.BOS}, {"tokenizer.ggml.eos_token_id", cfg.EOS}} {
-			if id, ok := firstID(e.raw); ok {
-				kv = append(kv, gguf.KeyValue{Key: e.key, Value: gguf.Uint32(uint32(id))})
-			}
-		}
+	if raw, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
+		_ = json.Unmarshal(raw, &cfg)
 	}
 	var tc struct {
-		AddBOS       *bool  `json:"add_bos_token"`
-		ChatTemplate string `json:"chat_template"`
+		AddBOS       *bool           `json:"add_bos_token"`
+		ChatTemplate string          `json:"chat_template"`
+		BOS          json.RawMessage `json:"bos_token"`
+		EOS          json.RawMessage `json:"eos_token"`
 	}
+	haveTC := false
 	if raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil && json.Unmarshal(raw, &tc) == nil {
+		haveTC = true
+	}
+	ids := func(s string) (int, bool) {
+		id, ok := tj.Model.Vocab[s]
+		for _, a := range tj.AddedTokens {
+			if a.Content == s {
+				id, ok = a.ID, true
+			}
+		}
+		return id, ok
+	}
+	// The special ids of config.json, else the tokens tokenizer_config.json names.
+	for _, e := range []struct {
+		key      string
+		id, text json.RawMessage
+	}{{"tokenizer.ggml.bos_token_id", cfg.BOS, tc.BOS}, {"tokenizer.ggml.eos_token_id", cfg.EOS, tc.EOS}} {
+		id, ok := firstID(e.id)
+		if !ok {
+			id, ok = ids(tokenText(e.text))
+		}
+		if ok {
+			kv = append(kv, gguf.KeyValue{Key: e.key, Value: gguf.Uint32(uint32(id))})
+		}
+	}
+	if haveTC {
 		kv = append(kv, gguf.KeyValue{Key: "tokenizer.ggml.add_bos_token", Value: gguf.Bool(tc.AddBOS != nil && *tc.AddBOS)})
 		if tc.ChatTemplate != "" {
 			kv = append(kv, gguf.KeyValue{Key: "tokenizer.chat_template", Value: gguf.String(tc.ChatTemplate)})
 		}
 	}
 	return kv, nil
+}
+
+// tokenText reads a token of tokenizer_config.json: a string, or an object with its
+// content ("" when neither).
+func tokenText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var obj struct {
+		Content string `json:"content"`
+	}
+	_ = json.Unmarshal(raw, &obj)
+	return obj.Content
+}
+
+// ggufPre names the GGUF pre-tokenizer (tokenizer.ggml.pre) of a byte-level
+// tokenizer.json's pre_tokenizer by its split pattern: Llama 3's (digits in threes),
+// Qwen2's (the same with single digits; Qwen2.5 and Qwen3 keep it), else GPT-2's.
+func ggufPre(preTokenizer string) string {
+	switch {
+	case strings.Contains(preTokenizer, `\\p{N}{1,3}|`):
+		return "llama-bpe"
+	case strings.Contains(preTokenizer, `\\p{L}+|\\p{N}|`):
+		return "qwen2"
+	}
+	return "gpt-2"
 }
 
 // firstID reads a token id given as a number or as a list of numbers.
