@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/specula/specula/internal/llamacpp"
 )
 
 // defaultLcbench is where the native llama.cpp benchmark lives beside the checkout
@@ -64,81 +66,15 @@ func (p *peerCommand) run(ctx context.Context, model string, c *benchConfig, con
 	return bytes.TrimSpace(out), nil
 }
 
-// runnableLcbench returns a path lcbench runs from. Its folder holds the libraries
-// as symbolic links (libggml.so.0 → libggml.so.0.9.4); a copy that lost them — the
-// links turned into small files naming their targets — cannot load, so the folder
-// is staged once in the system's temporary directory with the links made again.
+// runnableLcbench returns a path lcbench runs from: its own, or a copy of its folder
+// staged once in the system's temporary directory where a copy of the shared data
+// lost the folder's library links (see llamacpp.Runnable).
 func runnableLcbench(bin string) (string, error) {
-	dir := filepath.Dir(bin)
-	entries, err := os.ReadDir(dir)
+	dir, err := llamacpp.Runnable(filepath.Dir(bin), filepath.Join(os.TempDir(), "specula-lcbench"))
 	if err != nil {
 		return "", fmt.Errorf("lcbench: %w (see ../shared/peer/llamacpp/README.md)", err)
 	}
-	broken := map[string]string{} // link name → target
-	for _, e := range entries {
-		if target, ok := lostLink(dir, e); ok {
-			broken[e.Name()] = target
-		}
-	}
-	if len(broken) == 0 {
-		return bin, nil
-	}
-	stage := filepath.Join(os.TempDir(), "specula-lcbench")
-	if err := stageFolder(dir, stage, entries, broken); err != nil {
-		return "", fmt.Errorf("lcbench: staging %s with its library links: %w", dir, err)
-	}
-	return filepath.Join(stage, filepath.Base(bin)), nil
-}
-
-// lostLink reports whether e is a small regular file whose whole content names
-// another file of dir: a symbolic link that a copy turned into a file.
-func lostLink(dir string, e os.DirEntry) (string, bool) {
-	info, err := e.Info()
-	if err != nil || !info.Mode().IsRegular() || info.Size() == 0 || info.Size() > 255 {
-		return "", false
-	}
-	b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-	if err != nil {
-		return "", false
-	}
-	target := strings.TrimSpace(string(b))
-	if target == "" || strings.ContainsAny(target, "/\n\x00") || target == e.Name() {
-		return "", false
-	}
-	if _, err := os.Stat(filepath.Join(dir, target)); err != nil {
-		return "", false
-	}
-	return target, true
-}
-
-// stageFolder copies dir's files into stage, making the broken links links again.
-func stageFolder(dir, stage string, entries []os.DirEntry, broken map[string]string) error {
-	if err := os.RemoveAll(stage); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(stage, 0o755); err != nil {
-		return err
-	}
-	for _, e := range entries {
-		dst := filepath.Join(stage, e.Name())
-		if target, ok := broken[e.Name()]; ok {
-			if err := os.Symlink(target, dst); err != nil {
-				return err
-			}
-			continue
-		}
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(dst, b, 0o755); err != nil {
-			return err
-		}
-	}
-	return nil
+	return filepath.Join(dir, filepath.Base(bin)), nil
 }
 
 // abs is p made absolute where it can be.
