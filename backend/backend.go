@@ -162,6 +162,11 @@ type Pass interface {
 	Mul(dst, src Act, w Matrix)
 	// MulAdd adds src · wᵀ to dst.
 	MulAdd(dst, src Act, w Matrix)
+	// HeadNorm normalises, in every row of a, the heads head0 … head0+heads−1 (each
+	// Shape.HeadDim values) on their own: x / √(mean(x²) + eps) · w, w of HeadDim
+	// values — Qwen3's and Gemma 3's RMSNorm of each query and key head before the
+	// rotation (the query heads of QKV are 0 … Heads−1, the key heads the next KVHeads).
+	HeadNorm(a Act, head0, heads int, w Vector)
 	// Attention is one layer's attention: it adds bias (nil: none) to the rows of
 	// QKV, rotates Q and K by the plan's angles, stores K and V at the rows' slots of
 	// layer's cache, and writes to Att each row's attention over what the plan says

@@ -129,6 +129,22 @@ func (ps *pass) Norm(dst, src backend.Act, w backend.Vector) {
 	}
 }
 
+// HeadNorm implements [backend.Pass].
+func (ps *pass) HeadNorm(a backend.Act, head0, heads int, w backend.Vector) {
+	v, ok := w.(vector)
+	if ps.err != nil || !ps.check(ok) {
+		return
+	}
+	sh := ps.b.shape
+	buf, width, hd := ps.buf(a), sh.Width(a), sh.HeadDim
+	for r := range ps.rows {
+		for h := head0; h < head0+heads; h++ {
+			x := buf[r*width+h*hd : r*width+(h+1)*hd]
+			kernels.RMSNorm(x, x, v, sh.NormEps)
+		}
+	}
+}
+
 // Mul implements [backend.Pass].
 func (ps *pass) Mul(dst, src backend.Act, w backend.Matrix) {
 	m, ok := w.(*matrix)

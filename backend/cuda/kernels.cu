@@ -275,6 +275,25 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const float* w, c
     for (int c = threadIdx.x; c < dim; c += blockDim.x) out[(i64)i * dim + c] = xr[c] * scale * w[c];
 }
 
+// Each head of a row normalised in place (Qwen3's and Gemma 3's q and k norms): block
+// b takes head head0 + b % heads of row b / heads, hd values at width·row + hd·head,
+// with weights w of hd values; the sum of squares in double, as rmsnorm's.
+// Grid: n·heads blocks.
+extern "C" __global__ void head_rmsnorm(float* x, const float* w, int width, int head0, int heads, int hd, float eps) {
+    __shared__ double red[256];
+    const i64 row = blockIdx.x / heads;
+    float* xr = x + row * width + (i64)(head0 + blockIdx.x % heads) * hd;
+    double ss = 0.0;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        const double v = xr[c];
+        ss += v * v;
+    }
+    ss = block_sum_d(ss, red);
+    const float scale = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
+    __syncthreads();
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) xr[c] = xr[c] * scale * w[c];
+}
+
 // ---------------------------------------------------------------------------------
 // After the Q, K, V projection: add the biases, rotate Q and K, store K and V in the
 // cache at the token's slot, and write Q to q. qkv rows hold (heads + 2·kvh)·hd

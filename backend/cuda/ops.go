@@ -88,6 +88,10 @@ type deviceOps interface {
 	// rmsNorm writes out[i] = x[r] / √(mean(x[r]²) + eps) · w for r = rows[i] (rows
 	// int32), or r = i when rows is 0.
 	rmsNorm(out, x, w, rows devptr, n, dim int, eps float32) error
+	// headNorm normalises in place, in each of the n rows of x (width values
+	// apart), the heads head0 … head0+heads−1 of hd values each, as rmsNorm with
+	// weights w of hd values.
+	headNorm(x, w devptr, n, width, head0, heads, hd int, eps float32) error
 	// matmul computes out[t·ldo + r] = Σ_c W[r, c]·x[t·cols + c] for t < n, or adds
 	// it to out when accumulate is set.
 	matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) error

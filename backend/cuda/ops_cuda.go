@@ -13,7 +13,7 @@ var kernelSource string
 // kernelNames lists the kernels of kernels.cu the backend launches.
 func kernelNames() []string {
 	return []string{
-		"gemv_f32", "gemv_f16", "gemv_bf16", "gemv_q8_0", "embed", "rmsnorm", "qkv_rope",
+		"gemv_f32", "gemv_f16", "gemv_bf16", "gemv_q8_0", "embed", "rmsnorm", "head_rmsnorm", "qkv_rope",
 		"attention", "silu_mul", "kv_copy", "to_f16", "to_bf16", "fill", "fill_q8_0",
 	}
 }
@@ -145,6 +145,12 @@ func (b *cudaOps) embed(out devptr, w wtensor, tokens devptr, n int) error {
 func (b *cudaOps) rmsNorm(out, x, w, rows devptr, n, dim int, eps float32) error {
 	return b.run("rmsnorm", [3]int{n, 1, 1}, [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
 		a.ptr(out).ptr(x).ptr(w).ptr(rows).i32(dim).f32(eps)
+	})
+}
+
+func (b *cudaOps) headNorm(x, w devptr, n, width, head0, heads, hd int, eps float32) error {
+	return b.run("head_rmsnorm", [3]int{n * heads, 1, 1}, [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
+		a.ptr(x).ptr(w).i32(width).i32(head0).i32(heads).i32(hd).f32(eps)
 	})
 }
 

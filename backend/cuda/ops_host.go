@@ -232,6 +232,19 @@ func (h *hostOps) rmsNorm(out, x, w, rows devptr, n, dim int, eps float32) (err 
 	return nil
 }
 
+func (h *hostOps) headNorm(x, w devptr, n, width, head0, heads, hd int, eps float32) (err error) {
+	defer h.catch("headNorm", &err)
+	wv := h.f32(w, int64(hd))
+	rows := h.f32(x, int64(n*width))
+	for r := range n {
+		for k := head0; k < head0+heads; k++ {
+			v := rows[r*width+k*hd : r*width+(k+1)*hd]
+			kernels.RMSNorm(v, v, wv, eps)
+		}
+	}
+	return nil
+}
+
 func (h *hostOps) matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) (err error) {
 	defer h.catch("matmul", &err)
 	m, err := h.matrix(w)

@@ -258,6 +258,15 @@ func (ps *devicePass) Norm(dst, src backend.Act, w backend.Vector) {
 	}
 }
 
+// HeadNorm implements [backend.Pass].
+func (ps *devicePass) HeadNorm(a backend.Act, head0, heads int, w backend.Vector) {
+	v, ok := w.(dvector)
+	if ps.ok(ok) {
+		sh := ps.g.shape
+		ps.fail(ps.b.headNorm(ps.buf(a), v.p, ps.rows, sh.Width(a), head0, heads, sh.HeadDim, sh.NormEps))
+	}
+}
+
 // Mul implements [backend.Pass].
 func (ps *devicePass) Mul(dst, src backend.Act, w backend.Matrix) { ps.project(dst, src, w, false) }
 

@@ -23,6 +23,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
+
+	"github.com/specula/specula/internal/sharedtest"
 )
 
 //go:embed testdata/logits.c
@@ -31,6 +34,17 @@ var logitsSource []byte
 // ErrUnavailable is wrapped by the errors of [New] that say llama.cpp cannot be run
 // here (a missing library, source tarball or C compiler), as opposed to a failure.
 var ErrUnavailable = errors.New("llama.cpp is not available")
+
+// ForTest builds the reference program for a test from the shared data's llama.cpp,
+// or skips the test saying what is missing.
+func ForTest(t testing.TB) *Runner {
+	t.Helper()
+	r, err := New(context.Background(), sharedtest.Path(t, "peer", "llamacpp"), t.TempDir())
+	if err != nil {
+		t.Skipf("llama.cpp reference not run: %v", err)
+	}
+	return r
+}
 
 // Runner runs the reference program.
 type Runner struct {
@@ -150,4 +164,53 @@ func (r *Runner) Logits(ctx context.Context, modelPath string, tokens []int32, t
 		}
 	}
 	return rows, nil
+}
+
+// Parity is how closely a model's logits agree with llama.cpp's over one sequence.
+type Parity struct {
+	Positions int
+	MaxDiff   float64 // the largest |Δ logit|
+	MaxRel    float64 // the largest |Δ|/max(1, |llama.cpp's logit|)
+	Agree     int     // positions whose argmax is the same
+	NearTies  int     // of the others, those whose two candidates llama.cpp scores within TieGap
+}
+
+// TieGap is how close llama.cpp's logits of two tokens must be for a different argmax
+// to count as a near-tie rather than a disagreement.
+const TieGap = 0.05
+
+// Compare compares rows of logits with llama.cpp's (ref) over the first vocab entries.
+func Compare(ours, ref [][]float32, vocab int) Parity {
+	p := Parity{Positions: len(ref)}
+	for i := range ref {
+		for j := range vocab {
+			d := math.Abs(float64(ours[i][j] - ref[i][j]))
+			p.MaxDiff = max(p.MaxDiff, d)
+			p.MaxRel = max(p.MaxRel, d/math.Max(1, math.Abs(float64(ref[i][j]))))
+		}
+		a, b := argmax(ours[i][:vocab]), argmax(ref[i][:vocab])
+		switch {
+		case a == b:
+			p.Agree++
+		case math.Abs(float64(ref[i][a]-ref[i][b])) < TieGap:
+			p.NearTies++
+		}
+	}
+	return p
+}
+
+// String reports the comparison in one line.
+func (p Parity) String() string {
+	return fmt.Sprintf("%d positions, max |Δ logit| %.3g (relative %.3g), argmax agrees at %d, near-ties %d",
+		p.Positions, p.MaxDiff, p.MaxRel, p.Agree, p.NearTies)
+}
+
+func argmax(x []float32) int {
+	b := 0
+	for i := range x {
+		if x[i] > x[b] {
+			b = i
+		}
+	}
+	return b
 }

@@ -1,5 +1,6 @@
 // Package llama is the Llama-family architecture — Llama 2 and 3, TinyLlama, SmolLM,
-// Mistral (without sliding window), Qwen2 and Qwen2.5 — and its weight binding, loaded
+// Mistral (without sliding window), Qwen2, Qwen2.5 and Qwen3 (dense) — and its weight
+// binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
 // operations of package backend, and runs on the backend the caller gives it in
@@ -32,7 +33,7 @@ const (
 
 // Config is the shape of a model.
 type Config struct {
-	Arch          string // "llama" or "qwen2"
+	Arch          string // "llama", "qwen2" or "qwen3"
 	Dim           int    // hidden size
 	Layers        int
 	Heads         int
@@ -49,7 +50,10 @@ type Config struct {
 	// llama.cpp stores it, or computed from Hugging Face's rope_scaling).
 	RopeFreqFactors []float32
 	QKVBias         bool
-	TiedEmbeddings  bool
+	// QKNorm: each query and key head is RMS-normalised (weights of HeadDim values,
+	// per layer) after the projection and before the rotation (Qwen3).
+	QKNorm         bool
+	TiedEmbeddings bool
 }
 
 // Llama3Scaling is Hugging Face's rope_scaling of type "llama3".

@@ -38,6 +38,10 @@ func (ll *layerLoop) Layers(ctx context.Context, ps backend.Pass) error {
 			in = backend.XN
 		}
 		ps.Mul(backend.QKV, in, ly.qkv)
+		if ly.qNorm != nil {
+			ps.HeadNorm(backend.QKV, 0, m.cfg.Heads, ly.qNorm)
+			ps.HeadNorm(backend.QKV, m.cfg.Heads, m.cfg.KVHeads, ly.kNorm)
+		}
 		ps.Attention(l, ly.bias)
 		ps.MulAdd(backend.X, backend.Att, ly.o)
 		ps.Norm(backend.XN, backend.X, ly.ffnNorm)

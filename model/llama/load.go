@@ -78,7 +78,7 @@ type Tensors struct {
 type TensorNames struct {
 	Embed, OutNorm, Output string
 	// Layer names part of layer i: attn_norm, q, k, v, o, q_bias, k_bias, v_bias,
-	// ffn_norm, gate, up or down.
+	// q_norm, k_norm, ffn_norm, gate, up or down.
 	Layer func(i int, part string) string
 }
 
@@ -246,6 +246,10 @@ func (l *loader) load(m *Model, n TensorNames) error {
 		}
 		if _, _, _, ok := l.src.lookup(name("q_bias")); ok || c.QKVBias {
 			ly.bias = l.vector(false, part{name("q_bias"), qd, 0}, part{name("k_bias"), kvd, 0}, part{name("v_bias"), kvd, 0})
+		}
+		if c.QKNorm {
+			ly.qNorm = l.vector(false, part{name("q_norm"), c.HeadDim, 0})
+			ly.kNorm = l.vector(false, part{name("k_norm"), c.HeadDim, 0})
 		}
 		m.layers = append(m.layers, ly)
 	}

@@ -60,7 +60,7 @@ func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 	return kv
 }
 
-// ggufTensors opens a GGUF file of architecture llama or qwen2.
+// ggufTensors opens a GGUF file of architecture llama, qwen2 or qwen3.
 func ggufTensors(path string) (_ *Tensors, err error) {
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -76,8 +76,8 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
-	if arch != "llama" && arch != "qwen2" {
-		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (llama and qwen2 are)", file, arch)
+	if arch != "llama" && arch != "qwen2" && arch != "qwen3" {
+		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (llama, qwen2 and qwen3 are)", file, arch)
 	}
 	key := func(k string) string { return arch + "." + k }
 	req := func(k string) int {
@@ -93,7 +93,7 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		}
 		return req(k)
 	}
-	c := Config{Arch: arch, QKVBias: arch == "qwen2"}
+	c := Config{Arch: arch, QKVBias: arch == "qwen2", QKNorm: arch == "qwen3"}
 	c.Dim = req("embedding_length")
 	c.Layers = req("block_count")
 	c.FFN = req("feed_forward_length")
@@ -131,10 +131,10 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		}
 		c.RopeFreqFactors = f32bytes(f.Data(t))
 	}
-	// qwen2 files keep Hugging Face's rotary layout; llama files have their Q and K
-	// rows permuted for interleaved pairs.
+	// qwen2 and qwen3 files keep Hugging Face's rotary layout; llama files have their
+	// Q and K rows permuted for interleaved pairs.
 	c.RopeStyle = RopeInterleaved
-	if arch == "qwen2" {
+	if arch != "llama" {
 		c.RopeStyle = RopeHalf
 	}
 	src := ggufSource{f}
@@ -161,6 +161,7 @@ func GGUFNames() TensorNames {
 	parts := map[string]string{
 		"attn_norm": "attn_norm.weight", "q": "attn_q.weight", "k": "attn_k.weight", "v": "attn_v.weight",
 		"o": "attn_output.weight", "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
+		"q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
 		"ffn_norm": "ffn_norm.weight", "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
 	}
 	return TensorNames{

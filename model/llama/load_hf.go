@@ -59,8 +59,12 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 	case "Qwen2ForCausalLM":
 		c.Arch = "qwen2"
 		c.QKVBias = true
+	case "Qwen3ForCausalLM":
+		c.Arch = "qwen3"
+		c.QKVBias = h.AttentionBias != nil && *h.AttentionBias
+		c.QKNorm = true
 	default:
-		return c, fmt.Errorf("architecture %q is not supported (LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM are)", arch)
+		return c, fmt.Errorf("architecture %q is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM are)", arch)
 	}
 	if h.TieEmbeddings != nil {
 		tied = *h.TieEmbeddings
@@ -176,12 +180,13 @@ func hfTensors(dir string) (*Tensors, error) {
 	return &Tensors{Config: c, Name: name, Names: hfNames(), src: hfSource{set}, file: name, closer: set}, nil
 }
 
-// hfNames returns the tensor names of Hugging Face's Llama and Qwen2 checkpoints.
+// hfNames returns the tensor names of Hugging Face's Llama, Qwen2 and Qwen3 checkpoints.
 func hfNames() TensorNames {
 	parts := map[string]string{
 		"attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
 		"v": "self_attn.v_proj.weight", "o": "self_attn.o_proj.weight", "q_bias": "self_attn.q_proj.bias",
 		"k_bias": "self_attn.k_proj.bias", "v_bias": "self_attn.v_proj.bias", "ffn_norm": "post_attention_layernorm.weight",
+		"q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
 		"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
 	}
 	return TensorNames{

@@ -45,6 +45,7 @@ type layer struct {
 	attnNorm, ffnNorm backend.Vector
 	qkv, o            backend.Matrix // Q, K and V side by side
 	bias              backend.Vector // Q, K and V biases side by side; nil: none
+	qNorm, kNorm      backend.Vector // the per-head norms of Q and K (Config.QKNorm); nil: none
 	gateUp, down      backend.Matrix // gate and up side by side
 }
 

@@ -2,7 +2,6 @@ package llama
 
 import (
 	"context"
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -13,50 +12,6 @@ import (
 	"github.com/specula/specula/internal/sharedtest"
 )
 
-// parity is the agreement of specula's logits with llama.cpp's over one sequence.
-type parity struct {
-	positions int
-	maxDiff   float64 // the largest |Δ logit|
-	maxRel    float64 // the largest |Δ|/max(1, |llama.cpp's logit|)
-	agree     int     // positions whose argmax is the same
-	nearTies  int     // of the others, those whose two candidates llama.cpp scores within tieGap
-}
-
-// tieGap is how close llama.cpp's logits of two tokens must be for a different argmax
-// to count as a near-tie rather than a disagreement.
-const tieGap = 0.05
-
-// compareLogits compares two sets of logit rows over the first vocab entries.
-func compareLogits(ours, ref [][]float32, vocab int) parity {
-	p := parity{positions: len(ref)}
-	for i := range ref {
-		for j := range vocab {
-			d := math.Abs(float64(ours[i][j] - ref[i][j]))
-			p.maxDiff = max(p.maxDiff, d)
-			p.maxRel = max(p.maxRel, d/math.Max(1, math.Abs(float64(ref[i][j]))))
-		}
-		a, b := argmax(ours[i][:vocab]), argmax(ref[i][:vocab])
-		switch {
-		case a == b:
-			p.agree++
-		case math.Abs(float64(ref[i][a]-ref[i][b])) < tieGap:
-			p.nearTies++
-		}
-	}
-	return p
-}
-
-// referenceRunner builds llama.cpp's logits program, or skips the test saying what is
-// missing.
-func referenceRunner(t *testing.T) *llamacpp.Runner {
-	t.Helper()
-	r, err := llamacpp.New(context.Background(), sharedtest.Path(t, "peer", "llamacpp"), t.TempDir())
-	if err != nil {
-		t.Skipf("llama.cpp reference not run: %v", err)
-	}
-	return r
-}
-
 // TestParityLlamaCpp runs the same token ids through specula (CPU backend) and through
 // llama.cpp (../shared/peer/llamacpp, float32 key/value cache) and compares the full
 // logit vectors at every position: the Llama-architecture gocoder files (F16, Q8_0)
@@ -65,7 +20,7 @@ func referenceRunner(t *testing.T) *llamacpp.Runner {
 // (F32 2.4e-5; F16 0.0047; Q8_0 0.075, where llama.cpp keeps the activations' block
 // scales in F16 and specula in F32). One command: go test ./model/llama -run Parity -v.
 func TestParityLlamaCpp(t *testing.T) {
-	r := referenceRunner(t)
+	r := llamacpp.ForTest(t)
 	for _, tc := range []struct {
 		file    string
 		n       int
@@ -96,11 +51,10 @@ func TestParityLlamaCpp(t *testing.T) {
 			require.NoError(t, err)
 			defer seq.Close()
 			ours := forwardAll(t, seq, tokens, []int{n}, m.Info().VocabSize)
-			p := compareLogits(ours, ref, min(vocab, len(ref[0])))
-			t.Logf("%s: %d positions, max |Δ logit| %.3g (relative %.3g), argmax agrees at %d, near-ties %d",
-				tc.file, p.positions, p.maxDiff, p.maxRel, p.agree, p.nearTies)
-			require.Less(t, p.maxDiff, tc.maxDiff, "logits")
-			require.Equal(t, p.positions, p.agree+p.nearTies, "argmax differs beyond near-ties")
+			p := llamacpp.Compare(ours, ref, min(vocab, len(ref[0])))
+			t.Logf("%s: %s", tc.file, p)
+			require.Less(t, p.MaxDiff, tc.maxDiff, "logits")
+			require.Equal(t, p.Positions, p.Agree+p.NearTies, "argmax differs beyond near-ties")
 		})
 	}
 }

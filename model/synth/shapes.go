@@ -1,5 +1,6 @@
 // Package synth makes models of random weights in the exact shapes of real ones —
-// SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Llama 3.2 1B, TinyLlama 1.1B —
+// SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Qwen3 0.6B, 1.7B and 8B, Llama 3.2
+// 1B, TinyLlama 1.1B —
 // written as GGUF files in the weight-type mixes that llama.cpp's quantizer makes
 // (quantize.Mix: F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, …), with a real
 // tokenizer's vocabulary padded to the real size. Speed is
@@ -39,6 +40,17 @@ func qwen25(dim, layers, heads, kvHeads, ffn, vocab int, tied bool) llama.Config
 	}
 }
 
+// qwen3 is a Qwen3 (dense) shape: qwen3 architecture, no biases, RMSNorm of each query
+// and key head, head dimension 128 whatever the width, rotate-half rotary embeddings
+// of base 10⁶, context 40 960.
+func qwen3(dim, layers, heads, kvHeads, ffn int, tied bool) llama.Config {
+	return llama.Config{
+		Arch: "qwen3", Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads, HeadDim: 128,
+		FFN: ffn, Vocab: 151936, ContextLength: 40960, NormEps: 1e-6, RopeTheta: 1e6, RopeDim: 128,
+		RopeStyle: llama.RopeHalf, QKNorm: true, TiedEmbeddings: tied,
+	}
+}
+
 // llamaShape is a Llama shape: llama architecture, no biases, interleaved rotary pairs
 // (llama.cpp's converter permutes Q and K for them).
 func llamaShape(dim, layers, heads, kvHeads, ffn, vocab, ctx int, theta float64, tied bool) llama.Config {
@@ -62,7 +74,10 @@ func Shapes() []Shape {
 		{"qwen2.5-1.5b", "Qwen2.5-1.5B", qwen25(1536, 28, 12, 2, 8960, 151936, true), 1_543_714_304},
 		{"tinyllama-1.1b", "TinyLlama-1.1B", llamaShape(2048, 22, 32, 4, 5632, 32000, 2048, 10000, false), 1_100_048_384},
 		{"llama-3.2-1b", "Llama-3.2-1B", l32, 1_235_814_400},
+		{"qwen3-0.6b", "Qwen3-0.6B", qwen3(1024, 28, 16, 8, 3072, true), 596_049_920},
+		{"qwen3-1.7b", "Qwen3-1.7B", qwen3(2048, 28, 16, 8, 6144, true), 1_720_574_976},
 		{"qwen2.5-7b", "Qwen2.5-7B", qwen25(3584, 28, 28, 4, 18944, 152064, false), 7_615_616_512},
+		{"qwen3-8b", "Qwen3-8B", qwen3(4096, 36, 32, 8, 12288, false), 8_190_735_360},
 	}
 }
 
@@ -93,6 +108,9 @@ func Count(c llama.Config) int64 {
 	layer := d*(qd+2*kvd) + qd*d + 3*d*f + 2*d
 	if c.QKVBias {
 		layer += qd + 2*kvd
+	}
+	if c.QKNorm {
+		layer += 2 * int64(c.HeadDim)
 	}
 	n := int64(c.Layers)*layer + int64(c.Vocab)*d + d
 	if !c.TiedEmbeddings {

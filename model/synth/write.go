@@ -30,6 +30,7 @@ const (
 	norm                  // ones
 	bias                  // small random values
 	ropeFreqs             // the shape's rotary frequency factors
+	headNorm              // random values around 1 (the per-head norms of Q and K)
 )
 
 // Bytes is the size of the tensor's data.
@@ -76,6 +77,10 @@ func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
 			vec(p+"attn_q.bias", qd, bias)
 			vec(p+"attn_k.bias", kvd, bias)
 			vec(p+"attn_v.bias", kvd, bias)
+		}
+		if c.QKNorm {
+			vec(p+"attn_q_norm.weight", int64(c.HeadDim), headNorm)
+			vec(p+"attn_k_norm.weight", int64(c.HeadDim), headNorm)
 		}
 		mat(p+"attn_output.weight", d, qd)
 		vec(p+"ffn_norm.weight", d, norm)
@@ -240,6 +245,10 @@ func vector(t Tensor, s Shape, rng *rand.Rand) []byte {
 		}
 	case ropeFreqs:
 		copy(vals, s.Config.RopeFreqFactors)
+	case headNorm:
+		for i := range vals {
+			vals[i] = float32(1 + rng.NormFloat64()*0.2)
+		}
 	}
 	out, _ := dtype.Encode(dtype.F32, vals)
 	return out

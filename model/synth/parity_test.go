@@ -1,0 +1,307 @@
+package synth
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/lookup"
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/internal/llamacpp"
+	"github.com/specula/specula/model"
+	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/model/quantize"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
+)
+
+// TestParityNewFamilies writes random-weight files of the families added since the
+// Llama and Qwen2 ones — a few layers at the real widths, a vocabulary of 9000 — and
+// compares specula's logits at every position of 128 random tokens with llama.cpp's
+// on the same file: the bound on the largest logit difference is about twice the one
+// measured, every argmax the same but at near-ties.
+func TestParityNewFamilies(t *testing.T) {
+	r := llamacpp.ForTest(t)
+	vocab := testVocab(t)
+	for _, tc := range []struct {
+		shape   string
+		mix     quantize.Mix
+		maxDiff float64
+	}{
+		{"qwen3-0.6b", quantize.F32, 1e-3},
+		{"qwen3-0.6b", quantize.Q8_0, 0.2},
+	} {
+		t.Run(tc.shape+"/"+string(tc.mix), func(t *testing.T) {
+			s, err := Find(tc.shape)
+			require.NoError(t, err)
+			s.Config.Layers, s.Config.Vocab = 3, 9000
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			require.NoError(t, WriteFile(path, s, tc.mix, vocab, 5))
+			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
+			require.NoError(t, err)
+			defer m.Close()
+			rng := rand.New(rand.NewPCG(11, 12))
+			tokens := make([]int32, 128)
+			for i := range tokens {
+				tokens[i] = int32(rng.IntN(8192)) // the real tokens, not the padding
+			}
+			ref, err := r.Logits(context.Background(), path, tokens, 2)
+			require.NoError(t, err)
+			ours := allLogits(t, m, tokens)
+			p := llamacpp.Compare(ours, ref, s.Config.Vocab)
+			t.Logf("%s %s: %s", tc.shape, tc.mix, p)
+			require.Less(t, p.MaxDiff, tc.maxDiff, "logits")
+			require.Equal(t, p.Positions, p.Agree+p.NearTies, "argmax differs beyond near-ties")
+		})
+	}
+}
+
+// TestNewFamiliesOnHostDevice: the CUDA backend's operations, run by its plain-Go
+// host device, give the CPU backend's logits on the new families (their new
+// operations included: Qwen3's per-head norms).
+func TestNewFamiliesOnHostDevice(t *testing.T) {
+	vocab := testVocab(t)
+	s, err := Find("qwen3-0.6b")
+	require.NoError(t, err)
+	s.Config.Layers, s.Config.Vocab = 2, 9000
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	require.NoError(t, WriteFile(path, s, quantize.F32, vocab, 6))
+	tokens := []int32{5, 900, 17, 4000, 33, 8000, 2, 71}
+	var logits [2][][]float32
+	for i, f := range []backend.Factory{cpu.Factory(1), cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})} {
+		m, err := llama.Open(path, llama.Options{Backend: f, KVBudget: 64 << 20})
+		require.NoError(t, err)
+		logits[i] = allLogits(t, m, tokens)
+		require.NoError(t, m.Close())
+	}
+	p := llamacpp.Compare(logits[1], logits[0], s.Config.Vocab)
+	t.Logf("host device against the CPU backend: %s", p)
+	require.Less(t, p.MaxDiff, 1e-4)
+	require.Equal(t, p.Positions, p.Agree)
+}
+
+// allLogits returns the model's logits at every position of tokens, from one forward.
+func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
+	ctx := context.Background()
+	seq, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	defer seq.Close()
+	v := m.Info().VocabSize
+	outs := make([]int32, len(tokens))
+	for i := range outs {
+		outs[i] = int32(i)
+	}
+	flat := make([]float32, len(tokens)*v)
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: tokens, Outputs: outs}, flat))
+	rows := make([][]float32, len(tokens))
+	for i := range rows {
+		rows[i] = flat[i*v : (i+1)*v]
+	}
+	return rows
+}
+
+// TestQwen3LoadErrors: a Qwen3 file without a head norm, or with one of the wrong
+// length, is refused with an error naming the tensor.
+func TestQwen3LoadErrors(t *testing.T) {
+	vocab := testVocab(t)
+	s, err := Find("qwen3-0.6b")
+	require.NoError(t, err)
+	s.Config.Layers, s.Config.Vocab = 1, 9000
+	good := filepath.Join(t.TempDir(), "good.gguf")
+	require.NoError(t, WriteFile(good, s, quantize.Q8_0, vocab, 7))
+	for _, tc := range []struct {
+		name string
+		edit func(ts []gguf.TensorData) []gguf.TensorData
+		want string
+	}{
+		{"missing k norm", func(ts []gguf.TensorData) []gguf.TensorData {
+			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.attn_k_norm.weight" })
+		}, `tensor "blk.0.attn_k_norm.weight": missing`},
+		{"q norm too short", func(ts []gguf.TensorData) []gguf.TensorData {
+			for i := range ts {
+				if ts[i].Name == "blk.0.attn_q_norm.weight" {
+					ts[i].Dims, ts[i].Data = []int64{64}, ts[i].Data[:4*64]
+				}
+			}
+			return ts
+		}, `tensor "blk.0.attn_q_norm.weight": shape [64], want [128]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := gguf.Open(good)
+			require.NoError(t, err)
+			defer f.Close()
+			var ts []gguf.TensorData
+			for i := range f.Tensors {
+				x := &f.Tensors[i]
+				ts = append(ts, gguf.TensorData{Name: x.Name, Type: x.Type, Dims: slices.Clone(x.Dims), Data: f.Data(x)})
+			}
+			bad := filepath.Join(t.TempDir(), "bad.gguf")
+			require.NoError(t, gguf.WriteFile(bad, func(w io.Writer) error { return gguf.Write(w, f.KV, tc.edit(ts), 0) }))
+			_, err = llama.Open(bad, llama.Options{Backend: cpu.Factory(1)})
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// TestNewFamiliesGreedyIdentity: speculative greedy decoding on a Qwen3 target equals
+// plain greedy decoding token for token, drafted by a Qwen3 model (fixed and adaptive
+// K) and by prompt lookup in front of one — the batch-invariant forward pass on the
+// new architecture.
+func TestNewFamiliesGreedyIdentity(t *testing.T) {
+	vocab := testVocab(t)
+	s, err := Find("qwen3-0.6b")
+	require.NoError(t, err)
+	open := func(layers int, seed uint64) *llama.Model {
+		sh := s
+		sh.Config.Layers, sh.Config.Vocab = layers, 9000
+		path := filepath.Join(t.TempDir(), "m.gguf")
+		require.NoError(t, WriteFile(path, sh, quantize.Q8_0, vocab, seed))
+		m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
+		require.NoError(t, err)
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	// The draft is the target's twin (the same file: every draft accepted, many rows
+	// verified per pass) or a one-layer model (most drafts rejected).
+	tm, twin, small := open(3, 8), open(3, 8), open(1, 8)
+	tgt, err := target.NewLocal(tm)
+	require.NoError(t, err)
+	plain, err := spec.New(tgt, nil, spec.Options{})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(rng.IntN(8192))
+	}
+	copy(prompt[30:], prompt[10:20]) // something for prompt lookup to find
+	req := spec.Request{Prompt: prompt, MaxTokens: 40}
+	want, err := plain.Generate(context.Background(), req)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name  string
+		draft *llama.Model
+		k     int
+		look  bool
+	}{
+		{"twin-k4", twin, 4, false}, {"twin-auto", twin, 0, false}, {"small-k4", small, 4, false},
+		{"lookup+small-k6", small, 6, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, err := draft.NewSmallModel(c.draft)
+			require.NoError(t, err)
+			var dr draft.Drafter = d
+			if c.look {
+				dr = lookup.InFront(d)
+			}
+			dec, err := spec.New(tgt, dr, spec.Options{K: c.k})
+			require.NoError(t, err)
+			got, err := dec.Generate(context.Background(), req)
+			require.NoError(t, err)
+			require.Equal(t, want.Tokens, got.Tokens)
+			t.Logf("%s", got.Stats)
+		})
+	}
+}
+
+// TestQwen3HFMatchesGGUF: the same weights as a Hugging Face directory (config.json of
+// Qwen3ForCausalLM, model.safetensors with Hugging Face's tensor names) give the same
+// logits as the GGUF file, bit for bit.
+func TestQwen3HFMatchesGGUF(t *testing.T) {
+	vocab := testVocab(t)
+	s, err := Find("qwen3-0.6b")
+	require.NoError(t, err)
+	s.Config.Layers, s.Config.Vocab = 2, 9000
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	require.NoError(t, WriteFile(path, s, quantize.F32, vocab, 9))
+	dir := t.TempDir()
+	writeHF(t, path, dir, s.Config)
+	tokens := []int32{1, 500, 77, 8000, 4242, 3, 3, 9}
+	var logits [2][][]float32
+	for i, p := range []string{path, dir} {
+		m, err := llama.Open(p, llama.Options{Backend: cpu.Factory(1), KVBudget: 64 << 20})
+		require.NoError(t, err, p)
+		assert.Equal(t, s.Config.HeadDim, m.Config().HeadDim)
+		assert.True(t, m.Config().QKNorm)
+		logits[i] = allLogits(t, m, tokens)
+		require.NoError(t, m.Close())
+	}
+	assert.Equal(t, logits[0], logits[1])
+}
+
+// writeHF writes the F32 tensors of a synthetic GGUF file as a Hugging Face directory:
+// config.json for a Qwen3 model of shape c, model.safetensors under Hugging Face's
+// names (shapes outermost first).
+func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
+	t.Helper()
+	f, err := gguf.Open(ggufPath)
+	require.NoError(t, err)
+	defer f.Close()
+	layer := map[string]string{
+		"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+		"attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+		"attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+		"ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+	}
+	hfName := func(name string) string {
+		switch name {
+		case "token_embd.weight":
+			return "model.embed_tokens.weight"
+		case "output_norm.weight":
+			return "model.norm.weight"
+		case "output.weight":
+			return "lm_head.weight"
+		}
+		var l int
+		var part string
+		_, err := fmt.Sscanf(strings.Replace(name, ".", " ", 2), "blk %d %s", &l, &part)
+		require.NoError(t, err, name)
+		base, _, _ := strings.Cut(part, ".")
+		require.Contains(t, layer, base, name)
+		return fmt.Sprintf("model.layers.%d.%s.weight", l, layer[base])
+	}
+	header := map[string]any{}
+	var body []byte
+	for i := range f.Tensors {
+		x := &f.Tensors[i]
+		require.Equal(t, dtype.F32, x.Type, x.Name)
+		shape := slices.Clone(x.Dims)
+		slices.Reverse(shape)
+		begin := len(body)
+		body = append(body, f.Data(x)...)
+		header[hfName(x.Name)] = map[string]any{"dtype": "F32", "shape": shape, "data_offsets": []int{begin, len(body)}}
+	}
+	js, err := json.Marshal(header)
+	require.NoError(t, err)
+	for len(js)%8 != 0 {
+		js = append(js, ' ')
+	}
+	st := binary.LittleEndian.AppendUint64(nil, uint64(len(js)))
+	st = append(append(st, js...), body...)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors"), st, 0o644))
+	cfg := map[string]any{
+		"architectures": []string{"Qwen3ForCausalLM"}, "model_type": "qwen3", "hidden_size": c.Dim,
+		"intermediate_size": c.FFN, "num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads,
+		"head_dim": c.HeadDim, "num_hidden_layers": c.Layers, "rms_norm_eps": c.NormEps, "rope_theta": c.RopeTheta,
+		"vocab_size": c.Vocab, "max_position_embeddings": c.ContextLength, "tie_word_embeddings": c.TiedEmbeddings,
+		"attention_bias": false, "hidden_act": "silu", "sliding_window": nil, "use_sliding_window": false,
+	}
+	js, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644))
+}
