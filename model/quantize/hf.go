@@ -72,7 +72,7 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 	}
 	arch := c.Arch
 	kv := append(c.GGUFMetadata(filepath.Base(dir)), FileTypeKV(m)...)
-	tok, err := tokenizerKV(dir, c.Vocab)
+	tok, err := TokenizerKV(dir, c.Vocab)
 	if err != nil {
 		r.Notes = append(r.Notes, "tokenizer left out: "+err.Error())
 	}
@@ -148,8 +148,12 @@ type hfTokenizer struct {
 	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
 }
 
-// tokenizerKV turns a byte-level BPE tokenizer.json into GGUF tokenizer metadata.
-func tokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
+// TokenizerKV turns the byte-level BPE tokenizer.json of a Hugging Face directory
+// (with its tokenizer_config.json and config.json where present) into GGUF tokenizer
+// metadata for a model of vocab tokens, as llama.cpp's converter writes it: the
+// tokens, their types, the merges, the pre-tokenizer's name, the special ids, the
+// chat template. Ids past the tokenizer's are unused padding tokens.
+func TokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, err

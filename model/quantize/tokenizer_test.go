@@ -27,7 +27,7 @@ func TestTokenizerKVMatchesJSON(t *testing.T) {
 			dir := sharedtest.Path(t, "tokenizers", name)
 			fromJSON, err := tokenizer.Load(dir)
 			require.NoError(t, err)
-			kv, err := tokenizerKV(dir, fromJSON.VocabSize())
+			kv, err := TokenizerKV(dir, fromJSON.VocabSize())
 			require.NoError(t, err)
 			path := filepath.Join(t.TempDir(), name+".gguf")
 			require.NoError(t, gguf.WriteFile(path, func(w io.Writer) error { return gguf.Write(w, kv, nil, 32) }))

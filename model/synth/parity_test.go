@@ -24,11 +24,13 @@ import (
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/llamacpp"
+	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/quantize"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/target"
+	"github.com/specula/specula/tokenizer"
 )
 
 // TestParityNewFamilies writes random-weight files of the families added since the
@@ -304,4 +306,50 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 	js, err = json.Marshal(cfg)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644))
+}
+
+// TestRealVocabulary: a real-scale file written with a real tokenizer.json (Qwen3's of
+// ../shared/tokenizers, padded to the shape's 151 936) loads in llama.cpp and in
+// specula with the same logits, and its GGUF tokenizer encodes the tokenizer's golden
+// texts to the ids the tokenizer.json gives.
+func TestRealVocabulary(t *testing.T) {
+	dir := sharedtest.Path(t, "tokenizers", "qwen3")
+	r := llamacpp.ForTest(t)
+	vocab, err := VocabFrom(dir)
+	require.NoError(t, err)
+	s, err := Find("qwen3-0.6b")
+	require.NoError(t, err)
+	s.Config.Layers = 1
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	require.NoError(t, WriteFile(path, s, quantize.Q8_0, vocab, 10))
+	fromJSON, err := tokenizer.Load(dir)
+	require.NoError(t, err)
+	fromGGUF, err := tokenizer.Load(path)
+	require.NoError(t, err)
+	data, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	require.NoError(t, err)
+	var g struct {
+		Rows []struct {
+			Text string `json:"text"`
+		} `json:"rows"`
+	}
+	require.NoError(t, json.Unmarshal(data, &g))
+	var tokens []int32
+	for _, row := range g.Rows {
+		opts := tokenizer.EncodeOptions{ParseSpecial: true}
+		ids := fromJSON.Encode(row.Text, opts)
+		require.Equal(t, ids, fromGGUF.Encode(row.Text, opts), "%q", row.Text)
+		tokens = append(tokens, ids...)
+	}
+	tokens = tokens[:min(len(tokens), 96)]
+	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
+	require.NoError(t, err)
+	defer m.Close()
+	assert.Equal(t, s.Config.Vocab, m.Config().Vocab)
+	ref, err := r.Logits(context.Background(), path, tokens, 2)
+	require.NoError(t, err)
+	p := llamacpp.Compare(allLogits(t, m, tokens), ref, s.Config.Vocab)
+	t.Logf("Qwen3 vocabulary, %d golden texts: %s", len(g.Rows), p)
+	require.Less(t, p.MaxDiff, 0.2)
+	require.Equal(t, p.Positions, p.Agree+p.NearTies)
 }

@@ -6,11 +6,13 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/model/quantize"
+	"github.com/specula/specula/tokenizer"
 )
 
 // Tensor is one tensor of a synthetic model: its GGUF name, type and shape.
@@ -98,17 +100,23 @@ type Vocab struct {
 	tokens []string
 	types  []int32
 	bos    int64
+	eos    int64 // the tokenizer's own, for a vocabulary with no room to pad (−1: none)
 }
 
 // VocabFrom reads the tokenizer of a GGUF file (the gocoder models in the
-// repository's models/ have a byte-level BPE tokenizer of 8192 tokens).
+// repository's models/ have a byte-level BPE tokenizer of 8192 tokens), or the
+// byte-level BPE tokenizer.json of a Hugging Face directory (the Qwen3 and Llama 3
+// tokenizers of ../shared/tokenizers: real-scale files with real vocabularies).
 func VocabFrom(path string) (*Vocab, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return vocabFromJSON(path)
+	}
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
 	defer f.Close()
-	v := &Vocab{bos: -1}
+	v := &Vocab{bos: -1, eos: -1}
 	if v.tokens, err = f.Strings("tokenizer.ggml.tokens"); err != nil {
 		return nil, fmt.Errorf("synth: %s: %w", path, err)
 	}
@@ -125,6 +133,11 @@ func VocabFrom(path string) (*Vocab, error) {
 		}
 		v.bos = int64(b)
 	}
+	if f.Has("tokenizer.ggml.eos_token_id") {
+		if e, err := f.Uint("tokenizer.ggml.eos_token_id"); err == nil {
+			v.eos = int64(e)
+		}
+	}
 	for _, e := range f.KV {
 		switch e.Key {
 		case "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
@@ -138,6 +151,42 @@ func VocabFrom(path string) (*Vocab, error) {
 	return v, nil
 }
 
+// vocabFromJSON reads a tokenizer.json as the GGUF metadata a converter writes.
+func vocabFromJSON(dir string) (*Vocab, error) {
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	kvs, err := quantize.TokenizerKV(dir, tok.VocabSize())
+	if err != nil {
+		return nil, fmt.Errorf("synth: %s: %w", dir, err)
+	}
+	v := &Vocab{bos: -1, eos: -1}
+	for _, e := range kvs {
+		switch e.Key {
+		case "tokenizer.ggml.tokens":
+			v.tokens, _ = e.Value.Any().([]string)
+		case "tokenizer.ggml.token_type":
+			v.types, _ = e.Value.Any().([]int32)
+		case "tokenizer.ggml.bos_token_id":
+			if b, ok := e.Value.Any().(uint32); ok {
+				v.bos = int64(b)
+			}
+		case "tokenizer.ggml.eos_token_id":
+			if b, ok := e.Value.Any().(uint32); ok {
+				v.eos = int64(b)
+			}
+		case "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id":
+		default:
+			v.kv = append(v.kv, e)
+		}
+	}
+	if len(v.tokens) == 0 || len(v.types) != len(v.tokens) {
+		return nil, fmt.Errorf("synth: %s: %d tokens, %d token types", dir, len(v.tokens), len(v.types))
+	}
+	return v, nil
+}
+
 // controlType is llama.cpp's token type of control tokens, which text never
 // tokenizes to.
 const controlType = 3
@@ -147,10 +196,17 @@ const controlType = 3
 // logits practically never pick, so that generation runs as long as it is asked to;
 // it is the same id in every shape padded from one tokenizer, as in Qwen's own files,
 // so that a small shape can draft for a large one in llama.cpp too (its speculative
-// decoding refuses a pair whose special tokens differ).
+// decoding refuses a pair whose special tokens differ). A vocabulary as large as the
+// shape's (Llama 3's) keeps its own end-of-sequence token.
 func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
-	if len(v.tokens) >= n {
-		return nil, fmt.Errorf("synth: the tokenizer has %d tokens, the shape %d: nothing left to pad", len(v.tokens), n)
+	eos := int64(len(v.tokens))
+	switch {
+	case len(v.tokens) > n:
+		return nil, fmt.Errorf("synth: the tokenizer has %d tokens, more than the shape's %d", len(v.tokens), n)
+	case len(v.tokens) == n && v.eos < 0:
+		return nil, fmt.Errorf("synth: the tokenizer has the shape's %d tokens and no end-of-sequence token: nothing left to pad", n)
+	case len(v.tokens) == n:
+		eos = v.eos
 	}
 	tokens := append(make([]string, 0, n), v.tokens...)
 	types := append(make([]int32, 0, n), v.types...)
@@ -162,8 +218,8 @@ func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
 	kv = append(kv,
 		gguf.KeyValue{Key: "tokenizer.ggml.tokens", Value: gguf.Strings(tokens)},
 		gguf.KeyValue{Key: "tokenizer.ggml.token_type", Value: gguf.Int32s(types)},
-		gguf.KeyValue{Key: "tokenizer.ggml.eos_token_id", Value: gguf.Uint32(uint32(len(v.tokens)))},
-		gguf.KeyValue{Key: "tokenizer.ggml.padding_token_id", Value: gguf.Uint32(uint32(len(v.tokens)))},
+		gguf.KeyValue{Key: "tokenizer.ggml.eos_token_id", Value: gguf.Uint32(uint32(eos))},
+		gguf.KeyValue{Key: "tokenizer.ggml.padding_token_id", Value: gguf.Uint32(uint32(eos))},
 	)
 	if v.bos >= 0 {
 		kv = append(kv, gguf.KeyValue{Key: "tokenizer.ggml.bos_token_id", Value: gguf.Uint32(uint32(v.bos))})
