@@ -1,6 +1,6 @@
 // Package llama is the Llama-family architecture — Llama 2 and 3, TinyLlama, SmolLM,
-// Mistral (without sliding window), Qwen2, Qwen2.5 and Qwen3 (dense) — and its weight
-// binding, loaded
+// Mistral (without sliding window), Qwen2, Qwen2.5, Qwen3 (dense) and Phi-3 — and its
+// weight binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
 // operations of package backend, and runs on the backend the caller gives it in
@@ -33,7 +33,7 @@ const (
 
 // Config is the shape of a model.
 type Config struct {
-	Arch          string // "llama", "qwen2" or "qwen3"
+	Arch          string // "llama", "qwen2", "qwen3" or "phi3"
 	Dim           int    // hidden size
 	Layers        int
 	Heads         int
@@ -52,7 +52,10 @@ type Config struct {
 	QKVBias         bool
 	// QKNorm: each query and key head is RMS-normalised (weights of HeadDim values,
 	// per layer) after the projection and before the rotation (Qwen3).
-	QKNorm         bool
+	QKNorm bool
+	// Fused: Q, K and V are one tensor, and gate and up another (Phi-3), in the order
+	// the separate tensors are put side by side.
+	Fused          bool
 	TiedEmbeddings bool
 }
 

@@ -77,8 +77,8 @@ type Tensors struct {
 // TensorNames maps the parts of a model to the tensor names of one file format.
 type TensorNames struct {
 	Embed, OutNorm, Output string
-	// Layer names part of layer i: attn_norm, q, k, v, o, q_bias, k_bias, v_bias,
-	// q_norm, k_norm, ffn_norm, gate, up or down.
+	// Layer names part of layer i: attn_norm, q, k, v (or qkv, fused), o, q_bias,
+	// k_bias, v_bias, q_norm, k_norm, ffn_norm, gate, up (or gate_up, fused) or down.
 	Layer func(i int, part string) string
 }
 
@@ -238,11 +238,16 @@ func (l *loader) load(m *Model, n TensorNames) error {
 		name := func(p string) string { return n.Layer(i, p) }
 		ly := layer{
 			attnNorm: l.vector(false, part{name("attn_norm"), c.Dim, 0}),
-			qkv:      l.matrix(part{name("q"), qd, c.Dim}, part{name("k"), kvd, c.Dim}, part{name("v"), kvd, c.Dim}),
 			o:        l.matrix(part{name("o"), c.Dim, qd}),
 			ffnNorm:  l.vector(false, part{name("ffn_norm"), c.Dim, 0}),
-			gateUp:   l.matrix(part{name("gate"), c.FFN, c.Dim}, part{name("up"), c.FFN, c.Dim}),
 			down:     l.matrix(part{name("down"), c.Dim, c.FFN}),
+		}
+		if c.Fused {
+			ly.qkv = l.matrix(part{name("qkv"), qd + 2*kvd, c.Dim})
+			ly.gateUp = l.matrix(part{name("gate_up"), 2 * c.FFN, c.Dim})
+		} else {
+			ly.qkv = l.matrix(part{name("q"), qd, c.Dim}, part{name("k"), kvd, c.Dim}, part{name("v"), kvd, c.Dim})
+			ly.gateUp = l.matrix(part{name("gate"), c.FFN, c.Dim}, part{name("up"), c.FFN, c.Dim})
 		}
 		if _, _, _, ok := l.src.lookup(name("q_bias")); ok || c.QKVBias {
 			ly.bias = l.vector(false, part{name("q_bias"), qd, 0}, part{name("k_bias"), kvd, 0}, part{name("v_bias"), kvd, 0})

@@ -60,7 +60,7 @@ func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 	return kv
 }
 
-// ggufTensors opens a GGUF file of architecture llama, qwen2 or qwen3.
+// ggufTensors opens a GGUF file of architecture llama, qwen2, qwen3 or phi3.
 func ggufTensors(path string) (_ *Tensors, err error) {
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -76,8 +76,8 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
-	if arch != "llama" && arch != "qwen2" && arch != "qwen3" {
-		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (llama, qwen2 and qwen3 are)", file, arch)
+	if arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" {
+		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (llama, qwen2, qwen3 and phi3 are)", file, arch)
 	}
 	key := func(k string) string { return arch + "." + k }
 	req := func(k string) int {
@@ -93,7 +93,7 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		}
 		return req(k)
 	}
-	c := Config{Arch: arch, QKVBias: arch == "qwen2", QKNorm: arch == "qwen3"}
+	c := Config{Arch: arch, QKVBias: arch == "qwen2", QKNorm: arch == "qwen3", Fused: arch == "phi3"}
 	c.Dim = req("embedding_length")
 	c.Layers = req("block_count")
 	c.FFN = req("feed_forward_length")
@@ -124,6 +124,16 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 			return nil, fmt.Errorf("llama: %s: rope scaling %q is not supported", file, st)
 		}
 	}
+	// Phi-3's long-context rotary scaling (su/longrope: per-frequency factors chosen by
+	// the context length, and a magnitude factor) is not implemented.
+	if _, ok := f.Tensor("rope_factors_long.weight"); ok {
+		return nil, fmt.Errorf("llama: %s: longrope rotary scaling (rope_factors_long.weight) is not supported", file)
+	}
+	// Sliding-window attention equals full attention within the window: the context
+	// is capped there, as for Hugging Face directories.
+	if w := opt("attention.sliding_window", 0); w > 0 && (c.ContextLength == 0 || w < c.ContextLength) {
+		c.ContextLength = w
+	}
 	// llama.cpp keeps llama3 rope scaling as per-frequency divisors in a tensor.
 	if t, ok := f.Tensor("rope_freqs.weight"); ok {
 		if t.Type != dtype.F32 || len(t.Dims) != 1 {
@@ -131,8 +141,8 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		}
 		c.RopeFreqFactors = f32bytes(f.Data(t))
 	}
-	// qwen2 and qwen3 files keep Hugging Face's rotary layout; llama files have their
-	// Q and K rows permuted for interleaved pairs.
+	// qwen2, qwen3 and phi3 files keep Hugging Face's rotary layout; llama files have
+	// their Q and K rows permuted for interleaved pairs.
 	c.RopeStyle = RopeInterleaved
 	if arch != "llama" {
 		c.RopeStyle = RopeHalf
@@ -162,6 +172,7 @@ func GGUFNames() TensorNames {
 		"attn_norm": "attn_norm.weight", "q": "attn_q.weight", "k": "attn_k.weight", "v": "attn_v.weight",
 		"o": "attn_output.weight", "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
 		"q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
+		"qkv": "attn_qkv.weight", "gate_up": "ffn_up.weight",
 		"ffn_norm": "ffn_norm.weight", "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
 	}
 	return TensorNames{

@@ -63,8 +63,11 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 		c.Arch = "qwen3"
 		c.QKVBias = h.AttentionBias != nil && *h.AttentionBias
 		c.QKNorm = true
+	case "Phi3ForCausalLM":
+		c.Arch = "phi3"
+		c.Fused = true
 	default:
-		return c, fmt.Errorf("architecture %q is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM are)", arch)
+		return c, fmt.Errorf("architecture %q is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and Phi3ForCausalLM are)", arch)
 	}
 	if h.TieEmbeddings != nil {
 		tied = *h.TieEmbeddings
@@ -180,13 +183,15 @@ func hfTensors(dir string) (*Tensors, error) {
 	return &Tensors{Config: c, Name: name, Names: hfNames(), src: hfSource{set}, file: name, closer: set}, nil
 }
 
-// hfNames returns the tensor names of Hugging Face's Llama, Qwen2 and Qwen3 checkpoints.
+// hfNames returns the tensor names of Hugging Face's Llama, Qwen2, Qwen3 and Phi-3
+// checkpoints.
 func hfNames() TensorNames {
 	parts := map[string]string{
 		"attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
 		"v": "self_attn.v_proj.weight", "o": "self_attn.o_proj.weight", "q_bias": "self_attn.q_proj.bias",
 		"k_bias": "self_attn.k_proj.bias", "v_bias": "self_attn.v_proj.bias", "ffn_norm": "post_attention_layernorm.weight",
 		"q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
+		"qkv": "self_attn.qkv_proj.weight", "gate_up": "mlp.gate_up_proj.weight",
 		"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
 	}
 	return TensorNames{

@@ -48,6 +48,8 @@ func TestParityNewFamilies(t *testing.T) {
 	}{
 		{"qwen3-0.6b", quantize.F32, 1e-3},
 		{"qwen3-0.6b", quantize.Q8_0, 0.2},
+		{"phi-3-mini", quantize.F32, 1e-3},
+		{"phi-3-mini", quantize.Q8_0, 0.2},
 	} {
 		t.Run(tc.shape+"/"+string(tc.mix), func(t *testing.T) {
 			s, err := Find(tc.shape)
@@ -79,24 +81,41 @@ func TestParityNewFamilies(t *testing.T) {
 // operations included: Qwen3's per-head norms).
 func TestNewFamiliesOnHostDevice(t *testing.T) {
 	vocab := testVocab(t)
-	s, err := Find("qwen3-0.6b")
-	require.NoError(t, err)
-	s.Config.Layers, s.Config.Vocab = 2, 9000
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	require.NoError(t, WriteFile(path, s, quantize.F32, vocab, 6))
-	tokens := []int32{5, 900, 17, 4000, 33, 8000, 2, 71}
-	var logits [2][][]float32
-	for i, f := range []backend.Factory{cpu.Factory(1), cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})} {
-		m, err := llama.Open(path, llama.Options{Backend: f, KVBudget: 64 << 20})
-		require.NoError(t, err)
-		logits[i] = allLogits(t, m, tokens)
-		require.NoError(t, m.Close())
+	for _, shape := range newFamilies {
+		t.Run(shape, func(t *testing.T) {
+			s, err := Find(shape)
+			require.NoError(t, err)
+			s.Config.Layers, s.Config.Vocab = 2, 9000
+			narrow(&s.Config)
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			require.NoError(t, WriteFile(path, s, quantize.F32, vocab, 6))
+			tokens := []int32{5, 900, 17, 4000, 33, 8000, 2, 71}
+			var logits [2][][]float32
+			for i, f := range []backend.Factory{cpu.Factory(1), cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})} {
+				m, err := llama.Open(path, llama.Options{Backend: f, KVBudget: 64 << 20})
+				require.NoError(t, err)
+				logits[i] = allLogits(t, m, tokens)
+				require.NoError(t, m.Close())
+			}
+			p := llamacpp.Compare(logits[1], logits[0], s.Config.Vocab)
+			t.Logf("%s, host device against the CPU backend: %s", shape, p)
+			require.Less(t, p.MaxDiff, 1e-4)
+			require.Equal(t, p.Positions, p.Agree)
+		})
 	}
-	p := llamacpp.Compare(logits[1], logits[0], s.Config.Vocab)
-	t.Logf("host device against the CPU backend: %s", p)
-	require.Less(t, p.MaxDiff, 1e-4)
-	require.Equal(t, p.Positions, p.Agree)
 }
+
+// narrow makes a shape wider than 1024 that wide, for the size of its F32 files in the
+// tests whose point is names, layout and operations rather than widths.
+func narrow(c *llama.Config) {
+	if c.Dim > 1024 {
+		c.Dim, c.FFN = 1024, 1024
+		c.HeadDim, c.RopeDim = c.Dim/c.Heads, c.Dim/c.Heads
+	}
+}
+
+// newFamilies are the shapes of the families added since Llama and Qwen2, one each.
+var newFamilies = []string{"qwen3-0.6b", "phi-3-mini"}
 
 // allLogits returns the model's logits at every position of tokens, from one forward.
 func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
@@ -118,24 +137,29 @@ func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
 	return rows
 }
 
-// TestQwen3LoadErrors: a Qwen3 file without a head norm, or with one of the wrong
-// length, is refused with an error naming the tensor.
-func TestQwen3LoadErrors(t *testing.T) {
+// TestNewFamiliesLoadErrors: a Qwen3 file without a head norm, or with one of the
+// wrong length, and a Phi-3 file with longrope factors are refused with an error
+// naming the tensor.
+func TestNewFamiliesLoadErrors(t *testing.T) {
 	vocab := testVocab(t)
-	s, err := Find("qwen3-0.6b")
-	require.NoError(t, err)
-	s.Config.Layers, s.Config.Vocab = 1, 9000
-	good := filepath.Join(t.TempDir(), "good.gguf")
-	require.NoError(t, WriteFile(good, s, quantize.Q8_0, vocab, 7))
+	good := map[string]string{}
+	for _, shape := range newFamilies {
+		s, err := Find(shape)
+		require.NoError(t, err)
+		s.Config.Layers, s.Config.Vocab = 1, 9000
+		narrow(&s.Config)
+		good[shape] = filepath.Join(t.TempDir(), "good.gguf")
+		require.NoError(t, WriteFile(good[shape], s, quantize.Q8_0, vocab, 7))
+	}
 	for _, tc := range []struct {
-		name string
-		edit func(ts []gguf.TensorData) []gguf.TensorData
-		want string
+		name, shape string
+		edit        func(ts []gguf.TensorData) []gguf.TensorData
+		want        string
 	}{
-		{"missing k norm", func(ts []gguf.TensorData) []gguf.TensorData {
+		{"missing k norm", "qwen3-0.6b", func(ts []gguf.TensorData) []gguf.TensorData {
 			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.attn_k_norm.weight" })
 		}, `tensor "blk.0.attn_k_norm.weight": missing`},
-		{"q norm too short", func(ts []gguf.TensorData) []gguf.TensorData {
+		{"q norm too short", "qwen3-0.6b", func(ts []gguf.TensorData) []gguf.TensorData {
 			for i := range ts {
 				if ts[i].Name == "blk.0.attn_q_norm.weight" {
 					ts[i].Dims, ts[i].Data = []int64{64}, ts[i].Data[:4*64]
@@ -143,9 +167,16 @@ func TestQwen3LoadErrors(t *testing.T) {
 			}
 			return ts
 		}, `tensor "blk.0.attn_q_norm.weight": shape [64], want [128]`},
+		{"phi-3 longrope", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
+			f := make([]byte, 4*16)
+			return append(ts, gguf.TensorData{Name: "rope_factors_long.weight", Type: dtype.F32, Dims: []int64{16}, Data: f})
+		}, "longrope rotary scaling (rope_factors_long.weight) is not supported"},
+		{"phi-3 split qkv", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
+			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.attn_qkv.weight" })
+		}, `tensor "blk.0.attn_qkv.weight": missing`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := gguf.Open(good)
+			f, err := gguf.Open(good[tc.shape])
 			require.NoError(t, err)
 			defer f.Close()
 			var ts []gguf.TensorData
@@ -161,13 +192,20 @@ func TestQwen3LoadErrors(t *testing.T) {
 	}
 }
 
-// TestNewFamiliesGreedyIdentity: speculative greedy decoding on a Qwen3 target equals
-// plain greedy decoding token for token, drafted by a Qwen3 model (fixed and adaptive
-// K) and by prompt lookup in front of one — the batch-invariant forward pass on the
-// new architecture.
+// TestNewFamiliesGreedyIdentity: speculative greedy decoding on a target of each new
+// family equals plain greedy decoding token for token, drafted by a model of the same
+// family (fixed and adaptive K) and by prompt lookup in front of one — the
+// batch-invariant forward pass on the new architectures.
 func TestNewFamiliesGreedyIdentity(t *testing.T) {
+	for _, shape := range newFamilies {
+		t.Run(shape, func(t *testing.T) { checkGreedyIdentity(t, shape) })
+	}
+}
+
+// checkGreedyIdentity is TestNewFamiliesGreedyIdentity for one shape.
+func checkGreedyIdentity(t *testing.T, shape string) {
 	vocab := testVocab(t)
-	s, err := Find("qwen3-0.6b")
+	s, err := Find(shape)
 	require.NoError(t, err)
 	open := func(layers int, seed uint64) *llama.Model {
 		sh := s
@@ -221,14 +259,23 @@ func TestNewFamiliesGreedyIdentity(t *testing.T) {
 	}
 }
 
-// TestQwen3HFMatchesGGUF: the same weights as a Hugging Face directory (config.json of
-// Qwen3ForCausalLM, model.safetensors with Hugging Face's tensor names) give the same
-// logits as the GGUF file, bit for bit.
-func TestQwen3HFMatchesGGUF(t *testing.T) {
+// TestNewFamiliesHFMatchesGGUF: the same weights as a Hugging Face directory
+// (config.json of Qwen3ForCausalLM or Phi3ForCausalLM, model.safetensors with Hugging
+// Face's tensor names) give the same logits as the GGUF file, bit for bit, and so does
+// the directory converted back to GGUF by model/quantize.
+func TestNewFamiliesHFMatchesGGUF(t *testing.T) {
+	for _, shape := range newFamilies {
+		t.Run(shape, func(t *testing.T) { checkHFMatchesGGUF(t, shape) })
+	}
+}
+
+// checkHFMatchesGGUF is TestNewFamiliesHFMatchesGGUF for one shape.
+func checkHFMatchesGGUF(t *testing.T, shape string) {
 	vocab := testVocab(t)
-	s, err := Find("qwen3-0.6b")
+	s, err := Find(shape)
 	require.NoError(t, err)
-	s.Config.Layers, s.Config.Vocab = 2, 9000
+	s.Config.Layers, s.Config.Vocab = 1, 9000
+	narrow(&s.Config)
 	path := filepath.Join(t.TempDir(), "m.gguf")
 	require.NoError(t, WriteFile(path, s, quantize.F32, vocab, 9))
 	dir := t.TempDir()
@@ -239,16 +286,27 @@ func TestQwen3HFMatchesGGUF(t *testing.T) {
 		m, err := llama.Open(p, llama.Options{Backend: cpu.Factory(1), KVBudget: 64 << 20})
 		require.NoError(t, err, p)
 		assert.Equal(t, s.Config.HeadDim, m.Config().HeadDim)
-		assert.True(t, m.Config().QKNorm)
+		assert.Equal(t, s.Config.QKNorm, m.Config().QKNorm)
+		assert.Equal(t, s.Config.Fused, m.Config().Fused)
 		logits[i] = allLogits(t, m, tokens)
 		require.NoError(t, m.Close())
 	}
 	assert.Equal(t, logits[0], logits[1])
+
+	// The directory converted to GGUF by model/quantize (F32: unchanged weights) gives
+	// those logits too.
+	converted := filepath.Join(t.TempDir(), "converted.gguf")
+	_, err = quantize.File(context.Background(), dir, converted, quantize.F32)
+	require.NoError(t, err)
+	m, err := llama.Open(converted, llama.Options{Backend: cpu.Factory(1), KVBudget: 64 << 20})
+	require.NoError(t, err)
+	defer m.Close()
+	assert.Equal(t, logits[0], allLogits(t, m, tokens), "converted by model/quantize")
 }
 
 // writeHF writes the F32 tensors of a synthetic GGUF file as a Hugging Face directory:
-// config.json for a Qwen3 model of shape c, model.safetensors under Hugging Face's
-// names (shapes outermost first).
+// config.json for a Qwen3 or Phi-3 model of shape c, model.safetensors under Hugging
+// Face's names (shapes outermost first).
 func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 	t.Helper()
 	f, err := gguf.Open(ggufPath)
@@ -258,8 +316,12 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 		"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
 		"attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
 		"attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
-		"ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+		"ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj", "attn_qkv": "self_attn.qkv_proj",
 	}
+	if c.Fused {
+		layer["ffn_up"] = "mlp.gate_up_proj"
+	}
+	archs := map[string]string{"qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
 	hfName := func(name string) string {
 		switch name {
 		case "token_embd.weight":
@@ -297,7 +359,7 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 	st = append(append(st, js...), body...)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors"), st, 0o644))
 	cfg := map[string]any{
-		"architectures": []string{"Qwen3ForCausalLM"}, "model_type": "qwen3", "hidden_size": c.Dim,
+		"architectures": []string{archs[c.Arch]}, "model_type": c.Arch, "hidden_size": c.Dim,
 		"intermediate_size": c.FFN, "num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads,
 		"head_dim": c.HeadDim, "num_hidden_layers": c.Layers, "rms_norm_eps": c.NormEps, "rope_theta": c.RopeTheta,
 		"vocab_size": c.Vocab, "max_position_embeddings": c.ContextLength, "tie_word_embeddings": c.TiedEmbeddings,

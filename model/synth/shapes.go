@@ -1,6 +1,6 @@
 // Package synth makes models of random weights in the exact shapes of real ones —
-// SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Qwen3 0.6B, 1.7B and 8B, Llama 3.2
-// 1B, TinyLlama 1.1B —
+// SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Qwen3 0.6B, 1.7B and 8B, Phi-3
+// mini, Llama 3.2 1B, TinyLlama 1.1B —
 // written as GGUF files in the weight-type mixes that llama.cpp's quantizer makes
 // (quantize.Mix: F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, …), with a real
 // tokenizer's vocabulary padded to the real size. Speed is
@@ -51,6 +51,16 @@ func qwen3(dim, layers, heads, kvHeads, ffn int, tied bool) llama.Config {
 	}
 }
 
+// phi3 is a Phi-3 shape: phi3 architecture, Q, K, V and gate, up fused, no biases,
+// rotate-half rotary embeddings of base 10⁴ over the whole head.
+func phi3(dim, layers, heads, kvHeads, ffn, vocab, ctx int) llama.Config {
+	return llama.Config{
+		Arch: "phi3", Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads, HeadDim: dim / heads,
+		FFN: ffn, Vocab: vocab, ContextLength: ctx, NormEps: 1e-5, RopeTheta: 10000, RopeDim: dim / heads,
+		RopeStyle: llama.RopeHalf, Fused: true,
+	}
+}
+
 // llamaShape is a Llama shape: llama architecture, no biases, interleaved rotary pairs
 // (llama.cpp's converter permutes Q and K for them).
 func llamaShape(dim, layers, heads, kvHeads, ffn, vocab, ctx int, theta float64, tied bool) llama.Config {
@@ -76,6 +86,10 @@ func Shapes() []Shape {
 		{"llama-3.2-1b", "Llama-3.2-1B", l32, 1_235_814_400},
 		{"qwen3-0.6b", "Qwen3-0.6B", qwen3(1024, 28, 16, 8, 3072, true), 596_049_920},
 		{"qwen3-1.7b", "Qwen3-1.7B", qwen3(2048, 28, 16, 8, 6144, true), 1_720_574_976},
+		// Named without "phi-3" or "phi3": llama.cpp sets token attributes by the model
+		// name, and for those names looks up Phi's own special tokens, which the
+		// vocabularies the files get do not have.
+		{"phi-3-mini", "Phi 3 mini 4k", phi3(3072, 32, 32, 32, 8192, 32064, 4096), 3_821_079_552},
 		{"qwen2.5-7b", "Qwen2.5-7B", qwen25(3584, 28, 28, 4, 18944, 152064, false), 7_615_616_512},
 		{"qwen3-8b", "Qwen3-8B", qwen3(4096, 36, 32, 8, 12288, false), 8_190_735_360},
 	}

@@ -72,9 +72,13 @@ func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
 	for l := range c.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
 		vec(p+"attn_norm.weight", d, norm)
-		mat(p+"attn_q.weight", qd, d)
-		mat(p+"attn_k.weight", kvd, d)
-		mat(p+"attn_v.weight", kvd, d)
+		if c.Fused {
+			mat(p+"attn_qkv.weight", qd+2*kvd, d)
+		} else {
+			mat(p+"attn_q.weight", qd, d)
+			mat(p+"attn_k.weight", kvd, d)
+			mat(p+"attn_v.weight", kvd, d)
+		}
 		if c.QKVBias {
 			vec(p+"attn_q.bias", qd, bias)
 			vec(p+"attn_k.bias", kvd, bias)
@@ -86,8 +90,12 @@ func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
 		}
 		mat(p+"attn_output.weight", d, qd)
 		vec(p+"ffn_norm.weight", d, norm)
-		mat(p+"ffn_gate.weight", f, d)
-		mat(p+"ffn_up.weight", f, d)
+		if c.Fused {
+			mat(p+"ffn_up.weight", 2*f, d) // gate and up, as llama.cpp's phi3 files hold them
+		} else {
+			mat(p+"ffn_gate.weight", f, d)
+			mat(p+"ffn_up.weight", f, d)
+		}
 		mat(p+"ffn_down.weight", d, f)
 	}
 	return out, nil
