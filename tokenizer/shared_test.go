@@ -174,18 +174,7 @@ func TestSharedTokenizersGolden(t *testing.T) {
 			dir := sharedtest.Path(t, "tokenizers", name)
 			tok, err := Load(dir)
 			require.NoError(t, err)
-			data, err := os.ReadFile(sharedtest.Path(t, "tokenizers", name, "golden.json"))
-			require.NoError(t, err)
-			var g struct {
-				Source string `json:"source"`
-				Rows   []struct {
-					Text           string  `json:"text"`
-					IDs            []int32 `json:"ids"`
-					IDsWithSpecial []int32 `json:"ids_with_special"`
-				} `json:"rows"`
-			}
-			require.NoError(t, json.Unmarshal(data, &g))
-			require.NotEmpty(t, g.Rows)
+			g := sharedtest.ReadTokenizerGolden(t, name)
 			for _, r := range g.Rows {
 				assert.Equal(t, r.IDs, tok.Encode(r.Text, EncodeOptions{ParseSpecial: true}), "%q", r.Text)
 				assert.Equal(t, r.IDsWithSpecial, tok.Encode(r.Text, tok.DefaultOptions()), "%q with the added tokens", r.Text)

@@ -258,40 +258,35 @@ __device__ __forceinline__ float block_max_f(float v, float* red) {
     return r;
 }
 
+// rms_row writes out[c] = xr[c] / √(mean(xr²) + eps) · w[c] for c < n, the sum of
+// squares in double; out may be xr (each thread writes what it read, after the sum).
+__device__ __forceinline__ void rms_row(float* out, const float* xr, const float* w, int n, float eps, double* red) {
+    double ss = 0.0;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+        const double v = xr[c];
+        ss += v * v;
+    }
+    ss = block_sum_d(ss, red);
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (int c = threadIdx.x; c < n; c += blockDim.x) out[c] = xr[c] * scale * w[c];
+}
+
 // RMSNorm: out[i] = x[row] / √(mean(x[row]²) + eps) · w, row = rows ? rows[i] : i.
 // Grid: n blocks of 256 threads. out may be x when rows is null.
 extern "C" __global__ void rmsnorm(float* out, const float* x, const float* w, const int* rows, int dim, float eps) {
     __shared__ double red[256];
     const int i = blockIdx.x;
     const i64 row = rows ? rows[i] : i;
-    const float* xr = x + row * dim;
-    double ss = 0.0;
-    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
-        const double v = xr[c];
-        ss += v * v;
-    }
-    ss = block_sum_d(ss, red);
-    const float scale = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
-    for (int c = threadIdx.x; c < dim; c += blockDim.x) out[(i64)i * dim + c] = xr[c] * scale * w[c];
+    rms_row(out + (i64)i * dim, x + row * dim, w, dim, eps, red);
 }
 
-// Each head of a row normalised in place (Qwen3's and Gemma 3's q and k norms): block
-// b takes head head0 + b % heads of row b / heads, hd values at width·row + hd·head,
-// with weights w of hd values; the sum of squares in double, as rmsnorm's.
-// Grid: n·heads blocks.
+// Each head of a row normalised in place (Qwen3's q and k norms): block b takes head
+// head0 + b % heads of row b / heads, hd values at width·row + hd·head, with weights w
+// of hd values. Grid: n·heads blocks of 256 threads.
 extern "C" __global__ void head_rmsnorm(float* x, const float* w, int width, int head0, int heads, int hd, float eps) {
     __shared__ double red[256];
-    const i64 row = blockIdx.x / heads;
-    float* xr = x + row * width + (i64)(head0 + blockIdx.x % heads) * hd;
-    double ss = 0.0;
-    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-        const double v = xr[c];
-        ss += v * v;
-    }
-    ss = block_sum_d(ss, red);
-    const float scale = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
-    __syncthreads();
-    for (int c = threadIdx.x; c < hd; c += blockDim.x) xr[c] = xr[c] * scale * w[c];
+    float* xr = x + (i64)(blockIdx.x / heads) * width + (i64)(head0 + blockIdx.x % heads) * hd;
+    rms_row(xr, xr, w, hd, eps, red);
 }
 
 // ---------------------------------------------------------------------------------

@@ -30,13 +30,14 @@ var (
 // the NEON ones (int{I8MM,Dot,NEON}Table, written with the kernels), else the pure-Go
 // ones.
 func pickInt(t dtype.DType) intTable {
-	switch {
-	case hasI8MM && intI8MMTable(t)[2] != nil:
-		return intI8MMTable(t)
-	case hasDot && intDotTable(t)[1] != nil:
-		return intDotTable(t)
-	case hasNEON && intNEONTable(t)[1] != nil:
-		return intNEONTable(t)
+	if k := intI8MMTable(t); hasI8MM && k[2] != nil {
+		return k
+	}
+	if k := intDotTable(t); hasDot && k[1] != nil {
+		return k
+	}
+	if k := intNEONTable(t); hasNEON && k[1] != nil {
+		return k
 	}
 	return goInt(t)
 }

@@ -150,11 +150,24 @@ type hfTokenizer struct {
 	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
 }
 
+// size is the number of ids the tokenizer uses: one past the largest.
+func (tj *hfTokenizer) size() int {
+	n := 0
+	for _, id := range tj.Model.Vocab {
+		n = max(n, id+1)
+	}
+	for _, a := range tj.AddedTokens {
+		n = max(n, a.ID+1)
+	}
+	return n
+}
+
 // TokenizerKV turns the byte-level BPE tokenizer.json of a Hugging Face directory
 // (with its tokenizer_config.json and config.json where present) into GGUF tokenizer
-// metadata for a model of vocab tokens, as llama.cpp's converter writes it: the
-// tokens, their types, the merges, the pre-tokenizer's name, the special ids, the
-// chat template. Ids past the tokenizer's are unused padding tokens.
+// metadata for a model of vocab tokens (0: as many as the tokenizer has), as
+// llama.cpp's converter writes it: the tokens, their types, the merges, the
+// pre-tokenizer's name, the special ids, the chat template. Ids past the tokenizer's
+// are unused padding tokens.
 func TokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
@@ -166,6 +179,9 @@ func TokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
 	}
 	if tj.Model.Type != "BPE" || !strings.Contains(string(tj.PreTokenizer), "ByteLevel") {
 		return nil, errors.New("tokenizer.json is not a byte-level BPE tokenizer")
+	}
+	if vocab <= 0 {
+		vocab = tj.size()
 	}
 	tokens := make([]string, vocab)
 	types := make([]int32, vocab)

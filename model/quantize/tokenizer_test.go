@@ -1,9 +1,7 @@
 package quantize
 
 import (
-	"encoding/json"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -33,15 +31,7 @@ func TestTokenizerKVMatchesJSON(t *testing.T) {
 			require.NoError(t, gguf.WriteFile(path, func(w io.Writer) error { return gguf.Write(w, kv, nil, 32) }))
 			fromGGUF, err := tokenizer.Load(path)
 			require.NoError(t, err)
-			data, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-			require.NoError(t, err)
-			var g struct {
-				Rows []struct {
-					Text string `json:"text"`
-				} `json:"rows"`
-			}
-			require.NoError(t, json.Unmarshal(data, &g))
-			require.NotEmpty(t, g.Rows)
+			g := sharedtest.ReadTokenizerGolden(t, name)
 			same := 0
 			for _, r := range g.Rows {
 				opts := tokenizer.EncodeOptions{ParseSpecial: true}

@@ -40,7 +40,6 @@ import (
 // measured, every argmax the same but at near-ties.
 func TestParityNewFamilies(t *testing.T) {
 	r := llamacpp.ForTest(t)
-	vocab := testVocab(t)
 	for _, tc := range []struct {
 		shape   string
 		mix     quantize.Mix
@@ -52,11 +51,7 @@ func TestParityNewFamilies(t *testing.T) {
 		{"phi-3-mini", quantize.Q8_0, 0.2},
 	} {
 		t.Run(tc.shape+"/"+string(tc.mix), func(t *testing.T) {
-			s, err := Find(tc.shape)
-			require.NoError(t, err)
-			s.Config.Layers, s.Config.Vocab = 3, 9000
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			require.NoError(t, WriteFile(path, s, tc.mix, vocab, 5))
+			s, path := writeShape(t, tc.shape, fileSpec{layers: 3, mix: tc.mix, seed: 5})
 			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
 			require.NoError(t, err)
 			defer m.Close()
@@ -80,15 +75,9 @@ func TestParityNewFamilies(t *testing.T) {
 // host device, give the CPU backend's logits on the new families (their new
 // operations included: Qwen3's per-head norms).
 func TestNewFamiliesOnHostDevice(t *testing.T) {
-	vocab := testVocab(t)
 	for _, shape := range newFamilies {
 		t.Run(shape, func(t *testing.T) {
-			s, err := Find(shape)
-			require.NoError(t, err)
-			s.Config.Layers, s.Config.Vocab = 2, 9000
-			narrow(&s.Config)
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			require.NoError(t, WriteFile(path, s, quantize.F32, vocab, 6))
+			s, path := writeShape(t, shape, fileSpec{layers: 2, mix: quantize.F32, seed: 6, narrow: true})
 			tokens := []int32{5, 900, 17, 4000, 33, 8000, 2, 71}
 			var logits [2][][]float32
 			for i, f := range []backend.Factory{cpu.Factory(1), cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})} {
@@ -103,6 +92,36 @@ func TestNewFamiliesOnHostDevice(t *testing.T) {
 			require.Equal(t, p.Positions, p.Agree)
 		})
 	}
+}
+
+// fileSpec says how writeShape writes a shape: its layers, mix and seed, narrowed or
+// not, with a vocabulary (nil: the test vocabulary, padded to 9000 tokens, the
+// shape's vocabulary size set to that).
+type fileSpec struct {
+	layers int
+	mix    quantize.Mix
+	seed   uint64
+	narrow bool
+	vocab  *Vocab
+}
+
+// writeShape writes the named shape as f says to a file of the test's temporary
+// directory, and returns the shape written and the file's path.
+func writeShape(t *testing.T, shape string, f fileSpec) (Shape, string) {
+	t.Helper()
+	s, err := Find(shape)
+	require.NoError(t, err)
+	s.Config.Layers = f.layers
+	vocab := f.vocab
+	if vocab == nil {
+		vocab, s.Config.Vocab = testVocab(t), 9000
+	}
+	if f.narrow {
+		narrow(&s.Config)
+	}
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	require.NoError(t, WriteFile(path, s, f.mix, vocab, f.seed))
+	return s, path
 }
 
 // narrow makes a shape wider than 1024 that wide, for the size of its F32 files in the
@@ -141,15 +160,9 @@ func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
 // wrong length, and a Phi-3 file with longrope factors are refused with an error
 // naming the tensor.
 func TestNewFamiliesLoadErrors(t *testing.T) {
-	vocab := testVocab(t)
 	good := map[string]string{}
 	for _, shape := range newFamilies {
-		s, err := Find(shape)
-		require.NoError(t, err)
-		s.Config.Layers, s.Config.Vocab = 1, 9000
-		narrow(&s.Config)
-		good[shape] = filepath.Join(t.TempDir(), "good.gguf")
-		require.NoError(t, WriteFile(good[shape], s, quantize.Q8_0, vocab, 7))
+		_, good[shape] = writeShape(t, shape, fileSpec{layers: 1, mix: quantize.Q8_0, seed: 7, narrow: true})
 	}
 	for _, tc := range []struct {
 		name, shape string
@@ -204,14 +217,8 @@ func TestNewFamiliesGreedyIdentity(t *testing.T) {
 
 // checkGreedyIdentity is TestNewFamiliesGreedyIdentity for one shape.
 func checkGreedyIdentity(t *testing.T, shape string) {
-	vocab := testVocab(t)
-	s, err := Find(shape)
-	require.NoError(t, err)
 	open := func(layers int, seed uint64) *llama.Model {
-		sh := s
-		sh.Config.Layers, sh.Config.Vocab = layers, 9000
-		path := filepath.Join(t.TempDir(), "m.gguf")
-		require.NoError(t, WriteFile(path, sh, quantize.Q8_0, vocab, seed))
+		_, path := writeShape(t, shape, fileSpec{layers: layers, mix: quantize.Q8_0, seed: seed})
 		m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
 		require.NoError(t, err)
 		t.Cleanup(func() { m.Close() })
@@ -271,13 +278,7 @@ func TestNewFamiliesHFMatchesGGUF(t *testing.T) {
 
 // checkHFMatchesGGUF is TestNewFamiliesHFMatchesGGUF for one shape.
 func checkHFMatchesGGUF(t *testing.T, shape string) {
-	vocab := testVocab(t)
-	s, err := Find(shape)
-	require.NoError(t, err)
-	s.Config.Layers, s.Config.Vocab = 1, 9000
-	narrow(&s.Config)
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	require.NoError(t, WriteFile(path, s, quantize.F32, vocab, 9))
+	s, path := writeShape(t, shape, fileSpec{layers: 1, mix: quantize.F32, seed: 9, narrow: true})
 	dir := t.TempDir()
 	writeHF(t, path, dir, s.Config)
 	tokens := []int32{1, 500, 77, 8000, 4242, 3, 3, 9}
@@ -296,7 +297,7 @@ func checkHFMatchesGGUF(t *testing.T, shape string) {
 	// The directory converted to GGUF by model/quantize (F32: unchanged weights) gives
 	// those logits too.
 	converted := filepath.Join(t.TempDir(), "converted.gguf")
-	_, err = quantize.File(context.Background(), dir, converted, quantize.F32)
+	_, err := quantize.File(context.Background(), dir, converted, quantize.F32)
 	require.NoError(t, err)
 	m, err := llama.Open(converted, llama.Options{Backend: cpu.Factory(1), KVBudget: 64 << 20})
 	require.NoError(t, err)
@@ -379,23 +380,12 @@ func TestRealVocabulary(t *testing.T) {
 	r := llamacpp.ForTest(t)
 	vocab, err := VocabFrom(dir)
 	require.NoError(t, err)
-	s, err := Find("qwen3-0.6b")
-	require.NoError(t, err)
-	s.Config.Layers = 1
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	require.NoError(t, WriteFile(path, s, quantize.Q8_0, vocab, 10))
+	s, path := writeShape(t, "qwen3-0.6b", fileSpec{layers: 1, mix: quantize.Q8_0, seed: 10, vocab: vocab})
 	fromJSON, err := tokenizer.Load(dir)
 	require.NoError(t, err)
 	fromGGUF, err := tokenizer.Load(path)
 	require.NoError(t, err)
-	data, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	require.NoError(t, err)
-	var g struct {
-		Rows []struct {
-			Text string `json:"text"`
-		} `json:"rows"`
-	}
-	require.NoError(t, json.Unmarshal(data, &g))
+	g := sharedtest.ReadTokenizerGolden(t, "qwen3")
 	var tokens []int32
 	for _, row := range g.Rows {
 		opts := tokenizer.EncodeOptions{ParseSpecial: true}

@@ -12,7 +12,6 @@ import (
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/model/quantize"
-	"github.com/specula/specula/tokenizer"
 )
 
 // Tensor is one tensor of a synthetic model: its GGUF name, type and shape.
@@ -161,11 +160,7 @@ func VocabFrom(path string) (*Vocab, error) {
 
 // vocabFromJSON reads a tokenizer.json as the GGUF metadata a converter writes.
 func vocabFromJSON(dir string) (*Vocab, error) {
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		return nil, fmt.Errorf("synth: %w", err)
-	}
-	kvs, err := quantize.TokenizerKV(dir, tok.VocabSize())
+	kvs, err := quantize.TokenizerKV(dir, 0)
 	if err != nil {
 		return nil, fmt.Errorf("synth: %s: %w", dir, err)
 	}
