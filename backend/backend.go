@@ -20,6 +20,8 @@ package backend
 
 import (
 	"context"
+	"fmt"
+	"math"
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/kvcache"
@@ -167,13 +169,18 @@ type Pass interface {
 	// values — Qwen3's and Gemma 3's RMSNorm of each query and key head before the
 	// rotation (the query heads of QKV are 0 … Heads−1, the key heads the next KVHeads).
 	HeadNorm(a Act, head0, heads int, w Vector)
-	// Attention is one layer's attention: it adds bias (nil: none) to the rows of
-	// QKV, rotates Q and K by the plan's angles, stores K and V at the rows' slots of
-	// layer's cache, and writes to Att each row's attention over what the plan says
-	// it sees.
-	Attention(layer int, bias Vector)
-	// SiLUMul writes Hidden = silu(gate)·up from GateUp.
-	SiLUMul()
+	// Attention is one layer's attention, as a says: it adds a.Bias (nil: none) to
+	// the rows of QKV, rotates Q and K by the plan's angles (the local ones for
+	// a.Local), stores K and V at the rows' slots of layer's cache, and writes to Att
+	// each row's attention over what the plan says it sees — the last a.Window
+	// positions of it when a.Window is positive — with scores scaled by a.Scale.
+	Attention(layer int, a Attn)
+	// GLU writes Hidden = act(gate)·up from GateUp: the gated feed-forward unit.
+	GLU(act Activation)
+	// Scale multiplies every row of a by s (Gemma's √Dim on its embeddings).
+	Scale(a Act, s float32)
+	// Add adds src to dst, row by row (a residual after a post-norm).
+	Add(dst, src Act)
 	// Save copies the rows of X that the plan's states ask for after layer (see
 	// [State]) to their buffers. It is called after every layer.
 	Save(layer int)
@@ -185,3 +192,59 @@ type Pass interface {
 
 // FinalLayer is the Layer of a [State] that asks for the final normed hidden state.
 const FinalLayer = -1
+
+// Attn is what one layer's attention needs besides its weights and the plan.
+type Attn struct {
+	// Bias is added to the rows of QKV before the rotation; nil: none (Qwen2 has one).
+	Bias Vector
+	// Window, when positive, makes the layer a sliding-window one: a row at position
+	// p sees only the positions p−Window+1 … p of what the plan lets it see (a key at
+	// p0 is masked when p − p0 >= Window, as llama.cpp's standard sliding window).
+	Window int
+	// Local rotates by the plan's local angles (Plan.LocalRope) instead of Plan.Rope:
+	// Gemma 3's sliding layers have a rotary base of their own.
+	Local bool
+	// Scale multiplies the scores q·k; 0 means 1/√HeadDim.
+	Scale float32
+}
+
+// ScoreScale is the factor a.Scale asks for on a model of head dimension hd.
+func (a Attn) ScoreScale(hd int) float32 {
+	if a.Scale != 0 {
+		return a.Scale
+	}
+	return float32(1 / math.Sqrt(float64(hd)))
+}
+
+// WindowStart is the first position a row of the plan sees in a layer of window w
+// (0 for a layer without one): the row's own position is Prefix + its extras − 1,
+// chain or tree, and the positions a row sees in order are 0 … that position.
+func (p *Plan) WindowStart(r, w int) int {
+	if w <= 0 {
+		return 0
+	}
+	pos := int(p.Prefix[r]+p.ExtraOff[r+1]-p.ExtraOff[r]) - 1
+	return max(0, pos-w+1)
+}
+
+// Activation is the function a gated feed-forward unit applies to its gate.
+type Activation int
+
+const (
+	// SiLU is x·sigmoid(x) (Llama, Qwen, Phi, Mistral).
+	SiLU Activation = iota
+	// GELUTanh is GELU in its tanh form, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+	// (Gemma's GeGLU).
+	GELUTanh
+)
+
+// String names the activation as Hugging Face's hidden_activation does.
+func (a Activation) String() string {
+	switch a {
+	case SiLU:
+		return "silu"
+	case GELUTanh:
+		return "gelu_pytorch_tanh"
+	}
+	return fmt.Sprintf("Activation(%d)", int(a))
+}

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -20,6 +21,9 @@ type Plan struct {
 	// Rope holds, per row, Shape.RopeDim/2 cosines and then as many sines: the
 	// rotation for the row's position.
 	Rope []float32
+	// LocalRope is the same for the local rotary frequencies (LocalInvFreq), when the
+	// model has them: the rotation of its sliding-window layers ([Attn.Local]).
+	LocalRope []float32
 	// Each row attends, in position order, to the positions [0, Prefix[r]) of its
 	// sequence and then to the positions Extra[ExtraOff[r]:ExtraOff[r+1]]. A row of a
 	// chain sees everything up to its own position and has no extras; a row of a tree
@@ -36,10 +40,12 @@ type Plan struct {
 	// takes one beside each token; empty otherwise.
 	Inputs []float32
 
-	// Dim is the width of a hidden state, and InvFreq the rotary frequencies: what
-	// [Plan.Add] needs of the model. The caller sets them before the first Add.
-	Dim     int
-	InvFreq []float64
+	// Dim is the width of a hidden state, InvFreq the rotary frequencies and
+	// LocalInvFreq those of the local layers (nil: none): what [Plan.Add] needs of
+	// the model. The caller sets them before the first Add.
+	Dim          int
+	InvFreq      []float64
+	LocalInvFreq []float64
 }
 
 // State is a hidden state wanted of a row: X after layer Layer, or the final normed
@@ -83,7 +89,7 @@ func (p *Plan) Reset() {
 	clear(p.Spans)
 	clear(p.Outputs)
 	clear(p.States)
-	p.Tokens, p.Slots, p.Rope = p.Tokens[:0], p.Slots[:0], p.Rope[:0]
+	p.Tokens, p.Slots, p.Rope, p.LocalRope = p.Tokens[:0], p.Slots[:0], p.Rope[:0], p.LocalRope[:0]
 	p.Prefix, p.Extra, p.Spans, p.Outputs = p.Prefix[:0], p.Extra[:0], p.Spans[:0], p.Outputs[:0]
 	p.States, p.Inputs = p.States[:0], p.Inputs[:0]
 	p.ExtraOff = append(p.ExtraOff[:0], 0)
@@ -104,6 +110,9 @@ func (p *Plan) Add(kv *kvcache.Seq, base int, b model.Batch, lo, hi int, logits 
 		p.Tokens = append(p.Tokens, b.Tokens[i])
 		p.Slots = append(p.Slots, kv.Slot(base+i))
 		p.Rope = appendRope(p.Rope, pos, p.InvFreq)
+		if p.LocalInvFreq != nil {
+			p.LocalRope = appendRope(p.LocalRope, pos, p.LocalInvFreq)
+		}
 		if chain {
 			p.Prefix = append(p.Prefix, int32(base+i+1))
 		} else {
@@ -137,6 +146,18 @@ func (p *Plan) addStates(b model.Batch, lo, hi, row0 int) {
 		}
 		p.States = append(p.States, State{Row: row0 + int(o) - lo, Layer: FinalLayer, Dst: row[len(b.StateLayers)*p.Dim:]})
 	}
+}
+
+// Rotation returns the rows' rotations, each RopeDim/2 cosines then as many sines:
+// the local ones (for a sliding layer of Gemma 3) or the plan's main ones.
+func (p *Plan) Rotation(local bool) ([]float32, error) {
+	if !local {
+		return p.Rope, nil
+	}
+	if p.LocalInvFreq == nil {
+		return nil, errors.New("backend: a layer asks for local rotary angles the plan does not have (Plan.LocalInvFreq)")
+	}
+	return p.LocalRope, nil
 }
 
 // appendPath appends the cache positions of node i's ancestors in the batch, root

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/specula/specula/backend"
@@ -16,19 +17,24 @@ const attnBlock = 16
 const attnRun = 16
 
 // Attention implements [backend.Pass].
-func (ps *pass) Attention(layer int, bias backend.Vector) {
-	bv, ok := ps.optional(bias)
+func (ps *pass) Attention(layer int, a backend.Attn) {
+	bv, ok := ps.optional(a.Bias)
 	if !ok || ps.err != nil {
 		return
 	}
-	ps.store(layer, bv)
-	ps.attn.start(ps, layer)
+	rope, err := ps.plan.Rotation(a.Local)
+	if err != nil {
+		ps.fail(fmt.Errorf("cpu: %w", err))
+		return
+	}
+	ps.store(layer, bv, rope)
+	ps.attn.start(ps, layer, a)
 	ps.b.threads.Run(&ps.attn, ps.attn.items(), 1)
 }
 
-// store adds the biases to every row of QKV, rotates its queries and keys, and
-// stores its keys and values at the row's slot.
-func (ps *pass) store(layer int, bias vector) {
+// store adds the biases to every row of QKV, rotates its queries and keys by the
+// rows' angles in rope, and stores its keys and values at the row's slot.
+func (ps *pass) store(layer int, bias vector, ropes []float32) {
 	s := &ps.b.shape
 	hd, w := s.HeadDim, s.QKVWidth()
 	half := s.RopeDim / 2
@@ -39,7 +45,7 @@ func (ps *pass) store(layer int, bias vector) {
 		if bias != nil {
 			kernels.Add(row, bias)
 		}
-		rope := ps.plan.Rope[r*2*half : (r+1)*2*half]
+		rope := ropes[r*2*half : (r+1)*2*half]
 		cos, sin := rope[:half], rope[half:]
 		for h := range s.Heads {
 			backend.Rope(row[h*hd:(h+1)*hd], cos, sin, s.Style)
@@ -62,29 +68,67 @@ func (ps *pass) store(layer int, bias vector) {
 // maximum, then the weights and their sum in position order, then the values added in
 // position order — no running rescale whose rounding would depend on how positions
 // were grouped.
+//
+// In a sliding-window layer a row skips the cache blocks wholly before its window;
+// the positions before the window in the block where it starts are scored and then
+// masked (−∞, a weight of exactly 0), so that blocks are still read whole.
 type attnTask struct {
 	ps    *pass
 	layer int
+	scale float32
 	first []int // per span: its first item; one more at the end
+	// Per row, for a sliding-window layer (empty otherwise): the first position of
+	// the cache prefix it scores (a block start, or Prefix when it scores none), how
+	// many of those are masked, and how many of its extras lie before the window.
+	from, masked, skip []int32
 }
 
 // start readies the task for one layer of the pass.
-func (t *attnTask) start(ps *pass, layer int) {
-	t.ps, t.layer = ps, layer
+func (t *attnTask) start(ps *pass, layer int, a backend.Attn) {
+	t.ps, t.layer, t.scale = ps, layer, a.ScoreScale(ps.b.shape.HeadDim)
 	kvh := ps.b.shape.KVHeads
 	t.first = append(t.first[:0], 0)
 	for _, sp := range ps.plan.Spans {
 		t.first = append(t.first, t.first[len(t.first)-1]+kvh*((sp.Hi-sp.Lo+attnRun-1)/attnRun))
+	}
+	t.from, t.masked, t.skip = t.from[:0], t.masked[:0], t.skip[:0]
+	if a.Window > 0 {
+		t.window(a.Window)
+	}
+}
+
+// window computes each row's window bounds.
+func (t *attnTask) window(w int) {
+	p := t.ps.plan
+	for r := range t.ps.rows {
+		lo, pre := int32(p.WindowStart(r, w)), p.Prefix[r]
+		from, masked := pre, int32(0)
+		if lo < pre {
+			from = lo / attnBlock * attnBlock
+			masked = lo - from
+		}
+		t.from, t.masked = append(t.from, from), append(t.masked, masked)
+		t.skip = append(t.skip, max(0, lo-pre))
 	}
 }
 
 // items is the number of attention items of the pass.
 func (t *attnTask) items() int { return t.first[len(t.first)-1] }
 
-// npos is the number of positions row r attends to.
+// rowWindow returns the first prefix position row r scores, how many of them are
+// masked, and how many of its extras it skips: zeros outside a sliding window.
+func (t *attnTask) rowWindow(r int) (from, masked, skip int) {
+	if len(t.from) == 0 {
+		return 0, 0, 0
+	}
+	return int(t.from[r]), int(t.masked[r]), int(t.skip[r])
+}
+
+// npos is the number of positions row r scores.
 func (t *attnTask) npos(r int) int {
 	p := t.ps.plan
-	return int(p.Prefix[r] + p.ExtraOff[r+1] - p.ExtraOff[r])
+	from, _, skip := t.rowWindow(r)
+	return int(p.Prefix[r]+p.ExtraOff[r+1]-p.ExtraOff[r]) - from - skip
 }
 
 // Run implements kernels.Task.
@@ -118,15 +162,17 @@ func (t *attnTask) visible(sp *backend.Span, kvh, r0, r1 int, keys []float32, f 
 	ps := t.ps
 	p := ps.plan
 	st := ps.b.kv
-	maxPrefix := 0
+	maxPrefix, minFrom := 0, math.MaxInt
 	for r := r0; r < r1; r++ {
-		maxPrefix = max(maxPrefix, int(p.Prefix[r]))
+		from, _, _ := t.rowWindow(r)
+		maxPrefix, minFrom = max(maxPrefix, int(p.Prefix[r])), min(minFrom, from)
 	}
-	for blk := 0; blk*attnBlock < maxPrefix; blk++ {
+	for blk := minFrom / attnBlock; blk*attnBlock < maxPrefix; blk++ {
 		kb, vb := st.kv(sp.Table[blk], t.layer, kvh)
 		for r := r0; r < r1; r++ {
-			if e := int(p.Prefix[r]); blk*attnBlock < e {
-				f(r, kb, vb, min(attnBlock, e-blk*attnBlock), blk*attnBlock)
+			from, _, _ := t.rowWindow(r)
+			if e := int(p.Prefix[r]); blk*attnBlock < e && blk*attnBlock >= from {
+				f(r, kb, vb, min(attnBlock, e-blk*attnBlock), blk*attnBlock-from)
 			}
 		}
 	}
@@ -141,8 +187,9 @@ func (t *attnTask) visible(sp *backend.Span, kvh, r0, r1 int, keys []float32, f 
 		kt, key = keys[:attnBlock*hd], keys[attnBlock*hd:(attnBlock+1)*hd]
 	}
 	for r := r0; r < r1; r++ {
-		pos := int(p.Prefix[r])
-		for _, at := range p.Extra[p.ExtraOff[r]:p.ExtraOff[r+1]] {
+		from, _, skip := t.rowWindow(r)
+		pos := int(p.Prefix[r]) - from
+		for _, at := range p.Extra[int(p.ExtraOff[r])+skip : p.ExtraOff[r+1]] {
 			slot := sp.Table[int(at)/attnBlock]*attnBlock + at%attnBlock
 			if keys != nil {
 				st.key(slot, t.layer, kvh, key)
@@ -165,7 +212,7 @@ func (t *attnTask) heads(sp *backend.Span, kvh, h0, r0, r1 int, buf []float32) [
 	group := s.Heads / s.KVHeads
 	g := min(kernels.Group, group-h0)
 	heads := kvh*group + h0
-	scale := float32(1 / math.Sqrt(float64(hd)))
+	scale := t.scale
 	w := s.QKVWidth()
 	qkv, out := ps.buf(backend.QKV), ps.buf(backend.Att)
 	qd := s.Heads * hd
@@ -204,8 +251,12 @@ func (t *attnTask) heads(sp *backend.Span, kvh, h0, r0, r1 int, buf []float32) [
 	})
 	for r := r0; r < r1; r++ {
 		npos, scores := t.npos(r), sc(r)
+		_, masked, _ := t.rowWindow(r)
 		for h := range g {
 			hs := scores[h*npos : (h+1)*npos]
+			for j := range masked {
+				hs[j] = float32(math.Inf(-1)) // before the window: a weight of 0
+			}
 			inv := float32(1 / kernels.ExpShifted(hs, kernels.Max(hs), 1))
 			kernels.Scale(hs, inv)
 		}

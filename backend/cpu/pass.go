@@ -27,7 +27,7 @@ type pass struct {
 
 	mul  kernels.Product
 	attn attnTask
-	silu siluTask
+	glu  gluTask
 }
 
 // start readies the pass for plan p.
@@ -179,13 +179,42 @@ func (ps *pass) mulRows(y []float32, ldy int, x []float32, n, cols int, act *ker
 	}
 }
 
-// SiLUMul implements [backend.Pass].
-func (ps *pass) SiLUMul() {
+// GLU implements [backend.Pass].
+func (ps *pass) GLU(act backend.Activation) {
 	if ps.err != nil {
 		return
 	}
-	ps.silu = siluTask{gu: ps.buf(backend.GateUp), h: ps.buf(backend.Hidden), ffn: ps.b.shape.FFN}
-	ps.b.threads.Run(&ps.silu, ps.rows*ps.silu.chunks(), 1)
+	var f func(dst, gate, up []float32)
+	switch act {
+	case backend.SiLU:
+		f = kernels.SiLUMul
+	case backend.GELUTanh:
+		f = kernels.GELUMul
+	default:
+		ps.fail(fmt.Errorf("cpu: activation %v is not supported", act))
+		return
+	}
+	ps.glu = gluTask{gu: ps.buf(backend.GateUp), h: ps.buf(backend.Hidden), ffn: ps.b.shape.FFN, f: f}
+	ps.b.threads.Run(&ps.glu, ps.rows*ps.glu.chunks(), 1)
+}
+
+// Scale implements [backend.Pass].
+func (ps *pass) Scale(a backend.Act, s float32) {
+	if ps.err == nil {
+		kernels.Scale(ps.buf(a), s)
+	}
+}
+
+// Add implements [backend.Pass].
+func (ps *pass) Add(dst, src backend.Act) {
+	if ps.err != nil {
+		return
+	}
+	if w := ps.b.shape.Width(dst); w != ps.b.shape.Width(src) {
+		ps.fail(fmt.Errorf("cpu: adding rows of %d values to rows of %d", ps.b.shape.Width(src), w))
+		return
+	}
+	kernels.Add(ps.buf(dst), ps.buf(src))
 }
 
 // Final implements [backend.Pass].
@@ -255,26 +284,27 @@ func grow[T any](b []T, n int) []T {
 	return b[:n]
 }
 
-// siluChunk is how many elements of a row one SiLU item takes.
-const siluChunk = 4096
+// gluChunk is how many elements of a row one GLU item takes.
+const gluChunk = 4096
 
-// siluTask computes h ← silu(gate)·up for chunks of rows, gate and up side by side in
-// each row of gu.
-type siluTask struct {
+// gluTask computes h ← act(gate)·up, by f, for chunks of rows, gate and up side by
+// side in each row of gu.
+type gluTask struct {
 	gu, h []float32
 	ffn   int
+	f     func(dst, gate, up []float32)
 }
 
 // chunks is the number of items per row.
-func (t *siluTask) chunks() int { return (t.ffn + siluChunk - 1) / siluChunk }
+func (t *gluTask) chunks() int { return (t.ffn + gluChunk - 1) / gluChunk }
 
 // Run implements kernels.Task.
-func (t *siluTask) Run(lo, hi int) {
+func (t *gluTask) Run(lo, hi int) {
 	per := t.chunks()
 	for it := lo; it < hi; it++ {
-		r, c := it/per, it%per*siluChunk
-		e := min(t.ffn, c+siluChunk)
+		r, c := it/per, it%per*gluChunk
+		e := min(t.ffn, c+gluChunk)
 		row := t.gu[r*2*t.ffn:]
-		kernels.SiLUMul(t.h[r*t.ffn+c:r*t.ffn+e], row[c:e], row[t.ffn+c:t.ffn+e])
+		t.f(t.h[r*t.ffn+c:r*t.ffn+e], row[c:e], row[t.ffn+c:t.ffn+e])
 	}
 }

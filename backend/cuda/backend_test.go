@@ -169,13 +169,13 @@ func (m *testModel) pass(_ context.Context, ps backend.Pass) error {
 	first := &m.layers[0]
 	ps.Norm(backend.XN, backend.X, first.ffnNorm)
 	ps.Mul(backend.GateUp, backend.XN, first.gateUp)
-	ps.SiLUMul()
+	ps.GLU(backend.SiLU)
 	ps.MulAdd(backend.X, backend.Hidden, first.down)
 	for l := range m.layers {
 		ly := &m.layers[l]
 		ps.Norm(backend.XN, backend.X, ly.attnNorm)
 		ps.Mul(backend.QKV, backend.XN, ly.qkv)
-		ps.Attention(l, ly.bias)
+		ps.Attention(l, backend.Attn{Bias: ly.bias})
 		ps.MulAdd(backend.X, backend.Att, ly.o)
 	}
 	ps.Final(m.outNorm, m.embed)

@@ -341,7 +341,8 @@ extern "C" __global__ void qkv_rope(const float* qkv, const float* bias, const f
 // Attention of token i (blockIdx.x) and query head h (blockIdx.y) over the positions
 // it sees, in order: positions 0 … prefix[i]−1, then base + extras[extraOff[i] + k] for
 // k < extraCnt[i]. A chain token sees prefix = base + i + 1 and no extras; a tree token
-// sees the base positions, its ancestors in the batch and itself. Scores go to
+// sees the base positions, its ancestors in the batch and itself; in a sliding-window
+// layer (window > 0) only the last window of them. Scores go to
 // scratch (ld floats per (token, head)) or, when scratch is null, to dynamic shared
 // memory. Block: 256 threads.
 __device__ __forceinline__ i64 kv_row(const int* table, int p, int bs, int layers, int layer, int kind, int kvh, int kh, int hd) {
@@ -356,7 +357,7 @@ __device__ __forceinline__ int visible(int j, int pre, int base, const int* ex) 
 extern "C" __global__ void attention(const float* q, float* out, const float* kv, const int* table,
                                      const int* prefix, const int* extraOff, const int* extraCnt, const int* extras,
                                      float* scratch, i64 ld, int base, int heads, int kvh, int hd,
-                                     int layer, int layers, int bs, float scale) {
+                                     int layer, int layers, int bs, float scale, int window) {
     __shared__ __attribute__((aligned(16))) float qs[512];
     __shared__ double redd[256];
     __shared__ float redf[256];
@@ -365,6 +366,9 @@ extern "C" __global__ void attention(const float* q, float* out, const float* kv
     const int kh = h / (heads / kvh);
     const int pre = prefix[i];
     const int L = pre + extraCnt[i];
+    // A sliding-window layer sees the last window positions: visible index j is
+    // position j, so the positions before lo are left out.
+    const int lo = window > 0 ? max(0, L - window) : 0;
     const int* ex = extras + extraOff[i];
     float* sc = scratch ? scratch + ((i64)i * heads + h) * ld : dyn;
     const float* qi = q + ((i64)i * heads + h) * hd;
@@ -372,7 +376,7 @@ extern "C" __global__ void attention(const float* q, float* out, const float* kv
     __syncthreads();
     // Scores: one thread per position, the dimensions in order.
     float mx = bits2f(0xff800000u); // −∞
-    for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    for (int j = lo + threadIdx.x; j < L; j += blockDim.x) {
         const float* kp = kv + kv_row(table, visible(j, pre, base, ex), bs, layers, layer, 0, kvh, kh, hd);
         float s = 0.0f;
         if ((hd & 3) == 0) {
@@ -391,7 +395,7 @@ extern "C" __global__ void attention(const float* q, float* out, const float* kv
     }
     mx = block_max_f(mx, redf);
     double sum = 0.0;
-    for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    for (int j = lo + threadIdx.x; j < L; j += blockDim.x) {
         const float e = expf(sc[j] - mx);
         sc[j] = e;
         sum += (double)e;
@@ -401,7 +405,7 @@ extern "C" __global__ void attention(const float* q, float* out, const float* kv
     // Weighted values: one thread per dimension, the positions in order.
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
-        for (int j = 0; j < L; j++) {
+        for (int j = lo; j < L; j++) {
             const float* vp = kv + kv_row(table, visible(j, pre, base, ex), bs, layers, layer, 1, kvh, kh, hd);
             acc = fmaf(sc[j] * inv, vp[d], acc);
         }
@@ -410,22 +414,33 @@ extern "C" __global__ void attention(const float* q, float* out, const float* kv
 }
 
 // ---------------------------------------------------------------------------------
-// out[t·ffn + c] = silu(gu[t·2ffn + c]) · gu[t·2ffn + ffn + c]. Grid-stride over n·ffn.
-extern "C" __global__ void silu_mul(float* out, const float* gu, i64 total, int ffn) {
+// out[t·ffn + c] = act(gu[t·2ffn + c]) · gu[t·2ffn + ffn + c], act SiLU (0) or GELU
+// in its tanh form (1), both as x·sigmoid(·). Grid-stride over n·ffn.
+__device__ __forceinline__ float sigmoidf(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+
+extern "C" __global__ void glu(float* out, const float* gu, i64 total, int ffn, int act) {
     for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (i64)gridDim.x * blockDim.x) {
         const i64 t = k / ffn;
         const int c = (int)(k % ffn);
         const float g = gu[t * 2 * ffn + c];
         const float u = gu[t * 2 * ffn + ffn + c];
-        float s;
-        if (g >= 0.0f) {
-            s = 1.0f / (1.0f + expf(-g));
-        } else {
-            const float e = expf(g);
-            s = e / (1.0f + e);
-        }
-        out[k] = g * s * u;
+        const float z = act == 0 ? g : 1.5957691216057308f * (g + 0.044715f * g * g * g);
+        out[k] = g * sigmoidf(z) * u;
     }
+}
+
+// ---------------------------------------------------------------------------------
+// x[k] *= s; y[k] += x[k]. Grid-stride over total.
+extern "C" __global__ void scale_rows(float* x, i64 total, float s) {
+    for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (i64)gridDim.x * blockDim.x) x[k] *= s;
+}
+
+extern "C" __global__ void add_rows(float* y, const float* x, i64 total) {
+    for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (i64)gridDim.x * blockDim.x) y[k] += x[k];
 }
 
 // ---------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
 )
 
@@ -57,7 +58,8 @@ type qkvArgs struct {
 }
 
 // attnArgs are the inputs of attention for n tokens. Token i sees the positions
-// 0 … prefix[i]−1, then base+extras[extraOff[i]+k] for k < extraCnt[i], in that order.
+// 0 … prefix[i]−1, then base+extras[extraOff[i]+k] for k < extraCnt[i], in that order;
+// in a sliding-window layer (window > 0) only the last window of them.
 // The device backend passes absolute positions as extras (a plan's), so base is 0.
 type attnArgs struct {
 	q, out                             devptr // n × heads·headDim
@@ -66,6 +68,7 @@ type attnArgs struct {
 	n, heads, base, layer              int
 	maxVisible                         int // the largest visible count of the n tokens
 	scale                              float32
+	window                             int
 	kv                                 kvGeom
 }
 
@@ -97,8 +100,12 @@ type deviceOps interface {
 	matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) error
 	qkv(a qkvArgs) error
 	attention(a attnArgs) error
-	// siluMul writes out[t·ffn + c] = silu(gu[t·2ffn + c])·gu[t·2ffn + ffn + c].
-	siluMul(out, gu devptr, n, ffn int) error
+	// glu writes out[t·ffn + c] = act(gu[t·2ffn + c])·gu[t·2ffn + ffn + c].
+	glu(out, gu devptr, n, ffn int, act backend.Activation) error
+	// scale multiplies the total floats at x by s.
+	scale(x devptr, total int64, s float32) error
+	// add adds the total floats at x to those at y.
+	add(y, x devptr, total int64) error
 	// kvCopy copies, pair after pair, the slot pairs[2p+1] to the slot pairs[2p]
 	// (physical slot indices, int32) in every layer, kind and head.
 	kvCopy(kv kvGeom, pairs devptr, m int) error

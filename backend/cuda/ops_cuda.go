@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"fmt"
 
+	"github.com/specula/specula/backend"
+
 	"github.com/specula/specula/format/dtype"
 )
 
@@ -14,7 +16,7 @@ var kernelSource string
 func kernelNames() []string {
 	return []string{
 		"gemv_f32", "gemv_f16", "gemv_bf16", "gemv_q8_0", "embed", "rmsnorm", "head_rmsnorm", "qkv_rope",
-		"attention", "silu_mul", "kv_copy", "to_f16", "to_bf16", "fill", "fill_q8_0",
+		"attention", "glu", "scale_rows", "add_rows", "kv_copy", "to_f16", "to_bf16", "fill", "fill_q8_0",
 	}
 }
 
@@ -271,7 +273,7 @@ func (b *cudaOps) attention(t attnArgs) error {
 			a.ptr(t.q + rowOff).ptr(t.out + rowOff).ptr(g.base).ptr(t.table).
 				ptr(t.prefix + off).ptr(t.extraOff + off).ptr(t.extraCnt + off).ptr(t.extras).
 				ptr(scratch).i64(ld).i32(t.base).i32(t.heads).i32(g.kvHeads).i32(g.headDim).
-				i32(t.layer).i32(g.layers).i32(g.blockSize).f32(t.scale)
+				i32(t.layer).i32(g.layers).i32(g.blockSize).f32(t.scale).i32(t.window)
 		})
 		if err != nil {
 			return err
@@ -280,10 +282,22 @@ func (b *cudaOps) attention(t attnArgs) error {
 	return nil
 }
 
-func (b *cudaOps) siluMul(out, gu devptr, n, ffn int) error {
+func (b *cudaOps) glu(out, gu devptr, n, ffn int, act backend.Activation) error {
 	total := int64(n) * int64(ffn)
-	return b.run("silu_mul", gridFor(total), [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
-		a.ptr(out).ptr(gu).i64(total).i32(ffn)
+	return b.run("glu", gridFor(total), [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
+		a.ptr(out).ptr(gu).i64(total).i32(ffn).i32(int(act))
+	})
+}
+
+func (b *cudaOps) scale(x devptr, total int64, s float32) error {
+	return b.run("scale_rows", gridFor(total), [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
+		a.ptr(x).i64(total).f32(s)
+	})
+}
+
+func (b *cudaOps) add(y, x devptr, total int64) error {
+	return b.run("add_rows", gridFor(total), [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
+		a.ptr(y).ptr(x).i64(total)
 	})
 }
 

@@ -340,6 +340,10 @@ func (h *hostOps) attention(a attnArgs) (err error) {
 	for i := range a.n {
 		pre, cnt := int(prefix[i]), int(exCnt[i])
 		L := pre + cnt
+		lo := 0 // visible index j is position j: a window leaves out those before lo
+		if a.window > 0 {
+			lo = max(0, L-a.window)
+		}
 		var ex []int32
 		if cnt > 0 {
 			ex = h.i32(a.extras+devptr(4*exOff[i]), int64(cnt))
@@ -363,7 +367,7 @@ func (h *hostOps) attention(a attnArgs) (err error) {
 				qs[d] = q[(i*heads+hh)*hd+d] * a.scale
 			}
 			mx := float32(math.Inf(-1))
-			for j := range L {
+			for j := lo; j < L; j++ {
 				o := g.off(slot(j), a.layer, 0, kh)
 				var s float32
 				for d, k := range kv[o : o+int64(hd)] {
@@ -372,10 +376,10 @@ func (h *hostOps) attention(a attnArgs) (err error) {
 				sc[j] = s
 				mx = max(mx, s)
 			}
-			inv := float32(1 / kernels.ExpShifted(sc, mx, 1))
+			inv := float32(1 / kernels.ExpShifted(sc[lo:], mx, 1))
 			dst := out[(i*heads+hh)*hd : (i*heads+hh+1)*hd]
 			clear(dst)
-			for j := range L {
+			for j := lo; j < L; j++ {
 				w := sc[j] * inv
 				o := g.off(slot(j), a.layer, 1, kh)
 				for d, v := range kv[o : o+int64(hd)] {
@@ -387,13 +391,29 @@ func (h *hostOps) attention(a attnArgs) (err error) {
 	return nil
 }
 
-func (h *hostOps) siluMul(out, gu devptr, n, ffn int) (err error) {
-	defer h.catch("siluMul", &err)
+func (h *hostOps) glu(out, gu devptr, n, ffn int, act backend.Activation) (err error) {
+	defer h.catch("glu", &err)
+	f := kernels.SiLUMul
+	if act == backend.GELUTanh {
+		f = kernels.GELUMul
+	}
 	src := h.f32(gu, int64(n*2*ffn))
 	dst := h.f32(out, int64(n*ffn))
 	for t := range n {
-		kernels.SiLUMul(dst[t*ffn:(t+1)*ffn], src[t*2*ffn:t*2*ffn+ffn], src[t*2*ffn+ffn:(t+1)*2*ffn])
+		f(dst[t*ffn:(t+1)*ffn], src[t*2*ffn:t*2*ffn+ffn], src[t*2*ffn+ffn:(t+1)*2*ffn])
 	}
+	return nil
+}
+
+func (h *hostOps) scale(x devptr, total int64, s float32) (err error) {
+	defer h.catch("scale", &err)
+	kernels.Scale(h.f32(x, total), s)
+	return nil
+}
+
+func (h *hostOps) add(y, x devptr, total int64) (err error) {
+	defer h.catch("add", &err)
+	kernels.Add(h.f32(y, total), h.f32(x, total))
 	return nil
 }
 

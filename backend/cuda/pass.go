@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/specula/specula/backend"
 )
@@ -91,7 +90,7 @@ func (ps *devicePass) upload() error {
 	section(nil)
 	g.s.ints = ints
 	ps.ropeOff = int64(4 * len(ints))
-	total := ps.ropeOff + int64(4*len(p.Rope))
+	total := ps.ropeOff + int64(4*(len(p.Rope)+len(p.LocalRope)))
 	if err := g.ensureScratch(ps.b, n, max(len(p.Outputs), ps.finals), total); err != nil {
 		return err
 	}
@@ -99,6 +98,7 @@ func (ps *devicePass) upload() error {
 	g.s.stage = st
 	copy(st, bytesOf(ints))
 	copy(st[ps.ropeOff:], bytesOf(p.Rope))
+	copy(st[ps.ropeOff+int64(4*len(p.Rope)):], bytesOf(p.LocalRope)) // Attention's local angles
 	return ps.b.upload(g.s.meta, st)
 }
 
@@ -291,13 +291,21 @@ func (ps *devicePass) project(dst, src backend.Act, w backend.Matrix, accumulate
 // Attention implements [backend.Pass]: the biases, rotation and cache stores of every
 // row in one launch, then attention sequence by sequence, each over its own block
 // table.
-func (ps *devicePass) Attention(layer int, bias backend.Vector) {
-	bp, ok := ps.optional(bias)
+func (ps *devicePass) Attention(layer int, a backend.Attn) {
+	bp, ok := ps.optional(a.Bias)
 	if !ok || ps.err != nil {
 		return
 	}
 	s, g := &ps.g.shape, ps.g
-	ps.fail(ps.b.qkv(qkvArgs{qkv: ps.buf(backend.QKV), bias: bp, rope: g.s.meta + devptr(ps.ropeOff),
+	if _, err := ps.plan.Rotation(a.Local); err != nil {
+		ps.fail(fmt.Errorf("cuda: %w", err))
+		return
+	}
+	rope := g.s.meta + devptr(ps.ropeOff)
+	if a.Local {
+		rope += devptr(4 * len(ps.plan.Rope))
+	}
+	ps.fail(ps.b.qkv(qkvArgs{qkv: ps.buf(backend.QKV), bias: bp, rope: rope,
 		slots: ps.at(ps.oSlots), q: g.s.q, n: ps.rows, heads: s.Heads, ropeDim: s.RopeDim, style: int(s.Style),
 		layer: layer, kv: g.kv.geom}))
 	qd := int64(s.Heads * s.HeadDim)
@@ -314,15 +322,40 @@ func (ps *devicePass) Attention(layer int, bias backend.Vector) {
 		ps.fail(ps.b.attention(attnArgs{q: g.s.q + off, out: ps.buf(backend.Att) + off, table: ps.at(ps.oTables[i]),
 			prefix: ps.at(ps.oPrefix + sp.Lo), extraOff: ps.at(ps.oExOff + sp.Lo), extraCnt: ps.at(ps.oExCnt + sp.Lo),
 			extras: ps.at(ps.oExtras), n: sp.Hi - sp.Lo, heads: s.Heads, base: 0, layer: layer, maxVisible: visible,
-			scale: float32(1 / math.Sqrt(float64(s.HeadDim))), kv: g.kv.geom}))
+			scale: a.ScoreScale(s.HeadDim), window: a.Window, kv: g.kv.geom}))
 	}
 }
 
-// SiLUMul implements [backend.Pass].
-func (ps *devicePass) SiLUMul() {
-	if ps.err == nil {
-		ps.fail(ps.b.siluMul(ps.buf(backend.Hidden), ps.buf(backend.GateUp), ps.rows, ps.g.shape.FFN))
+// GLU implements [backend.Pass].
+func (ps *devicePass) GLU(act backend.Activation) {
+	if ps.err != nil {
+		return
 	}
+	if act != backend.SiLU && act != backend.GELUTanh {
+		ps.fail(fmt.Errorf("cuda: activation %v is not supported", act))
+		return
+	}
+	ps.fail(ps.b.glu(ps.buf(backend.Hidden), ps.buf(backend.GateUp), ps.rows, ps.g.shape.FFN, act))
+}
+
+// Scale implements [backend.Pass].
+func (ps *devicePass) Scale(a backend.Act, s float32) {
+	if ps.err == nil {
+		ps.fail(ps.b.scale(ps.buf(a), int64(ps.rows)*int64(ps.g.shape.Width(a)), s))
+	}
+}
+
+// Add implements [backend.Pass].
+func (ps *devicePass) Add(dst, src backend.Act) {
+	if ps.err != nil {
+		return
+	}
+	sh := ps.g.shape
+	if sh.Width(dst) != sh.Width(src) {
+		ps.fail(fmt.Errorf("cuda: adding rows of %d values to rows of %d", sh.Width(src), sh.Width(dst)))
+		return
+	}
+	ps.fail(ps.b.add(ps.buf(dst), ps.buf(src), int64(ps.rows)*int64(sh.Width(dst))))
 }
 
 // Final implements [backend.Pass]: the output and state rows normalised on the device

@@ -32,15 +32,31 @@ func goSiLUMul(dst, gate, up []float32) {
 	up = up[:len(gate)]
 	dst = dst[:len(gate)]
 	for i, g := range gate {
-		var s float32
-		if g >= 0 {
-			s = 1 / (1 + ExpNeg(-g))
-		} else {
-			e := ExpNeg(g)
-			s = e / (1 + e)
-		}
-		dst[i] = g * s * up[i]
+		dst[i] = g * sigmoid(g) * up[i]
 	}
+}
+
+// GELUMul writes gelu(gate) · up to dst, GELU in its tanh form:
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), computed as x·sigmoid(2·√(2/π)·(x +
+// 0.044715·x³)), which is the same function, by the sigmoid of SiLUMul.
+func GELUMul(dst, gate, up []float32) {
+	up = up[:len(gate)]
+	dst = dst[:len(gate)]
+	for i, g := range gate {
+		dst[i] = g * sigmoid(geluK*(g+0.044715*g*g*g)) * up[i]
+	}
+}
+
+// geluK is 2·√(2/π).
+const geluK = 1.5957691216057308
+
+// sigmoid is 1/(1+e^−x) by ExpNeg, for either sign of x.
+func sigmoid(x float32) float32 {
+	if x >= 0 {
+		return 1 / (1 + ExpNeg(-x))
+	}
+	e := ExpNeg(x)
+	return e / (1 + e)
 }
 
 // Add adds x to y.

@@ -122,6 +122,39 @@ func TestSiLUMul(t *testing.T) {
 	}
 }
 
+// TestGELUMul checks GELUMul against GELU's tanh form in float64, 0.5·x·(1 +
+// tanh(√(2/π)·(x + 0.044715·x³)))·up — written x / (1 + e^(−2·√(2/π)·(…)))·up, the
+// same function without the cancellation of 1 + tanh for negative x — over the range
+// of gate values a model gives, and in place. (It has no assembly: the model
+// families that use it run it in Go.)
+func TestGELUMul(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 11))
+	gate := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0.5, -0.5, 3, -3, 6, -6, 10, -10, 30, -30, 1e-20, -1e-20}
+	for range 2000 {
+		gate = append(gate, float32(rng.NormFloat64()*3))
+	}
+	up := randVec(rng, len(gate))
+	got := make([]float32, len(gate))
+	GELUMul(got, gate, up)
+	for i, g := range gate {
+		x, u := float64(g), float64(up[i])
+		want := x / (1 + math.Exp(-2*math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x))) * u
+		if th := 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x))) * u; math.Abs(x) < 3 && math.Abs(th-want) > 1e-12 {
+			t.Fatalf("the two forms differ at %v: %v, %v", x, th, want)
+		}
+		if d := math.Abs(float64(got[i]) - want); d > 1e-5*math.Abs(want)+1e-30 {
+			t.Fatalf("gate %v up %v: %v, want %v", g, up[i], got[i], want)
+		}
+	}
+	in := slices.Clone(gate)
+	GELUMul(in, in, up)
+	for i := range in {
+		if math.Float32bits(in[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("in place differs at %d: %v, %v", i, in[i], got[i])
+		}
+	}
+}
+
 func isNaN32(x float32) bool { return x != x }
 
 func BenchmarkSiLUMul(b *testing.B) {

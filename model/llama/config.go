@@ -33,7 +33,7 @@ const (
 
 // Config is the shape of a model.
 type Config struct {
-	Arch          string // "llama", "qwen2", "qwen3" or "phi3"
+	Arch          string // "llama", "qwen2", "qwen3", "phi3" or "gemma3"
 	Dim           int    // hidden size
 	Layers        int
 	Heads         int
@@ -57,6 +57,63 @@ type Config struct {
 	// the separate tensors are put side by side.
 	Fused          bool
 	TiedEmbeddings bool
+	// RopeScale, when above 1, divides every rotary frequency of the global layers
+	// (linear scaling, "position interpolation": Gemma 3 4B and up use 8).
+	RopeScale float64
+	// SlidingWindow, when positive, limits the attention of the sliding layers to
+	// the last SlidingWindow positions (Mistral 7B v0.1, Gemma 3's local layers).
+	SlidingWindow int
+	// Sliding says which layers slide; nil: all of them, when SlidingWindow is set.
+	Sliding []bool
+	// LocalRopeTheta, when positive, is the rotary base of the sliding layers,
+	// unscaled (Gemma 3: 10⁴, its global layers 10⁶).
+	LocalRopeTheta float64
+	// EmbedScale, when non-zero, multiplies the token embeddings (Gemma: √Dim).
+	EmbedScale float32
+	// PostNorms: the attention and feed-forward outputs are RMS-normalised before
+	// they join the residual stream (Gemma 2 and 3).
+	PostNorms bool
+	// Activation is the gate's function in the feed-forward unit (SiLU, or Gemma's
+	// GELU in its tanh form).
+	Activation backend.Activation
+	// AttnScale, when non-zero, scales the attention scores instead of 1/√HeadDim
+	// (Gemma's query_pre_attn_scalar^−½).
+	AttnScale float32
+}
+
+// SetGemma3 sets, on a config of Dim, Layers and SlidingWindow, what every Gemma 3
+// shares: embeddings scaled by √Dim, GELU (tanh) gates, per-head norms of Q and K,
+// norms after attention and the feed-forward unit, and, when there is a window, every
+// sixth layer global and the others sliding with a rotary base of 10⁴ — as llama.cpp
+// runs gemma3 files.
+func (c *Config) SetGemma3() { c.setGemma3(6) }
+
+// setGemma3 is SetGemma3 with every pattern-th layer global.
+func (c *Config) setGemma3(pattern int) {
+	c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
+	c.Activation, c.QKNorm, c.PostNorms = backend.GELUTanh, true, true
+	if c.SlidingWindow <= 0 || pattern <= 0 {
+		return
+	}
+	c.LocalRopeTheta = 10000
+	c.Sliding = make([]bool, c.Layers)
+	for l := range c.Sliding {
+		c.Sliding[l] = (l+1)%pattern != 0
+	}
+}
+
+// IsSliding reports whether layer l attends within a sliding window.
+func (c *Config) IsSliding(l int) bool {
+	return c.SlidingWindow > 0 && (c.Sliding == nil || c.Sliding[l])
+}
+
+// attn is what layer l's attention needs besides its weights.
+func (c *Config) attn(l int, bias backend.Vector) backend.Attn {
+	a := backend.Attn{Bias: bias, Scale: c.AttnScale}
+	if c.IsSliding(l) {
+		a.Window, a.Local = c.SlidingWindow, c.LocalRopeTheta > 0
+	}
+	return a
 }
 
 // Llama3Scaling is Hugging Face's rope_scaling of type "llama3".
@@ -156,12 +213,18 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%d rope frequency factors for %d rotary dimensions", len(c.RopeFreqFactors), c.RopeDim)
 	case c.ContextLength < 0:
 		return fmt.Errorf("context length %d", c.ContextLength)
+	case c.SlidingWindow < 0 || c.Sliding != nil && len(c.Sliding) != c.Layers:
+		return fmt.Errorf("sliding window %d over %d of %d layers", c.SlidingWindow, len(c.Sliding), c.Layers)
+	case c.RopeScale < 0 || c.LocalRopeTheta < 0 || math.IsNaN(c.RopeScale) || math.IsNaN(c.LocalRopeTheta):
+		return fmt.Errorf("rope scale %v, local rope theta %v", c.RopeScale, c.LocalRopeTheta)
+	case c.Activation != backend.SiLU && c.Activation != backend.GELUTanh:
+		return fmt.Errorf("activation %v", c.Activation)
 	}
 	return nil
 }
 
 // InvFreqs returns the rotary frequency of each dimension pair: θ^(−2i/d), divided by
-// the llama3 scaling factors when there are any.
+// the llama3 scaling factors when there are any and by the linear scale.
 func (c *Config) InvFreqs() []float64 {
 	out := make([]float64, c.RopeDim/2)
 	for i := range out {
@@ -169,6 +232,22 @@ func (c *Config) InvFreqs() []float64 {
 		if c.RopeFreqFactors != nil {
 			out[i] /= float64(c.RopeFreqFactors[i])
 		}
+		if c.RopeScale > 1 {
+			out[i] /= c.RopeScale
+		}
+	}
+	return out
+}
+
+// LocalInvFreqs returns the rotary frequencies of the sliding layers when they have
+// a base of their own (LocalRopeTheta), unscaled; nil otherwise.
+func (c *Config) LocalInvFreqs() []float64 {
+	if c.LocalRopeTheta <= 0 || c.SlidingWindow <= 0 {
+		return nil
+	}
+	out := make([]float64, c.RopeDim/2)
+	for i := range out {
+		out[i] = math.Pow(c.LocalRopeTheta, -float64(2*i)/float64(c.RopeDim))
 	}
 	return out
 }

@@ -27,6 +27,9 @@ func (ll *layerLoop) Layers(ctx context.Context, ps backend.Pass) error {
 		ps.Load(backend.XN)
 		ps.MulAdd(backend.X, backend.XN, m.fcHidden)
 	}
+	if m.cfg.EmbedScale != 0 {
+		ps.Scale(backend.X, m.cfg.EmbedScale)
+	}
 	for l := range m.layers {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("llama: forward: %w", err)
@@ -42,16 +45,28 @@ func (ll *layerLoop) Layers(ctx context.Context, ps backend.Pass) error {
 			ps.HeadNorm(backend.QKV, 0, m.cfg.Heads, ly.qNorm)
 			ps.HeadNorm(backend.QKV, m.cfg.Heads, m.cfg.KVHeads, ly.kNorm)
 		}
-		ps.Attention(l, ly.bias)
-		ps.MulAdd(backend.X, backend.Att, ly.o)
+		ps.Attention(l, m.cfg.attn(l, ly.bias))
+		residual(ps, backend.Att, ly.o, ly.postAttnNorm)
 		ps.Norm(backend.XN, backend.X, ly.ffnNorm)
 		ps.Mul(backend.GateUp, backend.XN, ly.gateUp)
-		ps.SiLUMul()
-		ps.MulAdd(backend.X, backend.Hidden, ly.down)
+		ps.GLU(m.cfg.Activation)
+		residual(ps, backend.Hidden, ly.down, ly.postFFNNorm)
 		ps.Save(l)
 	}
 	ps.Final(m.outNorm, m.output)
 	return nil
+}
+
+// residual adds src · wᵀ to the residual stream X, normalised by post first when
+// there is one (Gemma's norms after attention and feed-forward).
+func residual(ps backend.Pass, src backend.Act, w backend.Matrix, post backend.Vector) {
+	if post == nil {
+		ps.MulAdd(backend.X, src, w)
+		return
+	}
+	ps.Mul(backend.XN, src, w)
+	ps.Norm(backend.XN, backend.XN, post)
+	ps.Add(backend.X, backend.XN)
 }
 
 // Forward implements [model.Model]: the batches of every sequence go through the
@@ -126,7 +141,7 @@ func (m *Model) passes(ctx context.Context, work []model.Work) error {
 		m.plans.Put(p)
 	}()
 	p.Reset()
-	p.Dim, p.InvFreq = m.cfg.Dim, m.invFreq
+	p.Dim, p.InvFreq, p.LocalInvFreq = m.cfg.Dim, m.invFreq, m.localInvFreq
 	limit := m.be.MaxRows()
 	for _, w := range work {
 		kv := w.Seq.(*sequence).kv

@@ -24,6 +24,20 @@ func tinyConfig(style RopeStyle, bias bool) Config {
 	}
 }
 
+// slidingConfigs are tiny shapes with sliding-window layers: Gemma 3's kind (two
+// sliding layers with a local rotary base, then a global one with its frequencies
+// scaled, GELU, embeddings scaled, per-head and post norms, a score scale of its
+// own) and Mistral's (every layer sliding, nothing else new), with windows of
+// window positions.
+func slidingConfigs(window int) map[string]Config {
+	g := tinyConfig(RopeHalf, false)
+	g.Arch, g.Layers, g.SlidingWindow, g.RopeScale, g.AttnScale = "gemma3", 3, window, 2, 0.3
+	g.setGemma3(3)
+	m := tinyConfig(RopeHalf, false)
+	m.SlidingWindow = window
+	return map[string]Config{"gemma3": g, "mistral": m}
+}
+
 func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 	t := make([]int32, n)
 	for i := range t {
@@ -93,12 +107,50 @@ func TestForwardMatchesReference(t *testing.T) {
 	}
 }
 
+// TestSlidingWindowMatchesReference: models with sliding-window layers (Gemma 3's and
+// Mistral's kinds) give the float64 reference's logits — whose sliding layers see
+// only their window — for prompts forwarded whole, token by token and in uneven
+// chunks that start and end anywhere in a cache block.
+func TestSlidingWindowMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 1))
+	for name, cfg := range slidingConfigs(7) {
+		for _, typ := range []dtype.DType{dtype.F32, dtype.Q8_0} {
+			m := randomModel(t, cfg, typ, 11, Options{Backend: cpu.Factory(2)})
+			toks := randomTokens(rng, 50, cfg.Vocab)
+			want := reference(t, m, randomTensors(t, cfg, typ, 11), toks)
+			tol := 2e-4
+			if typ == dtype.Q8_0 {
+				tol = 0.05
+			}
+			for _, chunks := range [][]int{{50}, {1}, {7, 3, 11}, {17, 16}} {
+				seq, err := m.NewSequence(context.Background())
+				require.NoError(t, err)
+				got := forwardAll(t, seq, toks, chunks, cfg.Vocab)
+				for p := range toks {
+					require.Less(t, maxRelErr(got[p], want[p]), tol, "%s %s chunks %v position %d", name, typ, chunks, p)
+				}
+				require.NoError(t, seq.Close())
+			}
+		}
+	}
+}
+
 // TestTreeForwardEqualsChains forwards a tree draft and checks each node's logits
 // against forwarding its root-to-node path as a chain, then keeps one path and checks
-// the sequence continues as if that path had been a chain.
+// the sequence continues as if that path had been a chain — also for models with
+// sliding windows shorter than the tree is deep.
 func TestTreeForwardEqualsChains(t *testing.T) {
+	cfgs := slidingConfigs(3)
+	cfgs["llama"] = tinyConfig(RopeInterleaved, true)
+	for name, cfg := range cfgs {
+		t.Run(name, func(t *testing.T) { checkTreeEqualsChains(t, cfg) })
+	}
+}
+
+// checkTreeEqualsChains is TestTreeForwardEqualsChains for one shape.
+func checkTreeEqualsChains(t *testing.T, cfg Config) {
 	ctx := context.Background()
-	m := randomModel(t, tinyConfig(RopeInterleaved, true), dtype.F32, 3, Options{Backend: cpu.Factory(2)})
+	m := randomModel(t, cfg, dtype.F32, 3, Options{Backend: cpu.Factory(2)})
 	v := m.cfg.Vocab
 	prefix := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
 	// Tree: 20 → {21 → {23, 24 → 26}, 22 → {25}}

@@ -46,8 +46,8 @@ func build(t *Tensors, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("llama: %s: %w", t.file, err)
 	}
-	m := &Model{cfg: c, name: t.Name, be: be, invFreq: c.InvFreqs()}
-	l := &loader{src: t.src, file: t.file, be: be, progress: opts.Progress, requantize: opts.Requantize}
+	m := &Model{cfg: c, name: t.Name, be: be, invFreq: c.InvFreqs(), localInvFreq: c.LocalInvFreqs()}
+	l := &loader{src: t.src, file: t.file, be: be, progress: opts.Progress, requantize: opts.Requantize, normShift: t.Names.NormShift}
 	if err := l.load(m, t.Names); err != nil {
 		return m, err
 	}
@@ -78,8 +78,12 @@ type Tensors struct {
 type TensorNames struct {
 	Embed, OutNorm, Output string
 	// Layer names part of layer i: attn_norm, q, k, v (or qkv, fused), o, q_bias,
-	// k_bias, v_bias, q_norm, k_norm, ffn_norm, gate, up (or gate_up, fused) or down.
+	// k_bias, v_bias, q_norm, k_norm, post_attn_norm, ffn_norm, gate, up (or gate_up,
+	// fused), down or post_ffn_norm.
 	Layer func(i int, part string) string
+	// NormShift is added to every norm weight as it is loaded: 1 for Hugging Face's
+	// Gemma, whose norms multiply by (1 + w) (llama.cpp's converter adds the 1).
+	NormShift float32
 }
 
 // OpenTensors opens the weights of a GGUF file or a Hugging Face directory.
@@ -117,6 +121,7 @@ type loader struct {
 	file       string
 	be         backend.Backend
 	requantize dtype.DType             // float matrices converted to this type at load; 0: none
+	normShift  float32                 // added to norm weights (TensorNames.NormShift)
 	progress   func(done, total int64) // nil: none
 	done       int64                   // bytes of the tensors loaded so far
 	total      int64
@@ -204,6 +209,11 @@ func (l *loader) convert(t *backend.Tensor) error {
 // vector loads 1-D tensors of the given lengths, side by side, as one vector of the
 // backend; nil when the first is optional and missing.
 func (l *loader) vector(optional bool, parts ...part) backend.Vector {
+	return l.shifted(optional, 0, parts...)
+}
+
+// shifted is vector with shift added to every value.
+func (l *loader) shifted(optional bool, shift float32, parts ...part) backend.Vector {
 	var out []float32
 	for _, p := range parts {
 		t, shape, data, ok := l.get(p.name, optional)
@@ -219,6 +229,9 @@ func (l *loader) vector(optional bool, parts ...part) backend.Vector {
 			l.fail(p.name, "%v", err)
 			return nil
 		}
+		for i := range v {
+			v[i] += shift
+		}
 		out = append(out, v...)
 	}
 	v, err := l.be.Vector(out)
@@ -229,6 +242,11 @@ func (l *loader) vector(optional bool, parts ...part) backend.Vector {
 	return v
 }
 
+// norm loads a norm's weights, shifted by the names' NormShift.
+func (l *loader) norm(name string, n int) backend.Vector {
+	return l.shifted(false, l.normShift, part{name, n, 0})
+}
+
 // load fills the weights of m, whose config is set.
 func (l *loader) load(m *Model, n TensorNames) error {
 	c := &m.cfg
@@ -237,9 +255,9 @@ func (l *loader) load(m *Model, n TensorNames) error {
 	for i := range c.Layers {
 		name := func(p string) string { return n.Layer(i, p) }
 		ly := layer{
-			attnNorm: l.vector(false, part{name("attn_norm"), c.Dim, 0}),
+			attnNorm: l.norm(name("attn_norm"), c.Dim),
 			o:        l.matrix(part{name("o"), c.Dim, qd}),
-			ffnNorm:  l.vector(false, part{name("ffn_norm"), c.Dim, 0}),
+			ffnNorm:  l.norm(name("ffn_norm"), c.Dim),
 			down:     l.matrix(part{name("down"), c.Dim, c.FFN}),
 		}
 		if c.Fused {
@@ -253,12 +271,16 @@ func (l *loader) load(m *Model, n TensorNames) error {
 			ly.bias = l.vector(false, part{name("q_bias"), qd, 0}, part{name("k_bias"), kvd, 0}, part{name("v_bias"), kvd, 0})
 		}
 		if c.QKNorm {
-			ly.qNorm = l.vector(false, part{name("q_norm"), c.HeadDim, 0})
-			ly.kNorm = l.vector(false, part{name("k_norm"), c.HeadDim, 0})
+			ly.qNorm = l.norm(name("q_norm"), c.HeadDim)
+			ly.kNorm = l.norm(name("k_norm"), c.HeadDim)
+		}
+		if c.PostNorms {
+			ly.postAttnNorm = l.norm(name("post_attn_norm"), c.Dim)
+			ly.postFFNNorm = l.norm(name("post_ffn_norm"), c.Dim)
 		}
 		m.layers = append(m.layers, ly)
 	}
-	m.outNorm = l.vector(false, part{n.OutNorm, c.Dim, 0})
+	m.outNorm = l.norm(n.OutNorm, c.Dim)
 	if _, _, _, ok := l.src.lookup(n.Output); ok && !c.TiedEmbeddings {
 		m.output = l.matrix(part{n.Output, c.Vocab, c.Dim})
 	} else {

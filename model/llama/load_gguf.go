@@ -2,6 +2,9 @@ package llama
 
 import (
 	"fmt"
+	"math"
+	"slices"
+	"strings"
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
@@ -57,10 +60,20 @@ func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 		kv = append(kv, gguf.KeyValue{Key: a + ".attention.key_length", Value: u32(c.HeadDim)},
 			gguf.KeyValue{Key: a + ".attention.value_length", Value: u32(c.HeadDim)})
 	}
+	if c.SlidingWindow > 0 {
+		kv = append(kv, gguf.KeyValue{Key: a + ".attention.sliding_window", Value: u32(c.SlidingWindow)})
+	}
+	if c.RopeScale > 1 {
+		kv = append(kv, gguf.KeyValue{Key: a + ".rope.scaling.type", Value: gguf.String("linear")},
+			gguf.KeyValue{Key: a + ".rope.scaling.factor", Value: gguf.Float32(float32(c.RopeScale))})
+	}
 	return kv
 }
 
-// ggufTensors opens a GGUF file of architecture llama, qwen2, qwen3 or phi3.
+// ggufArchs are the architectures a GGUF file may name.
+var ggufArchs = []string{"llama", "qwen2", "qwen3", "phi3", "gemma3"}
+
+// ggufTensors opens a GGUF file of architecture llama, qwen2, qwen3, phi3 or gemma3.
 func ggufTensors(path string) (_ *Tensors, err error) {
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -76,8 +89,8 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
-	if arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" {
-		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (llama, qwen2, qwen3 and phi3 are)", file, arch)
+	if !slices.Contains(ggufArchs, arch) {
+		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (%s are)", file, arch, strings.Join(ggufArchs, ", "))
 	}
 	key := func(k string) string { return arch + "." + k }
 	req := func(k string) int {
@@ -93,7 +106,7 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		}
 		return req(k)
 	}
-	c := Config{Arch: arch, QKVBias: arch == "qwen2", QKNorm: arch == "qwen3", Fused: arch == "phi3"}
+	c := Config{Arch: arch, QKVBias: arch == "qwen2", QKNorm: arch == "qwen3" || arch == "gemma3", Fused: arch == "phi3"}
 	c.Dim = req("embedding_length")
 	c.Layers = req("block_count")
 	c.FFN = req("feed_forward_length")
@@ -120,8 +133,14 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	}
 	if f.Has(key("rope.scaling.type")) {
 		st, _ := f.String(key("rope.scaling.type"))
-		if st != "none" && st != "" {
-			return nil, fmt.Errorf("llama: %s: rope scaling %q is not supported", file, st)
+		switch st {
+		case "none", "":
+		case "linear":
+			if c.RopeScale, err = f.Float(key("rope.scaling.factor")); err != nil || !(c.RopeScale >= 1) {
+				return nil, fmt.Errorf("llama: %s: linear rope scaling needs a factor of at least 1 (%v, %v)", file, c.RopeScale, err)
+			}
+		default:
+			return nil, fmt.Errorf("llama: %s: rope scaling %q is not supported (linear is)", file, st)
 		}
 	}
 	// Phi-3's long-context rotary scaling (su/longrope: per-frequency factors chosen by
@@ -129,9 +148,13 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	if _, ok := f.Tensor("rope_factors_long.weight"); ok {
 		return nil, fmt.Errorf("llama: %s: longrope rotary scaling (rope_factors_long.weight) is not supported", file)
 	}
-	// Sliding-window attention equals full attention within the window: the context
-	// is capped there, as for Hugging Face directories.
-	if w := opt("attention.sliding_window", 0); w > 0 && (c.ContextLength == 0 || w < c.ContextLength) {
+	if arch == "gemma3" {
+		if err := gemma3GGUF(f, &c, file); err != nil {
+			return nil, err
+		}
+	} else if w := opt("attention.sliding_window", 0); w > 0 && (c.ContextLength == 0 || w < c.ContextLength) {
+		// Sliding-window attention equals full attention within the window: the
+		// context is capped there, as for Hugging Face directories.
 		c.ContextLength = w
 	}
 	// llama.cpp keeps llama3 rope scaling as per-frequency divisors in a tensor.
@@ -144,8 +167,11 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	// qwen2, qwen3 and phi3 files keep Hugging Face's rotary layout; llama files have
 	// their Q and K rows permuted for interleaved pairs.
 	c.RopeStyle = RopeInterleaved
-	if arch != "llama" {
+	if arch != "llama" { // gemma3 too: llama.cpp rotates it in NeoX (rotate-half) pairs
 		c.RopeStyle = RopeHalf
+	}
+	if err != nil {
+		return nil, err
 	}
 	src := ggufSource{f}
 	_, shape, _, ok := src.lookup("token_embd.weight")
@@ -173,10 +199,38 @@ func GGUFNames() TensorNames {
 		"o": "attn_output.weight", "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
 		"q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
 		"qkv": "attn_qkv.weight", "gate_up": "ffn_up.weight",
+		"post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
 		"ffn_norm": "ffn_norm.weight", "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
 	}
 	return TensorNames{
 		Embed: "token_embd.weight", OutNorm: "output_norm.weight", Output: "output.weight",
 		Layer: func(i int, part string) string { return fmt.Sprintf("blk.%d.%s", i, parts[part]) },
 	}
+}
+
+// gemma3GGUF reads what is Gemma 3's own in a gemma3 file, as llama.cpp does: every
+// sixth layer global, the rest sliding (when the file gives a window) with a rotary
+// base of 10⁴, unscaled; embeddings scaled by √Dim; GELU; norms before and after
+// attention and the feed-forward unit (their weights stored as 1 + w, the converter's
+// doing). The score scale is 1/√HeadDim, or for the 27B model (62 layers)
+// 1/√(Dim/Heads), as llama.cpp decides it.
+func gemma3GGUF(f *gguf.File, c *Config, file string) error {
+	key := "gemma3.final_logit_softcapping"
+	if f.Has(key) {
+		if v, err := f.Float(key); err != nil || v != 0 {
+			return fmt.Errorf("llama: %s: final logit soft-capping (%v) is not supported", file, v)
+		}
+	}
+	if f.Has("gemma3.attention.sliding_window") {
+		w, err := f.Uint("gemma3.attention.sliding_window")
+		if err != nil {
+			return fmt.Errorf("llama: %s: %w", file, err)
+		}
+		c.SlidingWindow = int(w)
+	}
+	c.setGemma3(6)
+	if c.Layers == 62 && c.Heads > 0 {
+		c.AttnScale = float32(1 / math.Sqrt(float64(c.Dim/c.Heads)))
+	}
+	return nil
 }

@@ -1,10 +1,13 @@
 package llama
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/safetensors"
@@ -31,6 +34,16 @@ type hfConfig struct {
 	SlidingWindow    *int             `json:"sliding_window"`
 	UseSlidingWindow *bool            `json:"use_sliding_window"`
 	PartialRotary    *float64         `json:"partial_rotary_factor"`
+
+	// Gemma 3's.
+	HiddenActivation     string           `json:"hidden_activation"`
+	QueryPreAttnScalar   float64          `json:"query_pre_attn_scalar"`
+	RopeLocalBase        float64          `json:"rope_local_base_freq"`
+	SlidingWindowPattern int              `json:"sliding_window_pattern"`
+	LayerTypes           []string         `json:"layer_types"`
+	FinalSoftcap         *float64         `json:"final_logit_softcapping"`
+	AttnSoftcap          *float64         `json:"attn_logit_softcapping"`
+	TextConfig           *json.RawMessage `json:"text_config"` // a multimodal model's language model
 }
 
 type hfRopeScaling struct {
@@ -66,14 +79,17 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 	case "Phi3ForCausalLM":
 		c.Arch = "phi3"
 		c.Fused = true
+	case "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration":
+		c.Arch = "gemma3"
+		tied = true
 	default:
-		return c, fmt.Errorf("architecture %q is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and Phi3ForCausalLM are)", arch)
+		return c, fmt.Errorf("architecture %q is not supported (%s are)", arch, strings.Join(hfArchs, ", "))
 	}
 	if h.TieEmbeddings != nil {
 		tied = *h.TieEmbeddings
 	}
 	c.TiedEmbeddings = tied
-	if h.HiddenAct != "" && h.HiddenAct != "silu" {
+	if c.Arch != "gemma3" && h.HiddenAct != "" && h.HiddenAct != "silu" {
 		return c, fmt.Errorf("activation %q is not supported (silu is)", h.HiddenAct)
 	}
 	if c.KVHeads == 0 {
@@ -93,9 +109,13 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 	if h.PartialRotary != nil {
 		c.RopeDim = int(float64(c.HeadDim)**h.PartialRotary) / 2 * 2
 	}
-	// Sliding-window attention equals full attention within the window: cap the
-	// context there.
-	if h.SlidingWindow != nil && *h.SlidingWindow > 0 && (h.UseSlidingWindow == nil || *h.UseSlidingWindow) {
+	if c.Arch == "gemma3" {
+		if err := gemma3HF(h, &c); err != nil {
+			return c, err
+		}
+	} else if h.SlidingWindow != nil && *h.SlidingWindow > 0 && (h.UseSlidingWindow == nil || *h.UseSlidingWindow) {
+		// Sliding-window attention equals full attention within the window: cap the
+		// context there.
 		if c.ContextLength == 0 || *h.SlidingWindow < c.ContextLength {
 			c.ContextLength = *h.SlidingWindow
 		}
@@ -111,14 +131,18 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 		}
 		switch kind {
 		case "default", "":
-		case "llama3":
+		case "linear":
+			if !(rs.Factor >= 1) {
+				return c, fmt.Errorf("rope_scaling linear has factor %v, want at least 1", rs.Factor)
+			}
+			c.RopeScale = rs.Factor
 			if rs.Factor <= 0 || rs.LowFreqFactor <= 0 || rs.HighFreqFactor <= rs.LowFreqFactor || rs.OriginalContext <= 0 {
 				return c, fmt.Errorf("rope_scaling llama3 has invalid parameters %+v", rs)
 			}
 			c.RopeFreqFactors = Llama3Scaling{Factor: rs.Factor, LowFreqFactor: rs.LowFreqFactor,
 				HighFreqFactor: rs.HighFreqFactor, OriginalContext: rs.OriginalContext}.FreqFactors(c.RopeTheta, c.RopeDim)
 		default:
-			return c, fmt.Errorf("rope_scaling of type %q is not supported (llama3 is)", kind)
+			return c, fmt.Errorf("rope_scaling of type %q is not supported (linear and llama3 are)", kind)
 		}
 	}
 	return c, nil
@@ -148,6 +172,44 @@ func (h hfSource) size() int64 {
 	return n
 }
 
+// hfArchs are the architectures a config.json may name.
+var hfArchs = []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+	"Phi3ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}
+
+// gemma3HF reads what is Gemma 3's own in a config.json: the activation, the score
+// scale query_pre_attn_scalar^−½, the layers that slide (layer_types, or every
+// sliding_window_pattern-th layer global) and their rotary base.
+func gemma3HF(h hfConfig, c *Config) error {
+	act := cmp.Or(h.HiddenActivation, h.HiddenAct, "gelu_pytorch_tanh")
+	if act != "gelu_pytorch_tanh" {
+		return fmt.Errorf("activation %q is not supported for Gemma 3 (gelu_pytorch_tanh is)", act)
+	}
+	for _, v := range []*float64{h.FinalSoftcap, h.AttnSoftcap} {
+		if v != nil && *v != 0 {
+			return fmt.Errorf("logit soft-capping (%v) is not supported", *v)
+		}
+	}
+	if h.SlidingWindow != nil {
+		c.SlidingWindow = *h.SlidingWindow
+	}
+	c.setGemma3(cmp.Or(h.SlidingWindowPattern, 6))
+	if h.LayerTypes != nil && c.SlidingWindow > 0 {
+		if len(h.LayerTypes) != c.Layers {
+			return fmt.Errorf("%d layer_types for %d layers", len(h.LayerTypes), c.Layers)
+		}
+		for l, t := range h.LayerTypes {
+			c.Sliding[l] = t == "sliding_attention"
+		}
+	}
+	if h.RopeLocalBase > 0 && c.LocalRopeTheta > 0 {
+		c.LocalRopeTheta = h.RopeLocalBase
+	}
+	if h.QueryPreAttnScalar > 0 {
+		c.AttnScale = float32(1 / math.Sqrt(h.QueryPreAttnScalar))
+	}
+	return nil
+}
+
 // ReadHFConfig reads and checks the config.json of a Hugging Face model directory.
 func ReadHFConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, "config.json")
@@ -155,8 +217,8 @@ func ReadHFConfig(dir string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("llama: %w", err)
 	}
-	var h hfConfig
-	if err := json.Unmarshal(raw, &h); err != nil {
+	h, err := parseHFConfig(raw)
+	if err != nil {
 		return Config{}, fmt.Errorf("llama: %s: %w", path, err)
 	}
 	c, err := hfConfigToConfig(h)
@@ -167,6 +229,27 @@ func ReadHFConfig(dir string) (Config, error) {
 		return Config{}, fmt.Errorf("llama: %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// parseHFConfig parses a config.json; a multimodal model's is its language model's
+// (text_config) under the outer architecture.
+func parseHFConfig(raw []byte) (hfConfig, error) {
+	var h hfConfig
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return h, err
+	}
+	if h.TextConfig == nil || string(*h.TextConfig) == "null" {
+		return h, nil
+	}
+	var text hfConfig
+	if err := json.Unmarshal(*h.TextConfig, &text); err != nil {
+		return h, fmt.Errorf("text_config: %w", err)
+	}
+	text.Architectures = h.Architectures
+	if text.TieEmbeddings == nil {
+		text.TieEmbeddings = h.TieEmbeddings
+	}
+	return text, nil
 }
 
 // hfTensors opens a Hugging Face model directory.
@@ -180,7 +263,39 @@ func hfTensors(dir string) (*Tensors, error) {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
 	name := filepath.Base(dir)
-	return &Tensors{Config: c, Name: name, Names: hfNames(), src: hfSource{set}, file: name, closer: set}, nil
+	names := hfNames()
+	if c.Arch == "gemma3" {
+		names = gemma3Names(set)
+	}
+	return &Tensors{Config: c, Name: name, Names: names, src: hfSource{set}, file: name, closer: set}, nil
+}
+
+// gemma3Names returns the tensor names of a Hugging Face Gemma 3 checkpoint: a text
+// model's (model.…), or a multimodal one's language model (language_model.model.…,
+// or model.language_model.… as newer transformers save it). Its norms hold w of
+// (1 + w).
+func gemma3Names(set *safetensors.Set) TensorNames {
+	n := hfNames()
+	prefix := "model."
+	for _, p := range []string{"language_model.model.", "model.language_model."} {
+		if _, ok := set.Tensor(p + "embed_tokens.weight"); ok {
+			prefix = p
+		}
+	}
+	n.Embed, n.OutNorm = prefix+"embed_tokens.weight", prefix+"norm.weight"
+	parts := map[string]string{
+		"ffn_norm": "pre_feedforward_layernorm.weight", "post_attn_norm": "post_attention_layernorm.weight",
+		"post_ffn_norm": "post_feedforward_layernorm.weight",
+	}
+	layer := n.Layer
+	n.Layer = func(i int, part string) string {
+		if p, ok := parts[part]; ok {
+			return fmt.Sprintf("%slayers.%d.%s", prefix, i, p)
+		}
+		return prefix + strings.TrimPrefix(layer(i, part), "model.")
+	}
+	n.NormShift = 1
+	return n
 }
 
 // hfNames returns the tensor names of Hugging Face's Llama, Qwen2, Qwen3 and Phi-3

@@ -47,6 +47,9 @@ type layer struct {
 	bias              backend.Vector // Q, K and V biases side by side; nil: none
 	qNorm, kNorm      backend.Vector // the per-head norms of Q and K (Config.QKNorm); nil: none
 	gateUp, down      backend.Matrix // gate and up side by side
+	// The norms of the attention and feed-forward outputs (Config.PostNorms); nil:
+	// none.
+	postAttnNorm, postFFNNorm backend.Vector
 }
 
 // Model is a loaded Llama-family model. It is safe for concurrent use.
@@ -62,6 +65,7 @@ type Model struct {
 	// embedding and the hidden state given beside each token; nil for a plain model.
 	fcEmbed, fcHidden backend.Matrix
 	invFreq           []float64
+	localInvFreq      []float64 // the sliding layers' (Config.LocalRopeTheta); nil: none
 	kv                *kvcache.Pool
 	closed            atomic.Bool
 

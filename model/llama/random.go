@@ -12,8 +12,8 @@ import (
 // cfg whose weights are pseudo-random values of type typ made by the backend itself (a
 // device fills its own memory: nothing is read from disk or copied from the host), to
 // measure a device at real sizes without a file (backend/cuda's gpubench). A matrix of
-// c columns holds values uniform in ±√(3/c) (the embedding ±√3), norms 1 ± 0.1, biases
-// ±0.5. The same seed gives the same weights on every backend that can make them: the
+// c columns holds values uniform in ±√(3/c) (the embedding ±√3), norms (per-head and
+// post-norms too) 1 ± 0.1, biases ±0.5. The same seed gives the same weights on every backend that can make them: the
 // CUDA backend's, on a GPU or the host device; the CPU backend cannot.
 func NewRandom(cfg Config, typ dtype.DType, seed uint64, opts Options) (*Model, error) {
 	if cfg.RopeDim == 0 {
@@ -28,7 +28,7 @@ func NewRandom(cfg Config, typ dtype.DType, seed uint64, opts Options) (*Model, 
 		return nil, fmt.Errorf("llama: random model: %w", err)
 	}
 	name := fmt.Sprintf("random-%s-%dx%d-%s", cfg.Arch, cfg.Layers, cfg.Dim, typ)
-	m := &Model{cfg: cfg, name: name, be: be, invFreq: cfg.InvFreqs()}
+	m := &Model{cfg: cfg, name: name, be: be, invFreq: cfg.InvFreqs(), localInvFreq: cfg.LocalInvFreqs()}
 	f, ok := be.(filler)
 	if !ok {
 		_ = m.Close()
@@ -100,6 +100,12 @@ func (r *randomWeights) fill(m *Model) {
 		ly.qkv = r.matrix(qd+2*kvd, c.Dim, width(c.Dim))
 		if c.QKVBias {
 			ly.bias = r.vector(qd+2*kvd, 0.5, 0)
+		}
+		if c.QKNorm {
+			ly.qNorm, ly.kNorm = r.vector(c.HeadDim, 0.1, 1), r.vector(c.HeadDim, 0.1, 1)
+		}
+		if c.PostNorms {
+			ly.postAttnNorm, ly.postFFNNorm = r.vector(c.Dim, 0.1, 1), r.vector(c.Dim, 0.1, 1)
 		}
 		ly.o = r.matrix(c.Dim, qd, width(qd))
 		ly.gateUp = r.matrix(2*c.FFN, c.Dim, width(c.Dim))

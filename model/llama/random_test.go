@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
 )
 
@@ -82,6 +83,14 @@ func randomTensors(t testing.TB, cfg Config, typ dtype.DType, seed uint64) memSo
 			vec(name("k_bias"), cfg.KVHeads*hd, 0, 0.5)
 			vec(name("v_bias"), cfg.KVHeads*hd, 0, 0.5)
 		}
+		if cfg.QKNorm {
+			vec(name("q_norm"), hd, 1, 0.2)
+			vec(name("k_norm"), hd, 1, 0.2)
+		}
+		if cfg.PostNorms {
+			vec(name("post_attn_norm"), cfg.Dim, 1, 0.2)
+			vec(name("post_ffn_norm"), cfg.Dim, 1, 0.2)
+		}
 	}
 	vec(n.OutNorm, cfg.Dim, 1, 0.1)
 	if !cfg.TiedEmbeddings {
@@ -156,10 +165,10 @@ func reference(t testing.TB, m *Model, src memSource, toks []int32) [][]float64 
 		}
 		return y
 	}
-	ropeRef := func(x []float64, pos int) {
+	ropeRef := func(x []float64, pos int, invFreq []float64) {
 		half := c.RopeDim / 2
 		for j := range half {
-			ang := float64(pos) * m.invFreq[j]
+			ang := float64(pos) * invFreq[j]
 			cs, sn := math.Cos(ang), math.Sin(ang)
 			a, b := 2*j, 2*j+1
 			if c.RopeStyle == RopeHalf {
@@ -168,10 +177,40 @@ func reference(t testing.TB, m *Model, src memSource, toks []int32) [][]float64 
 			x[a], x[b] = x[a]*cs-x[b]*sn, x[a]*sn+x[b]*cs
 		}
 	}
+	headNorm := func(x []float64, w []float32) {
+		if w != nil {
+			copy(x, norm(x, w))
+		}
+	}
+	gate := func(g float64) float64 {
+		if c.Activation == backend.GELUTanh {
+			return 0.5 * g * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g+0.044715*g*g*g)))
+		}
+		return g / (1 + math.Exp(-g))
+	}
+	// addOut adds a sublayer's output to the residual stream, normalised first when
+	// there is a post-norm.
+	addOut := func(x, o []float64, post []float32) {
+		if post != nil {
+			o = norm(o, post)
+		}
+		for i := range x {
+			x[i] += o[i]
+		}
+	}
+	scale := 1 / math.Sqrt(float64(hd))
+	if c.AttnScale != 0 {
+		scale = float64(c.AttnScale)
+	}
 	emb := dec(n.Embed)
 	X := make([][]float64, T)
 	for p, tok := range toks {
 		X[p] = append([]float64(nil), emb[tok]...)
+		if c.EmbedScale != 0 {
+			for i := range X[p] {
+				X[p][i] *= float64(c.EmbedScale)
+			}
+		}
 	}
 	for l := range c.Layers {
 		name := func(p string) string { return n.Layer(l, p) }
@@ -179,6 +218,15 @@ func reference(t testing.TB, m *Model, src memSource, toks []int32) [][]float64 
 		wg, wu, wd := dec(name("gate")), dec(name("up")), dec(name("down"))
 		attnNorm, ffnNorm := vec(name("attn_norm")), vec(name("ffn_norm"))
 		bq, bk, bv := vec(name("q_bias")), vec(name("k_bias")), vec(name("v_bias"))
+		qn, kn := vec(name("q_norm")), vec(name("k_norm"))
+		postAttn, postFFN := vec(name("post_attn_norm")), vec(name("post_ffn_norm"))
+		invFreq, window := m.invFreq, T
+		if c.IsSliding(l) {
+			window = c.SlidingWindow
+			if c.LocalRopeTheta > 0 {
+				invFreq = c.LocalInvFreqs()
+			}
+		}
 		Q, K, V := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 		for p := range T {
 			xn := norm(X[p], attnNorm)
@@ -193,49 +241,46 @@ func reference(t testing.TB, m *Model, src memSource, toks []int32) [][]float64 
 				}
 			}
 			for h := range c.Heads {
-				ropeRef(Q[p][h*hd:(h+1)*hd], p)
+				headNorm(Q[p][h*hd:(h+1)*hd], qn)
+				ropeRef(Q[p][h*hd:(h+1)*hd], p, invFreq)
 			}
 			for h := range c.KVHeads {
-				ropeRef(K[p][h*hd:(h+1)*hd], p)
+				headNorm(K[p][h*hd:(h+1)*hd], kn)
+				ropeRef(K[p][h*hd:(h+1)*hd], p, invFreq)
 			}
 		}
 		for p := range T {
 			att := make([]float64, c.Heads*hd)
 			for h := range c.Heads {
 				kvh := h / (c.Heads / c.KVHeads)
+				lo := max(0, p-window+1) // the window: positions lo … p
 				sc := make([]float64, p+1)
 				mx := math.Inf(-1)
-				for j := 0; j <= p; j++ {
+				for j := lo; j <= p; j++ {
 					for d := range hd {
 						sc[j] += Q[p][h*hd+d] * K[j][kvh*hd+d]
 					}
-					sc[j] /= math.Sqrt(float64(hd))
+					sc[j] *= scale
 					mx = math.Max(mx, sc[j])
 				}
 				var sum float64
-				for j := range sc {
+				for j := lo; j <= p; j++ {
 					sc[j] = math.Exp(sc[j] - mx)
 					sum += sc[j]
 				}
-				for j := range sc {
+				for j := lo; j <= p; j++ {
 					for d := range hd {
 						att[h*hd+d] += sc[j] / sum * V[j][kvh*hd+d]
 					}
 				}
 			}
-			o := matvec(wo, att)
-			for i := range X[p] {
-				X[p][i] += o[i]
-			}
+			addOut(X[p], matvec(wo, att), postAttn)
 			xn := norm(X[p], ffnNorm)
 			g, u := matvec(wg, xn), matvec(wu, xn)
 			for i := range g {
-				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+				g[i] = gate(g[i]) * u[i]
 			}
-			d := matvec(wd, g)
-			for i := range X[p] {
-				X[p][i] += d[i]
-			}
+			addOut(X[p], matvec(wd, g), postFFN)
 		}
 	}
 	outName := n.Output

@@ -17,8 +17,16 @@ import (
 	"github.com/specula/specula/model/llama"
 )
 
-// ggufName maps a Hugging Face tensor name to its llama.cpp name.
-func ggufName(name string) (string, bool) {
+// ggufName maps a Hugging Face tensor name of a model of architecture arch to its
+// llama.cpp name.
+func ggufName(name, arch string) (string, bool) {
+	if arch == "gemma3" { // a multimodal model's language model, as a text model's
+		for _, p := range []string{"language_model.model.", "model.language_model."} {
+			if rest, ok := strings.CutPrefix(name, p); ok {
+				name = "model." + rest
+			}
+		}
+	}
 	switch name {
 	case "model.embed_tokens.weight":
 		return "token_embd.weight", true
@@ -31,6 +39,11 @@ func ggufName(name string) (string, bool) {
 	if m == nil {
 		return "", false
 	}
+	if arch == "gemma3" {
+		if part, ok := gemma3Parts[m[2]]; ok {
+			return "blk." + m[1] + "." + part, true
+		}
+	}
 	part, ok := map[string]string{
 		"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
 		"self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
@@ -41,6 +54,12 @@ func ggufName(name string) (string, bool) {
 		"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight", // Phi-3, fused
 	}[m[2]]
 	return "blk." + m[1] + "." + part, ok
+}
+
+// gemma3Parts are the layer tensors whose names Gemma 3 gives other meanings.
+var gemma3Parts = map[string]string{
+	"post_attention_layernorm.weight": "post_attention_norm.weight", "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+	"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
 }
 
 var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.(.+)$`)
@@ -91,10 +110,14 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 			set.Close()
 			return nil, nil, nil, err
 		}
-		gname, ok := ggufName(name)
+		gname, ok := ggufName(name, arch)
 		if !ok {
 			if strings.HasSuffix(name, "rotary_emb.inv_freq") {
 				continue // a buffer some checkpoints carry; recomputed from theta
+			}
+			if arch == "gemma3" && (strings.HasPrefix(name, "vision_tower.") || strings.HasPrefix(name, "multi_modal_projector.") ||
+				strings.HasPrefix(name, "model.vision_tower.") || strings.HasPrefix(name, "model.multi_modal_projector.")) {
+				continue // the vision part of a multimodal Gemma 3: not the language model's
 			}
 			set.Close()
 			return nil, nil, nil, fmt.Errorf("tensor %q has no GGUF counterpart", name)
@@ -107,7 +130,15 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 			set.Close()
 			return nil, nil, nil, fmt.Errorf("tensor %q has unsupported dtype %s", name, st.TypeName)
 		}
-		data := st.Data
+		data, typ := st.Data, st.DType
+		if arch == "gemma3" && strings.HasSuffix(gname, "norm.weight") {
+			// Gemma's norms multiply by (1 + w): llama.cpp's files hold 1 + w, in F32.
+			if data, err = shiftedNorm(typ, data, st.Shape[0], 1); err != nil {
+				set.Close()
+				return nil, nil, nil, fmt.Errorf("tensor %q: %w", name, err)
+			}
+			typ = dtype.F32
+		}
 		// llama.cpp rotates llama Q and K in interleaved pairs: permute their rows.
 		if arch == "llama" {
 			heads := 0
@@ -125,7 +156,7 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 		for i, d := range st.Shape {
 			dims[len(st.Shape)-1-i] = d
 		}
-		typ, out, err := p.convert(gname, st.DType, dims, data, r)
+		typ, out, err := p.convert(gname, typ, dims, data, r)
 		if err != nil {
 			set.Close()
 			return nil, nil, nil, err
@@ -133,6 +164,18 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 		tensors = append(tensors, gguf.TensorData{Name: gname, Type: typ, Dims: dims, Data: out})
 	}
 	return kv, tensors, set.Close, nil
+}
+
+// shiftedNorm returns the n values of a norm with d added, as F32.
+func shiftedNorm(t dtype.DType, data []byte, n int64, d float32) ([]byte, error) {
+	v := make([]float32, n)
+	if err := dtype.Dequantize(t, data, v); err != nil {
+		return nil, err
+	}
+	for i := range v {
+		v[i] += d
+	}
+	return dtype.Encode(dtype.F32, v)
 }
 
 // hfTokenizer is the part of a tokenizer.json a gpt2 GGUF tokenizer needs.

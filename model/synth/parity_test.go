@@ -1,11 +1,13 @@
 package synth
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -47,14 +49,22 @@ func TestParityNewFamilies(t *testing.T) {
 		shape   string
 		mix     quantize.Mix
 		maxDiff float64
+		layers  int // 3 when 0
+		window  int // the shape's when 0
 	}{
-		{"qwen3-0.6b", quantize.F32, 1e-3},
-		{"qwen3-0.6b", quantize.Q8_0, 0.2},
-		{"phi-3-mini", quantize.F32, 1e-3},
-		{"phi-3-mini", quantize.Q8_0, 0.2},
+		{shape: "qwen3-0.6b", mix: quantize.F32, maxDiff: 1e-3},
+		{shape: "qwen3-0.6b", mix: quantize.Q8_0, maxDiff: 0.2},
+		{shape: "phi-3-mini", mix: quantize.F32, maxDiff: 1e-3},
+		{shape: "phi-3-mini", mix: quantize.Q8_0, maxDiff: 0.2},
+		// Six layers: five sliding ones, windows shorter than the 128 tokens, and a
+		// global one (the 4B's rotary frequencies scaled by 8).
+		// llama.cpp's GELU reads its input and writes its output as float16 (a table of
+		// 65 536 values): most of the 1.9e-3 measured.
+		{shape: "gemma-3-1b", mix: quantize.F32, maxDiff: 4e-3, layers: 6, window: 48},
+		{shape: "gemma-3-4b", mix: quantize.Q8_0, maxDiff: 0.2, layers: 6, window: 40},
 	} {
 		t.Run(tc.shape+"/"+string(tc.mix), func(t *testing.T) {
-			s, path := writeShape(t, tc.shape, fileSpec{layers: 3, mix: tc.mix, seed: 5})
+			s, path := writeShape(t, tc.shape, fileSpec{layers: cmp.Or(tc.layers, 3), mix: tc.mix, seed: 5, window: tc.window})
 			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
 			require.NoError(t, err)
 			defer m.Close()
@@ -80,7 +90,7 @@ func TestParityNewFamilies(t *testing.T) {
 func TestNewFamiliesOnHostDevice(t *testing.T) {
 	for _, shape := range newFamilies {
 		t.Run(shape, func(t *testing.T) {
-			s, path := writeShape(t, shape, fileSpec{layers: 2, mix: quantize.F32, seed: 6, narrow: true})
+			s, path := writeShape(t, shape, fileSpec{layers: withGlobal(shape, 2), mix: quantize.F32, seed: 6, narrow: true, window: 3})
 			tokens := []int32{5, 900, 17, 4000, 33, 8000, 2, 71}
 			var logits [2][][]float32
 			for i, f := range []backend.Factory{cpu.Factory(1), cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})} {
@@ -102,6 +112,10 @@ func TestNewFamiliesOnHostDevice(t *testing.T) {
 // shape's vocabulary size set to that).
 type fileSpec struct {
 	layers int
+	window int // the sliding window of a shape that has one; 0: 16 positions
+	// untied gives the file an output matrix of its own: random Gemma weights with
+	// tied embeddings scaled by √Dim predict the last token again, at any temperature.
+	untied bool
 	mix    quantize.Mix
 	seed   uint64
 	narrow bool
@@ -109,12 +123,23 @@ type fileSpec struct {
 }
 
 // writeShape writes the named shape as f says to a file of the test's temporary
-// directory, and returns the shape written and the file's path.
+// directory, and returns the shape written and the file's path. A shape with sliding
+// layers gets a window of 16 positions unless f names one, so that the tests' short
+// sequences reach past it.
 func writeShape(t *testing.T, shape string, f fileSpec) (Shape, string) {
 	t.Helper()
 	s, err := Find(shape)
 	require.NoError(t, err)
 	s.Config.Layers = f.layers
+	if s.Config.Sliding != nil {
+		s.Config.Sliding = s.Config.Sliding[:f.layers]
+	}
+	if s.Config.SlidingWindow > 0 {
+		s.Config.SlidingWindow = cmp.Or(f.window, 16)
+	}
+	if f.untied {
+		s.Config.TiedEmbeddings = false
+	}
 	vocab := f.vocab
 	if vocab == nil {
 		vocab, s.Config.Vocab = testVocab(t), 9000
@@ -137,7 +162,16 @@ func narrow(c *llama.Config) {
 }
 
 // newFamilies are the shapes of the families added since Llama and Qwen2, one each.
-var newFamilies = []string{"qwen3-0.6b", "phi-3-mini"}
+var newFamilies = []string{"qwen3-0.6b", "phi-3-mini", "gemma-3-1b"}
+
+// withGlobal is n layers, or for a shape with sliding layers at least the six that
+// include its first global one (Gemma 3: five sliding, then one global).
+func withGlobal(shape string, n int) int {
+	if s, err := Find(shape); err == nil && s.Config.Sliding != nil {
+		return max(n, 6)
+	}
+	return n
+}
 
 // allLogits returns the model's logits at every position of tokens, from one forward.
 func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
@@ -221,7 +255,7 @@ func TestNewFamiliesGreedyIdentity(t *testing.T) {
 // checkGreedyIdentity is TestNewFamiliesGreedyIdentity for one shape.
 func checkGreedyIdentity(t *testing.T, shape string) {
 	open := func(layers int, seed uint64) *llama.Model {
-		_, path := writeShape(t, shape, fileSpec{layers: layers, mix: quantize.Q8_0, seed: seed})
+		_, path := writeShape(t, shape, fileSpec{layers: layers, mix: quantize.Q8_0, seed: seed, untied: true})
 		m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
 		require.NoError(t, err)
 		t.Cleanup(func() { m.Close() })
@@ -229,7 +263,7 @@ func checkGreedyIdentity(t *testing.T, shape string) {
 	}
 	// The draft is the target's twin (the same file: every draft accepted, many rows
 	// verified per pass) or a one-layer model (most drafts rejected).
-	tm, twin, small := open(3, 8), open(3, 8), open(1, 8)
+	tm, twin, small := open(withGlobal(shape, 3), 8), open(withGlobal(shape, 3), 8), open(1, 8)
 	tgt, err := target.NewLocal(tm)
 	require.NoError(t, err)
 	plain, err := spec.New(tgt, nil, spec.Options{})
@@ -325,13 +359,21 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 	if c.Fused {
 		layer["ffn_up"] = "mlp.gate_up_proj"
 	}
-	archs := map[string]string{"qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
+	gemma := c.Arch == "gemma3"
+	prefix := "model." // a multimodal Gemma 3's language model: language_model.model.
+	if gemma {
+		layer["ffn_norm"] = "pre_feedforward_layernorm"
+		layer["post_attention_norm"] = "post_attention_layernorm"
+		layer["post_ffw_norm"] = "post_feedforward_layernorm"
+		prefix = "language_model.model."
+	}
+	archs := map[string]string{"qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma3": "Gemma3ForConditionalGeneration"}
 	hfName := func(name string) string {
 		switch name {
 		case "token_embd.weight":
-			return "model.embed_tokens.weight"
+			return prefix + "embed_tokens.weight"
 		case "output_norm.weight":
-			return "model.norm.weight"
+			return prefix + "norm.weight"
 		case "output.weight":
 			return "lm_head.weight"
 		}
@@ -341,7 +383,7 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 		require.NoError(t, err, name)
 		base, _, _ := strings.Cut(part, ".")
 		require.Contains(t, layer, base, name)
-		return fmt.Sprintf("model.layers.%d.%s.weight", l, layer[base])
+		return fmt.Sprintf("%slayers.%d.%s.weight", prefix, l, layer[base])
 	}
 	header := map[string]any{}
 	var body []byte
@@ -351,7 +393,11 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 		shape := slices.Clone(x.Dims)
 		slices.Reverse(shape)
 		begin := len(body)
-		body = append(body, f.Data(x)...)
+		data := f.Data(x)
+		if gemma && strings.HasSuffix(x.Name, "norm.weight") {
+			data = shiftF32(data, -1) // Hugging Face's Gemma norms hold w of (1 + w)
+		}
+		body = append(body, data...)
 		header[hfName(x.Name)] = map[string]any{"dtype": "F32", "shape": shape, "data_offsets": []int{begin, len(body)}}
 	}
 	js, err := json.Marshal(header)
@@ -369,9 +415,29 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 		"vocab_size": c.Vocab, "max_position_embeddings": c.ContextLength, "tie_word_embeddings": c.TiedEmbeddings,
 		"attention_bias": false, "hidden_act": "silu", "sliding_window": nil, "use_sliding_window": false,
 	}
+	if gemma {
+		delete(cfg, "hidden_act")
+		cfg["hidden_activation"], cfg["query_pre_attn_scalar"] = "gelu_pytorch_tanh", c.HeadDim
+		cfg["sliding_window"], cfg["sliding_window_pattern"], cfg["rope_local_base_freq"] = c.SlidingWindow, 6, c.LocalRopeTheta
+		cfg["model_type"] = "gemma3_text"
+		if c.RopeScale > 1 {
+			cfg["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeScale}
+		}
+		cfg = map[string]any{"architectures": cfg["architectures"], "model_type": "gemma3", "text_config": cfg}
+	}
 	js, err = json.Marshal(cfg)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644))
+}
+
+// shiftF32 returns little-endian float32 values with d added to each.
+func shiftF32(b []byte, d float32) []byte {
+	out := make([]byte, len(b))
+	for i := 0; i < len(b); i += 4 {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(b[i:])) + d
+		binary.LittleEndian.PutUint32(out[i:], math.Float32bits(v))
+	}
+	return out
 }
 
 // TestRealVocabulary: a real-scale file written with a real tokenizer.json (Qwen3's of
@@ -420,7 +486,7 @@ func TestNewFamiliesSampledDistribution(t *testing.T) {
 	for _, shape := range newFamilies {
 		t.Run(shape, func(t *testing.T) {
 			open := func(layers int) *llama.Model {
-				_, path := writeShape(t, shape, fileSpec{layers: layers, mix: quantize.Q8_0, seed: 21, narrow: true})
+				_, path := writeShape(t, shape, fileSpec{layers: layers, mix: quantize.Q8_0, seed: 21, narrow: true, untied: true})
 				m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
 				require.NoError(t, err)
 				t.Cleanup(func() { m.Close() })

@@ -1,6 +1,6 @@
 // Package synth makes models of random weights in the exact shapes of real ones —
 // SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Qwen3 0.6B, 1.7B and 8B, Phi-3
-// mini, Llama 3.2 1B, TinyLlama 1.1B —
+// mini, Gemma 3 1B and 4B, Llama 3.2 1B, TinyLlama 1.1B —
 // written as GGUF files in the weight-type mixes that llama.cpp's quantizer makes
 // (quantize.Mix: F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, …), with a real
 // tokenizer's vocabulary padded to the real size. Speed is
@@ -61,6 +61,21 @@ func phi3(dim, layers, heads, kvHeads, ffn, vocab, ctx int) llama.Config {
 	}
 }
 
+// gemma3 is a Gemma 3 shape: gemma3 architecture, head dimension 256, GELU gates,
+// per-head norms of Q and K, norms after attention and the feed-forward unit,
+// embeddings scaled by √dim and tied; five sliding layers (window w, rotary base 10⁴)
+// to each global one (base 10⁶, scaled linearly by ropeScale), the vocabulary of
+// 262 144 tokens (the multimodal models' text part: 262 208).
+func gemma3(dim, layers, heads, kvHeads, ffn, vocab, w int, ropeScale float64, ctx int) llama.Config {
+	c := llama.Config{
+		Arch: "gemma3", Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads, HeadDim: 256,
+		FFN: ffn, Vocab: vocab, ContextLength: ctx, NormEps: 1e-6, RopeTheta: 1e6, RopeDim: 256,
+		RopeStyle: llama.RopeHalf, TiedEmbeddings: true, SlidingWindow: w, RopeScale: ropeScale,
+	}
+	c.SetGemma3()
+	return c
+}
+
 // llamaShape is a Llama shape: llama architecture, no biases, interleaved rotary pairs
 // (llama.cpp's converter permutes Q and K for them).
 func llamaShape(dim, layers, heads, kvHeads, ffn, vocab, ctx int, theta float64, tied bool) llama.Config {
@@ -90,6 +105,9 @@ func Shapes() []Shape {
 		// name, and for those names looks up Phi's own special tokens, which the
 		// vocabularies the files get do not have.
 		{"phi-3-mini", "Phi 3 mini 4k", phi3(3072, 32, 32, 32, 8192, 32064, 4096), 3_821_079_552},
+		{"gemma-3-1b", "Gemma-3-1B", gemma3(1152, 26, 4, 1, 6912, 262144, 512, 0, 32768), 999_885_952},
+		// The language model of the multimodal 4B (its vision tower left out).
+		{"gemma-3-4b", "Gemma-3-4B text", gemma3(2560, 34, 8, 4, 10240, 262208, 1024, 8, 131072), 3_880_263_168},
 		{"qwen2.5-7b", "Qwen2.5-7B", qwen25(3584, 28, 28, 4, 18944, 152064, false), 7_615_616_512},
 		{"qwen3-8b", "Qwen3-8B", qwen3(4096, 36, 32, 8, 12288, false), 8_190_735_360},
 	}
@@ -125,6 +143,9 @@ func Count(c llama.Config) int64 {
 	}
 	if c.QKNorm {
 		layer += 2 * int64(c.HeadDim)
+	}
+	if c.PostNorms {
+		layer += 2 * d
 	}
 	n := int64(c.Layers)*layer + int64(c.Vocab)*d + d
 	if !c.TiedEmbeddings {

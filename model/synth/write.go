@@ -88,6 +88,9 @@ func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
 			vec(p+"attn_k_norm.weight", int64(c.HeadDim), headNorm)
 		}
 		mat(p+"attn_output.weight", d, qd)
+		if c.PostNorms {
+			vec(p+"post_attention_norm.weight", d, headNorm)
+		}
 		vec(p+"ffn_norm.weight", d, norm)
 		if c.Fused {
 			mat(p+"ffn_up.weight", 2*f, d) // gate and up, as llama.cpp's phi3 files hold them
@@ -96,6 +99,9 @@ func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
 			mat(p+"ffn_up.weight", f, d)
 		}
 		mat(p+"ffn_down.weight", d, f)
+		if c.PostNorms {
+			vec(p+"post_ffw_norm.weight", d, headNorm)
+		}
 	}
 	return out, nil
 }
@@ -305,8 +311,10 @@ func vector(t Tensor, s Shape, rng *rand.Rand) []byte {
 	case ropeFreqs:
 		copy(vals, s.Config.RopeFreqFactors)
 	case headNorm:
+		// Within [0.5, 1.5], where w = v − 1 is exact and so is 1 + w: a Gemma
+		// norm written as Hugging Face's w loads back as the same v.
 		for i := range vals {
-			vals[i] = float32(1 + rng.NormFloat64()*0.2)
+			vals[i] = float32(1 + max(-0.5, min(0.5, rng.NormFloat64()*0.2)))
 		}
 	}
 	out, _ := dtype.Encode(dtype.F32, vals)
