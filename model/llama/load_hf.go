@@ -136,6 +136,7 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 				return c, fmt.Errorf("rope_scaling linear has factor %v, want at least 1", rs.Factor)
 			}
 			c.RopeScale = rs.Factor
+		case "llama3":
 			if rs.Factor <= 0 || rs.LowFreqFactor <= 0 || rs.HighFreqFactor <= rs.LowFreqFactor || rs.OriginalContext <= 0 {
 				return c, fmt.Errorf("rope_scaling llama3 has invalid parameters %+v", rs)
 			}

@@ -193,9 +193,10 @@ func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
 	return rows
 }
 
-// TestNewFamiliesLoadErrors: a Qwen3 file without a head norm, or with one of the
-// wrong length, and a Phi-3 file with longrope factors are refused with an error
-// naming the tensor.
+// TestNewFamiliesLoadErrors: files of the new families with a tensor missing or of
+// the wrong shape, or with what the runtime does not implement (Phi-3's longrope
+// factors, Gemma's logit soft-capping, an unknown rope scaling, Gemma 2), are refused
+// with an error naming the tensor, key or architecture.
 func TestNewFamiliesLoadErrors(t *testing.T) {
 	good := map[string]string{}
 	for _, shape := range newFamilies {
@@ -205,10 +206,11 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 		name, shape string
 		edit        func(ts []gguf.TensorData) []gguf.TensorData
 		want        string
+		kv          []gguf.KeyValue // metadata set besides the file's
 	}{
 		{"missing k norm", "qwen3-0.6b", func(ts []gguf.TensorData) []gguf.TensorData {
 			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.attn_k_norm.weight" })
-		}, `tensor "blk.0.attn_k_norm.weight": missing`},
+		}, `tensor "blk.0.attn_k_norm.weight": missing`, nil},
 		{"q norm too short", "qwen3-0.6b", func(ts []gguf.TensorData) []gguf.TensorData {
 			for i := range ts {
 				if ts[i].Name == "blk.0.attn_q_norm.weight" {
@@ -216,14 +218,31 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 				}
 			}
 			return ts
-		}, `tensor "blk.0.attn_q_norm.weight": shape [64], want [128]`},
+		}, `tensor "blk.0.attn_q_norm.weight": shape [64], want [128]`, nil},
 		{"phi-3 longrope", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
 			f := make([]byte, 4*16)
 			return append(ts, gguf.TensorData{Name: "rope_factors_long.weight", Type: dtype.F32, Dims: []int64{16}, Data: f})
-		}, "longrope rotary scaling (rope_factors_long.weight) is not supported"},
+		}, "longrope rotary scaling (rope_factors_long.weight) is not supported", nil},
 		{"phi-3 split qkv", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
 			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.attn_qkv.weight" })
-		}, `tensor "blk.0.attn_qkv.weight": missing`},
+		}, `tensor "blk.0.attn_qkv.weight": missing`, nil},
+		{"gemma 3 post-norm missing", "gemma-3-1b", func(ts []gguf.TensorData) []gguf.TensorData {
+			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.post_ffw_norm.weight" })
+		}, `tensor "blk.0.post_ffw_norm.weight": missing`, nil},
+		{"gemma 3 q norm too long", "gemma-3-1b", func(ts []gguf.TensorData) []gguf.TensorData {
+			for i := range ts {
+				if ts[i].Name == "blk.0.attn_q_norm.weight" {
+					ts[i].Dims, ts[i].Data = []int64{512}, append(slices.Clone(ts[i].Data), ts[i].Data...)
+				}
+			}
+			return ts
+		}, `tensor "blk.0.attn_q_norm.weight": shape [512], want [256]`, nil},
+		{"gemma 3 soft-capping", "gemma-3-1b", nil, "final logit soft-capping (30) is not supported",
+			[]gguf.KeyValue{{Key: "gemma3.final_logit_softcapping", Value: gguf.Float32(30)}}},
+		{"unknown rope scaling", "gemma-3-1b", nil, `rope scaling "yarn" is not supported (linear is)`,
+			[]gguf.KeyValue{{Key: "gemma3.rope.scaling.type", Value: gguf.String("yarn")}}},
+		{"gemma 2", "gemma-3-1b", nil, `architecture "gemma2" is not supported`,
+			[]gguf.KeyValue{{Key: "general.architecture", Value: gguf.String("gemma2")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := gguf.Open(good[tc.shape])
@@ -234,8 +253,15 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 				x := &f.Tensors[i]
 				ts = append(ts, gguf.TensorData{Name: x.Name, Type: x.Type, Dims: slices.Clone(x.Dims), Data: f.Data(x)})
 			}
+			kv := slices.Clone(f.KV)
+			for _, e := range tc.kv {
+				kv = append(slices.DeleteFunc(kv, func(o gguf.KeyValue) bool { return o.Key == e.Key }), e)
+			}
+			if tc.edit != nil {
+				ts = tc.edit(ts)
+			}
 			bad := filepath.Join(t.TempDir(), "bad.gguf")
-			require.NoError(t, gguf.WriteFile(bad, func(w io.Writer) error { return gguf.Write(w, f.KV, tc.edit(ts), 0) }))
+			require.NoError(t, gguf.WriteFile(bad, func(w io.Writer) error { return gguf.Write(w, kv, ts, 0) }))
 			_, err = llama.Open(bad, llama.Options{Backend: cpu.Factory(1)})
 			require.ErrorContains(t, err, tc.want)
 		})
