@@ -126,7 +126,7 @@ func (m *Model) passes(ctx context.Context, work []model.Work) error {
 		m.plans.Put(p)
 	}()
 	p.Reset()
-	p.Dim, p.InvFreq = m.cfg.Dim, m.invFreq
+	p.Dim, p.InvFreq, p.RopeScale = m.cfg.Dim, m.invFreq, m.cfg.RopeScale
 	limit := m.be.MaxRows()
 	for _, w := range work {
 		kv := w.Seq.(*sequence).kv
