@@ -372,6 +372,39 @@ func checkHFMatchesGGUF(t *testing.T, shape string) {
 	require.NoError(t, err)
 	defer m.Close()
 	assert.Equal(t, logits[0], allLogits(t, m, tokens), "converted by model/quantize")
+	assertSameRope(t, path, converted)
+}
+
+// assertSameRope checks that the converted file has the rotary scaling of the synthetic
+// one, which holds it as llama.cpp's converter writes it: the same rope.* keys, the
+// same rope factor tensors.
+func assertSameRope(t *testing.T, want, got string) {
+	t.Helper()
+	files := [2]*gguf.File{}
+	for i, p := range []string{want, got} {
+		f, err := gguf.Open(p)
+		require.NoError(t, err)
+		defer f.Close()
+		files[i] = f
+	}
+	for _, e := range files[0].KV {
+		if strings.Contains(e.Key, ".rope.") {
+			v, ok := files[1].Value(e.Key)
+			if assert.True(t, ok, "key %s", e.Key) {
+				assert.Equal(t, e.Value.Any(), v.Any(), "key %s", e.Key)
+			}
+		}
+	}
+	for i := range files[0].Tensors {
+		x := &files[0].Tensors[i]
+		if strings.HasPrefix(x.Name, "rope_") {
+			y, ok := files[1].Tensor(x.Name)
+			if assert.True(t, ok, "tensor %s", x.Name) {
+				assert.Equal(t, x.Type, y.Type, x.Name)
+				assert.Equal(t, files[0].Data(x), files[1].Data(y), x.Name)
+			}
+		}
+	}
 }
 
 // writeHF writes the F32 tensors of a synthetic GGUF file as a Hugging Face directory:
