@@ -1,5 +1,6 @@
 // Package llama is the Llama-family architecture — Llama 2 and 3, TinyLlama, SmolLM,
-// Mistral (without sliding window), Qwen2, Qwen2.5, Qwen3 (dense) and Phi-3 — and its
+// Mistral (without sliding window), Qwen2, Qwen2.5, Qwen3 (dense), Phi-3 and Phi-4-mini
+// (longrope scaling included: Phi-3-mini-128k, Phi-3.5-mini) — and its
 // weight binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
