@@ -146,7 +146,8 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	}
 	if f.Has(key("rope.scaling.type")) {
 		st, _ := f.String(key("rope.scaling.type"))
-		if st != "none" && st != "" {
+		_, longrope := f.Tensor("rope_factors_long.weight")
+		if st != "none" && st != "" && !(longrope && (st == "longrope" || st == "su")) {
 			return nil, fmt.Errorf("llama: %s: rope scaling %q is not supported", file, st)
 		}
 	}

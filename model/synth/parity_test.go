@@ -196,21 +196,24 @@ func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
 
 // TestNewFamiliesLoadErrors: a Qwen3 file without a head norm, or with one of the
 // wrong length, a Phi-3 file without its fused Q/K/V, and files with longrope factors
-// that are alone, of the wrong length or type, or not positive are refused with an
-// error naming the tensor or the factors.
+// that are alone, of the wrong length or type, or not positive, or with a rope scaling
+// type other than longrope, are refused with an error naming the tensor, the factors
+// or the type.
 func TestNewFamiliesLoadErrors(t *testing.T) {
 	good := map[string]string{}
 	for _, shape := range newFamilies {
 		_, good[shape] = writeShape(t, shape, fileSpec{layers: 1, mix: quantize.Q8_0, seed: 7, narrow: true})
 	}
+	keep := func(ts []gguf.TensorData) []gguf.TensorData { return ts }
 	for _, tc := range []struct {
 		name, shape string
 		edit        func(ts []gguf.TensorData) []gguf.TensorData
 		want        string
+		kv          []gguf.KeyValue // added to the file's
 	}{
 		{"missing k norm", "qwen3-0.6b", func(ts []gguf.TensorData) []gguf.TensorData {
 			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.attn_k_norm.weight" })
-		}, `tensor "blk.0.attn_k_norm.weight": missing`},
+		}, `tensor "blk.0.attn_k_norm.weight": missing`, nil},
 		{"q norm too short", "qwen3-0.6b", func(ts []gguf.TensorData) []gguf.TensorData {
 			for i := range ts {
 				if ts[i].Name == "blk.0.attn_q_norm.weight" {
@@ -218,11 +221,11 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 				}
 			}
 			return ts
-		}, `tensor "blk.0.attn_q_norm.weight": shape [64], want [128]`},
+		}, `tensor "blk.0.attn_q_norm.weight": shape [64], want [128]`, nil},
 		{"phi-3 long factors alone", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
 			f := make([]byte, 4*48)
 			return append(ts, gguf.TensorData{Name: "rope_factors_long.weight", Type: dtype.F32, Dims: []int64{48}, Data: f})
-		}, "longrope needs both rope_factors_long.weight and rope_factors_short.weight"},
+		}, "longrope needs both rope_factors_long.weight and rope_factors_short.weight", nil},
 		{"phi-4 long factors too short", "phi-4-mini", func(ts []gguf.TensorData) []gguf.TensorData {
 			for i := range ts {
 				if ts[i].Name == "rope_factors_long.weight" {
@@ -230,7 +233,7 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 				}
 			}
 			return ts
-		}, "16 longrope long factors for 96 rotary dimensions (want 48)"},
+		}, "16 longrope long factors for 96 rotary dimensions (want 48)", nil},
 		{"phi-4 short factors not F32", "phi-4-mini", func(ts []gguf.TensorData) []gguf.TensorData {
 			for i := range ts {
 				if ts[i].Name == "rope_factors_short.weight" {
@@ -238,7 +241,7 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 				}
 			}
 			return ts
-		}, `tensor "rope_factors_short.weight" must be a 1-D F32 vector`},
+		}, `tensor "rope_factors_short.weight" must be a 1-D F32 vector`, nil},
 		{"phi-4 zero factor", "phi-4-mini", func(ts []gguf.TensorData) []gguf.TensorData {
 			for i := range ts {
 				if ts[i].Name == "rope_factors_long.weight" {
@@ -247,10 +250,12 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 				}
 			}
 			return ts
-		}, "rope frequency factors must be positive and finite"},
+		}, "rope frequency factors must be positive and finite", nil},
+		{name: "phi-4 yarn scaling", shape: "phi-4-mini", edit: keep, want: `rope scaling "yarn" is not supported`,
+			kv: []gguf.KeyValue{{Key: "phi3.rope.scaling.type", Value: gguf.String("yarn")}}},
 		{"phi-3 split qkv", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
 			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.attn_qkv.weight" })
-		}, `tensor "blk.0.attn_qkv.weight": missing`},
+		}, `tensor "blk.0.attn_qkv.weight": missing`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := gguf.Open(good[tc.shape])
@@ -262,7 +267,7 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 				ts = append(ts, gguf.TensorData{Name: x.Name, Type: x.Type, Dims: slices.Clone(x.Dims), Data: f.Data(x)})
 			}
 			bad := filepath.Join(t.TempDir(), "bad.gguf")
-			require.NoError(t, gguf.WriteFile(bad, func(w io.Writer) error { return gguf.Write(w, f.KV, tc.edit(ts), 0) }))
+			require.NoError(t, gguf.WriteFile(bad, func(w io.Writer) error { return gguf.Write(w, append(slices.Clone(f.KV), tc.kv...), tc.edit(ts), 0) }))
 			_, err = llama.Open(bad, llama.Options{Backend: cpu.Factory(1)})
 			require.ErrorContains(t, err, tc.want)
 		})
