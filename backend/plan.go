@@ -40,12 +40,14 @@ type Plan struct {
 	// takes one beside each token; empty otherwise.
 	Inputs []float32
 
-	// Dim is the width of a hidden state, InvFreq the rotary frequencies and
-	// LocalInvFreq those of the local layers (nil: none): what [Plan.Add] needs of
-	// the model. The caller sets them before the first Add.
+	// Dim is the width of a hidden state, InvFreq the rotary frequencies,
+	// LocalInvFreq those of the local layers (nil: none), and RopeScale a factor on
+	// the cosines and sines (0 or 1: none; longrope's attention factor): what
+	// [Plan.Add] needs of the model. The caller sets them before the first Add.
 	Dim          int
 	InvFreq      []float64
 	LocalInvFreq []float64
+	RopeScale    float32
 }
 
 // State is a hidden state wanted of a row: X after layer Layer, or the final normed
@@ -109,9 +111,9 @@ func (p *Plan) Add(kv *kvcache.Seq, base int, b model.Batch, lo, hi int, logits 
 		pos := base + b.Tree.Depth(i)
 		p.Tokens = append(p.Tokens, b.Tokens[i])
 		p.Slots = append(p.Slots, kv.Slot(base+i))
-		p.Rope = appendRope(p.Rope, pos, p.InvFreq)
+		p.Rope = appendRope(p.Rope, pos, p.InvFreq, p.RopeScale)
 		if p.LocalInvFreq != nil {
-			p.LocalRope = appendRope(p.LocalRope, pos, p.LocalInvFreq)
+			p.LocalRope = appendRope(p.LocalRope, pos, p.LocalInvFreq, 1)
 		}
 		if chain {
 			p.Prefix = append(p.Prefix, int32(base+i+1))
@@ -173,14 +175,19 @@ func appendPath(dst []int32, t model.Tree, i, base int) []int32 {
 	return dst
 }
 
-// appendRope appends the cosines and then the sines of the rotation at position pos.
-func appendRope(dst []float32, pos int, invFreq []float64) []float32 {
+// appendRope appends the cosines and then the sines of the rotation at position pos,
+// multiplied by scale unless it is 0.
+func appendRope(dst []float32, pos int, invFreq []float64, scale float32) []float32 {
 	n := len(dst)
 	half := len(invFreq)
 	dst = slices.Grow(dst, 2*half)[:n+2*half]
+	m := 1.0
+	if scale != 0 {
+		m = float64(scale)
+	}
 	for j, f := range invFreq {
 		sin, cos := math.Sincos(float64(pos) * f)
-		dst[n+j], dst[n+half+j] = float32(cos), float32(sin)
+		dst[n+j], dst[n+half+j] = float32(cos*m), float32(sin*m)
 	}
 	return dst
 }

@@ -66,6 +66,15 @@ func TestPlanAdd(t *testing.T) {
 	p.Reset()
 	assert.Zero(t, p.Rows())
 	assert.Equal(t, []int32{0}, p.ExtraOff)
+
+	// A rope scale (longrope's attention factor) multiplies the cosines and sines.
+	p.RopeScale = 1.25
+	p.Add(a, 3, chain, 0, 1, la)
+	for j, f := range inv {
+		s, c := math.Sincos(3 * f)
+		assert.Equal(t, float32(c*1.25), p.Rope[j], "scaled cos %d", j)
+		assert.Equal(t, float32(s*1.25), p.Rope[2+j], "scaled sin %d", j)
+	}
 }
 
 // TestShapeWidth checks the widths of the activation buffers.

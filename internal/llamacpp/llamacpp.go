@@ -135,12 +135,19 @@ func extractHeaders(tarball, dir string) error {
 
 // Logits returns llama.cpp's logits at every position of tokens, read from one
 // forward of them all (float32 key/value cache, no flash attention), on the given
-// number of threads.
+// number of threads, in a context of as many positions as tokens.
 func (r *Runner) Logits(ctx context.Context, modelPath string, tokens []int32, threads int) ([][]float32, error) {
+	return r.LogitsInContext(ctx, modelPath, tokens, threads, 0)
+}
+
+// LogitsInContext is [Runner.Logits] in a context of nCtx positions (at least as many
+// as tokens; llama.cpp rounds it up to a multiple of 256): what llama.cpp chooses by
+// the context size, as longrope's long or short factors, follows it.
+func (r *Runner) LogitsInContext(ctx context.Context, modelPath string, tokens []int32, threads, nCtx int) ([][]float32, error) {
 	var in bytes.Buffer
 	_ = binary.Write(&in, binary.LittleEndian, int32(len(tokens)))
 	_ = binary.Write(&in, binary.LittleEndian, tokens)
-	cmd := exec.CommandContext(ctx, r.exe, modelPath, r.lib, fmt.Sprint(threads))
+	cmd := exec.CommandContext(ctx, r.exe, modelPath, r.lib, fmt.Sprint(threads), fmt.Sprint(max(nCtx, len(tokens))))
 	cmd.Stdin = &in
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

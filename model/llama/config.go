@@ -1,5 +1,6 @@
 // Package llama is the Llama-family architecture — Llama 2 and 3, TinyLlama, SmolLM,
-// Mistral (without sliding window), Qwen2, Qwen2.5, Qwen3 (dense) and Phi-3 — and its
+// Mistral (without sliding window), Qwen2, Qwen2.5, Qwen3 (dense), Phi-3 and Phi-4-mini
+// (longrope scaling included: Phi-3-mini-128k, Phi-3.5-mini) — and its
 // weight binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
@@ -15,6 +16,7 @@
 package llama
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -49,7 +51,24 @@ type Config struct {
 	// RopeFreqFactors, when set, divide each rotary frequency (llama3 scaling as
 	// llama.cpp stores it, or computed from Hugging Face's rope_scaling).
 	RopeFreqFactors []float32
-	QKVBias         bool
+	// RopeLongFactors and RopeShortFactors, when set, are longrope scaling (formerly
+	// "su": Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini): two sets of RopeDim/2 divisors
+	// of the rotary frequencies, the long set for a context longer than
+	// RopeOriginalContext, the short one otherwise. One set is chosen per loaded model
+	// by its context length (see [Config.RopeFactors]), as llama.cpp chooses per
+	// context, never per sequence length as Hugging Face's eager code does: a key must
+	// keep its rotation as its sequence grows, or verifying a draft would not score
+	// what decoding alone would.
+	RopeLongFactors, RopeShortFactors []float32
+	// RopeOriginalContext is the context the model was pretrained at, before
+	// long-context scaling (Hugging Face's original_max_position_embeddings,
+	// llama.cpp's rope.scaling.original_context_length).
+	RopeOriginalContext int
+	// RopeScale multiplies the rotary cosines and sines, so the rotated part of each
+	// query and key (longrope's attention factor, llama.cpp's rope.scaling.attn_factor:
+	// √(1 + ln s / ln n) for a context stretched s times from n). 0 means 1.
+	RopeScale float32
+	QKVBias   bool
 	// QKNorm: each query and key head is RMS-normalised (weights of HeadDim values,
 	// per layer) after the projection and before the rotation (Qwen3).
 	QKNorm bool
@@ -57,9 +76,9 @@ type Config struct {
 	// the separate tensors are put side by side.
 	Fused          bool
 	TiedEmbeddings bool
-	// RopeScale, when above 1, divides every rotary frequency of the global layers
+	// RopeLinear, when above 1, divides every rotary frequency of the global layers
 	// (linear scaling, "position interpolation": Gemma 3 4B and up use 8).
-	RopeScale float64
+	RopeLinear float64
 	// SlidingWindow, when positive, limits the attention of the sliding layers to
 	// the last SlidingWindow positions (Mistral 7B v0.1, Gemma 3's local layers).
 	SlidingWindow int
@@ -211,29 +230,70 @@ func (c *Config) validate() error {
 		return fmt.Errorf("norm epsilon %v must be positive", c.NormEps)
 	case c.RopeFreqFactors != nil && len(c.RopeFreqFactors) != c.RopeDim/2:
 		return fmt.Errorf("%d rope frequency factors for %d rotary dimensions", len(c.RopeFreqFactors), c.RopeDim)
+	case (c.RopeLongFactors == nil) != (c.RopeShortFactors == nil):
+		return fmt.Errorf("longrope needs both long and short factors (%d long, %d short)", len(c.RopeLongFactors), len(c.RopeShortFactors))
+	case c.RopeLongFactors != nil && c.RopeFreqFactors != nil:
+		return errors.New("both rope frequency factors and longrope factors")
+	case c.RopeLongFactors != nil && len(c.RopeLongFactors) != c.RopeDim/2:
+		return fmt.Errorf("%d longrope long factors for %d rotary dimensions (want %d)", len(c.RopeLongFactors), c.RopeDim, c.RopeDim/2)
+	case c.RopeShortFactors != nil && len(c.RopeShortFactors) != c.RopeDim/2:
+		return fmt.Errorf("%d longrope short factors for %d rotary dimensions (want %d)", len(c.RopeShortFactors), c.RopeDim, c.RopeDim/2)
+	case c.RopeLongFactors != nil && c.RopeOriginalContext <= 0:
+		return fmt.Errorf("longrope original context %d must be positive", c.RopeOriginalContext)
+	case !positive(c.RopeFreqFactors) || !positive(c.RopeLongFactors) || !positive(c.RopeShortFactors):
+		return errors.New("rope frequency factors must be positive and finite")
+	case !(c.RopeScale >= 0) || math.IsInf(float64(c.RopeScale), 0):
+		return fmt.Errorf("rope scale %v must be positive (or 0: none)", c.RopeScale)
 	case c.ContextLength < 0:
 		return fmt.Errorf("context length %d", c.ContextLength)
 	case c.SlidingWindow < 0 || c.Sliding != nil && len(c.Sliding) != c.Layers:
 		return fmt.Errorf("sliding window %d over %d of %d layers", c.SlidingWindow, len(c.Sliding), c.Layers)
-	case c.RopeScale < 0 || c.LocalRopeTheta < 0 || math.IsNaN(c.RopeScale) || math.IsNaN(c.LocalRopeTheta):
-		return fmt.Errorf("rope scale %v, local rope theta %v", c.RopeScale, c.LocalRopeTheta)
+	case c.RopeLinear < 0 || c.LocalRopeTheta < 0 || math.IsNaN(c.RopeLinear) || math.IsNaN(c.LocalRopeTheta):
+		return fmt.Errorf("linear rope scale %v, local rope theta %v", c.RopeLinear, c.LocalRopeTheta)
 	case c.Activation != backend.SiLU && c.Activation != backend.GELUTanh:
 		return fmt.Errorf("activation %v", c.Activation)
 	}
 	return nil
 }
 
+// positive says whether every value is positive and finite.
+func positive(v []float32) bool {
+	for _, x := range v {
+		if !(x > 0) || math.IsInf(float64(x), 1) {
+			return false
+		}
+	}
+	return true
+}
+
+// RopeFactors returns the divisors of the rotary frequencies in use: RopeFreqFactors,
+// or, for longrope, the long factors when the context length exceeds the original
+// context (or is not stated) and the short ones otherwise — llama.cpp's choice for a
+// context of that size; nil when there are none. [Options.ContextLength] lowers the
+// context before the choice, so it can pick the short factors of a long-context model.
+func (c *Config) RopeFactors() []float32 {
+	switch {
+	case c.RopeLongFactors == nil:
+		return c.RopeFreqFactors
+	case c.ContextLength == 0 || c.ContextLength > c.RopeOriginalContext:
+		return c.RopeLongFactors
+	}
+	return c.RopeShortFactors
+}
+
 // InvFreqs returns the rotary frequency of each dimension pair: θ^(−2i/d), divided by
-// the llama3 scaling factors when there are any and by the linear scale.
+// the scaling factors in use when there are any ([Config.RopeFactors]) and by the
+// linear scale.
 func (c *Config) InvFreqs() []float64 {
+	factors := c.RopeFactors()
 	out := make([]float64, c.RopeDim/2)
 	for i := range out {
 		out[i] = math.Pow(c.RopeTheta, -float64(2*i)/float64(c.RopeDim))
-		if c.RopeFreqFactors != nil {
-			out[i] /= float64(c.RopeFreqFactors[i])
+		if factors != nil {
+			out[i] /= float64(factors[i])
 		}
-		if c.RopeScale > 1 {
-			out[i] /= c.RopeScale
+		if c.RopeLinear > 1 {
+			out[i] /= c.RopeLinear
 		}
 	}
 	return out
@@ -250,4 +310,15 @@ func (c *Config) LocalInvFreqs() []float64 {
 		out[i] = math.Pow(c.LocalRopeTheta, -float64(2*i)/float64(c.RopeDim))
 	}
 	return out
+}
+
+// LongRopeScale is the attention factor of longrope scaling for a model whose context
+// was stretched factor times from original positions, as Hugging Face and llama.cpp's
+// converter compute it when the configuration gives none: √(1 + ln factor / ln
+// original) for a factor above 1, else 1.
+func LongRopeScale(factor float64, original int) float32 {
+	if original <= 1 || !(factor > 1) {
+		return 1
+	}
+	return float32(math.Sqrt(1 + math.Log(factor)/math.Log(float64(original))))
 }

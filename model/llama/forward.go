@@ -141,7 +141,7 @@ func (m *Model) passes(ctx context.Context, work []model.Work) error {
 		m.plans.Put(p)
 	}()
 	p.Reset()
-	p.Dim, p.InvFreq, p.LocalInvFreq = m.cfg.Dim, m.invFreq, m.localInvFreq
+	p.Dim, p.InvFreq, p.LocalInvFreq, p.RopeScale = m.cfg.Dim, m.invFreq, m.localInvFreq, m.cfg.RopeScale
 	limit := m.be.MaxRows()
 	for _, w := range work {
 		kv := w.Seq.(*sequence).kv

@@ -31,7 +31,7 @@ func tinyConfig(style RopeStyle, bias bool) Config {
 // window positions.
 func slidingConfigs(window int) map[string]Config {
 	g := tinyConfig(RopeHalf, false)
-	g.Arch, g.Layers, g.SlidingWindow, g.RopeScale, g.AttnScale = "gemma3", 3, window, 2, 0.3
+	g.Arch, g.Layers, g.SlidingWindow, g.RopeLinear, g.AttnScale = "gemma3", 3, window, 2, 0.3
 	g.setGemma3(3)
 	m := tinyConfig(RopeHalf, false)
 	m.SlidingWindow = window

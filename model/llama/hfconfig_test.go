@@ -58,7 +58,7 @@ func TestHFConfig(t *testing.T) {
 		{"gemma 3 4b (multimodal)", gemma3Multimodal, func(t *testing.T, c Config) {
 			assert.Equal(t, 2560, c.Dim)
 			assert.Equal(t, 262208, c.Vocab)
-			assert.Equal(t, 8.0, c.RopeScale)
+			assert.Equal(t, 8.0, c.RopeLinear)
 			assert.Equal(t, 1024, c.SlidingWindow)
 			assert.True(t, c.TiedEmbeddings)
 		}, ""},
@@ -79,7 +79,7 @@ func TestHFConfig(t *testing.T) {
 		{"linear", `{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
 			"num_attention_heads": 2, "num_hidden_layers": 1, "vocab_size": 50,
 			"rope_scaling": {"type": "linear", "factor": 4}}`, func(t *testing.T, c Config) {
-			assert.Equal(t, 4.0, c.RopeScale)
+			assert.Equal(t, 4.0, c.RopeLinear)
 			assert.InDelta(t, 1.0/4, c.InvFreqs()[0], 1e-12)
 		}, ""},
 		{"gemma 2", `{"architectures": ["Gemma2ForCausalLM"]}`, nil, `architecture "Gemma2ForCausalLM" is not supported`},

@@ -38,7 +38,9 @@ func (s ggufSource) size() int64 {
 // GGUFMetadata is the architecture metadata of a GGUF file for a model of shape c
 // named name, as llama.cpp's converter writes it and ggufTensors reads it back:
 // general.architecture and general.name, then the <arch>.* dimensions, heads, norm and
-// rotary keys. (Llama 3 rope scaling goes in the rope_freqs.weight tensor, not here.)
+// rotary keys, longrope's original context and attention factor. (Llama 3 rope
+// scaling goes in the rope_freqs.weight tensor, longrope's factors in
+// rope_factors_long.weight and rope_factors_short.weight: see [Config.RopeTensors].)
 func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 	a := c.Arch
 	u32 := func(v int) gguf.Value { return gguf.Uint32(uint32(v)) }
@@ -56,6 +58,12 @@ func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 		{Key: a + ".rope.dimension_count", Value: u32(c.RopeDim)},
 		{Key: a + ".vocab_size", Value: u32(c.Vocab)},
 	}
+	if c.RopeLongFactors != nil {
+		kv = append(kv, gguf.KeyValue{Key: a + ".rope.scaling.original_context_length", Value: u32(c.RopeOriginalContext)})
+	}
+	if c.RopeScale != 0 {
+		kv = append(kv, gguf.KeyValue{Key: a + ".rope.scaling.attn_factor", Value: gguf.Float32(c.RopeScale)})
+	}
 	if c.HeadDim != c.Dim/c.Heads {
 		kv = append(kv, gguf.KeyValue{Key: a + ".attention.key_length", Value: u32(c.HeadDim)},
 			gguf.KeyValue{Key: a + ".attention.value_length", Value: u32(c.HeadDim)})
@@ -63,11 +71,29 @@ func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 	if c.SlidingWindow > 0 {
 		kv = append(kv, gguf.KeyValue{Key: a + ".attention.sliding_window", Value: u32(c.SlidingWindow)})
 	}
-	if c.RopeScale > 1 {
+	if c.RopeLinear > 1 {
 		kv = append(kv, gguf.KeyValue{Key: a + ".rope.scaling.type", Value: gguf.String("linear")},
-			gguf.KeyValue{Key: a + ".rope.scaling.factor", Value: gguf.Float32(float32(c.RopeScale))})
+			gguf.KeyValue{Key: a + ".rope.scaling.factor", Value: gguf.Float32(float32(c.RopeLinear))})
 	}
 	return kv
+}
+
+// RopeTensors are the rotary scaling tensors of a GGUF file for a model of shape c,
+// as llama.cpp's converter writes them: rope_freqs.weight for llama3 scaling,
+// rope_factors_long.weight and rope_factors_short.weight for longrope, each RopeDim/2
+// F32 values; none without scaling.
+func (c Config) RopeTensors() []gguf.TensorData {
+	var out []gguf.TensorData
+	add := func(name string, v []float32) {
+		if v != nil {
+			data, _ := dtype.Encode(dtype.F32, v)
+			out = append(out, gguf.TensorData{Name: name, Type: dtype.F32, Dims: []int64{int64(len(v))}, Data: data})
+		}
+	}
+	add("rope_freqs.weight", c.RopeFreqFactors)
+	add("rope_factors_long.weight", c.RopeLongFactors)
+	add("rope_factors_short.weight", c.RopeShortFactors)
+	return out
 }
 
 // ggufArchs are the architectures a GGUF file may name.
@@ -133,20 +159,47 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	}
 	if f.Has(key("rope.scaling.type")) {
 		st, _ := f.String(key("rope.scaling.type"))
-		switch st {
-		case "none", "":
-		case "linear":
-			if c.RopeScale, err = f.Float(key("rope.scaling.factor")); err != nil || !(c.RopeScale >= 1) {
-				return nil, fmt.Errorf("llama: %s: linear rope scaling needs a factor of at least 1 (%v, %v)", file, c.RopeScale, err)
+		_, longrope := f.Tensor("rope_factors_long.weight")
+		switch {
+		case st == "none" || st == "" || longrope && (st == "longrope" || st == "su"):
+		case st == "linear":
+			if c.RopeLinear, err = f.Float(key("rope.scaling.factor")); err != nil || !(c.RopeLinear >= 1) {
+				return nil, fmt.Errorf("llama: %s: linear rope scaling needs a factor of at least 1 (%v, %v)", file, c.RopeLinear, err)
 			}
 		default:
-			return nil, fmt.Errorf("llama: %s: rope scaling %q is not supported (linear is)", file, st)
+			return nil, fmt.Errorf("llama: %s: rope scaling %q is not supported (linear, and longrope with its factors, are)", file, st)
 		}
 	}
-	// Phi-3's long-context rotary scaling (su/longrope: per-frequency factors chosen by
-	// the context length, and a magnitude factor) is not implemented.
-	if _, ok := f.Tensor("rope_factors_long.weight"); ok {
-		return nil, fmt.Errorf("llama: %s: longrope rotary scaling (rope_factors_long.weight) is not supported", file)
+	// Longrope (Phi-3 128k, Phi-3.5, Phi-4-mini): long and short per-frequency factors
+	// as tensors, chosen per model by its context length against the original one
+	// (rope.scaling.original_context_length, else the context length, as llama.cpp
+	// reads them).
+	long, err := f32Vector(f, file, "rope_factors_long.weight")
+	if err != nil {
+		return nil, err
+	}
+	short, err := f32Vector(f, file, "rope_factors_short.weight")
+	if err != nil {
+		return nil, err
+	}
+	if (long == nil) != (short == nil) {
+		return nil, fmt.Errorf("llama: %s: longrope needs both rope_factors_long.weight and rope_factors_short.weight", file)
+	}
+	c.RopeLongFactors, c.RopeShortFactors = long, short
+	if long != nil {
+		c.RopeOriginalContext = opt("rope.scaling.original_context_length", c.ContextLength)
+		if err != nil {
+			return nil, err
+		}
+	}
+	// The factor on the rotary cosines and sines (longrope's attention factor), which
+	// llama.cpp takes as 1 when the key is missing.
+	if f.Has(key("rope.scaling.attn_factor")) {
+		a, e := f.Float(key("rope.scaling.attn_factor"))
+		if e != nil {
+			return nil, fmt.Errorf("llama: %w", e)
+		}
+		c.RopeScale = float32(a)
 	}
 	if arch == "gemma3" {
 		if err := gemma3GGUF(f, &c, file); err != nil {
@@ -158,11 +211,8 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		c.ContextLength = w
 	}
 	// llama.cpp keeps llama3 rope scaling as per-frequency divisors in a tensor.
-	if t, ok := f.Tensor("rope_freqs.weight"); ok {
-		if t.Type != dtype.F32 || len(t.Dims) != 1 {
-			return nil, fmt.Errorf("llama: %s: tensor \"rope_freqs.weight\" must be a 1-D F32 vector", file)
-		}
-		c.RopeFreqFactors = f32bytes(f.Data(t))
+	if c.RopeFreqFactors, err = f32Vector(f, file, "rope_freqs.weight"); err != nil {
+		return nil, err
 	}
 	// qwen2, qwen3 and phi3 files keep Hugging Face's rotary layout; llama files have
 	// their Q and K rows permuted for interleaved pairs.
@@ -190,6 +240,18 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		return nil, fmt.Errorf("llama: %s: implausible shape: %d layers, %d heads", file, c.Layers, c.Heads)
 	}
 	return t, nil
+}
+
+// f32Vector reads a 1-D F32 tensor of the file; nil when there is none.
+func f32Vector(f *gguf.File, file, name string) ([]float32, error) {
+	t, ok := f.Tensor(name)
+	if !ok {
+		return nil, nil
+	}
+	if t.Type != dtype.F32 || len(t.Dims) != 1 {
+		return nil, fmt.Errorf("llama: %s: tensor %q must be a 1-D F32 vector", file, name)
+	}
+	return f32bytes(f.Data(t)), nil
 }
 
 // GGUFNames returns the tensor names of llama.cpp's GGUF files.

@@ -3,6 +3,7 @@ package llama
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -34,6 +35,7 @@ type hfConfig struct {
 	SlidingWindow    *int             `json:"sliding_window"`
 	UseSlidingWindow *bool            `json:"use_sliding_window"`
 	PartialRotary    *float64         `json:"partial_rotary_factor"`
+	OriginalContext  int              `json:"original_max_position_embeddings"`
 
 	// Gemma 3's.
 	HiddenActivation     string           `json:"hidden_activation"`
@@ -53,6 +55,10 @@ type hfRopeScaling struct {
 	LowFreqFactor   float64 `json:"low_freq_factor"`
 	HighFreqFactor  float64 `json:"high_freq_factor"`
 	OriginalContext int     `json:"original_max_position_embeddings"`
+	// longrope
+	LongFactor      []float64 `json:"long_factor"`
+	ShortFactor     []float64 `json:"short_factor"`
+	AttentionFactor *float64  `json:"attention_factor"`
 }
 
 // hfConfigToConfig checks a config.json and turns it into a Config.
@@ -135,18 +141,59 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 			if !(rs.Factor >= 1) {
 				return c, fmt.Errorf("rope_scaling linear has factor %v, want at least 1", rs.Factor)
 			}
-			c.RopeScale = rs.Factor
+			c.RopeLinear = rs.Factor
 		case "llama3":
 			if rs.Factor <= 0 || rs.LowFreqFactor <= 0 || rs.HighFreqFactor <= rs.LowFreqFactor || rs.OriginalContext <= 0 {
 				return c, fmt.Errorf("rope_scaling llama3 has invalid parameters %+v", rs)
 			}
 			c.RopeFreqFactors = Llama3Scaling{Factor: rs.Factor, LowFreqFactor: rs.LowFreqFactor,
 				HighFreqFactor: rs.HighFreqFactor, OriginalContext: rs.OriginalContext}.FreqFactors(c.RopeTheta, c.RopeDim)
+		case "longrope", "su":
+			if err := h.longRope(&c, rs); err != nil {
+				return c, err
+			}
 		default:
-			return c, fmt.Errorf("rope_scaling of type %q is not supported (linear and llama3 are)", kind)
+			return c, fmt.Errorf("rope_scaling of type %q is not supported (linear, llama3 and longrope are)", kind)
 		}
 	}
 	return c, nil
+}
+
+// longRope sets c's longrope scaling from rope_scaling rs: the long and short factors,
+// the original context (original_max_position_embeddings beside max_position_embeddings,
+// as Phi-3 has it, else inside rope_scaling), and the attention factor, given or
+// computed as Hugging Face computes it — from max_position_embeddings over the
+// original context when the original is beside it, else from rope_scaling's factor.
+func (h hfConfig) longRope(c *Config, rs hfRopeScaling) error {
+	if rs.LongFactor == nil || rs.ShortFactor == nil {
+		return fmt.Errorf("rope_scaling longrope needs long_factor and short_factor (%d long, %d short)", len(rs.LongFactor), len(rs.ShortFactor))
+	}
+	f32 := func(v []float64) []float32 {
+		out := make([]float32, len(v))
+		for i, x := range v {
+			out[i] = float32(x)
+		}
+		return out
+	}
+	c.RopeLongFactors, c.RopeShortFactors = f32(rs.LongFactor), f32(rs.ShortFactor)
+	factor := rs.Factor
+	switch {
+	case h.OriginalContext > 0:
+		c.RopeOriginalContext = h.OriginalContext
+		factor = float64(h.MaxPositions) / float64(h.OriginalContext)
+	case rs.OriginalContext > 0:
+		c.RopeOriginalContext = rs.OriginalContext
+		if factor == 0 {
+			factor = float64(h.MaxPositions) / float64(rs.OriginalContext)
+		}
+	default:
+		return errors.New("rope_scaling longrope needs original_max_position_embeddings")
+	}
+	c.RopeScale = LongRopeScale(factor, c.RopeOriginalContext)
+	if rs.AttentionFactor != nil {
+		c.RopeScale = float32(*rs.AttentionFactor)
+	}
+	return nil
 }
 
 type hfSource struct{ s *safetensors.Set }

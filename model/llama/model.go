@@ -28,7 +28,9 @@ type Options struct {
 	// Sequences is how many sequences at full context the default KVBudget holds (0:
 	// see [Config.KVBudget]).
 	Sequences int
-	// ContextLength, when positive, lowers the model's context length.
+	// ContextLength, when positive, lowers the model's context length. For a longrope
+	// model it also picks the rotary factors: the short ones at or below the original
+	// context (see [Config.RopeFactors]).
 	ContextLength int
 	// Requantize, when set (Q8_0), converts the float weight matrices (F32, F16,
 	// BF16) to that type as they are taken in: a draft layer's weights at half the

@@ -100,11 +100,9 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 	kv = append(kv, tok...)
 
 	p := plan{mix: m, layers: c.Layers, tied: c.TiedEmbeddings}
-	var tensors []gguf.TensorData
-	if c.RopeFreqFactors != nil {
-		data, _ := dtype.Encode(dtype.F32, c.RopeFreqFactors)
-		tensors = append(tensors, gguf.TensorData{Name: "rope_freqs.weight", Type: dtype.F32, Dims: []int64{int64(len(c.RopeFreqFactors))}, Data: data})
-	}
+	// Rotary scaling as llama.cpp's converter stores it: llama3's divisors, longrope's
+	// long and short factors.
+	tensors := c.RopeTensors()
 	for _, name := range set.Names() {
 		if err := ctx.Err(); err != nil {
 			set.Close()

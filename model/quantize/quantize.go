@@ -6,7 +6,9 @@
 //
 // A directory is converted the way llama.cpp's converter does it: llama metadata, the
 // Q and K rows of `llama` models permuted for interleaved rotary pairs, tied output
-// weights left out, llama3 rope scaling stored as rope_freqs.weight, and a byte-level
+// weights left out, llama3 rope scaling stored as rope_freqs.weight, longrope's as
+// rope_factors_long.weight and rope_factors_short.weight with its original context and
+// attention factor as metadata, and a byte-level
 // BPE tokenizer.json carried over as a gpt2 GGUF tokenizer.
 package quantize
 

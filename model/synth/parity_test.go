@@ -42,12 +42,16 @@ import (
 // Llama and Qwen2 ones — a few layers at the real widths, a vocabulary of 9000 — and
 // compares specula's logits at every position of 128 random tokens with llama.cpp's
 // on the same file: the bound on the largest logit difference is about twice the one
-// measured, every argmax the same but at near-ties.
+// measured, every argmax the same but at near-ties. Phi-4-mini's longrope runs in a
+// context of 8192 positions (its long factors) and of 4096 (its short ones, the
+// original context), the same size in both engines; llama.cpp's logits in the other
+// context differ from specula's, so agreement says the same factors were chosen.
 func TestParityNewFamilies(t *testing.T) {
 	r := llamacpp.ForTest(t)
 	for _, tc := range []struct {
 		shape   string
 		mix     quantize.Mix
+		ctx     int // the context size in both engines; 0: specula's the file's, llama.cpp's the tokens'
 		maxDiff float64
 		layers  int // 3 when 0
 		window  int // the shape's when 0
@@ -56,30 +60,52 @@ func TestParityNewFamilies(t *testing.T) {
 		{shape: "qwen3-0.6b", mix: quantize.Q8_0, maxDiff: 0.2},
 		{shape: "phi-3-mini", mix: quantize.F32, maxDiff: 1e-3},
 		{shape: "phi-3-mini", mix: quantize.Q8_0, maxDiff: 0.2},
+		{shape: "phi-4-mini", mix: quantize.F32, ctx: 8192, maxDiff: 1e-3},
+		{shape: "phi-4-mini", mix: quantize.F32, ctx: 4096, maxDiff: 1e-3},
+		{shape: "phi-4-mini", mix: quantize.Q8_0, ctx: 8192, maxDiff: 0.2},
 		// Six layers: five sliding ones, windows shorter than the 128 tokens, and a
-		// global one (the 4B's rotary frequencies scaled by 8).
-		// llama.cpp's GELU reads its input and writes its output as float16 (a table of
-		// 65 536 values): most of the 1.9e-3 measured.
+		// global one (the 4B's rotary frequencies scaled by 8). llama.cpp's GELU reads
+		// its input and writes its output as float16 (a table of 65 536 values): most
+		// of the 1.9e-3 measured.
 		{shape: "gemma-3-1b", mix: quantize.F32, maxDiff: 4e-3, layers: 6, window: 48},
 		{shape: "gemma-3-4b", mix: quantize.Q8_0, maxDiff: 0.2, layers: 6, window: 40},
 	} {
-		t.Run(tc.shape+"/"+string(tc.mix), func(t *testing.T) {
+		name := tc.shape + "/" + string(tc.mix)
+		if tc.ctx > 0 {
+			name += fmt.Sprintf("/ctx%d", tc.ctx)
+		}
+		t.Run(name, func(t *testing.T) {
 			s, path := writeShape(t, tc.shape, fileSpec{layers: cmp.Or(tc.layers, 3), mix: tc.mix, seed: 5, window: tc.window})
-			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
+			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), ContextLength: tc.ctx, KVBudget: 64 << 20})
 			require.NoError(t, err)
 			defer m.Close()
+			c := s.Config
+			long := c.RopeLongFactors != nil && tc.ctx > c.RopeOriginalContext
+			if c.RopeLongFactors != nil {
+				want := map[bool][]float32{true: c.RopeLongFactors, false: c.RopeShortFactors}[long]
+				got := m.Config()
+				require.Equal(t, want, got.RopeFactors(), "longrope factors in a context of %d", tc.ctx)
+			}
 			rng := rand.New(rand.NewPCG(11, 12))
 			tokens := make([]int32, 128)
 			for i := range tokens {
 				tokens[i] = int32(rng.IntN(8192)) // the real tokens, not the padding
 			}
-			ref, err := r.Logits(context.Background(), path, tokens, 2)
+			ref, err := r.LogitsInContext(context.Background(), path, tokens, 2, tc.ctx)
 			require.NoError(t, err)
 			ours := allLogits(t, m, tokens)
-			p := llamacpp.Compare(ours, ref, s.Config.Vocab)
-			t.Logf("%s %s: %s", tc.shape, tc.mix, p)
+			p := llamacpp.Compare(ours, ref, c.Vocab)
+			t.Logf("%s: %s", name, p)
 			require.Less(t, p.MaxDiff, tc.maxDiff, "logits")
 			require.Equal(t, p.Positions, p.Agree+p.NearTies, "argmax differs beyond near-ties")
+			if c.RopeLongFactors != nil && tc.mix == quantize.F32 {
+				other := map[bool]int{true: c.RopeOriginalContext, false: 2 * c.RopeOriginalContext}[long]
+				ref, err := r.LogitsInContext(context.Background(), path, tokens, 2, other)
+				require.NoError(t, err)
+				q := llamacpp.Compare(ours, ref, c.Vocab)
+				t.Logf("%s against llama.cpp in a context of %d (the other factors): %s", name, other, q)
+				require.Greater(t, q.MaxDiff, 100*p.MaxDiff, "the other longrope factors give other logits")
+			}
 		})
 	}
 }
@@ -154,15 +180,24 @@ func writeShape(t *testing.T, shape string, f fileSpec) (Shape, string) {
 
 // narrow makes a shape wider than 1024 that wide, for the size of its F32 files in the
 // tests whose point is names, layout and operations rather than widths.
+// A longrope shape keeps its heads (its factors are per rotary dimension) and takes
+// fewer of them, in the same grouping.
 func narrow(c *llama.Config) {
-	if c.Dim > 1024 {
-		c.Dim, c.FFN = 1024, 1024
-		c.HeadDim, c.RopeDim = c.Dim/c.Heads, c.Dim/c.Heads
+	if c.Dim <= 1024 {
+		return
 	}
+	c.Dim, c.FFN = 1024, 1024
+	if c.RopeLongFactors != nil {
+		group := c.Heads / c.KVHeads
+		c.Heads = 1024 / c.HeadDim / group * group
+		c.KVHeads, c.Dim = c.Heads/group, c.Heads*c.HeadDim
+		return
+	}
+	c.HeadDim, c.RopeDim = c.Dim/c.Heads, c.Dim/c.Heads
 }
 
 // newFamilies are the shapes of the families added since Llama and Qwen2, one each.
-var newFamilies = []string{"qwen3-0.6b", "phi-3-mini", "gemma-3-1b"}
+var newFamilies = []string{"qwen3-0.6b", "phi-3-mini", "phi-4-mini", "gemma-3-1b"}
 
 // withGlobal is n layers, or for a shape with sliding layers at least the six that
 // include its first global one (Gemma 3: five sliding, then one global).
@@ -194,14 +229,16 @@ func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
 }
 
 // TestNewFamiliesLoadErrors: files of the new families with a tensor missing or of
-// the wrong shape, or with what the runtime does not implement (Phi-3's longrope
-// factors, Gemma's logit soft-capping, an unknown rope scaling, Gemma 2), are refused
-// with an error naming the tensor, key or architecture.
+// the wrong shape, longrope factors that are alone, of the wrong length or type, or
+// not positive, or what the runtime does not implement (Gemma's logit soft-capping,
+// an unknown rope scaling, Gemma 2), are refused with an error naming the tensor, the
+// factors, the key or the architecture.
 func TestNewFamiliesLoadErrors(t *testing.T) {
 	good := map[string]string{}
 	for _, shape := range newFamilies {
 		_, good[shape] = writeShape(t, shape, fileSpec{layers: 1, mix: quantize.Q8_0, seed: 7, narrow: true})
 	}
+	keep := func(ts []gguf.TensorData) []gguf.TensorData { return ts }
 	for _, tc := range []struct {
 		name, shape string
 		edit        func(ts []gguf.TensorData) []gguf.TensorData
@@ -219,10 +256,37 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 			}
 			return ts
 		}, `tensor "blk.0.attn_q_norm.weight": shape [64], want [128]`, nil},
-		{"phi-3 longrope", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
-			f := make([]byte, 4*16)
-			return append(ts, gguf.TensorData{Name: "rope_factors_long.weight", Type: dtype.F32, Dims: []int64{16}, Data: f})
-		}, "longrope rotary scaling (rope_factors_long.weight) is not supported", nil},
+		{"phi-3 long factors alone", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
+			f := make([]byte, 4*48)
+			return append(ts, gguf.TensorData{Name: "rope_factors_long.weight", Type: dtype.F32, Dims: []int64{48}, Data: f})
+		}, "longrope needs both rope_factors_long.weight and rope_factors_short.weight", nil},
+		{"phi-4 long factors too short", "phi-4-mini", func(ts []gguf.TensorData) []gguf.TensorData {
+			for i := range ts {
+				if ts[i].Name == "rope_factors_long.weight" {
+					ts[i].Dims, ts[i].Data = []int64{16}, ts[i].Data[:4*16]
+				}
+			}
+			return ts
+		}, "16 longrope long factors for 96 rotary dimensions (want 48)", nil},
+		{"phi-4 short factors not F32", "phi-4-mini", func(ts []gguf.TensorData) []gguf.TensorData {
+			for i := range ts {
+				if ts[i].Name == "rope_factors_short.weight" {
+					ts[i].Type, ts[i].Data = dtype.F16, ts[i].Data[:2*48]
+				}
+			}
+			return ts
+		}, `tensor "rope_factors_short.weight" must be a 1-D F32 vector`, nil},
+		{"phi-4 zero factor", "phi-4-mini", func(ts []gguf.TensorData) []gguf.TensorData {
+			for i := range ts {
+				if ts[i].Name == "rope_factors_long.weight" {
+					ts[i].Data = slices.Clone(ts[i].Data)
+					clear(ts[i].Data[:4])
+				}
+			}
+			return ts
+		}, "rope frequency factors must be positive and finite", nil},
+		{name: "phi-4 yarn scaling", shape: "phi-4-mini", edit: keep, want: `rope scaling "yarn" is not supported`,
+			kv: []gguf.KeyValue{{Key: "phi3.rope.scaling.type", Value: gguf.String("yarn")}}},
 		{"phi-3 split qkv", "phi-3-mini", func(ts []gguf.TensorData) []gguf.TensorData {
 			return slices.DeleteFunc(ts, func(d gguf.TensorData) bool { return d.Name == "blk.0.attn_qkv.weight" })
 		}, `tensor "blk.0.attn_qkv.weight": missing`, nil},
@@ -239,7 +303,7 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 		}, `tensor "blk.0.attn_q_norm.weight": shape [512], want [256]`, nil},
 		{"gemma 3 soft-capping", "gemma-3-1b", nil, "final logit soft-capping (30) is not supported",
 			[]gguf.KeyValue{{Key: "gemma3.final_logit_softcapping", Value: gguf.Float32(30)}}},
-		{"unknown rope scaling", "gemma-3-1b", nil, `rope scaling "yarn" is not supported (linear is)`,
+		{"unknown rope scaling", "gemma-3-1b", nil, `rope scaling "yarn" is not supported`,
 			[]gguf.KeyValue{{Key: "gemma3.rope.scaling.type", Value: gguf.String("yarn")}}},
 		{"gemma 2", "gemma-3-1b", nil, `architecture "gemma2" is not supported`,
 			[]gguf.KeyValue{{Key: "general.architecture", Value: gguf.String("gemma2")}}},
@@ -352,6 +416,11 @@ func checkHFMatchesGGUF(t *testing.T, shape string) {
 		assert.Equal(t, s.Config.HeadDim, m.Config().HeadDim)
 		assert.Equal(t, s.Config.QKNorm, m.Config().QKNorm)
 		assert.Equal(t, s.Config.Fused, m.Config().Fused)
+		assert.Equal(t, s.Config.RopeDim, m.Config().RopeDim)
+		assert.Equal(t, s.Config.RopeScale, m.Config().RopeScale)
+		assert.Equal(t, s.Config.RopeLongFactors, m.Config().RopeLongFactors)
+		assert.Equal(t, s.Config.RopeShortFactors, m.Config().RopeShortFactors)
+		assert.Equal(t, s.Config.RopeOriginalContext, m.Config().RopeOriginalContext)
 		logits[i] = allLogits(t, m, tokens)
 		require.NoError(t, m.Close())
 	}
@@ -366,11 +435,45 @@ func checkHFMatchesGGUF(t *testing.T, shape string) {
 	require.NoError(t, err)
 	defer m.Close()
 	assert.Equal(t, logits[0], allLogits(t, m, tokens), "converted by model/quantize")
+	assertSameRope(t, path, converted)
+}
+
+// assertSameRope checks that the converted file has the rotary scaling of the synthetic
+// one, which holds it as llama.cpp's converter writes it: the same rope.* keys, the
+// same rope factor tensors.
+func assertSameRope(t *testing.T, want, got string) {
+	t.Helper()
+	files := [2]*gguf.File{}
+	for i, p := range []string{want, got} {
+		f, err := gguf.Open(p)
+		require.NoError(t, err)
+		defer f.Close()
+		files[i] = f
+	}
+	for _, e := range files[0].KV {
+		if strings.Contains(e.Key, ".rope.") {
+			v, ok := files[1].Value(e.Key)
+			if assert.True(t, ok, "key %s", e.Key) {
+				assert.Equal(t, e.Value.Any(), v.Any(), "key %s", e.Key)
+			}
+		}
+	}
+	for i := range files[0].Tensors {
+		x := &files[0].Tensors[i]
+		if strings.HasPrefix(x.Name, "rope_") {
+			y, ok := files[1].Tensor(x.Name)
+			if assert.True(t, ok, "tensor %s", x.Name) {
+				assert.Equal(t, x.Type, y.Type, x.Name)
+				assert.Equal(t, files[0].Data(x), files[1].Data(y), x.Name)
+			}
+		}
+	}
 }
 
 // writeHF writes the F32 tensors of a synthetic GGUF file as a Hugging Face directory:
-// config.json for a Qwen3 or Phi-3 model of shape c, model.safetensors under Hugging
-// Face's names (shapes outermost first).
+// config.json for a Qwen3 or Phi-3 model of shape c (partial rotary embeddings and
+// longrope scaling included), model.safetensors under Hugging Face's names (shapes
+// outermost first).
 func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 	t.Helper()
 	f, err := gguf.Open(ggufPath)
@@ -415,6 +518,9 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 	var body []byte
 	for i := range f.Tensors {
 		x := &f.Tensors[i]
+		if strings.HasPrefix(x.Name, "rope_factors_") {
+			continue // in config.json
+		}
 		require.Equal(t, dtype.F32, x.Type, x.Name)
 		shape := slices.Clone(x.Dims)
 		slices.Reverse(shape)
@@ -441,13 +547,22 @@ func writeHF(t *testing.T, ggufPath, dir string, c llama.Config) {
 		"vocab_size": c.Vocab, "max_position_embeddings": c.ContextLength, "tie_word_embeddings": c.TiedEmbeddings,
 		"attention_bias": false, "hidden_act": "silu", "sliding_window": nil, "use_sliding_window": false,
 	}
+	if c.RopeDim != c.HeadDim {
+		cfg["partial_rotary_factor"] = float64(c.RopeDim) / float64(c.HeadDim)
+	}
+	if c.RopeLongFactors != nil {
+		// As Phi-3.5 and Phi-4-mini have it: the original context beside the longrope
+		// factors, the attention factor computed from the two contexts.
+		cfg["original_max_position_embeddings"] = c.RopeOriginalContext
+		cfg["rope_scaling"] = map[string]any{"type": "longrope", "long_factor": c.RopeLongFactors, "short_factor": c.RopeShortFactors}
+	}
 	if gemma {
 		delete(cfg, "hidden_act")
 		cfg["hidden_activation"], cfg["query_pre_attn_scalar"] = "gelu_pytorch_tanh", c.HeadDim
 		cfg["sliding_window"], cfg["sliding_window_pattern"], cfg["rope_local_base_freq"] = c.SlidingWindow, 6, c.LocalRopeTheta
 		cfg["model_type"] = "gemma3_text"
-		if c.RopeScale > 1 {
-			cfg["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeScale}
+		if c.RopeLinear > 1 {
+			cfg["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
 		}
 		cfg = map[string]any{"architectures": cfg["architectures"], "model_type": "gemma3", "text_config": cfg}
 	}

@@ -1,6 +1,6 @@
 // Package synth makes models of random weights in the exact shapes of real ones —
 // SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Qwen3 0.6B, 1.7B and 8B, Phi-3
-// mini, Gemma 3 1B and 4B, Llama 3.2 1B, TinyLlama 1.1B —
+// mini (4k), Phi-4 mini (longrope), Gemma 3 1B and 4B, Llama 3.2 1B, TinyLlama 1.1B —
 // written as GGUF files in the weight-type mixes that llama.cpp's quantizer makes
 // (quantize.Mix: F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, …), with a real
 // tokenizer's vocabulary padded to the real size. Speed is
@@ -61,6 +61,36 @@ func phi3(dim, layers, heads, kvHeads, ffn, vocab, ctx int) llama.Config {
 	}
 }
 
+// phi4MiniLong are the longrope long factors of Phi-4-mini-instruct's config.json
+// (its short factors are all 1).
+var phi4MiniLong = [48]float32{
+	1, 1.118320672, 1.250641126, 1.398617824, 1.564103225, 1.74916897, 1.956131817, 2.187582649,
+	2.446418898, 2.735880826, 3.059592084, 3.421605075, 3.826451687, 4.279200023, 4.785517845, 5.351743533,
+	5.984965424, 6.693110555, 7.485043894, 8.370679318, 9.36110372, 10.4687158, 11.70738129, 13.09260651,
+	14.64173252, 16.37415215, 18.31155283, 20.47818807, 22.90118105, 25.61086418, 28.64115884, 32.03,
+	32.1, 32.13, 32.23, 32.6, 32.61, 32.64, 32.66, 32.7,
+	32.71, 32.93, 32.97, 33.28, 33.49, 33.5, 44.16, 47.77,
+}
+
+// phi4Mini is Phi-4-mini's shape: Phi-3's architecture with grouped-query attention
+// (24 heads, 8 key/value heads of 128), rotary embeddings over three quarters of each
+// head, a tied embedding, a 200 064-token vocabulary, and longrope scaling from 4096
+// to 131 072 positions with the factors of its config.json and the attention factor
+// llama.cpp's converter computes from them.
+func phi4Mini() llama.Config {
+	c := phi3(3072, 32, 24, 8, 8192, 200064, 131072)
+	c.RopeDim = 96
+	c.TiedEmbeddings = true
+	c.RopeLongFactors = phi4MiniLong[:]
+	c.RopeShortFactors = make([]float32, len(phi4MiniLong))
+	for i := range c.RopeShortFactors {
+		c.RopeShortFactors[i] = 1
+	}
+	c.RopeOriginalContext = 4096
+	c.RopeScale = llama.LongRopeScale(float64(c.ContextLength)/float64(c.RopeOriginalContext), c.RopeOriginalContext)
+	return c
+}
+
 // gemma3 is a Gemma 3 shape: gemma3 architecture, head dimension 256, GELU gates,
 // per-head norms of Q and K, norms after attention and the feed-forward unit,
 // embeddings scaled by √dim and tied; five sliding layers (window w, rotary base 10⁴)
@@ -70,7 +100,7 @@ func gemma3(dim, layers, heads, kvHeads, ffn, vocab, w int, ropeScale float64, c
 	c := llama.Config{
 		Arch: "gemma3", Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads, HeadDim: 256,
 		FFN: ffn, Vocab: vocab, ContextLength: ctx, NormEps: 1e-6, RopeTheta: 1e6, RopeDim: 256,
-		RopeStyle: llama.RopeHalf, TiedEmbeddings: true, SlidingWindow: w, RopeScale: ropeScale,
+		RopeStyle: llama.RopeHalf, TiedEmbeddings: true, SlidingWindow: w, RopeLinear: ropeScale,
 	}
 	c.SetGemma3()
 	return c
@@ -105,6 +135,7 @@ func Shapes() []Shape {
 		// name, and for those names looks up Phi's own special tokens, which the
 		// vocabularies the files get do not have.
 		{"phi-3-mini", "Phi 3 mini 4k", phi3(3072, 32, 32, 32, 8192, 32064, 4096), 3_821_079_552},
+		{"phi-4-mini", "Phi 4 mini", phi4Mini(), 3_836_021_760},
 		{"gemma-3-1b", "Gemma-3-1B", gemma3(1152, 26, 4, 1, 6912, 262144, 512, 0, 32768), 999_885_952},
 		// The language model of the multimodal 4B (its vision tower left out).
 		{"gemma-3-4b", "Gemma-3-4B text", gemma3(2560, 34, 8, 4, 10240, 262208, 1024, 8, 131072), 3_880_263_168},

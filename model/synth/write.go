@@ -31,6 +31,8 @@ const (
 	norm                  // ones
 	bias                  // small random values
 	ropeFreqs             // the shape's rotary frequency factors
+	ropeLong              // the shape's longrope long factors
+	ropeShort             // the shape's longrope short factors
 	headNorm              // random values around 1 (the per-head norms of Q and K)
 )
 
@@ -67,6 +69,10 @@ func Plan(s Shape, m quantize.Mix) ([]Tensor, error) {
 	}
 	if c.RopeFreqFactors != nil {
 		vec("rope_freqs.weight", int64(len(c.RopeFreqFactors)), ropeFreqs)
+	}
+	if c.RopeLongFactors != nil {
+		vec("rope_factors_long.weight", int64(len(c.RopeLongFactors)), ropeLong)
+		vec("rope_factors_short.weight", int64(len(c.RopeShortFactors)), ropeShort)
 	}
 	for l := range c.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
@@ -310,6 +316,10 @@ func vector(t Tensor, s Shape, rng *rand.Rand) []byte {
 		}
 	case ropeFreqs:
 		copy(vals, s.Config.RopeFreqFactors)
+	case ropeLong:
+		copy(vals, s.Config.RopeLongFactors)
+	case ropeShort:
+		copy(vals, s.Config.RopeShortFactors)
 	case headNorm:
 		// Within [0.5, 1.5], where w = v − 1 is exact and so is 1 + w: a Gemma
 		// norm written as Hugging Face's w loads back as the same v.

@@ -1,12 +1,13 @@
 // logits: llama.cpp's logits at every position of a token sequence, the reference
 // specula's parity tests compare with (built and run by package internal/llamacpp).
 //
-//	logits MODEL.gguf BACKEND_DIR THREADS < tokens > logits
+//	logits MODEL.gguf BACKEND_DIR THREADS [N_CTX] < tokens > logits
 //
 // Standard input: the token count n, then n token ids, int32 little-endian. Standard
 // output: n_vocab as int32, then n rows of n_vocab float32 logits. The key/value cache
 // is float32 and flash attention off, so that llama.cpp's own rounding is as small as
-// it can be.
+// it can be. The context holds N_CTX positions (llama.cpp rounds it up to a multiple
+// of 256), or as many as the tokens.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +25,9 @@ static void fail(const char * what) {
 }
 
 int main(int argc, char ** argv) {
-	if (argc != 4) fail("usage: logits MODEL.gguf BACKEND_DIR THREADS < tokens > logits");
+	if (argc != 4 && argc != 5) fail("usage: logits MODEL.gguf BACKEND_DIR THREADS [N_CTX] < tokens > logits");
 	int threads = atoi(argv[3]);
+	int32_t n_ctx = argc == 5 ? atoi(argv[4]) : 0;
 	int32_t n = 0;
 	if (fread(&n, 4, 1, stdin) != 1 || n <= 0) fail("no token count on standard input");
 	int32_t * tokens = malloc(4 * (size_t) n);
@@ -41,7 +43,7 @@ int main(int argc, char ** argv) {
 	int32_t vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
 
 	struct llama_context_params cp = llama_context_default_params();
-	cp.n_ctx = (uint32_t) n;
+	cp.n_ctx = (uint32_t) (n_ctx > n ? n_ctx : n);
 	cp.n_batch = (uint32_t) n;
 	cp.n_ubatch = (uint32_t) n;
 	cp.n_threads = threads;
