@@ -1,5 +1,5 @@
 // Package llama is the Llama-family architecture — Llama 2 and 3, TinyLlama, SmolLM,
-// Mistral (without sliding window), Qwen2, Qwen2.5, Qwen3 (dense) and Phi-3 — and its
+// Mistral (with its sliding window), Qwen2, Qwen2.5, Qwen3 (dense) and Phi-3 — and its
 // weight binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
@@ -57,6 +57,18 @@ type Config struct {
 	// the separate tensors are put side by side.
 	Fused          bool
 	TiedEmbeddings bool
+	// SlidingWindow, when positive, is the attention window W of the sliding layers:
+	// a row at position pos attends only to the positions (pos−W, pos] (llama.cpp's
+	// standard sliding window: key p0 is masked when pos − p0 >= W), as Mistral 7B
+	// v0.1 was trained. 0 means no window: every layer attends to every earlier
+	// position. When every layer slides, a sequence gives back the key/value blocks
+	// that no row will see again (see [WindowReserve]), so that a long generation
+	// holds about a window of positions.
+	SlidingWindow int
+	// Sliding says, per layer, whether the layer's attention slides (interleaved
+	// models such as Gemma 3 mix sliding and full layers); nil means that every layer
+	// slides when SlidingWindow > 0.
+	Sliding []bool
 }
 
 // Llama3Scaling is Hugging Face's rope_scaling of type "llama3".
@@ -156,8 +168,34 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%d rope frequency factors for %d rotary dimensions", len(c.RopeFreqFactors), c.RopeDim)
 	case c.ContextLength < 0:
 		return fmt.Errorf("context length %d", c.ContextLength)
+	case c.SlidingWindow < 0:
+		return fmt.Errorf("sliding window %d", c.SlidingWindow)
+	case c.Sliding != nil && len(c.Sliding) != c.Layers:
+		return fmt.Errorf("%d sliding-layer flags for %d layers", len(c.Sliding), c.Layers)
 	}
 	return nil
+}
+
+// WindowReserve is how many positions beyond the sliding window a sequence of a
+// model whose every layer slides keeps when it gives back the key/value blocks no row
+// sees: what speculative decoding rolls back (a rejected draft, chain or tree, is
+// truncated away) must still find the window of its new last position. A sequence can
+// always be truncated (or a tree draft retained) back by this many positions from the
+// longest it was; further back it returns an error wrapping [kvcache.ErrReleased].
+const WindowReserve = 256
+
+// releaseBehind is, when every layer slides, how many positions behind a sequence's
+// end it keeps: the window and [WindowReserve]; 0 when some layer sees everything.
+func (c *Config) releaseBehind() int {
+	if c.SlidingWindow <= 0 {
+		return 0
+	}
+	for _, s := range c.Sliding {
+		if !s {
+			return 0
+		}
+	}
+	return c.SlidingWindow + WindowReserve
 }
 
 // InvFreqs returns the rotary frequency of each dimension pair: θ^(−2i/d), divided by

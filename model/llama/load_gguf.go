@@ -35,7 +35,8 @@ func (s ggufSource) size() int64 {
 // GGUFMetadata is the architecture metadata of a GGUF file for a model of shape c
 // named name, as llama.cpp's converter writes it and ggufTensors reads it back:
 // general.architecture and general.name, then the <arch>.* dimensions, heads, norm and
-// rotary keys. (Llama 3 rope scaling goes in the rope_freqs.weight tensor, not here.)
+// rotary keys, and the sliding window when there is one. (Llama 3 rope scaling goes in
+// the rope_freqs.weight tensor, not here.)
 func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 	a := c.Arch
 	u32 := func(v int) gguf.Value { return gguf.Uint32(uint32(v)) }
@@ -56,6 +57,9 @@ func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 	if c.HeadDim != c.Dim/c.Heads {
 		kv = append(kv, gguf.KeyValue{Key: a + ".attention.key_length", Value: u32(c.HeadDim)},
 			gguf.KeyValue{Key: a + ".attention.value_length", Value: u32(c.HeadDim)})
+	}
+	if c.SlidingWindow > 0 {
+		kv = append(kv, gguf.KeyValue{Key: a + ".attention.sliding_window", Value: u32(c.SlidingWindow)})
 	}
 	return kv
 }
@@ -129,10 +133,15 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	if _, ok := f.Tensor("rope_factors_long.weight"); ok {
 		return nil, fmt.Errorf("llama: %s: longrope rotary scaling (rope_factors_long.weight) is not supported", file)
 	}
-	// Sliding-window attention equals full attention within the window: the context
+	// A llama file's window (Mistral's) slides in every layer. Elsewhere (Phi-3)
+	// sliding-window attention equals full attention within the window: the context
 	// is capped there, as for Hugging Face directories.
-	if w := opt("attention.sliding_window", 0); w > 0 && (c.ContextLength == 0 || w < c.ContextLength) {
-		c.ContextLength = w
+	if w := opt("attention.sliding_window", 0); w > 0 {
+		if arch == "llama" {
+			c.SlidingWindow = w
+		} else {
+			c.limitContext(w)
+		}
 	}
 	// llama.cpp keeps llama3 rope scaling as per-frequency divisors in a tensor.
 	if t, ok := f.Tensor("rope_freqs.weight"); ok {

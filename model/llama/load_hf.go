@@ -93,11 +93,13 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 	if h.PartialRotary != nil {
 		c.RopeDim = int(float64(c.HeadDim)**h.PartialRotary) / 2 * 2
 	}
-	// Sliding-window attention equals full attention within the window: cap the
-	// context there.
 	if h.SlidingWindow != nil && *h.SlidingWindow > 0 && (h.UseSlidingWindow == nil || *h.UseSlidingWindow) {
-		if c.ContextLength == 0 || *h.SlidingWindow < c.ContextLength {
-			c.ContextLength = *h.SlidingWindow
+		if arch == "MistralForCausalLM" {
+			c.SlidingWindow = *h.SlidingWindow // every layer slides
+		} else {
+			// Sliding-window attention equals full attention within the window:
+			// the context is capped there.
+			c.limitContext(*h.SlidingWindow)
 		}
 	}
 	if h.RopeScaling != nil && string(*h.RopeScaling) != "null" {
