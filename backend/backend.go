@@ -84,6 +84,18 @@ type Vector interface {
 // at load, and owns what it returns: the model's Close closes it.
 type Factory func(Shape) (Backend, error)
 
+// WindowSkipper is a [Backend] whose attention, for a model with a sliding window,
+// never reads the cache blocks that lie wholly before a row's window. Only on such a
+// backend does a model whose every layer slides give those blocks back to the pool,
+// leaving [kvcache.Hole]s in its tables ([Span.Table]): on any other a hole would be
+// read.
+type WindowSkipper interface {
+	Backend
+	// SkipsBehindWindow reports whether the backend's attention skips the blocks
+	// before each row's window.
+	SkipsBehindWindow() bool
+}
+
 // Backend runs forward passes of one model shape.
 type Backend interface {
 	// Name says what runs the operations, for logs and benchmark tables.

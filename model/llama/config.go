@@ -178,7 +178,7 @@ func (c *Config) validate() error {
 
 // WindowReserve is how many positions beyond the sliding window a sequence of a
 // model whose every layer slides keeps when it gives back the key/value blocks no row
-// sees: what speculative decoding rolls back (a rejected draft, chain or tree, is
+// sees (on a backend that skips them, a [backend.WindowSkipper]): what speculative decoding rolls back (a rejected draft, chain or tree, is
 // truncated away) must still find the window of its new last position. A sequence can
 // always be truncated (or a tree draft retained) back by this many positions from the
 // longest it was; further back it returns an error wrapping [kvcache.ErrReleased].

@@ -75,13 +75,14 @@ func (m *Model) Forward(ctx context.Context, work []model.Work) error {
 	return m.release(work)
 }
 
-// release gives back, when every layer slides, each sequence's key/value blocks that
-// lie wholly before its length less the window and [WindowReserve]: no row of a later
+// release gives back, when every layer slides and the backend skips what lies before
+// a row's window ([backend.WindowSkipper]), each sequence's key/value blocks that lie
+// wholly before its length less the window and [WindowReserve]: no row of a later
 // forward sees them, also after a rollback of up to WindowReserve positions.
 func (m *Model) release(work []model.Work) error {
 	behind := m.cfg.releaseBehind()
-	if behind == 0 {
-		return nil
+	if ws, ok := m.be.(backend.WindowSkipper); behind == 0 || !ok || !ws.SkipsBehindWindow() {
+		return nil // a backend that reads every position keeps them all
 	}
 	for _, w := range work {
 		kv := w.Seq.(*sequence).kv

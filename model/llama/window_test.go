@@ -28,8 +28,12 @@ import (
 type windowBackend struct {
 	backend.Backend
 	window int
+	reads  bool         // reads every position: not a WindowSkipper
 	rows   atomic.Int64 // rows checked
 }
+
+// SkipsBehindWindow implements [backend.WindowSkipper].
+func (b *windowBackend) SkipsBehindWindow() bool { return !b.reads }
 
 func windowFactory(window int, be **windowBackend) backend.Factory {
 	return func(s backend.Shape) (backend.Backend, error) {
@@ -75,6 +79,21 @@ func windowModel(t *testing.T, window int, sliding []bool) (*Model, *windowBacke
 	}
 	m := randomModel(t, cfg, dtype.F32, 1, Options{Backend: windowFactory(check, &be), KVBudget: 64 << 20})
 	return m, be
+}
+
+// TestSlidingWindowBackendReadsAll: on a backend whose attention reads every position
+// (not a WindowSkipper) nothing is given
+// back.
+func TestSlidingWindowBackendReadsAll(t *testing.T) {
+	m, be := windowModel(t, 32, nil)
+	be.reads = true
+	seq, err := m.NewSequence(context.Background())
+	require.NoError(t, err)
+	defer seq.Close()
+	peak := generate(t, m, seq, rand.New(rand.NewPCG(1, 1)), 500, 0)
+	assert.Equal(t, 512, peak)
+	assert.Zero(t, released(seq))
+	require.NoError(t, seq.Truncate(10))
 }
 
 // heldPositions is the key/value memory of m's sequences, in positions.
