@@ -352,8 +352,8 @@ func (s *Seq) checkRetain(from int, keep []int32) (int, error) {
 		}
 	}
 	if first < len(keep) && from+first < s.start {
-		return 0, fmt.Errorf("kvcache: Retain(from=%d): %w: position %d would move, but positions before %d are released",
-			from, ErrReleased, from+first, s.start)
+		return 0, fmt.Errorf("%w: Retain(from=%d) would move position %d, but the positions before %d were given back",
+			ErrReleased, from, from+first, s.start)
 	}
 	return first, nil
 }

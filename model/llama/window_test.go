@@ -82,8 +82,7 @@ func windowModel(t *testing.T, window int, sliding []bool) (*Model, *windowBacke
 }
 
 // TestSlidingWindowBackendReadsAll: on a backend whose attention reads every position
-// (not a WindowSkipper) nothing is given
-// back.
+// (not a WindowSkipper) nothing is given back.
 func TestSlidingWindowBackendReadsAll(t *testing.T) {
 	m, be := windowModel(t, 32, nil)
 	be.reads = true
