@@ -227,7 +227,8 @@ func TestSlidingWindowRetain(t *testing.T) {
 }
 
 // TestSlidingWindowFork forks a sequence after it released blocks: the fork has the
-// same released positions, both generate on within their bounds, each rolls back
+// same released positions, both generate on within their bounds (also in one
+// forward together), each rolls back
 // within the reserve, and closing both gives every block back.
 func TestSlidingWindowFork(t *testing.T) {
 	const window = 32
@@ -246,6 +247,18 @@ func TestSlidingWindowFork(t *testing.T) {
 	assert.Equal(t, held, heldPositions(m), "the fork took no block")
 	generate(t, m, a, rng, 300, 2*bound)
 	generate(t, m, b, rng, 300, 2*bound)
+	// Both in one forward, as a scheduler batches them: each releases its own.
+	la, lb := make([]float32, m.cfg.Vocab), make([]float32, m.cfg.Vocab)
+	for range 100 {
+		work := []model.Work{
+			{Seq: a, Batch: model.Batch{Tokens: []int32{1}, Outputs: []int32{0}}, Logits: la},
+			{Seq: b, Batch: model.Batch{Tokens: []int32{2}, Outputs: []int32{0}}, Logits: lb},
+		}
+		require.NoError(t, m.Forward(context.Background(), work))
+		require.LessOrEqual(t, heldPositions(m), 2*bound)
+	}
+	assert.Equal(t, (a.Len()-window-WindowReserve)/16*16, released(a))
+	assert.Equal(t, (b.Len()-window-WindowReserve)/16*16, released(b))
 	require.NoError(t, b.Truncate(b.Len()-WindowReserve))
 	generate(t, m, b, rng, 20, 2*bound)
 	require.Error(t, b.Truncate(released(b)))
