@@ -228,8 +228,8 @@ func TestSlidingWindowRetain(t *testing.T) {
 
 // TestSlidingWindowFork forks a sequence after it released blocks: the fork has the
 // same released positions, both generate on within their bounds (also in one
-// forward together), each rolls back
-// within the reserve, and closing both gives every block back.
+// forward together), each rolls back within the reserve, and closing both gives every
+// block back.
 func TestSlidingWindowFork(t *testing.T) {
 	const window = 32
 	bound := window + WindowReserve + kvcache.DefaultBlockSize
