@@ -173,7 +173,9 @@ type Pass interface {
 	// the rows of QKV, rotates Q and K by the plan's angles (the local ones for
 	// a.Local), stores K and V at the rows' slots of layer's cache, and writes to Att
 	// each row's attention over what the plan says it sees — the last a.Window
-	// positions of it when a.Window is positive — with scores scaled by a.Scale.
+	// positions of it when a.Window is positive — with scores scaled by a.Scale. It
+	// never reads a position before a row's window: a model whose every layer slides
+	// gives those blocks back to the pool ([kvcache.Hole] in its tables).
 	Attention(layer int, a Attn)
 	// GLU writes Hidden = act(gate)·up from GateUp: the gated feed-forward unit.
 	GLU(act Activation)

@@ -60,9 +60,12 @@ type State struct {
 
 // Span is one sequence's rows of a pass.
 type Span struct {
-	Lo, Hi int     // rows [Lo, Hi)
-	Table  []int32 // the sequence's block table
-	Chain  bool    // the rows are a chain: no row has extras
+	Lo, Hi int // rows [Lo, Hi)
+	// Table is the sequence's block table ([kvcache.Seq.Table]). Its first entries
+	// may be [kvcache.Hole]: blocks a sequence of a sliding-window model gave back,
+	// whose positions lie wholly before every row's window; they must not be read.
+	Table []int32
+	Chain bool // the rows are a chain: no row has extras
 }
 
 // Output is a row whose logits are wanted: they go to Logits[Index·Vocab :

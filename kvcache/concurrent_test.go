@@ -13,10 +13,11 @@ import (
 
 // TestConcurrent runs several producers against one pool. Each grows and writes its
 // own sequence, forks it and hands the forks to consumer goroutines, which check their
-// block hashes, extend, rearrange, verify and close them while the producer keeps
-// writing its own copy: the forks share blocks across goroutines, so copy-on-write and
-// the reference counts are exercised concurrently. Run it with -race: the storage
-// takes no lock, so a write into a block another goroutine reads is a reported race.
+// block hashes, extend, rearrange, release their first blocks, verify and close them
+// while the producer keeps writing (and releasing) its own copy: the forks share
+// blocks across goroutines, so copy-on-write and the reference counts are exercised
+// concurrently. Run it with -race: the storage takes no lock, so a write into a block
+// another goroutine reads is a reported race.
 func TestConcurrent(t *testing.T) {
 	const producers, consumers = 4, 4
 	rounds := 60
@@ -84,6 +85,12 @@ func TestConcurrent(t *testing.T) {
 					_ = s.Truncate(k)
 					ids = ids[:k]
 				}
+				if rng.IntN(4) == 0 { // blocks its forks may still hold
+					if err := s.ReleaseBefore(rng.IntN(len(ids) + 1)); err != nil {
+						fail(err)
+						return
+					}
+				}
 			}
 		})
 	}
@@ -130,6 +137,9 @@ func TestConcurrent(t *testing.T) {
 						kept = append(kept, ids[n+int(k)])
 					}
 					ids = kept
+				}
+				if err := s.ReleaseBefore(rng.IntN(s.Len() + 1)); err != nil {
+					fail(err)
 				}
 				// Several readers of the (now unchanging) sequence at once.
 				var rd sync.WaitGroup

@@ -146,8 +146,8 @@ func write(s *Seq, pos int, id uint32) {
 }
 
 // verify checks that s has exactly len(ids) positions in as many blocks as that takes,
-// that the slot of each position holds the id written for it, and that its tokens are
-// those of the ids.
+// that the slot of each position it holds (from Released on) holds the id written for
+// it, that the released ones have no slot, and that its tokens are those of the ids.
 func verify(t testing.TB, s *Seq, ids []uint32) {
 	t.Helper()
 	if err := verifyErr(s, ids); err != nil {
@@ -170,6 +170,12 @@ func verifyErr(s *Seq, ids []uint32) error {
 	}
 	st := storage(s)
 	for pos, id := range ids {
+		if pos < s.Released() {
+			if s.Slot(pos) != Hole {
+				return fmt.Errorf("released position %d has slot %d", pos, s.Slot(pos))
+			}
+			continue
+		}
 		if got := st.ids[s.Slot(pos)]; got != id {
 			return fmt.Errorf("position %d (slot %d): write %d, want %d", pos, s.Slot(pos), got, id)
 		}
@@ -241,8 +247,14 @@ func (p *Pool) check(seqs ...*Seq) error {
 		if s.owned < 0 || s.owned > len(s.table) {
 			return fmt.Errorf("sequence %d: owned = %d outside [0, %d]", si, s.owned, len(s.table))
 		}
+		if err := s.checkHoles(); err != nil {
+			return fmt.Errorf("sequence %d: %w", si, err)
+		}
 		seen := map[int32]bool{}
 		for i, b := range s.table {
+			if i < s.holes {
+				continue
+			}
 			if b < 0 || int(b) >= len(p.refs) {
 				return fmt.Errorf("sequence %d: block %d is %d, outside the pool", si, i, b)
 			}
@@ -300,11 +312,29 @@ func (p *Pool) check(seqs ...*Seq) error {
 		if s == nil || s.pool == nil {
 			continue
 		}
-		for i := s.owned; i < len(s.table); i++ {
+		for i := max(s.owned, s.holes); i < len(s.table); i++ {
 			if r := p.refs[s.table[i]]; r != 1 {
 				return fmt.Errorf("sequence %d: block %d (pool block %d) counted as its own has %d references", si, i, s.table[i], r)
 			}
 		}
+	}
+	return nil
+}
+
+// checkHoles describes what is wrong with s's holes: they must be the first holes
+// entries of the table and no others, and Released must lie where the invariants say.
+func (s *Seq) checkHoles() error {
+	bs, n := s.pool.cfg.BlockSize, len(s.tokens)
+	if s.holes < 0 || s.holes > len(s.table) {
+		return fmt.Errorf("%d holes in a table of %d", s.holes, len(s.table))
+	}
+	for i, b := range s.table {
+		if (b == Hole) != (i < s.holes) {
+			return fmt.Errorf("table entry %d is %d with %d holes", i, b, s.holes)
+		}
+	}
+	if s.start < 0 || s.start > n || (s.start < n && s.holes*bs > s.start) {
+		return fmt.Errorf("released before %d of %d positions, with %d holes of %d", s.start, n, s.holes, bs)
 	}
 	return nil
 }
@@ -318,10 +348,10 @@ type books struct {
 }
 
 type seqBooks struct {
-	Open          bool
-	Table, Tokens []int32
-	Owned         int
-	Hashes        []uint64
+	Open                bool
+	Table, Tokens       []int32
+	Owned, Holes, Start int
+	Hashes              []uint64
 }
 
 // snapshot copies p's books and those of seqs (nil ones read as closed). Empty and
@@ -339,6 +369,8 @@ func snapshot(p *Pool, seqs ...*Seq) books {
 			Table:  append([]int32{}, s.table...),
 			Tokens: append([]int32{}, s.tokens...),
 			Owned:  s.owned,
+			Holes:  s.holes,
+			Start:  s.start,
 			Hashes: append([]uint64{}, s.hashes...),
 		})
 	}

@@ -13,6 +13,14 @@
 // address a backend stores its keys and values at. Sequences grow, shrink, fork and
 // keep one path of a tree draft without moving the data of other positions.
 //
+// # Released positions
+//
+// With sliding-window attention no row sees positions more than a window behind it.
+// [Seq.ReleaseBefore] gives the blocks wholly before a position back to the pool,
+// leaving [Hole]s at the start of the table, so that a long generation holds about a
+// window of positions, not all of them. The tokens (and so the block hashes) stay;
+// [Seq.Released] is the first position whose data is still held.
+//
 // # Sharing and copy-on-write
 //
 // [Seq.Fork] makes a second sequence that shares every block of the first: each block
@@ -54,6 +62,15 @@ const DefaultBlockSize = 16
 // ErrOutOfMemory is returned (wrapped) when an operation needs more blocks than the pool
 // has free. Nothing was changed; memory comes back as other sequences shrink or close.
 var ErrOutOfMemory = errors.New("key/value memory exhausted")
+
+// ErrReleased is returned (wrapped) when an operation needs the keys and values of a
+// position the sequence released ([Seq.ReleaseBefore]).
+var ErrReleased = errors.New("kvcache: position released")
+
+// Hole is the block table entry of a logical block the sequence released
+// ([Seq.ReleaseBefore]), and the slot [Seq.Slot] gives a released position: no pool
+// block, nothing for a backend to read.
+const Hole int32 = -1
 
 // ErrClosed is returned (wrapped) when a closed sequence is grown, truncated, forked or
 // rearranged.

@@ -38,11 +38,20 @@ func TestRandomOps(t *testing.T) {
 }
 
 // modelSeq is a sequence and what it should hold: the write id and the token of each
-// position.
+// position, the first position it holds (Released) and its number of released blocks.
 type modelSeq struct {
-	s    *Seq
-	ids  []uint32
-	toks []int32
+	s     *Seq
+	ids   []uint32
+	toks  []int32
+	start int
+	holes int
+}
+
+// truncated is what Truncate(n) (or a Retain that ends at n) leaves of the holes.
+func (m *modelSeq) truncated(n, bs int) {
+	m.ids, m.toks = m.ids[:n], m.toks[:n]
+	m.start = min(m.start, n)
+	m.holes = min(m.holes, (n+bs-1)/bs)
 }
 
 func (m *modelSeq) verify(t *testing.T, step int) {
@@ -51,8 +60,17 @@ func (m *modelSeq) verify(t *testing.T, step int) {
 	require.Equal(t, len(m.ids), s.Len(), "step %d: length", step)
 	require.Equal(t, (len(m.ids)+bs-1)/bs, s.Blocks(), "step %d: blocks", step)
 	require.Equal(t, m.toks, s.Tokens(), "step %d: tokens", step)
+	require.Equal(t, m.start, s.Released(), "step %d: released", step)
+	require.Equal(t, s.Blocks()-m.holes, s.HeldBlocks(), "step %d: held blocks", step)
+	for i, b := range s.Table() {
+		require.Equal(t, i < m.holes, b == Hole, "step %d: table entry %d is %d, %d holes", step, i, b, m.holes)
+	}
 	st := storage(s)
 	for pos, id := range m.ids {
+		if pos < m.start {
+			require.Equal(t, Hole, s.Slot(pos), "step %d: released position %d", step, pos)
+			continue
+		}
 		require.Equal(t, id, st.ids[s.Slot(pos)], "step %d: position %d", step, pos)
 	}
 }
@@ -96,14 +114,15 @@ func (hb *hashBook) check(t *testing.T, step int, rng *rand.Rand, s *Seq) {
 	require.False(t, ok, "step %d: the block after the full ones has a hash", step)
 }
 
-// sharedIn counts the blocks lo … hi of s that another sequence holds too.
+// sharedIn counts the blocks lo … hi of s that another sequence holds too (holes
+// are nobody's).
 func sharedIn(s *Seq, lo, hi int) int {
 	p := s.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
 	for i := lo; i <= hi && i < len(s.table); i++ {
-		if p.refs[s.table[i]] > 1 {
+		if b := s.table[i]; b != Hole && p.refs[b] > 1 {
 			n++
 		}
 	}
@@ -165,8 +184,9 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 			g := rng.IntN(3*bs + 3)
 			add := (n+g+bs-1)/bs - m.s.Blocks()
 			cow := g > 0 && n%bs != 0 && sharedIn(m.s, n/bs, n/bs) > 0
+			hole := g > 0 && n%bs != 0 && m.holes == m.s.Blocks() // refilled, no copy
 			need := add
-			if cow {
+			if cow || hole {
 				need++
 			}
 			armed := failing(1, 5)
@@ -196,6 +216,10 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 				}
 				m.ids = append(slices.Clip(m.ids), ids...)
 				m.toks = append(slices.Clip(m.toks), tokens...)
+				if hole {
+					m.holes = n / bs
+					counts["grow-into-hole"]++
+				}
 				counts["grow"]++
 			}
 		case op < 33: // a new sequence with the tokens of another, grown piece by piece
@@ -224,8 +248,10 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 		case op < 46: // truncate
 			k := rng.IntN(n + 1)
 			require.NoError(t, m.s.Truncate(k))
-			m.ids = m.ids[:k]
-			m.toks = m.toks[:k]
+			if k < m.start {
+				counts["truncate-into-released"]++
+			}
+			m.truncated(k, bs)
 			counts["truncate"]++
 		case op < 55: // fork
 			if len(seqs) >= 8 {
@@ -235,7 +261,7 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 			require.NoError(t, err)
 			require.Equal(t, before.FreeBlocks, p.Stats().FreeBlocks, "step %d: a fork took blocks", step)
 			require.Equal(t, copies, st.copies, "step %d: a fork copied", step)
-			seqs = append(seqs, &modelSeq{s: s, ids: slices.Clip(m.ids), toks: slices.Clip(m.toks)})
+			seqs = append(seqs, &modelSeq{s: s, ids: slices.Clip(m.ids), toks: slices.Clip(m.toks), start: m.start, holes: m.holes})
 			m.ids, m.toks = slices.Clip(m.ids), slices.Clip(m.toks)
 			counts["fork"]++
 		case op < 74: // retain a random path of a "tree" grown at from
@@ -253,11 +279,18 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 					break
 				}
 			}
+			moves := first < len(keep)
+			if moves && from+first < m.start {
+				err := m.s.Retain(from, keep)
+				require.ErrorIs(t, err, ErrReleased, "step %d: Retain(%d, %v) moves position %d, released before %d", step, from, keep, from+first, m.start)
+				unchanged(err, "Retain")
+				counts["retain-released"]++
+				break
+			}
 			need := 0
-			if first < len(keep) {
+			if moves {
 				need = sharedIn(m.s, (from+first)/bs, (from+len(keep)-1)/bs)
 			}
-			moves := first < len(keep)
 			oneIn := 5
 			if need > 0 {
 				oneIn = 2 // a copy of shared blocks first: rarer, so fail it more often
@@ -281,7 +314,7 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 				// The move failed: the positions before the first move are kept.
 				require.ErrorIs(t, err, errStorage, "step %d", step)
 				require.Equal(t, from+first, m.s.Len(), "step %d", step)
-				m.ids, m.toks = m.ids[:from+first], m.toks[:from+first]
+				m.truncated(from+first, bs)
 				counts["retain-move-error"]++
 			default:
 				require.NoError(t, err, "step %d", step)
@@ -292,6 +325,7 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 					tokens = append(tokens, m.toks[from+int(k)])
 				}
 				m.ids, m.toks = ids, tokens
+				m.truncated(len(ids), bs)
 				counts["retain"]++
 			}
 		case op < 84: // close
@@ -304,10 +338,25 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 			require.ErrorIs(t, m.s.Retain(0, nil), ErrClosed)
 			_, err := m.s.Fork()
 			require.ErrorIs(t, err, ErrClosed)
+			require.ErrorIs(t, m.s.ReleaseBefore(0), ErrClosed)
 			counts["close"]++
+		case op < 90: // release the blocks before a position
+			pos := rng.IntN(n + 1)
+			k := pos / bs
+			freed := 0
+			if k > m.holes {
+				freed = (k - m.holes) - sharedIn(m.s, m.holes, k-1)
+			}
+			require.NoError(t, m.s.ReleaseBefore(pos), "step %d", step)
+			require.Equal(t, before.FreeBlocks+freed, p.Stats().FreeBlocks, "step %d: ReleaseBefore(%d) freed other than %d blocks", step, pos, freed)
+			require.Equal(t, copies, st.copies, "step %d: a release copied", step)
+			if k > m.holes {
+				m.holes, m.start = k, max(m.start, k*bs)
+				counts["release"]++
+			}
 		default: // invalid arguments are refused and change nothing
 			var err error
-			switch rng.IntN(5) {
+			switch rng.IntN(7) {
 			case 0:
 				err = m.s.Truncate(-1 - rng.IntN(5))
 			case 1:
@@ -318,6 +367,10 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 				err = m.s.Retain(0, []int32{int32(n)})
 			case 4:
 				err = m.s.Retain(0, []int32{0, 0})
+			case 5:
+				err = m.s.ReleaseBefore(-1 - rng.IntN(5))
+			case 6:
+				err = m.s.ReleaseBefore(n + 1 + rng.IntN(5))
 			}
 			require.Error(t, err)
 			unchanged(err, "call with invalid arguments")
@@ -328,7 +381,7 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 		for _, m := range seqs {
 			m.verify(t, step)
 			hb.check(t, step, rng, m.s)
-			used += m.s.Blocks()
+			used += m.s.HeldBlocks()
 		}
 		s := p.Stats()
 		require.LessOrEqual(t, s.Blocks-s.FreeBlocks, used, "step %d: blocks in use beyond the tables", step)
@@ -341,11 +394,13 @@ func randomOps(t *testing.T, bs, blocks, steps int, seed uint64) {
 	t.Logf("operations: %v; %d prefixes hashed", counts, len(hb.byPrefix))
 	if steps >= 1000 {
 		for _, op := range []string{"grow", "grow-oom", "copy", "truncate", "fork", "retain", "retain-oom",
-			"retain-copy-error", "retain-move-error", "close", "invalid"} {
+			"retain-copy-error", "retain-move-error", "close", "invalid", "release", "retain-released",
+			"truncate-into-released"} {
 			assert.Positive(t, counts[op], "operation %s never ran", op)
 		}
 		if bs > 1 {
 			assert.Positive(t, counts["grow-storage-error"], "operation grow-storage-error never ran")
+			assert.Positive(t, counts["grow-into-hole"], "operation grow-into-hole never ran")
 		}
 	}
 }

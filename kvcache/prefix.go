@@ -104,7 +104,9 @@ func (x *prefixIndex) evict() int32 {
 // [Seq.Reuse] by later sequences. Publish only positions that will not change — a
 // target's accepted tokens, say, not a draft's: a block a sequence rearranges or
 // truncates into is taken out of the cache again, but other sequences may have
-// reused it by then, with the contents it had.
+// reused it by then, with the contents it had. Blocks with released positions
+// ([Seq.ReleaseBefore]) are skipped; Reuse matches from the first block on, so a
+// later block is found again only after another sequence's same prefix.
 func (s *Seq) Publish() {
 	p := s.pool
 	if p == nil {
@@ -116,9 +118,12 @@ func (s *Seq) Publish() {
 		return
 	}
 	s.BlockHash(full - 1) // outside the lock: the hashes are the sequence's own
+	// A block with a released position (a hole, or one refilled after a Truncate
+	// into the released positions) is not whole: never offered.
+	first := max(s.published, (s.start+bs-1)/bs)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i := s.published; i < full; i++ {
+	for i := first; i < full; i++ {
 		p.prefix.publish(s.table[i], s.hashes[i], s.tokens[i*bs:(i+1)*bs])
 	}
 	s.published = full

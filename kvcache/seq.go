@@ -9,9 +9,10 @@ import (
 // Seq is one request's key/value books: the token at each position and the table of
 // the pool blocks that hold them. Make one with [Pool.NewSeq] or [Seq.Fork].
 //
-// A Seq is not safe for concurrent mutation (Grow, Truncate, Retain, Fork, Close, and
-// BlockHash, which caches). While it is not being mutated, any number of goroutines may
-// call Len, Blocks, Table, Slot and Tokens. The zero Seq is closed.
+// A Seq is not safe for concurrent mutation (Grow, Truncate, Retain, ReleaseBefore,
+// Fork, Close, and BlockHash, which caches). While it is not being mutated, any number
+// of goroutines may call Len, Blocks, HeldBlocks, Released, Table, Slot and Tokens. The
+// zero Seq is closed.
 type Seq struct {
 	pool   *Pool   // nil once closed
 	table  []int32 // logical block i → pool block; len(table) == ceil(Len() / BlockSize)
@@ -24,6 +25,13 @@ type Seq struct {
 	hashes []uint64 // BlockHash of the first len(hashes) blocks, all full
 	// published: the first published blocks were offered to the prefix cache.
 	published int
+	// holes: table[:holes] are [Hole]s, blocks given back by ReleaseBefore (or cut to
+	// by a Truncate below them); every later entry is a pool block.
+	holes int
+	// start: the first position whose keys and values the sequence holds
+	// ([Seq.Released]); start <= Len(), and holes·BlockSize <= start unless
+	// start == Len().
+	start int
 
 	pairs []int32 // scratch: slot copies for the storage
 	swaps []int32 // scratch: pairs of (logical index, old block) being replaced
@@ -33,18 +41,69 @@ type Seq struct {
 func (s *Seq) Len() int { return len(s.tokens) }
 
 // Blocks returns the number of logical blocks of the sequence: Len() rounded up to a
-// multiple of the block size, divided by it.
+// multiple of the block size, divided by it. Released blocks count: they are the
+// table's [Hole]s.
 func (s *Seq) Blocks() int { return len(s.table) }
+
+// HeldBlocks returns the number of pool blocks the sequence's table holds: Blocks
+// less the released ones.
+func (s *Seq) HeldBlocks() int { return len(s.table) - s.holes }
 
 // Table returns the block table: the pool block of each logical block. It is the
 // sequence's own and valid until its next mutation; it must not be modified.
+//
+// A logical block that [Seq.ReleaseBefore] gave back is [Hole] (-1): the holes are
+// always the first entries of the table, and every position they cover lies before
+// [Seq.Released]. A backend must not read a hole; with sliding-window attention no row
+// sees the positions of one.
 func (s *Seq) Table() []int32 { return s.table }
 
 // Slot returns the physical slot of position pos (0 <= pos < Len()): where a backend
-// stores that position's keys and values.
+// stores that position's keys and values. A released position (pos < [Seq.Released])
+// has no slot: Slot returns [Hole] for it.
 func (s *Seq) Slot(pos int) int32 {
+	if pos < s.start {
+		return Hole
+	}
 	bs := s.pool.cfg.BlockSize
 	return s.table[pos/bs]*int32(bs) + int32(pos%bs)
+}
+
+// Released returns the first position whose keys and values the sequence still holds:
+// the positions before it were given back by [Seq.ReleaseBefore] (or cut away by a
+// Truncate below them) and have no slot. It is 0 for a sequence that released nothing,
+// and at most Len().
+func (s *Seq) Released() int { return s.start }
+
+// ReleaseBefore gives back to the pool every block of the sequence whose positions all
+// lie before pos (0 <= pos <= Len()): the memory of positions that no row will attend to
+// again, as with sliding-window attention. Their table entries become [Hole]s and
+// [Seq.Released] moves to the first position of the first block kept (never back). A
+// block another sequence shares stays with it; a published one stays in the prefix
+// cache, reusable, as when a sequence closes. Len, the tokens and the block hashes are
+// unchanged; Truncate, Fork, Publish and Close handle the holes (see each).
+//
+// Releasing takes the pool's lock only when a block goes back, and never allocates.
+func (s *Seq) ReleaseBefore(pos int) error {
+	p := s.pool
+	if p == nil {
+		return fmt.Errorf("%w: ReleaseBefore(%d)", ErrClosed, pos)
+	}
+	if pos < 0 || pos > len(s.tokens) {
+		return fmt.Errorf("kvcache: ReleaseBefore(%d): pos must be in [0, %d], the sequence's length", pos, len(s.tokens))
+	}
+	n := pos / p.cfg.BlockSize
+	if n <= s.holes {
+		return nil
+	}
+	p.releaseAll(s.table[s.holes:n])
+	for i := s.holes; i < n; i++ {
+		s.table[i] = Hole
+	}
+	s.holes = n
+	s.owned = max(s.owned, n)
+	s.start = max(s.start, n*p.cfg.BlockSize)
+	return nil
 }
 
 // Tokens returns the token at each position. It must not be modified.
@@ -77,7 +136,7 @@ func (s *Seq) Grow(tokens []int32) error {
 		return fmt.Errorf("kvcache: Grow(%d tokens): length %d + n overflows", n, old)
 	}
 	newLen := old + n
-	if newLen > len(s.table)*bs || len(s.table) <= s.owned {
+	if newLen > len(s.table)*bs || len(s.table) <= s.owned || len(s.table) <= s.holes {
 		if err := s.addBlocks(old, newLen); err != nil {
 			return err
 		}
@@ -93,14 +152,16 @@ func (s *Seq) addBlocks(old, newLen int) error {
 	bs := p.cfg.BlockSize
 	add := (newLen+bs-1)/bs - len(s.table)
 	last := len(s.table) - 1
-	// The partly filled last block will be written; it may be shared if it lies
+	// The partly filled last block will be written: a hole (after a Truncate into the
+	// released positions) gets a block of its own; a block may be shared if it lies
 	// before owned.
-	check := old%bs != 0 && last < s.owned
+	hole := old%bs != 0 && last < s.holes
+	check := old%bs != 0 && last < s.owned && !hole
 	s.table = slices.Grow(s.table, add) // allocate outside the lock
 	p.mu.Lock()
 	cow := check && p.refs[s.table[last]] > 1
 	need := add
-	if cow {
+	if cow || hole {
 		need++
 	}
 	if free := p.available(); need > free {
@@ -110,6 +171,10 @@ func (s *Seq) addBlocks(old, newLen int) error {
 	var fresh int32
 	if cow {
 		fresh = p.alloc()
+	}
+	if hole {
+		s.table[last] = p.alloc()
+		s.holes, s.owned = last, min(s.owned, last)
 	}
 	for range add {
 		s.table = append(s.table, p.alloc())
@@ -143,6 +208,12 @@ func appendBlockCopy(pairs []int32, bs int, dst, src int32, slots int) []int32 {
 // Truncate shrinks the sequence to its first n positions (0 <= n <= Len()), returning
 // the blocks it no longer needs: a block goes back to the free list when no sequence
 // holds it any more.
+//
+// n may lie below [Seq.Released]: the sequence then holds no position's data
+// (Released becomes n), and growing it again gives the partly filled last block, if it
+// was released, a fresh block whose positions before n stay released. Whether the
+// positions it will attend to are still there is the model's question, not the
+// books'.
 func (s *Seq) Truncate(n int) error {
 	if s.pool == nil {
 		return fmt.Errorf("%w: Truncate(%d)", ErrClosed, n)
@@ -158,17 +229,19 @@ func (s *Seq) truncate(n int) {
 	p := s.pool
 	bs := p.cfg.BlockSize
 	keep := (n + bs - 1) / bs
-	if n%bs != 0 && keep-1 < len(s.table) && keep-1 < len(s.tokens)/bs {
+	if n%bs != 0 && keep-1 < len(s.table) && keep-1 < len(s.tokens)/bs && keep-1 >= s.holes {
 		// The last kept block was full and will be written again.
 		p.mu.Lock()
 		s.forget(keep - 1)
 		p.mu.Unlock()
 	}
 	if keep < len(s.table) {
-		p.releaseAll(s.table[keep:])
+		p.releaseAll(s.table[max(keep, s.holes):])
 		s.table = s.table[:keep]
 		s.owned = min(s.owned, keep)
+		s.holes = min(s.holes, keep)
 	}
+	s.start = min(s.start, n)
 	s.tokens = s.tokens[:n]
 	s.hashes = s.hashes[:min(len(s.hashes), n/bs)]
 	s.published = min(s.published, n/bs)
@@ -176,7 +249,8 @@ func (s *Seq) truncate(n int) {
 
 // Fork returns a new sequence with the same length and contents as s. The two share
 // every block (no data is copied now); each copies a shared block before it first
-// writes into it, in Grow or Retain. The new sequence must be closed on its own.
+// writes into it, in Grow or Retain. Released blocks stay released in both: the fork
+// has the same holes and [Seq.Released]. The new sequence must be closed on its own.
 func (s *Seq) Fork() (*Seq, error) {
 	p := s.pool
 	if p == nil {
@@ -184,19 +258,22 @@ func (s *Seq) Fork() (*Seq, error) {
 	}
 	t := slices.Clone(s.table)
 	p.mu.Lock()
-	for _, b := range t {
+	for _, b := range t[s.holes:] {
 		p.retain(b)
 	}
 	p.mu.Unlock()
 	s.owned = len(s.table)
-	return &Seq{pool: p, table: t, tokens: slices.Clone(s.tokens), owned: len(t), hashes: slices.Clone(s.hashes)}, nil
+	return &Seq{pool: p, table: t, tokens: slices.Clone(s.tokens), owned: len(t), hashes: slices.Clone(s.hashes),
+		holes: s.holes, start: s.start}, nil
 }
 
 // Retain keeps, of the positions from, from+1, …, only those at the offsets keep, in
 // that order: for each i, position from+keep[i] moves to from+i, and the sequence is
 // then truncated to from+len(keep). keep must be strictly ascending, with
-// 0 <= keep[i] < Len()-from, and 0 <= from <= Len(). This is how a runtime keeps one
-// accepted root-to-leaf path of a tree draft that was appended at from.
+// 0 <= keep[i] < Len()-from, and 0 <= from <= Len(); no position that moves may be
+// released (before [Seq.Released]), an error wrapping [ErrReleased] otherwise. This is
+// how a runtime keeps one accepted root-to-leaf path of a tree draft that was appended
+// at from.
 //
 // Shared destination blocks are copied first; when that needs more blocks than are
 // free, Retain returns an error wrapping [ErrOutOfMemory] and changes nothing. When the
@@ -273,6 +350,10 @@ func (s *Seq) checkRetain(from int, keep []int32) (int, error) {
 		if first == len(keep) && int(k) != i {
 			first = i
 		}
+	}
+	if first < len(keep) && from+first < s.start {
+		return 0, fmt.Errorf("%w: Retain(from=%d) would move position %d, but the positions before %d were given back",
+			ErrReleased, from, from+first, s.start)
 	}
 	return first, nil
 }
@@ -396,12 +477,13 @@ func fnvWord(h, w uint64, n int) uint64 {
 }
 
 // Close returns all of the sequence's blocks to the pool (those no other sequence
-// holds become free). It is idempotent; afterwards Grow, Truncate, Retain and Fork
-// return errors wrapping [ErrClosed], and Len and Blocks return 0.
+// holds become free; released ones went back before). It is idempotent; afterwards
+// Grow, Truncate, Retain, Fork and ReleaseBefore return errors wrapping [ErrClosed],
+// and Len and Blocks return 0.
 func (s *Seq) Close() {
 	if s.pool == nil {
 		return
 	}
-	s.pool.releaseAll(s.table)
+	s.pool.releaseAll(s.table[s.holes:])
 	*s = Seq{}
 }

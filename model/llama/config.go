@@ -1,6 +1,6 @@
 // Package llama is the Llama-family architecture — Llama 2 and 3, TinyLlama, SmolLM,
-// Mistral (without sliding window), Qwen2, Qwen2.5, Qwen3 (dense), Phi-3 and Phi-4-mini
-// (longrope scaling included: Phi-3-mini-128k, Phi-3.5-mini) — and its
+// Mistral (with its sliding window), Qwen2, Qwen2.5, Qwen3 (dense), Phi-3 and Phi-4-mini
+// (longrope scaling included: Phi-3-mini-128k, Phi-3.5-mini), Gemma 3 — and its
 // weight binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
@@ -79,10 +79,17 @@ type Config struct {
 	// RopeLinear, when above 1, divides every rotary frequency of the global layers
 	// (linear scaling, "position interpolation": Gemma 3 4B and up use 8).
 	RopeLinear float64
-	// SlidingWindow, when positive, limits the attention of the sliding layers to
-	// the last SlidingWindow positions (Mistral 7B v0.1, Gemma 3's local layers).
+	// SlidingWindow, when positive, is the attention window W of the sliding layers:
+	// a row at position pos attends only to the positions (pos−W, pos] (llama.cpp's
+	// standard sliding window: key p0 is masked when pos − p0 >= W), as Mistral 7B
+	// v0.1 was trained. 0 means no window: every layer attends to every earlier
+	// position. When every layer slides, a sequence gives back the key/value blocks
+	// that no row will see again (see [WindowReserve]), so that a long generation
+	// holds about a window of positions.
 	SlidingWindow int
-	// Sliding says which layers slide; nil: all of them, when SlidingWindow is set.
+	// Sliding says, per layer, whether the layer's attention slides (interleaved
+	// models such as Gemma 3 mix sliding and full layers); nil means that every layer
+	// slides when SlidingWindow > 0.
 	Sliding []bool
 	// LocalRopeTheta, when positive, is the rotary base of the sliding layers,
 	// unscaled (Gemma 3: 10⁴, its global layers 10⁶).
@@ -246,8 +253,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("rope scale %v must be positive (or 0: none)", c.RopeScale)
 	case c.ContextLength < 0:
 		return fmt.Errorf("context length %d", c.ContextLength)
-	case c.SlidingWindow < 0 || c.Sliding != nil && len(c.Sliding) != c.Layers:
-		return fmt.Errorf("sliding window %d over %d of %d layers", c.SlidingWindow, len(c.Sliding), c.Layers)
+	case c.SlidingWindow < 0:
+		return fmt.Errorf("sliding window %d", c.SlidingWindow)
+	case c.Sliding != nil && len(c.Sliding) != c.Layers:
+		return fmt.Errorf("%d sliding-layer flags for %d layers", len(c.Sliding), c.Layers)
 	case c.RopeLinear < 0 || c.LocalRopeTheta < 0 || math.IsNaN(c.RopeLinear) || math.IsNaN(c.LocalRopeTheta):
 		return fmt.Errorf("linear rope scale %v, local rope theta %v", c.RopeLinear, c.LocalRopeTheta)
 	case c.Activation != backend.SiLU && c.Activation != backend.GELUTanh:
@@ -279,6 +288,28 @@ func (c *Config) RopeFactors() []float32 {
 		return c.RopeLongFactors
 	}
 	return c.RopeShortFactors
+}
+
+// WindowReserve is how many positions beyond the sliding window a sequence of a
+// model whose every layer slides keeps when it gives back the key/value blocks no row
+// sees: what speculative decoding rolls back (a rejected draft, chain or tree, is
+// truncated away) must still find the window of its new last position. A sequence can
+// always be truncated (or a tree draft retained) back by this many positions from the
+// longest it was; further back it returns an error wrapping [kvcache.ErrReleased].
+const WindowReserve = 256
+
+// releaseBehind is, when every layer slides, how many positions behind a sequence's
+// end it keeps: the window and [WindowReserve]; 0 when some layer sees everything.
+func (c *Config) releaseBehind() int {
+	if c.SlidingWindow <= 0 {
+		return 0
+	}
+	for _, s := range c.Sliding {
+		if !s {
+			return 0
+		}
+	}
+	return c.SlidingWindow + WindowReserve
 }
 
 // InvFreqs returns the rotary frequency of each dimension pair: θ^(−2i/d), divided by

@@ -70,7 +70,8 @@ func residual(ps backend.Pass, src backend.Act, w backend.Matrix, post backend.V
 }
 
 // Forward implements [model.Model]: the batches of every sequence go through the
-// layers together, in passes of at most the backend's row limit.
+// layers together, in passes of at most the backend's row limit. When every layer
+// slides, each sequence then gives back the key/value blocks no later row will see.
 func (m *Model) Forward(ctx context.Context, work []model.Work) error {
 	if err := m.check(ctx, work); err != nil {
 		return err
@@ -84,8 +85,29 @@ func (m *Model) Forward(ctx context.Context, work []model.Work) error {
 			s := w.Seq.(*sequence)
 			_ = s.kv.Truncate(s.kv.Len() - len(w.Batch.Tokens))
 		}
+		return err
 	}
-	return err
+	return m.release(work)
+}
+
+// release gives back, when every layer slides, each sequence's key/value blocks that
+// lie wholly before its length less the window and [WindowReserve]: no row of a later
+// forward sees them, also after a rollback of up to WindowReserve positions (and the
+// backends' attention never reads before a row's window: [backend.Pass]).
+func (m *Model) release(work []model.Work) error {
+	behind := m.cfg.releaseBehind()
+	if behind == 0 {
+		return nil
+	}
+	for _, w := range work {
+		kv := w.Seq.(*sequence).kv
+		if n := kv.Len() - behind; n > 0 {
+			if err := kv.ReleaseBefore(n); err != nil {
+				return fmt.Errorf("llama: releasing positions behind the sliding window: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // check validates a forward before anything changes.
@@ -211,6 +233,9 @@ func (s *sequence) Truncate(n int) error {
 	if n < 0 || n > s.kv.Len() {
 		return fmt.Errorf("llama: truncate to %d outside [0, %d]", n, s.kv.Len())
 	}
+	if err := s.reach(n); err != nil {
+		return err
+	}
 	if err := s.kv.Truncate(n); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
@@ -224,10 +249,28 @@ func (s *sequence) Retain(from int, keep []int32) error {
 	if err := model.CheckRetain(from, keep, s.kv.Len()); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
+	if err := s.reach(from + len(keep)); err != nil {
+		return err
+	}
 	if err := s.kv.Retain(from, keep); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
 	return nil
+}
+
+// reach checks that a sequence cut back to n positions still holds what its next row
+// attends to: with a sliding window of W, the positions from n−W+1 on. A sequence of a
+// model whose every layer slides gives back the positions behind the window and
+// [WindowReserve] as it grows; going back further than that is refused (to 0, a fresh
+// start, is not).
+func (s *sequence) reach(n int) error {
+	rel, w := s.kv.Released(), s.m.cfg.SlidingWindow
+	if rel == 0 || n == 0 || n-w+1 >= rel {
+		return nil
+	}
+	return fmt.Errorf("llama: cannot go back to %d positions: with the sliding window of %d positions the next row "+
+		"attends to positions from %d on, but those before %d were given back (a sequence keeps %d positions beyond the window): %w",
+		n, w, n-w+1, rel, WindowReserve, kvcache.ErrReleased)
 }
 
 // Reuse implements [model.PrefixSequence].

@@ -38,9 +38,10 @@ func (s ggufSource) size() int64 {
 // GGUFMetadata is the architecture metadata of a GGUF file for a model of shape c
 // named name, as llama.cpp's converter writes it and ggufTensors reads it back:
 // general.architecture and general.name, then the <arch>.* dimensions, heads, norm and
-// rotary keys, longrope's original context and attention factor. (Llama 3 rope
-// scaling goes in the rope_freqs.weight tensor, longrope's factors in
-// rope_factors_long.weight and rope_factors_short.weight: see [Config.RopeTensors].)
+// rotary keys, longrope's original context and attention factor, the sliding window
+// and linear rope scaling when there are. (Llama 3 rope scaling goes in the
+// rope_freqs.weight tensor, longrope's factors in rope_factors_long.weight and
+// rope_factors_short.weight: see [Config.RopeTensors].)
 func (c Config) GGUFMetadata(name string) []gguf.KeyValue {
 	a := c.Arch
 	u32 := func(v int) gguf.Value { return gguf.Uint32(uint32(v)) }
@@ -201,14 +202,20 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 		}
 		c.RopeScale = float32(a)
 	}
+	// A gemma3 file's window slides in five layers of six; a llama file's (Mistral's)
+	// in every layer. Elsewhere (Phi-3) sliding-window attention equals full
+	// attention within the window: the context is capped there, as for Hugging Face
+	// directories.
 	if arch == "gemma3" {
 		if err := gemma3GGUF(f, &c, file); err != nil {
 			return nil, err
 		}
-	} else if w := opt("attention.sliding_window", 0); w > 0 && (c.ContextLength == 0 || w < c.ContextLength) {
-		// Sliding-window attention equals full attention within the window: the
-		// context is capped there, as for Hugging Face directories.
-		c.ContextLength = w
+	} else if w := opt("attention.sliding_window", 0); w > 0 {
+		if arch == "llama" {
+			c.SlidingWindow = w
+		} else {
+			c.limitContext(w)
+		}
 	}
 	// llama.cpp keeps llama3 rope scaling as per-frequency divisors in a tensor.
 	if c.RopeFreqFactors, err = f32Vector(f, file, "rope_freqs.weight"); err != nil {

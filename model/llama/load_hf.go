@@ -120,10 +120,12 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 			return c, err
 		}
 	} else if h.SlidingWindow != nil && *h.SlidingWindow > 0 && (h.UseSlidingWindow == nil || *h.UseSlidingWindow) {
-		// Sliding-window attention equals full attention within the window: cap the
-		// context there.
-		if c.ContextLength == 0 || *h.SlidingWindow < c.ContextLength {
-			c.ContextLength = *h.SlidingWindow
+		if arch == "MistralForCausalLM" {
+			c.SlidingWindow = *h.SlidingWindow // every layer slides
+		} else {
+			// Sliding-window attention equals full attention within the window:
+			// the context is capped there.
+			c.limitContext(*h.SlidingWindow)
 		}
 	}
 	if h.RopeScaling != nil && string(*h.RopeScaling) != "null" {
