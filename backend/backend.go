@@ -97,9 +97,10 @@ type Backend interface {
 	Matrix(parts ...Tensor) (Matrix, error)
 	// Vector takes in a vector.
 	Vector(v []float32) (Vector, error)
-	// KV makes the key/value books and storage for blocks of blockSize positions,
-	// within budget bytes.
-	KV(blockSize int, budget int64) (*kvcache.Pool, error)
+	// KV makes the key/value books and storage of a pool as s says: the layers it
+	// stores, in blocks of s.BlockSize positions, within s.Budget bytes. A model
+	// makes one pool, or a second for its sliding-window layers (see [KVSpec]).
+	KV(s KVSpec) (*kvcache.Pool, error)
 	// MaxRows is the most rows one pass may take (0: no limit); the caller cuts
 	// longer forwards into passes.
 	MaxRows() int
@@ -110,6 +111,85 @@ type Backend interface {
 	Run(ctx context.Context, p *Plan, l Layers) error
 	// Close releases the backend's memory. Its models must not be used after.
 	Close() error
+}
+
+// KVSpec says what key/value pool a backend makes.
+//
+// A model makes one pool for every layer, or — when its sliding-window layers keep a
+// shorter span of positions than its global ones (Gemma 3: five in six layers see
+// the last 512 or 1024 positions) — two: the global layers' and the sliding ones'
+// (Sliding), so that the sliding layers' blocks behind the window can be given back
+// while the global layers keep theirs. The plan addresses the first pool by Slots and
+// Span.Table, the sliding one by SlidingSlots and Span.SlidingTable; Attention of a
+// layer uses the pool that stores it.
+type KVSpec struct {
+	// BlockSize is the number of positions per block (0: kvcache.DefaultBlockSize).
+	BlockSize int
+	// Budget is the most memory, in bytes, the pool's blocks may take.
+	Budget int64
+	// Layers lists the layers the pool stores, ascending; nil: every layer (then it
+	// is the only pool).
+	Layers []int
+	// Sliding marks the sliding layers' pool.
+	Sliding bool
+}
+
+// KVMap is where each layer's keys and values live, as a backend's KV calls set it:
+// Pool[l] is 0 for the first pool and 1 for the sliding one, Index[l] the layer's
+// place among its pool's layers, Count the number of layers of each pool.
+type KVMap struct {
+	Pool, Index []int
+	Count       [2]int
+	made        [2]bool
+}
+
+// Add makes the pool that s asks for on a model of layers layers, by calling build
+// with its number (0 for the first pool, 1 for the sliding one) and number of layers,
+// and records it when build succeeds: an error when the pool exists already, or its
+// layers are not the model's, not ascending, or another pool's.
+func (m *KVMap) Add(layers int, s KVSpec, build func(pool, count int) error) error {
+	pool := 0
+	if s.Sliding {
+		pool = 1
+	}
+	if m.made[pool] {
+		return fmt.Errorf("backend: the key/value pool (sliding %v) exists already", s.Sliding)
+	}
+	list := s.Layers
+	if list == nil {
+		list = upTo(layers)
+	}
+	for i, l := range list {
+		switch {
+		case l < 0 || l >= layers || i > 0 && l <= list[i-1]:
+			return fmt.Errorf("backend: key/value pool layers %v: not ascending layers of %d", s.Layers, layers)
+		case m.Pool != nil && m.Pool[l] >= 0:
+			return fmt.Errorf("backend: layer %d is in two key/value pools", l)
+		}
+	}
+	if err := build(pool, len(list)); err != nil {
+		return err
+	}
+	if m.Pool == nil {
+		m.Pool, m.Index = upTo(layers), upTo(layers)
+		for l := range m.Pool {
+			m.Pool[l] = -1
+		}
+	}
+	for i, l := range list {
+		m.Pool[l], m.Index[l] = pool, i
+	}
+	m.made[pool], m.Count[pool] = true, len(list)
+	return nil
+}
+
+// make0 returns 0, 1, …, n−1.
+func upTo(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // Layers is what a pass runs over its rows: a model's architecture, as one call per

@@ -16,8 +16,10 @@ import (
 type Plan struct {
 	// Tokens is the token of each row.
 	Tokens []int32
-	// Slots is the physical key/value slot each row's keys and values go to.
-	Slots []int32
+	// Slots is the physical key/value slot each row's keys and values go to, in the
+	// first pool; SlidingSlots in the sliding layers' pool when the model keeps one
+	// ([KVSpec]).
+	Slots, SlidingSlots []int32
 	// Rope holds, per row, Shape.RopeDim/2 cosines and then as many sines: the
 	// rotation for the row's position.
 	Rope []float32
@@ -65,7 +67,10 @@ type Span struct {
 	// may be [kvcache.Hole]: blocks a sequence of a sliding-window model gave back,
 	// whose positions lie wholly before every row's window; they must not be read.
 	Table []int32
-	Chain bool // the rows are a chain: no row has extras
+	// SlidingTable is its block table in the sliding layers' pool; nil: none. Its
+	// first entries may be holes too.
+	SlidingTable []int32
+	Chain        bool // the rows are a chain: no row has extras
 }
 
 // Output is a row whose logits are wanted: they go to Logits[Index·Vocab :
@@ -94,26 +99,35 @@ func (p *Plan) Reset() {
 	clear(p.Spans)
 	clear(p.Outputs)
 	clear(p.States)
-	p.Tokens, p.Slots, p.Rope, p.LocalRope = p.Tokens[:0], p.Slots[:0], p.Rope[:0], p.LocalRope[:0]
+	p.Tokens, p.Slots, p.SlidingSlots = p.Tokens[:0], p.Slots[:0], p.SlidingSlots[:0]
+	p.Rope, p.LocalRope = p.Rope[:0], p.LocalRope[:0]
 	p.Prefix, p.Extra, p.Spans, p.Outputs = p.Prefix[:0], p.Extra[:0], p.Spans[:0], p.Outputs[:0]
 	p.States, p.Inputs = p.States[:0], p.Inputs[:0]
 	p.ExtraOff = append(p.ExtraOff[:0], 0)
 }
 
 // Add appends the tokens [lo, hi) of batch b to the plan: b is appended to a sequence
-// that held base positions before it and whose books kv already hold the batch. The
-// batch's output rows among them write to logits, its states to b.Hidden.
-func (p *Plan) Add(kv *kvcache.Seq, base int, b model.Batch, lo, hi int, logits []float32) {
+// that held base positions before it and whose books kv (and sliding, its books in
+// the sliding layers' pool; nil: none) already hold the batch. The batch's output
+// rows among them write to logits, its states to b.Hidden.
+func (p *Plan) Add(kv, sliding *kvcache.Seq, base int, b model.Batch, lo, hi int, logits []float32) {
 	if len(p.ExtraOff) == 0 {
 		p.ExtraOff = append(p.ExtraOff, 0)
 	}
 	row0 := len(p.Tokens)
 	chain := b.Tree.Chain()
-	p.Spans = append(p.Spans, Span{Lo: row0, Hi: row0 + hi - lo, Table: kv.Table(), Chain: chain})
+	sp := Span{Lo: row0, Hi: row0 + hi - lo, Table: kv.Table(), Chain: chain}
+	if sliding != nil {
+		sp.SlidingTable = sliding.Table()
+	}
+	p.Spans = append(p.Spans, sp)
 	for i := lo; i < hi; i++ {
 		pos := base + b.Tree.Depth(i)
 		p.Tokens = append(p.Tokens, b.Tokens[i])
 		p.Slots = append(p.Slots, kv.Slot(base+i))
+		if sliding != nil {
+			p.SlidingSlots = append(p.SlidingSlots, sliding.Slot(base+i))
+		}
 		p.Rope = appendRope(p.Rope, pos, p.InvFreq, p.RopeScale)
 		if p.LocalInvFreq != nil {
 			p.LocalRope = appendRope(p.LocalRope, pos, p.LocalInvFreq, 1)
@@ -151,6 +165,23 @@ func (p *Plan) addStates(b model.Batch, lo, hi, row0 int) {
 		}
 		p.States = append(p.States, State{Row: row0 + int(o) - lo, Layer: FinalLayer, Dst: row[len(b.StateLayers)*p.Dim:]})
 	}
+}
+
+// SlotsOf returns the rows' slots in the first pool (0) or the sliding layers' (1).
+func (p *Plan) SlotsOf(pool int) []int32 {
+	if pool == 1 {
+		return p.SlidingSlots
+	}
+	return p.Slots
+}
+
+// TableOf returns the span's block table in the first pool (0) or the sliding
+// layers' (1).
+func (sp *Span) TableOf(pool int) []int32 {
+	if pool == 1 {
+		return sp.SlidingTable
+	}
+	return sp.Table
 }
 
 // Rotation returns the rows' rotations, each RopeDim/2 cosines then as many sines:

@@ -38,9 +38,9 @@ func TestPlanAdd(t *testing.T) {
 	var p Plan
 	p.Reset()
 	p.Dim, p.InvFreq = 2, inv
-	p.Add(a, 3, chain, 0, 3, la)
-	p.Add(b, 5, branch, 0, 2, lb) // the tree cut after its second node
-	p.Add(b, 5, branch, 2, 4, lb)
+	p.Add(a, nil, 3, chain, 0, 3, la)
+	p.Add(b, nil, 5, branch, 0, 2, lb) // the tree cut after its second node
+	p.Add(b, nil, 5, branch, 2, 4, lb)
 
 	assert.Equal(t, []int32{1, 2, 3, 4, 5, 6, 7}, p.Tokens)
 	want := []int32{a.Slot(3), a.Slot(4), a.Slot(5), b.Slot(5), b.Slot(6), b.Slot(7), b.Slot(8)}
@@ -69,7 +69,7 @@ func TestPlanAdd(t *testing.T) {
 
 	// A rope scale (longrope's attention factor) multiplies the cosines and sines.
 	p.RopeScale = 1.25
-	p.Add(a, 3, chain, 0, 1, la)
+	p.Add(a, nil, 3, chain, 0, 1, la)
 	for j, f := range inv {
 		s, c := math.Sincos(3 * f)
 		assert.Equal(t, float32(c*1.25), p.Rope[j], "scaled cos %d", j)

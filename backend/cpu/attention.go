@@ -40,6 +40,8 @@ func (ps *pass) store(layer int, bias vector, ropes []float32) {
 	half := s.RopeDim / 2
 	qkv := ps.buf(backend.QKV)
 	kOff, vOff := s.Heads*hd, (s.Heads+s.KVHeads)*hd
+	st, index := ps.b.layerKV(layer)
+	slots := ps.plan.SlotsOf(ps.b.kvmap.Pool[layer])
 	for r := range ps.rows {
 		row := qkv[r*w : (r+1)*w]
 		if bias != nil {
@@ -53,7 +55,7 @@ func (ps *pass) store(layer int, bias vector, ropes []float32) {
 		for h := range s.KVHeads {
 			k := row[kOff+h*hd : kOff+(h+1)*hd]
 			backend.Rope(k, cos, sin, s.Style)
-			ps.b.kv.put(ps.plan.Slots[r], layer, h, k, row[vOff+h*hd:vOff+(h+1)*hd])
+			st.put(slots[r], index, h, k, row[vOff+h*hd:vOff+(h+1)*hd])
 		}
 	}
 }
@@ -74,7 +76,9 @@ func (ps *pass) store(layer int, bias vector, ropes []float32) {
 // masked (−∞, a weight of exactly 0), so that blocks are still read whole.
 type attnTask struct {
 	ps    *pass
-	layer int
+	st    *store // the layer's key/value storage
+	index int    // the layer's place in it
+	pool  int    // which of the plan's pools it is
 	scale float32
 	first []int // per span: its first item; one more at the end
 	// Per row, for a sliding-window layer (empty otherwise): the first position of
@@ -85,7 +89,8 @@ type attnTask struct {
 
 // start readies the task for one layer of the pass.
 func (t *attnTask) start(ps *pass, layer int, a backend.Attn) {
-	t.ps, t.layer, t.scale = ps, layer, a.ScoreScale(ps.b.shape.HeadDim)
+	t.ps, t.scale, t.pool = ps, a.ScoreScale(ps.b.shape.HeadDim), ps.b.kvmap.Pool[layer]
+	t.st, t.index = ps.b.layerKV(layer)
 	kvh := ps.b.shape.KVHeads
 	t.first = append(t.first[:0], 0)
 	for _, sp := range ps.plan.Spans {
@@ -161,14 +166,14 @@ func (t *attnTask) Run(lo, hi int) {
 func (t *attnTask) visible(sp *backend.Span, kvh, r0, r1 int, keys []float32, f func(r int, kb, vb []float32, cnt, pos int)) {
 	ps := t.ps
 	p := ps.plan
-	st := ps.b.kv
+	st, table := t.st, sp.TableOf(t.pool)
 	maxPrefix, minFrom := 0, math.MaxInt
 	for r := r0; r < r1; r++ {
 		from, _, _ := t.rowWindow(r)
 		maxPrefix, minFrom = max(maxPrefix, int(p.Prefix[r])), min(minFrom, from)
 	}
 	for blk := minFrom / attnBlock; blk*attnBlock < maxPrefix; blk++ {
-		kb, vb := st.kv(sp.Table[blk], t.layer, kvh)
+		kb, vb := st.kv(table[blk], t.index, kvh)
 		for r := r0; r < r1; r++ {
 			from, _, _ := t.rowWindow(r)
 			if e := int(p.Prefix[r]); blk*attnBlock < e && blk*attnBlock >= from {
@@ -190,14 +195,14 @@ func (t *attnTask) visible(sp *backend.Span, kvh, r0, r1 int, keys []float32, f 
 		from, _, skip := t.rowWindow(r)
 		pos := int(p.Prefix[r]) - from
 		for _, at := range p.Extra[int(p.ExtraOff[r])+skip : p.ExtraOff[r+1]] {
-			slot := sp.Table[int(at)/attnBlock]*attnBlock + at%attnBlock
+			slot := table[int(at)/attnBlock]*attnBlock + at%attnBlock
 			if keys != nil {
-				st.key(slot, t.layer, kvh, key)
+				st.key(slot, t.index, kvh, key)
 				for d, x := range key {
 					kt[attnBlock*d] = x
 				}
 			}
-			f(r, kt, st.value(slot, t.layer, kvh), 1, pos)
+			f(r, kt, st.value(slot, t.index, kvh), 1, pos)
 			pos++
 		}
 	}

@@ -24,7 +24,8 @@ import (
 type Backend struct {
 	shape   backend.Shape
 	threads *kernels.Pool
-	kv      *store
+	kv      [2]*store     // the first pool's storage and the sliding layers' (backend.KVSpec)
+	kvmap   backend.KVMap // which pool, and which of its layers, each layer is
 
 	passes sync.Pool // *pass: the scratch of finished passes, for the next
 }
@@ -103,29 +104,39 @@ func (b *Backend) Vector(v []float32) (backend.Vector, error) {
 
 // KV implements [backend.Backend]: blocks in host memory, each allocated the first
 // time it is written.
-func (b *Backend) KV(blockSize int, budget int64) (*kvcache.Pool, error) {
-	if b.kv != nil {
-		return nil, errors.New("cpu: the backend already has its key/value cache")
-	}
+func (b *Backend) KV(spec backend.KVSpec) (*kvcache.Pool, error) {
+	blockSize := spec.BlockSize
 	if blockSize == 0 {
 		blockSize = kvcache.DefaultBlockSize
 	}
 	if blockSize != attnBlock {
 		return nil, fmt.Errorf("cpu: key/value blocks of %d positions; the attention kernels read blocks of %d", blockSize, attnBlock)
 	}
-	st := newStore(b.shape, blockSize)
-	p, err := kvcache.NewPool(kvcache.Config{BlockSize: blockSize, BlockBytes: st.blockBytes(), Budget: budget}, st)
+	var books *kvcache.Pool
+	err := b.kvmap.Add(b.shape.Layers, spec, func(pool, layers int) error {
+		st := newStore(b.shape, blockSize, layers)
+		p, err := kvcache.NewPool(kvcache.Config{BlockSize: blockSize, BlockBytes: st.blockBytes(), Budget: spec.Budget}, st)
+		if err != nil {
+			return err
+		}
+		st.grow(p.Stats().Blocks)
+		books, b.kv[pool] = p, st
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
 	}
-	st.grow(p.Stats().Blocks)
-	b.kv = st
-	return p, nil
+	return books, nil
+}
+
+// layerKV returns the storage of layer's keys and values, and the layer's place in it.
+func (b *Backend) layerKV(layer int) (*store, int) {
+	return b.kv[b.kvmap.Pool[layer]], b.kvmap.Index[layer]
 }
 
 // Run implements [backend.Backend].
 func (b *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) error {
-	if b.kv == nil {
+	if b.kv[0] == nil && b.kv[1] == nil {
 		return errors.New("cpu: the backend has no key/value cache (call KV first)")
 	}
 	ps := b.passes.Get().(*pass)

@@ -20,7 +20,7 @@ func testShape() backend.Shape {
 // and checks that Copy moves all of them, keys in their dimension-major runs.
 func TestStoreCopy(t *testing.T) {
 	s := testShape()
-	st := newStore(s, attnBlock)
+	st := newStore(s, attnBlock, s.Layers)
 	st.grow(3)
 	val := func(slot int32, l, h, d int) float32 { return float32(int(slot)*1000 + l*100 + h*10 + d) }
 	k, v := make([]float32, s.HeadDim), make([]float32, s.HeadDim)
@@ -63,15 +63,19 @@ func TestBackendErrors(t *testing.T) {
 	p.Reset()
 	err := b.Run(context.Background(), &p, backend.LayersFunc(func(context.Context, backend.Pass) error { return nil }))
 	assert.ErrorContains(t, err, "no key/value cache")
-	_, err = b.KV(8, 1<<20)
+	_, err = b.KV(backend.KVSpec{BlockSize: 8, Budget: 1 << 20})
 	assert.ErrorContains(t, err, "blocks of 8 positions")
-	_, err = b.KV(0, 1)
+	_, err = b.KV(backend.KVSpec{Budget: 1, Layers: []int{0}})
 	assert.ErrorContains(t, err, "smaller than one block")
-	pool, err := b.KV(0, 1<<20)
+	pool, err := b.KV(backend.KVSpec{Budget: 1 << 20, Layers: []int{1}})
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), pool.Stats().ResidentBytes, "block memory comes with use")
-	_, err = b.KV(0, 1<<20)
-	assert.ErrorContains(t, err, "already has")
+	_, err = b.KV(backend.KVSpec{Budget: 1 << 20, Layers: []int{0}})
+	assert.ErrorContains(t, err, "exists already")
+	_, err = b.KV(backend.KVSpec{Budget: 1 << 20, Layers: []int{1}, Sliding: true})
+	assert.ErrorContains(t, err, "layer 1 is in two key/value pools")
+	_, err = b.KV(backend.KVSpec{Budget: 1 << 20, Layers: []int{2}, Sliding: true})
+	assert.ErrorContains(t, err, "not ascending layers of 2")
 
 	f32 := func(name string, rows, cols int) backend.Tensor {
 		data, err := dtype.Encode(dtype.F32, make([]float32, rows*cols))

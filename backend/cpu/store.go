@@ -12,7 +12,7 @@ import (
 // budget-sized allocation would not do: the Go runtime zeroes a large allocation,
 // making all of it resident at once, whenever it reuses any heap pages for it.)
 //
-// A block holds, for every layer l, kind (0 keys, 1 values) and key/value head h, in
+// A block holds, for every layer l of the pool's (its place among them), kind (0 keys, 1 values) and key/value head h, in
 // that order, one run of BlockSize × HeadDim floats. Value runs are slot-major (the
 // vector of slot s at [s·HeadDim, (s+1)·HeadDim)); key runs are dimension-major
 // (element d of slot s at d·BlockSize + s), so that a vector of attention scores, one
@@ -31,9 +31,10 @@ type store struct {
 	resident        atomic.Int64
 }
 
-func newStore(s backend.Shape, blockSize int) *store {
+// newStore makes the storage of layers layers of a model of shape s.
+func newStore(s backend.Shape, blockSize, layers int) *store {
 	return &store{bs: blockSize, hd: s.HeadDim, kvHeads: s.KVHeads, runFloats: blockSize * s.HeadDim,
-		runs: s.Layers * 2 * s.KVHeads}
+		runs: layers * 2 * s.KVHeads}
 }
 
 // blockBytes is the memory of one block.

@@ -24,8 +24,9 @@ type Backend struct {
 	dev    *Device
 	shape  backend.Shape
 	opts   BackendOptions
-	allocs []devptr // weights, freed by Close
-	kv     *deviceKV
+	allocs []devptr     // weights, freed by Close
+	kv     [2]*deviceKV // the first pool and the sliding layers' (backend.KVSpec)
+	kvmap  backend.KVMap
 	s      scratch
 	pass   devicePass // the pass in progress, reused
 	closed bool
@@ -249,8 +250,10 @@ func (g *Backend) Close() error {
 				errs = append(errs, b.free(p))
 			}
 		}
-		if g.kv != nil {
-			errs = append(errs, g.kv.free(b))
+		for _, kv := range g.kv {
+			if kv != nil {
+				errs = append(errs, kv.free(b))
+			}
 		}
 		g.s = scratch{}
 		return errors.Join(errs...)
@@ -267,38 +270,56 @@ type deviceKV struct {
 }
 
 // KV implements [backend.Backend]: the whole budget is allocated now.
-func (g *Backend) KV(blockSize int, budget int64) (*kvcache.Pool, error) {
-	if g.kv != nil {
-		return nil, errors.New("cuda: the backend already has its key/value cache")
-	}
+func (g *Backend) KV(spec backend.KVSpec) (*kvcache.Pool, error) {
+	blockSize := spec.BlockSize
 	if blockSize <= 0 {
 		blockSize = kvcache.DefaultBlockSize
 	}
+	var books *kvcache.Pool
+	err := g.kvmap.Add(g.shape.Layers, spec, func(pool, layers int) error {
+		kv, p, err := g.newKV(blockSize, spec.Budget, layers)
+		books, g.kv[pool] = p, kv
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
+	return books, nil
+}
+
+// newKV allocates a pool of layers layers within budget bytes on the device, and its
+// books.
+func (g *Backend) newKV(blockSize int, budget int64, layers int) (*deviceKV, *kvcache.Pool, error) {
 	s := &g.shape
-	geom := kvGeom{layers: s.Layers, kvHeads: s.KVHeads, headDim: s.HeadDim, blockSize: blockSize}
+	geom := kvGeom{layers: layers, kvHeads: s.KVHeads, headDim: s.HeadDim, blockSize: blockSize}
 	cfg := kvcache.Config{BlockSize: blockSize, BlockBytes: 4 * geom.blockFloats(), Budget: budget}
 	blocks, err := cfg.Blocks()
 	if err != nil {
-		return nil, fmt.Errorf("cuda: %w", err)
+		return nil, nil, err
 	}
 	kv := &deviceKV{g: g, geom: geom}
 	err = g.do(func(b deviceOps) error {
 		p, err := b.alloc(int64(blocks) * cfg.BlockBytes)
 		if err != nil {
-			return fmt.Errorf("cuda: key/value pool of %d blocks (%d bytes): %w", blocks, int64(blocks)*cfg.BlockBytes, err)
+			return fmt.Errorf("key/value pool of %d blocks (%d bytes): %w", blocks, int64(blocks)*cfg.BlockBytes, err)
 		}
 		kv.geom.base = p
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	pool, err := kvcache.NewPool(cfg, kv)
+	books, err := kvcache.NewPool(cfg, kv)
 	if err != nil {
-		return nil, fmt.Errorf("cuda: %w", err)
+		_ = g.do(kv.free)
+		return nil, nil, err
 	}
-	g.kv = kv
-	return pool, nil
+	return kv, books, nil
+}
+
+// layerKV returns the geometry of layer's pool and the layer's place in it.
+func (g *Backend) layerKV(layer int) (kvGeom, int) {
+	return g.kv[g.kvmap.Pool[layer]].geom, g.kvmap.Index[layer]
 }
 
 // Copy implements kvcache.Storage: the slot copies run on the device, in order.

@@ -152,7 +152,7 @@ func load(t testing.TB, be backend.Backend, w *testWeights) *testModel {
 	}
 	m.outNorm, err = be.Vector(w.outNorm)
 	require.NoError(t, err)
-	m.kv, err = be.KV(kvcache.DefaultBlockSize, 1<<20)
+	m.kv, err = be.KV(backend.KVSpec{BlockSize: kvcache.DefaultBlockSize, Budget: 1 << 20})
 	require.NoError(t, err)
 	for i := range s.RopeDim / 2 {
 		m.invFreq = append(m.invFreq, math.Pow(10000, -float64(2*i)/float64(s.RopeDim)))
@@ -194,7 +194,7 @@ func (m *testModel) forward(t testing.TB, seqs []*kvcache.Seq, batches []model.B
 		b := batches[i]
 		require.NoError(t, s.Grow(b.Tokens))
 		out[i] = make([]float32, len(b.Outputs)*m.vocab)
-		p.Add(s, s.Len()-len(b.Tokens), b, 0, len(b.Tokens), out[i])
+		p.Add(s, nil, s.Len()-len(b.Tokens), b, 0, len(b.Tokens), out[i])
 	}
 	require.NoError(t, m.be.Run(context.Background(), &p, backend.LayersFunc(m.pass)))
 	return out
@@ -371,11 +371,11 @@ func TestHostBackendErrors(t *testing.T) {
 	p.Reset()
 	p.Tokens = []int32{1}
 	assert.ErrorContains(t, g.Run(ctx, &p, backend.LayersFunc(func(context.Context, backend.Pass) error { return nil })), "no key/value cache")
-	pool, err := g.KV(0, 1<<20)
+	pool, err := g.KV(backend.KVSpec{Budget: 1 << 20})
 	require.NoError(t, err)
 	assert.Equal(t, kvcache.DefaultBlockSize, pool.Stats().BlockSize)
-	_, err = g.KV(0, 1<<20)
-	assert.ErrorContains(t, err, "already has")
+	_, err = g.KV(backend.KVSpec{Budget: 1 << 20})
+	assert.ErrorContains(t, err, "exists already")
 
 	seq := pool.NewSeq()
 	defer seq.Close()
@@ -383,10 +383,10 @@ func TestHostBackendErrors(t *testing.T) {
 	require.NoError(t, seq.Grow(toks))
 	p.Reset()
 	p.Dim, p.InvFreq = s.Dim, []float64{1, 0.1}
-	p.Add(seq, 0, model.Batch{Tokens: toks}, 0, 5, nil)
+	p.Add(seq, nil, 0, model.Batch{Tokens: toks}, 0, 5, nil)
 	assert.ErrorContains(t, g.Run(ctx, &p, backend.LayersFunc(func(context.Context, backend.Pass) error { return nil })), "at most 4")
 	p.Reset()
-	p.Add(seq, 0, model.Batch{Tokens: toks}, 0, 4, nil)
+	p.Add(seq, nil, 0, model.Batch{Tokens: toks}, 0, 4, nil)
 	other := cpu.New(s, 1)
 	defer other.Close()
 	foreign, err := other.Matrix(w.embed)

@@ -18,15 +18,16 @@ type devicePass struct {
 	err  error
 
 	// Offsets, in int32s, of the plan's sections in the device copy.
-	oTokens, oSlots, oPrefix, oExOff, oExCnt, oExtras, oOuts, oStates int
-	finals                                                            int   // final states
-	oTables                                                           []int // per span
-	ropeOff                                                           int64 // bytes
+	oTokens, oPrefix, oExOff, oExCnt, oExtras, oOuts, oStates int
+	oSlots                                                    [2]int   // per pool
+	finals                                                    int      // final states
+	oTables                                                   [2][]int // per pool, per span
+	ropeOff                                                   int64    // bytes
 }
 
 // Run implements [backend.Backend].
 func (g *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) error {
-	if g.kv == nil {
+	if g.kv[0] == nil && g.kv[1] == nil {
 		return errors.New("cuda: the backend has no key/value cache (call KV first)")
 	}
 	if p.Rows() > g.opts.MaxBatch {
@@ -34,7 +35,7 @@ func (g *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) er
 	}
 	return g.do(func(b deviceOps) error {
 		ps := &g.pass // passes on one device run one at a time: one is enough
-		*ps = devicePass{g: g, b: b, plan: p, rows: p.Rows(), oTables: ps.oTables[:0]}
+		*ps = devicePass{g: g, b: b, plan: p, rows: p.Rows(), oTables: [2][]int{ps.oTables[0][:0], ps.oTables[1][:0]}}
 		if err := ps.upload(); err != nil {
 			return err
 		}
@@ -63,7 +64,8 @@ func (ps *devicePass) upload() error {
 		}
 		return at
 	}
-	ps.oTokens, ps.oSlots, ps.oPrefix = section(p.Tokens), section(p.Slots), section(p.Prefix)
+	ps.oTokens, ps.oPrefix = section(p.Tokens), section(p.Prefix)
+	ps.oSlots = [2]int{section(p.Slots), section(p.SlidingSlots)}
 	ps.oExOff = section(p.ExtraOff[:n])
 	ps.oExCnt = len(ints)
 	for r := range n {
@@ -71,9 +73,11 @@ func (ps *devicePass) upload() error {
 	}
 	section(nil)
 	ps.oExtras = section(p.Extra)
-	ps.oTables = ps.oTables[:0]
-	for _, sp := range p.Spans {
-		ps.oTables = append(ps.oTables, section(sp.Table))
+	for pool := range ps.oTables {
+		ps.oTables[pool] = ps.oTables[pool][:0]
+		for i := range p.Spans {
+			ps.oTables[pool] = append(ps.oTables[pool], section(p.Spans[i].TableOf(pool)))
+		}
 	}
 	ps.oOuts = len(ints)
 	for _, o := range p.Outputs {
@@ -305,9 +309,11 @@ func (ps *devicePass) Attention(layer int, a backend.Attn) {
 	if a.Local {
 		rope += devptr(4 * len(ps.plan.Rope))
 	}
+	geom, index := g.layerKV(layer)
+	pool := g.kvmap.Pool[layer]
 	ps.fail(ps.b.qkv(qkvArgs{qkv: ps.buf(backend.QKV), bias: bp, rope: rope,
-		slots: ps.at(ps.oSlots), q: g.s.q, n: ps.rows, heads: s.Heads, ropeDim: s.RopeDim, style: int(s.Style),
-		layer: layer, kv: g.kv.geom}))
+		slots: ps.at(ps.oSlots[pool]), q: g.s.q, n: ps.rows, heads: s.Heads, ropeDim: s.RopeDim, style: int(s.Style),
+		layer: index, kv: geom}))
 	qd := int64(s.Heads * s.HeadDim)
 	p := ps.plan
 	for i, sp := range p.Spans {
@@ -319,10 +325,10 @@ func (ps *devicePass) Attention(layer int, a backend.Attn) {
 			visible = max(visible, int(p.Prefix[r]+p.ExtraOff[r+1]-p.ExtraOff[r]))
 		}
 		off := devptr(4 * qd * int64(sp.Lo))
-		ps.fail(ps.b.attention(attnArgs{q: g.s.q + off, out: ps.buf(backend.Att) + off, table: ps.at(ps.oTables[i]),
+		ps.fail(ps.b.attention(attnArgs{q: g.s.q + off, out: ps.buf(backend.Att) + off, table: ps.at(ps.oTables[pool][i]),
 			prefix: ps.at(ps.oPrefix + sp.Lo), extraOff: ps.at(ps.oExOff + sp.Lo), extraCnt: ps.at(ps.oExCnt + sp.Lo),
-			extras: ps.at(ps.oExtras), n: sp.Hi - sp.Lo, heads: s.Heads, base: 0, layer: layer, maxVisible: visible,
-			scale: a.ScoreScale(s.HeadDim), window: a.Window, kv: g.kv.geom}))
+			extras: ps.at(ps.oExtras), n: sp.Hi - sp.Lo, heads: s.Heads, base: 0, layer: index, maxVisible: visible,
+			scale: a.ScoreScale(s.HeadDim), window: a.Window, kv: geom}))
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"runtime"
 
 	"github.com/specula/specula/backend"
+	"github.com/specula/specula/kvcache"
 )
 
 // RopeStyle says which dimensions rotary embeddings rotate together.
@@ -290,6 +291,37 @@ func (c *Config) RopeFactors() []float32 {
 	return c.RopeShortFactors
 }
 
+// kvLayers says how a key/value budget of budget bytes is split: when sliding
+// layers sit beside global ones, the global layers, the sliding ones, and the share
+// of the budget the global ones get — what a sequence of L positions needs of each
+// (all L of the global layers; of the sliding ones, at most the window, the reserve,
+// a chunk of a long prompt and a block), L being the context length or, when the
+// budget holds less, as many positions as it would hold without a window. nil
+// sliding layers (one pool for all) otherwise.
+func (c *Config) kvLayers(budget int64) (global, sliding []int, share float64) {
+	if c.SlidingWindow <= 0 {
+		return nil, nil, 1
+	}
+	for l := range c.Layers {
+		if c.IsSliding(l) {
+			sliding = append(sliding, l)
+		} else {
+			global = append(global, l)
+		}
+	}
+	if global == nil {
+		return nil, nil, 1 // every layer slides: one pool, which gives back its blocks
+	}
+	n := float64(c.ContextLength)
+	if n <= 0 {
+		n = 4096
+	}
+	n = min(n, float64(budget)/float64(c.KVBytesPerPosition()))
+	held := min(n, float64(c.SlidingWindow+WindowReserve+windowChunk+kvcache.DefaultBlockSize))
+	g, s := n*float64(len(global)), held*float64(len(sliding))
+	return global, sliding, g / (g + s)
+}
+
 // WindowReserve is how many positions beyond the sliding window a sequence of a
 // model whose every layer slides keeps when it gives back the key/value blocks no row
 // sees: what speculative decoding rolls back (a rejected draft, chain or tree, is
@@ -298,16 +330,11 @@ func (c *Config) RopeFactors() []float32 {
 // longest it was; further back it returns an error wrapping [kvcache.ErrReleased].
 const WindowReserve = 256
 
-// releaseBehind is, when every layer slides, how many positions behind a sequence's
-// end it keeps: the window and [WindowReserve]; 0 when some layer sees everything.
+// releaseBehind is how many positions behind a sequence's end the books of its
+// sliding layers keep: the window and [WindowReserve]; 0 without a window.
 func (c *Config) releaseBehind() int {
 	if c.SlidingWindow <= 0 {
 		return 0
-	}
-	for _, s := range c.Sliding {
-		if !s {
-			return 0
-		}
 	}
 	return c.SlidingWindow + WindowReserve
 }

@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,11 +71,20 @@ func residual(ps backend.Pass, src backend.Act, w backend.Matrix, post backend.V
 }
 
 // Forward implements [model.Model]: the batches of every sequence go through the
-// layers together, in passes of at most the backend's row limit. When every layer
-// slides, each sequence then gives back the key/value blocks no later row will see.
+// layers together, in passes of at most the backend's row limit. The books of
+// sliding layers that keep only their window (see [sequence.windowed]) grow pass by
+// pass, in passes of at most [windowChunk] rows, and give back after each pass the
+// blocks no later row will see, so that a long prompt needs no more of them than a
+// window, the reserve and a chunk. On error every sequence is left as it was — but
+// for one whose long prompt gave back blocks it would need again, which is left
+// empty (and the error says so).
 func (m *Model) Forward(ctx context.Context, work []model.Work) error {
 	if err := m.check(ctx, work); err != nil {
 		return err
+	}
+	for _, w := range work {
+		s := w.Seq.(*sequence)
+		s.start = s.kv.Len()
 	}
 	grown, err := m.grow(work)
 	if err == nil {
@@ -82,25 +92,33 @@ func (m *Model) Forward(ctx context.Context, work []model.Work) error {
 	}
 	if err != nil {
 		for _, w := range work[:grown] {
-			s := w.Seq.(*sequence)
-			_ = s.kv.Truncate(s.kv.Len() - len(w.Batch.Tokens))
+			err = w.Seq.(*sequence).restore(err)
 		}
 		return err
 	}
 	return m.release(work)
 }
 
-// release gives back, when every layer slides, each sequence's key/value blocks that
-// lie wholly before its length less the window and [WindowReserve]: no row of a later
-// forward sees them, also after a rollback of up to WindowReserve positions (and the
-// backends' attention never reads before a row's window: [backend.Pass]).
+// windowChunk is the most rows of one sequence a pass takes when its books give back
+// what lies behind the window: what those books hold beyond the window and the
+// reserve while a long prompt goes through.
+const windowChunk = 256
+
+// release gives back each sequence's key/value blocks of its sliding layers that lie
+// wholly before its length less the window and [WindowReserve] (when every layer
+// slides, or the sliding layers keep their own books): no row of a later forward sees
+// them, also after a rollback of up to WindowReserve positions (and the backends'
+// attention never reads before a row's window: [backend.Pass]).
 func (m *Model) release(work []model.Work) error {
 	behind := m.cfg.releaseBehind()
 	if behind == 0 {
 		return nil
 	}
 	for _, w := range work {
-		kv := w.Seq.(*sequence).kv
+		kv := w.Seq.(*sequence).windowed()
+		if kv == nil {
+			return nil // a global layer shares the books: nothing to give back
+		}
 		if n := kv.Len() - behind; n > 0 {
 			if err := kv.ReleaseBefore(n); err != nil {
 				return fmt.Errorf("llama: releasing positions behind the sliding window: %w", err)
@@ -144,7 +162,7 @@ func (m *Model) check(ctx context.Context, work []model.Work) error {
 // sequences grew, for the caller to shrink back.
 func (m *Model) grow(work []model.Work) (int, error) {
 	for i, w := range work {
-		if err := w.Seq.(*sequence).kv.Grow(w.Batch.Tokens); err != nil {
+		if err := w.Seq.(*sequence).grow(w.Batch.Tokens); err != nil {
 			return i, fmt.Errorf("llama: %w", err) // model.ErrOutOfMemory when the budget is spent
 		}
 	}
@@ -165,22 +183,33 @@ func (m *Model) passes(ctx context.Context, work []model.Work) error {
 	p.Reset()
 	p.Dim, p.InvFreq, p.LocalInvFreq, p.RopeScale = m.cfg.Dim, m.invFreq, m.localInvFreq, m.cfg.RopeScale
 	limit := m.be.MaxRows()
+	if m.cfg.releaseBehind() > 0 {
+		limit = min(cmp.Or(limit, windowChunk), windowChunk)
+	}
+	run := func() error {
+		if err := m.run(ctx, p); err != nil {
+			return err
+		}
+		p.Reset()
+		return m.release(work)
+	}
 	for _, w := range work {
-		kv := w.Seq.(*sequence).kv
+		seq := w.Seq.(*sequence)
 		b := w.Batch
-		base := kv.Len() - len(b.Tokens)
 		for lo := 0; lo < len(b.Tokens); {
 			hi := len(b.Tokens)
 			if limit > 0 {
 				if p.Rows() == limit {
-					if err := m.run(ctx, p); err != nil {
+					if err := run(); err != nil {
 						return err
 					}
-					p.Reset()
 				}
 				hi = min(hi, lo+limit-p.Rows())
 			}
-			p.Add(kv, base, b, lo, hi, w.Logits)
+			if err := seq.growWindowed(b.Tokens, hi); err != nil {
+				return fmt.Errorf("llama: %w", err)
+			}
+			p.Add(seq.kv, seq.sliding, seq.start, b, lo, hi, w.Logits)
 			lo = hi
 		}
 	}
@@ -196,11 +225,80 @@ func (m *Model) run(ctx context.Context, p *backend.Plan) error {
 }
 
 // sequence is one request's state: its key/value books; the data is the backend's.
+// When the model's sliding layers keep their own books (beside global layers), the
+// sequence has two, which hold the same tokens and change together.
 type sequence struct {
-	m      *Model
-	kv     *kvcache.Seq
-	closed bool
-	one    [1]model.Work // Forward's work list, kept so that a forward does not allocate
+	m       *Model
+	kv      *kvcache.Seq // every layer's, or the global layers'
+	sliding *kvcache.Seq // the sliding layers'; nil: none
+	start   int          // the length before the forward under way
+	closed  bool
+	one     [1]model.Work // Forward's work list, kept so that a forward does not allocate
+}
+
+// windowed returns the books that give back what lies behind the window: the sliding
+// layers' own, or, when every layer slides, the only ones; nil when a global layer
+// shares them.
+func (s *sequence) windowed() *kvcache.Seq {
+	switch {
+	case s.sliding != nil:
+		return s.sliding
+	case s.m.cfg.releaseBehind() > 0 && s.m.slidingKV == nil && allSliding(&s.m.cfg):
+		return s.kv
+	}
+	return nil
+}
+
+// allSliding reports whether every layer of c slides.
+func allSliding(c *Config) bool {
+	for l := range c.Layers {
+		if !c.IsSliding(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// grow extends by tokens the books that do not give back what lies behind the window;
+// those that do grow pass by pass (growWindowed).
+func (s *sequence) grow(tokens []int32) error {
+	if s.windowed() == s.kv {
+		return nil
+	}
+	return s.kv.Grow(tokens)
+}
+
+// growWindowed extends the books that give back what lies behind the window, if
+// any, to hold the forward's tokens before hi.
+func (s *sequence) growWindowed(tokens []int32, hi int) error {
+	kv := s.windowed()
+	if kv == nil {
+		return nil
+	}
+	if have := kv.Len() - s.start; have < hi {
+		return kv.Grow(tokens[have:hi])
+	}
+	return nil
+}
+
+// restore puts the sequence back as it was before the forward that failed with err,
+// or, when its passes gave back blocks it would need again, empties it; it returns
+// err, saying so in that case.
+func (s *sequence) restore(err error) error {
+	if s.reach(s.start) != nil {
+		s.shrink(0)
+		return fmt.Errorf("%w (the sequence is left empty: its prompt's passes gave back positions behind the sliding window)", err)
+	}
+	s.shrink(s.start)
+	return err
+}
+
+// shrink truncates both books to n positions, or as many as they hold.
+func (s *sequence) shrink(n int) {
+	_ = s.kv.Truncate(min(n, s.kv.Len()))
+	if s.sliding != nil {
+		_ = s.sliding.Truncate(min(n, s.sliding.Len()))
+	}
 }
 
 var errClosed = fmt.Errorf("llama: %w", model.ErrClosed)
@@ -223,6 +321,9 @@ func (s *sequence) Close() error {
 	}
 	s.closed = true
 	s.kv.Close()
+	if s.sliding != nil {
+		s.sliding.Close()
+	}
 	return nil
 }
 
@@ -236,9 +337,7 @@ func (s *sequence) Truncate(n int) error {
 	if err := s.reach(n); err != nil {
 		return err
 	}
-	if err := s.kv.Truncate(n); err != nil {
-		return fmt.Errorf("llama: %w", err)
-	}
+	s.shrink(n)
 	return nil
 }
 
@@ -255,6 +354,12 @@ func (s *sequence) Retain(from int, keep []int32) error {
 	if err := s.kv.Retain(from, keep); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
+	if s.sliding != nil {
+		if err := s.sliding.Retain(from, keep); err != nil {
+			s.shrink(min(from, s.sliding.Len())) // the books agree again: nothing of the draft kept
+			return fmt.Errorf("llama: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -264,7 +369,11 @@ func (s *sequence) Retain(from int, keep []int32) error {
 // [WindowReserve] as it grows; going back further than that is refused (to 0, a fresh
 // start, is not).
 func (s *sequence) reach(n int) error {
-	rel, w := s.kv.Released(), s.m.cfg.SlidingWindow
+	kv := s.windowed()
+	if kv == nil {
+		return nil
+	}
+	rel, w := kv.Released(), s.m.cfg.SlidingWindow
 	if rel == 0 || n == 0 || n-w+1 >= rel {
 		return nil
 	}
@@ -281,13 +390,23 @@ func (s *sequence) Reuse(tokens []int32) int {
 	if cl := s.m.cfg.ContextLength; cl > 0 && len(tokens) > cl {
 		tokens = tokens[:cl]
 	}
-	return s.kv.Reuse(tokens)
+	n := s.kv.Reuse(tokens)
+	if s.sliding != nil {
+		if m := s.sliding.Reuse(tokens[:n]); m < n {
+			_ = s.kv.Truncate(m) // both books hold the same prefix
+			n = m
+		}
+	}
+	return n
 }
 
 // Publish implements [model.PrefixSequence].
 func (s *sequence) Publish() {
 	if !s.closed {
 		s.kv.Publish()
+		if s.sliding != nil {
+			s.sliding.Publish()
+		}
 	}
 }
 
@@ -302,5 +421,12 @@ func (s *sequence) Fork() (model.Sequence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
-	return &sequence{m: s.m, kv: kv}, nil
+	f := &sequence{m: s.m, kv: kv}
+	if s.sliding != nil {
+		if f.sliding, err = s.sliding.Fork(); err != nil {
+			kv.Close()
+			return nil, fmt.Errorf("llama: %w", err)
+		}
+	}
+	return f, nil
 }

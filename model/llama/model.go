@@ -67,8 +67,9 @@ type Model struct {
 	// embedding and the hidden state given beside each token; nil for a plain model.
 	fcEmbed, fcHidden backend.Matrix
 	invFreq           []float64
-	localInvFreq      []float64 // the sliding layers' (Config.LocalRopeTheta); nil: none
-	kv                *kvcache.Pool
+	localInvFreq      []float64     // the sliding layers' (Config.LocalRopeTheta); nil: none
+	kv                *kvcache.Pool // every layer's, or the global layers' beside slidingKV
+	slidingKV         *kvcache.Pool // the sliding layers', when they sit beside global ones; nil: none
 	closed            atomic.Bool
 
 	plans sync.Pool // *backend.Plan: the plans of finished forwards, for the next
@@ -87,8 +88,20 @@ func (m *Model) Info() model.Info {
 	return info
 }
 
-// KVStats reports the key/value memory: blocks in use and free, bytes.
-func (m *Model) KVStats() kvcache.Stats { return m.kv.Stats() }
+// KVStats reports the key/value memory: blocks in use and free, bytes — of both pools
+// together when the sliding layers keep their own (a block then being a block of each).
+func (m *Model) KVStats() kvcache.Stats {
+	st := m.kv.Stats()
+	if m.slidingKV == nil {
+		return st
+	}
+	o := m.slidingKV.Stats()
+	st.Blocks, st.FreeBlocks, st.SharedBlocks = st.Blocks+o.Blocks, st.FreeBlocks+o.FreeBlocks, st.SharedBlocks+o.SharedBlocks
+	st.BlockBytes, st.InUseBytes, st.ResidentBytes = st.BlockBytes+o.BlockBytes, st.InUseBytes+o.InUseBytes, st.ResidentBytes+o.ResidentBytes
+	st.Budget, st.CachedBlocks = st.Budget+o.Budget, st.CachedBlocks+o.CachedBlocks
+	st.PrefixLookups, st.PrefixHits = st.PrefixLookups+o.PrefixLookups, st.PrefixHits+o.PrefixHits
+	return st
+}
 
 // Backend names what runs the model ("cpu avx512 vnni", "cuda NVIDIA H200", …).
 func (m *Model) Backend() string { return m.be.Name() }
@@ -144,17 +157,34 @@ func newBackend(c *Config, opts Options) (backend.Backend, error) {
 	return be, err
 }
 
-// startCache makes the key/value cache within the options' budget.
+// startCache makes the key/value cache within the options' budget: one pool, or —
+// when sliding layers sit beside global ones — the global layers' and the sliding
+// layers', the budget shared as a sequence at full context needs it (see
+// [Config.kvLayers]).
 func (m *Model) startCache(opts Options) error {
 	budget := opts.KVBudget
 	if budget <= 0 {
 		budget = m.cfg.KVBudget(opts.Sequences)
 	}
-	kv, err := m.be.KV(kvcache.DefaultBlockSize, budget)
+	global, sliding, share := m.cfg.kvLayers(budget)
+	if sliding == nil {
+		return m.pool(&m.kv, backend.KVSpec{Budget: budget})
+	}
+	first := int64(float64(budget) * share)
+	if err := m.pool(&m.kv, backend.KVSpec{Budget: first, Layers: global}); err != nil {
+		return err
+	}
+	return m.pool(&m.slidingKV, backend.KVSpec{Budget: budget - first, Layers: sliding, Sliding: true})
+}
+
+// pool makes one key/value pool of the backend in *dst.
+func (m *Model) pool(dst **kvcache.Pool, s backend.KVSpec) error {
+	s.BlockSize = kvcache.DefaultBlockSize
+	p, err := m.be.KV(s)
 	if err != nil {
 		return fmt.Errorf("key/value cache: %w", err)
 	}
-	m.kv = kv
+	*dst = p
 	return nil
 }
 
@@ -166,5 +196,9 @@ func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
 	if m.closed.Load() {
 		return nil, ErrModelClosed
 	}
-	return &sequence{m: m, kv: m.kv.NewSeq()}, nil
+	s := &sequence{m: m, kv: m.kv.NewSeq()}
+	if m.slidingKV != nil {
+		s.sliding = m.slidingKV.NewSeq()
+	}
+	return s, nil
 }

@@ -2,6 +2,7 @@ package llama
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/kvcache"
@@ -52,8 +54,10 @@ func (b *windowBackend) Run(_ context.Context, p *backend.Plan, _ backend.Layers
 			pos := prefix + int(p.ExtraOff[r+1]-p.ExtraOff[r]) - 1 // chain: prefix-1
 			first := max(0, pos-b.window+1)
 			// Holes are the first entries of a table: the first position seen decides.
-			if first < prefix && sp.Table[first/kvcache.DefaultBlockSize] == kvcache.Hole {
-				return fmt.Errorf("row %d at position %d attends from position %d on, released", r, pos, first)
+			for _, table := range [][]int32{sp.Table, sp.SlidingTable} {
+				if first < prefix && table != nil && table[first/kvcache.DefaultBlockSize] == kvcache.Hole {
+					return fmt.Errorf("row %d at position %d attends from position %d on, released", r, pos, first)
+				}
 			}
 		}
 	}
@@ -102,12 +106,18 @@ func generate(t *testing.T, m *Model, seq model.Sequence, rng *rand.Rand, n, mos
 	return peak
 }
 
-// released is the first position seq's key/value books still hold.
-func released(seq model.Sequence) int { return seq.(*sequence).kv.Released() }
+// released is the first position seq's sliding layers' key/value books still hold.
+func released(seq model.Sequence) int {
+	if kv := seq.(*sequence).windowed(); kv != nil {
+		return kv.Released()
+	}
+	return 0
+}
 
 // TestSlidingWindowMemory generates 2000 tokens one at a time: a model whose every
 // layer slides (window 32) holds at most the window, the reserve and one block of
-// positions; one with a full layer, or none sliding, holds them all.
+// positions; one with a full layer holds them all for that layer and that bound for
+// the sliding one (its own books); one with no window holds them all.
 func TestSlidingWindowMemory(t *testing.T) {
 	const window, n = 32, 2000
 	bound := window + WindowReserve + kvcache.DefaultBlockSize
@@ -122,7 +132,7 @@ func TestSlidingWindowMemory(t *testing.T) {
 	}{
 		{"every layer slides", window, nil, bound, bound, (n - window - WindowReserve) / 16 * 16},
 		{"every layer slides, flags set", window, []bool{true, true}, bound, bound, (n - window - WindowReserve) / 16 * 16},
-		{"one full layer", window, []bool{true, false}, 0, all, 0},
+		{"one full layer", window, []bool{true, false}, 0, all + bound, (n - window - WindowReserve) / 16 * 16},
 		{"no window", 0, nil, 0, all, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -351,28 +361,42 @@ func TestSlidingWindowValidate(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowReleasedLogits: on the CPU backend, a model whose every layer
-// slides (window 8) gives, token after token as its blocks behind the window go back
+// TestSlidingWindowReleasedLogits: a model whose every layer slides (Mistral's kind)
+// and one whose sliding layers keep their own books beside a global layer (Gemma 3's
+// kind), window 8, give, token after token as their blocks behind the window go back
 // to the pool, the logits of one prefill of the same tokens — bit for bit, the forward
 // being batch-invariant — and so do a sequence rolled back by a draft's length and
-// one forked from it, each continued.
+// one forked from it, each continued; on the CPU backend and on the CUDA backend's
+// host device.
 func TestSlidingWindowReleasedLogits(t *testing.T) {
+	backends := map[string]backend.Factory{"cpu": cpu.Factory(2), "host": cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})}
+	for name, cfg := range slidingConfigs(8) {
+		for bname, f := range backends {
+			t.Run(name+"/"+bname, func(t *testing.T) {
+				cfg.ContextLength = 4096
+				m := randomModel(t, cfg, dtype.F32, 4, Options{Backend: f, KVBudget: 16 << 20})
+				checkReleasedLogits(t, m)
+			})
+		}
+	}
+}
+
+// checkReleasedLogits is TestSlidingWindowReleasedLogits for one model.
+func checkReleasedLogits(t *testing.T, m *Model) {
 	ctx := context.Background()
-	cfg := tinyConfig(RopeHalf, false)
-	cfg.ContextLength, cfg.SlidingWindow = 4096, 8
-	m := randomModel(t, cfg, dtype.F32, 4, Options{Backend: cpu.Factory(2), KVBudget: 16 << 20})
+	vocab := m.cfg.Vocab
 	rng := rand.New(rand.NewPCG(8, 8))
-	toks := randomTokens(rng, 700, cfg.Vocab)
+	toks := randomTokens(rng, 700, vocab)
 	prefill := func(toks []int32) []float32 {
 		seq, err := m.NewSequence(ctx)
 		require.NoError(t, err)
 		defer seq.Close()
-		return forwardAll(t, seq, toks, []int{len(toks)}, cfg.Vocab)[len(toks)-1]
+		return forwardAll(t, seq, toks, []int{len(toks)}, vocab)[len(toks)-1]
 	}
 	seq, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	defer seq.Close()
-	got := forwardAll(t, seq, toks[:600], []int{1}, cfg.Vocab)
+	got := forwardAll(t, seq, toks[:600], []int{1}, vocab)
 	require.Positive(t, released(seq), "nothing was given back")
 	for _, p := range []int{0, 100, 299, 300, 450, 599} {
 		require.Equal(t, prefill(toks[:p+1]), got[p], "position %d", p)
@@ -383,9 +407,81 @@ func TestSlidingWindowReleasedLogits(t *testing.T) {
 	fork, err := seq.(model.ForkSequence).Fork()
 	require.NoError(t, err)
 	defer fork.Close()
-	next := forwardAll(t, seq, toks[595:650], []int{3, 7}, cfg.Vocab)
+	next := forwardAll(t, seq, toks[595:650], []int{3, 7}, vocab)
 	require.Equal(t, prefill(toks[:650]), next[len(next)-1])
 	other := append(append([]int32(nil), toks[:595]...), toks[650:700]...)
-	forked := forwardAll(t, fork, toks[650:700], []int{50}, cfg.Vocab)
+	forked := forwardAll(t, fork, toks[650:700], []int{50}, vocab)
 	require.Equal(t, prefill(other), forked[len(forked)-1])
+}
+
+// TestSlidingWindowLongGeneration: a 32 768-token generation on a model of Gemma 3's
+// kind with a 4096-position window (one sliding layer, one global) holds about 4096
+// positions in the sliding layer's books — the window, the reserve and a block — and
+// all of them in the global layer's.
+func TestSlidingWindowLongGeneration(t *testing.T) {
+	const window, n = 4096, 32768
+	m, _ := windowModel(t, window, []bool{true, false})
+	m.cfg.ContextLength = n
+	seq, err := m.NewSequence(context.Background())
+	require.NoError(t, err)
+	defer seq.Close()
+	generate(t, m, seq, rand.New(rand.NewPCG(1, 3)), n, 0)
+	s := seq.(*sequence)
+	held := s.sliding.HeldBlocks() * kvcache.DefaultBlockSize
+	t.Logf("after %d tokens: the sliding layer holds %d positions, the global one %d", n, held, s.kv.HeldBlocks()*kvcache.DefaultBlockSize)
+	assert.LessOrEqual(t, held, window+WindowReserve+kvcache.DefaultBlockSize)
+	assert.Equal(t, n, s.kv.HeldBlocks()*kvcache.DefaultBlockSize)
+}
+
+// failingBackend fails every pass from the failAt-th on (counting from 1).
+type failingBackend struct {
+	backend.Backend
+	runs, failAt int
+}
+
+func (b *failingBackend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) error {
+	if b.runs++; b.runs >= b.failAt {
+		return errors.New("a pass failed")
+	}
+	return b.Backend.Run(ctx, p, l)
+}
+
+// TestSlidingWindowLongPrompt: a 2000-token prompt forwarded at once through a model
+// whose every layer slides (window 32) goes in passes of windowChunk rows, the blocks
+// behind the window given back between them: its books never hold more than the
+// window, the reserve, a chunk and a block. A forward that fails at its first pass
+// leaves the sequence as it was; one that fails after its passes gave back blocks
+// leaves it empty, and says so.
+func TestSlidingWindowLongPrompt(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig(RopeHalf, false)
+	cfg.ContextLength, cfg.SlidingWindow = 4096, 32
+	var fb *failingBackend
+	f := func(s backend.Shape) (backend.Backend, error) {
+		inner, err := cpu.Factory(2)(s)
+		fb = &failingBackend{Backend: inner, failAt: 1 << 30}
+		return fb, err
+	}
+	m := randomModel(t, cfg, dtype.F32, 4, Options{Backend: f, KVBudget: 16 << 20})
+	toks := randomTokens(rand.New(rand.NewPCG(9, 9)), 2000, cfg.Vocab)
+	seq, err := m.NewSequence(ctx)
+	require.NoError(t, err)
+	defer seq.Close()
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: toks}, nil))
+	st := m.KVStats()
+	peak := int(st.ResidentBytes/st.BlockBytes) * st.BlockSize
+	t.Logf("a 2000-token prompt in %d passes: at most %d positions held", fb.runs, peak)
+	assert.LessOrEqual(t, peak, cfg.SlidingWindow+WindowReserve+windowChunk+2*kvcache.DefaultBlockSize)
+	assert.Equal(t, (2000+windowChunk-1)/windowChunk, fb.runs)
+
+	fb.runs, fb.failAt = 0, 1
+	err = seq.Forward(ctx, model.Batch{Tokens: toks[:5]}, nil)
+	require.ErrorContains(t, err, "a pass failed")
+	assert.Equal(t, 2000, seq.Len(), "a failed short forward leaves the sequence as it was")
+	fb.runs, fb.failAt = 0, 3
+	err = seq.Forward(ctx, model.Batch{Tokens: toks}, nil)
+	require.ErrorContains(t, err, "the sequence is left empty")
+	assert.Zero(t, seq.Len())
+	fb.failAt = 1 << 30
+	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: toks[:100]}, nil), "an emptied sequence starts again")
 }
