@@ -1,8 +1,12 @@
 package quantize
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -71,5 +75,99 @@ func TestGGUFPre(t *testing.T) {
 		{"gpt-2", `{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}`, "gpt-2"},
 	} {
 		assert.Equal(t, tc.want, ggufPre(tc.pre), tc.name)
+	}
+}
+
+// TestTokenizerKVScoresCorpus: Gemma 3's GGUF tokenizer, whose SentencePiece scores
+// are derived from the merge ranks, segments more text exactly as its tokenizer.json's
+// BPE does: the tokenizer tests' corpus, the golden texts of every shared tokenizer and
+// the held-out Go prompts, with and without special tokens parsed.
+func TestTokenizerKVScoresCorpus(t *testing.T) {
+	dir := sharedtest.Path(t, "tokenizers", "gemma3")
+	texts := corpusTexts(t)
+	fromJSON, err := tokenizer.Load(dir)
+	require.NoError(t, err)
+	fromGGUF := writeTokenizerKV(t, dir, 262144)
+	same, total := 0, 0
+	for _, s := range texts {
+		for _, opts := range []tokenizer.EncodeOptions{{ParseSpecial: true}, {}} {
+			total++
+			want, got := fromJSON.Encode(s, opts), fromGGUF.Encode(s, opts)
+			if assert.Equal(t, want, got, "%q %+v", s, opts) {
+				same++
+			}
+		}
+	}
+	t.Logf("%d of %d encodings of %d texts identical", same, total, len(texts))
+}
+
+// corpusTexts returns the texts of the tokenizer tests' corpus, of the shared
+// tokenizers' golden files and of the shared Go prompts (those present).
+func corpusTexts(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "tokenizer", "testdata", "corpus.json"))
+	require.NoError(t, err)
+	var c struct {
+		Texts []string `json:"texts"`
+	}
+	require.NoError(t, json.Unmarshal(data, &c))
+	texts := c.Texts
+	for _, name := range []string{"qwen3", "llama3", "gemma3"} {
+		for _, r := range sharedtest.ReadTokenizerGolden(t, name).Rows {
+			texts = append(texts, r.Text)
+		}
+	}
+	if p := filepath.Join(sharedtest.Root(), "prompts", "go-dev.jsonl"); sharedtest.Root() != "" {
+		if data, err := os.ReadFile(p); err == nil {
+			dec := json.NewDecoder(bytes.NewReader(data))
+			for dec.More() {
+				var r struct {
+					Prompt string `json:"prompt"`
+				}
+				require.NoError(t, dec.Decode(&r))
+				texts = append(texts, r.Prompt)
+			}
+		}
+	}
+	return texts
+}
+
+// TestTokenizerKVSpacePrefix: the small SentencePiece-style tokenizer.json files of the
+// tokenizer tests, which put ▁ before the text, give a GGUF tokenizer with
+// add_space_prefix. With a Prepend normalizer (Llama 2's) it encodes their golden texts
+// to the golden ids, with and without the added BOS. A Metaspace pre-tokenizer with
+// prepend_scheme "first" adds no ▁ before text that starts with a space, nor after a
+// special token, where llama.cpp's add_space_prefix (and so the GGUF tokenizer) does:
+// those texts differ, and are only counted.
+func TestTokenizerKVSpacePrefix(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		exact bool
+	}{{"llama2", true}, {"llama2-metaspace", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			testdata := filepath.Join("..", "..", "tokenizer", "testdata")
+			tok := writeTokenizerKV(t, filepath.Join(testdata, tc.name), 0)
+			data, err := os.ReadFile(filepath.Join(testdata, "golden", tc.name+".json"))
+			require.NoError(t, err)
+			var g struct {
+				Cases []struct {
+					Text           string  `json:"text"`
+					IDs            []int32 `json:"ids"`
+					IDsWithSpecial []int32 `json:"ids_with_special"`
+				} `json:"cases"`
+			}
+			require.NoError(t, json.Unmarshal(data, &g))
+			require.NotEmpty(t, g.Cases)
+			same := 0
+			for _, c := range g.Cases {
+				got, gotBOS := tok.Encode(c.Text, tokenizer.EncodeOptions{ParseSpecial: true}), tok.Encode(c.Text, tok.DefaultOptions())
+				if slices.Equal(c.IDs, got) && slices.Equal(c.IDsWithSpecial, gotBOS) {
+					same++
+				} else if tc.exact {
+					t.Errorf("%q: got %v and %v with BOS, want %v and %v", c.Text, got, gotBOS, c.IDs, c.IDsWithSpecial)
+				}
+			}
+			t.Logf("%d of %d golden texts identical", same, len(g.Cases))
+		})
 	}
 }
