@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -473,11 +474,18 @@ func shiftF32(b []byte, d float32) []byte {
 // first global one with the five sliding ones, which llama.cpp's cache needs); its
 // GGUF tokenizer encodes the tokenizer's golden texts to the ids the tokenizer.json
 // gives, and llama.cpp's own tokenizer, reading the file, to the golden ids, with and
-// without the tokens the model adds (special tokens in the text parsed).
+// without the tokens the model adds (special tokens in the text parsed). On more text
+// (the tokenizer tests' corpus, the held-out Go prompts) llama.cpp's tokenizer gives
+// the tokenizer.json's ids, special tokens parsed or not: for Gemma 3 that is the
+// proof that scores derived from the merge ranks segment as the merges do; Qwen3's
+// differences (llama.cpp leaves out the NFC normalization) are only counted.
 func TestRealVocabulary(t *testing.T) {
-	for _, tc := range []struct{ tokenizer, shape string }{
-		{"qwen3", "qwen3-0.6b"},
-		{"gemma3", "gemma-3-1b"},
+	for _, tc := range []struct {
+		tokenizer, shape string
+		exact            bool // llama.cpp gives the tokenizer.json's ids for all the corpus
+	}{
+		{"qwen3", "qwen3-0.6b", false},
+		{"gemma3", "gemma-3-1b", true},
 	} {
 		t.Run(tc.tokenizer, func(t *testing.T) {
 			dir := sharedtest.Path(t, "tokenizers", tc.tokenizer)
@@ -486,8 +494,11 @@ func TestRealVocabulary(t *testing.T) {
 			require.NoError(t, err)
 			s, path := writeShape(t, tc.shape, fileSpec{layers: withGlobal(tc.shape, 1), mix: quantize.Q8_0, seed: 10, vocab: vocab})
 			g := sharedtest.ReadTokenizerGolden(t, tc.tokenizer)
-			tokens := encodeBoth(t, dir, path, g)
+			fromJSON, err := tokenizer.Load(dir)
+			require.NoError(t, err)
+			tokens := encodeBoth(t, fromJSON, path, g)
 			checkLlamaTokenize(t, r, path, g)
+			checkLlamaCorpus(t, r, path, fromJSON, tc.exact)
 			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
 			require.NoError(t, err)
 			defer m.Close()
@@ -502,12 +513,10 @@ func TestRealVocabulary(t *testing.T) {
 	}
 }
 
-// encodeBoth checks that the tokenizer.json of dir and the GGUF file at path encode
-// the golden texts alike, and returns up to 96 of the ids.
-func encodeBoth(t *testing.T, dir, path string, g sharedtest.TokenizerGolden) []int32 {
+// encodeBoth checks that a tokenizer.json's tokenizer and the GGUF file at path
+// encode the golden texts alike, and returns up to 96 of the ids.
+func encodeBoth(t *testing.T, fromJSON *tokenizer.Tokenizer, path string, g sharedtest.TokenizerGolden) []int32 {
 	t.Helper()
-	fromJSON, err := tokenizer.Load(dir)
-	require.NoError(t, err)
 	fromGGUF, err := tokenizer.Load(path)
 	require.NoError(t, err)
 	var tokens []int32
@@ -613,4 +622,57 @@ func TestNewFamiliesSampledDistribution(t *testing.T) {
 			t.Logf("%s: p=%.3f, drafted %d, accepted %d", shape, fit.P, drafted, accepted)
 		})
 	}
+}
+
+// checkLlamaCorpus compares llama.cpp's tokenization of the tokenizer tests' corpus
+// and the held-out Go prompts, by the file at path, with fromJSON's, special tokens
+// parsed and not; exact fails the test on a difference, else they are only counted.
+func checkLlamaCorpus(t *testing.T, r *llamacpp.Runner, path string, fromJSON *tokenizer.Tokenizer, exact bool) {
+	t.Helper()
+	texts := corpusTexts(t)
+	for _, parse := range []bool{true, false} {
+		got, err := r.Tokenize(context.Background(), path, texts, false, parse)
+		require.NoError(t, err)
+		same := 0
+		for i, s := range texts {
+			want := fromJSON.Encode(s, tokenizer.EncodeOptions{ParseSpecial: parse})
+			switch {
+			case slices.Equal(want, got[i]):
+				same++
+			case exact:
+				t.Errorf("llama.cpp tokenizes %q (parse_special %v) to %v, the tokenizer.json to %v", s, parse, got[i], want)
+			}
+		}
+		t.Logf("llama.cpp's tokenizer, parse_special %v: %d of %d corpus texts give the tokenizer.json's ids", parse, same, len(texts))
+	}
+}
+
+// corpusTexts returns the texts of the tokenizer tests' corpus and, where the shared
+// data has them, the held-out Go prompts.
+func corpusTexts(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "tokenizer", "testdata", "corpus.json"))
+	require.NoError(t, err)
+	var c struct {
+		Texts []string `json:"texts"`
+	}
+	require.NoError(t, json.Unmarshal(data, &c))
+	texts := c.Texts
+	root := sharedtest.Root()
+	if root == "" {
+		return texts
+	}
+	data, err = os.ReadFile(filepath.Join(root, "prompts", "go-dev.jsonl"))
+	if err != nil {
+		return texts
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for dec.More() {
+		var p struct {
+			Prompt string `json:"prompt"`
+		}
+		require.NoError(t, dec.Decode(&p))
+		texts = append(texts, p.Prompt)
+	}
+	return texts
 }
