@@ -171,3 +171,48 @@ func TestTokenizerKVSpacePrefix(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenizerKVGemma3Metadata: Gemma 3's tokenizer.json for the 4B's 262 208 ids
+// gets the metadata llama.cpp's converter writes: SentencePiece "llama" with no space
+// prefix, control tokens (special, or looking special as <unusedN> does), user-defined
+// ones with ▁ as spaces, byte tokens, <image_soft_token> at 262 144 and unused padding
+// after it, scores from the merges, and the special ids tokenizer_config.json names.
+func TestTokenizerKVGemma3Metadata(t *testing.T) {
+	dir := sharedtest.Path(t, "tokenizers", "gemma3")
+	kvs, err := TokenizerKV(dir, 262208)
+	require.NoError(t, err)
+	kv := map[string]any{}
+	for _, e := range kvs {
+		kv[e.Key] = e.Value.Any()
+	}
+	tokens, types := kv["tokenizer.ggml.tokens"].([]string), kv["tokenizer.ggml.token_type"].([]int32)
+	scores := kv["tokenizer.ggml.scores"].([]float32)
+	require.Len(t, tokens, 262208)
+	require.Len(t, types, 262208)
+	require.Len(t, scores, 262208)
+	for _, tc := range []struct {
+		id    int
+		token string
+		typ   int32
+	}{
+		{0, "<pad>", tokControl}, {1, "<eos>", tokControl}, {2, "<bos>", tokControl}, {3, "<unk>", tokControl},
+		{4, "<mask>", tokControl}, {5, "[multimodal]", tokUserDefined}, {6, "<unused0>", tokControl},
+		{106, "<end_of_turn>", tokControl}, {107, "\n", tokUserDefined}, {138, "  ", tokUserDefined},
+		{238, "<0x00>", tokByte}, {262144, "<image_soft_token>", tokControl}, {262145, "[PAD262145]", tokUnused},
+	} {
+		assert.Equal(t, tc.token, tokens[tc.id], "token %d", tc.id)
+		assert.Equal(t, tc.typ, types[tc.id], "type of %q", tc.token)
+	}
+	assert.Equal(t, "llama", kv["tokenizer.ggml.model"])
+	assert.Equal(t, false, kv["tokenizer.ggml.add_space_prefix"])
+	assert.Equal(t, true, kv["tokenizer.ggml.add_bos_token"])
+	assert.Equal(t, false, kv["tokenizer.ggml.add_eos_token"])
+	for key, id := range map[string]uint32{"bos": 2, "eos": 106, "unknown": 3, "padding": 0} {
+		assert.Equal(t, id, kv["tokenizer.ggml."+key+"_token_id"], key)
+	}
+	assert.Contains(t, kv["tokenizer.chat_template"], "<start_of_turn>")
+	// A token scores minus the rank of its first merge; the others below all merges.
+	for id, score := range map[int]float32{1018: -2323, 236742: -514902, 262143: -514907, 238: -514907} {
+		assert.Equal(t, score, scores[id], "score of %q", tokens[id])
+	}
+}
