@@ -6,8 +6,10 @@
 //
 // A directory is converted the way llama.cpp's converter does it: llama metadata, the
 // Q and K rows of `llama` models permuted for interleaved rotary pairs, tied output
-// weights left out, llama3 rope scaling stored as rope_freqs.weight, and a byte-level
-// BPE tokenizer.json carried over as a gpt2 GGUF tokenizer.
+// weights left out, llama3 rope scaling stored as rope_freqs.weight, and the
+// tokenizer.json carried over: byte-level BPE as a gpt2 GGUF tokenizer,
+// SentencePiece-style BPE (Gemma 3) as a llama one, scored from its merges (see
+// [TokenizerKV]).
 package quantize
 
 import (
