@@ -175,16 +175,22 @@ func TokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
 	var kv []gguf.KeyValue
 	switch {
 	case tj.byteLevel():
+		if vocab <= 0 {
+			vocab = tj.size()
+		}
 		kv, err = byteLevelKV(&tj, merges, vocab)
 	case tj.sentencePiece():
-		kv, err = sentencePieceKV(&tj, merges, vocab)
+		if vocab <= 0 {
+			vocab = tj.modelSize()
+		}
+		kv, err = sentencePieceKV(&tj, merges, vocab), nil
 	default:
 		return nil, errors.New("tokenizer.json is neither byte-level BPE nor SentencePiece-style BPE with byte fallback")
 	}
 	if err != nil {
 		return nil, err
 	}
-	return append(kv, specialKV(dir, &tj)...), nil
+	return append(kv, specialKV(dir, &tj, vocab)...), nil
 }
 
 // paddedVocab returns n tokens and types: unused padding tokens "[PADi]".
@@ -197,11 +203,9 @@ func paddedVocab(n int) ([]string, []int32) {
 	return tokens, types
 }
 
-// byteLevelKV is the vocabulary of a byte-level BPE tokenizer.json as "gpt2" metadata.
+// byteLevelKV is the vocabulary of a byte-level BPE tokenizer.json as "gpt2" metadata
+// of vocab tokens.
 func byteLevelKV(tj *hfTokenizer, merges []string, vocab int) ([]gguf.KeyValue, error) {
-	if vocab <= 0 {
-		vocab = tj.size()
-	}
 	tokens, types := paddedVocab(vocab)
 	set := func(id int, s string, typ int32) error {
 		if id < 0 || id >= vocab {
@@ -238,11 +242,8 @@ func byteLevelKV(tj *hfTokenizer, merges []string, vocab int) ([]gguf.KeyValue, 
 // tokens <0xXX> of type byte, the unknown token unknown, added tokens control when
 // special (or when they look special, as <unusedN> and <mask> do) and user-defined
 // otherwise, with ▁ in them written as a space; ids the tokenizer leaves free are
-// unused padding.
-func sentencePieceKV(tj *hfTokenizer, merges []string, vocab int) ([]gguf.KeyValue, error) {
-	if vocab <= 0 {
-		vocab = tj.modelSize()
-	}
+// unused padding. Tokens past vocab are left out.
+func sentencePieceKV(tj *hfTokenizer, merges []string, vocab int) []gguf.KeyValue {
 	tokens, types := paddedVocab(vocab)
 	for s, id := range tj.Model.Vocab {
 		if id < 0 || id >= vocab {
@@ -274,7 +275,7 @@ func sentencePieceKV(tj *hfTokenizer, merges []string, vocab int) ([]gguf.KeyVal
 		{Key: "tokenizer.ggml.scores", Value: gguf.Float32s(spmScores(tokens, types, merges))},
 		{Key: "tokenizer.ggml.token_type", Value: gguf.Int32s(types)},
 		{Key: "tokenizer.ggml.add_space_prefix", Value: gguf.Bool(tj.spacePrefix())},
-	}, nil
+	}
 }
 
 // spmScores gives SentencePiece scores to a BPE vocabulary, so that SentencePiece's
@@ -333,8 +334,8 @@ func looksSpecial(s string) bool {
 
 // specialKV reads the special ids, add_bos_token, add_eos_token and the chat template
 // as the converter does: a special token named in tokenizer_config.json, else the id
-// config.json gives (the first of a list).
-func specialKV(dir string, tj *hfTokenizer) []gguf.KeyValue {
+// config.json gives (the first of a list); ids past the n tokens are left out.
+func specialKV(dir string, tj *hfTokenizer, n int) []gguf.KeyValue {
 	var cfg map[string]json.RawMessage
 	if raw, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
 		_ = json.Unmarshal(raw, &cfg)
@@ -350,7 +351,7 @@ func specialKV(dir string, tj *hfTokenizer) []gguf.KeyValue {
 		if !ok {
 			id, ok = firstID(cfg[typ.name+"_token_id"])
 		}
-		if ok {
+		if ok && id >= 0 && id < n {
 			kv = append(kv, gguf.KeyValue{Key: "tokenizer.ggml." + typ.key, Value: gguf.Uint32(uint32(id))})
 		}
 	}

@@ -216,3 +216,35 @@ func TestTokenizerKVGemma3Metadata(t *testing.T) {
 		assert.Equal(t, score, scores[id], "score of %q", tokens[id])
 	}
 }
+
+// TestTokenizerKind: which tokenizer.json files are SentencePiece-style (byte fallback,
+// ▁ for spaces) and which of them put ▁ before the text; the token names the converter
+// treats as control tokens or bytes.
+func TestTokenizerKind(t *testing.T) {
+	for _, tc := range []struct {
+		name, json          string
+		byteLevel, sp, pref bool
+	}{
+		{"gemma 3", `{"model": {"type": "BPE", "byte_fallback": true}, "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+			"pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious"}}`, false, true, false},
+		{"llama 2", `{"model": {"type": "BPE", "byte_fallback": true}, "normalizer": {"type": "Sequence", "normalizers": [
+			{"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}}`, false, true, true},
+		{"metaspace", `{"model": {"type": "BPE", "byte_fallback": true}, "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first"}}`, false, true, true},
+		{"metaspace never", `{"model": {"type": "BPE", "byte_fallback": true}, "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never"}}`, false, true, false},
+		{"no byte fallback", `{"model": {"type": "BPE"}, "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}}`, false, false, false},
+		{"byte-level", `{"model": {"type": "BPE"}, "pre_tokenizer": {"type": "ByteLevel"}}`, true, false, false},
+		{"wordpiece", `{"model": {"type": "WordPiece"}, "pre_tokenizer": {"type": "BertPreTokenizer"}}`, false, false, false},
+	} {
+		var tj hfTokenizer
+		require.NoError(t, json.Unmarshal([]byte(tc.json), &tj), tc.name)
+		assert.Equal(t, tc.byteLevel, tj.byteLevel(), "%s: byte-level", tc.name)
+		assert.Equal(t, tc.sp, tj.sentencePiece(), "%s: SentencePiece-style", tc.name)
+		assert.Equal(t, tc.pref, tj.spacePrefix(), "%s: space prefix", tc.name)
+	}
+	for s, want := range map[string]bool{"<unused12>": true, "<mask>": true, "<|im_start|>": true, "<table>": false, "[multimodal]": false} {
+		assert.Equal(t, want, looksSpecial(s), s)
+	}
+	for s, want := range map[string]bool{"<0x0A>": true, "<0xff>": true, "<0xG0>": false, "<0x0A": false, "<0x0AB>": false} {
+		assert.Equal(t, want, isByteToken(s), s)
+	}
+}
