@@ -102,7 +102,7 @@ func gen(args []string) error {
 	shape := fs.String("shape", "qwen2.5-0.5b", "model shape: "+strings.Join(synth.Names(), ", "))
 	mixName := fs.String("mix", "Q8_0", "weight types: "+strings.Join(quantize.MixNames(), ", "))
 	out := fs.String("out", "", "output GGUF file (required)")
-	vocabPath := fs.String("vocab", "models/gocoder-xs-q8_0.gguf", "the tokenizer the model gets, padded to the shape's vocabulary: a GGUF file's, or a Hugging Face directory's tokenizer.json (../shared/tokenizers/qwen3, llama3: real vocabularies)")
+	vocabPath := fs.String("vocab", "models/gocoder-xs-q8_0.gguf", "the tokenizer the model gets, padded to the shape's vocabulary: a GGUF file's, or a Hugging Face directory's tokenizer.json (../shared/tokenizers/qwen3, llama3, gemma3: real vocabularies)")
 	seed := fs.Uint64("seed", 1, "seed of the random weights")
 	_ = fs.Parse(args)
 	if *out == "" {

@@ -221,3 +221,39 @@ func argmax(x []float32) int {
 	}
 	return b
 }
+
+// Tokenize returns llama.cpp's tokenization of each text by the vocabulary of the
+// model file (llama_tokenize, with its add_special and parse_special flags).
+func (r *Runner) Tokenize(ctx context.Context, modelPath string, texts []string, addSpecial, parseSpecial bool) ([][]int32, error) {
+	var in bytes.Buffer
+	_ = binary.Write(&in, binary.LittleEndian, int32(len(texts)))
+	for _, s := range texts {
+		_ = binary.Write(&in, binary.LittleEndian, int32(len(s)))
+		in.WriteString(s)
+	}
+	flag := map[bool]string{false: "0", true: "1"}
+	cmd := exec.CommandContext(ctx, r.exe, "tokenize", modelPath, r.lib, flag[addSpecial], flag[parseSpecial])
+	cmd.Stdin = &in
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("llamacpp: tokenizing with %s: %w: %s", modelPath, err, strings.TrimSpace(stderr.String()))
+	}
+	ids := make([][]int32, len(texts))
+	for i := range ids {
+		if len(out) < 4 {
+			return nil, fmt.Errorf("llamacpp: %s: the ids of %d texts, %d asked", modelPath, i, len(texts))
+		}
+		n := int(binary.LittleEndian.Uint32(out))
+		if len(out) < 4+4*n {
+			return nil, fmt.Errorf("llamacpp: %s: %d ids of text %d announced, %d bytes left", modelPath, n, i, len(out)-4)
+		}
+		ids[i] = make([]int32, n)
+		for j := range ids[i] {
+			ids[i][j] = int32(binary.LittleEndian.Uint32(out[4+4*j:]))
+		}
+		out = out[4+4*n:]
+	}
+	return ids, nil
+}

@@ -8,8 +8,9 @@
 // Q and K rows of `llama` models permuted for interleaved rotary pairs, tied output
 // weights left out, llama3 rope scaling stored as rope_freqs.weight, longrope's as
 // rope_factors_long.weight and rope_factors_short.weight with its original context and
-// attention factor as metadata, and a byte-level
-// BPE tokenizer.json carried over as a gpt2 GGUF tokenizer.
+// attention factor as metadata, and the tokenizer.json carried over: byte-level BPE
+// as a gpt2 GGUF tokenizer, SentencePiece-style BPE (Gemma 3) as a llama one, scored
+// from its merges (see [TokenizerKV]).
 package quantize
 
 import (

@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -581,21 +582,58 @@ func shiftF32(b []byte, d float32) []byte {
 	return out
 }
 
-// TestRealVocabulary: a real-scale file written with a real tokenizer.json (Qwen3's of
-// ../shared/tokenizers, padded to the shape's 151 936) loads in llama.cpp and in
-// specula with the same logits, and its GGUF tokenizer encodes the tokenizer's golden
-// texts to the ids the tokenizer.json gives.
+// TestRealVocabulary: a real-scale file written with a real tokenizer.json of
+// ../shared/tokenizers — Qwen3's byte-level BPE, padded to the shape's 151 936;
+// Gemma 3's SentencePiece-style BPE, scored from its merges, the 1B's 262 144 —
+// loads in llama.cpp and in specula with the same logits (Gemma with six layers: the
+// first global one with the five sliding ones, which llama.cpp's cache needs); its
+// GGUF tokenizer encodes the tokenizer's golden texts to the ids the tokenizer.json
+// gives, and llama.cpp's own tokenizer, reading the file, to the golden ids, with and
+// without the tokens the model adds (special tokens in the text parsed). On more text
+// (the tokenizer tests' corpus, the held-out Go prompts) llama.cpp's tokenizer gives
+// the tokenizer.json's ids, special tokens parsed or not: for Gemma 3 that is the
+// proof that scores derived from the merge ranks segment as the merges do; Qwen3's
+// differences (llama.cpp leaves out the NFC normalization) are only counted.
 func TestRealVocabulary(t *testing.T) {
-	dir := sharedtest.Path(t, "tokenizers", "qwen3")
-	r := llamacpp.ForTest(t)
-	vocab, err := VocabFrom(dir)
-	require.NoError(t, err)
-	s, path := writeShape(t, "qwen3-0.6b", fileSpec{layers: 1, mix: quantize.Q8_0, seed: 10, vocab: vocab})
-	fromJSON, err := tokenizer.Load(dir)
-	require.NoError(t, err)
+	for _, tc := range []struct {
+		tokenizer, shape string
+		exact            bool // llama.cpp gives the tokenizer.json's ids for all the corpus
+	}{
+		{"qwen3", "qwen3-0.6b", false},
+		{"gemma3", "gemma-3-1b", true},
+	} {
+		t.Run(tc.tokenizer, func(t *testing.T) {
+			dir := sharedtest.Path(t, "tokenizers", tc.tokenizer)
+			r := llamacpp.ForTest(t)
+			vocab, err := VocabFrom(dir)
+			require.NoError(t, err)
+			s, path := writeShape(t, tc.shape, fileSpec{layers: withGlobal(tc.shape, 1), mix: quantize.Q8_0, seed: 10, vocab: vocab})
+			g := sharedtest.ReadTokenizerGolden(t, tc.tokenizer)
+			fromJSON, err := tokenizer.Load(dir)
+			require.NoError(t, err)
+			tokens := encodeBoth(t, fromJSON, path, g)
+			checkLlamaTokenize(t, r, path, g)
+			checkLlamaCorpus(t, r, path, fromJSON, tc.exact)
+			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
+			require.NoError(t, err)
+			defer m.Close()
+			assert.Equal(t, s.Config.Vocab, m.Config().Vocab)
+			ref, err := r.Logits(context.Background(), path, tokens, 2)
+			require.NoError(t, err)
+			p := llamacpp.Compare(allLogits(t, m, tokens), ref, s.Config.Vocab)
+			t.Logf("%s vocabulary, %d golden texts: %s", tc.tokenizer, len(g.Rows), p)
+			require.Less(t, p.MaxDiff, 0.2)
+			require.Equal(t, p.Positions, p.Agree+p.NearTies)
+		})
+	}
+}
+
+// encodeBoth checks that a tokenizer.json's tokenizer and the GGUF file at path
+// encode the golden texts alike, and returns up to 96 of the ids.
+func encodeBoth(t *testing.T, fromJSON *tokenizer.Tokenizer, path string, g sharedtest.TokenizerGolden) []int32 {
+	t.Helper()
 	fromGGUF, err := tokenizer.Load(path)
 	require.NoError(t, err)
-	g := sharedtest.ReadTokenizerGolden(t, "qwen3")
 	var tokens []int32
 	for _, row := range g.Rows {
 		opts := tokenizer.EncodeOptions{ParseSpecial: true}
@@ -603,17 +641,32 @@ func TestRealVocabulary(t *testing.T) {
 		require.Equal(t, ids, fromGGUF.Encode(row.Text, opts), "%q", row.Text)
 		tokens = append(tokens, ids...)
 	}
-	tokens = tokens[:min(len(tokens), 96)]
-	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
-	require.NoError(t, err)
-	defer m.Close()
-	assert.Equal(t, s.Config.Vocab, m.Config().Vocab)
-	ref, err := r.Logits(context.Background(), path, tokens, 2)
-	require.NoError(t, err)
-	p := llamacpp.Compare(allLogits(t, m, tokens), ref, s.Config.Vocab)
-	t.Logf("Qwen3 vocabulary, %d golden texts: %s", len(g.Rows), p)
-	require.Less(t, p.MaxDiff, 0.2)
-	require.Equal(t, p.Positions, p.Agree+p.NearTies)
+	return tokens[:min(len(tokens), 96)]
+}
+
+// checkLlamaTokenize checks that llama.cpp tokenizes the golden texts, by the file at
+// path, to the golden ids, without and with the tokens the model adds.
+func checkLlamaTokenize(t *testing.T, r *llamacpp.Runner, path string, g sharedtest.TokenizerGolden) {
+	t.Helper()
+	texts := make([]string, len(g.Rows))
+	for i, row := range g.Rows {
+		texts[i] = row.Text
+	}
+	for _, add := range []bool{false, true} {
+		got, err := r.Tokenize(context.Background(), path, texts, add, true)
+		require.NoError(t, err)
+		same := 0
+		for i, row := range g.Rows {
+			want := row.IDs
+			if add {
+				want = row.IDsWithSpecial
+			}
+			if assert.Equal(t, want, got[i], "llama.cpp's ids of %q, add_special %v", row.Text, add) {
+				same++
+			}
+		}
+		t.Logf("llama.cpp's tokenizer, add_special %v: %d of %d texts give the golden ids", add, same, len(g.Rows))
+	}
 }
 
 // TestNewFamiliesSampledDistribution: sampled speculative decoding on a target of each
@@ -684,4 +737,57 @@ func TestNewFamiliesSampledDistribution(t *testing.T) {
 			t.Logf("%s: p=%.3f, drafted %d, accepted %d", shape, fit.P, drafted, accepted)
 		})
 	}
+}
+
+// checkLlamaCorpus compares llama.cpp's tokenization of the tokenizer tests' corpus
+// and the held-out Go prompts, by the file at path, with fromJSON's, special tokens
+// parsed and not; exact fails the test on a difference, else they are only counted.
+func checkLlamaCorpus(t *testing.T, r *llamacpp.Runner, path string, fromJSON *tokenizer.Tokenizer, exact bool) {
+	t.Helper()
+	texts := corpusTexts(t)
+	for _, parse := range []bool{true, false} {
+		got, err := r.Tokenize(context.Background(), path, texts, false, parse)
+		require.NoError(t, err)
+		same := 0
+		for i, s := range texts {
+			want := fromJSON.Encode(s, tokenizer.EncodeOptions{ParseSpecial: parse})
+			switch {
+			case slices.Equal(want, got[i]):
+				same++
+			case exact:
+				t.Errorf("llama.cpp tokenizes %q (parse_special %v) to %v, the tokenizer.json to %v", s, parse, got[i], want)
+			}
+		}
+		t.Logf("llama.cpp's tokenizer, parse_special %v: %d of %d corpus texts give the tokenizer.json's ids", parse, same, len(texts))
+	}
+}
+
+// corpusTexts returns the texts of the tokenizer tests' corpus and, where the shared
+// data has them, the held-out Go prompts.
+func corpusTexts(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "tokenizer", "testdata", "corpus.json"))
+	require.NoError(t, err)
+	var c struct {
+		Texts []string `json:"texts"`
+	}
+	require.NoError(t, json.Unmarshal(data, &c))
+	texts := c.Texts
+	root := sharedtest.Root()
+	if root == "" {
+		return texts
+	}
+	data, err = os.ReadFile(filepath.Join(root, "prompts", "go-dev.jsonl"))
+	if err != nil {
+		return texts
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for dec.More() {
+		var p struct {
+			Prompt string `json:"prompt"`
+		}
+		require.NoError(t, dec.Decode(&p))
+		texts = append(texts, p.Prompt)
+	}
+	return texts
 }

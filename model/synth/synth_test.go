@@ -208,3 +208,50 @@ func TestRealShapesLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestVocabMetadata: how a vocabulary is padded to a shape's size and which end token
+// the file gets — a byte-level vocabulary's first padding token, its own one where
+// nothing is padded, a SentencePiece vocabulary's own one in every shape (scores
+// padded with the lowest) — and the sizes refused.
+func TestVocabMetadata(t *testing.T) {
+	bpe := &Vocab{tokens: []string{"a", "b", "<eos>"}, types: []int32{1, 1, 3}, bos: -1, eos: 2}
+	spm := &Vocab{tokens: []string{"<bos>", "<eos>", "▁a"}, types: []int32{3, 3, 1}, scores: []float32{-9, -9, -1}, bos: 0, eos: 1}
+	noEOS := &Vocab{tokens: []string{"a", "b"}, types: []int32{1, 1}, bos: -1, eos: -1}
+	for _, tc := range []struct {
+		name    string
+		v       *Vocab
+		n       int
+		eos     uint32
+		scores  []float32
+		wantErr string
+	}{
+		{name: "byte-level padded", v: bpe, n: 5, eos: 3},
+		{name: "byte-level full", v: bpe, n: 3, eos: 2},
+		{name: "sentencepiece padded", v: spm, n: 5, eos: 1, scores: []float32{-9, -9, -1, -9, -9}},
+		{name: "sentencepiece full", v: spm, n: 3, eos: 1, scores: []float32{-9, -9, -1}},
+		{name: "no end token, padded", v: noEOS, n: 3, eos: 2},
+		{name: "no end token, full", v: noEOS, n: 2, wantErr: "no end-of-sequence token"},
+		{name: "too large", v: bpe, n: 2, wantErr: "more than the shape's 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv, err := tc.v.metadata(tc.n)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			got := map[string]any{}
+			for _, e := range kv {
+				got[e.Key] = e.Value.Any()
+			}
+			assert.Len(t, got["tokenizer.ggml.tokens"], tc.n)
+			assert.Len(t, got["tokenizer.ggml.token_type"], tc.n)
+			assert.Equal(t, tc.eos, got["tokenizer.ggml.eos_token_id"])
+			if tc.scores == nil {
+				assert.NotContains(t, got, "tokenizer.ggml.scores")
+			} else {
+				assert.Equal(t, tc.scores, got["tokenizer.ggml.scores"])
+			}
+		})
+	}
+}

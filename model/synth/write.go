@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/specula/specula/format/dtype"
@@ -118,14 +119,16 @@ type Vocab struct {
 	kv     []gguf.KeyValue // every tokenizer.ggml key but tokens, token_type and the special ids
 	tokens []string
 	types  []int32
+	scores []float32 // a SentencePiece ("llama") vocabulary's; nil for byte-level BPE
 	bos    int64
-	eos    int64 // the tokenizer's own, for a vocabulary with no room to pad (−1: none)
+	eos    int64 // the tokenizer's own (−1: none)
 }
 
 // VocabFrom reads the tokenizer of a GGUF file (the gocoder models in the
 // repository's models/ have a byte-level BPE tokenizer of 8192 tokens), or the
-// byte-level BPE tokenizer.json of a Hugging Face directory (the Qwen3 and Llama 3
-// tokenizers of ../shared/tokenizers: real-scale files with real vocabularies).
+// tokenizer.json of a Hugging Face directory, byte-level BPE or SentencePiece-style
+// BPE as [quantize.TokenizerKV] reads it (the Qwen3, Llama 3 and Gemma 3 tokenizers
+// of ../shared/tokenizers: real-scale files with real vocabularies).
 func VocabFrom(path string) (*Vocab, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return vocabFromJSON(path)
@@ -145,6 +148,14 @@ func VocabFrom(path string) (*Vocab, error) {
 	if len(v.types) != len(v.tokens) {
 		return nil, fmt.Errorf("synth: %s: %d token types for %d tokens", path, len(v.types), len(v.tokens))
 	}
+	if f.Has("tokenizer.ggml.scores") {
+		if v.scores, err = f.Float32s("tokenizer.ggml.scores"); err != nil {
+			return nil, fmt.Errorf("synth: %s: %w", path, err)
+		}
+		if len(v.scores) != len(v.tokens) {
+			return nil, fmt.Errorf("synth: %s: %d token scores for %d tokens", path, len(v.scores), len(v.tokens))
+		}
+	}
 	if f.Has("tokenizer.ggml.bos_token_id") {
 		b, err := f.Uint("tokenizer.ggml.bos_token_id")
 		if err != nil {
@@ -159,7 +170,7 @@ func VocabFrom(path string) (*Vocab, error) {
 	}
 	for _, e := range f.KV {
 		switch e.Key {
-		case "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
+		case "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores", "tokenizer.ggml.bos_token_id",
 			"tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id":
 		default:
 			if strings.HasPrefix(e.Key, "tokenizer.") {
@@ -183,6 +194,8 @@ func vocabFromJSON(dir string) (*Vocab, error) {
 			v.tokens, _ = e.Value.Any().([]string)
 		case "tokenizer.ggml.token_type":
 			v.types, _ = e.Value.Any().([]int32)
+		case "tokenizer.ggml.scores":
+			v.scores, _ = e.Value.Any().([]float32)
 		case "tokenizer.ggml.bos_token_id":
 			if b, ok := e.Value.Any().(uint32); ok {
 				v.bos = int64(b)
@@ -196,8 +209,8 @@ func vocabFromJSON(dir string) (*Vocab, error) {
 			v.kv = append(v.kv, e)
 		}
 	}
-	if len(v.tokens) == 0 || len(v.types) != len(v.tokens) {
-		return nil, fmt.Errorf("synth: %s: %d tokens, %d token types", dir, len(v.tokens), len(v.types))
+	if len(v.tokens) == 0 || len(v.types) != len(v.tokens) || v.scores != nil && len(v.scores) != len(v.tokens) {
+		return nil, fmt.Errorf("synth: %s: %d tokens, %d token types, %d scores", dir, len(v.tokens), len(v.types), len(v.scores))
 	}
 	return v, nil
 }
@@ -206,22 +219,27 @@ func vocabFromJSON(dir string) (*Vocab, error) {
 // tokenizes to.
 const controlType = 3
 
-// metadata returns the vocabulary padded with control tokens to n, as Qwen's own
-// files pad theirs. The end-of-sequence token is the first padding token, which random
-// logits practically never pick, so that generation runs as long as it is asked to;
-// it is the same id in every shape padded from one tokenizer, as in Qwen's own files,
-// so that a small shape can draft for a large one in llama.cpp too (its speculative
-// decoding refuses a pair whose special tokens differ). A vocabulary as large as the
-// shape's (Llama 3's) keeps its own end-of-sequence token.
+// metadata returns the vocabulary padded with control tokens to n, as Qwen's own files
+// pad theirs (a SentencePiece vocabulary's padding scores as low as its lowest token).
+// The end-of-sequence token of a byte-level vocabulary is the first padding token,
+// which random logits practically never pick, so that generation runs as long as it
+// is asked to; it is the same id in every shape padded from one tokenizer, as in
+// Qwen's own files, so that a small shape can draft for a large one in llama.cpp too
+// (its speculative decoding refuses a pair whose special tokens differ). A vocabulary
+// as large as the shape's (Llama 3's, Gemma 3's for 1B) keeps its own end-of-sequence
+// token, and so does a SentencePiece vocabulary in every shape, as Gemma 3's own files
+// do (1B's 262 144 tokens and 4B's 262 208 both end with <end_of_turn>): the shapes
+// of one family then agree on it.
 func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
-	eos := int64(len(v.tokens))
+	eos := v.eos
+	if len(v.tokens) < n && (v.scores == nil || v.eos < 0) {
+		eos = int64(len(v.tokens))
+	}
 	switch {
 	case len(v.tokens) > n:
 		return nil, fmt.Errorf("synth: the tokenizer has %d tokens, more than the shape's %d", len(v.tokens), n)
-	case len(v.tokens) == n && v.eos < 0:
+	case eos < 0:
 		return nil, fmt.Errorf("synth: the tokenizer has the shape's %d tokens and no end-of-sequence token: nothing left to pad", n)
-	case len(v.tokens) == n:
-		eos = v.eos
 	}
 	tokens := append(make([]string, 0, n), v.tokens...)
 	types := append(make([]int32, 0, n), v.types...)
@@ -230,6 +248,9 @@ func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
 		types = append(types, controlType)
 	}
 	kv := append([]gguf.KeyValue(nil), v.kv...)
+	if v.scores != nil {
+		kv = append(kv, gguf.KeyValue{Key: "tokenizer.ggml.scores", Value: gguf.Float32s(padScores(v.scores, n))})
+	}
 	kv = append(kv,
 		gguf.KeyValue{Key: "tokenizer.ggml.tokens", Value: gguf.Strings(tokens)},
 		gguf.KeyValue{Key: "tokenizer.ggml.token_type", Value: gguf.Int32s(types)},
@@ -240,6 +261,19 @@ func (v *Vocab) metadata(n int) ([]gguf.KeyValue, error) {
 		kv = append(kv, gguf.KeyValue{Key: "tokenizer.ggml.bos_token_id", Value: gguf.Uint32(uint32(v.bos))})
 	}
 	return kv, nil
+}
+
+// padScores returns scores padded to n with the lowest of them.
+func padScores(scores []float32, n int) []float32 {
+	out := append(make([]float32, 0, n), scores...)
+	var low float32
+	if len(scores) > 0 {
+		low = slices.Min(scores)
+	}
+	for len(out) < n {
+		out = append(out, low)
+	}
+	return out
 }
 
 // Write writes a model of shape s in mix m as a GGUF file to w, its weights drawn at

@@ -8,6 +8,16 @@
 // is float32 and flash attention off, so that llama.cpp's own rounding is as small as
 // it can be. The context holds N_CTX positions (llama.cpp rounds it up to a multiple
 // of 256), or as many as the tokens.
+//
+//	logits tokenize MODEL.gguf BACKEND_DIR ADD_SPECIAL PARSE_SPECIAL < texts > ids
+//
+// llama.cpp's tokenization of texts by the model's vocabulary (loaded alone, without
+// the weights); ADD_SPECIAL and PARSE_SPECIAL are 0 or 1, llama_tokenize's flags.
+// Standard input: the text count, then each text as its byte length and its bytes.
+// Standard output: for each text, its token count and its token ids. All numbers are
+// int32 little-endian.
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +34,48 @@ static void fail(const char * what) {
 	exit(1);
 }
 
+static int32_t read_i32(void) {
+	int32_t v = 0;
+	if (fread(&v, 4, 1, stdin) != 1 || v < 0) fail("truncated input");
+	return v;
+}
+
+static int tokenize(char ** argv) {
+	bool add_special = atoi(argv[4]) != 0, parse_special = atoi(argv[5]) != 0;
+	llama_log_set(quiet, NULL);
+	ggml_backend_load_all_from_path(argv[3]);
+	llama_backend_init();
+	struct llama_model_params mp = llama_model_default_params();
+	mp.vocab_only = true;
+	struct llama_model * model = llama_model_load_from_file(argv[2], mp);
+	if (!model) fail("the model does not load");
+	const struct llama_vocab * vocab = llama_model_get_vocab(model);
+	int32_t n = read_i32();
+	for (int32_t i = 0; i < n; i++) {
+		int32_t len = read_i32();
+		char * text = malloc((size_t) len + 1);
+		if (len > 0 && fread(text, 1, (size_t) len, stdin) != (size_t) len) fail("truncated text");
+		int32_t max = len + 8;
+		llama_token * ids = malloc(4 * (size_t) max);
+		int32_t got = llama_tokenize(vocab, text, len, ids, max, add_special, parse_special);
+		if (got < 0 && got != INT32_MIN) {
+			max = -got;
+			ids = realloc(ids, 4 * (size_t) max);
+			got = llama_tokenize(vocab, text, len, ids, max, add_special, parse_special);
+		}
+		if (got < 0) fail("llama_tokenize failed");
+		fwrite(&got, 4, 1, stdout);
+		fwrite(ids, 4, (size_t) got, stdout);
+		free(ids);
+		free(text);
+	}
+	llama_model_free(model);
+	llama_backend_free();
+	return 0;
+}
+
 int main(int argc, char ** argv) {
+	if (argc == 6 && strcmp(argv[1], "tokenize") == 0) return tokenize(argv);
 	if (argc != 4 && argc != 5) fail("usage: logits MODEL.gguf BACKEND_DIR THREADS [N_CTX] < tokens > logits");
 	int threads = atoi(argv[3]);
 	int32_t n_ctx = argc == 5 ? atoi(argv[4]) : 0;
