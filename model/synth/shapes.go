@@ -1,6 +1,7 @@
 // Package synth makes models of random weights in the exact shapes of real ones —
 // SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Qwen3 0.6B, 1.7B and 8B, Phi-3
-// mini (4k), Phi-4 mini (longrope), Gemma 3 1B and 4B, Llama 3.2 1B, TinyLlama 1.1B —
+// mini (4k), Phi-4 mini (longrope), Gemma 3 1B and 4B, Mistral 7B, Llama 3.2 1B,
+// TinyLlama 1.1B —
 // written as GGUF files in the weight-type mixes that llama.cpp's quantizer makes
 // (quantize.Mix: F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, …), with a real
 // tokenizer's vocabulary padded to the real size. Speed is
@@ -106,6 +107,16 @@ func gemma3(dim, layers, heads, kvHeads, ffn, vocab, w int, ropeScale float64, c
 	return c
 }
 
+// mistral7b is Mistral 7B v0.1's shape: the llama architecture with grouped-query
+// attention (32 heads, 8 key/value heads) and a sliding window of 4096 positions in
+// every layer, rotary base 10⁴, context 32 768 (llama.cpp does not apply the window
+// to llama files: the two agree within 4096 positions).
+func mistral7b() llama.Config {
+	c := llamaShape(4096, 32, 32, 8, 14336, 32000, 32768, 10000, false)
+	c.SlidingWindow = 4096
+	return c
+}
+
 // llamaShape is a Llama shape: llama architecture, no biases, interleaved rotary pairs
 // (llama.cpp's converter permutes Q and K for them).
 func llamaShape(dim, layers, heads, kvHeads, ffn, vocab, ctx int, theta float64, tied bool) llama.Config {
@@ -139,6 +150,7 @@ func Shapes() []Shape {
 		{"gemma-3-1b", "Gemma-3-1B", gemma3(1152, 26, 4, 1, 6912, 262144, 512, 0, 32768), 999_885_952},
 		// The language model of the multimodal 4B (its vision tower left out).
 		{"gemma-3-4b", "Gemma-3-4B text", gemma3(2560, 34, 8, 4, 10240, 262208, 1024, 8, 131072), 3_880_263_168},
+		{"mistral-7b", "Mistral-7B-v0.1", mistral7b(), 7_241_732_096},
 		{"qwen2.5-7b", "Qwen2.5-7B", qwen25(3584, 28, 28, 4, 18944, 152064, false), 7_615_616_512},
 		{"qwen3-8b", "Qwen3-8B", qwen3(4096, 36, 32, 8, 12288, false), 8_190_735_360},
 	}
