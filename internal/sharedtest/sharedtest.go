@@ -16,21 +16,30 @@ func Root() string {
 	if d := os.Getenv("SPECULA_SHARED"); d != "" {
 		return d
 	}
+	dir, ok := findModuleRoot()
+	if !ok {
+		return ""
+	}
+	d := filepath.Join(dir, "..", "shared")
+	if st, err := os.Stat(d); err == nil && st.IsDir() {
+		return d
+	}
+	return ""
+}
+
+// findModuleRoot returns the directory of the go.mod above the working directory.
+func findModuleRoot() (string, bool) {
 	dir, err := os.Getwd()
 	if err != nil {
-		return ""
+		return "", false
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			d := filepath.Join(dir, "..", "shared")
-			if st, err := os.Stat(d); err == nil && st.IsDir() {
-				return d
-			}
-			return ""
+			return dir, true
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return ""
+			return "", false
 		}
 		dir = parent
 	}

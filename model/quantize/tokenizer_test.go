@@ -1,7 +1,6 @@
 package quantize
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"os"
@@ -84,7 +83,7 @@ func TestGGUFPre(t *testing.T) {
 // the held-out Go prompts, with and without special tokens parsed.
 func TestTokenizerKVScoresCorpus(t *testing.T) {
 	dir := sharedtest.Path(t, "tokenizers", "gemma3")
-	texts := corpusTexts(t)
+	texts := sharedtest.CorpusTexts(t, "qwen3", "llama3", "gemma3")
 	fromJSON, err := tokenizer.Load(dir)
 	require.NoError(t, err)
 	fromGGUF := writeTokenizerKV(t, dir, 262144)
@@ -99,37 +98,6 @@ func TestTokenizerKVScoresCorpus(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d encodings of %d texts identical", same, total, len(texts))
-}
-
-// corpusTexts returns the texts of the tokenizer tests' corpus, of the shared
-// tokenizers' golden files and of the shared Go prompts (those present).
-func corpusTexts(t *testing.T) []string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "tokenizer", "testdata", "corpus.json"))
-	require.NoError(t, err)
-	var c struct {
-		Texts []string `json:"texts"`
-	}
-	require.NoError(t, json.Unmarshal(data, &c))
-	texts := c.Texts
-	for _, name := range []string{"qwen3", "llama3", "gemma3"} {
-		for _, r := range sharedtest.ReadTokenizerGolden(t, name).Rows {
-			texts = append(texts, r.Text)
-		}
-	}
-	if p := filepath.Join(sharedtest.Root(), "prompts", "go-dev.jsonl"); sharedtest.Root() != "" {
-		if data, err := os.ReadFile(p); err == nil {
-			dec := json.NewDecoder(bytes.NewReader(data))
-			for dec.More() {
-				var r struct {
-					Prompt string `json:"prompt"`
-				}
-				require.NoError(t, dec.Decode(&r))
-				texts = append(texts, r.Prompt)
-			}
-		}
-	}
-	return texts
 }
 
 // TestTokenizerKVSpacePrefix: the small SentencePiece-style tokenizer.json files of the

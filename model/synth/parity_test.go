@@ -1,7 +1,6 @@
 package synth
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -745,7 +744,7 @@ func TestNewFamiliesSampledDistribution(t *testing.T) {
 // parsed and not; exact fails the test on a difference, else they are only counted.
 func checkLlamaCorpus(t *testing.T, r *llamacpp.Runner, path string, fromJSON *tokenizer.Tokenizer, exact bool) {
 	t.Helper()
-	texts := corpusTexts(t)
+	texts := sharedtest.CorpusTexts(t)
 	for _, parse := range []bool{true, false} {
 		got, err := r.Tokenize(context.Background(), path, texts, false, parse)
 		require.NoError(t, err)
@@ -761,34 +760,4 @@ func checkLlamaCorpus(t *testing.T, r *llamacpp.Runner, path string, fromJSON *t
 		}
 		t.Logf("llama.cpp's tokenizer, parse_special %v: %d of %d corpus texts give the tokenizer.json's ids", parse, same, len(texts))
 	}
-}
-
-// corpusTexts returns the texts of the tokenizer tests' corpus and, where the shared
-// data has them, the held-out Go prompts.
-func corpusTexts(t *testing.T) []string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "tokenizer", "testdata", "corpus.json"))
-	require.NoError(t, err)
-	var c struct {
-		Texts []string `json:"texts"`
-	}
-	require.NoError(t, json.Unmarshal(data, &c))
-	texts := c.Texts
-	root := sharedtest.Root()
-	if root == "" {
-		return texts
-	}
-	data, err = os.ReadFile(filepath.Join(root, "prompts", "go-dev.jsonl"))
-	if err != nil {
-		return texts
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	for dec.More() {
-		var p struct {
-			Prompt string `json:"prompt"`
-		}
-		require.NoError(t, dec.Decode(&p))
-		texts = append(texts, p.Prompt)
-	}
-	return texts
 }
