@@ -135,11 +135,10 @@ type KVSpec struct {
 }
 
 // KVMap is where each layer's keys and values live, as a backend's KV calls set it:
-// Pool[l] is 0 for the first pool and 1 for the sliding one, Index[l] the layer's
-// place among its pool's layers, Count the number of layers of each pool.
+// Pool[l] is 0 for the first pool and 1 for the sliding one (−1: none yet), Index[l]
+// the layer's place among its pool's layers.
 type KVMap struct {
 	Pool, Index []int
-	Count       [2]int
 	made        [2]bool
 }
 
@@ -179,11 +178,11 @@ func (m *KVMap) Add(layers int, s KVSpec, build func(pool, count int) error) err
 	for i, l := range list {
 		m.Pool[l], m.Index[l] = pool, i
 	}
-	m.made[pool], m.Count[pool] = true, len(list)
+	m.made[pool] = true
 	return nil
 }
 
-// make0 returns 0, 1, …, n−1.
+// upTo returns 0, 1, …, n−1.
 func upTo(n int) []int {
 	out := make([]int, n)
 	for i := range out {

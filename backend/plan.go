@@ -167,6 +167,29 @@ func (p *Plan) addStates(b model.Batch, lo, hi, row0 int) {
 	}
 }
 
+// CheckHeld checks, for a layer of window w (0: none) whose keys and values live in
+// pool (0 the first, 1 the sliding layers') in blocks of blockSize positions, that
+// every row has a slot there and every span's table holds the blocks its rows see: a
+// block a sequence gave back ([kvcache.Hole], only ever at the front of a table), read
+// by attention, would be another sequence's memory or none.
+func (p *Plan) CheckHeld(pool, w, blockSize int) error {
+	if n := len(p.SlotsOf(pool)); n != p.Rows() {
+		return fmt.Errorf("backend: %d key/value slots in pool %d for %d rows", n, pool, p.Rows())
+	}
+	for i := range p.Spans {
+		sp := &p.Spans[i]
+		table := sp.TableOf(pool)
+		first := math.MaxInt
+		for r := sp.Lo; r < sp.Hi; r++ {
+			first = min(first, p.WindowStart(r, w))
+		}
+		if blk := first / blockSize; blk < len(table) && table[blk] < 0 {
+			return fmt.Errorf("backend: a row sees position %d, whose key/value block was given back", first)
+		}
+	}
+	return nil
+}
+
 // SlotsOf returns the rows' slots in the first pool (0) or the sliding layers' (1).
 func (p *Plan) SlotsOf(pool int) []int32 {
 	if pool == 1 {

@@ -23,6 +23,9 @@ func (ps *pass) Attention(layer int, a backend.Attn) {
 		return
 	}
 	rope, err := ps.plan.Rotation(a.Local)
+	if err == nil {
+		err = ps.checkKV(layer, a.Window)
+	}
 	if err != nil {
 		ps.fail(fmt.Errorf("cpu: %w", err))
 		return
@@ -30,6 +33,15 @@ func (ps *pass) Attention(layer int, a backend.Attn) {
 	ps.store(layer, bv, rope)
 	ps.attn.start(ps, layer, a)
 	ps.b.threads.Run(&ps.attn, ps.attn.items(), 1)
+}
+
+// checkKV checks that layer has a key/value pool and that the plan's rows hold, in
+// it, what they see.
+func (ps *pass) checkKV(layer, window int) error {
+	if layer < 0 || layer >= len(ps.b.kvmap.Pool) || ps.b.kvmap.Pool[layer] < 0 {
+		return fmt.Errorf("layer %d has no key/value pool", layer)
+	}
+	return ps.plan.CheckHeld(ps.b.kvmap.Pool[layer], window, attnBlock)
 }
 
 // store adds the biases to every row of QKV, rotates its queries and keys by the

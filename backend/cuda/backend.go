@@ -317,6 +317,16 @@ func (g *Backend) newKV(blockSize int, budget int64, layers int) (*deviceKV, *kv
 	return kv, books, nil
 }
 
+// checkKV checks that layer has a key/value pool and that the plan's rows hold, in
+// it, what they see.
+func (g *Backend) checkKV(p *backend.Plan, layer, window int) error {
+	if layer < 0 || layer >= len(g.kvmap.Pool) || g.kvmap.Pool[layer] < 0 {
+		return fmt.Errorf("layer %d has no key/value pool", layer)
+	}
+	pool := g.kvmap.Pool[layer]
+	return p.CheckHeld(pool, window, g.kv[pool].geom.blockSize)
+}
+
 // layerKV returns the geometry of layer's pool and the layer's place in it.
 func (g *Backend) layerKV(layer int) (kvGeom, int) {
 	return g.kv[g.kvmap.Pool[layer]].geom, g.kvmap.Index[layer]

@@ -301,7 +301,11 @@ func (ps *devicePass) Attention(layer int, a backend.Attn) {
 		return
 	}
 	s, g := &ps.g.shape, ps.g
-	if _, err := ps.plan.Rotation(a.Local); err != nil {
+	_, err := ps.plan.Rotation(a.Local)
+	if err == nil {
+		err = g.checkKV(ps.plan, layer, a.Window)
+	}
+	if err != nil {
 		ps.fail(fmt.Errorf("cuda: %w", err))
 		return
 	}

@@ -108,18 +108,27 @@ const windowChunk = 256
 // wholly before its length less the window and [WindowReserve] (when every layer
 // slides, or the sliding layers keep their own books): no row of a later forward sees
 // them, also after a rollback of up to WindowReserve positions (and the backends'
-// attention never reads before a row's window: [backend.Pass]).
+// attention never reads before a row's window: [backend.Pass]). It runs after every
+// pass, so a long prompt gives back blocks as it goes.
 func (m *Model) release(work []model.Work) error {
 	behind := m.cfg.releaseBehind()
 	if behind == 0 {
 		return nil
 	}
 	for _, w := range work {
-		kv := w.Seq.(*sequence).windowed()
+		s := w.Seq.(*sequence)
+		kv := s.windowed()
 		if kv == nil {
-			return nil // a global layer shares the books: nothing to give back
+			continue // a global layer shares the books: nothing to give back
 		}
-		if n := kv.Len() - behind; n > 0 {
+		// A tree's rows lie at the depths of its nodes, not one after another: the
+		// shallowest may come last, and whichever path is kept, only the root's
+		// position is sure to stay.
+		end := kv.Len()
+		if !w.Batch.Tree.Chain() {
+			end = min(end, s.start+1)
+		}
+		if n := end - behind; n > 0 {
 			if err := kv.ReleaseBefore(n); err != nil {
 				return fmt.Errorf("llama: releasing positions behind the sliding window: %w", err)
 			}
@@ -357,7 +366,7 @@ func (s *sequence) Retain(from int, keep []int32) error {
 	if s.sliding != nil {
 		if err := s.sliding.Retain(from, keep); err != nil {
 			s.shrink(min(from, s.sliding.Len())) // the books agree again: nothing of the draft kept
-			return fmt.Errorf("llama: %w", err)
+			return fmt.Errorf("llama: retaining the sliding layers' positions (the sequence is cut back to %d): %w", s.kv.Len(), err)
 		}
 	}
 	return nil

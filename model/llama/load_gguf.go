@@ -97,8 +97,8 @@ func (c Config) RopeTensors() []gguf.TensorData {
 	return out
 }
 
-// ggufArchs are the architectures a GGUF file may name.
-var ggufArchs = []string{"llama", "qwen2", "qwen3", "phi3", "gemma3"}
+// ggufArchs returns the architectures a GGUF file may name.
+func ggufArchs() []string { return []string{"llama", "qwen2", "qwen3", "phi3", "gemma3"} }
 
 // ggufTensors opens a GGUF file of architecture llama, qwen2, qwen3, phi3 or gemma3.
 func ggufTensors(path string) (_ *Tensors, err error) {
@@ -116,14 +116,15 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
-	if !slices.Contains(ggufArchs, arch) {
-		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (%s are)", file, arch, strings.Join(ggufArchs, ", "))
+	if !slices.Contains(ggufArchs(), arch) {
+		return nil, fmt.Errorf("llama: %s: architecture %q is not supported (%s are)", file, arch, strings.Join(ggufArchs(), ", "))
 	}
 	key := func(k string) string { return arch + "." + k }
+	var keyErr error // the first key req or opt could not read
 	req := func(k string) int {
 		v, e := f.Uint(key(k))
-		if e != nil && err == nil {
-			err = fmt.Errorf("llama: %w", e)
+		if e != nil && keyErr == nil {
+			keyErr = fmt.Errorf("llama: %s: %w", file, e)
 		}
 		return int(v)
 	}
@@ -140,13 +141,16 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	c.Heads = req("attention.head_count")
 	c.KVHeads = opt("attention.head_count_kv", c.Heads)
 	c.ContextLength = opt("context_length", 0)
-	if err != nil {
-		return nil, err
+	if keyErr != nil {
+		return nil, keyErr
 	}
 	if c.Heads > 0 {
 		c.HeadDim = opt("attention.key_length", c.Dim/c.Heads)
 	}
 	c.RopeDim = opt("rope.dimension_count", c.HeadDim)
+	if keyErr != nil {
+		return nil, keyErr
+	}
 	eps, e := f.Float(key("attention.layer_norm_rms_epsilon"))
 	if e != nil {
 		return nil, fmt.Errorf("llama: %w", e)
@@ -189,9 +193,6 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	c.RopeLongFactors, c.RopeShortFactors = long, short
 	if long != nil {
 		c.RopeOriginalContext = opt("rope.scaling.original_context_length", c.ContextLength)
-		if err != nil {
-			return nil, err
-		}
 	}
 	// The factor on the rotary cosines and sines (longrope's attention factor), which
 	// llama.cpp takes as 1 when the key is missing.
@@ -227,8 +228,8 @@ func ggufTensors(path string) (_ *Tensors, err error) {
 	if arch != "llama" { // gemma3 too: llama.cpp rotates it in NeoX (rotate-half) pairs
 		c.RopeStyle = RopeHalf
 	}
-	if err != nil {
-		return nil, err
+	if keyErr != nil {
+		return nil, keyErr
 	}
 	src := ggufSource{f}
 	_, shape, _, ok := src.lookup("token_embd.weight")
@@ -286,7 +287,11 @@ func GGUFNames() TensorNames {
 func gemma3GGUF(f *gguf.File, c *Config, file string) error {
 	key := "gemma3.final_logit_softcapping"
 	if f.Has(key) {
-		if v, err := f.Float(key); err != nil || v != 0 {
+		v, err := f.Float(key)
+		if err != nil {
+			return fmt.Errorf("llama: %s: %w", file, err)
+		}
+		if v != 0 {
 			return fmt.Errorf("llama: %s: final logit soft-capping (%v) is not supported", file, v)
 		}
 	}

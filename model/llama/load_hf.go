@@ -89,7 +89,7 @@ func hfConfigToConfig(h hfConfig) (Config, error) {
 		c.Arch = "gemma3"
 		tied = true
 	default:
-		return c, fmt.Errorf("architecture %q is not supported (%s are)", arch, strings.Join(hfArchs, ", "))
+		return c, fmt.Errorf("architecture %q is not supported (%s are)", arch, strings.Join(hfArchs(), ", "))
 	}
 	if h.TieEmbeddings != nil {
 		tied = *h.TieEmbeddings
@@ -222,9 +222,11 @@ func (h hfSource) size() int64 {
 	return n
 }
 
-// hfArchs are the architectures a config.json may name.
-var hfArchs = []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-	"Phi3ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}
+// hfArchs returns the architectures a config.json may name.
+func hfArchs() []string {
+	return []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+		"Phi3ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}
+}
 
 // gemma3HF reads what is Gemma 3's own in a config.json: the activation, the score
 // scale query_pre_attn_scalar^−½, the layers that slide (layer_types, or every
@@ -242,11 +244,15 @@ func gemma3HF(h hfConfig, c *Config) error {
 	if h.SlidingWindow != nil {
 		c.SlidingWindow = *h.SlidingWindow
 	}
+	if h.SlidingWindowPattern < 0 {
+		return fmt.Errorf("sliding_window_pattern %d", h.SlidingWindowPattern)
+	}
 	c.setGemma3(cmp.Or(h.SlidingWindowPattern, 6))
 	if h.LayerTypes != nil && c.SlidingWindow > 0 {
 		if len(h.LayerTypes) != c.Layers {
 			return fmt.Errorf("%d layer_types for %d layers", len(h.LayerTypes), c.Layers)
 		}
+		c.Sliding = make([]bool, c.Layers)
 		for l, t := range h.LayerTypes {
 			c.Sliding[l] = t == "sliding_attention"
 		}

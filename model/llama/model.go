@@ -88,18 +88,16 @@ func (m *Model) Info() model.Info {
 	return info
 }
 
-// KVStats reports the key/value memory: blocks in use and free, bytes — of both pools
-// together when the sliding layers keep their own (a block then being a block of each).
+// KVStats reports the key/value memory: blocks in use and free, bytes. When the
+// sliding layers keep their own books, the blocks are the global layers' (which every
+// position takes, so they bound what fits) and the bytes are both pools'.
 func (m *Model) KVStats() kvcache.Stats {
 	st := m.kv.Stats()
 	if m.slidingKV == nil {
 		return st
 	}
 	o := m.slidingKV.Stats()
-	st.Blocks, st.FreeBlocks, st.SharedBlocks = st.Blocks+o.Blocks, st.FreeBlocks+o.FreeBlocks, st.SharedBlocks+o.SharedBlocks
-	st.BlockBytes, st.InUseBytes, st.ResidentBytes = st.BlockBytes+o.BlockBytes, st.InUseBytes+o.InUseBytes, st.ResidentBytes+o.ResidentBytes
-	st.Budget, st.CachedBlocks = st.Budget+o.Budget, st.CachedBlocks+o.CachedBlocks
-	st.PrefixLookups, st.PrefixHits = st.PrefixLookups+o.PrefixLookups, st.PrefixHits+o.PrefixHits
+	st.InUseBytes, st.ResidentBytes, st.Budget = st.InUseBytes+o.InUseBytes, st.ResidentBytes+o.ResidentBytes, st.Budget+o.Budget
 	return st
 }
 

@@ -36,7 +36,7 @@ func ggufName(name, arch string) (string, bool) {
 		return "", false
 	}
 	if arch == "gemma3" {
-		if part, ok := gemma3Parts[m[2]]; ok {
+		if part, ok := gemma3Part(m[2]); ok {
 			return "blk." + m[1] + "." + part, true
 		}
 	}
@@ -52,10 +52,17 @@ func ggufName(name, arch string) (string, bool) {
 	return "blk." + m[1] + "." + part, ok
 }
 
-// gemma3Parts are the layer tensors whose names Gemma 3 gives other meanings.
-var gemma3Parts = map[string]string{
-	"post_attention_layernorm.weight": "post_attention_norm.weight", "pre_feedforward_layernorm.weight": "ffn_norm.weight",
-	"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+// gemma3Part maps the layer tensors whose names Gemma 3 gives other meanings.
+func gemma3Part(name string) (string, bool) {
+	switch name {
+	case "post_attention_layernorm.weight":
+		return "post_attention_norm.weight", true
+	case "pre_feedforward_layernorm.weight":
+		return "ffn_norm.weight", true
+	case "post_feedforward_layernorm.weight":
+		return "post_ffw_norm.weight", true
+	}
+	return "", false
 }
 
 var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.(.+)$`)
@@ -126,6 +133,10 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 		}
 		data, typ := st.Data, st.DType
 		if arch == "gemma3" && strings.HasSuffix(gname, "norm.weight") {
+			if len(st.Shape) != 1 {
+				set.Close()
+				return nil, nil, nil, fmt.Errorf("tensor %q: a norm of shape %v", name, st.Shape)
+			}
 			// Gemma's norms multiply by (1 + w): llama.cpp's files hold 1 + w, in F32.
 			if data, err = shiftedNorm(typ, data, st.Shape[0], 1); err != nil {
 				set.Close()

@@ -74,6 +74,19 @@ func (tj *hfTokenizer) size() int {
 	return n
 }
 
+// maxIDGap is how far past its token count a tokenizer's ids may reach (unused ids
+// between them): beyond, the file is taken for corrupt rather than sized by it.
+const maxIDGap = 1 << 16
+
+// checkIDs refuses ids far past the number of tokens, which would size the
+// vocabulary by a corrupt entry.
+func (tj *hfTokenizer) checkIDs() error {
+	if n, top := len(tj.Model.Vocab)+len(tj.AddedTokens), tj.size(); top > n+maxIDGap {
+		return fmt.Errorf("tokenizer.json has ids up to %d for %d tokens", top-1, n)
+	}
+	return nil
+}
+
 // modelSize is the number of ids of the model's own vocabulary, added tokens aside.
 func (tj *hfTokenizer) modelSize() int {
 	n := 0
@@ -173,6 +186,11 @@ func TokenizerKV(dir string, vocab int) ([]gguf.KeyValue, error) {
 		return nil, err
 	}
 	var kv []gguf.KeyValue
+	if vocab <= 0 {
+		if err := tj.checkIDs(); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case tj.byteLevel():
 		if vocab <= 0 {

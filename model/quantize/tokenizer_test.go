@@ -216,3 +216,14 @@ func TestTokenizerKind(t *testing.T) {
 		assert.Equal(t, want, isByteToken(s), s)
 	}
 }
+
+// TestTokenizerKVCorruptIDs: a tokenizer.json whose ids reach far past its tokens is
+// refused rather than sizing a vocabulary of a billion entries.
+func TestTokenizerKVCorruptIDs(t *testing.T) {
+	dir := t.TempDir()
+	tj := `{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1073741824}, "merges": []},
+		"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": []}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(tj), 0o644))
+	_, err := TokenizerKV(dir, 0)
+	require.ErrorContains(t, err, "ids up to 1073741824 for 2 tokens")
+}

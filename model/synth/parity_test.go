@@ -305,6 +305,10 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 			[]gguf.KeyValue{{Key: "gemma3.final_logit_softcapping", Value: gguf.Float32(30)}}},
 		{"unknown rope scaling", "gemma-3-1b", nil, `rope scaling "yarn" is not supported`,
 			[]gguf.KeyValue{{Key: "gemma3.rope.scaling.type", Value: gguf.String("yarn")}}},
+		{"a key of the wrong type", "qwen3-0.6b", nil, "qwen3.attention.key_length",
+			[]gguf.KeyValue{{Key: "qwen3.attention.key_length", Value: gguf.String("128")}}},
+		{"gemma 3 soft-capping of the wrong type", "gemma-3-1b", nil, "gemma3.final_logit_softcapping",
+			[]gguf.KeyValue{{Key: "gemma3.final_logit_softcapping", Value: gguf.String("30")}}},
 		{"gemma 2", "gemma-3-1b", nil, `architecture "gemma2" is not supported`,
 			[]gguf.KeyValue{{Key: "general.architecture", Value: gguf.String("gemma2")}}},
 	} {
