@@ -16,7 +16,11 @@ import (
 
 // request is the body of POST /v1/completions and /v1/chat/completions: OpenAI's
 // fields, and a few extensions that vLLM and llama-server accept too (top_k, min_p,
-// repetition_penalty, ignore_eos, chat_template_kwargs). Unknown fields are ignored.
+// repetition_penalty, ignore_eos, chat_template_kwargs), and the structured-output
+// fields of both (grammar, json_schema; guided_json, guided_regex, guided_choice,
+// guided_grammar, structured_outputs). A field it does not decode is refused with a
+// 400 naming it, unless [ignoredField] names it as one that changes nothing in the
+// text (user, store, metadata, …): see checkFields.
 type request struct {
 	Model         *string         `json:"model"`
 	Prompt        json.RawMessage `json:"prompt"`   // completions
@@ -49,9 +53,15 @@ type request struct {
 			Schema json.RawMessage `json:"schema"`
 		} `json:"json_schema"`
 	} `json:"response_format"`
-	Grammar     *string         `json:"grammar"`      // llama-server: GBNF
-	JSONSchema  json.RawMessage `json:"json_schema"`  // llama-server: a schema
-	GuidedRegex *string         `json:"guided_regex"` // vLLM
+	Grammar    *string         `json:"grammar"`     // llama-server: GBNF
+	JSONSchema json.RawMessage `json:"json_schema"` // llama-server: a schema
+	// vLLM's structured-output fields (guided_decoding_backend is ignored).
+	GuidedRegex             *string         `json:"guided_regex"`
+	GuidedJSON              json.RawMessage `json:"guided_json"` // a schema, or a string holding one
+	GuidedChoice            []string        `json:"guided_choice"`
+	GuidedGrammar           *string         `json:"guided_grammar"` // GBNF
+	GuidedWhitespacePattern *string         `json:"guided_whitespace_pattern"`
+	StructuredOutputs       json.RawMessage `json:"structured_outputs"` // a structuredOutputs
 
 	TopK               *int           `json:"top_k"`
 	MinP               *float64       `json:"min_p"`
@@ -73,10 +83,10 @@ const (
 	maxStops                = 4
 )
 
-// decodeBody reads a request body of at most limit bytes into v, answering 413 for a
+// decodeBody reads a request body of at most limit bytes into q, answering 413 for a
 // larger body and 400, naming the field, for JSON that is malformed or of the wrong
-// type.
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *apiError {
+// type, and for fields the server neither decodes nor ignores by name (checkFields).
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, q *request) *apiError {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -91,14 +101,14 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *api
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber() // chat_template_kwargs keep their integers
-	err = dec.Decode(v)
+	err = dec.Decode(q)
 	if err == nil {
 		if _, err2 := dec.Token(); err2 != io.EOF {
 			err = errors.New("unexpected data after the JSON object")
 		}
 	}
 	if err == nil {
-		return nil
+		return checkFields(body)
 	}
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		if te.Field == "" {
@@ -303,43 +313,27 @@ func (j *job) requestedMaxTokens(q *request, chat bool) (*int, *apiError) {
 
 // setFormat reads the output format a request asks for — OpenAI's response_format
 // (json_object, json_schema), llama-server's grammar and json_schema, vLLM's
-// guided_regex; at most one. The engine compiles it (and keeps what it compiled, so
-// a schema asked for again is not compiled again); one that does not compile is a
-// 400 naming the field it came from.
+// guided_json, guided_regex, guided_choice, guided_grammar and structured_outputs;
+// at most one, or a 400 naming them all. The engine compiles it (and keeps what it
+// compiled, so a schema asked for again is not compiled again); one that does not
+// compile is a 400 naming the field it came from.
 func setFormat(q *request, j *job) *apiError {
-	var f specula.Format
-	var params []string
-	if rf := q.ResponseFormat; rf != nil {
-		switch rf.Type {
-		case "", "text":
-		case "json_object":
-			f.JSON, params = true, append(params, "response_format")
-		case "json_schema":
-			if rf.JSONSchema == nil || len(bytes.TrimSpace(rf.JSONSchema.Schema)) == 0 {
-				return badParam("response_format.json_schema.schema", "response_format json_schema needs json_schema.schema")
-			}
-			f.JSONSchema, params = string(rf.JSONSchema.Schema), append(params, "response_format")
-		default:
-			return badParam("response_format.type", "response_format type %q is not one of text, json_object, json_schema", rf.Type)
-		}
+	fs, e := requestedFormats(q)
+	if e != nil {
+		return e
 	}
-	if q.Grammar != nil && *q.Grammar != "" {
-		f.Grammar, params = *q.Grammar, append(params, "grammar")
-	}
-	if raw := bytes.TrimSpace(q.JSONSchema); len(raw) > 0 && string(raw) != "null" {
-		f.JSONSchema, params = string(raw), append(params, "json_schema")
-	}
-	if q.GuidedRegex != nil && *q.GuidedRegex != "" {
-		f.Regex, params = *q.GuidedRegex, append(params, "guided_regex")
-	}
-	switch len(params) {
+	switch len(fs) {
 	case 0:
 		return nil
 	case 1:
 	default:
+		params := make([]string, len(fs))
+		for i, f := range fs {
+			params[i] = f.param
+		}
 		return badParam(params[1], "%s: a request takes one output format, not %s", params[1], strings.Join(params, " and "))
 	}
-	j.req.Format, j.formatParam = f, params[0]
+	j.req.Format, j.formatParam = fs[0].f, fs[0].param
 	return nil
 }
 

@@ -114,9 +114,10 @@ func TestBadRequests(t *testing.T) {
 	resp2, b := post(t, ts.URL+"/v1/models", `{}`)
 	checkError(t, resp2, b, 405, "-", "method_not_allowed")
 
-	// Unknown fields are ignored, a missing model means the served one, and nulls are
+	// Fields known to change nothing are ignored (unknown ones are refused:
+	// TestRequestFields), a missing model means the served one, and nulls are
 	// defaults.
-	r := complete(t, ts.URL+"/v1/completions", `{"prompt": "x", "max_tokens": 2, "user": "u", "metadata": {"a": 1}, "whatever": [1], "model": null, "temperature": null, "stop": null, "n": 1, "logprobs": null, "presence_penalty": 0}`)
+	r := complete(t, ts.URL+"/v1/completions", `{"prompt": "x", "max_tokens": 2, "user": "u", "metadata": {"a": 1}, "model": null, "temperature": null, "stop": null, "n": 1, "logprobs": null, "presence_penalty": 0}`)
 	if r.Model != "gocoder-m-q8_0" {
 		t.Errorf("model %q", r.Model)
 	}
