@@ -81,6 +81,7 @@ func TestVLLMFormatFields(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			check := func(what string, r completionResp) {
 				t.Helper()
+				t.Logf("%s: %s %q", what, r.finish(), r.text())
 				switch {
 				case r.finish() == "stop":
 					if err := c.check(r.text()); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,9 @@ func TestOpenAINodeClient(t *testing.T) {
 			CompletionTokens int
 		}
 		JSONObject, JSONSchema struct{ Content, Finish string }
+		GuidedChoice           struct{ Content, Finish string }
+		StructuredRegex        struct{ Content, Finish string }
+		Typo                   nodeError
 		BadSchema              nodeError
 		BadTemperature         nodeError
 		UnknownModel           nodeError
@@ -167,6 +171,13 @@ func TestOpenAINodeClient(t *testing.T) {
 	if got.JSONSchema.Finish != "stop" {
 		t.Errorf("json_schema did not finish: %+v", got.JSONSchema)
 	}
+	if gc := got.GuidedChoice; gc.Finish != "stop" || (gc.Content != "yes" && gc.Content != "no") {
+		t.Errorf("guided_choice: %+v", gc)
+	}
+	if sr := got.StructuredRegex; sr.Finish != "stop" || !regexp.MustCompile(`^[a-z]{3}$`).MatchString(sr.Content) {
+		t.Errorf("structured_outputs regex: %+v", sr)
+	}
+	got.Typo.check(t, "temperture", 400, "BadRequestError", "temperture")
 	got.BadSchema.check(t, "schema with multipleOf", 400, "BadRequestError", "response_format")
 	got.TooManyLogprobs.check(t, "top_logprobs 21", 400, "BadRequestError", "top_logprobs")
 	got.TooManyChoices.check(t, "n 17", 400, "BadRequestError", "n")

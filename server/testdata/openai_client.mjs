@@ -88,6 +88,16 @@ const js = await client.chat.completions.create({
 });
 out.jsonSchema = { content: js.choices[0].message.content, finish: js.choices[0].finish_reason };
 
+// vLLM's structured-output fields, as a Python client passes them in extra_body, and a
+// request with OpenAI's fields that change nothing here (user, store, metadata).
+const gc = await client.chat.completions.create({
+  model, messages, max_tokens: 8, temperature: 0, user: "u", store: false, metadata: { a: "b" },
+  guided_choice: ["yes", "no"],
+});
+out.guidedChoice = { content: gc.choices[0].message.content, finish: gc.choices[0].finish_reason };
+const so = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, structured_outputs: { regex: "[a-z]{3}" } });
+out.structuredRegex = { content: so.choices[0].text, finish: so.choices[0].finish_reason };
+
 // Errors surface as APIError subclasses with the server's status, param and code.
 async function failure(fn) {
   try {
@@ -127,6 +137,7 @@ const stranger = new OpenAI({ baseURL, apiKey: "wrong-key", maxRetries: 0, timeo
 out.badSchema = await failure(() => client.chat.completions.create({
   model, messages, response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "number", multipleOf: 2 } } },
 }));
+out.typo = await failure(() => client.completions.create({ model, prompt, temperture: 0.2 }));
 out.wrongKey = await failure(() => stranger.completions.create({ model, prompt, max_tokens: 2 }));
 
 console.log(JSON.stringify(out));
