@@ -153,6 +153,7 @@ func TestRequestFields(t *testing.T) {
 		{"guided_json a number", "/v1/completions", `{` + p + `"guided_json": 5}`, want{400, "guided_json", "invalid_type", nil}},
 		{"guided_json not a schema", "/v1/completions", `{` + p + `"guided_json": "{\"type\": \"thing\"}"}`, want{400, "guided_json", "", nil}},
 		{"guided_grammar bad", "/v1/completions", `{` + p + `"guided_grammar": "root ::= [z-a]"}`, want{400, "guided_grammar", "", []string{"line 1"}}},
+		{"a Lark grammar", "/v1/completions", `{` + p + `"guided_grammar": "start: \"a\" | \"b\""}`, want{400, "guided_grammar", "", []string{"line 1, column 6", "::="}}},
 		{"structured_outputs.grammar bad", "/v1/completions", `{` + p + `"structured_outputs": {"grammar": "root ::= ("}}`, want{400, "structured_outputs.grammar", "", nil}},
 		{"structured_outputs not an object", "/v1/completions", `{` + p + `"structured_outputs": "json"}`, want{400, "structured_outputs", "invalid_type", nil}},
 		{"structural_tag", "/v1/completions", `{` + p + `"structured_outputs": {"structural_tag": "{}"}}`, want{400, "structured_outputs.structural_tag", "unsupported_parameter", nil}},

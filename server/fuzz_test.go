@@ -45,6 +45,8 @@ func FuzzParse(f *testing.F) {
 		`[]`, `null`, `"x"`, `{`, ``, `{"prompt": {}}`, `{"messages": [null]}`, `{"messages": [{"role": 5}]}`,
 		`{"prompt": "x", "logit_bias": {"1": 2}, "tools": [], "tool_choice": "auto", "response_format": {"type": "text"}}`,
 		`{"prompt": "x", "n": 3, "logprobs": 5, "max_tokens": 0}`,
+		`{"prompt": "x", "guided_json": "{\"type\": \"object\"}", "guided_choice": ["a", "\"b\""], "user": "u", "temperture": 1}`,
+		`{"prompt": "x", "structured_outputs": {"choice": [], "json_object": true, "disable_any_whitespace": false, "jsn": 1}, "guided_grammar": "root ::= \"a\""}`,
 		`{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 20, "n": 16}`,
 		`{"prompt": "x", "n": 2, "stream": true, "logprobs": -1, "top_logprobs": 1, "best_of": 2}`,
 		`{"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"enum": [1, 2]}}}}}}`,

@@ -3,8 +3,11 @@
 // It serves /v1/completions and /v1/chat/completions, streamed as server-sent events
 // or whole, with logprobs (of the prompt too, with echo: scoring a text, as
 // lm-evaluation-harness asks), n samples forked from one prefill, structured output
-// (response_format, grammar, json_schema), an optional API key, graceful shutdown,
-// /v1/models, /healthz and Prometheus /metrics.
+// (OpenAI's response_format, llama-server's grammar and json_schema, vLLM's guided_*
+// fields and structured_outputs), an optional API key, graceful shutdown,
+// /v1/models, /healthz and Prometheus /metrics. A request field the server does not
+// know is a 400 naming it, never silently dropped; a short list of fields that
+// change nothing in the text (user, store, metadata, …) is accepted and ignored.
 //
 // The server only translates: a handler turns a request's JSON into a
 // [specula.Request], hands it to the engine's one door ([specula.Engine.GenerateFunc])

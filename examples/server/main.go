@@ -26,10 +26,16 @@
 //     prefill), logprobs (completions: 0–20 alternatives; chat: true, with
 //     top_logprobs 0–20), exact under speculation; structured output by
 //     response_format (json_object, json_schema), llama-server's grammar (GBNF) and
-//     json_schema, or vLLM's guided_regex, exact under speculation too (a format that
+//     json_schema, or vLLM's guided_json, guided_regex, guided_choice,
+//     guided_grammar (GBNF) and structured_outputs (json, regex, choice, grammar,
+//     json_object), one per request, exact under speculation too (a format that
 //     does not compile is a 400 naming the problem). best_of, suffix, logit_bias,
 //     tools, logprobs with echo, and presence or frequency penalties other than
-//     their neutral values get a 400; unknown fields are ignored.
+//     their neutral values get a 400. Unknown fields get a 400 naming them (a typo
+//     such as temperture is never silently dropped); fields that change nothing in
+//     the text are accepted by name and ignored: user, safety_identifier, store,
+//     metadata, service_tier, prompt_cache_key, cache_salt, cache_prompt,
+//     request_id, priority, guided_decoding_backend, parallel_tool_calls.
 //   - GET /v1/models, /v1/models/{id}: the model under each name it answers to.
 //   - GET /healthz (and /health): 200, or 503 while shutting down; open without the
 //     -api-key every other endpoint wants as "Authorization: Bearer KEY".
