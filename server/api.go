@@ -165,6 +165,9 @@ func (s *Server) parse(q *request, chat bool) (*job, *apiError) {
 	if j.model, j.modelName, e = s.requestedModel(q.Model); e != nil {
 		return nil, e
 	}
+	if e := checkEndpoint(q, chat); e != nil {
+		return nil, e
+	}
 	if e := checkUnsupported(q, chat); e != nil {
 		return nil, e
 	}

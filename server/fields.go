@@ -348,3 +348,46 @@ func gbnfLiteral(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// checkEndpoint refuses a field of the other endpoint — prompt or echo in a chat
+// request, messages or a chat-only field in a completion — which would otherwise be
+// decoded and silently left unused. A null is absent, and echo false and tools []
+// are accepted as the neutral values they are.
+func checkEndpoint(q *request, chat bool) *apiError {
+	set := func(raw json.RawMessage) bool {
+		raw = bytes.TrimSpace(raw)
+		return len(raw) > 0 && string(raw) != "null"
+	}
+	var fields []string
+	if chat {
+		if set(q.Prompt) {
+			fields = append(fields, "prompt")
+		}
+		if q.Echo != nil && *q.Echo {
+			fields = append(fields, "echo")
+		}
+		if len(fields) > 0 {
+			return badParam(fields[0], "%s: a completions field, not a chat one (chat takes messages)", strings.Join(fields, " and "))
+		}
+		return nil
+	}
+	if set(q.Messages) {
+		fields = append(fields, "messages")
+	}
+	if q.MaxCompletion != nil {
+		fields = append(fields, "max_completion_tokens")
+	}
+	if q.ChatTemplateKwargs != nil {
+		fields = append(fields, "chat_template_kwargs")
+	}
+	if set(q.Tools) && string(bytes.TrimSpace(q.Tools)) != "[]" {
+		fields = append(fields, "tools")
+	}
+	if set(q.ToolChoice) {
+		fields = append(fields, "tool_choice")
+	}
+	if len(fields) > 0 {
+		return badParam(fields[0], "%s: a chat field, not a completions one (completions take prompt and max_tokens)", strings.Join(fields, " and "))
+	}
+	return nil
+}

@@ -163,6 +163,12 @@ func TestRequestFields(t *testing.T) {
 			want{400, "structured_outputs.disable_additional_properties", "unsupported_parameter", nil}},
 		{"guided_whitespace_pattern", "/v1/completions", `{` + p + `"guided_json": {"type": "object"}, "guided_whitespace_pattern": "[ ]?"}`,
 			want{400, "guided_whitespace_pattern", "unsupported_parameter", nil}},
+		{"messages in a completion", "/v1/completions", `{` + p + `"messages": [{"role": "user", "content": "x"}]}`, want{400, "messages", "invalid_value", []string{"chat field"}}},
+		{"chat fields in a completion", "/v1/completions", `{` + p + `"max_completion_tokens": 3, "chat_template_kwargs": {}}`,
+			want{400, "max_completion_tokens", "invalid_value", []string{"max_completion_tokens and chat_template_kwargs"}}},
+		{"prompt in chat", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "prompt": "y"}`, want{400, "prompt", "invalid_value", []string{"completions field"}}},
+		{"echo in chat", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "echo": true}`, want{400, "echo", "invalid_value", nil}},
+		{"neutral fields of the other endpoint", "/v1/completions", `{` + p + `"tools": [], "messages": null}`, want{200, "", "", nil}},
 		{"ignored fields", "/v1/completions", `{` + p + `"user": "u", "metadata": {"a": 1}, "store": false, "service_tier": "auto", "parallel_tool_calls": true, ` +
 			`"prompt_cache_key": "k", "safety_identifier": "s", "cache_salt": "c", "cache_prompt": true, "request_id": "r", "priority": 0, "guided_decoding_backend": "xgrammar"}`,
 			want{200, "", "", nil}},
