@@ -351,8 +351,8 @@ func gbnfLiteral(s string) string {
 
 // checkEndpoint refuses a field of the other endpoint — prompt or echo in a chat
 // request, messages or a chat-only field in a completion — which would otherwise be
-// decoded and silently left unused. A null is absent, and echo false and tools []
-// are accepted as the neutral values they are.
+// decoded and silently left unused. A null is absent, and echo false, tools [] and
+// tool_choice none or auto are accepted as the neutral values they are.
 func checkEndpoint(q *request, chat bool) *apiError {
 	set := func(raw json.RawMessage) bool {
 		raw = bytes.TrimSpace(raw)
@@ -383,7 +383,7 @@ func checkEndpoint(q *request, chat bool) *apiError {
 	if set(q.Tools) && string(bytes.TrimSpace(q.Tools)) != "[]" {
 		fields = append(fields, "tools")
 	}
-	if set(q.ToolChoice) {
+	if tc := string(bytes.TrimSpace(q.ToolChoice)); set(q.ToolChoice) && tc != `"none"` && tc != `"auto"` {
 		fields = append(fields, "tool_choice")
 	}
 	if len(fields) > 0 {
