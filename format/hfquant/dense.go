@@ -22,6 +22,8 @@ type pather interface {
 type Matrix struct {
 	Rows, Cols int
 	Data       []float32
+	// Stored is the bytes of the stored tensors it was made from.
+	Stored int64
 }
 
 // Quantized reports whether the linear layer prefix ("model.layers.0.self_attn.q_proj")
@@ -63,6 +65,7 @@ func (s *Scheme) Dense(src Source, prefix string) (Matrix, error) {
 	if r.err != nil {
 		return Matrix{}, r.err
 	}
+	m.Stored = r.stored
 	return m, nil
 }
 
@@ -71,6 +74,7 @@ type reader struct {
 	src    Source
 	prefix string
 	err    error
+	stored int64 // bytes of the tensors read
 }
 
 // failf records an error about the layer's tensor suffix.
@@ -123,6 +127,7 @@ func (r *reader) tensor(suffix string, dims int, types ...string) *safetensors.T
 		r.failf(suffix, "%d bytes for shape %v of %s", len(t.Data), t.Shape, t.TypeName)
 		return nil
 	}
+	r.stored += int64(len(t.Data))
 	return t
 }
 

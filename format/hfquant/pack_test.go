@@ -159,7 +159,7 @@ func gptqLayer(rng *rand.Rand, s *Scheme, out, in int) layer {
 		pre + ".scales":  f16Tensor(sc, int64(ng), int64(out)),
 		pre + ".g_idx":   i32Tensor(gi, int64(in)),
 	}
-	return layer{s, src, Matrix{out, in, w}}
+	return layer{s, src, Matrix{Rows: out, Cols: in, Data: w}}
 }
 
 // awqLayer builds an AutoAWQ GEMM layer.
@@ -180,7 +180,7 @@ func awqLayer(rng *rand.Rand, s *Scheme, out, in int) layer {
 		pre + ".qzeros":  i32Tensor(packAlongCols(z, 4, ng, out, order), int64(ng), int64(out/8)),
 		pre + ".scales":  f16Tensor(sc, int64(ng), int64(out)),
 	}
-	return layer{s, src, Matrix{out, in, w}}
+	return layer{s, src, Matrix{Rows: out, Cols: in, Data: w}}
 }
 
 // ctLayer builds a compressed-tensors pack-quantized layer, with weight_g_idx when
@@ -222,7 +222,7 @@ func ctLayer(rng *rand.Rand, s *Scheme, out, in int, shuffle bool) layer {
 			w[o*in+i] = float32(float64(u[o*in+i]-uz[k]) * float64(sc[k]))
 		}
 	}
-	return layer{s, src, Matrix{out, in, w}}
+	return layer{s, src, Matrix{Rows: out, Cols: in, Data: w}}
 }
 
 // fp8Layer builds an FP8 layer with random non-NaN codes and float32 scales.
@@ -255,5 +255,5 @@ func fp8Layer(rng *rand.Rand, s *Scheme, out, in int) layer {
 		pre + ".weight": {TypeName: "F8_E4M3", DType: dtype.DType(1 << 31), Shape: []int64{int64(out), int64(in)}, Data: data},
 		pre + name:      scale,
 	}
-	return layer{s, src, Matrix{out, in, w}}
+	return layer{s, src, Matrix{Rows: out, Cols: in, Data: w}}
 }
