@@ -47,7 +47,8 @@ type Scheme struct {
 	// group per output row (GPTQ's group_size −1, compressed-tensors' channel
 	// strategy).
 	GroupSize int
-	// Symmetric reports a symmetric code (no stored zero point in compressed-tensors).
+	// Symmetric reports a symmetric code: compressed-tensors then stores no zero
+	// point; GPTQ stores one all the same, and Dense reads it (as vLLM does).
 	Symmetric bool
 	// ActOrder reports GPTQ's desc_act: inputs are grouped by g_idx, not in runs.
 	ActOrder bool
@@ -112,6 +113,10 @@ type rawConfig struct {
 	WeightBlockSize  []int           `json:"weight_block_size"`
 	Format           string          `json:"format"`
 	RawGroups        json.RawMessage `json:"config_groups"`
+	Sparsity         struct {
+		Format string `json:"format"`
+	} `json:"sparsity_config"`
+	Dynamic map[string]json.RawMessage `json:"dynamic"`
 }
 
 // ParseConfig parses a quantization_config object (or a quantize_config.json).
@@ -179,6 +184,9 @@ func (r rawConfig) gptq() (*Scheme, error) {
 	case "gptq_v2":
 	default:
 		return nil, fmt.Errorf("checkpoint_format %q is not supported (gptq and gptq_v2 are)", r.CheckpointFormat)
+	}
+	if len(r.Dynamic) > 0 {
+		return nil, errors.New("dynamic: GPTQModel's per-module overrides are not supported")
 	}
 	if r.PackDtype != "" && r.PackDtype != "int32" {
 		return nil, fmt.Errorf("pack_dtype %q is not supported (int32 is)", r.PackDtype)

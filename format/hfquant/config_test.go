@@ -43,6 +43,8 @@ func TestParseConfig(t *testing.T) {
 		{"ct float", `{"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}`, nil, `config_groups.g: format "float-quantized"`},
 		{"ct tensor strategy", `{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "tensor"}}}}`, nil, `config_groups.g.weights.strategy "tensor"`},
 		{"ct bits", `{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 3, "type": "int", "strategy": "channel"}}}}`, nil, "num_bits 3"},
+		{"ct sparse", `{"quant_method": "compressed-tensors", "sparsity_config": {"format": "sparse-24-bitmask"}, "config_groups": {"g": {"format": "pack-quantized", "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "channel"}}}}`, nil, `sparsity_config.format "sparse-24-bitmask"`},
+		{"gptq dynamic", `{"bits": 4, "quant_method": "gptq", "dynamic": {"-:.*down_proj": {}}}`, nil, "dynamic: GPTQModel's per-module overrides"},
 		{"ct no groups", `{"quant_method": "compressed-tensors"}`, nil, "config_groups"},
 		{"ct bad regex", `{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g": {"targets": ["re:("], "weights": {"num_bits": 4, "type": "int", "strategy": "channel"}}}}`, nil, "config_groups.g.targets"},
 	}

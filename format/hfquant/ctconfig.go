@@ -41,6 +41,9 @@ func (r rawConfig) compressed() (*Scheme, error) {
 	if err := json.Unmarshal(r.RawGroups, &groups); err != nil || len(groups) == 0 {
 		return nil, fmt.Errorf("config_groups: none, or not an object of groups (%v)", err)
 	}
+	if f := r.Sparsity.Format; f != "" && f != "dense" {
+		return nil, fmt.Errorf("sparsity_config.format %q is not supported (dense is)", f)
+	}
 	s := &Scheme{Method: CompressedTensors}
 	for _, name := range sortedKeys(groups) {
 		g, err := ctGroupOf(name, groups[name], r.Format)
