@@ -77,23 +77,19 @@ type reader struct {
 	stored int64 // bytes of the tensors read
 }
 
-// failf records an error about the layer's tensor suffix.
+// failf records an error about the layer's tensor suffix, naming the file that
+// holds it (or, for a missing one, the file of the layer's packed weight).
 func (r *reader) failf(suffix, format string, args ...any) {
 	if r.err != nil {
 		return
 	}
-	name := r.prefix + suffix
-	file := ""
+	name, file := r.prefix+suffix, ""
 	if p, ok := r.src.(pather); ok {
-		file, _ = p.Path(name)
-	}
-	if file == "" {
-		if p, ok := r.src.(pather); ok {
-			file, _ = p.Path(r.prefix + ".qweight")
+		for _, n := range []string{name, r.prefix + ".qweight", r.prefix + ".weight_packed", r.prefix + ".weight"} {
+			if f, found := p.Path(n); found && file == "" {
+				file = f + ": "
+			}
 		}
-	}
-	if file != "" {
-		file += ": "
 	}
 	r.err = fmt.Errorf("hfquant: %stensor %q: %w", file, name, fmt.Errorf(format, args...))
 }
