@@ -100,3 +100,26 @@ func TestReadConfig(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), filepath.Join(dir, "config.json")+": quantization_config: quant_method \"hqq\"")
 }
+
+// FuzzParseConfig checks that ParseConfig never panics, and that what it accepts is
+// a scheme Dense knows.
+func FuzzParseConfig(f *testing.F) {
+	f.Add(`{"bits": 4, "group_size": 128, "quant_method": "awq", "version": "gemm", "zero_point": true}`)
+	f.Add(`{"bits": 8, "checkpoint_format": "gptq_v2", "desc_act": true, "group_size": -1, "quant_method": "gptq", "sym": true}`)
+	f.Add(`{"quant_method": "fp8", "weight_block_size": [128, 128]}`)
+	f.Add(`{"config_groups": {"g": {"format": "pack-quantized", "targets": ["re:.*"], "weights": {"group_size": 32, "num_bits": 4, "strategy": "group", "symmetric": false, "type": "int"}}}, "quant_method": "compressed-tensors"}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		s, err := ParseConfig([]byte(raw))
+		if err != nil {
+			return
+		}
+		switch s.Method {
+		case GPTQ, AWQ, CompressedTensors, FP8:
+		default:
+			t.Fatalf("accepted method %q", s.Method)
+		}
+		if s.Method != CompressedTensors && s.Bits != 2 && s.Bits != 4 && s.Bits != 8 {
+			t.Fatalf("accepted bits %d", s.Bits)
+		}
+	})
+}

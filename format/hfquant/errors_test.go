@@ -81,3 +81,25 @@ func TestDenseErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestGPTQv1StoredMax: a v1 stored zero of 2^bits − 1 reads as 2^bits, unwrapped, as
+// vLLM's kernels read it (AutoGPTQ would wrap it to 0).
+func TestGPTQv1StoredMax(t *testing.T) {
+	ones := func(n int, w uint32) []uint32 {
+		out := make([]uint32, n)
+		for i := range out {
+			out[i] = w
+		}
+		return out
+	}
+	s := &Scheme{Method: GPTQ, Bits: 4, ZeroMinusOne: true}
+	src := mapSource{
+		pre + ".qweight": i32Tensor(ones(8, 0x76543210), 1, 8), // input j of every column has code j
+		pre + ".qzeros":  i32Tensor(ones(1, 0xffffffff), 1, 1),
+		pre + ".scales":  f16Tensor([]float32{1, 1, 1, 1, 1, 1, 1, 0.5}, 1, 8),
+	}
+	m, err := s.Dense(src, pre)
+	require.NoError(t, err)
+	assert.Equal(t, []float32{-16, -15, -14, -13, -12, -11, -10, -9}, m.Data[:8])
+	assert.Equal(t, []float32{-8, -7.5, -7, -6.5, -6, -5.5, -5, -4.5}, m.Data[56:])
+}
