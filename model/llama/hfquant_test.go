@@ -15,9 +15,6 @@ import (
 	"github.com/specula/specula/internal/sharedtest"
 )
 
-// quantizedCheckpoints are the shared quantized copies of gocoder-m and gocoder-s.
-var quantizedCheckpoints = []string{"gocoder-m-awq", "gocoder-m-gptq", "gocoder-m-w4a16", "gocoder-s-gptq8", "gocoder-s-fp8"}
-
 // logitErrors returns the largest absolute and relative (to max(1, |logit|)) errors
 // of a model's logits, teacher-forced along the reference's greedy path, at the
 // reference's top-5 ids.
@@ -39,7 +36,7 @@ func logitErrors(t *testing.T, m *Model, c goldenCase) (abs, rel float64) {
 // within 5e-5 relative (measured: at most 1.0e-5; the reference's logits are
 // rounded to 4 decimals).
 func TestGoldenQuantized(t *testing.T) {
-	for _, name := range quantizedCheckpoints {
+	for _, name := range []string{"gocoder-m-awq", "gocoder-m-gptq", "gocoder-m-w4a16", "gocoder-s-gptq8", "gocoder-s-fp8"} {
 		t.Run(name, func(t *testing.T) {
 			cases := loadGolden(t, name)
 			m, err := Open(sharedtest.Path(t, "models", name), Options{Backend: cpu.Factory(2)})
