@@ -37,12 +37,11 @@ func (s *Scheme) compressed(r *reader) Matrix {
 	if r.err != nil {
 		return Matrix{}
 	}
-	q := unpackCols(words(qw), grp.Bits, out, in)
-	w := make([]float32, out*in)
+	q, w, wc := words(qw), make([]float32, out*in), (in+per-1)/per
 	for o := range out {
 		for i := range in {
 			k := o*ng + int(gidx[i])
-			w[o*in+i] = float32(q[o*in+i]-offset-zeros[k]) * scales[k]
+			w[o*in+i] = float32(code(q[o*wc+i/per], grp.Bits, i%per)-offset-zeros[k]) * scales[k]
 		}
 	}
 	return Matrix{Rows: out, Cols: in, Data: w}

@@ -34,12 +34,16 @@ func (s *Scheme) gptq(r *reader) Matrix {
 			zeros[i]++
 		}
 	}
+	// Scales and zeros by output, then group: the groups of one output lie together.
+	zeros, scales = transpose(zeros, ng, out), transpose(scales, ng, out)
 	q, w := words(qw), make([]float32, out*in)
-	for i := range in {
-		g, row, slot := int(gidx[i]), (i/per)*out, i%per
+	for r := range in / per { // a word holds per consecutive inputs of one output
 		for o := range out {
-			c := code(q[row+o], s.Bits, slot)
-			w[o*in+i] = float32(c-zeros[g*out+o]) * scales[g*out+o]
+			word, dst := q[r*out+o], w[o*in+r*per:o*in+r*per+per]
+			for j := range dst {
+				k := o*ng + int(gidx[r*per+j])
+				dst[j] = float32(code(word, s.Bits, j)-zeros[k]) * scales[k]
+			}
 		}
 	}
 	return Matrix{Rows: out, Cols: in, Data: w}
@@ -99,6 +103,17 @@ func unpackRows(w []uint32, bits, rows, cols int) []int32 {
 	return out
 }
 
+// transpose returns the cols × rows transpose of a rows × cols matrix.
+func transpose[T any](v []T, rows, cols int) []T {
+	out := make([]T, len(v))
+	for r := range rows {
+		for c := range cols {
+			out[c*rows+r] = v[r*cols+c]
+		}
+	}
+	return out
+}
+
 func cmpOr(a, b int) int {
 	if a != 0 {
 		return a
@@ -131,12 +146,14 @@ func (s *Scheme) awq(r *reader) Matrix {
 		return Matrix{}
 	}
 	q, z, w := words(qw), words(qz), make([]float32, out*in)
-	for i := range in {
-		gi := i / g
-		for o := range out {
-			slot := awqReverse(o % 8)
-			c := code(q[i*(out/8)+o/8], 4, slot) - code(z[gi*(out/8)+o/8], 4, slot)
-			w[o*in+i] = float32(c) * scales[gi*out+o]
+	wc := out / 8
+	for c := range wc { // a word holds 8 outputs of one input: fill 8 rows along the inputs
+		for i := range in {
+			word, zw, gi := q[i*wc+c], z[(i/g)*wc+c], i/g
+			for k := range 8 {
+				o, slot := 8*c+k, awqReverse(k)
+				w[o*in+i] = float32(code(word, 4, slot)-code(zw, 4, slot)) * scales[gi*out+o]
+			}
 		}
 	}
 	return Matrix{Rows: out, Cols: in, Data: w}

@@ -97,17 +97,6 @@ func packAlongRows(v []int32, bits, rows, cols int) []uint32 {
 
 func natural(k int) int { return k }
 
-// transpose returns the cols × rows transpose of a rows × cols matrix.
-func transpose(v []int32, rows, cols int) []int32 {
-	out := make([]int32, len(v))
-	for r := range rows {
-		for c := range cols {
-			out[c*rows+r] = v[r*cols+c]
-		}
-	}
-	return out
-}
-
 // layer is a hand-built quantized layer: the scheme, the tensors and the dense
 // matrix the format's formula gives, computed in float64.
 type layer struct {
