@@ -10,10 +10,13 @@
 // exactly: an integer code minus its zero point, times a float16 scale, needs at most
 // 8 + 11 significant bits, so the float32 product is the exact product. The
 // reference Python code (AutoAWQ dequantize_gemm, GPTQModel dequantize_weight,
-// compressed-tensors _dequantize) computes the same product in float16 and so rounds
-// it to float16; these functions do not, which is what a float64 reference computes
-// and what the fused kernels of vLLM accumulate. FP8 values times their float32 block
-// scale are rounded once to float32, as PyTorch's float32 product is.
+// compressed-tensors _dequantize), and vLLM's kernels, compute the same product in
+// float16 and so round it to float16 (at most half a float16 ulp of the weight);
+// these functions do not, and equal a float64 reference (the known answers of the
+// shared checkpoints are made so). FP8 values times their float32 block scale are
+// rounded once to float32, as PyTorch's float32 product is. Only weights are read:
+// activation quantization (an FP8 checkpoint's static input_scale, W8A8 schemes) is
+// not applied, so activations stay float.
 package hfquant
 
 import (
