@@ -28,6 +28,7 @@ type Set struct {
 	files  []*File
 	paths  []string           // paths of files, in the same order
 	byName map[string]*Tensor // every tensor of every file
+	from   map[string]string  // tensor name → path of the file that holds it
 	names  []string           // keys of byName, sorted
 }
 
@@ -89,8 +90,8 @@ func OpenDir(dir string) (*Set, error) {
 
 // openSet opens the files at paths; a tensor may be in only one of them.
 func openSet(paths []string) (*Set, error) {
-	s := &Set{paths: paths, byName: map[string]*Tensor{}}
 	from := map[string]string{} // tensor name → path of its file
+	s := &Set{paths: paths, byName: map[string]*Tensor{}, from: from}
 	for _, path := range paths {
 		f, err := Open(path)
 		if err != nil {
@@ -174,6 +175,12 @@ func checkShardName(name string) error {
 func (s *Set) Tensor(name string) (*Tensor, bool) {
 	t, ok := s.byName[name]
 	return t, ok
+}
+
+// Path returns the path of the file that holds the named tensor.
+func (s *Set) Path(name string) (string, bool) {
+	p, ok := s.from[name]
+	return p, ok
 }
 
 // Names returns the names of all tensors, sorted.

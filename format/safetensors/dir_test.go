@@ -56,6 +56,13 @@ func TestOpenDirSharded(t *testing.T) {
 		filepath.Join(dir, "model-00001-of-00002.safetensors"),
 		filepath.Join(dir, "model-00002-of-00002.safetensors"),
 	}, s.Files())
+	for name, file := range map[string]string{"embed": "model-00001-of-00002.safetensors", "norm": "model-00002-of-00002.safetensors", "extra": "model-00002-of-00002.safetensors"} {
+		p, ok := s.Path(name)
+		assert.True(t, ok)
+		assert.Equal(t, filepath.Join(dir, file), p, name)
+	}
+	_, ok := s.Path("absent")
+	assert.False(t, ok)
 	norm, ok := s.Tensor("norm")
 	require.True(t, ok)
 	assert.Equal(t, seq(48, 4), norm.Data)

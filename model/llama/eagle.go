@@ -50,7 +50,7 @@ func OpenEAGLE(dir, targetPath string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("llama: %s: %w", dir, err)
 	}
 	m := &Model{cfg: cfg, name: filepath.Base(dir), be: be, invFreq: cfg.InvFreqs()}
-	if err := m.loadEAGLE(hfSource{head}, filepath.Base(dir), tgt, opts.Requantize); err != nil {
+	if err := m.loadEAGLE(hfSource{s: head}, filepath.Base(dir), tgt, opts.Requantize); err != nil {
 		_ = m.Close()
 		return nil, err
 	}
@@ -116,8 +116,9 @@ func (m *Model) loadEAGLE(src tensorSource, file string, tgt *Tensors, requantiz
 // splitColumns reads a rows × cols matrix of a float type and cuts it into its left
 // and right halves.
 func (l *loader) splitColumns(name string, rows, cols int) (left, right backend.Tensor) {
-	t, shape, data, ok := l.get(name, false)
-	if !ok || l.err != nil {
+	f := l.get(name, false)
+	t, shape, data := f.t, f.shape, f.data
+	if !f.ok || l.err != nil {
 		return
 	}
 	if len(shape) != 2 || shape[0] != int64(rows) || shape[1] != int64(cols) {

@@ -99,7 +99,9 @@ func OpenTensors(path string) (*Tensors, error) {
 }
 
 // Lookup returns a tensor's type, shape (outermost first: [rows, cols] for a matrix)
-// and bytes, which stay valid until Close.
+// and bytes, which stay valid until Close. In a quantized Hugging Face checkpoint
+// (AWQ, GPTQ, compressed-tensors, FP8) the weight of a quantized linear layer is its
+// dense F32 matrix, computed on each call; a malformed one is not found (Open says why).
 func (t *Tensors) Lookup(name string) (typ dtype.DType, shape []int64, data []byte, ok bool) {
 	return t.src.lookup(name)
 }
@@ -113,6 +115,23 @@ type tensorSource interface {
 	lookup(name string) (t dtype.DType, shape []int64, data []byte, ok bool)
 	mapped() bool // the bytes are memory-mapped from the files
 	size() int64  // the bytes of all the tensors
+}
+
+// checkedSource is a tensorSource some of whose tensors are computed from others (a
+// quantized layer's dense weight): a lookup can fail with an error of its own, and a
+// computed tensor's bytes are not the file's.
+type checkedSource interface {
+	lookupChecked(name string) (found, error)
+}
+
+// found is a tensor a checkedSource found.
+type found struct {
+	t        dtype.DType
+	shape    []int64
+	data     []byte
+	ok       bool
+	computed bool  // data is not the file's bytes
+	stored   int64 // bytes of the file it was read from
 }
 
 // loader fills a Model from a tensor source, checking every shape.
@@ -134,13 +153,25 @@ func (l *loader) fail(name, format string, args ...any) {
 	}
 }
 
-func (l *loader) get(name string, optional bool) (dtype.DType, []int64, []byte, bool) {
-	t, shape, data, ok := l.src.lookup(name)
-	if !ok && !optional {
+func (l *loader) get(name string, optional bool) found {
+	var f found
+	if cs, isChecked := l.src.(checkedSource); isChecked {
+		var err error
+		if f, err = cs.lookupChecked(name); err != nil {
+			if l.err == nil {
+				l.err = fmt.Errorf("llama: %s: tensor %q: %w", l.file, name, err)
+			}
+			return found{}
+		}
+	} else {
+		f.t, f.shape, f.data, f.ok = l.src.lookup(name)
+		f.stored = int64(len(f.data))
+	}
+	if !f.ok && !optional {
 		l.fail(name, "missing")
 	}
-	l.report(int64(len(data)))
-	return t, shape, data, ok
+	l.report(f.stored)
+	return f
 }
 
 // report adds n bytes to the bytes loaded, and tells the progress callback about
@@ -171,20 +202,23 @@ func (l *loader) matrix(parts ...part) backend.Matrix {
 	ts := make([]backend.Tensor, 0, len(parts))
 	var mapped [][]byte // the file's bytes of each part (not a converted copy)
 	for _, p := range parts {
-		t, shape, data, ok := l.get(p.name, false)
-		if !ok || l.err != nil {
+		f := l.get(p.name, false)
+		if !f.ok || l.err != nil {
 			return nil
 		}
-		if len(shape) != 2 || shape[0] != int64(p.rows) || shape[1] != int64(p.cols) {
-			l.fail(p.name, "shape %v, want [%d %d]", shape, p.rows, p.cols)
+		if len(f.shape) != 2 || f.shape[0] != int64(p.rows) || f.shape[1] != int64(p.cols) {
+			l.fail(p.name, "shape %v, want [%d %d]", f.shape, p.rows, p.cols)
 			return nil
 		}
-		bt := backend.Tensor{Name: p.name, Type: t, Rows: p.rows, Cols: p.cols, Data: data}
+		bt := backend.Tensor{Name: p.name, Type: f.t, Rows: p.rows, Cols: p.cols, Data: f.data}
 		if err := l.convert(&bt); err != nil {
 			l.fail(p.name, "%v", err)
 			return nil
 		}
-		ts, mapped = append(ts, bt), append(mapped, data)
+		ts = append(ts, bt)
+		if !f.computed {
+			mapped = append(mapped, f.data)
+		}
 	}
 	m, err := l.be.Matrix(ts...)
 	if err != nil {
@@ -216,16 +250,16 @@ func (l *loader) vector(optional bool, parts ...part) backend.Vector {
 func (l *loader) shifted(optional bool, shift float32, parts ...part) backend.Vector {
 	var out []float32
 	for _, p := range parts {
-		t, shape, data, ok := l.get(p.name, optional)
-		if !ok || l.err != nil {
+		f := l.get(p.name, optional)
+		if !f.ok || l.err != nil {
 			return nil
 		}
-		if len(shape) != 1 || shape[0] != int64(p.rows) {
-			l.fail(p.name, "shape %v, want [%d]", shape, p.rows)
+		if len(f.shape) != 1 || f.shape[0] != int64(p.rows) {
+			l.fail(p.name, "shape %v, want [%d]", f.shape, p.rows)
 			return nil
 		}
 		v := make([]float32, p.rows)
-		if err := dtype.Dequantize(t, data, v); err != nil {
+		if err := dtype.Dequantize(f.t, f.data, v); err != nil {
 			l.fail(p.name, "%v", err)
 			return nil
 		}

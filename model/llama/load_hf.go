@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/hfquant"
 	"github.com/specula/specula/format/safetensors"
 )
 
@@ -198,17 +199,44 @@ func (h hfConfig) longRope(c *Config, rs hfRopeScaling) error {
 	return nil
 }
 
-type hfSource struct{ s *safetensors.Set }
+// hfSource is a Hugging Face directory's tensors; a quantized linear layer's weight
+// (scheme q) is served as its dense F32 matrix.
+type hfSource struct {
+	s *safetensors.Set
+	q *hfquant.Scheme // nil: not quantized
+}
 
 func (h hfSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
-	t, ok := h.s.Tensor(name)
-	if !ok {
+	f, err := h.lookupChecked(name)
+	if err != nil {
 		return 0, nil, nil, false
 	}
-	if !t.Supported() {
-		return dtype.DType(1 << 30), t.Shape, t.Data, true // NewMatrix reports the type
+	return f.t, f.shape, f.data, f.ok
+}
+
+// lookupChecked implements checkedSource: a tensor as stored, or the dense weight
+// of a quantized layer.
+func (h hfSource) lookupChecked(name string) (found, error) {
+	t, ok := h.s.Tensor(name)
+	if ok && t.Supported() {
+		return found{t: t.DType, shape: t.Shape, data: t.Data, ok: true, stored: int64(len(t.Data))}, nil
 	}
-	return t.DType, t.Shape, t.Data, true
+	if prefix, cut := strings.CutSuffix(name, ".weight"); cut && h.q != nil && h.q.Quantized(h.s, prefix) {
+		m, err := h.q.Dense(h.s, prefix)
+		if err != nil {
+			return found{}, err
+		}
+		data, err := dtype.Encode(dtype.F32, m.Data)
+		if err != nil {
+			return found{}, err
+		}
+		return found{t: dtype.F32, shape: []int64{int64(m.Rows), int64(m.Cols)}, data: data, ok: true,
+			computed: true, stored: m.Stored}, nil
+	}
+	if !ok {
+		return found{}, nil
+	}
+	return found{t: dtype.DType(1 << 30), shape: t.Shape, data: t.Data, ok: true, stored: int64(len(t.Data))}, nil // NewMatrix reports the type
 }
 
 func (h hfSource) mapped() bool { return h.s.Mapped() }
@@ -314,6 +342,10 @@ func hfTensors(dir string) (*Tensors, error) {
 	if err != nil {
 		return nil, err
 	}
+	q, err := hfquant.ReadConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
 	set, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
@@ -323,7 +355,7 @@ func hfTensors(dir string) (*Tensors, error) {
 	if c.Arch == "gemma3" {
 		names = gemma3Names(set)
 	}
-	return &Tensors{Config: c, Name: name, Names: names, src: hfSource{set}, file: name, closer: set}, nil
+	return &Tensors{Config: c, Name: name, Names: names, src: hfSource{set, q}, file: name, closer: set}, nil
 }
 
 // gemma3Names returns the tensor names of a Hugging Face Gemma 3 checkpoint: a text

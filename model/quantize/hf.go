@@ -9,6 +9,7 @@ import (
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/format/hfquant"
 	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/model/llama"
 )
@@ -88,6 +89,12 @@ func permuteRows(data []byte, heads, rows int) []byte {
 func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue, []gguf.TensorData, func() error, error) {
 	c, err := llama.ReadHFConfig(dir)
 	if err != nil {
+		return nil, nil, nil, err
+	}
+	if q, err := hfquant.ReadConfig(dir); err != nil || q != nil {
+		if err == nil {
+			err = fmt.Errorf("%s: quant_method %s: a quantized checkpoint cannot be converted to GGUF yet (llama.Open loads it)", q.Source, q.Method)
+		}
 		return nil, nil, nil, err
 	}
 	set, err := safetensors.OpenDir(dir)

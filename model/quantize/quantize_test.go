@@ -157,6 +157,10 @@ func TestErrors(t *testing.T) {
 	_, err = File(ctx, q8, dst, Q4_0)
 	assert.ErrorContains(t, err, "only F32, F16 and BF16")
 	assert.NoFileExists(t, dst, "nothing is left behind")
+	awq := sharedtest.Path(t, "models", "gocoder-m-awq")
+	_, err = File(ctx, awq, dst, Q8_0)
+	assert.ErrorContains(t, err, "config.json: quant_method awq: a quantized checkpoint cannot be converted to GGUF yet")
+	assert.NoFileExists(t, dst, "nothing is left behind")
 }
 
 func TestPermuteRows(t *testing.T) {
