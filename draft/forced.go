@@ -1,0 +1,237 @@
+package draft
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/specula/specula/sampler"
+)
+
+// Forced drafts, under the request's constraint, the tokens the constraint forces:
+// from the state the history ends in, while the state allows exactly one token
+// (end-of-sequence included), that token, up to k. Where the language leaves no
+// choice — a schema's keys, `": "`, closing brackets — the target's masked
+// distribution is one-hot, so these tokens are accepted with probability 1 and cost
+// nothing but their place in the verification pass. Then, when set, drafts the rest
+// of each draft after the forced tokens, as if they were already in the history; a
+// draft of Then's that reads the target's hidden states (a trained head) cannot
+// follow tokens the target has not yet seen, so it drafts only where nothing is
+// forced. Without a constraint, Forced is Then alone.
+//
+// Forced drafts deterministically and needs no model: put it in front of any other
+// drafter (a draft model, prompt lookup, [First] of several) to make constrained
+// generation — JSON Schema above all — cheaper. Its proposals go through the exact
+// acceptance rule like any other, so the output never changes.
+type Forced struct {
+	// Then drafts after the forced tokens (nil: nothing more).
+	Then Drafter
+}
+
+// maxForcedStates bounds the states a session remembers the forced token of; past it
+// the memory starts again.
+const maxForcedStates = 1 << 12
+
+// Start implements [Drafter].
+func (f Forced) Start(ctx context.Context, req Request) (Session, error) {
+	if req.MaxK < 0 {
+		return nil, fmt.Errorf("draft: Forced: MaxK %d must be >= 0", req.MaxK)
+	}
+	s := &forcedSession{c: req.Constraint, toks: make([]int32, req.MaxK)}
+	if s.c != nil {
+		if req.VocabSize < 1 {
+			return nil, fmt.Errorf("draft: Forced: vocabulary size %d under a constraint", req.VocabSize)
+		}
+		s.row = make([]float32, req.VocabSize)
+		s.only = make(map[int32]int32, 64)
+	}
+	if f.Then == nil {
+		return s, nil
+	}
+	then, err := f.Then.Start(ctx, req.Split(0))
+	if err != nil {
+		return nil, fmt.Errorf("draft: Forced: %w", err)
+	}
+	s.then, s.heads = then, len(StateSessions(then)) > 0
+	s.ext = make([]int32, 0, req.MaxLen+req.MaxK)
+	s.rows, s.parents = make([][]float32, req.MaxK), make([]int32, req.MaxK)
+	return s, nil
+}
+
+// Drafters implements [Composite]: Then, when set.
+func (f Forced) Drafters() []Drafter {
+	if f.Then == nil {
+		return nil
+	}
+	return []Drafter{f.Then}
+}
+
+// forcedSession drafts the forced tokens and hands the rest to then, which sees the
+// history followed by them (ext). The forced tokens are the only continuation the
+// language allows, so the next history always begins with ext, as then's contract
+// asks; should it not (a decoder that masks the target otherwise), then is no longer
+// asked (lost).
+type forcedSession struct {
+	c     sampler.Constraint
+	state int32           // the state the history ends in
+	row   []float32       // scratch: a row masked to count the allowed tokens
+	only  map[int32]int32 // state → the one token it allows, or -1
+	toks  []int32         // the proposal's tokens, the forced first
+
+	then    Session
+	heads   bool    // then reads the target's states: it cannot follow forced tokens
+	lost    bool    // a history did not extend ext: then is asked no more
+	ext     []int32 // the last history handed to then, forced tokens included
+	hlen    int     // the length of the last history, without the forced tokens
+	sub     Proposal
+	rows    [][]float32
+	parents []int32
+}
+
+// Constrain implements [Constrained].
+func (s *forcedSession) Constrain(state int32) { s.state = state }
+
+// Sessions implements [CompositeSession].
+func (s *forcedSession) Sessions() []Session {
+	if s.then == nil {
+		return nil
+	}
+	return []Session{s.then}
+}
+
+func (s *forcedSession) Propose(ctx context.Context, history []int32, k int, p *Proposal) error {
+	p.Reset()
+	if k < 0 || k > len(s.toks) {
+		return fmt.Errorf("draft: Forced: k = %d outside [0, %d]", k, len(s.toks))
+	}
+	n, state := s.force(k)
+	if s.then == nil || n == k || s.lost || n > 0 && s.heads {
+		p.Tokens = s.toks[:n]
+		return nil
+	}
+	hist := s.extend(history, n)
+	if s.lost {
+		p.Tokens = s.toks[:n]
+		return nil
+	}
+	if n > 0 {
+		Constrain(s.then, state)
+	}
+	if err := s.then.Propose(ctx, hist, k-n, &s.sub); err != nil {
+		return err
+	}
+	return s.join(n, k, p)
+}
+
+// force writes to s.toks the tokens the constraint forces from the state the history
+// ends in, at most k, and returns how many and the state after them.
+func (s *forcedSession) force(k int) (int, int32) {
+	state := s.state
+	if s.c == nil {
+		return 0, state
+	}
+	n := 0
+	for n < k && state >= 0 {
+		tok := s.forcedAt(state)
+		if tok < 0 {
+			break
+		}
+		s.toks[n] = tok
+		n++
+		state = s.c.Next(state, tok)
+	}
+	return n, state
+}
+
+// forcedAt returns the one token state allows, or -1 when it allows none or several.
+func (s *forcedSession) forcedAt(state int32) int32 {
+	if tok, ok := s.only[state]; ok {
+		return tok
+	}
+	clear(s.row)
+	tok := int32(-1)
+	if s.c.MaskLogits(state, s.row) {
+		for i, x := range s.row {
+			if math.IsInf(float64(x), -1) {
+				continue
+			}
+			if tok >= 0 {
+				tok = -1
+				break
+			}
+			tok = int32(i)
+		}
+	}
+	if len(s.only) >= maxForcedStates {
+		clear(s.only)
+	}
+	s.only[state] = tok
+	return tok
+}
+
+// extend returns the history then drafts after: history followed by the n forced
+// tokens in s.toks. It marks the session lost when history does not begin with the
+// last history handed to then.
+func (s *forcedSession) extend(history []int32, n int) []int32 {
+	if len(history) < s.hlen || len(history) > s.hlen && !s.extends(history) {
+		s.lost = true
+		return nil
+	}
+	s.ext = append(s.ext[:s.hlen], history[s.hlen:]...)
+	s.hlen = len(history)
+	s.ext = append(s.ext, s.toks[:n]...)
+	return s.ext
+}
+
+// extends reports whether history, longer than the last one, begins with the forced
+// tokens handed to then after it.
+func (s *forcedSession) extends(history []int32) bool {
+	forced := s.ext[s.hlen:]
+	return len(history) >= s.hlen+len(forced) && slices.Equal(history[s.hlen:s.hlen+len(forced)], forced)
+}
+
+// join makes p the n forced tokens followed by then's proposal s.sub: a chain, or a
+// tree whose roots hang below the last forced token.
+func (s *forcedSession) join(n, k int, p *Proposal) error {
+	sub := &s.sub
+	if len(sub.Tokens) > k-n {
+		return fmt.Errorf("draft: Forced: the drafter behind proposed %d tokens for k = %d", len(sub.Tokens), k-n)
+	}
+	if n == 0 {
+		*p = *sub
+		return nil
+	}
+	m := n + len(sub.Tokens)
+	copy(s.toks[n:], sub.Tokens)
+	p.Tokens = s.toks[:m]
+	if sub.Dists != nil {
+		clear(s.rows[:n])
+		copy(s.rows[n:], sub.Dists)
+		p.Dists = s.rows[:m]
+	}
+	if sub.Parents != nil {
+		for i := range n {
+			s.parents[i] = int32(i) - 1
+		}
+		for i, par := range sub.Parents {
+			s.parents[n+i] = par + int32(n) // a root (-1) hangs below the last forced token
+		}
+		p.Parents = s.parents[:m]
+	}
+	return nil
+}
+
+// Learn passes a finished request on to then, when it learns.
+func (s *forcedSession) Learn(history []int32) {
+	if l, ok := s.then.(Learner); ok {
+		l.Learn(history)
+	}
+}
+
+func (s *forcedSession) Close() error {
+	if s.then == nil {
+		return nil
+	}
+	return s.then.Close()
+}
