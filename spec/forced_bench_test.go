@@ -100,7 +100,8 @@ func BenchmarkForced(b *testing.B) {
 						r[i] = speeds[j][i] / speeds[0][i]
 					}
 					t := aggs[j].Total
-					b.Logf("%-20s %7.1f tokens/s  ×%.2f  acceptance %.2f  mean accepted %.2f", d.name, median(speeds[j]), median(r), t.AcceptanceRate(), t.MeanAcceptedLength())
+					b.Logf("%-20s %7.1f tokens/s  ×%.2f  acceptance %.2f  mean accepted %.2f  target passes %.1f",
+						d.name, median(speeds[j]), median(r), t.AcceptanceRate(), t.MeanAcceptedLength(), float64(t.Steps)/float64(len(r)))
 					if j > 0 {
 						b.ReportMetric(median(r), d.name+"/plain")
 					}
