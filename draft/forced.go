@@ -20,6 +20,12 @@ import (
 // follow tokens the target has not yet seen, so it drafts only where nothing is
 // forced. Without a constraint, Forced is Then alone.
 //
+// With Text, Forced drafts the run of bytes the constraint forces too, where several
+// tokens could write its start (a key `"colour"` can begin with `"`, `"c`, `"col`):
+// the run, tokenized as the target's tokenizer writes it (see [ForcedText]). Those
+// tokens are a guess — the target may split the run otherwise — but an exact one: the
+// acceptance rule keeps only what the target agrees with.
+//
 // Forced drafts deterministically and needs no model: put it in front of any other
 // drafter (a draft model, prompt lookup, [First] of several) to make constrained
 // generation — JSON Schema above all — cheaper. Its proposals go through the exact
@@ -27,7 +33,25 @@ import (
 type Forced struct {
 	// Then drafts after the forced tokens (nil: nothing more).
 	Then Drafter
+	// Text, when set, lets Forced draft the runs of bytes the constraint forces.
+	Text *ForcedText
 }
+
+// ForcedText is what [Forced] needs to draft forced runs of bytes: the tokens of
+// single bytes (to find the bytes a constraint allows, one at a time), the
+// end-of-sequence tokens (a run stops where the text may end) and the target's
+// tokenizer. [TextOf] makes one from a tokenizer.
+type ForcedText struct {
+	// ByteTokens[b] is a token that writes the byte b alone, or -1 when none does.
+	ByteTokens [256]int32
+	// EOS are the end-of-sequence tokens.
+	EOS []int32
+	// Encode appends to dst the tokens the target's tokenizer writes text as.
+	Encode func(dst []int32, text []byte) []int32
+}
+
+// maxForcedRun bounds the bytes of a forced run.
+const maxForcedRun = 64
 
 // maxForcedStates bounds the states a session remembers the forced token of; past it
 // the memory starts again.
@@ -39,6 +63,12 @@ func (f Forced) Start(ctx context.Context, req Request) (Session, error) {
 		return nil, fmt.Errorf("draft: Forced: MaxK %d must be >= 0", req.MaxK)
 	}
 	s := &forcedSession{c: req.Constraint, toks: make([]int32, req.MaxK)}
+	if s.c != nil && f.Text != nil {
+		if f.Text.Encode == nil {
+			return nil, fmt.Errorf("draft: Forced: Text without Encode")
+		}
+		s.text, s.runs, s.run = f.Text, make(map[int32][]int32, 64), make([]byte, 0, maxForcedRun)
+	}
 	if s.c != nil {
 		if req.VocabSize < 1 {
 			return nil, fmt.Errorf("draft: Forced: vocabulary size %d under a constraint", req.VocabSize)
@@ -78,6 +108,9 @@ type forcedSession struct {
 	row   []float32       // scratch: a row masked to count the allowed tokens
 	only  map[int32]int32 // state → the one token it allows, or -1
 	toks  []int32         // the proposal's tokens, the forced first
+	text  *ForcedText     // nil: single forced tokens only
+	runs  map[int32][]int32
+	run   []byte // scratch: a forced run's bytes
 
 	then    Session
 	heads   bool    // then reads the target's states: it cannot follow forced tokens
@@ -133,15 +166,88 @@ func (s *forcedSession) force(k int) (int, int32) {
 	}
 	n := 0
 	for n < k && state >= 0 {
-		tok := s.forcedAt(state)
-		if tok < 0 {
+		if tok := s.forcedAt(state); tok >= 0 {
+			s.toks[n] = tok
+			n++
+			state = s.c.Next(state, tok)
+			continue
+		}
+		run := s.runAt(state)
+		if len(run) == 0 {
 			break
 		}
-		s.toks[n] = tok
-		n++
-		state = s.c.Next(state, tok)
+		for _, tok := range run[:min(len(run), k-n)] {
+			s.toks[n] = tok
+			n++
+			state = s.c.Next(state, tok)
+		}
 	}
 	return n, state
+}
+
+// runAt returns the tokens of the run of bytes state forces, tokenized as the target
+// writes it and cut where the constraint would refuse one (nil without Text).
+func (s *forcedSession) runAt(state int32) []int32 {
+	if s.text == nil {
+		return nil
+	}
+	if run, ok := s.runs[state]; ok {
+		return run
+	}
+	s.run = s.run[:0]
+	x, choice := state, false
+	for len(s.run) < maxForcedRun {
+		b, next, ok := s.onlyByte(x)
+		if !ok {
+			choice = true
+			break
+		}
+		s.run, x = append(s.run, b), next
+	}
+	var run []int32
+	if len(s.run) > 0 {
+		run = s.text.Encode(nil, s.run)
+		if choice {
+			// The run's last token ends where the text is free: the target may
+			// well write a longer token there (`":` where the run ends with `"`).
+			run = run[:len(run)-1]
+		}
+		for i, x := 0, state; i < len(run); i++ {
+			if x = s.c.Next(x, run[i]); x < 0 {
+				run = run[:i]
+				break
+			}
+		}
+	}
+	if len(s.runs) >= maxForcedStates {
+		clear(s.runs)
+	}
+	s.runs[state] = run
+	return run
+}
+
+// onlyByte reports the one byte state x allows, and the state after it: none where
+// the text may end there or two bytes are allowed.
+func (s *forcedSession) onlyByte(x int32) (byte, int32, bool) {
+	for _, e := range s.text.EOS {
+		if s.c.Next(x, e) >= 0 {
+			return 0, 0, false
+		}
+	}
+	var b byte
+	next := int32(-1)
+	for c, tok := range s.text.ByteTokens {
+		if tok < 0 {
+			continue
+		}
+		if nx := s.c.Next(x, tok); nx >= 0 {
+			if next >= 0 {
+				return 0, 0, false
+			}
+			b, next = byte(c), nx
+		}
+	}
+	return b, next, next >= 0
 }
 
 // forcedAt returns the one token state allows, or -1 when it allows none or several.

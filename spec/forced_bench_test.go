@@ -62,8 +62,11 @@ func BenchmarkForced(b *testing.B) {
 		{"forced", draft.Forced{}},
 		{"model", sm},
 		{"forced+model", draft.Forced{Then: sm}},
+		{"runs", draft.Forced{Text: draft.TextOf(tok)}},
+		{"runs+model", draft.Forced{Then: sm, Text: draft.TextOf(tok)}},
 		{"lookup+model", lookup.InFront(sm)},
 		{"forced+lookup+model", draft.Forced{Then: lookup.InFront(sm)}},
+		{"runs+lookup+model", draft.Forced{Then: lookup.InFront(sm), Text: draft.TextOf(tok)}},
 	}
 	prompt := tok.Encode(jsonPrompt, tok.DefaultOptions())
 	for _, adaptive := range []bool{false, true} {
