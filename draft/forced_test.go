@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/grammar"
+	"github.com/specula/specula/tokenizer"
 )
 
 // tableLang is a hand-made constraint: state i allows the tokens allowed[i], and
@@ -222,4 +224,68 @@ func TestForcedAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 	assert.Equal(t, before, masks, "states are remembered")
+}
+
+// TestForcedRuns: with Text, Forced drafts the run of bytes a grammar forces where
+// several tokens could begin it, tokenized by Encode, without the last token where
+// the text turns free; TextOf finds every byte's token in the demo tokenizer.
+func TestForcedRuns(t *testing.T) {
+	pieces := []string{"a", "b", "c", "d", "e", "", "cd"}
+	text := &draft.ForcedText{EOS: []int32{5}}
+	for i := range text.ByteTokens {
+		text.ByteTokens[i] = -1
+	}
+	for i, p := range pieces[:5] {
+		text.ByteTokens[p[0]] = int32(i)
+	}
+	text.Encode = func(dst []int32, b []byte) []int32 {
+		for i := 0; i < len(b); i++ {
+			if i+1 < len(b) && string(b[i:i+2]) == "cd" {
+				dst = append(dst, 6)
+				i++
+				continue
+			}
+			dst = append(dst, int32(b[i]-'a'))
+		}
+		return dst
+	}
+	tests := []struct {
+		name    string
+		grammar string
+		k       int
+		want    []int32
+	}{
+		// After "a": "cdce" is forced, then a or b. The run "cdce" is "cd" "c" "e",
+		// the last dropped; "e" is then the one token allowed.
+		{"run then a forced token", `root ::= "a" "cdce" [ab]`, 4, []int32{6, 2, 4}},
+		{"k bounds it", `root ::= "a" "cdce" [ab]`, 1, []int32{6}},
+		// A run that may end the text: nothing forced after "a" but "cd".
+		{"the end may follow", `root ::= "a" "cd" "c"?`, 4, nil},
+		{"a choice at once", `root ::= "a" [cd]`, 4, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, err := grammar.ParseGBNF(tt.grammar)
+			require.NoError(t, err)
+			m := grammar.NewMatcher(g, grammar.NewVocab(pieces, []int32{5}))
+			s, err := draft.Forced{Text: text}.Start(context.Background(), draft.Request{VocabSize: len(pieces), MaxK: 4, Constraint: m})
+			require.NoError(t, err)
+			draft.Constrain(s, m.Next(m.Start(), 0))
+			var p draft.Proposal
+			require.NoError(t, s.Propose(context.Background(), []int32{0}, tt.k, &p))
+			if tt.want == nil {
+				assert.Empty(t, p.Tokens)
+			} else {
+				assert.Equal(t, tt.want, p.Tokens)
+			}
+		})
+	}
+	_, err := draft.Forced{Text: &draft.ForcedText{}}.Start(context.Background(), draft.Request{VocabSize: 7, MaxK: 4, Constraint: tableLang{}})
+	assert.Error(t, err, "Text without Encode")
+	tok, err := tokenizer.Load("../models/gocoder-m-q8_0.gguf")
+	require.NoError(t, err)
+	for b, id := range draft.TextOf(tok).ByteTokens {
+		p, _ := tok.Piece(id)
+		assert.Equal(t, string([]byte{byte(b)}), p, "byte %d", b)
+	}
 }
