@@ -24,7 +24,10 @@ import (
 // tokens could write its start (a key `"colour"` can begin with `"`, `"c`, `"col`):
 // the run, tokenized as the target's tokenizer writes it (see [ForcedText]). Those
 // tokens are a guess — the target may split the run otherwise — but an exact one: the
-// acceptance rule keeps only what the target agrees with.
+// acceptance rule keeps only what the target agrees with. Then does not draft after a
+// guess but beside it, from the history as it is: the draft is then a tree of two
+// branches below the forced tokens, the run's and Then's, and a run the target
+// splits otherwise costs Then's draft nothing.
 //
 // Forced drafts deterministically and needs no model: put it in front of any other
 // drafter (a draft model, prompt lookup, [First] of several) to make constrained
@@ -138,49 +141,55 @@ func (s *forcedSession) Propose(ctx context.Context, history []int32, k int, p *
 	if k < 0 || k > len(s.toks) {
 		return fmt.Errorf("draft: Forced: k = %d outside [0, %d]", k, len(s.toks))
 	}
-	n, state := s.force(k)
-	if s.then == nil || n == k || s.lost || n > 0 && s.heads {
-		p.Tokens = s.toks[:n]
+	n, state := s.force(0, k, s.state, false)
+	g, _ := s.force(n, k, state, true)
+	g -= n
+	if s.then == nil || n+g == k || s.lost || n > 0 && s.heads {
+		p.Tokens = s.toks[:n+g]
 		return nil
 	}
 	hist := s.extend(history, n)
 	if s.lost {
-		p.Tokens = s.toks[:n]
+		p.Tokens = s.toks[:n+g]
 		return nil
 	}
 	if n > 0 {
 		Constrain(s.then, state)
 	}
-	if err := s.then.Propose(ctx, hist, k-n, &s.sub); err != nil {
+	if err := s.then.Propose(ctx, hist, k-n-g, &s.sub); err != nil {
 		return err
 	}
-	return s.join(n, k, p)
+	return s.join(n, g, k, p)
 }
 
-// force writes to s.toks the tokens the constraint forces from the state the history
-// ends in, at most k, and returns how many and the state after them.
-func (s *forcedSession) force(k int) (int, int32) {
-	state := s.state
+// force writes to s.toks from position n the tokens forced from state, up to k in
+// all, and returns the position after them and the state they reach: the tokens the
+// constraint forces (each the one token its state allows) and, when guess is set, a
+// forced run of bytes as the tokenizer writes it first (a guess: the target may
+// write the run otherwise).
+func (s *forcedSession) force(n, k int, state int32, guess bool) (int, int32) {
 	if s.c == nil {
-		return 0, state
+		return n, state
 	}
-	n := 0
-	for n < k && state >= 0 {
-		if tok := s.forcedAt(state); tok >= 0 {
-			s.toks[n] = tok
-			n++
-			state = s.c.Next(state, tok)
-			continue
-		}
+	if guess {
 		run := s.runAt(state)
 		if len(run) == 0 {
-			break
+			return n, state
 		}
 		for _, tok := range run[:min(len(run), k-n)] {
 			s.toks[n] = tok
 			n++
 			state = s.c.Next(state, tok)
 		}
+	}
+	for n < k && state >= 0 {
+		tok := s.forcedAt(state)
+		if tok < 0 {
+			break
+		}
+		s.toks[n] = tok
+		n++
+		state = s.c.Next(state, tok)
 	}
 	return n, state
 }
@@ -297,34 +306,44 @@ func (s *forcedSession) extends(history []int32) bool {
 	return len(history) >= s.hlen+len(forced) && slices.Equal(history[s.hlen:s.hlen+len(forced)], forced)
 }
 
-// join makes p the n forced tokens followed by then's proposal s.sub: a chain, or a
-// tree whose roots hang below the last forced token.
-func (s *forcedSession) join(n, k int, p *Proposal) error {
+// join makes p the n forced tokens, the g guessed ones (a forced run) and then's
+// proposal s.sub: a chain, or — when then's proposal is a tree, or follows a guess
+// as its sibling — a tree below the last forced token.
+func (s *forcedSession) join(n, g, k int, p *Proposal) error {
 	sub := &s.sub
-	if len(sub.Tokens) > k-n {
-		return fmt.Errorf("draft: Forced: the drafter behind proposed %d tokens for k = %d", len(sub.Tokens), k-n)
+	if len(sub.Tokens) > k-n-g {
+		return fmt.Errorf("draft: Forced: the drafter behind proposed %d tokens for k = %d", len(sub.Tokens), k-n-g)
 	}
-	if n == 0 {
+	if n+g == 0 {
 		*p = *sub
 		return nil
 	}
-	m := n + len(sub.Tokens)
-	copy(s.toks[n:], sub.Tokens)
+	m := n + g + len(sub.Tokens)
+	copy(s.toks[n+g:], sub.Tokens)
 	p.Tokens = s.toks[:m]
 	if sub.Dists != nil {
-		clear(s.rows[:n])
-		copy(s.rows[n:], sub.Dists)
+		clear(s.rows[:n+g])
+		copy(s.rows[n+g:], sub.Dists)
 		p.Dists = s.rows[:m]
 	}
-	if sub.Parents != nil {
-		for i := range n {
-			s.parents[i] = int32(i) - 1
-		}
-		for i, par := range sub.Parents {
-			s.parents[n+i] = par + int32(n) // a root (-1) hangs below the last forced token
-		}
-		p.Parents = s.parents[:m]
+	if sub.Parents == nil && (g == 0 || len(sub.Tokens) == 0) {
+		return nil
 	}
+	for i := range n + g {
+		s.parents[i] = int32(i) - 1
+	}
+	for i := range sub.Tokens {
+		par := int32(i) - 1
+		if sub.Parents != nil {
+			par = sub.Parents[i]
+		}
+		if par < 0 {
+			s.parents[n+g+i] = int32(n) - 1 // a root hangs below the last forced token
+		} else {
+			s.parents[n+g+i] = par + int32(n+g)
+		}
+	}
+	p.Parents = s.parents[:m]
 	return nil
 }
 

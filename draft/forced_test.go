@@ -280,7 +280,21 @@ func TestForcedRuns(t *testing.T) {
 			}
 		})
 	}
-	_, err := draft.Forced{Text: &draft.ForcedText{}}.Start(context.Background(), draft.Request{VocabSize: 7, MaxK: 4, Constraint: tableLang{}})
+	// In front of another drafter, a run is a guess: the other drafts from the
+	// history as it is, beside the run.
+	g, err := grammar.ParseGBNF(`root ::= "a" "cdce" [ab]`)
+	require.NoError(t, err)
+	m := grammar.NewMatcher(g, grammar.NewVocab(pieces, []int32{5}))
+	b := &behind{prop: draft.Proposal{Tokens: []int32{2, 6}}}
+	s, err := draft.Forced{Then: b, Text: text}.Start(context.Background(), draft.Request{VocabSize: len(pieces), MaxK: 5, Constraint: m})
+	require.NoError(t, err)
+	draft.Constrain(s, m.Next(m.Start(), 0))
+	var p draft.Proposal
+	require.NoError(t, s.Propose(context.Background(), []int32{0}, 5, &p))
+	assert.Equal(t, []int32{6, 2, 4, 2, 6}, p.Tokens)
+	assert.Equal(t, []int32{-1, 0, 1, -1, 3}, p.Parents)
+	assert.Equal(t, []int32{0}, b.seen.history)
+	_, err = draft.Forced{Text: &draft.ForcedText{}}.Start(context.Background(), draft.Request{VocabSize: 7, MaxK: 4, Constraint: tableLang{}})
 	assert.Error(t, err, "Text without Encode")
 	tok, err := tokenizer.Load("../models/gocoder-m-q8_0.gguf")
 	require.NoError(t, err)
