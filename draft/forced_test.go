@@ -189,6 +189,38 @@ func TestForcedThen(t *testing.T) {
 	})
 }
 
+// headBehind is a drafter whose sessions read the target's states, as a trained
+// head's do.
+type headBehind struct{ behind }
+
+type headSession struct{ *behindSession }
+
+func (s headSession) Observe([]int32, [][]float32) error { return nil }
+
+func (b *headBehind) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
+	s, err := b.behind.Start(ctx, req)
+	return headSession{s.(*behindSession)}, err
+}
+
+// TestForcedBeforeHead: a head behind Forced cannot draft after tokens the target has
+// not read: it drafts only where nothing is forced.
+func TestForcedBeforeHead(t *testing.T) {
+	lang := tableLang{allowed: [][]int32{{3}, {1, 2}}, vocab: 8}
+	b := &headBehind{behind{prop: draft.Proposal{Tokens: []int32{1, 4}}}}
+	s, err := draft.Forced{Then: b}.Start(context.Background(), draft.Request{VocabSize: lang.vocab, MaxK: 4, Constraint: lang})
+	require.NoError(t, err)
+	assert.Len(t, draft.StateSessions(s), 1, "the decoder finds the head")
+	var p draft.Proposal
+	draft.Constrain(s, 0)
+	require.NoError(t, s.Propose(context.Background(), []int32{7}, 4, &p))
+	assert.Equal(t, []int32{3}, p.Tokens)
+	assert.Zero(t, b.seen.asked)
+	draft.Constrain(s, 1)
+	require.NoError(t, s.Propose(context.Background(), []int32{7, 3}, 4, &p))
+	assert.Equal(t, []int32{1, 4}, p.Tokens)
+	assert.Equal(t, []int32{7, 3}, b.seen.history)
+}
+
 // TestForcedParts: Forced is a composite of the drafter behind it, and its sessions
 // of the session behind, so that the decoder checks the one and constrains the other.
 func TestForcedParts(t *testing.T) {
