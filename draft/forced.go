@@ -2,6 +2,7 @@ package draft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -68,7 +69,7 @@ func (f Forced) Start(ctx context.Context, req Request) (Session, error) {
 	s := &forcedSession{c: req.Constraint, toks: make([]int32, req.MaxK)}
 	if s.c != nil && f.Text != nil {
 		if f.Text.Encode == nil {
-			return nil, fmt.Errorf("draft: Forced: Text without Encode")
+			return nil, errors.New("draft: Forced: Text without Encode")
 		}
 		s.text, s.runs, s.run = f.Text, make(map[int32][]int32, 64), make([]byte, 0, maxForcedRun)
 	}
@@ -107,13 +108,13 @@ func (f Forced) Drafters() []Drafter {
 // asked (lost).
 type forcedSession struct {
 	c     sampler.Constraint
-	state int32           // the state the history ends in
-	row   []float32       // scratch: a row masked to count the allowed tokens
-	only  map[int32]int32 // state → the one token it allows, or -1
-	toks  []int32         // the proposal's tokens, the forced first
-	text  *ForcedText     // nil: single forced tokens only
-	runs  map[int32][]int32
-	run   []byte // scratch: a forced run's bytes
+	state int32             // the state the history ends in
+	row   []float32         // scratch: a row masked to count the allowed tokens
+	only  map[int32]int32   // state → the one token it allows, or -1
+	toks  []int32           // the proposal's tokens, the forced first
+	text  *ForcedText       // nil: single forced tokens only
+	runs  map[int32][]int32 // state → the guessed tokens of the run it forces
+	run   []byte            // scratch: a forced run's bytes
 
 	then    Session
 	heads   bool    // then reads the target's states: it cannot follow forced tokens
