@@ -19,7 +19,7 @@ func JSON(opts ...JSONOption) *Grammar {
 	if !o.ws.Valid() {
 		o.ws = WhitespaceIndent
 	}
-	return mustGBNF("root ::= object0 tail\n" + o.rules())
+	return mustGBNF("root ::= object0 tail\n" + o.rules(0, 0))
 }
 
 // JSONValue is the grammar of any JSON value, with the whitespace the options
@@ -29,7 +29,7 @@ func JSONValue(opts ...JSONOption) *Grammar {
 	if !o.ws.Valid() {
 		o.ws = WhitespaceIndent
 	}
-	return mustGBNF("root ::= value0 tail\n" + o.rules())
+	return mustGBNF("root ::= value0 tail\n" + o.rules(0, 0))
 }
 
 func mustGBNF(src string) *Grammar {
@@ -65,7 +65,7 @@ func ParseJSONSchema(schema []byte, opts ...JSONOption) (*Grammar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: JSON Schema: %v", ErrSyntax, err)
 	}
-	c := &schemaCompiler{root: root, opts: o, rules: map[string]string{}, refs: map[string]string{}}
+	c := &schemaCompiler{root: root, opts: o, rules: map[string]string{}, refs: map[string]string{}, anyFrom: o.maxDepth() + 1}
 	body, err := c.schema(root, "#", 0)
 	if err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func ParseJSONSchema(schema []byte, opts ...JSONOption) (*Grammar, error) {
 	for _, n := range names {
 		src.WriteString(n + " ::= " + c.rules[n] + "\n")
 	}
-	src.WriteString(o.rules())
+	src.WriteString(o.rules(c.anyFrom, c.deepest))
 	return ParseGBNF(src.String())
 }
 
@@ -91,6 +91,15 @@ type schemaCompiler struct {
 	rules map[string]string // rule name → body
 	refs  map[string]string // $ref and level → its rule name
 	n     int
+	// The levels whose rules the schema uses: its containers' deepest, and the
+	// first of the rules of any value (above maxDepth: none).
+	deepest, anyFrom int
+}
+
+// anyValue names the rule of any value at level d.
+func (c *schemaCompiler) anyValue(d int) string {
+	c.anyFrom = min(c.anyFrom, d)
+	return fmt.Sprintf("value%d", d)
 }
 
 // rule names a new rule of the given body.
@@ -110,7 +119,7 @@ func (c *schemaCompiler) schema(s any, path string, d int) (string, error) {
 	switch s := s.(type) {
 	case bool:
 		if s {
-			return fmt.Sprintf("value%d", d), nil
+			return c.anyValue(d), nil
 		}
 		return "", fmt.Errorf("%w: JSON Schema %s: false matches nothing", ErrSyntax, path)
 	case *ordered:
@@ -284,6 +293,7 @@ func (c *schemaCompiler) ref(v any, path string, d int) (string, error) {
 // always, the others optionally, commas between those present; then, when
 // additionalProperties allows it, more members.
 func (c *schemaCompiler) objectType(s *ordered, path string, d int) (string, error) {
+	c.deepest = max(c.deepest, d)
 	required := map[string]bool{}
 	if v, ok := s.get("required"); ok {
 		list, _ := v.([]any)
@@ -298,7 +308,6 @@ func (c *schemaCompiler) objectType(s *ordered, path string, d int) (string, err
 		required bool
 	}
 	var props []prop
-	anyValue := fmt.Sprintf("value%d", c.opts.inner(d))
 	declared := map[string]bool{}
 	if v, ok := s.get("properties"); ok {
 		o, ok := v.(*ordered)
@@ -321,7 +330,7 @@ func (c *schemaCompiler) objectType(s *ordered, path string, d int) (string, err
 		list, _ := v.([]any)
 		for _, e := range list {
 			if name, ok := e.(string); ok && !declared[name] {
-				props = append(props, prop{gbnfQuote(canonical(name)) + ` pre ":" colon ` + anyValue, true})
+				props = append(props, prop{gbnfQuote(canonical(name)) + ` pre ":" colon ` + c.anyValue(c.opts.inner(d)), true})
 				declared[name] = true
 			}
 		}
@@ -330,7 +339,7 @@ func (c *schemaCompiler) objectType(s *ordered, path string, d int) (string, err
 	switch v, _ := s.get("additionalProperties"); v := v.(type) {
 	case bool:
 		if v {
-			extra = `string pre ":" colon ` + anyValue
+			extra = `string pre ":" colon ` + c.anyValue(c.opts.inner(d))
 		}
 	case *ordered:
 		body, err := c.schema(v, path+"/additionalProperties", c.opts.inner(d))
@@ -366,6 +375,7 @@ func (c *schemaCompiler) objectType(s *ordered, path string, d int) (string, err
 // arrayType writes an array: prefixItems in order, then items, between minItems and
 // maxItems of them.
 func (c *schemaCompiler) arrayType(s *ordered, path string, d int) (string, error) {
+	c.deepest = max(c.deepest, d)
 	minItems, maxItems, err := bounds(s, "minItems", "maxItems", path)
 	if err != nil {
 		return "", err
@@ -381,13 +391,14 @@ func (c *schemaCompiler) arrayType(s *ordered, path string, d int) (string, erro
 			prefix = append(prefix, body)
 		}
 	}
-	item, more := fmt.Sprintf("value%d", c.opts.inner(d)), true
-	if v, ok := s.get("items"); ok {
-		if v == false {
-			more = false // no items beyond the prefix
-		} else if item, err = c.schema(v, path+"/items", c.opts.inner(d)); err != nil {
+	item, more := "", true
+	if v, ok := s.get("items"); ok && v != false {
+		if item, err = c.schema(v, path+"/items", c.opts.inner(d)); err != nil {
 			return "", err
 		}
+	} else {
+		more = !ok // false: no items beyond the prefix
+		item = c.anyValue(c.opts.inner(d))
 	}
 	if len(prefix) > 0 {
 		// The prefix items are written as given, each after the one before (all of

@@ -102,22 +102,27 @@ member%[1]d ::= string pre ":" colon value%[2]d
 array%[1]d  ::= "[" open%[1]d ( value%[2]d ( pre "," sep%[1]d value%[2]d )* close%[1]d )? "]"
 `
 
-// rules writes the GBNF rules of JSON values under o: scalarRules, the blanks and
-// the containers of every level.
-func (o jsonOptions) rules() string {
+// rules writes the GBNF rules of JSON values under o: scalarRules, the blanks
+// and the containers of the levels a grammar uses — the rules of any value from
+// level anyFrom on (none above maxDepth), blanks to level deepest at least.
+func (o jsonOptions) rules(anyFrom, deepest int) string {
+	top := min(deepest, o.maxDepth())
+	if anyFrom <= o.maxDepth() {
+		top = o.maxDepth()
+	}
 	var b strings.Builder
 	b.WriteString(scalarRules)
-	b.WriteString(o.blankRules())
-	for d := 0; d <= o.maxDepth(); d++ {
+	b.WriteString(o.blankRules(top))
+	for d := anyFrom; d <= o.maxDepth(); d++ {
 		fmt.Fprintf(&b, containerRules, d, o.inner(d))
 	}
 	return b.String()
 }
 
 // blankRules writes the blanks: open (after "{" or "["), sep (after ","), close
-// (before "}" or "]"), each of a level, and colon (after ":"), pre (before ":" and
+// (before "}" or "]"), each of a level to top, and colon (after ":"), pre (before ":" and
 // ","), tail (after the root value).
-func (o jsonOptions) blankRules() string {
+func (o jsonOptions) blankRules(top int) string {
 	var b strings.Builder
 	slot := func(name, body string) { fmt.Fprintf(&b, "%-8s ::= %s\n", name, body) }
 	switch o.ws {
@@ -133,7 +138,7 @@ func (o jsonOptions) blankRules() string {
 		slot("colon", `" "?`)
 		slot("pre", `""`)
 		slot("tail", `""`)
-		for d := 0; d <= o.maxDepth(); d++ {
+		for d := 0; d <= top; d++ {
 			slot(fmt.Sprintf("open%d", d), fmt.Sprintf(`( "\n" %s )?`, indent(d+1)))
 			slot(fmt.Sprintf("sep%d", d), fmt.Sprintf(`( " " | "\n" %s )?`, indent(d+1)))
 			slot(fmt.Sprintf("close%d", d), fmt.Sprintf(`( "\n" %s )?`, indent(d)))
