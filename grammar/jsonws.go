@@ -17,7 +17,8 @@ const (
 	// (tabs or spaces, not both, in one line; the levels need not agree), and
 	// before "}" or "]" one indented by the level of the bracket; after ":" and ","
 	// one space at most; before ":" and "," and after the root value, nothing.
-	// Beyond the 8th level the 8th level's indent is the bound.
+	// The bound stops growing at the 9th level (16 tabs or 64 spaces before a
+	// closing bracket, 18 or 72 before a member).
 	WhitespaceIndent Whitespace = iota
 	// WhitespaceCompact allows no whitespace at all: Marshal's output (vLLM's
 	// disable_any_whitespace).

@@ -105,3 +105,45 @@ func TestJSONWhitespaceInvalid(t *testing.T) {
 	assert.False(t, JSON(WithWhitespace(-1)).Matches(`{} `))
 	assert.True(t, JSON(WithWhitespace(-1)).Matches("{\n}"))
 }
+
+// Deep documents under the default: a recursive schema and one whose deep values
+// are any JSON, indented as MarshalIndent writes them, match (tabs and 2 spaces at
+// every depth tried, 8 spaces up to the 9 levels whose bound grows); a line
+// indented past its level's bound does not.
+func TestJSONWhitespaceDeep(t *testing.T) {
+	tree, err := ParseJSONSchema([]byte(`{"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"], "additionalProperties": false}}}`))
+	require.NoError(t, err)
+	free, err := ParseJSONSchema([]byte(`{"type": "object", "properties": {"a": {"type": "array"}}, "additionalProperties": true}`))
+	require.NoError(t, err)
+	type tn struct { // the schema's order: v, then kids
+		V    int   `json:"v"`
+		Kids []any `json:"kids,omitempty"`
+	}
+	node := func(depth int) any {
+		v := tn{}
+		for i := range depth {
+			v = tn{i + 1, []any{v, tn{V: -1}}}
+		}
+		return v
+	}
+	for depth := range 6 {
+		for _, in := range []string{"", "\t", "  ", "        "} {
+			if len(in) == 8 && depth > 3 {
+				continue // past 9 levels: 8 spaces a level is beyond the bound
+			}
+			b, err := json.MarshalIndent(node(depth), "", in)
+			require.NoError(t, err)
+			assert.True(t, tree.Matches(string(b)), "tree, depth %d, indent %q: %s", depth, in, b)
+			b, err = json.MarshalIndent(map[string]any{"a": []any{node(depth)}, "b": node(depth)}, "", in)
+			require.NoError(t, err)
+			assert.True(t, free.Matches(string(b)), "any value, depth %d, indent %q: %s", depth, in, b)
+		}
+	}
+	for _, bad := range []string{
+		"{\n\t\"v\": 1,\n\t\"kids\": [\n\t\t\t\t\t{\"v\": 2}]}", // 5 tabs at level 2: the bound is 4
+		"{\"v\": 1, \"kids\": [{\"v\": 2}\n\t\t\t]}",            // 3 tabs before the level-1 bracket: the bound is 2
+		"{\"v\": 1}\n",
+	} {
+		assert.False(t, tree.Matches(bad), "%q", bad)
+	}
+}
