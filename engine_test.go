@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula"
+	"github.com/specula/specula/grammar"
 )
 
 // metric returns the value of a metric of the engine's (summed over its labels).
@@ -192,6 +193,7 @@ func TestErrors(t *testing.T) {
 		{"top logprobs", specula.Request{Prompt: "x", Logprobs: true, TopLogprobs: specula.MaxTopLogprobs + 1}, specula.ErrInvalidParameter, "TopLogprobs"},
 		{"format", specula.Request{Prompt: "x", Params: specula.Params{Format: specula.Format{Regex: "a("}}}, specula.ErrInvalidParameter, "Format.Regex"},
 		{"two formats", specula.Request{Prompt: "x", Params: specula.Params{Format: specula.Format{JSON: true, Regex: "a"}}}, specula.ErrInvalidParameter, "Format"},
+		{"whitespace", specula.Request{Prompt: "x", Params: specula.Params{Format: specula.Format{Grammar: `root ::= "a"`, Whitespace: grammar.WhitespaceFree}}}, specula.ErrInvalidParameter, "Format.Whitespace"},
 		{"role", specula.Request{Messages: []specula.Message{{Role: "robot"}}}, specula.ErrInvalidParameter, "Messages[0].Role"},
 		{"chat", specula.Request{Messages: []specula.Message{{Role: "user", Content: "hi"}}}, specula.ErrNoChatTemplate, ""},
 		{"prompt too long", specula.Request{Prompt: long}, specula.ErrPromptTooLong, ""},

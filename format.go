@@ -68,9 +68,9 @@ func (e *Engine) constraint(f Format) (*grammar.Matcher, error) {
 func compileFormat(kind string, f Format) (*grammar.Grammar, error) {
 	switch kind {
 	case "JSON":
-		return grammar.JSON(), nil
+		return grammar.JSON(grammar.WithWhitespace(f.Whitespace)), nil
 	case "JSONSchema":
-		return grammar.ParseJSONSchema([]byte(f.JSONSchema))
+		return grammar.ParseJSONSchema([]byte(f.JSONSchema), grammar.WithWhitespace(f.Whitespace))
 	case "Regex":
 		return grammar.ParseRegex(f.Regex)
 	}

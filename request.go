@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/specula/specula/grammar"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
 )
@@ -104,6 +105,16 @@ type Format struct {
 	// Grammar asks for a sentence of this GBNF grammar (llama.cpp's format; the
 	// start rule is root).
 	Grammar string
+	// Whitespace, with JSON or JSONSchema only, is the whitespace allowed between
+	// JSON's tokens. The zero value, grammar.WhitespaceIndent, allows what
+	// encoding/json writes, compact or indented (a bounded indent a level, one space
+	// after ":" and "," at most, nothing after the value); grammar.WhitespaceCompact
+	// none; grammar.WhitespaceFree a space or a newline and up to 20 blanks between
+	// any two tokens and after the value (which a model may fill until it runs out of
+	// tokens). vLLM's disable_any_whitespace maps onto it: true is WhitespaceCompact;
+	// false or absent is the zero value here (vLLM's xgrammar then allows any
+	// whitespace: ask for WhitespaceFree to get that freedom back).
+	Whitespace grammar.Whitespace
 }
 
 // Message is one turn of a conversation.
@@ -127,13 +138,28 @@ func (f Format) kind() (string, error) {
 			set = append(set, k.name)
 		}
 	}
-	switch len(set) {
-	case 0:
-		return "", nil
-	case 1:
-		return set[0], nil
+	if len(set) > 1 {
+		return "", invalid("Format", "sets %s: at most one", strings.Join(set, " and "))
 	}
-	return "", invalid("Format", "sets %s: at most one", strings.Join(set, " and "))
+	if err := f.checkWhitespace(set); err != nil {
+		return "", err
+	}
+	if len(set) == 0 {
+		return "", nil
+	}
+	return set[0], nil
+}
+
+// checkWhitespace refuses a whitespace mode that is none of them, or one asked of
+// a format that is not JSON.
+func (f Format) checkWhitespace(set []string) error {
+	switch {
+	case !f.Whitespace.Valid():
+		return invalid("Format.Whitespace", "%v is not one of grammar's Whitespace modes", f.Whitespace)
+	case f.Whitespace != grammar.WhitespaceIndent && (len(set) == 0 || set[0] != "JSON" && set[0] != "JSONSchema"):
+		return invalid("Format.Whitespace", "%v applies to JSON and JSONSchema only", f.Whitespace)
+	}
+	return nil
 }
 
 // Validate reports impossible parameters, before any work is done, as a

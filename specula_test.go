@@ -2,6 +2,7 @@ package specula_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/specula/specula"
 	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/grammar"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/spec"
 )
@@ -261,6 +263,14 @@ func TestFormats(t *testing.T) {
 			}
 			return nil
 		}},
+		{"json compact", specula.Format{JSON: true, Whitespace: grammar.WhitespaceCompact}, func(s string) error {
+			var b bytes.Buffer
+			if err := json.Compact(&b, []byte(s)); err != nil || b.String() != s {
+				return fmt.Errorf("%q is not compact JSON (%v)", s, err)
+			}
+			return nil
+		}},
+		{"json free", specula.Format{JSON: true, Whitespace: grammar.WhitespaceFree}, func(s string) error { var v map[string]any; return json.Unmarshal([]byte(s), &v) }},
 		{"regex", specula.Format{Regex: `(yes|no), [0-9]{1,3} times`}, func(s string) error {
 			if !regexp.MustCompile(`^(yes|no), [0-9]{1,3} times$`).MatchString(s) {
 				return fmt.Errorf("%q", s)
@@ -305,6 +315,8 @@ func TestFormats(t *testing.T) {
 		{specula.Format{Grammar: "root ::= \"a"}, "line 1, column 10"},
 		{specula.Format{Regex: `a(`}, "missing closing"},
 		{specula.Format{JSON: true, Regex: "a"}, "at most one"},
+		{specula.Format{Regex: "a", Whitespace: grammar.WhitespaceCompact}, "JSON and JSONSchema only"},
+		{specula.Format{JSON: true, Whitespace: 9}, "not one of"},
 	} {
 		called := false
 		_, err := e.Stream(ctx, "x", specula.Params{Format: bad.f}, func(string) error { called = true; return nil })

@@ -13,7 +13,7 @@ import (
 
 func FuzzGBNF(f *testing.F) {
 	for _, s := range []string{`root ::= "a" | [b-d]+ x
-x ::= ( "e" "f"? ){2,3} # c`, "root ::= [^\"\\\\]* \"\\u00e9\"", "root ::= .", "root ::= x\nx ::= x", "root ::= \"\\U0010FFFF\"{0,}", "root ::= (", jsonRules} {
+x ::= ( "e" "f"? ){2,3} # c`, "root ::= [^\"\\\\]* \"\\u00e9\"", "root ::= .", "root ::= x\nx ::= x", "root ::= \"\\U0010FFFF\"{0,}", "root ::= (", "root ::= value0 tail\n" + jsonOptions{}.rules(0, 0)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, src string) {

@@ -12,28 +12,25 @@ import (
 	"strings"
 )
 
-// jsonRules are the GBNF rules of JSON values: value, object, array, string, number,
-// integer, boolean, null, and ws, whitespace bounded (a newline and at most 20 blanks)
-// so that a model cannot fill its output with it.
-const jsonRules = `
-value   ::= object | array | string | number | boolean | null
-object  ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws
-array   ::= "[" ws ( value ( "," ws value )* )? "]" ws
-string  ::= "\"" char* "\"" ws
-char    ::= [^"\\\x00-\x1F\x7F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
-number  ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? ws
-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ws
-boolean ::= ( "true" | "false" ) ws
-null    ::= "null" ws
-ws      ::= ( " " | "\n" [ \t]{0,20} )?
-`
-
 // JSON is the grammar of a JSON object, as OpenAI's response_format json_object
-// asks for; JSONValue of any JSON value.
-func JSON() *Grammar { return mustGBNF("root ::= object\n" + jsonRules) }
+// asks for, with the whitespace the options allow (WhitespaceIndent unless set).
+func JSON(opts ...JSONOption) *Grammar {
+	o := newJSONOptions(opts)
+	if !o.ws.Valid() {
+		o.ws = WhitespaceIndent
+	}
+	return mustGBNF("root ::= object0 tail\n" + o.rules(0, 0))
+}
 
-// JSONValue is the grammar of any JSON value.
-func JSONValue() *Grammar { return mustGBNF("root ::= value\n" + jsonRules) }
+// JSONValue is the grammar of any JSON value, with the whitespace the options
+// allow (WhitespaceIndent unless set).
+func JSONValue(opts ...JSONOption) *Grammar {
+	o := newJSONOptions(opts)
+	if !o.ws.Valid() {
+		o.ws = WhitespaceIndent
+	}
+	return mustGBNF("root ::= value0 tail\n" + o.rules(0, 0))
+}
 
 func mustGBNF(src string) *Grammar {
 	g, err := ParseGBNF(src)
@@ -57,19 +54,24 @@ func mustGBNF(src string) *Grammar {
 // an exponent). The annotations (title, description,
 // default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are
 // ignored. Any other keyword — multipleOf, uniqueItems, not, if/then/else,
-// patternProperties, … — is refused with an error naming it.
-func ParseJSONSchema(schema []byte) (*Grammar, error) {
+// patternProperties, … — is refused with an error naming it. The whitespace
+// allowed between tokens is the options' (WhitespaceIndent unless set).
+func ParseJSONSchema(schema []byte, opts ...JSONOption) (*Grammar, error) {
+	o := newJSONOptions(opts)
+	if !o.ws.Valid() {
+		return nil, fmt.Errorf("%w: JSON Schema: whitespace mode %v is not one of the modes", ErrSyntax, o.ws)
+	}
 	root, err := decodeOrdered(schema)
 	if err != nil {
 		return nil, fmt.Errorf("%w: JSON Schema: %v", ErrSyntax, err)
 	}
-	c := &schemaCompiler{root: root, rules: map[string]string{}, refs: map[string]string{}}
-	body, err := c.schema(root, "#")
+	c := &schemaCompiler{root: root, opts: o, rules: map[string]string{}, refs: map[string]string{}, anyFrom: o.maxDepth() + 1}
+	body, err := c.schema(root, "#", 0)
 	if err != nil {
 		return nil, err
 	}
 	var src strings.Builder
-	src.WriteString("root ::= " + body + "\n")
+	src.WriteString("root ::= " + body + " tail\n")
 	names := make([]string, 0, len(c.rules))
 	for n := range c.rules {
 		names = append(names, n)
@@ -78,16 +80,26 @@ func ParseJSONSchema(schema []byte) (*Grammar, error) {
 	for _, n := range names {
 		src.WriteString(n + " ::= " + c.rules[n] + "\n")
 	}
-	src.WriteString(jsonRules)
+	src.WriteString(o.rules(c.anyFrom, c.deepest))
 	return ParseGBNF(src.String())
 }
 
 // schemaCompiler writes a schema's GBNF rules.
 type schemaCompiler struct {
 	root  any
+	opts  jsonOptions
 	rules map[string]string // rule name → body
-	refs  map[string]string // $ref → its rule name
+	refs  map[string]string // $ref and level → its rule name
 	n     int
+	// The levels whose rules the schema uses: its containers' deepest, and the
+	// first of the rules of any value (above maxDepth: none).
+	deepest, anyFrom int
+}
+
+// anyValue names the rule of any value at level d.
+func (c *schemaCompiler) anyValue(d int) string {
+	c.anyFrom = min(c.anyFrom, d)
+	return fmt.Sprintf("value%d", d)
 }
 
 // rule names a new rule of the given body.
@@ -101,21 +113,22 @@ func (c *schemaCompiler) rule(body string) string {
 var annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true, "$schema": true,
 	"$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true, "$defs": true, "definitions": true}
 
-// schema writes the GBNF expression of a schema at path.
-func (c *schemaCompiler) schema(s any, path string) (string, error) {
+// schema writes the GBNF expression of a schema at path, its value at nesting level
+// d (the root's is 0).
+func (c *schemaCompiler) schema(s any, path string, d int) (string, error) {
 	switch s := s.(type) {
 	case bool:
 		if s {
-			return "value", nil
+			return c.anyValue(d), nil
 		}
 		return "", fmt.Errorf("%w: JSON Schema %s: false matches nothing", ErrSyntax, path)
 	case *ordered:
-		return c.object(s, path)
+		return c.object(s, path, d)
 	}
 	return "", fmt.Errorf("%w: JSON Schema %s: a schema must be an object or a boolean", ErrSyntax, path)
 }
 
-func (c *schemaCompiler) object(s *ordered, path string) (string, error) {
+func (c *schemaCompiler) object(s *ordered, path string, d int) (string, error) {
 	known := map[string]bool{"type": true, "properties": true, "required": true, "additionalProperties": true,
 		"items": true, "prefixItems": true, "minItems": true, "maxItems": true, "enum": true, "const": true, "anyOf": true,
 		"oneOf": true, "allOf": true, "$ref": true, "minLength": true, "maxLength": true, "pattern": true, "format": true,
@@ -135,10 +148,10 @@ func (c *schemaCompiler) object(s *ordered, path string) (string, error) {
 		}
 	}
 	if ref, ok := s.get("$ref"); ok {
-		return c.ref(ref, path)
+		return c.ref(ref, path, d)
 	}
 	if v, ok := s.get("const"); ok {
-		return gbnfQuote(canonical(v)) + " ws", nil
+		return gbnfQuote(canonical(v)), nil
 	}
 	if v, ok := s.get("enum"); ok {
 		list, ok := v.([]any)
@@ -149,7 +162,7 @@ func (c *schemaCompiler) object(s *ordered, path string) (string, error) {
 		for i, e := range list {
 			alts[i] = gbnfQuote(canonical(e))
 		}
-		return "(" + strings.Join(alts, " | ") + ") ws", nil
+		return "(" + strings.Join(alts, " | ") + ")", nil
 	}
 	for _, k := range []string{"anyOf", "oneOf", "allOf"} {
 		v, ok := s.get(k)
@@ -162,7 +175,7 @@ func (c *schemaCompiler) object(s *ordered, path string) (string, error) {
 		}
 		alts := make([]string, len(list))
 		for i, sub := range list {
-			body, err := c.schema(sub, fmt.Sprintf("%s/%s/%d", path, k, i))
+			body, err := c.schema(sub, fmt.Sprintf("%s/%s/%d", path, k, i), d)
 			if err != nil {
 				return "", err
 			}
@@ -170,11 +183,11 @@ func (c *schemaCompiler) object(s *ordered, path string) (string, error) {
 		}
 		return "(" + strings.Join(alts, " | ") + ")", nil
 	}
-	return c.typed(s, path)
+	return c.typed(s, path, d)
 }
 
 // typed writes a schema by its type (all of them when it names none).
-func (c *schemaCompiler) typed(s *ordered, path string) (string, error) {
+func (c *schemaCompiler) typed(s *ordered, path string, d int) (string, error) {
 	var types []string
 	switch t, _ := s.get("type"); t := t.(type) {
 	case nil:
@@ -197,9 +210,9 @@ func (c *schemaCompiler) typed(s *ordered, path string) (string, error) {
 		var err error
 		switch t {
 		case "object":
-			body, err = c.objectType(s, path)
+			body, err = c.objectType(s, path, d)
 		case "array":
-			body, err = c.arrayType(s, path)
+			body, err = c.arrayType(s, path, d)
 		case "string":
 			body, err = c.stringType(s, path)
 		case "integer":
@@ -243,12 +256,13 @@ func (c *schemaCompiler) impliedTypes(s *ordered) []string {
 	return []string{"object", "array", "string", "number", "boolean", "null"}
 }
 
-func (c *schemaCompiler) ref(v any, path string) (string, error) {
+func (c *schemaCompiler) ref(v any, path string, d int) (string, error) {
 	ref, ok := v.(string)
 	if !ok {
 		return "", fmt.Errorf("%w: JSON Schema %s: $ref must be a string", ErrSyntax, path)
 	}
-	if name, ok := c.refs[ref]; ok {
+	key := fmt.Sprintf("%s@%d", ref, d) // the indent differs by level
+	if name, ok := c.refs[key]; ok {
 		return name, nil
 	}
 	var target any = c.root
@@ -266,8 +280,8 @@ func (c *schemaCompiler) ref(v any, path string) (string, error) {
 		}
 	}
 	name := c.rule("") // named first: the schema may refer to itself
-	c.refs[ref] = name
-	body, err := c.schema(target, ref)
+	c.refs[key] = name
+	body, err := c.schema(target, ref, d)
 	if err != nil {
 		return "", err
 	}
@@ -278,7 +292,8 @@ func (c *schemaCompiler) ref(v any, path string) (string, error) {
 // objectType writes an object: the properties in their order, the required ones
 // always, the others optionally, commas between those present; then, when
 // additionalProperties allows it, more members.
-func (c *schemaCompiler) objectType(s *ordered, path string) (string, error) {
+func (c *schemaCompiler) objectType(s *ordered, path string, d int) (string, error) {
+	c.deepest = max(c.deepest, d)
 	required := map[string]bool{}
 	if v, ok := s.get("required"); ok {
 		list, _ := v.([]any)
@@ -301,11 +316,11 @@ func (c *schemaCompiler) objectType(s *ordered, path string) (string, error) {
 		}
 		for _, k := range o.keys {
 			sub, _ := o.get(k)
-			body, err := c.schema(sub, path+"/properties/"+k)
+			body, err := c.schema(sub, path+"/properties/"+k, c.opts.inner(d))
 			if err != nil {
 				return "", err
 			}
-			props = append(props, prop{gbnfQuote(canonical(k)) + ` ws ":" ws ` + body, required[k]})
+			props = append(props, prop{gbnfQuote(canonical(k)) + ` pre ":" colon ` + body, required[k]})
 			declared[k] = true
 		}
 	}
@@ -315,7 +330,7 @@ func (c *schemaCompiler) objectType(s *ordered, path string) (string, error) {
 		list, _ := v.([]any)
 		for _, e := range list {
 			if name, ok := e.(string); ok && !declared[name] {
-				props = append(props, prop{gbnfQuote(canonical(name)) + ` ws ":" ws value`, true})
+				props = append(props, prop{gbnfQuote(canonical(name)) + ` pre ":" colon ` + c.anyValue(c.opts.inner(d)), true})
 				declared[name] = true
 			}
 		}
@@ -324,41 +339,43 @@ func (c *schemaCompiler) objectType(s *ordered, path string) (string, error) {
 	switch v, _ := s.get("additionalProperties"); v := v.(type) {
 	case bool:
 		if v {
-			extra = `string ":" ws value`
+			extra = `string pre ":" colon ` + c.anyValue(c.opts.inner(d))
 		}
 	case *ordered:
-		body, err := c.schema(v, path+"/additionalProperties")
+		body, err := c.schema(v, path+"/additionalProperties", c.opts.inner(d))
 		if err != nil {
 			return "", err
 		}
-		extra = `string ":" ws ` + body
+		extra = `string pre ":" colon ` + body
 	}
 	// first_i: nothing written yet; rest_i: something written (a comma first).
 	n := len(props)
 	first, rest := make([]string, n+1), make([]string, n+1)
-	first[n], rest[n] = `""`, `""`
+	sep, closing := fmt.Sprintf(`pre "," sep%d `, d), fmt.Sprintf("close%d", d)
+	first[n], rest[n] = `""`, closing
 	if extra != "" {
-		more := c.rule(`( "," ws ` + extra + ` )*`)
-		first[n] = c.rule(`( ` + extra + ` ` + more + ` )?`)
-		rest[n] = more
+		more := c.rule(`( ` + sep + extra + ` )*`)
+		first[n] = c.rule(`( ` + extra + ` ` + more + ` ` + closing + ` )?`)
+		rest[n] = more + " " + closing
 	}
 	for i := n - 1; i >= 0; i-- {
 		p := props[i]
 		withIt := p.kv + " " + rest[i+1]
 		if p.required {
 			first[i] = c.rule(withIt)
-			rest[i] = c.rule(`"," ws ` + withIt)
+			rest[i] = c.rule(sep + withIt)
 		} else {
 			first[i] = c.rule(withIt + " | " + first[i+1])
-			rest[i] = c.rule(`"," ws ` + withIt + " | " + rest[i+1])
+			rest[i] = c.rule(sep + withIt + " | " + rest[i+1])
 		}
 	}
-	return `"{" ws ` + first[0] + ` "}" ws`, nil
+	return fmt.Sprintf(`"{" open%d %s "}"`, d, first[0]), nil
 }
 
 // arrayType writes an array: prefixItems in order, then items, between minItems and
 // maxItems of them.
-func (c *schemaCompiler) arrayType(s *ordered, path string) (string, error) {
+func (c *schemaCompiler) arrayType(s *ordered, path string, d int) (string, error) {
+	c.deepest = max(c.deepest, d)
 	minItems, maxItems, err := bounds(s, "minItems", "maxItems", path)
 	if err != nil {
 		return "", err
@@ -367,20 +384,21 @@ func (c *schemaCompiler) arrayType(s *ordered, path string) (string, error) {
 	if v, ok := s.get("prefixItems"); ok {
 		list, _ := v.([]any)
 		for i, sub := range list {
-			body, err := c.schema(sub, fmt.Sprintf("%s/prefixItems/%d", path, i))
+			body, err := c.schema(sub, fmt.Sprintf("%s/prefixItems/%d", path, i), c.opts.inner(d))
 			if err != nil {
 				return "", err
 			}
 			prefix = append(prefix, body)
 		}
 	}
-	item, more := "value", true
-	if v, ok := s.get("items"); ok {
-		if v == false {
-			more = false // no items beyond the prefix
-		} else if item, err = c.schema(v, path+"/items"); err != nil {
+	item, more := "", true
+	if v, ok := s.get("items"); ok && v != false {
+		if item, err = c.schema(v, path+"/items", c.opts.inner(d)); err != nil {
 			return "", err
 		}
+	} else {
+		more = !ok // false: no items beyond the prefix
+		item = c.anyValue(c.opts.inner(d))
 	}
 	if len(prefix) > 0 {
 		// The prefix items are written as given, each after the one before (all of
@@ -390,18 +408,18 @@ func (c *schemaCompiler) arrayType(s *ordered, path string) (string, error) {
 			return "", fmt.Errorf("%w: JSON Schema %s: prefixItems with minItems or maxItems other than their count is not supported", ErrSyntax, path)
 		}
 		var b strings.Builder
-		b.WriteString(`"[" ws ` + prefix[0])
+		fmt.Fprintf(&b, `"[" open%d %s`, d, prefix[0])
 		for _, p := range prefix[1:] {
-			b.WriteString(` "," ws ` + p)
+			fmt.Fprintf(&b, ` pre "," sep%d %s`, d, p)
 		}
 		switch {
 		case !more || maxItems == len(prefix):
 		case maxItems < 0:
-			fmt.Fprintf(&b, ` ( "," ws %s ){%d,}`, item, max(minItems-len(prefix), 0))
+			fmt.Fprintf(&b, ` ( pre "," sep%d %s ){%d,}`, d, item, max(minItems-len(prefix), 0))
 		default:
-			fmt.Fprintf(&b, ` ( "," ws %s ){%d,%d}`, item, max(minItems-len(prefix), 0), maxItems-len(prefix))
+			fmt.Fprintf(&b, ` ( pre "," sep%d %s ){%d,%d}`, d, item, max(minItems-len(prefix), 0), maxItems-len(prefix))
 		}
-		b.WriteString(` "]" ws`)
+		fmt.Fprintf(&b, ` close%d "]"`, d)
 		return b.String(), nil
 	}
 	elems := c.rule(item)
@@ -410,19 +428,19 @@ func (c *schemaCompiler) arrayType(s *ordered, path string) (string, error) {
 	case maxItems == 0:
 		list = `""`
 	case maxItems < 0:
-		tail := fmt.Sprintf(`( "," ws %s ){%d,}`, elems, max(minItems-1, 0))
-		list = elems + " " + tail
+		tail := fmt.Sprintf(`( pre "," sep%d %s ){%d,}`, d, elems, max(minItems-1, 0))
+		list = elems + " " + tail + fmt.Sprintf(" close%d", d)
 		if minItems == 0 {
 			list = "( " + list + " )?"
 		}
 	default:
-		tail := fmt.Sprintf(`( "," ws %s ){%d,%d}`, elems, max(minItems-1, 0), maxItems-1)
-		list = elems + " " + tail
+		tail := fmt.Sprintf(`( pre "," sep%d %s ){%d,%d}`, d, elems, max(minItems-1, 0), maxItems-1)
+		list = elems + " " + tail + fmt.Sprintf(" close%d", d)
 		if minItems == 0 {
 			list = "( " + list + " )?"
 		}
 	}
-	return `"[" ws ` + list + ` "]" ws`, nil
+	return fmt.Sprintf(`"[" open%d %s "]"`, d, list), nil
 }
 
 // stringFormats are the formats a string schema may name, as patterns.
@@ -461,7 +479,7 @@ func (c *schemaCompiler) stringType(s *ordered, path string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("JSON Schema %s: %w", path, err)
 		}
-		return `"\"" ` + body + ` "\"" ws`, nil
+		return `"\"" ` + body + ` "\""`, nil
 	}
 	minLen, maxLen, err := bounds(s, "minLength", "maxLength", path)
 	if err != nil {
@@ -471,9 +489,9 @@ func (c *schemaCompiler) stringType(s *ordered, path string) (string, error) {
 		return "string", nil
 	}
 	if maxLen < 0 {
-		return fmt.Sprintf(`"\"" char{%d,} "\"" ws`, minLen), nil
+		return fmt.Sprintf(`"\"" char{%d,} "\""`, minLen), nil
 	}
-	return fmt.Sprintf(`"\"" char{%d,%d} "\"" ws`, minLen, maxLen), nil
+	return fmt.Sprintf(`"\"" char{%d,%d} "\""`, minLen, maxLen), nil
 }
 
 // maxInteger bounds the integers the JSON grammar writes: 16 digits.
@@ -515,7 +533,7 @@ func integerType(s *ordered, path string) (string, error) {
 	if lo > hi {
 		return "", fmt.Errorf("%w: JSON Schema %s: no integer lies within its bounds", ErrSyntax, path)
 	}
-	return "(" + strings.Join(intRange(lo, hi), " | ") + ") ws", nil
+	return "(" + strings.Join(intRange(lo, hi), " | ") + ")", nil
 }
 
 // maxBound bounds the magnitude of a bound: below 2⁵³ every whole number is exact in
@@ -590,7 +608,7 @@ func numberType(s *ordered, path string) (string, error) {
 	if len(alts) == 0 {
 		return "", fmt.Errorf("%w: JSON Schema %s: no number lies within its bounds", ErrSyntax, path)
 	}
-	return "(" + strings.Join(alts, " | ") + ") ws", nil
+	return "(" + strings.Join(alts, " | ") + ")", nil
 }
 
 // The fractions of a bounded number: any, only zeros, and not only zeros.
