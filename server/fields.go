@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/specula/specula"
+	"github.com/specula/specula/grammar"
 )
 
 // Unknown fields. A request's top-level fields are the ones [request] decodes —
@@ -146,12 +147,13 @@ type structuredOutputs struct {
 	JSONObject *bool           `json:"json_object"`
 	// Refused when set: a structural tag (tool-call tags) is not supported.
 	StructuralTag json.RawMessage `json:"structural_tag"`
-	// Refused when they would change the language: the grammars' whitespace and
-	// their additional properties are the grammar package's (see README).
-	// TODO: map vLLM's disable_any_whitespace (and whitespace_pattern /
-	// guided_whitespace_pattern, where they fit) to the root package's whitespace
-	// option for the JSON grammars once it lands (issue 30).
-	DisableAnyWhitespace        *bool   `json:"disable_any_whitespace"`
+	// DisableAnyWhitespace makes a JSON format compact (grammar.WhitespaceCompact):
+	// no whitespace at all, as vLLM's xgrammar writes it; without it the JSON
+	// grammars allow what encoding/json writes, compact or indented. It does not
+	// concern regular expressions, grammars and choices.
+	DisableAnyWhitespace *bool `json:"disable_any_whitespace"`
+	// Refused when they would change the language: whitespace patterns and
+	// additional properties are the grammar package's (see README).
 	DisableAdditionalProperties *bool   `json:"disable_additional_properties"`
 	WhitespacePattern           *string `json:"whitespace_pattern"`
 	// Accepted either way: the server never falls back to another backend or to
@@ -247,8 +249,6 @@ func structuredOutputFormats(raw json.RawMessage) ([]formatSource, *apiError) {
 	switch {
 	case len(bytes.TrimSpace(so.StructuralTag)) > 0 && string(bytes.TrimSpace(so.StructuralTag)) != "null":
 		return nil, unsupported(prefix+"structural_tag", "structured_outputs.structural_tag is not supported")
-	case so.DisableAnyWhitespace != nil && *so.DisableAnyWhitespace:
-		return nil, unsupported(prefix+"disable_any_whitespace", "structured_outputs.disable_any_whitespace is not supported yet: the JSON grammars' whitespace is fixed")
 	case so.DisableAdditionalProperties != nil && *so.DisableAdditionalProperties:
 		return nil, unsupported(prefix+"disable_additional_properties", "structured_outputs.disable_additional_properties is not supported (a schema's additionalProperties is false unless it says otherwise)")
 	case so.WhitespacePattern != nil && *so.WhitespacePattern != "":
@@ -277,6 +277,13 @@ func structuredOutputFormats(raw json.RawMessage) ([]formatSource, *apiError) {
 	}
 	if so.JSONObject != nil && *so.JSONObject {
 		out = append(out, formatSource{prefix + "json_object", specula.Format{JSON: true}})
+	}
+	if so.DisableAnyWhitespace != nil && *so.DisableAnyWhitespace {
+		for i := range out {
+			if f := &out[i].f; f.JSON || f.JSONSchema != "" {
+				f.Whitespace = grammar.WhitespaceCompact
+			}
+		}
 	}
 	return out, nil
 }

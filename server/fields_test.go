@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -41,6 +42,15 @@ func TestVLLMFormatFields(t *testing.T) {
 		return nil
 	}
 	object := func(s string) error { var v map[string]any; return json.Unmarshal([]byte(s), &v) }
+	compact := func(then func(string) error) func(string) error {
+		return func(s string) error {
+			var b bytes.Buffer
+			if err := json.Compact(&b, []byte(s)); err != nil || b.String() != s {
+				return fmt.Errorf("not compact JSON (%v)", err)
+			}
+			return then(s)
+		}
+	}
 	oneOf := func(choices ...string) func(string) error {
 		return func(s string) error {
 			if !slices.Contains(choices, s) {
@@ -77,6 +87,7 @@ func TestVLLMFormatFields(t *testing.T) {
 		{"structured_outputs.choice", map[string]any{"structured_outputs": map[string]any{"choice": choices}}, oneOf(choices...), false},
 		{"structured_outputs.grammar", map[string]any{"structured_outputs": map[string]any{"grammar": gbnf}}, oneOf("yes.", "no."), false},
 		{"structured_outputs.json_object", map[string]any{"structured_outputs": map[string]any{"json_object": true}}, object, true},
+		{"structured_outputs.json compact", map[string]any{"structured_outputs": map[string]any{"json": schema, "disable_any_whitespace": true}}, compact(record), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			check := func(what string, r completionResp) {
@@ -158,7 +169,7 @@ func TestRequestFields(t *testing.T) {
 		{"structured_outputs not an object", "/v1/completions", `{` + p + `"structured_outputs": "json"}`, want{400, "structured_outputs", "invalid_type", nil}},
 		{"structural_tag", "/v1/completions", `{` + p + `"structured_outputs": {"structural_tag": "{}"}}`, want{400, "structured_outputs.structural_tag", "unsupported_parameter", nil}},
 		{"disable_any_whitespace", "/v1/completions", `{` + p + `"structured_outputs": {"json_object": true, "disable_any_whitespace": true}}`,
-			want{400, "structured_outputs.disable_any_whitespace", "unsupported_parameter", nil}},
+			want{200, "", "", nil}},
 		{"disable_additional_properties", "/v1/completions", `{` + p + `"structured_outputs": {"json_object": true, "disable_additional_properties": true}}`,
 			want{400, "structured_outputs.disable_additional_properties", "unsupported_parameter", nil}},
 		{"guided_whitespace_pattern", "/v1/completions", `{` + p + `"guided_json": {"type": "object"}, "guided_whitespace_pattern": "[ ]?"}`,
