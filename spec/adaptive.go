@@ -25,9 +25,10 @@ type PassCost interface {
 // to maximise the expected tokens per second. It learns online, from the request
 // itself: the acceptance rate of each draft position, per drafter (a position counts
 // only when every position before it was accepted), the verification time as a
-// function of the tokens verified, each drafter's cost per drafted token, and how deep
-// and how large its drafts turn out for each k asked (see shape). Older observations
-// fade, so the choice follows the text as it changes.
+// function of the tokens verified, each drafter's cost per drafted token, how deep
+// and how large its drafts turn out for each k asked (see shape), and how often it
+// proposes anything at all (see drafterStats.spoke). Older observations fade, so the
+// choice follows the text as it changes.
 //
 // Times are kept in the units of a machine of constant speed: on a shared machine
 // everything runs tens of per cent faster or slower from one second to the next, and
@@ -61,6 +62,14 @@ type drafterStats struct {
 	shape            []shape   // by tokens asked for, 1 … maxK (index k−1)
 	cost             curve     // normalised drafting seconds by tokens asked for, 1 … maxK
 	behind           int       // tokens of history it has not seen yet
+	// spoke is the share of the steps it was asked in that its draft was not empty.
+	// A step whose draft came back empty (prompt lookup that finds no match, forced
+	// tokens where the constraint forces none) is a plain step: it verified one row
+	// and says nothing of how drafts of k are accepted. The acceptance counts and
+	// shapes are those of non-empty drafts, and a step is priced as either kind in
+	// proportion: a drafter that is usually silent but free and right when it speaks
+	// is worth asking.
+	spoke bucket
 }
 
 // shape is what a drafter's non-empty drafts for some k were: how many positions deep
@@ -154,10 +163,30 @@ func (s *drafterStats) expected(depth float64) float64 {
 	return e
 }
 
+// speaks is the estimated probability that drafter s proposes a non-empty draft: as
+// learned, or 1 before any evidence (a drafter is taken to propose).
+func (s *drafterStats) speaks() float64 {
+	if s.spoke.weight == 0 {
+		return 1
+	}
+	return s.spoke.mean
+}
+
+// priced is what a step asking drafter s for k tokens is expected to yield, in tokens,
+// and to cost the target, given pass, the cost of a pass verifying m tokens: a
+// non-empty draft's, or a plain step's when the draft comes back empty, in
+// proportion (see drafterStats.spoke). For a drafter that always proposes it is its
+// drafts' alone. The drafting time, paid either way, is the caller's to add.
+func (s *drafterStats) priced(k int, pass func(m float64) float64) (tokens, cost float64) {
+	depth, nodes := s.produces(k)
+	p := s.speaks()
+	return p*s.expected(depth) + (1 - p), p*pass(nodes+1) + (1-p)*pass(1)
+}
+
 // rate is the expected tokens per second of asking drafter s for k tokens.
 func (c *controller) rate(s *drafterStats, k int) float64 {
-	depth, nodes := s.produces(k)
-	return s.expected(depth) / (c.verify.timeAt(nodes+1) + s.draftTime(k))
+	tokens, verify := s.priced(k, c.verify.timeAt)
+	return tokens / (verify + s.draftTime(k))
 }
 
 // deeper is the exploration's k after best for drafter s: the smallest larger k
@@ -225,9 +254,13 @@ func (c *controller) worth(s *drafterStats, k int) float64 {
 	if k == 0 {
 		return 1 - rate*c.load.Marginal(1).Seconds()
 	}
-	depth, nodes := s.produces(k)
-	cost := c.load.Marginal(nodes+1).Seconds() + s.draftTime(k)*c.speed
-	return s.expected(depth) - rate*cost
+	tokens, pass := s.priced(k, c.marginal)
+	return tokens - rate*(pass+s.draftTime(k)*c.speed)
+}
+
+// marginal is, in seconds, the time m tokens of this request add to a shared pass.
+func (c *controller) marginal(m float64) float64 {
+	return c.load.Marginal(m).Seconds()
 }
 
 // value is what choose maximises: worth under load, the rate otherwise.
@@ -359,6 +392,7 @@ func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur t
 		s.cost.add(k, draftCost(draftDur.Seconds()/c.speed, k, s.behind))
 	}
 	s.behind = 0
+	s.spoke.track(b2f(depth > 0))
 	if depth > 0 && k <= len(s.shape) {
 		sh := &s.shape[k-1]
 		sh.depth.track(float64(depth))
@@ -374,16 +408,19 @@ func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur t
 			s.accepted[i]++
 		}
 	}
-	// An empty draft is a miss at position 0.
-	if depth == 0 {
-		s.judged[0] = s.judged[0]*fade + 1
-		s.accepted[0] *= fade
-	}
 	if probing && accepted > 0 {
 		// A probe was rewarded: probe again soon, so that a drafter coming back
 		// after a bad stretch is not kept waiting by what it did then.
 		c.explore = min(c.explore, c.steps+2)
 	}
+}
+
+// b2f is 1 for true, 0 for false.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // idle fades what the drafter's acceptance was when it is not asked: the text moves

@@ -538,3 +538,37 @@ func TestControllerWithLookupHits(t *testing.T) {
 	t.Logf("adaptive %.4f tokens/ms, best fixed %.4f (K=%d)", got, best, bestK)
 	assert.GreaterOrEqual(t, got, 0.95*best, "within 5%% of the best fixed K")
 }
+
+// TestControllerAsksASilentDrafter: a drafter that proposes only now and then — forced
+// tokens where the constraint forces one, here a correct token every third step — but
+// is free and always right when it speaks. A step it is silent in is a plain step, so
+// asking it is never worse than a plain step and often better: the controller must
+// keep asking it, and get within 5 % of always asking it. Counting its silences as
+// misses and pricing them as drafts, it looked worse than plain steps and was dropped.
+func TestControllerAsksASilentDrafter(t *testing.T) {
+	verify := func(m int) float64 { return 3 + 1.2*float64(m-1) }
+	for run := range 4 {
+		c := newController(8, 1)
+		rng := rand.New(rand.NewPCG(17, uint64(run)))
+		var tokens, elapsed, asked float64
+		for step := range 600 {
+			_, k := c.choose(8)
+			depth := 0
+			if k > 0 && step%3 == 0 {
+				depth = 1
+			}
+			vt, dt := verify(depth+1)*(1+0.05*rng.NormFloat64()), 0.002
+			c.observe(0, k, depth, depth, depth+1, ms(dt), ms(vt))
+			c.grow(depth + 1)
+			if step >= 100 {
+				tokens += float64(depth + 1)
+				elapsed += vt + dt
+				asked += b2f(k > 0)
+			}
+		}
+		always := (1 + 1.0/3) / (3 + 1.2/3 + 0.002)
+		t.Logf("run %d: asked in %.0f%% of the steps, %.3f of always asking", run, asked/5, tokens/elapsed/always)
+		assert.GreaterOrEqual(t, asked/500, 0.9, "asks the drafter in at least 90 %% of the steps")
+		assert.GreaterOrEqual(t, tokens/elapsed, 0.95*always, "within 5 %% of always asking")
+	}
+}
