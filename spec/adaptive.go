@@ -163,13 +163,14 @@ func (s *drafterStats) expected(depth float64) float64 {
 	return e
 }
 
-// speaks is the estimated probability that drafter s proposes a non-empty draft: as
-// learned, or 1 before any evidence (a drafter is taken to propose).
+// speaks is the estimated probability that drafter s proposes a non-empty draft: its
+// share as learned, with the prior that it proposes worth priorCount observations (1
+// before any evidence, and exactly 1 for a drafter that always proposes). The prior
+// keeps a drafter that has not spoken for a while from being priced as one that never
+// does: when it is free to ask, a silent step costs what a plain step does, and the
+// chance that it speaks keeps it asked (forced tokens come back with the next key).
 func (s *drafterStats) speaks() float64 {
-	if s.spoke.weight == 0 {
-		return 1
-	}
-	return s.spoke.mean
+	return (s.spoke.mean*s.spoke.weight + priorCount) / (s.spoke.weight + priorCount)
 }
 
 // priced is what a step asking drafter s for k tokens is expected to yield, in tokens,

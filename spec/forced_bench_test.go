@@ -113,3 +113,68 @@ func BenchmarkForced(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkForcedAlone measures the forced tokens drafted alone — no draft model — on
+// the demo target or the model in $SPECULA_BENCH_MODEL (a real-scale file with its own
+// tokenizer, say), under the schema of many keys: constrained plain decoding against
+// draft.Forced, without and with forced runs, at a fixed K of 6 and under the adaptive
+// K (at most 8), greedy, 96 tokens each. On a file of random weights greedy output is
+// nonsense, but the constraint still forces the keys.
+//
+//	SPECULA_BENCH_MODEL=/tmp/q05.gguf go test ./spec -run XXX -bench ForcedAlone -benchtime 3x
+func BenchmarkForcedAlone(b *testing.B) {
+	tm, path, _ := benchModel(b)
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	schema, err := grammar.ParseJSONSchema([]byte(forcedSchema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := grammar.NewMatcher(schema, grammar.TokenizerVocab(tok))
+	tgt, err := target.NewLocal(tm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	configs := []struct {
+		name string
+		d    draft.Drafter
+		opts spec.Options
+	}{
+		{"plain", nil, spec.Options{}},
+		{"forced K=6", draft.Forced{}, spec.Options{K: 6}},
+		{"forced adaptive", draft.Forced{}, spec.Options{K: 8, Adaptive: true}},
+		{"runs K=6", draft.Forced{Text: draft.TextOf(tok)}, spec.Options{K: 6}},
+		{"runs adaptive", draft.Forced{Text: draft.TextOf(tok)}, spec.Options{K: 8, Adaptive: true}},
+	}
+	decoders := make([]*spec.Decoder, len(configs))
+	for i, c := range configs {
+		c.opts.PaddedVocab = true
+		if decoders[i], err = spec.New(tgt, c.d, c.opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	req := spec.Request{Prompt: tok.Encode(jsonPrompt, tok.DefaultOptions()), MaxTokens: 96, StopTokens: tok.EOS(), Constraint: m}
+	speeds := make([][]float64, len(configs))
+	aggs := make([]spec.Aggregate, len(configs))
+	for range b.N {
+		for j, dec := range decoders {
+			res, err := dec.Generate(context.Background(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			speeds[j] = append(speeds[j], res.Stats.TokensPerSecond())
+			aggs[j].Add(res.Stats)
+		}
+	}
+	for j, c := range configs {
+		r := make([]float64, len(speeds[j]))
+		for i := range r {
+			r[i] = speeds[j][i] / speeds[0][i]
+		}
+		t := aggs[j].Total
+		b.Logf("%-16s %7.1f tokens/s  ×%.2f  acceptance %.2f  target passes %.1f  tokens %.1f  steps by K %v",
+			c.name, median(speeds[j]), median(r), t.AcceptanceRate(), float64(t.Steps)/float64(len(r)), float64(t.GeneratedTokens)/float64(len(r)), t.StepsByK)
+	}
+}
