@@ -362,7 +362,8 @@ func draftCost(d float64, k, behind int) float64 {
 
 // observe records a step: drafter d asked for k tokens took draftDur and proposed a
 // draft of the given depth, the target verified m tokens in verifyDur, and accepted of
-// the depth positions were kept.
+// the depth positions were kept. A draft of depth 0 (empty, or emptied by the
+// constraint) counts only towards the drafter's silences and its drafting cost.
 func (c *controller) observe(d, k, depth, accepted, m int, draftDur, verifyDur time.Duration) {
 	// A request's first step pays for its warm-up (buffers sized for its rows, its
 	// first key/value pages, caches cold after the prefill): its times say little of

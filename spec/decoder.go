@@ -46,7 +46,9 @@ type Options struct {
 	// included) and which drafter to ask, to maximise the expected tokens per second.
 	// It learns acceptance by draft position, drafting cost and verification cost
 	// online, from the requests themselves, and carries what it learned from one
-	// request to the next.
+	// request to the next. A step whose draft comes back empty (a lookup with no
+	// match, [draft.Forced] where the constraint forces nothing) is priced as the
+	// plain step it is, so a drafter that is often silent but free is still asked.
 	Adaptive bool
 	// MinK, with Adaptive, is the fewest tokens a step that drafts asks for
 	// (llama-server's --draft-min); a step may still draft nothing. It must not
