@@ -151,7 +151,7 @@ func (c *schemaCompiler) object(s *ordered, path string, d int) (string, error) 
 		return c.ref(ref, path, d)
 	}
 	if v, ok := s.get("const"); ok {
-		return gbnfQuote(canonical(v)), nil
+		return Quote(canonical(v)), nil
 	}
 	if v, ok := s.get("enum"); ok {
 		list, ok := v.([]any)
@@ -160,7 +160,7 @@ func (c *schemaCompiler) object(s *ordered, path string, d int) (string, error) 
 		}
 		alts := make([]string, len(list))
 		for i, e := range list {
-			alts[i] = gbnfQuote(canonical(e))
+			alts[i] = Quote(canonical(e))
 		}
 		return "(" + strings.Join(alts, " | ") + ")", nil
 	}
@@ -320,7 +320,7 @@ func (c *schemaCompiler) objectType(s *ordered, path string, d int) (string, err
 			if err != nil {
 				return "", err
 			}
-			props = append(props, prop{gbnfQuote(canonical(k)) + ` pre ":" colon ` + body, required[k]})
+			props = append(props, prop{Quote(canonical(k)) + ` pre ":" colon ` + body, required[k]})
 			declared[k] = true
 		}
 	}
@@ -330,7 +330,7 @@ func (c *schemaCompiler) objectType(s *ordered, path string, d int) (string, err
 		list, _ := v.([]any)
 		for _, e := range list {
 			if name, ok := e.(string); ok && !declared[name] {
-				props = append(props, prop{gbnfQuote(canonical(name)) + ` pre ":" colon ` + c.anyValue(c.opts.inner(d)), true})
+				props = append(props, prop{Quote(canonical(name)) + ` pre ":" colon ` + c.anyValue(c.opts.inner(d)), true})
 				declared[name] = true
 			}
 		}

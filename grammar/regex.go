@@ -136,10 +136,10 @@ func (w regexWriter) write(re *syntax.Regexp) error {
 func (w regexWriter) literal(r rune) {
 	if w.json {
 		enc := jsonEscape(string(r))
-		w.b.WriteString(gbnfQuote(enc))
+		w.b.WriteString(Quote(enc))
 		return
 	}
-	w.b.WriteString(gbnfQuote(string(r)))
+	w.b.WriteString(Quote(string(r)))
 }
 
 // class writes a character class of rune pairs (lo, hi, lo, hi, …); fold adds the
@@ -172,8 +172,10 @@ func intersect(a, b []runeRange) []runeRange {
 	return complement(append(complement(a), complement(b)...))
 }
 
-// gbnfQuote writes s as a GBNF literal.
-func gbnfQuote(s string) string {
+// Quote writes s as a GBNF literal that matches exactly s: quote and backslash
+// escaped, control characters as \xXX (what a grammar built around text a caller
+// gives — a list of choices, say — needs).
+func Quote(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for _, r := range s {

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"unicode"
 
 	"github.com/specula/specula"
 	"github.com/specula/specula/grammar"
@@ -323,37 +322,9 @@ func choiceGrammar(choices []string, param string) (string, *apiError) {
 		if i > 0 {
 			b.WriteString(" | ")
 		}
-		b.WriteString(gbnfLiteral(c))
+		b.WriteString(grammar.Quote(c))
 	}
 	return b.String(), nil
-}
-
-// gbnfLiteral quotes s as a GBNF literal: quote and backslash escaped, control and
-// non-printing characters as \uXXXX or \UXXXXXXXX.
-func gbnfLiteral(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case unicode.IsPrint(r) || r == ' ':
-			b.WriteRune(r)
-		case r <= 0xFFFF:
-			fmt.Fprintf(&b, `\u%04X`, r)
-		default:
-			fmt.Fprintf(&b, `\U%08X`, r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 // checkEndpoint refuses a field of the other endpoint — prompt or echo in a chat

@@ -217,7 +217,7 @@ func TestChoiceGrammar(t *testing.T) {
 	}{
 		{[]string{"a", "b"}, `root ::= "a" | "b"`},
 		{[]string{"", " x"}, `root ::= "" | " x"`},
-		{[]string{"q\"\\\n\t\x01é😀"}, `root ::= "q\"\\\n\t\u0001é😀"`},
+		{[]string{"q\"\\\n\t\x01é😀"}, `root ::= "q\"\\\x0A\x09\x01é😀"`},
 	} {
 		g, e := choiceGrammar(c.choices, "guided_choice")
 		if e != nil || g != c.want {
