@@ -7,17 +7,17 @@ package hfquant
 // group is not symmetric, [⌈out/p⌉, groups] packed along the output rows, offset as
 // the codes; weight_g_idx [in], when present (actorder), the group of each input.
 // W[o][i] = (q[o][i] − zp[o][g]) · s[o][g], g = g_idx[i] or i/g.
-func (s *Scheme) compressed(r *reader) Matrix {
+func (s *Scheme) compressed(r *reader) intLayer {
 	module := r.prefix
 	grp, ok := s.group(module)
 	if !ok {
 		r.failf(".weight_packed", "no config_groups entry targets module %q", module)
-		return Matrix{}
+		return intLayer{}
 	}
 	per, offset := 32/grp.Bits, int32(1)<<(grp.Bits-1)
 	out, in := r.ctShape()
 	if r.err != nil {
-		return Matrix{}
+		return intLayer{}
 	}
 	qw := r.tensor(".weight_packed", 2, "I32")
 	r.shape(qw, ".weight_packed", out, (in+per-1)/per)
@@ -28,23 +28,23 @@ func (s *Scheme) compressed(r *reader) Matrix {
 	gidx := r.ctGroups(in, g, ng)
 	scales := r.floats(sc, ".weight_scale")
 	if r.err != nil {
-		return Matrix{}
+		return intLayer{}
 	}
 	zeros := make([]int32, out*ng)
 	if !grp.Symmetric {
 		zeros = r.ctZeros(grp.Bits, out, ng, offset)
 	}
 	if r.err != nil {
-		return Matrix{}
+		return intLayer{}
 	}
-	q, w, wc := words(qw), make([]float32, out*in), (in+per-1)/per
+	l := intLayer{rows: out, cols: in, groups: ng, scales: scales, gidx: gidx, codes: make([]int32, out*in)}
+	q, wc := words(qw), (in+per-1)/per
 	for o := range out {
 		for i := range in {
-			k := o*ng + int(gidx[i])
-			w[o*in+i] = float32(code(q[o*wc+i/per], grp.Bits, i%per)-offset-zeros[k]) * scales[k]
+			l.codes[o*in+i] = code(q[o*wc+i/per], grp.Bits, i%per) - offset - zeros[o*ng+int(gidx[i])]
 		}
 	}
-	return Matrix{Rows: out, Cols: in, Data: w}
+	return l
 }
 
 // ctShape reads weight_shape.
@@ -74,11 +74,7 @@ func (r *reader) ctGroups(in, g, ng int) []int64 {
 		}
 		return r.checkGroups(ints(t), ng, ".weight_g_idx")
 	}
-	out := make([]int64, in)
-	for i := range out {
-		out[i] = int64(i / g)
-	}
-	return out
+	return runGroups(in, g)
 }
 
 // ctZeros reads weight_zero_point, packed along the output rows, as signed values.

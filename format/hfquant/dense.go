@@ -48,25 +48,42 @@ func (s *Scheme) Quantized(src Source, prefix string) bool {
 // are prefix.qweight, prefix.scales, … as the scheme stores them. Errors name the
 // file, the tensor and the configuration key at fault.
 func (s *Scheme) Dense(src Source, prefix string) (Matrix, error) {
+	if s.Method == FP8 {
+		r := &reader{src: src, prefix: prefix}
+		m := s.fp8(r)
+		if r.err != nil {
+			return Matrix{}, r.err
+		}
+		m.Stored = r.stored
+		return m, nil
+	}
+	l, err := s.integer(src, prefix)
+	if err != nil {
+		return Matrix{}, err
+	}
+	return l.dense(), nil
+}
+
+// integer reads an integer-coded layer (GPTQ, AWQ, compressed-tensors) as its codes
+// minus zero points and its scales.
+func (s *Scheme) integer(src Source, prefix string) (intLayer, error) {
 	r := &reader{src: src, prefix: prefix}
-	var m Matrix
+	var l intLayer
 	switch s.Method {
 	case GPTQ:
-		m = s.gptq(r)
+		l = s.gptq(r)
 	case AWQ:
-		m = s.awq(r)
+		l = s.awq(r)
 	case CompressedTensors:
-		m = s.compressed(r)
-	case FP8:
-		m = s.fp8(r)
+		l = s.compressed(r)
 	default:
-		return Matrix{}, fmt.Errorf("hfquant: %s: quant_method %q is not supported", prefix, s.Method)
+		return intLayer{}, fmt.Errorf("hfquant: %s: quant_method %q is not supported", prefix, s.Method)
 	}
 	if r.err != nil {
-		return Matrix{}, r.err
+		return intLayer{}, r.err
 	}
-	m.Stored = r.stored
-	return m, nil
+	l.stored = r.stored
+	return l, nil
 }
 
 // reader reads the tensors of one layer, keeping the first error.

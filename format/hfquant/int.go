@@ -8,11 +8,11 @@ package hfquant
 // checkpoint format stores z − 1: z = stored + 1, without wrapping (as vLLM's
 // kernels read it; AutoGPTQ masks the sum to the code width, which differs only
 // for a stored 2^bits − 1, which its packer cannot write correctly).
-func (s *Scheme) gptq(r *reader) Matrix {
+func (s *Scheme) gptq(r *reader) intLayer {
 	per := 32 / s.Bits
 	qw := r.tensor(".qweight", 2, "I32")
 	if r.err != nil {
-		return Matrix{}
+		return intLayer{}
 	}
 	in, out := int(qw.Shape[0])*per, int(qw.Shape[1])
 	if out%per != 0 {
@@ -26,7 +26,7 @@ func (s *Scheme) gptq(r *reader) Matrix {
 	gidx := s.gptqGroups(r, in, ng)
 	scales := r.floats(sc, ".scales")
 	if r.err != nil {
-		return Matrix{}
+		return intLayer{}
 	}
 	zeros := unpackCols(words(qz), s.Bits, ng, out)
 	if s.ZeroMinusOne {
@@ -35,29 +35,25 @@ func (s *Scheme) gptq(r *reader) Matrix {
 		}
 	}
 	// Scales and zeros by output, then group: the groups of one output lie together.
-	zeros, scales = transpose(zeros, ng, out), transpose(scales, ng, out)
-	q, w := words(qw), make([]float32, out*in)
+	l := intLayer{rows: out, cols: in, groups: ng, scales: transpose(scales, ng, out), gidx: gidx}
+	zeros, q := transpose(zeros, ng, out), words(qw)
+	l.codes = make([]int32, out*in)
 	for r := range in / per { // a word holds per consecutive inputs of one output
 		for o := range out {
-			word, dst := q[r*out+o], w[o*in+r*per:o*in+r*per+per]
+			word, dst := q[r*out+o], l.codes[o*in+r*per:o*in+r*per+per]
 			for j := range dst {
-				k := o*ng + int(gidx[r*per+j])
-				dst[j] = float32(code(word, s.Bits, j)-zeros[k]) * scales[k]
+				dst[j] = code(word, s.Bits, j) - zeros[o*ng+int(gidx[r*per+j])]
 			}
 		}
 	}
-	return Matrix{Rows: out, Cols: in, Data: w}
+	return l
 }
 
 // gptqGroups returns the group of every input: g_idx, checked, under act-order;
 // i / group_size otherwise.
 func (s *Scheme) gptqGroups(r *reader, in, ng int) []int64 {
 	if !s.ActOrder {
-		out := make([]int64, in)
-		for i := range out {
-			out[i] = int64(i * ng / in)
-		}
-		return out
+		return runGroups(in, in/max(ng, 1))
 	}
 	t := r.tensor(".g_idx", 1, "I32", "I64")
 	if !r.shape(t, ".g_idx", in) {
@@ -129,10 +125,10 @@ func awqReverse(k int) int { return [8]int{0, 4, 1, 5, 2, 6, 3, 7}[k] }
 // 8c … 8c+7 of input row i in word [i][c], column 8c + k in slot [0 4 1 5 2 6 3 7][k]
 // (AWQ_ORDER [0 2 4 6 1 3 5 7] packed); qzeros [in/g, out/8] in the same order;
 // scales [in/g, out]. W[o][i] = (q[i][o] − z[i/g][o]) · s[i/g][o].
-func (s *Scheme) awq(r *reader) Matrix {
+func (s *Scheme) awq(r *reader) intLayer {
 	qw := r.tensor(".qweight", 2, "I32")
 	if r.err != nil {
-		return Matrix{}
+		return intLayer{}
 	}
 	in, out := int(qw.Shape[0]), int(qw.Shape[1])*8
 	g := cmpOr(s.GroupSize, in)
@@ -143,18 +139,19 @@ func (s *Scheme) awq(r *reader) Matrix {
 	r.shape(sc, ".scales", ng, out)
 	scales := r.floats(sc, ".scales")
 	if r.err != nil {
-		return Matrix{}
+		return intLayer{}
 	}
-	q, z, w := words(qw), words(qz), make([]float32, out*in)
-	wc := out / 8
+	l := intLayer{rows: out, cols: in, groups: ng, scales: transpose(scales, ng, out), gidx: runGroups(in, g)}
+	q, z, wc := words(qw), words(qz), out/8
+	l.codes = make([]int32, out*in)
 	for c := range wc { // a word holds 8 outputs of one input: fill 8 rows along the inputs
 		for i := range in {
-			word, zw, gi := q[i*wc+c], z[(i/g)*wc+c], i/g
+			word, zw := q[i*wc+c], z[(i/g)*wc+c]
 			for k := range 8 {
-				o, slot := 8*c+k, awqReverse(k)
-				w[o*in+i] = float32(code(word, 4, slot)-code(zw, 4, slot)) * scales[gi*out+o]
+				slot := awqReverse(k)
+				l.codes[(8*c+k)*in+i] = code(word, 4, slot) - code(zw, 4, slot)
 			}
 		}
 	}
-	return Matrix{Rows: out, Cols: in, Data: w}
+	return l
 }

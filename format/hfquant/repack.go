@@ -1,0 +1,156 @@
+package hfquant
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/specula/specula/format/dtype"
+)
+
+// intLayer is an integer-coded layer as the formats define its value: W[o][i] =
+// codes[o][i] · scales[o][gidx[i]], where a code is the stored integer minus its zero
+// point (and, for compressed-tensors, minus its offset 2^(bits−1)).
+type intLayer struct {
+	rows, cols, groups int
+	codes              []int32   // rows × cols, q − z
+	scales             []float32 // rows × groups
+	gidx               []int64   // the group of each input
+	stored             int64     // bytes of the stored tensors
+}
+
+// runGroups returns the groups of n inputs in runs of g: input i is in group i/g.
+func runGroups(n, g int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i / g)
+	}
+	return out
+}
+
+// dense returns the layer's values, each the float32 product of its code and its
+// scale: exact for float16 and bfloat16 scales (a code has at most 9 significant bits).
+func (l intLayer) dense() Matrix {
+	w := make([]float32, len(l.codes))
+	for o := range l.rows {
+		for i := range l.cols {
+			w[o*l.cols+i] = float32(l.codes[o*l.cols+i]) * l.scales[o*l.groups+int(l.gidx[i])]
+		}
+	}
+	return Matrix{Rows: l.rows, Cols: l.cols, Data: w, Stored: l.stored}
+}
+
+// Packed returns the linear layer prefix as llama.cpp's Q4_0 or Q8_0 blocks (rows ×
+// cols values, row-major, 32 values a block), when one of them holds it exactly, so
+// that it runs on the integer kernels; ok is false when neither does (the caller
+// falls back to Dense), and for FP8, whose e4m3 values share no integer grid.
+//
+// The repacking is exact because both sides compute the same product: a block's value
+// is float32(c) · d with c an integer (Q8_0: the int8 code; Q4_0: the nibble minus 8)
+// and d a float16 scale, and the format's value is float32(q − z) · s. So the layer
+// fits when every run of 32 consecutive inputs of a row lies in one group (no
+// act-order permutation, or a g_idx constant on each run: group sizes that are
+// multiples of 32, or one group per row), each scale s converts to float16 and back
+// unchanged (d = s), and every q − z fits the block's codes: [−8, 7] for Q4_0 (GPTQ and
+// compressed-tensors symmetric 4-bit, whose zero is 8), else [−128, 127] for Q8_0
+// (8-bit symmetric, and asymmetric 4-bit such as AWQ, whose q − z lies in [−15, 15]).
+// Then dtype.Dequantize of the bytes equals Dense's values bit for bit; the kernels
+// still round activations to 8 bits.
+func (s *Scheme) Packed(src Source, prefix string) (t dtype.DType, data []byte, rows, cols int, ok bool, err error) {
+	if s.Method == FP8 {
+		return 0, nil, 0, 0, false, nil
+	}
+	l, err := s.integer(src, prefix)
+	if err != nil {
+		return 0, nil, 0, 0, false, err
+	}
+	t, data, ok = l.pack()
+	return t, data, l.rows, l.cols, ok, nil
+}
+
+// pack encodes the layer as Q4_0, else Q8_0, when exact (see Packed).
+func (l intLayer) pack() (dtype.DType, []byte, bool) {
+	blockGroups, ok := l.blockGroups()
+	if !ok {
+		return 0, nil, false
+	}
+	half, ok := l.halfScales()
+	if !ok {
+		return 0, nil, false
+	}
+	lo, hi := l.codeRange()
+	switch {
+	case lo >= -8 && hi <= 7:
+		return dtype.Q4_0, l.encode(blockGroups, half, 18, putQ4), true
+	case lo >= -128 && hi <= 127:
+		return dtype.Q8_0, l.encode(blockGroups, half, 34, putQ8), true
+	}
+	return 0, nil, false
+}
+
+// blockGroups returns the group of each run of 32 inputs, when the inputs of every
+// run lie in one group.
+func (l intLayer) blockGroups() ([]int64, bool) {
+	if l.cols%32 != 0 {
+		return nil, false
+	}
+	out := make([]int64, l.cols/32)
+	for b := range out {
+		out[b] = l.gidx[32*b]
+		for _, g := range l.gidx[32*b : 32*b+32] {
+			if g != out[b] {
+				return nil, false
+			}
+		}
+	}
+	return out, true
+}
+
+// halfScales returns the scales as float16 bits, when each converts back to itself.
+func (l intLayer) halfScales() ([]uint16, bool) {
+	out := make([]uint16, len(l.scales))
+	for i, s := range l.scales {
+		out[i] = dtype.F32ToF16(s)
+		if math.Float32bits(dtype.F16ToF32(out[i])) != math.Float32bits(s) || s != s {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// codeRange returns the smallest and largest code.
+func (l intLayer) codeRange() (lo, hi int32) {
+	lo, hi = math.MaxInt32, math.MinInt32
+	for _, c := range l.codes {
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	return lo, hi
+}
+
+// encode writes the layer's blocks of size bytes each, the scale then put's codes.
+func (l intLayer) encode(blockGroups []int64, half []uint16, size int, put func(dst []byte, c []int32)) []byte {
+	nb := l.cols / 32
+	out := make([]byte, l.rows*nb*size)
+	for o := range l.rows {
+		for b, g := range blockGroups {
+			blk := out[(o*nb+b)*size : (o*nb+b+1)*size]
+			binary.LittleEndian.PutUint16(blk, half[o*l.groups+int(g)])
+			put(blk[2:], l.codes[o*l.cols+32*b:o*l.cols+32*b+32])
+		}
+	}
+	return out
+}
+
+// putQ8 writes 32 codes as int8.
+func putQ8(dst []byte, c []int32) {
+	for j, v := range c {
+		dst[j] = byte(int8(v))
+	}
+}
+
+// putQ4 writes 32 codes in [−8, 7] as nibbles c + 8: code j low in byte j, code 16 + j
+// high.
+func putQ4(dst []byte, c []int32) {
+	for j := range 16 {
+		dst[j] = byte(c[j]+8) | byte(c[16+j]+8)<<4
+	}
+}
