@@ -55,16 +55,31 @@ func (l intLayer) dense() Matrix {
 // (8-bit symmetric, and asymmetric 4-bit such as AWQ, whose q − z lies in [−15, 15]).
 // Then dtype.Dequantize of the bytes equals Dense's values bit for bit; the kernels
 // still round activations to 8 bits.
-func (s *Scheme) Packed(src Source, prefix string) (t dtype.DType, data []byte, rows, cols int, ok bool, err error) {
+func (s *Scheme) Packed(src Source, prefix string) (Packing, bool, error) {
 	if s.Method == FP8 {
-		return 0, nil, 0, 0, false, nil
+		return Packing{}, false, nil
 	}
 	l, err := s.integer(src, prefix)
 	if err != nil {
-		return 0, nil, 0, 0, false, err
+		return Packing{}, false, err
 	}
-	t, data, ok = l.pack()
-	return t, data, l.rows, l.cols, ok, nil
+	t, data, ok := l.pack()
+	if !ok {
+		return Packing{}, false, nil
+	}
+	return Packing{Type: t, Data: data, Rows: l.rows, Cols: l.cols, Stored: l.stored}, true, nil
+}
+
+// Packing is a layer repacked by [Scheme.Packed]: Rows × Cols values as Type's
+// blocks, row-major, whose values are exactly the layer's dense values.
+type Packing struct {
+	// Type is dtype.Q4_0 or dtype.Q8_0.
+	Type dtype.DType
+	// Data is the blocks, Cols/32 a row, in llama.cpp's layout (dtype.Dequantize's).
+	Data       []byte
+	Rows, Cols int
+	// Stored is the bytes of the stored tensors it was made from.
+	Stored int64
 }
 
 // pack encodes the layer as Q4_0, else Q8_0, when exact (see Packed).

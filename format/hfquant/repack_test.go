@@ -18,11 +18,12 @@ import (
 // values equal Dense's bit for bit. It returns the type (0: not packed).
 func checkPacked(t *testing.T, s *Scheme, src Source, prefix string) dtype.DType {
 	t.Helper()
-	typ, data, rows, cols, ok, err := s.Packed(src, prefix)
+	p, ok, err := s.Packed(src, prefix)
 	require.NoError(t, err)
 	if !ok {
 		return 0
 	}
+	typ, data, rows, cols := p.Type, p.Data, p.Rows, p.Cols
 	m, err := s.Dense(src, prefix)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{m.Rows, m.Cols}, [2]int{rows, cols})

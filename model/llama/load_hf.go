@@ -200,7 +200,7 @@ func (h hfConfig) longRope(c *Config, rs hfRopeScaling) error {
 }
 
 // hfSource is a Hugging Face directory's tensors; a quantized linear layer's weight
-// (scheme q) is served as its dense F32 matrix.
+// (scheme q) is served as its exact Q4_0 or Q8_0 repacking, else its dense F32 matrix.
 type hfSource struct {
 	s *safetensors.Set
 	q *hfquant.Scheme // nil: not quantized
@@ -222,21 +222,33 @@ func (h hfSource) lookupChecked(name string) (found, error) {
 		return found{t: t.DType, shape: t.Shape, data: t.Data, ok: true, stored: int64(len(t.Data))}, nil
 	}
 	if prefix, cut := strings.CutSuffix(name, ".weight"); cut && h.q != nil && h.q.Quantized(h.s, prefix) {
-		m, err := h.q.Dense(h.s, prefix)
-		if err != nil {
-			return found{}, err
-		}
-		data, err := dtype.Encode(dtype.F32, m.Data)
-		if err != nil {
-			return found{}, err
-		}
-		return found{t: dtype.F32, shape: []int64{int64(m.Rows), int64(m.Cols)}, data: data, ok: true,
-			computed: true, stored: m.Stored}, nil
+		return h.quantized(prefix)
 	}
 	if !ok {
 		return found{}, nil
 	}
 	return found{t: dtype.DType(1 << 30), shape: t.Shape, data: t.Data, ok: true, stored: int64(len(t.Data))}, nil // NewMatrix reports the type
+}
+
+// quantized returns a quantized layer's weight: its Q4_0 or Q8_0 repacking where that
+// is exact (hfquant.Scheme.Packed), for the integer kernels, else its dense F32 matrix.
+func (h hfSource) quantized(prefix string) (found, error) {
+	p, ok, err := h.q.Packed(h.s, prefix)
+	if err != nil {
+		return found{}, err
+	}
+	if !ok {
+		m, err := h.q.Dense(h.s, prefix)
+		if err != nil {
+			return found{}, err
+		}
+		if p.Data, err = dtype.Encode(dtype.F32, m.Data); err != nil {
+			return found{}, err
+		}
+		p = hfquant.Packing{Type: dtype.F32, Data: p.Data, Rows: m.Rows, Cols: m.Cols, Stored: m.Stored}
+	}
+	return found{t: p.Type, shape: []int64{int64(p.Rows), int64(p.Cols)}, data: p.Data, ok: true,
+		computed: true, stored: p.Stored}, nil
 }
 
 func (h hfSource) mapped() bool { return h.s.Mapped() }
