@@ -4,7 +4,9 @@
 // Qwen3-*-FP8). [ReadConfig] recognises a checkpoint's scheme from config.json's
 // quantization_config (or GPTQ's quantize_config.json); [Scheme.Dense] turns the
 // stored tensors of one linear layer into its dense weight matrix, [out, in], as
-// float32.
+// float32; [Scheme.Packed] repacks an integer-coded layer into llama.cpp's Q4_0 or
+// Q8_0 blocks where those hold its values exactly (same codes, float16 scale per run
+// of 32 inputs), for the integer kernels.
 //
 // The dense values are the formats' reference dequantisation formulas evaluated
 // exactly: an integer code minus its zero point, times a float16 scale, needs at most
