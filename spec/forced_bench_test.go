@@ -84,24 +84,11 @@ func BenchmarkForced(b *testing.B) {
 		}
 		for _, temp := range []float64{0, 0.8} {
 			b.Run(fmt.Sprintf("adaptive=%v/T=%v", adaptive, temp), func(b *testing.B) {
-				speeds := make([][]float64, len(drafters))
-				aggs := make([]spec.Aggregate, len(drafters))
-				for i := range b.N {
-					for j, dec := range decoders {
-						req := spec.Request{Prompt: prompt, MaxTokens: 96, StopTokens: tok.EOS(), Sampling: sampler.Params{Temperature: temp, Seed: uint64(i)}, Constraint: m}
-						res, err := dec.Generate(context.Background(), req)
-						if err != nil {
-							b.Fatal(err)
-						}
-						speeds[j] = append(speeds[j], res.Stats.TokensPerSecond())
-						aggs[j].Add(res.Stats)
-					}
-				}
+				speeds, aggs := measurePaired(b, decoders, func(i int) spec.Request {
+					return spec.Request{Prompt: prompt, MaxTokens: 96, StopTokens: tok.EOS(), Sampling: sampler.Params{Temperature: temp, Seed: uint64(i)}, Constraint: m}
+				})
 				for j, d := range drafters {
-					r := make([]float64, len(speeds[j]))
-					for i := range r {
-						r[i] = speeds[j][i] / speeds[0][i]
-					}
+					r := overFirst(speeds, j)
 					t := aggs[j].Total
 					b.Logf("%-20s %7.1f tokens/s  ×%.2f  acceptance %.2f  mean accepted %.2f  target passes %.1f",
 						d.name, median(speeds[j]), median(r), t.AcceptanceRate(), t.MeanAcceptedLength(), float64(t.Steps)/float64(len(r)))
@@ -156,11 +143,23 @@ func BenchmarkForcedAlone(b *testing.B) {
 		}
 	}
 	req := spec.Request{Prompt: tok.Encode(jsonPrompt, tok.DefaultOptions()), MaxTokens: 96, StopTokens: tok.EOS(), Constraint: m}
-	speeds := make([][]float64, len(configs))
-	aggs := make([]spec.Aggregate, len(configs))
-	for range b.N {
+	speeds, aggs := measurePaired(b, decoders, func(int) spec.Request { return req })
+	for j, c := range configs {
+		r := overFirst(speeds, j)
+		t := aggs[j].Total
+		b.Logf("%-16s %7.1f tokens/s  ×%.2f  acceptance %.2f  target passes %.1f  tokens %.1f  steps by K %v",
+			c.name, median(speeds[j]), median(r), t.AcceptanceRate(), float64(t.Steps)/float64(len(r)), float64(t.GeneratedTokens)/float64(len(r)), t.StepsByK)
+	}
+}
+
+// measurePaired runs every decoder on request req(i) for i < b.N, in turns, and
+// returns each decoder's speeds (tokens/s, run by run) and statistics.
+func measurePaired(b *testing.B, decoders []*spec.Decoder, req func(i int) spec.Request) ([][]float64, []spec.Aggregate) {
+	speeds := make([][]float64, len(decoders))
+	aggs := make([]spec.Aggregate, len(decoders))
+	for i := range b.N {
 		for j, dec := range decoders {
-			res, err := dec.Generate(context.Background(), req)
+			res, err := dec.Generate(context.Background(), req(i))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -168,13 +167,14 @@ func BenchmarkForcedAlone(b *testing.B) {
 			aggs[j].Add(res.Stats)
 		}
 	}
-	for j, c := range configs {
-		r := make([]float64, len(speeds[j]))
-		for i := range r {
-			r[i] = speeds[j][i] / speeds[0][i]
-		}
-		t := aggs[j].Total
-		b.Logf("%-16s %7.1f tokens/s  ×%.2f  acceptance %.2f  target passes %.1f  tokens %.1f  steps by K %v",
-			c.name, median(speeds[j]), median(r), t.AcceptanceRate(), float64(t.Steps)/float64(len(r)), float64(t.GeneratedTokens)/float64(len(r)), t.StepsByK)
+	return speeds, aggs
+}
+
+// overFirst is decoder j's speed over the first decoder's, run by run.
+func overFirst(speeds [][]float64, j int) []float64 {
+	r := make([]float64, len(speeds[j]))
+	for i := range r {
+		r[i] = speeds[j][i] / speeds[0][i]
 	}
+	return r
 }

@@ -31,29 +31,39 @@ const forcedGrammar = `root ::= ([ab] "c" "d" [de]?)+`
 // distribution masked by the grammar and renormalised (chi-square over every
 // sequence of 5 tokens), and the forced tokens are accepted.
 func TestForcedDistribution(t *testing.T) {
-	const draws, length = 20_000, 5
 	chain := newChain(t, markov.Config{Vocab: 6, Order: 1, Seed: 41, Scale: 1.2})
 	g, err := grammar.ParseGBNF(forcedGrammar)
 	require.NoError(t, err)
 	m := grammar.NewMatcher(g, grammar.NewVocab(markovPieces, []int32{5}))
-	prompt := []int32{0, 1}
-	params := sampler.Params{Temperature: 1}
-	want := reference.ContinuationsOf(constrainedLogits(chain, m, len(prompt)), 6, prompt, length, params)
-	cases := []struct {
-		name    string
-		drafter draft.Drafter
-		k       int
-	}{
+	checkForcedDistribution(t, chain, m, 6, []forcedCase{
 		{"alone", draft.Forced{}, 3},
 		{"before a sampling drafter", draft.Forced{Then: newDrafter(t, chain.Perturbed(1.2, 7))}, 4},
 		{"before a tree drafter", draft.Forced{Then: newTreeDrafter(t, chain.Perturbed(1, 9), draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6})}, 6},
 		{"before prompt lookup", draft.Forced{Then: lookup.NGram{Min: 1}}, 4},
-	}
+	})
+}
+
+// forcedCase is a drafter to check under a grammar, and its K.
+type forcedCase struct {
+	name    string
+	drafter draft.Drafter
+	k       int
+}
+
+// checkForcedDistribution checks, for each case, that speculative sampling on chain
+// (a vocabulary of vocab) under m, from the prompt 0 1, draws sequences of 5 tokens
+// distributed as the target masked by m and renormalised (chi-square over 20 000
+// draws), and that drafts are accepted.
+func checkForcedDistribution(t *testing.T, chain *markov.Chain, m *grammar.Matcher, vocab int, cases []forcedCase) {
+	const draws, length = 20_000, 5
+	prompt := []int32{0, 1}
+	params := sampler.Params{Temperature: 1}
+	want := reference.ContinuationsOf(constrainedLogits(chain, m, len(prompt)), vocab, prompt, length, params)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			dec := newDecoder(t, chain, c.drafter, c.k)
-			fit, agg := fitDraws(t, dec, spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params, Constraint: m}, draws, 6, want,
+			fit, agg := fitDraws(t, dec, spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params, Constraint: m}, draws, vocab, want,
 				func(res spec.Result) { require.Len(t, res.Tokens, length) })
 			t.Logf("p=%.3g (chi-square %.1f on %d df), impossible %d, %s", fit.P, fit.Stat, fit.DF, fit.Impossible, agg.String())
 			assert.Zero(t, fit.Impossible, "a sequence the grammar forbids")
@@ -98,35 +108,14 @@ func runText() *draft.ForcedText {
 // distribution (chi-square over every sequence of 5 tokens), alone and in front of
 // a sampling drafter.
 func TestForcedRunDistribution(t *testing.T) {
-	const draws, length = 20_000, 5
 	chain := newChain(t, markov.Config{Vocab: 7, Order: 1, Seed: 43, Scale: 1.2})
 	g, err := grammar.ParseGBNF(runGrammar)
 	require.NoError(t, err)
 	m := grammar.NewMatcher(g, grammar.NewVocab(runPieces, []int32{5}))
-	prompt := []int32{0, 1}
-	params := sampler.Params{Temperature: 1}
-	want := reference.ContinuationsOf(constrainedLogits(chain, m, len(prompt)), 7, prompt, length, params)
-	cases := []struct {
-		name    string
-		drafter draft.Drafter
-		k       int
-	}{
+	checkForcedDistribution(t, chain, m, 7, []forcedCase{
 		{"alone", draft.Forced{Text: runText()}, 3},
 		{"before a sampling drafter", draft.Forced{Then: newDrafter(t, chain.Perturbed(1.2, 7)), Text: runText()}, 4},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			dec := newDecoder(t, chain, c.drafter, c.k)
-			fit, agg := fitDraws(t, dec, spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params, Constraint: m}, draws, 7, want,
-				func(res spec.Result) { require.Len(t, res.Tokens, length) })
-			t.Logf("p=%.3g (chi-square %.1f on %d df), impossible %d, %s", fit.P, fit.Stat, fit.DF, fit.Impossible, agg.String())
-			assert.Zero(t, fit.Impossible, "a sequence the grammar forbids")
-			assert.Greater(t, fit.P, minP)
-			assert.Greater(t, fit.DF, 5, "the test needs several sequences")
-			assert.Positive(t, agg.Total.Accepted, "drafts were accepted")
-		})
-	}
+	})
 }
 
 // forcedSchema is a schema of many keys and enums: most of its output is forced.

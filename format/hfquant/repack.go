@@ -70,10 +70,38 @@ func (s *Scheme) Packed(src Source, prefix string) (Packing, bool, error) {
 	return Packing{Type: t, Data: data, Rows: l.rows, Cols: l.cols, Stored: l.stored}, true, nil
 }
 
-// Packing is a layer repacked by [Scheme.Packed]: Rows × Cols values as Type's
-// blocks, row-major, whose values are exactly the layer's dense values.
+// Load returns the linear layer prefix as a loader takes it in, each layer decoded
+// once: repacked into Q4_0 or Q8_0 where one holds it exactly ([Scheme.Packed]), else
+// its dense float32 values ([Scheme.Dense]) as F32.
+func (s *Scheme) Load(src Source, prefix string) (Packing, error) {
+	var m Matrix
+	if s.Method == FP8 {
+		var err error
+		if m, err = s.Dense(src, prefix); err != nil {
+			return Packing{}, err
+		}
+	} else {
+		l, err := s.integer(src, prefix)
+		if err != nil {
+			return Packing{}, err
+		}
+		if t, data, ok := l.pack(); ok {
+			return Packing{Type: t, Data: data, Rows: l.rows, Cols: l.cols, Stored: l.stored}, nil
+		}
+		m = l.dense()
+	}
+	data, err := dtype.Encode(dtype.F32, m.Data)
+	if err != nil {
+		return Packing{}, err
+	}
+	return Packing{Type: dtype.F32, Data: data, Rows: m.Rows, Cols: m.Cols, Stored: m.Stored}, nil
+}
+
+// Packing is a layer repacked by [Scheme.Packed] (or given by [Scheme.Load]): Rows ×
+// Cols values as Type's blocks, row-major, whose values are exactly the layer's
+// dense values.
 type Packing struct {
-	// Type is dtype.Q4_0 or dtype.Q8_0.
+	// Type is dtype.Q4_0 or dtype.Q8_0 (from Load, also dtype.F32).
 	Type dtype.DType
 	// Data is the blocks, Cols/32 a row, in llama.cpp's layout (dtype.Dequantize's).
 	Data       []byte

@@ -147,13 +147,9 @@ func (r *Runner) LogitsInContext(ctx context.Context, modelPath string, tokens [
 	var in bytes.Buffer
 	_ = binary.Write(&in, binary.LittleEndian, int32(len(tokens)))
 	_ = binary.Write(&in, binary.LittleEndian, tokens)
-	cmd := exec.CommandContext(ctx, r.exe, modelPath, r.lib, fmt.Sprint(threads), fmt.Sprint(max(nCtx, len(tokens))))
-	cmd.Stdin = &in
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := r.run(ctx, &in, modelPath, r.lib, fmt.Sprint(threads), fmt.Sprint(max(nCtx, len(tokens))))
 	if err != nil {
-		return nil, fmt.Errorf("llamacpp: %s: %v: %s", modelPath, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("llamacpp: %s: %w", modelPath, err)
 	}
 	if len(out) < 4 {
 		return nil, fmt.Errorf("llamacpp: %s: no output", modelPath)
@@ -171,6 +167,20 @@ func (r *Runner) LogitsInContext(ctx context.Context, modelPath string, tokens [
 		}
 	}
 	return rows, nil
+}
+
+// run runs the helper program with args, in on its standard input, and returns its
+// standard output; a failure's error carries what it wrote on standard error.
+func (r *Runner) run(ctx context.Context, in *bytes.Buffer, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.exe, args...)
+	cmd.Stdin = in
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
 }
 
 // Parity is how closely a model's logits agree with llama.cpp's over one sequence.
@@ -232,13 +242,9 @@ func (r *Runner) Tokenize(ctx context.Context, modelPath string, texts []string,
 		in.WriteString(s)
 	}
 	flag := map[bool]string{false: "0", true: "1"}
-	cmd := exec.CommandContext(ctx, r.exe, "tokenize", modelPath, r.lib, flag[addSpecial], flag[parseSpecial])
-	cmd.Stdin = &in
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := r.run(ctx, &in, "tokenize", modelPath, r.lib, flag[addSpecial], flag[parseSpecial])
 	if err != nil {
-		return nil, fmt.Errorf("llamacpp: tokenizing with %s: %w: %s", modelPath, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("llamacpp: tokenizing with %s: %w", modelPath, err)
 	}
 	ids := make([][]int32, len(texts))
 	for i := range ids {

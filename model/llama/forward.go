@@ -252,20 +252,10 @@ func (s *sequence) windowed() *kvcache.Seq {
 	switch {
 	case s.sliding != nil:
 		return s.sliding
-	case s.m.cfg.releaseBehind() > 0 && s.m.slidingKV == nil && allSliding(&s.m.cfg):
+	case s.m.slidesAll:
 		return s.kv
 	}
 	return nil
-}
-
-// allSliding reports whether every layer of c slides.
-func allSliding(c *Config) bool {
-	for l := range c.Layers {
-		if !c.IsSliding(l) {
-			return false
-		}
-	}
-	return true
 }
 
 // grow extends by tokens the books that do not give back what lies behind the window;

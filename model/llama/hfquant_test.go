@@ -130,16 +130,5 @@ func TestQuantizedErrors(t *testing.T) {
 // TestQuantizedProgress: loading a quantized checkpoint reports its progress in the
 // bytes of the files, in order, ending at the total.
 func TestQuantizedProgress(t *testing.T) {
-	var calls int
-	var last, total int64
-	m, err := Open(sharedtest.Path(t, "models", "gocoder-s-gptq8"), Options{Backend: cpu.Factory(1), Progress: func(done, tot int64) {
-		calls++
-		assert.GreaterOrEqual(t, done, last)
-		last, total = done, tot
-	}})
-	require.NoError(t, err)
-	require.NoError(t, m.Close())
-	assert.Positive(t, total)
-	assert.Equal(t, total, last)
-	assert.GreaterOrEqual(t, calls, 10)
+	checkProgress(t, sharedtest.Path(t, "models", "gocoder-s-gptq8"), 10)
 }

@@ -233,19 +233,9 @@ func (h hfSource) lookupChecked(name string) (found, error) {
 // quantized returns a quantized layer's weight: its Q4_0 or Q8_0 repacking where that
 // is exact (hfquant.Scheme.Packed), for the integer kernels, else its dense F32 matrix.
 func (h hfSource) quantized(prefix string) (found, error) {
-	p, ok, err := h.q.Packed(h.s, prefix)
+	p, err := h.q.Load(h.s, prefix)
 	if err != nil {
 		return found{}, err
-	}
-	if !ok {
-		m, err := h.q.Dense(h.s, prefix)
-		if err != nil {
-			return found{}, err
-		}
-		if p.Data, err = dtype.Encode(dtype.F32, m.Data); err != nil {
-			return found{}, err
-		}
-		p = hfquant.Packing{Type: dtype.F32, Data: p.Data, Rows: m.Rows, Cols: m.Cols, Stored: m.Stored}
 	}
 	return found{t: p.Type, shape: []int64{int64(p.Rows), int64(p.Cols)}, data: p.Data, ok: true,
 		computed: true, stored: p.Stored}, nil
@@ -370,6 +360,14 @@ func hfTensors(dir string) (*Tensors, error) {
 	return &Tensors{Config: c, Name: name, Names: names, src: hfSource{set, q}, file: name, closer: set}, nil
 }
 
+// LanguageModelPrefixes returns where a multimodal checkpoint (Gemma 3 4B and up)
+// keeps its language model's tensors, which a text model keeps under "model.":
+// "language_model.model." as the published checkpoints have it, "model.language_model."
+// as newer transformers save it.
+func LanguageModelPrefixes() []string {
+	return []string{"language_model.model.", "model.language_model."}
+}
+
 // gemma3Names returns the tensor names of a Hugging Face Gemma 3 checkpoint: a text
 // model's (model.…), or a multimodal one's language model (language_model.model.…,
 // or model.language_model.… as newer transformers save it). Its norms hold w of
@@ -377,7 +375,7 @@ func hfTensors(dir string) (*Tensors, error) {
 func gemma3Names(set *safetensors.Set) TensorNames {
 	n := hfNames()
 	prefix := "model."
-	for _, p := range []string{"language_model.model.", "model.language_model."} {
+	for _, p := range LanguageModelPrefixes() {
 		if _, ok := set.Tensor(p + "embed_tokens.weight"); ok {
 			prefix = p
 		}

@@ -70,6 +70,7 @@ type Model struct {
 	localInvFreq      []float64     // the sliding layers' (Config.LocalRopeTheta); nil: none
 	kv                *kvcache.Pool // every layer's, or the global layers' beside slidingKV
 	slidingKV         *kvcache.Pool // the sliding layers', when they sit beside global ones; nil: none
+	slidesAll         bool          // every layer slides: the one pool gives back what lies behind the window
 	closed            atomic.Bool
 
 	plans sync.Pool // *backend.Plan: the plans of finished forwards, for the next
@@ -165,6 +166,7 @@ func (m *Model) startCache(opts Options) error {
 		budget = m.cfg.KVBudget(opts.Sequences)
 	}
 	global, sliding, share := m.cfg.kvLayers(budget)
+	m.slidesAll = m.cfg.SlidingWindow > 0 && global == nil
 	if sliding == nil {
 		return m.pool(&m.kv, backend.KVSpec{Budget: budget})
 	}

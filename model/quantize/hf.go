@@ -18,7 +18,7 @@ import (
 // llama.cpp name.
 func ggufName(name, arch string) (string, bool) {
 	if arch == "gemma3" { // a multimodal model's language model, as a text model's
-		for _, p := range []string{"language_model.model.", "model.language_model."} {
+		for _, p := range llama.LanguageModelPrefixes() {
 			if rest, ok := strings.CutPrefix(name, p); ok {
 				name = "model." + rest
 			}
