@@ -1,26 +1,6 @@
 package hfquant
 
-import "math"
-
-// E4M3 returns the value of a float8_e4m3fn byte: sign, 4 exponent bits with bias 7,
-// 3 mantissa bits; exponent 0 is subnormal (m/8 · 2⁻⁶); no infinities; 0x7f and 0xff
-// are NaN.
-func E4M3(b byte) float32 {
-	e, m := int(b>>3&15), float32(b&7)
-	var v float32
-	switch {
-	case e == 15 && m == 7:
-		return float32(math.NaN())
-	case e == 0:
-		v = m / 8 * (1.0 / 64)
-	default:
-		v = (1 + m/8) * float32(math.Ldexp(1, e-7))
-	}
-	if b&0x80 != 0 {
-		return -v
-	}
-	return v
-}
+import "github.com/specula/specula/format/dtype"
 
 // fp8 dequantizes an FP8 layer: weight [out, in] float8_e4m3fn and, with a
 // weight_block_size [bn, bk], weight_scale_inv [⌈out/bn⌉, ⌈in/bk⌉] — which, despite
@@ -50,7 +30,7 @@ func (s *Scheme) fp8(r *reader) Matrix {
 				r.failf(".weight", "NaN at [%d][%d]", o, i)
 				return Matrix{}
 			}
-			w[o*in+i] = E4M3(b) * sc[(o/bn)*kb+i/bk]
+			w[o*in+i] = dtype.E4M3(b) * sc[(o/bn)*kb+i/bk]
 		}
 	}
 	return Matrix{Rows: out, Cols: in, Data: w}
