@@ -143,13 +143,17 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	if len(parts) == 0 {
 		return nil, errors.New("cuda: a matrix of no parts")
 	}
+	parts, err := expandF8(parts)
+	if err != nil {
+		return nil, err
+	}
 	for _, t := range parts {
 		if err := checkTensor(t, parts[0].Cols); err != nil {
 			return nil, err
 		}
 	}
 	m := &dmatrix{}
-	err := g.do(func(b deviceOps) error {
+	err = g.do(func(b deviceOps) error {
 		for lo := 0; lo < len(parts); {
 			hi := lo + 1
 			for hi < len(parts) && parts[hi].Type == parts[lo].Type {
@@ -170,6 +174,39 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// expandF8 returns parts with every F8_E4M3_B128 tensor (block-wise FP8, see
+// format/dtype) converted to F32 on the host: the device has no kernel for it, and its
+// float32 values (dtype.Dequantize's, each E4M3(code) · scale rounded once) are
+// exactly the values the CPU's F8 kernels compute with, at 4 bytes a weight instead of
+// about 1. Other tensors are passed through; parts itself is not changed.
+func expandF8(parts []backend.Tensor) ([]backend.Tensor, error) {
+	var out []backend.Tensor
+	for i, t := range parts {
+		if t.Type != dtype.F8_E4M3_B128 {
+			continue
+		}
+		if out == nil {
+			out = append([]backend.Tensor(nil), parts...)
+		}
+		if t.Rows <= 0 || t.Cols <= 0 {
+			return nil, fmt.Errorf("cuda: tensor %q: %d × %d %s", t.Name, t.Rows, t.Cols, t.Type)
+		}
+		vals := make([]float32, t.Rows*t.Cols)
+		if err := dtype.Dequantize(t.Type, t.Data, vals); err != nil {
+			return nil, fmt.Errorf("cuda: tensor %q: %w", t.Name, err)
+		}
+		data, err := dtype.Encode(dtype.F32, vals)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: tensor %q: %w", t.Name, err)
+		}
+		out[i].Type, out[i].Data = dtype.F32, data
+	}
+	if out == nil {
+		return parts, nil
+	}
+	return out, nil
 }
 
 // checkTensor validates a weight tensor for the device.

@@ -14,7 +14,7 @@ type DType uint32
 
 // The types specula knows the layout of. Quantised types store values in blocks: Q8_0
 // and Q4_0 hold 32 values with one float16 scale; the K-quants hold 256 values in
-// super-blocks.
+// super-blocks. F8_E4M3_B128 (f8.go) is specula's own.
 const (
 	F32  DType = 0
 	F16  DType = 1
@@ -85,6 +85,8 @@ func (t DType) layout() (layout, bool) {
 		return layout{"F64", 1, 8}, true
 	case BF16:
 		return layout{"BF16", 1, 2}, true
+	case F8_E4M3_B128:
+		return layout{"F8_E4M3_B128", f8Block, 4 + f8Block}, true
 	}
 	return layout{}, false
 }
@@ -136,6 +138,11 @@ func (t DType) Bytes(n int64) (int64, error) {
 func Parse(name string) (DType, error) {
 	for t := DType(0); t <= BF16; t++ {
 		if l, ok := t.layout(); ok && l.name == name {
+			return t, nil
+		}
+	}
+	for _, t := range privateTypes() {
+		if l, _ := t.layout(); l.name == name {
 			return t, nil
 		}
 	}

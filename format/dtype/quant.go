@@ -292,6 +292,8 @@ func Dequantize(t DType, src []byte, dst []float32) error {
 				dst[b*q8Block+j] = float32(float32(q5Code(h, blk[8:], j))*d) + m
 			}
 		}
+	case F8_E4M3_B128:
+		dequantizeF8(src, dst)
 	default:
 		return dequantizeK(t, src, dst)
 	}

@@ -48,20 +48,11 @@ func (s *Scheme) Quantized(src Source, prefix string) bool {
 // are prefix.qweight, prefix.scales, … as the scheme stores them. Errors name the
 // file, the tensor and the configuration key at fault.
 func (s *Scheme) Dense(src Source, prefix string) (Matrix, error) {
-	if s.Method == FP8 {
-		r := &reader{src: src, prefix: prefix}
-		m := s.fp8(r)
-		if r.err != nil {
-			return Matrix{}, r.err
-		}
-		m.Stored = r.stored
-		return m, nil
-	}
-	l, err := s.integer(src, prefix)
+	_, _, dense, err := s.read(src, prefix)
 	if err != nil {
 		return Matrix{}, err
 	}
-	return l.dense(), nil
+	return dense(), nil
 }
 
 // integer reads an integer-coded layer (GPTQ, AWQ, compressed-tensors) as its codes

@@ -1,36 +1,32 @@
 package hfquant
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
 
-// E4M3 returns the value of a float8_e4m3fn byte: sign, 4 exponent bits with bias 7,
-// 3 mantissa bits; exponent 0 is subnormal (m/8 · 2⁻⁶); no infinities; 0x7f and 0xff
-// are NaN.
-func E4M3(b byte) float32 {
-	e, m := int(b>>3&15), float32(b&7)
-	var v float32
-	switch {
-	case e == 15 && m == 7:
-		return float32(math.NaN())
-	case e == 0:
-		v = m / 8 * (1.0 / 64)
-	default:
-		v = (1 + m/8) * float32(math.Ldexp(1, e-7))
-	}
-	if b&0x80 != 0 {
-		return -v
-	}
-	return v
-}
+	"github.com/specula/specula/format/dtype"
+)
 
-// fp8 dequantizes an FP8 layer: weight [out, in] float8_e4m3fn and, with a
-// weight_block_size [bn, bk], weight_scale_inv [⌈out/bn⌉, ⌈in/bk⌉] — which, despite
+// fp8Weights is an FP8 layer as stored: weight [out, in] float8_e4m3fn codes and, with
+// a weight_block_size [bn, bk], weight_scale_inv [⌈out/bn⌉, ⌈in/bk⌉] — which, despite
 // its name, multiplies: W[o][i] = e4m3(w[o][i]) · s[o/bn][i/bk] (DeepSeek-V3's
 // weight_dequant), the product rounded once to float32; without a block size, one
-// weight_scale for the matrix. A NaN code is an error.
-func (s *Scheme) fp8(r *reader) Matrix {
+// weight_scale for the matrix (bn = out, bk = in).
+type fp8Weights struct {
+	out, in, bn, bk, kb int
+	codes               []byte
+	scales              []float32 // ⌈out/bn⌉ × kb
+	stored              int64     // bytes of the stored tensors
+}
+
+// scale is the scale of value [o][i].
+func (l fp8Weights) scale(o, i int) float32 { return l.scales[(o/l.bn)*l.kb+i/l.bk] }
+
+// fp8 reads an FP8 layer. A NaN code is an error naming the tensor and the value.
+func (s *Scheme) fp8(r *reader) fp8Weights {
 	wt := r.tensor(".weight", 2, "F8_E4M3")
 	if r.err != nil {
-		return Matrix{}
+		return fp8Weights{}
 	}
 	out, in := int(wt.Shape[0]), int(wt.Shape[1])
 	bn, bk, suffix := s.Block[0], s.Block[1], ".weight_scale_inv"
@@ -40,20 +36,53 @@ func (s *Scheme) fp8(r *reader) Matrix {
 	nb, kb := (out+bn-1)/bn, (in+bk-1)/bk
 	sc := r.fp8Scale(suffix, nb, kb)
 	if r.err != nil {
-		return Matrix{}
+		return fp8Weights{}
 	}
-	w := make([]float32, out*in)
-	for o := range out {
-		for i := range in {
-			b := wt.Data[o*in+i]
-			if b&0x7f == 0x7f {
-				r.failf(".weight", "NaN at [%d][%d]", o, i)
-				return Matrix{}
-			}
-			w[o*in+i] = E4M3(b) * sc[(o/bn)*kb+i/bk]
+	for j, b := range wt.Data {
+		if b&0x7f == 0x7f {
+			r.failf(".weight", "NaN at [%d][%d]", j/in, j%in)
+			return fp8Weights{}
 		}
 	}
-	return Matrix{Rows: out, Cols: in, Data: w}
+	return fp8Weights{out: out, in: in, bn: bn, bk: bk, kb: kb, codes: wt.Data, scales: sc, stored: r.stored}
+}
+
+// dense expands the layer to float32: E4M3(code) · scale, rounded once.
+func (l fp8Weights) dense() Matrix {
+	w := make([]float32, l.out*l.in)
+	for o := range l.out {
+		for i := range l.in {
+			w[o*l.in+i] = dtype.E4M3(l.codes[o*l.in+i]) * l.scale(o, i)
+		}
+	}
+	return Matrix{Rows: l.out, Cols: l.in, Data: w, Stored: l.stored}
+}
+
+// pack lays the layer out as dtype.F8_E4M3_B128 — each row's 128-value runs with the
+// scale of the block they lie in — when that type holds it exactly: every run of 128
+// inputs lies in one scale block (in a multiple of 128 and bk a multiple of 128, or
+// one scale for the matrix) and the scales are within the products' range
+// (dtype.CheckF8). Then dtype.Dequantize of the bytes is Dense's values, bit for bit.
+func (l fp8Weights) pack() ([]byte, bool) {
+	const block, bb = 128, 132
+	if l.in%block != 0 || (l.bk%block != 0 && l.kb != 1) {
+		return nil, false
+	}
+	for _, s := range l.scales {
+		if a := math.Abs(float64(s)); a >= dtype.F8MaxScale && !math.IsInf(a, 1) {
+			return nil, false
+		}
+	}
+	runs := l.in / block
+	data := make([]byte, l.out*runs*bb)
+	for o := range l.out {
+		for j := range runs {
+			blk := data[(o*runs+j)*bb : (o*runs+j+1)*bb]
+			binary.LittleEndian.PutUint32(blk, math.Float32bits(l.scale(o, j*block)))
+			copy(blk[4:], l.codes[o*l.in+j*block:o*l.in+(j+1)*block])
+		}
+	}
+	return data, true
 }
 
 // fp8Scale reads the nb × kb block scales (a scalar or [1] for one block).

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,20 +19,6 @@ func refE4M3(b byte) float64 {
 		v = -v
 	}
 	return v
-}
-
-func TestE4M3(t *testing.T) {
-	for b := range 256 {
-		got := E4M3(byte(b))
-		if b&0x7f == 0x7f {
-			assert.True(t, math.IsNaN(float64(got)), "%#x", b)
-			continue
-		}
-		assert.Equal(t, refE4M3(byte(b)), float64(got), "%#x", b)
-	}
-	assert.Equal(t, float32(448), E4M3(0x7e))
-	assert.Equal(t, float32(1), E4M3(0x38))
-	assert.Equal(t, float32(math.Ldexp(1, -9)), E4M3(0x01))
 }
 
 func ctScheme(bits, group int, sym bool) *Scheme {

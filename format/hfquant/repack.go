@@ -42,7 +42,9 @@ func (l intLayer) dense() Matrix {
 // Packed returns the linear layer prefix as llama.cpp's Q4_0 or Q8_0 blocks (rows ×
 // cols values, row-major, 32 values a block), when one of them holds it exactly, so
 // that it runs on the integer kernels; ok is false when neither does (the caller
-// falls back to Dense), and for FP8, whose e4m3 values share no integer grid.
+// falls back to Dense). An FP8 layer, whose e4m3 values share no integer grid, comes
+// as dtype.F8_E4M3_B128 (see fp8Weights.pack for when), whose float kernels compute
+// with exactly its values.
 //
 // The repacking is exact because both sides compute the same product: a block's value
 // is float32(c) · d with c an integer (Q8_0: the int8 code; Q4_0: the nibble minus 8)
@@ -56,40 +58,40 @@ func (l intLayer) dense() Matrix {
 // Then dtype.Dequantize of the bytes equals Dense's values bit for bit; the kernels
 // still round activations to 8 bits.
 func (s *Scheme) Packed(src Source, prefix string) (Packing, bool, error) {
+	p, ok, _, err := s.read(src, prefix)
+	return p, ok, err
+}
+
+// read reads the linear layer prefix once: its exact packing, if one holds it (ok),
+// and how to expand it to its dense values.
+func (s *Scheme) read(src Source, prefix string) (p Packing, ok bool, dense func() Matrix, err error) {
 	if s.Method == FP8 {
-		return Packing{}, false, nil
+		r := &reader{src: src, prefix: prefix}
+		l := s.fp8(r)
+		if r.err != nil {
+			return Packing{}, false, nil, r.err
+		}
+		data, ok := l.pack()
+		return Packing{Type: dtype.F8_E4M3_B128, Data: data, Rows: l.out, Cols: l.in, Stored: l.stored}, ok, l.dense, nil
 	}
 	l, err := s.integer(src, prefix)
 	if err != nil {
-		return Packing{}, false, err
+		return Packing{}, false, nil, err
 	}
 	t, data, ok := l.pack()
-	if !ok {
-		return Packing{}, false, nil
-	}
-	return Packing{Type: t, Data: data, Rows: l.rows, Cols: l.cols, Stored: l.stored}, true, nil
+	return Packing{Type: t, Data: data, Rows: l.rows, Cols: l.cols, Stored: l.stored}, ok, l.dense, nil
 }
 
 // Load returns the linear layer prefix as a loader takes it in, each layer decoded
-// once: repacked into Q4_0 or Q8_0 where one holds it exactly ([Scheme.Packed]), else
-// its dense float32 values ([Scheme.Dense]) as F32.
+// once: repacked where a type holds it exactly ([Scheme.Packed]: Q4_0 or Q8_0 for
+// the integer formats, F8_E4M3_B128 for FP8), else its dense float32 values
+// ([Scheme.Dense]) as F32.
 func (s *Scheme) Load(src Source, prefix string) (Packing, error) {
-	var m Matrix
-	if s.Method == FP8 {
-		var err error
-		if m, err = s.Dense(src, prefix); err != nil {
-			return Packing{}, err
-		}
-	} else {
-		l, err := s.integer(src, prefix)
-		if err != nil {
-			return Packing{}, err
-		}
-		if t, data, ok := l.pack(); ok {
-			return Packing{Type: t, Data: data, Rows: l.rows, Cols: l.cols, Stored: l.stored}, nil
-		}
-		m = l.dense()
+	p, ok, dense, err := s.read(src, prefix)
+	if err != nil || ok {
+		return p, err
 	}
+	m := dense()
 	data, err := dtype.Encode(dtype.F32, m.Data)
 	if err != nil {
 		return Packing{}, err
@@ -101,9 +103,10 @@ func (s *Scheme) Load(src Source, prefix string) (Packing, error) {
 // Cols values as Type's blocks, row-major, whose values are exactly the layer's
 // dense values.
 type Packing struct {
-	// Type is dtype.Q4_0 or dtype.Q8_0 (from Load, also dtype.F32).
+	// Type is dtype.Q4_0, dtype.Q8_0 or dtype.F8_E4M3_B128 (from Load, also
+	// dtype.F32).
 	Type dtype.DType
-	// Data is the blocks, Cols/32 a row, in llama.cpp's layout (dtype.Dequantize's).
+	// Data is the blocks of Type, row-major, in dtype.Dequantize's layout.
 	Data       []byte
 	Rows, Cols int
 	// Stored is the bytes of the stored tensors it was made from.

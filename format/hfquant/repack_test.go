@@ -1,6 +1,7 @@
 package hfquant
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -39,12 +40,12 @@ func checkPacked(t *testing.T, s *Scheme, src Source, prefix string) dtype.DType
 
 // TestPackedShared packs every quantized layer of the shared checkpoints: GPTQ
 // 8-bit symmetric to Q8_0, compressed-tensors 4-bit symmetric to Q4_0, AWQ (zero
-// points: q − z in [−15, 15]) to Q8_0, each bit for bit Dense's values; GPTQ
-// act-order (a real g_idx permutation) and FP8 do not pack.
+// points: q − z in [−15, 15]) to Q8_0, FP8 (128×128 blocks) to F8_E4M3_B128, each
+// bit for bit Dense's values; GPTQ act-order (a real g_idx permutation) does not pack.
 func TestPackedShared(t *testing.T) {
 	want := map[string]dtype.DType{
 		"gocoder-s-gptq8": dtype.Q8_0, "gocoder-m-w4a16": dtype.Q4_0, "gocoder-m-awq": dtype.Q8_0,
-		"gocoder-m-gptq": 0, "gocoder-s-fp8": 0,
+		"gocoder-m-gptq": 0, "gocoder-s-fp8": dtype.F8_E4M3_B128,
 	}
 	for name, typ := range want {
 		t.Run(name, func(t *testing.T) {
@@ -120,8 +121,24 @@ func TestPackedRules(t *testing.T) {
 		{"refused: f32 scale not exact in f16", func(r *rand.Rand) layer {
 			return f32Scales(ctLayer(r, ctScheme(4, 32, true), 4, 64, false), true)
 		}, 0},
-		{"refused: fp8", func(r *rand.Rand) layer {
+		{"fp8 block 128, rows past the last whole block", func(r *rand.Rand) layer {
+			return fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{128, 128}}, 130, 256)
+		}, dtype.F8_E4M3_B128},
+		{"fp8 block 16×256", func(r *rand.Rand) layer {
+			return fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{16, 256}}, 40, 512)
+		}, dtype.F8_E4M3_B128},
+		{"fp8 per tensor", func(r *rand.Rand) layer { return fp8Layer(r, &Scheme{Method: FP8, Bits: 8}, 5, 384) }, dtype.F8_E4M3_B128},
+		{"refused: fp8 inputs not a multiple of 128", func(r *rand.Rand) layer {
 			return fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{4, 32}}, 8, 64)
+		}, 0},
+		{"refused: fp8 per tensor, 130 inputs", func(r *rand.Rand) layer { return fp8Layer(r, &Scheme{Method: FP8, Bits: 8}, 3, 130) }, 0},
+		{"refused: fp8 blocks 64 wide", func(r *rand.Rand) layer {
+			return fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{4, 64}}, 8, 128)
+		}, 0},
+		{"refused: fp8 scale 2^120", func(r *rand.Rand) layer {
+			l := fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{128, 128}}, 4, 256)
+			binary.LittleEndian.PutUint32(l.src[pre+".weight_scale_inv"].Data[4:], math.Float32bits(-dtype.F8MaxScale))
+			return l
 		}, 0},
 	}
 	for i, c := range cases {

@@ -16,8 +16,14 @@ func BenchmarkMul(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 1408, 512
 	w := randVec(rng, rows*cols)
-	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0, dtype.Q4_K, dtype.Q6_K} {
-		m, err := NewMatrix(typ, rows, cols, encode(b, typ, w))
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.F8_E4M3_B128, dtype.Q8_0, dtype.Q4_0, dtype.Q4_K, dtype.Q6_K} {
+		var data []byte
+		if typ == dtype.F8_E4M3_B128 {
+			data = f8Bytes(rng, rows, cols) // no encoder: random codes and scales
+		} else {
+			data = encode(b, typ, w)
+		}
+		m, err := NewMatrix(typ, rows, cols, data)
 		if err != nil {
 			b.Fatal(err)
 		}

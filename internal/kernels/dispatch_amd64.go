@@ -72,6 +72,8 @@ var (
 	float256F32  = floatTable{1: floatF32x1AVX2, 2: floatF32x2AVX2, 3: floatF32x3AVX2}
 	float256F16  = floatTable{1: floatF16x1AVX2, 2: floatF16x2AVX2, 3: floatF16x3AVX2}
 	float256BF16 = floatTable{1: floatBF16x1AVX2, 2: floatBF16x2AVX2, 3: floatBF16x3AVX2}
+	float512F8   = floatTable{1: floatF8x1AVX512, 2: floatF8x2AVX512, 3: floatF8x3AVX512, 4: floatF8x4AVX512, 5: floatF8x5AVX512, 6: floatF8x6AVX512, 7: floatF8x7AVX512, 8: floatF8x8AVX512}
+	float256F8   = floatTable{1: floatF8x1AVX2, 2: floatF8x2AVX2, 3: floatF8x3AVX2}
 )
 
 // pickFloat is pickInt for the float kernels.
@@ -187,6 +189,7 @@ var (
 	floatF32  = pickFloat(dtype.F32, float512F32, float256F32)
 	floatF16  = pickFloat(dtype.F16, float512F16, float256F16)
 	floatBF16 = pickFloat(dtype.BF16, float512BF16, float256BF16)
+	floatF8   = pickFloat(dtype.F8_E4M3_B128, float512F8, float256F8)
 
 	intQ8_0 = pickInt(dtype.Q8_0, int512Q8_0, int512bwQ8_0, int256Q8_0)
 	intQ4_0 = pickInt(dtype.Q4_0, int512Q4_0, int512bwQ4_0, int256Q4_0)

@@ -9,6 +9,7 @@ var (
 	floatF32  = goFloatGroup(dtype.F32)
 	floatF16  = goFloatGroup(dtype.F16)
 	floatBF16 = goFloatGroup(dtype.BF16)
+	floatF8   = goFloatGroup(dtype.F8_E4M3_B128)
 
 	intQ8_0 = goInt(dtype.Q8_0)
 	intQ4_0 = goInt(dtype.Q4_0)

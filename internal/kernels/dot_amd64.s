@@ -37094,6 +37094,255 @@ floatBF16x3AVX2_done:
 	VZEROUPPER
 	RET
 
+// func floatF8x1AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE2
+TEXT ·floatF8x1AVX2(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	MOVL         $0xbf80bf80, BX
+	MOVD         BX, X0
+	VPBROADCASTD X0, X0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+
+floatF8x1AVX2_block:
+	TESTQ CX, CX
+	JZ    floatF8x1AVX2_done
+	MOVQ  AX, BX
+	ADDQ  $0x00000040, AX
+	MOVQ  $0x00000040, SI
+
+floatF8x1AVX2_pairs:
+	PREFETCHT0   12288(AX)
+	VPMOVSXBW    (AX), X5
+	VPSLLW       $0x07, X5, X5
+	VPAND        X0, X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       (BX), Y5, Y5
+	VPMOVSXBW    8(AX), X6
+	VPSLLW       $0x07, X6, X6
+	VPAND        X0, X6, X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       32(BX), Y6, Y6
+	VBROADCASTSS (DX), Y7
+	VFMADD231PS  Y7, Y5, Y1
+	VFMADD231PS  Y7, Y6, Y2
+	VPMOVSXBW    16(AX), X5
+	VPSLLW       $0x07, X5, X5
+	VPAND        X0, X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       (BX), Y5, Y5
+	VPMOVSXBW    24(AX), X6
+	VPSLLW       $0x07, X6, X6
+	VPAND        X0, X6, X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       32(BX), Y6, Y6
+	VBROADCASTSS 4(DX), Y7
+	VFMADD231PS  Y7, Y5, Y3
+	VFMADD231PS  Y7, Y6, Y4
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000008, DX
+	DECQ         SI
+	JNZ          floatF8x1AVX2_pairs
+	SUBQ         $0x00000080, CX
+	JMP          floatF8x1AVX2_block
+
+floatF8x1AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y3, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y4, Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE2
+TEXT ·floatF8x2AVX2(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	MOVL         $0xbf80bf80, SI
+	MOVD         SI, X0
+	VPBROADCASTD X0, X0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+
+floatF8x2AVX2_block:
+	TESTQ CX, CX
+	JZ    floatF8x2AVX2_done
+	MOVQ  AX, SI
+	ADDQ  $0x00000040, AX
+	MOVQ  $0x00000040, DI
+
+floatF8x2AVX2_pairs:
+	PREFETCHT0   12288(AX)
+	VPMOVSXBW    (AX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        X0, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBW    8(AX), X10
+	VPSLLW       $0x07, X10, X10
+	VPAND        X0, X10, X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       32(SI), Y10, Y10
+	VBROADCASTSS (DX), Y11
+	VFMADD231PS  Y11, Y9, Y1
+	VFMADD231PS  Y11, Y10, Y3
+	VBROADCASTSS (DX)(BX*1), Y11
+	VFMADD231PS  Y11, Y9, Y2
+	VFMADD231PS  Y11, Y10, Y4
+	VPMOVSXBW    16(AX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        X0, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBW    24(AX), X10
+	VPSLLW       $0x07, X10, X10
+	VPAND        X0, X10, X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       32(SI), Y10, Y10
+	VBROADCASTSS 4(DX), Y11
+	VFMADD231PS  Y11, Y9, Y5
+	VFMADD231PS  Y11, Y10, Y7
+	VBROADCASTSS 4(DX)(BX*1), Y11
+	VFMADD231PS  Y11, Y9, Y6
+	VFMADD231PS  Y11, Y10, Y8
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000008, DX
+	DECQ         DI
+	JNZ          floatF8x2AVX2_pairs
+	SUBQ         $0x00000080, CX
+	JMP          floatF8x2AVX2_block
+
+floatF8x2AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y7, Y3, Y3
+	VMOVUPS Y3, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y6, Y2, Y2
+	VMOVUPS Y2, (AX)
+	VADDPS  Y8, Y4, Y4
+	VMOVUPS Y4, 32(AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE2
+TEXT ·floatF8x3AVX2(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	MOVL         $0xbf80bf80, SI
+	MOVD         SI, X0
+	VPBROADCASTD X0, X0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	VXORPS       Y11, Y11, Y11
+	VXORPS       Y12, Y12, Y12
+
+floatF8x3AVX2_block:
+	TESTQ CX, CX
+	JZ    floatF8x3AVX2_done
+	MOVQ  AX, SI
+	ADDQ  $0x00000040, AX
+	MOVQ  $0x00000040, DI
+
+floatF8x3AVX2_pairs:
+	PREFETCHT0   12288(AX)
+	VPMOVSXBW    (AX), X13
+	VPSLLW       $0x07, X13, X13
+	VPAND        X0, X13, X13
+	VCVTPH2PS    X13, Y13
+	VMULPS       (SI), Y13, Y13
+	VPMOVSXBW    8(AX), X14
+	VPSLLW       $0x07, X14, X14
+	VPAND        X0, X14, X14
+	VCVTPH2PS    X14, Y14
+	VMULPS       32(SI), Y14, Y14
+	VBROADCASTSS (DX), Y15
+	VFMADD231PS  Y15, Y13, Y1
+	VFMADD231PS  Y15, Y14, Y4
+	VBROADCASTSS (DX)(BX*1), Y15
+	VFMADD231PS  Y15, Y13, Y2
+	VFMADD231PS  Y15, Y14, Y5
+	VBROADCASTSS (DX)(BX*2), Y15
+	VFMADD231PS  Y15, Y13, Y3
+	VFMADD231PS  Y15, Y14, Y6
+	VPMOVSXBW    16(AX), X13
+	VPSLLW       $0x07, X13, X13
+	VPAND        X0, X13, X13
+	VCVTPH2PS    X13, Y13
+	VMULPS       (SI), Y13, Y13
+	VPMOVSXBW    24(AX), X14
+	VPSLLW       $0x07, X14, X14
+	VPAND        X0, X14, X14
+	VCVTPH2PS    X14, Y14
+	VMULPS       32(SI), Y14, Y14
+	VBROADCASTSS 4(DX), Y15
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y10
+	VBROADCASTSS 4(DX)(BX*1), Y15
+	VFMADD231PS  Y15, Y13, Y8
+	VFMADD231PS  Y15, Y14, Y11
+	VBROADCASTSS 4(DX)(BX*2), Y15
+	VFMADD231PS  Y15, Y13, Y9
+	VFMADD231PS  Y15, Y14, Y12
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000008, DX
+	DECQ         DI
+	JNZ          floatF8x3AVX2_pairs
+	SUBQ         $0x00000080, CX
+	JMP          floatF8x3AVX2_block
+
+floatF8x3AVX2_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Y7, Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  Y10, Y4, Y4
+	VMOVUPS Y4, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y8, Y2, Y2
+	VMOVUPS Y2, (AX)
+	VADDPS  Y11, Y5, Y5
+	VMOVUPS Y5, 32(AX)
+	ADDQ    CX, AX
+	VADDPS  Y9, Y3, Y3
+	VMOVUPS Y3, (AX)
+	VADDPS  Y12, Y6, Y6
+	VMOVUPS Y6, 32(AX)
+	VZEROUPPER
+	RET
+
 // func streamAVX2(p *byte, n int) uint64
 // Requires: AVX, AVX2, MMX+
 TEXT ·streamAVX2(SB), NOSPLIT, $0-24

@@ -133,6 +133,15 @@ func floatBF16x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, l
 // floatBF16x3AVX2 is the AVX2 kernel of repacked BF16 weights for 3 activation rows.
 func floatBF16x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
 
+// floatF8x1AVX2 is the AVX2 kernel of repacked F8_E4M3_B128 weights for 1 activation rows.
+func floatF8x1AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x2AVX2 is the AVX2 kernel of repacked F8_E4M3_B128 weights for 2 activation rows.
+func floatF8x2AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x3AVX2 is the AVX2 kernel of repacked F8_E4M3_B128 weights for 3 activation rows.
+func floatF8x3AVX2(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
 // streamAVX2 reads n bytes (a multiple of 256) at p as the product kernels read weights, and returns a checksum of them.
 func streamAVX2(p *byte, n int) uint64
 

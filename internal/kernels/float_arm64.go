@@ -16,6 +16,8 @@ var (
 	floatF32  = pickFloat(dtype.F32, floatNEONF32)
 	floatF16  = pickFloat(dtype.F16, floatNEONF16)
 	floatBF16 = pickFloat(dtype.BF16, floatNEONBF16)
+	// F8_E4M3_B128 has no NEON kernel yet: the pure-Go twin serves arm64.
+	floatF8 = goFloatGroup(dtype.F8_E4M3_B128)
 )
 
 // pickFloat is pickInt for the float kernels.

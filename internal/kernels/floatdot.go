@@ -8,7 +8,7 @@ import (
 	"github.com/specula/specula/format/dtype"
 )
 
-// The float kernels: products of repacked F32, F16 and BF16 weights (a column of 16
+// The float kernels: products of repacked F32, F16, BF16 and F8_E4M3_B128 weights (a column of 16
 // rows at a time, see repack.go) with float32 activations. For one group of 16 rows and
 // n activation rows, each (weight row r, activation row t) pair keeps two sums, of the
 // even and of the odd columns, each a chain of fused multiply-adds in column order,
@@ -34,6 +34,13 @@ func (k *floatTable) rows() int {
 	return n
 }
 
+// f8Block and f8GroupBytes are the values of an F8_E4M3_B128 block and the bytes of a
+// repacked group's block (see repack.go).
+const (
+	f8Block      = 128
+	f8GroupBytes = 2112
+)
+
 // weightColumn decodes column c of a repacked float group: the 16 rows' values.
 func weightColumn(t dtype.DType, w []byte, c int, dst *[rowGroup]float32) {
 	switch t {
@@ -50,6 +57,13 @@ func weightColumn(t dtype.DType, w []byte, c int, dst *[rowGroup]float32) {
 				dst[r] = dtype.F16ToF32(h)
 			}
 		}
+	case dtype.F8_E4M3_B128:
+		blk := w[c/f8Block*f8GroupBytes:]
+		at := 64 + rowGroup*(c%f8Block)
+		for r := range dst {
+			s := math.Float32frombits(binary.LittleEndian.Uint32(blk[4*r:]))
+			dst[r] = float32(dtype.F16ToF32(dtype.E4M3Half(blk[at+r])) * s)
+		}
 	default:
 		for r := range dst {
 			dst[r] = dtype.BF16ToF32(binary.LittleEndian.Uint16(w[32*c+2*r:]))
@@ -60,10 +74,10 @@ func weightColumn(t dtype.DType, w []byte, c int, dst *[rowGroup]float32) {
 // goFloatGroup makes the pure-Go kernel table of a float weight type. Each column of
 // weights is decoded once and serves every activation row.
 func goFloatGroup(t dtype.DType) (k floatTable) {
-	gb := groupBlockBytes(t)
+	gb, per := groupBlockBytes(t), t.BlockSize()
 	for n := 1; n <= Group; n++ {
 		k[n] = func(w *byte, cols int, x *float32, xstride int, out *float32, ldo int) {
-			ws := unsafe.Slice(w, cols*gb)
+			ws := unsafe.Slice(w, cols/per*gb)
 			var xs [Group][]float32
 			for tt := range n {
 				xs[tt] = unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(x), tt*xstride)), cols)
@@ -102,6 +116,8 @@ func floatKernels(t dtype.DType) *floatTable {
 		return &floatF32
 	case dtype.F16:
 		return &floatF16
+	case dtype.F8_E4M3_B128:
+		return &floatF8
 	}
 	return &floatBF16
 }

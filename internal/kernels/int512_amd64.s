@@ -28256,6 +28256,607 @@ floatBF16x8AVX512_done:
 	VZEROUPPER
 	RET
 
+// func floatF8x1AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
+TEXT ·floatF8x1AVX512(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	MOVL         $0xbf80bf80, BX
+	VPBROADCASTD BX, Y0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+
+floatF8x1AVX512_block:
+	TESTQ   CX, CX
+	JZ      floatF8x1AVX512_done
+	VMOVUPS (AX), Z3
+	ADDQ    $0x00000040, AX
+	MOVQ    $0x00000040, BX
+
+floatF8x1AVX512_pairs:
+	PREFETCHT0       12288(AX)
+	VPMOVSXBW        (AX), Y4
+	VPSLLW           $0x07, Y4, Y4
+	VPANDD           Y0, Y4, Y4
+	VCVTPH2PS        Y4, Z4
+	VMULPS           Z3, Z4, Z4
+	VFMADD231PS.BCST (DX), Z4, Z1
+	VPMOVSXBW        16(AX), Y4
+	VPSLLW           $0x07, Y4, Y4
+	VPANDD           Y0, Y4, Y4
+	VCVTPH2PS        Y4, Z4
+	VMULPS           Z3, Z4, Z4
+	VFMADD231PS.BCST 4(DX), Z4, Z2
+	ADDQ             $0x00000020, AX
+	ADDQ             $0x00000008, DX
+	DECQ             BX
+	JNZ              floatF8x1AVX512_pairs
+	SUBQ             $0x00000080, CX
+	JMP              floatF8x1AVX512_block
+
+floatF8x1AVX512_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z2, Z1, Z1
+	VMOVUPS Z1, (AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x2AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
+TEXT ·floatF8x2AVX512(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	MOVL         $0xbf80bf80, SI
+	VPBROADCASTD SI, Y0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+
+floatF8x2AVX512_block:
+	TESTQ   CX, CX
+	JZ      floatF8x2AVX512_done
+	VMOVUPS (AX), Z5
+	ADDQ    $0x00000040, AX
+	MOVQ    $0x00000040, SI
+
+floatF8x2AVX512_pairs:
+	PREFETCHT0       12288(AX)
+	VPMOVSXBW        (AX), Y6
+	VPSLLW           $0x07, Y6, Y6
+	VPANDD           Y0, Y6, Y6
+	VCVTPH2PS        Y6, Z6
+	VMULPS           Z5, Z6, Z6
+	VFMADD231PS.BCST (DX), Z6, Z1
+	VFMADD231PS.BCST (DX)(BX*1), Z6, Z2
+	VPMOVSXBW        16(AX), Y6
+	VPSLLW           $0x07, Y6, Y6
+	VPANDD           Y0, Y6, Y6
+	VCVTPH2PS        Y6, Z6
+	VMULPS           Z5, Z6, Z6
+	VFMADD231PS.BCST 4(DX), Z6, Z3
+	VFMADD231PS.BCST 4(DX)(BX*1), Z6, Z4
+	ADDQ             $0x00000020, AX
+	ADDQ             $0x00000008, DX
+	DECQ             SI
+	JNZ              floatF8x2AVX512_pairs
+	SUBQ             $0x00000080, CX
+	JMP              floatF8x2AVX512_block
+
+floatF8x2AVX512_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z3, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z4, Z2, Z2
+	VMOVUPS Z2, (AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x3AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
+TEXT ·floatF8x3AVX512(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	MOVL         $0xbf80bf80, SI
+	VPBROADCASTD SI, Y0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+
+floatF8x3AVX512_block:
+	TESTQ   CX, CX
+	JZ      floatF8x3AVX512_done
+	VMOVUPS (AX), Z7
+	ADDQ    $0x00000040, AX
+	MOVQ    $0x00000040, SI
+
+floatF8x3AVX512_pairs:
+	PREFETCHT0       12288(AX)
+	VPMOVSXBW        (AX), Y8
+	VPSLLW           $0x07, Y8, Y8
+	VPANDD           Y0, Y8, Y8
+	VCVTPH2PS        Y8, Z8
+	VMULPS           Z7, Z8, Z8
+	VFMADD231PS.BCST (DX), Z8, Z1
+	VFMADD231PS.BCST (DX)(BX*1), Z8, Z2
+	VFMADD231PS.BCST (DX)(BX*2), Z8, Z3
+	VPMOVSXBW        16(AX), Y8
+	VPSLLW           $0x07, Y8, Y8
+	VPANDD           Y0, Y8, Y8
+	VCVTPH2PS        Y8, Z8
+	VMULPS           Z7, Z8, Z8
+	VFMADD231PS.BCST 4(DX), Z8, Z4
+	VFMADD231PS.BCST 4(DX)(BX*1), Z8, Z5
+	VFMADD231PS.BCST 4(DX)(BX*2), Z8, Z6
+	ADDQ             $0x00000020, AX
+	ADDQ             $0x00000008, DX
+	DECQ             SI
+	JNZ              floatF8x3AVX512_pairs
+	SUBQ             $0x00000080, CX
+	JMP              floatF8x3AVX512_block
+
+floatF8x3AVX512_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z4, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z5, Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z6, Z3, Z3
+	VMOVUPS Z3, (AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x4AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
+TEXT ·floatF8x4AVX512(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	MOVL         $0xbf80bf80, DI
+	VPBROADCASTD DI, Y0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+
+floatF8x4AVX512_block:
+	TESTQ   CX, CX
+	JZ      floatF8x4AVX512_done
+	VMOVUPS (AX), Z9
+	ADDQ    $0x00000040, AX
+	MOVQ    $0x00000040, DI
+
+floatF8x4AVX512_pairs:
+	PREFETCHT0       12288(AX)
+	VPMOVSXBW        (AX), Y10
+	VPSLLW           $0x07, Y10, Y10
+	VPANDD           Y0, Y10, Y10
+	VCVTPH2PS        Y10, Z10
+	VMULPS           Z9, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z1
+	VFMADD231PS.BCST (DX)(BX*1), Z10, Z2
+	VFMADD231PS.BCST (DX)(BX*2), Z10, Z3
+	VFMADD231PS.BCST (DX)(SI*1), Z10, Z4
+	VPMOVSXBW        16(AX), Y10
+	VPSLLW           $0x07, Y10, Y10
+	VPANDD           Y0, Y10, Y10
+	VCVTPH2PS        Y10, Z10
+	VMULPS           Z9, Z10, Z10
+	VFMADD231PS.BCST 4(DX), Z10, Z5
+	VFMADD231PS.BCST 4(DX)(BX*1), Z10, Z6
+	VFMADD231PS.BCST 4(DX)(BX*2), Z10, Z7
+	VFMADD231PS.BCST 4(DX)(SI*1), Z10, Z8
+	ADDQ             $0x00000020, AX
+	ADDQ             $0x00000008, DX
+	DECQ             DI
+	JNZ              floatF8x4AVX512_pairs
+	SUBQ             $0x00000080, CX
+	JMP              floatF8x4AVX512_block
+
+floatF8x4AVX512_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z5, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z6, Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z7, Z3, Z3
+	VMOVUPS Z3, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z8, Z4, Z4
+	VMOVUPS Z4, (AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x5AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
+TEXT ·floatF8x5AVX512(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	MOVL         $0xbf80bf80, R8
+	VPBROADCASTD R8, Y0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+
+floatF8x5AVX512_block:
+	TESTQ   CX, CX
+	JZ      floatF8x5AVX512_done
+	VMOVUPS (AX), Z11
+	ADDQ    $0x00000040, AX
+	MOVQ    $0x00000040, R8
+
+floatF8x5AVX512_pairs:
+	PREFETCHT0       12288(AX)
+	VPMOVSXBW        (AX), Y12
+	VPSLLW           $0x07, Y12, Y12
+	VPANDD           Y0, Y12, Y12
+	VCVTPH2PS        Y12, Z12
+	VMULPS           Z11, Z12, Z12
+	VFMADD231PS.BCST (DX), Z12, Z1
+	VFMADD231PS.BCST (DX)(BX*1), Z12, Z2
+	VFMADD231PS.BCST (DX)(BX*2), Z12, Z3
+	VFMADD231PS.BCST (DX)(SI*1), Z12, Z4
+	VFMADD231PS.BCST (DI), Z12, Z5
+	VPMOVSXBW        16(AX), Y12
+	VPSLLW           $0x07, Y12, Y12
+	VPANDD           Y0, Y12, Y12
+	VCVTPH2PS        Y12, Z12
+	VMULPS           Z11, Z12, Z12
+	VFMADD231PS.BCST 4(DX), Z12, Z6
+	VFMADD231PS.BCST 4(DX)(BX*1), Z12, Z7
+	VFMADD231PS.BCST 4(DX)(BX*2), Z12, Z8
+	VFMADD231PS.BCST 4(DX)(SI*1), Z12, Z9
+	VFMADD231PS.BCST 4(DI), Z12, Z10
+	ADDQ             $0x00000020, AX
+	ADDQ             $0x00000008, DX
+	ADDQ             $0x00000008, DI
+	DECQ             R8
+	JNZ              floatF8x5AVX512_pairs
+	SUBQ             $0x00000080, CX
+	JMP              floatF8x5AVX512_block
+
+floatF8x5AVX512_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z6, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z7, Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z8, Z3, Z3
+	VMOVUPS Z3, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS Z4, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z10, Z5, Z5
+	VMOVUPS Z5, (AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x6AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
+TEXT ·floatF8x6AVX512(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	MOVL         $0xbf80bf80, R8
+	VPBROADCASTD R8, Y0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+
+floatF8x6AVX512_block:
+	TESTQ   CX, CX
+	JZ      floatF8x6AVX512_done
+	VMOVUPS (AX), Z13
+	ADDQ    $0x00000040, AX
+	MOVQ    $0x00000040, R8
+
+floatF8x6AVX512_pairs:
+	PREFETCHT0       12288(AX)
+	VPMOVSXBW        (AX), Y14
+	VPSLLW           $0x07, Y14, Y14
+	VPANDD           Y0, Y14, Y14
+	VCVTPH2PS        Y14, Z14
+	VMULPS           Z13, Z14, Z14
+	VFMADD231PS.BCST (DX), Z14, Z1
+	VFMADD231PS.BCST (DX)(BX*1), Z14, Z2
+	VFMADD231PS.BCST (DX)(BX*2), Z14, Z3
+	VFMADD231PS.BCST (DX)(SI*1), Z14, Z4
+	VFMADD231PS.BCST (DI), Z14, Z5
+	VFMADD231PS.BCST (DI)(BX*1), Z14, Z6
+	VPMOVSXBW        16(AX), Y14
+	VPSLLW           $0x07, Y14, Y14
+	VPANDD           Y0, Y14, Y14
+	VCVTPH2PS        Y14, Z14
+	VMULPS           Z13, Z14, Z14
+	VFMADD231PS.BCST 4(DX), Z14, Z7
+	VFMADD231PS.BCST 4(DX)(BX*1), Z14, Z8
+	VFMADD231PS.BCST 4(DX)(BX*2), Z14, Z9
+	VFMADD231PS.BCST 4(DX)(SI*1), Z14, Z10
+	VFMADD231PS.BCST 4(DI), Z14, Z11
+	VFMADD231PS.BCST 4(DI)(BX*1), Z14, Z12
+	ADDQ             $0x00000020, AX
+	ADDQ             $0x00000008, DX
+	ADDQ             $0x00000008, DI
+	DECQ             R8
+	JNZ              floatF8x6AVX512_pairs
+	SUBQ             $0x00000080, CX
+	JMP              floatF8x6AVX512_block
+
+floatF8x6AVX512_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z7, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS Z3, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z10, Z4, Z4
+	VMOVUPS Z4, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z11, Z5, Z5
+	VMOVUPS Z5, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z12, Z6, Z6
+	VMOVUPS Z6, (AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x7AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
+TEXT ·floatF8x7AVX512(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	MOVL         $0xbf80bf80, R8
+	VPBROADCASTD R8, Y0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+
+floatF8x7AVX512_block:
+	TESTQ   CX, CX
+	JZ      floatF8x7AVX512_done
+	VMOVUPS (AX), Z15
+	ADDQ    $0x00000040, AX
+	MOVQ    $0x00000040, R8
+
+floatF8x7AVX512_pairs:
+	PREFETCHT0       12288(AX)
+	VPMOVSXBW        (AX), Y16
+	VPSLLW           $0x07, Y16, Y16
+	VPANDD           Y0, Y16, Y16
+	VCVTPH2PS        Y16, Z16
+	VMULPS           Z15, Z16, Z16
+	VFMADD231PS.BCST (DX), Z16, Z1
+	VFMADD231PS.BCST (DX)(BX*1), Z16, Z2
+	VFMADD231PS.BCST (DX)(BX*2), Z16, Z3
+	VFMADD231PS.BCST (DX)(SI*1), Z16, Z4
+	VFMADD231PS.BCST (DI), Z16, Z5
+	VFMADD231PS.BCST (DI)(BX*1), Z16, Z6
+	VFMADD231PS.BCST (DI)(BX*2), Z16, Z7
+	VPMOVSXBW        16(AX), Y16
+	VPSLLW           $0x07, Y16, Y16
+	VPANDD           Y0, Y16, Y16
+	VCVTPH2PS        Y16, Z16
+	VMULPS           Z15, Z16, Z16
+	VFMADD231PS.BCST 4(DX), Z16, Z8
+	VFMADD231PS.BCST 4(DX)(BX*1), Z16, Z9
+	VFMADD231PS.BCST 4(DX)(BX*2), Z16, Z10
+	VFMADD231PS.BCST 4(DX)(SI*1), Z16, Z11
+	VFMADD231PS.BCST 4(DI), Z16, Z12
+	VFMADD231PS.BCST 4(DI)(BX*1), Z16, Z13
+	VFMADD231PS.BCST 4(DI)(BX*2), Z16, Z14
+	ADDQ             $0x00000020, AX
+	ADDQ             $0x00000008, DX
+	ADDQ             $0x00000008, DI
+	DECQ             R8
+	JNZ              floatF8x7AVX512_pairs
+	SUBQ             $0x00000080, CX
+	JMP              floatF8x7AVX512_block
+
+floatF8x7AVX512_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z8, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z10, Z3, Z3
+	VMOVUPS Z3, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z11, Z4, Z4
+	VMOVUPS Z4, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z12, Z5, Z5
+	VMOVUPS Z5, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z13, Z6, Z6
+	VMOVUPS Z6, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z14, Z7, Z7
+	VMOVUPS Z7, (AX)
+	VZEROUPPER
+	RET
+
+// func floatF8x8AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, MMX+
+TEXT ·floatF8x8AVX512(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         cols+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xstride+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	MOVL         $0xbf80bf80, R8
+	VPBROADCASTD R8, Y0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	VPXORD       Z16, Z16, Z16
+
+floatF8x8AVX512_block:
+	TESTQ   CX, CX
+	JZ      floatF8x8AVX512_done
+	VMOVUPS (AX), Z17
+	ADDQ    $0x00000040, AX
+	MOVQ    $0x00000040, R8
+
+floatF8x8AVX512_pairs:
+	PREFETCHT0       12288(AX)
+	VPMOVSXBW        (AX), Y18
+	VPSLLW           $0x07, Y18, Y18
+	VPANDD           Y0, Y18, Y18
+	VCVTPH2PS        Y18, Z18
+	VMULPS           Z17, Z18, Z18
+	VFMADD231PS.BCST (DX), Z18, Z1
+	VFMADD231PS.BCST (DX)(BX*1), Z18, Z2
+	VFMADD231PS.BCST (DX)(BX*2), Z18, Z3
+	VFMADD231PS.BCST (DX)(SI*1), Z18, Z4
+	VFMADD231PS.BCST (DI), Z18, Z5
+	VFMADD231PS.BCST (DI)(BX*1), Z18, Z6
+	VFMADD231PS.BCST (DI)(BX*2), Z18, Z7
+	VFMADD231PS.BCST (DI)(SI*1), Z18, Z8
+	VPMOVSXBW        16(AX), Y18
+	VPSLLW           $0x07, Y18, Y18
+	VPANDD           Y0, Y18, Y18
+	VCVTPH2PS        Y18, Z18
+	VMULPS           Z17, Z18, Z18
+	VFMADD231PS.BCST 4(DX), Z18, Z9
+	VFMADD231PS.BCST 4(DX)(BX*1), Z18, Z10
+	VFMADD231PS.BCST 4(DX)(BX*2), Z18, Z11
+	VFMADD231PS.BCST 4(DX)(SI*1), Z18, Z12
+	VFMADD231PS.BCST 4(DI), Z18, Z13
+	VFMADD231PS.BCST 4(DI)(BX*1), Z18, Z14
+	VFMADD231PS.BCST 4(DI)(BX*2), Z18, Z15
+	VFMADD231PS.BCST 4(DI)(SI*1), Z18, Z16
+	ADDQ             $0x00000020, AX
+	ADDQ             $0x00000008, DX
+	ADDQ             $0x00000008, DI
+	DECQ             R8
+	JNZ              floatF8x8AVX512_pairs
+	SUBQ             $0x00000080, CX
+	JMP              floatF8x8AVX512_block
+
+floatF8x8AVX512_done:
+	MOVQ    out+32(FP), AX
+	MOVQ    ldo+40(FP), CX
+	SHLQ    $0x02, CX
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z10, Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z11, Z3, Z3
+	VMOVUPS Z3, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z12, Z4, Z4
+	VMOVUPS Z4, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z13, Z5, Z5
+	VMOVUPS Z5, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z14, Z6, Z6
+	VMOVUPS Z6, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z15, Z7, Z7
+	VMOVUPS Z7, (AX)
+	ADDQ    CX, AX
+	VADDPS  Z16, Z8, Z8
+	VMOVUPS Z8, (AX)
+	VZEROUPPER
+	RET
+
 // func streamAVX512(p *byte, n int) uint64
 // Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·streamAVX512(SB), NOSPLIT, $0-24

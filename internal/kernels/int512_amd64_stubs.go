@@ -274,6 +274,30 @@ func floatBF16x7AVX512(w *byte, cols int, x *float32, xstride int, out *float32,
 // floatBF16x8AVX512 is the AVX-512 kernel of repacked BF16 weights for 8 activation rows.
 func floatBF16x8AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
 
+// floatF8x1AVX512 is the AVX-512 kernel of repacked F8_E4M3_B128 weights for 1 activation rows.
+func floatF8x1AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x2AVX512 is the AVX-512 kernel of repacked F8_E4M3_B128 weights for 2 activation rows.
+func floatF8x2AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x3AVX512 is the AVX-512 kernel of repacked F8_E4M3_B128 weights for 3 activation rows.
+func floatF8x3AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x4AVX512 is the AVX-512 kernel of repacked F8_E4M3_B128 weights for 4 activation rows.
+func floatF8x4AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x5AVX512 is the AVX-512 kernel of repacked F8_E4M3_B128 weights for 5 activation rows.
+func floatF8x5AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x6AVX512 is the AVX-512 kernel of repacked F8_E4M3_B128 weights for 6 activation rows.
+func floatF8x6AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x7AVX512 is the AVX-512 kernel of repacked F8_E4M3_B128 weights for 7 activation rows.
+func floatF8x7AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
+// floatF8x8AVX512 is the AVX-512 kernel of repacked F8_E4M3_B128 weights for 8 activation rows.
+func floatF8x8AVX512(w *byte, cols int, x *float32, xstride int, out *float32, ldo int)
+
 // streamAVX512 reads n bytes (a multiple of 256) at p as the product kernels read weights, and returns a checksum of them.
 func streamAVX512(p *byte, n int) uint64
 

@@ -38,8 +38,8 @@ func asmQuantizers() map[string]func(x *float32, blocks int, codes *int8, side *
 // asmFloatTables are the assembly float kernels of each family, by type.
 func asmFloatTables() map[string]map[dtype.DType]floatTable {
 	return map[string]map[dtype.DType]floatTable{
-		"AVX-512": {dtype.F32: float512F32, dtype.F16: float512F16, dtype.BF16: float512BF16},
-		"AVX2":    {dtype.F32: float256F32, dtype.F16: float256F16, dtype.BF16: float256BF16},
+		"AVX-512": {dtype.F32: float512F32, dtype.F16: float512F16, dtype.BF16: float512BF16, dtype.F8_E4M3_B128: float512F8},
+		"AVX2":    {dtype.F32: float256F32, dtype.F16: float256F16, dtype.BF16: float256BF16, dtype.F8_E4M3_B128: float256F8},
 	}
 }
 

@@ -46,6 +46,11 @@ func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 	if int64(len(data)) != rb*int64(rows) {
 		return nil, fmt.Errorf("kernels: %d × %d %s needs %d bytes, have %d", rows, cols, t, rb*int64(rows), len(data))
 	}
+	if t == dtype.F8_E4M3_B128 {
+		if err := dtype.CheckF8(data); err != nil {
+			return nil, fmt.Errorf("kernels: %w", err)
+		}
+	}
 	m := &Matrix{Type: t, Rows: rows, Cols: cols, rowBytes: int(rb), blocks: cols / t.BlockSize()}
 	m.Data = repack(t, data, rows, int(rb), m)
 	return m, nil
@@ -69,12 +74,17 @@ func (m *Matrix) RowBytes() int { return m.rowBytes }
 // may be computed concurrently; ranges that begin and end on multiples of RowGroup
 // waste no work.
 func (m *Matrix) Mul(a *Act, y []float32, ldy, r0, r1 int) {
-	if m.Type.BlockSize() == 1 {
+	if isFloat(m.Type) {
 		m.mulFloat(a, y, ldy, r0, r1)
 		return
 	}
 	m.mulInt(a, y, ldy, r0, r1)
 }
+
+// isFloat reports whether products with weights of type t are float products (the
+// float kernels, with the activations as they are): the float types and
+// F8_E4M3_B128, whose e4m3 codes the kernels decode to float32 exactly.
+func isFloat(t dtype.DType) bool { return t.BlockSize() == 1 || t == dtype.F8_E4M3_B128 }
 
 // eachGroup calls f for every row group g of the rows [r0, r1) and every batch of up
 // to Group activation rows from t0 on, with where the nt × 16 outputs go: straight to
@@ -109,7 +119,7 @@ func (m *Matrix) mulFloat(a *Act, y []float32, ldy, r0, r1 int) {
 	step := kern.rows()
 	gb := groupBlockBytes(m.Type)
 	m.eachGroup(a, y, ldy, r0, r1, func(g, t0, nt int, out []float32, ldo int) {
-		w := &m.Data[g*m.Cols*gb]
+		w := &m.Data[g*m.blocks*gb]
 		for t1 := 0; t1 < nt; t1 += step {
 			n := min(step, nt-t1)
 			kern[n](w, m.Cols, &a.x[(t0+t1)*a.cols], 4*a.cols, &out[t1*ldo], ldo)

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/specula/specula/format/dtype"
 )
@@ -20,6 +21,13 @@ import (
 // The float types are repacked too, a column at a time: for each column, the 16 rows'
 // values side by side, so that a vector load holds one column of 16 rows and a
 // multiply-add by one activation value broadcast advances 16 rows' sums.
+//
+// F8_E4M3_B128 is a float type to the kernels (its products are float products of
+// exactly its decoded values, see floatdot.go), repacked by its 128-column blocks:
+// the 16 rows' scales, each multiplied by 2⁸ (exactly: the scales are below
+// dtype.F8MaxScale), then for each column the 16 rows' e4m3 codes side by side, which
+// the kernels turn into the float16 dtype.E4M3Half, e4m3 · 2⁻⁸, and multiply by the
+// folded scale — the weight dtype.Dequantize gives, rounded once.
 //
 // The layouts, for one block of a group (r is the row in the group, 0…15; "codes 4p+k"
 // are bytes 4p…4p+3 of a row's block of codes, the four codes of row r at 4r+k):
@@ -41,6 +49,8 @@ import (
 //   - Q6_K, 3360 bytes: d[16], scale[k][r][e] (int8, the scale of the 16-value group
 //     g = 2k+e; a row's two side by side, to be widened to a 16-bit pair), then for
 //     h = 0…1 and p = 0…7 the bytes ql[64h+4p+k], ql[64h+32+4p+k] and qh[32h+4p+k].
+//   - F8_E4M3_B128, 2112 bytes: s[16] (float32, scale · 2⁸), then for c = 0…127 the
+//     codes of column c of every row, code[c][r] at 64+16c+r.
 const rowGroup = 16
 
 // groupBlockBytes is the size of one block of a repacked group of type t. The float
@@ -67,6 +77,8 @@ func groupBlockBytes(t dtype.DType) int {
 		return 2880
 	case dtype.Q6_K:
 		return 3360
+	case dtype.F8_E4M3_B128:
+		return 2112
 	}
 	return 0
 }
@@ -201,6 +213,14 @@ func packBlock(t dtype.DType, dst []byte, src *[rowGroup][]byte) {
 			codes, qs = 832, 48
 		}
 		interleave(dst[codes:], src, qs, 128)
+	case dtype.F8_E4M3_B128:
+		for r := range rowGroup {
+			s := math.Float32frombits(binary.LittleEndian.Uint32(src[r]))
+			binary.LittleEndian.PutUint32(dst[4*r:], math.Float32bits(s*(1<<8)))
+			for c, code := range src[r][4:] {
+				dst[64+16*c+r] = code
+			}
+		}
 	case dtype.Q6_K:
 		copyHalves(dst, src, 208)
 		for r := range rowGroup {
@@ -286,6 +306,12 @@ func unpackBlock(t dtype.DType, src []byte, lane int, dst []byte) {
 			}
 		}
 		deinterleave(dst[qs:], src[codes:], lane, 128)
+	case dtype.F8_E4M3_B128:
+		s := math.Float32frombits(binary.LittleEndian.Uint32(src[4*lane:]))
+		binary.LittleEndian.PutUint32(dst, math.Float32bits(s/(1<<8)))
+		for c := range dst[4:] {
+			dst[4+c] = src[64+16*c+lane]
+		}
 	case dtype.Q6_K:
 		copy(dst[208:], half(0))
 		for g := range 16 {

@@ -173,6 +173,9 @@ func float512Kernels() {
 			floatKernel512(ft, n)
 		}
 	}
+	for n := 1; n <= floatRows512; n++ {
+		f8Kernel512(n)
+	}
 }
 
 func float256Kernels() {
@@ -181,4 +184,158 @@ func float256Kernels() {
 			floatKernel256(ft, n)
 		}
 	}
+	for n := 1; n <= floatRows256; n++ {
+		f8Kernel256(n)
+	}
+}
+
+// The F8_E4M3_B128 kernels: per 128-column block of the 16 rows, a vector of the rows'
+// scales times 2⁸, then per column the 16 rows' e4m3 codes, each sign-extended to 16
+// bits, shifted left by 7 and masked to s0eeeemmm0000000 — the float16 of value
+// e4m3 · 2⁻⁸ (dtype.E4M3Half) — converted to float32 and multiplied by the scales:
+// the weight E4M3(code) · scale, rounded once, as dtype.Dequantize gives it. From there
+// on the F32 kernels' sums, even and odd columns apart.
+
+// f8Mask is the float16 bits E4M3Half keeps of a code sign-extended and shifted left
+// by 7, twice, for a 32-bit broadcast.
+const f8Mask = 0xbf80bf80
+
+// f8Kernel512 emits the AVX-512 F8_E4M3_B128 kernel for n activation rows.
+func f8Kernel512(n int) {
+	fn := fmt.Sprintf("floatF8x%dAVX512", n)
+	TEXT(fn, NOSPLIT, floatSig)
+	Doc(fmt.Sprintf("%s is the AVX-512 kernel of repacked F8_E4M3_B128 weights for %d activation rows.", fn, n))
+	w := Mem{Base: Load(Param("w"), GP64())}
+	cols := Load(Param("cols"), GP64())
+	x := newRows(Load(Param("x"), GP64()), Load(Param("xstride"), GP64()), n)
+	mask := YMM()
+	m32 := GP32()
+	MOVL(U32(f8Mask), m32)
+	VPBROADCASTD(m32, mask)
+	acc := [2][]VecVirtual{}
+	for k := range 2 {
+		for range n {
+			a := ZMM()
+			VPXORD(a, a, a)
+			acc[k] = append(acc[k], a)
+		}
+	}
+	scale := ZMM()
+	pairs := GP64()
+	Label(fn + "_block")
+	TESTQ(cols, cols)
+	JZ(LabelRef(fn + "_done"))
+	VMOVUPS(w, scale)
+	ADDQ(U32(64), w.Base)
+	MOVQ(U32(64), pairs)
+	Label(fn + "_pairs")
+	PREFETCHT0(w.Offset(intPrefetch))
+	for k := range 2 {
+		h, v := YMM(), ZMM()
+		VPMOVSXBW(w.Offset(16*k), h)
+		VPSLLW(U8(7), h, h)
+		VPANDD(mask, h, h)
+		VCVTPH2PS(h, v)
+		VMULPS(scale, v, v)
+		for t := range n {
+			VFMADD231PS_BCST(x.at(t, 4*k), v, acc[k][t])
+		}
+	}
+	ADDQ(U32(32), w.Base)
+	x.advance(8)
+	DECQ(pairs)
+	JNZ(LabelRef(fn + "_pairs"))
+	SUBQ(U32(128), cols)
+	JMP(LabelRef(fn + "_block"))
+	Label(fn + "_done")
+	out := Mem{Base: Load(Param("out"), GP64())}
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	for t := range n {
+		VADDPS(acc[1][t], acc[0][t], acc[0][t])
+		VMOVUPS(acc[0][t], out)
+		if t+1 < n {
+			ADDQ(ldo, out.Base)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// f8Kernel256 emits the AVX2 F8_E4M3_B128 kernel for n activation rows: the 16 rows
+// as two halves of 8, the scales read from memory so that three rows' sums, the mask
+// and a column fit the 16 registers.
+func f8Kernel256(n int) {
+	fn := fmt.Sprintf("floatF8x%dAVX2", n)
+	TEXT(fn, NOSPLIT, floatSig)
+	Doc(fmt.Sprintf("%s is the AVX2 kernel of repacked F8_E4M3_B128 weights for %d activation rows.", fn, n))
+	w := Mem{Base: Load(Param("w"), GP64())}
+	cols := Load(Param("cols"), GP64())
+	x := newRows(Load(Param("x"), GP64()), Load(Param("xstride"), GP64()), n)
+	mask := XMM()
+	m32 := GP32()
+	MOVL(U32(f8Mask), m32)
+	MOVD(m32, mask)
+	VPBROADCASTD(mask, mask)
+	var acc [2][2][]VecVirtual // [column parity][half][row]
+	for k := range 2 {
+		for h := range 2 {
+			for range n {
+				a := YMM()
+				VXORPS(a, a, a)
+				acc[k][h] = append(acc[k][h], a)
+			}
+		}
+	}
+	scales := Mem{Base: GP64()}
+	pairs := GP64()
+	column := func(k int) {
+		var half [2]VecVirtual
+		for h := range 2 {
+			c, v := XMM(), YMM()
+			VPMOVSXBW(w.Offset(16*k+8*h), c)
+			VPSLLW(U8(7), c, c)
+			VPAND(mask, c, c)
+			VCVTPH2PS(c, v)
+			VMULPS(scales.Offset(32*h), v, v)
+			half[h] = v
+		}
+		for t := range n {
+			b := YMM()
+			VBROADCASTSS(x.at(t, 4*k), b)
+			VFMADD231PS(b, half[0], acc[k][0][t])
+			VFMADD231PS(b, half[1], acc[k][1][t])
+		}
+	}
+	Label(fn + "_block")
+	TESTQ(cols, cols)
+	JZ(LabelRef(fn + "_done"))
+	MOVQ(w.Base, scales.Base)
+	ADDQ(U32(64), w.Base)
+	MOVQ(U32(64), pairs)
+	Label(fn + "_pairs")
+	PREFETCHT0(w.Offset(intPrefetch))
+	column(0)
+	column(1)
+	ADDQ(U32(32), w.Base)
+	x.advance(8)
+	DECQ(pairs)
+	JNZ(LabelRef(fn + "_pairs"))
+	SUBQ(U32(128), cols)
+	JMP(LabelRef(fn + "_block"))
+	Label(fn + "_done")
+	out := Mem{Base: Load(Param("out"), GP64())}
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	for t := range n {
+		for h := range 2 {
+			VADDPS(acc[1][h][t], acc[0][h][t], acc[0][h][t])
+			VMOVUPS(acc[0][h][t], out.Offset(32*h))
+		}
+		if t+1 < n {
+			ADDQ(ldo, out.Base)
+		}
+	}
+	VZEROUPPER()
+	RET()
 }
