@@ -3,7 +3,6 @@ package hfquant
 import (
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -73,10 +72,8 @@ func TestPackedShared(t *testing.T) {
 func quantizedLayers(s *Scheme, set *safetensors.Set) []string {
 	var out []string
 	for _, name := range set.Names() {
-		for _, suffix := range []string{".qweight", ".weight_packed", ".weight"} {
-			if p, ok := strings.CutSuffix(name, suffix); ok && s.Quantized(set, p) {
-				out = append(out, p)
-			}
+		if p, packed, ok := s.LayerOf(set, name); ok && packed {
+			out = append(out, p)
 		}
 	}
 	return out
