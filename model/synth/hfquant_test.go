@@ -10,11 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/format/hfquant"
 	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/model/quantize"
 )
 
 // TestWriteHF writes small Qwen2 (untied, biases) and Llama (tied) shapes in every
@@ -82,4 +85,46 @@ func TestWriteHF(t *testing.T) {
 		_, err = ParseFormat("marlin")
 		assert.ErrorContains(t, err, `unknown format "marlin" (known: awq, gptq, gptq-act, w4a16)`)
 	})
+}
+
+// TestWriteHFConverted converts small Qwen2 directories of each format to GGUF
+// (model/quantize, mix F16: the float16 tensors kept): AWQ to Q8_0 and W4A16 and GPTQ
+// to exact Q4_0 or Q8_0, the file's logits at every position equal the directory's
+// bit for bit (no permutation intervenes in qwen2's rotary layout); act-order GPTQ is
+// refused, naming the layer.
+func TestWriteHFConverted(t *testing.T) {
+	tok := sharedtest.Path(t, "models", "gocoder-xs")
+	s := Shape{Name: "tiny-qwen2", Of: "tiny", Config: qwen25(256, 2, 4, 2, 640, 8192, false)}
+	tokens := []int32{1, 500, 77, 8000, 4242, 3, 3, 9}
+	for _, c := range []struct {
+		f   Format
+		typ dtype.DType
+	}{{AWQ, dtype.Q8_0}, {GPTQ, dtype.Q8_0}, {W4A16, dtype.Q4_0}, {GPTQActOrder, 0}} {
+		t.Run(string(c.f), func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, WriteHF(dir, s, c.f, tok, 5, 0))
+			dst := filepath.Join(t.TempDir(), "out.gguf")
+			r, err := quantize.File(context.Background(), dir, dst, quantize.F16)
+			if c.typ == 0 {
+				assert.ErrorContains(t, err, "model.layers.0.mlp.down_proj: no exact repacking: act-order (g_idx)")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, 7*s.Config.Layers, r.Exact)
+			f, err := gguf.Open(dst)
+			require.NoError(t, err)
+			down, ok := f.Tensor("blk.1.ffn_down.weight")
+			require.True(t, ok)
+			assert.Equal(t, c.typ, down.Type)
+			require.NoError(t, f.Close())
+			var logits [2][][]float32
+			for i, p := range []string{dir, dst} {
+				m, err := llama.Open(p, llama.Options{Backend: cpu.Factory(1), KVBudget: 16 << 20})
+				require.NoError(t, err)
+				logits[i] = allLogits(t, m, tokens)
+				require.NoError(t, m.Close())
+			}
+			assert.Equal(t, logits[0], logits[1], "the directory's logits and the converted file's")
+		})
+	}
 }
