@@ -6,7 +6,10 @@
 // stored tensors of one linear layer into its dense weight matrix, [out, in], as
 // float32; [Scheme.Packed] repacks an integer-coded layer into llama.cpp's Q4_0 or
 // Q8_0 blocks where those hold its values exactly (same codes, float16 scale per run
-// of 32 inputs), for the integer kernels.
+// of 32 inputs), for the integer kernels; [Scheme.PackedAs] repacks only into the
+// types a caller allows (GGUF conversion), else says why not ([ErrNotExact]).
+// [EncodeGPTQ], [EncodeAWQ] and [EncodeCompressed] write a layer's integer [Codes] in
+// each format's tensors, the inverse of Dense, for test and synthetic checkpoints.
 //
 // The dense values are the formats' reference dequantisation formulas evaluated
 // exactly: an integer code minus its zero point, times a float16 scale, needs at most
