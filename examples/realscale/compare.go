@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -30,8 +32,10 @@ type peerResult struct {
 
 // round is one side-by-side measurement, with the system's load average at its start.
 type round struct {
-	Load     string          `json:"load_average"`
-	Specula  *benchResult    `json:"specula"`
+	Load    string       `json:"load_average"`
+	Specula *benchResult `json:"specula"`
+	// Also is specula's measurement of each -also model, in this round.
+	Also     []*benchResult  `json:"also,omitempty"`
 	LlamaCpp json.RawMessage `json:"llama_cpp"`
 	peer     peerResult
 }
@@ -39,6 +43,7 @@ type round struct {
 // comparison is what compare writes as JSON.
 type comparison struct {
 	Model  string             `json:"model"`
+	Also   []string           `json:"also,omitempty"`
 	Peer   string             `json:"peer"` // how llama.cpp ran: lcbench --poll N, or node
 	Rounds []round            `json:"rounds"`
 	Ratios map[string]float64 `json:"median_ratios"` // specula / llama.cpp, by figure
@@ -55,6 +60,7 @@ func compare(ctx context.Context, args []string) error {
 	fs.StringVar(&p.script, "script", "examples/realscale/llamacpp.mjs", "with -via node: the llama.cpp benchmark script")
 	fs.StringVar(&p.peer, "peer", "/tmp/peer", "with -via node: the folder holding node_modules/node-llama-cpp (see ../shared/peer/README.md)")
 	fs.StringVar(&p.node, "node", "node", "with -via node: the Node.js binary")
+	also := fs.String("also", "", "comma-separated models that only specula reads (quantized Hugging Face directories of the same shape: gen -format), measured by specula in each round beside the others")
 	_ = fs.Parse(args)
 	if *model == "" {
 		return errors.New("compare: -model is required")
@@ -67,6 +73,11 @@ func compare(ctx context.Context, args []string) error {
 	}
 	logf := logTo(os.Stderr)
 	res := comparison{Model: *model, Peer: p.via}
+	for _, a := range strings.Split(*also, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			res.Also = append(res.Also, a)
+		}
+	}
 	if p.via == "lcbench" {
 		res.Peer = fmt.Sprintf("lcbench --poll %d", p.poll)
 	}
@@ -98,6 +109,14 @@ func compare(ctx context.Context, args []string) error {
 		if err := second(); err != nil {
 			return err
 		}
+		for _, a := range res.Also {
+			logf("round %d: specula on %s", i+1, a)
+			r, err := measure(ctx, a, *c, logf)
+			if err != nil {
+				return err
+			}
+			rd.Also = append(rd.Also, r)
+		}
 		res.Rounds = append(res.Rounds, rd)
 	}
 	res.Ratios = printComparison(os.Stdout, res, c)
@@ -125,18 +144,25 @@ func printComparison(w io.Writer, res comparison, c *benchConfig) map[string]flo
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\t%.2f\t%.2f×\t\n", i+1, res.Rounds[i].Load, name, ours, theirs, r)
 	}
 	for i, rd := range res.Rounds {
-		row(i, fmt.Sprintf("prefill %d tok/s", c.PromptTokens), rd.Specula.PrefillTokensPerS, rd.peer.PrefillTokensPerS)
-		for _, n := range c.Contexts {
-			d, ok := rd.Specula.Decode[n]
-			p, pok := rd.peer.Decode[strconv.Itoa(n)]
-			if ok && pok {
-				row(i, fmt.Sprintf("decode@%d tok/s", n), d.MedianTokensS, p.Median)
+		// The -also models' rows compare specula on them with llama.cpp on -model.
+		for k, ours := range append([]*benchResult{rd.Specula}, rd.Also...) {
+			tag := ""
+			if k > 0 {
+				tag = " [" + filepath.Base(res.Also[k-1]) + "]"
 			}
-		}
-		if rd.peer.Verify != nil {
-			for _, n := range []int{5, 8} {
-				if n <= c.VerifyMax {
-					row(i, fmt.Sprintf("verify(%d)/verify(1)", n), rd.Specula.VerifyRatio[n], rd.peer.Verify.Ratio[strconv.Itoa(n)])
+			row(i, fmt.Sprintf("prefill %d tok/s%s", c.PromptTokens, tag), ours.PrefillTokensPerS, rd.peer.PrefillTokensPerS)
+			for _, n := range c.Contexts {
+				d, ok := ours.Decode[n]
+				p, pok := rd.peer.Decode[strconv.Itoa(n)]
+				if ok && pok {
+					row(i, fmt.Sprintf("decode@%d tok/s%s", n, tag), d.MedianTokensS, p.Median)
+				}
+			}
+			if rd.peer.Verify != nil {
+				for _, n := range []int{5, 8} {
+					if n <= c.VerifyMax {
+						row(i, fmt.Sprintf("verify(%d)/verify(1)%s", n, tag), ours.VerifyRatio[n], rd.peer.Verify.Ratio[strconv.Itoa(n)])
+					}
 				}
 			}
 		}

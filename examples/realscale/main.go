@@ -5,12 +5,19 @@
 //	go run ./examples/realscale gen -shape qwen2.5-1.5b -mix Q4_K_M -out /tmp/q15-q4km.gguf
 //	go run ./examples/realscale bench -model /tmp/q15-q4km.gguf -json bench.json
 //	go run ./examples/realscale compare -model /tmp/q15-q4km.gguf -rounds 2
+//	go run ./examples/realscale gen -shape qwen2.5-1.5b -format awq -out /tmp/q15-awq
+//	go run ./examples/realscale compare -model /tmp/q15-q4km.gguf -also /tmp/q15-awq,/tmp/q15-gptq
 //
 // gen knows the shapes smollm2-135m, smollm2-360m, qwen2.5-0.5b, qwen2.5-1.5b,
 // qwen2.5-7b, llama-3.2-1b and tinyllama-1.1b, and the mixes of package
 // model/quantize (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M, Q6_K: what
 // llama.cpp's llama-quantize writes for those file types); the vocabulary is the
-// gocoder tokenizer of models/, padded to the real size.
+// gocoder tokenizer of models/, padded to the real size. With -format (awq, gptq,
+// gptq-act, w4a16) gen writes instead a quantized Hugging Face directory as the AWQ,
+// GPTQ (v1, asymmetric; act-order with a random g_idx) and compressed-tensors W4A16
+// releases store the model (synth.WriteHF: 4-bit, groups of 128, float16 embeddings,
+// sharded at 2 GB, the tokenizer.json of -tokenizer), which specula reads and
+// llama.cpp does not.
 //
 // bench prints, for one file and in one run: prefill tokens/s of a 512-token prompt;
 // decode tokens/s at context 512 and 4096; verify(n)/verify(1), the cost of a pass
@@ -104,6 +111,8 @@ func gen(args []string) error {
 	out := fs.String("out", "", "output GGUF file (required)")
 	vocabPath := fs.String("vocab", "models/gocoder-xs-q8_0.gguf", "the tokenizer the model gets, padded to the shape's vocabulary: a GGUF file's, or a Hugging Face directory's tokenizer.json (../shared/tokenizers/qwen3, llama3, gemma3: real vocabularies)")
 	seed := fs.Uint64("seed", 1, "seed of the random weights")
+	format := fs.String("format", "", "instead of a GGUF mix, a quantized Hugging Face directory at -out (specula reads it, llama.cpp does not): awq, gptq, gptq-act, w4a16")
+	tokenizer := fs.String("tokenizer", "../shared/tokenizers/qwen3", "with -format: the Hugging Face directory whose tokenizer.json the model gets")
 	_ = fs.Parse(args)
 	if *out == "" {
 		return errors.New("gen: -out is required")
@@ -111,6 +120,9 @@ func gen(args []string) error {
 	s, err := synth.Find(*shape)
 	if err != nil {
 		return err
+	}
+	if *format != "" {
+		return genHF(*out, s, *format, *tokenizer, *seed)
 	}
 	m, err := quantize.ParseMix(*mixName)
 	if err != nil {
@@ -130,6 +142,41 @@ func gen(args []string) error {
 	}
 	fmt.Printf("%s: %s %s, %d parameters, %.1f MB, in %.1f s\n", *out, s.Of, m, synth.Count(s.Config), float64(st.Size())/1e6, time.Since(start).Seconds())
 	return nil
+}
+
+// genHF writes a quantized Hugging Face directory.
+func genHF(dir string, s synth.Shape, format, tokenizer string, seed uint64) error {
+	f, err := synth.ParseFormat(format)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := synth.WriteHF(dir, s, f, tokenizer, seed, 0); err != nil {
+		return err
+	}
+	size, err := dirBytes(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %s %s, %d parameters, %.1f MB, in %.1f s\n", dir, s.Of, f, synth.Count(s.Config), float64(size)/1e6, time.Since(start).Seconds())
+	return nil
+}
+
+// dirBytes is the size of the files of a directory.
+func dirBytes(dir string) (int64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			return 0, err
+		}
+		n += info.Size()
+	}
+	return n, nil
 }
 
 // benchFlags are the flags bench and compare share.

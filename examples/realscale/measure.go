@@ -14,6 +14,7 @@ import (
 
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -147,6 +148,9 @@ func bandwidth(threads int) float64 {
 // token reads: all but the embedding table, which is only looked up (unless the output
 // layer shares it).
 func fileBytes(path string) (all, decode int64, err error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return dirTensorBytes(path)
+	}
 	f, err := gguf.Open(path)
 	if err != nil {
 		return 0, 0, err
@@ -158,6 +162,27 @@ func fileBytes(path string) (all, decode int64, err error) {
 		n := int64(len(f.Data(&t)))
 		all += n
 		if t.Name != "token_embd.weight" || tied {
+			decode += n
+		}
+	}
+	return all, decode, nil
+}
+
+// dirTensorBytes is fileBytes for a Hugging Face directory: the stored bytes of its
+// safetensors tensors, those of the embedding left out of a decoded token's unless
+// the output layer is the embedding.
+func dirTensorBytes(dir string) (all, decode int64, err error) {
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer set.Close()
+	_, untied := set.Tensor("lm_head.weight")
+	for _, name := range set.Names() {
+		t, _ := set.Tensor(name)
+		n := int64(len(t.Data))
+		all += n
+		if name != "model.embed_tokens.weight" || !untied {
 			decode += n
 		}
 	}

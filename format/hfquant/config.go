@@ -8,7 +8,10 @@
 // Q8_0 blocks where those hold its values exactly (same codes, float16 scale per run
 // of 32 inputs), for the integer kernels, and a block-wise FP8 layer into specula's
 // dtype.F8_E4M3_B128 (its e4m3 codes and a float32 scale per run of 128 inputs), for
-// float kernels that compute with exactly its values.
+// float kernels that compute with exactly its values; [Scheme.PackedAs] repacks only
+// into the types a caller allows (GGUF conversion), else says why not ([ErrNotExact]).
+// [EncodeGPTQ], [EncodeAWQ] and [EncodeCompressed] write a layer's integer [Codes] in
+// each format's tensors, the inverse of Dense, for test and synthetic checkpoints.
 //
 // The dense values are the formats' reference dequantisation formulas evaluated
 // exactly: an integer code minus its zero point, times a float16 scale, needs at most

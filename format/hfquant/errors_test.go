@@ -28,35 +28,35 @@ func TestDenseErrors(t *testing.T) {
 		{"gptq missing scales", gptq, func(l *layer) { delete(l.src, pre+".scales") }, ".scales", "missing"},
 		{"gptq missing g_idx", gptq, func(l *layer) { delete(l.src, pre+".g_idx") }, ".g_idx", "missing"},
 		{"gptq g_idx out of range", gptq, func(l *layer) {
-			l.src[pre+".g_idx"] = i32Tensor(make([]uint32, 64), 64)
+			l.src[pre+".g_idx"] = wordTensor(make([]uint32, 64), 64)
 			l.src[pre+".g_idx"].Data[40] = 9
 		},
 			".g_idx", "input 10 is in group 9, out of range [0, 2)"},
 		{"gptq negative g_idx", gptq, func(l *layer) {
-			l.src[pre+".g_idx"] = i32Tensor(make([]uint32, 64), 64)
+			l.src[pre+".g_idx"] = wordTensor(make([]uint32, 64), 64)
 			l.src[pre+".g_idx"].Data[3] = 0x80
 		},
 			".g_idx", "input 0 is in group -2147483648, out of range [0, 2)"},
-		{"gptq g_idx short", gptq, func(l *layer) { l.src[pre+".g_idx"] = i32Tensor(make([]uint32, 60), 60) }, ".g_idx", "shape [60], want [64]"},
-		{"gptq qzeros shape", gptq, func(l *layer) { l.src[pre+".qzeros"] = i32Tensor(make([]uint32, 6), 3, 2) }, ".qzeros", "shape [3 2], want [2 2]"},
-		{"gptq scales type", gptq, func(l *layer) { l.src[pre+".scales"] = i32Tensor(make([]uint32, 32), 2, 16) }, ".scales", "type I32"},
+		{"gptq g_idx short", gptq, func(l *layer) { l.src[pre+".g_idx"] = wordTensor(make([]uint32, 60), 60) }, ".g_idx", "shape [60], want [64]"},
+		{"gptq qzeros shape", gptq, func(l *layer) { l.src[pre+".qzeros"] = wordTensor(make([]uint32, 6), 3, 2) }, ".qzeros", "shape [3 2], want [2 2]"},
+		{"gptq scales type", gptq, func(l *layer) { l.src[pre+".scales"] = wordTensor(make([]uint32, 32), 2, 16) }, ".scales", "type I32"},
 		{"gptq group does not divide", func(r *rand.Rand) layer {
 			l := gptq(r)
 			l.scheme.GroupSize = 48
 			return l
 		}, nil, ".qweight", "64 inputs do not divide into groups of group_size 48"},
-		{"gptq columns do not divide", gptq, func(l *layer) { l.src[pre+".qweight"] = i32Tensor(make([]uint32, 8*15), 8, 15) },
+		{"gptq columns do not divide", gptq, func(l *layer) { l.src[pre+".qweight"] = wordTensor(make([]uint32, 8*15), 8, 15) },
 			".qweight", "15 output columns do not divide into words of 8 codes (bits 4)"},
 		{"gptq qweight bytes", gptq, func(l *layer) { l.src[pre+".qweight"].Data = l.src[pre+".qweight"].Data[4:] }, ".qweight", "508 bytes for shape [8 16] of I32"},
 		{"gptq qweight 3-d", gptq, func(l *layer) { l.src[pre+".qweight"].Shape = []int64{8, 16, 1} }, ".qweight", "shape [8 16 1], want 2 dimensions"},
 		{"awq missing qzeros", awq, func(l *layer) { delete(l.src, pre+".qzeros") }, ".qzeros", "missing"},
-		{"awq scales shape", awq, func(l *layer) { l.src[pre+".scales"] = f16Tensor(make([]float32, 16), 1, 16) }, ".scales", "shape [1 16], want [2 16]"},
+		{"awq scales shape", awq, func(l *layer) { l.src[pre+".scales"] = halfTensor(make([]float32, 16), 1, 16) }, ".scales", "shape [1 16], want [2 16]"},
 		{"ct missing scale", ct, func(l *layer) { delete(l.src, pre+".weight_scale") }, ".weight_scale", "missing"},
 		{"ct missing zero point", ct, func(l *layer) { delete(l.src, pre+".weight_zero_point") }, ".weight_zero_point", "missing"},
-		{"ct weight_shape", ct, func(l *layer) { l.src[pre+".weight_shape"] = i64Tensor([]int64{8, 72}, 2) }, ".weight_packed", "shape [8 8], want [8 9]"},
-		{"ct weight_shape negative", ct, func(l *layer) { l.src[pre+".weight_shape"] = i64Tensor([]int64{-8, 64}, 2) }, ".weight_shape", "shape [-8 64] is not a matrix's"},
+		{"ct weight_shape", ct, func(l *layer) { l.src[pre+".weight_shape"] = longTensor([]int64{8, 72}, 2) }, ".weight_packed", "shape [8 8], want [8 9]"},
+		{"ct weight_shape negative", ct, func(l *layer) { l.src[pre+".weight_shape"] = longTensor([]int64{-8, 64}, 2) }, ".weight_shape", "shape [-8 64] is not a matrix's"},
 		{"ct g_idx out of range", ct, func(l *layer) {
-			l.src[pre+".weight_g_idx"] = i64Tensor(make([]int64, 64), 64)
+			l.src[pre+".weight_g_idx"] = longTensor(make([]int64, 64), 64)
 			l.src[pre+".weight_g_idx"].Data[8] = 4
 		},
 			".weight_g_idx", "input 1 is in group 4"},
@@ -94,9 +94,9 @@ func TestGPTQv1StoredMax(t *testing.T) {
 	}
 	s := &Scheme{Method: GPTQ, Bits: 4, ZeroMinusOne: true}
 	src := mapSource{
-		pre + ".qweight": i32Tensor(ones(8, 0x76543210), 1, 8), // input j of every column has code j
-		pre + ".qzeros":  i32Tensor(ones(1, 0xffffffff), 1, 1),
-		pre + ".scales":  f16Tensor([]float32{1, 1, 1, 1, 1, 1, 1, 0.5}, 1, 8),
+		pre + ".qweight": wordTensor(ones(8, 0x76543210), 1, 8), // input j of every column has code j
+		pre + ".qzeros":  wordTensor(ones(1, 0xffffffff), 1, 1),
+		pre + ".scales":  halfTensor([]float32{1, 1, 1, 1, 1, 1, 1, 0.5}, 1, 8),
 	}
 	m, err := s.Dense(src, pre)
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -74,10 +73,8 @@ func TestPackedShared(t *testing.T) {
 func quantizedLayers(s *Scheme, set *safetensors.Set) []string {
 	var out []string
 	for _, name := range set.Names() {
-		for _, suffix := range []string{".qweight", ".weight_packed", ".weight"} {
-			if p, ok := strings.CutSuffix(name, suffix); ok && s.Quantized(set, p) {
-				out = append(out, p)
-			}
+		if p, packed, ok := s.LayerOf(set, name); ok && packed {
+			out = append(out, p)
 		}
 	}
 	return out
@@ -153,11 +150,15 @@ func TestPackedRules(t *testing.T) {
 // stores them.
 func symmetric(l layer, bits int) layer {
 	qz := l.src[pre+".qzeros"]
-	z := make([]int32, qz.Elements()*int64(32/bits))
-	for i := range z {
-		z[i] = 1 << (bits - 1)
+	var w uint32
+	for j := range 32 / bits {
+		w |= 1 << (bits - 1) << (bits * j)
 	}
-	l.src[pre+".qzeros"] = i32Tensor(packAlongCols(z, bits, int(qz.Shape[0]), len(z)/int(qz.Shape[0]), natural), qz.Shape...)
+	z := make([]uint32, qz.Elements())
+	for i := range z {
+		z[i] = w
+	}
+	l.src[pre+".qzeros"] = wordTensor(z, qz.Shape...)
 	return l
 }
 
@@ -165,7 +166,7 @@ func symmetric(l layer, bits int) layer {
 // −128), so codes up to 255 − 0 … leave int8.
 func wideZeros(l layer) layer {
 	zp := l.src[pre+".weight_zero_point"]
-	l.src[pre+".weight_zero_point"] = i32Tensor(make([]uint32, zp.Elements()), zp.Shape...)
+	l.src[pre+".weight_zero_point"] = wordTensor(make([]uint32, zp.Elements()), zp.Shape...)
 	return l
 }
 

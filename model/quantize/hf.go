@@ -2,6 +2,7 @@ package quantize
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -85,16 +86,18 @@ func permuteRows(data []byte, heads, rows int) []byte {
 	return out
 }
 
-// fromHF converts a Hugging Face directory.
-func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue, []gguf.TensorData, func() error, error) {
+// fromHF converts a Hugging Face directory. A quantized checkpoint's linear layers
+// are written as their exact Q4_0 or Q8_0 repacking (hfquant.Scheme.PackedAs), byte
+// for byte what the runtime loads; a layer no GGUF type holds exactly is refused,
+// naming it and why, unless o.Requantize, which quantizes its dense values by the
+// mix's rules (lossy, and said so in the report's notes).
+func fromHF(ctx context.Context, dir string, m Mix, o Options, r *Report) ([]gguf.KeyValue, []gguf.TensorData, func() error, error) {
 	c, err := llama.ReadHFConfig(dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if q, err := hfquant.ReadConfig(dir); err != nil || q != nil {
-		if err == nil {
-			err = fmt.Errorf("%s: quant_method %s: a quantized checkpoint cannot be converted to GGUF yet (llama.Open loads it)", q.Source, q.Method)
-		}
+	q, err := hfquant.ReadConfig(dir)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	set, err := safetensors.OpenDir(dir)
@@ -113,10 +116,20 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 	// Rotary scaling as llama.cpp's converter stores it: llama3's divisors, longrope's
 	// long and short factors.
 	tensors := c.RopeTensors()
+	requantized := 0
 	for _, name := range set.Names() {
 		if err := ctx.Err(); err != nil {
 			set.Close()
 			return nil, nil, nil, err
+		}
+		layer := "" // the prefix of a quantized linear layer
+		if q != nil {
+			if prefix, packed, ok := q.LayerOf(set, name); ok {
+				if !packed {
+					continue // read with the layer's packed weight
+				}
+				layer, name = prefix, prefix+".weight"
+			}
 		}
 		gname, ok := ggufName(name, arch)
 		if !ok {
@@ -133,19 +146,34 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 		if gname == "output.weight" && c.TiedEmbeddings {
 			continue
 		}
-		st, _ := set.Tensor(name)
-		if !st.Supported() {
-			set.Close()
-			return nil, nil, nil, fmt.Errorf("tensor %q has unsupported dtype %s", name, st.TypeName)
-		}
-		data, typ := st.Data, st.DType
-		if arch == "gemma3" && strings.HasSuffix(gname, "norm.weight") {
-			if len(st.Shape) != 1 {
+		var data []byte
+		var typ dtype.DType
+		var shape []int64
+		var ql qlayer
+		if layer != "" {
+			if ql, err = quantizedLayer(q, set, layer, o); err != nil {
 				set.Close()
-				return nil, nil, nil, fmt.Errorf("tensor %q: a norm of shape %v", name, st.Shape)
+				return nil, nil, nil, err
+			}
+			data, typ, shape = ql.data, ql.typ, ql.shape
+			if ql.lossy {
+				requantized++
+			}
+		} else {
+			st, _ := set.Tensor(name)
+			if !st.Supported() {
+				set.Close()
+				return nil, nil, nil, fmt.Errorf("tensor %q has unsupported dtype %s", name, st.TypeName)
+			}
+			data, typ, shape = st.Data, st.DType, st.Shape
+		}
+		if arch == "gemma3" && strings.HasSuffix(gname, "norm.weight") {
+			if len(shape) != 1 {
+				set.Close()
+				return nil, nil, nil, fmt.Errorf("tensor %q: a norm of shape %v", name, shape)
 			}
 			// Gemma's norms multiply by (1 + w): llama.cpp's files hold 1 + w, in F32.
-			if data, err = shiftedNorm(typ, data, st.Shape[0], 1); err != nil {
+			if data, err = shiftedNorm(typ, data, shape[0], 1); err != nil {
 				set.Close()
 				return nil, nil, nil, fmt.Errorf("tensor %q: %w", name, err)
 			}
@@ -161,21 +189,70 @@ func fromHF(ctx context.Context, dir string, m Mix, r *Report) ([]gguf.KeyValue,
 				heads = c.KVHeads
 			}
 			if heads > 0 {
-				data = permuteRows(data, heads, int(st.Shape[0]))
+				data = permuteRows(data, heads, int(shape[0]))
 			}
 		}
-		dims := make([]int64, len(st.Shape))
-		for i, d := range st.Shape {
-			dims[len(st.Shape)-1-i] = d
+		dims := make([]int64, len(shape))
+		for i, d := range shape {
+			dims[len(shape)-1-i] = d
+		}
+		if ql.exact { // written as stored: the runtime's own repacking, byte for byte
+			r.Exact++
+			r.BytesIn += ql.stored
+			r.BytesOut += int64(len(data))
+			tensors = append(tensors, gguf.TensorData{Name: gname, Type: typ, Dims: dims, Data: data})
+			continue
 		}
 		typ, out, err := p.convert(gname, typ, dims, data, r)
 		if err != nil {
 			set.Close()
 			return nil, nil, nil, err
 		}
+		if ql.lossy { // counted as its dense F32 values: count the checkpoint's bytes
+			r.BytesIn += ql.stored - int64(len(data))
+		}
 		tensors = append(tensors, gguf.TensorData{Name: gname, Type: typ, Dims: dims, Data: out})
 	}
+	if requantized > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("lossy: %d quantized layers that no GGUF type holds exactly were re-quantized from their dense values by the %s mix's rules", requantized, m))
+	}
 	return kv, tensors, set.Close, nil
+}
+
+// qlayer is a quantized linear layer as GGUF takes it.
+type qlayer struct {
+	typ    dtype.DType
+	shape  []int64 // [out, in]
+	data   []byte
+	stored int64 // the bytes of the checkpoint's tensors
+	exact  bool  // the exact Q4_0 or Q8_0 repacking, written as it is
+	lossy  bool  // dense values, for the mix to quantize
+}
+
+// quantizedLayer returns the linear layer prefix of a quantized checkpoint as GGUF
+// takes it: its exact Q4_0 or Q8_0 repacking, else, when o.Requantize, its dense
+// values as F32 for the mix to quantize, else an error naming the layer and why no
+// GGUF type holds it.
+func quantizedLayer(q *hfquant.Scheme, set *safetensors.Set, prefix string, o Options) (qlayer, error) {
+	pk, err := q.PackedAs(set, prefix, dtype.Q4_0, dtype.Q8_0)
+	if err == nil {
+		return qlayer{typ: pk.Type, shape: []int64{int64(pk.Rows), int64(pk.Cols)}, data: pk.Data, stored: pk.Stored, exact: true}, nil
+	}
+	if !errors.Is(err, hfquant.ErrNotExact) {
+		return qlayer{}, err
+	}
+	if !o.Requantize {
+		return qlayer{}, fmt.Errorf("quant_method %s: %w; no GGUF type holds this layer exactly (Options.Requantize, quantize's -requantize, converts it lossily by the mix's rules)", q.Method, err)
+	}
+	m, err := q.Dense(set, prefix)
+	if err != nil {
+		return qlayer{}, err
+	}
+	data, err := dtype.Encode(dtype.F32, m.Data)
+	if err != nil {
+		return qlayer{}, err
+	}
+	return qlayer{typ: dtype.F32, shape: []int64{int64(m.Rows), int64(m.Cols)}, data: data, stored: m.Stored, lossy: true}, nil
 }
 
 // shiftedNorm returns the n values of a norm with d added, as F32.

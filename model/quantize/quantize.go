@@ -29,6 +29,9 @@ type Report struct {
 	// counts the tensors left as they were.
 	Types map[dtype.DType]int
 	Kept  int
+	// Exact counts the linear layers of a quantized checkpoint written as their exact
+	// Q4_0 or Q8_0 repacking, as they were.
+	Exact int
 	// BytesIn and BytesOut are the tensor data sizes before and after.
 	BytesIn, BytesOut int64
 	// Notes lists anything the caller should know (a tokenizer left out, …).
@@ -81,9 +84,26 @@ func (p plan) convert(name string, typ dtype.DType, dims []int64, data []byte, r
 	return t, out, nil
 }
 
+// Options are the choices of a conversion beyond the mix.
+type Options struct {
+	// Requantize converts the layers of a quantized checkpoint that no GGUF type
+	// holds exactly (act-order GPTQ, FP8, …) from their dense values by the mix's
+	// rules: lossy, and said so in the report's notes. Without it such a layer is an
+	// error naming it and why.
+	Requantize bool
+}
+
 // File converts src (a GGUF file or a Hugging Face directory) to a GGUF file at dst
-// whose weight matrices have the types of mix m.
+// whose weight matrices have the types of mix m. The linear layers of a quantized
+// Hugging Face checkpoint (GPTQ, AWQ, compressed-tensors, FP8) are written as their
+// exact Q4_0 or Q8_0 repacking where one holds them (see FileWith).
 func File(ctx context.Context, src, dst string, m Mix) (Report, error) {
+	return FileWith(ctx, src, dst, m, Options{})
+}
+
+// FileWith is File with options: a quantized checkpoint's layers that no GGUF type
+// holds exactly are refused unless o.Requantize.
+func FileWith(ctx context.Context, src, dst string, m Mix, o Options) (Report, error) {
 	if err := m.Check(); err != nil {
 		return Report{}, err
 	}
@@ -96,7 +116,7 @@ func File(ctx context.Context, src, dst string, m Mix) (Report, error) {
 	var r Report
 	var closeSrc func() error
 	if st.IsDir() {
-		kv, tensors, closeSrc, err = fromHF(ctx, src, m, &r)
+		kv, tensors, closeSrc, err = fromHF(ctx, src, m, o, &r)
 	} else {
 		kv, tensors, closeSrc, err = fromGGUF(ctx, src, m, &r)
 	}
