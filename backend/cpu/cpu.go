@@ -73,7 +73,9 @@ type matrix struct {
 }
 
 // permuted reports whether a part's columns are not in the inputs' order.
-func (m *matrix) permuted() bool { return slices.ContainsFunc(m.inputs, func(p []int32) bool { return p != nil }) }
+func (m *matrix) permuted() bool {
+	return slices.ContainsFunc(m.inputs, func(p []int32) bool { return p != nil })
+}
 
 func (m *matrix) Rows() int    { return m.rows }
 func (m *matrix) Bytes() int64 { return m.bytes }

@@ -16,18 +16,18 @@ type pass struct {
 	rows int
 	err  error
 
-	cap    int            // rows the buffers hold
-	acts   [6][]float32   // by backend.Act
-	tmp    []float32      // MulAdd's product before it is added
-	act    [6]kernels.Act // the activations of each buffer, prepared for products
+	cap  int            // rows the buffers hold
+	acts [6][]float32   // by backend.Act
+	tmp  []float32      // MulAdd's product before it is added
+	act  [6]kernels.Act // the activations of each buffer, prepared for products
 	// gathered holds a product's input rows in the column orders of its parts
 	// (matrix.inputs), and gact their preparation.
 	gathered [kernels.MaxParts][]float32
 	gact     [kernels.MaxParts]kernels.Act
-	out    []float32      // normalised output rows
-	logits []float32      // logits rows that do not go straight to one buffer
-	rowBuf []byte         // an embedding row of llama.cpp's blocks
-	scores chan []float32 // attention score buffers, one per thread at work
+	out      []float32      // normalised output rows
+	logits   []float32      // logits rows that do not go straight to one buffer
+	rowBuf   []byte         // an embedding row of llama.cpp's blocks
+	scores   chan []float32 // attention score buffers, one per thread at work
 
 	mul  kernels.Product
 	attn attnTask

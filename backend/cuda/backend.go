@@ -138,7 +138,9 @@ type dmatrix struct {
 }
 
 // permuted reports whether a part's columns are not in the inputs' order.
-func (m *dmatrix) permuted() bool { return slices.ContainsFunc(m.inputs, func(p devptr) bool { return p != 0 }) }
+func (m *dmatrix) permuted() bool {
+	return slices.ContainsFunc(m.inputs, func(p devptr) bool { return p != 0 })
+}
 
 func (m *dmatrix) Rows() int    { return m.rows }
 func (m *dmatrix) Bytes() int64 { return m.bytes }
