@@ -14,10 +14,9 @@ import (
 	"github.com/specula/specula/internal/sharedtest"
 )
 
-// checkPacked packs layer prefix and, when it packs, checks that the blocks' values,
-// their columns put back in input order by the Perm, equal Dense's bit for bit, and
-// that a Perm sorts the inputs by group, stably. It returns the type (0: not packed)
-// and whether the packing has a Perm.
+// checkPacked packs layer prefix and, when it packs, checks it against Dense
+// (checkPacking) and that a Perm sorts the inputs by group, stably. It returns the
+// type (0: not packed) and whether the packing has a Perm.
 func checkPacked(t *testing.T, s *Scheme, src Source, prefix string) (dtype.DType, bool) {
 	t.Helper()
 	p, ok, err := s.Packed(src, prefix)
@@ -25,16 +24,31 @@ func checkPacked(t *testing.T, s *Scheme, src Source, prefix string) (dtype.DTyp
 	if !ok {
 		return 0, false
 	}
-	typ, data, rows, cols := p.Type, p.Data, p.Rows, p.Cols
 	m, err := s.Dense(src, prefix)
 	require.NoError(t, err)
+	checkPacking(t, p, m)
+	if p.Perm != nil {
+		checkGroupOrder(t, s, src, prefix, p.Perm)
+	}
+	return p.Type, p.Perm != nil
+}
+
+// checkPacking checks that a packing's values, their columns put back in input order
+// by its Perm (a permutation of the columns), equal the dense matrix's bit for bit.
+func checkPacking(t *testing.T, p Packing, m Matrix) {
+	t.Helper()
+	rows, cols := p.Rows, p.Cols
 	require.Equal(t, [2]int{m.Rows, m.Cols}, [2]int{rows, cols})
 	got := make([]float32, rows*cols)
-	require.NoError(t, dtype.Dequantize(typ, data, got))
+	require.NoError(t, dtype.Dequantize(p.Type, p.Data, got))
 	perm := p.Perm
 	if perm != nil {
 		require.Len(t, perm, cols)
-		checkGroupOrder(t, s, src, prefix, perm)
+		seen := make([]bool, cols)
+		for _, i := range perm {
+			require.True(t, i >= 0 && int(i) < cols && !seen[i], "Perm is not a permutation: input %d", i)
+			seen[i] = true
+		}
 	}
 	for k := range got {
 		o, j := k/cols, k%cols
@@ -43,24 +57,20 @@ func checkPacked(t *testing.T, s *Scheme, src Source, prefix string) (dtype.DTyp
 			i = int(perm[j])
 		}
 		if math.Float32bits(got[k]) != math.Float32bits(m.Data[o*cols+i]) {
-			t.Fatalf("%s %v: W[%d][%d] (column %d) = %v, Dense %v", prefix, typ, o, i, j, got[k], m.Data[o*cols+i])
+			t.Fatalf("%v: W[%d][%d] (column %d) = %v, Dense %v", p.Type, o, i, j, got[k], m.Data[o*cols+i])
 		}
 	}
-	return typ, perm != nil
 }
 
-// checkGroupOrder checks that perm is a permutation of the inputs that lists them by
-// their g_idx group, in ascending order within a group.
+// checkGroupOrder checks that a permutation of the inputs lists them by their g_idx
+// group, in ascending order within a group.
 func checkGroupOrder(t *testing.T, s *Scheme, src Source, prefix string, perm []int32) {
 	t.Helper()
 	r := &reader{src: src, prefix: prefix}
 	gt := r.tensor(".g_idx", 1, "I32", "I64")
 	require.NoError(t, r.err)
 	g := ints(gt)
-	seen := make([]bool, len(perm))
 	for j, i := range perm {
-		require.False(t, seen[i], "input %d twice", i)
-		seen[i] = true
 		if j > 0 {
 			prev := perm[j-1]
 			require.True(t, g[prev] < g[i] || g[prev] == g[i] && prev < i, "column %d: input %d (group %d) after %d (group %d)", j, i, g[i], prev, g[prev])
