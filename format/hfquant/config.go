@@ -6,7 +6,8 @@
 // stored tensors of one linear layer into its dense weight matrix, [out, in], as
 // float32; [Scheme.Packed] repacks an integer-coded layer into llama.cpp's Q4_0 or
 // Q8_0 blocks where those hold its values exactly (same codes, float16 scale per run
-// of 32 inputs), for the integer kernels.
+// of 32 inputs), for the integer kernels; an act-order layer's inputs are first
+// sorted by group, and the permutation returned with the blocks (Packing.Perm).
 //
 // The dense values are the formats' reference dequantisation formulas evaluated
 // exactly: an integer code minus its zero point, times a float16 scale, needs at most
