@@ -13,6 +13,7 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/sharedtest"
 )
@@ -176,4 +177,39 @@ func TestQuantizedErrors(t *testing.T) {
 // bytes of the files, in order, ending at the total.
 func TestQuantizedProgress(t *testing.T) {
 	checkProgress(t, sharedtest.Path(t, "models", "gocoder-s-gptq8"), 10)
+}
+
+// TestGoldenActOrderHost runs the act-order gocoder-m-gptq on the host device (the
+// CUDA backend's plain-Go twin: its gather op, then Q8_0 products): the known greedy
+// continuations exactly, logits within the integer kernels' 0.02.
+func TestGoldenActOrderHost(t *testing.T) {
+	name := "gocoder-m-gptq"
+	m, err := Open(sharedtest.Path(t, "models", name), Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})})
+	require.NoError(t, err)
+	defer m.Close()
+	for _, c := range loadGolden(t, name) {
+		abs, rel := logitErrors(t, m, c)
+		assert.Less(t, rel, 0.02, "logit error")
+		ids, _ := greedy(t, m, c.PromptIDs, len(c.GreedyIDs), nil)
+		assert.Equal(t, c.GreedyIDs, ids, "greedy continuation")
+		t.Logf("%s: logit error %.2g (relative %.2g)", c.File, abs, rel)
+	}
+}
+
+// TestPermutedTableRefused: a layer whose repacking has its columns permuted
+// (act-order) is refused as an embedding table or output matrix, naming the file and
+// tensor, and taken in as a matrix.
+func TestPermutedTableRefused(t *testing.T) {
+	tensors, err := OpenTensors(sharedtest.Path(t, "models", "gocoder-m-gptq"))
+	require.NoError(t, err)
+	defer tensors.Close()
+	be := cpu.New(tensors.Config.Shape(), 1)
+	defer be.Close()
+	name := "model.layers.0.mlp.up_proj.weight"
+	l := &loader{src: tensors.src, file: tensors.file, be: be}
+	assert.NotNil(t, l.matrix(part{name, 1408, 512}))
+	require.NoError(t, l.err)
+	assert.Nil(t, l.table(part{name, 1408, 512}))
+	require.Error(t, l.err)
+	assert.Contains(t, l.err.Error(), `gocoder-m-gptq: tensor "model.layers.0.mlp.up_proj.weight": an embedding table or output matrix with its columns permuted`)
 }
