@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/kvcache"
@@ -67,6 +68,38 @@ type Tensor struct {
 	Type       dtype.DType
 	Rows, Cols int
 	Data       []byte
+	// Perm is the input each column multiplies, for a matrix whose columns were put
+	// in another order than its inputs' (an act-order GPTQ layer repacked with its
+	// inputs sorted by group, so that every block of 32 has one scale): column j holds
+	// the weights of input Perm[j], and the product is y = W·x' with x'[j] = x[Perm[j]].
+	// A backend gathers each activation row into that order once per matrix, before
+	// it quantizes the row for the integer kernels. nil is the identity. Parts of one
+	// matrix may have different ones (each reads its own gathered input). An
+	// embedding table or output matrix has none: backends refuse one there.
+	Perm []int32
+}
+
+// SamePerm reports whether two column orders (Tensor.Perm) are the same: parts of one
+// matrix with the same order share one gathered input.
+func SamePerm(a, b []int32) bool { return (a == nil) == (b == nil) && slices.Equal(a, b) }
+
+// CheckPerm reports an error naming the tensor unless its Perm is nil or a
+// permutation of 0 … Cols−1.
+func (t Tensor) CheckPerm() error {
+	if t.Perm == nil {
+		return nil
+	}
+	if len(t.Perm) != t.Cols {
+		return fmt.Errorf("tensor %q: a permutation of %d inputs for %d columns", t.Name, len(t.Perm), t.Cols)
+	}
+	seen := make([]bool, t.Cols)
+	for j, i := range t.Perm {
+		if i < 0 || int(i) >= t.Cols || seen[i] {
+			return fmt.Errorf("tensor %q: column %d reads input %d: not a permutation of [0, %d)", t.Name, j, i, t.Cols)
+		}
+		seen[i] = true
+	}
+	return nil
 }
 
 // Matrix is a weight matrix a backend has taken in, in its own form.

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/specula/specula/backend"
@@ -63,8 +64,17 @@ func (b *Backend) Close() error {
 type matrix struct {
 	parts []*kernels.Matrix
 	offs  []int // each part's first output column
-	rows  int
-	bytes int64
+	// inputs are the column orders of the parts, each once (nil: the inputs' own
+	// order); part i reads the activations gathered by inputs[input[i]].
+	inputs [][]int32
+	input  []int
+	rows   int
+	bytes  int64
+}
+
+// permuted reports whether a part's columns are not in the inputs' order.
+func (m *matrix) permuted() bool {
+	return slices.ContainsFunc(m.inputs, func(p []int32) bool { return p != nil })
 }
 
 func (m *matrix) Rows() int    { return m.rows }
@@ -76,6 +86,7 @@ type vector []float32
 func (v vector) Len() int { return len(v) }
 
 // Matrix implements [backend.Backend]: each part is repacked into the kernels' layout.
+// Parts with equal column orders (Tensor.Perm) share one gathered input.
 func (b *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	if len(parts) == 0 || len(parts) > kernels.MaxParts {
 		return nil, fmt.Errorf("cpu: a matrix of %d parts; 1 to %d", len(parts), kernels.MaxParts)
@@ -85,10 +96,19 @@ func (b *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 		if t.Cols != parts[0].Cols {
 			return nil, fmt.Errorf("cpu: tensor %q has %d columns, %q has %d", t.Name, t.Cols, parts[0].Name, parts[0].Cols)
 		}
+		if err := t.CheckPerm(); err != nil {
+			return nil, fmt.Errorf("cpu: %w", err)
+		}
 		k, err := kernels.NewMatrix(t.Type, t.Rows, t.Cols, t.Data)
 		if err != nil {
 			return nil, fmt.Errorf("cpu: tensor %q: %w", t.Name, err)
 		}
+		in := slices.IndexFunc(m.inputs, func(p []int32) bool { return backend.SamePerm(p, t.Perm) })
+		if in < 0 {
+			in = len(m.inputs)
+			m.inputs = append(m.inputs, slices.Clone(t.Perm))
+		}
+		m.input = append(m.input, in)
 		m.parts = append(m.parts, k)
 		m.offs = append(m.offs, m.rows)
 		m.rows += t.Rows

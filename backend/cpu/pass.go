@@ -16,14 +16,18 @@ type pass struct {
 	rows int
 	err  error
 
-	cap    int            // rows the buffers hold
-	acts   [6][]float32   // by backend.Act
-	tmp    []float32      // MulAdd's product before it is added
-	act    [6]kernels.Act // the activations of each buffer, prepared for products
-	out    []float32      // normalised output rows
-	logits []float32      // logits rows that do not go straight to one buffer
-	rowBuf []byte         // an embedding row of llama.cpp's blocks
-	scores chan []float32 // attention score buffers, one per thread at work
+	cap  int            // rows the buffers hold
+	acts [6][]float32   // by backend.Act
+	tmp  []float32      // MulAdd's product before it is added
+	act  [6]kernels.Act // the activations of each buffer, prepared for products
+	// gathered holds a product's input rows in the column orders of its parts
+	// (matrix.inputs), and gact their preparation.
+	gathered [kernels.MaxParts][]float32
+	gact     [kernels.MaxParts]kernels.Act
+	out      []float32      // normalised output rows
+	logits   []float32      // logits rows that do not go straight to one buffer
+	rowBuf   []byte         // an embedding row of llama.cpp's blocks
+	scores   chan []float32 // attention score buffers, one per thread at work
 
 	mul  kernels.Product
 	attn attnTask
@@ -57,6 +61,10 @@ func (ps *pass) fail(err error) {
 func (ps *pass) Embed(dst backend.Act, table backend.Matrix) {
 	m, ok := table.(*matrix)
 	if ps.err != nil || !ps.check(ok) {
+		return
+	}
+	if m.permuted() {
+		ps.fail(errors.New("cpu: an embedding table with its columns permuted"))
 		return
 	}
 	w := m.parts[0]
@@ -171,10 +179,28 @@ func (ps *pass) mulInto(y []float32, ldy int, src backend.Act, m *matrix) {
 	ps.mulRows(y, ldy, ps.buf(src), ps.rows, ps.b.shape.Width(src), &ps.act[src], m)
 }
 
-// mulRows computes y = x · mᵀ for n rows of x of cols values, prepared in act.
+// mulRows computes y = x · mᵀ for n rows of x of cols values, prepared in act; a
+// part whose columns are permuted reads x gathered into their order, once for every
+// part with that order, before the rows are quantized.
 func (ps *pass) mulRows(y []float32, ldy int, x []float32, n, cols int, act *kernels.Act, m *matrix) {
-	act.Reset(x, n, cols)
-	if err := ps.mul.Compute(ps.b.threads, act, y, ldy, m.parts, m.offs); err != nil {
+	var ins [kernels.MaxParts]*kernels.Act
+	for k, perm := range m.inputs {
+		if perm == nil {
+			act.Reset(x, n, cols)
+			ins[k] = act
+			continue
+		}
+		g := grow(ps.gathered[k], n*cols)
+		ps.gathered[k] = g
+		kernels.Gather(g, x[:n*cols], perm)
+		ps.gact[k].Reset(g, n, cols)
+		ins[k] = &ps.gact[k]
+	}
+	var acts [kernels.MaxParts]*kernels.Act
+	for i, in := range m.input {
+		acts[i] = ins[in]
+	}
+	if err := ps.mul.Compute(ps.b.threads, acts[:len(m.parts)], y, ldy, m.parts, m.offs); err != nil {
 		ps.fail(fmt.Errorf("cpu: %w", err))
 	}
 }
@@ -225,6 +251,10 @@ func (ps *pass) Final(w backend.Vector, out backend.Matrix) {
 	}
 	m, ok := out.(*matrix)
 	if ps.err != nil || !ps.check(ok) {
+		return
+	}
+	if m.permuted() {
+		ps.fail(errors.New("cpu: an output matrix with its columns permuted"))
 		return
 	}
 	dim := ps.b.shape.Dim

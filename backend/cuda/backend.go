@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
@@ -29,7 +30,10 @@ type Backend struct {
 	kvmap  backend.KVMap
 	s      scratch
 	pass   devicePass // the pass in progress, reused
-	closed bool
+	// permuted: a matrix with permuted columns was taken in, so passes need the
+	// gathered-input buffer (scratch.gathered).
+	permuted bool
+	closed   bool
 }
 
 // scratch holds the activation buffers of one pass, grown as larger passes come, and
@@ -49,6 +53,11 @@ type scratch struct {
 	hostX      []float32 // X copied back, for states and rows without a norm
 	gathered   []float32
 	stateRows  []int
+	// perm holds a product's input rows in the column order of a part
+	// (dmatrix.inputs), rows × the widest activation; allocated once a permuted
+	// matrix is taken in.
+	perm     devptr
+	permRows int
 }
 
 // NewBackend makes a backend for models of the given shape on dev.
@@ -114,12 +123,23 @@ func (g *Backend) do(f func(b deviceOps) error) error {
 }
 
 // dmatrix is one or more weight tensors in device memory whose outputs sit side by
-// side: parts of one type are stacked into one, so that the product is one launch.
+// side: consecutive parts of one type and one column order are stacked into one, so
+// that the product is one launch.
 type dmatrix struct {
 	parts []wtensor
 	offs  []int
-	rows  int
-	bytes int64
+	// inputs are the column orders of the parts, each once, as device int32 arrays
+	// (0: the inputs' own order); part i reads the input gathered by
+	// inputs[input[i]].
+	inputs []devptr
+	input  []int
+	rows   int
+	bytes  int64
+}
+
+// permuted reports whether a part's columns are not in the inputs' order.
+func (m *dmatrix) permuted() bool {
+	return slices.ContainsFunc(m.inputs, func(p devptr) bool { return p != 0 })
 }
 
 func (m *dmatrix) Rows() int    { return m.rows }
@@ -138,7 +158,8 @@ func supportedWeight(t dtype.DType) bool {
 	return t == dtype.F32 || t == dtype.F16 || t == dtype.BF16 || t == dtype.Q8_0
 }
 
-// Matrix implements [backend.Backend].
+// Matrix implements [backend.Backend]. A part's column order (Tensor.Perm) is
+// uploaded once for all the parts that share it.
 func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	if len(parts) == 0 {
 		return nil, errors.New("cuda: a matrix of no parts")
@@ -153,17 +174,33 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 		}
 	}
 	m := &dmatrix{}
+	var perms [][]int32 // m.inputs on the host
 	err = g.do(func(b deviceOps) error {
 		for lo := 0; lo < len(parts); {
 			hi := lo + 1
-			for hi < len(parts) && parts[hi].Type == parts[lo].Type {
+			for hi < len(parts) && parts[hi].Type == parts[lo].Type && backend.SamePerm(parts[hi].Perm, parts[lo].Perm) {
 				hi++
 			}
 			w, err := g.upload(b, parts[lo:hi])
 			if err != nil {
 				return err
 			}
-			m.parts, m.offs = append(m.parts, w), append(m.offs, m.rows)
+			perm := parts[lo].Perm
+			in := slices.IndexFunc(perms, func(p []int32) bool { return backend.SamePerm(p, perm) })
+			if in < 0 {
+				var p devptr
+				if perm != nil {
+					if p, err = g.alloc(b, int64(4*len(perm))); err != nil {
+						return fmt.Errorf("cuda: tensor %q: its permutation: %w", parts[lo].Name, err)
+					}
+					if err := b.upload(p, bytesOf(perm)); err != nil {
+						return fmt.Errorf("cuda: uploading the permutation of %q: %w", parts[lo].Name, err)
+					}
+					g.permuted = true
+				}
+				in, perms, m.inputs = len(perms), append(perms, perm), append(m.inputs, p)
+			}
+			m.parts, m.offs, m.input = append(m.parts, w), append(m.offs, m.rows), append(m.input, in)
 			m.rows += w.rows
 			m.bytes += w.rowBytes() * int64(w.rows)
 			lo = hi
@@ -220,6 +257,9 @@ func checkTensor(t backend.Tensor, cols int) error {
 	rb, err := t.Type.Bytes(int64(t.Cols))
 	if err != nil || t.Rows <= 0 || int64(len(t.Data)) != rb*int64(t.Rows) {
 		return fmt.Errorf("cuda: tensor %q: %d bytes for %d × %d %s", t.Name, len(t.Data), t.Rows, t.Cols, t.Type)
+	}
+	if err := t.CheckPerm(); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	return nil
 }
@@ -282,7 +322,7 @@ func (g *Backend) Close() error {
 			errs = append(errs, b.free(p))
 		}
 		g.allocs = nil
-		for _, p := range append(g.s.acts[:], g.s.q, g.s.rows1, g.s.logits, g.s.meta) {
+		for _, p := range append(g.s.acts[:], g.s.q, g.s.rows1, g.s.logits, g.s.meta, g.s.perm) {
 			if p != 0 {
 				errs = append(errs, b.free(p))
 			}
@@ -431,7 +471,7 @@ func (g *Backend) RandomMatrix(typ dtype.DType, rows, cols int, seed uint64, sca
 	if err != nil {
 		return nil, err
 	}
-	return &dmatrix{parts: []wtensor{w}, offs: []int{0}, rows: rows, bytes: bytes}, nil
+	return &dmatrix{parts: []wtensor{w}, offs: []int{0}, inputs: []devptr{0}, input: []int{0}, rows: rows, bytes: bytes}, nil
 }
 
 // RandomVector is benchmark support (llama.NewRandom calls it): it makes a vector of

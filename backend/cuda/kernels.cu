@@ -224,6 +224,17 @@ extern "C" __global__ void gemv_q8_0(const void* w, const float* x, float* y, in
 }
 
 // ---------------------------------------------------------------------------------
+// A product's input in the column order of a weight whose columns were permuted (an
+// act-order layer's inputs sorted by group): out[t·cols + j] = x[t·cols + perm[j]].
+// Grid-stride over total = rows · cols.
+extern "C" __global__ void gather_cols(float* out, const float* x, const int* perm, i64 total, int cols) {
+    for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (i64)gridDim.x * blockDim.x) {
+        const int j = (int)(k % cols);
+        out[k] = x[k - j + perm[j]];
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // Embedding lookup: out[i·cols + c] = W[tokens[i], c]. Grid: n blocks.
 extern "C" __global__ void embed(float* out, const void* w, int wt, const int* tokens, int cols) {
     const int i = blockIdx.x;

@@ -98,6 +98,10 @@ type deviceOps interface {
 	// matmul computes out[t·ldo + r] = Σ_c W[r, c]·x[t·cols + c] for t < n, or adds
 	// it to out when accumulate is set.
 	matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumulate bool) error
+	// gather writes out[t·cols + j] = x[t·cols + perm[j]] for t < n (perm: cols
+	// int32, a permutation): a product's input in the column order of a weight
+	// whose columns were permuted.
+	gather(out, x, perm devptr, n, cols int) error
 	qkv(a qkvArgs) error
 	attention(a attnArgs) error
 	// glu writes out[t·ffn + c] = act(gu[t·2ffn + c])·gu[t·2ffn + ffn + c].

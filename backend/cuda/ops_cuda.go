@@ -15,7 +15,7 @@ var kernelSource string
 // kernelNames lists the kernels of kernels.cu the backend launches.
 func kernelNames() []string {
 	return []string{
-		"gemv_f32", "gemv_f16", "gemv_bf16", "gemv_q8_0", "embed", "rmsnorm", "head_rmsnorm", "qkv_rope",
+		"gemv_f32", "gemv_f16", "gemv_bf16", "gemv_q8_0", "gather_cols", "embed", "rmsnorm", "head_rmsnorm", "qkv_rope",
 		"attention", "glu", "scale_rows", "add_rows", "kv_copy", "to_f16", "to_bf16", "fill", "fill_q8_0",
 	}
 }
@@ -280,6 +280,13 @@ func (b *cudaOps) attention(t attnArgs) error {
 		}
 	}
 	return nil
+}
+
+func (b *cudaOps) gather(out, x, perm devptr, n, cols int) error {
+	total := int64(n) * int64(cols)
+	return b.run("gather_cols", gridFor(total), [3]int{threads256Count, 1, 1}, 0, func(a *kernelArgs) {
+		a.ptr(out).ptr(x).ptr(perm).i64(total).i32(cols)
+	})
 }
 
 func (b *cudaOps) glu(out, gu devptr, n, ffn int, act backend.Activation) error {

@@ -272,6 +272,13 @@ func (h *hostOps) matmul(out devptr, ldo int, x devptr, n int, w wtensor, accumu
 	return nil
 }
 
+func (h *hostOps) gather(out, x, perm devptr, n, cols int) (err error) {
+	defer h.catch("gather", &err)
+	total := int64(n) * int64(cols)
+	kernels.Gather(h.f32(out, total), h.f32(x, total), h.i32(perm, int64(cols)))
+	return nil
+}
+
 // off is the float offset of one head's vector of a slot in a block pool.
 func (g kvGeom) off(slot int64, layer, kind, head int) int64 {
 	bs := int64(g.blockSize)

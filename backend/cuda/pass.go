@@ -147,6 +147,17 @@ func (g *Backend) ensureScratch(b deviceOps, rows, outs int, meta int64) error {
 		}
 		s.rows = rows
 	}
+	if g.permuted && rows > s.permRows {
+		widest := 0
+		for a := range s.acts {
+			widest = max(widest, g.shape.Width(backend.Act(a)))
+		}
+		if err := realloc(&s.perm, int64(rows)*4*int64(widest), "gathered input"); err != nil {
+			s.permRows = 0
+			return err
+		}
+		s.permRows = rows
+	}
 	if outs > s.outs {
 		if err := realloc(&s.rows1, int64(outs)*4*int64(g.shape.Dim), "output rows"); err != nil {
 			s.outs = 0
@@ -191,7 +202,10 @@ func (ps *devicePass) buf(a backend.Act) devptr { return ps.g.s.acts[a] }
 // Embed implements [backend.Pass].
 func (ps *devicePass) Embed(dst backend.Act, table backend.Matrix) {
 	m, ok := table.(*dmatrix)
-	if ps.ok(ok) {
+	if ps.ok(ok) && m.permuted() {
+		ps.fail(errors.New("cuda: an embedding table with its columns permuted"))
+	}
+	if ps.err == nil {
 		ps.fail(ps.b.embed(ps.buf(dst), m.parts[0], ps.at(ps.oTokens), ps.rows))
 	}
 }
@@ -277,17 +291,32 @@ func (ps *devicePass) Mul(dst, src backend.Act, w backend.Matrix) { ps.project(d
 // MulAdd implements [backend.Pass].
 func (ps *devicePass) MulAdd(dst, src backend.Act, w backend.Matrix) { ps.project(dst, src, w, true) }
 
-// project multiplies src by the parts of w into their columns of dst.
+// project multiplies src by the parts of w into their columns of dst: for each
+// column order of the parts, src gathered into it once (one launch), then the
+// products of the parts with that order.
 func (ps *devicePass) project(dst, src backend.Act, w backend.Matrix, accumulate bool) {
 	m, ok := w.(*dmatrix)
 	if !ps.ok(ok) {
 		return
 	}
-	ldo := ps.g.shape.Width(dst)
-	for i, part := range m.parts {
-		if err := ps.b.matmul(ps.buf(dst)+devptr(4*m.offs[i]), ldo, ps.buf(src), ps.rows, part, accumulate); err != nil {
-			ps.fail(err)
-			return
+	ldo, cols := ps.g.shape.Width(dst), ps.g.shape.Width(src)
+	for k, perm := range m.inputs {
+		x := ps.buf(src)
+		if perm != 0 {
+			x = ps.g.s.perm
+			if err := ps.b.gather(x, ps.buf(src), perm, ps.rows, cols); err != nil {
+				ps.fail(err)
+				return
+			}
+		}
+		for i, part := range m.parts {
+			if m.input[i] != k {
+				continue
+			}
+			if err := ps.b.matmul(ps.buf(dst)+devptr(4*m.offs[i]), ldo, x, ps.rows, part, accumulate); err != nil {
+				ps.fail(err)
+				return
+			}
 		}
 	}
 }
@@ -378,6 +407,10 @@ func (ps *devicePass) Final(w backend.Vector, out backend.Matrix) {
 	}
 	m, ok := out.(*dmatrix)
 	if !ps.ok(ok) {
+		return
+	}
+	if m.permuted() {
+		ps.fail(errors.New("cuda: an output matrix with its columns permuted"))
 		return
 	}
 	if ps.finals > 0 {

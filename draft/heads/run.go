@@ -24,7 +24,7 @@ type headRun struct {
 // mul writes y = m·x.
 func (r *headRun) mul(m *kernels.Matrix, x, y []float32) error {
 	r.act.Reset(x, 1, m.Cols)
-	return r.prod.Compute(r.pool, &r.act, y, m.Rows, []*kernels.Matrix{m}, []int{0})
+	return r.prod.Compute(r.pool, []*kernels.Act{&r.act}, y, m.Rows, []*kernels.Matrix{m}, []int{0})
 }
 
 // row writes row i of m to dst.

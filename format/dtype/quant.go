@@ -300,19 +300,16 @@ func Dequantize(t DType, src []byte, dst []float32) error {
 	return nil
 }
 
-// Requantize converts rows of cols float values (F32, F16 or BF16) in data to type to,
-// as a model's or a draft head's weights are converted at load: the type and bytes to
-// take in. Anything else — quantised already, no conversion asked (to 0), rows that
-// are not whole blocks of to — is returned as it is.
+// Requantize converts rows of cols values of a type the float kernels run (F32, F16,
+// BF16, or FP8 as F8_E4M3_B128) in data to type to, as a model's or a draft head's
+// weights are converted at load: the type and bytes to take in. Anything else —
+// integer-coded already, no conversion asked (to 0), rows that are not whole blocks
+// of to — is returned as it is.
 func Requantize(t DType, data []byte, cols int, to DType) (DType, []byte, error) {
-	if to == 0 || t == to || (t != F32 && t != F16 && t != BF16) || cols%to.BlockSize() != 0 {
+	if to == 0 || t == to || (t != F32 && t != F16 && t != BF16 && t != F8_E4M3_B128) || cols%to.BlockSize() != 0 {
 		return t, data, nil
 	}
-	n, err := t.Bytes(1)
-	if err != nil {
-		return t, data, err
-	}
-	vals := make([]float32, len(data)/int(n))
+	vals := make([]float32, len(data)/t.BlockBytes()*t.BlockSize())
 	if err := Dequantize(t, data, vals); err != nil {
 		return t, data, err
 	}

@@ -6,7 +6,8 @@
 // stored tensors of one linear layer into its dense weight matrix, [out, in], as
 // float32; [Scheme.Packed] repacks an integer-coded layer into llama.cpp's Q4_0 or
 // Q8_0 blocks where those hold its values exactly (same codes, float16 scale per run
-// of 32 inputs), for the integer kernels, and a block-wise FP8 layer into specula's
+// of 32 inputs; an act-order layer's inputs first sorted by group, the permutation
+// returned with the blocks as Packing.Perm), for the integer kernels, and a block-wise FP8 layer into specula's
 // dtype.F8_E4M3_B128 (its e4m3 codes and a float32 scale per run of 128 inputs), for
 // float kernels that compute with exactly its values; [Scheme.PackedAs] repacks only
 // into the types a caller allows (GGUF conversion), else says why not ([ErrNotExact]).

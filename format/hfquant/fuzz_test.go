@@ -63,8 +63,10 @@ func fuzzSeeds() [][2]any {
 	return out
 }
 
-// FuzzDense checks that Dense never panics on any file under any scheme, and that
-// what it accepts is a matrix of the size it says.
+// FuzzDense checks that Dense never panics on any file under any scheme, that what it
+// accepts is a matrix of the size it says, and that Load accepts it too, as values
+// equal to Dense's bit for bit (a packing's columns put back in input order by its
+// Perm, which must be a permutation).
 func FuzzDense(f *testing.F) {
 	seeds := fuzzSeeds()
 	if os.Getenv("HFQUANT_WRITE_SEEDS") != "" { // go test -run FuzzDense with it set rewrites testdata
@@ -92,6 +94,11 @@ func FuzzDense(f *testing.F) {
 		if m.Rows <= 0 || m.Cols <= 0 || len(m.Data) != m.Rows*m.Cols {
 			t.Fatalf("a %d × %d matrix of %d values", m.Rows, m.Cols, len(m.Data))
 		}
+		p, err := s.Load(src, pre)
+		if err != nil {
+			t.Fatalf("Dense accepts the layer, Load refuses it: %v", err)
+		}
+		checkPacking(t, p, m)
 	})
 }
 

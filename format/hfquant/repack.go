@@ -1,8 +1,10 @@
 package hfquant
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math"
+	"slices"
 
 	"github.com/specula/specula/format/dtype"
 )
@@ -49,14 +51,17 @@ func (l intLayer) dense() Matrix {
 // The repacking is exact because both sides compute the same product: a block's value
 // is float32(c) · d with c an integer (Q8_0: the int8 code; Q4_0: the nibble minus 8)
 // and d a float16 scale, and the format's value is float32(q − z) · s. So the layer
-// fits when every run of 32 consecutive inputs of a row lies in one group (no
-// act-order permutation, or a g_idx constant on each run: group sizes that are
-// multiples of 32, or one group per row), each scale s converts to float16 and back
-// unchanged (d = s), and every q − z fits the block's codes: [−8, 7] for Q4_0 (GPTQ and
-// compressed-tensors symmetric 4-bit, whose zero is 8), else [−128, 127] for Q8_0
-// (8-bit symmetric, and asymmetric 4-bit such as AWQ, whose q − z lies in [−15, 15]).
-// Then dtype.Dequantize of the bytes equals Dense's values bit for bit; the kernels
-// still round activations to 8 bits.
+// fits when every run of 32 consecutive inputs of a row lies in one group (group
+// sizes that are multiples of 32, or one group per row), each scale s converts to
+// float16 and back unchanged (d = s), and every q − z fits the block's codes: [−8, 7]
+// for Q4_0 (GPTQ and compressed-tensors symmetric 4-bit, whose zero is 8), else
+// [−128, 127] for Q8_0 (8-bit symmetric, and asymmetric 4-bit such as AWQ, whose
+// q − z lies in [−15, 15]). An act-order layer (GPTQ desc_act: a g_idx whose groups
+// are scattered over the inputs) has its inputs sorted by group first, as exllama
+// does: Packing.Perm says which input each column multiplies, and the product gathers
+// the activations into that order. Then dtype.Dequantize of the bytes, its columns
+// put back in input order, equals Dense's values bit for bit; the kernels still round
+// activations to 8 bits.
 func (s *Scheme) Packed(src Source, prefix string) (Packing, bool, error) {
 	p, ok, _, err := s.read(src, prefix)
 	return p, ok, err
@@ -78,14 +83,14 @@ func (s *Scheme) read(src Source, prefix string) (p Packing, ok bool, dense func
 	if err != nil {
 		return Packing{}, false, nil, err
 	}
-	t, data, ok := l.pack()
-	return Packing{Type: t, Data: data, Rows: l.rows, Cols: l.cols, Stored: l.stored}, ok, l.dense, nil
+	p, ok = l.packing()
+	return p, ok, l.dense, nil
 }
 
 // Load returns the linear layer prefix as a loader takes it in, each layer decoded
 // once: repacked where a type holds it exactly ([Scheme.Packed]: Q4_0 or Q8_0 for
-// the integer formats, F8_E4M3_B128 for FP8), else its dense float32 values
-// ([Scheme.Dense]) as F32.
+// the integer formats, act-order layers with their Perm; F8_E4M3_B128 for FP8), else
+// its dense float32 values ([Scheme.Dense]) as F32, in input order (Perm nil).
 func (s *Scheme) Load(src Source, prefix string) (Packing, error) {
 	p, ok, dense, err := s.read(src, prefix)
 	if err != nil || ok {
@@ -101,7 +106,7 @@ func (s *Scheme) Load(src Source, prefix string) (Packing, error) {
 
 // Packing is a layer repacked by [Scheme.Packed] (or given by [Scheme.Load]): Rows ×
 // Cols values as Type's blocks, row-major, whose values are exactly the layer's
-// dense values.
+// dense values, their columns in the order Perm gives.
 type Packing struct {
 	// Type is dtype.Q4_0, dtype.Q8_0 or dtype.F8_E4M3_B128 (from Load, also
 	// dtype.F32).
@@ -109,8 +114,57 @@ type Packing struct {
 	// Data is the blocks of Type, row-major, in dtype.Dequantize's layout.
 	Data       []byte
 	Rows, Cols int
+	// Perm is the input each column multiplies: column j of Data holds the weights
+	// of input Perm[j], so that y = W·x is Data's product with x'[j] = x[Perm[j]].
+	// It is set for an act-order layer (its inputs sorted by group, stably, so that
+	// each group's inputs lie together in ascending order); nil means the identity.
+	Perm []int32
 	// Stored is the bytes of the stored tensors it was made from.
 	Stored int64
+}
+
+// packing is the layer's exact Q4_0 or Q8_0 packing (see Packed): as it is when every
+// run of 32 inputs lies in one group, else with its inputs sorted by group.
+func (l intLayer) packing() (Packing, bool) {
+	var perm []int32
+	if _, ok := l.blockGroups(); !ok && l.cols%32 == 0 {
+		l, perm = l.sortedByGroup()
+	}
+	t, data, ok := l.pack()
+	if !ok {
+		return Packing{}, false
+	}
+	return Packing{Type: t, Data: data, Rows: l.rows, Cols: l.cols, Perm: perm, Stored: l.stored}, true
+}
+
+// sortedByGroup returns the layer with its inputs reordered by group, stably (inputs
+// of one group in ascending order), and the permutation: column j of the result is
+// input perm[j]. perm is nil when the order does not change.
+func (l intLayer) sortedByGroup() (intLayer, []int32) {
+	perm := make([]int32, l.cols)
+	for i := range perm {
+		perm[i] = int32(i)
+	}
+	slices.SortStableFunc(perm, func(a, b int32) int { return cmp.Compare(l.gidx[a], l.gidx[b]) })
+	identity := true
+	for j, i := range perm {
+		identity = identity && int(i) == j
+	}
+	if identity {
+		return l, nil
+	}
+	out := l
+	out.codes, out.gidx = make([]int32, len(l.codes)), make([]int64, l.cols)
+	for j, i := range perm {
+		out.gidx[j] = l.gidx[i]
+	}
+	for o := range l.rows {
+		src, dst := l.codes[o*l.cols:(o+1)*l.cols], out.codes[o*l.cols:(o+1)*l.cols]
+		for j, i := range perm {
+			dst[j] = src[i]
+		}
+	}
+	return out, perm
 }
 
 // pack encodes the layer as Q4_0, else Q8_0, when exact (see Packed).

@@ -14,39 +14,85 @@ import (
 	"github.com/specula/specula/internal/sharedtest"
 )
 
-// checkPacked packs layer prefix and, when it packs, checks that the blocks'
-// values equal Dense's bit for bit. It returns the type (0: not packed).
-func checkPacked(t *testing.T, s *Scheme, src Source, prefix string) dtype.DType {
+// checkPacked packs layer prefix and, when it packs, checks it against Dense
+// (checkPacking) and that a Perm sorts the inputs by group, stably. It returns the
+// type (0: not packed) and whether the packing has a Perm.
+func checkPacked(t *testing.T, s *Scheme, src Source, prefix string) (dtype.DType, bool) {
 	t.Helper()
 	p, ok, err := s.Packed(src, prefix)
 	require.NoError(t, err)
 	if !ok {
-		return 0
+		return 0, false
 	}
-	typ, data, rows, cols := p.Type, p.Data, p.Rows, p.Cols
 	m, err := s.Dense(src, prefix)
 	require.NoError(t, err)
+	checkPacking(t, p, m)
+	if p.Perm != nil {
+		checkGroupOrder(t, s, src, prefix, p.Perm)
+	}
+	return p.Type, p.Perm != nil
+}
+
+// checkPacking checks that a packing's values, their columns put back in input order
+// by its Perm (a permutation of the columns), equal the dense matrix's bit for bit.
+func checkPacking(t *testing.T, p Packing, m Matrix) {
+	t.Helper()
+	rows, cols := p.Rows, p.Cols
 	require.Equal(t, [2]int{m.Rows, m.Cols}, [2]int{rows, cols})
 	got := make([]float32, rows*cols)
-	require.NoError(t, dtype.Dequantize(typ, data, got))
-	for k := range got {
-		if math.Float32bits(got[k]) != math.Float32bits(m.Data[k]) {
-			t.Fatalf("%s %v: W[%d][%d] = %v, Dense %v", prefix, typ, k/cols, k%cols, got[k], m.Data[k])
+	require.NoError(t, dtype.Dequantize(p.Type, p.Data, got))
+	perm := p.Perm
+	if perm != nil {
+		require.Len(t, perm, cols)
+		seen := make([]bool, cols)
+		for _, i := range perm {
+			require.True(t, i >= 0 && int(i) < cols && !seen[i], "Perm is not a permutation: input %d", i)
+			seen[i] = true
 		}
 	}
-	return typ
+	for k := range got {
+		o, j := k/cols, k%cols
+		i := j
+		if perm != nil {
+			i = int(perm[j])
+		}
+		if math.Float32bits(got[k]) != math.Float32bits(m.Data[o*cols+i]) {
+			t.Fatalf("%v: W[%d][%d] (column %d) = %v, Dense %v", p.Type, o, i, j, got[k], m.Data[o*cols+i])
+		}
+	}
+}
+
+// checkGroupOrder checks that a permutation of the inputs lists them by their g_idx
+// group, in ascending order within a group.
+func checkGroupOrder(t *testing.T, s *Scheme, src Source, prefix string, perm []int32) {
+	t.Helper()
+	r := &reader{src: src, prefix: prefix}
+	gt := r.tensor(".g_idx", 1, "I32", "I64")
+	require.NoError(t, r.err)
+	g := ints(gt)
+	for j, i := range perm {
+		if j > 0 {
+			prev := perm[j-1]
+			require.True(t, g[prev] < g[i] || g[prev] == g[i] && prev < i, "column %d: input %d (group %d) after %d (group %d)", j, i, g[i], prev, g[prev])
+		}
+	}
 }
 
 // TestPackedShared packs every quantized layer of the shared checkpoints: GPTQ
 // 8-bit symmetric to Q8_0, compressed-tensors 4-bit symmetric to Q4_0, AWQ (zero
-// points: q − z in [−15, 15]) to Q8_0, FP8 (128×128 blocks) to F8_E4M3_B128, each
-// bit for bit Dense's values; GPTQ act-order (a real g_idx permutation) does not pack.
+// points: q − z in [−15, 15]) to Q8_0, GPTQ 4-bit asymmetric act-order (a real g_idx
+// permutation) to Q8_0 with its inputs sorted by group, FP8 (128×128 blocks) to
+// F8_E4M3_B128, each bit for bit Dense's values.
 func TestPackedShared(t *testing.T) {
-	want := map[string]dtype.DType{
-		"gocoder-s-gptq8": dtype.Q8_0, "gocoder-m-w4a16": dtype.Q4_0, "gocoder-m-awq": dtype.Q8_0,
-		"gocoder-m-gptq": 0, "gocoder-s-fp8": dtype.F8_E4M3_B128,
+	want := map[string]struct {
+		typ      dtype.DType
+		permuted bool
+	}{
+		"gocoder-s-gptq8": {dtype.Q8_0, false}, "gocoder-m-w4a16": {dtype.Q4_0, false}, "gocoder-m-awq": {dtype.Q8_0, false},
+		"gocoder-m-gptq": {dtype.Q8_0, true}, "gocoder-s-fp8": {dtype.F8_E4M3_B128, false},
 	}
-	for name, typ := range want {
+	for name, w := range want {
+		typ := w.typ
 		t.Run(name, func(t *testing.T) {
 			dir := sharedtest.Path(t, "models", name)
 			s, err := ReadConfig(dir)
@@ -56,7 +102,9 @@ func TestPackedShared(t *testing.T) {
 			defer set.Close()
 			n := 0
 			for _, prefix := range quantizedLayers(s, set) {
-				assert.Equal(t, typ, checkPacked(t, s, set, prefix), prefix)
+				gotType, permuted := checkPacked(t, s, set, prefix)
+				assert.Equal(t, typ, gotType, prefix)
+				assert.Equal(t, w.permuted, permuted, prefix)
 				n++
 			}
 			assert.Positive(t, n)
@@ -83,65 +131,82 @@ func quantizedLayers(s *Scheme, set *safetensors.Set) []string {
 // TestPackedRules packs hand-built layers under each rule and each refusal.
 func TestPackedRules(t *testing.T) {
 	cases := []struct {
-		name string
-		make func(rng *rand.Rand) layer
-		want dtype.DType // 0: refused
+		name     string
+		make     func(rng *rand.Rand) layer
+		want     dtype.DType // 0: refused
+		permuted bool        // the packing sorts the inputs by group
 	}{
 		{"gptq 8-bit sym g64 (z = 128)", func(r *rand.Rand) layer {
 			return symmetric(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 8, GroupSize: 64, Symmetric: true}, 8, 128), 8)
-		}, dtype.Q8_0},
+		}, dtype.Q8_0, false},
 		{"gptq 4-bit sym per channel (z = 8)", func(r *rand.Rand) layer {
 			return symmetric(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, Symmetric: true}, 8, 96), 4)
-		}, dtype.Q4_0},
+		}, dtype.Q4_0, false},
 		{"gptq 4-bit asym g32 to Q8_0", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true}, 16, 96)
-		}, dtype.Q8_0},
-		{"ct 4-bit sym g32", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(4, 32, true), 10, 96, false) }, dtype.Q4_0},
-		{"ct 8-bit sym channel", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(8, 0, true), 7, 64, false) }, dtype.Q8_0},
+		}, dtype.Q8_0, false},
+		{"ct 4-bit sym g32", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(4, 32, true), 10, 96, false) }, dtype.Q4_0, false},
+		{"ct 8-bit sym channel", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(8, 0, true), 7, 64, false) }, dtype.Q8_0, false},
 		{"awq g32: zero points, Q8_0 not Q4_0", func(r *rand.Rand) layer {
 			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 32}, 24, 96)
-		}, dtype.Q8_0},
-		{"refused: act-order", func(r *rand.Rand) layer {
+		}, dtype.Q8_0, false},
+		{"act-order g32 asym, sorted by group, to Q8_0", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true, ActOrder: true}, 24, 128)
-		}, 0},
-		{"refused: ct g_idx", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(4, 16, false), 8, 64, true) }, 0},
+		}, dtype.Q8_0, true},
+		{"act-order g128 asym, sorted by group, to Q8_0", func(r *rand.Rand) layer {
+			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 128, ZeroMinusOne: true, ActOrder: true}, 16, 384)
+		}, dtype.Q8_0, true},
+		{"act-order g64 sym, sorted by group, to Q4_0", func(r *rand.Rand) layer {
+			return symmetric(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 64, Symmetric: true, ActOrder: true}, 8, 192), 4)
+		}, dtype.Q4_0, true},
+		{"act-order in order (g_idx = i / g): no permutation", func(r *rand.Rand) layer {
+			l := gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true}, 8, 96)
+			l.scheme.ActOrder = true // its g_idx read, i / 32
+			return l
+		}, dtype.Q8_0, false},
+		{"refused: act-order group 16", func(r *rand.Rand) layer {
+			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 8, GroupSize: 16, Symmetric: true, ActOrder: true}, 12, 64)
+		}, 0, false},
+		{"refused: ct g_idx", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(4, 16, false), 8, 64, true) }, 0, false},
 		{"refused: group 16", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 8, GroupSize: 16, Symmetric: true}, 12, 64)
-		}, 0},
-		{"refused: inputs not a multiple of 32", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(4, 0, true), 9, 40, false) }, 0},
+		}, 0, false},
+		{"refused: inputs not a multiple of 32", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(4, 0, true), 9, 40, false) }, 0, false},
 		{"refused: ct 8-bit asym (q − z past int8)", func(r *rand.Rand) layer {
 			return wideZeros(ctLayer(r, ctScheme(8, 32, false), 6, 64, false))
-		}, 0},
+		}, 0, false},
 		{"f32 scales exact in f16", func(r *rand.Rand) layer {
 			return f32Scales(ctLayer(r, ctScheme(4, 32, true), 4, 64, false), false)
-		}, dtype.Q4_0},
+		}, dtype.Q4_0, false},
 		{"refused: f32 scale not exact in f16", func(r *rand.Rand) layer {
 			return f32Scales(ctLayer(r, ctScheme(4, 32, true), 4, 64, false), true)
-		}, 0},
+		}, 0, false},
 		{"fp8 block 128, rows past the last whole block", func(r *rand.Rand) layer {
 			return fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{128, 128}}, 130, 256)
-		}, dtype.F8_E4M3_B128},
+		}, dtype.F8_E4M3_B128, false},
 		{"fp8 block 16×256", func(r *rand.Rand) layer {
 			return fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{16, 256}}, 40, 512)
-		}, dtype.F8_E4M3_B128},
-		{"fp8 per tensor", func(r *rand.Rand) layer { return fp8Layer(r, &Scheme{Method: FP8, Bits: 8}, 5, 384) }, dtype.F8_E4M3_B128},
+		}, dtype.F8_E4M3_B128, false},
+		{"fp8 per tensor", func(r *rand.Rand) layer { return fp8Layer(r, &Scheme{Method: FP8, Bits: 8}, 5, 384) }, dtype.F8_E4M3_B128, false},
 		{"refused: fp8 inputs not a multiple of 128", func(r *rand.Rand) layer {
 			return fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{4, 32}}, 8, 64)
-		}, 0},
-		{"refused: fp8 per tensor, 130 inputs", func(r *rand.Rand) layer { return fp8Layer(r, &Scheme{Method: FP8, Bits: 8}, 3, 130) }, 0},
+		}, 0, false},
+		{"refused: fp8 per tensor, 130 inputs", func(r *rand.Rand) layer { return fp8Layer(r, &Scheme{Method: FP8, Bits: 8}, 3, 130) }, 0, false},
 		{"refused: fp8 blocks 64 wide", func(r *rand.Rand) layer {
 			return fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{4, 64}}, 8, 128)
-		}, 0},
+		}, 0, false},
 		{"refused: fp8 scale 2^120", func(r *rand.Rand) layer {
 			l := fp8Layer(r, &Scheme{Method: FP8, Bits: 8, Block: [2]int{128, 128}}, 4, 256)
 			binary.LittleEndian.PutUint32(l.src[pre+".weight_scale_inv"].Data[4:], math.Float32bits(-dtype.F8MaxScale))
 			return l
-		}, 0},
+		}, 0, false},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			l := c.make(rand.New(rand.NewPCG(uint64(i), 29)))
-			assert.Equal(t, c.want, checkPacked(t, l.scheme, l.src, pre))
+			typ, permuted := checkPacked(t, l.scheme, l.src, pre)
+			assert.Equal(t, c.want, typ)
+			assert.Equal(t, c.permuted, permuted)
 		})
 	}
 }

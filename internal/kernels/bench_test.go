@@ -139,3 +139,32 @@ func BenchmarkIntKernel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGather measures the activation gathers of one decode step of the
+// act-order gocoder-m-gptq (one row; per layer: Q, K, V, gate, up, o in their own
+// column orders over 512 inputs, down over 1408; 8 layers), to set beside the
+// step's time (BenchmarkDecode/gocoder-m-gptq in model/llama).
+func BenchmarkGather(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	perm := func(n int) []int32 {
+		p := make([]int32, n)
+		for i, v := range rng.Perm(n) {
+			p[i] = int32(v)
+		}
+		return p
+	}
+	var perms [][]int32
+	for range 6 {
+		perms = append(perms, perm(512))
+	}
+	perms = append(perms, perm(1408))
+	x, dst := randVec(rng, 1408), make([]float32, 1408)
+	for b.Loop() {
+		for range 8 {
+			for _, p := range perms {
+				Gather(dst[:len(p)], x[:len(p)], p)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/step")
+}

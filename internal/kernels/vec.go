@@ -17,6 +17,21 @@ func RMSNorm(dst, x, w []float32, eps float32) {
 	}
 }
 
+// Gather writes the rows of x, each of len(perm) values, into dst in the order perm
+// gives: dst[t·c + j] = x[t·c + perm[j]] with c = len(perm), for every row t of x.
+// It puts activations in the column order of a weight matrix whose columns were
+// permuted (an act-order layer's inputs sorted by group), once per product, before
+// they are quantized. perm must be a permutation of 0 … c−1.
+func Gather(dst, x []float32, perm []int32) {
+	c := len(perm)
+	for t := 0; t+c <= len(x); t += c {
+		row, out := x[t:t+c], dst[t:t+c]
+		for j, i := range perm {
+			out[j] = row[i]
+		}
+	}
+}
+
 // SiLUMul writes silu(gate) · up to dst, where silu(x) = x · sigmoid(x).
 func SiLUMul(dst, gate, up []float32) {
 	if hasAVX2 && len(gate) >= 8 {

@@ -17,7 +17,7 @@ import (
 // and the verification cost: forwarding 5 positions against forwarding 1 at the same
 // sequence length.
 func BenchmarkDecode(b *testing.B) {
-	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf"} {
+	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf", "gocoder-m-gptq"} {
 		m, err := Open(sharedtest.Path(b, "models", file), Options{Backend: cpu.Factory(0)})
 		if err != nil {
 			b.Fatal(err)

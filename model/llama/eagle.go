@@ -105,10 +105,10 @@ func (m *Model) loadEAGLE(src tensorSource, file string, tgt *Tensors, requantiz
 		return l.err
 	}
 	tl := &loader{src: tgt.src, file: tgt.file, be: m.be, requantize: requantize}
-	m.embed = tl.matrix(part{tgt.Names.Embed, c.Vocab, c.Dim})
+	m.embed = tl.table(part{tgt.Names.Embed, c.Vocab, c.Dim})
 	m.output = m.embed
 	if !c.TiedEmbeddings {
-		m.output = tl.matrix(part{tgt.Names.Output, c.Vocab, c.Dim})
+		m.output = tl.table(part{tgt.Names.Output, c.Vocab, c.Dim})
 	}
 	return tl.err
 }

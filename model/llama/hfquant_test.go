@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/sharedtest"
 )
@@ -39,31 +42,54 @@ func logitErrors(t *testing.T, m *Model, c goldenCase) (abs, rel float64) {
 // most 1.0e-5 relative, 5.1e-5 absolute; the reference's logits are rounded to 4
 // decimals). Layers repacked exactly into Q8_0 or Q4_0 run on the integer kernels,
 // which round activations to 8 bits: within 0.02 (measured: at most 0.0086, GPTQ
-// 8-bit; 0.0043 AWQ; 0.0026 W4A16).
+// 8-bit; 0.0043 AWQ; 0.0026 W4A16; GPTQ act-order, its inputs sorted by group and
+// each product's activations gathered into that order, 0.0038).
 func TestGoldenQuantized(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		typ  dtype.DType // of the linear layers' weights
-		tol  float64
+		name     string
+		typ      dtype.DType // of the linear layers' weights
+		permuted bool        // act-order: their columns sorted by group
+		tol      float64
 	}{
-		{"gocoder-m-awq", dtype.Q8_0, 0.02}, {"gocoder-m-gptq", dtype.F32, 5e-5}, {"gocoder-m-w4a16", dtype.Q4_0, 0.02},
-		{"gocoder-s-gptq8", dtype.Q8_0, 0.02}, {"gocoder-s-fp8", dtype.F8_E4M3_B128, 5e-5},
+		{"gocoder-m-awq", dtype.Q8_0, false, 0.02}, {"gocoder-m-gptq", dtype.Q8_0, true, 0.02},
+		{"gocoder-m-w4a16", dtype.Q4_0, false, 0.02}, {"gocoder-s-gptq8", dtype.Q8_0, false, 0.02},
+		{"gocoder-s-fp8", dtype.F8_E4M3_B128, false, 5e-5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			golden(t, c.name, c.typ, c.tol)
+			golden(t, c.name, c.typ, c.permuted, c.tol)
 		})
 	}
 }
 
 // golden checks one quantized checkpoint's known answers, and the type its linear
-// layers load as.
-func golden(t *testing.T, name string, typ dtype.DType, tol float64) {
+// layers load as (and whether with their columns permuted: then Tensors.Lookup
+// serves the dense F32 matrix, in input order).
+func golden(t *testing.T, name string, typ dtype.DType, permuted bool, tol float64) {
 	dir := sharedtest.Path(t, "models", name)
 	tensors, err := OpenTensors(dir)
 	require.NoError(t, err)
-	got, _, _, ok := tensors.Lookup("model.layers.0.mlp.down_proj.weight")
-	require.True(t, ok)
-	assert.Equal(t, typ, got, "layer type")
+	for l := range 8 {
+		for _, part := range []string{"self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"} {
+			layer := fmt.Sprintf("model.layers.%d.%s.weight", l, part)
+			f, err := tensors.src.(checkedSource).lookupChecked(layer)
+			require.NoError(t, err)
+			if !f.ok { // gocoder-s has 4 layers
+				continue
+			}
+			assert.Equal(t, typ, f.t, "%s: type", layer)
+			assert.Equal(t, permuted, f.perm != nil, "%s: permuted", layer)
+			got, _, _, ok := tensors.Lookup(layer)
+			require.True(t, ok)
+			if permuted {
+				assert.Equal(t, dtype.F32, got, "%s: Lookup in input order", layer)
+			} else {
+				assert.Equal(t, typ, got, layer)
+			}
+		}
+	}
+	if permuted {
+		checkFusedOrders(t, tensors)
+	}
 	require.NoError(t, tensors.Close())
 	m, err := Open(dir, Options{Backend: cpu.Factory(2)})
 	require.NoError(t, err)
@@ -77,19 +103,40 @@ func golden(t *testing.T, name string, typ dtype.DType, tol float64) {
 	}
 }
 
-// TestQuantizedRequantize loads a 4-bit checkpoint with its dense weights
-// requantized to Q8_0: close to the known answers, not exact. GPTQ act-order's
-// layers are dense (AWQ's load as their exact Q8_0 repacking, which Requantize
-// leaves as they are).
+// checkFusedOrders checks that the act-order layers fused into one matrix (Q, K, V;
+// gate, up) have different column orders in every layer of the checkpoint (its
+// ranking of inputs is each weight's own), so that the golden test runs fused parts
+// each reading its own gathered input.
+func checkFusedOrders(t *testing.T, tensors *Tensors) {
+	for l := range 8 {
+		for _, fused := range [][]string{{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, {"mlp.gate_proj", "mlp.up_proj"}} {
+			var perms [][]int32
+			for _, part := range fused {
+				f, err := tensors.src.(checkedSource).lookupChecked(fmt.Sprintf("model.layers.%d.%s.weight", l, part))
+				require.NoError(t, err)
+				perms = append(perms, f.perm)
+			}
+			for i := 1; i < len(perms); i++ {
+				assert.False(t, backend.SamePerm(perms[0], perms[i]), "layer %d: %s and %s in one order", l, fused[0], fused[i])
+			}
+		}
+	}
+}
+
+// TestQuantizedRequantize loads a checkpoint with its dense weights requantized to
+// Q8_0: close to the known answers, not exact. FP8's layers run on the float kernels
+// and are converted (the integer formats', GPTQ act-order's too, load as their exact
+// integer repacking, which Requantize leaves as it is).
 func TestQuantizedRequantize(t *testing.T) {
-	name := "gocoder-m-gptq"
+	name := "gocoder-s-fp8"
 	cases := loadGolden(t, name)
 	m, err := Open(sharedtest.Path(t, "models", name), Options{Backend: cpu.Factory(2), Requantize: dtype.Q8_0})
 	require.NoError(t, err)
 	defer m.Close()
 	abs, _ := logitErrors(t, m, cases[0])
-	t.Logf("Q8_0 from GPTQ act-order: largest logit error %.3g", abs)
+	t.Logf("Q8_0 from FP8: largest logit error %.3g", abs)
 	assert.Less(t, abs, 0.1)
+	assert.Greater(t, abs, 1e-3, "the FP8 layers were not requantized: the logits are the exact ones")
 }
 
 // TestQuantizedErrors opens the shards of a shared checkpoint under a config.json
@@ -133,4 +180,39 @@ func TestQuantizedErrors(t *testing.T) {
 // bytes of the files, in order, ending at the total.
 func TestQuantizedProgress(t *testing.T) {
 	checkProgress(t, sharedtest.Path(t, "models", "gocoder-s-gptq8"), 10)
+}
+
+// TestGoldenActOrderHost runs the act-order gocoder-m-gptq on the host device (the
+// CUDA backend's plain-Go twin: its gather op, then Q8_0 products): the known greedy
+// continuations exactly, logits within the integer kernels' 0.02.
+func TestGoldenActOrderHost(t *testing.T) {
+	name := "gocoder-m-gptq"
+	m, err := Open(sharedtest.Path(t, "models", name), Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})})
+	require.NoError(t, err)
+	defer m.Close()
+	for _, c := range loadGolden(t, name) {
+		abs, rel := logitErrors(t, m, c)
+		assert.Less(t, rel, 0.02, "logit error")
+		ids, _ := greedy(t, m, c.PromptIDs, len(c.GreedyIDs), nil)
+		assert.Equal(t, c.GreedyIDs, ids, "greedy continuation")
+		t.Logf("%s: logit error %.2g (relative %.2g)", c.File, abs, rel)
+	}
+}
+
+// TestPermutedTableRefused: a layer whose repacking has its columns permuted
+// (act-order) is refused as an embedding table or output matrix, naming the file and
+// tensor, and taken in as a matrix.
+func TestPermutedTableRefused(t *testing.T) {
+	tensors, err := OpenTensors(sharedtest.Path(t, "models", "gocoder-m-gptq"))
+	require.NoError(t, err)
+	defer tensors.Close()
+	be := cpu.New(tensors.Config.Shape(), 1)
+	defer be.Close()
+	name := "model.layers.0.mlp.up_proj.weight"
+	l := &loader{src: tensors.src, file: tensors.file, be: be}
+	assert.NotNil(t, l.matrix(part{name, 1408, 512}))
+	require.NoError(t, l.err)
+	assert.Nil(t, l.table(part{name, 1408, 512}))
+	require.Error(t, l.err)
+	assert.Contains(t, l.err.Error(), `gocoder-m-gptq: tensor "model.layers.0.mlp.up_proj.weight": an embedding table or output matrix with its columns permuted`)
 }

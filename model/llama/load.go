@@ -101,9 +101,11 @@ func OpenTensors(path string) (*Tensors, error) {
 // Lookup returns a tensor's type, shape (outermost first: [rows, cols] for a matrix)
 // and bytes, which stay valid until Close. In a quantized Hugging Face checkpoint
 // (AWQ, GPTQ, compressed-tensors, FP8) the weight of a quantized linear layer is its
-// exact Q4_0, Q8_0 or F8_E4M3_B128 repacking where one exists
-// (hfquant.Scheme.Packed), else its dense F32 matrix, computed on each call; a
-// malformed one is not found (Open says why).
+// exact Q4_0, Q8_0 or F8_E4M3_B128 repacking where one exists in input order
+// (hfquant.Scheme.Packed), else its dense F32 matrix (also for an act-order layer,
+// whose repacking has its columns permuted: a model loads that one, Lookup gives the
+// columns in input order), computed on each call; a malformed one is not found (Open
+// says why).
 func (t *Tensors) Lookup(name string) (typ dtype.DType, shape []int64, data []byte, ok bool) {
 	return t.src.lookup(name)
 }
@@ -134,6 +136,9 @@ type found struct {
 	ok       bool
 	computed bool  // data is not the file's bytes
 	stored   int64 // bytes of the file it was read from
+	// perm is the input each column of a repacked act-order layer multiplies
+	// (hfquant.Packing.Perm); nil: the columns are in input order.
+	perm []int32
 }
 
 // loader fills a Model from a tensor source, checking every shape.
@@ -200,7 +205,15 @@ type part struct {
 }
 
 // matrix loads the parts, side by side, as one matrix of the backend.
-func (l *loader) matrix(parts ...part) backend.Matrix {
+func (l *loader) matrix(parts ...part) backend.Matrix { return l.matrixOf(false, parts...) }
+
+// table loads an embedding table or output matrix, whose rows are read as they are:
+// its columns must be in input order (no act-order permutation).
+func (l *loader) table(p part) backend.Matrix { return l.matrixOf(true, p) }
+
+// matrixOf loads the parts as one matrix of the backend; a table's refuses a
+// permutation of its columns.
+func (l *loader) matrixOf(table bool, parts ...part) backend.Matrix {
 	ts := make([]backend.Tensor, 0, len(parts))
 	var mapped [][]byte // the file's bytes of each part (not a converted copy)
 	for _, p := range parts {
@@ -212,7 +225,11 @@ func (l *loader) matrix(parts ...part) backend.Matrix {
 			l.fail(p.name, "shape %v, want [%d %d]", f.shape, p.rows, p.cols)
 			return nil
 		}
-		bt := backend.Tensor{Name: p.name, Type: f.t, Rows: p.rows, Cols: p.cols, Data: f.data}
+		if f.perm != nil && table {
+			l.fail(p.name, "an embedding table or output matrix with its columns permuted (act-order)")
+			return nil
+		}
+		bt := backend.Tensor{Name: p.name, Type: f.t, Rows: p.rows, Cols: p.cols, Data: f.data, Perm: f.perm}
 		if err := l.convert(&bt); err != nil {
 			l.fail(p.name, "%v", err)
 			return nil
@@ -287,7 +304,7 @@ func (l *loader) norm(name string, n int) backend.Vector {
 func (l *loader) load(m *Model, n TensorNames) error {
 	c := &m.cfg
 	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	m.embed = l.matrix(part{n.Embed, c.Vocab, c.Dim})
+	m.embed = l.table(part{n.Embed, c.Vocab, c.Dim})
 	for i := range c.Layers {
 		name := func(p string) string { return n.Layer(i, p) }
 		ly := layer{
@@ -318,7 +335,7 @@ func (l *loader) load(m *Model, n TensorNames) error {
 	}
 	m.outNorm = l.norm(n.OutNorm, c.Dim)
 	if _, _, _, ok := l.src.lookup(n.Output); ok && !c.TiedEmbeddings {
-		m.output = l.matrix(part{n.Output, c.Vocab, c.Dim})
+		m.output = l.table(part{n.Output, c.Vocab, c.Dim})
 	} else {
 		c.TiedEmbeddings = true
 		m.output = m.embed

@@ -207,10 +207,23 @@ type hfSource struct {
 	q *hfquant.Scheme // nil: not quantized
 }
 
+// lookup returns a tensor with its columns in input order: an act-order layer's
+// dense F32 matrix rather than its permuted repacking.
 func (h hfSource) lookup(name string) (dtype.DType, []int64, []byte, bool) {
 	f, err := h.lookupChecked(name)
 	if err != nil {
 		return 0, nil, nil, false
+	}
+	if f.perm != nil {
+		m, err := h.q.Dense(h.s, strings.TrimSuffix(name, ".weight"))
+		if err != nil {
+			return 0, nil, nil, false
+		}
+		data, err := dtype.Encode(dtype.F32, m.Data)
+		if err != nil {
+			return 0, nil, nil, false
+		}
+		return dtype.F32, f.shape, data, true
 	}
 	return f.t, f.shape, f.data, f.ok
 }
@@ -232,15 +245,16 @@ func (h hfSource) lookupChecked(name string) (found, error) {
 }
 
 // quantized returns a quantized layer's weight: its Q4_0, Q8_0 or F8_E4M3_B128
-// repacking where that is exact (hfquant.Scheme.Packed), for the integer or FP8
-// kernels, else its dense F32 matrix.
+// repacking where that is exact (hfquant.Scheme.Packed; an act-order layer's with its
+// inputs sorted by group, and the permutation), for the integer or FP8 kernels, else
+// its dense F32 matrix.
 func (h hfSource) quantized(prefix string) (found, error) {
 	p, err := h.q.Load(h.s, prefix)
 	if err != nil {
 		return found{}, err
 	}
 	return found{t: p.Type, shape: []int64{int64(p.Rows), int64(p.Cols)}, data: p.Data, ok: true,
-		computed: true, stored: p.Stored}, nil
+		computed: true, stored: p.Stored, perm: p.Perm}, nil
 }
 
 func (h hfSource) mapped() bool { return h.s.Mapped() }

@@ -32,9 +32,10 @@ type Options struct {
 	// model it also picks the rotary factors: the short ones at or below the original
 	// context (see [Config.RopeFactors]).
 	ContextLength int
-	// Requantize, when set (Q8_0), converts the float weight matrices (F32, F16,
-	// BF16) to that type as they are taken in: a draft layer's weights at half the
-	// bytes, read at every drafted token. Quantised matrices are taken as they are.
+	// Requantize, when set (Q8_0), converts the weight matrices the float kernels
+	// run (F32, F16, BF16, FP8) to that type as they are taken in: a draft layer's
+	// weights at half the bytes, read at every drafted token, or an FP8 target on the
+	// cheaper integer kernels, lossily. Integer-coded matrices are taken as they are.
 	Requantize dtype.DType
 	// Progress, when set, is told how loading goes: the bytes of the file's tensors
 	// taken in by the backend so far, out of all of them, about every 1 %, and
