@@ -14,7 +14,7 @@ type DType uint32
 
 // The types specula knows the layout of. Quantised types store values in blocks: Q8_0
 // and Q4_0 hold 32 values with one float16 scale; the K-quants hold 256 values in
-// super-blocks.
+// super-blocks. All are ggml's but Q4_Z (see [DType.Private]).
 const (
 	F32  DType = 0
 	F16  DType = 1
@@ -36,6 +36,13 @@ const (
 	I64  DType = 27
 	F64  DType = 28
 	BF16 DType = 30
+
+	// Q4_Z is specula's own 4-bit type, not a ggml one: per 32 values a float16
+	// scale d and an integer zero z, value d·(q − z) (quant.go). It holds AWQ and
+	// asymmetric GPTQ layers exactly, which no ggml 4-bit type does (Q4_1's float16
+	// minimum cannot hold −d·z in general). Its id lies outside ggml's range, and
+	// GGUF files neither take nor give it.
+	Q4_Z DType = 1000
 )
 
 type layout struct {
@@ -85,6 +92,8 @@ func (t DType) layout() (layout, bool) {
 		return layout{"F64", 1, 8}, true
 	case BF16:
 		return layout{"BF16", 1, 2}, true
+	case Q4_Z:
+		return layout{"Q4_Z", 32, 20}, true
 	}
 	return layout{}, false
 }
@@ -94,6 +103,10 @@ func (t DType) Known() bool {
 	_, ok := t.layout()
 	return ok
 }
+
+// Private reports whether t is one of specula's own types (Q4_Z), which exist only in
+// memory: no GGUF file holds them, so a GGUF reader or writer refuses them.
+func (t DType) Private() bool { return t == Q4_Z }
 
 // String is the type's ggml name, such as "Q8_0".
 func (t DType) String() string {
@@ -138,6 +151,9 @@ func Parse(name string) (DType, error) {
 		if l, ok := t.layout(); ok && l.name == name {
 			return t, nil
 		}
+	}
+	if name == "Q4_Z" {
+		return Q4_Z, nil
 	}
 	return 0, fmt.Errorf("dtype: unknown type name %q", name)
 }

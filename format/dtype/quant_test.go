@@ -82,3 +82,46 @@ func TestRequantize(t *testing.T) {
 		}
 	}
 }
+
+// TestQ4_Z checks Q4_Z's bytes and values against ones worked out by hand: the
+// layout (d, z, a zero byte, Q4_0's nibble order), value float32(q − z)·d, exact at
+// the extremes q − z = ±15, and the encoder's refusals.
+func TestQ4_Z(t *testing.T) {
+	codes := make([]uint8, 32)
+	for j := range codes {
+		codes[j] = uint8(j % 16)
+	}
+	codes[0], codes[31] = 15, 0
+	blk := make([]byte, 40)
+	d := F32ToF16(0.0234375) // 3/128, exact in float16
+	require.NoError(t, EncodeQ4_Z(blk, d, 7, codes))
+	require.NoError(t, EncodeQ4_Z(blk[20:], F32ToF16(-2), 15, append([]uint8{0}, make([]uint8, 31)...)))
+	want := []byte{0x00, 0x26, 7, 0, 0x0f, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x0f}
+	assert.Equal(t, want, blk[:20])
+	got := make([]float32, 64)
+	require.NoError(t, Dequantize(Q4_Z, blk, got))
+	for j := range 32 {
+		assert.Equal(t, float32(int(codes[j])-7)*0.0234375, got[j], "value %d", j)
+	}
+	assert.Equal(t, float32(8*0.0234375), got[0])
+	assert.Equal(t, float32(-7*0.0234375), got[31])
+	for j := 32; j < 64; j++ {
+		assert.Equal(t, float32(30), got[j], "value %d: (0 − 15)·−2", j) // q − z = −15
+	}
+	for _, c := range []struct {
+		name  string
+		dst   int
+		z     uint8
+		codes []uint8
+		err   string
+	}{
+		{"zero 16", 20, 16, codes, "zero 16"},
+		{"code 16", 20, 0, append([]uint8{16}, codes[1:]...), "code 0 is 16"},
+		{"31 codes", 20, 0, codes[:31], "32 codes"},
+		{"short block", 19, 0, codes, "into 20 bytes"},
+	} {
+		assert.ErrorContains(t, EncodeQ4_Z(make([]byte, c.dst), 0, c.z, c.codes), c.err, c.name)
+	}
+	_, err := Encode(Q4_Z, make([]float32, 32))
+	assert.ErrorContains(t, err, "integer codes")
+}
