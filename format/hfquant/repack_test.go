@@ -39,11 +39,11 @@ func checkPacked(t *testing.T, s *Scheme, src Source, prefix string) dtype.DType
 
 // TestPackedShared packs every quantized layer of the shared checkpoints: GPTQ
 // 8-bit symmetric to Q8_0, compressed-tensors 4-bit symmetric to Q4_0, AWQ (zero
-// points: q − z in [−15, 15]) to Q8_0, each bit for bit Dense's values; GPTQ
+// points: q − z in [−15, 15]) to Q4_Z, each bit for bit Dense's values; GPTQ
 // act-order (a real g_idx permutation) and FP8 do not pack.
 func TestPackedShared(t *testing.T) {
 	want := map[string]dtype.DType{
-		"gocoder-s-gptq8": dtype.Q8_0, "gocoder-m-w4a16": dtype.Q4_0, "gocoder-m-awq": dtype.Q8_0,
+		"gocoder-s-gptq8": dtype.Q8_0, "gocoder-m-w4a16": dtype.Q4_0, "gocoder-m-awq": dtype.Q4_Z,
 		"gocoder-m-gptq": 0, "gocoder-s-fp8": 0,
 	}
 	for name, typ := range want {
@@ -95,14 +95,29 @@ func TestPackedRules(t *testing.T) {
 		{"gptq 4-bit sym per channel (z = 8)", func(r *rand.Rand) layer {
 			return symmetric(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, Symmetric: true}, 8, 96), 4)
 		}, dtype.Q4_0},
-		{"gptq 4-bit asym g32 to Q8_0", func(r *rand.Rand) layer {
+		{"gptq 4-bit asym g32 (v1 zeros) to Q4_Z", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true}, 16, 96)
+		}, dtype.Q4_Z},
+		{"gptq 4-bit asym g64 (v2 zeros) to Q4_Z", func(r *rand.Rand) layer {
+			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 64}, 16, 128)
+		}, dtype.Q4_Z},
+		{"gptq v1 stored zero 15 (z = 16, q − z = −16): Q8_0", func(r *rand.Rand) layer {
+			return storedZeros(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true}, 8, 64), 4, 15)
 		}, dtype.Q8_0},
+		{"gptq 4-bit zeros 0 (q − z in [0, 15]) to Q4_Z", func(r *rand.Rand) layer {
+			return storedZeros(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32}, 8, 64), 4, 0)
+		}, dtype.Q4_Z},
 		{"ct 4-bit sym g32", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(4, 32, true), 10, 96, false) }, dtype.Q4_0},
 		{"ct 8-bit sym channel", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(8, 0, true), 7, 64, false) }, dtype.Q8_0},
-		{"awq g32: zero points, Q8_0 not Q4_0", func(r *rand.Rand) layer {
+		{"awq g32: zero points, Q4_Z not Q4_0", func(r *rand.Rand) layer {
 			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 32}, 24, 96)
-		}, dtype.Q8_0},
+		}, dtype.Q4_Z},
+		{"awq per channel to Q4_Z", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4}, 16, 64)
+		}, dtype.Q4_Z},
+		{"refused: awq group 16", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 16}, 8, 64)
+		}, 0},
 		{"refused: act-order", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true, ActOrder: true}, 24, 128)
 		}, 0},
@@ -134,11 +149,14 @@ func TestPackedRules(t *testing.T) {
 
 // symmetric rewrites a GPTQ v2 layer's zeros to 2^(bits−1), as a symmetric quantizer
 // stores them.
-func symmetric(l layer, bits int) layer {
+func symmetric(l layer, bits int) layer { return storedZeros(l, bits, 1<<(bits-1)) }
+
+// storedZeros rewrites every stored zero of a GPTQ layer to v.
+func storedZeros(l layer, bits int, v int32) layer {
 	qz := l.src[pre+".qzeros"]
 	z := make([]int32, qz.Elements()*int64(32/bits))
 	for i := range z {
-		z[i] = 1 << (bits - 1)
+		z[i] = v
 	}
 	l.src[pre+".qzeros"] = i32Tensor(packAlongCols(z, bits, int(qz.Shape[0]), len(z)/int(qz.Shape[0]), natural), qz.Shape...)
 	return l
@@ -165,4 +183,29 @@ func f32Scales(l layer, inexact bool) layer {
 	}
 	l.src[pre+".weight_scale"] = f32Tensor(v, sc.Shape...)
 	return l
+}
+
+// TestQ4ZZero checks the choice of a Q4_Z block's zero at the edges: the smallest z'
+// in [0, 15] with every c + z' in [0, 15].
+func TestQ4ZZero(t *testing.T) {
+	cases := []struct {
+		lo, hi int32
+		z      uint8
+		ok     bool
+	}{
+		{0, 15, 0, true}, {-15, 0, 15, true}, {-7, 8, 7, true}, {3, 9, 0, true},
+		{-16, -1, 0, false}, {0, 16, 0, false}, {-8, 8, 0, false}, {-15, 1, 0, false},
+	}
+	for _, c := range cases {
+		codes := make([]int32, 32)
+		codes[5], codes[20] = c.lo, c.hi
+		for j := range codes {
+			codes[j] = max(c.lo, min(c.hi, codes[j]))
+		}
+		z, ok := q4zZero(codes)
+		assert.Equal(t, c.ok, ok, "codes %d…%d", c.lo, c.hi)
+		if c.ok {
+			assert.Equal(t, c.z, z, "codes %d…%d", c.lo, c.hi)
+		}
+	}
 }
