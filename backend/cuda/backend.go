@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
@@ -138,10 +139,17 @@ func supportedWeight(t dtype.DType) bool {
 	return t == dtype.F32 || t == dtype.F16 || t == dtype.BF16 || t == dtype.Q8_0
 }
 
-// Matrix implements [backend.Backend].
+// Matrix implements [backend.Backend]. Q4_Z parts (specula's exact repacking of AWQ
+// and asymmetric GPTQ layers) are converted to Q8_0 on the way in, value for value
+// (dtype.Q4_ZToQ8_0): the device has no 4-bit kernel, and Q8_0 holds every Q4_Z
+// value exactly.
 func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	if len(parts) == 0 {
 		return nil, errors.New("cuda: a matrix of no parts")
+	}
+	parts, err := asQ8_0(parts)
+	if err != nil {
+		return nil, err
 	}
 	for _, t := range parts {
 		if err := checkTensor(t, parts[0].Cols); err != nil {
@@ -149,7 +157,7 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 		}
 	}
 	m := &dmatrix{}
-	err := g.do(func(b deviceOps) error {
+	err = g.do(func(b deviceOps) error {
 		for lo := 0; lo < len(parts); {
 			hi := lo + 1
 			for hi < len(parts) && parts[hi].Type == parts[lo].Type {
@@ -172,10 +180,33 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	return m, nil
 }
 
+// asQ8_0 returns parts with each Q4_Z tensor replaced by its exact Q8_0 copy (the
+// caller's slice is left as it is).
+func asQ8_0(parts []backend.Tensor) ([]backend.Tensor, error) {
+	var out []backend.Tensor
+	for i, t := range parts {
+		if t.Type != dtype.Q4_Z {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(parts)
+		}
+		data, err := dtype.Q4_ZToQ8_0(t.Data)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: tensor %q: %w", t.Name, err)
+		}
+		out[i].Type, out[i].Data = dtype.Q8_0, data
+	}
+	if out == nil {
+		return parts, nil
+	}
+	return out, nil
+}
+
 // checkTensor validates a weight tensor for the device.
 func checkTensor(t backend.Tensor, cols int) error {
 	if !supportedWeight(t.Type) {
-		return fmt.Errorf("cuda: tensor %q has type %s; the device supports F32, F16, BF16 and Q8_0", t.Name, t.Type)
+		return fmt.Errorf("cuda: tensor %q has type %s; the device supports F32, F16, BF16 and Q8_0 (and Q4_Z, as Q8_0)", t.Name, t.Type)
 	}
 	if t.Cols != cols {
 		return fmt.Errorf("cuda: tensor %q has %d columns, want %d", t.Name, t.Cols, cols)

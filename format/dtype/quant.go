@@ -214,6 +214,31 @@ func q5Code(qh uint32, qs []byte, j int) int {
 	return int(nib) | int(qh>>j&1)<<4
 }
 
+// Q4_ZToQ8_0 re-encodes Q4_Z blocks as Q8_0 blocks of the same values, bit for bit:
+// the same scale d and the codes q − z, which int8 holds (|q − z| ≤ 15; a zero past
+// 15 is refused). For a consumer with Q8_0 kernels and none of Q4_Z's, at about
+// twice the bytes.
+func Q4_ZToQ8_0(src []byte) ([]byte, error) {
+	if len(src)%q4zBlockBytes != 0 {
+		return nil, fmt.Errorf("dtype: %d bytes are not a whole number of %d-byte Q4_Z blocks", len(src), q4zBlockBytes)
+	}
+	n := len(src) / q4zBlockBytes
+	out := make([]byte, n*q8BlockBytes)
+	for b := range n {
+		blk, dst := src[b*q4zBlockBytes:(b+1)*q4zBlockBytes], out[b*q8BlockBytes:(b+1)*q8BlockBytes]
+		z := int(blk[2])
+		if z > 15 {
+			return nil, fmt.Errorf("dtype: Q4_Z block %d has zero %d, not in [0, 15]", b, z)
+		}
+		copy(dst, blk[:2])
+		for j := range 16 {
+			dst[2+j] = byte(int8(int(blk[4+j]&0xf) - z))
+			dst[2+j+16] = byte(int8(int(blk[4+j]>>4) - z))
+		}
+	}
+	return out, nil
+}
+
 // Encode stores float32 values as type t: F32, F16 and BF16 by conversion, the
 // quantised types by their quantizers (len(vals) a multiple of the block size).
 func Encode(t DType, vals []float32) ([]byte, error) {

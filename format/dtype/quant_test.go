@@ -125,3 +125,33 @@ func TestQ4_Z(t *testing.T) {
 	_, err := Encode(Q4_Z, make([]float32, 32))
 	assert.ErrorContains(t, err, "integer codes")
 }
+
+// TestQ4_ZToQ8_0: the Q8_0 copy of Q4_Z blocks decodes to the same values, bit for
+// bit, across every code and zero; a zero past 15 and a partial block are refused.
+func TestQ4_ZToQ8_0(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	const blocks = 64
+	src := make([]byte, blocks*20)
+	codes := make([]uint8, 32)
+	for b := range blocks {
+		for j := range codes {
+			codes[j] = uint8(rng.IntN(16))
+		}
+		codes[0], codes[1] = 0, 15
+		d := F32ToF16(float32(rng.NormFloat64()))
+		require.NoError(t, EncodeQ4_Z(src[20*b:], d, uint8(b%16), codes))
+	}
+	q8, err := Q4_ZToQ8_0(src)
+	require.NoError(t, err)
+	want, got := make([]float32, blocks*32), make([]float32, blocks*32)
+	require.NoError(t, Dequantize(Q4_Z, src, want))
+	require.NoError(t, Dequantize(Q8_0, q8, got))
+	for i := range want {
+		require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "value %d", i)
+	}
+	src[20+2] = 16
+	_, err = Q4_ZToQ8_0(src)
+	assert.ErrorContains(t, err, "block 1 has zero 16")
+	_, err = Q4_ZToQ8_0(src[:19])
+	assert.ErrorContains(t, err, "whole number")
+}

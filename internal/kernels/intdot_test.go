@@ -222,3 +222,30 @@ func TestQ4_ZIsQ4_0WithZero8(t *testing.T) {
 		}
 	}
 }
+
+// TestQ4_ZIsQ8_0: a Q4_Z matrix and its Q8_0 copy (dtype.Q4_ZToQ8_0, the codes q − z)
+// give the same bits: both kernels take the exact Σ(q − z)·x, then float32(isum)·(d·dx).
+// (The CUDA backend takes Q4_Z as that copy.)
+func TestQ4_ZIsQ8_0(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	rows, cols := 37, 896
+	qz := randQ4_Z(rng, rows, cols)
+	q8, err := dtype.Q4_ZToQ8_0(qz)
+	require.NoError(t, err)
+	z, err := NewMatrix(dtype.Q4_Z, rows, cols, qz)
+	require.NoError(t, err)
+	e, err := NewMatrix(dtype.Q8_0, rows, cols, q8)
+	require.NoError(t, err)
+	for _, n := range []int{1, 3, 4, 8, 9} {
+		x := randVec(rng, n*cols)
+		var act Act
+		act.Reset(x, n, cols)
+		require.NoError(t, act.Prepare(dtype.Q4_Z))
+		yz, y8 := make([]float32, n*rows), make([]float32, n*rows)
+		z.Mul(&act, yz, rows, 0, rows)
+		e.Mul(&act, y8, rows, 0, rows)
+		for i := range yz {
+			require.Equal(t, math.Float32bits(y8[i]), math.Float32bits(yz[i]), "n=%d value %d", n, i)
+		}
+	}
+}
