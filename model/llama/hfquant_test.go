@@ -35,16 +35,17 @@ func logitErrors(t *testing.T, m *Model, c goldenCase) (abs, rel float64) {
 // float64 reference computed from the same files: greedy ids exact, and logits
 // within a relative tolerance. Layers served as float32 (GPTQ act-order, FP8) are
 // within 5e-5 (measured: at most 1.0e-5; the reference's logits are rounded to 4
-// decimals). Layers repacked exactly into Q8_0 or Q4_0 run on the integer kernels,
-// which round activations to 8 bits: within 0.02 (measured: at most 0.0086, GPTQ
-// 8-bit; 0.0043 AWQ; 0.0026 W4A16).
+// decimals). Layers repacked exactly into Q8_0, Q4_0 or Q4_Z run on the integer
+// kernels, which round activations to 8 bits: within 0.02 (measured: at most 0.0086,
+// GPTQ 8-bit; 0.0043 AWQ, as Q4_Z the same bits as its earlier Q8_0 repacking;
+// 0.0026 W4A16).
 func TestGoldenQuantized(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		typ  dtype.DType // of the linear layers' weights
 		tol  float64
 	}{
-		{"gocoder-m-awq", dtype.Q8_0, 0.02}, {"gocoder-m-gptq", dtype.F32, 5e-5}, {"gocoder-m-w4a16", dtype.Q4_0, 0.02},
+		{"gocoder-m-awq", dtype.Q4_Z, 0.02}, {"gocoder-m-gptq", dtype.F32, 5e-5}, {"gocoder-m-w4a16", dtype.Q4_0, 0.02},
 		{"gocoder-s-gptq8", dtype.Q8_0, 0.02}, {"gocoder-s-fp8", dtype.F32, 5e-5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -77,7 +78,7 @@ func golden(t *testing.T, name string, typ dtype.DType, tol float64) {
 
 // TestQuantizedRequantize loads a 4-bit checkpoint with its dense weights
 // requantized to Q8_0: close to the known answers, not exact. GPTQ act-order's
-// layers are dense (AWQ's load as their exact Q8_0 repacking, which Requantize
+// layers are dense (AWQ's load as their exact Q4_Z repacking, which Requantize
 // leaves as they are).
 func TestQuantizedRequantize(t *testing.T) {
 	name := "gocoder-m-gptq"
