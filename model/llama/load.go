@@ -101,8 +101,9 @@ func OpenTensors(path string) (*Tensors, error) {
 // Lookup returns a tensor's type, shape (outermost first: [rows, cols] for a matrix)
 // and bytes, which stay valid until Close. In a quantized Hugging Face checkpoint
 // (AWQ, GPTQ, compressed-tensors, FP8) the weight of a quantized linear layer is its
-// exact Q4_0 or Q8_0 repacking where one exists (hfquant.Scheme.Packed), else its
-// dense F32 matrix, computed on each call; a malformed one is not found (Open says why).
+// exact Q4_0, Q4_Z or Q8_0 repacking where one exists (hfquant.Scheme.Packed), else
+// its dense F32 matrix, computed on each call; a malformed one is not found (Open
+// says why). Q4_Z is specula's own type: a GGUF writer refuses it.
 func (t *Tensors) Lookup(name string) (typ dtype.DType, shape []int64, data []byte, ok bool) {
 	return t.src.lookup(name)
 }

@@ -200,7 +200,8 @@ func (h hfConfig) longRope(c *Config, rs hfRopeScaling) error {
 }
 
 // hfSource is a Hugging Face directory's tensors; a quantized linear layer's weight
-// (scheme q) is served as its exact Q4_0 or Q8_0 repacking, else its dense F32 matrix.
+// (scheme q) is served as its exact Q4_0, Q4_Z or Q8_0 repacking, else its dense F32
+// matrix.
 type hfSource struct {
 	s *safetensors.Set
 	q *hfquant.Scheme // nil: not quantized
@@ -230,8 +231,9 @@ func (h hfSource) lookupChecked(name string) (found, error) {
 	return found{t: dtype.DType(1 << 30), shape: t.Shape, data: t.Data, ok: true, stored: int64(len(t.Data))}, nil // NewMatrix reports the type
 }
 
-// quantized returns a quantized layer's weight: its Q4_0 or Q8_0 repacking where that
-// is exact (hfquant.Scheme.Packed), for the integer kernels, else its dense F32 matrix.
+// quantized returns a quantized layer's weight: its Q4_0, Q4_Z or Q8_0 repacking where
+// that is exact (hfquant.Scheme.Packed), for the integer kernels, else its dense F32
+// matrix.
 func (h hfSource) quantized(prefix string) (found, error) {
 	p, err := h.q.Load(h.s, prefix)
 	if err != nil {
