@@ -3312,8 +3312,7 @@ loop:
 	FMOVS 32(R0), F9
 	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
 	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
-	FMOVS 4(R6), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R6), F10
 	WORD $0x6f8a0127 // mla v7.4s, v9.4s, v10.s[0]
 	FMOVS 0(R6), F10
 	WORD $0x4f8a910b // fmul v11.4s, v8.4s, v10.s[0]
@@ -3346,8 +3345,7 @@ loop:
 	FMOVS 36(R0), F11
 	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
 	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
-	FMOVS 4(R6), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R6), F10
 	WORD $0x6f8a0169 // mla v9.4s, v11.4s, v10.s[0]
 	FMOVS 0(R6), F10
 	WORD $0x4f8a9107 // fmul v7.4s, v8.4s, v10.s[0]
@@ -3380,8 +3378,7 @@ loop:
 	FMOVS 40(R0), F7
 	WORD $0x2f08a4e7 // uxtl v7.8h, v7.8b
 	WORD $0x2f10a4e7 // uxtl v7.4s, v7.4h
-	FMOVS 4(R6), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R6), F10
 	WORD $0x6f8a00eb // mla v11.4s, v7.4s, v10.s[0]
 	FMOVS 0(R6), F10
 	WORD $0x4f8a9109 // fmul v9.4s, v8.4s, v10.s[0]
@@ -3414,8 +3411,7 @@ loop:
 	FMOVS 44(R0), F9
 	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
 	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
-	FMOVS 4(R6), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R6), F10
 	WORD $0x6f8a0127 // mla v7.4s, v9.4s, v10.s[0]
 	FMOVS 0(R6), F10
 	WORD $0x4f8a910b // fmul v11.4s, v8.4s, v10.s[0]
@@ -3500,16 +3496,14 @@ loop:
 	FMOVS 32(R0), F16
 	WORD $0x2f08a610 // uxtl v16.8h, v16.8b
 	WORD $0x2f10a610 // uxtl v16.4s, v16.4h
-	FMOVS 4(R6), F17
-	WORD $0x4f3d0631 // sshr v17.4s, v17.4s, #3
+	FMOVS 20(R6), F17
 	WORD $0x6f91020d // mla v13.4s, v16.4s, v17.s[0]
 	FMOVS 0(R6), F17
 	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
 	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
 	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
 	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
-	FMOVS 4(R7), F18
-	WORD $0x4f3d0652 // sshr v18.4s, v18.4s, #3
+	FMOVS 20(R7), F18
 	WORD $0x6f92020e // mla v14.4s, v16.4s, v18.s[0]
 	FMOVS 0(R7), F18
 	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
@@ -3551,16 +3545,14 @@ loop:
 	FMOVS 36(R0), F18
 	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
 	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
-	FMOVS 4(R6), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R6), F14
 	WORD $0x6f8e0250 // mla v16.4s, v18.4s, v14.s[0]
 	FMOVS 0(R6), F14
 	WORD $0x4f8e922d // fmul v13.4s, v17.4s, v14.s[0]
 	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
 	WORD $0x6e2dde10 // fmul v16.4s, v16.4s, v13.4s
 	WORD $0x4e30d421 // fadd v1.4s, v1.4s, v16.4s
-	FMOVS 4(R7), F13
-	WORD $0x4f3d05ad // sshr v13.4s, v13.4s, #3
+	FMOVS 20(R7), F13
 	WORD $0x6f8d024f // mla v15.4s, v18.4s, v13.s[0]
 	FMOVS 0(R7), F13
 	WORD $0x4f8d922e // fmul v14.4s, v17.4s, v13.s[0]
@@ -3602,16 +3594,14 @@ loop:
 	FMOVS 40(R0), F13
 	WORD $0x2f08a5ad // uxtl v13.8h, v13.8b
 	WORD $0x2f10a5ad // uxtl v13.4s, v13.4h
-	FMOVS 4(R6), F15
-	WORD $0x4f3d05ef // sshr v15.4s, v15.4s, #3
+	FMOVS 20(R6), F15
 	WORD $0x6f8f01b2 // mla v18.4s, v13.4s, v15.s[0]
 	FMOVS 0(R6), F15
 	WORD $0x4f8f91d0 // fmul v16.4s, v14.4s, v15.s[0]
 	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
 	WORD $0x6e30de52 // fmul v18.4s, v18.4s, v16.4s
 	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f9001b1 // mla v17.4s, v13.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f9091cf // fmul v15.4s, v14.4s, v16.s[0]
@@ -3653,16 +3643,14 @@ loop:
 	FMOVS 44(R0), F16
 	WORD $0x2f08a610 // uxtl v16.8h, v16.8b
 	WORD $0x2f10a610 // uxtl v16.4s, v16.4h
-	FMOVS 4(R6), F17
-	WORD $0x4f3d0631 // sshr v17.4s, v17.4s, #3
+	FMOVS 20(R6), F17
 	WORD $0x6f91020d // mla v13.4s, v16.4s, v17.s[0]
 	FMOVS 0(R6), F17
 	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
 	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
 	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
 	WORD $0x4e2dd463 // fadd v3.4s, v3.4s, v13.4s
-	FMOVS 4(R7), F18
-	WORD $0x4f3d0652 // sshr v18.4s, v18.4s, #3
+	FMOVS 20(R7), F18
 	WORD $0x6f92020e // mla v14.4s, v16.4s, v18.s[0]
 	FMOVS 0(R7), F18
 	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
@@ -3771,24 +3759,21 @@ loop:
 	FMOVS 32(R0), F23
 	WORD $0x2f08a6f7 // uxtl v23.8h, v23.8b
 	WORD $0x2f10a6f7 // uxtl v23.4s, v23.4h
-	FMOVS 4(R6), F24
-	WORD $0x4f3d0718 // sshr v24.4s, v24.4s, #3
+	FMOVS 20(R6), F24
 	WORD $0x6f9802f3 // mla v19.4s, v23.4s, v24.s[0]
 	FMOVS 0(R6), F24
 	WORD $0x4f9892d9 // fmul v25.4s, v22.4s, v24.s[0]
 	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
 	WORD $0x6e39de73 // fmul v19.4s, v19.4s, v25.4s
 	WORD $0x4e33d400 // fadd v0.4s, v0.4s, v19.4s
-	FMOVS 4(R7), F25
-	WORD $0x4f3d0739 // sshr v25.4s, v25.4s, #3
+	FMOVS 20(R7), F25
 	WORD $0x6f9902f4 // mla v20.4s, v23.4s, v25.s[0]
 	FMOVS 0(R7), F25
 	WORD $0x4f9992d8 // fmul v24.4s, v22.4s, v25.s[0]
 	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
 	WORD $0x6e38de94 // fmul v20.4s, v20.4s, v24.4s
 	WORD $0x4e34d484 // fadd v4.4s, v4.4s, v20.4s
-	FMOVS 4(R8), F24
-	WORD $0x4f3d0718 // sshr v24.4s, v24.4s, #3
+	FMOVS 20(R8), F24
 	WORD $0x6f9802f5 // mla v21.4s, v23.4s, v24.s[0]
 	FMOVS 0(R8), F24
 	WORD $0x4f9892d9 // fmul v25.4s, v22.4s, v24.s[0]
@@ -3839,24 +3824,21 @@ loop:
 	FMOVS 36(R0), F21
 	WORD $0x2f08a6b5 // uxtl v21.8h, v21.8b
 	WORD $0x2f10a6b5 // uxtl v21.4s, v21.4h
-	FMOVS 4(R6), F20
-	WORD $0x4f3d0694 // sshr v20.4s, v20.4s, #3
+	FMOVS 20(R6), F20
 	WORD $0x6f9402b7 // mla v23.4s, v21.4s, v20.s[0]
 	FMOVS 0(R6), F20
 	WORD $0x4f949313 // fmul v19.4s, v24.4s, v20.s[0]
 	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
 	WORD $0x6e33def7 // fmul v23.4s, v23.4s, v19.4s
 	WORD $0x4e37d421 // fadd v1.4s, v1.4s, v23.4s
-	FMOVS 4(R7), F19
-	WORD $0x4f3d0673 // sshr v19.4s, v19.4s, #3
+	FMOVS 20(R7), F19
 	WORD $0x6f9302b6 // mla v22.4s, v21.4s, v19.s[0]
 	FMOVS 0(R7), F19
 	WORD $0x4f939314 // fmul v20.4s, v24.4s, v19.s[0]
 	WORD $0x4e21dad6 // scvtf v22.4s, v22.4s
 	WORD $0x6e34ded6 // fmul v22.4s, v22.4s, v20.4s
 	WORD $0x4e36d4a5 // fadd v5.4s, v5.4s, v22.4s
-	FMOVS 4(R8), F20
-	WORD $0x4f3d0694 // sshr v20.4s, v20.4s, #3
+	FMOVS 20(R8), F20
 	WORD $0x6f9402b9 // mla v25.4s, v21.4s, v20.s[0]
 	FMOVS 0(R8), F20
 	WORD $0x4f949313 // fmul v19.4s, v24.4s, v20.s[0]
@@ -3907,24 +3889,21 @@ loop:
 	FMOVS 40(R0), F25
 	WORD $0x2f08a739 // uxtl v25.8h, v25.8b
 	WORD $0x2f10a739 // uxtl v25.4s, v25.4h
-	FMOVS 4(R6), F22
-	WORD $0x4f3d06d6 // sshr v22.4s, v22.4s, #3
+	FMOVS 20(R6), F22
 	WORD $0x6f960335 // mla v21.4s, v25.4s, v22.s[0]
 	FMOVS 0(R6), F22
 	WORD $0x4f969297 // fmul v23.4s, v20.4s, v22.s[0]
 	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
 	WORD $0x6e37deb5 // fmul v21.4s, v21.4s, v23.4s
 	WORD $0x4e35d442 // fadd v2.4s, v2.4s, v21.4s
-	FMOVS 4(R7), F23
-	WORD $0x4f3d06f7 // sshr v23.4s, v23.4s, #3
+	FMOVS 20(R7), F23
 	WORD $0x6f970338 // mla v24.4s, v25.4s, v23.s[0]
 	FMOVS 0(R7), F23
 	WORD $0x4f979296 // fmul v22.4s, v20.4s, v23.s[0]
 	WORD $0x4e21db18 // scvtf v24.4s, v24.4s
 	WORD $0x6e36df18 // fmul v24.4s, v24.4s, v22.4s
 	WORD $0x4e38d4c6 // fadd v6.4s, v6.4s, v24.4s
-	FMOVS 4(R8), F22
-	WORD $0x4f3d06d6 // sshr v22.4s, v22.4s, #3
+	FMOVS 20(R8), F22
 	WORD $0x6f960333 // mla v19.4s, v25.4s, v22.s[0]
 	FMOVS 0(R8), F22
 	WORD $0x4f969297 // fmul v23.4s, v20.4s, v22.s[0]
@@ -3975,24 +3954,21 @@ loop:
 	FMOVS 44(R0), F19
 	WORD $0x2f08a673 // uxtl v19.8h, v19.8b
 	WORD $0x2f10a673 // uxtl v19.4s, v19.4h
-	FMOVS 4(R6), F24
-	WORD $0x4f3d0718 // sshr v24.4s, v24.4s, #3
+	FMOVS 20(R6), F24
 	WORD $0x6f980279 // mla v25.4s, v19.4s, v24.s[0]
 	FMOVS 0(R6), F24
 	WORD $0x4f9892d5 // fmul v21.4s, v22.4s, v24.s[0]
 	WORD $0x4e21db39 // scvtf v25.4s, v25.4s
 	WORD $0x6e35df39 // fmul v25.4s, v25.4s, v21.4s
 	WORD $0x4e39d463 // fadd v3.4s, v3.4s, v25.4s
-	FMOVS 4(R7), F21
-	WORD $0x4f3d06b5 // sshr v21.4s, v21.4s, #3
+	FMOVS 20(R7), F21
 	WORD $0x6f950274 // mla v20.4s, v19.4s, v21.s[0]
 	FMOVS 0(R7), F21
 	WORD $0x4f9592d8 // fmul v24.4s, v22.4s, v21.s[0]
 	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
 	WORD $0x6e38de94 // fmul v20.4s, v20.4s, v24.4s
 	WORD $0x4e34d4e7 // fadd v7.4s, v7.4s, v20.4s
-	FMOVS 4(R8), F24
-	WORD $0x4f3d0718 // sshr v24.4s, v24.4s, #3
+	FMOVS 20(R8), F24
 	WORD $0x6f980277 // mla v23.4s, v19.4s, v24.s[0]
 	FMOVS 0(R8), F24
 	WORD $0x4f9892d5 // fmul v21.4s, v22.4s, v24.s[0]
@@ -4109,8 +4085,7 @@ loop:
 	FMOVS 32(R0), F14
 	WORD $0x2f08a5ce // uxtl v14.8h, v14.8b
 	WORD $0x2f10a5ce // uxtl v14.4s, v14.4h
-	FMOVS 4(R6), F15
-	WORD $0x4f3d05ef // sshr v15.4s, v15.4s, #3
+	FMOVS 20(R6), F15
 	WORD $0x6f8f01c9 // mla v9.4s, v14.4s, v15.s[0]
 	FMOVS 0(R6), F15
 	WORD $0x4f8f91b0 // fmul v16.4s, v13.4s, v15.s[0]
@@ -4119,8 +4094,7 @@ loop:
 	FMOVQ 0(R10), F17
 	WORD $0x4e29d631 // fadd v17.4s, v17.4s, v9.4s
 	FMOVQ F17, 0(R10)
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f9001ca // mla v10.4s, v14.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
@@ -4129,8 +4103,7 @@ loop:
 	FMOVQ 0(R11), F9
 	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
 	FMOVQ F9, 0(R11)
-	FMOVS 4(R8), F15
-	WORD $0x4f3d05ef // sshr v15.4s, v15.4s, #3
+	FMOVS 20(R8), F15
 	WORD $0x6f8f01cb // mla v11.4s, v14.4s, v15.s[0]
 	FMOVS 0(R8), F15
 	WORD $0x4f8f91b0 // fmul v16.4s, v13.4s, v15.s[0]
@@ -4139,8 +4112,7 @@ loop:
 	FMOVQ 0(R12), F10
 	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
 	FMOVQ F10, 0(R12)
-	FMOVS 4(R9), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R9), F16
 	WORD $0x6f9001cc // mla v12.4s, v14.4s, v16.s[0]
 	FMOVS 0(R9), F16
 	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
@@ -4202,8 +4174,7 @@ loop:
 	FMOVS 36(R0), F11
 	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
 	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
-	FMOVS 4(R6), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R6), F10
 	WORD $0x6f8a016e // mla v14.4s, v11.4s, v10.s[0]
 	FMOVS 0(R6), F10
 	WORD $0x4f8a9189 // fmul v9.4s, v12.4s, v10.s[0]
@@ -4212,8 +4183,7 @@ loop:
 	FMOVQ 16(R10), F17
 	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
 	FMOVQ F17, 16(R10)
-	FMOVS 4(R7), F9
-	WORD $0x4f3d0529 // sshr v9.4s, v9.4s, #3
+	FMOVS 20(R7), F9
 	WORD $0x6f89016d // mla v13.4s, v11.4s, v9.s[0]
 	FMOVS 0(R7), F9
 	WORD $0x4f89918a // fmul v10.4s, v12.4s, v9.s[0]
@@ -4222,8 +4192,7 @@ loop:
 	FMOVQ 16(R11), F14
 	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
 	FMOVQ F14, 16(R11)
-	FMOVS 4(R8), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R8), F10
 	WORD $0x6f8a016f // mla v15.4s, v11.4s, v10.s[0]
 	FMOVS 0(R8), F10
 	WORD $0x4f8a9189 // fmul v9.4s, v12.4s, v10.s[0]
@@ -4232,8 +4201,7 @@ loop:
 	FMOVQ 16(R12), F13
 	WORD $0x4e2fd5ad // fadd v13.4s, v13.4s, v15.4s
 	FMOVQ F13, 16(R12)
-	FMOVS 4(R9), F9
-	WORD $0x4f3d0529 // sshr v9.4s, v9.4s, #3
+	FMOVS 20(R9), F9
 	WORD $0x6f890170 // mla v16.4s, v11.4s, v9.s[0]
 	FMOVS 0(R9), F9
 	WORD $0x4f89918a // fmul v10.4s, v12.4s, v9.s[0]
@@ -4295,8 +4263,7 @@ loop:
 	FMOVS 40(R0), F15
 	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
 	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
-	FMOVS 4(R6), F13
-	WORD $0x4f3d05ad // sshr v13.4s, v13.4s, #3
+	FMOVS 20(R6), F13
 	WORD $0x6f8d01eb // mla v11.4s, v15.4s, v13.s[0]
 	FMOVS 0(R6), F13
 	WORD $0x4f8d920e // fmul v14.4s, v16.4s, v13.s[0]
@@ -4305,8 +4272,7 @@ loop:
 	FMOVQ 32(R10), F17
 	WORD $0x4e2bd631 // fadd v17.4s, v17.4s, v11.4s
 	FMOVQ F17, 32(R10)
-	FMOVS 4(R7), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R7), F14
 	WORD $0x6f8e01ec // mla v12.4s, v15.4s, v14.s[0]
 	FMOVS 0(R7), F14
 	WORD $0x4f8e920d // fmul v13.4s, v16.4s, v14.s[0]
@@ -4315,8 +4281,7 @@ loop:
 	FMOVQ 32(R11), F11
 	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
 	FMOVQ F11, 32(R11)
-	FMOVS 4(R8), F13
-	WORD $0x4f3d05ad // sshr v13.4s, v13.4s, #3
+	FMOVS 20(R8), F13
 	WORD $0x6f8d01ea // mla v10.4s, v15.4s, v13.s[0]
 	FMOVS 0(R8), F13
 	WORD $0x4f8d920e // fmul v14.4s, v16.4s, v13.s[0]
@@ -4325,8 +4290,7 @@ loop:
 	FMOVQ 32(R12), F12
 	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
 	FMOVQ F12, 32(R12)
-	FMOVS 4(R9), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R9), F14
 	WORD $0x6f8e01e9 // mla v9.4s, v15.4s, v14.s[0]
 	FMOVS 0(R9), F14
 	WORD $0x4f8e920d // fmul v13.4s, v16.4s, v14.s[0]
@@ -4388,8 +4352,7 @@ loop:
 	FMOVS 44(R0), F10
 	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
 	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
-	FMOVS 4(R6), F12
-	WORD $0x4f3d058c // sshr v12.4s, v12.4s, #3
+	FMOVS 20(R6), F12
 	WORD $0x6f8c014f // mla v15.4s, v10.4s, v12.s[0]
 	FMOVS 0(R6), F12
 	WORD $0x4f8c912b // fmul v11.4s, v9.4s, v12.s[0]
@@ -4398,8 +4361,7 @@ loop:
 	FMOVQ 48(R10), F17
 	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
 	FMOVQ F17, 48(R10)
-	FMOVS 4(R7), F11
-	WORD $0x4f3d056b // sshr v11.4s, v11.4s, #3
+	FMOVS 20(R7), F11
 	WORD $0x6f8b0150 // mla v16.4s, v10.4s, v11.s[0]
 	FMOVS 0(R7), F11
 	WORD $0x4f8b912c // fmul v12.4s, v9.4s, v11.s[0]
@@ -4408,8 +4370,7 @@ loop:
 	FMOVQ 48(R11), F15
 	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
 	FMOVQ F15, 48(R11)
-	FMOVS 4(R8), F12
-	WORD $0x4f3d058c // sshr v12.4s, v12.4s, #3
+	FMOVS 20(R8), F12
 	WORD $0x6f8c014d // mla v13.4s, v10.4s, v12.s[0]
 	FMOVS 0(R8), F12
 	WORD $0x4f8c912b // fmul v11.4s, v9.4s, v12.s[0]
@@ -4418,8 +4379,7 @@ loop:
 	FMOVQ 48(R12), F16
 	WORD $0x4e2dd610 // fadd v16.4s, v16.4s, v13.4s
 	FMOVQ F16, 48(R12)
-	FMOVS 4(R9), F11
-	WORD $0x4f3d056b // sshr v11.4s, v11.4s, #3
+	FMOVS 20(R9), F11
 	WORD $0x6f8b014e // mla v14.4s, v10.4s, v11.s[0]
 	FMOVS 0(R9), F11
 	WORD $0x4f8b912c // fmul v12.4s, v9.4s, v11.s[0]
@@ -34188,8 +34148,7 @@ loop:
 	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
 	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
 	WORD $0x4ea8bce7 // addp v7.4s, v7.4s, v8.4s
-	FMOVS 4(R6), F8
-	WORD $0x4f3d0508 // sshr v8.4s, v8.4s, #3
+	FMOVS 20(R6), F8
 	WORD $0x6f880147 // mla v7.4s, v10.4s, v8.s[0]
 	FMOVS 0(R6), F8
 	WORD $0x4f88912b // fmul v11.4s, v9.4s, v8.s[0]
@@ -34256,8 +34215,7 @@ loop:
 	WORD $0x2f08a508 // uxtl v8.8h, v8.8b
 	WORD $0x2f10a508 // uxtl v8.4s, v8.4h
 	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
-	FMOVS 4(R6), F9
-	WORD $0x4f3d0529 // sshr v9.4s, v9.4s, #3
+	FMOVS 20(R6), F9
 	WORD $0x6f89010a // mla v10.4s, v8.4s, v9.s[0]
 	FMOVS 0(R6), F9
 	WORD $0x4f899167 // fmul v7.4s, v11.4s, v9.s[0]
@@ -34324,8 +34282,7 @@ loop:
 	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
 	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
 	WORD $0x4eabbd08 // addp v8.4s, v8.4s, v11.4s
-	FMOVS 4(R6), F11
-	WORD $0x4f3d056b // sshr v11.4s, v11.4s, #3
+	FMOVS 20(R6), F11
 	WORD $0x6f8b0128 // mla v8.4s, v9.4s, v11.s[0]
 	FMOVS 0(R6), F11
 	WORD $0x4f8b90ea // fmul v10.4s, v7.4s, v11.s[0]
@@ -34392,8 +34349,7 @@ loop:
 	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
 	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
 	WORD $0x4ea7bd29 // addp v9.4s, v9.4s, v7.4s
-	FMOVS 4(R6), F7
-	WORD $0x4f3d04e7 // sshr v7.4s, v7.4s, #3
+	FMOVS 20(R6), F7
 	WORD $0x6f870169 // mla v9.4s, v11.4s, v7.s[0]
 	FMOVS 0(R6), F7
 	WORD $0x4f879148 // fmul v8.4s, v10.4s, v7.s[0]
@@ -34545,8 +34501,7 @@ loop:
 	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
 	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
 	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
-	FMOVS 4(R6), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R6), F14
 	WORD $0x6f8e024d // mla v13.4s, v18.4s, v14.s[0]
 	FMOVS 0(R6), F14
 	WORD $0x4f8e9233 // fmul v19.4s, v17.4s, v14.s[0]
@@ -34554,8 +34509,7 @@ loop:
 	WORD $0x6e33ddad // fmul v13.4s, v13.4s, v19.4s
 	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
 	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f90024f // mla v15.4s, v18.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f909233 // fmul v19.4s, v17.4s, v16.s[0]
@@ -34664,8 +34618,7 @@ loop:
 	WORD $0x2f08a5ce // uxtl v14.8h, v14.8b
 	WORD $0x2f10a5ce // uxtl v14.4s, v14.4h
 	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
-	FMOVS 4(R6), F17
-	WORD $0x4f3d0631 // sshr v17.4s, v17.4s, #3
+	FMOVS 20(R6), F17
 	WORD $0x6f9101d2 // mla v18.4s, v14.4s, v17.s[0]
 	FMOVS 0(R6), F17
 	WORD $0x4f9191ed // fmul v13.4s, v15.4s, v17.s[0]
@@ -34673,8 +34626,7 @@ loop:
 	WORD $0x6e2dde52 // fmul v18.4s, v18.4s, v13.4s
 	WORD $0x4e32d421 // fadd v1.4s, v1.4s, v18.4s
 	WORD $0x4eb0be73 // addp v19.4s, v19.4s, v16.4s
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f9001d3 // mla v19.4s, v14.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f9091ed // fmul v13.4s, v15.4s, v16.s[0]
@@ -34783,8 +34735,7 @@ loop:
 	WORD $0x2f08a631 // uxtl v17.8h, v17.8b
 	WORD $0x2f10a631 // uxtl v17.4s, v17.4h
 	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
-	FMOVS 4(R6), F15
-	WORD $0x4f3d05ef // sshr v15.4s, v15.4s, #3
+	FMOVS 20(R6), F15
 	WORD $0x6f8f022e // mla v14.4s, v17.4s, v15.s[0]
 	FMOVS 0(R6), F15
 	WORD $0x4f8f9272 // fmul v18.4s, v19.4s, v15.s[0]
@@ -34792,8 +34743,7 @@ loop:
 	WORD $0x6e32ddce // fmul v14.4s, v14.4s, v18.4s
 	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
 	WORD $0x4eb0bdad // addp v13.4s, v13.4s, v16.4s
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f90022d // mla v13.4s, v17.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f909272 // fmul v18.4s, v19.4s, v16.s[0]
@@ -34902,8 +34852,7 @@ loop:
 	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
 	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
 	WORD $0x4eb3be31 // addp v17.4s, v17.4s, v19.4s
-	FMOVS 4(R6), F19
-	WORD $0x4f3d0673 // sshr v19.4s, v19.4s, #3
+	FMOVS 20(R6), F19
 	WORD $0x6f9301f1 // mla v17.4s, v15.4s, v19.s[0]
 	FMOVS 0(R6), F19
 	WORD $0x4f9391ae // fmul v14.4s, v13.4s, v19.s[0]
@@ -34911,8 +34860,7 @@ loop:
 	WORD $0x6e2ede31 // fmul v17.4s, v17.4s, v14.4s
 	WORD $0x4e31d463 // fadd v3.4s, v3.4s, v17.4s
 	WORD $0x4eb0be52 // addp v18.4s, v18.4s, v16.4s
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f9001f2 // mla v18.4s, v15.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f9091ae // fmul v14.4s, v13.4s, v16.s[0]
@@ -35121,8 +35069,7 @@ loop:
 	WORD $0x2f08a75a // uxtl v26.8h, v26.8b
 	WORD $0x2f10a75a // uxtl v26.4s, v26.4h
 	WORD $0x4eb4be73 // addp v19.4s, v19.4s, v20.4s
-	FMOVS 4(R6), F20
-	WORD $0x4f3d0694 // sshr v20.4s, v20.4s, #3
+	FMOVS 20(R6), F20
 	WORD $0x6f940353 // mla v19.4s, v26.4s, v20.s[0]
 	FMOVS 0(R6), F20
 	WORD $0x4f94933b // fmul v27.4s, v25.4s, v20.s[0]
@@ -35130,8 +35077,7 @@ loop:
 	WORD $0x6e3bde73 // fmul v19.4s, v19.4s, v27.4s
 	WORD $0x4e33d400 // fadd v0.4s, v0.4s, v19.4s
 	WORD $0x4eb6beb5 // addp v21.4s, v21.4s, v22.4s
-	FMOVS 4(R7), F22
-	WORD $0x4f3d06d6 // sshr v22.4s, v22.4s, #3
+	FMOVS 20(R7), F22
 	WORD $0x6f960355 // mla v21.4s, v26.4s, v22.s[0]
 	FMOVS 0(R7), F22
 	WORD $0x4f96933b // fmul v27.4s, v25.4s, v22.s[0]
@@ -35139,8 +35085,7 @@ loop:
 	WORD $0x6e3bdeb5 // fmul v21.4s, v21.4s, v27.4s
 	WORD $0x4e35d484 // fadd v4.4s, v4.4s, v21.4s
 	WORD $0x4eb8bef7 // addp v23.4s, v23.4s, v24.4s
-	FMOVS 4(R8), F24
-	WORD $0x4f3d0718 // sshr v24.4s, v24.4s, #3
+	FMOVS 20(R8), F24
 	WORD $0x6f980357 // mla v23.4s, v26.4s, v24.s[0]
 	FMOVS 0(R8), F24
 	WORD $0x4f98933b // fmul v27.4s, v25.4s, v24.s[0]
@@ -35291,8 +35236,7 @@ loop:
 	WORD $0x2f08a694 // uxtl v20.8h, v20.8b
 	WORD $0x2f10a694 // uxtl v20.4s, v20.4h
 	WORD $0x4eb9bf5a // addp v26.4s, v26.4s, v25.4s
-	FMOVS 4(R6), F25
-	WORD $0x4f3d0739 // sshr v25.4s, v25.4s, #3
+	FMOVS 20(R6), F25
 	WORD $0x6f99029a // mla v26.4s, v20.4s, v25.s[0]
 	FMOVS 0(R6), F25
 	WORD $0x4f9992b3 // fmul v19.4s, v21.4s, v25.s[0]
@@ -35300,8 +35244,7 @@ loop:
 	WORD $0x6e33df5a // fmul v26.4s, v26.4s, v19.4s
 	WORD $0x4e3ad421 // fadd v1.4s, v1.4s, v26.4s
 	WORD $0x4eb8bf7b // addp v27.4s, v27.4s, v24.4s
-	FMOVS 4(R7), F24
-	WORD $0x4f3d0718 // sshr v24.4s, v24.4s, #3
+	FMOVS 20(R7), F24
 	WORD $0x6f98029b // mla v27.4s, v20.4s, v24.s[0]
 	FMOVS 0(R7), F24
 	WORD $0x4f9892b3 // fmul v19.4s, v21.4s, v24.s[0]
@@ -35309,8 +35252,7 @@ loop:
 	WORD $0x6e33df7b // fmul v27.4s, v27.4s, v19.4s
 	WORD $0x4e3bd4a5 // fadd v5.4s, v5.4s, v27.4s
 	WORD $0x4eb6bef7 // addp v23.4s, v23.4s, v22.4s
-	FMOVS 4(R8), F22
-	WORD $0x4f3d06d6 // sshr v22.4s, v22.4s, #3
+	FMOVS 20(R8), F22
 	WORD $0x6f960297 // mla v23.4s, v20.4s, v22.s[0]
 	FMOVS 0(R8), F22
 	WORD $0x4f9692b3 // fmul v19.4s, v21.4s, v22.s[0]
@@ -35461,8 +35403,7 @@ loop:
 	WORD $0x2f08a739 // uxtl v25.8h, v25.8b
 	WORD $0x2f10a739 // uxtl v25.4s, v25.4h
 	WORD $0x4eb5be94 // addp v20.4s, v20.4s, v21.4s
-	FMOVS 4(R6), F21
-	WORD $0x4f3d06b5 // sshr v21.4s, v21.4s, #3
+	FMOVS 20(R6), F21
 	WORD $0x6f950334 // mla v20.4s, v25.4s, v21.s[0]
 	FMOVS 0(R6), F21
 	WORD $0x4f95937a // fmul v26.4s, v27.4s, v21.s[0]
@@ -35470,8 +35411,7 @@ loop:
 	WORD $0x6e3ade94 // fmul v20.4s, v20.4s, v26.4s
 	WORD $0x4e34d442 // fadd v2.4s, v2.4s, v20.4s
 	WORD $0x4eb6be73 // addp v19.4s, v19.4s, v22.4s
-	FMOVS 4(R7), F22
-	WORD $0x4f3d06d6 // sshr v22.4s, v22.4s, #3
+	FMOVS 20(R7), F22
 	WORD $0x6f960333 // mla v19.4s, v25.4s, v22.s[0]
 	FMOVS 0(R7), F22
 	WORD $0x4f96937a // fmul v26.4s, v27.4s, v22.s[0]
@@ -35479,8 +35419,7 @@ loop:
 	WORD $0x6e3ade73 // fmul v19.4s, v19.4s, v26.4s
 	WORD $0x4e33d4c6 // fadd v6.4s, v6.4s, v19.4s
 	WORD $0x4eb8bef7 // addp v23.4s, v23.4s, v24.4s
-	FMOVS 4(R8), F24
-	WORD $0x4f3d0718 // sshr v24.4s, v24.4s, #3
+	FMOVS 20(R8), F24
 	WORD $0x6f980337 // mla v23.4s, v25.4s, v24.s[0]
 	FMOVS 0(R8), F24
 	WORD $0x4f98937a // fmul v26.4s, v27.4s, v24.s[0]
@@ -35631,8 +35570,7 @@ loop:
 	WORD $0x2f08a6b5 // uxtl v21.8h, v21.8b
 	WORD $0x2f10a6b5 // uxtl v21.4s, v21.4h
 	WORD $0x4ebbbf39 // addp v25.4s, v25.4s, v27.4s
-	FMOVS 4(R6), F27
-	WORD $0x4f3d077b // sshr v27.4s, v27.4s, #3
+	FMOVS 20(R6), F27
 	WORD $0x6f9b02b9 // mla v25.4s, v21.4s, v27.s[0]
 	FMOVS 0(R6), F27
 	WORD $0x4f9b9274 // fmul v20.4s, v19.4s, v27.s[0]
@@ -35640,8 +35578,7 @@ loop:
 	WORD $0x6e34df39 // fmul v25.4s, v25.4s, v20.4s
 	WORD $0x4e39d463 // fadd v3.4s, v3.4s, v25.4s
 	WORD $0x4eb8bf5a // addp v26.4s, v26.4s, v24.4s
-	FMOVS 4(R7), F24
-	WORD $0x4f3d0718 // sshr v24.4s, v24.4s, #3
+	FMOVS 20(R7), F24
 	WORD $0x6f9802ba // mla v26.4s, v21.4s, v24.s[0]
 	FMOVS 0(R7), F24
 	WORD $0x4f989274 // fmul v20.4s, v19.4s, v24.s[0]
@@ -35649,8 +35586,7 @@ loop:
 	WORD $0x6e34df5a // fmul v26.4s, v26.4s, v20.4s
 	WORD $0x4e3ad4e7 // fadd v7.4s, v7.4s, v26.4s
 	WORD $0x4eb6bef7 // addp v23.4s, v23.4s, v22.4s
-	FMOVS 4(R8), F22
-	WORD $0x4f3d06d6 // sshr v22.4s, v22.4s, #3
+	FMOVS 20(R8), F22
 	WORD $0x6f9602b7 // mla v23.4s, v21.4s, v22.s[0]
 	FMOVS 0(R8), F22
 	WORD $0x4f969274 // fmul v20.4s, v19.4s, v22.s[0]
@@ -35900,8 +35836,7 @@ loop:
 	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
 	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
 	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
-	FMOVS 4(R6), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R6), F10
 	WORD $0x6f8a0249 // mla v9.4s, v18.4s, v10.s[0]
 	FMOVS 0(R6), F10
 	WORD $0x4f8a9233 // fmul v19.4s, v17.4s, v10.s[0]
@@ -35911,8 +35846,7 @@ loop:
 	WORD $0x4e29d694 // fadd v20.4s, v20.4s, v9.4s
 	FMOVQ F20, 0(R10)
 	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
-	FMOVS 4(R7), F12
-	WORD $0x4f3d058c // sshr v12.4s, v12.4s, #3
+	FMOVS 20(R7), F12
 	WORD $0x6f8c024b // mla v11.4s, v18.4s, v12.s[0]
 	FMOVS 0(R7), F12
 	WORD $0x4f8c9233 // fmul v19.4s, v17.4s, v12.s[0]
@@ -35922,8 +35856,7 @@ loop:
 	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
 	FMOVQ F10, 0(R11)
 	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
-	FMOVS 4(R8), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R8), F14
 	WORD $0x6f8e024d // mla v13.4s, v18.4s, v14.s[0]
 	FMOVS 0(R8), F14
 	WORD $0x4f8e9233 // fmul v19.4s, v17.4s, v14.s[0]
@@ -35933,8 +35866,7 @@ loop:
 	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
 	FMOVQ F12, 0(R12)
 	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
-	FMOVS 4(R9), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R9), F16
 	WORD $0x6f90024f // mla v15.4s, v18.4s, v16.s[0]
 	FMOVS 0(R9), F16
 	WORD $0x4f909233 // fmul v19.4s, v17.4s, v16.s[0]
@@ -36129,8 +36061,7 @@ loop:
 	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
 	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
 	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
-	FMOVS 4(R6), F17
-	WORD $0x4f3d0631 // sshr v17.4s, v17.4s, #3
+	FMOVS 20(R6), F17
 	WORD $0x6f910152 // mla v18.4s, v10.4s, v17.s[0]
 	FMOVS 0(R6), F17
 	WORD $0x4f919169 // fmul v9.4s, v11.4s, v17.s[0]
@@ -36140,8 +36071,7 @@ loop:
 	WORD $0x4e32d694 // fadd v20.4s, v20.4s, v18.4s
 	FMOVQ F20, 16(R10)
 	WORD $0x4eb0be73 // addp v19.4s, v19.4s, v16.4s
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f900153 // mla v19.4s, v10.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f909169 // fmul v9.4s, v11.4s, v16.s[0]
@@ -36151,8 +36081,7 @@ loop:
 	WORD $0x4e33d631 // fadd v17.4s, v17.4s, v19.4s
 	FMOVQ F17, 16(R11)
 	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
-	FMOVS 4(R8), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R8), F14
 	WORD $0x6f8e014f // mla v15.4s, v10.4s, v14.s[0]
 	FMOVS 0(R8), F14
 	WORD $0x4f8e9169 // fmul v9.4s, v11.4s, v14.s[0]
@@ -36162,8 +36091,7 @@ loop:
 	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
 	FMOVQ F16, 16(R12)
 	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
-	FMOVS 4(R9), F12
-	WORD $0x4f3d058c // sshr v12.4s, v12.4s, #3
+	FMOVS 20(R9), F12
 	WORD $0x6f8c014d // mla v13.4s, v10.4s, v12.s[0]
 	FMOVS 0(R9), F12
 	WORD $0x4f8c9169 // fmul v9.4s, v11.4s, v12.s[0]
@@ -36358,8 +36286,7 @@ loop:
 	WORD $0x2f08a631 // uxtl v17.8h, v17.8b
 	WORD $0x2f10a631 // uxtl v17.4s, v17.4h
 	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
-	FMOVS 4(R6), F11
-	WORD $0x4f3d056b // sshr v11.4s, v11.4s, #3
+	FMOVS 20(R6), F11
 	WORD $0x6f8b022a // mla v10.4s, v17.4s, v11.s[0]
 	FMOVS 0(R6), F11
 	WORD $0x4f8b9272 // fmul v18.4s, v19.4s, v11.s[0]
@@ -36369,8 +36296,7 @@ loop:
 	WORD $0x4e2ad694 // fadd v20.4s, v20.4s, v10.4s
 	FMOVQ F20, 32(R10)
 	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
-	FMOVS 4(R7), F12
-	WORD $0x4f3d058c // sshr v12.4s, v12.4s, #3
+	FMOVS 20(R7), F12
 	WORD $0x6f8c0229 // mla v9.4s, v17.4s, v12.s[0]
 	FMOVS 0(R7), F12
 	WORD $0x4f8c9272 // fmul v18.4s, v19.4s, v12.s[0]
@@ -36380,8 +36306,7 @@ loop:
 	WORD $0x4e29d56b // fadd v11.4s, v11.4s, v9.4s
 	FMOVQ F11, 32(R11)
 	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
-	FMOVS 4(R8), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R8), F14
 	WORD $0x6f8e022d // mla v13.4s, v17.4s, v14.s[0]
 	FMOVS 0(R8), F14
 	WORD $0x4f8e9272 // fmul v18.4s, v19.4s, v14.s[0]
@@ -36391,8 +36316,7 @@ loop:
 	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
 	FMOVQ F12, 32(R12)
 	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
-	FMOVS 4(R9), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R9), F16
 	WORD $0x6f90022f // mla v15.4s, v17.4s, v16.s[0]
 	FMOVS 0(R9), F16
 	WORD $0x4f909272 // fmul v18.4s, v19.4s, v16.s[0]
@@ -36587,8 +36511,7 @@ loop:
 	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
 	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
 	WORD $0x4eb3be31 // addp v17.4s, v17.4s, v19.4s
-	FMOVS 4(R6), F19
-	WORD $0x4f3d0673 // sshr v19.4s, v19.4s, #3
+	FMOVS 20(R6), F19
 	WORD $0x6f930171 // mla v17.4s, v11.4s, v19.s[0]
 	FMOVS 0(R6), F19
 	WORD $0x4f93912a // fmul v10.4s, v9.4s, v19.s[0]
@@ -36598,8 +36521,7 @@ loop:
 	WORD $0x4e31d694 // fadd v20.4s, v20.4s, v17.4s
 	FMOVQ F20, 48(R10)
 	WORD $0x4eb0be52 // addp v18.4s, v18.4s, v16.4s
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f900172 // mla v18.4s, v11.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f90912a // fmul v10.4s, v9.4s, v16.s[0]
@@ -36609,8 +36531,7 @@ loop:
 	WORD $0x4e32d673 // fadd v19.4s, v19.4s, v18.4s
 	FMOVQ F19, 48(R11)
 	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
-	FMOVS 4(R8), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R8), F14
 	WORD $0x6f8e016f // mla v15.4s, v11.4s, v14.s[0]
 	FMOVS 0(R8), F14
 	WORD $0x4f8e912a // fmul v10.4s, v9.4s, v14.s[0]
@@ -36620,8 +36541,7 @@ loop:
 	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
 	FMOVQ F16, 48(R12)
 	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
-	FMOVS 4(R9), F12
-	WORD $0x4f3d058c // sshr v12.4s, v12.4s, #3
+	FMOVS 20(R9), F12
 	WORD $0x6f8c016d // mla v13.4s, v11.4s, v12.s[0]
 	FMOVS 0(R9), F12
 	WORD $0x4f8c912a // fmul v10.4s, v9.4s, v12.s[0]
@@ -65916,16 +65836,14 @@ loop:
 	FMOVS 32(R0), F15
 	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
 	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
-	FMOVS 4(R6), F18
-	WORD $0x4f3d0652 // sshr v18.4s, v18.4s, #3
+	FMOVS 20(R6), F18
 	WORD $0x6f9201f0 // mla v16.4s, v15.4s, v18.s[0]
 	FMOVS 0(R6), F18
 	WORD $0x4f929151 // fmul v17.4s, v10.4s, v18.s[0]
 	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
 	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
 	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
-	FMOVS 4(R7), F17
-	WORD $0x4f3d0631 // sshr v17.4s, v17.4s, #3
+	FMOVS 20(R7), F17
 	WORD $0x6f9101ee // mla v14.4s, v15.4s, v17.s[0]
 	FMOVS 0(R7), F17
 	WORD $0x4f919152 // fmul v18.4s, v10.4s, v17.s[0]
@@ -65965,16 +65883,14 @@ loop:
 	FMOVS 36(R0), F18
 	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
 	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
-	FMOVS 4(R6), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R6), F16
 	WORD $0x6f900251 // mla v17.4s, v18.4s, v16.s[0]
 	FMOVS 0(R6), F16
 	WORD $0x4f9091ee // fmul v14.4s, v15.4s, v16.s[0]
 	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
 	WORD $0x6e2ede31 // fmul v17.4s, v17.4s, v14.4s
 	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
-	FMOVS 4(R7), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R7), F14
 	WORD $0x6f8e024a // mla v10.4s, v18.4s, v14.s[0]
 	FMOVS 0(R7), F14
 	WORD $0x4f8e91f0 // fmul v16.4s, v15.4s, v14.s[0]
@@ -66014,16 +65930,14 @@ loop:
 	FMOVS 40(R0), F16
 	WORD $0x2f08a610 // uxtl v16.8h, v16.8b
 	WORD $0x2f10a610 // uxtl v16.4s, v16.4h
-	FMOVS 4(R6), F17
-	WORD $0x4f3d0631 // sshr v17.4s, v17.4s, #3
+	FMOVS 20(R6), F17
 	WORD $0x6f91020e // mla v14.4s, v16.4s, v17.s[0]
 	FMOVS 0(R6), F17
 	WORD $0x4f91924a // fmul v10.4s, v18.4s, v17.s[0]
 	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
 	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
 	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
-	FMOVS 4(R7), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R7), F10
 	WORD $0x6f8a020f // mla v15.4s, v16.4s, v10.s[0]
 	FMOVS 0(R7), F10
 	WORD $0x4f8a9251 // fmul v17.4s, v18.4s, v10.s[0]
@@ -66063,16 +65977,14 @@ loop:
 	FMOVS 44(R0), F17
 	WORD $0x2f08a631 // uxtl v17.8h, v17.8b
 	WORD $0x2f10a631 // uxtl v17.4s, v17.4h
-	FMOVS 4(R6), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R6), F14
 	WORD $0x6f8e022a // mla v10.4s, v17.4s, v14.s[0]
 	FMOVS 0(R6), F14
 	WORD $0x4f8e920f // fmul v15.4s, v16.4s, v14.s[0]
 	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
 	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
 	WORD $0x4e2ad463 // fadd v3.4s, v3.4s, v10.4s
-	FMOVS 4(R7), F15
-	WORD $0x4f3d05ef // sshr v15.4s, v15.4s, #3
+	FMOVS 20(R7), F15
 	WORD $0x6f8f0232 // mla v18.4s, v17.4s, v15.s[0]
 	FMOVS 0(R7), F15
 	WORD $0x4f8f920e // fmul v14.4s, v16.4s, v15.s[0]
@@ -66183,8 +66095,7 @@ loop:
 	FMOVS 32(R0), F13
 	WORD $0x2f08a5ad // uxtl v13.8h, v13.8b
 	WORD $0x2f10a5ad // uxtl v13.4s, v13.4h
-	FMOVS 4(R6), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R6), F16
 	WORD $0x6f9001ae // mla v14.4s, v13.4s, v16.s[0]
 	FMOVS 0(R6), F16
 	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
@@ -66193,8 +66104,7 @@ loop:
 	FMOVQ 0(R10), F17
 	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
 	FMOVQ F17, 0(R10)
-	FMOVS 4(R7), F15
-	WORD $0x4f3d05ef // sshr v15.4s, v15.4s, #3
+	FMOVS 20(R7), F15
 	WORD $0x6f8f01aa // mla v10.4s, v13.4s, v15.s[0]
 	FMOVS 0(R7), F15
 	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
@@ -66203,8 +66113,7 @@ loop:
 	FMOVQ 0(R11), F14
 	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
 	FMOVQ F14, 0(R11)
-	FMOVS 4(R8), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R8), F16
 	WORD $0x6f9001a6 // mla v6.4s, v13.4s, v16.s[0]
 	FMOVS 0(R8), F16
 	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
@@ -66213,8 +66122,7 @@ loop:
 	FMOVQ 0(R12), F10
 	WORD $0x4e26d54a // fadd v10.4s, v10.4s, v6.4s
 	FMOVQ F10, 0(R12)
-	FMOVS 4(R9), F15
-	WORD $0x4f3d05ef // sshr v15.4s, v15.4s, #3
+	FMOVS 20(R9), F15
 	WORD $0x6f8f01ac // mla v12.4s, v13.4s, v15.s[0]
 	FMOVS 0(R9), F15
 	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
@@ -66268,8 +66176,7 @@ loop:
 	FMOVS 36(R0), F12
 	WORD $0x2f08a58c // uxtl v12.8h, v12.8b
 	WORD $0x2f10a58c // uxtl v12.4s, v12.4h
-	FMOVS 4(R6), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R6), F14
 	WORD $0x6f8e0186 // mla v6.4s, v12.4s, v14.s[0]
 	FMOVS 0(R6), F14
 	WORD $0x4f8e920a // fmul v10.4s, v16.4s, v14.s[0]
@@ -66278,8 +66185,7 @@ loop:
 	FMOVQ 16(R10), F17
 	WORD $0x4e26d631 // fadd v17.4s, v17.4s, v6.4s
 	FMOVQ F17, 16(R10)
-	FMOVS 4(R7), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R7), F10
 	WORD $0x6f8a018b // mla v11.4s, v12.4s, v10.s[0]
 	FMOVS 0(R7), F10
 	WORD $0x4f8a920e // fmul v14.4s, v16.4s, v10.s[0]
@@ -66288,8 +66194,7 @@ loop:
 	FMOVQ 16(R11), F6
 	WORD $0x4e2bd4c6 // fadd v6.4s, v6.4s, v11.4s
 	FMOVQ F6, 16(R11)
-	FMOVS 4(R8), F14
-	WORD $0x4f3d05ce // sshr v14.4s, v14.4s, #3
+	FMOVS 20(R8), F14
 	WORD $0x6f8e018d // mla v13.4s, v12.4s, v14.s[0]
 	FMOVS 0(R8), F14
 	WORD $0x4f8e920a // fmul v10.4s, v16.4s, v14.s[0]
@@ -66298,8 +66203,7 @@ loop:
 	FMOVQ 16(R12), F11
 	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
 	FMOVQ F11, 16(R12)
-	FMOVS 4(R9), F10
-	WORD $0x4f3d054a // sshr v10.4s, v10.4s, #3
+	FMOVS 20(R9), F10
 	WORD $0x6f8a018f // mla v15.4s, v12.4s, v10.s[0]
 	FMOVS 0(R9), F10
 	WORD $0x4f8a920e // fmul v14.4s, v16.4s, v10.s[0]
@@ -66353,8 +66257,7 @@ loop:
 	FMOVS 40(R0), F15
 	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
 	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
-	FMOVS 4(R6), F6
-	WORD $0x4f3d04c6 // sshr v6.4s, v6.4s, #3
+	FMOVS 20(R6), F6
 	WORD $0x6f8601ed // mla v13.4s, v15.4s, v6.s[0]
 	FMOVS 0(R6), F6
 	WORD $0x4f8691cb // fmul v11.4s, v14.4s, v6.s[0]
@@ -66363,8 +66266,7 @@ loop:
 	FMOVQ 32(R10), F17
 	WORD $0x4e2dd631 // fadd v17.4s, v17.4s, v13.4s
 	FMOVQ F17, 32(R10)
-	FMOVS 4(R7), F11
-	WORD $0x4f3d056b // sshr v11.4s, v11.4s, #3
+	FMOVS 20(R7), F11
 	WORD $0x6f8b01f0 // mla v16.4s, v15.4s, v11.s[0]
 	FMOVS 0(R7), F11
 	WORD $0x4f8b91c6 // fmul v6.4s, v14.4s, v11.s[0]
@@ -66373,8 +66275,7 @@ loop:
 	FMOVQ 32(R11), F13
 	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
 	FMOVQ F13, 32(R11)
-	FMOVS 4(R8), F6
-	WORD $0x4f3d04c6 // sshr v6.4s, v6.4s, #3
+	FMOVS 20(R8), F6
 	WORD $0x6f8601ec // mla v12.4s, v15.4s, v6.s[0]
 	FMOVS 0(R8), F6
 	WORD $0x4f8691cb // fmul v11.4s, v14.4s, v6.s[0]
@@ -66383,8 +66284,7 @@ loop:
 	FMOVQ 32(R12), F16
 	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
 	FMOVQ F16, 32(R12)
-	FMOVS 4(R9), F11
-	WORD $0x4f3d056b // sshr v11.4s, v11.4s, #3
+	FMOVS 20(R9), F11
 	WORD $0x6f8b01ea // mla v10.4s, v15.4s, v11.s[0]
 	FMOVS 0(R9), F11
 	WORD $0x4f8b91c6 // fmul v6.4s, v14.4s, v11.s[0]
@@ -66438,8 +66338,7 @@ loop:
 	FMOVS 44(R0), F10
 	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
 	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
-	FMOVS 4(R6), F13
-	WORD $0x4f3d05ad // sshr v13.4s, v13.4s, #3
+	FMOVS 20(R6), F13
 	WORD $0x6f8d014c // mla v12.4s, v10.4s, v13.s[0]
 	FMOVS 0(R6), F13
 	WORD $0x4f8d90d0 // fmul v16.4s, v6.4s, v13.s[0]
@@ -66448,8 +66347,7 @@ loop:
 	FMOVQ 48(R10), F17
 	WORD $0x4e2cd631 // fadd v17.4s, v17.4s, v12.4s
 	FMOVQ F17, 48(R10)
-	FMOVS 4(R7), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R7), F16
 	WORD $0x6f90014e // mla v14.4s, v10.4s, v16.s[0]
 	FMOVS 0(R7), F16
 	WORD $0x4f9090cd // fmul v13.4s, v6.4s, v16.s[0]
@@ -66458,8 +66356,7 @@ loop:
 	FMOVQ 48(R11), F12
 	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
 	FMOVQ F12, 48(R11)
-	FMOVS 4(R8), F13
-	WORD $0x4f3d05ad // sshr v13.4s, v13.4s, #3
+	FMOVS 20(R8), F13
 	WORD $0x6f8d014f // mla v15.4s, v10.4s, v13.s[0]
 	FMOVS 0(R8), F13
 	WORD $0x4f8d90d0 // fmul v16.4s, v6.4s, v13.s[0]
@@ -66468,8 +66365,7 @@ loop:
 	FMOVQ 48(R12), F14
 	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
 	FMOVQ F14, 48(R12)
-	FMOVS 4(R9), F16
-	WORD $0x4f3d0610 // sshr v16.4s, v16.4s, #3
+	FMOVS 20(R9), F16
 	WORD $0x6f90014b // mla v11.4s, v10.4s, v16.s[0]
 	FMOVS 0(R9), F16
 	WORD $0x4f9090cd // fmul v13.4s, v6.4s, v16.s[0]
@@ -69852,7 +69748,8 @@ loop:
 	FMULS F18, F3, F3
 	FMOVS F18, (R3)
 	FMOVS F3, 16(R3)
-	MOVW ZR, 20(R3)
+	NEG R5, R9
+	MOVW R9, 20(R3)
 	MOVD ZR, 24(R3)
 	ADD $32, R3
 	SUBS $1, R1, R1

@@ -176,8 +176,8 @@ func finishQ8_0(blk []byte, r int, isum []int32, side []uint32, acc float32) flo
 // format32 is the block arithmetic of the 32-value nibble types, their codes at byte
 // codes of the block, fifth bits at masks, float16 minimums at mins and byte zeros at
 // zeros (−1: none): isum, which begins at the offset word off of the side data (0
-// when off < 0), and for the types with a zero (Q4_Z) at z·(−Σx), from the side
-// data's −8·Σx shifted right by 3 — the exact Σ(q − z)·x, as Q4_0's Σ(q − 8)·x, so
+// when off < 0), and for the types with a zero (Q4_Z) at z·(−Σx) (−Σx from the side
+// data) — the exact Σ(q − z)·x, as Q4_0's Σ(q − 8)·x, so
 // that Q4_Z with z = 8 gives Q4_0's bits, and a block whose codes all equal its zero
 // gives 0 (Q4_1's arithmetic, m = −d·z in float32, would not: its two terms cancel
 // only to their rounding); v = isum·(d·dx), plus m·(dx·Σx) for the types with a
@@ -198,7 +198,7 @@ func format32(codes, masks, mins, zeros, off int) intFormat {
 			s += int32(side[off])
 		}
 		if zeros >= 0 {
-			s += int32(blk[zeros+r]) * (int32(side[side32Off8]) >> 3)
+			s += int32(blk[zeros+r]) * int32(side[side32Neg])
 		}
 		dx := sideF(side[sideD])
 		v := float32(float32(s) * float32(half(blk, r)*dx))

@@ -202,8 +202,7 @@ func block32AVX2(f *frame256, name string, c consts256) {
 		z := YMM() // the zeros of the half's 8 rows
 		VPMOVZXBD(f.weight(zeros+8*f.half), z)
 		init = func(t int, v VecVirtual) {
-			VPBROADCASTD(f.s.at(t, 4*side32Off8), v)
-			VPSRAD(U8(3), v, v)
+			VPBROADCASTD(f.s.at(t, 4*side32Neg), v)
 			VPMADDWD(z, v, v)
 		}
 	}

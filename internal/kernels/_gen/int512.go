@@ -71,6 +71,7 @@ const (
 	side32Off16  = 2
 	side32Off128 = 3
 	side32DSum   = 4
+	side32Neg    = 5
 	side256Sum   = 1
 	side256Off   = 5
 	side256Neg   = 21
@@ -422,7 +423,8 @@ func maskAt(base, off int) int {
 // block32AVX512 is one block of the 32-value types: the codes of 16 rows against each
 // activation row's 32 codes, the integer sum beginning at the offset of the side data
 // (or 0; for Q4_Z at z·(−Σx), each row's zero widened to its lane times the side
-// data's −8·Σx shifted right by 3, with a 16-bit multiply-add: |Σx| ≤ 32·127 fits);
+// data's −Σx by a 16-bit multiply-add — |Σx| ≤ 32·127 fits —, with VNNI one
+// VPDPWSSD of the word broadcast);
 // v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
 func block32AVX512(f *intFrame, name string, c consts512) {
 	codes, masks, mins, zeros, off := 32, -1, -1, -1, side32Off8
@@ -448,8 +450,12 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 		z := ZMM()
 		VPMOVZXBD(f.weight(zeros), z)
 		init = func(t int, v VecVirtual) {
-			VPBROADCASTD(f.s.at(t, 4*side32Off8), v)
-			VPSRAD(U8(3), v, v)
+			if f.vnni {
+				f.clear(v)
+				VPDPWSSD_BCST(f.s.at(t, 4*side32Neg), z, v)
+				return
+			}
+			VPBROADCASTD(f.s.at(t, 4*side32Neg), v)
 			VPMADDWD(z, v, v)
 		}
 	}

@@ -158,10 +158,8 @@ func narrow(name string, opcode uint32, src arr, d, n V) inst {
 	return misc(0, size-1, 0, opcode, d, n, fmt.Sprintf("%s %s, %s", name, d.in(to), n.in(src)))
 }
 
-// ushr, sshr and shl shift each element right (unsigned, signed) or left by an
-// immediate.
+// ushr and shl shift each element right (unsigned) or left by an immediate.
 func ushr(a arr, d, n V, s int) inst { return shiftRight("ushr", 1, a, d, n, s) }
-func sshr(a arr, d, n V, s int) inst { return shiftRight("sshr", 0, a, d, n, s) }
 
 // shiftRight encodes the right shifts by an immediate.
 func shiftRight(name string, u uint32, a arr, d, n V, s int) inst {

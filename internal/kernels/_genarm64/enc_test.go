@@ -19,7 +19,7 @@ func TestEncodings(t *testing.T) {
 		sdot(1, 2, 3, 0), sdot(31, 30, 29, 3), sdot(5, 6, 17, 2), smmla(1, 2, 3), mlaElem(1, 2, 19, 3),
 		smull("8b", 1, 2, 3), smull("16b", 1, 2, 3), smull("4h", 1, 2, 3), smlal("8h", 4, 5, 6), smlal("4h", 4, 5, 6),
 		saddlp("8h", 1, 2), sadalp("16b", 3, 4), sadalp("8h", 3, 4), sqxtn("4s", 3, 4), sqxtn("8h", 3, 4),
-		ushr("16b", 1, 2, 4), ushr("4s", 1, 2, 16), sshr("4s", 1, 2, 3), shl("16b", 1, 2, 4), shl("4s", 1, 2, 16),
+		ushr("16b", 1, 2, 4), ushr("4s", 1, 2, 16), shl("16b", 1, 2, 4), shl("4s", 1, 2, 16),
 		sxtl("8b", 1, 2), sxtl("16b", 1, 2), uxtl("4h", 1, 2), uxtl("8h", 1, 2), sxtl("4h", 3, 4),
 		dupElem("4s", 1, 2, 3), dupElem("16b", 1, 2, 9), dupElem("8h", 1, 2, 5), tbl(1, 2, 3),
 		uzp1("8h", 1, 2, 3), uzp2("4s", 1, 2, 3), zip1("2d", 1, 2, 3), zip2("16b", 1, 2, 3),

@@ -525,8 +525,8 @@ func fifthBits(k *intFrame, f *fifth, off, q int, lo, hi V) {
 }
 
 // finish32 finishes quarter q's block for every row t, as format32 does: Q4_Z's
-// zeros (the quarter's four bytes, widened) times −Σx (the side data's −8·Σx shifted
-// right by 3) are added to the integer sum.
+// zeros (the quarter's four bytes, widened) times −Σx (side word 5) are added to the
+// integer sum.
 func finish32(k *intFrame, q int, acc [intRows]iacc, mins, zeros, off int) {
 	g := k.g
 	d := k.halves(8 * q)
@@ -550,8 +550,7 @@ func finish32(k *intFrame, q int, acc [intRows]iacc, mins, zeros, off int) {
 			k.p.put(o)
 		}
 		if zeros >= 0 {
-			o := k.sideScalar(t, 1)  // −8·Σx
-			g.i(sshr("4s", o, o, 3)) // −Σx
+			o := k.sideScalar(t, 5)  // −Σx
 			g.i(mlaElem(s, z, o, 0)) // + z·(−Σx)
 			k.p.put(o)
 		}
