@@ -159,12 +159,15 @@ func supportedWeight(t dtype.DType) bool {
 }
 
 // Matrix implements [backend.Backend]. A part's column order (Tensor.Perm) is
-// uploaded once for all the parts that share it.
+// uploaded once for all the parts that share it. Q4_Z parts (specula's exact
+// repacking of AWQ and asymmetric GPTQ layers) are converted to Q8_0 on the way in,
+// value for value (dtype.Q4_ZToQ8_0): the device has no 4-bit kernel, and Q8_0 holds
+// every Q4_Z value exactly; F8_E4M3_B128 parts to their F32 values (deviceTypes).
 func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	if len(parts) == 0 {
 		return nil, errors.New("cuda: a matrix of no parts")
 	}
-	parts, err := expandF8(parts)
+	parts, err := deviceTypes(parts)
 	if err != nil {
 		return nil, err
 	}
@@ -213,32 +216,26 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	return m, nil
 }
 
-// expandF8 returns parts with every F8_E4M3_B128 tensor (block-wise FP8, see
-// format/dtype) converted to F32 on the host: the device has no kernel for it, and its
-// float32 values (dtype.Dequantize's, each E4M3(code) · scale rounded once) are
-// exactly the values the CPU's F8 kernels compute with, at 4 bytes a weight instead of
-// about 1. Other tensors are passed through; parts itself is not changed.
-func expandF8(parts []backend.Tensor) ([]backend.Tensor, error) {
+// deviceTypes returns parts with each tensor of a type the device has no kernel for
+// replaced by an exact copy in one it has (the caller's slice is left as it is): Q4_Z
+// by its Q8_0 copy (dtype.Q4_ZToQ8_0: same scale, codes q − z), F8_E4M3_B128
+// (block-wise FP8) by its F32 values (dtype.Dequantize's, each E4M3(code) · scale
+// rounded once: exactly the values the CPU's F8 kernels compute with, at 4 bytes a
+// weight instead of about 1).
+func deviceTypes(parts []backend.Tensor) ([]backend.Tensor, error) {
 	var out []backend.Tensor
 	for i, t := range parts {
-		if t.Type != dtype.F8_E4M3_B128 {
+		if t.Type != dtype.Q4_Z && t.Type != dtype.F8_E4M3_B128 {
 			continue
 		}
 		if out == nil {
-			out = append([]backend.Tensor(nil), parts...)
+			out = slices.Clone(parts)
 		}
-		if t.Rows <= 0 || t.Cols <= 0 {
-			return nil, fmt.Errorf("cuda: tensor %q: %d × %d %s", t.Name, t.Rows, t.Cols, t.Type)
-		}
-		vals := make([]float32, t.Rows*t.Cols)
-		if err := dtype.Dequantize(t.Type, t.Data, vals); err != nil {
-			return nil, fmt.Errorf("cuda: tensor %q: %w", t.Name, err)
-		}
-		data, err := dtype.Encode(dtype.F32, vals)
+		typ, data, err := deviceCopy(t)
 		if err != nil {
 			return nil, fmt.Errorf("cuda: tensor %q: %w", t.Name, err)
 		}
-		out[i].Type, out[i].Data = dtype.F32, data
+		out[i].Type, out[i].Data = typ, data
 	}
 	if out == nil {
 		return parts, nil
@@ -246,10 +243,27 @@ func expandF8(parts []backend.Tensor) ([]backend.Tensor, error) {
 	return out, nil
 }
 
+// deviceCopy is a Q4_Z or F8_E4M3_B128 tensor's exact copy as Q8_0 or F32.
+func deviceCopy(t backend.Tensor) (dtype.DType, []byte, error) {
+	if t.Type == dtype.Q4_Z {
+		data, err := dtype.Q4_ZToQ8_0(t.Data)
+		return dtype.Q8_0, data, err
+	}
+	if t.Rows <= 0 || t.Cols <= 0 {
+		return 0, nil, fmt.Errorf("%d × %d %s", t.Rows, t.Cols, t.Type)
+	}
+	vals := make([]float32, t.Rows*t.Cols)
+	if err := dtype.Dequantize(t.Type, t.Data, vals); err != nil {
+		return 0, nil, err
+	}
+	data, err := dtype.Encode(dtype.F32, vals)
+	return dtype.F32, data, err
+}
+
 // checkTensor validates a weight tensor for the device.
 func checkTensor(t backend.Tensor, cols int) error {
 	if !supportedWeight(t.Type) {
-		return fmt.Errorf("cuda: tensor %q has type %s; the device supports F32, F16, BF16 and Q8_0", t.Name, t.Type)
+		return fmt.Errorf("cuda: tensor %q has type %s; the device supports F32, F16, BF16 and Q8_0 (and Q4_Z as Q8_0, F8_E4M3_B128 as F32)", t.Name, t.Type)
 	}
 	if t.Cols != cols {
 		return fmt.Errorf("cuda: tensor %q has %d columns, want %d", t.Name, t.Cols, cols)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,8 +29,9 @@ import (
 // another order, so the logits differ by float32 rounding only.
 const hostTol = 1e-4
 
-// weightTypes are the weight types the device multiplies by.
-var weightTypes = []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0}
+// weightTypes are the weight types the device multiplies by (Q4_Z converted to Q8_0
+// at load).
+var weightTypes = []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_Z}
 
 // testShape is a small shape with grouped queries and a partial rotary, whose widths
 // suit Q8_0.
@@ -58,9 +60,36 @@ func encode(t testing.TB, typ dtype.DType, v []float32) []byte {
 		out := make([]byte, len(v)/32*34)
 		dtype.QuantizeQ8_0(v, out)
 		return out
+	case dtype.Q4_Z:
+		return asymmetric4(t, v)
 	}
 	t.Fatalf("no encoder for %s", typ)
 	return nil
+}
+
+// asymmetric4 writes v as Q4_Z blocks quantised as AWQ does a group: d = (max −
+// min)/15, z = round(−min/d), q = round(x/d) + z, clamped to [0, 15].
+func asymmetric4(t testing.TB, v []float32) []byte {
+	out := make([]byte, len(v)/32*20)
+	codes := make([]uint8, 32)
+	for b := range len(v) / 32 {
+		x := v[32*b : 32*b+32]
+		lo, hi := slices.Min(x), slices.Max(x)
+		d := dtype.F16ToF32(dtype.F32ToF16((hi - lo) / 15))
+		var z float64
+		if d > 0 {
+			z = math.Max(0, math.Min(15, math.Round(float64(-lo/d))))
+		}
+		for j, xv := range x {
+			q := z
+			if d > 0 {
+				q = math.Max(0, math.Min(15, math.Round(float64(xv/d))+z))
+			}
+			codes[j] = uint8(q)
+		}
+		require.NoError(t, dtype.EncodeQ4_Z(out[20*b:], dtype.F32ToF16(d), uint8(z), codes))
+	}
+	return out
 }
 
 // testWeights are a model's weights as a file would hold them.

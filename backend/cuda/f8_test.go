@@ -28,7 +28,7 @@ func TestExpandF8(t *testing.T) {
 	f8 := backend.Tensor{Name: "gate", Type: p.Type, Rows: p.Rows, Cols: p.Cols, Data: p.Data}
 	other := backend.Tensor{Name: "up", Type: dtype.F32, Rows: 3, Cols: p.Cols, Data: make([]byte, 12*p.Cols)}
 	parts := []backend.Tensor{f8, other}
-	got, err := expandF8(parts)
+	got, err := deviceTypes(parts)
 	require.NoError(t, err)
 	require.Equal(t, dtype.F8_E4M3_B128, parts[0].Type, "the caller's parts are not changed")
 	vals := make([]float32, p.Rows*p.Cols)

@@ -7,14 +7,17 @@
 // quantised types live with each backend; this is the format.
 package dtype
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // DType is a ggml tensor type id.
 type DType uint32
 
 // The types specula knows the layout of. Quantised types store values in blocks: Q8_0
 // and Q4_0 hold 32 values with one float16 scale; the K-quants hold 256 values in
-// super-blocks. F8_E4M3_B128 (f8.go) is specula's own.
+// super-blocks. All are ggml's but Q4_Z and F8_E4M3_B128 (see [DType.Private]).
 const (
 	F32  DType = 0
 	F16  DType = 1
@@ -36,6 +39,13 @@ const (
 	I64  DType = 27
 	F64  DType = 28
 	BF16 DType = 30
+
+	// Q4_Z is specula's own 4-bit type, not a ggml one: per 32 values a float16
+	// scale d and an integer zero z, value d·(q − z) (quant.go). It holds AWQ and
+	// asymmetric GPTQ layers exactly, which no ggml 4-bit type does (Q4_1's float16
+	// minimum cannot hold −d·z in general). Its id lies outside ggml's range, and
+	// GGUF files neither take nor give it.
+	Q4_Z DType = 1000
 )
 
 type layout struct {
@@ -87,6 +97,8 @@ func (t DType) layout() (layout, bool) {
 		return layout{"BF16", 1, 2}, true
 	case F8_E4M3_B128:
 		return layout{"F8_E4M3_B128", f8Block, 4 + f8Block}, true
+	case Q4_Z:
+		return layout{"Q4_Z", 32, 20}, true
 	}
 	return layout{}, false
 }
@@ -96,6 +108,18 @@ func (t DType) Known() bool {
 	_, ok := t.layout()
 	return ok
 }
+
+// Private reports whether t is one of specula's own types (Q4_Z, F8_E4M3_B128), which
+// exist only in memory, as a loader's exact repacking of a quantized Hugging Face
+// layer: GGUF files do not hold them.
+func (t DType) Private() bool { return slices.Contains(privateTypes(), t) }
+
+// GGML reports whether t is one of ggml's types that specula knows, which GGUF files
+// hold.
+func (t DType) GGML() bool { return t.Known() && !t.Private() }
+
+// privateTypes are specula's own types, outside ggml's ids.
+func privateTypes() []DType { return []DType{Q4_Z, F8_E4M3_B128} }
 
 // String is the type's ggml name, such as "Q8_0".
 func (t DType) String() string {

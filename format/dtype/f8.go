@@ -23,13 +23,6 @@ const F8_E4M3_B128 DType = 1001
 // f8Block is the number of values of one F8_E4M3_B128 block.
 const f8Block = 128
 
-// privateTypes are the types of specula's own, outside ggml's ids.
-func privateTypes() []DType { return []DType{F8_E4M3_B128} }
-
-// GGML reports whether t is one of ggml's types, which GGUF files hold; specula's
-// own types (F8_E4M3_B128) are not.
-func (t DType) GGML() bool { return t.Known() && t <= BF16 }
-
 // E4M3 returns the value of a float8_e4m3fn byte: sign, 4 exponent bits with bias 7,
 // 3 mantissa bits; exponent 0 is subnormal (m/8 · 2⁻⁶); no infinities; 0x7f and 0xff
 // are NaN.

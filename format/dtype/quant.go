@@ -16,6 +16,14 @@ import (
 //   - Q5_0, 22 bytes: d, a uint32 qh whose bit j is the fifth bit of value j, then the
 //     Q4_0 nibbles (the low four bits); value d·(q − 16).
 //   - Q5_1, 24 bytes: d, m, qh, the nibbles; value d·q + m.
+//
+// and specula's own:
+//
+//   - Q4_Z, 20 bytes: d, a byte z (the zero, 0…15), a zero byte, then the Q4_0
+//     nibbles; value float32(q − z)·d, exact (|q − z| ≤ 15 has 4 significant bits,
+//     d 11). The pad byte keeps every block's d 2-byte aligned and its codes at
+//     offset 4, as Q4_1's, in a row of blocks; the kernels repack the rows anyway
+//     (to 19 bytes a block), so the byte costs nothing where it would count.
 const (
 	q8Block       = 32 // values per block of every 32-value format
 	q8BlockBytes  = 34
@@ -23,7 +31,32 @@ const (
 	q41BlockBytes = 20
 	q50BlockBytes = 22
 	q51BlockBytes = 24
+	q4zBlockBytes = 20
 )
+
+// EncodeQ4_Z writes one Q4_Z block to dst (20 bytes): the float16 scale d (its bits),
+// the zero z and the 32 codes, each 0…15. Q4_Z has no quantizer from float32 values:
+// it exists to hold integer-coded layers (AWQ, asymmetric GPTQ) exactly, from their
+// codes, and any rounding of floats to it would be a format of its own.
+func EncodeQ4_Z(dst []byte, d uint16, z uint8, codes []uint8) error {
+	if len(dst) < q4zBlockBytes || len(codes) != q8Block {
+		return fmt.Errorf("dtype: a Q4_Z block is %d codes into %d bytes, not %d into %d", q8Block, q4zBlockBytes, len(codes), len(dst))
+	}
+	if z > 15 {
+		return fmt.Errorf("dtype: Q4_Z zero %d is not in [0, 15]", z)
+	}
+	for j, c := range codes {
+		if c > 15 {
+			return fmt.Errorf("dtype: Q4_Z code %d is %d, not in [0, 15]", j, c)
+		}
+	}
+	binary.LittleEndian.PutUint16(dst, d)
+	dst[2], dst[3] = z, 0
+	for j := range 16 {
+		dst[4+j] = codes[j] | codes[j+16]<<4
+	}
+	return nil
+}
 
 // roundHalfAway rounds like C's roundf: halves away from zero.
 func roundHalfAway(x float32) float32 {
@@ -181,6 +214,31 @@ func q5Code(qh uint32, qs []byte, j int) int {
 	return int(nib) | int(qh>>j&1)<<4
 }
 
+// Q4_ZToQ8_0 re-encodes Q4_Z blocks as Q8_0 blocks of the same values, bit for bit:
+// the same scale d and the codes q − z, which int8 holds (|q − z| ≤ 15; a zero past
+// 15 is refused). For a consumer with Q8_0 kernels and none of Q4_Z's, at about
+// twice the bytes.
+func Q4_ZToQ8_0(src []byte) ([]byte, error) {
+	if len(src)%q4zBlockBytes != 0 {
+		return nil, fmt.Errorf("dtype: %d bytes are not a whole number of %d-byte Q4_Z blocks", len(src), q4zBlockBytes)
+	}
+	n := len(src) / q4zBlockBytes
+	out := make([]byte, n*q8BlockBytes)
+	for b := range n {
+		blk, dst := src[b*q4zBlockBytes:(b+1)*q4zBlockBytes], out[b*q8BlockBytes:(b+1)*q8BlockBytes]
+		z := int(blk[2])
+		if z > 15 {
+			return nil, fmt.Errorf("dtype: Q4_Z block %d has zero %d, not in [0, 15]", b, z)
+		}
+		copy(dst, blk[:2])
+		for j := range 16 {
+			dst[2+j] = byte(int8(int(blk[4+j]&0xf) - z))
+			dst[2+j+16] = byte(int8(int(blk[4+j]>>4) - z))
+		}
+	}
+	return out, nil
+}
+
 // Encode stores float32 values as type t: F32, F16 and BF16 by conversion, the
 // quantised types by their quantizers (len(vals) a multiple of the block size).
 func Encode(t DType, vals []float32) ([]byte, error) {
@@ -218,6 +276,8 @@ func Encode(t DType, vals []float32) ([]byte, error) {
 		QuantizeQ5_K(vals, out)
 	case Q6_K:
 		QuantizeQ6_K(vals, out)
+	case Q4_Z:
+		return nil, fmt.Errorf("dtype: Q4_Z is written from integer codes (EncodeQ4_Z), not quantised from float32 values")
 	default:
 		return nil, fmt.Errorf("dtype: cannot encode %s", t)
 	}
@@ -271,6 +331,16 @@ func Dequantize(t DType, src []byte, dst []float32) error {
 			for j := range 16 {
 				dst[b*q8Block+j] = float32(float32(blk[4+j]&0xf)*d) + m
 				dst[b*q8Block+j+16] = float32(float32(blk[4+j]>>4)*d) + m
+			}
+		}
+	case Q4_Z:
+		for b := 0; b < len(dst)/q8Block; b++ {
+			blk := src[b*q4zBlockBytes:]
+			d := F16ToF32(binary.LittleEndian.Uint16(blk))
+			z := int(blk[2])
+			for j := range 16 {
+				dst[b*q8Block+j] = float32(int(blk[4+j]&0xf)-z) * d
+				dst[b*q8Block+j+16] = float32(int(blk[4+j]>>4)-z) * d
 			}
 		}
 	case Q5_0:

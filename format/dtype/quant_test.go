@@ -82,3 +82,76 @@ func TestRequantize(t *testing.T) {
 		}
 	}
 }
+
+// TestQ4_Z checks Q4_Z's bytes and values against ones worked out by hand: the
+// layout (d, z, a zero byte, Q4_0's nibble order), value float32(q − z)·d, exact at
+// the extremes q − z = ±15, and the encoder's refusals.
+func TestQ4_Z(t *testing.T) {
+	codes := make([]uint8, 32)
+	for j := range codes {
+		codes[j] = uint8(j % 16)
+	}
+	codes[0], codes[31] = 15, 0
+	blk := make([]byte, 40)
+	d := F32ToF16(0.0234375) // 3/128, exact in float16
+	require.NoError(t, EncodeQ4_Z(blk, d, 7, codes))
+	require.NoError(t, EncodeQ4_Z(blk[20:], F32ToF16(-2), 15, append([]uint8{0}, make([]uint8, 31)...)))
+	want := []byte{0x00, 0x26, 7, 0, 0x0f, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x0f}
+	assert.Equal(t, want, blk[:20])
+	got := make([]float32, 64)
+	require.NoError(t, Dequantize(Q4_Z, blk, got))
+	for j := range 32 {
+		assert.Equal(t, float32(int(codes[j])-7)*0.0234375, got[j], "value %d", j)
+	}
+	assert.Equal(t, float32(8*0.0234375), got[0])
+	assert.Equal(t, float32(-7*0.0234375), got[31])
+	for j := 32; j < 64; j++ {
+		assert.Equal(t, float32(30), got[j], "value %d: (0 − 15)·−2", j) // q − z = −15
+	}
+	for _, c := range []struct {
+		name  string
+		dst   int
+		z     uint8
+		codes []uint8
+		err   string
+	}{
+		{"zero 16", 20, 16, codes, "zero 16"},
+		{"code 16", 20, 0, append([]uint8{16}, codes[1:]...), "code 0 is 16"},
+		{"31 codes", 20, 0, codes[:31], "32 codes"},
+		{"short block", 19, 0, codes, "into 20 bytes"},
+	} {
+		assert.ErrorContains(t, EncodeQ4_Z(make([]byte, c.dst), 0, c.z, c.codes), c.err, c.name)
+	}
+	_, err := Encode(Q4_Z, make([]float32, 32))
+	assert.ErrorContains(t, err, "integer codes")
+}
+
+// TestQ4_ZToQ8_0: the Q8_0 copy of Q4_Z blocks decodes to the same values, bit for
+// bit, across every code and zero; a zero past 15 and a partial block are refused.
+func TestQ4_ZToQ8_0(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	const blocks = 64
+	src := make([]byte, blocks*20)
+	codes := make([]uint8, 32)
+	for b := range blocks {
+		for j := range codes {
+			codes[j] = uint8(rng.IntN(16))
+		}
+		codes[0], codes[1] = 0, 15
+		d := F32ToF16(float32(rng.NormFloat64()))
+		require.NoError(t, EncodeQ4_Z(src[20*b:], d, uint8(b%16), codes))
+	}
+	q8, err := Q4_ZToQ8_0(src)
+	require.NoError(t, err)
+	want, got := make([]float32, blocks*32), make([]float32, blocks*32)
+	require.NoError(t, Dequantize(Q4_Z, src, want))
+	require.NoError(t, Dequantize(Q8_0, q8, got))
+	for i := range want {
+		require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "value %d", i)
+	}
+	src[20+2] = 16
+	_, err = Q4_ZToQ8_0(src)
+	assert.ErrorContains(t, err, "block 1 has zero 16")
+	_, err = Q4_ZToQ8_0(src[:19])
+	assert.ErrorContains(t, err, "whole number")
+}

@@ -304,8 +304,8 @@ func tensorSize(typ dtype.DType, dims []int64) (int64, error) {
 	if !typ.Known() {
 		return 0, fmt.Errorf("unsupported tensor type %d", uint32(typ))
 	}
-	if !typ.GGML() {
-		return 0, fmt.Errorf("tensor type %s is specula's own, not a GGUF type", typ)
+	if typ.Private() {
+		return 0, fmt.Errorf("unsupported tensor type %d: %s is specula's own, not a GGUF type", uint32(typ), typ)
 	}
 	if len(dims) < 1 || len(dims) > MaxDims {
 		return 0, fmt.Errorf("%d dimensions, want 1 to %d", len(dims), MaxDims)

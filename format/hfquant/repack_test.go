@@ -80,16 +80,16 @@ func checkGroupOrder(t *testing.T, s *Scheme, src Source, prefix string, perm []
 
 // TestPackedShared packs every quantized layer of the shared checkpoints: GPTQ
 // 8-bit symmetric to Q8_0, compressed-tensors 4-bit symmetric to Q4_0, AWQ (zero
-// points: q − z in [−15, 15]) to Q8_0, GPTQ 4-bit asymmetric act-order (a real g_idx
-// permutation) to Q8_0 with its inputs sorted by group, FP8 (128×128 blocks) to
+// points: q − z in [−15, 15]) to Q4_Z, GPTQ 4-bit asymmetric act-order (a real g_idx
+// permutation) to Q4_Z with its inputs sorted by group, FP8 (128×128 blocks) to
 // F8_E4M3_B128, each bit for bit Dense's values.
 func TestPackedShared(t *testing.T) {
 	want := map[string]struct {
 		typ      dtype.DType
 		permuted bool
 	}{
-		"gocoder-s-gptq8": {dtype.Q8_0, false}, "gocoder-m-w4a16": {dtype.Q4_0, false}, "gocoder-m-awq": {dtype.Q8_0, false},
-		"gocoder-m-gptq": {dtype.Q8_0, true}, "gocoder-s-fp8": {dtype.F8_E4M3_B128, false},
+		"gocoder-s-gptq8": {dtype.Q8_0, false}, "gocoder-m-w4a16": {dtype.Q4_0, false}, "gocoder-m-awq": {dtype.Q4_Z, false},
+		"gocoder-m-gptq": {dtype.Q4_Z, true}, "gocoder-s-fp8": {dtype.F8_E4M3_B128, false},
 	}
 	for name, w := range want {
 		typ := w.typ
@@ -142,19 +142,37 @@ func TestPackedRules(t *testing.T) {
 		{"gptq 4-bit sym per channel (z = 8)", func(r *rand.Rand) layer {
 			return symmetric(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, Symmetric: true}, 8, 96), 4)
 		}, dtype.Q4_0, false},
-		{"gptq 4-bit asym g32 to Q8_0", func(r *rand.Rand) layer {
+		{"gptq 4-bit asym g32 (v1 zeros) to Q4_Z", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true}, 16, 96)
+		}, dtype.Q4_Z, false},
+		{"gptq 4-bit asym g64 (v2 zeros) to Q4_Z", func(r *rand.Rand) layer {
+			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 64}, 16, 128)
+		}, dtype.Q4_Z, false},
+		{"gptq v1 stored zero 15 (z = 16, q − z = −16): Q8_0", func(r *rand.Rand) layer {
+			return storedZeros(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true}, 8, 64), 4, 15)
 		}, dtype.Q8_0, false},
+		{"gptq 4-bit zeros 0 (q − z in [0, 15]) to Q4_Z", func(r *rand.Rand) layer {
+			return storedZeros(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32}, 8, 64), 4, 0)
+		}, dtype.Q4_Z, false},
 		{"ct 4-bit sym g32", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(4, 32, true), 10, 96, false) }, dtype.Q4_0, false},
 		{"ct 8-bit sym channel", func(r *rand.Rand) layer { return ctLayer(r, ctScheme(8, 0, true), 7, 64, false) }, dtype.Q8_0, false},
-		{"awq g32: zero points, Q8_0 not Q4_0", func(r *rand.Rand) layer {
+		{"awq g32: zero points, Q4_Z not Q4_0", func(r *rand.Rand) layer {
 			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 32}, 24, 96)
-		}, dtype.Q8_0, false},
-		{"act-order g32 asym, sorted by group, to Q8_0", func(r *rand.Rand) layer {
+		}, dtype.Q4_Z, false},
+		{"awq per channel to Q4_Z", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4}, 16, 64)
+		}, dtype.Q4_Z, false},
+		{"refused: awq group 16", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 16}, 8, 64)
+		}, 0, false},
+		{"act-order g32 asym, sorted by group, to Q4_Z", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true, ActOrder: true}, 24, 128)
-		}, dtype.Q8_0, true},
-		{"act-order g128 asym, sorted by group, to Q8_0", func(r *rand.Rand) layer {
+		}, dtype.Q4_Z, true},
+		{"act-order g128 asym, sorted by group, to Q4_Z", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 128, ZeroMinusOne: true, ActOrder: true}, 16, 384)
+		}, dtype.Q4_Z, true},
+		{"act-order g32, stored zero 15: Q8_0, sorted by group", func(r *rand.Rand) layer {
+			return storedZeros(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true, ActOrder: true}, 8, 128), 4, 15)
 		}, dtype.Q8_0, true},
 		{"act-order g64 sym, sorted by group, to Q4_0", func(r *rand.Rand) layer {
 			return symmetric(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 64, Symmetric: true, ActOrder: true}, 8, 192), 4)
@@ -163,7 +181,7 @@ func TestPackedRules(t *testing.T) {
 			l := gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true}, 8, 96)
 			l.scheme.ActOrder = true // its g_idx read, i / 32
 			return l
-		}, dtype.Q8_0, false},
+		}, dtype.Q4_Z, false},
 		{"refused: act-order group 16", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 8, GroupSize: 16, Symmetric: true, ActOrder: true}, 12, 64)
 		}, 0, false},
@@ -213,11 +231,14 @@ func TestPackedRules(t *testing.T) {
 
 // symmetric rewrites a GPTQ v2 layer's zeros to 2^(bits−1), as a symmetric quantizer
 // stores them.
-func symmetric(l layer, bits int) layer {
+func symmetric(l layer, bits int) layer { return storedZeros(l, bits, 1<<(bits-1)) }
+
+// storedZeros rewrites every stored zero of a GPTQ layer to v.
+func storedZeros(l layer, bits int, v int32) layer {
 	qz := l.src[pre+".qzeros"]
 	var w uint32
 	for j := range 32 / bits {
-		w |= 1 << (bits - 1) << (bits * j)
+		w |= uint32(v) << (bits * j)
 	}
 	z := make([]uint32, qz.Elements())
 	for i := range z {
@@ -248,4 +269,29 @@ func f32Scales(l layer, inexact bool) layer {
 	}
 	l.src[pre+".weight_scale"] = f32Tensor(v, sc.Shape...)
 	return l
+}
+
+// TestQ4ZZero checks the choice of a Q4_Z block's zero at the edges: the smallest z'
+// in [0, 15] with every c + z' in [0, 15].
+func TestQ4ZZero(t *testing.T) {
+	cases := []struct {
+		lo, hi int32
+		z      uint8
+		ok     bool
+	}{
+		{0, 15, 0, true}, {-15, 0, 15, true}, {-7, 8, 7, true}, {3, 9, 0, true},
+		{-16, -1, 0, false}, {0, 16, 0, false}, {-8, 8, 0, false}, {-15, 1, 0, false},
+	}
+	for _, c := range cases {
+		codes := make([]int32, 32)
+		codes[5], codes[20] = c.lo, c.hi
+		for j := range codes {
+			codes[j] = max(c.lo, min(c.hi, codes[j]))
+		}
+		z, ok := q4zZero(codes)
+		assert.Equal(t, c.ok, ok, "codes %d…%d", c.lo, c.hi)
+		if c.ok {
+			assert.Equal(t, c.z, z, "codes %d…%d", c.lo, c.hi)
+		}
+	}
 }

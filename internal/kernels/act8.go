@@ -14,7 +14,8 @@ import "math"
 // int32):
 //
 //   - 32-value blocks: d, −8·Σq, −16·Σq, −128·Σq (the integer offsets of Q4_0, Q5_0, and
-//     of Q8_0 codes biased to unsigned), d·Σq (for the minimums of Q4_1 and Q5_1);
+//     of Q8_0 codes biased to unsigned), d·Σq (for the minimums of Q4_1 and Q5_1), −Σq
+//     (for the zeros of Q4_Z, a 16-bit multiply-add's operand: |Σq| ≤ 32·127);
 //   - 256-value blocks: d; Σq over each of the 8 sub-blocks of 32 (the minimums of Q4_K
 //     and Q5_K), as 16-bit pairs, sub-blocks 2k and 2k+1 in the low and high half of
 //     a word (|Σq| ≤ 32·127 fits), so that one 16-bit multiply-add takes two; −32·Σq
@@ -25,7 +26,7 @@ const (
 	q8Block = 32  // values per block of the 32-value weight types (and their activations)
 	kBlock  = 256 // values per super-block of the K-quants
 
-	side32Words  = 8  // words of side data per 32-value block (5 used)
+	side32Words  = 8  // words of side data per 32-value block (6 used)
 	side256Words = 32 // words per 256-value block (29 used)
 
 	sideD        = 0  // d, both block sizes
@@ -33,6 +34,7 @@ const (
 	side32Off16  = 2  // −16·Σq
 	side32Off128 = 3  // −128·Σq
 	side32DSum   = 4  // d·Σq
+	side32Neg    = 5  // −Σq
 	side256Sum   = 1  // Σq of sub-blocks 2k and 2k+1 at side256Sum+k, int16 each
 	side256Off   = 5  // −32·Σq of group g at side256Off+g
 	side256Neg   = 21 // −Σq of groups 2k and 2k+1 at side256Neg+k, int16 each
@@ -99,6 +101,7 @@ func quantizeBlock(x []float32, codes []int8, side []uint32) {
 		side[side32Off16] = uint32(-16 * s)
 		side[side32Off128] = uint32(-128 * s)
 		side[side32DSum] = math.Float32bits(d * float32(s))
+		side[side32Neg] = uint32(-s)
 		return
 	}
 	for j := range 8 {

@@ -34,6 +34,31 @@ func signs(n int) []float32 {
 	return out
 }
 
+// extremeRows returns rows × cols weights of type typ of ±1 (signs' pattern) with
+// every code at its extreme: encoded from the values, or for Q4_Z, which has no
+// quantizer, codes 15 and 0 with zero 0 in even blocks (values 15d and 0) and 15 in
+// odd ones (0 and −15d).
+func extremeRows(t *testing.T, typ dtype.DType, rows, cols int) []byte {
+	s := signs(rows * cols)
+	if typ != dtype.Q4_Z {
+		data, err := dtype.Encode(typ, s)
+		require.NoError(t, err)
+		return data
+	}
+	out := make([]byte, len(s)/32*20)
+	codes := make([]uint8, 32)
+	for b := range len(s) / 32 {
+		for j := range codes {
+			codes[j] = 0
+			if s[32*b+j] > 0 {
+				codes[j] = 15
+			}
+		}
+		require.NoError(t, dtype.EncodeQ4_Z(out[20*b:], dtype.F32ToF16(1), uint8(15*(b%2)), codes))
+	}
+	return out
+}
+
 // TestIntAssemblyMatchesGo runs every assembly integer kernel and its pure-Go twin on
 // the same repacked weights and quantised activations, for every number of activation
 // rows it takes: the outputs must be the same bits.
@@ -60,9 +85,7 @@ func TestIntAssemblyMatchesGo(t *testing.T) {
 					rows := 16
 					data := randRows(rng, typ, rows, cols)
 					if extreme {
-						var err error
-						data, err = dtype.Encode(typ, signs(rows*cols))
-						require.NoError(t, err)
+						data = extremeRows(t, typ, rows, cols)
 					}
 					m, err := NewMatrix(typ, rows, cols, data)
 					require.NoError(t, err)

@@ -16,14 +16,8 @@ func BenchmarkMul(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 1408, 512
 	w := randVec(rng, rows*cols)
-	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.F8_E4M3_B128, dtype.Q8_0, dtype.Q4_0, dtype.Q4_K, dtype.Q6_K} {
-		var data []byte
-		if typ == dtype.F8_E4M3_B128 {
-			data = f8Bytes(rng, rows, cols) // no encoder: random codes and scales
-		} else {
-			data = encode(b, typ, w)
-		}
-		m, err := NewMatrix(typ, rows, cols, data)
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.F8_E4M3_B128, dtype.Q8_0, dtype.Q4_0, dtype.Q4_Z, dtype.Q4_K, dtype.Q6_K} {
+		m, err := NewMatrix(typ, rows, cols, benchWeights(b, rng, typ, w, rows, cols))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -47,6 +41,18 @@ func BenchmarkMul(b *testing.B) {
 	}
 }
 
+// benchWeights returns the rows × cols values w as type typ, or for Q4_Z, which has no
+// quantizer from floats, random Q4_Z rows.
+func benchWeights(b *testing.B, rng *rand.Rand, typ dtype.DType, w []float32, rows, cols int) []byte {
+	switch typ {
+	case dtype.Q4_Z:
+		return randQ4_Z(rng, rows, cols)
+	case dtype.F8_E4M3_B128:
+		return f8Bytes(rng, rows, cols) // no encoder from floats: random codes and scales
+	}
+	return encode(b, typ, w)
+}
+
 // mulRows computes row groups [lo, hi) of a product, as the runtime shares them out.
 type mulRows struct {
 	m *Matrix
@@ -67,9 +73,9 @@ func BenchmarkMulDRAM(b *testing.B) {
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 65536, 1536
-	for _, typ := range []dtype.DType{dtype.F16, dtype.Q8_0, dtype.Q4_0, dtype.Q5_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
+	for _, typ := range []dtype.DType{dtype.F16, dtype.Q8_0, dtype.Q4_0, dtype.Q4_Z, dtype.Q5_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
 		// Rows drawn from a pool, as the real-scale generator makes them.
-		pool := encode(b, typ, randVec(rng, 64*cols))
+		pool := benchWeights(b, rng, typ, randVec(rng, 64*cols), 64, cols)
 		rb := len(pool) / 64
 		data := make([]byte, rows*rb)
 		for r := range rows {

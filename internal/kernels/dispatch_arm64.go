@@ -47,6 +47,7 @@ var (
 	intQ8_0 = pickInt(dtype.Q8_0)
 	intQ4_0 = pickInt(dtype.Q4_0)
 	intQ4_1 = pickInt(dtype.Q4_1)
+	intQ4_Z = pickInt(dtype.Q4_Z)
 	intQ5_0 = pickInt(dtype.Q5_0)
 	intQ5_1 = pickInt(dtype.Q5_1)
 	intQ4_K = pickInt(dtype.Q4_K)

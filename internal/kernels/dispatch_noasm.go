@@ -14,6 +14,7 @@ var (
 	intQ8_0 = goInt(dtype.Q8_0)
 	intQ4_0 = goInt(dtype.Q4_0)
 	intQ4_1 = goInt(dtype.Q4_1)
+	intQ4_Z = goInt(dtype.Q4_Z)
 	intQ5_0 = goInt(dtype.Q5_0)
 	intQ5_1 = goInt(dtype.Q5_1)
 	intQ4_K = goInt(dtype.Q4_K)

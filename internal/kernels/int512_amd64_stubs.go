@@ -82,6 +82,30 @@ func intQ4_1x7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 // intQ4_1x8AVX512 is the AVX-512 VNNI kernel of Q4_1 weights for 8 activation rows.
 func intQ4_1x8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_Zx1AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 1 activation rows.
+func intQ4_Zx1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx2AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 2 activation rows.
+func intQ4_Zx2AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx3AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 3 activation rows.
+func intQ4_Zx3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx4AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 4 activation rows.
+func intQ4_Zx4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx5AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 5 activation rows.
+func intQ4_Zx5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx6AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 6 activation rows.
+func intQ4_Zx6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx7AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 7 activation rows.
+func intQ4_Zx7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx8AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 8 activation rows.
+func intQ4_Zx8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ5_0x1AVX512 is the AVX-512 VNNI kernel of Q5_0 weights for 1 activation rows.
 func intQ5_0x1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 

@@ -3264,6 +3264,1144 @@ loop:
 done:
 	RET
 
+// func intQ4_Zx1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx1Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 48(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e127 // sdot v7.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e107 // sdot v7.4s, v8.16b, v5.4b[0]
+	FMOVQ 112(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e127 // sdot v7.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e107 // sdot v7.4s, v8.16b, v5.4b[1]
+	FMOVQ 176(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e927 // sdot v7.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e907 // sdot v7.4s, v8.16b, v5.4b[2]
+	FMOVQ 240(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e927 // sdot v7.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e907 // sdot v7.4s, v8.16b, v5.4b[3]
+	FMOVD 0(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 32(R0), F9
+	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
+	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
+	FMOVS 20(R6), F10
+	WORD $0x6f8a0127 // mla v7.4s, v9.4s, v10.s[0]
+	FMOVS 0(R6), F10
+	WORD $0x4f8a910b // fmul v11.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2bdce7 // fmul v7.4s, v7.4s, v11.4s
+	WORD $0x4e27d400 // fadd v0.4s, v0.4s, v7.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 64(R0), F8
+	WORD $0x4e261d0b // and v11.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e169 // sdot v9.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e109 // sdot v9.4s, v8.16b, v5.4b[0]
+	FMOVQ 128(R0), F8
+	WORD $0x4e261d0b // and v11.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e169 // sdot v9.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e109 // sdot v9.4s, v8.16b, v5.4b[1]
+	FMOVQ 192(R0), F8
+	WORD $0x4e261d0b // and v11.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e969 // sdot v9.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e909 // sdot v9.4s, v8.16b, v5.4b[2]
+	FMOVQ 256(R0), F8
+	WORD $0x4e261d0b // and v11.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e969 // sdot v9.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e909 // sdot v9.4s, v8.16b, v5.4b[3]
+	FMOVD 8(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 36(R0), F11
+	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
+	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
+	FMOVS 20(R6), F10
+	WORD $0x6f8a0169 // mla v9.4s, v11.4s, v10.s[0]
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9107 // fmul v7.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e27dd29 // fmul v9.4s, v9.4s, v7.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e0eb // sdot v11.4s, v7.16b, v4.4b[0]
+	WORD $0x4f85e10b // sdot v11.4s, v8.16b, v5.4b[0]
+	FMOVQ 144(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e0eb // sdot v11.4s, v7.16b, v4.4b[1]
+	WORD $0x4fa5e10b // sdot v11.4s, v8.16b, v5.4b[1]
+	FMOVQ 208(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e8eb // sdot v11.4s, v7.16b, v4.4b[2]
+	WORD $0x4f85e90b // sdot v11.4s, v8.16b, v5.4b[2]
+	FMOVQ 272(R0), F8
+	WORD $0x4e261d07 // and v7.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e8eb // sdot v11.4s, v7.16b, v4.4b[3]
+	WORD $0x4fa5e90b // sdot v11.4s, v8.16b, v5.4b[3]
+	FMOVD 16(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 40(R0), F7
+	WORD $0x2f08a4e7 // uxtl v7.8h, v7.8b
+	WORD $0x2f10a4e7 // uxtl v7.4s, v7.4h
+	FMOVS 20(R6), F10
+	WORD $0x6f8a00eb // mla v11.4s, v7.4s, v10.s[0]
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9109 // fmul v9.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e29dd6b // fmul v11.4s, v11.4s, v9.4s
+	WORD $0x4e2bd442 // fadd v2.4s, v2.4s, v11.4s
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 96(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e127 // sdot v7.4s, v9.16b, v4.4b[0]
+	WORD $0x4f85e107 // sdot v7.4s, v8.16b, v5.4b[0]
+	FMOVQ 160(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e127 // sdot v7.4s, v9.16b, v4.4b[1]
+	WORD $0x4fa5e107 // sdot v7.4s, v8.16b, v5.4b[1]
+	FMOVQ 224(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f84e927 // sdot v7.4s, v9.16b, v4.4b[2]
+	WORD $0x4f85e907 // sdot v7.4s, v8.16b, v5.4b[2]
+	FMOVQ 288(R0), F8
+	WORD $0x4e261d09 // and v9.16b, v8.16b, v6.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa4e927 // sdot v7.4s, v9.16b, v4.4b[3]
+	WORD $0x4fa5e907 // sdot v7.4s, v8.16b, v5.4b[3]
+	FMOVD 24(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 44(R0), F9
+	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
+	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
+	FMOVS 20(R6), F10
+	WORD $0x6f8a0127 // mla v7.4s, v9.4s, v10.s[0]
+	FMOVS 0(R6), F10
+	WORD $0x4f8a910b // fmul v11.4s, v8.4s, v10.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2bdce7 // fmul v7.4s, v7.4s, v11.4s
+	WORD $0x4e27d463 // fadd v3.4s, v3.4s, v7.4s
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ4_Zx2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx2Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 48(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88e20d // sdot v13.4s, v16.16b, v8.4b[0]
+	WORD $0x4f89e1ed // sdot v13.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8ae20e // sdot v14.4s, v16.16b, v10.4b[0]
+	WORD $0x4f8be1ee // sdot v14.4s, v15.16b, v11.4b[0]
+	FMOVQ 112(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8e20d // sdot v13.4s, v16.16b, v8.4b[1]
+	WORD $0x4fa9e1ed // sdot v13.4s, v15.16b, v9.4b[1]
+	WORD $0x4faae20e // sdot v14.4s, v16.16b, v10.4b[1]
+	WORD $0x4fabe1ee // sdot v14.4s, v15.16b, v11.4b[1]
+	FMOVQ 176(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88ea0d // sdot v13.4s, v16.16b, v8.4b[2]
+	WORD $0x4f89e9ed // sdot v13.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8aea0e // sdot v14.4s, v16.16b, v10.4b[2]
+	WORD $0x4f8be9ee // sdot v14.4s, v15.16b, v11.4b[2]
+	FMOVQ 240(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8ea0d // sdot v13.4s, v16.16b, v8.4b[3]
+	WORD $0x4fa9e9ed // sdot v13.4s, v15.16b, v9.4b[3]
+	WORD $0x4faaea0e // sdot v14.4s, v16.16b, v10.4b[3]
+	WORD $0x4fabe9ee // sdot v14.4s, v15.16b, v11.4b[3]
+	FMOVD 0(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 32(R0), F16
+	WORD $0x2f08a610 // uxtl v16.8h, v16.8b
+	WORD $0x2f10a610 // uxtl v16.4s, v16.4h
+	FMOVS 20(R6), F17
+	WORD $0x6f91020d // mla v13.4s, v16.4s, v17.s[0]
+	FMOVS 0(R6), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
+	FMOVS 20(R7), F18
+	WORD $0x6f92020e // mla v14.4s, v16.4s, v18.s[0]
+	FMOVS 0(R7), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 64(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4f88e250 // sdot v16.4s, v18.16b, v8.4b[0]
+	WORD $0x4f89e230 // sdot v16.4s, v17.16b, v9.4b[0]
+	WORD $0x4f8ae24f // sdot v15.4s, v18.16b, v10.4b[0]
+	WORD $0x4f8be22f // sdot v15.4s, v17.16b, v11.4b[0]
+	FMOVQ 128(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4fa8e250 // sdot v16.4s, v18.16b, v8.4b[1]
+	WORD $0x4fa9e230 // sdot v16.4s, v17.16b, v9.4b[1]
+	WORD $0x4faae24f // sdot v15.4s, v18.16b, v10.4b[1]
+	WORD $0x4fabe22f // sdot v15.4s, v17.16b, v11.4b[1]
+	FMOVQ 192(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4f88ea50 // sdot v16.4s, v18.16b, v8.4b[2]
+	WORD $0x4f89ea30 // sdot v16.4s, v17.16b, v9.4b[2]
+	WORD $0x4f8aea4f // sdot v15.4s, v18.16b, v10.4b[2]
+	WORD $0x4f8bea2f // sdot v15.4s, v17.16b, v11.4b[2]
+	FMOVQ 256(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4fa8ea50 // sdot v16.4s, v18.16b, v8.4b[3]
+	WORD $0x4fa9ea30 // sdot v16.4s, v17.16b, v9.4b[3]
+	WORD $0x4faaea4f // sdot v15.4s, v18.16b, v10.4b[3]
+	WORD $0x4fabea2f // sdot v15.4s, v17.16b, v11.4b[3]
+	FMOVD 8(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 36(R0), F18
+	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
+	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
+	FMOVS 20(R6), F14
+	WORD $0x6f8e0250 // mla v16.4s, v18.4s, v14.s[0]
+	FMOVS 0(R6), F14
+	WORD $0x4f8e922d // fmul v13.4s, v17.4s, v14.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2dde10 // fmul v16.4s, v16.4s, v13.4s
+	WORD $0x4e30d421 // fadd v1.4s, v1.4s, v16.4s
+	FMOVS 20(R7), F13
+	WORD $0x6f8d024f // mla v15.4s, v18.4s, v13.s[0]
+	FMOVS 0(R7), F13
+	WORD $0x4f8d922e // fmul v14.4s, v17.4s, v13.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2eddef // fmul v15.4s, v15.4s, v14.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 80(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4f88e1b2 // sdot v18.4s, v13.16b, v8.4b[0]
+	WORD $0x4f89e1d2 // sdot v18.4s, v14.16b, v9.4b[0]
+	WORD $0x4f8ae1b1 // sdot v17.4s, v13.16b, v10.4b[0]
+	WORD $0x4f8be1d1 // sdot v17.4s, v14.16b, v11.4b[0]
+	FMOVQ 144(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4fa8e1b2 // sdot v18.4s, v13.16b, v8.4b[1]
+	WORD $0x4fa9e1d2 // sdot v18.4s, v14.16b, v9.4b[1]
+	WORD $0x4faae1b1 // sdot v17.4s, v13.16b, v10.4b[1]
+	WORD $0x4fabe1d1 // sdot v17.4s, v14.16b, v11.4b[1]
+	FMOVQ 208(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4f88e9b2 // sdot v18.4s, v13.16b, v8.4b[2]
+	WORD $0x4f89e9d2 // sdot v18.4s, v14.16b, v9.4b[2]
+	WORD $0x4f8ae9b1 // sdot v17.4s, v13.16b, v10.4b[2]
+	WORD $0x4f8be9d1 // sdot v17.4s, v14.16b, v11.4b[2]
+	FMOVQ 272(R0), F14
+	WORD $0x4e2c1dcd // and v13.16b, v14.16b, v12.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4fa8e9b2 // sdot v18.4s, v13.16b, v8.4b[3]
+	WORD $0x4fa9e9d2 // sdot v18.4s, v14.16b, v9.4b[3]
+	WORD $0x4faae9b1 // sdot v17.4s, v13.16b, v10.4b[3]
+	WORD $0x4fabe9d1 // sdot v17.4s, v14.16b, v11.4b[3]
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 40(R0), F13
+	WORD $0x2f08a5ad // uxtl v13.8h, v13.8b
+	WORD $0x2f10a5ad // uxtl v13.4s, v13.4h
+	FMOVS 20(R6), F15
+	WORD $0x6f8f01b2 // mla v18.4s, v13.4s, v15.s[0]
+	FMOVS 0(R6), F15
+	WORD $0x4f8f91d0 // fmul v16.4s, v14.4s, v15.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e30de52 // fmul v18.4s, v18.4s, v16.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f9001b1 // mla v17.4s, v13.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f9091cf // fmul v15.4s, v14.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2fde31 // fmul v17.4s, v17.4s, v15.4s
+	WORD $0x4e31d4c6 // fadd v6.4s, v6.4s, v17.4s
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 96(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88e20d // sdot v13.4s, v16.16b, v8.4b[0]
+	WORD $0x4f89e1ed // sdot v13.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8ae20e // sdot v14.4s, v16.16b, v10.4b[0]
+	WORD $0x4f8be1ee // sdot v14.4s, v15.16b, v11.4b[0]
+	FMOVQ 160(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8e20d // sdot v13.4s, v16.16b, v8.4b[1]
+	WORD $0x4fa9e1ed // sdot v13.4s, v15.16b, v9.4b[1]
+	WORD $0x4faae20e // sdot v14.4s, v16.16b, v10.4b[1]
+	WORD $0x4fabe1ee // sdot v14.4s, v15.16b, v11.4b[1]
+	FMOVQ 224(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f88ea0d // sdot v13.4s, v16.16b, v8.4b[2]
+	WORD $0x4f89e9ed // sdot v13.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8aea0e // sdot v14.4s, v16.16b, v10.4b[2]
+	WORD $0x4f8be9ee // sdot v14.4s, v15.16b, v11.4b[2]
+	FMOVQ 288(R0), F15
+	WORD $0x4e2c1df0 // and v16.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa8ea0d // sdot v13.4s, v16.16b, v8.4b[3]
+	WORD $0x4fa9e9ed // sdot v13.4s, v15.16b, v9.4b[3]
+	WORD $0x4faaea0e // sdot v14.4s, v16.16b, v10.4b[3]
+	WORD $0x4fabe9ee // sdot v14.4s, v15.16b, v11.4b[3]
+	FMOVD 24(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 44(R0), F16
+	WORD $0x2f08a610 // uxtl v16.8h, v16.8b
+	WORD $0x2f10a610 // uxtl v16.4s, v16.4h
+	FMOVS 20(R6), F17
+	WORD $0x6f91020d // mla v13.4s, v16.4s, v17.s[0]
+	FMOVS 0(R6), F17
+	WORD $0x4f9191f2 // fmul v18.4s, v15.4s, v17.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	WORD $0x4e2dd463 // fadd v3.4s, v3.4s, v13.4s
+	FMOVS 20(R7), F18
+	WORD $0x6f92020e // mla v14.4s, v16.4s, v18.s[0]
+	FMOVS 0(R7), F18
+	WORD $0x4f9291f1 // fmul v17.4s, v15.4s, v18.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e31ddce // fmul v14.4s, v14.4s, v17.4s
+	WORD $0x4e2ed4e7 // fadd v7.4s, v7.4s, v14.4s
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_Zx3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx3Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+	FMOVQ 0(R12), F8
+	FMOVQ 16(R12), F9
+	FMOVQ 32(R12), F10
+	FMOVQ 48(R12), F11
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F12
+	FMOVQ 16(R2), F13
+	FMOVQ 0(R3), F14
+	FMOVQ 16(R3), F15
+	FMOVQ 0(R4), F16
+	FMOVQ 16(R4), F17
+	FMOVQ 0(R19), F18
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	FMOVQ 48(R0), F22
+	WORD $0x4e321ed7 // and v23.16b, v22.16b, v18.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f8ce2f3 // sdot v19.4s, v23.16b, v12.4b[0]
+	WORD $0x4f8de2d3 // sdot v19.4s, v22.16b, v13.4b[0]
+	WORD $0x4f8ee2f4 // sdot v20.4s, v23.16b, v14.4b[0]
+	WORD $0x4f8fe2d4 // sdot v20.4s, v22.16b, v15.4b[0]
+	WORD $0x4f90e2f5 // sdot v21.4s, v23.16b, v16.4b[0]
+	WORD $0x4f91e2d5 // sdot v21.4s, v22.16b, v17.4b[0]
+	FMOVQ 112(R0), F22
+	WORD $0x4e321ed7 // and v23.16b, v22.16b, v18.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4face2f3 // sdot v19.4s, v23.16b, v12.4b[1]
+	WORD $0x4fade2d3 // sdot v19.4s, v22.16b, v13.4b[1]
+	WORD $0x4faee2f4 // sdot v20.4s, v23.16b, v14.4b[1]
+	WORD $0x4fafe2d4 // sdot v20.4s, v22.16b, v15.4b[1]
+	WORD $0x4fb0e2f5 // sdot v21.4s, v23.16b, v16.4b[1]
+	WORD $0x4fb1e2d5 // sdot v21.4s, v22.16b, v17.4b[1]
+	FMOVQ 176(R0), F22
+	WORD $0x4e321ed7 // and v23.16b, v22.16b, v18.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f8ceaf3 // sdot v19.4s, v23.16b, v12.4b[2]
+	WORD $0x4f8dead3 // sdot v19.4s, v22.16b, v13.4b[2]
+	WORD $0x4f8eeaf4 // sdot v20.4s, v23.16b, v14.4b[2]
+	WORD $0x4f8fead4 // sdot v20.4s, v22.16b, v15.4b[2]
+	WORD $0x4f90eaf5 // sdot v21.4s, v23.16b, v16.4b[2]
+	WORD $0x4f91ead5 // sdot v21.4s, v22.16b, v17.4b[2]
+	FMOVQ 240(R0), F22
+	WORD $0x4e321ed7 // and v23.16b, v22.16b, v18.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4faceaf3 // sdot v19.4s, v23.16b, v12.4b[3]
+	WORD $0x4fadead3 // sdot v19.4s, v22.16b, v13.4b[3]
+	WORD $0x4faeeaf4 // sdot v20.4s, v23.16b, v14.4b[3]
+	WORD $0x4fafead4 // sdot v20.4s, v22.16b, v15.4b[3]
+	WORD $0x4fb0eaf5 // sdot v21.4s, v23.16b, v16.4b[3]
+	WORD $0x4fb1ead5 // sdot v21.4s, v22.16b, v17.4b[3]
+	FMOVD 0(R0), F22
+	WORD $0x0e217ad6 // fcvtl v22.4s, v22.4h
+	FMOVS 32(R0), F23
+	WORD $0x2f08a6f7 // uxtl v23.8h, v23.8b
+	WORD $0x2f10a6f7 // uxtl v23.4s, v23.4h
+	FMOVS 20(R6), F24
+	WORD $0x6f9802f3 // mla v19.4s, v23.4s, v24.s[0]
+	FMOVS 0(R6), F24
+	WORD $0x4f9892d9 // fmul v25.4s, v22.4s, v24.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e39de73 // fmul v19.4s, v19.4s, v25.4s
+	WORD $0x4e33d400 // fadd v0.4s, v0.4s, v19.4s
+	FMOVS 20(R7), F25
+	WORD $0x6f9902f4 // mla v20.4s, v23.4s, v25.s[0]
+	FMOVS 0(R7), F25
+	WORD $0x4f9992d8 // fmul v24.4s, v22.4s, v25.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e38de94 // fmul v20.4s, v20.4s, v24.4s
+	WORD $0x4e34d484 // fadd v4.4s, v4.4s, v20.4s
+	FMOVS 20(R8), F24
+	WORD $0x6f9802f5 // mla v21.4s, v23.4s, v24.s[0]
+	FMOVS 0(R8), F24
+	WORD $0x4f9892d9 // fmul v25.4s, v22.4s, v24.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e39deb5 // fmul v21.4s, v21.4s, v25.4s
+	WORD $0x4e35d508 // fadd v8.4s, v8.4s, v21.4s
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	FMOVQ 64(R0), F24
+	WORD $0x4e321f15 // and v21.16b, v24.16b, v18.16b
+	WORD $0x6f0c0718 // ushr v24.16b, v24.16b, #4
+	WORD $0x4f8ce2b7 // sdot v23.4s, v21.16b, v12.4b[0]
+	WORD $0x4f8de317 // sdot v23.4s, v24.16b, v13.4b[0]
+	WORD $0x4f8ee2b6 // sdot v22.4s, v21.16b, v14.4b[0]
+	WORD $0x4f8fe316 // sdot v22.4s, v24.16b, v15.4b[0]
+	WORD $0x4f90e2b9 // sdot v25.4s, v21.16b, v16.4b[0]
+	WORD $0x4f91e319 // sdot v25.4s, v24.16b, v17.4b[0]
+	FMOVQ 128(R0), F24
+	WORD $0x4e321f15 // and v21.16b, v24.16b, v18.16b
+	WORD $0x6f0c0718 // ushr v24.16b, v24.16b, #4
+	WORD $0x4face2b7 // sdot v23.4s, v21.16b, v12.4b[1]
+	WORD $0x4fade317 // sdot v23.4s, v24.16b, v13.4b[1]
+	WORD $0x4faee2b6 // sdot v22.4s, v21.16b, v14.4b[1]
+	WORD $0x4fafe316 // sdot v22.4s, v24.16b, v15.4b[1]
+	WORD $0x4fb0e2b9 // sdot v25.4s, v21.16b, v16.4b[1]
+	WORD $0x4fb1e319 // sdot v25.4s, v24.16b, v17.4b[1]
+	FMOVQ 192(R0), F24
+	WORD $0x4e321f15 // and v21.16b, v24.16b, v18.16b
+	WORD $0x6f0c0718 // ushr v24.16b, v24.16b, #4
+	WORD $0x4f8ceab7 // sdot v23.4s, v21.16b, v12.4b[2]
+	WORD $0x4f8deb17 // sdot v23.4s, v24.16b, v13.4b[2]
+	WORD $0x4f8eeab6 // sdot v22.4s, v21.16b, v14.4b[2]
+	WORD $0x4f8feb16 // sdot v22.4s, v24.16b, v15.4b[2]
+	WORD $0x4f90eab9 // sdot v25.4s, v21.16b, v16.4b[2]
+	WORD $0x4f91eb19 // sdot v25.4s, v24.16b, v17.4b[2]
+	FMOVQ 256(R0), F24
+	WORD $0x4e321f15 // and v21.16b, v24.16b, v18.16b
+	WORD $0x6f0c0718 // ushr v24.16b, v24.16b, #4
+	WORD $0x4faceab7 // sdot v23.4s, v21.16b, v12.4b[3]
+	WORD $0x4fadeb17 // sdot v23.4s, v24.16b, v13.4b[3]
+	WORD $0x4faeeab6 // sdot v22.4s, v21.16b, v14.4b[3]
+	WORD $0x4fafeb16 // sdot v22.4s, v24.16b, v15.4b[3]
+	WORD $0x4fb0eab9 // sdot v25.4s, v21.16b, v16.4b[3]
+	WORD $0x4fb1eb19 // sdot v25.4s, v24.16b, v17.4b[3]
+	FMOVD 8(R0), F24
+	WORD $0x0e217b18 // fcvtl v24.4s, v24.4h
+	FMOVS 36(R0), F21
+	WORD $0x2f08a6b5 // uxtl v21.8h, v21.8b
+	WORD $0x2f10a6b5 // uxtl v21.4s, v21.4h
+	FMOVS 20(R6), F20
+	WORD $0x6f9402b7 // mla v23.4s, v21.4s, v20.s[0]
+	FMOVS 0(R6), F20
+	WORD $0x4f949313 // fmul v19.4s, v24.4s, v20.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e33def7 // fmul v23.4s, v23.4s, v19.4s
+	WORD $0x4e37d421 // fadd v1.4s, v1.4s, v23.4s
+	FMOVS 20(R7), F19
+	WORD $0x6f9302b6 // mla v22.4s, v21.4s, v19.s[0]
+	FMOVS 0(R7), F19
+	WORD $0x4f939314 // fmul v20.4s, v24.4s, v19.s[0]
+	WORD $0x4e21dad6 // scvtf v22.4s, v22.4s
+	WORD $0x6e34ded6 // fmul v22.4s, v22.4s, v20.4s
+	WORD $0x4e36d4a5 // fadd v5.4s, v5.4s, v22.4s
+	FMOVS 20(R8), F20
+	WORD $0x6f9402b9 // mla v25.4s, v21.4s, v20.s[0]
+	FMOVS 0(R8), F20
+	WORD $0x4f949313 // fmul v19.4s, v24.4s, v20.s[0]
+	WORD $0x4e21db39 // scvtf v25.4s, v25.4s
+	WORD $0x6e33df39 // fmul v25.4s, v25.4s, v19.4s
+	WORD $0x4e39d529 // fadd v9.4s, v9.4s, v25.4s
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 80(R0), F20
+	WORD $0x4e321e99 // and v25.16b, v20.16b, v18.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	WORD $0x4f8ce335 // sdot v21.4s, v25.16b, v12.4b[0]
+	WORD $0x4f8de295 // sdot v21.4s, v20.16b, v13.4b[0]
+	WORD $0x4f8ee338 // sdot v24.4s, v25.16b, v14.4b[0]
+	WORD $0x4f8fe298 // sdot v24.4s, v20.16b, v15.4b[0]
+	WORD $0x4f90e333 // sdot v19.4s, v25.16b, v16.4b[0]
+	WORD $0x4f91e293 // sdot v19.4s, v20.16b, v17.4b[0]
+	FMOVQ 144(R0), F20
+	WORD $0x4e321e99 // and v25.16b, v20.16b, v18.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	WORD $0x4face335 // sdot v21.4s, v25.16b, v12.4b[1]
+	WORD $0x4fade295 // sdot v21.4s, v20.16b, v13.4b[1]
+	WORD $0x4faee338 // sdot v24.4s, v25.16b, v14.4b[1]
+	WORD $0x4fafe298 // sdot v24.4s, v20.16b, v15.4b[1]
+	WORD $0x4fb0e333 // sdot v19.4s, v25.16b, v16.4b[1]
+	WORD $0x4fb1e293 // sdot v19.4s, v20.16b, v17.4b[1]
+	FMOVQ 208(R0), F20
+	WORD $0x4e321e99 // and v25.16b, v20.16b, v18.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	WORD $0x4f8ceb35 // sdot v21.4s, v25.16b, v12.4b[2]
+	WORD $0x4f8dea95 // sdot v21.4s, v20.16b, v13.4b[2]
+	WORD $0x4f8eeb38 // sdot v24.4s, v25.16b, v14.4b[2]
+	WORD $0x4f8fea98 // sdot v24.4s, v20.16b, v15.4b[2]
+	WORD $0x4f90eb33 // sdot v19.4s, v25.16b, v16.4b[2]
+	WORD $0x4f91ea93 // sdot v19.4s, v20.16b, v17.4b[2]
+	FMOVQ 272(R0), F20
+	WORD $0x4e321e99 // and v25.16b, v20.16b, v18.16b
+	WORD $0x6f0c0694 // ushr v20.16b, v20.16b, #4
+	WORD $0x4faceb35 // sdot v21.4s, v25.16b, v12.4b[3]
+	WORD $0x4fadea95 // sdot v21.4s, v20.16b, v13.4b[3]
+	WORD $0x4faeeb38 // sdot v24.4s, v25.16b, v14.4b[3]
+	WORD $0x4fafea98 // sdot v24.4s, v20.16b, v15.4b[3]
+	WORD $0x4fb0eb33 // sdot v19.4s, v25.16b, v16.4b[3]
+	WORD $0x4fb1ea93 // sdot v19.4s, v20.16b, v17.4b[3]
+	FMOVD 16(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	FMOVS 40(R0), F25
+	WORD $0x2f08a739 // uxtl v25.8h, v25.8b
+	WORD $0x2f10a739 // uxtl v25.4s, v25.4h
+	FMOVS 20(R6), F22
+	WORD $0x6f960335 // mla v21.4s, v25.4s, v22.s[0]
+	FMOVS 0(R6), F22
+	WORD $0x4f969297 // fmul v23.4s, v20.4s, v22.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e37deb5 // fmul v21.4s, v21.4s, v23.4s
+	WORD $0x4e35d442 // fadd v2.4s, v2.4s, v21.4s
+	FMOVS 20(R7), F23
+	WORD $0x6f970338 // mla v24.4s, v25.4s, v23.s[0]
+	FMOVS 0(R7), F23
+	WORD $0x4f979296 // fmul v22.4s, v20.4s, v23.s[0]
+	WORD $0x4e21db18 // scvtf v24.4s, v24.4s
+	WORD $0x6e36df18 // fmul v24.4s, v24.4s, v22.4s
+	WORD $0x4e38d4c6 // fadd v6.4s, v6.4s, v24.4s
+	FMOVS 20(R8), F22
+	WORD $0x6f960333 // mla v19.4s, v25.4s, v22.s[0]
+	FMOVS 0(R8), F22
+	WORD $0x4f969297 // fmul v23.4s, v20.4s, v22.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e37de73 // fmul v19.4s, v19.4s, v23.4s
+	WORD $0x4e33d54a // fadd v10.4s, v10.4s, v19.4s
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	FMOVQ 96(R0), F22
+	WORD $0x4e321ed3 // and v19.16b, v22.16b, v18.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f8ce279 // sdot v25.4s, v19.16b, v12.4b[0]
+	WORD $0x4f8de2d9 // sdot v25.4s, v22.16b, v13.4b[0]
+	WORD $0x4f8ee274 // sdot v20.4s, v19.16b, v14.4b[0]
+	WORD $0x4f8fe2d4 // sdot v20.4s, v22.16b, v15.4b[0]
+	WORD $0x4f90e277 // sdot v23.4s, v19.16b, v16.4b[0]
+	WORD $0x4f91e2d7 // sdot v23.4s, v22.16b, v17.4b[0]
+	FMOVQ 160(R0), F22
+	WORD $0x4e321ed3 // and v19.16b, v22.16b, v18.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4face279 // sdot v25.4s, v19.16b, v12.4b[1]
+	WORD $0x4fade2d9 // sdot v25.4s, v22.16b, v13.4b[1]
+	WORD $0x4faee274 // sdot v20.4s, v19.16b, v14.4b[1]
+	WORD $0x4fafe2d4 // sdot v20.4s, v22.16b, v15.4b[1]
+	WORD $0x4fb0e277 // sdot v23.4s, v19.16b, v16.4b[1]
+	WORD $0x4fb1e2d7 // sdot v23.4s, v22.16b, v17.4b[1]
+	FMOVQ 224(R0), F22
+	WORD $0x4e321ed3 // and v19.16b, v22.16b, v18.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f8cea79 // sdot v25.4s, v19.16b, v12.4b[2]
+	WORD $0x4f8dead9 // sdot v25.4s, v22.16b, v13.4b[2]
+	WORD $0x4f8eea74 // sdot v20.4s, v19.16b, v14.4b[2]
+	WORD $0x4f8fead4 // sdot v20.4s, v22.16b, v15.4b[2]
+	WORD $0x4f90ea77 // sdot v23.4s, v19.16b, v16.4b[2]
+	WORD $0x4f91ead7 // sdot v23.4s, v22.16b, v17.4b[2]
+	FMOVQ 288(R0), F22
+	WORD $0x4e321ed3 // and v19.16b, v22.16b, v18.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4facea79 // sdot v25.4s, v19.16b, v12.4b[3]
+	WORD $0x4fadead9 // sdot v25.4s, v22.16b, v13.4b[3]
+	WORD $0x4faeea74 // sdot v20.4s, v19.16b, v14.4b[3]
+	WORD $0x4fafead4 // sdot v20.4s, v22.16b, v15.4b[3]
+	WORD $0x4fb0ea77 // sdot v23.4s, v19.16b, v16.4b[3]
+	WORD $0x4fb1ead7 // sdot v23.4s, v22.16b, v17.4b[3]
+	FMOVD 24(R0), F22
+	WORD $0x0e217ad6 // fcvtl v22.4s, v22.4h
+	FMOVS 44(R0), F19
+	WORD $0x2f08a673 // uxtl v19.8h, v19.8b
+	WORD $0x2f10a673 // uxtl v19.4s, v19.4h
+	FMOVS 20(R6), F24
+	WORD $0x6f980279 // mla v25.4s, v19.4s, v24.s[0]
+	FMOVS 0(R6), F24
+	WORD $0x4f9892d5 // fmul v21.4s, v22.4s, v24.s[0]
+	WORD $0x4e21db39 // scvtf v25.4s, v25.4s
+	WORD $0x6e35df39 // fmul v25.4s, v25.4s, v21.4s
+	WORD $0x4e39d463 // fadd v3.4s, v3.4s, v25.4s
+	FMOVS 20(R7), F21
+	WORD $0x6f950274 // mla v20.4s, v19.4s, v21.s[0]
+	FMOVS 0(R7), F21
+	WORD $0x4f9592d8 // fmul v24.4s, v22.4s, v21.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e38de94 // fmul v20.4s, v20.4s, v24.4s
+	WORD $0x4e34d4e7 // fadd v7.4s, v7.4s, v20.4s
+	FMOVS 20(R8), F24
+	WORD $0x6f980277 // mla v23.4s, v19.4s, v24.s[0]
+	FMOVS 0(R8), F24
+	WORD $0x4f9892d5 // fmul v21.4s, v22.4s, v24.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e35def7 // fmul v23.4s, v23.4s, v21.4s
+	WORD $0x4e37d56b // fadd v11.4s, v11.4s, v23.4s
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	FMOVQ F8, 0(R12)
+	FMOVQ F9, 16(R12)
+	FMOVQ F10, 32(R12)
+	FMOVQ F11, 48(R12)
+	RET
+
+// func intQ4_Zx4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx4Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 48(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4f80e1c9 // sdot v9.4s, v14.16b, v0.4b[0]
+	WORD $0x4f81e1a9 // sdot v9.4s, v13.16b, v1.4b[0]
+	WORD $0x4f82e1ca // sdot v10.4s, v14.16b, v2.4b[0]
+	WORD $0x4f83e1aa // sdot v10.4s, v13.16b, v3.4b[0]
+	WORD $0x4f84e1cb // sdot v11.4s, v14.16b, v4.4b[0]
+	WORD $0x4f85e1ab // sdot v11.4s, v13.16b, v5.4b[0]
+	WORD $0x4f86e1cc // sdot v12.4s, v14.16b, v6.4b[0]
+	WORD $0x4f87e1ac // sdot v12.4s, v13.16b, v7.4b[0]
+	FMOVQ 112(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4fa0e1c9 // sdot v9.4s, v14.16b, v0.4b[1]
+	WORD $0x4fa1e1a9 // sdot v9.4s, v13.16b, v1.4b[1]
+	WORD $0x4fa2e1ca // sdot v10.4s, v14.16b, v2.4b[1]
+	WORD $0x4fa3e1aa // sdot v10.4s, v13.16b, v3.4b[1]
+	WORD $0x4fa4e1cb // sdot v11.4s, v14.16b, v4.4b[1]
+	WORD $0x4fa5e1ab // sdot v11.4s, v13.16b, v5.4b[1]
+	WORD $0x4fa6e1cc // sdot v12.4s, v14.16b, v6.4b[1]
+	WORD $0x4fa7e1ac // sdot v12.4s, v13.16b, v7.4b[1]
+	FMOVQ 176(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4f80e9c9 // sdot v9.4s, v14.16b, v0.4b[2]
+	WORD $0x4f81e9a9 // sdot v9.4s, v13.16b, v1.4b[2]
+	WORD $0x4f82e9ca // sdot v10.4s, v14.16b, v2.4b[2]
+	WORD $0x4f83e9aa // sdot v10.4s, v13.16b, v3.4b[2]
+	WORD $0x4f84e9cb // sdot v11.4s, v14.16b, v4.4b[2]
+	WORD $0x4f85e9ab // sdot v11.4s, v13.16b, v5.4b[2]
+	WORD $0x4f86e9cc // sdot v12.4s, v14.16b, v6.4b[2]
+	WORD $0x4f87e9ac // sdot v12.4s, v13.16b, v7.4b[2]
+	FMOVQ 240(R0), F13
+	WORD $0x4e281dae // and v14.16b, v13.16b, v8.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4fa0e9c9 // sdot v9.4s, v14.16b, v0.4b[3]
+	WORD $0x4fa1e9a9 // sdot v9.4s, v13.16b, v1.4b[3]
+	WORD $0x4fa2e9ca // sdot v10.4s, v14.16b, v2.4b[3]
+	WORD $0x4fa3e9aa // sdot v10.4s, v13.16b, v3.4b[3]
+	WORD $0x4fa4e9cb // sdot v11.4s, v14.16b, v4.4b[3]
+	WORD $0x4fa5e9ab // sdot v11.4s, v13.16b, v5.4b[3]
+	WORD $0x4fa6e9cc // sdot v12.4s, v14.16b, v6.4b[3]
+	WORD $0x4fa7e9ac // sdot v12.4s, v13.16b, v7.4b[3]
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 32(R0), F14
+	WORD $0x2f08a5ce // uxtl v14.8h, v14.8b
+	WORD $0x2f10a5ce // uxtl v14.4s, v14.4h
+	FMOVS 20(R6), F15
+	WORD $0x6f8f01c9 // mla v9.4s, v14.4s, v15.s[0]
+	FMOVS 0(R6), F15
+	WORD $0x4f8f91b0 // fmul v16.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e30dd29 // fmul v9.4s, v9.4s, v16.4s
+	FMOVQ 0(R10), F17
+	WORD $0x4e29d631 // fadd v17.4s, v17.4s, v9.4s
+	FMOVQ F17, 0(R10)
+	FMOVS 20(R7), F16
+	WORD $0x6f9001ca // mla v10.4s, v14.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	FMOVQ 0(R11), F9
+	WORD $0x4e2ad529 // fadd v9.4s, v9.4s, v10.4s
+	FMOVQ F9, 0(R11)
+	FMOVS 20(R8), F15
+	WORD $0x6f8f01cb // mla v11.4s, v14.4s, v15.s[0]
+	FMOVS 0(R8), F15
+	WORD $0x4f8f91b0 // fmul v16.4s, v13.4s, v15.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e30dd6b // fmul v11.4s, v11.4s, v16.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R12)
+	FMOVS 20(R9), F16
+	WORD $0x6f9001cc // mla v12.4s, v14.4s, v16.s[0]
+	FMOVS 0(R9), F16
+	WORD $0x4f9091af // fmul v15.4s, v13.4s, v16.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2fdd8c // fmul v12.4s, v12.4s, v15.4s
+	FMOVQ 0(R13), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 0(R13)
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 64(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4f80e16e // sdot v14.4s, v11.16b, v0.4b[0]
+	WORD $0x4f81e18e // sdot v14.4s, v12.16b, v1.4b[0]
+	WORD $0x4f82e16d // sdot v13.4s, v11.16b, v2.4b[0]
+	WORD $0x4f83e18d // sdot v13.4s, v12.16b, v3.4b[0]
+	WORD $0x4f84e16f // sdot v15.4s, v11.16b, v4.4b[0]
+	WORD $0x4f85e18f // sdot v15.4s, v12.16b, v5.4b[0]
+	WORD $0x4f86e170 // sdot v16.4s, v11.16b, v6.4b[0]
+	WORD $0x4f87e190 // sdot v16.4s, v12.16b, v7.4b[0]
+	FMOVQ 128(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4fa0e16e // sdot v14.4s, v11.16b, v0.4b[1]
+	WORD $0x4fa1e18e // sdot v14.4s, v12.16b, v1.4b[1]
+	WORD $0x4fa2e16d // sdot v13.4s, v11.16b, v2.4b[1]
+	WORD $0x4fa3e18d // sdot v13.4s, v12.16b, v3.4b[1]
+	WORD $0x4fa4e16f // sdot v15.4s, v11.16b, v4.4b[1]
+	WORD $0x4fa5e18f // sdot v15.4s, v12.16b, v5.4b[1]
+	WORD $0x4fa6e170 // sdot v16.4s, v11.16b, v6.4b[1]
+	WORD $0x4fa7e190 // sdot v16.4s, v12.16b, v7.4b[1]
+	FMOVQ 192(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4f80e96e // sdot v14.4s, v11.16b, v0.4b[2]
+	WORD $0x4f81e98e // sdot v14.4s, v12.16b, v1.4b[2]
+	WORD $0x4f82e96d // sdot v13.4s, v11.16b, v2.4b[2]
+	WORD $0x4f83e98d // sdot v13.4s, v12.16b, v3.4b[2]
+	WORD $0x4f84e96f // sdot v15.4s, v11.16b, v4.4b[2]
+	WORD $0x4f85e98f // sdot v15.4s, v12.16b, v5.4b[2]
+	WORD $0x4f86e970 // sdot v16.4s, v11.16b, v6.4b[2]
+	WORD $0x4f87e990 // sdot v16.4s, v12.16b, v7.4b[2]
+	FMOVQ 256(R0), F12
+	WORD $0x4e281d8b // and v11.16b, v12.16b, v8.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4fa0e96e // sdot v14.4s, v11.16b, v0.4b[3]
+	WORD $0x4fa1e98e // sdot v14.4s, v12.16b, v1.4b[3]
+	WORD $0x4fa2e96d // sdot v13.4s, v11.16b, v2.4b[3]
+	WORD $0x4fa3e98d // sdot v13.4s, v12.16b, v3.4b[3]
+	WORD $0x4fa4e96f // sdot v15.4s, v11.16b, v4.4b[3]
+	WORD $0x4fa5e98f // sdot v15.4s, v12.16b, v5.4b[3]
+	WORD $0x4fa6e970 // sdot v16.4s, v11.16b, v6.4b[3]
+	WORD $0x4fa7e990 // sdot v16.4s, v12.16b, v7.4b[3]
+	FMOVD 8(R0), F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVS 36(R0), F11
+	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
+	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
+	FMOVS 20(R6), F10
+	WORD $0x6f8a016e // mla v14.4s, v11.4s, v10.s[0]
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9189 // fmul v9.4s, v12.4s, v10.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e29ddce // fmul v14.4s, v14.4s, v9.4s
+	FMOVQ 16(R10), F17
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	FMOVQ F17, 16(R10)
+	FMOVS 20(R7), F9
+	WORD $0x6f89016d // mla v13.4s, v11.4s, v9.s[0]
+	FMOVS 0(R7), F9
+	WORD $0x4f89918a // fmul v10.4s, v12.4s, v9.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVQ 16(R11), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R11)
+	FMOVS 20(R8), F10
+	WORD $0x6f8a016f // mla v15.4s, v11.4s, v10.s[0]
+	FMOVS 0(R8), F10
+	WORD $0x4f8a9189 // fmul v9.4s, v12.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	FMOVQ 16(R12), F13
+	WORD $0x4e2fd5ad // fadd v13.4s, v13.4s, v15.4s
+	FMOVQ F13, 16(R12)
+	FMOVS 20(R9), F9
+	WORD $0x6f890170 // mla v16.4s, v11.4s, v9.s[0]
+	FMOVS 0(R9), F9
+	WORD $0x4f89918a // fmul v10.4s, v12.4s, v9.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ade10 // fmul v16.4s, v16.4s, v10.4s
+	FMOVQ 16(R13), F15
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ F15, 16(R13)
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 80(R0), F16
+	WORD $0x4e281e0f // and v15.16b, v16.16b, v8.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4f80e1eb // sdot v11.4s, v15.16b, v0.4b[0]
+	WORD $0x4f81e20b // sdot v11.4s, v16.16b, v1.4b[0]
+	WORD $0x4f82e1ec // sdot v12.4s, v15.16b, v2.4b[0]
+	WORD $0x4f83e20c // sdot v12.4s, v16.16b, v3.4b[0]
+	WORD $0x4f84e1ea // sdot v10.4s, v15.16b, v4.4b[0]
+	WORD $0x4f85e20a // sdot v10.4s, v16.16b, v5.4b[0]
+	WORD $0x4f86e1e9 // sdot v9.4s, v15.16b, v6.4b[0]
+	WORD $0x4f87e209 // sdot v9.4s, v16.16b, v7.4b[0]
+	FMOVQ 144(R0), F16
+	WORD $0x4e281e0f // and v15.16b, v16.16b, v8.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4fa0e1eb // sdot v11.4s, v15.16b, v0.4b[1]
+	WORD $0x4fa1e20b // sdot v11.4s, v16.16b, v1.4b[1]
+	WORD $0x4fa2e1ec // sdot v12.4s, v15.16b, v2.4b[1]
+	WORD $0x4fa3e20c // sdot v12.4s, v16.16b, v3.4b[1]
+	WORD $0x4fa4e1ea // sdot v10.4s, v15.16b, v4.4b[1]
+	WORD $0x4fa5e20a // sdot v10.4s, v16.16b, v5.4b[1]
+	WORD $0x4fa6e1e9 // sdot v9.4s, v15.16b, v6.4b[1]
+	WORD $0x4fa7e209 // sdot v9.4s, v16.16b, v7.4b[1]
+	FMOVQ 208(R0), F16
+	WORD $0x4e281e0f // and v15.16b, v16.16b, v8.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4f80e9eb // sdot v11.4s, v15.16b, v0.4b[2]
+	WORD $0x4f81ea0b // sdot v11.4s, v16.16b, v1.4b[2]
+	WORD $0x4f82e9ec // sdot v12.4s, v15.16b, v2.4b[2]
+	WORD $0x4f83ea0c // sdot v12.4s, v16.16b, v3.4b[2]
+	WORD $0x4f84e9ea // sdot v10.4s, v15.16b, v4.4b[2]
+	WORD $0x4f85ea0a // sdot v10.4s, v16.16b, v5.4b[2]
+	WORD $0x4f86e9e9 // sdot v9.4s, v15.16b, v6.4b[2]
+	WORD $0x4f87ea09 // sdot v9.4s, v16.16b, v7.4b[2]
+	FMOVQ 272(R0), F16
+	WORD $0x4e281e0f // and v15.16b, v16.16b, v8.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4fa0e9eb // sdot v11.4s, v15.16b, v0.4b[3]
+	WORD $0x4fa1ea0b // sdot v11.4s, v16.16b, v1.4b[3]
+	WORD $0x4fa2e9ec // sdot v12.4s, v15.16b, v2.4b[3]
+	WORD $0x4fa3ea0c // sdot v12.4s, v16.16b, v3.4b[3]
+	WORD $0x4fa4e9ea // sdot v10.4s, v15.16b, v4.4b[3]
+	WORD $0x4fa5ea0a // sdot v10.4s, v16.16b, v5.4b[3]
+	WORD $0x4fa6e9e9 // sdot v9.4s, v15.16b, v6.4b[3]
+	WORD $0x4fa7ea09 // sdot v9.4s, v16.16b, v7.4b[3]
+	FMOVD 16(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 40(R0), F15
+	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
+	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
+	FMOVS 20(R6), F13
+	WORD $0x6f8d01eb // mla v11.4s, v15.4s, v13.s[0]
+	FMOVS 0(R6), F13
+	WORD $0x4f8d920e // fmul v14.4s, v16.4s, v13.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2edd6b // fmul v11.4s, v11.4s, v14.4s
+	FMOVQ 32(R10), F17
+	WORD $0x4e2bd631 // fadd v17.4s, v17.4s, v11.4s
+	FMOVQ F17, 32(R10)
+	FMOVS 20(R7), F14
+	WORD $0x6f8e01ec // mla v12.4s, v15.4s, v14.s[0]
+	FMOVS 0(R7), F14
+	WORD $0x4f8e920d // fmul v13.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2ddd8c // fmul v12.4s, v12.4s, v13.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e2cd56b // fadd v11.4s, v11.4s, v12.4s
+	FMOVQ F11, 32(R11)
+	FMOVS 20(R8), F13
+	WORD $0x6f8d01ea // mla v10.4s, v15.4s, v13.s[0]
+	FMOVS 0(R8), F13
+	WORD $0x4f8d920e // fmul v14.4s, v16.4s, v13.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2edd4a // fmul v10.4s, v10.4s, v14.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ F12, 32(R12)
+	FMOVS 20(R9), F14
+	WORD $0x6f8e01e9 // mla v9.4s, v15.4s, v14.s[0]
+	FMOVS 0(R9), F14
+	WORD $0x4f8e920d // fmul v13.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2ddd29 // fmul v9.4s, v9.4s, v13.4s
+	FMOVQ 32(R13), F10
+	WORD $0x4e29d54a // fadd v10.4s, v10.4s, v9.4s
+	FMOVQ F10, 32(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 96(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4f80e14f // sdot v15.4s, v10.16b, v0.4b[0]
+	WORD $0x4f81e12f // sdot v15.4s, v9.16b, v1.4b[0]
+	WORD $0x4f82e150 // sdot v16.4s, v10.16b, v2.4b[0]
+	WORD $0x4f83e130 // sdot v16.4s, v9.16b, v3.4b[0]
+	WORD $0x4f84e14d // sdot v13.4s, v10.16b, v4.4b[0]
+	WORD $0x4f85e12d // sdot v13.4s, v9.16b, v5.4b[0]
+	WORD $0x4f86e14e // sdot v14.4s, v10.16b, v6.4b[0]
+	WORD $0x4f87e12e // sdot v14.4s, v9.16b, v7.4b[0]
+	FMOVQ 160(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4fa0e14f // sdot v15.4s, v10.16b, v0.4b[1]
+	WORD $0x4fa1e12f // sdot v15.4s, v9.16b, v1.4b[1]
+	WORD $0x4fa2e150 // sdot v16.4s, v10.16b, v2.4b[1]
+	WORD $0x4fa3e130 // sdot v16.4s, v9.16b, v3.4b[1]
+	WORD $0x4fa4e14d // sdot v13.4s, v10.16b, v4.4b[1]
+	WORD $0x4fa5e12d // sdot v13.4s, v9.16b, v5.4b[1]
+	WORD $0x4fa6e14e // sdot v14.4s, v10.16b, v6.4b[1]
+	WORD $0x4fa7e12e // sdot v14.4s, v9.16b, v7.4b[1]
+	FMOVQ 224(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4f80e94f // sdot v15.4s, v10.16b, v0.4b[2]
+	WORD $0x4f81e92f // sdot v15.4s, v9.16b, v1.4b[2]
+	WORD $0x4f82e950 // sdot v16.4s, v10.16b, v2.4b[2]
+	WORD $0x4f83e930 // sdot v16.4s, v9.16b, v3.4b[2]
+	WORD $0x4f84e94d // sdot v13.4s, v10.16b, v4.4b[2]
+	WORD $0x4f85e92d // sdot v13.4s, v9.16b, v5.4b[2]
+	WORD $0x4f86e94e // sdot v14.4s, v10.16b, v6.4b[2]
+	WORD $0x4f87e92e // sdot v14.4s, v9.16b, v7.4b[2]
+	FMOVQ 288(R0), F9
+	WORD $0x4e281d2a // and v10.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4fa0e94f // sdot v15.4s, v10.16b, v0.4b[3]
+	WORD $0x4fa1e92f // sdot v15.4s, v9.16b, v1.4b[3]
+	WORD $0x4fa2e950 // sdot v16.4s, v10.16b, v2.4b[3]
+	WORD $0x4fa3e930 // sdot v16.4s, v9.16b, v3.4b[3]
+	WORD $0x4fa4e94d // sdot v13.4s, v10.16b, v4.4b[3]
+	WORD $0x4fa5e92d // sdot v13.4s, v9.16b, v5.4b[3]
+	WORD $0x4fa6e94e // sdot v14.4s, v10.16b, v6.4b[3]
+	WORD $0x4fa7e92e // sdot v14.4s, v9.16b, v7.4b[3]
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 44(R0), F10
+	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
+	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
+	FMOVS 20(R6), F12
+	WORD $0x6f8c014f // mla v15.4s, v10.4s, v12.s[0]
+	FMOVS 0(R6), F12
+	WORD $0x4f8c912b // fmul v11.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2bddef // fmul v15.4s, v15.4s, v11.4s
+	FMOVQ 48(R10), F17
+	WORD $0x4e2fd631 // fadd v17.4s, v17.4s, v15.4s
+	FMOVQ F17, 48(R10)
+	FMOVS 20(R7), F11
+	WORD $0x6f8b0150 // mla v16.4s, v10.4s, v11.s[0]
+	FMOVS 0(R7), F11
+	WORD $0x4f8b912c // fmul v12.4s, v9.4s, v11.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2cde10 // fmul v16.4s, v16.4s, v12.4s
+	FMOVQ 48(R11), F15
+	WORD $0x4e30d5ef // fadd v15.4s, v15.4s, v16.4s
+	FMOVQ F15, 48(R11)
+	FMOVS 20(R8), F12
+	WORD $0x6f8c014d // mla v13.4s, v10.4s, v12.s[0]
+	FMOVS 0(R8), F12
+	WORD $0x4f8c912b // fmul v11.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVQ 48(R12), F16
+	WORD $0x4e2dd610 // fadd v16.4s, v16.4s, v13.4s
+	FMOVQ F16, 48(R12)
+	FMOVS 20(R9), F11
+	WORD $0x6f8b014e // mla v14.4s, v10.4s, v11.s[0]
+	FMOVS 0(R9), F11
+	WORD $0x4f8b912c // fmul v12.4s, v9.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	FMOVQ 48(R13), F13
+	WORD $0x4e2ed5ad // fadd v13.4s, v13.4s, v14.4s
+	FMOVQ F13, 48(R13)
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
 // func intQ5_0x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 TEXT ·intQ5_0x1Dot(SB), NOSPLIT|NOFRAME, $0-64
 	MOVD w+0(FP), R0
@@ -32928,6 +34066,2504 @@ loop:
 done:
 	RET
 
+// func intQ4_Zx1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx1NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F4
+	FMOVQ 16(R2), F5
+	FMOVQ 0(R19), F6
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 48(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e04048b // dup v11.4s, v4.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 112(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c048b // dup v11.4s, v4.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 176(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e14048b // dup v11.4s, v4.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVQ 240(R0), F9
+	WORD $0x4e261d2a // and v10.16b, v9.16b, v6.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c048b // dup v11.4s, v4.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	FMOVD 0(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 32(R0), F10
+	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
+	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
+	WORD $0x4ea8bce7 // addp v7.4s, v7.4s, v8.4s
+	FMOVS 20(R6), F8
+	WORD $0x6f880147 // mla v7.4s, v10.4s, v8.s[0]
+	FMOVS 0(R6), F8
+	WORD $0x4f88912b // fmul v11.4s, v9.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2bdce7 // fmul v7.4s, v7.4s, v11.4s
+	WORD $0x4e27d400 // fadd v0.4s, v0.4s, v7.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 64(R0), F11
+	WORD $0x4e261d68 // and v8.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e040487 // dup v7.4s, v4.s[0]
+	WORD $0x0e27c10c // smull v12.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc167 // smull v7.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 128(R0), F11
+	WORD $0x4e261d68 // and v8.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e0c0487 // dup v7.4s, v4.s[1]
+	WORD $0x0e27c10c // smull v12.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc167 // smull v7.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 192(R0), F11
+	WORD $0x4e261d68 // and v8.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e140487 // dup v7.4s, v4.s[2]
+	WORD $0x0e27c10c // smull v12.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc167 // smull v7.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 256(R0), F11
+	WORD $0x4e261d68 // and v8.16b, v11.16b, v6.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e1c0487 // dup v7.4s, v4.s[3]
+	WORD $0x0e27c10c // smull v12.8h, v8.8b, v7.8b
+	WORD $0x4e27c107 // smull2 v7.8h, v8.16b, v7.16b
+	WORD $0x4e60698a // sadalp v10.4s, v12.8h
+	WORD $0x4e6068e9 // sadalp v9.4s, v7.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc167 // smull v7.8h, v11.8b, v12.8b
+	WORD $0x4e2cc16c // smull2 v12.8h, v11.16b, v12.16b
+	WORD $0x4e6068ea // sadalp v10.4s, v7.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 36(R0), F8
+	WORD $0x2f08a508 // uxtl v8.8h, v8.8b
+	WORD $0x2f10a508 // uxtl v8.4s, v8.4h
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 20(R6), F9
+	WORD $0x6f89010a // mla v10.4s, v8.4s, v9.s[0]
+	FMOVS 0(R6), F9
+	WORD $0x4f899167 // fmul v7.4s, v11.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e27dd4a // fmul v10.4s, v10.4s, v7.4s
+	WORD $0x4e2ad421 // fadd v1.4s, v1.4s, v10.4s
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 80(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e04048a // dup v10.4s, v4.s[0]
+	WORD $0x0e2ac12c // smull v12.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc0ea // smull v10.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 144(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac12c // smull v12.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc0ea // smull v10.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 208(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e14048a // dup v10.4s, v4.s[2]
+	WORD $0x0e2ac12c // smull v12.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc0ea // smull v10.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVQ 272(R0), F7
+	WORD $0x4e261ce9 // and v9.16b, v7.16b, v6.16b
+	WORD $0x6f0c04e7 // ushr v7.16b, v7.16b, #4
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac12c // smull v12.8h, v9.8b, v10.8b
+	WORD $0x4e2ac12a // smull2 v10.8h, v9.16b, v10.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e60694b // sadalp v11.4s, v10.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc0ea // smull v10.8h, v7.8b, v12.8b
+	WORD $0x4e2cc0ec // smull2 v12.8h, v7.16b, v12.16b
+	WORD $0x4e606948 // sadalp v8.4s, v10.8h
+	WORD $0x4e60698b // sadalp v11.4s, v12.8h
+	FMOVD 16(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 40(R0), F9
+	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
+	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
+	WORD $0x4eabbd08 // addp v8.4s, v8.4s, v11.4s
+	FMOVS 20(R6), F11
+	WORD $0x6f8b0128 // mla v8.4s, v9.4s, v11.s[0]
+	FMOVS 0(R6), F11
+	WORD $0x4f8b90ea // fmul v10.4s, v7.4s, v11.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e2add08 // fmul v8.4s, v8.4s, v10.4s
+	WORD $0x4e28d442 // fadd v2.4s, v2.4s, v8.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 96(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e040488 // dup v8.4s, v4.s[0]
+	WORD $0x0e28c16c // smull v12.8h, v11.8b, v8.8b
+	WORD $0x4e28c168 // smull2 v8.8h, v11.16b, v8.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc148 // smull v8.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606909 // sadalp v9.4s, v8.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 160(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e0c0488 // dup v8.4s, v4.s[1]
+	WORD $0x0e28c16c // smull v12.8h, v11.8b, v8.8b
+	WORD $0x4e28c168 // smull2 v8.8h, v11.16b, v8.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc148 // smull v8.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606909 // sadalp v9.4s, v8.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 224(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e140488 // dup v8.4s, v4.s[2]
+	WORD $0x0e28c16c // smull v12.8h, v11.8b, v8.8b
+	WORD $0x4e28c168 // smull2 v8.8h, v11.16b, v8.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc148 // smull v8.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606909 // sadalp v9.4s, v8.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 288(R0), F10
+	WORD $0x4e261d4b // and v11.16b, v10.16b, v6.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e1c0488 // dup v8.4s, v4.s[3]
+	WORD $0x0e28c16c // smull v12.8h, v11.8b, v8.8b
+	WORD $0x4e28c168 // smull2 v8.8h, v11.16b, v8.16b
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	WORD $0x4e606907 // sadalp v7.4s, v8.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc148 // smull v8.8h, v10.8b, v12.8b
+	WORD $0x4e2cc14c // smull2 v12.8h, v10.16b, v12.16b
+	WORD $0x4e606909 // sadalp v9.4s, v8.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVD 24(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 44(R0), F11
+	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
+	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
+	WORD $0x4ea7bd29 // addp v9.4s, v9.4s, v7.4s
+	FMOVS 20(R6), F7
+	WORD $0x6f870169 // mla v9.4s, v11.4s, v7.s[0]
+	FMOVS 0(R6), F7
+	WORD $0x4f879148 // fmul v8.4s, v10.4s, v7.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e28dd29 // fmul v9.4s, v9.4s, v8.4s
+	WORD $0x4e29d463 // fadd v3.4s, v3.4s, v9.4s
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ4_Zx2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx2NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 16(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 0(R19), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 48(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040513 // dup v19.4s, v8.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 112(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0513 // dup v19.4s, v8.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 176(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140513 // dup v19.4s, v8.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 240(R0), F17
+	WORD $0x4e2c1e32 // and v18.16b, v17.16b, v12.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0513 // dup v19.4s, v8.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 0(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 32(R0), F18
+	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
+	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 20(R6), F14
+	WORD $0x6f8e024d // mla v13.4s, v18.4s, v14.s[0]
+	FMOVS 0(R6), F14
+	WORD $0x4f8e9233 // fmul v19.4s, v17.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e33ddad // fmul v13.4s, v13.4s, v19.4s
+	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f90024f // mla v15.4s, v18.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f909233 // fmul v19.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e33ddef // fmul v15.4s, v15.4s, v19.4s
+	WORD $0x4e2fd484 // fadd v4.4s, v4.4s, v15.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 64(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e04050d // dup v13.4s, v8.s[0]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069b1 // sadalp v17.4s, v13.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b2 // sadalp v18.4s, v13.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e04054d // dup v13.4s, v10.s[0]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b3 // sadalp v19.4s, v13.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 128(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e0c050d // dup v13.4s, v8.s[1]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069b1 // sadalp v17.4s, v13.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b2 // sadalp v18.4s, v13.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e0c054d // dup v13.4s, v10.s[1]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b3 // sadalp v19.4s, v13.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 192(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e14050d // dup v13.4s, v8.s[2]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069b1 // sadalp v17.4s, v13.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b2 // sadalp v18.4s, v13.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e14054d // dup v13.4s, v10.s[2]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b3 // sadalp v19.4s, v13.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 256(R0), F15
+	WORD $0x4e2c1dee // and v14.16b, v15.16b, v12.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e1c050d // dup v13.4s, v8.s[3]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069b1 // sadalp v17.4s, v13.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b2 // sadalp v18.4s, v13.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e1c054d // dup v13.4s, v10.s[3]
+	WORD $0x0e2dc1d4 // smull v20.8h, v14.8b, v13.8b
+	WORD $0x4e2dc1cd // smull2 v13.8h, v14.16b, v13.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e6069b0 // sadalp v16.4s, v13.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c1ed // smull v13.8h, v15.8b, v20.8b
+	WORD $0x4e34c1f4 // smull2 v20.8h, v15.16b, v20.16b
+	WORD $0x4e6069b3 // sadalp v19.4s, v13.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 36(R0), F14
+	WORD $0x2f08a5ce // uxtl v14.8h, v14.8b
+	WORD $0x2f10a5ce // uxtl v14.4s, v14.4h
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 20(R6), F17
+	WORD $0x6f9101d2 // mla v18.4s, v14.4s, v17.s[0]
+	FMOVS 0(R6), F17
+	WORD $0x4f9191ed // fmul v13.4s, v15.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2dde52 // fmul v18.4s, v18.4s, v13.4s
+	WORD $0x4e32d421 // fadd v1.4s, v1.4s, v18.4s
+	WORD $0x4eb0be73 // addp v19.4s, v19.4s, v16.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f9001d3 // mla v19.4s, v14.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f9091ed // fmul v13.4s, v15.4s, v16.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e2dde73 // fmul v19.4s, v19.4s, v13.4s
+	WORD $0x4e33d4a5 // fadd v5.4s, v5.4s, v19.4s
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 80(R0), F19
+	WORD $0x4e2c1e71 // and v17.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e040512 // dup v18.4s, v8.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e040552 // dup v18.4s, v10.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 144(R0), F19
+	WORD $0x4e2c1e71 // and v17.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e0c0512 // dup v18.4s, v8.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e0c0552 // dup v18.4s, v10.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 208(R0), F19
+	WORD $0x4e2c1e71 // and v17.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e140512 // dup v18.4s, v8.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e140552 // dup v18.4s, v10.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 272(R0), F19
+	WORD $0x4e2c1e71 // and v17.16b, v19.16b, v12.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e1c0512 // dup v18.4s, v8.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e1c0552 // dup v18.4s, v10.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 16(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVS 40(R0), F17
+	WORD $0x2f08a631 // uxtl v17.8h, v17.8b
+	WORD $0x2f10a631 // uxtl v17.4s, v17.4h
+	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
+	FMOVS 20(R6), F15
+	WORD $0x6f8f022e // mla v14.4s, v17.4s, v15.s[0]
+	FMOVS 0(R6), F15
+	WORD $0x4f8f9272 // fmul v18.4s, v19.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e32ddce // fmul v14.4s, v14.4s, v18.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	WORD $0x4eb0bdad // addp v13.4s, v13.4s, v16.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f90022d // mla v13.4s, v17.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f909272 // fmul v18.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	WORD $0x4e2dd4c6 // fadd v6.4s, v6.4s, v13.4s
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 96(R0), F13
+	WORD $0x4e2c1daf // and v15.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e04050e // dup v14.4s, v8.s[0]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e6069d3 // sadalp v19.4s, v14.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d1 // sadalp v17.4s, v14.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e04054e // dup v14.4s, v10.s[0]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069d0 // sadalp v16.4s, v14.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d2 // sadalp v18.4s, v14.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 160(R0), F13
+	WORD $0x4e2c1daf // and v15.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e0c050e // dup v14.4s, v8.s[1]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e6069d3 // sadalp v19.4s, v14.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d1 // sadalp v17.4s, v14.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e0c054e // dup v14.4s, v10.s[1]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069d0 // sadalp v16.4s, v14.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d2 // sadalp v18.4s, v14.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 224(R0), F13
+	WORD $0x4e2c1daf // and v15.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e14050e // dup v14.4s, v8.s[2]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e6069d3 // sadalp v19.4s, v14.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d1 // sadalp v17.4s, v14.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e14054e // dup v14.4s, v10.s[2]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069d0 // sadalp v16.4s, v14.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d2 // sadalp v18.4s, v14.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 288(R0), F13
+	WORD $0x4e2c1daf // and v15.16b, v13.16b, v12.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e1c050e // dup v14.4s, v8.s[3]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e6069d3 // sadalp v19.4s, v14.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d1 // sadalp v17.4s, v14.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e1c054e // dup v14.4s, v10.s[3]
+	WORD $0x0e2ec1f4 // smull v20.8h, v15.8b, v14.8b
+	WORD $0x4e2ec1ee // smull2 v14.8h, v15.16b, v14.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e6069d0 // sadalp v16.4s, v14.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c1ae // smull v14.8h, v13.8b, v20.8b
+	WORD $0x4e34c1b4 // smull2 v20.8h, v13.16b, v20.16b
+	WORD $0x4e6069d2 // sadalp v18.4s, v14.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 24(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 44(R0), F15
+	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
+	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
+	WORD $0x4eb3be31 // addp v17.4s, v17.4s, v19.4s
+	FMOVS 20(R6), F19
+	WORD $0x6f9301f1 // mla v17.4s, v15.4s, v19.s[0]
+	FMOVS 0(R6), F19
+	WORD $0x4f9391ae // fmul v14.4s, v13.4s, v19.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2ede31 // fmul v17.4s, v17.4s, v14.4s
+	WORD $0x4e31d463 // fadd v3.4s, v3.4s, v17.4s
+	WORD $0x4eb0be52 // addp v18.4s, v18.4s, v16.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f9001f2 // mla v18.4s, v15.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f9091ae // fmul v14.4s, v13.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	WORD $0x4e32d4e7 // fadd v7.4s, v7.4s, v18.4s
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_Zx3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx3NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+	FMOVQ 0(R12), F8
+	FMOVQ 16(R12), F9
+	FMOVQ 32(R12), F10
+	FMOVQ 48(R12), F11
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F12
+	FMOVQ 16(R2), F13
+	FMOVQ 0(R3), F14
+	FMOVQ 16(R3), F15
+	FMOVQ 0(R4), F16
+	FMOVQ 16(R4), F17
+	FMOVQ 0(R19), F18
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	FMOVQ 48(R0), F25
+	WORD $0x4e321f3a // and v26.16b, v25.16b, v18.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04059b // dup v27.4s, v12.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e0405bc // dup v28.4s, v13.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e0405db // dup v27.4s, v14.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b76 // sadalp v22.4s, v27.8h
+	WORD $0x4e0405fc // dup v28.4s, v15.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	WORD $0x4e04061b // dup v27.4s, v16.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606b78 // sadalp v24.4s, v27.8h
+	WORD $0x4e04063c // dup v28.4s, v17.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b77 // sadalp v23.4s, v27.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	FMOVQ 112(R0), F25
+	WORD $0x4e321f3a // and v26.16b, v25.16b, v18.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c059b // dup v27.4s, v12.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e0c05bc // dup v28.4s, v13.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e0c05db // dup v27.4s, v14.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b76 // sadalp v22.4s, v27.8h
+	WORD $0x4e0c05fc // dup v28.4s, v15.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	WORD $0x4e0c061b // dup v27.4s, v16.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606b78 // sadalp v24.4s, v27.8h
+	WORD $0x4e0c063c // dup v28.4s, v17.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b77 // sadalp v23.4s, v27.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	FMOVQ 176(R0), F25
+	WORD $0x4e321f3a // and v26.16b, v25.16b, v18.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14059b // dup v27.4s, v12.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e1405bc // dup v28.4s, v13.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e1405db // dup v27.4s, v14.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b76 // sadalp v22.4s, v27.8h
+	WORD $0x4e1405fc // dup v28.4s, v15.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	WORD $0x4e14061b // dup v27.4s, v16.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606b78 // sadalp v24.4s, v27.8h
+	WORD $0x4e14063c // dup v28.4s, v17.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b77 // sadalp v23.4s, v27.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	FMOVQ 240(R0), F25
+	WORD $0x4e321f3a // and v26.16b, v25.16b, v18.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c059b // dup v27.4s, v12.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e1c05bc // dup v28.4s, v13.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e1c05db // dup v27.4s, v14.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b76 // sadalp v22.4s, v27.8h
+	WORD $0x4e1c05fc // dup v28.4s, v15.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	WORD $0x4e1c061b // dup v27.4s, v16.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606b78 // sadalp v24.4s, v27.8h
+	WORD $0x4e1c063c // dup v28.4s, v17.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b77 // sadalp v23.4s, v27.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	FMOVD 0(R0), F25
+	WORD $0x0e217b39 // fcvtl v25.4s, v25.4h
+	FMOVS 32(R0), F26
+	WORD $0x2f08a75a // uxtl v26.8h, v26.8b
+	WORD $0x2f10a75a // uxtl v26.4s, v26.4h
+	WORD $0x4eb4be73 // addp v19.4s, v19.4s, v20.4s
+	FMOVS 20(R6), F20
+	WORD $0x6f940353 // mla v19.4s, v26.4s, v20.s[0]
+	FMOVS 0(R6), F20
+	WORD $0x4f94933b // fmul v27.4s, v25.4s, v20.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e3bde73 // fmul v19.4s, v19.4s, v27.4s
+	WORD $0x4e33d400 // fadd v0.4s, v0.4s, v19.4s
+	WORD $0x4eb6beb5 // addp v21.4s, v21.4s, v22.4s
+	FMOVS 20(R7), F22
+	WORD $0x6f960355 // mla v21.4s, v26.4s, v22.s[0]
+	FMOVS 0(R7), F22
+	WORD $0x4f96933b // fmul v27.4s, v25.4s, v22.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e3bdeb5 // fmul v21.4s, v21.4s, v27.4s
+	WORD $0x4e35d484 // fadd v4.4s, v4.4s, v21.4s
+	WORD $0x4eb8bef7 // addp v23.4s, v23.4s, v24.4s
+	FMOVS 20(R8), F24
+	WORD $0x6f980357 // mla v23.4s, v26.4s, v24.s[0]
+	FMOVS 0(R8), F24
+	WORD $0x4f98933b // fmul v27.4s, v25.4s, v24.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e3bdef7 // fmul v23.4s, v23.4s, v27.4s
+	WORD $0x4e37d508 // fadd v8.4s, v8.4s, v23.4s
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	FMOVQ 64(R0), F21
+	WORD $0x4e321eb4 // and v20.16b, v21.16b, v18.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b9a // sadalp v26.4s, v28.8h
+	WORD $0x4e606a79 // sadalp v25.4s, v19.8h
+	WORD $0x4e0405bc // dup v28.4s, v13.s[0]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a7a // sadalp v26.4s, v19.8h
+	WORD $0x4e606b99 // sadalp v25.4s, v28.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b9b // sadalp v27.4s, v28.8h
+	WORD $0x4e606a78 // sadalp v24.4s, v19.8h
+	WORD $0x4e0405fc // dup v28.4s, v15.s[0]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a7b // sadalp v27.4s, v19.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606a76 // sadalp v22.4s, v19.8h
+	WORD $0x4e04063c // dup v28.4s, v17.s[0]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a77 // sadalp v23.4s, v19.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	FMOVQ 128(R0), F21
+	WORD $0x4e321eb4 // and v20.16b, v21.16b, v18.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b9a // sadalp v26.4s, v28.8h
+	WORD $0x4e606a79 // sadalp v25.4s, v19.8h
+	WORD $0x4e0c05bc // dup v28.4s, v13.s[1]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a7a // sadalp v26.4s, v19.8h
+	WORD $0x4e606b99 // sadalp v25.4s, v28.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b9b // sadalp v27.4s, v28.8h
+	WORD $0x4e606a78 // sadalp v24.4s, v19.8h
+	WORD $0x4e0c05fc // dup v28.4s, v15.s[1]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a7b // sadalp v27.4s, v19.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606a76 // sadalp v22.4s, v19.8h
+	WORD $0x4e0c063c // dup v28.4s, v17.s[1]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a77 // sadalp v23.4s, v19.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	FMOVQ 192(R0), F21
+	WORD $0x4e321eb4 // and v20.16b, v21.16b, v18.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b9a // sadalp v26.4s, v28.8h
+	WORD $0x4e606a79 // sadalp v25.4s, v19.8h
+	WORD $0x4e1405bc // dup v28.4s, v13.s[2]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a7a // sadalp v26.4s, v19.8h
+	WORD $0x4e606b99 // sadalp v25.4s, v28.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b9b // sadalp v27.4s, v28.8h
+	WORD $0x4e606a78 // sadalp v24.4s, v19.8h
+	WORD $0x4e1405fc // dup v28.4s, v15.s[2]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a7b // sadalp v27.4s, v19.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606a76 // sadalp v22.4s, v19.8h
+	WORD $0x4e14063c // dup v28.4s, v17.s[2]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a77 // sadalp v23.4s, v19.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	FMOVQ 256(R0), F21
+	WORD $0x4e321eb4 // and v20.16b, v21.16b, v18.16b
+	WORD $0x6f0c06b5 // ushr v21.16b, v21.16b, #4
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b9a // sadalp v26.4s, v28.8h
+	WORD $0x4e606a79 // sadalp v25.4s, v19.8h
+	WORD $0x4e1c05bc // dup v28.4s, v13.s[3]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a7a // sadalp v26.4s, v19.8h
+	WORD $0x4e606b99 // sadalp v25.4s, v28.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b9b // sadalp v27.4s, v28.8h
+	WORD $0x4e606a78 // sadalp v24.4s, v19.8h
+	WORD $0x4e1c05fc // dup v28.4s, v15.s[3]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a7b // sadalp v27.4s, v19.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c29c // smull v28.8h, v20.8b, v19.8b
+	WORD $0x4e33c293 // smull2 v19.8h, v20.16b, v19.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606a76 // sadalp v22.4s, v19.8h
+	WORD $0x4e1c063c // dup v28.4s, v17.s[3]
+	WORD $0x0e3cc2b3 // smull v19.8h, v21.8b, v28.8b
+	WORD $0x4e3cc2bc // smull2 v28.8h, v21.16b, v28.16b
+	WORD $0x4e606a77 // sadalp v23.4s, v19.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	FMOVD 8(R0), F21
+	WORD $0x0e217ab5 // fcvtl v21.4s, v21.4h
+	FMOVS 36(R0), F20
+	WORD $0x2f08a694 // uxtl v20.8h, v20.8b
+	WORD $0x2f10a694 // uxtl v20.4s, v20.4h
+	WORD $0x4eb9bf5a // addp v26.4s, v26.4s, v25.4s
+	FMOVS 20(R6), F25
+	WORD $0x6f99029a // mla v26.4s, v20.4s, v25.s[0]
+	FMOVS 0(R6), F25
+	WORD $0x4f9992b3 // fmul v19.4s, v21.4s, v25.s[0]
+	WORD $0x4e21db5a // scvtf v26.4s, v26.4s
+	WORD $0x6e33df5a // fmul v26.4s, v26.4s, v19.4s
+	WORD $0x4e3ad421 // fadd v1.4s, v1.4s, v26.4s
+	WORD $0x4eb8bf7b // addp v27.4s, v27.4s, v24.4s
+	FMOVS 20(R7), F24
+	WORD $0x6f98029b // mla v27.4s, v20.4s, v24.s[0]
+	FMOVS 0(R7), F24
+	WORD $0x4f9892b3 // fmul v19.4s, v21.4s, v24.s[0]
+	WORD $0x4e21db7b // scvtf v27.4s, v27.4s
+	WORD $0x6e33df7b // fmul v27.4s, v27.4s, v19.4s
+	WORD $0x4e3bd4a5 // fadd v5.4s, v5.4s, v27.4s
+	WORD $0x4eb6bef7 // addp v23.4s, v23.4s, v22.4s
+	FMOVS 20(R8), F22
+	WORD $0x6f960297 // mla v23.4s, v20.4s, v22.s[0]
+	FMOVS 0(R8), F22
+	WORD $0x4f9692b3 // fmul v19.4s, v21.4s, v22.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e33def7 // fmul v23.4s, v23.4s, v19.4s
+	WORD $0x4e37d529 // fadd v9.4s, v9.4s, v23.4s
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	FMOVQ 80(R0), F27
+	WORD $0x4e321f79 // and v25.16b, v27.16b, v18.16b
+	WORD $0x6f0c077b // ushr v27.16b, v27.16b, #4
+	WORD $0x4e04059a // dup v26.4s, v12.s[0]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b55 // sadalp v21.4s, v26.8h
+	WORD $0x4e0405bc // dup v28.4s, v13.s[0]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b54 // sadalp v20.4s, v26.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0405da // dup v26.4s, v14.s[0]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b56 // sadalp v22.4s, v26.8h
+	WORD $0x4e0405fc // dup v28.4s, v15.s[0]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b53 // sadalp v19.4s, v26.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	WORD $0x4e04061a // dup v26.4s, v16.s[0]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606b58 // sadalp v24.4s, v26.8h
+	WORD $0x4e04063c // dup v28.4s, v17.s[0]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b57 // sadalp v23.4s, v26.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	FMOVQ 144(R0), F27
+	WORD $0x4e321f79 // and v25.16b, v27.16b, v18.16b
+	WORD $0x6f0c077b // ushr v27.16b, v27.16b, #4
+	WORD $0x4e0c059a // dup v26.4s, v12.s[1]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b55 // sadalp v21.4s, v26.8h
+	WORD $0x4e0c05bc // dup v28.4s, v13.s[1]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b54 // sadalp v20.4s, v26.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0c05da // dup v26.4s, v14.s[1]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b56 // sadalp v22.4s, v26.8h
+	WORD $0x4e0c05fc // dup v28.4s, v15.s[1]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b53 // sadalp v19.4s, v26.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	WORD $0x4e0c061a // dup v26.4s, v16.s[1]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606b58 // sadalp v24.4s, v26.8h
+	WORD $0x4e0c063c // dup v28.4s, v17.s[1]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b57 // sadalp v23.4s, v26.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	FMOVQ 208(R0), F27
+	WORD $0x4e321f79 // and v25.16b, v27.16b, v18.16b
+	WORD $0x6f0c077b // ushr v27.16b, v27.16b, #4
+	WORD $0x4e14059a // dup v26.4s, v12.s[2]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b55 // sadalp v21.4s, v26.8h
+	WORD $0x4e1405bc // dup v28.4s, v13.s[2]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b54 // sadalp v20.4s, v26.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1405da // dup v26.4s, v14.s[2]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b56 // sadalp v22.4s, v26.8h
+	WORD $0x4e1405fc // dup v28.4s, v15.s[2]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b53 // sadalp v19.4s, v26.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	WORD $0x4e14061a // dup v26.4s, v16.s[2]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606b58 // sadalp v24.4s, v26.8h
+	WORD $0x4e14063c // dup v28.4s, v17.s[2]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b57 // sadalp v23.4s, v26.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	FMOVQ 272(R0), F27
+	WORD $0x4e321f79 // and v25.16b, v27.16b, v18.16b
+	WORD $0x6f0c077b // ushr v27.16b, v27.16b, #4
+	WORD $0x4e1c059a // dup v26.4s, v12.s[3]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b55 // sadalp v21.4s, v26.8h
+	WORD $0x4e1c05bc // dup v28.4s, v13.s[3]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b54 // sadalp v20.4s, v26.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1c05da // dup v26.4s, v14.s[3]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b56 // sadalp v22.4s, v26.8h
+	WORD $0x4e1c05fc // dup v28.4s, v15.s[3]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b53 // sadalp v19.4s, v26.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	WORD $0x4e1c061a // dup v26.4s, v16.s[3]
+	WORD $0x0e3ac33c // smull v28.8h, v25.8b, v26.8b
+	WORD $0x4e3ac33a // smull2 v26.8h, v25.16b, v26.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606b58 // sadalp v24.4s, v26.8h
+	WORD $0x4e1c063c // dup v28.4s, v17.s[3]
+	WORD $0x0e3cc37a // smull v26.8h, v27.8b, v28.8b
+	WORD $0x4e3cc37c // smull2 v28.8h, v27.16b, v28.16b
+	WORD $0x4e606b57 // sadalp v23.4s, v26.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	FMOVD 16(R0), F27
+	WORD $0x0e217b7b // fcvtl v27.4s, v27.4h
+	FMOVS 40(R0), F25
+	WORD $0x2f08a739 // uxtl v25.8h, v25.8b
+	WORD $0x2f10a739 // uxtl v25.4s, v25.4h
+	WORD $0x4eb5be94 // addp v20.4s, v20.4s, v21.4s
+	FMOVS 20(R6), F21
+	WORD $0x6f950334 // mla v20.4s, v25.4s, v21.s[0]
+	FMOVS 0(R6), F21
+	WORD $0x4f95937a // fmul v26.4s, v27.4s, v21.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e3ade94 // fmul v20.4s, v20.4s, v26.4s
+	WORD $0x4e34d442 // fadd v2.4s, v2.4s, v20.4s
+	WORD $0x4eb6be73 // addp v19.4s, v19.4s, v22.4s
+	FMOVS 20(R7), F22
+	WORD $0x6f960333 // mla v19.4s, v25.4s, v22.s[0]
+	FMOVS 0(R7), F22
+	WORD $0x4f96937a // fmul v26.4s, v27.4s, v22.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e3ade73 // fmul v19.4s, v19.4s, v26.4s
+	WORD $0x4e33d4c6 // fadd v6.4s, v6.4s, v19.4s
+	WORD $0x4eb8bef7 // addp v23.4s, v23.4s, v24.4s
+	FMOVS 20(R8), F24
+	WORD $0x6f980337 // mla v23.4s, v25.4s, v24.s[0]
+	FMOVS 0(R8), F24
+	WORD $0x4f98937a // fmul v26.4s, v27.4s, v24.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e3adef7 // fmul v23.4s, v23.4s, v26.4s
+	WORD $0x4e37d54a // fadd v10.4s, v10.4s, v23.4s
+	WORD $0x6e391f39 // eor v25.16b, v25.16b, v25.16b
+	WORD $0x6e3b1f7b // eor v27.16b, v27.16b, v27.16b
+	WORD $0x6e3a1f5a // eor v26.16b, v26.16b, v26.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	FMOVQ 96(R0), F19
+	WORD $0x4e321e75 // and v21.16b, v19.16b, v18.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b99 // sadalp v25.4s, v28.8h
+	WORD $0x4e606a9b // sadalp v27.4s, v20.8h
+	WORD $0x4e0405bc // dup v28.4s, v13.s[0]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a99 // sadalp v25.4s, v20.8h
+	WORD $0x4e606b9b // sadalp v27.4s, v28.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b9a // sadalp v26.4s, v28.8h
+	WORD $0x4e606a98 // sadalp v24.4s, v20.8h
+	WORD $0x4e0405fc // dup v28.4s, v15.s[0]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a9a // sadalp v26.4s, v20.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606a96 // sadalp v22.4s, v20.8h
+	WORD $0x4e04063c // dup v28.4s, v17.s[0]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a97 // sadalp v23.4s, v20.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	FMOVQ 160(R0), F19
+	WORD $0x4e321e75 // and v21.16b, v19.16b, v18.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b99 // sadalp v25.4s, v28.8h
+	WORD $0x4e606a9b // sadalp v27.4s, v20.8h
+	WORD $0x4e0c05bc // dup v28.4s, v13.s[1]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a99 // sadalp v25.4s, v20.8h
+	WORD $0x4e606b9b // sadalp v27.4s, v28.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b9a // sadalp v26.4s, v28.8h
+	WORD $0x4e606a98 // sadalp v24.4s, v20.8h
+	WORD $0x4e0c05fc // dup v28.4s, v15.s[1]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a9a // sadalp v26.4s, v20.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606a96 // sadalp v22.4s, v20.8h
+	WORD $0x4e0c063c // dup v28.4s, v17.s[1]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a97 // sadalp v23.4s, v20.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	FMOVQ 224(R0), F19
+	WORD $0x4e321e75 // and v21.16b, v19.16b, v18.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b99 // sadalp v25.4s, v28.8h
+	WORD $0x4e606a9b // sadalp v27.4s, v20.8h
+	WORD $0x4e1405bc // dup v28.4s, v13.s[2]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a99 // sadalp v25.4s, v20.8h
+	WORD $0x4e606b9b // sadalp v27.4s, v28.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b9a // sadalp v26.4s, v28.8h
+	WORD $0x4e606a98 // sadalp v24.4s, v20.8h
+	WORD $0x4e1405fc // dup v28.4s, v15.s[2]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a9a // sadalp v26.4s, v20.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606a96 // sadalp v22.4s, v20.8h
+	WORD $0x4e14063c // dup v28.4s, v17.s[2]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a97 // sadalp v23.4s, v20.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	FMOVQ 288(R0), F19
+	WORD $0x4e321e75 // and v21.16b, v19.16b, v18.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b99 // sadalp v25.4s, v28.8h
+	WORD $0x4e606a9b // sadalp v27.4s, v20.8h
+	WORD $0x4e1c05bc // dup v28.4s, v13.s[3]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a99 // sadalp v25.4s, v20.8h
+	WORD $0x4e606b9b // sadalp v27.4s, v28.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b9a // sadalp v26.4s, v28.8h
+	WORD $0x4e606a98 // sadalp v24.4s, v20.8h
+	WORD $0x4e1c05fc // dup v28.4s, v15.s[3]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a9a // sadalp v26.4s, v20.8h
+	WORD $0x4e606b98 // sadalp v24.4s, v28.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c2bc // smull v28.8h, v21.8b, v20.8b
+	WORD $0x4e34c2b4 // smull2 v20.8h, v21.16b, v20.16b
+	WORD $0x4e606b97 // sadalp v23.4s, v28.8h
+	WORD $0x4e606a96 // sadalp v22.4s, v20.8h
+	WORD $0x4e1c063c // dup v28.4s, v17.s[3]
+	WORD $0x0e3cc274 // smull v20.8h, v19.8b, v28.8b
+	WORD $0x4e3cc27c // smull2 v28.8h, v19.16b, v28.16b
+	WORD $0x4e606a97 // sadalp v23.4s, v20.8h
+	WORD $0x4e606b96 // sadalp v22.4s, v28.8h
+	FMOVD 24(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVS 44(R0), F21
+	WORD $0x2f08a6b5 // uxtl v21.8h, v21.8b
+	WORD $0x2f10a6b5 // uxtl v21.4s, v21.4h
+	WORD $0x4ebbbf39 // addp v25.4s, v25.4s, v27.4s
+	FMOVS 20(R6), F27
+	WORD $0x6f9b02b9 // mla v25.4s, v21.4s, v27.s[0]
+	FMOVS 0(R6), F27
+	WORD $0x4f9b9274 // fmul v20.4s, v19.4s, v27.s[0]
+	WORD $0x4e21db39 // scvtf v25.4s, v25.4s
+	WORD $0x6e34df39 // fmul v25.4s, v25.4s, v20.4s
+	WORD $0x4e39d463 // fadd v3.4s, v3.4s, v25.4s
+	WORD $0x4eb8bf5a // addp v26.4s, v26.4s, v24.4s
+	FMOVS 20(R7), F24
+	WORD $0x6f9802ba // mla v26.4s, v21.4s, v24.s[0]
+	FMOVS 0(R7), F24
+	WORD $0x4f989274 // fmul v20.4s, v19.4s, v24.s[0]
+	WORD $0x4e21db5a // scvtf v26.4s, v26.4s
+	WORD $0x6e34df5a // fmul v26.4s, v26.4s, v20.4s
+	WORD $0x4e3ad4e7 // fadd v7.4s, v7.4s, v26.4s
+	WORD $0x4eb6bef7 // addp v23.4s, v23.4s, v22.4s
+	FMOVS 20(R8), F22
+	WORD $0x6f9602b7 // mla v23.4s, v21.4s, v22.s[0]
+	FMOVS 0(R8), F22
+	WORD $0x4f969274 // fmul v20.4s, v19.4s, v22.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e34def7 // fmul v23.4s, v23.4s, v20.4s
+	WORD $0x4e37d56b // fadd v11.4s, v11.4s, v23.4s
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	FMOVQ F8, 0(R12)
+	FMOVQ F9, 16(R12)
+	FMOVQ F10, 32(R12)
+	FMOVQ F11, 48(R12)
+	RET
+
+// func intQ4_Zx4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx4NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 16(R2), F1
+	FMOVQ 0(R3), F2
+	FMOVQ 16(R3), F3
+	FMOVQ 0(R4), F4
+	FMOVQ 16(R4), F5
+	FMOVQ 0(R5), F6
+	FMOVQ 16(R5), F7
+	FMOVQ 0(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 48(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040413 // dup v19.4s, v0.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e040493 // dup v19.4s, v4.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404d3 // dup v19.4s, v6.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 112(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0413 // dup v19.4s, v0.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e0c0493 // dup v19.4s, v4.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04d3 // dup v19.4s, v6.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 176(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140413 // dup v19.4s, v0.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e140493 // dup v19.4s, v4.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404d3 // dup v19.4s, v6.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 240(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0413 // dup v19.4s, v0.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e1c0493 // dup v19.4s, v4.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04d3 // dup v19.4s, v6.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a70 // sadalp v16.4s, v19.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 0(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 32(R0), F18
+	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
+	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 20(R6), F10
+	WORD $0x6f8a0249 // mla v9.4s, v18.4s, v10.s[0]
+	FMOVS 0(R6), F10
+	WORD $0x4f8a9233 // fmul v19.4s, v17.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e33dd29 // fmul v9.4s, v9.4s, v19.4s
+	FMOVQ 0(R10), F20
+	WORD $0x4e29d694 // fadd v20.4s, v20.4s, v9.4s
+	FMOVQ F20, 0(R10)
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 20(R7), F12
+	WORD $0x6f8c024b // mla v11.4s, v18.4s, v12.s[0]
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9233 // fmul v19.4s, v17.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e33dd6b // fmul v11.4s, v11.4s, v19.4s
+	FMOVQ 0(R11), F10
+	WORD $0x4e2bd54a // fadd v10.4s, v10.4s, v11.4s
+	FMOVQ F10, 0(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 20(R8), F14
+	WORD $0x6f8e024d // mla v13.4s, v18.4s, v14.s[0]
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9233 // fmul v19.4s, v17.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e33ddad // fmul v13.4s, v13.4s, v19.4s
+	FMOVQ 0(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 0(R12)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 20(R9), F16
+	WORD $0x6f90024f // mla v15.4s, v18.4s, v16.s[0]
+	FMOVS 0(R9), F16
+	WORD $0x4f909233 // fmul v19.4s, v17.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e33ddef // fmul v15.4s, v15.4s, v19.4s
+	FMOVQ 0(R13), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 0(R13)
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 64(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e040409 // dup v9.4s, v0.s[0]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606932 // sadalp v18.4s, v9.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e040449 // dup v9.4s, v2.s[0]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606933 // sadalp v19.4s, v9.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e040489 // dup v9.4s, v4.s[0]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404c9 // dup v9.4s, v6.s[0]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 128(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e0c0409 // dup v9.4s, v0.s[1]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606932 // sadalp v18.4s, v9.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e0c0449 // dup v9.4s, v2.s[1]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606933 // sadalp v19.4s, v9.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e0c0489 // dup v9.4s, v4.s[1]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04c9 // dup v9.4s, v6.s[1]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 192(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e140409 // dup v9.4s, v0.s[2]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606932 // sadalp v18.4s, v9.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e140449 // dup v9.4s, v2.s[2]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606933 // sadalp v19.4s, v9.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e140489 // dup v9.4s, v4.s[2]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404c9 // dup v9.4s, v6.s[2]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 256(R0), F11
+	WORD $0x4e281d6a // and v10.16b, v11.16b, v8.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e1c0409 // dup v9.4s, v0.s[3]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606931 // sadalp v17.4s, v9.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606932 // sadalp v18.4s, v9.8h
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e1c0449 // dup v9.4s, v2.s[3]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e606930 // sadalp v16.4s, v9.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e606933 // sadalp v19.4s, v9.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e1c0489 // dup v9.4s, v4.s[3]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60692e // sadalp v14.4s, v9.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692f // sadalp v15.4s, v9.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04c9 // dup v9.4s, v6.s[3]
+	WORD $0x0e29c154 // smull v20.8h, v10.8b, v9.8b
+	WORD $0x4e29c149 // smull2 v9.8h, v10.16b, v9.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60692c // sadalp v12.4s, v9.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c169 // smull v9.8h, v11.8b, v20.8b
+	WORD $0x4e34c174 // smull2 v20.8h, v11.16b, v20.16b
+	WORD $0x4e60692d // sadalp v13.4s, v9.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 36(R0), F10
+	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
+	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
+	WORD $0x4eb1be52 // addp v18.4s, v18.4s, v17.4s
+	FMOVS 20(R6), F17
+	WORD $0x6f910152 // mla v18.4s, v10.4s, v17.s[0]
+	FMOVS 0(R6), F17
+	WORD $0x4f919169 // fmul v9.4s, v11.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e29de52 // fmul v18.4s, v18.4s, v9.4s
+	FMOVQ 16(R10), F20
+	WORD $0x4e32d694 // fadd v20.4s, v20.4s, v18.4s
+	FMOVQ F20, 16(R10)
+	WORD $0x4eb0be73 // addp v19.4s, v19.4s, v16.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f900153 // mla v19.4s, v10.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f909169 // fmul v9.4s, v11.4s, v16.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e29de73 // fmul v19.4s, v19.4s, v9.4s
+	FMOVQ 16(R11), F17
+	WORD $0x4e33d631 // fadd v17.4s, v17.4s, v19.4s
+	FMOVQ F17, 16(R11)
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 20(R8), F14
+	WORD $0x6f8e014f // mla v15.4s, v10.4s, v14.s[0]
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9169 // fmul v9.4s, v11.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	FMOVQ 16(R12), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 16(R12)
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 20(R9), F12
+	WORD $0x6f8c014d // mla v13.4s, v10.4s, v12.s[0]
+	FMOVS 0(R9), F12
+	WORD $0x4f8c9169 // fmul v9.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e29ddad // fmul v13.4s, v13.4s, v9.4s
+	FMOVQ 16(R13), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 16(R13)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 80(R0), F19
+	WORD $0x4e281e71 // and v17.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e040412 // dup v18.4s, v0.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e040452 // dup v18.4s, v2.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e040492 // dup v18.4s, v4.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404d2 // dup v18.4s, v6.s[0]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 144(R0), F19
+	WORD $0x4e281e71 // and v17.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e0c0412 // dup v18.4s, v0.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c0452 // dup v18.4s, v2.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e0c0492 // dup v18.4s, v4.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04d2 // dup v18.4s, v6.s[1]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 208(R0), F19
+	WORD $0x4e281e71 // and v17.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e140412 // dup v18.4s, v0.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e140452 // dup v18.4s, v2.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e140492 // dup v18.4s, v4.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404d2 // dup v18.4s, v6.s[2]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVQ 272(R0), F19
+	WORD $0x4e281e71 // and v17.16b, v19.16b, v8.16b
+	WORD $0x6f0c0673 // ushr v19.16b, v19.16b, #4
+	WORD $0x4e1c0412 // dup v18.4s, v0.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a4b // sadalp v11.4s, v18.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4a // sadalp v10.4s, v18.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c0452 // dup v18.4s, v2.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a4c // sadalp v12.4s, v18.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a49 // sadalp v9.4s, v18.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	WORD $0x4e1c0492 // dup v18.4s, v4.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a4e // sadalp v14.4s, v18.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4d // sadalp v13.4s, v18.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04d2 // dup v18.4s, v6.s[3]
+	WORD $0x0e32c234 // smull v20.8h, v17.8b, v18.8b
+	WORD $0x4e32c232 // smull2 v18.8h, v17.16b, v18.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a50 // sadalp v16.4s, v18.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c272 // smull v18.8h, v19.8b, v20.8b
+	WORD $0x4e34c274 // smull2 v20.8h, v19.16b, v20.16b
+	WORD $0x4e606a4f // sadalp v15.4s, v18.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	FMOVD 16(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVS 40(R0), F17
+	WORD $0x2f08a631 // uxtl v17.8h, v17.8b
+	WORD $0x2f10a631 // uxtl v17.4s, v17.4h
+	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
+	FMOVS 20(R6), F11
+	WORD $0x6f8b022a // mla v10.4s, v17.4s, v11.s[0]
+	FMOVS 0(R6), F11
+	WORD $0x4f8b9272 // fmul v18.4s, v19.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e32dd4a // fmul v10.4s, v10.4s, v18.4s
+	FMOVQ 32(R10), F20
+	WORD $0x4e2ad694 // fadd v20.4s, v20.4s, v10.4s
+	FMOVQ F20, 32(R10)
+	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
+	FMOVS 20(R7), F12
+	WORD $0x6f8c0229 // mla v9.4s, v17.4s, v12.s[0]
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9272 // fmul v18.4s, v19.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e32dd29 // fmul v9.4s, v9.4s, v18.4s
+	FMOVQ 32(R11), F11
+	WORD $0x4e29d56b // fadd v11.4s, v11.4s, v9.4s
+	FMOVQ F11, 32(R11)
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 20(R8), F14
+	WORD $0x6f8e022d // mla v13.4s, v17.4s, v14.s[0]
+	FMOVS 0(R8), F14
+	WORD $0x4f8e9272 // fmul v18.4s, v19.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e32ddad // fmul v13.4s, v13.4s, v18.4s
+	FMOVQ 32(R12), F12
+	WORD $0x4e2dd58c // fadd v12.4s, v12.4s, v13.4s
+	FMOVQ F12, 32(R12)
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 20(R9), F16
+	WORD $0x6f90022f // mla v15.4s, v17.4s, v16.s[0]
+	FMOVS 0(R9), F16
+	WORD $0x4f909272 // fmul v18.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e32ddef // fmul v15.4s, v15.4s, v18.4s
+	FMOVQ 32(R13), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 32(R13)
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 96(R0), F9
+	WORD $0x4e281d2b // and v11.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e04040a // dup v10.4s, v0.s[0]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606953 // sadalp v19.4s, v10.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e04044a // dup v10.4s, v2.s[0]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606952 // sadalp v18.4s, v10.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e04048a // dup v10.4s, v4.s[0]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e0404b4 // dup v20.4s, v5.s[0]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0404ca // dup v10.4s, v6.s[0]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e0404f4 // dup v20.4s, v7.s[0]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 160(R0), F9
+	WORD $0x4e281d2b // and v11.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c040a // dup v10.4s, v0.s[1]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606953 // sadalp v19.4s, v10.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e0c044a // dup v10.4s, v2.s[1]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606952 // sadalp v18.4s, v10.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e0c048a // dup v10.4s, v4.s[1]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e0c04b4 // dup v20.4s, v5.s[1]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e0c04ca // dup v10.4s, v6.s[1]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e0c04f4 // dup v20.4s, v7.s[1]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 224(R0), F9
+	WORD $0x4e281d2b // and v11.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e14040a // dup v10.4s, v0.s[2]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606953 // sadalp v19.4s, v10.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e14044a // dup v10.4s, v2.s[2]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606952 // sadalp v18.4s, v10.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e14048a // dup v10.4s, v4.s[2]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e1404b4 // dup v20.4s, v5.s[2]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1404ca // dup v10.4s, v6.s[2]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e1404f4 // dup v20.4s, v7.s[2]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 288(R0), F9
+	WORD $0x4e281d2b // and v11.16b, v9.16b, v8.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c040a // dup v10.4s, v0.s[3]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a91 // sadalp v17.4s, v20.8h
+	WORD $0x4e606953 // sadalp v19.4s, v10.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606951 // sadalp v17.4s, v10.8h
+	WORD $0x4e606a93 // sadalp v19.4s, v20.8h
+	WORD $0x4e1c044a // dup v10.4s, v2.s[3]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a92 // sadalp v18.4s, v20.8h
+	WORD $0x4e606950 // sadalp v16.4s, v10.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e606952 // sadalp v18.4s, v10.8h
+	WORD $0x4e606a90 // sadalp v16.4s, v20.8h
+	WORD $0x4e1c048a // dup v10.4s, v4.s[3]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e60694e // sadalp v14.4s, v10.8h
+	WORD $0x4e1c04b4 // dup v20.4s, v5.s[3]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694f // sadalp v15.4s, v10.8h
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e1c04ca // dup v10.4s, v6.s[3]
+	WORD $0x0e2ac174 // smull v20.8h, v11.8b, v10.8b
+	WORD $0x4e2ac16a // smull2 v10.8h, v11.16b, v10.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e60694c // sadalp v12.4s, v10.8h
+	WORD $0x4e1c04f4 // dup v20.4s, v7.s[3]
+	WORD $0x0e34c12a // smull v10.8h, v9.8b, v20.8b
+	WORD $0x4e34c134 // smull2 v20.8h, v9.16b, v20.16b
+	WORD $0x4e60694d // sadalp v13.4s, v10.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 44(R0), F11
+	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
+	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
+	WORD $0x4eb3be31 // addp v17.4s, v17.4s, v19.4s
+	FMOVS 20(R6), F19
+	WORD $0x6f930171 // mla v17.4s, v11.4s, v19.s[0]
+	FMOVS 0(R6), F19
+	WORD $0x4f93912a // fmul v10.4s, v9.4s, v19.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2ade31 // fmul v17.4s, v17.4s, v10.4s
+	FMOVQ 48(R10), F20
+	WORD $0x4e31d694 // fadd v20.4s, v20.4s, v17.4s
+	FMOVQ F20, 48(R10)
+	WORD $0x4eb0be52 // addp v18.4s, v18.4s, v16.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f900172 // mla v18.4s, v11.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f90912a // fmul v10.4s, v9.4s, v16.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ade52 // fmul v18.4s, v18.4s, v10.4s
+	FMOVQ 48(R11), F19
+	WORD $0x4e32d673 // fadd v19.4s, v19.4s, v18.4s
+	FMOVQ F19, 48(R11)
+	WORD $0x4eaebdef // addp v15.4s, v15.4s, v14.4s
+	FMOVS 20(R8), F14
+	WORD $0x6f8e016f // mla v15.4s, v11.4s, v14.s[0]
+	FMOVS 0(R8), F14
+	WORD $0x4f8e912a // fmul v10.4s, v9.4s, v14.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2addef // fmul v15.4s, v15.4s, v10.4s
+	FMOVQ 48(R12), F16
+	WORD $0x4e2fd610 // fadd v16.4s, v16.4s, v15.4s
+	FMOVQ F16, 48(R12)
+	WORD $0x4eacbdad // addp v13.4s, v13.4s, v12.4s
+	FMOVS 20(R9), F12
+	WORD $0x6f8c016d // mla v13.4s, v11.4s, v12.s[0]
+	FMOVS 0(R9), F12
+	WORD $0x4f8c912a // fmul v10.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVQ 48(R13), F14
+	WORD $0x4e2dd5ce // fadd v14.4s, v14.4s, v13.4s
+	FMOVQ F14, 48(R13)
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
 // func intQ5_0x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 TEXT ·intQ5_0x1NEON(SB), NOSPLIT|NOFRAME, $0-64
 	MOVD w+0(FP), R0
@@ -62132,6 +65768,626 @@ loop:
 done:
 	RET
 
+// func intQ4_Zx2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx2I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F8
+	FMOVQ 0(R3), F9
+	FMOVQ 16(R2), F10
+	FMOVQ 16(R3), F11
+	WORD $0x4ec9390c // zip1 v12.2d, v8.2d, v9.2d
+	WORD $0x4ec9790d // zip2 v13.2d, v8.2d, v9.2d
+	WORD $0x4ecb3949 // zip1 v9.2d, v10.2d, v11.2d
+	WORD $0x4ecb7948 // zip2 v8.2d, v10.2d, v11.2d
+	FMOVQ 0(R19), F11
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	FMOVQ 48(R0), F15
+	FMOVQ 112(R0), F16
+	WORD $0x4e9039f1 // zip1 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9079f2 // zip2 v18.4s, v15.4s, v16.4s
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1e4f // and v15.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e8ca60a // smmla v10.4s, v16.16b, v12.16b
+	WORD $0x4e8ca5ee // smmla v14.4s, v15.16b, v12.16b
+	WORD $0x4e89a62a // smmla v10.4s, v17.16b, v9.16b
+	WORD $0x4e89a64e // smmla v14.4s, v18.16b, v9.16b
+	FMOVQ 176(R0), F18
+	FMOVQ 240(R0), F17
+	WORD $0x4e913a4f // zip1 v15.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e2b1df1 // and v17.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1e12 // and v18.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8da62a // smmla v10.4s, v17.16b, v13.16b
+	WORD $0x4e8da64e // smmla v14.4s, v18.16b, v13.16b
+	WORD $0x4e88a5ea // smmla v10.4s, v15.16b, v8.16b
+	WORD $0x4e88a60e // smmla v14.4s, v16.16b, v8.16b
+	WORD $0x4e8e1950 // uzp1 v16.4s, v10.4s, v14.4s
+	WORD $0x4e8e594e // uzp2 v14.4s, v10.4s, v14.4s
+	FMOVD 0(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 32(R0), F15
+	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
+	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
+	FMOVS 20(R6), F18
+	WORD $0x6f9201f0 // mla v16.4s, v15.4s, v18.s[0]
+	FMOVS 0(R6), F18
+	WORD $0x4f929151 // fmul v17.4s, v10.4s, v18.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e31de10 // fmul v16.4s, v16.4s, v17.4s
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	FMOVS 20(R7), F17
+	WORD $0x6f9101ee // mla v14.4s, v15.4s, v17.s[0]
+	FMOVS 0(R7), F17
+	WORD $0x4f919152 // fmul v18.4s, v10.4s, v17.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e32ddce // fmul v14.4s, v14.4s, v18.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 64(R0), F18
+	FMOVQ 128(R0), F17
+	WORD $0x4e913a4e // zip1 v14.4s, v18.4s, v17.4s
+	WORD $0x4e917a50 // zip2 v16.4s, v18.4s, v17.4s
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e2b1e12 // and v18.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e8ca62f // smmla v15.4s, v17.16b, v12.16b
+	WORD $0x4e8ca64a // smmla v10.4s, v18.16b, v12.16b
+	WORD $0x4e89a5cf // smmla v15.4s, v14.16b, v9.16b
+	WORD $0x4e89a60a // smmla v10.4s, v16.16b, v9.16b
+	FMOVQ 192(R0), F16
+	FMOVQ 256(R0), F14
+	WORD $0x4e8e3a12 // zip1 v18.4s, v16.4s, v14.4s
+	WORD $0x4e8e7a11 // zip2 v17.4s, v16.4s, v14.4s
+	WORD $0x4e2b1e4e // and v14.16b, v18.16b, v11.16b
+	WORD $0x6f0c0652 // ushr v18.16b, v18.16b, #4
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e8da5cf // smmla v15.4s, v14.16b, v13.16b
+	WORD $0x4e8da60a // smmla v10.4s, v16.16b, v13.16b
+	WORD $0x4e88a64f // smmla v15.4s, v18.16b, v8.16b
+	WORD $0x4e88a62a // smmla v10.4s, v17.16b, v8.16b
+	WORD $0x4e8a19f1 // uzp1 v17.4s, v15.4s, v10.4s
+	WORD $0x4e8a59ea // uzp2 v10.4s, v15.4s, v10.4s
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 36(R0), F18
+	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
+	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
+	FMOVS 20(R6), F16
+	WORD $0x6f900251 // mla v17.4s, v18.4s, v16.s[0]
+	FMOVS 0(R6), F16
+	WORD $0x4f9091ee // fmul v14.4s, v15.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2ede31 // fmul v17.4s, v17.4s, v14.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	FMOVS 20(R7), F14
+	WORD $0x6f8e024a // mla v10.4s, v18.4s, v14.s[0]
+	FMOVS 0(R7), F14
+	WORD $0x4f8e91f0 // fmul v16.4s, v15.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e30dd4a // fmul v10.4s, v10.4s, v16.4s
+	WORD $0x4e2ad4a5 // fadd v5.4s, v5.4s, v10.4s
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 80(R0), F16
+	FMOVQ 144(R0), F14
+	WORD $0x4e8e3a0a // zip1 v10.4s, v16.4s, v14.4s
+	WORD $0x4e8e7a11 // zip2 v17.4s, v16.4s, v14.4s
+	WORD $0x4e2b1d4e // and v14.16b, v10.16b, v11.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e2b1e30 // and v16.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e8ca5d2 // smmla v18.4s, v14.16b, v12.16b
+	WORD $0x4e8ca60f // smmla v15.4s, v16.16b, v12.16b
+	WORD $0x4e89a552 // smmla v18.4s, v10.16b, v9.16b
+	WORD $0x4e89a62f // smmla v15.4s, v17.16b, v9.16b
+	FMOVQ 208(R0), F17
+	FMOVQ 272(R0), F10
+	WORD $0x4e8a3a30 // zip1 v16.4s, v17.4s, v10.4s
+	WORD $0x4e8a7a2e // zip2 v14.4s, v17.4s, v10.4s
+	WORD $0x4e2b1e0a // and v10.16b, v16.16b, v11.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8da552 // smmla v18.4s, v10.16b, v13.16b
+	WORD $0x4e8da62f // smmla v15.4s, v17.16b, v13.16b
+	WORD $0x4e88a612 // smmla v18.4s, v16.16b, v8.16b
+	WORD $0x4e88a5cf // smmla v15.4s, v14.16b, v8.16b
+	WORD $0x4e8f1a4e // uzp1 v14.4s, v18.4s, v15.4s
+	WORD $0x4e8f5a4f // uzp2 v15.4s, v18.4s, v15.4s
+	FMOVD 16(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVS 40(R0), F16
+	WORD $0x2f08a610 // uxtl v16.8h, v16.8b
+	WORD $0x2f10a610 // uxtl v16.4s, v16.4h
+	FMOVS 20(R6), F17
+	WORD $0x6f91020e // mla v14.4s, v16.4s, v17.s[0]
+	FMOVS 0(R6), F17
+	WORD $0x4f91924a // fmul v10.4s, v18.4s, v17.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	FMOVS 20(R7), F10
+	WORD $0x6f8a020f // mla v15.4s, v16.4s, v10.s[0]
+	FMOVS 0(R7), F10
+	WORD $0x4f8a9251 // fmul v17.4s, v18.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e31ddef // fmul v15.4s, v15.4s, v17.4s
+	WORD $0x4e2fd4c6 // fadd v6.4s, v6.4s, v15.4s
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 96(R0), F17
+	FMOVQ 160(R0), F10
+	WORD $0x4e8a3a2f // zip1 v15.4s, v17.4s, v10.4s
+	WORD $0x4e8a7a2e // zip2 v14.4s, v17.4s, v10.4s
+	WORD $0x4e2b1dea // and v10.16b, v15.16b, v11.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e2b1dd1 // and v17.16b, v14.16b, v11.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e8ca550 // smmla v16.4s, v10.16b, v12.16b
+	WORD $0x4e8ca632 // smmla v18.4s, v17.16b, v12.16b
+	WORD $0x4e89a5f0 // smmla v16.4s, v15.16b, v9.16b
+	WORD $0x4e89a5d2 // smmla v18.4s, v14.16b, v9.16b
+	FMOVQ 224(R0), F14
+	FMOVQ 288(R0), F15
+	WORD $0x4e8f39d1 // zip1 v17.4s, v14.4s, v15.4s
+	WORD $0x4e8f79ca // zip2 v10.4s, v14.4s, v15.4s
+	WORD $0x4e2b1e2f // and v15.16b, v17.16b, v11.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e2b1d4e // and v14.16b, v10.16b, v11.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e8da5f0 // smmla v16.4s, v15.16b, v13.16b
+	WORD $0x4e8da5d2 // smmla v18.4s, v14.16b, v13.16b
+	WORD $0x4e88a630 // smmla v16.4s, v17.16b, v8.16b
+	WORD $0x4e88a552 // smmla v18.4s, v10.16b, v8.16b
+	WORD $0x4e921a0a // uzp1 v10.4s, v16.4s, v18.4s
+	WORD $0x4e925a12 // uzp2 v18.4s, v16.4s, v18.4s
+	FMOVD 24(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 44(R0), F17
+	WORD $0x2f08a631 // uxtl v17.8h, v17.8b
+	WORD $0x2f10a631 // uxtl v17.4s, v17.4h
+	FMOVS 20(R6), F14
+	WORD $0x6f8e022a // mla v10.4s, v17.4s, v14.s[0]
+	FMOVS 0(R6), F14
+	WORD $0x4f8e920f // fmul v15.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2fdd4a // fmul v10.4s, v10.4s, v15.4s
+	WORD $0x4e2ad463 // fadd v3.4s, v3.4s, v10.4s
+	FMOVS 20(R7), F15
+	WORD $0x6f8f0232 // mla v18.4s, v17.4s, v15.s[0]
+	FMOVS 0(R7), F15
+	WORD $0x4f8f920e // fmul v14.4s, v16.4s, v15.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e2ede52 // fmul v18.4s, v18.4s, v14.4s
+	WORD $0x4e32d4e7 // fadd v7.4s, v7.4s, v18.4s
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_Zx4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Zx4I8MM(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R2), F0
+	FMOVQ 0(R3), F1
+	FMOVQ 16(R2), F2
+	FMOVQ 16(R3), F3
+	WORD $0x4ec13804 // zip1 v4.2d, v0.2d, v1.2d
+	WORD $0x4ec17805 // zip2 v5.2d, v0.2d, v1.2d
+	WORD $0x4ec33841 // zip1 v1.2d, v2.2d, v3.2d
+	WORD $0x4ec37840 // zip2 v0.2d, v2.2d, v3.2d
+	FMOVQ 0(R4), F3
+	FMOVQ 0(R5), F2
+	FMOVQ 16(R4), F6
+	FMOVQ 16(R5), F7
+	WORD $0x4ec23868 // zip1 v8.2d, v3.2d, v2.2d
+	WORD $0x4ec27869 // zip2 v9.2d, v3.2d, v2.2d
+	WORD $0x4ec738c2 // zip1 v2.2d, v6.2d, v7.2d
+	WORD $0x4ec778c3 // zip2 v3.2d, v6.2d, v7.2d
+	FMOVQ 0(R19), F7
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 48(R0), F13
+	FMOVQ 112(R0), F14
+	WORD $0x4e8e39af // zip1 v15.4s, v13.4s, v14.4s
+	WORD $0x4e8e79b0 // zip2 v16.4s, v13.4s, v14.4s
+	WORD $0x4e271dee // and v14.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e271e0d // and v13.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e84a5c6 // smmla v6.4s, v14.16b, v4.16b
+	WORD $0x4e84a5aa // smmla v10.4s, v13.16b, v4.16b
+	WORD $0x4e88a5cb // smmla v11.4s, v14.16b, v8.16b
+	WORD $0x4e88a5ac // smmla v12.4s, v13.16b, v8.16b
+	WORD $0x4e81a5e6 // smmla v6.4s, v15.16b, v1.16b
+	WORD $0x4e81a60a // smmla v10.4s, v16.16b, v1.16b
+	WORD $0x4e82a5eb // smmla v11.4s, v15.16b, v2.16b
+	WORD $0x4e82a60c // smmla v12.4s, v16.16b, v2.16b
+	FMOVQ 176(R0), F16
+	FMOVQ 240(R0), F15
+	WORD $0x4e8f3a0d // zip1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f7a0e // zip2 v14.4s, v16.4s, v15.4s
+	WORD $0x4e271daf // and v15.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e271dd0 // and v16.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e85a5e6 // smmla v6.4s, v15.16b, v5.16b
+	WORD $0x4e85a60a // smmla v10.4s, v16.16b, v5.16b
+	WORD $0x4e89a5eb // smmla v11.4s, v15.16b, v9.16b
+	WORD $0x4e89a60c // smmla v12.4s, v16.16b, v9.16b
+	WORD $0x4e80a5a6 // smmla v6.4s, v13.16b, v0.16b
+	WORD $0x4e80a5ca // smmla v10.4s, v14.16b, v0.16b
+	WORD $0x4e83a5ab // smmla v11.4s, v13.16b, v3.16b
+	WORD $0x4e83a5cc // smmla v12.4s, v14.16b, v3.16b
+	WORD $0x4e8a18ce // uzp1 v14.4s, v6.4s, v10.4s
+	WORD $0x4e8a58ca // uzp2 v10.4s, v6.4s, v10.4s
+	WORD $0x4e8c1966 // uzp1 v6.4s, v11.4s, v12.4s
+	WORD $0x4e8c596c // uzp2 v12.4s, v11.4s, v12.4s
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 32(R0), F13
+	WORD $0x2f08a5ad // uxtl v13.8h, v13.8b
+	WORD $0x2f10a5ad // uxtl v13.4s, v13.4h
+	FMOVS 20(R6), F16
+	WORD $0x6f9001ae // mla v14.4s, v13.4s, v16.s[0]
+	FMOVS 0(R6), F16
+	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2fddce // fmul v14.4s, v14.4s, v15.4s
+	FMOVQ 0(R10), F17
+	WORD $0x4e2ed631 // fadd v17.4s, v17.4s, v14.4s
+	FMOVQ F17, 0(R10)
+	FMOVS 20(R7), F15
+	WORD $0x6f8f01aa // mla v10.4s, v13.4s, v15.s[0]
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e30dd4a // fmul v10.4s, v10.4s, v16.4s
+	FMOVQ 0(R11), F14
+	WORD $0x4e2ad5ce // fadd v14.4s, v14.4s, v10.4s
+	FMOVQ F14, 0(R11)
+	FMOVS 20(R8), F16
+	WORD $0x6f9001a6 // mla v6.4s, v13.4s, v16.s[0]
+	FMOVS 0(R8), F16
+	WORD $0x4f90916f // fmul v15.4s, v11.4s, v16.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2fdcc6 // fmul v6.4s, v6.4s, v15.4s
+	FMOVQ 0(R12), F10
+	WORD $0x4e26d54a // fadd v10.4s, v10.4s, v6.4s
+	FMOVQ F10, 0(R12)
+	FMOVS 20(R9), F15
+	WORD $0x6f8f01ac // mla v12.4s, v13.4s, v15.s[0]
+	FMOVS 0(R9), F15
+	WORD $0x4f8f9170 // fmul v16.4s, v11.4s, v15.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVQ 0(R13), F6
+	WORD $0x4e2cd4c6 // fadd v6.4s, v6.4s, v12.4s
+	FMOVQ F6, 0(R13)
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 64(R0), F12
+	FMOVQ 128(R0), F6
+	WORD $0x4e86398a // zip1 v10.4s, v12.4s, v6.4s
+	WORD $0x4e86798e // zip2 v14.4s, v12.4s, v6.4s
+	WORD $0x4e271d46 // and v6.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e271dcc // and v12.16b, v14.16b, v7.16b
+	WORD $0x6f0c05ce // ushr v14.16b, v14.16b, #4
+	WORD $0x4e84a4cd // smmla v13.4s, v6.16b, v4.16b
+	WORD $0x4e84a58b // smmla v11.4s, v12.16b, v4.16b
+	WORD $0x4e88a4d0 // smmla v16.4s, v6.16b, v8.16b
+	WORD $0x4e88a58f // smmla v15.4s, v12.16b, v8.16b
+	WORD $0x4e81a54d // smmla v13.4s, v10.16b, v1.16b
+	WORD $0x4e81a5cb // smmla v11.4s, v14.16b, v1.16b
+	WORD $0x4e82a550 // smmla v16.4s, v10.16b, v2.16b
+	WORD $0x4e82a5cf // smmla v15.4s, v14.16b, v2.16b
+	FMOVQ 192(R0), F14
+	FMOVQ 256(R0), F10
+	WORD $0x4e8a39cc // zip1 v12.4s, v14.4s, v10.4s
+	WORD $0x4e8a79c6 // zip2 v6.4s, v14.4s, v10.4s
+	WORD $0x4e271d8a // and v10.16b, v12.16b, v7.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4e271cce // and v14.16b, v6.16b, v7.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e85a54d // smmla v13.4s, v10.16b, v5.16b
+	WORD $0x4e85a5cb // smmla v11.4s, v14.16b, v5.16b
+	WORD $0x4e89a550 // smmla v16.4s, v10.16b, v9.16b
+	WORD $0x4e89a5cf // smmla v15.4s, v14.16b, v9.16b
+	WORD $0x4e80a58d // smmla v13.4s, v12.16b, v0.16b
+	WORD $0x4e80a4cb // smmla v11.4s, v6.16b, v0.16b
+	WORD $0x4e83a590 // smmla v16.4s, v12.16b, v3.16b
+	WORD $0x4e83a4cf // smmla v15.4s, v6.16b, v3.16b
+	WORD $0x4e8b19a6 // uzp1 v6.4s, v13.4s, v11.4s
+	WORD $0x4e8b59ab // uzp2 v11.4s, v13.4s, v11.4s
+	WORD $0x4e8f1a0d // uzp1 v13.4s, v16.4s, v15.4s
+	WORD $0x4e8f5a0f // uzp2 v15.4s, v16.4s, v15.4s
+	FMOVD 8(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 36(R0), F12
+	WORD $0x2f08a58c // uxtl v12.8h, v12.8b
+	WORD $0x2f10a58c // uxtl v12.4s, v12.4h
+	FMOVS 20(R6), F14
+	WORD $0x6f8e0186 // mla v6.4s, v12.4s, v14.s[0]
+	FMOVS 0(R6), F14
+	WORD $0x4f8e920a // fmul v10.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e2adcc6 // fmul v6.4s, v6.4s, v10.4s
+	FMOVQ 16(R10), F17
+	WORD $0x4e26d631 // fadd v17.4s, v17.4s, v6.4s
+	FMOVQ F17, 16(R10)
+	FMOVS 20(R7), F10
+	WORD $0x6f8a018b // mla v11.4s, v12.4s, v10.s[0]
+	FMOVS 0(R7), F10
+	WORD $0x4f8a920e // fmul v14.4s, v16.4s, v10.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2edd6b // fmul v11.4s, v11.4s, v14.4s
+	FMOVQ 16(R11), F6
+	WORD $0x4e2bd4c6 // fadd v6.4s, v6.4s, v11.4s
+	FMOVQ F6, 16(R11)
+	FMOVS 20(R8), F14
+	WORD $0x6f8e018d // mla v13.4s, v12.4s, v14.s[0]
+	FMOVS 0(R8), F14
+	WORD $0x4f8e920a // fmul v10.4s, v16.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	FMOVQ 16(R12), F11
+	WORD $0x4e2dd56b // fadd v11.4s, v11.4s, v13.4s
+	FMOVQ F11, 16(R12)
+	FMOVS 20(R9), F10
+	WORD $0x6f8a018f // mla v15.4s, v12.4s, v10.s[0]
+	FMOVS 0(R9), F10
+	WORD $0x4f8a920e // fmul v14.4s, v16.4s, v10.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e2eddef // fmul v15.4s, v15.4s, v14.4s
+	FMOVQ 16(R13), F13
+	WORD $0x4e2fd5ad // fadd v13.4s, v13.4s, v15.4s
+	FMOVQ F13, 16(R13)
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 80(R0), F15
+	FMOVQ 144(R0), F13
+	WORD $0x4e8d39eb // zip1 v11.4s, v15.4s, v13.4s
+	WORD $0x4e8d79e6 // zip2 v6.4s, v15.4s, v13.4s
+	WORD $0x4e271d6d // and v13.16b, v11.16b, v7.16b
+	WORD $0x6f0c056b // ushr v11.16b, v11.16b, #4
+	WORD $0x4e271ccf // and v15.16b, v6.16b, v7.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e84a5ac // smmla v12.4s, v13.16b, v4.16b
+	WORD $0x4e84a5f0 // smmla v16.4s, v15.16b, v4.16b
+	WORD $0x4e88a5ae // smmla v14.4s, v13.16b, v8.16b
+	WORD $0x4e88a5ea // smmla v10.4s, v15.16b, v8.16b
+	WORD $0x4e81a56c // smmla v12.4s, v11.16b, v1.16b
+	WORD $0x4e81a4d0 // smmla v16.4s, v6.16b, v1.16b
+	WORD $0x4e82a56e // smmla v14.4s, v11.16b, v2.16b
+	WORD $0x4e82a4ca // smmla v10.4s, v6.16b, v2.16b
+	FMOVQ 208(R0), F6
+	FMOVQ 272(R0), F11
+	WORD $0x4e8b38cf // zip1 v15.4s, v6.4s, v11.4s
+	WORD $0x4e8b78cd // zip2 v13.4s, v6.4s, v11.4s
+	WORD $0x4e271deb // and v11.16b, v15.16b, v7.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4e271da6 // and v6.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e85a56c // smmla v12.4s, v11.16b, v5.16b
+	WORD $0x4e85a4d0 // smmla v16.4s, v6.16b, v5.16b
+	WORD $0x4e89a56e // smmla v14.4s, v11.16b, v9.16b
+	WORD $0x4e89a4ca // smmla v10.4s, v6.16b, v9.16b
+	WORD $0x4e80a5ec // smmla v12.4s, v15.16b, v0.16b
+	WORD $0x4e80a5b0 // smmla v16.4s, v13.16b, v0.16b
+	WORD $0x4e83a5ee // smmla v14.4s, v15.16b, v3.16b
+	WORD $0x4e83a5aa // smmla v10.4s, v13.16b, v3.16b
+	WORD $0x4e90198d // uzp1 v13.4s, v12.4s, v16.4s
+	WORD $0x4e905990 // uzp2 v16.4s, v12.4s, v16.4s
+	WORD $0x4e8a19cc // uzp1 v12.4s, v14.4s, v10.4s
+	WORD $0x4e8a59ca // uzp2 v10.4s, v14.4s, v10.4s
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 40(R0), F15
+	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
+	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
+	FMOVS 20(R6), F6
+	WORD $0x6f8601ed // mla v13.4s, v15.4s, v6.s[0]
+	FMOVS 0(R6), F6
+	WORD $0x4f8691cb // fmul v11.4s, v14.4s, v6.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	FMOVQ 32(R10), F17
+	WORD $0x4e2dd631 // fadd v17.4s, v17.4s, v13.4s
+	FMOVQ F17, 32(R10)
+	FMOVS 20(R7), F11
+	WORD $0x6f8b01f0 // mla v16.4s, v15.4s, v11.s[0]
+	FMOVS 0(R7), F11
+	WORD $0x4f8b91c6 // fmul v6.4s, v14.4s, v11.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e26de10 // fmul v16.4s, v16.4s, v6.4s
+	FMOVQ 32(R11), F13
+	WORD $0x4e30d5ad // fadd v13.4s, v13.4s, v16.4s
+	FMOVQ F13, 32(R11)
+	FMOVS 20(R8), F6
+	WORD $0x6f8601ec // mla v12.4s, v15.4s, v6.s[0]
+	FMOVS 0(R8), F6
+	WORD $0x4f8691cb // fmul v11.4s, v14.4s, v6.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e2bdd8c // fmul v12.4s, v12.4s, v11.4s
+	FMOVQ 32(R12), F16
+	WORD $0x4e2cd610 // fadd v16.4s, v16.4s, v12.4s
+	FMOVQ F16, 32(R12)
+	FMOVS 20(R9), F11
+	WORD $0x6f8b01ea // mla v10.4s, v15.4s, v11.s[0]
+	FMOVS 0(R9), F11
+	WORD $0x4f8b91c6 // fmul v6.4s, v14.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e26dd4a // fmul v10.4s, v10.4s, v6.4s
+	FMOVQ 32(R13), F12
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ F12, 32(R13)
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 96(R0), F10
+	FMOVQ 160(R0), F12
+	WORD $0x4e8c3950 // zip1 v16.4s, v10.4s, v12.4s
+	WORD $0x4e8c794d // zip2 v13.4s, v10.4s, v12.4s
+	WORD $0x4e271e0c // and v12.16b, v16.16b, v7.16b
+	WORD $0x6f0c0610 // ushr v16.16b, v16.16b, #4
+	WORD $0x4e271daa // and v10.16b, v13.16b, v7.16b
+	WORD $0x6f0c05ad // ushr v13.16b, v13.16b, #4
+	WORD $0x4e84a58f // smmla v15.4s, v12.16b, v4.16b
+	WORD $0x4e84a54e // smmla v14.4s, v10.16b, v4.16b
+	WORD $0x4e88a586 // smmla v6.4s, v12.16b, v8.16b
+	WORD $0x4e88a54b // smmla v11.4s, v10.16b, v8.16b
+	WORD $0x4e81a60f // smmla v15.4s, v16.16b, v1.16b
+	WORD $0x4e81a5ae // smmla v14.4s, v13.16b, v1.16b
+	WORD $0x4e82a606 // smmla v6.4s, v16.16b, v2.16b
+	WORD $0x4e82a5ab // smmla v11.4s, v13.16b, v2.16b
+	FMOVQ 224(R0), F13
+	FMOVQ 288(R0), F16
+	WORD $0x4e9039aa // zip1 v10.4s, v13.4s, v16.4s
+	WORD $0x4e9079ac // zip2 v12.4s, v13.4s, v16.4s
+	WORD $0x4e271d50 // and v16.16b, v10.16b, v7.16b
+	WORD $0x6f0c054a // ushr v10.16b, v10.16b, #4
+	WORD $0x4e271d8d // and v13.16b, v12.16b, v7.16b
+	WORD $0x6f0c058c // ushr v12.16b, v12.16b, #4
+	WORD $0x4e85a60f // smmla v15.4s, v16.16b, v5.16b
+	WORD $0x4e85a5ae // smmla v14.4s, v13.16b, v5.16b
+	WORD $0x4e89a606 // smmla v6.4s, v16.16b, v9.16b
+	WORD $0x4e89a5ab // smmla v11.4s, v13.16b, v9.16b
+	WORD $0x4e80a54f // smmla v15.4s, v10.16b, v0.16b
+	WORD $0x4e80a58e // smmla v14.4s, v12.16b, v0.16b
+	WORD $0x4e83a546 // smmla v6.4s, v10.16b, v3.16b
+	WORD $0x4e83a58b // smmla v11.4s, v12.16b, v3.16b
+	WORD $0x4e8e19ec // uzp1 v12.4s, v15.4s, v14.4s
+	WORD $0x4e8e59ee // uzp2 v14.4s, v15.4s, v14.4s
+	WORD $0x4e8b18cf // uzp1 v15.4s, v6.4s, v11.4s
+	WORD $0x4e8b58cb // uzp2 v11.4s, v6.4s, v11.4s
+	FMOVD 24(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS 44(R0), F10
+	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
+	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
+	FMOVS 20(R6), F13
+	WORD $0x6f8d014c // mla v12.4s, v10.4s, v13.s[0]
+	FMOVS 0(R6), F13
+	WORD $0x4f8d90d0 // fmul v16.4s, v6.4s, v13.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e30dd8c // fmul v12.4s, v12.4s, v16.4s
+	FMOVQ 48(R10), F17
+	WORD $0x4e2cd631 // fadd v17.4s, v17.4s, v12.4s
+	FMOVQ F17, 48(R10)
+	FMOVS 20(R7), F16
+	WORD $0x6f90014e // mla v14.4s, v10.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f9090cd // fmul v13.4s, v6.4s, v16.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2dddce // fmul v14.4s, v14.4s, v13.4s
+	FMOVQ 48(R11), F12
+	WORD $0x4e2ed58c // fadd v12.4s, v12.4s, v14.4s
+	FMOVQ F12, 48(R11)
+	FMOVS 20(R8), F13
+	WORD $0x6f8d014f // mla v15.4s, v10.4s, v13.s[0]
+	FMOVS 0(R8), F13
+	WORD $0x4f8d90d0 // fmul v16.4s, v6.4s, v13.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e30ddef // fmul v15.4s, v15.4s, v16.4s
+	FMOVQ 48(R12), F14
+	WORD $0x4e2fd5ce // fadd v14.4s, v14.4s, v15.4s
+	FMOVQ F14, 48(R12)
+	FMOVS 20(R9), F16
+	WORD $0x6f90014b // mla v11.4s, v10.4s, v16.s[0]
+	FMOVS 0(R9), F16
+	WORD $0x4f9090cd // fmul v13.4s, v6.4s, v16.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2ddd6b // fmul v11.4s, v11.4s, v13.4s
+	FMOVQ 48(R13), F15
+	WORD $0x4e2bd5ef // fadd v15.4s, v15.4s, v11.4s
+	FMOVQ F15, 48(R13)
+	ADD $304, R0, R0
+	ADD $32, R2, R2
+	ADD $32, R6, R6
+	ADD $32, R3, R3
+	ADD $32, R7, R7
+	ADD $32, R4, R4
+	ADD $32, R8, R8
+	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
 // func intQ5_0x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 TEXT ·intQ5_0x4I8MM(SB), NOSPLIT|NOFRAME, $0-64
 	MOVD w+0(FP), R0
@@ -65492,7 +69748,8 @@ loop:
 	FMULS F18, F3, F3
 	FMOVS F18, (R3)
 	FMOVS F3, 16(R3)
-	MOVW ZR, 20(R3)
+	NEG R5, R9
+	MOVW R9, 20(R3)
 	MOVD ZR, 24(R3)
 	ADD $32, R3
 	SUBS $1, R1, R1

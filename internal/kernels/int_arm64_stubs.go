@@ -66,6 +66,26 @@ func intQ4_1x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstri
 //go:noescape
 func intQ4_1x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_Zx1Dot is the Dot kernel of Q4_Z weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_Zx1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx2Dot is the Dot kernel of Q4_Z weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_Zx2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx3Dot is the Dot kernel of Q4_Z weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_Zx3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx4Dot is the Dot kernel of Q4_Z weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_Zx4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ5_0x1Dot is the Dot kernel of Q5_0 weights for 1 activation rows.
 //
 //go:noescape
@@ -211,6 +231,26 @@ func intQ4_1x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 //go:noescape
 func intQ4_1x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_Zx1NEON is the NEON kernel of Q4_Z weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_Zx1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx2NEON is the NEON kernel of Q4_Z weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_Zx2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx3NEON is the NEON kernel of Q4_Z weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_Zx3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx4NEON is the NEON kernel of Q4_Z weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_Zx4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ5_0x1NEON is the NEON kernel of Q5_0 weights for 1 activation rows.
 //
 //go:noescape
@@ -300,6 +340,16 @@ func intQ4_1x2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 //
 //go:noescape
 func intQ4_1x4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx2I8MM is the I8MM kernel of Q4_Z weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_Zx2I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Zx4I8MM is the I8MM kernel of Q4_Z weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_Zx4I8MM(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
 // intQ5_0x4I8MM is the I8MM kernel of Q5_0 weights for 4 activation rows.
 //
@@ -415,6 +465,8 @@ func intDotTable(t dtype.DType) intTable {
 		return intTable{1: intQ4_0x1Dot, 2: intQ4_0x2Dot, 3: intQ4_0x3Dot, 4: intQ4_0x4Dot}
 	case dtype.Q4_1:
 		return intTable{1: intQ4_1x1Dot, 2: intQ4_1x2Dot, 3: intQ4_1x3Dot, 4: intQ4_1x4Dot}
+	case dtype.Q4_Z:
+		return intTable{1: intQ4_Zx1Dot, 2: intQ4_Zx2Dot, 3: intQ4_Zx3Dot, 4: intQ4_Zx4Dot}
 	case dtype.Q5_0:
 		return intTable{1: intQ5_0x1Dot, 2: intQ5_0x2Dot, 3: intQ5_0x3Dot, 4: intQ5_0x4Dot}
 	case dtype.Q5_1:
@@ -438,6 +490,8 @@ func intNEONTable(t dtype.DType) intTable {
 		return intTable{1: intQ4_0x1NEON, 2: intQ4_0x2NEON, 3: intQ4_0x3NEON, 4: intQ4_0x4NEON}
 	case dtype.Q4_1:
 		return intTable{1: intQ4_1x1NEON, 2: intQ4_1x2NEON, 3: intQ4_1x3NEON, 4: intQ4_1x4NEON}
+	case dtype.Q4_Z:
+		return intTable{1: intQ4_Zx1NEON, 2: intQ4_Zx2NEON, 3: intQ4_Zx3NEON, 4: intQ4_Zx4NEON}
 	case dtype.Q5_0:
 		return intTable{1: intQ5_0x1NEON, 2: intQ5_0x2NEON, 3: intQ5_0x3NEON, 4: intQ5_0x4NEON}
 	case dtype.Q5_1:
@@ -461,6 +515,8 @@ func intI8MMTable(t dtype.DType) intTable {
 		return intTable{1: intQ4_0x1Dot, 2: intQ4_0x2I8MM, 3: intQ4_0x3Dot, 4: intQ4_0x4Dot}
 	case dtype.Q4_1:
 		return intTable{1: intQ4_1x1Dot, 2: intQ4_1x2I8MM, 3: intQ4_1x3Dot, 4: intQ4_1x4I8MM}
+	case dtype.Q4_Z:
+		return intTable{1: intQ4_Zx1Dot, 2: intQ4_Zx2I8MM, 3: intQ4_Zx3Dot, 4: intQ4_Zx4I8MM}
 	case dtype.Q5_0:
 		return intTable{1: intQ5_0x1Dot, 2: intQ5_0x2Dot, 3: intQ5_0x3Dot, 4: intQ5_0x4I8MM}
 	case dtype.Q5_1:

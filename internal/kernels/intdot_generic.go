@@ -114,13 +114,15 @@ func intFormatOf(t dtype.DType) intFormat {
 	case dtype.Q8_0:
 		return intFormat{q8Block, side32Words, q8Block, codesQ8_0, finishQ8_0}
 	case dtype.Q4_0:
-		return format32(32, -1, -1, side32Off8)
+		return format32(32, -1, -1, -1, side32Off8)
 	case dtype.Q4_1:
-		return format32(64, -1, 32, -1)
+		return format32(64, -1, 32, -1, -1)
+	case dtype.Q4_Z:
+		return format32(48, -1, -1, 32, -1)
 	case dtype.Q5_0:
-		return format32(96, 32, -1, side32Off16)
+		return format32(96, 32, -1, -1, side32Off16)
 	case dtype.Q5_1:
-		return format32(128, 64, 32, -1)
+		return format32(128, 64, 32, -1, -1)
 	case dtype.Q4_K:
 		return formatKScaleMin(-1, 320)
 	case dtype.Q5_K:
@@ -172,12 +174,16 @@ func finishQ8_0(blk []byte, r int, isum []int32, side []uint32, acc float32) flo
 }
 
 // format32 is the block arithmetic of the 32-value nibble types, their codes at byte
-// codes of the block, fifth bits at masks and minimums at mins (−1: none): isum,
-// which begins at the offset word off of the side data (0 when off < 0); v =
-// isum·(d·dx), plus m·(dx·Σx) for the types with a minimum; acc + v. (One add per
-// block depends on the block before: the kernels' loops are not held up by the
-// latency of the others.)
-func format32(codes, masks, mins, off int) intFormat {
+// codes of the block, fifth bits at masks, float16 minimums at mins and byte zeros at
+// zeros (−1: none): isum, which begins at the offset word off of the side data (0
+// when off < 0), and for the types with a zero (Q4_Z) at z·(−Σx) (−Σx from the side
+// data) — the exact Σ(q − z)·x, as Q4_0's Σ(q − 8)·x, so
+// that Q4_Z with z = 8 gives Q4_0's bits, and a block whose codes all equal its zero
+// gives 0 (Q4_1's arithmetic, m = −d·z in float32, would not: its two terms cancel
+// only to their rounding); v = isum·(d·dx), plus m·(dx·Σx) for the types with a
+// minimum; acc + v. (One add per block depends on the block before: the kernels'
+// loops are not held up by the latency of the others.)
+func format32(codes, masks, mins, zeros, off int) intFormat {
 	unpack := func(blk []byte, r int, dst []int32) {
 		var mk []byte
 		if masks >= 0 {
@@ -190,6 +196,9 @@ func format32(codes, masks, mins, off int) intFormat {
 		s := isum[0]
 		if off >= 0 {
 			s += int32(side[off])
+		}
+		if zeros >= 0 {
+			s += int32(blk[zeros+r]) * int32(side[side32Neg])
 		}
 		dx := sideF(side[sideD])
 		v := float32(float32(s) * float32(half(blk, r)*dx))
@@ -275,6 +284,8 @@ func intKernels(t dtype.DType) *intTable {
 		return &intQ4_0
 	case dtype.Q4_1:
 		return &intQ4_1
+	case dtype.Q4_Z:
+		return &intQ4_Z
 	case dtype.Q5_0:
 		return &intQ5_0
 	case dtype.Q5_1:

@@ -12,11 +12,14 @@ import (
 )
 
 // quantTypes are the repacked weight types.
-var quantTypes = []dtype.DType{dtype.Q8_0, dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K}
+var quantTypes = []dtype.DType{dtype.Q8_0, dtype.Q4_0, dtype.Q4_1, dtype.Q4_Z, dtype.Q5_0, dtype.Q5_1, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K}
 
 // randRows returns rows × cols random weights of type t, with a spread of block
 // scales (rows of tiny and of large values) and some all-zero blocks.
 func randRows(rng *rand.Rand, t dtype.DType, rows, cols int) []byte {
+	if t == dtype.Q4_Z {
+		return randQ4_Z(rng, rows, cols)
+	}
 	w := randVec(rng, rows*cols)
 	for r := range rows {
 		scale := float32(math.Exp(rng.NormFloat64()))
@@ -32,6 +35,34 @@ func randRows(rng *rand.Rand, t dtype.DType, rows, cols int) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// randQ4_Z returns rows × cols random Q4_Z weights, which have no quantizer from
+// floats: random codes and zeros (the extremes 0 and 15 among them), a spread of row
+// scales, and some all-zero blocks (every code its zero).
+func randQ4_Z(rng *rand.Rand, rows, cols int) []byte {
+	nb := cols / q8Block
+	out := make([]byte, rows*nb*20)
+	codes := make([]uint8, q8Block)
+	for r := range rows {
+		scale := math.Exp(rng.NormFloat64()) / 8
+		for b := range nb {
+			z := uint8(rng.IntN(16))
+			for j := range codes {
+				codes[j] = uint8(rng.IntN(16))
+			}
+			if rng.IntN(8) == 0 {
+				for j := range codes {
+					codes[j] = z
+				}
+			}
+			d := dtype.F32ToF16(float32(scale * (0.5 + rng.Float64())))
+			if err := dtype.EncodeQ4_Z(out[(r*nb+b)*20:], d, z, codes); err != nil {
+				panic(err)
+			}
+		}
+	}
+	return out
 }
 
 // TestRepackRoundTrip: every row of a repacked matrix comes back as llama.cpp's
@@ -156,6 +187,65 @@ func TestIntMulBatchInvariance(t *testing.T) {
 			for r := range rows {
 				require.Equal(t, math.Float32bits(alone[r]), math.Float32bits(batch[tt*rows+r]), "%s row %d of batch row %d", typ, r, tt)
 			}
+		}
+	}
+}
+
+// TestQ4_ZIsQ4_0WithZero8: Q4_0 is Q4_Z with every zero 8, and the kernels compute
+// the two the same way (the exact Σ(q − z)·x, then the same float32 steps), so a
+// Q4_0 matrix and its Q4_Z copy give the same bits, for every batch size.
+func TestQ4_ZIsQ4_0WithZero8(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	rows, cols := 37, 896
+	q4 := randRows(rng, dtype.Q4_0, rows, cols)
+	qz := make([]byte, len(q4)/18*20)
+	for b := range len(q4) / 18 {
+		blk, out := q4[18*b:18*b+18], qz[20*b:20*b+20]
+		copy(out, blk[:2])
+		out[2] = 8
+		copy(out[4:], blk[2:])
+	}
+	a, err := NewMatrix(dtype.Q4_0, rows, cols, q4)
+	require.NoError(t, err)
+	z, err := NewMatrix(dtype.Q4_Z, rows, cols, qz)
+	require.NoError(t, err)
+	for _, n := range []int{1, 2, 3, 4, 5, 8, 9} {
+		x := randVec(rng, n*cols)
+		var act Act
+		act.Reset(x, n, cols)
+		require.NoError(t, act.Prepare(dtype.Q4_Z))
+		ya, yz := make([]float32, n*rows), make([]float32, n*rows)
+		a.Mul(&act, ya, rows, 0, rows)
+		z.Mul(&act, yz, rows, 0, rows)
+		for i := range ya {
+			require.Equal(t, math.Float32bits(ya[i]), math.Float32bits(yz[i]), "n=%d value %d", n, i)
+		}
+	}
+}
+
+// TestQ4_ZIsQ8_0: a Q4_Z matrix and its Q8_0 copy (dtype.Q4_ZToQ8_0, the codes q − z)
+// give the same bits: both kernels take the exact Σ(q − z)·x, then float32(isum)·(d·dx).
+// (The CUDA backend takes Q4_Z as that copy.)
+func TestQ4_ZIsQ8_0(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	rows, cols := 37, 896
+	qz := randQ4_Z(rng, rows, cols)
+	q8, err := dtype.Q4_ZToQ8_0(qz)
+	require.NoError(t, err)
+	z, err := NewMatrix(dtype.Q4_Z, rows, cols, qz)
+	require.NoError(t, err)
+	e, err := NewMatrix(dtype.Q8_0, rows, cols, q8)
+	require.NoError(t, err)
+	for _, n := range []int{1, 3, 4, 8, 9} {
+		x := randVec(rng, n*cols)
+		var act Act
+		act.Reset(x, n, cols)
+		require.NoError(t, act.Prepare(dtype.Q4_Z))
+		yz, y8 := make([]float32, n*rows), make([]float32, n*rows)
+		z.Mul(&act, yz, rows, 0, rows)
+		e.Mul(&act, y8, rows, 0, rows)
+		for i := range yz {
+			require.Equal(t, math.Float32bits(y8[i]), math.Float32bits(yz[i]), "n=%d value %d", n, i)
 		}
 	}
 }

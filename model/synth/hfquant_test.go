@@ -23,7 +23,8 @@ import (
 // TestWriteHF writes small Qwen2 (untied, biases) and Llama (tied) shapes in every
 // format, sharded, and loads them: llama.Open reads each directory, the scheme is the
 // format's, every quantized layer's dense values have a standard deviation near
-// 1/√in, and a forward pass gives finite logits; act-order GPTQ really permutes.
+// 1/√in, every one packs exactly (act-order GPTQ with its inputs sorted by group: it
+// really permutes), and a forward pass gives finite logits.
 func TestWriteHF(t *testing.T) {
 	tok := sharedtest.Path(t, "models", "gocoder-xs")
 	shapes := []Shape{
@@ -52,9 +53,10 @@ func TestWriteHF(t *testing.T) {
 					}
 					sd := math.Sqrt(ss / float64(len(m.Data)))
 					assert.InDelta(t, 1, sd*math.Sqrt(float64(m.Cols)), 0.15, "%s: sd %.4g", layer, sd)
-					_, packed, err := q.Packed(set, layer)
+					p, packed, err := q.Packed(set, layer)
 					require.NoError(t, err)
-					assert.Equal(t, f != GPTQActOrder, packed, "%s: exact integer repacking", layer)
+					assert.True(t, packed, "%s: exact integer repacking", layer)
+					assert.Equal(t, f == GPTQActOrder, p.Perm != nil, "%s: inputs sorted by group", layer)
 				}
 				emb, ok := set.Tensor("model.embed_tokens.weight")
 				require.True(t, ok)

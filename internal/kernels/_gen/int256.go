@@ -111,7 +111,7 @@ func int256Kernel(it intType, n int, c consts256) {
 		for h := range 2 {
 			f.half = h
 			switch it.name {
-			case "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1":
+			case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q5_0", "Q5_1":
 				block32AVX2(f, it.name, c)
 			case "Q4_K", "Q5_K":
 				blockKScaleMinAVX2(f, it.name == "Q5_K", c)
@@ -181,8 +181,10 @@ func (f *frame256) newSums(init func(t int, v VecVirtual)) []VecVirtual {
 
 // block32AVX2 is block32AVX512 for one half.
 func block32AVX2(f *frame256, name string, c consts256) {
-	codes, masks, mins, off := 32, -1, -1, side32Off8
+	codes, masks, mins, zeros, off := 32, -1, -1, -1, side32Off8
 	switch name {
+	case "Q4_Z":
+		codes, zeros, off = 48, 32, -1
 	case "Q8_0":
 		off = -1 // signed codes: no offset
 	case "Q4_1":
@@ -193,8 +195,16 @@ func block32AVX2(f *frame256, name string, c consts256) {
 		codes, masks, mins, off = 128, 64, 32, -1
 	}
 	var init func(int, VecVirtual)
-	if off >= 0 {
+	switch {
+	case off >= 0:
 		init = func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*off), v) }
+	case zeros >= 0:
+		z := YMM() // the zeros of the half's 8 rows
+		VPMOVZXBD(f.weight(zeros+8*f.half), z)
+		init = func(t int, v VecVirtual) {
+			VPBROADCASTD(f.s.at(t, 4*side32Neg), v)
+			VPMADDWD(z, v, v)
+		}
 	}
 	sums := f.newSums(init)
 	if name == "Q8_0" {

@@ -49,6 +49,7 @@ var intTypes = []intType{
 	{"Q8_0", 544, 32, 8, false},
 	{"Q4_0", 288, 32, 8, false},
 	{"Q4_1", 320, 32, 8, false},
+	{"Q4_Z", 304, 32, 8, false},
 	{"Q5_0", 352, 32, 8, false},
 	{"Q5_1", 384, 32, 8, false},
 	{"Q4_K", 2368, 256, 32, true},
@@ -70,6 +71,7 @@ const (
 	side32Off16  = 2
 	side32Off128 = 3
 	side32DSum   = 4
+	side32Neg    = 5
 	side256Sum   = 1
 	side256Off   = 5
 	side256Neg   = 21
@@ -288,7 +290,7 @@ func int512Kernel(it intType, n int, vnni bool, c consts512) {
 	}
 	f := intPrologue(fn, fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", fn, doc, it.name, n), n, it.kquant, vnni, c)
 	switch it.name {
-	case "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1":
+	case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q5_0", "Q5_1":
 		f.loop(it, func() { block32AVX512(f, it.name, c) })
 	case "Q4_K", "Q5_K":
 		f.loop(it, func() { blockKScaleMinAVX512(f, it.name == "Q5_K", c) })
@@ -420,10 +422,15 @@ func maskAt(base, off int) int {
 
 // block32AVX512 is one block of the 32-value types: the codes of 16 rows against each
 // activation row's 32 codes, the integer sum beginning at the offset of the side data
-// (or 0); v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
+// (or 0; for Q4_Z at z·(−Σx), each row's zero widened to its lane times the side
+// data's −Σx by a 16-bit multiply-add — |Σx| ≤ 32·127 fits —, with VNNI one
+// VPDPWSSD of the word broadcast);
+// v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
 func block32AVX512(f *intFrame, name string, c consts512) {
-	codes, masks, mins, off := 32, -1, -1, side32Off8
+	codes, masks, mins, zeros, off := 32, -1, -1, -1, side32Off8
 	switch name {
+	case "Q4_Z":
+		codes, zeros, off = 48, 32, -1
 	case "Q8_0":
 		if off = side32Off128; !f.vnni {
 			off = -1 // |w| and the sign: no bias to undo
@@ -436,8 +443,21 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 		codes, masks, mins, off = 128, 64, 32, -1
 	}
 	var init func(int, VecVirtual)
-	if off >= 0 {
+	switch {
+	case off >= 0:
 		init = func(t int, v VecVirtual) { VPBROADCASTD(f.s.at(t, 4*off), v) }
+	case zeros >= 0:
+		z := ZMM()
+		VPMOVZXBD(f.weight(zeros), z)
+		init = func(t int, v VecVirtual) {
+			if f.vnni {
+				f.clear(v)
+				VPDPWSSD_BCST(f.s.at(t, 4*side32Neg), z, v)
+				return
+			}
+			VPBROADCASTD(f.s.at(t, 4*side32Neg), v)
+			VPMADDWD(z, v, v)
+		}
 	}
 	sums := newISums(f, init)
 	if name == "Q8_0" && !f.vnni {

@@ -111,7 +111,7 @@ func quantKernel(size int, c quantConsts) {
 		idv := ZMM()
 		VBROADCASTSS(id, idv)
 		VMOVSS(d, side)
-		used := 5
+		used := 6
 		if size == 256 {
 			used = 29
 		}
@@ -159,7 +159,7 @@ func quantKernel(size int, c quantConsts) {
 }
 
 // offsets writes the side data of a 32-value block from its code sum s and scale d:
-// −8·s, −16·s, −128·s, d·s.
+// −8·s, −16·s, −128·s, d·s, −s.
 func offsets(side Mem, s Register, d VecVirtual) {
 	for i, sh := range []uint8{3, 4, 7} {
 		t := GP32()
@@ -169,6 +169,10 @@ func offsets(side Mem, s Register, d VecVirtual) {
 		MOVL(t, side.Offset(4*(1+i)))
 	}
 	dsum(side.Offset(16), s, d)
+	t := GP32()
+	MOVL(s, t)
+	NEGL(t)
+	MOVL(t, side.Offset(20))
 }
 
 // dsum stores float32(d·float32(s)). (The conversion takes its upper lanes from d:
@@ -265,7 +269,7 @@ func quant256Kernel(size int, c quant256Consts) {
 	codes := Mem{Base: Load(Param("codes"), GP64())}
 	side := Mem{Base: Load(Param("side"), GP64())}
 	vecs := size / 8
-	words, used := 8, 5
+	words, used := 8, 6
 	if size == 256 {
 		words, used = 32, 29
 	}

@@ -70,7 +70,7 @@ func zipPair(k *intFrame, ar arr, a, b V) (lo, hi V) {
 
 // block32MM is block32 for the i8mm level: the same block, its codes taken 8 at a
 // time by SMMLA.
-func block32MM(k *intFrame, codes, masks, mins, off int, q8 bool) {
+func block32MM(k *intFrame, codes, masks, mins, zeros, off int, q8 bool) {
 	xs := mmActs(k)
 	low4, fb := nibbleConsts(k, q8, masks)
 	for q := range 4 {
@@ -117,7 +117,7 @@ func block32MM(k *intFrame, codes, masks, mins, off int, q8 bool) {
 				mma(2+h, w01, w23)
 			}
 		}
-		finish32(k, q, mmSums(k, acc), mins, off)
+		finish32(k, q, mmSums(k, acc), mins, zeros, off)
 	}
 	k.p.put(low4)
 	fb.release(k)

@@ -269,11 +269,12 @@ type intType struct {
 // data (../act8.go).
 func intTypes() []intType {
 	return []intType{
-		{"Q8_0", 544, 32, 8, true, func(k *intFrame) { block32(k, 32, -1, -1, -1, true) }},
-		{"Q4_0", 288, 32, 8, true, func(k *intFrame) { block32(k, 32, -1, -1, 1, false) }},
-		{"Q4_1", 320, 32, 8, true, func(k *intFrame) { block32(k, 64, -1, 32, -1, false) }},
-		{"Q5_0", 352, 32, 8, true, func(k *intFrame) { block32(k, 96, 32, -1, 2, false) }},
-		{"Q5_1", 384, 32, 8, true, func(k *intFrame) { block32(k, 128, 64, 32, -1, false) }},
+		{"Q8_0", 544, 32, 8, true, func(k *intFrame) { block32(k, 32, -1, -1, -1, -1, true) }},
+		{"Q4_0", 288, 32, 8, true, func(k *intFrame) { block32(k, 32, -1, -1, -1, 1, false) }},
+		{"Q4_1", 320, 32, 8, true, func(k *intFrame) { block32(k, 64, -1, 32, -1, -1, false) }},
+		{"Q4_Z", 304, 32, 8, true, func(k *intFrame) { block32(k, 48, -1, -1, 32, -1, false) }},
+		{"Q5_0", 352, 32, 8, true, func(k *intFrame) { block32(k, 96, 32, -1, -1, 2, false) }},
+		{"Q5_1", 384, 32, 8, true, func(k *intFrame) { block32(k, 128, 64, 32, -1, -1, false) }},
 		{"Q4_K", 2368, 256, 32, false, func(k *intFrame) { blockKScaleMin(k, -1, 320) }},
 		{"Q5_K", 2880, 256, 32, false, func(k *intFrame) { blockKScaleMin(k, 320, 832) }},
 		{"Q6_K", 3360, 256, 32, false, blockQ6K},
@@ -389,13 +390,13 @@ func tryIntKernel(f *file, it intType, lv level, n int, consts string, inRegs, h
 
 // block32 is the block of the 32-value types: codes at byte codes of the group block
 // (Q8_0: eight steps of signed codes; the others: four steps of nibbles, the low
-// ones values 4p+k, the high ones 16+4p+k), fifth-bit masks at masks and minimums at
-// mins (−1: none), the activations' offset at side word off (−1: none). Per quarter
-// and row t: isum (+ offset) → v = float32(isum)·(d·dx) (+ m·(dx·Σx)) → acc + v, as
-// format32 and finishQ8_0.
-func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
+// ones values 4p+k, the high ones 16+4p+k), fifth-bit masks at masks, minimums at
+// mins and byte zeros at zeros (−1: none), the activations' offset at side word off
+// (−1: none). Per quarter and row t: isum (+ offset) (+ z·(−Σx)) → v =
+// float32(isum)·(d·dx) (+ m·(dx·Σx)) → acc + v, as format32 and finishQ8_0.
+func block32(k *intFrame, codes, masks, mins, zeros, off int, q8 bool) {
 	if k.lv == levelI8MM {
-		block32MM(k, codes, masks, mins, off, q8)
+		block32MM(k, codes, masks, mins, zeros, off, q8)
 		return
 	}
 	g := k.g
@@ -431,7 +432,7 @@ func block32(k *intFrame, codes, masks, mins, off int, q8 bool) {
 				k.p.put(lo, hi)
 			}
 		}
-		finish32(k, q, acc, mins, off)
+		finish32(k, q, acc, mins, zeros, off)
 	}
 	k.p.put(low4)
 	fb.release(k)
@@ -523,13 +524,22 @@ func fifthBits(k *intFrame, f *fifth, off, q int, lo, hi V) {
 	k.p.put(m, e)
 }
 
-// finish32 finishes quarter q's block for every row t, as format32 does.
-func finish32(k *intFrame, q int, acc [intRows]iacc, mins, off int) {
+// finish32 finishes quarter q's block for every row t, as format32 does: Q4_Z's
+// zeros (the quarter's four bytes, widened) times −Σx (side word 5) are added to the
+// integer sum.
+func finish32(k *intFrame, q int, acc [intRows]iacc, mins, zeros, off int) {
 	g := k.g
 	d := k.halves(8 * q)
 	m := V(-1)
 	if mins >= 0 {
 		m = k.halves(mins + 8*q)
+	}
+	z := V(-1)
+	if zeros >= 0 {
+		z = k.p.get()
+		g.op("FMOVS %d(R0), F%d", zeros+4*q, z)
+		g.i(uxtl("8b", z, z))
+		g.i(uxtl("4h", z, z))
 	}
 	for t := range k.n {
 		s := k.sum(acc[t])
@@ -537,6 +547,11 @@ func finish32(k *intFrame, q int, acc [intRows]iacc, mins, off int) {
 			o := k.sideScalar(t, off)
 			g.i(dupElem("4s", o, o, 0))
 			g.i(add("4s", s, s, o))
+			k.p.put(o)
+		}
+		if zeros >= 0 {
+			o := k.sideScalar(t, 5)  // −Σx
+			g.i(mlaElem(s, z, o, 0)) // + z·(−Σx)
 			k.p.put(o)
 		}
 		dx := k.sideScalar(t, 0)
@@ -553,7 +568,7 @@ func finish32(k *intFrame, q int, acc [intRows]iacc, mins, off int) {
 		k.addFloat(t, q, s)
 		k.p.put(s, dx, scale)
 	}
-	k.p.put(d, m)
+	k.p.put(d, m, z)
 }
 
 // blockKScaleMin is the super-block of Q4_K (masks −1) and Q5_K: per quarter, row t

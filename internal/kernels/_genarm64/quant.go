@@ -155,7 +155,8 @@ func side32(g *fn) {
 	g.op("FMULS F%d, F3, F3", qD)
 	g.op("FMOVS F%d, (R3)", qD)
 	g.op("FMOVS F3, 16(R3)")
-	g.op("MOVW ZR, 20(R3)")
+	g.op("NEG R5, R9")
+	g.op("MOVW R9, 20(R3)") // −Σq
 	g.op("MOVD ZR, 24(R3)")
 	g.op("ADD $%d, R3", qSide32)
 }
