@@ -60,7 +60,7 @@ func compare(ctx context.Context, args []string) error {
 	fs.StringVar(&p.script, "script", "examples/realscale/llamacpp.mjs", "with -via node: the llama.cpp benchmark script")
 	fs.StringVar(&p.peer, "peer", "/tmp/peer", "with -via node: the folder holding node_modules/node-llama-cpp (see ../shared/peer/README.md)")
 	fs.StringVar(&p.node, "node", "node", "with -via node: the Node.js binary")
-	also := fs.String("also", "", "comma-separated models that only specula reads (quantized Hugging Face directories of the same shape: gen -format), measured by specula in each round beside the others")
+	also := fs.String("also", "", "comma-separated models that only specula reads (quantized Hugging Face directories of the same shape: gen -format), measured by specula in each round beside the others; DIR@Q6_K requantizes its float matrices (output, embeddings) to Q6_K at load")
 	_ = fs.Parse(args)
 	if *model == "" {
 		return errors.New("compare: -model is required")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/internal/kernels"
@@ -207,18 +208,28 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// measure runs every timing of c on the model file at path.
+// measure runs every timing of c on the model file at path. A path ending in @TYPE
+// (an -also entry such as DIR@Q6_K) loads the model with its float matrices — a
+// quantized checkpoint's float16 output matrix and embeddings — requantized to TYPE
+// (llama.Options.Requantize), to set its quantized layers beside a GGUF mix whose
+// output matrix is quantized too.
 func measure(ctx context.Context, path string, c benchConfig, logf func(string, ...any)) (*benchResult, error) {
+	path, requantize, err := splitRequantize(path)
+	if err != nil {
+		return nil, err
+	}
 	r := &benchResult{Engine: "specula", Model: path, Config: c, CPU: readCPU(), StartedAt: time.Now().UTC(),
 		Decode: map[int]decodeStat{}, VerifyMs: map[int]float64{}, VerifyRatio: map[int]float64{}, DecodeRooflineShare: map[int]float64{}}
-	var err error
+	if requantize != 0 {
+		r.Model += "@" + requantize.String()
+	}
 	if r.WeightBytes, r.DecodeWeightBytes, err = fileBytes(path); err != nil {
 		return nil, err
 	}
 	logf("measuring the memory bandwidth")
 	r.BandwidthGBs = bandwidth(c.Threads)
 	start := time.Now()
-	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(c.Threads)})
+	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(c.Threads), Requantize: requantize})
 	if err != nil {
 		return nil, err
 	}
@@ -369,4 +380,17 @@ func (r *benchResult) verify(ctx context.Context, m *llama.Model, stream []int32
 	}
 	logf("verify(n)/verify(1) at %d: %s (verify(1) %.1f ms)", base, strings.Join(line, ", "), r.VerifyMs[1])
 	return nil
+}
+
+// splitRequantize splits "PATH@TYPE" into the path and the type (0 without a suffix).
+func splitRequantize(s string) (string, dtype.DType, error) {
+	path, name, ok := strings.Cut(s, "@")
+	if !ok {
+		return s, 0, nil
+	}
+	t, err := dtype.Parse(name)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s: %w", s, err)
+	}
+	return path, t, nil
 }
