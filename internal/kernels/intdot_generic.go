@@ -119,6 +119,8 @@ func intFormatOf(t dtype.DType) intFormat {
 		return format32(64, -1, 32, -1, -1)
 	case dtype.Q4_Z:
 		return format32(48, -1, -1, 32, -1)
+	case dtype.Q4_Z128:
+		return intFormat{kBlock, side256Words, 128, codesQ4_Z128, finishQ4_Z128}
 	case dtype.Q5_0:
 		return format32(96, 32, -1, -1, side32Off16)
 	case dtype.Q5_1:
@@ -238,6 +240,31 @@ func formatKScaleMin(masks, codes int) intFormat {
 	return intFormat{kBlock, side256Words, 32, unpack, finish}
 }
 
+func codesQ4_Z128(blk []byte, r int, dst []int32) {
+	for h := range 2 {
+		nibbles(blk[1072*h+48:], r, 16, false, nil, dst[128*h:128*h+64])
+		nibbles(blk[1072*h+48:], r, 16, true, nil, dst[128*h+64:128*h+128])
+	}
+}
+
+// finishQ4_Z128 is the arithmetic of Q4_Z128's two 128-value blocks (halves h = 0, 1
+// of the activation block): exactly in int32, s_h = isum_h − z_h·Σx_h (Σx_h the sum of
+// the side data's sums of sub-blocks 4h…4h+3; |s_h| ≤ 128·15·127·2 < 2^19); then
+// v_h = s_h·(d_h·dx) and acc + v_0, + v_1, in that order — Q4_Z's arithmetic per 128
+// values, one float conversion and multiply where Q4_Z has four.
+func finishQ4_Z128(blk []byte, r int, isum []int32, side []uint32, acc float32) float32 {
+	dx := sideF(side[sideD])
+	for h := range 2 {
+		var sx int32
+		for j := 4 * h; j < 4*h+4; j++ {
+			sx += sideSum(side, j)
+		}
+		s := isum[h] - int32(blk[1072*h+32+r])*sx
+		acc += float32(float32(s) * float32(half(blk[1072*h:], r)*dx))
+	}
+	return acc
+}
+
 // kMinAt is the offset of the minimum of sub-block j of row r in a Q4_K or Q5_K group
 // block: the minimums of sub-blocks 2k and 2k+1 side by side for each row.
 func kMinAt(j, r int) int { return 192 + 32*(j/2) + 2*r + j%2 }
@@ -286,6 +313,8 @@ func intKernels(t dtype.DType) *intTable {
 		return &intQ4_1
 	case dtype.Q4_Z:
 		return &intQ4_Z
+	case dtype.Q4_Z128:
+		return &intQ4_Z128
 	case dtype.Q5_0:
 		return &intQ5_0
 	case dtype.Q5_1:

@@ -51,7 +51,10 @@ func NewMatrix(t dtype.DType, rows, cols int, data []byte) (*Matrix, error) {
 			return nil, fmt.Errorf("kernels: %w", err)
 		}
 	}
-	m := &Matrix{Type: t, Rows: rows, Cols: cols, rowBytes: int(rb), blocks: cols / t.BlockSize()}
+	if cols%kernelValues(t) != 0 {
+		return nil, fmt.Errorf("kernels: %s rows of %d values are not whole blocks of %d (its kernels take the K-quants' activation blocks)", t, cols, kernelValues(t))
+	}
+	m := &Matrix{Type: t, Rows: rows, Cols: cols, rowBytes: int(rb), blocks: cols / kernelValues(t)}
 	m.Data = repack(t, data, rows, int(rb), m)
 	return m, nil
 }
@@ -138,13 +141,14 @@ const chunkBytes = 4096
 // call.
 func (m *Matrix) mulInt(a *Act, y []float32, ldy, r0, r1 int) {
 	q := &a.q32
-	if m.Type.BlockSize() == kBlock {
+	per := kernelValues(m.Type)
+	if per == kBlock {
 		q = &a.q256
 	}
 	kern := intKernels(m.Type)
 	step := kern.rows()
 	gb := groupBlockBytes(m.Type)
-	blocks, per := m.blocks, m.Type.BlockSize()
+	blocks := m.blocks
 	chunk := blocks
 	if min(a.n, Group) > step {
 		chunk = max(1, chunkBytes/gb)
@@ -197,7 +201,7 @@ func (a *Act) Prepare(t dtype.DType) error {
 	if !Supported(t) {
 		return fmt.Errorf("kernels: weight type %s is not supported", t)
 	}
-	block := t.BlockSize()
+	block := kernelValues(t)
 	if a.cols%block != 0 {
 		return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
 	}

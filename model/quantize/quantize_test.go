@@ -278,7 +278,7 @@ func TestFromQuantizedHF(t *testing.T) {
 					require.True(t, ok)
 					require.Equal(t, c.typ, got.Type)
 					if typ == dtype.Q4_Z { // AWQ runs as Q4_Z; the file holds its exact Q8_0 copy
-						want, err = dtype.Q4_ZToQ8_0(want)
+						want, err = dtype.ZToQ8_0(dtype.Q4_Z, want)
 						require.NoError(t, err)
 						typ = dtype.Q8_0
 					}
