@@ -57,8 +57,7 @@ func (l intLayer) dense() Matrix {
 // (d = s), and every q − z fits the block's codes: [−8, 7] for Q4_0 (GPTQ and
 // compressed-tensors symmetric 4-bit, whose zero is 8); else for Q4_Z128, when every
 // run of 128 inputs lies in one group (group sizes that are multiples of 128, or one
-// per row), the row is whole blocks of 256 (the activation blocks its kernels take,
-// the K-quants') and every block of 128 has some zero z' in [0, 15] with every
+// per row) and every block of 128 has some zero z' in [0, 15] with every
 // q − z + z' in [0, 15] (asymmetric 4-bit, AWQ and GPTQ of group size 128, whose q
 // and z are nibbles: z' = z serves, and the packer takes the smallest,
 // max(0, −min(q − z)), the value depending only on q − z); else Q4_Z, the same per
@@ -289,14 +288,10 @@ func (l intLayer) fitsZ(n int) bool {
 }
 
 // encodeZ writes the layer's blocks of t (Q4_Z or Q4_Z128) when they hold it: every
-// run of a block's inputs in one group (and for Q4_Z128 rows of whole 256-value
-// activation blocks), and every block with a zero. Each block is its group's scale,
+// run of a block's inputs in one group, and every block with a zero. Each block is its group's scale,
 // its zero (q4zZero) and the nibbles c + z.
 func (l intLayer) encodeZ(t dtype.DType, half []uint16) ([]byte, bool) {
 	n, size := t.BlockSize(), t.BlockBytes()
-	if t == dtype.Q4_Z128 && l.cols%256 != 0 {
-		return nil, false
-	}
 	blockGroups, ok := l.blockGroups(n)
 	if !ok || !l.fitsZ(n) {
 		return nil, false

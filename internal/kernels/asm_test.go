@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -105,10 +106,7 @@ func TestIntAssemblyMatchesGo(t *testing.T) {
 						var a Act
 						a.Reset(x, n, cols)
 						require.NoError(t, a.Prepare(typ))
-						q := &a.q32
-						if kernelValues(typ) == kBlock {
-							q = &a.q256
-						}
+						q := a.quant(typ.BlockSize())
 						got, want := make([]float32, n*rowGroup), make([]float32, n*rowGroup)
 						call := func(k intKernel, out []float32) {
 							k(&m.Data[0], m.blocks, &q.codes[0], cols, &q.side[0], m.blocks*q.words, &out[0], rowGroup)
@@ -136,10 +134,8 @@ func TestQuantizeAssemblyMatchesGo(t *testing.T) {
 			if ok, why := familyRuns(family); !ok {
 				t.Skipf("%s quantizers not tested: %s", family, why)
 			}
-			block := q8Block
-			if size == "256" {
-				block = kBlock
-			}
+			block, err := strconv.Atoi(size)
+			require.NoError(t, err)
 			checkQuantizer(t, block, q)
 		})
 	}

@@ -128,10 +128,7 @@ func BenchmarkIntKernel(b *testing.B) {
 				if err := a.Prepare(typ); err != nil {
 					b.Fatal(err)
 				}
-				q := &a.q32
-				if kernelValues(typ) == kBlock {
-					q = &a.q256
-				}
+				q := a.quant(typ.BlockSize())
 				out := make([]float32, n*rowGroup)
 				gb := groupBlockBytes(typ)
 				for b.Loop() {

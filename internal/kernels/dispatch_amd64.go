@@ -166,10 +166,14 @@ func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
 	switch {
 	case hasAVX512 && block == kBlock:
 		quantize256AVX512(&x[0], blocks, &codes[0], &side[0])
+	case hasAVX512 && block == z128Block:
+		quantize128AVX512(&x[0], blocks, &codes[0], &side[0])
 	case hasAVX512:
 		quantize32AVX512(&x[0], blocks, &codes[0], &side[0])
 	case block == kBlock:
 		quantize256AVX2(&x[0], blocks, &codes[0], &side[0])
+	case block == z128Block:
+		quantize128AVX2(&x[0], blocks, &codes[0], &side[0])
 	default:
 		quantize32AVX2(&x[0], blocks, &codes[0], &side[0])
 	}

@@ -127,6 +127,9 @@ func intQ6_Kx4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 // quantize32AVX2 quantises blocks of 32 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize32AVX2(x *float32, blocks int, codes *int8, side *uint32)
 
+// quantize128AVX2 quantises blocks of 128 activations to 8-bit codes and their side data, as quantizeBlock does.
+func quantize128AVX2(x *float32, blocks int, codes *int8, side *uint32)
+
 // quantize256AVX2 quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize256AVX2(x *float32, blocks int, codes *int8, side *uint32)
 

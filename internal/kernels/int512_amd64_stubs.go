@@ -7,6 +7,9 @@ package kernels
 // quantize32AVX512 quantises blocks of 32 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize32AVX512(x *float32, blocks int, codes *int8, side *uint32)
 
+// quantize128AVX512 quantises blocks of 128 activations to 8-bit codes and their side data, as quantizeBlock does.
+func quantize128AVX512(x *float32, blocks int, codes *int8, side *uint32)
+
 // quantize256AVX512 quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize256AVX512(x *float32, blocks int, codes *int8, side *uint32)
 

@@ -30,8 +30,8 @@ func familyRuns(name string) (bool, string) {
 // asmQuantizers are the assembly activation quantizers, by family and block size.
 func asmQuantizers() map[string]func(x *float32, blocks int, codes *int8, side *uint32) {
 	return map[string]func(x *float32, blocks int, codes *int8, side *uint32){
-		"AVX-512/32": quantize32AVX512, "AVX-512/256": quantize256AVX512,
-		"AVX2/32": quantize32AVX2, "AVX2/256": quantize256AVX2,
+		"AVX-512/32": quantize32AVX512, "AVX-512/128": quantize128AVX512, "AVX-512/256": quantize256AVX512,
+		"AVX2/32": quantize32AVX2, "AVX2/128": quantize128AVX2, "AVX2/256": quantize256AVX2,
 	}
 }
 

@@ -120,7 +120,7 @@ func intFormatOf(t dtype.DType) intFormat {
 	case dtype.Q4_Z:
 		return format32(48, -1, -1, 32, -1)
 	case dtype.Q4_Z128:
-		return intFormat{kBlock, side256Words, 128, codesQ4_Z128, finishQ4_Z128}
+		return formatZ(z128Block, 48, 32)
 	case dtype.Q5_0:
 		return format32(96, 32, -1, -1, side32Off16)
 	case dtype.Q5_1:
@@ -186,13 +186,28 @@ func finishQ8_0(blk []byte, r int, isum []int32, side []uint32, acc float32) flo
 // minimum; acc + v. (One add per block depends on the block before: the kernels'
 // loops are not held up by the latency of the others.)
 func format32(codes, masks, mins, zeros, off int) intFormat {
+	return formatNibbles(q8Block, codes, masks, mins, zeros, off)
+}
+
+// formatZ is the block arithmetic of Q4_Z128 (per = 128): Q4_Z's for blocks of per
+// values, on activation blocks of as many (act8.go): isum = Σq·x + z·(−Σx), exact in
+// int32 (|isum| ≤ 128·15·127·2 < 2^19), v = isum·(d·dx), acc + v — one float
+// conversion and multiply per 128 values where Q4_Z has four.
+func formatZ(per, codes, zeros int) intFormat {
+	return formatNibbles(per, codes, -1, -1, zeros, -1)
+}
+
+// formatNibbles is format32 for blocks of per values (32 or 128), the code bytes in
+// 4-byte steps of 16 rows: low nibbles values 4p+k, high nibbles values per/2+4p+k.
+func formatNibbles(per, codes, masks, mins, zeros, off int) intFormat {
+	steps := per / 8
 	unpack := func(blk []byte, r int, dst []int32) {
 		var mk []byte
 		if masks >= 0 {
 			mk = blk[masks:]
 		}
-		nibbles(blk[codes:], r, 4, false, mk, dst[:16])
-		nibbles(blk[codes:], r, 4, true, mk, dst[16:])
+		nibbles(blk[codes:], r, steps, false, mk, dst[:per/2])
+		nibbles(blk[codes:], r, steps, true, mk, dst[per/2:per])
 	}
 	finish := func(blk []byte, r int, isum []int32, side []uint32, acc float32) float32 {
 		s := isum[0]
@@ -209,7 +224,7 @@ func format32(codes, masks, mins, zeros, off int) intFormat {
 		}
 		return acc + v
 	}
-	return intFormat{q8Block, side32Words, q8Block, unpack, finish}
+	return intFormat{per, side32Words, per, unpack, finish}
 }
 
 // formatKScaleMin is the super-block arithmetic of Q4_K and Q5_K: per sub-block j
@@ -238,31 +253,6 @@ func formatKScaleMin(masks, codes int) intFormat {
 		return acc + float32(v*sideF(side[sideD]))
 	}
 	return intFormat{kBlock, side256Words, 32, unpack, finish}
-}
-
-func codesQ4_Z128(blk []byte, r int, dst []int32) {
-	for h := range 2 {
-		nibbles(blk[1072*h+48:], r, 16, false, nil, dst[128*h:128*h+64])
-		nibbles(blk[1072*h+48:], r, 16, true, nil, dst[128*h+64:128*h+128])
-	}
-}
-
-// finishQ4_Z128 is the arithmetic of Q4_Z128's two 128-value blocks (halves h = 0, 1
-// of the activation block): exactly in int32, s_h = isum_h − z_h·Σx_h (Σx_h the sum of
-// the side data's sums of sub-blocks 4h…4h+3; |s_h| ≤ 128·15·127·2 < 2^19); then
-// v_h = s_h·(d_h·dx) and acc + v_0, + v_1, in that order — Q4_Z's arithmetic per 128
-// values, one float conversion and multiply where Q4_Z has four.
-func finishQ4_Z128(blk []byte, r int, isum []int32, side []uint32, acc float32) float32 {
-	dx := sideF(side[sideD])
-	for h := range 2 {
-		var sx int32
-		for j := 4 * h; j < 4*h+4; j++ {
-			sx += sideSum(side, j)
-		}
-		s := isum[h] - int32(blk[1072*h+32+r])*sx
-		acc += float32(float32(s) * float32(half(blk[1072*h:], r)*dx))
-	}
-	return acc
 }
 
 // kMinAt is the offset of the minimum of sub-block j of row r in a Q4_K or Q5_K group

@@ -121,8 +121,11 @@ func TestIntMulMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, typ := range quantTypes {
 		colsList := []int{32, 64, 896}
-		if kernelValues(typ) == kBlock {
+		switch typ.BlockSize() {
+		case kBlock:
 			colsList = []int{256, 768}
+		case z128Block:
+			colsList = []int{128, 384, 896}
 		}
 		for _, cols := range colsList {
 			for _, n := range []int{1, 2, 3, 4, 5, 8, 9, 13} {
@@ -134,7 +137,7 @@ func TestIntMulMatchesReference(t *testing.T) {
 				deq := make([]float32, rows*cols)
 				require.NoError(t, dtype.Dequantize(typ, data, deq))
 				x := randVec(rng, n*cols)
-				xq := quantizedAct(x, n, cols, max(kernelValues(typ), q8Block))
+				xq := quantizedAct(x, n, cols, max(typ.BlockSize(), q8Block))
 				var a Act
 				a.Reset(x, n, cols)
 				require.NoError(t, a.Prepare(typ))

@@ -38,10 +38,8 @@ import (
 //   - Q4_1, 320 bytes: d[16], m[16], the Q4_0 code bytes.
 //   - Q4_Z, 304 bytes: d[16], z[16] (a byte each, the rows' zeros), the Q4_0 code
 //     bytes: 4.75 bits a weight.
-//   - Q4_Z128, 2144 bytes for 256 values (two Q4_Z128 blocks, one activation block of
-//     the K-quants): for each half h = 0…1 at 1072h, d[16], z[16], then for p = 0…15
-//     the code bytes 4p+k (low nibbles: values 128h+4p+k, high nibbles: values
-//     128h+64+4p+k): 4.19 bits a weight.
+//   - Q4_Z128, 1072 bytes: d[16], z[16], then for p = 0…15 the code bytes 4p+k (low
+//     nibbles: values 4p+k, high nibbles: values 64+4p+k): 4.19 bits a weight.
 //   - Q5_0, 352 bytes: d[16], for p = 0…3 two 8-byte masks whose bit 4r+k is the fifth
 //     bit of value 4p+k (the first) and 16+4p+k (the second) of row r, the Q4_0 bytes.
 //   - Q5_1, 384 bytes: d[16], m[16], the masks, the code bytes.
@@ -76,7 +74,7 @@ func groupBlockBytes(t dtype.DType) int {
 	case dtype.Q4_Z:
 		return 304
 	case dtype.Q4_Z128:
-		return 2144
+		return 1072
 	case dtype.Q5_0:
 		return 352
 	case dtype.Q5_1:
@@ -93,24 +91,10 @@ func groupBlockBytes(t dtype.DType) int {
 	return 0
 }
 
-// kernelValues is the number of values one block of a repacked group of type t holds:
-// the type's block, but two of Q4_Z128's 128-value blocks, which its kernels take
-// against one 256-value activation block.
-func kernelValues(t dtype.DType) int {
-	if t == dtype.Q4_Z128 {
-		return kBlock
-	}
-	return t.BlockSize()
-}
-
-// sourceBytes is the size of the blocks of type t that one block of a repacked group
-// holds, in llama.cpp's (or the private types') row-major layout.
-func sourceBytes(t dtype.DType) int { return t.BlockBytes() * kernelValues(t) / t.BlockSize() }
-
 // repack lays out rows of blocks of type t (row-major, rowBytes each) in row groups,
 // the last padded with zero rows, in memory that lives as long as owner.
 func repack(t dtype.DType, data []byte, rows, rowBytes int, owner *Matrix) []byte {
-	bs := sourceBytes(t)
+	bs := t.BlockBytes()
 	blocks := rowBytes / bs
 	gb := groupBlockBytes(t)
 	groups := (rows + rowGroup - 1) / rowGroup
@@ -133,7 +117,7 @@ func repack(t dtype.DType, data []byte, rows, rowBytes int, owner *Matrix) []byt
 
 // unpackRow writes row r of repacked data back into llama.cpp's blocks.
 func unpackRow(t dtype.DType, packed []byte, blocks, r int, dst []byte) {
-	bs := sourceBytes(t)
+	bs := t.BlockBytes()
 	gb := groupBlockBytes(t)
 	g, lane := r/rowGroup, r%rowGroup
 	for b := range blocks {
@@ -215,14 +199,11 @@ func packBlock(t dtype.DType, dst []byte, src *[rowGroup][]byte) {
 		}
 		interleave(dst[48:], src, 4, 16)
 	case dtype.Q4_Z128:
-		for h := range 2 {
-			at, from := 1072*h, 68*h
-			copyHalves(dst[at:], src, from)
-			for r := range rowGroup {
-				dst[at+32+r] = src[r][from+2]
-			}
-			interleave(dst[at+48:], src, from+4, 64)
+		copyHalves(dst, src, 0)
+		for r := range rowGroup {
+			dst[32+r] = src[r][2]
 		}
+		interleave(dst[48:], src, 4, 64)
 	case dtype.Q5_0, dtype.Q5_1:
 		qh, qs, at := 2, 6, 32
 		if t == dtype.Q5_1 {
@@ -302,12 +283,9 @@ func unpackBlock(t dtype.DType, src []byte, lane int, dst []byte) {
 		dst[2], dst[3] = src[32+lane], 0
 		deinterleave(dst[4:], src[48:], lane, 16)
 	case dtype.Q4_Z128:
-		for h := range 2 {
-			at, to := 1072*h, 68*h
-			copy(dst[to:], half(at))
-			dst[to+2], dst[to+3] = src[at+32+lane], 0
-			deinterleave(dst[to+4:], src[at+48:], lane, 64)
-		}
+		copy(dst, half(0))
+		dst[2], dst[3] = src[32+lane], 0
+		deinterleave(dst[4:], src[48:], lane, 64)
 	case dtype.Q5_0, dtype.Q5_1:
 		qh, qs, at := 2, 6, 32
 		if t == dtype.Q5_1 {

@@ -111,10 +111,8 @@ func int256Kernel(it intType, n int, c consts256) {
 		for h := range 2 {
 			f.half = h
 			switch it.name {
-			case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q5_0", "Q5_1":
-				block32AVX2(f, it.name, c)
-			case "Q4_Z128":
-				blockZ128AVX2(f, c)
+			case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q4_Z128", "Q5_0", "Q5_1":
+				block32AVX2(f, it.name, it.values, c)
 			case "Q4_K", "Q5_K":
 				blockKScaleMinAVX2(f, it.name == "Q5_K", c)
 			case "Q6_K":
@@ -182,10 +180,10 @@ func (f *frame256) newSums(init func(t int, v VecVirtual)) []VecVirtual {
 }
 
 // block32AVX2 is block32AVX512 for one half.
-func block32AVX2(f *frame256, name string, c consts256) {
+func block32AVX2(f *frame256, name string, per int, c consts256) {
 	codes, masks, mins, zeros, off := 32, -1, -1, -1, side32Off8
 	switch name {
-	case "Q4_Z":
+	case "Q4_Z", "Q4_Z128":
 		codes, zeros, off = 48, 32, -1
 	case "Q8_0":
 		off = -1 // signed codes: no offset
@@ -224,11 +222,11 @@ func block32AVX2(f *frame256, name string, c consts256) {
 			}
 		}
 	} else {
-		for p := range 4 {
+		for p := range per / 8 {
 			lo := f.nibbles(codes+64*p, false, maskAt(masks, 16*p), c)
 			f.dot(sums, lo, 4*p, c)
 			hi := f.nibbles(codes+64*p, true, maskAt(masks, 16*p+8), c)
-			f.dot(sums, hi, 16+4*p, c)
+			f.dot(sums, hi, per/2+4*p, c)
 		}
 	}
 	d := f.halves(0)
@@ -248,44 +246,6 @@ func block32AVX2(f *frame256, name string, c consts256) {
 			VADDPS(s, sums[t], sums[t])
 		}
 		f.addAcc(t, sums[t])
-	}
-}
-
-// blockZ128AVX2 is blockZ128AVX512 for one half of the rows: the (−z, −z) pairs of
-// its 8 rows against the side data's pairs of sums (VPMADDWD), then the 128 products
-// of each weight block.
-func blockZ128AVX2(f *frame256, c consts256) {
-	for h := range 2 {
-		base := 1072 * h
-		nz, tmp := YMM(), YMM()
-		VPMOVZXBD(f.weight(base+32+8*f.half), nz)
-		VPSLLD(U8(16), nz, tmp)
-		VPOR(tmp, nz, nz)
-		VPSUBW(nz, f.z, nz)
-		init := func(t int, v VecVirtual) {
-			x := YMM()
-			VPBROADCASTD(f.s.at(t, 4*(side256Sum+2*h)), v)
-			VPMADDWD(nz, v, v)
-			VPBROADCASTD(f.s.at(t, 4*(side256Sum+2*h+1)), x)
-			VPMADDWD(nz, x, x)
-			VPADDD(x, v, v)
-		}
-		sums := f.newSums(init)
-		for p := range 16 {
-			lo := f.nibbles(base+48+64*p, false, -1, c)
-			f.dot(sums, lo, 128*h+4*p, c)
-			hi := f.nibbles(base+48+64*p, true, -1, c)
-			f.dot(sums, hi, 128*h+64+4*p, c)
-		}
-		d := f.halves(base)
-		for t := range f.n {
-			s := YMM()
-			VBROADCASTSS(f.s.at(t, 4*sideD), s)
-			VMULPS(s, d, s)
-			VCVTDQ2PS(sums[t], sums[t])
-			VMULPS(s, sums[t], sums[t])
-			f.addAcc(t, sums[t])
-		}
 	}
 }
 

@@ -50,7 +50,7 @@ var intTypes = []intType{
 	{"Q4_0", 288, 32, 8, false},
 	{"Q4_1", 320, 32, 8, false},
 	{"Q4_Z", 304, 32, 8, false},
-	{"Q4_Z128", 2144, 256, 32, false},
+	{"Q4_Z128", 1072, 128, 8, false},
 	{"Q5_0", 352, 32, 8, false},
 	{"Q5_1", 384, 32, 8, false},
 	{"Q4_K", 2368, 256, 32, true},
@@ -291,10 +291,8 @@ func int512Kernel(it intType, n int, vnni bool, c consts512) {
 	}
 	f := intPrologue(fn, fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", fn, doc, it.name, n), n, it.kquant, vnni, c)
 	switch it.name {
-	case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q5_0", "Q5_1":
-		f.loop(it, func() { block32AVX512(f, it.name, c) })
-	case "Q4_Z128":
-		f.loop(it, func() { blockZ128AVX512(f, c) })
+	case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q4_Z128", "Q5_0", "Q5_1":
+		f.loop(it, func() { block32AVX512(f, it.name, it.values, c) })
 	case "Q4_K", "Q5_K":
 		f.loop(it, func() { blockKScaleMinAVX512(f, it.name == "Q5_K", c) })
 	case "Q6_K":
@@ -423,16 +421,17 @@ func maskAt(base, off int) int {
 	return base + off
 }
 
-// block32AVX512 is one block of the 32-value types: the codes of 16 rows against each
-// activation row's 32 codes, the integer sum beginning at the offset of the side data
-// (or 0; for Q4_Z at z·(−Σx), each row's zero widened to its lane times the side
-// data's −Σx by a 16-bit multiply-add — |Σx| ≤ 32·127 fits —, with VNNI one
+// block32AVX512 is one block of the 32-value types (and of Q4_Z128, Q4_Z's
+// arithmetic for blocks of per = 128 values, the code bytes in 16 steps): the codes
+// of 16 rows against each activation row's per codes, the integer sum beginning at the offset of the side data
+// (or 0; for Q4_Z and Q4_Z128 at z·(−Σx), each row's zero widened to its lane times
+// the side data's −Σx by a 16-bit multiply-add — |Σx| ≤ 128·127 fits —, with VNNI one
 // VPDPWSSD of the word broadcast);
 // v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
-func block32AVX512(f *intFrame, name string, c consts512) {
+func block32AVX512(f *intFrame, name string, per int, c consts512) {
 	codes, masks, mins, zeros, off := 32, -1, -1, -1, side32Off8
 	switch name {
-	case "Q4_Z":
+	case "Q4_Z", "Q4_Z128":
 		codes, zeros, off = 48, 32, -1
 	case "Q8_0":
 		if off = side32Off128; !f.vnni {
@@ -482,12 +481,12 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 			f.dot(sums, wv, 4*p, p)
 		}
 	} else {
-		for p := range 4 {
+		for p := range per / 8 {
 			m := f.weight(codes + 64*p)
 			lo := nibbles(f, m, false, maskAt(masks, 16*p), c)
 			f.dot(sums, lo, 4*p, 2*p)
 			hi := nibbles(f, m, true, maskAt(masks, 16*p+8), c)
-			f.dot(sums, hi, 16+4*p, 2*p+1)
+			f.dot(sums, hi, per/2+4*p, 2*p+1)
 		}
 	}
 	isum := sums.total()
@@ -506,62 +505,6 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 			VADDPS(s, isum[t], isum[t])
 		}
 		f.addAcc(t, isum[t])
-	}
-}
-
-// negZeroPairs loads the 16 rows' zeros at m (a byte each) as the 16-bit pair
-// (−z, −z) in each row's lane: a 16-bit multiply-add of it by a pair of activation
-// sums is −z times their sum.
-func negZeroPairs(f *intFrame, m Mem) VecVirtual {
-	z, t := ZMM(), ZMM()
-	VPMOVZXBD(m, z)
-	VPSLLD(U8(16), z, t)
-	VPORD(t, z, z)
-	VPSUBW(z, f.z, z)
-	return z
-}
-
-// blockZ128AVX512 is one group block of Q4_Z128: two 128-value blocks, the halves h of
-// the 256-value activation block (finishQ4_Z128). For each, the integer sum starts at
-// −z·Σx_h, from the side data's pairs of sub-block sums 4h…4h+3 (two 16-bit
-// multiply-adds of the (−z, −z) pairs, with VNNI VPDPWSSD of the words broadcast),
-// and takes the 128 products (VPDPBUSD); v_h = isum·(d_h·dx); acc + v_0, + v_1.
-func blockZ128AVX512(f *intFrame, c consts512) {
-	for h := range 2 {
-		base := 1072 * h
-		nz := negZeroPairs(f, f.weight(base+32))
-		pairs := [2]int{4 * (side256Sum + 2*h), 4 * (side256Sum + 2*h + 1)}
-		init := func(t int, v VecVirtual) {
-			if f.vnni {
-				f.clear(v)
-				VPDPWSSD_BCST(f.s.at(t, pairs[0]), nz, v)
-				VPDPWSSD_BCST(f.s.at(t, pairs[1]), nz, v)
-				return
-			}
-			x := ZMM()
-			VPBROADCASTD(f.s.at(t, pairs[0]), v)
-			VPMADDWD(nz, v, v)
-			VPBROADCASTD(f.s.at(t, pairs[1]), x)
-			VPMADDWD(nz, x, x)
-			VPADDD(x, v, v)
-		}
-		sums := newISums(f, init)
-		for p := range 16 {
-			m := f.weight(base + 48 + 64*p)
-			lo := nibbles(f, m, false, -1, c)
-			f.dot(sums, lo, 128*h+4*p, 2*p)
-			hi := nibbles(f, m, true, -1, c)
-			f.dot(sums, hi, 128*h+64+4*p, 2*p+1)
-		}
-		isum := sums.total()
-		d := halves(f.weight(base))
-		for t := range f.n {
-			s := ZMM()
-			VMULPS_BCST(f.s.at(t, 4*sideD), d, s)
-			VCVTDQ2PS(isum[t], isum[t])
-			VMULPS(s, isum[t], isum[t])
-			f.addAcc(t, isum[t])
-		}
 	}
 }
 
