@@ -211,6 +211,7 @@ func (a *Act) Prepare(t dtype.DType) error {
 		return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
 	}
 	switch {
+	case isFloat(t): // the float kernels read x as it is (F8_E4M3_B128's 128-value blocks too)
 	case block == q8Block && !a.q32.ok:
 		a.q32.quantize(a, q8Block)
 	case block == z128Block && !a.q128.ok:

@@ -104,6 +104,14 @@ func TestNewMatrixErrors(t *testing.T) {
 	require.ErrorContains(t, a.Prepare(dtype.Q4_K), "whole number")
 	require.ErrorContains(t, a.Prepare(dtype.Q6_K), "whole number")
 	require.ErrorContains(t, a.Prepare(dtype.Q4_Z128), "whole number")
+	// F8_E4M3_B128's blocks are 128 values too, but its kernels read the floats:
+	// nothing is quantised for it, while Q4_Z128 quantises per 128.
+	a.Reset(make([]float32, 256), 1, 256)
+	require.NoError(t, a.Prepare(dtype.F8_E4M3_B128))
+	require.False(t, a.q128.ok)
+	require.NoError(t, a.Prepare(dtype.Q4_Z128))
+	require.True(t, a.q128.ok)
+	require.False(t, a.q32.ok || a.q256.ok)
 }
 
 // TestAssemblyUsesAVX2Registers guards the generated code: AVX2 has 16 vector
