@@ -159,9 +159,9 @@ func supportedWeight(t dtype.DType) bool {
 }
 
 // Matrix implements [backend.Backend]. A part's column order (Tensor.Perm) is
-// uploaded once for all the parts that share it. Q4_Z parts (specula's exact
-// repacking of AWQ and asymmetric GPTQ layers) are converted to Q8_0 on the way in,
-// value for value (dtype.Q4_ZToQ8_0): the device has no 4-bit kernel, and Q8_0 holds
+// uploaded once for all the parts that share it. Q4_Z and Q4_Z128 parts (specula's
+// exact repacking of AWQ and asymmetric GPTQ layers) are converted to Q8_0 on the way
+// in, value for value (dtype.ZToQ8_0): the device has no 4-bit kernel, and Q8_0 holds
 // every Q4_Z value exactly; F8_E4M3_B128 parts to their F32 values (deviceTypes).
 func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 	if len(parts) == 0 {
@@ -218,14 +218,14 @@ func (g *Backend) Matrix(parts ...backend.Tensor) (backend.Matrix, error) {
 
 // deviceTypes returns parts with each tensor of a type the device has no kernel for
 // replaced by an exact copy in one it has (the caller's slice is left as it is): Q4_Z
-// by its Q8_0 copy (dtype.Q4_ZToQ8_0: same scale, codes q − z), F8_E4M3_B128
+// and Q4_Z128 by their Q8_0 copy (dtype.ZToQ8_0: same scale, codes q − z), F8_E4M3_B128
 // (block-wise FP8) by its F32 values (dtype.Dequantize's, each E4M3(code) · scale
 // rounded once: exactly the values the CPU's F8 kernels compute with, at 4 bytes a
 // weight instead of about 1).
 func deviceTypes(parts []backend.Tensor) ([]backend.Tensor, error) {
 	var out []backend.Tensor
 	for i, t := range parts {
-		if t.Type != dtype.Q4_Z && t.Type != dtype.F8_E4M3_B128 {
+		if t.Type != dtype.Q4_Z && t.Type != dtype.Q4_Z128 && t.Type != dtype.F8_E4M3_B128 {
 			continue
 		}
 		if out == nil {
@@ -243,10 +243,10 @@ func deviceTypes(parts []backend.Tensor) ([]backend.Tensor, error) {
 	return out, nil
 }
 
-// deviceCopy is a Q4_Z or F8_E4M3_B128 tensor's exact copy as Q8_0 or F32.
+// deviceCopy is a Q4_Z, Q4_Z128 or F8_E4M3_B128 tensor's exact copy as Q8_0 or F32.
 func deviceCopy(t backend.Tensor) (dtype.DType, []byte, error) {
-	if t.Type == dtype.Q4_Z {
-		data, err := dtype.Q4_ZToQ8_0(t.Data)
+	if t.Type == dtype.Q4_Z || t.Type == dtype.Q4_Z128 {
+		data, err := dtype.ZToQ8_0(t.Type, t.Data)
 		return dtype.Q8_0, data, err
 	}
 	if t.Rows <= 0 || t.Cols <= 0 {
@@ -263,7 +263,7 @@ func deviceCopy(t backend.Tensor) (dtype.DType, []byte, error) {
 // checkTensor validates a weight tensor for the device.
 func checkTensor(t backend.Tensor, cols int) error {
 	if !supportedWeight(t.Type) {
-		return fmt.Errorf("cuda: tensor %q has type %s; the device supports F32, F16, BF16 and Q8_0 (and Q4_Z as Q8_0, F8_E4M3_B128 as F32)", t.Name, t.Type)
+		return fmt.Errorf("cuda: tensor %q has type %s; the device supports F32, F16, BF16 and Q8_0 (and Q4_Z, Q4_Z128 as Q8_0, F8_E4M3_B128 as F32)", t.Name, t.Type)
 	}
 	if t.Cols != cols {
 		return fmt.Errorf("cuda: tensor %q has %d columns, want %d", t.Name, t.Cols, cols)

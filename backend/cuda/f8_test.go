@@ -51,3 +51,39 @@ func TestExpandF8(t *testing.T) {
 	_, err = hb.Matrix(bad)
 	require.ErrorContains(t, err, `cuda: tensor "gate"`)
 }
+
+// TestZ128AsQ8_0 takes a real AWQ layer of gocoder-m-awq as the loader gives it
+// (Q4_Z128, groups of 128): the device converts it at load to its exact Q8_0 copy
+// (dtype.ZToQ8_0), whose values are the layer's bit for bit, and takes the matrix.
+func TestZ128AsQ8_0(t *testing.T) {
+	dir := sharedtest.Path(t, "models", "gocoder-m-awq")
+	s, err := hfquant.ReadConfig(dir)
+	require.NoError(t, err)
+	set, err := safetensors.OpenDir(dir)
+	require.NoError(t, err)
+	defer set.Close()
+	p, err := s.Load(set, "model.layers.0.mlp.gate_proj")
+	require.NoError(t, err)
+	require.Equal(t, dtype.Q4_Z128, p.Type)
+	z := backend.Tensor{Name: "gate", Type: p.Type, Rows: p.Rows, Cols: p.Cols, Data: p.Data}
+	got, err := deviceTypes([]backend.Tensor{z})
+	require.NoError(t, err)
+	require.Equal(t, dtype.Q8_0, got[0].Type)
+	want, have := make([]float32, p.Rows*p.Cols), make([]float32, p.Rows*p.Cols)
+	require.NoError(t, dtype.Dequantize(p.Type, p.Data, want))
+	require.NoError(t, dtype.Dequantize(dtype.Q8_0, got[0].Data, have))
+	require.Equal(t, bytesOf(want), bytesOf(have))
+
+	hb, err := NewBackend(HostDevice(), testShape(backend.RopeHalf), BackendOptions{})
+	require.NoError(t, err)
+	defer hb.Close()
+	m, err := hb.Matrix(z)
+	require.NoError(t, err)
+	require.Equal(t, p.Rows, m.Rows())
+	require.Equal(t, int64(p.Rows*p.Cols/32*34), m.Bytes())
+
+	bad := z
+	bad.Data = bad.Data[:len(bad.Data)-1]
+	_, err = hb.Matrix(bad)
+	require.ErrorContains(t, err, `cuda: tensor "gate"`)
+}

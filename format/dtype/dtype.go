@@ -17,7 +17,8 @@ type DType uint32
 
 // The types specula knows the layout of. Quantised types store values in blocks: Q8_0
 // and Q4_0 hold 32 values with one float16 scale; the K-quants hold 256 values in
-// super-blocks. All are ggml's but Q4_Z and F8_E4M3_B128 (see [DType.Private]).
+// super-blocks. All are ggml's but Q4_Z, Q4_Z128 and F8_E4M3_B128 (see
+// [DType.Private]).
 const (
 	F32  DType = 0
 	F16  DType = 1
@@ -46,6 +47,12 @@ const (
 	// minimum cannot hold −d·z in general). Its id lies outside ggml's range, and
 	// GGUF files neither take nor give it.
 	Q4_Z DType = 1000
+
+	// Q4_Z128 is Q4_Z with 128 values a block (quant.go): one scale and zero per 128
+	// values, as AWQ and GPTQ layers of group size 128 have, at 4.25 bits a weight; its
+	// kernels read the K-quants' activations and sum 128 products in integers before
+	// one float multiply. Private too.
+	Q4_Z128 DType = 1002
 )
 
 type layout struct {
@@ -99,6 +106,8 @@ func (t DType) layout() (layout, bool) {
 		return layout{"F8_E4M3_B128", f8Block, 4 + f8Block}, true
 	case Q4_Z:
 		return layout{"Q4_Z", 32, 20}, true
+	case Q4_Z128:
+		return layout{"Q4_Z128", 128, 68}, true
 	}
 	return layout{}, false
 }
@@ -109,7 +118,8 @@ func (t DType) Known() bool {
 	return ok
 }
 
-// Private reports whether t is one of specula's own types (Q4_Z, F8_E4M3_B128), which
+// Private reports whether t is one of specula's own types (Q4_Z, Q4_Z128,
+// F8_E4M3_B128), which
 // exist only in memory, as a loader's exact repacking of a quantized Hugging Face
 // layer: GGUF files do not hold them.
 func (t DType) Private() bool { return slices.Contains(privateTypes(), t) }
@@ -119,7 +129,7 @@ func (t DType) Private() bool { return slices.Contains(privateTypes(), t) }
 func (t DType) GGML() bool { return t.Known() && !t.Private() }
 
 // privateTypes are specula's own types, outside ggml's ids.
-func privateTypes() []DType { return []DType{Q4_Z, F8_E4M3_B128} }
+func privateTypes() []DType { return []DType{Q4_Z, F8_E4M3_B128, Q4_Z128} }
 
 // String is the type's ggml name, such as "Q8_0".
 func (t DType) String() string {

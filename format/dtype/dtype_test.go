@@ -16,7 +16,7 @@ func TestLayouts(t *testing.T) {
 		{F32, "F32", 1, 4}, {F16, "F16", 1, 2}, {BF16, "BF16", 1, 2},
 		{Q8_0, "Q8_0", 32, 34}, {Q4_0, "Q4_0", 32, 18},
 		{Q4_K, "Q4_K", 256, 144}, {Q6_K, "Q6_K", 256, 210}, {Q8_K, "Q8_K", 256, 292},
-		{Q4_Z, "Q4_Z", 32, 20},
+		{Q4_Z, "Q4_Z", 32, 20}, {Q4_Z128, "Q4_Z128", 128, 68},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.name, tt.t.String())
@@ -44,5 +44,7 @@ func TestLayouts(t *testing.T) {
 	assert.True(t, Q4_Z.Private())
 	assert.False(t, Q4_1.Private())
 	assert.True(t, F8_E4M3_B128.Private())
-	assert.False(t, DType(1002).Known())
+	assert.True(t, Q4_Z128.Private())
+	assert.False(t, Q4_Z128.GGML())
+	assert.False(t, DType(1003).Known())
 }

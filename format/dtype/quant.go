@@ -24,6 +24,12 @@ import (
 //     d 11). The pad byte keeps every block's d 2-byte aligned and its codes at
 //     offset 4, as Q4_1's, in a row of blocks; the kernels repack the rows anyway
 //     (to 19 bytes a block), so the byte costs nothing where it would count.
+//   - Q4_Z128, 68 bytes: Q4_Z for 128 values — d, z, a zero byte, then 64 bytes of
+//     nibbles in Q4_0's order (value j in the low nibble of byte j, value j+64 in the
+//     high nibble); value float32(q − z)·d, exact. It holds a layer whose groups
+//     cover whole runs of 128 inputs with one zero each (AWQ's and GPTQ's groups of
+//     128) at 4.25 bits a weight, and the kernels take it on the K-quants'
+//     activations (256 values a block), with integer sums over 128 values.
 const (
 	q8Block       = 32 // values per block of every 32-value format
 	q8BlockBytes  = 34
@@ -34,26 +40,52 @@ const (
 	q4zBlockBytes = 20
 )
 
+// zLayout is the block layout of a type of the Q4_Z family (Q4_Z, Q4_Z128): values
+// and bytes per block. Every block is d, z, a zero byte, then values/2 bytes of
+// nibbles (value j low in byte j, value j + values/2 high).
+func zLayout(t DType) (values, size int, ok bool) {
+	switch t {
+	case Q4_Z:
+		return q8Block, q4zBlockBytes, true
+	case Q4_Z128:
+		return 128, 4 + 64, true
+	}
+	return 0, 0, false
+}
+
 // EncodeQ4_Z writes one Q4_Z block to dst (20 bytes): the float16 scale d (its bits),
 // the zero z and the 32 codes, each 0…15. Q4_Z has no quantizer from float32 values:
 // it exists to hold integer-coded layers (AWQ, asymmetric GPTQ) exactly, from their
 // codes, and any rounding of floats to it would be a format of its own.
 func EncodeQ4_Z(dst []byte, d uint16, z uint8, codes []uint8) error {
-	if len(dst) < q4zBlockBytes || len(codes) != q8Block {
-		return fmt.Errorf("dtype: a Q4_Z block is %d codes into %d bytes, not %d into %d", q8Block, q4zBlockBytes, len(codes), len(dst))
+	return encodeZ(Q4_Z, dst, d, z, codes)
+}
+
+// EncodeQ4_Z128 writes one Q4_Z128 block to dst (68 bytes): the float16 scale d (its
+// bits), the zero z and the 128 codes, each 0…15. Like Q4_Z it is written from
+// integer codes only.
+func EncodeQ4_Z128(dst []byte, d uint16, z uint8, codes []uint8) error {
+	return encodeZ(Q4_Z128, dst, d, z, codes)
+}
+
+// encodeZ writes one block of a Q4_Z-family type t.
+func encodeZ(t DType, dst []byte, d uint16, z uint8, codes []uint8) error {
+	n, size, _ := zLayout(t)
+	if len(dst) < size || len(codes) != n {
+		return fmt.Errorf("dtype: a %s block is %d codes into %d bytes, not %d into %d", t, n, size, len(codes), len(dst))
 	}
 	if z > 15 {
-		return fmt.Errorf("dtype: Q4_Z zero %d is not in [0, 15]", z)
+		return fmt.Errorf("dtype: %s zero %d is not in [0, 15]", t, z)
 	}
 	for j, c := range codes {
 		if c > 15 {
-			return fmt.Errorf("dtype: Q4_Z code %d is %d, not in [0, 15]", j, c)
+			return fmt.Errorf("dtype: %s code %d is %d, not in [0, 15]", t, j, c)
 		}
 	}
 	binary.LittleEndian.PutUint16(dst, d)
 	dst[2], dst[3] = z, 0
-	for j := range 16 {
-		dst[4+j] = codes[j] | codes[j+16]<<4
+	for j := range n / 2 {
+		dst[4+j] = codes[j] | codes[j+n/2]<<4
 	}
 	return nil
 }
@@ -214,29 +246,42 @@ func q5Code(qh uint32, qs []byte, j int) int {
 	return int(nib) | int(qh>>j&1)<<4
 }
 
-// Q4_ZToQ8_0 re-encodes Q4_Z blocks as Q8_0 blocks of the same values, bit for bit:
-// the same scale d and the codes q − z, which int8 holds (|q − z| ≤ 15; a zero past
-// 15 is refused). For a consumer with Q8_0 kernels and none of Q4_Z's, at about
-// twice the bytes.
-func Q4_ZToQ8_0(src []byte) ([]byte, error) {
-	if len(src)%q4zBlockBytes != 0 {
-		return nil, fmt.Errorf("dtype: %d bytes are not a whole number of %d-byte Q4_Z blocks", len(src), q4zBlockBytes)
+// ZToQ8_0 re-encodes blocks of a Q4_Z-family type t (Q4_Z, Q4_Z128) as Q8_0 blocks
+// of the same values, bit for bit: per 32 values the block's scale d and the codes
+// q − z, which int8 holds (|q − z| ≤ 15; a zero past 15 is refused). For a consumer
+// with Q8_0 kernels and none of t's, at about twice the bytes.
+func ZToQ8_0(t DType, src []byte) ([]byte, error) {
+	per, size, ok := zLayout(t)
+	if !ok {
+		return nil, fmt.Errorf("dtype: %s is not Q4_Z or Q4_Z128", t)
 	}
-	n := len(src) / q4zBlockBytes
-	out := make([]byte, n*q8BlockBytes)
+	if len(src)%size != 0 {
+		return nil, fmt.Errorf("dtype: %d bytes are not a whole number of %d-byte %s blocks", len(src), size, t)
+	}
+	n := len(src) / size
+	sub := per / q8Block
+	out := make([]byte, n*sub*q8BlockBytes)
 	for b := range n {
-		blk, dst := src[b*q4zBlockBytes:(b+1)*q4zBlockBytes], out[b*q8BlockBytes:(b+1)*q8BlockBytes]
+		blk := src[b*size : (b+1)*size]
 		z := int(blk[2])
 		if z > 15 {
-			return nil, fmt.Errorf("dtype: Q4_Z block %d has zero %d, not in [0, 15]", b, z)
+			return nil, fmt.Errorf("dtype: %s block %d has zero %d, not in [0, 15]", t, b, z)
 		}
-		copy(dst, blk[:2])
-		for j := range 16 {
-			dst[2+j] = byte(int8(int(blk[4+j]&0xf) - z))
-			dst[2+j+16] = byte(int8(int(blk[4+j]>>4) - z))
+		for j := range per {
+			dst := out[(b*sub+j/q8Block)*q8BlockBytes:]
+			copy(dst, blk[:2])
+			dst[2+j%q8Block] = byte(int8(zCode(blk, per, j) - z))
 		}
 	}
 	return out, nil
+}
+
+// zCode is code j of a Q4_Z-family block of per values.
+func zCode(blk []byte, per, j int) int {
+	if j < per/2 {
+		return int(blk[4+j] & 0xf)
+	}
+	return int(blk[4+j-per/2] >> 4)
 }
 
 // Encode stores float32 values as type t: F32, F16 and BF16 by conversion, the
@@ -276,8 +321,8 @@ func Encode(t DType, vals []float32) ([]byte, error) {
 		QuantizeQ5_K(vals, out)
 	case Q6_K:
 		QuantizeQ6_K(vals, out)
-	case Q4_Z:
-		return nil, fmt.Errorf("dtype: Q4_Z is written from integer codes (EncodeQ4_Z), not quantised from float32 values")
+	case Q4_Z, Q4_Z128:
+		return nil, fmt.Errorf("dtype: %s is written from integer codes (Encode%s), not quantised from float32 values", t, t)
 	default:
 		return nil, fmt.Errorf("dtype: cannot encode %s", t)
 	}
@@ -333,14 +378,14 @@ func Dequantize(t DType, src []byte, dst []float32) error {
 				dst[b*q8Block+j+16] = float32(float32(blk[4+j]>>4)*d) + m
 			}
 		}
-	case Q4_Z:
-		for b := 0; b < len(dst)/q8Block; b++ {
-			blk := src[b*q4zBlockBytes:]
+	case Q4_Z, Q4_Z128:
+		per, bs, _ := zLayout(t)
+		for b := 0; b < len(dst)/per; b++ {
+			blk := src[b*bs:]
 			d := F16ToF32(binary.LittleEndian.Uint16(blk))
 			z := int(blk[2])
-			for j := range 16 {
-				dst[b*q8Block+j] = float32(int(blk[4+j]&0xf)-z) * d
-				dst[b*q8Block+j+16] = float32(int(blk[4+j]>>4)-z) * d
+			for j := range per {
+				dst[b*per+j] = float32(zCode(blk, per, j)-z) * d
 			}
 		}
 	case Q5_0:

@@ -126,32 +126,79 @@ func TestQ4_Z(t *testing.T) {
 	assert.ErrorContains(t, err, "integer codes")
 }
 
-// TestQ4_ZToQ8_0: the Q8_0 copy of Q4_Z blocks decodes to the same values, bit for
-// bit, across every code and zero; a zero past 15 and a partial block are refused.
-func TestQ4_ZToQ8_0(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, 12))
-	const blocks = 64
-	src := make([]byte, blocks*20)
-	codes := make([]uint8, 32)
-	for b := range blocks {
-		for j := range codes {
-			codes[j] = uint8(rng.IntN(16))
+// TestQ4_Z128 checks Q4_Z128's bytes and values against ones worked out by hand: d,
+// z, a zero byte, then value j in the low nibble of byte j and value j+64 in the
+// high one; value float32(q − z)·d; and the encoder's refusals.
+func TestQ4_Z128(t *testing.T) {
+	codes := make([]uint8, 128)
+	for j := range codes {
+		codes[j] = uint8(j % 16)
+	}
+	codes[0], codes[127] = 15, 0
+	blk := make([]byte, 68)
+	d := F32ToF16(0.0234375) // 3/128, exact in float16
+	require.NoError(t, EncodeQ4_Z128(blk, d, 7, codes))
+	assert.Equal(t, []byte{0x00, 0x26, 7, 0}, blk[:4])
+	for j := range 64 {
+		assert.Equal(t, codes[j]|codes[j+64]<<4, blk[4+j], "byte %d", j)
+	}
+	assert.Equal(t, byte(0x0f), blk[4])  // value 0 (15) low, value 64 (0) high
+	assert.Equal(t, byte(0x0f), blk[67]) // value 63 (15) low, value 127 (0) high
+	got := make([]float32, 128)
+	require.NoError(t, Dequantize(Q4_Z128, blk, got))
+	for j := range 128 {
+		assert.Equal(t, float32(int(codes[j])-7)*0.0234375, got[j], "value %d", j)
+	}
+	for _, c := range []struct {
+		name  string
+		dst   int
+		z     uint8
+		codes []uint8
+		err   string
+	}{
+		{"zero 16", 68, 16, codes, "zero 16"},
+		{"code 16", 68, 0, append([]uint8{16}, codes[1:]...), "code 0 is 16"},
+		{"32 codes", 68, 0, codes[:32], "128 codes"},
+		{"short block", 67, 0, codes, "into 68 bytes"},
+	} {
+		assert.ErrorContains(t, EncodeQ4_Z128(make([]byte, c.dst), 0, c.z, c.codes), c.err, c.name)
+	}
+	_, err := Encode(Q4_Z128, make([]float32, 128))
+	assert.ErrorContains(t, err, "integer codes")
+}
+
+// TestZToQ8_0: the Q8_0 copy of Q4_Z and Q4_Z128 blocks decodes to the same values,
+// bit for bit, across every code and zero; a zero past 15, a partial block and
+// another type are refused.
+func TestZToQ8_0(t *testing.T) {
+	for _, typ := range []DType{Q4_Z, Q4_Z128} {
+		rng := rand.New(rand.NewPCG(11, 12))
+		const blocks = 64
+		per, size := typ.BlockSize(), typ.BlockBytes()
+		src := make([]byte, blocks*size)
+		codes := make([]uint8, per)
+		for b := range blocks {
+			for j := range codes {
+				codes[j] = uint8(rng.IntN(16))
+			}
+			codes[0], codes[1] = 0, 15
+			d := F32ToF16(float32(rng.NormFloat64()))
+			require.NoError(t, encodeZ(typ, src[size*b:], d, uint8(b%16), codes))
 		}
-		codes[0], codes[1] = 0, 15
-		d := F32ToF16(float32(rng.NormFloat64()))
-		require.NoError(t, EncodeQ4_Z(src[20*b:], d, uint8(b%16), codes))
+		q8, err := ZToQ8_0(typ, src)
+		require.NoError(t, err)
+		want, got := make([]float32, blocks*per), make([]float32, blocks*per)
+		require.NoError(t, Dequantize(typ, src, want))
+		require.NoError(t, Dequantize(Q8_0, q8, got))
+		for i := range want {
+			require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "%s value %d", typ, i)
+		}
+		src[size+2] = 16
+		_, err = ZToQ8_0(typ, src)
+		assert.ErrorContains(t, err, "block 1 has zero 16", typ)
+		_, err = ZToQ8_0(typ, src[:size-1])
+		assert.ErrorContains(t, err, "whole number", typ)
 	}
-	q8, err := Q4_ZToQ8_0(src)
-	require.NoError(t, err)
-	want, got := make([]float32, blocks*32), make([]float32, blocks*32)
-	require.NoError(t, Dequantize(Q4_Z, src, want))
-	require.NoError(t, Dequantize(Q8_0, q8, got))
-	for i := range want {
-		require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "value %d", i)
-	}
-	src[20+2] = 16
-	_, err = Q4_ZToQ8_0(src)
-	assert.ErrorContains(t, err, "block 1 has zero 16")
-	_, err = Q4_ZToQ8_0(src[:19])
-	assert.ErrorContains(t, err, "whole number")
+	_, err := ZToQ8_0(Q4_0, make([]byte, 18))
+	assert.ErrorContains(t, err, "not Q4_Z")
 }

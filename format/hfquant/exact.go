@@ -29,7 +29,7 @@ func (s *Scheme) PackedAs(src Source, prefix string, allowed ...dtype.DType) (Pa
 	if err != nil {
 		return Packing{}, err
 	}
-	blockGroups, ok := l.blockGroups()
+	blockGroups, ok := l.blockGroups(32)
 	if !ok {
 		why := fmt.Sprintf("%d inputs are not whole blocks of 32", l.cols)
 		if l.cols%32 == 0 {

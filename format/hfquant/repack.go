@@ -42,28 +42,30 @@ func (l intLayer) dense() Matrix {
 }
 
 // Packed returns the linear layer prefix as llama.cpp's Q4_0 or Q8_0 blocks, or
-// specula's Q4_Z (rows × cols values, row-major, 32 values a block), when one of them
-// holds it exactly, so that it runs on the integer kernels; ok is false when none
-// does (the caller falls back to Dense). An FP8 layer, whose e4m3 values share no
-// integer grid, comes as dtype.F8_E4M3_B128 (see fp8Weights.pack for when), whose
-// float kernels compute with exactly its values.
+// specula's Q4_Z128 or Q4_Z (rows × cols values, row-major, 128 or 32 values a
+// block), when one of them holds it exactly, so that it runs on the integer kernels;
+// ok is false when none does (the caller falls back to Dense). An FP8 layer, whose
+// e4m3 values share no integer grid, comes as dtype.F8_E4M3_B128 (see fp8Weights.pack
+// for when), whose float kernels compute with exactly its values.
 //
 // The repacking is exact because both sides compute the same product: a block's value
 // is float32(c) · d with c an integer (Q8_0: the int8 code; Q4_0: the nibble minus 8;
-// Q4_Z: the nibble minus the block's zero) and d a float16 scale, and the format's
-// value is float32(q − z) · s. So the layer fits when every run of 32 consecutive
-// inputs of a row lies in one group (group sizes that are multiples of 32, or one
-// group per row), each scale s
-// converts to float16 and back unchanged (d = s), and every q − z fits the block's
-// codes: [−8, 7] for Q4_0 (GPTQ and compressed-tensors symmetric 4-bit, whose zero is
-// 8); else for Q4_Z, in every block, some zero z' in [0, 15] with every q − z + z' in
-// [0, 15] (asymmetric 4-bit, AWQ and GPTQ, whose q and z are nibbles: z' = z serves,
-// and the packer takes the smallest, max(0, −min(q − z)), the value depending only on
-// q − z); else [−128, 127] for Q8_0 (8-bit symmetric, and 4-bit GPTQ whose original
-// format stores a zero 15 for z = 16, giving q − z = −16). An act-order layer (GPTQ
-// desc_act: a g_idx whose groups are scattered over the inputs) has its inputs sorted
-// by group first, as exllama does: Packing.Perm says which input each column
-// multiplies, and the product gathers the activations into that order. Then
+// Q4_Z128 and Q4_Z: the nibble minus the block's zero) and d a float16 scale, and the
+// format's value is float32(q − z) · s. So the layer fits when every run of 32
+// consecutive inputs of a row lies in one group (group sizes that are multiples of
+// 32, or one group per row), each scale s converts to float16 and back unchanged
+// (d = s), and every q − z fits the block's codes: [−8, 7] for Q4_0 (GPTQ and
+// compressed-tensors symmetric 4-bit, whose zero is 8); else for Q4_Z128, when every
+// run of 128 inputs lies in one group (group sizes that are multiples of 128, or one
+// per row) and every block of 128 has some zero z' in [0, 15] with every
+// q − z + z' in [0, 15] (asymmetric 4-bit, AWQ and GPTQ of group size 128, whose q
+// and z are nibbles: z' = z serves, and the packer takes the smallest,
+// max(0, −min(q − z)), the value depending only on q − z); else Q4_Z, the same per
+// 32 inputs; else [−128, 127] for Q8_0 (8-bit symmetric, and 4-bit GPTQ whose
+// original format stores a zero 15 for z = 16, giving q − z = −16). An act-order
+// layer (GPTQ desc_act: a g_idx whose groups are scattered over the inputs) has its
+// inputs sorted by group first, as exllama does: Packing.Perm says which input each
+// column multiplies, and the product gathers the activations into that order. Then
 // dtype.Dequantize of the bytes, its columns put back in input order, equals Dense's
 // values bit for bit; the kernels still round activations to 8 bits.
 func (s *Scheme) Packed(src Source, prefix string) (Packing, bool, error) {
@@ -92,7 +94,8 @@ func (s *Scheme) read(src Source, prefix string) (p Packing, ok bool, dense func
 }
 
 // Load returns the linear layer prefix as a loader takes it in, each layer decoded
-// once: repacked where a type holds it exactly ([Scheme.Packed]: Q4_0, Q4_Z or Q8_0
+// once: repacked where a type holds it exactly ([Scheme.Packed]: Q4_0, Q4_Z128, Q4_Z or
+// Q8_0
 // for the integer formats, act-order layers with their Perm; F8_E4M3_B128 for FP8),
 // else its dense float32 values ([Scheme.Dense]) as F32, in input order (Perm nil).
 func (s *Scheme) Load(src Source, prefix string) (Packing, error) {
@@ -112,8 +115,8 @@ func (s *Scheme) Load(src Source, prefix string) (Packing, error) {
 // Cols values as Type's blocks, row-major, whose values are exactly the layer's
 // dense values, their columns in the order Perm gives.
 type Packing struct {
-	// Type is dtype.Q4_0, dtype.Q4_Z, dtype.Q8_0 or dtype.F8_E4M3_B128 (from Load,
-	// also dtype.F32).
+	// Type is dtype.Q4_0, dtype.Q4_Z128, dtype.Q4_Z, dtype.Q8_0 or
+	// dtype.F8_E4M3_B128 (from Load, also dtype.F32).
 	Type dtype.DType
 	// Data is the blocks of Type, row-major, in dtype.Dequantize's layout.
 	Data       []byte
@@ -127,11 +130,12 @@ type Packing struct {
 	Stored int64
 }
 
-// packing is the layer's exact Q4_0, Q4_Z or Q8_0 packing (see Packed): as it is when every
-// run of 32 inputs lies in one group, else with its inputs sorted by group.
+// packing is the layer's exact Q4_0, Q4_Z128, Q4_Z or Q8_0 packing (see Packed): as it
+// is when every run of 32 inputs lies in one group, else with its inputs sorted by
+// group.
 func (l intLayer) packing() (Packing, bool) {
 	var perm []int32
-	if _, ok := l.blockGroups(); !ok && l.cols%32 == 0 {
+	if _, ok := l.blockGroups(32); !ok && l.cols%32 == 0 {
 		l, perm = l.sortedByGroup()
 	}
 	t, data, ok := l.pack()
@@ -171,9 +175,10 @@ func (l intLayer) sortedByGroup() (intLayer, []int32) {
 	return out, perm
 }
 
-// pack encodes the layer as Q4_0, else Q4_Z, else Q8_0, when exact (see Packed).
+// pack encodes the layer as Q4_0, else Q4_Z128, else Q4_Z, else Q8_0, when exact
+// (see Packed).
 func (l intLayer) pack() (dtype.DType, []byte, bool) {
-	blockGroups, ok := l.blockGroups()
+	blockGroups, ok := l.blockGroups(32)
 	if !ok {
 		return 0, nil, false
 	}
@@ -182,30 +187,30 @@ func (l intLayer) pack() (dtype.DType, []byte, bool) {
 		return 0, nil, false
 	}
 	lo, hi := l.codeRange()
-	switch {
-	case lo >= -8 && hi <= 7:
+	if lo >= -8 && hi <= 7 {
 		return dtype.Q4_0, l.encode(blockGroups, half, 18, putQ4), true
-	case l.fitsQ4_Z():
-		if data, ok := l.encodeQ4_Z(blockGroups, half); ok {
-			return dtype.Q4_Z, data, true
+	}
+	for _, t := range []dtype.DType{dtype.Q4_Z128, dtype.Q4_Z} {
+		if data, ok := l.encodeZ(t, half); ok {
+			return t, data, true
 		}
-		fallthrough
-	case lo >= -128 && hi <= 127:
+	}
+	if lo >= -128 && hi <= 127 {
 		return dtype.Q8_0, l.encode(blockGroups, half, 34, putQ8), true
 	}
 	return 0, nil, false
 }
 
-// blockGroups returns the group of each run of 32 inputs, when the inputs of every
-// run lie in one group.
-func (l intLayer) blockGroups() ([]int64, bool) {
-	if l.cols%32 != 0 {
+// blockGroups returns the group of each run of n inputs, when the inputs of every run
+// lie in one group.
+func (l intLayer) blockGroups(n int) ([]int64, bool) {
+	if l.cols%n != 0 {
 		return nil, false
 	}
-	out := make([]int64, l.cols/32)
+	out := make([]int64, l.cols/n)
 	for b := range out {
-		out[b] = l.gidx[32*b]
-		for _, g := range l.gidx[32*b : 32*b+32] {
+		out[b] = l.gidx[n*b]
+		for _, g := range l.gidx[n*b : n*b+n] {
 			if g != out[b] {
 				return nil, false
 			}
@@ -264,43 +269,48 @@ func putQ4(dst []byte, c []int32) {
 	}
 }
 
-// q4zZero returns the zero of a Q4_Z block of the codes c (q − z): the smallest z' in
-// [0, 15] that puts every c + z' in [0, 15], if there is one.
+// q4zZero returns the zero of a Q4_Z or Q4_Z128 block of the codes c (q − z): the
+// smallest z' in [0, 15] that puts every c + z' in [0, 15], if there is one.
 func q4zZero(c []int32) (uint8, bool) {
 	lo, hi := slices.Min(c), slices.Max(c)
 	z := max(0, -lo)
 	return uint8(z), z <= 15 && hi+z <= 15
 }
 
-// fitsQ4_Z reports whether every block of 32 codes of every row has a Q4_Z zero.
-func (l intLayer) fitsQ4_Z() bool {
-	for b := 0; b < len(l.codes); b += 32 {
-		if _, ok := q4zZero(l.codes[b : b+32]); !ok {
+// fitsZ reports whether every block of n codes of every row has a zero (q4zZero).
+func (l intLayer) fitsZ(n int) bool {
+	for b := 0; b < len(l.codes); b += n {
+		if _, ok := q4zZero(l.codes[b : b+n]); !ok {
 			return false
 		}
 	}
 	return true
 }
 
-// encodeQ4_Z writes the layer's Q4_Z blocks (fitsQ4_Z holds): each its group's
-// scale, its zero (q4zZero) and the nibbles c + z. ok is false only if the encoder
-// refuses a block, which the check before rules out.
-func (l intLayer) encodeQ4_Z(blockGroups []int64, half []uint16) ([]byte, bool) {
-	nb := l.cols / 32
-	size := dtype.Q4_Z.BlockBytes()
+// encodeZ writes the layer's blocks of t (Q4_Z or Q4_Z128) when they hold it: every
+// run of a block's inputs in one group, and every block with a zero. Each block is its group's scale,
+// its zero (q4zZero) and the nibbles c + z.
+func (l intLayer) encodeZ(t dtype.DType, half []uint16) ([]byte, bool) {
+	n, size := t.BlockSize(), t.BlockBytes()
+	blockGroups, ok := l.blockGroups(n)
+	if !ok || !l.fitsZ(n) {
+		return nil, false
+	}
+	encode := dtype.EncodeQ4_Z
+	if t == dtype.Q4_Z128 {
+		encode = dtype.EncodeQ4_Z128
+	}
+	nb := l.cols / n
 	out := make([]byte, l.rows*nb*size)
-	var nib [32]uint8
+	nib := make([]uint8, n)
 	for o := range l.rows {
 		for b, g := range blockGroups {
-			c := l.codes[o*l.cols+32*b : o*l.cols+32*b+32]
-			z, ok := q4zZero(c)
-			if !ok {
-				return nil, false
-			}
+			c := l.codes[o*l.cols+n*b : o*l.cols+n*b+n]
+			z, _ := q4zZero(c) // fitsZ: every block has one
 			for j, v := range c {
 				nib[j] = uint8(v + int32(z))
 			}
-			if dtype.EncodeQ4_Z(out[(o*nb+b)*size:], half[o*l.groups+int(g)], z, nib[:]) != nil {
+			if encode(out[(o*nb+b)*size:], half[o*l.groups+int(g)], z, nib) != nil {
 				return nil, false
 			}
 		}

@@ -80,16 +80,17 @@ func checkGroupOrder(t *testing.T, s *Scheme, src Source, prefix string, perm []
 
 // TestPackedShared packs every quantized layer of the shared checkpoints: GPTQ
 // 8-bit symmetric to Q8_0, compressed-tensors 4-bit symmetric to Q4_0, AWQ (zero
-// points: q − z in [−15, 15]) to Q4_Z, GPTQ 4-bit asymmetric act-order (a real g_idx
-// permutation) to Q4_Z with its inputs sorted by group, FP8 (128×128 blocks) to
-// F8_E4M3_B128, each bit for bit Dense's values.
+// points: q − z in [−15, 15], groups of 128) to Q4_Z128, GPTQ 4-bit asymmetric
+// act-order (a real g_idx permutation, groups of 128) to Q4_Z128 with its inputs
+// sorted by group, FP8 (128×128 blocks) to F8_E4M3_B128, each bit for bit Dense's
+// values.
 func TestPackedShared(t *testing.T) {
 	want := map[string]struct {
 		typ      dtype.DType
 		permuted bool
 	}{
-		"gocoder-s-gptq8": {dtype.Q8_0, false}, "gocoder-m-w4a16": {dtype.Q4_0, false}, "gocoder-m-awq": {dtype.Q4_Z, false},
-		"gocoder-m-gptq": {dtype.Q4_Z, true}, "gocoder-s-fp8": {dtype.F8_E4M3_B128, false},
+		"gocoder-s-gptq8": {dtype.Q8_0, false}, "gocoder-m-w4a16": {dtype.Q4_0, false}, "gocoder-m-awq": {dtype.Q4_Z128, false},
+		"gocoder-m-gptq": {dtype.Q4_Z128, true}, "gocoder-s-fp8": {dtype.F8_E4M3_B128, false},
 	}
 	for name, w := range want {
 		typ := w.typ
@@ -108,11 +109,7 @@ func TestPackedShared(t *testing.T) {
 				n++
 			}
 			assert.Positive(t, n)
-			if typ == 0 {
-				t.Logf("%d layers: not packed (Dense)", n)
-			} else {
-				t.Logf("%d layers: %v", n, typ)
-			}
+			t.Logf("%d layers: %v", n, typ)
 		})
 	}
 }
@@ -162,15 +159,42 @@ func TestPackedRules(t *testing.T) {
 		{"awq per channel to Q4_Z", func(r *rand.Rand) layer {
 			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4}, 16, 64)
 		}, dtype.Q4_Z, false},
+		{"awq g128, 512 inputs, to Q4_Z128", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 128}, 24, 512)
+		}, dtype.Q4_Z128, false},
+		{"awq g256 to Q4_Z128", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 256}, 8, 512)
+		}, dtype.Q4_Z128, false},
+		{"awq per channel, 256 inputs, to Q4_Z128", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4}, 16, 256)
+		}, dtype.Q4_Z128, false},
+		{"awq g128, 384 inputs, to Q4_Z128", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 128}, 8, 384)
+		}, dtype.Q4_Z128, false},
+		{"awq per channel, 96 inputs (not whole blocks of 128): Q4_Z", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4}, 8, 96)
+		}, dtype.Q4_Z, false},
+		{"awq g64 (a run of 128 over two groups): Q4_Z", func(r *rand.Rand) layer {
+			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 64}, 8, 256)
+		}, dtype.Q4_Z, false},
+		{"gptq 4-bit asym g128 (v2 zeros) to Q4_Z128", func(r *rand.Rand) layer {
+			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 128}, 16, 256)
+		}, dtype.Q4_Z128, false},
+		{"gptq v1 g128 stored zero 15 (q − z = −16): Q8_0, not Q4_Z128", func(r *rand.Rand) layer {
+			return storedZeros(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 128, ZeroMinusOne: true}, 8, 256), 4, 15)
+		}, dtype.Q8_0, false},
 		{"refused: awq group 16", func(r *rand.Rand) layer {
 			return awqLayer(r, &Scheme{Method: AWQ, Bits: 4, GroupSize: 16}, 8, 64)
 		}, 0, false},
 		{"act-order g32 asym, sorted by group, to Q4_Z", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true, ActOrder: true}, 24, 128)
 		}, dtype.Q4_Z, true},
-		{"act-order g128 asym, sorted by group, to Q4_Z", func(r *rand.Rand) layer {
+		{"act-order g128 asym, sorted by group, to Q4_Z128", func(r *rand.Rand) layer {
 			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 128, ZeroMinusOne: true, ActOrder: true}, 16, 384)
-		}, dtype.Q4_Z, true},
+		}, dtype.Q4_Z128, true},
+		{"act-order g128 asym, 512 inputs, sorted by group, to Q4_Z128", func(r *rand.Rand) layer {
+			return gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 128, ZeroMinusOne: true, ActOrder: true}, 16, 512)
+		}, dtype.Q4_Z128, true},
 		{"act-order g32, stored zero 15: Q8_0, sorted by group", func(r *rand.Rand) layer {
 			return storedZeros(gptqLayer(r, &Scheme{Method: GPTQ, Bits: 4, GroupSize: 32, ZeroMinusOne: true, ActOrder: true}, 8, 128), 4, 15)
 		}, dtype.Q8_0, true},
@@ -269,6 +293,34 @@ func f32Scales(l layer, inexact bool) layer {
 	}
 	l.src[pre+".weight_scale"] = f32Tensor(v, sc.Shape...)
 	return l
+}
+
+// TestPackZeroPer128 packs layers whose every block of 32 codes has a Q4_Z zero
+// while a block of 128 has none (codes q − z from −15 to 15 in one group of 128):
+// Q4_Z, not Q4_Z128; the same codes within [−7, 8] in every block: Q4_Z128. Both
+// exact against the dense values.
+func TestPackZeroPer128(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi int32
+		want   dtype.DType
+	}{{-15, 15, dtype.Q4_Z}, {-7, 8, dtype.Q4_Z128}} {
+		const rows, cols = 3, 512
+		l := intLayer{rows: rows, cols: cols, groups: 2, codes: make([]int32, rows*cols),
+			scales: []float32{0.5, 0.25, 1, 2, 0.125, 4}, gidx: runGroups(cols, 256)}
+		for i := range l.codes {
+			if i/32%2 == 0 {
+				l.codes[i] = int32(i % 16) // a block of 32 in [0, 15]
+				l.codes[i] = min(l.codes[i], c.hi)
+			} else {
+				l.codes[i] = -int32(i % 16) // one in [−15, 0]
+				l.codes[i] = max(l.codes[i], c.lo)
+			}
+		}
+		p, ok := l.packing()
+		require.True(t, ok)
+		assert.Equal(t, c.want, p.Type, "codes %d…%d", c.lo, c.hi)
+		checkPacking(t, p, l.dense())
+	}
 }
 
 // TestQ4ZZero checks the choice of a Q4_Z block's zero at the edges: the smallest z'

@@ -4,18 +4,19 @@ import "math"
 
 // Integer activations. Products with quantised weights run on activations quantised
 // to 8 bits, as llama.cpp's do: each row of a matrix input is cut into blocks — of 32
-// values against the 32-value weight types, of 256 against the K-quants — and each
-// block gets one scale d = max|x|/127 and codes round(x·127/max|x|) in [−127, 127]. A
-// row is quantised on its own, so its codes, and every product with them, are the
-// same whatever the batch around it.
+// values against the 32-value weight types, of 128 against Q4_Z128, of 256 against
+// the K-quants — and each block gets one scale d = max|x|/127 and codes
+// round(x·127/max|x|) in [−127, 127]. A row is quantised on its own, so its codes,
+// and every product with them, are the same whatever the batch around it.
 //
 // Beside the codes, each block carries the sums the kernels fold the weights' offsets
 // and minimums in with (side data, sideWords 32-bit words per block, float32 bits or
 // int32):
 //
-//   - 32-value blocks: d, −8·Σq, −16·Σq, −128·Σq (the integer offsets of Q4_0, Q5_0, and
-//     of Q8_0 codes biased to unsigned), d·Σq (for the minimums of Q4_1 and Q5_1), −Σq
-//     (for the zeros of Q4_Z, a 16-bit multiply-add's operand: |Σq| ≤ 32·127);
+//   - 32- and 128-value blocks: d, −8·Σq, −16·Σq, −128·Σq (the integer offsets of
+//     Q4_0, Q5_0, and of Q8_0 codes biased to unsigned), d·Σq (for the minimums of
+//     Q4_1 and Q5_1), −Σq (for the zeros of Q4_Z and Q4_Z128, a 16-bit multiply-add's
+//     operand: |Σq| ≤ 128·127 < 2^15);
 //   - 256-value blocks: d; Σq over each of the 8 sub-blocks of 32 (the minimums of Q4_K
 //     and Q5_K), as 16-bit pairs, sub-blocks 2k and 2k+1 in the low and high half of
 //     a word (|Σq| ≤ 32·127 fits), so that one 16-bit multiply-add takes two; −32·Σq
@@ -23,10 +24,11 @@ import "math"
 //     16-bit pairs in the same way (the same offset, for a 16-bit multiply-add by
 //     32·scale).
 const (
-	q8Block = 32  // values per block of the 32-value weight types (and their activations)
-	kBlock  = 256 // values per super-block of the K-quants
+	q8Block   = 32  // values per block of the 32-value weight types (and their activations)
+	z128Block = 128 // values per block of Q4_Z128 (and its activations)
+	kBlock    = 256 // values per super-block of the K-quants
 
-	side32Words  = 8  // words of side data per 32-value block (6 used)
+	side32Words  = 8  // words of side data per 32- or 128-value block (6 used)
 	side256Words = 32 // words per 256-value block (29 used)
 
 	sideD        = 0  // d, both block sizes
@@ -95,7 +97,7 @@ func quantizeBlock(x []float32, codes []int8, side []uint32) {
 	}
 	clear(side)
 	side[sideD] = math.Float32bits(d)
-	if len(x) == q8Block {
+	if len(x) != kBlock {
 		s := sumCodes(codes)
 		side[side32Off8] = uint32(-8 * s)
 		side[side32Off16] = uint32(-16 * s)

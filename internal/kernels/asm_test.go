@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -35,26 +36,31 @@ func signs(n int) []float32 {
 }
 
 // extremeRows returns rows × cols weights of type typ of ±1 (signs' pattern) with
-// every code at its extreme: encoded from the values, or for Q4_Z, which has no
-// quantizer, codes 15 and 0 with zero 0 in even blocks (values 15d and 0) and 15 in
-// odd ones (0 and −15d).
+// every code at its extreme: encoded from the values, or for Q4_Z and Q4_Z128, which
+// have no quantizer, codes 15 and 0 with zero 0 in even blocks (values 15d and 0) and
+// 15 in odd ones (0 and −15d).
 func extremeRows(t *testing.T, typ dtype.DType, rows, cols int) []byte {
 	s := signs(rows * cols)
-	if typ != dtype.Q4_Z {
+	if typ != dtype.Q4_Z && typ != dtype.Q4_Z128 {
 		data, err := dtype.Encode(typ, s)
 		require.NoError(t, err)
 		return data
 	}
-	out := make([]byte, len(s)/32*20)
-	codes := make([]uint8, 32)
-	for b := range len(s) / 32 {
+	per, size := typ.BlockSize(), typ.BlockBytes()
+	encode := dtype.EncodeQ4_Z
+	if typ == dtype.Q4_Z128 {
+		encode = dtype.EncodeQ4_Z128
+	}
+	out := make([]byte, len(s)/per*size)
+	codes := make([]uint8, per)
+	for b := range len(s) / per {
 		for j := range codes {
 			codes[j] = 0
-			if s[32*b+j] > 0 {
+			if s[per*b+j] > 0 {
 				codes[j] = 15
 			}
 		}
-		require.NoError(t, dtype.EncodeQ4_Z(out[20*b:], dtype.F32ToF16(1), uint8(15*(b%2)), codes))
+		require.NoError(t, encode(out[size*b:], dtype.F32ToF16(1), uint8(15*(b%2)), codes))
 	}
 	return out
 }
@@ -100,10 +106,7 @@ func TestIntAssemblyMatchesGo(t *testing.T) {
 						var a Act
 						a.Reset(x, n, cols)
 						require.NoError(t, a.Prepare(typ))
-						q := &a.q32
-						if typ.BlockSize() == kBlock {
-							q = &a.q256
-						}
+						q := a.quant(typ.BlockSize())
 						got, want := make([]float32, n*rowGroup), make([]float32, n*rowGroup)
 						call := func(k intKernel, out []float32) {
 							k(&m.Data[0], m.blocks, &q.codes[0], cols, &q.side[0], m.blocks*q.words, &out[0], rowGroup)
@@ -131,10 +134,8 @@ func TestQuantizeAssemblyMatchesGo(t *testing.T) {
 			if ok, why := familyRuns(family); !ok {
 				t.Skipf("%s quantizers not tested: %s", family, why)
 			}
-			block := q8Block
-			if size == "256" {
-				block = kBlock
-			}
+			block, err := strconv.Atoi(size)
+			require.NoError(t, err)
 			checkQuantizer(t, block, q)
 		})
 	}

@@ -16,7 +16,7 @@ func BenchmarkMul(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 1408, 512
 	w := randVec(rng, rows*cols)
-	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.F8_E4M3_B128, dtype.Q8_0, dtype.Q4_0, dtype.Q4_Z, dtype.Q4_K, dtype.Q6_K} {
+	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.F8_E4M3_B128, dtype.Q8_0, dtype.Q4_0, dtype.Q4_Z, dtype.Q4_Z128, dtype.Q4_K, dtype.Q6_K} {
 		m, err := NewMatrix(typ, rows, cols, benchWeights(b, rng, typ, w, rows, cols))
 		if err != nil {
 			b.Fatal(err)
@@ -41,12 +41,12 @@ func BenchmarkMul(b *testing.B) {
 	}
 }
 
-// benchWeights returns the rows × cols values w as type typ, or for Q4_Z, which has no
-// quantizer from floats, random Q4_Z rows.
+// benchWeights returns the rows × cols values w as type typ, or for Q4_Z and Q4_Z128,
+// which have no quantizer from floats, random rows of them.
 func benchWeights(b *testing.B, rng *rand.Rand, typ dtype.DType, w []float32, rows, cols int) []byte {
 	switch typ {
-	case dtype.Q4_Z:
-		return randQ4_Z(rng, rows, cols)
+	case dtype.Q4_Z, dtype.Q4_Z128:
+		return randZ(rng, typ, rows, cols)
 	case dtype.F8_E4M3_B128:
 		return f8Bytes(rng, rows, cols) // no encoder from floats: random codes and scales
 	}
@@ -73,7 +73,7 @@ func BenchmarkMulDRAM(b *testing.B) {
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 65536, 1536
-	for _, typ := range []dtype.DType{dtype.F16, dtype.Q8_0, dtype.Q4_0, dtype.Q4_Z, dtype.Q5_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
+	for _, typ := range []dtype.DType{dtype.F16, dtype.Q8_0, dtype.Q4_0, dtype.Q4_Z, dtype.Q4_Z128, dtype.Q5_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
 		// Rows drawn from a pool, as the real-scale generator makes them.
 		pool := benchWeights(b, rng, typ, randVec(rng, 64*cols), 64, cols)
 		rb := len(pool) / 64
@@ -128,10 +128,7 @@ func BenchmarkIntKernel(b *testing.B) {
 				if err := a.Prepare(typ); err != nil {
 					b.Fatal(err)
 				}
-				q := &a.q32
-				if typ.BlockSize() == kBlock {
-					q = &a.q256
-				}
+				q := a.quant(typ.BlockSize())
 				out := make([]float32, n*rowGroup)
 				gb := groupBlockBytes(typ)
 				for b.Loop() {

@@ -30,41 +30,44 @@ var hasVNNI = hasAVX512 && cpu.X86.HasAVX512VNNI && os.Getenv("SPECULA_CPU") != 
 
 // The AVX-512 integer kernel tables, indexed by the number of activation rows.
 var (
-	int512Q8_0 = intTable{1: intQ8_0x1AVX512, 2: intQ8_0x2AVX512, 3: intQ8_0x3AVX512, 4: intQ8_0x4AVX512, 5: intQ8_0x5AVX512, 6: intQ8_0x6AVX512, 7: intQ8_0x7AVX512, 8: intQ8_0x8AVX512}
-	int512Q4_0 = intTable{1: intQ4_0x1AVX512, 2: intQ4_0x2AVX512, 3: intQ4_0x3AVX512, 4: intQ4_0x4AVX512, 5: intQ4_0x5AVX512, 6: intQ4_0x6AVX512, 7: intQ4_0x7AVX512, 8: intQ4_0x8AVX512}
-	int512Q4_1 = intTable{1: intQ4_1x1AVX512, 2: intQ4_1x2AVX512, 3: intQ4_1x3AVX512, 4: intQ4_1x4AVX512, 5: intQ4_1x5AVX512, 6: intQ4_1x6AVX512, 7: intQ4_1x7AVX512, 8: intQ4_1x8AVX512}
-	int512Q4_Z = intTable{1: intQ4_Zx1AVX512, 2: intQ4_Zx2AVX512, 3: intQ4_Zx3AVX512, 4: intQ4_Zx4AVX512, 5: intQ4_Zx5AVX512, 6: intQ4_Zx6AVX512, 7: intQ4_Zx7AVX512, 8: intQ4_Zx8AVX512}
-	int512Q5_0 = intTable{1: intQ5_0x1AVX512, 2: intQ5_0x2AVX512, 3: intQ5_0x3AVX512, 4: intQ5_0x4AVX512, 5: intQ5_0x5AVX512, 6: intQ5_0x6AVX512, 7: intQ5_0x7AVX512, 8: intQ5_0x8AVX512}
-	int512Q5_1 = intTable{1: intQ5_1x1AVX512, 2: intQ5_1x2AVX512, 3: intQ5_1x3AVX512, 4: intQ5_1x4AVX512, 5: intQ5_1x5AVX512, 6: intQ5_1x6AVX512, 7: intQ5_1x7AVX512, 8: intQ5_1x8AVX512}
-	int512Q4_K = intTable{1: intQ4_Kx1AVX512, 2: intQ4_Kx2AVX512, 3: intQ4_Kx3AVX512, 4: intQ4_Kx4AVX512, 5: intQ4_Kx5AVX512, 6: intQ4_Kx6AVX512, 7: intQ4_Kx7AVX512, 8: intQ4_Kx8AVX512}
-	int512Q5_K = intTable{1: intQ5_Kx1AVX512, 2: intQ5_Kx2AVX512, 3: intQ5_Kx3AVX512, 4: intQ5_Kx4AVX512, 5: intQ5_Kx5AVX512, 6: intQ5_Kx6AVX512, 7: intQ5_Kx7AVX512, 8: intQ5_Kx8AVX512}
-	int512Q6_K = intTable{1: intQ6_Kx1AVX512, 2: intQ6_Kx2AVX512, 3: intQ6_Kx3AVX512, 4: intQ6_Kx4AVX512, 5: intQ6_Kx5AVX512, 6: intQ6_Kx6AVX512, 7: intQ6_Kx7AVX512, 8: intQ6_Kx8AVX512}
+	int512Q8_0    = intTable{1: intQ8_0x1AVX512, 2: intQ8_0x2AVX512, 3: intQ8_0x3AVX512, 4: intQ8_0x4AVX512, 5: intQ8_0x5AVX512, 6: intQ8_0x6AVX512, 7: intQ8_0x7AVX512, 8: intQ8_0x8AVX512}
+	int512Q4_0    = intTable{1: intQ4_0x1AVX512, 2: intQ4_0x2AVX512, 3: intQ4_0x3AVX512, 4: intQ4_0x4AVX512, 5: intQ4_0x5AVX512, 6: intQ4_0x6AVX512, 7: intQ4_0x7AVX512, 8: intQ4_0x8AVX512}
+	int512Q4_1    = intTable{1: intQ4_1x1AVX512, 2: intQ4_1x2AVX512, 3: intQ4_1x3AVX512, 4: intQ4_1x4AVX512, 5: intQ4_1x5AVX512, 6: intQ4_1x6AVX512, 7: intQ4_1x7AVX512, 8: intQ4_1x8AVX512}
+	int512Q4_Z    = intTable{1: intQ4_Zx1AVX512, 2: intQ4_Zx2AVX512, 3: intQ4_Zx3AVX512, 4: intQ4_Zx4AVX512, 5: intQ4_Zx5AVX512, 6: intQ4_Zx6AVX512, 7: intQ4_Zx7AVX512, 8: intQ4_Zx8AVX512}
+	int512Q4_Z128 = intTable{1: intQ4_Z128x1AVX512, 2: intQ4_Z128x2AVX512, 3: intQ4_Z128x3AVX512, 4: intQ4_Z128x4AVX512, 5: intQ4_Z128x5AVX512, 6: intQ4_Z128x6AVX512, 7: intQ4_Z128x7AVX512, 8: intQ4_Z128x8AVX512}
+	int512Q5_0    = intTable{1: intQ5_0x1AVX512, 2: intQ5_0x2AVX512, 3: intQ5_0x3AVX512, 4: intQ5_0x4AVX512, 5: intQ5_0x5AVX512, 6: intQ5_0x6AVX512, 7: intQ5_0x7AVX512, 8: intQ5_0x8AVX512}
+	int512Q5_1    = intTable{1: intQ5_1x1AVX512, 2: intQ5_1x2AVX512, 3: intQ5_1x3AVX512, 4: intQ5_1x4AVX512, 5: intQ5_1x5AVX512, 6: intQ5_1x6AVX512, 7: intQ5_1x7AVX512, 8: intQ5_1x8AVX512}
+	int512Q4_K    = intTable{1: intQ4_Kx1AVX512, 2: intQ4_Kx2AVX512, 3: intQ4_Kx3AVX512, 4: intQ4_Kx4AVX512, 5: intQ4_Kx5AVX512, 6: intQ4_Kx6AVX512, 7: intQ4_Kx7AVX512, 8: intQ4_Kx8AVX512}
+	int512Q5_K    = intTable{1: intQ5_Kx1AVX512, 2: intQ5_Kx2AVX512, 3: intQ5_Kx3AVX512, 4: intQ5_Kx4AVX512, 5: intQ5_Kx5AVX512, 6: intQ5_Kx6AVX512, 7: intQ5_Kx7AVX512, 8: intQ5_Kx8AVX512}
+	int512Q6_K    = intTable{1: intQ6_Kx1AVX512, 2: intQ6_Kx2AVX512, 3: intQ6_Kx3AVX512, 4: intQ6_Kx4AVX512, 5: intQ6_Kx5AVX512, 6: intQ6_Kx6AVX512, 7: intQ6_Kx7AVX512, 8: intQ6_Kx8AVX512}
 )
 
 // The AVX-512 BW integer kernel tables, for AVX-512 without VNNI.
 var (
-	int512bwQ8_0 = intTable{1: intQ8_0x1AVX512BW, 2: intQ8_0x2AVX512BW, 3: intQ8_0x3AVX512BW, 4: intQ8_0x4AVX512BW}
-	int512bwQ4_0 = intTable{1: intQ4_0x1AVX512BW, 2: intQ4_0x2AVX512BW, 3: intQ4_0x3AVX512BW, 4: intQ4_0x4AVX512BW}
-	int512bwQ4_1 = intTable{1: intQ4_1x1AVX512BW, 2: intQ4_1x2AVX512BW, 3: intQ4_1x3AVX512BW, 4: intQ4_1x4AVX512BW}
-	int512bwQ4_Z = intTable{1: intQ4_Zx1AVX512BW, 2: intQ4_Zx2AVX512BW, 3: intQ4_Zx3AVX512BW, 4: intQ4_Zx4AVX512BW}
-	int512bwQ5_0 = intTable{1: intQ5_0x1AVX512BW, 2: intQ5_0x2AVX512BW, 3: intQ5_0x3AVX512BW, 4: intQ5_0x4AVX512BW}
-	int512bwQ5_1 = intTable{1: intQ5_1x1AVX512BW, 2: intQ5_1x2AVX512BW, 3: intQ5_1x3AVX512BW, 4: intQ5_1x4AVX512BW}
-	int512bwQ4_K = intTable{1: intQ4_Kx1AVX512BW, 2: intQ4_Kx2AVX512BW, 3: intQ4_Kx3AVX512BW, 4: intQ4_Kx4AVX512BW}
-	int512bwQ5_K = intTable{1: intQ5_Kx1AVX512BW, 2: intQ5_Kx2AVX512BW, 3: intQ5_Kx3AVX512BW, 4: intQ5_Kx4AVX512BW}
-	int512bwQ6_K = intTable{1: intQ6_Kx1AVX512BW, 2: intQ6_Kx2AVX512BW, 3: intQ6_Kx3AVX512BW, 4: intQ6_Kx4AVX512BW}
+	int512bwQ8_0    = intTable{1: intQ8_0x1AVX512BW, 2: intQ8_0x2AVX512BW, 3: intQ8_0x3AVX512BW, 4: intQ8_0x4AVX512BW}
+	int512bwQ4_0    = intTable{1: intQ4_0x1AVX512BW, 2: intQ4_0x2AVX512BW, 3: intQ4_0x3AVX512BW, 4: intQ4_0x4AVX512BW}
+	int512bwQ4_1    = intTable{1: intQ4_1x1AVX512BW, 2: intQ4_1x2AVX512BW, 3: intQ4_1x3AVX512BW, 4: intQ4_1x4AVX512BW}
+	int512bwQ4_Z    = intTable{1: intQ4_Zx1AVX512BW, 2: intQ4_Zx2AVX512BW, 3: intQ4_Zx3AVX512BW, 4: intQ4_Zx4AVX512BW}
+	int512bwQ4_Z128 = intTable{1: intQ4_Z128x1AVX512BW, 2: intQ4_Z128x2AVX512BW, 3: intQ4_Z128x3AVX512BW, 4: intQ4_Z128x4AVX512BW}
+	int512bwQ5_0    = intTable{1: intQ5_0x1AVX512BW, 2: intQ5_0x2AVX512BW, 3: intQ5_0x3AVX512BW, 4: intQ5_0x4AVX512BW}
+	int512bwQ5_1    = intTable{1: intQ5_1x1AVX512BW, 2: intQ5_1x2AVX512BW, 3: intQ5_1x3AVX512BW, 4: intQ5_1x4AVX512BW}
+	int512bwQ4_K    = intTable{1: intQ4_Kx1AVX512BW, 2: intQ4_Kx2AVX512BW, 3: intQ4_Kx3AVX512BW, 4: intQ4_Kx4AVX512BW}
+	int512bwQ5_K    = intTable{1: intQ5_Kx1AVX512BW, 2: intQ5_Kx2AVX512BW, 3: intQ5_Kx3AVX512BW, 4: intQ5_Kx4AVX512BW}
+	int512bwQ6_K    = intTable{1: intQ6_Kx1AVX512BW, 2: intQ6_Kx2AVX512BW, 3: intQ6_Kx3AVX512BW, 4: intQ6_Kx4AVX512BW}
 )
 
 // The AVX2 integer kernel tables.
 var (
-	int256Q8_0 = intTable{1: intQ8_0x1AVX2, 2: intQ8_0x2AVX2, 3: intQ8_0x3AVX2, 4: intQ8_0x4AVX2}
-	int256Q4_0 = intTable{1: intQ4_0x1AVX2, 2: intQ4_0x2AVX2, 3: intQ4_0x3AVX2, 4: intQ4_0x4AVX2}
-	int256Q4_1 = intTable{1: intQ4_1x1AVX2, 2: intQ4_1x2AVX2, 3: intQ4_1x3AVX2, 4: intQ4_1x4AVX2}
-	int256Q4_Z = intTable{1: intQ4_Zx1AVX2, 2: intQ4_Zx2AVX2, 3: intQ4_Zx3AVX2, 4: intQ4_Zx4AVX2}
-	int256Q5_0 = intTable{1: intQ5_0x1AVX2, 2: intQ5_0x2AVX2, 3: intQ5_0x3AVX2, 4: intQ5_0x4AVX2}
-	int256Q5_1 = intTable{1: intQ5_1x1AVX2, 2: intQ5_1x2AVX2, 3: intQ5_1x3AVX2, 4: intQ5_1x4AVX2}
-	int256Q4_K = intTable{1: intQ4_Kx1AVX2, 2: intQ4_Kx2AVX2, 3: intQ4_Kx3AVX2, 4: intQ4_Kx4AVX2}
-	int256Q5_K = intTable{1: intQ5_Kx1AVX2, 2: intQ5_Kx2AVX2, 3: intQ5_Kx3AVX2, 4: intQ5_Kx4AVX2}
-	int256Q6_K = intTable{1: intQ6_Kx1AVX2, 2: intQ6_Kx2AVX2, 3: intQ6_Kx3AVX2, 4: intQ6_Kx4AVX2}
+	int256Q8_0    = intTable{1: intQ8_0x1AVX2, 2: intQ8_0x2AVX2, 3: intQ8_0x3AVX2, 4: intQ8_0x4AVX2}
+	int256Q4_0    = intTable{1: intQ4_0x1AVX2, 2: intQ4_0x2AVX2, 3: intQ4_0x3AVX2, 4: intQ4_0x4AVX2}
+	int256Q4_1    = intTable{1: intQ4_1x1AVX2, 2: intQ4_1x2AVX2, 3: intQ4_1x3AVX2, 4: intQ4_1x4AVX2}
+	int256Q4_Z    = intTable{1: intQ4_Zx1AVX2, 2: intQ4_Zx2AVX2, 3: intQ4_Zx3AVX2, 4: intQ4_Zx4AVX2}
+	int256Q4_Z128 = intTable{1: intQ4_Z128x1AVX2, 2: intQ4_Z128x2AVX2, 3: intQ4_Z128x3AVX2, 4: intQ4_Z128x4AVX2}
+	int256Q5_0    = intTable{1: intQ5_0x1AVX2, 2: intQ5_0x2AVX2, 3: intQ5_0x3AVX2, 4: intQ5_0x4AVX2}
+	int256Q5_1    = intTable{1: intQ5_1x1AVX2, 2: intQ5_1x2AVX2, 3: intQ5_1x3AVX2, 4: intQ5_1x4AVX2}
+	int256Q4_K    = intTable{1: intQ4_Kx1AVX2, 2: intQ4_Kx2AVX2, 3: intQ4_Kx3AVX2, 4: intQ4_Kx4AVX2}
+	int256Q5_K    = intTable{1: intQ5_Kx1AVX2, 2: intQ5_Kx2AVX2, 3: intQ5_Kx3AVX2, 4: intQ5_Kx4AVX2}
+	int256Q6_K    = intTable{1: intQ6_Kx1AVX2, 2: intQ6_Kx2AVX2, 3: intQ6_Kx3AVX2, 4: intQ6_Kx4AVX2}
 )
 
 // The float kernel tables, AVX-512 and AVX2.
@@ -163,10 +166,14 @@ func quantizeRow(x []float32, block int, codes []int8, side []uint32) {
 	switch {
 	case hasAVX512 && block == kBlock:
 		quantize256AVX512(&x[0], blocks, &codes[0], &side[0])
+	case hasAVX512 && block == z128Block:
+		quantize128AVX512(&x[0], blocks, &codes[0], &side[0])
 	case hasAVX512:
 		quantize32AVX512(&x[0], blocks, &codes[0], &side[0])
 	case block == kBlock:
 		quantize256AVX2(&x[0], blocks, &codes[0], &side[0])
+	case block == z128Block:
+		quantize128AVX2(&x[0], blocks, &codes[0], &side[0])
 	default:
 		quantize32AVX2(&x[0], blocks, &codes[0], &side[0])
 	}
@@ -194,15 +201,16 @@ var (
 	floatBF16 = pickFloat(dtype.BF16, float512BF16, float256BF16)
 	floatF8   = pickFloat(dtype.F8_E4M3_B128, float512F8, float256F8)
 
-	intQ8_0 = pickInt(dtype.Q8_0, int512Q8_0, int512bwQ8_0, int256Q8_0)
-	intQ4_0 = pickInt(dtype.Q4_0, int512Q4_0, int512bwQ4_0, int256Q4_0)
-	intQ4_1 = pickInt(dtype.Q4_1, int512Q4_1, int512bwQ4_1, int256Q4_1)
-	intQ4_Z = pickInt(dtype.Q4_Z, int512Q4_Z, int512bwQ4_Z, int256Q4_Z)
-	intQ5_0 = pickInt(dtype.Q5_0, int512Q5_0, int512bwQ5_0, int256Q5_0)
-	intQ5_1 = pickInt(dtype.Q5_1, int512Q5_1, int512bwQ5_1, int256Q5_1)
-	intQ4_K = pickInt(dtype.Q4_K, int512Q4_K, int512bwQ4_K, int256Q4_K)
-	intQ5_K = pickInt(dtype.Q5_K, int512Q5_K, int512bwQ5_K, int256Q5_K)
-	intQ6_K = pickInt(dtype.Q6_K, int512Q6_K, int512bwQ6_K, int256Q6_K)
+	intQ8_0    = pickInt(dtype.Q8_0, int512Q8_0, int512bwQ8_0, int256Q8_0)
+	intQ4_0    = pickInt(dtype.Q4_0, int512Q4_0, int512bwQ4_0, int256Q4_0)
+	intQ4_1    = pickInt(dtype.Q4_1, int512Q4_1, int512bwQ4_1, int256Q4_1)
+	intQ4_Z    = pickInt(dtype.Q4_Z, int512Q4_Z, int512bwQ4_Z, int256Q4_Z)
+	intQ4_Z128 = pickInt(dtype.Q4_Z128, int512Q4_Z128, int512bwQ4_Z128, int256Q4_Z128)
+	intQ5_0    = pickInt(dtype.Q5_0, int512Q5_0, int512bwQ5_0, int256Q5_0)
+	intQ5_1    = pickInt(dtype.Q5_1, int512Q5_1, int512bwQ5_1, int256Q5_1)
+	intQ4_K    = pickInt(dtype.Q4_K, int512Q4_K, int512bwQ4_K, int256Q4_K)
+	intQ5_K    = pickInt(dtype.Q5_K, int512Q5_K, int512bwQ5_K, int256Q5_K)
+	intQ6_K    = pickInt(dtype.Q6_K, int512Q6_K, int512bwQ6_K, int256Q6_K)
 )
 
 // Name names the instruction set of the kernels in use.

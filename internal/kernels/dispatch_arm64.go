@@ -44,15 +44,16 @@ func pickInt(t dtype.DType) intTable {
 
 // The kernel tables, indexed by the number of activation rows; chosen once, at start.
 var (
-	intQ8_0 = pickInt(dtype.Q8_0)
-	intQ4_0 = pickInt(dtype.Q4_0)
-	intQ4_1 = pickInt(dtype.Q4_1)
-	intQ4_Z = pickInt(dtype.Q4_Z)
-	intQ5_0 = pickInt(dtype.Q5_0)
-	intQ5_1 = pickInt(dtype.Q5_1)
-	intQ4_K = pickInt(dtype.Q4_K)
-	intQ5_K = pickInt(dtype.Q5_K)
-	intQ6_K = pickInt(dtype.Q6_K)
+	intQ8_0    = pickInt(dtype.Q8_0)
+	intQ4_0    = pickInt(dtype.Q4_0)
+	intQ4_1    = pickInt(dtype.Q4_1)
+	intQ4_Z    = pickInt(dtype.Q4_Z)
+	intQ4_Z128 = pickInt(dtype.Q4_Z128)
+	intQ5_0    = pickInt(dtype.Q5_0)
+	intQ5_1    = pickInt(dtype.Q5_1)
+	intQ4_K    = pickInt(dtype.Q4_K)
+	intQ5_K    = pickInt(dtype.Q5_K)
+	intQ6_K    = pickInt(dtype.Q6_K)
 )
 
 // Name names the instruction set of the kernels in use.

@@ -52,6 +52,18 @@ func intQ4_Zx3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 // intQ4_Zx4AVX2 is the AVX2 kernel of Q4_Z weights for 4 activation rows.
 func intQ4_Zx4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_Z128x1AVX2 is the AVX2 kernel of Q4_Z128 weights for 1 activation rows.
+func intQ4_Z128x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x2AVX2 is the AVX2 kernel of Q4_Z128 weights for 2 activation rows.
+func intQ4_Z128x2AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x3AVX2 is the AVX2 kernel of Q4_Z128 weights for 3 activation rows.
+func intQ4_Z128x3AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x4AVX2 is the AVX2 kernel of Q4_Z128 weights for 4 activation rows.
+func intQ4_Z128x4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ5_0x1AVX2 is the AVX2 kernel of Q5_0 weights for 1 activation rows.
 func intQ5_0x1AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
@@ -114,6 +126,9 @@ func intQ6_Kx4AVX2(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 
 // quantize32AVX2 quantises blocks of 32 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize32AVX2(x *float32, blocks int, codes *int8, side *uint32)
+
+// quantize128AVX2 quantises blocks of 128 activations to 8-bit codes and their side data, as quantizeBlock does.
+func quantize128AVX2(x *float32, blocks int, codes *int8, side *uint32)
 
 // quantize256AVX2 quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize256AVX2(x *float32, blocks int, codes *int8, side *uint32)

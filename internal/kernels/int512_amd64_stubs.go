@@ -7,6 +7,9 @@ package kernels
 // quantize32AVX512 quantises blocks of 32 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize32AVX512(x *float32, blocks int, codes *int8, side *uint32)
 
+// quantize128AVX512 quantises blocks of 128 activations to 8-bit codes and their side data, as quantizeBlock does.
+func quantize128AVX512(x *float32, blocks int, codes *int8, side *uint32)
+
 // quantize256AVX512 quantises blocks of 256 activations to 8-bit codes and their side data, as quantizeBlock does.
 func quantize256AVX512(x *float32, blocks int, codes *int8, side *uint32)
 
@@ -105,6 +108,30 @@ func intQ4_Zx7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, ss
 
 // intQ4_Zx8AVX512 is the AVX-512 VNNI kernel of Q4_Z weights for 8 activation rows.
 func intQ4_Zx8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x1AVX512 is the AVX-512 VNNI kernel of Q4_Z128 weights for 1 activation rows.
+func intQ4_Z128x1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x2AVX512 is the AVX-512 VNNI kernel of Q4_Z128 weights for 2 activation rows.
+func intQ4_Z128x2AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x3AVX512 is the AVX-512 VNNI kernel of Q4_Z128 weights for 3 activation rows.
+func intQ4_Z128x3AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x4AVX512 is the AVX-512 VNNI kernel of Q4_Z128 weights for 4 activation rows.
+func intQ4_Z128x4AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x5AVX512 is the AVX-512 VNNI kernel of Q4_Z128 weights for 5 activation rows.
+func intQ4_Z128x5AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x6AVX512 is the AVX-512 VNNI kernel of Q4_Z128 weights for 6 activation rows.
+func intQ4_Z128x6AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x7AVX512 is the AVX-512 VNNI kernel of Q4_Z128 weights for 7 activation rows.
+func intQ4_Z128x7AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x8AVX512 is the AVX-512 VNNI kernel of Q4_Z128 weights for 8 activation rows.
+func intQ4_Z128x8AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
 // intQ5_0x1AVX512 is the AVX-512 VNNI kernel of Q5_0 weights for 1 activation rows.
 func intQ5_0x1AVX512(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)

@@ -52,6 +52,18 @@ func intQ4_Zx3AVX512BW(w *byte, blocks int, x *int8, xstride int, side *uint32, 
 // intQ4_Zx4AVX512BW is the AVX-512 BW (no VNNI) kernel of Q4_Z weights for 4 activation rows.
 func intQ4_Zx4AVX512BW(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_Z128x1AVX512BW is the AVX-512 BW (no VNNI) kernel of Q4_Z128 weights for 1 activation rows.
+func intQ4_Z128x1AVX512BW(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x2AVX512BW is the AVX-512 BW (no VNNI) kernel of Q4_Z128 weights for 2 activation rows.
+func intQ4_Z128x2AVX512BW(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x3AVX512BW is the AVX-512 BW (no VNNI) kernel of Q4_Z128 weights for 3 activation rows.
+func intQ4_Z128x3AVX512BW(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x4AVX512BW is the AVX-512 BW (no VNNI) kernel of Q4_Z128 weights for 4 activation rows.
+func intQ4_Z128x4AVX512BW(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ5_0x1AVX512BW is the AVX-512 BW (no VNNI) kernel of Q5_0 weights for 1 activation rows.
 func intQ5_0x1AVX512BW(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 

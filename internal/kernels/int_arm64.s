@@ -4402,6 +4402,2980 @@ loop:
 done:
 	RET
 
+// func intQ4_Z128x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Z128x1Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R19), F4
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	FMOVQ 0(R2), F6
+	FMOVQ 64(R2), F7
+	FMOVQ 48(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e125 // sdot v5.4s, v9.16b, v6.4b[0]
+	WORD $0x4f87e105 // sdot v5.4s, v8.16b, v7.4b[0]
+	FMOVQ 112(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e125 // sdot v5.4s, v9.16b, v6.4b[1]
+	WORD $0x4fa7e105 // sdot v5.4s, v8.16b, v7.4b[1]
+	FMOVQ 176(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e925 // sdot v5.4s, v9.16b, v6.4b[2]
+	WORD $0x4f87e905 // sdot v5.4s, v8.16b, v7.4b[2]
+	FMOVQ 240(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e925 // sdot v5.4s, v9.16b, v6.4b[3]
+	WORD $0x4fa7e905 // sdot v5.4s, v8.16b, v7.4b[3]
+	FMOVQ 16(R2), F7
+	FMOVQ 80(R2), F6
+	FMOVQ 304(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f87e125 // sdot v5.4s, v9.16b, v7.4b[0]
+	WORD $0x4f86e105 // sdot v5.4s, v8.16b, v6.4b[0]
+	FMOVQ 368(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa7e125 // sdot v5.4s, v9.16b, v7.4b[1]
+	WORD $0x4fa6e105 // sdot v5.4s, v8.16b, v6.4b[1]
+	FMOVQ 432(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f87e925 // sdot v5.4s, v9.16b, v7.4b[2]
+	WORD $0x4f86e905 // sdot v5.4s, v8.16b, v6.4b[2]
+	FMOVQ 496(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa7e925 // sdot v5.4s, v9.16b, v7.4b[3]
+	WORD $0x4fa6e905 // sdot v5.4s, v8.16b, v6.4b[3]
+	FMOVQ 32(R2), F6
+	FMOVQ 96(R2), F7
+	FMOVQ 560(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e125 // sdot v5.4s, v9.16b, v6.4b[0]
+	WORD $0x4f87e105 // sdot v5.4s, v8.16b, v7.4b[0]
+	FMOVQ 624(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e125 // sdot v5.4s, v9.16b, v6.4b[1]
+	WORD $0x4fa7e105 // sdot v5.4s, v8.16b, v7.4b[1]
+	FMOVQ 688(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e925 // sdot v5.4s, v9.16b, v6.4b[2]
+	WORD $0x4f87e905 // sdot v5.4s, v8.16b, v7.4b[2]
+	FMOVQ 752(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e925 // sdot v5.4s, v9.16b, v6.4b[3]
+	WORD $0x4fa7e905 // sdot v5.4s, v8.16b, v7.4b[3]
+	FMOVQ 48(R2), F7
+	FMOVQ 112(R2), F6
+	FMOVQ 816(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f87e125 // sdot v5.4s, v9.16b, v7.4b[0]
+	WORD $0x4f86e105 // sdot v5.4s, v8.16b, v6.4b[0]
+	FMOVQ 880(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa7e125 // sdot v5.4s, v9.16b, v7.4b[1]
+	WORD $0x4fa6e105 // sdot v5.4s, v8.16b, v6.4b[1]
+	FMOVQ 944(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f87e925 // sdot v5.4s, v9.16b, v7.4b[2]
+	WORD $0x4f86e905 // sdot v5.4s, v8.16b, v6.4b[2]
+	FMOVQ 1008(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa7e925 // sdot v5.4s, v9.16b, v7.4b[3]
+	WORD $0x4fa6e905 // sdot v5.4s, v8.16b, v6.4b[3]
+	FMOVD 0(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS 32(R0), F7
+	WORD $0x2f08a4e7 // uxtl v7.8h, v7.8b
+	WORD $0x2f10a4e7 // uxtl v7.4s, v7.4h
+	FMOVS 20(R6), F8
+	WORD $0x6f8800e5 // mla v5.4s, v7.4s, v8.s[0]
+	FMOVS 0(R6), F8
+	WORD $0x4f8890c9 // fmul v9.4s, v6.4s, v8.s[0]
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x6e29dca5 // fmul v5.4s, v5.4s, v9.4s
+	WORD $0x4e25d400 // fadd v0.4s, v0.4s, v5.4s
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 0(R2), F6
+	FMOVQ 64(R2), F9
+	FMOVQ 64(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e0a7 // sdot v7.4s, v5.16b, v6.4b[0]
+	WORD $0x4f89e107 // sdot v7.4s, v8.16b, v9.4b[0]
+	FMOVQ 128(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e0a7 // sdot v7.4s, v5.16b, v6.4b[1]
+	WORD $0x4fa9e107 // sdot v7.4s, v8.16b, v9.4b[1]
+	FMOVQ 192(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e8a7 // sdot v7.4s, v5.16b, v6.4b[2]
+	WORD $0x4f89e907 // sdot v7.4s, v8.16b, v9.4b[2]
+	FMOVQ 256(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e8a7 // sdot v7.4s, v5.16b, v6.4b[3]
+	WORD $0x4fa9e907 // sdot v7.4s, v8.16b, v9.4b[3]
+	FMOVQ 16(R2), F9
+	FMOVQ 80(R2), F6
+	FMOVQ 320(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f89e0a7 // sdot v7.4s, v5.16b, v9.4b[0]
+	WORD $0x4f86e107 // sdot v7.4s, v8.16b, v6.4b[0]
+	FMOVQ 384(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa9e0a7 // sdot v7.4s, v5.16b, v9.4b[1]
+	WORD $0x4fa6e107 // sdot v7.4s, v8.16b, v6.4b[1]
+	FMOVQ 448(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f89e8a7 // sdot v7.4s, v5.16b, v9.4b[2]
+	WORD $0x4f86e907 // sdot v7.4s, v8.16b, v6.4b[2]
+	FMOVQ 512(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa9e8a7 // sdot v7.4s, v5.16b, v9.4b[3]
+	WORD $0x4fa6e907 // sdot v7.4s, v8.16b, v6.4b[3]
+	FMOVQ 32(R2), F6
+	FMOVQ 96(R2), F9
+	FMOVQ 576(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e0a7 // sdot v7.4s, v5.16b, v6.4b[0]
+	WORD $0x4f89e107 // sdot v7.4s, v8.16b, v9.4b[0]
+	FMOVQ 640(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e0a7 // sdot v7.4s, v5.16b, v6.4b[1]
+	WORD $0x4fa9e107 // sdot v7.4s, v8.16b, v9.4b[1]
+	FMOVQ 704(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e8a7 // sdot v7.4s, v5.16b, v6.4b[2]
+	WORD $0x4f89e907 // sdot v7.4s, v8.16b, v9.4b[2]
+	FMOVQ 768(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e8a7 // sdot v7.4s, v5.16b, v6.4b[3]
+	WORD $0x4fa9e907 // sdot v7.4s, v8.16b, v9.4b[3]
+	FMOVQ 48(R2), F9
+	FMOVQ 112(R2), F6
+	FMOVQ 832(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f89e0a7 // sdot v7.4s, v5.16b, v9.4b[0]
+	WORD $0x4f86e107 // sdot v7.4s, v8.16b, v6.4b[0]
+	FMOVQ 896(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa9e0a7 // sdot v7.4s, v5.16b, v9.4b[1]
+	WORD $0x4fa6e107 // sdot v7.4s, v8.16b, v6.4b[1]
+	FMOVQ 960(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f89e8a7 // sdot v7.4s, v5.16b, v9.4b[2]
+	WORD $0x4f86e907 // sdot v7.4s, v8.16b, v6.4b[2]
+	FMOVQ 1024(R0), F8
+	WORD $0x4e241d05 // and v5.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa9e8a7 // sdot v7.4s, v5.16b, v9.4b[3]
+	WORD $0x4fa6e907 // sdot v7.4s, v8.16b, v6.4b[3]
+	FMOVD 8(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS 36(R0), F9
+	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
+	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
+	FMOVS 20(R6), F8
+	WORD $0x6f880127 // mla v7.4s, v9.4s, v8.s[0]
+	FMOVS 0(R6), F8
+	WORD $0x4f8890c5 // fmul v5.4s, v6.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e25dce7 // fmul v7.4s, v7.4s, v5.4s
+	WORD $0x4e27d421 // fadd v1.4s, v1.4s, v7.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 0(R2), F6
+	FMOVQ 64(R2), F5
+	FMOVQ 80(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e0e9 // sdot v9.4s, v7.16b, v6.4b[0]
+	WORD $0x4f85e109 // sdot v9.4s, v8.16b, v5.4b[0]
+	FMOVQ 144(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e0e9 // sdot v9.4s, v7.16b, v6.4b[1]
+	WORD $0x4fa5e109 // sdot v9.4s, v8.16b, v5.4b[1]
+	FMOVQ 208(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e8e9 // sdot v9.4s, v7.16b, v6.4b[2]
+	WORD $0x4f85e909 // sdot v9.4s, v8.16b, v5.4b[2]
+	FMOVQ 272(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e8e9 // sdot v9.4s, v7.16b, v6.4b[3]
+	WORD $0x4fa5e909 // sdot v9.4s, v8.16b, v5.4b[3]
+	FMOVQ 16(R2), F5
+	FMOVQ 80(R2), F6
+	FMOVQ 336(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f85e0e9 // sdot v9.4s, v7.16b, v5.4b[0]
+	WORD $0x4f86e109 // sdot v9.4s, v8.16b, v6.4b[0]
+	FMOVQ 400(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa5e0e9 // sdot v9.4s, v7.16b, v5.4b[1]
+	WORD $0x4fa6e109 // sdot v9.4s, v8.16b, v6.4b[1]
+	FMOVQ 464(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f85e8e9 // sdot v9.4s, v7.16b, v5.4b[2]
+	WORD $0x4f86e909 // sdot v9.4s, v8.16b, v6.4b[2]
+	FMOVQ 528(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa5e8e9 // sdot v9.4s, v7.16b, v5.4b[3]
+	WORD $0x4fa6e909 // sdot v9.4s, v8.16b, v6.4b[3]
+	FMOVQ 32(R2), F6
+	FMOVQ 96(R2), F5
+	FMOVQ 592(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e0e9 // sdot v9.4s, v7.16b, v6.4b[0]
+	WORD $0x4f85e109 // sdot v9.4s, v8.16b, v5.4b[0]
+	FMOVQ 656(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e0e9 // sdot v9.4s, v7.16b, v6.4b[1]
+	WORD $0x4fa5e109 // sdot v9.4s, v8.16b, v5.4b[1]
+	FMOVQ 720(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e8e9 // sdot v9.4s, v7.16b, v6.4b[2]
+	WORD $0x4f85e909 // sdot v9.4s, v8.16b, v5.4b[2]
+	FMOVQ 784(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e8e9 // sdot v9.4s, v7.16b, v6.4b[3]
+	WORD $0x4fa5e909 // sdot v9.4s, v8.16b, v5.4b[3]
+	FMOVQ 48(R2), F5
+	FMOVQ 112(R2), F6
+	FMOVQ 848(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f85e0e9 // sdot v9.4s, v7.16b, v5.4b[0]
+	WORD $0x4f86e109 // sdot v9.4s, v8.16b, v6.4b[0]
+	FMOVQ 912(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa5e0e9 // sdot v9.4s, v7.16b, v5.4b[1]
+	WORD $0x4fa6e109 // sdot v9.4s, v8.16b, v6.4b[1]
+	FMOVQ 976(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f85e8e9 // sdot v9.4s, v7.16b, v5.4b[2]
+	WORD $0x4f86e909 // sdot v9.4s, v8.16b, v6.4b[2]
+	FMOVQ 1040(R0), F8
+	WORD $0x4e241d07 // and v7.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa5e8e9 // sdot v9.4s, v7.16b, v5.4b[3]
+	WORD $0x4fa6e909 // sdot v9.4s, v8.16b, v6.4b[3]
+	FMOVD 16(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS 40(R0), F5
+	WORD $0x2f08a4a5 // uxtl v5.8h, v5.8b
+	WORD $0x2f10a4a5 // uxtl v5.4s, v5.4h
+	FMOVS 20(R6), F8
+	WORD $0x6f8800a9 // mla v9.4s, v5.4s, v8.s[0]
+	FMOVS 0(R6), F8
+	WORD $0x4f8890c7 // fmul v7.4s, v6.4s, v8.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e27dd29 // fmul v9.4s, v9.4s, v7.4s
+	WORD $0x4e29d442 // fadd v2.4s, v2.4s, v9.4s
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	FMOVQ 0(R2), F6
+	FMOVQ 64(R2), F7
+	FMOVQ 96(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e125 // sdot v5.4s, v9.16b, v6.4b[0]
+	WORD $0x4f87e105 // sdot v5.4s, v8.16b, v7.4b[0]
+	FMOVQ 160(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e125 // sdot v5.4s, v9.16b, v6.4b[1]
+	WORD $0x4fa7e105 // sdot v5.4s, v8.16b, v7.4b[1]
+	FMOVQ 224(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e925 // sdot v5.4s, v9.16b, v6.4b[2]
+	WORD $0x4f87e905 // sdot v5.4s, v8.16b, v7.4b[2]
+	FMOVQ 288(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e925 // sdot v5.4s, v9.16b, v6.4b[3]
+	WORD $0x4fa7e905 // sdot v5.4s, v8.16b, v7.4b[3]
+	FMOVQ 16(R2), F7
+	FMOVQ 80(R2), F6
+	FMOVQ 352(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f87e125 // sdot v5.4s, v9.16b, v7.4b[0]
+	WORD $0x4f86e105 // sdot v5.4s, v8.16b, v6.4b[0]
+	FMOVQ 416(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa7e125 // sdot v5.4s, v9.16b, v7.4b[1]
+	WORD $0x4fa6e105 // sdot v5.4s, v8.16b, v6.4b[1]
+	FMOVQ 480(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f87e925 // sdot v5.4s, v9.16b, v7.4b[2]
+	WORD $0x4f86e905 // sdot v5.4s, v8.16b, v6.4b[2]
+	FMOVQ 544(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa7e925 // sdot v5.4s, v9.16b, v7.4b[3]
+	WORD $0x4fa6e905 // sdot v5.4s, v8.16b, v6.4b[3]
+	FMOVQ 32(R2), F6
+	FMOVQ 96(R2), F7
+	FMOVQ 608(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e125 // sdot v5.4s, v9.16b, v6.4b[0]
+	WORD $0x4f87e105 // sdot v5.4s, v8.16b, v7.4b[0]
+	FMOVQ 672(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e125 // sdot v5.4s, v9.16b, v6.4b[1]
+	WORD $0x4fa7e105 // sdot v5.4s, v8.16b, v7.4b[1]
+	FMOVQ 736(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f86e925 // sdot v5.4s, v9.16b, v6.4b[2]
+	WORD $0x4f87e905 // sdot v5.4s, v8.16b, v7.4b[2]
+	FMOVQ 800(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa6e925 // sdot v5.4s, v9.16b, v6.4b[3]
+	WORD $0x4fa7e905 // sdot v5.4s, v8.16b, v7.4b[3]
+	FMOVQ 48(R2), F7
+	FMOVQ 112(R2), F6
+	FMOVQ 864(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f87e125 // sdot v5.4s, v9.16b, v7.4b[0]
+	WORD $0x4f86e105 // sdot v5.4s, v8.16b, v6.4b[0]
+	FMOVQ 928(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa7e125 // sdot v5.4s, v9.16b, v7.4b[1]
+	WORD $0x4fa6e105 // sdot v5.4s, v8.16b, v6.4b[1]
+	FMOVQ 992(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4f87e925 // sdot v5.4s, v9.16b, v7.4b[2]
+	WORD $0x4f86e905 // sdot v5.4s, v8.16b, v6.4b[2]
+	FMOVQ 1056(R0), F8
+	WORD $0x4e241d09 // and v9.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4fa7e925 // sdot v5.4s, v9.16b, v7.4b[3]
+	WORD $0x4fa6e905 // sdot v5.4s, v8.16b, v6.4b[3]
+	FMOVD 24(R0), F6
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS 44(R0), F7
+	WORD $0x2f08a4e7 // uxtl v7.8h, v7.8b
+	WORD $0x2f10a4e7 // uxtl v7.4s, v7.4h
+	FMOVS 20(R6), F8
+	WORD $0x6f8800e5 // mla v5.4s, v7.4s, v8.s[0]
+	FMOVS 0(R6), F8
+	WORD $0x4f8890c9 // fmul v9.4s, v6.4s, v8.s[0]
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x6e29dca5 // fmul v5.4s, v5.4s, v9.4s
+	WORD $0x4e25d463 // fadd v3.4s, v3.4s, v5.4s
+	ADD $1072, R0, R0
+	ADD $128, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ4_Z128x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Z128x2Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 0(R2), F11
+	FMOVQ 64(R2), F12
+	FMOVQ 0(R3), F13
+	FMOVQ 64(R3), F14
+	FMOVQ 48(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8be209 // sdot v9.4s, v16.16b, v11.4b[0]
+	WORD $0x4f8ce1e9 // sdot v9.4s, v15.16b, v12.4b[0]
+	WORD $0x4f8de20a // sdot v10.4s, v16.16b, v13.4b[0]
+	WORD $0x4f8ee1ea // sdot v10.4s, v15.16b, v14.4b[0]
+	FMOVQ 112(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fabe209 // sdot v9.4s, v16.16b, v11.4b[1]
+	WORD $0x4face1e9 // sdot v9.4s, v15.16b, v12.4b[1]
+	WORD $0x4fade20a // sdot v10.4s, v16.16b, v13.4b[1]
+	WORD $0x4faee1ea // sdot v10.4s, v15.16b, v14.4b[1]
+	FMOVQ 176(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8bea09 // sdot v9.4s, v16.16b, v11.4b[2]
+	WORD $0x4f8ce9e9 // sdot v9.4s, v15.16b, v12.4b[2]
+	WORD $0x4f8dea0a // sdot v10.4s, v16.16b, v13.4b[2]
+	WORD $0x4f8ee9ea // sdot v10.4s, v15.16b, v14.4b[2]
+	FMOVQ 240(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fabea09 // sdot v9.4s, v16.16b, v11.4b[3]
+	WORD $0x4face9e9 // sdot v9.4s, v15.16b, v12.4b[3]
+	WORD $0x4fadea0a // sdot v10.4s, v16.16b, v13.4b[3]
+	WORD $0x4faee9ea // sdot v10.4s, v15.16b, v14.4b[3]
+	FMOVQ 16(R2), F14
+	FMOVQ 80(R2), F13
+	FMOVQ 16(R3), F12
+	FMOVQ 80(R3), F11
+	FMOVQ 304(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8ee209 // sdot v9.4s, v16.16b, v14.4b[0]
+	WORD $0x4f8de1e9 // sdot v9.4s, v15.16b, v13.4b[0]
+	WORD $0x4f8ce20a // sdot v10.4s, v16.16b, v12.4b[0]
+	WORD $0x4f8be1ea // sdot v10.4s, v15.16b, v11.4b[0]
+	FMOVQ 368(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faee209 // sdot v9.4s, v16.16b, v14.4b[1]
+	WORD $0x4fade1e9 // sdot v9.4s, v15.16b, v13.4b[1]
+	WORD $0x4face20a // sdot v10.4s, v16.16b, v12.4b[1]
+	WORD $0x4fabe1ea // sdot v10.4s, v15.16b, v11.4b[1]
+	FMOVQ 432(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8eea09 // sdot v9.4s, v16.16b, v14.4b[2]
+	WORD $0x4f8de9e9 // sdot v9.4s, v15.16b, v13.4b[2]
+	WORD $0x4f8cea0a // sdot v10.4s, v16.16b, v12.4b[2]
+	WORD $0x4f8be9ea // sdot v10.4s, v15.16b, v11.4b[2]
+	FMOVQ 496(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faeea09 // sdot v9.4s, v16.16b, v14.4b[3]
+	WORD $0x4fade9e9 // sdot v9.4s, v15.16b, v13.4b[3]
+	WORD $0x4facea0a // sdot v10.4s, v16.16b, v12.4b[3]
+	WORD $0x4fabe9ea // sdot v10.4s, v15.16b, v11.4b[3]
+	FMOVQ 32(R2), F11
+	FMOVQ 96(R2), F12
+	FMOVQ 32(R3), F13
+	FMOVQ 96(R3), F14
+	FMOVQ 560(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8be209 // sdot v9.4s, v16.16b, v11.4b[0]
+	WORD $0x4f8ce1e9 // sdot v9.4s, v15.16b, v12.4b[0]
+	WORD $0x4f8de20a // sdot v10.4s, v16.16b, v13.4b[0]
+	WORD $0x4f8ee1ea // sdot v10.4s, v15.16b, v14.4b[0]
+	FMOVQ 624(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fabe209 // sdot v9.4s, v16.16b, v11.4b[1]
+	WORD $0x4face1e9 // sdot v9.4s, v15.16b, v12.4b[1]
+	WORD $0x4fade20a // sdot v10.4s, v16.16b, v13.4b[1]
+	WORD $0x4faee1ea // sdot v10.4s, v15.16b, v14.4b[1]
+	FMOVQ 688(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8bea09 // sdot v9.4s, v16.16b, v11.4b[2]
+	WORD $0x4f8ce9e9 // sdot v9.4s, v15.16b, v12.4b[2]
+	WORD $0x4f8dea0a // sdot v10.4s, v16.16b, v13.4b[2]
+	WORD $0x4f8ee9ea // sdot v10.4s, v15.16b, v14.4b[2]
+	FMOVQ 752(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fabea09 // sdot v9.4s, v16.16b, v11.4b[3]
+	WORD $0x4face9e9 // sdot v9.4s, v15.16b, v12.4b[3]
+	WORD $0x4fadea0a // sdot v10.4s, v16.16b, v13.4b[3]
+	WORD $0x4faee9ea // sdot v10.4s, v15.16b, v14.4b[3]
+	FMOVQ 48(R2), F14
+	FMOVQ 112(R2), F13
+	FMOVQ 48(R3), F12
+	FMOVQ 112(R3), F11
+	FMOVQ 816(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8ee209 // sdot v9.4s, v16.16b, v14.4b[0]
+	WORD $0x4f8de1e9 // sdot v9.4s, v15.16b, v13.4b[0]
+	WORD $0x4f8ce20a // sdot v10.4s, v16.16b, v12.4b[0]
+	WORD $0x4f8be1ea // sdot v10.4s, v15.16b, v11.4b[0]
+	FMOVQ 880(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faee209 // sdot v9.4s, v16.16b, v14.4b[1]
+	WORD $0x4fade1e9 // sdot v9.4s, v15.16b, v13.4b[1]
+	WORD $0x4face20a // sdot v10.4s, v16.16b, v12.4b[1]
+	WORD $0x4fabe1ea // sdot v10.4s, v15.16b, v11.4b[1]
+	FMOVQ 944(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8eea09 // sdot v9.4s, v16.16b, v14.4b[2]
+	WORD $0x4f8de9e9 // sdot v9.4s, v15.16b, v13.4b[2]
+	WORD $0x4f8cea0a // sdot v10.4s, v16.16b, v12.4b[2]
+	WORD $0x4f8be9ea // sdot v10.4s, v15.16b, v11.4b[2]
+	FMOVQ 1008(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faeea09 // sdot v9.4s, v16.16b, v14.4b[3]
+	WORD $0x4fade9e9 // sdot v9.4s, v15.16b, v13.4b[3]
+	WORD $0x4facea0a // sdot v10.4s, v16.16b, v12.4b[3]
+	WORD $0x4fabe9ea // sdot v10.4s, v15.16b, v11.4b[3]
+	FMOVD 0(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 32(R0), F12
+	WORD $0x2f08a58c // uxtl v12.8h, v12.8b
+	WORD $0x2f10a58c // uxtl v12.4s, v12.4h
+	FMOVS 20(R6), F13
+	WORD $0x6f8d0189 // mla v9.4s, v12.4s, v13.s[0]
+	FMOVS 0(R6), F13
+	WORD $0x4f8d916e // fmul v14.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2edd29 // fmul v9.4s, v9.4s, v14.4s
+	WORD $0x4e29d400 // fadd v0.4s, v0.4s, v9.4s
+	FMOVS 20(R7), F14
+	WORD $0x6f8e018a // mla v10.4s, v12.4s, v14.s[0]
+	FMOVS 0(R7), F14
+	WORD $0x4f8e916d // fmul v13.4s, v11.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2ddd4a // fmul v10.4s, v10.4s, v13.4s
+	WORD $0x4e2ad484 // fadd v4.4s, v4.4s, v10.4s
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	FMOVQ 0(R2), F13
+	FMOVQ 64(R2), F14
+	FMOVQ 0(R3), F10
+	FMOVQ 64(R3), F9
+	FMOVQ 64(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8de20c // sdot v12.4s, v16.16b, v13.4b[0]
+	WORD $0x4f8ee1ec // sdot v12.4s, v15.16b, v14.4b[0]
+	WORD $0x4f8ae20b // sdot v11.4s, v16.16b, v10.4b[0]
+	WORD $0x4f89e1eb // sdot v11.4s, v15.16b, v9.4b[0]
+	FMOVQ 128(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fade20c // sdot v12.4s, v16.16b, v13.4b[1]
+	WORD $0x4faee1ec // sdot v12.4s, v15.16b, v14.4b[1]
+	WORD $0x4faae20b // sdot v11.4s, v16.16b, v10.4b[1]
+	WORD $0x4fa9e1eb // sdot v11.4s, v15.16b, v9.4b[1]
+	FMOVQ 192(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8dea0c // sdot v12.4s, v16.16b, v13.4b[2]
+	WORD $0x4f8ee9ec // sdot v12.4s, v15.16b, v14.4b[2]
+	WORD $0x4f8aea0b // sdot v11.4s, v16.16b, v10.4b[2]
+	WORD $0x4f89e9eb // sdot v11.4s, v15.16b, v9.4b[2]
+	FMOVQ 256(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fadea0c // sdot v12.4s, v16.16b, v13.4b[3]
+	WORD $0x4faee9ec // sdot v12.4s, v15.16b, v14.4b[3]
+	WORD $0x4faaea0b // sdot v11.4s, v16.16b, v10.4b[3]
+	WORD $0x4fa9e9eb // sdot v11.4s, v15.16b, v9.4b[3]
+	FMOVQ 16(R2), F9
+	FMOVQ 80(R2), F10
+	FMOVQ 16(R3), F14
+	FMOVQ 80(R3), F13
+	FMOVQ 320(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f89e20c // sdot v12.4s, v16.16b, v9.4b[0]
+	WORD $0x4f8ae1ec // sdot v12.4s, v15.16b, v10.4b[0]
+	WORD $0x4f8ee20b // sdot v11.4s, v16.16b, v14.4b[0]
+	WORD $0x4f8de1eb // sdot v11.4s, v15.16b, v13.4b[0]
+	FMOVQ 384(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa9e20c // sdot v12.4s, v16.16b, v9.4b[1]
+	WORD $0x4faae1ec // sdot v12.4s, v15.16b, v10.4b[1]
+	WORD $0x4faee20b // sdot v11.4s, v16.16b, v14.4b[1]
+	WORD $0x4fade1eb // sdot v11.4s, v15.16b, v13.4b[1]
+	FMOVQ 448(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f89ea0c // sdot v12.4s, v16.16b, v9.4b[2]
+	WORD $0x4f8ae9ec // sdot v12.4s, v15.16b, v10.4b[2]
+	WORD $0x4f8eea0b // sdot v11.4s, v16.16b, v14.4b[2]
+	WORD $0x4f8de9eb // sdot v11.4s, v15.16b, v13.4b[2]
+	FMOVQ 512(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa9ea0c // sdot v12.4s, v16.16b, v9.4b[3]
+	WORD $0x4faae9ec // sdot v12.4s, v15.16b, v10.4b[3]
+	WORD $0x4faeea0b // sdot v11.4s, v16.16b, v14.4b[3]
+	WORD $0x4fade9eb // sdot v11.4s, v15.16b, v13.4b[3]
+	FMOVQ 32(R2), F13
+	FMOVQ 96(R2), F14
+	FMOVQ 32(R3), F10
+	FMOVQ 96(R3), F9
+	FMOVQ 576(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8de20c // sdot v12.4s, v16.16b, v13.4b[0]
+	WORD $0x4f8ee1ec // sdot v12.4s, v15.16b, v14.4b[0]
+	WORD $0x4f8ae20b // sdot v11.4s, v16.16b, v10.4b[0]
+	WORD $0x4f89e1eb // sdot v11.4s, v15.16b, v9.4b[0]
+	FMOVQ 640(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fade20c // sdot v12.4s, v16.16b, v13.4b[1]
+	WORD $0x4faee1ec // sdot v12.4s, v15.16b, v14.4b[1]
+	WORD $0x4faae20b // sdot v11.4s, v16.16b, v10.4b[1]
+	WORD $0x4fa9e1eb // sdot v11.4s, v15.16b, v9.4b[1]
+	FMOVQ 704(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8dea0c // sdot v12.4s, v16.16b, v13.4b[2]
+	WORD $0x4f8ee9ec // sdot v12.4s, v15.16b, v14.4b[2]
+	WORD $0x4f8aea0b // sdot v11.4s, v16.16b, v10.4b[2]
+	WORD $0x4f89e9eb // sdot v11.4s, v15.16b, v9.4b[2]
+	FMOVQ 768(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fadea0c // sdot v12.4s, v16.16b, v13.4b[3]
+	WORD $0x4faee9ec // sdot v12.4s, v15.16b, v14.4b[3]
+	WORD $0x4faaea0b // sdot v11.4s, v16.16b, v10.4b[3]
+	WORD $0x4fa9e9eb // sdot v11.4s, v15.16b, v9.4b[3]
+	FMOVQ 48(R2), F9
+	FMOVQ 112(R2), F10
+	FMOVQ 48(R3), F14
+	FMOVQ 112(R3), F13
+	FMOVQ 832(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f89e20c // sdot v12.4s, v16.16b, v9.4b[0]
+	WORD $0x4f8ae1ec // sdot v12.4s, v15.16b, v10.4b[0]
+	WORD $0x4f8ee20b // sdot v11.4s, v16.16b, v14.4b[0]
+	WORD $0x4f8de1eb // sdot v11.4s, v15.16b, v13.4b[0]
+	FMOVQ 896(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa9e20c // sdot v12.4s, v16.16b, v9.4b[1]
+	WORD $0x4faae1ec // sdot v12.4s, v15.16b, v10.4b[1]
+	WORD $0x4faee20b // sdot v11.4s, v16.16b, v14.4b[1]
+	WORD $0x4fade1eb // sdot v11.4s, v15.16b, v13.4b[1]
+	FMOVQ 960(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f89ea0c // sdot v12.4s, v16.16b, v9.4b[2]
+	WORD $0x4f8ae9ec // sdot v12.4s, v15.16b, v10.4b[2]
+	WORD $0x4f8eea0b // sdot v11.4s, v16.16b, v14.4b[2]
+	WORD $0x4f8de9eb // sdot v11.4s, v15.16b, v13.4b[2]
+	FMOVQ 1024(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fa9ea0c // sdot v12.4s, v16.16b, v9.4b[3]
+	WORD $0x4faae9ec // sdot v12.4s, v15.16b, v10.4b[3]
+	WORD $0x4faeea0b // sdot v11.4s, v16.16b, v14.4b[3]
+	WORD $0x4fade9eb // sdot v11.4s, v15.16b, v13.4b[3]
+	FMOVD 8(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 36(R0), F14
+	WORD $0x2f08a5ce // uxtl v14.8h, v14.8b
+	WORD $0x2f10a5ce // uxtl v14.4s, v14.4h
+	FMOVS 20(R6), F10
+	WORD $0x6f8a01cc // mla v12.4s, v14.4s, v10.s[0]
+	FMOVS 0(R6), F10
+	WORD $0x4f8a91a9 // fmul v9.4s, v13.4s, v10.s[0]
+	WORD $0x4e21d98c // scvtf v12.4s, v12.4s
+	WORD $0x6e29dd8c // fmul v12.4s, v12.4s, v9.4s
+	WORD $0x4e2cd421 // fadd v1.4s, v1.4s, v12.4s
+	FMOVS 20(R7), F9
+	WORD $0x6f8901cb // mla v11.4s, v14.4s, v9.s[0]
+	FMOVS 0(R7), F9
+	WORD $0x4f8991aa // fmul v10.4s, v13.4s, v9.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2add6b // fmul v11.4s, v11.4s, v10.4s
+	WORD $0x4e2bd4a5 // fadd v5.4s, v5.4s, v11.4s
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 0(R2), F10
+	FMOVQ 64(R2), F9
+	FMOVQ 0(R3), F11
+	FMOVQ 64(R3), F12
+	FMOVQ 80(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8ae20e // sdot v14.4s, v16.16b, v10.4b[0]
+	WORD $0x4f89e1ee // sdot v14.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8be20d // sdot v13.4s, v16.16b, v11.4b[0]
+	WORD $0x4f8ce1ed // sdot v13.4s, v15.16b, v12.4b[0]
+	FMOVQ 144(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faae20e // sdot v14.4s, v16.16b, v10.4b[1]
+	WORD $0x4fa9e1ee // sdot v14.4s, v15.16b, v9.4b[1]
+	WORD $0x4fabe20d // sdot v13.4s, v16.16b, v11.4b[1]
+	WORD $0x4face1ed // sdot v13.4s, v15.16b, v12.4b[1]
+	FMOVQ 208(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8aea0e // sdot v14.4s, v16.16b, v10.4b[2]
+	WORD $0x4f89e9ee // sdot v14.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8bea0d // sdot v13.4s, v16.16b, v11.4b[2]
+	WORD $0x4f8ce9ed // sdot v13.4s, v15.16b, v12.4b[2]
+	FMOVQ 272(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faaea0e // sdot v14.4s, v16.16b, v10.4b[3]
+	WORD $0x4fa9e9ee // sdot v14.4s, v15.16b, v9.4b[3]
+	WORD $0x4fabea0d // sdot v13.4s, v16.16b, v11.4b[3]
+	WORD $0x4face9ed // sdot v13.4s, v15.16b, v12.4b[3]
+	FMOVQ 16(R2), F12
+	FMOVQ 80(R2), F11
+	FMOVQ 16(R3), F9
+	FMOVQ 80(R3), F10
+	FMOVQ 336(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8ce20e // sdot v14.4s, v16.16b, v12.4b[0]
+	WORD $0x4f8be1ee // sdot v14.4s, v15.16b, v11.4b[0]
+	WORD $0x4f89e20d // sdot v13.4s, v16.16b, v9.4b[0]
+	WORD $0x4f8ae1ed // sdot v13.4s, v15.16b, v10.4b[0]
+	FMOVQ 400(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4face20e // sdot v14.4s, v16.16b, v12.4b[1]
+	WORD $0x4fabe1ee // sdot v14.4s, v15.16b, v11.4b[1]
+	WORD $0x4fa9e20d // sdot v13.4s, v16.16b, v9.4b[1]
+	WORD $0x4faae1ed // sdot v13.4s, v15.16b, v10.4b[1]
+	FMOVQ 464(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8cea0e // sdot v14.4s, v16.16b, v12.4b[2]
+	WORD $0x4f8be9ee // sdot v14.4s, v15.16b, v11.4b[2]
+	WORD $0x4f89ea0d // sdot v13.4s, v16.16b, v9.4b[2]
+	WORD $0x4f8ae9ed // sdot v13.4s, v15.16b, v10.4b[2]
+	FMOVQ 528(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4facea0e // sdot v14.4s, v16.16b, v12.4b[3]
+	WORD $0x4fabe9ee // sdot v14.4s, v15.16b, v11.4b[3]
+	WORD $0x4fa9ea0d // sdot v13.4s, v16.16b, v9.4b[3]
+	WORD $0x4faae9ed // sdot v13.4s, v15.16b, v10.4b[3]
+	FMOVQ 32(R2), F10
+	FMOVQ 96(R2), F9
+	FMOVQ 32(R3), F11
+	FMOVQ 96(R3), F12
+	FMOVQ 592(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8ae20e // sdot v14.4s, v16.16b, v10.4b[0]
+	WORD $0x4f89e1ee // sdot v14.4s, v15.16b, v9.4b[0]
+	WORD $0x4f8be20d // sdot v13.4s, v16.16b, v11.4b[0]
+	WORD $0x4f8ce1ed // sdot v13.4s, v15.16b, v12.4b[0]
+	FMOVQ 656(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faae20e // sdot v14.4s, v16.16b, v10.4b[1]
+	WORD $0x4fa9e1ee // sdot v14.4s, v15.16b, v9.4b[1]
+	WORD $0x4fabe20d // sdot v13.4s, v16.16b, v11.4b[1]
+	WORD $0x4face1ed // sdot v13.4s, v15.16b, v12.4b[1]
+	FMOVQ 720(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8aea0e // sdot v14.4s, v16.16b, v10.4b[2]
+	WORD $0x4f89e9ee // sdot v14.4s, v15.16b, v9.4b[2]
+	WORD $0x4f8bea0d // sdot v13.4s, v16.16b, v11.4b[2]
+	WORD $0x4f8ce9ed // sdot v13.4s, v15.16b, v12.4b[2]
+	FMOVQ 784(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faaea0e // sdot v14.4s, v16.16b, v10.4b[3]
+	WORD $0x4fa9e9ee // sdot v14.4s, v15.16b, v9.4b[3]
+	WORD $0x4fabea0d // sdot v13.4s, v16.16b, v11.4b[3]
+	WORD $0x4face9ed // sdot v13.4s, v15.16b, v12.4b[3]
+	FMOVQ 48(R2), F12
+	FMOVQ 112(R2), F11
+	FMOVQ 48(R3), F9
+	FMOVQ 112(R3), F10
+	FMOVQ 848(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8ce20e // sdot v14.4s, v16.16b, v12.4b[0]
+	WORD $0x4f8be1ee // sdot v14.4s, v15.16b, v11.4b[0]
+	WORD $0x4f89e20d // sdot v13.4s, v16.16b, v9.4b[0]
+	WORD $0x4f8ae1ed // sdot v13.4s, v15.16b, v10.4b[0]
+	FMOVQ 912(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4face20e // sdot v14.4s, v16.16b, v12.4b[1]
+	WORD $0x4fabe1ee // sdot v14.4s, v15.16b, v11.4b[1]
+	WORD $0x4fa9e20d // sdot v13.4s, v16.16b, v9.4b[1]
+	WORD $0x4faae1ed // sdot v13.4s, v15.16b, v10.4b[1]
+	FMOVQ 976(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8cea0e // sdot v14.4s, v16.16b, v12.4b[2]
+	WORD $0x4f8be9ee // sdot v14.4s, v15.16b, v11.4b[2]
+	WORD $0x4f89ea0d // sdot v13.4s, v16.16b, v9.4b[2]
+	WORD $0x4f8ae9ed // sdot v13.4s, v15.16b, v10.4b[2]
+	FMOVQ 1040(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4facea0e // sdot v14.4s, v16.16b, v12.4b[3]
+	WORD $0x4fabe9ee // sdot v14.4s, v15.16b, v11.4b[3]
+	WORD $0x4fa9ea0d // sdot v13.4s, v16.16b, v9.4b[3]
+	WORD $0x4faae9ed // sdot v13.4s, v15.16b, v10.4b[3]
+	FMOVD 16(R0), F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVS 40(R0), F9
+	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
+	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
+	FMOVS 20(R6), F11
+	WORD $0x6f8b012e // mla v14.4s, v9.4s, v11.s[0]
+	FMOVS 0(R6), F11
+	WORD $0x4f8b914c // fmul v12.4s, v10.4s, v11.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2cddce // fmul v14.4s, v14.4s, v12.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	FMOVS 20(R7), F12
+	WORD $0x6f8c012d // mla v13.4s, v9.4s, v12.s[0]
+	FMOVS 0(R7), F12
+	WORD $0x4f8c914b // fmul v11.4s, v10.4s, v12.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2bddad // fmul v13.4s, v13.4s, v11.4s
+	WORD $0x4e2dd4c6 // fadd v6.4s, v6.4s, v13.4s
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	FMOVQ 0(R2), F11
+	FMOVQ 64(R2), F12
+	FMOVQ 0(R3), F13
+	FMOVQ 64(R3), F14
+	FMOVQ 96(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8be209 // sdot v9.4s, v16.16b, v11.4b[0]
+	WORD $0x4f8ce1e9 // sdot v9.4s, v15.16b, v12.4b[0]
+	WORD $0x4f8de20a // sdot v10.4s, v16.16b, v13.4b[0]
+	WORD $0x4f8ee1ea // sdot v10.4s, v15.16b, v14.4b[0]
+	FMOVQ 160(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fabe209 // sdot v9.4s, v16.16b, v11.4b[1]
+	WORD $0x4face1e9 // sdot v9.4s, v15.16b, v12.4b[1]
+	WORD $0x4fade20a // sdot v10.4s, v16.16b, v13.4b[1]
+	WORD $0x4faee1ea // sdot v10.4s, v15.16b, v14.4b[1]
+	FMOVQ 224(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8bea09 // sdot v9.4s, v16.16b, v11.4b[2]
+	WORD $0x4f8ce9e9 // sdot v9.4s, v15.16b, v12.4b[2]
+	WORD $0x4f8dea0a // sdot v10.4s, v16.16b, v13.4b[2]
+	WORD $0x4f8ee9ea // sdot v10.4s, v15.16b, v14.4b[2]
+	FMOVQ 288(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fabea09 // sdot v9.4s, v16.16b, v11.4b[3]
+	WORD $0x4face9e9 // sdot v9.4s, v15.16b, v12.4b[3]
+	WORD $0x4fadea0a // sdot v10.4s, v16.16b, v13.4b[3]
+	WORD $0x4faee9ea // sdot v10.4s, v15.16b, v14.4b[3]
+	FMOVQ 16(R2), F14
+	FMOVQ 80(R2), F13
+	FMOVQ 16(R3), F12
+	FMOVQ 80(R3), F11
+	FMOVQ 352(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8ee209 // sdot v9.4s, v16.16b, v14.4b[0]
+	WORD $0x4f8de1e9 // sdot v9.4s, v15.16b, v13.4b[0]
+	WORD $0x4f8ce20a // sdot v10.4s, v16.16b, v12.4b[0]
+	WORD $0x4f8be1ea // sdot v10.4s, v15.16b, v11.4b[0]
+	FMOVQ 416(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faee209 // sdot v9.4s, v16.16b, v14.4b[1]
+	WORD $0x4fade1e9 // sdot v9.4s, v15.16b, v13.4b[1]
+	WORD $0x4face20a // sdot v10.4s, v16.16b, v12.4b[1]
+	WORD $0x4fabe1ea // sdot v10.4s, v15.16b, v11.4b[1]
+	FMOVQ 480(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8eea09 // sdot v9.4s, v16.16b, v14.4b[2]
+	WORD $0x4f8de9e9 // sdot v9.4s, v15.16b, v13.4b[2]
+	WORD $0x4f8cea0a // sdot v10.4s, v16.16b, v12.4b[2]
+	WORD $0x4f8be9ea // sdot v10.4s, v15.16b, v11.4b[2]
+	FMOVQ 544(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faeea09 // sdot v9.4s, v16.16b, v14.4b[3]
+	WORD $0x4fade9e9 // sdot v9.4s, v15.16b, v13.4b[3]
+	WORD $0x4facea0a // sdot v10.4s, v16.16b, v12.4b[3]
+	WORD $0x4fabe9ea // sdot v10.4s, v15.16b, v11.4b[3]
+	FMOVQ 32(R2), F11
+	FMOVQ 96(R2), F12
+	FMOVQ 32(R3), F13
+	FMOVQ 96(R3), F14
+	FMOVQ 608(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8be209 // sdot v9.4s, v16.16b, v11.4b[0]
+	WORD $0x4f8ce1e9 // sdot v9.4s, v15.16b, v12.4b[0]
+	WORD $0x4f8de20a // sdot v10.4s, v16.16b, v13.4b[0]
+	WORD $0x4f8ee1ea // sdot v10.4s, v15.16b, v14.4b[0]
+	FMOVQ 672(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fabe209 // sdot v9.4s, v16.16b, v11.4b[1]
+	WORD $0x4face1e9 // sdot v9.4s, v15.16b, v12.4b[1]
+	WORD $0x4fade20a // sdot v10.4s, v16.16b, v13.4b[1]
+	WORD $0x4faee1ea // sdot v10.4s, v15.16b, v14.4b[1]
+	FMOVQ 736(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8bea09 // sdot v9.4s, v16.16b, v11.4b[2]
+	WORD $0x4f8ce9e9 // sdot v9.4s, v15.16b, v12.4b[2]
+	WORD $0x4f8dea0a // sdot v10.4s, v16.16b, v13.4b[2]
+	WORD $0x4f8ee9ea // sdot v10.4s, v15.16b, v14.4b[2]
+	FMOVQ 800(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4fabea09 // sdot v9.4s, v16.16b, v11.4b[3]
+	WORD $0x4face9e9 // sdot v9.4s, v15.16b, v12.4b[3]
+	WORD $0x4fadea0a // sdot v10.4s, v16.16b, v13.4b[3]
+	WORD $0x4faee9ea // sdot v10.4s, v15.16b, v14.4b[3]
+	FMOVQ 48(R2), F14
+	FMOVQ 112(R2), F13
+	FMOVQ 48(R3), F12
+	FMOVQ 112(R3), F11
+	FMOVQ 864(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8ee209 // sdot v9.4s, v16.16b, v14.4b[0]
+	WORD $0x4f8de1e9 // sdot v9.4s, v15.16b, v13.4b[0]
+	WORD $0x4f8ce20a // sdot v10.4s, v16.16b, v12.4b[0]
+	WORD $0x4f8be1ea // sdot v10.4s, v15.16b, v11.4b[0]
+	FMOVQ 928(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faee209 // sdot v9.4s, v16.16b, v14.4b[1]
+	WORD $0x4fade1e9 // sdot v9.4s, v15.16b, v13.4b[1]
+	WORD $0x4face20a // sdot v10.4s, v16.16b, v12.4b[1]
+	WORD $0x4fabe1ea // sdot v10.4s, v15.16b, v11.4b[1]
+	FMOVQ 992(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4f8eea09 // sdot v9.4s, v16.16b, v14.4b[2]
+	WORD $0x4f8de9e9 // sdot v9.4s, v15.16b, v13.4b[2]
+	WORD $0x4f8cea0a // sdot v10.4s, v16.16b, v12.4b[2]
+	WORD $0x4f8be9ea // sdot v10.4s, v15.16b, v11.4b[2]
+	FMOVQ 1056(R0), F15
+	WORD $0x4e281df0 // and v16.16b, v15.16b, v8.16b
+	WORD $0x6f0c05ef // ushr v15.16b, v15.16b, #4
+	WORD $0x4faeea09 // sdot v9.4s, v16.16b, v14.4b[3]
+	WORD $0x4fade9e9 // sdot v9.4s, v15.16b, v13.4b[3]
+	WORD $0x4facea0a // sdot v10.4s, v16.16b, v12.4b[3]
+	WORD $0x4fabe9ea // sdot v10.4s, v15.16b, v11.4b[3]
+	FMOVD 24(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 44(R0), F12
+	WORD $0x2f08a58c // uxtl v12.8h, v12.8b
+	WORD $0x2f10a58c // uxtl v12.4s, v12.4h
+	FMOVS 20(R6), F13
+	WORD $0x6f8d0189 // mla v9.4s, v12.4s, v13.s[0]
+	FMOVS 0(R6), F13
+	WORD $0x4f8d916e // fmul v14.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2edd29 // fmul v9.4s, v9.4s, v14.4s
+	WORD $0x4e29d463 // fadd v3.4s, v3.4s, v9.4s
+	FMOVS 20(R7), F14
+	WORD $0x6f8e018a // mla v10.4s, v12.4s, v14.s[0]
+	FMOVS 0(R7), F14
+	WORD $0x4f8e916d // fmul v13.4s, v11.4s, v14.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2ddd4a // fmul v10.4s, v10.4s, v13.4s
+	WORD $0x4e2ad4e7 // fadd v7.4s, v7.4s, v10.4s
+	ADD $1072, R0, R0
+	ADD $128, R2, R2
+	ADD $32, R6, R6
+	ADD $128, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_Z128x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Z128x3Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+	FMOVQ 0(R12), F8
+	FMOVQ 16(R12), F9
+	FMOVQ 32(R12), F10
+	FMOVQ 48(R12), F11
+loop:
+	CBZ R1, done
+	FMOVQ 0(R19), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	FMOVQ 0(R2), F16
+	FMOVQ 64(R2), F17
+	FMOVQ 0(R3), F18
+	FMOVQ 64(R3), F19
+	FMOVQ 0(R4), F20
+	FMOVQ 64(R4), F21
+	FMOVQ 48(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f90e2ed // sdot v13.4s, v23.16b, v16.4b[0]
+	WORD $0x4f91e2cd // sdot v13.4s, v22.16b, v17.4b[0]
+	WORD $0x4f92e2ee // sdot v14.4s, v23.16b, v18.4b[0]
+	WORD $0x4f93e2ce // sdot v14.4s, v22.16b, v19.4b[0]
+	WORD $0x4f94e2ef // sdot v15.4s, v23.16b, v20.4b[0]
+	WORD $0x4f95e2cf // sdot v15.4s, v22.16b, v21.4b[0]
+	FMOVQ 112(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb0e2ed // sdot v13.4s, v23.16b, v16.4b[1]
+	WORD $0x4fb1e2cd // sdot v13.4s, v22.16b, v17.4b[1]
+	WORD $0x4fb2e2ee // sdot v14.4s, v23.16b, v18.4b[1]
+	WORD $0x4fb3e2ce // sdot v14.4s, v22.16b, v19.4b[1]
+	WORD $0x4fb4e2ef // sdot v15.4s, v23.16b, v20.4b[1]
+	WORD $0x4fb5e2cf // sdot v15.4s, v22.16b, v21.4b[1]
+	FMOVQ 176(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f90eaed // sdot v13.4s, v23.16b, v16.4b[2]
+	WORD $0x4f91eacd // sdot v13.4s, v22.16b, v17.4b[2]
+	WORD $0x4f92eaee // sdot v14.4s, v23.16b, v18.4b[2]
+	WORD $0x4f93eace // sdot v14.4s, v22.16b, v19.4b[2]
+	WORD $0x4f94eaef // sdot v15.4s, v23.16b, v20.4b[2]
+	WORD $0x4f95eacf // sdot v15.4s, v22.16b, v21.4b[2]
+	FMOVQ 240(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb0eaed // sdot v13.4s, v23.16b, v16.4b[3]
+	WORD $0x4fb1eacd // sdot v13.4s, v22.16b, v17.4b[3]
+	WORD $0x4fb2eaee // sdot v14.4s, v23.16b, v18.4b[3]
+	WORD $0x4fb3eace // sdot v14.4s, v22.16b, v19.4b[3]
+	WORD $0x4fb4eaef // sdot v15.4s, v23.16b, v20.4b[3]
+	WORD $0x4fb5eacf // sdot v15.4s, v22.16b, v21.4b[3]
+	FMOVQ 16(R2), F21
+	FMOVQ 80(R2), F20
+	FMOVQ 16(R3), F19
+	FMOVQ 80(R3), F18
+	FMOVQ 16(R4), F17
+	FMOVQ 80(R4), F16
+	FMOVQ 304(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95e2ed // sdot v13.4s, v23.16b, v21.4b[0]
+	WORD $0x4f94e2cd // sdot v13.4s, v22.16b, v20.4b[0]
+	WORD $0x4f93e2ee // sdot v14.4s, v23.16b, v19.4b[0]
+	WORD $0x4f92e2ce // sdot v14.4s, v22.16b, v18.4b[0]
+	WORD $0x4f91e2ef // sdot v15.4s, v23.16b, v17.4b[0]
+	WORD $0x4f90e2cf // sdot v15.4s, v22.16b, v16.4b[0]
+	FMOVQ 368(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5e2ed // sdot v13.4s, v23.16b, v21.4b[1]
+	WORD $0x4fb4e2cd // sdot v13.4s, v22.16b, v20.4b[1]
+	WORD $0x4fb3e2ee // sdot v14.4s, v23.16b, v19.4b[1]
+	WORD $0x4fb2e2ce // sdot v14.4s, v22.16b, v18.4b[1]
+	WORD $0x4fb1e2ef // sdot v15.4s, v23.16b, v17.4b[1]
+	WORD $0x4fb0e2cf // sdot v15.4s, v22.16b, v16.4b[1]
+	FMOVQ 432(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95eaed // sdot v13.4s, v23.16b, v21.4b[2]
+	WORD $0x4f94eacd // sdot v13.4s, v22.16b, v20.4b[2]
+	WORD $0x4f93eaee // sdot v14.4s, v23.16b, v19.4b[2]
+	WORD $0x4f92eace // sdot v14.4s, v22.16b, v18.4b[2]
+	WORD $0x4f91eaef // sdot v15.4s, v23.16b, v17.4b[2]
+	WORD $0x4f90eacf // sdot v15.4s, v22.16b, v16.4b[2]
+	FMOVQ 496(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5eaed // sdot v13.4s, v23.16b, v21.4b[3]
+	WORD $0x4fb4eacd // sdot v13.4s, v22.16b, v20.4b[3]
+	WORD $0x4fb3eaee // sdot v14.4s, v23.16b, v19.4b[3]
+	WORD $0x4fb2eace // sdot v14.4s, v22.16b, v18.4b[3]
+	WORD $0x4fb1eaef // sdot v15.4s, v23.16b, v17.4b[3]
+	WORD $0x4fb0eacf // sdot v15.4s, v22.16b, v16.4b[3]
+	FMOVQ 32(R2), F16
+	FMOVQ 96(R2), F17
+	FMOVQ 32(R3), F18
+	FMOVQ 96(R3), F19
+	FMOVQ 32(R4), F20
+	FMOVQ 96(R4), F21
+	FMOVQ 560(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f90e2ed // sdot v13.4s, v23.16b, v16.4b[0]
+	WORD $0x4f91e2cd // sdot v13.4s, v22.16b, v17.4b[0]
+	WORD $0x4f92e2ee // sdot v14.4s, v23.16b, v18.4b[0]
+	WORD $0x4f93e2ce // sdot v14.4s, v22.16b, v19.4b[0]
+	WORD $0x4f94e2ef // sdot v15.4s, v23.16b, v20.4b[0]
+	WORD $0x4f95e2cf // sdot v15.4s, v22.16b, v21.4b[0]
+	FMOVQ 624(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb0e2ed // sdot v13.4s, v23.16b, v16.4b[1]
+	WORD $0x4fb1e2cd // sdot v13.4s, v22.16b, v17.4b[1]
+	WORD $0x4fb2e2ee // sdot v14.4s, v23.16b, v18.4b[1]
+	WORD $0x4fb3e2ce // sdot v14.4s, v22.16b, v19.4b[1]
+	WORD $0x4fb4e2ef // sdot v15.4s, v23.16b, v20.4b[1]
+	WORD $0x4fb5e2cf // sdot v15.4s, v22.16b, v21.4b[1]
+	FMOVQ 688(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f90eaed // sdot v13.4s, v23.16b, v16.4b[2]
+	WORD $0x4f91eacd // sdot v13.4s, v22.16b, v17.4b[2]
+	WORD $0x4f92eaee // sdot v14.4s, v23.16b, v18.4b[2]
+	WORD $0x4f93eace // sdot v14.4s, v22.16b, v19.4b[2]
+	WORD $0x4f94eaef // sdot v15.4s, v23.16b, v20.4b[2]
+	WORD $0x4f95eacf // sdot v15.4s, v22.16b, v21.4b[2]
+	FMOVQ 752(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb0eaed // sdot v13.4s, v23.16b, v16.4b[3]
+	WORD $0x4fb1eacd // sdot v13.4s, v22.16b, v17.4b[3]
+	WORD $0x4fb2eaee // sdot v14.4s, v23.16b, v18.4b[3]
+	WORD $0x4fb3eace // sdot v14.4s, v22.16b, v19.4b[3]
+	WORD $0x4fb4eaef // sdot v15.4s, v23.16b, v20.4b[3]
+	WORD $0x4fb5eacf // sdot v15.4s, v22.16b, v21.4b[3]
+	FMOVQ 48(R2), F21
+	FMOVQ 112(R2), F20
+	FMOVQ 48(R3), F19
+	FMOVQ 112(R3), F18
+	FMOVQ 48(R4), F17
+	FMOVQ 112(R4), F16
+	FMOVQ 816(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95e2ed // sdot v13.4s, v23.16b, v21.4b[0]
+	WORD $0x4f94e2cd // sdot v13.4s, v22.16b, v20.4b[0]
+	WORD $0x4f93e2ee // sdot v14.4s, v23.16b, v19.4b[0]
+	WORD $0x4f92e2ce // sdot v14.4s, v22.16b, v18.4b[0]
+	WORD $0x4f91e2ef // sdot v15.4s, v23.16b, v17.4b[0]
+	WORD $0x4f90e2cf // sdot v15.4s, v22.16b, v16.4b[0]
+	FMOVQ 880(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5e2ed // sdot v13.4s, v23.16b, v21.4b[1]
+	WORD $0x4fb4e2cd // sdot v13.4s, v22.16b, v20.4b[1]
+	WORD $0x4fb3e2ee // sdot v14.4s, v23.16b, v19.4b[1]
+	WORD $0x4fb2e2ce // sdot v14.4s, v22.16b, v18.4b[1]
+	WORD $0x4fb1e2ef // sdot v15.4s, v23.16b, v17.4b[1]
+	WORD $0x4fb0e2cf // sdot v15.4s, v22.16b, v16.4b[1]
+	FMOVQ 944(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95eaed // sdot v13.4s, v23.16b, v21.4b[2]
+	WORD $0x4f94eacd // sdot v13.4s, v22.16b, v20.4b[2]
+	WORD $0x4f93eaee // sdot v14.4s, v23.16b, v19.4b[2]
+	WORD $0x4f92eace // sdot v14.4s, v22.16b, v18.4b[2]
+	WORD $0x4f91eaef // sdot v15.4s, v23.16b, v17.4b[2]
+	WORD $0x4f90eacf // sdot v15.4s, v22.16b, v16.4b[2]
+	FMOVQ 1008(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5eaed // sdot v13.4s, v23.16b, v21.4b[3]
+	WORD $0x4fb4eacd // sdot v13.4s, v22.16b, v20.4b[3]
+	WORD $0x4fb3eaee // sdot v14.4s, v23.16b, v19.4b[3]
+	WORD $0x4fb2eace // sdot v14.4s, v22.16b, v18.4b[3]
+	WORD $0x4fb1eaef // sdot v15.4s, v23.16b, v17.4b[3]
+	WORD $0x4fb0eacf // sdot v15.4s, v22.16b, v16.4b[3]
+	FMOVD 0(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 32(R0), F17
+	WORD $0x2f08a631 // uxtl v17.8h, v17.8b
+	WORD $0x2f10a631 // uxtl v17.4s, v17.4h
+	FMOVS 20(R6), F18
+	WORD $0x6f92022d // mla v13.4s, v17.4s, v18.s[0]
+	FMOVS 0(R6), F18
+	WORD $0x4f929213 // fmul v19.4s, v16.4s, v18.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e33ddad // fmul v13.4s, v13.4s, v19.4s
+	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
+	FMOVS 20(R7), F19
+	WORD $0x6f93022e // mla v14.4s, v17.4s, v19.s[0]
+	FMOVS 0(R7), F19
+	WORD $0x4f939212 // fmul v18.4s, v16.4s, v19.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e32ddce // fmul v14.4s, v14.4s, v18.4s
+	WORD $0x4e2ed484 // fadd v4.4s, v4.4s, v14.4s
+	FMOVS 20(R8), F18
+	WORD $0x6f92022f // mla v15.4s, v17.4s, v18.s[0]
+	FMOVS 0(R8), F18
+	WORD $0x4f929213 // fmul v19.4s, v16.4s, v18.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e33ddef // fmul v15.4s, v15.4s, v19.4s
+	WORD $0x4e2fd508 // fadd v8.4s, v8.4s, v15.4s
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	FMOVQ 0(R2), F18
+	FMOVQ 64(R2), F15
+	FMOVQ 0(R3), F14
+	FMOVQ 64(R3), F13
+	FMOVQ 0(R4), F20
+	FMOVQ 64(R4), F21
+	FMOVQ 64(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f92e2f1 // sdot v17.4s, v23.16b, v18.4b[0]
+	WORD $0x4f8fe2d1 // sdot v17.4s, v22.16b, v15.4b[0]
+	WORD $0x4f8ee2f0 // sdot v16.4s, v23.16b, v14.4b[0]
+	WORD $0x4f8de2d0 // sdot v16.4s, v22.16b, v13.4b[0]
+	WORD $0x4f94e2f3 // sdot v19.4s, v23.16b, v20.4b[0]
+	WORD $0x4f95e2d3 // sdot v19.4s, v22.16b, v21.4b[0]
+	FMOVQ 128(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb2e2f1 // sdot v17.4s, v23.16b, v18.4b[1]
+	WORD $0x4fafe2d1 // sdot v17.4s, v22.16b, v15.4b[1]
+	WORD $0x4faee2f0 // sdot v16.4s, v23.16b, v14.4b[1]
+	WORD $0x4fade2d0 // sdot v16.4s, v22.16b, v13.4b[1]
+	WORD $0x4fb4e2f3 // sdot v19.4s, v23.16b, v20.4b[1]
+	WORD $0x4fb5e2d3 // sdot v19.4s, v22.16b, v21.4b[1]
+	FMOVQ 192(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f92eaf1 // sdot v17.4s, v23.16b, v18.4b[2]
+	WORD $0x4f8fead1 // sdot v17.4s, v22.16b, v15.4b[2]
+	WORD $0x4f8eeaf0 // sdot v16.4s, v23.16b, v14.4b[2]
+	WORD $0x4f8dead0 // sdot v16.4s, v22.16b, v13.4b[2]
+	WORD $0x4f94eaf3 // sdot v19.4s, v23.16b, v20.4b[2]
+	WORD $0x4f95ead3 // sdot v19.4s, v22.16b, v21.4b[2]
+	FMOVQ 256(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb2eaf1 // sdot v17.4s, v23.16b, v18.4b[3]
+	WORD $0x4fafead1 // sdot v17.4s, v22.16b, v15.4b[3]
+	WORD $0x4faeeaf0 // sdot v16.4s, v23.16b, v14.4b[3]
+	WORD $0x4fadead0 // sdot v16.4s, v22.16b, v13.4b[3]
+	WORD $0x4fb4eaf3 // sdot v19.4s, v23.16b, v20.4b[3]
+	WORD $0x4fb5ead3 // sdot v19.4s, v22.16b, v21.4b[3]
+	FMOVQ 16(R2), F21
+	FMOVQ 80(R2), F20
+	FMOVQ 16(R3), F13
+	FMOVQ 80(R3), F14
+	FMOVQ 16(R4), F15
+	FMOVQ 80(R4), F18
+	FMOVQ 320(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95e2f1 // sdot v17.4s, v23.16b, v21.4b[0]
+	WORD $0x4f94e2d1 // sdot v17.4s, v22.16b, v20.4b[0]
+	WORD $0x4f8de2f0 // sdot v16.4s, v23.16b, v13.4b[0]
+	WORD $0x4f8ee2d0 // sdot v16.4s, v22.16b, v14.4b[0]
+	WORD $0x4f8fe2f3 // sdot v19.4s, v23.16b, v15.4b[0]
+	WORD $0x4f92e2d3 // sdot v19.4s, v22.16b, v18.4b[0]
+	FMOVQ 384(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5e2f1 // sdot v17.4s, v23.16b, v21.4b[1]
+	WORD $0x4fb4e2d1 // sdot v17.4s, v22.16b, v20.4b[1]
+	WORD $0x4fade2f0 // sdot v16.4s, v23.16b, v13.4b[1]
+	WORD $0x4faee2d0 // sdot v16.4s, v22.16b, v14.4b[1]
+	WORD $0x4fafe2f3 // sdot v19.4s, v23.16b, v15.4b[1]
+	WORD $0x4fb2e2d3 // sdot v19.4s, v22.16b, v18.4b[1]
+	FMOVQ 448(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95eaf1 // sdot v17.4s, v23.16b, v21.4b[2]
+	WORD $0x4f94ead1 // sdot v17.4s, v22.16b, v20.4b[2]
+	WORD $0x4f8deaf0 // sdot v16.4s, v23.16b, v13.4b[2]
+	WORD $0x4f8eead0 // sdot v16.4s, v22.16b, v14.4b[2]
+	WORD $0x4f8feaf3 // sdot v19.4s, v23.16b, v15.4b[2]
+	WORD $0x4f92ead3 // sdot v19.4s, v22.16b, v18.4b[2]
+	FMOVQ 512(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5eaf1 // sdot v17.4s, v23.16b, v21.4b[3]
+	WORD $0x4fb4ead1 // sdot v17.4s, v22.16b, v20.4b[3]
+	WORD $0x4fadeaf0 // sdot v16.4s, v23.16b, v13.4b[3]
+	WORD $0x4faeead0 // sdot v16.4s, v22.16b, v14.4b[3]
+	WORD $0x4fafeaf3 // sdot v19.4s, v23.16b, v15.4b[3]
+	WORD $0x4fb2ead3 // sdot v19.4s, v22.16b, v18.4b[3]
+	FMOVQ 32(R2), F18
+	FMOVQ 96(R2), F15
+	FMOVQ 32(R3), F14
+	FMOVQ 96(R3), F13
+	FMOVQ 32(R4), F20
+	FMOVQ 96(R4), F21
+	FMOVQ 576(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f92e2f1 // sdot v17.4s, v23.16b, v18.4b[0]
+	WORD $0x4f8fe2d1 // sdot v17.4s, v22.16b, v15.4b[0]
+	WORD $0x4f8ee2f0 // sdot v16.4s, v23.16b, v14.4b[0]
+	WORD $0x4f8de2d0 // sdot v16.4s, v22.16b, v13.4b[0]
+	WORD $0x4f94e2f3 // sdot v19.4s, v23.16b, v20.4b[0]
+	WORD $0x4f95e2d3 // sdot v19.4s, v22.16b, v21.4b[0]
+	FMOVQ 640(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb2e2f1 // sdot v17.4s, v23.16b, v18.4b[1]
+	WORD $0x4fafe2d1 // sdot v17.4s, v22.16b, v15.4b[1]
+	WORD $0x4faee2f0 // sdot v16.4s, v23.16b, v14.4b[1]
+	WORD $0x4fade2d0 // sdot v16.4s, v22.16b, v13.4b[1]
+	WORD $0x4fb4e2f3 // sdot v19.4s, v23.16b, v20.4b[1]
+	WORD $0x4fb5e2d3 // sdot v19.4s, v22.16b, v21.4b[1]
+	FMOVQ 704(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f92eaf1 // sdot v17.4s, v23.16b, v18.4b[2]
+	WORD $0x4f8fead1 // sdot v17.4s, v22.16b, v15.4b[2]
+	WORD $0x4f8eeaf0 // sdot v16.4s, v23.16b, v14.4b[2]
+	WORD $0x4f8dead0 // sdot v16.4s, v22.16b, v13.4b[2]
+	WORD $0x4f94eaf3 // sdot v19.4s, v23.16b, v20.4b[2]
+	WORD $0x4f95ead3 // sdot v19.4s, v22.16b, v21.4b[2]
+	FMOVQ 768(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb2eaf1 // sdot v17.4s, v23.16b, v18.4b[3]
+	WORD $0x4fafead1 // sdot v17.4s, v22.16b, v15.4b[3]
+	WORD $0x4faeeaf0 // sdot v16.4s, v23.16b, v14.4b[3]
+	WORD $0x4fadead0 // sdot v16.4s, v22.16b, v13.4b[3]
+	WORD $0x4fb4eaf3 // sdot v19.4s, v23.16b, v20.4b[3]
+	WORD $0x4fb5ead3 // sdot v19.4s, v22.16b, v21.4b[3]
+	FMOVQ 48(R2), F21
+	FMOVQ 112(R2), F20
+	FMOVQ 48(R3), F13
+	FMOVQ 112(R3), F14
+	FMOVQ 48(R4), F15
+	FMOVQ 112(R4), F18
+	FMOVQ 832(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95e2f1 // sdot v17.4s, v23.16b, v21.4b[0]
+	WORD $0x4f94e2d1 // sdot v17.4s, v22.16b, v20.4b[0]
+	WORD $0x4f8de2f0 // sdot v16.4s, v23.16b, v13.4b[0]
+	WORD $0x4f8ee2d0 // sdot v16.4s, v22.16b, v14.4b[0]
+	WORD $0x4f8fe2f3 // sdot v19.4s, v23.16b, v15.4b[0]
+	WORD $0x4f92e2d3 // sdot v19.4s, v22.16b, v18.4b[0]
+	FMOVQ 896(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5e2f1 // sdot v17.4s, v23.16b, v21.4b[1]
+	WORD $0x4fb4e2d1 // sdot v17.4s, v22.16b, v20.4b[1]
+	WORD $0x4fade2f0 // sdot v16.4s, v23.16b, v13.4b[1]
+	WORD $0x4faee2d0 // sdot v16.4s, v22.16b, v14.4b[1]
+	WORD $0x4fafe2f3 // sdot v19.4s, v23.16b, v15.4b[1]
+	WORD $0x4fb2e2d3 // sdot v19.4s, v22.16b, v18.4b[1]
+	FMOVQ 960(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95eaf1 // sdot v17.4s, v23.16b, v21.4b[2]
+	WORD $0x4f94ead1 // sdot v17.4s, v22.16b, v20.4b[2]
+	WORD $0x4f8deaf0 // sdot v16.4s, v23.16b, v13.4b[2]
+	WORD $0x4f8eead0 // sdot v16.4s, v22.16b, v14.4b[2]
+	WORD $0x4f8feaf3 // sdot v19.4s, v23.16b, v15.4b[2]
+	WORD $0x4f92ead3 // sdot v19.4s, v22.16b, v18.4b[2]
+	FMOVQ 1024(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5eaf1 // sdot v17.4s, v23.16b, v21.4b[3]
+	WORD $0x4fb4ead1 // sdot v17.4s, v22.16b, v20.4b[3]
+	WORD $0x4fadeaf0 // sdot v16.4s, v23.16b, v13.4b[3]
+	WORD $0x4faeead0 // sdot v16.4s, v22.16b, v14.4b[3]
+	WORD $0x4fafeaf3 // sdot v19.4s, v23.16b, v15.4b[3]
+	WORD $0x4fb2ead3 // sdot v19.4s, v22.16b, v18.4b[3]
+	FMOVD 8(R0), F18
+	WORD $0x0e217a52 // fcvtl v18.4s, v18.4h
+	FMOVS 36(R0), F15
+	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
+	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
+	FMOVS 20(R6), F14
+	WORD $0x6f8e01f1 // mla v17.4s, v15.4s, v14.s[0]
+	FMOVS 0(R6), F14
+	WORD $0x4f8e924d // fmul v13.4s, v18.4s, v14.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	FMOVS 20(R7), F13
+	WORD $0x6f8d01f0 // mla v16.4s, v15.4s, v13.s[0]
+	FMOVS 0(R7), F13
+	WORD $0x4f8d924e // fmul v14.4s, v18.4s, v13.s[0]
+	WORD $0x4e21da10 // scvtf v16.4s, v16.4s
+	WORD $0x6e2ede10 // fmul v16.4s, v16.4s, v14.4s
+	WORD $0x4e30d4a5 // fadd v5.4s, v5.4s, v16.4s
+	FMOVS 20(R8), F14
+	WORD $0x6f8e01f3 // mla v19.4s, v15.4s, v14.s[0]
+	FMOVS 0(R8), F14
+	WORD $0x4f8e924d // fmul v13.4s, v18.4s, v14.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e2dde73 // fmul v19.4s, v19.4s, v13.4s
+	WORD $0x4e33d529 // fadd v9.4s, v9.4s, v19.4s
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	FMOVQ 0(R2), F14
+	FMOVQ 64(R2), F19
+	FMOVQ 0(R3), F16
+	FMOVQ 64(R3), F17
+	FMOVQ 0(R4), F20
+	FMOVQ 64(R4), F21
+	FMOVQ 80(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f8ee2ef // sdot v15.4s, v23.16b, v14.4b[0]
+	WORD $0x4f93e2cf // sdot v15.4s, v22.16b, v19.4b[0]
+	WORD $0x4f90e2f2 // sdot v18.4s, v23.16b, v16.4b[0]
+	WORD $0x4f91e2d2 // sdot v18.4s, v22.16b, v17.4b[0]
+	WORD $0x4f94e2ed // sdot v13.4s, v23.16b, v20.4b[0]
+	WORD $0x4f95e2cd // sdot v13.4s, v22.16b, v21.4b[0]
+	FMOVQ 144(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4faee2ef // sdot v15.4s, v23.16b, v14.4b[1]
+	WORD $0x4fb3e2cf // sdot v15.4s, v22.16b, v19.4b[1]
+	WORD $0x4fb0e2f2 // sdot v18.4s, v23.16b, v16.4b[1]
+	WORD $0x4fb1e2d2 // sdot v18.4s, v22.16b, v17.4b[1]
+	WORD $0x4fb4e2ed // sdot v13.4s, v23.16b, v20.4b[1]
+	WORD $0x4fb5e2cd // sdot v13.4s, v22.16b, v21.4b[1]
+	FMOVQ 208(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f8eeaef // sdot v15.4s, v23.16b, v14.4b[2]
+	WORD $0x4f93eacf // sdot v15.4s, v22.16b, v19.4b[2]
+	WORD $0x4f90eaf2 // sdot v18.4s, v23.16b, v16.4b[2]
+	WORD $0x4f91ead2 // sdot v18.4s, v22.16b, v17.4b[2]
+	WORD $0x4f94eaed // sdot v13.4s, v23.16b, v20.4b[2]
+	WORD $0x4f95eacd // sdot v13.4s, v22.16b, v21.4b[2]
+	FMOVQ 272(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4faeeaef // sdot v15.4s, v23.16b, v14.4b[3]
+	WORD $0x4fb3eacf // sdot v15.4s, v22.16b, v19.4b[3]
+	WORD $0x4fb0eaf2 // sdot v18.4s, v23.16b, v16.4b[3]
+	WORD $0x4fb1ead2 // sdot v18.4s, v22.16b, v17.4b[3]
+	WORD $0x4fb4eaed // sdot v13.4s, v23.16b, v20.4b[3]
+	WORD $0x4fb5eacd // sdot v13.4s, v22.16b, v21.4b[3]
+	FMOVQ 16(R2), F21
+	FMOVQ 80(R2), F20
+	FMOVQ 16(R3), F17
+	FMOVQ 80(R3), F16
+	FMOVQ 16(R4), F19
+	FMOVQ 80(R4), F14
+	FMOVQ 336(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95e2ef // sdot v15.4s, v23.16b, v21.4b[0]
+	WORD $0x4f94e2cf // sdot v15.4s, v22.16b, v20.4b[0]
+	WORD $0x4f91e2f2 // sdot v18.4s, v23.16b, v17.4b[0]
+	WORD $0x4f90e2d2 // sdot v18.4s, v22.16b, v16.4b[0]
+	WORD $0x4f93e2ed // sdot v13.4s, v23.16b, v19.4b[0]
+	WORD $0x4f8ee2cd // sdot v13.4s, v22.16b, v14.4b[0]
+	FMOVQ 400(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5e2ef // sdot v15.4s, v23.16b, v21.4b[1]
+	WORD $0x4fb4e2cf // sdot v15.4s, v22.16b, v20.4b[1]
+	WORD $0x4fb1e2f2 // sdot v18.4s, v23.16b, v17.4b[1]
+	WORD $0x4fb0e2d2 // sdot v18.4s, v22.16b, v16.4b[1]
+	WORD $0x4fb3e2ed // sdot v13.4s, v23.16b, v19.4b[1]
+	WORD $0x4faee2cd // sdot v13.4s, v22.16b, v14.4b[1]
+	FMOVQ 464(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95eaef // sdot v15.4s, v23.16b, v21.4b[2]
+	WORD $0x4f94eacf // sdot v15.4s, v22.16b, v20.4b[2]
+	WORD $0x4f91eaf2 // sdot v18.4s, v23.16b, v17.4b[2]
+	WORD $0x4f90ead2 // sdot v18.4s, v22.16b, v16.4b[2]
+	WORD $0x4f93eaed // sdot v13.4s, v23.16b, v19.4b[2]
+	WORD $0x4f8eeacd // sdot v13.4s, v22.16b, v14.4b[2]
+	FMOVQ 528(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5eaef // sdot v15.4s, v23.16b, v21.4b[3]
+	WORD $0x4fb4eacf // sdot v15.4s, v22.16b, v20.4b[3]
+	WORD $0x4fb1eaf2 // sdot v18.4s, v23.16b, v17.4b[3]
+	WORD $0x4fb0ead2 // sdot v18.4s, v22.16b, v16.4b[3]
+	WORD $0x4fb3eaed // sdot v13.4s, v23.16b, v19.4b[3]
+	WORD $0x4faeeacd // sdot v13.4s, v22.16b, v14.4b[3]
+	FMOVQ 32(R2), F14
+	FMOVQ 96(R2), F19
+	FMOVQ 32(R3), F16
+	FMOVQ 96(R3), F17
+	FMOVQ 32(R4), F20
+	FMOVQ 96(R4), F21
+	FMOVQ 592(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f8ee2ef // sdot v15.4s, v23.16b, v14.4b[0]
+	WORD $0x4f93e2cf // sdot v15.4s, v22.16b, v19.4b[0]
+	WORD $0x4f90e2f2 // sdot v18.4s, v23.16b, v16.4b[0]
+	WORD $0x4f91e2d2 // sdot v18.4s, v22.16b, v17.4b[0]
+	WORD $0x4f94e2ed // sdot v13.4s, v23.16b, v20.4b[0]
+	WORD $0x4f95e2cd // sdot v13.4s, v22.16b, v21.4b[0]
+	FMOVQ 656(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4faee2ef // sdot v15.4s, v23.16b, v14.4b[1]
+	WORD $0x4fb3e2cf // sdot v15.4s, v22.16b, v19.4b[1]
+	WORD $0x4fb0e2f2 // sdot v18.4s, v23.16b, v16.4b[1]
+	WORD $0x4fb1e2d2 // sdot v18.4s, v22.16b, v17.4b[1]
+	WORD $0x4fb4e2ed // sdot v13.4s, v23.16b, v20.4b[1]
+	WORD $0x4fb5e2cd // sdot v13.4s, v22.16b, v21.4b[1]
+	FMOVQ 720(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f8eeaef // sdot v15.4s, v23.16b, v14.4b[2]
+	WORD $0x4f93eacf // sdot v15.4s, v22.16b, v19.4b[2]
+	WORD $0x4f90eaf2 // sdot v18.4s, v23.16b, v16.4b[2]
+	WORD $0x4f91ead2 // sdot v18.4s, v22.16b, v17.4b[2]
+	WORD $0x4f94eaed // sdot v13.4s, v23.16b, v20.4b[2]
+	WORD $0x4f95eacd // sdot v13.4s, v22.16b, v21.4b[2]
+	FMOVQ 784(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4faeeaef // sdot v15.4s, v23.16b, v14.4b[3]
+	WORD $0x4fb3eacf // sdot v15.4s, v22.16b, v19.4b[3]
+	WORD $0x4fb0eaf2 // sdot v18.4s, v23.16b, v16.4b[3]
+	WORD $0x4fb1ead2 // sdot v18.4s, v22.16b, v17.4b[3]
+	WORD $0x4fb4eaed // sdot v13.4s, v23.16b, v20.4b[3]
+	WORD $0x4fb5eacd // sdot v13.4s, v22.16b, v21.4b[3]
+	FMOVQ 48(R2), F21
+	FMOVQ 112(R2), F20
+	FMOVQ 48(R3), F17
+	FMOVQ 112(R3), F16
+	FMOVQ 48(R4), F19
+	FMOVQ 112(R4), F14
+	FMOVQ 848(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95e2ef // sdot v15.4s, v23.16b, v21.4b[0]
+	WORD $0x4f94e2cf // sdot v15.4s, v22.16b, v20.4b[0]
+	WORD $0x4f91e2f2 // sdot v18.4s, v23.16b, v17.4b[0]
+	WORD $0x4f90e2d2 // sdot v18.4s, v22.16b, v16.4b[0]
+	WORD $0x4f93e2ed // sdot v13.4s, v23.16b, v19.4b[0]
+	WORD $0x4f8ee2cd // sdot v13.4s, v22.16b, v14.4b[0]
+	FMOVQ 912(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5e2ef // sdot v15.4s, v23.16b, v21.4b[1]
+	WORD $0x4fb4e2cf // sdot v15.4s, v22.16b, v20.4b[1]
+	WORD $0x4fb1e2f2 // sdot v18.4s, v23.16b, v17.4b[1]
+	WORD $0x4fb0e2d2 // sdot v18.4s, v22.16b, v16.4b[1]
+	WORD $0x4fb3e2ed // sdot v13.4s, v23.16b, v19.4b[1]
+	WORD $0x4faee2cd // sdot v13.4s, v22.16b, v14.4b[1]
+	FMOVQ 976(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95eaef // sdot v15.4s, v23.16b, v21.4b[2]
+	WORD $0x4f94eacf // sdot v15.4s, v22.16b, v20.4b[2]
+	WORD $0x4f91eaf2 // sdot v18.4s, v23.16b, v17.4b[2]
+	WORD $0x4f90ead2 // sdot v18.4s, v22.16b, v16.4b[2]
+	WORD $0x4f93eaed // sdot v13.4s, v23.16b, v19.4b[2]
+	WORD $0x4f8eeacd // sdot v13.4s, v22.16b, v14.4b[2]
+	FMOVQ 1040(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5eaef // sdot v15.4s, v23.16b, v21.4b[3]
+	WORD $0x4fb4eacf // sdot v15.4s, v22.16b, v20.4b[3]
+	WORD $0x4fb1eaf2 // sdot v18.4s, v23.16b, v17.4b[3]
+	WORD $0x4fb0ead2 // sdot v18.4s, v22.16b, v16.4b[3]
+	WORD $0x4fb3eaed // sdot v13.4s, v23.16b, v19.4b[3]
+	WORD $0x4faeeacd // sdot v13.4s, v22.16b, v14.4b[3]
+	FMOVD 16(R0), F14
+	WORD $0x0e2179ce // fcvtl v14.4s, v14.4h
+	FMOVS 40(R0), F19
+	WORD $0x2f08a673 // uxtl v19.8h, v19.8b
+	WORD $0x2f10a673 // uxtl v19.4s, v19.4h
+	FMOVS 20(R6), F16
+	WORD $0x6f90026f // mla v15.4s, v19.4s, v16.s[0]
+	FMOVS 0(R6), F16
+	WORD $0x4f9091d1 // fmul v17.4s, v14.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e31ddef // fmul v15.4s, v15.4s, v17.4s
+	WORD $0x4e2fd442 // fadd v2.4s, v2.4s, v15.4s
+	FMOVS 20(R7), F17
+	WORD $0x6f910272 // mla v18.4s, v19.4s, v17.s[0]
+	FMOVS 0(R7), F17
+	WORD $0x4f9191d0 // fmul v16.4s, v14.4s, v17.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e30de52 // fmul v18.4s, v18.4s, v16.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	FMOVS 20(R8), F16
+	WORD $0x6f90026d // mla v13.4s, v19.4s, v16.s[0]
+	FMOVS 0(R8), F16
+	WORD $0x4f9091d1 // fmul v17.4s, v14.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e31ddad // fmul v13.4s, v13.4s, v17.4s
+	WORD $0x4e2dd54a // fadd v10.4s, v10.4s, v13.4s
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 0(R2), F16
+	FMOVQ 64(R2), F13
+	FMOVQ 0(R3), F18
+	FMOVQ 64(R3), F15
+	FMOVQ 0(R4), F20
+	FMOVQ 64(R4), F21
+	FMOVQ 96(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f90e2f3 // sdot v19.4s, v23.16b, v16.4b[0]
+	WORD $0x4f8de2d3 // sdot v19.4s, v22.16b, v13.4b[0]
+	WORD $0x4f92e2ee // sdot v14.4s, v23.16b, v18.4b[0]
+	WORD $0x4f8fe2ce // sdot v14.4s, v22.16b, v15.4b[0]
+	WORD $0x4f94e2f1 // sdot v17.4s, v23.16b, v20.4b[0]
+	WORD $0x4f95e2d1 // sdot v17.4s, v22.16b, v21.4b[0]
+	FMOVQ 160(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb0e2f3 // sdot v19.4s, v23.16b, v16.4b[1]
+	WORD $0x4fade2d3 // sdot v19.4s, v22.16b, v13.4b[1]
+	WORD $0x4fb2e2ee // sdot v14.4s, v23.16b, v18.4b[1]
+	WORD $0x4fafe2ce // sdot v14.4s, v22.16b, v15.4b[1]
+	WORD $0x4fb4e2f1 // sdot v17.4s, v23.16b, v20.4b[1]
+	WORD $0x4fb5e2d1 // sdot v17.4s, v22.16b, v21.4b[1]
+	FMOVQ 224(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f90eaf3 // sdot v19.4s, v23.16b, v16.4b[2]
+	WORD $0x4f8dead3 // sdot v19.4s, v22.16b, v13.4b[2]
+	WORD $0x4f92eaee // sdot v14.4s, v23.16b, v18.4b[2]
+	WORD $0x4f8feace // sdot v14.4s, v22.16b, v15.4b[2]
+	WORD $0x4f94eaf1 // sdot v17.4s, v23.16b, v20.4b[2]
+	WORD $0x4f95ead1 // sdot v17.4s, v22.16b, v21.4b[2]
+	FMOVQ 288(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb0eaf3 // sdot v19.4s, v23.16b, v16.4b[3]
+	WORD $0x4fadead3 // sdot v19.4s, v22.16b, v13.4b[3]
+	WORD $0x4fb2eaee // sdot v14.4s, v23.16b, v18.4b[3]
+	WORD $0x4fafeace // sdot v14.4s, v22.16b, v15.4b[3]
+	WORD $0x4fb4eaf1 // sdot v17.4s, v23.16b, v20.4b[3]
+	WORD $0x4fb5ead1 // sdot v17.4s, v22.16b, v21.4b[3]
+	FMOVQ 16(R2), F21
+	FMOVQ 80(R2), F20
+	FMOVQ 16(R3), F15
+	FMOVQ 80(R3), F18
+	FMOVQ 16(R4), F13
+	FMOVQ 80(R4), F16
+	FMOVQ 352(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95e2f3 // sdot v19.4s, v23.16b, v21.4b[0]
+	WORD $0x4f94e2d3 // sdot v19.4s, v22.16b, v20.4b[0]
+	WORD $0x4f8fe2ee // sdot v14.4s, v23.16b, v15.4b[0]
+	WORD $0x4f92e2ce // sdot v14.4s, v22.16b, v18.4b[0]
+	WORD $0x4f8de2f1 // sdot v17.4s, v23.16b, v13.4b[0]
+	WORD $0x4f90e2d1 // sdot v17.4s, v22.16b, v16.4b[0]
+	FMOVQ 416(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5e2f3 // sdot v19.4s, v23.16b, v21.4b[1]
+	WORD $0x4fb4e2d3 // sdot v19.4s, v22.16b, v20.4b[1]
+	WORD $0x4fafe2ee // sdot v14.4s, v23.16b, v15.4b[1]
+	WORD $0x4fb2e2ce // sdot v14.4s, v22.16b, v18.4b[1]
+	WORD $0x4fade2f1 // sdot v17.4s, v23.16b, v13.4b[1]
+	WORD $0x4fb0e2d1 // sdot v17.4s, v22.16b, v16.4b[1]
+	FMOVQ 480(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95eaf3 // sdot v19.4s, v23.16b, v21.4b[2]
+	WORD $0x4f94ead3 // sdot v19.4s, v22.16b, v20.4b[2]
+	WORD $0x4f8feaee // sdot v14.4s, v23.16b, v15.4b[2]
+	WORD $0x4f92eace // sdot v14.4s, v22.16b, v18.4b[2]
+	WORD $0x4f8deaf1 // sdot v17.4s, v23.16b, v13.4b[2]
+	WORD $0x4f90ead1 // sdot v17.4s, v22.16b, v16.4b[2]
+	FMOVQ 544(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5eaf3 // sdot v19.4s, v23.16b, v21.4b[3]
+	WORD $0x4fb4ead3 // sdot v19.4s, v22.16b, v20.4b[3]
+	WORD $0x4fafeaee // sdot v14.4s, v23.16b, v15.4b[3]
+	WORD $0x4fb2eace // sdot v14.4s, v22.16b, v18.4b[3]
+	WORD $0x4fadeaf1 // sdot v17.4s, v23.16b, v13.4b[3]
+	WORD $0x4fb0ead1 // sdot v17.4s, v22.16b, v16.4b[3]
+	FMOVQ 32(R2), F16
+	FMOVQ 96(R2), F13
+	FMOVQ 32(R3), F18
+	FMOVQ 96(R3), F15
+	FMOVQ 32(R4), F20
+	FMOVQ 96(R4), F21
+	FMOVQ 608(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f90e2f3 // sdot v19.4s, v23.16b, v16.4b[0]
+	WORD $0x4f8de2d3 // sdot v19.4s, v22.16b, v13.4b[0]
+	WORD $0x4f92e2ee // sdot v14.4s, v23.16b, v18.4b[0]
+	WORD $0x4f8fe2ce // sdot v14.4s, v22.16b, v15.4b[0]
+	WORD $0x4f94e2f1 // sdot v17.4s, v23.16b, v20.4b[0]
+	WORD $0x4f95e2d1 // sdot v17.4s, v22.16b, v21.4b[0]
+	FMOVQ 672(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb0e2f3 // sdot v19.4s, v23.16b, v16.4b[1]
+	WORD $0x4fade2d3 // sdot v19.4s, v22.16b, v13.4b[1]
+	WORD $0x4fb2e2ee // sdot v14.4s, v23.16b, v18.4b[1]
+	WORD $0x4fafe2ce // sdot v14.4s, v22.16b, v15.4b[1]
+	WORD $0x4fb4e2f1 // sdot v17.4s, v23.16b, v20.4b[1]
+	WORD $0x4fb5e2d1 // sdot v17.4s, v22.16b, v21.4b[1]
+	FMOVQ 736(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f90eaf3 // sdot v19.4s, v23.16b, v16.4b[2]
+	WORD $0x4f8dead3 // sdot v19.4s, v22.16b, v13.4b[2]
+	WORD $0x4f92eaee // sdot v14.4s, v23.16b, v18.4b[2]
+	WORD $0x4f8feace // sdot v14.4s, v22.16b, v15.4b[2]
+	WORD $0x4f94eaf1 // sdot v17.4s, v23.16b, v20.4b[2]
+	WORD $0x4f95ead1 // sdot v17.4s, v22.16b, v21.4b[2]
+	FMOVQ 800(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb0eaf3 // sdot v19.4s, v23.16b, v16.4b[3]
+	WORD $0x4fadead3 // sdot v19.4s, v22.16b, v13.4b[3]
+	WORD $0x4fb2eaee // sdot v14.4s, v23.16b, v18.4b[3]
+	WORD $0x4fafeace // sdot v14.4s, v22.16b, v15.4b[3]
+	WORD $0x4fb4eaf1 // sdot v17.4s, v23.16b, v20.4b[3]
+	WORD $0x4fb5ead1 // sdot v17.4s, v22.16b, v21.4b[3]
+	FMOVQ 48(R2), F21
+	FMOVQ 112(R2), F20
+	FMOVQ 48(R3), F15
+	FMOVQ 112(R3), F18
+	FMOVQ 48(R4), F13
+	FMOVQ 112(R4), F16
+	FMOVQ 864(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95e2f3 // sdot v19.4s, v23.16b, v21.4b[0]
+	WORD $0x4f94e2d3 // sdot v19.4s, v22.16b, v20.4b[0]
+	WORD $0x4f8fe2ee // sdot v14.4s, v23.16b, v15.4b[0]
+	WORD $0x4f92e2ce // sdot v14.4s, v22.16b, v18.4b[0]
+	WORD $0x4f8de2f1 // sdot v17.4s, v23.16b, v13.4b[0]
+	WORD $0x4f90e2d1 // sdot v17.4s, v22.16b, v16.4b[0]
+	FMOVQ 928(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5e2f3 // sdot v19.4s, v23.16b, v21.4b[1]
+	WORD $0x4fb4e2d3 // sdot v19.4s, v22.16b, v20.4b[1]
+	WORD $0x4fafe2ee // sdot v14.4s, v23.16b, v15.4b[1]
+	WORD $0x4fb2e2ce // sdot v14.4s, v22.16b, v18.4b[1]
+	WORD $0x4fade2f1 // sdot v17.4s, v23.16b, v13.4b[1]
+	WORD $0x4fb0e2d1 // sdot v17.4s, v22.16b, v16.4b[1]
+	FMOVQ 992(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4f95eaf3 // sdot v19.4s, v23.16b, v21.4b[2]
+	WORD $0x4f94ead3 // sdot v19.4s, v22.16b, v20.4b[2]
+	WORD $0x4f8feaee // sdot v14.4s, v23.16b, v15.4b[2]
+	WORD $0x4f92eace // sdot v14.4s, v22.16b, v18.4b[2]
+	WORD $0x4f8deaf1 // sdot v17.4s, v23.16b, v13.4b[2]
+	WORD $0x4f90ead1 // sdot v17.4s, v22.16b, v16.4b[2]
+	FMOVQ 1056(R0), F22
+	WORD $0x4e2c1ed7 // and v23.16b, v22.16b, v12.16b
+	WORD $0x6f0c06d6 // ushr v22.16b, v22.16b, #4
+	WORD $0x4fb5eaf3 // sdot v19.4s, v23.16b, v21.4b[3]
+	WORD $0x4fb4ead3 // sdot v19.4s, v22.16b, v20.4b[3]
+	WORD $0x4fafeaee // sdot v14.4s, v23.16b, v15.4b[3]
+	WORD $0x4fb2eace // sdot v14.4s, v22.16b, v18.4b[3]
+	WORD $0x4fadeaf1 // sdot v17.4s, v23.16b, v13.4b[3]
+	WORD $0x4fb0ead1 // sdot v17.4s, v22.16b, v16.4b[3]
+	FMOVD 24(R0), F16
+	WORD $0x0e217a10 // fcvtl v16.4s, v16.4h
+	FMOVS 44(R0), F13
+	WORD $0x2f08a5ad // uxtl v13.8h, v13.8b
+	WORD $0x2f10a5ad // uxtl v13.4s, v13.4h
+	FMOVS 20(R6), F18
+	WORD $0x6f9201b3 // mla v19.4s, v13.4s, v18.s[0]
+	FMOVS 0(R6), F18
+	WORD $0x4f92920f // fmul v15.4s, v16.4s, v18.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e2fde73 // fmul v19.4s, v19.4s, v15.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FMOVS 20(R7), F15
+	WORD $0x6f8f01ae // mla v14.4s, v13.4s, v15.s[0]
+	FMOVS 0(R7), F15
+	WORD $0x4f8f9212 // fmul v18.4s, v16.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e32ddce // fmul v14.4s, v14.4s, v18.4s
+	WORD $0x4e2ed4e7 // fadd v7.4s, v7.4s, v14.4s
+	FMOVS 20(R8), F18
+	WORD $0x6f9201b1 // mla v17.4s, v13.4s, v18.s[0]
+	FMOVS 0(R8), F18
+	WORD $0x4f92920f // fmul v15.4s, v16.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2fde31 // fmul v17.4s, v17.4s, v15.4s
+	WORD $0x4e31d56b // fadd v11.4s, v11.4s, v17.4s
+	ADD $1072, R0, R0
+	ADD $128, R2, R2
+	ADD $32, R6, R6
+	ADD $128, R3, R3
+	ADD $32, R7, R7
+	ADD $128, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	FMOVQ F8, 0(R12)
+	FMOVQ F9, 16(R12)
+	FMOVQ F10, 32(R12)
+	FMOVQ F11, 48(R12)
+	RET
+
+// func intQ4_Z128x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Z128x4Dot(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+	FMOVQ 0(R12), F8
+	FMOVQ 16(R12), F9
+	FMOVQ 32(R12), F10
+	FMOVQ 48(R12), F11
+	FMOVQ 0(R13), F12
+	FMOVQ 16(R13), F13
+	FMOVQ 32(R13), F14
+	FMOVQ 48(R13), F15
+loop:
+	CBZ R1, done
+	FMOVQ 0(R19), F16
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	FMOVQ 0(R2), F21
+	FMOVQ 64(R2), F22
+	FMOVQ 0(R3), F23
+	FMOVQ 64(R3), F24
+	FMOVQ 0(R4), F25
+	FMOVQ 64(R4), F26
+	FMOVQ 0(R5), F27
+	FMOVQ 64(R5), F28
+	FMOVQ 48(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f95e3d1 // sdot v17.4s, v30.16b, v21.4b[0]
+	WORD $0x4f96e3b1 // sdot v17.4s, v29.16b, v22.4b[0]
+	WORD $0x4f97e3d2 // sdot v18.4s, v30.16b, v23.4b[0]
+	WORD $0x4f98e3b2 // sdot v18.4s, v29.16b, v24.4b[0]
+	WORD $0x4f99e3d3 // sdot v19.4s, v30.16b, v25.4b[0]
+	WORD $0x4f9ae3b3 // sdot v19.4s, v29.16b, v26.4b[0]
+	WORD $0x4f9be3d4 // sdot v20.4s, v30.16b, v27.4b[0]
+	WORD $0x4f9ce3b4 // sdot v20.4s, v29.16b, v28.4b[0]
+	FMOVQ 112(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb5e3d1 // sdot v17.4s, v30.16b, v21.4b[1]
+	WORD $0x4fb6e3b1 // sdot v17.4s, v29.16b, v22.4b[1]
+	WORD $0x4fb7e3d2 // sdot v18.4s, v30.16b, v23.4b[1]
+	WORD $0x4fb8e3b2 // sdot v18.4s, v29.16b, v24.4b[1]
+	WORD $0x4fb9e3d3 // sdot v19.4s, v30.16b, v25.4b[1]
+	WORD $0x4fbae3b3 // sdot v19.4s, v29.16b, v26.4b[1]
+	WORD $0x4fbbe3d4 // sdot v20.4s, v30.16b, v27.4b[1]
+	WORD $0x4fbce3b4 // sdot v20.4s, v29.16b, v28.4b[1]
+	FMOVQ 176(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f95ebd1 // sdot v17.4s, v30.16b, v21.4b[2]
+	WORD $0x4f96ebb1 // sdot v17.4s, v29.16b, v22.4b[2]
+	WORD $0x4f97ebd2 // sdot v18.4s, v30.16b, v23.4b[2]
+	WORD $0x4f98ebb2 // sdot v18.4s, v29.16b, v24.4b[2]
+	WORD $0x4f99ebd3 // sdot v19.4s, v30.16b, v25.4b[2]
+	WORD $0x4f9aebb3 // sdot v19.4s, v29.16b, v26.4b[2]
+	WORD $0x4f9bebd4 // sdot v20.4s, v30.16b, v27.4b[2]
+	WORD $0x4f9cebb4 // sdot v20.4s, v29.16b, v28.4b[2]
+	FMOVQ 240(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb5ebd1 // sdot v17.4s, v30.16b, v21.4b[3]
+	WORD $0x4fb6ebb1 // sdot v17.4s, v29.16b, v22.4b[3]
+	WORD $0x4fb7ebd2 // sdot v18.4s, v30.16b, v23.4b[3]
+	WORD $0x4fb8ebb2 // sdot v18.4s, v29.16b, v24.4b[3]
+	WORD $0x4fb9ebd3 // sdot v19.4s, v30.16b, v25.4b[3]
+	WORD $0x4fbaebb3 // sdot v19.4s, v29.16b, v26.4b[3]
+	WORD $0x4fbbebd4 // sdot v20.4s, v30.16b, v27.4b[3]
+	WORD $0x4fbcebb4 // sdot v20.4s, v29.16b, v28.4b[3]
+	FMOVQ 16(R2), F28
+	FMOVQ 80(R2), F27
+	FMOVQ 16(R3), F26
+	FMOVQ 80(R3), F25
+	FMOVQ 16(R4), F24
+	FMOVQ 80(R4), F23
+	FMOVQ 16(R5), F22
+	FMOVQ 80(R5), F21
+	FMOVQ 304(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9ce3d1 // sdot v17.4s, v30.16b, v28.4b[0]
+	WORD $0x4f9be3b1 // sdot v17.4s, v29.16b, v27.4b[0]
+	WORD $0x4f9ae3d2 // sdot v18.4s, v30.16b, v26.4b[0]
+	WORD $0x4f99e3b2 // sdot v18.4s, v29.16b, v25.4b[0]
+	WORD $0x4f98e3d3 // sdot v19.4s, v30.16b, v24.4b[0]
+	WORD $0x4f97e3b3 // sdot v19.4s, v29.16b, v23.4b[0]
+	WORD $0x4f96e3d4 // sdot v20.4s, v30.16b, v22.4b[0]
+	WORD $0x4f95e3b4 // sdot v20.4s, v29.16b, v21.4b[0]
+	FMOVQ 368(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbce3d1 // sdot v17.4s, v30.16b, v28.4b[1]
+	WORD $0x4fbbe3b1 // sdot v17.4s, v29.16b, v27.4b[1]
+	WORD $0x4fbae3d2 // sdot v18.4s, v30.16b, v26.4b[1]
+	WORD $0x4fb9e3b2 // sdot v18.4s, v29.16b, v25.4b[1]
+	WORD $0x4fb8e3d3 // sdot v19.4s, v30.16b, v24.4b[1]
+	WORD $0x4fb7e3b3 // sdot v19.4s, v29.16b, v23.4b[1]
+	WORD $0x4fb6e3d4 // sdot v20.4s, v30.16b, v22.4b[1]
+	WORD $0x4fb5e3b4 // sdot v20.4s, v29.16b, v21.4b[1]
+	FMOVQ 432(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9cebd1 // sdot v17.4s, v30.16b, v28.4b[2]
+	WORD $0x4f9bebb1 // sdot v17.4s, v29.16b, v27.4b[2]
+	WORD $0x4f9aebd2 // sdot v18.4s, v30.16b, v26.4b[2]
+	WORD $0x4f99ebb2 // sdot v18.4s, v29.16b, v25.4b[2]
+	WORD $0x4f98ebd3 // sdot v19.4s, v30.16b, v24.4b[2]
+	WORD $0x4f97ebb3 // sdot v19.4s, v29.16b, v23.4b[2]
+	WORD $0x4f96ebd4 // sdot v20.4s, v30.16b, v22.4b[2]
+	WORD $0x4f95ebb4 // sdot v20.4s, v29.16b, v21.4b[2]
+	FMOVQ 496(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbcebd1 // sdot v17.4s, v30.16b, v28.4b[3]
+	WORD $0x4fbbebb1 // sdot v17.4s, v29.16b, v27.4b[3]
+	WORD $0x4fbaebd2 // sdot v18.4s, v30.16b, v26.4b[3]
+	WORD $0x4fb9ebb2 // sdot v18.4s, v29.16b, v25.4b[3]
+	WORD $0x4fb8ebd3 // sdot v19.4s, v30.16b, v24.4b[3]
+	WORD $0x4fb7ebb3 // sdot v19.4s, v29.16b, v23.4b[3]
+	WORD $0x4fb6ebd4 // sdot v20.4s, v30.16b, v22.4b[3]
+	WORD $0x4fb5ebb4 // sdot v20.4s, v29.16b, v21.4b[3]
+	FMOVQ 32(R2), F21
+	FMOVQ 96(R2), F22
+	FMOVQ 32(R3), F23
+	FMOVQ 96(R3), F24
+	FMOVQ 32(R4), F25
+	FMOVQ 96(R4), F26
+	FMOVQ 32(R5), F27
+	FMOVQ 96(R5), F28
+	FMOVQ 560(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f95e3d1 // sdot v17.4s, v30.16b, v21.4b[0]
+	WORD $0x4f96e3b1 // sdot v17.4s, v29.16b, v22.4b[0]
+	WORD $0x4f97e3d2 // sdot v18.4s, v30.16b, v23.4b[0]
+	WORD $0x4f98e3b2 // sdot v18.4s, v29.16b, v24.4b[0]
+	WORD $0x4f99e3d3 // sdot v19.4s, v30.16b, v25.4b[0]
+	WORD $0x4f9ae3b3 // sdot v19.4s, v29.16b, v26.4b[0]
+	WORD $0x4f9be3d4 // sdot v20.4s, v30.16b, v27.4b[0]
+	WORD $0x4f9ce3b4 // sdot v20.4s, v29.16b, v28.4b[0]
+	FMOVQ 624(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb5e3d1 // sdot v17.4s, v30.16b, v21.4b[1]
+	WORD $0x4fb6e3b1 // sdot v17.4s, v29.16b, v22.4b[1]
+	WORD $0x4fb7e3d2 // sdot v18.4s, v30.16b, v23.4b[1]
+	WORD $0x4fb8e3b2 // sdot v18.4s, v29.16b, v24.4b[1]
+	WORD $0x4fb9e3d3 // sdot v19.4s, v30.16b, v25.4b[1]
+	WORD $0x4fbae3b3 // sdot v19.4s, v29.16b, v26.4b[1]
+	WORD $0x4fbbe3d4 // sdot v20.4s, v30.16b, v27.4b[1]
+	WORD $0x4fbce3b4 // sdot v20.4s, v29.16b, v28.4b[1]
+	FMOVQ 688(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f95ebd1 // sdot v17.4s, v30.16b, v21.4b[2]
+	WORD $0x4f96ebb1 // sdot v17.4s, v29.16b, v22.4b[2]
+	WORD $0x4f97ebd2 // sdot v18.4s, v30.16b, v23.4b[2]
+	WORD $0x4f98ebb2 // sdot v18.4s, v29.16b, v24.4b[2]
+	WORD $0x4f99ebd3 // sdot v19.4s, v30.16b, v25.4b[2]
+	WORD $0x4f9aebb3 // sdot v19.4s, v29.16b, v26.4b[2]
+	WORD $0x4f9bebd4 // sdot v20.4s, v30.16b, v27.4b[2]
+	WORD $0x4f9cebb4 // sdot v20.4s, v29.16b, v28.4b[2]
+	FMOVQ 752(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb5ebd1 // sdot v17.4s, v30.16b, v21.4b[3]
+	WORD $0x4fb6ebb1 // sdot v17.4s, v29.16b, v22.4b[3]
+	WORD $0x4fb7ebd2 // sdot v18.4s, v30.16b, v23.4b[3]
+	WORD $0x4fb8ebb2 // sdot v18.4s, v29.16b, v24.4b[3]
+	WORD $0x4fb9ebd3 // sdot v19.4s, v30.16b, v25.4b[3]
+	WORD $0x4fbaebb3 // sdot v19.4s, v29.16b, v26.4b[3]
+	WORD $0x4fbbebd4 // sdot v20.4s, v30.16b, v27.4b[3]
+	WORD $0x4fbcebb4 // sdot v20.4s, v29.16b, v28.4b[3]
+	FMOVQ 48(R2), F28
+	FMOVQ 112(R2), F27
+	FMOVQ 48(R3), F26
+	FMOVQ 112(R3), F25
+	FMOVQ 48(R4), F24
+	FMOVQ 112(R4), F23
+	FMOVQ 48(R5), F22
+	FMOVQ 112(R5), F21
+	FMOVQ 816(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9ce3d1 // sdot v17.4s, v30.16b, v28.4b[0]
+	WORD $0x4f9be3b1 // sdot v17.4s, v29.16b, v27.4b[0]
+	WORD $0x4f9ae3d2 // sdot v18.4s, v30.16b, v26.4b[0]
+	WORD $0x4f99e3b2 // sdot v18.4s, v29.16b, v25.4b[0]
+	WORD $0x4f98e3d3 // sdot v19.4s, v30.16b, v24.4b[0]
+	WORD $0x4f97e3b3 // sdot v19.4s, v29.16b, v23.4b[0]
+	WORD $0x4f96e3d4 // sdot v20.4s, v30.16b, v22.4b[0]
+	WORD $0x4f95e3b4 // sdot v20.4s, v29.16b, v21.4b[0]
+	FMOVQ 880(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbce3d1 // sdot v17.4s, v30.16b, v28.4b[1]
+	WORD $0x4fbbe3b1 // sdot v17.4s, v29.16b, v27.4b[1]
+	WORD $0x4fbae3d2 // sdot v18.4s, v30.16b, v26.4b[1]
+	WORD $0x4fb9e3b2 // sdot v18.4s, v29.16b, v25.4b[1]
+	WORD $0x4fb8e3d3 // sdot v19.4s, v30.16b, v24.4b[1]
+	WORD $0x4fb7e3b3 // sdot v19.4s, v29.16b, v23.4b[1]
+	WORD $0x4fb6e3d4 // sdot v20.4s, v30.16b, v22.4b[1]
+	WORD $0x4fb5e3b4 // sdot v20.4s, v29.16b, v21.4b[1]
+	FMOVQ 944(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9cebd1 // sdot v17.4s, v30.16b, v28.4b[2]
+	WORD $0x4f9bebb1 // sdot v17.4s, v29.16b, v27.4b[2]
+	WORD $0x4f9aebd2 // sdot v18.4s, v30.16b, v26.4b[2]
+	WORD $0x4f99ebb2 // sdot v18.4s, v29.16b, v25.4b[2]
+	WORD $0x4f98ebd3 // sdot v19.4s, v30.16b, v24.4b[2]
+	WORD $0x4f97ebb3 // sdot v19.4s, v29.16b, v23.4b[2]
+	WORD $0x4f96ebd4 // sdot v20.4s, v30.16b, v22.4b[2]
+	WORD $0x4f95ebb4 // sdot v20.4s, v29.16b, v21.4b[2]
+	FMOVQ 1008(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbcebd1 // sdot v17.4s, v30.16b, v28.4b[3]
+	WORD $0x4fbbebb1 // sdot v17.4s, v29.16b, v27.4b[3]
+	WORD $0x4fbaebd2 // sdot v18.4s, v30.16b, v26.4b[3]
+	WORD $0x4fb9ebb2 // sdot v18.4s, v29.16b, v25.4b[3]
+	WORD $0x4fb8ebd3 // sdot v19.4s, v30.16b, v24.4b[3]
+	WORD $0x4fb7ebb3 // sdot v19.4s, v29.16b, v23.4b[3]
+	WORD $0x4fb6ebd4 // sdot v20.4s, v30.16b, v22.4b[3]
+	WORD $0x4fb5ebb4 // sdot v20.4s, v29.16b, v21.4b[3]
+	FMOVD 0(R0), F21
+	WORD $0x0e217ab5 // fcvtl v21.4s, v21.4h
+	FMOVS 32(R0), F22
+	WORD $0x2f08a6d6 // uxtl v22.8h, v22.8b
+	WORD $0x2f10a6d6 // uxtl v22.4s, v22.4h
+	FMOVS 20(R6), F23
+	WORD $0x6f9702d1 // mla v17.4s, v22.4s, v23.s[0]
+	FMOVS 0(R6), F23
+	WORD $0x4f9792b8 // fmul v24.4s, v21.4s, v23.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e38de31 // fmul v17.4s, v17.4s, v24.4s
+	WORD $0x4e31d400 // fadd v0.4s, v0.4s, v17.4s
+	FMOVS 20(R7), F24
+	WORD $0x6f9802d2 // mla v18.4s, v22.4s, v24.s[0]
+	FMOVS 0(R7), F24
+	WORD $0x4f9892b7 // fmul v23.4s, v21.4s, v24.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e37de52 // fmul v18.4s, v18.4s, v23.4s
+	WORD $0x4e32d484 // fadd v4.4s, v4.4s, v18.4s
+	FMOVS 20(R8), F23
+	WORD $0x6f9702d3 // mla v19.4s, v22.4s, v23.s[0]
+	FMOVS 0(R8), F23
+	WORD $0x4f9792b8 // fmul v24.4s, v21.4s, v23.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e38de73 // fmul v19.4s, v19.4s, v24.4s
+	WORD $0x4e33d508 // fadd v8.4s, v8.4s, v19.4s
+	FMOVS 20(R9), F24
+	WORD $0x6f9802d4 // mla v20.4s, v22.4s, v24.s[0]
+	FMOVS 0(R9), F24
+	WORD $0x4f9892b7 // fmul v23.4s, v21.4s, v24.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e37de94 // fmul v20.4s, v20.4s, v23.4s
+	WORD $0x4e34d58c // fadd v12.4s, v12.4s, v20.4s
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	FMOVQ 0(R2), F20
+	FMOVQ 64(R2), F19
+	FMOVQ 0(R3), F18
+	FMOVQ 64(R3), F17
+	FMOVQ 0(R4), F25
+	FMOVQ 64(R4), F26
+	FMOVQ 0(R5), F27
+	FMOVQ 64(R5), F28
+	FMOVQ 64(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f94e3d6 // sdot v22.4s, v30.16b, v20.4b[0]
+	WORD $0x4f93e3b6 // sdot v22.4s, v29.16b, v19.4b[0]
+	WORD $0x4f92e3d5 // sdot v21.4s, v30.16b, v18.4b[0]
+	WORD $0x4f91e3b5 // sdot v21.4s, v29.16b, v17.4b[0]
+	WORD $0x4f99e3d7 // sdot v23.4s, v30.16b, v25.4b[0]
+	WORD $0x4f9ae3b7 // sdot v23.4s, v29.16b, v26.4b[0]
+	WORD $0x4f9be3d8 // sdot v24.4s, v30.16b, v27.4b[0]
+	WORD $0x4f9ce3b8 // sdot v24.4s, v29.16b, v28.4b[0]
+	FMOVQ 128(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb4e3d6 // sdot v22.4s, v30.16b, v20.4b[1]
+	WORD $0x4fb3e3b6 // sdot v22.4s, v29.16b, v19.4b[1]
+	WORD $0x4fb2e3d5 // sdot v21.4s, v30.16b, v18.4b[1]
+	WORD $0x4fb1e3b5 // sdot v21.4s, v29.16b, v17.4b[1]
+	WORD $0x4fb9e3d7 // sdot v23.4s, v30.16b, v25.4b[1]
+	WORD $0x4fbae3b7 // sdot v23.4s, v29.16b, v26.4b[1]
+	WORD $0x4fbbe3d8 // sdot v24.4s, v30.16b, v27.4b[1]
+	WORD $0x4fbce3b8 // sdot v24.4s, v29.16b, v28.4b[1]
+	FMOVQ 192(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f94ebd6 // sdot v22.4s, v30.16b, v20.4b[2]
+	WORD $0x4f93ebb6 // sdot v22.4s, v29.16b, v19.4b[2]
+	WORD $0x4f92ebd5 // sdot v21.4s, v30.16b, v18.4b[2]
+	WORD $0x4f91ebb5 // sdot v21.4s, v29.16b, v17.4b[2]
+	WORD $0x4f99ebd7 // sdot v23.4s, v30.16b, v25.4b[2]
+	WORD $0x4f9aebb7 // sdot v23.4s, v29.16b, v26.4b[2]
+	WORD $0x4f9bebd8 // sdot v24.4s, v30.16b, v27.4b[2]
+	WORD $0x4f9cebb8 // sdot v24.4s, v29.16b, v28.4b[2]
+	FMOVQ 256(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb4ebd6 // sdot v22.4s, v30.16b, v20.4b[3]
+	WORD $0x4fb3ebb6 // sdot v22.4s, v29.16b, v19.4b[3]
+	WORD $0x4fb2ebd5 // sdot v21.4s, v30.16b, v18.4b[3]
+	WORD $0x4fb1ebb5 // sdot v21.4s, v29.16b, v17.4b[3]
+	WORD $0x4fb9ebd7 // sdot v23.4s, v30.16b, v25.4b[3]
+	WORD $0x4fbaebb7 // sdot v23.4s, v29.16b, v26.4b[3]
+	WORD $0x4fbbebd8 // sdot v24.4s, v30.16b, v27.4b[3]
+	WORD $0x4fbcebb8 // sdot v24.4s, v29.16b, v28.4b[3]
+	FMOVQ 16(R2), F28
+	FMOVQ 80(R2), F27
+	FMOVQ 16(R3), F26
+	FMOVQ 80(R3), F25
+	FMOVQ 16(R4), F17
+	FMOVQ 80(R4), F18
+	FMOVQ 16(R5), F19
+	FMOVQ 80(R5), F20
+	FMOVQ 320(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9ce3d6 // sdot v22.4s, v30.16b, v28.4b[0]
+	WORD $0x4f9be3b6 // sdot v22.4s, v29.16b, v27.4b[0]
+	WORD $0x4f9ae3d5 // sdot v21.4s, v30.16b, v26.4b[0]
+	WORD $0x4f99e3b5 // sdot v21.4s, v29.16b, v25.4b[0]
+	WORD $0x4f91e3d7 // sdot v23.4s, v30.16b, v17.4b[0]
+	WORD $0x4f92e3b7 // sdot v23.4s, v29.16b, v18.4b[0]
+	WORD $0x4f93e3d8 // sdot v24.4s, v30.16b, v19.4b[0]
+	WORD $0x4f94e3b8 // sdot v24.4s, v29.16b, v20.4b[0]
+	FMOVQ 384(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbce3d6 // sdot v22.4s, v30.16b, v28.4b[1]
+	WORD $0x4fbbe3b6 // sdot v22.4s, v29.16b, v27.4b[1]
+	WORD $0x4fbae3d5 // sdot v21.4s, v30.16b, v26.4b[1]
+	WORD $0x4fb9e3b5 // sdot v21.4s, v29.16b, v25.4b[1]
+	WORD $0x4fb1e3d7 // sdot v23.4s, v30.16b, v17.4b[1]
+	WORD $0x4fb2e3b7 // sdot v23.4s, v29.16b, v18.4b[1]
+	WORD $0x4fb3e3d8 // sdot v24.4s, v30.16b, v19.4b[1]
+	WORD $0x4fb4e3b8 // sdot v24.4s, v29.16b, v20.4b[1]
+	FMOVQ 448(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9cebd6 // sdot v22.4s, v30.16b, v28.4b[2]
+	WORD $0x4f9bebb6 // sdot v22.4s, v29.16b, v27.4b[2]
+	WORD $0x4f9aebd5 // sdot v21.4s, v30.16b, v26.4b[2]
+	WORD $0x4f99ebb5 // sdot v21.4s, v29.16b, v25.4b[2]
+	WORD $0x4f91ebd7 // sdot v23.4s, v30.16b, v17.4b[2]
+	WORD $0x4f92ebb7 // sdot v23.4s, v29.16b, v18.4b[2]
+	WORD $0x4f93ebd8 // sdot v24.4s, v30.16b, v19.4b[2]
+	WORD $0x4f94ebb8 // sdot v24.4s, v29.16b, v20.4b[2]
+	FMOVQ 512(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbcebd6 // sdot v22.4s, v30.16b, v28.4b[3]
+	WORD $0x4fbbebb6 // sdot v22.4s, v29.16b, v27.4b[3]
+	WORD $0x4fbaebd5 // sdot v21.4s, v30.16b, v26.4b[3]
+	WORD $0x4fb9ebb5 // sdot v21.4s, v29.16b, v25.4b[3]
+	WORD $0x4fb1ebd7 // sdot v23.4s, v30.16b, v17.4b[3]
+	WORD $0x4fb2ebb7 // sdot v23.4s, v29.16b, v18.4b[3]
+	WORD $0x4fb3ebd8 // sdot v24.4s, v30.16b, v19.4b[3]
+	WORD $0x4fb4ebb8 // sdot v24.4s, v29.16b, v20.4b[3]
+	FMOVQ 32(R2), F20
+	FMOVQ 96(R2), F19
+	FMOVQ 32(R3), F18
+	FMOVQ 96(R3), F17
+	FMOVQ 32(R4), F25
+	FMOVQ 96(R4), F26
+	FMOVQ 32(R5), F27
+	FMOVQ 96(R5), F28
+	FMOVQ 576(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f94e3d6 // sdot v22.4s, v30.16b, v20.4b[0]
+	WORD $0x4f93e3b6 // sdot v22.4s, v29.16b, v19.4b[0]
+	WORD $0x4f92e3d5 // sdot v21.4s, v30.16b, v18.4b[0]
+	WORD $0x4f91e3b5 // sdot v21.4s, v29.16b, v17.4b[0]
+	WORD $0x4f99e3d7 // sdot v23.4s, v30.16b, v25.4b[0]
+	WORD $0x4f9ae3b7 // sdot v23.4s, v29.16b, v26.4b[0]
+	WORD $0x4f9be3d8 // sdot v24.4s, v30.16b, v27.4b[0]
+	WORD $0x4f9ce3b8 // sdot v24.4s, v29.16b, v28.4b[0]
+	FMOVQ 640(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb4e3d6 // sdot v22.4s, v30.16b, v20.4b[1]
+	WORD $0x4fb3e3b6 // sdot v22.4s, v29.16b, v19.4b[1]
+	WORD $0x4fb2e3d5 // sdot v21.4s, v30.16b, v18.4b[1]
+	WORD $0x4fb1e3b5 // sdot v21.4s, v29.16b, v17.4b[1]
+	WORD $0x4fb9e3d7 // sdot v23.4s, v30.16b, v25.4b[1]
+	WORD $0x4fbae3b7 // sdot v23.4s, v29.16b, v26.4b[1]
+	WORD $0x4fbbe3d8 // sdot v24.4s, v30.16b, v27.4b[1]
+	WORD $0x4fbce3b8 // sdot v24.4s, v29.16b, v28.4b[1]
+	FMOVQ 704(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f94ebd6 // sdot v22.4s, v30.16b, v20.4b[2]
+	WORD $0x4f93ebb6 // sdot v22.4s, v29.16b, v19.4b[2]
+	WORD $0x4f92ebd5 // sdot v21.4s, v30.16b, v18.4b[2]
+	WORD $0x4f91ebb5 // sdot v21.4s, v29.16b, v17.4b[2]
+	WORD $0x4f99ebd7 // sdot v23.4s, v30.16b, v25.4b[2]
+	WORD $0x4f9aebb7 // sdot v23.4s, v29.16b, v26.4b[2]
+	WORD $0x4f9bebd8 // sdot v24.4s, v30.16b, v27.4b[2]
+	WORD $0x4f9cebb8 // sdot v24.4s, v29.16b, v28.4b[2]
+	FMOVQ 768(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb4ebd6 // sdot v22.4s, v30.16b, v20.4b[3]
+	WORD $0x4fb3ebb6 // sdot v22.4s, v29.16b, v19.4b[3]
+	WORD $0x4fb2ebd5 // sdot v21.4s, v30.16b, v18.4b[3]
+	WORD $0x4fb1ebb5 // sdot v21.4s, v29.16b, v17.4b[3]
+	WORD $0x4fb9ebd7 // sdot v23.4s, v30.16b, v25.4b[3]
+	WORD $0x4fbaebb7 // sdot v23.4s, v29.16b, v26.4b[3]
+	WORD $0x4fbbebd8 // sdot v24.4s, v30.16b, v27.4b[3]
+	WORD $0x4fbcebb8 // sdot v24.4s, v29.16b, v28.4b[3]
+	FMOVQ 48(R2), F28
+	FMOVQ 112(R2), F27
+	FMOVQ 48(R3), F26
+	FMOVQ 112(R3), F25
+	FMOVQ 48(R4), F17
+	FMOVQ 112(R4), F18
+	FMOVQ 48(R5), F19
+	FMOVQ 112(R5), F20
+	FMOVQ 832(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9ce3d6 // sdot v22.4s, v30.16b, v28.4b[0]
+	WORD $0x4f9be3b6 // sdot v22.4s, v29.16b, v27.4b[0]
+	WORD $0x4f9ae3d5 // sdot v21.4s, v30.16b, v26.4b[0]
+	WORD $0x4f99e3b5 // sdot v21.4s, v29.16b, v25.4b[0]
+	WORD $0x4f91e3d7 // sdot v23.4s, v30.16b, v17.4b[0]
+	WORD $0x4f92e3b7 // sdot v23.4s, v29.16b, v18.4b[0]
+	WORD $0x4f93e3d8 // sdot v24.4s, v30.16b, v19.4b[0]
+	WORD $0x4f94e3b8 // sdot v24.4s, v29.16b, v20.4b[0]
+	FMOVQ 896(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbce3d6 // sdot v22.4s, v30.16b, v28.4b[1]
+	WORD $0x4fbbe3b6 // sdot v22.4s, v29.16b, v27.4b[1]
+	WORD $0x4fbae3d5 // sdot v21.4s, v30.16b, v26.4b[1]
+	WORD $0x4fb9e3b5 // sdot v21.4s, v29.16b, v25.4b[1]
+	WORD $0x4fb1e3d7 // sdot v23.4s, v30.16b, v17.4b[1]
+	WORD $0x4fb2e3b7 // sdot v23.4s, v29.16b, v18.4b[1]
+	WORD $0x4fb3e3d8 // sdot v24.4s, v30.16b, v19.4b[1]
+	WORD $0x4fb4e3b8 // sdot v24.4s, v29.16b, v20.4b[1]
+	FMOVQ 960(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9cebd6 // sdot v22.4s, v30.16b, v28.4b[2]
+	WORD $0x4f9bebb6 // sdot v22.4s, v29.16b, v27.4b[2]
+	WORD $0x4f9aebd5 // sdot v21.4s, v30.16b, v26.4b[2]
+	WORD $0x4f99ebb5 // sdot v21.4s, v29.16b, v25.4b[2]
+	WORD $0x4f91ebd7 // sdot v23.4s, v30.16b, v17.4b[2]
+	WORD $0x4f92ebb7 // sdot v23.4s, v29.16b, v18.4b[2]
+	WORD $0x4f93ebd8 // sdot v24.4s, v30.16b, v19.4b[2]
+	WORD $0x4f94ebb8 // sdot v24.4s, v29.16b, v20.4b[2]
+	FMOVQ 1024(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbcebd6 // sdot v22.4s, v30.16b, v28.4b[3]
+	WORD $0x4fbbebb6 // sdot v22.4s, v29.16b, v27.4b[3]
+	WORD $0x4fbaebd5 // sdot v21.4s, v30.16b, v26.4b[3]
+	WORD $0x4fb9ebb5 // sdot v21.4s, v29.16b, v25.4b[3]
+	WORD $0x4fb1ebd7 // sdot v23.4s, v30.16b, v17.4b[3]
+	WORD $0x4fb2ebb7 // sdot v23.4s, v29.16b, v18.4b[3]
+	WORD $0x4fb3ebd8 // sdot v24.4s, v30.16b, v19.4b[3]
+	WORD $0x4fb4ebb8 // sdot v24.4s, v29.16b, v20.4b[3]
+	FMOVD 8(R0), F20
+	WORD $0x0e217a94 // fcvtl v20.4s, v20.4h
+	FMOVS 36(R0), F19
+	WORD $0x2f08a673 // uxtl v19.8h, v19.8b
+	WORD $0x2f10a673 // uxtl v19.4s, v19.4h
+	FMOVS 20(R6), F18
+	WORD $0x6f920276 // mla v22.4s, v19.4s, v18.s[0]
+	FMOVS 0(R6), F18
+	WORD $0x4f929291 // fmul v17.4s, v20.4s, v18.s[0]
+	WORD $0x4e21dad6 // scvtf v22.4s, v22.4s
+	WORD $0x6e31ded6 // fmul v22.4s, v22.4s, v17.4s
+	WORD $0x4e36d421 // fadd v1.4s, v1.4s, v22.4s
+	FMOVS 20(R7), F17
+	WORD $0x6f910275 // mla v21.4s, v19.4s, v17.s[0]
+	FMOVS 0(R7), F17
+	WORD $0x4f919292 // fmul v18.4s, v20.4s, v17.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e32deb5 // fmul v21.4s, v21.4s, v18.4s
+	WORD $0x4e35d4a5 // fadd v5.4s, v5.4s, v21.4s
+	FMOVS 20(R8), F18
+	WORD $0x6f920277 // mla v23.4s, v19.4s, v18.s[0]
+	FMOVS 0(R8), F18
+	WORD $0x4f929291 // fmul v17.4s, v20.4s, v18.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e31def7 // fmul v23.4s, v23.4s, v17.4s
+	WORD $0x4e37d529 // fadd v9.4s, v9.4s, v23.4s
+	FMOVS 20(R9), F17
+	WORD $0x6f910278 // mla v24.4s, v19.4s, v17.s[0]
+	FMOVS 0(R9), F17
+	WORD $0x4f919292 // fmul v18.4s, v20.4s, v17.s[0]
+	WORD $0x4e21db18 // scvtf v24.4s, v24.4s
+	WORD $0x6e32df18 // fmul v24.4s, v24.4s, v18.4s
+	WORD $0x4e38d5ad // fadd v13.4s, v13.4s, v24.4s
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	FMOVQ 0(R2), F24
+	FMOVQ 64(R2), F23
+	FMOVQ 0(R3), F21
+	FMOVQ 64(R3), F22
+	FMOVQ 0(R4), F25
+	FMOVQ 64(R4), F26
+	FMOVQ 0(R5), F27
+	FMOVQ 64(R5), F28
+	FMOVQ 80(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f98e3d3 // sdot v19.4s, v30.16b, v24.4b[0]
+	WORD $0x4f97e3b3 // sdot v19.4s, v29.16b, v23.4b[0]
+	WORD $0x4f95e3d4 // sdot v20.4s, v30.16b, v21.4b[0]
+	WORD $0x4f96e3b4 // sdot v20.4s, v29.16b, v22.4b[0]
+	WORD $0x4f99e3d2 // sdot v18.4s, v30.16b, v25.4b[0]
+	WORD $0x4f9ae3b2 // sdot v18.4s, v29.16b, v26.4b[0]
+	WORD $0x4f9be3d1 // sdot v17.4s, v30.16b, v27.4b[0]
+	WORD $0x4f9ce3b1 // sdot v17.4s, v29.16b, v28.4b[0]
+	FMOVQ 144(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb8e3d3 // sdot v19.4s, v30.16b, v24.4b[1]
+	WORD $0x4fb7e3b3 // sdot v19.4s, v29.16b, v23.4b[1]
+	WORD $0x4fb5e3d4 // sdot v20.4s, v30.16b, v21.4b[1]
+	WORD $0x4fb6e3b4 // sdot v20.4s, v29.16b, v22.4b[1]
+	WORD $0x4fb9e3d2 // sdot v18.4s, v30.16b, v25.4b[1]
+	WORD $0x4fbae3b2 // sdot v18.4s, v29.16b, v26.4b[1]
+	WORD $0x4fbbe3d1 // sdot v17.4s, v30.16b, v27.4b[1]
+	WORD $0x4fbce3b1 // sdot v17.4s, v29.16b, v28.4b[1]
+	FMOVQ 208(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f98ebd3 // sdot v19.4s, v30.16b, v24.4b[2]
+	WORD $0x4f97ebb3 // sdot v19.4s, v29.16b, v23.4b[2]
+	WORD $0x4f95ebd4 // sdot v20.4s, v30.16b, v21.4b[2]
+	WORD $0x4f96ebb4 // sdot v20.4s, v29.16b, v22.4b[2]
+	WORD $0x4f99ebd2 // sdot v18.4s, v30.16b, v25.4b[2]
+	WORD $0x4f9aebb2 // sdot v18.4s, v29.16b, v26.4b[2]
+	WORD $0x4f9bebd1 // sdot v17.4s, v30.16b, v27.4b[2]
+	WORD $0x4f9cebb1 // sdot v17.4s, v29.16b, v28.4b[2]
+	FMOVQ 272(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb8ebd3 // sdot v19.4s, v30.16b, v24.4b[3]
+	WORD $0x4fb7ebb3 // sdot v19.4s, v29.16b, v23.4b[3]
+	WORD $0x4fb5ebd4 // sdot v20.4s, v30.16b, v21.4b[3]
+	WORD $0x4fb6ebb4 // sdot v20.4s, v29.16b, v22.4b[3]
+	WORD $0x4fb9ebd2 // sdot v18.4s, v30.16b, v25.4b[3]
+	WORD $0x4fbaebb2 // sdot v18.4s, v29.16b, v26.4b[3]
+	WORD $0x4fbbebd1 // sdot v17.4s, v30.16b, v27.4b[3]
+	WORD $0x4fbcebb1 // sdot v17.4s, v29.16b, v28.4b[3]
+	FMOVQ 16(R2), F28
+	FMOVQ 80(R2), F27
+	FMOVQ 16(R3), F26
+	FMOVQ 80(R3), F25
+	FMOVQ 16(R4), F22
+	FMOVQ 80(R4), F21
+	FMOVQ 16(R5), F23
+	FMOVQ 80(R5), F24
+	FMOVQ 336(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9ce3d3 // sdot v19.4s, v30.16b, v28.4b[0]
+	WORD $0x4f9be3b3 // sdot v19.4s, v29.16b, v27.4b[0]
+	WORD $0x4f9ae3d4 // sdot v20.4s, v30.16b, v26.4b[0]
+	WORD $0x4f99e3b4 // sdot v20.4s, v29.16b, v25.4b[0]
+	WORD $0x4f96e3d2 // sdot v18.4s, v30.16b, v22.4b[0]
+	WORD $0x4f95e3b2 // sdot v18.4s, v29.16b, v21.4b[0]
+	WORD $0x4f97e3d1 // sdot v17.4s, v30.16b, v23.4b[0]
+	WORD $0x4f98e3b1 // sdot v17.4s, v29.16b, v24.4b[0]
+	FMOVQ 400(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbce3d3 // sdot v19.4s, v30.16b, v28.4b[1]
+	WORD $0x4fbbe3b3 // sdot v19.4s, v29.16b, v27.4b[1]
+	WORD $0x4fbae3d4 // sdot v20.4s, v30.16b, v26.4b[1]
+	WORD $0x4fb9e3b4 // sdot v20.4s, v29.16b, v25.4b[1]
+	WORD $0x4fb6e3d2 // sdot v18.4s, v30.16b, v22.4b[1]
+	WORD $0x4fb5e3b2 // sdot v18.4s, v29.16b, v21.4b[1]
+	WORD $0x4fb7e3d1 // sdot v17.4s, v30.16b, v23.4b[1]
+	WORD $0x4fb8e3b1 // sdot v17.4s, v29.16b, v24.4b[1]
+	FMOVQ 464(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9cebd3 // sdot v19.4s, v30.16b, v28.4b[2]
+	WORD $0x4f9bebb3 // sdot v19.4s, v29.16b, v27.4b[2]
+	WORD $0x4f9aebd4 // sdot v20.4s, v30.16b, v26.4b[2]
+	WORD $0x4f99ebb4 // sdot v20.4s, v29.16b, v25.4b[2]
+	WORD $0x4f96ebd2 // sdot v18.4s, v30.16b, v22.4b[2]
+	WORD $0x4f95ebb2 // sdot v18.4s, v29.16b, v21.4b[2]
+	WORD $0x4f97ebd1 // sdot v17.4s, v30.16b, v23.4b[2]
+	WORD $0x4f98ebb1 // sdot v17.4s, v29.16b, v24.4b[2]
+	FMOVQ 528(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbcebd3 // sdot v19.4s, v30.16b, v28.4b[3]
+	WORD $0x4fbbebb3 // sdot v19.4s, v29.16b, v27.4b[3]
+	WORD $0x4fbaebd4 // sdot v20.4s, v30.16b, v26.4b[3]
+	WORD $0x4fb9ebb4 // sdot v20.4s, v29.16b, v25.4b[3]
+	WORD $0x4fb6ebd2 // sdot v18.4s, v30.16b, v22.4b[3]
+	WORD $0x4fb5ebb2 // sdot v18.4s, v29.16b, v21.4b[3]
+	WORD $0x4fb7ebd1 // sdot v17.4s, v30.16b, v23.4b[3]
+	WORD $0x4fb8ebb1 // sdot v17.4s, v29.16b, v24.4b[3]
+	FMOVQ 32(R2), F24
+	FMOVQ 96(R2), F23
+	FMOVQ 32(R3), F21
+	FMOVQ 96(R3), F22
+	FMOVQ 32(R4), F25
+	FMOVQ 96(R4), F26
+	FMOVQ 32(R5), F27
+	FMOVQ 96(R5), F28
+	FMOVQ 592(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f98e3d3 // sdot v19.4s, v30.16b, v24.4b[0]
+	WORD $0x4f97e3b3 // sdot v19.4s, v29.16b, v23.4b[0]
+	WORD $0x4f95e3d4 // sdot v20.4s, v30.16b, v21.4b[0]
+	WORD $0x4f96e3b4 // sdot v20.4s, v29.16b, v22.4b[0]
+	WORD $0x4f99e3d2 // sdot v18.4s, v30.16b, v25.4b[0]
+	WORD $0x4f9ae3b2 // sdot v18.4s, v29.16b, v26.4b[0]
+	WORD $0x4f9be3d1 // sdot v17.4s, v30.16b, v27.4b[0]
+	WORD $0x4f9ce3b1 // sdot v17.4s, v29.16b, v28.4b[0]
+	FMOVQ 656(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb8e3d3 // sdot v19.4s, v30.16b, v24.4b[1]
+	WORD $0x4fb7e3b3 // sdot v19.4s, v29.16b, v23.4b[1]
+	WORD $0x4fb5e3d4 // sdot v20.4s, v30.16b, v21.4b[1]
+	WORD $0x4fb6e3b4 // sdot v20.4s, v29.16b, v22.4b[1]
+	WORD $0x4fb9e3d2 // sdot v18.4s, v30.16b, v25.4b[1]
+	WORD $0x4fbae3b2 // sdot v18.4s, v29.16b, v26.4b[1]
+	WORD $0x4fbbe3d1 // sdot v17.4s, v30.16b, v27.4b[1]
+	WORD $0x4fbce3b1 // sdot v17.4s, v29.16b, v28.4b[1]
+	FMOVQ 720(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f98ebd3 // sdot v19.4s, v30.16b, v24.4b[2]
+	WORD $0x4f97ebb3 // sdot v19.4s, v29.16b, v23.4b[2]
+	WORD $0x4f95ebd4 // sdot v20.4s, v30.16b, v21.4b[2]
+	WORD $0x4f96ebb4 // sdot v20.4s, v29.16b, v22.4b[2]
+	WORD $0x4f99ebd2 // sdot v18.4s, v30.16b, v25.4b[2]
+	WORD $0x4f9aebb2 // sdot v18.4s, v29.16b, v26.4b[2]
+	WORD $0x4f9bebd1 // sdot v17.4s, v30.16b, v27.4b[2]
+	WORD $0x4f9cebb1 // sdot v17.4s, v29.16b, v28.4b[2]
+	FMOVQ 784(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb8ebd3 // sdot v19.4s, v30.16b, v24.4b[3]
+	WORD $0x4fb7ebb3 // sdot v19.4s, v29.16b, v23.4b[3]
+	WORD $0x4fb5ebd4 // sdot v20.4s, v30.16b, v21.4b[3]
+	WORD $0x4fb6ebb4 // sdot v20.4s, v29.16b, v22.4b[3]
+	WORD $0x4fb9ebd2 // sdot v18.4s, v30.16b, v25.4b[3]
+	WORD $0x4fbaebb2 // sdot v18.4s, v29.16b, v26.4b[3]
+	WORD $0x4fbbebd1 // sdot v17.4s, v30.16b, v27.4b[3]
+	WORD $0x4fbcebb1 // sdot v17.4s, v29.16b, v28.4b[3]
+	FMOVQ 48(R2), F28
+	FMOVQ 112(R2), F27
+	FMOVQ 48(R3), F26
+	FMOVQ 112(R3), F25
+	FMOVQ 48(R4), F22
+	FMOVQ 112(R4), F21
+	FMOVQ 48(R5), F23
+	FMOVQ 112(R5), F24
+	FMOVQ 848(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9ce3d3 // sdot v19.4s, v30.16b, v28.4b[0]
+	WORD $0x4f9be3b3 // sdot v19.4s, v29.16b, v27.4b[0]
+	WORD $0x4f9ae3d4 // sdot v20.4s, v30.16b, v26.4b[0]
+	WORD $0x4f99e3b4 // sdot v20.4s, v29.16b, v25.4b[0]
+	WORD $0x4f96e3d2 // sdot v18.4s, v30.16b, v22.4b[0]
+	WORD $0x4f95e3b2 // sdot v18.4s, v29.16b, v21.4b[0]
+	WORD $0x4f97e3d1 // sdot v17.4s, v30.16b, v23.4b[0]
+	WORD $0x4f98e3b1 // sdot v17.4s, v29.16b, v24.4b[0]
+	FMOVQ 912(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbce3d3 // sdot v19.4s, v30.16b, v28.4b[1]
+	WORD $0x4fbbe3b3 // sdot v19.4s, v29.16b, v27.4b[1]
+	WORD $0x4fbae3d4 // sdot v20.4s, v30.16b, v26.4b[1]
+	WORD $0x4fb9e3b4 // sdot v20.4s, v29.16b, v25.4b[1]
+	WORD $0x4fb6e3d2 // sdot v18.4s, v30.16b, v22.4b[1]
+	WORD $0x4fb5e3b2 // sdot v18.4s, v29.16b, v21.4b[1]
+	WORD $0x4fb7e3d1 // sdot v17.4s, v30.16b, v23.4b[1]
+	WORD $0x4fb8e3b1 // sdot v17.4s, v29.16b, v24.4b[1]
+	FMOVQ 976(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9cebd3 // sdot v19.4s, v30.16b, v28.4b[2]
+	WORD $0x4f9bebb3 // sdot v19.4s, v29.16b, v27.4b[2]
+	WORD $0x4f9aebd4 // sdot v20.4s, v30.16b, v26.4b[2]
+	WORD $0x4f99ebb4 // sdot v20.4s, v29.16b, v25.4b[2]
+	WORD $0x4f96ebd2 // sdot v18.4s, v30.16b, v22.4b[2]
+	WORD $0x4f95ebb2 // sdot v18.4s, v29.16b, v21.4b[2]
+	WORD $0x4f97ebd1 // sdot v17.4s, v30.16b, v23.4b[2]
+	WORD $0x4f98ebb1 // sdot v17.4s, v29.16b, v24.4b[2]
+	FMOVQ 1040(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbcebd3 // sdot v19.4s, v30.16b, v28.4b[3]
+	WORD $0x4fbbebb3 // sdot v19.4s, v29.16b, v27.4b[3]
+	WORD $0x4fbaebd4 // sdot v20.4s, v30.16b, v26.4b[3]
+	WORD $0x4fb9ebb4 // sdot v20.4s, v29.16b, v25.4b[3]
+	WORD $0x4fb6ebd2 // sdot v18.4s, v30.16b, v22.4b[3]
+	WORD $0x4fb5ebb2 // sdot v18.4s, v29.16b, v21.4b[3]
+	WORD $0x4fb7ebd1 // sdot v17.4s, v30.16b, v23.4b[3]
+	WORD $0x4fb8ebb1 // sdot v17.4s, v29.16b, v24.4b[3]
+	FMOVD 16(R0), F24
+	WORD $0x0e217b18 // fcvtl v24.4s, v24.4h
+	FMOVS 40(R0), F23
+	WORD $0x2f08a6f7 // uxtl v23.8h, v23.8b
+	WORD $0x2f10a6f7 // uxtl v23.4s, v23.4h
+	FMOVS 20(R6), F21
+	WORD $0x6f9502f3 // mla v19.4s, v23.4s, v21.s[0]
+	FMOVS 0(R6), F21
+	WORD $0x4f959316 // fmul v22.4s, v24.4s, v21.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e36de73 // fmul v19.4s, v19.4s, v22.4s
+	WORD $0x4e33d442 // fadd v2.4s, v2.4s, v19.4s
+	FMOVS 20(R7), F22
+	WORD $0x6f9602f4 // mla v20.4s, v23.4s, v22.s[0]
+	FMOVS 0(R7), F22
+	WORD $0x4f969315 // fmul v21.4s, v24.4s, v22.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e35de94 // fmul v20.4s, v20.4s, v21.4s
+	WORD $0x4e34d4c6 // fadd v6.4s, v6.4s, v20.4s
+	FMOVS 20(R8), F21
+	WORD $0x6f9502f2 // mla v18.4s, v23.4s, v21.s[0]
+	FMOVS 0(R8), F21
+	WORD $0x4f959316 // fmul v22.4s, v24.4s, v21.s[0]
+	WORD $0x4e21da52 // scvtf v18.4s, v18.4s
+	WORD $0x6e36de52 // fmul v18.4s, v18.4s, v22.4s
+	WORD $0x4e32d54a // fadd v10.4s, v10.4s, v18.4s
+	FMOVS 20(R9), F22
+	WORD $0x6f9602f1 // mla v17.4s, v23.4s, v22.s[0]
+	FMOVS 0(R9), F22
+	WORD $0x4f969315 // fmul v21.4s, v24.4s, v22.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e35de31 // fmul v17.4s, v17.4s, v21.4s
+	WORD $0x4e31d5ce // fadd v14.4s, v14.4s, v17.4s
+	WORD $0x6e371ef7 // eor v23.16b, v23.16b, v23.16b
+	WORD $0x6e381f18 // eor v24.16b, v24.16b, v24.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e361ed6 // eor v22.16b, v22.16b, v22.16b
+	FMOVQ 0(R2), F17
+	FMOVQ 64(R2), F18
+	FMOVQ 0(R3), F20
+	FMOVQ 64(R3), F19
+	FMOVQ 0(R4), F25
+	FMOVQ 64(R4), F26
+	FMOVQ 0(R5), F27
+	FMOVQ 64(R5), F28
+	FMOVQ 96(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f91e3d7 // sdot v23.4s, v30.16b, v17.4b[0]
+	WORD $0x4f92e3b7 // sdot v23.4s, v29.16b, v18.4b[0]
+	WORD $0x4f94e3d8 // sdot v24.4s, v30.16b, v20.4b[0]
+	WORD $0x4f93e3b8 // sdot v24.4s, v29.16b, v19.4b[0]
+	WORD $0x4f99e3d5 // sdot v21.4s, v30.16b, v25.4b[0]
+	WORD $0x4f9ae3b5 // sdot v21.4s, v29.16b, v26.4b[0]
+	WORD $0x4f9be3d6 // sdot v22.4s, v30.16b, v27.4b[0]
+	WORD $0x4f9ce3b6 // sdot v22.4s, v29.16b, v28.4b[0]
+	FMOVQ 160(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb1e3d7 // sdot v23.4s, v30.16b, v17.4b[1]
+	WORD $0x4fb2e3b7 // sdot v23.4s, v29.16b, v18.4b[1]
+	WORD $0x4fb4e3d8 // sdot v24.4s, v30.16b, v20.4b[1]
+	WORD $0x4fb3e3b8 // sdot v24.4s, v29.16b, v19.4b[1]
+	WORD $0x4fb9e3d5 // sdot v21.4s, v30.16b, v25.4b[1]
+	WORD $0x4fbae3b5 // sdot v21.4s, v29.16b, v26.4b[1]
+	WORD $0x4fbbe3d6 // sdot v22.4s, v30.16b, v27.4b[1]
+	WORD $0x4fbce3b6 // sdot v22.4s, v29.16b, v28.4b[1]
+	FMOVQ 224(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f91ebd7 // sdot v23.4s, v30.16b, v17.4b[2]
+	WORD $0x4f92ebb7 // sdot v23.4s, v29.16b, v18.4b[2]
+	WORD $0x4f94ebd8 // sdot v24.4s, v30.16b, v20.4b[2]
+	WORD $0x4f93ebb8 // sdot v24.4s, v29.16b, v19.4b[2]
+	WORD $0x4f99ebd5 // sdot v21.4s, v30.16b, v25.4b[2]
+	WORD $0x4f9aebb5 // sdot v21.4s, v29.16b, v26.4b[2]
+	WORD $0x4f9bebd6 // sdot v22.4s, v30.16b, v27.4b[2]
+	WORD $0x4f9cebb6 // sdot v22.4s, v29.16b, v28.4b[2]
+	FMOVQ 288(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb1ebd7 // sdot v23.4s, v30.16b, v17.4b[3]
+	WORD $0x4fb2ebb7 // sdot v23.4s, v29.16b, v18.4b[3]
+	WORD $0x4fb4ebd8 // sdot v24.4s, v30.16b, v20.4b[3]
+	WORD $0x4fb3ebb8 // sdot v24.4s, v29.16b, v19.4b[3]
+	WORD $0x4fb9ebd5 // sdot v21.4s, v30.16b, v25.4b[3]
+	WORD $0x4fbaebb5 // sdot v21.4s, v29.16b, v26.4b[3]
+	WORD $0x4fbbebd6 // sdot v22.4s, v30.16b, v27.4b[3]
+	WORD $0x4fbcebb6 // sdot v22.4s, v29.16b, v28.4b[3]
+	FMOVQ 16(R2), F28
+	FMOVQ 80(R2), F27
+	FMOVQ 16(R3), F26
+	FMOVQ 80(R3), F25
+	FMOVQ 16(R4), F19
+	FMOVQ 80(R4), F20
+	FMOVQ 16(R5), F18
+	FMOVQ 80(R5), F17
+	FMOVQ 352(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9ce3d7 // sdot v23.4s, v30.16b, v28.4b[0]
+	WORD $0x4f9be3b7 // sdot v23.4s, v29.16b, v27.4b[0]
+	WORD $0x4f9ae3d8 // sdot v24.4s, v30.16b, v26.4b[0]
+	WORD $0x4f99e3b8 // sdot v24.4s, v29.16b, v25.4b[0]
+	WORD $0x4f93e3d5 // sdot v21.4s, v30.16b, v19.4b[0]
+	WORD $0x4f94e3b5 // sdot v21.4s, v29.16b, v20.4b[0]
+	WORD $0x4f92e3d6 // sdot v22.4s, v30.16b, v18.4b[0]
+	WORD $0x4f91e3b6 // sdot v22.4s, v29.16b, v17.4b[0]
+	FMOVQ 416(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbce3d7 // sdot v23.4s, v30.16b, v28.4b[1]
+	WORD $0x4fbbe3b7 // sdot v23.4s, v29.16b, v27.4b[1]
+	WORD $0x4fbae3d8 // sdot v24.4s, v30.16b, v26.4b[1]
+	WORD $0x4fb9e3b8 // sdot v24.4s, v29.16b, v25.4b[1]
+	WORD $0x4fb3e3d5 // sdot v21.4s, v30.16b, v19.4b[1]
+	WORD $0x4fb4e3b5 // sdot v21.4s, v29.16b, v20.4b[1]
+	WORD $0x4fb2e3d6 // sdot v22.4s, v30.16b, v18.4b[1]
+	WORD $0x4fb1e3b6 // sdot v22.4s, v29.16b, v17.4b[1]
+	FMOVQ 480(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9cebd7 // sdot v23.4s, v30.16b, v28.4b[2]
+	WORD $0x4f9bebb7 // sdot v23.4s, v29.16b, v27.4b[2]
+	WORD $0x4f9aebd8 // sdot v24.4s, v30.16b, v26.4b[2]
+	WORD $0x4f99ebb8 // sdot v24.4s, v29.16b, v25.4b[2]
+	WORD $0x4f93ebd5 // sdot v21.4s, v30.16b, v19.4b[2]
+	WORD $0x4f94ebb5 // sdot v21.4s, v29.16b, v20.4b[2]
+	WORD $0x4f92ebd6 // sdot v22.4s, v30.16b, v18.4b[2]
+	WORD $0x4f91ebb6 // sdot v22.4s, v29.16b, v17.4b[2]
+	FMOVQ 544(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbcebd7 // sdot v23.4s, v30.16b, v28.4b[3]
+	WORD $0x4fbbebb7 // sdot v23.4s, v29.16b, v27.4b[3]
+	WORD $0x4fbaebd8 // sdot v24.4s, v30.16b, v26.4b[3]
+	WORD $0x4fb9ebb8 // sdot v24.4s, v29.16b, v25.4b[3]
+	WORD $0x4fb3ebd5 // sdot v21.4s, v30.16b, v19.4b[3]
+	WORD $0x4fb4ebb5 // sdot v21.4s, v29.16b, v20.4b[3]
+	WORD $0x4fb2ebd6 // sdot v22.4s, v30.16b, v18.4b[3]
+	WORD $0x4fb1ebb6 // sdot v22.4s, v29.16b, v17.4b[3]
+	FMOVQ 32(R2), F17
+	FMOVQ 96(R2), F18
+	FMOVQ 32(R3), F20
+	FMOVQ 96(R3), F19
+	FMOVQ 32(R4), F25
+	FMOVQ 96(R4), F26
+	FMOVQ 32(R5), F27
+	FMOVQ 96(R5), F28
+	FMOVQ 608(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f91e3d7 // sdot v23.4s, v30.16b, v17.4b[0]
+	WORD $0x4f92e3b7 // sdot v23.4s, v29.16b, v18.4b[0]
+	WORD $0x4f94e3d8 // sdot v24.4s, v30.16b, v20.4b[0]
+	WORD $0x4f93e3b8 // sdot v24.4s, v29.16b, v19.4b[0]
+	WORD $0x4f99e3d5 // sdot v21.4s, v30.16b, v25.4b[0]
+	WORD $0x4f9ae3b5 // sdot v21.4s, v29.16b, v26.4b[0]
+	WORD $0x4f9be3d6 // sdot v22.4s, v30.16b, v27.4b[0]
+	WORD $0x4f9ce3b6 // sdot v22.4s, v29.16b, v28.4b[0]
+	FMOVQ 672(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb1e3d7 // sdot v23.4s, v30.16b, v17.4b[1]
+	WORD $0x4fb2e3b7 // sdot v23.4s, v29.16b, v18.4b[1]
+	WORD $0x4fb4e3d8 // sdot v24.4s, v30.16b, v20.4b[1]
+	WORD $0x4fb3e3b8 // sdot v24.4s, v29.16b, v19.4b[1]
+	WORD $0x4fb9e3d5 // sdot v21.4s, v30.16b, v25.4b[1]
+	WORD $0x4fbae3b5 // sdot v21.4s, v29.16b, v26.4b[1]
+	WORD $0x4fbbe3d6 // sdot v22.4s, v30.16b, v27.4b[1]
+	WORD $0x4fbce3b6 // sdot v22.4s, v29.16b, v28.4b[1]
+	FMOVQ 736(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f91ebd7 // sdot v23.4s, v30.16b, v17.4b[2]
+	WORD $0x4f92ebb7 // sdot v23.4s, v29.16b, v18.4b[2]
+	WORD $0x4f94ebd8 // sdot v24.4s, v30.16b, v20.4b[2]
+	WORD $0x4f93ebb8 // sdot v24.4s, v29.16b, v19.4b[2]
+	WORD $0x4f99ebd5 // sdot v21.4s, v30.16b, v25.4b[2]
+	WORD $0x4f9aebb5 // sdot v21.4s, v29.16b, v26.4b[2]
+	WORD $0x4f9bebd6 // sdot v22.4s, v30.16b, v27.4b[2]
+	WORD $0x4f9cebb6 // sdot v22.4s, v29.16b, v28.4b[2]
+	FMOVQ 800(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fb1ebd7 // sdot v23.4s, v30.16b, v17.4b[3]
+	WORD $0x4fb2ebb7 // sdot v23.4s, v29.16b, v18.4b[3]
+	WORD $0x4fb4ebd8 // sdot v24.4s, v30.16b, v20.4b[3]
+	WORD $0x4fb3ebb8 // sdot v24.4s, v29.16b, v19.4b[3]
+	WORD $0x4fb9ebd5 // sdot v21.4s, v30.16b, v25.4b[3]
+	WORD $0x4fbaebb5 // sdot v21.4s, v29.16b, v26.4b[3]
+	WORD $0x4fbbebd6 // sdot v22.4s, v30.16b, v27.4b[3]
+	WORD $0x4fbcebb6 // sdot v22.4s, v29.16b, v28.4b[3]
+	FMOVQ 48(R2), F28
+	FMOVQ 112(R2), F27
+	FMOVQ 48(R3), F26
+	FMOVQ 112(R3), F25
+	FMOVQ 48(R4), F19
+	FMOVQ 112(R4), F20
+	FMOVQ 48(R5), F18
+	FMOVQ 112(R5), F17
+	FMOVQ 864(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9ce3d7 // sdot v23.4s, v30.16b, v28.4b[0]
+	WORD $0x4f9be3b7 // sdot v23.4s, v29.16b, v27.4b[0]
+	WORD $0x4f9ae3d8 // sdot v24.4s, v30.16b, v26.4b[0]
+	WORD $0x4f99e3b8 // sdot v24.4s, v29.16b, v25.4b[0]
+	WORD $0x4f93e3d5 // sdot v21.4s, v30.16b, v19.4b[0]
+	WORD $0x4f94e3b5 // sdot v21.4s, v29.16b, v20.4b[0]
+	WORD $0x4f92e3d6 // sdot v22.4s, v30.16b, v18.4b[0]
+	WORD $0x4f91e3b6 // sdot v22.4s, v29.16b, v17.4b[0]
+	FMOVQ 928(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbce3d7 // sdot v23.4s, v30.16b, v28.4b[1]
+	WORD $0x4fbbe3b7 // sdot v23.4s, v29.16b, v27.4b[1]
+	WORD $0x4fbae3d8 // sdot v24.4s, v30.16b, v26.4b[1]
+	WORD $0x4fb9e3b8 // sdot v24.4s, v29.16b, v25.4b[1]
+	WORD $0x4fb3e3d5 // sdot v21.4s, v30.16b, v19.4b[1]
+	WORD $0x4fb4e3b5 // sdot v21.4s, v29.16b, v20.4b[1]
+	WORD $0x4fb2e3d6 // sdot v22.4s, v30.16b, v18.4b[1]
+	WORD $0x4fb1e3b6 // sdot v22.4s, v29.16b, v17.4b[1]
+	FMOVQ 992(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4f9cebd7 // sdot v23.4s, v30.16b, v28.4b[2]
+	WORD $0x4f9bebb7 // sdot v23.4s, v29.16b, v27.4b[2]
+	WORD $0x4f9aebd8 // sdot v24.4s, v30.16b, v26.4b[2]
+	WORD $0x4f99ebb8 // sdot v24.4s, v29.16b, v25.4b[2]
+	WORD $0x4f93ebd5 // sdot v21.4s, v30.16b, v19.4b[2]
+	WORD $0x4f94ebb5 // sdot v21.4s, v29.16b, v20.4b[2]
+	WORD $0x4f92ebd6 // sdot v22.4s, v30.16b, v18.4b[2]
+	WORD $0x4f91ebb6 // sdot v22.4s, v29.16b, v17.4b[2]
+	FMOVQ 1056(R0), F29
+	WORD $0x4e301fbe // and v30.16b, v29.16b, v16.16b
+	WORD $0x6f0c07bd // ushr v29.16b, v29.16b, #4
+	WORD $0x4fbcebd7 // sdot v23.4s, v30.16b, v28.4b[3]
+	WORD $0x4fbbebb7 // sdot v23.4s, v29.16b, v27.4b[3]
+	WORD $0x4fbaebd8 // sdot v24.4s, v30.16b, v26.4b[3]
+	WORD $0x4fb9ebb8 // sdot v24.4s, v29.16b, v25.4b[3]
+	WORD $0x4fb3ebd5 // sdot v21.4s, v30.16b, v19.4b[3]
+	WORD $0x4fb4ebb5 // sdot v21.4s, v29.16b, v20.4b[3]
+	WORD $0x4fb2ebd6 // sdot v22.4s, v30.16b, v18.4b[3]
+	WORD $0x4fb1ebb6 // sdot v22.4s, v29.16b, v17.4b[3]
+	FMOVD 24(R0), F17
+	WORD $0x0e217a31 // fcvtl v17.4s, v17.4h
+	FMOVS 44(R0), F18
+	WORD $0x2f08a652 // uxtl v18.8h, v18.8b
+	WORD $0x2f10a652 // uxtl v18.4s, v18.4h
+	FMOVS 20(R6), F20
+	WORD $0x6f940257 // mla v23.4s, v18.4s, v20.s[0]
+	FMOVS 0(R6), F20
+	WORD $0x4f949233 // fmul v19.4s, v17.4s, v20.s[0]
+	WORD $0x4e21daf7 // scvtf v23.4s, v23.4s
+	WORD $0x6e33def7 // fmul v23.4s, v23.4s, v19.4s
+	WORD $0x4e37d463 // fadd v3.4s, v3.4s, v23.4s
+	FMOVS 20(R7), F19
+	WORD $0x6f930258 // mla v24.4s, v18.4s, v19.s[0]
+	FMOVS 0(R7), F19
+	WORD $0x4f939234 // fmul v20.4s, v17.4s, v19.s[0]
+	WORD $0x4e21db18 // scvtf v24.4s, v24.4s
+	WORD $0x6e34df18 // fmul v24.4s, v24.4s, v20.4s
+	WORD $0x4e38d4e7 // fadd v7.4s, v7.4s, v24.4s
+	FMOVS 20(R8), F20
+	WORD $0x6f940255 // mla v21.4s, v18.4s, v20.s[0]
+	FMOVS 0(R8), F20
+	WORD $0x4f949233 // fmul v19.4s, v17.4s, v20.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e33deb5 // fmul v21.4s, v21.4s, v19.4s
+	WORD $0x4e35d56b // fadd v11.4s, v11.4s, v21.4s
+	FMOVS 20(R9), F19
+	WORD $0x6f930256 // mla v22.4s, v18.4s, v19.s[0]
+	FMOVS 0(R9), F19
+	WORD $0x4f939234 // fmul v20.4s, v17.4s, v19.s[0]
+	WORD $0x4e21dad6 // scvtf v22.4s, v22.4s
+	WORD $0x6e34ded6 // fmul v22.4s, v22.4s, v20.4s
+	WORD $0x4e36d5ef // fadd v15.4s, v15.4s, v22.4s
+	ADD $1072, R0, R0
+	ADD $128, R2, R2
+	ADD $32, R6, R6
+	ADD $128, R3, R3
+	ADD $32, R7, R7
+	ADD $128, R4, R4
+	ADD $32, R8, R8
+	ADD $128, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	FMOVQ F8, 0(R12)
+	FMOVQ F9, 16(R12)
+	FMOVQ F10, 32(R12)
+	FMOVQ F11, 48(R12)
+	FMOVQ F12, 0(R13)
+	FMOVQ F13, 16(R13)
+	FMOVQ F14, 32(R13)
+	FMOVQ F15, 48(R13)
+	RET
+
 // func intQ5_0x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 TEXT ·intQ5_0x1Dot(SB), NOSPLIT|NOFRAME, $0-64
 	MOVD w+0(FP), R0
@@ -36558,6 +39532,8180 @@ loop:
 	ADD $32, R4, R4
 	ADD $32, R8, R8
 	ADD $32, R5, R5
+	ADD $32, R9, R9
+	SUB $1, R1, R1
+	B loop
+done:
+	RET
+
+// func intQ4_Z128x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Z128x1NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+loop:
+	CBZ R1, done
+	FMOVQ 0(R19), F4
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	FMOVQ 0(R2), F7
+	FMOVQ 64(R2), F8
+	FMOVQ 48(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0404eb // dup v11.4s, v7.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e04050c // dup v12.4s, v8.s[0]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 112(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c04eb // dup v11.4s, v7.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e0c050c // dup v12.4s, v8.s[1]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 176(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1404eb // dup v11.4s, v7.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e14050c // dup v12.4s, v8.s[2]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 240(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c04eb // dup v11.4s, v7.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e1c050c // dup v12.4s, v8.s[3]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 16(R2), F8
+	FMOVQ 80(R2), F7
+	FMOVQ 304(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e04050b // dup v11.4s, v8.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e0404ec // dup v12.4s, v7.s[0]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 368(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c050b // dup v11.4s, v8.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e0c04ec // dup v12.4s, v7.s[1]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 432(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e14050b // dup v11.4s, v8.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e1404ec // dup v12.4s, v7.s[2]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 496(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c050b // dup v11.4s, v8.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e1c04ec // dup v12.4s, v7.s[3]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 32(R2), F7
+	FMOVQ 96(R2), F8
+	FMOVQ 560(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0404eb // dup v11.4s, v7.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e04050c // dup v12.4s, v8.s[0]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 624(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c04eb // dup v11.4s, v7.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e0c050c // dup v12.4s, v8.s[1]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 688(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1404eb // dup v11.4s, v7.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e14050c // dup v12.4s, v8.s[2]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 752(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c04eb // dup v11.4s, v7.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e1c050c // dup v12.4s, v8.s[3]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 48(R2), F8
+	FMOVQ 112(R2), F7
+	FMOVQ 816(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e04050b // dup v11.4s, v8.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e0404ec // dup v12.4s, v7.s[0]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 880(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e0c050b // dup v11.4s, v8.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e0c04ec // dup v12.4s, v7.s[1]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 944(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e14050b // dup v11.4s, v8.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e1404ec // dup v12.4s, v7.s[2]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVQ 1008(R0), F9
+	WORD $0x4e241d2a // and v10.16b, v9.16b, v4.16b
+	WORD $0x6f0c0529 // ushr v9.16b, v9.16b, #4
+	WORD $0x4e1c050b // dup v11.4s, v8.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e1c04ec // dup v12.4s, v7.s[3]
+	WORD $0x0e2cc12b // smull v11.8h, v9.8b, v12.8b
+	WORD $0x4e2cc12c // smull2 v12.8h, v9.16b, v12.16b
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	FMOVD 0(R0), F7
+	WORD $0x0e2178e7 // fcvtl v7.4s, v7.4h
+	FMOVS 32(R0), F8
+	WORD $0x2f08a508 // uxtl v8.8h, v8.8b
+	WORD $0x2f10a508 // uxtl v8.4s, v8.4h
+	WORD $0x4ea6bca5 // addp v5.4s, v5.4s, v6.4s
+	FMOVS 20(R6), F6
+	WORD $0x6f860105 // mla v5.4s, v8.4s, v6.s[0]
+	FMOVS 0(R6), F6
+	WORD $0x4f8690e9 // fmul v9.4s, v7.4s, v6.s[0]
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x6e29dca5 // fmul v5.4s, v5.4s, v9.4s
+	WORD $0x4e25d400 // fadd v0.4s, v0.4s, v5.4s
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	FMOVQ 0(R2), F9
+	FMOVQ 64(R2), F6
+	FMOVQ 64(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e04052b // dup v11.4s, v9.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e0404cc // dup v12.4s, v6.s[0]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 128(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e0c052b // dup v11.4s, v9.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e0c04cc // dup v12.4s, v6.s[1]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 192(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e14052b // dup v11.4s, v9.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e1404cc // dup v12.4s, v6.s[2]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 256(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e1c052b // dup v11.4s, v9.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e1c04cc // dup v12.4s, v6.s[3]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 16(R2), F6
+	FMOVQ 80(R2), F9
+	FMOVQ 320(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e0404cb // dup v11.4s, v6.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e04052c // dup v12.4s, v9.s[0]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 384(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e0c04cb // dup v11.4s, v6.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e0c052c // dup v12.4s, v9.s[1]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 448(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e1404cb // dup v11.4s, v6.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e14052c // dup v12.4s, v9.s[2]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 512(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e1c04cb // dup v11.4s, v6.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e1c052c // dup v12.4s, v9.s[3]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 32(R2), F9
+	FMOVQ 96(R2), F6
+	FMOVQ 576(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e04052b // dup v11.4s, v9.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e0404cc // dup v12.4s, v6.s[0]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 640(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e0c052b // dup v11.4s, v9.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e0c04cc // dup v12.4s, v6.s[1]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 704(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e14052b // dup v11.4s, v9.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e1404cc // dup v12.4s, v6.s[2]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 768(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e1c052b // dup v11.4s, v9.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e1c04cc // dup v12.4s, v6.s[3]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 48(R2), F6
+	FMOVQ 112(R2), F9
+	FMOVQ 832(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e0404cb // dup v11.4s, v6.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e04052c // dup v12.4s, v9.s[0]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 896(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e0c04cb // dup v11.4s, v6.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e0c052c // dup v12.4s, v9.s[1]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 960(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e1404cb // dup v11.4s, v6.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e14052c // dup v12.4s, v9.s[2]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVQ 1024(R0), F5
+	WORD $0x4e241caa // and v10.16b, v5.16b, v4.16b
+	WORD $0x6f0c04a5 // ushr v5.16b, v5.16b, #4
+	WORD $0x4e1c04cb // dup v11.4s, v6.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606988 // sadalp v8.4s, v12.8h
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e1c052c // dup v12.4s, v9.s[3]
+	WORD $0x0e2cc0ab // smull v11.8h, v5.8b, v12.8b
+	WORD $0x4e2cc0ac // smull2 v12.8h, v5.16b, v12.16b
+	WORD $0x4e606968 // sadalp v8.4s, v11.8h
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	FMOVD 8(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 36(R0), F6
+	WORD $0x2f08a4c6 // uxtl v6.8h, v6.8b
+	WORD $0x2f10a4c6 // uxtl v6.4s, v6.4h
+	WORD $0x4ea7bd08 // addp v8.4s, v8.4s, v7.4s
+	FMOVS 20(R6), F7
+	WORD $0x6f8700c8 // mla v8.4s, v6.4s, v7.s[0]
+	FMOVS 0(R6), F7
+	WORD $0x4f879125 // fmul v5.4s, v9.4s, v7.s[0]
+	WORD $0x4e21d908 // scvtf v8.4s, v8.4s
+	WORD $0x6e25dd08 // fmul v8.4s, v8.4s, v5.4s
+	WORD $0x4e28d421 // fadd v1.4s, v1.4s, v8.4s
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	FMOVQ 0(R2), F5
+	FMOVQ 64(R2), F7
+	FMOVQ 80(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0404ab // dup v11.4s, v5.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0404ec // dup v12.4s, v7.s[0]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 144(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0c04ab // dup v11.4s, v5.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0c04ec // dup v12.4s, v7.s[1]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 208(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1404ab // dup v11.4s, v5.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1404ec // dup v12.4s, v7.s[2]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 272(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1c04ab // dup v11.4s, v5.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1c04ec // dup v12.4s, v7.s[3]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 16(R2), F7
+	FMOVQ 80(R2), F5
+	FMOVQ 336(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0404eb // dup v11.4s, v7.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 400(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0c04eb // dup v11.4s, v7.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 464(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1404eb // dup v11.4s, v7.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 528(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1c04eb // dup v11.4s, v7.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 32(R2), F5
+	FMOVQ 96(R2), F7
+	FMOVQ 592(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0404ab // dup v11.4s, v5.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0404ec // dup v12.4s, v7.s[0]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 656(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0c04ab // dup v11.4s, v5.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0c04ec // dup v12.4s, v7.s[1]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 720(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1404ab // dup v11.4s, v5.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1404ec // dup v12.4s, v7.s[2]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 784(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1c04ab // dup v11.4s, v5.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1c04ec // dup v12.4s, v7.s[3]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 48(R2), F7
+	FMOVQ 112(R2), F5
+	FMOVQ 848(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0404eb // dup v11.4s, v7.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0404ac // dup v12.4s, v5.s[0]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 912(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e0c04eb // dup v11.4s, v7.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e0c04ac // dup v12.4s, v5.s[1]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 976(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1404eb // dup v11.4s, v7.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1404ac // dup v12.4s, v5.s[2]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVQ 1040(R0), F8
+	WORD $0x4e241d0a // and v10.16b, v8.16b, v4.16b
+	WORD $0x6f0c0508 // ushr v8.16b, v8.16b, #4
+	WORD $0x4e1c04eb // dup v11.4s, v7.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606986 // sadalp v6.4s, v12.8h
+	WORD $0x4e606969 // sadalp v9.4s, v11.8h
+	WORD $0x4e1c04ac // dup v12.4s, v5.s[3]
+	WORD $0x0e2cc10b // smull v11.8h, v8.8b, v12.8b
+	WORD $0x4e2cc10c // smull2 v12.8h, v8.16b, v12.16b
+	WORD $0x4e606966 // sadalp v6.4s, v11.8h
+	WORD $0x4e606989 // sadalp v9.4s, v12.8h
+	FMOVD 16(R0), F5
+	WORD $0x0e2178a5 // fcvtl v5.4s, v5.4h
+	FMOVS 40(R0), F7
+	WORD $0x2f08a4e7 // uxtl v7.8h, v7.8b
+	WORD $0x2f10a4e7 // uxtl v7.4s, v7.4h
+	WORD $0x4ea9bcc6 // addp v6.4s, v6.4s, v9.4s
+	FMOVS 20(R6), F9
+	WORD $0x6f8900e6 // mla v6.4s, v7.4s, v9.s[0]
+	FMOVS 0(R6), F9
+	WORD $0x4f8990a8 // fmul v8.4s, v5.4s, v9.s[0]
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x6e28dcc6 // fmul v6.4s, v6.4s, v8.4s
+	WORD $0x4e26d442 // fadd v2.4s, v2.4s, v6.4s
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	FMOVQ 0(R2), F8
+	FMOVQ 64(R2), F9
+	FMOVQ 96(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e04050b // dup v11.4s, v8.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e04052c // dup v12.4s, v9.s[0]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 160(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e0c050b // dup v11.4s, v8.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e0c052c // dup v12.4s, v9.s[1]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 224(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e14050b // dup v11.4s, v8.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e14052c // dup v12.4s, v9.s[2]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 288(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e1c050b // dup v11.4s, v8.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e1c052c // dup v12.4s, v9.s[3]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 16(R2), F9
+	FMOVQ 80(R2), F8
+	FMOVQ 352(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e04052b // dup v11.4s, v9.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e04050c // dup v12.4s, v8.s[0]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 416(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e0c052b // dup v11.4s, v9.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e0c050c // dup v12.4s, v8.s[1]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 480(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e14052b // dup v11.4s, v9.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e14050c // dup v12.4s, v8.s[2]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 544(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e1c052b // dup v11.4s, v9.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e1c050c // dup v12.4s, v8.s[3]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 32(R2), F8
+	FMOVQ 96(R2), F9
+	FMOVQ 608(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e04050b // dup v11.4s, v8.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e04052c // dup v12.4s, v9.s[0]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 672(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e0c050b // dup v11.4s, v8.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e0c052c // dup v12.4s, v9.s[1]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 736(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e14050b // dup v11.4s, v8.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e14052c // dup v12.4s, v9.s[2]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 800(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e1c050b // dup v11.4s, v8.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e1c052c // dup v12.4s, v9.s[3]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 48(R2), F9
+	FMOVQ 112(R2), F8
+	FMOVQ 864(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e04052b // dup v11.4s, v9.s[0]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e04050c // dup v12.4s, v8.s[0]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 928(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e0c052b // dup v11.4s, v9.s[1]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e0c050c // dup v12.4s, v8.s[1]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 992(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e14052b // dup v11.4s, v9.s[2]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e14050c // dup v12.4s, v8.s[2]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVQ 1056(R0), F6
+	WORD $0x4e241cca // and v10.16b, v6.16b, v4.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x4e1c052b // dup v11.4s, v9.s[3]
+	WORD $0x0e2bc14c // smull v12.8h, v10.8b, v11.8b
+	WORD $0x4e2bc14b // smull2 v11.8h, v10.16b, v11.16b
+	WORD $0x4e606987 // sadalp v7.4s, v12.8h
+	WORD $0x4e606965 // sadalp v5.4s, v11.8h
+	WORD $0x4e1c050c // dup v12.4s, v8.s[3]
+	WORD $0x0e2cc0cb // smull v11.8h, v6.8b, v12.8b
+	WORD $0x4e2cc0cc // smull2 v12.8h, v6.16b, v12.16b
+	WORD $0x4e606967 // sadalp v7.4s, v11.8h
+	WORD $0x4e606985 // sadalp v5.4s, v12.8h
+	FMOVD 24(R0), F8
+	WORD $0x0e217908 // fcvtl v8.4s, v8.4h
+	FMOVS 44(R0), F9
+	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
+	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
+	WORD $0x4ea5bce7 // addp v7.4s, v7.4s, v5.4s
+	FMOVS 20(R6), F5
+	WORD $0x6f850127 // mla v7.4s, v9.4s, v5.s[0]
+	FMOVS 0(R6), F5
+	WORD $0x4f859106 // fmul v6.4s, v8.4s, v5.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e26dce7 // fmul v7.4s, v7.4s, v6.4s
+	WORD $0x4e27d463 // fadd v3.4s, v3.4s, v7.4s
+	ADD $1072, R0, R0
+	ADD $128, R2, R2
+	ADD $32, R6, R6
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	RET
+
+// func intQ4_Z128x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Z128x2NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+loop:
+	CBZ R1, done
+	FMOVQ 0(R19), F8
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 0(R2), F13
+	FMOVQ 64(R2), F14
+	FMOVQ 0(R3), F15
+	FMOVQ 64(R3), F16
+	FMOVQ 48(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 112(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 176(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 240(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 16(R2), F16
+	FMOVQ 80(R2), F15
+	FMOVQ 16(R3), F14
+	FMOVQ 80(R3), F13
+	FMOVQ 304(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 368(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 432(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 496(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 32(R2), F13
+	FMOVQ 96(R2), F14
+	FMOVQ 32(R3), F15
+	FMOVQ 96(R3), F16
+	FMOVQ 560(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 624(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 688(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 752(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 48(R2), F16
+	FMOVQ 112(R2), F15
+	FMOVQ 48(R3), F14
+	FMOVQ 112(R3), F13
+	FMOVQ 816(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 880(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 944(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 1008(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVD 0(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 32(R0), F14
+	WORD $0x2f08a5ce // uxtl v14.8h, v14.8b
+	WORD $0x2f10a5ce // uxtl v14.4s, v14.4h
+	WORD $0x4eaabd29 // addp v9.4s, v9.4s, v10.4s
+	FMOVS 20(R6), F10
+	WORD $0x6f8a01c9 // mla v9.4s, v14.4s, v10.s[0]
+	FMOVS 0(R6), F10
+	WORD $0x4f8a91af // fmul v15.4s, v13.4s, v10.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2fdd29 // fmul v9.4s, v9.4s, v15.4s
+	WORD $0x4e29d400 // fadd v0.4s, v0.4s, v9.4s
+	WORD $0x4eacbd6b // addp v11.4s, v11.4s, v12.4s
+	FMOVS 20(R7), F12
+	WORD $0x6f8c01cb // mla v11.4s, v14.4s, v12.s[0]
+	FMOVS 0(R7), F12
+	WORD $0x4f8c91af // fmul v15.4s, v13.4s, v12.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e2fdd6b // fmul v11.4s, v11.4s, v15.4s
+	WORD $0x4e2bd484 // fadd v4.4s, v4.4s, v11.4s
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 0(R2), F11
+	FMOVQ 64(R2), F10
+	FMOVQ 0(R3), F9
+	FMOVQ 64(R3), F16
+	FMOVQ 64(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040573 // dup v19.4s, v11.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e040554 // dup v20.4s, v10.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e040533 // dup v19.4s, v9.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 128(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0573 // dup v19.4s, v11.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0c0533 // dup v19.4s, v9.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 192(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140573 // dup v19.4s, v11.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e140554 // dup v20.4s, v10.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e140533 // dup v19.4s, v9.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 256(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0573 // dup v19.4s, v11.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1c0533 // dup v19.4s, v9.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 16(R2), F16
+	FMOVQ 80(R2), F9
+	FMOVQ 16(R3), F10
+	FMOVQ 80(R3), F11
+	FMOVQ 320(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 384(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 448(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 512(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 32(R2), F11
+	FMOVQ 96(R2), F10
+	FMOVQ 32(R3), F9
+	FMOVQ 96(R3), F16
+	FMOVQ 576(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040573 // dup v19.4s, v11.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e040554 // dup v20.4s, v10.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e040533 // dup v19.4s, v9.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 640(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0573 // dup v19.4s, v11.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0c0533 // dup v19.4s, v9.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 704(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140573 // dup v19.4s, v11.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e140554 // dup v20.4s, v10.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e140533 // dup v19.4s, v9.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 768(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0573 // dup v19.4s, v11.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1c0533 // dup v19.4s, v9.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 48(R2), F16
+	FMOVQ 112(R2), F9
+	FMOVQ 48(R3), F10
+	FMOVQ 112(R3), F11
+	FMOVQ 832(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 896(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 960(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 1024(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVD 8(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 36(R0), F10
+	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
+	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
+	WORD $0x4eadbdce // addp v14.4s, v14.4s, v13.4s
+	FMOVS 20(R6), F13
+	WORD $0x6f8d014e // mla v14.4s, v10.4s, v13.s[0]
+	FMOVS 0(R6), F13
+	WORD $0x4f8d9169 // fmul v9.4s, v11.4s, v13.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e29ddce // fmul v14.4s, v14.4s, v9.4s
+	WORD $0x4e2ed421 // fadd v1.4s, v1.4s, v14.4s
+	WORD $0x4eacbdef // addp v15.4s, v15.4s, v12.4s
+	FMOVS 20(R7), F12
+	WORD $0x6f8c014f // mla v15.4s, v10.4s, v12.s[0]
+	FMOVS 0(R7), F12
+	WORD $0x4f8c9169 // fmul v9.4s, v11.4s, v12.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e29ddef // fmul v15.4s, v15.4s, v9.4s
+	WORD $0x4e2fd4a5 // fadd v5.4s, v5.4s, v15.4s
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 0(R2), F15
+	FMOVQ 64(R2), F13
+	FMOVQ 0(R3), F14
+	FMOVQ 64(R3), F16
+	FMOVQ 80(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 144(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 208(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 272(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 16(R2), F16
+	FMOVQ 80(R2), F14
+	FMOVQ 16(R3), F13
+	FMOVQ 80(R3), F15
+	FMOVQ 336(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 400(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 464(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 528(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 32(R2), F15
+	FMOVQ 96(R2), F13
+	FMOVQ 32(R3), F14
+	FMOVQ 96(R3), F16
+	FMOVQ 592(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 656(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 720(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 784(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 48(R2), F16
+	FMOVQ 112(R2), F14
+	FMOVQ 48(R3), F13
+	FMOVQ 112(R3), F15
+	FMOVQ 848(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 912(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 976(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 1040(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVD 16(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 40(R0), F13
+	WORD $0x2f08a5ad // uxtl v13.8h, v13.8b
+	WORD $0x2f10a5ad // uxtl v13.4s, v13.4h
+	WORD $0x4eabbd4a // addp v10.4s, v10.4s, v11.4s
+	FMOVS 20(R6), F11
+	WORD $0x6f8b01aa // mla v10.4s, v13.4s, v11.s[0]
+	FMOVS 0(R6), F11
+	WORD $0x4f8b91ee // fmul v14.4s, v15.4s, v11.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e2edd4a // fmul v10.4s, v10.4s, v14.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4eacbd29 // addp v9.4s, v9.4s, v12.4s
+	FMOVS 20(R7), F12
+	WORD $0x6f8c01a9 // mla v9.4s, v13.4s, v12.s[0]
+	FMOVS 0(R7), F12
+	WORD $0x4f8c91ee // fmul v14.4s, v15.4s, v12.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e2edd29 // fmul v9.4s, v9.4s, v14.4s
+	WORD $0x4e29d4c6 // fadd v6.4s, v6.4s, v9.4s
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2c1d8c // eor v12.16b, v12.16b, v12.16b
+	FMOVQ 0(R2), F9
+	FMOVQ 64(R2), F11
+	FMOVQ 0(R3), F10
+	FMOVQ 64(R3), F16
+	FMOVQ 96(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040533 // dup v19.4s, v9.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 160(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0533 // dup v19.4s, v9.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 224(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140533 // dup v19.4s, v9.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 288(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0533 // dup v19.4s, v9.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 16(R2), F16
+	FMOVQ 80(R2), F10
+	FMOVQ 16(R3), F11
+	FMOVQ 80(R3), F9
+	FMOVQ 352(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e040554 // dup v20.4s, v10.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e040573 // dup v19.4s, v11.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 416(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e0c0573 // dup v19.4s, v11.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 480(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e140554 // dup v20.4s, v10.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e140573 // dup v19.4s, v11.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 544(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e1c0573 // dup v19.4s, v11.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 32(R2), F9
+	FMOVQ 96(R2), F11
+	FMOVQ 32(R3), F10
+	FMOVQ 96(R3), F16
+	FMOVQ 608(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040533 // dup v19.4s, v9.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 672(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0533 // dup v19.4s, v9.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 736(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140533 // dup v19.4s, v9.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 800(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0533 // dup v19.4s, v9.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 48(R2), F16
+	FMOVQ 112(R2), F10
+	FMOVQ 48(R3), F11
+	FMOVQ 112(R3), F9
+	FMOVQ 864(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e040554 // dup v20.4s, v10.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e040573 // dup v19.4s, v11.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 928(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e0c0573 // dup v19.4s, v11.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 992(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e140554 // dup v20.4s, v10.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e140573 // dup v19.4s, v11.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVQ 1056(R0), F17
+	WORD $0x4e281e32 // and v18.16b, v17.16b, v8.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8d // sadalp v13.4s, v20.8h
+	WORD $0x4e606a6f // sadalp v15.4s, v19.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6d // sadalp v13.4s, v19.8h
+	WORD $0x4e606a8f // sadalp v15.4s, v20.8h
+	WORD $0x4e1c0573 // dup v19.4s, v11.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8e // sadalp v14.4s, v20.8h
+	WORD $0x4e606a6c // sadalp v12.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6e // sadalp v14.4s, v19.8h
+	WORD $0x4e606a8c // sadalp v12.4s, v20.8h
+	FMOVD 24(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 44(R0), F11
+	WORD $0x2f08a56b // uxtl v11.8h, v11.8b
+	WORD $0x2f10a56b // uxtl v11.4s, v11.4h
+	WORD $0x4eafbdad // addp v13.4s, v13.4s, v15.4s
+	FMOVS 20(R6), F15
+	WORD $0x6f8f016d // mla v13.4s, v11.4s, v15.s[0]
+	FMOVS 0(R6), F15
+	WORD $0x4f8f912a // fmul v10.4s, v9.4s, v15.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e2addad // fmul v13.4s, v13.4s, v10.4s
+	WORD $0x4e2dd463 // fadd v3.4s, v3.4s, v13.4s
+	WORD $0x4eacbdce // addp v14.4s, v14.4s, v12.4s
+	FMOVS 20(R7), F12
+	WORD $0x6f8c016e // mla v14.4s, v11.4s, v12.s[0]
+	FMOVS 0(R7), F12
+	WORD $0x4f8c912a // fmul v10.4s, v9.4s, v12.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e2addce // fmul v14.4s, v14.4s, v10.4s
+	WORD $0x4e2ed4e7 // fadd v7.4s, v7.4s, v14.4s
+	ADD $1072, R0, R0
+	ADD $128, R2, R2
+	ADD $32, R6, R6
+	ADD $128, R3, R3
+	ADD $32, R7, R7
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	RET
+
+// func intQ4_Z128x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Z128x3NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	MOVD $·arm64IntConsts(SB), R19
+	FMOVQ 0(R10), F0
+	FMOVQ 16(R10), F1
+	FMOVQ 32(R10), F2
+	FMOVQ 48(R10), F3
+	FMOVQ 0(R11), F4
+	FMOVQ 16(R11), F5
+	FMOVQ 32(R11), F6
+	FMOVQ 48(R11), F7
+	FMOVQ 0(R12), F8
+	FMOVQ 16(R12), F9
+	FMOVQ 32(R12), F10
+	FMOVQ 48(R12), F11
+loop:
+	CBZ R1, done
+	FMOVQ 0(R19), F12
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 0(R2), F19
+	FMOVQ 64(R2), F20
+	FMOVQ 0(R3), F21
+	FMOVQ 64(R3), F22
+	FMOVQ 0(R4), F23
+	FMOVQ 64(R4), F24
+	FMOVQ 48(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04067b // dup v27.4s, v19.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e04069c // dup v28.4s, v20.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e0406bb // dup v27.4s, v21.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0406dc // dup v28.4s, v22.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0406fb // dup v27.4s, v23.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e04071c // dup v28.4s, v24.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 112(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c067b // dup v27.4s, v19.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e0c069c // dup v28.4s, v20.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e0c06bb // dup v27.4s, v21.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c06dc // dup v28.4s, v22.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0c06fb // dup v27.4s, v23.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c071c // dup v28.4s, v24.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 176(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14067b // dup v27.4s, v19.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e14069c // dup v28.4s, v20.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e1406bb // dup v27.4s, v21.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1406dc // dup v28.4s, v22.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1406fb // dup v27.4s, v23.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e14071c // dup v28.4s, v24.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 240(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c067b // dup v27.4s, v19.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e1c069c // dup v28.4s, v20.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e1c06bb // dup v27.4s, v21.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c06dc // dup v28.4s, v22.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1c06fb // dup v27.4s, v23.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c071c // dup v28.4s, v24.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 16(R2), F24
+	FMOVQ 80(R2), F23
+	FMOVQ 16(R3), F22
+	FMOVQ 80(R3), F21
+	FMOVQ 16(R4), F20
+	FMOVQ 80(R4), F19
+	FMOVQ 304(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04071b // dup v27.4s, v24.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e0406fc // dup v28.4s, v23.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e0406db // dup v27.4s, v22.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0406bc // dup v28.4s, v21.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e04069b // dup v27.4s, v20.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e04067c // dup v28.4s, v19.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 368(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c071b // dup v27.4s, v24.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e0c06fc // dup v28.4s, v23.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e0c06db // dup v27.4s, v22.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c06bc // dup v28.4s, v21.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0c069b // dup v27.4s, v20.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c067c // dup v28.4s, v19.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 432(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14071b // dup v27.4s, v24.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e1406fc // dup v28.4s, v23.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e1406db // dup v27.4s, v22.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1406bc // dup v28.4s, v21.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e14069b // dup v27.4s, v20.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e14067c // dup v28.4s, v19.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 496(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c071b // dup v27.4s, v24.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e1c06fc // dup v28.4s, v23.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e1c06db // dup v27.4s, v22.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c06bc // dup v28.4s, v21.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1c069b // dup v27.4s, v20.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c067c // dup v28.4s, v19.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 32(R2), F19
+	FMOVQ 96(R2), F20
+	FMOVQ 32(R3), F21
+	FMOVQ 96(R3), F22
+	FMOVQ 32(R4), F23
+	FMOVQ 96(R4), F24
+	FMOVQ 560(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04067b // dup v27.4s, v19.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e04069c // dup v28.4s, v20.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e0406bb // dup v27.4s, v21.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0406dc // dup v28.4s, v22.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0406fb // dup v27.4s, v23.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e04071c // dup v28.4s, v24.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 624(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c067b // dup v27.4s, v19.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e0c069c // dup v28.4s, v20.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e0c06bb // dup v27.4s, v21.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c06dc // dup v28.4s, v22.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0c06fb // dup v27.4s, v23.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c071c // dup v28.4s, v24.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 688(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14067b // dup v27.4s, v19.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e14069c // dup v28.4s, v20.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e1406bb // dup v27.4s, v21.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1406dc // dup v28.4s, v22.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1406fb // dup v27.4s, v23.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e14071c // dup v28.4s, v24.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 752(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c067b // dup v27.4s, v19.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e1c069c // dup v28.4s, v20.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e1c06bb // dup v27.4s, v21.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c06dc // dup v28.4s, v22.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1c06fb // dup v27.4s, v23.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c071c // dup v28.4s, v24.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 48(R2), F24
+	FMOVQ 112(R2), F23
+	FMOVQ 48(R3), F22
+	FMOVQ 112(R3), F21
+	FMOVQ 48(R4), F20
+	FMOVQ 112(R4), F19
+	FMOVQ 816(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04071b // dup v27.4s, v24.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e0406fc // dup v28.4s, v23.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e0406db // dup v27.4s, v22.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0406bc // dup v28.4s, v21.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e04069b // dup v27.4s, v20.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e04067c // dup v28.4s, v19.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 880(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c071b // dup v27.4s, v24.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e0c06fc // dup v28.4s, v23.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e0c06db // dup v27.4s, v22.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c06bc // dup v28.4s, v21.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0c069b // dup v27.4s, v20.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c067c // dup v28.4s, v19.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 944(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14071b // dup v27.4s, v24.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e1406fc // dup v28.4s, v23.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e1406db // dup v27.4s, v22.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1406bc // dup v28.4s, v21.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e14069b // dup v27.4s, v20.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e14067c // dup v28.4s, v19.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 1008(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c071b // dup v27.4s, v24.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e1c06fc // dup v28.4s, v23.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e1c06db // dup v27.4s, v22.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c06bc // dup v28.4s, v21.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1c069b // dup v27.4s, v20.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c067c // dup v28.4s, v19.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVD 0(R0), F19
+	WORD $0x0e217a73 // fcvtl v19.4s, v19.4h
+	FMOVS 32(R0), F20
+	WORD $0x2f08a694 // uxtl v20.8h, v20.8b
+	WORD $0x2f10a694 // uxtl v20.4s, v20.4h
+	WORD $0x4eaebdad // addp v13.4s, v13.4s, v14.4s
+	FMOVS 20(R6), F14
+	WORD $0x6f8e028d // mla v13.4s, v20.4s, v14.s[0]
+	FMOVS 0(R6), F14
+	WORD $0x4f8e9275 // fmul v21.4s, v19.4s, v14.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e35ddad // fmul v13.4s, v13.4s, v21.4s
+	WORD $0x4e2dd400 // fadd v0.4s, v0.4s, v13.4s
+	WORD $0x4eb0bdef // addp v15.4s, v15.4s, v16.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f90028f // mla v15.4s, v20.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f909275 // fmul v21.4s, v19.4s, v16.s[0]
+	WORD $0x4e21d9ef // scvtf v15.4s, v15.4s
+	WORD $0x6e35ddef // fmul v15.4s, v15.4s, v21.4s
+	WORD $0x4e2fd484 // fadd v4.4s, v4.4s, v15.4s
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 20(R8), F18
+	WORD $0x6f920291 // mla v17.4s, v20.4s, v18.s[0]
+	FMOVS 0(R8), F18
+	WORD $0x4f929275 // fmul v21.4s, v19.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e35de31 // fmul v17.4s, v17.4s, v21.4s
+	WORD $0x4e31d508 // fadd v8.4s, v8.4s, v17.4s
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 0(R2), F15
+	FMOVQ 64(R2), F14
+	FMOVQ 0(R3), F13
+	FMOVQ 64(R3), F22
+	FMOVQ 0(R4), F23
+	FMOVQ 64(R4), F24
+	FMOVQ 64(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0405fb // dup v27.4s, v15.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e0405dc // dup v28.4s, v14.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e0405bb // dup v27.4s, v13.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0406dc // dup v28.4s, v22.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0406fb // dup v27.4s, v23.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e04071c // dup v28.4s, v24.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 128(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c05fb // dup v27.4s, v15.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e0c05dc // dup v28.4s, v14.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e0c05bb // dup v27.4s, v13.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c06dc // dup v28.4s, v22.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0c06fb // dup v27.4s, v23.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c071c // dup v28.4s, v24.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 192(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1405fb // dup v27.4s, v15.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e1405dc // dup v28.4s, v14.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e1405bb // dup v27.4s, v13.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1406dc // dup v28.4s, v22.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1406fb // dup v27.4s, v23.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e14071c // dup v28.4s, v24.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 256(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c05fb // dup v27.4s, v15.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e1c05dc // dup v28.4s, v14.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e1c05bb // dup v27.4s, v13.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c06dc // dup v28.4s, v22.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1c06fb // dup v27.4s, v23.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c071c // dup v28.4s, v24.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 16(R2), F24
+	FMOVQ 80(R2), F23
+	FMOVQ 16(R3), F22
+	FMOVQ 80(R3), F13
+	FMOVQ 16(R4), F14
+	FMOVQ 80(R4), F15
+	FMOVQ 320(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04071b // dup v27.4s, v24.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e0406fc // dup v28.4s, v23.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e0406db // dup v27.4s, v22.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0405bc // dup v28.4s, v13.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0405db // dup v27.4s, v14.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0405fc // dup v28.4s, v15.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 384(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c071b // dup v27.4s, v24.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e0c06fc // dup v28.4s, v23.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e0c06db // dup v27.4s, v22.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c05bc // dup v28.4s, v13.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0c05db // dup v27.4s, v14.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c05fc // dup v28.4s, v15.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 448(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14071b // dup v27.4s, v24.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e1406fc // dup v28.4s, v23.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e1406db // dup v27.4s, v22.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1405bc // dup v28.4s, v13.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1405db // dup v27.4s, v14.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1405fc // dup v28.4s, v15.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 512(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c071b // dup v27.4s, v24.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e1c06fc // dup v28.4s, v23.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e1c06db // dup v27.4s, v22.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c05bc // dup v28.4s, v13.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1c05db // dup v27.4s, v14.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c05fc // dup v28.4s, v15.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 32(R2), F15
+	FMOVQ 96(R2), F14
+	FMOVQ 32(R3), F13
+	FMOVQ 96(R3), F22
+	FMOVQ 32(R4), F23
+	FMOVQ 96(R4), F24
+	FMOVQ 576(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0405fb // dup v27.4s, v15.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e0405dc // dup v28.4s, v14.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e0405bb // dup v27.4s, v13.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0406dc // dup v28.4s, v22.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0406fb // dup v27.4s, v23.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e04071c // dup v28.4s, v24.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 640(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c05fb // dup v27.4s, v15.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e0c05dc // dup v28.4s, v14.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e0c05bb // dup v27.4s, v13.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c06dc // dup v28.4s, v22.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0c06fb // dup v27.4s, v23.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c071c // dup v28.4s, v24.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 704(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1405fb // dup v27.4s, v15.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e1405dc // dup v28.4s, v14.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e1405bb // dup v27.4s, v13.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1406dc // dup v28.4s, v22.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1406fb // dup v27.4s, v23.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e14071c // dup v28.4s, v24.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 768(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c05fb // dup v27.4s, v15.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e1c05dc // dup v28.4s, v14.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e1c05bb // dup v27.4s, v13.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c06dc // dup v28.4s, v22.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1c06fb // dup v27.4s, v23.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c071c // dup v28.4s, v24.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 48(R2), F24
+	FMOVQ 112(R2), F23
+	FMOVQ 48(R3), F22
+	FMOVQ 112(R3), F13
+	FMOVQ 48(R4), F14
+	FMOVQ 112(R4), F15
+	FMOVQ 832(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04071b // dup v27.4s, v24.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e0406fc // dup v28.4s, v23.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e0406db // dup v27.4s, v22.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0405bc // dup v28.4s, v13.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0405db // dup v27.4s, v14.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0405fc // dup v28.4s, v15.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 896(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c071b // dup v27.4s, v24.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e0c06fc // dup v28.4s, v23.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e0c06db // dup v27.4s, v22.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c05bc // dup v28.4s, v13.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0c05db // dup v27.4s, v14.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c05fc // dup v28.4s, v15.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 960(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14071b // dup v27.4s, v24.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e1406fc // dup v28.4s, v23.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e1406db // dup v27.4s, v22.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1405bc // dup v28.4s, v13.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1405db // dup v27.4s, v14.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1405fc // dup v28.4s, v15.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 1024(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c071b // dup v27.4s, v24.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e1c06fc // dup v28.4s, v23.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e1c06db // dup v27.4s, v22.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c05bc // dup v28.4s, v13.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1c05db // dup v27.4s, v14.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c05fc // dup v28.4s, v15.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVD 8(R0), F15
+	WORD $0x0e2179ef // fcvtl v15.4s, v15.4h
+	FMOVS 36(R0), F14
+	WORD $0x2f08a5ce // uxtl v14.8h, v14.8b
+	WORD $0x2f10a5ce // uxtl v14.4s, v14.4h
+	WORD $0x4eb3be94 // addp v20.4s, v20.4s, v19.4s
+	FMOVS 20(R6), F19
+	WORD $0x6f9301d4 // mla v20.4s, v14.4s, v19.s[0]
+	FMOVS 0(R6), F19
+	WORD $0x4f9391ed // fmul v13.4s, v15.4s, v19.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e2dde94 // fmul v20.4s, v20.4s, v13.4s
+	WORD $0x4e34d421 // fadd v1.4s, v1.4s, v20.4s
+	WORD $0x4eb2beb5 // addp v21.4s, v21.4s, v18.4s
+	FMOVS 20(R7), F18
+	WORD $0x6f9201d5 // mla v21.4s, v14.4s, v18.s[0]
+	FMOVS 0(R7), F18
+	WORD $0x4f9291ed // fmul v13.4s, v15.4s, v18.s[0]
+	WORD $0x4e21dab5 // scvtf v21.4s, v21.4s
+	WORD $0x6e2ddeb5 // fmul v21.4s, v21.4s, v13.4s
+	WORD $0x4e35d4a5 // fadd v5.4s, v5.4s, v21.4s
+	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
+	FMOVS 20(R8), F16
+	WORD $0x6f9001d1 // mla v17.4s, v14.4s, v16.s[0]
+	FMOVS 0(R8), F16
+	WORD $0x4f9091ed // fmul v13.4s, v15.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2dde31 // fmul v17.4s, v17.4s, v13.4s
+	WORD $0x4e31d529 // fadd v9.4s, v9.4s, v17.4s
+	WORD $0x6e2e1dce // eor v14.16b, v14.16b, v14.16b
+	WORD $0x6e2f1def // eor v15.16b, v15.16b, v15.16b
+	WORD $0x6e2d1dad // eor v13.16b, v13.16b, v13.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	FMOVQ 0(R2), F21
+	FMOVQ 64(R2), F19
+	FMOVQ 0(R3), F20
+	FMOVQ 64(R3), F22
+	FMOVQ 0(R4), F23
+	FMOVQ 64(R4), F24
+	FMOVQ 80(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0406bb // dup v27.4s, v21.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e04067c // dup v28.4s, v19.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e04069b // dup v27.4s, v20.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0406dc // dup v28.4s, v22.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0406fb // dup v27.4s, v23.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e04071c // dup v28.4s, v24.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 144(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c06bb // dup v27.4s, v21.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e0c067c // dup v28.4s, v19.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e0c069b // dup v27.4s, v20.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c06dc // dup v28.4s, v22.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0c06fb // dup v27.4s, v23.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c071c // dup v28.4s, v24.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 208(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1406bb // dup v27.4s, v21.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e14067c // dup v28.4s, v19.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e14069b // dup v27.4s, v20.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1406dc // dup v28.4s, v22.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1406fb // dup v27.4s, v23.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e14071c // dup v28.4s, v24.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 272(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c06bb // dup v27.4s, v21.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e1c067c // dup v28.4s, v19.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e1c069b // dup v27.4s, v20.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c06dc // dup v28.4s, v22.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1c06fb // dup v27.4s, v23.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c071c // dup v28.4s, v24.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 16(R2), F24
+	FMOVQ 80(R2), F23
+	FMOVQ 16(R3), F22
+	FMOVQ 80(R3), F20
+	FMOVQ 16(R4), F19
+	FMOVQ 80(R4), F21
+	FMOVQ 336(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04071b // dup v27.4s, v24.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e0406fc // dup v28.4s, v23.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e0406db // dup v27.4s, v22.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e04069c // dup v28.4s, v20.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e04067b // dup v27.4s, v19.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0406bc // dup v28.4s, v21.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 400(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c071b // dup v27.4s, v24.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e0c06fc // dup v28.4s, v23.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e0c06db // dup v27.4s, v22.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c069c // dup v28.4s, v20.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0c067b // dup v27.4s, v19.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c06bc // dup v28.4s, v21.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 464(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14071b // dup v27.4s, v24.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e1406fc // dup v28.4s, v23.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e1406db // dup v27.4s, v22.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e14069c // dup v28.4s, v20.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e14067b // dup v27.4s, v19.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1406bc // dup v28.4s, v21.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 528(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c071b // dup v27.4s, v24.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e1c06fc // dup v28.4s, v23.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e1c06db // dup v27.4s, v22.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c069c // dup v28.4s, v20.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1c067b // dup v27.4s, v19.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c06bc // dup v28.4s, v21.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 32(R2), F21
+	FMOVQ 96(R2), F19
+	FMOVQ 32(R3), F20
+	FMOVQ 96(R3), F22
+	FMOVQ 32(R4), F23
+	FMOVQ 96(R4), F24
+	FMOVQ 592(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0406bb // dup v27.4s, v21.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e04067c // dup v28.4s, v19.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e04069b // dup v27.4s, v20.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0406dc // dup v28.4s, v22.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0406fb // dup v27.4s, v23.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e04071c // dup v28.4s, v24.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 656(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c06bb // dup v27.4s, v21.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e0c067c // dup v28.4s, v19.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e0c069b // dup v27.4s, v20.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c06dc // dup v28.4s, v22.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0c06fb // dup v27.4s, v23.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c071c // dup v28.4s, v24.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 720(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1406bb // dup v27.4s, v21.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e14067c // dup v28.4s, v19.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e14069b // dup v27.4s, v20.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1406dc // dup v28.4s, v22.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1406fb // dup v27.4s, v23.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e14071c // dup v28.4s, v24.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 784(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c06bb // dup v27.4s, v21.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e1c067c // dup v28.4s, v19.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e1c069b // dup v27.4s, v20.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c06dc // dup v28.4s, v22.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1c06fb // dup v27.4s, v23.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c071c // dup v28.4s, v24.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 48(R2), F24
+	FMOVQ 112(R2), F23
+	FMOVQ 48(R3), F22
+	FMOVQ 112(R3), F20
+	FMOVQ 48(R4), F19
+	FMOVQ 112(R4), F21
+	FMOVQ 848(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04071b // dup v27.4s, v24.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e0406fc // dup v28.4s, v23.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e0406db // dup v27.4s, v22.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e04069c // dup v28.4s, v20.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e04067b // dup v27.4s, v19.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0406bc // dup v28.4s, v21.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 912(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c071b // dup v27.4s, v24.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e0c06fc // dup v28.4s, v23.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e0c06db // dup v27.4s, v22.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c069c // dup v28.4s, v20.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e0c067b // dup v27.4s, v19.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c06bc // dup v28.4s, v21.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 976(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14071b // dup v27.4s, v24.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e1406fc // dup v28.4s, v23.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e1406db // dup v27.4s, v22.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e14069c // dup v28.4s, v20.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e14067b // dup v27.4s, v19.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1406bc // dup v28.4s, v21.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVQ 1040(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c071b // dup v27.4s, v24.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8e // sadalp v14.4s, v28.8h
+	WORD $0x4e606b6f // sadalp v15.4s, v27.8h
+	WORD $0x4e1c06fc // dup v28.4s, v23.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6e // sadalp v14.4s, v27.8h
+	WORD $0x4e606b8f // sadalp v15.4s, v28.8h
+	WORD $0x4e1c06db // dup v27.4s, v22.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b8d // sadalp v13.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c069c // dup v28.4s, v20.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b6d // sadalp v13.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	WORD $0x4e1c067b // dup v27.4s, v19.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c06bc // dup v28.4s, v21.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	FMOVD 16(R0), F21
+	WORD $0x0e217ab5 // fcvtl v21.4s, v21.4h
+	FMOVS 40(R0), F19
+	WORD $0x2f08a673 // uxtl v19.8h, v19.8b
+	WORD $0x2f10a673 // uxtl v19.4s, v19.4h
+	WORD $0x4eafbdce // addp v14.4s, v14.4s, v15.4s
+	FMOVS 20(R6), F15
+	WORD $0x6f8f026e // mla v14.4s, v19.4s, v15.s[0]
+	FMOVS 0(R6), F15
+	WORD $0x4f8f92b4 // fmul v20.4s, v21.4s, v15.s[0]
+	WORD $0x4e21d9ce // scvtf v14.4s, v14.4s
+	WORD $0x6e34ddce // fmul v14.4s, v14.4s, v20.4s
+	WORD $0x4e2ed442 // fadd v2.4s, v2.4s, v14.4s
+	WORD $0x4eb0bdad // addp v13.4s, v13.4s, v16.4s
+	FMOVS 20(R7), F16
+	WORD $0x6f90026d // mla v13.4s, v19.4s, v16.s[0]
+	FMOVS 0(R7), F16
+	WORD $0x4f9092b4 // fmul v20.4s, v21.4s, v16.s[0]
+	WORD $0x4e21d9ad // scvtf v13.4s, v13.4s
+	WORD $0x6e34ddad // fmul v13.4s, v13.4s, v20.4s
+	WORD $0x4e2dd4c6 // fadd v6.4s, v6.4s, v13.4s
+	WORD $0x4eb2be31 // addp v17.4s, v17.4s, v18.4s
+	FMOVS 20(R8), F18
+	WORD $0x6f920271 // mla v17.4s, v19.4s, v18.s[0]
+	FMOVS 0(R8), F18
+	WORD $0x4f9292b4 // fmul v20.4s, v21.4s, v18.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e34de31 // fmul v17.4s, v17.4s, v20.4s
+	WORD $0x4e31d54a // fadd v10.4s, v10.4s, v17.4s
+	WORD $0x6e331e73 // eor v19.16b, v19.16b, v19.16b
+	WORD $0x6e351eb5 // eor v21.16b, v21.16b, v21.16b
+	WORD $0x6e341e94 // eor v20.16b, v20.16b, v20.16b
+	WORD $0x6e321e52 // eor v18.16b, v18.16b, v18.16b
+	WORD $0x6e311e31 // eor v17.16b, v17.16b, v17.16b
+	WORD $0x6e301e10 // eor v16.16b, v16.16b, v16.16b
+	FMOVQ 0(R2), F13
+	FMOVQ 64(R2), F15
+	FMOVQ 0(R3), F14
+	FMOVQ 64(R3), F22
+	FMOVQ 0(R4), F23
+	FMOVQ 64(R4), F24
+	FMOVQ 96(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0405bb // dup v27.4s, v13.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e0405fc // dup v28.4s, v15.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0405db // dup v27.4s, v14.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0406dc // dup v28.4s, v22.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0406fb // dup v27.4s, v23.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e04071c // dup v28.4s, v24.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 160(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c05bb // dup v27.4s, v13.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e0c05fc // dup v28.4s, v15.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0c05db // dup v27.4s, v14.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c06dc // dup v28.4s, v22.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0c06fb // dup v27.4s, v23.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c071c // dup v28.4s, v24.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 224(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1405bb // dup v27.4s, v13.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e1405fc // dup v28.4s, v15.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1405db // dup v27.4s, v14.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1406dc // dup v28.4s, v22.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1406fb // dup v27.4s, v23.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e14071c // dup v28.4s, v24.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 288(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c05bb // dup v27.4s, v13.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e1c05fc // dup v28.4s, v15.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1c05db // dup v27.4s, v14.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c06dc // dup v28.4s, v22.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1c06fb // dup v27.4s, v23.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c071c // dup v28.4s, v24.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 16(R2), F24
+	FMOVQ 80(R2), F23
+	FMOVQ 16(R3), F22
+	FMOVQ 80(R3), F14
+	FMOVQ 16(R4), F15
+	FMOVQ 80(R4), F13
+	FMOVQ 352(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04071b // dup v27.4s, v24.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e0406fc // dup v28.4s, v23.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0406db // dup v27.4s, v22.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0405dc // dup v28.4s, v14.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0405fb // dup v27.4s, v15.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0405bc // dup v28.4s, v13.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 416(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c071b // dup v27.4s, v24.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e0c06fc // dup v28.4s, v23.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0c06db // dup v27.4s, v22.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c05dc // dup v28.4s, v14.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0c05fb // dup v27.4s, v15.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c05bc // dup v28.4s, v13.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 480(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14071b // dup v27.4s, v24.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e1406fc // dup v28.4s, v23.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1406db // dup v27.4s, v22.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1405dc // dup v28.4s, v14.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1405fb // dup v27.4s, v15.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1405bc // dup v28.4s, v13.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 544(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c071b // dup v27.4s, v24.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e1c06fc // dup v28.4s, v23.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1c06db // dup v27.4s, v22.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c05dc // dup v28.4s, v14.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1c05fb // dup v27.4s, v15.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c05bc // dup v28.4s, v13.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 32(R2), F13
+	FMOVQ 96(R2), F15
+	FMOVQ 32(R3), F14
+	FMOVQ 96(R3), F22
+	FMOVQ 32(R4), F23
+	FMOVQ 96(R4), F24
+	FMOVQ 608(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0405bb // dup v27.4s, v13.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e0405fc // dup v28.4s, v15.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0405db // dup v27.4s, v14.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0406dc // dup v28.4s, v22.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0406fb // dup v27.4s, v23.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e04071c // dup v28.4s, v24.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 672(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c05bb // dup v27.4s, v13.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e0c05fc // dup v28.4s, v15.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0c05db // dup v27.4s, v14.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c06dc // dup v28.4s, v22.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0c06fb // dup v27.4s, v23.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c071c // dup v28.4s, v24.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 736(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1405bb // dup v27.4s, v13.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e1405fc // dup v28.4s, v15.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1405db // dup v27.4s, v14.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1406dc // dup v28.4s, v22.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1406fb // dup v27.4s, v23.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e14071c // dup v28.4s, v24.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 800(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c05bb // dup v27.4s, v13.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e1c05fc // dup v28.4s, v15.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1c05db // dup v27.4s, v14.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c06dc // dup v28.4s, v22.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1c06fb // dup v27.4s, v23.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c071c // dup v28.4s, v24.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 48(R2), F24
+	FMOVQ 112(R2), F23
+	FMOVQ 48(R3), F22
+	FMOVQ 112(R3), F14
+	FMOVQ 48(R4), F15
+	FMOVQ 112(R4), F13
+	FMOVQ 864(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e04071b // dup v27.4s, v24.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e0406fc // dup v28.4s, v23.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0406db // dup v27.4s, v22.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0405dc // dup v28.4s, v14.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0405fb // dup v27.4s, v15.s[0]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0405bc // dup v28.4s, v13.s[0]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 928(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e0c071b // dup v27.4s, v24.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e0c06fc // dup v28.4s, v23.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e0c06db // dup v27.4s, v22.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e0c05dc // dup v28.4s, v14.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e0c05fb // dup v27.4s, v15.s[1]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e0c05bc // dup v28.4s, v13.s[1]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 992(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e14071b // dup v27.4s, v24.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e1406fc // dup v28.4s, v23.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1406db // dup v27.4s, v22.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1405dc // dup v28.4s, v14.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1405fb // dup v27.4s, v15.s[2]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1405bc // dup v28.4s, v13.s[2]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVQ 1056(R0), F25
+	WORD $0x4e2c1f3a // and v26.16b, v25.16b, v12.16b
+	WORD $0x6f0c0739 // ushr v25.16b, v25.16b, #4
+	WORD $0x4e1c071b // dup v27.4s, v24.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b93 // sadalp v19.4s, v28.8h
+	WORD $0x4e606b75 // sadalp v21.4s, v27.8h
+	WORD $0x4e1c06fc // dup v28.4s, v23.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b73 // sadalp v19.4s, v27.8h
+	WORD $0x4e606b95 // sadalp v21.4s, v28.8h
+	WORD $0x4e1c06db // dup v27.4s, v22.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b94 // sadalp v20.4s, v28.8h
+	WORD $0x4e606b72 // sadalp v18.4s, v27.8h
+	WORD $0x4e1c05dc // dup v28.4s, v14.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b74 // sadalp v20.4s, v27.8h
+	WORD $0x4e606b92 // sadalp v18.4s, v28.8h
+	WORD $0x4e1c05fb // dup v27.4s, v15.s[3]
+	WORD $0x0e3bc35c // smull v28.8h, v26.8b, v27.8b
+	WORD $0x4e3bc35b // smull2 v27.8h, v26.16b, v27.16b
+	WORD $0x4e606b91 // sadalp v17.4s, v28.8h
+	WORD $0x4e606b70 // sadalp v16.4s, v27.8h
+	WORD $0x4e1c05bc // dup v28.4s, v13.s[3]
+	WORD $0x0e3cc33b // smull v27.8h, v25.8b, v28.8b
+	WORD $0x4e3cc33c // smull2 v28.8h, v25.16b, v28.16b
+	WORD $0x4e606b71 // sadalp v17.4s, v27.8h
+	WORD $0x4e606b90 // sadalp v16.4s, v28.8h
+	FMOVD 24(R0), F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	FMOVS 44(R0), F15
+	WORD $0x2f08a5ef // uxtl v15.8h, v15.8b
+	WORD $0x2f10a5ef // uxtl v15.4s, v15.4h
+	WORD $0x4eb5be73 // addp v19.4s, v19.4s, v21.4s
+	FMOVS 20(R6), F21
+	WORD $0x6f9501f3 // mla v19.4s, v15.4s, v21.s[0]
+	FMOVS 0(R6), F21
+	WORD $0x4f9591ae // fmul v14.4s, v13.4s, v21.s[0]
+	WORD $0x4e21da73 // scvtf v19.4s, v19.4s
+	WORD $0x6e2ede73 // fmul v19.4s, v19.4s, v14.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	WORD $0x4eb2be94 // addp v20.4s, v20.4s, v18.4s
+	FMOVS 20(R7), F18
+	WORD $0x6f9201f4 // mla v20.4s, v15.4s, v18.s[0]
+	FMOVS 0(R7), F18
+	WORD $0x4f9291ae // fmul v14.4s, v13.4s, v18.s[0]
+	WORD $0x4e21da94 // scvtf v20.4s, v20.4s
+	WORD $0x6e2ede94 // fmul v20.4s, v20.4s, v14.4s
+	WORD $0x4e34d4e7 // fadd v7.4s, v7.4s, v20.4s
+	WORD $0x4eb0be31 // addp v17.4s, v17.4s, v16.4s
+	FMOVS 20(R8), F16
+	WORD $0x6f9001f1 // mla v17.4s, v15.4s, v16.s[0]
+	FMOVS 0(R8), F16
+	WORD $0x4f9091ae // fmul v14.4s, v13.4s, v16.s[0]
+	WORD $0x4e21da31 // scvtf v17.4s, v17.4s
+	WORD $0x6e2ede31 // fmul v17.4s, v17.4s, v14.4s
+	WORD $0x4e31d56b // fadd v11.4s, v11.4s, v17.4s
+	ADD $1072, R0, R0
+	ADD $128, R2, R2
+	ADD $32, R6, R6
+	ADD $128, R3, R3
+	ADD $32, R7, R7
+	ADD $128, R4, R4
+	ADD $32, R8, R8
+	SUB $1, R1, R1
+	B loop
+done:
+	FMOVQ F0, 0(R10)
+	FMOVQ F1, 16(R10)
+	FMOVQ F2, 32(R10)
+	FMOVQ F3, 48(R10)
+	FMOVQ F4, 0(R11)
+	FMOVQ F5, 16(R11)
+	FMOVQ F6, 32(R11)
+	FMOVQ F7, 48(R11)
+	FMOVQ F8, 0(R12)
+	FMOVQ F9, 16(R12)
+	FMOVQ F10, 32(R12)
+	FMOVQ F11, 48(R12)
+	RET
+
+// func intQ4_Z128x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+TEXT ·intQ4_Z128x4NEON(SB), NOSPLIT|NOFRAME, $0-64
+	MOVD w+0(FP), R0
+	MOVD blocks+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD xstride+24(FP), R14
+	ADD R14, R2, R3
+	ADD R14, R3, R4
+	ADD R14, R4, R5
+	MOVD side+32(FP), R6
+	MOVD sstride+40(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R6, R7
+	ADD R14, R7, R8
+	ADD R14, R8, R9
+	MOVD out+48(FP), R10
+	MOVD ldo+56(FP), R14
+	LSL $2, R14, R14
+	ADD R14, R10, R11
+	ADD R14, R11, R12
+	ADD R14, R12, R13
+	MOVD $·arm64IntConsts(SB), R19
+loop:
+	CBZ R1, done
+	FMOVQ 0(R19), F0
+	WORD $0x6e211c21 // eor v1.16b, v1.16b, v1.16b
+	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
+	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
+	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 0(R2), F9
+	FMOVQ 64(R2), F10
+	FMOVQ 0(R3), F11
+	FMOVQ 64(R3), F12
+	FMOVQ 0(R4), F13
+	FMOVQ 64(R4), F14
+	FMOVQ 0(R5), F15
+	FMOVQ 64(R5), F16
+	FMOVQ 48(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040533 // dup v19.4s, v9.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e040554 // dup v20.4s, v10.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e040573 // dup v19.4s, v11.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 112(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0533 // dup v19.4s, v9.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e0c0573 // dup v19.4s, v11.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 176(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140533 // dup v19.4s, v9.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e140554 // dup v20.4s, v10.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e140573 // dup v19.4s, v11.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 240(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0533 // dup v19.4s, v9.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e1c0573 // dup v19.4s, v11.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 16(R2), F16
+	FMOVQ 80(R2), F15
+	FMOVQ 16(R3), F14
+	FMOVQ 80(R3), F13
+	FMOVQ 16(R4), F12
+	FMOVQ 80(R4), F11
+	FMOVQ 16(R5), F10
+	FMOVQ 80(R5), F9
+	FMOVQ 304(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 368(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 432(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 496(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 32(R2), F9
+	FMOVQ 96(R2), F10
+	FMOVQ 32(R3), F11
+	FMOVQ 96(R3), F12
+	FMOVQ 32(R4), F13
+	FMOVQ 96(R4), F14
+	FMOVQ 32(R5), F15
+	FMOVQ 96(R5), F16
+	FMOVQ 560(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040533 // dup v19.4s, v9.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e040554 // dup v20.4s, v10.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e040573 // dup v19.4s, v11.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 624(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0533 // dup v19.4s, v9.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e0c0573 // dup v19.4s, v11.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 688(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140533 // dup v19.4s, v9.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e140554 // dup v20.4s, v10.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e140573 // dup v19.4s, v11.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 752(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0533 // dup v19.4s, v9.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e1c0573 // dup v19.4s, v11.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 48(R2), F16
+	FMOVQ 112(R2), F15
+	FMOVQ 48(R3), F14
+	FMOVQ 112(R3), F13
+	FMOVQ 48(R4), F12
+	FMOVQ 112(R4), F11
+	FMOVQ 48(R5), F10
+	FMOVQ 112(R5), F9
+	FMOVQ 816(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 880(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 944(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 1008(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVD 0(R0), F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVS 32(R0), F10
+	WORD $0x2f08a54a // uxtl v10.8h, v10.8b
+	WORD $0x2f10a54a // uxtl v10.4s, v10.4h
+	WORD $0x4ea2bc21 // addp v1.4s, v1.4s, v2.4s
+	FMOVS 20(R6), F2
+	WORD $0x6f820141 // mla v1.4s, v10.4s, v2.s[0]
+	FMOVS 0(R6), F2
+	WORD $0x4f82912b // fmul v11.4s, v9.4s, v2.s[0]
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x6e2bdc21 // fmul v1.4s, v1.4s, v11.4s
+	FMOVQ 0(R10), F12
+	WORD $0x4e21d58c // fadd v12.4s, v12.4s, v1.4s
+	FMOVQ F12, 0(R10)
+	WORD $0x4ea4bc63 // addp v3.4s, v3.4s, v4.4s
+	FMOVS 20(R7), F4
+	WORD $0x6f840143 // mla v3.4s, v10.4s, v4.s[0]
+	FMOVS 0(R7), F4
+	WORD $0x4f84912b // fmul v11.4s, v9.4s, v4.s[0]
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x6e2bdc63 // fmul v3.4s, v3.4s, v11.4s
+	FMOVQ 0(R11), F2
+	WORD $0x4e23d442 // fadd v2.4s, v2.4s, v3.4s
+	FMOVQ F2, 0(R11)
+	WORD $0x4ea6bca5 // addp v5.4s, v5.4s, v6.4s
+	FMOVS 20(R8), F6
+	WORD $0x6f860145 // mla v5.4s, v10.4s, v6.s[0]
+	FMOVS 0(R8), F6
+	WORD $0x4f86912b // fmul v11.4s, v9.4s, v6.s[0]
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x6e2bdca5 // fmul v5.4s, v5.4s, v11.4s
+	FMOVQ 0(R12), F4
+	WORD $0x4e25d484 // fadd v4.4s, v4.4s, v5.4s
+	FMOVQ F4, 0(R12)
+	WORD $0x4ea8bce7 // addp v7.4s, v7.4s, v8.4s
+	FMOVS 20(R9), F8
+	WORD $0x6f880147 // mla v7.4s, v10.4s, v8.s[0]
+	FMOVS 0(R9), F8
+	WORD $0x4f88912b // fmul v11.4s, v9.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2bdce7 // fmul v7.4s, v7.4s, v11.4s
+	FMOVQ 0(R13), F6
+	WORD $0x4e27d4c6 // fadd v6.4s, v6.4s, v7.4s
+	FMOVQ F6, 0(R13)
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
+	FMOVQ 0(R2), F3
+	FMOVQ 64(R2), F2
+	FMOVQ 0(R3), F1
+	FMOVQ 64(R3), F12
+	FMOVQ 0(R4), F13
+	FMOVQ 64(R4), F14
+	FMOVQ 0(R5), F15
+	FMOVQ 64(R5), F16
+	FMOVQ 64(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040473 // dup v19.4s, v3.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e040454 // dup v20.4s, v2.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e040433 // dup v19.4s, v1.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 128(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0473 // dup v19.4s, v3.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e0c0454 // dup v20.4s, v2.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e0c0433 // dup v19.4s, v1.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 192(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140473 // dup v19.4s, v3.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e140454 // dup v20.4s, v2.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e140433 // dup v19.4s, v1.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 256(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0473 // dup v19.4s, v3.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e1c0454 // dup v20.4s, v2.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e1c0433 // dup v19.4s, v1.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 16(R2), F16
+	FMOVQ 80(R2), F15
+	FMOVQ 16(R3), F14
+	FMOVQ 80(R3), F13
+	FMOVQ 16(R4), F12
+	FMOVQ 80(R4), F1
+	FMOVQ 16(R5), F2
+	FMOVQ 80(R5), F3
+	FMOVQ 320(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 384(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 448(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 512(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 32(R2), F3
+	FMOVQ 96(R2), F2
+	FMOVQ 32(R3), F1
+	FMOVQ 96(R3), F12
+	FMOVQ 32(R4), F13
+	FMOVQ 96(R4), F14
+	FMOVQ 32(R5), F15
+	FMOVQ 96(R5), F16
+	FMOVQ 576(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040473 // dup v19.4s, v3.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e040454 // dup v20.4s, v2.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e040433 // dup v19.4s, v1.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 640(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0473 // dup v19.4s, v3.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e0c0454 // dup v20.4s, v2.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e0c0433 // dup v19.4s, v1.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 704(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140473 // dup v19.4s, v3.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e140454 // dup v20.4s, v2.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e140433 // dup v19.4s, v1.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 768(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0473 // dup v19.4s, v3.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e1c0454 // dup v20.4s, v2.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e1c0433 // dup v19.4s, v1.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 48(R2), F16
+	FMOVQ 112(R2), F15
+	FMOVQ 48(R3), F14
+	FMOVQ 112(R3), F13
+	FMOVQ 48(R4), F12
+	FMOVQ 112(R4), F1
+	FMOVQ 48(R5), F2
+	FMOVQ 112(R5), F3
+	FMOVQ 832(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 896(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 960(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 1024(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVD 8(R0), F3
+	WORD $0x0e217863 // fcvtl v3.4s, v3.4h
+	FMOVS 36(R0), F2
+	WORD $0x2f08a442 // uxtl v2.8h, v2.8b
+	WORD $0x2f10a442 // uxtl v2.4s, v2.4h
+	WORD $0x4ea9bd4a // addp v10.4s, v10.4s, v9.4s
+	FMOVS 20(R6), F9
+	WORD $0x6f89004a // mla v10.4s, v2.4s, v9.s[0]
+	FMOVS 0(R6), F9
+	WORD $0x4f899061 // fmul v1.4s, v3.4s, v9.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e21dd4a // fmul v10.4s, v10.4s, v1.4s
+	FMOVQ 16(R10), F12
+	WORD $0x4e2ad58c // fadd v12.4s, v12.4s, v10.4s
+	FMOVQ F12, 16(R10)
+	WORD $0x4ea8bd6b // addp v11.4s, v11.4s, v8.4s
+	FMOVS 20(R7), F8
+	WORD $0x6f88004b // mla v11.4s, v2.4s, v8.s[0]
+	FMOVS 0(R7), F8
+	WORD $0x4f889061 // fmul v1.4s, v3.4s, v8.s[0]
+	WORD $0x4e21d96b // scvtf v11.4s, v11.4s
+	WORD $0x6e21dd6b // fmul v11.4s, v11.4s, v1.4s
+	FMOVQ 16(R11), F9
+	WORD $0x4e2bd529 // fadd v9.4s, v9.4s, v11.4s
+	FMOVQ F9, 16(R11)
+	WORD $0x4ea6bce7 // addp v7.4s, v7.4s, v6.4s
+	FMOVS 20(R8), F6
+	WORD $0x6f860047 // mla v7.4s, v2.4s, v6.s[0]
+	FMOVS 0(R8), F6
+	WORD $0x4f869061 // fmul v1.4s, v3.4s, v6.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e21dce7 // fmul v7.4s, v7.4s, v1.4s
+	FMOVQ 16(R12), F8
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	FMOVQ F8, 16(R12)
+	WORD $0x4ea4bca5 // addp v5.4s, v5.4s, v4.4s
+	FMOVS 20(R9), F4
+	WORD $0x6f840045 // mla v5.4s, v2.4s, v4.s[0]
+	FMOVS 0(R9), F4
+	WORD $0x4f849061 // fmul v1.4s, v3.4s, v4.s[0]
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x6e21dca5 // fmul v5.4s, v5.4s, v1.4s
+	FMOVQ 16(R13), F6
+	WORD $0x4e25d4c6 // fadd v6.4s, v6.4s, v5.4s
+	FMOVQ F6, 16(R13)
+	WORD $0x6e221c42 // eor v2.16b, v2.16b, v2.16b
+	WORD $0x6e231c63 // eor v3.16b, v3.16b, v3.16b
+	WORD $0x6e211c21 // eor v1.16b, v1.16b, v1.16b
+	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	FMOVQ 0(R2), F11
+	FMOVQ 64(R2), F9
+	FMOVQ 0(R3), F10
+	FMOVQ 64(R3), F12
+	FMOVQ 0(R4), F13
+	FMOVQ 64(R4), F14
+	FMOVQ 0(R5), F15
+	FMOVQ 64(R5), F16
+	FMOVQ 80(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040573 // dup v19.4s, v11.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 144(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0573 // dup v19.4s, v11.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 208(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140573 // dup v19.4s, v11.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 272(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0573 // dup v19.4s, v11.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 16(R2), F16
+	FMOVQ 80(R2), F15
+	FMOVQ 16(R3), F14
+	FMOVQ 80(R3), F13
+	FMOVQ 16(R4), F12
+	FMOVQ 80(R4), F10
+	FMOVQ 16(R5), F9
+	FMOVQ 80(R5), F11
+	FMOVQ 336(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e040554 // dup v20.4s, v10.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e040533 // dup v19.4s, v9.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 400(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c0533 // dup v19.4s, v9.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 464(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e140554 // dup v20.4s, v10.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e140533 // dup v19.4s, v9.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 528(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c0533 // dup v19.4s, v9.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 32(R2), F11
+	FMOVQ 96(R2), F9
+	FMOVQ 32(R3), F10
+	FMOVQ 96(R3), F12
+	FMOVQ 32(R4), F13
+	FMOVQ 96(R4), F14
+	FMOVQ 32(R5), F15
+	FMOVQ 96(R5), F16
+	FMOVQ 592(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040573 // dup v19.4s, v11.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e040534 // dup v20.4s, v9.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e040553 // dup v19.4s, v10.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 656(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0573 // dup v19.4s, v11.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e0c0534 // dup v20.4s, v9.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e0c0553 // dup v19.4s, v10.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 720(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140573 // dup v19.4s, v11.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e140534 // dup v20.4s, v9.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e140553 // dup v19.4s, v10.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 784(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0573 // dup v19.4s, v11.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e1c0534 // dup v20.4s, v9.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e1c0553 // dup v19.4s, v10.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 48(R2), F16
+	FMOVQ 112(R2), F15
+	FMOVQ 48(R3), F14
+	FMOVQ 112(R3), F13
+	FMOVQ 48(R4), F12
+	FMOVQ 112(R4), F10
+	FMOVQ 48(R5), F9
+	FMOVQ 112(R5), F11
+	FMOVQ 848(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e040554 // dup v20.4s, v10.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e040533 // dup v19.4s, v9.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040574 // dup v20.4s, v11.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 912(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c0554 // dup v20.4s, v10.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c0533 // dup v19.4s, v9.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0574 // dup v20.4s, v11.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 976(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e140554 // dup v20.4s, v10.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e140533 // dup v19.4s, v9.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140574 // dup v20.4s, v11.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVQ 1040(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a82 // sadalp v2.4s, v20.8h
+	WORD $0x4e606a63 // sadalp v3.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a62 // sadalp v2.4s, v19.8h
+	WORD $0x4e606a83 // sadalp v3.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a81 // sadalp v1.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a61 // sadalp v1.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c0554 // dup v20.4s, v10.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c0533 // dup v19.4s, v9.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0574 // dup v20.4s, v11.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	FMOVD 16(R0), F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	FMOVS 40(R0), F9
+	WORD $0x2f08a529 // uxtl v9.8h, v9.8b
+	WORD $0x2f10a529 // uxtl v9.4s, v9.4h
+	WORD $0x4ea3bc42 // addp v2.4s, v2.4s, v3.4s
+	FMOVS 20(R6), F3
+	WORD $0x6f830122 // mla v2.4s, v9.4s, v3.s[0]
+	FMOVS 0(R6), F3
+	WORD $0x4f83916a // fmul v10.4s, v11.4s, v3.s[0]
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x6e2adc42 // fmul v2.4s, v2.4s, v10.4s
+	FMOVQ 32(R10), F12
+	WORD $0x4e22d58c // fadd v12.4s, v12.4s, v2.4s
+	FMOVQ F12, 32(R10)
+	WORD $0x4ea4bc21 // addp v1.4s, v1.4s, v4.4s
+	FMOVS 20(R7), F4
+	WORD $0x6f840121 // mla v1.4s, v9.4s, v4.s[0]
+	FMOVS 0(R7), F4
+	WORD $0x4f84916a // fmul v10.4s, v11.4s, v4.s[0]
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x6e2adc21 // fmul v1.4s, v1.4s, v10.4s
+	FMOVQ 32(R11), F3
+	WORD $0x4e21d463 // fadd v3.4s, v3.4s, v1.4s
+	FMOVQ F3, 32(R11)
+	WORD $0x4ea6bca5 // addp v5.4s, v5.4s, v6.4s
+	FMOVS 20(R8), F6
+	WORD $0x6f860125 // mla v5.4s, v9.4s, v6.s[0]
+	FMOVS 0(R8), F6
+	WORD $0x4f86916a // fmul v10.4s, v11.4s, v6.s[0]
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x6e2adca5 // fmul v5.4s, v5.4s, v10.4s
+	FMOVQ 32(R12), F4
+	WORD $0x4e25d484 // fadd v4.4s, v4.4s, v5.4s
+	FMOVQ F4, 32(R12)
+	WORD $0x4ea8bce7 // addp v7.4s, v7.4s, v8.4s
+	FMOVS 20(R9), F8
+	WORD $0x6f880127 // mla v7.4s, v9.4s, v8.s[0]
+	FMOVS 0(R9), F8
+	WORD $0x4f88916a // fmul v10.4s, v11.4s, v8.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e2adce7 // fmul v7.4s, v7.4s, v10.4s
+	FMOVQ 32(R13), F6
+	WORD $0x4e27d4c6 // fadd v6.4s, v6.4s, v7.4s
+	FMOVQ F6, 32(R13)
+	WORD $0x6e291d29 // eor v9.16b, v9.16b, v9.16b
+	WORD $0x6e2b1d6b // eor v11.16b, v11.16b, v11.16b
+	WORD $0x6e2a1d4a // eor v10.16b, v10.16b, v10.16b
+	WORD $0x6e281d08 // eor v8.16b, v8.16b, v8.16b
+	WORD $0x6e271ce7 // eor v7.16b, v7.16b, v7.16b
+	WORD $0x6e261cc6 // eor v6.16b, v6.16b, v6.16b
+	WORD $0x6e251ca5 // eor v5.16b, v5.16b, v5.16b
+	WORD $0x6e241c84 // eor v4.16b, v4.16b, v4.16b
+	FMOVQ 0(R2), F1
+	FMOVQ 64(R2), F3
+	FMOVQ 0(R3), F2
+	FMOVQ 64(R3), F12
+	FMOVQ 0(R4), F13
+	FMOVQ 64(R4), F14
+	FMOVQ 0(R5), F15
+	FMOVQ 64(R5), F16
+	FMOVQ 96(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040433 // dup v19.4s, v1.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 160(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0433 // dup v19.4s, v1.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 224(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140433 // dup v19.4s, v1.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 288(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0433 // dup v19.4s, v1.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 16(R2), F16
+	FMOVQ 80(R2), F15
+	FMOVQ 16(R3), F14
+	FMOVQ 80(R3), F13
+	FMOVQ 16(R4), F12
+	FMOVQ 80(R4), F2
+	FMOVQ 16(R5), F3
+	FMOVQ 80(R5), F1
+	FMOVQ 352(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e040454 // dup v20.4s, v2.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e040473 // dup v19.4s, v3.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 416(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c0454 // dup v20.4s, v2.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c0473 // dup v19.4s, v3.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 480(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e140454 // dup v20.4s, v2.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e140473 // dup v19.4s, v3.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 544(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c0454 // dup v20.4s, v2.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c0473 // dup v19.4s, v3.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 32(R2), F1
+	FMOVQ 96(R2), F3
+	FMOVQ 32(R3), F2
+	FMOVQ 96(R3), F12
+	FMOVQ 32(R4), F13
+	FMOVQ 96(R4), F14
+	FMOVQ 32(R5), F15
+	FMOVQ 96(R5), F16
+	FMOVQ 608(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040433 // dup v19.4s, v1.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e040474 // dup v20.4s, v3.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e040453 // dup v19.4s, v2.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e040594 // dup v20.4s, v12.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0405b3 // dup v19.4s, v13.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0405d4 // dup v20.4s, v14.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0405f3 // dup v19.4s, v15.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040614 // dup v20.4s, v16.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 672(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0433 // dup v19.4s, v1.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c0474 // dup v20.4s, v3.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c0453 // dup v19.4s, v2.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c0594 // dup v20.4s, v12.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0c05b3 // dup v19.4s, v13.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c05d4 // dup v20.4s, v14.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c05f3 // dup v19.4s, v15.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0614 // dup v20.4s, v16.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 736(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140433 // dup v19.4s, v1.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e140474 // dup v20.4s, v3.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e140453 // dup v19.4s, v2.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e140594 // dup v20.4s, v12.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1405b3 // dup v19.4s, v13.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1405d4 // dup v20.4s, v14.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1405f3 // dup v19.4s, v15.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140614 // dup v20.4s, v16.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 800(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0433 // dup v19.4s, v1.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c0474 // dup v20.4s, v3.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c0453 // dup v19.4s, v2.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c0594 // dup v20.4s, v12.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1c05b3 // dup v19.4s, v13.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c05d4 // dup v20.4s, v14.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c05f3 // dup v19.4s, v15.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0614 // dup v20.4s, v16.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 48(R2), F16
+	FMOVQ 112(R2), F15
+	FMOVQ 48(R3), F14
+	FMOVQ 112(R3), F13
+	FMOVQ 48(R4), F12
+	FMOVQ 112(R4), F2
+	FMOVQ 48(R5), F3
+	FMOVQ 112(R5), F1
+	FMOVQ 864(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e040613 // dup v19.4s, v16.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0405f4 // dup v20.4s, v15.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0405d3 // dup v19.4s, v14.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0405b4 // dup v20.4s, v13.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e040593 // dup v19.4s, v12.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e040454 // dup v20.4s, v2.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e040473 // dup v19.4s, v3.s[0]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e040434 // dup v20.4s, v1.s[0]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 928(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e0c0613 // dup v19.4s, v16.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e0c05f4 // dup v20.4s, v15.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e0c05d3 // dup v19.4s, v14.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e0c05b4 // dup v20.4s, v13.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e0c0593 // dup v19.4s, v12.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e0c0454 // dup v20.4s, v2.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e0c0473 // dup v19.4s, v3.s[1]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e0c0434 // dup v20.4s, v1.s[1]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 992(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e140613 // dup v19.4s, v16.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1405f4 // dup v20.4s, v15.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1405d3 // dup v19.4s, v14.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1405b4 // dup v20.4s, v13.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e140593 // dup v19.4s, v12.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e140454 // dup v20.4s, v2.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e140473 // dup v19.4s, v3.s[2]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e140434 // dup v20.4s, v1.s[2]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVQ 1056(R0), F17
+	WORD $0x4e201e32 // and v18.16b, v17.16b, v0.16b
+	WORD $0x6f0c0631 // ushr v17.16b, v17.16b, #4
+	WORD $0x4e1c0613 // dup v19.4s, v16.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a89 // sadalp v9.4s, v20.8h
+	WORD $0x4e606a6b // sadalp v11.4s, v19.8h
+	WORD $0x4e1c05f4 // dup v20.4s, v15.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a69 // sadalp v9.4s, v19.8h
+	WORD $0x4e606a8b // sadalp v11.4s, v20.8h
+	WORD $0x4e1c05d3 // dup v19.4s, v14.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a8a // sadalp v10.4s, v20.8h
+	WORD $0x4e606a68 // sadalp v8.4s, v19.8h
+	WORD $0x4e1c05b4 // dup v20.4s, v13.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a6a // sadalp v10.4s, v19.8h
+	WORD $0x4e606a88 // sadalp v8.4s, v20.8h
+	WORD $0x4e1c0593 // dup v19.4s, v12.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a87 // sadalp v7.4s, v20.8h
+	WORD $0x4e606a66 // sadalp v6.4s, v19.8h
+	WORD $0x4e1c0454 // dup v20.4s, v2.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a67 // sadalp v7.4s, v19.8h
+	WORD $0x4e606a86 // sadalp v6.4s, v20.8h
+	WORD $0x4e1c0473 // dup v19.4s, v3.s[3]
+	WORD $0x0e33c254 // smull v20.8h, v18.8b, v19.8b
+	WORD $0x4e33c253 // smull2 v19.8h, v18.16b, v19.16b
+	WORD $0x4e606a85 // sadalp v5.4s, v20.8h
+	WORD $0x4e606a64 // sadalp v4.4s, v19.8h
+	WORD $0x4e1c0434 // dup v20.4s, v1.s[3]
+	WORD $0x0e34c233 // smull v19.8h, v17.8b, v20.8b
+	WORD $0x4e34c234 // smull2 v20.8h, v17.16b, v20.16b
+	WORD $0x4e606a65 // sadalp v5.4s, v19.8h
+	WORD $0x4e606a84 // sadalp v4.4s, v20.8h
+	FMOVD 24(R0), F1
+	WORD $0x0e217821 // fcvtl v1.4s, v1.4h
+	FMOVS 44(R0), F3
+	WORD $0x2f08a463 // uxtl v3.8h, v3.8b
+	WORD $0x2f10a463 // uxtl v3.4s, v3.4h
+	WORD $0x4eabbd29 // addp v9.4s, v9.4s, v11.4s
+	FMOVS 20(R6), F11
+	WORD $0x6f8b0069 // mla v9.4s, v3.4s, v11.s[0]
+	FMOVS 0(R6), F11
+	WORD $0x4f8b9022 // fmul v2.4s, v1.4s, v11.s[0]
+	WORD $0x4e21d929 // scvtf v9.4s, v9.4s
+	WORD $0x6e22dd29 // fmul v9.4s, v9.4s, v2.4s
+	FMOVQ 48(R10), F12
+	WORD $0x4e29d58c // fadd v12.4s, v12.4s, v9.4s
+	FMOVQ F12, 48(R10)
+	WORD $0x4ea8bd4a // addp v10.4s, v10.4s, v8.4s
+	FMOVS 20(R7), F8
+	WORD $0x6f88006a // mla v10.4s, v3.4s, v8.s[0]
+	FMOVS 0(R7), F8
+	WORD $0x4f889022 // fmul v2.4s, v1.4s, v8.s[0]
+	WORD $0x4e21d94a // scvtf v10.4s, v10.4s
+	WORD $0x6e22dd4a // fmul v10.4s, v10.4s, v2.4s
+	FMOVQ 48(R11), F11
+	WORD $0x4e2ad56b // fadd v11.4s, v11.4s, v10.4s
+	FMOVQ F11, 48(R11)
+	WORD $0x4ea6bce7 // addp v7.4s, v7.4s, v6.4s
+	FMOVS 20(R8), F6
+	WORD $0x6f860067 // mla v7.4s, v3.4s, v6.s[0]
+	FMOVS 0(R8), F6
+	WORD $0x4f869022 // fmul v2.4s, v1.4s, v6.s[0]
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x6e22dce7 // fmul v7.4s, v7.4s, v2.4s
+	FMOVQ 48(R12), F8
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	FMOVQ F8, 48(R12)
+	WORD $0x4ea4bca5 // addp v5.4s, v5.4s, v4.4s
+	FMOVS 20(R9), F4
+	WORD $0x6f840065 // mla v5.4s, v3.4s, v4.s[0]
+	FMOVS 0(R9), F4
+	WORD $0x4f849022 // fmul v2.4s, v1.4s, v4.s[0]
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x6e22dca5 // fmul v5.4s, v5.4s, v2.4s
+	FMOVQ 48(R13), F6
+	WORD $0x4e25d4c6 // fadd v6.4s, v6.4s, v5.4s
+	FMOVQ F6, 48(R13)
+	ADD $1072, R0, R0
+	ADD $128, R2, R2
+	ADD $32, R6, R6
+	ADD $128, R3, R3
+	ADD $32, R7, R7
+	ADD $128, R4, R4
+	ADD $32, R8, R8
+	ADD $128, R5, R5
 	ADD $32, R9, R9
 	SUB $1, R1, R1
 	B loop

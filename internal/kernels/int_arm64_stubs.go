@@ -86,6 +86,26 @@ func intQ4_Zx3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstri
 //go:noescape
 func intQ4_Zx4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
+// intQ4_Z128x1Dot is the Dot kernel of Q4_Z128 weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_Z128x1Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x2Dot is the Dot kernel of Q4_Z128 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_Z128x2Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x3Dot is the Dot kernel of Q4_Z128 weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_Z128x3Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x4Dot is the Dot kernel of Q4_Z128 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_Z128x4Dot(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
 // intQ5_0x1Dot is the Dot kernel of Q5_0 weights for 1 activation rows.
 //
 //go:noescape
@@ -250,6 +270,26 @@ func intQ4_Zx3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstr
 //
 //go:noescape
 func intQ4_Zx4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x1NEON is the NEON kernel of Q4_Z128 weights for 1 activation rows.
+//
+//go:noescape
+func intQ4_Z128x1NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x2NEON is the NEON kernel of Q4_Z128 weights for 2 activation rows.
+//
+//go:noescape
+func intQ4_Z128x2NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x3NEON is the NEON kernel of Q4_Z128 weights for 3 activation rows.
+//
+//go:noescape
+func intQ4_Z128x3NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
+
+// intQ4_Z128x4NEON is the NEON kernel of Q4_Z128 weights for 4 activation rows.
+//
+//go:noescape
+func intQ4_Z128x4NEON(w *byte, blocks int, x *int8, xstride int, side *uint32, sstride int, out *float32, ldo int)
 
 // intQ5_0x1NEON is the NEON kernel of Q5_0 weights for 1 activation rows.
 //
@@ -467,6 +507,8 @@ func intDotTable(t dtype.DType) intTable {
 		return intTable{1: intQ4_1x1Dot, 2: intQ4_1x2Dot, 3: intQ4_1x3Dot, 4: intQ4_1x4Dot}
 	case dtype.Q4_Z:
 		return intTable{1: intQ4_Zx1Dot, 2: intQ4_Zx2Dot, 3: intQ4_Zx3Dot, 4: intQ4_Zx4Dot}
+	case dtype.Q4_Z128:
+		return intTable{1: intQ4_Z128x1Dot, 2: intQ4_Z128x2Dot, 3: intQ4_Z128x3Dot, 4: intQ4_Z128x4Dot}
 	case dtype.Q5_0:
 		return intTable{1: intQ5_0x1Dot, 2: intQ5_0x2Dot, 3: intQ5_0x3Dot, 4: intQ5_0x4Dot}
 	case dtype.Q5_1:
@@ -492,6 +534,8 @@ func intNEONTable(t dtype.DType) intTable {
 		return intTable{1: intQ4_1x1NEON, 2: intQ4_1x2NEON, 3: intQ4_1x3NEON, 4: intQ4_1x4NEON}
 	case dtype.Q4_Z:
 		return intTable{1: intQ4_Zx1NEON, 2: intQ4_Zx2NEON, 3: intQ4_Zx3NEON, 4: intQ4_Zx4NEON}
+	case dtype.Q4_Z128:
+		return intTable{1: intQ4_Z128x1NEON, 2: intQ4_Z128x2NEON, 3: intQ4_Z128x3NEON, 4: intQ4_Z128x4NEON}
 	case dtype.Q5_0:
 		return intTable{1: intQ5_0x1NEON, 2: intQ5_0x2NEON, 3: intQ5_0x3NEON, 4: intQ5_0x4NEON}
 	case dtype.Q5_1:
@@ -517,6 +561,8 @@ func intI8MMTable(t dtype.DType) intTable {
 		return intTable{1: intQ4_1x1Dot, 2: intQ4_1x2I8MM, 3: intQ4_1x3Dot, 4: intQ4_1x4I8MM}
 	case dtype.Q4_Z:
 		return intTable{1: intQ4_Zx1Dot, 2: intQ4_Zx2I8MM, 3: intQ4_Zx3Dot, 4: intQ4_Zx4I8MM}
+	case dtype.Q4_Z128:
+		return intTable{1: intQ4_Z128x1Dot, 2: intQ4_Z128x2Dot, 3: intQ4_Z128x3Dot, 4: intQ4_Z128x4Dot}
 	case dtype.Q5_0:
 		return intTable{1: intQ5_0x1Dot, 2: intQ5_0x2Dot, 3: intQ5_0x3Dot, 4: intQ5_0x4I8MM}
 	case dtype.Q5_1:

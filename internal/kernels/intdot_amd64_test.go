@@ -7,11 +7,11 @@ import "github.com/specula/specula/format/dtype"
 // asmIntTables are the assembly integer kernels of each family, by type.
 func asmIntTables() map[string]map[dtype.DType]intTable {
 	return map[string]map[dtype.DType]intTable{
-		"AVX-512 VNNI": {dtype.Q8_0: int512Q8_0, dtype.Q4_0: int512Q4_0, dtype.Q4_1: int512Q4_1, dtype.Q4_Z: int512Q4_Z, dtype.Q5_0: int512Q5_0,
+		"AVX-512 VNNI": {dtype.Q8_0: int512Q8_0, dtype.Q4_0: int512Q4_0, dtype.Q4_1: int512Q4_1, dtype.Q4_Z: int512Q4_Z, dtype.Q4_Z128: int512Q4_Z128, dtype.Q5_0: int512Q5_0,
 			dtype.Q5_1: int512Q5_1, dtype.Q4_K: int512Q4_K, dtype.Q5_K: int512Q5_K, dtype.Q6_K: int512Q6_K},
-		"AVX-512 BW": {dtype.Q8_0: int512bwQ8_0, dtype.Q4_0: int512bwQ4_0, dtype.Q4_1: int512bwQ4_1, dtype.Q4_Z: int512bwQ4_Z, dtype.Q5_0: int512bwQ5_0,
+		"AVX-512 BW": {dtype.Q8_0: int512bwQ8_0, dtype.Q4_0: int512bwQ4_0, dtype.Q4_1: int512bwQ4_1, dtype.Q4_Z: int512bwQ4_Z, dtype.Q4_Z128: int512bwQ4_Z128, dtype.Q5_0: int512bwQ5_0,
 			dtype.Q5_1: int512bwQ5_1, dtype.Q4_K: int512bwQ4_K, dtype.Q5_K: int512bwQ5_K, dtype.Q6_K: int512bwQ6_K},
-		"AVX2": {dtype.Q8_0: int256Q8_0, dtype.Q4_0: int256Q4_0, dtype.Q4_1: int256Q4_1, dtype.Q4_Z: int256Q4_Z, dtype.Q5_0: int256Q5_0,
+		"AVX2": {dtype.Q8_0: int256Q8_0, dtype.Q4_0: int256Q4_0, dtype.Q4_1: int256Q4_1, dtype.Q4_Z: int256Q4_Z, dtype.Q4_Z128: int256Q4_Z128, dtype.Q5_0: int256Q5_0,
 			dtype.Q5_1: int256Q5_1, dtype.Q4_K: int256Q4_K, dtype.Q5_K: int256Q5_K, dtype.Q6_K: int256Q6_K},
 	}
 }
@@ -30,8 +30,8 @@ func familyRuns(name string) (bool, string) {
 // asmQuantizers are the assembly activation quantizers, by family and block size.
 func asmQuantizers() map[string]func(x *float32, blocks int, codes *int8, side *uint32) {
 	return map[string]func(x *float32, blocks int, codes *int8, side *uint32){
-		"AVX-512/32": quantize32AVX512, "AVX-512/256": quantize256AVX512,
-		"AVX2/32": quantize32AVX2, "AVX2/256": quantize256AVX2,
+		"AVX-512/32": quantize32AVX512, "AVX-512/128": quantize128AVX512, "AVX-512/256": quantize256AVX512,
+		"AVX2/32": quantize32AVX2, "AVX2/128": quantize128AVX2, "AVX2/256": quantize256AVX2,
 	}
 }
 

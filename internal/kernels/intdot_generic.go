@@ -119,6 +119,8 @@ func intFormatOf(t dtype.DType) intFormat {
 		return format32(64, -1, 32, -1, -1)
 	case dtype.Q4_Z:
 		return format32(48, -1, -1, 32, -1)
+	case dtype.Q4_Z128:
+		return formatZ(z128Block, 48, 32)
 	case dtype.Q5_0:
 		return format32(96, 32, -1, -1, side32Off16)
 	case dtype.Q5_1:
@@ -184,13 +186,28 @@ func finishQ8_0(blk []byte, r int, isum []int32, side []uint32, acc float32) flo
 // minimum; acc + v. (One add per block depends on the block before: the kernels'
 // loops are not held up by the latency of the others.)
 func format32(codes, masks, mins, zeros, off int) intFormat {
+	return formatNibbles(q8Block, codes, masks, mins, zeros, off)
+}
+
+// formatZ is the block arithmetic of Q4_Z128 (per = 128): Q4_Z's for blocks of per
+// values, on activation blocks of as many (act8.go): isum = Σq·x + z·(−Σx), exact in
+// int32 (|isum| ≤ 128·15·127·2 < 2^19), v = isum·(d·dx), acc + v — one float
+// conversion and multiply per 128 values where Q4_Z has four.
+func formatZ(per, codes, zeros int) intFormat {
+	return formatNibbles(per, codes, -1, -1, zeros, -1)
+}
+
+// formatNibbles is format32 for blocks of per values (32 or 128), the code bytes in
+// 4-byte steps of 16 rows: low nibbles values 4p+k, high nibbles values per/2+4p+k.
+func formatNibbles(per, codes, masks, mins, zeros, off int) intFormat {
+	steps := per / 8
 	unpack := func(blk []byte, r int, dst []int32) {
 		var mk []byte
 		if masks >= 0 {
 			mk = blk[masks:]
 		}
-		nibbles(blk[codes:], r, 4, false, mk, dst[:16])
-		nibbles(blk[codes:], r, 4, true, mk, dst[16:])
+		nibbles(blk[codes:], r, steps, false, mk, dst[:per/2])
+		nibbles(blk[codes:], r, steps, true, mk, dst[per/2:per])
 	}
 	finish := func(blk []byte, r int, isum []int32, side []uint32, acc float32) float32 {
 		s := isum[0]
@@ -207,7 +224,7 @@ func format32(codes, masks, mins, zeros, off int) intFormat {
 		}
 		return acc + v
 	}
-	return intFormat{q8Block, side32Words, q8Block, unpack, finish}
+	return intFormat{per, side32Words, per, unpack, finish}
 }
 
 // formatKScaleMin is the super-block arithmetic of Q4_K and Q5_K: per sub-block j
@@ -286,6 +303,8 @@ func intKernels(t dtype.DType) *intTable {
 		return &intQ4_1
 	case dtype.Q4_Z:
 		return &intQ4_Z
+	case dtype.Q4_Z128:
+		return &intQ4_Z128
 	case dtype.Q5_0:
 		return &intQ5_0
 	case dtype.Q5_1:

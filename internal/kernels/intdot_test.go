@@ -12,13 +12,13 @@ import (
 )
 
 // quantTypes are the repacked weight types.
-var quantTypes = []dtype.DType{dtype.Q8_0, dtype.Q4_0, dtype.Q4_1, dtype.Q4_Z, dtype.Q5_0, dtype.Q5_1, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K}
+var quantTypes = []dtype.DType{dtype.Q8_0, dtype.Q4_0, dtype.Q4_1, dtype.Q4_Z, dtype.Q4_Z128, dtype.Q5_0, dtype.Q5_1, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K}
 
 // randRows returns rows × cols random weights of type t, with a spread of block
 // scales (rows of tiny and of large values) and some all-zero blocks.
 func randRows(rng *rand.Rand, t dtype.DType, rows, cols int) []byte {
-	if t == dtype.Q4_Z {
-		return randQ4_Z(rng, rows, cols)
+	if t == dtype.Q4_Z || t == dtype.Q4_Z128 {
+		return randZ(rng, t, rows, cols)
 	}
 	w := randVec(rng, rows*cols)
 	for r := range rows {
@@ -37,13 +37,18 @@ func randRows(rng *rand.Rand, t dtype.DType, rows, cols int) []byte {
 	return b
 }
 
-// randQ4_Z returns rows × cols random Q4_Z weights, which have no quantizer from
-// floats: random codes and zeros (the extremes 0 and 15 among them), a spread of row
-// scales, and some all-zero blocks (every code its zero).
-func randQ4_Z(rng *rand.Rand, rows, cols int) []byte {
-	nb := cols / q8Block
-	out := make([]byte, rows*nb*20)
-	codes := make([]uint8, q8Block)
+// randZ returns rows × cols random weights of Q4_Z or Q4_Z128, which have no
+// quantizer from floats: random codes and zeros (the extremes 0 and 15 among them), a
+// spread of row scales, and some all-zero blocks (every code its zero).
+func randZ(rng *rand.Rand, t dtype.DType, rows, cols int) []byte {
+	per, size := t.BlockSize(), t.BlockBytes()
+	nb := cols / per
+	out := make([]byte, rows*nb*size)
+	codes := make([]uint8, per)
+	encode := dtype.EncodeQ4_Z
+	if t == dtype.Q4_Z128 {
+		encode = dtype.EncodeQ4_Z128
+	}
 	for r := range rows {
 		scale := math.Exp(rng.NormFloat64()) / 8
 		for b := range nb {
@@ -57,7 +62,7 @@ func randQ4_Z(rng *rand.Rand, rows, cols int) []byte {
 				}
 			}
 			d := dtype.F32ToF16(float32(scale * (0.5 + rng.Float64())))
-			if err := dtype.EncodeQ4_Z(out[(r*nb+b)*20:], d, z, codes); err != nil {
+			if err := encode(out[(r*nb+b)*size:], d, z, codes); err != nil {
 				panic(err)
 			}
 		}
@@ -116,8 +121,11 @@ func TestIntMulMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, typ := range quantTypes {
 		colsList := []int{32, 64, 896}
-		if typ.BlockSize() == kBlock {
+		switch typ.BlockSize() {
+		case kBlock:
 			colsList = []int{256, 768}
+		case z128Block:
+			colsList = []int{128, 384, 896}
 		}
 		for _, cols := range colsList {
 			for _, n := range []int{1, 2, 3, 4, 5, 8, 9, 13} {
@@ -229,8 +237,8 @@ func TestQ4_ZIsQ4_0WithZero8(t *testing.T) {
 func TestQ4_ZIsQ8_0(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	rows, cols := 37, 896
-	qz := randQ4_Z(rng, rows, cols)
-	q8, err := dtype.Q4_ZToQ8_0(qz)
+	qz := randZ(rng, dtype.Q4_Z, rows, cols)
+	q8, err := dtype.ZToQ8_0(dtype.Q4_Z, qz)
 	require.NoError(t, err)
 	z, err := NewMatrix(dtype.Q4_Z, rows, cols, qz)
 	require.NoError(t, err)

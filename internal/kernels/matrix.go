@@ -137,14 +137,12 @@ const chunkBytes = 4096
 // chunk of its blocks, the integer kernels for every activation row, a few rows per
 // call.
 func (m *Matrix) mulInt(a *Act, y []float32, ldy, r0, r1 int) {
-	q := &a.q32
-	if m.Type.BlockSize() == kBlock {
-		q = &a.q256
-	}
+	per := m.Type.BlockSize()
+	q := a.quant(per)
 	kern := intKernels(m.Type)
 	step := kern.rows()
 	gb := groupBlockBytes(m.Type)
-	blocks, per := m.blocks, m.Type.BlockSize()
+	blocks := m.blocks
 	chunk := blocks
 	if min(a.n, Group) > step {
 		chunk = max(1, chunkBytes/gb)
@@ -176,16 +174,27 @@ const RowGroup = rowGroup
 // batch around it. Prepare it once per input for each weight type that reads it; many
 // matrices may then read it concurrently.
 type Act struct {
-	x         []float32
-	n, cols   int
-	q32, q256 actQ
+	x               []float32
+	n, cols         int
+	q32, q128, q256 actQ
+}
+
+// quant is the activations quantised in blocks of per values (32, 128 or 256).
+func (a *Act) quant(per int) *actQ {
+	switch per {
+	case kBlock:
+		return &a.q256
+	case z128Block:
+		return &a.q128
+	}
+	return &a.q32
 }
 
 // Reset points a at n rows of cols values in x (row-major) and forgets any
 // preparation. It keeps its buffers.
 func (a *Act) Reset(x []float32, n, cols int) {
 	a.x, a.n, a.cols = x[:n*cols], n, cols
-	a.q32.ok, a.q256.ok = false, false
+	a.q32.ok, a.q128.ok, a.q256.ok = false, false, false
 }
 
 // N is the number of activation rows.
@@ -202,8 +211,11 @@ func (a *Act) Prepare(t dtype.DType) error {
 		return fmt.Errorf("kernels: %d columns are not a whole number of %s blocks", a.cols, t)
 	}
 	switch {
+	case isFloat(t): // the float kernels read x as it is (F8_E4M3_B128's 128-value blocks too)
 	case block == q8Block && !a.q32.ok:
 		a.q32.quantize(a, q8Block)
+	case block == z128Block && !a.q128.ok:
+		a.q128.quantize(a, z128Block)
 	case block == kBlock && !a.q256.ok:
 		a.q256.quantize(a, kBlock)
 	}

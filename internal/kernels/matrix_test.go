@@ -89,6 +89,7 @@ func TestNewMatrixErrors(t *testing.T) {
 		{dtype.Q8_0, 1, 48, buf, "whole number"},
 		{dtype.Q4_K, 1, 128, make([]byte, 72), "whole number"},
 		{dtype.Q6_K, 2, 256, make([]byte, 210), "needs 420 bytes"},
+		{dtype.Q4_Z128, 1, 192, make([]byte, 68), "whole number"},
 		{dtype.Q8_0, 2, 64, buf, "needs 136 bytes"},
 		{dtype.F32, 0, 4, nil, "matrix of 0"},
 	} {
@@ -102,6 +103,15 @@ func TestNewMatrixErrors(t *testing.T) {
 	require.NoError(t, a.Prepare(dtype.Q8_0))
 	require.ErrorContains(t, a.Prepare(dtype.Q4_K), "whole number")
 	require.ErrorContains(t, a.Prepare(dtype.Q6_K), "whole number")
+	require.ErrorContains(t, a.Prepare(dtype.Q4_Z128), "whole number")
+	// F8_E4M3_B128's blocks are 128 values too, but its kernels read the floats:
+	// nothing is quantised for it, while Q4_Z128 quantises per 128.
+	a.Reset(make([]float32, 256), 1, 256)
+	require.NoError(t, a.Prepare(dtype.F8_E4M3_B128))
+	require.False(t, a.q128.ok)
+	require.NoError(t, a.Prepare(dtype.Q4_Z128))
+	require.True(t, a.q128.ok)
+	require.False(t, a.q32.ok || a.q256.ok)
 }
 
 // TestAssemblyUsesAVX2Registers guards the generated code: AVX2 has 16 vector

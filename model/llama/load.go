@@ -101,11 +101,11 @@ func OpenTensors(path string) (*Tensors, error) {
 // Lookup returns a tensor's type, shape (outermost first: [rows, cols] for a matrix)
 // and bytes, which stay valid until Close. In a quantized Hugging Face checkpoint
 // (AWQ, GPTQ, compressed-tensors, FP8) the weight of a quantized linear layer is its
-// exact Q4_0, Q4_Z, Q8_0 or F8_E4M3_B128 repacking where one exists in input order
+// exact Q4_0, Q4_Z128, Q4_Z, Q8_0 or F8_E4M3_B128 repacking where one exists in input order
 // (hfquant.Scheme.Packed), else its dense F32 matrix (also for an act-order layer,
 // whose repacking has its columns permuted: a model loads that one, Lookup gives the
 // columns in input order), computed on each call; a malformed one is not found (Open
-// says why). Q4_Z and F8_E4M3_B128 are specula's own types: a GGUF writer refuses
+// says why). Q4_Z, Q4_Z128 and F8_E4M3_B128 are specula's own types: a GGUF writer refuses
 // them.
 func (t *Tensors) Lookup(name string) (typ dtype.DType, shape []int64, data []byte, ok bool) {
 	return t.src.lookup(name)

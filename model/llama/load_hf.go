@@ -200,7 +200,7 @@ func (h hfConfig) longRope(c *Config, rs hfRopeScaling) error {
 }
 
 // hfSource is a Hugging Face directory's tensors; a quantized linear layer's weight
-// (scheme q) is served as its exact Q4_0, Q4_Z, Q8_0 or F8_E4M3_B128 (FP8) repacking, else
+// (scheme q) is served as its exact Q4_0, Q4_Z128, Q4_Z, Q8_0 or F8_E4M3_B128 (FP8) repacking, else
 // its dense F32 matrix.
 type hfSource struct {
 	s *safetensors.Set
@@ -244,7 +244,7 @@ func (h hfSource) lookupChecked(name string) (found, error) {
 	return found{t: dtype.DType(1 << 30), shape: t.Shape, data: t.Data, ok: true, stored: int64(len(t.Data))}, nil // NewMatrix reports the type
 }
 
-// quantized returns a quantized layer's weight: its Q4_0, Q4_Z, Q8_0 or F8_E4M3_B128
+// quantized returns a quantized layer's weight: its Q4_0, Q4_Z128, Q4_Z, Q8_0 or F8_E4M3_B128
 // repacking where that is exact (hfquant.Scheme.Packed; an act-order layer's with its
 // inputs sorted by group, and the permutation), for the integer or FP8 kernels, else
 // its dense F32 matrix.

@@ -277,8 +277,8 @@ func TestFromQuantizedHF(t *testing.T) {
 					got, ok := out.Tensor(fmt.Sprintf("blk.%d.%s.weight", l, gg))
 					require.True(t, ok)
 					require.Equal(t, c.typ, got.Type)
-					if typ == dtype.Q4_Z { // AWQ runs as Q4_Z; the file holds its exact Q8_0 copy
-						want, err = dtype.Q4_ZToQ8_0(want)
+					if typ == dtype.Q4_Z || typ == dtype.Q4_Z128 { // AWQ runs as Q4_Z128 (or Q4_Z); the file holds its exact Q8_0 copy
+						want, err = dtype.ZToQ8_0(typ, want)
 						require.NoError(t, err)
 						typ = dtype.Q8_0
 					}

@@ -111,8 +111,8 @@ func int256Kernel(it intType, n int, c consts256) {
 		for h := range 2 {
 			f.half = h
 			switch it.name {
-			case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q5_0", "Q5_1":
-				block32AVX2(f, it.name, c)
+			case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q4_Z128", "Q5_0", "Q5_1":
+				block32AVX2(f, it.name, it.values, c)
 			case "Q4_K", "Q5_K":
 				blockKScaleMinAVX2(f, it.name == "Q5_K", c)
 			case "Q6_K":
@@ -180,10 +180,10 @@ func (f *frame256) newSums(init func(t int, v VecVirtual)) []VecVirtual {
 }
 
 // block32AVX2 is block32AVX512 for one half.
-func block32AVX2(f *frame256, name string, c consts256) {
+func block32AVX2(f *frame256, name string, per int, c consts256) {
 	codes, masks, mins, zeros, off := 32, -1, -1, -1, side32Off8
 	switch name {
-	case "Q4_Z":
+	case "Q4_Z", "Q4_Z128":
 		codes, zeros, off = 48, 32, -1
 	case "Q8_0":
 		off = -1 // signed codes: no offset
@@ -222,11 +222,11 @@ func block32AVX2(f *frame256, name string, c consts256) {
 			}
 		}
 	} else {
-		for p := range 4 {
+		for p := range per / 8 {
 			lo := f.nibbles(codes+64*p, false, maskAt(masks, 16*p), c)
 			f.dot(sums, lo, 4*p, c)
 			hi := f.nibbles(codes+64*p, true, maskAt(masks, 16*p+8), c)
-			f.dot(sums, hi, 16+4*p, c)
+			f.dot(sums, hi, per/2+4*p, c)
 		}
 	}
 	d := f.halves(0)

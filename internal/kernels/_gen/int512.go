@@ -50,6 +50,7 @@ var intTypes = []intType{
 	{"Q4_0", 288, 32, 8, false},
 	{"Q4_1", 320, 32, 8, false},
 	{"Q4_Z", 304, 32, 8, false},
+	{"Q4_Z128", 1072, 128, 8, false},
 	{"Q5_0", 352, 32, 8, false},
 	{"Q5_1", 384, 32, 8, false},
 	{"Q4_K", 2368, 256, 32, true},
@@ -290,8 +291,8 @@ func int512Kernel(it intType, n int, vnni bool, c consts512) {
 	}
 	f := intPrologue(fn, fmt.Sprintf("%s is the %s kernel of %s weights for %d activation rows.", fn, doc, it.name, n), n, it.kquant, vnni, c)
 	switch it.name {
-	case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q5_0", "Q5_1":
-		f.loop(it, func() { block32AVX512(f, it.name, c) })
+	case "Q8_0", "Q4_0", "Q4_1", "Q4_Z", "Q4_Z128", "Q5_0", "Q5_1":
+		f.loop(it, func() { block32AVX512(f, it.name, it.values, c) })
 	case "Q4_K", "Q5_K":
 		f.loop(it, func() { blockKScaleMinAVX512(f, it.name == "Q5_K", c) })
 	case "Q6_K":
@@ -420,16 +421,19 @@ func maskAt(base, off int) int {
 	return base + off
 }
 
-// block32AVX512 is one block of the 32-value types: the codes of 16 rows against each
-// activation row's 32 codes, the integer sum beginning at the offset of the side data
-// (or 0; for Q4_Z at z·(−Σx), each row's zero widened to its lane times the side
-// data's −Σx by a 16-bit multiply-add — |Σx| ≤ 32·127 fits —, with VNNI one
+// block32AVX512 is one block of the 32-value types (and of Q4_Z128, Q4_Z's
+// arithmetic for blocks of per = 128 values, the code bytes in 16 steps): the codes
+// of 16 rows against each activation row's per codes, the integer sum beginning at the offset of the side data
+// (or 0; for Q4_Z and Q4_Z128 at z·(−Σx), each row's zero widened to its lane times
+// the side data's −Σx by a 16-bit multiply-add — |Σx| ≤ 128·127 fits —, with VNNI one
 // VPDPWSSD of the word broadcast);
-// v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
-func block32AVX512(f *intFrame, name string, c consts512) {
+// v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v. Q4_Z128's VNNI kernels sum the high
+// nibbles unshifted (16 times the code) apart and shift the exact totals down by 4
+// once a block: the same integer sum, in fewer instructions.
+func block32AVX512(f *intFrame, name string, per int, c consts512) {
 	codes, masks, mins, zeros, off := 32, -1, -1, -1, side32Off8
 	switch name {
-	case "Q4_Z":
+	case "Q4_Z", "Q4_Z128":
 		codes, zeros, off = 48, 32, -1
 	case "Q8_0":
 		if off = side32Off128; !f.vnni {
@@ -478,16 +482,43 @@ func block32AVX512(f *intFrame, name string, c consts512) {
 			VPXORD(f.weight(32+64*p), sign, wv)
 			f.dot(sums, wv, 4*p, p)
 		}
+	} else if name == "Q4_Z128" && f.vnni {
+		// The high nibbles stay in place (16 times the code) in sums of their own,
+		// whose totals, exactly 16 times the sums of the codes, are shifted down once
+		// a block: two instructions a step unpack both nibbles, from the one load.
+		low4 := ZMM()
+		VPBROADCASTD(c.low4, low4)
+		his := newISums(f, nil)
+		for p := range per / 8 {
+			m := f.weight(codes + 64*p)
+			lo, hi := ZMM(), ZMM()
+			VPANDD(m, low4, lo)
+			f.dot(sums, lo, 4*p, p)
+			VPANDND(m, low4, hi) // ¬low4 ∧ m
+			f.dot(his, hi, per/2+4*p, p)
+		}
+		isum, hsum := sums.total(), his.total()
+		for t := range f.n {
+			VPSRAD(U8(4), hsum[t], hsum[t])
+			VPADDD(hsum[t], isum[t], isum[t])
+		}
+		finish32AVX512(f, isum, mins)
+		return
 	} else {
-		for p := range 4 {
+		for p := range per / 8 {
 			m := f.weight(codes + 64*p)
 			lo := nibbles(f, m, false, maskAt(masks, 16*p), c)
 			f.dot(sums, lo, 4*p, 2*p)
 			hi := nibbles(f, m, true, maskAt(masks, 16*p+8), c)
-			f.dot(sums, hi, 16+4*p, 2*p+1)
+			f.dot(sums, hi, per/2+4*p, 2*p+1)
 		}
 	}
-	isum := sums.total()
+	finish32AVX512(f, sums.total(), mins)
+}
+
+// finish32AVX512 ends a block of block32AVX512 from each row's integer sum:
+// v = isum·(d·dx) [+ m·(dx·Σx)]; acc + v.
+func finish32AVX512(f *intFrame, isum []VecVirtual, mins int) {
 	d := halves(f.weight(0))
 	var m VecVirtual
 	if mins >= 0 {

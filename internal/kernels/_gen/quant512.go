@@ -9,7 +9,7 @@ import (
 )
 
 // The activation quantizers, AVX-512: quantizeBlock of act8.go for a run of blocks of
-// 32 or 256 values, to the bit. Per block the largest magnitude, d = max/127 and
+// 32, 128 or 256 values, to the bit. Per block the largest magnitude, d = max/127 and
 // 127/max (0 for a block of zeros), codes rounded to nearest even and clamped to
 // ±127, packed to bytes, then the exact integer sums of the side data.
 
@@ -119,9 +119,10 @@ func quantKernel(size int, c quantConsts) {
 			MOVL(U32(0), side.Offset(4*w))
 		}
 		// Codes 16 at a time, and the sums of the side data (act8.go) as they come: for
-		// 32-value blocks the offsets and d·Σ, for 256-value blocks Σ per 32 (16 bits
-		// each, two to a word), −32·Σ per 16 and −Σ per 16 (16 bits each).
-		var pair GPVirtual
+		// 32- and 128-value blocks the offsets and d·Σ of the block's sum, for
+		// 256-value blocks Σ per 32 (16 bits each, two to a word), −32·Σ per 16 and −Σ
+		// per 16 (16 bits each).
+		var pair, tot GPVirtual
 		for i := range vecs {
 			q := ZMM()
 			VMULPS(x.Offset(64*i), idv, q)
@@ -130,25 +131,31 @@ func quantKernel(size int, c quantConsts) {
 			VPMAXSD_BCST(c.minus127, q, q)
 			VPMOVSDB(q, codes.Offset(16*i))
 			s := hsumD(q)
+			if size != 256 {
+				if i == 0 {
+					tot = GP32()
+					MOVL(s, tot)
+				} else {
+					ADDL(s, tot)
+				}
+				continue
+			}
 			if i%2 == 0 {
 				pair = GP32()
 				MOVL(s, pair)
 			} else {
 				ADDL(s, pair)
 			}
-			if size == 256 {
-				NEGL(s)
-				MOVW(s.As16(), side.Offset(negAt(i)))
-				SHLL(U8(5), s)
-				MOVL(s, side.Offset(4*(5+i)))
-			}
+			NEGL(s)
+			MOVW(s.As16(), side.Offset(negAt(i)))
+			SHLL(U8(5), s)
+			MOVL(s, side.Offset(4*(5+i)))
 			if i%2 == 1 {
-				if size == 32 {
-					offsets(side, pair, d)
-				} else {
-					MOVW(pair.As16(), side.Offset(sumAt(i/2)))
-				}
+				MOVW(pair.As16(), side.Offset(sumAt(i/2)))
 			}
+		}
+		if size != 256 {
+			offsets(side, tot, d)
 		}
 		ADDQ(U32(4*size), x.Base)
 		ADDQ(U32(size), codes.Base)
@@ -197,6 +204,7 @@ func negAt(g int) int { return 4*(21+g/2) + 2*(g%2) }
 func quant512Kernels() {
 	c := newQuantConsts()
 	quantKernel(32, c)
+	quantKernel(128, c)
 	quantKernel(256, c)
 }
 
@@ -303,6 +311,7 @@ func quant256Kernel(size int, c quant256Consts) {
 			MOVL(U32(0), side.Offset(4*w))
 		}
 		// 32 values at a time: four vectors of codes, their sums, packed to bytes.
+		var tot GPVirtual
 		for q := 0; q < vecs; q += 4 {
 			v := make([]VecVirtual, 4)
 			for i := range v {
@@ -320,9 +329,12 @@ func quant256Kernel(size int, c quant256Consts) {
 			pair := GP32()
 			MOVL(s0, pair)
 			ADDL(s1, pair)
-			if size == 32 {
-				offsets(side, pair, d)
-			} else {
+			switch {
+			case size != 256 && q == 0:
+				tot = pair
+			case size != 256:
+				ADDL(pair, tot)
+			default:
 				MOVW(pair.As16(), side.Offset(sumAt(q/4)))
 				for k, s := range []GPVirtual{s0, s1} {
 					NEGL(s)
@@ -340,6 +352,9 @@ func quant256Kernel(size int, c quant256Consts) {
 			VPERMD(ab, perm, ab)
 			VMOVDQU(ab, codes.Offset(8*q))
 		}
+		if size != 256 {
+			offsets(side, tot, d)
+		}
 		ADDQ(U32(4*size), x.Base)
 		ADDQ(U32(size), codes.Base)
 		ADDQ(U32(4*words), side.Base)
@@ -352,5 +367,6 @@ func quant256Kernel(size int, c quant256Consts) {
 func quant256Kernels() {
 	c := newQuant256Consts()
 	quant256Kernel(32, c)
+	quant256Kernel(128, c)
 	quant256Kernel(256, c)
 }

@@ -273,6 +273,7 @@ func intTypes() []intType {
 		{"Q4_0", 288, 32, 8, true, func(k *intFrame) { block32(k, 32, -1, -1, -1, 1, false) }},
 		{"Q4_1", 320, 32, 8, true, func(k *intFrame) { block32(k, 64, -1, 32, -1, -1, false) }},
 		{"Q4_Z", 304, 32, 8, true, func(k *intFrame) { block32(k, 48, -1, -1, 32, -1, false) }},
+		{"Q4_Z128", 1072, 128, 8, false, blockZ128},
 		{"Q5_0", 352, 32, 8, true, func(k *intFrame) { block32(k, 96, 32, -1, -1, 2, false) }},
 		{"Q5_1", 384, 32, 8, true, func(k *intFrame) { block32(k, 128, 64, 32, -1, -1, false) }},
 		{"Q4_K", 2368, 256, 32, false, func(k *intFrame) { blockKScaleMin(k, -1, 320) }},
@@ -439,6 +440,48 @@ func block32(k *intFrame, codes, masks, mins, zeros, off int, q8 bool) {
 	for t := range k.n {
 		k.p.put(xs[t][0], xs[t][1])
 	}
+}
+
+// blockZ128 is one block of Q4_Z128 (block32's arithmetic for Q4_Z over 128 values,
+// format32 in ../intdot_generic.go): per quarter q of the 16 rows, the 16 4-byte steps
+// of code bytes (low nibbles: values 4p+k, high nibbles: 64+4p+k) against the
+// activation rows' codes, loaded 16 at a time beside the 16 they pair with (the 128
+// codes of a row would take 8 registers each), then finish32 as Q4_Z's, whose side
+// words the 128-value activation blocks share.
+func blockZ128(k *intFrame) {
+	const codes, zeros = 48, 32
+	g := k.g
+	low4, fb := nibbleConsts(k, false, -1)
+	for q := range 4 {
+		fb.quarter(k, q)
+		var acc [intRows]iacc
+		for t := range k.n {
+			acc[t] = k.newAcc()
+		}
+		for c := range 4 {
+			var xs [intRows][2]V
+			for t := range k.n {
+				for h := range 2 {
+					xs[t][h] = k.p.get()
+					g.op("FMOVQ %d(%s), F%d", 16*c+64*h, xReg(t), xs[t][h])
+				}
+			}
+			for p := 4 * c; p < 4*c+4; p++ {
+				lo, hi := nibbleStep(k, fb, codes, -1, q, p, low4)
+				for t := range k.n {
+					k.dot(acc[t], lo, xs[t][0], p%4)
+					k.dot(acc[t], hi, xs[t][1], p%4)
+				}
+				k.p.put(lo, hi)
+			}
+			for t := range k.n {
+				k.p.put(xs[t][0], xs[t][1])
+			}
+		}
+		finish32(k, q, acc, -1, zeros, -1)
+	}
+	k.p.put(low4)
+	fb.release(k)
 }
 
 // nibbleConsts loads the constants of the 32-value types' unpacking: the low-nibble
