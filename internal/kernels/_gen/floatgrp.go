@@ -151,20 +151,7 @@ func floatKernel256(ft floatType, n int) {
 	JZ(LabelRef(fn + "_done"))
 	column(0, w)
 	Label(fn + "_done")
-	out := Mem{Base: Load(Param("out"), GP64())}
-	ldo := Load(Param("ldo"), GP64())
-	SHLQ(U8(2), ldo)
-	for t := range n {
-		for h := range 2 {
-			VADDPS(acc[1][h][t], acc[0][h][t], acc[0][h][t])
-			VMOVUPS(acc[0][h][t], out.Offset(32*h))
-		}
-		if t+1 < n {
-			ADDQ(ldo, out.Base)
-		}
-	}
-	VZEROUPPER()
-	RET()
+	storeSums256(acc, n)
 }
 
 func float512Kernels() {
@@ -324,6 +311,12 @@ func f8Kernel256(n int) {
 	SUBQ(U32(128), cols)
 	JMP(LabelRef(fn + "_block"))
 	Label(fn + "_done")
+	storeSums256(acc, n)
+}
+
+// storeSums256 ends an AVX2 float kernel: each row's two column-parity sums of its
+// two 8-lane halves added and stored to out, rows ldo floats apart.
+func storeSums256(acc [2][2][]VecVirtual, n int) {
 	out := Mem{Base: Load(Param("out"), GP64())}
 	ldo := Load(Param("ldo"), GP64())
 	SHLQ(U8(2), ldo)
