@@ -1,6 +1,7 @@
 package llama_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,7 +12,12 @@ import (
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/sharedtest"
+	"github.com/specula/specula/internal/spectest"
+	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 )
 
 // TestQuantizedSpecGreedyIdentical speculates for the act-order GPTQ gocoder-m (its
@@ -48,6 +54,34 @@ func TestQuantizedSpecGreedyIdentical(t *testing.T) {
 			}, true)
 			st := tm.KVStats()
 			assert.Equal(t, st.Blocks, st.FreeBlocks, "every block is back in the pool")
+		})
+	}
+}
+
+// TestQuantizedSampledDistribution samples two-token continuations from speculative
+// decoding of each repacked kind of quantized target — AWQ (Q4_Z128), act-order GPTQ
+// (Q4_Z128 with its inputs gathered), W4A16 (Q4_0), FP8 (F8_E4M3_B128) — drafted by
+// gocoder-s, and checks them by chi-square against the target's own distribution
+// (temperature 1, top-k 40, computed from the target's logits), drafts accepted and
+// rejected both.
+func TestQuantizedSampledDistribution(t *testing.T) {
+	d, err := draft.NewSmallModel(openCPU(t, sharedtest.Path(t, "models", "gocoder-s")))
+	require.NoError(t, err)
+	for _, name := range []string{"gocoder-m-awq", "gocoder-m-gptq", "gocoder-m-w4a16", "gocoder-s-fp8"} {
+		t.Run(name, func(t *testing.T) {
+			tm := openCPU(t, sharedtest.Path(t, "models", name))
+			tgt, err := target.NewLocal(tm)
+			require.NoError(t, err)
+			dec, err := spec.New(tgt, d, spec.Options{K: 3})
+			require.NoError(t, err)
+			vocab := tm.Info().VocabSize
+			logits := func(h []int32) []float32 {
+				seq, err := tm.NewSequence(context.Background())
+				require.NoError(t, err)
+				defer seq.Close()
+				return forward(t, seq, vocab, model.Batch{Tokens: h, Outputs: []int32{int32(len(h) - 1)}})
+			}
+			spectest.TwoTokens(t, dec, logits, vocab, []int32{2389, 9, 880}, sampler.Params{Temperature: 1.0, TopK: 40}, 1500)
 		})
 	}
 }

@@ -26,9 +26,8 @@ import (
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/internal/llamacpp"
-	"github.com/specula/specula/internal/reference"
 	"github.com/specula/specula/internal/sharedtest"
-	"github.com/specula/specula/internal/stattest"
+	"github.com/specula/specula/internal/spectest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/quantize"
@@ -699,46 +698,9 @@ func TestNewFamiliesSampledDistribution(t *testing.T) {
 			require.NoError(t, err)
 			dec, err := spec.New(tgt, d, spec.Options{K: 3})
 			require.NoError(t, err)
-			prompt := []int32{17, 4000, 256, 9}
-			params := sampler.Params{Temperature: 0.5, TopK: 20}
-			vocab := tm.Info().VocabSize
 			logits := func(h []int32) []float32 { return allLogits(t, tm, h)[len(h)-1] }
-			// The two-token continuations: the first token's top-k support, each with
-			// the second token's distribution after it (the rest of vocab² is zero).
-			first := reference.ContinuationsOf(logits, vocab, prompt, 1, params)
-			var support []int32
-			var want []float64
-			for a, pa := range first {
-				if pa > 0 {
-					h := append(slices.Clone(prompt), int32(a))
-					for _, pb := range reference.ContinuationsOf(logits, vocab, h, 1, params) {
-						want = append(want, pa*pb)
-					}
-					support = append(support, int32(a))
-				}
-			}
-			var accepted, drafted int
-			fit := stattest.Retest(1e-3, func(round int) stattest.Fit {
-				counts := make([]int, len(want))
-				for i := range draws {
-					req := spec.Request{Prompt: prompt, MaxTokens: 2, Sampling: params}
-					req.Sampling.Seed = uint64(round*draws + i)
-					res, err := dec.Generate(context.Background(), req)
-					require.NoError(t, err)
-					require.Len(t, res.Tokens, 2)
-					a := slices.Index(support, res.Tokens[0])
-					require.GreaterOrEqual(t, a, 0, "a first token outside the target's top-k")
-					counts[a*vocab+int(res.Tokens[1])]++
-					accepted += res.Stats.Accepted
-					drafted += res.Stats.Drafted
-				}
-				return stattest.ChiSquare(counts, want)
-			})
-			assert.Zero(t, fit.Impossible, "a token the target never draws")
-			assert.Greater(t, fit.P, 1e-3, "chi-square %.1f on %d df", fit.Stat, fit.DF)
-			assert.Positive(t, accepted, "drafts accepted")
-			assert.Less(t, accepted, drafted, "drafts rejected")
-			t.Logf("%s: p=%.3f, drafted %d, accepted %d", shape, fit.P, drafted, accepted)
+			spectest.TwoTokens(t, dec, logits, tm.Info().VocabSize, []int32{17, 4000, 256, 9},
+				sampler.Params{Temperature: 0.5, TopK: 20}, draws)
 		})
 	}
 }
