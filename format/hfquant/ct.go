@@ -1,5 +1,7 @@
 package hfquant
 
+import "cmp"
+
 // compressed dequantizes a compressed-tensors pack-quantized layer: weight_packed
 // [out, ⌈in/p⌉] holds inputs p·c + j of output row o in slot j of word [o][c], each as
 // the unsigned code q + 2^(bits−1); weight_shape [2] = [out, in]; weight_scale
@@ -21,7 +23,7 @@ func (s *Scheme) compressed(r *reader) intLayer {
 	}
 	qw := r.tensor(".weight_packed", 2, "I32")
 	r.shape(qw, ".weight_packed", out, (in+per-1)/per)
-	g := cmpOr(grp.GroupSize, in)
+	g := cmp.Or(grp.GroupSize, in)
 	ng := (in + g - 1) / g
 	sc := r.tensor(".weight_scale", 2, "F16", "BF16", "F32")
 	r.shape(sc, ".weight_scale", out, ng)

@@ -3,6 +3,7 @@ package hfquant
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/safetensors"
@@ -48,11 +49,11 @@ func (s *Scheme) Quantized(src Source, prefix string) bool {
 // are prefix.qweight, prefix.scales, … as the scheme stores them. Errors name the
 // file, the tensor and the configuration key at fault.
 func (s *Scheme) Dense(src Source, prefix string) (Matrix, error) {
-	_, _, dense, err := s.read(src, prefix)
+	l, err := s.read(src, prefix)
 	if err != nil {
 		return Matrix{}, err
 	}
-	return dense(), nil
+	return l.dense(), nil
 }
 
 // integer reads an integer-coded layer (GPTQ, AWQ, compressed-tensors) as its codes
@@ -113,7 +114,7 @@ func (r *reader) tensor(suffix string, dims int, types ...string) *safetensors.T
 		r.failf(suffix, "missing")
 		return nil
 	}
-	if !hasType(t.TypeName, types) {
+	if !slices.Contains(types, t.TypeName) {
 		r.failf(suffix, "type %s, want %v", t.TypeName, types)
 		return nil
 	}
@@ -127,34 +128,12 @@ func (r *reader) tensor(suffix string, dims int, types ...string) *safetensors.T
 			return nil
 		}
 	}
-	if int64(len(t.Data)) != t.Elements()*typeSize(t.TypeName) {
+	if bits, _ := safetensors.TypeBits(t.TypeName); int64(len(t.Data))*8 != t.Elements()*bits {
 		r.failf(suffix, "%d bytes for shape %v of %s", len(t.Data), t.Shape, t.TypeName)
 		return nil
 	}
 	r.stored += int64(len(t.Data))
 	return t
-}
-
-// typeSize is the bytes of one value of the types the formats use.
-func typeSize(name string) int64 {
-	switch name {
-	case "I64":
-		return 8
-	case "I32", "F32":
-		return 4
-	case "F16", "BF16":
-		return 2
-	}
-	return 1
-}
-
-func hasType(name string, types []string) bool {
-	for _, t := range types {
-		if t == name {
-			return true
-		}
-	}
-	return false
 }
 
 // shape checks that tensor t (named by suffix) has the given shape.

@@ -58,6 +58,12 @@ func (l fp8Weights) dense() Matrix {
 	return Matrix{Rows: l.out, Cols: l.in, Data: w, Stored: l.stored}
 }
 
+// packing is the layer as F8_E4M3_B128 where that holds it (see pack).
+func (l fp8Weights) packing() (Packing, bool) {
+	data, ok := l.pack()
+	return Packing{Type: dtype.F8_E4M3_B128, Data: data, Rows: l.out, Cols: l.in, Stored: l.stored}, ok
+}
+
 // pack lays the layer out as dtype.F8_E4M3_B128 — each row's 128-value runs with the
 // scale of the block they lie in — when that type holds it exactly: every run of 128
 // inputs lies in one scale block (in a multiple of 128 and bk a multiple of 128, or

@@ -1,5 +1,7 @@
 package hfquant
 
+import "cmp"
+
 // gptq dequantizes a GPTQ layer: qweight [in/p, out] packs input rows p·r + j of
 // output column o in slot j of word [r][o] (p = 32/bits codes a word, low bits first);
 // qzeros [in/g, out/p] packs output columns p·c + j in slot j; scales [in/g, out].
@@ -18,7 +20,7 @@ func (s *Scheme) gptq(r *reader) intLayer {
 	if out%per != 0 {
 		r.failf(".qweight", "%d output columns do not divide into words of %d codes (bits %d)", out, per, s.Bits)
 	}
-	ng := r.groups(in, cmpOr(s.GroupSize, in), ".qweight", "group_size")
+	ng := r.groups(in, cmp.Or(s.GroupSize, in), ".qweight", "group_size")
 	qz := r.tensor(".qzeros", 2, "I32")
 	r.shape(qz, ".qzeros", ng, out/per)
 	sc := r.tensor(".scales", 2, "F16", "BF16", "F32")
@@ -110,13 +112,6 @@ func transpose[T any](v []T, rows, cols int) []T {
 	return out
 }
 
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
-}
-
 // awqReverse is AutoAWQ's AWQ_REVERSE_ORDER: column 8c + k of a GEMM word is in
 // slot awqReverse(k).
 func awqReverse(k int) int { return [8]int{0, 4, 1, 5, 2, 6, 3, 7}[k] }
@@ -131,7 +126,7 @@ func (s *Scheme) awq(r *reader) intLayer {
 		return intLayer{}
 	}
 	in, out := int(qw.Shape[0]), int(qw.Shape[1])*8
-	g := cmpOr(s.GroupSize, in)
+	g := cmp.Or(s.GroupSize, in)
 	ng := r.groups(in, g, ".qweight", "group_size")
 	qz := r.tensor(".qzeros", 2, "I32")
 	r.shape(qz, ".qzeros", ng, out/8)

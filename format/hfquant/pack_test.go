@@ -1,6 +1,7 @@
 package hfquant
 
 import (
+	"cmp"
 	"math/rand/v2"
 
 	"github.com/specula/specula/format/dtype"
@@ -56,7 +57,7 @@ const pre = "model.layers.0.mlp.up_proj"
 // randomCodes draws an out × in layer of groups of g inputs (0: one group), its
 // groups shuffled when shuffle is set, and its dense values (q − z) · s in float64.
 func randomCodes(rng *rand.Rand, bits, out, in, g int, shuffle bool) (Codes, Matrix) {
-	g = cmpOr(g, in)
+	g = cmp.Or(g, in)
 	ng := (in + g - 1) / g
 	c := Codes{Rows: out, Cols: in, Groups: ng, Bits: bits, GroupSize: g,
 		Q: codes(rng, out*in, bits), Zero: codes(rng, out*ng, bits), Scale: f16Scales(rng, out*ng)}

@@ -69,28 +69,29 @@ func (l intLayer) dense() Matrix {
 // dtype.Dequantize of the bytes, its columns put back in input order, equals Dense's
 // values bit for bit; the kernels still round activations to 8 bits.
 func (s *Scheme) Packed(src Source, prefix string) (Packing, bool, error) {
-	p, ok, _, err := s.read(src, prefix)
-	return p, ok, err
+	l, err := s.read(src, prefix)
+	if err != nil {
+		return Packing{}, false, err
+	}
+	p, ok := l.packing()
+	return p, ok, nil
 }
 
-// read reads the linear layer prefix once: its exact packing, if one holds it (ok),
-// and how to expand it to its dense values.
-func (s *Scheme) read(src Source, prefix string) (p Packing, ok bool, dense func() Matrix, err error) {
+// decoded is a linear layer decoded once from its stored tensors: its exact packing,
+// where a type holds it, and its dense values.
+type decoded interface {
+	packing() (Packing, bool)
+	dense() Matrix
+}
+
+// read decodes the linear layer prefix once.
+func (s *Scheme) read(src Source, prefix string) (decoded, error) {
 	if s.Method == FP8 {
 		r := &reader{src: src, prefix: prefix}
 		l := s.fp8(r)
-		if r.err != nil {
-			return Packing{}, false, nil, r.err
-		}
-		data, ok := l.pack()
-		return Packing{Type: dtype.F8_E4M3_B128, Data: data, Rows: l.out, Cols: l.in, Stored: l.stored}, ok, l.dense, nil
+		return l, r.err
 	}
-	l, err := s.integer(src, prefix)
-	if err != nil {
-		return Packing{}, false, nil, err
-	}
-	p, ok = l.packing()
-	return p, ok, l.dense, nil
+	return s.integer(src, prefix)
 }
 
 // Load returns the linear layer prefix as a loader takes it in, each layer decoded
@@ -99,11 +100,14 @@ func (s *Scheme) read(src Source, prefix string) (p Packing, ok bool, dense func
 // for the integer formats, act-order layers with their Perm; F8_E4M3_B128 for FP8),
 // else its dense float32 values ([Scheme.Dense]) as F32, in input order (Perm nil).
 func (s *Scheme) Load(src Source, prefix string) (Packing, error) {
-	p, ok, dense, err := s.read(src, prefix)
-	if err != nil || ok {
-		return p, err
+	l, err := s.read(src, prefix)
+	if err != nil {
+		return Packing{}, err
 	}
-	m := dense()
+	if p, ok := l.packing(); ok {
+		return p, nil
+	}
+	m := l.dense()
 	data, err := dtype.Encode(dtype.F32, m.Data)
 	if err != nil {
 		return Packing{}, err

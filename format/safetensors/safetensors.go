@@ -266,6 +266,14 @@ func checkOverlap(entries []entry) error {
 
 // lookupType returns the dtype counterpart of a safetensors type name (unsupported when
 // there is none) and the size of one value in bits.
+// TypeBits is the bits one element of the safetensors dtype name takes (ok false
+// for a name safetensors does not define): the one table of element sizes, for
+// readers and writers of tensors outside a parsed file.
+func TypeBits(name string) (bits int64, ok bool) {
+	_, bits, ok = lookupType(name)
+	return bits, ok
+}
+
 func lookupType(name string) (dtype.DType, int64, bool) {
 	switch name {
 	case "F64":

@@ -58,6 +58,23 @@ func TestQuantizedSpecGreedyIdentical(t *testing.T) {
 	}
 }
 
+// TestQuantizedKindsGreedyIdentical speculates for the other repacked kinds of
+// quantized target — AWQ (Q4_Z128), W4A16 (Q4_0), FP8 (F8_E4M3_B128) — with a
+// gocoder-s chain and n-gram lookup on the CPU: greedy output equal to plain greedy
+// decoding of the same target, token for token.
+func TestQuantizedKindsGreedyIdentical(t *testing.T) {
+	chain, err := draft.NewSmallModel(openCPU(t, sharedtest.Path(t, "models", "gocoder-s")))
+	require.NoError(t, err)
+	for _, name := range []string{"gocoder-m-awq", "gocoder-m-w4a16", "gocoder-s-fp8"} {
+		t.Run(name, func(t *testing.T) {
+			checkGreedyIdentical(t, openCPU(t, sharedtest.Path(t, "models", name)), []drafterCase{
+				{"s-chain-k4", chain, 4},
+				{"ngram-k5", lookup.NGram{}, 5},
+			}, true)
+		})
+	}
+}
+
 // TestQuantizedSampledDistribution samples two-token continuations from speculative
 // decoding of each repacked kind of quantized target — AWQ (Q4_Z128), act-order GPTQ
 // (Q4_Z128 with its inputs gathered), W4A16 (Q4_0), FP8 (F8_E4M3_B128) — drafted by

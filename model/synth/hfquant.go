@@ -249,7 +249,8 @@ func quantEntries(prefix string, f Format, rows, cols int, rng *rand.Rand) ([]sa
 		for _, d := range sp.shape {
 			n *= d
 		}
-		size := n * map[string]int64{"I32": 4, "F16": 2, "I64": 8}[sp.typ]
+		bits, _ := safetensors.TypeBits(sp.typ)
+		size := n * bits / 8
 		out[i] = safetensors.Entry{Name: prefix + sp.suffix, TypeName: sp.typ, Shape: sp.shape, Size: size, WriteTo: func(w io.Writer) error {
 			if encoded == nil {
 				var err error
