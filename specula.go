@@ -29,7 +29,7 @@
 // [Engine.Metrics] a Prometheus collector. The lower-level [spec.Decoder] is there
 // too ([Engine.Decoder]).
 //
-// The target runs on the CPU unless [Config.Backend] names another (backend/cuda's
+// The target runs on the CPU unless [Config.Backend] names another (package gpu's
 // for a GPU: only a program that imports that package carries the CUDA loader).
 // [NewEngine] serves any [model.Model] (a model of one's own) the same way; package
 // server serves engines over HTTP with OpenAI's API.
@@ -102,8 +102,8 @@ type Config struct {
 	// GOMAXPROCS).
 	MaxSequences int
 	// Backend makes what runs the target; nil runs it on the CPU (backend/cpu, with
-	// Threads threads). For a GPU, open a device with package backend/cuda and pass
-	// cuda.Factory(dev, cuda.BackendOptions{}): that package loads the CUDA libraries
+	// Threads threads). For a GPU, open a device with package gpu and pass
+	// gpu.Factory(dev, gpu.BackendOptions{}): that package loads the CUDA libraries
 	// at run time, so only programs that import it carry the loader. Draft models and
 	// heads run on the CPU.
 	Backend backend.Factory

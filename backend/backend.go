@@ -2,12 +2,12 @@
 // model/llama, written once) and what runs it: the handful of operations a
 // transformer layer needs, on weights and key/value memory that the backend keeps in
 // its own form. The CPU backend (backend/cpu) runs them with the SIMD kernels on host
-// memory; the CUDA backend (backend/cuda) on a GPU. A new weight type, architecture or
+// memory; the CUDA backend (package gpu) on a GPU. A new weight type, architecture or
 // output is written once in model/llama against these operations, and each backend
 // only learns the operations it lacks.
 //
 // A model does not choose its backend: it is given a [Factory] (cpu.Factory,
-// cuda.Factory), which it calls with its shape once it has read that from its file.
+// gpu.Factory), which it calls with its shape once it has read that from its file.
 // So model/llama imports neither backend, and a program that never asks for a GPU
 // carries no CUDA loader.
 //

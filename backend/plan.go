@@ -6,8 +6,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/kvcache"
-	"github.com/specula/specula/model"
 )
 
 // Plan describes one pass: its rows (one per token, the sequences one after another)
@@ -110,7 +110,7 @@ func (p *Plan) Reset() {
 // that held base positions before it and whose books kv (and sliding, its books in
 // the sliding layers' pool; nil: none) already hold the batch. The batch's output
 // rows among them write to logits, its states to b.Hidden.
-func (p *Plan) Add(kv, sliding *kvcache.Seq, base int, b model.Batch, lo, hi int, logits []float32) {
+func (p *Plan) Add(kv, sliding *kvcache.Seq, base int, b batch.Batch, lo, hi int, logits []float32) {
 	if len(p.ExtraOff) == 0 {
 		p.ExtraOff = append(p.ExtraOff, 0)
 	}
@@ -153,7 +153,7 @@ func (p *Plan) Add(kv, sliding *kvcache.Seq, base int, b model.Batch, lo, hi int
 
 // addStates appends the states batch b asks of its tokens [lo, hi), which are the
 // plan's rows from row0 on.
-func (p *Plan) addStates(b model.Batch, lo, hi, row0 int) {
+func (p *Plan) addStates(b batch.Batch, lo, hi, row0 int) {
 	width := b.StateWidth(p.Dim)
 	for r, o := range b.States {
 		if int(o) < lo || int(o) >= hi {
@@ -221,7 +221,7 @@ func (p *Plan) Rotation(local bool) ([]float32, error) {
 
 // appendPath appends the cache positions of node i's ancestors in the batch, root
 // first, and of node i itself, for a batch appended at base.
-func appendPath(dst []int32, t model.Tree, i, base int) []int32 {
+func appendPath(dst []int32, t batch.Tree, i, base int) []int32 {
 	start := len(dst)
 	for a := int32(i); a >= 0; a = t.Parent(int(a)) {
 		dst = append(dst, int32(base)+a)

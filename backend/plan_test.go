@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/kvcache"
-	"github.com/specula/specula/model"
 )
 
 // slotStore is a storage that copies nothing: the plan tests only read the books.
@@ -26,10 +26,10 @@ func TestPlanAdd(t *testing.T) {
 	a, b := pool.NewSeq(), pool.NewSeq()
 	require.NoError(t, a.Grow([]int32{9, 9, 9}))
 	require.NoError(t, b.Grow([]int32{8, 8, 8, 8, 8}))
-	chain := model.Batch{Tokens: []int32{1, 2, 3}, Outputs: []int32{2, 0}}
-	tree, err := model.NewTree([]int32{-1, 0, 0, 2})
+	chain := batch.Batch{Tokens: []int32{1, 2, 3}, Outputs: []int32{2, 0}}
+	tree, err := batch.NewTree([]int32{-1, 0, 0, 2})
 	require.NoError(t, err)
-	branch := model.Batch{Tokens: []int32{4, 5, 6, 7}, Tree: tree, Outputs: []int32{3}}
+	branch := batch.Batch{Tokens: []int32{4, 5, 6, 7}, Tree: tree, Outputs: []int32{3}}
 	require.NoError(t, a.Grow(chain.Tokens))
 	require.NoError(t, b.Grow(branch.Tokens))
 	la, lb := make([]float32, 2*10), make([]float32, 10)

@@ -115,7 +115,7 @@ type Session interface {
 // Proposal is a draft: tokens, and the distribution each was drawn from. It is a tree
 // of alternative continuations, and a chain — each token following the one before —
 // when Parents is nil. The decoder checks a proposal once, when it is made, and hands
-// it on checked (as a [model.Tree] and a [sampler.Draft]) to the target and the
+// it on checked (as a [batch.Tree] and a [sampler.Draft]) to the target and the
 // acceptance rule.
 type Proposal struct {
 	// Tokens are the drafted tokens, in order.
@@ -133,7 +133,7 @@ type Proposal struct {
 	Dists [][]float32
 	// Parents, when not nil, makes the proposal a tree: token i follows token
 	// Parents[i], or the history when Parents[i] is -1; parents come first (see
-	// [model.NewTree]). There is then one parent per token.
+	// [batch.NewTree]). There is then one parent per token.
 	Parents []int32
 }
 

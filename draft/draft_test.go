@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
@@ -161,7 +162,7 @@ type countingSeq struct {
 	n *int
 }
 
-func (s *countingSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *countingSeq) Forward(ctx context.Context, b batch.Batch, logits []float32) error {
 	*s.n += len(b.Tokens)
 	return s.Sequence.Forward(ctx, b, logits)
 }

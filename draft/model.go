@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
@@ -101,7 +102,7 @@ func (d *SmallModel) Start(ctx context.Context, req Request) (Session, error) {
 	// Prefill the prompt but its last token, which the first proposal forwards.
 	if len(req.Prompt) > 1 {
 		if cl := d.info.ContextLength; cl == 0 || len(req.Prompt) <= cl {
-			switch err := seq.Forward(ctx, model.Batch{Tokens: req.Prompt[:len(req.Prompt)-1]}, nil); {
+			switch err := seq.Forward(ctx, batch.Batch{Tokens: req.Prompt[:len(req.Prompt)-1]}, nil); {
 			case err == nil:
 				s.held = append(s.held, req.Prompt[:len(req.Prompt)-1]...)
 				s.seen = len(req.Prompt) - 1
@@ -153,7 +154,7 @@ type modelSession struct {
 
 	// Tree drafting scratch.
 	parents     []int32
-	shape       model.Tree // parents, checked
+	shape       batch.Tree // parents, checked
 	qrows       [][]float32
 	tlogits     []float32
 	outs        []int32
@@ -164,7 +165,7 @@ type modelSession struct {
 
 func (s *modelSession) forward(ctx context.Context, tokens []int32) error {
 	s.out[0] = int32(len(tokens) - 1)
-	if err := s.seq.Forward(ctx, model.Batch{Tokens: tokens, Outputs: s.out}, s.logits); err != nil {
+	if err := s.seq.Forward(ctx, batch.Batch{Tokens: tokens, Outputs: s.out}, s.logits); err != nil {
 		return fmt.Errorf("draft: draft model %q: %w", s.d.info.Name, err)
 	}
 	return nil
@@ -335,7 +336,7 @@ func (s *modelSession) proposeTree(ctx context.Context, history []int32, n int, 
 		s.outs = append(s.outs[:0], s.level...)
 		err := s.shape.Set(s.parents)
 		if err == nil {
-			err = s.seq.Forward(ctx, model.Batch{Tokens: s.toks, Tree: s.shape, Outputs: s.outs}, s.tlogits)
+			err = s.seq.Forward(ctx, batch.Batch{Tokens: s.toks, Tree: s.shape, Outputs: s.outs}, s.tlogits)
 		}
 		if terr := s.seq.Truncate(base); err == nil && terr != nil {
 			err = terr

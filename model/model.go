@@ -7,12 +7,9 @@
 // A sequence can be truncated back to any earlier length (the rollback of a rejected
 // draft), and after a tree-shaped forward it can keep just one root-to-leaf path.
 //
-// A batch's shape is a [Tree], a parent list checked once: token i of a [Batch] hangs
-// below token Parent(i) of the same batch, or below the last token already in the
-// sequence when that is -1. A token at depth d of the tree takes position Len()+d, and
-// attends to everything already in the sequence plus its own ancestors in the batch and
-// itself. A chain is the tree in which every token's parent is the token before it; the
-// zero Tree means exactly that.
+// The rows of a forward call and their shape — a chain, or a tree of drafted tokens —
+// are package batch's vocabulary ([batch.Batch], [batch.Tree]), which the backends and
+// the sampler share.
 package model
 
 import (
@@ -21,6 +18,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/kvcache"
 )
 
@@ -35,14 +33,14 @@ type Info struct {
 	// ContextLength is the largest number of positions a sequence may hold; 0 means
 	// the model sets no limit.
 	ContextLength int
-	// HiddenSize is the width of the hidden states the model gives ([Batch.States]);
+	// HiddenSize is the width of the hidden states the model gives ([batch.Batch.States]);
 	// 0 means it gives none.
 	HiddenSize int
 	// Layers is the number of layers whose residual streams a batch may ask for
-	// ([Batch.StateLayers]).
+	// ([batch.Batch.StateLayers]).
 	Layers int
 	// InputSize is the width of the vector the model takes beside each token
-	// ([Batch.Inputs]), as a draft layer takes the target's hidden state; 0 for a
+	// ([batch.Batch.Inputs]), as a draft layer takes the target's hidden state; 0 for a
 	// model of tokens alone.
 	InputSize int
 }
@@ -67,42 +65,9 @@ type Model interface {
 // buffer its logits go to, as in [Sequence.Forward].
 type Work struct {
 	Seq    Sequence
-	Batch  Batch
+	Batch  batch.Batch
 	Logits []float32
 }
-
-// Batch is the input of one forward call.
-type Batch struct {
-	// Tokens are the new tokens, appended to the sequence in this order.
-	Tokens []int32
-	// Tree is the batch's shape: token i hangs below token Tree.Parent(i) of the
-	// batch, or continues the tokens already in the sequence when that is -1. The
-	// zero Tree is a chain; any other must have one node per token.
-	Tree Tree
-	// Outputs lists the indices in Tokens whose next-token logits are wanted. Row r of
-	// the logits written by Forward belongs to Tokens[Outputs[r]]. Empty means none,
-	// as in a prefill whose last token is forwarded later.
-	Outputs []int32
-	// States lists the indices in Tokens whose hidden states are wanted: the final
-	// normed hidden state — the input of the output layer, what draft heads read —
-	// from the same pass, at no extra cost. Row r of Hidden belongs to
-	// Tokens[States[r]]. A model whose Info.HiddenSize is 0 refuses a batch that asks.
-	States []int32
-	// StateLayers, when set, adds to each state row the residual stream after each of
-	// these layers (0-based, ascending), in front of the final state: a row then holds
-	// (len(StateLayers)+1)·HiddenSize values. (EAGLE-3 heads read three layers.)
-	StateLayers []int32
-	// Hidden receives the state rows.
-	Hidden []float32
-	// Inputs holds, for a model whose Info.InputSize is not 0, the vector it takes
-	// beside each token: len(Tokens)·InputSize values, token after token. Other
-	// models take none.
-	Inputs []float32
-}
-
-// StateWidth is the number of values of one row of Hidden for a batch of a model
-// with the given hidden size.
-func (b *Batch) StateWidth(hiddenSize int) int { return (len(b.StateLayers) + 1) * hiddenSize }
 
 // Sequence is one request's state in a model: the tokens forwarded so far and whatever
 // the model keeps for them. A sequence is not safe for concurrent use.
@@ -113,7 +78,7 @@ type Sequence interface {
 	// b.Outputs to logits, one row of VocabSize values per output, in order. logits
 	// must hold at least len(b.Outputs)*VocabSize values. On error the sequence is
 	// left as it was before the call.
-	Forward(ctx context.Context, b Batch, logits []float32) error
+	Forward(ctx context.Context, b batch.Batch, logits []float32) error
 	// Truncate drops every token from position n on, so that Len() == n.
 	Truncate(n int) error
 	// Retain keeps, of the tokens from position from on, only those at the offsets
@@ -170,7 +135,7 @@ var ErrClosed = errors.New("model: sequence is closed")
 // described by info, whose logits go to a buffer of logitsLen values. Implementations
 // of [Sequence] call it first so that every runtime rejects the same inputs with the
 // same errors.
-func CheckBatch(b Batch, seqLen int, info Info, logitsLen int) error {
+func CheckBatch(b batch.Batch, seqLen int, info Info, logitsLen int) error {
 	n, vocab := len(b.Tokens), info.VocabSize
 	if info.ContextLength > 0 && seqLen+n > info.ContextLength {
 		return fmt.Errorf("%w: %d tokens held + %d new > context length %d", ErrContextFull, seqLen, n, info.ContextLength)
@@ -209,7 +174,7 @@ func checkRows(what string, rows []int32, n int) error {
 }
 
 // checkStates checks a batch's request for hidden states.
-func checkStates(b Batch, info Info) error {
+func checkStates(b batch.Batch, info Info) error {
 	if len(b.States) == 0 {
 		return nil
 	}
@@ -261,27 +226,6 @@ func CheckRetain(from int, keep []int32, seqLen int) error {
 		if i > 0 && k <= keep[i-1] {
 			return fmt.Errorf("model: retain offset %d at index %d does not follow %d in ascending order", k, i, keep[i-1])
 		}
-	}
-	return nil
-}
-
-// PathOf reports whether keep is a path from a root of the tree with the given parent
-// list (nil for a chain, whose paths are the prefixes 0, 1, …): keep[0] has parent -1
-// and each next index is a child of the one before.
-func PathOf(keep, parents []int32) error {
-	prev := int32(-1)
-	for i, k := range keep {
-		if k < 0 || (parents != nil && int(k) >= len(parents)) {
-			return fmt.Errorf("model: path index %d at position %d is outside the tree", k, i)
-		}
-		parent := k - 1
-		if parents != nil {
-			parent = parents[k]
-		}
-		if parent != prev {
-			return fmt.Errorf("model: path index %d at position %d is not a child of %d", k, i, prev)
-		}
-		prev = k
 	}
 	return nil
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/specula/specula/model"
+	"github.com/specula/specula/batch"
 )
 
 // Draft is a draft as an acceptance rule reads it: the drafted tokens, the
@@ -12,12 +12,12 @@ import (
 // once, against a vocabulary, so that the rules read it without checking it again.
 // The zero Draft is the empty draft, which makes a step plain decoding.
 //
-// A chain is the tree whose shape is the zero [model.Tree]: token i follows token
+// A chain is the tree whose shape is the zero [batch.Tree]: token i follows token
 // i−1, and the first follows the history.
 type Draft struct {
 	tokens []int32
 	q      [][]float32
-	tree   model.Tree
+	tree   batch.Tree
 	vocab  int
 }
 
@@ -36,7 +36,7 @@ type Draft struct {
 // independent draws (with replacement) for the exact rule to stay exact.
 //
 // d keeps the slices, not copies: they must not change while d is in use.
-func (d *Draft) Set(vocab int, tokens []int32, q [][]float32, tree model.Tree) error {
+func (d *Draft) Set(vocab int, tokens []int32, q [][]float32, tree batch.Tree) error {
 	d.Reset()
 	if err := checkDraft(vocab, tokens, q, tree); err != nil {
 		return err
@@ -45,7 +45,7 @@ func (d *Draft) Set(vocab int, tokens []int32, q [][]float32, tree model.Tree) e
 	return nil
 }
 
-func checkDraft(vocab int, tokens []int32, q [][]float32, tree model.Tree) error {
+func checkDraft(vocab int, tokens []int32, q [][]float32, tree batch.Tree) error {
 	if !tree.Chain() && tree.Len() != len(tokens) {
 		return fmt.Errorf("sampler: a tree of %d nodes for %d tokens", tree.Len(), len(tokens))
 	}
@@ -101,7 +101,7 @@ func (d *Draft) Len() int { return len(d.tokens) }
 func (d *Draft) Tokens() []int32 { return d.tokens }
 
 // Tree returns the draft's shape; the zero Tree for a chain.
-func (d *Draft) Tree() model.Tree { return d.tree }
+func (d *Draft) Tree() batch.Tree { return d.tree }
 
 // Dists returns the distributions the tokens were drawn from, one row per token, or
 // nil when every token was chosen deterministically (see [Draft.Set]).

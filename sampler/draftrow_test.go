@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/stattest"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -23,7 +23,7 @@ type verdict struct {
 // a chain), after history, against the given rows of target logits.
 func step(t *testing.T, vocab int, history, tokens []int32, q [][]float32, parents []int32, logits [][]float32) sampler.Step {
 	t.Helper()
-	tree, err := model.NewTree(parents)
+	tree, err := batch.NewTree(parents)
 	require.NoError(t, err)
 	var d sampler.Draft
 	require.NoError(t, d.Set(vocab, tokens, q, tree))
@@ -131,9 +131,9 @@ func TestDraftRejectsImpossibleRows(t *testing.T) {
 		{"infinite entry", []float32{0, 1, float32(math.Inf(1))}, "sums to +Inf"},
 		{"not normalised", []float32{0.2, 0.2, 0.2}, "sums to 0.6"},
 	}
-	chain, err := model.NewTree(nil)
+	chain, err := batch.NewTree(nil)
 	require.NoError(t, err)
-	tree, err := model.NewTree([]int32{-1, 0, -1})
+	tree, err := batch.NewTree([]int32{-1, 0, -1})
 	require.NoError(t, err)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/stattest"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -139,7 +139,7 @@ func runOneStep(t *testing.T, c pair, rule sampler.Rule, n int, seed uint64) (co
 			}
 		}
 		tok[0] = x
-		require.NoError(t, d.Set(oneStepVocab, tok, q, model.Tree{}))
+		require.NoError(t, d.Set(oneStepVocab, tok, q, batch.Tree{}))
 		var next int32
 		path, next, err = s.Verify(sampler.Step{History: hist, Draft: d, Logits: rows}, path[:0])
 		require.NoError(t, err)

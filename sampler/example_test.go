@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/specula/specula/model"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/sampler"
 )
 
@@ -29,7 +29,7 @@ func ExampleSampler_Verify() {
 		log.Fatal(err)
 	}
 	var d sampler.Draft
-	if err := d.Set(3, []int32{1, 2}, nil, model.Tree{}); err != nil { // the zero Tree: a chain
+	if err := d.Set(3, []int32{1, 2}, nil, batch.Tree{}); err != nil { // the zero Tree: a chain
 		log.Fatal(err)
 	}
 	logits := [][]float32{
@@ -52,7 +52,7 @@ func ExampleSampler_Verify_tree() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	tree, err := model.NewTree([]int32{-1, -1, 1})
+	tree, err := batch.NewTree([]int32{-1, -1, 1})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/specula/specula/model"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/sampler"
 )
 
@@ -48,7 +48,7 @@ func FuzzProcess(f *testing.F) {
 			}
 		}
 		var d sampler.Draft
-		if d.Set(v, []int32{int32(hist) % int32(v)}, [][]float32{dst}, model.Tree{}) != nil {
+		if d.Set(v, []int32{int32(hist) % int32(v)}, [][]float32{dst}, batch.Tree{}) != nil {
 			return
 		}
 		path, next, err := s.Verify(sampler.Step{History: history, Draft: d, Logits: [][]float32{logits, logits}}, nil)

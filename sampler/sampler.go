@@ -5,7 +5,7 @@
 // same processing to the drafter's logits (q) and to the target's (p), and an
 // acceptance [Rule] then decides how much of a draft to keep. A draft is a tree of
 // alternative continuations ([Draft]); a chain is the tree whose shape is the zero
-// [model.Tree], and every rule judges both through one [Sampler.Verify]. The default
+// [batch.Tree], and every rule judges both through one [Sampler.Verify]. The default
 // rule, [Exact], is the rejection-sampling rule of Leviathan et al. and Chen et al.
 // (2023) in its multi-draft form: the emitted tokens are distributed exactly as if
 // they had been sampled from the target alone.

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/reference"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -237,8 +237,8 @@ func TestSampleEdgeCases(t *testing.T) {
 // fit the draft when it is judged.
 func TestMalformedDrafts(t *testing.T) {
 	row := []float32{0, 0}
-	tree := func(parents ...int32) model.Tree {
-		tr, err := model.NewTree(parents)
+	tree := func(parents ...int32) batch.Tree {
+		tr, err := batch.NewTree(parents)
 		require.NoError(t, err)
 		return tr
 	}
@@ -246,14 +246,14 @@ func TestMalformedDrafts(t *testing.T) {
 		name   string
 		tokens []int32
 		q      [][]float32
-		tree   model.Tree
+		tree   batch.Tree
 		want   string
 	}{
-		{"token beyond the vocabulary", []int32{0, 2}, nil, model.Tree{}, "drafted token 2 at position 1 is outside the vocabulary [0, 2)"},
-		{"negative token", []int32{-1}, nil, model.Tree{}, "drafted token -1"},
-		{"huge token", []int32{math.MaxInt32}, nil, model.Tree{}, "outside the vocabulary"},
-		{"too few distributions", []int32{0, 1}, [][]float32{{1, 0}}, model.Tree{}, "1 distributions for 2 tokens"},
-		{"too many distributions", []int32{0}, [][]float32{{1, 0}, {0, 1}}, model.Tree{}, "2 distributions for 1 tokens"},
+		{"token beyond the vocabulary", []int32{0, 2}, nil, batch.Tree{}, "drafted token 2 at position 1 is outside the vocabulary [0, 2)"},
+		{"negative token", []int32{-1}, nil, batch.Tree{}, "drafted token -1"},
+		{"huge token", []int32{math.MaxInt32}, nil, batch.Tree{}, "outside the vocabulary"},
+		{"too few distributions", []int32{0, 1}, [][]float32{{1, 0}}, batch.Tree{}, "1 distributions for 2 tokens"},
+		{"too many distributions", []int32{0}, [][]float32{{1, 0}, {0, 1}}, batch.Tree{}, "2 distributions for 1 tokens"},
 		{"tree of another size", []int32{0, 1}, nil, tree(-1), "a tree of 1 nodes for 2 tokens"},
 	}
 	for _, tt := range sets {
@@ -264,9 +264,9 @@ func TestMalformedDrafts(t *testing.T) {
 	}
 
 	var two sampler.Draft
-	require.NoError(t, two.Set(2, []int32{1, 0}, nil, model.Tree{}))
+	require.NoError(t, two.Set(2, []int32{1, 0}, nil, batch.Tree{}))
 	var wide sampler.Draft
-	require.NoError(t, wide.Set(3, []int32{2}, nil, model.Tree{}))
+	require.NoError(t, wide.Set(3, []int32{2}, nil, batch.Tree{}))
 	steps := []struct {
 		name string
 		rule sampler.Rule
@@ -327,7 +327,7 @@ func TestZeroAllocations(t *testing.T) {
 		require.NoError(t, s.Process(other, hist, q)) // q differs from p: drafts get rejected
 		x := s.Sample(q)
 		var d sampler.Draft
-		require.NoError(t, d.Set(v, []int32{x, x, x}, [][]float32{q, q, q}, model.Tree{}))
+		require.NoError(t, d.Set(v, []int32{x, x, x}, [][]float32{q, q, q}, batch.Tree{}))
 		history := append(make([]int32, 0, len(hist)+d.Len()), hist...) // room for the accepted path
 		st := sampler.Step{History: history, Draft: d, Logits: rows}
 		path := make([]int32, 0, d.Len())
@@ -359,7 +359,7 @@ func TestRuleNames(t *testing.T) {
 		next    int32
 	}{{1, []int32{0}, 0}, {2, nil, 1}} {
 		var d sampler.Draft
-		require.NoError(t, d.Set(3, []int32{tt.drafted}, nil, model.Tree{}))
+		require.NoError(t, d.Set(3, []int32{tt.drafted}, nil, batch.Tree{}))
 		path, next, err := s.Verify(sampler.Step{History: []int32{2}, Draft: d, Logits: rows}, nil)
 		require.NoError(t, err)
 		assert.Equal(t, tt.path, path, "drafted %d", tt.drafted)

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/stattest"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 )
 
@@ -79,7 +79,7 @@ func runSiblings(t *testing.T, c siblingCase, rule sampler.Rule, n int, seed uin
 			nodes[i], fixed = fixed[0], fixed[1:]
 		}
 	}
-	tree, err := model.NewTree(parents)
+	tree, err := batch.NewTree(parents)
 	require.NoError(t, err)
 	qc := cdf(c.q)
 	rng := rand.New(rand.NewPCG(seed, 7))

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/markov"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/sched"
 )
 
@@ -38,7 +38,7 @@ func TestChunk(t *testing.T) {
 			stream, err := m.NewSequence(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, tt.alone, m.Chunk(prefill), "beside an open sequence that streams nothing")
-			require.NoError(t, stream.Forward(ctx, model.Batch{Tokens: []int32{1}, Outputs: []int32{0}}, make([]float32, 5)))
+			require.NoError(t, stream.Forward(ctx, batch.Batch{Tokens: []int32{1}, Outputs: []int32{0}}, make([]float32, 5)))
 			assert.Equal(t, tt.shared, m.Chunk(prefill), "beside a streaming sequence")
 			assert.Equal(t, tt.alone, m.Chunk(stream), "the streaming sequence itself, alone")
 			require.NoError(t, stream.Close())

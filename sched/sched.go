@@ -19,6 +19,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/model"
 )
 
@@ -117,7 +118,7 @@ type sequence struct {
 
 func (s *sequence) Len() int { return s.inner.Len() }
 
-func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *sequence) Forward(ctx context.Context, b batch.Batch, logits []float32) error {
 	if s.closed {
 		return s.inner.Forward(ctx, b, logits) // the inner sequence's error
 	}

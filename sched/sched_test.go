@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sched"
@@ -49,7 +50,7 @@ type slowSeq struct {
 	c *countingModel
 }
 
-func (s *slowSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *slowSeq) Forward(ctx context.Context, b batch.Batch, logits []float32) error {
 	s.c.pass()
 	return s.Sequence.Forward(ctx, b, logits)
 }
@@ -71,7 +72,7 @@ func TestConcurrentForwardsShare(t *testing.T) {
 		require.NoError(t, err)
 		for j := range steps {
 			out := make([]float32, v)
-			require.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{int32((i + j) % v)}, Outputs: []int32{0}}, out))
+			require.NoError(t, s.Forward(ctx, batch.Batch{Tokens: []int32{int32((i + j) % v)}, Outputs: []int32{0}}, out))
 			want[i] = append(want[i], out)
 		}
 	}
@@ -86,7 +87,7 @@ func TestConcurrentForwardsShare(t *testing.T) {
 		wg.Go(func() {
 			for j := range steps {
 				out := make([]float32, v)
-				if err := seqs[i].Forward(ctx, model.Batch{Tokens: []int32{int32((i + j) % v)}, Outputs: []int32{0}}, out); err != nil {
+				if err := seqs[i].Forward(ctx, batch.Batch{Tokens: []int32{int32((i + j) % v)}, Outputs: []int32{0}}, out); err != nil {
 					t.Error(err)
 				}
 				got[i] = append(got[i], out)
@@ -107,11 +108,11 @@ func TestConcurrentForwardsShare(t *testing.T) {
 	assert.True(t, m.Streaming(nil), "one stream is open")
 	assert.False(t, m.Streaming(seqs[0]), "none besides the one asking")
 	before := inner.passes
-	require.NoError(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil))
+	require.NoError(t, seqs[0].Forward(ctx, batch.Batch{Tokens: []int32{1}}, nil))
 	assert.Equal(t, before+1, inner.passes, "alone, a sequence forwards on its own, at once")
 	assert.False(t, m.Streaming(nil), "a forward without logits is a prefill")
 	require.NoError(t, seqs[0].Close())
-	assert.Error(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1}}, nil), "closed")
+	assert.Error(t, seqs[0].Forward(ctx, batch.Batch{Tokens: []int32{1}}, nil), "closed")
 }
 
 // TestCancelledWhileWaiting checks that a forward whose context ends while it waits for
@@ -126,14 +127,14 @@ func TestCancelledWhileWaiting(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = a.Forward(ctx, model.Batch{Tokens: []int32{1}}, nil)
+	err = a.Forward(ctx, batch.Batch{Tokens: []int32{1}}, nil)
 	if err != nil {
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.Equal(t, 0, a.Len())
 	} else {
 		assert.Equal(t, 1, a.Len(), "taken into a pass before the cancellation was seen")
 	}
-	require.NoError(t, a.Forward(context.Background(), model.Batch{Tokens: []int32{2}}, nil), "the lead was handed on")
+	require.NoError(t, a.Forward(context.Background(), batch.Batch{Tokens: []int32{2}}, nil), "the lead was handed on")
 	require.NoError(t, b.Close())
 	require.NoError(t, a.Close())
 }
@@ -157,10 +158,10 @@ func TestLoadOfSharedPasses(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for _, s := range seqs {
-		assert.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{1, 2, 3}}, nil)) // prefills
+		assert.NoError(t, s.Forward(ctx, batch.Batch{Tokens: []int32{1, 2, 3}}, nil)) // prefills
 	}
 	m.Prefilling(seqs[0], true) // a scored prefill: logits for every token
-	assert.NoError(t, seqs[0].Forward(ctx, model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, make([]float32, 10)))
+	assert.NoError(t, seqs[0].Forward(ctx, batch.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, make([]float32, 10)))
 	m.Prefilling(seqs[0], false)
 	assert.Equal(t, sched.Load{}, m.Load(), "a prefill's passes teach nothing of what a step costs")
 	assert.False(t, m.Streaming(nil), "nor make a stream")
@@ -168,7 +169,7 @@ func TestLoadOfSharedPasses(t *testing.T) {
 		wg.Go(func() {
 			logits := make([]float32, 5)
 			for j := range 20 {
-				assert.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{int32(j % 5), 1}, Outputs: []int32{1}}, logits))
+				assert.NoError(t, s.Forward(ctx, batch.Batch{Tokens: []int32{int32(j % 5), 1}, Outputs: []int32{1}}, logits))
 			}
 		})
 	}

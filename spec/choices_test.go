@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
@@ -208,7 +209,7 @@ type countedSeq struct {
 	c *countingModel
 }
 
-func (s *countedSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *countedSeq) Forward(ctx context.Context, b batch.Batch, logits []float32) error {
 	s.c.add(len(b.Tokens))
 	s.c.pass()
 	return s.ForkSequence.Forward(ctx, b, logits)

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/specula/specula/model"
+	"github.com/specula/specula/batch"
 )
 
 // errNothingAllowed is returned when a constraint allows no token of the vocabulary:
@@ -75,7 +75,7 @@ func (r *run) prune(keep []bool) error {
 		parents = append(parents, p)
 		states = append(states, r.lang.nodes[i])
 	}
-	var shape model.Tree
+	var shape batch.Tree
 	if !tree.Chain() {
 		if err := shape.Set(parents); err != nil {
 			return fmt.Errorf("spec: pruning a draft: %w", err)

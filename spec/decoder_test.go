@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/markov"
@@ -433,7 +434,7 @@ type limitedSeq struct {
 	m *limited
 }
 
-func (s *limitedSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *limitedSeq) Forward(ctx context.Context, b batch.Batch, logits []float32) error {
 	if s.m.cancel != nil && s.Len()+len(b.Tokens) >= s.m.at {
 		s.m.cancel()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
@@ -209,7 +210,7 @@ func (trustFirst) Verify(s *sampler.Sampler, st sampler.Step, path []int32) ([]i
 		q = q[1:]
 	}
 	var rest sampler.Draft
-	if err := rest.Set(s.VocabSize(), d.Tokens()[1:], q, model.Tree{}); err != nil {
+	if err := rest.Set(s.VocabSize(), d.Tokens()[1:], q, batch.Tree{}); err != nil {
 		return path, 0, err
 	}
 	start := len(path)

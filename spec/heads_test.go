@@ -9,13 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -138,7 +138,7 @@ func modelLogits(t *testing.T, m *llama.Model) func([]int32) []float32 {
 		require.NoError(t, err)
 		defer s.Close()
 		out := make([]float32, m.Info().VocabSize)
-		require.NoError(t, s.Forward(context.Background(), model.Batch{Tokens: h, Outputs: []int32{int32(len(h) - 1)}}, out))
+		require.NoError(t, s.Forward(context.Background(), batch.Batch{Tokens: h, Outputs: []int32{int32(len(h) - 1)}}, out))
 		return out
 	}
 }

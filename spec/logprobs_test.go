@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/markov"
@@ -31,7 +32,7 @@ func referenceLogprobs(t *testing.T, m model.Model, prompt, out []int32) [][]flo
 	}
 	v := m.Info().VocabSize
 	logits := make([]float32, len(out)*v)
-	require.NoError(t, seq.Forward(context.Background(), model.Batch{Tokens: all[:len(all)-1], Outputs: outputs}, logits))
+	require.NoError(t, seq.Forward(context.Background(), batch.Batch{Tokens: all[:len(all)-1], Outputs: outputs}, logits))
 	rows := make([][]float64, len(out))
 	for i := range rows {
 		row := logits[i*v : (i+1)*v]

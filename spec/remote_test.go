@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
@@ -57,7 +58,7 @@ func (s *remoteSession) Prefill(_ context.Context, tokens []int32) error {
 	return nil
 }
 
-func (s *remoteSession) Verify(_ context.Context, pending int32, tokens []int32, shape model.Tree) ([][]float32, error) {
+func (s *remoteSession) Verify(_ context.Context, pending int32, tokens []int32, shape batch.Tree) ([][]float32, error) {
 	if len(tokens) > s.maxDraft {
 		return nil, fmt.Errorf("remote: draft of %d tokens, more than %d", len(tokens), s.maxDraft)
 	}
@@ -92,7 +93,7 @@ type machine struct {
 	history  []int32
 	verified bool          // a verification waits for its path
 	last     verifyMessage // that verification
-	tree     model.Tree    // its shape
+	tree     batch.Tree    // its shape
 }
 
 func (m *machine) verify(msg verifyMessage) ([][]float32, error) {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/target"
 )
@@ -51,7 +51,7 @@ type sessions struct {
 // stepDraft is a step's draft on its way through the step.
 type stepDraft struct {
 	proposed draft.Proposal // what the drafter proposed…
-	shape    model.Tree     // …its parent list, checked…
+	shape    batch.Tree     // …its parent list, checked…
 	checked  sampler.Draft  // …and the whole draft, checked: what the step verifies
 	path     []int32        // the accepted draft nodes (indices)…
 	accepted []int32        // …and their tokens

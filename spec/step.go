@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
@@ -118,7 +119,7 @@ func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Dura
 }
 
 // check validates the proposal, once per step: no more than k tokens, a parent list
-// that makes a tree ([model.Tree.Set]), and tokens and distributions that fit the
+// that makes a tree ([batch.Tree.Set]), and tokens and distributions that fit the
 // target's vocabulary ([sampler.Draft.Set]). What passes is r.draft.checked, which the
 // target and the sampler take as it is.
 func (r *run) check(k int) error {
@@ -181,7 +182,7 @@ func (r *run) score(ctx context.Context) ([][]float32, error) {
 	rows, err := r.sess.tgt.Verify(ctx, pending, dr.Tokens(), dr.Tree())
 	if err != nil && dr.Len() > 0 && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)) {
 		dr.Reset()
-		rows, err = r.sess.tgt.Verify(ctx, pending, nil, model.Tree{})
+		rows, err = r.sess.tgt.Verify(ctx, pending, nil, batch.Tree{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("spec: %w", err)

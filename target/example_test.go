@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/markov"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/target"
 )
 
@@ -29,7 +29,7 @@ func ExampleSession_Verify() {
 	if err := s.Prefill(ctx, prompt[:2]); err != nil { // the last token stays pending
 		log.Fatal(err)
 	}
-	rows, err := s.Verify(ctx, prompt[2], []int32{5, 6, 7}, model.Tree{}) // a chain
+	rows, err := s.Verify(ctx, prompt[2], []int32{5, 6, 7}, batch.Tree{}) // a chain
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func ExampleSession_Verify_tree() {
 		log.Fatal(err)
 	}
 	// Two candidates after the pending token 3, 5 and 6, and 7 after 6.
-	shape, err := model.NewTree([]int32{-1, -1, 1})
+	shape, err := batch.NewTree([]int32{-1, -1, 1})
 	if err != nil {
 		log.Fatal(err)
 	}

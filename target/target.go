@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sched"
 )
@@ -54,7 +55,7 @@ type Session interface {
 	// When the draft does not fit, Verify fails with an error that wraps
 	// [model.ErrOutOfMemory] or [model.ErrContextFull]; on any error the session is
 	// as it was, so that the caller may verify the pending token alone.
-	Verify(ctx context.Context, pending int32, draft []int32, shape model.Tree) ([][]float32, error)
+	Verify(ctx context.Context, pending int32, draft []int32, shape batch.Tree) ([][]float32, error)
 	// Accept keeps the pending token and the tokens of the last verified draft on
 	// path — indices into the draft, root first, each a child of the one before; for
 	// a chain 0 to a−1 — and drops the others. The session then holds the pending
@@ -217,7 +218,7 @@ type session struct {
 	base    int        // sequence length before the last verification
 	last    int        // tokens forwarded by the last verification; 0 once accepted
 	batch   []int32    // the pending token and the draft
-	tree    model.Tree // their shape: the draft's, below the pending token
+	tree    batch.Tree // their shape: the draft's, below the pending token
 	path    []int32    // the batch indices Accept keeps
 	outputs []int32
 	logits  []float32
@@ -299,7 +300,7 @@ func (s *session) prefill(ctx context.Context, tokens []int32, score func(from i
 	vocab := s.local.info.VocabSize
 	for done := 0; done < len(tokens); {
 		n := min(s.local.passes.Chunk(s.seq), len(tokens)-done)
-		b := model.Batch{Tokens: tokens[done : done+n]}
+		b := batch.Batch{Tokens: tokens[done : done+n]}
 		if s.keep {
 			b.States, b.Hidden = s.indices(n), s.hidden[done*s.width:(done+n)*s.width]
 		}
@@ -339,7 +340,7 @@ func logitRows(logits []float32, rows [][]float32, n, vocab int) ([]float32, [][
 	return logits, rows
 }
 
-func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shape model.Tree) ([][]float32, error) {
+func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shape batch.Tree) ([][]float32, error) {
 	if s.last != 0 {
 		return nil, errors.New("target: Verify before the last verification was accepted")
 	}
@@ -353,7 +354,7 @@ func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shap
 	s.tree.SetRooted(shape)
 	n := len(s.batch)
 	s.base = s.seq.Len()
-	b := model.Batch{Tokens: s.batch, Tree: s.tree, Outputs: s.outputs[:n]}
+	b := batch.Batch{Tokens: s.batch, Tree: s.tree, Outputs: s.outputs[:n]}
 	if s.keep {
 		s.stateRows(n)
 		b.States, b.Hidden = b.Outputs, s.hidden

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/target"
@@ -44,9 +45,9 @@ func setup(t *testing.T, maxDraft, chunk int) (*markov.Chain, target.Session, fu
 	return c, s, func() []int32 { return markov.Tokens(m.seq) }
 }
 
-func tree(t *testing.T, parents ...int32) model.Tree {
+func tree(t *testing.T, parents ...int32) batch.Tree {
 	t.Helper()
-	tr, err := model.NewTree(parents)
+	tr, err := batch.NewTree(parents)
 	require.NoError(t, err)
 	return tr
 }
@@ -59,7 +60,7 @@ func TestVerifyChainAndAccept(t *testing.T) {
 	assert.Equal(t, 4, s.Len())
 
 	draft := []int32{6, 7, 8}
-	rows, err := s.Verify(ctx, prompt[4], draft, model.Tree{})
+	rows, err := s.Verify(ctx, prompt[4], draft, batch.Tree{})
 	require.NoError(t, err)
 	require.Len(t, rows, 4)
 	hist := append([]int32(nil), prompt...)
@@ -70,14 +71,14 @@ func TestVerifyChainAndAccept(t *testing.T) {
 		}
 	}
 	assert.ErrorContains(t, s.Accept([]int32{1}), "not a child of -1", "a chain's path is a prefix")
-	_, err = s.Verify(ctx, 0, nil, model.Tree{})
+	_, err = s.Verify(ctx, 0, nil, batch.Tree{})
 	assert.ErrorContains(t, err, "before the last verification was accepted")
 	require.NoError(t, s.Accept([]int32{0}))
 	assert.Equal(t, []int32{1, 2, 3, 4, 5, 6}, held())
 	assert.ErrorContains(t, s.Accept(nil), "without a verification", "one Accept per verification")
 
 	// A step without a draft is plain decoding.
-	rows, err = s.Verify(ctx, 0, nil, model.Tree{})
+	rows, err = s.Verify(ctx, 0, nil, batch.Tree{})
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	assert.Equal(t, c.Logits([]int32{1, 2, 3, 4, 5, 6, 0}), rows[0])
@@ -87,7 +88,7 @@ func TestVerifyChainAndAccept(t *testing.T) {
 	// Every path of the draft keeps just that prefix.
 	for a := range 4 {
 		base := s.Len()
-		_, err = s.Verify(ctx, 1, []int32{2, 3, 4}, model.Tree{})
+		_, err = s.Verify(ctx, 1, []int32{2, 3, 4}, batch.Tree{})
 		require.NoError(t, err)
 		path := []int32{0, 1, 2}[:a]
 		require.NoError(t, s.Accept(path))
@@ -124,7 +125,7 @@ func TestVerifyTreeAndAccept(t *testing.T) {
 	assert.Equal(t, []int32{1, 2, 3, 7, 8}, held())
 
 	// The sequence continues as if the path had been a chain.
-	rows, err = s.Verify(ctx, 0, nil, model.Tree{})
+	rows, err = s.Verify(ctx, 0, nil, batch.Tree{})
 	require.NoError(t, err)
 	assert.Equal(t, c.Logits([]int32{7, 8, 0}), rows[0])
 	require.NoError(t, s.Accept(nil))
@@ -137,11 +138,11 @@ func TestVerifyRejects(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		draft []int32
-		shape model.Tree
+		shape batch.Tree
 		want  string
 	}{
-		{"too long", []int32{1, 2, 3, 4, 5}, model.Tree{}, "exceeds the maximum of 4"},
-		{"token outside the vocabulary", []int32{1, 99}, model.Tree{}, "token 99"},
+		{"too long", []int32{1, 2, 3, 4, 5}, batch.Tree{}, "exceeds the maximum of 4"},
+		{"token outside the vocabulary", []int32{1, 99}, batch.Tree{}, "token 99"},
 		{"tree of another size", []int32{1, 2}, tree(t, -1), "a tree of 1 nodes for a draft of 2 tokens"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,7 +180,7 @@ type prefillSeq struct {
 	p *prefills
 }
 
-func (p *prefills) note(b model.Batch) {
+func (p *prefills) note(b batch.Batch) {
 	if len(b.Outputs) == 0 || len(b.Outputs) == len(b.Tokens) && len(b.Tokens) > 2 { // a prefill, or a scored one
 		p.mu.Lock()
 		p.sizes = append(p.sizes, len(b.Tokens))
@@ -201,7 +202,7 @@ func (p *prefills) NewSequence(ctx context.Context) (model.Sequence, error) {
 	return &prefillSeq{s, p}, err
 }
 
-func (s *prefillSeq) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *prefillSeq) Forward(ctx context.Context, b batch.Batch, logits []float32) error {
 	s.p.note(b)
 	return s.Sequence.Forward(ctx, b, logits)
 }
@@ -244,7 +245,7 @@ func TestPrefillChunks(t *testing.T) {
 	assert.Equal(t, []int{32, 8}, prefill(), "beside an open session that streams nothing")
 	require.NoError(t, other.Prefill(ctx, prompt[:5]))
 	m.take()
-	_, err = other.Verify(ctx, 3, []int32{4}, model.Tree{})
+	_, err = other.Verify(ctx, 3, []int32{4}, batch.Tree{})
 	require.NoError(t, err)
 	require.NoError(t, other.Accept([]int32{0}))
 	assert.Equal(t, []int{8, 8, 8, 8, 8}, prefill(), "beside a streaming session")

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
@@ -93,7 +94,7 @@ type eagleSession struct {
 	one        []int32
 	outs       []int32
 	conf       []float64 // per node: the draft's probability of its path
-	shape      model.Tree
+	shape      batch.Tree
 	top        []int32
 	path       []int32
 	// expanded counts the q rows this proposal used.
@@ -114,7 +115,7 @@ func (s *eagleSession) Observe(tokens []int32, states [][]float32) error {
 		s.inputs = append(s.inputs, st...)
 	}
 	s.one[0] = int32(n - 1)
-	b := model.Batch{Tokens: tokens, Inputs: s.inputs, Outputs: s.one, States: s.one, Hidden: s.root[:d]}
+	b := batch.Batch{Tokens: tokens, Inputs: s.inputs, Outputs: s.one, States: s.one, Hidden: s.root[:d]}
 	if err := s.seq.Forward(context.Background(), b, s.rootLogits); err != nil {
 		return fmt.Errorf("heads: EAGLE layer %q: %w", s.e.info.Name, err)
 	}
@@ -182,7 +183,7 @@ func (s *eagleSession) proposeChain(ctx context.Context, n int) error {
 		}
 		s.one[0] = 0
 		next := s.g[i*d : (i+1)*d]
-		b := model.Batch{Tokens: s.toks[i : i+1], Inputs: state, Outputs: s.one, States: s.one, Hidden: next}
+		b := batch.Batch{Tokens: s.toks[i : i+1], Inputs: state, Outputs: s.one, States: s.one, Hidden: next}
 		if err := s.seq.Forward(ctx, b, s.logits[:v]); err != nil {
 			return err
 		}
@@ -266,7 +267,7 @@ func (s *eagleSession) forwardTree(ctx context.Context, outs []int32) error {
 	if len(hidden) < len(outs)*d {
 		hidden = make([]float32, len(outs)*d)
 	}
-	b := model.Batch{Tokens: s.toks, Tree: s.shape, Inputs: s.inputs, Outputs: outs, States: outs, Hidden: hidden}
+	b := batch.Batch{Tokens: s.toks, Tree: s.shape, Inputs: s.inputs, Outputs: outs, States: outs, Hidden: hidden}
 	if err := s.seq.Forward(ctx, b, s.logits[:len(outs)*v]); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/draft/lookup"
@@ -59,7 +60,7 @@ func states(t *testing.T, m *llama.Model, toks []int32) [][]float32 {
 		idx[i] = int32(i)
 	}
 	h := make([]float32, len(toks)*d)
-	require.NoError(t, s.Forward(context.Background(), model.Batch{Tokens: toks, States: idx, Hidden: h}, nil))
+	require.NoError(t, s.Forward(context.Background(), batch.Batch{Tokens: toks, States: idx, Hidden: h}, nil))
 	out := make([][]float32, len(toks))
 	for i := range out {
 		out[i] = h[i*d : (i+1)*d]

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/format/safetensors"
@@ -275,7 +276,7 @@ func measure(ctx context.Context, path string, c benchConfig, logf func(string, 
 // fill forwards toks into seq 512 at a time, asking for no logits.
 func fill(ctx context.Context, seq model.Sequence, toks []int32) error {
 	for i := 0; i < len(toks); i += 512 {
-		if err := seq.Forward(ctx, model.Batch{Tokens: toks[i:min(i+512, len(toks))]}, nil); err != nil {
+		if err := seq.Forward(ctx, batch.Batch{Tokens: toks[i:min(i+512, len(toks))]}, nil); err != nil {
 			return err
 		}
 	}
@@ -292,7 +293,7 @@ func (r *benchResult) prefill(ctx context.Context, m *llama.Model, prompt []int3
 			return err
 		}
 		start := time.Now()
-		err = seq.Forward(ctx, model.Batch{Tokens: prompt, Outputs: []int32{int32(len(prompt) - 1)}}, logits)
+		err = seq.Forward(ctx, batch.Batch{Tokens: prompt, Outputs: []int32{int32(len(prompt) - 1)}}, logits)
 		d := time.Since(start)
 		seq.Close()
 		if err != nil {
@@ -326,7 +327,7 @@ func (r *benchResult) decode(ctx context.Context, m *llama.Model, stream []int32
 	start := time.Now()
 	for i := range steps {
 		t := time.Now()
-		if err := seq.Forward(ctx, model.Batch{Tokens: stream[n+i : n+i+1], Outputs: []int32{0}}, logits); err != nil {
+		if err := seq.Forward(ctx, batch.Batch{Tokens: stream[n+i : n+i+1], Outputs: []int32{0}}, logits); err != nil {
 			return fmt.Errorf("decode at %d: %w", n, err)
 		}
 		steps[i] = time.Since(t).Seconds()
@@ -363,7 +364,7 @@ func (r *benchResult) verify(ctx context.Context, m *llama.Model, stream []int32
 	for range c.VerifyRepeats + 1 {
 		for n := 1; n <= c.VerifyMax; n++ {
 			t := time.Now()
-			if err := seq.Forward(ctx, model.Batch{Tokens: stream[base : base+n], Outputs: outs[:n]}, logits); err != nil {
+			if err := seq.Forward(ctx, batch.Batch{Tokens: stream[base : base+n], Outputs: outs[:n]}, logits); err != nil {
 				return fmt.Errorf("verify %d: %w", n, err)
 			}
 			times[n] = append(times[n], time.Since(t).Seconds())

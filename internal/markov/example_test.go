@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/markov"
-	"github.com/specula/specula/model"
 )
 
 func ExampleNew() {
@@ -21,7 +21,7 @@ func ExampleNew() {
 	defer seq.Close()
 	// Forward three tokens at once and ask for the logits after the last two.
 	logits := make([]float32, 2*4)
-	b := model.Batch{Tokens: []int32{0, 3, 1}, Outputs: []int32{1, 2}}
+	b := batch.Batch{Tokens: []int32{0, 3, 1}, Outputs: []int32{1, 2}}
 	if err := seq.Forward(context.Background(), b, logits); err != nil {
 		log.Fatal(err)
 	}

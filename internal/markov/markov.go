@@ -13,6 +13,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/model"
 )
 
@@ -161,7 +162,7 @@ func (c *Chain) Forward(ctx context.Context, work []model.Work) error {
 	return nil
 }
 
-func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *sequence) Forward(ctx context.Context, b batch.Batch, logits []float32) error {
 	if err := s.check(ctx, b, logits); err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32)
 }
 
 // check validates a forward of b before anything changes.
-func (s *sequence) check(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *sequence) check(ctx context.Context, b batch.Batch, logits []float32) error {
 	if s.closed {
 		return errClosed
 	}
@@ -186,7 +187,7 @@ func (s *sequence) check(ctx context.Context, b model.Batch, logits []float32) e
 // forward appends b, checked, and writes its logits and hidden states. A chain's hidden
 // state at a token is its context, the Order tokens up to it, one-hot each: what the
 // next token's distribution depends on.
-func (s *sequence) forward(b model.Batch, logits []float32) {
+func (s *sequence) forward(b batch.Batch, logits []float32) {
 	v := s.c.vocab
 	for r, o := range b.Outputs {
 		copy(logits[r*v:(r+1)*v], s.c.Logits(s.context(b, int(o))))
@@ -203,7 +204,7 @@ func (s *sequence) forward(b model.Batch, logits []float32) {
 
 // context fills s.ctx with the Order tokens up to batch token i: from i up through its
 // ancestors in the batch, then into the tokens already held, from the right.
-func (s *sequence) context(b model.Batch, i int) []int32 {
+func (s *sequence) context(b batch.Batch, i int) []int32 {
 	at := s.c.order - 1
 	for ; at >= 0 && i >= 0; at-- {
 		s.ctx[at] = b.Tokens[i]

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/sharedtest"
-	"github.com/specula/specula/model"
 )
 
 // BenchmarkDecode measures single-token decoding (tokens/s) after a 128-token prompt,
@@ -35,7 +35,7 @@ func BenchmarkDecode(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer seq.Close()
-				if err := seq.Forward(ctx, model.Batch{Tokens: prompt}, nil); err != nil {
+				if err := seq.Forward(ctx, batch.Batch{Tokens: prompt}, nil); err != nil {
 					b.Fatal(err)
 				}
 				toks := make([]int32, n)
@@ -46,7 +46,7 @@ func BenchmarkDecode(b *testing.B) {
 				logits := make([]float32, n*v)
 				b.ReportAllocs()
 				for b.Loop() {
-					if err := seq.Forward(ctx, model.Batch{Tokens: toks, Outputs: outs}, logits); err != nil {
+					if err := seq.Forward(ctx, batch.Batch{Tokens: toks, Outputs: outs}, logits); err != nil {
 						b.Fatal(err)
 					}
 					if err := seq.Truncate(len(prompt)); err != nil {
@@ -66,7 +66,7 @@ func BenchmarkDecode(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := seq.Forward(ctx, model.Batch{Tokens: long, Outputs: []int32{511}}, make([]float32, v)); err != nil {
+				if err := seq.Forward(ctx, batch.Batch{Tokens: long, Outputs: []int32{511}}, make([]float32, v)); err != nil {
 					b.Fatal(err)
 				}
 				seq.Close()
@@ -114,7 +114,7 @@ func BenchmarkGreedyPrompts(b *testing.B) {
 					in := c.PromptIDs
 					var first time.Time
 					for i := range 128 {
-						if err := seq.Forward(ctx, model.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}}, logits); err != nil {
+						if err := seq.Forward(ctx, batch.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}}, logits); err != nil {
 							b.Fatal(err)
 						}
 						if i == 0 {

@@ -5,7 +5,7 @@
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
 // operations of package backend, and runs on the backend the caller gives it in
-// [Options.Backend]: the CPU's (backend/cpu) or a GPU's (backend/cuda). The package
+// [Options.Backend]: the CPU's (backend/cpu) or a GPU's (package gpu). The package
 // imports neither.
 //
 // A [Model] implements [model.Model]: it is read-only after loading and shared by its

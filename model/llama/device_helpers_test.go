@@ -1,11 +1,11 @@
 package llama_test
 
-// The checks of models on a device (backend/cuda): the host reference device against
+// The checks of models on a device (package gpu): the host reference device against
 // the CPU backend, a GPU against both. They live here, in the external test package,
 // because they load models: model/llama is given the CUDA backend, it never imports it.
 // Every test is named TestHost… (the host device, which runs everywhere) or TestGPU…
-// (skipped with cuda.Available's message where there is no GPU):
-// backend/cuda/device-check.sh runs them with -test.run '^Test(Host|GPU)'.
+// (skipped with gpu.Available's message where there is no GPU):
+// gpu/device-check.sh runs them with -test.run '^Test(Host|GPU)'.
 
 import (
 	"context"
@@ -19,7 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
-	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/batch"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -50,22 +51,22 @@ const gpuTol = 0.1
 const deviceKV = 8 << 20
 
 // The GPU opened once for all GPU tests. It is not closed: the process ends after the
-// tests (backend/cuda's own tests close theirs).
+// tests (package gpu's own tests close theirs).
 var (
 	gpuOnce sync.Once
-	gpuDev  *cuda.Device
+	gpuDev  *gpu.Device
 	gpuErr  error
 )
 
-// openGPU returns the shared GPU, skipping the test with cuda.Available's message
+// openGPU returns the shared GPU, skipping the test with gpu.Available's message
 // where there is none.
-func openGPU(t testing.TB) *cuda.Device {
+func openGPU(t testing.TB) *gpu.Device {
 	t.Helper()
-	if err := cuda.Available(); err != nil {
+	if err := gpu.Available(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	gpuOnce.Do(func() {
-		gpuDev, gpuErr = cuda.OpenDevice(cuda.DeviceOptions{})
+		gpuDev, gpuErr = gpu.OpenDevice(gpu.DeviceOptions{})
 		if gpuErr == nil {
 			fmt.Fprintln(os.Stderr, "GPU:", gpuDev.Info())
 		}
@@ -75,7 +76,7 @@ func openGPU(t testing.TB) *cuda.Device {
 }
 
 // hostDevice returns a fresh host reference device.
-func hostDevice(testing.TB) *cuda.Device { return cuda.HostDevice() }
+func hostDevice(testing.TB) *gpu.Device { return gpu.HostDevice() }
 
 // repoRoot returns the module root (the directory holding go.mod above the working
 // directory).
@@ -138,10 +139,10 @@ func openCPU(t testing.TB, path string) *llama.Model {
 
 // openOn opens a model on dev with opts (Backend defaulting to dev's, KVBudget to
 // [deviceKV]), closed at the end of the test.
-func openOn(t testing.TB, dev *cuda.Device, path string, opts llama.Options) *llama.Model {
+func openOn(t testing.TB, dev *gpu.Device, path string, opts llama.Options) *llama.Model {
 	t.Helper()
 	if opts.Backend == nil {
-		opts.Backend = cuda.Factory(dev, cuda.BackendOptions{})
+		opts.Backend = gpu.Factory(dev, gpu.BackendOptions{})
 	}
 	if opts.KVBudget == 0 {
 		opts.KVBudget = deviceKV
@@ -175,7 +176,7 @@ func newSeq(t testing.TB, m model.Model) model.Sequence {
 }
 
 // forward runs one batch and returns its logits.
-func forward(t testing.TB, s model.Sequence, vocab int, b model.Batch) []float32 {
+func forward(t testing.TB, s model.Sequence, vocab int, b batch.Batch) []float32 {
 	t.Helper()
 	logits := make([]float32, len(b.Outputs)*vocab)
 	require.NoError(t, s.Forward(context.Background(), b, logits))
@@ -224,7 +225,7 @@ func greedy(t testing.TB, m model.Model, prompt []int32, n int) []int32 {
 	in := prompt
 	var out []int32
 	for range n {
-		logits := forward(t, s, v, model.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}})
+		logits := forward(t, s, v, batch.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}})
 		next := argmax(logits)
 		out = append(out, next)
 		in = []int32{next}
@@ -251,8 +252,8 @@ func cat(parts ...[]int32) []int32 {
 }
 
 // mustTree is the tree of a parent list that a test knows to be valid.
-func mustTree(parents []int32) model.Tree {
-	t, err := model.NewTree(parents)
+func mustTree(parents []int32) batch.Tree {
+	t, err := batch.NewTree(parents)
 	if err != nil {
 		panic(err)
 	}

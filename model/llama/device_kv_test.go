@@ -9,8 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
@@ -21,7 +22,7 @@ import (
 // batches (0 on the host device, whose products do not depend on the batch; on a GPU
 // prompts of more than 32 tokens go through cuBLAS).
 type kvEnv struct {
-	dev func(t testing.TB) *cuda.Device
+	dev func(t testing.TB) *gpu.Device
 	tol float64
 }
 
@@ -49,13 +50,13 @@ func fresh(t *testing.T, m model.Model, toks []int32) []float32 {
 	s, err := m.NewSequence(context.Background())
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
-	return forward(t, s, m.Info().VocabSize, model.Batch{Tokens: toks, Outputs: []int32{int32(len(toks) - 1)}})
+	return forward(t, s, m.Info().VocabSize, batch.Batch{Tokens: toks, Outputs: []int32{int32(len(toks) - 1)}})
 }
 
 // last forwards toks into s and returns the logits of the last one.
 func last(t *testing.T, s model.Sequence, vocab int, toks []int32) []float32 {
 	t.Helper()
-	return forward(t, s, vocab, model.Batch{Tokens: toks, Outputs: []int32{int32(len(toks) - 1)}})
+	return forward(t, s, vocab, batch.Batch{Tokens: toks, Outputs: []int32{int32(len(toks) - 1)}})
 }
 
 // kvChecks are the paged key/value checks, run on each device.
@@ -163,7 +164,7 @@ func checkFork(t *testing.T, k kvEnv) {
 // the tree's blocks are shared with a fork (Retain copies them first) and for trees
 // that straddle a block boundary, so that the moves cross it.
 func checkRetainAfterTree(t *testing.T, k kvEnv) {
-	tree := model.Batch{
+	tree := batch.Batch{
 		Tokens:  []int32{295, 259, 46, 1067, 2114, 40, 311, 44, 2843},
 		Tree:    mustTree([]int32{-1, 0, 0, 1, 2, 4, 5, 4, 7}),
 		Outputs: seqs(9),
@@ -238,7 +239,7 @@ func checkKVBudget(t *testing.T, k kvEnv) {
 
 	a := newSeq(t, m)
 	long := cat(promptA, promptB) // 70 positions: 5 blocks
-	err := a.Forward(context.Background(), model.Batch{Tokens: long, Outputs: []int32{0}}, make([]float32, v))
+	err := a.Forward(context.Background(), batch.Batch{Tokens: long, Outputs: []int32{0}}, make([]float32, v))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, model.ErrOutOfMemory)
 	assert.ErrorIs(t, err, kvcache.ErrOutOfMemory)
@@ -247,7 +248,7 @@ func checkKVBudget(t *testing.T, k kvEnv) {
 
 	last(t, a, v, promptA) // 3 blocks
 	b := newSeq(t, m)
-	err = b.Forward(context.Background(), model.Batch{Tokens: promptB, Outputs: []int32{0}}, make([]float32, v))
+	err = b.Forward(context.Background(), batch.Batch{Tokens: promptB, Outputs: []int32{0}}, make([]float32, v))
 	assert.ErrorIs(t, err, model.ErrOutOfMemory)
 	assert.Equal(t, 0, b.Len())
 	assert.Equal(t, 40, a.Len())
@@ -255,8 +256,8 @@ func checkKVBudget(t *testing.T, k kvEnv) {
 	// In one Model.Forward, all or nothing: a's batch fits, b's does not, neither
 	// grows.
 	work := []model.Work{
-		{Seq: a, Batch: model.Batch{Tokens: promptB[:2], Outputs: []int32{1}}, Logits: make([]float32, v)},
-		{Seq: b, Batch: model.Batch{Tokens: promptB, Outputs: []int32{0}}, Logits: make([]float32, v)},
+		{Seq: a, Batch: batch.Batch{Tokens: promptB[:2], Outputs: []int32{1}}, Logits: make([]float32, v)},
+		{Seq: b, Batch: batch.Batch{Tokens: promptB, Outputs: []int32{0}}, Logits: make([]float32, v)},
 	}
 	assert.ErrorIs(t, m.Forward(context.Background(), work), model.ErrOutOfMemory)
 	assert.Equal(t, 40, a.Len())
@@ -268,7 +269,7 @@ func checkKVBudget(t *testing.T, k kvEnv) {
 	k.near(t, fresh(t, m, promptB), got)
 
 	// A budget smaller than one block is refused at load.
-	_, err = llama.Open(xsPath(t), llama.Options{Backend: cuda.Factory(k.dev(t), cuda.BackendOptions{}), KVBudget: 1000})
+	_, err = llama.Open(xsPath(t), llama.Options{Backend: gpu.Factory(k.dev(t), gpu.BackendOptions{}), KVBudget: 1000})
 	assert.ErrorContains(t, err, "smaller than one block")
 }
 
@@ -303,7 +304,7 @@ func checkCancelled(t *testing.T, k kvEnv) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := s.Forward(ctx, model.Batch{Tokens: promptA[20:], Outputs: []int32{0}}, make([]float32, v))
+	err := s.Forward(ctx, batch.Batch{Tokens: promptA[20:], Outputs: []int32{0}}, make([]float32, v))
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 20, s.Len())
 
@@ -311,7 +312,7 @@ func checkCancelled(t *testing.T, k kvEnv) {
 	// first layer's, the third the second layer's.
 	mid := &cancelAfter{Context: context.Background()}
 	mid.n.Store(3)
-	err = s.Forward(mid, model.Batch{Tokens: promptA[20:], Outputs: []int32{0}}, make([]float32, v))
+	err = s.Forward(mid, batch.Batch{Tokens: promptA[20:], Outputs: []int32{0}}, make([]float32, v))
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, int32(3), mid.calls.Load(), "cancelled inside the layers")
 	assert.Equal(t, 20, s.Len())
@@ -333,35 +334,35 @@ func checkBadInputs(t *testing.T, k kvEnv) {
 	last(t, s, v, promptA[:5])
 	for _, c := range []struct {
 		name   string
-		b      model.Batch
+		b      batch.Batch
 		logits int
 	}{
-		{"token = vocab", model.Batch{Tokens: []int32{1, int32(v)}, Outputs: []int32{1}}, v},
-		{"negative token", model.Batch{Tokens: []int32{-1}, Outputs: []int32{0}}, v},
-		{"huge token", model.Batch{Tokens: []int32{1 << 30}}, 0},
-		{"tree length", model.Batch{Tokens: []int32{1, 2}, Tree: mustTree([]int32{-1})}, 0},
-		{"output out of batch", model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{2}}, v},
-		{"logits too short", model.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, v},
-		{"past the context", model.Batch{Tokens: make([]int32, 60), Outputs: []int32{0}}, v},
+		{"token = vocab", batch.Batch{Tokens: []int32{1, int32(v)}, Outputs: []int32{1}}, v},
+		{"negative token", batch.Batch{Tokens: []int32{-1}, Outputs: []int32{0}}, v},
+		{"huge token", batch.Batch{Tokens: []int32{1 << 30}}, 0},
+		{"tree length", batch.Batch{Tokens: []int32{1, 2}, Tree: mustTree([]int32{-1})}, 0},
+		{"output out of batch", batch.Batch{Tokens: []int32{1, 2}, Outputs: []int32{2}}, v},
+		{"logits too short", batch.Batch{Tokens: []int32{1, 2}, Outputs: []int32{0, 1}}, v},
+		{"past the context", batch.Batch{Tokens: make([]int32, 60), Outputs: []int32{0}}, v},
 	} {
 		err := s.Forward(ctx, c.b, make([]float32, c.logits))
 		assert.Error(t, err, c.name)
 		assert.Equal(t, 5, s.Len(), c.name)
 	}
-	err := s.Forward(ctx, model.Batch{Tokens: make([]int32, 60), Outputs: []int32{0}}, make([]float32, v))
+	err := s.Forward(ctx, batch.Batch{Tokens: make([]int32, 60), Outputs: []int32{0}}, make([]float32, v))
 	assert.ErrorIs(t, err, model.ErrContextFull)
 	// Nothing forwarded: no outputs and no error.
-	require.NoError(t, s.Forward(ctx, model.Batch{}, nil))
+	require.NoError(t, s.Forward(ctx, batch.Batch{}, nil))
 
 	// A sequence of another model, and one named twice.
 	other := k.xs(t, llama.Options{KVBudget: 1 << 20})
 	foreign := newSeq(t, other)
-	one := model.Batch{Tokens: []int32{1}, Outputs: []int32{0}}
+	one := batch.Batch{Tokens: []int32{1}, Outputs: []int32{0}}
 	assert.ErrorContains(t, m.Forward(ctx, []model.Work{{Seq: foreign, Batch: one, Logits: make([]float32, v)}}), "not one of this model's")
 	assert.Error(t, m.Forward(ctx, []model.Work{{Seq: s, Batch: one, Logits: make([]float32, v)}, {Seq: s, Batch: one, Logits: make([]float32, v)}}))
 	assert.Equal(t, 5, s.Len())
 
-	forward(t, s, v, model.Batch{Tokens: []int32{1, 2, 3}, Tree: mustTree([]int32{-1, 0, 0}), Outputs: []int32{2}})
+	forward(t, s, v, batch.Batch{Tokens: []int32{1, 2, 3}, Tree: mustTree([]int32{-1, 0, 0}), Outputs: []int32{2}})
 	assert.Error(t, s.Retain(5, []int32{1, 0}), "not ascending")
 	assert.Error(t, s.Retain(5, []int32{0, 3}), "outside the batch")
 	assert.Error(t, s.Retain(9, []int32{0}), "outside the sequence")
@@ -373,21 +374,21 @@ func checkBadInputs(t *testing.T, k kvEnv) {
 // TestHostClosed checks that closed sequences, models and devices report errors
 // (wrapping model.ErrClosed for sequences) instead of panicking.
 func TestHostClosed(t *testing.T) {
-	dev := cuda.HostDevice()
+	dev := gpu.HostDevice()
 	path := xsPath(t)
-	m, err := llama.Open(path, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
+	m, err := llama.Open(path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
 	require.NoError(t, err)
 	v := m.Info().VocabSize
 	ctx := context.Background()
 	logits := make([]float32, v)
-	batch := model.Batch{Tokens: promptA[:4], Outputs: []int32{3}}
+	b := batch.Batch{Tokens: promptA[:4], Outputs: []int32{3}}
 
 	s, err := m.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, s.Forward(ctx, batch, logits))
+	require.NoError(t, s.Forward(ctx, b, logits))
 	require.NoError(t, s.Close())
 	assert.Error(t, s.Close(), "closed twice")
-	assert.ErrorIs(t, s.Forward(ctx, batch, logits), model.ErrClosed)
+	assert.ErrorIs(t, s.Forward(ctx, b, logits), model.ErrClosed)
 	assert.ErrorIs(t, s.Truncate(0), model.ErrClosed)
 	assert.ErrorIs(t, s.Retain(0, nil), model.ErrClosed)
 	_, err = fork(t, s)
@@ -397,34 +398,34 @@ func TestHostClosed(t *testing.T) {
 	// A sequence still open when its model closes fails cleanly, and can be closed.
 	open, err := m.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, open.Forward(ctx, batch, logits))
+	require.NoError(t, open.Forward(ctx, b, logits))
 	forked, err := fork(t, open)
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
 	require.NoError(t, m.Close(), "closing twice is harmless")
-	assert.ErrorContains(t, open.Forward(ctx, batch, logits), "closed")
+	assert.ErrorContains(t, open.Forward(ctx, b, logits), "closed")
 	assert.Equal(t, 4, open.Len(), "a failed forward leaves the sequence as it was")
-	assert.ErrorContains(t, forked.Forward(ctx, batch, logits), "closed")
+	assert.ErrorContains(t, forked.Forward(ctx, b, logits), "closed")
 	_, err = m.NewSequence(ctx)
 	assert.ErrorIs(t, err, llama.ErrModelClosed)
 	assert.NoError(t, open.Close())
 	assert.NoError(t, forked.Close())
 
 	// A closed device.
-	m2, err := llama.Open(path, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
+	m2, err := llama.Open(path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
 	require.NoError(t, err)
 	s2, err := m2.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, s2.Forward(ctx, batch, logits))
+	require.NoError(t, s2.Forward(ctx, b, logits))
 	require.NoError(t, dev.Close())
 	require.NoError(t, dev.Close())
-	assert.ErrorContains(t, s2.Forward(ctx, batch, logits), "device is closed")
+	assert.ErrorContains(t, s2.Forward(ctx, b, logits), "device is closed")
 	assert.Equal(t, 4, s2.Len())
 	assert.NoError(t, s2.Close())
 	assert.ErrorContains(t, m2.Close(), "device is closed")
-	_, err = llama.Open(path, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
+	_, err = llama.Open(path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
 	assert.ErrorContains(t, err, "device is closed")
-	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
+	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
 	assert.ErrorContains(t, err, "device is closed")
 	assert.ErrorContains(t, dev.Synchronize(), "device is closed")
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
-	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
-	"github.com/specula/specula/model"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/model/llama"
 )
 
@@ -29,9 +29,9 @@ func randomConfig(style llama.RopeStyle) llama.Config {
 var randomTypes = []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0}
 
 // newRandom makes a random-weight model on dev, closed at the end of the test.
-func newRandom(t testing.TB, dev *cuda.Device, cfg llama.Config, typ dtype.DType, seed uint64) *llama.Model {
+func newRandom(t testing.TB, dev *gpu.Device, cfg llama.Config, typ dtype.DType, seed uint64) *llama.Model {
 	t.Helper()
-	m, err := llama.NewRandom(cfg, typ, seed, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{}), KVBudget: deviceKV})
+	m, err := llama.NewRandom(cfg, typ, seed, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, m.Close()) })
 	return m
@@ -43,8 +43,8 @@ func randomLogits(t *testing.T, m *llama.Model) []float32 {
 	t.Helper()
 	s := newSeq(t, m)
 	v := m.Info().VocabSize
-	forward(t, s, v, model.Batch{Tokens: []int32{1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45}})
-	return forward(t, s, v, model.Batch{Tokens: []int32{7, 8, 99}, Outputs: seqs(3)})
+	forward(t, s, v, batch.Batch{Tokens: []int32{1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45}})
+	return forward(t, s, v, batch.Batch{Tokens: []int32{7, 8, 99}, Outputs: seqs(3)})
 }
 
 // TestHostNewRandom checks random-weight models on the host device for every weight
@@ -56,9 +56,9 @@ func TestHostNewRandom(t *testing.T) {
 	for _, typ := range randomTypes {
 		t.Run(typ.String(), func(t *testing.T) {
 			cfg := randomConfig(llama.RopeHalf)
-			m1 := newRandom(t, cuda.HostDevice(), cfg, typ, 7)
-			m2 := newRandom(t, cuda.HostDevice(), cfg, typ, 7)
-			m3 := newRandom(t, cuda.HostDevice(), cfg, typ, 8)
+			m1 := newRandom(t, gpu.HostDevice(), cfg, typ, 7)
+			m2 := newRandom(t, gpu.HostDevice(), cfg, typ, 7)
+			m3 := newRandom(t, gpu.HostDevice(), cfg, typ, 8)
 			assert.Equal(t, fmt.Sprintf("random-qwen2-2x64-%s", typ), m1.Info().Name)
 			l1, l2, l3 := randomLogits(t, m1), randomLogits(t, m2), randomLogits(t, m3)
 			assert.Equal(t, l1, l2, "same seed")
@@ -86,13 +86,13 @@ func TestHostNewRandom(t *testing.T) {
 			c.Arch = "llama"
 			c.QKVBias = false
 			c.RopeStyle = llama.RopeInterleaved
-			m4 := newRandom(t, cuda.HostDevice(), c, typ, 7)
+			m4 := newRandom(t, gpu.HostDevice(), c, typ, 7)
 			assert.Equal(t, int64(c.Layers)*perLayer+2*table, m4.WeightBytes(), "untied: two tables")
 			assert.False(t, m4.Config().TiedEmbeddings)
 			assert.NotEqual(t, l1, randomLogits(t, m4))
 		})
 	}
-	opts := llama.Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{}), KVBudget: deviceKV}
+	opts := llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{}), KVBudget: deviceKV}
 	_, err := llama.NewRandom(randomConfig(llama.RopeHalf), dtype.Q4_0, 1, opts)
 	assert.ErrorContains(t, err, "not supported")
 	odd := randomConfig(llama.RopeHalf)
@@ -107,7 +107,7 @@ func TestHostNewRandom(t *testing.T) {
 	assert.ErrorContains(t, err, "cannot make them", "the CPU backend makes no random weights")
 	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{KVBudget: deviceKV})
 	assert.ErrorContains(t, err, "Options.Backend is nil", "no backend")
-	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{}), KVBudget: 1000})
+	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{}), KVBudget: 1000})
 	assert.ErrorContains(t, err, "smaller than one block")
 }
 
@@ -119,9 +119,9 @@ func TestGPUMatchesHostRandom(t *testing.T) { checkMatchesHostRandom(t, openGPU(
 
 // TestHostRandomScript is [TestGPUMatchesHostRandom] between two host devices: a
 // model on the device is deterministic, and the script suits the random models.
-func TestHostRandomScript(t *testing.T) { checkMatchesHostRandom(t, cuda.HostDevice(), 0) }
+func TestHostRandomScript(t *testing.T) { checkMatchesHostRandom(t, gpu.HostDevice(), 0) }
 
-func checkMatchesHostRandom(t *testing.T, dev *cuda.Device, tol float64) {
+func checkMatchesHostRandom(t *testing.T, dev *gpu.Device, tol float64) {
 	prompt := make([]int32, 80)
 	for i := range prompt {
 		prompt[i] = int32(i*37+11) % 100
@@ -131,7 +131,7 @@ func checkMatchesHostRandom(t *testing.T, dev *cuda.Device, tol float64) {
 			t.Run(fmt.Sprintf("%s/style%d", typ, style), func(t *testing.T) {
 				cfg := randomConfig(style)
 				cfg.Vocab = 1000
-				host := newRandom(t, cuda.HostDevice(), cfg, typ, 3)
+				host := newRandom(t, gpu.HostDevice(), cfg, typ, 3)
 				g := newRandom(t, dev, cfg, typ, 3)
 				worst := runScript(t, host, g, modScript(prompt, cfg.Vocab), tol)
 				t.Logf("max |%s − host| %.3g", dev.Info().Kind, worst)

@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/batch"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 )
@@ -17,7 +18,7 @@ import (
 // step is one operation applied alike to a sequence of each model.
 type step struct {
 	name     string
-	batch    model.Batch // forwarded when truncate and retain are unset
+	batch    batch.Batch // forwarded when truncate and retain are unset
 	truncate int         // > 0: Truncate(Len() − truncate)
 	retain   []int32     // non-nil: Retain(from, retain), from the length before the last forward
 }
@@ -28,26 +29,26 @@ type step struct {
 // after it.
 func script(prompt []int32) []step {
 	return []step{
-		{name: "prefill", batch: model.Batch{Tokens: prompt, Outputs: []int32{0, int32(len(prompt) / 2), int32(len(prompt) - 1)}}},
-		{name: "decode1", batch: model.Batch{Tokens: []int32{10}, Outputs: []int32{0}}},
-		{name: "decode2", batch: model.Batch{Tokens: []int32{9}, Outputs: []int32{0}}},
-		{name: "decode3", batch: model.Batch{Tokens: []int32{295}, Outputs: []int32{0}}},
-		{name: "chain5-all", batch: model.Batch{Tokens: []int32{116, 46, 3421, 374, 354}, Outputs: seqs(5)}},
-		{name: "chain5-scattered", batch: model.Batch{Tokens: []int32{266, 256, 9, 311, 46}, Outputs: []int32{4, 1, 2}}},
+		{name: "prefill", batch: batch.Batch{Tokens: prompt, Outputs: []int32{0, int32(len(prompt) / 2), int32(len(prompt) - 1)}}},
+		{name: "decode1", batch: batch.Batch{Tokens: []int32{10}, Outputs: []int32{0}}},
+		{name: "decode2", batch: batch.Batch{Tokens: []int32{9}, Outputs: []int32{0}}},
+		{name: "decode3", batch: batch.Batch{Tokens: []int32{295}, Outputs: []int32{0}}},
+		{name: "chain5-all", batch: batch.Batch{Tokens: []int32{116, 46, 3421, 374, 354}, Outputs: seqs(5)}},
+		{name: "chain5-scattered", batch: batch.Batch{Tokens: []int32{266, 256, 9, 311, 46}, Outputs: []int32{4, 1, 2}}},
 		{name: "rollback", truncate: 3},
-		{name: "chain5-again", batch: model.Batch{Tokens: []int32{9, 125, 10, 10, 9}, Outputs: []int32{0, 4}}},
-		{name: "tree", batch: model.Batch{
+		{name: "chain5-again", batch: batch.Batch{Tokens: []int32{9, 125, 10, 10, 9}, Outputs: []int32{0, 4}}},
+		{name: "tree", batch: batch.Batch{
 			Tokens:  []int32{295, 259, 46, 1067, 2114, 40, 311},
 			Tree:    mustTree([]int32{-1, 0, 0, 1, 1, 2, -1}),
 			Outputs: seqs(7)}},
 		{name: "retain", retain: []int32{0, 2, 5}},
-		{name: "after-retain", batch: model.Batch{Tokens: []int32{44}, Outputs: []int32{0}}},
-		{name: "tree-again", batch: model.Batch{
+		{name: "after-retain", batch: batch.Batch{Tokens: []int32{44}, Outputs: []int32{0}}},
+		{name: "tree-again", batch: batch.Batch{
 			Tokens:  []int32{2843, 41, 671, 281},
 			Tree:    mustTree([]int32{-1, 0, -1, 2}),
 			Outputs: []int32{3, 1}}},
 		{name: "retain-none", retain: []int32{}},
-		{name: "decode-end", batch: model.Batch{Tokens: []int32{41, 671}, Outputs: []int32{1}}},
+		{name: "decode-end", batch: batch.Batch{Tokens: []int32{41, 671}, Outputs: []int32{1}}},
 	}
 }
 
@@ -109,7 +110,7 @@ func TestHostMatchesCPU(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			path := f.path(t)
 			cpu := openCPU(t, path)
-			host := openOn(t, cuda.HostDevice(), path, llama.Options{})
+			host := openOn(t, gpu.HostDevice(), path, llama.Options{})
 			require.Equal(t, cpu.Config(), host.Config())
 			assert.True(t, strings.HasPrefix(cpu.Backend(), "cpu"), cpu.Backend())
 			assert.Equal(t, "host reference device", host.Backend(), "the model runs on the device")
@@ -150,7 +151,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 func TestHostChunkedPasses(t *testing.T) {
 	path := xsPath(t)
 	cpu := openCPU(t, path)
-	host := openOn(t, nil, path, llama.Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{MaxBatch: 7})})
+	host := openOn(t, nil, path, llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{MaxBatch: 7})})
 	worst := runScript(t, cpu, host, script(promptA), hostTol)
 	t.Logf("max |host − cpu| with passes of 7: %.3g", worst)
 	assert.LessOrEqual(t, worst, hostTol)
@@ -162,27 +163,27 @@ func TestHostChunkedPasses(t *testing.T) {
 func TestGPUBatchInvariance(t *testing.T) { checkBatchInvariance(t, openGPU(t)) }
 
 // TestHostBatchInvariance is [TestGPUBatchInvariance] on the host device.
-func TestHostBatchInvariance(t *testing.T) { checkBatchInvariance(t, cuda.HostDevice()) }
+func TestHostBatchInvariance(t *testing.T) { checkBatchInvariance(t, gpu.HostDevice()) }
 
-func checkBatchInvariance(t *testing.T, dev *cuda.Device) {
+func checkBatchInvariance(t *testing.T, dev *gpu.Device) {
 	for _, f := range modelFiles()[:2] {
 		t.Run(f.name, func(t *testing.T) {
 			m := openOn(t, dev, f.path(t), llama.Options{})
 			v := m.Info().VocabSize
 			chain := []int32{116, 46, 3421, 374, 354}
 			a := newSeq(t, m)
-			forward(t, a, v, model.Batch{Tokens: promptB})
-			batched := forward(t, a, v, model.Batch{Tokens: chain, Outputs: seqs(5)})
+			forward(t, a, v, batch.Batch{Tokens: promptB})
+			batched := forward(t, a, v, batch.Batch{Tokens: chain, Outputs: seqs(5)})
 			b := newSeq(t, m)
-			forward(t, b, v, model.Batch{Tokens: promptB})
+			forward(t, b, v, batch.Batch{Tokens: promptB})
 			for i, tok := range chain {
-				one := forward(t, b, v, model.Batch{Tokens: []int32{tok}, Outputs: []int32{0}})
+				one := forward(t, b, v, batch.Batch{Tokens: []int32{tok}, Outputs: []int32{0}})
 				assert.Equal(t, one, batched[i*v:(i+1)*v], "chain position %d", i)
 			}
 			// Nodes 0, 2, 3 are the chain's first three tokens; 1 and 4 are siblings.
 			c := newSeq(t, m)
-			forward(t, c, v, model.Batch{Tokens: promptB})
-			tree := forward(t, c, v, model.Batch{
+			forward(t, c, v, batch.Batch{Tokens: promptB})
+			tree := forward(t, c, v, batch.Batch{
 				Tokens:  []int32{116, 9, 46, 3421, 10},
 				Tree:    mustTree([]int32{-1, -1, 0, 2, 2}),
 				Outputs: []int32{3, 0, 2}})
@@ -192,16 +193,16 @@ func checkBatchInvariance(t *testing.T, dev *cuda.Device) {
 			// The chain again, in one forward with a decode step of another sequence
 			// and the prompt of a third.
 			d, e, g := newSeq(t, m), newSeq(t, m), newSeq(t, m)
-			forward(t, d, v, model.Batch{Tokens: promptB})
-			forward(t, e, v, model.Batch{Tokens: promptA[:9]})
+			forward(t, d, v, batch.Batch{Tokens: promptB})
+			forward(t, e, v, batch.Batch{Tokens: promptA[:9]})
 			work := []model.Work{
-				{Seq: e, Batch: model.Batch{Tokens: promptA[9:10], Outputs: []int32{0}}, Logits: make([]float32, v)},
-				{Seq: d, Batch: model.Batch{Tokens: chain, Outputs: seqs(5)}, Logits: make([]float32, 5*v)},
-				{Seq: g, Batch: model.Batch{Tokens: promptA[:20], Outputs: []int32{19}}, Logits: make([]float32, v)},
+				{Seq: e, Batch: batch.Batch{Tokens: promptA[9:10], Outputs: []int32{0}}, Logits: make([]float32, v)},
+				{Seq: d, Batch: batch.Batch{Tokens: chain, Outputs: seqs(5)}, Logits: make([]float32, 5*v)},
+				{Seq: g, Batch: batch.Batch{Tokens: promptA[:20], Outputs: []int32{19}}, Logits: make([]float32, v)},
 			}
 			require.NoError(t, m.Forward(context.Background(), work))
 			assert.Equal(t, batched, work[1].Logits, "the chain beside other sequences")
-			assert.Equal(t, forward(t, newSeq(t, m), v, model.Batch{Tokens: promptA[:10], Outputs: []int32{9}}),
+			assert.Equal(t, forward(t, newSeq(t, m), v, batch.Batch{Tokens: promptA[:10], Outputs: []int32{9}}),
 				work[0].Logits, "a decode step beside other sequences")
 		})
 	}

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
@@ -61,7 +61,7 @@ func checkGreedyIdentical(t *testing.T, m model.Model, cases []drafterCase, full
 // the same target, token for token.
 func TestHostSpecGreedyIdentical(t *testing.T) {
 	targetPath := xsPath(t)
-	tm := openOn(t, cuda.HostDevice(), targetPath, llama.Options{})
+	tm := openOn(t, gpu.HostDevice(), targetPath, llama.Options{})
 	cpuDraft := openCPU(t, xsDraftPath(targetPath))
 	chain, err := draft.NewSmallModel(cpuDraft)
 	require.NoError(t, err)

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
-	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/batch"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/internal/sharedtest"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 )
 
@@ -23,7 +23,7 @@ func statesOf(t *testing.T, m *llama.Model, toks []int32) ([]float32, []float32)
 	require.NoError(t, err)
 	defer s.Close()
 	d, v := m.Info().HiddenSize, m.Info().VocabSize
-	b := model.Batch{Tokens: toks, Outputs: []int32{3, 9}, States: []int32{1, 3, 9, 12}, StateLayers: []int32{0},
+	b := batch.Batch{Tokens: toks, Outputs: []int32{3, 9}, States: []int32{1, 3, 9, 12}, StateLayers: []int32{0},
 		Hidden: make([]float32, 4*2*d)}
 	logits := make([]float32, 2*v)
 	require.NoError(t, s.Forward(context.Background(), b, logits))
@@ -33,12 +33,12 @@ func statesOf(t *testing.T, m *llama.Model, toks []int32) ([]float32, []float32)
 // TestHostStates checks that a model on the host device gives the hidden states the
 // CPU backend gives — the final normed ones and the stream after a layer — within
 // [hostTol], also when the forward is cut into passes.
-func TestHostStates(t *testing.T) { checkStates(t, cuda.HostDevice()) }
+func TestHostStates(t *testing.T) { checkStates(t, gpu.HostDevice()) }
 
 // TestGPUStates is [TestHostStates] on a GPU, within [gpuTol].
 func TestGPUStates(t *testing.T) { checkStates(t, openGPU(t)) }
 
-func checkStates(t *testing.T, dev *cuda.Device) {
+func checkStates(t *testing.T, dev *gpu.Device) {
 	path := xsPath(t)
 	cpu := openCPU(t, path)
 	tol := hostTol
@@ -46,7 +46,7 @@ func checkStates(t *testing.T, dev *cuda.Device) {
 		tol = gpuTol
 	}
 	for _, batch := range []int{0, 5} {
-		dm := openOn(t, dev, path, llama.Options{Backend: cuda.Factory(dev, cuda.BackendOptions{MaxBatch: batch})})
+		dm := openOn(t, dev, path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{MaxBatch: batch})})
 		wantH, wantL := statesOf(t, cpu, promptA[:16])
 		gotH, gotL := statesOf(t, dm, promptA[:16])
 		assert.LessOrEqual(t, maxAbsDiff(wantH, gotH), tol, "states, passes of %d", batch)
@@ -80,13 +80,13 @@ func TestHostEAGLE(t *testing.T) {
 		for i := range in {
 			in[i] = float32(i%7) * 0.1
 		}
-		b := model.Batch{Tokens: toks, Inputs: in, Outputs: []int32{5, 2}, States: []int32{5}, Hidden: make([]float32, d)}
+		b := batch.Batch{Tokens: toks, Inputs: in, Outputs: []int32{5, 2}, States: []int32{5}, Hidden: make([]float32, d)}
 		logits := make([]float32, 2*v)
 		require.NoError(t, s.Forward(context.Background(), b, logits))
 		return b.Hidden, logits
 	}
 	wantH, wantL := run(llama.Options{Backend: cpu.Factory(1)})
-	gotH, gotL := run(llama.Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{MaxBatch: 4}), KVBudget: deviceKV})
+	gotH, gotL := run(llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{MaxBatch: 4}), KVBudget: deviceKV})
 	assert.LessOrEqual(t, maxAbsDiff(wantH, gotH), hostTol, "states")
 	assert.LessOrEqual(t, maxAbsDiff(wantL, gotL), hostTol, "logits")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/specula/specula/backend"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 )
@@ -304,7 +305,7 @@ var errClosed = fmt.Errorf("llama: %w", model.ErrClosed)
 
 func (s *sequence) Len() int { return s.kv.Len() }
 
-func (s *sequence) Forward(ctx context.Context, b model.Batch, logits []float32) error {
+func (s *sequence) Forward(ctx context.Context, b batch.Batch, logits []float32) error {
 	if s.closed {
 		return errClosed
 	}

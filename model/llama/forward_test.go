@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
@@ -57,7 +58,7 @@ func forwardAll(t *testing.T, seq model.Sequence, toks []int32, chunks []int, vo
 			outputs[i] = int32(i)
 		}
 		logits := make([]float32, n*vocab)
-		require.NoError(t, seq.Forward(context.Background(), model.Batch{Tokens: toks[start : start+n], Outputs: outputs}, logits))
+		require.NoError(t, seq.Forward(context.Background(), batch.Batch{Tokens: toks[start : start+n], Outputs: outputs}, logits))
 		for i := range n {
 			out = append(out, logits[i*vocab:(i+1)*vocab])
 		}
@@ -160,10 +161,10 @@ func checkTreeEqualsChains(t *testing.T, cfg Config) {
 
 	seq, err := m.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: prefix}, nil))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: prefix}, nil))
 	outputs := []int32{0, 1, 2, 3, 4, 5, 6}
 	logits := make([]float32, len(nodes)*v)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Tree: mustTree(parents), Outputs: outputs}, logits))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: nodes, Tree: mustTree(parents), Outputs: outputs}, logits))
 	for i, path := range paths {
 		chain, err := m.NewSequence(ctx)
 		require.NoError(t, err)
@@ -174,7 +175,7 @@ func checkTreeEqualsChains(t *testing.T, cfg Config) {
 	require.NoError(t, seq.Retain(len(prefix), []int32{0, 1, 4, 6}))
 	require.Equal(t, len(prefix)+4, seq.Len())
 	next := make([]float32, v)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{30}, Outputs: []int32{0}}, next))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: []int32{30}, Outputs: []int32{0}}, next))
 	chain, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	want := forwardAll(t, chain, append(append([]int32(nil), prefix...), 20, 21, 24, 26, 30), []int{100}, v)
@@ -206,24 +207,24 @@ func TestForwardErrors(t *testing.T) {
 	m := randomModel(t, cfg, dtype.F32, 5, Options{Backend: cpu.Factory(1), KVBudget: 4 << 20})
 	seq, err := m.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{1, 2, 3}}, nil))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: []int32{1, 2, 3}}, nil))
 	for _, c := range []struct {
-		b    model.Batch
+		b    batch.Batch
 		want string
 	}{
-		{model.Batch{Tokens: []int32{50}}, "outside the vocabulary"},
-		{model.Batch{Tokens: make([]int32, 18)}, "context length"},
-		{model.Batch{Tokens: []int32{1}, Outputs: []int32{0}}, "logits buffer"},
+		{batch.Batch{Tokens: []int32{50}}, "outside the vocabulary"},
+		{batch.Batch{Tokens: make([]int32, 18)}, "context length"},
+		{batch.Batch{Tokens: []int32{1}, Outputs: []int32{0}}, "logits buffer"},
 	} {
 		assert.ErrorContains(t, seq.Forward(ctx, c.b, nil), c.want)
 		assert.Equal(t, 3, seq.Len())
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	assert.ErrorIs(t, seq.Forward(cancelled, model.Batch{Tokens: []int32{1}}, nil), context.Canceled)
+	assert.ErrorIs(t, seq.Forward(cancelled, batch.Batch{Tokens: []int32{1}}, nil), context.Canceled)
 	assert.Equal(t, 3, seq.Len())
 	require.NoError(t, seq.Close())
-	assert.ErrorIs(t, seq.Forward(ctx, model.Batch{Tokens: []int32{1}}, nil), model.ErrClosed)
+	assert.ErrorIs(t, seq.Forward(ctx, batch.Batch{Tokens: []int32{1}}, nil), model.ErrClosed)
 }
 
 func TestOutOfMemory(t *testing.T) {
@@ -235,8 +236,8 @@ func TestOutOfMemory(t *testing.T) {
 	m := randomModel(t, cfg, dtype.F32, 5, Options{Backend: cpu.Factory(1), KVBudget: 32 << 10})
 	a, err := m.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, a.Forward(ctx, model.Batch{Tokens: make([]int32, 60)}, nil))
-	err = a.Forward(ctx, model.Batch{Tokens: make([]int32, 5)}, nil)
+	require.NoError(t, a.Forward(ctx, batch.Batch{Tokens: make([]int32, 60)}, nil))
+	err = a.Forward(ctx, batch.Batch{Tokens: make([]int32, 5)}, nil)
 	assert.ErrorIs(t, err, model.ErrOutOfMemory)
 	assert.Equal(t, 60, a.Len())
 	assert.Equal(t, 4, m.KVStats().Blocks-m.KVStats().FreeBlocks)
@@ -271,7 +272,7 @@ func TestConcurrentSequences(t *testing.T) {
 			var out [][]float32
 			for j, tok := range prompts[i] {
 				logits := make([]float32, m.cfg.Vocab)
-				if err := seq.Forward(context.Background(), model.Batch{Tokens: []int32{tok}, Outputs: []int32{0}}, logits); err != nil {
+				if err := seq.Forward(context.Background(), batch.Batch{Tokens: []int32{tok}, Outputs: []int32{0}}, logits); err != nil {
 					done <- nil
 					return
 				}
@@ -355,12 +356,12 @@ func TestBatchInvariance(t *testing.T) {
 			// The last 4 tokens as the middle path of a tree with decoys around it.
 			seq, err := m.NewSequence(ctx)
 			require.NoError(t, err)
-			require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: toks[:33]}, nil))
+			require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: toks[:33]}, nil))
 			p := toks[33:]
 			nodes := []int32{1, p[0], 2, p[1], 3, p[2], p[3]}
 			parents := []int32{-1, -1, 1, 1, 3, 3, 5}
 			logits := make([]float32, len(nodes)*v)
-			require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Tree: mustTree(parents), Outputs: []int32{1, 3, 5, 6}}, logits))
+			require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: nodes, Tree: mustTree(parents), Outputs: []int32{1, 3, 5, 6}}, logits))
 			for r := range 4 {
 				require.Equal(t, one[33+r], logits[r*v:(r+1)*v], "%s tree node on the path, position %d", typ, 33+r)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/model"
 )
@@ -61,7 +62,7 @@ func greedy(t *testing.T, m model.Model, prompt []int32, n int, force []int32) (
 	in := prompt
 	for i := range n {
 		logits := make([]float32, v)
-		require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}}, logits))
+		require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}}, logits))
 		all = append(all, logits)
 		next := argmax(logits)
 		out = append(out, next)

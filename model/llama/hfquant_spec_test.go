@@ -8,12 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
-	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/internal/spectest"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
@@ -43,7 +43,7 @@ func TestQuantizedSpecGreedyIdentical(t *testing.T) {
 			t.Cleanup(func() { _ = m.Close() })
 			return m
 		}},
-		{"host", func(t *testing.T) *llama.Model { return openOn(t, cuda.HostDevice(), targetPath, llama.Options{}) }},
+		{"host", func(t *testing.T) *llama.Model { return openOn(t, gpu.HostDevice(), targetPath, llama.Options{}) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tm := c.open(t)
@@ -96,7 +96,7 @@ func TestQuantizedSampledDistribution(t *testing.T) {
 				seq, err := tm.NewSequence(context.Background())
 				require.NoError(t, err)
 				defer seq.Close()
-				return forward(t, seq, vocab, model.Batch{Tokens: h, Outputs: []int32{int32(len(h) - 1)}})
+				return forward(t, seq, vocab, batch.Batch{Tokens: h, Outputs: []int32{int32(len(h) - 1)}})
 			}
 			spectest.TwoTokens(t, dec, logits, vocab, []int32{2389, 9, 880}, sampler.Params{Temperature: 1.0, TopK: 40}, 1500)
 		})

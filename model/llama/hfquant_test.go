@@ -13,8 +13,8 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
-	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/internal/sharedtest"
 )
 
@@ -191,7 +191,7 @@ func TestQuantizedProgress(t *testing.T) {
 // continuations exactly, logits within the integer kernels' 0.02.
 func TestGoldenActOrderHost(t *testing.T) {
 	name := "gocoder-m-gptq"
-	m, err := Open(sharedtest.Path(t, "models", name), Options{Backend: cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})})
+	m, err := Open(sharedtest.Path(t, "models", name), Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{})})
 	require.NoError(t, err)
 	defer m.Close()
 	for _, c := range loadGolden(t, name) {

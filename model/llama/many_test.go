@@ -10,6 +10,7 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
@@ -19,7 +20,7 @@ import (
 // batch forwarded with the others.
 type manyCase struct {
 	history []int32
-	batch   model.Batch
+	batch   batch.Batch
 }
 
 // manyCases are the sequences of one step: a decode, a chain draft, a tree draft, a
@@ -34,12 +35,12 @@ func manyCases(rng *rand.Rand, vocab int) []manyCase {
 		return out
 	}
 	return []manyCase{
-		{toks(37), model.Batch{Tokens: toks(1), Outputs: []int32{0}}},
-		{toks(20), model.Batch{Tokens: toks(6), Outputs: seq(6)}},
-		{toks(15), model.Batch{Tokens: toks(7), Tree: mustTree([]int32{-1, 0, 0, 1, 1, 2, 4}), Outputs: []int32{6, 0, 3, 5}}},
-		{nil, model.Batch{Tokens: toks(40), Outputs: []int32{39, 16}}},
-		{toks(3), model.Batch{}},
-		{toks(5), model.Batch{Tokens: toks(9)}},
+		{toks(37), batch.Batch{Tokens: toks(1), Outputs: []int32{0}}},
+		{toks(20), batch.Batch{Tokens: toks(6), Outputs: seq(6)}},
+		{toks(15), batch.Batch{Tokens: toks(7), Tree: mustTree([]int32{-1, 0, 0, 1, 1, 2, 4}), Outputs: []int32{6, 0, 3, 5}}},
+		{nil, batch.Batch{Tokens: toks(40), Outputs: []int32{39, 16}}},
+		{toks(3), batch.Batch{}},
+		{toks(5), batch.Batch{Tokens: toks(9)}},
 	}
 }
 
@@ -59,7 +60,7 @@ func TestForwardMany(t *testing.T) {
 					s, err := m.NewSequence(ctx)
 					require.NoError(t, err)
 					t.Cleanup(func() { _ = s.Close() })
-					require.NoError(t, s.Forward(ctx, model.Batch{Tokens: c.history}, nil))
+					require.NoError(t, s.Forward(ctx, batch.Batch{Tokens: c.history}, nil))
 					seqs[i] = s
 				}
 				return seqs
@@ -81,8 +82,8 @@ func TestForwardMany(t *testing.T) {
 			next := make([]float32, v)
 			for i := range cases {
 				a, b := make([]float32, v), next
-				require.NoError(t, alone[i].Forward(ctx, model.Batch{Tokens: []int32{3}, Outputs: []int32{0}}, a))
-				require.NoError(t, together[i].Forward(ctx, model.Batch{Tokens: []int32{3}, Outputs: []int32{0}}, b))
+				require.NoError(t, alone[i].Forward(ctx, batch.Batch{Tokens: []int32{3}, Outputs: []int32{0}}, a))
+				require.NoError(t, together[i].Forward(ctx, batch.Batch{Tokens: []int32{3}, Outputs: []int32{0}}, b))
 				assert.Equal(t, a, b, "sequence %d after the step", i)
 			}
 		})
@@ -100,7 +101,7 @@ func TestForwardManyChunked(t *testing.T) {
 	for _, c := range cases {
 		s, err := m.NewSequence(ctx)
 		require.NoError(t, err)
-		require.NoError(t, s.Forward(ctx, model.Batch{Tokens: c.history}, nil))
+		require.NoError(t, s.Forward(ctx, batch.Batch{Tokens: c.history}, nil))
 		out := make([]float32, len(c.batch.Outputs)*v)
 		require.NoError(t, s.Forward(ctx, c.batch, out))
 		want = append(want, out)
@@ -112,7 +113,7 @@ func TestForwardManyChunked(t *testing.T) {
 		s, err := m.NewSequence(ctx)
 		require.NoError(t, err)
 		defer s.Close()
-		require.NoError(t, s.Forward(ctx, model.Batch{Tokens: c.history}, nil))
+		require.NoError(t, s.Forward(ctx, batch.Batch{Tokens: c.history}, nil))
 		work = append(work, model.Work{Seq: s, Batch: c.batch, Logits: make([]float32, len(c.batch.Outputs)*v)})
 	}
 	require.NoError(t, m.Forward(ctx, work))
@@ -136,17 +137,17 @@ func TestForwardManyErrors(t *testing.T) {
 	require.NoError(t, err)
 	c, err := other.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, a.Forward(ctx, model.Batch{Tokens: make([]int32, 10)}, nil))
+	require.NoError(t, a.Forward(ctx, batch.Batch{Tokens: make([]int32, 10)}, nil))
 	tests := []struct {
 		name string
 		work []model.Work
 		want string
 	}{
-		{"bad token", []model.Work{{Seq: a, Batch: model.Batch{Tokens: []int32{1}}}, {Seq: b, Batch: model.Batch{Tokens: []int32{99}}}}, "work item 1"},
-		{"twice", []model.Work{{Seq: a, Batch: model.Batch{Tokens: []int32{1}}}, {Seq: a, Batch: model.Batch{Tokens: []int32{1}}}}, "same sequence"},
-		{"other model", []model.Work{{Seq: a, Batch: model.Batch{Tokens: []int32{1}}}, {Seq: c, Batch: model.Batch{Tokens: []int32{1}}}}, "not one of this model's"},
-		{"no sequence", []model.Work{{Batch: model.Batch{Tokens: []int32{1}}}}, "no sequence"},
-		{"out of memory", []model.Work{{Seq: a, Batch: model.Batch{Tokens: make([]int32, 20)}}, {Seq: b, Batch: model.Batch{Tokens: make([]int32, 40)}}}, "memory exhausted"},
+		{"bad token", []model.Work{{Seq: a, Batch: batch.Batch{Tokens: []int32{1}}}, {Seq: b, Batch: batch.Batch{Tokens: []int32{99}}}}, "work item 1"},
+		{"twice", []model.Work{{Seq: a, Batch: batch.Batch{Tokens: []int32{1}}}, {Seq: a, Batch: batch.Batch{Tokens: []int32{1}}}}, "same sequence"},
+		{"other model", []model.Work{{Seq: a, Batch: batch.Batch{Tokens: []int32{1}}}, {Seq: c, Batch: batch.Batch{Tokens: []int32{1}}}}, "not one of this model's"},
+		{"no sequence", []model.Work{{Batch: batch.Batch{Tokens: []int32{1}}}}, "no sequence"},
+		{"out of memory", []model.Work{{Seq: a, Batch: batch.Batch{Tokens: make([]int32, 20)}}, {Seq: b, Batch: batch.Batch{Tokens: make([]int32, 40)}}}, "memory exhausted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,7 +158,7 @@ func TestForwardManyErrors(t *testing.T) {
 			assert.Equal(t, 1, m.KVStats().Blocks-m.KVStats().FreeBlocks, "blocks in use")
 		})
 	}
-	err = m.Forward(ctx, []model.Work{{Seq: a, Batch: model.Batch{Tokens: make([]int32, 20)}}, {Seq: b, Batch: model.Batch{Tokens: make([]int32, 40)}}})
+	err = m.Forward(ctx, []model.Work{{Seq: a, Batch: batch.Batch{Tokens: make([]int32, 20)}}, {Seq: b, Batch: batch.Batch{Tokens: make([]int32, 40)}}})
 	assert.ErrorIs(t, err, model.ErrOutOfMemory)
 }
 
@@ -179,9 +180,9 @@ func TestClosedModel(t *testing.T) {
 	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F32, 5, Options{Backend: cpu.Factory(1)})
 	s, err := m.NewSequence(ctx)
 	require.NoError(t, err)
-	require.NoError(t, s.Forward(ctx, model.Batch{Tokens: []int32{1, 2}}, nil))
+	require.NoError(t, s.Forward(ctx, batch.Batch{Tokens: []int32{1, 2}}, nil))
 	require.NoError(t, m.Close())
-	assert.ErrorIs(t, s.Forward(ctx, model.Batch{Tokens: []int32{3}}, nil), ErrModelClosed)
+	assert.ErrorIs(t, s.Forward(ctx, batch.Batch{Tokens: []int32{3}}, nil), ErrModelClosed)
 	assert.Equal(t, 2, s.Len())
 	_, err = m.NewSequence(ctx)
 	assert.ErrorIs(t, err, ErrModelClosed)
@@ -203,12 +204,12 @@ func TestDecodeAllocs(t *testing.T) {
 	s, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	defer s.Close()
-	require.NoError(t, s.Forward(ctx, model.Batch{Tokens: make([]int32, 20)}, nil))
+	require.NoError(t, s.Forward(ctx, batch.Batch{Tokens: make([]int32, 20)}, nil))
 	v := m.cfg.Vocab
 	logits := make([]float32, 5*v)
-	one := model.Batch{Tokens: []int32{7}, Outputs: []int32{0}}
-	verify := model.Batch{Tokens: []int32{1, 2, 3, 4, 5}, Outputs: []int32{0, 1, 2, 3, 4}}
-	for _, b := range []model.Batch{one, verify} {
+	one := batch.Batch{Tokens: []int32{7}, Outputs: []int32{0}}
+	verify := batch.Batch{Tokens: []int32{1, 2, 3, 4, 5}, Outputs: []int32{0, 1, 2, 3, 4}}
+	for _, b := range []batch.Batch{one, verify} {
 		allocs := testing.AllocsPerRun(20, func() {
 			if err := s.Forward(ctx, b, logits); err != nil {
 				t.Fatal(err)
@@ -244,7 +245,7 @@ func TestHiddenStates(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	logits := make([]float32, 2*v)
-	b := model.Batch{Tokens: toks, Outputs: []int32{11, 4}, States: []int32{4, 11, 7}, StateLayers: []int32{1},
+	b := batch.Batch{Tokens: toks, Outputs: []int32{11, 4}, States: []int32{4, 11, 7}, StateLayers: []int32{1},
 		Hidden: make([]float32, 3*2*d)}
 	require.NoError(t, s.Forward(ctx, b, logits))
 	state := func(r, j int) []float32 { return b.Hidden[(r*2+j)*d : (r*2+j+1)*d] }
@@ -275,7 +276,7 @@ func TestHiddenStates(t *testing.T) {
 	defer alone.Close()
 	h := make([]float32, d)
 	for i, tok := range toks {
-		one := model.Batch{Tokens: []int32{tok}, States: []int32{0}, Hidden: h}
+		one := batch.Batch{Tokens: []int32{tok}, States: []int32{0}, Hidden: h}
 		require.NoError(t, alone.Forward(ctx, one, nil))
 		for r, o := range b.States {
 			if int(o) == i {
@@ -285,7 +286,7 @@ func TestHiddenStates(t *testing.T) {
 	}
 
 	// Bad requests.
-	for _, bad := range []model.Batch{
+	for _, bad := range []batch.Batch{
 		{Tokens: []int32{1}, States: []int32{1}, Hidden: h},
 		{Tokens: []int32{1}, States: []int32{0}, Hidden: h[:d-1]},
 		{Tokens: []int32{1}, States: []int32{0}, StateLayers: []int32{2}, Hidden: make([]float32, 2*d)},

@@ -16,7 +16,7 @@ import (
 // Options tune a loaded model.
 type Options struct {
 	// Backend makes what runs the model, for the model's shape: cpu.Factory(threads)
-	// (package backend/cpu) for the CPU, cuda.Factory(dev, …) (backend/cuda) for a
+	// (package backend/cpu) for the CPU, gpu.Factory(dev, …) (package gpu) for a
 	// GPU. It is required — the model does not choose its backend — and a nil Backend
 	// fails the load with an error that says so; package specula supplies the CPU's
 	// when its caller names none.
@@ -143,7 +143,7 @@ var ErrModelClosed = errors.New("llama: model is closed")
 
 // errNoBackend is the error of options that name no backend.
 var errNoBackend = errors.New("Options.Backend is nil: the model runs on the backend it is given; " +
-	"pass cpu.Factory(0) (package backend/cpu) to run it on the CPU, or cuda.Factory for a GPU")
+	"pass cpu.Factory(0) (package backend/cpu) to run it on the CPU, or gpu.Factory for a GPU")
 
 // newBackend makes the backend of the options for a model of c's shape.
 func newBackend(c *Config, opts Options) (backend.Backend, error) {

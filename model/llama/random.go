@@ -11,7 +11,7 @@ import (
 // NewRandom is benchmark and test support, not for serving: it makes a model of shape
 // cfg whose weights are pseudo-random values of type typ made by the backend itself (a
 // device fills its own memory: nothing is read from disk or copied from the host), to
-// measure a device at real sizes without a file (backend/cuda's gpubench). A matrix of
+// measure a device at real sizes without a file (examples/gpubench). A matrix of
 // c columns holds values uniform in ±√(3/c) (the embedding ±√3), norms (per-head and
 // post-norms too) 1 ± 0.1, biases ±0.5. The same seed gives the same weights on every backend that can make them: the
 // CUDA backend's, on a GPU or the host device; the CPU backend cannot.

@@ -1,10 +1,10 @@
 package llama
 
-import "github.com/specula/specula/model"
+import "github.com/specula/specula/batch"
 
 // mustTree is the tree of a parent list that a test knows to be valid.
-func mustTree(parents []int32) model.Tree {
-	t, err := model.NewTree(parents)
+func mustTree(parents []int32) batch.Tree {
+	t, err := batch.NewTree(parents)
 	if err != nil {
 		panic(err)
 	}

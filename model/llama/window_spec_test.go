@@ -7,10 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/backend/cuda"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/format/dtype"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/target"
@@ -31,10 +31,10 @@ func TestSlidingWindowSpecGreedyIdentical(t *testing.T) {
 	gemma.Arch, gemma.Sliding, gemma.LocalRopeTheta, gemma.PostNorms = "gemma3", []bool{true, true, false}, 1000, true
 	for name, cfg := range map[string]llama.Config{"mistral": base, "gemma3": gemma} {
 		t.Run(name, func(t *testing.T) {
-			tm := newRandom(t, cuda.HostDevice(), cfg, dtype.F32, 3)
-			twin := newRandom(t, cuda.HostDevice(), cfg, dtype.F32, 3)
+			tm := newRandom(t, gpu.HostDevice(), cfg, dtype.F32, 3)
+			twin := newRandom(t, gpu.HostDevice(), cfg, dtype.F32, 3)
 			// A draft of other weights: its drafts mostly rejected, so rolled back.
-			other := newRandom(t, cuda.HostDevice(), cfg, dtype.F32, 4)
+			other := newRandom(t, gpu.HostDevice(), cfg, dtype.F32, 4)
 			tgt, err := target.NewLocal(tm)
 			require.NoError(t, err)
 			plain, err := spec.New(tgt, nil, spec.Options{})

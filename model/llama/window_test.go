@@ -16,9 +16,10 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
-	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
 )
@@ -96,7 +97,7 @@ func generate(t *testing.T, m *Model, seq model.Sequence, rng *rand.Rand, n, mos
 	logits := make([]float32, m.cfg.Vocab)
 	peak := 0
 	for range n {
-		b := model.Batch{Tokens: []int32{int32(rng.IntN(m.cfg.Vocab))}, Outputs: []int32{0}}
+		b := batch.Batch{Tokens: []int32{int32(rng.IntN(m.cfg.Vocab))}, Outputs: []int32{0}}
 		require.NoError(t, seq.Forward(context.Background(), b, logits))
 		held := heldPositions(m)
 		peak = max(peak, held)
@@ -207,7 +208,7 @@ func TestSlidingWindowRetain(t *testing.T) {
 	generate(t, m, seq, rng, n, 0)
 	tree := mustTree([]int32{-1, 0, 0, 1, 3})
 	logits := make([]float32, 5*m.cfg.Vocab)
-	b := model.Batch{Tokens: []int32{1, 2, 3, 4, 5}, Tree: tree, Outputs: []int32{0, 1, 2, 3, 4}}
+	b := batch.Batch{Tokens: []int32{1, 2, 3, 4, 5}, Tree: tree, Outputs: []int32{0, 1, 2, 3, 4}}
 	rows := be.rows.Load()
 	require.NoError(t, seq.Forward(context.Background(), b, logits))
 	assert.Equal(t, rows+5, be.rows.Load())
@@ -245,8 +246,8 @@ func TestSlidingWindowFork(t *testing.T) {
 	la, lb := make([]float32, m.cfg.Vocab), make([]float32, m.cfg.Vocab)
 	for range 100 {
 		work := []model.Work{
-			{Seq: a, Batch: model.Batch{Tokens: []int32{1}, Outputs: []int32{0}}, Logits: la},
-			{Seq: b, Batch: model.Batch{Tokens: []int32{2}, Outputs: []int32{0}}, Logits: lb},
+			{Seq: a, Batch: batch.Batch{Tokens: []int32{1}, Outputs: []int32{0}}, Logits: la},
+			{Seq: b, Batch: batch.Batch{Tokens: []int32{2}, Outputs: []int32{0}}, Logits: lb},
 		}
 		require.NoError(t, m.Forward(context.Background(), work))
 		require.LessOrEqual(t, heldPositions(m), 2*bound)
@@ -279,7 +280,7 @@ func TestSlidingWindowPrefixReuse(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	logits := make([]float32, m.cfg.Vocab)
-	require.NoError(t, a.Forward(context.Background(), model.Batch{Tokens: prompt, Outputs: []int32{63}}, logits))
+	require.NoError(t, a.Forward(context.Background(), batch.Batch{Tokens: prompt, Outputs: []int32{63}}, logits))
 	a.(model.PrefixSequence).Publish()
 	generate(t, m, a, rng, 500, 0)
 	require.Positive(t, released(a))
@@ -371,7 +372,7 @@ func TestSlidingWindowValidate(t *testing.T) {
 // one forked from it, each continued; on the CPU backend and on the CUDA backend's
 // host device.
 func TestSlidingWindowReleasedLogits(t *testing.T) {
-	backends := map[string]backend.Factory{"cpu": cpu.Factory(2), "host": cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})}
+	backends := map[string]backend.Factory{"cpu": cpu.Factory(2), "host": gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{})}
 	for name, cfg := range slidingConfigs(8) {
 		for bname, f := range backends {
 			t.Run(name+"/"+bname, func(t *testing.T) {
@@ -469,7 +470,7 @@ func TestSlidingWindowLongPrompt(t *testing.T) {
 	seq, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	defer seq.Close()
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: toks}, nil))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: toks}, nil))
 	st := m.KVStats()
 	peak := int(st.ResidentBytes/st.BlockBytes) * st.BlockSize
 	t.Logf("a 2000-token prompt in %d passes: at most %d positions held", fb.runs, peak)
@@ -477,15 +478,15 @@ func TestSlidingWindowLongPrompt(t *testing.T) {
 	assert.Equal(t, (2000+windowChunk-1)/windowChunk, fb.runs)
 
 	fb.runs, fb.failAt = 0, 1
-	err = seq.Forward(ctx, model.Batch{Tokens: toks[:5]}, nil)
+	err = seq.Forward(ctx, batch.Batch{Tokens: toks[:5]}, nil)
 	require.ErrorContains(t, err, "a pass failed")
 	assert.Equal(t, 2000, seq.Len(), "a failed short forward leaves the sequence as it was")
 	fb.runs, fb.failAt = 0, 3
-	err = seq.Forward(ctx, model.Batch{Tokens: toks}, nil)
+	err = seq.Forward(ctx, batch.Batch{Tokens: toks}, nil)
 	require.ErrorContains(t, err, "the sequence is left empty")
 	assert.Zero(t, seq.Len())
 	fb.failAt = 1 << 30
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: toks[:100]}, nil), "an emptied sequence starts again")
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: toks[:100]}, nil), "an emptied sequence starts again")
 }
 
 // TestSlidingWindowWideTree: a tree of 700 nodes (a root and 699 children) verified
@@ -507,10 +508,10 @@ func TestSlidingWindowWideTree(t *testing.T) {
 	seq, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	defer seq.Close()
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: prompt}, nil))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: prompt}, nil))
 	outs := []int32{0, 1, 350, 699}
 	logits := make([]float32, len(outs)*cfg.Vocab)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: nodes, Tree: mustTree(parents), Outputs: outs}, logits))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: nodes, Tree: mustTree(parents), Outputs: outs}, logits))
 	for k, o := range outs {
 		path := []int32{nodes[0]}
 		if o > 0 {
@@ -524,5 +525,5 @@ func TestSlidingWindowWideTree(t *testing.T) {
 	}
 	require.NoError(t, seq.Retain(len(prompt), []int32{0, 350}))
 	next := make([]float32, cfg.Vocab)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{3}, Outputs: []int32{0}}, next))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: []int32{3}, Outputs: []int32{0}}, next))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/format/hfquant"
@@ -82,7 +83,7 @@ func logitsAfter(t *testing.T, m model.Model, prompt []int32) []float32 {
 	require.NoError(t, err)
 	defer seq.Close()
 	out := make([]float32, m.Info().VocabSize)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: prompt, Outputs: []int32{int32(len(prompt) - 1)}}, out))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: prompt, Outputs: []int32{int32(len(prompt) - 1)}}, out))
 	return out
 }
 
@@ -180,9 +181,9 @@ func greedyIDs(t *testing.T, m model.Model, prompt []int32, n int) []int32 {
 	defer seq.Close()
 	logits := make([]float32, m.Info().VocabSize)
 	var out []int32
-	batch := prompt
+	in := prompt
 	for range n {
-		require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: batch, Outputs: []int32{int32(len(batch) - 1)}}, logits))
+		require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: in, Outputs: []int32{int32(len(in) - 1)}}, logits))
 		next := int32(0)
 		for i, v := range logits {
 			if v > logits[next] {
@@ -190,7 +191,7 @@ func greedyIDs(t *testing.T, m model.Model, prompt []int32, n int) []int32 {
 			}
 		}
 		out = append(out, next)
-		batch = []int32{next}
+		in = []int32{next}
 	}
 	return out
 }

@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
 	"github.com/specula/specula/format/hfquant"
 	"github.com/specula/specula/format/safetensors"
 	"github.com/specula/specula/internal/sharedtest"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/quantize"
 )
@@ -72,7 +72,7 @@ func TestWriteHF(t *testing.T) {
 				require.NoError(t, err)
 				defer seq.Close()
 				out := make([]float32, m.Info().VocabSize)
-				require.NoError(t, seq.Forward(context.Background(), model.Batch{Tokens: []int32{1, 50, 900, 7}, Outputs: []int32{3}}, out))
+				require.NoError(t, seq.Forward(context.Background(), batch.Batch{Tokens: []int32{1, 50, 900, 7}, Outputs: []int32{3}}, out))
 				for _, v := range out {
 					require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0))
 				}

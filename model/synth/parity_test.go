@@ -20,15 +20,15 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
-	"github.com/specula/specula/backend/cuda"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/internal/llamacpp"
 	"github.com/specula/specula/internal/sharedtest"
 	"github.com/specula/specula/internal/spectest"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/quantize"
 	"github.com/specula/specula/sampler"
@@ -118,7 +118,7 @@ func TestNewFamiliesOnHostDevice(t *testing.T) {
 			s, path := writeShape(t, shape, fileSpec{layers: withGlobal(shape, 2), mix: quantize.F32, seed: 6, narrow: true, window: 3})
 			tokens := []int32{5, 900, 17, 4000, 33, 8000, 2, 71}
 			var logits [2][][]float32
-			for i, f := range []backend.Factory{cpu.Factory(1), cuda.Factory(cuda.HostDevice(), cuda.BackendOptions{})} {
+			for i, f := range []backend.Factory{cpu.Factory(1), gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{})} {
 				m, err := llama.Open(path, llama.Options{Backend: f, KVBudget: 64 << 20})
 				require.NoError(t, err)
 				logits[i] = allLogits(t, m, tokens)
@@ -219,7 +219,7 @@ func allLogits(t *testing.T, m *llama.Model, tokens []int32) [][]float32 {
 		outs[i] = int32(i)
 	}
 	flat := make([]float32, len(tokens)*v)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: tokens, Outputs: outs}, flat))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: tokens, Outputs: outs}, flat))
 	rows := make([][]float32, len(tokens))
 	for i := range rows {
 		rows[i] = flat[i*v : (i+1)*v]

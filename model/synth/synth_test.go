@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/batch"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/gguf"
-	"github.com/specula/specula/model"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/model/quantize"
 )
@@ -171,7 +171,7 @@ func checkRuns(t *testing.T, m *llama.Model) {
 	defer seq.Close()
 	v := m.Info().VocabSize
 	logits := make([]float32, 2*v)
-	require.NoError(t, seq.Forward(ctx, model.Batch{Tokens: []int32{1, 2, 3, 4}, Outputs: []int32{2, 3}}, logits))
+	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: []int32{1, 2, 3, 4}, Outputs: []int32{2, 3}}, logits))
 	lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
 	for _, x := range logits {
 		require.False(t, math.IsNaN(float64(x)) || math.IsInf(float64(x), 0))
