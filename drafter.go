@@ -109,7 +109,7 @@ func (o *opener) head(dir string) (draft.Drafter, error) {
 	}
 	// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
 	opts := heads.Options{Pool: o.pool, Threads: o.cfg.Threads, Requantize: dtype.Q8_0, Tree: o.cfg.Tree,
-		Layer: llama.Options{Backend: cpu.Factory(o.cfg.Threads), ContextLength: o.cfg.ContextLength}}
+		Backend: cpu.Factory(o.cfg.Threads), Layer: llama.Options{ContextLength: o.cfg.ContextLength}}
 	h, closer, err := heads.Open(dir, o.cfg.Model, o.e.info, opts)
 	if err != nil {
 		return nil, fmt.Errorf("specula: draft head %s: %w", dir, err)
@@ -122,7 +122,7 @@ func (o *opener) head(dir string) (draft.Drafter, error) {
 func (o *opener) model(path string) (draft.Drafter, error) {
 	e, cfg := o.e, o.cfg
 	// The draft model's cache keeps the runtime's default budget: it is small.
-	dm, err := openModel(path, llama.Options{Backend: cpu.Factory(cfg.Threads), ContextLength: cfg.ContextLength}, cfg.Progress)
+	dm, err := openModel(path, cpu.Factory(cfg.Threads), llama.Options{ContextLength: cfg.ContextLength}, cfg.Progress)
 	if err != nil {
 		return nil, err
 	}

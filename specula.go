@@ -189,7 +189,7 @@ func (c Config) check() error {
 
 // openTarget opens the target model and its tokenizer.
 func (e *Engine) openTarget(cfg Config) error {
-	m, err := openModel(cfg.Model, targetOptions(cfg), cfg.Progress)
+	m, err := openModel(cfg.Model, targetBackend(cfg), targetOptions(cfg), cfg.Progress)
 	if err != nil {
 		return err
 	}
@@ -201,22 +201,27 @@ func (e *Engine) openTarget(cfg Config) error {
 	return nil
 }
 
-// targetOptions returns the target's load options: the configured backend, else the
-// CPU's; the KV budget, else the model's default for MaxSequences sequences.
-func targetOptions(cfg Config) llama.Options {
-	be := cfg.Backend
-	if be == nil {
-		be = cpu.Factory(cfg.Threads)
+// targetBackend returns the target's backend: the configured one, else the CPU's.
+func targetBackend(cfg Config) backend.Factory {
+	if cfg.Backend != nil {
+		return cfg.Backend
 	}
-	return llama.Options{Backend: be, KVBudget: cfg.KVBudget, Sequences: cfg.MaxSequences, ContextLength: cfg.ContextLength}
+	return cpu.Factory(cfg.Threads)
 }
 
-// openModel opens a GGUF file or Hugging Face directory, reporting progress.
-func openModel(path string, opts llama.Options, progress func(string, int64, int64)) (*llama.Model, error) {
+// targetOptions returns the target's load options: the KV budget, else the model's
+// default for MaxSequences sequences.
+func targetOptions(cfg Config) llama.Options {
+	return llama.Options{KVBudget: cfg.KVBudget, Sequences: cfg.MaxSequences, ContextLength: cfg.ContextLength}
+}
+
+// openModel opens a GGUF file or Hugging Face directory on the backend b makes,
+// reporting progress.
+func openModel(path string, b backend.Factory, opts llama.Options, progress func(string, int64, int64)) (*llama.Model, error) {
 	if progress != nil {
 		opts.Progress = func(done, total int64) { progress(path, done, total) }
 	}
-	m, err := llama.Open(path, opts)
+	m, err := llama.Open(path, b, opts)
 	if err != nil {
 		return nil, fmt.Errorf("specula: loading %s: %w", path, err)
 	}

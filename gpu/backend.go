@@ -75,7 +75,7 @@ func NewBackend(dev *Device, shape backend.Shape, opts BackendOptions) (*Backend
 }
 
 // Factory makes backends on dev, one for each model it is given to:
-// llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{})}. The device must
+// llama.Open(path, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{}). The device must
 // outlive the models.
 func Factory(dev *Device, opts BackendOptions) backend.Factory {
 	return func(shape backend.Shape) (backend.Backend, error) {

@@ -5,7 +5,7 @@
 //
 //	dev, err := gpu.OpenDevice(gpu.DeviceOptions{})
 //	…
-//	m, err := llama.Open(path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{})})
+//	m, err := llama.Open(path, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{})
 //
 // (or specula.Config{Backend: gpu.Factory(dev, …)}); the key/value books are
 // kvcache's, the storage is the device's. Nothing else in the module imports this

@@ -465,7 +465,7 @@ type anyModel struct{ model.Model }
 // that reports no key/value figures) serves it like the runtime's own.
 func TestServeAnyModel(t *testing.T) {
 	demoModels(t)
-	m, err := llama.Open(testTarget, llama.Options{Backend: cpu.Factory(2)})
+	m, err := llama.Open(testTarget, cpu.Factory(2), llama.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func benchModel(b *testing.B) (m *llama.Model, path string, demo bool) {
 	if path == "" {
 		path, demo = filepath.Join("..", "models", "gocoder-m-q8_0.gguf"), true
 	}
-	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(0)})
+	m, err := llama.Open(path, cpu.Factory(0), llama.Options{})
 	if err != nil {
 		b.Skipf("model %s: %v", path, err)
 	}

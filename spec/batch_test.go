@@ -89,7 +89,7 @@ func TestBatchedRequestsAsAlone(t *testing.T) {
 // each. (Throughput is measured by examples/bench, not here.)
 func TestBatchedThroughput(t *testing.T) {
 	path := sharedtest.Path(t, "models", "gocoder-m-q8_0.gguf")
-	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
+	m, err := llama.Open(path, cpu.Factory(2), llama.Options{})
 	require.NoError(t, err)
 	defer m.Close()
 	tgt, err := target.NewLocal(m)
@@ -116,11 +116,11 @@ func TestBatchedThroughput(t *testing.T) {
 // speculatively (whose accepted paths are published as they are accepted).
 func TestPrefixReuse(t *testing.T) {
 	path := sharedtest.Path(t, "models", "gocoder-m-q8_0.gguf")
-	xs, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Backend: cpu.Factory(1)})
+	xs, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), cpu.Factory(1), llama.Options{})
 	require.NoError(t, err)
 	defer xs.Close()
 	open := func(k int) (*llama.Model, *spec.Decoder) {
-		m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
+		m, err := llama.Open(path, cpu.Factory(2), llama.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = m.Close() })
 		tgt, err := target.NewLocal(m)
@@ -168,11 +168,11 @@ func TestPrefixReuse(t *testing.T) {
 // at that place: nothing is corrupted by the others.
 func TestBatchedUnderMemoryPressure(t *testing.T) {
 	path := filepath.Join("..", "models", "gocoder-m-q8_0.gguf")
-	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 60 * 16 * 8 * 2 * 2 * 64 * 4}) // 60 blocks: 960 positions
+	m, err := llama.Open(path, cpu.Factory(2), llama.Options{KVBudget: 60 * 16 * 8 * 2 * 2 * 64 * 4}) // 60 blocks: 960 positions
 	require.NoError(t, err)
 	defer m.Close()
 	dec := newDecoder(t, m, nil, 0)
-	solo, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
+	solo, err := llama.Open(path, cpu.Factory(2), llama.Options{})
 	require.NoError(t, err)
 	defer solo.Close()
 	soloDec := newDecoder(t, solo, nil, 0)

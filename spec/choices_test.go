@@ -149,7 +149,7 @@ func TestChoicesErrors(t *testing.T) {
 func demoPair(t *testing.T) (tm, dm *llama.Model) {
 	t.Helper()
 	open := func(name string) *llama.Model {
-		m, err := llama.Open(filepath.Join("..", "models", name), llama.Options{Backend: cpu.Factory(2)})
+		m, err := llama.Open(filepath.Join("..", "models", name), cpu.Factory(2), llama.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { m.Close() })
 		return m

@@ -83,7 +83,7 @@ func BenchmarkConstrained(b *testing.B) {
 	if demo {
 		add("lookup", lookup.NGram{}, 8)
 		add("suffix", lookup.Suffix{}, 8)
-		dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), llama.Options{Backend: cpu.Factory(0)})
+		dm, err := llama.Open(filepath.Join("..", "models", "gocoder-xs-q8_0.gguf"), cpu.Factory(0), llama.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

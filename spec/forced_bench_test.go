@@ -29,7 +29,7 @@ import (
 //	go test ./spec -run XXX -bench Forced -benchtime 5x
 func BenchmarkForced(b *testing.B) {
 	open := func(name string) *llama.Model {
-		m, err := llama.Open(filepath.Join("..", "models", name), llama.Options{Backend: cpu.Factory(0)})
+		m, err := llama.Open(filepath.Join("..", "models", name), cpu.Factory(0), llama.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

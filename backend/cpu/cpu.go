@@ -40,7 +40,7 @@ func New(shape backend.Shape, threads int) *Backend {
 }
 
 // Factory makes CPU backends on threads threads (0 means GOMAXPROCS), one for each
-// model it is given to: llama.Options{Backend: cpu.Factory(0)}.
+// model it is given to: llama.Open(path, cpu.Factory(0), llama.Options{}).
 func Factory(threads int) backend.Factory {
 	return func(shape backend.Shape) (backend.Backend, error) { return New(shape, threads), nil }
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/format/dtype"
@@ -37,9 +38,11 @@ type Options struct {
 	// Requantize, when set (Q8_0), converts the head's float matrices to that type
 	// at load (an EAGLE layer's too): half the bytes to read per drafted token.
 	Requantize dtype.DType
-	// Layer are the options of an EAGLE layer's model (its backend, budget); its
-	// backend is the CPU's on Threads threads, and its context length the target's,
-	// unless set.
+	// Backend makes the backend of an EAGLE layer's model; nil: the CPU's on Threads
+	// threads.
+	Backend backend.Factory
+	// Layer are the options of an EAGLE layer's model (its budget); its context length
+	// is the target's unless set.
 	Layer llama.Options
 }
 
@@ -81,13 +84,13 @@ func openEAGLE(dir, targetPath string, target model.Info, opts Options) (draft.D
 	if opts.Requantize != 0 {
 		opts.Layer.Requantize = opts.Requantize
 	}
-	if opts.Layer.Backend == nil {
-		opts.Layer.Backend = cpu.Factory(opts.Threads)
+	if opts.Backend == nil {
+		opts.Backend = cpu.Factory(opts.Threads)
 	}
 	if opts.Layer.ContextLength == 0 {
 		opts.Layer.ContextLength = target.ContextLength
 	}
-	layer, err := llama.OpenEAGLE(dir, targetPath, opts.Layer)
+	layer, err := llama.OpenEAGLE(dir, targetPath, opts.Backend, opts.Layer)
 	if err != nil {
 		return nil, nil, err
 	}

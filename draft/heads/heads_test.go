@@ -42,7 +42,7 @@ var (
 func gocoderM(t *testing.T) (*llama.Model, string) {
 	t.Helper()
 	path := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
-	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2)})
+	m, err := llama.Open(path, cpu.Factory(2), llama.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m, path
@@ -234,7 +234,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("EAGLE", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-eagle")
-		layer, err := llama.OpenEAGLE(dir, path, llama.Options{Backend: cpu.Factory(2)})
+		layer, err := llama.OpenEAGLE(dir, path, cpu.Factory(2), llama.Options{})
 		require.NoError(t, err)
 		defer layer.Close()
 		e, err := heads.NewEAGLE(layer, m.Info(), draft.TreeShape{})

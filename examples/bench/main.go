@@ -170,7 +170,7 @@ func load(o options) (*bench, error) {
 			b.close()
 		}
 	}()
-	m, err := llama.Open(o.model, llama.Options{Backend: cpu.Factory(o.threads)})
+	m, err := llama.Open(o.model, cpu.Factory(o.threads), llama.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func load(o options) (*bench, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(o.threads)})
+		m, err := llama.Open(path, cpu.Factory(o.threads), llama.Options{})
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +265,7 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if b.pool == nil {
 		b.pool = heads.NewPool(b.o.threads)
 	}
-	opts := heads.Options{Pool: b.pool, Layer: llama.Options{Backend: cpu.Factory(b.o.threads)}}
+	opts := heads.Options{Pool: b.pool, Backend: cpu.Factory(b.o.threads)}
 	if b.o.headQ8 {
 		opts.Requantize = dtype.Q8_0
 	}

@@ -244,11 +244,11 @@ func measure(ctx context.Context, dev *gpu.Device, name string, cfg llama.Config
 	// Room for the context, the decode steps and a verify forward, in whole blocks.
 	perToken := cfg.KVBytesPerPosition()
 	positions := int64(c.Context+c.Steps+c.VerifyK) + 64
-	opts := llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{MaxBatch: 512}), KVBudget: positions * perToken}
+	be, opts := gpu.Factory(dev, gpu.BackendOptions{MaxBatch: 512}), llama.Options{KVBudget: positions * perToken}
 	r.KVBytesPerStep = int64(c.Context) * perToken
 
 	t0 := time.Now()
-	m, err := llama.NewRandom(cfg, typ, c.Seed, opts)
+	m, err := llama.NewRandom(cfg, typ, c.Seed, be, opts)
 	if err != nil {
 		return r, err
 	}

@@ -106,7 +106,7 @@ func TestDecodeBytes(t *testing.T) {
 			cfg, err := shape(tiny)
 			require.NoError(t, err)
 			cfg.TiedEmbeddings = tied
-			m, err := llama.NewRandom(cfg, typ, 1, llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{})})
+			m, err := llama.NewRandom(cfg, typ, 1, gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{}), llama.Options{})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = m.Close() })
 			rb := func(cols int) int64 {

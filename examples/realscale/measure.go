@@ -230,7 +230,7 @@ func measure(ctx context.Context, path string, c benchConfig, logf func(string, 
 	logf("measuring the memory bandwidth")
 	r.BandwidthGBs = bandwidth(c.Threads)
 	start := time.Now()
-	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(c.Threads), Requantize: requantize})
+	m, err := llama.Open(path, cpu.Factory(c.Threads), llama.Options{Requantize: requantize})
 	if err != nil {
 		return nil, err
 	}

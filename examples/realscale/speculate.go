@@ -79,12 +79,12 @@ func speculate(ctx context.Context, args []string) error {
 	}
 	logf := logTo(os.Stderr)
 	res := speculateResult{Config: c, CPU: readCPU(), Load: loadAverage()}
-	tm, err := llama.Open(c.Target, llama.Options{Backend: cpu.Factory(c.Threads)})
+	tm, err := llama.Open(c.Target, cpu.Factory(c.Threads), llama.Options{})
 	if err != nil {
 		return err
 	}
 	defer tm.Close()
-	dm, err := llama.Open(c.Draft, llama.Options{Backend: cpu.Factory(c.Threads)})
+	dm, err := llama.Open(c.Draft, cpu.Factory(c.Threads), llama.Options{})
 	if err != nil {
 		return err
 	}

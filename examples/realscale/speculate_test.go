@@ -24,10 +24,10 @@ func TestSpeculateAcceptance(t *testing.T) {
 			t.Skipf("the demo model %s is missing: %v", p, err)
 		}
 	}
-	tm, err := llama.Open(targetPath, llama.Options{Backend: cpu.Factory(1)})
+	tm, err := llama.Open(targetPath, cpu.Factory(1), llama.Options{})
 	require.NoError(t, err)
 	defer tm.Close()
-	dm, err := llama.Open(draftPath, llama.Options{Backend: cpu.Factory(1)})
+	dm, err := llama.Open(draftPath, cpu.Factory(1), llama.Options{})
 	require.NoError(t, err)
 	defer dm.Close()
 	c := speculateConfig{Acceptance: []float64{0, 0.99}, Ks: []int{3, 0}, Tokens: 48, PromptTokens: 16, Threads: 1, Seed: 7}

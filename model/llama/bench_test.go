@@ -18,7 +18,7 @@ import (
 // sequence length.
 func BenchmarkDecode(b *testing.B) {
 	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf", "gocoder-m-gptq"} {
-		m, err := Open(sharedtest.Path(b, "models", file), Options{Backend: cpu.Factory(0)})
+		m, err := Open(sharedtest.Path(b, "models", file), cpu.Factory(0), Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func BenchmarkGreedyPrompts(b *testing.B) {
 	}
 	for _, file := range []string{"gocoder-m-f16.gguf", "gocoder-m-q8_0.gguf", "gocoder-m"} {
 		b.Run(file, func(b *testing.B) {
-			m, err := Open(sharedtest.Path(b, "models", file), Options{Backend: cpu.Factory(0)})
+			m, err := Open(sharedtest.Path(b, "models", file), cpu.Factory(0), Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

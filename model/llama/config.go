@@ -4,9 +4,8 @@
 // weight binding, loaded
 // from GGUF files or Hugging Face safetensors directories (memory-mapped while the
 // backend takes the weights in). The forward pass is written once, against the
-// operations of package backend, and runs on the backend the caller gives it in
-// [Options.Backend]: the CPU's (backend/cpu) or a GPU's (package gpu). The package
-// imports neither.
+// operations of package backend, and runs on the backend the caller gives [Open]: the
+// CPU's (backend/cpu) or a GPU's (package gpu). The package imports neither.
 //
 // A [Model] implements [model.Model]: it is read-only after loading and shared by its
 // sequences, each of which keeps its keys and values in a paged cache with a memory

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/batch"
 	"github.com/specula/specula/gpu"
@@ -131,23 +132,23 @@ func modelFiles() []modelFile {
 // openCPU opens a model on the CPU backend, closed at the end of the test.
 func openCPU(t testing.TB, path string) *llama.Model {
 	t.Helper()
-	m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(1), KVBudget: 8 << 20})
+	m, err := llama.Open(path, cpu.Factory(1), llama.Options{KVBudget: 8 << 20})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m
 }
 
-// openOn opens a model on dev with opts (Backend defaulting to dev's, KVBudget to
-// [deviceKV]), closed at the end of the test.
-func openOn(t testing.TB, dev *gpu.Device, path string, opts llama.Options) *llama.Model {
+// openOn opens a model with opts (KVBudget defaulting to [deviceKV]) on the backend b
+// makes, dev's when b is nil; it is closed at the end of the test.
+func openOn(t testing.TB, dev *gpu.Device, path string, b backend.Factory, opts llama.Options) *llama.Model {
 	t.Helper()
-	if opts.Backend == nil {
-		opts.Backend = gpu.Factory(dev, gpu.BackendOptions{})
+	if b == nil {
+		b = gpu.Factory(dev, gpu.BackendOptions{})
 	}
 	if opts.KVBudget == 0 {
 		opts.KVBudget = deviceKV
 	}
-	m, err := llama.Open(path, opts)
+	m, err := llama.Open(path, b, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, m.Close()) })
 	return m

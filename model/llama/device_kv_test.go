@@ -35,7 +35,7 @@ var gpuEnv = kvEnv{dev: openGPU, tol: gpuTol}
 // xs opens the repository's gocoder-xs on the environment's device with opts.
 func (k kvEnv) xs(t *testing.T, opts llama.Options) *llama.Model {
 	t.Helper()
-	return openOn(t, k.dev(t), xsPath(t), opts)
+	return openOn(t, k.dev(t), xsPath(t), nil, opts)
 }
 
 // near asserts that got is within the environment's tolerance of want.
@@ -269,7 +269,7 @@ func checkKVBudget(t *testing.T, k kvEnv) {
 	k.near(t, fresh(t, m, promptB), got)
 
 	// A budget smaller than one block is refused at load.
-	_, err = llama.Open(xsPath(t), llama.Options{Backend: gpu.Factory(k.dev(t), gpu.BackendOptions{}), KVBudget: 1000})
+	_, err = llama.Open(xsPath(t), gpu.Factory(k.dev(t), gpu.BackendOptions{}), llama.Options{KVBudget: 1000})
 	assert.ErrorContains(t, err, "smaller than one block")
 }
 
@@ -376,7 +376,7 @@ func checkBadInputs(t *testing.T, k kvEnv) {
 func TestHostClosed(t *testing.T) {
 	dev := gpu.HostDevice()
 	path := xsPath(t)
-	m, err := llama.Open(path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
+	m, err := llama.Open(path, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{KVBudget: deviceKV})
 	require.NoError(t, err)
 	v := m.Info().VocabSize
 	ctx := context.Background()
@@ -412,7 +412,7 @@ func TestHostClosed(t *testing.T) {
 	assert.NoError(t, forked.Close())
 
 	// A closed device.
-	m2, err := llama.Open(path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
+	m2, err := llama.Open(path, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{KVBudget: deviceKV})
 	require.NoError(t, err)
 	s2, err := m2.NewSequence(ctx)
 	require.NoError(t, err)
@@ -423,9 +423,9 @@ func TestHostClosed(t *testing.T) {
 	assert.Equal(t, 4, s2.Len())
 	assert.NoError(t, s2.Close())
 	assert.ErrorContains(t, m2.Close(), "device is closed")
-	_, err = llama.Open(path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
+	_, err = llama.Open(path, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{KVBudget: deviceKV})
 	assert.ErrorContains(t, err, "device is closed")
-	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
+	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{KVBudget: deviceKV})
 	assert.ErrorContains(t, err, "device is closed")
 	assert.ErrorContains(t, dev.Synchronize(), "device is closed")
 }

@@ -31,7 +31,7 @@ var randomTypes = []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0}
 // newRandom makes a random-weight model on dev, closed at the end of the test.
 func newRandom(t testing.TB, dev *gpu.Device, cfg llama.Config, typ dtype.DType, seed uint64) *llama.Model {
 	t.Helper()
-	m, err := llama.NewRandom(cfg, typ, seed, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{}), KVBudget: deviceKV})
+	m, err := llama.NewRandom(cfg, typ, seed, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{KVBudget: deviceKV})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, m.Close()) })
 	return m
@@ -92,22 +92,22 @@ func TestHostNewRandom(t *testing.T) {
 			assert.NotEqual(t, l1, randomLogits(t, m4))
 		})
 	}
-	opts := llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{}), KVBudget: deviceKV}
-	_, err := llama.NewRandom(randomConfig(llama.RopeHalf), dtype.Q4_0, 1, opts)
+	host, opts := gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{}), llama.Options{KVBudget: deviceKV}
+	_, err := llama.NewRandom(randomConfig(llama.RopeHalf), dtype.Q4_0, 1, host, opts)
 	assert.ErrorContains(t, err, "not supported")
 	odd := randomConfig(llama.RopeHalf)
 	odd.FFN = 72
-	_, err = llama.NewRandom(odd, dtype.Q8_0, 1, opts)
+	_, err = llama.NewRandom(odd, dtype.Q8_0, 1, host, opts)
 	assert.ErrorContains(t, err, "whole blocks")
 	bad := randomConfig(llama.RopeHalf)
 	bad.Heads = 3
-	_, err = llama.NewRandom(bad, dtype.F16, 1, opts)
+	_, err = llama.NewRandom(bad, dtype.F16, 1, host, opts)
 	assert.ErrorContains(t, err, "not a multiple")
-	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Backend: cpu.Factory(1), KVBudget: deviceKV})
+	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, cpu.Factory(1), llama.Options{KVBudget: deviceKV})
 	assert.ErrorContains(t, err, "cannot make them", "the CPU backend makes no random weights")
-	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{KVBudget: deviceKV})
-	assert.ErrorContains(t, err, "Options.Backend is nil", "no backend")
-	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{}), KVBudget: 1000})
+	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, nil, llama.Options{KVBudget: deviceKV})
+	assert.ErrorContains(t, err, "no backend")
+	_, err = llama.NewRandom(randomConfig(llama.RopeHalf), dtype.F16, 1, gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{}), llama.Options{KVBudget: 1000})
 	assert.ErrorContains(t, err, "smaller than one block")
 }
 

@@ -110,7 +110,7 @@ func TestHostMatchesCPU(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			path := f.path(t)
 			cpu := openCPU(t, path)
-			host := openOn(t, gpu.HostDevice(), path, llama.Options{})
+			host := openOn(t, gpu.HostDevice(), path, nil, llama.Options{})
 			require.Equal(t, cpu.Config(), host.Config())
 			assert.True(t, strings.HasPrefix(cpu.Backend(), "cpu"), cpu.Backend())
 			assert.Equal(t, "host reference device", host.Backend(), "the model runs on the device")
@@ -134,7 +134,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			path := f.path(t)
 			cpu := openCPU(t, path)
-			g := openOn(t, dev, path, llama.Options{})
+			g := openOn(t, dev, path, nil, llama.Options{})
 			assert.True(t, strings.HasPrefix(g.Backend(), "cuda"), g.Backend())
 			worst := runScript(t, cpu, g, script(promptA), gpuTol)
 			t.Logf("%s: max |gpu − cpu| logit difference %.3g", f.name, worst)
@@ -151,7 +151,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 func TestHostChunkedPasses(t *testing.T) {
 	path := xsPath(t)
 	cpu := openCPU(t, path)
-	host := openOn(t, nil, path, llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{MaxBatch: 7})})
+	host := openOn(t, nil, path, gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{MaxBatch: 7}), llama.Options{})
 	worst := runScript(t, cpu, host, script(promptA), hostTol)
 	t.Logf("max |host − cpu| with passes of 7: %.3g", worst)
 	assert.LessOrEqual(t, worst, hostTol)
@@ -168,7 +168,7 @@ func TestHostBatchInvariance(t *testing.T) { checkBatchInvariance(t, gpu.HostDev
 func checkBatchInvariance(t *testing.T, dev *gpu.Device) {
 	for _, f := range modelFiles()[:2] {
 		t.Run(f.name, func(t *testing.T) {
-			m := openOn(t, dev, f.path(t), llama.Options{})
+			m := openOn(t, dev, f.path(t), nil, llama.Options{})
 			v := m.Info().VocabSize
 			chain := []int32{116, 46, 3421, 374, 354}
 			a := newSeq(t, m)

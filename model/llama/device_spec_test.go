@@ -61,7 +61,7 @@ func checkGreedyIdentical(t *testing.T, m model.Model, cases []drafterCase, full
 // the same target, token for token.
 func TestHostSpecGreedyIdentical(t *testing.T) {
 	targetPath := xsPath(t)
-	tm := openOn(t, gpu.HostDevice(), targetPath, llama.Options{})
+	tm := openOn(t, gpu.HostDevice(), targetPath, nil, llama.Options{})
 	cpuDraft := openCPU(t, xsDraftPath(targetPath))
 	chain, err := draft.NewSmallModel(cpuDraft)
 	require.NoError(t, err)
@@ -82,10 +82,10 @@ func TestGPUSpecGreedyIdentical(t *testing.T) {
 	dev := openGPU(t)
 	targetPath := xsPath(t)
 	draftPath := xsDraftPath(targetPath)
-	tm := openOn(t, dev, targetPath, llama.Options{})
+	tm := openOn(t, dev, targetPath, nil, llama.Options{})
 	cpuDraft, err := draft.NewSmallModel(openCPU(t, draftPath))
 	require.NoError(t, err)
-	gpuDraftModel := openOn(t, dev, draftPath, llama.Options{})
+	gpuDraftModel := openOn(t, dev, draftPath, nil, llama.Options{})
 	gpuDraft, err := draft.NewSmallModel(gpuDraftModel)
 	require.NoError(t, err)
 	gpuTree, err := draft.NewSmallModelTree(gpuDraftModel, draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6})

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/batch"
 	"github.com/specula/specula/gpu"
@@ -46,7 +47,7 @@ func checkStates(t *testing.T, dev *gpu.Device) {
 		tol = gpuTol
 	}
 	for _, batch := range []int{0, 5} {
-		dm := openOn(t, dev, path, llama.Options{Backend: gpu.Factory(dev, gpu.BackendOptions{MaxBatch: batch})})
+		dm := openOn(t, dev, path, gpu.Factory(dev, gpu.BackendOptions{MaxBatch: batch}), llama.Options{})
 		wantH, wantL := statesOf(t, cpu, promptA[:16])
 		gotH, gotL := statesOf(t, dm, promptA[:16])
 		assert.LessOrEqual(t, maxAbsDiff(wantH, gotH), tol, "states, passes of %d", batch)
@@ -67,8 +68,8 @@ func checkStates(t *testing.T, dev *gpu.Device) {
 func TestHostEAGLE(t *testing.T) {
 	dir := sharedtest.Path(t, "models", "gocoder-m-eagle")
 	tp := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
-	run := func(opts llama.Options) ([]float32, []float32) {
-		e, err := llama.OpenEAGLE(dir, tp, opts)
+	run := func(f backend.Factory, opts llama.Options) ([]float32, []float32) {
+		e, err := llama.OpenEAGLE(dir, tp, f, opts)
 		require.NoError(t, err)
 		defer e.Close()
 		s, err := e.NewSequence(context.Background())
@@ -85,8 +86,8 @@ func TestHostEAGLE(t *testing.T) {
 		require.NoError(t, s.Forward(context.Background(), b, logits))
 		return b.Hidden, logits
 	}
-	wantH, wantL := run(llama.Options{Backend: cpu.Factory(1)})
-	gotH, gotL := run(llama.Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{MaxBatch: 4}), KVBudget: deviceKV})
+	wantH, wantL := run(cpu.Factory(1), llama.Options{})
+	gotH, gotL := run(gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{MaxBatch: 4}), llama.Options{KVBudget: deviceKV})
 	assert.LessOrEqual(t, maxAbsDiff(wantH, gotH), hostTol, "states")
 	assert.LessOrEqual(t, maxAbsDiff(wantL, gotL), hostTol, "logits")
 }

@@ -20,7 +20,7 @@ import (
 // the target's hidden state at the position before it (Info.InputSize), and its hidden
 // state (Batch.States, unnormed: there is no final norm) stands in for the target's at
 // the token's position, so it drafts by feeding itself.
-func OpenEAGLE(dir, targetPath string, opts Options) (*Model, error) {
+func OpenEAGLE(dir, targetPath string, b backend.Factory, opts Options) (*Model, error) {
 	cfg, err := ReadHFConfig(dir)
 	if err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func OpenEAGLE(dir, targetPath string, opts Options) (*Model, error) {
 	}
 	_, _, _, hasOutput := tgt.src.lookup(tgt.Names.Output)
 	cfg.TiedEmbeddings = tc.TiedEmbeddings || !hasOutput
-	be, err := newBackend(&cfg, opts)
+	be, err := newBackend(&cfg, b)
 	if err != nil {
 		return nil, fmt.Errorf("llama: %s: %w", dir, err)
 	}

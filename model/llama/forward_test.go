@@ -87,7 +87,7 @@ func TestForwardMatchesReference(t *testing.T) {
 		for _, style := range []RopeStyle{RopeInterleaved, RopeHalf} {
 			for _, bias := range []bool{false, true} {
 				name := fmt.Sprintf("%s/style=%d/bias=%v", typ, style, bias)
-				m := randomModel(t, tinyConfig(style, bias), typ, 7, Options{Backend: cpu.Factory(2)})
+				m := randomModel(t, tinyConfig(style, bias), typ, 7, cpu.Factory(2), Options{})
 				toks := randomTokens(rng, 40, m.cfg.Vocab)
 				want := reference(t, m, randomTensors(t, tinyConfig(style, bias), typ, 7), toks)
 				tol := 2e-4
@@ -116,7 +116,7 @@ func TestSlidingWindowMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 1))
 	for name, cfg := range slidingConfigs(7) {
 		for _, typ := range []dtype.DType{dtype.F32, dtype.Q8_0} {
-			m := randomModel(t, cfg, typ, 11, Options{Backend: cpu.Factory(2)})
+			m := randomModel(t, cfg, typ, 11, cpu.Factory(2), Options{})
 			toks := randomTokens(rng, 50, cfg.Vocab)
 			want := reference(t, m, randomTensors(t, cfg, typ, 11), toks)
 			tol := 2e-4
@@ -151,7 +151,7 @@ func TestTreeForwardEqualsChains(t *testing.T) {
 // checkTreeEqualsChains is TestTreeForwardEqualsChains for one shape.
 func checkTreeEqualsChains(t *testing.T, cfg Config) {
 	ctx := context.Background()
-	m := randomModel(t, cfg, dtype.F32, 3, Options{Backend: cpu.Factory(2)})
+	m := randomModel(t, cfg, dtype.F32, 3, cpu.Factory(2), Options{})
 	v := m.cfg.Vocab
 	prefix := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
 	// Tree: 20 → {21 → {23, 24 → 26}, 22 → {25}}
@@ -184,7 +184,7 @@ func checkTreeEqualsChains(t *testing.T, cfg Config) {
 
 func TestTruncateAndReforward(t *testing.T) {
 	ctx := context.Background()
-	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F16, 5, Options{Backend: cpu.Factory(2)})
+	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F16, 5, cpu.Factory(2), Options{})
 	rng := rand.New(rand.NewPCG(2, 2))
 	toks := randomTokens(rng, 30, m.cfg.Vocab)
 	seq, err := m.NewSequence(ctx)
@@ -204,7 +204,7 @@ func TestForwardErrors(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig(RopeHalf, false)
 	cfg.ContextLength = 20
-	m := randomModel(t, cfg, dtype.F32, 5, Options{Backend: cpu.Factory(1), KVBudget: 4 << 20})
+	m := randomModel(t, cfg, dtype.F32, 5, cpu.Factory(1), Options{KVBudget: 4 << 20})
 	seq, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	require.NoError(t, seq.Forward(ctx, batch.Batch{Tokens: []int32{1, 2, 3}}, nil))
@@ -233,7 +233,7 @@ func TestOutOfMemory(t *testing.T) {
 	cfg.ContextLength = 0
 	// Two layers × 2 kv heads × 16 dims × 2 (k, v) × 4 bytes = 512 bytes a token: 8
 	// KiB a 16-token block; a 32 KiB budget holds 4 blocks = 64 tokens.
-	m := randomModel(t, cfg, dtype.F32, 5, Options{Backend: cpu.Factory(1), KVBudget: 32 << 10})
+	m := randomModel(t, cfg, dtype.F32, 5, cpu.Factory(1), Options{KVBudget: 32 << 10})
 	a, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	require.NoError(t, a.Forward(ctx, batch.Batch{Tokens: make([]int32, 60)}, nil))
@@ -248,7 +248,7 @@ func TestOutOfMemory(t *testing.T) {
 // TestConcurrentSequences runs sequences of one model from several goroutines at once;
 // each must get the logits it would get alone.
 func TestConcurrentSequences(t *testing.T) {
-	m := randomModel(t, tinyConfig(RopeHalf, true), dtype.F16, 9, Options{Backend: cpu.Factory(3)})
+	m := randomModel(t, tinyConfig(RopeHalf, true), dtype.F16, 9, cpu.Factory(3), Options{})
 	rng := rand.New(rand.NewPCG(4, 4))
 	var prompts [][]int32
 	var want [][][]float32
@@ -315,7 +315,7 @@ func checkProgress(t *testing.T, path string, minCalls int) {
 	t.Helper()
 	var calls int
 	var last, total int64
-	m, err := Open(path, Options{Backend: cpu.Factory(1), Progress: func(done, tot int64) {
+	m, err := Open(path, cpu.Factory(1), Options{Progress: func(done, tot int64) {
 		calls++
 		assert.GreaterOrEqual(t, done, last)
 		last, total = done, tot
@@ -335,7 +335,7 @@ func TestBatchInvariance(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
 	for _, typ := range []dtype.DType{dtype.F32, dtype.F16, dtype.BF16, dtype.Q8_0, dtype.Q4_0} {
 		for _, threads := range []int{1, 3} {
-			m := randomModel(t, tinyConfig(RopeInterleaved, true), typ, 8, Options{Backend: cpu.Factory(threads)})
+			m := randomModel(t, tinyConfig(RopeInterleaved, true), typ, 8, cpu.Factory(threads), Options{})
 			v := m.cfg.Vocab
 			toks := randomTokens(rng, 37, v)
 			one := func() [][]float32 {

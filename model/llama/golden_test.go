@@ -108,7 +108,7 @@ func TestGoldenGocoder(t *testing.T) {
 			{name + "-f16.gguf", "f16.gguf"},
 		} {
 			t.Run(name+"/"+format.match, func(t *testing.T) {
-				m, err := Open(sharedtest.Path(t, "models", format.path), Options{Backend: cpu.Factory(0)})
+				m, err := Open(sharedtest.Path(t, "models", format.path), cpu.Factory(0), Options{})
 				require.NoError(t, err)
 				defer m.Close()
 				for _, c := range cases {
@@ -126,7 +126,7 @@ func TestGoldenGocoder(t *testing.T) {
 func TestGoldenQ8(t *testing.T) {
 	for _, name := range []string{"gocoder-xs", "gocoder-s", "gocoder-m"} {
 		t.Run(name, func(t *testing.T) {
-			m, err := Open(sharedtest.Path(t, "models", name+"-q8_0.gguf"), Options{Backend: cpu.Factory(0)})
+			m, err := Open(sharedtest.Path(t, "models", name+"-q8_0.gguf"), cpu.Factory(0), Options{})
 			require.NoError(t, err)
 			defer m.Close()
 			for _, c := range loadGolden(t, name) {
@@ -143,7 +143,7 @@ func TestGoldenQwen2(t *testing.T) {
 	cases := loadGolden(t, "tiny-qwen2-random")
 	for _, path := range []string{"tiny-qwen2-random", "tiny-qwen2-random-f32.gguf"} {
 		t.Run(path, func(t *testing.T) {
-			m, err := Open(sharedtest.Path(t, "models", path), Options{Backend: cpu.Factory(0)})
+			m, err := Open(sharedtest.Path(t, "models", path), cpu.Factory(0), Options{})
 			require.NoError(t, err)
 			defer m.Close()
 			assert.True(t, m.Config().QKVBias)
@@ -156,7 +156,7 @@ func TestGoldenQwen2(t *testing.T) {
 }
 
 func TestGoldenStories260K(t *testing.T) {
-	m, err := Open(sharedtest.Path(t, "models", "stories260K.gguf"), Options{Backend: cpu.Factory(0)})
+	m, err := Open(sharedtest.Path(t, "models", "stories260K.gguf"), cpu.Factory(0), Options{})
 	require.NoError(t, err)
 	defer m.Close()
 	want := []int32{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265,
@@ -169,10 +169,10 @@ func TestGoldenStories260K(t *testing.T) {
 // TestSameModelBothFormats checks that the GGUF F16 and safetensors BF16 copies of one
 // model agree closely (their weights differ by the rounding of BF16 versus F16).
 func TestSameModelBothFormats(t *testing.T) {
-	hf, err := Open(sharedtest.Path(t, "models", "gocoder-s"), Options{Backend: cpu.Factory(0)})
+	hf, err := Open(sharedtest.Path(t, "models", "gocoder-s"), cpu.Factory(0), Options{})
 	require.NoError(t, err)
 	defer hf.Close()
-	gg, err := Open(sharedtest.Path(t, "models", "gocoder-s-f16.gguf"), Options{Backend: cpu.Factory(0)})
+	gg, err := Open(sharedtest.Path(t, "models", "gocoder-s-f16.gguf"), cpu.Factory(0), Options{})
 	require.NoError(t, err)
 	defer gg.Close()
 	c := loadGolden(t, "gocoder-s")[0]

@@ -38,12 +38,12 @@ func TestQuantizedSpecGreedyIdentical(t *testing.T) {
 		open func(t *testing.T) *llama.Model
 	}{
 		{"cpu", func(t *testing.T) *llama.Model {
-			m, err := llama.Open(targetPath, llama.Options{Backend: cpu.Factory(2), KVBudget: 16 << 20})
+			m, err := llama.Open(targetPath, cpu.Factory(2), llama.Options{KVBudget: 16 << 20})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = m.Close() })
 			return m
 		}},
-		{"host", func(t *testing.T) *llama.Model { return openOn(t, gpu.HostDevice(), targetPath, llama.Options{}) }},
+		{"host", func(t *testing.T) *llama.Model { return openOn(t, gpu.HostDevice(), targetPath, nil, llama.Options{}) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tm := c.open(t)

@@ -95,7 +95,7 @@ func golden(t *testing.T, name string, typ dtype.DType, permuted bool, tol float
 		checkFusedOrders(t, tensors)
 	}
 	require.NoError(t, tensors.Close())
-	m, err := Open(dir, Options{Backend: cpu.Factory(2)})
+	m, err := Open(dir, cpu.Factory(2), Options{})
 	require.NoError(t, err)
 	defer m.Close()
 	for _, c := range loadGolden(t, name) {
@@ -134,7 +134,7 @@ func checkFusedOrders(t *testing.T, tensors *Tensors) {
 func TestQuantizedRequantize(t *testing.T) {
 	name := "gocoder-s-fp8"
 	cases := loadGolden(t, name)
-	m, err := Open(sharedtest.Path(t, "models", name), Options{Backend: cpu.Factory(2), Requantize: dtype.Q8_0})
+	m, err := Open(sharedtest.Path(t, "models", name), cpu.Factory(2), Options{Requantize: dtype.Q8_0})
 	require.NoError(t, err)
 	defer m.Close()
 	abs, _ := logitErrors(t, m, cases[0])
@@ -173,7 +173,7 @@ func TestQuantizedErrors(t *testing.T) {
 			require.Contains(t, string(raw), c.from)
 			cfg := strings.Replace(string(raw), c.from, c.to, 1)
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644))
-			_, err = Open(dir, Options{Backend: cpu.Factory(1)})
+			_, err = Open(dir, cpu.Factory(1), Options{})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 		})
@@ -191,7 +191,7 @@ func TestQuantizedProgress(t *testing.T) {
 // continuations exactly, logits within the integer kernels' 0.02.
 func TestGoldenActOrderHost(t *testing.T) {
 	name := "gocoder-m-gptq"
-	m, err := Open(sharedtest.Path(t, "models", name), Options{Backend: gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{})})
+	m, err := Open(sharedtest.Path(t, "models", name), gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{}), Options{})
 	require.NoError(t, err)
 	defer m.Close()
 	for _, c := range loadGolden(t, name) {

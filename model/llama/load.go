@@ -13,16 +13,17 @@ import (
 )
 
 // Open loads a model from a GGUF file or a Hugging Face directory (config.json plus
-// model.safetensors or a sharded model.safetensors.index.json) onto the backend the
-// options name: the CPU, or a GPU. The files are memory-mapped while the backend takes
+// model.safetensors or a sharded model.safetensors.index.json) onto the backend that b
+// makes: cpu.Factory(threads) (package backend/cpu) for the CPU, gpu.Factory(dev, …)
+// (package gpu) for a GPU. The model does not choose its backend: it is given one. The files are memory-mapped while the backend takes
 // the weights in (each tensor's mapped pages given back as soon as it is taken), and
 // closed after.
-func Open(path string, opts Options) (*Model, error) {
+func Open(path string, b backend.Factory, opts Options) (*Model, error) {
 	t, err := OpenTensors(path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := build(t, opts)
+	m, err := build(t, b, opts)
 	if cerr := t.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("llama: %s: %w", path, cerr)
 	}
@@ -35,14 +36,14 @@ func Open(path string, opts Options) (*Model, error) {
 	return m, nil
 }
 
-// build makes the model of t on the backend the options name.
-func build(t *Tensors, opts Options) (*Model, error) {
+// build makes the model of t on the backend b makes.
+func build(t *Tensors, b backend.Factory, opts Options) (*Model, error) {
 	c := t.Config
 	c.limitContext(opts.ContextLength)
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("llama: %s: %w", t.file, err)
 	}
-	be, err := newBackend(&c, opts)
+	be, err := newBackend(&c, b)
 	if err != nil {
 		return nil, fmt.Errorf("llama: %s: %w", t.file, err)
 	}

@@ -51,7 +51,7 @@ func TestForwardMany(t *testing.T) {
 	ctx := context.Background()
 	for _, typ := range []dtype.DType{dtype.F32, dtype.Q8_0} {
 		t.Run(typ.String(), func(t *testing.T) {
-			m := randomModel(t, tinyConfig(RopeHalf, true), typ, 11, Options{Backend: cpu.Factory(2)})
+			m := randomModel(t, tinyConfig(RopeHalf, true), typ, 11, cpu.Factory(2), Options{})
 			v := m.cfg.Vocab
 			cases := manyCases(rand.New(rand.NewPCG(5, 5)), v)
 			start := func() []model.Sequence {
@@ -94,7 +94,7 @@ func TestForwardMany(t *testing.T) {
 // take few rows, so that one call becomes several passes cutting through batches.
 func TestForwardManyChunked(t *testing.T) {
 	ctx := context.Background()
-	m := randomModel(t, tinyConfig(RopeInterleaved, false), dtype.F16, 12, Options{Backend: cpu.Factory(2)})
+	m := randomModel(t, tinyConfig(RopeInterleaved, false), dtype.F16, 12, cpu.Factory(2), Options{})
 	v := m.cfg.Vocab
 	cases := manyCases(rand.New(rand.NewPCG(6, 6)), v)
 	var want [][]float32
@@ -129,8 +129,8 @@ func TestForwardManyErrors(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig(RopeHalf, false)
 	cfg.ContextLength = 0
-	m := randomModel(t, cfg, dtype.F32, 5, Options{Backend: cpu.Factory(1), KVBudget: 32 << 10}) // 64 positions
-	other := randomModel(t, cfg, dtype.F32, 5, Options{Backend: cpu.Factory(1)})
+	m := randomModel(t, cfg, dtype.F32, 5, cpu.Factory(1), Options{KVBudget: 32 << 10}) // 64 positions
+	other := randomModel(t, cfg, dtype.F32, 5, cpu.Factory(1), Options{})
 	a, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	b, err := m.NewSequence(ctx)
@@ -177,7 +177,7 @@ type backendOf = backend.Backend
 // ErrModelClosed, and that its sequences can still be closed.
 func TestClosedModel(t *testing.T) {
 	ctx := context.Background()
-	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F32, 5, Options{Backend: cpu.Factory(1)})
+	m := randomModel(t, tinyConfig(RopeHalf, false), dtype.F32, 5, cpu.Factory(1), Options{})
 	s, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	require.NoError(t, s.Forward(ctx, batch.Batch{Tokens: []int32{1, 2}}, nil))
@@ -200,7 +200,7 @@ func TestDecodeAllocs(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig(RopeHalf, true)
 	cfg.Vocab = 64 // whole row groups: a cut group's products take scratch of their own
-	m := randomModel(t, cfg, dtype.Q8_0, 3, Options{Backend: cpu.Factory(2)})
+	m := randomModel(t, cfg, dtype.Q8_0, 3, cpu.Factory(2), Options{})
 	s, err := m.NewSequence(ctx)
 	require.NoError(t, err)
 	defer s.Close()
@@ -231,7 +231,7 @@ func TestHiddenStates(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig(RopeHalf, false) // tied embeddings
 	src := randomTensors(t, cfg, dtype.F32, 21)
-	m, err := build(&Tensors{Config: cfg, Name: "random", Names: GGUFNames(), src: src, file: "random", closer: nopCloser{}}, Options{Backend: cpu.Factory(2)})
+	m, err := build(&Tensors{Config: cfg, Name: "random", Names: GGUFNames(), src: src, file: "random", closer: nopCloser{}}, cpu.Factory(2), Options{})
 	require.NoError(t, err)
 	defer m.Close()
 	d, v := cfg.Dim, cfg.Vocab

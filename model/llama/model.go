@@ -15,12 +15,6 @@ import (
 
 // Options tune a loaded model.
 type Options struct {
-	// Backend makes what runs the model, for the model's shape: cpu.Factory(threads)
-	// (package backend/cpu) for the CPU, gpu.Factory(dev, …) (package gpu) for a
-	// GPU. It is required — the model does not choose its backend — and a nil Backend
-	// fails the load with an error that says so; package specula supplies the CPU's
-	// when its caller names none.
-	Backend backend.Factory
 	// KVBudget is the memory, in bytes, set aside for all sequences' keys and
 	// values. 0 means [Config.KVBudget] of Sequences. On the CPU memory is only
 	// touched as sequences grow; a GPU allocates it at load.
@@ -141,18 +135,18 @@ func (m *Model) Close() error {
 // used.
 var ErrModelClosed = errors.New("llama: model is closed")
 
-// errNoBackend is the error of options that name no backend.
-var errNoBackend = errors.New("Options.Backend is nil: the model runs on the backend it is given; " +
+// errNoBackend is the error of a nil backend factory.
+var errNoBackend = errors.New("no backend: the model runs on the backend it is given; " +
 	"pass cpu.Factory(0) (package backend/cpu) to run it on the CPU, or gpu.Factory for a GPU")
 
-// newBackend makes the backend of the options for a model of c's shape.
-func newBackend(c *Config, opts Options) (backend.Backend, error) {
-	if opts.Backend == nil {
+// newBackend makes the backend of a model of c's shape with factory f.
+func newBackend(c *Config, f backend.Factory) (backend.Backend, error) {
+	if f == nil {
 		return nil, errNoBackend
 	}
-	be, err := opts.Backend(c.Shape())
+	be, err := f(c.Shape())
 	if err == nil && be == nil {
-		err = errors.New("Options.Backend made no backend")
+		err = errors.New("the backend factory made no backend")
 	}
 	return be, err
 }

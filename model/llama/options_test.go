@@ -56,36 +56,35 @@ func TestKVBudget(t *testing.T) {
 		{"lowered context", Options{Sequences: 200, ContextLength: 512}, 200 * 512 << 10},
 		{"explicit budget", Options{Sequences: 200, KVBudget: 3 << 20}, 3 << 20},
 	} {
-		c.opts.Backend = cpu.Factory(1)
-		m, err := Open(xsFile, c.opts)
+		m, err := Open(xsFile, cpu.Factory(1), c.opts)
 		require.NoError(t, err, c.name)
 		assert.Equal(t, c.want, m.KVStats().Budget, c.name)
 		require.NoError(t, m.Close())
 	}
 }
 
-// TestBackendGiven checks that a model runs on the backend its options make, made for
-// its shape, and that without one, or when making it fails, loading fails saying why.
+// TestBackendGiven checks that a model runs on the backend its factory makes, made for
+// its shape, and that without one (a nil factory), or when making it fails, loading fails saying why.
 func TestBackendGiven(t *testing.T) {
 	var got []backend.Shape
 	recording := func(s backend.Shape) (backend.Backend, error) {
 		got = append(got, s)
 		return cpu.New(s, 1), nil
 	}
-	m, err := Open(xsFile, Options{Backend: recording})
+	m, err := Open(xsFile, recording, Options{})
 	require.NoError(t, err)
 	cfg := m.Config()
 	assert.Equal(t, []backend.Shape{cfg.Shape()}, got, "made once, for the model's shape")
 	require.NoError(t, m.Close())
 
-	_, err = Open(xsFile, Options{})
-	assert.ErrorContains(t, err, "Options.Backend is nil")
+	_, err = Open(xsFile, nil, Options{})
+	assert.ErrorContains(t, err, "no backend")
 	assert.ErrorContains(t, err, "cpu.Factory", "the error names the fix")
 	assert.ErrorContains(t, err, "gocoder-xs-q8_0.gguf", "and the file")
 
 	broken := errors.New("no such device")
-	_, err = Open(xsFile, Options{Backend: func(backend.Shape) (backend.Backend, error) { return nil, broken }})
+	_, err = Open(xsFile, func(backend.Shape) (backend.Backend, error) { return nil, broken }, Options{})
 	assert.ErrorIs(t, err, broken)
-	_, err = Open(xsFile, Options{Backend: func(backend.Shape) (backend.Backend, error) { return nil, nil }})
+	_, err = Open(xsFile, func(backend.Shape) (backend.Backend, error) { return nil, nil }, Options{})
 	assert.ErrorContains(t, err, "made no backend")
 }

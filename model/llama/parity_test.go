@@ -32,7 +32,7 @@ func TestParityLlamaCpp(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := sharedtest.Path(t, "models", tc.file)
-			m, err := Open(path, Options{Backend: cpu.Factory(2)})
+			m, err := Open(path, cpu.Factory(2), Options{})
 			require.NoError(t, err)
 			defer m.Close()
 			n := tc.n

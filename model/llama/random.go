@@ -15,7 +15,7 @@ import (
 // c columns holds values uniform in ±√(3/c) (the embedding ±√3), norms (per-head and
 // post-norms too) 1 ± 0.1, biases ±0.5. The same seed gives the same weights on every backend that can make them: the
 // CUDA backend's, on a GPU or the host device; the CPU backend cannot.
-func NewRandom(cfg Config, typ dtype.DType, seed uint64, opts Options) (*Model, error) {
+func NewRandom(cfg Config, typ dtype.DType, seed uint64, b backend.Factory, opts Options) (*Model, error) {
 	if cfg.RopeDim == 0 {
 		cfg.RopeDim = cfg.HeadDim
 	}
@@ -23,7 +23,7 @@ func NewRandom(cfg Config, typ dtype.DType, seed uint64, opts Options) (*Model, 
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("llama: random model: %w", err)
 	}
-	be, err := newBackend(&cfg, opts)
+	be, err := newBackend(&cfg, b)
 	if err != nil {
 		return nil, fmt.Errorf("llama: random model: %w", err)
 	}

@@ -107,9 +107,9 @@ func randomTensorsOf(t testing.TB, cfg Config, typ dtype.DType, seed uint64) *Te
 }
 
 // randomModel builds a model with random weights of type typ.
-func randomModel(t testing.TB, cfg Config, typ dtype.DType, seed uint64, opts Options) *Model {
+func randomModel(t testing.TB, cfg Config, typ dtype.DType, seed uint64, b backend.Factory, opts Options) *Model {
 	t.Helper()
-	m, err := build(randomTensorsOf(t, cfg, typ, seed), opts)
+	m, err := build(randomTensorsOf(t, cfg, typ, seed), b, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m

@@ -79,7 +79,7 @@ func windowModel(t *testing.T, window int, sliding []bool) (*Model, *windowBacke
 	if check == 0 {
 		check = 1 << 30
 	}
-	m := randomModel(t, cfg, dtype.F32, 1, Options{Backend: windowFactory(check, &be), KVBudget: 64 << 20})
+	m := randomModel(t, cfg, dtype.F32, 1, windowFactory(check, &be), Options{KVBudget: 64 << 20})
 	return m, be
 }
 
@@ -377,7 +377,7 @@ func TestSlidingWindowReleasedLogits(t *testing.T) {
 		for bname, f := range backends {
 			t.Run(name+"/"+bname, func(t *testing.T) {
 				cfg.ContextLength = 4096
-				m := randomModel(t, cfg, dtype.F32, 4, Options{Backend: f, KVBudget: 16 << 20})
+				m := randomModel(t, cfg, dtype.F32, 4, f, Options{KVBudget: 16 << 20})
 				checkReleasedLogits(t, m)
 			})
 		}
@@ -465,7 +465,7 @@ func TestSlidingWindowLongPrompt(t *testing.T) {
 		fb = &failingBackend{Backend: inner, failAt: 1 << 30}
 		return fb, err
 	}
-	m := randomModel(t, cfg, dtype.F32, 4, Options{Backend: f, KVBudget: 16 << 20})
+	m := randomModel(t, cfg, dtype.F32, 4, f, Options{KVBudget: 16 << 20})
 	toks := randomTokens(rand.New(rand.NewPCG(9, 9)), 2000, cfg.Vocab)
 	seq, err := m.NewSequence(ctx)
 	require.NoError(t, err)
@@ -497,7 +497,7 @@ func TestSlidingWindowWideTree(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig(RopeHalf, false)
 	cfg.ContextLength, cfg.SlidingWindow = 4096, 16
-	m := randomModel(t, cfg, dtype.F32, 6, Options{Backend: cpu.Factory(2), KVBudget: 16 << 20})
+	m := randomModel(t, cfg, dtype.F32, 6, cpu.Factory(2), Options{KVBudget: 16 << 20})
 	rng := rand.New(rand.NewPCG(6, 6))
 	prompt := randomTokens(rng, 40, cfg.Vocab)
 	nodes := randomTokens(rng, 700, cfg.Vocab)

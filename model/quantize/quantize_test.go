@@ -120,10 +120,10 @@ func TestFromHFDirectory(t *testing.T) {
 			assert.Empty(t, r.Notes)
 			t.Logf("converted %v, %d kept, %d → %d bytes", r.Types, r.Kept, r.BytesIn, r.BytesOut)
 
-			q, err := llama.Open(dst, llama.Options{Backend: cpu.Factory(0)})
+			q, err := llama.Open(dst, cpu.Factory(0), llama.Options{})
 			require.NoError(t, err)
 			defer q.Close()
-			orig, err := llama.Open(dir, llama.Options{Backend: cpu.Factory(0)})
+			orig, err := llama.Open(dir, cpu.Factory(0), llama.Options{})
 			require.NoError(t, err)
 			defer orig.Close()
 			e := maxErr(logitsAfter(t, q, prompt), logitsAfter(t, orig, prompt))
@@ -244,7 +244,7 @@ func TestFromQuantizedHF(t *testing.T) {
 			require.True(t, ok)
 			assert.Equal(t, c.typ, down.Type)
 
-			q, err := llama.Open(dst, llama.Options{Backend: cpu.Factory(2)})
+			q, err := llama.Open(dst, cpu.Factory(2), llama.Options{})
 			require.NoError(t, err)
 			defer q.Close()
 			var g modelGolden
@@ -304,7 +304,7 @@ func TestFromQuantizedHF(t *testing.T) {
 			// answers except at a near-tie late in a continuation (gocoder-s-gptq8: 30 of
 			// 32 tokens on one prompt). Bit-for-bit equality, where no permutation intervenes (qwen2),
 			// is checked in model/synth (TestWriteHFConverted).
-			orig, err := llama.Open(dir, llama.Options{Backend: cpu.Factory(2)})
+			orig, err := llama.Open(dir, cpu.Factory(2), llama.Options{})
 			require.NoError(t, err)
 			defer orig.Close()
 			for _, gc := range g.Cases {
@@ -336,7 +336,7 @@ func TestPermuteRows(t *testing.T) {
 func TestEveryMix(t *testing.T) {
 	src := sharedtest.Path(t, "models", "gocoder-s-f16.gguf")
 	prompt := []int32{8191, 100, 2000, 37, 5, 900, 13, 42}
-	orig, err := llama.Open(src, llama.Options{Backend: cpu.Factory(1)})
+	orig, err := llama.Open(src, cpu.Factory(1), llama.Options{})
 	require.NoError(t, err)
 	defer orig.Close()
 	want := logitsAfter(t, orig, prompt)
@@ -375,7 +375,7 @@ func TestEveryMix(t *testing.T) {
 				assert.Less(t, r.BytesOut, r.BytesIn)
 			}
 
-			q, err := llama.Open(dst, llama.Options{Backend: cpu.Factory(1)})
+			q, err := llama.Open(dst, cpu.Factory(1), llama.Options{})
 			require.NoError(t, err)
 			defer q.Close()
 			e := maxErr(logitsAfter(t, q, prompt), want)

@@ -63,7 +63,7 @@ func TestWriteHF(t *testing.T) {
 				assert.Equal(t, "F16", emb.TypeName)
 				require.NoError(t, set.Close())
 
-				m, err := llama.Open(dir, llama.Options{Backend: cpu.Factory(1), KVBudget: 16 << 20})
+				m, err := llama.Open(dir, cpu.Factory(1), llama.Options{KVBudget: 16 << 20})
 				require.NoError(t, err)
 				defer m.Close()
 				assert.Equal(t, s.Config.Vocab, m.Config().Vocab)
@@ -125,7 +125,7 @@ func TestWriteHFConverted(t *testing.T) {
 			require.NoError(t, f.Close())
 			var logits [2][][]float32
 			for i, p := range []string{dir, dst} {
-				m, err := llama.Open(p, llama.Options{Backend: cpu.Factory(1), KVBudget: 16 << 20})
+				m, err := llama.Open(p, cpu.Factory(1), llama.Options{KVBudget: 16 << 20})
 				require.NoError(t, err)
 				logits[i] = allLogits(t, m, tokens)
 				require.NoError(t, m.Close())

@@ -75,7 +75,7 @@ func TestParityNewFamilies(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			s, path := writeShape(t, tc.shape, fileSpec{layers: cmp.Or(tc.layers, 3), mix: tc.mix, seed: 5, window: tc.window})
-			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), ContextLength: tc.ctx, KVBudget: 64 << 20})
+			m, err := llama.Open(path, cpu.Factory(2), llama.Options{ContextLength: tc.ctx, KVBudget: 64 << 20})
 			require.NoError(t, err)
 			defer m.Close()
 			c := s.Config
@@ -119,7 +119,7 @@ func TestNewFamiliesOnHostDevice(t *testing.T) {
 			tokens := []int32{5, 900, 17, 4000, 33, 8000, 2, 71}
 			var logits [2][][]float32
 			for i, f := range []backend.Factory{cpu.Factory(1), gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{})} {
-				m, err := llama.Open(path, llama.Options{Backend: f, KVBudget: 64 << 20})
+				m, err := llama.Open(path, f, llama.Options{KVBudget: 64 << 20})
 				require.NoError(t, err)
 				logits[i] = allLogits(t, m, tokens)
 				require.NoError(t, m.Close())
@@ -329,7 +329,7 @@ func TestNewFamiliesLoadErrors(t *testing.T) {
 			}
 			bad := filepath.Join(t.TempDir(), "bad.gguf")
 			require.NoError(t, gguf.WriteFile(bad, func(w io.Writer) error { return gguf.Write(w, kv, ts, 0) }))
-			_, err = llama.Open(bad, llama.Options{Backend: cpu.Factory(1)})
+			_, err = llama.Open(bad, cpu.Factory(1), llama.Options{})
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
@@ -349,7 +349,7 @@ func TestNewFamiliesGreedyIdentity(t *testing.T) {
 func checkGreedyIdentity(t *testing.T, shape string) {
 	open := func(layers int, seed uint64) *llama.Model {
 		_, path := writeShape(t, shape, fileSpec{layers: layers, mix: quantize.Q8_0, seed: seed, untied: true})
-		m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
+		m, err := llama.Open(path, cpu.Factory(2), llama.Options{KVBudget: 64 << 20})
 		require.NoError(t, err)
 		t.Cleanup(func() { m.Close() })
 		return m
@@ -414,7 +414,7 @@ func checkHFMatchesGGUF(t *testing.T, shape string) {
 	tokens := []int32{1, 500, 77, 8000, 4242, 3, 3, 9}
 	var logits [2][][]float32
 	for i, p := range []string{path, dir} {
-		m, err := llama.Open(p, llama.Options{Backend: cpu.Factory(1), KVBudget: 64 << 20})
+		m, err := llama.Open(p, cpu.Factory(1), llama.Options{KVBudget: 64 << 20})
 		require.NoError(t, err, p)
 		assert.Equal(t, s.Config.HeadDim, m.Config().HeadDim)
 		assert.Equal(t, s.Config.QKNorm, m.Config().QKNorm)
@@ -434,7 +434,7 @@ func checkHFMatchesGGUF(t *testing.T, shape string) {
 	converted := filepath.Join(t.TempDir(), "converted.gguf")
 	_, err := quantize.File(context.Background(), dir, converted, quantize.F32)
 	require.NoError(t, err)
-	m, err := llama.Open(converted, llama.Options{Backend: cpu.Factory(1), KVBudget: 64 << 20})
+	m, err := llama.Open(converted, cpu.Factory(1), llama.Options{KVBudget: 64 << 20})
 	require.NoError(t, err)
 	defer m.Close()
 	assert.Equal(t, logits[0], allLogits(t, m, tokens), "converted by model/quantize")
@@ -616,7 +616,7 @@ func TestRealVocabulary(t *testing.T) {
 			tokens := encodeBoth(t, fromJSON, path, g)
 			checkLlamaTokenize(t, r, path, g)
 			checkLlamaCorpus(t, r, path, fromJSON, tc.exact)
-			m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
+			m, err := llama.Open(path, cpu.Factory(2), llama.Options{KVBudget: 64 << 20})
 			require.NoError(t, err)
 			defer m.Close()
 			assert.Equal(t, s.Config.Vocab, m.Config().Vocab)
@@ -684,7 +684,7 @@ func TestNewFamiliesSampledDistribution(t *testing.T) {
 		t.Run(shape, func(t *testing.T) {
 			open := func(layers int) *llama.Model {
 				_, path := writeShape(t, shape, fileSpec{layers: layers, mix: quantize.Q8_0, seed: 21, narrow: true, untied: true, window: 3})
-				m, err := llama.Open(path, llama.Options{Backend: cpu.Factory(2), KVBudget: 64 << 20})
+				m, err := llama.Open(path, cpu.Factory(2), llama.Options{KVBudget: 64 << 20})
 				require.NoError(t, err)
 				t.Cleanup(func() { m.Close() })
 				return m

@@ -154,7 +154,7 @@ func TestWriteOpens(t *testing.T) {
 			require.NoError(t, err)
 			assert.InDelta(t, data, st.Size(), float64(len(plan)*32+300_000), "%s: file size against tensor bytes", m)
 
-			mdl, err := llama.Open(path, llama.Options{Backend: cpu.Factory(1)})
+			mdl, err := llama.Open(path, cpu.Factory(1), llama.Options{})
 			require.NoError(t, err, "%s dim %d", m, dim)
 			checkRuns(t, mdl)
 			require.NoError(t, mdl.Close())
@@ -199,7 +199,7 @@ func TestRealShapesLoad(t *testing.T) {
 		for _, m := range []quantize.Mix{quantize.Q8_0, quantize.Q4_K_M, quantize.Q5_K_M, quantize.Q6_K} {
 			path := filepath.Join(t.TempDir(), "m.gguf")
 			require.NoError(t, WriteFile(path, s, m, vocab, 3), "%s %s", s.Name, m)
-			mdl, err := llama.Open(path, llama.Options{Backend: cpu.Factory(1)})
+			mdl, err := llama.Open(path, cpu.Factory(1), llama.Options{})
 			require.NoError(t, err, "%s %s", s.Name, m)
 			assert.Equal(t, s.Config.Dim, mdl.Config().Dim)
 			checkRuns(t, mdl)
