@@ -24,32 +24,32 @@ type batcher struct {
 	wait time.Duration
 
 	mu      sync.Mutex
-	open    int    // sessions started and not closed
-	streams int    // open sessions streaming (see Model.Streaming)
-	queue   []*job // joined, not yet in a pass
-	leading bool   // a leader is gathering or running a pass
+	open    int       // sessions started and not closed
+	streams int       // open sessions streaming (see Scheduler.Streaming)
+	queue   []*queued // joined, not yet in a pass
+	leading bool      // a leader is gathering or running a pass
 	arrived chan struct{}
 
-	jobs  []*job // the pass in progress (the leader's alone)
-	works []model.Work
-	last  time.Duration // how long the last pass took
-	stats Stats         // the passes so far (under mu)
-	curve costCurve     // what a pass costs by its tokens (under mu)…
-	load  Load          // …and what it knows, read back after each pass it learns
+	inPass []*queued // the pass in progress (the leader's alone)
+	works  []model.Work
+	last   time.Duration // how long the last pass took
+	stats  Stats         // the passes so far (under mu)
+	curve  costCurve     // what a pass costs by its tokens (under mu)…
+	load   Load          // …and what it knows, read back after each pass it learns
 }
 
-// job is one session's forward waiting for a pass; each session keeps one and reuses
+// queued is one session's forward waiting for a pass; each session keeps one and reuses
 // it.
-type job struct {
+type queued struct {
 	ctx     context.Context
 	work    model.Work
-	prefill bool // the work is a prefill's (see Model.Prefilling)
+	prefill bool // the work is a prefill's (see Scheduler.Prefilling)
 	err     error
 	done    chan struct{} // the result is in
-	lead    chan struct{} // the job's goroutine leads the next pass
+	lead    chan struct{} // its goroutine leads the next pass
 }
 
-func newJob() *job { return &job{done: make(chan struct{}, 1), lead: make(chan struct{}, 1)} }
+func newQueued() *queued { return &queued{done: make(chan struct{}, 1), lead: make(chan struct{}, 1)} }
 
 func newBatcher(m model.Model, wait time.Duration) *batcher {
 	if wait == 0 {
@@ -100,8 +100,8 @@ func (b *batcher) signal() {
 }
 
 // forward runs j's work in a pass with the other sequences' and returns its error. A
-// cancelled context takes the job out of the queue if no pass has taken it yet.
-func (b *batcher) forward(ctx context.Context, j *job) error {
+// cancelled context takes the forward out of the queue if no pass has taken it yet.
+func (b *batcher) forward(ctx context.Context, j *queued) error {
 	if b.wait < 0 { // batching off: every forward on its own
 		return j.work.Seq.Forward(ctx, j.work.Batch, j.work.Logits)
 	}
@@ -137,7 +137,7 @@ func (b *batcher) forward(ctx context.Context, j *job) error {
 }
 
 // withdraw takes j out of the queue, reporting whether it was still there.
-func (b *batcher) withdraw(j *job) bool {
+func (b *batcher) withdraw(j *queued) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, q := range b.queue {
@@ -153,36 +153,36 @@ func (b *batcher) withdraw(j *job) bool {
 func (b *batcher) run() {
 	b.gather()
 	b.mu.Lock()
-	b.jobs = append(b.jobs[:0], b.queue...)
+	b.inPass = append(b.inPass[:0], b.queue...)
 	b.queue = b.queue[:0]
 	b.mu.Unlock()
 	start := time.Now()
 	b.pass()
 	b.last = time.Since(start)
 	tokens, prompt := 0, false
-	for _, j := range b.jobs {
+	for _, j := range b.inPass {
 		tokens += len(j.work.Batch.Tokens)
 		prompt = prompt || j.prefill
 	}
 	b.mu.Lock()
 	b.stats.Passes++
-	b.stats.Forwards += int64(len(b.jobs))
+	b.stats.Forwards += int64(len(b.inPass))
 	b.stats.Tokens += int64(tokens)
 	if !prompt {
 		// What a pass costs is learned from the passes of streaming forwards only:
 		// a prefill's tokens cost another price (no logits, many at once), and a
 		// large prefill pass would set the line's slope by itself.
-		b.curve.add(len(b.jobs), tokens, b.last)
+		b.curve.add(len(b.inPass), tokens, b.last)
 		b.load = b.curve.load()
 	}
 	b.mu.Unlock()
-	for _, j := range b.jobs {
+	for _, j := range b.inPass {
 		j.done <- struct{}{}
 	}
 	b.handOn()
 }
 
-// handOn passes the lead to the first job of the queue, or ends it when the queue is
+// handOn passes the lead to the first forward of the queue, or ends it when the queue is
 // empty.
 func (b *batcher) handOn() {
 	b.mu.Lock()
@@ -222,22 +222,22 @@ func (b *batcher) gather() {
 	}
 }
 
-// pass forwards the gathered jobs in one call; when that fails (one of them does not
-// fit, say), each job is forwarded alone, so that it fails only the job at fault.
+// pass forwards the gathered forwards in one call; when that fails (one of them does not
+// fit, say), each is forwarded alone, so that only the one at fault fails.
 func (b *batcher) pass() {
-	if len(b.jobs) == 1 {
-		j := b.jobs[0]
+	if len(b.inPass) == 1 {
+		j := b.inPass[0]
 		j.err = j.work.Seq.Forward(j.ctx, j.work.Batch, j.work.Logits)
 		return
 	}
 	b.works = b.works[:0]
-	for _, j := range b.jobs {
+	for _, j := range b.inPass {
 		b.works = append(b.works, j.work)
 	}
 	if err := b.m.Forward(context.Background(), b.works); err == nil {
 		return
 	}
-	for _, j := range b.jobs {
+	for _, j := range b.inPass {
 		j.err = j.work.Seq.Forward(j.ctx, j.work.Batch, j.work.Logits)
 	}
 }

@@ -30,11 +30,11 @@ func newChunks(opts Options) chunks {
 
 // Chunk is how many prompt tokens the prefill of seq, one of m's sequences, puts in
 // its next pass: Options.SharedChunk while another sequence streams (see
-// [Model.Streaming]) — a long prompt is then prefilled a slice a pass, inside the
+// [Scheduler.Streaming]) — a long prompt is then prefilled a slice a pass, inside the
 // passes of the running requests, so that it does not stall their streams — and
 // Options.PrefillChunk otherwise, where a prefill delays no stream and does best in
 // large passes.
-func (m *Model) Chunk(seq model.Sequence) int {
+func (m *Scheduler) Chunk(seq model.Sequence) int {
 	if m.Streaming(seq) {
 		return m.chunks.shared
 	}
@@ -46,7 +46,7 @@ func (m *Model) Chunk(seq model.Sequence) int {
 // none — and passes are shared. A prefill that joins the passes of streaming
 // sequences delays their next tokens by the work it adds, so it should add little at
 // a time; one beside other prefills delays no stream and does best in large passes.
-func (m *Model) Streaming(seq model.Sequence) bool {
+func (m *Scheduler) Streaming(seq model.Sequence) bool {
 	self := 0
 	if s, ok := seq.(*sequence); ok && s.m == m && s.streaming && !s.closed {
 		self = 1
@@ -59,7 +59,7 @@ func (m *Model) Streaming(seq model.Sequence) bool {
 // (target.ScoreSession) asks for every token's — so that they neither make other
 // prefills slice themselves (Streaming) nor teach the cost of a step (Load). A
 // sequence of another model is left alone.
-func (m *Model) Prefilling(seq model.Sequence, on bool) {
+func (m *Scheduler) Prefilling(seq model.Sequence, on bool) {
 	if s, ok := seq.(*sequence); ok && s.m == m {
 		s.prefilling = on
 	}

@@ -8,9 +8,9 @@
 //     batch around them), and a lone sequence never waits;
 //   - chunked prefill: how many prompt tokens a prefill puts in its next pass — many
 //     alone or beside other prefills, a few beside sequences that stream tokens, so
-//     that a long prompt does not stall their streams ([Model.Chunk]);
+//     that a long prompt does not stall their streams ([Scheduler.Chunk]);
 //   - the cost line: what the recent passes carried and what a pass costs by its
-//     tokens, learned from their timings ([Model.Load]), by which an adaptive decoder
+//     tokens, learned from their timings ([Scheduler.Load]), by which an adaptive decoder
 //     prices its drafts under load.
 package sched
 
@@ -23,7 +23,7 @@ import (
 	"github.com/specula/specula/model"
 )
 
-// Options tune a scheduled model.
+// Options tune a Scheduler.
 type Options struct {
 	// Wait is how long a pass waits for the other open sequences to join it (0:
 	// DefaultWait), and never more than half the last pass: a sequence busier than
@@ -38,41 +38,41 @@ type Options struct {
 	SharedChunk int
 }
 
-// Model is a model whose sequences' forwards are scheduled: concurrent forwards share
-// passes, a prefill asks [Model.Chunk] how many tokens to put in each, and the passes
-// teach the cost line ([Model.Load]). It implements
-// [model.Model]; its sequences implement [model.Sequence], [model.PrefixSequence]
+// Scheduler schedules the forwards of a model's sequences: concurrent forwards share
+// passes, a prefill asks [Scheduler.Chunk] how many tokens to put in each, and the
+// passes teach the cost line ([Scheduler.Load]). It is itself a model — it implements
+// [model.Model], wrapping the one it schedules —; its sequences implement [model.Sequence], [model.PrefixSequence]
 // and [model.ForkSequence] (whose Fork fails when the inner model's do not fork).
-type Model struct {
+type Scheduler struct {
 	inner  model.Model
 	b      *batcher
 	chunks chunks
 }
 
 // New returns m with its sequences' forwards scheduled as opts say.
-func New(m model.Model, opts Options) *Model {
-	return &Model{inner: m, b: newBatcher(m, opts.Wait), chunks: newChunks(opts)}
+func New(m model.Model, opts Options) *Scheduler {
+	return &Scheduler{inner: m, b: newBatcher(m, opts.Wait), chunks: newChunks(opts)}
 }
 
 // Inner returns the scheduled model.
-func (m *Model) Inner() model.Model { return m.inner }
+func (m *Scheduler) Inner() model.Model { return m.inner }
 
 // Info implements [model.Model].
-func (m *Model) Info() model.Info { return m.inner.Info() }
+func (m *Scheduler) Info() model.Info { return m.inner.Info() }
 
 // NewSequence implements [model.Model].
-func (m *Model) NewSequence(ctx context.Context) (model.Sequence, error) {
+func (m *Scheduler) NewSequence(ctx context.Context) (model.Sequence, error) {
 	s, err := m.inner.NewSequence(ctx)
 	if err != nil {
 		return nil, err
 	}
 	m.b.opened()
-	return &sequence{m: m, inner: s, job: newJob()}, nil
+	return &sequence{m: m, inner: s, fwd: newQueued()}, nil
 }
 
 // Forward implements [model.Model]: a caller that batches itself forwards its items
 // in one pass of the inner model, outside the shared passes.
-func (m *Model) Forward(ctx context.Context, work []model.Work) error {
+func (m *Scheduler) Forward(ctx context.Context, work []model.Work) error {
 	inner := make([]model.Work, len(work))
 	for i, w := range work {
 		s, ok := w.Seq.(*sequence)
@@ -93,14 +93,14 @@ type Stats struct {
 }
 
 // Stats reports the passes run so far and what they carried.
-func (m *Model) Stats() Stats {
+func (m *Scheduler) Stats() Stats {
 	m.b.mu.Lock()
 	defer m.b.mu.Unlock()
 	return m.b.stats
 }
 
 // Load reports what the recent passes carried and what a pass costs by its tokens.
-func (m *Model) Load() Load {
+func (m *Scheduler) Load() Load {
 	m.b.mu.Lock()
 	defer m.b.mu.Unlock()
 	return m.b.load
@@ -108,12 +108,12 @@ func (m *Model) Load() Load {
 
 // sequence is a scheduled model's sequence: its forwards join the shared passes.
 type sequence struct {
-	m          *Model
+	m          *Scheduler
 	inner      model.Sequence
-	job        *job
+	fwd        *queued // its forward, when it waits for a pass
 	closed     bool
-	streaming  bool // its last forward asked for logits (see Model.Streaming)
-	prefilling bool // marked by Model.Prefilling: its forwards are a prefill's
+	streaming  bool // its last forward asked for logits (see Scheduler.Streaming)
+	prefilling bool // marked by Scheduler.Prefilling: its forwards are a prefill's
 }
 
 func (s *sequence) Len() int { return s.inner.Len() }
@@ -126,9 +126,9 @@ func (s *sequence) Forward(ctx context.Context, b batch.Batch, logits []float32)
 		s.streaming = streaming
 		s.m.b.stream(streaming)
 	}
-	s.job.work, s.job.prefill = model.Work{Seq: s.inner, Batch: b, Logits: logits}, !s.streaming
-	err := s.m.b.forward(ctx, s.job)
-	s.job.work = model.Work{}
+	s.fwd.work, s.fwd.prefill = model.Work{Seq: s.inner, Batch: b, Logits: logits}, !s.streaming
+	err := s.m.b.forward(ctx, s.fwd)
+	s.fwd.work = model.Work{}
 	return err
 }
 
@@ -174,5 +174,5 @@ func (s *sequence) Fork() (model.Sequence, error) {
 		return nil, err
 	}
 	s.m.b.opened()
-	return &sequence{m: s.m, inner: inner, job: newJob()}, nil
+	return &sequence{m: s.m, inner: inner, fwd: newQueued()}, nil
 }

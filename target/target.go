@@ -110,7 +110,7 @@ type ForkSession interface {
 // of the model plus the rows its passes fill — logits, and hidden states when kept —
 // and a verification is one forward pass of the pending token and the draft, with the
 // draft's tree as the batch's shape. When the sessions' passes run, and how much of a
-// prompt goes in each, is the scheduler's ([sched.Model]): Local's sequences are the
+// prompt goes in each, is the scheduler's ([sched.Scheduler]): Local's sequences are the
 // scheduled model's.
 type Local struct {
 	m    model.Model
@@ -133,11 +133,11 @@ type Local struct {
 	SharedChunk int
 
 	once   sync.Once
-	passes *sched.Model // the model, its sequences scheduled
+	passes *sched.Scheduler // the model, its sequences scheduled
 }
 
 // scheduled returns the model with its sequences scheduled, made at first use.
-func (l *Local) scheduled() *sched.Model {
+func (l *Local) scheduled() *sched.Scheduler {
 	l.once.Do(func() {
 		l.passes = sched.New(l.m, sched.Options{Wait: l.BatchWait, PrefillChunk: l.PrefillChunk, SharedChunk: l.SharedChunk})
 	})

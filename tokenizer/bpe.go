@@ -75,7 +75,7 @@ func nextMetaChunk(s string, i int) int {
 
 // setMetaChunks decides whether sections may be cut into chunks: ▁ must be a token
 // and no token may have ▁ right after another character.
-func (t *Tokenizer) setMetaChunks(tokens func(yield func(string) bool)) {
+func (t *builder) setMetaChunks(tokens func(yield func(string) bool)) {
 	if _, ok := t.ids[meta]; !ok {
 		return
 	}

@@ -73,8 +73,14 @@ func hexDigit(c byte) (byte, bool) {
 // maxVocab bounds the vocabulary size a file may ask for.
 const maxVocab = 1 << 24
 
-// newTokenizer returns a Tokenizer with room for n ids, none of them present yet.
-func newTokenizer(n int) *Tokenizer {
+// builder assembles a Tokenizer from what a file says: the loaders' steps (the
+// vocabulary, the model, the normalizer and pre-tokenizer, the added and special
+// tokens, the decoder) are its methods, so that the Tokenizer itself carries only what
+// encoding and decoding need.
+type builder struct{ *Tokenizer }
+
+// newBuilder starts a Tokenizer with room for n ids, none of them present yet.
+func newBuilder(n int) *builder {
 	t := &Tokenizer{
 		vocab:  make([]string, n),
 		pieces: make([]string, n),
@@ -87,11 +93,11 @@ func newTokenizer(n int) *Tokenizer {
 		t.byteIDs[i] = -1
 	}
 	t.cache.init()
-	return t
+	return &builder{t}
 }
 
 // setToken gives id the text tok. The first id of a text keeps it in the id map.
-func (t *Tokenizer) setToken(id int32, tok string) {
+func (t *builder) setToken(id int32, tok string) {
 	t.vocab[id] = tok
 	t.attrs[id] |= attrPresent
 	if _, ok := t.ids[tok]; !ok {
@@ -100,7 +106,7 @@ func (t *Tokenizer) setToken(id int32, tok string) {
 }
 
 // addAdded registers an added token; buildMatchers indexes them all.
-func (t *Tokenizer) addAdded(a addedToken) {
+func (t *builder) addAdded(a addedToken) {
 	t.added.tokens = append(t.added.tokens, a)
 	if a.special {
 		t.attrs[a.id] |= attrSpecial
@@ -109,7 +115,7 @@ func (t *Tokenizer) addAdded(a addedToken) {
 
 // buildMatchers indexes the added tokens, once the normalizer is known: tokens
 // matched after normalization are indexed by their normalized content.
-func (t *Tokenizer) buildMatchers() {
+func (t *builder) buildMatchers() {
 	for i, a := range t.added.tokens {
 		if a.normalized && len(t.norm.steps) > 0 {
 			t.added.norm.add(t.norm.apply(a.content), int32(i))
@@ -125,7 +131,7 @@ var endOfTurn = [...]string{"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end_of_
 
 // finishEOS sets the EOS list: primary first, then extra, then the end-of-turn
 // specials, without repeats.
-func (t *Tokenizer) finishEOS(primary int32, extra []int32) {
+func (t *builder) finishEOS(primary int32, extra []int32) {
 	var eos []int32
 	add := func(id int32) {
 		if !t.valid(id) {

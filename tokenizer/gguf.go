@@ -50,7 +50,7 @@ func fromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := newTokenizer(len(v.tokens))
+	t := newBuilder(len(v.tokens))
 	for i, tok := range v.tokens {
 		t.setToken(int32(i), tok)
 	}
@@ -66,7 +66,7 @@ func fromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if err := t.setGGUFSpecials(f, v.model); err != nil {
 		return nil, err
 	}
-	return t, nil
+	return t.Tokenizer, nil
 }
 
 // ggufVocab is the vocabulary as a GGUF file's metadata gives it.
@@ -137,7 +137,7 @@ func ggufTokenTypes(f *gguf.File, n int) ([]int32, error) {
 // added, from their tokenizer.ggml keys. Without add_bos_token a "llama" vocabulary
 // adds BOS and a "gpt2" one does not, as llama.cpp does. EOS also lists the
 // end-of-turn and end-of-message tokens, which chat models end their answers with.
-func (t *Tokenizer) setGGUFSpecials(f *gguf.File, model string) error {
+func (t *builder) setGGUFSpecials(f *gguf.File, model string) error {
 	n := len(t.vocab)
 	var err error
 	if t.unk, err = ggufID(f, "tokenizer.ggml.unknown_token_id", n); err != nil {
@@ -208,7 +208,7 @@ func ggufBool(f *gguf.File, key string, def bool) (bool, error) {
 }
 
 // ggufAdded registers control, unknown and user-defined tokens as added tokens.
-func (t *Tokenizer) ggufAdded(tokens []string, types []int32) {
+func (t *builder) ggufAdded(tokens []string, types []int32) {
 	for i, tok := range tokens {
 		switch types[i] {
 		case typeControl, typeUnknown:
@@ -221,7 +221,7 @@ func (t *Tokenizer) ggufAdded(tokens []string, types []int32) {
 
 // ggufBPE sets up byte-level BPE: the pre-tokenizer named by tokenizer.ggml.pre,
 // the tokens' bytes, the added tokens and the merges.
-func (t *Tokenizer) ggufBPE(f *gguf.File, tokens []string, types []int32) error {
+func (t *builder) ggufBPE(f *gguf.File, tokens []string, types []int32) error {
 	if err := t.ggufPreTokenizer(f); err != nil {
 		return err
 	}
@@ -237,7 +237,7 @@ func (t *Tokenizer) ggufBPE(f *gguf.File, tokens []string, types []int32) error 
 
 // ggufPreTokenizer sets the pre-tokenizer (and, for Qwen2, the normalizer) that
 // tokenizer.ggml.pre names. llama.cpp gives several names to the same pattern.
-func (t *Tokenizer) ggufPreTokenizer(f *gguf.File) error {
+func (t *builder) ggufPreTokenizer(f *gguf.File) error {
 	pre := "(missing)"
 	if f.Has("tokenizer.ggml.pre") {
 		var err error
@@ -265,7 +265,7 @@ func (t *Tokenizer) ggufPreTokenizer(f *gguf.File) error {
 // setGGUFByteLevelPieces sets what each token decodes to and the byte tables of
 // byte-level BPE. Control, unknown and user-defined tokens are their text as it
 // stands; the others stand for the bytes their characters map to in GPT-2's table.
-func (t *Tokenizer) setGGUFByteLevelPieces(tokens []string, types []int32) {
+func (t *builder) setGGUFByteLevelPieces(tokens []string, types []int32) {
 	t.rawVocab = make(map[string]int32, len(tokens))
 	for i, tok := range tokens {
 		switch types[i] {
@@ -292,7 +292,7 @@ func (t *Tokenizer) setGGUFByteLevelPieces(tokens []string, types []int32) {
 
 // setGGUFMerges reads tokenizer.ggml.merges, "a b" strings in rank order; the first
 // (lowest) rank of a pair given twice wins.
-func (t *Tokenizer) setGGUFMerges(merges []string) error {
+func (t *builder) setGGUFMerges(merges []string) error {
 	t.merges = make(map[uint64]uint64, len(merges))
 	for rank, m := range merges {
 		a, b, ok := strings.Cut(m, " ")
@@ -316,7 +316,7 @@ func (t *Tokenizer) setGGUFMerges(merges []string) error {
 // ggufSPM sets up SentencePiece BPE with byte fallback, the space handling that
 // tokenizer.ggml.add_space_prefix and remove_extra_whitespaces ask for (a dummy
 // prefix by default, no collapsing of spaces), and ▁ for spaces.
-func (t *Tokenizer) ggufSPM(f *gguf.File, tokens []string, types []int32, scores []float32) error {
+func (t *builder) ggufSPM(f *gguf.File, tokens []string, types []int32, scores []float32) error {
 	addSpace, err := ggufBool(f, "tokenizer.ggml.add_space_prefix", true)
 	if err != nil {
 		return err
@@ -330,7 +330,7 @@ func (t *Tokenizer) ggufSPM(f *gguf.File, tokens []string, types []int32, scores
 }
 
 // setupSPM sets up SentencePiece BPE over pieces with the given types and scores.
-func (t *Tokenizer) setupSPM(pieces []string, types []int32, scores []float32, byteFallback, dummyPrefix, collapse, escape bool) {
+func (t *builder) setupSPM(pieces []string, types []int32, scores []float32, byteFallback, dummyPrefix, collapse, escape bool) {
 	t.model = modelSPM
 	t.scores = scores
 	t.spmPieces = make(map[string]int32, len(pieces))

@@ -302,7 +302,7 @@ func fromSentencePiece(data []byte) (*Tokenizer, error) {
 	if n >= maxVocab {
 		return nil, fmt.Errorf("%d pieces, more than %d", n, maxVocab)
 	}
-	t := newTokenizer(n)
+	t := newBuilder(n)
 	pieces := make([]string, n)
 	types := make([]int32, n)
 	scores := make([]float32, n)
@@ -337,5 +337,5 @@ func fromSentencePiece(data []byte) (*Tokenizer, error) {
 		t.eosSeq = []int32{eos}
 	}
 	t.finishEOS(eos, nil)
-	return t, nil
+	return t.Tokenizer, nil
 }

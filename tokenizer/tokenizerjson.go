@@ -149,7 +149,7 @@ func fromJSON(data, configData []byte, extraEOS []int32) (*Tokenizer, error) {
 	if err := t.setupJSONSpecials(j.PostProcessor, configData, extraEOS); err != nil {
 		return nil, err
 	}
-	return t, nil
+	return t.Tokenizer, nil
 }
 
 // decodeTokenizerJSON decodes the document and its model, and checks that the model
@@ -225,14 +225,14 @@ type modelVocab struct {
 	ids     map[string]int32
 }
 
-// newJSONVocabulary makes a Tokenizer that holds the model's tokens and then the
+// newJSONVocabulary starts a Tokenizer that holds the model's tokens and then the
 // added tokens, which win an id they share with a model token.
-func newJSONVocabulary(m *jsonModel, added []jsonAddedToken) (*Tokenizer, *modelVocab, error) {
+func newJSONVocabulary(m *jsonModel, added []jsonAddedToken) (*builder, *modelVocab, error) {
 	n, err := vocabSize(m.vocab, added)
 	if err != nil {
 		return nil, nil, err
 	}
-	t := newTokenizer(n)
+	t := newBuilder(n)
 	v, err := t.setModelTokens(m.vocab)
 	if err != nil {
 		return nil, nil, err
@@ -275,7 +275,7 @@ func vocabSize(vocab map[string]int64, added []jsonAddedToken) (int, error) {
 // setModelTokens gives the model's tokens their ids, whose range vocabSize checked.
 // It goes in id order, so that the report of an id given twice and the id map do not
 // depend on the order of a Go map.
-func (t *Tokenizer) setModelTokens(vocab map[string]int64) (*modelVocab, error) {
+func (t *builder) setModelTokens(vocab map[string]int64) (*modelVocab, error) {
 	entries := make([]vocabEntry, 0, len(vocab))
 	for tok, id := range vocab {
 		entries = append(entries, vocabEntry{tok, int32(id)})
@@ -300,7 +300,7 @@ func (t *Tokenizer) setModelTokens(vocab map[string]int64) (*modelVocab, error) 
 // setAddedTokens gives the added tokens their ids, whose range vocabSize checked, and
 // registers them to be split out of the text. An added token is normalized unless it
 // is special, as in Hugging Face's library, or its "normalized" says otherwise.
-func (t *Tokenizer) setAddedTokens(added []jsonAddedToken) error {
+func (t *builder) setAddedTokens(added []jsonAddedToken) error {
 	seen := make(map[int32]string, len(added))
 	for _, a := range added {
 		id := int32(*a.ID)
@@ -324,7 +324,7 @@ func (t *Tokenizer) setAddedTokens(added []jsonAddedToken) error {
 // setupJSONModel sets up the BPE model once the pre-tokenizer has said whether it is
 // byte-level: its unknown token and options, the tokens for single bytes, and the
 // merges.
-func (t *Tokenizer) setupJSONModel(m *jsonModel, v *modelVocab, byteLevel bool) error {
+func (t *builder) setupJSONModel(m *jsonModel, v *modelVocab, byteLevel bool) error {
 	if m.UnkToken != nil && *m.UnkToken != "" {
 		id, ok := v.ids[*m.UnkToken]
 		if !ok {
@@ -352,7 +352,7 @@ func (t *Tokenizer) setupJSONModel(m *jsonModel, v *modelVocab, byteLevel bool) 
 // its characters map to in GPT-2's byte table, and the initial symbols of a word are
 // the tokens of its single bytes. The first id of a byte string is the one
 // ignore_merges finds.
-func (t *Tokenizer) setByteLevelModel(v *modelVocab) {
+func (t *builder) setByteLevelModel(v *modelVocab) {
 	t.model = modelByteBPE
 	t.rawVocab = make(map[string]int32, len(v.entries))
 	for _, e := range v.entries {
@@ -371,7 +371,7 @@ func (t *Tokenizer) setByteLevelModel(v *modelVocab) {
 
 // setCharModel makes the model BPE over characters; with byte fallback, a character
 // not in the vocab becomes its bytes' <0xXX> tokens, the first id of each.
-func (t *Tokenizer) setCharModel(v *modelVocab, byteFallback bool) {
+func (t *builder) setCharModel(v *modelVocab, byteFallback bool) {
 	t.model = modelCharBPE
 	t.byteFallback = byteFallback
 	if !byteFallback {
@@ -386,7 +386,7 @@ func (t *Tokenizer) setCharModel(v *modelVocab, byteFallback bool) {
 
 // setupJSONSpecials sets BOS, EOS and whether each is added. tokenizer_config.json
 // decides where it says something; the post-processor's template supplies the rest.
-func (t *Tokenizer) setupJSONSpecials(post json.RawMessage, configData []byte, extraEOS []int32) error {
+func (t *builder) setupJSONSpecials(post json.RawMessage, configData []byte, extraEOS []int32) error {
 	cfg, err := decodeJSONConfig(configData)
 	if err != nil {
 		return err
@@ -435,7 +435,7 @@ func decodeJSONConfig(data []byte) (*jsonConfig, error) {
 // setSpecialSequences sets what AddBOS and AddEOS put around a text — the template's
 // tokens, or else the single BOS or EOS — and whether the model adds them by
 // default: as tokenizer_config.json says, or else where the template has tokens.
-func (t *Tokenizer) setSpecialSequences(cfg *jsonConfig, bos, eos int32, prefix, suffix []int32) error {
+func (t *builder) setSpecialSequences(cfg *jsonConfig, bos, eos int32, prefix, suffix []int32) error {
 	t.bos = bos
 	t.bosSeq, t.eosSeq = prefix, suffix
 	if len(t.bosSeq) == 0 && bos >= 0 {
@@ -468,7 +468,7 @@ func isNull(m json.RawMessage) bool {
 
 // configToken resolves a bos_token/eos_token of tokenizer_config.json: a string, an
 // object with "content", or null. It returns -1 when there is none.
-func (t *Tokenizer) configToken(raw json.RawMessage, key string) (int32, error) {
+func (t *builder) configToken(raw json.RawMessage, key string) (int32, error) {
 	if isNull(raw) {
 		return -1, nil
 	}
@@ -490,7 +490,7 @@ func (t *Tokenizer) configToken(raw json.RawMessage, key string) (int32, error) 
 }
 
 // parseMerges reads merges as "a b" strings or [a, b] pairs, in rank order.
-func (t *Tokenizer) parseMerges(raw json.RawMessage, ids map[string]int32) error {
+func (t *builder) parseMerges(raw json.RawMessage, ids map[string]int32) error {
 	if isNull(raw) {
 		t.merges = map[uint64]uint64{}
 		return nil
@@ -549,7 +549,7 @@ func parseComponent(raw json.RawMessage) (*component, error) {
 
 const maxDepth = 8
 
-func (t *Tokenizer) parseNormalizer(raw json.RawMessage, depth int) error {
+func (t *builder) parseNormalizer(raw json.RawMessage, depth int) error {
 	if isNull(raw) {
 		return nil
 	}
@@ -610,7 +610,7 @@ func stringPattern(p *jsonPattern, what string) (string, error) {
 // parsePreTokenizer reads the pre-tokenizer; it reports whether a ByteLevel step is
 // there (which makes the model byte-level). first tells whether this step is the
 // first of the chain: only the first may transform the whole section.
-func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage, depth int, first bool) (bool, error) {
+func (t *builder) parsePreTokenizer(raw json.RawMessage, depth int, first bool) (bool, error) {
 	if isNull(raw) {
 		return false, nil
 	}
@@ -644,7 +644,7 @@ func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage, depth int, first bool
 
 // preByteLevel reads a ByteLevel pre-tokenizer: an optional space in front of the
 // section, and the GPT-2 split unless use_regex is false.
-func (t *Tokenizer) preByteLevel(c *component, first bool) error {
+func (t *builder) preByteLevel(c *component, first bool) error {
 	if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
 		if !first {
 			return errors.New("ByteLevel with add_prefix_space after another pre-tokenizer is not supported")
@@ -661,7 +661,7 @@ func (t *Tokenizer) preByteLevel(c *component, first bool) error {
 // (they use lookahead), so only the known ones are accepted, each with its
 // hand-written scanner; a String pattern (Gemma 3 splits on " ", MergedWithPrevious)
 // is cut where the literal is.
-func (t *Tokenizer) preSplit(c *component) error {
+func (t *builder) preSplit(c *component) error {
 	if c.Pattern == nil || c.Pattern.Regex == nil && c.Pattern.String == nil {
 		return errors.New("Split has neither a Regex nor a String pattern")
 	}
@@ -691,7 +691,7 @@ func (t *Tokenizer) preSplit(c *component) error {
 
 // preSplitString reads a Split on a literal string, with behavior MergedWithPrevious
 // or Isolated; one literal per tokenizer.
-func (t *Tokenizer) preSplitString(c *component) error {
+func (t *builder) preSplitString(c *component) error {
 	lit := *c.Pattern.String
 	switch {
 	case lit == "":
@@ -716,7 +716,7 @@ func (t *Tokenizer) preSplitString(c *component) error {
 // preMetaspace reads a Metaspace pre-tokenizer: spaces become the replacement
 // character, which is also put in front as prepend_scheme (or the older
 // add_prefix_space) says, and with split the section is cut before each one.
-func (t *Tokenizer) preMetaspace(c *component, first bool) error {
+func (t *builder) preMetaspace(c *component, first bool) error {
 	if !first {
 		return errors.New("Metaspace after another pre-tokenizer is not supported")
 	}
@@ -757,7 +757,7 @@ func metaspaceReplacement(c *component) string {
 
 // parsePostProcessor returns the special tokens the template puts before and after
 // a single sequence.
-func (t *Tokenizer) parsePostProcessor(raw json.RawMessage, depth int) (prefix, suffix []int32, err error) {
+func (t *builder) parsePostProcessor(raw json.RawMessage, depth int) (prefix, suffix []int32, err error) {
 	if isNull(raw) {
 		return nil, nil, nil
 	}
@@ -805,7 +805,7 @@ func (t *Tokenizer) parsePostProcessor(raw json.RawMessage, depth int) (prefix, 
 	return nil, nil, fmt.Errorf("post-processor type %q is not supported", c.Type)
 }
 
-func (t *Tokenizer) templateIDs(c *component, name string) ([]int32, error) {
+func (t *builder) templateIDs(c *component, name string) ([]int32, error) {
 	var out []int32
 	if sp, ok := c.SpecialTokens[name]; ok && len(sp.IDs) > 0 {
 		for _, id := range sp.IDs {
@@ -824,7 +824,7 @@ func (t *Tokenizer) templateIDs(c *component, name string) ([]int32, error) {
 }
 
 // parseDecoder sets what each id decodes to.
-func (t *Tokenizer) parseDecoder(raw json.RawMessage) error {
+func (t *builder) parseDecoder(raw json.RawMessage) error {
 	if isNull(raw) {
 		return errors.New("there is none; decoding needs one")
 	}
@@ -852,7 +852,7 @@ func (t *Tokenizer) parseDecoder(raw json.RawMessage) error {
 
 // decodeByteLevel makes each token decode to the bytes its characters stand for in
 // GPT-2's byte table.
-func (t *Tokenizer) decodeByteLevel() {
+func (t *builder) decodeByteLevel() {
 	for id, tok := range t.vocab {
 		if t.attrs[id]&attrPresent == 0 {
 			continue
@@ -867,7 +867,7 @@ func (t *Tokenizer) decodeByteLevel() {
 
 // decodeMetaspace makes the replacement character decode to a space, and removes the
 // space put in front of the text unless the decoder says none was put there.
-func (t *Tokenizer) decodeMetaspace(c *component) {
+func (t *builder) decodeMetaspace(c *component) {
 	repl := metaspaceReplacement(c)
 	for id, tok := range t.vocab {
 		t.pieces[id] = strings.ReplaceAll(tok, repl, " ")
@@ -926,7 +926,7 @@ func parseDecoderSequence(decoders []json.RawMessage) (decoderSequence, error) {
 }
 
 // decodeSequence sets each token's decoded text as seq says.
-func (t *Tokenizer) decodeSequence(seq decoderSequence) {
+func (t *builder) decodeSequence(seq decoderSequence) {
 	for id, tok := range t.vocab {
 		if t.attrs[id]&attrPresent == 0 {
 			continue
