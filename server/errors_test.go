@@ -232,7 +232,7 @@ func TestKVCacheFull(t *testing.T) {
 // The engine's errors become OpenAI's answers.
 func TestEngineErrors(t *testing.T) {
 	ctx := context.Background()
-	j := &job{modelName: "m", formatParam: "response_format"}
+	x := &exchange{modelName: "m", formatParam: "response_format"}
 	for _, c := range []struct {
 		err         error
 		status      int
@@ -251,7 +251,7 @@ func TestEngineErrors(t *testing.T) {
 		{fmt.Errorf("%w: %w", specula.ErrNoChatTemplate, errors.New("none")), 400, "messages", "chat_template_missing", false},
 		{errors.New("boom"), 500, "", "", false},
 	} {
-		e := engineError(ctx, j, c.err)
+		e := engineError(ctx, x, c.err)
 		if e.Status != c.status || e.Param != c.param || e.Code != c.code || (e.RetryAfter > 0) != c.retryAfter {
 			t.Errorf("%v: %+v", c.err, e)
 		}

@@ -68,18 +68,18 @@ func FuzzParse(f *testing.F) {
 			check(t, e, allowed)
 			return
 		}
-		j, e := s.parse(&q, chat)
+		x, e := s.parse(&q, chat)
 		if e != nil {
 			check(t, e, allowed)
 			return
 		}
-		if j.req.MaxTokens < 0 || j.req.MaxTokens > s.Engine().Info().ContextLength {
-			t.Fatalf("accepted a job with max_tokens %d", j.req.MaxTokens)
+		if x.req.MaxTokens < 0 || x.req.MaxTokens > s.Engine().Info().ContextLength {
+			t.Fatalf("accepted a request with max_tokens %d", x.req.MaxTokens)
 		}
-		if j.req.PromptOnly && !j.req.Echo {
-			t.Fatalf("generates nothing without echo: %+v", j)
+		if x.req.PromptOnly && !x.req.Echo {
+			t.Fatalf("generates nothing without echo: %+v", x)
 		}
-		if err := j.req.Validate(); err != nil && !errors.Is(err, specula.ErrInvalidParameter) {
+		if err := x.req.Validate(); err != nil && !errors.Is(err, specula.ErrInvalidParameter) {
 			t.Fatalf("a request the engine refuses other than for a parameter: %v", err)
 		}
 	})
