@@ -94,8 +94,9 @@ func writeError(w http.ResponseWriter, e *apiError) {
 }
 
 // engineError turns an engine's error for the exchange x into the answer OpenAI's
-// API gives: a parameter at fault 400 (named as the request has it), a prompt over
-// the context
+// API gives: a parameter at fault 400, named as the request has it (the param, and
+// the message's first word, before the library's own words: the bound a client sees
+// is the library's, stated there alone), a prompt over the context
 // 400 context_length_exceeded, a full queue 429 and an exhausted key/value cache or a
 // closed engine 503 (with Retry-After), a shutdown 503, a client gone 499 (not
 // written), anything else 500.
@@ -116,7 +117,8 @@ func engineError(ctx context.Context, x *exchange, err error) *apiError {
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: promptParam(x.chat), Code: "context_length_exceeded",
 			Message: err.Error()}
 	case isParam:
-		return badParam(x.param(pe.Field), "%s", pe.Err)
+		param := x.param(pe.Field)
+		return badParam(param, "%s: %v", param, pe.Err)
 	case isOverload:
 		status, code := http.StatusTooManyRequests, "queue_full"
 		if oe.TimedOut {

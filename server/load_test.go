@@ -517,7 +517,7 @@ func TestMetrics(t *testing.T) {
 		drafted += r.Timings.DraftN
 		accepted += r.Timings.DraftNAccepted
 	}
-	post(t, ts.URL+"/v1/completions", `{"prompt": "x", "temperature": 9}`)
+	post(t, ts.URL+"/v1/completions", `{"prompt": "x", "temperature": -1}`) // refused by the engine, before any work
 	waitFor(t, "the server to be idle", 5*time.Second, func() bool { return idle(srv) })
 	m := scrape(t, ts.URL)
 	for name, want := range map[string]float64{

@@ -6,9 +6,11 @@ package server
 // JSON syntax and type errors, the unknown-field check, and every field's
 // translation — the model, the fields of the other endpoint, the features refused,
 // streaming, n, logprobs, sampling, max_tokens, the output format, stops, the
-// prompt or the messages. What only the engine can judge — a format's text, the
-// prompt's tokens and length — is passed on, and the engine's
-// *specula.ParameterError comes back named by its JSON field (errors.go).
+// prompt or the messages. The rule: what is the wire's is judged here (a JSON type,
+// a field's endpoint, a feature the server does not implement, a value of the wire
+// that the engine cannot express); what is the library's — a parameter's range, a
+// format's text, the prompt's tokens and length — is passed on unjudged, and the
+// engine's *specula.ParameterError comes back named by its JSON field (errors.go).
 
 import (
 	"bytes"
@@ -322,7 +324,7 @@ type exchange struct {
 
 // parse translates a decoded request into an exchange. Every problem it finds is a
 // 400 naming the parameter, except an unknown model (404). What only the engine can
-// judge — the prompt's tokens, its length, the format's text —
+// judge — a parameter's range, the prompt's tokens and length, the format's text —
 // it judges when the request is handed to it, before any work.
 func (s *Server) parse(q *request, chat bool) (*exchange, *apiError) {
 	x := &exchange{chat: chat, created: time.Now().Unix(), id: newResponseID(chat)}
@@ -518,31 +520,27 @@ func streamOptions(q *request) (stream, includeUsage bool, e *apiError) {
 	return stream, includeUsage, nil
 }
 
-// maxChoices is the most choices (n) a request may ask for.
-const maxChoices = 16
-
-// choiceCount reads n: 1 to maxChoices, and more than 1 only without stream.
+// choiceCount reads n, 1 when absent. Its bound is the library's
+// (specula.MaxChoices); the wire's own rules are that a stream carries one choice,
+// and that n 0, which the library would read as one, is refused.
 func choiceCount(q *request, stream bool) (int, *apiError) {
 	if q.N == nil {
 		return 1, nil
 	}
 	n := *q.N
 	switch {
-	case n < 1 || n > maxChoices:
-		return 0, badParam("n", "n %d is out of range: it must lie in [1, %d]", n, maxChoices)
+	case n == 0:
+		return 0, unsetZero("n", "one choice", "ask for at least 1")
 	case n > 1 && stream:
 		return 0, unsupported("n", "n = %d with stream is not supported: stream one choice, or ask for %d without stream", n, n)
 	}
 	return n, nil
 }
 
-// maxLogprobs is the most alternatives logprobs (completions) or top_logprobs (chat)
-// may ask for, as vLLM's default max_logprobs.
-const maxLogprobs = specula.MaxTopLogprobs
-
 // logprobsParams reads logprobs — for completions the number of alternatives (0: the
 // chosen token's alone), for chat a bool with top_logprobs beside it — as the
-// decoder's Logprobs and TopLogprobs.
+// decoder's Logprobs and TopLogprobs. Their bounds (specula.MaxTopLogprobs, and
+// top_logprobs only with logprobs) are the library's.
 func logprobsParams(q *request, chat bool) (on bool, top int, e *apiError) {
 	if raw := bytes.TrimSpace(q.Logprobs); len(raw) > 0 && string(raw) != "null" {
 		if chat {
@@ -553,61 +551,53 @@ func logprobsParams(q *request, chat bool) (on bool, top int, e *apiError) {
 		} else {
 			if json.Unmarshal(raw, &top) != nil {
 				return false, 0, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "logprobs", Code: "invalid_type",
-					Message: fmt.Sprintf("logprobs must be an integer from 0 to %d: how many alternatives to report per token", maxLogprobs)}
-			}
-			if top < 0 || top > maxLogprobs {
-				return false, 0, badParam("logprobs", "logprobs %d is out of range: it must lie in [0, %d]", top, maxLogprobs)
+					Message: fmt.Sprintf("logprobs must be an integer from 0 to %d: how many alternatives to report per token", specula.MaxTopLogprobs)}
 			}
 			on = true
 		}
 	}
 	if q.TopLogprobs != nil {
-		k := *q.TopLogprobs
-		switch {
-		case !chat:
+		if !chat {
 			return false, 0, badParam("top_logprobs", "top_logprobs is a chat parameter: completions take logprobs = N")
-		case k < 0 || k > maxLogprobs:
-			return false, 0, badParam("top_logprobs", "top_logprobs %d is out of range: it must lie in [0, %d]", k, maxLogprobs)
-		case k > 0 && !on:
-			return false, 0, badParam("top_logprobs", "top_logprobs needs logprobs: true")
 		}
-		top = k
+		top = *q.TopLogprobs
 	}
 	return on, top, nil
 }
 
-// samplingParams reads the sampling parameters into p, each checked against the
-// range OpenAI's API gives it. A request with a seed samples reproducibly: the same
-// seed gives the same text every time, 0 included.
+// samplingParams translates the sampling parameters into p, with OpenAI's defaults
+// (temperature 1, top_p 1) where the request says nothing. Their ranges are the
+// library's (specula.Params.Validate): the engine refuses a value out of range
+// before any work, and errors.go names the field. So temperature takes what the
+// library takes, any finite number from 0 (OpenAI documents at most 2; vLLM, like
+// this server, has no upper bound). The wire's own translations: top_k -1 means all
+// tokens, as 0 does (vLLM); and a 0 that the library reads as unset — top_p 0 (all
+// tokens), repetition_penalty 0 (no penalty) — is refused, as passing it on would
+// silently ask for something else. A request with a seed samples reproducibly: the
+// same seed gives the same text every time, 0 included.
 func samplingParams(q *request, p *specula.Params) *apiError {
 	p.Temperature, p.TopP = 1, 1
 	if t := q.Temperature; t != nil {
-		if *t < 0 || *t > 2 {
-			return badParam("temperature", "temperature %v is out of range: it must lie in [0, 2]", *t)
-		}
 		p.Temperature = *t
 	}
 	if t := q.TopP; t != nil {
-		if !(*t > 0 && *t <= 1) {
-			return badParam("top_p", "top_p %v is out of range: it must lie in (0, 1]", *t)
+		if *t == 0 {
+			return unsetZero("top_p", "all tokens", "ask for a small top_p, or temperature 0 for greedy decoding")
 		}
 		p.TopP = *t
 	}
 	if k := q.TopK; k != nil {
-		if *k < -1 {
-			return badParam("top_k", "top_k %d is out of range: it must be -1 or 0 (all tokens) or positive", *k)
+		p.TopK = *k
+		if *k == -1 {
+			p.TopK = 0
 		}
-		p.TopK = max(*k, 0)
 	}
 	if m := q.MinP; m != nil {
-		if *m < 0 || *m > 1 {
-			return badParam("min_p", "min_p %v is out of range: it must lie in [0, 1]", *m)
-		}
 		p.MinP = *m
 	}
 	if r := q.RepetitionPenalty; r != nil {
-		if !(*r > 0 && *r <= 10) {
-			return badParam("repetition_penalty", "repetition_penalty %v is out of range: it must lie in (0, 10]", *r)
+		if *r == 0 {
+			return unsetZero("repetition_penalty", "no penalty", "1 is no penalty, and more than 1 penalises repeats")
 		}
 		p.RepetitionPenalty = *r
 	}
@@ -617,10 +607,18 @@ func samplingParams(q *request, p *specula.Params) *apiError {
 	return nil
 }
 
+// unsetZero refuses a 0 that the wire means as a value but the library reads as
+// unset, its default (unset says which): passed on, the request would silently ask
+// for something else. instead says what to ask for.
+func unsetZero(param, unset, instead string) *apiError {
+	return badParam(param, "%s 0 is out of range: the engine reads 0 as unset (%s); %s", param, unset, instead)
+}
+
 // requestedMaxTokens returns the request's bound on generated tokens, nil when it
 // sets none, and notes its field: max_tokens, or for chat max_completion_tokens, its
-// newer name, which wins. It must not be negative (0: to the end of the context) and
-// must fit in the model's context.
+// newer name, which wins. Its lower bound is the library's (0: to the end of the
+// context); that it fit in the model's context is the wire's rule (OpenAI and vLLM
+// refuse more), which the library, which stops at the context's end, does not have.
 func (x *exchange) requestedMaxTokens(q *request) (*int, *apiError) {
 	maxTokens, param := q.MaxTokens, "max_tokens"
 	if x.chat && q.MaxCompletion != nil {
@@ -629,9 +627,6 @@ func (x *exchange) requestedMaxTokens(q *request) (*int, *apiError) {
 	x.maxTokensParam = param
 	if maxTokens == nil {
 		return nil, nil
-	}
-	if *maxTokens < 0 {
-		return nil, badParam(param, "%s %d is out of range: it must be at least 0 (0: to the end of the context, as in the library and the CLI)", param, *maxTokens)
 	}
 	if ctxLen := x.model.eng.Info().ContextLength; ctxLen > 0 && *maxTokens > ctxLen {
 		return nil, badParam(param, "%s %d is larger than the model's context length of %d tokens", param, *maxTokens, ctxLen)
