@@ -106,16 +106,34 @@ type Format struct {
 	// start rule is root).
 	Grammar string
 	// Whitespace, with JSON or JSONSchema only, is the whitespace allowed between
-	// JSON's tokens. The zero value, grammar.WhitespaceIndent, allows what
+	// JSON's tokens. The zero value, [WhitespaceIndent], allows what
 	// encoding/json writes, compact or indented (a bounded indent a level, one space
-	// after ":" and "," at most, nothing after the value); grammar.WhitespaceCompact
-	// none; grammar.WhitespaceFree a space or a newline and up to 20 blanks between
+	// after ":" and "," at most, nothing after the value); [WhitespaceCompact]
+	// none; [WhitespaceFree] a space or a newline and up to 20 blanks between
 	// any two tokens and after the value (which a model may fill until it runs out of
 	// tokens). vLLM's disable_any_whitespace maps onto it: true is WhitespaceCompact;
 	// false or absent is the zero value here (vLLM's xgrammar then allows any
 	// whitespace: ask for WhitespaceFree to get that freedom back).
-	Whitespace grammar.Whitespace
+	Whitespace Whitespace
 }
+
+// Whitespace is the whitespace a JSON [Format] allows between JSON's tokens (see
+// [Format.Whitespace]). It is package grammar's type, named here so that a caller
+// that sets a Format — a service, the OpenAI server — needs nothing below this
+// package.
+type Whitespace = grammar.Whitespace
+
+// The whitespace modes of a JSON [Format], as package grammar defines them.
+const (
+	// WhitespaceIndent, the zero value: what encoding/json writes, compact or
+	// indented.
+	WhitespaceIndent = grammar.WhitespaceIndent
+	// WhitespaceCompact: no whitespace at all (vLLM's disable_any_whitespace).
+	WhitespaceCompact = grammar.WhitespaceCompact
+	// WhitespaceFree: a space or a newline and up to 20 blanks between any two
+	// tokens and after the value.
+	WhitespaceFree = grammar.WhitespaceFree
+)
 
 // Message is one turn of a conversation.
 type Message struct {

@@ -1,6 +1,13 @@
 package server
 
+// errors.go: the error bodies and the mapping of the engine's errors to HTTP.
+// [apiError] is every refusal the server writes, in OpenAI's format; request.go
+// makes the ones that are the wire's, and engineError turns an error of the engine
+// — its typed errors, and a *specula.ParameterError named by the request field it
+// is about — into its status, param and code.
+
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,12 +93,14 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	w.Write(append(b, '\n'))
 }
 
-// engineError turns an engine's error for job j into the answer OpenAI's API gives:
-// a parameter at fault 400 (named as the request has it), a prompt over the context
+// engineError turns an engine's error for the exchange x into the answer OpenAI's
+// API gives: a parameter at fault 400, named as the request has it (the param, and
+// the message's first word, before the library's own words: the bound a client sees
+// is the library's, stated there alone), a prompt over the context
 // 400 context_length_exceeded, a full queue 429 and an exhausted key/value cache or a
 // closed engine 503 (with Retry-After), a shutdown 503, a client gone 499 (not
 // written), anything else 500.
-func engineError(ctx context.Context, j *job, err error) *apiError {
+func engineError(ctx context.Context, x *exchange, err error) *apiError {
 	pe, isParam := errors.AsType[*specula.ParameterError](err)
 	oe, isOverload := errors.AsType[*specula.OverloadedError](err)
 	switch {
@@ -100,15 +109,16 @@ func engineError(ctx context.Context, j *job, err error) *apiError {
 	case errors.Is(err, specula.ErrNoChatTemplate):
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_missing",
 			Message: fmt.Sprintf("the model '%s' has no chat template (no %s in its GGUF file, no chat_template in its tokenizer_config.json), so it cannot answer chat requests: use /v1/completions, or give the server a chat template (-chat-template-file, or specula.Config.ChatTemplate) (%v)",
-				j.modelName, specula.ChatTemplateKey, err)}
+				x.modelName, specula.ChatTemplateKey, err)}
 	case errors.Is(err, specula.ErrChatTemplate):
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "messages", Code: "chat_template_error",
 			Message: err.Error()}
 	case errors.Is(err, specula.ErrPromptTooLong):
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: promptParam(j.chat), Code: "context_length_exceeded",
+		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: promptParam(x.chat), Code: "context_length_exceeded",
 			Message: err.Error()}
 	case isParam:
-		return badParam(j.param(pe.Field), "%s", pe.Err)
+		param := x.param(pe.Field)
+		return badParam(param, "%s: %v", param, pe.Err)
 	case isOverload:
 		status, code := http.StatusTooManyRequests, "queue_full"
 		if oe.TimedOut {
@@ -130,23 +140,24 @@ func engineError(ctx context.Context, j *job, err error) *apiError {
 // maxRetryAfterSec bounds the Retry-After of a refused request.
 const maxRetryAfterSec = 60
 
-// param names, as the request has it, the field of a specula.Request at fault.
-func (j *job) param(field string) string {
+// param names, as the request has it, the field of a specula.Request at fault: the
+// request field a parameter's range, a format or a prompt came from.
+func (x *exchange) param(field string) string {
 	name, _, _ := strings.Cut(field, "[")
 	name, _, _ = strings.Cut(name, ".")
 	switch name {
 	case "Prompt", "Tokens", "Messages":
-		return promptParam(j.chat)
+		return promptParam(x.chat)
 	case "Format":
-		return j.formatParam
+		return x.formatParam
 	case "MaxTokens":
-		return "max_tokens"
+		return cmp.Or(x.maxTokensParam, "max_tokens")
 	case "Stop":
 		return "stop"
 	case "N":
 		return "n"
 	case "TopLogprobs":
-		if j.chat {
+		if x.chat {
 			return "top_logprobs"
 		}
 		return "logprobs"

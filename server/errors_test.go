@@ -39,7 +39,6 @@ func TestBadRequests(t *testing.T) {
 		{"wrong type", "/v1/completions", `{"prompt": "x", "temperature": "hot"}`, want{400, "temperature", "invalid_type"}},
 		{"seed not an integer", "/v1/completions", `{"prompt": "x", "seed": 1.5}`, want{400, "seed", "invalid_type"}},
 		{"nested wrong type", "/v1/completions", `{"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}}`, want{400, "stream_options.include_usage", "invalid_type"}},
-		{"temperature above 2", "/v1/completions", `{"prompt": "x", "temperature": 5}`, want{400, "temperature", "invalid_value"}},
 		{"temperature below 0", "/v1/completions", `{"prompt": "x", "temperature": -0.1}`, want{400, "temperature", "invalid_value"}},
 		{"top_p 0", "/v1/completions", `{"prompt": "x", "top_p": 0}`, want{400, "top_p", "invalid_value"}},
 		{"top_p above 1", "/v1/completions", `{"prompt": "x", "top_p": 1.5}`, want{400, "top_p", "invalid_value"}},
@@ -49,7 +48,7 @@ func TestBadRequests(t *testing.T) {
 		{"max_tokens negative", "/v1/completions", `{"prompt": "x", "max_tokens": -5}`, want{400, "max_tokens", "invalid_value"}},
 		{"max_tokens above context", "/v1/completions", `{"prompt": "x", "max_tokens": 100000}`, want{400, "max_tokens", "invalid_value"}},
 		{"max_completion_tokens", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1}`, want{400, "max_completion_tokens", "invalid_value"}},
-		{"n 17", "/v1/completions", `{"prompt": "x", "n": 17}`, want{400, "n", "invalid_value"}},
+		{"n above MaxChoices", "/v1/completions", fmt.Sprintf(`{"prompt": "x", "n": %d}`, specula.MaxChoices+1), want{400, "n", "invalid_value"}},
 		{"n 0", "/v1/completions", `{"prompt": "x", "n": 0}`, want{400, "n", "invalid_value"}},
 		{"n with stream", "/v1/completions", `{"prompt": "x", "n": 2, "stream": true}`, want{400, "n", "unsupported_parameter"}},
 		{"best_of", "/v1/completions", `{"prompt": "x", "best_of": 3}`, want{400, "best_of", "unsupported_parameter"}},
@@ -120,6 +119,91 @@ func TestBadRequests(t *testing.T) {
 	r := complete(t, ts.URL+"/v1/completions", `{"prompt": "x", "max_tokens": 2, "user": "u", "metadata": {"a": 1}, "model": null, "temperature": null, "stop": null, "n": 1, "logprobs": null, "presence_penalty": 0}`)
 	if r.Model != "gocoder-m-q8_0" {
 		t.Errorf("model %q", r.Model)
+	}
+}
+
+// A sampling parameter's range is the library's, stated there alone: the server
+// passes the value on, and the engine's refusal comes back as a 400 naming the
+// request's field, its message the field's name and the library's own words.
+// Values the library takes are served, whatever OpenAI documents (temperature
+// above 2, as vLLM serves it); a 0 the library would read as unset is refused.
+func TestLibraryBounds(t *testing.T) {
+	_, ts := startServer(t, Config{})
+	chat := func(fields string) string {
+		return `{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, ` + fields + `}`
+	}
+	for _, c := range []struct {
+		name, path, body string
+		param            string
+		lib              specula.Request // what the library is handed; its Validate says why not
+	}{
+		{"temperature below 0", "/v1/completions", `{"prompt": "x", "temperature": -0.1}`, "temperature",
+			specula.Request{Prompt: "x", Params: specula.Params{Temperature: -0.1, TopP: 1}}},
+		{"streamed temperature below 0", "/v1/completions", `{"prompt": "x", "stream": true, "temperature": -0.1}`, "temperature",
+			specula.Request{Prompt: "x", Params: specula.Params{Temperature: -0.1, TopP: 1}}},
+		{"top_p above 1", "/v1/completions", `{"prompt": "x", "top_p": 1.5}`, "top_p",
+			specula.Request{Prompt: "x", Params: specula.Params{Temperature: 1, TopP: 1.5}}},
+		{"top_k below -1", "/v1/completions", `{"prompt": "x", "top_k": -2}`, "top_k",
+			specula.Request{Prompt: "x", Params: specula.Params{Temperature: 1, TopP: 1, TopK: -2}}},
+		{"min_p above 1", "/v1/completions", `{"prompt": "x", "min_p": 2}`, "min_p",
+			specula.Request{Prompt: "x", Params: specula.Params{Temperature: 1, TopP: 1, MinP: 2}}},
+		{"repetition_penalty negative", "/v1/completions", `{"prompt": "x", "repetition_penalty": -1}`, "repetition_penalty",
+			specula.Request{Prompt: "x", Params: specula.Params{Temperature: 1, TopP: 1, RepetitionPenalty: -1}}},
+		{"max_tokens negative", "/v1/completions", `{"prompt": "x", "max_tokens": -5}`, "max_tokens",
+			specula.Request{Prompt: "x", Params: specula.Params{MaxTokens: -5}}},
+		{"max_completion_tokens negative", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1}`, "max_completion_tokens",
+			specula.Request{Prompt: "x", Params: specula.Params{MaxTokens: -1}}},
+		{"n above MaxChoices", "/v1/completions", fmt.Sprintf(`{"prompt": "x", "n": %d}`, specula.MaxChoices+1), "n",
+			specula.Request{Prompt: "x", N: specula.MaxChoices + 1}},
+		{"n negative", "/v1/completions", `{"prompt": "x", "n": -1}`, "n", specula.Request{Prompt: "x", N: -1}},
+		{"logprobs above MaxTopLogprobs", "/v1/completions", fmt.Sprintf(`{"prompt": "x", "logprobs": %d}`, specula.MaxTopLogprobs+1), "logprobs",
+			specula.Request{Prompt: "x", Logprobs: true, TopLogprobs: specula.MaxTopLogprobs + 1}},
+		{"logprobs negative", "/v1/completions", `{"prompt": "x", "logprobs": -1}`, "logprobs",
+			specula.Request{Prompt: "x", Logprobs: true, TopLogprobs: -1}},
+		{"chat top_logprobs above MaxTopLogprobs", "/v1/chat/completions", chat(fmt.Sprintf(`"logprobs": true, "top_logprobs": %d`, specula.MaxTopLogprobs+1)), "top_logprobs",
+			specula.Request{Prompt: "x", Logprobs: true, TopLogprobs: specula.MaxTopLogprobs + 1}},
+		{"chat top_logprobs without logprobs", "/v1/chat/completions", chat(`"top_logprobs": 2`), "top_logprobs",
+			specula.Request{Prompt: "x", TopLogprobs: 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, b := post(t, ts.URL+c.path, c.body)
+			checkError(t, resp, b, 400, c.param, "invalid_value")
+			pe, ok := errors.AsType[*specula.ParameterError](c.lib.Validate())
+			if !ok {
+				t.Fatalf("the library takes %+v", c.lib)
+			}
+			if got, want := decode(t, b).Error.Message, c.param+": "+pe.Err.Error(); got != want {
+				t.Errorf("message %q, want the library's %q", got, want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name, body string
+		choices    int
+	}{
+		{"temperature above OpenAI's 2", `{"prompt": "x", "max_tokens": 2, "temperature": 5}`, 1},
+		{"repetition_penalty above 10", `{"prompt": "x", "max_tokens": 2, "repetition_penalty": 12}`, 1},
+		{"top_k -1: all tokens", `{"prompt": "x", "max_tokens": 2, "top_k": -1}`, 1},
+		{"n 17", `{"prompt": "x", "max_tokens": 2, "n": 17}`, 17},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if r := complete(t, ts.URL+"/v1/completions", c.body); len(r.Choices) != c.choices {
+				t.Errorf("%d choices, want %d", len(r.Choices), c.choices)
+			}
+		})
+	}
+	for _, c := range []struct{ param, body string }{
+		{"top_p", `{"prompt": "x", "top_p": 0}`},
+		{"repetition_penalty", `{"prompt": "x", "repetition_penalty": 0}`},
+		{"n", `{"prompt": "x", "n": 0}`},
+	} {
+		t.Run(c.param+" 0", func(t *testing.T) {
+			resp, b := post(t, ts.URL+"/v1/completions", c.body)
+			checkError(t, resp, b, 400, c.param, "invalid_value")
+			if msg := decode(t, b).Error.Message; !strings.Contains(msg, "reads 0 as unset") {
+				t.Errorf("message %q", msg)
+			}
+		})
 	}
 }
 
@@ -232,7 +316,7 @@ func TestKVCacheFull(t *testing.T) {
 // The engine's errors become OpenAI's answers.
 func TestEngineErrors(t *testing.T) {
 	ctx := context.Background()
-	j := &job{modelName: "m", formatParam: "response_format"}
+	x := &exchange{modelName: "m", formatParam: "response_format"}
 	for _, c := range []struct {
 		err         error
 		status      int
@@ -251,7 +335,7 @@ func TestEngineErrors(t *testing.T) {
 		{fmt.Errorf("%w: %w", specula.ErrNoChatTemplate, errors.New("none")), 400, "messages", "chat_template_missing", false},
 		{errors.New("boom"), 500, "", "", false},
 	} {
-		e := engineError(ctx, j, c.err)
+		e := engineError(ctx, x, c.err)
 		if e.Status != c.status || e.Param != c.param || e.Code != c.code || (e.RetryAfter > 0) != c.retryAfter {
 			t.Errorf("%v: %+v", c.err, e)
 		}

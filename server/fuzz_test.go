@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -41,6 +42,8 @@ func FuzzParse(f *testing.F) {
 		`{"prompt": "x", "temperature": 1e999}`,
 		`{"prompt": "x", "max_tokens": 9999999999999999999}`,
 		`{"prompt": "x", "seed": -9223372036854775808}`,
+		`{"prompt": "x", "max_tokens": -3, "temperature": -1, "top_k": -2, "n": 65}`,
+		`{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1, "top_logprobs": 21, "min_p": 2}`,
 		`{"prompt": "\u0000\ud800", "stop": ["", "", "", ""]}`,
 		`[]`, `null`, `"x"`, `{`, ``, `{"prompt": {}}`, `{"messages": [null]}`, `{"messages": [{"role": 5}]}`,
 		`{"prompt": "x", "logit_bias": {"1": 2}, "tools": [], "tool_choice": "auto", "response_format": {"type": "text"}}`,
@@ -68,19 +71,28 @@ func FuzzParse(f *testing.F) {
 			check(t, e, allowed)
 			return
 		}
-		j, e := s.parse(&q, chat)
+		x, e := s.parse(&q, chat)
 		if e != nil {
 			check(t, e, allowed)
 			return
 		}
-		if j.req.MaxTokens < 0 || j.req.MaxTokens > s.Engine().Info().ContextLength {
-			t.Fatalf("accepted a job with max_tokens %d", j.req.MaxTokens)
+		if x.req.MaxTokens > s.Engine().Info().ContextLength {
+			t.Fatalf("accepted a request with max_tokens %d", x.req.MaxTokens)
 		}
-		if j.req.PromptOnly && !j.req.Echo {
-			t.Fatalf("generates nothing without echo: %+v", j)
+		if x.req.PromptOnly && !x.req.Echo {
+			t.Fatalf("generates nothing without echo: %+v", x)
 		}
-		if err := j.req.Validate(); err != nil && !errors.Is(err, specula.ErrInvalidParameter) {
-			t.Fatalf("a request the engine refuses other than for a parameter: %v", err)
+		// A range the library owns (a negative max_tokens, say) is the engine's to
+		// refuse: as a parameter, answered 400 naming the request's field.
+		if err := x.req.Validate(); err != nil {
+			if !errors.Is(err, specula.ErrInvalidParameter) {
+				t.Fatalf("a request the engine refuses other than for a parameter: %v", err)
+			}
+			e := engineError(context.Background(), x, err)
+			check(t, e, allowed)
+			if e.Status != http.StatusBadRequest || e.Param == "" {
+				t.Fatalf("the engine's %v answered %+v", err, e)
+			}
 		}
 	})
 }

@@ -1,5 +1,10 @@
 package server
 
+// generate.go: the generation endpoints' handler. It decodes and parses a request
+// (request.go), hands the specula.Request to its engine's one door, and writes the
+// engine's events back as the response (responses.go's objects), whole or as
+// server-sent events, or the engine's error (errors.go).
+
 import (
 	"context"
 	"encoding/json"
@@ -31,12 +36,12 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		writeError(w, e)
 		return
 	}
-	j, e := s.parse(&q, chat)
+	x, e := s.parse(&q, chat)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	owner := j.model.owner
+	owner := x.model.owner
 	if !owner.enter() {
 		writeError(w, shutdownError(errShutdown.Error()))
 		return
@@ -58,14 +63,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c, err := j.model.eng.GenerateFunc(ctx, j.req, out.push)
+		c, err := x.model.eng.GenerateFunc(ctx, x.req, out.push)
 		out.finish(c, err)
 	}()
-	if j.stream {
-		s.stream(ctx, w, j, out, cancel)
+	if x.stream {
+		s.stream(ctx, w, x, out, cancel)
 	} else {
 		<-done
-		s.respond(ctx, w, j, out)
+		s.respond(ctx, w, x, out)
 	}
 	cancel(nil)
 	<-done
@@ -131,20 +136,20 @@ func (o *output) take(dst []specula.Event) ([]specula.Event, bool) {
 
 // respond writes a whole (non-streaming) response once the generation is over: one
 // choice per choice of the completion, the echoed prompt before each, usage summed.
-func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, out *output) {
+func (s *Server) respond(ctx context.Context, w http.ResponseWriter, x *exchange, out *output) {
 	events, _ := out.take(nil)
 	if out.err != nil {
-		s.fail(ctx, w, j, out.err)
+		s.fail(ctx, w, x, out.err)
 		return
 	}
 	c := out.c
 	u := &usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens, TotalTokens: c.Usage.TotalTokens}
 	t := timingsOf(c.Choice)
-	if j.chat {
-		resp := chatCompletion{ID: j.id, Object: "chat.completion", Created: j.created, Model: j.modelName, Choices: []chatChoice{}, Usage: u, Timings: t}
+	if x.chat {
+		resp := chatCompletion{ID: x.id, Object: "chat.completion", Created: x.created, Model: x.modelName, Choices: []chatChoice{}, Usage: u, Timings: t}
 		for _, ch := range c.Choices {
 			cc := chatChoice{Index: ch.Index, Message: chatMessageOut{Role: "assistant", Content: ch.Text}, FinishReason: string(ch.Finish)}
-			if j.req.Logprobs {
+			if x.req.Logprobs {
 				cc.Logprobs = chatLogprobsOf(ch.Logprobs)
 			}
 			resp.Choices = append(resp.Choices, cc)
@@ -152,15 +157,15 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, j *job, out
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}
-	resp := completion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.modelName, Choices: []completionChoice{}, Usage: u, Timings: t}
+	resp := completion{ID: x.id, Object: "text_completion", Created: x.created, Model: x.modelName, Choices: []completionChoice{}, Usage: u, Timings: t}
 	pieces := piecesOf(events, len(c.Choices))
 	for _, ch := range c.Choices {
 		finish := string(ch.Finish)
 		cc := completionChoice{Index: ch.Index, Text: c.PromptText + ch.Text, FinishReason: &finish}
-		if j.req.Logprobs {
+		if x.req.Logprobs {
 			lp := newCompletionLogprobs()
 			offset := len(c.PromptText)
-			if j.req.Echo {
+			if x.req.Echo {
 				offset = lp.addPrompt(events[0])
 			}
 			lp.addTokens(ch.Logprobs, pieces[ch.Index], offset)
@@ -184,14 +189,14 @@ func piecesOf(events []specula.Event, n int) [][]string {
 
 // fail answers a request the engine refused or could not finish, before anything
 // was written.
-func (s *Server) fail(ctx context.Context, w http.ResponseWriter, j *job, err error) {
-	e := engineError(ctx, j, err)
+func (s *Server) fail(ctx context.Context, w http.ResponseWriter, x *exchange, err error) {
+	e := engineError(ctx, x, err)
 	if e.Status == 499 {
 		markDropped(w)
 		return
 	}
 	if e.Status >= 500 && e.Code == "" {
-		s.log.Warn("generation failed", "id", j.id, "err", err)
+		s.log.Warn("generation failed", "id", x.id, "err", err)
 	}
 	writeError(w, e)
 }
@@ -205,11 +210,11 @@ func (s *Server) fail(ctx context.Context, w http.ResponseWriter, j *job, err er
 // with the chunk of the assistant's role. A failure after the stream has opened is
 // sent as an error event, then [DONE]. With logprobs each chunk carries its tokens'
 // (and pacing is off: a chunk is what the target accepted).
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out *output, cancel context.CancelCauseFunc) {
-	sse := &sseWriter{w: w, rc: http.NewResponseController(w), j: j}
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, x *exchange, out *output, cancel context.CancelCauseFunc) {
+	sse := &sseWriter{w: w, rc: http.NewResponseController(w), x: x}
 	defer sse.rc.SetWriteDeadline(time.Time{}) // the connection may serve another request
 	var p *pacer
-	if s.cfg.Pacing > 0 && !j.req.Logprobs {
+	if s.cfg.Pacing > 0 && !x.req.Logprobs {
 		p = &pacer{window: s.cfg.Pacing}
 	}
 	var timer *time.Timer
@@ -274,13 +279,13 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, j *job, out 
 // end closes a stream: the finish and usage, or the error.
 func (s *Server) end(ctx context.Context, w http.ResponseWriter, sse *sseWriter, out *output) {
 	if out.err != nil {
-		e := engineError(ctx, sse.j, out.err)
+		e := engineError(ctx, sse.x, out.err)
 		switch {
 		case e.Status == 499:
 			markDropped(w)
 			return
 		case !sse.started:
-			s.fail(ctx, w, sse.j, out.err)
+			s.fail(ctx, w, sse.x, out.err)
 			return
 		}
 		sse.event(e.body())
@@ -317,7 +322,7 @@ func dropEmpty(ss []string) []string {
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	j       *job
+	x       *exchange
 	offset  int  // of the next text in the completion, for text_offset
 	started bool // headers and the opening chunk written
 	broken  bool // a write failed: the client is gone
@@ -336,7 +341,7 @@ func (s *sseWriter) start() {
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	s.w.WriteHeader(http.StatusOK)
-	if s.j.chat {
+	if s.x.chat {
 		empty := ""
 		s.event(s.chatChunk(chatDelta{Role: "assistant", Content: &empty}, nil))
 	}
@@ -346,7 +351,7 @@ func (s *sseWriter) start() {
 func (s *sseWriter) prompt(ev specula.Event) {
 	s.start()
 	c := s.textChunk(ev.Text, nil)
-	if s.j.req.Logprobs {
+	if s.x.req.Logprobs {
 		lp := newCompletionLogprobs()
 		lp.addPrompt(ev)
 		c.Choices[0].Logprobs = lp
@@ -359,16 +364,16 @@ func (s *sseWriter) prompt(ev specula.Event) {
 // the tokens' texts, for the offsets).
 func (s *sseWriter) content(text string, pieces []string, lps []specula.TokenLogprob) {
 	s.start()
-	if s.j.chat {
+	if s.x.chat {
 		c := s.chatChunk(chatDelta{Content: &text}, nil)
-		if s.j.req.Logprobs {
+		if s.x.req.Logprobs {
 			c.Choices[0].Logprobs = chatLogprobsOf(lps)
 		}
 		s.event(c)
 		return
 	}
 	c := s.textChunk(text, nil)
-	if s.j.req.Logprobs {
+	if s.x.req.Logprobs {
 		lp := newCompletionLogprobs()
 		lp.addTokens(lps, pieces, s.offset)
 		c.Choices[0].Logprobs = lp
@@ -381,7 +386,7 @@ func (s *sseWriter) content(text string, pieces []string, lps []specula.TokenLog
 // usage chunk when asked for.
 func (s *sseWriter) finish(reason string, u *usage, t *timings) {
 	s.start()
-	if s.j.chat {
+	if s.x.chat {
 		c := s.chatChunk(chatDelta{}, &reason)
 		c.Timings = t
 		s.event(c)
@@ -390,23 +395,23 @@ func (s *sseWriter) finish(reason string, u *usage, t *timings) {
 		c.Timings = t
 		s.event(c)
 	}
-	if !s.j.includeUsage {
+	if !s.x.includeUsage {
 		return
 	}
-	if s.j.chat {
-		s.event(chatChunk{ID: s.j.id, Object: "chat.completion.chunk", Created: s.j.created, Model: s.j.modelName, Choices: []chatChunkChoice{}, Usage: u})
+	if s.x.chat {
+		s.event(chatChunk{ID: s.x.id, Object: "chat.completion.chunk", Created: s.x.created, Model: s.x.modelName, Choices: []chatChunkChoice{}, Usage: u})
 	} else {
-		s.event(completion{ID: s.j.id, Object: "text_completion", Created: s.j.created, Model: s.j.modelName, Choices: []completionChoice{}, Usage: u})
+		s.event(completion{ID: s.x.id, Object: "text_completion", Created: s.x.created, Model: s.x.modelName, Choices: []completionChoice{}, Usage: u})
 	}
 }
 
 func (s *sseWriter) chatChunk(d chatDelta, finish *string) chatChunk {
-	return chatChunk{ID: s.j.id, Object: "chat.completion.chunk", Created: s.j.created, Model: s.j.modelName,
+	return chatChunk{ID: s.x.id, Object: "chat.completion.chunk", Created: s.x.created, Model: s.x.modelName,
 		Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}}}
 }
 
 func (s *sseWriter) textChunk(text string, finish *string) completion {
-	return completion{ID: s.j.id, Object: "text_completion", Created: s.j.created, Model: s.j.modelName,
+	return completion{ID: s.x.id, Object: "text_completion", Created: s.x.created, Model: s.x.modelName,
 		Choices: []completionChoice{{Text: text, FinishReason: finish}}}
 }
 

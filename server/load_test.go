@@ -312,7 +312,7 @@ func TestPacing(t *testing.T) {
 func TestPacedStreamWriter(t *testing.T) {
 	const window, bursts, size = 40 * time.Millisecond, 5, 4
 	s := &Server{cfg: Config{Pacing: window}}
-	j := &job{id: "cmpl-x", created: 1, modelName: "m"}
+	x := &exchange{id: "cmpl-x", created: 1, modelName: "m"}
 	out := &output{wake: make(chan struct{}, 1)}
 	go func() {
 		for b := range bursts {
@@ -327,7 +327,7 @@ func TestPacedStreamWriter(t *testing.T) {
 		out.finish(specula.Completion{Choice: specula.Choice{Finish: specula.FinishLength}}, nil)
 	}()
 	w := &timedWriter{header: http.Header{}}
-	s.stream(context.Background(), w, j, out, func(error) {})
+	s.stream(context.Background(), w, x, out, func(error) {})
 	evs := parseStream(t, w.events(t))
 	var content []time.Time
 	for i, c := range evs.chunks {
@@ -517,7 +517,7 @@ func TestMetrics(t *testing.T) {
 		drafted += r.Timings.DraftN
 		accepted += r.Timings.DraftNAccepted
 	}
-	post(t, ts.URL+"/v1/completions", `{"prompt": "x", "temperature": 9}`)
+	post(t, ts.URL+"/v1/completions", `{"prompt": "x", "temperature": -1}`) // refused by the engine, before any work
 	waitFor(t, "the server to be idle", 5*time.Second, func() bool { return idle(srv) })
 	m := scrape(t, ts.URL)
 	for name, want := range map[string]float64{

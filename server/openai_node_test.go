@@ -180,12 +180,12 @@ func TestOpenAINodeClient(t *testing.T) {
 	got.Typo.check(t, "temperture", 400, "BadRequestError", "temperture")
 	got.BadSchema.check(t, "schema with multipleOf", 400, "BadRequestError", "response_format")
 	got.TooManyLogprobs.check(t, "top_logprobs 21", 400, "BadRequestError", "top_logprobs")
-	got.TooManyChoices.check(t, "n 17", 400, "BadRequestError", "n")
+	got.TooManyChoices.check(t, "n 65", 400, "BadRequestError", "n")
 	got.ChoicesStreamed.check(t, "n 2 with stream", 400, "BadRequestError", "n")
 	if w := got.WrongKey; !w.Thrown || !w.APIError || w.Status != 401 || w.Name != "AuthenticationError" || w.Code == nil || *w.Code != "invalid_api_key" {
 		t.Errorf("wrong key: %+v", w)
 	}
-	got.BadTemperature.check(t, "temperature 5", 400, "BadRequestError", "temperature")
+	got.BadTemperature.check(t, "temperature -1", 400, "BadRequestError", "temperature")
 	got.UnknownModel.check(t, "unknown model", 404, "NotFoundError", "model")
 	got.BadStream.check(t, "streamed top_p 0", 400, "BadRequestError", "top_p")
 }

@@ -116,7 +116,7 @@ async function failure(fn) {
     };
   }
 }
-out.badTemperature = await failure(() => client.completions.create({ model, prompt, temperature: 5 }));
+out.badTemperature = await failure(() => client.completions.create({ model, prompt, temperature: -1 }));
 out.unknownModel = await failure(() => client.chat.completions.create({ model: "gpt-4o", messages }));
 out.badStream = await failure(async () => {
   const s = await client.chat.completions.create({ model, messages, top_p: 0, stream: true });
@@ -126,7 +126,7 @@ out.badStream = await failure(async () => {
 });
 
 out.tooManyLogprobs = await failure(() => client.chat.completions.create({ model, messages, logprobs: true, top_logprobs: 21 }));
-out.tooManyChoices = await failure(() => client.completions.create({ model, prompt, n: 17 }));
+out.tooManyChoices = await failure(() => client.completions.create({ model, prompt, n: 65 }));
 out.choicesStreamed = await failure(async () => {
   const s = await client.completions.create({ model, prompt, n: 2, stream: true });
   for await (const _ of s) {

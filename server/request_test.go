@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/specula/specula/grammar"
 )
 
 // vLLM's structured-output fields constrain the output as response_format does:
@@ -70,6 +72,7 @@ func TestVLLMFormatFields(t *testing.T) {
 	const re = `[a-z]{2,5}=[0-9]{1,3};`
 	const gbnf = `root ::= ("yes" | "no") "."`
 	choices := []string{"func", "type \"T\"", "var\tx"}
+	special := []string{"a.b", "(x|y)*", `\d+`, "[^a]"} // the regular expressions' characters, literally
 	for _, c := range []struct {
 		name  string
 		extra map[string]any
@@ -80,6 +83,7 @@ func TestVLLMFormatFields(t *testing.T) {
 		{"guided_json string", map[string]any{"guided_json": string(schemaText)}, record, true},
 		{"guided_regex", map[string]any{"guided_regex": re}, matches(re), false},
 		{"guided_choice", map[string]any{"guided_choice": choices}, oneOf(choices...), false},
+		{"guided_choice of regex characters", map[string]any{"guided_choice": special}, oneOf(special...), false},
 		{"guided_grammar", map[string]any{"guided_grammar": gbnf}, oneOf("yes.", "no."), false},
 		{"structured_outputs.json", map[string]any{"structured_outputs": map[string]any{"json": schema}}, record, true},
 		{"structured_outputs.json string", map[string]any{"structured_outputs": map[string]any{"json": string(schemaText), "disable_fallback": true}}, record, true},
@@ -208,20 +212,41 @@ func TestRequestFields(t *testing.T) {
 	}
 }
 
-// A choice list becomes a grammar whose sentences are exactly the choices, quotes,
-// backslashes, control characters and all.
-func TestChoiceGrammar(t *testing.T) {
+// A choice list becomes a regular expression whose matches are exactly the choices:
+// quotes, backslashes, control characters and the regular expressions' own
+// characters taken literally.
+func TestChoiceRegex(t *testing.T) {
 	for _, c := range []struct {
 		choices []string
-		want    string
+		not     []string // near misses it must not match
 	}{
-		{[]string{"a", "b"}, `root ::= "a" | "b"`},
-		{[]string{"", " x"}, `root ::= "" | " x"`},
-		{[]string{"q\"\\\n\t\x01é😀"}, `root ::= "q\"\\\x0A\x09\x01é😀"`},
+		{[]string{"a", "b"}, []string{"", "ab", "c", "a "}},
+		{[]string{"", " x"}, []string{"x", "  x"}},
+		{[]string{"q\"\\\n\t\x01é😀"}, []string{"q\"\\\n\t\x01é", "q\"\\n\t\x01é😀"}},
+		{[]string{"a.b", "(x|y)*", `\d+`, "$1", "[^a]"}, []string{"aXb", "xyxy", "x", "", "12", `\d`, "$", "b", "[^a"}},
 	} {
-		g, e := choiceGrammar(c.choices, "guided_choice")
-		if e != nil || g != c.want {
-			t.Errorf("%q: %s, %v; want %s", c.choices, g, e, c.want)
+		re, e := choiceRegex(c.choices, "guided_choice")
+		if e != nil {
+			t.Fatalf("%q: %v", c.choices, e)
 		}
+		// As Go reads it, and as the engine compiles a Format's Regex.
+		whole := regexp.MustCompile(`^` + re + `$`)
+		g, err := grammar.ParseRegex(re)
+		if err != nil {
+			t.Fatalf("%q: %s does not compile: %v", c.choices, re, err)
+		}
+		for _, s := range c.choices {
+			if !whole.MatchString(s) || !g.Matches(s) {
+				t.Errorf("%q: %s does not match the choice %q (Go %v, grammar %v)", c.choices, re, s, whole.MatchString(s), g.Matches(s))
+			}
+		}
+		for _, s := range c.not {
+			if whole.MatchString(s) || g.Matches(s) {
+				t.Errorf("%q: %s matches %q, not a choice (Go %v, grammar %v)", c.choices, re, s, whole.MatchString(s), g.Matches(s))
+			}
+		}
+	}
+	if _, e := choiceRegex(nil, "guided_choice"); e == nil || e.Param != "guided_choice" {
+		t.Errorf("no choices: %v", e)
 	}
 }
