@@ -173,20 +173,26 @@ func TestStreamAndStop(t *testing.T) {
 }
 
 // TestScore: the engine's scores of a text are the decoder's of its tokens, with the
-// tokens' texts (which make up the text after its first token) and alternatives;
-// a text of no tokens and a cancelled context are refused.
+// tokens' texts (which make up the text after its first token) and alternatives, and
+// the same whether the text comes as text or as its token ids; a text of no tokens,
+// a text given twice, a token outside the vocabulary and a cancelled context are
+// refused.
 func TestScore(t *testing.T) {
 	ctx := context.Background()
 	e, err := specula.Open(specula.Config{Model: demoTarget, Draft: demoDraft})
 	require.NoError(t, err)
 	defer e.Close()
 	text := "package main\n\nfunc main() {\n\tfmt.Println(1)\n}\n"
-	got, err := e.Score(ctx, text, 2)
+	got, err := e.Score(ctx, specula.ScoreRequest{Prompt: text, TopLogprobs: 2})
 	require.NoError(t, err)
 	ids := e.Tokenizer().Encode(text, e.Tokenizer().DefaultOptions())
-	want, err := e.Decoder().Score(ctx, ids, 2)
+	res, err := e.Decoder().GenerateFunc(ctx, spec.Request{Prompt: ids, PromptOnly: true, PromptLogprobs: true, TopLogprobs: 2}, nil)
 	require.NoError(t, err)
+	want := res[0].PromptLogprobs
 	require.Len(t, got, len(ids)-1)
+	byIDs, err := e.Score(ctx, specula.ScoreRequest{Tokens: ids, TopLogprobs: 2})
+	require.NoError(t, err)
+	assert.Equal(t, got, byIDs, "the text's token ids score as the text")
 	var rest strings.Builder
 	for i, s := range got {
 		assert.Equal(t, ids[i+1], s.Token)
@@ -198,11 +204,24 @@ func TestScore(t *testing.T) {
 	}
 	first, _ := e.Tokenizer().Piece(ids[0])
 	assert.Equal(t, text, first+rest.String())
-	_, err = e.Score(ctx, "", 0)
-	assert.Error(t, err)
+	for _, c := range []struct {
+		name  string
+		req   specula.ScoreRequest
+		field string
+	}{
+		{"no text", specula.ScoreRequest{}, "Prompt"},
+		{"text and tokens", specula.ScoreRequest{Prompt: text, Tokens: ids}, "Prompt"},
+		{"a token outside the vocabulary", specula.ScoreRequest{Tokens: []int32{1, 1 << 20}}, "Tokens[1]"},
+		{"too many alternatives", specula.ScoreRequest{Prompt: text, TopLogprobs: specula.MaxTopLogprobs + 1}, "TopLogprobs"},
+	} {
+		_, err = e.Score(ctx, c.req)
+		pe, ok := errors.AsType[*specula.ParameterError](err)
+		require.True(t, ok, "%s: %v", c.name, err)
+		assert.Equal(t, c.field, pe.Field, c.name)
+	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = e.Score(cancelled, text, 0)
+	_, err = e.Score(cancelled, specula.ScoreRequest{Prompt: text})
 	assert.ErrorIs(t, err, context.Canceled)
 }
 

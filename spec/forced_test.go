@@ -165,9 +165,9 @@ func TestForcedGreedyIdentity(t *testing.T) {
 			}{{"schema", schema}, {"json", grammar.JSON()}} {
 				m := grammar.NewMatcher(gc.g, vocab)
 				req := spec.Request{Prompt: tok.Encode(jsonPrompt, tok.DefaultOptions()), MaxTokens: 80, StopTokens: tok.EOS(), Constraint: m}
-				want, err := plain.Generate(context.Background(), req)
+				want, err := single(plain.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
-				got, err := spc.Generate(context.Background(), req)
+				got, err := single(spc.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
 				assert.Equal(t, want.Tokens, got.Tokens, gc.name)
 				text := tok.DecodeWith(got.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
@@ -209,7 +209,7 @@ func TestForcedAdaptive(t *testing.T) {
 		require.NoError(t, err)
 		var res spec.Result
 		for range 3 { // the adaptive decoder learns from one request to the next
-			res, err = dec.Generate(context.Background(), req)
+			res, err = single(dec.GenerateFunc(context.Background(), req, nil))
 			require.NoError(t, err)
 		}
 		return res

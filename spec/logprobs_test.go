@@ -87,12 +87,12 @@ func TestLogprobsExact(t *testing.T) {
 	prompt := []int32{1, 2960, 1759, 46, 10, 10, 300, 484, 1032}
 	for _, p := range []sampler.Params{{}, {Temperature: 0.9, Seed: 3}} {
 		req := spec.Request{Prompt: prompt, MaxTokens: 40, Sampling: p, Logprobs: true, TopLogprobs: 3}
-		got, err := dec.Generate(context.Background(), req)
+		got, err := single(dec.GenerateFunc(context.Background(), req, nil))
 		require.NoError(t, err)
 		require.Positive(t, got.Stats.Accepted, "drafts were accepted")
 		checkLogprobs(t, got, referenceLogprobs(t, tm, prompt, got.Tokens), 3, 2e-3)
 		if p.Temperature == 0 {
-			want, err := plain.Generate(context.Background(), req)
+			want, err := single(plain.GenerateFunc(context.Background(), req, nil))
 			require.NoError(t, err)
 			assert.Equal(t, want.Tokens, got.Tokens)
 			assert.Equal(t, want.Logprobs, got.Logprobs, "greedy: plain decoding's values")
@@ -110,14 +110,21 @@ func TestLogprobsTreesAndStops(t *testing.T) {
 	for seed := range uint64(20) {
 		req := spec.Request{Prompt: prompt, MaxTokens: 30, Sampling: sampler.Params{Temperature: 1, Seed: seed},
 			Logprobs: true, TopLogprobs: 2, StopSequences: [][]int32{{3, 4}}}
-		got, err := dec.Generate(context.Background(), req)
+		got, err := single(dec.GenerateFunc(context.Background(), req, nil))
 		require.NoError(t, err)
 		checkLogprobs(t, got, referenceLogprobs(t, chain, prompt, got.Tokens), 2, 1e-5)
 	}
-	_, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, TopLogprobs: 2})
+	_, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, TopLogprobs: 2}, nil))
 	assert.Error(t, err, "TopLogprobs without Logprobs")
-	_, err = dec.Generate(context.Background(), spec.Request{Prompt: prompt, Logprobs: true, TopLogprobs: 21})
+	_, err = single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, Logprobs: true, TopLogprobs: 21}, nil))
 	assert.Error(t, err)
+}
+
+// score scores text as lm-evaluation-harness asks: a request for the prompt's
+// log-probabilities that generates nothing.
+func score(ctx context.Context, dec *spec.Decoder, text []int32, top int) ([]spec.Logprob, error) {
+	res, err := single(dec.GenerateFunc(ctx, spec.Request{Prompt: text, PromptOnly: true, PromptLogprobs: true, TopLogprobs: top}, nil))
+	return res.PromptLogprobs, err
 }
 
 // TestScore: scoring a text gives, for every token but the first, the target's
@@ -131,11 +138,11 @@ func TestScore(t *testing.T) {
 	dec, err := spec.New(local(t, tm), lookup.InFront(newDrafter(t, dm)), spec.Options{K: 4})
 	require.NoError(t, err)
 	prompt := []int32{1, 2960, 1759, 46, 10, 10, 300, 484, 1032}
-	gen, err := dec.Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 30, Logprobs: true, TopLogprobs: 3})
+	gen, err := single(dec.GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 30, Logprobs: true, TopLogprobs: 3}, nil))
 	require.NoError(t, err)
 	text := append(append([]int32(nil), prompt...), gen.Tokens...)
 	for round := range 2 { // the second after the first published the text's blocks
-		scored, err := dec.Score(ctx, text, 3)
+		scored, err := score(ctx, dec, text, 3)
 		require.NoError(t, err)
 		require.Len(t, scored, len(text)-1, "round %d", round)
 		checkLogprobs(t, spec.Result{Tokens: text[1:], Logprobs: scored}, referenceLogprobs(t, tm, text[:1], text[1:]), 3, 2e-3)
@@ -145,27 +152,27 @@ func TestScore(t *testing.T) {
 			assert.InDelta(t, lp.Logprob, tail[i].Logprob, 2e-3, "generated token %d", i)
 		}
 	}
-	again, err := dec.Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 30})
+	again, err := single(dec.GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 30}, nil))
 	require.NoError(t, err)
 	assert.Equal(t, gen.Tokens, again.Tokens, "a generation after scoring")
 
 	chain := newChain(t, markov.Config{Vocab: 6, Order: 2, Seed: 5, Scale: 1.5})
 	cdec := newDecoder(t, chain, nil, 0)
 	ctext := []int32{0, 3, 1, 4, 4, 2}
-	scored, err := cdec.Score(ctx, ctext, 0)
+	scored, err := score(ctx, cdec, ctext, 0)
 	require.NoError(t, err)
 	checkLogprobs(t, spec.Result{Tokens: ctext[1:], Logprobs: scored}, referenceLogprobs(t, chain, ctext[:1], ctext[1:]), 0, 1e-5)
-	one, err := cdec.Score(ctx, ctext[:1], 0)
+	one, err := score(ctx, cdec, ctext[:1], 0)
 	require.NoError(t, err)
 	assert.Empty(t, one, "one token: nothing to score")
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	for name, call := range map[string]func() error{
-		"empty":     func() error { _, err := cdec.Score(ctx, nil, 0); return err },
-		"bad token": func() error { _, err := cdec.Score(ctx, []int32{0, 9}, 0); return err },
-		"top 21":    func() error { _, err := cdec.Score(ctx, ctext, 21); return err },
-		"cancelled": func() error { _, err := cdec.Score(cancelled, ctext, 0); return err },
+		"empty":     func() error { _, err := score(ctx, cdec, nil, 0); return err },
+		"bad token": func() error { _, err := score(ctx, cdec, []int32{0, 9}, 0); return err },
+		"top 21":    func() error { _, err := score(ctx, cdec, ctext, 21); return err },
+		"cancelled": func() error { _, err := score(cancelled, cdec, ctext, 0); return err },
 	} {
 		assert.Error(t, call(), name)
 	}
