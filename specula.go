@@ -74,7 +74,10 @@ type Config struct {
 	// directory that head; a path that does not hold the kind named is refused,
 	// saying what it holds. Several, joined by "+", are asked in that order each step
 	// ("suffix+model:models/xs.gguf"). A draft model or head gets prompt lookup in
-	// front unless NoLookup is set.
+	// front unless NoLookup is set. "forced", first, puts the tokens a Format forces
+	// in front of the rest ([draft.Forced]: "forced+model:models/xs.gguf"; "forced"
+	// alone drafts those only): they cost nothing and are always accepted, and a
+	// request without a Format drafts with the rest alone.
 	Draft string
 	// NoLookup leaves out the prompt lookup that goes in front of a draft model or
 	// head.
