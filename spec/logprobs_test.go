@@ -2,6 +2,7 @@ package spec_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sort"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/specula/specula/model"
 	"github.com/specula/specula/sampler"
 	"github.com/specula/specula/spec"
+	"github.com/specula/specula/target"
 )
 
 // referenceLogprobs scores every output token by one forward of prompt and output on
@@ -176,4 +178,107 @@ func TestScore(t *testing.T) {
 	} {
 		assert.Error(t, call(), name)
 	}
+}
+
+// TestPromptLogprobs: a request that asks for its prompt's log-probabilities and
+// generates gets them from its own prefill — first, as choice 0's prompt chunks, the
+// prompt's tokens from the second on with the chain's exact values, and in choice 0's
+// result only — and generates exactly what it generates without them, every choice
+// of it, with the same output log-probabilities.
+func TestPromptLogprobs(t *testing.T) {
+	ctx := context.Background()
+	chain := newChain(t, markov.Config{Vocab: 8, Order: 2, Seed: 13, Scale: 1.5})
+	dec := newDecoder(t, chain, newDrafter(t, chain.Perturbed(0.8, 3)), 3)
+	prompt := []int32{1, 2, 5, 3, 3, 0, 7}
+	for _, n := range []int{1, 3} {
+		req := spec.Request{Prompt: prompt, N: n, MaxTokens: 12, Sampling: sampler.Params{Temperature: 1, Seed: 8}, Logprobs: true, TopLogprobs: 2}
+		want, err := dec.GenerateFunc(ctx, req, nil)
+		require.NoError(t, err)
+		req.PromptLogprobs = true
+		var promptToks []int32
+		var promptLps []spec.Logprob
+		outputSeen := false
+		got, err := dec.GenerateFunc(ctx, req, func(c spec.Chunk) error {
+			if !c.Prompt {
+				outputSeen = true
+				return nil
+			}
+			assert.False(t, outputSeen, "the prompt's scores come first")
+			assert.Zero(t, c.Choice, "as choice 0")
+			require.Len(t, c.Logprobs, len(c.Tokens))
+			promptToks, promptLps = append(promptToks, c.Tokens...), append(promptLps, c.Logprobs...)
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, prompt[1:], promptToks, "n=%d", n)
+		scored := spec.Result{Tokens: prompt[1:], Logprobs: got[0].PromptLogprobs}
+		checkLogprobs(t, scored, referenceLogprobs(t, chain, prompt[:1], prompt[1:]), 2, 1e-5)
+		assert.Equal(t, promptLps, got[0].PromptLogprobs, "streamed and kept alike")
+		for i := range got {
+			assert.Equal(t, want[i].Tokens, got[i].Tokens, "n=%d choice %d: the same output", n, i)
+			assert.Equal(t, want[i].Logprobs, got[i].Logprobs, "n=%d choice %d", n, i)
+			if i > 0 {
+				assert.Nil(t, got[i].PromptLogprobs, "n=%d choice %d: the prompt's scores are choice 0's", n, i)
+			}
+		}
+	}
+	// An error from emit on the prompt's scores ends every choice.
+	stop := errors.New("enough")
+	res, err := dec.GenerateFunc(ctx, spec.Request{Prompt: prompt, N: 2, MaxTokens: 12, PromptLogprobs: true}, func(c spec.Chunk) error {
+		if c.Prompt {
+			return stop
+		}
+		return nil
+	})
+	assert.ErrorIs(t, err, stop)
+	for i, r := range res {
+		assert.Equal(t, spec.FinishError, r.Finish, "choice %d", i)
+		assert.Empty(t, r.Tokens, "choice %d", i)
+	}
+}
+
+// TestPromptOnly: a request that generates nothing prefills its prompt — which a
+// generation that follows finds in the prefix cache, scored or not — hands out only
+// its last chunk, ends with FinishLength and starts no drafter (one that cannot start
+// does not fail it).
+func TestPromptOnly(t *testing.T) {
+	ctx := context.Background()
+	tm, _ := demoPair(t)
+	tgt, err := target.NewLocal(tm)
+	require.NoError(t, err)
+	dec, err := spec.New(tgt, failingDrafter{}, spec.Options{K: 4})
+	require.NoError(t, err)
+	plain, err := spec.New(tgt, nil, spec.Options{})
+	require.NoError(t, err)
+	for _, scored := range []bool{false, true} {
+		prompt := make([]int32, 100)
+		for i := range prompt {
+			prompt[i] = int32(50 + (i*41+btoi(scored)*7)%800)
+		}
+		var chunks []spec.Chunk
+		res, err := single(dec.GenerateFunc(ctx, spec.Request{Prompt: prompt, PromptOnly: true, PromptLogprobs: scored}, func(c spec.Chunk) error {
+			if !c.Prompt {
+				chunks = append(chunks, c)
+			}
+			return nil
+		}))
+		require.NoError(t, err, "scored %v: no drafter starts", scored)
+		assert.Empty(t, res.Tokens)
+		assert.Equal(t, spec.FinishLength, res.Finish)
+		assert.Equal(t, len(prompt), res.Stats.PromptTokens)
+		assert.Len(t, res.PromptLogprobs, btoi(scored)*(len(prompt)-1))
+		require.Len(t, chunks, 1, "its last chunk only")
+		assert.Equal(t, spec.FinishLength, chunks[0].Finish)
+		before := tm.KVStats().PrefixHits
+		_, err = single(plain.GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 4}, nil))
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, tm.KVStats().PrefixHits-before, int64(len(prompt)/16), "scored %v: the prompt's blocks were published", scored)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
