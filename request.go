@@ -51,8 +51,8 @@ type Request struct {
 // MaxTopLogprobs is the most alternatives a request's TopLogprobs may ask for.
 const MaxTopLogprobs = spec.MaxTopLogprobs
 
-// MaxChoices is the most choices (N) one request may ask for.
-const MaxChoices = 64
+// MaxChoices is the most choices (N) one request may ask for: the decoder's bound.
+const MaxChoices = spec.MaxChoices
 
 // Params are a generation's sampling and stopping settings, shared by a [Request]
 // and the conveniences ([Engine.Complete], [Engine.Stream], [Engine.Chat]). The zero

@@ -131,20 +131,23 @@ func TestChoicesErrors(t *testing.T) {
 	chunks := 0
 	count := func(spec.Chunk) error { chunks++; return nil }
 	for _, c := range []struct {
-		name  string
-		req   spec.Request
-		field string
+		name    string
+		req     spec.Request
+		field   string
+		results int // one per choice, or one when N is at fault
 	}{
-		{"negative N", spec.Request{Prompt: req.Prompt, N: -1}, "N"},
-		{"PromptOnly of two", spec.Request{Prompt: req.Prompt, N: 2, PromptOnly: true}, "N"},
-		{"a token outside the vocabulary", spec.Request{Prompt: []int32{1, 99}, N: 2, MaxTokens: 5}, "Prompt[1]"},
+		{"negative N", spec.Request{Prompt: req.Prompt, N: -1}, "N", 1},
+		{"too many choices", spec.Request{Prompt: req.Prompt, N: spec.MaxChoices + 1}, "N", 1},
+		{"far too many choices", spec.Request{Prompt: req.Prompt, N: 1 << 40}, "N", 1},
+		{"PromptOnly of two", spec.Request{Prompt: req.Prompt, N: 2, PromptOnly: true}, "N", 2},
+		{"a token outside the vocabulary", spec.Request{Prompt: []int32{1, 99}, N: 2, MaxTokens: 5}, "Prompt[1]", 2},
 	} {
 		res, err := dec.GenerateFunc(context.Background(), c.req, count)
 		re, ok := errors.AsType[*spec.RequestError](err)
 		require.True(t, ok, "%s: %v", c.name, err)
 		assert.Equal(t, c.field, re.Field, c.name)
 		assert.ErrorIs(t, err, spec.ErrInvalidRequest, c.name)
-		require.Len(t, res, max(c.req.N, 1), c.name)
+		require.Len(t, res, c.results, c.name)
 		for _, r := range res {
 			assert.Equal(t, spec.FinishError, r.Finish, c.name)
 		}

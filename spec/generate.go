@@ -48,15 +48,16 @@ type Chunk struct {
 // shared prompt's too.
 //
 // A request refused before any work fails with a [*RequestError] (matching
-// [ErrInvalidRequest] or [ErrPromptTooLong]) and hands out nothing. Otherwise every
+// [ErrInvalidRequest] or [ErrPromptTooLong]) and hands out nothing; its results
+// say FinishError (one per choice, or one when N is at fault). Otherwise every
 // choice ends with its last chunk and has its result, even when others fail; the
 // error joins the choices' errors, each naming its choice. An error from emit ends
 // the choice it was handed (every choice, for a prompt chunk) and is returned.
 func (d *Decoder) GenerateFunc(ctx context.Context, req Request, emit func(Chunk) error) ([]Result, error) {
-	n := max(req.N, 1)
 	if err := d.validate(req); err != nil {
-		return refused(n), err
+		return refused(req), err
 	}
+	n := max(req.N, 1)
 	runs := d.newRuns(req, n, emit)
 	errs := make([]error, n)
 	errs[0] = runs[0].begin(ctx)
@@ -104,8 +105,13 @@ type stopIteration struct{}
 
 func (stopIteration) Error() string { return "spec: the caller stopped the iteration" }
 
-// refused is the results of a request of n choices refused before any work.
-func refused(n int) []Result {
+// refused is the results of a request refused before any work: one per choice, or
+// one when the number of choices is at fault.
+func refused(req Request) []Result {
+	n := 1
+	if req.N > 1 && req.N <= MaxChoices {
+		n = req.N
+	}
 	res := make([]Result, n)
 	for i := range res {
 		res[i].Finish = FinishError

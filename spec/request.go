@@ -14,9 +14,9 @@ type Request struct {
 	// included where the model wants one, and no longer than the target's context
 	// (else [ErrPromptTooLong]).
 	Prompt []int32
-	// N is how many choices to generate (OpenAI's n; 0 or 1: one): independent
-	// samples of the target's distribution, the prompt prefilled once (see
-	// [Decoder.GenerateFunc]).
+	// N is how many choices to generate (OpenAI's n; 0 or 1: one, at most
+	// [MaxChoices]): independent samples of the target's distribution, the prompt
+	// prefilled once (see [Decoder.GenerateFunc]).
 	N int
 	// MaxTokens bounds the generated tokens; 0 means until a stop or the model's
 	// context is full. A prompt of p tokens in a context of n tokens then yields at
@@ -77,6 +77,10 @@ type Request struct {
 	// then those of the masked distribution (before Sampling's processing).
 	Constraint sampler.Constraint
 }
+
+// MaxChoices is the most choices a Request's N may ask for: each decodes
+// concurrently, with sessions of its own.
+const MaxChoices = 64
 
 // MaxTopLogprobs is the most alternatives a Request's TopLogprobs may ask for.
 const MaxTopLogprobs = 20
@@ -166,8 +170,8 @@ func (d *Decoder) validate(req Request) error {
 		return err
 	}
 	switch {
-	case req.N < 0:
-		return invalid("N", "%d must be >= 0 (0 or 1: one choice)", req.N)
+	case req.N < 0 || req.N > MaxChoices:
+		return invalid("N", "%d must lie in [0, %d] (0 or 1: one choice)", req.N, MaxChoices)
 	case req.PromptOnly && req.N > 1:
 		return invalid("N", "%d choices of a PromptOnly request, which generates nothing: ask for one", req.N)
 	case req.MaxTokens < 0:
