@@ -11,7 +11,10 @@ import (
 	"github.com/specula/specula"
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/draft"
 	"github.com/specula/specula/model/llama"
+	"github.com/specula/specula/spec"
+	"github.com/specula/specula/tokenizer"
 )
 
 // TestConfigBackend: the target runs on the backend Config.Backend makes, for the
@@ -71,4 +74,57 @@ func TestConfigKVBudget(t *testing.T) {
 		require.NoError(t, e.Close())
 	}
 	assert.Greater(t, shape.KVBudget(300), shape.KVBudget(0), "300 sequences need more than the floor")
+}
+
+// TestNewEngineOptions: NewEngine takes the decoding settings Open does — MinK
+// reaches the adaptive decoder (a step that drafts asks for at least MinK tokens) and
+// the output stays plain decoding's — and refuses the same impossible ones, each as
+// a *ParameterError naming the field.
+func TestNewEngineOptions(t *testing.T) {
+	ctx := context.Background()
+	tm, err := llama.Open(demoTarget, cpu.Factory(0), llama.Options{})
+	require.NoError(t, err)
+	defer tm.Close()
+	dm, err := llama.Open(demoDraft, cpu.Factory(0), llama.Options{})
+	require.NoError(t, err)
+	defer dm.Close()
+	tok, err := tokenizer.Load(demoTarget)
+	require.NoError(t, err)
+	sm, err := draft.NewSmallModel(dm)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name  string
+		opts  specula.EngineOptions
+		field string
+	}{
+		{"K too large", specula.EngineOptions{K: spec.MaxK + 1}, "K"},
+		{"negative K", specula.EngineOptions{K: -1}, "K"},
+		{"MinK above K", specula.EngineOptions{K: 4, MinK: 5}, "MinK"},
+		{"MinK above the default K", specula.EngineOptions{MinK: specula.DefaultMaxK + 1}, "MinK"},
+		{"negative MinK", specula.EngineOptions{MinK: -1}, "MinK"},
+	} {
+		_, err := specula.NewEngine(tm, tok, sm, c.opts)
+		pe, ok := errors.AsType[*specula.ParameterError](err)
+		require.True(t, ok, "%s: %v", c.name, err)
+		assert.Equal(t, c.field, pe.Field, c.name)
+	}
+
+	e, err := specula.NewEngine(tm, tok, sm, specula.EngineOptions{K: 6, MinK: 3})
+	require.NoError(t, err)
+	defer e.Close()
+	p := specula.Params{MaxTokens: 64, IgnoreEOS: true}
+	prompt := "func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {\n"
+	want, err := e.GenerateFunc(ctx, specula.Request{Prompt: prompt, Params: p, NoSpeculation: true}, nil)
+	require.NoError(t, err)
+	drafted := 0
+	for range 3 { // the adaptive decoder learns from one request to the next
+		got, err := e.Complete(ctx, prompt, p)
+		require.NoError(t, err)
+		assert.Equal(t, want.Tokens, got.Tokens)
+		byK := got.Stats.StepsByK
+		require.Len(t, byK, 7)
+		assert.LessOrEqual(t, byK[1]+byK[2], 1, "no step drafts fewer than MinK but the last, which has less room: %v", byK)
+		drafted += got.Stats.Drafted
+	}
+	assert.Positive(t, drafted, "the adaptive decoder drafted")
 }

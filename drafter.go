@@ -31,8 +31,13 @@ func (p draftPart) learned() bool { return p.name == "" }
 // anything is loaded.
 func parseDraft(s string) ([]draftPart, error) {
 	var parts []draftPart
-	for _, p := range strings.Split(s, "+") {
+	for i, p := range strings.Split(s, "+") {
 		switch p = strings.TrimSpace(p); p {
+		case "forced":
+			if i > 0 {
+				return nil, &ParameterError{Field: "Config.Draft", Err: fmt.Errorf("%q: forced goes first: it drafts in front of the rest", s)}
+			}
+			parts = append(parts, draftPart{name: "forced"})
 		case "", "ngram", "lookup":
 			parts = append(parts, draftPart{name: "ngram"})
 		case "suffix":
@@ -53,12 +58,26 @@ func parseDraft(s string) ([]draftPart, error) {
 }
 
 // openDrafter opens what cfg.Draft names, each part in turn, with prompt lookup in
-// front of a model or head unless cfg.NoLookup: nil for plain decoding.
+// front of a model or head unless cfg.NoLookup, and the forced tokens in front of
+// everything when it begins with forced: nil for plain decoding.
 func (e *Engine) openDrafter(cfg Config) (draft.Drafter, error) {
 	parts, err := parseDraft(cfg.Draft)
 	if err != nil {
 		return nil, err
 	}
+	if len(parts) > 0 && parts[0].name == "forced" {
+		then, err := e.openDrafters(cfg, parts[1:])
+		if err != nil {
+			return nil, err
+		}
+		return draft.Forced{Then: then}, nil
+	}
+	return e.openDrafters(cfg, parts)
+}
+
+// openDrafters opens parts in turn, with prompt lookup in front of a model or head
+// unless cfg.NoLookup: nil when there are none.
+func (e *Engine) openDrafters(cfg Config, parts []draftPart) (draft.Drafter, error) {
 	o := opener{e: e, cfg: cfg}
 	var ds []draft.Drafter
 	learned := false

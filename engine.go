@@ -35,19 +35,21 @@ type Engine struct {
 	drafts             []model.Model // draft models, for their memory figures
 	closers            []io.Closer   // the models and heads the engine opened
 
-	adm     *admission
-	met     *metrics
-	formats formats // compiled output formats
+	adm         *admission
+	met         *metrics
+	constraints constraintCache // the compiled output constraints of Formats
 
 	ctx    context.Context // ends every request when the engine closes
 	cancel context.CancelCauseFunc
 }
 
-// EngineOptions tune [NewEngine].
+// EngineOptions tune [NewEngine]: the settings of [Config] that do not say what to
+// load (the caller brings the model, its tokenizer and the drafter).
 type EngineOptions struct {
-	// K and FixedK are as in [Config].
+	// K, FixedK and MinK are as in [Config].
 	K      int
 	FixedK bool
+	MinK   int
 	// ChatTemplate renders chats (nil: the engine has none, and Chat fails).
 	ChatTemplate *ChatTemplate
 	// Serving sets how many requests run and wait (see [Config]).

@@ -16,6 +16,8 @@ import (
 
 	"github.com/specula/specula"
 	"github.com/specula/specula/grammar"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
 )
 
 // metric returns the value of a metric of the engine's (summed over its labels).
@@ -184,6 +186,10 @@ func TestErrors(t *testing.T) {
 	}{
 		{"temperature", specula.Request{Prompt: "x", Params: specula.Params{Temperature: -1}}, specula.ErrInvalidParameter, "Temperature"},
 		{"top_p", specula.Request{Prompt: "x", Params: specula.Params{TopP: 2}}, specula.ErrInvalidParameter, "TopP"},
+		{"top_k", specula.Request{Prompt: "x", Params: specula.Params{TopK: -1}}, specula.ErrInvalidParameter, "TopK"},
+		{"min_p", specula.Request{Prompt: "x", Params: specula.Params{MinP: 1.5}}, specula.ErrInvalidParameter, "MinP"},
+		{"repetition penalty", specula.Request{Prompt: "x", Params: specula.Params{RepetitionPenalty: -1}}, specula.ErrInvalidParameter, "RepetitionPenalty"},
+		{"repetition window", specula.Request{Prompt: "x", Params: specula.Params{RepetitionWindow: -1}}, specula.ErrInvalidParameter, "RepetitionWindow"},
 		{"max tokens", specula.Request{Prompt: "x", Params: specula.Params{MaxTokens: -1}}, specula.ErrInvalidParameter, "MaxTokens"},
 		{"stop", specula.Request{Prompt: "x", Params: specula.Params{Stop: []string{"a", ""}}}, specula.ErrInvalidParameter, "Stop[1]"},
 		{"no prompt", specula.Request{}, specula.ErrEmptyPrompt, "Prompt"},
@@ -285,4 +291,27 @@ func TestMetricsCollector(t *testing.T) {
 	for _, name := range []string{"specula:num_requests_running", "specula:num_requests_waiting", "specula:kv_cache_usage_perc"} {
 		assert.Zero(t, metric(t, e, name), name)
 	}
+}
+
+// TestRepetitionWindow: Params.RepetitionWindow reaches the sampler: greedy output
+// under a strong repetition penalty limited to the last tokens is the decoder's under
+// the same sampler.Params, and not the output under the penalty over the whole text.
+func TestRepetitionWindow(t *testing.T) {
+	ctx := context.Background()
+	e, err := specula.Open(specula.Config{Model: demoTarget, Draft: "none"})
+	require.NoError(t, err)
+	defer e.Close()
+	prompt := "func main() {\n\tfor i := 0; i < 10; i++ {\n\t\tfmt.Println(i)\n\t}\n"
+	ids := e.Tokenizer().Encode(prompt, e.Tokenizer().DefaultOptions())
+	complete := func(window int) []int32 {
+		c, err := e.Complete(ctx, prompt, specula.Params{MaxTokens: 32, IgnoreEOS: true, RepetitionPenalty: 3, RepetitionWindow: window})
+		require.NoError(t, err)
+		return c.Tokens
+	}
+	res, err := e.Decoder().GenerateFunc(ctx, spec.Request{Prompt: ids, MaxTokens: 32,
+		Sampling: sampler.Params{RepetitionPenalty: 3, RepetitionWindow: 2}}, nil)
+	require.NoError(t, err)
+	windowed := complete(2)
+	assert.Equal(t, res[0].Tokens, windowed, "the decoder's output under RepetitionWindow 2")
+	assert.NotEqual(t, complete(0), windowed, "the window changes what is penalised")
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/specula/specula/model"
+	"github.com/specula/specula/sampler"
+	"github.com/specula/specula/spec"
 )
 
 // The errors an engine returns, for a service to tell apart with [errors.Is] (and
@@ -58,6 +60,25 @@ func (e *ParameterError) Error() string {
 
 // Unwrap returns the cause and ErrInvalidParameter.
 func (e *ParameterError) Unwrap() []error { return []error{ErrInvalidParameter, e.Err} }
+
+// fromDecoder turns a refusal by the layers below into the engine's error: the
+// sampler's *sampler.FieldError into a *ParameterError naming the sampling parameter
+// (Params gives it the sampler's name), the decoder's *spec.RequestError into one
+// naming the decoder's field, or into ErrPromptTooLong. It reads the errors' types,
+// never their text; any other error comes back as it is.
+func fromDecoder(err error) error {
+	if fe, ok := errors.AsType[*sampler.FieldError](err); ok {
+		return &ParameterError{Field: fe.Field, Err: fe.Err}
+	}
+	re, ok := errors.AsType[*spec.RequestError](err)
+	switch {
+	case !ok:
+		return err
+	case errors.Is(re.Kind, spec.ErrPromptTooLong):
+		return fmt.Errorf("%w: %w", ErrPromptTooLong, err)
+	}
+	return &ParameterError{Field: re.Field, Err: re.Err}
+}
 
 // invalid returns a ParameterError for field with a formatted message.
 func invalid(field, format string, args ...any) *ParameterError {

@@ -54,7 +54,7 @@ func ExampleEngine_Score() {
 		log.Fatal(err)
 	}
 	defer eng.Close()
-	scores, err := eng.Score(context.Background(), "func main() {", 1)
+	scores, err := eng.Score(context.Background(), specula.ScoreRequest{Prompt: "func main() {", TopLogprobs: 1})
 	if err != nil {
 		log.Fatal(err)
 	}

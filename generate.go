@@ -156,11 +156,11 @@ var errStopped = errors.New("specula: the caller stopped the iteration")
 // generated before one.
 func (e *Engine) GenerateFunc(ctx context.Context, req Request, emit func(Event) error) (Completion, error) {
 	arrived := time.Now()
-	j, err := e.prepare(req)
+	pl, err := e.prepare(req)
 	if err != nil {
 		return Completion{}, err
 	}
-	t, err := e.adm.acquire(ctx, j.need)
+	t, err := e.adm.acquire(ctx, pl.need)
 	if err != nil {
 		return Completion{}, err
 	}
@@ -168,9 +168,9 @@ func (e *Engine) GenerateFunc(ctx context.Context, req Request, emit func(Event)
 	e.met.queueWait.Observe(time.Since(arrived).Seconds())
 	ctx, cancel := e.requestContext(ctx)
 	defer cancel()
-	j.pick(e, t.running)
-	e.met.admitted(j.mode())
-	r := &runner{e: e, j: j, emit: emit, arrived: arrived}
+	pl.pick(e, t.running)
+	e.met.admitted(pl.mode())
+	r := &runner{e: e, pl: pl, emit: emit, arrived: arrived}
 	return r.run(ctx)
 }
 
@@ -223,71 +223,96 @@ func RandomSeed() uint64 {
 // runner runs one admitted request.
 type runner struct {
 	e       *Engine
-	j       *job
+	pl      *plan
 	emit    func(Event) error
 	arrived time.Time
 
-	c       Completion // built as the choices' events come, one at a time
-	texts   []spec.TextStream
-	out     []strings.Builder // each choice's text so far
-	started bool              // a token was handed out: time to first token observed
-	emitErr error             // what the caller's function returned, when it failed
+	c         Completion // built as the choices' events come, one at a time
+	texts     []spec.TextStream
+	out       []strings.Builder // each choice's text so far
+	started   bool              // a token was handed out: time to first token observed
+	echo      Event             // the echoed prompt, until it is handed out
+	echoScore int               // prompt scores the echo still waits for
+	emitErr   error             // what the caller's function returned, when it failed
 }
 
-// run decodes the request: the echo, then the choices.
+// run decodes the request: the echoed prompt (scored by the decoder's prefill when
+// asked), then the choices. A request that generates nothing and scores nothing
+// needs no decoder.
 func (r *runner) run(ctx context.Context) (Completion, error) {
-	j := r.j
-	n := j.req.choices()
+	pl := r.pl
+	n := pl.req.choices()
 	r.c.Choices = make([]Choice, n)
 	for i := range r.c.Choices {
-		r.c.Choices[i].Index, r.c.Choices[i].Speculative = i, j.speculative
+		r.c.Choices[i].Index, r.c.Choices[i].Speculative = i, pl.speculative
 	}
-	r.c.Usage.PromptTokens = len(j.spec.Prompt)
-	if err := r.echo(ctx); err != nil {
+	r.c.Usage.PromptTokens = len(pl.spec.Prompt)
+	if err := r.startEcho(); err != nil {
 		return r.done(nil, err)
 	}
-	if j.req.PromptOnly {
-		results := make([]spec.Result, n)
-		for i := range results {
-			results[i] = spec.Result{Finish: FinishLength, Stats: Stats{PromptTokens: len(j.spec.Prompt)}}
-		}
-		return r.done(results, nil)
+	if pl.req.PromptOnly && !pl.spec.PromptLogprobs {
+		return r.done(promptOnly(spec.Result{Finish: FinishLength, Stats: Stats{PromptTokens: len(pl.spec.Prompt)}}, n), nil)
 	}
 	r.texts, r.out = make([]spec.TextStream, n), make([]strings.Builder, n)
 	for i := range r.texts {
 		r.texts[i] = r.e.textStream()
 	}
-	var results []spec.Result
-	var err error
-	if n == 1 {
-		var res spec.Result
-		res, err = j.dec.StreamLogprobs(ctx, j.spec, func(toks []int32, lps []spec.Logprob) error { return r.tokens(0, toks, lps) })
-		results = []spec.Result{res}
-	} else {
-		results, err = j.dec.StreamN(ctx, j.spec, n, r.tokens)
+	results, err := pl.dec.GenerateFunc(ctx, pl.spec, r.chunk)
+	err = r.classify(ctx, err, results)
+	if pl.req.PromptOnly && len(results) == 1 {
+		results = promptOnly(results[0], n) // one prefill stands for every choice
 	}
-	return r.done(results, r.classify(ctx, err, results))
+	return r.done(results, err)
 }
 
-// echo hands out the prompt first, scored when asked.
-func (r *runner) echo(ctx context.Context) error {
-	j := r.j
-	if !j.req.Echo {
+// promptOnly is the results of n choices that generate nothing, each res.
+func promptOnly(res spec.Result, n int) []spec.Result {
+	out := make([]spec.Result, n)
+	for i := range out {
+		out[i] = res
+	}
+	return out
+}
+
+// startEcho readies the echoed prompt and hands it out, unless it waits for the
+// scores of the decoder's prefill.
+func (r *runner) startEcho() error {
+	pl := r.pl
+	if !pl.req.Echo {
 		return nil
 	}
-	ev := Event{Prompt: true, Text: j.echo, Tokens: j.spec.Prompt, Pieces: j.echoPieces}
-	if j.req.Logprobs {
-		ev.Logprobs = []TokenLogprob{{Alternative: r.e.alternative(j.spec.Prompt[0], float32(math.NaN()))}}
+	r.echo = Event{Prompt: true, Text: pl.echo, Tokens: pl.spec.Prompt, Pieces: pl.echoPieces}
+	if pl.req.Logprobs {
+		r.echo.Logprobs = []TokenLogprob{{Alternative: r.e.alternative(pl.spec.Prompt[0], float32(math.NaN()))}}
+		r.echoScore = len(pl.spec.Prompt) - 1
 	}
-	if j.req.Logprobs && len(j.spec.Prompt) > 1 {
-		scored, err := r.e.plain.Score(ctx, j.spec.Prompt, j.req.TopLogprobs)
-		if err != nil {
-			return r.classify(ctx, err, nil)
+	if r.echoScore > 0 {
+		return nil
+	}
+	return r.handEcho()
+}
+
+// handEcho hands out the echoed prompt, keeping it in the completion.
+func (r *runner) handEcho() error {
+	r.c.PromptText, r.c.PromptTokens, r.c.PromptLogprobs = r.echo.Text, r.echo.Tokens, r.echo.Logprobs
+	return r.hand(r.echo)
+}
+
+// chunk takes a chunk from the decoder: the prompt's scores, which complete the echo,
+// or a choice's tokens. A choice's last chunk is left to done, which knows the
+// request's error.
+func (r *runner) chunk(c spec.Chunk) error {
+	switch {
+	case c.Prompt:
+		r.echo.Logprobs = append(r.echo.Logprobs, r.e.logprobs(c.Logprobs)...)
+		if r.echoScore -= len(c.Tokens); r.echoScore == 0 {
+			return r.handEcho()
 		}
-		ev.Logprobs = append(ev.Logprobs, r.e.logprobs(scored)...)
+		return nil
+	case c.Finish != "":
+		return nil
 	}
-	r.c.PromptText, r.c.PromptTokens, r.c.PromptLogprobs = ev.Text, ev.Tokens, ev.Logprobs
-	return r.hand(ev)
+	return r.tokens(c.Choice, c.Tokens, c.Logprobs)
 }
 
 // tokens hands out a choice's accepted tokens as text.
@@ -304,7 +329,7 @@ func (r *runner) tokens(choice int, toks []int32, lps []spec.Logprob) error {
 		out.WriteString(ev.Pieces[i])
 	}
 	ev.Text = out.String()[start:]
-	if r.j.req.Logprobs {
+	if r.pl.req.Logprobs {
 		ev.Logprobs = r.e.logprobs(lps)
 	}
 	ch := &r.c.Choices[choice]
@@ -338,7 +363,7 @@ func (r *runner) done(results []spec.Result, err error) (Completion, error) {
 			r.out[i].WriteString(ev.Text)
 			ch.Text = r.out[i].String()
 		}
-		r.e.met.observe(r.j.mode(), *ch)
+		r.e.met.observe(r.pl.mode(), *ch)
 		r.c.Usage.CompletionTokens += res.Stats.GeneratedTokens
 		if herr := r.hand(ev); herr != nil && err == nil {
 			err = herr
@@ -354,7 +379,7 @@ func (r *runner) done(results []spec.Result, err error) (Completion, error) {
 // classify turns a decoder's error into the engine's: running out of key/value memory
 // or context after some tokens is no error (the text ends with FinishLength), before
 // any it is ErrOutOfMemory; an ended context is ErrCancelled (or ErrClosed, when the
-// engine closed); the decoder's typed errors become the engine's.
+// engine closed); the decoder's refusals become the engine's (see fromDecoder).
 func (r *runner) classify(ctx context.Context, err error, results []spec.Result) error {
 	if err == nil || errors.Is(err, errStopped) {
 		return err
@@ -374,5 +399,5 @@ func (r *runner) classify(ctx context.Context, err error, results []spec.Result)
 		}
 		return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
 	}
-	return err
+	return fromDecoder(err)
 }

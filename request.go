@@ -51,8 +51,8 @@ type Request struct {
 // MaxTopLogprobs is the most alternatives a request's TopLogprobs may ask for.
 const MaxTopLogprobs = spec.MaxTopLogprobs
 
-// MaxChoices is the most choices (N) one request may ask for.
-const MaxChoices = 64
+// MaxChoices is the most choices (N) one request may ask for: the decoder's bound.
+const MaxChoices = spec.MaxChoices
 
 // Params are a generation's sampling and stopping settings, shared by a [Request]
 // and the conveniences ([Engine.Complete], [Engine.Stream], [Engine.Chat]). The zero
@@ -71,8 +71,11 @@ type Params struct {
 	TopK int
 	MinP float64
 	// RepetitionPenalty (CTRL-style, 0 or 1: none) makes tokens already in the text
-	// less likely.
+	// less likely; RepetitionWindow, when positive, limits it to the text's last
+	// RepetitionWindow tokens (the prompt's included; llama.cpp's repeat_last_n).
+	// The bounds of these parameters are the sampler's (see sampler.Params).
 	RepetitionPenalty float64
+	RepetitionWindow  int
 	// Seed makes sampling reproducible: the same seed, prompt and parameters give the
 	// same text. 0 draws a random seed, unless Reproducible is set.
 	Seed uint64
@@ -192,20 +195,10 @@ func (p Params) Validate() error {
 		}
 	}
 	if err := p.sampling().Validate(); err != nil {
-		return &ParameterError{Field: samplerField(err), Err: err}
+		return fromDecoder(err)
 	}
 	_, err := p.Format.kind()
 	return err
-}
-
-// samplerField names the field a sampler's error is about: its messages begin with
-// the field's name, which Params shares.
-func samplerField(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "sampler: ")
-	if f, _, ok := strings.Cut(msg, " "); ok && f != "" {
-		return f
-	}
-	return "Params"
 }
 
 // Validate reports an impossible request, before any work is done, as a
@@ -255,5 +248,5 @@ func (r Request) seeded() bool {
 
 func (p Params) sampling() sampler.Params {
 	return sampler.Params{Temperature: p.Temperature, TopP: p.TopP, TopK: p.TopK, MinP: p.MinP,
-		RepetitionPenalty: p.RepetitionPenalty, Seed: p.Seed}
+		RepetitionPenalty: p.RepetitionPenalty, RepetitionWindow: p.RepetitionWindow, Seed: p.Seed}
 }

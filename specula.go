@@ -36,6 +36,7 @@
 package specula
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -52,8 +53,9 @@ import (
 // DefaultMaxK is the most tokens an adaptive engine drafts a step.
 const DefaultMaxK = 8
 
-// seededK is the fixed K of the decoder for seeded sampling under adaptive speculation
-// (see [Engine.ReproducibleDecoder]).
+// seededK is the fixed K of the decoder that serves reproducible sampling under
+// adaptive speculation (see [Params.Reproducible]): a fixed draft length keeps the
+// random draws, and so the text, the same from run to run.
 const seededK = 2
 
 // Config says what [Open] loads. The zero value of a field is its default.
@@ -72,7 +74,10 @@ type Config struct {
 	// directory that head; a path that does not hold the kind named is refused,
 	// saying what it holds. Several, joined by "+", are asked in that order each step
 	// ("suffix+model:models/xs.gguf"). A draft model or head gets prompt lookup in
-	// front unless NoLookup is set.
+	// front unless NoLookup is set. "forced", first, puts the tokens a Format forces
+	// in front of the rest ([draft.Forced]: "forced+model:models/xs.gguf"; "forced"
+	// alone drafts those only): they cost nothing and are always accepted, and a
+	// request without a Format drafts with the rest alone.
 	Draft string
 	// NoLookup leaves out the prompt lookup that goes in front of a draft model or
 	// head.
@@ -152,11 +157,11 @@ func NewEngine(m model.Model, tok *tokenizer.Tokenizer, drafter draft.Drafter, o
 	if m == nil || tok == nil {
 		return nil, errors.New("specula: NewEngine needs a model and its tokenizer")
 	}
-	if opts.K < 0 || opts.K > spec.MaxK {
-		return nil, fmt.Errorf("specula: K %d: want 0 to %d", opts.K, spec.MaxK)
+	if err := checkK("", opts.K, opts.MinK); err != nil {
+		return nil, err
 	}
 	e := &Engine{model: m, info: m.Info(), tok: tok, chat: opts.ChatTemplate}
-	if err := e.start(drafter, decoding{k: opts.K, fixed: opts.FixedK, serving: opts.Serving}); err != nil {
+	if err := e.start(drafter, decoding{k: opts.K, minK: opts.MinK, fixed: opts.FixedK, serving: opts.Serving}); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -165,13 +170,11 @@ func NewEngine(m model.Model, tok *tokenizer.Tokenizer, drafter draft.Drafter, o
 // check refuses impossible settings before anything is read, each as a
 // *ParameterError naming the field.
 func (c Config) check() error {
-	switch {
-	case c.Model == "":
+	if c.Model == "" {
 		return invalid("Config.Model", "is required: a GGUF file or a Hugging Face directory")
-	case c.K < 0 || c.K > spec.MaxK:
-		return invalid("Config.K", "%d: want 0 (the default, %d) to %d", c.K, DefaultMaxK, spec.MaxK)
-	case c.MinK < 0 || c.MinK > max(c.K, DefaultMaxK*btoi(c.K == 0)):
-		return invalid("Config.MinK", "%d: want 0 to K", c.MinK)
+	}
+	if err := checkK("Config.", c.K, c.MinK); err != nil {
+		return err
 	}
 	for _, n := range []struct {
 		field string
@@ -183,6 +186,18 @@ func (c Config) check() error {
 	}
 	if _, err := os.Stat(c.Model); err != nil {
 		return &ParameterError{Field: "Config.Model", Err: err}
+	}
+	return nil
+}
+
+// checkK refuses a K or MinK out of range, naming the field after prefix ("Config."
+// for Open's, "" for NewEngine's options).
+func checkK(prefix string, k, minK int) error {
+	switch {
+	case k < 0 || k > spec.MaxK:
+		return invalid(prefix+"K", "%d: want 0 (the default, %d) to %d", k, DefaultMaxK, spec.MaxK)
+	case minK < 0 || minK > cmp.Or(k, DefaultMaxK):
+		return invalid(prefix+"MinK", "%d: want 0 to K (%d)", minK, cmp.Or(k, DefaultMaxK))
 	}
 	return nil
 }

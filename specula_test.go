@@ -173,20 +173,26 @@ func TestStreamAndStop(t *testing.T) {
 }
 
 // TestScore: the engine's scores of a text are the decoder's of its tokens, with the
-// tokens' texts (which make up the text after its first token) and alternatives;
-// a text of no tokens and a cancelled context are refused.
+// tokens' texts (which make up the text after its first token) and alternatives, and
+// the same whether the text comes as text or as its token ids; a text of no tokens,
+// a text given twice, a token outside the vocabulary and a cancelled context are
+// refused.
 func TestScore(t *testing.T) {
 	ctx := context.Background()
 	e, err := specula.Open(specula.Config{Model: demoTarget, Draft: demoDraft})
 	require.NoError(t, err)
 	defer e.Close()
 	text := "package main\n\nfunc main() {\n\tfmt.Println(1)\n}\n"
-	got, err := e.Score(ctx, text, 2)
+	got, err := e.Score(ctx, specula.ScoreRequest{Prompt: text, TopLogprobs: 2})
 	require.NoError(t, err)
 	ids := e.Tokenizer().Encode(text, e.Tokenizer().DefaultOptions())
-	want, err := e.Decoder().Score(ctx, ids, 2)
+	res, err := e.Decoder().GenerateFunc(ctx, spec.Request{Prompt: ids, PromptOnly: true, PromptLogprobs: true, TopLogprobs: 2}, nil)
 	require.NoError(t, err)
+	want := res[0].PromptLogprobs
 	require.Len(t, got, len(ids)-1)
+	byIDs, err := e.Score(ctx, specula.ScoreRequest{Tokens: ids, TopLogprobs: 2})
+	require.NoError(t, err)
+	assert.Equal(t, got, byIDs, "the text's token ids score as the text")
 	var rest strings.Builder
 	for i, s := range got {
 		assert.Equal(t, ids[i+1], s.Token)
@@ -198,11 +204,24 @@ func TestScore(t *testing.T) {
 	}
 	first, _ := e.Tokenizer().Piece(ids[0])
 	assert.Equal(t, text, first+rest.String())
-	_, err = e.Score(ctx, "", 0)
-	assert.Error(t, err)
+	for _, c := range []struct {
+		name  string
+		req   specula.ScoreRequest
+		field string
+	}{
+		{"no text", specula.ScoreRequest{}, "Prompt"},
+		{"text and tokens", specula.ScoreRequest{Prompt: text, Tokens: ids}, "Prompt"},
+		{"a token outside the vocabulary", specula.ScoreRequest{Tokens: []int32{1, 1 << 20}}, "Tokens[1]"},
+		{"too many alternatives", specula.ScoreRequest{Prompt: text, TopLogprobs: specula.MaxTopLogprobs + 1}, "TopLogprobs"},
+	} {
+		_, err = e.Score(ctx, c.req)
+		pe, ok := errors.AsType[*specula.ParameterError](err)
+		require.True(t, ok, "%s: %v", c.name, err)
+		assert.Equal(t, c.field, pe.Field, c.name)
+	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = e.Score(cancelled, text, 0)
+	_, err = e.Score(cancelled, specula.ScoreRequest{Prompt: text})
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -324,6 +343,87 @@ func TestFormats(t *testing.T) {
 		assert.False(t, called)
 	}
 	assert.Positive(t, metric(t, e, "specula_format_compile_seconds_total"))
+}
+
+// inventorySchema is a schema of many keys and enums: most of its output is forced.
+const inventorySchema = `{"type": "object", "properties": {
+  "id": {"type": "integer", "minimum": 1, "maximum": 9999}, "name": {"type": "string", "maxLength": 16},
+  "size": {"enum": ["small", "medium", "large"]}, "colour": {"enum": ["red", "green", "blue", "black"]},
+  "in_stock": {"type": "boolean"}},
+  "required": ["id", "name", "size", "colour", "in_stock"], "additionalProperties": false}`
+
+// TestForcedDraft: an engine whose Config.Draft begins with forced drafts the tokens
+// a Format forces — alone, and in front of the draft model (behind prompt lookup) —
+// and its output is exact: greedy, plain decoding's text under the schema; sampled,
+// records of the schema; without a Format, "forced" alone drafts nothing and decodes
+// as plain decoding does. "forced" anywhere but first is refused.
+func TestForcedDraft(t *testing.T) {
+	ctx := context.Background()
+	const prompt = "// Records of the inventory, one JSON object per line.\n" +
+		`{"id": 101, "name": "bolt", "size": "small", "colour": "black", "in_stock": true}` + "\n"
+	format := specula.Format{JSONSchema: inventorySchema}
+	valid := func(s string) error {
+		var v struct {
+			ID      *int    `json:"id"`
+			Name    *string `json:"name"`
+			Size    *string `json:"size"`
+			Colour  *string `json:"colour"`
+			InStock *bool   `json:"in_stock"`
+		}
+		d := json.NewDecoder(strings.NewReader(s))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&v); err != nil {
+			return err
+		}
+		if v.ID == nil || v.Name == nil || v.Size == nil || v.Colour == nil || v.InStock == nil {
+			return fmt.Errorf("%q misses a required property", s)
+		}
+		return nil
+	}
+	for _, draft := range []string{"forced", "forced+" + demoDraft} {
+		t.Run(draft, func(t *testing.T) {
+			e, err := specula.Open(specula.Config{Model: demoTarget, Draft: draft, K: 6, FixedK: true})
+			require.NoError(t, err)
+			defer e.Close()
+			p := specula.Params{MaxTokens: 80, Format: format}
+			got, err := e.Complete(ctx, prompt, p)
+			require.NoError(t, err)
+			want, err := e.GenerateFunc(ctx, specula.Request{Prompt: prompt, Params: p, NoSpeculation: true}, nil)
+			require.NoError(t, err)
+			assert.True(t, got.Speculative)
+			assert.Equal(t, want.Tokens, got.Tokens, "greedy: plain decoding's text")
+			require.Equal(t, spec.FinishStop, got.Finish, "%q", got.Text)
+			assert.NoError(t, valid(got.Text))
+			assert.Positive(t, got.Stats.Accepted, "the forced tokens were drafted and accepted: %s", got.Stats)
+			assert.Less(t, got.Stats.Steps, want.Stats.Steps, "fewer target passes than plain decoding")
+			t.Logf("greedy: %d passes (plain %d), %s", got.Stats.Steps, want.Stats.Steps, got.Stats)
+			stopped := 0
+			for seed := range uint64(8) {
+				r, err := e.Complete(ctx, prompt, specula.Params{MaxTokens: 80, Format: format, Temperature: 1, Seed: seed + 1})
+				require.NoError(t, err)
+				if r.Finish == spec.FinishStop {
+					stopped++
+					assert.NoError(t, valid(r.Text), "seed %d", seed)
+				}
+			}
+			assert.Greater(t, stopped, 4, "most samples end within MaxTokens")
+			if draft != "forced" {
+				return
+			}
+			free := specula.Params{MaxTokens: 24, IgnoreEOS: true}
+			got, err = e.Complete(ctx, prompt, free)
+			require.NoError(t, err)
+			want, err = e.GenerateFunc(ctx, specula.Request{Prompt: prompt, Params: free, NoSpeculation: true}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, got.Tokens)
+			assert.Zero(t, got.Stats.Drafted, "nothing is forced without a Format")
+		})
+	}
+	_, err := specula.Open(specula.Config{Model: demoTarget, Draft: "ngram+forced"})
+	pe, ok := errors.AsType[*specula.ParameterError](err)
+	require.True(t, ok, "%v", err)
+	assert.Equal(t, "Config.Draft", pe.Field)
+	assert.ErrorContains(t, err, "forced goes first")
 }
 
 const jsonLikePrompt = `// one record, as JSON:

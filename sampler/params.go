@@ -86,38 +86,47 @@ func mix64(x uint64) uint64 {
 func (p Params) Greedy() bool { return p.Temperature == 0 }
 
 // ErrInvalidParams is matched (with errors.Is) by the error of [Params.Validate] (and
-// so of [New]): a parameter out of its range, which the message names.
+// so of [New]): a parameter out of its range, a [*FieldError] that names it.
 var ErrInvalidParams = errors.New("sampler: invalid parameter")
 
-// paramError is a parameter out of its range: the message names it, and it matches
-// ErrInvalidParams.
-type paramError struct{ msg string }
-
-func (e paramError) Error() string { return e.msg }
-
-func (e paramError) Unwrap() error { return ErrInvalidParams }
-
-func invalid(format string, args ...any) error {
-	return paramError{fmt.Sprintf(format, args...)}
+// FieldError is a parameter out of its range: which field, and what is wrong with its
+// value. It matches [ErrInvalidParams]. Callers that hold the parameters under other
+// names (a service's request) map Field with errors.As, never by reading the message.
+type FieldError struct {
+	// Field is the parameter's name as the Go field is written ("Temperature").
+	Field string
+	// Err says what is wrong with the value.
+	Err error
 }
 
-// Validate reports the first parameter that is out of range, by name, with an error
-// that matches [ErrInvalidParams].
+func (e *FieldError) Error() string { return "sampler: " + e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns ErrInvalidParams and the cause.
+func (e *FieldError) Unwrap() []error { return []error{ErrInvalidParams, e.Err} }
+
+// invalid returns the FieldError of field, with a formatted message.
+func invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Validate reports the first parameter that is out of range as a [*FieldError]
+// naming it (which matches [ErrInvalidParams]). These are the parameters' only
+// bounds: the layers above check them through Validate, never again themselves.
 func (p Params) Validate() error {
 	switch {
 	case p.Temperature < 0 || math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0):
-		return invalid("sampler: Temperature %v must be a finite number >= 0", p.Temperature)
+		return invalid("Temperature", "%v must be a finite number >= 0", p.Temperature)
 	case p.TopK < 0:
-		return invalid("sampler: TopK %d must be >= 0", p.TopK)
+		return invalid("TopK", "%d must be >= 0", p.TopK)
 	case p.TopP < 0 || p.TopP > 1 || math.IsNaN(p.TopP):
-		return invalid("sampler: TopP %v must lie in (0, 1] (or be 0 for unset)", p.TopP)
+		return invalid("TopP", "%v must lie in (0, 1] (or be 0 for unset)", p.TopP)
 	case p.MinP < 0 || p.MinP > 1 || math.IsNaN(p.MinP):
-		return invalid("sampler: MinP %v must lie in [0, 1]", p.MinP)
+		return invalid("MinP", "%v must lie in [0, 1]", p.MinP)
 	case p.RepetitionPenalty < 0 || math.IsNaN(p.RepetitionPenalty) || float32(p.RepetitionPenalty) > math.MaxFloat32 ||
 		(p.RepetitionPenalty > 0 && float32(p.RepetitionPenalty) == 0):
-		return invalid("sampler: RepetitionPenalty %v must be a finite float32 > 0 (or 0 for unset)", p.RepetitionPenalty)
+		return invalid("RepetitionPenalty", "%v must be a finite float32 > 0 (or 0 for unset)", p.RepetitionPenalty)
 	case p.RepetitionWindow < 0:
-		return invalid("sampler: RepetitionWindow %d must be >= 0", p.RepetitionWindow)
+		return invalid("RepetitionWindow", "%d must be >= 0", p.RepetitionWindow)
 	}
 	return nil
 }

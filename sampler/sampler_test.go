@@ -1,6 +1,7 @@
 package sampler_test
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -13,8 +14,8 @@ import (
 	"github.com/specula/specula/sampler"
 )
 
-// TestValidate: every parameter out of range is refused by name, with an error that
-// matches ErrInvalidParams, by Validate and by New.
+// TestValidate: every parameter out of range is refused by Validate and by New with
+// a *FieldError naming it, which matches ErrInvalidParams.
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -48,12 +49,13 @@ func TestValidate(t *testing.T) {
 				assert.NoError(t, nerr)
 				return
 			}
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), tt.field)
-			assert.ErrorIs(t, err, sampler.ErrInvalidParams)
-			require.Error(t, nerr)
-			assert.Contains(t, nerr.Error(), tt.field)
-			assert.ErrorIs(t, nerr, sampler.ErrInvalidParams)
+			for _, e := range []error{err, nerr} {
+				fe, ok := errors.AsType[*sampler.FieldError](e)
+				require.True(t, ok, "a *FieldError: %v", e)
+				assert.Equal(t, tt.field, fe.Field)
+				assert.ErrorIs(t, e, sampler.ErrInvalidParams)
+				assert.Contains(t, e.Error(), tt.field)
+			}
 		})
 	}
 	_, err := sampler.New(sampler.Params{}, 0)

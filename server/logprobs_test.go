@@ -170,7 +170,7 @@ func TestEchoLogprobs(t *testing.T) {
 	srv, ts := startServer(t, speculativeConfig())
 	prompt := "func (s *Server) Close() error {\n"
 	ids := srv.Engine().Tokenizer().Encode(prompt, srv.Engine().Tokenizer().DefaultOptions())
-	scored, err := srv.Engine().Score(context.Background(), prompt, 2)
+	scored, err := srv.Engine().Score(context.Background(), specula.ScoreRequest{Prompt: prompt, TopLogprobs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func BenchmarkBatchedStreams(b *testing.B) {
 					var mu sync.Mutex
 					for i := range n {
 						wg.Go(func() {
-							res, err := dec.Generate(context.Background(), spec.Request{Prompt: []int32{int32(100 + i), 46, 10, 300}, MaxTokens: 32})
+							res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: []int32{int32(100 + i), 46, 10, 300}, MaxTokens: 32}, nil))
 							if err != nil {
 								b.Error(err)
 							}
@@ -107,7 +107,10 @@ func BenchmarkChunkedPrefillGaps(b *testing.B) {
 					wg.Go(func() {
 						var last time.Time
 						req := spec.Request{Prompt: []int32{int32(100 + i), 46, 10}, MaxTokens: 80}
-						_, err := dec.Stream(context.Background(), req, func([]int32) error {
+						_, err := dec.GenerateFunc(context.Background(), req, func(c spec.Chunk) error {
+							if len(c.Tokens) == 0 {
+								return nil // the end
+							}
 							now := time.Now()
 							if !last.IsZero() {
 								mu.Lock()
@@ -128,7 +131,7 @@ func BenchmarkChunkedPrefillGaps(b *testing.B) {
 					long[i] = int32(50 + (i+salt)%500)
 				}
 				start := time.Now()
-				if _, err := dec.Generate(context.Background(), spec.Request{Prompt: long, MaxTokens: 2}); err != nil {
+				if _, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: long, MaxTokens: 2}, nil)); err != nil {
 					b.Fatal(err)
 				}
 				longTime += time.Since(start)

@@ -34,7 +34,7 @@ func concurrent(t *testing.T, dec *spec.Decoder, reqs []spec.Request) [][]int32 
 	var wg sync.WaitGroup
 	for i, req := range reqs {
 		wg.Go(func() {
-			res, err := dec.Generate(context.Background(), req)
+			res, err := single(dec.GenerateFunc(context.Background(), req, nil))
 			out[i], errs[i] = res.Tokens, err
 		})
 	}
@@ -74,7 +74,7 @@ func TestBatchedRequestsAsAlone(t *testing.T) {
 			}
 			got := concurrent(t, dec, reqs)
 			for i, req := range reqs {
-				want, err := dec.Generate(context.Background(), req)
+				want, err := single(dec.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
 				assert.Equal(t, want.Tokens, got[i], "request %d", i)
 			}
@@ -103,7 +103,7 @@ func TestBatchedThroughput(t *testing.T) {
 	got := concurrent(t, dec, reqs)
 	st := tgt.BatchStats()
 	for i, req := range reqs {
-		want, err := dec.Generate(context.Background(), req)
+		want, err := single(dec.GenerateFunc(context.Background(), req, nil))
 		require.NoError(t, err)
 		assert.Equal(t, want.Tokens, got[i], "request %d", i)
 	}
@@ -142,20 +142,20 @@ func TestPrefixReuse(t *testing.T) {
 		first := spec.Request{Prompt: prefix, MaxTokens: 40}
 		second := spec.Request{Prompt: append(append([]int32(nil), prefix...), 10, 9, 295), MaxTokens: 24,
 			Sampling: sampler.Params{Temperature: 0.8, Seed: 3}}
-		_, err := dec.Generate(context.Background(), first)
+		_, err := single(dec.GenerateFunc(context.Background(), first, nil))
 		require.NoError(t, err)
 		before := m.KVStats().PrefixHits
-		got, err := dec.Generate(context.Background(), second)
+		got, err := single(dec.GenerateFunc(context.Background(), second, nil))
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, m.KVStats().PrefixHits-before, int64(len(prefix)/16), "K=%d: the shared prefix's blocks were found", k)
 		_, fresh := open(k)
-		want, err := fresh.Generate(context.Background(), second)
+		want, err := single(fresh.GenerateFunc(context.Background(), second, nil))
 		require.NoError(t, err)
 		assert.Equal(t, want.Tokens, got.Tokens, "K=%d: the same output as on a model without the cache", k)
 		// The first request's own output is cached too: asking again with it
 		// continues from there.
 		third := spec.Request{Prompt: append(append([]int32(nil), prefix...), 10), MaxTokens: 8}
-		_, err = dec.Generate(context.Background(), third)
+		_, err = single(dec.GenerateFunc(context.Background(), third, nil))
 		require.NoError(t, err)
 	}
 }
@@ -198,7 +198,7 @@ func TestBatchedUnderMemoryPressure(t *testing.T) {
 				defer cancel()
 				go func() { time.Sleep(time.Duration(5+i) * time.Millisecond); cancel() }()
 			}
-			results[i], errs[i] = dec.Generate(ctx, reqs[i])
+			results[i], errs[i] = single(dec.GenerateFunc(ctx, reqs[i], nil))
 		})
 	}
 	wg.Wait()
@@ -214,7 +214,7 @@ func TestBatchedUnderMemoryPressure(t *testing.T) {
 		default:
 			t.Errorf("request %d: %v (finish %q, %d tokens)", i, errs[i], res.Finish, len(res.Tokens))
 		}
-		want, err := soloDec.Generate(context.Background(), reqs[i])
+		want, err := single(soloDec.GenerateFunc(context.Background(), reqs[i], nil))
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(res.Tokens), len(want.Tokens))
 		assert.True(t, slices.Equal(want.Tokens[:len(res.Tokens)], res.Tokens), "request %d: its tokens %v are not its solo run's %v", i, res.Tokens, want.Tokens)
@@ -244,7 +244,7 @@ func TestBatchedAdaptiveExact(t *testing.T) {
 		greedy = append(greedy, spec.Request{Prompt: []int32{int32(i % 6), int32((i * 5) % 6)}, MaxTokens: 30})
 	}
 	for i, got := range concurrent(t, dec, greedy) {
-		want, err := plain.Generate(context.Background(), greedy[i])
+		want, err := single(plain.GenerateFunc(context.Background(), greedy[i], nil))
 		require.NoError(t, err)
 		assert.Equal(t, want.Tokens, got, "request %d", i)
 	}
@@ -259,7 +259,7 @@ func TestBatchedAdaptiveExact(t *testing.T) {
 			for i := w; i < draws; i += workers {
 				req := spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params}
 				req.Sampling.Seed = uint64(i)
-				res, err := dec.Generate(context.Background(), req)
+				res, err := single(dec.GenerateFunc(context.Background(), req, nil))
 				if !assert.NoError(t, err) {
 					return
 				}

@@ -33,13 +33,13 @@ func BenchmarkLoopOverhead(b *testing.B) {
 		for _, c := range cases {
 			b.Run(fmt.Sprintf("vocab=%d/%s", vocab, c.name), func(b *testing.B) {
 				dec := newDecoder(b, tgt, c.d, c.k)
-				emit := func([]int32) error { return nil }
+				emit := func(spec.Chunk) error { return nil }
 				var agg spec.Aggregate
 				b.ReportAllocs()
 				for i := 0; b.Loop(); i++ {
 					req := spec.Request{Prompt: []int32{1, 2, 3}, MaxTokens: tokens, Sampling: c.p}
 					req.Sampling.Seed = uint64(i)
-					res, err := dec.Stream(context.Background(), req, emit)
+					res, err := single(dec.GenerateFunc(context.Background(), req, emit))
 					if err != nil {
 						b.Fatal(err)
 					}

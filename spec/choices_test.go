@@ -39,14 +39,14 @@ func TestChoicesAsAlone(t *testing.T) {
 		prompt[i] = int32(300 + (i*37)%900)
 	}
 	for _, p := range []sampler.Params{{}, {Temperature: 0.8, TopP: 0.95, Seed: 42}} {
-		req := spec.Request{Prompt: prompt, MaxTokens: 40, Sampling: p}
-		got, err := dec.GenerateN(context.Background(), req, 4)
+		req := spec.Request{Prompt: prompt, N: 4, MaxTokens: 40, Sampling: p}
+		got, err := dec.GenerateFunc(context.Background(), req, nil)
 		require.NoError(t, err)
 		require.Len(t, got, 4)
 		for i, res := range got {
 			alone := req
-			alone.Sampling = p.Choice(i)
-			want, err := dec.Generate(context.Background(), alone)
+			alone.N, alone.Sampling = 1, p.Choice(i)
+			want, err := single(dec.GenerateFunc(context.Background(), alone, nil))
 			require.NoError(t, err)
 			assert.Equal(t, want.Tokens, res.Tokens, "T=%v choice %d", p.Temperature, i)
 			assert.Equal(t, spec.FinishLength, res.Finish)
@@ -72,7 +72,7 @@ func TestChoicesPrefillOnce(t *testing.T) {
 	for i := range prompt {
 		prompt[i] = int32(i % 9)
 	}
-	res, err := dec.GenerateN(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 10, Sampling: sampler.Params{Temperature: 1}}, 5)
+	res, err := dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, N: 5, MaxTokens: 10, Sampling: sampler.Params{Temperature: 1}}, nil)
 	require.NoError(t, err)
 	steps := 0
 	for _, r := range res {
@@ -97,9 +97,9 @@ func TestChoicesDistribution(t *testing.T) {
 	counts := make([]int, len(want))
 	joint := make([]int, vocab*vocab)
 	for i := range draws {
-		req := spec.Request{Prompt: prompt, MaxTokens: length, Sampling: params}
+		req := spec.Request{Prompt: prompt, N: n, MaxTokens: length, Sampling: params}
 		req.Sampling.Seed = uint64(i)
-		res, err := dec.GenerateN(context.Background(), req, n)
+		res, err := dec.GenerateFunc(context.Background(), req, nil)
 		require.NoError(t, err)
 		for _, r := range res {
 			require.Len(t, r.Tokens, length)
@@ -121,27 +121,56 @@ func TestChoicesDistribution(t *testing.T) {
 	t.Logf("sequences p=%.3f, independence p=%.3f", fit.P, ind.P)
 }
 
-// TestChoicesErrors: impossible counts and a nil emit are refused before anything
-// runs; a cancelled context ends every choice as cancelled.
+// TestChoicesErrors: impossible counts are refused before anything runs, with a
+// result of FinishError for every choice and nothing handed out; 0 choices is one; a
+// cancelled context ends every choice as cancelled, each with its last chunk.
 func TestChoicesErrors(t *testing.T) {
 	chain := newChain(t, markov.Config{Vocab: 9, Order: 1, Seed: 5, Scale: 1.5})
 	dec := newDecoder(t, chain, newDrafter(t, chain.Perturbed(1.2, 3)), 3)
 	req := spec.Request{Prompt: []int32{1, 2}, MaxTokens: 5}
-	for _, n := range []int{0, -1} {
-		_, err := dec.GenerateN(context.Background(), req, n)
-		assert.Error(t, err, "n = %d", n)
+	chunks := 0
+	count := func(spec.Chunk) error { chunks++; return nil }
+	for _, c := range []struct {
+		name    string
+		req     spec.Request
+		field   string
+		results int // one per choice, or one when N is at fault
+	}{
+		{"negative N", spec.Request{Prompt: req.Prompt, N: -1}, "N", 1},
+		{"too many choices", spec.Request{Prompt: req.Prompt, N: spec.MaxChoices + 1}, "N", 1},
+		{"far too many choices", spec.Request{Prompt: req.Prompt, N: 1 << 40}, "N", 1},
+		{"PromptOnly of two", spec.Request{Prompt: req.Prompt, N: 2, PromptOnly: true}, "N", 2},
+		{"a token outside the vocabulary", spec.Request{Prompt: []int32{1, 99}, N: 2, MaxTokens: 5}, "Prompt[1]", 2},
+	} {
+		res, err := dec.GenerateFunc(context.Background(), c.req, count)
+		re, ok := errors.AsType[*spec.RequestError](err)
+		require.True(t, ok, "%s: %v", c.name, err)
+		assert.Equal(t, c.field, re.Field, c.name)
+		assert.ErrorIs(t, err, spec.ErrInvalidRequest, c.name)
+		require.Len(t, res, c.results, c.name)
+		for _, r := range res {
+			assert.Equal(t, spec.FinishError, r.Finish, c.name)
+		}
 	}
-	_, err := dec.StreamN(context.Background(), req, 2, nil)
-	assert.Error(t, err)
-	_, err = dec.GenerateN(context.Background(), spec.Request{Prompt: []int32{1, 99}, MaxTokens: 5}, 2)
-	assert.Error(t, err, "a token outside the vocabulary")
+	assert.Zero(t, chunks, "a refused request hands out nothing")
+	res, err := dec.GenerateFunc(context.Background(), req, nil)
+	require.NoError(t, err)
+	require.Len(t, res, 1, "N = 0 is one choice")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	res, err := dec.GenerateN(ctx, req, 3)
+	req.N = 3
+	ends := map[int]spec.FinishReason{}
+	res, err = dec.GenerateFunc(ctx, req, func(c spec.Chunk) error {
+		if c.Finish != "" {
+			ends[c.Choice] = c.Finish
+		}
+		return nil
+	})
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 	require.Len(t, res, 3)
 	for i, r := range res {
 		assert.Equal(t, spec.FinishCancelled, r.Finish, "choice %d", i)
+		assert.Equal(t, spec.FinishCancelled, ends[i], "choice %d's last chunk", i)
 	}
 }
 
@@ -245,10 +274,10 @@ func (m noFork) Forward(ctx context.Context, work []model.Work) error {
 // the same as on one that forks.
 func TestChoicesWithoutFork(t *testing.T) {
 	chain := newChain(t, markov.Config{Vocab: 9, Order: 2, Seed: 5, Scale: 1.5})
-	req := spec.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 12, Sampling: sampler.Params{Temperature: 1, Seed: 4}}
-	want, err := newDecoder(t, chain, newDrafter(t, chain.Perturbed(1.2, 3)), 3).GenerateN(context.Background(), req, 3)
+	req := spec.Request{Prompt: []int32{1, 2, 3}, N: 3, MaxTokens: 12, Sampling: sampler.Params{Temperature: 1, Seed: 4}}
+	want, err := newDecoder(t, chain, newDrafter(t, chain.Perturbed(1.2, 3)), 3).GenerateFunc(context.Background(), req, nil)
 	require.NoError(t, err)
-	got, err := newDecoder(t, noFork{chain}, newDrafter(t, chain.Perturbed(1.2, 3)), 3).GenerateN(context.Background(), req, 3)
+	got, err := newDecoder(t, noFork{chain}, newDrafter(t, chain.Perturbed(1.2, 3)), 3).GenerateFunc(context.Background(), req, nil)
 	require.NoError(t, err)
 	for i := range got {
 		assert.Equal(t, want[i].Tokens, got[i].Tokens, "choice %d", i)

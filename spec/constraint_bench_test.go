@@ -112,7 +112,7 @@ func BenchmarkConstrained(b *testing.B) {
 						dec, constraint = decoders["plain"], nil
 					}
 					req := spec.Request{Prompt: prompt, MaxTokens: 96, Sampling: sampler.Params{Temperature: temp, Seed: uint64(i)}, Constraint: constraint}
-					res, err := dec.Generate(context.Background(), req)
+					res, err := single(dec.GenerateFunc(context.Background(), req, nil))
 					if err != nil {
 						b.Fatal(err)
 					}

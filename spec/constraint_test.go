@@ -162,9 +162,9 @@ func TestConstrainedGreedyIdentity(t *testing.T) {
 			m := grammar.NewMatcher(c.g, vocab)
 			for _, prompt := range []string{"func main() {\n\tcfg := ", "// config\nvar x = "} {
 				req := spec.Request{Prompt: tok.Encode(prompt, tok.DefaultOptions()), MaxTokens: 80, StopTokens: tok.EOS(), Constraint: m}
-				want, err := plain.Generate(context.Background(), req)
+				want, err := single(plain.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
-				got, err := spc.Generate(context.Background(), req)
+				got, err := single(spc.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
 				assert.Equal(t, want.Tokens, got.Tokens)
 				text := tok.DecodeWith(got.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
@@ -230,9 +230,9 @@ func TestHeadsConstrained(t *testing.T) {
 			assert.Greater(t, fit.DF, 5, "the test needs several sequences")
 			plain := newDecoder(t, tgt, nil, 0)
 			greedy := spec.Request{Prompt: prompt, MaxTokens: 20, Constraint: m}
-			w, err := plain.Generate(context.Background(), greedy)
+			w, err := single(plain.GenerateFunc(context.Background(), greedy, nil))
 			require.NoError(t, err)
-			g, err := dec.Generate(context.Background(), greedy)
+			g, err := single(dec.GenerateFunc(context.Background(), greedy, nil))
 			require.NoError(t, err)
 			assert.Equal(t, w.Tokens, g.Tokens, "greedy")
 		})

@@ -12,12 +12,12 @@
 // implementation in specula is): each request gets its own target session, drafting
 // session and sampler.
 //
-// Every way to run a [Request] — [Decoder.Generate], [Decoder.Stream],
-// [Decoder.StreamLogprobs], [Decoder.Tokens], [Decoder.GenerateN] — is a thin wrapper
-// of [Decoder.StreamN], n samples of the request streamed with their
-// log-probabilities, so each delivers what the request asks for. A request refused
-// before any work fails with an error that matches [ErrInvalidRequest] or
-// [ErrPromptTooLong] (errors.Is).
+// A [Request] runs through one door, [Decoder.GenerateFunc] — its choices' output
+// handed out as [Chunk]s as it becomes final, every choice's [Result] returned — or
+// its iterator, [Decoder.Generate]. Scoring a text is a request too: one that asks
+// for its prompt's log-probabilities and generates nothing ([Request.PromptOnly]). A
+// request refused before any work fails with a [*RequestError] that matches
+// [ErrInvalidRequest] or [ErrPromptTooLong] (errors.Is).
 package spec
 
 import (

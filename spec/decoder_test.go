@@ -69,28 +69,29 @@ func TestGenerateRejectsBadRequests(t *testing.T) {
 		req  spec.Request
 		want string
 	}{
-		{"empty prompt", spec.Request{}, "empty Prompt"},
-		{"prompt token", spec.Request{Prompt: []int32{1, 8}}, "Prompt token 8 at index 1"},
-		{"negative prompt token", spec.Request{Prompt: []int32{-2}}, "Prompt token -2"},
-		{"prompt too long", spec.Request{Prompt: make([]int32, 11)}, "exceeds the context length 10"},
-		{"negative MaxTokens", spec.Request{Prompt: ok, MaxTokens: -1}, "MaxTokens -1"},
+		{"empty prompt", spec.Request{}, "Prompt: empty"},
+		{"prompt token", spec.Request{Prompt: []int32{1, 8}}, "Prompt[1]: token 8"},
+		{"negative prompt token", spec.Request{Prompt: []int32{-2}}, "Prompt[0]: token -2"},
+		{"prompt too long", spec.Request{Prompt: make([]int32, 11)}, "Prompt: 11 tokens exceed the context length 10"},
+		{"negative MaxTokens", spec.Request{Prompt: ok, MaxTokens: -1}, "MaxTokens: -1"},
 		{"negative temperature", spec.Request{Prompt: ok, Sampling: sampler.Params{Temperature: -1}}, "Temperature"},
 		{"top-p above one", spec.Request{Prompt: ok, Sampling: sampler.Params{Temperature: 1, TopP: 1.5}}, "TopP"},
 		{"negative top-p", spec.Request{Prompt: ok, Sampling: sampler.Params{Temperature: 1, TopP: -0.1}}, "TopP"},
 		{"NaN top-p", spec.Request{Prompt: ok, Sampling: sampler.Params{Temperature: 1, TopP: math.NaN()}}, "TopP"},
-		{"stop token", spec.Request{Prompt: ok, StopTokens: []int32{9}}, "StopTokens token 9"},
-		{"empty stop sequence", spec.Request{Prompt: ok, StopSequences: [][]int32{{1}, {}}}, "StopSequences[1] is empty"},
-		{"stop sequence token", spec.Request{Prompt: ok, StopSequences: [][]int32{{1, 99}}}, "StopSequences[0] token 99"},
+		{"stop token", spec.Request{Prompt: ok, StopTokens: []int32{9}}, "StopTokens[0]: token 9"},
+		{"empty stop sequence", spec.Request{Prompt: ok, StopSequences: [][]int32{{1}, {}}}, "StopSequences[1]: is empty"},
+		{"stop sequence token", spec.Request{Prompt: ok, StopSequences: [][]int32{{1, 99}}}, "StopSequences[0][1]: token 99"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := dec.Generate(context.Background(), tt.req)
+			res, err := single(dec.GenerateFunc(context.Background(), tt.req, nil))
 			assert.ErrorContains(t, err, tt.want)
 			assert.Empty(t, res.Tokens)
 		})
 	}
-	_, err := dec.Stream(context.Background(), spec.Request{Prompt: ok}, nil)
-	assert.ErrorContains(t, err, "nil emit")
+	res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: ok, MaxTokens: 3}, nil))
+	require.NoError(t, err, "a nil emit only collects")
+	assert.Len(t, res.Tokens, 3)
 }
 
 // TestBadDrafters checks that a drafter breaking its contract gets a clear error.
@@ -110,7 +111,7 @@ func TestBadDrafters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := newDecoder(t, tgt, tt.d, 4).Generate(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 10, Sampling: sampler.Params{Temperature: 1}})
+			_, err := single(newDecoder(t, tgt, tt.d, 4).GenerateFunc(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 10, Sampling: sampler.Params{Temperature: 1}}, nil))
 			assert.ErrorContains(t, err, tt.want)
 		})
 	}
@@ -178,14 +179,15 @@ func TestStops(t *testing.T) {
 				req := tt.req
 				req.Prompt = prompt
 				var streamed []int32
-				res, err := newDecoder(t, m, d, k).Stream(context.Background(), req, func(toks []int32) error {
-					streamed = append(streamed, toks...)
+				res, err := single(newDecoder(t, m, d, k).GenerateFunc(context.Background(), req, func(c spec.Chunk) error {
+					streamed = append(streamed, c.Tokens...)
 					// Never hand out a token that a later stop would take back.
 					require.Equal(t, tt.want[:len(streamed)], streamed, "K=%d", k)
 					return nil
-				})
+				}))
 				require.NoError(t, err)
 				assert.Equal(t, tt.want, streamed, "K=%d", k)
+				assert.Equal(t, tt.want, res.Tokens, "K=%d: the result's", k)
 				assert.Equal(t, tt.finish, res.Finish)
 				assert.Equal(t, len(tt.want), res.Stats.GeneratedTokens)
 			})
@@ -199,14 +201,14 @@ func TestCancellation(t *testing.T) {
 	defer cancel()
 	var got []int32
 	calls := 0
-	res, err := newDecoder(t, tgt, d, 4).Stream(ctx, spec.Request{Prompt: prompt, MaxTokens: 100}, func(toks []int32) error {
-		got = append(got, toks...)
+	res, err := single(newDecoder(t, tgt, d, 4).GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 100}, func(c spec.Chunk) error {
+		got = append(got, c.Tokens...)
 		calls++
 		if len(got) >= 5 {
 			cancel()
 		}
 		return nil
-	})
+	}))
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, spec.FinishCancelled, res.Finish)
 	assert.Equal(t, ref[:len(got)], got, "what was handed out is correct")
@@ -215,45 +217,88 @@ func TestCancellation(t *testing.T) {
 
 	// An error from the callback ends the generation and comes back.
 	boom := errors.New("client went away")
-	_, err = newDecoder(t, tgt, d, 4).Stream(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 100}, func([]int32) error { return boom })
+	_, err = newDecoder(t, tgt, d, 4).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 100}, func(spec.Chunk) error { return boom })
 	assert.ErrorIs(t, err, boom)
 
 	// A context that is already done fails before any work.
-	_, err = newDecoder(t, tgt, d, 4).Generate(ctx, spec.Request{Prompt: prompt})
+	_, err = single(newDecoder(t, tgt, d, 4).GenerateFunc(ctx, spec.Request{Prompt: prompt}, nil))
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
-func TestTokensIterator(t *testing.T) {
+// TestGenerateIterator: the iterator yields the tokens as they come and ends each
+// choice with its last chunk (finish and statistics); a loop that breaks stops the
+// generation; an error arrives as the last pair.
+func TestGenerateIterator(t *testing.T) {
 	tgt, d, prompt, ref := greedyFixture(t)
 	dec := newDecoder(t, tgt, d, 3)
-	var res spec.Result
 	var got []int32
-	for tok, err := range dec.Tokens(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 25}, &res) {
+	var ends []spec.Chunk
+	for c, err := range dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 25}) {
 		require.NoError(t, err)
-		got = append(got, tok)
+		require.Empty(t, ends, "nothing after the last chunk")
+		got = append(got, c.Tokens...)
+		if c.Finish != "" {
+			assert.Empty(t, c.Tokens, "the last chunk carries no tokens")
+			ends = append(ends, c)
+		}
 	}
 	assert.Equal(t, ref[:25], got)
-	assert.Equal(t, spec.FinishLength, res.Finish)
-	assert.Equal(t, 25, res.Stats.GeneratedTokens)
+	require.Len(t, ends, 1)
+	assert.Equal(t, spec.FinishLength, ends[0].Finish)
+	assert.Equal(t, 25, ends[0].Stats.GeneratedTokens)
 
 	// Breaking out early stops the generation.
 	got = got[:0]
-	for tok := range dec.Tokens(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 100}, &res) {
-		got = append(got, tok)
-		if len(got) == 7 {
+	for c := range dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 100}) {
+		got = append(got, c.Tokens...)
+		if len(got) >= 7 {
 			break
 		}
 	}
-	assert.Equal(t, ref[:7], got)
-	assert.Equal(t, spec.FinishCancelled, res.Finish)
+	assert.Equal(t, ref[:len(got)], got)
+
+	// Several choices: every one's chunks, in its order, and its end.
+	seen := map[int][]int32{}
+	finished := map[int]spec.FinishReason{}
+	for c, err := range dec.Generate(context.Background(), spec.Request{Prompt: prompt, N: 3, MaxTokens: 12}) {
+		require.NoError(t, err)
+		seen[c.Choice] = append(seen[c.Choice], c.Tokens...)
+		if c.Finish != "" {
+			finished[c.Choice] = c.Finish
+		}
+	}
+	for i := range 3 {
+		assert.Equal(t, ref[:12], seen[i], "greedy choice %d", i)
+		assert.Equal(t, spec.FinishLength, finished[i], "choice %d", i)
+	}
 
 	// Errors arrive as the last pair.
 	var errs []error
-	for _, err := range dec.Tokens(context.Background(), spec.Request{}, nil) {
+	for _, err := range dec.Generate(context.Background(), spec.Request{}) {
 		errs = append(errs, err)
 	}
 	require.Len(t, errs, 1)
-	assert.ErrorContains(t, errs[0], "empty Prompt")
+	re, ok := errors.AsType[*spec.RequestError](errs[0])
+	require.True(t, ok, "%v", errs[0])
+	assert.Equal(t, "Prompt", re.Field)
+}
+
+// TestEmitErrorKeepsOutput: an error from emit ends the choice with FinishError, and
+// its result holds what was handed out before.
+func TestEmitErrorKeepsOutput(t *testing.T) {
+	tgt, d, prompt, _ := greedyFixture(t)
+	dec := newDecoder(t, tgt, d, 3)
+	stop := errors.New("enough")
+	res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 100}, func(c spec.Chunk) error {
+		if len(c.Tokens) > 0 {
+			return stop
+		}
+		return nil
+	}))
+	assert.ErrorIs(t, err, stop)
+	assert.Equal(t, spec.FinishError, res.Finish, "an emit's own error")
+	assert.NotEmpty(t, res.Tokens, "what was handed out")
+	assert.Less(t, len(res.Tokens), 100)
 }
 
 // slowStart is a drafter whose sessions take a while to start, as a draft model's
@@ -273,7 +318,7 @@ func (d slowStart) Start(ctx context.Context, req draft.Request) (draft.Session,
 func TestPrefillTimeCountsDrafters(t *testing.T) {
 	tgt, d, prompt, _ := greedyFixture(t)
 	const delay = 30 * time.Millisecond
-	res, err := newDecoder(t, tgt, slowStart{d, delay}, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 20})
+	res, err := single(newDecoder(t, tgt, slowStart{d, delay}, 4).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 20}, nil))
 	require.NoError(t, err)
 	s := res.Stats
 	assert.GreaterOrEqual(t, s.PrefillTime, delay)
@@ -282,7 +327,7 @@ func TestPrefillTimeCountsDrafters(t *testing.T) {
 
 func TestStats(t *testing.T) {
 	tgt, d, prompt, _ := greedyFixture(t)
-	res, err := newDecoder(t, tgt, d, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 150})
+	res, err := single(newDecoder(t, tgt, d, 4).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 150}, nil))
 	require.NoError(t, err)
 	s := res.Stats
 	assert.Equal(t, 3, s.PromptTokens)
@@ -303,7 +348,7 @@ func TestStats(t *testing.T) {
 	assert.Zero(t, s.AcceptanceAt(99))
 	assert.Contains(t, s.String(), "acceptance 0.")
 
-	plain, err := newDecoder(t, tgt, nil, 0).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 150})
+	plain, err := single(newDecoder(t, tgt, nil, 0).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 150}, nil))
 	require.NoError(t, err)
 	assert.Equal(t, 150, plain.Stats.Steps)
 	assert.Equal(t, 1.0, plain.Stats.MeanAcceptedLength())
@@ -365,11 +410,11 @@ func TestZeroAllocationsPerToken(t *testing.T) {
 				dec, err = spec.New(local(t, tgt), c.d, spec.Options{K: c.k, Adaptive: true, Alternatives: []draft.Drafter{lookup.NGram{}}})
 				require.NoError(t, err)
 			}
-			emit := func([]int32) error { return nil }
+			emit := func(spec.Chunk) error { return nil }
 			allocs := func(n int) float64 {
 				return testing.AllocsPerRun(20, func() {
 					req := spec.Request{Prompt: []int32{1, 2, 3}, MaxTokens: n, Sampling: c.p, StopSequences: c.stop}
-					if _, err := dec.Stream(context.Background(), req, emit); err != nil {
+					if _, err := dec.GenerateFunc(context.Background(), req, emit); err != nil {
 						t.Fatal(err)
 					}
 				})
@@ -391,7 +436,7 @@ func TestConcurrentRequests(t *testing.T) {
 			if i%2 == 1 {
 				p = sampler.Params{Temperature: 0.9, Seed: uint64(i)}
 			}
-			res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 64, Sampling: p})
+			res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 64, Sampling: p}, nil))
 			assert.NoError(t, err)
 			if i%2 == 0 {
 				assert.Equal(t, ref[:64], res.Tokens)
@@ -406,7 +451,7 @@ func TestSeedsReproduce(t *testing.T) {
 	tgt, d, prompt, _ := greedyFixture(t)
 	dec := newDecoder(t, tgt, d, 4)
 	gen := func(seed uint64) []int32 {
-		res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 50, Sampling: sampler.Params{Temperature: 1, Seed: seed}})
+		res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 50, Sampling: sampler.Params{Temperature: 1, Seed: seed}}, nil))
 		require.NoError(t, err)
 		return res.Tokens
 	}
@@ -451,21 +496,21 @@ func TestOutOfRoom(t *testing.T) {
 	// The target's memory runs out: drafts are dropped while the pending token still
 	// fits, then the request fails with a clear error.
 	oom := &limited{Model: tgt, limit: 30, err: model.ErrOutOfMemory}
-	res, err := newDecoder(t, oom, d, 4).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 100})
+	res, err := single(newDecoder(t, oom, d, 4).GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 100}, nil))
 	assert.ErrorIs(t, err, model.ErrOutOfMemory)
 	assert.Equal(t, spec.FinishError, res.Finish)
 	assert.Equal(t, ref[:30-len(prompt)+1], res.Tokens, "every token that fit")
 
 	// A context limit the model did not announce ends the request with "length".
 	full := &limited{Model: tgt, limit: 30, err: model.ErrContextFull}
-	res, err = newDecoder(t, full, d, 4).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 100})
+	res, err = single(newDecoder(t, full, d, 4).GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 100}, nil))
 	require.NoError(t, err)
 	assert.Equal(t, spec.FinishLength, res.Finish)
 	assert.Equal(t, ref[:30-len(prompt)+1], res.Tokens)
 
 	// The drafter runs out of memory: the target goes on alone.
 	dm := &limited{Model: tgt.Perturbed(0.6, 2), limit: 20, err: model.ErrOutOfMemory}
-	res, err = newDecoder(t, tgt, newDrafter(t, dm), 4).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 60})
+	res, err = single(newDecoder(t, tgt, newDrafter(t, dm), 4).GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 60}, nil))
 	require.NoError(t, err)
 	assert.Equal(t, ref[:60], res.Tokens)
 	assert.Contains(t, res.Stats.DraftError, "key/value memory exhausted")
@@ -473,7 +518,7 @@ func TestOutOfRoom(t *testing.T) {
 
 	// A draft model with a shorter context simply stops drafting.
 	short := newChain(t, markov.Config{Vocab: 10, Order: 2, Seed: 21, Scale: 1, ContextLength: 16})
-	res, err = newDecoder(t, tgt, newDrafter(t, short), 4).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 60})
+	res, err = single(newDecoder(t, tgt, newDrafter(t, short), 4).GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 60}, nil))
 	require.NoError(t, err)
 	assert.Equal(t, ref[:60], res.Tokens)
 	assert.Empty(t, res.Stats.DraftError)
@@ -486,10 +531,10 @@ func TestCancelDuringForward(t *testing.T) {
 	defer cancel()
 	m := &limited{Model: tgt, cancel: cancel, at: 20}
 	var got []int32
-	res, err := newDecoder(t, m, d, 4).Stream(ctx, spec.Request{Prompt: prompt, MaxTokens: 100}, func(toks []int32) error {
-		got = append(got, toks...)
+	res, err := single(newDecoder(t, m, d, 4).GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 100}, func(c spec.Chunk) error {
+		got = append(got, c.Tokens...)
 		return nil
-	})
+	}))
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, spec.FinishCancelled, res.Finish)
 	assert.Equal(t, ref[:len(got)], got)
@@ -500,7 +545,7 @@ func TestCancelDuringForward(t *testing.T) {
 func TestGeneratedTokensCountsWhatWasHandedOut(t *testing.T) {
 	tgt, d, prompt, ref := greedyFixture(t)
 	dec := newDecoder(t, tgt, d, 4)
-	res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: -1})
+	res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: -1}, nil))
 	assert.Error(t, err)
 	assert.Zero(t, res.Stats.GeneratedTokens)
 	assert.Equal(t, spec.FinishError, res.Finish)
@@ -512,10 +557,10 @@ func TestGeneratedTokensCountsWhatWasHandedOut(t *testing.T) {
 	m := &limited{Model: tgt, cancel: cancel, at: len(prompt) + 1} // the second step
 	stop := [][]int32{{ref[0], (ref[1] + 1) % 10}}
 	calls := 0
-	res, err = newDecoder(t, m, nil, 0).Stream(ctx, spec.Request{Prompt: prompt, MaxTokens: 100, StopSequences: stop}, func([]int32) error {
-		calls++
+	res, err = single(newDecoder(t, m, nil, 0).GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 100, StopSequences: stop}, func(c spec.Chunk) error {
+		calls += len(c.Tokens)
 		return nil
-	})
+	}))
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 1, res.Stats.Steps, "one token was generated")
 	assert.Zero(t, calls, "but held back")
@@ -530,7 +575,7 @@ func (lyingRule) Verify(_ *sampler.Sampler, _ sampler.Step, path []int32) ([]int
 
 func TestInvalidRuleOutput(t *testing.T) {
 	tgt, d, prompt, _ := greedyFixture(t)
-	res, err := newDecoder(t, tgt, d, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 10, Sampling: sampler.Params{Rule: lyingRule{}}})
+	res, err := single(newDecoder(t, tgt, d, 4).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 10, Sampling: sampler.Params{Rule: lyingRule{}}}, nil))
 	assert.ErrorContains(t, err, "next token 99")
 	assert.Empty(t, res.Tokens)
 }
@@ -540,7 +585,7 @@ func TestOverlappingStopSequences(t *testing.T) {
 	a, b := ref[8], ref[9]
 	first := index(ref, []int32{a, b})
 	for _, stops := range [][][]int32{{{b}, {a, b}}, {{a, b}, {b}}} {
-		res, err := newDecoder(t, tgt, d, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 50, StopSequences: stops})
+		res, err := single(newDecoder(t, tgt, d, 4).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 50, StopSequences: stops}, nil))
 		require.NoError(t, err)
 		end := slices.Index(ref, b)
 		if end == first+1 {
@@ -555,7 +600,7 @@ func TestUnlimitedRequests(t *testing.T) {
 	stop := ref[40]
 	want := ref[:slices.Index(ref, stop)]
 	for _, maxTokens := range []int{0, math.MaxInt} {
-		res, err := newDecoder(t, tgt, d, 4).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: maxTokens, StopTokens: []int32{stop}})
+		res, err := single(newDecoder(t, tgt, d, 4).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: maxTokens, StopTokens: []int32{stop}}, nil))
 		require.NoError(t, err)
 		assert.Equal(t, want, res.Tokens)
 		assert.Equal(t, spec.FinishStop, res.Finish)
@@ -573,7 +618,7 @@ func TestPaddedVocab(t *testing.T) {
 	require.NoError(t, err)
 	prompt := []int32{1, 2}
 	want := reference.Greedy(tgt, prompt, 60, sampler.Params{})
-	res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 60})
+	res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 60}, nil))
 	require.NoError(t, err)
 	assert.Equal(t, want, res.Tokens, "the target's ids 10 and 11 stop the drafter, not the request")
 	_, err = spec.New(local(t, small), newDrafter(t, tgt), spec.Options{K: 3, PaddedVocab: true})

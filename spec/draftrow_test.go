@@ -95,7 +95,7 @@ func sampledFit(t *testing.T, dec *spec.Decoder, tgt *markov.Chain, prompt []int
 		if seed != nil {
 			*seed = req.Sampling.Seed
 		}
-		res, err := dec.Generate(context.Background(), req)
+		res, err := single(dec.GenerateFunc(context.Background(), req, nil))
 		require.NoError(t, err)
 		require.Len(t, res.Tokens, length)
 		counts[reference.Index(res.Tokens, tgt.Info().VocabSize)]++
@@ -172,7 +172,7 @@ func TestNilRowThroughTheDecoder(t *testing.T) {
 	counts := make([]int, len(p))
 	for i := range draws {
 		params.Seed = uint64(i)
-		res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 1, Sampling: params})
+		res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 1, Sampling: params}, nil))
 		require.NoError(t, err)
 		counts[res.Tokens[0]]++
 	}
@@ -226,7 +226,7 @@ func TestSessionsHaveTheirOwnStreams(t *testing.T) {
 	dec, err := spec.New(local(t, tgt), draft.First(rec, rec), spec.Options{K: 2, Adaptive: true, Alternatives: []draft.Drafter{rec, draft.First(rec)}})
 	require.NoError(t, err)
 	req := spec.Request{Prompt: []int32{1}, MaxTokens: 4, Sampling: sampler.Params{Temperature: 0.8, Seed: 12}}
-	_, err = dec.Generate(context.Background(), req)
+	_, err = single(dec.GenerateFunc(context.Background(), req, nil))
 	require.NoError(t, err)
 	require.Len(t, seen, 4)
 	first := map[float64]int{}

@@ -56,7 +56,7 @@ func fitDraws(t *testing.T, dec *spec.Decoder, req spec.Request, draws, vocab in
 		counts := make([]int, len(want))
 		for i := range draws {
 			req.Sampling.Seed = uint64(round*draws + i)
-			res, err := dec.Generate(context.Background(), req)
+			res, err := single(dec.GenerateFunc(context.Background(), req, nil))
 			require.NoError(t, err)
 			if each != nil {
 				each(res)
@@ -81,6 +81,11 @@ func newDecoder(t testing.TB, m model.Model, d draft.Drafter, k int) *spec.Decod
 	dec, err := spec.New(local(t, m), d, spec.Options{K: k})
 	require.NoError(t, err)
 	return dec
+}
+
+// single is the result of a request of one choice, from GenerateFunc's.
+func single(res []spec.Result, err error) (spec.Result, error) {
+	return res[0], err
 }
 
 // chainDrafter drafts deterministically with the argmax of a chain (ignoring any
@@ -187,7 +192,7 @@ func TestSequenceDistributionDetectsBias(t *testing.T) {
 	counts := make([]int, 6*6*6)
 	for i := range draws {
 		params.Seed = uint64(i)
-		res, err := dec.Generate(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 3, Sampling: params})
+		res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 3, Sampling: params}, nil))
 		require.NoError(t, err)
 		counts[reference.Index(res.Tokens, 6)]++
 	}
@@ -244,7 +249,7 @@ func TestGreedyIdentity(t *testing.T) {
 		want := reference.Greedy(tgt, prompt, 40, params)
 		for name, d := range drafters {
 			for k := 0; k <= 8; k++ {
-				res, err := newDecoder(t, tgt, d, k).Generate(ctx, spec.Request{Prompt: prompt, MaxTokens: 40, Sampling: params})
+				res, err := single(newDecoder(t, tgt, d, k).GenerateFunc(ctx, spec.Request{Prompt: prompt, MaxTokens: 40, Sampling: params}, nil))
 				require.NoError(t, err)
 				require.Equal(t, want, res.Tokens, "chain %d (vocab %d, order %d), drafter %s, K=%d", chainIdx, vocab, order, name, k)
 				assert.Equal(t, spec.FinishLength, res.Finish)
@@ -301,7 +306,7 @@ func TestAcceptanceMatchesTheory(t *testing.T) {
 			var agg spec.Aggregate
 			for i := range 1500 {
 				params.Seed = uint64(i)
-				res, err := dec.Generate(context.Background(), spec.Request{Prompt: []int32{int32(i % 12)}, MaxTokens: 48, Sampling: params})
+				res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: []int32{int32(i % 12)}, MaxTokens: 48, Sampling: params}, nil))
 				require.NoError(t, err)
 				agg.Add(res.Stats)
 			}

@@ -30,27 +30,27 @@ func toyModels() (target.Target, draft.Drafter) {
 	return tgt, drafter
 }
 
-func ExampleDecoder_Generate() {
+func ExampleDecoder_GenerateFunc() {
 	tgt, drafter := toyModels()
 	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := dec.Generate(context.Background(), spec.Request{
+	res, err := dec.GenerateFunc(context.Background(), spec.Request{
 		Prompt:    []int32{1, 2, 3},
 		MaxTokens: 12,
-	})
+	}, nil) // nil: only collect
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(res.Tokens, res.Finish)
-	fmt.Println("target passes:", res.Stats.Steps)
+	fmt.Println(res[0].Tokens, res[0].Finish)
+	fmt.Println("target passes:", res[0].Stats.Steps)
 	// Output:
 	// [1 15 12 13 4 2 2 3 1 15 12 13] length
 	// target passes: 4
 }
 
-func ExampleDecoder_Tokens() {
+func ExampleDecoder_Generate() {
 	tgt, drafter := toyModels()
 	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
 	if err != nil {
@@ -61,18 +61,22 @@ func ExampleDecoder_Tokens() {
 		MaxTokens:  50,
 		StopTokens: []int32{4}, // an end-of-sequence token
 	}
-	var res spec.Result
-	for tok, err := range dec.Tokens(context.Background(), req, &res) {
+	for c, err := range dec.Generate(context.Background(), req) {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Print(tok, " ")
+		for _, tok := range c.Tokens {
+			fmt.Print(tok, " ")
+		}
+		if c.Finish != "" { // the choice's last chunk
+			fmt.Println(c.Finish)
+		}
 	}
-	fmt.Println(res.Finish)
 	// Output: 1 15 12 13 stop
 }
 
-func ExampleDecoder_Stream() {
+// Streaming: each chunk is what one target pass accepted, handed out at once.
+func ExampleDecoder_GenerateFunc_stream() {
 	tgt, drafter := toyModels()
 	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
 	if err != nil {
@@ -86,14 +90,14 @@ func ExampleDecoder_Stream() {
 		Sampling:  sampler.Params{Temperature: 0.8, TopP: 0.95, Seed: 42},
 	}
 	n := 0
-	res, err := dec.Stream(context.Background(), req, func(burst []int32) error {
-		n += len(burst) // each burst is what one target pass accepted
+	res, err := dec.GenerateFunc(context.Background(), req, func(c spec.Chunk) error {
+		n += len(c.Tokens)
 		return nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(n, res.Stats.GeneratedTokens, res.Stats.Steps < n)
+	fmt.Println(n, res[0].Stats.GeneratedTokens, res[0].Stats.Steps < n)
 	// Output: 20 20 true
 }
 
@@ -107,18 +111,19 @@ func ExampleAggregate() {
 
 // Several samples of one prompt, prefilled once: the target's sessions fork after the
 // prefill and the choices decode together.
-func ExampleDecoder_GenerateN() {
+func ExampleDecoder_GenerateFunc_choices() {
 	tgt, drafter := toyModels()
 	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := dec.GenerateN(context.Background(), spec.Request{
+	res, err := dec.GenerateFunc(context.Background(), spec.Request{
 		Prompt:    []int32{1, 2, 3},
+		N:         3,
 		MaxTokens: 6,
 		Sampling:  sampler.Params{Temperature: 1, Seed: 9},
 		Logprobs:  true,
-	}, 3)
+	}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -131,7 +136,9 @@ func ExampleDecoder_GenerateN() {
 	// 2 6 6 length
 }
 
-func ExampleDecoder_Score() {
+// Scoring a text: a request that asks for its prompt's log-probabilities and
+// generates nothing.
+func ExampleDecoder_GenerateFunc_score() {
 	tgt, drafter := toyModels()
 	dec, err := spec.New(tgt, drafter, spec.Options{K: 4})
 	if err != nil {
@@ -140,12 +147,14 @@ func ExampleDecoder_Score() {
 	// How likely the target finds each token of a text, given the tokens before it:
 	// the sum is the text's log-likelihood (its first token aside).
 	text := []int32{1, 2, 3, 1, 15, 12}
-	scores, err := dec.Score(context.Background(), text, 1)
+	res, err := dec.GenerateFunc(context.Background(), spec.Request{
+		Prompt: text, PromptOnly: true, PromptLogprobs: true, TopLogprobs: 1,
+	}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
 	var sum float64
-	for i, s := range scores {
+	for i, s := range res[0].PromptLogprobs {
 		fmt.Printf("token %d: %d, logprob %.2f, likeliest %d\n", i+1, s.Token, s.Logprob, s.Top[0].Token)
 		sum += float64(s.Logprob)
 	}

@@ -159,7 +159,7 @@ func measurePaired(b *testing.B, decoders []*spec.Decoder, req func(i int) spec.
 	aggs := make([]spec.Aggregate, len(decoders))
 	for i := range b.N {
 		for j, dec := range decoders {
-			res, err := dec.Generate(context.Background(), req(i))
+			res, err := single(dec.GenerateFunc(context.Background(), req(i), nil))
 			if err != nil {
 				b.Fatal(err)
 			}

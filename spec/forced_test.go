@@ -165,9 +165,9 @@ func TestForcedGreedyIdentity(t *testing.T) {
 			}{{"schema", schema}, {"json", grammar.JSON()}} {
 				m := grammar.NewMatcher(gc.g, vocab)
 				req := spec.Request{Prompt: tok.Encode(jsonPrompt, tok.DefaultOptions()), MaxTokens: 80, StopTokens: tok.EOS(), Constraint: m}
-				want, err := plain.Generate(context.Background(), req)
+				want, err := single(plain.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
-				got, err := spc.Generate(context.Background(), req)
+				got, err := single(spc.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
 				assert.Equal(t, want.Tokens, got.Tokens, gc.name)
 				text := tok.DecodeWith(got.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
@@ -192,7 +192,9 @@ func TestForcedGreedyIdentity(t *testing.T) {
 // nothing, free and always accepted where it forces something. The controller must
 // keep asking it — a silent step costs what a plain step does — and cut the target's
 // passes about as much as a fixed K does (96 tokens: 75–80 passes at K = 6, where
-// plain decoding takes 96). Greedy output is plain decoding's.
+// plain decoding takes 96). Greedy output is plain decoding's. The controller reads
+// timings, so a request decoded while the machine is busy may take a few passes more:
+// after two requests to learn from, the median of the next three is judged.
 func TestForcedAdaptive(t *testing.T) {
 	tm, _ := demoPair(t)
 	tok, err := tokenizer.Load("../models/gocoder-m-q8_0.gguf")
@@ -203,19 +205,30 @@ func TestForcedAdaptive(t *testing.T) {
 	require.NoError(t, err)
 	m := grammar.NewMatcher(schema, grammar.TokenizerVocab(tok))
 	req := spec.Request{Prompt: tok.Encode(jsonPrompt, tok.DefaultOptions()), MaxTokens: 96, StopTokens: tok.EOS(), Constraint: m}
-	generate := func(opts spec.Options) spec.Result {
+	const learn, judged = 2, 3
+	generate := func(opts spec.Options) []spec.Result {
 		opts.PaddedVocab = true
 		dec, err := spec.New(tgt, draft.Forced{}, opts)
 		require.NoError(t, err)
-		var res spec.Result
-		for range 3 { // the adaptive decoder learns from one request to the next
-			res, err = dec.Generate(context.Background(), req)
+		var out []spec.Result
+		for i := range learn + judged { // the adaptive decoder learns from one request to the next
+			res, err := single(dec.GenerateFunc(context.Background(), req, nil))
 			require.NoError(t, err)
+			if i >= learn {
+				out = append(out, res)
+			}
 		}
-		return res
+		return out
 	}
-	fixed, adaptive := generate(spec.Options{K: 6}), generate(spec.Options{K: 8, Adaptive: true})
-	t.Logf("fixed K = 6: %d passes; adaptive: %d passes, %v", fixed.Stats.Steps, adaptive.Stats.Steps, adaptive.Stats.StepsByK)
-	assert.Equal(t, fixed.Tokens, adaptive.Tokens)
-	assert.LessOrEqual(t, adaptive.Stats.Steps, fixed.Stats.Steps+4, "within 4 passes of the fixed K")
+	fixed, adaptive := generate(spec.Options{K: 6})[0], generate(spec.Options{K: 8, Adaptive: true})
+	var passes []int
+	for _, a := range adaptive {
+		assert.Equal(t, fixed.Tokens, a.Tokens)
+		passes = append(passes, a.Stats.Steps)
+		t.Logf("adaptive: %d passes, %v", a.Stats.Steps, a.Stats.StepsByK)
+	}
+	slices.Sort(passes)
+	median := passes[judged/2]
+	t.Logf("fixed K = 6: %d passes; adaptive: median %d passes of %v", fixed.Stats.Steps, median, passes)
+	assert.LessOrEqual(t, median, fixed.Stats.Steps+4, "within 4 passes of the fixed K")
 }

@@ -56,7 +56,7 @@ func FuzzGenerate(f *testing.F) {
 		if len(stopSeq) > 0 {
 			req.StopSequences = [][]int32{toInts(stopSeq)}
 		}
-		res, err := dec.Generate(context.Background(), req)
+		res, err := single(dec.GenerateFunc(context.Background(), req, nil))
 		if err != nil {
 			return
 		}

@@ -95,9 +95,9 @@ func TestHeadGreedyIdentity(t *testing.T) {
 			dec := newDecoder(t, tgt, hc.open(t, tgt), hc.k)
 			for _, prompt := range [][]int32{{1}, {2, 3}, {4, 0, 6}} {
 				req := spec.Request{Prompt: prompt, MaxTokens: 40}
-				want, err := plain.Generate(context.Background(), req)
+				want, err := single(plain.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
-				got, err := dec.Generate(context.Background(), req)
+				got, err := single(dec.GenerateFunc(context.Background(), req, nil))
 				require.NoError(t, err)
 				assert.Equal(t, want.Tokens, got.Tokens, "prompt %v", prompt)
 				assert.Positive(t, got.Stats.Drafted, "the head drafted")
@@ -172,9 +172,9 @@ func TestEAGLEDistribution(t *testing.T) {
 
 			plain := newDecoder(t, m, nil, 0)
 			greedy := spec.Request{Prompt: prompt, MaxTokens: 24}
-			wantG, err := plain.Generate(context.Background(), greedy)
+			wantG, err := single(plain.GenerateFunc(context.Background(), greedy, nil))
 			require.NoError(t, err)
-			got, err := dec.Generate(context.Background(), greedy)
+			got, err := single(dec.GenerateFunc(context.Background(), greedy, nil))
 			require.NoError(t, err)
 			assert.Equal(t, wantG.Tokens, got.Tokens, "greedy EAGLE drafting equals plain greedy decoding")
 		})
@@ -186,9 +186,9 @@ func TestEAGLEDistribution(t *testing.T) {
 func TestEAGLEOutOfRoom(t *testing.T) {
 	m, d := eagleCaseOf(t, draft.TreeShape{}, 12)
 	req := spec.Request{Prompt: []int32{1, 4, 2}, MaxTokens: 30}
-	want, err := newDecoder(t, m, nil, 0).Generate(context.Background(), req)
+	want, err := single(newDecoder(t, m, nil, 0).GenerateFunc(context.Background(), req, nil))
 	require.NoError(t, err)
-	got, err := newDecoder(t, m, d, 3).Generate(context.Background(), req)
+	got, err := single(newDecoder(t, m, d, 3).GenerateFunc(context.Background(), req, nil))
 	require.NoError(t, err)
 	assert.Equal(t, want.Tokens, got.Tokens)
 	assert.Contains(t, got.Stats.DraftError, "context length", "the layer was dropped when it filled up")

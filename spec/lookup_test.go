@@ -39,7 +39,7 @@ func TestLookupDrafters(t *testing.T) {
 		}
 		for name, d := range drafters {
 			for _, k := range []int{1, 4, 8} {
-				res, err := newDecoder(t, tgt, d, k).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 60})
+				res, err := single(newDecoder(t, tgt, d, k).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 60}, nil))
 				require.NoError(t, err)
 				require.Equal(t, want, res.Tokens, fmt.Sprintf("chain %d, %s, K=%d", i, name, k))
 				if name == "ngram" && k == 8 {
@@ -69,7 +69,7 @@ func TestSuffixTreeSampled(t *testing.T) {
 	var agg spec.Aggregate
 	for i := range draws {
 		params.Seed = uint64(i)
-		res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 4, Sampling: params})
+		res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 4, Sampling: params}, nil))
 		require.NoError(t, err)
 		counts[reference.Index(res.Tokens, 4)]++
 		agg.Add(res.Stats)
@@ -93,7 +93,7 @@ func TestAdaptive(t *testing.T) {
 
 	prompt := []int32{1, 2}
 	want := reference.Greedy(tgt, prompt, 80, sampler.Params{})
-	res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 80})
+	res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 80}, nil))
 	require.NoError(t, err)
 	assert.Equal(t, want, res.Tokens)
 	steps := 0
@@ -109,7 +109,7 @@ func TestAdaptive(t *testing.T) {
 	counts := make([]int, len(wantDist))
 	for i := range draws {
 		params.Seed = uint64(i)
-		res, err := dec.Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params})
+		res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}, nil))
 		require.NoError(t, err)
 		counts[reference.Index(res.Tokens, 6)]++
 	}

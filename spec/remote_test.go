@@ -147,10 +147,10 @@ func TestRemoteTarget(t *testing.T) {
 				for seed := range 20 {
 					req := spec.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 40, Sampling: params}
 					req.Sampling.Seed = uint64(seed)
-					want, err := near.Generate(context.Background(), req)
+					want, err := single(near.GenerateFunc(context.Background(), req, nil))
 					require.NoError(t, err)
 					messages = 0
-					got, err := far.Generate(context.Background(), req)
+					got, err := single(far.GenerateFunc(context.Background(), req, nil))
 					require.NoError(t, err)
 					require.Equal(t, want.Tokens, got.Tokens, "seed %d", seed)
 					assert.Equal(t, want.Stats.Accepted, got.Stats.Accepted, "seed %d", seed)
@@ -181,7 +181,7 @@ func TestInvalidProposalNeverReachesTheTarget(t *testing.T) {
 			messages := 0
 			dec, err := spec.New(remote{c, &messages}, sessionDrafter{tt.p}, spec.Options{K: 4})
 			require.NoError(t, err)
-			res, err := dec.Generate(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 5, Sampling: sampler.Params{Temperature: 1}})
+			res, err := single(dec.GenerateFunc(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 5, Sampling: sampler.Params{Temperature: 1}}, nil))
 			assert.ErrorContains(t, err, "spec: drafter: ")
 			assert.ErrorContains(t, err, tt.want)
 			assert.Equal(t, spec.FinishError, res.Finish)

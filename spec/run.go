@@ -17,10 +17,11 @@ const maxPrealloc = 1 << 16
 // run is one request's state: what was asked, the output so far, and the state of
 // each concern of the loop, grouped.
 type run struct {
-	d     *Decoder
-	req   Request
-	emit  func(tokens []int32, logprobs []Logprob) error
-	start time.Time
+	d      *Decoder
+	req    Request
+	choice int                 // the request's choice this run decodes
+	emit   func(c Chunk) error // the caller's, one call at a time
+	start  time.Time
 
 	smp   *sampler.Sampler
 	ctl   *controller // with Options.Adaptive
@@ -65,17 +66,15 @@ type langState struct {
 
 // lpState holds the log-probabilities of a request that asks for them.
 type lpState struct {
-	step []Logprob // the step's accepted tokens' and the next one's…
-	out  []Logprob // …and every output token's so far
-	sc   scorer    // computes them
+	step   []Logprob // the step's accepted tokens' and the next one's…
+	out    []Logprob // …and every output token's so far
+	prompt []Logprob // the prompt's, with PromptLogprobs
+	sc     scorer    // computes them
 }
 
-// prepare checks the request and makes its sampler and buffers.
+// prepare makes the request's sampler and buffers (the request was checked).
 func (r *run) prepare() error {
 	d, req := r.d, r.req
-	if err := d.validate(req); err != nil {
-		return err
-	}
 	r.stats.PromptTokens = len(req.Prompt)
 	if req.Constraint != nil {
 		r.lang.state = req.Constraint.Start()
@@ -107,8 +106,13 @@ func (r *run) capacity() int {
 	return len(r.req.Prompt) + out + r.d.k + 1
 }
 
-// decode steps until the request finishes, and lets the drafters learn from it.
+// decode steps until the request finishes, and lets the drafters learn from it. A
+// PromptOnly request, prefilled, has finished.
 func (r *run) decode(ctx context.Context) error {
+	if r.req.PromptOnly {
+		r.finish = FinishLength
+		return nil
+	}
 	for r.finish == "" {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("spec: %w", err)

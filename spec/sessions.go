@@ -20,13 +20,16 @@ func (r *run) begin(ctx context.Context) error {
 	return r.open(ctx)
 }
 
-// open starts the target's and the drafters' sessions and prefills.
+// open starts the target's and the drafters' sessions (none for a PromptOnly
+// request: nothing is drafted) and prefills.
 func (r *run) open(ctx context.Context) error {
 	if err := r.startTarget(ctx); err != nil {
 		return err
 	}
-	if err := r.startDrafters(ctx); err != nil {
-		return err
+	if !r.req.PromptOnly {
+		if err := r.startDrafters(ctx); err != nil {
+			return err
+		}
 	}
 	return r.prefill(ctx)
 }
@@ -155,12 +158,17 @@ func (r *run) keepStates() error {
 	return nil
 }
 
-// prefill forwards the prompt but its last token, which becomes the pending token, and
-// tells the readers of states the prompt.
+// prefill forwards the prompt but its last token, which becomes the pending token
+// (scored, with PromptLogprobs), and tells the readers of states the prompt.
 func (r *run) prefill(ctx context.Context) error {
 	t := time.Now()
 	prompt := r.req.Prompt
-	err := r.sess.tgt.Prefill(ctx, prompt[:len(prompt)-1])
+	var err error
+	if r.req.PromptLogprobs {
+		err = r.scorePrompt(ctx, prompt[:len(prompt)-1])
+	} else {
+		err = r.sess.tgt.Prefill(ctx, prompt[:len(prompt)-1])
+	}
 	if err == nil && r.sess.states != nil {
 		err = r.tell(prompt[1:], r.sess.states.States())
 	}
@@ -169,6 +177,30 @@ func (r *run) prefill(ctx context.Context) error {
 		return fmt.Errorf("spec: %w", err)
 	}
 	return nil
+}
+
+// scorePrompt prefills tokens, the prompt but its last token, keeping the logits
+// after each: the score of the prompt token after it, handed out as a prompt chunk of
+// choice 0 and kept for the result. The prefill forwards every token (a cached
+// prefix holds no logits) and publishes the prompt's blocks as any prefill does.
+func (r *run) scorePrompt(ctx context.Context, tokens []int32) error {
+	ss, ok := r.sess.tgt.(target.ScoreSession)
+	if !ok {
+		return fmt.Errorf("PromptLogprobs: the sessions of target %q give no prompt logits (target.ScoreSession)", r.d.info.Name)
+	}
+	prompt, top := r.req.Prompt, r.req.TopLogprobs
+	r.lp.prompt = make([]Logprob, 0, len(tokens))
+	return ss.PrefillScored(ctx, tokens, func(from int, rows [][]float32) error {
+		at := len(r.lp.prompt)
+		for i, row := range rows {
+			r.lp.prompt = append(r.lp.prompt, r.lp.sc.logprobOf(row, prompt[from+i+1], top))
+		}
+		c := Chunk{Choice: r.choice, Prompt: true, Tokens: prompt[from+1 : from+1+len(rows)], Logprobs: r.lp.prompt[at:]}
+		if err := r.emit(c); err != nil {
+			return fmt.Errorf("emit: %w", err)
+		}
+		return nil
+	})
 }
 
 // reader is a session that reads the target's states, and the drafter it belongs to.

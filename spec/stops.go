@@ -80,7 +80,7 @@ func (r *run) flush() error {
 		lps = r.lp.out[r.emitted:end]
 	}
 	r.emitted = end
-	if err := r.emit(toks, lps); err != nil {
+	if err := r.emit(Chunk{Choice: r.choice, Tokens: toks, Logprobs: lps}); err != nil {
 		return fmt.Errorf("spec: emit: %w", err)
 	}
 	return nil

@@ -78,14 +78,14 @@ func TestStopStrings(t *testing.T) {
 						want = ref[:n]
 					}
 					var got []int32
-					res, err := newDecoder(t, tgt, d, k).Stream(context.Background(), spec.Request{
+					res, err := single(newDecoder(t, tgt, d, k).GenerateFunc(context.Background(), spec.Request{
 						Prompt: prompt, MaxTokens: 150, StopStrings: c.stops, IncludeStop: include,
 						Text: func() spec.TextStream { return letters{pieces} },
-					}, func(toks []int32) error {
-						got = append(got, toks...)
+					}, func(ch spec.Chunk) error {
+						got = append(got, ch.Tokens...)
 						require.Equal(t, want[:len(got)], got, "a token past the stop was handed out")
 						return nil
-					})
+					}))
 					require.NoError(t, err)
 					assert.Equal(t, want, got)
 					assert.Equal(t, finish, res.Finish)
@@ -93,9 +93,9 @@ func TestStopStrings(t *testing.T) {
 			}
 		}
 	}
-	_, err := newDecoder(t, tgt, d, 2).Generate(context.Background(), spec.Request{Prompt: prompt, StopStrings: []string{"x"}})
-	assert.ErrorContains(t, err, "StopStrings need Text")
-	_, err = newDecoder(t, tgt, d, 2).Generate(context.Background(), spec.Request{Prompt: prompt, StopStrings: []string{""},
-		Text: func() spec.TextStream { return letters{pieces} }})
-	assert.ErrorContains(t, err, "StopStrings[0] is empty")
+	_, err := single(newDecoder(t, tgt, d, 2).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, StopStrings: []string{"x"}}, nil))
+	assert.ErrorContains(t, err, "Text: is nil: StopStrings need a detokenizer")
+	_, err = single(newDecoder(t, tgt, d, 2).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, StopStrings: []string{""},
+		Text: func() spec.TextStream { return letters{pieces} }}, nil))
+	assert.ErrorContains(t, err, "StopStrings[0]: is empty")
 }

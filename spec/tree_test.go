@@ -123,7 +123,7 @@ func TestTreeGreedyIdentity(t *testing.T) {
 		shape := draft.TreeShape{Width: 1 + rng.IntN(3), Depth: 1 + rng.IntN(4), MaxNodes: 2 + rng.IntN(12)}
 		d := newTreeDrafter(t, tgt.Perturbed(rng.Float64()*1.5, uint64(i)), shape)
 		for _, k := range []int{1, 4, 16} {
-			res, err := newDecoder(t, tgt, d, k).Generate(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 40})
+			res, err := single(newDecoder(t, tgt, d, k).GenerateFunc(context.Background(), spec.Request{Prompt: prompt, MaxTokens: 40}, nil))
 			require.NoError(t, err)
 			require.Equal(t, want, res.Tokens, fmt.Sprintf("chain %d, tree %+v, K=%d", i, shape, k))
 			agg.Add(res.Stats)
@@ -141,10 +141,10 @@ func TestTreeZeroAllocationsPerToken(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 256, Order: 1, Seed: 1, ContextLength: 1024})
 	for _, p := range []sampler.Params{{}, {Temperature: 0.9, TopP: 0.95}} {
 		dec := newDecoder(t, tgt, newTreeDrafter(t, tgt.Perturbed(0.6, 1), draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 8}), 8)
-		emit := func([]int32) error { return nil }
+		emit := func(spec.Chunk) error { return nil }
 		allocs := func(n int) float64 {
 			return testing.AllocsPerRun(10, func() {
-				if _, err := dec.Stream(context.Background(), spec.Request{Prompt: []int32{1, 2}, MaxTokens: n, Sampling: p}, emit); err != nil {
+				if _, err := dec.GenerateFunc(context.Background(), spec.Request{Prompt: []int32{1, 2}, MaxTokens: n, Sampling: p}, emit); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -163,7 +163,7 @@ func TestBadTreeProposals(t *testing.T) {
 		{draft.Proposal{Tokens: []int32{1, 2}, Parents: []int32{-1, 1}}, "parent 1 of node 1 must be -1 or an earlier node"},
 		{draft.Proposal{Tokens: []int32{1, 2}, Parents: []int32{-2, 0}}, "parent -2 of node 0"},
 	} {
-		_, err := newDecoder(t, tgt, sessionDrafter{c.p}, 4).Generate(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 5})
+		_, err := single(newDecoder(t, tgt, sessionDrafter{c.p}, 4).GenerateFunc(context.Background(), spec.Request{Prompt: []int32{1}, MaxTokens: 5}, nil))
 		assert.ErrorContains(t, err, c.want)
 	}
 }

@@ -405,10 +405,12 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 			require.NoError(t, err)
 			for _, prompt := range [][]int32{promptA, promptB} {
 				req := spec.Request{Prompt: prompt, MaxTokens: 32}
-				want, err := plain.Generate(context.Background(), req)
+				wants, err := plain.GenerateFunc(context.Background(), req, nil)
 				require.NoError(t, err)
-				got, err := dec.Generate(context.Background(), req)
+				want := wants[0]
+				gots, err := dec.GenerateFunc(context.Background(), req, nil)
 				require.NoError(t, err)
+				got := gots[0]
 				assert.Equal(t, want.Tokens, got.Tokens)
 				assert.Positive(t, got.Stats.Accepted, "the head's drafts were accepted")
 				t.Logf("prompt of %d: %s", len(prompt), got.Stats.String())

@@ -453,17 +453,18 @@ func measure(ctx context.Context, dec, plain *spec.Decoder, prompts [][]int32, m
 	for _, pr := range prompts {
 		req := spec.Request{Prompt: pr, MaxTokens: maxTokens, Sampling: p, StopTokens: tok.EOS()}
 		if plain != nil {
-			res, err := plain.Generate(ctx, req)
+			rs, err := plain.GenerateFunc(ctx, req, nil)
 			if err != nil {
 				return Result{}, nil, err
 			}
-			plainDecode += res.Stats.Duration - res.Stats.PrefillTime
-			plainTokens += res.Stats.GeneratedTokens
+			plainDecode += rs[0].Stats.Duration - rs[0].Stats.PrefillTime
+			plainTokens += rs[0].Stats.GeneratedTokens
 		}
-		res, err := dec.Generate(ctx, req)
+		rs, err := dec.GenerateFunc(ctx, req, nil)
 		if err != nil {
 			return Result{}, nil, err
 		}
+		res := rs[0]
 		agg.Add(res.Stats)
 		decode += res.Stats.Duration - res.Stats.PrefillTime
 		outs = append(outs, res.Tokens)

@@ -222,10 +222,11 @@ func runSpeculation(ctx context.Context, c speculateConfig, tm, dm *llama.Model,
 
 // plainRun decodes req plainly, noting its speed.
 func plainRun(ctx context.Context, plain *spec.Decoder, req spec.Request, res *speculateResult, logf func(string, ...any)) (spec.Result, error) {
-	r, err := plain.Generate(ctx, req)
+	rs, err := plain.GenerateFunc(ctx, req, nil)
 	if err != nil {
-		return r, err
+		return spec.Result{}, err
 	}
+	r := rs[0]
 	if len(r.Tokens) != req.MaxTokens {
 		return r, fmt.Errorf("plain decoding stopped after %d tokens of %d", len(r.Tokens), req.MaxTokens)
 	}
@@ -246,10 +247,11 @@ func speculativeRun(ctx context.Context, tgt target.Target, sm *draft.SmallModel
 	if err != nil {
 		return specRow{}, err
 	}
-	r, err := dec.Generate(ctx, req)
+	rs, err := dec.GenerateFunc(ctx, req, nil)
 	if err != nil {
 		return specRow{}, err
 	}
+	r := rs[0]
 	if !slices.Equal(r.Tokens, ref.Tokens) {
 		return specRow{}, fmt.Errorf("α %.2f, K %s: the speculative output is not plain greedy decoding's", alpha, kName(k))
 	}

@@ -45,8 +45,9 @@ func TwoTokens(t *testing.T, dec *spec.Decoder, logits func([]int32) []float32, 
 		for i := range draws {
 			req := spec.Request{Prompt: prompt, MaxTokens: 2, Sampling: params}
 			req.Sampling.Seed = uint64(round*draws + i)
-			res, err := dec.Generate(context.Background(), req)
+			rs, err := dec.GenerateFunc(context.Background(), req, nil)
 			require.NoError(t, err)
+			res := rs[0]
 			require.Len(t, res.Tokens, 2)
 			a := slices.Index(support, res.Tokens[0])
 			require.GreaterOrEqual(t, a, 0, "a first token outside the target's support")

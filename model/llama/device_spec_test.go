@@ -36,8 +36,9 @@ func checkGreedyIdentical(t *testing.T, m model.Model, cases []drafterCase, full
 	require.NoError(t, err)
 	for _, prompt := range [][]int32{promptA, promptB} {
 		req := spec.Request{Prompt: prompt, MaxTokens: 32}
-		want, err := plain.Generate(ctx, req)
+		wants, err := plain.GenerateFunc(ctx, req, nil)
 		require.NoError(t, err)
+		want := wants[0]
 		if full {
 			require.Len(t, want.Tokens, 32)
 		}
@@ -45,8 +46,9 @@ func checkGreedyIdentical(t *testing.T, m model.Model, cases []drafterCase, full
 			t.Run(fmt.Sprintf("%s/prompt%d", c.name, len(prompt)), func(t *testing.T) {
 				dec, err := spec.New(tgt, c.drafter, spec.Options{K: c.k})
 				require.NoError(t, err)
-				got, err := dec.Generate(ctx, req)
+				gots, err := dec.GenerateFunc(ctx, req, nil)
 				require.NoError(t, err)
+				got := gots[0]
 				assert.Equal(t, want.Tokens, got.Tokens)
 				assert.Greater(t, got.Stats.Accepted, 0, "some drafts accepted: speculation happened")
 				t.Logf("%d target passes for %d tokens", got.Stats.Steps, len(got.Tokens))

@@ -43,8 +43,9 @@ func TestSlidingWindowSpecGreedyIdentical(t *testing.T) {
 			for i := range req.Prompt {
 				req.Prompt[i] %= int32(cfg.Vocab)
 			}
-			want, err := plain.Generate(context.Background(), req)
+			wants, err := plain.GenerateFunc(context.Background(), req, nil)
 			require.NoError(t, err)
+			want := wants[0]
 			require.Len(t, want.Tokens, 400)
 			chain, err := draft.NewSmallModel(twin)
 			require.NoError(t, err)
@@ -59,8 +60,9 @@ func TestSlidingWindowSpecGreedyIdentical(t *testing.T) {
 			}{{"twin-k4", chain, 4}, {"other-k4", wrong, 4}, {"other-tree-k6", tree, 6}, {"lookup-k5", lookup.NGram{}, 5}} {
 				dec, err := spec.New(tgt, c.d, spec.Options{K: c.k})
 				require.NoError(t, err)
-				got, err := dec.Generate(context.Background(), req)
+				gots, err := dec.GenerateFunc(context.Background(), req, nil)
 				require.NoError(t, err)
+				got := gots[0]
 				assert.Equal(t, want.Tokens, got.Tokens, c.name)
 				t.Logf("%s: %s", c.name, got.Stats)
 				if c.name == "other-k4" {

@@ -368,8 +368,9 @@ func checkGreedyIdentity(t *testing.T, shape string) {
 	}
 	copy(prompt[30:], prompt[10:20]) // something for prompt lookup to find
 	req := spec.Request{Prompt: prompt, MaxTokens: 40}
-	want, err := plain.Generate(context.Background(), req)
+	wants, err := plain.GenerateFunc(context.Background(), req, nil)
 	require.NoError(t, err)
+	want := wants[0]
 	for _, c := range []struct {
 		name  string
 		draft *llama.Model
@@ -388,8 +389,9 @@ func checkGreedyIdentity(t *testing.T, shape string) {
 			}
 			dec, err := spec.New(tgt, dr, spec.Options{K: c.k})
 			require.NoError(t, err)
-			got, err := dec.Generate(context.Background(), req)
+			gots, err := dec.GenerateFunc(context.Background(), req, nil)
 			require.NoError(t, err)
+			got := gots[0]
 			require.Equal(t, want.Tokens, got.Tokens)
 			t.Logf("%s", got.Stats)
 		})

@@ -9,9 +9,10 @@ import (
 	"github.com/specula/specula/tokenizer"
 )
 
-// job is a checked request, ready to wait for its turn: its prompt encoded, the
-// decoder's request built, the key/value memory it may need worked out.
-type job struct {
+// plan is how one request runs: the caller's request, checked; its prompt encoded
+// and the decoder's request built from it; the key/value memory it may fill, which
+// it waits for; and, once admitted, the decoder it runs on.
+type plan struct {
 	req        Request
 	spec       spec.Request
 	echo       string   // the prompt's text, with Echo
@@ -22,36 +23,36 @@ type job struct {
 	speculative bool
 }
 
-// prepare checks req and turns it into a job. Every problem is an error of the
+// prepare checks req and makes its plan. Every problem is an error of the
 // engine's, before any model work: a *ParameterError naming the field, or
 // ErrPromptTooLong.
-func (e *Engine) prepare(req Request) (*job, error) {
+func (e *Engine) prepare(req Request) (*plan, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	j := &job{req: req}
-	if err := e.encodePrompt(j); err != nil {
+	pl := &plan{req: req}
+	if err := e.encodePrompt(pl); err != nil {
 		return nil, err
 	}
-	n := len(j.spec.Prompt)
+	n := len(pl.spec.Prompt)
 	if err := e.checkPromptLength(n); err != nil {
 		return nil, err
 	}
-	if err := e.setRequest(j); err != nil {
+	if err := e.setRequest(pl); err != nil {
 		return nil, err
 	}
-	j.need = e.blocksFor(j)
-	return j, nil
+	pl.need = e.blocksFor(pl)
+	return pl, nil
 }
 
-// encodePrompt sets the job's prompt tokens from the request's text, tokens or
+// encodePrompt sets the plan's prompt tokens from the request's text, tokens or
 // messages, and the text an echo shows.
-func (e *Engine) encodePrompt(j *job) error {
-	r := j.req
+func (e *Engine) encodePrompt(pl *plan) error {
+	r := pl.req
 	var err error
 	switch {
 	case len(r.Messages) > 0:
-		j.spec.Prompt, err = e.renderChat(r.Messages, r.TemplateArgs)
+		pl.spec.Prompt, err = e.renderChat(r.Messages, r.TemplateArgs)
 		return err
 	case len(r.Tokens) > 0:
 		v := e.info.VocabSize
@@ -60,16 +61,16 @@ func (e *Engine) encodePrompt(j *job) error {
 				return invalid(fmt.Sprintf("Tokens[%d]", i), "token %d is outside the vocabulary [0, %d)", t, v)
 			}
 		}
-		j.spec.Prompt = slices.Clone(r.Tokens) // the caller may reuse its slice
-		j.echo = e.tok.DecodeWith(r.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
+		pl.spec.Prompt = slices.Clone(r.Tokens) // the caller may reuse its slice
+		pl.echo = e.tok.DecodeWith(r.Tokens, tokenizer.DecodeOptions{SkipSpecial: true})
 	default:
-		if j.spec.Prompt, err = e.encode(r.Prompt); err != nil {
+		if pl.spec.Prompt, err = e.encode(r.Prompt); err != nil {
 			return err
 		}
-		j.echo = r.Prompt
+		pl.echo = r.Prompt
 	}
 	if r.Echo {
-		j.echoPieces = e.promptPieces(j.spec.Prompt, j.echo)
+		pl.echoPieces = e.promptPieces(pl.spec.Prompt, pl.echo)
 	}
 	return nil
 }
@@ -152,10 +153,16 @@ func (e *Engine) checkPromptLength(n int) error {
 	return nil
 }
 
-// setRequest builds the decoder's request: length, sampling (a random seed unless the
-// caller's must be kept), format, stops, log-probabilities.
-func (e *Engine) setRequest(j *job) error {
-	r, s := j.req, &j.spec
+// setRequest builds the decoder's request: choices, length, sampling (a random seed
+// unless the caller's must be kept), format, stops, log-probabilities — the prompt's
+// too, for an echo that shows them. A PromptOnly request is one prefill, whatever
+// its N: its choices are all the same.
+func (e *Engine) setRequest(pl *plan) error {
+	r, s := pl.req, &pl.spec
+	s.N, s.PromptOnly = r.choices(), r.PromptOnly
+	if r.PromptOnly {
+		s.N = 1
+	}
 	s.MaxTokens = r.MaxTokens
 	if ctxLen := e.info.ContextLength; s.MaxTokens == 0 && ctxLen > 0 {
 		s.MaxTokens = ctxLen - len(s.Prompt)
@@ -165,6 +172,7 @@ func (e *Engine) setRequest(j *job) error {
 		s.Sampling.Seed = RandomSeed()
 	}
 	s.Logprobs, s.TopLogprobs = r.Logprobs, r.TopLogprobs
+	s.PromptLogprobs = r.Echo && r.Logprobs
 	m, err := e.constraint(r.Format)
 	if err != nil {
 		return err
@@ -181,25 +189,25 @@ func (e *Engine) setRequest(j *job) error {
 	return nil
 }
 
-// blocksFor is the key/value blocks a job may fill at most: its prompt and every
+// blocksFor is the key/value blocks a plan may fill at most: its prompt and every
 // choice's tokens to MaxTokens, with room for a last draft; forked choices share
 // the prompt's full blocks and copy its last. 0 when the target does not say how
 // its cache is laid out.
-func (e *Engine) blocksFor(j *job) int {
+func (e *Engine) blocksFor(pl *plan) int {
 	bs := e.adm.blockSize
 	if bs == 0 {
 		return 0
 	}
-	prompt := len(j.spec.Prompt)
-	if j.req.PromptOnly {
+	prompt := len(pl.spec.Prompt)
+	if pl.req.PromptOnly {
 		return ceilDiv(prompt, bs)
 	}
-	end := prompt + j.spec.MaxTokens + e.maxK + 1
+	end := prompt + pl.spec.MaxTokens + e.maxK + 1
 	if ctxLen := e.info.ContextLength; ctxLen > 0 {
 		end = min(end, ctxLen)
 	}
 	blocks := ceilDiv(end, bs)
-	if n := j.req.choices(); n > 1 {
+	if n := pl.req.choices(); n > 1 {
 		blocks += (n - 1) * (ceilDiv(end-prompt, bs) + 1)
 	}
 	return blocks
@@ -207,23 +215,24 @@ func (e *Engine) blocksFor(j *job) int {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// pick chooses the job's decoder once it is admitted with running requests (itself
-// included): plain when asked or without a drafter; the reproducible one for a
-// caller's seed; else speculative unless the engine is saturated (Config.Saturation).
-func (j *job) pick(e *Engine, running int) {
-	j.dec, j.speculative = e.plain, false
+// pick chooses the plan's decoder once it is admitted with running requests (itself
+// included): plain when asked, without a drafter or when nothing is generated; the
+// reproducible one for a caller's seed; else speculative unless the engine is
+// saturated (Config.Saturation).
+func (pl *plan) pick(e *Engine, running int) {
+	pl.dec, pl.speculative = e.plain, false
 	switch {
-	case e.maxK == 0 || j.req.NoSpeculation:
-	case j.req.seeded():
-		j.dec, j.speculative = e.seeded, true
+	case e.maxK == 0 || pl.req.NoSpeculation || pl.req.PromptOnly:
+	case pl.req.seeded():
+		pl.dec, pl.speculative = e.seeded, true
 	case e.speculates(running):
-		j.dec, j.speculative = e.dec, true
+		pl.dec, pl.speculative = e.dec, true
 	}
 }
 
-// mode names the job's decoding for the metrics.
-func (j *job) mode() string {
-	if j.speculative {
+// mode names the plan's decoding for the metrics.
+func (pl *plan) mode() string {
+	if pl.speculative {
 		return "speculative"
 	}
 	return "plain"

@@ -7,10 +7,11 @@ import (
 	"github.com/specula/specula/grammar"
 )
 
-// formats caches the matchers of the formats an engine has been asked for, so that a
-// format asked for again — a service's schema, request after request — is compiled
-// once and keeps the token masks it has computed.
-type formats struct {
+// constraintCache is an engine's cache of compiled output constraints: the matcher of
+// every Format it has been asked for, so that a format asked for again — a service's
+// schema, request after request — is compiled once and keeps the token masks it has
+// computed.
+type constraintCache struct {
 	once  sync.Once
 	vocab *grammar.Vocab
 
@@ -19,7 +20,7 @@ type formats struct {
 	order    []Format // oldest first, for eviction
 }
 
-// maxFormats is how many compiled formats an engine keeps.
+// maxFormats is how many compiled formats an engine's constraint cache keeps.
 const maxFormats = 64
 
 // constraint compiles a format against the engine's vocabulary (nil for free text),
@@ -31,7 +32,7 @@ func (e *Engine) constraint(f Format) (*grammar.Matcher, error) {
 	if err != nil || kind == "" {
 		return nil, err
 	}
-	c := &e.formats
+	c := &e.constraints
 	c.mu.Lock()
 	m, ok := c.matchers[f]
 	c.mu.Unlock()
