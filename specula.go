@@ -53,7 +53,7 @@ import (
 const DefaultMaxK = 8
 
 // seededK is the fixed K of the decoder for seeded sampling under adaptive speculation
-// (see [Engine.ReproducibleDecoder]).
+// (see [Params.Reproducible]).
 const seededK = 2
 
 // Config says what [Open] loads. The zero value of a field is its default.
