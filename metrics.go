@@ -16,7 +16,7 @@ import (
 // counters (spec_decode_num_drafts, …_num_draft_tokens, …_num_accepted_tokens,
 // …_num_accepted_tokens_per_pos) and the gauges an inference gateway's endpoint
 // picker reads: num_requests_waiting, num_requests_running and kv_cache_usage_perc
-// (a fraction, 0 to 1). The README lists them all.
+// (a fraction, 0 to 1). docs/library.md lists them all.
 func (e *Engine) Metrics() prometheus.Collector { return e.met }
 
 // metrics are an engine's metrics: a prometheus.Collector of them all.

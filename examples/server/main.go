@@ -54,7 +54,7 @@
 //     tokenizer.chat_template, or chat_template in tokenizer_config.json; or
 //     -chat-template-file). A model without one answers chat requests with 400
 //     chat_template_missing.
-//   - A prompt that leaves no room in the context is a 413 context_length_exceeded;
+//   - A prompt that leaves no room in the context is a 400 context_length_exceeded;
 //     generation stops with finish_reason "length" at the end of the context.
 //   - At most -max-concurrent generations run at once, each its own sequence; up to
 //     -max-queue more wait; beyond that, 429 with Retry-After. A full key/value cache

@@ -24,7 +24,7 @@ import (
 func main() {
 	out := flag.String("out", "int_arm64.s", "the assembly file to write")
 	stubs := flag.String("stubs", "int_arm64_stubs.go", "the Go declarations to write")
-	counts := flag.Bool("counts", false, "write nothing; print each product kernel's instructions per 16 rows × 256 values instead (the README's table)")
+	counts := flag.Bool("counts", false, "write nothing; print each product kernel's instructions per 16 rows × 256 values instead (the table of docs/platforms.md)")
 	flag.Parse()
 	var f file
 	intKernels(&f)
