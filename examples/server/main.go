@@ -310,7 +310,7 @@ func (f *flags) config() (server.Config, error) {
 	cfg := server.Config{
 		ModelName: f.name, Pacing: f.pacing, MaxBodyBytes: f.maxBody, APIKey: f.apiKey,
 		Engine: specula.Config{Model: f.model, Threads: f.threads, ContextLength: f.ctxLen, NoLookup: !f.ngram,
-			Serving: specula.Serving{MaxRunning: f.maxConc, MaxQueue: queueOf(f.maxQueue)}},
+			MaxSequences: f.maxConc, Serving: specula.Serving{MaxRunning: f.maxConc, MaxQueue: queueOf(f.maxQueue)}},
 	}
 	k, adaptive, err := parseK(f.k)
 	if err != nil {

@@ -47,8 +47,15 @@ func TestFlags(t *testing.T) {
 	cfg, err := f.config()
 	require.NoError(t, err)
 	assert.Equal(t, specula.Config{Model: "a.gguf", Draft: "b.gguf", Threads: 2, ContextLength: 512, K: 5, MinK: 2,
-		Serving: specula.Serving{MaxRunning: 4 * runtime.GOMAXPROCS(0), MaxQueue: 64}}, cfg.Engine)
+		MaxSequences: 4 * runtime.GOMAXPROCS(0), Serving: specula.Serving{MaxRunning: 4 * runtime.GOMAXPROCS(0), MaxQueue: 64}}, cfg.Engine)
 	assert.Equal(t, "sekrit", cfg.APIKey)
+
+	f, err = parseFlags([]string{"-m", "a.gguf", "-md", "none", "-max-concurrent", "3"}, func(string) string { return "" })
+	require.NoError(t, err)
+	cfg, err = f.config()
+	require.NoError(t, err)
+	assert.Equal(t, 3, cfg.Engine.MaxSequences, "-kv-budget 0 sizes the cache for -max-concurrent requests")
+	assert.Equal(t, 3, cfg.Engine.MaxRunning)
 
 	f, err = parseFlags([]string{"-num-speculative-tokens", "0", "-m", "a.gguf"}, func(string) string { return "" })
 	require.NoError(t, err)
