@@ -28,7 +28,7 @@ $NICE go build -trimpath -o bin/gpubench ./examples/gpubench
 git rev-parse --short HEAD 2>/dev/null >bin/BUILD-INFO || echo unknown >bin/BUILD-INFO
 {
 	echo "built $(date -u +%FT%TZ) with $(go version)"
-	git status --short -- model/llama backend 2>/dev/null | head -50 | sed 's/^/  /'
+	git status --short -- model/llama backend gpu 2>/dev/null | head -50 | sed 's/^/  /'
 } >>bin/BUILD-INFO
 ls -l bin/gpu.test bin/llama.test bin/gpubench bin/gpubench.test
 du -ch bin/gpu.test bin/llama.test bin/gpubench bin/gpubench.test | tail -1

@@ -89,7 +89,7 @@ type Sequence interface {
 	// before its children): the sequence is then exactly as if the path had been
 	// forwarded as a chain. Retain needs no memory of the forward, so any caller that
 	// knows the tree can call it at any time; whether keep is a path of that tree is
-	// the caller's to know (see [PathOf]). On error nothing is changed.
+	// the caller's to know (see [batch.PathOf]). On error nothing is changed.
 	Retain(from int, keep []int32) error
 	// Close releases the sequence's memory. The sequence must not be used after.
 	Close() error

@@ -109,7 +109,7 @@ type structuredOutputs struct {
 	// concern regular expressions, grammars and choices.
 	DisableAnyWhitespace *bool `json:"disable_any_whitespace"`
 	// Refused when they would change the language: whitespace patterns and
-	// additional properties are the grammar package's (see README).
+	// additional properties are the grammar package's (see docs/structured-output.md).
 	DisableAdditionalProperties *bool   `json:"disable_additional_properties"`
 	WhitespacePattern           *string `json:"whitespace_pattern"`
 	// Accepted either way: the server never falls back to another backend or to

@@ -4,10 +4,12 @@
 // Qwen3-*-FP8). [ReadConfig] recognises a checkpoint's scheme from config.json's
 // quantization_config (or GPTQ's quantize_config.json); [Scheme.Dense] turns the
 // stored tensors of one linear layer into its dense weight matrix, [out, in], as
-// float32; [Scheme.Packed] repacks an integer-coded layer into llama.cpp's Q4_0 or
-// Q8_0 blocks where those hold its values exactly (same codes, float16 scale per run
-// of 32 inputs; an act-order layer's inputs first sorted by group, the permutation
-// returned with the blocks as Packing.Perm), for the integer kernels, and a block-wise FP8 layer into specula's
+// float32; [Scheme.Packed] repacks an integer-coded layer into the block type that
+// holds its values exactly in the fewest bytes — llama.cpp's Q4_0, specula's Q4_Z128
+// or Q4_Z (4-bit codes with an integer zero per 128 or 32 inputs: AWQ, asymmetric
+// GPTQ), else Q8_0 — (same codes, float16 scale per block; an act-order layer's inputs
+// first sorted by group, the permutation returned with the blocks as Packing.Perm),
+// for the integer kernels, and a block-wise FP8 layer into specula's
 // dtype.F8_E4M3_B128 (its e4m3 codes and a float32 scale per run of 128 inputs), for
 // float kernels that compute with exactly its values; [Scheme.PackedAs] repacks only
 // into the types a caller allows (GGUF conversion), else says why not ([ErrNotExact]).
