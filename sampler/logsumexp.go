@@ -3,7 +3,7 @@ package sampler
 import (
 	"math"
 
-	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/internal/vecmath"
 )
 
 // LogSumExp returns log Σ e^x over the logits xs: the normaliser of their log-softmax
@@ -14,10 +14,10 @@ import (
 // shorter than xs and returned for the next call, so that a caller scoring row after
 // row allocates only for a row longer than any before it; xs is left as it is.
 func LogSumExp(xs, scratch []float32) (float64, []float32) {
-	mx := kernels.Max(xs)
+	mx := vecmath.Max(xs)
 	if math.IsInf(float64(mx), -1) || mx != mx {
 		return float64(mx), scratch
 	}
 	scratch = append(scratch[:0], xs...)
-	return float64(mx) + math.Log(kernels.ExpShifted(scratch, mx, 1)), scratch
+	return float64(mx) + math.Log(vecmath.ExpShifted(scratch, mx, 1)), scratch
 }
