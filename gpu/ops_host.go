@@ -9,6 +9,7 @@ import (
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/internal/vecmath"
 )
 
 // hostOps runs the primitive operations in plain Go on the CPU, one thread, with
@@ -383,7 +384,7 @@ func (h *hostOps) attention(a attnArgs) (err error) {
 				sc[j] = s
 				mx = max(mx, s)
 			}
-			inv := float32(1 / kernels.ExpShifted(sc[lo:], mx, 1))
+			inv := float32(1 / vecmath.ExpShifted(sc[lo:], mx, 1))
 			dst := out[(i*heads+hh)*hd : (i*heads+hh+1)*hd]
 			clear(dst)
 			for j := lo; j < L; j++ {
@@ -414,7 +415,7 @@ func (h *hostOps) glu(out, gu devptr, n, ffn int, act backend.Activation) (err e
 
 func (h *hostOps) scale(x devptr, total int64, s float32) (err error) {
 	defer h.catch("scale", &err)
-	kernels.Scale(h.f32(x, total), s)
+	vecmath.Scale(h.f32(x, total), s)
 	return nil
 }
 

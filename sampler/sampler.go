@@ -21,7 +21,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/internal/vecmath"
 )
 
 // Sampler is one request's sampling state. It is not safe for concurrent use.
@@ -146,7 +146,7 @@ var errAllMasked = errors.New("sampler: every logit is -Inf")
 // maxLogit returns the largest logit (vectorised), or an error naming the first NaN or
 // +Inf, or errAllMasked when every logit is -Inf.
 func maxLogit(logits []float32) (float32, error) {
-	mx := kernels.Max(logits)
+	mx := vecmath.Max(logits)
 	if mx != mx || mx > math.MaxFloat32 {
 		for i, x := range logits {
 			if x != x || x > math.MaxFloat32 {
@@ -251,7 +251,7 @@ func (s *Sampler) Process(logits []float32, history []int32, dst []float32) erro
 			}
 		}
 	}
-	total := kernels.ExpShifted(dst, mx, float32(min(1/s.p.Temperature, 1e30)))
+	total := vecmath.ExpShifted(dst, mx, float32(min(1/s.p.Temperature, 1e30)))
 	t := s.threshold(dst, total)
 	kept := total
 	if t > 0 {
@@ -264,7 +264,7 @@ func (s *Sampler) Process(logits []float32, history []int32, dst []float32) erro
 	}
 	inv := float32(1 / kept)
 	if t == 0 {
-		kernels.Scale(dst, inv) // nothing is cut: the weights are all >= 0
+		vecmath.Scale(dst, inv) // nothing is cut: the weights are all >= 0
 		return nil
 	}
 	for i, e := range dst {

@@ -1,10 +1,9 @@
 package spec
 
 import (
-	"math"
 	"slices"
 
-	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/sampler"
 )
 
 // Logprob is the target's log-probability of a generated token, and of the most
@@ -55,7 +54,8 @@ type scorer struct {
 
 // logprobOf scores tok in a row of logits, with the top most likely tokens.
 func (sc *scorer) logprobOf(row []float32, tok int32, top int) Logprob {
-	lse := sc.logSumExp(row)
+	var lse float64
+	lse, sc.exps = sampler.LogSumExp(row, sc.exps)
 	lp := Logprob{Token: tok, Logprob: float32(float64(row[tok]) - lse)}
 	if top == 0 {
 		return lp
@@ -77,16 +77,4 @@ func (sc *scorer) logprobOf(row []float32, tok int32, top int) Logprob {
 		lp.Top[i].Logprob = float32(float64(lp.Top[i].Logprob) - lse)
 	}
 	return lp
-}
-
-// logSumExp is log Σ exp(x), computed stably: the largest value taken out, the
-// exponentials by the vectorised kernel (of the sampler's softmax), summed in
-// float64.
-func (sc *scorer) logSumExp(xs []float32) float64 {
-	mx := kernels.Max(xs)
-	if math.IsInf(float64(mx), -1) || mx != mx {
-		return float64(mx)
-	}
-	sc.exps = append(sc.exps[:0], xs...)
-	return float64(mx) + math.Log(kernels.ExpShifted(sc.exps, mx, 1))
 }

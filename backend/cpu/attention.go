@@ -6,6 +6,7 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/internal/vecmath"
 )
 
 // attnBlock is the cache block size: 16 positions, one vector of scores (AVX-512) or
@@ -274,8 +275,8 @@ func (t *attnTask) heads(sp *backend.Span, kvh, h0, r0, r1 int, buf []float32) [
 			for j := range masked {
 				hs[j] = float32(math.Inf(-1)) // before the window: a weight of 0
 			}
-			inv := float32(1 / kernels.ExpShifted(hs, kernels.Max(hs), 1))
-			kernels.Scale(hs, inv)
+			inv := float32(1 / vecmath.ExpShifted(hs, vecmath.Max(hs), 1))
+			vecmath.Scale(hs, inv)
 		}
 	}
 	t.visible(sp, kvh, r0, r1, nil, func(r int, _, vb []float32, cnt, pos int) {

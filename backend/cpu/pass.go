@@ -6,6 +6,7 @@ import (
 
 	"github.com/specula/specula/backend"
 	"github.com/specula/specula/internal/kernels"
+	"github.com/specula/specula/internal/vecmath"
 )
 
 // pass is one pass's scratch and state: the activation buffers, grown when a larger
@@ -227,7 +228,7 @@ func (ps *pass) GLU(act backend.Activation) {
 // Scale implements [backend.Pass].
 func (ps *pass) Scale(a backend.Act, s float32) {
 	if ps.err == nil {
-		kernels.Scale(ps.buf(a), s)
+		vecmath.Scale(ps.buf(a), s)
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 	"github.com/specula/specula/format/dtype"
 )
 
-//go:generate sh -c "cd _gen && go run . -out ../dot_amd64.s -stubs ../dot_amd64_stubs.go -pkg kernels"
-//go:generate sh -c "cd _gen && go run . -set avx512 -out ../int512_amd64.s -stubs ../int512_amd64_stubs.go -pkg kernels"
-//go:generate sh -c "cd _gen && go run . -set avx512bw -out ../int512bw_amd64.s -stubs ../int512bw_amd64_stubs.go -pkg kernels"
+//go:generate sh -c "cd _gen && GOWORK=off go run . -out ../dot_amd64.s -stubs ../dot_amd64_stubs.go -pkg kernels"
+//go:generate sh -c "cd _gen && GOWORK=off go run . -set avx512 -out ../int512_amd64.s -stubs ../int512_amd64_stubs.go -pkg kernels"
+//go:generate sh -c "cd _gen && GOWORK=off go run . -set avx512bw -out ../int512bw_amd64.s -stubs ../int512bw_amd64_stubs.go -pkg kernels"
 
 // hasAVX2 reports whether the generated kernels can run: they use AVX2, FMA and F16C.
 var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasAVX && cpu.X86.HasF16C &&

@@ -195,12 +195,3 @@ func weightedSum4AVX2(w *float32, ldw int, v *float32, cnt int, out *float32, hd
 
 // siluMulAVX2 sets dst = silu(gate)·up over the first len(gate) rounded down to 8 values, as SiLUMul does.
 func siluMulAVX2(dst []float32, gate []float32, up []float32)
-
-// expShiftedAVX2 replaces each x of the first len(v) rounded down to 8 values by ExpNeg((x−mx)·invT).
-func expShiftedAVX2(v []float32, mx float32, invT float32)
-
-// maxAVX2 returns the largest of the first len(v) rounded down to 8 values, NaN if one is NaN.
-func maxAVX2(v []float32) float32
-
-// scaleAVX2 multiplies the first len(v) rounded down to 8 values by s.
-func scaleAVX2(v []float32, s float32)

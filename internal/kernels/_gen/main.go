@@ -1,15 +1,19 @@
 // Command _gen writes specula's assembly kernels with avo, one file per instruction
-// set:
+// set, and the AVX2 vector helpers of internal/vecmath:
 //
-//	cd internal/kernels/_gen && go run . -out ../dot_amd64.s -stubs ../dot_amd64_stubs.go -pkg kernels
-//	cd internal/kernels/_gen && go run . -set avx512 -out ../int512_amd64.s -stubs ../int512_amd64_stubs.go -pkg kernels
-//	cd internal/kernels/_gen && go run . -set avx512bw -out ../int512bw_amd64.s -stubs ../int512bw_amd64_stubs.go -pkg kernels
+//	cd internal/kernels/_gen && GOWORK=off go run . -out ../dot_amd64.s -stubs ../dot_amd64_stubs.go -pkg kernels
+//	cd internal/kernels/_gen && GOWORK=off go run . -set avx512 -out ../int512_amd64.s -stubs ../int512_amd64_stubs.go -pkg kernels
+//	cd internal/kernels/_gen && GOWORK=off go run . -set avx512bw -out ../int512bw_amd64.s -stubs ../int512bw_amd64_stubs.go -pkg kernels
+//	cd internal/kernels/_gen && GOWORK=off go run . -set vecmath -out ../../vecmath/vec_amd64.s -stubs ../../vecmath/vec_amd64_stubs.go -pkg vecmath
 //
-// (the go:generate lines in internal/kernels/dispatch_amd64.go run exactly those):
-// the AVX2 kernels and vector helpers; the AVX-512 ones (integer products with VNNI,
-// float products, activation quantizers, attention); the AVX-512 integer products
-// without VNNI. The pure-Go twins in the package define the arithmetic, and every
-// kernel here reproduces it bit for bit.
+// (the go:generate lines in internal/kernels/dispatch_amd64.go and
+// internal/vecmath/dispatch_amd64.go run exactly those; GOWORK=off because this
+// generator is a module of its own, outside the repository's go.work):
+// the AVX2 kernels; the AVX-512 ones (integer products with VNNI, float products,
+// activation quantizers, attention); the AVX-512 integer products without VNNI; the
+// vector helpers of a softmax (max, shifted exponentials, scaling). The pure-Go twins
+// in each package define the arithmetic, and every kernel here reproduces it bit for
+// bit.
 package main
 
 import (
@@ -23,12 +27,19 @@ import (
 )
 
 func main() {
-	set := flag.String("set", "avx2", "the kernels to write: avx2 (the AVX2 kernels and vector helpers), avx512 (the AVX-512 kernels) or avx512bw (the AVX-512 integer kernels without VNNI)")
+	set := flag.String("set", "avx2", "the kernels to write: avx2 (the AVX2 kernels), avx512 (the AVX-512 kernels), avx512bw (the AVX-512 integer kernels without VNNI) or vecmath (internal/vecmath's AVX2 vector helpers)")
 	flag.Parse()
 	ConstraintExpr("amd64,!purego")
 	switch *set {
 	case "avx512bw":
 		int512Kernels(false)
+		Generate()
+		return
+	case "vecmath":
+		ec := newExpConsts()
+		expShiftedKernel(ec)
+		maxKernel()
+		scaleKernel()
 		Generate()
 		return
 	case "avx512":
@@ -46,11 +57,7 @@ func main() {
 	for h := 1; h <= 4; h++ {
 		weightedSumKernel(h)
 	}
-	ec := newExpConsts()
-	siluMulKernel(ec)
-	expShiftedKernel(ec)
-	maxKernel()
-	scaleKernel()
+	siluMulKernel(newExpConsts())
 	Generate()
 }
 
@@ -144,7 +151,9 @@ func weightedSumKernel(H int) {
 	RET()
 }
 
-// expConsts are the constants of the vector ExpNeg, each in 8 lanes, in read-only data.
+// expConsts are the constants of the vector ExpNeg (vecmath.ExpNeg), each in 8 lanes,
+// in read-only data: a table local to the assembly file that emits it, so each output
+// whose kernels use expNeg (the kernels' SiLU, vecmath's exponentials) emits its own.
 type expConsts struct{ tab Mem }
 
 const (
@@ -189,9 +198,9 @@ func (c expConsts) at(i int) Mem { return c.tab.Offset(32 * i) }
 
 const geOQ = 0x1d // VCMPPS predicate: greater or equal, ordered, quiet (false for NaN)
 
-// expNeg sets e = ExpNeg(x) for x ≤ 0 in 8 lanes, operation for operation as the Go
-// function (no fused multiply-adds), so that the results are the same to the bit. It
-// uses t as scratch.
+// expNeg sets e = vecmath.ExpNeg(x) for x ≤ 0 in 8 lanes, operation for operation as
+// the Go function (no fused multiply-adds), so that the results are the same to the
+// bit. It uses t as scratch.
 func expNeg(c expConsts, x, e VecVirtual) {
 	valid, t, ni, fn, r := YMM(), YMM(), YMM(), YMM(), YMM()
 	// valid = x ≥ −87.33654 (ExpNeg is 0 below, and for NaN).
@@ -261,8 +270,8 @@ func siluMulKernel(c expConsts) {
 }
 
 // expShiftedKernel: func(v []float32, mx, invT float32), v = ExpNeg((v − mx)·invT)
-// over the first len(v)/8·8 values, to the bit as ExpShifted's loop computes them
-// (ExpShifted adds them up in order itself).
+// over the first len(v)/8·8 values, to the bit as vecmath.ExpShifted's loop computes
+// them (ExpShifted adds them up in order itself).
 func expShiftedKernel(c expConsts) {
 	TEXT("expShiftedAVX2", NOSPLIT, "func(v []float32, mx, invT float32)")
 	Doc("expShiftedAVX2 replaces each x of the first len(v) rounded down to 8 values by ExpNeg((x−mx)·invT).")
