@@ -241,6 +241,9 @@ func (b *Backend) MulRows(w backend.Matrix, x []float32, n int, y []float32) err
 		return fmt.Errorf("cpu: a product of %d rows with a %d × %d matrix: %d inputs and %d outputs given, want %d and %d",
 			n, m.rows, cols, len(x), len(y), n*cols, n*m.rows)
 	}
+	if n == 0 {
+		return nil
+	}
 	ps := b.getPass()
 	defer b.putPass(ps)
 	ps.mulRows(y, m.rows, x, n, cols, &ps.act[backend.X], m)

@@ -40,7 +40,7 @@ var (
 // gocoderM opens the target the shared heads were trained for, the shared F16
 // gocoder-m, on a CPU pool of two threads as an engine does: the pool closes after
 // the target, which closes after the heads on it.
-func gocoderM(t *testing.T) (*llama.Model, string) {
+func gocoderM(t testing.TB) (*llama.Model, string) {
 	t.Helper()
 	path := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
 	pool := cpu.NewPool(2)
@@ -62,7 +62,7 @@ func onTarget(m *llama.Model, path string, tree draft.TreeShape) heads.Options {
 }
 
 // states forwards toks through m and returns the final hidden state at every position.
-func states(t *testing.T, m *llama.Model, toks []int32) [][]float32 {
+func states(t testing.TB, m *llama.Model, toks []int32) [][]float32 {
 	t.Helper()
 	s, err := m.NewSequence(context.Background())
 	require.NoError(t, err)
