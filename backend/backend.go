@@ -15,7 +15,9 @@
 // — the rows (tokens) of every sequence in it, their positions and rotary angles,
 // where their keys and values go, what each row attends to, which rows give logits —
 // and runs the layers through the [Pass] the backend hands it. Activations live in the
-// backend, named by [Act].
+// backend, named by [Act]. Outside any pass, [Backend]'s MulRows and EmbedRow compute
+// for the drafters that run beside a model on its backend (a trained head): products
+// of a few host rows with matrices taken in, and rows of a table.
 package backend
 
 import (
