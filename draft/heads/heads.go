@@ -29,9 +29,9 @@ import (
 type Options struct {
 	// Backend is where an MLPSpeculator's or Medusa heads' matrices live and their
 	// products run: the target's (llama.Model.Compute), so that the head computes
-	// where the target does. It stays the caller's, and the head's matrices live
-	// until it is closed: close (stop using) the head before the target. Required
-	// for those two kinds.
+	// where the target does. It stays the caller's; the head's matrices live in it
+	// until the backend is closed, so the head must be closed (no longer used)
+	// before the target. Required for those two kinds.
 	Backend backend.Backend
 	// Tree, for Medusa and EAGLE, makes the head draft trees of this shape; zero
 	// drafts chains (MLPSpeculator always does).
