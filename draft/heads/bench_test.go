@@ -6,10 +6,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/internal/sharedtest"
+	"github.com/specula/specula/model/llama"
 )
 
 // BenchmarkPropose measures one greedy proposal of three tokens by each shared head
@@ -20,8 +22,10 @@ func BenchmarkPropose(b *testing.B) {
 		b.Run(dir, func(b *testing.B) {
 			m, target := gocoderM(b)
 			st := states(b, m, promptA)
-			opts := onTarget(m, target, draft.TreeShape{})
-			opts.Requantize = dtype.Q8_0
+			factory := m.Compute().(*cpu.Backend).Pool().Factory()
+			opts := heads.Options{Backend: m.Compute(), Requantize: dtype.Q8_0, OpenEAGLE: func(dir string) (heads.Layer, error) {
+				return llama.OpenEAGLE(dir, target, factory, llama.Options{ContextLength: m.Info().ContextLength, Requantize: dtype.Q8_0})
+			}}
 			d, closer, err := heads.Open(sharedtest.Path(b, "models", dir), m.Info(), opts)
 			require.NoError(b, err)
 			defer closer.Close()
