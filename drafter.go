@@ -1,12 +1,13 @@
 package specula
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
 
-	"github.com/specula/specula/backend/cpu"
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/draft/lookup"
@@ -102,9 +103,8 @@ func (e *Engine) openDrafters(cfg Config, parts []draftPart) (draft.Drafter, err
 
 // opener opens the drafters of one engine.
 type opener struct {
-	e    *Engine
-	cfg  Config
-	pool *heads.Pool // the threads of every head of the engine, started with the first
+	e   *Engine
+	cfg Config
 }
 
 // open opens one drafter of Config.Draft.
@@ -120,16 +120,21 @@ func (o *opener) open(p draftPart) (draft.Drafter, error) {
 	return o.head(p.path)
 }
 
-// head opens a trained head, on the engine's pool of head threads.
+// computer is a model that lends its backend to the drafters that compute beside it
+// (*llama.Model).
+type computer interface {
+	Compute() backend.Backend
+}
+
+// head opens a trained head, computing on the target's backend.
 func (o *opener) head(dir string) (draft.Drafter, error) {
-	if o.pool == nil {
-		o.pool = heads.NewPool(o.cfg.Threads)
-		o.e.closers = append(o.e.closers, o.pool)
+	tm, ok := o.e.model.(computer)
+	if !ok {
+		return nil, fmt.Errorf("specula: draft head %s: the target lends no backend for a head to compute on", dir)
 	}
 	// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
-	opts := heads.Options{Pool: o.pool, Threads: o.cfg.Threads, Requantize: dtype.Q8_0, Tree: o.cfg.Tree,
-		Backend: cpu.Factory(o.cfg.Threads), Layer: llama.Options{ContextLength: o.cfg.ContextLength}}
-	h, closer, err := heads.Open(dir, o.cfg.Model, o.e.info, opts)
+	opts := heads.Options{Backend: tm.Compute(), Requantize: dtype.Q8_0, Tree: o.cfg.Tree, OpenEAGLE: o.eagle}
+	h, closer, err := heads.Open(dir, o.e.info, opts)
 	if err != nil {
 		return nil, fmt.Errorf("specula: draft head %s: %w", dir, err)
 	}
@@ -137,11 +142,19 @@ func (o *opener) head(dir string) (draft.Drafter, error) {
 	return h, nil
 }
 
+// eagle loads an EAGLE layer for the target, sharing its embeddings: on a backend of
+// the target's factory (its device; on the CPU the engine's threads), with the
+// target's context length, in Q8_0 as the other heads.
+func (o *opener) eagle(dir string) (heads.Layer, error) {
+	opts := llama.Options{ContextLength: cmp.Or(o.cfg.ContextLength, o.e.info.ContextLength), Requantize: dtype.Q8_0}
+	return llama.OpenEAGLE(dir, o.cfg.Model, o.e.targetBackend(o.cfg), opts)
+}
+
 // model opens a draft model, which must share the target's tokenizer.
 func (o *opener) model(path string) (draft.Drafter, error) {
 	e, cfg := o.e, o.cfg
 	// The draft model's cache keeps the runtime's default budget: it is small.
-	dm, err := openModel(path, cpu.Factory(cfg.Threads), llama.Options{ContextLength: cfg.ContextLength}, cfg.Progress)
+	dm, err := openModel(path, e.cpuBackend(cfg), llama.Options{ContextLength: cfg.ContextLength}, cfg.Progress)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package specula
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,11 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/internal/sharedtest"
+	"github.com/specula/specula/model"
 )
 
 // The demo pair shipped in models/.
@@ -126,22 +129,35 @@ func describe(d draft.Drafter) string {
 	return fmt.Sprintf("%T", d)
 }
 
-// TestHeadsShareOnePool opens an engine drafting with two heads and checks that it
-// holds one pool of head threads for both, and that they draft the target's greedy
-// text.
-func TestHeadsShareOnePool(t *testing.T) {
+// TestEngineOneCPUPool opens an engine drafting with a draft model and every kind of
+// trained head and checks that it makes one pool of CPU threads, which every backend
+// it made runs on (the target's, whose backend the MLPSpeculator and Medusa compute
+// on, the draft model's and the EAGLE layer's), and that they draft the target's
+// greedy text.
+func TestEngineOneCPUPool(t *testing.T) {
 	target := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
+	xs := sharedtest.Path(t, "models", "gocoder-xs-q8_0.gguf")
 	mlp, medusa := sharedtest.Path(t, "models", "gocoder-m-mlp-speculator"), sharedtest.Path(t, "models", "gocoder-m-medusa")
-	e, err := Open(Config{Model: target, Draft: "mlp:" + mlp + "+medusa:" + medusa, Threads: 2})
+	eagle := sharedtest.Path(t, "models", "gocoder-m-eagle")
+	e, err := Open(Config{Model: target, Draft: "mlp:" + mlp + "+medusa:" + medusa + "+eagle:" + eagle + "+model:" + xs, Threads: 2})
 	require.NoError(t, err)
 	defer e.Close()
-	pools := 0
+	pools, backends := 0, 0
 	for _, c := range e.closers {
-		if _, ok := c.(*heads.Pool); ok {
+		switch c := c.(type) {
+		case *cpu.Pool:
 			pools++
+		case computer:
+			be, ok := c.Compute().(*cpu.Backend)
+			require.True(t, ok, "a CPU backend")
+			assert.Same(t, e.pool, be.Pool(), "%s runs on the engine's pool", c.(model.Model).Info().Name)
+			backends++
 		}
 	}
-	assert.Equal(t, 1, pools, "one pool of head threads for the engine")
+	assert.Equal(t, 1, pools, "one pool of CPU threads for the engine")
+	assert.Equal(t, 3, backends, "the target's, the draft model's and the EAGLE layer's backends")
+	assert.Equal(t, 2, e.pool.Threads())
+	assert.Same(t, e.closers[0], io.Closer(e.pool), "the pool opened first, closed last")
 
 	plain, err := Open(Config{Model: target, Draft: "none", Threads: 2})
 	require.NoError(t, err)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/kvcache"
 	"github.com/specula/specula/model"
@@ -33,7 +35,11 @@ type Engine struct {
 	maxK               int
 	saturation         int
 	drafts             []model.Model // draft models, for their memory figures
-	closers            []io.Closer   // the models and heads the engine opened
+	// closers are what the engine opened, in order: Close closes them the other way
+	// round, so that a drafter closes before the target it computes on and the CPU
+	// threads (pool) after every backend on them.
+	closers []io.Closer
+	pool    *cpu.Pool // the one pool of CPU threads of every backend the engine made; nil: none yet
 
 	adm         *admission
 	met         *metrics
@@ -124,8 +130,9 @@ func (e *Engine) makeDecoders(drafter draft.Drafter, k, minK int, fixed bool) er
 }
 
 // Close ends the engine: requests waiting are refused and running ones cancelled,
-// with ErrClosed; once they have ended, what Open loaded is released. Later requests
-// fail with ErrClosed.
+// with ErrClosed; once they have ended, what Open loaded is released, the last
+// loaded first (the drafters before the target, the CPU threads last). Later
+// requests fail with ErrClosed.
 func (e *Engine) Close() error {
 	if e.cancel != nil {
 		e.cancel(ErrClosed)
@@ -134,10 +141,10 @@ func (e *Engine) Close() error {
 		e.adm.close()
 	}
 	var errs []error
-	for _, c := range e.closers {
+	for _, c := range slices.Backward(e.closers) {
 		errs = append(errs, c.Close())
 	}
-	e.closers = nil
+	e.closers, e.pool = nil, nil
 	return errors.Join(errs...)
 }
 

@@ -93,8 +93,9 @@ type Config struct {
 	// MinK, for an adaptive engine, is the fewest tokens a step that drafts drafts
 	// (llama-server's --draft-min); it may still decode a step plainly.
 	MinK int
-	// Threads is the number of threads of a forward pass on the CPU (0: GOMAXPROCS):
-	// the target's when Backend is nil, and a draft model's or head's.
+	// Threads is the number of CPU threads (0: GOMAXPROCS) of the engine's one pool,
+	// which every model it runs on the CPU shares: the target's when Backend is nil
+	// (and so its heads'), a draft model's, an EAGLE layer's.
 	Threads int
 	// ContextLength, when positive, lowers the model's context length.
 	ContextLength int
@@ -109,8 +110,9 @@ type Config struct {
 	// Backend makes what runs the target; nil runs it on the CPU (backend/cpu, with
 	// Threads threads). For a GPU, open a device with package gpu and pass
 	// gpu.Factory(dev, gpu.BackendOptions{}): that package loads the CUDA libraries
-	// at run time, so only programs that import it carry the loader. Draft models and
-	// heads run on the CPU.
+	// at run time, so only programs that import it carry the loader. A trained head
+	// computes on the target's backend (an EAGLE layer on one this factory makes);
+	// draft models run on the CPU.
 	Backend backend.Factory
 	// ChatTemplate, when set, is the Jinja chat template to use instead of the
 	// model's own.
@@ -204,7 +206,7 @@ func checkK(prefix string, k, minK int) error {
 
 // openTarget opens the target model and its tokenizer.
 func (e *Engine) openTarget(cfg Config) error {
-	m, err := openModel(cfg.Model, targetBackend(cfg), targetOptions(cfg), cfg.Progress)
+	m, err := openModel(cfg.Model, e.targetBackend(cfg), targetOptions(cfg), cfg.Progress)
 	if err != nil {
 		return err
 	}
@@ -216,12 +218,24 @@ func (e *Engine) openTarget(cfg Config) error {
 	return nil
 }
 
-// targetBackend returns the target's backend: the configured one, else the CPU's.
-func targetBackend(cfg Config) backend.Factory {
+// targetBackend returns the factory of the target's backend, and of what runs beside
+// it on its device (an EAGLE layer): the configured one, else the CPU's.
+func (e *Engine) targetBackend(cfg Config) backend.Factory {
 	if cfg.Backend != nil {
 		return cfg.Backend
 	}
-	return cpu.Factory(cfg.Threads)
+	return e.cpuBackend(cfg)
+}
+
+// cpuBackend returns the factory of CPU backends on the engine's one pool of
+// threads, started by the first call (and closed by Close after every backend on
+// it, which are opened after it).
+func (e *Engine) cpuBackend(cfg Config) backend.Factory {
+	if e.pool == nil {
+		e.pool = cpu.NewPool(cfg.Threads)
+		e.closers = append(e.closers, e.pool)
+	}
+	return e.pool.Factory()
 }
 
 // targetOptions returns the target's load options: the KV budget, else the model's

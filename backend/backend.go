@@ -15,7 +15,9 @@
 // — the rows (tokens) of every sequence in it, their positions and rotary angles,
 // where their keys and values go, what each row attends to, which rows give logits —
 // and runs the layers through the [Pass] the backend hands it. Activations live in the
-// backend, named by [Act].
+// backend, named by [Act]. Outside any pass, [Backend]'s MulRows and EmbedRow compute
+// for the drafters that run beside a model on its backend (a trained head): products
+// of a few host rows with matrices taken in, and rows of a table.
 package backend
 
 import (
@@ -126,10 +128,21 @@ type Backend interface {
 	// Matrix takes in one weight matrix, or several side by side: the product with
 	// them is one product whose output row holds each part's outputs in order (Q, K
 	// and V as one projection). The parts share Cols. The tensors' bytes are not
-	// kept: the caller may release them after.
+	// kept: the caller may release them after. The matrix lives until the backend
+	// is closed.
 	Matrix(parts ...Tensor) (Matrix, error)
 	// Vector takes in a vector.
 	Vector(v []float32) (Vector, error)
+	// MulRows writes y = x · mᵀ for the n rows of x, each of m's columns, to the n
+	// rows of y, each of m.Rows() values: the product a pass's Mul computes, of rows
+	// in host memory, outside any pass. It is the arithmetic of a drafter that runs
+	// beside the model on the model's backend — a trained head's few rows a step,
+	// with matrices it gave the backend — so that the head computes where the model
+	// does. Safe for concurrent use, with passes too.
+	MulRows(m Matrix, x []float32, n int, y []float32) error
+	// EmbedRow writes row i of m (an embedding table) to dst as float32 values, as a
+	// pass's Embed reads it, outside any pass. Safe for concurrent use.
+	EmbedRow(m Matrix, i int, dst []float32) error
 	// KV makes the key/value books and storage of a pool as s says: the layers it
 	// stores, in blocks of s.BlockSize positions, within s.Budget bytes. A model
 	// makes one pool, or a second for its sliding-window layers (see [KVSpec]).

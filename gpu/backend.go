@@ -29,6 +29,7 @@ type Backend struct {
 	kv     [2]*deviceKV // the first pool and the sliding layers' (backend.KVSpec)
 	kvmap  backend.KVMap
 	s      scratch
+	rows   hostRows   // the device memory of MulRows and EmbedRow
 	pass   devicePass // the pass in progress, reused
 	// permuted: a matrix with permuted columns was taken in, so passes need the
 	// gathered-input buffer (scratch.gathered).
@@ -347,6 +348,7 @@ func (g *Backend) Close() error {
 			}
 		}
 		g.s = scratch{}
+		errs = append(errs, g.rows.free(b))
 		return errors.Join(errs...)
 	})
 }

@@ -3,13 +3,15 @@
 # that has no Go toolchain: into bin/ at the repository root (git-ignored), for
 # linux/amd64, without cgo.
 #
-#   gpu/build-device.sh   # bin/gpu.test, bin/llama.test, bin/gpubench, bin/gpubench.test
+#   gpu/build-device.sh   # bin/gpu.test, bin/llama.test, bin/heads.test, bin/gpubench, bin/gpubench.test
 #
 # bin/gpu.test is package gpu's own tests (library discovery, the kernels, the device
 # Backend against the CPU backend); bin/llama.test is model/llama's, of which
 # device-check.sh runs the device ones (TestHost…, TestGPU…: models on the host device
 # and on the GPU against the CPU backend, the paged key/value cache, random weights,
-# greedy speculative decoding).
+# greedy speculative decoding); bin/heads.test is draft/heads', of which it runs
+# TestHeadsOnDevice (the trained heads computing on the device backend against the
+# CPU's; it needs ../shared).
 #
 # The binaries are not fully static: purego loads libcuda, cuBLAS and NVRTC with the
 # system's dynamic loader, so they need glibc's ld.so on the target (any Linux with an
@@ -23,12 +25,13 @@ mkdir -p bin
 echo "building into $PWD/bin (CGO_ENABLED=0 GOOS=linux GOARCH=amd64, $(go version | cut -d' ' -f3))"
 $NICE go test -c -o bin/gpu.test ./gpu
 $NICE go test -c -o bin/llama.test ./model/llama
+$NICE go test -c -o bin/heads.test ./draft/heads
 $NICE go test -c -o bin/gpubench.test ./examples/gpubench
 $NICE go build -trimpath -o bin/gpubench ./examples/gpubench
 git rev-parse --short HEAD 2>/dev/null >bin/BUILD-INFO || echo unknown >bin/BUILD-INFO
 {
 	echo "built $(date -u +%FT%TZ) with $(go version)"
-	git status --short -- model/llama backend gpu 2>/dev/null | head -50 | sed 's/^/  /'
+	git status --short -- model/llama backend gpu draft 2>/dev/null | head -50 | sed 's/^/  /'
 } >>bin/BUILD-INFO
-ls -l bin/gpu.test bin/llama.test bin/gpubench bin/gpubench.test
-du -ch bin/gpu.test bin/llama.test bin/gpubench bin/gpubench.test | tail -1
+ls -l bin/gpu.test bin/llama.test bin/heads.test bin/gpubench bin/gpubench.test
+du -ch bin/gpu.test bin/llama.test bin/heads.test bin/gpubench bin/gpubench.test | tail -1

@@ -10,11 +10,12 @@
 # and model/llama's device tests, TestHost… and TestGPU… (logits against the CPU
 # backend on the gocoder models, random-weight models against the host device, batch
 # invariance, greedy speculative output identical to plain, the paged key/value cache
-# on the device), then benchmarks random-weight models shaped like Qwen2.5-0.5B and
+# on the device), and draft/heads' TestHeadsOnDevice (the trained heads computing on
+# the device backend against the CPU's, when ../shared is there), then benchmarks random-weight models shaped like Qwen2.5-0.5B and
 # Qwen2.5-7B (F16, BF16, Q8_0): decode tokens/s at a 512-token context, the
 # verify(5)/verify(1) cost ratio and achieved memory bandwidth against the card's
 # peak. Everything goes to $OUT (default ./device-out): device-check.log (all of it),
-# nvidia-smi.txt, libs.txt, gpu-test.log, llama-test.log, gpubench-*.txt/json,
+# nvidia-smi.txt, libs.txt, gpu-test.log, llama-test.log, heads-test.log, gpubench-*.txt/json,
 # summary.txt.
 #
 # Without a GPU (no nvidia-smi, or DRY=1) it still runs the tests — the GPU tests then
@@ -166,6 +167,12 @@ runtests gpu gpu bin/gpu.test 90
 # model/llama's device tests only (its CPU tests need no GPU and run with go test).
 say "model/llama device tests (TestHost*, TestGPU*)"
 runtests llama model/llama bin/llama.test 200 -test.run '^Test(Host|GPU)'
+
+# The trained heads on the device backend (a binary of older builds may lack them).
+if [ -x bin/heads.test ]; then
+	say "draft/heads device test (TestHeadsOnDevice)"
+	runtests heads draft/heads bin/heads.test 45 -test.run '^TestHeadsOnDevice$'
+fi
 
 # --- the benchmarks -------------------------------------------------------------------
 if [ $GPU = 1 ]; then

@@ -191,7 +191,7 @@ func (ps *devicePass) fail(err error) {
 // backend's.
 func (ps *devicePass) ok(weightOK bool) bool {
 	if ps.err == nil && !weightOK {
-		ps.err = errors.New("cuda: a weight taken in by another backend")
+		ps.err = errForeign
 	}
 	return ps.err == nil
 }
@@ -291,34 +291,47 @@ func (ps *devicePass) Mul(dst, src backend.Act, w backend.Matrix) { ps.project(d
 // MulAdd implements [backend.Pass].
 func (ps *devicePass) MulAdd(dst, src backend.Act, w backend.Matrix) { ps.project(dst, src, w, true) }
 
-// project multiplies src by the parts of w into their columns of dst: for each
-// column order of the parts, src gathered into it once (one launch), then the
-// products of the parts with that order.
+// project multiplies src by the parts of w into their columns of dst.
 func (ps *devicePass) project(dst, src backend.Act, w backend.Matrix, accumulate bool) {
 	m, ok := w.(*dmatrix)
 	if !ps.ok(ok) {
 		return
 	}
 	ldo, cols := ps.g.shape.Width(dst), ps.g.shape.Width(src)
+	ps.fail(multiply(ps.b, product{out: ps.buf(dst), ldo: ldo, x: ps.buf(src), gathered: ps.g.s.perm, n: ps.rows, cols: cols}, m, accumulate))
+}
+
+// product says where a product's rows are: the n input rows of cols values at x, the
+// buffer gathered inputs go to, and the output rows, ldo values apart, at out.
+type product struct {
+	out         devptr
+	ldo         int
+	x, gathered devptr
+	n, cols     int
+}
+
+// multiply writes (or adds, when accumulate) the product of p's rows with the parts
+// of m to their columns of the output: for each column order of the parts, the input
+// gathered into it once (one launch), then the products of the parts with that order.
+func multiply(b deviceOps, p product, m *dmatrix, accumulate bool) error {
 	for k, perm := range m.inputs {
-		x := ps.buf(src)
+		x := p.x
 		if perm != 0 {
-			x = ps.g.s.perm
-			if err := ps.b.gather(x, ps.buf(src), perm, ps.rows, cols); err != nil {
-				ps.fail(err)
-				return
+			x = p.gathered
+			if err := b.gather(x, p.x, perm, p.n, p.cols); err != nil {
+				return err
 			}
 		}
 		for i, part := range m.parts {
 			if m.input[i] != k {
 				continue
 			}
-			if err := ps.b.matmul(ps.buf(dst)+devptr(4*m.offs[i]), ldo, x, ps.rows, part, accumulate); err != nil {
-				ps.fail(err)
-				return
+			if err := b.matmul(p.out+devptr(4*m.offs[i]), p.ldo, x, p.n, part, accumulate); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
 }
 
 // Attention implements [backend.Pass]: the biases, rotation and cache stores of every

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
@@ -29,13 +30,21 @@ type headCase struct {
 	open func(t *testing.T, c *markov.Chain) draft.Drafter
 }
 
+// headBackend returns a CPU backend for a head's matrices, which a Markov target
+// does not have: it closes after the head.
+func headBackend(t *testing.T) backend.Backend {
+	be := cpu.New(backend.Shape{}, 1)
+	t.Cleanup(func() { _ = be.Close() })
+	return be
+}
+
 func headCases() []headCase {
 	medusa := func(tree draft.TreeShape) func(t *testing.T, c *markov.Chain) draft.Drafter {
 		return func(t *testing.T, c *markov.Chain) draft.Drafter {
 			dir := filepath.Join(t.TempDir(), "medusa")
 			info := c.Info()
 			require.NoError(t, headtest.Medusa(dir, info.HiddenSize, info.VocabSize, 3, 1, 5))
-			h, err := heads.OpenMedusa(dir, info, heads.Options{Tree: tree})
+			h, err := heads.OpenMedusa(dir, info, heads.Options{Backend: headBackend(t), Tree: tree})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = h.Close() })
 			return h
@@ -45,7 +54,7 @@ func headCases() []headCase {
 		dir := filepath.Join(t.TempDir(), "mlp")
 		info := c.Info()
 		require.NoError(t, headtest.MLPSpeculator(dir, info.HiddenSize, 8, info.VocabSize, 3, 6))
-		h, err := heads.OpenMLPSpeculator(dir, info, heads.Options{})
+		h, err := heads.OpenMLPSpeculator(dir, info, heads.Options{Backend: headBackend(t)})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = h.Close() })
 		return h

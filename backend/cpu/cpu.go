@@ -24,25 +24,63 @@ import (
 // passes of different goroutines take turns on the threads, op by op.
 type Backend struct {
 	shape   backend.Shape
-	threads *kernels.Pool
+	pool    *Pool
+	own     bool          // the pool is the backend's own: Close stops it
+	threads *kernels.Pool // pool's
 	kv      [2]*store     // the first pool's storage and the sliding layers' (backend.KVSpec)
 	kvmap   backend.KVMap // which pool, and which of its layers, each layer is
 
 	passes sync.Pool // *pass: the scratch of finished passes, for the next
 }
 
-// New makes a CPU backend for models of the given shape, on threads threads (0 means
-// GOMAXPROCS).
+// New makes a CPU backend for models of the given shape, on a pool of threads
+// threads of its own (0 means GOMAXPROCS), which its Close stops.
 func New(shape backend.Shape, threads int) *Backend {
-	b := &Backend{shape: shape, threads: kernels.NewPool(threads)}
+	b := newOn(shape, NewPool(threads))
+	b.own = true
+	return b
+}
+
+// newOn makes a backend on the threads of pool.
+func newOn(shape backend.Shape, pool *Pool) *Backend {
+	b := &Backend{shape: shape, pool: pool, threads: pool.k}
 	b.passes.New = func() any { return &pass{b: b, scores: make(chan []float32, b.threads.Threads())} }
 	return b
 }
 
 // Factory makes CPU backends on threads threads (0 means GOMAXPROCS), one for each
-// model it is given to: llama.Open(path, cpu.Factory(0), llama.Options{}).
+// model it is given to, each with threads of its own: llama.Open(path,
+// cpu.Factory(0), llama.Options{}). A program that runs several models (a target and
+// its drafters) gives them one [Pool] instead ([Pool.Factory]).
 func Factory(threads int) backend.Factory {
 	return func(shape backend.Shape) (backend.Backend, error) { return New(shape, threads), nil }
+}
+
+// Pool is threads that CPU backends run their products on. An engine makes one and
+// makes every CPU backend on it ([Pool.Factory]) — the target's, a draft model's, an
+// EAGLE layer's, and so a trained head's products, which run on the target's backend:
+// idle threads spin a while before they sleep, so models with pools of their own
+// would hold several pools of spinning threads fighting over the cores. Passes of
+// different backends and goroutines share it: a product that finds the threads busy
+// with another runs on its own goroutine beside it.
+type Pool struct{ k *kernels.Pool }
+
+// NewPool starts a pool of the given number of threads (0 means GOMAXPROCS).
+func NewPool(threads int) *Pool { return &Pool{k: kernels.NewPool(threads)} }
+
+// Threads is the number of threads of the pool.
+func (p *Pool) Threads() int { return p.k.Threads() }
+
+// Factory makes CPU backends on the pool, one for each model it is given to. Their
+// Close leaves the pool running: its owner closes it after them.
+func (p *Pool) Factory() backend.Factory {
+	return func(shape backend.Shape) (backend.Backend, error) { return newOn(shape, p), nil }
+}
+
+// Close stops the threads. The backends on the pool must be closed first.
+func (p *Pool) Close() error {
+	p.k.Close()
+	return nil
 }
 
 // Name implements [backend.Backend].
@@ -54,9 +92,15 @@ func (b *Backend) MaxRows() int { return 0 }
 // Threads is the number of threads a pass runs on.
 func (b *Backend) Threads() int { return b.threads.Threads() }
 
-// Close implements [backend.Backend].
+// Pool is the threads the backend runs on: its own, or the pool it was made on.
+func (b *Backend) Pool() *Pool { return b.pool }
+
+// Close implements [backend.Backend]: it stops the backend's threads if they are its
+// own.
 func (b *Backend) Close() error {
-	b.threads.Close()
+	if b.own {
+		return b.pool.Close()
+	}
 	return nil
 }
 
@@ -159,11 +203,8 @@ func (b *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) er
 	if b.kv[0] == nil && b.kv[1] == nil {
 		return errors.New("cpu: the backend has no key/value cache (call KV first)")
 	}
-	ps := b.passes.Get().(*pass)
-	defer func() {
-		ps.plan, ps.mul = nil, kernels.Product{} // no references to the caller's buffers
-		b.passes.Put(ps)
-	}()
+	ps := b.getPass()
+	defer b.putPass(ps)
 	ps.start(p)
 	err := l.Layers(ctx, ps)
 	if ps.err != nil {
@@ -171,3 +212,71 @@ func (b *Backend) Run(ctx context.Context, p *backend.Plan, l backend.Layers) er
 	}
 	return err
 }
+
+// getPass returns the scratch of a finished pass, or a new one.
+func (b *Backend) getPass() *pass {
+	ps := b.passes.Get().(*pass)
+	ps.err = nil
+	return ps
+}
+
+// putPass keeps the scratch of a finished pass for the next.
+func (b *Backend) putPass(ps *pass) {
+	// No references to the caller's buffers.
+	ps.plan, ps.mul = nil, kernels.Product{}
+	ps.act[backend.X].Reset(nil, 0, 0)
+	b.passes.Put(ps)
+}
+
+// MulRows implements [backend.Backend]: the product of a pass's Mul — the same
+// kernels, summation order and column gathering — on the backend's threads, with
+// the scratch of a pass.
+func (b *Backend) MulRows(w backend.Matrix, x []float32, n int, y []float32) error {
+	m, ok := w.(*matrix)
+	if !ok {
+		return errForeign
+	}
+	cols := m.parts[0].Cols
+	if n < 0 || len(x) != n*cols || len(y) != n*m.rows {
+		return fmt.Errorf("cpu: a product of %d rows with a %d × %d matrix: %d inputs and %d outputs given, want %d and %d",
+			n, m.rows, cols, len(x), len(y), n*cols, n*m.rows)
+	}
+	if n == 0 {
+		return nil
+	}
+	ps := b.getPass()
+	defer b.putPass(ps)
+	ps.mulRows(y, m.rows, x, n, cols, &ps.act[backend.X], m)
+	return ps.err
+}
+
+// EmbedRow implements [backend.Backend]: row i decoded as a pass's Embed decodes it.
+func (b *Backend) EmbedRow(w backend.Matrix, i int, dst []float32) error {
+	m, ok := w.(*matrix)
+	switch {
+	case !ok:
+		return errForeign
+	case m.permuted():
+		return errors.New("cpu: an embedding table with its columns permuted")
+	case i < 0 || i >= m.rows:
+		return fmt.Errorf("cpu: row %d of a table of %d rows", i, m.rows)
+	}
+	part := len(m.offs) - 1
+	for m.offs[part] > i {
+		part--
+	}
+	k := m.parts[part]
+	if len(dst) != k.Cols {
+		return fmt.Errorf("cpu: a row of %d values into %d", k.Cols, len(dst))
+	}
+	ps := b.getPass()
+	defer b.putPass(ps)
+	ps.rowBuf = grow(ps.rowBuf, k.RowBytes())
+	if err := k.RowF32(i-m.offs[part], dst, ps.rowBuf); err != nil {
+		return fmt.Errorf("cpu: row %d: %w", i, err)
+	}
+	return nil
+}
+
+// errForeign is the error of a weight that another backend took in.
+var errForeign = errors.New("cpu: a weight taken in by another backend")

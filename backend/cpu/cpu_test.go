@@ -2,7 +2,10 @@ package cpu
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -102,6 +105,76 @@ func TestBackendErrors(t *testing.T) {
 		return nil
 	}))
 	assert.ErrorContains(t, err, "another backend")
+	assert.ErrorContains(t, b.MulRows(foreign{}, nil, 0, nil), "another backend")
+	assert.ErrorContains(t, b.EmbedRow(foreign{}, 0, nil), "another backend")
+}
+
+// TestSharedPool checks a pool that backends share: they start no threads, their
+// Close leaves the pool running, products of several backends and goroutines on it
+// at once are what each gives alone, and the pool's Close stops its threads. A
+// backend of its own threads stops them at its Close.
+func TestSharedPool(t *testing.T) {
+	s := testShape()
+	rows := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		return x
+	}
+	data, err := dtype.Encode(dtype.F32, rows(24*32))
+	require.NoError(t, err)
+	w := backend.Tensor{Name: "w", Type: dtype.F32, Rows: 24, Cols: 32, Data: data}
+	product := func(b *Backend) []float32 {
+		m, err := b.Matrix(w)
+		require.NoError(t, err)
+		y := make([]float32, 3*24)
+		require.NoError(t, b.MulRows(m, rows(3*32), 3, y))
+		return y
+	}
+	// settles waits up to a second for the number of goroutines to fall to n.
+	settles := func(n int) bool {
+		for range 1000 {
+			if runtime.NumGoroutine() <= n {
+				return true
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return false
+	}
+	before := runtime.NumGoroutine()
+	alone := New(s, 3)
+	want := product(alone)
+	require.NoError(t, alone.Close())
+	assert.True(t, settles(before), "a backend's own threads stop at its Close")
+
+	before = runtime.NumGoroutine()
+	pool := NewPool(3)
+	started := runtime.NumGoroutine()
+	assert.Equal(t, before+2, started, "the caller and two helpers")
+	var backends []*Backend
+	for range 2 {
+		be, err := pool.Factory()(s)
+		require.NoError(t, err)
+		backends = append(backends, be.(*Backend))
+	}
+	assert.Equal(t, started, runtime.NumGoroutine(), "backends on a pool start no threads")
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			b := backends[i%2]
+			assert.Same(t, pool, b.Pool())
+			assert.Equal(t, want, product(b))
+		})
+	}
+	wg.Wait()
+	require.NoError(t, backends[0].Close())
+	assert.Equal(t, want, product(backends[1]), "the pool outlives a backend closed")
+	require.NoError(t, backends[1].Close())
+	require.True(t, settles(started), "the goroutines of the products end")
+	assert.Equal(t, started, runtime.NumGoroutine(), "closing its backends leaves the pool running")
+	require.NoError(t, pool.Close())
+	assert.True(t, settles(before), "the pool's Close stops its threads")
 }
 
 type foreign struct{}

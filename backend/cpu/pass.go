@@ -110,7 +110,7 @@ func (ps *pass) Save(layer int) {
 // check fails the pass when a weight is not one of this backend's.
 func (ps *pass) check(ok bool) bool {
 	if !ok {
-		ps.fail(errors.New("cpu: a weight taken in by another backend"))
+		ps.fail(errForeign)
 	}
 	return ok
 }

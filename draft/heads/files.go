@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/format/safetensors"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
 )
 
@@ -87,15 +87,17 @@ func flag(b *bool, def bool) bool {
 }
 
 // headFiles are a head directory's tensors, read with errors that name the file and
-// the tensor.
+// the tensor, and taken into the backend the head computes on.
 type headFiles struct {
 	dir        string
 	set        *safetensors.Set
+	be         backend.Backend
 	requantize dtype.DType
 }
 
-// openHead reads a head directory's config.json and opens its tensors.
-func openHead(dir string) (headConfig, *headFiles, error) {
+// openHead reads a head directory's config.json and opens its tensors, for a head of
+// the given options.
+func openHead(dir string, opts Options) (headConfig, *headFiles, error) {
 	path := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -109,7 +111,7 @@ func openHead(dir string) (headConfig, *headFiles, error) {
 	if err != nil {
 		return c, nil, fmt.Errorf("heads: %w", err)
 	}
-	return c, &headFiles{dir: dir, set: set}, nil
+	return c, &headFiles{dir: dir, set: set, be: opts.Backend, requantize: opts.Requantize}, nil
 }
 
 func (f *headFiles) Close() error { return f.set.Close() }
@@ -140,9 +142,12 @@ func (f *headFiles) tensor(name string, shape ...int64) (*safetensors.Tensor, er
 	return t, nil
 }
 
-// matrix reads a rows × cols matrix into the kernels' layout, requantized when the
+// matrix reads a rows × cols matrix into the head's backend, requantized when the
 // head is asked to be.
-func (f *headFiles) matrix(name string, rows, cols int) (*kernels.Matrix, error) {
+func (f *headFiles) matrix(name string, rows, cols int) (backend.Matrix, error) {
+	if f.be == nil {
+		return nil, fmt.Errorf("heads: %s: no backend to compute on: Options.Backend must be the target's (llama.Model.Compute)", f.dir)
+	}
 	t, err := f.tensor(name, int64(rows), int64(cols))
 	if err != nil {
 		return nil, err
@@ -151,9 +156,9 @@ func (f *headFiles) matrix(name string, rows, cols int) (*kernels.Matrix, error)
 	if typ, data, err = dtype.Requantize(typ, data, cols, f.requantize); err != nil {
 		return nil, fmt.Errorf("heads: %s: tensor %q: %w", f.dir, name, err)
 	}
-	m, err := kernels.NewMatrix(typ, rows, cols, data)
+	m, err := f.be.Matrix(backend.Tensor{Name: name, Type: typ, Rows: rows, Cols: cols, Data: data})
 	if err != nil {
-		return nil, fmt.Errorf("heads: %s: tensor %q: %w", f.dir, name, err)
+		return nil, fmt.Errorf("heads: %s: %w", f.dir, err)
 	}
 	return m, nil
 }
@@ -191,14 +196,14 @@ func headName(kind, dir string) string {
 }
 
 // matrixBytes is the memory of the distinct matrices among ms.
-func matrixBytes(ms ...[]*kernels.Matrix) int64 {
-	seen := map[*kernels.Matrix]bool{}
+func matrixBytes(ms ...[]backend.Matrix) int64 {
+	seen := map[backend.Matrix]bool{}
 	var n int64
 	for _, list := range ms {
 		for _, m := range list {
 			if m != nil && !seen[m] {
 				seen[m] = true
-				n += int64(len(m.Data))
+				n += m.Bytes()
 			}
 		}
 	}

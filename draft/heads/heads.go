@@ -6,8 +6,12 @@
 // drafter's path holds — a head of one of these kinds, or a model — for programs
 // given a path as their drafter.
 //
-// The MLPSpeculator's and Medusa's products run on a [Pool] of threads, which an
-// engine shares among all its heads.
+// A head computes on the backend it is given, the target's ([Options].Backend): an
+// MLPSpeculator's and Medusa's matrices live there and their products run there
+// (backend.Backend's MulRows and EmbedRow), on the target's device, on the CPU on the
+// engine's threads; an EAGLE layer is a model the caller loads on a backend of the
+// target's factory. The package imports the contracts and the formats, no kernels
+// and no backend of its own.
 package heads
 
 import (
@@ -16,41 +20,45 @@ import (
 	"io"
 
 	"github.com/specula/specula/backend"
-	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model"
-	"github.com/specula/specula/model/llama"
 )
 
 // Options tune an opened head.
 type Options struct {
-	// Pool is the threads the products of an MLPSpeculator or Medusa heads run on:
-	// an engine gives all its heads one. Nil: a pool of Threads threads of the
-	// head's own, which its Close stops.
-	Pool *Pool
-	// Threads is how many threads a head without a Pool starts (and an EAGLE
-	// layer's, unless Layer sets them); 0 means GOMAXPROCS.
-	Threads int
+	// Backend is where an MLPSpeculator's or Medusa heads' matrices live and their
+	// products run: the target's (llama.Model.Compute), so that the head computes
+	// where the target does. It stays the caller's; the head's matrices live in it
+	// until the backend is closed, so the head must be closed (no longer used)
+	// before the target. Required for those two kinds.
+	Backend backend.Backend
 	// Tree, for Medusa and EAGLE, makes the head draft trees of this shape; zero
 	// drafts chains (MLPSpeculator always does).
 	Tree draft.TreeShape
-	// Requantize, when set (Q8_0), converts the head's float matrices to that type
-	// at load (an EAGLE layer's too): half the bytes to read per drafted token.
+	// Requantize, when set (Q8_0), converts an MLPSpeculator's or Medusa heads' float
+	// matrices to that type at load: half the bytes to read per drafted token. (An
+	// EAGLE layer's is its loader's: llama.Options.Requantize.)
 	Requantize dtype.DType
-	// Backend makes the backend of an EAGLE layer's model; nil: the CPU's on Threads
-	// threads.
-	Backend backend.Factory
-	// Layer are the options of an EAGLE layer's model (its budget); its context length
-	// is the target's unless set.
-	Layer llama.Options
+	// OpenEAGLE loads the EAGLE layer in a directory, for [Open] given one: the
+	// caller's llama.OpenEAGLE with the target's file, whose embeddings the layer
+	// shares, on a backend of the target's factory (its device; on the CPU its
+	// threads) and with the target's context length, so that this package runs no
+	// model of its own. Nil: Open refuses EAGLE layers.
+	OpenEAGLE func(dir string) (Layer, error)
+}
+
+// Layer is an EAGLE layer as [Options].OpenEAGLE loads it: a model, closed by the
+// closer [Open] returns.
+type Layer interface {
+	model.Model
+	io.Closer
 }
 
 // Open opens the head in dir, whatever its kind ([Detect]), for the target described
-// by target, loaded from targetPath (an EAGLE layer shares the target's embeddings).
-// The returned closer releases the head's memory (and threads of its own), after its
-// sessions are closed.
-func Open(dir, targetPath string, target model.Info, opts Options) (draft.Drafter, io.Closer, error) {
+// by target. The returned closer releases what the head holds of its own (an EAGLE
+// layer), after its sessions are closed and before the target.
+func Open(dir string, target model.Info, opts Options) (draft.Drafter, io.Closer, error) {
 	kind, err := Detect(dir)
 	if err != nil {
 		return nil, nil, err
@@ -74,25 +82,20 @@ func Open(dir, targetPath string, target model.Info, opts Options) (draft.Drafte
 		}
 		return h, h, nil
 	}
-	return openEAGLE(dir, targetPath, target, opts)
+	return openEAGLE(dir, target, opts)
 }
 
-// openEAGLE loads the EAGLE layer in dir, with the target's context length, the
-// head's requantization and a CPU backend on the head's threads unless opts.Layer
-// sets its own, and drafts with it.
-func openEAGLE(dir, targetPath string, target model.Info, opts Options) (draft.Drafter, io.Closer, error) {
-	if opts.Requantize != 0 {
-		opts.Layer.Requantize = opts.Requantize
+// openEAGLE loads the EAGLE layer in dir with opts.OpenEAGLE and drafts with it.
+func openEAGLE(dir string, target model.Info, opts Options) (draft.Drafter, io.Closer, error) {
+	if opts.OpenEAGLE == nil {
+		return nil, nil, fmt.Errorf("heads: %s is %s, and Options.OpenEAGLE, which loads one, is not set", dir, KindEAGLE.Describe())
 	}
-	if opts.Backend == nil {
-		opts.Backend = cpu.Factory(opts.Threads)
-	}
-	if opts.Layer.ContextLength == 0 {
-		opts.Layer.ContextLength = target.ContextLength
-	}
-	layer, err := llama.OpenEAGLE(dir, targetPath, opts.Backend, opts.Layer)
+	layer, err := opts.OpenEAGLE(dir)
 	if err != nil {
 		return nil, nil, err
+	}
+	if layer == nil {
+		return nil, nil, fmt.Errorf("heads: Options.OpenEAGLE loaded no layer from %s", dir)
 	}
 	e, err := NewEAGLE(layer, target, opts.Tree)
 	if err != nil {

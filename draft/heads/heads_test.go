@@ -37,19 +37,32 @@ var (
 		385, 308, 9, 1217, 742, 46, 6339, 1864, 297, 10}
 )
 
-// gocoderM opens the target the shared heads were trained for: the repository's Q8_0
-// gocoder-m, or the shared F16 file.
-func gocoderM(t *testing.T) (*llama.Model, string) {
+// gocoderM opens the target the shared heads were trained for, the shared F16
+// gocoder-m, on a CPU pool of two threads as an engine does: the pool closes after
+// the target, which closes after the heads on it.
+func gocoderM(t testing.TB) (*llama.Model, string) {
 	t.Helper()
 	path := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
-	m, err := llama.Open(path, cpu.Factory(2), llama.Options{})
+	pool := cpu.NewPool(2)
+	t.Cleanup(func() { _ = pool.Close() })
+	m, err := llama.Open(path, pool.Factory(), llama.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m, path
 }
 
+// onTarget returns the options of a head drafting for the target m, loaded from
+// path, with the given tree: the target's backend, and EAGLE layers loaded on the
+// target's threads with its context length.
+func onTarget(m *llama.Model, path string, tree draft.TreeShape) heads.Options {
+	factory := m.Compute().(*cpu.Backend).Pool().Factory()
+	return heads.Options{Backend: m.Compute(), Tree: tree, OpenEAGLE: func(dir string) (heads.Layer, error) {
+		return llama.OpenEAGLE(dir, path, factory, llama.Options{ContextLength: m.Info().ContextLength})
+	}}
+}
+
 // states forwards toks through m and returns the final hidden state at every position.
-func states(t *testing.T, m *llama.Model, toks []int32) [][]float32 {
+func states(t testing.TB, m *llama.Model, toks []int32) [][]float32 {
 	t.Helper()
 	s, err := m.NewSequence(context.Background())
 	require.NoError(t, err)
@@ -170,7 +183,7 @@ func TestHeadsMatchReference(t *testing.T) {
 
 	t.Run("MLPSpeculator", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-mlp-speculator")
-		h, err := heads.OpenMLPSpeculator(dir, m.Info(), heads.Options{})
+		h, err := heads.OpenMLPSpeculator(dir, m.Info(), heads.Options{Backend: m.Compute()})
 		require.NoError(t, err)
 		defer h.Close()
 		proj0, emb, head := refTensor(t, dir, "proj.0.weight"), refTensor(t, dir, "emb.0.weight"), refTensor(t, dir, "head.0.weight")
@@ -211,7 +224,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("Medusa", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-medusa")
-		h, err := heads.OpenMedusa(dir, m.Info(), heads.Options{})
+		h, err := heads.OpenMedusa(dir, m.Info(), heads.Options{Backend: m.Compute()})
 		require.NoError(t, err)
 		defer h.Close()
 		w, b, lm := refTensor(t, dir, "blocks.0.layers.0.weight"), refTensor(t, dir, "blocks.0.layers.0.bias"), refTensor(t, dir, "lm_heads.0.weight")
@@ -234,7 +247,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("EAGLE", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-eagle")
-		layer, err := llama.OpenEAGLE(dir, path, cpu.Factory(2), llama.Options{})
+		layer, err := llama.OpenEAGLE(dir, path, m.Compute().(*cpu.Backend).Pool().Factory(), llama.Options{})
 		require.NoError(t, err)
 		defer layer.Close()
 		e, err := heads.NewEAGLE(layer, m.Info(), draft.TreeShape{})
@@ -329,7 +342,7 @@ func TestUntiedCopiesDraftAlike(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			open := func(dir string) draft.Drafter {
-				d, closer, err := heads.Open(dir, "", m.Info(), heads.Options{})
+				d, closer, err := heads.Open(dir, m.Info(), heads.Options{Backend: m.Compute()})
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = closer.Close() })
 				return d
@@ -395,7 +408,7 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 		{"medusa-adaptive", "gocoder-m-medusa", draft.TreeShape{}, 4, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d, closer, err := heads.Open(sharedtest.Path(t, "models", c.dir), path, m.Info(), heads.Options{Tree: c.tree})
+			d, closer, err := heads.Open(sharedtest.Path(t, "models", c.dir), m.Info(), onTarget(m, path, c.tree))
 			require.NoError(t, err)
 			defer closer.Close()
 			if c.adaptive {
@@ -430,6 +443,6 @@ func TestHeadErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "gives none")
 	_, err = heads.OpenMLPSpeculator(dir, model.Info{VocabSize: 8192, HiddenSize: 512}, heads.Options{})
 	assert.ErrorContains(t, err, `model_type "medusa", want mlp_speculator`)
-	_, _, err = heads.Open(t.TempDir(), "", model.Info{}, heads.Options{})
+	_, _, err = heads.Open(t.TempDir(), model.Info{}, heads.Options{})
 	assert.ErrorContains(t, err, "config.json")
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
 )
 
@@ -25,21 +25,20 @@ import (
 type Medusa struct {
 	name       string
 	dim, vocab int
-	w          [][]*kernels.Matrix // [head][layer]
-	b          [][][]float32       // [head][layer]; nil without biases
-	lm         []*kernels.Matrix   // [head]; shared ones are one matrix
+	w          [][]backend.Matrix // [head][layer]
+	b          [][][]float32      // [head][layer]; nil without biases
+	lm         []backend.Matrix   // [head]; shared ones are one matrix
 	tree       draft.TreeShape
-	pool       threads
+	be         backend.Backend // where the matrices live and the products run
 }
 
 // OpenMedusa loads the Medusa heads in dir for the target described by target.
 func OpenMedusa(dir string, target model.Info, opts Options) (*Medusa, error) {
-	c, f, err := openHead(dir)
+	c, f, err := openHead(dir, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	f.requantize = opts.Requantize
 	if c.ModelType != "medusa" {
 		return nil, fmt.Errorf("heads: %s: model_type %q, want medusa", dir, c.ModelType)
 	}
@@ -50,7 +49,7 @@ func OpenMedusa(dir string, target model.Info, opts Options) (*Medusa, error) {
 	}
 	// The original repository's configs give no sizes: the target's are checked by
 	// the tensors' shapes then.
-	h := &Medusa{name: headName("Medusa", dir), dim: c.HiddenSize, vocab: c.VocabSize, tree: opts.Tree}
+	h := &Medusa{name: headName("Medusa", dir), dim: c.HiddenSize, vocab: c.VocabSize, tree: opts.Tree, be: opts.Backend}
 	if h.dim == 0 {
 		h.dim = target.HiddenSize
 	}
@@ -72,7 +71,6 @@ func OpenMedusa(dir string, target model.Info, opts Options) (*Medusa, error) {
 	if f.has(names.weight(0, layers)) || f.has(names.weight(c.NumHeads, 0)) {
 		return nil, fmt.Errorf("heads: %s: the files hold more layers or heads than config.json's %d × %d", dir, c.NumHeads, layers)
 	}
-	h.pool = newThreads(opts)
 	return h, nil
 }
 
@@ -106,7 +104,7 @@ func medusaNames(f *headFiles, layers int, shared bool) medusaLayout {
 
 // loadHead loads head k.
 func (h *Medusa) loadHead(f *headFiles, n medusaLayout, k, layers int, bias bool) error {
-	var ws []*kernels.Matrix
+	var ws []backend.Matrix
 	var bs [][]float32
 	for l := range layers {
 		w, err := f.matrix(n.weight(k, l), h.dim, h.dim)
@@ -123,7 +121,7 @@ func (h *Medusa) loadHead(f *headFiles, n medusaLayout, k, layers int, bias bool
 		}
 	}
 	name := n.lm(k)
-	var lm *kernels.Matrix
+	var lm backend.Matrix
 	for j := range k { // a shared output layer is loaded once
 		if n.lm(j) == name {
 			lm = h.lm[j]
@@ -142,15 +140,13 @@ func (h *Medusa) loadHead(f *headFiles, n medusaLayout, k, layers int, bias bool
 // Heads is the number of heads: the deepest a draft goes.
 func (h *Medusa) Heads() int { return len(h.w) }
 
-// Close releases the heads' threads.
-func (h *Medusa) Close() error {
-	h.pool.close()
-	return nil
-}
+// Close implements [io.Closer]: the heads hold nothing to release of their own
+// (their matrices live in their backend until that is closed).
+func (h *Medusa) Close() error { return nil }
 
 // Start implements [draft.Drafter].
 func (h *Medusa) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
-	run, err := startRun(ctx, h.name, h.vocab, h.pool.k, req)
+	run, err := startRun(ctx, h.name, h.vocab, h.be, req)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +286,7 @@ func (s *medusaSession) Close() error { return nil }
 
 // WeightBytes is the memory the heads' matrices take.
 func (h *Medusa) WeightBytes() int64 {
-	lists := [][]*kernels.Matrix{h.lm}
+	lists := [][]backend.Matrix{h.lm}
 	lists = append(lists, h.w...)
 	return matrixBytes(lists...)
 }

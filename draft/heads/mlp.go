@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/model"
 )
 
@@ -23,28 +23,27 @@ import (
 type MLPSpeculator struct {
 	name              string
 	dim, inner, vocab int
-	emb, proj, head   []*kernels.Matrix // per stage; tied checkpoints share them
+	emb, proj, head   []backend.Matrix // per stage; tied checkpoints share them
 	lnW, lnB          [][]float32
 	scale             bool
 	stateW, embW      float64
-	pool              threads
+	be                backend.Backend // where the matrices live and the products run
 }
 
 // OpenMLPSpeculator loads the MLPSpeculator in dir for the target described by target,
 // tied (tie_weights: one emb, head and ln for every stage, proj.1 for every stage after
 // the first) or untied (emb.i, proj.i, head.i, ln.i per stage).
 func OpenMLPSpeculator(dir string, target model.Info, opts Options) (*MLPSpeculator, error) {
-	c, f, err := openHead(dir)
+	c, f, err := openHead(dir, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	f.requantize = opts.Requantize
 	if c.ModelType != "mlp_speculator" {
 		return nil, fmt.Errorf("heads: %s: model_type %q, want mlp_speculator", dir, c.ModelType)
 	}
 	h := &MLPSpeculator{name: headName("MLPSpeculator", dir), dim: c.EmbDim, inner: c.InnerDim, vocab: c.VocabSize,
-		scale: flag(c.ScaleInput, false)}
+		scale: flag(c.ScaleInput, false), be: opts.Backend}
 	if err := checkFits(h.name, h.dim, h.vocab, target); err != nil {
 		return nil, err
 	}
@@ -56,7 +55,6 @@ func OpenMLPSpeculator(dir string, target model.Info, opts Options) (*MLPSpecula
 	}
 	h.stateW = math.Pow(0.5, 0.5/float64(c.NPredict))
 	h.embW = math.Sqrt((1 - h.stateW*h.stateW) * float64(h.inner) / 2)
-	h.pool = newThreads(opts)
 	return h, nil
 }
 
@@ -71,11 +69,7 @@ func (h *MLPSpeculator) loadStage(f *headFiles, i int, tied bool) error {
 		h.lnW, h.lnB = append(h.lnW, h.lnW[0]), append(h.lnB, h.lnB[0])
 		return nil
 	}
-	in := h.inner
-	if pi == 0 {
-		in = h.dim
-	}
-	proj, err := f.matrix(fmt.Sprintf("proj.%d.weight", pi), h.inner, in)
+	proj, err := f.matrix(fmt.Sprintf("proj.%d.weight", pi), h.inner, h.projInputs(pi))
 	if err != nil {
 		return err
 	}
@@ -108,15 +102,22 @@ func (h *MLPSpeculator) loadStage(f *headFiles, i int, tied bool) error {
 // Stages is the most tokens the head drafts per step.
 func (h *MLPSpeculator) Stages() int { return len(h.proj) }
 
-// Close releases the head's threads.
-func (h *MLPSpeculator) Close() error {
-	h.pool.close()
-	return nil
+// projInputs is the number of values stage i's projection reads: the target's state
+// for the first stage, the stage before's after.
+func (h *MLPSpeculator) projInputs(i int) int {
+	if i == 0 {
+		return h.dim
+	}
+	return h.inner
 }
+
+// Close implements [io.Closer]: the head holds nothing to release of its own (its
+// matrices live in its backend until that is closed).
+func (h *MLPSpeculator) Close() error { return nil }
 
 // Start implements [draft.Drafter].
 func (h *MLPSpeculator) Start(ctx context.Context, req draft.Request) (draft.Session, error) {
-	run, err := startRun(ctx, h.name, h.vocab, h.pool.k, req)
+	run, err := startRun(ctx, h.name, h.vocab, h.be, req)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *dra
 // stage runs stage i after token tok: the state moves on and the logits are its.
 func (s *mlpSession) stage(i int, tok int32) error {
 	h := s.h
-	in := s.s[:h.proj[i].Cols]
+	in := s.s[:h.projInputs(i)]
 	if err := s.run.mul(h.proj[i], in, s.z); err != nil {
 		return fmt.Errorf("heads: %s: %w", h.name, err)
 	}

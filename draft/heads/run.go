@@ -5,39 +5,30 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/draft"
-	"github.com/specula/specula/internal/kernels"
 	"github.com/specula/specula/sampler"
 )
 
 // headRun is a head session's arithmetic: products of one row with the head's
-// matrices on the head's threads, and the choice of each drafted token.
+// matrices on the backend they live in, and the choice of each drafted token.
 type headRun struct {
-	pool   *kernels.Pool
-	prod   kernels.Product
-	act    kernels.Act
-	rowBuf []byte
+	be     backend.Backend
 	smp    *sampler.Sampler
 	greedy bool
 }
 
 // mul writes y = m·x.
-func (r *headRun) mul(m *kernels.Matrix, x, y []float32) error {
-	r.act.Reset(x, 1, m.Cols)
-	return r.prod.Compute(r.pool, []*kernels.Act{&r.act}, y, m.Rows, []*kernels.Matrix{m}, []int{0})
-}
+func (r *headRun) mul(m backend.Matrix, x, y []float32) error { return r.be.MulRows(m, x, 1, y) }
 
 // row writes row i of m to dst.
-func (r *headRun) row(m *kernels.Matrix, i int32, dst []float32) error {
-	if len(r.rowBuf) < m.RowBytes() {
-		r.rowBuf = make([]byte, m.RowBytes())
-	}
-	return m.RowF32(int(i), dst, r.rowBuf)
+func (r *headRun) row(m backend.Matrix, i int32, dst []float32) error {
+	return r.be.EmbedRow(m, int(i), dst)
 }
 
 // startRun checks a request against a head of the given name and vocabulary and makes
-// a session's arithmetic for it, on the head's threads.
-func startRun(ctx context.Context, name string, vocab int, pool *kernels.Pool, req draft.Request) (headRun, error) {
+// a session's arithmetic for it, on the head's backend.
+func startRun(ctx context.Context, name string, vocab int, be backend.Backend, req draft.Request) (headRun, error) {
 	if err := ctx.Err(); err != nil {
 		return headRun{}, fmt.Errorf("heads: %w", err)
 	}
@@ -48,7 +39,7 @@ func startRun(ctx context.Context, name string, vocab int, pool *kernels.Pool, r
 	if err != nil {
 		return headRun{}, fmt.Errorf("heads: %w", err)
 	}
-	return headRun{pool: pool, smp: smp, greedy: req.Sampling.Greedy()}, nil
+	return headRun{be: be, smp: smp, greedy: req.Sampling.Greedy()}, nil
 }
 
 // pick chooses a drafted token from logits after history (see pickToken).

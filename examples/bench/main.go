@@ -155,26 +155,28 @@ type bench struct {
 	opened     map[string]draft.Drafter // heads opened so far, by -drafters name
 	targetPath string
 	firstModel string         // the first -draft, which first and tree draft with
+	targetM    *llama.Model   // the target, whose backend the heads compute on
 	loaded     []*llama.Model // to close
 	closers    []io.Closer    // heads, to close
-	pool       *heads.Pool    // the threads of every head, started with the first
+	pool       *cpu.Pool      // the threads of every model and head, closed last
 	info       model.Info
 }
 
 // load loads the target, its tokenizer, the prompts and the draft models.
 func load(o options) (*bench, error) {
-	b := &bench{o: o, models: map[string]*draft.SmallModel{}, heads: map[string]string{}, opened: map[string]draft.Drafter{}, targetPath: o.model}
+	b := &bench{o: o, models: map[string]*draft.SmallModel{}, heads: map[string]string{}, opened: map[string]draft.Drafter{}, targetPath: o.model,
+		pool: cpu.NewPool(o.threads)}
 	ok := false
 	defer func() {
 		if !ok {
 			b.close()
 		}
 	}()
-	m, err := llama.Open(o.model, cpu.Factory(o.threads), llama.Options{})
+	m, err := llama.Open(o.model, b.pool.Factory(), llama.Options{})
 	if err != nil {
 		return nil, err
 	}
-	b.loaded = append(b.loaded, m)
+	b.targetM, b.loaded = m, append(b.loaded, m)
 	if b.target, err = target.NewLocal(m); err != nil {
 		return nil, err
 	}
@@ -189,7 +191,7 @@ func load(o options) (*bench, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := llama.Open(path, cpu.Factory(o.threads), llama.Options{})
+		m, err := llama.Open(path, b.pool.Factory(), llama.Options{})
 		if err != nil {
 			return nil, err
 		}
@@ -234,16 +236,15 @@ func namedPath(flag, value string, head bool) (name, path string, err error) {
 	return name, path, nil
 }
 
+// close closes the heads, then the models they compute on, then the threads.
 func (b *bench) close() {
 	for _, c := range b.closers {
 		c.Close()
 	}
-	if b.pool != nil {
-		b.pool.Close()
-	}
 	for _, m := range b.loaded {
 		m.Close()
 	}
+	b.pool.Close()
 }
 
 // headTree is the shape of the heads' trees (NAME:tree).
@@ -262,17 +263,14 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	if b.pool == nil {
-		b.pool = heads.NewPool(b.o.threads)
-	}
-	opts := heads.Options{Pool: b.pool, Backend: cpu.Factory(b.o.threads)}
+	opts := heads.Options{Backend: b.targetM.Compute(), OpenEAGLE: b.eagle}
 	if b.o.headQ8 {
 		opts.Requantize = dtype.Q8_0
 	}
 	if tree {
 		opts.Tree = headTree
 	}
-	d, c, err := heads.Open(dir, b.targetPath, b.info, opts)
+	d, c, err := heads.Open(dir, b.info, opts)
 	if err != nil {
 		return nil, true, err
 	}
@@ -282,6 +280,16 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	}
 	b.opened[name] = d
 	return d, true, nil
+}
+
+// eagle loads an EAGLE layer for the target, on the target's threads, with its
+// context length and, with -head-q8, in Q8_0.
+func (b *bench) eagle(dir string) (heads.Layer, error) {
+	opts := llama.Options{ContextLength: b.info.ContextLength}
+	if b.o.headQ8 {
+		opts.Requantize = dtype.Q8_0
+	}
+	return llama.OpenEAGLE(dir, b.targetPath, b.pool.Factory(), opts)
 }
 
 // parseTemperatures reads the -temperature list.

@@ -10,22 +10,26 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend"
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/model"
 )
 
-// TestHeadsSharePool opens an MLPSpeculator and Medusa heads on one pool: opening
-// them starts no threads, they draft what heads on threads of their own draft, at
-// once from many goroutines, and closing a head leaves the pool to the others.
-func TestHeadsSharePool(t *testing.T) {
+// TestHeadsShareBackend opens an MLPSpeculator and Medusa heads on one backend, a CPU
+// backend on a shared pool as an engine's target has: opening them starts no threads,
+// they draft what heads on a backend of their own draft, at once from many
+// goroutines, and closing a head leaves the backend to the others.
+func TestHeadsShareBackend(t *testing.T) {
 	dir := t.TempDir()
 	medDir, mlpDir := filepath.Join(dir, "medusa"), filepath.Join(dir, "mlp")
 	require.NoError(t, headtest.Medusa(medDir, 8, 16, 2, 1, 3))
 	require.NoError(t, headtest.MLPSpeculator(mlpDir, 8, 8, 16, 2, 4))
 	info := model.Info{Name: "tiny", VocabSize: 16, HiddenSize: 8}
-	open := func(opts heads.Options) []draft.Drafter {
+	open := func(be backend.Backend) []draft.Drafter {
+		opts := heads.Options{Backend: be}
 		med, err := heads.OpenMedusa(medDir, info, opts)
 		require.NoError(t, err)
 		mlp, err := heads.OpenMLPSpeculator(mlpDir, info, opts)
@@ -33,13 +37,18 @@ func TestHeadsSharePool(t *testing.T) {
 		t.Cleanup(func() { med.Close(); mlp.Close() })
 		return []draft.Drafter{med, mlp}
 	}
-	own := open(heads.Options{Threads: 2})
+	alone := cpu.New(backend.Shape{}, 2)
+	defer alone.Close()
+	own := open(alone)
 
-	pool := heads.NewPool(3)
+	pool := cpu.NewPool(3)
 	defer pool.Close()
+	be, err := pool.Factory()(backend.Shape{})
+	require.NoError(t, err)
+	defer be.Close()
 	before := runtime.NumGoroutine()
-	shared := open(heads.Options{Pool: pool, Threads: 4})
-	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "heads on a pool start no threads")
+	shared := open(be)
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "heads on a backend start no threads")
 
 	history := []int32{1, 5, 9}
 	st := [][]float32{{1, 0, 0, 0, 0, 0, 0, 1}, {0, 1, 0, 0, 0, 0, 1, 0}, {0, 0, 1, 0, 0, 1, 0, 0}}
@@ -54,5 +63,5 @@ func TestHeadsSharePool(t *testing.T) {
 	}
 	wg.Wait()
 	require.NoError(t, shared[0].(io.Closer).Close())
-	assert.Equal(t, proposeK(t, own[1], 16, 2, history, st, 0), proposeK(t, shared[1], 16, 2, history, st, 0), "the pool outlives a head closed")
+	assert.Equal(t, proposeK(t, own[1], 16, 2, history, st, 0), proposeK(t, shared[1], 16, 2, history, st, 0), "the backend outlives a head closed")
 }
