@@ -120,20 +120,20 @@ func (o *opener) open(p draftPart) (draft.Drafter, error) {
 	return o.head(p.path)
 }
 
-// computer is a model that lends its backend to the drafters that compute beside it
-// (*llama.Model).
-type computer interface {
-	Compute() backend.Backend
+// backendLender is a model that lends its backend to the drafters that compute beside
+// it (*llama.Model).
+type backendLender interface {
+	Backend() backend.Backend
 }
 
 // head opens a trained head, computing on the target's backend.
 func (o *opener) head(dir string) (draft.Drafter, error) {
-	tm, ok := o.e.model.(computer)
+	tm, ok := o.e.model.(backendLender)
 	if !ok {
 		return nil, fmt.Errorf("specula: draft head %s: the target lends no backend for a head to compute on", dir)
 	}
 	// Q8_0 heads: half the bytes per drafted token; the output stays the target's.
-	opts := heads.Options{Backend: tm.Compute(), Requantize: dtype.Q8_0, Tree: o.cfg.Tree, OpenEAGLE: o.eagle}
+	opts := heads.Options{Backend: tm.Backend(), Requantize: dtype.Q8_0, Tree: o.cfg.Tree, OpenEAGLE: o.eagle}
 	h, closer, err := heads.Open(dir, o.e.info, opts)
 	if err != nil {
 		return nil, fmt.Errorf("specula: draft head %s: %w", dir, err)

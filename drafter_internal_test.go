@@ -147,8 +147,8 @@ func TestEngineOneCPUPool(t *testing.T) {
 		switch c := c.(type) {
 		case *cpu.Pool:
 			pools++
-		case computer:
-			be, ok := c.Compute().(*cpu.Backend)
+		case backendLender:
+			be, ok := c.Backend().(*cpu.Backend)
 			require.True(t, ok, "a CPU backend")
 			assert.Same(t, e.pool, be.Pool(), "%s runs on the engine's pool", c.(model.Model).Info().Name)
 			backends++

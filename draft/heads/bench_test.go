@@ -22,8 +22,8 @@ func BenchmarkPropose(b *testing.B) {
 		b.Run(dir, func(b *testing.B) {
 			m, target := gocoderM(b)
 			st := states(b, m, promptA)
-			factory := m.Compute().(*cpu.Backend).Pool().Factory()
-			opts := heads.Options{Backend: m.Compute(), Requantize: dtype.Q8_0, OpenEAGLE: func(dir string) (heads.Layer, error) {
+			factory := m.Backend().(*cpu.Backend).Pool().Factory()
+			opts := heads.Options{Backend: m.Backend(), Requantize: dtype.Q8_0, OpenEAGLE: func(dir string) (heads.Layer, error) {
 				return llama.OpenEAGLE(dir, target, factory, llama.Options{ContextLength: m.Info().ContextLength, Requantize: dtype.Q8_0})
 			}}
 			d, closer, err := heads.Open(sharedtest.Path(b, "models", dir), m.Info(), opts)

@@ -69,7 +69,7 @@ func TestHeadsOnDevice(t *testing.T) {
 						t.Cleanup(func() { _ = closer.Close() })
 						return h
 					}
-					onCPU := open(m.Compute(), m.Compute().(*cpu.Backend).Pool().Factory(), 0)
+					onCPU := open(m.Backend(), m.Backend().(*cpu.Backend).Pool().Factory(), 0)
 					onDev := open(be, gpu.Factory(d, gpu.BackendOptions{}), 16<<20)
 					tol, worst := deviceTol[dev][kind], 0.0
 					for _, pos := range []int{5, 12, 19, 27, 33, 41, 48, 56, 63} {

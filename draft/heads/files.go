@@ -146,7 +146,7 @@ func (f *headFiles) tensor(name string, shape ...int64) (*safetensors.Tensor, er
 // head is asked to be.
 func (f *headFiles) matrix(name string, rows, cols int) (backend.Matrix, error) {
 	if f.be == nil {
-		return nil, fmt.Errorf("heads: %s: no backend to compute on: Options.Backend must be the target's (llama.Model.Compute)", f.dir)
+		return nil, fmt.Errorf("heads: %s: no backend to compute on: Options.Backend must be the target's (llama.Model.Backend)", f.dir)
 	}
 	t, err := f.tensor(name, int64(rows), int64(cols))
 	if err != nil {

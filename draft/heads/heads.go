@@ -28,7 +28,7 @@ import (
 // Options tune an opened head.
 type Options struct {
 	// Backend is where an MLPSpeculator's or Medusa heads' matrices live and their
-	// products run: the target's (llama.Model.Compute), so that the head computes
+	// products run: the target's (llama.Model.Backend), so that the head computes
 	// where the target does. It stays the caller's; the head's matrices live in it
 	// until the backend is closed, so the head must be closed (no longer used)
 	// before the target. Required for those two kinds.

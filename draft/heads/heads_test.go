@@ -55,8 +55,8 @@ func gocoderM(t testing.TB) (*llama.Model, string) {
 // path, with the given tree: the target's backend, and EAGLE layers loaded on the
 // target's threads with its context length.
 func onTarget(m *llama.Model, path string, tree draft.TreeShape) heads.Options {
-	factory := m.Compute().(*cpu.Backend).Pool().Factory()
-	return heads.Options{Backend: m.Compute(), Tree: tree, OpenEAGLE: func(dir string) (heads.Layer, error) {
+	factory := m.Backend().(*cpu.Backend).Pool().Factory()
+	return heads.Options{Backend: m.Backend(), Tree: tree, OpenEAGLE: func(dir string) (heads.Layer, error) {
 		return llama.OpenEAGLE(dir, path, factory, llama.Options{ContextLength: m.Info().ContextLength})
 	}}
 }
@@ -183,7 +183,7 @@ func TestHeadsMatchReference(t *testing.T) {
 
 	t.Run("MLPSpeculator", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-mlp-speculator")
-		h, err := heads.OpenMLPSpeculator(dir, m.Info(), heads.Options{Backend: m.Compute()})
+		h, err := heads.OpenMLPSpeculator(dir, m.Info(), heads.Options{Backend: m.Backend()})
 		require.NoError(t, err)
 		defer h.Close()
 		proj0, emb, head := refTensor(t, dir, "proj.0.weight"), refTensor(t, dir, "emb.0.weight"), refTensor(t, dir, "head.0.weight")
@@ -224,7 +224,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("Medusa", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-medusa")
-		h, err := heads.OpenMedusa(dir, m.Info(), heads.Options{Backend: m.Compute()})
+		h, err := heads.OpenMedusa(dir, m.Info(), heads.Options{Backend: m.Backend()})
 		require.NoError(t, err)
 		defer h.Close()
 		w, b, lm := refTensor(t, dir, "blocks.0.layers.0.weight"), refTensor(t, dir, "blocks.0.layers.0.bias"), refTensor(t, dir, "lm_heads.0.weight")
@@ -247,7 +247,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("EAGLE", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-eagle")
-		layer, err := llama.OpenEAGLE(dir, path, m.Compute().(*cpu.Backend).Pool().Factory(), llama.Options{})
+		layer, err := llama.OpenEAGLE(dir, path, m.Backend().(*cpu.Backend).Pool().Factory(), llama.Options{})
 		require.NoError(t, err)
 		defer layer.Close()
 		e, err := heads.NewEAGLE(layer, m.Info(), draft.TreeShape{})
@@ -342,7 +342,7 @@ func TestUntiedCopiesDraftAlike(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			open := func(dir string) draft.Drafter {
-				d, closer, err := heads.Open(dir, m.Info(), heads.Options{Backend: m.Compute()})
+				d, closer, err := heads.Open(dir, m.Info(), heads.Options{Backend: m.Backend()})
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = closer.Close() })
 				return d

@@ -263,7 +263,7 @@ func (b *bench) head(name string) (draft.Drafter, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	opts := heads.Options{Backend: b.targetM.Compute(), OpenEAGLE: b.eagle}
+	opts := heads.Options{Backend: b.targetM.Backend(), OpenEAGLE: b.eagle}
 	if b.o.headQ8 {
 		opts.Requantize = dtype.Q8_0
 	}

@@ -237,7 +237,7 @@ func measure(ctx context.Context, path string, c benchConfig, logf func(string, 
 	defer m.Close()
 	r.LoadSeconds = time.Since(start).Seconds()
 	r.Name = m.Info().Name
-	r.Kernels = m.Backend()
+	r.Kernels = m.BackendName()
 	cfg := m.Config()
 	r.KVBytesPerToken = cfg.KVBytesPerPosition()
 	logf("%s: %s, %.2f GB of weights (%.2f GB read per token), %.1f GB/s measured, kernels %s",

@@ -89,7 +89,7 @@ func speculate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer dm.Close()
-	logf("target %s (%s), draft %s (%s), kernels %s, load average %s", c.Target, tm.Info().Name, c.Draft, dm.Info().Name, tm.Backend(), res.Load)
+	logf("target %s (%s), draft %s (%s), kernels %s, load average %s", c.Target, tm.Info().Name, c.Draft, dm.Info().Name, tm.BackendName(), res.Load)
 	if c.CPUProfile != "" {
 		stop, err := profile(c.CPUProfile)
 		if err != nil {

@@ -112,8 +112,8 @@ func TestHostMatchesCPU(t *testing.T) {
 			cpu := openCPU(t, path)
 			host := openOn(t, gpu.HostDevice(), path, nil, llama.Options{})
 			require.Equal(t, cpu.Config(), host.Config())
-			assert.True(t, strings.HasPrefix(cpu.Backend(), "cpu"), cpu.Backend())
-			assert.Equal(t, "host reference device", host.Backend(), "the model runs on the device")
+			assert.True(t, strings.HasPrefix(cpu.BackendName(), "cpu"), cpu.BackendName())
+			assert.Equal(t, "host reference device", host.BackendName(), "the model runs on the device")
 			if v := cpu.Info().VocabSize; v < 8192 {
 				t.Fatalf("vocabulary of %d: the prompts need 8192", v)
 			}
@@ -135,7 +135,7 @@ func TestGPUMatchesCPU(t *testing.T) {
 			path := f.path(t)
 			cpu := openCPU(t, path)
 			g := openOn(t, dev, path, nil, llama.Options{})
-			assert.True(t, strings.HasPrefix(g.Backend(), "cuda"), g.Backend())
+			assert.True(t, strings.HasPrefix(g.BackendName(), "cuda"), g.BackendName())
 			worst := runScript(t, cpu, g, script(promptA), gpuTol)
 			t.Logf("%s: max |gpu − cpu| logit difference %.3g", f.name, worst)
 			assert.LessOrEqual(t, worst, gpuTol)

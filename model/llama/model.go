@@ -97,15 +97,15 @@ func (m *Model) KVStats() kvcache.Stats {
 	return st
 }
 
-// Backend names what runs the model ("cpu avx512 vnni", "cuda NVIDIA H200", …).
-func (m *Model) Backend() string { return m.be.Name() }
+// BackendName names what runs the model ("cpu avx512 vnni", "cuda NVIDIA H200", …).
+func (m *Model) BackendName() string { return m.be.Name() }
 
-// Compute is the backend the model runs on, for the drafters that compute beside it
+// Backend is the backend the model runs on, for the drafters that compute beside it
 // with matrices of their own (a trained head: heads.Options.Backend), so that they
 // run where the model does — on its device, on the CPU on its threads. It stays the
 // model's: the model's Close closes it, and with it what was taken into it, so those
 // drafters must be closed first.
-func (m *Model) Compute() backend.Backend { return m.be }
+func (m *Model) Backend() backend.Backend { return m.be }
 
 // WeightBytes is the memory the weights take in the backend.
 func (m *Model) WeightBytes() int64 {
