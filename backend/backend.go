@@ -81,6 +81,30 @@ type Tensor struct {
 	Perm []int32
 }
 
+// CheckMulRows reports an error, as every backend's MulRows does, unless x and y hold
+// the n rows of a product with a matrix of rows × cols: n·cols inputs, n·rows outputs.
+func CheckMulRows(n, rows, cols int, x, y []float32) error {
+	if n < 0 || len(x) != n*cols || len(y) != n*rows {
+		return fmt.Errorf("a product of %d rows with a %d × %d matrix: %d inputs and %d outputs given, want %d and %d",
+			n, rows, cols, len(x), len(y), n*cols, n*rows)
+	}
+	return nil
+}
+
+// TableRow finds, as every backend's EmbedRow does, the part of a table of rows rows,
+// made of parts side by side whose first rows are offs, that holds row i, and i's
+// row within it; an error when i is not a row of the table.
+func TableRow(offs []int, rows, i int) (part, row int, err error) {
+	if i < 0 || i >= rows {
+		return 0, 0, fmt.Errorf("row %d of a table of %d rows", i, rows)
+	}
+	part = len(offs) - 1
+	for offs[part] > i {
+		part--
+	}
+	return part, i - offs[part], nil
+}
+
 // SamePerm reports whether two column orders (Tensor.Perm) are the same: parts of one
 // matrix with the same order share one gathered input.
 func SamePerm(a, b []int32) bool { return (a == nil) == (b == nil) && slices.Equal(a, b) }

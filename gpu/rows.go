@@ -63,9 +63,8 @@ func (g *Backend) MulRows(w backend.Matrix, x []float32, n int, y []float32) err
 		return errForeign
 	}
 	cols := m.parts[0].cols
-	if n < 0 || len(x) != n*cols || len(y) != n*m.rows {
-		return fmt.Errorf("cuda: a product of %d rows with a %d × %d matrix: %d inputs and %d outputs given, want %d and %d",
-			n, m.rows, cols, len(x), len(y), n*cols, n*m.rows)
+	if err := backend.CheckMulRows(n, m.rows, cols, x, y); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if n == 0 {
 		return nil
@@ -103,12 +102,10 @@ func (g *Backend) EmbedRow(w backend.Matrix, i int, dst []float32) error {
 		return errForeign
 	case m.permuted():
 		return errors.New("cuda: an embedding table with its columns permuted")
-	case i < 0 || i >= m.rows:
-		return fmt.Errorf("cuda: row %d of a table of %d rows", i, m.rows)
 	}
-	part := len(m.offs) - 1
-	for m.offs[part] > i {
-		part--
+	part, row, err := backend.TableRow(m.offs, m.rows, i)
+	if err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	t := m.parts[part]
 	if len(dst) != t.cols {
@@ -122,7 +119,7 @@ func (g *Backend) EmbedRow(w backend.Matrix, i int, dst []float32) error {
 		if err := r.out.fit(b, int64(4*len(dst)), "a row"); err != nil {
 			return err
 		}
-		r.row[0] = int32(i - m.offs[part])
+		r.row[0] = int32(row)
 		if err := b.upload(r.token.p, bytesOf(r.row[:])); err != nil {
 			return err
 		}

@@ -237,9 +237,8 @@ func (b *Backend) MulRows(w backend.Matrix, x []float32, n int, y []float32) err
 		return errForeign
 	}
 	cols := m.parts[0].Cols
-	if n < 0 || len(x) != n*cols || len(y) != n*m.rows {
-		return fmt.Errorf("cpu: a product of %d rows with a %d × %d matrix: %d inputs and %d outputs given, want %d and %d",
-			n, m.rows, cols, len(x), len(y), n*cols, n*m.rows)
+	if err := backend.CheckMulRows(n, m.rows, cols, x, y); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	if n == 0 {
 		return nil
@@ -258,12 +257,10 @@ func (b *Backend) EmbedRow(w backend.Matrix, i int, dst []float32) error {
 		return errForeign
 	case m.permuted():
 		return errors.New("cpu: an embedding table with its columns permuted")
-	case i < 0 || i >= m.rows:
-		return fmt.Errorf("cpu: row %d of a table of %d rows", i, m.rows)
 	}
-	part := len(m.offs) - 1
-	for m.offs[part] > i {
-		part--
+	part, row, err := backend.TableRow(m.offs, m.rows, i)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	k := m.parts[part]
 	if len(dst) != k.Cols {
@@ -272,7 +269,7 @@ func (b *Backend) EmbedRow(w backend.Matrix, i int, dst []float32) error {
 	ps := b.getPass()
 	defer b.putPass(ps)
 	ps.rowBuf = grow(ps.rowBuf, k.RowBytes())
-	if err := k.RowF32(i-m.offs[part], dst, ps.rowBuf); err != nil {
+	if err := k.RowF32(row, dst, ps.rowBuf); err != nil {
 		return fmt.Errorf("cpu: row %d: %w", i, err)
 	}
 	return nil
