@@ -227,13 +227,12 @@ type runner struct {
 	emit    func(Event) error
 	arrived time.Time
 
-	c         Completion // built as the choices' events come, one at a time
-	texts     []spec.TextStream
-	out       []strings.Builder // each choice's text so far
-	started   bool              // a token was handed out: time to first token observed
-	echo      Event             // the echoed prompt, until it is handed out
-	echoScore int               // prompt scores the echo still waits for
-	emitErr   error             // what the caller's function returned, when it failed
+	c       Completion // built as the choices' events come, one at a time
+	texts   []spec.TextStream
+	out     []strings.Builder // each choice's text so far
+	started bool              // a token was handed out: time to first token observed
+	echo    Event             // the echoed prompt, until it is handed out
+	emitErr error             // what the caller's function returned, when it failed
 }
 
 // run decodes the request: the echoed prompt (scored by the decoder's prefill when
@@ -284,12 +283,17 @@ func (r *runner) startEcho() error {
 	r.echo = Event{Prompt: true, Text: pl.echo, Tokens: pl.spec.Prompt, Pieces: pl.echoPieces}
 	if pl.req.Logprobs {
 		r.echo.Logprobs = []TokenLogprob{{Alternative: r.e.alternative(pl.spec.Prompt[0], float32(math.NaN()))}}
-		r.echoScore = len(pl.spec.Prompt) - 1
 	}
-	if r.echoScore > 0 {
+	if r.echoWaits() {
 		return nil
 	}
 	return r.handEcho()
+}
+
+// echoWaits reports whether the echo still waits for prompt scores: it has fewer
+// log-probabilities than tokens.
+func (r *runner) echoWaits() bool {
+	return r.pl.req.Logprobs && len(r.echo.Logprobs) < len(r.echo.Tokens)
 }
 
 // handEcho hands out the echoed prompt, keeping it in the completion.
@@ -305,10 +309,10 @@ func (r *runner) chunk(c spec.Chunk) error {
 	switch {
 	case c.Prompt:
 		r.echo.Logprobs = append(r.echo.Logprobs, r.e.logprobs(c.Logprobs)...)
-		if r.echoScore -= len(c.Tokens); r.echoScore == 0 {
-			return r.handEcho()
+		if r.echoWaits() {
+			return nil
 		}
-		return nil
+		return r.handEcho()
 	case c.Finish != "":
 		return nil
 	}
