@@ -29,10 +29,6 @@ func (t *Tree) Set(parents []int32) error {
 		t.parents, t.depth = nil, t.depth[:0]
 		return nil
 	}
-	if parents == nil {
-		t.parents, t.depth = nil, t.depth[:0]
-		return nil
-	}
 	t.parents = append(t.parents[:0], parents...)
 	t.depth = grow(t.depth, len(parents))
 	for i, p := range parents {

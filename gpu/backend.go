@@ -76,8 +76,8 @@ func NewBackend(dev *Device, shape backend.Shape, opts BackendOptions) (*Backend
 }
 
 // Factory makes backends on dev, one for each model it is given to:
-// llama.Open(path, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{}). The device must
-// outlive the models.
+// llama.Open(path, gpu.Factory(dev, gpu.BackendOptions{}), llama.Options{}). The
+// device must outlive the models.
 func Factory(dev *Device, opts BackendOptions) backend.Factory {
 	return func(shape backend.Shape) (backend.Backend, error) {
 		b, err := NewBackend(dev, shape, opts)
@@ -356,10 +356,9 @@ func (g *Backend) Close() error {
 // deviceKV is the key/value pool in device memory: the storage of the books, which
 // copy through it.
 type deviceKV struct {
-	g         *Backend
-	geom      kvGeom
-	pairs     devptr
-	pairBytes int64
+	g     *Backend
+	geom  kvGeom
+	pairs devBuf // the slot pairs of a Copy, on their way to the kernel
 }
 
 // KV implements [backend.Backend]: the whole budget is allocated now.
@@ -431,35 +430,23 @@ func (kv *deviceKV) Copy(pairs []int32) error {
 		return nil
 	}
 	return kv.g.do(func(b deviceOps) error {
-		need := int64(4 * len(pairs))
-		if need > kv.pairBytes {
-			if kv.pairs != 0 {
-				if err := b.free(kv.pairs); err != nil {
-					return err
-				}
-				kv.pairs, kv.pairBytes = 0, 0
-			}
-			p, err := b.alloc(max(need, 4096))
-			if err != nil {
-				return fmt.Errorf("cuda: buffer for key/value copies: %w", err)
-			}
-			kv.pairs, kv.pairBytes = p, max(need, 4096)
-		}
-		if err := b.upload(kv.pairs, bytesOf(pairs)); err != nil {
+		if err := kv.pairs.fit(b, max(int64(4*len(pairs)), 4096), "key/value copies"); err != nil {
 			return err
 		}
-		return b.kvCopy(kv.geom, kv.pairs, len(pairs)/2)
+		if err := b.upload(kv.pairs.p, bytesOf(pairs)); err != nil {
+			return err
+		}
+		return b.kvCopy(kv.geom, kv.pairs.p, len(pairs)/2)
 	})
 }
 
 // free releases the pool's device memory.
 func (kv *deviceKV) free(b deviceOps) error {
 	var errs []error
-	for _, p := range []devptr{kv.geom.base, kv.pairs} {
-		if p != 0 {
-			errs = append(errs, b.free(p))
-		}
+	if kv.geom.base != 0 {
+		errs = append(errs, b.free(kv.geom.base))
 	}
+	errs = append(errs, kv.pairs.free(b))
 	return errors.Join(errs...)
 }
 

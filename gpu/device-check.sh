@@ -11,8 +11,8 @@
 # backend on the gocoder models, random-weight models against the host device, batch
 # invariance, greedy speculative output identical to plain, the paged key/value cache
 # on the device), and draft/heads' TestHeadsOnDevice (the trained heads computing on
-# the device backend against the CPU's, when ../shared is there), then benchmarks random-weight models shaped like Qwen2.5-0.5B and
-# Qwen2.5-7B (F16, BF16, Q8_0): decode tokens/s at a 512-token context, the
+# the device backend against the CPU's, when ../shared is there), then benchmarks
+# random-weight models shaped like Qwen2.5-0.5B and Qwen2.5-7B (F16, BF16, Q8_0): decode tokens/s at a 512-token context, the
 # verify(5)/verify(1) cost ratio and achieved memory bandwidth against the card's
 # peak. Everything goes to $OUT (default ./device-out): device-check.log (all of it),
 # nvidia-smi.txt, libs.txt, gpu-test.log, llama-test.log, heads-test.log, gpubench-*.txt/json,

@@ -203,7 +203,7 @@ func (ps *devicePass) buf(a backend.Act) devptr { return ps.g.s.acts[a] }
 func (ps *devicePass) Embed(dst backend.Act, table backend.Matrix) {
 	m, ok := table.(*dmatrix)
 	if ps.ok(ok) && m.permuted() {
-		ps.fail(errors.New("cuda: an embedding table with its columns permuted"))
+		ps.fail(errPermutedTable)
 	}
 	if ps.err == nil {
 		ps.fail(ps.b.embed(ps.buf(dst), m.parts[0], ps.at(ps.oTokens), ps.rows))

@@ -55,6 +55,10 @@ func (r *hostRows) free(b deviceOps) error {
 // errForeign is the error of a weight that another backend took in.
 var errForeign = errors.New("cuda: a weight taken in by another backend")
 
+// errPermutedTable refuses an embedding table whose columns were permuted: a row of
+// it is read as it is stored, so its columns must be in the inputs' order.
+var errPermutedTable = errors.New("cuda: an embedding table with its columns permuted")
+
 // MulRows implements [backend.Backend]: the rows are uploaded, multiplied by the
 // kernels of a pass's Mul, and the products copied back, in one turn on the device.
 func (g *Backend) MulRows(w backend.Matrix, x []float32, n int, y []float32) error {
@@ -101,7 +105,7 @@ func (g *Backend) EmbedRow(w backend.Matrix, i int, dst []float32) error {
 	case !ok:
 		return errForeign
 	case m.permuted():
-		return errors.New("cuda: an embedding table with its columns permuted")
+		return errPermutedTable
 	}
 	part, row, err := backend.TableRow(m.offs, m.rows, i)
 	if err != nil {

@@ -7,7 +7,6 @@ package server
 // is about — into its status, param and code.
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,7 +38,6 @@ func (e *apiError) Error() string { return e.Message }
 // The error types of the wire format.
 const (
 	typeInvalidRequest = "invalid_request_error"
-	typeNotFound       = "not_found_error"
 	typeRateLimit      = "rate_limit_error"
 	typeServer         = "server_error"
 )
@@ -48,6 +46,20 @@ const (
 func badParam(param, format string, args ...any) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: "invalid_value",
 		Message: fmt.Sprintf(format, args...)}
+}
+
+// invalidType is a 400 for a field of the wrong JSON type.
+func invalidType(param, format string, args ...any) *apiError {
+	e := badParam(param, format, args...)
+	e.Code = "invalid_type"
+	return e
+}
+
+// invalidJSON is a 400 for a body that is not the JSON object of a request.
+func invalidJSON(format string, args ...any) *apiError {
+	e := badParam("", format, args...)
+	e.Code = "invalid_json"
+	return e
 }
 
 // unsupported is a 400 for a feature the server does not implement.
@@ -151,11 +163,7 @@ func (x *exchange) param(field string) string {
 	case "Format":
 		return x.formatParam
 	case "MaxTokens":
-		return cmp.Or(x.maxTokensParam, "max_tokens")
-	case "Stop":
-		return "stop"
-	case "N":
-		return "n"
+		return x.maxTokensParam
 	case "TopLogprobs":
 		if x.chat {
 			return "top_logprobs"

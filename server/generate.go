@@ -139,11 +139,11 @@ func (o *output) take(dst []specula.Event) ([]specula.Event, bool) {
 func (s *Server) respond(ctx context.Context, w http.ResponseWriter, x *exchange, out *output) {
 	events, _ := out.take(nil)
 	if out.err != nil {
-		s.fail(ctx, w, x, out.err)
+		s.fail(w, x, engineError(ctx, x, out.err), out.err)
 		return
 	}
 	c := out.c
-	u := &usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens, TotalTokens: c.Usage.TotalTokens}
+	u := usageOf(c)
 	t := timingsOf(c.Choice)
 	if x.chat {
 		resp := chatCompletion{ID: x.id, Object: "chat.completion", Created: x.created, Model: x.modelName, Choices: []chatChoice{}, Usage: u, Timings: t}
@@ -187,10 +187,9 @@ func piecesOf(events []specula.Event, n int) [][]string {
 	return out
 }
 
-// fail answers a request the engine refused or could not finish, before anything
-// was written.
-func (s *Server) fail(ctx context.Context, w http.ResponseWriter, x *exchange, err error) {
-	e := engineError(ctx, x, err)
+// fail answers with e, before anything was written, a request the engine refused or
+// could not finish with err.
+func (s *Server) fail(w http.ResponseWriter, x *exchange, e *apiError, err error) {
 	if e.Status == 499 {
 		markDropped(w)
 		return
@@ -285,14 +284,13 @@ func (s *Server) end(ctx context.Context, w http.ResponseWriter, sse *sseWriter,
 			markDropped(w)
 			return
 		case !sse.started:
-			s.fail(ctx, w, sse.x, out.err)
+			s.fail(w, sse.x, e, out.err)
 			return
 		}
 		sse.event(e.body())
 	} else {
 		c := out.c
-		sse.finish(string(c.Finish), &usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens,
-			TotalTokens: c.Usage.TotalTokens}, timingsOf(c.Choice))
+		sse.finish(string(c.Finish), usageOf(c), timingsOf(c.Choice))
 	}
 	sse.done()
 }

@@ -137,8 +137,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, q *request)
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Message: "reading the request body: " + err.Error()}
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_json",
-			Message: "the request body is empty: send a JSON object"}
+		return invalidJSON("the request body is empty: send a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber() // chat_template_kwargs keep their integers
@@ -153,14 +152,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, q *request)
 	}
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		if te.Field == "" {
-			return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_json",
-				Message: fmt.Sprintf("the request body must be a JSON object, not %s", te.Value)}
+			return invalidJSON("the request body must be a JSON object, not %s", te.Value)
 		}
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: te.Field, Code: "invalid_type",
-			Message: fmt.Sprintf("invalid type for '%s': expected %s, but got %s", te.Field, jsonKind(te.Type.String()), te.Value)}
+		return invalidType(te.Field, "invalid type for '%s': expected %s, but got %s", te.Field, jsonKind(te.Type.String()), te.Value)
 	}
-	return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_json",
-		Message: "could not parse the JSON body of the request: " + err.Error()}
+	return invalidJSON("could not parse the JSON body of the request: %v", err)
 }
 
 // jsonKind names a Go type the way a JSON user thinks of it.
@@ -213,8 +209,7 @@ func checkFields(body []byte) *apiError {
 	t := reflect.TypeFor[request]()
 	unknown, err := unknownFields(body, t, ignoredField)
 	if err != nil {
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_json",
-			Message: "could not parse the JSON body of the request: " + err.Error()}
+		return invalidJSON("could not parse the JSON body of the request: %v", err)
 	}
 	if len(unknown) == 0 {
 		return nil
@@ -453,10 +448,10 @@ func checkEndpoint(q *request, chat bool) *apiError {
 	if q.ChatTemplateKwargs != nil {
 		fields = append(fields, "chat_template_kwargs")
 	}
-	if isSet(q.Tools) && string(bytes.TrimSpace(q.Tools)) != "[]" {
+	if toolsAsked(q) {
 		fields = append(fields, "tools")
 	}
-	if tc := string(bytes.TrimSpace(q.ToolChoice)); isSet(q.ToolChoice) && tc != `"none"` && tc != `"auto"` {
+	if toolChoiceAsked(q) {
 		fields = append(fields, "tool_choice")
 	}
 	if len(fields) > 0 {
@@ -469,6 +464,17 @@ func checkEndpoint(q *request, chat bool) *apiError {
 func isSet(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) > 0 && string(raw) != "null"
+}
+
+// toolsAsked and toolChoiceAsked report whether a request asks for tools: tools set
+// and not [], tool_choice set and neither none nor auto (the neutral values).
+func toolsAsked(q *request) bool {
+	return isSet(q.Tools) && string(bytes.TrimSpace(q.Tools)) != "[]"
+}
+
+func toolChoiceAsked(q *request) bool {
+	tc := string(bytes.TrimSpace(q.ToolChoice))
+	return isSet(q.ToolChoice) && tc != `"none"` && tc != `"auto"`
 }
 
 // checkUnsupported rejects features the server does not implement, rather than
@@ -498,10 +504,10 @@ func checkUnsupported(q *request, chat bool) *apiError {
 		return unsupported(pen.name, "%s is not supported; repetition_penalty is", pen.name)
 	}
 	if chat {
-		if t := bytes.TrimSpace(q.Tools); len(t) > 0 && string(t) != "null" && string(t) != "[]" {
+		if toolsAsked(q) {
 			return unsupported("tools", "tools (function calling) are not supported")
 		}
-		if t := bytes.TrimSpace(q.ToolChoice); len(t) > 0 && string(t) != "null" && string(t) != `"none"` && string(t) != `"auto"` {
+		if toolChoiceAsked(q) {
 			return unsupported("tool_choice", "tool_choice is not supported")
 		}
 	}
@@ -542,16 +548,14 @@ func choiceCount(q *request, stream bool) (int, *apiError) {
 // decoder's Logprobs and TopLogprobs. Their bounds (specula.MaxTopLogprobs, and
 // top_logprobs only with logprobs) are the library's.
 func logprobsParams(q *request, chat bool) (on bool, top int, e *apiError) {
-	if raw := bytes.TrimSpace(q.Logprobs); len(raw) > 0 && string(raw) != "null" {
+	if raw := bytes.TrimSpace(q.Logprobs); isSet(raw) {
 		if chat {
 			if json.Unmarshal(raw, &on) != nil {
-				return false, 0, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "logprobs", Code: "invalid_type",
-					Message: "logprobs must be a boolean (true for the tokens' log-probabilities; top_logprobs asks for alternatives)"}
+				return false, 0, invalidType("logprobs", "logprobs must be a boolean (true for the tokens' log-probabilities; top_logprobs asks for alternatives)")
 			}
 		} else {
 			if json.Unmarshal(raw, &top) != nil {
-				return false, 0, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "logprobs", Code: "invalid_type",
-					Message: fmt.Sprintf("logprobs must be an integer from 0 to %d: how many alternatives to report per token", specula.MaxTopLogprobs)}
+				return false, 0, invalidType("logprobs", "logprobs must be an integer from 0 to %d: how many alternatives to report per token", specula.MaxTopLogprobs)
 			}
 			on = true
 		}
@@ -739,12 +743,11 @@ func requestedFormats(q *request) ([]formatSource, *apiError) {
 func structuredOutputFormats(raw json.RawMessage) ([]formatSource, *apiError) {
 	const prefix = "structured_outputs."
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+	if !isSet(raw) {
 		return nil, nil
 	}
 	if raw[0] != '{' {
-		return nil, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: "structured_outputs", Code: "invalid_type",
-			Message: "invalid type for 'structured_outputs': expected an object (json, regex, choice, grammar or json_object)"}
+		return nil, invalidType("structured_outputs", "invalid type for 'structured_outputs': expected an object (json, regex, choice, grammar or json_object)")
 	}
 	t := reflect.TypeFor[structuredOutputs]()
 	unknown, err := unknownFields(raw, t, func(string) bool { return false })
@@ -805,7 +808,7 @@ func structuredOutputFormats(raw json.RawMessage) ([]formatSource, *apiError) {
 func schemaText(raw json.RawMessage, param string) (string, *apiError) {
 	raw = bytes.TrimSpace(raw)
 	switch {
-	case len(raw) == 0 || string(raw) == "null":
+	case !isSet(raw):
 		return "", nil
 	case raw[0] == '{':
 		return string(raw), nil
@@ -819,8 +822,7 @@ func schemaText(raw json.RawMessage, param string) (string, *apiError) {
 		}
 		return s, nil
 	}
-	return "", &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: "invalid_type",
-		Message: fmt.Sprintf("invalid type for '%s': expected a JSON Schema, as an object or a string holding one", param)}
+	return "", invalidType(param, "invalid type for '%s': expected a JSON Schema, as an object or a string holding one", param)
 }
 
 // choiceRegex is the regular expression (Go's syntax, which a Format's Regex takes
@@ -841,7 +843,7 @@ func choiceRegex(choices []string, param string) (string, *apiError) {
 // are ignored.
 func parseStop(raw json.RawMessage) ([]string, *apiError) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+	if !isSet(raw) {
 		return nil, nil
 	}
 	var list []string
@@ -867,7 +869,7 @@ func parseStop(raw json.RawMessage) ([]string, *apiError) {
 // ids, or an array of one array of token ids; and echo.
 func (x *exchange) completionPrompt(q *request) *apiError {
 	raw := bytes.TrimSpace(q.Prompt)
-	if len(raw) == 0 || string(raw) == "null" {
+	if !isSet(raw) {
 		return badParam("prompt", "prompt is required")
 	}
 	var texts []string
@@ -908,7 +910,7 @@ func onePrompt(n int) *apiError {
 // OpenAI's newer name for system, is translated to it (templates know system).
 func (x *exchange) chatPrompt(q *request) *apiError {
 	raw := bytes.TrimSpace(q.Messages)
-	if len(raw) == 0 || string(raw) == "null" {
+	if !isSet(raw) {
 		return badParam("messages", "messages is required")
 	}
 	var msgs []chatMessage
@@ -948,7 +950,7 @@ func (x *exchange) chatPrompt(q *request) *apiError {
 // messageText flattens a message's content: a string, null, or a list of parts of
 // which only {"type": "text", "text": ...} are supported.
 func messageText(raw json.RawMessage, param string) (string, *apiError) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if !isSet(raw) {
 		return "", nil
 	}
 	var s string

@@ -21,6 +21,12 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
+// usageOf is a completion's token counts, as the wire writes them.
+func usageOf(c specula.Completion) *usage {
+	u := usage(c.Usage)
+	return &u
+}
+
 // completion is a text_completion object, whole or as a stream chunk.
 type completion struct {
 	ID      string             `json:"id"`

@@ -197,7 +197,7 @@ func (l *Local) newSession(seq model.Sequence, maxDraft int) *session {
 		seq:      seq,
 		width:    l.info.HiddenSize,
 		maxDraft: maxDraft,
-		batch:    make([]int32, 0, n),
+		toks:     make([]int32, 0, n),
 		path:     make([]int32, 0, n),
 		outputs:  make([]int32, n),
 	}
@@ -217,7 +217,7 @@ type session struct {
 
 	base    int        // sequence length before the last verification
 	last    int        // tokens forwarded by the last verification; 0 once accepted
-	batch   []int32    // the pending token and the draft
+	toks    []int32    // the pending token and the draft
 	tree    batch.Tree // their shape: the draft's, below the pending token
 	path    []int32    // the batch indices Accept keeps
 	outputs []int32
@@ -350,11 +350,11 @@ func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shap
 	if !shape.Chain() && shape.Len() != len(draft) {
 		return nil, fmt.Errorf("target: a tree of %d nodes for a draft of %d tokens", shape.Len(), len(draft))
 	}
-	s.batch = append(append(s.batch[:0], pending), draft...)
+	s.toks = append(append(s.toks[:0], pending), draft...)
 	s.tree.SetRooted(shape)
-	n := len(s.batch)
+	n := len(s.toks)
 	s.base = s.seq.Len()
-	b := batch.Batch{Tokens: s.batch, Tree: s.tree, Outputs: s.outputs[:n]}
+	b := batch.Batch{Tokens: s.toks, Tree: s.tree, Outputs: s.outputs[:n]}
 	if s.keep {
 		s.stateRows(n)
 		b.States, b.Hidden = b.Outputs, s.hidden

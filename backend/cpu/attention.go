@@ -33,7 +33,7 @@ func (ps *pass) Attention(layer int, a backend.Attn) {
 	}
 	ps.store(layer, bv, rope)
 	ps.attn.start(ps, layer, a)
-	ps.b.threads.Run(&ps.attn, ps.attn.items(), 1)
+	ps.b.pool.k.Run(&ps.attn, ps.attn.items(), 1)
 }
 
 // checkKV checks that layer has a key/value pool and that the plan's rows hold, in

@@ -23,12 +23,11 @@ import (
 // Backend runs passes of one model shape on the CPU. It is safe for concurrent use:
 // passes of different goroutines take turns on the threads, op by op.
 type Backend struct {
-	shape   backend.Shape
-	pool    *Pool
-	own     bool          // the pool is the backend's own: Close stops it
-	threads *kernels.Pool // pool's
-	kv      [2]*store     // the first pool's storage and the sliding layers' (backend.KVSpec)
-	kvmap   backend.KVMap // which pool, and which of its layers, each layer is
+	shape backend.Shape
+	pool  *Pool
+	own   bool          // the pool is the backend's own: Close stops it
+	kv    [2]*store     // the first pool's storage and the sliding layers' (backend.KVSpec)
+	kvmap backend.KVMap // which pool, and which of its layers, each layer is
 
 	passes sync.Pool // *pass: the scratch of finished passes, for the next
 }
@@ -43,8 +42,8 @@ func New(shape backend.Shape, threads int) *Backend {
 
 // newOn makes a backend on the threads of pool.
 func newOn(shape backend.Shape, pool *Pool) *Backend {
-	b := &Backend{shape: shape, pool: pool, threads: pool.k}
-	b.passes.New = func() any { return &pass{b: b, scores: make(chan []float32, b.threads.Threads())} }
+	b := &Backend{shape: shape, pool: pool}
+	b.passes.New = func() any { return &pass{b: b, scores: make(chan []float32, pool.Threads())} }
 	return b
 }
 
@@ -88,9 +87,6 @@ func (b *Backend) Name() string { return "cpu " + kernels.Name() }
 
 // MaxRows implements [backend.Backend]: a pass takes any number of rows.
 func (b *Backend) MaxRows() int { return 0 }
-
-// Threads is the number of threads a pass runs on.
-func (b *Backend) Threads() int { return b.threads.Threads() }
 
 // Pool is the threads the backend runs on: its own, or the pool it was made on.
 func (b *Backend) Pool() *Pool { return b.pool }
@@ -256,7 +252,7 @@ func (b *Backend) EmbedRow(w backend.Matrix, i int, dst []float32) error {
 	case !ok:
 		return errForeign
 	case m.permuted():
-		return errors.New("cpu: an embedding table with its columns permuted")
+		return errPermutedTable
 	}
 	part, row, err := backend.TableRow(m.offs, m.rows, i)
 	if err != nil {
@@ -277,3 +273,7 @@ func (b *Backend) EmbedRow(w backend.Matrix, i int, dst []float32) error {
 
 // errForeign is the error of a weight that another backend took in.
 var errForeign = errors.New("cpu: a weight taken in by another backend")
+
+// errPermutedTable refuses an embedding table whose columns were permuted: a row of
+// it is read as it is stored, so its columns must be in the inputs' order.
+var errPermutedTable = errors.New("cpu: an embedding table with its columns permuted")

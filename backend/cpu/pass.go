@@ -65,7 +65,7 @@ func (ps *pass) Embed(dst backend.Act, table backend.Matrix) {
 		return
 	}
 	if m.permuted() {
-		ps.fail(errors.New("cpu: an embedding table with its columns permuted"))
+		ps.fail(errPermutedTable)
 		return
 	}
 	w := m.parts[0]
@@ -201,7 +201,7 @@ func (ps *pass) mulRows(y []float32, ldy int, x []float32, n, cols int, act *ker
 	for i, in := range m.input {
 		acts[i] = ins[in]
 	}
-	if err := ps.mul.Compute(ps.b.threads, acts[:len(m.parts)], y, ldy, m.parts, m.offs); err != nil {
+	if err := ps.mul.Compute(ps.b.pool.k, acts[:len(m.parts)], y, ldy, m.parts, m.offs); err != nil {
 		ps.fail(fmt.Errorf("cpu: %w", err))
 	}
 }
@@ -222,7 +222,7 @@ func (ps *pass) GLU(act backend.Activation) {
 		return
 	}
 	ps.glu = gluTask{gu: ps.buf(backend.GateUp), h: ps.buf(backend.Hidden), ffn: ps.b.shape.FFN, f: f}
-	ps.b.threads.Run(&ps.glu, ps.rows*ps.glu.chunks(), 1)
+	ps.b.pool.k.Run(&ps.glu, ps.rows*ps.glu.chunks(), 1)
 }
 
 // Scale implements [backend.Pass].

@@ -79,12 +79,16 @@ func speculate(ctx context.Context, args []string) error {
 	}
 	logf := logTo(os.Stderr)
 	res := speculateResult{Config: c, CPU: readCPU(), Load: loadAverage()}
-	tm, err := llama.Open(c.Target, cpu.Factory(c.Threads), llama.Options{})
+	// One pool of threads for both models, as an engine has: two would spin against
+	// each other between the draft's passes and the target's.
+	pool := cpu.NewPool(c.Threads)
+	defer pool.Close()
+	tm, err := llama.Open(c.Target, pool.Factory(), llama.Options{})
 	if err != nil {
 		return err
 	}
 	defer tm.Close()
-	dm, err := llama.Open(c.Draft, cpu.Factory(c.Threads), llama.Options{})
+	dm, err := llama.Open(c.Draft, pool.Factory(), llama.Options{})
 	if err != nil {
 		return err
 	}
@@ -117,7 +121,7 @@ func speculateFlags(args []string) (speculateConfig, string, error) {
 	ks := fs.String("k", "1,2,3,4,5,6,7,8,auto", "draft lengths: numbers and auto (adaptive, up to 8)")
 	fs.IntVar(&c.Tokens, "tokens", 64, "tokens generated per run")
 	fs.IntVar(&c.PromptTokens, "prompt", 128, "prompt tokens")
-	fs.IntVar(&c.Threads, "threads", 2, "threads of each model")
+	fs.IntVar(&c.Threads, "threads", 2, "threads the two models share")
 	fs.Uint64Var(&c.Seed, "seed", 1234, "seed of the prompt and of the substitutions")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
@@ -296,7 +300,7 @@ func kName(k int) string {
 // printSpeculation prints the table of a run.
 func printSpeculation(w io.Writer, res speculateResult) {
 	c := res.Config
-	fmt.Fprintf(w, "target %s, draft %s, %s, %d threads each, %d prompt + %d generated tokens, greedy, load average %s\n",
+	fmt.Fprintf(w, "target %s, draft %s, %s, %d threads shared, %d prompt + %d generated tokens, greedy, load average %s\n",
 		c.Target, c.Draft, res.CPU.Model, c.Threads, c.PromptTokens, c.Tokens, res.Load)
 	fmt.Fprintf(w, "plain: %s tokens/s (start, end), %.2f ms a token\n", joinFloats(res.PlainTokS), res.PlainStepM)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

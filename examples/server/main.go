@@ -22,16 +22,16 @@
 //     messages, max_tokens (max_completion_tokens), temperature, top_p, seed, stop
 //     (a string or up to 4), stream with stream_options.include_usage, echo; and as
 //     in vLLM and llama-server top_k, min_p, repetition_penalty, ignore_eos,
-//     chat_template_kwargs; n (up to 16, not with stream: the samples fork one
-//     prefill), logprobs (completions: 0–20 alternatives; chat: true, with
+//     chat_template_kwargs; n (up to 64, specula.MaxChoices, not with stream: the
+//     samples fork one prefill), logprobs (completions: 0–20 alternatives; chat: true, with
 //     top_logprobs 0–20), exact under speculation; structured output by
 //     response_format (json_object, json_schema), llama-server's grammar (GBNF) and
 //     json_schema, or vLLM's guided_json, guided_regex, guided_choice,
 //     guided_grammar (GBNF) and structured_outputs (json, regex, choice, grammar,
 //     json_object), one per request, exact under speculation too (a format that
 //     does not compile is a 400 naming the problem). best_of, suffix, logit_bias,
-//     tools, logprobs with echo, and presence or frequency penalties other than
-//     their neutral values get a 400. Unknown fields get a 400 naming them (a typo
+//     tools, and presence or frequency penalties other than their neutral values
+//     get a 400. Unknown fields get a 400 naming them (a typo
 //     such as temperture is never silently dropped); fields that change nothing in
 //     the text are accepted by name and ignored: user, safety_identifier, store,
 //     metadata, service_tier, prompt_cache_key, cache_salt, cache_prompt,

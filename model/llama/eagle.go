@@ -18,7 +18,7 @@ import (
 // (rotary embeddings have no hard limit): a drafter for a target should have the
 // target's. The model takes, beside each token,
 // the target's hidden state at the position before it (Info.InputSize), and its hidden
-// state (Batch.States, unnormed: there is no final norm) stands in for the target's at
+// state ([batch.Batch].States, unnormed: there is no final norm) stands in for the target's at
 // the token's position, so it drafts by feeding itself.
 func OpenEAGLE(dir, targetPath string, b backend.Factory, opts Options) (*Model, error) {
 	cfg, err := ReadHFConfig(dir)

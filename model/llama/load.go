@@ -15,9 +15,9 @@ import (
 // Open loads a model from a GGUF file or a Hugging Face directory (config.json plus
 // model.safetensors or a sharded model.safetensors.index.json) onto the backend that b
 // makes: cpu.Factory(threads) (package backend/cpu) for the CPU, gpu.Factory(dev, …)
-// (package gpu) for a GPU. The model does not choose its backend: it is given one. The files are memory-mapped while the backend takes
-// the weights in (each tensor's mapped pages given back as soon as it is taken), and
-// closed after.
+// (package gpu) for a GPU. The model does not choose its backend: it is given one.
+// The files are memory-mapped while the backend takes the weights in (each tensor's
+// mapped pages given back as soon as it is taken), and closed after.
 func Open(path string, b backend.Factory, opts Options) (*Model, error) {
 	t, err := OpenTensors(path)
 	if err != nil {
