@@ -106,29 +106,10 @@ func TestPermutedProduct(t *testing.T) {
 // multiplies n random rows by them, and checks the product as TestPermutedProduct
 // says.
 func checkPermuted(t *testing.T, be backend.Backend, s backend.Shape, typ dtype.DType, rows []int, perms [][]int32, n int, rng *rand.Rand) {
-	var parts, plain []backend.Tensor
-	var dense [][]float32 // each part's values in input order
-	for k, r := range rows {
-		v := make([]float32, r*s.Dim)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * 0.1)
-		}
-		data := encode(t, typ, v)
-		require.NoError(t, dtype.Dequantize(typ, data, v)) // the blocks' values, permuted order
-		d := make([]float32, len(v))
-		for o := range r {
-			for j := range s.Dim {
-				i := j
-				if perms[k] != nil {
-					i = int(perms[k][j])
-				}
-				d[o*s.Dim+i] = v[o*s.Dim+j]
-			}
-		}
-		name := fmt.Sprintf("part%d", k)
-		parts = append(parts, backend.Tensor{Name: name, Type: typ, Rows: r, Cols: s.Dim, Data: data, Perm: perms[k]})
-		plain = append(plain, backend.Tensor{Name: name, Type: typ, Rows: r, Cols: s.Dim, Data: data})
-		dense = append(dense, d)
+	parts, dense := randomParts(t, typ, nil, rows, s.Dim, perms, rng) // dense: each part's values in input order
+	plain := make([]backend.Tensor, len(parts))
+	for k, p := range parts {
+		plain[k], plain[k].Perm = p, nil
 	}
 	w, err := be.Matrix(parts...)
 	require.NoError(t, err)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/format/dtype"
@@ -22,7 +21,7 @@ func BenchmarkPropose(b *testing.B) {
 		b.Run(dir, func(b *testing.B) {
 			m, target := gocoderM(b)
 			st := states(b, m, promptA)
-			factory := m.Backend().(*cpu.Backend).Pool().Factory()
+			factory := threadsOf(m)
 			opts := heads.Options{Backend: m.Backend(), Requantize: dtype.Q8_0, OpenEAGLE: func(dir string) (heads.Layer, error) {
 				return llama.OpenEAGLE(dir, target, factory, llama.Options{ContextLength: m.Info().ContextLength, Requantize: dtype.Q8_0})
 			}}

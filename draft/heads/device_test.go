@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula/backend"
-	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/format/dtype"
@@ -69,7 +68,7 @@ func TestHeadsOnDevice(t *testing.T) {
 						t.Cleanup(func() { _ = closer.Close() })
 						return h
 					}
-					onCPU := open(m.Backend(), m.Backend().(*cpu.Backend).Pool().Factory(), 0)
+					onCPU := open(m.Backend(), threadsOf(m), 0)
 					onDev := open(be, gpu.Factory(d, gpu.BackendOptions{}), 16<<20)
 					tol, worst := deviceTol[dev][kind], 0.0
 					for _, pos := range []int{5, 12, 19, 27, 33, 41, 48, 56, 63} {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend"
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/batch"
 	"github.com/specula/specula/draft"
@@ -55,11 +56,15 @@ func gocoderM(t testing.TB) (*llama.Model, string) {
 // path, with the given tree: the target's backend, and EAGLE layers loaded on the
 // target's threads with its context length.
 func onTarget(m *llama.Model, path string, tree draft.TreeShape) heads.Options {
-	factory := m.Backend().(*cpu.Backend).Pool().Factory()
+	factory := threadsOf(m)
 	return heads.Options{Backend: m.Backend(), Tree: tree, OpenEAGLE: func(dir string) (heads.Layer, error) {
 		return llama.OpenEAGLE(dir, path, factory, llama.Options{ContextLength: m.Info().ContextLength})
 	}}
 }
+
+// threadsOf is the factory of CPU backends on the threads of m's (CPU) backend: what
+// an EAGLE layer for m runs on.
+func threadsOf(m *llama.Model) backend.Factory { return m.Backend().(*cpu.Backend).Pool().Factory() }
 
 // states forwards toks through m and returns the final hidden state at every position.
 func states(t testing.TB, m *llama.Model, toks []int32) [][]float32 {
@@ -247,7 +252,7 @@ func TestHeadsMatchReference(t *testing.T) {
 	})
 	t.Run("EAGLE", func(t *testing.T) {
 		dir := sharedtest.Path(t, "models", "gocoder-m-eagle")
-		layer, err := llama.OpenEAGLE(dir, path, m.Backend().(*cpu.Backend).Pool().Factory(), llama.Options{})
+		layer, err := llama.OpenEAGLE(dir, path, threadsOf(m), llama.Options{})
 		require.NoError(t, err)
 		defer layer.Close()
 		e, err := heads.NewEAGLE(layer, m.Info(), draft.TreeShape{})
