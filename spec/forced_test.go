@@ -190,11 +190,15 @@ func TestForcedGreedyIdentity(t *testing.T) {
 // TestForcedAdaptive: the forced tokens alone, under the adaptive K, on the demo pair
 // and the schema of many keys: the drafter is silent wherever the constraint forces
 // nothing, free and always accepted where it forces something. The controller must
-// keep asking it — a silent step costs what a plain step does — and cut the target's
-// passes about as much as a fixed K does (96 tokens: 75–80 passes at K = 6, where
-// plain decoding takes 96). Greedy output is plain decoding's. The controller reads
-// timings, so a request decoded while the machine is busy may take a few passes more:
-// after two requests to learn from, the median of the next three is judged.
+// keep asking it — a silent step costs what a plain step does — and so cut the
+// target's passes about as much as a fixed K does (96 tokens: 75 passes at K = 6,
+// where plain decoding takes 96). Greedy output is plain decoding's. How long the
+// drafts it asks for are is a choice by timings: on a quiet machine it takes 75–77
+// passes, while under a load of other processes (the other packages' tests beside
+// it) it may rightly keep the drafts short, one token a step, and take 80 — still
+// asking every step. A controller that stops asking the silent drafter takes 88–95.
+// So, after two requests to learn from, the next three must each ask the drafter in
+// at least nine steps of ten, and their median stay within 8 passes of the fixed K.
 func TestForcedAdaptive(t *testing.T) {
 	tm, _ := demoPair(t)
 	tok, err := tokenizer.Load("../models/gocoder-m-q8_0.gguf")
@@ -226,9 +230,10 @@ func TestForcedAdaptive(t *testing.T) {
 		assert.Equal(t, fixed.Tokens, a.Tokens)
 		passes = append(passes, a.Stats.Steps)
 		t.Logf("adaptive: %d passes, %v", a.Stats.Steps, a.Stats.StepsByK)
+		assert.LessOrEqual(t, 10*a.Stats.StepsByK[0], a.Stats.Steps, "the drafter asked in nine steps of ten at least")
 	}
 	slices.Sort(passes)
 	median := passes[judged/2]
 	t.Logf("fixed K = 6: %d passes; adaptive: median %d passes of %v", fixed.Stats.Steps, median, passes)
-	assert.LessOrEqual(t, median, fixed.Stats.Steps+4, "within 4 passes of the fixed K")
+	assert.LessOrEqual(t, median, fixed.Stats.Steps+8, "within 8 passes of the fixed K")
 }

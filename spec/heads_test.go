@@ -14,6 +14,7 @@ import (
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/heads"
 	"github.com/specula/specula/draft/lookup"
+	"github.com/specula/specula/gpu"
 	"github.com/specula/specula/internal/headtest"
 	"github.com/specula/specula/internal/markov"
 	"github.com/specula/specula/internal/reference"
@@ -38,34 +39,48 @@ func headBackend(t *testing.T) backend.Backend {
 	return be
 }
 
+// hostBackend returns a backend of the GPU's host device (the CUDA backend's
+// operations in plain Go) for a head's matrices: a head computing on another backend
+// than the CPU's, as on a GPU target.
+func hostBackend(t *testing.T) backend.Backend {
+	be, err := gpu.NewBackend(gpu.HostDevice(), backend.Shape{HeadDim: 2, Style: backend.RopeHalf}, gpu.BackendOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = be.Close() })
+	return be
+}
+
 func headCases() []headCase {
-	medusa := func(tree draft.TreeShape) func(t *testing.T, c *markov.Chain) draft.Drafter {
+	medusa := func(tree draft.TreeShape, on func(*testing.T) backend.Backend) func(t *testing.T, c *markov.Chain) draft.Drafter {
 		return func(t *testing.T, c *markov.Chain) draft.Drafter {
 			dir := filepath.Join(t.TempDir(), "medusa")
 			info := c.Info()
 			require.NoError(t, headtest.Medusa(dir, info.HiddenSize, info.VocabSize, 3, 1, 5))
-			h, err := heads.OpenMedusa(dir, info, heads.Options{Backend: headBackend(t), Tree: tree})
+			h, err := heads.OpenMedusa(dir, info, heads.Options{Backend: on(t), Tree: tree})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = h.Close() })
 			return h
 		}
 	}
-	mlp := func(t *testing.T, c *markov.Chain) draft.Drafter {
-		dir := filepath.Join(t.TempDir(), "mlp")
-		info := c.Info()
-		require.NoError(t, headtest.MLPSpeculator(dir, info.HiddenSize, 8, info.VocabSize, 3, 6))
-		h, err := heads.OpenMLPSpeculator(dir, info, heads.Options{Backend: headBackend(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = h.Close() })
-		return h
+	mlp := func(on func(*testing.T) backend.Backend) func(t *testing.T, c *markov.Chain) draft.Drafter {
+		return func(t *testing.T, c *markov.Chain) draft.Drafter {
+			dir := filepath.Join(t.TempDir(), "mlp")
+			info := c.Info()
+			require.NoError(t, headtest.MLPSpeculator(dir, info.HiddenSize, 8, info.VocabSize, 3, 6))
+			h, err := heads.OpenMLPSpeculator(dir, info, heads.Options{Backend: on(t)})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = h.Close() })
+			return h
+		}
 	}
 	return []headCase{
-		{"Medusa chain", 3, medusa(draft.TreeShape{})},
-		{"Medusa tree", 6, medusa(draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6})},
-		{"MLPSpeculator", 3, mlp},
+		{"Medusa chain", 3, medusa(draft.TreeShape{}, headBackend)},
+		{"Medusa tree", 6, medusa(draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6}, headBackend)},
+		{"MLPSpeculator", 3, mlp(headBackend)},
 		{"lookup then Medusa", 3, func(t *testing.T, c *markov.Chain) draft.Drafter {
-			return lookup.InFront(medusa(draft.TreeShape{})(t, c))
+			return lookup.InFront(medusa(draft.TreeShape{}, headBackend)(t, c))
 		}},
+		{"Medusa tree on the host device", 6, medusa(draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 6}, hostBackend)},
+		{"MLPSpeculator on the host device", 3, mlp(hostBackend)},
 	}
 }
 
@@ -117,11 +132,12 @@ func TestHeadGreedyIdentity(t *testing.T) {
 
 // eagleCase is a tiny Llama target on disk with a random EAGLE layer for it.
 func eagleCase(t *testing.T, tree draft.TreeShape) (*llama.Model, draft.Drafter) {
-	return eagleCaseOf(t, tree, 0)
+	return eagleCaseOf(t, tree, 0, cpu.Factory(1))
 }
 
-// eagleCaseOf is eagleCase with the layer's context length (0: the model's).
-func eagleCaseOf(t *testing.T, tree draft.TreeShape, layerContext int) (*llama.Model, draft.Drafter) {
+// eagleCaseOf is eagleCase with the layer's context length (0: the model's) and the
+// backend it runs on.
+func eagleCaseOf(t *testing.T, tree draft.TreeShape, layerContext int, on backend.Factory) (*llama.Model, draft.Drafter) {
 	t.Helper()
 	s := headtest.LlamaShape{Dim: 16, Heads: 2, KVHeads: 1, HeadDim: 8, FFN: 32, Vocab: 6, Layers: 1}
 	root := t.TempDir()
@@ -131,7 +147,7 @@ func eagleCaseOf(t *testing.T, tree draft.TreeShape, layerContext int) (*llama.M
 	m, err := llama.Open(tdir, cpu.Factory(1), llama.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
-	layer, err := llama.OpenEAGLE(edir, tdir, cpu.Factory(1), llama.Options{ContextLength: layerContext})
+	layer, err := llama.OpenEAGLE(edir, tdir, on, llama.Options{ContextLength: layerContext})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = layer.Close() })
 	d, err := heads.NewEAGLE(layer, m.Info(), tree)
@@ -155,7 +171,8 @@ func modelLogits(t *testing.T, m *llama.Model) func([]int32) []float32 {
 // TestEAGLEDistribution checks sampled EAGLE drafting — chains and dynamic trees, the
 // layer fed the target's states and then its own — against the enumerated distribution
 // of a tiny random Llama target (chi-square), and greedy EAGLE drafting against plain
-// greedy decoding.
+// greedy decoding — the layer on the CPU, and on the GPU's host device (as on a GPU
+// target, whose factory an engine's EAGLE layer runs on).
 func TestEAGLEDistribution(t *testing.T) {
 	const draws = 20_000
 	params := sampler.Params{Temperature: 1}
@@ -163,12 +180,14 @@ func TestEAGLEDistribution(t *testing.T) {
 		name string
 		k    int
 		tree draft.TreeShape
+		on   backend.Factory
 	}{
-		{"chain", 3, draft.TreeShape{}},
-		{"tree", 5, draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 5}},
+		{"chain", 3, draft.TreeShape{}, cpu.Factory(1)},
+		{"tree", 5, draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 5}, cpu.Factory(1)},
+		{"tree on the host device", 5, draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 5}, gpu.Factory(gpu.HostDevice(), gpu.BackendOptions{})},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m, d := eagleCase(t, c.tree)
+			m, d := eagleCaseOf(t, c.tree, 0, c.on)
 			dec := newDecoder(t, m, d, c.k)
 			prompt := []int32{1, 4, 2}
 			want := reference.ContinuationsOf(modelLogits(t, m), 6, prompt, 3, params)
@@ -193,7 +212,7 @@ func TestEAGLEDistribution(t *testing.T) {
 // TestEAGLEOutOfRoom checks that an EAGLE layer that runs out of context is dropped for
 // the rest of the request, which goes on without drafts to the target's own output.
 func TestEAGLEOutOfRoom(t *testing.T) {
-	m, d := eagleCaseOf(t, draft.TreeShape{}, 12)
+	m, d := eagleCaseOf(t, draft.TreeShape{}, 12, cpu.Factory(1))
 	req := spec.Request{Prompt: []int32{1, 4, 2}, MaxTokens: 30}
 	want, err := single(newDecoder(t, m, nil, 0).GenerateFunc(context.Background(), req, nil))
 	require.NoError(t, err)
