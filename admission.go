@@ -17,7 +17,15 @@ type Serving struct {
 	// may fill — its prompt and MaxTokens for every choice, with room for a last
 	// draft — is free of the running requests', so that none runs out part-way: a
 	// request without MaxTokens reserves the rest of the context, and bounding
-	// MaxTokens lets more run at once.
+	// MaxTokens lets more run at once. A request that could not fit even alone is
+	// refused before it waits, with a [*CapacityError] saying what to lower.
+	//
+	// Requests start in the order they came, but one that waits for memory does
+	// not hold back a later one that fits in what is free: the later one passes it.
+	// Each waiting request may be passed MaxRunning times; after that nothing passes
+	// it, and it starts as soon as the running requests have given back its memory.
+	// A small request so waits at most its own turn, and a large one is still
+	// served.
 	MaxRunning int
 	// MaxQueue is the most requests that wait for their turn (0: DefaultMaxQueue;
 	// negative: none wait). One more is refused at once with an *OverloadedError.
@@ -70,6 +78,7 @@ type admission struct {
 type ticket struct {
 	a       *admission
 	need    int
+	passed  int           // later requests that started while it waited
 	ready   chan struct{} // closed when admitted or refused
 	err     error         // why it was refused
 	running int           // requests running when it was admitted, itself included
@@ -96,20 +105,19 @@ func newAdmission(s Serving, defaultRunning, capacity, blockSize int) *admission
 // positions is how many token positions the whole cache holds (0: unknown).
 func (a *admission) positions() int { return a.capacity * a.blockSize }
 
-// acquire waits for the request's turn and need blocks of memory. It fails with an
+// acquire waits for the request's turn and need blocks of memory (at most the
+// cache's capacity: the engine refused larger requests). It fails with an
 // *OverloadedError when the queue is full or the wait too long, ErrCancelled when
 // ctx ends first, ErrClosed when the engine closes.
 func (a *admission) acquire(ctx context.Context, need int) (*ticket, error) {
-	if a.capacity > 0 {
-		need = min(need, a.capacity) // alone, it may still run, and end at the cache's end
-	}
 	t := &ticket{a: a, need: need, ready: make(chan struct{})}
 	a.mu.Lock()
 	switch {
 	case a.closed:
 		a.mu.Unlock()
 		return nil, ErrClosed
-	case len(a.queue) == 0 && a.fits(need):
+	case a.fits(need) && a.mayPass(len(a.queue)):
+		a.pass(len(a.queue))
 		a.start(t)
 		a.mu.Unlock()
 		return t, nil
@@ -128,7 +136,25 @@ func (a *admission) fits(need int) bool {
 	if a.running >= a.maxRunning {
 		return false
 	}
-	return a.capacity == 0 || a.running == 0 || a.reserved+need <= a.capacity
+	return a.capacity == 0 || a.reserved+need <= a.capacity
+}
+
+// mayPass reports whether a request may start ahead of the first n waiting ones:
+// none of them has been passed MaxRunning times yet; a.mu is held.
+func (a *admission) mayPass(n int) bool {
+	for _, q := range a.queue[:n] {
+		if q.passed >= a.maxRunning {
+			return false
+		}
+	}
+	return true
+}
+
+// pass counts a start ahead of the first n waiting requests; a.mu is held.
+func (a *admission) pass(n int) {
+	for _, q := range a.queue[:n] {
+		q.passed++
+	}
 }
 
 // start runs t; a.mu is held.
@@ -203,12 +229,21 @@ func (a *admission) finish(t *ticket) {
 	a.admit()
 }
 
-// admit starts waiting requests, oldest first, while they fit; a.mu is held.
+// admit starts the waiting requests that fit, oldest first, each passing those
+// ahead of it that may still be passed; a.mu is held.
 func (a *admission) admit() {
-	for len(a.queue) > 0 && !a.closed && a.fits(a.queue[0].need) {
-		t := a.queue[0]
-		a.queue = a.queue[1:]
-		a.start(t)
+	for i := 0; i < len(a.queue) && !a.closed && a.running < a.maxRunning; {
+		t := a.queue[i]
+		switch {
+		case a.fits(t.need):
+			a.pass(i)
+			a.queue = append(a.queue[:i], a.queue[i+1:]...)
+			a.start(t)
+		case t.passed >= a.maxRunning:
+			return // nothing passes it any more
+		default:
+			i++
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package specula
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/specula/specula/model"
@@ -20,12 +21,18 @@ var (
 	// ErrPromptTooLong: the prompt leaves no room to generate, in the model's
 	// context or in the whole key/value cache (OpenAI's context_length_exceeded).
 	ErrPromptTooLong = errors.New("specula: the prompt is too long")
+	// ErrTooLarge: the request could never run, even alone: its prompt and its
+	// choices' tokens, at their most, fill more key/value memory than the whole
+	// cache holds. The error is a [*CapacityError] (inside a [*ParameterError]
+	// naming MaxTokens or N) saying how far to lower them.
+	ErrTooLarge = errors.New("specula: the request is larger than the key/value cache")
 	// ErrOverloaded: the engine's queue of waiting requests is full, or a request
 	// waited longer than its limit. The error is an [*OverloadedError] with a
 	// suggested wait.
 	ErrOverloaded = errors.New("specula: overloaded")
 	// ErrOutOfMemory: the key/value cache had no room for the request before it
-	// produced a token (after that the text ends with [FinishLength]).
+	// produced a token (after that the text ends with [FinishMemory]). Admission
+	// keeps it from happening on a model that reports its cache.
 	ErrOutOfMemory = model.ErrOutOfMemory
 	// ErrClosed: the engine is closed, or was closed while the request waited or ran.
 	ErrClosed = errors.New("specula: the engine is closed")
@@ -84,6 +91,50 @@ func fromDecoder(err error) error {
 func invalid(field, format string, args ...any) *ParameterError {
 	return &ParameterError{Field: field, Err: fmt.Errorf(format, args...)}
 }
+
+// CapacityError is a request refused because, at its most — the prompt and every
+// choice's MaxTokens tokens — it fills more key/value memory than the whole cache
+// holds ([Config.KVBudget]): it could never run, and would only be cut short. The
+// engine refuses it before it waits, rather than end its choices early. It matches
+// [ErrTooLarge]; the engine returns it inside a [*ParameterError] whose Field is
+// the parameter to lower: MaxTokens where lowering it alone is enough, else N.
+type CapacityError struct {
+	// PromptTokens, Choices and MaxTokens are the request's; MaxTokensSet is false
+	// when the request left MaxTokens 0, which runs to the end of the context
+	// (MaxTokens is then the tokens left there).
+	PromptTokens, Choices, MaxTokens int
+	MaxTokensSet                     bool
+	// Positions are the key/value positions the request may fill, all choices
+	// together (in whole blocks, forked choices sharing the prompt's), and
+	// CachePositions those the whole cache holds.
+	Positions, CachePositions int
+	// FitMaxTokens is the largest MaxTokens that fits with Choices choices, and
+	// FitChoices the most choices that fit with MaxTokens (0: none).
+	FitMaxTokens, FitChoices int
+}
+
+func (e *CapacityError) Error() string {
+	tokens := fmt.Sprintf("MaxTokens %d", e.MaxTokens)
+	if !e.MaxTokensSet {
+		tokens = fmt.Sprintf("MaxTokens unset (the rest of the context, %d tokens)", e.MaxTokens)
+	}
+	var fixes []string
+	if e.FitMaxTokens > 0 {
+		fixes = append(fixes, fmt.Sprintf("MaxTokens to at most %d", e.FitMaxTokens))
+	}
+	if e.FitChoices > 0 {
+		fixes = append(fixes, fmt.Sprintf("N to at most %d", e.FitChoices))
+	}
+	lower := ""
+	if len(fixes) > 0 {
+		lower = "lower " + strings.Join(fixes, " or ") + ", "
+	}
+	return fmt.Sprintf("%d choices of %s after a %d-token prompt may fill %d key/value positions, and the whole cache holds %d: %sshorten the prompt, or raise KVBudget",
+		e.Choices, tokens, e.PromptTokens, e.Positions, e.CachePositions, lower)
+}
+
+// Is makes a CapacityError match ErrTooLarge.
+func (e *CapacityError) Is(target error) bool { return target == ErrTooLarge }
 
 // OverloadedError is a request refused because the engine is full: its queue of
 // waiting requests is full, or the request waited past the queue's time limit. It

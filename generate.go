@@ -27,9 +27,12 @@ const (
 	// FinishStop: an end-of-sequence token, a stop string, or the end of a Format's
 	// language.
 	FinishStop = spec.FinishStop
-	// FinishLength: MaxTokens, the end of the context, or the key/value cache full
-	// after some tokens.
+	// FinishLength: MaxTokens or the end of the context.
 	FinishLength = spec.FinishLength
+	// FinishMemory: the key/value cache ran out after some tokens. Admission
+	// reserves every request's most memory before it starts, so this happens only
+	// for a model that does not say how its cache is laid out (see [NewEngine]).
+	FinishMemory FinishReason = "memory"
 	// FinishCancelled: the context ended, or the caller's function stopped it.
 	FinishCancelled = spec.FinishCancelled
 	// FinishError: anything else; the error returned says what.
@@ -233,6 +236,7 @@ type runner struct {
 	started bool              // a token was handed out: time to first token observed
 	echo    Event             // the echoed prompt, until it is handed out
 	emitErr error             // what the caller's function returned, when it failed
+	outOfKV bool              // the key/value cache ran out after some tokens
 }
 
 // run decodes the request: the echoed prompt (scored by the decoder's prefill when
@@ -358,8 +362,11 @@ func (r *runner) done(results []spec.Result, err error) (Completion, error) {
 	for i, res := range results {
 		ch := &r.c.Choices[i]
 		ch.Finish, ch.Stats = res.Finish, res.Stats
-		if res.Finish == FinishError && err == nil {
-			ch.Finish = FinishLength // out of memory after some tokens: see classify
+		if res.Finish == FinishError && err == nil { // out of memory or context after some tokens: see classify
+			ch.Finish = FinishLength
+			if r.outOfKV {
+				ch.Finish = FinishMemory
+			}
 		}
 		ev := Event{Choice: i, Finish: ch.Finish, Stats: &ch.Stats, Speculative: ch.Speculative}
 		if r.texts != nil {
@@ -381,8 +388,8 @@ func (r *runner) done(results []spec.Result, err error) (Completion, error) {
 }
 
 // classify turns a decoder's error into the engine's: running out of key/value memory
-// or context after some tokens is no error (the text ends with FinishLength), before
-// any it is ErrOutOfMemory; an ended context is ErrCancelled (or ErrClosed, when the
+// or context after some tokens is no error (the text ends with FinishMemory or
+// FinishLength), before any it is ErrOutOfMemory; an ended context is ErrCancelled (or ErrClosed, when the
 // engine closed); the decoder's refusals become the engine's (see fromDecoder).
 func (r *runner) classify(ctx context.Context, err error, results []spec.Result) error {
 	if err == nil || errors.Is(err, errStopped) {
@@ -399,6 +406,7 @@ func (r *runner) classify(ctx context.Context, err error, results []spec.Result)
 		return fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
 	case errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull):
 		if generated > 0 {
+			r.outOfKV = errors.Is(err, model.ErrOutOfMemory)
 			return nil
 		}
 		return fmt.Errorf("%w: %w", ErrOutOfMemory, err)

@@ -52,7 +52,7 @@ const recentDecay = 0.9
 // set.
 func newMetrics(e *Engine) *metrics {
 	m := &metrics{}
-	m.finished = m.counterVec("specula_finished_total", "Choices ended, by finish reason (stop, length, cancelled, error).", "reason")
+	m.finished = m.counterVec("specula_finished_total", "Choices ended, by finish reason (stop, length, memory, cancelled, error).", "reason")
 	m.decisions = m.counterVec("specula_speculation_decisions_total",
 		`Requests admitted with speculative decoding ("speculative") or without it, because the engine was saturated, speculation is off or the request asked ("plain").`, "mode")
 	m.ttft = m.histogram("specula_time_to_first_token_seconds", "Time from a request's arrival (queueing included) to its first generated token.",

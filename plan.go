@@ -3,6 +3,7 @@ package specula
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/specula/specula/spec"
@@ -39,6 +40,9 @@ func (e *Engine) prepare(req Request) (*plan, error) {
 		return nil, err
 	}
 	if err := e.setRequest(pl); err != nil {
+		return nil, err
+	}
+	if err := e.checkFits(pl); err != nil {
 		return nil, err
 	}
 	pl.need = e.blocksFor(pl)
@@ -189,11 +193,24 @@ func (e *Engine) setRequest(pl *plan) error {
 	return nil
 }
 
-// blocksFor is the key/value blocks a plan may fill at most: its prompt and every
-// choice's tokens to MaxTokens, with room for a last draft; forked choices share
-// the prompt's full blocks and copy its last. 0 when the target does not say how
-// its cache is laid out.
+// blocksFor is the key/value blocks a plan may fill at most, which it reserves: its
+// prompt and every choice's tokens to MaxTokens, with room for a last draft (up
+// to the cache's whole capacity: a draft that finds no room is dropped, and the
+// target's token verified alone). 0 when the target does not say how its cache
+// is laid out.
 func (e *Engine) blocksFor(pl *plan) int {
+	need := e.footprint(pl, pl.spec.MaxTokens, pl.req.choices(), e.maxK+1)
+	if c := e.adm.capacity; c > 0 {
+		need = min(need, c)
+	}
+	return need
+}
+
+// footprint is the key/value blocks a plan's prompt and n choices of maxTokens
+// tokens fill, with room positions more for each choice's last draft; forked
+// choices share the prompt's full blocks and copy its last. 0 when the target does
+// not say how its cache is laid out.
+func (e *Engine) footprint(pl *plan, maxTokens, n, room int) int {
 	bs := e.adm.blockSize
 	if bs == 0 {
 		return 0
@@ -202,15 +219,40 @@ func (e *Engine) blocksFor(pl *plan) int {
 	if pl.req.PromptOnly {
 		return ceilDiv(prompt, bs)
 	}
-	end := prompt + pl.spec.MaxTokens + e.maxK + 1
+	end := prompt + maxTokens + room
 	if ctxLen := e.info.ContextLength; ctxLen > 0 {
 		end = min(end, ctxLen)
 	}
 	blocks := ceilDiv(end, bs)
-	if n := pl.req.choices(); n > 1 {
+	if n > 1 {
 		blocks += (n - 1) * (ceilDiv(end-prompt, bs) + 1)
 	}
 	return blocks
+}
+
+// checkFits refuses a plan that could not run even alone: its prompt and its
+// choices' tokens, at their most, fill more blocks than the whole cache has. The
+// error says how far MaxTokens or N would have to come down.
+func (e *Engine) checkFits(pl *plan) error {
+	capacity, n, maxTokens := e.adm.capacity, pl.req.choices(), pl.spec.MaxTokens
+	if capacity == 0 || e.footprint(pl, maxTokens, n, 0) <= capacity {
+		return nil
+	}
+	ce := &CapacityError{PromptTokens: len(pl.spec.Prompt), Choices: n, MaxTokens: maxTokens, MaxTokensSet: pl.req.MaxTokens > 0,
+		Positions: e.footprint(pl, maxTokens, n, 0) * e.adm.blockSize, CachePositions: e.adm.positions()}
+	ce.FitMaxTokens = largest(maxTokens-1, func(m int) bool { return e.footprint(pl, m, n, 0) <= capacity })
+	ce.FitChoices = largest(n-1, func(k int) bool { return e.footprint(pl, maxTokens, k, 0) <= capacity })
+	field := "MaxTokens"
+	if ce.FitMaxTokens == 0 {
+		field = "N"
+	}
+	return &ParameterError{Field: field, Err: ce}
+}
+
+// largest is the largest x in [1, hi] for which ok holds, ok being true up to a
+// point and false after it (0: none).
+func largest(hi int, ok func(int) bool) int {
+	return sort.Search(hi, func(i int) bool { return !ok(i + 1) })
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

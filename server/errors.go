@@ -128,6 +128,8 @@ func engineError(ctx context.Context, x *exchange, err error) *apiError {
 	case errors.Is(err, specula.ErrPromptTooLong):
 		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: promptParam(x.chat), Code: "context_length_exceeded",
 			Message: err.Error()}
+	case errors.Is(err, specula.ErrTooLarge):
+		return tooLarge(x, pe)
 	case isParam:
 		param := x.param(pe.Field)
 		return badParam(param, "%s: %v", param, pe.Err)
@@ -147,6 +149,27 @@ func engineError(ctx context.Context, x *exchange, err error) *apiError {
 		return &apiError{Status: 499, Type: typeServer, Code: "cancelled", Message: "the client closed the request"}
 	}
 	return &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "generation failed: " + err.Error()}
+}
+
+// tooLarge is the 400 of a request that could never fit the key/value cache (a
+// *specula.CapacityError inside pe), in the request's own words: what to lower, by
+// the fields it sent.
+func tooLarge(x *exchange, pe *specula.ParameterError) *apiError {
+	ce, _ := errors.AsType[*specula.CapacityError](pe)
+	tokens := fmt.Sprintf("%s %d", x.maxTokensParam, ce.MaxTokens)
+	if !ce.MaxTokensSet {
+		tokens = fmt.Sprintf("%s unset (the rest of the context: %d tokens)", x.maxTokensParam, ce.MaxTokens)
+	}
+	var fixes []string
+	if ce.FitMaxTokens > 0 {
+		fixes = append(fixes, fmt.Sprintf("%s to at most %d", x.maxTokensParam, ce.FitMaxTokens))
+	}
+	if ce.FitChoices > 0 {
+		fixes = append(fixes, fmt.Sprintf("n to at most %d", ce.FitChoices))
+	}
+	return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: x.param(pe.Field), Code: "kv_cache_exceeded",
+		Message: fmt.Sprintf("n=%d choices of %s after a %d-token prompt may fill %d key/value positions, more than the server's whole key/value cache holds (%d): lower %s, or shorten the prompt",
+			ce.Choices, tokens, ce.PromptTokens, ce.Positions, ce.CachePositions, strings.Join(fixes, " or "))}
 }
 
 // maxRetryAfterSec bounds the Retry-After of a refused request.

@@ -379,3 +379,42 @@ func TestMemoryPlanLogged(t *testing.T) {
 		t.Errorf("plan %+v", p)
 	}
 }
+
+// TestTooLargeForTheCache: a request that could never fit the server's key/value
+// cache — the issue's n=16, max_tokens=2000 on a small budget — is a 400 before it
+// waits, naming the field to lower and by how much, in the request's own words; the
+// bound it names is served.
+func TestTooLargeForTheCache(t *testing.T) {
+	demoModels(t)
+	probe, err := specula.Open(specula.Config{Model: testTarget, ContextLength: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perPosition := probe.Memory().KVBudget / int64(probe.Memory().KVPositions)
+	probe.Close()
+	_, ts := startServer(t, Config{Engine: specula.Config{ContextLength: 2048, KVBudget: 2048 * perPosition, ChatTemplate: chatmlTemplate(t)}})
+	for _, c := range []struct {
+		name, path, body, param, says string
+	}{
+		{"the finding's request", "/v1/completions", `{"prompt": "func main() {", "n": 16, "max_tokens": 2000, "temperature": 0.8}`, "max_tokens", "lower max_tokens to at most 112 or n to at most 1"},
+		{"many short choices", "/v1/completions", `{"prompt": "func main() {", "n": 64, "max_tokens": 17, "temperature": 0.8}`, "max_tokens", "lower max_tokens to at most 16 or n to at most 43"},
+		{"chat", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "n": 4, "max_completion_tokens": 1000, "temperature": 0.8}`, "max_completion_tokens", "lower max_completion_tokens to at most"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, b := post(t, ts.URL+c.path, c.body)
+			checkError(t, resp, b, 400, c.param, "kv_cache_exceeded")
+			if !strings.Contains(string(b), c.says) {
+				t.Errorf("the message does not say %q: %s", c.says, b)
+			}
+		})
+	}
+	r := complete(t, ts.URL+"/v1/completions", `{"prompt": "func main() {", "n": 16, "max_tokens": 112, "temperature": 0.8, "ignore_eos": true}`)
+	for _, ch := range r.Choices {
+		if ch.FinishReason == nil || *ch.FinishReason != "length" {
+			t.Errorf("choice %d ended %v", ch.Index, ch.FinishReason)
+		}
+	}
+	if r.Usage.CompletionTokens != 16*112 {
+		t.Errorf("%d tokens, want %d", r.Usage.CompletionTokens, 16*112)
+	}
+}
