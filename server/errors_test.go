@@ -50,7 +50,6 @@ func TestBadRequests(t *testing.T) {
 		{"max_completion_tokens", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1}`, want{400, "max_completion_tokens", "invalid_value"}},
 		{"n above MaxChoices", "/v1/completions", fmt.Sprintf(`{"prompt": "x", "n": %d}`, specula.MaxChoices+1), want{400, "n", "invalid_value"}},
 		{"n 0", "/v1/completions", `{"prompt": "x", "n": 0}`, want{400, "n", "invalid_value"}},
-		{"n with stream", "/v1/completions", `{"prompt": "x", "n": 2, "stream": true}`, want{400, "n", "unsupported_parameter"}},
 		{"best_of", "/v1/completions", `{"prompt": "x", "best_of": 3}`, want{400, "best_of", "unsupported_parameter"}},
 		{"logprobs 21", "/v1/completions", `{"prompt": "x", "logprobs": 21}`, want{400, "logprobs", "invalid_value"}},
 		{"logprobs a bool for completions", "/v1/completions", `{"prompt": "x", "logprobs": true}`, want{400, "logprobs", "invalid_type"}},

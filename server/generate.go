@@ -201,20 +201,24 @@ func (s *Server) fail(w http.ResponseWriter, x *exchange, e *apiError, err error
 }
 
 // stream writes a streamed response as server-sent events, exactly as OpenAI sends
-// them: a chunk per burst of tokens (or per token, paced), a last chunk with the
-// finish reason and the speculative statistics (timings, as llama-server sends
-// them), a usage chunk when asked for, and "data: [DONE]". The headers wait for the
-// first event, so that a request the engine refuses before it (a full queue, a
-// prompt too long) still gets its proper error status; a chat stream then opens
-// with the chunk of the assistant's role. A failure after the stream has opened is
+// them: chunks of each choice's text (one per burst of tokens, or per token, paced),
+// each naming its choice's index, then every choice's last chunk with its finish
+// reason and its speculative statistics (timings, as llama-server sends them), a
+// usage chunk when asked for, and "data: [DONE]". The headers wait for the first
+// event, so that a request the engine refuses before it (a full queue, a prompt too
+// long) still gets its proper error status; a chat stream then opens with a chunk of
+// the assistant's role for each choice. A failure after the stream has opened is
 // sent as an error event, then [DONE]. With logprobs each chunk carries its tokens'
 // (and pacing is off: a chunk is what the target accepted).
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, x *exchange, out *output, cancel context.CancelCauseFunc) {
-	sse := &sseWriter{w: w, rc: http.NewResponseController(w), x: x}
+	sse := newSSEWriter(w, x)
 	defer sse.rc.SetWriteDeadline(time.Time{}) // the connection may serve another request
-	var p *pacer
+	var pacers []*pacer // one per choice, when pacing
 	if s.cfg.Pacing > 0 && !x.req.Logprobs {
-		p = &pacer{window: s.cfg.Pacing}
+		pacers = make([]*pacer, len(sse.offsets))
+		for i := range pacers {
+			pacers[i] = &pacer{window: s.cfg.Pacing}
+		}
 	}
 	var timer *time.Timer
 	defer func() {
@@ -230,17 +234,19 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, x *exchange,
 			switch {
 			case ev.Prompt:
 				sse.prompt(ev)
-			case p == nil:
+			case pacers == nil:
 				if ev.Text != "" || len(ev.Logprobs) > 0 {
-					sse.content(ev.Text, ev.Pieces, ev.Logprobs)
+					sse.content(ev.Choice, ev.Text, ev.Pieces, ev.Logprobs)
 				}
 			default:
-				p.add(dropEmpty(append(ev.Pieces, tail(ev))))
+				pacers[ev.Choice].add(dropEmpty(append(ev.Pieces, tail(ev))))
 			}
 		}
-		if done && p != nil {
-			if rest := p.drain(); len(rest) > 0 {
-				sse.content(strings.Join(rest, ""), nil, nil)
+		if done {
+			for i, p := range pacers {
+				if rest := p.drain(); len(rest) > 0 {
+					sse.content(i, strings.Join(rest, ""), nil, nil)
+				}
 			}
 		}
 		if sse.broken {
@@ -251,31 +257,42 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, x *exchange,
 		}
 		// Wait for more events, or for the next paced write.
 		var tick <-chan time.Time
-		if p != nil {
-			if at, ok := p.due(); ok {
-				if d := time.Until(at); d <= 0 {
-					sse.content(p.pop(time.Now()), nil, nil)
-					continue
+		if i, at, ok := nextDue(pacers); ok {
+			if d := time.Until(at); d <= 0 {
+				sse.content(i, pacers[i].pop(time.Now()), nil, nil)
+				continue
+			} else {
+				if timer == nil {
+					timer = time.NewTimer(d)
 				} else {
-					if timer == nil {
-						timer = time.NewTimer(d)
-					} else {
-						timer.Reset(d)
-					}
-					tick = timer.C
+					timer.Reset(d)
 				}
+				tick = timer.C
 			}
 		}
 		select {
 		case <-out.wake:
 		case <-tick:
-			sse.content(p.pop(time.Now()), nil, nil)
+			if i, _, ok := nextDue(pacers); ok {
+				sse.content(i, pacers[i].pop(time.Now()), nil, nil)
+			}
 		}
 	}
 	s.end(ctx, w, sse, out)
 }
 
-// end closes a stream: the finish and usage, or the error.
+// nextDue returns the choice whose pacer has the earliest pending piece, and when it
+// is due; ok is false when nothing is pending.
+func nextDue(pacers []*pacer) (choice int, at time.Time, ok bool) {
+	for i, p := range pacers {
+		if t, pending := p.due(); pending && (!ok || t.Before(at)) {
+			choice, at, ok = i, t, true
+		}
+	}
+	return choice, at, ok
+}
+
+// end closes a stream: every choice's finish and the usage, or the error.
 func (s *Server) end(ctx context.Context, w http.ResponseWriter, sse *sseWriter, out *output) {
 	if out.err != nil {
 		e := engineError(ctx, sse.x, out.err)
@@ -289,8 +306,7 @@ func (s *Server) end(ctx context.Context, w http.ResponseWriter, sse *sseWriter,
 		}
 		sse.event(e.body())
 	} else {
-		c := out.c
-		sse.finish(string(c.Finish), usageOf(c), timingsOf(c.Choice))
+		sse.finish(out.c)
 	}
 	sse.done()
 }
@@ -321,13 +337,18 @@ type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	x       *exchange
-	offset  int  // of the next text in the completion, for text_offset
-	started bool // headers and the opening chunk written
-	broken  bool // a write failed: the client is gone
+	offsets []int // of each choice's next text in its completion, for text_offset
+	started bool  // headers and the opening chunks written
+	broken  bool  // a write failed: the client is gone
 }
 
-// start writes the headers and, for chat, the chunk that opens the assistant's
-// message.
+// newSSEWriter is the writer of x's stream, with a text offset for each choice.
+func newSSEWriter(w http.ResponseWriter, x *exchange) *sseWriter {
+	return &sseWriter{w: w, rc: http.NewResponseController(w), x: x, offsets: make([]int, max(x.req.N, 1))}
+}
+
+// start writes the headers and, for chat, the chunks that open each choice's
+// assistant message.
 func (s *sseWriter) start() {
 	if s.started {
 		return
@@ -341,61 +362,70 @@ func (s *sseWriter) start() {
 	s.w.WriteHeader(http.StatusOK)
 	if s.x.chat {
 		empty := ""
-		s.event(s.chatChunk(chatDelta{Role: "assistant", Content: &empty}, nil))
+		for i := range s.offsets {
+			s.event(s.chatChunk(i, chatDelta{Role: "assistant", Content: &empty}, nil))
+		}
 	}
 }
 
-// prompt writes the echoed prompt, with its logprobs when asked.
+// prompt writes the echoed prompt, with its logprobs when asked, at the head of
+// every choice (as a whole completion has it).
 func (s *sseWriter) prompt(ev specula.Event) {
 	s.start()
-	c := s.textChunk(ev.Text, nil)
-	if s.x.req.Logprobs {
-		lp := newCompletionLogprobs()
-		lp.addPrompt(ev)
-		c.Choices[0].Logprobs = lp
+	for i := range s.offsets {
+		c := s.textChunk(i, ev.Text, nil)
+		if s.x.req.Logprobs {
+			lp := newCompletionLogprobs()
+			lp.addPrompt(ev)
+			c.Choices[0].Logprobs = lp
+		}
+		s.event(c)
+		s.offsets[i] = len(ev.Text)
 	}
-	s.event(c)
-	s.offset = len(ev.Text)
 }
 
-// content writes a chunk of text, with its tokens' logprobs when asked (pieces are
-// the tokens' texts, for the offsets).
-func (s *sseWriter) content(text string, pieces []string, lps []specula.TokenLogprob) {
+// content writes a chunk of a choice's text, with its tokens' logprobs when asked
+// (pieces are the tokens' texts, for the offsets).
+func (s *sseWriter) content(choice int, text string, pieces []string, lps []specula.TokenLogprob) {
 	s.start()
 	if s.x.chat {
-		c := s.chatChunk(chatDelta{Content: &text}, nil)
+		c := s.chatChunk(choice, chatDelta{Content: &text}, nil)
 		if s.x.req.Logprobs {
 			c.Choices[0].Logprobs = chatLogprobsOf(lps)
 		}
 		s.event(c)
 		return
 	}
-	c := s.textChunk(text, nil)
+	c := s.textChunk(choice, text, nil)
 	if s.x.req.Logprobs {
 		lp := newCompletionLogprobs()
-		lp.addTokens(lps, pieces, s.offset)
+		lp.addTokens(lps, pieces, s.offsets[choice])
 		c.Choices[0].Logprobs = lp
 	}
-	s.offset += len(text)
+	s.offsets[choice] += len(text)
 	s.event(c)
 }
 
-// finish writes the last chunk, with the finish reason and the timings, and the
-// usage chunk when asked for.
-func (s *sseWriter) finish(reason string, u *usage, t *timings) {
+// finish writes each choice's last chunk, with its finish reason and its timings,
+// and the usage chunk when asked for.
+func (s *sseWriter) finish(c specula.Completion) {
 	s.start()
-	if s.x.chat {
-		c := s.chatChunk(chatDelta{}, &reason)
-		c.Timings = t
-		s.event(c)
-	} else {
-		c := s.textChunk("", &reason)
-		c.Timings = t
-		s.event(c)
+	for _, ch := range c.Choices {
+		reason := string(ch.Finish)
+		if s.x.chat {
+			cc := s.chatChunk(ch.Index, chatDelta{}, &reason)
+			cc.Timings = timingsOf(ch)
+			s.event(cc)
+		} else {
+			tc := s.textChunk(ch.Index, "", &reason)
+			tc.Timings = timingsOf(ch)
+			s.event(tc)
+		}
 	}
 	if !s.x.includeUsage {
 		return
 	}
+	u := usageOf(c)
 	if s.x.chat {
 		s.event(chatChunk{ID: s.x.id, Object: "chat.completion.chunk", Created: s.x.created, Model: s.x.modelName, Choices: []chatChunkChoice{}, Usage: u})
 	} else {
@@ -403,14 +433,14 @@ func (s *sseWriter) finish(reason string, u *usage, t *timings) {
 	}
 }
 
-func (s *sseWriter) chatChunk(d chatDelta, finish *string) chatChunk {
+func (s *sseWriter) chatChunk(choice int, d chatDelta, finish *string) chatChunk {
 	return chatChunk{ID: s.x.id, Object: "chat.completion.chunk", Created: s.x.created, Model: s.x.modelName,
-		Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}}}
+		Choices: []chatChunkChoice{{Index: choice, Delta: d, FinishReason: finish}}}
 }
 
-func (s *sseWriter) textChunk(text string, finish *string) completion {
+func (s *sseWriter) textChunk(choice int, text string, finish *string) completion {
 	return completion{ID: s.x.id, Object: "text_completion", Created: s.x.created, Model: s.x.modelName,
-		Choices: []completionChoice{{Text: text, FinishReason: finish}}}
+		Choices: []completionChoice{{Index: choice, Text: text, FinishReason: finish}}}
 }
 
 // event writes one "data:" event and flushes it.

@@ -166,12 +166,15 @@ func complete(t testing.TB, url string, body any) completionResp {
 	return decode(t, b)
 }
 
-// text is the generated text of a response or chunk.
-func (r completionResp) text() string {
-	if len(r.Choices) == 0 {
+// text is the generated text of a response or chunk (its first choice's).
+func (r completionResp) text() string { return r.textAt(0) }
+
+// textAt is the generated text of the response's i-th choice ("" if none).
+func (r completionResp) textAt(i int) string {
+	if len(r.Choices) <= i {
 		return ""
 	}
-	c := r.Choices[0]
+	c := r.Choices[i]
 	switch {
 	case c.Message != nil:
 		return c.Message.Content

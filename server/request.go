@@ -336,7 +336,7 @@ func (s *Server) parse(q *request, chat bool) (*exchange, *apiError) {
 	if x.stream, x.includeUsage, e = streamOptions(q); e != nil {
 		return nil, e
 	}
-	if x.req.N, e = choiceCount(q, x.stream); e != nil {
+	if x.req.N, e = choiceCount(q); e != nil {
 		return nil, e
 	}
 	if x.req.Logprobs, x.req.TopLogprobs, e = logprobsParams(q, chat); e != nil {
@@ -527,20 +527,17 @@ func streamOptions(q *request) (stream, includeUsage bool, e *apiError) {
 }
 
 // choiceCount reads n, 1 when absent. Its bound is the library's
-// (specula.MaxChoices); the wire's own rules are that a stream carries one choice,
-// and that n 0, which the library would read as one, is refused.
-func choiceCount(q *request, stream bool) (int, *apiError) {
+// (specula.MaxChoices); the wire's own rule is that n 0, which the library would
+// read as one, is refused. A stream carries every choice, each chunk naming its
+// index, as OpenAI streams them.
+func choiceCount(q *request) (int, *apiError) {
 	if q.N == nil {
 		return 1, nil
 	}
-	n := *q.N
-	switch {
-	case n == 0:
+	if *q.N == 0 {
 		return 0, unsetZero("n", "one choice", "ask for at least 1")
-	case n > 1 && stream:
-		return 0, unsupported("n", "n = %d with stream is not supported: stream one choice, or ask for %d without stream", n, n)
 	}
-	return n, nil
+	return *q.N, nil
 }
 
 // logprobsParams reads logprobs — for completions the number of alternatives (0: the

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/specula/specula"
 	"github.com/specula/specula/backend/cpu"
@@ -575,5 +576,89 @@ func TestFormats(t *testing.T) {
 	resp, b := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "grammar": "root ::= \"a\"\nb ::= [z-a]"})
 	if e := decode(t, b); resp.StatusCode != 400 || e.Error == nil || !strings.Contains(e.Error.Message, "line 2, column 8") {
 		t.Errorf("%d %s", resp.StatusCode, b)
+	}
+}
+
+// n choices stream as OpenAI streams them: every chunk names its choice's index,
+// each choice's chunks add up to that choice of the whole (seeded) response, each
+// choice ends with its own finish reason, chat opens each choice with the
+// assistant's role, and the usage chunk counts them all; paced or not, with the
+// echoed prompt at the head of every choice.
+func TestStreamChoices(t *testing.T) {
+	demoModels(t)
+	cfg := speculativeConfig()
+	cfg.Engine.Model = withChatTemplate(t, testTarget, t.TempDir(), chatmlTemplate(t))
+	cfg.Pacing = 20 * time.Millisecond
+	_, paced := startServer(t, cfg)
+	_, unpaced := startServer(t, speculativeConfig())
+	const n = 3
+	cases := []struct {
+		name string
+		url  string
+		body map[string]any
+	}{
+		{"completions paced", paced.URL + "/v1/completions", map[string]any{"prompt": "func main() {", "max_tokens": 24}},
+		{"completions echo", unpaced.URL + "/v1/completions", map[string]any{"prompt": "func main() {", "max_tokens": 24, "echo": true}},
+		{"completions logprobs", unpaced.URL + "/v1/completions", map[string]any{"prompt": "func main() {", "max_tokens": 24, "logprobs": 2}},
+		{"chat", paced.URL + "/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "write a loop"}}, "max_tokens": 24}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.body["n"], tc.body["temperature"], tc.body["seed"] = n, 0.9, 7
+			whole := complete(t, tc.url, tc.body)
+			if len(whole.Choices) != n {
+				t.Fatalf("the whole response has %d choices, want %d", len(whole.Choices), n)
+			}
+			tc.body["stream_options"] = map[string]any{"include_usage": true}
+			s := stream(t, tc.url, tc.body)
+			if !s.done {
+				t.Fatal("the stream did not end with [DONE]")
+			}
+			texts, finishes, roles := make([]string, n), make([]string, n), make([]int, n)
+			distinct := map[string]bool{}
+			for i, c := range s.chunks {
+				if c.Usage != nil {
+					if i != len(s.chunks)-1 || len(c.Choices) != 0 {
+						t.Errorf("chunk %d carries usage", i)
+					}
+					if c.Usage.CompletionTokens != whole.Usage.CompletionTokens {
+						t.Errorf("usage counts %d tokens, the whole response %d", c.Usage.CompletionTokens, whole.Usage.CompletionTokens)
+					}
+					continue
+				}
+				if len(c.Choices) != 1 {
+					t.Fatalf("chunk %d has %d choices", i, len(c.Choices))
+				}
+				ch := c.Choices[0]
+				if ch.Index < 0 || ch.Index >= n {
+					t.Fatalf("chunk %d names choice %d", i, ch.Index)
+				}
+				if finishes[ch.Index] != "" {
+					t.Errorf("chunk %d of choice %d comes after its finish", i, ch.Index)
+				}
+				if ch.Delta != nil && ch.Delta.Role != nil {
+					roles[ch.Index]++
+				}
+				texts[ch.Index] += c.text()
+				if ch.FinishReason != nil {
+					finishes[ch.Index] = *ch.FinishReason
+				}
+			}
+			for i, w := range whole.Choices {
+				if want := whole.textAt(i); texts[w.Index] != want {
+					t.Errorf("choice %d streamed %q, whole %q", w.Index, texts[w.Index], want)
+				}
+				if finishes[w.Index] != *w.FinishReason {
+					t.Errorf("choice %d streamed finish %q, whole %q", i, finishes[w.Index], *w.FinishReason)
+				}
+				if strings.Contains(tc.url, "chat") && roles[w.Index] != 1 {
+					t.Errorf("choice %d opened with %d role chunks, want 1", w.Index, roles[w.Index])
+				}
+				distinct[texts[w.Index]] = true
+			}
+			if len(distinct) < 2 {
+				t.Errorf("the %d sampled choices are all %q: the choices are not independent", n, texts[0])
+			}
+		})
 	}
 }
