@@ -213,7 +213,7 @@ func (s *Server) fail(w http.ResponseWriter, x *exchange, e *apiError, err error
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, x *exchange, out *output, cancel context.CancelCauseFunc) {
 	sse := newSSEWriter(w, x)
 	defer sse.rc.SetWriteDeadline(time.Time{}) // the connection may serve another request
-	var pacers []*pacer // one per choice, when pacing
+	var pacers []*pacer                        // one per choice, when pacing
 	if s.cfg.Pacing > 0 && !x.req.Logprobs {
 		pacers = make([]*pacer, len(sse.offsets))
 		for i := range pacers {
