@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -48,6 +49,11 @@ type request struct {
 	Stream        *bool           `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage *bool `json:"include_usage"`
+		// OpenAI's padding of chunks against length side channels: accepted,
+		// and changes nothing in the text.
+		IncludeObfuscation *bool `json:"include_obfuscation"`
+		// vLLM's usage on every chunk: refused when true.
+		ContinuousUsageStats *bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
 	Stop             json.RawMessage    `json:"stop"`
 	Seed             *int64             `json:"seed"`
@@ -64,8 +70,10 @@ type request struct {
 	ResponseFormat   *struct {
 		Type       string `json:"type"`
 		JSONSchema *struct {
-			Name   string          `json:"name"`
-			Schema json.RawMessage `json:"schema"`
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Schema      json.RawMessage `json:"schema"`
+			Strict      *bool           `json:"strict"` // the schema is always followed strictly
 		} `json:"json_schema"`
 	} `json:"response_format"`
 	Grammar    *string         `json:"grammar"`     // llama-server: GBNF
@@ -85,11 +93,44 @@ type request struct {
 	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
 }
 
-// chatMessage is one message of a chat request.
+// chatMessage is one message of a chat request: OpenAI's fields. Those of tool
+// calling (tool_calls, function_call) and audio are refused when set, as the
+// request's tools are; tool_call_id, which only names the call a tool message
+// answers, is accepted and changes nothing; an assistant's refusal stands for its
+// content when it has none.
 type chatMessage struct {
-	Role    *string         `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    *string         `json:"name"`
+	Role         *string         `json:"role"`
+	Content      json.RawMessage `json:"content"` // a string, or an array of contentParts
+	Name         *string         `json:"name"`
+	Refusal      *string         `json:"refusal"`
+	ToolCalls    json.RawMessage `json:"tool_calls"`
+	ToolCallID   *string         `json:"tool_call_id"`
+	FunctionCall json.RawMessage `json:"function_call"`
+	Audio        json.RawMessage `json:"audio"`
+}
+
+// contentPart is one part of a message's content. Only text parts are supported;
+// the other types OpenAI defines are named so that a part of theirs is refused for
+// its type, not for its fields.
+type contentPart struct {
+	Type       string          `json:"type"`
+	Text       json.RawMessage `json:"text"`
+	ImageURL   json.RawMessage `json:"image_url"`
+	InputAudio json.RawMessage `json:"input_audio"`
+	File       json.RawMessage `json:"file"`
+	Refusal    json.RawMessage `json:"refusal"`
+}
+
+// tool is one entry of a request's tools, as OpenAI defines it; tools are refused
+// (see checkUnsupported), but a misspelt field is named first.
+type tool struct {
+	Type     string `json:"type"`
+	Function *struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      *bool           `json:"strict"`
+	} `json:"function"`
 }
 
 // structuredOutputs is vLLM's structured_outputs object (its StructuredOutputsParams):
@@ -204,18 +245,101 @@ func ignoredField(name string) bool {
 }
 
 // checkFields refuses a request body (a JSON object, already decoded into a
-// request) with top-level fields that are neither decoded nor ignored by name.
+// request) with fields that are neither decoded nor, at the top level, ignored by
+// name — at every level OpenAI's and vLLM's schemas define: the request, its
+// messages and their content parts, response_format and its json_schema,
+// stream_options, tools and their functions, structured_outputs.
 func checkFields(body []byte) *apiError {
-	t := reflect.TypeFor[request]()
-	unknown, err := unknownFields(body, t, ignoredField)
+	return checkObject(body, reflect.TypeFor[request](), "", ignoredField)
+}
+
+// checkObject refuses the fields of the JSON object obj, found at prefix, that the
+// struct type t does not decode (nor ignored names), then checks the objects
+// inside it the same way (see nestedType); a value of the wrong JSON type is left
+// to the decoding that reports it.
+func checkObject(obj json.RawMessage, t reflect.Type, prefix string, ignored func(string) bool) *apiError {
+	unknown, err := unknownFields(obj, t, ignored)
 	if err != nil {
 		return invalidJSON("could not parse the JSON body of the request: %v", err)
 	}
-	if len(unknown) == 0 {
-		return nil
+	if len(unknown) > 0 {
+		return unknownFieldError(prefix, unknown, jsonFields(t))
 	}
-	return unknownFieldError("", unknown, jsonFields(t))
+	var fields map[string]json.RawMessage
+	json.Unmarshal(obj, &fields) // it parsed in unknownFields
+	for _, key := range slices.Sorted(maps.Keys(fields)) {
+		f, ok := fieldByJSON(t, key)
+		if !ok {
+			continue // ignored by name
+		}
+		if inner, ok := nestedType(t, f); ok {
+			if e := checkNested(bytes.TrimSpace(fields[key]), inner, prefix+key, noneIgnored); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
 }
+
+// fieldByJSON is the field of the struct type t that encoding/json decodes the key
+// into (its JSON name, without regard to case).
+func fieldByJSON(t reflect.Type, key string) (reflect.StructField, bool) {
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); strings.EqualFold(name, key) {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// checkNested checks the object raw, or each object of the array raw, at param.
+func checkNested(raw json.RawMessage, t reflect.Type, param string, ignored func(string) bool) *apiError {
+	switch {
+	case len(raw) > 0 && raw[0] == '{':
+		return checkObject(raw, t, param+".", ignored)
+	case len(raw) > 0 && raw[0] == '[':
+		var elems []json.RawMessage
+		if json.Unmarshal(raw, &elems) != nil {
+			return nil // the decoding reports it
+		}
+		for i, el := range elems {
+			if el = bytes.TrimSpace(el); len(el) > 0 && el[0] == '{' {
+				if e := checkObject(el, t, fmt.Sprintf("%s[%d].", param, i), ignored); e != nil {
+					return e
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// nestedType is the struct type of the objects the field f of t holds, whose
+// fields are checked too: a struct field's own type (or a pointer's, or a
+// slice's element), and for the raw fields that the parse reads later, the type
+// it reads them as.
+func nestedType(t reflect.Type, f reflect.StructField) (reflect.Type, bool) {
+	ft := f.Type
+	for ft.Kind() == reflect.Pointer || (ft.Kind() == reflect.Slice && ft != reflect.TypeFor[json.RawMessage]()) {
+		ft = ft.Elem()
+	}
+	if ft.Kind() == reflect.Struct {
+		return ft, true
+	}
+	switch {
+	case t == reflect.TypeFor[request]() && f.Name == "Messages":
+		return reflect.TypeFor[chatMessage](), true
+	case t == reflect.TypeFor[request]() && f.Name == "Tools":
+		return reflect.TypeFor[tool](), true
+	case t == reflect.TypeFor[request]() && f.Name == "StructuredOutputs":
+		return reflect.TypeFor[structuredOutputs](), true
+	case t == reflect.TypeFor[chatMessage]() && f.Name == "Content":
+		return reflect.TypeFor[contentPart](), true
+	}
+	return nil, false
+}
+
+// noneIgnored is the ignore list inside a request: empty.
+func noneIgnored(string) bool { return false }
 
 // jsonFields returns the JSON names of the fields of the struct type t.
 func jsonFields(t reflect.Type) []string {
@@ -522,6 +646,9 @@ func streamOptions(q *request) (stream, includeUsage bool, e *apiError) {
 			return false, false, badParam("stream_options", "stream_options is only allowed when stream is true")
 		}
 		includeUsage = q.StreamOptions.IncludeUsage != nil && *q.StreamOptions.IncludeUsage
+		if c := q.StreamOptions.ContinuousUsageStats; c != nil && *c {
+			return false, false, unsupported("stream_options.continuous_usage_stats", "stream_options.continuous_usage_stats is not supported: include_usage sends the usage in the stream's last chunk")
+		}
 	}
 	return stream, includeUsage, nil
 }
@@ -735,8 +862,8 @@ func requestedFormats(q *request) ([]formatSource, *apiError) {
 }
 
 // structuredOutputFormats reads vLLM's structured_outputs object: the formats it
-// asks for (each named structured_outputs.<field>), its unknown fields and the
-// options the server cannot honour refused.
+// asks for (each named structured_outputs.<field>), the options the server cannot
+// honour refused.
 func structuredOutputFormats(raw json.RawMessage) ([]formatSource, *apiError) {
 	const prefix = "structured_outputs."
 	raw = bytes.TrimSpace(raw)
@@ -746,15 +873,7 @@ func structuredOutputFormats(raw json.RawMessage) ([]formatSource, *apiError) {
 	if raw[0] != '{' {
 		return nil, invalidType("structured_outputs", "invalid type for 'structured_outputs': expected an object (json, regex, choice, grammar or json_object)")
 	}
-	t := reflect.TypeFor[structuredOutputs]()
-	unknown, err := unknownFields(raw, t, func(string) bool { return false })
-	if err != nil {
-		return nil, badParam("structured_outputs", "structured_outputs: %v", err)
-	}
-	if len(unknown) > 0 {
-		return nil, unknownFieldError(prefix, unknown, jsonFields(t))
-	}
-	var so structuredOutputs
+	var so structuredOutputs // its fields were checked with the request's (checkFields)
 	if err := json.Unmarshal(raw, &so); err != nil {
 		return nil, badParam("structured_outputs", "structured_outputs: %v", err)
 	}
@@ -931,9 +1050,15 @@ func (x *exchange) chatPrompt(q *request) *apiError {
 		default:
 			return badParam(param+".role", "%s.role %q is not one of system, developer, user, assistant, tool", param, role)
 		}
+		if e := checkMessageFields(m, param); e != nil {
+			return e
+		}
 		text, err := messageText(m.Content, param+".content")
 		if err != nil {
 			return err
+		}
+		if text == "" && m.Refusal != nil {
+			text = *m.Refusal
 		}
 		x.req.Messages[i] = specula.Message{Role: role, Content: text}
 		if m.Name != nil {
@@ -941,6 +1066,21 @@ func (x *exchange) chatPrompt(q *request) *apiError {
 		}
 	}
 	x.req.TemplateArgs = q.ChatTemplateKwargs
+	return nil
+}
+
+// checkMessageFields refuses the fields of tool calling and audio in a message:
+// the server cannot render them, and leaving them out would change the
+// conversation the model reads. Their neutral values (null, []) are accepted.
+func checkMessageFields(m chatMessage, param string) *apiError {
+	switch {
+	case isSet(m.ToolCalls) && string(bytes.TrimSpace(m.ToolCalls)) != "[]":
+		return unsupported(param+".tool_calls", "%s.tool_calls: tool calls are not supported (nor are tools)", param)
+	case isSet(m.FunctionCall):
+		return unsupported(param+".function_call", "%s.function_call: function calls are not supported", param)
+	case isSet(m.Audio):
+		return unsupported(param+".audio", "%s.audio: audio is not supported: this model reads text only", param)
+	}
 	return nil
 }
 

@@ -153,6 +153,36 @@ func TestRequestFields(t *testing.T) {
 			want{400, "min_tokens", "unknown_parameter", nil}},
 		{"unknown in structured_outputs", "/v1/completions", `{` + p + `"structured_outputs": {"jsn": {"type": "object"}}}`,
 			want{400, "structured_outputs.jsn", "unknown_parameter", []string{"did you mean 'structured_outputs.json'"}}},
+		{"unknown in a message", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi", "bogus": 1}]}`,
+			want{400, "messages[0].bogus", "unknown_parameter", []string{"'messages[0].bogus'"}}},
+		{"typo in a later message", "/v1/chat/completions", `{"messages": [{"role": "system", "content": "x"}, {"role": "user", "contnet": "hi"}]}`,
+			want{400, "messages[1].contnet", "unknown_parameter", []string{"did you mean 'messages[1].content'"}}},
+		{"unknown in a content part", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "text", "txt": "hi"}]}]}`,
+			want{400, "messages[0].content[0].txt", "unknown_parameter", []string{"did you mean 'messages[0].content[0].text'"}}},
+		{"unknown in response_format", "/v1/completions", `{` + p + `"response_format": {"type": "json_object", "shema": {}}}`,
+			want{400, "response_format.shema", "unknown_parameter", []string{"'response_format.shema'"}}},
+		{"unknown in json_schema", "/v1/completions", `{` + p + `"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}, "strikt": true}}}`,
+			want{400, "response_format.json_schema.strikt", "unknown_parameter", []string{"did you mean 'response_format.json_schema.strict'"}}},
+		{"json_schema's own fields", "/v1/completions", `{` + p + `"response_format": {"type": "json_schema", "json_schema": {"name": "x", "description": "d", "schema": {"type": "integer"}, "strict": true}}}`,
+			want{200, "", "", nil}},
+		{"unknown in stream_options", "/v1/completions", `{` + p + `"stream": true, "stream_options": {"include_usge": true}}`,
+			want{400, "stream_options.include_usge", "unknown_parameter", []string{"did you mean 'stream_options.include_usage'"}}},
+		{"stream_options' own fields", "/v1/completions", `{` + p + `"stream": true, "stream_options": {"include_usage": true, "include_obfuscation": false, "continuous_usage_stats": false}}`,
+			want{200, "", "", nil}},
+		{"continuous_usage_stats", "/v1/completions", `{` + p + `"stream": true, "stream_options": {"continuous_usage_stats": true}}`,
+			want{400, "stream_options.continuous_usage_stats", "unsupported_parameter", nil}},
+		{"unknown in a tool", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "fucntion": {"name": "f"}}]}`,
+			want{400, "tools[0].fucntion", "unknown_parameter", []string{"did you mean 'tools[0].function'"}}},
+		{"unknown in a tool's function", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "params": {}}}]}`,
+			want{400, "tools[0].function.params", "unknown_parameter", nil}},
+		{"a tool, well formed", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}, "strict": true}}]}`,
+			want{400, "tools", "unsupported_parameter", nil}},
+		{"tool calls in a message", "/v1/chat/completions", `{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}`,
+			want{400, "messages[0].tool_calls", "unsupported_parameter", nil}},
+		{"audio in a message", "/v1/chat/completions", `{"messages": [{"role": "assistant", "audio": {"id": "a"}}]}`,
+			want{400, "messages[0].audio", "unsupported_parameter", nil}},
+		{"ignored names only at the top", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x", "user": "u"}]}`,
+			want{400, "messages[0].user", "unknown_parameter", nil}},
 		{"guided_json beside response_format", "/v1/completions", `{` + p + `"response_format": {"type": "json_object"}, "guided_json": {"type": "object"}}`,
 			want{400, "guided_json", "invalid_value", []string{"response_format", "guided_json"}}},
 		{"guided_choice beside guided_regex", "/v1/completions", `{` + p + `"guided_regex": "a", "guided_choice": ["a"]}`,
@@ -248,5 +278,32 @@ func TestChoiceRegex(t *testing.T) {
 	}
 	if _, e := choiceRegex(nil, "guided_choice"); e == nil || e.Param != "guided_choice" {
 		t.Errorf("no choices: %v", e)
+	}
+}
+
+// A message's fields of OpenAI's schema are read as they mean: null and empty tool
+// fields are neutral, and an assistant's refusal stands for its content when it has
+// none — so the request reads as the conversation written plainly. (The chatml
+// template renders no names.)
+func TestChatMessageFields(t *testing.T) {
+	demoModels(t)
+	cfg := Config{}
+	cfg.Engine.Model = withChatTemplate(t, testTarget, t.TempDir(), chatmlTemplate(t))
+	_, ts := startServer(t, cfg)
+	plain := []map[string]any{
+		{"role": "user", "content": "write a loop"},
+		{"role": "assistant", "content": "I cannot"},
+		{"role": "user", "content": "why"},
+	}
+	withFields := []map[string]any{
+		{"role": "user", "content": "write a loop", "function_call": nil, "audio": nil},
+		{"role": "assistant", "content": nil, "refusal": "I cannot", "tool_calls": []any{}},
+		{"role": "user", "content": "why", "name": "ann", "tool_call_id": nil},
+	}
+	ask := func(msgs []map[string]any) string {
+		return complete(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 16, "temperature": 0}).text()
+	}
+	if got, want := ask(withFields), ask(plain); got != want {
+		t.Errorf("with the schema's fields: %q, written plainly: %q", got, want)
 	}
 }
