@@ -280,6 +280,30 @@ func TestQueueFull(t *testing.T) {
 	waitFor(t, "the server to be idle", 10*time.Second, func() bool { return idle(srv) })
 }
 
+// A request still waiting when Serving.QueueTimeout (the command's -queue-timeout)
+// has passed is refused with 503 queue_timeout and Retry-After, while the one
+// running goes on.
+func TestQueueTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	_, ts := startServer(t, Config{Engine: specula.Config{Serving: specula.Serving{MaxRunning: 1, QueueTimeout: timeout}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := map[string]any{"prompt": "func main() {", "max_tokens": 1500, "ignore_eos": true, "temperature": 0}
+	resp, _, _ := firstChunk(t, ctx, ts.URL+"/v1/completions", long)
+	defer resp.Body.Close()
+
+	start := time.Now()
+	r, b := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 3})
+	waited := time.Since(start)
+	checkError(t, r, b, http.StatusServiceUnavailable, "-", "queue_timeout")
+	if r.Header.Get("Retry-After") == "" {
+		t.Error("no Retry-After")
+	}
+	if waited < timeout || waited > timeout+5*time.Second {
+		t.Errorf("refused after %v, the timeout is %v", waited, timeout)
+	}
+}
+
 // A key/value budget below one full-context request is refused at start, saying
 // what to change. On a budget of one context, two requests that cannot both fit run
 // one after the other — the second waits for the first's memory, it does not fail

@@ -324,7 +324,8 @@ func TestPacedStreamWriter(t *testing.T) {
 			time.Sleep(window)
 		}
 		out.push(specula.Event{Finish: specula.FinishLength})
-		out.finish(specula.Completion{Choice: specula.Choice{Finish: specula.FinishLength}}, nil)
+		ch := specula.Choice{Finish: specula.FinishLength}
+		out.finish(specula.Completion{Choice: ch, Choices: []specula.Choice{ch}}, nil)
 	}()
 	w := &timedWriter{header: http.Header{}}
 	s.stream(context.Background(), w, x, out, func(error) {})

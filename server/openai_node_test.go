@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,8 +96,20 @@ func TestOpenAINodeClient(t *testing.T) {
 		BadStream              nodeError
 		TooManyLogprobs        nodeError
 		TooManyChoices         nodeError
-		ChoicesStreamed        nodeError
-		WrongKey               nodeError
+		ChoicesStreamed        struct {
+			Whole, Streamed             []string
+			WholeFinish, StreamedFinish []string
+			WholeUsage, StreamedUsage   int
+		}
+		ChatChoicesStreamed struct {
+			Whole, Helper []string
+			HelperIndices []int
+		}
+		MessageTypo       nodeError
+		PartTypo          nodeError
+		SchemaTypo        nodeError
+		StreamOptionsTypo nodeError
+		WrongKey          nodeError
 	}
 	if err := json.Unmarshal(stdout, &got); err != nil {
 		t.Fatalf("%v in %s", err, stdout)
@@ -181,7 +194,20 @@ func TestOpenAINodeClient(t *testing.T) {
 	got.BadSchema.check(t, "schema with multipleOf", 400, "BadRequestError", "response_format")
 	got.TooManyLogprobs.check(t, "top_logprobs 21", 400, "BadRequestError", "top_logprobs")
 	got.TooManyChoices.check(t, "n 65", 400, "BadRequestError", "n")
-	got.ChoicesStreamed.check(t, "n 2 with stream", 400, "BadRequestError", "n")
+	cs := got.ChoicesStreamed
+	if len(cs.Whole) != 3 || !slices.Equal(cs.Streamed, cs.Whole) || !slices.Equal(cs.StreamedFinish, cs.WholeFinish) || cs.StreamedUsage != cs.WholeUsage {
+		t.Errorf("n = 3 streamed: %+v", cs)
+	}
+	if cs.Whole[0] == cs.Whole[1] && cs.Whole[1] == cs.Whole[2] {
+		t.Errorf("three sampled choices are the same: %q", cs.Whole)
+	}
+	if ccs := got.ChatChoicesStreamed; len(ccs.Whole) != 2 || !slices.Equal(ccs.Helper, ccs.Whole) || !slices.Equal(ccs.HelperIndices, []int{0, 1}) {
+		t.Errorf("chat n = 2 through the stream helper: %+v", ccs)
+	}
+	got.MessageTypo.check(t, "unknown field in a message", 400, "BadRequestError", "messages[0].bogus")
+	got.PartTypo.check(t, "unknown field in a content part", 400, "BadRequestError", "messages[0].content[0].txt")
+	got.SchemaTypo.check(t, "unknown field in json_schema", 400, "BadRequestError", "response_format.json_schema.strikt")
+	got.StreamOptionsTypo.check(t, "unknown field in stream_options", 400, "BadRequestError", "stream_options.include_usge")
 	if w := got.WrongKey; !w.Thrown || !w.APIError || w.Status != 401 || w.Name != "AuthenticationError" || w.Code == nil || *w.Code != "invalid_api_key" {
 		t.Errorf("wrong key: %+v", w)
 	}

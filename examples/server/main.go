@@ -22,8 +22,8 @@
 //     messages, max_tokens (max_completion_tokens), temperature, top_p, seed, stop
 //     (a string or up to 4), stream with stream_options.include_usage, echo; and as
 //     in vLLM and llama-server top_k, min_p, repetition_penalty, ignore_eos,
-//     chat_template_kwargs; n (up to 64, specula.MaxChoices, not with stream: the
-//     samples fork one prefill), logprobs (completions: 0–20 alternatives; chat: true, with
+//     chat_template_kwargs; n (up to 64, specula.MaxChoices: the samples fork one
+//     prefill; streamed, each chunk names its choice's index), logprobs (completions: 0–20 alternatives; chat: true, with
 //     top_logprobs 0–20), exact under speculation; structured output by
 //     response_format (json_object, json_schema), llama-server's grammar (GBNF) and
 //     json_schema, or vLLM's guided_json, guided_regex, guided_choice,
@@ -31,9 +31,11 @@
 //     json_object), one per request, exact under speculation too (a format that
 //     does not compile is a 400 naming the problem). best_of, suffix, logit_bias,
 //     tools, and presence or frequency penalties other than their neutral values
-//     get a 400. Unknown fields get a 400 naming them (a typo
-//     such as temperture is never silently dropped); fields that change nothing in
-//     the text are accepted by name and ignored: user, safety_identifier, store,
+//     get a 400. Unknown fields get a 400 naming them, at every level (the
+//     request, messages and their content parts, response_format, stream_options,
+//     tools, structured_outputs; a typo such as temperture or messages[0].contnet
+//     is never silently dropped); top-level fields that change nothing in the text
+//     are accepted by name and ignored: user, safety_identifier, store,
 //     metadata, service_tier, prompt_cache_key, cache_salt, cache_prompt,
 //     request_id, priority, guided_decoding_backend, parallel_tool_calls.
 //   - GET /v1/models, /v1/models/{id}: the model under each name it answers to.
@@ -56,10 +58,12 @@
 //     chat_template_missing.
 //   - A prompt that leaves no room in the context is a 400 context_length_exceeded;
 //     generation stops with finish_reason "length" at the end of the context.
-//   - At most -max-concurrent generations run at once, each its own sequence; up to
-//     -max-queue more wait; beyond that, 429 with Retry-After. A full key/value cache
-//     before the first token is a 503 with Retry-After; after it, the text ends with
-//     finish_reason "length".
+//   - At most -max-running generations run at once, each its own sequence, with the
+//     key/value memory its prompt and max_tokens may fill for every choice reserved;
+//     up to -max-queue more wait (-queue-timeout bounds the wait: then 503
+//     queue_timeout); beyond that, 429 with Retry-After. A request that could not
+//     fit even alone is a 400 kv_cache_exceeded saying how far to lower max_tokens
+//     or n; nothing is cut short for memory (finish_reason "memory" would say so).
 //   - Load: with -saturation N, a request admitted while N generations already run
 //     decodes without speculation (vLLM's speculative_disable_by_batch_size); the
 //     decision is made per request at admission, shown by specula_speculation_enabled
@@ -74,7 +78,8 @@
 //     timing, and the random draws with it), whatever the load.
 //   - A client that disconnects cancels its generation and frees its sequence.
 //   - SIGINT or SIGTERM: stop accepting, let running generations finish for
-//     -shutdown-timeout, then cancel them. A cancelled stream ends with an error event
+//     -shutdown-timeout, then cancel them. Send them to a built binary (go build
+//     -o specula-server ./examples/server): go run does not pass SIGTERM on. A cancelled stream ends with an error event
 //     (code server_shutting_down) and "data: [DONE]", so clients see that it was cut
 //     short; OpenAI has no finish reason for that.
 //   - -pacing 20ms spreads each burst of accepted tokens evenly over 20 ms in streams,
@@ -88,7 +93,7 @@
 //   - Whole responses carry, besides usage, a "timings" object as llama-server's
 //     (prompt_n, predicted_per_second, ttft_ms, draft_n, draft_n_accepted, …,
 //     speculative), which clients that do not know it ignore.
-//   - -kv-budget 0 sizes the target's key/value cache for -max-concurrent sequences
+//   - -kv-budget 0 sizes the target's key/value cache for -max-running sequences
 //     at full context; memory is only used as sequences grow.
 //   - Bodies over -max-body are a 413; a stream whose client reads nothing for 30 s
 //     is dropped.
@@ -99,12 +104,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -202,20 +209,31 @@ func progressLog(log *slog.Logger) func(file string, done, total int64) {
 type flags struct {
 	addr, host, model, draft, k, kvBudget, saturation, name, tmplFile string
 	head, apiKey                                                      string
-	port, threads, ctxLen, maxConc, maxQueue, draftMax, draftMin      int
+	port, threads, ctxLen, maxRunning, maxQueue, draftMax, draftMin   int
 	ngram, quiet                                                      bool
-	pacing, grace                                                     time.Duration
+	pacing, grace, queueTimeout                                       time.Duration
 	maxBody                                                           int64
 	set                                                               map[string]bool // the flags given, by name
 }
 
 // parseFlags reads the command line, and for each flag not on it the environment
 // variable SPECULA_NAME (the flag's long name in capitals, dashes as underscores);
-// -h and -help give flag.ErrHelp. Short names as llama-server's stand beside the long
-// ones: -m, -md, -c, -t.
+// -h and -help give flag.ErrHelp, after the usage (the flags, and the defaults of a
+// request). Other names stand beside the long ones (see aliasOf): llama-server's
+// short ones, -m, -md, -c, -t, and -max-concurrent, -max-running's old name.
 func parseFlags(args []string, getenv func(string) string) (*flags, error) {
+	return parseFlagsTo(args, getenv, os.Stderr)
+}
+
+// parseFlagsTo is parseFlags writing the usage and flag errors to out.
+func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (*flags, error) {
 	f := flags{set: map[string]bool{}}
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHeader)
+		fs.PrintDefaults()
+	}
 	str := func(p *string, value, usage string, names ...string) {
 		for _, n := range names {
 			fs.StringVar(p, n, value, usage)
@@ -237,10 +255,12 @@ func parseFlags(args []string, getenv func(string) string) (*flags, error) {
 	fs.IntVar(&f.draftMin, "draft-min", 0, "with -num-speculative-tokens auto, the fewest tokens drafted in a step that drafts")
 	fs.BoolVar(&f.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	num(&f.threads, 0, "threads per forward pass (0: all cores)", "threads", "t")
-	fs.StringVar(&f.kvBudget, "kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-concurrent sequences at full context, at most 4GiB)")
+	fs.StringVar(&f.kvBudget, "kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-running sequences at full context, at least 64MiB, at most 4GiB)")
 	num(&f.ctxLen, 0, "lower the model's context length (0: the model's)", "ctx-size", "c")
-	fs.IntVar(&f.maxConc, "max-concurrent", 4*runtime.GOMAXPROCS(0), "generations that run at once")
-	fs.IntVar(&f.maxQueue, "max-queue", 64, "requests that may wait for their turn and their key/value memory (0: none); more get 429")
+	fs.IntVar(&f.maxRunning, "max-running", 4*runtime.GOMAXPROCS(0), "generations that run at once (specula.Serving.MaxRunning)")
+	fs.IntVar(&f.maxRunning, "max-concurrent", 4*runtime.GOMAXPROCS(0), "the old name of -max-running")
+	fs.IntVar(&f.maxQueue, "max-queue", 64, fmt.Sprintf("requests that may wait for their turn and their key/value memory, as specula.Serving.MaxQueue (0: the library's default, %d; negative: none wait); one more gets 429", specula.DefaultMaxQueue))
+	fs.DurationVar(&f.queueTimeout, "queue-timeout", 0, "the longest a request waits for its turn, such as 30s, then 503 queue_timeout (specula.Serving.QueueTimeout; 0: as long as its client waits)")
 	fs.StringVar(&f.saturation, "saturation", "off", `the most running generations (the new one included) for a new request to speculate: a number, "cores", or "off" (always speculate, the adaptive choice pricing drafts by the batch)`)
 	fs.DurationVar(&f.pacing, "pacing", 0, "spread the tokens of each accepted burst over this window in streams, such as 20ms (0: off)")
 	fs.StringVar(&f.name, "model-name", "", "a name clients may use for the model (default: its file name)")
@@ -262,37 +282,70 @@ func parseFlags(args []string, getenv func(string) string) (*flags, error) {
 	return &f, nil
 }
 
-// short are the short flag names and the long ones they stand for.
-var short = map[string]string{"m": "model", "md": "draft-model", "t": "threads", "c": "ctx-size"}
+// usageHeader heads -h: what the command is, and what a request gets where it says
+// nothing (OpenAI's defaults), which no flag sets.
+const usageHeader = `Usage: server [flags]
 
-// fromEnv sets each flag that the command line left alone from SPECULA_NAME, when set.
+An OpenAI-compatible server for specula (see docs/server.md). Every flag can also be
+set as SPECULA_ and its long name in capitals with underscores (SPECULA_KV_BUDGET).
+
+Where a request says nothing: max_tokens 16 for /v1/completions, the rest of the
+context for /v1/chat/completions (max_tokens 0: the rest of the context); temperature
+1, top_p 1, n 1; no stop strings; stream false.
+
+Flags:
+`
+
+// aliasOf returns the long name that name, another name of a flag, stands for:
+// llama-server's short names, and the names earlier versions used.
+func aliasOf(name string) (long string, ok bool) {
+	switch name {
+	case "m":
+		return "model", true
+	case "md":
+		return "draft-model", true
+	case "t":
+		return "threads", true
+	case "c":
+		return "ctx-size", true
+	case "max-concurrent":
+		return "max-running", true
+	}
+	return "", false
+}
+
+// fromEnv sets each flag that the command line left alone, under none of its
+// names, from SPECULA_NAME when set (its long name; for a renamed flag, its old
+// long name's variable too, the new one winning).
 func fromEnv(fs *flag.FlagSet, set map[string]bool, getenv func(string) string) error {
+	names := map[string][]string{} // a long name, then its other names
+	fs.VisitAll(func(fl *flag.Flag) {
+		if long, ok := aliasOf(fl.Name); ok {
+			names[long] = append(names[long], fl.Name)
+		} else {
+			names[fl.Name] = append([]string{fl.Name}, names[fl.Name]...)
+		}
+	})
 	var err error
 	fs.VisitAll(func(fl *flag.Flag) {
-		long, isShort := short[fl.Name]
-		if err != nil || isShort || set[fl.Name] || set[shortOf(fl.Name)] {
-			_ = long
+		if _, isAlias := aliasOf(fl.Name); err != nil || isAlias || slices.ContainsFunc(names[fl.Name], func(n string) bool { return set[n] }) {
 			return
 		}
-		env := "SPECULA_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
-		if v := getenv(env); v != "" {
-			if e := fs.Set(fl.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", env, v, e)
+		for _, n := range names[fl.Name] {
+			if len(n) <= 2 {
+				continue // llama-server's short names have no variables
 			}
-			set[fl.Name] = true
+			env := "SPECULA_" + strings.ToUpper(strings.ReplaceAll(n, "-", "_"))
+			if v := getenv(env); v != "" {
+				if e := fs.Set(fl.Name, v); e != nil {
+					err = fmt.Errorf("%s=%q: %w", env, v, e)
+				}
+				set[fl.Name] = true
+				return
+			}
 		}
 	})
 	return err
-}
-
-// shortOf is the short name of a long flag ("" for none).
-func shortOf(long string) string {
-	for s, l := range short {
-		if l == long {
-			return s
-		}
-	}
-	return ""
 }
 
 // listenAddr is -addr, or -host and -port.
@@ -310,7 +363,7 @@ func (f *flags) config() (server.Config, error) {
 	cfg := server.Config{
 		ModelName: f.name, Pacing: f.pacing, MaxBodyBytes: f.maxBody, APIKey: f.apiKey,
 		Engine: specula.Config{Model: f.model, Threads: f.threads, ContextLength: f.ctxLen, NoLookup: !f.ngram,
-			MaxSequences: f.maxConc, Serving: specula.Serving{MaxRunning: f.maxConc, MaxQueue: queueOf(f.maxQueue)}},
+			MaxSequences: f.maxRunning, Serving: specula.Serving{MaxRunning: f.maxRunning, MaxQueue: f.maxQueue, QueueTimeout: f.queueTimeout}},
 	}
 	k, adaptive, err := parseK(f.k)
 	if err != nil {
@@ -359,14 +412,6 @@ func (f *flags) drafter(k int) string {
 		return "ngram"
 	}
 	return "none"
-}
-
-// queueOf is the engine's MaxQueue for -max-queue, where 0 means no queue.
-func queueOf(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // parseSaturation reads -saturation: "off" (0, never turn speculation off), "cores"

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"flag"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,12 +66,39 @@ func TestFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "none", cfg.Engine.Draft)
 
-	f, err = parseFlags([]string{"-m", "a.gguf", "-md", "none", "--max-queue", "0", "--saturation", "cores"}, func(string) string { return "" })
+	f, err = parseFlags([]string{"-m", "a.gguf", "-md", "none", "--max-queue", "-1", "--saturation", "cores", "-queue-timeout", "2s"}, func(string) string { return "" })
 	require.NoError(t, err)
 	cfg, err = f.config()
 	require.NoError(t, err)
 	assert.Equal(t, -1, cfg.Engine.MaxQueue, "no queue")
+	assert.Equal(t, 2*time.Second, cfg.Engine.QueueTimeout)
 	assert.Equal(t, runtime.GOMAXPROCS(0), cfg.Engine.Saturation)
+
+	// The flags are the library's fields, under their names and meanings; the old
+	// name -max-concurrent (and its variable) still works, the new one winning.
+	for _, c := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		running int
+		queue   int
+	}{
+		{"-max-running", []string{"-max-running", "3"}, nil, 3, 64},
+		{"-max-concurrent, the old name", []string{"-max-concurrent", "5"}, nil, 5, 64},
+		{"SPECULA_MAX_RUNNING", nil, map[string]string{"SPECULA_MAX_RUNNING": "6"}, 6, 64},
+		{"SPECULA_MAX_CONCURRENT", nil, map[string]string{"SPECULA_MAX_CONCURRENT": "7"}, 7, 64},
+		{"the new variable wins", nil, map[string]string{"SPECULA_MAX_CONCURRENT": "7", "SPECULA_MAX_RUNNING": "2"}, 2, 64},
+		{"the command line wins", []string{"-max-concurrent", "5"}, map[string]string{"SPECULA_MAX_RUNNING": "2"}, 5, 64},
+		{"-max-queue 0 is the library's default", []string{"-max-queue", "0"}, nil, 4 * runtime.GOMAXPROCS(0), 0},
+	} {
+		f, err := parseFlags(append([]string{"-m", "a.gguf", "-md", "none"}, c.args...), func(k string) string { return c.env[k] })
+		require.NoError(t, err, c.name)
+		cfg, err := f.config()
+		require.NoError(t, err, c.name)
+		assert.Equal(t, c.running, cfg.Engine.MaxRunning, c.name)
+		assert.Equal(t, c.running, cfg.Engine.MaxSequences, c.name)
+		assert.Equal(t, c.queue, cfg.Engine.MaxQueue, c.name)
+	}
 
 	_, err = parseFlags([]string{"-m", "a.gguf"}, func(k string) string { return map[string]string{"SPECULA_MAX_QUEUE": "many"}[k] })
 	assert.ErrorContains(t, err, "SPECULA_MAX_QUEUE")
@@ -78,4 +108,16 @@ func TestFlags(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.config()
 	assert.ErrorContains(t, err, "-draft-min")
+}
+
+// -h prints the flags under their library names, the old name beside the new, and
+// the defaults of a request that no flag sets.
+func TestHelp(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseFlagsTo([]string{"-h"}, func(string) string { return "" }, &out)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	for _, want := range []string{"-max-running", "the old name of -max-running", "-max-queue", "library's default, 1024",
+		"-queue-timeout", "503 queue_timeout", "max_tokens 16 for /v1/completions", "context for /v1/chat/completions"} {
+		assert.Contains(t, out.String(), want)
+	}
 }

@@ -78,6 +78,35 @@ out.scored = { text: sc.choices[0].text, tokens: sl.tokens, tokenLogprobs: sl.to
 const nc = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, n: 2 });
 out.choices = { texts: nc.choices.map((c) => c.text), indices: nc.choices.map((c) => c.index), completionTokens: nc.usage.completion_tokens };
 
+// Several choices streamed: every chunk names its choice's index; seeded, so each
+// streamed choice equals the whole response's.
+const seeded = { model, prompt, max_tokens: 12, temperature: 0.9, seed: 11, n: 3 };
+const whole = await client.completions.create(seeded);
+const streamedTexts = ["", "", ""];
+const streamedFinish = [null, null, null];
+let streamedUsage = null;
+const ns = await client.completions.create({ ...seeded, stream: true, stream_options: { include_usage: true } });
+for await (const chunk of ns) {
+  if (chunk.usage) streamedUsage = chunk.usage.completion_tokens;
+  for (const ch of chunk.choices) {
+    streamedTexts[ch.index] += ch.text;
+    if (ch.finish_reason) streamedFinish[ch.index] = ch.finish_reason;
+  }
+}
+out.choicesStreamed = {
+  whole: whole.choices.map((c) => c.text), wholeFinish: whole.choices.map((c) => c.finish_reason), wholeUsage: whole.usage.completion_tokens,
+  streamed: streamedTexts, streamedFinish, streamedUsage,
+};
+const chatSeeded = { model, messages, max_tokens: 12, temperature: 0.9, seed: 11, n: 2 };
+const wholeChat = await client.chat.completions.create(chatSeeded);
+const helper = client.chat.completions.stream(chatSeeded);
+const helperFinal = await helper.finalChatCompletion();
+out.chatChoicesStreamed = {
+  whole: wholeChat.choices.map((c) => c.message.content),
+  helper: helperFinal.choices.map((c) => c.message.content),
+  helperIndices: helperFinal.choices.map((c) => c.index),
+};
+
 // Structured output: a JSON object, and JSON of a schema.
 const jo = await client.chat.completions.create({ model, messages, max_tokens: 60, temperature: 0, response_format: { type: "json_object" } });
 out.jsonObject = { content: jo.choices[0].message.content, finish: jo.choices[0].finish_reason };
@@ -127,8 +156,18 @@ out.badStream = await failure(async () => {
 
 out.tooManyLogprobs = await failure(() => client.chat.completions.create({ model, messages, logprobs: true, top_logprobs: 21 }));
 out.tooManyChoices = await failure(() => client.completions.create({ model, prompt, n: 65 }));
-out.choicesStreamed = await failure(async () => {
-  const s = await client.completions.create({ model, prompt, n: 2, stream: true });
+out.messageTypo = await failure(() => client.chat.completions.create({
+  model, messages: [{ role: "user", content: "hi", bogus: 1 }], max_tokens: 2,
+}));
+out.partTypo = await failure(() => client.chat.completions.create({
+  model, messages: [{ role: "user", content: [{ type: "text", txt: "hi" }] }], max_tokens: 2,
+}));
+out.schemaTypo = await failure(() => client.chat.completions.create({
+  model, messages, max_tokens: 2,
+  response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "integer" }, strikt: true } },
+}));
+out.streamOptionsTypo = await failure(async () => {
+  const s = await client.completions.create({ model, prompt, max_tokens: 2, stream: true, stream_options: { include_usge: true } });
   for await (const _ of s) {
     // not reached
   }
