@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +72,8 @@ func TestGenerateEvents(t *testing.T) {
 	assert.True(t, first.Prompt)
 	assert.Equal(t, req.Prompt, first.Text)
 	require.Len(t, first.Logprobs, len(first.Tokens), "every prompt token, the first unscored")
-	assert.True(t, math.IsNaN(float64(first.Logprobs[0].Logprob)))
+	assert.True(t, first.Logprobs[0].Unscored)
+	assert.Zero(t, first.Logprobs[0].Logprob)
 	assert.Equal(t, req.Prompt, strings.Join(first.Pieces, ""))
 	texts := make([]strings.Builder, 3)
 	tokens := make([][]int32, 3)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"math"
 	"strings"
 	"time"
 
@@ -56,7 +55,7 @@ type Event struct {
 	Tokens []int32
 	Pieces []string
 	// Logprobs, when the request asks, scores Tokens one for one; the prompt's
-	// first token has nothing before it, and its Logprob is NaN.
+	// first token has nothing before it: it is [TokenLogprob.Unscored].
 	Logprobs []TokenLogprob
 	// Finish is set on a choice's last event, with its Stats and Speculative.
 	Finish      FinishReason
@@ -68,15 +67,30 @@ type Event struct {
 // likeliest tokens there when asked: the natural logarithm of the softmax of the
 // target's logits — the model's own distribution, before temperature, penalties or
 // truncation shape it for sampling; under a Format, of that distribution restricted
-// to the language. A token the model rules out has -Inf.
+// to the language.
+//
+// Every value is a finite number, so that an [Event], a [Choice] and a [Completion]
+// marshal with encoding/json as they are (Go's field names, no custom marshaller):
+// the one token without a log-probability, an echoed prompt's first, says so in
+// Unscored rather than with NaN; Top lists only tokens the model, and the Format,
+// allow; and a token the model rules out outright (a −Inf logit, which only a
+// prompt's token can have) reads −math.MaxFloat32.
 type TokenLogprob struct {
 	Alternative
-	// Top are the likeliest tokens at the place, likeliest first.
+	// Top are the likeliest tokens at the place, likeliest first: TopLogprobs of
+	// them, or fewer where fewer are possible — under a Format only tokens its
+	// language allows there (a regular expression of digits lists digits alone).
 	Top []Alternative
+	// Unscored marks an echoed prompt's first token ([Request.Echo]), which nothing
+	// comes before: it has no log-probability, its Logprob is 0 and its Top empty.
+	// Summing the Logprob of an echoed prompt's tokens therefore gives the
+	// log-probability of the rest given the first. JSON carries it only where it is
+	// true ("Unscored": true); the OpenAI server writes that token's value as null.
+	Unscored bool `json:",omitempty"`
 }
 
-// Alternative is one token with its log-probability, its text (a part of a character
-// shown as U+FFFD) and the bytes it stands for.
+// Alternative is one token with its log-probability (finite: see [TokenLogprob]),
+// its text (a part of a character shown as U+FFFD) and the bytes it stands for.
 type Alternative struct {
 	Token   int32
 	Text    string
@@ -110,7 +124,7 @@ type Completion struct {
 	Choices []Choice
 	// PromptText, PromptTokens and PromptLogprobs are the echoed prompt, with
 	// Request.Echo; PromptLogprobs score PromptTokens one for one, with Logprobs
-	// (the first's Logprob is NaN: nothing comes before it).
+	// (the first is [TokenLogprob.Unscored]: nothing comes before it).
 	PromptText     string
 	PromptTokens   []int32
 	PromptLogprobs []TokenLogprob
@@ -286,7 +300,7 @@ func (r *runner) startEcho() error {
 	}
 	r.echo = Event{Prompt: true, Text: pl.echo, Tokens: pl.spec.Prompt, Pieces: pl.echoPieces}
 	if pl.req.Logprobs {
-		r.echo.Logprobs = []TokenLogprob{{Alternative: r.e.alternative(pl.spec.Prompt[0], float32(math.NaN()))}}
+		r.echo.Logprobs = []TokenLogprob{{Alternative: r.e.alternative(pl.spec.Prompt[0], 0), Unscored: true}}
 	}
 	if r.echoWaits() {
 		return nil

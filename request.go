@@ -32,12 +32,13 @@ type Request struct {
 	N int
 	// Logprobs asks for the target's log-probability of every generated token, and
 	// TopLogprobs (0 to [MaxTopLogprobs]) for that many likeliest tokens at each
-	// place beside it.
+	// place beside it — fewer where fewer are possible: under a Format, only the
+	// tokens its language allows there (see [TokenLogprob]).
 	Logprobs    bool
 	TopLogprobs int
 	// Echo puts the prompt first: the first event of choice 0 is the prompt's text
 	// and tokens ([Event.Prompt]), with Logprobs its tokens scored, each given those
-	// before (the first has no score). Not for Messages.
+	// before (the first has none: [TokenLogprob.Unscored]). Not for Messages.
 	Echo bool
 	// PromptOnly generates nothing: with Echo, the prompt (and its scores) alone —
 	// scoring a text, as an evaluation harness asks of a completions server.

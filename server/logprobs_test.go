@@ -274,3 +274,111 @@ func TestEchoOffsetsSpecial(t *testing.T) {
 		}
 	}
 }
+
+// Under an output format, top_logprobs list only tokens the format allows at each
+// place — fewer than asked where fewer are allowed, never a ruled-out token padded in
+// at -9999 — for completions (guided_choice; guided_regex with an echoed prompt,
+// whose first token is null and whose others are unconstrained) and chat
+// (response_format json_schema); every response is JSON with finite values.
+func TestLogprobsUnderFormat(t *testing.T) {
+	cfg := speculativeConfig()
+	cfg.Engine.Model = withChatTemplate(t, testTarget, t.TempDir(), chatmlTemplate(t))
+	srv, ts := startServer(t, cfg)
+	words := func(ws ...string) func(string) (bool, bool) {
+		return func(s string) (prefix, complete bool) {
+			for _, w := range ws {
+				prefix = prefix || strings.HasPrefix(w, s)
+				complete = complete || w == s
+			}
+			return prefix, complete
+		}
+	}
+	digits := func(s string) (bool, bool) {
+		ok := len(s) <= 4 && strings.Trim(s, "0123456789") == ""
+		return ok, ok && s != ""
+	}
+	const top = 5
+	echoed := "const port = "
+	for _, c := range []struct {
+		name   string
+		url    string
+		body   map[string]any
+		lang   func(string) (prefix, complete bool)
+		prompt int  // echoed prompt tokens before the generated ones
+		fewer  bool // some place allows fewer than top tokens
+	}{
+		{name: "completions, guided_choice", url: "/v1/completions", lang: words("yes", "no"), fewer: true,
+			body: map[string]any{"prompt": "// Is Go compiled? Answer yes or no: ", "max_tokens": 8, "temperature": 0, "logprobs": top, "guided_choice": []string{"yes", "no"}}},
+		{name: "completions, echo, guided_regex", url: "/v1/completions", lang: digits,
+			prompt: len(srv.Engine().Tokenizer().Encode(echoed, srv.Engine().Tokenizer().DefaultOptions())),
+			body:   map[string]any{"prompt": echoed, "echo": true, "max_tokens": 8, "temperature": 0, "logprobs": top, "guided_regex": "[0-9]{1,4}"}},
+		{name: "chat, response_format", url: "/v1/chat/completions", lang: words(`"yes"`, `"no"`), fewer: true,
+			body: map[string]any{"messages": []map[string]any{{"role": "user", "content": "Is Go compiled? Answer yes or no."}}, "max_tokens": 8,
+				"temperature": 1, "seed": 3, "logprobs": true, "top_logprobs": top,
+				"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "answer", "schema": map[string]any{"enum": []string{"yes", "no"}}}}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, raw := post(t, ts.URL+c.url, c.body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, raw)
+			}
+			if s := string(raw); strings.Contains(s, "-9999") || strings.Contains(s, `\u0000`) {
+				t.Errorf("ruled-out tokens padded in: %s", s)
+			}
+			var r lpResp
+			if err := json.Unmarshal(raw, &r); err != nil || len(r.Choices) != 1 || r.Choices[0].Logprobs == nil {
+				t.Fatalf("%v: %s", err, raw)
+			}
+			// Each place's chosen token and alternatives, from either API's object.
+			type place struct {
+				token string
+				value *float64
+				alts  map[string]float64
+			}
+			var places []place
+			lp := r.Choices[0].Logprobs
+			for i := range lp.Tokens {
+				places = append(places, place{lp.Tokens[i], lp.TokenLogprobs[i], lp.TopLogprobs[i]})
+			}
+			for _, e := range lp.Content {
+				alts := map[string]float64{}
+				for _, a := range e.TopLogprobs {
+					alts[a.Token] = a.Logprob
+				}
+				places = append(places, place{e.Token, &e.Logprob, alts})
+			}
+			if len(places) <= c.prompt {
+				t.Fatalf("%d places for a prompt of %d: %s", len(places), c.prompt, raw)
+			}
+			if c.prompt > 0 && (places[0].value != nil || places[0].alts != nil) {
+				t.Errorf("the echoed prompt's first token: %v %v, want null, null", places[0].value, places[0].alts)
+			}
+			text, sawFewer := "", false
+			for i, p := range places {
+				if i == 0 && c.prompt > 0 {
+					continue
+				}
+				if p.value == nil || *p.value > 1e-6 || math.IsNaN(*p.value) || math.IsInf(*p.value, 0) || len(p.alts) == 0 || len(p.alts) > top {
+					t.Errorf("place %d %q: value %v, %d alternatives", i, p.token, p.value, len(p.alts))
+				}
+				if i < c.prompt {
+					continue // the prompt's tokens: not constrained
+				}
+				_, complete := c.lang(text)
+				for alt, v := range p.alts {
+					if ok, _ := c.lang(text + alt); (!ok && !complete) || v < -100 {
+						t.Errorf("place %d after %q: alternative %q at %v is ruled out", i, text, alt, v)
+					}
+				}
+				sawFewer = sawFewer || len(p.alts) < top
+				text += p.token
+			}
+			if ok, complete := c.lang(text); !ok || !complete {
+				t.Errorf("the output %q is not a sentence of the format", text)
+			}
+			if c.fewer && !sawFewer {
+				t.Errorf("no place listed fewer than %d alternatives: %s", top, raw)
+			}
+		})
+	}
+}

@@ -8,8 +8,6 @@ package server
 // generate.go's.
 
 import (
-	"math"
-
 	"github.com/specula/specula"
 )
 
@@ -155,15 +153,6 @@ type chatTopLogprob struct {
 	Bytes   []int   `json:"bytes"`
 }
 
-// finite keeps a log-probability JSON can carry: -Inf (a token the model rules out)
-// becomes -9999, as vLLM reports it.
-func finite(x float32) float64 {
-	if math.IsInf(float64(x), -1) || math.IsNaN(float64(x)) {
-		return -9999
-	}
-	return float64(x)
-}
-
 // ints lists bytes as JSON numbers.
 func ints(b []byte) []int {
 	out := make([]int, len(b))
@@ -191,30 +180,34 @@ func (out *completionLogprobs) addTokens(lps []specula.TokenLogprob, pieces []st
 	return offset
 }
 
-// addPrompt appends an echoed prompt's logprobs: its first token unscored, then the
-// log-probability of every later token given those before, text_offset counting
-// from 0.
+// addPrompt appends an echoed prompt's logprobs: its first token unscored (value and
+// alternatives null, as OpenAI writes them), then the log-probability of every later
+// token given those before, text_offset counting from 0.
 func (out *completionLogprobs) addPrompt(ev specula.Event) int {
 	if len(ev.Logprobs) == 0 {
 		return len(ev.Text)
 	}
-	out.Tokens = append(out.Tokens, ev.Logprobs[0].Text)
-	out.TokenLogprobs = append(out.TokenLogprobs, nil)
-	out.TopLogprobs = append(out.TopLogprobs, nil)
-	out.TextOffset = append(out.TextOffset, 0)
-	return out.addTokens(ev.Logprobs[1:], ev.Pieces[1:], len(ev.Pieces[0]))
+	return out.addTokens(ev.Logprobs, ev.Pieces, 0)
 }
 
-// add appends one scored token at offset.
+// add appends one scored token at offset: an unscored one (an echoed prompt's first)
+// with null value and alternatives. The values are the library's, finite, and the
+// alternatives only those the model and the format allow — fewer than asked where
+// fewer are allowed, never padded with ruled-out tokens.
 func (out *completionLogprobs) add(lp specula.TokenLogprob, offset int) {
-	v := finite(lp.Logprob)
 	out.Tokens = append(out.Tokens, lp.Text)
-	out.TokenLogprobs = append(out.TokenLogprobs, &v)
 	out.TextOffset = append(out.TextOffset, offset)
+	if lp.Unscored {
+		out.TokenLogprobs = append(out.TokenLogprobs, nil)
+		out.TopLogprobs = append(out.TopLogprobs, nil)
+		return
+	}
+	v := float64(lp.Logprob)
+	out.TokenLogprobs = append(out.TokenLogprobs, &v)
 	top := make(map[string]float64, len(lp.Top))
 	for _, t := range lp.Top {
 		if _, dup := top[t.Text]; !dup { // two tokens of one text: the likelier
-			top[t.Text] = finite(t.Logprob)
+			top[t.Text] = float64(t.Logprob)
 		}
 	}
 	out.TopLogprobs = append(out.TopLogprobs, top)
@@ -224,9 +217,9 @@ func (out *completionLogprobs) add(lp specula.TokenLogprob, offset int) {
 func chatLogprobsOf(lps []specula.TokenLogprob) *chatLogprobs {
 	out := &chatLogprobs{Content: []chatTokenLogprob{}}
 	for _, lp := range lps {
-		e := chatTokenLogprob{Token: lp.Text, Logprob: finite(lp.Logprob), Bytes: ints(lp.Bytes), TopLogprobs: []chatTopLogprob{}}
+		e := chatTokenLogprob{Token: lp.Text, Logprob: float64(lp.Logprob), Bytes: ints(lp.Bytes), TopLogprobs: []chatTopLogprob{}}
 		for _, t := range lp.Top {
-			e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: t.Text, Logprob: finite(t.Logprob), Bytes: ints(t.Bytes)})
+			e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: t.Text, Logprob: float64(t.Logprob), Bytes: ints(t.Bytes)})
 		}
 		out.Content = append(out.Content, e)
 	}

@@ -57,7 +57,8 @@ type Request struct {
 	// any prefill's are.
 	PromptLogprobs bool
 	// TopLogprobs (0 to [MaxTopLogprobs]) adds, to every log-probability asked for
-	// (Logprobs, PromptLogprobs), that many of the most likely tokens at its place.
+	// (Logprobs, PromptLogprobs), that many of the most likely tokens at its place —
+	// fewer where fewer are possible: under a Constraint, only those it allows there.
 	TopLogprobs int
 	// PromptOnly generates nothing: the request prefills its prompt (scored, with
 	// PromptLogprobs) and ends with FinishLength; no drafter runs. With

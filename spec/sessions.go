@@ -193,7 +193,11 @@ func (r *run) scorePrompt(ctx context.Context, tokens []int32) error {
 	return ss.PrefillScored(ctx, tokens, func(from int, rows [][]float32) error {
 		at := len(r.lp.prompt)
 		for i, row := range rows {
-			r.lp.prompt = append(r.lp.prompt, r.lp.sc.logprobOf(row, prompt[from+i+1], top))
+			lp, err := r.lp.sc.logprobOf(row, prompt[from+i+1], top)
+			if err != nil {
+				return fmt.Errorf("prompt token %d: %w", from+i+1, err)
+			}
+			r.lp.prompt = append(r.lp.prompt, lp)
 		}
 		c := Chunk{Choice: r.choice, Prompt: true, Tokens: prompt[from+1 : from+1+len(rows)], Logprobs: r.lp.prompt[at:]}
 		if err := r.emit(c); err != nil {

@@ -163,7 +163,9 @@ func (r *run) verify(ctx context.Context) (accepted []int32, next int32, err err
 		dr.accepted = append(dr.accepted, dr.checked.Tokens()[c])
 	}
 	if r.req.Logprobs {
-		r.lp.scoreStep(rows, dr.accepted, dr.path, next, r.req.TopLogprobs)
+		if err := r.lp.scoreStep(rows, dr.accepted, dr.path, next, r.req.TopLogprobs); err != nil {
+			return nil, 0, err
+		}
 	}
 	if err := r.advanceConstraint(next); err != nil {
 		return nil, 0, err
