@@ -16,7 +16,9 @@ import (
 // counters (spec_decode_num_drafts, …_num_draft_tokens, …_num_accepted_tokens,
 // …_num_accepted_tokens_per_pos) and the gauges an inference gateway's endpoint
 // picker reads: num_requests_waiting, num_requests_running and kv_cache_usage_perc
-// (a fraction, 0 to 1). docs/library.md lists them all.
+// (a fraction, 0 to 1: the blocks a new request cannot have, prefix-cached ones
+// counted free, as the Model Server Protocol means it), and beside it
+// prefix_cache_usage_perc (the prefix cache's share). docs/library.md lists them all.
 func (e *Engine) Metrics() prometheus.Collector { return e.met }
 
 // metrics are an engine's metrics: a prometheus.Collector of them all.
@@ -100,10 +102,18 @@ func (m *metrics) requestGauges(e *Engine) {
 	m.gaugeFunc("specula_queued_requests", "Requests waiting for their turn or their key/value memory.", waiting)
 	m.gaugeFunc("specula:num_requests_running", "Requests decoding now (vLLM's num_requests_running).", running)
 	m.gaugeFunc("specula:num_requests_waiting", "Requests waiting for their turn or their key/value memory (vLLM's num_requests_waiting).", waiting)
-	m.gaugeFunc("specula:kv_cache_usage_perc", "Fraction of the target's key/value cache blocks in use, 0 to 1 (vLLM's kv_cache_usage_perc).",
+	m.gaugeFunc("specula:kv_cache_usage_perc",
+		"Fraction of the target's key/value cache blocks that a new request cannot have, 0 to 1 (vLLM's kv_cache_usage_perc): "+
+			"blocks running requests hold; blocks that only keep a cached prefix, given up when memory is needed, count as free.",
 		func() float64 {
 			t, _ := e.kvStats()
 			return kvUsage(t)
+		})
+	m.gaugeFunc("specula:prefix_cache_usage_perc",
+		"Fraction of the target's key/value cache blocks that keep a cached prefix no request holds, 0 to 1: free for a new request, reused on a prefix hit.",
+		func() float64 {
+			t, _ := e.kvStats()
+			return prefixCacheUsage(t)
 		})
 }
 
@@ -213,7 +223,7 @@ var (
 	kvFreeDesc   = prometheus.NewDesc("specula_kv_cache_free_blocks", "Key/value cache blocks no sequence holds.", []string{"model"}, nil)
 	kvBlocksDesc = prometheus.NewDesc("specula_kv_cache_blocks", "Key/value cache blocks in the pool.", []string{"model"}, nil)
 	kvBudgetDesc = prometheus.NewDesc("specula_kv_cache_budget_bytes", "Key/value cache memory budget (the target's is Config.KVBudget).", []string{"model"}, nil)
-	kvUsageDesc  = prometheus.NewDesc("specula_kv_cache_usage_ratio", "Fraction of the key/value cache blocks in use.", []string{"model"}, nil)
+	kvUsageDesc  = prometheus.NewDesc("specula_kv_cache_usage_ratio", "Fraction of the key/value cache blocks in use (prefix-cached blocks no sequence holds count as free).", []string{"model"}, nil)
 	kvLookupDesc = prometheus.NewDesc("specula_prefix_cache_lookups_total", "Full prompt blocks looked for in the prefix cache.", []string{"model"}, nil)
 	kvHitDesc    = prometheus.NewDesc("specula_prefix_cache_hits_total", "Full prompt blocks found in the prefix cache (over lookups: the hit rate).", []string{"model"}, nil)
 	kvCachedDesc = prometheus.NewDesc("specula_prefix_cache_blocks", "Free key/value blocks that still hold a cached prefix.", []string{"model"}, nil)
@@ -246,12 +256,23 @@ func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// kvUsage is the fraction of a cache's blocks in use (0 for none).
+// kvUsage is the fraction of a cache's blocks in use, which a new request cannot
+// have: blocks that only keep a cached prefix are free (kvcache.Stats.FreeBlocks
+// counts them) (0 for no cache).
 func kvUsage(s *kvcache.Stats) float64 {
 	if s == nil || s.Blocks == 0 {
 		return 0
 	}
 	return float64(s.Blocks-s.FreeBlocks) / float64(s.Blocks)
+}
+
+// prefixCacheUsage is the fraction of a cache's blocks that keep a cached prefix no
+// sequence holds (0 for no cache).
+func prefixCacheUsage(s *kvcache.Stats) float64 {
+	if s == nil || s.Blocks == 0 {
+		return 0
+	}
+	return float64(s.CachedBlocks) / float64(s.Blocks)
 }
 
 // add registers a metric as it is made.

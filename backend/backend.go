@@ -136,6 +136,37 @@ type Matrix interface {
 	Bytes() int64
 }
 
+// Footprint is where memory a backend holds lies, in bytes: on the Go heap (which
+// the garbage collector lets grow by GOGC % between collections), in anonymous
+// mappings outside it, in mappings of a model's file (shared with the page cache,
+// not copied), or on a device. A memory plan adds them up.
+type Footprint struct {
+	Heap, Anon, File, Device int64
+}
+
+// Bytes is the footprint's whole size.
+func (f Footprint) Bytes() int64 { return f.Heap + f.Anon + f.File + f.Device }
+
+// Add returns the sum of two footprints.
+func (f Footprint) Add(g Footprint) Footprint {
+	return Footprint{Heap: f.Heap + g.Heap, Anon: f.Anon + g.Anon, File: f.File + g.File, Device: f.Device + g.Device}
+}
+
+// Footprinter is a [Matrix] that says where its memory lies. A matrix that does not
+// is counted as Bytes on the Go heap.
+type Footprinter interface {
+	Footprint() Footprint
+}
+
+// FootprintOf is where a matrix's memory lies: its Footprint, else its Bytes on the
+// Go heap.
+func FootprintOf(m Matrix) Footprint {
+	if f, ok := m.(Footprinter); ok {
+		return f.Footprint()
+	}
+	return Footprint{Heap: m.Bytes()}
+}
+
 // Vector is a float32 vector a backend has taken in (a norm's weights, a bias).
 type Vector interface {
 	Len() int

@@ -146,6 +146,9 @@ func (m *dmatrix) permuted() bool {
 func (m *dmatrix) Rows() int    { return m.rows }
 func (m *dmatrix) Bytes() int64 { return m.bytes }
 
+// Footprint implements [backend.Footprinter]: the weights lie in device memory.
+func (m *dmatrix) Footprint() backend.Footprint { return backend.Footprint{Device: m.bytes} }
+
 // dvector is a float32 vector in device memory.
 type dvector struct {
 	p devptr

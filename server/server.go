@@ -473,16 +473,28 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// logMemory logs an engine's memory plan as one line.
+// logMemory logs an engine's memory plan as one line: each of its parts by name
+// ("target_weights_mib", "target_kv_mib", "draft_kv_mib", "scratch_mib", …), the
+// weights mapped from their files rather than copied, the total its parts come to
+// and the Go heap's headroom beyond it (specula.Memory says what each promises).
 func logMemory(l *slog.Logger, p specula.Memory) {
 	full := 0
 	if p.ContextLength > 0 {
 		full = p.KVPositions / p.ContextLength
 	}
-	l.Info("memory plan", "target_weights_mib", round1(mib(p.TargetWeights)), "draft_weights_mib", round1(mib(p.DraftWeights)),
-		"kv_budget_mib", round1(mib(p.KVBudget)), "kv_positions", p.KVPositions, "context_length", p.ContextLength,
-		"full_context_requests", full, "max_running", p.MaxRunning,
-		"total_mib", round1(mib(p.TargetWeights+p.DraftWeights+p.KVBudget)))
+	var attrs []any
+	var mapped int64
+	for _, part := range p.Parts {
+		attrs = append(attrs, strings.ReplaceAll(part.Name, " ", "_")+"_mib", round1(mib(part.Bytes)))
+		mapped += part.Where.File
+	}
+	headroom := any("unbounded")
+	if p.HeapHeadroom >= 0 {
+		headroom = round1(mib(p.HeapHeadroom))
+	}
+	attrs = append(attrs, "weights_mapped_mib", round1(mib(mapped)), "kv_positions", p.KVPositions, "context_length", p.ContextLength,
+		"full_context_requests", full, "max_running", p.MaxRunning, "total_mib", round1(mib(p.Total())), "heap_headroom_mib", headroom)
+	l.Info("memory plan", attrs...)
 }
 
 func mib(b int64) float64      { return float64(b) / (1 << 20) }

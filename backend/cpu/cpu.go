@@ -120,6 +120,22 @@ func (m *matrix) permuted() bool {
 func (m *matrix) Rows() int    { return m.rows }
 func (m *matrix) Bytes() int64 { return m.bytes }
 
+// Footprint implements [backend.Footprinter]: every weight is a repacked copy, none is
+// read from the file's mapping; large parts lie in anonymous mappings of whole huge
+// pages, small ones on the Go heap.
+func (m *matrix) Footprint() backend.Footprint {
+	var f backend.Footprint
+	for _, k := range m.parts {
+		n, heap := k.Footprint()
+		if heap {
+			f.Heap += n
+		} else {
+			f.Anon += n
+		}
+	}
+	return f
+}
+
 // vector is a float32 vector in host memory.
 type vector []float32
 

@@ -197,15 +197,27 @@ func headName(kind, dir string) string {
 
 // matrixBytes is the memory of the distinct matrices among ms.
 func matrixBytes(ms ...[]backend.Matrix) int64 {
-	seen := map[backend.Matrix]bool{}
 	var n int64
+	eachMatrix(func(m backend.Matrix) { n += m.Bytes() }, ms...)
+	return n
+}
+
+// matrixFootprint is where the memory of the distinct matrices among ms lies.
+func matrixFootprint(ms ...[]backend.Matrix) backend.Footprint {
+	var f backend.Footprint
+	eachMatrix(func(m backend.Matrix) { f = f.Add(backend.FootprintOf(m)) }, ms...)
+	return f
+}
+
+// eachMatrix calls do with each distinct matrix among ms, nil ones left out.
+func eachMatrix(do func(backend.Matrix), ms ...[]backend.Matrix) {
+	seen := map[backend.Matrix]bool{}
 	for _, list := range ms {
 		for _, m := range list {
 			if m != nil && !seen[m] {
 				seen[m] = true
-				n += m.Bytes()
+				do(m)
 			}
 		}
 	}
-	return n
 }

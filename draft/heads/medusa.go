@@ -290,3 +290,10 @@ func (h *Medusa) WeightBytes() int64 {
 	lists = append(lists, h.w...)
 	return matrixBytes(lists...)
 }
+
+// WeightFootprint is where the heads' matrices lie (a memory plan's figure).
+func (h *Medusa) WeightFootprint() backend.Footprint {
+	lists := [][]backend.Matrix{h.lm}
+	lists = append(lists, h.w...)
+	return matrixFootprint(lists...)
+}

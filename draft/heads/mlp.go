@@ -207,3 +207,6 @@ func (s *mlpSession) Close() error { return nil }
 
 // WeightBytes is the memory the head's matrices take.
 func (h *MLPSpeculator) WeightBytes() int64 { return matrixBytes(h.emb, h.proj, h.head) }
+
+// WeightFootprint is where the head's matrices lie (a memory plan's figure).
+func (h *MLPSpeculator) WeightFootprint() backend.Footprint { return matrixFootprint(h.emb, h.proj, h.head) }

@@ -28,6 +28,20 @@ type Matrix struct {
 	Data     []byte
 	rowBytes int // bytes of a row of llama.cpp's blocks
 	blocks   int // blocks per row
+	// mapped is the size of the anonymous mapping Data lies in (0: Data is on the Go
+	// heap); see weightBytes.
+	mapped int64
+}
+
+// Footprint is the memory the matrix's storage takes and where: the size of the
+// anonymous mapping, outside the Go heap, that a large matrix's Data lies in (its
+// length rounded up to whole huge pages: with transparent huge pages the tail of the
+// last one is resident too), or, for a small one, its length on the Go heap.
+func (m *Matrix) Footprint() (bytes int64, heap bool) {
+	if m.mapped > 0 {
+		return m.mapped, false
+	}
+	return int64(len(m.Data)), true
 }
 
 // NewMatrix checks that data holds rows × cols values of type t, row-major, and makes

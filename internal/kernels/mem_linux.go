@@ -24,5 +24,6 @@ func weightBytes(n int, owner *Matrix) []byte {
 	}
 	_ = unix.Madvise(b, unix.MADV_HUGEPAGE) // advice: without it the pages are small
 	runtime.AddCleanup(owner, func(b []byte) { _ = unix.Munmap(b) }, b)
+	owner.mapped = int64(size)
 	return b[:n]
 }

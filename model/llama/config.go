@@ -316,9 +316,41 @@ func (c *Config) kvLayers(budget int64) (global, sliding []int, share float64) {
 		n = 4096
 	}
 	n = min(n, float64(budget)/float64(c.KVBytesPerPosition()))
-	held := min(n, float64(c.SlidingWindow+WindowReserve+windowChunk+kvcache.DefaultBlockSize))
+	held := min(n, float64(c.slidingHeld()))
 	g, s := n*float64(len(global)), held*float64(len(sliding))
 	return global, sliding, g / (g + s)
+}
+
+// slidingHeld is the most positions the sliding layers' books of one sequence hold
+// beside global layers: the window, the reserve, a chunk of a long prompt and a
+// block.
+func (c *Config) slidingHeld() int {
+	return c.SlidingWindow + WindowReserve + windowChunk + kvcache.DefaultBlockSize
+}
+
+// splitKV is how startCache splits a key/value budget: the layers of the first pool
+// and of the sliding one (both nil: one pool of every layer, which gets the whole
+// budget) and the first pool's bytes.
+func (c *Config) splitKV(budget int64) (global, sliding []int, first int64) {
+	global, sliding, share := c.kvLayers(budget)
+	if sliding == nil {
+		return global, nil, budget
+	}
+	return global, sliding, int64(float64(budget) * share)
+}
+
+// PassBytes is the host memory of the buffers one forward pass of rows rows, outputs
+// of them giving logits, holds on the CPU backend: its activations (every buffer of
+// backend.Act, and a product's) and the output rows' normalised states and logits. A
+// pass keeps them for the next (they are collected when the model idles); the
+// largest pass bounds the scratch a memory plan counts.
+func (c *Config) PassBytes(rows, outputs int) int64 {
+	sh := c.Shape()
+	width := sh.Dim // MulAdd's product before it is added
+	for a := range backend.Act(6) {
+		width += sh.Width(a)
+	}
+	return 4 * (int64(rows)*int64(width) + int64(outputs)*int64(c.Dim+c.Vocab))
 }
 
 // WindowReserve is how many positions beyond the sliding window a sequence of a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -97,6 +98,72 @@ func (m *Model) KVStats() kvcache.Stats {
 	return st
 }
 
+// KVPools reports each key/value pool: every layer's, or the global layers' and then
+// the sliding layers' when these keep their own books.
+func (m *Model) KVPools() []kvcache.Stats {
+	pools := []kvcache.Stats{m.kv.Stats()}
+	if m.slidingKV != nil {
+		pools = append(pools, m.slidingKV.Stats())
+	}
+	return pools
+}
+
+// MinKVBudget is the smallest key/value budget whose pools hold one sequence of
+// positions positions: the budget split as startCache splits it, each pool rounded
+// down to whole blocks of its own block bytes, as the backend made them — the
+// global layers' pool holding every position, the sliding layers' the most their
+// books keep. What [Options.KVBudget] must be at least for a request at full context.
+func (m *Model) MinKVBudget(positions int) int64 {
+	first := m.kv.Stats()
+	need := blocksOf(positions, first.BlockSize) * first.BlockBytes
+	if m.slidingKV == nil {
+		return need
+	}
+	second := m.slidingKV.Stats()
+	needSliding := blocksOf(min(positions, m.cfg.slidingHeld()), second.BlockSize) * second.BlockBytes
+	holds := func(budget int64) bool {
+		_, _, g := m.cfg.splitKV(budget)
+		return g >= need && budget-g >= needSliding
+	}
+	hi := need + needSliding
+	for !holds(hi) {
+		hi *= 2
+	}
+	// The first pool's share only grows with the budget, so holds is monotone.
+	return need + int64(sort.Search(int(hi-need), func(i int) bool { return holds(need + int64(i)) }))
+}
+
+// blocksOf is the blocks of size positions each that positions positions take.
+func blocksOf(positions, size int) int64 { return int64((positions + size - 1) / size) }
+
+// WeightFootprint is where the weights lie, as the backend took them in: every
+// matrix (the norms' vectors, a few KiB, are left out), the embedding once when the
+// output shares it.
+func (m *Model) WeightFootprint() backend.Footprint {
+	f := backend.FootprintOf(m.embed)
+	if m.output != m.embed {
+		f = f.Add(backend.FootprintOf(m.output))
+	}
+	if m.fcEmbed != nil {
+		f = f.Add(backend.FootprintOf(m.fcEmbed)).Add(backend.FootprintOf(m.fcHidden))
+	}
+	for _, ly := range m.layers {
+		for _, w := range []backend.Matrix{ly.qkv, ly.o, ly.gateUp, ly.down} {
+			f = f.Add(backend.FootprintOf(w))
+		}
+	}
+	return f
+}
+
+// ScratchBytes is the host memory of the buffers one forward pass of rows rows,
+// outputs of them giving logits, holds on the CPU backend (see [Config.PassBytes]).
+func (m *Model) ScratchBytes(rows, outputs int) int64 { return m.cfg.PassBytes(rows, outputs) }
+
+// KVOnDevice reports whether the key/value memory lies on a device (it does where
+// the weights do: a GPU backend allocates both at load) rather than on the Go heap,
+// where the CPU backend allocates each block when it is first written.
+func (m *Model) KVOnDevice() bool { return backend.FootprintOf(m.embed).Device > 0 }
+
 // BackendName names what runs the model ("cpu avx512 vnni", "cuda NVIDIA H200", …).
 func (m *Model) BackendName() string { return m.be.Name() }
 
@@ -167,12 +234,11 @@ func (m *Model) startCache(opts Options) error {
 	if budget <= 0 {
 		budget = m.cfg.KVBudget(opts.Sequences)
 	}
-	global, sliding, share := m.cfg.kvLayers(budget)
+	global, sliding, first := m.cfg.splitKV(budget)
 	m.slidesAll = m.cfg.SlidingWindow > 0 && global == nil
 	if sliding == nil {
 		return m.pool(&m.kv, backend.KVSpec{Budget: budget})
 	}
-	first := int64(float64(budget) * share)
 	if err := m.pool(&m.kv, backend.KVSpec{Budget: first, Layers: global}); err != nil {
 		return err
 	}
