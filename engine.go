@@ -438,12 +438,16 @@ func (e *Engine) memoryUnits() []memoryUnit {
 }
 
 // check refuses a plan whose key/value budget cannot hold one request at full
-// context, saying what to lower or raise: need is the least budget that holds one
-// (0: the model does not say how its budget is split).
+// context, saying what to lower or raise: need is the least budget that holds one,
+// as the target's cache splits and rounds it (0: the model does not say).
 func (m Memory) check(need int64) error {
-	if m.ContextLength > 0 && m.KVBudget > 0 && m.KVPositions < m.ContextLength {
+	if m.ContextLength > 0 && m.KVBudget > 0 && (m.KVPositions < m.ContextLength || m.KVBudget < need) {
 		if need == 0 { // a model that does not say: as many bytes a position as now
 			need = (m.KVBudget*int64(m.ContextLength) + int64(m.KVPositions) - 1) / int64(max(m.KVPositions, 1))
+		}
+		if m.KVPositions >= m.ContextLength { // the sliding layers' share is short
+			return &ParameterError{Field: "KVBudget", Err: fmt.Errorf("%.1f MiB leaves the sliding-window layers less than one request at full context (%d) keeps: "+
+				"raise it to at least %.1f MiB (%d bytes)", mib(m.KVBudget), m.ContextLength, mib(need), need)}
 		}
 		return &ParameterError{Field: "KVBudget", Err: fmt.Errorf("%.1f MiB holds %d positions, less than one request at full context (%d): "+
 			"raise it to at least %.1f MiB (%d bytes), or lower ContextLength to %d",

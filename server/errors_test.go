@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -313,7 +314,7 @@ func TestKVCacheFull(t *testing.T) {
 	// one request's context.
 	budget := int64(8 * 16 * 8 * 2 * 2 * 64 * 4)
 	_, err := Open(withDefaults(Config{Engine: specula.Config{KVBudget: budget}}))
-	if err == nil || !strings.Contains(err.Error(), "raise it to at least 16.0 MiB, or lower ContextLength to 128") {
+	if err == nil || !strings.Contains(err.Error(), "raise it to at least 16.0 MiB (16777216 bytes), or lower ContextLength to 128") {
 		t.Fatalf("a budget below one full-context request: err = %v", err)
 	}
 	srv, ts := startServer(t, Config{Engine: specula.Config{KVBudget: budget, ContextLength: 128}})
@@ -380,8 +381,9 @@ func readAll(resp *http.Response) ([]byte, error) {
 	}
 }
 
-// The server logs its memory plan at start: weights, key/value budget and what it
-// holds.
+// The server logs its memory plan at start: every part by name — the draft model's
+// key/value cache too — and a total that is their sum, the key/value budget and what
+// it holds.
 func TestMemoryPlanLogged(t *testing.T) {
 	var buf bytes.Buffer
 	cfg := speculativeConfig()
@@ -392,14 +394,30 @@ func TestMemoryPlanLogged(t *testing.T) {
 	}
 	defer srv.Close()
 	line := buf.String()
-	for _, want := range []string{"memory plan", "target_weights_mib=", "draft_weights_mib=", "kv_budget_mib=", "kv_positions=", "full_context_requests="} {
+	for _, want := range []string{"memory plan", "target_weights_mib=", "draft_weights_mib=", "kv_budget_mib=", "kv_positions=", "full_context_requests=",
+		"target_kv_mib=", "draft_kv_mib=", "scratch_mib=", "weights_mapped_mib=0 ", "heap_headroom_mib="} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the log lacks %q:\n%s", want, line)
 		}
 	}
 	p := srv.Engine().Memory()
-	if p.TargetWeights <= 0 || p.DraftWeights <= 0 || p.KVPositions < p.ContextLength {
+	if p.TargetWeights <= 0 || p.DraftWeights <= 0 || p.KVPositions < p.ContextLength || p.DraftKVBudget < 64<<20 {
 		t.Errorf("plan %+v", p)
+	}
+	figure := func(key string) float64 {
+		_, after, ok := strings.Cut(line, " "+key+"=")
+		v, err := strconv.ParseFloat(strings.Fields(after + " ")[0], 64)
+		if !ok || err != nil {
+			t.Fatalf("no figure %s in the log:\n%s", key, line)
+		}
+		return v
+	}
+	sum := 0.0
+	for _, part := range []string{"target_weights", "target_kv", "draft_weights", "draft_kv", "scratch"} {
+		sum += figure(part + "_mib")
+	}
+	if total := figure("total_mib"); math.Abs(total-sum) > 0.3 || total < figure("kv_budget_mib")+64 {
+		t.Errorf("total_mib=%v, the parts add up to %v, and the draft's key/value cache (64 MiB) is in it", total, sum)
 	}
 }
 

@@ -475,8 +475,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // logMemory logs an engine's memory plan as one line: each of its parts by name
 // ("target_weights_mib", "target_kv_mib", "draft_kv_mib", "scratch_mib", …), the
-// weights mapped from their files rather than copied, the total its parts come to
-// and the Go heap's headroom beyond it (specula.Memory says what each promises).
+// weights mapped from their files rather than copied, the target's configured
+// key/value budget and what it holds, the total its parts come to and the Go heap's
+// headroom beyond it (specula.Memory says what each promises).
 func logMemory(l *slog.Logger, p specula.Memory) {
 	full := 0
 	if p.ContextLength > 0 {
@@ -492,7 +493,8 @@ func logMemory(l *slog.Logger, p specula.Memory) {
 	if p.HeapHeadroom >= 0 {
 		headroom = round1(mib(p.HeapHeadroom))
 	}
-	attrs = append(attrs, "weights_mapped_mib", round1(mib(mapped)), "kv_positions", p.KVPositions, "context_length", p.ContextLength,
+	attrs = append(attrs, "weights_mapped_mib", round1(mib(mapped)), "kv_budget_mib", round1(mib(p.KVBudget)),
+		"kv_positions", p.KVPositions, "context_length", p.ContextLength,
 		"full_context_requests", full, "max_running", p.MaxRunning, "total_mib", round1(mib(p.Total())), "heap_headroom_mib", headroom)
 	l.Info("memory plan", attrs...)
 }
