@@ -209,4 +209,6 @@ func (s *mlpSession) Close() error { return nil }
 func (h *MLPSpeculator) WeightBytes() int64 { return matrixBytes(h.emb, h.proj, h.head) }
 
 // WeightFootprint is where the head's matrices lie (a memory plan's figure).
-func (h *MLPSpeculator) WeightFootprint() backend.Footprint { return matrixFootprint(h.emb, h.proj, h.head) }
+func (h *MLPSpeculator) WeightFootprint() backend.Footprint {
+	return matrixFootprint(h.emb, h.proj, h.head)
+}
