@@ -8,8 +8,8 @@
 //	go run ./examples/realscale gen -shape qwen2.5-1.5b -format awq -out /tmp/q15-awq
 //	go run ./examples/realscale compare -model /tmp/q15-q4km.gguf -also /tmp/q15-awq,/tmp/q15-gptq
 //
-// gen knows the shapes smollm2-135m, smollm2-360m, qwen2.5-0.5b, qwen2.5-1.5b,
-// qwen2.5-7b, llama-3.2-1b and tinyllama-1.1b, and the mixes of package
+// gen knows the shapes of package model/synth (smollm2-135m … qwen2.5-7b,
+// llama-3.1-8b, qwen3-8b), and the mixes of package
 // model/quantize (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M, Q6_K: what
 // llama.cpp's llama-quantize writes for those file types); the vocabulary is the
 // gocoder tokenizer of models/, padded to the real size. With -format (awq, gptq,
@@ -17,7 +17,11 @@
 // GPTQ (v1, asymmetric; act-order with a random g_idx) and compressed-tensors W4A16
 // releases store the model (synth.WriteHF: 4-bit, groups of 128, float16 embeddings,
 // sharded at 2 GB, the tokenizer.json of -tokenizer), which specula reads and
-// llama.cpp does not.
+// llama.cpp does not. With -eagle3 it writes an EAGLE-3 draft head for the shape
+// (synth.WriteEAGLE3: the layout vLLM and SGLang load, BF16, a draft vocabulary of
+// -draft-vocab ids, 32 000 as the published 7B–8B heads have):
+//
+//	go run ./examples/realscale gen -shape qwen2.5-7b -eagle3 -out /tmp/q7-eagle3
 //
 // bench prints, for one file and in one run: prefill tokens/s of a 512-token prompt;
 // decode tokens/s at context 512 and 4096; verify(n)/verify(1), the cost of a pass
@@ -113,6 +117,8 @@ func gen(args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of the random weights")
 	format := fs.String("format", "", "instead of a GGUF mix, a quantized Hugging Face directory at -out (specula reads it, llama.cpp does not): awq, gptq, gptq-act, w4a16")
 	tokenizer := fs.String("tokenizer", "../shared/tokenizers/qwen3", "with -format: the Hugging Face directory whose tokenizer.json the model gets")
+	eagle3 := fs.Bool("eagle3", false, "instead of a model, an EAGLE-3 draft head for the shape at -out (a directory as vLLM and SGLang load it)")
+	draftVocab := fs.Int("draft-vocab", synth.DefaultDraftVocab, "with -eagle3: the head's draft vocabulary")
 	_ = fs.Parse(args)
 	if *out == "" {
 		return errors.New("gen: -out is required")
@@ -120,6 +126,9 @@ func gen(args []string) error {
 	s, err := synth.Find(*shape)
 	if err != nil {
 		return err
+	}
+	if *eagle3 {
+		return genEAGLE3(*out, s, *draftVocab, *seed)
 	}
 	if *format != "" {
 		return genHF(*out, s, *format, *tokenizer, *seed)
@@ -159,6 +168,21 @@ func genHF(dir string, s synth.Shape, format, tokenizer string, seed uint64) err
 		return err
 	}
 	fmt.Printf("%s: %s %s, %d parameters, %.1f MB, in %.1f s\n", dir, s.Of, f, synth.Count(s.Config), float64(size)/1e6, time.Since(start).Seconds())
+	return nil
+}
+
+// genEAGLE3 writes an EAGLE-3 head for a shape.
+func genEAGLE3(dir string, s synth.Shape, draftVocab int, seed uint64) error {
+	start := time.Now()
+	if err := synth.WriteEAGLE3(dir, s, draftVocab, seed); err != nil {
+		return err
+	}
+	size, err := dirBytes(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: an EAGLE-3 head for %s, draft vocabulary %d, %d parameters, %.1f MB, in %.1f s\n", dir, s.Of, draftVocab,
+		synth.EAGLE3Params(s, draftVocab), float64(size)/1e6, time.Since(start).Seconds())
 	return nil
 }
 

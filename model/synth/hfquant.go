@@ -202,12 +202,18 @@ func hfEntries(s Shape, f Format, seed uint64) ([]safetensors.Entry, error) {
 
 // halfRows writes rows × cols float16 values, normal of mean mean and deviation sd.
 func halfRows(w io.Writer, rows, cols int, sd float64, mean float32, rng *rand.Rand) error {
+	return floatRows(w, dtype.F16, rows, cols, sd, mean, rng)
+}
+
+// floatRows writes rows × cols values of the float type t (F16, BF16 or F32), normal
+// of mean mean and deviation sd, a row at a time.
+func floatRows(w io.Writer, t dtype.DType, rows, cols int, sd float64, mean float32, rng *rand.Rand) error {
 	vals := make([]float32, cols)
 	for range rows {
 		for i := range vals {
 			vals[i] = mean + float32(rng.NormFloat64()*sd)
 		}
-		b, err := dtype.Encode(dtype.F16, vals)
+		b, err := dtype.Encode(t, vals)
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,7 @@
 // Package synth makes models of random weights in the exact shapes of real ones —
 // SmolLM2 135M and 360M, Qwen2.5 0.5B, 1.5B and 7B, Qwen3 0.6B, 1.7B and 8B, Phi-3
 // mini (4k), Phi-4 mini (longrope), Gemma 3 1B and 4B, Mistral 7B, Llama 3.2 1B,
-// TinyLlama 1.1B —
+// Llama 3.1 8B, TinyLlama 1.1B —
 // written as GGUF files in the weight-type mixes that llama.cpp's quantizer makes
 // (quantize.Mix: F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, …), with a real
 // tokenizer's vocabulary padded to the real size. Speed is
@@ -133,6 +133,9 @@ func Shapes() []Shape {
 	// Llama 3.2's rope scaling, as llama.cpp stores it: per-frequency divisors.
 	l32.RopeFreqFactors = llama.Llama3Scaling{Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 8192}.
 		FreqFactors(l32.RopeTheta, l32.RopeDim)
+	l31 := llamaShape(4096, 32, 32, 8, 14336, 128256, 131072, 500000, false)
+	l31.RopeFreqFactors = llama.Llama3Scaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 8192}.
+		FreqFactors(l31.RopeTheta, l31.RopeDim)
 	return []Shape{
 		{"smollm2-135m", "SmolLM2-135M", llamaShape(576, 30, 9, 3, 1536, 49152, 8192, 100000, true), 134_515_008},
 		{"smollm2-360m", "SmolLM2-360M", llamaShape(960, 32, 15, 5, 2560, 49152, 8192, 100000, true), 361_821_120},
@@ -152,6 +155,7 @@ func Shapes() []Shape {
 		{"gemma-3-4b", "Gemma-3-4B text", gemma3(2560, 34, 8, 4, 10240, 262208, 1024, 8, 131072), 3_880_263_168},
 		{"mistral-7b", "Mistral-7B-v0.1", mistral7b(), 7_241_732_096},
 		{"qwen2.5-7b", "Qwen2.5-7B", qwen25(3584, 28, 28, 4, 18944, 152064, false), 7_615_616_512},
+		{"llama-3.1-8b", "Llama-3.1-8B", l31, 8_030_261_248},
 		{"qwen3-8b", "Qwen3-8B", qwen3(4096, 36, 32, 8, 12288, false), 8_190_735_360},
 	}
 }
