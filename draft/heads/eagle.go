@@ -130,8 +130,9 @@ type eagleSession struct {
 
 // Observe implements [draft.StateSession]: the pairs (token, the target's state before it)
 // are forwarded, and the last one's logits and state are what the next draft starts
-// from. Of the prompt, the rows the prefix cache gave are skipped, and the prompt's
-// rows are published for later requests.
+// from. Of the prompt, the rows the prefix cache gave are skipped; the rows of the
+// history are published for later requests that begin alike (a conversation's next
+// turn), as the target publishes its own.
 func (s *eagleSession) Observe(tokens []int32, states [][]float32) error {
 	if !s.prompted {
 		s.prompted = true
@@ -156,10 +157,8 @@ func (s *eagleSession) Observe(tokens []int32, states [][]float32) error {
 		return fmt.Errorf("heads: EAGLE layer %q: %w", s.e.info.Name, err)
 	}
 	s.base = s.seq.Len()
-	if !s.told {
-		if ps, ok := s.seq.(model.PrefixSequence); ok {
-			ps.Publish() // the prompt's rows, for later requests that begin alike
-		}
+	if ps, ok := s.seq.(model.PrefixSequence); ok {
+		ps.Publish() // the rows of the history so far, as the target publishes it
 	}
 	s.told = true
 	return nil
