@@ -302,6 +302,17 @@ func TestHeadsPrefixCache(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want.Tokens, cold.Tokens, "cold: plain greedy decoding's output")
 			assert.Equal(t, want.Tokens, warm.Tokens, "warm: plain greedy decoding's output")
+			// Two choices: the second forks the first's session and its drafters read
+			// the states the first kept (the prompt's tail).
+			two := req
+			two.N = 2
+			res, err := dec.GenerateFunc(context.Background(), two, nil)
+			require.NoError(t, err)
+			require.Len(t, res, 2)
+			for i, r := range res {
+				assert.Equal(t, want.Tokens, r.Tokens, "choice %d of two, warm", i)
+				assert.Positive(t, r.Stats.Drafted, "choice %d drafted", i)
+			}
 
 			// Another first token: the target's cache has nothing of it, the layer's
 			// rows (fed the same tokens) must not be taken either.

@@ -53,6 +53,11 @@ func BenchmarkObservePrompt(b *testing.B) {
 		prompt[i] = int32((i*37 + 11) % m.Info().VocabSize)
 	}
 	st := states(b, m, prompt[:len(prompt)-1])
+	b.Run("target prefill (F16, for scale)", func(b *testing.B) {
+		for b.Loop() {
+			states(b, m, prompt[:len(prompt)-1])
+		}
+	})
 	for _, dir := range []string{"gocoder-m-mlp-speculator", "gocoder-m-medusa", "gocoder-m-eagle"} {
 		for _, warm := range []bool{false, true} {
 			name := dir + "/cold"
