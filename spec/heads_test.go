@@ -302,6 +302,13 @@ func TestHeadsPrefixCache(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want.Tokens, cold.Tokens, "cold: plain greedy decoding's output")
 			assert.Equal(t, want.Tokens, warm.Tokens, "warm: plain greedy decoding's output")
+			// Scoring the prompt forwards all of it (no logits are cached); the heads
+			// still read only the states they need.
+			scored := req
+			scored.PromptLogprobs = true
+			sres, err := single(dec.GenerateFunc(context.Background(), scored, nil))
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, sres.Tokens, "warm, scoring the prompt")
 			// Two choices: the second forks the first's session and its drafters read
 			// the states the first kept (the prompt's tail).
 			two := req

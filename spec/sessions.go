@@ -76,7 +76,8 @@ func (r *run) beginFork(ctx context.Context, lead target.Session, states [][]flo
 	return r.tellPrompt(states)
 }
 
-// promptStates returns a copy of the prompt's hidden states when the run keeps them
+// promptStates returns a copy of the prompt's hidden states the target kept — all,
+// or the tail its readers need ([draft.StatesFrom]) — when the run keeps them
 // (drafters read them), for forks to hand their own readers.
 func (r *run) promptStates() [][]float32 {
 	if r.sess.states == nil {
