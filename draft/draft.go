@@ -152,12 +152,27 @@ type Learner interface {
 type StateSession interface {
 	Session
 	// Observe is told, before each Propose, what the history gained since the last
-	// call — after the prompt's prefill, the prompt but its first token; after a step,
+	// call — after the prompt's prefill, the prompt but its first token (or only its
+	// tail, for a session with [StatesFrom]); after a step,
 	// the accepted tokens and the target's next token — with the target's final
 	// hidden state at the position before each: states[i] belongs to the token in
 	// front of tokens[i], so the last state is the one the newest token was chosen
 	// from (h_t for x_{t+1}). The slices are valid only during the call.
 	Observe(tokens []int32, states [][]float32) error
+}
+
+// StatesFrom is implemented by a [StateSession] that reads the target's states at only
+// the prompt's last positions — Medusa and MLPSpeculator read the last state alone, an
+// EAGLE layer that found its rows of a prompt's prefix in its own prefix cache needs
+// the states after them — so that the target may take a cached prefix in front of
+// them. A session without it reads every state.
+type StatesFrom interface {
+	// StatesFrom returns, for a prompt prefill of n tokens (the prompt but its last),
+	// the first position whose state the session reads, at most n−1 (n = 0: 0).
+	// The first Observe is then told the prompt's tokens from some position f+1 on,
+	// with the states from f on, where f is at most what StatesFrom returned (the
+	// least of the request's readers): a session skips what it holds.
+	StatesFrom(n int) int
 }
 
 // StateSessions returns the sessions of s, s itself included, that read the target's

@@ -267,7 +267,7 @@ func (p *Pool) check(seqs ...*Seq) error {
 		if len(s.hashes) > n/bs {
 			return fmt.Errorf("sequence %d: %d block hashes cached, only %d blocks are full", si, len(s.hashes), n/bs)
 		}
-		fresh := &Seq{pool: p, tokens: s.tokens} // the same tokens, nothing cached
+		fresh := &Seq{pool: p, tokens: s.tokens, salt: s.salt, salted: s.salted} // the same tokens and salt, nothing cached
 		for i, h := range s.hashes {
 			if w, _ := fresh.BlockHash(i); h != w {
 				return fmt.Errorf("sequence %d: cached hash of block %d is %#x, its tokens hash to %#x", si, i, h, w)

@@ -144,9 +144,9 @@ func (s *Seq) Reuse(tokens []int32) int {
 	bs := p.cfg.BlockSize
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h := uint64(fnvOffset)
+	h := s.salt
 	for i := 0; (i+1)*bs <= len(tokens); i++ {
-		h = blockHash(h, i > 0, tokens[i*bs:(i+1)*bs])
+		h = blockHash(h, i > 0 || s.salted, tokens[i*bs:(i+1)*bs])
 		p.prefix.lookups++
 		b, ok := p.prefix.find(h, tokens[i*bs:(i+1)*bs])
 		if !ok {

@@ -93,3 +93,64 @@ func TestPrefixCacheWrites(t *testing.T) {
 	c.Close()
 	a.Close()
 }
+
+// TestPrefixCacheSalt checks that a salted sequence's blocks are found again only under
+// the same salt — not by an unsalted sequence nor under another salt — that an
+// unsalted publisher's blocks are not found under a salt, that a fork keeps the salt,
+// and that only an empty sequence takes one.
+func TestPrefixCacheSalt(t *testing.T) {
+	unsalted := func(*Seq) error { return nil }
+	salted := func(v uint64) func(*Seq) error { return func(s *Seq) error { return s.Salt(v) } }
+	tests := []struct {
+		name        string
+		publisher   func(*Seq) error
+		reader      func(*Seq) error
+		want        int
+		viaFork     bool
+		description string
+	}{
+		{"same salt", salted(7), salted(7), 8, false, "found"},
+		{"same salt, published by a fork", salted(7), salted(7), 8, true, "the fork publishes under the salt"},
+		{"other salt", salted(7), salted(8), 0, false, "another salt finds nothing"},
+		{"salted publisher, unsalted reader", salted(7), unsalted, 0, false, "no salt finds nothing"},
+		{"unsalted publisher, salted reader", unsalted, salted(0), 0, false, "salt 0 is a salt"},
+		{"neither", unsalted, unsalted, 8, false, "found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := newPool(t, 4, 12)
+			var f filler
+			a := p.NewSeq()
+			require.NoError(t, tt.publisher(a))
+			pub := a
+			if tt.viaFork {
+				fk, err := a.Fork()
+				require.NoError(t, err)
+				defer fk.Close()
+				pub = fk
+			}
+			ids := f.grow(t, pub, nil, 10)
+			pub.Publish()
+			b := p.NewSeq()
+			require.NoError(t, tt.reader(b))
+			assert.Equal(t, tt.want, b.Reuse(toks(ids)), tt.description)
+			if tt.want > 0 {
+				verify(t, b, ids[:tt.want])
+			}
+			seqs := []*Seq{a, b}
+			if tt.viaFork {
+				seqs = append(seqs, pub)
+			}
+			require.NoError(t, p.check(seqs...))
+			b.Close()
+			a.Close()
+		})
+	}
+	p, _ := newPool(t, 4, 4)
+	var f filler
+	s := p.NewSeq()
+	f.grow(t, s, nil, 2)
+	assert.Error(t, s.Salt(1), "a sequence with positions takes no salt")
+	s.Close()
+	assert.ErrorIs(t, s.Salt(1), ErrClosed)
+}

@@ -23,6 +23,9 @@ type Seq struct {
 	// Any future way of sharing blocks (a prefix cache, say) must keep this true.
 	owned  int
 	hashes []uint64 // BlockHash of the first len(hashes) blocks, all full
+	// salt, when salted, is hashed in front of the first block ([Seq.Salt]).
+	salt   uint64
+	salted bool
 	// published: the first published blocks were offered to the prefix cache.
 	published int
 	// holes: table[:holes] are [Hole]s, blocks given back by ReleaseBefore (or cut to
@@ -264,7 +267,7 @@ func (s *Seq) Fork() (*Seq, error) {
 	p.mu.Unlock()
 	s.owned = len(s.table)
 	return &Seq{pool: p, table: t, tokens: slices.Clone(s.tokens), owned: len(t), hashes: slices.Clone(s.hashes),
-		holes: s.holes, start: s.start}, nil
+		salt: s.salt, salted: s.salted, holes: s.holes, start: s.start}, nil
 }
 
 // Retain keeps, of the positions from, from+1, …, only those at the offsets keep, in
@@ -439,13 +442,32 @@ func (s *Seq) BlockHash(i int) (uint64, bool) {
 		return 0, false
 	}
 	for j := len(s.hashes); j <= i; j++ {
-		var prev uint64
+		prev, chained := s.salt, s.salted
 		if j > 0 {
-			prev = s.hashes[j-1]
+			prev, chained = s.hashes[j-1], true
 		}
-		s.hashes = append(s.hashes, blockHash(prev, j > 0, s.tokens[j*bs:(j+1)*bs]))
+		s.hashes = append(s.hashes, blockHash(prev, chained, s.tokens[j*bs:(j+1)*bs]))
 	}
 	return s.hashes[i], true
+}
+
+// Salt sets, on an empty sequence, a value hashed in front of its first block: the
+// blocks it publishes are then found again only by sequences with the same salt and
+// the same tokens, and its Reuse finds only those. It is for keys and values that
+// depend on more than the sequence's tokens — an EAGLE layer's rows read the target's
+// states, which depend on a token before the layer's first (vLLM's cache_salt, a
+// tenant's own cache, is the same idea). The salt stays until the sequence closes, and
+// a Fork has it too.
+func (s *Seq) Salt(salt uint64) error {
+	if s.pool == nil {
+		return fmt.Errorf("%w: Salt", ErrClosed)
+	}
+	if len(s.tokens) > 0 {
+		return fmt.Errorf("kvcache: Salt on a sequence of %d positions: only an empty one takes a salt", len(s.tokens))
+	}
+	s.salt, s.salted = salt, true
+	s.hashes = s.hashes[:0]
+	return nil
 }
 
 // blockHash hashes a block's tokens after the hash of the blocks before it (none for

@@ -110,6 +110,17 @@ type PrefixSequence interface {
 	Publish()
 }
 
+// SaltedSequence is a [PrefixSequence] whose prefix-cache keys take a salt beside the
+// tokens: for a model whose keys and values depend on more than its tokens — an EAGLE
+// layer's rows read the target's states, and those depend on the prompt's first token,
+// which the layer is never fed. The salt goes in front of the first block's hash, so
+// blocks published under one salt are found again only under the same salt.
+type SaltedSequence interface {
+	PrefixSequence
+	// Salt, on an empty sequence, sets the salt of its later Reuse and Publish.
+	Salt(salt uint64) error
+}
+
 // ForkSequence is a [Sequence] that forks: the new sequence holds the same tokens and
 // shares their key/value memory copy-on-write, so that several continuations of one
 // prompt (n samples, say) prefill it once.

@@ -138,6 +138,12 @@ func eagleCase(t *testing.T, tree draft.TreeShape) (*llama.Model, draft.Drafter)
 // eagleCaseOf is eagleCase with the layer's context length (0: the model's) and the
 // backend it runs on.
 func eagleCaseOf(t *testing.T, tree draft.TreeShape, layerContext int, on backend.Factory) (*llama.Model, draft.Drafter) {
+	m, _, d := eagleParts(t, tree, layerContext, on)
+	return m, d
+}
+
+// eagleParts is eagleCaseOf, giving the layer too.
+func eagleParts(t *testing.T, tree draft.TreeShape, layerContext int, on backend.Factory) (*llama.Model, *llama.Model, draft.Drafter) {
 	t.Helper()
 	s := headtest.LlamaShape{Dim: 16, Heads: 2, KVHeads: 1, HeadDim: 8, FFN: 32, Vocab: 6, Layers: 1}
 	root := t.TempDir()
@@ -152,7 +158,7 @@ func eagleCaseOf(t *testing.T, tree draft.TreeShape, layerContext int, on backen
 	t.Cleanup(func() { _ = layer.Close() })
 	d, err := heads.NewEAGLE(layer, m.Info(), tree)
 	require.NoError(t, err)
-	return m, d
+	return m, layer, d
 }
 
 // modelLogits returns the logits a model gives after a history, by forwarding it in a
@@ -221,4 +227,111 @@ func TestEAGLEOutOfRoom(t *testing.T) {
 	assert.Equal(t, want.Tokens, got.Tokens)
 	assert.Contains(t, got.Stats.DraftError, "context length", "the layer was dropped when it filled up")
 	assert.Positive(t, got.Stats.Drafted, "it drafted until then")
+}
+
+// TestHeadsPrefixCache sends one long prompt twice to a decoder with each kind of head
+// on a tiny Llama target and checks that the second request takes the prompt's prefix
+// from the target's prefix cache — and, for EAGLE, the layer's rows from the layer's
+// own — and that cold and warm requests give plain greedy decoding's output, as does a
+// prompt that differs from the cached one only in its first token (whose EAGLE rows
+// must not be taken). Medusa and MLPSpeculator read the last state alone, EAGLE the
+// states after its cached rows: none of them turns the target's prefix cache off.
+func TestHeadsPrefixCache(t *testing.T) {
+	medusa := func(t *testing.T, m *llama.Model) draft.Drafter {
+		dir := filepath.Join(t.TempDir(), "medusa")
+		info := m.Info()
+		require.NoError(t, headtest.Medusa(dir, info.HiddenSize, info.VocabSize, 3, 1, 5))
+		h, err := heads.OpenMedusa(dir, info, heads.Options{Backend: headBackend(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = h.Close() })
+		return h
+	}
+	mlp := func(t *testing.T, m *llama.Model) draft.Drafter {
+		dir := filepath.Join(t.TempDir(), "mlp")
+		info := m.Info()
+		require.NoError(t, headtest.MLPSpeculator(dir, info.HiddenSize, 8, info.VocabSize, 3, 6))
+		h, err := heads.OpenMLPSpeculator(dir, info, heads.Options{Backend: headBackend(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = h.Close() })
+		return h
+	}
+	tests := []struct {
+		name  string
+		tree  draft.TreeShape
+		k     int
+		other func(t *testing.T, m *llama.Model) draft.Drafter // nil: EAGLE
+	}{
+		{"EAGLE chain", draft.TreeShape{}, 3, nil},
+		{"EAGLE tree", draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 5}, 5, nil},
+		{"Medusa", draft.TreeShape{}, 3, medusa},
+		{"MLPSpeculator", draft.TreeShape{}, 3, mlp},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, layer, d := eagleParts(t, tt.tree, 0, cpu.Factory(1))
+			if tt.other != nil {
+				d, layer = tt.other(t, m), nil
+			}
+			dec := newDecoder(t, m, d, tt.k)
+			prompt := make([]int32, 53) // three full blocks and some
+			for i := range prompt {
+				prompt[i] = int32((i*7 + i/3) % 6)
+			}
+			hits := func() (target, eagle int64) {
+				if layer != nil {
+					eagle = layer.KVStats().PrefixHits
+				}
+				return m.KVStats().PrefixHits, eagle
+			}
+			req := spec.Request{Prompt: prompt, MaxTokens: 30}
+			generate := func() spec.Result {
+				res, err := single(dec.GenerateFunc(context.Background(), req, nil))
+				require.NoError(t, err)
+				assert.Positive(t, res.Stats.Drafted, "the head drafted")
+				return res
+			}
+			cold := generate()
+			t0, e0 := hits()
+			warm := generate()
+			t1, e1 := hits()
+			assert.GreaterOrEqual(t, t1-t0, int64(3), "the target took the prompt's full blocks from its prefix cache")
+			if layer != nil {
+				assert.GreaterOrEqual(t, e1-e0, int64(3), "the EAGLE layer took its rows of the prompt from its prefix cache")
+			}
+			want, err := single(newDecoder(t, m, nil, 0).GenerateFunc(context.Background(), req, nil))
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, cold.Tokens, "cold: plain greedy decoding's output")
+			assert.Equal(t, want.Tokens, warm.Tokens, "warm: plain greedy decoding's output")
+			// Scoring the prompt forwards all of it (no logits are cached); the heads
+			// still read only the states they need.
+			scored := req
+			scored.PromptLogprobs = true
+			sres, err := single(dec.GenerateFunc(context.Background(), scored, nil))
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, sres.Tokens, "warm, scoring the prompt")
+			// Two choices: the second forks the first's session and its drafters read
+			// the states the first kept (the prompt's tail).
+			two := req
+			two.N = 2
+			res, err := dec.GenerateFunc(context.Background(), two, nil)
+			require.NoError(t, err)
+			require.Len(t, res, 2)
+			for i, r := range res {
+				assert.Equal(t, want.Tokens, r.Tokens, "choice %d of two, warm", i)
+				assert.Positive(t, r.Stats.Drafted, "choice %d drafted", i)
+			}
+
+			// Another first token: the target's cache has nothing of it, the layer's
+			// rows (fed the same tokens) must not be taken either.
+			req.Prompt = append([]int32{(prompt[0] + 1) % 6}, prompt[1:]...)
+			t2, e2 := hits()
+			other := generate()
+			t3, e3 := hits()
+			assert.Equal(t, t2, t3, "a prompt with another first token shares no block")
+			assert.Equal(t, e2, e3, "nor the layer's rows, salted with the first token")
+			want, err = single(newDecoder(t, m, nil, 0).GenerateFunc(context.Background(), req, nil))
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, other.Tokens)
+		})
+	}
 }

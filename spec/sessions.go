@@ -54,13 +54,30 @@ func (r *run) beginFork(ctx context.Context, lead target.Session, states [][]flo
 	if err := r.startDrafters(ctx); err != nil {
 		return err
 	}
-	if r.sess.states != nil {
-		return r.tell(r.req.Prompt[1:], states)
+	if r.sess.states == nil {
+		return nil
 	}
-	return nil
+	if r.statesFrom() < len(r.req.Prompt)-1-len(states) {
+		// The lead kept too few states for these readers (an EAGLE layer whose
+		// prefix cache gave up the lead's rows since): a prefill of its own.
+		err := r.sess.tgt.Close()
+		r.sess.tgt, r.sess.states = nil, nil
+		if err != nil {
+			return fmt.Errorf("spec: %w", err)
+		}
+		if err := r.startTarget(ctx); err != nil {
+			return err
+		}
+		if err := r.keepStates(); err != nil {
+			return err
+		}
+		return r.prefill(ctx)
+	}
+	return r.tellPrompt(states)
 }
 
-// promptStates returns a copy of the prompt's hidden states when the run keeps them
+// promptStates returns a copy of the prompt's hidden states the target kept — all,
+// or the tail its readers need ([draft.StatesFrom]) — when the run keeps them
 // (drafters read them), for forks to hand their own readers.
 func (r *run) promptStates() [][]float32 {
 	if r.sess.states == nil {
@@ -151,11 +168,42 @@ func (r *run) keepStates() error {
 	if !ok {
 		return fmt.Errorf("spec: a drafter reads the target's hidden states; target %q gives none", r.d.info.Name)
 	}
-	if err := ts.KeepStates(); err != nil {
+	var err error
+	if ps, ok := ts.(target.PrefixStateSession); ok {
+		err = ps.KeepStatesFrom(r.statesFrom())
+	} else {
+		err = ts.KeepStates()
+	}
+	if err != nil {
 		return fmt.Errorf("spec: a drafter reads the target's hidden states: %w", err)
 	}
 	r.sess.states = ts
 	return nil
+}
+
+// statesFrom returns the first position of the prompt's prefill whose state a reader
+// reads ([draft.StatesFrom]): the target may take a cached prefix in front of it.
+func (r *run) statesFrom() int {
+	n := max(len(r.req.Prompt)-1, 0)
+	from := n
+	for _, rd := range r.sess.readers {
+		f := 0
+		if sf, ok := rd.s.(draft.StatesFrom); ok {
+			f = sf.StatesFrom(n)
+		}
+		from = min(from, max(f, 0))
+	}
+	return from
+}
+
+// tellPrompt tells the readers the prompt after the prefill: the tokens in front of
+// states, the states of the prefill's last tokens (all, or those from statesFrom on).
+func (r *run) tellPrompt(states [][]float32) error {
+	p := r.req.Prompt
+	if len(states) > len(p)-1 {
+		return fmt.Errorf("spec: the target kept %d states of a prefill of %d tokens", len(states), len(p)-1)
+	}
+	return r.tell(p[len(p)-len(states):], states)
 }
 
 // prefill forwards the prompt but its last token, which becomes the pending token
@@ -170,7 +218,7 @@ func (r *run) prefill(ctx context.Context) error {
 		err = r.sess.tgt.Prefill(ctx, prompt[:len(prompt)-1])
 	}
 	if err == nil && r.sess.states != nil {
-		err = r.tell(prompt[1:], r.sess.states.States())
+		err = r.tellPrompt(r.sess.states.States())
 	}
 	r.stats.PrefillTime += time.Since(t) // after the drafters' prefills
 	if err != nil {

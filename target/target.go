@@ -81,6 +81,21 @@ type StateSession interface {
 	States() [][]float32
 }
 
+// PrefixStateSession is a [StateSession] whose prefill can keep the states of only
+// its last tokens, and so take a cached prefix in front of them: what drafters that
+// read the last state alone (Medusa, MLPSpeculator), or that keep their own rows of a
+// cached prefix (EAGLE), need to keep the prefix cache. [Local]'s sessions are
+// PrefixStateSessions.
+type PrefixStateSession interface {
+	StateSession
+	// KeepStatesFrom is KeepStates for readers that need no state of the next
+	// prefill's first from tokens: that prefill may take a cached prefix of up to
+	// from of them, and States then holds the states of its tokens from position
+	// from on (all of them when from is 0). Later prefills and every Verify keep
+	// every state, as after KeepStates.
+	KeepStatesFrom(from int) error
+}
+
 // ScoreSession is a [Session] whose prefill can also give the logits after every
 // token it forwards: what scoring a text needs (the log-probability of each of its
 // tokens given those before, as lm-evaluation-harness asks of a completions server
@@ -227,6 +242,7 @@ type session struct {
 	// Hidden states, when kept: width values per forwarded token.
 	width  int
 	keep   bool
+	from   int // the next prefill keeps the states from this token on (KeepStatesFrom)
 	hidden []float32
 	states [][]float32
 }
@@ -236,6 +252,17 @@ func (s *session) KeepStates() error {
 		return errors.New("target: the model gives no hidden states")
 	}
 	s.keep = true
+	return nil
+}
+
+func (s *session) KeepStatesFrom(from int) error {
+	if from < 0 {
+		return fmt.Errorf("target: KeepStatesFrom(%d): a position is at least 0", from)
+	}
+	if err := s.KeepStates(); err != nil {
+		return err
+	}
+	s.from = from
 	return nil
 }
 
@@ -284,13 +311,21 @@ func (s *session) PrefillScored(ctx context.Context, tokens []int32, score func(
 // logits and handing them to score.
 func (s *session) prefill(ctx context.Context, tokens []int32, score func(from int, rows [][]float32) error) error {
 	ps, reuse := s.seq.(model.PrefixSequence)
-	if s.keep {
-		s.stateRows(len(tokens))
-	} else if reuse && s.seq.Len() == 0 && score == nil {
+	from := min(s.from, len(tokens)) // the first token whose state is kept
+	s.from = 0
+	if reuse && s.seq.Len() == 0 && score == nil && (!s.keep || from > 0) {
 		// A prefix computed before (and published) is taken as it is: only the
-		// rest is forwarded. (Not when the states of every token are kept, nor
-		// when their logits are asked for.)
-		tokens = tokens[ps.Reuse(tokens):]
+		// rest is forwarded. (Not past the first kept state, nor when the logits of
+		// every token are asked for.)
+		limit := len(tokens)
+		if s.keep {
+			limit = from
+		}
+		n := ps.Reuse(tokens[:limit])
+		tokens, from = tokens[n:], from-n
+	}
+	if s.keep {
+		s.stateRows(len(tokens) - from)
 	}
 	if reuse {
 		defer ps.Publish()
@@ -300,16 +335,15 @@ func (s *session) prefill(ctx context.Context, tokens []int32, score func(from i
 	vocab := s.local.info.VocabSize
 	for done := 0; done < len(tokens); {
 		n := min(s.local.passes.Chunk(s.seq), len(tokens)-done)
-		b := batch.Batch{Tokens: tokens[done : done+n]}
-		if s.keep {
-			b.States, b.Hidden = s.indices(n), s.hidden[done*s.width:(done+n)*s.width]
-		}
 		if score != nil {
 			n = min(n, max(1, scoreRows/vocab))
-			b.Tokens = b.Tokens[:n]
-			if s.keep {
-				b.States, b.Hidden = b.States[:n], b.Hidden[:n*s.width]
-			}
+		}
+		b := batch.Batch{Tokens: tokens[done : done+n]}
+		if s.keep && done+n > from {
+			lo := max(from, done) // the chunk's first kept state
+			b.States, b.Hidden = s.indices(n)[lo-done:], s.hidden[(lo-from)*s.width:(done+n-from)*s.width]
+		}
+		if score != nil {
 			b.Outputs = s.indices(n)
 			logits, rows = logitRows(logits, rows, n, vocab)
 		}

@@ -292,3 +292,38 @@ func TestPrefillScored(t *testing.T) {
 	assert.ErrorIs(t, err, stop)
 	assert.Error(t, s2.(target.ScoreSession).PrefillScored(ctx, prompt, nil))
 }
+
+// TestKeepStatesFrom: after KeepStatesFrom(from) a chunked prefill keeps the states of
+// its tokens from position from on — those a full KeepStates prefill keeps there —
+// and the next prefill keeps every state again. (That it takes a cached prefix in
+// front of them is tested in spec, on a Llama model: TestHeadsPrefixCache.)
+func TestKeepStatesFrom(t *testing.T) {
+	ctx := context.Background()
+	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8}
+	_, full, _ := setup(t, 2, 3)
+	require.NoError(t, full.(target.StateSession).KeepStates())
+	require.NoError(t, full.Prefill(ctx, prompt))
+	var want [][]float32
+	for _, st := range full.(target.StateSession).States() {
+		want = append(want, slices.Clone(st))
+	}
+	require.Len(t, want, len(prompt))
+	for _, tt := range []struct {
+		from, kept int
+	}{{0, 8}, {1, 7}, {3, 5}, {4, 4}, {7, 1}, {8, 0}, {20, 0}} {
+		_, s, _ := setup(t, 2, 3) // chunks of 3
+		ps, ok := s.(target.PrefixStateSession)
+		require.True(t, ok, "Local's sessions keep states from a position")
+		require.NoError(t, ps.KeepStatesFrom(tt.from))
+		require.NoError(t, s.Prefill(ctx, prompt))
+		got := ps.States()
+		require.Len(t, got, tt.kept, "from %d", tt.from)
+		for i, st := range got {
+			assert.Equal(t, want[len(prompt)-tt.kept+i], st, "from %d: state %d", tt.from, i)
+		}
+		require.NoError(t, s.Prefill(ctx, prompt[:2]))
+		assert.Len(t, ps.States(), 2, "the next prefill keeps every state")
+	}
+	_, s, _ := setup(t, 2, 3)
+	assert.Error(t, s.(target.PrefixStateSession).KeepStatesFrom(-1))
+}

@@ -64,12 +64,35 @@ func (e *EAGLE) Start(ctx context.Context, req draft.Request) (draft.Session, er
 	}
 	d, v := e.info.HiddenSize, e.info.VocabSize
 	n := max(req.MaxK, 1)
+	cached, err := reusePrompt(seq, req.Prompt)
+	if err != nil {
+		_ = seq.Close()
+		return nil, fmt.Errorf("heads: EAGLE layer %q: %w", e.info.Name, err)
+	}
 	return &eagleSession{e: e, seq: seq, smp: smp, greedy: req.Sampling.Greedy(), ConstraintState: draft.NewConstraintState(req.Constraint),
+		base: cached, cached: cached, prompt: len(req.Prompt), inputs: make([]float32, 0, (n+1)*d),
 		root: make([]float32, d), rootLogits: make([]float32, v),
 		logits: make([]float32, n*v), g: make([]float32, (n+max(e.tree.Width, 1))*d), q: rows(make([]float32, (n+1)*v), n+1, v),
 		conf: make([]float64, 0, n), outs: make([]int32, 0, n),
 		toks: make([]int32, 0, n), dists: make([][]float32, 0, n), parents: make([]int32, 0, n),
 		hist: make([]int32, 0, req.MaxLen+n), one: make([]int32, 1)}, nil
+}
+
+// reusePrompt takes into the layer's empty sequence the rows of the longest prefix of
+// the prompt its prefix cache holds, and returns their number. The layer's row i is
+// prompt token i+1 beside the target's state at token i, so the rows are keyed by the
+// tokens they are fed, salted with the prompt's first token, on which the states depend
+// too. The row of the prompt's last token is never taken: its logits and state are
+// where the first draft starts. A sequence without a salted prefix cache takes none.
+func reusePrompt(seq model.Sequence, prompt []int32) (int, error) {
+	ps, ok := seq.(model.SaltedSequence)
+	if !ok || len(prompt) < 3 {
+		return 0, nil
+	}
+	if err := ps.Salt(uint64(uint32(prompt[0]))); err != nil {
+		return 0, err
+	}
+	return ps.Reuse(prompt[1 : len(prompt)-1]), nil
 }
 
 type eagleSession struct {
@@ -80,6 +103,10 @@ type eagleSession struct {
 	greedy bool
 	told   bool
 	base   int // the layer's positions that follow the request (true states)
+	cached int // of them, the prompt's rows its prefix cache gave at Start
+	prompt int // the prompt's length
+	// prompted: the first Observe, the prompt's, was told.
+	prompted bool
 
 	inputs     []float32 // the states fed beside the tokens
 	root       []float32 // the layer's state after the last observed pair…
@@ -103,26 +130,68 @@ type eagleSession struct {
 
 // Observe implements [draft.StateSession]: the pairs (token, the target's state before it)
 // are forwarded, and the last one's logits and state are what the next draft starts
-// from.
+// from. Of the prompt, the rows the prefix cache gave are skipped; the rows of the
+// history are published for later requests that begin alike (a conversation's next
+// turn), as the target publishes its own.
 func (s *eagleSession) Observe(tokens []int32, states [][]float32) error {
+	if !s.prompted {
+		s.prompted = true
+		// The prompt's tail from row prompt−1−len(tokens) on: skip the cached rows.
+		skip := s.cached - (s.prompt - 1 - len(tokens))
+		if s.cached > 0 && len(tokens) > 0 {
+			if skip < 0 || skip >= len(tokens) || len(states) != len(tokens) {
+				return fmt.Errorf("heads: EAGLE layer %q holds %d of the prompt's rows; told %d tokens with %d states of a prompt of %d",
+					s.e.info.Name, s.cached, len(tokens), len(states), s.prompt)
+			}
+			tokens, states = tokens[skip:], states[skip:]
+		}
+	}
 	n := len(tokens)
 	if n == 0 {
 		return nil
 	}
 	d := s.e.info.HiddenSize
-	s.inputs = s.inputs[:0]
-	for _, st := range states {
-		s.inputs = append(s.inputs, st...)
-	}
 	s.one[0] = int32(n - 1)
-	b := batch.Batch{Tokens: tokens, Inputs: s.inputs, Outputs: s.one, States: s.one, Hidden: s.root[:d]}
+	b := batch.Batch{Tokens: tokens, Inputs: s.inputsOf(states), Outputs: s.one, States: s.one, Hidden: s.root[:d]}
 	if err := s.seq.Forward(context.Background(), b, s.rootLogits); err != nil {
 		return fmt.Errorf("heads: EAGLE layer %q: %w", s.e.info.Name, err)
 	}
 	s.base = s.seq.Len()
+	if ps, ok := s.seq.(model.PrefixSequence); ok {
+		ps.Publish() // the rows of the history so far, as the target publishes it
+	}
 	s.told = true
 	return nil
 }
+
+// inputsOf returns the states as one run of values: the rows themselves when they lie
+// one after another in memory (a prefill's, as the target keeps them), else a copy in
+// the session's buffer.
+func (s *eagleSession) inputsOf(states [][]float32) []float32 {
+	d := s.e.info.HiddenSize
+	if run := states[0]; cap(run) >= len(states)*d {
+		run = run[:len(states)*d]
+		adjacent := true
+		for i, st := range states {
+			if len(st) != d || &st[0] != &run[i*d] {
+				adjacent = false
+				break
+			}
+		}
+		if adjacent {
+			return run
+		}
+	}
+	s.inputs = slices.Grow(s.inputs[:0], len(states)*d)
+	for _, st := range states {
+		s.inputs = append(s.inputs, st...)
+	}
+	return s.inputs
+}
+
+// StatesFrom implements [draft.StatesFrom]: the layer reads the target's states
+// after the prompt's rows its prefix cache gave.
+func (s *eagleSession) StatesFrom(n int) int { return min(s.cached, max(n-1, 0)) }
 
 func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *draft.Proposal) error {
 	p.Reset()

@@ -78,6 +78,10 @@ func (l *lastState) Observe(tokens []int32, states [][]float32) error {
 	return nil
 }
 
+// StatesFrom implements [draft.StatesFrom]: of a prompt's prefill the head reads the
+// last state alone, so the target may take a cached prefix of all the rest.
+func (l *lastState) StatesFrom(n int) int { return max(n-1, 0) }
+
 // rmsScale writes x·rsqrt(mean(x²) + eps)·k to dst.
 func rmsScale(dst, x []float32, eps, k float64) {
 	var ss float64

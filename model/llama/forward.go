@@ -400,6 +400,22 @@ func (s *sequence) Reuse(tokens []int32) int {
 	return n
 }
 
+// Salt implements [model.SaltedSequence].
+func (s *sequence) Salt(salt uint64) error {
+	if s.closed {
+		return errClosed
+	}
+	if err := s.kv.Salt(salt); err != nil {
+		return fmt.Errorf("llama: %w", err)
+	}
+	if s.sliding != nil {
+		if err := s.sliding.Salt(salt); err != nil {
+			return fmt.Errorf("llama: %w", err)
+		}
+	}
+	return nil
+}
+
 // Publish implements [model.PrefixSequence].
 func (s *sequence) Publish() {
 	if !s.closed {
