@@ -224,9 +224,11 @@ type session struct {
 	logits  []float32
 	rows    [][]float32
 
-	// Hidden states, when kept: width values per forwarded token.
+	// Hidden states, when kept: width values per forwarded token; with layers, the
+	// residual stream after each of them in front of the final state.
 	width  int
 	keep   bool
+	layers []int32
 	hidden []float32
 	states [][]float32
 }
@@ -302,7 +304,7 @@ func (s *session) prefill(ctx context.Context, tokens []int32, score func(from i
 		n := min(s.local.passes.Chunk(s.seq), len(tokens)-done)
 		b := batch.Batch{Tokens: tokens[done : done+n]}
 		if s.keep {
-			b.States, b.Hidden = s.indices(n), s.hidden[done*s.width:(done+n)*s.width]
+			b.States, b.Hidden, b.StateLayers = s.indices(n), s.hidden[done*s.width:(done+n)*s.width], s.layers
 		}
 		if score != nil {
 			n = min(n, max(1, scoreRows/vocab))
@@ -357,7 +359,7 @@ func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shap
 	b := batch.Batch{Tokens: s.toks, Tree: s.tree, Outputs: s.outputs[:n]}
 	if s.keep {
 		s.stateRows(n)
-		b.States, b.Hidden = b.Outputs, s.hidden
+		b.States, b.Hidden, b.StateLayers = b.Outputs, s.hidden, s.layers
 	}
 	if err := s.seq.Forward(ctx, b, s.logits); err != nil {
 		return nil, fmt.Errorf("target: verify: %w", err)
@@ -416,7 +418,7 @@ func (s *session) Fork() (Session, error) {
 		return nil, fmt.Errorf("target: fork: %w", err)
 	}
 	n := s.local.newSession(seq, s.maxDraft)
-	n.keep = s.keep
+	n.keep, n.layers, n.width = s.keep, s.layers, s.width
 	return n, nil
 }
 
