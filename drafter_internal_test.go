@@ -56,7 +56,7 @@ func TestParseDraft(t *testing.T) {
 		{"eagle:" + eagleDir + "+ngram", []draftPart{{kind: heads.KindEAGLE, path: eagleDir}, ngram}, ""},
 		{eagleDir, []draftPart{{kind: heads.KindEAGLE, path: eagleDir}}, ""},
 
-		{"eagle3", nil, `specula: Config.Draft: "eagle3": not ngram, suffix, forced, none or KIND:PATH (KIND model, eagle, medusa or mlp), and not a file`},
+		{"eagle3", nil, `specula: Config.Draft: "eagle3": not ngram, suffix, forced, none or KIND:PATH (KIND model, eagle, eagle3, medusa or mlp), and not a file`},
 		{"model:nowhere.gguf", nil, `Config.Draft: "model:nowhere.gguf": not ngram, suffix, forced, none or KIND:PATH`},
 		{"eagle:" + llamaDir, nil, fmt.Sprintf("%s is a full model, not an EAGLE layer: did you mean model:%s?", llamaDir, llamaDir)},
 		{"ngram+model:" + eagleDir, nil, fmt.Sprintf("%s is an EAGLE layer, not a full model: did you mean eagle:%s?", eagleDir, eagleDir)},
