@@ -170,3 +170,29 @@ func TestEngineOneCPUPool(t *testing.T) {
 	assert.Equal(t, want.Tokens, got.Tokens)
 	assert.Positive(t, got.Stats.Accepted, "the heads' drafts were accepted")
 }
+
+// TestEngineEAGLE3 opens engines drafting with the shared EAGLE-3 head as
+// Config.Draft names it — eagle3:DIR, a bare DIR, and eagle:DIR beside the EAGLE
+// layer, so that one request keeps the aux layers' streams for one reader and the
+// final states for the other — and checks that they draft the target's greedy text.
+func TestEngineEAGLE3(t *testing.T) {
+	target := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
+	eagle3, eagle := sharedtest.Path(t, "models", "gocoder-m-eagle3"), sharedtest.Path(t, "models", "gocoder-m-eagle")
+	plain, err := Open(Config{Model: target, Draft: "none", Threads: 2})
+	require.NoError(t, err)
+	defer plain.Close()
+	ctx, prompt, p := context.Background(), "func (s *Server) Close() error {\n", Params{MaxTokens: 24, IgnoreEOS: true}
+	want, err := plain.Complete(ctx, prompt, p)
+	require.NoError(t, err)
+	for _, draft := range []string{"eagle3:" + eagle3, eagle3, "eagle:" + eagle + "+eagle:" + eagle3} {
+		t.Run(draft, func(t *testing.T) {
+			e, err := Open(Config{Model: target, Draft: draft, Threads: 2})
+			require.NoError(t, err)
+			defer e.Close()
+			got, err := e.Complete(ctx, prompt, p)
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, got.Tokens)
+			assert.Positive(t, got.Stats.Drafted, "the head drafted")
+		})
+	}
+}
