@@ -136,3 +136,4 @@ func TestEAGLE3Batched(t *testing.T) {
 		}
 	}
 }
+
