@@ -136,4 +136,3 @@ func TestEAGLE3Batched(t *testing.T) {
 		}
 	}
 }
-
