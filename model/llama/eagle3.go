@@ -2,6 +2,7 @@ package llama
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -43,28 +44,35 @@ type EAGLE3Config struct {
 	Speculators bool
 }
 
-// The keys of a one-layer Llama config the EAGLE-3 loader honours, or knows to be
-// only descriptive (ids, dtypes, training settings); any other key is refused.
-var eagle3LayerKeys = []string{
-	"architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads",
-	"num_key_value_heads", "head_dim", "num_hidden_layers", "rms_norm_eps", "rope_theta", "rope_scaling",
-	"vocab_size", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias",
-	"hidden_act", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
-	"transformers_version", "use_cache", "initializer_range", "pretraining_tp", "attention_dropout",
-	"_name_or_path",
+// eagle3LayerKeys are the keys of a one-layer Llama config the EAGLE-3 loader
+// honours, or knows to be only descriptive (ids, dtypes, training settings); any
+// other key is refused.
+func eagle3LayerKeys() []string {
+	return []string{
+		"architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads",
+		"num_key_value_heads", "head_dim", "num_hidden_layers", "rms_norm_eps", "rope_theta", "rope_scaling",
+		"vocab_size", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias",
+		"hidden_act", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
+		"transformers_version", "use_cache", "initializer_range", "pretraining_tp", "attention_dropout",
+		"_name_or_path",
+	}
 }
 
-// The EAGLE-3 keys, at the top level of either layout.
-var eagle3Keys = []string{"draft_vocab_size", "eagle_aux_hidden_state_layer_ids", "norm_before_residual", "target_hidden_size"}
-
-// The top-level keys of the speculators layout, beside eagle3Keys.
-var speculatorsKeys = []string{
-	"architectures", "speculators_model_type", "speculators_version", "speculators_config",
-	"transformer_layer_config", "has_no_defaults_at_init", "torch_dtype", "dtype", "transformers_version",
+// eagle3Keys are the EAGLE-3 keys, at the top level of either layout.
+func eagle3Keys() []string {
+	return []string{"draft_vocab_size", "eagle_aux_hidden_state_layer_ids", "norm_before_residual", "target_hidden_size"}
 }
 
-// The keys of speculators_config.
-var speculatorsConfigKeys = []string{"algorithm", "proposal_methods", "default_proposal_method", "verifier"}
+// speculatorsKeys are the top-level keys of the speculators layout, beside eagle3Keys.
+func speculatorsKeys() []string {
+	return []string{"architectures", "speculators_model_type", "speculators_version", "speculators_config",
+		"transformer_layer_config", "has_no_defaults_at_init", "torch_dtype", "dtype", "transformers_version"}
+}
+
+// speculatorsConfigKeys are the keys of speculators_config.
+func speculatorsConfigKeys() []string {
+	return []string{"algorithm", "proposal_methods", "default_proposal_method", "verifier"}
+}
 
 // IsEAGLE3Config reports whether a config.json is an EAGLE-3 head's: its
 // architectures name an EAGLE-3 Llama (any name containing "eagle3", as vLLM's and
@@ -103,7 +111,7 @@ func ParseEAGLE3Config(raw []byte) (EAGLE3Config, error) {
 	layer := raw
 	if _, ok := top["speculators_model_type"]; ok {
 		e.Speculators = true
-		if err := refuseUnknown(top, "", speculatorsKeys, eagle3Keys); err != nil {
+		if err := refuseUnknown(top, "", speculatorsKeys(), eagle3Keys()); err != nil {
 			return e, err
 		}
 		var sp struct {
@@ -125,7 +133,7 @@ func ParseEAGLE3Config(raw []byte) (EAGLE3Config, error) {
 			if err := json.Unmarshal(sp.Config, &sc); err != nil {
 				return e, fmt.Errorf("speculators_config: %w", err)
 			}
-			if err := refuseUnknown(sc, "speculators_config.", speculatorsConfigKeys); err != nil {
+			if err := refuseUnknown(sc, "speculators_config.", speculatorsConfigKeys()); err != nil {
 				return e, err
 			}
 			var alg struct {
@@ -143,10 +151,10 @@ func ParseEAGLE3Config(raw []byte) (EAGLE3Config, error) {
 		if err := json.Unmarshal(layer, &lk); err != nil {
 			return e, fmt.Errorf("transformer_layer_config: %w", err)
 		}
-		if err := refuseUnknown(lk, "transformer_layer_config.", eagle3LayerKeys); err != nil {
+		if err := refuseUnknown(lk, "transformer_layer_config.", eagle3LayerKeys()); err != nil {
 			return e, err
 		}
-	} else if err := refuseUnknown(top, "", eagle3LayerKeys, eagle3Keys); err != nil {
+	} else if err := refuseUnknown(top, "", eagle3LayerKeys(), eagle3Keys()); err != nil {
 		return e, err
 	}
 	var ek struct {
@@ -310,7 +318,7 @@ func OpenEAGLE3(dir, targetPath string, b backend.Factory, opts Options) (*Model
 	}
 	defer tgt.Close()
 	tc := tgt.Config
-	th := cmpOr(ec.TargetHidden, ec.Layer.Dim)
+	th := cmp.Or(ec.TargetHidden, ec.Layer.Dim)
 	if tc.Dim != th || tc.Vocab != ec.Layer.Vocab {
 		return nil, fmt.Errorf("llama: the EAGLE-3 head %s (target hidden size %d, vocabulary %d) does not fit the target %s (%d, %d)",
 			dir, th, ec.Layer.Vocab, targetPath, tc.Dim, tc.Vocab)
@@ -346,14 +354,6 @@ func OpenEAGLE3(dir, targetPath string, b backend.Factory, opts Options) (*Model
 		return nil, fmt.Errorf("llama: %s: %w", dir, err)
 	}
 	return m, nil
-}
-
-// cmpOr is a, or b when a is 0.
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // loadEAGLE3 takes in the head's tensors, and the target's embedding unless the head
