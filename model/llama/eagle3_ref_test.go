@@ -144,3 +144,68 @@ func eagle3Ref(t *testing.T, edir, tdir string, s headtest.LlamaShape, tok int32
 	}
 	return mv(read(edir, "lm_head.weight"), rms(o, read(edir, "norm.weight"))), o
 }
+
+// TestEAGLE3SpeculatorsLayout loads the same random head written in the speculators
+// library's layout — its config under transformer_layer_config, the layer's tensors
+// as layers.0.* (vLLM's names), its own embed_tokens.weight (the target's, copied) —
+// and requires the logits of the vLLM layout's.
+func TestEAGLE3SpeculatorsLayout(t *testing.T) {
+	s := headtest.LlamaShape{Dim: 16, Heads: 4, KVHeads: 2, HeadDim: 4, FFN: 24, Vocab: 10, Layers: 4}
+	root := t.TempDir()
+	tdir, vdir, sdir := filepath.Join(root, "target"), filepath.Join(root, "vllm"), filepath.Join(root, "speculators")
+	require.NoError(t, headtest.Llama(tdir, s, 3))
+	require.NoError(t, headtest.EAGLE3(vdir, s, []int32{1, 2, 4, 8}, []int{1, 2, 3}, nil, 9))
+	copyTensors := func(dir string, into map[string]headtest.Tensor, rename func(string) string) {
+		set, err := safetensors.OpenDir(dir)
+		require.NoError(t, err)
+		defer set.Close()
+		for _, n := range set.Names() {
+			tn, _ := set.Tensor(n)
+			into[rename(n)] = headtest.Tensor{DType: tn.TypeName, Shape: tn.Shape, Data: append([]byte(nil), tn.Data...)}
+		}
+	}
+	ts := map[string]headtest.Tensor{}
+	copyTensors(vdir, ts, func(n string) string {
+		if len(n) > len("midlayer.") && n[:len("midlayer.")] == "midlayer." {
+			return "layers.0." + n[len("midlayer."):]
+		}
+		return n
+	})
+	emb := map[string]headtest.Tensor{}
+	copyTensors(tdir, emb, func(n string) string { return n })
+	ts["embed_tokens.weight"] = emb["model.embed_tokens.weight"]
+	raw, err := os.ReadFile(filepath.Join(vdir, "config.json"))
+	require.NoError(t, err)
+	var layer map[string]any
+	require.NoError(t, json.Unmarshal(raw, &layer))
+	top := map[string]any{"architectures": []string{"Eagle3Speculator"}, "speculators_model_type": "eagle3",
+		"draft_vocab_size": layer["draft_vocab_size"], "eagle_aux_hidden_state_layer_ids": layer["eagle_aux_hidden_state_layer_ids"],
+		"norm_before_residual": false, "target_hidden_size": s.Dim,
+		"speculators_config": map[string]any{"algorithm": "eagle3", "default_proposal_method": "greedy",
+			"verifier": map[string]any{"name_or_path": "target", "architectures": []string{"LlamaForCausalLM"}}}}
+	delete(layer, "draft_vocab_size")
+	delete(layer, "eagle_aux_hidden_state_layer_ids")
+	layer["architectures"] = []string{"LlamaForCausalLM"}
+	top["transformer_layer_config"] = layer
+	require.NoError(t, headtest.Write(sdir, top, ts))
+
+	step := func(dir string) []float32 {
+		m, err := OpenEAGLE(dir, tdir, cpu.Factory(1), Options{})
+		require.NoError(t, err)
+		defer m.Close()
+		assert.Equal(t, []int32{0, 1, 2}, m.AuxStateLayers())
+		seq, err := m.NewSequence(context.Background())
+		require.NoError(t, err)
+		defer seq.Close()
+		g := make([]float32, 2*3*s.Dim)
+		for i := range g {
+			g[i] = float32(math.Cos(float64(i)))
+		}
+		in := make([]float32, 2*s.Dim)
+		require.NoError(t, m.Project(g, 2, in))
+		logits := make([]float32, 2*4)
+		require.NoError(t, seq.Forward(context.Background(), batch.Batch{Tokens: []int32{3, 9}, Inputs: in, Outputs: []int32{0, 1}}, logits))
+		return logits
+	}
+	assert.Equal(t, step(vdir), step(sdir))
+}
