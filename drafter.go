@@ -47,7 +47,7 @@ func parseDraft(s string) ([]draftPart, error) {
 		default:
 			kind, path, err := heads.Resolve(p)
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil, &ParameterError{Field: "Config.Draft", Err: fmt.Errorf("%q: not ngram, suffix, forced, none or KIND:PATH (KIND model, eagle, medusa or mlp), and not a file: %w", p, err)}
+				return nil, &ParameterError{Field: "Config.Draft", Err: fmt.Errorf("%q: not ngram, suffix, forced, none or KIND:PATH (KIND model, eagle, eagle3, medusa or mlp), and not a file: %w", p, err)}
 			}
 			if err != nil {
 				return nil, &ParameterError{Field: "Config.Draft", Err: fmt.Errorf("%q: %w", p, err)}

@@ -56,7 +56,7 @@ func TestParseDraft(t *testing.T) {
 		{"eagle:" + eagleDir + "+ngram", []draftPart{{kind: heads.KindEAGLE, path: eagleDir}, ngram}, ""},
 		{eagleDir, []draftPart{{kind: heads.KindEAGLE, path: eagleDir}}, ""},
 
-		{"eagle3", nil, `specula: Config.Draft: "eagle3": not ngram, suffix, forced, none or KIND:PATH (KIND model, eagle, medusa or mlp), and not a file`},
+		{"eagle3", nil, `specula: Config.Draft: "eagle3": not ngram, suffix, forced, none or KIND:PATH (KIND model, eagle, eagle3, medusa or mlp), and not a file`},
 		{"model:nowhere.gguf", nil, `Config.Draft: "model:nowhere.gguf": not ngram, suffix, forced, none or KIND:PATH`},
 		{"eagle:" + llamaDir, nil, fmt.Sprintf("%s is a full model, not an EAGLE layer: did you mean model:%s?", llamaDir, llamaDir)},
 		{"ngram+model:" + eagleDir, nil, fmt.Sprintf("%s is an EAGLE layer, not a full model: did you mean eagle:%s?", eagleDir, eagleDir)},
@@ -169,4 +169,30 @@ func TestEngineOneCPUPool(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want.Tokens, got.Tokens)
 	assert.Positive(t, got.Stats.Accepted, "the heads' drafts were accepted")
+}
+
+// TestEngineEAGLE3 opens engines drafting with the shared EAGLE-3 head as
+// Config.Draft names it — eagle3:DIR, a bare DIR, and eagle:DIR beside the EAGLE
+// layer, so that one request keeps the aux layers' streams for one reader and the
+// final states for the other — and checks that they draft the target's greedy text.
+func TestEngineEAGLE3(t *testing.T) {
+	target := sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
+	eagle3, eagle := sharedtest.Path(t, "models", "gocoder-m-eagle3"), sharedtest.Path(t, "models", "gocoder-m-eagle")
+	plain, err := Open(Config{Model: target, Draft: "none", Threads: 2})
+	require.NoError(t, err)
+	defer plain.Close()
+	ctx, prompt, p := context.Background(), "func (s *Server) Close() error {\n", Params{MaxTokens: 24, IgnoreEOS: true}
+	want, err := plain.Complete(ctx, prompt, p)
+	require.NoError(t, err)
+	for _, draft := range []string{"eagle3:" + eagle3, eagle3, "eagle:" + eagle + "+eagle:" + eagle3} {
+		t.Run(draft, func(t *testing.T) {
+			e, err := Open(Config{Model: target, Draft: draft, Threads: 2})
+			require.NoError(t, err)
+			defer e.Close()
+			got, err := e.Complete(ctx, prompt, p)
+			require.NoError(t, err)
+			assert.Equal(t, want.Tokens, got.Tokens)
+			assert.Positive(t, got.Stats.Drafted, "the head drafted")
+		})
+	}
 }

@@ -43,6 +43,10 @@ type Info struct {
 	// ([batch.Batch.Inputs]), as a draft layer takes the target's hidden state; 0 for a
 	// model of tokens alone.
 	InputSize int
+	// TokenVocab, when not 0, is the number of token ids the model reads, where it
+	// differs from VocabSize: an EAGLE-3 head reads the target's tokens and gives
+	// logits over its smaller draft vocabulary. 0 means VocabSize.
+	TokenVocab int
 }
 
 // Model is a loaded model. It is read-only after loading and safe for concurrent use;
@@ -151,9 +155,13 @@ func CheckBatch(b batch.Batch, seqLen int, info Info, logitsLen int) error {
 	if info.ContextLength > 0 && seqLen+n > info.ContextLength {
 		return fmt.Errorf("%w: %d tokens held + %d new > context length %d", ErrContextFull, seqLen, n, info.ContextLength)
 	}
+	tokens := vocab
+	if info.TokenVocab > 0 {
+		tokens = info.TokenVocab
+	}
 	for i, t := range b.Tokens {
-		if t < 0 || int(t) >= vocab {
-			return fmt.Errorf("model: token %d at batch index %d is outside the vocabulary [0, %d)", t, i, vocab)
+		if t < 0 || int(t) >= tokens {
+			return fmt.Errorf("model: token %d at batch index %d is outside the vocabulary [0, %d)", t, i, tokens)
 		}
 	}
 	if !b.Tree.Chain() && b.Tree.Len() != n {

@@ -341,12 +341,19 @@ func TestModelNames(t *testing.T) {
 	}
 }
 
-// A server drafting with a trained head (EAGLE, as -head sets it up) gives the target's
+// A server drafting with a trained head (EAGLE and EAGLE-3, as -head sets them up) gives the target's
 // own greedy output, over HTTP; skipped without ../shared.
 func TestCompletionWithHead(t *testing.T) {
+	for _, head := range []string{"gocoder-m-eagle", "gocoder-m-eagle3"} {
+		t.Run(head, func(t *testing.T) { completionWithHead(t, head) })
+	}
+}
+
+// completionWithHead checks the completions of a server drafting with the shared head.
+func completionWithHead(t *testing.T, head string) {
 	cfg := speculativeConfig()
 	cfg.Engine.Model = sharedtest.Path(t, "models", "gocoder-m-f16.gguf")
-	cfg.Engine.Draft = sharedtest.Path(t, "models", "gocoder-m-eagle")
+	cfg.Engine.Draft = sharedtest.Path(t, "models", head)
 	srv, ts := startServer(t, cfg)
 	for _, prompt := range testPrompts[:2] {
 		want := reference(t, srv, prompt, 40)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
 	"github.com/specula/specula/draft/lookup"
 	"github.com/specula/specula/grammar"
@@ -207,6 +208,10 @@ func TestHeadsConstrained(t *testing.T) {
 			lm, d := eagleCase(t, tree)
 			return lm, modelLogits(t, lm), d
 		}, 4})
+		cases = append(cases, setup{fmt.Sprintf("EAGLE-3 %+v", tree), 5, func(t *testing.T) (model.Model, func([]int32) []float32, draft.Drafter) {
+			lm, d := eagle3Case(t, tree, cpu.Factory(1))
+			return lm, modelLogits(t, lm), d
+		}, 2})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

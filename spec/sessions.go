@@ -124,7 +124,7 @@ func (r *run) startDrafters(ctx context.Context) error {
 		}
 		r.sess.drafts = append(r.sess.drafts, s)
 		for _, ss := range draft.StateSessions(s) {
-			r.sess.readers = append(r.sess.readers, reader{ss, i})
+			r.sess.readers = append(r.sess.readers, reader{s: ss, owner: i})
 		}
 	}
 	if err := r.keepStates(); err != nil {
@@ -168,13 +168,7 @@ func (r *run) keepStates() error {
 	if !ok {
 		return fmt.Errorf("spec: a drafter reads the target's hidden states; target %q gives none", r.d.info.Name)
 	}
-	var err error
-	if ps, ok := ts.(target.PrefixStateSession); ok {
-		err = ps.KeepStatesFrom(r.statesFrom())
-	} else {
-		err = ts.KeepStates()
-	}
-	if err != nil {
+	if err := r.keepStateRows(ts); err != nil {
 		return fmt.Errorf("spec: a drafter reads the target's hidden states: %w", err)
 	}
 	r.sess.states = ts
@@ -259,17 +253,20 @@ func (r *run) scorePrompt(ctx context.Context, tokens []int32) error {
 type reader struct {
 	s     draft.StateSession
 	owner int
+	width int         // the final state's width, when the rows hold layers' streams in front of it; 0: the rows as they are
+	final [][]float32 // the views view hands out
 }
 
 // tell hands the readers of states the tokens the history gained and the target's
 // states in front of them. A reader that runs out of memory or context drops its
 // drafter for the rest of the request, as a failed proposal does.
 func (r *run) tell(tokens []int32, states [][]float32) error {
-	for _, rd := range r.sess.readers {
+	for i := range r.sess.readers {
+		rd := &r.sess.readers[i]
 		if r.sess.failed != nil && r.sess.failed[rd.owner] {
 			continue
 		}
-		err := rd.s.Observe(tokens, states)
+		err := rd.s.Observe(tokens, rd.view(states))
 		switch {
 		case err == nil:
 		case errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull):

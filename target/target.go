@@ -239,10 +239,12 @@ type session struct {
 	logits  []float32
 	rows    [][]float32
 
-	// Hidden states, when kept: width values per forwarded token.
+	// Hidden states, when kept: width values per forwarded token; with layers, the
+	// residual stream after each of them in front of the final state.
 	width  int
 	keep   bool
 	from   int // the next prefill keeps the states from this token on (KeepStatesFrom)
+	layers []int32
 	hidden []float32
 	states [][]float32
 }
@@ -341,7 +343,7 @@ func (s *session) prefill(ctx context.Context, tokens []int32, score func(from i
 		b := batch.Batch{Tokens: tokens[done : done+n]}
 		if s.keep && done+n > from {
 			lo := max(from, done) // the chunk's first kept state
-			b.States, b.Hidden = s.indices(n)[lo-done:], s.hidden[(lo-from)*s.width:(done+n-from)*s.width]
+			b.States, b.Hidden, b.StateLayers = s.indices(n)[lo-done:], s.hidden[(lo-from)*s.width:(done+n-from)*s.width], s.layers
 		}
 		if score != nil {
 			b.Outputs = s.indices(n)
@@ -391,7 +393,7 @@ func (s *session) Verify(ctx context.Context, pending int32, draft []int32, shap
 	b := batch.Batch{Tokens: s.toks, Tree: s.tree, Outputs: s.outputs[:n]}
 	if s.keep {
 		s.stateRows(n)
-		b.States, b.Hidden = b.Outputs, s.hidden
+		b.States, b.Hidden, b.StateLayers = b.Outputs, s.hidden, s.layers
 	}
 	if err := s.seq.Forward(ctx, b, s.logits); err != nil {
 		return nil, fmt.Errorf("target: verify: %w", err)
@@ -450,7 +452,7 @@ func (s *session) Fork() (Session, error) {
 		return nil, fmt.Errorf("target: fork: %w", err)
 	}
 	n := s.local.newSession(seq, s.maxDraft)
-	n.keep = s.keep
+	n.keep, n.layers, n.width = s.keep, s.layers, s.width
 	return n, nil
 }
 

@@ -169,6 +169,11 @@ func (ps *pass) MulAdd(dst, src backend.Act, w backend.Matrix) {
 	if ps.err != nil || !ps.check(ok) {
 		return
 	}
+	if cap(ps.tmp) < ps.rows*m.rows {
+		// A product wider than the residual stream (an EAGLE-3 head adds its two
+		// halves of q, k and v): the product's buffer grows once, for this pass size.
+		ps.tmp = make([]float32, ps.cap*m.rows)
+	}
 	tmp := ps.tmp[:ps.rows*m.rows]
 	ps.mulInto(tmp, m.rows, src, m)
 	kernels.Add(ps.buf(dst), tmp)

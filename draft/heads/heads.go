@@ -40,7 +40,8 @@ type Options struct {
 	// matrices to that type at load: half the bytes to read per drafted token. (An
 	// EAGLE layer's is its loader's: llama.Options.Requantize.)
 	Requantize dtype.DType
-	// OpenEAGLE loads the EAGLE layer in a directory, for [Open] given one: the
+	// OpenEAGLE loads the EAGLE layer or EAGLE-3 head in a directory, for [Open]
+	// given one (llama.OpenEAGLE loads both; an EAGLE-3 head is an [EAGLE3Layer]): the
 	// caller's llama.OpenEAGLE with the target's file, whose embeddings the layer
 	// shares, on a backend of the target's factory (its device; on the CPU its
 	// threads) and with the target's context length, so that this package runs no
@@ -97,10 +98,15 @@ func openEAGLE(dir string, target model.Info, opts Options) (draft.Drafter, io.C
 	if layer == nil {
 		return nil, nil, fmt.Errorf("heads: Options.OpenEAGLE loaded no layer from %s", dir)
 	}
-	e, err := NewEAGLE(layer, target, opts.Tree)
+	var d draft.Drafter
+	if l3, ok := layer.(EAGLE3Layer); ok && l3.ProjectInputSize() > 0 {
+		d, err = NewEAGLE3(l3, target, opts.Tree)
+	} else {
+		d, err = NewEAGLE(layer, target, opts.Tree)
+	}
 	if err != nil {
 		_ = layer.Close()
 		return nil, nil, err
 	}
-	return e, layer, nil
+	return d, layer, nil
 }

@@ -411,6 +411,9 @@ func TestHeadsGreedyIdentity(t *testing.T) {
 		{"eagle-tree", "gocoder-m-eagle", tree, 8, false},
 		{"eagle-adaptive", "gocoder-m-eagle", draft.TreeShape{}, 8, true},
 		{"medusa-adaptive", "gocoder-m-medusa", draft.TreeShape{}, 4, true},
+		{"eagle3", "gocoder-m-eagle3", draft.TreeShape{}, 4, false},
+		{"eagle3-tree", "gocoder-m-eagle3", tree, 8, false},
+		{"eagle3-adaptive", "gocoder-m-eagle3", draft.TreeShape{}, 8, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d, closer, err := heads.Open(sharedtest.Path(t, "models", c.dir), m.Info(), onTarget(m, path, c.tree))

@@ -21,6 +21,9 @@ const (
 	KindModel Kind = "model"
 	// KindEAGLE is an EAGLE draft layer ([NewEAGLE], run by llama.OpenEAGLE).
 	KindEAGLE Kind = "eagle"
+	// KindEAGLE3 is an EAGLE-3 head ([NewEAGLE3], run by llama.OpenEAGLE3, which
+	// llama.OpenEAGLE calls for one). A path asked for as eagle:PATH may hold one.
+	KindEAGLE3 Kind = "eagle3"
 	// KindMedusa is Medusa heads ([OpenMedusa]).
 	KindMedusa Kind = "medusa"
 	// KindMLP is an MLPSpeculator ([OpenMLPSpeculator]).
@@ -35,6 +38,8 @@ func (k Kind) Describe() string {
 		return "a full model"
 	case KindEAGLE:
 		return "an EAGLE layer"
+	case KindEAGLE3:
+		return "an EAGLE-3 head"
 	case KindMedusa:
 		return "a Medusa head"
 	case KindMLP:
@@ -44,7 +49,7 @@ func (k Kind) Describe() string {
 }
 
 // Resolve reads a drafter's path as programs take it — KIND:PATH, with KIND one of
-// model, eagle, medusa and mlp, or a bare PATH — and returns its kind and path. A bare
+// model, eagle, eagle3, medusa and mlp, or a bare PATH — and returns its kind and path. A bare
 // path's kind is detected ([Detect]); a path given with a kind must hold that kind,
 // and the error says what it holds instead ("… is a full model: did you mean
 // model:…?").
@@ -58,7 +63,7 @@ func Resolve(s string) (Kind, string, error) {
 	if err != nil {
 		return "", path, err
 	}
-	if kind != asked {
+	if kind != asked && (asked != KindEAGLE || kind != KindEAGLE3) { // eagle:PATH takes either EAGLE
 		return "", path, fmt.Errorf("heads: %s is %s, not %s: did you mean %s:%s?", path, kind.Describe(), asked.Describe(), kind, path)
 	}
 	return kind, path, nil
@@ -72,7 +77,7 @@ func cutKind(s string) (Kind, string, bool) {
 		return "", s, false
 	}
 	switch k := Kind(prefix); k {
-	case KindModel, KindEAGLE, KindMedusa, KindMLP:
+	case KindModel, KindEAGLE, KindEAGLE3, KindMedusa, KindMLP:
 		return k, path, true
 	}
 	return "", s, false
@@ -80,7 +85,9 @@ func cutKind(s string) (Kind, string, bool) {
 
 // Detect says what path holds, from its config and the names of its tensors, without
 // reading weights: a GGUF file is a model; a directory is the head its config.json's
-// model_type names (mlp_speculator, medusa, eagle), an EAGLE layer when it holds
+// model_type names (mlp_speculator, medusa, eagle), an EAGLE-3 head when its
+// architectures name one (LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM: any name
+// containing "eagle3") or its speculators_model_type is eagle3, an EAGLE layer when it holds
 // fc.weight (an EAGLE layer's config is that of a one-layer Llama), and a model
 // otherwise. A path that is none of these is an error that says what it is.
 func Detect(path string) (Kind, error) {
@@ -97,10 +104,20 @@ func Detect(path string) (Kind, error) {
 		return "", fmt.Errorf("heads: %s is a directory without a readable config.json, neither a model's nor a draft head's: %w", path, err)
 	}
 	var c struct {
-		ModelType string `json:"model_type"`
+		ModelType     string   `json:"model_type"`
+		Architectures []string `json:"architectures"`
+		Speculators   string   `json:"speculators_model_type"`
 	}
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return "", fmt.Errorf("heads: %s: %w", cfgPath, err)
+	}
+	if c.Speculators == "eagle3" {
+		return KindEAGLE3, nil
+	}
+	for _, a := range c.Architectures {
+		if strings.Contains(strings.ToLower(a), "eagle3") {
+			return KindEAGLE3, nil
+		}
 	}
 	switch c.ModelType {
 	case "mlp_speculator":

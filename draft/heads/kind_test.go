@@ -20,7 +20,7 @@ func drafterPaths(t *testing.T) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
 	p := map[string]string{}
-	for _, name := range []string{"llama", "eagle", "medusa", "mlp", "empty", "badjson", "weird"} {
+	for _, name := range []string{"llama", "eagle", "eagle3", "medusa", "mlp", "empty", "badjson", "weird"} {
 		p[name] = filepath.Join(dir, name)
 	}
 	p["gguf"] = filepath.Join(dir, "m.gguf")
@@ -30,6 +30,7 @@ func drafterPaths(t *testing.T) map[string]string {
 	s := headtest.LlamaShape{Dim: 8, Heads: 2, KVHeads: 1, HeadDim: 4, FFN: 16, Vocab: 16, Layers: 1}
 	require.NoError(t, headtest.Llama(p["llama"], s, 1))
 	require.NoError(t, headtest.EAGLE(p["eagle"], s, 2))
+	require.NoError(t, headtest.EAGLE3(p["eagle3"], s, []int32{0, 3, 5}, []int{1, 2, 3}, nil, 5))
 	require.NoError(t, headtest.Medusa(p["medusa"], 8, 16, 2, 1, 3))
 	require.NoError(t, headtest.MLPSpeculator(p["mlp"], 8, 8, 16, 2, 4))
 	require.NoError(t, os.Mkdir(p["empty"], 0o755))
@@ -64,6 +65,11 @@ func TestResolve(t *testing.T) {
 		{"bare GGUF", p["gguf"], heads.KindModel, p["gguf"], ""},
 		{"bare Llama directory: a draft model", p["llama"], heads.KindModel, p["llama"], ""},
 		{"bare EAGLE layer: fc.weight", p["eagle"], heads.KindEAGLE, p["eagle"], ""},
+		{"bare EAGLE-3 head: its architectures", p["eagle3"], heads.KindEAGLE3, p["eagle3"], ""},
+		{"eagle3:", "eagle3:" + p["eagle3"], heads.KindEAGLE3, p["eagle3"], ""},
+		{"eagle: takes an EAGLE-3 head", "eagle:" + p["eagle3"], heads.KindEAGLE3, p["eagle3"], ""},
+		{"eagle3: on an EAGLE layer", "eagle3:" + p["eagle"], "", "", p["eagle"] + " is an EAGLE layer, not an EAGLE-3 head: did you mean eagle:" + p["eagle"] + "?"},
+		{"model: on an EAGLE-3 head", "model:" + p["eagle3"], "", "", p["eagle3"] + " is an EAGLE-3 head, not a full model: did you mean eagle3:" + p["eagle3"] + "?"},
 		{"bare Medusa", p["medusa"], heads.KindMedusa, p["medusa"], ""},
 		{"bare MLPSpeculator", p["mlp"], heads.KindMLP, p["mlp"], ""},
 		{"a colon that names no kind", p["colon"], heads.KindModel, p["colon"], ""},
@@ -102,6 +108,7 @@ func TestDetectShared(t *testing.T) {
 		"gocoder-xs":               heads.KindModel,
 		"gocoder-xs-q8_0.gguf":     heads.KindModel,
 		"gocoder-m-eagle":          heads.KindEAGLE,
+		"gocoder-m-eagle3":         heads.KindEAGLE3,
 		"gocoder-m-medusa":         heads.KindMedusa,
 		"gocoder-m-mlp-speculator": heads.KindMLP,
 	} {

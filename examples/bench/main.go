@@ -67,7 +67,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.model, "model", "models/gocoder-m-q8_0.gguf", "target model (GGUF file or Hugging Face directory)")
 	flag.Var(&o.draftModels, "draft", "a draft model as NAME=model:PATH (a GGUF file or a Hugging Face directory; model: may be left out) (repeatable); NAME can then be used in -drafters")
-	flag.Var(&o.heads, "head", "a trained draft head as NAME=eagle:DIR, NAME=medusa:DIR or NAME=mlp:DIR (the kind may be left out: a head's directory says it) (repeatable); -drafters then takes NAME (chains), NAME:tree (Medusa and EAGLE trees) and lookup+NAME (n-gram lookup first)")
+	flag.Var(&o.heads, "head", "a trained draft head as NAME=eagle:DIR (EAGLE or EAGLE-3), NAME=eagle3:DIR, NAME=medusa:DIR or NAME=mlp:DIR (the kind may be left out: a head's directory says it) (repeatable); -drafters then takes NAME (chains), NAME:tree (Medusa, EAGLE and EAGLE-3 trees) and lookup+NAME (n-gram lookup first)")
 	flag.StringVar(&o.prompts, "prompts", "", "prompts file: JSON lines with a \"prompt\" field")
 	flag.IntVar(&o.n, "n", 12, "number of prompts to use")
 	flag.IntVar(&o.maxTokens, "max-tokens", 96, "tokens to generate per prompt")

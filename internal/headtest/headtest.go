@@ -201,3 +201,64 @@ func EAGLE(dir string, s LlamaShape, seed uint64) error {
 	e.Layers = 1
 	return Write(dir, llamaConfig(e), ts)
 }
+
+// EAGLE3 writes a random EAGLE-3 head for targets of shape s in the layout vLLM loads
+// as Eagle3LlamaForCausalLM: fc over the streams entering the target layers auxIDs
+// (vLLM's meaning, named in the config), the layer under midlayer.*, its own lm_head
+// over the draft vocabulary draft (ascending target ids), d2t and t2d. fc passes the
+// last auxiliary state through (plus noise), the layer adds a small random change,
+// and lm_head is the rows of embed (the target's tied output layer, Vocab × Dim;
+// nil: random) at the draft ids, so that the head guesses like a weak trained one.
+func EAGLE3(dir string, s LlamaShape, draft []int32, auxIDs []int, embed []float32, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	d, k := int64(s.Dim), int64(len(auxIDs))
+	fc := Random(rng, int(d*k*d), 0.05)
+	for i := range s.Dim {
+		fc[i*int(k*d)+int((k-1)*d)+i]++
+	}
+	ts := map[string]Tensor{"fc.weight": F32([]int64{d, k * d}, fc)}
+	wide := s
+	wide.Dim = 2 * s.Dim // q, k, v read [embedding, hidden state]
+	layerTensors(ts, rng, wide, "midlayer.", true)
+	e := s
+	layerTensors(ts, rng, e, "tmp.", false) // o, gate, up, down at the layer's width
+	for _, n := range []string{"self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", "post_attention_layernorm.weight"} {
+		ts["midlayer."+n] = ts["tmp."+n]
+	}
+	for n := range ts {
+		if len(n) > 4 && n[:4] == "tmp." {
+			delete(ts, n)
+		}
+	}
+	// Drawn in the order of the names, so a seed gives one file.
+	for _, name := range slices.Sorted(maps.Keys(ts)) {
+		if t := ts[name]; name != "fc.weight" && len(t.Shape) == 2 {
+			ts[name] = F32(t.Shape, Random(rng, int(t.Shape[0]*t.Shape[1]), 0.05))
+		}
+	}
+	ts["midlayer.input_layernorm.weight"] = F32([]int64{d}, norm(rng, s.Dim))
+	ts["midlayer.hidden_norm.weight"] = F32([]int64{d}, norm(rng, s.Dim))
+	ts["norm.weight"] = F32([]int64{d}, norm(rng, s.Dim))
+	lm := Random(rng, len(draft)*s.Dim, 2)
+	if embed != nil {
+		for i, id := range draft {
+			copy(lm[i*s.Dim:(i+1)*s.Dim], embed[int(id)*s.Dim:(int(id)+1)*s.Dim])
+		}
+	}
+	ts["lm_head.weight"] = F32([]int64{int64(len(draft)), d}, lm)
+	d2t := make([]byte, 8*len(draft))
+	t2d := make([]byte, s.Vocab)
+	for i, id := range draft {
+		binary.LittleEndian.PutUint64(d2t[8*i:], uint64(int64(id)-int64(i)))
+		t2d[id] = 1
+	}
+	ts["d2t"] = Tensor{DType: "I64", Shape: []int64{int64(len(draft))}, Data: d2t}
+	ts["t2d"] = Tensor{DType: "BOOL", Shape: []int64{int64(s.Vocab)}, Data: t2d}
+	e.Layers = 1
+	cfg := llamaConfig(e)
+	cfg["architectures"] = []string{"LlamaForCausalLMEagle3"}
+	cfg["tie_word_embeddings"] = false
+	cfg["draft_vocab_size"] = len(draft)
+	cfg["eagle_aux_hidden_state_layer_ids"] = auxIDs
+	return Write(dir, cfg, ts)
+}

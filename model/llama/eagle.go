@@ -2,6 +2,7 @@ package llama
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/specula/specula/backend"
@@ -20,7 +21,13 @@ import (
 // the target's hidden state at the position before it (Info.InputSize), and its hidden
 // state ([batch.Batch].States, unnormed: there is no final norm) stands in for the target's at
 // the token's position, so it drafts by feeding itself.
+//
+// A directory whose config.json is an EAGLE-3 head's ([IsEAGLE3Config]) loads with
+// [OpenEAGLE3], so that a caller given an EAGLE directory need not tell the two apart.
 func OpenEAGLE(dir, targetPath string, b backend.Factory, opts Options) (*Model, error) {
+	if raw, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil && IsEAGLE3Config(raw) {
+		return OpenEAGLE3(dir, targetPath, b, opts)
+	}
 	cfg, err := ReadHFConfig(dir)
 	if err != nil {
 		return nil, err

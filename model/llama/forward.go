@@ -19,6 +19,10 @@ type layerLoop Model
 // logits of its output rows.
 func (ll *layerLoop) Layers(ctx context.Context, ps backend.Pass) error {
 	m := (*Model)(ll)
+	if m.e3 != nil {
+		m.eagle3Layers(ps)
+		return ctx.Err()
+	}
 	if m.fcEmbed == nil {
 		ps.Embed(backend.X, m.embed)
 	} else {

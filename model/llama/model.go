@@ -62,6 +62,7 @@ type Model struct {
 	// An EAGLE draft layer's input product, fc = [fcEmbed | fcHidden] over the
 	// embedding and the hidden state given beside each token; nil for a plain model.
 	fcEmbed, fcHidden backend.Matrix
+	e3                *eagle3 // an EAGLE-3 head's parts; nil for another model
 	invFreq           []float64
 	localInvFreq      []float64     // the sliding layers' (Config.LocalRopeTheta); nil: none
 	kv                *kvcache.Pool // every layer's, or the global layers' beside slidingKV
@@ -79,8 +80,11 @@ func (m *Model) Config() Config { return m.cfg }
 func (m *Model) Info() model.Info {
 	info := model.Info{Name: m.name, Arch: m.cfg.Arch, VocabSize: m.cfg.Vocab, ContextLength: m.cfg.ContextLength,
 		HiddenSize: m.cfg.Dim, Layers: m.cfg.Layers}
-	if m.fcEmbed != nil {
+	if m.fcEmbed != nil || m.e3 != nil {
 		info.InputSize = m.cfg.Dim
+	}
+	if m.e3 != nil {
+		info.TokenVocab = m.e3.tokenVocab
 	}
 	return info
 }
@@ -147,6 +151,9 @@ func (m *Model) WeightFootprint() backend.Footprint {
 	if m.fcEmbed != nil {
 		f = f.Add(backend.FootprintOf(m.fcEmbed)).Add(backend.FootprintOf(m.fcHidden))
 	}
+	if m.e3 != nil {
+		f = f.Add(backend.FootprintOf(m.e3.fc)).Add(backend.FootprintOf(m.e3.qkvHidden))
+	}
 	for _, ly := range m.layers {
 		for _, w := range []backend.Matrix{ly.qkv, ly.o, ly.gateUp, ly.down} {
 			f = f.Add(backend.FootprintOf(w))
@@ -189,6 +196,9 @@ func (m *Model) layerBytes() int64 {
 	var n int64
 	if m.fcEmbed != nil {
 		n += m.fcEmbed.Bytes() + m.fcHidden.Bytes()
+	}
+	if m.e3 != nil {
+		n += m.e3.fc.Bytes() + m.e3.qkvHidden.Bytes()
 	}
 	for _, ly := range m.layers {
 		n += ly.qkv.Bytes() + ly.o.Bytes() + ly.gateUp.Bytes() + ly.down.Bytes()
