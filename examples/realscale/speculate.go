@@ -18,6 +18,8 @@ import (
 
 	"github.com/specula/specula/backend/cpu"
 	"github.com/specula/specula/draft"
+	"github.com/specula/specula/draft/heads"
+	"github.com/specula/specula/format/dtype"
 	"github.com/specula/specula/model/llama"
 	"github.com/specula/specula/spec"
 	"github.com/specula/specula/target"
@@ -26,6 +28,9 @@ import (
 // speculateConfig is what speculate measures.
 type speculateConfig struct {
 	Target, Draft string
+	// Head is a trained draft head's directory (an EAGLE-3 head, or any kind
+	// heads.Open reads), drafting instead of Draft.
+	Head          string
 	Acceptance    []float64
 	Ks            []int // 0: adaptive
 	Tokens        int
@@ -88,12 +93,12 @@ func speculate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer tm.Close()
-	dm, err := llama.Open(c.Draft, pool.Factory(), llama.Options{})
+	inner, name, closer, err := openDrafter(c, tm, pool)
 	if err != nil {
 		return err
 	}
-	defer dm.Close()
-	logf("target %s (%s), draft %s (%s), kernels %s, load average %s", c.Target, tm.Info().Name, c.Draft, dm.Info().Name, tm.BackendName(), res.Load)
+	defer closer.Close()
+	logf("target %s (%s), drafted by %s, kernels %s, load average %s", c.Target, tm.Info().Name, name, tm.BackendName(), res.Load)
 	if c.CPUProfile != "" {
 		stop, err := profile(c.CPUProfile)
 		if err != nil {
@@ -101,7 +106,7 @@ func speculate(ctx context.Context, args []string) error {
 		}
 		defer stop()
 	}
-	if err := runSpeculation(ctx, c, tm, dm, &res, logf); err != nil {
+	if err := runSpeculation(ctx, c, tm, inner, &res, logf); err != nil {
 		return err
 	}
 	printSpeculation(os.Stdout, res)
@@ -111,12 +116,40 @@ func speculate(ctx context.Context, args []string) error {
 	return nil
 }
 
+// openDrafter opens what drafts for speculate: the head, run as the engine runs one
+// (its matrices requantized to Q8_0, on the target's backend and thread pool), or
+// the draft model.
+func openDrafter(c speculateConfig, tm *llama.Model, pool *cpu.Pool) (draft.Drafter, string, io.Closer, error) {
+	if c.Head != "" {
+		opts := heads.Options{Backend: tm.Backend(), Requantize: dtype.Q8_0, OpenEAGLE: func(dir string) (heads.Layer, error) {
+			return llama.OpenEAGLE(dir, c.Target, pool.Factory(), llama.Options{Requantize: dtype.Q8_0})
+		}}
+		d, closer, err := heads.Open(c.Head, tm.Info(), opts)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		kind, _ := heads.Detect(c.Head)
+		return d, fmt.Sprintf("head %s (%s)", c.Head, kind.Describe()), closer, nil
+	}
+	dm, err := llama.Open(c.Draft, pool.Factory(), llama.Options{})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	sm, err := draft.NewSmallModel(dm)
+	if err != nil {
+		dm.Close()
+		return nil, "", nil, err
+	}
+	return sm, fmt.Sprintf("draft %s (%s)", c.Draft, dm.Info().Name), dm, nil
+}
+
 // speculateFlags reads speculate's flags.
 func speculateFlags(args []string) (speculateConfig, string, error) {
 	fs := flag.NewFlagSet("speculate", flag.ExitOnError)
 	c := speculateConfig{}
 	fs.StringVar(&c.Target, "target", "", "the target's GGUF file (required)")
-	fs.StringVar(&c.Draft, "draft", "", "the draft model's GGUF file (required)")
+	fs.StringVar(&c.Draft, "draft", "", "the draft model's GGUF file (this or -head)")
+	fs.StringVar(&c.Head, "head", "", "a trained draft head's directory instead of -draft: an EAGLE-3 head (realscale gen -eagle3), EAGLE, Medusa or MLPSpeculator")
 	alphas := fs.String("acceptance", "0.5,0.78,0.9", "acceptance rates α to impose, comma-separated")
 	ks := fs.String("k", "1,2,3,4,5,6,7,8,auto", "draft lengths: numbers and auto (adaptive, up to 8)")
 	fs.IntVar(&c.Tokens, "tokens", 64, "tokens generated per run")
@@ -126,8 +159,8 @@ func speculateFlags(args []string) (speculateConfig, string, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	_ = fs.Parse(args)
-	if c.Target == "" || c.Draft == "" {
-		return c, "", errors.New("speculate: -target and -draft are required")
+	if c.Target == "" || (c.Draft == "") == (c.Head == "") {
+		return c, "", errors.New("speculate: -target and one of -draft and -head are required")
 	}
 	var err error
 	if c.Acceptance, err = parseFractions(*alphas); err != nil {
@@ -188,7 +221,7 @@ func profile(path string) (stop func(), err error) {
 
 // runSpeculation decodes plainly (the reference text and speed), then speculatively
 // at every α and K, then plainly again.
-func runSpeculation(ctx context.Context, c speculateConfig, tm, dm *llama.Model, res *speculateResult, logf func(string, ...any)) error {
+func runSpeculation(ctx context.Context, c speculateConfig, tm *llama.Model, inner draft.Drafter, res *speculateResult, logf func(string, ...any)) error {
 	tgt, err := target.NewLocal(tm)
 	if err != nil {
 		return err
@@ -203,13 +236,9 @@ func runSpeculation(ctx context.Context, c speculateConfig, tm, dm *llama.Model,
 	if err != nil {
 		return err
 	}
-	sm, err := draft.NewSmallModel(dm)
-	if err != nil {
-		return err
-	}
 	for _, alpha := range c.Acceptance {
 		for _, k := range c.Ks {
-			row, err := speculativeRun(ctx, tgt, sm, req, ref, alpha, k, c.Seed)
+			row, err := speculativeRun(ctx, tgt, inner, req, ref, alpha, k, c.Seed)
 			if err != nil {
 				return err
 			}
@@ -241,12 +270,12 @@ func plainRun(ctx context.Context, plain *spec.Decoder, req spec.Request, res *s
 
 // speculativeRun decodes req drafting k tokens a step (0: adaptively) at acceptance
 // α, and checks the output is plain greedy decoding's.
-func speculativeRun(ctx context.Context, tgt target.Target, sm *draft.SmallModel, req spec.Request, ref spec.Result, alpha float64, k int, seed uint64) (specRow, error) {
+func speculativeRun(ctx context.Context, tgt target.Target, inner draft.Drafter, req spec.Request, ref spec.Result, alpha float64, k int, seed uint64) (specRow, error) {
 	opts := spec.Options{K: k}
 	if k == 0 {
 		opts = spec.Options{K: 8, Adaptive: true}
 	}
-	sub := &substitution{inner: sm, ref: ref.Tokens, prompt: len(req.Prompt), alpha: alpha, seed: seed}
+	sub := &substitution{inner: inner, ref: ref.Tokens, prompt: len(req.Prompt), alpha: alpha, seed: seed}
 	dec, err := spec.New(tgt, sub, opts)
 	if err != nil {
 		return specRow{}, err
@@ -364,6 +393,10 @@ type substituted struct {
 	rng   *rand.Rand
 	vocab int32
 }
+
+// Sessions is the draft model's or head's session, so that the decoder finds a
+// head's reader of the target's states inside the substitution.
+func (s *substituted) Sessions() []draft.Session { return []draft.Session{s.Session} }
 
 // Propose drafts with the draft model, then substitutes every token.
 func (s *substituted) Propose(ctx context.Context, history []int32, k int, p *draft.Proposal) error {

@@ -12,42 +12,56 @@ import (
 	"github.com/specula/specula/model/llama"
 )
 
-// TestSpeculateAcceptance: on the demo pair, the substitution drafter imposes its
+// TestSpeculateAcceptance: on the demo target, drafted by the demo draft model and by
+// the trained EAGLE-3 head of ../shared, the substitution drafter imposes its
 // acceptance — none at α = 0 (one token a step, the target's), nearly all at α =
 // 0.99 — every output is plain greedy decoding's (the run fails otherwise), and the
 // figures add up: the allowed speedup follows from the expected length and the step
 // costs, the efficiency from it and the speedup.
 func TestSpeculateAcceptance(t *testing.T) {
-	const targetPath, draftPath = "../../models/gocoder-m-q8_0.gguf", "../../models/gocoder-xs-q8_0.gguf"
-	for _, p := range []string{targetPath, draftPath} {
-		if _, err := os.Stat(p); err != nil {
-			t.Skipf("the demo model %s is missing: %v", p, err)
-		}
-	}
-	tm, err := llama.Open(targetPath, cpu.Factory(1), llama.Options{})
-	require.NoError(t, err)
-	defer tm.Close()
-	dm, err := llama.Open(draftPath, cpu.Factory(1), llama.Options{})
-	require.NoError(t, err)
-	defer dm.Close()
-	c := speculateConfig{Acceptance: []float64{0, 0.99}, Ks: []int{3, 0}, Tokens: 48, PromptTokens: 16, Threads: 1, Seed: 7}
-	res := speculateResult{Config: c}
-	require.NoError(t, runSpeculation(context.Background(), c, tm, dm, &res, func(string, ...any) {}))
-	require.Len(t, res.Rows, 4)
-	require.Len(t, res.PlainTokS, 2)
-	for _, r := range res.Rows {
-		switch {
-		case r.Acceptance == 0:
-			assert.InDelta(t, 1.0, r.MeanAccepted, 1e-9, "K %d: nothing accepted", r.K)
-		case r.K == 3:
-			assert.Greater(t, r.MeanAccepted, 3.5, "nearly every draft accepted")
-		}
-		if r.K > 0 {
-			assert.InDelta(t, (1-pow(r.Acceptance, r.K+1))/(1-r.Acceptance), r.Expected, 1e-9)
-			assert.InDelta(t, r.Expected*res.PlainStepM/(r.DraftMs+r.VerifyMs), r.Allowed, 1e-9)
-			assert.InDelta(t, r.Speedup/r.Allowed, r.Efficiency, 1e-9)
-		}
-		assert.Positive(t, r.TokensPerS)
+	const targetPath = "../../models/gocoder-m-q8_0.gguf"
+	for _, tc := range []struct {
+		name        string
+		draft, head string
+	}{
+		{"draft model", "../../models/gocoder-xs-q8_0.gguf", ""},
+		{"EAGLE-3 head", "", "../../../shared/models/gocoder-m-eagle3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, p := range []string{targetPath, tc.draft + tc.head} {
+				if _, err := os.Stat(p); err != nil {
+					t.Skipf("%s is missing: %v", p, err)
+				}
+			}
+			pool := cpu.NewPool(1)
+			defer pool.Close()
+			tm, err := llama.Open(targetPath, pool.Factory(), llama.Options{})
+			require.NoError(t, err)
+			defer tm.Close()
+			c := speculateConfig{Target: targetPath, Draft: tc.draft, Head: tc.head, Acceptance: []float64{0, 0.99}, Ks: []int{3, 0}, Tokens: 48, PromptTokens: 16, Threads: 1, Seed: 7}
+			inner, _, closer, err := openDrafter(c, tm, pool)
+			require.NoError(t, err)
+			defer closer.Close()
+			res := speculateResult{Config: c}
+			require.NoError(t, runSpeculation(context.Background(), c, tm, inner, &res, func(string, ...any) {}))
+			require.Len(t, res.Rows, 4)
+			require.Len(t, res.PlainTokS, 2)
+			for _, r := range res.Rows {
+				switch {
+				case r.Acceptance == 0:
+					assert.InDelta(t, 1.0, r.MeanAccepted, 1e-9, "K %d: nothing accepted", r.K)
+				case r.K == 3:
+					assert.Greater(t, r.MeanAccepted, 3.5, "nearly every draft accepted")
+				}
+				if r.K > 0 {
+					assert.InDelta(t, (1-pow(r.Acceptance, r.K+1))/(1-r.Acceptance), r.Expected, 1e-9)
+					assert.InDelta(t, r.Expected*res.PlainStepM/(r.DraftMs+r.VerifyMs), r.Allowed, 1e-9)
+					assert.InDelta(t, r.Speedup/r.Allowed, r.Efficiency, 1e-9)
+				}
+				assert.Positive(t, r.TokensPerS)
+				assert.Positive(t, r.DraftMs, "the drafter ran for its cost")
+			}
+		})
 	}
 }
 
