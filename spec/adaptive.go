@@ -54,6 +54,10 @@ type controller struct {
 	// request's own).
 	load       PassCost
 	pace, gain bucket
+
+	// pmin is the confidence stop (Options.DraftPMin): 0 learned per drafter (see
+	// confStats), positive fixed, negative off.
+	pmin float64
 }
 
 // drafterStats is what the controller knows of one drafter.
@@ -70,6 +74,8 @@ type drafterStats struct {
 	// proportion: a drafter that is usually silent but free and right when it speaks
 	// is worth asking.
 	spoke bucket
+	// conf is what it knows of its confidence, for the confidence stop.
+	conf confStats
 }
 
 // shape is what a drafter's non-empty drafts for some k were: how many positions deep
@@ -120,6 +126,7 @@ func newController(maxK, drafters int) *controller {
 		c.drafters[i].accepted = make([]float64, maxK)
 		c.drafters[i].shape = make([]shape, maxK)
 		c.drafters[i].cost = newCurve(maxK, draftPrior)
+		c.drafters[i].conf = newConfStats(maxK)
 	}
 	return c
 }
@@ -445,6 +452,7 @@ func (c *controller) clone() *controller {
 		s.accepted = append([]float64(nil), s.accepted...)
 		s.shape = append([]shape(nil), s.shape...)
 		s.cost = s.cost.clone()
+		s.conf = s.conf.clone()
 		n.drafters[i] = s
 	}
 	n.steps, n.explore, n.turn, n.probing = 0, exploreGap, 0, false

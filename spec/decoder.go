@@ -61,6 +61,15 @@ type Options struct {
 	// Qwen2.5 0.5B's 151 936 rows against 7B's 152 064). Check the tokenizers with
 	// tokenizer.Compatible first; by default the sizes must be equal.
 	PaddedVocab bool
+	// DraftPMin is the confidence stop (llama.cpp's --draft-p-min) of the drafters
+	// that report their confidence in each token ([draft.Confident]: the draft
+	// models' chains): a chain ends after its first token whose draft probability is
+	// below the threshold. The stop reads only the drafter's own numbers, so the
+	// output stays exact. 0, the default, learns the threshold online with Adaptive,
+	// per drafter, from how acceptance follows the confidence and from the same cost
+	// model that picks k, and stops no chain with a fixed K; a value in (0, 1] fixes
+	// the threshold (with either); a negative value turns the stop off.
+	DraftPMin float64
 }
 
 // Decoder generates text with speculative decoding.
@@ -71,6 +80,7 @@ type Decoder struct {
 	k        int
 	minK     int // an adaptive step that drafts asks for at least this many
 	adaptive bool
+	pmin     float64 // Options.DraftPMin
 
 	loaded PassCost // the target, when it says what its shared passes cost
 
@@ -94,7 +104,10 @@ func New(tgt target.Target, drafter draft.Drafter, opts Options) (*Decoder, erro
 	if info.VocabSize < 1 {
 		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
-	dec := &Decoder{target: tgt, info: info, k: opts.K, minK: opts.MinK, adaptive: opts.Adaptive}
+	if !(opts.DraftPMin <= 1) { // NaN too
+		return nil, fmt.Errorf("spec: DraftPMin %v must not exceed 1", opts.DraftPMin)
+	}
+	dec := &Decoder{target: tgt, info: info, k: opts.K, minK: opts.MinK, adaptive: opts.Adaptive, pmin: opts.DraftPMin}
 	dec.loaded, _ = tgt.(PassCost)
 	if drafter != nil {
 		dec.drafters = append(dec.drafters, drafter)
