@@ -1,5 +1,11 @@
 package draft
 
+import (
+	"math"
+
+	"github.com/specula/specula/sampler"
+)
+
 // Confident is a session that ends its chains where its confidence falls, as
 // llama.cpp's --draft-p-min does: a chain ends after its first token whose
 // confidence (see [Proposal.Confidence]) is below the threshold. The token that falls
@@ -24,4 +30,18 @@ func ConfidentParts(s Session, dst []Confident) []Confident {
 		}
 	}
 	return dst
+}
+
+// TokenConfidence is the drafter's probability of its token x, drawn from logits: q[x]
+// when x was drawn from the processed distribution q, and when q is nil (x chosen as
+// the argmax) the softmax probability of x under the raw logits. It is what
+// [Proposal.Confidence] reports. The softmax's exponentials go into scratch, grown
+// where it is shorter than logits and returned for the next call, so that a session
+// allocates nothing per token once its scratch has the vocabulary's length.
+func TokenConfidence(logits []float32, x int32, q, scratch []float32) (float32, []float32) {
+	if q != nil {
+		return q[x], scratch
+	}
+	lse, scratch := sampler.LogSumExp(logits, scratch)
+	return float32(math.Exp(float64(logits[x]) - lse)), scratch
 }

@@ -251,16 +251,16 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 // StopBelow implements [Confident] for chains; trees are drafted whole.
 func (s *modelSession) StopBelow(p float32) { s.minConf = p }
 
-// confidence is the draft's probability of x, the chain's i-th token: q(x) when it
-// was drawn from q (s.rows[i]), the softmax probability of the raw logits at x when
-// it is their argmax.
+// confidence is the draft's probability of x, the chain's i-th token
+// ([TokenConfidence]).
 func (s *modelSession) confidence(i int, x int32) float32 {
+	var q []float32
 	if !s.greedy {
-		return s.rows[i][x]
+		q = s.rows[i]
 	}
-	var lse float64
-	lse, s.lse = sampler.LogSumExp(s.logits, s.lse)
-	return float32(math.Exp(float64(s.logits[x]) - lse))
+	var c float32
+	c, s.lse = TokenConfidence(s.logits, x, q, s.lse)
+	return c
 }
 
 // errOutsideVocab says that the history holds a token the draft model does not know
