@@ -110,6 +110,32 @@ func TestFlags(t *testing.T) {
 	assert.ErrorContains(t, err, "-draft-min")
 }
 
+// -draft-p-min sets Config.DraftPMin: auto learns (0), off turns the stop off (-1), a
+// number fixes it; anything else is refused, naming the flag.
+func TestDraftPMinFlag(t *testing.T) {
+	cases := []struct {
+		arg, env string
+		want     float64
+		bad      bool
+	}{{"", "", 0, false}, {"auto", "", 0, false}, {"off", "", -1, false}, {"0.75", "", 0.75, false}, {"", "0.6", 0.6, false},
+		{"0", "", 0, true}, {"1.5", "", 0, true}, {"high", "", 0, true}}
+	for _, c := range cases {
+		args := []string{"-m", "a.gguf", "-md", "b.gguf"}
+		if c.arg != "" {
+			args = append(args, "--draft-p-min", c.arg)
+		}
+		f, err := parseFlags(args, func(k string) string { return map[string]string{"SPECULA_DRAFT_P_MIN": c.env}[k] })
+		require.NoError(t, err, c.arg)
+		cfg, err := f.config()
+		if c.bad {
+			assert.ErrorContains(t, err, "-draft-p-min", c.arg)
+			continue
+		}
+		require.NoError(t, err, c.arg)
+		assert.Equal(t, c.want, cfg.Engine.DraftPMin, "%q %q", c.arg, c.env)
+	}
+}
+
 // -h prints the flags under their library names, the old name beside the new, and
 // the defaults of a request that no flag sets.
 func TestHelp(t *testing.T) {
