@@ -103,12 +103,17 @@ type Result struct {
 	Speedup     float64 `json:"speedup"`
 	// PlainTokensPerS is the speed of the plain runs paired with this
 	// configuration's (with -paired), against which Speedup is computed.
-	PlainTokensPerS float64   `json:"plain_tokens_per_s,omitempty"`
-	Acceptance      float64   `json:"acceptance"`
-	MeanAccept      float64   `json:"mean_accepted"`
-	TTFTms          float64   `json:"ttft_ms"`
-	ByPosition      []float64 `json:"acceptance_by_position,omitempty"`
-	StepsByK        []int     `json:"steps_by_k,omitempty"`
+	PlainTokensPerS float64 `json:"plain_tokens_per_s,omitempty"`
+	// CPUSpeedup is the speedup in the process's CPU time per token, prefill
+	// included, against the same paired plain runs: on a machine that other work
+	// shares, the time the process was not running does not count, so it varies far
+	// less than Speedup from run to run (where the CPU time is known).
+	CPUSpeedup float64   `json:"cpu_speedup,omitempty"`
+	Acceptance float64   `json:"acceptance"`
+	MeanAccept float64   `json:"mean_accepted"`
+	TTFTms     float64   `json:"ttft_ms"`
+	ByPosition []float64 `json:"acceptance_by_position,omitempty"`
+	StepsByK   []int     `json:"steps_by_k,omitempty"`
 	// PMin is the confidence threshold of each drafter at the end of the last
 	// prompt (spec.Stats.DraftPMin): what an adaptive decoder learned.
 	PMin     []float64 `json:"draft_p_min,omitempty"`
@@ -131,7 +136,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	defer b.close()
 
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "drafter\tK\tT\ttokens/s\tplain tokens/s\tspeedup\tacceptance\tmean accepted\tTTFT ms\tverified\tp-min\t")
+	fmt.Fprintln(w, "drafter\tK\tT\ttokens/s\tplain tokens/s\tspeedup\tcpu speedup\tacceptance\tmean accepted\tTTFT ms\tverified\tp-min\t")
 	var results []Result
 	for _, temp := range temps {
 		rs, err := b.atTemperature(ctx, temp, w, log)
@@ -464,8 +469,12 @@ func row(w *tabwriter.Writer, r Result) {
 	for _, p := range r.PMin {
 		pmin = append(pmin, strconv.FormatFloat(p, 'g', 3, 64))
 	}
-	fmt.Fprintf(w, "%s\t%s\t%g\t%.1f\t%.1f\t%.2f×\t%.2f\t%.2f\t%.1f\t%s\t%s\t\n", r.Drafter, r.K, r.Temperature,
-		r.TokensPerS, plain, r.Speedup, r.Acceptance, r.MeanAccept, r.TTFTms, v, strings.Join(pmin, ","))
+	cpu := ""
+	if r.CPUSpeedup > 0 {
+		cpu = fmt.Sprintf("%.2f×", r.CPUSpeedup)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%g\t%.1f\t%.1f\t%.2f×\t%s\t%.2f\t%.2f\t%.1f\t%s\t%s\t\n", r.Drafter, r.K, r.Temperature,
+		r.TokensPerS, plain, r.Speedup, cpu, r.Acceptance, r.MeanAccept, r.TTFTms, v, strings.Join(pmin, ","))
 }
 
 // measure runs every prompt through dec and sums up. With a plain decoder, each
@@ -477,20 +486,25 @@ func measure(ctx context.Context, dec, plain *spec.Decoder, prompts [][]int32, m
 	var decode, plainDecode time.Duration
 	var plainTokens int
 	var pmin []float64
+	var cpu, plainCPU time.Duration // process CPU time, prefill included
 	for _, pr := range prompts {
 		req := spec.Request{Prompt: pr, MaxTokens: maxTokens, Sampling: p, StopTokens: tok.EOS()}
 		if plain != nil {
+			c := cpuTime()
 			rs, err := plain.GenerateFunc(ctx, req, nil)
 			if err != nil {
 				return Result{}, nil, err
 			}
+			plainCPU += cpuTime() - c
 			plainDecode += rs[0].Stats.Duration - rs[0].Stats.PrefillTime
 			plainTokens += rs[0].Stats.GeneratedTokens
 		}
+		c := cpuTime()
 		rs, err := dec.GenerateFunc(ctx, req, nil)
 		if err != nil {
 			return Result{}, nil, err
 		}
+		cpu += cpuTime() - c
 		res := rs[0]
 		agg.Add(res.Stats)
 		pmin = res.Stats.DraftPMin
@@ -509,6 +523,9 @@ func measure(ctx context.Context, dec, plain *spec.Decoder, prompts [][]int32, m
 	}
 	if plainTokens > 0 {
 		r.PlainTokensPerS = float64(plainTokens) / plainDecode.Seconds()
+		if cpu > 0 && t.GeneratedTokens > 0 {
+			r.CPUSpeedup = float64(plainCPU) / float64(plainTokens) * float64(t.GeneratedTokens) / float64(cpu)
+		}
 	}
 	for i := range t.DraftedAt {
 		r.ByPosition = append(r.ByPosition, t.AcceptanceAt(i))
