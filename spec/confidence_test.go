@@ -91,7 +91,11 @@ func TestSequenceDistributionConfidenceStop(t *testing.T) {
 			assert.Greater(t, fit.P, minP, "chi-square %.1f on %d df", fit.Stat, fit.DF)
 			rate := agg.Total.AcceptanceRate()
 			assert.True(t, rate > 0.05 && rate < 0.98, "acceptance %.3f", rate)
-			if cfg.short {
+			switch {
+			case cfg.short && cfg.adaptive:
+				// Where the learned threshold settles depends on the machine's timing.
+				assert.Positive(t, short, "%d of %d chains ended short", short, chains)
+			case cfg.short:
 				assert.Greater(t, float64(short), 0.1*float64(chains), "%d of %d chains ended short", short, chains)
 			}
 			if cfg.judged {
