@@ -373,7 +373,7 @@ func (b *bench) decoder(name, ks string) (*spec.Decoder, error) {
 	}
 	opts := spec.Options{}
 	switch b.o.pMin {
-	case "auto":
+	case "auto", "":
 	case "off":
 		opts.DraftPMin = -1
 	default:
