@@ -27,8 +27,9 @@ type PassCost interface {
 // only when every position before it was accepted), the verification time as a
 // function of the tokens verified, each drafter's cost per drafted token, how deep
 // and how large its drafts turn out for each k asked (see shape), and how often it
-// proposes anything at all (see drafterStats.spoke). Older observations fade, so the
-// choice follows the text as it changes.
+// proposes anything at all (see drafterStats.spoke), and, for a drafter that reports
+// its confidence, the threshold under which its chains end (see confStats). Older
+// observations fade, so the choice follows the text as it changes.
 //
 // Times are kept in the units of a machine of constant speed: on a shared machine
 // everything runs tens of per cent faster or slower from one second to the next, and

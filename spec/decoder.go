@@ -62,8 +62,8 @@ type Options struct {
 	// tokenizer.Compatible first; by default the sizes must be equal.
 	PaddedVocab bool
 	// DraftPMin is the confidence stop (llama.cpp's --draft-p-min) of the drafters
-	// that report their confidence in each token ([draft.Confident]: the draft
-	// models' chains): a chain ends after its first token whose draft probability is
+	// that report their confidence in each token ([draft.Confident]: the chains of
+	// draft models and of the EAGLE, Medusa and MLPSpeculator heads): a chain ends after its first token whose draft probability is
 	// below the threshold. The stop reads only the drafter's own numbers, so the
 	// output stays exact. 0, the default, learns the threshold online with Adaptive,
 	// per drafter, from how acceptance follows the confidence and from the same cost
