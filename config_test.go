@@ -105,6 +105,7 @@ func TestNewEngineOptions(t *testing.T) {
 		{"negative MinK", specula.EngineOptions{MinK: -1}, "MinK"},
 		{"DraftPMin above 1", specula.EngineOptions{DraftPMin: 1.5}, "DraftPMin"},
 		{"DraftPMin NaN", specula.EngineOptions{DraftPMin: math.NaN()}, "DraftPMin"},
+		{"DraftPMin negative", specula.EngineOptions{DraftPMin: -0.5}, "DraftPMin"},
 	} {
 		_, err := specula.NewEngine(tm, tok, sm, c.opts)
 		pe, ok := errors.AsType[*specula.ParameterError](err)

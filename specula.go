@@ -96,9 +96,9 @@ type Config struct {
 	// DraftPMin is the confidence stop of the drafters that report their confidence
 	// (draft models and the heads' chains; llama-server's --draft-p-min): a chain
 	// ends after its first token whose draft probability is below it. 0, the
-	// default, learns the threshold per drafter with the adaptive K (and stops no
-	// chain with FixedK); a value in (0, 1] fixes it; a negative value turns the stop
-	// off. See [spec.Options.DraftPMin].
+	// default, stops no chain; a value in (0, 1] is the threshold;
+	// [spec.PMinLearned] learns it per drafter with the adaptive K (and stops no
+	// chain with FixedK). See [spec.Options.DraftPMin].
 	DraftPMin float64
 	// Threads is the number of CPU threads (0: GOMAXPROCS) of the engine's one pool,
 	// which every model it runs on the CPU shares: the target's when Backend is nil
@@ -217,10 +217,11 @@ func checkK(prefix string, k, minK int) error {
 	return nil
 }
 
-// checkPMin refuses a DraftPMin above 1 (or NaN), naming the field after prefix.
+// checkPMin refuses a DraftPMin that is neither 0, a threshold up to 1, nor
+// spec.PMinLearned, naming the field after prefix.
 func checkPMin(prefix string, p float64) error {
-	if !(p <= 1) {
-		return invalid(prefix+"DraftPMin", "%v: want a threshold up to 1, 0 (learned) or negative (off)", p)
+	if !(p >= 0 && p <= 1) && p != spec.PMinLearned {
+		return invalid(prefix+"DraftPMin", "%v: want 0 (off), a threshold up to 1, or spec.PMinLearned (%d)", p, spec.PMinLearned)
 	}
 	return nil
 }

@@ -56,8 +56,8 @@ type controller struct {
 	load       PassCost
 	pace, gain bucket
 
-	// pmin is the confidence stop (Options.DraftPMin): 0 learned per drafter (see
-	// confStats), positive fixed, negative off.
+	// pmin is the confidence stop (Options.DraftPMin): PMinLearned learned per
+	// drafter (see confStats), positive fixed, 0 off.
 	pmin float64
 }
 

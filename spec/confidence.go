@@ -23,6 +23,10 @@ import "github.com/specula/specula/draft"
 // the cost of one more row, and an occasional chain drafted under a lower threshold
 // (every confProbeEvery-th) keeps the lower thresholds priced.
 
+// PMinLearned, as Options.DraftPMin, has an adaptive decoder learn each drafter's
+// confidence threshold online (see Options.DraftPMin).
+const PMinLearned = -1
+
 const (
 	confRecords    = 64   // chains remembered per drafter
 	confLevels     = 20   // thresholds priced: 0, 1/confLevels, …, (confLevels−1)/confLevels
@@ -103,10 +107,10 @@ func (cs *confStats) answers(i int, tau float32) bool {
 // stop).
 func (c *controller) threshold(d int) float64 {
 	switch {
-	case c.pmin < 0:
-		return 0
 	case c.pmin > 0:
 		return c.pmin
+	case c.pmin != PMinLearned:
+		return 0
 	}
 	cs := &c.drafters[d].conf
 	if cs.n > 0 && cs.since%confProbeEvery == confProbeEvery-1 {
@@ -120,7 +124,7 @@ func (c *controller) threshold(d int) float64 {
 // rest), of which accepted were kept, in draftDur seconds, under threshold tau. With
 // the threshold learned, every confEvery chains it prices the grid (see above).
 func (c *controller) observeChain(d, k int, conf []float32, depth, accepted int, draftDur, tau float64) {
-	if c.pmin != 0 || depth == 0 || len(conf) < depth || d >= len(c.drafters) {
+	if c.pmin != PMinLearned || depth == 0 || len(conf) < depth || d >= len(c.drafters) {
 		return
 	}
 	cs := &c.drafters[d].conf
@@ -184,9 +188,9 @@ func (c *controller) price(cs *confStats) {
 func (c *controller) thresholds(dst []float64) []float64 {
 	for d := range c.drafters {
 		switch cs := &c.drafters[d].conf; {
-		case c.pmin != 0:
-			dst = append(dst, max(c.pmin, 0))
-		case cs.n > 0:
+		case c.pmin > 0:
+			dst = append(dst, c.pmin)
+		case c.pmin == PMinLearned && cs.n > 0:
 			dst = append(dst, cs.tau)
 		default:
 			dst = append(dst, 0)
@@ -210,7 +214,7 @@ func (r *run) stopBelow(d int) float64 {
 	if d >= len(r.sess.confident) || len(r.sess.confident[d]) == 0 {
 		return 0
 	}
-	p := max(r.d.pmin, 0)
+	p := max(r.d.pmin, 0) // with a fixed K, PMinLearned stops nothing
 	if r.ctl != nil {
 		p = r.ctl.threshold(d)
 	}

@@ -46,6 +46,7 @@ func TestConfidenceThresholdLearned(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newController(maxK, 1)
+			c.pmin = PMinLearned
 			c.steps = 2 // past the warm-up step
 			for m := 1; m <= maxK+1; m++ {
 				c.verify.add(m, verify(m))

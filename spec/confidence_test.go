@@ -73,7 +73,7 @@ func TestSequenceDistributionConfidenceStop(t *testing.T) {
 		{"fixed 0.6, length 6, K=5", 4, 1, 5, 6, 0.6, false, sampler.Params{Temperature: 1}, true, true},
 		{"fixed 0.9, K=3, top-p", 6, 2, 3, 3, 0.9, false, sampler.Params{Temperature: 0.7, TopP: 0.9}, true, false},
 		{"fixed 0.5, penalty, top-k", 6, 1, 4, 4, 0.5, false, sampler.Params{Temperature: 0.9, TopK: 4, RepetitionPenalty: 1.5}, true, false},
-		{"learned, adaptive, length 6, K=5", 4, 2, 5, 6, 0, true, sampler.Params{Temperature: 1}, true, false},
+		{"learned, adaptive, length 6, K=5", 4, 2, 5, 6, spec.PMinLearned, true, sampler.Params{Temperature: 1}, true, false},
 	}
 	for ci, cfg := range cases {
 		t.Run(cfg.name, func(t *testing.T) {
@@ -128,7 +128,7 @@ func TestGreedyIdentityConfidenceStop(t *testing.T) {
 		prompt := []int32{int32(rng.IntN(vocab)), int32(rng.IntN(vocab)), int32(rng.IntN(vocab))}
 		want := reference.Greedy(tgt, prompt, 40, params)
 		for name, d := range drafters {
-			for _, opts := range []spec.Options{{K: 4, DraftPMin: 0.5}, {K: 8, DraftPMin: 0.9}, {K: 6, Adaptive: true}, {K: 6, Adaptive: true, DraftPMin: 0.7}} {
+			for _, opts := range []spec.Options{{K: 4, DraftPMin: 0.5}, {K: 8, DraftPMin: 0.9}, {K: 6, Adaptive: true, DraftPMin: spec.PMinLearned}, {K: 6, Adaptive: true, DraftPMin: 0.7}, {K: 4, DraftPMin: spec.PMinLearned}} {
 				dec, err := spec.New(local(t, tgt), d, opts)
 				require.NoError(t, err)
 				for range 3 { // the adaptive decoder learns from request to request
@@ -146,19 +146,20 @@ func TestGreedyIdentityConfidenceStop(t *testing.T) {
 	t.Log(agg.String())
 }
 
-// TestDraftPMinOption: the threshold is refused above 1; an adaptive request reports
-// the threshold in force per drafter (the fixed one, or 0 with the stop off).
+// TestDraftPMinOption: a threshold above 1, or negative but PMinLearned, is refused;
+// an adaptive request reports the threshold in force per drafter (the fixed one, or 0
+// with the stop off, the default).
 func TestDraftPMinOption(t *testing.T) {
 	tgt := newChain(t, markov.Config{Vocab: 16, Order: 1, Seed: 2})
 	d := newDrafter(t, tgt.Perturbed(0.8, 1))
-	for _, bad := range []float64{1.5, 2} {
+	for _, bad := range []float64{1.5, 2, -0.5, -2} {
 		_, err := spec.New(local(t, tgt), d, spec.Options{K: 4, DraftPMin: bad})
 		assert.Error(t, err, "DraftPMin %v", bad)
 	}
 	cases := []struct {
 		pmin float64
 		want []float64
-	}{{0.8, []float64{0.8, 0.8}}, {-1, []float64{0, 0}}}
+	}{{0.8, []float64{0.8, 0.8}}, {0, []float64{0, 0}}}
 	for _, c := range cases {
 		t.Run(fmt.Sprint(c.pmin), func(t *testing.T) {
 			dec, err := spec.New(local(t, tgt), d, spec.Options{K: 4, Adaptive: true, DraftPMin: c.pmin, Alternatives: []draft.Drafter{lookup.NGram{}}})
@@ -183,8 +184,8 @@ func TestZeroAllocationsConfidenceStop(t *testing.T) {
 		opts spec.Options
 		p    sampler.Params
 	}{
-		{"learned, greedy", spec.Options{K: 6, Adaptive: true}, sampler.Params{}},
-		{"learned, sampled", spec.Options{K: 6, Adaptive: true}, sampler.Params{Temperature: 0.8}},
+		{"learned, greedy", spec.Options{K: 6, Adaptive: true, DraftPMin: spec.PMinLearned}, sampler.Params{}},
+		{"learned, sampled", spec.Options{K: 6, Adaptive: true, DraftPMin: spec.PMinLearned}, sampler.Params{Temperature: 0.8}},
 		{"fixed, fixed K, sampled", spec.Options{K: 5, DraftPMin: 0.6}, sampler.Params{Temperature: 0.8}},
 	}
 	for _, c := range cases {

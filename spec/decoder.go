@@ -65,10 +65,12 @@ type Options struct {
 	// that report their confidence in each token ([draft.Confident]: the chains of
 	// draft models and of the EAGLE, Medusa and MLPSpeculator heads): a chain ends after its first token whose draft probability is
 	// below the threshold. The stop reads only the drafter's own numbers, so the
-	// output stays exact. 0, the default, learns the threshold online with Adaptive,
-	// per drafter, from how acceptance follows the confidence and from the same cost
-	// model that picks k, and stops no chain with a fixed K; a value in (0, 1] fixes
-	// the threshold (with either); a negative value turns the stop off.
+	// output stays exact. 0, the default, stops no chain; a value in (0, 1] is the
+	// threshold (with Adaptive or a fixed K); [PMinLearned] learns it online with
+	// Adaptive, per drafter, from how acceptance follows the confidence and from the
+	// same cost model that picks k (and stops no chain with a fixed K). It is off by
+	// default because on the demo pair the learned stop did not measurably beat the
+	// adaptive K alone (docs/speed.md).
 	DraftPMin float64
 }
 
@@ -104,8 +106,8 @@ func New(tgt target.Target, drafter draft.Drafter, opts Options) (*Decoder, erro
 	if info.VocabSize < 1 {
 		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
-	if !(opts.DraftPMin <= 1) { // NaN too
-		return nil, fmt.Errorf("spec: DraftPMin %v must not exceed 1", opts.DraftPMin)
+	if p := opts.DraftPMin; !(p >= 0 && p <= 1) && p != PMinLearned { // NaN too
+		return nil, fmt.Errorf("spec: DraftPMin %v: want 0 (off), a threshold up to 1, or PMinLearned", p)
 	}
 	dec := &Decoder{target: tgt, info: info, k: opts.K, minK: opts.MinK, adaptive: opts.Adaptive, pmin: opts.DraftPMin}
 	dec.loaded, _ = tgt.(PassCost)

@@ -39,7 +39,8 @@ type Stats struct {
 	DraftError string
 	// DraftPMin holds, for an adaptive request, each drafter's confidence threshold
 	// in force at its end (see Options.DraftPMin): what the controller learned, or
-	// the fixed value; 0 for a drafter that does not stop by confidence.
+	// the fixed value; 0 with the stop off and for a drafter that does not stop by
+	// confidence.
 	DraftPMin []float64
 }
 

@@ -61,7 +61,7 @@ func TestHeadsConfidenceStop(t *testing.T) {
 				}
 				assert.Positive(t, short, "T=%v: the stop fired", temp)
 			}
-			for _, opts := range []spec.Options{{K: 4, DraftPMin: 0.7}, {K: 6, Adaptive: true}} {
+			for _, opts := range []spec.Options{{K: 4, DraftPMin: 0.7}, {K: 6, Adaptive: true, DraftPMin: spec.PMinLearned}} {
 				dec, err := spec.New(tgt, d, opts)
 				require.NoError(t, err)
 				for _, prompt := range [][]int32{promptA, promptB} {

@@ -75,7 +75,7 @@ func main() {
 	flag.StringVar(&o.drafters, "drafters", "ngram", "drafters to measure: draft model names, ngram, suffix, first (n-gram, then the first draft model), tree (the first draft model, trees)")
 	flag.StringVar(&o.ks, "k", "1,2,4,8,auto", "speculative tokens per step to try: numbers and auto")
 	flag.StringVar(&o.temps, "temperature", "0", "temperatures to try")
-	flag.StringVar(&o.pMin, "p-min", "auto", "the draft models' confidence stop (spec.Options.DraftPMin): auto (learned with -k auto, none with a fixed K), off, or a fixed threshold in (0, 1]")
+	flag.StringVar(&o.pMin, "p-min", "off", "the drafters' confidence stop (spec.Options.DraftPMin): off, a fixed threshold in (0, 1], or auto (learned with -k auto, none with a fixed K)")
 	flag.IntVar(&o.threads, "threads", 0, "threads (0: all cores)")
 	flag.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&o.svgDir, "svg", "", "write SVG plots into this directory")
@@ -373,9 +373,9 @@ func (b *bench) decoder(name, ks string) (*spec.Decoder, error) {
 	}
 	opts := spec.Options{}
 	switch b.o.pMin {
-	case "auto", "":
-	case "off":
-		opts.DraftPMin = -1
+	case "off", "":
+	case "auto":
+		opts.DraftPMin = spec.PMinLearned
 	default:
 		if opts.DraftPMin, err = strconv.ParseFloat(b.o.pMin, 64); err != nil || opts.DraftPMin <= 0 || opts.DraftPMin > 1 {
 			return nil, fmt.Errorf("-p-min %q: want auto, off or a number in (0, 1]", b.o.pMin)

@@ -254,7 +254,7 @@ func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (*fl
 	fs.StringVar(&f.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
 	fs.IntVar(&f.draftMax, "draft-max", 0, "with -num-speculative-tokens auto, the most tokens drafted a step (0: 8)")
 	fs.IntVar(&f.draftMin, "draft-min", 0, "with -num-speculative-tokens auto, the fewest tokens drafted in a step that drafts")
-	fs.StringVar(&f.draftPMin, "draft-p-min", "auto", `the draft's confidence under which a chain ends (specula.Config.DraftPMin): "auto" (learned with -num-speculative-tokens auto, none with a fixed number), "off", or a threshold in (0, 1]`)
+	fs.StringVar(&f.draftPMin, "draft-p-min", "off", `the draft's confidence under which a chain ends (specula.Config.DraftPMin): "off", a threshold in (0, 1], or "auto" (learned with -num-speculative-tokens auto, none with a fixed number)`)
 	fs.BoolVar(&f.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	num(&f.threads, 0, "threads per forward pass (0: all cores)", "threads", "t")
 	fs.StringVar(&f.kvBudget, "kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-running sequences at full context, at least 64MiB, at most 4GiB)")
@@ -522,14 +522,14 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// parsePMin reads -draft-p-min: auto is 0 (learned), off is -1, else a threshold in
-// (0, 1].
+// parsePMin reads -draft-p-min: off is 0, auto is spec.PMinLearned, else a threshold
+// in (0, 1].
 func parsePMin(s string) (float64, error) {
 	switch s {
-	case "auto":
-		return 0, nil
 	case "off":
-		return -1, nil
+		return 0, nil
+	case "auto":
+		return spec.PMinLearned, nil
 	}
 	p, err := strconv.ParseFloat(s, 64)
 	if err != nil || !(p > 0 && p <= 1) {

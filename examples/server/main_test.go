@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula"
+	"github.com/specula/specula/spec"
 )
 
 func TestParseHelpers(t *testing.T) {
@@ -110,14 +111,14 @@ func TestFlags(t *testing.T) {
 	assert.ErrorContains(t, err, "-draft-min")
 }
 
-// -draft-p-min sets Config.DraftPMin: auto learns (0), off turns the stop off (-1), a
-// number fixes it; anything else is refused, naming the flag.
+// -draft-p-min sets Config.DraftPMin: off (the default) is 0, auto learns
+// (spec.PMinLearned), a number fixes it; anything else is refused, naming the flag.
 func TestDraftPMinFlag(t *testing.T) {
 	cases := []struct {
 		arg, env string
 		want     float64
 		bad      bool
-	}{{"", "", 0, false}, {"auto", "", 0, false}, {"off", "", -1, false}, {"0.75", "", 0.75, false}, {"", "0.6", 0.6, false},
+	}{{"", "", 0, false}, {"auto", "", spec.PMinLearned, false}, {"off", "", 0, false}, {"0.75", "", 0.75, false}, {"", "0.6", 0.6, false},
 		{"0", "", 0, true}, {"1.5", "", 0, true}, {"high", "", 0, true}}
 	for _, c := range cases {
 		args := []string{"-m", "a.gguf", "-md", "b.gguf"}
