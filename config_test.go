@@ -3,6 +3,7 @@ package specula_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -102,6 +103,9 @@ func TestNewEngineOptions(t *testing.T) {
 		{"MinK above K", specula.EngineOptions{K: 4, MinK: 5}, "MinK"},
 		{"MinK above the default K", specula.EngineOptions{MinK: specula.DefaultMaxK + 1}, "MinK"},
 		{"negative MinK", specula.EngineOptions{MinK: -1}, "MinK"},
+		{"DraftPMin above 1", specula.EngineOptions{DraftPMin: 1.5}, "DraftPMin"},
+		{"DraftPMin NaN", specula.EngineOptions{DraftPMin: math.NaN()}, "DraftPMin"},
+		{"DraftPMin negative", specula.EngineOptions{DraftPMin: -0.5}, "DraftPMin"},
 	} {
 		_, err := specula.NewEngine(tm, tok, sm, c.opts)
 		pe, ok := errors.AsType[*specula.ParameterError](err)

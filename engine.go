@@ -52,10 +52,11 @@ type Engine struct {
 // EngineOptions tune [NewEngine]: the settings of [Config] that do not say what to
 // load (the caller brings the model, its tokenizer and the drafter).
 type EngineOptions struct {
-	// K, FixedK and MinK are as in [Config].
-	K      int
-	FixedK bool
-	MinK   int
+	// K, FixedK, MinK and DraftPMin are as in [Config].
+	K         int
+	FixedK    bool
+	MinK      int
+	DraftPMin float64
 	// ChatTemplate renders chats (nil: the engine has none, and Chat fails).
 	ChatTemplate *ChatTemplate
 	// Serving sets how many requests run and wait (see [Config]).
@@ -66,6 +67,7 @@ type EngineOptions struct {
 // when drafting, whether that is fixed, and how requests are served.
 type decoding struct {
 	k, minK int
+	pmin    float64 // Config.DraftPMin
 	fixed   bool
 	serving Serving
 	seqs    int // Config.MaxSequences
@@ -78,7 +80,7 @@ func (e *Engine) start(drafter draft.Drafter, d decoding) error {
 		return err
 	}
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
-	if err := e.makeDecoders(drafter, d.k, d.minK, d.fixed); err != nil {
+	if err := e.makeDecoders(drafter, d.k, d.minK, d.pmin, d.fixed); err != nil {
 		return err
 	}
 	capacity, blockSize := 0, 0
@@ -99,8 +101,9 @@ func (e *Engine) start(drafter draft.Drafter, d decoding) error {
 }
 
 // makeDecoders makes the plain decoder and, with a drafter, the speculative one
-// drafting up to k tokens a step (adaptive unless fixed) and the reproducible one.
-func (e *Engine) makeDecoders(drafter draft.Drafter, k, minK int, fixed bool) error {
+// drafting up to k tokens a step (adaptive unless fixed; pmin is Config.DraftPMin) and
+// the reproducible one.
+func (e *Engine) makeDecoders(drafter draft.Drafter, k, minK int, pmin float64, fixed bool) error {
 	tgt, err := target.NewLocal(e.model)
 	if err != nil {
 		return fmt.Errorf("specula: %w", err)
@@ -117,7 +120,7 @@ func (e *Engine) makeDecoders(drafter draft.Drafter, k, minK int, fixed bool) er
 		k = DefaultMaxK
 	}
 	// The tokenizers were checked: a smaller draft vocabulary is the target's, padded.
-	if e.dec, err = spec.New(tgt, drafter, spec.Options{K: k, MinK: minK, Adaptive: !fixed, PaddedVocab: true}); err != nil {
+	if e.dec, err = spec.New(tgt, drafter, spec.Options{K: k, MinK: minK, Adaptive: !fixed, PaddedVocab: true, DraftPMin: pmin}); err != nil {
 		return err
 	}
 	e.maxK, e.seeded = k, e.dec

@@ -93,6 +93,13 @@ type Config struct {
 	// MinK, for an adaptive engine, is the fewest tokens a step that drafts drafts
 	// (llama-server's --draft-min); it may still decode a step plainly.
 	MinK int
+	// DraftPMin is the confidence stop of the drafters that report their confidence
+	// (draft models and the heads' chains; llama-server's --draft-p-min): a chain
+	// ends after its first token whose draft probability is below it. 0, the
+	// default, stops no chain; a value in (0, 1] is the threshold;
+	// [spec.PMinLearned] learns it per drafter with the adaptive K (and stops no
+	// chain with FixedK). See [spec.Options.DraftPMin].
+	DraftPMin float64
 	// Threads is the number of CPU threads (0: GOMAXPROCS) of the engine's one pool,
 	// which every model it runs on the CPU shares: the target's when Backend is nil
 	// (and so its heads'), a draft model's, an EAGLE layer's.
@@ -149,7 +156,7 @@ func (e *Engine) open(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return e.start(drafter, decoding{k: cfg.K, minK: cfg.MinK, fixed: cfg.FixedK, serving: cfg.Serving, seqs: cfg.MaxSequences})
+	return e.start(drafter, decoding{k: cfg.K, minK: cfg.MinK, pmin: cfg.DraftPMin, fixed: cfg.FixedK, serving: cfg.Serving, seqs: cfg.MaxSequences})
 }
 
 // NewEngine returns an engine on a target model of any kind and its tokenizer,
@@ -162,8 +169,11 @@ func NewEngine(m model.Model, tok *tokenizer.Tokenizer, drafter draft.Drafter, o
 	if err := checkK("", opts.K, opts.MinK); err != nil {
 		return nil, err
 	}
+	if err := checkPMin("", opts.DraftPMin); err != nil {
+		return nil, err
+	}
 	e := &Engine{model: m, info: m.Info(), tok: tok, chat: opts.ChatTemplate}
-	if err := e.start(drafter, decoding{k: opts.K, minK: opts.MinK, fixed: opts.FixedK, serving: opts.Serving}); err != nil {
+	if err := e.start(drafter, decoding{k: opts.K, minK: opts.MinK, pmin: opts.DraftPMin, fixed: opts.FixedK, serving: opts.Serving}); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -176,6 +186,9 @@ func (c Config) check() error {
 		return invalid("Config.Model", "is required: a GGUF file or a Hugging Face directory")
 	}
 	if err := checkK("Config.", c.K, c.MinK); err != nil {
+		return err
+	}
+	if err := checkPMin("Config.", c.DraftPMin); err != nil {
 		return err
 	}
 	for _, n := range []struct {
@@ -200,6 +213,15 @@ func checkK(prefix string, k, minK int) error {
 		return invalid(prefix+"K", "%d: want 0 (the default, %d) to %d", k, DefaultMaxK, spec.MaxK)
 	case minK < 0 || minK > cmp.Or(k, DefaultMaxK):
 		return invalid(prefix+"MinK", "%d: want 0 to K (%d)", minK, cmp.Or(k, DefaultMaxK))
+	}
+	return nil
+}
+
+// checkPMin refuses a DraftPMin that is neither 0, a threshold up to 1, nor
+// spec.PMinLearned, naming the field after prefix.
+func checkPMin(prefix string, p float64) error {
+	if !(p >= 0 && p <= 1) && p != spec.PMinLearned {
+		return invalid(prefix+"DraftPMin", "%v: want 0 (off), a threshold up to 1, or spec.PMinLearned (%d)", p, spec.PMinLearned)
 	}
 	return nil
 }

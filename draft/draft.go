@@ -135,10 +135,18 @@ type Proposal struct {
 	// Parents[i], or the history when Parents[i] is -1; parents come first (see
 	// [batch.NewTree]). There is then one parent per token.
 	Parents []int32
+	// Confidence, when not nil, holds for each token the drafter's own probability of
+	// it (one value per token): the probability q gave the token it drew, or, for a
+	// token chosen as the argmax, the softmax probability of the argmax. The acceptance
+	// rule never reads it; an adaptive decoder learns from it where a chain is worth
+	// ending (see [Confident]).
+	Confidence []float32
 }
 
 // Reset empties the proposal.
-func (p *Proposal) Reset() { p.Tokens, p.Dists, p.Parents = p.Tokens[:0], nil, nil }
+func (p *Proposal) Reset() {
+	p.Tokens, p.Dists, p.Parents, p.Confidence = p.Tokens[:0], nil, nil, nil
+}
 
 // Learner is implemented by sessions that learn from finished requests; the decoder
 // calls Learn with the whole history (prompt and output) when a request ends well.

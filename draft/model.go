@@ -90,6 +90,8 @@ func (d *SmallModel) Start(ctx context.Context, req Request) (Session, error) {
 		held:            make([]int32, 0, req.MaxLen),
 		logits:          make([]float32, v),
 		toks:            make([]int32, req.MaxK),
+		conf:            make([]float32, req.MaxK),
+		lse:             make([]float32, 0, v),
 		out:             []int32{0},
 	}
 	if !s.greedy {
@@ -149,6 +151,12 @@ type modelSession struct {
 	toks   []int32
 	out    []int32 // Outputs of a forward: one index
 
+	// The confidence stop ([Confident]): the threshold, each chain token's
+	// confidence, and the softmax scratch of a greedy token's.
+	minConf float32
+	conf    []float32
+	lse     []float32
+
 	ConstraintState         // the request's constraint and the state the history ends in
 	nstates         []int32 // while drafting a tree, the constraint's state after each node
 
@@ -200,7 +208,7 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 	} else if err != nil {
 		return err
 	}
-	s.toks = s.toks[:k]
+	s.toks, s.conf = s.toks[:k], s.conf[:k]
 	state := s.State()
 	for i := range k {
 		var x int32
@@ -218,8 +226,13 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 			return fmt.Errorf("draft: position %d: %w", i, err)
 		}
 		s.toks[i] = x
+		s.conf[i] = s.confidence(i, x)
 		state = s.After(state, x)
 		if i == k-1 {
+			break
+		}
+		if s.conf[i] < s.minConf {
+			k = i + 1 // the confidence stop: this token is the chain's last
 			break
 		}
 		s.held = append(s.held, x)
@@ -228,11 +241,26 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 			return err
 		}
 	}
-	p.Tokens = s.toks[:k]
+	p.Tokens, p.Confidence = s.toks[:k], s.conf[:k]
 	if !s.greedy {
 		p.Dists = s.rows[:k]
 	}
 	return nil
+}
+
+// StopBelow implements [Confident] for chains; trees are drafted whole.
+func (s *modelSession) StopBelow(p float32) { s.minConf = p }
+
+// confidence is the draft's probability of x, the chain's i-th token
+// ([TokenConfidence]).
+func (s *modelSession) confidence(i int, x int32) float32 {
+	var q []float32
+	if !s.greedy {
+		q = s.rows[i]
+	}
+	var c float32
+	c, s.lse = TokenConfidence(s.logits, x, q, s.lse)
+	return c
 }
 
 // errOutsideVocab says that the history holds a token the draft model does not know

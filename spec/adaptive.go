@@ -27,8 +27,9 @@ type PassCost interface {
 // only when every position before it was accepted), the verification time as a
 // function of the tokens verified, each drafter's cost per drafted token, how deep
 // and how large its drafts turn out for each k asked (see shape), and how often it
-// proposes anything at all (see drafterStats.spoke). Older observations fade, so the
-// choice follows the text as it changes.
+// proposes anything at all (see drafterStats.spoke), and, for a drafter that reports
+// its confidence, the threshold under which its chains end (see confStats). Older
+// observations fade, so the choice follows the text as it changes.
 //
 // Times are kept in the units of a machine of constant speed: on a shared machine
 // everything runs tens of per cent faster or slower from one second to the next, and
@@ -54,6 +55,10 @@ type controller struct {
 	// request's own).
 	load       PassCost
 	pace, gain bucket
+
+	// pmin is the confidence stop (Options.DraftPMin): PMinLearned learned per
+	// drafter (see confStats), positive fixed, 0 off.
+	pmin float64
 }
 
 // drafterStats is what the controller knows of one drafter.
@@ -70,6 +75,8 @@ type drafterStats struct {
 	// proportion: a drafter that is usually silent but free and right when it speaks
 	// is worth asking.
 	spoke bucket
+	// conf is what it knows of its confidence, for the confidence stop.
+	conf confStats
 }
 
 // shape is what a drafter's non-empty drafts for some k were: how many positions deep
@@ -120,6 +127,7 @@ func newController(maxK, drafters int) *controller {
 		c.drafters[i].accepted = make([]float64, maxK)
 		c.drafters[i].shape = make([]shape, maxK)
 		c.drafters[i].cost = newCurve(maxK, draftPrior)
+		c.drafters[i].conf = newConfStats(maxK)
 	}
 	return c
 }
@@ -445,6 +453,7 @@ func (c *controller) clone() *controller {
 		s.accepted = append([]float64(nil), s.accepted...)
 		s.shape = append([]shape(nil), s.shape...)
 		s.cost = s.cost.clone()
+		s.conf = s.conf.clone()
 		n.drafters[i] = s
 	}
 	n.steps, n.explore, n.turn, n.probing = 0, exploreGap, 0, false

@@ -61,6 +61,17 @@ type Options struct {
 	// Qwen2.5 0.5B's 151 936 rows against 7B's 152 064). Check the tokenizers with
 	// tokenizer.Compatible first; by default the sizes must be equal.
 	PaddedVocab bool
+	// DraftPMin is the confidence stop (llama.cpp's --draft-p-min) of the drafters
+	// that report their confidence in each token ([draft.Confident]: the chains of
+	// draft models and of the EAGLE, Medusa and MLPSpeculator heads): a chain ends after its first token whose draft probability is
+	// below the threshold. The stop reads only the drafter's own numbers, so the
+	// output stays exact. 0, the default, stops no chain; a value in (0, 1] is the
+	// threshold (with Adaptive or a fixed K); [PMinLearned] learns it online with
+	// Adaptive, per drafter, from how acceptance follows the confidence and from the
+	// same cost model that picks k (and stops no chain with a fixed K). It is off by
+	// default because on the demo pair the learned stop did not measurably beat the
+	// adaptive K alone (docs/speed.md).
+	DraftPMin float64
 }
 
 // Decoder generates text with speculative decoding.
@@ -71,6 +82,7 @@ type Decoder struct {
 	k        int
 	minK     int // an adaptive step that drafts asks for at least this many
 	adaptive bool
+	pmin     float64 // Options.DraftPMin
 
 	loaded PassCost // the target, when it says what its shared passes cost
 
@@ -94,7 +106,10 @@ func New(tgt target.Target, drafter draft.Drafter, opts Options) (*Decoder, erro
 	if info.VocabSize < 1 {
 		return nil, fmt.Errorf("spec: target %q reports vocabulary size %d", info.Name, info.VocabSize)
 	}
-	dec := &Decoder{target: tgt, info: info, k: opts.K, minK: opts.MinK, adaptive: opts.Adaptive}
+	if p := opts.DraftPMin; !(p >= 0 && p <= 1) && p != PMinLearned { // NaN too
+		return nil, fmt.Errorf("spec: DraftPMin %v: want 0 (off), a threshold up to 1, or PMinLearned", p)
+	}
+	dec := &Decoder{target: tgt, info: info, k: opts.K, minK: opts.MinK, adaptive: opts.Adaptive, pmin: opts.DraftPMin}
 	dec.loaded, _ = tgt.(PassCost)
 	if drafter != nil {
 		dec.drafters = append(dec.drafters, drafter)

@@ -47,6 +47,8 @@ type sessions struct {
 	readers  []reader            // the sessions that read the target's hidden states
 	obsTok   []int32             // what readers are told after a step…
 	obsState [][]float32         // …and the states in front of those tokens
+	// confident holds, per drafter, its sessions that end chains by confidence.
+	confident [][]draft.Confident
 }
 
 // stepDraft is a step's draft on its way through the step.

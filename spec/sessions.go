@@ -131,6 +131,7 @@ func (r *run) startDrafters(ctx context.Context) error {
 		return err
 	}
 	r.sess.failed = make([]bool, len(r.sess.drafts))
+	r.confidentSessions()
 	r.draft.path, r.draft.accepted = make([]int32, 0, k), make([]int32, 0, k)
 	r.stats.DraftedAt = make([]int, k)
 	r.stats.AcceptedAt = make([]int, k)
@@ -154,6 +155,7 @@ func (d *Decoder) controllerFor(drafters int) *controller {
 		c = newController(d.k, drafters)
 	}
 	c.minK = d.minK
+	c.pmin = d.pmin
 	c.load = d.loaded
 	return c
 }
@@ -311,6 +313,7 @@ func (r *run) learn() {
 		}
 	}
 	if r.ctl != nil {
+		r.stats.DraftPMin = r.ctl.thresholds(r.stats.DraftPMin[:0])
 		r.d.mu.Lock()
 		r.d.learned = r.ctl.clone()
 		r.d.mu.Unlock()

@@ -37,6 +37,11 @@ type Stats struct {
 	// DraftError, when not empty, says why a drafter stopped part-way through the
 	// request (it ran out of memory or context); the decoder went on without it.
 	DraftError string
+	// DraftPMin holds, for an adaptive request, each drafter's confidence threshold
+	// in force at its end (see Options.DraftPMin): what the controller learned, or
+	// the fixed value; 0 with the stop off and for a drafter that does not stop by
+	// confidence.
+	DraftPMin []float64
 }
 
 // AcceptanceRate is the fraction of drafted tokens that were accepted (0 when nothing

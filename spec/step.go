@@ -23,7 +23,7 @@ func (r *run) step(ctx context.Context) error {
 		r.finish = FinishLength
 		return r.flush()
 	}
-	di, k, draftDur, err := r.propose(ctx, k)
+	di, k, tau, draftDur, err := r.propose(ctx, k)
 	if err != nil {
 		return err
 	}
@@ -50,6 +50,9 @@ func (r *run) step(ctx context.Context) error {
 		// A head's reading of the step's states is part of what its drafts cost.
 		draftDur += r.stats.DraftTime - observed
 		r.ctl.observe(di, k, depth, len(accepted), nodes+1, draftDur, r.stats.VerifyTime-verifyStart)
+		if p := &r.draft.proposed; k > 0 && p.Parents == nil && p.Confidence != nil {
+			r.ctl.observeChain(di, k, p.Confidence, depth, len(accepted), draftDur.Seconds(), tau)
+		}
 	}
 	grown := r.pushAll(accepted, next)
 	if r.ctl == nil {
@@ -81,10 +84,11 @@ func (r *run) room() (int, bool) {
 
 // propose asks a drafter — the adaptive controller's choice, or the only one — for up
 // to k tokens and checks the proposal once, into r.draft. It returns the drafter asked,
-// the k it was asked for and the time it took. A drafter that runs out of memory or
+// the k it was asked for, the confidence threshold it drafted under and the time it
+// took. A drafter that runs out of memory or
 // context is dropped for the rest of the request, and the step goes on without a
 // draft.
-func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Duration, err error) {
+func (r *run) propose(ctx context.Context, k int) (di, asked int, tau float64, took time.Duration, err error) {
 	r.draft.checked.Reset()
 	r.lang.nodes = r.lang.nodes[:0]
 	if r.ctl != nil && k > 0 {
@@ -94,12 +98,13 @@ func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Dura
 		k = 0
 	}
 	if k <= 0 {
-		return di, 0, 0, nil
+		return di, 0, 0, 0, nil
 	}
 	s := r.sess.drafts[di]
 	if r.req.Constraint != nil {
 		draft.Constrain(s, r.lang.state)
 	}
+	tau = r.stopBelow(di)
 	t := time.Now()
 	err = s.Propose(ctx, r.hist, k, &r.draft.proposed)
 	took = time.Since(t)
@@ -107,15 +112,15 @@ func (r *run) propose(ctx context.Context, k int) (di, asked int, took time.Dura
 	switch {
 	case err == nil:
 		if err := r.check(k); err != nil {
-			return di, k, took, err
+			return di, k, tau, took, err
 		}
-		return di, k, took, r.constrain()
+		return di, k, tau, took, r.constrain()
 	case ctx.Err() == nil && (errors.Is(err, model.ErrOutOfMemory) || errors.Is(err, model.ErrContextFull)):
 		r.stats.DraftError = err.Error()
 		r.sess.failed[di] = true
-		return di, k, took, nil
+		return di, k, tau, took, nil
 	}
-	return di, k, took, fmt.Errorf("spec: drafter: %w", err)
+	return di, k, tau, took, fmt.Errorf("spec: drafter: %w", err)
 }
 
 // check validates the proposal, once per step: no more than k tokens, a parent list

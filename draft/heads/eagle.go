@@ -75,7 +75,7 @@ func (e *EAGLE) Start(ctx context.Context, req draft.Request) (draft.Session, er
 		logits: make([]float32, n*v), g: make([]float32, (n+max(e.tree.Width, 1))*d), q: rows(make([]float32, (n+1)*v), n+1, v),
 		conf: make([]float64, 0, n), outs: make([]int32, 0, n),
 		toks: make([]int32, 0, n), dists: make([][]float32, 0, n), parents: make([]int32, 0, n),
-		hist: make([]int32, 0, req.MaxLen+n), one: make([]int32, 1)}, nil
+		hist: make([]int32, 0, req.MaxLen+n), one: make([]int32, 1), chainStop: newChainStop(n, v)}, nil
 }
 
 // reusePrompt takes into the layer's empty sequence the rows of the longest prefix of
@@ -126,6 +126,7 @@ type eagleSession struct {
 	path       []int32
 	// expanded counts the q rows this proposal used.
 	expanded int
+	chainStop
 }
 
 // Observe implements [draft.StateSession]: the pairs (token, the target's state before it)
@@ -224,6 +225,8 @@ func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *d
 	p.Tokens = s.toks
 	if s.e.tree.Width > 0 {
 		p.Parents = s.parents
+	} else {
+		p.Confidence = s.chainConf
 	}
 	if !s.greedy {
 		p.Dists = s.dists
@@ -237,6 +240,7 @@ func (s *eagleSession) proposeChain(ctx context.Context, n int) error {
 	d, v := s.e.info.HiddenSize, s.e.info.VocabSize
 	logits, state := s.rootLogits, s.root
 	cs := s.State()
+	s.chainConf = s.chainConf[:0]
 	for i := range n {
 		if !s.Allows(cs, logits) {
 			break
@@ -247,7 +251,7 @@ func (s *eagleSession) proposeChain(ctx context.Context, n int) error {
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
 		cs = s.After(cs, x)
-		if i == n-1 {
+		if s.ends(logits, x, q) || i == n-1 {
 			break
 		}
 		s.one[0] = 0

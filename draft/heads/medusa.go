@@ -156,7 +156,7 @@ func (h *Medusa) Start(ctx context.Context, req draft.Request) (draft.Session, e
 		lastState: lastState{state: make([]float32, h.dim)}, x: make([]float32, h.dim), y: make([]float32, h.dim),
 		logits: rows(make([]float32, n*h.vocab), n, h.vocab), q: rows(make([]float32, n*h.vocab), n, h.vocab),
 		toks: make([]int32, 0, nodes), dists: make([][]float32, 0, nodes), parents: make([]int32, 0, nodes),
-		hist: make([]int32, 0, req.MaxLen+n)}, nil
+		hist: make([]int32, 0, req.MaxLen+n), chainStop: newChainStop(n, h.vocab)}, nil
 }
 
 type medusaSession struct {
@@ -173,6 +173,7 @@ type medusaSession struct {
 	level   []int32
 	top     []int32
 	hist    []int32
+	chainStop
 }
 
 // heads runs the first n heads on the state.
@@ -213,6 +214,7 @@ func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *
 		return err
 	}
 	s.hist = append(s.hist[:0], history...)
+	s.chainConf = s.chainConf[:0]
 	state := s.State()
 	for d := range n {
 		if !s.Allows(state, s.logits[d]) {
@@ -224,8 +226,11 @@ func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
 		state = s.After(state, x)
+		if s.ends(s.logits[d], x, q) {
+			break
+		}
 	}
-	p.Tokens = s.toks
+	p.Tokens, p.Confidence = s.toks, s.chainConf
 	if !s.run.greedy {
 		p.Dists = s.dists
 	}

@@ -126,7 +126,7 @@ func (h *MLPSpeculator) Start(ctx context.Context, req draft.Request) (draft.Ses
 		lastState: lastState{state: make([]float32, h.dim)}, s: make([]float32, max(h.dim, h.inner)), z: make([]float32, h.inner),
 		e: make([]float32, h.inner), logits: make([]float32, h.vocab),
 		q: rows(make([]float32, n*h.vocab), n, h.vocab), toks: make([]int32, 0, n), dists: make([][]float32, 0, n),
-		hist: make([]int32, 0, req.MaxLen+n)}, nil
+		hist: make([]int32, 0, req.MaxLen+n), chainStop: newChainStop(n, h.vocab)}, nil
 }
 
 type mlpSession struct {
@@ -140,6 +140,7 @@ type mlpSession struct {
 	toks    []int32
 	dists   [][]float32
 	hist    []int32
+	chainStop
 }
 
 func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *draft.Proposal) error {
@@ -154,7 +155,7 @@ func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *dra
 	} else {
 		copy(s.s, s.state)
 	}
-	s.toks, s.dists = s.toks[:0], s.dists[:0]
+	s.toks, s.dists, s.chainConf = s.toks[:0], s.dists[:0], s.chainConf[:0]
 	s.hist = append(s.hist[:0], history...)
 	tok := history[len(history)-1]
 	state := s.State()
@@ -171,8 +172,11 @@ func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *dra
 		}
 		s.toks, s.dists, s.hist = append(s.toks, x), append(s.dists, q), append(s.hist, x)
 		tok, state = x, s.After(state, x)
+		if s.ends(s.logits, x, q) {
+			break
+		}
 	}
-	p.Tokens = s.toks
+	p.Tokens, p.Confidence = s.toks, s.chainConf
 	if !s.run.greedy {
 		p.Dists = s.dists
 	}

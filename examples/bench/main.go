@@ -56,6 +56,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 type options struct {
 	model, prompts, jsonOut, svgDir string
 	drafters, ks, temps             string
+	pMin                            string
 	draftModels, heads              listFlag
 	n, maxTokens, threads           int
 	ngramMin, ngramMax              int
@@ -74,6 +75,7 @@ func main() {
 	flag.StringVar(&o.drafters, "drafters", "ngram", "drafters to measure: draft model names, ngram, suffix, first (n-gram, then the first draft model), tree (the first draft model, trees)")
 	flag.StringVar(&o.ks, "k", "1,2,4,8,auto", "speculative tokens per step to try: numbers and auto")
 	flag.StringVar(&o.temps, "temperature", "0", "temperatures to try")
+	flag.StringVar(&o.pMin, "p-min", "off", "the drafters' confidence stop (spec.Options.DraftPMin): off, a fixed threshold in (0, 1], or auto (learned with -k auto, none with a fixed K)")
 	flag.IntVar(&o.threads, "threads", 0, "threads (0: all cores)")
 	flag.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&o.svgDir, "svg", "", "write SVG plots into this directory")
@@ -101,14 +103,22 @@ type Result struct {
 	Speedup     float64 `json:"speedup"`
 	// PlainTokensPerS is the speed of the plain runs paired with this
 	// configuration's (with -paired), against which Speedup is computed.
-	PlainTokensPerS float64   `json:"plain_tokens_per_s,omitempty"`
-	Acceptance      float64   `json:"acceptance"`
-	MeanAccept      float64   `json:"mean_accepted"`
-	TTFTms          float64   `json:"ttft_ms"`
-	ByPosition      []float64 `json:"acceptance_by_position,omitempty"`
-	StepsByK        []int     `json:"steps_by_k,omitempty"`
-	Tokens          int       `json:"tokens"`
-	Verified        *bool     `json:"verified,omitempty"`
+	PlainTokensPerS float64 `json:"plain_tokens_per_s,omitempty"`
+	// CPUSpeedup is the speedup in the process's CPU time per token, prefill
+	// included, against the same paired plain runs: on a machine that other work
+	// shares, the time the process was not running does not count, so it varies far
+	// less than Speedup from run to run (where the CPU time is known).
+	CPUSpeedup float64   `json:"cpu_speedup,omitempty"`
+	Acceptance float64   `json:"acceptance"`
+	MeanAccept float64   `json:"mean_accepted"`
+	TTFTms     float64   `json:"ttft_ms"`
+	ByPosition []float64 `json:"acceptance_by_position,omitempty"`
+	StepsByK   []int     `json:"steps_by_k,omitempty"`
+	// PMin is the confidence threshold of each drafter at the end of the last
+	// prompt (spec.Stats.DraftPMin): what an adaptive decoder learned.
+	PMin     []float64 `json:"draft_p_min,omitempty"`
+	Tokens   int       `json:"tokens"`
+	Verified *bool     `json:"verified,omitempty"`
 }
 
 func run(ctx context.Context, o options, out, log io.Writer) error {
@@ -126,7 +136,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	defer b.close()
 
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "drafter\tK\tT\ttokens/s\tplain tokens/s\tspeedup\tacceptance\tmean accepted\tTTFT ms\tverified\t")
+	fmt.Fprintln(w, "drafter\tK\tT\ttokens/s\tplain tokens/s\tspeedup\tcpu speedup\tacceptance\tmean accepted\tTTFT ms\tverified\tp-min\t")
 	var results []Result
 	for _, temp := range temps {
 		rs, err := b.atTemperature(ctx, temp, w, log)
@@ -362,6 +372,15 @@ func (b *bench) decoder(name, ks string) (*spec.Decoder, error) {
 		return nil, err
 	}
 	opts := spec.Options{}
+	switch b.o.pMin {
+	case "off", "":
+	case "auto":
+		opts.DraftPMin = spec.PMinLearned
+	default:
+		if opts.DraftPMin, err = strconv.ParseFloat(b.o.pMin, 64); err != nil || opts.DraftPMin <= 0 || opts.DraftPMin > 1 {
+			return nil, fmt.Errorf("-p-min %q: want auto, off or a number in (0, 1]", b.o.pMin)
+		}
+	}
 	if ks == "auto" {
 		opts.K, opts.Adaptive = 8, true
 	} else if opts.K, err = strconv.Atoi(ks); err != nil {
@@ -446,8 +465,16 @@ func row(w *tabwriter.Writer, r Result) {
 	if r.Drafter == "none" {
 		plain = r.TokensPerS
 	}
-	fmt.Fprintf(w, "%s\t%s\t%g\t%.1f\t%.1f\t%.2f×\t%.2f\t%.2f\t%.1f\t%s\t\n", r.Drafter, r.K, r.Temperature,
-		r.TokensPerS, plain, r.Speedup, r.Acceptance, r.MeanAccept, r.TTFTms, v)
+	var pmin []string
+	for _, p := range r.PMin {
+		pmin = append(pmin, strconv.FormatFloat(p, 'g', 3, 64))
+	}
+	cpu := ""
+	if r.CPUSpeedup > 0 {
+		cpu = fmt.Sprintf("%.2f×", r.CPUSpeedup)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%g\t%.1f\t%.1f\t%.2f×\t%s\t%.2f\t%.2f\t%.1f\t%s\t%s\t\n", r.Drafter, r.K, r.Temperature,
+		r.TokensPerS, plain, r.Speedup, cpu, r.Acceptance, r.MeanAccept, r.TTFTms, v, strings.Join(pmin, ","))
 }
 
 // measure runs every prompt through dec and sums up. With a plain decoder, each
@@ -458,22 +485,29 @@ func measure(ctx context.Context, dec, plain *spec.Decoder, prompts [][]int32, m
 	var outs [][]int32
 	var decode, plainDecode time.Duration
 	var plainTokens int
+	var pmin []float64
+	var cpu, plainCPU time.Duration // process CPU time, prefill included
 	for _, pr := range prompts {
 		req := spec.Request{Prompt: pr, MaxTokens: maxTokens, Sampling: p, StopTokens: tok.EOS()}
 		if plain != nil {
+			c := cpuTime()
 			rs, err := plain.GenerateFunc(ctx, req, nil)
 			if err != nil {
 				return Result{}, nil, err
 			}
+			plainCPU += cpuTime() - c
 			plainDecode += rs[0].Stats.Duration - rs[0].Stats.PrefillTime
 			plainTokens += rs[0].Stats.GeneratedTokens
 		}
+		c := cpuTime()
 		rs, err := dec.GenerateFunc(ctx, req, nil)
 		if err != nil {
 			return Result{}, nil, err
 		}
+		cpu += cpuTime() - c
 		res := rs[0]
 		agg.Add(res.Stats)
+		pmin = res.Stats.DraftPMin
 		decode += res.Stats.Duration - res.Stats.PrefillTime
 		outs = append(outs, res.Tokens)
 	}
@@ -484,10 +518,14 @@ func measure(ctx context.Context, dec, plain *spec.Decoder, prompts [][]int32, m
 		MeanAccept: t.MeanAcceptedLength(),
 		TTFTms:     float64(agg.MeanTimeToFirstToken().Microseconds()) / 1000,
 		StepsByK:   t.StepsByK,
+		PMin:       pmin,
 		Tokens:     t.GeneratedTokens,
 	}
 	if plainTokens > 0 {
 		r.PlainTokensPerS = float64(plainTokens) / plainDecode.Seconds()
+		if cpu > 0 && t.GeneratedTokens > 0 {
+			r.CPUSpeedup = float64(plainCPU) / float64(plainTokens) * float64(t.GeneratedTokens) / float64(cpu)
+		}
 	}
 	for i := range t.DraftedAt {
 		r.ByPosition = append(r.ByPosition, t.AcceptanceAt(i))

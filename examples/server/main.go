@@ -209,6 +209,7 @@ func progressLog(log *slog.Logger) func(file string, done, total int64) {
 type flags struct {
 	addr, host, model, draft, k, kvBudget, saturation, name, tmplFile string
 	head, apiKey                                                      string
+	draftPMin                                                         string
 	port, threads, ctxLen, maxRunning, maxQueue, draftMax, draftMin   int
 	ngram, quiet                                                      bool
 	pacing, grace, queueTimeout                                       time.Duration
@@ -253,6 +254,7 @@ func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (*fl
 	fs.StringVar(&f.k, "num-speculative-tokens", "auto", `tokens drafted per step: a number (0 turns speculation off) or "auto"`)
 	fs.IntVar(&f.draftMax, "draft-max", 0, "with -num-speculative-tokens auto, the most tokens drafted a step (0: 8)")
 	fs.IntVar(&f.draftMin, "draft-min", 0, "with -num-speculative-tokens auto, the fewest tokens drafted in a step that drafts")
+	fs.StringVar(&f.draftPMin, "draft-p-min", "off", `the draft's confidence under which a chain ends (specula.Config.DraftPMin): "off", a threshold in (0, 1], or "auto" (learned with -num-speculative-tokens auto, none with a fixed number)`)
 	fs.BoolVar(&f.ngram, "ngram", true, "also draft by prompt lookup (n-gram matches in the prompt and output), ahead of the draft model")
 	num(&f.threads, 0, "threads per forward pass (0: all cores)", "threads", "t")
 	fs.StringVar(&f.kvBudget, "kv-budget", "0", "key/value cache budget of the target, such as 256MiB (0: -max-running sequences at full context, at least 64MiB, at most 4GiB)")
@@ -376,6 +378,9 @@ func (f *flags) config() (server.Config, error) {
 		return cfg, fmt.Errorf("-draft-max %d, -draft-min %d: want 0 <= draft-min <= draft-max <= %d", f.draftMax, f.draftMin, spec.MaxK)
 	}
 	cfg.Engine.K, cfg.Engine.FixedK, cfg.Engine.MinK = k, !adaptive, f.draftMin
+	if cfg.Engine.DraftPMin, err = parsePMin(f.draftPMin); err != nil {
+		return cfg, err
+	}
 	cfg.Engine.Draft = f.drafter(k)
 	if cfg.Engine.KVBudget, err = parseBytes(f.kvBudget); err != nil {
 		return cfg, fmt.Errorf("-kv-budget: %w", err)
@@ -515,4 +520,20 @@ func parseBytes(s string) (int64, error) {
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// parsePMin reads -draft-p-min: off is 0, auto is spec.PMinLearned, else a threshold
+// in (0, 1].
+func parsePMin(s string) (float64, error) {
+	switch s {
+	case "off":
+		return 0, nil
+	case "auto":
+		return spec.PMinLearned, nil
+	}
+	p, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(p > 0 && p <= 1) {
+		return 0, fmt.Errorf("-draft-p-min %q: want auto, off or a threshold in (0, 1]", s)
+	}
+	return p, nil
 }

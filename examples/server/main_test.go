@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/specula/specula"
+	"github.com/specula/specula/spec"
 )
 
 func TestParseHelpers(t *testing.T) {
@@ -108,6 +109,32 @@ func TestFlags(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.config()
 	assert.ErrorContains(t, err, "-draft-min")
+}
+
+// -draft-p-min sets Config.DraftPMin: off (the default) is 0, auto learns
+// (spec.PMinLearned), a number fixes it; anything else is refused, naming the flag.
+func TestDraftPMinFlag(t *testing.T) {
+	cases := []struct {
+		arg, env string
+		want     float64
+		bad      bool
+	}{{"", "", 0, false}, {"auto", "", spec.PMinLearned, false}, {"off", "", 0, false}, {"0.75", "", 0.75, false}, {"", "0.6", 0.6, false},
+		{"0", "", 0, true}, {"1.5", "", 0, true}, {"high", "", 0, true}}
+	for _, c := range cases {
+		args := []string{"-m", "a.gguf", "-md", "b.gguf"}
+		if c.arg != "" {
+			args = append(args, "--draft-p-min", c.arg)
+		}
+		f, err := parseFlags(args, func(k string) string { return map[string]string{"SPECULA_DRAFT_P_MIN": c.env}[k] })
+		require.NoError(t, err, c.arg)
+		cfg, err := f.config()
+		if c.bad {
+			assert.ErrorContains(t, err, "-draft-p-min", c.arg)
+			continue
+		}
+		require.NoError(t, err, c.arg)
+		assert.Equal(t, c.want, cfg.Engine.DraftPMin, "%q %q", c.arg, c.env)
+	}
 }
 
 // -h prints the flags under their library names, the old name beside the new, and
