@@ -30,6 +30,14 @@ import (
 // (llama.OpenEAGLE, which tells the layout from the config).
 func eagle3Case(t *testing.T, tree draft.TreeShape, on backend.Factory) (*llama.Model, draft.Drafter) {
 	t.Helper()
+	m, _, d := eagle3Parts(t, tree, on)
+	return m, d
+}
+
+// eagle3Parts is eagle3Case with the head's layer, whose key/value cache the
+// tests read.
+func eagle3Parts(t *testing.T, tree draft.TreeShape, on backend.Factory) (*llama.Model, *llama.Model, draft.Drafter) {
+	t.Helper()
 	s := headtest.LlamaShape{Dim: 16, Heads: 2, KVHeads: 1, HeadDim: 8, FFN: 32, Vocab: 6, Layers: 4}
 	root := t.TempDir()
 	tdir, edir := filepath.Join(root, "target"), filepath.Join(root, "eagle3")
@@ -50,7 +58,7 @@ func eagle3Case(t *testing.T, tree draft.TreeShape, on backend.Factory) (*llama.
 	t.Cleanup(func() { _ = layer.Close() })
 	d, err := heads.NewEAGLE3(layer, m.Info(), tree)
 	require.NoError(t, err)
-	return m, d
+	return m, layer, d
 }
 
 // TestEAGLE3Distribution checks sampled EAGLE-3 drafting — chains and dynamic trees,

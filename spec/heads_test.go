@@ -260,17 +260,23 @@ func TestHeadsPrefixCache(t *testing.T) {
 		tree  draft.TreeShape
 		k     int
 		other func(t *testing.T, m *llama.Model) draft.Drafter // nil: EAGLE
+		e3    bool                                             // an EAGLE-3 head on a target of four layers
 	}{
-		{"EAGLE chain", draft.TreeShape{}, 3, nil},
-		{"EAGLE tree", draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 5}, 5, nil},
-		{"Medusa", draft.TreeShape{}, 3, medusa},
-		{"MLPSpeculator", draft.TreeShape{}, 3, mlp},
+		{"EAGLE chain", draft.TreeShape{}, 3, nil, false},
+		{"EAGLE tree", draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 5}, 5, nil, false},
+		{"EAGLE-3 chain", draft.TreeShape{}, 3, nil, true},
+		{"EAGLE-3 tree", draft.TreeShape{Width: 2, Depth: 3, MaxNodes: 5}, 5, nil, true},
+		{"Medusa", draft.TreeShape{}, 3, medusa, false},
+		{"MLPSpeculator", draft.TreeShape{}, 3, mlp, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, layer, d := eagleParts(t, tt.tree, 0, cpu.Factory(1))
-			if tt.other != nil {
+			switch {
+			case tt.other != nil:
 				d, layer = tt.other(t, m), nil
+			case tt.e3:
+				m, layer, d = eagle3Parts(t, tt.tree, cpu.Factory(1))
 			}
 			dec := newDecoder(t, m, d, tt.k)
 			prompt := make([]int32, 53) // three full blocks and some

@@ -156,8 +156,25 @@ func (t *targetVocab) NewSequence(ctx context.Context) (model.Sequence, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &targetVocabSeq{t: t, seq: seq, layer0: []int32{0}}, nil
+	tv := &targetVocabSeq{t: t, seq: seq, layer0: []int32{0}}
+	if ps, ok := seq.(model.SaltedSequence); ok {
+		return &prefixTargetVocabSeq{tv, ps}, nil
+	}
+	return tv, nil
 }
+
+// prefixTargetVocabSeq is a targetVocabSeq over a sequence with a salted prefix cache:
+// the head's own rows of a prompt are found again, as an EAGLE layer's are (keyed by
+// the tokens it is fed, salted with the prompt's first token, on which its inputs —
+// fc of the target's states — depend too).
+type prefixTargetVocabSeq struct {
+	*targetVocabSeq
+	ps model.SaltedSequence
+}
+
+func (s *prefixTargetVocabSeq) Reuse(tokens []int32) int { return s.ps.Reuse(tokens) }
+func (s *prefixTargetVocabSeq) Publish()                 { s.ps.Publish() }
+func (s *prefixTargetVocabSeq) Salt(salt uint64) error   { return s.ps.Salt(salt) }
 
 // Forward forwards each item on its own sequence: a head's session forwards only its
 // own.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -31,6 +32,9 @@ type speculateConfig struct {
 	// Head is a trained draft head's directory (an EAGLE-3 head, or any kind
 	// heads.Open reads), drafting instead of Draft.
 	Head          string
+	// HeadType is what the head's float matrices are requantized to (the
+	// engine's Q8_0 by default).
+	HeadType string
 	Acceptance    []float64
 	Ks            []int // 0: adaptive
 	Tokens        int
@@ -121,8 +125,12 @@ func speculate(ctx context.Context, args []string) error {
 // the draft model.
 func openDrafter(c speculateConfig, tm *llama.Model, pool *cpu.Pool) (draft.Drafter, string, io.Closer, error) {
 	if c.Head != "" {
-		opts := heads.Options{Backend: tm.Backend(), Requantize: dtype.Q8_0, OpenEAGLE: func(dir string) (heads.Layer, error) {
-			return llama.OpenEAGLE(dir, c.Target, pool.Factory(), llama.Options{Requantize: dtype.Q8_0})
+		to, err := dtype.Parse(cmp.Or(c.HeadType, "Q8_0"))
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("speculate: -head-type: %w", err)
+		}
+		opts := heads.Options{Backend: tm.Backend(), Requantize: to, OpenEAGLE: func(dir string) (heads.Layer, error) {
+			return llama.OpenEAGLE(dir, c.Target, pool.Factory(), llama.Options{Requantize: to})
 		}}
 		d, closer, err := heads.Open(c.Head, tm.Info(), opts)
 		if err != nil {
@@ -149,6 +157,7 @@ func speculateFlags(args []string) (speculateConfig, string, error) {
 	c := speculateConfig{}
 	fs.StringVar(&c.Target, "target", "", "the target's GGUF file (required)")
 	fs.StringVar(&c.Draft, "draft", "", "the draft model's GGUF file (this or -head)")
+	fs.StringVar(&c.HeadType, "head-type", "Q8_0", "the type -head's float matrices are requantized to: Q8_0 (as the engine runs heads), Q4_K, Q4_0, …")
 	fs.StringVar(&c.Head, "head", "", "a trained draft head's directory instead of -draft: an EAGLE-3 head (realscale gen -eagle3), EAGLE, Medusa or MLPSpeculator")
 	alphas := fs.String("acceptance", "0.5,0.78,0.9", "acceptance rates α to impose, comma-separated")
 	ks := fs.String("k", "1,2,3,4,5,6,7,8,auto", "draft lengths: numbers and auto (adaptive, up to 8)")
@@ -232,6 +241,13 @@ func runSpeculation(ctx context.Context, c speculateConfig, tm *llama.Model, inn
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 2))
 	req := spec.Request{Prompt: tokens(rng, c.PromptTokens, min(tm.Info().VocabSize, 8000)), MaxTokens: c.Tokens}
+	// A warm-up, unmeasured, as long as a measured run: for the first tens of
+	// seconds after a large model is loaded its passes run at a fraction of the
+	// later speed (the weights freshly copied into huge pages; measured at 7B:
+	// 8.4 tokens/s, then 11.6), which would flatter every speedup.
+	if _, err := plain.GenerateFunc(ctx, req, nil); err != nil {
+		return err
+	}
 	ref, err := plainRun(ctx, plain, req, res, logf)
 	if err != nil {
 		return err

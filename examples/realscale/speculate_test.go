@@ -81,7 +81,9 @@ func TestSpeculateFlags(t *testing.T) {
 		want string // "" for success
 	}{
 		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-k", "1,8,auto", "-acceptance", "0,0.5"}, ""},
-		{[]string{"-draft", "d.gguf"}, "-target and -draft are required"},
+		{[]string{"-draft", "d.gguf"}, "-target and one of -draft and -head are required"},
+		{[]string{"-target", "t.gguf"}, "one of -draft and -head"},
+		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-head", "h"}, "one of -draft and -head"},
 		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-k", "0"}, "-k"},
 		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-k", "65"}, "-k"},
 		{[]string{"-target", "t.gguf", "-draft", "d.gguf", "-acceptance", "1"}, "-acceptance"},
