@@ -31,17 +31,17 @@ type speculateConfig struct {
 	Target, Draft string
 	// Head is a trained draft head's directory (an EAGLE-3 head, or any kind
 	// heads.Open reads), drafting instead of Draft.
-	Head          string
+	Head string
 	// HeadType is what the head's float matrices are requantized to (the
 	// engine's Q8_0 by default).
-	HeadType string
-	Acceptance    []float64
-	Ks            []int // 0: adaptive
-	Tokens        int
-	PromptTokens  int
-	Threads       int
-	Seed          uint64
-	CPUProfile    string
+	HeadType     string
+	Acceptance   []float64
+	Ks           []int // 0: adaptive
+	Tokens       int
+	PromptTokens int
+	Threads      int
+	Seed         uint64
+	CPUProfile   string
 }
 
 // specRow is one configuration's figures.
