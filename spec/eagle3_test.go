@@ -144,3 +144,39 @@ func TestEAGLE3Batched(t *testing.T) {
 		}
 	}
 }
+
+// TestEAGLE3ConfidenceStop: an EAGLE-3 chain cut where the head's own confidence
+// falls (Options.DraftPMin, fixed and learned) drafts fewer tokens and stays exact —
+// its sampled two-token continuations the target's distribution (chi-square), its
+// greedy output plain greedy decoding's.
+func TestEAGLE3ConfidenceStop(t *testing.T) {
+	const draws = 20_000
+	params := sampler.Params{Temperature: 1}
+	m, d := eagle3Case(t, draft.TreeShape{}, cpu.Factory(1))
+	decoder := func(opts spec.Options) *spec.Decoder {
+		dec, err := spec.New(local(t, m), d, opts)
+		require.NoError(t, err)
+		return dec
+	}
+	prompt := []int32{1, 4, 2}
+	want := reference.ContinuationsOf(modelLogits(t, m), 6, prompt, 3, params)
+	fit, _ := fitDraws(t, decoder(spec.Options{K: 3, DraftPMin: 0.6}), spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}, draws, 6, want, nil)
+	assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
+	assert.Greater(t, fit.P, minP, "chi-square %.1f on %d df", fit.Stat, fit.DF)
+
+	plain := newDecoder(t, m, nil, 0)
+	greedy := spec.Request{Prompt: []int32{5, 5, 0, 3}, MaxTokens: 40}
+	wantG, err := single(plain.GenerateFunc(context.Background(), greedy, nil))
+	require.NoError(t, err)
+	whole, err := single(decoder(spec.Options{K: 4}).GenerateFunc(context.Background(), greedy, nil))
+	require.NoError(t, err)
+	for _, opts := range []spec.Options{{K: 4, DraftPMin: 0.99}, {K: 6, Adaptive: true, DraftPMin: spec.PMinLearned}} {
+		got, err := single(decoder(opts).GenerateFunc(context.Background(), greedy, nil))
+		require.NoError(t, err)
+		assert.Equal(t, wantG.Tokens, got.Tokens, "%+v: plain greedy decoding's output", opts)
+		assert.Positive(t, got.Stats.Drafted, "%+v", opts)
+		if !opts.Adaptive {
+			assert.Less(t, got.Stats.Drafted, whole.Stats.Drafted, "the stop cut chains")
+		}
+	}
+}
