@@ -258,16 +258,21 @@ func checkFields(body []byte) *apiError {
 // inside it the same way (see nestedType); a value of the wrong JSON type is left
 // to the decoding that reports it.
 func checkObject(obj json.RawMessage, t reflect.Type, prefix string, ignored func(string) bool) *apiError {
-	unknown, err := unknownFields(obj, t, ignored)
-	if err != nil {
-		return invalidJSON("could not parse the JSON body of the request: %v", err)
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &fields); err != nil {
+		return invalidJSON("could not parse the JSON body of the request: reading the fields of %s: %v", t.Name(), err)
+	}
+	keys := slices.Sorted(maps.Keys(fields))
+	var unknown []string
+	for _, key := range keys {
+		if _, ok := fieldByJSON(t, key); !ok && !ignored(key) {
+			unknown = append(unknown, key)
+		}
 	}
 	if len(unknown) > 0 {
 		return unknownFieldError(prefix, unknown, jsonFields(t))
 	}
-	var fields map[string]json.RawMessage
-	json.Unmarshal(obj, &fields) // it parsed in unknownFields
-	for _, key := range slices.Sorted(maps.Keys(fields)) {
+	for _, key := range keys {
 		f, ok := fieldByJSON(t, key)
 		if !ok {
 			continue // ignored by name
@@ -351,25 +356,6 @@ func jsonFields(t reflect.Type) []string {
 		}
 	}
 	return names
-}
-
-// unknownFields returns, sorted, the keys of the JSON object obj that are neither
-// JSON fields of the struct type t (without regard to case, as encoding/json
-// decodes them) nor fields ignored reports. obj must be an object or null.
-func unknownFields(obj json.RawMessage, t reflect.Type, ignored func(string) bool) ([]string, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &fields); err != nil {
-		return nil, fmt.Errorf("reading the fields of %s: %w", t.Name(), err)
-	}
-	known := jsonFields(t)
-	var unknown []string
-	for k := range fields {
-		if !slices.ContainsFunc(known, func(n string) bool { return strings.EqualFold(n, k) }) && !ignored(k) {
-			unknown = append(unknown, k)
-		}
-	}
-	slices.Sort(unknown)
-	return unknown, nil
 }
 
 // unknownFieldError is the 400 of a request with fields the server does not know,

@@ -52,12 +52,21 @@ func OpenEAGLE(dir, targetPath string, b backend.Factory, opts Options) (*Model,
 	}
 	_, _, _, hasOutput := tgt.src.lookup(tgt.Names.Output)
 	cfg.TiedEmbeddings = tc.TiedEmbeddings || !hasOutput
+	return startHead(dir, cfg, b, opts, nil, func(m *Model) error {
+		return m.loadEAGLE(hfSource{s: head}, filepath.Base(dir), tgt, opts.Requantize)
+	})
+}
+
+// startHead makes the model of a draft layer in dir (EAGLE's or EAGLE-3's, with e3
+// for the latter) on a backend of b, loads its weights with load, and starts its
+// key/value cache; the model is closed again if either fails.
+func startHead(dir string, cfg Config, b backend.Factory, opts Options, e3 *eagle3, load func(*Model) error) (*Model, error) {
 	be, err := newBackend(&cfg, b)
 	if err != nil {
 		return nil, fmt.Errorf("llama: %s: %w", dir, err)
 	}
-	m := &Model{cfg: cfg, name: filepath.Base(dir), be: be, invFreq: cfg.InvFreqs()}
-	if err := m.loadEAGLE(hfSource{s: head}, filepath.Base(dir), tgt, opts.Requantize); err != nil {
+	m := &Model{cfg: cfg, name: filepath.Base(dir), be: be, invFreq: cfg.InvFreqs(), e3: e3}
+	if err := load(m); err != nil {
 		_ = m.Close()
 		return nil, err
 	}

@@ -336,24 +336,13 @@ func OpenEAGLE3(dir, targetPath string, b backend.Factory, opts Options) (*Model
 	}
 	cfg.Vocab = ec.DraftVocab
 	cfg.TiedEmbeddings = false
-	be, err := newBackend(&cfg, b)
-	if err != nil {
-		return nil, fmt.Errorf("llama: %s: %w", dir, err)
-	}
 	e := &eagle3{normBefore: ec.NormBeforeResidual, tokenVocab: ec.Layer.Vocab, fcInputSize: len(ids) * th}
 	for _, id := range ids {
 		e.aux = append(e.aux, int32(id-1)) // entering layer id: after layer id−1
 	}
-	m := &Model{cfg: cfg, name: filepath.Base(dir), be: be, invFreq: cfg.InvFreqs(), e3: e}
-	if err := m.loadEAGLE3(head, filepath.Base(dir), tgt, opts.Requantize); err != nil {
-		_ = m.Close()
-		return nil, err
-	}
-	if err := m.startCache(opts); err != nil {
-		_ = m.Close()
-		return nil, fmt.Errorf("llama: %s: %w", dir, err)
-	}
-	return m, nil
+	return startHead(dir, cfg, b, opts, e, func(m *Model) error {
+		return m.loadEAGLE3(head, filepath.Base(dir), tgt, opts.Requantize)
+	})
 }
 
 // loadEAGLE3 takes in the head's tensors, and the target's embedding unless the head
