@@ -69,8 +69,6 @@ func eagle3Parts(t *testing.T, tree draft.TreeShape, on backend.Factory) (*llama
 // decoding: target and head on the CPU, and on the GPU's host device (the CUDA
 // backend's operations, its auxiliary states included, in plain Go).
 func TestEAGLE3Distribution(t *testing.T) {
-	const draws = 20_000
-	params := sampler.Params{Temperature: 1}
 	for _, c := range []struct {
 		name string
 		k    int
@@ -84,15 +82,7 @@ func TestEAGLE3Distribution(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, d := eagle3Case(t, c.tree, c.on)
-			dec := newDecoder(t, m, d, c.k)
-			prompt := []int32{1, 4, 2}
-			want := reference.ContinuationsOf(modelLogits(t, m), 6, prompt, 3, params)
-			fit, agg := fitDraws(t, dec, spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}, draws, 6, want, nil)
-			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
-			assert.Greater(t, fit.P, minP, "chi-square %.1f on %d df", fit.Stat, fit.DF)
-			rate := agg.Total.AcceptanceRate()
-			assert.True(t, rate > 0.02 && rate < 0.98, "acceptance %.3f", rate)
-			t.Logf("p=%.3f, %s", fit.P, agg.String())
+			prompt := checkHeadDistribution(t, m, newDecoder(t, m, d, c.k))
 
 			plain := newDecoder(t, m, nil, 0)
 			for _, dr := range []draft.Drafter{d, lookup.InFront(d)} {

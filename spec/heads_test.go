@@ -180,8 +180,6 @@ func modelLogits(t *testing.T, m *llama.Model) func([]int32) []float32 {
 // greedy decoding — the layer on the CPU, and on the GPU's host device (as on a GPU
 // target, whose factory an engine's EAGLE layer runs on).
 func TestEAGLEDistribution(t *testing.T) {
-	const draws = 20_000
-	params := sampler.Params{Temperature: 1}
 	for _, c := range []struct {
 		name string
 		k    int
@@ -195,14 +193,7 @@ func TestEAGLEDistribution(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m, d := eagleCaseOf(t, c.tree, 0, c.on)
 			dec := newDecoder(t, m, d, c.k)
-			prompt := []int32{1, 4, 2}
-			want := reference.ContinuationsOf(modelLogits(t, m), 6, prompt, 3, params)
-			fit, agg := fitDraws(t, dec, spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}, draws, 6, want, nil)
-			assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
-			assert.Greater(t, fit.P, minP, "chi-square %.1f on %d df", fit.Stat, fit.DF)
-			rate := agg.Total.AcceptanceRate()
-			assert.True(t, rate > 0.02 && rate < 0.98, "acceptance %.3f", rate)
-			t.Logf("p=%.3f, %s", fit.P, agg.String())
+			prompt := checkHeadDistribution(t, m, dec)
 
 			plain := newDecoder(t, m, nil, 0)
 			greedy := spec.Request{Prompt: prompt, MaxTokens: 24}
@@ -213,6 +204,25 @@ func TestEAGLEDistribution(t *testing.T) {
 			assert.Equal(t, wantG.Tokens, got.Tokens, "greedy EAGLE drafting equals plain greedy decoding")
 		})
 	}
+}
+
+// checkHeadDistribution draws 20 000 sampled two-token continuations of a short
+// prompt from dec, which a head drafts for the tiny random Llama m, and requires their
+// distribution to be m's own (chi-square) with the drafts neither all accepted nor
+// all refused; it returns the prompt.
+func checkHeadDistribution(t *testing.T, m *llama.Model, dec *spec.Decoder) []int32 {
+	t.Helper()
+	const draws = 20_000
+	params := sampler.Params{Temperature: 1}
+	prompt := []int32{1, 4, 2}
+	want := reference.ContinuationsOf(modelLogits(t, m), 6, prompt, 3, params)
+	fit, agg := fitDraws(t, dec, spec.Request{Prompt: prompt, MaxTokens: 3, Sampling: params}, draws, 6, want, nil)
+	assert.Zero(t, fit.Impossible, "generated a sequence the target never would")
+	assert.Greater(t, fit.P, minP, "chi-square %.1f on %d df", fit.Stat, fit.DF)
+	rate := agg.Total.AcceptanceRate()
+	assert.True(t, rate > 0.02 && rate < 0.98, "acceptance %.3f", rate)
+	t.Logf("p=%.3f, %s", fit.P, agg.String())
+	return prompt
 }
 
 // TestEAGLEOutOfRoom checks that an EAGLE layer that runs out of context is dropped for
