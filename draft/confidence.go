@@ -16,8 +16,11 @@ import (
 // drawn from the q it reports, and the acceptance rule stays exact.
 type Confident interface {
 	Session
-	// StopBelow sets the threshold for the proposals that follow: p ≤ 0 lets
-	// chains run to k.
+	// StopBelow sets the threshold for the proposals that follow: p = 0 lets
+	// chains run to k, reporting each token's confidence (for a decoder that learns
+	// the threshold); p < 0 turns the stop off, and the proposals report no
+	// confidence, which then costs nothing (a greedy token's is a softmax over the
+	// whole vocabulary).
 	StopBelow(p float32)
 }
 

@@ -226,12 +226,14 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 			return fmt.Errorf("draft: position %d: %w", i, err)
 		}
 		s.toks[i] = x
-		s.conf[i] = s.confidence(i, x)
+		if s.minConf >= 0 {
+			s.conf[i] = s.confidence(i, x)
+		}
 		state = s.After(state, x)
 		if i == k-1 {
 			break
 		}
-		if s.conf[i] < s.minConf {
+		if s.minConf > 0 && s.conf[i] < s.minConf {
 			k = i + 1 // the confidence stop: this token is the chain's last
 			break
 		}
@@ -241,7 +243,10 @@ func (s *modelSession) Propose(ctx context.Context, history []int32, k int, p *P
 			return err
 		}
 	}
-	p.Tokens, p.Confidence = s.toks[:k], s.conf[:k]
+	p.Tokens = s.toks[:k]
+	if s.minConf >= 0 {
+		p.Confidence = s.conf[:k]
+	}
 	if !s.greedy {
 		p.Dists = s.rows[:k]
 	}

@@ -209,7 +209,8 @@ func (r *run) confidentSessions() {
 }
 
 // stopBelow tells drafter d's sessions the threshold of this step's chain and
-// returns it.
+// returns it. With the stop off the sessions are told so (a negative threshold),
+// and weigh none of their tokens.
 func (r *run) stopBelow(d int) float64 {
 	if d >= len(r.sess.confident) || len(r.sess.confident[d]) == 0 {
 		return 0
@@ -218,8 +219,12 @@ func (r *run) stopBelow(d int) float64 {
 	if r.ctl != nil {
 		p = r.ctl.threshold(d)
 	}
+	tell := float32(p)
+	if r.d.pmin == 0 {
+		tell = -1
+	}
 	for _, s := range r.sess.confident[d] {
-		s.StopBelow(float32(p))
+		s.StopBelow(tell)
 	}
 	return p
 }

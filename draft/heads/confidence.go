@@ -19,9 +19,21 @@ func newChainStop(maxK, vocab int) chainStop {
 // StopBelow implements [draft.Confident].
 func (c *chainStop) StopBelow(p float32) { c.minConf = p }
 
+// confidence is the proposal's Confidence: nil with the stop off.
+func (c *chainStop) confidence() []float32 {
+	if c.minConf < 0 {
+		return nil
+	}
+	return c.chainConf
+}
+
 // ends records the confidence of x, drafted from logits (drawn from q, or the argmax
-// when q is nil), and reports whether the chain ends after it.
+// when q is nil), and reports whether the chain ends after it; with the stop off it
+// records nothing.
 func (c *chainStop) ends(logits []float32, x int32, q []float32) bool {
+	if c.minConf < 0 {
+		return false
+	}
 	var v float32
 	v, c.lse = draft.TokenConfidence(logits, x, q, c.lse)
 	c.chainConf = append(c.chainConf, v)

@@ -226,7 +226,7 @@ func (s *eagleSession) Propose(ctx context.Context, history []int32, k int, p *d
 	if s.e.tree.Width > 0 {
 		p.Parents = s.parents
 	} else {
-		p.Confidence = s.chainConf
+		p.Confidence = s.confidence()
 	}
 	if !s.greedy {
 		p.Dists = s.dists

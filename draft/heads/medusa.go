@@ -230,7 +230,7 @@ func (s *medusaSession) Propose(ctx context.Context, history []int32, k int, p *
 			break
 		}
 	}
-	p.Tokens, p.Confidence = s.toks, s.chainConf
+	p.Tokens, p.Confidence = s.toks, s.confidence()
 	if !s.run.greedy {
 		p.Dists = s.dists
 	}

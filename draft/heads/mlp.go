@@ -176,7 +176,7 @@ func (s *mlpSession) Propose(ctx context.Context, history []int32, k int, p *dra
 			break
 		}
 	}
-	p.Tokens, p.Confidence = s.toks, s.chainConf
+	p.Tokens, p.Confidence = s.toks, s.confidence()
 	if !s.run.greedy {
 		p.Dists = s.dists
 	}
